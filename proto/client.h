@@ -1,0 +1,34 @@
+/* client.h - a request/response client over one CURVE DEALER, with its own ZeroMQ
+ * context: what the CLI (and an agent's join) use to talk to the coordinator. */
+#ifndef BRAMBLE_CLIENT_H
+#define BRAMBLE_CLIENT_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "cred.h"
+#include "err.h"
+#include "msg.h"
+
+typedef struct br_client br_client_t;
+
+br_client_t *br_client_new(const char *endpoint, const char *server_public_key,
+                           const char *public_key, const char *secret_key,
+                           br_err_t *err);
+br_client_t *br_client_new_cred(const br_cred_t *cred, br_err_t *err);
+void br_client_destroy(br_client_t **client);
+
+/* Send a request of this type (body is stolen; NULL sends {}), wait up to
+ * timeout_ms for its response. On success *resp (may be NULL if not wanted) is the
+ * response, which the caller destroys. A refusal from the coordinator returns -1 with
+ * its errnum and reason in err; so do a refused key and a coordinator that does not
+ * answer, each with words saying which. */
+int br_client_rpc(br_client_t *c, const char *type, json_t *body, int timeout_ms,
+                  br_msg_t **resp, br_err_t *err);
+
+/* Like br_client_rpc, but the response body is returned (new reference) and the
+ * message dropped. */
+json_t *br_client_call(br_client_t *c, const char *type, json_t *body, int timeout_ms,
+                       br_err_t *err);
+
+#endif

@@ -1,0 +1,128 @@
+/* sock.c - libzmq sockets as bramble uses them. */
+#include "sock.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "msg.h"
+
+static int common_opts(void *s)
+{
+    int64_t max = BR_MSG_FRAME_MAX;
+    int zero = 0;
+    return zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max)) < 0 ||
+                   zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero)) < 0
+               ? -1
+               : 0;
+}
+
+void *br_sock_server(void *ctx, const char *endpoint, const char *secret_key,
+                     br_err_t *err)
+{
+    void *s = zmq_socket(ctx, ZMQ_ROUTER);
+    if (!s)
+        return br_errp(err, errno, "socket: %s", zmq_strerror(errno));
+    int one = 1;
+    if (common_opts(s) < 0 ||
+        zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof(one)) < 0 ||
+        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, secret_key, strlen(secret_key)) < 0 ||
+        zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, BR_ZAP_DOMAIN, strlen(BR_ZAP_DOMAIN)) < 0 ||
+        zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof(one)) < 0) {
+        int e = errno;
+        zmq_close(s);
+        return br_errp(err, e, "socket options: %s", zmq_strerror(e));
+    }
+    if (zmq_bind(s, endpoint) < 0) {
+        int e = errno;
+        zmq_close(s);
+        return br_errp(err, e, "bind %s: %s", endpoint, zmq_strerror(e));
+    }
+    return s;
+}
+
+void *br_sock_client(void *ctx, const char *endpoint, const char *server_public_key,
+                     const char *public_key, const char *secret_key, br_err_t *err)
+{
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    if (!s)
+        return br_errp(err, errno, "socket: %s", zmq_strerror(errno));
+    int ivl = 100, ivl_max = 2000;
+    if (common_opts(s) < 0 ||
+        zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_public_key,
+                       strlen(server_public_key)) < 0 ||
+        zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, public_key, strlen(public_key)) < 0 ||
+        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, secret_key, strlen(secret_key)) < 0 ||
+        zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl)) < 0 ||
+        zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max)) < 0) {
+        int e = errno;
+        zmq_close(s);
+        return br_errp(err, e, "socket options: %s", zmq_strerror(e));
+    }
+    if (zmq_connect(s, endpoint) < 0) {
+        int e = errno;
+        zmq_close(s);
+        return br_errp(err, e, "connect %s: %s", endpoint, zmq_strerror(e));
+    }
+    return s;
+}
+
+void *br_sock_monitor(void *ctx, void *sock)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "inproc://bramble-monitor-%p", sock);
+    if (zmq_socket_monitor(sock, name,
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) < 0)
+        return NULL;
+    void *pair = zmq_socket(ctx, ZMQ_PAIR);
+    if (!pair)
+        return NULL;
+    int zero = 0;
+    zmq_setsockopt(pair, ZMQ_LINGER, &zero, sizeof(zero));
+    if (zmq_connect(pair, name) < 0) {
+        zmq_close(pair);
+        return NULL;
+    }
+    return pair;
+}
+
+int br_sock_monitor_auth_failed(void *monitor)
+{
+    int failed = 0;
+    for (;;) {
+        zmq_msg_t ev;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            break;
+        }
+        if (zmq_msg_size(&ev) >= 2) {
+            uint16_t id;
+            memcpy(&id, zmq_msg_data(&ev), 2);
+            if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
+                id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
+                failed = 1;
+        }
+        int more = zmq_msg_more(&ev);
+        zmq_msg_close(&ev);
+        if (more) { /* second frame: the endpoint */
+            zmq_msg_init(&ev);
+            zmq_msg_recv(&ev, monitor, 0);
+            zmq_msg_close(&ev);
+        }
+    }
+    return failed;
+}
+
+void br_sock_close(void **sock)
+{
+    if (sock && *sock) {
+        int zero = 0;
+        zmq_setsockopt(*sock, ZMQ_LINGER, &zero, sizeof(zero));
+        zmq_close(*sock);
+        *sock = NULL;
+    }
+}

@@ -1,0 +1,31 @@
+/* sock.h - libzmq sockets as bramble uses them: a CURVE ROUTER for the coordinator,
+ * CURVE DEALERs for agents and the CLI, every one bounded (ZMQ_MAXMSGSIZE), with
+ * linger 0, and a monitor so a client learns that its key was refused. */
+#ifndef BRAMBLE_SOCK_H
+#define BRAMBLE_SOCK_H
+
+#include "err.h"
+
+#define BR_ZAP_DOMAIN "bramble"
+
+/* Bind a ROUTER at endpoint as a CURVE server with secret_key (Z85). The ZAP
+ * handler (zap.h) must exist before this is called. */
+void *br_sock_server(void *ctx, const char *endpoint, const char *secret_key,
+                     br_err_t *err);
+
+/* Connect a DEALER to endpoint as a CURVE client. */
+void *br_sock_client(void *ctx, const char *endpoint, const char *server_public_key,
+                     const char *public_key, const char *secret_key, br_err_t *err);
+
+/* Start monitoring sock for handshake failures; returns a PAIR socket to poll, or
+ * NULL. Each monitor needs a unique inproc name, made from sock's address. */
+void *br_sock_monitor(void *ctx, void *sock);
+
+/* Read pending monitor events without blocking. Returns 1 when one of them says the
+ * server refused our key (or the handshake failed for a protocol reason), else 0. */
+int br_sock_monitor_auth_failed(void *monitor);
+
+/* Close a socket (linger 0) and set *sock to NULL; accepts NULL. */
+void br_sock_close(void **sock);
+
+#endif

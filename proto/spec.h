@@ -1,0 +1,86 @@
+/* spec.h - the job spec: parse, validate and normalise a YAML job spec
+ * (ARCHITECTURE.md, "The job spec"). Shared by the CLI (early errors) and the
+ * coordinator (the authority). Every error names the field and, where the text came
+ * from YAML, its line: "line 4: unknown key 'resorces'". */
+#ifndef BRAMBLE_SPEC_H
+#define BRAMBLE_SPEC_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#define BR_SPEC_MAX_BYTES (256 * 1024) /* larger spec texts are refused */
+#define BR_SPEC_MAX_LIST 32            /* arch, gpu_model, restart.on entries */
+
+typedef enum { BR_JOB_TRAIN = 0, BR_JOB_SERVICE = 1 } br_job_kind_t;
+
+#define BR_TASKS_GPUS 0 /* tasks_per_node: gpus (one process per GPU) */
+#define BR_PORT_AUTO 0  /* service.port: auto */
+
+typedef struct {
+    char *name;          /* required; br_valid_name() */
+    br_job_kind_t kind;  /* default train */
+    char *command;       /* required, non-empty */
+    char *workdir;       /* NULL when not given */
+    json_t *env;         /* object of string -> string; never NULL (maybe empty) */
+    struct {
+        int nodes;          /* default 1, 1..1024 */
+        int tasks_per_node; /* default 1; BR_TASKS_GPUS for "gpus"; else 1..1024 */
+        int gpus;           /* per node, default 0 */
+        uint64_t vram;      /* bytes, minimum free per GPU, default 0 */
+        int cpus;           /* default 1; 0 allowed (no reservation) */
+        uint64_t memory;    /* bytes, default 0 */
+        char *arch[BR_SPEC_MAX_LIST];
+        int n_arch;
+        char *gpu_model[BR_SPEC_MAX_LIST];
+        int n_gpu_model;
+        json_t *labels; /* object string -> string; never NULL */
+        int spread_any; /* resources.spread: any (default same-site) */
+    } resources;
+    struct {
+        int given;     /* 1 when a model: section was present */
+        double params; /* parameter count, e.g. 8e9 */
+        char *mode;    /* inference | lora | qlora | full (default inference) */
+        char *dtype;   /* fp32 | fp16 | bf16 | int8 | int4 (default bf16) */
+    } model;
+    struct {
+        char *dir;           /* NULL when no checkpoint section */
+        char *pattern;       /* default "*" when dir is given */
+        char *complete_file; /* NULL when not given */
+    } checkpoint;
+    struct {
+        int max;             /* default 3 */
+        int on_node_lost;    /* default 1 */
+        int on_nonzero_exit; /* default 0 */
+    } restart;
+    int priority;          /* default 0, -1000..1000 */
+    int64_t time_limit_ms; /* 0 = none */
+    struct {
+        int replicas;          /* default 1 */
+        int port;              /* BR_PORT_AUTO or 1..65535 */
+        char *health_http;     /* path starting with '/', or NULL */
+        int health_tcp;        /* 1 for {tcp: true} */
+        int64_t health_interval_ms; /* default 5000 */
+        int64_t health_grace_ms;    /* default 30000 */
+    } service;
+} br_spec_t;
+
+/* Parse and validate a YAML spec. sets[] are "dotted.key=value" overrides applied
+ * before validation (the value is read as a YAML scalar or flow collection). Unknown
+ * keys, wrong types, bad units and missing required fields are errors. Returns NULL
+ * with err filled on failure. */
+br_spec_t *br_spec_parse(const char *yaml, size_t len, const char *const *sets,
+                         int nsets, br_err_t *err);
+
+void br_spec_destroy(br_spec_t **spec);
+
+/* The normalised spec as JSON, every default filled in, sizes in bytes, durations in
+ * milliseconds (keys as in the YAML: name, kind, command, workdir, env, resources,
+ * model, checkpoint, restart, priority, time_limit, service). New reference. */
+json_t *br_spec_to_json(const br_spec_t *spec);
+
+const char *br_job_kind_name(br_job_kind_t kind);
+
+#endif

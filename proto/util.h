@@ -1,0 +1,50 @@
+/* util.h - small shared helpers: units (durations, sizes, counts), clocks, files. */
+#ifndef BRAMBLE_UTIL_H
+#define BRAMBLE_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "err.h"
+
+/* "500ms", "1s", "1.5m", "12h", "2d"; a bare number is seconds. -> milliseconds. */
+int br_parse_duration(const char *s, int64_t *ms, br_err_t *err);
+
+/* "24GiB", "512MiB", "16GB", "1024", "1.5TiB" -> bytes (binary and decimal units,
+ * a bare number is bytes, case of the unit ignored). */
+int br_parse_size(const char *s, uint64_t *bytes, br_err_t *err);
+
+/* "8B", "70B", "1.5B", "350M", "7e9", "125K" -> a count (model parameters). */
+int br_parse_count(const char *s, double *count, br_err_t *err);
+
+/* Format bytes as "24.0GiB" style into buf. Returns buf. */
+char *br_format_size(uint64_t bytes, char *buf, size_t len);
+
+/* Format milliseconds as "1s", "250ms", "5m". Returns buf. */
+char *br_format_duration(int64_t ms, char *buf, size_t len);
+
+int64_t br_now_ms(void);  /* wall clock, unix milliseconds */
+int64_t br_mono_ms(void); /* monotonic clock, milliseconds */
+
+/* Raise RLIMIT_NOFILE soft limit to the hard limit (a ROUTER needs one fd per peer). */
+void br_raise_nofile(void);
+
+/* mkdir -p with mode for every created component. */
+int br_mkdir_p(const char *path, mode_t mode, br_err_t *err);
+
+/* Read a whole file (at most max bytes, else EFBIG). Returns malloc'd buffer with a
+ * terminating NUL not counted in *len. */
+char *br_read_file(const char *path, size_t max, size_t *len, br_err_t *err);
+
+/* Write a file atomically (temp file, fsync, rename) with the given mode. */
+int br_write_file(const char *path, const void *data, size_t len, mode_t mode,
+                  br_err_t *err);
+
+/* Valid name for nodes, jobs and users: [a-z0-9-], 1..63 chars, not starting with '-'. */
+int br_valid_name(const char *s);
+
+/* Copy src into dst of size n, always terminated. Returns dst. */
+char *br_strlcpy(char *dst, const char *src, size_t n);
+
+#endif
