@@ -1,0 +1,104 @@
+/* api.c - the coordinator's handler table: message type -> who may send it ->
+ * handler. The caller is found from the connection's User-Id (the CURVE key ZAP
+ * proved) for every message, so a key revoked mid-connection stops at once. */
+#include "api.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#define P_UNKNOWN (1 << BR_PRINCIPAL_UNKNOWN)
+#define P_ADMIN (1 << BR_PRINCIPAL_ADMIN)
+#define P_USER (1 << BR_PRINCIPAL_USER)
+#define P_NODE (1 << BR_PRINCIPAL_NODE)
+#define P_ANY (P_UNKNOWN | P_ADMIN | P_USER | P_NODE)
+
+static const struct {
+    const char *type;
+    br_msg_kind_t kind;
+    int who;
+    br_handler_fn fn;
+} handlers[] = {
+    {"ping", BR_MSG_REQUEST, P_ANY, br_api_ping},
+    {"node.join", BR_MSG_REQUEST, P_UNKNOWN, br_api_node_join},
+    {"node.hello", BR_MSG_REQUEST, P_NODE, br_api_node_hello},
+    {"node.heartbeat", BR_MSG_REQUEST, P_NODE, br_api_node_heartbeat},
+    {"job.started", BR_MSG_REQUEST, P_NODE, br_api_job_started},
+    {"job.exited", BR_MSG_REQUEST, P_NODE, br_api_job_exited},
+    {"job.log", BR_MSG_EVENT, P_NODE, br_api_job_log},
+    {"token.create", BR_MSG_REQUEST, P_ADMIN, br_api_token_create},
+    {"token.list", BR_MSG_REQUEST, P_ADMIN, br_api_token_list},
+    {"token.revoke", BR_MSG_REQUEST, P_ADMIN, br_api_token_revoke},
+    {"node.list", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_node_list},
+    {"node.show", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_node_show},
+    {"node.drain", BR_MSG_REQUEST, P_ADMIN, br_api_node_drain},
+    {"node.undrain", BR_MSG_REQUEST, P_ADMIN, br_api_node_undrain},
+    {"node.remove", BR_MSG_REQUEST, P_ADMIN, br_api_node_remove},
+    {"job.submit", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_submit},
+    {"job.list", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_list},
+    {"job.show", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_show},
+    {"job.cancel", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_cancel},
+    {"job.logs", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_logs},
+    {"event.list", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_event_list},
+};
+
+void br_api_fail(br_coord_t *c, br_msg_t *m, const br_err_t *err)
+{
+    if (br_msg_kind(m) == BR_MSG_REQUEST)
+        br_coord_post(c, br_msg_reply_error(m, err->errnum ? err->errnum : EINVAL, "%s",
+                                            err->text));
+}
+
+void br_api_ok(br_coord_t *c, br_msg_t *m, json_t *body)
+{
+    br_msg_t *r = br_msg_reply(m);
+    if (r)
+        br_msg_set_body(r, body);
+    else
+        json_decref(body);
+    br_coord_post(c, r);
+}
+
+static const char *principal_words(br_principal_t k)
+{
+    switch (k) {
+    case BR_PRINCIPAL_UNKNOWN:
+        return "this key is not known to the coordinator (join a node with a token, or "
+               "use a credential the coordinator issued)";
+    case BR_PRINCIPAL_REVOKED:
+        return "this key has been revoked";
+    case BR_PRINCIPAL_NODE:
+        return "nodes may not send this";
+    default:
+        return "not allowed for this credential";
+    }
+}
+
+void br_api_dispatch(br_coord_t *c, br_msg_t *m)
+{
+    br_caller_t who = {BR_PRINCIPAL_UNKNOWN, ""};
+    br_err_t err;
+    if (br_msg_kind(m) == BR_MSG_RESPONSE)
+        return; /* agents' receipts for job.run / job.kill: nothing to do */
+    if (br_store_key_lookup(c->store, br_msg_user(m), &who.kind, who.name,
+                            sizeof(who.name), &err) < 0) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++) {
+        if (strcmp(handlers[i].type, br_msg_type(m)) != 0)
+            continue;
+        if (handlers[i].kind != br_msg_kind(m)) {
+            br_errf(&err, EPROTO, "%s: wrong message kind", br_msg_type(m));
+            br_api_fail(c, m, &err);
+        } else if (!(handlers[i].who & (1 << who.kind))) {
+            br_errf(&err, EACCES, "%s: %s", br_msg_type(m), principal_words(who.kind));
+            br_api_fail(c, m, &err);
+        } else {
+            handlers[i].fn(c, m, &who);
+        }
+        return;
+    }
+    br_errf(&err, EPROTO, "unknown message type '%s'", br_msg_type(m));
+    br_api_fail(c, m, &err);
+}

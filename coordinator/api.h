@@ -1,0 +1,47 @@
+/* api.h - the coordinator's request handlers (proto/PROTOCOL.md sections 4-7). Each
+ * decodes its body strictly, checks, acts inside the wake's transaction and answers
+ * through br_coord_post. Who may call what is in the table in api.c. */
+#ifndef BRAMBLE_API_H
+#define BRAMBLE_API_H
+
+#include "coord.h"
+#include "store.h"
+
+typedef struct {
+    br_principal_t kind;
+    char name[64];
+} br_caller_t;
+
+typedef void (*br_handler_fn)(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+
+/* Answer m with an error (EINVAL etc.) from err. */
+void br_api_fail(br_coord_t *c, br_msg_t *m, const br_err_t *err);
+/* Answer m with body (stolen). */
+void br_api_ok(br_coord_t *c, br_msg_t *m, json_t *body);
+
+/* api_agent.c */
+void br_api_node_join(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_job_log(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+
+/* api_cli.c */
+void br_api_ping(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_token_create(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_token_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_token_revoke(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_node_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_node_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_node_drain(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_node_undrain(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_node_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_job_logs(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_event_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+
+#endif

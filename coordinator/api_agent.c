@@ -1,0 +1,202 @@
+/* api_agent.c - what agents send: join with a token, hello after each connect,
+ * heartbeats with their tasks, job starts and exits, and log output. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api.h"
+#include "jobs.h"
+#include "token.h"
+#include "util.h"
+
+void br_api_node_join(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *token, *name;
+    json_t *labels;
+    double cost;
+    br_err_t err;
+    br_token_t t;
+    char hash[BR_TOKEN_HASH_HEX + 1], id[BR_TOKEN_ID_LEN + 8];
+    if (br_msg_unpack(m, &err, "{s:s, s:s, s:o, s:F}", "token", &token, "name", &name,
+                      "labels", &labels, "cost_per_hour", &cost) < 0)
+        goto fail;
+    if (!br_valid_name(name)) {
+        br_errf(&err, EINVAL, "node name '%s' must be lowercase letters, digits and '-'",
+                name);
+        goto fail;
+    }
+    if (br_token_decode(token, &t, &err) < 0)
+        goto fail;
+    br_token_hash(t.secret, hash, NULL);
+    if (br_nodes_find(c->nodes, name)) {
+        br_errf(&err, EEXIST, "node name '%s' is taken", name);
+        goto fail;
+    }
+    if (br_store_token_use(c->store, hash, br_now_ms(), id, &err) < 0 ||
+        br_store_key_add(c->store, br_msg_user(m), BR_PRINCIPAL_NODE, name, &err) < 0)
+        goto fail;
+    json_t *info = json_pack("{s:s, s:s, s:s, s:O, s:f, s:I, s:s}", "name", name, "pubkey",
+                             br_msg_user(m), "state", "lost", "labels", labels,
+                             "cost_per_hour", cost, "joined", (json_int_t)br_now_ms(),
+                             "token", id);
+    br_node_t *n = br_nodes_add(c->nodes, info);
+    json_decref(info);
+    if (n) {
+        n->last_seen_mono = br_mono_ms();
+        br_coord_save_node(c, n);
+    }
+    br_coord_event(c, 0, name, "joined", "joined with token %s", id);
+    br_api_ok(c, m, json_pack("{s:s}", "name", name));
+    return;
+fail:
+    br_api_fail(c, m, &err);
+}
+
+/* Copy what an agent reports about itself into the node's stored info. */
+static void take_inventory(br_node_t *n, br_msg_t *m, json_t *inv, json_t *gpus,
+                           json_t *labels, double cost, const char *advertise)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(inv, k, v) {
+        if (strcmp(k, "name") != 0 && strcmp(k, "pubkey") != 0 && strcmp(k, "state") != 0)
+            json_object_set(n->info, k, v);
+    }
+    json_object_set(n->info, "gpus", gpus);
+    json_object_set(n->info, "labels", labels);
+    json_object_set_new(n->info, "cost_per_hour", json_real(cost));
+    json_object_set_new(n->info, "address",
+                        json_string(advertise && *advertise ? advertise
+                                                            : br_msg_peer_addr(m)));
+}
+
+static br_node_t *caller_node(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    br_node_t *n = br_nodes_find(c->nodes, who->name);
+    if (!n)
+        return NULL;
+    size_t len;
+    const void *route = br_msg_route(m, &len);
+    memcpy(n->route, route, len);
+    n->route_len = len;
+    n->last_seen_mono = br_mono_ms();
+    n->last_seen_ms = br_now_ms();
+    return n;
+}
+
+void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_t *inv, *gpus, *labels, *tasks;
+    double cost;
+    const char *adv = NULL;
+    br_err_t err = {0};
+    if (br_msg_unpack(m, &err, "{s:o, s:o, s:o, s:F, s:o, s?s}", "inventory", &inv,
+                      "gpus", &gpus, "labels", &labels, "cost_per_hour", &cost, "tasks",
+                      &tasks, "advertise_addr", &adv) < 0 ||
+        !json_is_object(inv) || !json_is_array(gpus) || !json_is_object(labels) ||
+        !json_is_array(tasks)) {
+        if (!err.text[0])
+            br_errf(&err, EPROTO, "node.hello: bad body");
+        br_api_fail(c, m, &err);
+        return;
+    }
+    br_node_t *n = caller_node(c, m, who);
+    if (!n) {
+        br_errf(&err, ENOENT, "node '%s' is not registered", who->name);
+        br_api_fail(c, m, &err);
+        return;
+    }
+    take_inventory(n, m, inv, gpus, labels, cost, adv);
+    const char *was = n->state;
+    if (strcmp(was, "draining") != 0) {
+        br_coord_event(c, 0, n->name, "ready", "%s", strcmp(was, "lost") == 0
+                                                        ? "connected"
+                                                        : "reconnected");
+        br_node_set_state(n, "ready");
+    }
+    br_coord_save_node(c, n);
+    br_jobs_reconcile(c, n, tasks, 1);
+    c->sched_needed = 1;
+    br_api_ok(c, m, json_pack("{s:s, s:I, s:I}", "name", n->name, "heartbeat_interval",
+                              (json_int_t)c->cfg.heartbeat_ms, "node_timeout",
+                              (json_int_t)c->cfg.node_timeout_ms));
+}
+
+void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_t *tasks;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:o}", "tasks", &tasks) < 0 || !json_is_array(tasks)) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    br_node_t *n = caller_node(c, m, who);
+    if (!n || strcmp(n->state, "lost") == 0) {
+        /* lost while silent: it must say hello again so its tasks are reconciled */
+        br_errf(&err, ENOTCONN, "node is not connected: send node.hello");
+        br_api_fail(c, m, &err);
+        return;
+    }
+    br_jobs_reconcile(c, n, tasks, 0);
+    br_api_ok(c, m, json_object());
+}
+
+void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t job, pid;
+    int attempt;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:I}", "job", &job, "attempt", &attempt, "pid",
+                      &pid) < 0) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    br_node_t *n = caller_node(c, m, who);
+    if (n)
+        br_jobs_started(c, job, attempt, n);
+    br_api_ok(c, m, json_object());
+}
+
+void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t job;
+    int attempt;
+    json_t *code, *sig;
+    const char *reason;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:o, s:o, s:s}", "job", &job, "attempt",
+                      &attempt, "exit_code", &code, "signal", &sig, "reason", &reason) < 0) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    br_node_t *n = caller_node(c, m, who);
+    if (n)
+        br_jobs_exited(c, job, attempt, n,
+                       json_is_integer(code) ? (int)json_integer_value(code) : -1,
+                       json_is_integer(sig) ? (int)json_integer_value(sig) : -1, reason);
+    br_api_ok(c, m, json_object());
+}
+
+void br_api_job_log(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t job, seq;
+    int attempt, rank, stream;
+    br_err_t err;
+    size_t len;
+    const void *data = br_msg_data(m, &len);
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:i, s:i, s:I}", "job", &job, "attempt",
+                      &attempt, "rank", &rank, "stream", &stream, "seq", &seq) < 0 ||
+        !data || (stream != 1 && stream != 2)) {
+        fprintf(stderr, "brambled: bad job.log from %s\n", who->name);
+        return;
+    }
+    if (!br_jobs_ran_on(c, job, who->name)) {
+        fprintf(stderr, "brambled: job.log from %s for job %lld that never ran there\n",
+                who->name, (long long)job);
+        return;
+    }
+    if (br_store_log_add(c->store, job, attempt, rank, stream, seq, br_now_ms(), data, len,
+                         &err) < 0)
+        fprintf(stderr, "brambled: log of job %lld not stored: %s\n", (long long)job,
+                err.text);
+}

@@ -1,0 +1,464 @@
+/* api_cli.c - what the CLI sends: tokens, nodes, jobs, logs and events. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "jobs.h"
+#include "spec.h"
+#include "token.h"
+#include "util.h"
+
+#define LOG_PAGE (256 * 1024)
+#define RECENT_MS (10 * 60 * 1000)
+
+void br_api_ping(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    static const char *kinds[] = {"unknown", "admin", "user", "node", "revoked"};
+    br_api_ok(c, m, json_pack("{s:s, s:s, s:s}", "version", BRAMBLE_VERSION, "principal",
+                              kinds[who->kind], "name", who->name));
+}
+
+void br_api_token_create(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t ttl;
+    int uses;
+    br_err_t err;
+    br_token_t t;
+    char text[BR_TOKEN_MAX], hash[BR_TOKEN_HASH_HEX + 1], id[BR_TOKEN_ID_LEN + 1];
+    if (br_msg_unpack(m, &err, "{s:I, s:i}", "ttl", &ttl, "uses", &uses) < 0)
+        goto fail;
+    if (ttl <= 0 || ttl > 366LL * 86400 * 1000 || uses < 1 || uses > 100000) {
+        br_errf(&err, EINVAL, "ttl must be within a year and uses 1..100000");
+        goto fail;
+    }
+    int64_t now = br_now_ms();
+    if (br_token_init(&t, c->cfg.advertise, c->cfg.public_key, &err) < 0 ||
+        br_token_encode(&t, text, sizeof(text), &err) < 0)
+        goto fail;
+    br_token_hash(t.secret, hash, id);
+    if (br_store_token_add(c->store, id, hash, now, now + ttl, uses, &err) < 0)
+        goto fail;
+    br_api_ok(c, m, json_pack("{s:s, s:s, s:f}", "token", text, "id", id, "expires",
+                              (double)(now + ttl) / 1000.0));
+    return;
+fail:
+    br_api_fail(c, m, &err);
+}
+
+void br_api_token_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    br_err_t err;
+    json_t *list = br_store_token_list(c->store, &err);
+    if (!list) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(list, i, t) {
+        json_object_set_new(t, "created", br_time_json(json_object_get(t, "created")));
+        json_object_set_new(t, "expires", br_time_json(json_object_get(t, "expires")));
+    }
+    br_api_ok(c, m, json_pack("{s:o}", "tokens", list));
+}
+
+void br_api_token_revoke(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *id;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:s}", "id", &id) < 0 ||
+        br_store_token_revoke(c->store, id, &err) < 0) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    br_api_ok(c, m, json_object());
+}
+
+/* --- nodes ------------------------------------------------------------------ */
+
+static json_t *node_public(br_coord_t *c, br_node_t *n, json_t *current)
+{
+    json_t *o = json_deep_copy(n->info);
+    json_object_del(o, "pubkey");
+    json_object_del(o, "token");
+    json_object_set_new(o, "state", json_string(n->state));
+    json_object_set_new(o, "connected", json_boolean(n->route_len > 0));
+    json_object_set_new(o, "last_seen", br_time_json(json_object_get(n->info, "last_seen")));
+    json_object_set_new(o, "joined", br_time_json(json_object_get(n->info, "joined")));
+    static const char *want[] = {"arch", "cpus", "memory", "gpus", "labels",
+                                 "cost_per_hour"};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        if (!json_object_get(o, want[i]))
+            json_object_set_new(o, want[i], json_null());
+    json_t *ids = json_array();
+    size_t i;
+    json_t *job;
+    json_array_foreach(current, i, job) {
+        if (strcmp(json_string_value(json_array_get(json_object_get(job, "nodes"), 0)),
+                   n->name) == 0)
+            json_array_append(ids, json_object_get(job, "id"));
+    }
+    json_object_set_new(o, "jobs", ids);
+    json_object_set_new(o, "free", json_pack("{s:i, s:I}", "cpus",
+                                             br_node_cpus(n) - n->cpus_used, "memory",
+                                             (json_int_t)(br_node_memory(n) - n->memory_used)));
+    return o;
+}
+
+static json_t *current_jobs(br_coord_t *c)
+{
+    static const char *const states[] = {"starting", "running", NULL};
+    json_t *j = br_store_job_list(c->store, states, 0, NULL);
+    return j ? j : json_array();
+}
+
+void br_api_node_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_t *cur = current_jobs(c), *list = json_array();
+    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)
+        json_array_append_new(list, node_public(c, n, cur));
+    json_decref(cur);
+    br_api_ok(c, m, json_pack("{s:o}", "nodes", list));
+}
+
+static br_node_t *named_node(br_coord_t *c, br_msg_t *m)
+{
+    const char *name;
+    br_err_t err;
+    br_node_t *n = NULL;
+    if (br_msg_unpack(m, &err, "{s:s}", "name", &name) == 0) {
+        n = br_nodes_find(c->nodes, name);
+        if (!n)
+            br_errf(&err, ENOENT, "no node named '%s'", name);
+    }
+    if (!n)
+        br_api_fail(c, m, &err);
+    return n;
+}
+
+static void reply_node(br_coord_t *c, br_msg_t *m, br_node_t *n)
+{
+    json_t *cur = current_jobs(c);
+    br_api_ok(c, m, json_pack("{s:o}", "node", node_public(c, n, cur)));
+    json_decref(cur);
+}
+
+void br_api_node_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    br_node_t *n = named_node(c, m);
+    if (n)
+        reply_node(c, m, n);
+}
+
+void br_api_node_drain(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    br_node_t *n = named_node(c, m);
+    if (!n)
+        return;
+    if (strcmp(n->state, "ready") == 0) {
+        br_node_set_state(n, "draining");
+        br_coord_save_node(c, n);
+        br_coord_event(c, 0, n->name, "draining", "drained by %s: no new jobs", who->name);
+    }
+    reply_node(c, m, n);
+}
+
+void br_api_node_undrain(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    br_node_t *n = named_node(c, m);
+    if (!n)
+        return;
+    if (strcmp(n->state, "draining") == 0) {
+        br_node_set_state(n, "ready");
+        br_coord_save_node(c, n);
+        br_coord_event(c, 0, n->name, "ready", "undrained by %s", who->name);
+        c->sched_needed = 1;
+    }
+    reply_node(c, m, n);
+}
+
+void br_api_node_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    br_node_t *n = named_node(c, m);
+    br_err_t err;
+    if (!n)
+        return;
+    char name[64];
+    br_strlcpy(name, n->name, sizeof(name));
+    if (br_store_key_revoke(c->store, BR_PRINCIPAL_NODE, name, &err) < 0 ||
+        br_store_node_delete(c->store, name, &err) < 0) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    br_jobs_node_gone(c, n, "node removed");
+    br_coord_event(c, 0, name, "removed", "removed by %s; its key is revoked", who->name);
+    br_nodes_remove(c->nodes, name);
+    br_api_ok(c, m, json_object());
+}
+
+/* --- jobs ------------------------------------------------------------------- */
+
+/* What the spec language allows but this coordinator cannot run yet. */
+static int supported(const br_spec_t *s, br_err_t *err)
+{
+    if (s->kind == BR_JOB_SERVICE)
+        return br_errf(err, ENOTSUP, "kind: service is not supported by this coordinator yet");
+    if (s->resources.nodes > 1)
+        return br_errf(err, ENOTSUP,
+                       "resources.nodes: gangs of several nodes are not supported by this "
+                       "coordinator yet");
+    if (s->resources.tasks_per_node != 1)
+        return br_errf(err, ENOTSUP,
+                       "resources.tasks_per_node: one task per node only, for now");
+    if (s->model.given)
+        return br_errf(err, ENOTSUP,
+                       "model: sizing from the model is not supported yet; give "
+                       "resources.vram");
+    return 0;
+}
+
+static json_t *sets_array(json_t *sets, const char **out, int max, br_err_t *err)
+{
+    size_t i;
+    json_t *v;
+    if (json_array_size(sets) > (size_t)max) {
+        br_errf(err, EINVAL, "too many --set values (at most %d)", max);
+        return NULL;
+    }
+    json_array_foreach(sets, i, v) {
+        if (!json_is_string(v)) {
+            br_errf(err, EINVAL, "sets: expected strings");
+            return NULL;
+        }
+        out[i] = json_string_value(v);
+    }
+    return sets;
+}
+
+void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *text;
+    json_t *sets;
+    const char *setv[64];
+    br_err_t err;
+    br_spec_t *spec = NULL;
+    if (br_msg_unpack(m, &err, "{s:s, s:o}", "spec", &text, "sets", &sets) < 0 ||
+        !sets_array(sets, setv, 64, &err))
+        goto fail;
+    spec = br_spec_parse(text, strlen(text), setv, (int)json_array_size(sets), &err);
+    if (!spec || supported(spec, &err) < 0)
+        goto fail;
+    int active = br_store_job_name_active(c->store, spec->name, &err);
+    if (active < 0)
+        goto fail;
+    if (active) {
+        br_errf(&err, EEXIST, "a job named '%s' is already active", spec->name);
+        goto fail;
+    }
+    json_t *job = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:i}", "name", spec->name,
+                            "kind", br_job_kind_name(spec->kind), "state", "pending", "owner",
+                            who->name, "spec", br_spec_to_json(spec), "spec_yaml", text,
+                            "submitted", (json_int_t)br_now_ms(), "attempt", 1);
+    int64_t id = br_store_job_add(c->store, job, &err);
+    json_decref(job);
+    if (id < 0)
+        goto fail;
+    br_coord_event(c, id, NULL, "pending", "submitted by %s", who->name);
+    c->sched_needed = 1;
+    br_spec_destroy(&spec);
+    br_api_ok(c, m, json_pack("{s:I}", "id", (json_int_t)id));
+    return;
+fail:
+    br_spec_destroy(&spec);
+    br_api_fail(c, m, &err);
+}
+
+static int may_see(const br_caller_t *who, json_t *job)
+{
+    return who->kind == BR_PRINCIPAL_ADMIN ||
+           strcmp(json_string_value(json_object_get(job, "owner")), who->name) == 0;
+}
+
+void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    int all = 0;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:b}", "all", &all) < 0) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    json_t *jobs = br_store_job_list(c->store, NULL, all ? 0 : 2000, &err);
+    if (!jobs) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    json_t *out = json_array();
+    int64_t recent = br_now_ms() - RECENT_MS;
+    size_t i;
+    json_t *job;
+    json_array_foreach(jobs, i, job) {
+        json_t *ended = json_object_get(job, "ended");
+        if (!may_see(who, job) ||
+            (!all && json_is_integer(ended) && json_integer_value(ended) < recent))
+            continue;
+        json_t *p = br_jobs_public(job);
+        json_object_del(p, "spec");
+        json_array_append_new(out, p);
+    }
+    json_decref(jobs);
+    br_api_ok(c, m, json_pack("{s:o}", "jobs", out));
+}
+
+/* Job id if the caller may see it, else NULL (answered with ENOENT). */
+static json_t *visible_job(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
+                           json_int_t id)
+{
+    br_err_t err;
+    json_t *job = br_store_job_get(c->store, id, &err);
+    if (job && !may_see(who, job)) {
+        json_decref(job);
+        job = NULL;
+    }
+    if (!job) {
+        br_errf(&err, ENOENT, "no job %lld", (long long)id);
+        br_api_fail(c, m, &err);
+    }
+    return job;
+}
+
+/* The job named by a body {"id": n}, or NULL (answered). */
+static json_t *named_job(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
+                         json_int_t *id)
+{
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:I}", "id", id) < 0) {
+        br_api_fail(c, m, &err);
+        return NULL;
+    }
+    return visible_job(c, m, who, *id);
+}
+
+void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t id;
+    json_t *job = named_job(c, m, who, &id);
+    if (!job)
+        return;
+    json_t *p = br_jobs_public(job);
+    json_t *events = br_store_event_list(c->store, id, 0, 0, NULL);
+    size_t i;
+    json_t *e;
+    json_array_foreach(events, i, e) json_object_set_new(e, "time",
+                                                         br_time_json(json_object_get(e, "time")));
+    json_object_set_new(p, "events", events ? events : json_array());
+    json_object_set_new(p, "checkpoints", json_array());
+    json_decref(job);
+    br_api_ok(c, m, json_pack("{s:o}", "job", p));
+}
+
+void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t id;
+    br_err_t err;
+    json_t *job = named_job(c, m, who, &id);
+    if (!job)
+        return;
+    json_decref(job);
+    job = br_jobs_cancel(c, id, &err);
+    if (!job) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    br_api_ok(c, m, json_pack("{s:o}", "job", br_jobs_public(job)));
+    json_decref(job);
+}
+
+typedef struct {
+    json_t *chunks;
+    char *buf;
+    size_t len, cap;
+} log_page_t;
+
+static void add_chunk(void *arg, int attempt, int rank, int stream, const void *data,
+                      size_t len)
+{
+    log_page_t *p = arg;
+    if (p->len + len > p->cap) {
+        size_t cap = (p->len + len) * 2;
+        char *nb = realloc(p->buf, cap);
+        if (!nb)
+            return;
+        p->buf = nb;
+        p->cap = cap;
+    }
+    memcpy(p->buf + p->len, data, len);
+    p->len += len;
+    json_array_append_new(p->chunks, json_pack("{s:i, s:i, s:i, s:I}", "stream", stream,
+                                               "rank", rank, "attempt", attempt, "len",
+                                               (json_int_t)len));
+}
+
+void br_api_job_logs(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t id, after;
+    int rank;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:I, s:I, s:i}", "id", &id, "after", &after, "rank",
+                      &rank) < 0) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    json_t *job = visible_job(c, m, who, id);
+    if (!job)
+        return;
+    log_page_t page = {json_array(), NULL, 0, 0};
+    int64_t next = after;
+    if (br_store_log_read(c->store, id, rank, after, LOG_PAGE, add_chunk, &page, &next,
+                          &err) < 0) {
+        json_decref(page.chunks);
+        free(page.buf);
+        json_decref(job);
+        br_api_fail(c, m, &err);
+        return;
+    }
+    const char *state = json_string_value(json_object_get(job, "state"));
+    int ended = strcmp(state, "completed") == 0 || strcmp(state, "failed") == 0 ||
+                strcmp(state, "cancelled") == 0;
+    int end = ended && json_array_size(page.chunks) == 0;
+    br_msg_t *resp = br_msg_reply(m);
+    br_msg_set_body(resp, json_pack("{s:I, s:b, s:o}", "next", (json_int_t)next, "end", end,
+                                    "chunks", page.chunks));
+    br_msg_set_data(resp, page.buf ? page.buf : "", page.len);
+    br_coord_post(c, resp);
+    free(page.buf);
+    json_decref(job);
+}
+
+void br_api_event_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t after, job;
+    int limit;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:I, s:I, s:i}", "after", &after, "job", &job, "limit",
+                      &limit) < 0) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    if (limit <= 0 || limit > 10000)
+        limit = 10000;
+    json_t *events = br_store_event_list(c->store, job, after, limit, &err);
+    if (!events) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    json_int_t next = after;
+    size_t i;
+    json_t *e;
+    json_array_foreach(events, i, e) {
+        next = json_integer_value(json_object_get(e, "id"));
+        json_object_set_new(e, "time", br_time_json(json_object_get(e, "time")));
+    }
+    br_api_ok(c, m, json_pack("{s:o, s:I}", "events", events, "next", next));
+}

@@ -1,0 +1,132 @@
+/* config.c - the coordinator's settings: init of a data dir, load at start. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "conf.h"
+#include "store.h"
+#include "util.h"
+
+void br_config_defaults(br_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+    if (geteuid() == 0)
+        snprintf(cfg->data_dir, sizeof(cfg->data_dir), "/var/lib/bramble");
+    else if (xdg && *xdg)
+        snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s/bramble", xdg);
+    else
+        snprintf(cfg->data_dir, sizeof(cfg->data_dir), "%s/.local/share/bramble",
+                 home ? home : ".");
+    cfg->heartbeat_ms = 1000;
+    cfg->node_timeout_ms = 5000;
+    cfg->grace_ms = -1; /* derived from node_timeout when not set */
+}
+
+const char *br_config_path(const br_config_t *cfg, const char *name, char *buf,
+                           size_t len)
+{
+    snprintf(buf, len, "%s/%s", cfg->data_dir, name);
+    return buf;
+}
+
+/* "tcp://0.0.0.0:7700" is where we listen, not where clients should dial. */
+static void default_advertise(br_config_t *cfg)
+{
+    const char *any = "tcp://0.0.0.0:", *any6 = "tcp://*:";
+    char host[256] = "127.0.0.1";
+    if (strncmp(cfg->listen, any, strlen(any)) == 0) {
+        if (gethostname(host, sizeof(host) - 1) < 0)
+            strcpy(host, "127.0.0.1");
+        snprintf(cfg->advertise, sizeof(cfg->advertise), "tcp://%s:%s", host,
+                 cfg->listen + strlen(any));
+    } else if (strncmp(cfg->listen, any6, strlen(any6)) == 0) {
+        snprintf(cfg->advertise, sizeof(cfg->advertise), "tcp://127.0.0.1:%s",
+                 cfg->listen + strlen(any6));
+    } else {
+        br_strlcpy(cfg->advertise, cfg->listen, sizeof(cfg->advertise));
+    }
+}
+
+static int write_admin(const br_config_t *cfg, br_store_t *st, br_err_t *err)
+{
+    br_cred_t admin = {0};
+    char path[1100];
+    br_strlcpy(admin.endpoint, cfg->advertise, sizeof(admin.endpoint));
+    br_strlcpy(admin.server_public_key, cfg->public_key,
+               sizeof(admin.server_public_key));
+    strcpy(admin.name, "admin");
+    if (br_keypair(admin.public_key, admin.secret_key, err) < 0 ||
+        br_store_key_add(st, admin.public_key, BR_PRINCIPAL_ADMIN, "admin", err) < 0)
+        return -1;
+    return br_cred_save(br_config_path(cfg, "admin.credential", path, sizeof(path)),
+                        &admin, err);
+}
+
+int br_config_init(br_config_t *cfg, br_err_t *err)
+{
+    char path[1100];
+    if (access(br_config_path(cfg, "coordinator.yaml", path, sizeof(path)), F_OK) == 0)
+        return br_errf(err, EEXIST, "%s already exists: this data dir is set up", path);
+    if (br_mkdir_p(cfg->data_dir, 0700, err) < 0)
+        return -1;
+    if (!cfg->listen[0])
+        strcpy(cfg->listen, BR_DEFAULT_LISTEN);
+    if (!cfg->advertise[0])
+        default_advertise(cfg);
+    if (br_keypair(cfg->public_key, cfg->secret_key, err) < 0)
+        return -1;
+    br_store_t *st = br_store_open(br_config_path(cfg, "bramble.db", path, sizeof(path)),
+                                   err);
+    if (!st)
+        return -1;
+    int rc = write_admin(cfg, st, err);
+    br_store_destroy(&st);
+    if (rc < 0)
+        return -1;
+    json_t *obj = json_pack("{s:s, s:s, s:s, s:s}", "listen", cfg->listen, "advertise",
+                            cfg->advertise, "public_key", cfg->public_key,
+                            "secret_key", cfg->secret_key);
+    rc = br_conf_save(br_config_path(cfg, "coordinator.yaml", path, sizeof(path)), obj,
+                      0600, err);
+    json_decref(obj);
+    return rc;
+}
+
+int br_config_load(br_config_t *cfg, br_err_t *err)
+{
+    char path[1100];
+    br_config_path(cfg, "coordinator.yaml", path, sizeof(path));
+    if (access(path, F_OK) < 0)
+        return br_errf(err, ENOENT,
+                       "%s not found: run 'brambled init --data-dir %s' first", path,
+                       cfg->data_dir);
+    json_t *obj = br_conf_load(path, err);
+    if (!obj)
+        return -1;
+    const char *listen = br_conf_str(obj, "listen");
+    const char *adv = br_conf_str(obj, "advertise");
+    const char *pub = br_conf_str(obj, "public_key");
+    const char *sec = br_conf_str(obj, "secret_key");
+    int rc = -1;
+    if (!listen || !adv || !br_key_valid(pub) || !br_key_valid(sec)) {
+        br_errf(err, EINVAL, "%s: incomplete (listen, advertise, public_key, secret_key)",
+                path);
+        goto done;
+    }
+    if (!cfg->listen[0])
+        br_strlcpy(cfg->listen, listen, sizeof(cfg->listen));
+    if (!cfg->advertise[0])
+        br_strlcpy(cfg->advertise, adv, sizeof(cfg->advertise));
+    strcpy(cfg->public_key, pub);
+    strcpy(cfg->secret_key, sec);
+    rc = 0;
+done:
+    json_decref(obj);
+    return rc;
+}

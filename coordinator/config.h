@@ -1,0 +1,38 @@
+/* config.h - the coordinator's settings: what `brambled init` records in the data
+ * dir (keys, endpoints) and what flags override at start (timing). */
+#ifndef BRAMBLE_COORD_CONFIG_H
+#define BRAMBLE_COORD_CONFIG_H
+
+#include <stdint.h>
+
+#include "cred.h"
+#include "err.h"
+
+typedef struct {
+    char data_dir[1024];
+    char listen[BR_ENDPOINT_MAX];
+    char advertise[BR_ENDPOINT_MAX];
+    char public_key[BR_KEY_LEN + 1];
+    char secret_key[BR_KEY_LEN + 1];
+    int64_t heartbeat_ms;    /* pushed to agents */
+    int64_t node_timeout_ms; /* silent this long: lost */
+    int64_t grace_ms;        /* after start, no node is lost before this */
+} br_config_t;
+
+#define BR_DEFAULT_LISTEN "tcp://0.0.0.0:7700"
+
+/* Fill defaults (data dir from $XDG_DATA_HOME or /var/lib/bramble for root). */
+void br_config_defaults(br_config_t *cfg);
+
+/* `brambled init`: create DIR, the key pair, DIR/coordinator.yaml, the store with the
+ * admin key, and DIR/admin.credential. Refuses a data dir that is already set up. */
+int br_config_init(br_config_t *cfg, br_err_t *err);
+
+/* Read DIR/coordinator.yaml into cfg (keys; listen/advertise unless already set). */
+int br_config_load(br_config_t *cfg, br_err_t *err);
+
+/* DIR/name into buf. */
+const char *br_config_path(const br_config_t *cfg, const char *name, char *buf,
+                           size_t len);
+
+#endif

@@ -1,0 +1,54 @@
+/* coord.h - the coordinator object shared by its modules: the socket loop
+ * (server.c), the request handlers (api_cli.c, api_agent.c), job life (jobs.c) and
+ * placement (sched.c). One thread; every wake of the loop runs in one store
+ * transaction, and replies and orders to agents leave only after it commits. */
+#ifndef BRAMBLE_COORD_H
+#define BRAMBLE_COORD_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "msg.h"
+#include "nodes.h"
+#include "store.h"
+#include "zap.h"
+
+typedef struct br_coord {
+    br_config_t cfg;
+    void *ctx;
+    void *sock;
+    br_zap_t *zap;
+    br_store_t *store;
+    br_nodes_t *nodes;
+    int sigfd;
+    int64_t started_mono;
+    uint32_t seq;
+    br_msg_t **outbox;
+    size_t outbox_len, outbox_cap;
+    int sched_needed;
+    int stop;
+} br_coord_t;
+
+br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err);
+void br_coord_destroy(br_coord_t **c);
+/* Serve until SIGTERM/SIGINT. */
+int br_coord_run(br_coord_t *c, br_err_t *err);
+
+/* Queue a message to send after the current transaction commits (takes it). */
+void br_coord_post(br_coord_t *c, br_msg_t *m);
+/* Queue a request to a node's agent (body stolen). No-op if it is not connected. */
+void br_coord_send_node(br_coord_t *c, br_node_t *n, const char *type, json_t *body);
+/* Record an event (store + daemon log). */
+void br_coord_event(br_coord_t *c, int64_t job, const char *node, const char *state,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Persist a node's info. */
+void br_coord_save_node(br_coord_t *c, br_node_t *n);
+
+/* api_cli.c / api_agent.c: handle one request or event. */
+void br_api_dispatch(br_coord_t *c, br_msg_t *m);
+
+/* Unix ms -> unix seconds as a JSON real (null for 0/null). */
+json_t *br_time_json(json_t *ms);
+
+#endif

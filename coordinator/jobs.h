@@ -1,0 +1,46 @@
+/* jobs.h - job life on the coordinator (ARCHITECTURE.md, "Job life"): placing an
+ * attempt on a node, its start and exit, cancel, and what a lost or removed node
+ * means for the jobs it ran (requeue per restart policy, else failed). Each step is
+ * stored with an event; resources held on nodes follow the running attempts. */
+#ifndef BRAMBLE_JOBS_H
+#define BRAMBLE_JOBS_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "coord.h"
+
+/* Rebuild what running attempts hold on nodes from the store (at start). */
+int br_jobs_restore(br_coord_t *c, br_err_t *err);
+
+/* pending -> starting on node n with assign {"cpus","memory","gpus":[...]}: store,
+ * event, job.run to the agent. */
+int br_jobs_place(br_coord_t *c, json_t *job, br_node_t *n, json_t *assign);
+
+void br_jobs_started(br_coord_t *c, int64_t id, int attempt, br_node_t *n);
+/* An attempt ended on node n. exit_code/signal < 0 when not applicable; reason
+ * non-empty when the agent could not start it or lost it. */
+void br_jobs_exited(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int exit_code,
+                    int signal, const char *reason);
+/* Cancel: pending -> cancelled; starting/running -> cancelled + job.kill. */
+json_t *br_jobs_cancel(br_coord_t *c, int64_t id, br_err_t *err);
+
+/* Every current attempt on node n ends with cause node_lost and this reason. */
+void br_jobs_node_gone(br_coord_t *c, br_node_t *n, const char *reason);
+
+/* Failure detector: nodes silent past node_timeout (after the start-up grace) become
+ * lost, and their jobs are requeued or failed. */
+void br_jobs_check_nodes(br_coord_t *c);
+
+/* Reconcile a node's report of its tasks (hello and heartbeat): current attempts it
+ * no longer runs end; attempts it runs that are not current are killed. full: the
+ * report is from a fresh connection (hello), so starting attempts count too. */
+void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full);
+
+/* 1 when job id's latest attempt was placed on the node named node. */
+int br_jobs_ran_on(br_coord_t *c, int64_t id, const char *node);
+
+/* The job object as the CLI shows it: times in seconds, internals dropped. */
+json_t *br_jobs_public(json_t *job);
+
+#endif

@@ -1,0 +1,117 @@
+/* main.c - brambled: `brambled init` sets up a data dir; `brambled` serves it. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "coord.h"
+#include "util.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: brambled init --data-dir DIR [--listen EP] [--advertise EP]\n"
+            "       brambled [--data-dir DIR] [--listen EP] [--advertise EP]\n"
+            "                [--heartbeat-interval 1s] [--node-timeout 5s]\n"
+            "\n"
+            "init creates the coordinator key pair, the store (DIR/bramble.db) and the\n"
+            "admin credential (DIR/admin.credential), and records the endpoints.\n"
+            "Without init, serve: agents and the CLI connect to --listen\n"
+            "(default %s). Durations take ms, s, m, h.\n",
+            BR_DEFAULT_LISTEN);
+}
+
+static int parse_args(int argc, char **argv, br_config_t *cfg)
+{
+    static const struct option opts[] = {
+        {"data-dir", required_argument, NULL, 'd'},
+        {"listen", required_argument, NULL, 'l'},
+        {"advertise", required_argument, NULL, 'a'},
+        {"heartbeat-interval", required_argument, NULL, 'H'},
+        {"node-timeout", required_argument, NULL, 'T'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    int o;
+    br_err_t err;
+    while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'd':
+            br_strlcpy(cfg->data_dir, optarg, sizeof(cfg->data_dir));
+            break;
+        case 'l':
+            br_strlcpy(cfg->listen, optarg, sizeof(cfg->listen));
+            break;
+        case 'a':
+            br_strlcpy(cfg->advertise, optarg, sizeof(cfg->advertise));
+            break;
+        case 'H':
+        case 'T':
+            if (br_parse_duration(optarg, o == 'H' ? &cfg->heartbeat_ms
+                                                   : &cfg->node_timeout_ms,
+                                  &err) < 0) {
+                fprintf(stderr, "brambled: %s\n", err.text);
+                return 2;
+            }
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (cfg->heartbeat_ms < 10 || cfg->node_timeout_ms <= cfg->heartbeat_ms) {
+        fprintf(stderr, "brambled: --node-timeout must be longer than "
+                        "--heartbeat-interval (at least 10ms)\n");
+        return 2;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    br_config_t cfg;
+    br_err_t err;
+    br_config_defaults(&cfg);
+    int init = argc > 1 && strcmp(argv[1], "init") == 0;
+    if (init) {
+        argv[1] = argv[0];
+        argc--;
+        argv++;
+    }
+    int rc = parse_args(argc, argv, &cfg);
+    if (rc)
+        return rc;
+    if (optind < argc) {
+        fprintf(stderr, "brambled: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (init) {
+        if (br_config_init(&cfg, &err) < 0) {
+            fprintf(stderr, "brambled: init: %s\n", err.text);
+            return 1;
+        }
+        printf("initialized %s\n  listen:    %s\n  advertise: %s\n"
+               "  admin credential: %s/admin.credential\n",
+               cfg.data_dir, cfg.listen, cfg.advertise, cfg.data_dir);
+        return 0;
+    }
+    br_raise_nofile();
+    if (br_config_load(&cfg, &err) < 0) {
+        fprintf(stderr, "brambled: %s\n", err.text);
+        return 1;
+    }
+    br_coord_t *c = br_coord_new(&cfg, &err);
+    if (!c) {
+        fprintf(stderr, "brambled: %s\n", err.text);
+        return 1;
+    }
+    rc = br_coord_run(c, &err) < 0 ? 1 : 0;
+    if (rc)
+        fprintf(stderr, "brambled: %s\n", err.text);
+    br_coord_destroy(&c);
+    return rc;
+}

@@ -1,0 +1,51 @@
+/* nodes.h - the coordinator's registry of nodes in memory: who is connected on which
+ * route, when each was last heard from, and what its running jobs hold (CPUs,
+ * memory, GPUs). The store keeps the durable part of each node (node.info). */
+#ifndef BRAMBLE_NODES_H
+#define BRAMBLE_NODES_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cred.h"
+
+#define BR_NODE_MAX_GPUS 64
+
+typedef struct br_node {
+    char name[64];
+    char pubkey[BR_KEY_LEN + 1];
+    char state[16];        /* ready, draining, lost */
+    json_t *info;          /* stored object: inventory, gpus, labels, cost... */
+    unsigned char route[256];
+    size_t route_len;      /* 0 until the agent says hello */
+    int64_t last_seen_mono; /* ms, monotonic */
+    int64_t last_seen_ms;   /* wall clock, for display */
+    int cpus_used;
+    uint64_t memory_used;
+    int gpu_jobs[BR_NODE_MAX_GPUS]; /* jobs holding each GPU */
+    struct br_node *next;
+} br_node_t;
+
+typedef struct br_nodes br_nodes_t;
+
+br_nodes_t *br_nodes_new(void);
+void br_nodes_destroy(br_nodes_t **nodes);
+
+/* Add a node from its stored object ({"name","pubkey","state",...}); info is
+ * borrowed and copied. Returns the node, or the existing one with that name. */
+br_node_t *br_nodes_add(br_nodes_t *nodes, json_t *info);
+void br_nodes_remove(br_nodes_t *nodes, const char *name);
+br_node_t *br_nodes_find(br_nodes_t *nodes, const char *name);
+br_node_t *br_nodes_first(br_nodes_t *nodes); /* then node->next; ordered by name */
+
+/* Node resources from its info. */
+int br_node_cpus(const br_node_t *n);
+uint64_t br_node_memory(const br_node_t *n);
+int br_node_gpu_count(const br_node_t *n);
+json_t *br_node_gpu(const br_node_t *n, int i); /* borrowed, or NULL */
+
+/* Set state and mirror it into info. */
+void br_node_set_state(br_node_t *n, const char *state);
+
+#endif

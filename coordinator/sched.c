@@ -1,0 +1,160 @@
+/* sched.c - placement of pending jobs onto nodes (first fit). */
+#include "sched.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobs.h"
+#include "util.h"
+
+static int in_list(json_t *list, const char *s, int substring)
+{
+    if (json_array_size(list) == 0)
+        return 1;
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v) {
+        const char *x = json_string_value(v);
+        if (x && s && (substring ? strcasestr(s, x) != NULL : strcmp(s, x) == 0))
+            return 1;
+    }
+    return 0;
+}
+
+static int labels_match(json_t *want, json_t *have)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(want, k, v) {
+        json_t *h = json_object_get(have, k);
+        if (!json_is_string(h) || !json_equal(h, v))
+            return 0;
+    }
+    return 1;
+}
+
+static json_t *pick_gpus(const br_node_t *n, json_t *res, int want, char *why,
+                         size_t whylen)
+{
+    json_t *gpus = json_array();
+    uint64_t vram = (uint64_t)json_integer_value(json_object_get(res, "vram"));
+    json_t *models = json_object_get(res, "gpu_model");
+    for (int i = 0; i < br_node_gpu_count(n) && (int)json_array_size(gpus) < want; i++) {
+        json_t *g = br_node_gpu(n, i);
+        json_t *fv = json_object_get(g, "vram_free");
+        uint64_t free_vram = (uint64_t)json_integer_value(
+            json_is_integer(fv) ? fv : json_object_get(g, "vram_total"));
+        if (n->gpu_jobs[i] == 0 && free_vram >= vram &&
+            in_list(models, json_string_value(json_object_get(g, "model")), 1))
+            json_array_append_new(gpus, json_integer(json_integer_value(
+                                            json_object_get(g, "index"))));
+    }
+    if ((int)json_array_size(gpus) < want) {
+        snprintf(why, whylen, "%s: %zu of %d GPUs free and fitting", n->name,
+                 json_array_size(gpus), want);
+        json_decref(gpus);
+        return NULL;
+    }
+    return gpus;
+}
+
+int br_sched_fit(const br_node_t *n, json_t *spec, json_t **assign, char *why,
+                 size_t whylen)
+{
+    json_t *res = json_object_get(spec, "resources");
+    int cpus = (int)json_integer_value(json_object_get(res, "cpus"));
+    uint64_t mem = (uint64_t)json_integer_value(json_object_get(res, "memory"));
+    int gpus = (int)json_integer_value(json_object_get(res, "gpus"));
+    const char *arch = json_string_value(json_object_get(n->info, "arch"));
+    char a[32], b[32];
+    if (!in_list(json_object_get(res, "arch"), arch, 0)) {
+        snprintf(why, whylen, "%s: arch %s not wanted", n->name, arch ? arch : "?");
+        return 0;
+    }
+    if (!labels_match(json_object_get(res, "labels"), json_object_get(n->info, "labels"))) {
+        snprintf(why, whylen, "%s: labels do not match", n->name);
+        return 0;
+    }
+    if (br_node_cpus(n) - n->cpus_used < cpus) {
+        snprintf(why, whylen, "%s: %d of %d CPUs free", n->name,
+                 br_node_cpus(n) - n->cpus_used, cpus);
+        return 0;
+    }
+    if (mem && br_node_memory(n) < n->memory_used + mem) {
+        snprintf(why, whylen, "%s: %s of %s memory free", n->name,
+                 br_format_size(br_node_memory(n) - n->memory_used, a, sizeof(a)),
+                 br_format_size(mem, b, sizeof(b)));
+        return 0;
+    }
+    json_t *g = pick_gpus(n, res, gpus, why, whylen);
+    if (!g)
+        return 0;
+    *assign = json_pack("{s:i, s:I, s:o}", "cpus", cpus, "memory", (json_int_t)mem,
+                        "gpus", g);
+    return 1;
+}
+
+static int by_priority(const void *x, const void *y)
+{
+    json_t *a = *(json_t *const *)x, *b = *(json_t *const *)y;
+    json_int_t pa = json_integer_value(json_object_get(json_object_get(a, "spec"), "priority"));
+    json_int_t pb = json_integer_value(json_object_get(json_object_get(b, "spec"), "priority"));
+    if (pa != pb)
+        return pa > pb ? -1 : 1;
+    json_int_t ia = json_integer_value(json_object_get(a, "id"));
+    json_int_t ib = json_integer_value(json_object_get(b, "id"));
+    return ia < ib ? -1 : ia > ib;
+}
+
+/* Place one job or record why it waits. */
+static void place_one(br_coord_t *c, json_t *job)
+{
+    json_t *spec = json_object_get(job, "spec");
+    char why[200] = "no node has joined yet", last[200];
+    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
+        if (strcmp(n->state, "ready") != 0 || !n->route_len) {
+            snprintf(last, sizeof(last), "%s is %s", n->name,
+                     n->route_len ? n->state : "not connected");
+            memcpy(why, last, sizeof(why));
+            continue;
+        }
+        json_t *assign = NULL;
+        if (br_sched_fit(n, spec, &assign, last, sizeof(last))) {
+            br_jobs_place(c, job, n, assign);
+            json_decref(assign);
+            return;
+        }
+        memcpy(why, last, sizeof(why));
+    }
+    char reason[260];
+    snprintf(reason, sizeof(reason), "waiting: no ready node fits (%s)", why);
+    const char *old = json_string_value(json_object_get(job, "reason"));
+    if (!old || strcmp(old, reason) != 0) {
+        json_t *f = json_pack("{s:s}", "reason", reason);
+        br_store_job_update(c->store, json_integer_value(json_object_get(job, "id")), f,
+                            NULL);
+        json_decref(f);
+    }
+}
+
+void br_sched_run(br_coord_t *c)
+{
+    static const char *const pending[] = {"pending", NULL};
+    json_t *jobs = br_store_job_list(c->store, pending, 0, NULL);
+    size_t n = json_array_size(jobs);
+    if (n == 0) {
+        json_decref(jobs);
+        return;
+    }
+    json_t **order = malloc(n * sizeof(*order));
+    for (size_t i = 0; order && i < n; i++)
+        order[i] = json_array_get(jobs, i);
+    if (order) {
+        qsort(order, n, sizeof(*order), by_priority);
+        for (size_t i = 0; i < n; i++)
+            place_one(c, order[i]);
+    }
+    free(order);
+    json_decref(jobs);
+}

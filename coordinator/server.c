@@ -1,0 +1,269 @@
+/* server.c - the coordinator's loop: one ROUTER, the ZAP handler and a signalfd in
+ * one zmq_poll; each wake drains waiting messages into one store transaction, runs
+ * the failure detector and the scheduler, commits, then sends what it queued. */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "coord.h"
+#include "jobs.h"
+#include "sched.h"
+#include "sock.h"
+#include "util.h"
+
+#define BATCH_MAX 512
+
+/* ZAP: a revoked key may not connect; any other may (unknown keys can only join). */
+static int zap_check(void *arg, const char *key)
+{
+    br_coord_t *c = arg;
+    br_principal_t kind;
+    char name[64];
+    if (br_store_key_lookup(c->store, key, &kind, name, sizeof(name), NULL) < 0)
+        return -1;
+    return kind == BR_PRINCIPAL_REVOKED ? -1 : 0;
+}
+
+static int load_nodes(br_coord_t *c, br_err_t *err)
+{
+    json_t *list = br_store_node_list(c->store, err);
+    if (!list)
+        return -1;
+    size_t i;
+    json_t *n;
+    json_array_foreach(list, i, n) {
+        br_node_t *node = br_nodes_add(c->nodes, n);
+        if (node)
+            node->last_seen_mono = c->started_mono; /* grace starts now */
+    }
+    json_decref(list);
+    return br_jobs_restore(c, err);
+}
+
+static int open_signals(br_coord_t *c)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    c->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    return c->sigfd < 0 ? -1 : 0;
+}
+
+br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
+{
+    char path[1100];
+    br_coord_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return br_errp(err, ENOMEM, "out of memory");
+    c->cfg = *cfg;
+    c->sigfd = -1;
+    c->started_mono = br_mono_ms();
+    c->seq = 1;
+    if (c->cfg.grace_ms < 0)
+        c->cfg.grace_ms = c->cfg.node_timeout_ms * 2;
+    if (open_signals(c) < 0) {
+        br_errf(err, errno, "signalfd: %s", strerror(errno));
+        goto fail;
+    }
+    c->store = br_store_open(br_config_path(cfg, "bramble.db", path, sizeof(path)), err);
+    c->nodes = br_nodes_new();
+    if (!c->store || !c->nodes || load_nodes(c, err) < 0)
+        goto fail;
+    c->ctx = zmq_ctx_new();
+    c->zap = br_zap_new(c->ctx, zap_check, c, err);
+    if (!c->zap)
+        goto fail;
+    c->sock = br_sock_server(c->ctx, cfg->listen, cfg->secret_key, err);
+    if (!c->sock)
+        goto fail;
+    c->sched_needed = 1;
+    return c;
+fail:
+    br_coord_destroy(&c);
+    return NULL;
+}
+
+void br_coord_destroy(br_coord_t **cp)
+{
+    br_coord_t *c = cp ? *cp : NULL;
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->outbox_len; i++)
+        br_msg_destroy(&c->outbox[i]);
+    free(c->outbox);
+    br_sock_close(&c->sock);
+    br_zap_destroy(&c->zap);
+    if (c->ctx)
+        zmq_ctx_term(c->ctx);
+    br_nodes_destroy(&c->nodes);
+    br_store_destroy(&c->store);
+    if (c->sigfd >= 0)
+        close(c->sigfd);
+    free(c);
+    *cp = NULL;
+}
+
+void br_coord_post(br_coord_t *c, br_msg_t *m)
+{
+    if (!m)
+        return;
+    if (c->outbox_len == c->outbox_cap) {
+        size_t cap = c->outbox_cap ? c->outbox_cap * 2 : 64;
+        br_msg_t **nb = realloc(c->outbox, cap * sizeof(*nb));
+        if (!nb) {
+            br_msg_destroy(&m);
+            return;
+        }
+        c->outbox = nb;
+        c->outbox_cap = cap;
+    }
+    c->outbox[c->outbox_len++] = m;
+}
+
+void br_coord_send_node(br_coord_t *c, br_node_t *n, const char *type, json_t *body)
+{
+    if (!n->route_len) {
+        json_decref(body);
+        return;
+    }
+    br_msg_t *m = br_msg_new(BR_MSG_REQUEST, type, c->seq++);
+    if (!m) {
+        json_decref(body);
+        return;
+    }
+    br_msg_set_body(m, body);
+    br_msg_set_route(m, n->route, n->route_len);
+    br_coord_post(c, m);
+}
+
+void br_coord_event(br_coord_t *c, int64_t job, const char *node, const char *state,
+                    const char *fmt, ...)
+{
+    char reason[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof(reason), fmt, ap);
+    va_end(ap);
+    br_err_t err;
+    if (br_store_event_add(c->store, br_now_ms(), job, node, state, reason, &err) < 0)
+        fprintf(stderr, "brambled: event not stored: %s\n", err.text);
+    if (job)
+        fprintf(stderr, "brambled: job %lld %s%s%s: %s\n", (long long)job, state,
+                node ? " on " : "", node ? node : "", reason);
+    else
+        fprintf(stderr, "brambled: node %s %s: %s\n", node ? node : "-", state, reason);
+}
+
+void br_coord_save_node(br_coord_t *c, br_node_t *n)
+{
+    br_err_t err;
+    json_object_set_new(n->info, "last_seen", json_integer(n->last_seen_ms));
+    if (br_store_node_save(c->store, n->info, &err) < 0)
+        fprintf(stderr, "brambled: node %s not saved: %s\n", n->name, err.text);
+}
+
+json_t *br_time_json(json_t *ms)
+{
+    if (!json_is_integer(ms) || json_integer_value(ms) == 0)
+        return json_null();
+    return json_real((double)json_integer_value(ms) / 1000.0);
+}
+
+static void flush_outbox(br_coord_t *c)
+{
+    for (size_t i = 0; i < c->outbox_len; i++) {
+        br_err_t err;
+        if (br_msg_send(c->sock, c->outbox[i], &err) < 0 && errno != EHOSTUNREACH)
+            fprintf(stderr, "brambled: %s\n", err.text);
+        br_msg_destroy(&c->outbox[i]);
+    }
+    c->outbox_len = 0;
+}
+
+static void drain_messages(br_coord_t *c)
+{
+    for (int i = 0; i < BATCH_MAX; i++) {
+        br_msg_t *m = NULL;
+        br_err_t err;
+        if (br_msg_recv(c->sock, 1, ZMQ_DONTWAIT, &m, &err) < 0) {
+            if (errno == EAGAIN || errno == EINTR) {
+                br_msg_destroy(&m);
+                return;
+            }
+            if (m) /* malformed, but we know who sent it: say why */
+                br_coord_post(c, br_msg_reply_error(m, EPROTO, "%s", err.text));
+            fprintf(stderr, "brambled: dropped a message: %s\n", err.text);
+            br_msg_destroy(&m);
+            continue;
+        }
+        br_api_dispatch(c, m);
+        br_msg_destroy(&m);
+    }
+}
+
+/* One wake: everything it changes is one transaction, committed before replies. */
+static void wake(br_coord_t *c, int readable)
+{
+    br_err_t err;
+    if (br_store_begin(c->store, &err) < 0) {
+        fprintf(stderr, "brambled: %s\n", err.text);
+        return;
+    }
+    if (readable)
+        drain_messages(c);
+    br_jobs_check_nodes(c);
+    if (c->sched_needed) {
+        c->sched_needed = 0;
+        br_sched_run(c);
+    }
+    if (br_store_commit(c->store, &err) < 0) {
+        /* nothing was acknowledged: drop the replies, the clients will retry */
+        fprintf(stderr, "brambled: commit failed: %s\n", err.text);
+        br_store_rollback(c->store);
+        for (size_t i = 0; i < c->outbox_len; i++)
+            br_msg_destroy(&c->outbox[i]);
+        c->outbox_len = 0;
+        return;
+    }
+    flush_outbox(c);
+}
+
+int br_coord_run(br_coord_t *c, br_err_t *err)
+{
+    fprintf(stderr, "brambled: listening on %s (heartbeat %lldms, node timeout %lldms)\n",
+            c->cfg.listen, (long long)c->cfg.heartbeat_ms,
+            (long long)c->cfg.node_timeout_ms);
+    int64_t tick = c->cfg.heartbeat_ms / 4;
+    if (tick < 20)
+        tick = 20;
+    if (tick > 250)
+        tick = 250;
+    while (!c->stop) {
+        zmq_pollitem_t items[] = {{c->sock, 0, ZMQ_POLLIN, 0},
+                                  {br_zap_socket(c->zap), 0, ZMQ_POLLIN, 0},
+                                  {NULL, c->sigfd, ZMQ_POLLIN, 0}};
+        int n = zmq_poll(items, 3, tick);
+        if (n < 0 && errno != EINTR)
+            return br_errf(err, errno, "poll: %s", zmq_strerror(errno));
+        if (n > 0 && (items[2].revents & ZMQ_POLLIN)) {
+            struct signalfd_siginfo si;
+            if (read(c->sigfd, &si, sizeof(si)) == sizeof(si))
+                fprintf(stderr, "brambled: signal %d, stopping\n", (int)si.ssi_signo);
+            c->stop = 1;
+        }
+        if (n > 0 && (items[1].revents & ZMQ_POLLIN))
+            br_zap_handle(c->zap);
+        wake(c, n > 0 && (items[0].revents & ZMQ_POLLIN));
+    }
+    return 0;
+}

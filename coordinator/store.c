@@ -1,0 +1,1160 @@
+/* store.c - the coordinator's durable state: SQLite (WAL, synchronous=FULL) + JSON. */
+#include "store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#define BR_STORE_APP_ID 0x42524d42 /* "BRMB": PRAGMA application_id of a store */
+#define SHORT_MAX 256              /* names, states, kinds, keys, token ids/hashes */
+#define TEXT_MAX 4096              /* reasons */
+#define BLOB_MAX (4 << 20)         /* JSON columns, spec texts, log chunks */
+#define STATES_MAX 64              /* entries in a job list's state filter */
+#define TOKEN_ID_MAX 16            /* *id of br_store_token_use holds 17 bytes */
+
+/* Schema migrations: migrations[v] takes a store from user_version v to v + 1. */
+static const char *const migrations[] = {
+    "CREATE TABLE keys (pubkey TEXT PRIMARY KEY, kind TEXT NOT NULL,"
+    " name TEXT NOT NULL, created INTEGER NOT NULL,"
+    " revoked INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX keys_principal ON keys (kind, name);"
+    "CREATE TABLE tokens (id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE,"
+    " created INTEGER NOT NULL, expires INTEGER NOT NULL,"
+    " uses INTEGER NOT NULL DEFAULT 0, uses_max INTEGER NOT NULL,"
+    " revoked INTEGER NOT NULL DEFAULT 0);"
+    "CREATE TABLE nodes (name TEXT PRIMARY KEY, data TEXT NOT NULL);"
+    "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,"
+    " kind TEXT NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL DEFAULT 1,"
+    " owner TEXT NOT NULL, nodes TEXT NOT NULL DEFAULT '[]', assign TEXT,"
+    " submitted INTEGER NOT NULL, started INTEGER, ended INTEGER, exit_code INTEGER,"
+    " signal INTEGER, reason TEXT, spec TEXT NOT NULL, spec_yaml TEXT NOT NULL);"
+    "CREATE INDEX jobs_state ON jobs (state);"
+    "CREATE INDEX jobs_name ON jobs (name);"
+    "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL,"
+    " job INTEGER REFERENCES jobs (id), node TEXT, state TEXT NOT NULL, reason TEXT);"
+    "CREATE INDEX events_job ON events (job, id);"
+    "CREATE TABLE logs (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " job INTEGER NOT NULL REFERENCES jobs (id), attempt INTEGER NOT NULL,"
+    " rank INTEGER NOT NULL, stream INTEGER NOT NULL, seq INTEGER NOT NULL,"
+    " time INTEGER NOT NULL, data BLOB NOT NULL,"
+    " UNIQUE (job, attempt, rank, stream, seq));"
+    "CREATE INDEX logs_job ON logs (job, id);",
+};
+#define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
+
+/* Columns of a job row as job_row reads them (job_get adds spec_yaml last). */
+#define JOB_COLS                                                                 \
+    "id, name, kind, state, attempt, owner, nodes, assign, submitted, started, " \
+    "ended, exit_code, signal, reason, spec"
+/* "col = ?a when flag ?f is set": one fixed UPDATE serves every field subset. */
+#define UPD(col, f, v) col " = CASE WHEN ?" #f " THEN ?" #v " ELSE " col " END"
+
+/* Every statement the store runs, prepared once at open, finalized in destroy. */
+enum {
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_KEY_ADD,
+    ST_KEY_LOOKUP,
+    ST_KEY_REVOKE,
+    ST_KEY_USERS,
+    ST_TOKEN_ADD,
+    ST_TOKEN_FIND,
+    ST_TOKEN_USE,
+    ST_TOKEN_LIST,
+    ST_TOKEN_REVOKE,
+    ST_NODE_SAVE,
+    ST_NODE_DELETE,
+    ST_NODE_LIST,
+    ST_JOB_ADD,
+    ST_JOB_UPDATE,
+    ST_JOB_GET,
+    ST_JOB_LIST,
+    ST_JOB_LIST_STATES,
+    ST_JOB_ACTIVE,
+    ST_EVENT_ADD,
+    ST_EVENT_LIST,
+    ST_EVENT_LIST_JOB,
+    ST_LOG_ADD,
+    ST_LOG_READ,
+    ST_COUNT
+};
+
+static const char *const sql_text[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_KEY_ADD] = "INSERT INTO keys (pubkey, kind, name, created)"
+                   " VALUES (?1, ?2, ?3, ?4)",
+    [ST_KEY_LOOKUP] = "SELECT kind, name, revoked FROM keys WHERE pubkey = ?1",
+    [ST_KEY_REVOKE] = "UPDATE keys SET revoked = 1 WHERE kind = ?1 AND name = ?2",
+    [ST_KEY_USERS] = "SELECT name, kind, min(created) FROM keys"
+                     " WHERE kind IN ('admin', 'user') AND revoked = 0"
+                     " GROUP BY kind, name ORDER BY name, kind",
+    [ST_TOKEN_ADD] = "INSERT INTO tokens (id, hash, created, expires, uses_max)"
+                     " VALUES (?1, ?2, ?3, ?4, ?5)",
+    [ST_TOKEN_FIND] = "SELECT id, expires, uses, uses_max, revoked FROM tokens"
+                      " WHERE hash = ?1",
+    [ST_TOKEN_USE] = "UPDATE tokens SET uses = uses + 1"
+                     " WHERE id = ?1 AND uses < uses_max",
+    [ST_TOKEN_LIST] = "SELECT id, created, expires, uses, uses_max, revoked FROM tokens"
+                      " ORDER BY created DESC, id DESC",
+    [ST_TOKEN_REVOKE] = "UPDATE tokens SET revoked = 1 WHERE id = ?1",
+    [ST_NODE_SAVE] = "INSERT INTO nodes (name, data) VALUES (?1, ?2)"
+                     " ON CONFLICT (name) DO UPDATE SET data = excluded.data",
+    [ST_NODE_DELETE] = "DELETE FROM nodes WHERE name = ?1",
+    [ST_NODE_LIST] = "SELECT data FROM nodes ORDER BY name",
+    [ST_JOB_ADD] = "INSERT INTO jobs (name, kind, owner, spec, spec_yaml, submitted,"
+                   " state, attempt, nodes, assign, started, ended, exit_code, signal,"
+                   " reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, coalesce(?8, 1),"
+                   " coalesce(?9, '[]'), ?10, ?11, ?12, ?13, ?14, ?15)",
+    [ST_JOB_UPDATE] = "UPDATE jobs SET " UPD("state", 1, 2) ", " UPD("attempt", 3, 4)
+                      ", " UPD("nodes", 5, 6) ", " UPD("assign", 7, 8) ", "
+                      UPD("started", 9, 10) ", " UPD("ended", 11, 12) ", "
+                      UPD("exit_code", 13, 14) ", " UPD("signal", 15, 16) ", "
+                      UPD("reason", 17, 18) " WHERE id = ?19",
+    [ST_JOB_GET] = "SELECT " JOB_COLS ", spec_yaml FROM jobs WHERE id = ?1",
+    [ST_JOB_LIST] = "SELECT * FROM (SELECT " JOB_COLS " FROM jobs"
+                    " ORDER BY id DESC LIMIT ?1) ORDER BY id",
+    [ST_JOB_LIST_STATES] = "SELECT * FROM (SELECT " JOB_COLS " FROM jobs"
+                           " WHERE state IN (SELECT value FROM json_each(?2))"
+                           " ORDER BY id DESC LIMIT ?1) ORDER BY id",
+    [ST_JOB_ACTIVE] = "SELECT 1 FROM jobs WHERE name = ?1"
+                      " AND state IN ('pending', 'starting', 'running') LIMIT 1",
+    [ST_EVENT_ADD] = "INSERT INTO events (time, job, node, state, reason)"
+                     " VALUES (?1, ?2, ?3, ?4, ?5)",
+    [ST_EVENT_LIST] = "SELECT id, time, job, node, state, reason FROM events"
+                      " WHERE id > ?1 ORDER BY id LIMIT ?2",
+    [ST_EVENT_LIST_JOB] = "SELECT id, time, job, node, state, reason FROM events"
+                          " WHERE job = ?3 AND id > ?1 ORDER BY id LIMIT ?2",
+    [ST_LOG_ADD] = "INSERT INTO logs (job, attempt, rank, stream, seq, time, data)"
+                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+                   " ON CONFLICT (job, attempt, rank, stream, seq) DO NOTHING",
+    [ST_LOG_READ] = "SELECT id, attempt, rank, stream, data FROM logs"
+                    " WHERE job = ?1 AND id > ?2 AND (?3 < 0 OR rank = ?3) ORDER BY id",
+};
+
+struct br_store {
+    sqlite3 *db;
+    sqlite3_stmt *st[ST_COUNT];
+};
+
+/* Fields of a job object and what each may hold. */
+typedef enum {
+    F_STR,
+    F_INT,
+    F_ARRAY,
+    F_OBJECT,
+    F_YAML,
+    F_ANY,
+    F_INT_NULL,
+    F_STR_NULL
+} ftype_t;
+
+typedef struct {
+    const char *key;
+    ftype_t type;
+} jfield_t;
+
+/* Given only at insert, all required. Bound as ?1..?6 of ST_JOB_ADD. */
+static const jfield_t job_add_fields[] = {
+    {"name", F_STR},    {"kind", F_STR},       {"owner", F_STR},
+    {"spec", F_OBJECT}, {"spec_yaml", F_YAML}, {"submitted", F_INT},
+};
+/* br_store_job_update's keys, in ST_JOB_UPDATE's order; ?7..?15 of ST_JOB_ADD. */
+static const jfield_t job_fields[] = {
+    {"state", F_STR},          {"attempt", F_INT},      {"nodes", F_ARRAY},
+    {"assign", F_ANY},         {"started", F_INT_NULL}, {"ended", F_INT_NULL},
+    {"exit_code", F_INT_NULL}, {"signal", F_INT_NULL},  {"reason", F_STR_NULL},
+};
+#define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
+
+static const char *const kind_names[] = {
+    [BR_PRINCIPAL_ADMIN] = "admin",
+    [BR_PRINCIPAL_USER] = "user",
+    [BR_PRINCIPAL_NODE] = "node",
+};
+
+/* --- errors and small helpers ------------------------------------------------- */
+
+static int sqlite_errno(int xcode)
+{
+    switch (xcode) {
+    case SQLITE_CONSTRAINT_FOREIGNKEY:
+        return ENOENT;
+    case SQLITE_CONSTRAINT_PRIMARYKEY:
+    case SQLITE_CONSTRAINT_UNIQUE:
+        return EEXIST;
+    }
+    switch (xcode & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return EBUSY;
+    case SQLITE_FULL:
+        return ENOSPC;
+    case SQLITE_READONLY:
+        return EROFS;
+    case SQLITE_NOMEM:
+        return ENOMEM;
+    case SQLITE_TOOBIG:
+        return EFBIG;
+    case SQLITE_CONSTRAINT:
+    case SQLITE_MISMATCH:
+    case SQLITE_RANGE:
+        return EINVAL;
+    }
+    return EIO;
+}
+
+/* Fill err from the connection's last error: "store: WHAT: sqlite's message". */
+static int dberr(br_store_t *s, br_err_t *err, const char *what)
+{
+    int xcode = sqlite3_extended_errcode(s->db);
+    return br_errf(err, sqlite_errno(xcode), "store: %s: %s", what,
+                   sqlite3_errmsg(s->db));
+}
+
+static void reset(sqlite3_stmt *st)
+{
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+}
+
+/* Step a statement that returns no rows, then reset it. */
+static int run(br_store_t *s, sqlite3_stmt *st, const char *what, br_err_t *err)
+{
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : dberr(s, err, what);
+    reset(st);
+    return rc;
+}
+
+/* A bind failure (out of memory, misuse): report it and reset the statement. */
+static int binderr(br_store_t *s, sqlite3_stmt *st, const char *what, br_err_t *err)
+{
+    dberr(s, err, what);
+    reset(st);
+    return -1;
+}
+
+static int valid_utf8(const char *v, size_t len)
+{
+    json_t *j = json_stringn(v, len);
+    json_decref(j);
+    return j != NULL;
+}
+
+/* A C string argument: present unless nullable, 1..max bytes, UTF-8. */
+static int check_text(const char *v, size_t max, int nullable, const char *what,
+                      br_err_t *err)
+{
+    if (!v)
+        return nullable ? 0 : br_errf(err, EINVAL, "%s is missing", what);
+    size_t len = strnlen(v, max + 1);
+    if (len == 0 || len > max)
+        return br_errf(err, EINVAL, "%s must be 1 to %zu bytes", what, max);
+    if (!valid_utf8(v, len))
+        return br_errf(err, EINVAL, "%s is not valid UTF-8", what);
+    return 0;
+}
+
+/* A CURVE public key in Z85: exactly 40 characters of the Z85 alphabet. */
+static int check_pubkey(const char *key, br_err_t *err)
+{
+    static const char z85[] =
+        "0123456789abcdefghijklmnopqrstuvwxyz"
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+    if (!key || strnlen(key, 41) != 40 || strspn(key, z85) != 40)
+        return br_errf(err, EINVAL, "public key must be 40 characters of Z85");
+    return 0;
+}
+
+static int bind_text(sqlite3_stmt *st, int i, const char *v)
+{
+    return v ? sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT)
+             : sqlite3_bind_null(st, i);
+}
+
+/* Bind v as compact JSON text (at most BLOB_MAX bytes). */
+static int bind_dump(br_store_t *s, sqlite3_stmt *st, int i, const json_t *v,
+                     const char *what, br_err_t *err)
+{
+    char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text)
+        return br_errf(err, ENOMEM, "store: %s: cannot encode JSON", what);
+    size_t len = strlen(text);
+    int rc = SQLITE_TOOBIG;
+    if (len <= BLOB_MAX)
+        rc = sqlite3_bind_text(st, i, text, (int)len, SQLITE_TRANSIENT);
+    free(text);
+    if (rc == SQLITE_TOOBIG)
+        return br_errf(err, EFBIG, "store: %s: JSON over %d bytes", what, BLOB_MAX);
+    return rc == SQLITE_OK ? 0 : dberr(s, err, what);
+}
+
+/* Bind a checked field: null or absent as NULL, JSON columns (arrays, objects, any)
+ * as JSON text, strings and integers as themselves. */
+static int bind_field(br_store_t *s, sqlite3_stmt *st, int i, ftype_t type,
+                      const json_t *v, const char *what, br_err_t *err)
+{
+    int rc;
+    if (!v || json_is_null(v))
+        rc = sqlite3_bind_null(st, i);
+    else if (type == F_ARRAY || type == F_OBJECT || type == F_ANY)
+        return bind_dump(s, st, i, v, what, err);
+    else if (json_is_string(v))
+        rc = sqlite3_bind_text(st, i, json_string_value(v), (int)json_string_length(v),
+                               SQLITE_TRANSIENT);
+    else
+        rc = sqlite3_bind_int64(st, i, json_integer_value(v));
+    return rc == SQLITE_OK ? 0 : dberr(s, err, what);
+}
+
+/* --- reading rows ------------------------------------------------------------- */
+
+/* Set o[key] = v, taking v; 1 (failure) when either is missing or the set fails. */
+static int put(json_t *o, const char *key, json_t *v)
+{
+    if (!o || !v) {
+        json_decref(v);
+        return 1;
+    }
+    return json_object_set_new(o, key, v) != 0;
+}
+
+static json_t *col_int(sqlite3_stmt *st, int i)
+{
+    if (sqlite3_column_type(st, i) == SQLITE_NULL)
+        return json_null();
+    return json_integer(sqlite3_column_int64(st, i));
+}
+
+static json_t *col_text(sqlite3_stmt *st, int i)
+{
+    const char *v = (const char *)sqlite3_column_text(st, i);
+    if (!v)
+        return json_null();
+    return json_stringn(v, (size_t)sqlite3_column_bytes(st, i));
+}
+
+static json_t *col_json(sqlite3_stmt *st, int i)
+{
+    const char *v = (const char *)sqlite3_column_text(st, i);
+    if (!v)
+        return json_null();
+    return json_loadb(v, (size_t)sqlite3_column_bytes(st, i),
+                      JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+}
+
+static json_t *row_done(json_t *o, int bad, const char *what, br_err_t *err)
+{
+    if (!bad)
+        return o;
+    json_decref(o);
+    return br_errp(err, EIO, "store: unreadable %s row", what);
+}
+
+typedef json_t *(*row_fn)(sqlite3_stmt *st, br_err_t *err);
+
+/* Step st to the end, turning each row into an array element with fn. */
+static json_t *list_rows(br_store_t *s, sqlite3_stmt *st, row_fn fn, const char *what,
+                         br_err_t *err)
+{
+    json_t *arr = json_array();
+    int rc = arr ? SQLITE_ROW : SQLITE_NOMEM;
+    while (arr && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        json_t *o = fn(st, err);
+        if (!o || json_array_append_new(arr, o) < 0) {
+            if (o)
+                br_errf(err, ENOMEM, "store: %s: out of memory", what);
+            break;
+        }
+    }
+    if (rc == SQLITE_DONE) {
+        reset(st);
+        return arr;
+    }
+    if (!arr)
+        br_errf(err, ENOMEM, "store: %s: out of memory", what);
+    else if (rc != SQLITE_ROW)
+        dberr(s, err, what);
+    json_decref(arr);
+    reset(st);
+    return NULL;
+}
+
+/* --- open, close, transactions ------------------------------------------------ */
+
+/* A file that exists and is not empty must begin with SQLite's magic; anything else
+ * is refused before SQLite touches it. */
+static int check_magic(const char *path, br_err_t *err)
+{
+    static const char magic[16] = "SQLite format 3";
+    char head[sizeof(magic)];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0
+                               : br_errf(err, errno, "%s: %s", path, strerror(errno));
+    ssize_t n = read(fd, head, sizeof(head));
+    int saved = errno;
+    close(fd);
+    if (n < 0)
+        return br_errf(err, saved, "%s: %s", path, strerror(saved));
+    if (n != 0 && (n != (ssize_t)sizeof(head) || memcmp(head, magic, sizeof(magic))))
+        return br_errf(err, EINVAL, "%s: not a bramble store", path);
+    return 0;
+}
+
+/* Run a one-row query (pragma) on the connection: number and/or text of column 0.
+ * Returns an SQLite result code. */
+static int query1(br_store_t *s, const char *sql, int64_t *num, char *text, size_t len)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (num)
+            *num = sqlite3_column_int64(st, 0);
+        if (text) {
+            const char *v = (const char *)sqlite3_column_text(st, 0);
+            br_strlcpy(text, v ? v : "", len);
+        }
+        rc = SQLITE_OK;
+    } else if (rc == SQLITE_DONE) {
+        rc = SQLITE_OK;
+    }
+    if (rc != SQLITE_OK)
+        rc = sqlite3_extended_errcode(s->db);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Read-only checks: is this a bramble store (or an empty file), and which schema.
+ * Nothing is written before these pass. */
+static int identify(br_store_t *s, const char *path, int64_t *version, br_err_t *err)
+{
+    int64_t app = 0, tables = 0;
+    int rc = query1(s, "PRAGMA application_id", &app, NULL, 0);
+    if (rc == SQLITE_OK)
+        rc = query1(s, "PRAGMA user_version", version, NULL, 0);
+    if (rc == SQLITE_OK)
+        rc = query1(s, "SELECT count(*) FROM sqlite_master", &tables, NULL, 0);
+    if ((rc & 0xff) == SQLITE_NOTADB)
+        return br_errf(err, EINVAL, "%s: not a bramble store", path);
+    if (rc != SQLITE_OK)
+        return dberr(s, err, path);
+    if (app != BR_STORE_APP_ID && (app != 0 || *version != 0 || tables != 0))
+        return br_errf(err, EINVAL, "%s: not a bramble store", path);
+    if (*version > SCHEMA_VERSION)
+        return br_errf(err, ENOTSUP,
+                       "store schema %lld is newer than this brambled (%d)",
+                       (long long)*version, SCHEMA_VERSION);
+    if (sqlite3_db_readonly(s->db, "main") == 1)
+        return br_errf(err, EROFS, "%s: store is read-only", path);
+    return 0;
+}
+
+/* WAL, synchronous=FULL, foreign keys: set, then read back to be sure. */
+static int setup(br_store_t *s, const char *path, br_err_t *err)
+{
+    char mode[16] = "";
+    int64_t sync = 0, fkeys = 0;
+    int rc = query1(s, "PRAGMA journal_mode = WAL", NULL, mode, sizeof(mode));
+    if (rc == SQLITE_OK)
+        rc = query1(s, "PRAGMA synchronous = FULL", NULL, NULL, 0);
+    if (rc == SQLITE_OK)
+        rc = query1(s, "PRAGMA synchronous", &sync, NULL, 0);
+    if (rc == SQLITE_OK)
+        rc = query1(s, "PRAGMA foreign_keys = ON", NULL, NULL, 0);
+    if (rc == SQLITE_OK)
+        rc = query1(s, "PRAGMA foreign_keys", &fkeys, NULL, 0);
+    if (rc != SQLITE_OK)
+        return dberr(s, err, path);
+    if (strcasecmp(mode, "wal") != 0)
+        return br_errf(err, EIO, "%s: journal mode is '%s', not wal", path, mode);
+    if (sync != 2 || fkeys != 1)
+        return br_errf(err, EIO, "%s: cannot set synchronous=FULL and foreign_keys",
+                       path);
+    return 0;
+}
+
+static int exec(br_store_t *s, const char *sql, const char *what, br_err_t *err)
+{
+    if (sqlite3_exec(s->db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        return dberr(s, err, what);
+    return 0;
+}
+
+/* Apply every migration past version, each in its own transaction. */
+static int migrate(br_store_t *s, int64_t version, br_err_t *err)
+{
+    for (int v = (int)version; v < SCHEMA_VERSION; v++) {
+        char pragma[96];
+        snprintf(pragma, sizeof(pragma),
+                 "PRAGMA user_version = %d; PRAGMA application_id = %d;", v + 1,
+                 BR_STORE_APP_ID);
+        if (exec(s, "BEGIN IMMEDIATE", "migrate", err) < 0)
+            return -1;
+        if (exec(s, migrations[v], "migrate", err) < 0 ||
+            exec(s, pragma, "migrate", err) < 0 ||
+            exec(s, "COMMIT", "migrate", err) < 0) {
+            sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int prepare_all(br_store_t *s, br_err_t *err)
+{
+    for (int i = 0; i < ST_COUNT; i++) {
+        if (sqlite3_prepare_v3(s->db, sql_text[i], -1, SQLITE_PREPARE_PERSISTENT,
+                               &s->st[i], NULL) != SQLITE_OK)
+            return dberr(s, err, "prepare");
+    }
+    return 0;
+}
+
+br_store_t *br_store_open(const char *path, br_err_t *err)
+{
+    if (!path || !*path)
+        return br_errp(err, EINVAL, "store path is empty");
+    if (check_magic(path, err) < 0)
+        return NULL;
+    br_store_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return br_errp(err, ENOMEM, "store: out of memory");
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+    int64_t version = 0;
+    if (sqlite3_open_v2(path, &s->db, flags, NULL) != SQLITE_OK) {
+        if (s->db)
+            dberr(s, err, path);
+        else
+            br_errf(err, ENOMEM, "store: out of memory");
+        br_store_destroy(&s);
+        return NULL;
+    }
+    sqlite3_busy_timeout(s->db, 5000);
+    if (identify(s, path, &version, err) < 0 || setup(s, path, err) < 0 ||
+        migrate(s, version, err) < 0 || prepare_all(s, err) < 0)
+        br_store_destroy(&s);
+    return s;
+}
+
+void br_store_destroy(br_store_t **store)
+{
+    if (!store || !*store)
+        return;
+    br_store_t *s = *store;
+    for (int i = 0; i < ST_COUNT; i++)
+        sqlite3_finalize(s->st[i]);
+    sqlite3_close_v2(s->db);
+    free(s);
+    *store = NULL;
+}
+
+int br_store_in_txn(const br_store_t *s)
+{
+    return s && s->db && !sqlite3_get_autocommit(s->db);
+}
+
+int br_store_begin(br_store_t *s, br_err_t *err)
+{
+    if (br_store_in_txn(s))
+        return br_errf(err, EBUSY, "store: a transaction is already open");
+    return run(s, s->st[ST_BEGIN], "begin", err);
+}
+
+int br_store_commit(br_store_t *s, br_err_t *err)
+{
+    if (!br_store_in_txn(s))
+        return br_errf(err, EINVAL, "store: commit without a transaction");
+    return run(s, s->st[ST_COMMIT], "commit", err);
+}
+
+int br_store_rollback(br_store_t *s)
+{
+    if (!br_store_in_txn(s))
+        return 0;
+    return run(s, s->st[ST_ROLLBACK], "rollback", NULL);
+}
+
+/* --- keys --------------------------------------------------------------------- */
+
+static const char *kind_name(br_principal_t kind)
+{
+    if (kind < BR_PRINCIPAL_ADMIN || kind > BR_PRINCIPAL_NODE)
+        return NULL;
+    return kind_names[kind];
+}
+
+static br_principal_t kind_parse(const char *text)
+{
+    for (int k = BR_PRINCIPAL_ADMIN; k <= BR_PRINCIPAL_NODE; k++)
+        if (text && strcmp(text, kind_names[k]) == 0)
+            return (br_principal_t)k;
+    return BR_PRINCIPAL_UNKNOWN;
+}
+
+int br_store_key_add(br_store_t *s, const char *pubkey, br_principal_t kind,
+                     const char *name, br_err_t *err)
+{
+    if (check_pubkey(pubkey, err) < 0 ||
+        check_text(name, SHORT_MAX, 0, "name", err) < 0)
+        return -1;
+    if (!kind_name(kind))
+        return br_errf(err, EINVAL, "a key's principal must be admin, user or node");
+    sqlite3_stmt *st = s->st[ST_KEY_ADD];
+    if (bind_text(st, 1, pubkey) || bind_text(st, 2, kind_name(kind)) ||
+        bind_text(st, 3, name) || sqlite3_bind_int64(st, 4, br_now_ms()))
+        return binderr(s, st, "add key", err);
+    if (run(s, st, "add key", err) < 0)
+        return errno == EEXIST ? br_errf(err, EEXIST, "key already registered") : -1;
+    return 0;
+}
+
+int br_store_key_lookup(br_store_t *s, const char *pubkey, br_principal_t *kind,
+                        char *name, size_t namelen, br_err_t *err)
+{
+    if (!kind)
+        return br_errf(err, EINVAL, "key lookup needs somewhere to put the kind");
+    *kind = BR_PRINCIPAL_UNKNOWN;
+    if (name && namelen)
+        name[0] = '\0';
+    if (check_pubkey(pubkey, err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_KEY_LOOKUP];
+    if (bind_text(st, 1, pubkey))
+        return binderr(s, st, "look up key", err);
+    int rc = sqlite3_step(st), ret = 0;
+    if (rc == SQLITE_ROW) {
+        const char *k = (const char *)sqlite3_column_text(st, 0);
+        const char *n = (const char *)sqlite3_column_text(st, 1);
+        *kind = sqlite3_column_int(st, 2) ? BR_PRINCIPAL_REVOKED : kind_parse(k);
+        if (name && namelen)
+            br_strlcpy(name, n ? n : "", namelen);
+        if (kind_parse(k) == BR_PRINCIPAL_UNKNOWN)
+            ret = br_errf(err, EIO, "store: key has an unknown kind");
+    } else if (rc != SQLITE_DONE) {
+        ret = dberr(s, err, "look up key");
+    }
+    reset(st);
+    return ret;
+}
+
+int br_store_key_revoke(br_store_t *s, br_principal_t kind, const char *name,
+                        br_err_t *err)
+{
+    if (check_text(name, SHORT_MAX, 0, "name", err) < 0)
+        return -1;
+    if (!kind_name(kind))
+        return br_errf(err, EINVAL, "a key's principal must be admin, user or node");
+    sqlite3_stmt *st = s->st[ST_KEY_REVOKE];
+    if (bind_text(st, 1, kind_name(kind)) || bind_text(st, 2, name))
+        return binderr(s, st, "revoke key", err);
+    return run(s, st, "revoke key", err);
+}
+
+static json_t *user_row(sqlite3_stmt *st, br_err_t *err)
+{
+    json_t *o = json_object();
+    int bad = put(o, "name", col_text(st, 0));
+    bad |= put(o, "kind", col_text(st, 1));
+    bad |= put(o, "created", col_int(st, 2));
+    return row_done(o, bad, "key", err);
+}
+
+json_t *br_store_key_list_users(br_store_t *s, br_err_t *err)
+{
+    return list_rows(s, s->st[ST_KEY_USERS], user_row, "list users", err);
+}
+
+/* --- tokens ------------------------------------------------------------------- */
+
+int br_store_token_add(br_store_t *s, const char *id, const char *hash_hex,
+                       int64_t created_ms, int64_t expires_ms, int uses_max,
+                       br_err_t *err)
+{
+    if (check_text(id, TOKEN_ID_MAX, 0, "token id", err) < 0 ||
+        check_text(hash_hex, SHORT_MAX, 0, "token hash", err) < 0)
+        return -1;
+    if (uses_max < 1)
+        return br_errf(err, EINVAL, "a token needs at least one use");
+    sqlite3_stmt *st = s->st[ST_TOKEN_ADD];
+    if (bind_text(st, 1, id) || bind_text(st, 2, hash_hex) ||
+        sqlite3_bind_int64(st, 3, created_ms) ||
+        sqlite3_bind_int64(st, 4, expires_ms) || sqlite3_bind_int(st, 5, uses_max))
+        return binderr(s, st, "add token", err);
+    if (run(s, st, "add token", err) < 0)
+        return errno == EEXIST ? br_errf(err, EEXIST, "token already exists") : -1;
+    return 0;
+}
+
+/* Why a token may not be used now, or NULL. Order: revoked, expired, used up. */
+static const char *token_refusal(sqlite3_stmt *find, int64_t now_ms)
+{
+    if (sqlite3_column_int(find, 4))
+        return "token revoked";
+    if (sqlite3_column_int64(find, 1) <= now_ms)
+        return "token expired";
+    if (sqlite3_column_int64(find, 2) >= sqlite3_column_int64(find, 3))
+        return "token used up";
+    return NULL;
+}
+
+int br_store_token_use(br_store_t *s, const char *hash_hex, int64_t now_ms, char *id,
+                       br_err_t *err)
+{
+    if (check_text(hash_hex, SHORT_MAX, 0, "token hash", err) < 0)
+        return br_errf(err, EACCES, "token not recognised");
+    sqlite3_stmt *st = s->st[ST_TOKEN_FIND];
+    if (bind_text(st, 1, hash_hex))
+        return binderr(s, st, "use token", err);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        int ret = rc == SQLITE_DONE ? br_errf(err, EACCES, "token not recognised")
+                                    : dberr(s, err, "use token");
+        reset(st);
+        return ret;
+    }
+    char tid[TOKEN_ID_MAX + 1];
+    const char *v = (const char *)sqlite3_column_text(st, 0);
+    br_strlcpy(tid, v ? v : "", sizeof(tid));
+    const char *why = token_refusal(st, now_ms);
+    reset(st);
+    if (why)
+        return br_errf(err, EACCES, "%s", why);
+    st = s->st[ST_TOKEN_USE];
+    if (bind_text(st, 1, tid))
+        return binderr(s, st, "use token", err);
+    if (run(s, st, "use token", err) < 0)
+        return -1;
+    if (sqlite3_changes(s->db) != 1)
+        return br_errf(err, EACCES, "token used up");
+    if (id)
+        br_strlcpy(id, tid, TOKEN_ID_MAX + 1);
+    return 0;
+}
+
+static json_t *token_row(sqlite3_stmt *st, br_err_t *err)
+{
+    json_t *o = json_object();
+    int bad = put(o, "id", col_text(st, 0));
+    bad |= put(o, "created", col_int(st, 1));
+    bad |= put(o, "expires", col_int(st, 2));
+    bad |= put(o, "uses", col_int(st, 3));
+    bad |= put(o, "uses_max", col_int(st, 4));
+    bad |= put(o, "revoked", json_boolean(sqlite3_column_int(st, 5)));
+    return row_done(o, bad, "token", err);
+}
+
+json_t *br_store_token_list(br_store_t *s, br_err_t *err)
+{
+    return list_rows(s, s->st[ST_TOKEN_LIST], token_row, "list tokens", err);
+}
+
+int br_store_token_revoke(br_store_t *s, const char *id, br_err_t *err)
+{
+    if (check_text(id, SHORT_MAX, 0, "token id", err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_TOKEN_REVOKE];
+    if (bind_text(st, 1, id))
+        return binderr(s, st, "revoke token", err);
+    if (run(s, st, "revoke token", err) < 0)
+        return -1;
+    if (sqlite3_changes(s->db) == 0)
+        return br_errf(err, ENOENT, "no token '%.40s'", id);
+    return 0;
+}
+
+/* --- nodes -------------------------------------------------------------------- */
+
+int br_store_node_save(br_store_t *s, const json_t *node, br_err_t *err)
+{
+    static const char *const need[] = {"name", "pubkey", "state"};
+    if (!json_is_object(node))
+        return br_errf(err, EINVAL, "a node must be a JSON object");
+    for (size_t i = 0; i < NFIELDS(need); i++) {
+        const json_t *v = json_object_get(node, need[i]);
+        if (!json_is_string(v) || json_string_length(v) == 0 ||
+            json_string_length(v) > SHORT_MAX)
+            return br_errf(err, EINVAL, "a node needs a string '%s'", need[i]);
+    }
+    sqlite3_stmt *st = s->st[ST_NODE_SAVE];
+    if (bind_field(s, st, 1, F_STR, json_object_get(node, "name"), "save node", err) ||
+        bind_field(s, st, 2, F_OBJECT, node, "save node", err)) {
+        reset(st);
+        return -1;
+    }
+    return run(s, st, "save node", err);
+}
+
+int br_store_node_delete(br_store_t *s, const char *name, br_err_t *err)
+{
+    if (check_text(name, SHORT_MAX, 0, "node name", err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_NODE_DELETE];
+    if (bind_text(st, 1, name))
+        return binderr(s, st, "delete node", err);
+    if (run(s, st, "delete node", err) < 0)
+        return -1;
+    if (sqlite3_changes(s->db) == 0)
+        return br_errf(err, ENOENT, "no node '%.64s'", name);
+    return 0;
+}
+
+static json_t *node_row(sqlite3_stmt *st, br_err_t *err)
+{
+    json_t *o = col_json(st, 0);
+    return row_done(o, !json_is_object(o), "node", err);
+}
+
+json_t *br_store_node_list(br_store_t *s, br_err_t *err)
+{
+    return list_rows(s, s->st[ST_NODE_LIST], node_row, "list nodes", err);
+}
+
+/* --- jobs --------------------------------------------------------------------- */
+
+static int field_ok(ftype_t type, const json_t *v)
+{
+    switch (type) {
+    case F_STR:
+        return json_is_string(v) && json_string_length(v) <= SHORT_MAX;
+    case F_INT:
+        return json_is_integer(v);
+    case F_ARRAY:
+        return json_is_array(v);
+    case F_OBJECT:
+        return json_is_object(v);
+    case F_YAML:
+        return json_is_string(v) && json_string_length(v) <= BLOB_MAX;
+    case F_ANY:
+        return v != NULL;
+    case F_INT_NULL:
+        return json_is_null(v) || json_is_integer(v);
+    case F_STR_NULL:
+        return json_is_null(v) ||
+               (json_is_string(v) && json_string_length(v) <= TEXT_MAX);
+    }
+    return 0;
+}
+
+static const char *const ftype_names[] = {
+    [F_STR] = "a string",
+    [F_INT] = "an integer",
+    [F_ARRAY] = "an array",
+    [F_OBJECT] = "an object",
+    [F_YAML] = "a string",
+    [F_ANY] = "JSON",
+    [F_INT_NULL] = "an integer or null",
+    [F_STR_NULL] = "a string or null",
+};
+
+/* Check the fields of a table that job holds; required ones must be there. */
+static int check_fields(const json_t *job, const jfield_t *fields, size_t n,
+                        int required, br_err_t *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_object_get(job, fields[i].key);
+        if (!v && !required)
+            continue;
+        if (!v)
+            return br_errf(err, EINVAL, "job field '%s' is missing", fields[i].key);
+        if (!field_ok(fields[i].type, v))
+            return br_errf(err, EINVAL, "job field '%s' must be %s (of bounded size)",
+                           fields[i].key, ftype_names[fields[i].type]);
+    }
+    return 0;
+}
+
+/* Every key of an update must be one of job_fields. */
+static int check_update_keys(const json_t *fields, br_err_t *err)
+{
+    json_t *obj = (json_t *)fields;
+    for (void *it = json_object_iter(obj); it; it = json_object_iter_next(obj, it)) {
+        const char *key = json_object_iter_key(it);
+        size_t i = 0;
+        while (i < NFIELDS(job_fields) && strcmp(key, job_fields[i].key) != 0)
+            i++;
+        if (i == NFIELDS(job_fields))
+            return br_errf(err, EINVAL, "job field '%.40s' cannot be updated", key);
+    }
+    return check_fields(fields, job_fields, NFIELDS(job_fields), 0, err);
+}
+
+static int bind_job_add(br_store_t *s, sqlite3_stmt *st, const json_t *job,
+                        br_err_t *err)
+{
+    int i = 1;
+    for (size_t f = 0; f < NFIELDS(job_add_fields); f++, i++) {
+        const jfield_t *jf = &job_add_fields[f];
+        if (bind_field(s, st, i, jf->type, json_object_get(job, jf->key), "add job",
+                       err))
+            return -1;
+    }
+    for (size_t f = 0; f < NFIELDS(job_fields); f++, i++) {
+        const jfield_t *jf = &job_fields[f];
+        if (bind_field(s, st, i, jf->type, json_object_get(job, jf->key), "add job",
+                       err))
+            return -1;
+    }
+    return 0;
+}
+
+int64_t br_store_job_add(br_store_t *s, const json_t *job, br_err_t *err)
+{
+    if (!json_is_object(job))
+        return br_errf(err, EINVAL, "a job must be a JSON object");
+    if (check_fields(job, job_add_fields, NFIELDS(job_add_fields), 1, err) < 0 ||
+        check_fields(job, job_fields, NFIELDS(job_fields), 0, err) < 0)
+        return -1;
+    if (!json_object_get(job, "state"))
+        return br_errf(err, EINVAL, "job field 'state' is missing");
+    sqlite3_stmt *st = s->st[ST_JOB_ADD];
+    if (bind_job_add(s, st, job, err) < 0) {
+        reset(st);
+        return -1;
+    }
+    if (run(s, st, "add job", err) < 0)
+        return -1;
+    return sqlite3_last_insert_rowid(s->db);
+}
+
+int br_store_job_update(br_store_t *s, int64_t id, const json_t *fields, br_err_t *err)
+{
+    if (!json_is_object(fields))
+        return br_errf(err, EINVAL, "job fields must be a JSON object");
+    if (check_update_keys(fields, err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_JOB_UPDATE];
+    for (size_t f = 0; f < NFIELDS(job_fields); f++) {
+        const json_t *v = json_object_get(fields, job_fields[f].key);
+        int i = 2 * (int)f + 1;
+        if (sqlite3_bind_int(st, i, v != NULL))
+            return binderr(s, st, "update job", err);
+        if (bind_field(s, st, i + 1, job_fields[f].type, v, "update job", err) < 0) {
+            reset(st);
+            return -1;
+        }
+    }
+    if (sqlite3_bind_int64(st, 2 * (int)NFIELDS(job_fields) + 1, id))
+        return binderr(s, st, "update job", err);
+    if (run(s, st, "update job", err) < 0)
+        return -1;
+    if (sqlite3_changes(s->db) == 0)
+        return br_errf(err, ENOENT, "no job %lld", (long long)id);
+    return 0;
+}
+
+/* A job row (JOB_COLS, then spec_yaml when with_yaml) as the CLI's object. */
+static json_t *job_row(sqlite3_stmt *st, int with_yaml, br_err_t *err)
+{
+    static const char *const names[] = {
+        "id",     "name",   "kind",      "state",     "attempt", "owner",
+        "nodes",  "assign", "submitted", "started",   "ended",   "exit_code",
+        "signal", "reason", "spec",      "spec_yaml",
+    };
+    json_t *o = json_object();
+    int bad = 0, n = with_yaml ? 16 : 15;
+    for (int i = 0; i < n; i++) {
+        json_t *v;
+        if (i == 6 || i == 7 || i == 14)
+            v = col_json(st, i);
+        else if (sqlite3_column_type(st, i) == SQLITE_INTEGER)
+            v = col_int(st, i);
+        else
+            v = col_text(st, i);
+        bad |= put(o, names[i], v);
+    }
+    bad |= !json_is_array(json_object_get(o, "nodes"));
+    bad |= !json_is_object(json_object_get(o, "spec"));
+    return row_done(o, bad, "job", err);
+}
+
+static json_t *job_row_list(sqlite3_stmt *st, br_err_t *err)
+{
+    return job_row(st, 0, err);
+}
+
+json_t *br_store_job_get(br_store_t *s, int64_t id, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_JOB_GET];
+    if (sqlite3_bind_int64(st, 1, id)) {
+        binderr(s, st, "get job", err);
+        return NULL;
+    }
+    int rc = sqlite3_step(st);
+    json_t *job = NULL;
+    if (rc == SQLITE_ROW)
+        job = job_row(st, 1, err);
+    else if (rc == SQLITE_DONE)
+        br_errf(err, ENOENT, "no job %lld", (long long)id);
+    else
+        dberr(s, err, "get job");
+    reset(st);
+    return job;
+}
+
+/* The state filter as a JSON array text for json_each, or NULL on error. */
+static char *states_json(const char *const *states, br_err_t *err)
+{
+    json_t *arr = json_array();
+    size_t n = 0;
+    for (; arr && states[n] && n < STATES_MAX; n++)
+        if (json_array_append_new(arr, json_string(states[n])) < 0)
+            break;
+    char *text = NULL;
+    if (arr && !states[n])
+        text = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+    if (!text)
+        br_errf(err, EINVAL, "job list: bad state filter (at most %d UTF-8 states)",
+                STATES_MAX);
+    return text;
+}
+
+json_t *br_store_job_list(br_store_t *s, const char *const *states, int limit,
+                          br_err_t *err)
+{
+    if (limit < 0)
+        return br_errp(err, EINVAL, "job list: negative limit");
+    sqlite3_stmt *st = s->st[states ? ST_JOB_LIST_STATES : ST_JOB_LIST];
+    char *filter = states ? states_json(states, err) : NULL;
+    if (states && !filter)
+        return NULL;
+    int rc = sqlite3_bind_int(st, 1, limit ? limit : -1);
+    if (rc == SQLITE_OK && filter)
+        rc = sqlite3_bind_text(st, 2, filter, -1, SQLITE_TRANSIENT);
+    free(filter);
+    if (rc != SQLITE_OK) {
+        binderr(s, st, "list jobs", err);
+        return NULL;
+    }
+    return list_rows(s, st, job_row_list, "list jobs", err);
+}
+
+int br_store_job_name_active(br_store_t *s, const char *name, br_err_t *err)
+{
+    if (check_text(name, SHORT_MAX, 0, "job name", err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_JOB_ACTIVE];
+    if (bind_text(st, 1, name))
+        return binderr(s, st, "find job", err);
+    int rc = sqlite3_step(st);
+    int ret = rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : dberr(s, err, "find job");
+    reset(st);
+    return ret;
+}
+
+/* --- events ------------------------------------------------------------------- */
+
+int64_t br_store_event_add(br_store_t *s, int64_t time_ms, int64_t job_id,
+                           const char *node, const char *state, const char *reason,
+                           br_err_t *err)
+{
+    if (job_id < 0)
+        return br_errf(err, EINVAL, "event: bad job id %lld", (long long)job_id);
+    if (check_text(node, SHORT_MAX, 1, "event node", err) < 0 ||
+        check_text(state, SHORT_MAX, 0, "event state", err) < 0 ||
+        check_text(reason, TEXT_MAX, 1, "event reason", err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_EVENT_ADD];
+    int rc = sqlite3_bind_int64(st, 1, time_ms);
+    rc |= job_id ? sqlite3_bind_int64(st, 2, job_id) : sqlite3_bind_null(st, 2);
+    rc |= bind_text(st, 3, node) | bind_text(st, 4, state) | bind_text(st, 5, reason);
+    if (rc)
+        return binderr(s, st, "add event", err);
+    if (run(s, st, "add event", err) < 0)
+        return errno == ENOENT ? br_errf(err, ENOENT, "no job %lld", (long long)job_id)
+                               : -1;
+    return sqlite3_last_insert_rowid(s->db);
+}
+
+static json_t *event_row(sqlite3_stmt *st, br_err_t *err)
+{
+    static const char *const names[] = {"id", "time", "job", "node", "state", "reason"};
+    json_t *o = json_object();
+    int bad = 0;
+    for (int i = 0; i < 6; i++)
+        bad |= put(o, names[i], i < 3 ? col_int(st, i) : col_text(st, i));
+    return row_done(o, bad, "event", err);
+}
+
+json_t *br_store_event_list(br_store_t *s, int64_t job_id, int64_t after, int limit,
+                            br_err_t *err)
+{
+    if (limit < 0 || job_id < 0)
+        return br_errp(err, EINVAL, "event list: negative limit or job id");
+    sqlite3_stmt *st = s->st[job_id ? ST_EVENT_LIST_JOB : ST_EVENT_LIST];
+    int rc = sqlite3_bind_int64(st, 1, after);
+    rc |= sqlite3_bind_int(st, 2, limit ? limit : -1);
+    if (job_id)
+        rc |= sqlite3_bind_int64(st, 3, job_id);
+    if (rc) {
+        binderr(s, st, "list events", err);
+        return NULL;
+    }
+    return list_rows(s, st, event_row, "list events", err);
+}
+
+/* --- logs --------------------------------------------------------------------- */
+
+int br_store_log_add(br_store_t *s, int64_t job_id, int attempt, int rank, int stream,
+                     int64_t seq, int64_t time_ms, const void *data, size_t len,
+                     br_err_t *err)
+{
+    if (stream != 1 && stream != 2)
+        return br_errf(err, EINVAL, "log: stream must be 1 or 2");
+    if (job_id <= 0 || attempt < 1 || rank < 0 || seq < 0)
+        return br_errf(err, EINVAL, "log: bad job, attempt, rank or seq");
+    if (len > BLOB_MAX || (len && !data))
+        return br_errf(err, EINVAL, "log: chunk over %d bytes or missing", BLOB_MAX);
+    sqlite3_stmt *st = s->st[ST_LOG_ADD];
+    int rc = sqlite3_bind_int64(st, 1, job_id);
+    rc |= sqlite3_bind_int(st, 2, attempt) | sqlite3_bind_int(st, 3, rank);
+    rc |= sqlite3_bind_int(st, 4, stream) | sqlite3_bind_int64(st, 5, seq);
+    rc |= sqlite3_bind_int64(st, 6, time_ms);
+    rc |= sqlite3_bind_blob(st, 7, len ? data : "", (int)len, SQLITE_TRANSIENT);
+    if (rc)
+        return binderr(s, st, "add log", err);
+    if (run(s, st, "add log", err) < 0)
+        return errno == ENOENT ? br_errf(err, ENOENT, "no job %lld", (long long)job_id)
+                               : -1;
+    return 0;
+}
+
+int br_store_log_read(br_store_t *s, int64_t job_id, int rank, int64_t after,
+                      size_t max_bytes, br_log_chunk_fn fn, void *arg, int64_t *next,
+                      br_err_t *err)
+{
+    if (!fn)
+        return br_errf(err, EINVAL, "log read needs a chunk function");
+    sqlite3_stmt *st = s->st[ST_LOG_READ];
+    int rc = sqlite3_bind_int64(st, 1, job_id);
+    rc |= sqlite3_bind_int64(st, 2, after) |
+          sqlite3_bind_int(st, 3, rank < 0 ? -1 : rank);
+    if (rc)
+        return binderr(s, st, "read log", err);
+    size_t total = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const void *data = sqlite3_column_blob(st, 4);
+        size_t len = (size_t)sqlite3_column_bytes(st, 4);
+        fn(arg, sqlite3_column_int(st, 1), sqlite3_column_int(st, 2),
+           sqlite3_column_int(st, 3), data ? data : "", len);
+        if (next)
+            *next = sqlite3_column_int64(st, 0);
+        total += len;
+        if (total >= max_bytes) {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+    int ret = rc == SQLITE_DONE ? 0 : dberr(s, err, "read log");
+    reset(st);
+    return ret;
+}

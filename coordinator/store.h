@@ -1,0 +1,122 @@
+/* store.h - the coordinator's durable state: one SQLite file in WAL mode with
+ * synchronous=FULL, schema versioned by PRAGMA user_version. All SQL lives in
+ * store.c. The coordinator groups everything one wake of its loop changed into one
+ * transaction (br_store_begin/commit) and answers requests only after the commit,
+ * so an acknowledged request is on disk. Rows come back as jansson objects shaped as
+ * the CLI's --json output (ARCHITECTURE.md, "Command line"). Times are unix ms in
+ * the store; the JSON the CLI prints converts them, not the store. */
+#ifndef BRAMBLE_STORE_H
+#define BRAMBLE_STORE_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+typedef struct br_store br_store_t;
+
+/* Open (creating and migrating as needed) the store at path. A file that is not a
+ * bramble store, or one with a newer schema, is refused with a clear error. */
+br_store_t *br_store_open(const char *path, br_err_t *err);
+void br_store_destroy(br_store_t **store);
+
+/* Transactions. begin while one is open is an error (EBUSY). commit makes it durable.
+ * Every write function below works inside or outside a transaction. */
+int br_store_begin(br_store_t *s, br_err_t *err);
+int br_store_commit(br_store_t *s, br_err_t *err);
+int br_store_rollback(br_store_t *s);
+int br_store_in_txn(const br_store_t *s);
+
+/* --- keys: every CURVE public key (Z85, 40 chars) that may talk to us ---------- */
+typedef enum {
+    BR_PRINCIPAL_UNKNOWN = 0, /* never seen: may only join */
+    BR_PRINCIPAL_ADMIN,
+    BR_PRINCIPAL_USER,
+    BR_PRINCIPAL_NODE,
+    BR_PRINCIPAL_REVOKED, /* a removed node's or user's key: refused outright */
+} br_principal_t;
+
+int br_store_key_add(br_store_t *s, const char *pubkey, br_principal_t kind,
+                     const char *name, br_err_t *err);
+/* Look up a key. Unknown keys return 0 with *kind = BR_PRINCIPAL_UNKNOWN. name gets
+ * the principal's name (node or user name, "admin" for the admin). */
+int br_store_key_lookup(br_store_t *s, const char *pubkey, br_principal_t *kind,
+                        char *name, size_t namelen, br_err_t *err);
+/* Revoke every key of a principal (kind + name): later lookups say REVOKED. */
+int br_store_key_revoke(br_store_t *s, br_principal_t kind, const char *name,
+                        br_err_t *err);
+/* [{"name","kind":"admin"|"user","created"}] for admin and user keys. */
+json_t *br_store_key_list_users(br_store_t *s, br_err_t *err);
+
+/* --- join tokens: only a hash of the secret is stored ------------------------- */
+int br_store_token_add(br_store_t *s, const char *id, const char *hash_hex,
+                       int64_t created_ms, int64_t expires_ms, int uses_max,
+                       br_err_t *err);
+/* Use a token once. Fails (no use counted) with errnum EACCES and text exactly one
+ * of "token expired", "token used up", "token revoked", "token not recognised". On
+ * success *id (17 bytes) gets the token id. */
+int br_store_token_use(br_store_t *s, const char *hash_hex, int64_t now_ms, char *id,
+                       br_err_t *err);
+/* [{"id","created","expires","uses","uses_max","revoked":bool}] newest first. */
+json_t *br_store_token_list(br_store_t *s, br_err_t *err);
+/* ENOENT "no token 'x'" when unknown. */
+int br_store_token_revoke(br_store_t *s, const char *id, br_err_t *err);
+
+/* --- nodes ------------------------------------------------------------------- */
+/* Upsert a node by name. node is an object with at least "name", "pubkey",
+ * "state"; it is stored whole (as JSON) and given back whole by the list. */
+int br_store_node_save(br_store_t *s, const json_t *node, br_err_t *err);
+int br_store_node_delete(br_store_t *s, const char *name, br_err_t *err);
+/* Every node object saved, ordered by name. */
+json_t *br_store_node_list(br_store_t *s, br_err_t *err);
+
+/* --- jobs -------------------------------------------------------------------- */
+/* Insert a job. job is an object with "name", "kind", "state", "owner",
+ * "spec" (object), "spec_yaml" (string), "submitted" (ms), and optional fields
+ * below. Returns the new id (>0) or -1. */
+int64_t br_store_job_add(br_store_t *s, const json_t *job, br_err_t *err);
+/* Update some fields of a job: any of "state", "attempt", "nodes" (array),
+ * "assign" (any JSON), "started", "ended", "exit_code", "signal", "reason"
+ * (null clears). Other keys are an error (EINVAL). ENOENT when no such job. */
+int br_store_job_update(br_store_t *s, int64_t id, const json_t *fields, br_err_t *err);
+/* One job: {"id","name","kind","state","attempt","owner","nodes":[...],"assign",
+ * "submitted","started","ended" (ms or null),"exit_code","signal","reason",
+ * "spec","spec_yaml"}. NULL with ENOENT when none. */
+json_t *br_store_job_get(br_store_t *s, int64_t id, br_err_t *err);
+/* Jobs ordered by id. states: NULL for all, else a NULL-terminated list of states
+ * to include (e.g. {"pending","starting","running",NULL}). The objects are as
+ * br_store_job_get gives them, without "spec_yaml". limit 0 = no limit (the newest
+ * limit jobs when set, still in id order). */
+json_t *br_store_job_list(br_store_t *s, const char *const *states, int limit,
+                          br_err_t *err);
+/* 1 if a job with this name is pending, starting or running, else 0 (-1 error). */
+int br_store_job_name_active(br_store_t *s, const char *name, br_err_t *err);
+
+/* --- events: every state change, with time, reason and node -------------------- */
+/* job_id 0 = no job (a node event); node may be NULL. Returns the event id. */
+int64_t br_store_event_add(br_store_t *s, int64_t time_ms, int64_t job_id,
+                           const char *node, const char *state, const char *reason,
+                           br_err_t *err);
+/* Events with id > after, oldest first, at most limit (0 = all). job_id 0 = all
+ * jobs. Each {"id","time" (ms),"job" (id or null),"node" (or null),"state",
+ * "reason"}. */
+json_t *br_store_event_list(br_store_t *s, int64_t job_id, int64_t after, int limit,
+                            br_err_t *err);
+
+/* --- logs: stdout/stderr chunks shipped by agents, kept after the node is gone - */
+/* stream 1 = stdout, 2 = stderr. A chunk already stored (same job, attempt, rank,
+ * stream, seq) is ignored, so agents may resend. */
+int br_store_log_add(br_store_t *s, int64_t job_id, int attempt, int rank, int stream,
+                     int64_t seq, int64_t time_ms, const void *data, size_t len,
+                     br_err_t *err);
+/* Read chunks of a job with cursor > after, oldest first, up to about max_bytes
+ * (at least one chunk). rank < 0 = every rank. Calls fn for each chunk; *next gets
+ * the cursor of the last chunk given (unchanged when none). */
+typedef void (*br_log_chunk_fn)(void *arg, int attempt, int rank, int stream,
+                                const void *data, size_t len);
+int br_store_log_read(br_store_t *s, int64_t job_id, int rank, int64_t after,
+                      size_t max_bytes, br_log_chunk_fn fn, void *arg, int64_t *next,
+                      br_err_t *err);
+
+#endif
