@@ -1,0 +1,507 @@
+/* agent.c - the agent's loop: connect, hello, heartbeat, run and kill attempts, ship
+ * their output, report their exits until acknowledged. */
+#include "agent.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "attempt.h"
+#include "client.h"
+#include "gpu.h"
+#include "inventory.h"
+#include "msg.h"
+#include "sock.h"
+#include "token.h"
+#include "util.h"
+
+#define MAX_ATTEMPTS 256
+#define HELLO_RETRY_MS 1000
+
+struct br_agent {
+    const br_settings_t *s;
+    void *ctx, *sock, *monitor;
+    int sigfd;
+    br_gpus_t *gpus;
+    json_t *inventory;
+    br_attempt_t *att[MAX_ATTEMPTS];
+    int natt;
+    uint32_t seq, hello_seq;
+    int hello_acked;
+    int64_t hello_sent, hb_sent, hb_ms;
+    int stop, fatal;
+    char fatal_text[BR_ERR_TEXT];
+};
+
+/* --- joining ------------------------------------------------------------------ */
+
+int br_agent_join(br_settings_t *s, br_err_t *err)
+{
+    br_token_t t;
+    if (br_token_decode(s->join_token, &t, err) < 0)
+        return -1;
+    br_cred_t *c = &s->cred;
+    memset(c, 0, sizeof(*c));
+    br_strlcpy(c->endpoint, t.endpoint, sizeof(c->endpoint));
+    br_strlcpy(c->server_public_key, t.server_key, sizeof(c->server_public_key));
+    if (br_keypair(c->public_key, c->secret_key, err) < 0)
+        return -1;
+    br_client_t *cl = br_client_new_cred(c, err);
+    if (!cl)
+        return -1;
+    json_t *resp = br_client_call(
+        cl, "node.join",
+        json_pack("{s:s, s:s, s:O, s:f}", "token", s->join_token, "name", s->name, "labels",
+                  s->labels, "cost_per_hour", s->cost_per_hour),
+        15000, err);
+    br_client_destroy(&cl);
+    if (!resp) {
+        br_err_prefix(err, "join refused");
+        return -1;
+    }
+    br_strlcpy(c->name, json_string_value(json_object_get(resp, "name")), sizeof(c->name));
+    br_strlcpy(s->name, c->name, sizeof(s->name));
+    json_decref(resp);
+    if (br_mkdir_p(s->data_dir, 0700, err) < 0)
+        return -1;
+    return br_settings_save(s, err);
+}
+
+/* --- setup --------------------------------------------------------------------- */
+
+static int open_signals(br_agent_t *a)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    a->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    return a->sigfd < 0 ? -1 : 0;
+}
+
+br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
+{
+    br_agent_t *a = calloc(1, sizeof(*a));
+    if (!a)
+        return br_errp(err, ENOMEM, "out of memory");
+    a->s = s;
+    a->sigfd = -1;
+    a->hb_ms = 1000;
+    a->seq = (uint32_t)br_mono_ms();
+    /* orphans of our jobs come back to us, so a job's whole tree stays ours */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    if (open_signals(a) < 0) {
+        br_errf(err, errno, "signalfd: %s", strerror(errno));
+        goto fail;
+    }
+    a->gpus = br_gpus_new(s->gpus[0] ? s->gpus : "auto", err);
+    a->inventory = a->gpus ? br_inventory_collect(err) : NULL;
+    if (!a->inventory)
+        goto fail;
+    a->ctx = zmq_ctx_new();
+    a->sock = br_sock_client(a->ctx, s->cred.endpoint, s->cred.server_public_key,
+                             s->cred.public_key, s->cred.secret_key, err);
+    if (!a->sock)
+        goto fail;
+    a->monitor = br_sock_monitor(a->ctx, a->sock);
+    if (!a->monitor) {
+        br_errf(err, errno, "socket monitor: %s", zmq_strerror(errno));
+        goto fail;
+    }
+    return a;
+fail:
+    br_agent_destroy(&a);
+    return NULL;
+}
+
+void br_agent_destroy(br_agent_t **ap)
+{
+    br_agent_t *a = ap ? *ap : NULL;
+    if (!a)
+        return;
+    for (int i = 0; i < a->natt; i++)
+        br_attempt_destroy(&a->att[i]);
+    br_sock_close(&a->monitor);
+    br_sock_close(&a->sock);
+    if (a->ctx)
+        zmq_ctx_term(a->ctx);
+    br_gpus_destroy(&a->gpus);
+    json_decref(a->inventory);
+    if (a->sigfd >= 0)
+        close(a->sigfd);
+    free(a);
+    *ap = NULL;
+}
+
+/* --- sending ------------------------------------------------------------------- */
+
+static uint32_t send_msg(br_agent_t *a, br_msg_kind_t kind, const char *type,
+                         json_t *body, const void *data, size_t len)
+{
+    uint32_t seq = ++a->seq;
+    br_msg_t *m = br_msg_new(kind, type, seq);
+    br_err_t err;
+    if (!m) {
+        json_decref(body);
+        return 0;
+    }
+    br_msg_set_body(m, body);
+    if (data)
+        br_msg_set_data(m, data, len);
+    if (br_msg_send(a->sock, m, &err) < 0 && errno != EAGAIN)
+        fprintf(stderr, "bramble-agent: %s\n", err.text);
+    br_msg_destroy(&m);
+    return seq;
+}
+
+static void reply(br_agent_t *a, br_msg_t *req, int errnum, const char *text)
+{
+    br_msg_t *r = errnum ? br_msg_reply_error(req, errnum, "%s", text) : br_msg_reply(req);
+    if (r)
+        br_msg_send(a->sock, r, NULL);
+    br_msg_destroy(&r);
+}
+
+static json_t *tasks_json(br_agent_t *a)
+{
+    json_t *tasks = json_array();
+    for (int i = 0; i < a->natt; i++) {
+        br_attempt_t *t = a->att[i];
+        json_array_append_new(
+            tasks, json_pack("{s:I, s:i, s:s}", "job", (json_int_t)br_attempt_job(t),
+                             "attempt", br_attempt_number(t), "state",
+                             br_task_done(br_attempt_task(t), NULL, NULL) ? "exited"
+                                                                          : "running"));
+    }
+    return tasks;
+}
+
+static void send_hello(br_agent_t *a)
+{
+    br_gpus_refresh(a->gpus);
+    json_t *body = json_pack("{s:O, s:o, s:O, s:f, s:o}", "inventory", a->inventory, "gpus",
+                             br_gpus_to_json(a->gpus), "labels", a->s->labels,
+                             "cost_per_hour", a->s->cost_per_hour, "tasks", tasks_json(a));
+    if (a->s->advertise_addr[0])
+        json_object_set_new(body, "advertise_addr", json_string(a->s->advertise_addr));
+    a->hello_seq = send_msg(a, BR_MSG_REQUEST, "node.hello", body, NULL, 0);
+    a->hello_sent = br_mono_ms();
+}
+
+static void ship_log(void *arg, br_attempt_t *t, int stream, int64_t seq,
+                     const void *data, size_t len)
+{
+    br_agent_t *a = arg;
+    send_msg(a, BR_MSG_EVENT, "job.log",
+             json_pack("{s:I, s:i, s:i, s:i, s:I}", "job", (json_int_t)br_attempt_job(t),
+                       "attempt", br_attempt_number(t), "rank", br_attempt_rank(t),
+                       "stream", stream, "seq", (json_int_t)seq),
+             data, len);
+}
+
+static void report_exit(br_agent_t *a, br_attempt_t *t)
+{
+    int code = -1, sig = -1;
+    br_task_done(br_attempt_task(t), &code, &sig);
+    json_t *body = json_pack("{s:I, s:i, s:o, s:o, s:s}", "job",
+                             (json_int_t)br_attempt_job(t), "attempt", br_attempt_number(t),
+                             "exit_code", code >= 0 ? json_integer(code) : json_null(),
+                             "signal", sig >= 0 ? json_integer(sig) : json_null(), "reason",
+                             br_attempt_reason(t));
+    br_attempt_set_report_seq(t, send_msg(a, BR_MSG_REQUEST, "job.exited", body, NULL, 0));
+}
+
+/* --- attempts ------------------------------------------------------------------ */
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sa);
+    int port = 0;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static br_attempt_t *find_attempt(br_agent_t *a, int64_t job, int attempt)
+{
+    for (int i = 0; i < a->natt; i++)
+        if (br_attempt_job(a->att[i]) == job && br_attempt_number(a->att[i]) == attempt)
+            return a->att[i];
+    return NULL;
+}
+
+static void remove_attempt(br_agent_t *a, int i)
+{
+    br_attempt_destroy(&a->att[i]);
+    a->att[i] = a->att[--a->natt];
+}
+
+static void on_run(br_agent_t *a, br_msg_t *m)
+{
+    json_int_t job;
+    int attempt, rank;
+    const char *name, *command;
+    json_t *workdir, *env;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s, s:i, s:s, s:o, s:o}", "job", &job,
+                      "attempt", &attempt, "name", &name, "rank", &rank, "command",
+                      &command, "workdir", &workdir, "env", &env) < 0 ||
+        !json_is_object(env)) {
+        reply(a, m, EPROTO, err.text);
+        return;
+    }
+    reply(a, m, 0, NULL);
+    if (find_attempt(a, job, attempt))
+        return; /* a resent order: already running */
+    if (a->natt == MAX_ATTEMPTS) {
+        br_errf(&err, EBUSY, "this node runs %d attempts already", MAX_ATTEMPTS);
+    } else {
+        if (rank == 0 && !json_object_get(env, "MASTER_PORT")) {
+            char port[16];
+            snprintf(port, sizeof(port), "%d", free_port());
+            json_object_set_new(env, "MASTER_PORT", json_string(port));
+        }
+        br_attempt_opts_t o = {job, attempt, rank, command,
+                               json_is_string(workdir) ? json_string_value(workdir) : NULL,
+                               env, a->s->job_user[0] ? a->s->job_user : NULL, a->s->name};
+        br_attempt_t *t = br_attempt_start(&o, &err);
+        if (t) {
+            a->att[a->natt++] = t;
+            send_msg(a, BR_MSG_REQUEST, "job.started",
+                     json_pack("{s:I, s:i, s:i}", "job", job, "attempt", attempt, "pid",
+                               (int)br_attempt_pid(t)),
+                     NULL, 0);
+            return;
+        }
+    }
+    char reason[BR_ERR_TEXT + 32];
+    snprintf(reason, sizeof(reason), "could not start: %s", err.text);
+    send_msg(a, BR_MSG_REQUEST, "job.exited",
+             json_pack("{s:I, s:i, s:n, s:n, s:s}", "job", job, "attempt", attempt,
+                       "exit_code", "signal", "reason", reason),
+             NULL, 0);
+}
+
+static void on_kill(br_agent_t *a, br_msg_t *m)
+{
+    json_int_t job;
+    int attempt;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:I, s:i}", "job", &job, "attempt", &attempt) < 0) {
+        reply(a, m, EPROTO, err.text);
+        return;
+    }
+    br_attempt_t *t = find_attempt(a, job, attempt);
+    if (t && !br_task_done(br_attempt_task(t), NULL, NULL)) {
+        br_attempt_set_reason(t, "killed on request");
+        if (br_task_kill_tree(br_attempt_task(t), 5000) < 0)
+            fprintf(stderr, "bramble-agent: job %lld: processes survived SIGKILL\n",
+                    (long long)job);
+    }
+    reply(a, m, 0, NULL);
+}
+
+/* --- receiving ----------------------------------------------------------------- */
+
+static void set_fatal(br_agent_t *a, const char *fmt, const char *text)
+{
+    snprintf(a->fatal_text, sizeof(a->fatal_text), fmt, text);
+    a->fatal = 1;
+    a->stop = 1;
+}
+
+static void on_response(br_agent_t *a, br_msg_t *m)
+{
+    br_err_t err;
+    int failed = br_msg_check(m, &err) < 0;
+    if (failed && err.errnum == EACCES) {
+        set_fatal(a, "the coordinator refused this node: %s", err.text);
+        return;
+    }
+    uint32_t seq = br_msg_seq(m);
+    if (seq == a->hello_seq) {
+        if (failed) {
+            fprintf(stderr, "bramble-agent: hello refused: %s\n", err.text);
+            return;
+        }
+        json_t *b = br_msg_body(m);
+        json_int_t hb = json_integer_value(json_object_get(b, "heartbeat_interval"));
+        a->hb_ms = hb >= 10 ? hb : 1000;
+        a->hello_acked = 1;
+        fprintf(stderr, "bramble-agent: connected to %s as %s (heartbeat %lldms)\n",
+                a->s->cred.endpoint, a->s->name, (long long)a->hb_ms);
+    } else if (failed && err.errnum == ENOTCONN) {
+        a->hello_acked = 0; /* the coordinator wants a hello (restarted, or we were lost) */
+        send_hello(a);
+    } else if (strcmp(br_msg_type(m), "job.exited") == 0 && !failed) {
+        for (int i = 0; i < a->natt; i++)
+            if (br_attempt_report_seq(a->att[i]) == seq) {
+                remove_attempt(a, i);
+                break;
+            }
+    }
+}
+
+static void on_message(br_agent_t *a, br_msg_t *m)
+{
+    if (br_msg_kind(m) == BR_MSG_RESPONSE)
+        on_response(a, m);
+    else if (br_msg_kind(m) != BR_MSG_REQUEST)
+        return;
+    else if (strcmp(br_msg_type(m), "job.run") == 0)
+        on_run(a, m);
+    else if (strcmp(br_msg_type(m), "job.kill") == 0)
+        on_kill(a, m);
+    else
+        reply(a, m, EPROTO, "unknown request for an agent");
+}
+
+static void drain_socket(br_agent_t *a)
+{
+    for (int i = 0; i < 256 && !a->stop; i++) {
+        br_msg_t *m = NULL;
+        br_err_t err;
+        if (br_msg_recv(a->sock, 0, ZMQ_DONTWAIT, &m, &err) < 0) {
+            br_msg_destroy(&m);
+            if (errno == EAGAIN)
+                return;
+            fprintf(stderr, "bramble-agent: dropped a message: %s\n", err.text);
+            continue;
+        }
+        on_message(a, m);
+        br_msg_destroy(&m);
+    }
+}
+
+static void reap(br_agent_t *a)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (int i = 0; i < a->natt; i++) {
+            br_task_t *t = br_attempt_task(a->att[i]);
+            if (br_task_pid(t) == pid) {
+                br_task_exited(t, status);
+                /* the job is its main process: what it left running goes too */
+                br_task_kill_tree(t, 2000);
+            }
+        }
+    }
+}
+
+static void on_signal(br_agent_t *a)
+{
+    struct signalfd_siginfo si;
+    while (read(a->sigfd, &si, sizeof(si)) == sizeof(si)) {
+        if (si.ssi_signo == SIGCHLD)
+            reap(a);
+        else
+            a->stop = 1;
+    }
+}
+
+/* --- the loop ------------------------------------------------------------------ */
+
+static void timers(br_agent_t *a)
+{
+    int64_t now = br_mono_ms();
+    for (int i = 0; i < a->natt; i++)
+        br_attempt_flush(a->att[i], 0, ship_log, a);
+    if (!a->hello_acked) {
+        if (now - a->hello_sent >= HELLO_RETRY_MS)
+            send_hello(a);
+        return;
+    }
+    for (int i = 0; i < a->natt; i++) {
+        br_attempt_t *t = a->att[i];
+        if (br_attempt_finished(t) && !br_attempt_report_seq(t)) {
+            br_attempt_flush(t, 1, ship_log, a);
+            report_exit(a, t);
+        }
+    }
+    if (now - a->hb_sent >= a->hb_ms) {
+        a->hb_sent = now;
+        send_msg(a, BR_MSG_REQUEST, "node.heartbeat",
+                 json_pack("{s:o}", "tasks", tasks_json(a)), NULL, 0);
+        for (int i = 0; i < a->natt; i++) /* exits not acknowledged yet: say again */
+            if (br_attempt_report_seq(a->att[i]))
+                report_exit(a, a->att[i]);
+    }
+}
+
+static int build_poll(br_agent_t *a, zmq_pollitem_t *items, br_attempt_t **owner,
+                      int *stream)
+{
+    int n = 0;
+    items[n++] = (zmq_pollitem_t){a->sock, 0, ZMQ_POLLIN, 0};
+    items[n++] = (zmq_pollitem_t){a->monitor, 0, ZMQ_POLLIN, 0};
+    items[n++] = (zmq_pollitem_t){NULL, a->sigfd, ZMQ_POLLIN, 0};
+    for (int i = 0; i < a->natt; i++) {
+        for (int s = 1; s <= 2; s++) {
+            int fd = br_task_fd(br_attempt_task(a->att[i]), s);
+            if (fd < 0)
+                continue;
+            owner[n] = a->att[i];
+            stream[n] = s;
+            items[n++] = (zmq_pollitem_t){NULL, fd, ZMQ_POLLIN, 0};
+        }
+    }
+    return n;
+}
+
+static void kill_all(br_agent_t *a)
+{
+    for (int i = 0; i < a->natt; i++)
+        br_task_kill_tree(br_attempt_task(a->att[i]), 5000);
+}
+
+int br_agent_run(br_agent_t *a, br_err_t *err)
+{
+    zmq_pollitem_t items[3 + 2 * MAX_ATTEMPTS];
+    br_attempt_t *owner[3 + 2 * MAX_ATTEMPTS];
+    int stream[3 + 2 * MAX_ATTEMPTS];
+    send_hello(a);
+    while (!a->stop) {
+        int n = build_poll(a, items, owner, stream);
+        int rc = zmq_poll(items, n, 50);
+        if (rc < 0 && errno != EINTR)
+            return br_errf(err, errno, "poll: %s", zmq_strerror(errno));
+        if (br_sock_monitor_auth_failed(a->monitor)) {
+            set_fatal(a, "the coordinator at %s refused this node's key (was the node "
+                         "removed?)", a->s->cred.endpoint);
+            break;
+        }
+        if (rc > 0 && (items[2].revents & ZMQ_POLLIN))
+            on_signal(a);
+        /* pipes before the socket: an acknowledgement there may free an attempt */
+        for (int i = 3; i < n && rc > 0; i++)
+            if (items[i].revents & (ZMQ_POLLIN | ZMQ_POLLERR))
+                br_attempt_read(owner[i], stream[i], ship_log, a);
+        if (rc > 0 && (items[0].revents & ZMQ_POLLIN))
+            drain_socket(a);
+        timers(a);
+    }
+    kill_all(a);
+    if (a->fatal)
+        return br_errf(err, EACCES, "%s", a->fatal_text);
+    return 0;
+}

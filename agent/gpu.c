@@ -1,0 +1,323 @@
+/* gpu.c - this node's GPUs: NVML via dlopen ("auto"), "none", or a declared list. */
+#include "gpu.h"
+
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* The few NVML types and calls we use, declared here so that building needs no
+ * NVML headers and running needs no NVML library (it is loaded when present). */
+typedef int nvml_return_t; /* nvmlReturn_t: 0 is NVML_SUCCESS */
+typedef struct nvml_device *nvml_device_t;
+typedef struct {
+    unsigned long long total, free, used;
+} nvml_memory_t;
+
+#define NVML_SUCCESS 0
+#define NVML_DEFAULT_LIBRARY "libnvidia-ml.so.1"
+#define NVML_DRIVER_BUFFER 80
+
+typedef struct {
+    nvml_return_t (*init)(void);
+    nvml_return_t (*shutdown)(void);
+    nvml_return_t (*count)(unsigned int *);
+    nvml_return_t (*handle)(unsigned int, nvml_device_t *);
+    nvml_return_t (*name)(nvml_device_t, char *, unsigned int);
+    nvml_return_t (*memory)(nvml_device_t, nvml_memory_t *);
+    nvml_return_t (*driver)(char *, unsigned int);
+    nvml_return_t (*cuda)(int *);
+} nvml_api_t;
+
+struct br_gpus {
+    const char *source;
+    int n;
+    br_gpu_t *gpus;
+    void *lib; /* NVML library handle, NVML initialised while set */
+    nvml_api_t api;
+    nvml_device_t *handles; /* per GPU, NVML only */
+    char driver[NVML_DRIVER_BUFFER];
+    char cuda[16];
+};
+
+/* ---- declared lists ------------------------------------------------------------- */
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+static br_gpu_t *add_gpu(br_gpus_t *g)
+{
+    br_gpu_t *v = realloc(g->gpus, (size_t)(g->n + 1) * sizeof(*v));
+    if (!v)
+        return NULL;
+    g->gpus = v;
+    memset(&v[g->n], 0, sizeof(v[g->n]));
+    v[g->n].index = g->n;
+    return &v[g->n++];
+}
+
+/* One "MODEL:VRAM" entry (entry is trimmed and writable). */
+static int parse_entry(br_gpus_t *g, char *entry, br_err_t *err)
+{
+    char *colon = strrchr(entry, ':');
+    if (!*entry)
+        return br_errf(err, EINVAL, "--gpus: empty entry (use MODEL:VRAM,...)");
+    char shown[BR_ERR_TEXT / 2];
+    br_strlcpy(shown, entry, sizeof(shown));
+    if (!colon)
+        return br_errf(err, EINVAL, "--gpus: entry '%s' needs MODEL:VRAM", shown);
+    *colon = '\0';
+    char *model = trim(entry), *vram = trim(colon + 1);
+    if (!*model || !*vram)
+        return br_errf(err, EINVAL, "--gpus: entry '%s' needs MODEL:VRAM", shown);
+    if (strlen(model) >= sizeof(g->gpus[0].model))
+        return br_errf(err, EINVAL, "--gpus: entry '%s': model name too long", shown);
+    uint64_t bytes;
+    if (br_parse_size(vram, &bytes, err) < 0) {
+        br_err_prefix(err, "--gpus: entry '%s'", shown);
+        return -1;
+    }
+    if (bytes == 0)
+        return br_errf(err, EINVAL, "--gpus: entry '%s' has no VRAM", shown);
+    br_gpu_t *gpu = add_gpu(g);
+    if (!gpu)
+        return br_errf(err, ENOMEM, "out of memory");
+    br_strlcpy(gpu->model, model, sizeof(gpu->model));
+    gpu->vram_total = gpu->vram_free = bytes;
+    return 0;
+}
+
+static int parse_list(br_gpus_t *g, const char *spec, br_err_t *err)
+{
+    char *copy = strdup(spec);
+    if (!copy)
+        return br_errf(err, ENOMEM, "out of memory");
+    int rc = 0;
+    char *rest = copy, *entry;
+    while (rc == 0 && (entry = strsep(&rest, ",")) != NULL)
+        rc = parse_entry(g, trim(entry), err);
+    free(copy);
+    g->source = "declared";
+    return rc;
+}
+
+/* ---- NVML ----------------------------------------------------------------------- */
+
+static int nvml_bind(void *lib, nvml_api_t *api)
+{
+    static const char *const names[] = {
+        "nvmlInit_v2",
+        "nvmlShutdown",
+        "nvmlDeviceGetCount_v2",
+        "nvmlDeviceGetHandleByIndex_v2",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlSystemGetDriverVersion",
+        "nvmlSystemGetCudaDriverVersion",
+    };
+    void *fns[sizeof(names) / sizeof(names[0])];
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (!(fns[i] = dlsym(lib, names[i])))
+            return -1;
+    }
+    /* POSIX guarantees data and function pointers convert for dlsym's sake. */
+    memcpy(&api->init, &fns[0], sizeof(void *));
+    memcpy(&api->shutdown, &fns[1], sizeof(void *));
+    memcpy(&api->count, &fns[2], sizeof(void *));
+    memcpy(&api->handle, &fns[3], sizeof(void *));
+    memcpy(&api->name, &fns[4], sizeof(void *));
+    memcpy(&api->memory, &fns[5], sizeof(void *));
+    memcpy(&api->driver, &fns[6], sizeof(void *));
+    memcpy(&api->cuda, &fns[7], sizeof(void *));
+    return 0;
+}
+
+static void nvml_close(br_gpus_t *g)
+{
+    if (g->lib) {
+        g->api.shutdown();
+        dlclose(g->lib);
+        g->lib = NULL;
+    }
+}
+
+static void nvml_versions(br_gpus_t *g)
+{
+    int cuda = 0;
+    if (g->api.driver(g->driver, sizeof(g->driver)) != NVML_SUCCESS)
+        g->driver[0] = '\0';
+    g->driver[sizeof(g->driver) - 1] = '\0';
+    if (g->api.cuda(&cuda) == NVML_SUCCESS && cuda > 0)
+        snprintf(g->cuda, sizeof(g->cuda), "%d.%d", cuda / 1000, cuda % 1000 / 10);
+}
+
+/* Read one device; a device NVML cannot describe keeps its index, as CUDA counts it. */
+static void nvml_device(br_gpus_t *g, br_gpu_t *gpu, nvml_device_t *h)
+{
+    nvml_memory_t mem;
+    if (g->api.handle((unsigned int)gpu->index, h) != NVML_SUCCESS) {
+        *h = NULL;
+        br_strlcpy(gpu->model, "unknown GPU", sizeof(gpu->model));
+        return;
+    }
+    if (g->api.name(*h, gpu->model, sizeof(gpu->model)) != NVML_SUCCESS)
+        br_strlcpy(gpu->model, "unknown GPU", sizeof(gpu->model));
+    gpu->model[sizeof(gpu->model) - 1] = '\0';
+    if (g->api.memory(*h, &mem) == NVML_SUCCESS) {
+        gpu->vram_total = mem.total;
+        gpu->vram_free = mem.free;
+    }
+}
+
+static int nvml_devices(br_gpus_t *g, unsigned int count)
+{
+    g->handles = calloc(count, sizeof(*g->handles));
+    if (!g->handles)
+        return -1;
+    for (unsigned int i = 0; i < count; i++) {
+        br_gpu_t *gpu = add_gpu(g);
+        if (!gpu)
+            return -1;
+        nvml_device(g, gpu, &g->handles[i]);
+    }
+    return 0;
+}
+
+/* NVML when it loads and finds devices; anything short of that means no GPUs. */
+static int nvml_probe(br_gpus_t *g, br_err_t *err)
+{
+    const char *path = getenv("BRAMBLE_NVML_LIBRARY");
+    unsigned int count = 0;
+    g->source = "none";
+    g->lib = dlopen(path && *path ? path : NVML_DEFAULT_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    if (!g->lib)
+        return 0;
+    if (nvml_bind(g->lib, &g->api) < 0 || g->api.init() != NVML_SUCCESS) {
+        dlclose(g->lib);
+        g->lib = NULL;
+        return 0;
+    }
+    if (g->api.count(&count) != NVML_SUCCESS || count == 0) {
+        nvml_close(g);
+        return 0;
+    }
+    if (nvml_devices(g, count) < 0)
+        return br_errf(err, ENOMEM, "out of memory listing GPUs");
+    nvml_versions(g);
+    g->source = "nvml";
+    return 0;
+}
+
+/* ---- the interface -------------------------------------------------------------- */
+
+br_gpus_t *br_gpus_new(const char *spec, br_err_t *err)
+{
+    br_gpus_t *g = calloc(1, sizeof(*g));
+    if (!g)
+        return br_errp(err, ENOMEM, "out of memory");
+    g->source = "none";
+    int rc = 0;
+    if (!spec || strcmp(spec, "auto") == 0)
+        rc = nvml_probe(g, err);
+    else if (strspn(spec, " \t") == strlen(spec))
+        rc = br_errf(err, EINVAL, "--gpus: empty (use auto, none or MODEL:VRAM,...)");
+    else if (strcmp(spec, "none") != 0)
+        rc = parse_list(g, spec, err);
+    if (rc < 0) {
+        int saved = errno;
+        br_gpus_destroy(&g);
+        errno = saved;
+    }
+    return g;
+}
+
+void br_gpus_destroy(br_gpus_t **gpus)
+{
+    if (!gpus || !*gpus)
+        return;
+    int saved = errno;
+    br_gpus_t *g = *gpus;
+    nvml_close(g);
+    free(g->handles);
+    free(g->gpus);
+    free(g);
+    *gpus = NULL;
+    errno = saved;
+}
+
+int br_gpus_count(const br_gpus_t *gpus)
+{
+    return gpus ? gpus->n : 0;
+}
+
+const br_gpu_t *br_gpus_get(const br_gpus_t *gpus, int i)
+{
+    if (!gpus || i < 0 || i >= gpus->n)
+        return NULL;
+    return &gpus->gpus[i];
+}
+
+const char *br_gpus_source(const br_gpus_t *gpus)
+{
+    return gpus ? gpus->source : "none";
+}
+
+const char *br_gpus_driver_version(const br_gpus_t *gpus)
+{
+    return gpus ? gpus->driver : "";
+}
+
+const char *br_gpus_cuda_version(const br_gpus_t *gpus)
+{
+    return gpus ? gpus->cuda : "";
+}
+
+int br_gpus_refresh(br_gpus_t *gpus)
+{
+    if (!gpus || !gpus->lib)
+        return 0;
+    int rc = 0;
+    for (int i = 0; i < gpus->n; i++) {
+        nvml_memory_t mem;
+        if (!gpus->handles[i] ||
+            gpus->api.memory(gpus->handles[i], &mem) != NVML_SUCCESS) {
+            rc = -1;
+            continue;
+        }
+        gpus->gpus[i].vram_total = mem.total;
+        gpus->gpus[i].vram_free = mem.free;
+    }
+    if (rc < 0)
+        errno = EIO;
+    return rc;
+}
+
+static json_t *gpu_json(const br_gpu_t *gpu)
+{
+    return json_pack("{s:i, s:s, s:I, s:I}", "index", gpu->index, "model", gpu->model,
+                     "vram_total", (json_int_t)gpu->vram_total, "vram_free",
+                     (json_int_t)gpu->vram_free);
+}
+
+json_t *br_gpus_to_json(const br_gpus_t *gpus)
+{
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < br_gpus_count(gpus); i++) {
+        if (json_array_append_new(arr, gpu_json(&gpus->gpus[i])) < 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}

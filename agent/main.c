@@ -1,0 +1,149 @@
+/* main.c - bramble-agent: join a coordinator once with a token, then serve it. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "settings.h"
+#include "util.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: bramble-agent --data-dir DIR [--join TOKEN] [--name NAME]\n"
+            "                     [--label k=v]... [--cost-per-hour X]\n"
+            "                     [--gpus auto|none|LIST] [--job-user USER]\n"
+            "                     [--advertise-addr ADDR]\n"
+            "\n"
+            "The first start joins with --join TOKEN (from `bramble token create`),\n"
+            "makes this node's key pair and saves it in DIR; later starts need only\n"
+            "--data-dir. --gpus LIST declares GPUs by hand: \"RTX 4090:24GiB,...\".\n"
+            "--job-user runs jobs as USER (needs a root agent).\n");
+}
+
+/* A default node name from the host name: lowercase, [a-z0-9-]. */
+static void default_name(char *buf, size_t len)
+{
+    char host[256] = "node";
+    gethostname(host, sizeof(host) - 1);
+    size_t j = 0;
+    for (size_t i = 0; host[i] && host[i] != '.' && j + 1 < len && j < 63; i++) {
+        char ch = host[i];
+        if (ch >= 'A' && ch <= 'Z')
+            ch = (char)(ch - 'A' + 'a');
+        buf[j++] = ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9')) ? ch : '-';
+    }
+    buf[j] = '\0';
+    if (!br_valid_name(buf))
+        br_strlcpy(buf, "node", len);
+}
+
+static int parse_args(int argc, char **argv, br_settings_t *s)
+{
+    static const struct option opts[] = {
+        {"data-dir", required_argument, NULL, 'd'},
+        {"join", required_argument, NULL, 'j'},
+        {"name", required_argument, NULL, 'n'},
+        {"label", required_argument, NULL, 'l'},
+        {"cost-per-hour", required_argument, NULL, 'c'},
+        {"gpus", required_argument, NULL, 'g'},
+        {"job-user", required_argument, NULL, 'u'},
+        {"advertise-addr", required_argument, NULL, 'a'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    int o;
+    br_err_t err;
+    char *end;
+    while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'd': br_strlcpy(s->data_dir, optarg, sizeof(s->data_dir)); break;
+        case 'j': br_strlcpy(s->join_token, optarg, sizeof(s->join_token)); break;
+        case 'n': br_strlcpy(s->name, optarg, sizeof(s->name)); break;
+        case 'g': br_strlcpy(s->gpus, optarg, sizeof(s->gpus)); break;
+        case 'u': br_strlcpy(s->job_user, optarg, sizeof(s->job_user)); break;
+        case 'a': br_strlcpy(s->advertise_addr, optarg, sizeof(s->advertise_addr)); break;
+        case 'l':
+            if (br_settings_add_label(s, optarg, &err) < 0) {
+                fprintf(stderr, "bramble-agent: %s\n", err.text);
+                return 2;
+            }
+            break;
+        case 'c':
+            s->cost_per_hour = strtod(optarg, &end);
+            if (*end || s->cost_per_hour < 0) {
+                fprintf(stderr, "bramble-agent: --cost-per-hour '%s': expected a number\n",
+                        optarg);
+                return 2;
+            }
+            s->cost_given = 1;
+            break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc || !s->data_dir[0]) {
+        fprintf(stderr, "bramble-agent: %s\n",
+                optind < argc ? "unexpected argument" : "--data-dir is required");
+        usage(stderr);
+        return 2;
+    }
+    if (s->name[0] && !br_valid_name(s->name)) {
+        fprintf(stderr, "bramble-agent: --name '%s': use lowercase letters, digits, '-'\n",
+                s->name);
+        return 2;
+    }
+    return 0;
+}
+
+static int setup(br_settings_t *s, br_err_t *err)
+{
+    int joined;
+    char name[64];
+    br_strlcpy(name, s->name, sizeof(name));
+    if (br_settings_load(s, &joined, err) < 0)
+        return -1;
+    if (joined && s->join_token[0]) {
+        fprintf(stderr, "bramble-agent: %s already joined as %s; ignoring --join\n",
+                s->data_dir, s->name);
+    } else if (!joined) {
+        if (!s->join_token[0])
+            return br_errf(err, ENOENT,
+                           "%s has not joined a coordinator: start once with --join TOKEN",
+                           s->data_dir);
+        if (!name[0])
+            default_name(name, sizeof(name));
+        br_strlcpy(s->name, name, sizeof(s->name));
+        if (br_agent_join(s, err) < 0)
+            return -1;
+        fprintf(stderr, "bramble-agent: joined %s as %s\n", s->cred.endpoint, s->name);
+        return 0;
+    }
+    return br_settings_save(s, err); /* keep flags given at this start */
+}
+
+int main(int argc, char **argv)
+{
+    br_settings_t s;
+    br_err_t err;
+    br_settings_init(&s);
+    int rc = parse_args(argc, argv, &s);
+    if (rc == 0 && setup(&s, &err) < 0) {
+        fprintf(stderr, "bramble-agent: %s\n", err.text);
+        rc = 1;
+    }
+    br_agent_t *a = rc == 0 ? br_agent_new(&s, &err) : NULL;
+    if (rc == 0 && !a) {
+        fprintf(stderr, "bramble-agent: %s\n", err.text);
+        rc = 1;
+    }
+    if (a && br_agent_run(a, &err) < 0) {
+        fprintf(stderr, "bramble-agent: %s\n", err.text);
+        rc = 1;
+    }
+    br_agent_destroy(&a);
+    br_settings_free(&s);
+    return rc;
+}

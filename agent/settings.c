@@ -1,0 +1,91 @@
+/* settings.c - what an agent keeps in its data dir. */
+#include "settings.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conf.h"
+#include "util.h"
+
+void br_settings_init(br_settings_t *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->labels = json_object();
+}
+
+void br_settings_free(br_settings_t *s)
+{
+    json_decref(s->labels);
+    s->labels = NULL;
+}
+
+int br_settings_add_label(br_settings_t *s, const char *kv, br_err_t *err)
+{
+    const char *eq = strchr(kv, '=');
+    if (!eq || eq == kv || strlen(eq + 1) == 0 || eq - kv > 63)
+        return br_errf(err, EINVAL, "--label '%s': expected key=value", kv);
+    char key[64];
+    memcpy(key, kv, (size_t)(eq - kv));
+    key[eq - kv] = '\0';
+    json_object_set_new(s->labels, key, json_string(eq + 1));
+    return 0;
+}
+
+static void path_of(const br_settings_t *s, const char *name, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s", s->data_dir, name);
+}
+
+static void take_str(json_t *obj, const char *key, char *dst, size_t len)
+{
+    const char *v = br_conf_str(obj, key);
+    if (v && !dst[0])
+        br_strlcpy(dst, v, len);
+}
+
+int br_settings_load(br_settings_t *s, int *joined, br_err_t *err)
+{
+    char path[1100];
+    path_of(s, "agent.yaml", path, sizeof(path));
+    *joined = 0;
+    if (access(path, F_OK) < 0)
+        return 0;
+    json_t *obj = br_conf_load(path, err);
+    if (!obj)
+        return -1;
+    take_str(obj, "gpus", s->gpus, sizeof(s->gpus));
+    take_str(obj, "job_user", s->job_user, sizeof(s->job_user));
+    take_str(obj, "advertise_addr", s->advertise_addr, sizeof(s->advertise_addr));
+    const char *cost = br_conf_str(obj, "cost_per_hour");
+    if (cost && !s->cost_given)
+        s->cost_per_hour = strtod(cost, NULL);
+    json_t *labels = json_object_get(obj, "labels");
+    if (json_object_size(s->labels) == 0 && json_is_object(labels))
+        json_object_update(s->labels, labels);
+    json_decref(obj);
+    path_of(s, "credential", path, sizeof(path));
+    if (br_cred_load(path, &s->cred, err) < 0)
+        return -1;
+    br_strlcpy(s->name, s->cred.name, sizeof(s->name));
+    *joined = 1;
+    return 0;
+}
+
+int br_settings_save(const br_settings_t *s, br_err_t *err)
+{
+    char path[1100], cost[64];
+    snprintf(cost, sizeof(cost), "%g", s->cost_per_hour);
+    json_t *obj = json_pack("{s:s, s:O, s:s, s:s, s:s, s:s}", "name", s->name, "labels",
+                            s->labels, "cost_per_hour", cost, "gpus", s->gpus, "job_user",
+                            s->job_user, "advertise_addr", s->advertise_addr);
+    path_of(s, "agent.yaml", path, sizeof(path));
+    int rc = br_conf_save(path, obj, 0600, err);
+    json_decref(obj);
+    if (rc < 0)
+        return -1;
+    path_of(s, "credential", path, sizeof(path));
+    return br_cred_save(path, &s->cred, err);
+}

@@ -1,0 +1,39 @@
+/* settings.h - what an agent keeps in its data dir: its credential (DIR/credential,
+ * the same file format as a user's) and its settings (DIR/agent.yaml: labels, cost,
+ * GPUs, job user, advertised address), so that after joining once it restarts with
+ * `bramble-agent --data-dir DIR` alone. Flags given at a restart override and are
+ * saved. */
+#ifndef BRAMBLE_SETTINGS_H
+#define BRAMBLE_SETTINGS_H
+
+#include <jansson.h>
+
+#include "cred.h"
+#include "err.h"
+
+typedef struct {
+    char data_dir[1024];
+    char join_token[1100]; /* --join, "" when not joining */
+    char name[64];
+    json_t *labels;        /* object of strings */
+    double cost_per_hour;
+    int cost_given;
+    char gpus[1024];       /* auto | none | LIST */
+    char job_user[64];     /* "" = the agent's own user */
+    char advertise_addr[256];
+    br_cred_t cred;
+} br_settings_t;
+
+void br_settings_init(br_settings_t *s);
+void br_settings_free(br_settings_t *s);
+
+/* Parse --label k=v into s->labels. */
+int br_settings_add_label(br_settings_t *s, const char *kv, br_err_t *err);
+
+/* Merge DIR/agent.yaml under what flags already set (flags win). 0 when the file
+ * does not exist (never joined). */
+int br_settings_load(br_settings_t *s, int *joined, br_err_t *err);
+/* Write DIR/agent.yaml and DIR/credential. */
+int br_settings_save(const br_settings_t *s, br_err_t *err);
+
+#endif

@@ -1,0 +1,856 @@
+/* task.c - one job process: fork/exec as the job user, pipes, and the process tree. */
+#include "task.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/*
+ * Design notes.
+ *
+ * Everything that is not async-signal-safe (passwd and group lookups, building the
+ * environment, formatting messages) happens in the parent before fork: the agent
+ * may have threads (ZeroMQ's I/O threads), and after fork only async-signal-safe
+ * calls are allowed in the child. So an unknown user or a non-root agent asked to
+ * switch users fails without forking at all; the child only does system calls and
+ * reports a failing one (chdir, setuid, exec...) as {stage, errno} through a
+ * close-on-exec pipe. The parent blocks on that pipe until exec succeeds (EOF) or
+ * the child reports, and reaps a child that failed.
+ *
+ * The tree is found by scanning /proc: the leader's process group, plus every live
+ * process whose initial environment holds "BRAMBLE_TASK=<tag>". A process that
+ * execs with a scrubbed environment after leaving the group escapes; a cgroup would
+ * not have that hole, and can replace this scan where the agent owns one.
+ */
+
+#define TASK_ENV_NAME "BRAMBLE_TASK"
+#define FREEZE_WAIT_MS 500
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+enum child_stage {
+    STAGE_SETUP = 1, /* dup2, signals, session */
+    STAGE_GROUPS,
+    STAGE_SETGID,
+    STAGE_SETUID,
+    STAGE_CHDIR,
+    STAGE_EXEC,
+};
+
+struct child_report {
+    int stage;
+    int errnum;
+};
+
+struct br_task {
+    pid_t pid;
+    int fds[3]; /* [1] stdout, [2] stderr read ends; [0] unused (-1) */
+    int done;
+    int exit_code;
+    int signal;
+    char *tag;
+};
+
+/* Everything the child needs, prepared by the parent. */
+struct child_plan {
+    const char *argv[4];
+    char **envp;
+    const char *workdir; /* explicit workdir, or NULL */
+    const char *home;    /* fallback when workdir is NULL, may be NULL */
+    int switch_user;
+    uid_t uid;
+    gid_t gid;
+    gid_t *groups;
+    int ngroups;
+    int null_fd;
+    int out_w, err_w, report_w;
+};
+
+/* ---- environment ---------------------------------------------------------------- */
+
+typedef struct {
+    char **v;
+    size_t n, cap;
+} env_list_t;
+
+static size_t env_name_len(const char *entry)
+{
+    const char *eq = strchr(entry, '=');
+    return eq ? (size_t)(eq - entry) : strlen(entry);
+}
+
+static int env_same_name(const char *a, const char *b)
+{
+    size_t la = env_name_len(a);
+    return la == env_name_len(b) && strncmp(a, b, la) == 0;
+}
+
+static void env_free(env_list_t *e)
+{
+    for (size_t i = 0; i < e->n; i++)
+        free(e->v[i]);
+    free(e->v);
+    e->v = NULL;
+    e->n = e->cap = 0;
+}
+
+/* Take ownership of entry (malloc'd "K=V"); replaces an entry of the same name. */
+static int env_put(env_list_t *e, char *entry)
+{
+    if (!entry)
+        return -1;
+    for (size_t i = 0; i < e->n; i++) {
+        if (env_same_name(e->v[i], entry)) {
+            free(e->v[i]);
+            e->v[i] = entry;
+            return 0;
+        }
+    }
+    if (e->n + 1 >= e->cap) {
+        size_t cap = e->cap ? e->cap * 2 : 64;
+        char **v = realloc(e->v, cap * sizeof(*v));
+        if (!v) {
+            free(entry);
+            return -1;
+        }
+        e->v = v;
+        e->cap = cap;
+    }
+    e->v[e->n++] = entry;
+    e->v[e->n] = NULL;
+    return 0;
+}
+
+static int env_set(env_list_t *e, const char *name, const char *value)
+{
+    char *entry;
+    if (asprintf(&entry, "%s=%s", name, value) < 0)
+        return -1;
+    return env_put(e, entry);
+}
+
+static int env_build(env_list_t *e, const br_task_opts_t *opts, const struct passwd *pw,
+                     br_err_t *err)
+{
+    extern char **environ;
+    for (char **p = environ; p && *p; p++) {
+        if (env_same_name(*p, "BRAMBLE_CREDENTIAL") || !strchr(*p, '='))
+            continue;
+        if (env_put(e, strdup(*p)) < 0)
+            goto nomem;
+    }
+    if (pw &&
+        (env_set(e, "HOME", pw->pw_dir) < 0 || env_set(e, "USER", pw->pw_name) < 0 ||
+         env_set(e, "LOGNAME", pw->pw_name) < 0))
+        goto nomem;
+    for (const char *const *p = opts->env; p && *p; p++) {
+        if (!strchr(*p, '=') || **p == '=')
+            return br_errf(err, EINVAL, "environment entry '%s' needs KEY=VALUE", *p);
+        if (env_put(e, strdup(*p)) < 0)
+            goto nomem;
+    }
+    if (env_set(e, TASK_ENV_NAME, opts->tag) < 0)
+        goto nomem;
+    return 0;
+nomem:
+    return br_errf(err, ENOMEM, "out of memory building the task environment");
+}
+
+/* ---- job user ------------------------------------------------------------------- */
+
+typedef struct {
+    struct passwd pw;
+    char *buf;
+    int found;
+} pw_entry_t;
+
+static int pw_lookup(pw_entry_t *p, const char *name, uid_t uid)
+{
+    size_t size = 4096;
+    struct passwd *res = NULL;
+    for (;;) {
+        char *buf = realloc(p->buf, size);
+        if (!buf)
+            return -1;
+        p->buf = buf;
+        int rc = name ? getpwnam_r(name, &p->pw, buf, size, &res)
+                      : getpwuid_r(uid, &p->pw, buf, size, &res);
+        if (rc == ERANGE && size < (1u << 20)) {
+            size *= 2;
+            continue;
+        }
+        p->found = rc == 0 && res != NULL;
+        return 0;
+    }
+}
+
+static int load_groups(struct child_plan *plan, const struct passwd *pw)
+{
+    int n = 64;
+    for (int tries = 0; tries < 8; tries++) {
+        gid_t *g = realloc(plan->groups, (size_t)n * sizeof(*g));
+        if (!g)
+            return -1;
+        plan->groups = g;
+        int want = n;
+        if (getgrouplist(pw->pw_name, pw->pw_gid, g, &want) >= 0) {
+            plan->ngroups = want;
+            return 0;
+        }
+        n = want > n ? want : n * 2;
+    }
+    return -1;
+}
+
+/* Decide whose identity the task runs under. pw receives the passwd entry whose
+ * HOME/USER/LOGNAME the task gets (job user, else the agent's own, if known). */
+static int plan_user(struct child_plan *plan, const br_task_opts_t *opts,
+                     pw_entry_t *pw, br_err_t *err)
+{
+    if (!opts->user || !*opts->user) {
+        if (pw_lookup(pw, NULL, geteuid()) < 0)
+            return br_errf(err, ENOMEM, "out of memory looking up the agent's user");
+        plan->home = pw->found ? pw->pw.pw_dir : NULL;
+        return 0;
+    }
+    if (pw_lookup(pw, opts->user, 0) < 0)
+        return br_errf(err, ENOMEM, "out of memory looking up job user '%s'",
+                       opts->user);
+    if (!pw->found)
+        return br_errf(err, ENOENT, "job user '%s' does not exist", opts->user);
+    plan->home = pw->pw.pw_dir;
+    if (pw->pw.pw_uid == geteuid())
+        return 0;
+    if (geteuid() != 0)
+        return br_errf(err, EPERM, "switching to job user '%s' needs a root agent",
+                       opts->user);
+    plan->switch_user = 1;
+    plan->uid = pw->pw.pw_uid;
+    plan->gid = pw->pw.pw_gid;
+    if (load_groups(plan, &pw->pw) < 0)
+        return br_errf(err, ENOMEM, "cannot list the groups of job user '%s'",
+                       opts->user);
+    return 0;
+}
+
+/* ---- the child (async-signal-safe only) ----------------------------------------- */
+
+static __attribute__((noreturn)) void child_fail(const struct child_plan *plan,
+                                                 int stage)
+{
+    struct child_report r = {stage, errno};
+    ssize_t n = write(plan->report_w, &r, sizeof(r));
+    (void)n;
+    _exit(127);
+}
+
+static void child_close_fds(const struct child_plan *plan)
+{
+    /* Mark rather than close, so the report pipe stays usable until exec. */
+    if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) == 0)
+        return;
+    struct rlimit rl;
+    int max = 65536;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (rlim_t)max)
+        max = (int)rl.rlim_cur;
+    for (int fd = 3; fd < max; fd++)
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+static void child_stdio(struct child_plan *plan)
+{
+    /* An agent started with 0-2 closed gets pipes there: move them out of the way. */
+    if (plan->report_w < 3 &&
+        (plan->report_w = fcntl(plan->report_w, F_DUPFD_CLOEXEC, 3)) < 0)
+        _exit(127);
+    int src[3] = {plan->null_fd, plan->out_w, plan->err_w};
+    for (int i = 0; i < 3; i++) {
+        if (src[i] < 3 && (src[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 3)) < 0)
+            child_fail(plan, STAGE_SETUP);
+    }
+    for (int i = 0; i < 3; i++) {
+        if (dup2(src[i], i) < 0)
+            child_fail(plan, STAGE_SETUP);
+    }
+    child_close_fds(plan);
+}
+
+static void child_signals(const struct child_plan *plan)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    for (int sig = 1; sig < NSIG; sig++)
+        sigaction(sig, &sa, NULL); /* EINVAL for KILL, STOP and libc's own: fine */
+    sigset_t none;
+    sigemptyset(&none);
+    if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+        child_fail(plan, STAGE_SETUP);
+}
+
+static void child_identity(const struct child_plan *plan)
+{
+    if (!plan->switch_user)
+        return;
+    if (setgroups((size_t)plan->ngroups, plan->groups) < 0)
+        child_fail(plan, STAGE_GROUPS);
+    if (setgid(plan->gid) < 0)
+        child_fail(plan, STAGE_SETGID);
+    if (setuid(plan->uid) < 0)
+        child_fail(plan, STAGE_SETUID);
+}
+
+static __attribute__((noreturn)) void child_run(struct child_plan *plan)
+{
+    if (setsid() < 0)
+        child_fail(plan, STAGE_SETUP);
+    child_stdio(plan);
+    child_identity(plan);
+    if (plan->workdir) {
+        if (chdir(plan->workdir) < 0)
+            child_fail(plan, STAGE_CHDIR);
+    } else if (!plan->home || chdir(plan->home) < 0) {
+        if (chdir("/") < 0)
+            child_fail(plan, STAGE_CHDIR);
+    }
+    /* Last: with the mask cleared a signal may now kill us, which is its meaning. */
+    child_signals(plan);
+    execve("/bin/sh", (char *const *)plan->argv, plan->envp);
+    child_fail(plan, STAGE_EXEC);
+}
+
+/* ---- the parent ----------------------------------------------------------------- */
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+static int report_error(const struct child_report *r, const br_task_opts_t *opts,
+                        const char *workdir, br_err_t *err)
+{
+    const char *what = strerror(r->errnum);
+    switch (r->stage) {
+    case STAGE_CHDIR:
+        return br_errf(err, r->errnum, "workdir %s: %s", workdir, what);
+    case STAGE_EXEC:
+        return br_errf(err, r->errnum, "cannot run /bin/sh: %s", what);
+    case STAGE_GROUPS:
+    case STAGE_SETGID:
+    case STAGE_SETUID:
+        return br_errf(err, r->errnum, "switching to job user '%s': %s", opts->user,
+                       what);
+    default:
+        return br_errf(err, r->errnum, "setting up the task process: %s", what);
+    }
+}
+
+/* Wait for exec (EOF on the report pipe) or the child's failure report. */
+static int await_exec(pid_t pid, int report_r, const br_task_opts_t *opts,
+                      const char *workdir, br_err_t *err)
+{
+    struct child_report r;
+    ssize_t n;
+    do {
+        n = read(report_r, &r, sizeof(r));
+    } while (n < 0 && errno == EINTR);
+    if (n == 0)
+        return 0;
+    if (n != (ssize_t)sizeof(r))
+        r = (struct child_report){STAGE_SETUP, n < 0 ? errno : EIO};
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    return report_error(&r, opts, workdir, err);
+}
+
+static int set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+static pid_t spawn(struct child_plan *plan, int report_r)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(report_r);
+        child_run(plan);
+    }
+    int saved = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    errno = saved;
+    return pid;
+}
+
+static int open_pipes(int out[2], int errp[2], int report[2], int *null_fd)
+{
+    if (pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
+        pipe2(report, O_CLOEXEC) < 0)
+        return -1;
+    if (set_nonblock(out[0]) < 0 || set_nonblock(errp[0]) < 0)
+        return -1;
+    *null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    return *null_fd < 0 ? -1 : 0;
+}
+
+static br_task_t *task_alloc(const char *tag)
+{
+    br_task_t *t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    t->tag = strdup(tag);
+    if (!t->tag) {
+        free(t);
+        return NULL;
+    }
+    t->pid = -1;
+    t->fds[0] = t->fds[1] = t->fds[2] = -1;
+    t->exit_code = t->signal = -1;
+    return t;
+}
+
+static int launch(br_task_t *t, struct child_plan *plan, const br_task_opts_t *opts,
+                  br_err_t *err)
+{
+    int out[2] = {-1, -1}, errp[2] = {-1, -1}, report[2] = {-1, -1};
+    int rc = -1;
+    plan->null_fd = -1;
+    if (open_pipes(out, errp, report, &plan->null_fd) < 0) {
+        br_errf(err, errno, "cannot create task pipes: %s", strerror(errno));
+        goto out;
+    }
+    plan->out_w = out[1];
+    plan->err_w = errp[1];
+    plan->report_w = report[1];
+    pid_t pid = spawn(plan, report[0]);
+    if (pid < 0) {
+        br_errf(err, errno, "cannot fork the task: %s", strerror(errno));
+        goto out;
+    }
+    close_fd(&out[1]);
+    close_fd(&errp[1]);
+    close_fd(&report[1]);
+    if (await_exec(pid, report[0], opts, opts->workdir ? opts->workdir : "/", err) < 0)
+        goto out;
+    t->pid = pid;
+    t->fds[1] = out[0];
+    t->fds[2] = errp[0];
+    out[0] = errp[0] = -1;
+    rc = 0;
+out:
+    for (int i = 0; i < 2; i++) {
+        close_fd(&out[i]);
+        close_fd(&errp[i]);
+        close_fd(&report[i]);
+    }
+    close_fd(&plan->null_fd);
+    return rc;
+}
+
+br_task_t *br_task_start(const br_task_opts_t *opts, br_err_t *err)
+{
+    if (!opts || !opts->command || !opts->tag || !*opts->tag)
+        return br_errp(err, EINVAL, "a task needs a command and a tag");
+    struct child_plan plan = {.argv = {"/bin/sh", "-c", opts->command, NULL},
+                              .workdir = opts->workdir};
+    pw_entry_t pw = {0};
+    env_list_t env = {0};
+    br_task_t *t = NULL;
+    if (plan_user(&plan, opts, &pw, err) < 0 ||
+        env_build(&env, opts, opts->user && *opts->user ? &pw.pw : NULL, err) < 0)
+        goto out;
+    plan.envp = env.v;
+    t = task_alloc(opts->tag);
+    if (!t) {
+        br_errf(err, ENOMEM, "out of memory starting a task");
+        goto out;
+    }
+    if (launch(t, &plan, opts, err) < 0) {
+        int saved = errno;
+        br_task_destroy(&t);
+        errno = saved;
+    }
+out:;
+    int saved = errno;
+    env_free(&env);
+    free(plan.groups);
+    free(pw.buf);
+    errno = saved;
+    return t;
+}
+
+void br_task_destroy(br_task_t **task)
+{
+    if (!task || !*task)
+        return;
+    int saved = errno;
+    br_task_t *t = *task;
+    close_fd(&t->fds[1]);
+    close_fd(&t->fds[2]);
+    free(t->tag);
+    free(t);
+    *task = NULL;
+    errno = saved;
+}
+
+pid_t br_task_pid(const br_task_t *task)
+{
+    return task ? task->pid : -1;
+}
+
+const char *br_task_tag(const br_task_t *task)
+{
+    return task ? task->tag : NULL;
+}
+
+int br_task_fd(const br_task_t *task, int stream)
+{
+    if (!task || (stream != 1 && stream != 2))
+        return -1;
+    return task->fds[stream];
+}
+
+ssize_t br_task_read(br_task_t *task, int stream, void *buf, size_t len)
+{
+    if (!task || (stream != 1 && stream != 2)) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (task->fds[stream] < 0)
+        return 0;
+    ssize_t n;
+    do {
+        n = read(task->fds[stream], buf, len);
+    } while (n < 0 && errno == EINTR);
+    if (n == 0)
+        close_fd(&task->fds[stream]);
+    return n;
+}
+
+void br_task_exited(br_task_t *task, int wait_status)
+{
+    if (!task)
+        return;
+    if (WIFEXITED(wait_status)) {
+        task->exit_code = WEXITSTATUS(wait_status);
+        task->signal = -1;
+    } else if (WIFSIGNALED(wait_status)) {
+        task->exit_code = -1;
+        task->signal = WTERMSIG(wait_status);
+    } else {
+        return; /* stopped or continued: still alive */
+    }
+    task->done = 1;
+}
+
+int br_task_done(const br_task_t *task, int *exit_code, int *signal)
+{
+    if (!task || !task->done)
+        return 0;
+    if (exit_code)
+        *exit_code = task->exit_code;
+    if (signal)
+        *signal = task->signal;
+    return 1;
+}
+
+/* ---- finding the tree ----------------------------------------------------------- */
+
+typedef struct {
+    pid_t pid;
+    char state;
+} proc_t;
+
+typedef struct {
+    proc_t *v;
+    size_t n, cap;
+} proc_list_t;
+
+static int proc_add(proc_list_t *l, pid_t pid, char state)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 32;
+        proc_t *v = realloc(l->v, cap * sizeof(*v));
+        if (!v)
+            return -1;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = (proc_t){pid, state};
+    return 0;
+}
+
+/* State and process group from /proc/PID/stat. */
+static int read_stat(int dirfd, char *state, pid_t *pgrp)
+{
+    char buf[512];
+    int fd = openat(dirfd, "stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
+    int ppid, pg;
+    if (!p || sscanf(p + 1, " %c %d %d", state, &ppid, &pg) != 3)
+        return -1;
+    *pgrp = pg;
+    return 0;
+}
+
+/* Whether /proc/PID/environ holds exactly the entry needle, streamed in chunks. */
+static int environ_has(int dirfd, const char *needle)
+{
+    int fd = openat(dirfd, "environ", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    size_t nlen = strlen(needle), pos = 0;
+    int ok = 1, found = 0;
+    char buf[4096];
+    ssize_t n;
+    while (!found && (n = read(fd, buf, sizeof(buf))) > 0) {
+        for (ssize_t i = 0; i < n && !found; i++) {
+            if (buf[i] == '\0') {
+                found = ok && pos == nlen;
+                pos = 0;
+                ok = 1;
+                continue;
+            }
+            if (pos >= nlen || needle[pos] != buf[i])
+                ok = 0;
+            pos++;
+        }
+    }
+    close(fd);
+    return found || (ok && pos == nlen);
+}
+
+static int parse_pid(const char *name, pid_t *pid)
+{
+    char *end;
+    if (name[0] < '1' || name[0] > '9')
+        return -1;
+    long v = strtol(name, &end, 10);
+    if (*end || v <= 0 || v > INT_MAX)
+        return -1;
+    *pid = (pid_t)v;
+    return 0;
+}
+
+/* Live (non-zombie) processes in process group pgid (if > 0) or carrying needle. */
+static int scan_tree(pid_t pgid, const char *needle, proc_list_t *out)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return -1;
+    pid_t self = getpid();
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d))) {
+        pid_t pid, pgrp;
+        char state;
+        if (parse_pid(de->d_name, &pid) < 0 || pid == self)
+            continue;
+        int dfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+            continue;
+        if (read_stat(dfd, &state, &pgrp) == 0 && state != 'Z' && state != 'X' &&
+            ((pgid > 0 && pgrp == pgid) || environ_has(dfd, needle)))
+            rc = proc_add(out, pid, state);
+        close(dfd);
+    }
+    closedir(d);
+    return rc;
+}
+
+static char *tag_entry(const char *tag)
+{
+    char *s;
+    return asprintf(&s, "%s=%s", TASK_ENV_NAME, tag) < 0 ? NULL : s;
+}
+
+static int task_scan(const br_task_t *task, proc_list_t *out)
+{
+    char *needle = tag_entry(task->tag);
+    if (!needle)
+        return -1;
+    out->n = 0;
+    int rc = scan_tree(task->pid, needle, out);
+    free(needle);
+    return rc;
+}
+
+static int signal_list(const proc_list_t *l, int sig)
+{
+    int count = 0;
+    for (size_t i = 0; i < l->n; i++)
+        count += kill(l->v[i].pid, sig) == 0;
+    return count;
+}
+
+int br_task_signal(br_task_t *task, int sig)
+{
+    if (!task) {
+        errno = EINVAL;
+        return -1;
+    }
+    proc_list_t l = {0};
+    int rc = task_scan(task, &l);
+    if (rc == 0)
+        rc = signal_list(&l, sig);
+    free(l.v);
+    return rc;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+int br_task_kill_tree(br_task_t *task, int timeout_ms)
+{
+    if (!task) {
+        errno = EINVAL;
+        return -1;
+    }
+    int64_t deadline = br_mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    proc_list_t l = {0};
+    int rc = -1;
+    for (;;) {
+        if (task_scan(task, &l) < 0)
+            break;
+        if (l.n == 0) {
+            rc = 0;
+            break;
+        }
+        signal_list(&l, SIGSTOP); /* nothing forks while we kill */
+        signal_list(&l, SIGKILL);
+        if (br_mono_ms() >= deadline) {
+            errno = ETIMEDOUT;
+            break;
+        }
+        sleep_ms(10);
+    }
+    int saved = errno;
+    free(l.v);
+    errno = saved;
+    return rc;
+}
+
+/* Whether SIGSTOP is pending for pid (SigPnd or ShdPnd in /proc/PID/status). */
+static int stop_pending(pid_t pid)
+{
+    char path[64], line[128];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    unsigned long long mask, bit = 1ULL << (SIGSTOP - 1);
+    int pending = 0;
+    if (!f)
+        return 0;
+    while (!pending && fgets(line, sizeof(line), f)) {
+        if ((sscanf(line, "SigPnd: %llx", &mask) == 1 ||
+             sscanf(line, "ShdPnd: %llx", &mask) == 1) &&
+            (mask & bit))
+            pending = 1;
+    }
+    fclose(f);
+    return pending;
+}
+
+/* Stopped, or can run no user code before it stops: a process in uninterruptible
+ * sleep with SIGSTOP pending (dash's vfork parent waits so while its child is
+ * stopped before exec; it stops when the wait ends). */
+static int is_frozen(const proc_t *p)
+{
+    return p->state == 'T' || p->state == 't' ||
+           (p->state == 'D' && stop_pending(p->pid));
+}
+
+/* SIGSTOP every process until a scan finds all of them frozen, so children forked
+ * meanwhile are caught. Returns the number of processes, -1 (ETIMEDOUT) when some
+ * did not stop within FREEZE_WAIT_MS (the signal stays pending for them). */
+int br_task_freeze(br_task_t *task)
+{
+    if (!task) {
+        errno = EINVAL;
+        return -1;
+    }
+    int64_t deadline = br_mono_ms() + FREEZE_WAIT_MS;
+    proc_list_t l = {0};
+    int rc = -1;
+    for (;;) {
+        if (task_scan(task, &l) < 0)
+            break;
+        int running = 0;
+        for (size_t i = 0; i < l.n; i++) {
+            if (!is_frozen(&l.v[i])) {
+                running++;
+                kill(l.v[i].pid, SIGSTOP);
+            }
+        }
+        if (!running) {
+            rc = (int)l.n;
+            break;
+        }
+        if (br_mono_ms() >= deadline) {
+            errno = ETIMEDOUT;
+            break;
+        }
+        sleep_ms(1);
+    }
+    int saved = errno;
+    free(l.v);
+    errno = saved;
+    return rc;
+}
+
+int br_task_thaw(br_task_t *task)
+{
+    return br_task_signal(task, SIGCONT);
+}
+
+int br_task_count_tagged(const char *tag)
+{
+    if (!tag || !*tag) {
+        errno = EINVAL;
+        return -1;
+    }
+    char *needle = tag_entry(tag);
+    if (!needle)
+        return -1;
+    proc_list_t l = {0};
+    int rc = scan_tree(0, needle, &l);
+    free(needle);
+    if (rc == 0)
+        rc = (int)l.n;
+    free(l.v);
+    return rc;
+}
