@@ -111,7 +111,7 @@ static const char *type_name(const node_t *n)
     return n->type == N_SEQ ? "a list" : n->type == N_MAP ? "a mapping" : "a scalar";
 }
 
-/* ---- error text ------------------------------------------------------------------ */
+/* ---- error text ---------------------------------------------------------------- */
 
 /* Length of the valid UTF-8 character at s, 0 when there is none. */
 static size_t utf8_len(const unsigned char *s)
@@ -193,7 +193,7 @@ static int oom(br_err_t *err)
     return br_errf(err, ENOMEM, "spec: out of memory");
 }
 
-/* ---- YAML text -> tree ----------------------------------------------------------- */
+/* ---- YAML text -> tree --------------------------------------------------------- */
 
 typedef struct {
     yaml_parser_t p;
@@ -437,8 +437,7 @@ static int parse_text(const char *text, size_t len, const char *set_path, node_t
     return rc;
 }
 
-/* ---- the schema -------------------------------------------------------------------
- */
+/* ---- the schema ---------------------------------------------------------------- */
 
 static const char *const top_keys[] = {
     "name",       "kind",    "command",  "workdir",    "env",     "resources", "model",
@@ -476,8 +475,7 @@ static const char *const *section_keys(const char *path)
     return NULL;
 }
 
-/* ---- --set overrides --------------------------------------------------------------
- */
+/* ---- --set overrides ----------------------------------------------------------- */
 
 /* Split path "a.b.c" (modified) into parts checked against the schema; shown is
  * the path as given, for errors. */
@@ -593,8 +591,7 @@ static int apply_set(node_t *root, const char *set, br_err_t *err)
     return rc;
 }
 
-/* ---- tree -> br_spec_t: typed getters ---------------------------------------------
- */
+/* ---- tree -> br_spec_t: typed getters ------------------------------------------ */
 
 typedef struct {
     const node_t *map; /* NULL when the section is absent */
@@ -848,8 +845,7 @@ static int value_line(const sect_t *s, const char *key)
     return n ? n->line : NO_LINE;
 }
 
-/* ---- tree -> br_spec_t: the sections ----------------------------------------------
- */
+/* ---- tree -> br_spec_t: the sections ------------------------------------------- */
 
 static int check_name(const sect_t *top, br_spec_t *spec)
 {
@@ -898,11 +894,11 @@ static int check_tasks(const sect_t *r, br_spec_t *spec)
     int rc = get_scalar(r, "tasks_per_node", what, &n);
     if (rc <= 0)
         return rc;
-    if (strcmp(n->text, "gpus") != 0)
-        return int_value(r, "tasks_per_node", n, 1, 1024, what,
-                         &spec->resources.tasks_per_node) < 0
-                   ? -1
-                   : 0;
+    if (strcmp(n->text, "gpus") != 0) {
+        rc = int_value(r, "tasks_per_node", n, 1, 1024, what,
+                       &spec->resources.tasks_per_node);
+        return rc < 0 ? -1 : 0;
+    }
     spec->resources.tasks_per_node = BR_TASKS_GPUS;
     if (spec->resources.gpus < 1)
         return fail_at(r->err, n->line,
@@ -1112,8 +1108,7 @@ static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
     return 0;
 }
 
-/* ---- public ------------------------------------------------------------------------
- */
+/* ---- public -------------------------------------------------------------------- */
 
 static br_spec_t *spec_new(void)
 {
@@ -1206,8 +1201,7 @@ const char *br_job_kind_name(br_job_kind_t kind)
     return kind == BR_JOB_SERVICE ? "service" : "train";
 }
 
-/* ---- br_spec_t -> JSON -------------------------------------------------------------
- */
+/* ---- br_spec_t -> JSON --------------------------------------------------------- */
 
 static json_t *str_or_null(const char *s)
 {

@@ -1,0 +1,812 @@
+/* test_spec.c - unit tests for the job spec parser (proto/spec.c). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spec.h"
+
+#define GIB (1024ULL * 1024 * 1024)
+
+/* The example of ARCHITECTURE.md, verbatim (it gives both model and vram, and a
+ * service section on a train job, so it is refused as it stands). */
+static const char example[] =
+    "name: llama-lora            # required; [a-z0-9-], unique among active jobs\n"
+    "kind: train                 # train: runs to completion, restarted on failure\n"
+    "                            # service: kept running (inference), see below\n"
+    "command: python3 train.py --resume \"$BRAMBLE_RESUME_FROM\"\n"
+    "workdir: /srv/llama          # optional\n"
+    "env: {HF_HOME: /srv/hf}      # optional\n"
+    "resources:\n"
+    "  nodes: 2                  # gang size; all nodes start together or none\n"
+    "  tasks_per_node: gpus      # 1 (default: one process per node, e.g. torchrun)\n"
+    "                            # or gpus (one process per GPU, RANK set per task)\n"
+    "  gpus: 4                   # per node\n"
+    "  vram: 24GiB               # minimum free per GPU\n"
+    "  cpus: 8\n"
+    "  memory: 32GiB\n"
+    "  arch: [x86_64, aarch64]   # optional\n"
+    "  gpu_model: [RTX 4090, A100]  # optional, substring match\n"
+    "  labels: {site: home}      # optional, all must match\n"
+    "model:                      # optional: size the job from the model instead\n"
+    "  params: 8B                #   of giving vram (see `bramble plan`)\n"
+    "  mode: lora                # inference | lora | qlora | full\n"
+    "  dtype: bf16\n"
+    "checkpoint:\n"
+    "  dir: /srv/llama/ckpt      # where the job writes checkpoints\n"
+    "  pattern: \"checkpoint-*\"   # entries that are checkpoints; step = last number\n"
+    "  complete_file: trainer_state.json  # optional marker: only then complete\n"
+    "restart:\n"
+    "  max: 5                    # restarts after node loss or failure\n"
+    "  on: [node_lost, nonzero_exit]\n"
+    "priority: 0\n"
+    "time_limit: 12h\n"
+    "service:                    # kind: service only\n"
+    "  replicas: 6\n"
+    "  port: auto                # $PORT given to each replica\n"
+    "  health: {http: /health}   # or {tcp: true}\n";
+
+/* The example made valid: without resources.vram and without the service part. */
+static char *example_train(void)
+{
+    char *s = strdup(example);
+    char *vram = strstr(s, "  vram: 24GiB");
+    memset(vram, ' ', strcspn(vram, "\n")); /* a blank line keeps the numbering */
+    *strstr(s, "service:  ") = '\0';
+    return s;
+}
+
+static br_spec_t *parse(const char *yaml, const char *const *sets, int nsets,
+                        br_err_t *err)
+{
+    memset(err, 0, sizeof(*err));
+    return br_spec_parse(yaml, strlen(yaml), sets, nsets, err);
+}
+
+static br_spec_t *parse_ok(const char *yaml, const char *const *sets, int nsets)
+{
+    br_err_t err;
+    br_spec_t *s = parse(yaml, sets, nsets, &err);
+    if (!s)
+        fail_msg("unexpected error: %s", err.text);
+    return s;
+}
+
+/* The JSON of the spec must equal want (a JSON text). */
+static void assert_json(const br_spec_t *s, const char *want)
+{
+    json_error_t jerr;
+    json_t *w = json_loads(want, 0, &jerr), *got = br_spec_to_json(s);
+    if (!w)
+        fail_msg("bad expected JSON: %s", jerr.text);
+    if (!json_equal(w, got)) {
+        char *g = json_dumps(got, JSON_SORT_KEYS);
+        char *e = json_dumps(w, JSON_SORT_KEYS);
+        print_error("got:  %s\nwant: %s\n", g, e);
+        free(g);
+        free(e);
+        fail();
+    }
+    json_decref(w);
+    json_decref(got);
+}
+
+/* ---- good specs ------------------------------------------------------------------ */
+
+static void test_defaults(void **state)
+{
+    br_spec_t *s = parse_ok("name: a\ncommand: run\n", NULL, 0);
+    assert_string_equal(s->name, "a");
+    assert_int_equal(s->kind, BR_JOB_TRAIN);
+    assert_null(s->workdir);
+    assert_int_equal(json_object_size(s->env), 0);
+    assert_int_equal(s->resources.nodes, 1);
+    assert_int_equal(s->resources.tasks_per_node, 1);
+    assert_int_equal(s->resources.gpus, 0);
+    assert_int_equal(s->resources.cpus, 1);
+    assert_int_equal(s->resources.n_arch, 0);
+    assert_non_null(s->resources.labels);
+    assert_int_equal(s->resources.spread_any, 0);
+    assert_int_equal(s->model.given, 0);
+    assert_null(s->checkpoint.dir);
+    assert_int_equal(s->restart.max, 3);
+    assert_int_equal(s->restart.on_node_lost, 1);
+    assert_int_equal(s->restart.on_nonzero_exit, 0);
+    assert_int_equal(s->time_limit_ms, 0);
+    assert_json(s,
+                "{\"name\":\"a\",\"kind\":\"train\",\"command\":\"run\","
+                "\"workdir\":null,\"env\":{},\"resources\":{\"nodes\":1,"
+                "\"tasks_per_node\":1,\"gpus\":0,\"vram\":0,\"cpus\":1,\"memory\":0,"
+                "\"arch\":[],\"gpu_model\":[],\"labels\":{},\"spread\":\"site\"},"
+                "\"model\":null,\"checkpoint\":null,\"restart\":{\"max\":3,"
+                "\"on\":[\"node_lost\"]},\"priority\":0,\"time_limit\":0,"
+                "\"service\":null}");
+    br_spec_destroy(&s);
+    assert_null(s);
+}
+
+static void test_example_train(void **state)
+{
+    char *text = example_train();
+    br_spec_t *s = parse_ok(text, NULL, 0);
+    assert_string_equal(s->name, "llama-lora");
+    assert_string_equal(s->command,
+                        "python3 train.py --resume \"$BRAMBLE_RESUME_FROM\"");
+    assert_string_equal(s->workdir, "/srv/llama");
+    assert_string_equal(json_string_value(json_object_get(s->env, "HF_HOME")),
+                        "/srv/hf");
+    assert_int_equal(s->resources.nodes, 2);
+    assert_int_equal(s->resources.tasks_per_node, BR_TASKS_GPUS);
+    assert_int_equal(s->resources.gpus, 4);
+    assert_int_equal(s->resources.vram, 0);
+    assert_int_equal(s->resources.memory, 32 * GIB);
+    assert_int_equal(s->resources.n_gpu_model, 2);
+    assert_string_equal(s->resources.gpu_model[0], "RTX 4090");
+    assert_true(s->model.params == 8e9);
+    assert_string_equal(s->checkpoint.pattern, "checkpoint-*");
+    assert_int_equal(s->restart.on_nonzero_exit, 1);
+    assert_json(
+        s,
+        "{\"name\":\"llama-lora\",\"kind\":\"train\",\"command\":"
+        "\"python3 train.py --resume \\\"$BRAMBLE_RESUME_FROM\\\"\","
+        "\"workdir\":\"/srv/llama\",\"env\":{\"HF_HOME\":\"/srv/hf\"},"
+        "\"resources\":{\"nodes\":2,\"tasks_per_node\":\"gpus\",\"gpus\":4,"
+        "\"vram\":0,\"cpus\":8,\"memory\":34359738368,"
+        "\"arch\":[\"x86_64\",\"aarch64\"],\"gpu_model\":[\"RTX 4090\","
+        "\"A100\"],\"labels\":{\"site\":\"home\"},\"spread\":\"site\"},"
+        "\"model\":{\"params\":8000000000,\"mode\":\"lora\",\"dtype\":\"bf16\"},"
+        "\"checkpoint\":{\"dir\":\"/srv/llama/ckpt\",\"pattern\":"
+        "\"checkpoint-*\",\"complete_file\":\"trainer_state.json\"},"
+        "\"restart\":{\"max\":5,\"on\":[\"node_lost\",\"nonzero_exit\"]},"
+        "\"priority\":0,\"time_limit\":43200000,\"service\":null}");
+    br_spec_destroy(&s);
+    free(text);
+}
+
+static void test_service(void **state)
+{
+    br_spec_t *s = parse_ok(
+        "name: chat\nkind: service\ncommand: serve\n"
+        "resources: {gpus: 1, vram: 20GB, spread: any}\n"
+        "service:\n  replicas: 3\n  port: 8080\n"
+        "  health: {tcp: true, interval: 2s, grace: 1m}\n",
+        NULL, 0);
+    assert_int_equal(s->kind, BR_JOB_SERVICE);
+    assert_int_equal(s->service.replicas, 3);
+    assert_int_equal(s->service.port, 8080);
+    assert_int_equal(s->service.health_tcp, 1);
+    assert_null(s->service.health_http);
+    assert_json(s,
+                "{\"name\":\"chat\",\"kind\":\"service\",\"command\":\"serve\","
+                "\"workdir\":null,\"env\":{},\"resources\":{\"nodes\":1,"
+                "\"tasks_per_node\":1,\"gpus\":1,\"vram\":20000000000,\"cpus\":1,"
+                "\"memory\":0,\"arch\":[],\"gpu_model\":[],\"labels\":{},"
+                "\"spread\":\"any\"},\"model\":null,\"checkpoint\":null,"
+                "\"restart\":{\"max\":3,\"on\":[\"node_lost\"]},\"priority\":0,"
+                "\"time_limit\":0,\"service\":{\"replicas\":3,\"port\":8080,"
+                "\"health\":{\"tcp\":true},\"interval\":2000,\"grace\":60000}}");
+    br_spec_destroy(&s);
+}
+
+static void test_service_defaults(void **state)
+{
+    br_spec_t *s = parse_ok(
+        "name: web\nkind: service\ncommand: serve\n"
+        "service: {port: auto, health: {http: /healthz}}\n",
+        NULL, 0);
+    assert_int_equal(s->service.replicas, 1);
+    assert_int_equal(s->service.port, BR_PORT_AUTO);
+    assert_string_equal(s->service.health_http, "/healthz");
+    assert_int_equal(s->service.health_interval_ms, 5000);
+    assert_int_equal(s->service.health_grace_ms, 30000);
+    json_t *j = br_spec_to_json(s);
+    json_t *sv = json_object_get(j, "service");
+    assert_string_equal(json_string_value(json_object_get(sv, "port")), "auto");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(sv, "health"), "http")),
+        "/healthz");
+    json_decref(j);
+    br_spec_destroy(&s);
+    /* a service without a service section gets every default, health none */
+    s = parse_ok("name: web\nkind: service\ncommand: serve\n", NULL, 0);
+    j = br_spec_to_json(s);
+    assert_true(json_is_null(json_object_get(json_object_get(j, "service"), "health")));
+    json_decref(j);
+    br_spec_destroy(&s);
+}
+
+static void test_small_forms(void **state)
+{
+    br_spec_t *s = parse_ok(
+        "---\nname: &n a\ncommand: 'run'\nresources:\n"
+        "  gpus: \"2\"\n  cpus: 0\n  arch: x86_64\n"
+        "restart: {on: []}\npriority: -5\ntime_limit: 90\n"
+        "model: {params: 350M}\nworkdir:\n...\n",
+        NULL, 0);
+    assert_int_equal(s->resources.gpus, 2);
+    assert_int_equal(s->resources.cpus, 0);
+    assert_int_equal(s->resources.n_arch, 1);
+    assert_string_equal(s->resources.arch[0], "x86_64");
+    assert_int_equal(s->restart.on_node_lost, 0);
+    assert_int_equal(s->restart.on_nonzero_exit, 0);
+    assert_int_equal(s->priority, -5);
+    assert_int_equal(s->time_limit_ms, 90000);
+    assert_int_equal(s->model.given, 1);
+    assert_string_equal(s->model.mode, "inference");
+    assert_string_equal(s->model.dtype, "bf16");
+    assert_null(s->workdir);
+    json_t *j = br_spec_to_json(s);
+    assert_int_equal(
+        json_array_size(json_object_get(json_object_get(j, "restart"), "on")), 0);
+    json_decref(j);
+    br_spec_destroy(&s);
+}
+
+static void test_env_scalars(void **state)
+{
+    br_spec_t *s = parse_ok(
+        "name: a\ncommand: x\nenv:\n  N: 1\n  B: true\n  E: ''\n"
+        "  _X9: \"two words\"\n",
+        NULL, 0);
+    assert_string_equal(json_string_value(json_object_get(s->env, "N")), "1");
+    assert_string_equal(json_string_value(json_object_get(s->env, "B")), "true");
+    assert_string_equal(json_string_value(json_object_get(s->env, "E")), "");
+    assert_string_equal(json_string_value(json_object_get(s->env, "_X9")), "two words");
+    br_spec_destroy(&s);
+}
+
+static void test_sets(void **state)
+{
+    const char *sets[] = {"resources.gpus=2",
+                          "model.params=8B",
+                          "env.FOO=bar",
+                          "resources.arch=[a, b]",
+                          "resources.labels={site: home}",
+                          "workdir=",
+                          "restart.on=[nonzero_exit]",
+                          "name=other"};
+    br_spec_t *s =
+        parse_ok("name: a\ncommand: x\nworkdir: /w\nresources:\n  gpus: 8\n", sets, 8);
+    assert_string_equal(s->name, "other");
+    assert_int_equal(s->resources.gpus, 2);
+    assert_int_equal(s->model.given, 1);
+    assert_true(s->model.params == 8e9);
+    assert_string_equal(json_string_value(json_object_get(s->env, "FOO")), "bar");
+    assert_int_equal(s->resources.n_arch, 2);
+    assert_string_equal(s->resources.arch[1], "b");
+    assert_string_equal(json_string_value(json_object_get(s->resources.labels, "site")),
+                        "home");
+    assert_null(s->workdir);
+    assert_int_equal(s->restart.on_node_lost, 0);
+    assert_int_equal(s->restart.on_nonzero_exit, 1);
+    br_spec_destroy(&s);
+}
+
+static void test_set_into_null_section(void **state)
+{
+    const char *sets[] = {"model.params=70B", "model.mode=qlora"};
+    br_spec_t *s = parse_ok("name: a\ncommand: x\nmodel:\n", sets, 2);
+    assert_int_equal(s->model.given, 1);
+    assert_true(s->model.params == 70e9);
+    assert_string_equal(s->model.mode, "qlora");
+    br_spec_destroy(&s);
+    /* later --set wins over an earlier one */
+    const char *twice[] = {"priority=1", "priority=7"};
+    s = parse_ok("name: a\ncommand: x\n", twice, 2);
+    assert_int_equal(s->priority, 7);
+    br_spec_destroy(&s);
+}
+
+static void test_destroy_null(void **state)
+{
+    br_spec_t *s = NULL;
+    br_spec_destroy(NULL);
+    br_spec_destroy(&s);
+    assert_null(s);
+    assert_string_equal(br_job_kind_name(BR_JOB_TRAIN), "train");
+    assert_string_equal(br_job_kind_name(BR_JOB_SERVICE), "service");
+}
+
+static void test_oversized(void **state)
+{
+    size_t n = BR_SPEC_MAX_BYTES + 1;
+    char *big = malloc(n + 1);
+    memset(big, '#', n);
+    big[0] = 'a';
+    big[1] = ':';
+    big[2] = ' ';
+    big[n] = '\0';
+    br_err_t err = {0};
+    assert_null(br_spec_parse(big, n, NULL, 0, &err));
+    assert_non_null(strstr(err.text, "larger than 262144 bytes"));
+    free(big);
+}
+
+static void test_null_input(void **state)
+{
+    br_err_t err = {0};
+    assert_null(br_spec_parse(NULL, 0, NULL, 0, &err));
+    assert_string_equal(err.text, "spec: empty");
+}
+
+static void test_example_refused(void **state)
+{
+    br_err_t err;
+    assert_null(parse(example, NULL, 0, &err));
+    assert_string_equal(
+        err.text, "line 18: model: give either model or resources.vram, not both");
+    char *text = strdup(example);
+    char *vram = strstr(text, "  vram: 24GiB");
+    memset(vram, ' ', strcspn(vram, "\n"));
+    assert_null(parse(text, NULL, 0, &err));
+    assert_string_equal(err.text, "line 31: service: only for kind: service");
+    free(text);
+}
+
+/* ---- bad specs: each must fail with the given text in the error --------------------
+ */
+
+#define BASE "name: job\ncommand: run\n" /* lines 1-2 */
+
+typedef struct {
+    const char *name;
+    const char *yaml;
+    const char *sets[3];
+    const char *want; /* substring of the error text; exact when it starts with '=' */
+} bad_case_t;
+
+static const bad_case_t bad_cases[] = {
+    /* keys */
+    {"unknown top key",
+     BASE "kind: train\nresorces: {}\n",
+     {0},
+     "=line 4: unknown key 'resorces'"},
+    {"unknown nested key",
+     BASE "resources:\n  nodes: 1\n  cpus: 2\n  gpu: 2\n",
+     {0},
+     "=line 6: unknown key 'gpu' in resources"},
+    {"unknown health key",
+     BASE "kind: service\nservice:\n  health: {http: /, udp: 1}\n",
+     {0},
+     "=line 5: unknown key 'udp' in service.health"},
+    {"duplicate key", BASE "name: again\n", {0}, "=line 3: duplicate key 'name'"},
+    {"missing name", "command: run\n", {0}, "=name: required"},
+    {"null name", "name:\ncommand: run\n", {0}, "=name: required"},
+    {"missing command", "name: job\n", {0}, "=command: required"},
+    /* types and values */
+    {"unknown key later",
+     BASE "resources:\n  nodes: 1\n  cpus: 1\n  gpus: 1\n  gpus2: 1\n",
+     {0},
+     "line 7: unknown key 'gpus2' in resources"},
+    {"gpus not int",
+     BASE "priority: 1\nresources:\n  cpus: 1\n  memory: 1\n  gpus: two\n",
+     {0},
+     "=line 7: resources.gpus: expected a non-negative integer, got 'two'"},
+    {"gpus float",
+     BASE "resources: {gpus: 2.5}\n",
+     {0},
+     "=line 3: resources.gpus: expected a non-negative integer, got '2.5'"},
+    {"gpus hex", BASE "resources: {gpus: 0x10}\n", {0}, "got '0x10'"},
+    {"gpus list",
+     BASE "resources: {gpus: [1]}\n",
+     {0},
+     "resources.gpus: expected a non-negative integer, got a list"},
+    {"nodes zero",
+     BASE "resources: {nodes: 0}\n",
+     {0},
+     "=line 3: resources.nodes: 0 is out of range (1..1024)"},
+    {"nodes word",
+     BASE "resources: {nodes: many}\n",
+     {0},
+     "resources.nodes: expected a positive integer, got 'many'"},
+    {"cpus huge",
+     BASE "resources: {cpus: 99999999999999999999}\n",
+     {0},
+     "resources.cpus: expected a non-negative integer"},
+    {"bad name",
+     "name: Foo_1\ncommand: x\n",
+     {0},
+     "=line 1: name: 'Foo_1' must be lowercase letters, digits and '-' (1-63 chars)"},
+    {"name dash", "name: -a\ncommand: x\n", {0}, "line 1: name: '-a' must be"},
+    {"name too long",
+     "name: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\ncommand: "
+     "x\n",
+     {0},
+     "line 1: name: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...' must be"},
+    {"name mapping",
+     "name: {a: 1}\ncommand: x\n",
+     {0},
+     "line 1: name: expected a string, got a mapping"},
+    {"kind",
+     BASE "kind: batch\n",
+     {0},
+     "=line 3: kind: expected train or service, got 'batch'"},
+    {"command empty",
+     "name: a\ncommand: '  '\n",
+     {0},
+     "=line 2: command: must not be empty"},
+    {"command list",
+     "name: a\ncommand: [python3, x.py]\n",
+     {0},
+     "line 2: command: expected a string, got a list"},
+    {"workdir relative",
+     BASE "workdir: srv\n",
+     {0},
+     "=line 3: workdir: must be an absolute path, got 'srv'"},
+    {"env name",
+     BASE "env:\n  OK: 1\n  FOO-BAR: x\n",
+     {0},
+     "=line 5: env: 'FOO-BAR' is not a valid variable name"},
+    {"env digit", BASE "env: {1X: a}\n", {0}, "env: '1X' is not a valid variable name"},
+    {"env list value",
+     BASE "env: {A: [1]}\n",
+     {0},
+     "=line 3: env.A: expected a string, got a list"},
+    {"env list", BASE "env: [A]\n", {0}, "env: expected a mapping, got a list"},
+    {"labels value map",
+     BASE "resources:\n  labels:\n    site: {a: b}\n",
+     {0},
+     "=line 5: resources.labels.site: expected a string, got a mapping"},
+    {"tasks gpus no gpus",
+     BASE "resources: {tasks_per_node: gpus}\n",
+     {0},
+     "=line 3: resources.tasks_per_node: gpus needs resources.gpus >= 1"},
+    {"tasks word",
+     BASE "resources: {tasks_per_node: many}\n",
+     {0},
+     "resources.tasks_per_node: expected a positive integer or 'gpus', got 'many'"},
+    {"tasks zero",
+     BASE "resources: {tasks_per_node: 0}\n",
+     {0},
+     "resources.tasks_per_node: 0 is out of range (1..1024)"},
+    {"bad size unit",
+     BASE "resources:\n  vram: 24GiBs\n",
+     {0},
+     "=line 4: resources.vram: bad size '24GiBs' (use e.g. 512MiB, 24GiB)"},
+    {"size words",
+     BASE "resources:\n  memory: lots\n",
+     {0},
+     "line 4: resources.memory: bad size 'lots'"},
+    {"size negative", BASE "resources:\n  memory: -1GiB\n", {0}, "bad size '-1GiB'"},
+    {"arch mapping",
+     BASE "resources: {arch: {a: b}}\n",
+     {0},
+     "resources.arch: expected a string or a list, got a mapping"},
+    {"arch nested",
+     BASE "resources: {arch: [[a]]}\n",
+     {0},
+     "resources.arch: entries must be non-empty strings"},
+    {"arch too many",
+     BASE "resources: {arch: [a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,"
+          "a,a,a,a,a]}\n",
+     {0},
+     "resources.arch: at most 32 entries"},
+    {"spread",
+     BASE "resources: {spread: far}\n",
+     {0},
+     "resources.spread: expected site or any, got 'far'"},
+    {"model no params",
+     BASE "model:\n  mode: lora\n",
+     {0},
+     "=line 3: model.params: required"},
+    {"model bad params",
+     BASE "model:\n  params: lots\n",
+     {0},
+     "=line 4: model.params: bad count 'lots' (use e.g. 8B, 70B)"},
+    {"model zero params",
+     BASE "model: {params: 0}\n",
+     {0},
+     "model.params: bad count '0'"},
+    {"model mode",
+     BASE "model: {params: 8B, mode: dpo}\n",
+     {0},
+     "model.mode: expected inference, lora, qlora or full, got 'dpo'"},
+    {"model dtype",
+     BASE "model: {params: 8B, dtype: fp8}\n",
+     {0},
+     "model.dtype: expected fp32, fp16, bf16, int8 or int4, got 'fp8'"},
+    {"model and vram",
+     BASE "resources: {vram: 1GiB}\nmodel: {params: 8B}\n",
+     {0},
+     "=line 4: model: give either model or resources.vram, not both"},
+    {"model scalar",
+     BASE "model: 8B\n",
+     {0},
+     "=line 3: model: expected a mapping, got a scalar"},
+    {"checkpoint no dir",
+     BASE "checkpoint:\n  pattern: x\n",
+     {0},
+     "=line 3: checkpoint.dir: required"},
+    {"checkpoint relative",
+     BASE "checkpoint: {dir: ckpt}\n",
+     {0},
+     "checkpoint.dir: must be an absolute path, got 'ckpt'"},
+    {"complete_file slash",
+     BASE "checkpoint: {dir: /c, complete_file: a/b}\n",
+     {0},
+     "checkpoint.complete_file: must be a plain file name, got 'a/b'"},
+    {"checkpoint key",
+     BASE "checkpoint: {dir: /c, every: 5m}\n",
+     {0},
+     "unknown key 'every' in checkpoint"},
+    {"restart on",
+     BASE "restart:\n  on: [node_lost, oom]\n",
+     {0},
+     "=line 4: restart.on: expected node_lost or nonzero_exit, got 'oom'"},
+    {"restart max",
+     BASE "restart: {max: 1001}\n",
+     {0},
+     "restart.max: 1001 is out of range (0..1000)"},
+    {"priority",
+     BASE "priority: 2000\n",
+     {0},
+     "priority: 2000 is out of range (-1000..1000)"},
+    {"priority float",
+     BASE "priority: 1e3\n",
+     {0},
+     "priority: expected an integer, got '1e3'"},
+    {"time_limit",
+     BASE "time_limit: 12 hours\n",
+     {0},
+     "=line 3: time_limit: bad duration '12 hours' (use e.g. 500ms, 5s, 10m, 12h)"},
+    {"service on train",
+     BASE "priority: 1\nservice:\n  replicas: 2\n",
+     {0},
+     "=line 4: service: only for kind: service"},
+    {"port range",
+     BASE "kind: service\nservice: {port: 70000}\n",
+     {0},
+     "service.port: 70000 is out of range (1..65535)"},
+    {"port word",
+     BASE "kind: service\nservice: {port: any}\n",
+     {0},
+     "service.port: expected 'auto' or a port number, got 'any'"},
+    {"replicas zero",
+     BASE "kind: service\nservice: {replicas: 0}\n",
+     {0},
+     "service.replicas: 0 is out of range (1..1000)"},
+    {"health both",
+     BASE "kind: service\nservice:\n  health: {http: /h, tcp: true}\n",
+     {0},
+     "=line 5: service.health: give either http or tcp, not both"},
+    {"health none",
+     BASE "kind: service\nservice:\n  health: {interval: 5s}\n",
+     {0},
+     "=line 5: service.health: give http: /path or tcp: true"},
+    {"health tcp false",
+     BASE "kind: service\nservice: {health: {tcp: false}}\n",
+     {0},
+     "service.health: give http: /path or tcp: true"},
+    {"health http path",
+     BASE "kind: service\nservice: {health: {http: health}}\n",
+     {0},
+     "service.health.http: must be a path starting with '/', got 'health'"},
+    {"health tcp yes",
+     BASE "kind: service\nservice: {health: {tcp: yes}}\n",
+     {0},
+     "service.health.tcp: expected true or false, got 'yes'"},
+    {"health interval",
+     BASE "kind: service\nservice: {health: {tcp: true, interval: 0}}\n",
+     {0},
+     "service.health.interval: must be positive"},
+    {"health scalar",
+     BASE "kind: service\nservice: {health: tcp}\n",
+     {0},
+     "service.health: expected a mapping, got a scalar"},
+    {"labels empty key",
+     BASE "resources: {labels: {'': a}}\n",
+     {0},
+     "=line 3: resources.labels: keys must not be empty"},
+    {"pattern empty",
+     BASE "checkpoint: {dir: /c, pattern: ''}\n",
+     {0},
+     "=line 3: checkpoint.pattern: must not be empty"},
+    {"port zero",
+     BASE "kind: service\nservice: {port: 0}\n",
+     {0},
+     "service.port: 0 is out of range (1..65535)"},
+    {"resources list",
+     BASE "resources: [gpus]\n",
+     {0},
+     "=line 3: resources: expected a mapping, got a list"},
+    /* YAML itself */
+    {"invalid yaml",
+     "name: a\n  b: c\n",
+     {0},
+     "line 2: invalid YAML: mapping values are not allowed"},
+    {"unclosed flow", BASE "env: {A: b\n", {0}, "invalid YAML"},
+    {"bad utf-8", "name: a\ncommand: \xff\n", {0}, "line 2: invalid YAML"},
+    {"list root",
+     "- a\n- b\n",
+     {0},
+     "=line 1: spec: expected a mapping at the top, got a list"},
+    {"scalar root",
+     "hello\n",
+     {0},
+     "spec: expected a mapping at the top, got a scalar"},
+    {"empty", "", {0}, "=spec: empty"},
+    {"comment only", "# nothing\n", {0}, "=spec: empty"},
+    {"two documents",
+     BASE "---\nname: b\n",
+     {0},
+     "=line 3: only one YAML document is allowed"},
+    {"alias", "name: &n a\ncommand: *n\n", {0}, "=line 2: aliases are not supported"},
+    {"alias key", "name: &n a\n*n : b\n", {0}, "aliases are not supported"},
+    {"complex key", BASE "? [a]\n: b\n", {0}, "mapping keys must be plain strings"},
+    {"nul",
+     "name: \"a\\0b\"\ncommand: x\n",
+     {0},
+     "=line 1: NUL characters are not allowed"},
+    {"deep nesting",
+     BASE "env: [[[[[[[[[[[[[[[[[a]]]]]]]]]]]]]]]]]\n",
+     {0},
+     "nesting deeper than 16 levels"},
+    /* --set */
+    {"set unknown key",
+     BASE,
+     {"resorces.gpus=2"},
+     "=--set resorces.gpus: unknown key 'resorces'"},
+    {"set unknown nested",
+     BASE,
+     {"resources.gpu=2"},
+     "=--set resources.gpu: unknown key 'gpu' in resources"},
+    {"set under scalar",
+     BASE,
+     {"resources.gpus.x=1"},
+     "=--set resources.gpus.x: unknown key 'x' in resources.gpus"},
+    {"set no equals",
+     BASE,
+     {"resources.gpus"},
+     "=--set resources.gpus: expected key=value"},
+    {"set empty key", BASE, {"resources..gpus=1"}, "=--set resources..gpus: empty key"},
+    {"set empty path", BASE, {"=1"}, "empty key"},
+    {"set bad value",
+     BASE,
+     {"resources.gpus=two"},
+     "=--set: resources.gpus: expected a non-negative integer, got 'two'"},
+    {"set invalid yaml",
+     BASE,
+     {"resources.arch=[a"},
+     "--set resources.arch: invalid YAML"},
+    {"set into scalar",
+     BASE "resources: 5\n",
+     {"resources.gpus=1"},
+     "=--set resources.gpus: 'resources' is not a mapping"},
+    {"set service on train",
+     BASE,
+     {"service.replicas=2"},
+     "=--set: service: only for kind: service"},
+    {"set unknown in value",
+     BASE,
+     {"resources={gpu: 1}"},
+     "=--set: unknown key 'gpu' in resources"},
+    {"set second bad",
+     BASE,
+     {"priority=1", "kind=cron"},
+     "--set: kind: expected train or service, got 'cron'"},
+    {"set bad utf-8",
+     BASE,
+     {"resources.\xff\xfe=1"},
+     "=--set resources.?"
+     "?: unknown key '?"
+     "?' in resources"},
+    {"set removes name", BASE, {"name="}, "=name: required"},
+};
+
+static void run_bad_case(void **state)
+{
+    const bad_case_t *c = *state;
+    int nsets = 0;
+    while (nsets < 3 && c->sets[nsets])
+        nsets++;
+    br_err_t err;
+    br_spec_t *s = parse(c->yaml, c->sets, nsets, &err);
+    if (s) {
+        br_spec_destroy(&s);
+        fail_msg("%s: parsed, want error '%s'", c->name, c->want);
+    }
+    int exact = c->want[0] == '=';
+    const char *want = c->want + exact;
+    if (exact ? strcmp(err.text, want) != 0 : !strstr(err.text, want))
+        fail_msg("%s: error '%s', want '%s'", c->name, err.text, want);
+    assert_int_not_equal(err.errnum, 0);
+}
+
+/* A spec larger than any field: errors stay short and whole lines. */
+static void test_long_values(void **state)
+{
+    char yaml[600];
+    snprintf(yaml, sizeof(yaml), "name: a\ncommand: x\nkind: %0500d\n", 7);
+    br_err_t err;
+    assert_null(parse(yaml, NULL, 0, &err));
+    assert_true(strlen(err.text) < BR_ERR_TEXT - 1);
+    assert_non_null(strstr(err.text, "...'"));
+}
+
+/* Lists and mappings are capped at 1024 entries. */
+static void test_too_many_entries(void **state)
+{
+    size_t cap = 16 * 1100;
+    char *yaml = malloc(cap);
+    size_t n = (size_t)sprintf(yaml, "name: a\ncommand: x\nenv:\n");
+    for (int i = 0; i < 1025; i++)
+        n += (size_t)sprintf(yaml + n, "  V%d: x\n", i);
+    br_err_t err;
+    assert_null(parse(yaml, NULL, 0, &err));
+    assert_string_equal(err.text, "line 1028: more than 1024 entries");
+    /* 1024 are fine */
+    *strstr(yaml, "  V1024: x\n") = '\0';
+    br_spec_t *s = parse_ok(yaml, NULL, 0);
+    assert_int_equal(json_object_size(s->env), 1024);
+    br_spec_destroy(&s);
+    free(yaml);
+}
+
+/* A quoted value cut short in an error never splits a UTF-8 character. */
+static void test_error_utf8(void **state)
+{
+    char yaml[400];
+    char word[200] = "";
+    for (int i = 0; i < 30; i++)
+        strcat(word, "\xc3\xa9"); /* e-acute, two bytes */
+    snprintf(yaml, sizeof(yaml), "name: a\ncommand: x\nkind: x%s\n", word);
+    br_err_t err;
+    assert_null(parse(yaml, NULL, 0, &err));
+    json_t *j = json_string(err.text); /* NULL when not valid UTF-8 */
+    assert_non_null(j);
+    json_decref(j);
+    assert_non_null(strstr(err.text, "...'"));
+}
+
+static void test_odd_calls(void **state)
+{
+    br_err_t err;
+    const char *sets[] = {NULL};
+    assert_null(br_spec_to_json(NULL));
+    assert_null(parse("name: a\ncommand: x\n", sets, 1, &err));
+    assert_string_equal(err.text, "--set: missing");
+    /* nsets 0 with a NULL array is fine */
+    br_spec_t *s = parse_ok("name: a\ncommand: x\n", NULL, 0);
+    br_spec_destroy(&s);
+}
+
+int main(void)
+{
+    static const struct CMUnitTest fixed[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_example_train),
+        cmocka_unit_test(test_example_refused),
+        cmocka_unit_test(test_service),
+        cmocka_unit_test(test_service_defaults),
+        cmocka_unit_test(test_small_forms),
+        cmocka_unit_test(test_env_scalars),
+        cmocka_unit_test(test_sets),
+        cmocka_unit_test(test_set_into_null_section),
+        cmocka_unit_test(test_destroy_null),
+        cmocka_unit_test(test_oversized),
+        cmocka_unit_test(test_null_input),
+        cmocka_unit_test(test_long_values),
+        cmocka_unit_test(test_too_many_entries),
+        cmocka_unit_test(test_error_utf8),
+        cmocka_unit_test(test_odd_calls),
+    };
+    size_t nfixed = sizeof(fixed) / sizeof(fixed[0]);
+    size_t nbad = sizeof(bad_cases) / sizeof(bad_cases[0]);
+    struct CMUnitTest *tests = calloc(nfixed + nbad, sizeof(*tests));
+    if (!tests)
+        return 1;
+    memcpy(tests, fixed, sizeof(fixed));
+    for (size_t i = 0; i < nbad; i++) {
+        tests[nfixed + i] = (struct CMUnitTest){.name = bad_cases[i].name,
+                                                .test_func = run_bad_case,
+                                                .initial_state = (void *)&bad_cases[i]};
+    }
+    int rc = _cmocka_run_group_tests("spec", tests, nfixed + nbad, NULL, NULL);
+    free(tests);
+    return rc;
+}
