@@ -1,0 +1,860 @@
+/* test_store.c - the SQLite store on real files: durability, refusals, every table. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store.h"
+#include "util.h"
+
+#define APP_ID 0x42524d42
+
+static char tmpdir[] = "/tmp/test_store.XXXXXX";
+static sqlite3 *last_db; /* the connection sqlite3_open_v2 made most recently */
+
+/* Interposed (this definition wins over libsqlite3's for the whole program) so a test
+ * can reach the store's own connection: synchronous and foreign_keys are settings of
+ * a connection, which a second connection cannot see. */
+int sqlite3_open_v2(const char *path, sqlite3 **db, int flags, const char *vfs)
+{
+    static int (*real)(const char *, sqlite3 **, int, const char *);
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "sqlite3_open_v2");
+    if (!real)
+        return SQLITE_ERROR;
+    int rc = real(path, db, flags, vfs);
+    last_db = *db;
+    return rc;
+}
+
+/* --- helpers ------------------------------------------------------------------ */
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+static int group_setup(void **state)
+{
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    return nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void path_for(const char *name, char *path)
+{
+    snprintf(path, PATH_MAX, "%s/%s", tmpdir, name);
+}
+
+static br_store_t *open_ok(const char *path)
+{
+    br_err_t err = {0};
+    br_store_t *s = br_store_open(path, &err);
+    if (!s)
+        print_error("open %s: %s\n", path, err.text);
+    assert_non_null(s);
+    return s;
+}
+
+/* A 40-character Z85 key made of one repeated character. */
+static const char *key40(char c, char *buf)
+{
+    memset(buf, c, 40);
+    buf[40] = '\0';
+    return buf;
+}
+
+static json_t *new_job(const char *name, const char *state)
+{
+    json_t *job = json_pack("{s:s, s:s, s:s, s:s, s:{s:s, s:i}, s:s, s:I}", "name",
+                            name, "kind", "train", "state", state, "owner", "alice",
+                            "spec", "command", "python3 train.py", "priority", 0,
+                            "spec_yaml", "name: x\n", "submitted", (json_int_t)1000);
+    assert_non_null(job);
+    return job;
+}
+
+static int64_t add_job(br_store_t *s, const char *name, const char *state)
+{
+    br_err_t err = {0};
+    json_t *job = new_job(name, state);
+    int64_t id = br_store_job_add(s, job, &err);
+    json_decref(job);
+    assert_true(id > 0);
+    return id;
+}
+
+static void update_ok(br_store_t *s, int64_t id, const char *fields_json)
+{
+    br_err_t err = {0};
+    json_t *fields = json_loads(fields_json, 0, NULL);
+    assert_non_null(fields);
+    int rc = br_store_job_update(s, id, fields, &err);
+    if (rc < 0)
+        print_error("update: %s\n", err.text);
+    assert_int_equal(rc, 0);
+    json_decref(fields);
+}
+
+static int64_t jint(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    assert_true(json_is_integer(v));
+    return json_integer_value(v);
+}
+
+static const char *jstr(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    assert_true(json_is_string(v));
+    return json_string_value(v);
+}
+
+static void assert_jnull(const json_t *o, const char *key)
+{
+    assert_true(json_is_null(json_object_get(o, key)));
+}
+
+/* An integer pragma or query through a fresh connection of our own. */
+static int64_t sql_int(const char *path, const char *sql)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+static int64_t conn_int(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static void sql_exec(const char *path, const char *sql)
+{
+    sqlite3 *db = NULL;
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    assert_int_equal(sqlite3_open_v2(path, &db, flags, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    br_err_t err = {0};
+    char *data = br_read_file(path, 1 << 24, len, &err);
+    assert_non_null(data);
+    return data;
+}
+
+static int exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+/* Opening path must fail with exactly want and leave the file's bytes as they were. */
+static void assert_refused(const char *path, const char *want)
+{
+    size_t len0, len1;
+    char *before = slurp(path, &len0);
+    char wal[PATH_MAX + 8];
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    int had_wal = exists(wal);
+    br_err_t err = {0};
+    br_store_t *s = br_store_open(path, &err);
+    assert_null(s);
+    assert_string_equal(err.text, want);
+    char *after = slurp(path, &len1);
+    assert_int_equal(len0, len1);
+    assert_memory_equal(before, after, len0);
+    assert_int_equal(exists(wal), had_wal);
+    free(before);
+    free(after);
+}
+
+/* --- open, durability, refusals ----------------------------------------------- */
+
+static void test_destroy_null(void **state)
+{
+    br_store_t *s = NULL;
+    br_store_destroy(NULL);
+    br_store_destroy(&s);
+    char path[PATH_MAX];
+    path_for("destroy.db", path);
+    s = open_ok(path);
+    br_store_destroy(&s);
+    assert_null(s);
+}
+
+static void test_pragmas(void **state)
+{
+    char path[PATH_MAX];
+    path_for("pragmas.db", path);
+    br_store_t *s = open_ok(path);
+    sqlite3 *own = last_db;
+    assert_int_equal(conn_int(own, "PRAGMA synchronous"), 2); /* FULL */
+    assert_int_equal(conn_int(own, "PRAGMA foreign_keys"), 1);
+    /* journal_mode, application_id and user_version live in the file itself. */
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
+    sqlite3_finalize(st);
+    assert_int_equal(conn_int(db, "PRAGMA application_id"), APP_ID);
+    assert_int_equal(conn_int(db, "PRAGMA user_version"), 1);
+    sqlite3_close(db);
+    br_store_destroy(&s);
+}
+
+static void test_reopen_keeps_everything(void **state)
+{
+    char path[PATH_MAX], k1[41], k2[41], id[17] = "";
+    br_err_t err = {0};
+    path_for("reopen.db", path);
+    br_store_t *s = open_ok(path);
+    assert_int_equal(br_store_key_add(s, key40('n', k1), BR_PRINCIPAL_NODE, "n1", &err),
+                     0);
+    assert_int_equal(
+        br_store_key_add(s, key40('u', k2), BR_PRINCIPAL_USER, "bob", &err), 0);
+    assert_int_equal(br_store_token_add(s, "tok1", "hash1", 100, 1000000, 3, &err), 0);
+    assert_int_equal(br_store_token_use(s, "hash1", 500, id, &err), 0);
+    json_t *node = json_pack("{s:s, s:s, s:s, s:i}", "name", "n1", "pubkey", k1,
+                             "state", "ready", "cpus", 8);
+    assert_int_equal(br_store_node_save(s, node, &err), 0);
+    int64_t job = add_job(s, "train-a", "pending");
+    update_ok(s, job,
+              "{\"state\": \"running\", \"nodes\": [\"n1\"], \"started\": 2000}");
+    assert_true(br_store_event_add(s, 2000, job, "n1", "running", "started", &err) > 0);
+    assert_int_equal(br_store_log_add(s, job, 1, 0, 1, 0, 2100, "hi\n", 3, &err), 0);
+    br_store_destroy(&s);
+
+    s = open_ok(path);
+    br_principal_t kind;
+    char name[64];
+    assert_int_equal(br_store_key_lookup(s, k1, &kind, name, sizeof(name), &err), 0);
+    assert_int_equal(kind, BR_PRINCIPAL_NODE);
+    assert_string_equal(name, "n1");
+    assert_int_equal(br_store_key_lookup(s, k2, &kind, name, sizeof(name), &err), 0);
+    assert_int_equal(kind, BR_PRINCIPAL_USER);
+    json_t *tokens = br_store_token_list(s, &err);
+    assert_int_equal(json_array_size(tokens), 1);
+    assert_int_equal(jint(json_array_get(tokens, 0), "uses"), 1);
+    json_t *nodes = br_store_node_list(s, &err);
+    assert_int_equal(json_array_size(nodes), 1);
+    assert_true(json_equal(json_array_get(nodes, 0), node));
+    json_t *got = br_store_job_get(s, job, &err);
+    assert_non_null(got);
+    assert_string_equal(jstr(got, "state"), "running");
+    assert_int_equal(jint(got, "started"), 2000);
+    assert_string_equal(
+        json_string_value(json_array_get(json_object_get(got, "nodes"), 0)), "n1");
+    json_t *events = br_store_event_list(s, 0, 0, 0, &err);
+    assert_int_equal(json_array_size(events), 1);
+    assert_string_equal(jstr(json_array_get(events, 0), "reason"), "started");
+    json_decref(events);
+    json_decref(got);
+    json_decref(nodes);
+    json_decref(tokens);
+    json_decref(node);
+    br_store_destroy(&s);
+}
+
+static void test_refuse_foreign_sqlite(void **state)
+{
+    char path[PATH_MAX], want[PATH_MAX + 32];
+    path_for("foreign.db", path);
+    sql_exec(path, "CREATE TABLE t (x); INSERT INTO t VALUES (1);");
+    snprintf(want, sizeof(want), "%s: not a bramble store", path);
+    assert_refused(path, want);
+    /* No tables but someone else's application_id: still not ours. */
+    path_for("foreign-app.db", path);
+    sql_exec(path, "PRAGMA application_id = 1234; PRAGMA user_version = 1;");
+    snprintf(want, sizeof(want), "%s: not a bramble store", path);
+    assert_refused(path, want);
+}
+
+static void test_refuse_random_bytes(void **state)
+{
+    char path[PATH_MAX], want[PATH_MAX + 32];
+    unsigned char junk[4096];
+    uint32_t x = 12345;
+    for (size_t i = 0; i < sizeof(junk); i++) {
+        x = x * 1103515245u + 12345u;
+        junk[i] = (unsigned char)(x >> 16);
+    }
+    path_for("random.db", path);
+    br_err_t err = {0};
+    assert_int_equal(br_write_file(path, junk, sizeof(junk), 0600, &err), 0);
+    snprintf(want, sizeof(want), "%s: not a bramble store", path);
+    assert_refused(path, want);
+    /* SQLite's magic with garbage after it gets past the first check only. */
+    memcpy(junk, "SQLite format 3", 16);
+    path_for("fake-magic.db", path);
+    assert_int_equal(br_write_file(path, junk, sizeof(junk), 0600, &err), 0);
+    snprintf(want, sizeof(want), "%s: not a bramble store", path);
+    assert_refused(path, want);
+}
+
+static void test_refuse_newer_schema(void **state)
+{
+    char path[PATH_MAX];
+    path_for("newer.db", path);
+    br_store_t *s = open_ok(path);
+    add_job(s, "train-a", "pending");
+    br_store_destroy(&s);
+    sql_exec(path, "PRAGMA user_version = 99;");
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 99);
+    assert_refused(path, "store schema 99 is newer than this brambled (1)");
+}
+
+static void test_rollback_discards(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("txn.db", path);
+    br_store_t *s = open_ok(path);
+    assert_int_equal(br_store_in_txn(s), 0);
+    assert_int_equal(br_store_rollback(s), 0); /* nothing open: no-op */
+    assert_int_equal(br_store_commit(s, &err), -1);
+    assert_int_equal(br_store_begin(s, &err), 0);
+    assert_int_equal(br_store_in_txn(s), 1);
+    assert_int_equal(br_store_begin(s, &err), -1);
+    assert_int_equal(err.errnum, EBUSY);
+    int64_t gone = add_job(s, "gone", "pending");
+    assert_int_equal(br_store_rollback(s), 0);
+    assert_int_equal(br_store_in_txn(s), 0);
+    assert_null(br_store_job_get(s, gone, &err));
+    assert_int_equal(err.errnum, ENOENT);
+
+    assert_int_equal(br_store_begin(s, &err), 0);
+    int64_t kept = add_job(s, "kept", "pending");
+    assert_int_equal(br_store_commit(s, &err), 0);
+    assert_int_equal(br_store_in_txn(s), 0);
+    /* A transaction still open when the store closes is discarded too. */
+    assert_int_equal(br_store_begin(s, &err), 0);
+    int64_t lost = add_job(s, "lost", "pending");
+    br_store_destroy(&s);
+
+    s = open_ok(path);
+    json_t *job = br_store_job_get(s, kept, &err);
+    assert_non_null(job);
+    json_decref(job);
+    assert_null(br_store_job_get(s, lost, &err));
+    json_t *all = br_store_job_list(s, NULL, 0, &err);
+    assert_int_equal(json_array_size(all), 1);
+    json_decref(all);
+    br_store_destroy(&s);
+}
+
+/* --- tokens and keys ---------------------------------------------------------- */
+
+static int64_t token_uses(br_store_t *s, const char *id)
+{
+    br_err_t err = {0};
+    json_t *list = br_store_token_list(s, &err);
+    assert_non_null(list);
+    int64_t uses = -1;
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        json_t *t = json_array_get(list, i);
+        if (strcmp(jstr(t, "id"), id) == 0)
+            uses = jint(t, "uses");
+    }
+    json_decref(list);
+    return uses;
+}
+
+static void assert_token_refused(br_store_t *s, const char *hash, int64_t now,
+                                 const char *id, const char *want)
+{
+    br_err_t err = {0};
+    char got[17] = "unchanged";
+    int64_t before = id ? token_uses(s, id) : 0;
+    assert_int_equal(br_store_token_use(s, hash, now, got, &err), -1);
+    assert_int_equal(err.errnum, EACCES);
+    assert_string_equal(err.text, want);
+    assert_string_equal(got, "unchanged");
+    if (id)
+        assert_int_equal(token_uses(s, id), before);
+}
+
+static void test_tokens(void **state)
+{
+    char path[PATH_MAX], id[17];
+    br_err_t err = {0};
+    const int64_t now = 10000;
+    path_for("tokens.db", path);
+    br_store_t *s = open_ok(path);
+    assert_int_equal(br_store_token_add(s, "t-exp", "h-exp", 1, now, 5, &err), 0);
+    assert_int_equal(br_store_token_add(s, "t-rev", "h-rev", 2, now - 1, 5, &err), 0);
+    assert_int_equal(br_store_token_add(s, "t-one", "h-one", 3, now + 1, 1, &err), 0);
+    assert_int_equal(br_store_token_revoke(s, "t-rev", &err), 0);
+
+    assert_token_refused(s, "h-none", now, NULL, "token not recognised");
+    /* expires == now is expired; revoked is said before expired. */
+    assert_token_refused(s, "h-exp", now, "t-exp", "token expired");
+    assert_token_refused(s, "h-rev", now, "t-rev", "token revoked");
+    assert_int_equal(br_store_token_use(s, "h-one", now, id, &err), 0);
+    assert_string_equal(id, "t-one");
+    assert_int_equal(token_uses(s, "t-one"), 1);
+    assert_token_refused(s, "h-one", now, "t-one", "token used up");
+    assert_token_refused(s, "h-one", now + 5, "t-one", "token expired");
+
+    assert_int_equal(br_store_token_revoke(s, "nope", &err), -1);
+    assert_int_equal(err.errnum, ENOENT);
+    assert_string_equal(err.text, "no token 'nope'");
+    assert_int_equal(br_store_token_add(s, "t-zero", "h-zero", 4, now + 1, 0, &err),
+                     -1);
+    assert_int_equal(err.errnum, EINVAL);
+    assert_int_equal(br_store_token_add(s, "t-one", "h-other", 4, now + 1, 1, &err),
+                     -1);
+    assert_int_equal(err.errnum, EEXIST);
+
+    json_t *list = br_store_token_list(s, &err);
+    assert_int_equal(json_array_size(list), 3);
+    json_t *first = json_array_get(list, 0); /* newest first */
+    assert_string_equal(jstr(first, "id"), "t-one");
+    assert_int_equal(jint(first, "expires"), now + 1);
+    assert_int_equal(jint(first, "uses_max"), 1);
+    assert_true(json_is_false(json_object_get(first, "revoked")));
+    assert_true(json_is_true(json_object_get(json_array_get(list, 1), "revoked")));
+    assert_null(json_object_get(first, "hash"));
+    json_decref(list);
+    br_store_destroy(&s);
+}
+
+static void test_keys(void **state)
+{
+    char path[PATH_MAX], ka[41], kb[41], kc[41], kd[41], name[64];
+    br_err_t err = {0};
+    br_principal_t kind = BR_PRINCIPAL_ADMIN;
+    path_for("keys.db", path);
+    br_store_t *s = open_ok(path);
+    assert_int_equal(
+        br_store_key_lookup(s, key40('a', ka), &kind, name, sizeof(name), &err), 0);
+    assert_int_equal(kind, BR_PRINCIPAL_UNKNOWN);
+    assert_string_equal(name, "");
+
+    assert_int_equal(br_store_key_add(s, ka, BR_PRINCIPAL_NODE, "n1", &err), 0);
+    assert_int_equal(
+        br_store_key_add(s, key40('b', kb), BR_PRINCIPAL_ADMIN, "admin", &err), 0);
+    assert_int_equal(
+        br_store_key_add(s, key40('c', kc), BR_PRINCIPAL_USER, "alice", &err), 0);
+    assert_int_equal(br_store_key_add(s, ka, BR_PRINCIPAL_USER, "x", &err), -1);
+    assert_int_equal(err.errnum, EEXIST);
+    assert_int_equal(br_store_key_add(s, "short", BR_PRINCIPAL_USER, "x", &err), -1);
+    assert_int_equal(
+        br_store_key_add(s, key40('e', kd), BR_PRINCIPAL_REVOKED, "x", &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    assert_int_equal(br_store_key_lookup(s, ka, &kind, name, sizeof(name), &err), 0);
+    assert_int_equal(kind, BR_PRINCIPAL_NODE);
+    assert_string_equal(name, "n1");
+
+    json_t *users = br_store_key_list_users(s, &err);
+    assert_int_equal(json_array_size(users), 2);
+    assert_string_equal(jstr(json_array_get(users, 0), "name"), "admin");
+    assert_string_equal(jstr(json_array_get(users, 0), "kind"), "admin");
+    assert_string_equal(jstr(json_array_get(users, 1), "name"), "alice");
+    assert_string_equal(jstr(json_array_get(users, 1), "kind"), "user");
+    assert_true(jint(json_array_get(users, 1), "created") > 0);
+    json_decref(users);
+
+    /* Removed, then re-joined under the same name with a new key. */
+    assert_int_equal(br_store_key_revoke(s, BR_PRINCIPAL_NODE, "n1", &err), 0);
+    assert_int_equal(br_store_key_lookup(s, ka, &kind, name, sizeof(name), &err), 0);
+    assert_int_equal(kind, BR_PRINCIPAL_REVOKED);
+    assert_int_equal(br_store_key_add(s, key40('d', kd), BR_PRINCIPAL_NODE, "n1", &err),
+                     0);
+    assert_int_equal(br_store_key_lookup(s, kd, &kind, name, sizeof(name), &err), 0);
+    assert_int_equal(kind, BR_PRINCIPAL_NODE);
+    assert_int_equal(br_store_key_lookup(s, ka, &kind, NULL, 0, &err), 0);
+    assert_int_equal(kind, BR_PRINCIPAL_REVOKED);
+
+    assert_int_equal(br_store_key_revoke(s, BR_PRINCIPAL_USER, "alice", &err), 0);
+    users = br_store_key_list_users(s, &err);
+    assert_int_equal(json_array_size(users), 1);
+    json_decref(users);
+    br_store_destroy(&s);
+}
+
+/* --- jobs --------------------------------------------------------------------- */
+
+static void assert_ids(json_t *list, const int64_t *want, size_t n)
+{
+    assert_non_null(list);
+    assert_int_equal(json_array_size(list), n);
+    for (size_t i = 0; i < n; i++) {
+        json_t *job = json_array_get(list, i);
+        assert_int_equal(jint(job, "id"), want[i]);
+        assert_null(json_object_get(job, "spec_yaml"));
+        assert_true(json_is_object(json_object_get(job, "spec")));
+    }
+    json_decref(list);
+}
+
+static void test_job_fields(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("job-fields.db", path);
+    br_store_t *s = open_ok(path);
+    int64_t id = add_job(s, "train-a", "pending");
+    json_t *job = br_store_job_get(s, id, &err);
+    assert_non_null(job);
+    assert_int_equal(jint(job, "id"), id);
+    assert_string_equal(jstr(job, "name"), "train-a");
+    assert_string_equal(jstr(job, "kind"), "train");
+    assert_string_equal(jstr(job, "state"), "pending");
+    assert_string_equal(jstr(job, "owner"), "alice");
+    assert_int_equal(jint(job, "attempt"), 1);
+    assert_int_equal(jint(job, "submitted"), 1000);
+    assert_true(json_is_array(json_object_get(job, "nodes")));
+    assert_int_equal(json_array_size(json_object_get(job, "nodes")), 0);
+    assert_jnull(job, "assign");
+    assert_jnull(job, "started");
+    assert_jnull(job, "ended");
+    assert_jnull(job, "exit_code");
+    assert_jnull(job, "signal");
+    assert_jnull(job, "reason");
+    assert_string_equal(jstr(json_object_get(job, "spec"), "command"),
+                        "python3 train.py");
+    assert_string_equal(jstr(job, "spec_yaml"), "name: x\n");
+    json_decref(job);
+
+    update_ok(s, id,
+              "{\"state\": \"running\", \"attempt\": 2, \"nodes\": [\"n1\", \"n2\"],"
+              " \"assign\": {\"n1\": [0, 1]}, \"started\": 2000}");
+    update_ok(s, id,
+              "{\"reason\": \"boom\", \"exit_code\": 3, \"signal\": null,"
+              " \"ended\": 3000}");
+    job = br_store_job_get(s, id, &err);
+    assert_string_equal(jstr(job, "state"), "running");
+    assert_int_equal(jint(job, "attempt"), 2);
+    assert_string_equal(
+        json_string_value(json_array_get(json_object_get(job, "nodes"), 1)), "n2");
+    json_t *want = json_pack("{s:[i,i]}", "n1", 0, 1);
+    assert_true(json_equal(json_object_get(job, "assign"), want));
+    json_decref(want);
+    assert_int_equal(jint(job, "started"), 2000);
+    assert_int_equal(jint(job, "ended"), 3000);
+    assert_int_equal(jint(job, "exit_code"), 3);
+    assert_jnull(job, "signal");
+    assert_string_equal(jstr(job, "reason"), "boom");
+    json_decref(job);
+    update_ok(s, id, "{\"reason\": null, \"assign\": \"plain string\"}");
+    job = br_store_job_get(s, id, &err);
+    assert_jnull(job, "reason");
+    assert_string_equal(jstr(job, "assign"), "plain string");
+    assert_string_equal(jstr(job, "state"), "running");
+    json_decref(job);
+    br_store_destroy(&s);
+}
+
+static void assert_update_refused(br_store_t *s, int64_t id, const char *fields_json,
+                                  int errnum)
+{
+    br_err_t err = {0};
+    json_t *fields = json_loads(fields_json, 0, NULL);
+    assert_non_null(fields);
+    assert_int_equal(br_store_job_update(s, id, fields, &err), -1);
+    assert_int_equal(err.errnum, errnum);
+    json_decref(fields);
+}
+
+static void test_job_refusals(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("job-refusals.db", path);
+    br_store_t *s = open_ok(path);
+    int64_t id = add_job(s, "train-a", "pending");
+    assert_update_refused(s, id, "{\"state\": \"running\", \"bogus\": 1}", EINVAL);
+    assert_update_refused(s, id, "{\"name\": \"renamed\"}", EINVAL);
+    assert_update_refused(s, id, "{\"id = 1; DROP TABLE jobs; --\": 1}", EINVAL);
+    assert_update_refused(s, id, "{\"started\": \"soon\"}", EINVAL);
+    assert_update_refused(s, id, "{\"state\": null}", EINVAL);
+    assert_update_refused(s, id, "{\"nodes\": \"n1\"}", EINVAL);
+    assert_update_refused(s, id + 100, "{\"state\": \"running\"}", ENOENT);
+    json_t *job = br_store_job_get(s, id, &err);
+    assert_string_equal(jstr(job, "state"), "pending");
+    assert_string_equal(jstr(job, "name"), "train-a");
+    json_decref(job);
+    assert_null(br_store_job_get(s, id + 100, &err));
+    assert_int_equal(err.errnum, ENOENT);
+
+    job = new_job("train-b", "pending");
+    json_object_del(job, "spec");
+    assert_int_equal(br_store_job_add(s, job, &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    json_object_set_new(job, "spec", json_string("not an object"));
+    assert_int_equal(br_store_job_add(s, job, &err), -1);
+    json_object_set_new(job, "spec", json_object());
+    json_object_set_new(job, "attempt", json_integer(3));
+    json_object_set_new(job, "nodes", json_pack("[s]", "n9"));
+    int64_t id2 = br_store_job_add(s, job, &err);
+    assert_true(id2 > id);
+    json_decref(job);
+    job = br_store_job_get(s, id2, &err);
+    assert_int_equal(jint(job, "attempt"), 3);
+    assert_int_equal(json_array_size(json_object_get(job, "nodes")), 1);
+    json_decref(job);
+    br_store_destroy(&s);
+}
+
+static void test_job_list(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("job-list.db", path);
+    br_store_t *s = open_ok(path);
+    int64_t j1 = add_job(s, "j1", "pending");
+    int64_t j2 = add_job(s, "j2", "running");
+    int64_t j3 = add_job(s, "j3", "completed");
+    int64_t j4 = add_job(s, "j4", "pending");
+    int64_t j5 = add_job(s, "j5", "failed");
+    update_ok(s, j1, "{\"state\": \"starting\"}");
+    const char *const active[] = {"pending", "starting", "running", NULL};
+    const char *const none[] = {NULL};
+    assert_ids(br_store_job_list(s, NULL, 0, &err), (int64_t[]){j1, j2, j3, j4, j5}, 5);
+    assert_ids(br_store_job_list(s, active, 0, &err), (int64_t[]){j1, j2, j4}, 3);
+    assert_ids(br_store_job_list(s, NULL, 2, &err), (int64_t[]){j4, j5}, 2);
+    assert_ids(br_store_job_list(s, active, 2, &err), (int64_t[]){j2, j4}, 2);
+    assert_ids(br_store_job_list(s, NULL, 50, &err), (int64_t[]){j1, j2, j3, j4, j5},
+               5);
+    assert_ids(br_store_job_list(s, none, 0, &err), NULL, 0);
+    assert_null(br_store_job_list(s, NULL, -1, &err));
+    assert_int_equal(err.errnum, EINVAL);
+    br_store_destroy(&s);
+}
+
+static void test_job_name_active(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("job-active.db", path);
+    br_store_t *s = open_ok(path);
+    int64_t id = add_job(s, "train-a", "pending");
+    assert_int_equal(br_store_job_name_active(s, "train-a", &err), 1);
+    assert_int_equal(br_store_job_name_active(s, "train-b", &err), 0);
+    update_ok(s, id, "{\"state\": \"running\"}");
+    assert_int_equal(br_store_job_name_active(s, "train-a", &err), 1);
+    update_ok(s, id, "{\"state\": \"completed\"}");
+    assert_int_equal(br_store_job_name_active(s, "train-a", &err), 0);
+    add_job(s, "train-a", "starting");
+    assert_int_equal(br_store_job_name_active(s, "train-a", &err), 1);
+    br_store_destroy(&s);
+}
+
+/* --- events and logs ---------------------------------------------------------- */
+
+static void test_events(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("events.db", path);
+    br_store_t *s = open_ok(path);
+    int64_t job = add_job(s, "train-a", "pending");
+    int64_t e1 = br_store_event_add(s, 100, job, "n1", "pending", "submitted", &err);
+    int64_t e2 = br_store_event_add(s, 200, 0, "n1", "ready", NULL, &err);
+    int64_t e3 = br_store_event_add(s, 300, job, NULL, "running", "started", &err);
+    assert_true(e1 > 0 && e2 > e1 && e3 > e2);
+
+    json_t *all = br_store_event_list(s, 0, 0, 0, &err);
+    assert_int_equal(json_array_size(all), 3);
+    json_t *ev = json_array_get(all, 0);
+    assert_int_equal(jint(ev, "id"), e1);
+    assert_int_equal(jint(ev, "time"), 100);
+    assert_int_equal(jint(ev, "job"), job);
+    assert_string_equal(jstr(ev, "node"), "n1");
+    assert_string_equal(jstr(ev, "state"), "pending");
+    assert_string_equal(jstr(ev, "reason"), "submitted");
+    ev = json_array_get(all, 1);
+    assert_jnull(ev, "job");
+    assert_jnull(ev, "reason");
+    assert_jnull(json_array_get(all, 2), "node");
+    json_decref(all);
+
+    json_t *list = br_store_event_list(s, job, 0, 0, &err);
+    assert_int_equal(json_array_size(list), 2);
+    assert_int_equal(jint(json_array_get(list, 1), "id"), e3);
+    json_decref(list);
+    list = br_store_event_list(s, 0, e1, 0, &err);
+    assert_int_equal(json_array_size(list), 2);
+    assert_int_equal(jint(json_array_get(list, 0), "id"), e2);
+    json_decref(list);
+    list = br_store_event_list(s, 0, 0, 2, &err);
+    assert_int_equal(json_array_size(list), 2);
+    assert_int_equal(jint(json_array_get(list, 1), "id"), e2);
+    json_decref(list);
+    list = br_store_event_list(s, job, e1, 0, &err);
+    assert_int_equal(json_array_size(list), 1);
+    json_decref(list);
+    list = br_store_event_list(s, 0, e3, 0, &err);
+    assert_int_equal(json_array_size(list), 0);
+    json_decref(list);
+
+    assert_int_equal(br_store_event_add(s, 400, job + 50, NULL, "running", NULL, &err),
+                     -1);
+    assert_int_equal(err.errnum, ENOENT);
+    assert_int_equal(br_store_event_add(s, 400, job, NULL, NULL, NULL, &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    br_store_destroy(&s);
+}
+
+typedef struct {
+    char text[256];
+    size_t len;
+    int chunks;
+} collect_t;
+
+/* Append each chunk as "rank:stream:attempt:data|". */
+static void collect(void *arg, int attempt, int rank, int stream, const void *data,
+                    size_t len)
+{
+    collect_t *c = arg;
+    int n = snprintf(c->text + c->len, sizeof(c->text) - c->len, "%d:%d:%d:%.*s|", rank,
+                     stream, attempt, (int)len, (const char *)data);
+    assert_true(n > 0 && (size_t)n < sizeof(c->text) - c->len);
+    c->len += (size_t)n;
+    c->chunks++;
+}
+
+static void read_logs(br_store_t *s, int64_t job, int rank, int64_t *cursor, size_t max,
+                      const char *want)
+{
+    br_err_t err = {0};
+    collect_t c = {.len = 0};
+    c.text[0] = '\0';
+    assert_int_equal(
+        br_store_log_read(s, job, rank, *cursor, max, collect, &c, cursor, &err), 0);
+    assert_string_equal(c.text, want);
+}
+
+static void test_logs(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("logs.db", path);
+    br_store_t *s = open_ok(path);
+    int64_t job = add_job(s, "train-a", "running");
+    assert_int_equal(br_store_log_add(s, job, 1, 0, 1, 0, 10, "hello ", 6, &err), 0);
+    assert_int_equal(br_store_log_add(s, job, 1, 1, 1, 0, 11, "r1-a", 4, &err), 0);
+    assert_int_equal(br_store_log_add(s, job, 1, 0, 1, 1, 12, "world", 5, &err), 0);
+    assert_int_equal(br_store_log_add(s, job, 1, 0, 2, 0, 13, "oops", 4, &err), 0);
+    /* A resend of a stored chunk is ignored; another attempt's chunk is not. */
+    assert_int_equal(br_store_log_add(s, job, 1, 0, 1, 0, 14, "XXXXXX", 6, &err), 0);
+    assert_int_equal(br_store_log_add(s, job, 2, 0, 1, 0, 15, "again", 5, &err), 0);
+    assert_int_equal(br_store_log_add(s, job, 2, 0, 1, 1, 16, "", 0, &err), 0);
+
+    int64_t cur = 0;
+    read_logs(s, job, -1, &cur, 1 << 20,
+              "0:1:1:hello |1:1:1:r1-a|0:1:1:world|0:2:1:oops|0:1:2:again|0:1:2:|");
+    int64_t end = cur;
+    read_logs(s, job, -1, &cur, 1 << 20, "");
+    assert_int_equal(cur, end); /* unchanged when nothing new */
+
+    cur = 0; /* chunks of about 5 bytes: stop once the total reaches it */
+    read_logs(s, job, -1, &cur, 5, "0:1:1:hello |");
+    read_logs(s, job, -1, &cur, 5, "1:1:1:r1-a|0:1:1:world|");
+    read_logs(s, job, -1, &cur, 5, "0:2:1:oops|0:1:2:again|");
+    read_logs(s, job, -1, &cur, 0, "0:1:2:|");
+    assert_int_equal(cur, end);
+
+    cur = 0;
+    read_logs(s, job, 1, &cur, 1 << 20, "1:1:1:r1-a|");
+    cur = 0;
+    read_logs(s, job, 0, &cur, 6, "0:1:1:hello |");
+    read_logs(s, job, 0, &cur, 6, "0:1:1:world|0:2:1:oops|");
+
+    assert_int_equal(br_store_log_add(s, job + 9, 1, 0, 1, 0, 10, "x", 1, &err), -1);
+    assert_int_equal(err.errnum, ENOENT);
+    assert_int_equal(br_store_log_add(s, job, 1, 0, 3, 0, 10, "x", 1, &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    br_store_destroy(&s);
+}
+
+/* --- nodes -------------------------------------------------------------------- */
+
+static void test_nodes(void **state)
+{
+    char path[PATH_MAX], k[41];
+    br_err_t err = {0};
+    path_for("nodes.db", path);
+    br_store_t *s = open_ok(path);
+    key40('k', k);
+    json_t *b =
+        json_pack("{s:s, s:s, s:s}", "name", "nb", "pubkey", k, "state", "ready");
+    json_t *a = json_pack("{s:s, s:s, s:s, s:[]}", "name", "na", "pubkey", k, "state",
+                          "ready", "gpus");
+    assert_int_equal(br_store_node_save(s, b, &err), 0);
+    assert_int_equal(br_store_node_save(s, a, &err), 0);
+    json_object_set_new(b, "state", json_string("lost"));
+    assert_int_equal(br_store_node_save(s, b, &err), 0); /* upsert */
+    json_t *list = br_store_node_list(s, &err);
+    assert_int_equal(json_array_size(list), 2);
+    assert_true(json_equal(json_array_get(list, 0), a));
+    assert_true(json_equal(json_array_get(list, 1), b));
+    json_decref(list);
+    json_t *bad = json_pack("{s:s}", "name", "nc");
+    assert_int_equal(br_store_node_save(s, bad, &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    assert_int_equal(br_store_node_delete(s, "na", &err), 0);
+    assert_int_equal(br_store_node_delete(s, "na", &err), -1);
+    assert_int_equal(err.errnum, ENOENT);
+    list = br_store_node_list(s, &err);
+    assert_int_equal(json_array_size(list), 1);
+    json_decref(list);
+    json_decref(bad);
+    json_decref(a);
+    json_decref(b);
+    br_store_destroy(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_destroy_null),
+        cmocka_unit_test(test_pragmas),
+        cmocka_unit_test(test_reopen_keeps_everything),
+        cmocka_unit_test(test_refuse_foreign_sqlite),
+        cmocka_unit_test(test_refuse_random_bytes),
+        cmocka_unit_test(test_refuse_newer_schema),
+        cmocka_unit_test(test_rollback_discards),
+        cmocka_unit_test(test_tokens),
+        cmocka_unit_test(test_keys),
+        cmocka_unit_test(test_job_fields),
+        cmocka_unit_test(test_job_refusals),
+        cmocka_unit_test(test_job_list),
+        cmocka_unit_test(test_job_name_active),
+        cmocka_unit_test(test_events),
+        cmocka_unit_test(test_logs),
+        cmocka_unit_test(test_nodes),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
