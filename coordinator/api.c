@@ -40,6 +40,9 @@ static const struct {
     {"job.cancel", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_cancel},
     {"job.logs", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_logs},
     {"event.list", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_event_list},
+    {"user.add", BR_MSG_REQUEST, P_ADMIN, br_api_user_add},
+    {"user.list", BR_MSG_REQUEST, P_ADMIN, br_api_user_list},
+    {"user.remove", BR_MSG_REQUEST, P_ADMIN, br_api_user_remove},
 };
 
 void br_api_fail(br_coord_t *c, br_msg_t *m, const br_err_t *err)

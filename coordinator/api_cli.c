@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "cred.h"
 #include "jobs.h"
 #include "spec.h"
 #include "token.h"
@@ -461,4 +462,98 @@ void br_api_event_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_object_set_new(e, "time", br_time_json(json_object_get(e, "time")));
     }
     br_api_ok(c, m, json_pack("{s:o, s:I}", "events", events, "next", next));
+}
+
+/* --- users ------------------------------------------------------------------ */
+
+void br_api_user_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *name, *key;
+    br_err_t err;
+    br_principal_t kind;
+    char existing[64];
+    if (br_msg_unpack(m, &err, "{s:s, s:s}", "name", &name, "public_key", &key) < 0)
+        goto fail;
+    if (!br_valid_name(name) || strcmp(name, "admin") == 0) {
+        br_errf(&err, EINVAL, "user name '%s': use lowercase letters, digits and '-' "
+                              "(not 'admin')", name);
+        goto fail;
+    }
+    if (!br_key_valid(key)) {
+        br_errf(&err, EINVAL, "public_key: not 40 characters of Z85");
+        goto fail;
+    }
+    json_t *users = br_store_key_list_users(c->store, &err);
+    if (!users)
+        goto fail;
+    size_t i;
+    json_t *u;
+    int taken = 0;
+    json_array_foreach(users, i, u) taken |= strcmp(json_string_value(json_object_get(u, "name")),
+                                                    name) == 0;
+    json_decref(users);
+    if (taken) {
+        br_errf(&err, EEXIST, "user '%s' exists already", name);
+        goto fail;
+    }
+    if (br_store_key_lookup(c->store, key, &kind, existing, sizeof(existing), &err) < 0)
+        goto fail;
+    if (kind != BR_PRINCIPAL_UNKNOWN) {
+        br_errf(&err, EEXIST, "that key is already in use");
+        goto fail;
+    }
+    if (br_store_key_add(c->store, key, BR_PRINCIPAL_USER, name, &err) < 0)
+        goto fail;
+    br_coord_event(c, 0, NULL, "user", "user %s added by %s", name, who->name);
+    br_api_ok(c, m, json_pack("{s:s, s:s}", "name", name, "endpoint", c->cfg.advertise));
+    return;
+fail:
+    br_api_fail(c, m, &err);
+}
+
+void br_api_user_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    br_err_t err;
+    json_t *users = br_store_key_list_users(c->store, &err);
+    if (!users) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    size_t i;
+    json_t *u;
+    json_array_foreach(users, i, u) json_object_set_new(u, "created",
+                                                        br_time_json(json_object_get(u, "created")));
+    br_api_ok(c, m, json_pack("{s:o}", "users", users));
+}
+
+void br_api_user_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *name;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:s}", "name", &name) < 0)
+        goto fail;
+    if (strcmp(name, "admin") == 0) {
+        br_errf(&err, EINVAL, "the admin cannot be removed");
+        goto fail;
+    }
+    json_t *users = br_store_key_list_users(c->store, &err);
+    if (!users)
+        goto fail;
+    size_t i;
+    json_t *u;
+    int found = 0;
+    json_array_foreach(users, i, u) found |= strcmp(json_string_value(json_object_get(u, "name")),
+                                                    name) == 0;
+    json_decref(users);
+    if (!found) {
+        br_errf(&err, ENOENT, "no user '%s'", name);
+        goto fail;
+    }
+    if (br_store_key_revoke(c->store, BR_PRINCIPAL_USER, name, &err) < 0)
+        goto fail;
+    br_coord_event(c, 0, NULL, "user", "user %s removed by %s", name, who->name);
+    br_api_ok(c, m, json_object());
+    return;
+fail:
+    br_api_fail(c, m, &err);
 }

@@ -27,6 +27,7 @@ typedef struct br_coord {
     br_msg_t **outbox;
     size_t outbox_len, outbox_cap;
     int sched_needed;
+    int64_t limits_checked; /* monotonic ms of the last time-limit sweep */
     int stop;
 } br_coord_t;
 

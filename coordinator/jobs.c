@@ -284,6 +284,38 @@ void br_jobs_check_nodes(br_coord_t *c)
     }
 }
 
+void br_jobs_check_limits(br_coord_t *c)
+{
+    static const char *const running[] = {"running", NULL};
+    int64_t now = br_now_ms();
+    json_t *jobs = br_store_job_list(c->store, running, 0, NULL);
+    size_t i;
+    json_t *job;
+    json_array_foreach(jobs, i, job) {
+        json_int_t limit =
+            json_integer_value(json_object_get(json_object_get(job, "spec"), "time_limit"));
+        json_int_t started = json_integer_value(json_object_get(job, "started"));
+        if (limit <= 0 || !started || now - started < limit)
+            continue;
+        int64_t id = json_integer_value(json_object_get(job, "id"));
+        int attempt = (int)json_integer_value(json_object_get(job, "attempt"));
+        br_node_t *n = job_node(c, job);
+        char limit_text[32], reason[96];
+        snprintf(reason, sizeof(reason), "time limit %s reached",
+                 br_format_duration(limit, limit_text, sizeof(limit_text)));
+        if (n) {
+            hold(n, json_object_get(job, "assign"), -1);
+            br_coord_send_node(c, n, "job.kill",
+                               json_pack("{s:I, s:i}", "job", (json_int_t)id, "attempt", attempt));
+        }
+        update(c, id, json_pack("{s:s, s:I, s:s}", "state", "failed", "ended",
+                                (json_int_t)now, "reason", reason));
+        br_coord_event(c, id, n ? n->name : NULL, "failed", "%s", reason);
+        c->sched_needed = 1;
+    }
+    json_decref(jobs);
+}
+
 static json_t *find_task(json_t *tasks, int64_t id, int attempt)
 {
     size_t i;

@@ -32,6 +32,9 @@ void br_jobs_node_gone(br_coord_t *c, br_node_t *n, const char *reason);
  * lost, and their jobs are requeued or failed. */
 void br_jobs_check_nodes(br_coord_t *c);
 
+/* Running attempts past their spec's time_limit are killed and the job fails. */
+void br_jobs_check_limits(br_coord_t *c);
+
 /* Reconcile a node's report of its tasks (hello and heartbeat): current attempts it
  * no longer runs end; attempts it runs that are not current are killed. full: the
  * report is from a fresh connection (hello), so starting attempts count too. */

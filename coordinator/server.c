@@ -222,6 +222,11 @@ static void wake(br_coord_t *c, int readable)
     if (readable)
         drain_messages(c);
     br_jobs_check_nodes(c);
+    int64_t now = br_mono_ms();
+    if (now - c->limits_checked >= 1000) {
+        c->limits_checked = now;
+        br_jobs_check_limits(c);
+    }
     if (c->sched_needed) {
         c->sched_needed = 0;
         br_sched_run(c);
