@@ -11,7 +11,6 @@
 #define P_ADMIN (1 << BR_PRINCIPAL_ADMIN)
 #define P_USER (1 << BR_PRINCIPAL_USER)
 #define P_NODE (1 << BR_PRINCIPAL_NODE)
-#define P_ANY (P_UNKNOWN | P_ADMIN | P_USER | P_NODE)
 
 static const struct {
     const char *type;
@@ -19,7 +18,7 @@ static const struct {
     int who;
     br_handler_fn fn;
 } handlers[] = {
-    {"ping", BR_MSG_REQUEST, P_ANY, br_api_ping},
+    {"ping", BR_MSG_REQUEST, P_ADMIN | P_USER | P_NODE, br_api_ping},
     {"node.join", BR_MSG_REQUEST, P_UNKNOWN, br_api_node_join},
     {"node.hello", BR_MSG_REQUEST, P_NODE, br_api_node_hello},
     {"node.heartbeat", BR_MSG_REQUEST, P_NODE, br_api_node_heartbeat},

@@ -1,6 +1,6 @@
 /* coord.h - the coordinator object shared by its modules: the socket loop
  * (server.c), the request handlers (api_cli.c, api_agent.c), job life (jobs.c) and
- * placement (sched.c). One thread; every wake of the loop runs in one store
+ * placement (scheduler.c). One thread; every wake of the loop runs in one store
  * transaction, and replies and orders to agents leave only after it commits. */
 #ifndef BRAMBLE_COORD_H
 #define BRAMBLE_COORD_H

@@ -13,7 +13,7 @@
 
 #include "coord.h"
 #include "jobs.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "sock.h"
 #include "util.h"
 

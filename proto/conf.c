@@ -150,26 +150,65 @@ json_t *br_conf_load(const char *path, br_err_t *err)
     return obj;
 }
 
-/* Single-quoted YAML scalar: quotes doubled, nothing else escaped. */
+/* A string as a YAML scalar: single-quoted (quotes doubled) when it holds no control
+ * characters, else double-quoted with escapes, so line breaks survive. */
+static void put_string(FILE *f, const char *s)
+{
+    int plain = 1;
+    for (const char *p = s; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            plain = 0;
+    fputc(plain ? '\'' : '"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (plain && ch == '\'')
+            fputs("''", f);
+        else if (plain)
+            fputc(ch, f);
+        else if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch == '\n')
+            fputs("\\n", f);
+        else if (ch == '\t')
+            fputs("\\t", f);
+        else if (ch < 0x20 || ch == 0x7f)
+            fprintf(f, "\\x%02x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc(plain ? '\'' : '"', f);
+}
+
 static void put_scalar(FILE *f, const json_t *v)
 {
-    if (json_is_string(v)) {
-        fputc('\'', f);
-        for (const char *s = json_string_value(v); *s; s++) {
-            if (*s == '\'')
-                fputc('\'', f);
-            fputc(*s, f);
-        }
-        fputc('\'', f);
-    } else if (json_is_integer(v)) {
+    if (json_is_string(v))
+        put_string(f, json_string_value(v));
+    else if (json_is_integer(v))
         fprintf(f, "%lld", (long long)json_integer_value(v));
-    } else if (json_is_real(v)) {
+    else if (json_is_real(v))
         fprintf(f, "%.17g", json_real_value(v));
-    } else if (json_is_boolean(v)) {
+    else if (json_is_boolean(v))
         fputs(json_is_true(v) ? "true" : "false", f);
-    } else {
+    else
         fputs("null", f);
-    }
+}
+
+/* Keys of plain words are written bare, anything else quoted. */
+static void put_key(FILE *f, const char *k, int indent)
+{
+    int bare = *k != '\0' && *k != '-';
+    for (const char *p = k; *p && bare; p++)
+        bare = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+               (*p >= '0' && *p <= '9') || *p == '_' || *p == '-' || *p == '.';
+    if (bare && (strcmp(k, "true") == 0 || strcmp(k, "false") == 0 ||
+                 strcmp(k, "null") == 0 || strcmp(k, "yes") == 0 || strcmp(k, "no") == 0))
+        bare = 0;
+    fprintf(f, "%*s", indent, "");
+    if (bare)
+        fputs(k, f);
+    else
+        put_string(f, k);
+    fputc(':', f);
 }
 
 static void put_value(FILE *f, const json_t *v, int indent)
@@ -183,7 +222,7 @@ static void put_value(FILE *f, const json_t *v, int indent)
         }
         fputc('\n', f);
         json_object_foreach((json_t *)v, k, x) {
-            fprintf(f, "%*s%s:", indent, "", k);
+            put_key(f, k, indent);
             put_value(f, x, indent + 2);
         }
     } else if (json_is_array(v)) {
@@ -215,7 +254,7 @@ int br_conf_save(const char *path, const json_t *obj, mode_t mode, br_err_t *err
     const char *k;
     json_t *x;
     json_object_foreach((json_t *)obj, k, x) {
-        fprintf(f, "%s:", k);
+        put_key(f, k, 0);
         put_value(f, x, 2);
     }
     fclose(f);

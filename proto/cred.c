@@ -77,9 +77,12 @@ int br_cred_load(const char *path, br_cred_t *c, br_err_t *err)
         take(obj, "public_key", c->public_key, sizeof(c->public_key), path, err) < 0 ||
         take(obj, "secret_key", c->secret_key, sizeof(c->secret_key), path, err) < 0)
         goto done;
-    if (!br_key_valid(c->server_public_key) || !br_key_valid(c->public_key) ||
-        !br_key_valid(c->secret_key)) {
-        br_errf(err, EINVAL, "%s: a key is not 40 characters of Z85", path);
+    const char *bad = !br_key_valid(c->server_public_key) ? "server_public_key"
+                      : !br_key_valid(c->public_key)        ? "public_key"
+                      : !br_key_valid(c->secret_key)        ? "secret_key"
+                                                            : NULL;
+    if (bad) {
+        br_errf(err, EINVAL, "%s: '%s' is not 40 characters of Z85", path, bad);
         goto done;
     }
     rc = 0;

@@ -301,7 +301,7 @@ int br_msg_recv(void *sock, int router, int flags, br_msg_t **out, br_err_t *err
         m = br_msg_new(BR_MSG_EVENT, "invalid", 0);
         if (m) {
             br_msg_set_route(m, zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]));
-            copy_meta(m, &parts[0]);
+            copy_meta(m, &parts[n > 1 ? 1 : 0]); /* the routing id has no metadata */
             *out = m;
         }
         m = NULL;
@@ -389,14 +389,51 @@ int br_msg_check(const br_msg_t *resp, br_err_t *err)
                    json_is_string(e) ? json_string_value(e) : "request failed");
 }
 
+/* The key of the flat "{s:X, s?X, ...}" entry that the format position pos falls in,
+ * found by walking the arguments as jansson consumed them (each key, then one
+ * pointer per value; "s%" takes two). NULL when the format is not that simple. */
+static const char *key_at(const char *fmt, size_t pos, va_list ap)
+{
+    const char *key = NULL;
+    int want_key = 1;
+    for (size_t i = 0; fmt[i] && i <= pos; i++) {
+        char ch = fmt[i];
+        if (ch == '{' || ch == '}' || ch == ',' || ch == ':' || ch == ' ' || ch == '?' ||
+            ch == '!' || ch == '*')
+            continue;
+        if (!strchr("sbiIfFoOn%", ch))
+            return NULL; /* nested or unusual: give up naming */
+        if (want_key && ch == 's') {
+            key = va_arg(ap, const char *);
+        } else if (ch == '%') {
+            (void)va_arg(ap, void *);
+        } else if (ch != 'n') {
+            (void)va_arg(ap, void *);
+        }
+        want_key = !want_key;
+        if (ch == '%')
+            want_key = 1;
+    }
+    return key;
+}
+
 int br_msg_unpack(const br_msg_t *m, br_err_t *err, const char *fmt, ...)
 {
     json_error_t jerr;
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
+    va_copy(again, ap);
     int rc = json_vunpack_ex(m->body, &jerr, JSON_STRICT, fmt, ap);
     va_end(ap);
-    if (rc < 0)
-        return br_errf(err, EPROTO, "%s: bad body: %s", m->type, jerr.text);
-    return 0;
+    if (rc < 0) {
+        const char *key = NULL;
+        if (strncmp(jerr.text, "Expected", 8) == 0 && jerr.position > 0)
+            key = key_at(fmt, (size_t)jerr.position - 1, again);
+        if (key)
+            br_errf(err, EPROTO, "%s: bad body: '%s': %s", m->type, key, jerr.text);
+        else
+            br_errf(err, EPROTO, "%s: bad body: %s", m->type, jerr.text);
+    }
+    va_end(again);
+    return rc < 0 ? -1 : 0;
 }

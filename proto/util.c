@@ -74,7 +74,7 @@ int br_parse_size(const char *s, uint64_t *bytes, br_err_t *err)
         for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
             if (strcasecmp(unit, units[i].unit) == 0) {
                 double r = v * units[i].mult;
-                if (r >= 1.8e19)
+                if (r >= 9.2e18) /* must fit an int64 (the store and JSON) */
                     break;
                 *bytes = (uint64_t)llround(r);
                 return 0;
@@ -164,6 +164,9 @@ void br_raise_nofile(void)
 int br_mkdir_p(const char *path, mode_t mode, br_err_t *err)
 {
     char buf[4096];
+    struct stat st;
+    if (!*path)
+        return br_errf(err, ENOENT, "mkdir: empty path");
     if (strlen(path) >= sizeof(buf))
         return br_errf(err, ENAMETOOLONG, "%s: path too long", path);
     strcpy(buf, path);
@@ -173,6 +176,8 @@ int br_mkdir_p(const char *path, mode_t mode, br_err_t *err)
             *p = '\0';
             if (mkdir(buf, mode) < 0 && errno != EEXIST)
                 return br_errf(err, errno, "mkdir %s: %s", buf, strerror(errno));
+            if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
+                return br_errf(err, ENOTDIR, "mkdir %s: not a directory", buf);
             if (c == '\0')
                 break;
             *p = c;

@@ -1,9 +1,9 @@
-/* sched.h - placement: pending jobs, highest priority then oldest first, each onto
+/* scheduler.h - placement: pending jobs, highest priority then oldest first, each onto
  * the first ready node whose free CPUs, memory, GPUs and VRAM fit and that matches
  * the spec's arch, gpu_model and labels. A job that fits nowhere stays pending with
  * a reason that says why. */
-#ifndef BRAMBLE_SCHED_H
-#define BRAMBLE_SCHED_H
+#ifndef BRAMBLE_SCHEDULER_H
+#define BRAMBLE_SCHEDULER_H
 
 #include <jansson.h>
 

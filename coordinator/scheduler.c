@@ -1,5 +1,5 @@
-/* sched.c - placement of pending jobs onto nodes (first fit). */
-#include "sched.h"
+/* scheduler.c - placement of pending jobs onto nodes (first fit). */
+#include "scheduler.h"
 
 #include <stdio.h>
 #include <stdlib.h>
