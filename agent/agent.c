@@ -112,6 +112,11 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
     a->inventory = a->gpus ? br_inventory_collect(err) : NULL;
     if (!a->inventory)
         goto fail;
+    json_object_set_new(a->inventory, "gpu_source", json_string(br_gpus_source(a->gpus)));
+    json_object_set_new(a->inventory, "gpu_driver",
+                        json_string(br_gpus_driver_version(a->gpus)));
+    json_object_set_new(a->inventory, "cuda_version",
+                        json_string(br_gpus_cuda_version(a->gpus)));
     a->ctx = zmq_ctx_new();
     a->sock = br_sock_client(a->ctx, s->cred.endpoint, s->cred.server_public_key,
                              s->cred.public_key, s->cred.secret_key, err);
