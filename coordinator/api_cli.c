@@ -86,7 +86,10 @@ static json_t *node_public(br_coord_t *c, br_node_t *n, json_t *current)
     json_object_del(o, "token");
     json_object_set_new(o, "state", json_string(n->state));
     json_object_set_new(o, "connected", json_boolean(n->route_len > 0));
-    json_object_set_new(o, "last_seen", br_time_json(json_object_get(n->info, "last_seen")));
+    json_t *seen = n->last_seen_ms ? json_integer(n->last_seen_ms)
+                                   : json_incref(json_object_get(n->info, "last_seen"));
+    json_object_set_new(o, "last_seen", br_time_json(seen));
+    json_decref(seen);
     json_object_set_new(o, "joined", br_time_json(json_object_get(n->info, "joined")));
     static const char *want[] = {"arch", "cpus", "memory", "gpus", "labels",
                                  "cost_per_hour"};

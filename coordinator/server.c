@@ -200,7 +200,7 @@ static void drain_messages(br_coord_t *c)
                 br_msg_destroy(&m);
                 return;
             }
-            if (m) /* malformed, but we know who sent it: say why */
+            if (m && br_msg_kind(m) == BR_MSG_REQUEST) /* malformed: say why */
                 br_coord_post(c, br_msg_reply_error(m, EPROTO, "%s", err.text));
             fprintf(stderr, "brambled: dropped a message: %s\n", err.text);
             br_msg_destroy(&m);

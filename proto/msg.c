@@ -297,8 +297,14 @@ int br_msg_recv(void *sock, int router, int flags, br_msg_t **out, br_err_t *err
                           d ? zmq_msg_size(d) : 0, err);
     }
     if (!m && router && zmq_msg_size(&parts[0]) <= BR_MSG_ROUTE_MAX) {
-        /* hand back a stub carrying the route so the caller can answer */
-        m = br_msg_new(BR_MSG_EVENT, "invalid", 0);
+        /* hand back a stub carrying the route, and the header's type and seq when
+         * the header itself was sound, so the caller can answer the request */
+        m = br_msg_new(BR_MSG_REQUEST, "invalid", 0);
+        if (m && n > 1) {
+            int hflags;
+            decode_header(m, zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), &hflags,
+                          NULL);
+        }
         if (m) {
             br_msg_set_route(m, zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]));
             copy_meta(m, &parts[n > 1 ? 1 : 0]); /* the routing id has no metadata */
