@@ -1,0 +1,144 @@
+/* cli.h - shared declarations of the bramble command line: the per-run context
+ * (credential, lazily made client), the command table entry, output helpers. */
+#ifndef BRAMBLE_CLI_H
+#define BRAMBLE_CLI_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "client.h"
+#include "cred.h"
+#include "err.h"
+#include "msg.h"
+
+#define CLI_TIMEOUT_MS 10000 /* default RPC timeout (--timeout) */
+#define CLI_PATH_MAX 4096
+
+/* One run of the CLI: global options, and what a command needs to talk. */
+typedef struct {
+    const char *cmd;       /* "token create": the prefix of every message */
+    const char *cred_flag; /* --credential, NULL when not given */
+    int timeout_ms;        /* --timeout */
+    br_cred_t cred;
+    int have_cred;
+    br_client_t *client;
+} cli_t;
+
+typedef int (*cli_handler_t)(cli_t *cli, int argc, char **argv);
+
+/* One command: "token create" is group "token", name "create". */
+typedef struct {
+    const char *group;    /* "token", or NULL for a one-word command */
+    const char *name;     /* "create", "nodes", ... */
+    cli_handler_t run;    /* returns the exit status */
+    const char *synopsis; /* arguments after the command words */
+    const char *summary;  /* one line for `bramble --help` */
+    const char *options;  /* the rest of `bramble CMD --help` (may be "") */
+} cli_cmd_t;
+
+/* Exit statuses (ARCHITECTURE.md, "Command line"). */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* ---- context (ctx.c) */
+
+/* The client, made on first use from the credential (--credential, else
+ * $BRAMBLE_CREDENTIAL, else ~/.config/bramble/credential). Prints the reason and
+ * returns NULL when the credential cannot be loaded. */
+br_client_t *cli_client(cli_t *cli);
+
+/* Use this credential instead of the configured one (bramble up). */
+br_client_t *cli_client_with(cli_t *cli, const br_cred_t *cred);
+
+void cli_close(cli_t *cli);
+
+/* Request/response. body is stolen (NULL sends {}). On failure prints
+ * "bramble: CMD: reason" and returns NULL / -1. */
+json_t *cli_call(cli_t *cli, const char *type, json_t *body);
+int cli_rpc(cli_t *cli, const char *type, json_t *body, br_msg_t **resp);
+
+/* For polling loops (--wait, logs -f, events -f): like cli_rpc, but a coordinator
+ * that does not answer is ridden out for up to CLI_OUTAGE_MS, since it may be
+ * restarting and keeps every job it took. Returns 0 with *resp, 1 when the caller
+ * should simply try again, -1 after printing the reason. *silent_since starts 0. */
+#define CLI_OUTAGE_MS 60000
+int cli_rpc_poll(cli_t *cli, const char *type, json_t *body, br_msg_t **resp,
+                 int64_t *silent_since);
+
+/* ---- output (output.c) */
+
+/* "bramble: CMD: ..." on stderr. cli_fail returns CLI_FAIL. */
+void cli_err(const cli_t *cli, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int cli_fail(const cli_t *cli, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* A usage error: the message, a pointer to --help, returns CLI_USAGE. */
+int cli_usage(const cli_t *cli, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Run getopt_long's error cases through cli_usage: c is what getopt returned
+ * ('?' or ':'). Returns CLI_USAGE. */
+int cli_bad_option(const cli_t *cli, int c, char **argv);
+
+/* The common case of a command's arguments: only --json (when json is not NULL)
+ * and exactly npos positional arguments, named in names[] for the usage error.
+ * Fills pos[]. Returns 0, or CLI_USAGE after printing the reason. */
+int cli_args(const cli_t *cli, int argc, char **argv, int *json, int npos,
+             const char *const *names, const char **pos);
+
+/* After getopt: exactly npos positional arguments left (names for the message). */
+int cli_positional(const cli_t *cli, int argc, char **argv, int npos,
+                   const char *const *names, const char **pos);
+
+/* Parse a positive/non-negative integer argument; prints a usage error on failure. */
+int cli_parse_long(const cli_t *cli, const char *what, const char *s, long min,
+                   long max, long *out);
+int cli_parse_ms(const cli_t *cli, const char *what, const char *s, int64_t *ms);
+
+/* Print JSON indented (JSON_INDENT(2)) and a newline; compact on one line. */
+void cli_print_json(const json_t *v);
+void cli_print_json_line(const json_t *v);
+
+/* Times: unix seconds (a JSON real, or null) as local "2026-11-29 18:04:05", or
+ * "5m ago" / "in 3m", or "-" when null. Returns buf. */
+char *cli_fmt_time(const json_t *t, char *buf, size_t len);
+char *cli_fmt_ago(const json_t *t, char *buf, size_t len);
+char *cli_fmt_size(const json_t *bytes, char *buf, size_t len);
+
+/* A JSON value as short text: strings as is, integers, reals, "-" for null or
+ * missing, "yes"/"no" for booleans. Returns buf. */
+char *cli_fmt_value(const json_t *v, char *buf, size_t len);
+
+/* Join the strings (or numbers) of an array with sep; "-" when empty. */
+char *cli_fmt_list(const json_t *arr, const char *sep, char *buf, size_t len);
+
+/* An aligned table: columns separated by two spaces, the last one not padded. */
+typedef struct cli_table cli_table_t;
+
+cli_table_t *cli_table_new(int ncols, const char *const *headers);
+void cli_table_destroy(cli_table_t **t);
+/* Add a row of ncols cells (copied). */
+int cli_table_add(cli_table_t *t, const char *const *cells);
+void cli_table_print(const cli_table_t *t, FILE *out);
+
+/* Sleep this many milliseconds (restarts after signals). */
+void cli_sleep_ms(int ms);
+
+/* ---- commands */
+
+extern const cli_cmd_t cli_cluster_cmds[];
+extern const cli_cmd_t cli_node_cmds[];
+extern const cli_cmd_t cli_job_cmds[];
+extern const cli_cmd_t cli_log_cmds[];
+
+/* Shared by submit --follow and logs: stream job id's logs (rank -1: all) to
+ * stdout/stderr; follow: until the job has ended. Returns CLI_OK or CLI_FAIL. */
+int cli_stream_logs(cli_t *cli, int64_t id, int rank, int follow);
+
+/* The exit rule of submit --wait: fetch job id until it has ended; returns CLI_OK
+ * when it completed, else prints "job N STATE: reason" and returns CLI_FAIL. */
+int cli_wait_job(cli_t *cli, int64_t id);
+
+#endif

@@ -1,0 +1,492 @@
+/* cmd_job.c - jobs: submit (with --wait and --follow), jobs, job show, cancel. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "spec.h"
+#include "util.h"
+
+#define WAIT_POLL_MS 200
+
+static int parse_id(const cli_t *cli, const char *s, int64_t *id)
+{
+    long v;
+    if (cli_parse_long(cli, "job ID", s, 1, LONG_MAX, &v) != 0)
+        return CLI_USAGE;
+    *id = v;
+    return 0;
+}
+
+static int is_ended(const char *state)
+{
+    return state && (strcmp(state, "completed") == 0 || strcmp(state, "failed") == 0 ||
+                     strcmp(state, "cancelled") == 0);
+}
+
+/* Why a job ended, in words: its reason, else its exit code or signal. */
+static char *end_reason(const json_t *job, char *buf, size_t len)
+{
+    const char *reason = json_string_value(json_object_get(job, "reason"));
+    const json_t *code = json_object_get(job, "exit_code");
+    const json_t *sig = json_object_get(job, "signal");
+    if (reason && *reason)
+        br_strlcpy(buf, reason, len);
+    else if (json_is_integer(code))
+        snprintf(buf, len, "exit code %lld", (long long)json_integer_value(code));
+    else if (json_is_integer(sig))
+        snprintf(buf, len, "killed by signal %lld", (long long)json_integer_value(sig));
+    else
+        br_strlcpy(buf, "no reason given", len);
+    return buf;
+}
+
+/* ---- waiting for the end of a job (submit --wait, --follow) */
+
+static int job_outcome(cli_t *cli, int64_t id, const json_t *job)
+{
+    const char *state = json_string_value(json_object_get(job, "state"));
+    char why[BR_ERR_TEXT + 64];
+    if (strcmp(state, "completed") == 0)
+        return CLI_OK;
+    return cli_fail(cli, "job %lld %s: %s", (long long)id, state,
+                    end_reason(job, why, sizeof(why)));
+}
+
+int cli_wait_job(cli_t *cli, int64_t id)
+{
+    int64_t silent_since = 0;
+    for (;;) {
+        br_msg_t *m = NULL;
+        int r = cli_rpc_poll(cli, "job.show", json_pack("{s:I}", "id", (json_int_t)id),
+                             &m, &silent_since);
+        if (r < 0)
+            return CLI_FAIL;
+        if (r > 0)
+            continue; /* the timeout has already waited */
+        json_t *job = json_object_get(br_msg_body(m), "job");
+        const char *state = json_string_value(json_object_get(job, "state"));
+        int rc = is_ended(state) ? job_outcome(cli, id, job) : -1;
+        br_msg_destroy(&m);
+        if (rc >= 0)
+            return rc;
+        cli_sleep_ms(WAIT_POLL_MS);
+    }
+}
+
+/* ---- submit */
+
+static char *read_stdin(size_t *len, br_err_t *err)
+{
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        if (n == cap) {
+            if (cap > BR_SPEC_MAX_BYTES) {
+                free(buf);
+                return br_errp(err, EFBIG, "larger than %d bytes", BR_SPEC_MAX_BYTES);
+            }
+            char *b = realloc(buf, cap * 2 + 1);
+            if (!b)
+                break;
+            buf = b;
+            cap *= 2;
+        }
+        ssize_t got = read(STDIN_FILENO, buf + n, cap - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            int e = errno;
+            free(buf);
+            return br_errp(err, e, "%s", strerror(e));
+        }
+        if (got == 0) {
+            buf[n] = 0;
+            *len = n;
+            return buf;
+        }
+        n += (size_t)got;
+    }
+    free(buf);
+    return br_errp(err, ENOMEM, "out of memory");
+}
+
+typedef struct {
+    const char *path;
+    const char **sets;
+    int nsets;
+    int wait, follow, json;
+} submit_opts_t;
+
+static int submit_args(cli_t *cli, int argc, char **argv, submit_opts_t *o)
+{
+    static const struct option opts[] = {{"set", required_argument, NULL, 's'},
+                                         {"wait", no_argument, NULL, 'w'},
+                                         {"follow", no_argument, NULL, 'f'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {0}};
+    static const char *names[] = {"SPEC (a YAML file, or - for stdin)"};
+    int c;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c == 's') {
+            if (!strchr(optarg, '='))
+                return cli_usage(cli, "--set %s: expected key=value", optarg);
+            o->sets[o->nsets++] = optarg;
+        } else if (c == 'w' || c == 'f' || c == 'j') {
+            *(c == 'w' ? &o->wait : c == 'f' ? &o->follow : &o->json) = 1;
+        } else {
+            return cli_bad_option(cli, c, argv);
+        }
+    }
+    return cli_positional(cli, argc, argv, 1, names, &o->path);
+}
+
+/* Read the spec and check it here, so that errors come before anything is sent. */
+static char *load_spec(cli_t *cli, const submit_opts_t *o, size_t *len)
+{
+    const char *shown = strcmp(o->path, "-") == 0 ? "stdin" : o->path;
+    br_err_t err = {0};
+    char *text = strcmp(o->path, "-") == 0
+                     ? read_stdin(len, &err)
+                     : br_read_file(o->path, BR_SPEC_MAX_BYTES, len, &err);
+    if (!text) { /* br_read_file's reason names the file already */
+        cli_err(cli, "%s%s", strcmp(o->path, "-") == 0 ? "stdin: " : "", err.text);
+        return NULL;
+    }
+    br_spec_t *spec = br_spec_parse(text, *len, o->sets, o->nsets, &err);
+    if (!spec) {
+        cli_err(cli, "%s: %s", shown, err.text);
+        free(text);
+        return NULL;
+    }
+    br_spec_destroy(&spec);
+    return text;
+}
+
+static json_t *submit_body(const char *text, size_t len, const submit_opts_t *o)
+{
+    json_t *sets = json_array();
+    json_t *spec = json_stringn(text, len); /* NULL when not UTF-8 */
+    int ok = spec && sets;
+    for (int i = 0; ok && i < o->nsets; i++)
+        ok = json_array_append_new(sets, json_string(o->sets[i])) == 0;
+    if (!ok) {
+        json_decref(spec);
+        json_decref(sets);
+        return NULL;
+    }
+    return json_pack("{s:o, s:o}", "spec", spec, "sets", sets);
+}
+
+static int submit_send(cli_t *cli, const submit_opts_t *o, const char *text, size_t len,
+                       int64_t *id)
+{
+    json_t *body = submit_body(text, len, o);
+    if (!body)
+        return cli_fail(cli, "%s: the spec or a --set is not UTF-8 text", o->path);
+    json_t *r = cli_call(cli, "job.submit", body);
+    if (!r)
+        return CLI_FAIL;
+    json_t *jid = json_object_get(r, "id");
+    if (!json_is_integer(jid)) {
+        json_decref(r);
+        return cli_fail(cli, "the coordinator's answer has no job id");
+    }
+    *id = json_integer_value(jid);
+    json_decref(r);
+    return CLI_OK;
+}
+
+static int cmd_submit(cli_t *cli, int argc, char **argv)
+{
+    const char *sets[argc > 0 ? argc : 1];
+    submit_opts_t o = {.sets = sets};
+    if (submit_args(cli, argc, argv, &o) != 0)
+        return CLI_USAGE;
+    size_t len;
+    char *text = load_spec(cli, &o, &len);
+    if (!text)
+        return CLI_FAIL;
+    int64_t id;
+    int rc = submit_send(cli, &o, text, len, &id);
+    free(text);
+    if (rc != CLI_OK)
+        return rc;
+    /* With --follow, stdout carries the job's output: the id goes to stderr. */
+    FILE *out = o.follow ? stderr : stdout;
+    if (o.json)
+        fprintf(out, "{\"id\": %lld}\n", (long long)id);
+    else if (o.follow)
+        fprintf(out, "bramble: submitted job %lld\n", (long long)id);
+    else
+        fprintf(out, "%lld\n", (long long)id);
+    fflush(out);
+    if (o.follow && cli_stream_logs(cli, id, -1, 1) != CLI_OK)
+        return CLI_FAIL;
+    if (o.follow || o.wait)
+        return cli_wait_job(cli, id);
+    return CLI_OK;
+}
+
+/* ---- jobs, job show */
+
+static void job_row(cli_table_t *t, const json_t *job)
+{
+    char id[32], name[64], state[32], attempt[16], nodes[256], sub[32], why[256];
+    cli_fmt_value(json_object_get(job, "id"), id, sizeof(id));
+    cli_fmt_value(json_object_get(job, "name"), name, sizeof(name));
+    cli_fmt_value(json_object_get(job, "state"), state, sizeof(state));
+    cli_fmt_value(json_object_get(job, "attempt"), attempt, sizeof(attempt));
+    cli_fmt_list(json_object_get(job, "nodes"), ",", nodes, sizeof(nodes));
+    cli_fmt_ago(json_object_get(job, "submitted"), sub, sizeof(sub));
+    if (is_ended(state) || json_is_string(json_object_get(job, "reason")))
+        end_reason(job, why, sizeof(why));
+    else
+        br_strlcpy(why, "-", sizeof(why));
+    const char *cells[] = {id, name, state, attempt, nodes, sub, why};
+    cli_table_add(t, cells);
+}
+
+static int cmd_jobs(cli_t *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"all", no_argument, NULL, 'a'}, {"json", no_argument, NULL, 'j'}, {0}};
+    int all = 0, json = 0, c;
+    while ((c = getopt_long(argc, argv, ":a", opts, NULL)) != -1) {
+        if (c == 'a' || c == 'j')
+            *(c == 'a' ? &all : &json) = 1;
+        else
+            return cli_bad_option(cli, c, argv);
+    }
+    if (cli_positional(cli, argc, argv, 0, NULL, NULL) != 0)
+        return CLI_USAGE;
+    json_t *r = cli_call(cli, "job.list", json_pack("{s:b}", "all", all));
+    if (!r)
+        return CLI_FAIL;
+    json_t *jobs = json_object_get(r, "jobs");
+    if (json) {
+        cli_print_json(jobs ? jobs : json_array());
+    } else {
+        static const char *head[] = {"ID",    "NAME",      "STATE",      "ATTEMPT",
+                                     "NODES", "SUBMITTED", "REASON/EXIT"};
+        cli_table_t *t = cli_table_new(7, head);
+        size_t i;
+        json_t *job;
+        json_array_foreach(jobs, i, job) {
+            job_row(t, job);
+        }
+        cli_table_print(t, stdout);
+        cli_table_destroy(&t);
+    }
+    json_decref(r);
+    return CLI_OK;
+}
+
+static void field(const char *name, const char *value)
+{
+    printf("%-11s %s\n", name, value && *value ? value : "-");
+}
+
+static void field_json(const json_t *obj, const char *key, const char *name)
+{
+    char buf[512];
+    field(name, cli_fmt_value(json_object_get(obj, key), buf, sizeof(buf)));
+}
+
+static void field_time(const json_t *obj, const char *key, const char *name)
+{
+    char when[32], ago[32], buf[80];
+    const json_t *t = json_object_get(obj, key);
+    cli_fmt_time(t, when, sizeof(when));
+    cli_fmt_ago(t, ago, sizeof(ago));
+    snprintf(buf, sizeof(buf), json_is_number(t) ? "%s (%s)" : "%s", when, ago);
+    field(name, buf);
+}
+
+static void print_checkpoints(const json_t *cps)
+{
+    printf("checkpoints:%s\n", json_array_size(cps) ? "" : " -");
+    if (!json_array_size(cps))
+        return;
+    static const char *head[] = {"  STEP", "ATTEMPT", "TIME", "PATH"};
+    cli_table_t *t = cli_table_new(4, head);
+    size_t i;
+    json_t *cp;
+    json_array_foreach(cps, i, cp) {
+        char step[40], attempt[16], when[32], path[1024], tmp[32];
+        snprintf(step, sizeof(step), "  %s",
+                 cli_fmt_value(json_object_get(cp, "step"), tmp, sizeof(tmp)));
+        cli_fmt_value(json_object_get(cp, "attempt"), attempt, sizeof(attempt));
+        cli_fmt_time(json_object_get(cp, "time"), when, sizeof(when));
+        cli_fmt_value(json_object_get(cp, "path"), path, sizeof(path));
+        const char *cells[] = {step, attempt, when, path};
+        cli_table_add(t, cells);
+    }
+    cli_table_print(t, stdout);
+    cli_table_destroy(&t);
+}
+
+static void print_timeline(const json_t *events)
+{
+    printf("events:%s\n", json_array_size(events) ? "" : " -");
+    if (!json_array_size(events))
+        return;
+    cli_table_t *t =
+        cli_table_new(4, (const char *[]){"  TIME", "STATE", "NODE", "REASON"});
+    size_t i;
+    json_t *ev;
+    json_array_foreach(events, i, ev) {
+        char when[40], tmp[32], state[32], node[64], reason[512];
+        snprintf(when, sizeof(when), "  %s",
+                 cli_fmt_time(json_object_get(ev, "time"), tmp, sizeof(tmp)));
+        cli_fmt_value(json_object_get(ev, "state"), state, sizeof(state));
+        cli_fmt_value(json_object_get(ev, "node"), node, sizeof(node));
+        cli_fmt_value(json_object_get(ev, "reason"), reason, sizeof(reason));
+        const char *cells[] = {when, state, node, reason};
+        cli_table_add(t, cells);
+    }
+    cli_table_print(t, stdout);
+    cli_table_destroy(&t);
+}
+
+/* The spec as the user wrote it, indented under "spec:". */
+static void print_spec_text(const char *text)
+{
+    printf("spec:\n");
+    while (*text) {
+        size_t n = strcspn(text, "\n");
+        printf("  %.*s\n", (int)n, text);
+        text += n + (text[n] == '\n');
+    }
+}
+
+/* A field whose value may hold several lines: the later ones indented under it. */
+static void field_lines(const char *name, const char *text)
+{
+    size_t n = strcspn(text, "\n");
+    printf("%-11s %.*s\n", name, (int)n, text);
+    for (text += n; *text == '\n' && text[1]; text += n) {
+        text++;
+        n = strcspn(text, "\n");
+        printf("%-11s %.*s\n", "", (int)n, text);
+    }
+}
+
+/* The normalised spec (an object): what runs and what it asked for. */
+static void print_spec_summary(const json_t *spec)
+{
+    const json_t *res = json_object_get(spec, "resources");
+    const char *cmd = json_string_value(json_object_get(spec, "command"));
+    char mem[32], vram[32], buf[256], tasks[32];
+    field_lines("command:", cmd ? cmd : "-");
+    field_json(spec, "workdir", "workdir:");
+    cli_fmt_value(json_object_get(res, "tasks_per_node"), tasks, sizeof(tasks));
+    cli_fmt_size(json_object_get(res, "memory"), mem, sizeof(mem));
+    cli_fmt_size(json_object_get(res, "vram"), vram, sizeof(vram));
+    snprintf(buf, sizeof(buf),
+             "nodes %lld, tasks/node %s, gpus %lld (vram %s), cpus %lld, "
+             "memory %s",
+             (long long)json_integer_value(json_object_get(res, "nodes")), tasks,
+             (long long)json_integer_value(json_object_get(res, "gpus")), vram,
+             (long long)json_integer_value(json_object_get(res, "cpus")), mem);
+    if (json_is_object(res))
+        field("resources:", buf);
+}
+
+static void print_job(const json_t *job)
+{
+    char buf[1024];
+    field_json(job, "id", "id:");
+    field_json(job, "name", "name:");
+    field_json(job, "kind", "kind:");
+    field_json(job, "owner", "owner:");
+    field_json(job, "state", "state:");
+    field_json(job, "attempt", "attempt:");
+    field("nodes:", cli_fmt_list(json_object_get(job, "nodes"), ",", buf, sizeof(buf)));
+    field_time(job, "submitted", "submitted:");
+    field_time(job, "started", "started:");
+    field_time(job, "ended", "ended:");
+    field_json(job, "exit_code", "exit code:");
+    field_json(job, "signal", "signal:");
+    field_json(job, "reason", "reason:");
+    const json_t *spec = json_object_get(job, "spec");
+    if (json_is_object(spec))
+        print_spec_summary(spec);
+    else if (json_is_string(spec))
+        print_spec_text(json_string_value(spec));
+    print_checkpoints(json_object_get(job, "checkpoints"));
+    print_timeline(json_object_get(job, "events"));
+}
+
+static int job_show(cli_t *cli, int argc, char **argv)
+{
+    static const char *names[] = {"job ID"};
+    const char *arg;
+    int json = 0;
+    int64_t id;
+    if (cli_args(cli, argc, argv, &json, 1, names, &arg) != 0 ||
+        parse_id(cli, arg, &id))
+        return CLI_USAGE;
+    json_t *r = cli_call(cli, "job.show", json_pack("{s:I}", "id", (json_int_t)id));
+    if (!r)
+        return CLI_FAIL;
+    json_t *job = json_object_get(r, "job");
+    if (json)
+        cli_print_json(job ? job : json_object());
+    else
+        print_job(job);
+    json_decref(r);
+    return CLI_OK;
+}
+
+/* ---- cancel */
+
+static int cmd_cancel(cli_t *cli, int argc, char **argv)
+{
+    static const char *names[] = {"job ID"};
+    const char *arg;
+    int64_t id;
+    if (cli_args(cli, argc, argv, NULL, 1, names, &arg) != 0 || parse_id(cli, arg, &id))
+        return CLI_USAGE;
+    json_t *r = cli_call(cli, "job.cancel", json_pack("{s:I}", "id", (json_int_t)id));
+    if (!r)
+        return CLI_FAIL;
+    char state[32];
+    cli_fmt_value(json_object_get(json_object_get(r, "job"), "state"), state,
+                  sizeof(state));
+    printf("job %lld: %s\n", (long long)id, state);
+    json_decref(r);
+    return CLI_OK;
+}
+
+const cli_cmd_t cli_job_cmds[] = {
+    {NULL, "submit", cmd_submit,
+     "SPEC [--set KEY=VALUE]... [--wait] [--follow] [--json]", "submit a job",
+     "SPEC is a YAML job spec (ARCHITECTURE.md, \"The job spec\"), or - to read it\n"
+     "from stdin. It is checked here first; an error names its line. Prints the new\n"
+     "job's id.\n"
+     "\nOptions:\n"
+     "  --set KEY=VALUE  override a field of the spec, e.g. --set resources.gpus=2\n"
+     "                   (repeatable)\n"
+     "  --wait           return when the job has ended: exit 0 only if it completed\n"
+     "  --follow         print the job's output while it runs (the id then goes to\n"
+     "                   stderr), then exit as --wait does\n"
+     "  --json           print {\"id\": N}\n"},
+    {NULL, "jobs", cmd_jobs, "[--all] [--json]", "list jobs",
+     "Without --all: pending, starting and running jobs, and jobs that ended in the\n"
+     "last 10 minutes. Table columns: ID NAME STATE ATTEMPT NODES SUBMITTED\n"
+     "REASON/EXIT.\n"
+     "\nOptions:\n"
+     "  -a, --all   every job the coordinator keeps\n"
+     "  --json      print the array of jobs: id, name, kind, state, attempt, nodes,\n"
+     "              submitted, started, ended, exit_code, signal, reason, owner\n"},
+    {"job", "show", job_show, "ID [--json]",
+     "show one job: fields, checkpoints and its events",
+     "Options:\n"
+     "  --json   print the job object with spec, checkpoints and events\n"},
+    {NULL, "cancel", cmd_cancel, "ID", "cancel a job; prints its new state", ""},
+    {0},
+};

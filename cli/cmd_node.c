@@ -1,0 +1,357 @@
+/* cmd_node.c - the admin's view of the machines: join tokens (token create, list,
+ * revoke) and nodes (nodes, node show, drain, undrain, remove). */
+#include <getopt.h>
+#include <string.h>
+
+#include "cli.h"
+#include "util.h"
+
+/* ---- token create | list | revoke */
+
+static int token_create(cli_t *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {{"ttl", required_argument, NULL, 't'},
+                                         {"uses", required_argument, NULL, 'u'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {0}};
+    int64_t ttl = 3600000;
+    long uses = 1;
+    int json = 0, c;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c == 't') {
+            if (cli_parse_ms(cli, "--ttl", optarg, &ttl) != 0)
+                return CLI_USAGE;
+            if (ttl <= 0)
+                return cli_usage(cli, "--ttl must be more than zero");
+        } else if (c == 'u') {
+            if (cli_parse_long(cli, "--uses", optarg, 1, 1000000, &uses) != 0)
+                return CLI_USAGE;
+        } else if (c == 'j') {
+            json = 1;
+        } else {
+            return cli_bad_option(cli, c, argv);
+        }
+    }
+    if (cli_positional(cli, argc, argv, 0, NULL, NULL) != 0)
+        return CLI_USAGE;
+    json_t *r = cli_call(
+        cli, "token.create",
+        json_pack("{s:I, s:I}", "ttl", (json_int_t)ttl, "uses", (json_int_t)uses));
+    if (!r)
+        return CLI_FAIL;
+    const char *token = json_string_value(json_object_get(r, "token"));
+    int rc = CLI_OK;
+    if (json)
+        cli_print_json(r);
+    else if (token)
+        printf("%s\n", token);
+    else
+        rc = cli_fail(cli, "the coordinator's answer has no token");
+    json_decref(r);
+    return rc;
+}
+
+static void token_row(cli_table_t *t, const json_t *tok)
+{
+    char id[64], created[32], expires[32], uses[64], revoked[32];
+    char used[32], max[32];
+    cli_fmt_value(json_object_get(tok, "id"), id, sizeof(id));
+    cli_fmt_time(json_object_get(tok, "created"), created, sizeof(created));
+    cli_fmt_time(json_object_get(tok, "expires"), expires, sizeof(expires));
+    cli_fmt_value(json_object_get(tok, "uses"), used, sizeof(used));
+    cli_fmt_value(json_object_get(tok, "uses_max"), max, sizeof(max));
+    snprintf(uses, sizeof(uses), "%s/%s", used, max);
+    const json_t *rv = json_object_get(tok, "revoked");
+    int is_revoked = json_is_true(rv) || (json_is_number(rv) && json_number_value(rv));
+    br_strlcpy(revoked, is_revoked ? "yes" : "no", sizeof(revoked));
+    const char *cells[] = {id, created, expires, uses, revoked};
+    cli_table_add(t, cells);
+}
+
+static int token_list(cli_t *cli, int argc, char **argv)
+{
+    int json = 0;
+    if (cli_args(cli, argc, argv, &json, 0, NULL, NULL) != 0)
+        return CLI_USAGE;
+    json_t *r = cli_call(cli, "token.list", NULL);
+    if (!r)
+        return CLI_FAIL;
+    json_t *tokens = json_object_get(r, "tokens");
+    if (json) {
+        cli_print_json(tokens ? tokens : json_array());
+    } else {
+        static const char *head[] = {"ID", "CREATED", "EXPIRES", "USES", "REVOKED"};
+        cli_table_t *t = cli_table_new(5, head);
+        size_t i;
+        json_t *tok;
+        json_array_foreach(tokens, i, tok) {
+            token_row(t, tok);
+        }
+        cli_table_print(t, stdout);
+        cli_table_destroy(&t);
+    }
+    json_decref(r);
+    return CLI_OK;
+}
+
+static int token_revoke(cli_t *cli, int argc, char **argv)
+{
+    static const char *names[] = {"token ID"};
+    const char *id;
+    if (cli_args(cli, argc, argv, NULL, 1, names, &id) != 0)
+        return CLI_USAGE;
+    json_t *r = cli_call(cli, "token.revoke", json_pack("{s:s}", "id", id));
+    if (!r)
+        return CLI_FAIL;
+    json_decref(r);
+    printf("revoked token %s\n", id);
+    return CLI_OK;
+}
+
+/* ---- nodes, node show */
+
+static char *fmt_labels(const json_t *labels, char *buf, size_t len)
+{
+    const char *k;
+    json_t *v;
+    size_t used = 0;
+    buf[0] = 0;
+    json_object_foreach((json_t *)labels, k, v) {
+        char val[128];
+        int n = snprintf(buf + used, len - used, "%s%s=%s", used ? "," : "", k,
+                         cli_fmt_value(v, val, sizeof(val)));
+        if (n < 0 || (size_t)n >= len - used)
+            break;
+        used += (size_t)n;
+    }
+    if (!buf[0])
+        br_strlcpy(buf, "-", len);
+    return buf;
+}
+
+/* "2x RTX 4090" when every GPU is the same model, else the models joined. */
+static char *fmt_gpus(const json_t *gpus, char *buf, size_t len)
+{
+    size_t n = json_array_size(gpus), i;
+    const char *first =
+        json_string_value(json_object_get(json_array_get(gpus, 0), "model"));
+    json_t *g;
+    int same = first != NULL;
+    json_array_foreach(gpus, i, g) {
+        const char *m = json_string_value(json_object_get(g, "model"));
+        if (!m || !first || strcmp(m, first) != 0)
+            same = 0;
+    }
+    if (n == 0) {
+        br_strlcpy(buf, "-", len);
+    } else if (same) {
+        snprintf(buf, len, "%zux %s", n, first);
+    } else {
+        json_t *models = json_array();
+        json_array_foreach(gpus, i, g) {
+            json_t *m = json_object_get(g, "model");
+            json_array_append_new(
+                models, json_is_string(m) ? json_incref(m) : json_string("?"));
+        }
+        cli_fmt_list(models, ",", buf, len);
+        json_decref(models);
+    }
+    return buf;
+}
+
+static void node_row(cli_table_t *t, const json_t *node)
+{
+    char name[64], state[32], arch[32], cpus[32], mem[32], gpus[256], labels[256];
+    char jobs[256], seen[32];
+    cli_fmt_value(json_object_get(node, "name"), name, sizeof(name));
+    cli_fmt_value(json_object_get(node, "state"), state, sizeof(state));
+    cli_fmt_value(json_object_get(node, "arch"), arch, sizeof(arch));
+    cli_fmt_value(json_object_get(node, "cpus"), cpus, sizeof(cpus));
+    cli_fmt_size(json_object_get(node, "memory"), mem, sizeof(mem));
+    fmt_gpus(json_object_get(node, "gpus"), gpus, sizeof(gpus));
+    fmt_labels(json_object_get(node, "labels"), labels, sizeof(labels));
+    cli_fmt_list(json_object_get(node, "jobs"), ",", jobs, sizeof(jobs));
+    cli_fmt_ago(json_object_get(node, "last_seen"), seen, sizeof(seen));
+    const char *cells[] = {name, state, arch, cpus, mem, gpus, labels, jobs, seen};
+    cli_table_add(t, cells);
+}
+
+static int nodes_list(cli_t *cli, int argc, char **argv)
+{
+    int json = 0;
+    if (cli_args(cli, argc, argv, &json, 0, NULL, NULL) != 0)
+        return CLI_USAGE;
+    json_t *r = cli_call(cli, "node.list", NULL);
+    if (!r)
+        return CLI_FAIL;
+    json_t *nodes = json_object_get(r, "nodes");
+    if (json) {
+        cli_print_json(nodes ? nodes : json_array());
+    } else {
+        static const char *head[] = {"NAME", "STATE",  "ARCH", "CPUS",     "MEMORY",
+                                     "GPUS", "LABELS", "JOBS", "LAST SEEN"};
+        cli_table_t *t = cli_table_new(9, head);
+        size_t i;
+        json_t *n;
+        json_array_foreach(nodes, i, n) {
+            node_row(t, n);
+        }
+        cli_table_print(t, stdout);
+        cli_table_destroy(&t);
+    }
+    json_decref(r);
+    return CLI_OK;
+}
+
+static void field(const char *name, const char *value)
+{
+    printf("%-15s %s\n", name, value && *value ? value : "-");
+}
+
+static void field_json(const json_t *obj, const char *key, const char *name)
+{
+    char buf[512];
+    field(name, cli_fmt_value(json_object_get(obj, key), buf, sizeof(buf)));
+}
+
+static void field_time(const json_t *obj, const char *key, const char *name)
+{
+    char when[32], ago[32], buf[80];
+    const json_t *t = json_object_get(obj, key);
+    cli_fmt_time(t, when, sizeof(when));
+    cli_fmt_ago(t, ago, sizeof(ago));
+    snprintf(buf, sizeof(buf), json_is_number(t) ? "%s (%s)" : "%s", when, ago);
+    field(name, buf);
+}
+
+static void print_gpus(const json_t *gpus)
+{
+    if (json_array_size(gpus) == 0) {
+        field("gpus:", "-");
+        return;
+    }
+    static const char *head[] = {"  INDEX", "MODEL", "VRAM TOTAL", "VRAM FREE"};
+    cli_table_t *t = cli_table_new(4, head);
+    size_t i;
+    json_t *g;
+    json_array_foreach(gpus, i, g) {
+        char idx[40], model[128], total[32], avail[32];
+        snprintf(idx, sizeof(idx), "  %s",
+                 cli_fmt_value(json_object_get(g, "index"), model, sizeof(model)));
+        cli_fmt_value(json_object_get(g, "model"), model, sizeof(model));
+        cli_fmt_size(json_object_get(g, "vram_total"), total, sizeof(total));
+        cli_fmt_size(json_object_get(g, "vram_free"), avail, sizeof(avail));
+        const char *cells[] = {idx, model, total, avail};
+        cli_table_add(t, cells);
+    }
+    printf("gpus:\n");
+    cli_table_print(t, stdout);
+    cli_table_destroy(&t);
+}
+
+static void print_node(const json_t *node)
+{
+    char buf[512];
+    field_json(node, "name", "name:");
+    field_json(node, "state", "state:");
+    field_json(node, "hostname", "hostname:");
+    field_json(node, "address", "address:");
+    field_json(node, "arch", "arch:");
+    field_json(node, "os", "os:");
+    field_json(node, "kernel", "kernel:");
+    field_json(node, "agent_version", "agent version:");
+    field_json(node, "cpus", "cpus:");
+    field("memory:", cli_fmt_size(json_object_get(node, "memory"), buf, sizeof(buf)));
+    field_json(node, "cost_per_hour", "cost per hour:");
+    field("labels:", fmt_labels(json_object_get(node, "labels"), buf, sizeof(buf)));
+    field("jobs:", cli_fmt_list(json_object_get(node, "jobs"), ",", buf, sizeof(buf)));
+    field_time(node, "joined", "joined:");
+    field_time(node, "last_seen", "last seen:");
+    print_gpus(json_object_get(node, "gpus"));
+}
+
+static int node_show(cli_t *cli, int argc, char **argv)
+{
+    static const char *names[] = {"node NAME"};
+    const char *name;
+    int json = 0;
+    if (cli_args(cli, argc, argv, &json, 1, names, &name) != 0)
+        return CLI_USAGE;
+    json_t *r = cli_call(cli, "node.show", json_pack("{s:s}", "name", name));
+    if (!r)
+        return CLI_FAIL;
+    json_t *node = json_object_get(r, "node");
+    if (json)
+        cli_print_json(node ? node : json_object());
+    else
+        print_node(node);
+    json_decref(r);
+    return CLI_OK;
+}
+
+/* ---- node drain | undrain | remove */
+
+static int node_act(cli_t *cli, int argc, char **argv, const char *type)
+{
+    static const char *names[] = {"node NAME"};
+    const char *name;
+    if (cli_args(cli, argc, argv, NULL, 1, names, &name) != 0)
+        return CLI_USAGE;
+    json_t *r = cli_call(cli, type, json_pack("{s:s}", "name", name));
+    if (!r)
+        return CLI_FAIL;
+    const char *state =
+        json_string_value(json_object_get(json_object_get(r, "node"), "state"));
+    if (strcmp(type, "node.remove") == 0)
+        printf("removed node %s\n", name);
+    else
+        printf("node %s: %s\n", name, state ? state : "done");
+    json_decref(r);
+    return CLI_OK;
+}
+
+static int node_drain(cli_t *cli, int argc, char **argv)
+{
+    return node_act(cli, argc, argv, "node.drain");
+}
+
+static int node_undrain(cli_t *cli, int argc, char **argv)
+{
+    return node_act(cli, argc, argv, "node.undrain");
+}
+
+static int node_remove(cli_t *cli, int argc, char **argv)
+{
+    return node_act(cli, argc, argv, "node.remove");
+}
+
+const cli_cmd_t cli_node_cmds[] = {
+    {"token", "create", token_create, "[--ttl DURATION] [--uses N] [--json]",
+     "create a join token for new nodes (admin)",
+     "Prints the token alone on stdout; give it to 'bramble-agent --join TOKEN'.\n"
+     "\nOptions:\n"
+     "  --ttl DURATION   how long the token stays valid (default 1h)\n"
+     "  --uses N         how many nodes may join with it (default 1)\n"
+     "  --json           print the coordinator's answer: {\"token\", \"id\",\n"
+     "                   \"expires\"}\n"},
+    {"token", "list", token_list, "[--json]", "list join tokens (admin)",
+     "Table columns: ID CREATED EXPIRES USES (used/allowed) REVOKED.\n"
+     "\nOptions:\n"
+     "  --json   print the array of tokens: id, created, expires, uses, uses_max,\n"
+     "           revoked\n"},
+    {"token", "revoke", token_revoke, "ID", "revoke a join token (admin)", ""},
+    {NULL, "nodes", nodes_list, "[--json]", "list the nodes of the cluster",
+     "Table columns: NAME STATE ARCH CPUS MEMORY GPUS LABELS JOBS LAST SEEN.\n"
+     "\nOptions:\n"
+     "  --json   print the array of nodes exactly as the coordinator sent it\n"},
+    {"node", "show", node_show, "NAME [--json]", "show one node in detail",
+     "Options:\n"
+     "  --json   print the node object\n"},
+    {"node", "drain", node_drain, "NAME",
+     "stop scheduling new jobs on a node (admin); running jobs go on", ""},
+    {"node", "undrain", node_undrain, "NAME",
+     "let a drained node take jobs again (admin)", ""},
+    {"node", "remove", node_remove, "NAME",
+     "remove a node and revoke its key; its jobs are requeued (admin)", ""},
+    {0},
+};
