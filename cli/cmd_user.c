@@ -1,0 +1,119 @@
+/* cmd_user.c - bramble user add|list|remove: credentials for people who submit jobs.
+ * The key pair is made here and only its public half is sent, so a user's secret
+ * key never crosses the wire. */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "util.h"
+
+static int user_add(cli_t *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {{"out", required_argument, NULL, 'o'},
+                                         {NULL, 0, NULL, 0}};
+    static const char *names[] = {"user NAME"};
+    const char *out = NULL, *name;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c == 'o')
+            out = optarg;
+        else
+            return cli_bad_option(cli, c, argv);
+    }
+    if (cli_positional(cli, argc, argv, 1, names, &name) != 0)
+        return CLI_USAGE;
+    if (!br_valid_name(name))
+        return cli_usage(cli, "user name '%s': use lowercase letters, digits and '-'",
+                         name);
+    if (!cli_client(cli))
+        return CLI_FAIL;
+    br_cred_t user = {0};
+    br_err_t err;
+    if (br_keypair(user.public_key, user.secret_key, &err) < 0)
+        return cli_fail(cli, "%s", err.text);
+    json_t *r = cli_call(cli, "user.add",
+                         json_pack("{s:s, s:s}", "name", name, "public_key", user.public_key));
+    if (!r)
+        return CLI_FAIL;
+    br_strlcpy(user.name, name, sizeof(user.name));
+    br_strlcpy(user.endpoint, json_string_value(json_object_get(r, "endpoint")),
+               sizeof(user.endpoint));
+    br_strlcpy(user.server_public_key, cli->cred.server_public_key,
+               sizeof(user.server_public_key));
+    json_decref(r);
+    char path[CLI_PATH_MAX];
+    snprintf(path, sizeof(path), "%s", out ? out : "");
+    if (!out)
+        snprintf(path, sizeof(path), "%s.credential", name);
+    if (br_cred_save(path, &user, &err) < 0)
+        return cli_fail(cli, "user %s was added, but its credential could not be "
+                             "written: %s (run 'bramble user remove %s')",
+                        name, err.text, name);
+    printf("added user %s; credential: %s (mode 0600; give it to %s, who runs "
+           "bramble --credential %s ...)\n",
+           name, path, name, path);
+    return CLI_OK;
+}
+
+static int user_list(cli_t *cli, int argc, char **argv)
+{
+    int json = 0;
+    if (cli_args(cli, argc, argv, &json, 0, NULL, NULL) != 0)
+        return CLI_USAGE;
+    json_t *r = cli_call(cli, "user.list", NULL);
+    if (!r)
+        return CLI_FAIL;
+    json_t *users = json_object_get(r, "users");
+    if (json) {
+        cli_print_json(users ? users : json_array());
+    } else {
+        static const char *head[] = {"NAME", "KIND", "CREATED"};
+        cli_table_t *t = cli_table_new(3, head);
+        size_t i;
+        json_t *u;
+        json_array_foreach(users, i, u) {
+            char a[64], b[64], cr[64];
+            const char *row[] = {cli_fmt_value(json_object_get(u, "name"), a, sizeof(a)),
+                                 cli_fmt_value(json_object_get(u, "kind"), b, sizeof(b)),
+                                 cli_fmt_time(json_object_get(u, "created"), cr,
+                                              sizeof(cr))};
+            cli_table_add(t, row);
+        }
+        cli_table_print(t, stdout);
+        cli_table_destroy(&t);
+    }
+    json_decref(r);
+    return CLI_OK;
+}
+
+static int user_remove(cli_t *cli, int argc, char **argv)
+{
+    static const char *names[] = {"user NAME"};
+    const char *name;
+    if (cli_args(cli, argc, argv, NULL, 1, names, &name) != 0)
+        return CLI_USAGE;
+    json_t *r = cli_call(cli, "user.remove", json_pack("{s:s}", "name", name));
+    if (!r)
+        return CLI_FAIL;
+    json_decref(r);
+    printf("removed user %s; its key is revoked\n", name);
+    return CLI_OK;
+}
+
+const cli_cmd_t cli_user_cmds[] = {
+    {"user", "add", user_add, "NAME [--out FILE]",
+     "issue a credential for a user who submits jobs (admin)",
+     "Makes a key pair here, registers its public key, and writes the credential\n"
+     "(mode 0600) to FILE, by default ./NAME.credential. Users see and cancel their\n"
+     "own jobs only.\n"
+     "\nOptions:\n"
+     "  --out FILE   where to write the credential\n"},
+    {"user", "list", user_list, "[--json]", "list the admin and the users (admin)",
+     "Options:\n"
+     "  --json   print the array of users: name, kind, created\n"},
+    {"user", "remove", user_remove, "NAME",
+     "remove a user and revoke its key at once (admin)", ""},
+    {0},
+};
