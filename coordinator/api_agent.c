@@ -77,6 +77,8 @@ static br_node_t *caller_node(br_coord_t *c, br_msg_t *m, const br_caller_t *who
         return NULL;
     size_t len;
     const void *route = br_msg_route(m, &len);
+    if (len != n->route_len || memcmp(route, n->route, len) != 0)
+        c->sched_needed = 1; /* (re)connected: it may take pending jobs */
     memcpy(n->route, route, len);
     n->route_len = len;
     n->last_seen_mono = br_mono_ms();

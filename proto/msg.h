@@ -64,8 +64,10 @@ size_t br_msg_encode_header(const br_msg_t *msg, unsigned char *buf);
 
 /* Receive one whole message (all its frames) from a socket. router: 1 when the
  * socket is a ROUTER (first frame is the routing id). A malformed message is read to
- * its end and returned as -1 with err (EPROTO); *route then holds its routing id
- * when known (so the caller can answer with an error). Returns -1 with errno EAGAIN
+ * its end and returned as -1 with err (EPROTO); on a ROUTER *out is then a stub
+ * request with the sender's route and metadata, and the header's type and seq when
+ * the header was sound (else type "invalid", seq 0), so the caller can answer it
+ * with an error. Returns -1 with errno EAGAIN
  * when nothing is waiting and flags has ZMQ_DONTWAIT. */
 int br_msg_recv(void *sock, int router, int flags, br_msg_t **out, br_err_t *err);
 

@@ -1,0 +1,52 @@
+# install-deps.sh - sourced (not run) by tests/run.sh and deploy/quickstart.sh.
+#
+# br_install_deps PKG...   installs the Debian packages among PKG that are not
+#                          installed yet, with apt-get (non-interactive), running
+#                          `apt-get update` once first. Does nothing (and needs no
+#                          network or root) when everything is already there.
+#                          As non-root it uses sudo when present.
+# BR_BUILD_DEPS            the packages needed to build bramble.
+# BR_TEST_DEPS             the packages needed to build and run its tests.
+#
+# shellcheck shell=bash disable=SC2034
+
+BR_BUILD_DEPS=(build-essential cmake pkg-config libzmq3-dev libsodium-dev
+               libsqlite3-dev libyaml-dev libjansson-dev)
+BR_TEST_DEPS=("${BR_BUILD_DEPS[@]}" libcmocka-dev python3-pytest python3-zmq clang
+              libclang-rt-14-dev iproute2 procps sqlite3)
+
+# Whether Debian package $1 is installed.
+br_pkg_installed() {
+    local status
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null) || return 1
+    [ "$status" = "installed" ]
+}
+
+br_install_deps() {
+    local missing=() pkg
+    if ! command -v dpkg-query >/dev/null 2>&1; then
+        echo "install-deps: dpkg-query not found: not a Debian system;" \
+             "install these by hand if the build fails: $*" >&2
+        return 0
+    fi
+    for pkg in "$@"; do
+        br_pkg_installed "$pkg" || missing+=("$pkg")
+    done
+    if [ "${#missing[@]}" -eq 0 ]; then
+        return 0
+    fi
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            sudo=(sudo)
+        else
+            echo "install-deps: missing packages (${missing[*]}) and not root, no sudo:" \
+                 "install them by hand" >&2
+            return 1
+        fi
+    fi
+    echo "install-deps: installing ${missing[*]}" >&2
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q || return 1
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends "${missing[@]}" || return 1
+}

@@ -1,0 +1,647 @@
+"""Integration test harness for bramble: real brambled / bramble-agent / bramble
+processes on free loopback ports, in a per-test temporary directory.
+
+Everything here runs under /usr/bin/python3 (3.11) with the standard library and
+pyzmq only. Binaries come from $BRAMBLE_BIN (default: <repo>/build-test/bin).
+
+Rules the helpers follow, so the suite holds on a loaded 2-core machine with
+sanitizer builds:
+  * never sleep-and-assert: every wait is `wait_for(predicate, timeout, what)`,
+    polling every ~75 ms against a generous deadline;
+  * every daemon has its own log file (stdout+stderr) under the test's tmp dir;
+    on failure their tails are attached to the report;
+  * teardown stops every process (SIGTERM, then SIGKILL), fails the test if a
+    daemon died unexpectedly or if any log holds an AddressSanitizer,
+    UndefinedBehaviorSanitizer or LeakSanitizer report, and kills whatever job
+    processes the agents left behind (found by a marker in their environment).
+"""
+
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import struct
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import zmq
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("BRAMBLE_BIN") or REPO / "build-test" / "bin").resolve()
+
+# Deadlines: generous on purpose (2 cores, ASan/UBSan builds, other load).
+DEADLINE = float(os.environ.get("BRAMBLE_TEST_DEADLINE", "30"))
+POLL = 0.075
+CLI_TIMEOUT = 60  # seconds a single CLI invocation may take before we call it hung
+STOP_GRACE = 15  # seconds a daemon gets to exit after SIGTERM
+
+SANITIZER_PATTERNS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer")
+
+os.environ.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=1")
+os.environ.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
+
+# The wire protocol (proto/PROTOCOL.md section 2), for the raw clients.
+MAGIC = b"BR"
+VERSION = 1
+KIND_REQUEST, KIND_RESPONSE, KIND_EVENT = 1, 2, 3
+FLAG_DATA = 1
+
+
+# ---------------------------------------------------------------------------
+# small helpers
+
+
+class WaitTimeout(AssertionError):
+    pass
+
+
+class Fatal(Exception):
+    """Raised inside a wait_for predicate to stop waiting at once (a daemon died,
+    a sanitizer report): wait_for retries on AssertionError and friends only."""
+
+
+def wait_for(predicate, timeout=DEADLINE, what="condition", interval=POLL):
+    """Poll predicate() until it returns a truthy value (returned) or the deadline
+    passes (AssertionError naming `what` and the last value / exception)."""
+    deadline = time.monotonic() + timeout
+    last, last_exc = None, None
+    while True:
+        try:
+            last = predicate()
+            last_exc = None
+            if last:
+                return last
+        except (AssertionError, ValueError, KeyError, IndexError, TypeError,
+                json.JSONDecodeError, OSError) as e:
+            last_exc = e
+        if time.monotonic() >= deadline:
+            detail = f"last exception: {last_exc!r}" if last_exc else f"last value: {last!r}"
+            raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what} ({detail})")
+        time.sleep(interval)
+
+
+def free_port():
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_yaml_flat(path):
+    """The top-level `key: value` pairs of a flat YAML file such as a credential
+    (values plain, 'single' or "double" quoted)."""
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*):\s*(.*?)\s*$", line)
+        if not m:
+            continue
+        key, val = m.group(1), m.group(2)
+        if len(val) >= 2 and val[0] == val[-1] == "'":
+            val = val[1:-1].replace("''", "'")
+        elif len(val) >= 2 and val[0] == val[-1] == '"':
+            val = json.loads(val)
+        out[key] = val
+    return out
+
+
+def write_credential(path, endpoint, server_public_key, name, public_key, secret_key):
+    """A credential file in the documented format (YAML, Z85 keys, mode 0600)."""
+
+    def q(s):
+        return "'" + s.replace("'", "''") + "'"
+
+    text = (f"endpoint: {q(endpoint)}\nserver_public_key: {q(server_public_key)}\n"
+            f"name: {q(name)}\npublic_key: {q(public_key)}\nsecret_key: {q(secret_key)}\n")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+    return Path(path)
+
+
+def tail(path, lines=40):
+    try:
+        data = Path(path).read_text(errors="replace").splitlines()
+    except OSError as e:
+        return f"<cannot read {path}: {e}>"
+    return "\n".join(data[-lines:])
+
+
+def sanitizer_lines(text):
+    return [ln for ln in text.splitlines() if any(p in ln for p in SANITIZER_PATTERNS)]
+
+
+def pid_alive(pid):
+    """Whether pid is a live (non-zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            st = f.read()
+    except OSError:
+        return False
+    # state is the field after the ")" that closes the command name
+    state = st[st.rfind(")") + 2:st.rfind(")") + 3]
+    return state not in ("Z", "X", "")
+
+
+def procs_with_env(*entries):
+    """Pids of processes whose environment holds every one of entries
+    (exact KEY=VALUE strings)."""
+    want = [e.encode() for e in entries]
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if all(w in env for w in want) and pid_alive(int(d)):
+            found.append(int(d))
+    return found
+
+
+# ---------------------------------------------------------------------------
+# processes
+
+
+class Proc:
+    """A daemon we started: Popen handle plus its log file."""
+
+    def __init__(self, name, argv, log, env, cwd):
+        self.name = name
+        self.argv = [str(a) for a in argv]
+        self.log = Path(log)
+        self.expected_exit = False
+        with open(self.log, "ab") as lf:
+            lf.write(f"### {' '.join(self.argv)}\n".encode())
+            lf.flush()
+            self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=lf,
+                                          stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                          start_new_session=True)
+
+    @property
+    def pid(self):
+        return self.popen.pid
+
+    def alive(self):
+        return self.popen.poll() is None
+
+    def returncode(self):
+        return self.popen.poll()
+
+    def send_signal(self, sig):
+        if self.alive():
+            self.popen.send_signal(sig)
+
+    def kill(self, sig=signal.SIGKILL, timeout=DEADLINE):
+        """Send sig (SIGKILL by default) and wait for the process to go."""
+        self.expected_exit = True
+        self.send_signal(sig)
+        wait_for(lambda: not self.alive(), timeout, f"{self.name} to exit after {sig!r}")
+        return self.popen.returncode
+
+    def wait_exit(self, timeout=DEADLINE):
+        """Wait (with deadline) for the process to exit on its own; its exit status."""
+        self.expected_exit = True
+        wait_for(lambda: not self.alive(), timeout, f"{self.name} to exit")
+        return self.popen.returncode
+
+    def output(self):
+        return self.log.read_text(errors="replace")
+
+    def stop(self):
+        """SIGTERM, then SIGKILL after STOP_GRACE. Returns a problem string or None."""
+        if not self.alive():
+            return None
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(STOP_GRACE)
+            return None
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(10)
+            return f"{self.name} (pid {self.pid}) did not exit within {STOP_GRACE}s of SIGTERM"
+
+
+class CliError(AssertionError):
+    pass
+
+
+class Cluster:
+    """A coordinator (and agents) running for real in tmp dir `root`.
+
+    c = Cluster(tmp_path); c.init(); c.start_coordinator(); c.add_agents(2)
+    """
+
+    def __init__(self, root, heartbeat="250ms", node_timeout="10s"):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.logs_dir = self.root / "logs"
+        self.logs_dir.mkdir(exist_ok=True)
+        self.data = self.root / "coordinator"
+        self.port = None
+        self.endpoint = None
+        self.heartbeat = heartbeat
+        self.node_timeout = node_timeout
+        self.procs = []  # every Proc ever started, in order
+        self.coordinator = None
+        self.agents = {}  # name -> Proc (latest)
+        self.extra_logs = []  # log files written by processes we did not start
+        self.problems = []  # found during the test: sanitizer output of CLI runs
+        self.marker = "bramble-it-" + uuid.uuid4().hex[:12]
+        self.env = dict(os.environ)
+        self.env["BRAMBLE_TEST_CLUSTER"] = self.marker
+        for k in ("BRAMBLE_CREDENTIAL",):
+            self.env.pop(k, None)
+        self.seq = 0
+
+    # ---- binaries
+
+    @staticmethod
+    def bin(name):
+        p = BIN / name
+        if not p.exists():
+            pytest.fail(f"{p} does not exist (set BRAMBLE_BIN to the build's bin/ dir)")
+        return str(p)
+
+    @property
+    def credential(self):
+        return self.data / "admin.credential"
+
+    def log_path(self, name):
+        n = 1
+        p = self.logs_dir / f"{name}.log"
+        while p.exists():
+            n += 1
+            p = self.logs_dir / f"{name}.{n}.log"
+        return p
+
+    def spawn(self, name, argv, env=None):
+        proc = Proc(name, argv, self.log_path(name), env or self.env, self.root)
+        self.procs.append(proc)
+        return proc
+
+    # ---- coordinator
+
+    def init(self, port=None):
+        self.port = port or free_port()
+        self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        log = self.log_path("brambled-init")
+        with open(log, "wb") as lf:
+            r = subprocess.run([self.bin("brambled"), "init", "--data-dir", str(self.data),
+                                "--listen", self.endpoint], stdout=lf,
+                               stderr=subprocess.STDOUT, env=self.env, cwd=self.root,
+                               timeout=CLI_TIMEOUT)
+        self.extra_logs.append(log)
+        assert r.returncode == 0, f"brambled init failed ({r.returncode}):\n{tail(log)}"
+        assert self.credential.exists(), "brambled init wrote no admin.credential"
+        return self
+
+    def start_coordinator(self, extra=(), wait=True):
+        argv = [self.bin("brambled"), "--data-dir", self.data]
+        if self.heartbeat:
+            argv += ["--heartbeat-interval", self.heartbeat]
+        if self.node_timeout:
+            argv += ["--node-timeout", self.node_timeout]
+        argv += list(extra)
+        self.coordinator = self.spawn("brambled", argv)
+        if wait:
+            self.wait_coordinator()
+        return self.coordinator
+
+    def wait_coordinator(self):
+        def up():
+            if not self.coordinator.alive():
+                raise Fatal(f"brambled exited ({self.coordinator.returncode()}):\n"
+                            f"{tail(self.coordinator.log)}")
+            rc, _, _ = self.cli("nodes", "--json", check=False, timeout_flag="2s")
+            return rc == 0
+
+        wait_for(up, what="brambled to answer `bramble nodes`")
+
+    # ---- CLI
+
+    def cli(self, *args, check=True, credential=None, input=None, env=None,
+            timeout_flag=None, timeout=CLI_TIMEOUT):
+        """Run `bramble --credential CRED args...`: (rc, stdout, stderr)."""
+        cred = self.credential if credential is None else credential
+        argv = [self.bin("bramble")]
+        if cred:
+            argv += ["--credential", str(cred)]
+        if timeout_flag:
+            argv += ["--timeout", timeout_flag]
+        argv += [str(a) for a in args]
+        try:
+            r = subprocess.run(argv, input=input, capture_output=True, text=True,
+                               env=env or self.env, cwd=self.root, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise CliError(f"`{' '.join(argv)}` hung for more than {timeout}s "
+                           f"(stderr so far: {e.stderr!r})") from None
+        san = sanitizer_lines(r.stderr)
+        if san:
+            self.problems.append(f"sanitizer report from `{' '.join(argv)}`:\n{r.stderr}")
+            raise Fatal(f"sanitizer report from `{' '.join(argv)}`:\n{r.stderr}")
+        if check and r.returncode != 0:
+            raise CliError(f"`{' '.join(argv)}` exited {r.returncode}\n"
+                           f"stdout: {r.stdout}\nstderr: {r.stderr}")
+        return r.returncode, r.stdout, r.stderr
+
+    def cli_json(self, *args, **kw):
+        _, out, _ = self.cli(*args, "--json", **kw)
+        return json.loads(out)
+
+    def token(self, uses=1, ttl="10m"):
+        _, out, _ = self.cli("token", "create", "--uses", uses, "--ttl", ttl)
+        tok = out.strip()
+        assert tok and "\n" not in tok, f"token create printed {out!r}"
+        return tok
+
+    def nodes(self):
+        return {n["name"]: n for n in self.cli_json("nodes")}
+
+    def jobs(self, all=True):
+        return self.cli_json("jobs", *(["--all"] if all else []))
+
+    def job(self, job_id):
+        return self.cli_json("job", "show", job_id)
+
+    # ---- agents
+
+    def agent_dir(self, name):
+        return self.root / "agents" / name
+
+    def start_agent(self, name, token=None, extra=(), join=True):
+        """Start bramble-agent for node `name`: the first time with --join TOKEN
+        --name NAME (a fresh one-use token unless given), later starts (join=False)
+        with --data-dir only."""
+        argv = [self.bin("bramble-agent"), "--data-dir", self.agent_dir(name)]
+        if join:
+            argv += ["--join", token or self.token(1), "--name", name]
+        argv += list(extra)
+        proc = self.spawn(f"agent-{name}", argv)
+        self.agents[name] = proc
+        return proc
+
+    def add_agents(self, n, extra=(), names=None):
+        names = names or [f"node-{i}" for i in range(1, n + 1)]
+        tok = self.token(uses=len(names))
+        for name in names:
+            self.start_agent(name, token=tok, extra=extra)
+        self.wait_ready(*names)
+        return names
+
+    def wait_ready(self, *names, state="ready"):
+        def ready():
+            for name in names:
+                p = self.agents.get(name)
+                if p is not None and not p.expected_exit and not p.alive():
+                    raise Fatal(f"agent {name} exited ({p.returncode()}):\n{tail(p.log)}")
+            nodes = self.nodes()
+            return all(n in nodes and nodes[n]["state"] == state for n in names)
+
+        wait_for(ready, what=f"nodes {', '.join(names)} to be {state}")
+
+    # ---- jobs
+
+    def write_spec(self, text, name="job.yaml"):
+        p = self.root / "specs" / name
+        p.parent.mkdir(exist_ok=True)
+        if p.exists():
+            p = p.with_name(f"{p.stem}-{secrets.token_hex(3)}{p.suffix}")
+        p.write_text(text)
+        return p
+
+    def submit(self, text, *extra):
+        spec = self.write_spec(text)
+        out = self.cli_json("submit", spec, *extra)
+        assert isinstance(out.get("id"), int), f"submit --json printed {out!r}"
+        return out["id"]
+
+    def wait_job(self, job_id, states=("completed", "failed", "cancelled"),
+                 timeout=DEADLINE):
+        """Wait until job_id is in one of states; the job object."""
+        if isinstance(states, str):
+            states = (states,)
+        seen = {}
+
+        def check():
+            self.fatal_if_dead()
+            seen["job"] = j = self.job(job_id)
+            return j if j["state"] in states else None
+
+        try:
+            return wait_for(check, timeout, f"job {job_id} to be {'/'.join(states)}")
+        except AssertionError as e:
+            j = seen.get("job")
+            if j:
+                j = {k: v for k, v in j.items() if k not in ("spec",)}
+            raise AssertionError(f"{e}\nlast seen: {json.dumps(j, indent=1)}") from None
+
+    def logs(self, job_id, *extra, stream="stdout"):
+        """`bramble logs ID`: the job's stdout (stream="stdout"), its stderr
+        ("stderr"; the CLI writes the job's stderr to its own stderr) or both."""
+        _, out, err = self.cli("logs", job_id, *extra)
+        return {"stdout": out, "stderr": err, "both": out + err}[stream]
+
+    def wait_logs(self, job_id, needle, timeout=DEADLINE, stream="stdout"):
+        def check():
+            self.fatal_if_dead()
+            out = self.logs(job_id, stream=stream)
+            return out if needle in out else None
+
+        return wait_for(check, timeout, f"`bramble logs {job_id}` to show {needle!r} on {stream}")
+
+    # ---- raw clients
+
+    def admin_keys(self):
+        cred = read_yaml_flat(self.credential)
+        return cred["public_key"], cred["secret_key"], cred["server_public_key"]
+
+    def raw_client(self, public=None, secret=None):
+        pub, sec, server = self.admin_keys()
+        return RawClient(self.endpoint, server, public or pub, secret or sec)
+
+    # ---- checks
+
+    def fatal_if_dead(self):
+        """Stop a wait at once when brambled died (and was not meant to)."""
+        p = self.coordinator
+        if p is not None and not p.expected_exit and not p.alive():
+            raise Fatal(f"brambled died (status {p.returncode()}):\n{tail(p.log)}")
+
+    def assert_alive(self):
+        """brambled and every agent not meant to exit are still running."""
+        for p in self.procs:
+            if not p.expected_exit:
+                assert p.alive(), f"{p.name} died (status {p.returncode()}):\n{tail(p.log)}"
+
+    def log_files(self):
+        return [p.log for p in self.procs] + list(self.extra_logs)
+
+    def log_tails(self, lines=40):
+        out = []
+        for f in self.log_files():
+            out.append(f"----- {f} (last {lines} lines) -----\n{tail(f, lines)}")
+        return "\n".join(out)
+
+    def teardown(self):
+        """Stop everything; a list of problems (empty when clean)."""
+        problems = list(self.problems)
+        for p in self.procs:
+            if not p.expected_exit and not p.alive():
+                problems.append(f"{p.name} (pid {p.pid}) exited unexpectedly with status "
+                                f"{p.returncode()}")
+        # agents first (they may want to tell the coordinator), coordinator last
+        for p in sorted(self.procs, key=lambda p: p.name == "brambled"):
+            msg = p.stop()
+            if msg:
+                problems.append(msg)
+        # job processes left behind by agents (inherit the marker from the agent)
+        left = procs_with_env(f"BRAMBLE_TEST_CLUSTER={self.marker}")
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for f in self.log_files():
+            try:
+                text = Path(f).read_text(errors="replace")
+            except OSError:
+                continue
+            found = sanitizer_lines(text)
+            if found:
+                problems.append(f"sanitizer report in {f}:\n" + "\n".join(found[:10]) +
+                                f"\n--- log tail ---\n{tail(f, 60)}")
+        return problems
+
+
+# ---------------------------------------------------------------------------
+# raw CURVE client speaking (or deliberately mis-speaking) the wire protocol
+
+
+def header(type_, seq, kind=KIND_REQUEST, flags=0, magic=MAGIC, version=VERSION):
+    t = type_.encode() if isinstance(type_, str) else type_
+    return magic + bytes([version, kind]) + struct.pack(">I", seq) + bytes([flags, len(t)]) + t
+
+
+class RawClient:
+    """A DEALER with CURVE, as the CLI has, for sending hand-made frames."""
+
+    def __init__(self, endpoint, server_key, public, secret, maxmsgsize=None):
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.curve_serverkey = server_key.encode()
+        self.sock.curve_publickey = public.encode()
+        self.sock.curve_secretkey = secret.encode()
+        self.sock.connect(endpoint)
+        self.seq = 1000
+
+    def send(self, frames):
+        self.sock.send_multipart(frames)
+
+    def recv(self, timeout=DEADLINE):
+        if self.sock.poll(int(timeout * 1000), zmq.POLLIN):
+            return self.sock.recv_multipart()
+        return None
+
+    def request(self, type_, body=None, timeout=DEADLINE, data=None):
+        """Send one well-formed request; (header dict, body dict, data) of its
+        response (other messages in between are skipped)."""
+        self.seq += 1
+        seq = self.seq
+        frames = [header(type_, seq, flags=FLAG_DATA if data is not None else 0),
+                  json.dumps(body if body is not None else {}).encode()]
+        if data is not None:
+            frames.append(data)
+        self.send(frames)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeout(f"no response to {type_} (seq {seq}) within {timeout}s")
+            msg = self.recv(left)
+            if msg is None:
+                continue
+            h = parse_header(msg[0])
+            if h and h["kind"] == KIND_RESPONSE and h["seq"] == seq:
+                return h, json.loads(msg[1]), (msg[2] if len(msg) > 2 else None)
+
+    def close(self):
+        self.sock.close(0)
+        self.ctx.term()
+
+
+def parse_header(frame):
+    if len(frame) < 10 or frame[:2] != MAGIC:
+        return None
+    n = frame[9]
+    return {"version": frame[2], "kind": frame[3], "seq": struct.unpack(">I", frame[4:8])[0],
+            "flags": frame[8], "type": frame[10:10 + n].decode(errors="replace")}
+
+
+# ---------------------------------------------------------------------------
+# fixtures and reporting
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    clusters = getattr(item, "_bramble_clusters", [])
+    if rep.failed and clusters:
+        for c in clusters:
+            rep.sections.append((f"bramble logs ({c.root})", c.log_tails()))
+
+
+@pytest.fixture
+def make_cluster(tmp_path, request):
+    """Factory: make_cluster(heartbeat=..., node_timeout=..., start=True) -> Cluster
+    (initialised and, unless start=False, with its coordinator answering)."""
+    made = []
+    request.node._bramble_clusters = made
+
+    def make(start=True, **kw):
+        for attempt in range(3):
+            c = Cluster(tmp_path / f"c{len(made)}", **kw)
+            made.append(c)
+            c.init()
+            if not start:
+                return c
+            try:
+                c.start_coordinator()
+                return c
+            except Fatal as e:
+                # the free port was taken by someone else in between: another port
+                if "in use" not in str(e) or attempt == 2:
+                    raise
+                c.coordinator.expected_exit = True
+        raise AssertionError("unreachable")
+
+    yield make
+    problems = []
+    for c in made:
+        problems += c.teardown()
+    if problems:
+        # (the logs' tails are attached to the report by pytest_runtest_makereport)
+        pytest.fail("teardown found problems:\n" + "\n\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def cluster(make_cluster):
+    """An initialised coordinator, running, no agents yet."""
+    return make_cluster()
+
+
+@pytest.fixture
+def cluster2(make_cluster):
+    """A coordinator with two ready agents, node-1 and node-2."""
+    c = make_cluster()
+    c.add_agents(2)
+    return c

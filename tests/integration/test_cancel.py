@@ -1,0 +1,46 @@
+"""`bramble cancel` stops a job's whole process tree, including children that
+left its process group."""
+
+import secrets
+
+from conftest import procs_with_env, wait_for
+
+
+def test_cancel_kills_forked_children(cluster2):
+    c = cluster2
+    name = "tree-" + secrets.token_hex(4)
+    jid = c.submit(f"name: {name}\ncommand: sleep 1000 & setsid sleep 1000 & wait\n")
+    c.wait_job(jid, "running")
+    marks = (f"BRAMBLE_JOB_ID={jid}", f"BRAMBLE_JOB_NAME={name}",
+             f"BRAMBLE_TEST_CLUSTER={c.marker}")
+
+    def sleeps():
+        out = []
+        for pid in procs_with_env(*marks):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if f.read().split(b"\0")[0].endswith(b"sleep"):
+                        out.append(pid)
+            except OSError:
+                pass
+        return out
+
+    wait_for(lambda: len(sleeps()) >= 2, what="both sleeps of the job to run")
+    assert procs_with_env(*marks)
+
+    rc, out, err = c.cli("cancel", jid)
+    assert rc == 0, (out, err)
+    wait_for(lambda: not procs_with_env(*marks),
+             what=f"no process left with BRAMBLE_JOB_ID={jid}")
+    j = c.wait_job(jid)
+    assert j["state"] == "cancelled", j
+    c.assert_alive()
+
+
+def test_cancel_pending_job(cluster2):
+    c = cluster2
+    jid = c.submit("name: never\ncommand: \"true\"\nresources:\n  cpus: 100000\n")
+    c.cli("cancel", jid)
+    assert c.wait_job(jid)["state"] == "cancelled"
+    rc, out, err = c.cli("cancel", 99999, check=False)
+    assert rc == 1 and err.strip(), (rc, out, err)
