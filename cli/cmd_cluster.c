@@ -562,8 +562,8 @@ static int down_dir(cli_t *cli, const char *flag, char *dir, size_t len)
 
 static void stop_group(proc_t *procs, int n)
 {
-    pid_t pids[UP_MAX_AGENTS + 8];
-    int killed[UP_MAX_AGENTS + 8];
+    pid_t pids[UP_MAX_AGENTS + 8] = {0};
+    int killed[UP_MAX_AGENTS + 8] = {0};
     for (int i = 0; i < n; i++)
         pids[i] = procs[i].pid;
     local_stop(pids, n, DOWN_WAIT_MS, killed);

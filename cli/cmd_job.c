@@ -210,7 +210,7 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
     char *text = load_spec(cli, &o, &len);
     if (!text)
         return CLI_FAIL;
-    int64_t id;
+    int64_t id = 0;
     int rc = submit_send(cli, &o, text, len, &id);
     free(text);
     if (rc != CLI_OK)
@@ -426,7 +426,7 @@ static int job_show(cli_t *cli, int argc, char **argv)
     static const char *names[] = {"job ID"};
     const char *arg;
     int json = 0;
-    int64_t id;
+    int64_t id = 0;
     if (cli_args(cli, argc, argv, &json, 1, names, &arg) != 0 ||
         parse_id(cli, arg, &id))
         return CLI_USAGE;
@@ -448,7 +448,7 @@ static int cmd_cancel(cli_t *cli, int argc, char **argv)
 {
     static const char *names[] = {"job ID"};
     const char *arg;
-    int64_t id;
+    int64_t id = 0;
     if (cli_args(cli, argc, argv, NULL, 1, names, &arg) != 0 || parse_id(cli, arg, &id))
         return CLI_USAGE;
     json_t *r = cli_call(cli, "job.cancel", json_pack("{s:I}", "id", (json_int_t)id));

@@ -285,7 +285,7 @@ static void mk_bad_key_empty(char *o, size_t l)
 }
 static void mk_secret_short(char *o, size_t l)
 {
-    make_fields(o, l, "tcp://x:1", server_key, SECRET + 1, NULL);
+    make_fields(o, l, "tcp://x:1", server_key, &SECRET[1], NULL);
 }
 static void mk_secret_long(char *o, size_t l)
 {
