@@ -114,6 +114,12 @@ char *cli_fmt_value(const json_t *v, char *buf, size_t len);
 /* Join the strings (or numbers) of an array with sep; "-" when empty. */
 char *cli_fmt_list(const json_t *arr, const char *sep, char *buf, size_t len);
 
+/* "name       value" lines of a show command, names padded to width; "-" for an
+ * empty value. _json takes the value at key, _time a time with how long ago. */
+void cli_field(int width, const char *name, const char *value);
+void cli_field_json(int width, const json_t *obj, const char *key, const char *name);
+void cli_field_time(int width, const json_t *obj, const char *key, const char *name);
+
 /* An aligned table: columns separated by two spaces, the last one not padded. */
 typedef struct cli_table cli_table_t;
 

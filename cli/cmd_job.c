@@ -285,26 +285,7 @@ static int cmd_jobs(cli_t *cli, int argc, char **argv)
     return CLI_OK;
 }
 
-static void field(const char *name, const char *value)
-{
-    printf("%-11s %s\n", name, value && *value ? value : "-");
-}
-
-static void field_json(const json_t *obj, const char *key, const char *name)
-{
-    char buf[512];
-    field(name, cli_fmt_value(json_object_get(obj, key), buf, sizeof(buf)));
-}
-
-static void field_time(const json_t *obj, const char *key, const char *name)
-{
-    char when[32], ago[32], buf[80];
-    const json_t *t = json_object_get(obj, key);
-    cli_fmt_time(t, when, sizeof(when));
-    cli_fmt_ago(t, ago, sizeof(ago));
-    snprintf(buf, sizeof(buf), json_is_number(t) ? "%s (%s)" : "%s", when, ago);
-    field(name, buf);
-}
+#define FIELD_WIDTH 11
 
 static void print_checkpoints(const json_t *cps)
 {
@@ -382,7 +363,7 @@ static void print_spec_summary(const json_t *spec)
     const char *cmd = json_string_value(json_object_get(spec, "command"));
     char mem[32], vram[32], buf[256], tasks[32];
     field_lines("command:", cmd ? cmd : "-");
-    field_json(spec, "workdir", "workdir:");
+    cli_field_json(FIELD_WIDTH, spec, "workdir", "workdir:");
     cli_fmt_value(json_object_get(res, "tasks_per_node"), tasks, sizeof(tasks));
     cli_fmt_size(json_object_get(res, "memory"), mem, sizeof(mem));
     cli_fmt_size(json_object_get(res, "vram"), vram, sizeof(vram));
@@ -393,25 +374,25 @@ static void print_spec_summary(const json_t *spec)
              (long long)json_integer_value(json_object_get(res, "gpus")), vram,
              (long long)json_integer_value(json_object_get(res, "cpus")), mem);
     if (json_is_object(res))
-        field("resources:", buf);
+        cli_field(FIELD_WIDTH, "resources:", buf);
 }
 
 static void print_job(const json_t *job)
 {
     char buf[1024];
-    field_json(job, "id", "id:");
-    field_json(job, "name", "name:");
-    field_json(job, "kind", "kind:");
-    field_json(job, "owner", "owner:");
-    field_json(job, "state", "state:");
-    field_json(job, "attempt", "attempt:");
-    field("nodes:", cli_fmt_list(json_object_get(job, "nodes"), ",", buf, sizeof(buf)));
-    field_time(job, "submitted", "submitted:");
-    field_time(job, "started", "started:");
-    field_time(job, "ended", "ended:");
-    field_json(job, "exit_code", "exit code:");
-    field_json(job, "signal", "signal:");
-    field_json(job, "reason", "reason:");
+    cli_field_json(FIELD_WIDTH, job, "id", "id:");
+    cli_field_json(FIELD_WIDTH, job, "name", "name:");
+    cli_field_json(FIELD_WIDTH, job, "kind", "kind:");
+    cli_field_json(FIELD_WIDTH, job, "owner", "owner:");
+    cli_field_json(FIELD_WIDTH, job, "state", "state:");
+    cli_field_json(FIELD_WIDTH, job, "attempt", "attempt:");
+    cli_field(FIELD_WIDTH, "nodes:", cli_fmt_list(json_object_get(job, "nodes"), ",", buf, sizeof(buf)));
+    cli_field_time(FIELD_WIDTH, job, "submitted", "submitted:");
+    cli_field_time(FIELD_WIDTH, job, "started", "started:");
+    cli_field_time(FIELD_WIDTH, job, "ended", "ended:");
+    cli_field_json(FIELD_WIDTH, job, "exit_code", "exit code:");
+    cli_field_json(FIELD_WIDTH, job, "signal", "signal:");
+    cli_field_json(FIELD_WIDTH, job, "reason", "reason:");
     const json_t *spec = json_object_get(job, "spec");
     if (json_is_object(spec))
         print_spec_summary(spec);

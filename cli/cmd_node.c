@@ -203,31 +203,12 @@ static int nodes_list(cli_t *cli, int argc, char **argv)
     return CLI_OK;
 }
 
-static void field(const char *name, const char *value)
-{
-    printf("%-15s %s\n", name, value && *value ? value : "-");
-}
-
-static void field_json(const json_t *obj, const char *key, const char *name)
-{
-    char buf[512];
-    field(name, cli_fmt_value(json_object_get(obj, key), buf, sizeof(buf)));
-}
-
-static void field_time(const json_t *obj, const char *key, const char *name)
-{
-    char when[32], ago[32], buf[80];
-    const json_t *t = json_object_get(obj, key);
-    cli_fmt_time(t, when, sizeof(when));
-    cli_fmt_ago(t, ago, sizeof(ago));
-    snprintf(buf, sizeof(buf), json_is_number(t) ? "%s (%s)" : "%s", when, ago);
-    field(name, buf);
-}
+#define FIELD_WIDTH 15
 
 static void print_gpus(const json_t *gpus)
 {
     if (json_array_size(gpus) == 0) {
-        field("gpus:", "-");
+        cli_field(FIELD_WIDTH, "gpus:", "-");
         return;
     }
     static const char *head[] = {"  INDEX", "MODEL", "VRAM TOTAL", "VRAM FREE"};
@@ -252,21 +233,21 @@ static void print_gpus(const json_t *gpus)
 static void print_node(const json_t *node)
 {
     char buf[512];
-    field_json(node, "name", "name:");
-    field_json(node, "state", "state:");
-    field_json(node, "hostname", "hostname:");
-    field_json(node, "address", "address:");
-    field_json(node, "arch", "arch:");
-    field_json(node, "os", "os:");
-    field_json(node, "kernel", "kernel:");
-    field_json(node, "agent_version", "agent version:");
-    field_json(node, "cpus", "cpus:");
-    field("memory:", cli_fmt_size(json_object_get(node, "memory"), buf, sizeof(buf)));
-    field_json(node, "cost_per_hour", "cost per hour:");
-    field("labels:", fmt_labels(json_object_get(node, "labels"), buf, sizeof(buf)));
-    field("jobs:", cli_fmt_list(json_object_get(node, "jobs"), ",", buf, sizeof(buf)));
-    field_time(node, "joined", "joined:");
-    field_time(node, "last_seen", "last seen:");
+    cli_field_json(FIELD_WIDTH, node, "name", "name:");
+    cli_field_json(FIELD_WIDTH, node, "state", "state:");
+    cli_field_json(FIELD_WIDTH, node, "hostname", "hostname:");
+    cli_field_json(FIELD_WIDTH, node, "address", "address:");
+    cli_field_json(FIELD_WIDTH, node, "arch", "arch:");
+    cli_field_json(FIELD_WIDTH, node, "os", "os:");
+    cli_field_json(FIELD_WIDTH, node, "kernel", "kernel:");
+    cli_field_json(FIELD_WIDTH, node, "agent_version", "agent version:");
+    cli_field_json(FIELD_WIDTH, node, "cpus", "cpus:");
+    cli_field(FIELD_WIDTH, "memory:", cli_fmt_size(json_object_get(node, "memory"), buf, sizeof(buf)));
+    cli_field_json(FIELD_WIDTH, node, "cost_per_hour", "cost per hour:");
+    cli_field(FIELD_WIDTH, "labels:", fmt_labels(json_object_get(node, "labels"), buf, sizeof(buf)));
+    cli_field(FIELD_WIDTH, "jobs:", cli_fmt_list(json_object_get(node, "jobs"), ",", buf, sizeof(buf)));
+    cli_field_time(FIELD_WIDTH, node, "joined", "joined:");
+    cli_field_time(FIELD_WIDTH, node, "last_seen", "last seen:");
     print_gpus(json_object_get(node, "gpus"));
 }
 

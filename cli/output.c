@@ -295,3 +295,24 @@ void cli_table_print(const cli_table_t *t, FILE *out)
         }
     }
 }
+
+void cli_field(int width, const char *name, const char *value)
+{
+    printf("%-*s %s\n", width, name, value && *value ? value : "-");
+}
+
+void cli_field_json(int width, const json_t *obj, const char *key, const char *name)
+{
+    char buf[512];
+    cli_field(width, name, cli_fmt_value(json_object_get(obj, key), buf, sizeof(buf)));
+}
+
+void cli_field_time(int width, const json_t *obj, const char *key, const char *name)
+{
+    char when[32], ago[32], buf[80];
+    const json_t *t = json_object_get(obj, key);
+    cli_fmt_time(t, when, sizeof(when));
+    cli_fmt_ago(t, ago, sizeof(ago));
+    snprintf(buf, sizeof(buf), json_is_number(t) ? "%s (%s)" : "%s", when, ago);
+    cli_field(width, name, buf);
+}

@@ -469,6 +469,22 @@ void br_api_event_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 
 /* --- users ------------------------------------------------------------------ */
 
+/* 1 when a user (or the admin) has this name, 0 when not, -1 on a store error. */
+static int user_exists(br_coord_t *c, const char *name, br_err_t *err)
+{
+    json_t *users = br_store_key_list_users(c->store, err);
+    if (!users)
+        return -1;
+    size_t i;
+    json_t *u;
+    int found = 0;
+    json_array_foreach(users, i, u) {
+        found |= strcmp(json_string_value(json_object_get(u, "name")), name) == 0;
+    }
+    json_decref(users);
+    return found;
+}
+
 void br_api_user_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     const char *name, *key;
@@ -486,15 +502,9 @@ void br_api_user_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_errf(&err, EINVAL, "public_key: not 40 characters of Z85");
         goto fail;
     }
-    json_t *users = br_store_key_list_users(c->store, &err);
-    if (!users)
+    int taken = user_exists(c, name, &err);
+    if (taken < 0)
         goto fail;
-    size_t i;
-    json_t *u;
-    int taken = 0;
-    json_array_foreach(users, i, u) taken |= strcmp(json_string_value(json_object_get(u, "name")),
-                                                    name) == 0;
-    json_decref(users);
     if (taken) {
         br_errf(&err, EEXIST, "user '%s' exists already", name);
         goto fail;
@@ -539,15 +549,9 @@ void br_api_user_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_errf(&err, EINVAL, "the admin cannot be removed");
         goto fail;
     }
-    json_t *users = br_store_key_list_users(c->store, &err);
-    if (!users)
+    int found = user_exists(c, name, &err);
+    if (found < 0)
         goto fail;
-    size_t i;
-    json_t *u;
-    int found = 0;
-    json_array_foreach(users, i, u) found |= strcmp(json_string_value(json_object_get(u, "name")),
-                                                    name) == 0;
-    json_decref(users);
     if (!found) {
         br_errf(&err, ENOENT, "no user '%s'", name);
         goto fail;
