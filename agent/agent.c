@@ -27,6 +27,7 @@
 
 #define MAX_ATTEMPTS 256
 #define HELLO_RETRY_MS 1000
+#define MAX_UNACKED 256 /* checkpoint reports kept for resending */
 
 struct br_agent {
     const br_settings_t *s;
@@ -39,6 +40,8 @@ struct br_agent {
     uint32_t seq, hello_seq;
     int hello_acked;
     int64_t hello_sent, hb_sent, hb_ms;
+    int64_t last_heard, fence_ms; /* fencing: freeze jobs when silent this long */
+    json_t *unacked;              /* checkpoint reports not acknowledged yet */
     int stop, fatal;
     char fatal_text[BR_ERR_TEXT];
 };
@@ -101,6 +104,9 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
     a->s = s;
     a->sigfd = -1;
     a->hb_ms = 1000;
+    a->fence_ms = 3000;
+    a->last_heard = br_mono_ms();
+    a->unacked = json_array();
     a->seq = (uint32_t)br_mono_ms();
     /* orphans of our jobs come back to us, so a job's whole tree stays ours */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -146,6 +152,7 @@ void br_agent_destroy(br_agent_t **ap)
         zmq_ctx_term(a->ctx);
     br_gpus_destroy(&a->gpus);
     json_decref(a->inventory);
+    json_decref(a->unacked);
     if (a->sigfd >= 0)
         close(a->sigfd);
     free(a);
@@ -190,6 +197,7 @@ static json_t *tasks_json(br_agent_t *a)
             tasks, json_pack("{s:I, s:i, s:s}", "job", (json_int_t)br_attempt_job(t),
                              "attempt", br_attempt_number(t), "state",
                              br_task_done(br_attempt_task(t), NULL, NULL) ? "exited"
+                             : br_attempt_frozen(t)                       ? "frozen"
                                                                           : "running"));
     }
     return tasks;
@@ -216,6 +224,55 @@ static void ship_log(void *arg, br_attempt_t *t, int stream, int64_t seq,
                        "attempt", br_attempt_number(t), "rank", br_attempt_rank(t),
                        "stream", stream, "seq", (json_int_t)seq),
              data, len);
+}
+
+/* A checkpoint report is resent with each heartbeat until it is acknowledged. */
+static void send_checkpoint(br_agent_t *a, json_t *body)
+{
+    uint32_t seq = send_msg(a, BR_MSG_REQUEST, "job.checkpoint", json_deep_copy(body),
+                            NULL, 0);
+    json_object_set_new(body, "_seq", json_integer(seq));
+}
+
+static void on_checkpoint(void *arg, const char *path, int64_t step, int64_t size,
+                          int64_t mtime_ms)
+{
+    br_attempt_t *t = ((void **)arg)[1];
+    br_agent_t *a = ((void **)arg)[0];
+    json_t *body = json_pack("{s:I, s:i, s:s, s:I, s:I, s:f}", "job",
+                             (json_int_t)br_attempt_job(t), "attempt", br_attempt_number(t),
+                             "path", path, "step", (json_int_t)step, "size",
+                             (json_int_t)size, "time", (double)mtime_ms / 1000.0);
+    fprintf(stderr, "bramble-agent: job %lld attempt %d: checkpoint step %lld at %s\n",
+            (long long)br_attempt_job(t), br_attempt_number(t), (long long)step, path);
+    if (json_array_size(a->unacked) >= MAX_UNACKED)
+        json_array_remove(a->unacked, 0);
+    json_t *copy = json_deep_copy(body);
+    send_checkpoint(a, copy);
+    json_array_append_new(a->unacked, copy);
+    json_decref(body);
+}
+
+static void resend_checkpoints(br_agent_t *a)
+{
+    size_t i;
+    json_t *body;
+    json_array_foreach(a->unacked, i, body) {
+        json_object_del(body, "_seq");
+        send_checkpoint(a, body);
+    }
+}
+
+static void checkpoint_acked(br_agent_t *a, uint32_t seq)
+{
+    size_t i;
+    json_t *body;
+    json_array_foreach(a->unacked, i, body) {
+        if (json_integer_value(json_object_get(body, "_seq")) == seq) {
+            json_array_remove(a->unacked, i);
+            return;
+        }
+    }
 }
 
 static void report_exit(br_agent_t *a, br_attempt_t *t)
@@ -265,11 +322,13 @@ static void on_run(br_agent_t *a, br_msg_t *m)
     json_int_t job;
     int attempt, rank;
     const char *name, *command;
-    json_t *workdir, *env;
+    json_t *workdir, *env, *ckpt = NULL;
     br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s, s:i, s:s, s:o, s:o}", "job", &job,
+    const char *fault = "";
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?o}", "job", &job,
                       "attempt", &attempt, "name", &name, "rank", &rank, "command",
-                      &command, "workdir", &workdir, "env", &env) < 0 ||
+                      &command, "workdir", &workdir, "env", &env, "checkpoint",
+                      &ckpt) < 0 ||
         !json_is_object(env)) {
         reply(a, m, EPROTO, err.text);
         return;
@@ -277,17 +336,28 @@ static void on_run(br_agent_t *a, br_msg_t *m)
     reply(a, m, 0, NULL);
     if (find_attempt(a, job, attempt))
         return; /* a resent order: already running */
+    const char *resume = json_string_value(json_object_get(env, "BRAMBLE_RESUME_FROM"));
     if (a->natt == MAX_ATTEMPTS) {
         br_errf(&err, EBUSY, "this node runs %d attempts already", MAX_ATTEMPTS);
+    } else if (resume && *resume && access(resume, F_OK) < 0) {
+        /* never start from zero when the checkpoint to resume from is out of sight */
+        br_errf(&err, ENOENT, "checkpoint %s is not visible on this node", resume);
+        fault = "checkpoint_not_visible";
     } else {
         if (rank == 0 && !json_object_get(env, "MASTER_PORT")) {
             char port[16];
             snprintf(port, sizeof(port), "%d", free_port());
             json_object_set_new(env, "MASTER_PORT", json_string(port));
         }
-        br_attempt_opts_t o = {job, attempt, rank, command,
+        br_attempt_opts_t o = {job,
+                               attempt,
+                               rank,
+                               command,
                                json_is_string(workdir) ? json_string_value(workdir) : NULL,
-                               env, a->s->job_user[0] ? a->s->job_user : NULL, a->s->name};
+                               env,
+                               a->s->job_user[0] ? a->s->job_user : NULL,
+                               a->s->name,
+                               json_is_object(ckpt) ? ckpt : NULL};
         br_attempt_t *t = br_attempt_start(&o, &err);
         if (t) {
             a->att[a->natt++] = t;
@@ -300,10 +370,11 @@ static void on_run(br_agent_t *a, br_msg_t *m)
     }
     char reason[BR_ERR_TEXT + 32];
     snprintf(reason, sizeof(reason), "could not start: %s", err.text);
-    send_msg(a, BR_MSG_REQUEST, "job.exited",
-             json_pack("{s:I, s:i, s:n, s:n, s:s}", "job", job, "attempt", attempt,
-                       "exit_code", "signal", "reason", reason),
-             NULL, 0);
+    json_t *body = json_pack("{s:I, s:i, s:n, s:n, s:s}", "job", job, "attempt", attempt,
+                             "exit_code", "signal", "reason", reason);
+    if (*fault)
+        json_object_set_new(body, "fault", json_string(fault));
+    send_msg(a, BR_MSG_REQUEST, "job.exited", body, NULL, 0);
 }
 
 static void on_kill(br_agent_t *a, br_msg_t *m)
@@ -325,6 +396,45 @@ static void on_kill(br_agent_t *a, br_msg_t *m)
     reply(a, m, 0, NULL);
 }
 
+static void on_thaw(br_agent_t *a, br_msg_t *m)
+{
+    json_int_t job;
+    int attempt;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:I, s:i}", "job", &job, "attempt", &attempt) < 0) {
+        reply(a, m, EPROTO, err.text);
+        return;
+    }
+    br_attempt_t *t = find_attempt(a, job, attempt);
+    if (t && br_attempt_frozen(t)) {
+        br_attempt_thaw(t);
+        fprintf(stderr, "bramble-agent: job %lld attempt %d thawed: still current\n",
+                (long long)job, attempt);
+    }
+    reply(a, m, 0, NULL);
+}
+
+/* Fencing: out of touch with the coordinator for fence_ms, freeze every attempt
+ * before the coordinator (after node_timeout) can start it elsewhere. */
+static void fence(br_agent_t *a, int64_t now)
+{
+    if (now - a->last_heard <= a->fence_ms)
+        return;
+    int n = 0;
+    for (int i = 0; i < a->natt; i++) {
+        br_attempt_t *t = a->att[i];
+        if (!br_attempt_frozen(t) && !br_task_done(br_attempt_task(t), NULL, NULL)) {
+            br_attempt_freeze(t);
+            n++;
+        }
+    }
+    if (n)
+        fprintf(stderr,
+                "bramble-agent: no word from the coordinator for %.1fs: froze %d job(s) "
+                "until it says whether they are still theirs\n",
+                (double)(now - a->last_heard) / 1000.0, n);
+}
+
 /* --- receiving ----------------------------------------------------------------- */
 
 static void set_fatal(br_agent_t *a, const char *fmt, const char *text)
@@ -343,6 +453,7 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         return;
     }
     uint32_t seq = br_msg_seq(m);
+    a->last_heard = br_mono_ms();
     if (seq == a->hello_seq) {
         if (failed) {
             fprintf(stderr, "bramble-agent: hello refused: %s\n", err.text);
@@ -350,13 +461,17 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         }
         json_t *b = br_msg_body(m);
         json_int_t hb = json_integer_value(json_object_get(b, "heartbeat_interval"));
+        json_int_t fence_ms = json_integer_value(json_object_get(b, "fence_timeout"));
         a->hb_ms = hb >= 10 ? hb : 1000;
+        a->fence_ms = fence_ms > a->hb_ms ? fence_ms : 3 * a->hb_ms;
         a->hello_acked = 1;
         fprintf(stderr, "bramble-agent: connected to %s as %s (heartbeat %lldms)\n",
                 a->s->cred.endpoint, a->s->name, (long long)a->hb_ms);
     } else if (failed && err.errnum == ENOTCONN) {
         a->hello_acked = 0; /* the coordinator wants a hello (restarted, or we were lost) */
         send_hello(a);
+    } else if (strcmp(br_msg_type(m), "job.checkpoint") == 0) {
+        checkpoint_acked(a, seq); /* refused (superseded attempt): do not resend */
     } else if (strcmp(br_msg_type(m), "job.exited") == 0 && !failed) {
         for (int i = 0; i < a->natt; i++)
             if (br_attempt_report_seq(a->att[i]) == seq) {
@@ -376,6 +491,8 @@ static void on_message(br_agent_t *a, br_msg_t *m)
         on_run(a, m);
     else if (strcmp(br_msg_type(m), "job.kill") == 0)
         on_kill(a, m);
+    else if (strcmp(br_msg_type(m), "job.thaw") == 0)
+        on_thaw(a, m);
     else
         reply(a, m, EPROTO, "unknown request for an agent");
 }
@@ -429,8 +546,15 @@ static void on_signal(br_agent_t *a)
 static void timers(br_agent_t *a)
 {
     int64_t now = br_mono_ms();
-    for (int i = 0; i < a->natt; i++)
-        br_attempt_flush(a->att[i], 0, ship_log, a);
+    fence(a, now);
+    for (int i = 0; i < a->natt; i++) {
+        br_attempt_t *t = a->att[i];
+        br_attempt_flush(t, 0, ship_log, a);
+        if (br_attempt_ckpt(t) && !br_attempt_frozen(t)) {
+            void *ctx[2] = {a, t};
+            br_ckpt_poll(br_attempt_ckpt(t), now, on_checkpoint, ctx);
+        }
+    }
     if (!a->hello_acked) {
         if (now - a->hello_sent >= HELLO_RETRY_MS)
             send_hello(a);
@@ -450,6 +574,7 @@ static void timers(br_agent_t *a)
         for (int i = 0; i < a->natt; i++) /* exits not acknowledged yet: say again */
             if (br_attempt_report_seq(a->att[i]))
                 report_exit(a, a->att[i]);
+        resend_checkpoints(a);
     }
 }
 
@@ -461,6 +586,12 @@ static int build_poll(br_agent_t *a, zmq_pollitem_t *items, br_attempt_t **owner
     items[n++] = (zmq_pollitem_t){a->monitor, 0, ZMQ_POLLIN, 0};
     items[n++] = (zmq_pollitem_t){NULL, a->sigfd, ZMQ_POLLIN, 0};
     for (int i = 0; i < a->natt; i++) {
+        br_ckpt_t *ck = br_attempt_ckpt(a->att[i]);
+        if (ck && br_ckpt_fd(ck) >= 0) {
+            owner[n] = NULL; /* a wake-up only: timers() scans */
+            stream[n] = 0;
+            items[n++] = (zmq_pollitem_t){NULL, br_ckpt_fd(ck), ZMQ_POLLIN, 0};
+        }
         for (int s = 1; s <= 2; s++) {
             int fd = br_task_fd(br_attempt_task(a->att[i]), s);
             if (fd < 0)
@@ -481,9 +612,15 @@ static void kill_all(br_agent_t *a)
 
 int br_agent_run(br_agent_t *a, br_err_t *err)
 {
-    zmq_pollitem_t items[3 + 2 * MAX_ATTEMPTS];
-    br_attempt_t *owner[3 + 2 * MAX_ATTEMPTS];
-    int stream[3 + 2 * MAX_ATTEMPTS];
+    zmq_pollitem_t items[3 + 3 * MAX_ATTEMPTS];
+    br_attempt_t *owner[3 + 3 * MAX_ATTEMPTS];
+    int stream[3 + 3 * MAX_ATTEMPTS];
+    char prefix[80];
+    snprintf(prefix, sizeof(prefix), "%s/", a->s->name);
+    int orphans = br_task_kill_tag_prefix(prefix, 5000);
+    if (orphans > 0) /* a previous run of this agent died and left its jobs behind */
+        fprintf(stderr, "bramble-agent: killed %d process(es) left by a previous run\n",
+                orphans);
     send_hello(a);
     while (!a->stop) {
         int n = build_poll(a, items, owner, stream);
@@ -499,7 +636,7 @@ int br_agent_run(br_agent_t *a, br_err_t *err)
             on_signal(a);
         /* pipes before the socket: an acknowledgement there may free an attempt */
         for (int i = 3; i < n && rc > 0; i++)
-            if (items[i].revents & (ZMQ_POLLIN | ZMQ_POLLERR))
+            if (owner[i] && (items[i].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
                 br_attempt_read(owner[i], stream[i], ship_log, a);
         if (rc > 0 && (items[0].revents & ZMQ_POLLIN))
             drain_socket(a);

@@ -20,6 +20,8 @@ struct br_attempt {
     int attempt;
     int rank;
     br_task_t *task;
+    br_ckpt_t *ckpt;
+    int frozen;
     stream_buf_t out[2];
     uint32_t report_seq;
     char reason[200];
@@ -64,9 +66,23 @@ br_attempt_t *br_attempt_start(const br_attempt_opts_t *o, br_err_t *err)
                          .env = (const char *const *)env,
                          .user = o->user,
                          .tag = tag};
+    json_t *ck = o->checkpoint;
+    if (json_is_object(ck)) {
+        /* watch from before the start, so nothing the attempt writes is missed */
+        a->ckpt = br_ckpt_new(json_string_value(json_object_get(ck, "dir")),
+                              json_string_value(json_object_get(ck, "pattern")),
+                              json_string_value(json_object_get(ck, "complete_file")),
+                              BR_CKPT_STABLE_MS, err);
+        if (!a->ckpt) {
+            env_free(env);
+            free(a);
+            return NULL;
+        }
+    }
     a->task = env ? br_task_start(&to, err) : NULL;
     env_free(env);
     if (!a->task) {
+        br_ckpt_destroy(&a->ckpt);
         free(a);
         return NULL;
     }
@@ -76,6 +92,7 @@ br_attempt_t *br_attempt_start(const br_attempt_opts_t *o, br_err_t *err)
 void br_attempt_destroy(br_attempt_t **a)
 {
     if (a && *a) {
+        br_ckpt_destroy(&(*a)->ckpt);
         br_task_destroy(&(*a)->task);
         free(*a);
         *a = NULL;
@@ -147,6 +164,32 @@ int br_attempt_finished(const br_attempt_t *a)
 {
     return br_task_done(a->task, NULL, NULL) && br_task_fd(a->task, 1) < 0 &&
            br_task_fd(a->task, 2) < 0;
+}
+
+br_ckpt_t *br_attempt_ckpt(br_attempt_t *a)
+{
+    return a->ckpt;
+}
+
+int br_attempt_frozen(const br_attempt_t *a)
+{
+    return a->frozen;
+}
+
+int br_attempt_freeze(br_attempt_t *a)
+{
+    if (a->frozen || br_task_done(a->task, NULL, NULL))
+        return 0;
+    a->frozen = 1;
+    return br_task_freeze(a->task) < 0 ? -1 : 0;
+}
+
+int br_attempt_thaw(br_attempt_t *a)
+{
+    if (!a->frozen)
+        return 0;
+    a->frozen = 0;
+    return br_task_thaw(a->task) < 0 ? -1 : 0;
 }
 
 uint32_t br_attempt_report_seq(const br_attempt_t *a)

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ckpt.h"
 #include "err.h"
 #include "task.h"
 
@@ -29,7 +30,10 @@ typedef struct {
     json_t *env; /* object of strings */
     const char *user;
     const char *node; /* for the task tag */
+    json_t *checkpoint; /* {"dir","pattern","complete_file"} or NULL: what to watch */
 } br_attempt_opts_t;
+
+#define BR_CKPT_STABLE_MS 2000 /* an unmarked checkpoint is complete after this quiet */
 
 /* Start it. NULL with err when the task could not start. */
 br_attempt_t *br_attempt_start(const br_attempt_opts_t *o, br_err_t *err);
@@ -48,6 +52,14 @@ void br_attempt_flush(br_attempt_t *a, int force, br_attempt_log_fn fn, void *ar
 
 /* 1 once the leader exited and both pipes reached EOF: ready to report. */
 int br_attempt_finished(const br_attempt_t *a);
+
+/* The checkpoint watcher, or NULL when the job declared no checkpoint dir. */
+br_ckpt_t *br_attempt_ckpt(br_attempt_t *a);
+
+/* Fencing: frozen while the coordinator is out of reach (SIGSTOP to the tree). */
+int br_attempt_frozen(const br_attempt_t *a);
+int br_attempt_freeze(br_attempt_t *a);
+int br_attempt_thaw(br_attempt_t *a);
 
 /* Exit report state: the seq of the job.exited request in flight (0 none). */
 uint32_t br_attempt_report_seq(const br_attempt_t *a);

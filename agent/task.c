@@ -624,8 +624,9 @@ static int read_stat(int dirfd, char *state, pid_t *pgrp)
     return 0;
 }
 
-/* Whether /proc/PID/environ holds exactly the entry needle, streamed in chunks. */
-static int environ_has(int dirfd, const char *needle)
+/* Whether /proc/PID/environ holds exactly the entry needle (with prefix: an entry
+ * that starts with needle), streamed in chunks. */
+static int environ_has(int dirfd, const char *needle, int prefix)
 {
     int fd = openat(dirfd, "environ", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -637,18 +638,18 @@ static int environ_has(int dirfd, const char *needle)
     while (!found && (n = read(fd, buf, sizeof(buf))) > 0) {
         for (ssize_t i = 0; i < n && !found; i++) {
             if (buf[i] == '\0') {
-                found = ok && pos == nlen;
+                found = ok && (prefix ? pos >= nlen : pos == nlen);
                 pos = 0;
                 ok = 1;
                 continue;
             }
-            if (pos >= nlen || needle[pos] != buf[i])
+            if (pos < nlen ? needle[pos] != buf[i] : !prefix)
                 ok = 0;
             pos++;
         }
     }
     close(fd);
-    return found || (ok && pos == nlen);
+    return found || (ok && (prefix ? pos >= nlen : pos == nlen));
 }
 
 static int parse_pid(const char *name, pid_t *pid)
@@ -663,8 +664,9 @@ static int parse_pid(const char *name, pid_t *pid)
     return 0;
 }
 
-/* Live (non-zombie) processes in process group pgid (if > 0) or carrying needle. */
-static int scan_tree(pid_t pgid, const char *needle, proc_list_t *out)
+/* Live (non-zombie) processes in process group pgid (if > 0) or carrying needle (an
+ * environment entry, or its start with prefix). */
+static int scan_procs(pid_t pgid, const char *needle, int prefix, proc_list_t *out)
 {
     DIR *d = opendir("/proc");
     if (!d)
@@ -681,12 +683,17 @@ static int scan_tree(pid_t pgid, const char *needle, proc_list_t *out)
         if (dfd < 0)
             continue;
         if (read_stat(dfd, &state, &pgrp) == 0 && state != 'Z' && state != 'X' &&
-            ((pgid > 0 && pgrp == pgid) || environ_has(dfd, needle)))
+            ((pgid > 0 && pgrp == pgid) || environ_has(dfd, needle, prefix)))
             rc = proc_add(out, pid, state);
         close(dfd);
     }
     closedir(d);
     return rc;
+}
+
+static int scan_tree(pid_t pgid, const char *needle, proc_list_t *out)
+{
+    return scan_procs(pgid, needle, 0, out);
 }
 
 static char *tag_entry(const char *tag)
@@ -853,4 +860,38 @@ int br_task_count_tagged(const char *tag)
         rc = (int)l.n;
     free(l.v);
     return rc;
+}
+
+int br_task_kill_tag_prefix(const char *prefix, int timeout_ms)
+{
+    char *needle = prefix && *prefix ? tag_entry(prefix) : NULL;
+    if (!needle) {
+        errno = EINVAL;
+        return -1;
+    }
+    proc_list_t l = {0};
+    int64_t deadline = br_mono_ms() + timeout_ms;
+    int killed = 0, rc = 0;
+    for (;;) {
+        l.n = 0;
+        if (scan_procs(0, needle, 1, &l) < 0) {
+            rc = -1;
+            break;
+        }
+        if (l.n == 0)
+            break;
+        signal_list(&l, SIGSTOP);
+        killed += signal_list(&l, SIGKILL);
+        if (br_mono_ms() >= deadline) {
+            errno = ETIMEDOUT;
+            rc = -1;
+            break;
+        }
+        sleep_ms(5);
+    }
+    int saved = errno;
+    free(l.v);
+    free(needle);
+    errno = saved;
+    return rc < 0 ? -1 : killed;
 }

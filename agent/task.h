@@ -60,6 +60,11 @@ int br_task_kill_tree(br_task_t *task, int timeout_ms);
 int br_task_freeze(br_task_t *task);
 int br_task_thaw(br_task_t *task);
 
+/* Kill every process whose tag starts with prefix (a previous agent's jobs, left
+ * behind when it died), repeating until none is left or timeout_ms passes. Returns
+ * how many were signalled, or -1. */
+int br_task_kill_tag_prefix(const char *prefix, int timeout_ms);
+
 /* Number of live processes carrying tag (any task, including a previous agent's). */
 int br_task_count_tagged(const char *tag);
 

@@ -26,6 +26,7 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_log(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_job_checkpoint(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 
 /* api_cli.c */
 void br_api_ping(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

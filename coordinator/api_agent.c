@@ -119,9 +119,10 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_coord_save_node(c, n);
     br_jobs_reconcile(c, n, tasks, 1);
     c->sched_needed = 1;
-    br_api_ok(c, m, json_pack("{s:s, s:I, s:I}", "name", n->name, "heartbeat_interval",
-                              (json_int_t)c->cfg.heartbeat_ms, "node_timeout",
-                              (json_int_t)c->cfg.node_timeout_ms));
+    br_api_ok(c, m, json_pack("{s:s, s:I, s:I, s:I}", "name", n->name,
+                              "heartbeat_interval", (json_int_t)c->cfg.heartbeat_ms,
+                              "node_timeout", (json_int_t)c->cfg.node_timeout_ms,
+                              "fence_timeout", (json_int_t)br_jobs_fence_ms(c)));
 }
 
 void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -164,18 +165,45 @@ void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_int_t job;
     int attempt;
     json_t *code, *sig;
-    const char *reason;
+    const char *reason, *fault = NULL;
     br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:I, s:i, s:o, s:o, s:s}", "job", &job, "attempt",
-                      &attempt, "exit_code", &code, "signal", &sig, "reason", &reason) < 0) {
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:o, s:o, s:s, s?s}", "job", &job, "attempt",
+                      &attempt, "exit_code", &code, "signal", &sig, "reason", &reason,
+                      "fault", &fault) < 0) {
         br_api_fail(c, m, &err);
         return;
     }
     br_node_t *n = caller_node(c, m, who);
-    if (n)
+    if (n && fault && strcmp(fault, "checkpoint_not_visible") == 0)
+        br_jobs_not_here(c, job, attempt, n, reason);
+    else if (n)
         br_jobs_exited(c, job, attempt, n,
                        json_is_integer(code) ? (int)json_integer_value(code) : -1,
                        json_is_integer(sig) ? (int)json_integer_value(sig) : -1, reason);
+    br_api_ok(c, m, json_object());
+}
+
+void br_api_job_checkpoint(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t job, step, size;
+    int attempt;
+    const char *path;
+    double time;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s, s:I, s:I, s:F}", "job", &job, "attempt",
+                      &attempt, "path", &path, "step", &step, "size", &size, "time",
+                      &time) < 0) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    br_node_t *n = caller_node(c, m, who);
+    if (!n || br_jobs_checkpoint(c, job, attempt, n, path, step, size,
+                                 (int64_t)(time * 1000.0), &err) < 0) {
+        if (!n)
+            br_errf(&err, ENOENT, "node '%s' is not registered", who->name);
+        br_api_fail(c, m, &err);
+        return;
+    }
     br_api_ok(c, m, json_object());
 }
 

@@ -357,7 +357,13 @@ void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_array_foreach(events, i, e) json_object_set_new(e, "time",
                                                          br_time_json(json_object_get(e, "time")));
     json_object_set_new(p, "events", events ? events : json_array());
-    json_object_set_new(p, "checkpoints", json_array());
+    json_t *cps = br_store_checkpoint_list(c->store, id, NULL);
+    size_t k;
+    json_t *cp;
+    json_array_foreach(cps, k, cp) {
+        json_object_set_new(cp, "time", br_time_json(json_object_get(cp, "time")));
+    }
+    json_object_set_new(p, "checkpoints", cps ? cps : json_array());
     json_decref(job);
     br_api_ok(c, m, json_pack("{s:o}", "job", p));
 }

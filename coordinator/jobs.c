@@ -66,7 +66,7 @@ static void set_env(json_t *env, const char *k, const char *fmt, ...)
     json_object_set_new(env, k, json_string(buf));
 }
 
-static json_t *job_env(json_t *job, br_node_t *n, json_t *assign)
+static json_t *job_env(br_coord_t *c, json_t *job, br_node_t *n, json_t *assign)
 {
     json_t *spec = json_object_get(job, "spec");
     json_t *env = json_deep_copy(json_object_get(spec, "env"));
@@ -95,8 +95,17 @@ static json_t *job_env(json_t *job, br_node_t *n, json_t *assign)
     set_env(env, "CUDA_DEVICE_ORDER", "PCI_BUS_ID"); /* NVML order = CUDA order */
     set_env(env, "BRAMBLE_CHECKPOINT_DIR", "%s",
             json_is_object(ckpt) ? json_string_value(json_object_get(ckpt, "dir")) : "");
-    set_env(env, "BRAMBLE_RESUME_FROM", "%s", "");
-    set_env(env, "BRAMBLE_RESUME_STEP", "%s", "");
+    /* the newest complete checkpoint of a current attempt (only those are stored) */
+    json_t *latest = br_store_checkpoint_latest(
+        c->store, json_integer_value(json_object_get(job, "id")), NULL);
+    const char *from = json_string_value(json_object_get(latest, "path"));
+    set_env(env, "BRAMBLE_RESUME_FROM", "%s", from ? from : "");
+    if (from)
+        set_env(env, "BRAMBLE_RESUME_STEP", "%lld",
+                (long long)json_integer_value(json_object_get(latest, "step")));
+    else
+        set_env(env, "BRAMBLE_RESUME_STEP", "%s", "");
+    json_decref(latest);
     return env;
 }
 
@@ -110,13 +119,21 @@ int br_jobs_place(br_coord_t *c, json_t *job, br_node_t *n, json_t *assign)
     hold(n, assign, 1);
     br_coord_event(c, id, n->name, "starting", "attempt %d placed on %s", attempt, n->name);
     json_t *workdir = json_object_get(spec, "workdir");
-    br_coord_send_node(
-        c, n, "job.run",
-        json_pack("{s:I, s:i, s:s, s:i, s:s, s:O, s:o}", "job", (json_int_t)id, "attempt",
-                  attempt, "name", json_string_value(json_object_get(job, "name")), "rank",
-                  0, "command", json_string_value(json_object_get(spec, "command")),
-                  "workdir", workdir ? workdir : json_null(), "env",
-                  job_env(job, n, assign)));
+    json_t *ckpt = json_object_get(spec, "checkpoint");
+    json_t *env = job_env(c, job, n, assign);
+    const char *from = json_string_value(json_object_get(env, "BRAMBLE_RESUME_FROM"));
+    if (from && *from)
+        br_coord_event(c, id, n->name, "starting", "attempt %d resumes from %s (step %s)",
+                       attempt, from,
+                       json_string_value(json_object_get(env, "BRAMBLE_RESUME_STEP")));
+    json_t *body = json_pack("{s:I, s:i, s:s, s:i, s:s, s:O, s:o}", "job", (json_int_t)id,
+                             "attempt", attempt, "name",
+                             json_string_value(json_object_get(job, "name")), "rank", 0,
+                             "command", json_string_value(json_object_get(spec, "command")),
+                             "workdir", workdir ? workdir : json_null(), "env", env);
+    if (json_is_object(ckpt))
+        json_object_set(body, "checkpoint", ckpt);
+    br_coord_send_node(c, n, "job.run", body);
     return 0;
 }
 
@@ -160,18 +177,50 @@ void br_jobs_started(br_coord_t *c, int64_t id, int attempt, br_node_t *n)
     json_decref(job);
 }
 
+/* The job's own bookkeeping ("extra"): restarts used, nodes excluded. New ref. */
+static json_t *job_extra(json_t *job)
+{
+    json_t *x = json_object_get(job, "extra");
+    return json_is_object(x) ? json_deep_copy(x) : json_object();
+}
+
 static int restart_allowed(json_t *job, const char *cause)
 {
     json_t *restart = json_object_get(json_object_get(job, "spec"), "restart");
     json_int_t max = json_integer_value(json_object_get(restart, "max"));
-    json_int_t attempt = json_integer_value(json_object_get(job, "attempt"));
+    json_t *extra = job_extra(job);
+    json_int_t used = json_integer_value(json_object_get(extra, "restarts"));
+    json_decref(extra);
     size_t i;
     json_t *on;
     json_array_foreach(json_object_get(restart, "on"), i, on) {
         if (json_is_string(on) && strcmp(json_string_value(on), cause) == 0)
-            return attempt - 1 < max;
+            return used < max;
     }
     return 0;
+}
+
+/* Back to pending as the next attempt; counts a restart unless it was the node's
+ * fault that the attempt could not run (then the node is excluded instead). */
+static void requeue(br_coord_t *c, json_t *job, const char *reason, json_t *ec,
+                    json_t *sig, const char *exclude)
+{
+    int64_t id = json_integer_value(json_object_get(job, "id"));
+    int attempt = (int)json_integer_value(json_object_get(job, "attempt"));
+    json_t *extra = job_extra(job);
+    if (exclude) {
+        json_t *ex = json_object_get(extra, "exclude");
+        if (!json_is_array(ex))
+            json_object_set_new(extra, "exclude", ex = json_array());
+        json_array_append_new(ex, json_string(exclude));
+    } else {
+        json_object_set_new(extra, "restarts",
+                            json_integer(json_integer_value(json_object_get(extra, "restarts")) + 1));
+    }
+    update(c, id, json_pack("{s:s, s:i, s:[], s:n, s:o, s:o, s:s, s:o}", "state", "pending",
+                            "attempt", attempt + 1, "nodes", "assign", "exit_code", ec,
+                            "signal", sig, "reason", reason, "extra", extra));
+    c->sched_needed = 1;
 }
 
 /* The current attempt of job ended: restart it per policy, or settle it. */
@@ -190,12 +239,9 @@ static void end_attempt(br_coord_t *c, json_t *job, br_node_t *n, const char *ca
                                 "reason"));
         br_coord_event(c, id, node, "completed", "attempt %d exited 0", attempt);
     } else if (restart_allowed(job, cause)) {
-        update(c, id, json_pack("{s:s, s:i, s:[], s:n, s:o, s:o, s:s}", "state", "pending",
-                                "attempt", attempt + 1, "nodes", "assign", "exit_code", ec,
-                                "signal", sig, "reason", reason));
+        requeue(c, job, reason, ec, sig, NULL);
         br_coord_event(c, id, node, "pending", "%s; restarting as attempt %d (%s)", reason,
                        attempt + 1, cause);
-        c->sched_needed = 1;
     } else {
         update(c, id, json_pack("{s:s, s:I, s:o, s:o, s:s}", "state", "failed", "ended",
                                 (json_int_t)br_now_ms(), "exit_code", ec, "signal", sig,
@@ -224,6 +270,38 @@ void br_jobs_exited(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int ex
     int ok = exit_code == 0 && signal < 0 && !(reason && *reason);
     end_attempt(c, job, n, ok ? NULL : "nonzero_exit", exit_code, signal, why);
     json_decref(job);
+}
+
+void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
+                      const char *reason)
+{
+    json_t *job = current_job(c, id, attempt, n);
+    if (!job)
+        return;
+    hold(n, json_object_get(job, "assign"), -1);
+    requeue(c, job, reason, json_null(), json_null(), n->name);
+    br_coord_event(c, id, n->name, "pending", "%s; trying another node as attempt %d",
+                   reason, attempt + 1);
+    json_decref(job);
+}
+
+int br_jobs_checkpoint(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
+                       const char *path, int64_t step, int64_t size, int64_t time_ms,
+                       br_err_t *err)
+{
+    json_t *job = current_job(c, id, attempt, n);
+    if (!job) /* a superseded attempt's checkpoint never counts */
+        return br_errf(err, ESTALE,
+                       "attempt %d of job %lld is not current on %s: checkpoint not counted",
+                       attempt, (long long)id, n->name);
+    json_decref(job);
+    return br_store_checkpoint_add(c->store, id, attempt, n->name, path, step, size,
+                                   time_ms, err);
+}
+
+int64_t br_jobs_fence_ms(const br_coord_t *c)
+{
+    return c->cfg.node_timeout_ms * 3 / 5;
 }
 
 json_t *br_jobs_cancel(br_coord_t *c, int64_t id, br_err_t *err)
@@ -350,8 +428,12 @@ void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full)
         int attempt = (int)json_integer_value(json_object_get(t, "attempt"));
         const char *st = json_string_value(json_object_get(t, "state"));
         json_t *cur = current_job(c, id, attempt, n);
-        if (!cur && st && strcmp(st, "running") == 0)
+        int live = st && (strcmp(st, "running") == 0 || strcmp(st, "frozen") == 0);
+        if (!cur && live) /* superseded: it must not go on */
             br_coord_send_node(c, n, "job.kill",
+                               json_pack("{s:I, s:i}", "job", (json_int_t)id, "attempt", attempt));
+        else if (cur && st && strcmp(st, "frozen") == 0) /* still its own: go on */
+            br_coord_send_node(c, n, "job.thaw",
                                json_pack("{s:I, s:i}", "job", (json_int_t)id, "attempt", attempt));
         json_decref(cur);
     }
@@ -363,6 +445,7 @@ json_t *br_jobs_public(json_t *job)
     json_t *o = json_deep_copy(job);
     json_object_del(o, "spec_yaml");
     json_object_del(o, "assign");
+    json_object_del(o, "extra");
     static const char *times[] = {"submitted", "started", "ended"};
     for (size_t i = 0; i < 3; i++)
         json_object_set_new(o, times[i], br_time_json(json_object_get(job, times[i])));

@@ -22,6 +22,21 @@ void br_jobs_started(br_coord_t *c, int64_t id, int attempt, br_node_t *n);
  * non-empty when the agent could not start it or lost it. */
 void br_jobs_exited(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int exit_code,
                     int signal, const char *reason);
+/* The node cannot run this attempt (it cannot see the checkpoint to resume from):
+ * requeue it elsewhere, excluding the node, without counting a restart. */
+void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
+                      const char *reason);
+
+/* Record a complete checkpoint reported by node n; refused (ESTALE) unless attempt
+ * is the job's current attempt there. */
+int br_jobs_checkpoint(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
+                       const char *path, int64_t step, int64_t size, int64_t time_ms,
+                       br_err_t *err);
+
+/* How long an agent may go without word from us before it freezes its jobs: well
+ * inside node_timeout, so it is frozen before we could start them elsewhere. */
+int64_t br_jobs_fence_ms(const br_coord_t *c);
+
 /* Cancel: pending -> cancelled; starting/running -> cancelled + job.kill. */
 json_t *br_jobs_cancel(br_coord_t *c, int64_t id, br_err_t *err);
 

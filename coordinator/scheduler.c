@@ -107,12 +107,28 @@ static int by_priority(const void *x, const void *y)
     return ia < ib ? -1 : ia > ib;
 }
 
+static int excluded(json_t *job, const char *node)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(json_object_get(job, "extra"), "exclude"), i, x) {
+        if (json_is_string(x) && strcmp(json_string_value(x), node) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* Place one job or record why it waits. */
 static void place_one(br_coord_t *c, json_t *job)
 {
     json_t *spec = json_object_get(job, "spec");
     char why[200] = "no node has joined yet", last[200];
     for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
+        if (excluded(job, n->name)) {
+            snprintf(why, sizeof(why), "%s cannot run it (an earlier attempt failed there)",
+                     n->name);
+            continue;
+        }
         if (strcmp(n->state, "ready") != 0 || !n->route_len) {
             snprintf(last, sizeof(last), "%s is %s", n->name,
                      n->route_len ? n->state : "not connected");

@@ -45,13 +45,22 @@ static const char *const migrations[] = {
     " time INTEGER NOT NULL, data BLOB NOT NULL,"
     " UNIQUE (job, attempt, rank, stream, seq));"
     "CREATE INDEX logs_job ON logs (job, id);",
+    /* 2: free-form job metadata; checkpoints reported by agents. */
+    "ALTER TABLE jobs ADD COLUMN extra TEXT;"
+    "CREATE TABLE checkpoints (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " job INTEGER NOT NULL REFERENCES jobs (id), attempt INTEGER NOT NULL,"
+    " node TEXT NOT NULL, path TEXT NOT NULL, step INTEGER NOT NULL,"
+    " size INTEGER NOT NULL, time INTEGER NOT NULL, UNIQUE (job, attempt, path));"
+    "CREATE INDEX checkpoints_job ON checkpoints (job, step);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
 /* Columns of a job row as job_row reads them (job_get adds spec_yaml last). */
 #define JOB_COLS                                                                 \
     "id, name, kind, state, attempt, owner, nodes, assign, submitted, started, " \
-    "ended, exit_code, signal, reason, spec"
+    "ended, exit_code, signal, reason, extra, spec"
+/* Columns of a checkpoint row as ckpt_row reads them. */
+#define CKPT_COLS "path, step, attempt, node, size, time"
 /* "col = ?a when flag ?f is set": one fixed UPDATE serves every field subset. */
 #define UPD(col, f, v) col " = CASE WHEN ?" #f " THEN ?" #v " ELSE " col " END"
 
@@ -83,6 +92,9 @@ enum {
     ST_EVENT_LIST_JOB,
     ST_LOG_ADD,
     ST_LOG_READ,
+    ST_CKPT_ADD,
+    ST_CKPT_LIST,
+    ST_CKPT_LATEST,
     ST_COUNT
 };
 
@@ -112,13 +124,15 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_NODE_LIST] = "SELECT data FROM nodes ORDER BY name",
     [ST_JOB_ADD] = "INSERT INTO jobs (name, kind, owner, spec, spec_yaml, submitted,"
                    " state, attempt, nodes, assign, started, ended, exit_code, signal,"
-                   " reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, coalesce(?8, 1),"
-                   " coalesce(?9, '[]'), ?10, ?11, ?12, ?13, ?14, ?15)",
+                   " reason, extra) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,"
+                   " coalesce(?8, 1), coalesce(?9, '[]'), ?10, ?11, ?12, ?13, ?14,"
+                   " ?15, ?16)",
     [ST_JOB_UPDATE] = "UPDATE jobs SET " UPD("state", 1, 2) ", " UPD("attempt", 3, 4)
                       ", " UPD("nodes", 5, 6) ", " UPD("assign", 7, 8) ", "
                       UPD("started", 9, 10) ", " UPD("ended", 11, 12) ", "
                       UPD("exit_code", 13, 14) ", " UPD("signal", 15, 16) ", "
-                      UPD("reason", 17, 18) " WHERE id = ?19",
+                      UPD("reason", 17, 18) ", " UPD("extra", 19, 20)
+                      " WHERE id = ?21",
     [ST_JOB_GET] = "SELECT " JOB_COLS ", spec_yaml FROM jobs WHERE id = ?1",
     [ST_JOB_LIST] = "SELECT * FROM (SELECT " JOB_COLS " FROM jobs"
                     " ORDER BY id DESC LIMIT ?1) ORDER BY id",
@@ -138,6 +152,13 @@ static const char *const sql_text[ST_COUNT] = {
                    " ON CONFLICT (job, attempt, rank, stream, seq) DO NOTHING",
     [ST_LOG_READ] = "SELECT id, attempt, rank, stream, data FROM logs"
                     " WHERE job = ?1 AND id > ?2 AND (?3 < 0 OR rank = ?3) ORDER BY id",
+    [ST_CKPT_ADD] = "INSERT INTO checkpoints (job, attempt, node, path, step, size,"
+                    " time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+                    " ON CONFLICT (job, attempt, path) DO NOTHING",
+    [ST_CKPT_LIST] = "SELECT " CKPT_COLS " FROM checkpoints WHERE job = ?1"
+                     " ORDER BY step, id",
+    [ST_CKPT_LATEST] = "SELECT " CKPT_COLS " FROM checkpoints WHERE job = ?1"
+                       " ORDER BY step DESC, id DESC LIMIT 1",
 };
 
 struct br_store {
@@ -167,11 +188,12 @@ static const jfield_t job_add_fields[] = {
     {"name", F_STR},    {"kind", F_STR},       {"owner", F_STR},
     {"spec", F_OBJECT}, {"spec_yaml", F_YAML}, {"submitted", F_INT},
 };
-/* br_store_job_update's keys, in ST_JOB_UPDATE's order; ?7..?15 of ST_JOB_ADD. */
+/* br_store_job_update's keys, in ST_JOB_UPDATE's order; ?7..?16 of ST_JOB_ADD. */
 static const jfield_t job_fields[] = {
     {"state", F_STR},          {"attempt", F_INT},      {"nodes", F_ARRAY},
     {"assign", F_ANY},         {"started", F_INT_NULL}, {"ended", F_INT_NULL},
     {"exit_code", F_INT_NULL}, {"signal", F_INT_NULL},  {"reason", F_STR_NULL},
+    {"extra", F_ANY},
 };
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -955,15 +977,15 @@ int br_store_job_update(br_store_t *s, int64_t id, const json_t *fields, br_err_
 static json_t *job_row(sqlite3_stmt *st, int with_yaml, br_err_t *err)
 {
     static const char *const names[] = {
-        "id",     "name",   "kind",      "state",     "attempt", "owner",
-        "nodes",  "assign", "submitted", "started",   "ended",   "exit_code",
-        "signal", "reason", "spec",      "spec_yaml",
+        "id",     "name",   "kind",      "state",   "attempt",   "owner",
+        "nodes",  "assign", "submitted", "started", "ended",     "exit_code",
+        "signal", "reason", "extra",     "spec",    "spec_yaml",
     };
     json_t *o = json_object();
-    int bad = 0, n = with_yaml ? 16 : 15;
+    int bad = 0, n = with_yaml ? 17 : 16;
     for (int i = 0; i < n; i++) {
         json_t *v;
-        if (i == 6 || i == 7 || i == 14)
+        if (i == 6 || i == 7 || i == 14 || i == 15)
             v = col_json(st, i);
         else if (sqlite3_column_type(st, i) == SQLITE_INTEGER)
             v = col_int(st, i);
@@ -1157,4 +1179,71 @@ int br_store_log_read(br_store_t *s, int64_t job_id, int rank, int64_t after,
     int ret = rc == SQLITE_DONE ? 0 : dberr(s, err, "read log");
     reset(st);
     return ret;
+}
+
+/* --- checkpoints -------------------------------------------------------------- */
+
+int br_store_checkpoint_add(br_store_t *s, int64_t job_id, int attempt,
+                            const char *node, const char *path, int64_t step,
+                            int64_t size, int64_t time_ms, br_err_t *err)
+{
+    if (job_id <= 0 || attempt < 1)
+        return br_errf(err, EINVAL, "checkpoint: bad job or attempt");
+    if (step < 0 || size < 0)
+        return br_errf(err, EINVAL, "checkpoint: negative step or size");
+    if (check_text(node, SHORT_MAX, 0, "checkpoint node", err) < 0 ||
+        check_text(path, TEXT_MAX, 0, "checkpoint path", err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_CKPT_ADD];
+    int rc = sqlite3_bind_int64(st, 1, job_id) | sqlite3_bind_int(st, 2, attempt);
+    rc |= bind_text(st, 3, node) | bind_text(st, 4, path);
+    rc |= sqlite3_bind_int64(st, 5, step) | sqlite3_bind_int64(st, 6, size);
+    rc |= sqlite3_bind_int64(st, 7, time_ms);
+    if (rc)
+        return binderr(s, st, "add checkpoint", err);
+    if (run(s, st, "add checkpoint", err) < 0)
+        return errno == ENOENT ? br_errf(err, ENOENT, "no job %lld", (long long)job_id)
+                               : -1;
+    return 0;
+}
+
+/* A checkpoint row (CKPT_COLS) as {"path","step","attempt","node","size","time"}. */
+static json_t *ckpt_row(sqlite3_stmt *st, br_err_t *err)
+{
+    static const char *const names[] = {"path", "step", "attempt",
+                                        "node", "size", "time"};
+    json_t *o = json_object();
+    int bad = 0;
+    for (int i = 0; i < 6; i++)
+        bad |= put(o, names[i], i == 0 || i == 3 ? col_text(st, i) : col_int(st, i));
+    return row_done(o, bad, "checkpoint", err);
+}
+
+json_t *br_store_checkpoint_list(br_store_t *s, int64_t job_id, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_CKPT_LIST];
+    if (sqlite3_bind_int64(st, 1, job_id)) {
+        binderr(s, st, "list checkpoints", err);
+        return NULL;
+    }
+    return list_rows(s, st, ckpt_row, "list checkpoints", err);
+}
+
+json_t *br_store_checkpoint_latest(br_store_t *s, int64_t job_id, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_CKPT_LATEST];
+    if (sqlite3_bind_int64(st, 1, job_id)) {
+        binderr(s, st, "latest checkpoint", err);
+        return NULL;
+    }
+    int rc = sqlite3_step(st);
+    json_t *ckpt = NULL;
+    if (rc == SQLITE_ROW)
+        ckpt = ckpt_row(st, err);
+    else if (rc == SQLITE_DONE)
+        ckpt = json_null();
+    else
+        dberr(s, err, "latest checkpoint");
+    reset(st);
+    return ckpt;
 }

@@ -77,12 +77,13 @@ json_t *br_store_node_list(br_store_t *s, br_err_t *err);
  * below. Returns the new id (>0) or -1. */
 int64_t br_store_job_add(br_store_t *s, const json_t *job, br_err_t *err);
 /* Update some fields of a job: any of "state", "attempt", "nodes" (array),
- * "assign" (any JSON), "started", "ended", "exit_code", "signal", "reason"
- * (null clears). Other keys are an error (EINVAL). ENOENT when no such job. */
+ * "assign" (any JSON), "started", "ended", "exit_code", "signal", "reason",
+ * "extra" (any JSON, kept as compact JSON text); null clears. Other keys are an
+ * error (EINVAL). ENOENT when no such job. */
 int br_store_job_update(br_store_t *s, int64_t id, const json_t *fields, br_err_t *err);
 /* One job: {"id","name","kind","state","attempt","owner","nodes":[...],"assign",
  * "submitted","started","ended" (ms or null),"exit_code","signal","reason",
- * "spec","spec_yaml"}. NULL with ENOENT when none. */
+ * "extra" (null when unset),"spec","spec_yaml"}. NULL with ENOENT when none. */
 json_t *br_store_job_get(br_store_t *s, int64_t id, br_err_t *err);
 /* Jobs ordered by id. states: NULL for all, else a NULL-terminated list of states
  * to include (e.g. {"pending","starting","running",NULL}). The objects are as
@@ -118,5 +119,20 @@ typedef void (*br_log_chunk_fn)(void *arg, int attempt, int rank, int stream,
 int br_store_log_read(br_store_t *s, int64_t job_id, int rank, int64_t after,
                       size_t max_bytes, br_log_chunk_fn fn, void *arg, int64_t *next,
                       br_err_t *err);
+
+/* --- checkpoints: complete checkpoints reported by current attempts ---------- */
+/* Record a checkpoint. One already stored (same job, attempt, path) is ignored and
+ * returns 0, so agents may resend. ENOENT "no job N" for an unknown job; EINVAL for
+ * job id < 1, attempt < 1, node not 1..256 bytes, path not 1..4096 bytes, step < 0
+ * or size < 0. */
+int br_store_checkpoint_add(br_store_t *s, int64_t job_id, int attempt,
+                            const char *node, const char *path, int64_t step,
+                            int64_t size, int64_t time_ms, br_err_t *err);
+/* A job's checkpoints, [{"path","step","attempt","node","size","time" (ms)}],
+ * ordered by step, then by id (the order they were recorded). */
+json_t *br_store_checkpoint_list(br_store_t *s, int64_t job_id, br_err_t *err);
+/* The newest checkpoint of a job: the one with the highest step (ties: the last
+ * recorded), shaped as in the list; json_null() when it has none. NULL on error. */
+json_t *br_store_checkpoint_latest(br_store_t *s, int64_t job_id, br_err_t *err);
 
 #endif
