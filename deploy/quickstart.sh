@@ -2,7 +2,8 @@
 # quickstart.sh - from a fresh checkout to a job's output in one command:
 # installs what is missing (Debian/Ubuntu), builds a release build in build/,
 # starts a local cluster (a coordinator and 2 agents on loopback) with
-# `bramble up`, runs examples/hello.yaml on it and shows the result.
+# `bramble up`, runs examples/hello.yaml on it, then runs a training job that
+# checkpoints, kills the node under it and shows it resume on the other node.
 #
 # Usage: deploy/quickstart.sh        (stop the cluster with: build/bin/bramble down)
 set -euo pipefail
@@ -50,6 +51,71 @@ if [ -n "$JOB_ID" ]; then
     echo "==> $BRAMBLE logs $JOB_ID"
     "$BRAMBLE" logs "$JOB_ID"
 fi
+
+# --- a job survives the loss of its node -----------------------------------------
+# field ID EXPR: a value from `bramble job show ID --json` (EXPR on the object j).
+field() {
+    "$BRAMBLE" job show "$1" --json |
+        /usr/bin/python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"
+}
+# kill_node NODE: what losing a machine looks like - its agent and every process of
+# its jobs (found by the BRAMBLE_TASK=NODE/... entry in their environment) die.
+kill_node() {
+    local pid p
+    pid=$(cat "$CLUSTER_DIR/$1.pid")
+    kill -9 "$pid"
+    for p in /proc/[0-9]*; do
+        if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -q "^BRAMBLE_TASK=$1/"; then
+            kill -9 "${p#/proc/}" 2>/dev/null || true
+        fi
+    done
+}
+wait_until() { # wait_until SECONDS WHAT COMMAND...
+    local end=$((SECONDS + $1)) what=$2
+    shift 2
+    until "$@"; do
+        if [ $SECONDS -ge $end ]; then
+            echo "quickstart: gave up waiting for $what" >&2
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+CLUSTER_DIR=$(head -n1 "$HOME/.config/bramble/local-cluster")
+CKPT=$(mktemp -d /tmp/bramble-quickstart.XXXXXX)/ckpt
+echo
+echo "==> a training job that survives the loss of its node"
+echo "    $BRAMBLE submit examples/train-checkpoint.yaml --set workdir=$PWD \\"
+echo "        --set checkpoint.dir=$CKPT"
+TRAIN=$("$BRAMBLE" submit examples/train-checkpoint.yaml --set "workdir=$PWD" \
+        --set "checkpoint.dir=$CKPT")
+has_checkpoint() { [ "$(field "$TRAIN" "len(j['checkpoints'])")" -ge 2 ]; }
+wait_until 60 "the job's first checkpoints" has_checkpoint
+NODE=$(field "$TRAIN" "j['nodes'][0]")
+echo "    job $TRAIN runs on $NODE and has checkpointed up to step" \
+     "$(field "$TRAIN" "max(c['step'] for c in j['checkpoints'])")"
+echo "==> killing $NODE (SIGKILL to its agent and to its job's processes)"
+kill_node "$NODE"
+"$BRAMBLE" logs "$TRAIN" -f >/dev/null
+TRAIN_STATE=$(field "$TRAIN" "j['state']")
+echo
+echo "==> $BRAMBLE job show $TRAIN   (the timeline)"
+"$BRAMBLE" job show "$TRAIN" | sed -n '/^events:/,$p'
+echo
+echo "==> $BRAMBLE logs $TRAIN"
+"$BRAMBLE" logs "$TRAIN" | grep -v ' (checkpoint saved)$' || true
+echo
+echo "==> uninterrupted run of the same script, for comparison:"
+BRAMBLE_CHECKPOINT_DIR=$(dirname "$CKPT")/direct /usr/bin/python3 examples/train_checkpoint.py \
+    --steps 60 --every 5 --step-time 0 | tail -1
+echo "    (the job's final line above is the same: it resumed from its checkpoint)"
+if [ "$TRAIN_STATE" != completed ]; then
+    echo "quickstart: the training job ended $TRAIN_STATE" >&2
+    RC=1
+fi
+echo "    $NODE is lost; restart its agent with:"
+echo "    build/bin/bramble-agent --data-dir $CLUSTER_DIR/$NODE &"
 
 echo
 if [ "$RC" -eq 0 ]; then

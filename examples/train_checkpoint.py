@@ -59,6 +59,8 @@ def main():
     ap.add_argument("--every", type=int, default=5)
     ap.add_argument("--step-time", type=float, default=0.2)
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--print-steps", action="store_true",
+                    help="print every step with its wall-clock time")
     args = ap.parse_args()
 
     ckpt_dir = os.environ.get("BRAMBLE_CHECKPOINT_DIR") or "./ckpt"
@@ -76,6 +78,8 @@ def main():
 
     for step in range(state["step"] + 1, args.steps + 1):
         loss = train_step(state, step, args.lr)
+        if args.print_steps:
+            print("step %d t=%.3f" % (step, time.time()), flush=True)
         if step % args.every == 0:
             save(ckpt_dir, state)
             print("step %d loss %.6f (checkpoint saved)" % (step, loss), flush=True)
