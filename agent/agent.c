@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "client.h"
 #include "gpu.h"
 #include "inventory.h"
+#include "localsock.h"
 #include "msg.h"
 #include "sock.h"
 #include "token.h"
@@ -35,6 +37,7 @@ struct br_agent {
     int sigfd;
     br_gpus_t *gpus;
     json_t *inventory;
+    br_localsock_t *local; /* `bramble checkpoint` from inside jobs */
     br_attempt_t *att[MAX_ATTEMPTS];
     int natt;
     uint32_t seq, hello_seq;
@@ -123,6 +126,9 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
                         json_string(br_gpus_driver_version(a->gpus)));
     json_object_set_new(a->inventory, "cuda_version",
                         json_string(br_gpus_cuda_version(a->gpus)));
+    a->local = br_localsock_new(s->name, err);
+    if (!a->local)
+        goto fail;
     a->ctx = zmq_ctx_new();
     a->sock = br_sock_client(a->ctx, s->cred.endpoint, s->cred.server_public_key,
                              s->cred.public_key, s->cred.secret_key, err);
@@ -151,6 +157,7 @@ void br_agent_destroy(br_agent_t **ap)
     if (a->ctx)
         zmq_ctx_term(a->ctx);
     br_gpus_destroy(&a->gpus);
+    br_localsock_destroy(&a->local);
     json_decref(a->inventory);
     json_decref(a->unacked);
     if (a->sigfd >= 0)
@@ -275,6 +282,35 @@ static void checkpoint_acked(br_agent_t *a, uint32_t seq)
     }
 }
 
+/* `bramble checkpoint PATH --step N` from inside a job: the kernel tells which
+ * process asks, its BRAMBLE_TASK tag which attempt it belongs to. */
+static json_t *on_local(void *arg, const char *tag, json_t *req, br_err_t *err)
+{
+    br_agent_t *a = arg;
+    br_attempt_t *t = NULL;
+    for (int i = 0; i < a->natt && !t; i++)
+        if (strcmp(br_task_tag(br_attempt_task(a->att[i])), tag) == 0)
+            t = a->att[i];
+    const char *type, *path;
+    json_int_t step;
+    json_error_t jerr;
+    struct stat st;
+    if (!t || br_task_done(br_attempt_task(t), NULL, NULL))
+        return br_errp(err, EACCES, "not inside a running job of this node");
+    if (json_unpack_ex(req, &jerr, JSON_STRICT, "{s:s, s:s, s:I}", "type", &type, "path",
+                       &path, "step", &step) < 0 || strcmp(type, "checkpoint") != 0)
+        return br_errp(err, EPROTO, "bad request: %s", jerr.text);
+    if (path[0] != '/' || step < 0)
+        return br_errp(err, EINVAL, "checkpoint: need an absolute path and a step >= 0");
+    if (stat(path, &st) < 0)
+        return br_errp(err, errno, "checkpoint %s: %s", path, strerror(errno));
+    void *ctx[2] = {a, t};
+    on_checkpoint(ctx, path, step, br_ckpt_size(path),
+                  (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000);
+    return json_pack("{s:b, s:I, s:i}", "ok", 1, "job", (json_int_t)br_attempt_job(t),
+                     "attempt", br_attempt_number(t));
+}
+
 static void report_exit(br_agent_t *a, br_attempt_t *t)
 {
     int code = -1, sig = -1;
@@ -344,6 +380,8 @@ static void on_run(br_agent_t *a, br_msg_t *m)
         br_errf(&err, ENOENT, "checkpoint %s is not visible on this node", resume);
         fault = "checkpoint_not_visible";
     } else {
+        json_object_set_new(env, "BRAMBLE_AGENT_SOCK",
+                            json_string(br_localsock_address(a->local)));
         if (rank == 0 && !json_object_get(env, "MASTER_PORT")) {
             char port[16];
             snprintf(port, sizeof(port), "%d", free_port());
@@ -585,6 +623,7 @@ static int build_poll(br_agent_t *a, zmq_pollitem_t *items, br_attempt_t **owner
     items[n++] = (zmq_pollitem_t){a->sock, 0, ZMQ_POLLIN, 0};
     items[n++] = (zmq_pollitem_t){a->monitor, 0, ZMQ_POLLIN, 0};
     items[n++] = (zmq_pollitem_t){NULL, a->sigfd, ZMQ_POLLIN, 0};
+    items[n++] = (zmq_pollitem_t){NULL, br_localsock_fd(a->local), ZMQ_POLLIN, 0};
     for (int i = 0; i < a->natt; i++) {
         br_ckpt_t *ck = br_attempt_ckpt(a->att[i]);
         if (ck && br_ckpt_fd(ck) >= 0) {
@@ -612,9 +651,9 @@ static void kill_all(br_agent_t *a)
 
 int br_agent_run(br_agent_t *a, br_err_t *err)
 {
-    zmq_pollitem_t items[3 + 3 * MAX_ATTEMPTS];
-    br_attempt_t *owner[3 + 3 * MAX_ATTEMPTS];
-    int stream[3 + 3 * MAX_ATTEMPTS];
+    zmq_pollitem_t items[4 + 3 * MAX_ATTEMPTS];
+    br_attempt_t *owner[4 + 3 * MAX_ATTEMPTS];
+    int stream[4 + 3 * MAX_ATTEMPTS];
     char prefix[80];
     snprintf(prefix, sizeof(prefix), "%s/", a->s->name);
     int orphans = br_task_kill_tag_prefix(prefix, 5000);
@@ -635,9 +674,11 @@ int br_agent_run(br_agent_t *a, br_err_t *err)
         if (rc > 0 && (items[2].revents & ZMQ_POLLIN))
             on_signal(a);
         /* pipes before the socket: an acknowledgement there may free an attempt */
-        for (int i = 3; i < n && rc > 0; i++)
+        for (int i = 4; i < n && rc > 0; i++)
             if (owner[i] && (items[i].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
                 br_attempt_read(owner[i], stream[i], ship_log, a);
+        if (rc > 0 && (items[3].revents & ZMQ_POLLIN))
+            br_localsock_serve(a->local, on_local, a);
         if (rc > 0 && (items[0].revents & ZMQ_POLLIN))
             drain_socket(a);
         timers(a);

@@ -43,6 +43,16 @@ struct br_ckpt {
     int n;
 };
 
+static void signature(const char *path, int depth, int64_t *size, int64_t *mtime,
+                      int64_t *files);
+
+int64_t br_ckpt_size(const char *path)
+{
+    int64_t size = 0, mtime = 0, files = 0;
+    signature(path, 0, &size, &mtime, &files);
+    return size;
+}
+
 int64_t br_ckpt_step(const char *name)
 {
     const char *end = NULL, *start = NULL;

@@ -33,6 +33,9 @@ int br_ckpt_fd(const br_ckpt_t *w);
  * checkpoint. now_ms: monotonic milliseconds. */
 void br_ckpt_poll(br_ckpt_t *w, int64_t now_ms, br_ckpt_fn fn, void *arg);
 
+/* Total bytes of the files under path (bounded, as the watcher counts them). */
+int64_t br_ckpt_size(const char *path);
+
 /* The step of a name: its last run of digits, or -1 when it has none. */
 int64_t br_ckpt_step(const char *name);
 

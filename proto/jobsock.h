@@ -1,0 +1,25 @@
+/* jobsock.h - talking to the agent of this node from inside a job (`bramble
+ * checkpoint`): an abstract unix socket named "@bramble-agent/<node>/<pid>" (the
+ * job's BRAMBLE_AGENT_SOCK), SOCK_SEQPACKET, one JSON request and one JSON reply. The
+ * agent side is agent/localsock.c. */
+#ifndef BRAMBLE_JOBSOCK_H
+#define BRAMBLE_JOBSOCK_H
+
+#include <jansson.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "err.h"
+
+#define BR_LOCAL_MSG_MAX 8192
+
+/* "@name" -> an abstract socket address; returns its length, 0 when malformed. */
+socklen_t br_local_addr(const char *address, struct sockaddr_un *sa);
+
+/* Send req to the agent at address, wait up to timeout_ms for the reply. Returns
+ * the reply (new reference), or NULL with err; a reply {"error": text} comes back
+ * as NULL with that text. */
+json_t *br_local_request(const char *address, json_t *req, int timeout_ms,
+                         br_err_t *err);
+
+#endif
