@@ -35,13 +35,16 @@ def bramble(*args, check=True):
     return r.stdout
 
 
-def wait(pred, what, timeout=60):
+def wait(pred, what, timeout=60, jid=None):
     end = time.time() + timeout
     while time.time() < end:
         v = pred()
         if v:
             return v
         time.sleep(0.02)
+    if jid:
+        print(bramble("job", "show", jid, check=False), file=sys.stderr)
+        print(bramble("logs", jid, check=False)[-2000:], file=sys.stderr)
     raise SystemExit("timed out waiting for " + what)
 
 
@@ -84,7 +87,7 @@ def trial(i):
                   "command=python3 examples/train_checkpoint.py --steps 100000 "
                   "--every 10 --step-time 0.05 --print-steps").strip()
     j = wait(lambda: (lambda j: j if j["state"] == "running" and j["checkpoints"]
-                      else None)(job(jid)), "a checkpoint")
+                      else None)(job(jid)), "a checkpoint", jid=jid)
     node = j["nodes"][0]
     t0 = time.time()
     kill_node(node)
