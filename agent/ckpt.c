@@ -20,6 +20,7 @@
 #define MAX_DEPTH 4          /* how deep an entry's signature looks */
 #define RESCAN_BUSY_MS 200   /* while some entry is not complete yet */
 #define RESCAN_IDLE_MS 1000  /* otherwise */
+#define MIN_SCAN_GAP_MS 50   /* inotify wakes at most this often */
 
 static const char *const markers[] = {"trainer_state.json", ".metadata"};
 
@@ -38,7 +39,8 @@ struct br_ckpt {
     char complete_file[NAME_MAX + 1];
     int64_t stable_ms;
     int ifd, wd;
-    int64_t next_scan;
+    int64_t next_scan, last_scan;
+    int64_t done_step; /* highest step counted (or there before we started) */
     entry_t *e;
     int n;
 };
@@ -167,6 +169,8 @@ static void consider(br_ckpt_t *w, entry_t *e, int64_t now, br_ckpt_fn fn, void 
         e->done = 1;
         fn(arg, path, e->step, e->size, e->mtime_ms);
     }
+    if (e->done && e->step > w->done_step)
+        w->done_step = e->step;
 }
 
 /* One pass over the directory. fn NULL: the baseline at start (mark, report none). */
@@ -184,8 +188,10 @@ static int scan(br_ckpt_t *w, int64_t now, br_ckpt_fn fn, void *arg)
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
             fnmatch(w->pattern, de->d_name, FNM_PERIOD) != 0)
             continue;
+        /* a step at or below one already counted can never be the newest: not
+         * tracked, which also bounds what a long run's directory costs */
         int64_t step = br_ckpt_step(de->d_name);
-        entry_t *e = step >= 0 ? find_or_add(w, de->d_name, step, now) : NULL;
+        entry_t *e = step > w->done_step ? find_or_add(w, de->d_name, step, now) : NULL;
         if (!e)
             continue;
         consider(w, e, now, fn, arg);
@@ -216,6 +222,7 @@ br_ckpt_t *br_ckpt_new(const char *dir, const char *pattern, const char *complet
                sizeof(w->complete_file));
     w->stable_ms = stable_ms;
     w->wd = -1;
+    w->done_step = -1;
     w->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC); /* -1: rescans only */
     scan(w, br_mono_ms(), NULL, NULL);
     return w;
@@ -237,14 +244,33 @@ int br_ckpt_fd(const br_ckpt_t *w)
     return w->ifd;
 }
 
-void br_ckpt_poll(br_ckpt_t *w, int64_t now_ms, br_ckpt_fn fn, void *arg)
+/* Drain inotify; 1 when something happened. A watch the kernel dropped (the
+ * directory was removed) is forgotten, so the next scan adds it again. */
+static int drain_events(br_ckpt_t *w)
 {
     char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
     int woken = 0;
-    while (w->ifd >= 0 && read(w->ifd, buf, sizeof(buf)) > 0)
+    ssize_t n;
+    while (w->ifd >= 0 && (n = read(w->ifd, buf, sizeof(buf))) > 0) {
         woken = 1;
-    if (!woken && now_ms < w->next_scan)
+        for (char *p = buf; p < buf + n;) {
+            struct inotify_event *ev = (struct inotify_event *)p;
+            if (ev->wd == w->wd && (ev->mask & IN_IGNORED))
+                w->wd = -1;
+            p += sizeof(*ev) + ev->len;
+        }
+    }
+    return woken;
+}
+
+void br_ckpt_poll(br_ckpt_t *w, int64_t now_ms, br_ckpt_fn fn, void *arg)
+{
+    /* events bring the next scan forward, a burst of them still makes one scan */
+    if (drain_events(w) && w->next_scan > w->last_scan + MIN_SCAN_GAP_MS)
+        w->next_scan = w->last_scan + MIN_SCAN_GAP_MS;
+    if (now_ms < w->next_scan)
         return;
     int pending = scan(w, now_ms, fn, arg);
+    w->last_scan = now_ms;
     w->next_scan = now_ms + (pending ? RESCAN_BUSY_MS : RESCAN_IDLE_MS);
 }

@@ -1,0 +1,747 @@
+/* test_ckpt.c - the checkpoint watcher (agent/ckpt.c) on real directories. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "err.h"
+#include "util.h"
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+#define STABLE 2000       /* BR_CKPT_STABLE_MS, what the agent passes */
+#define LONG_STABLE 60000 /* marker tests: far longer than any rescan interval */
+#define MAX_SEEN 64
+
+typedef struct {
+    char path[PATH_MAX];
+    int64_t step, size, mtime_ms;
+} seen_t;
+
+typedef struct {
+    char root[64];      /* mkdtemp */
+    char dir[PATH_MAX]; /* the watched directory, root/ckpt unless a test moves it */
+    int64_t now;        /* the fake monotonic clock handed to br_ckpt_poll */
+    br_ckpt_t *w;
+    seen_t seen[MAX_SEEN];
+    int n;
+} fix_t;
+
+/* ---- fixture and helpers ---- */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+static void rm_tree(const char *path)
+{
+    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int setup(void **state)
+{
+    fix_t *f = calloc(1, sizeof(*f));
+    if (!f)
+        return -1;
+    snprintf(f->root, sizeof(f->root), "/tmp/test_ckpt.XXXXXX");
+    if (!mkdtemp(f->root)) {
+        free(f);
+        return -1;
+    }
+    snprintf(f->dir, sizeof(f->dir), "%s/ckpt", f->root);
+    if (mkdir(f->dir, 0755) < 0) {
+        rm_tree(f->root);
+        free(f);
+        return -1;
+    }
+    /* the baseline in br_ckpt_new reads the real clock: start the fake one there */
+    f->now = br_mono_ms();
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fix_t *f = *state;
+    br_ckpt_destroy(&f->w);
+    rm_tree(f->root);
+    free(f);
+    return 0;
+}
+
+static void on_ckpt(void *arg, const char *path, int64_t step, int64_t size,
+                    int64_t mtime_ms)
+{
+    fix_t *f = arg;
+    if (f->n == MAX_SEEN)
+        fail_msg("more than %d checkpoints reported", MAX_SEEN);
+    seen_t *s = &f->seen[f->n++];
+    br_strlcpy(s->path, path, sizeof(s->path));
+    s->step = step;
+    s->size = size;
+    s->mtime_ms = mtime_ms;
+}
+
+static void watch(fix_t *f, const char *pattern, const char *complete, int64_t stable)
+{
+    br_err_t err = {0};
+    f->w = br_ckpt_new(f->dir, pattern, complete, stable, &err);
+    if (!f->w)
+        fail_msg("br_ckpt_new(%s): %s", f->dir, err.text);
+}
+
+/* Advance the fake clock by dt ms and poll. */
+static void at(fix_t *f, int64_t dt)
+{
+    f->now += dt;
+    br_ckpt_poll(f->w, f->now, on_ckpt, f);
+}
+
+/* Poll every step ms for ms in all. */
+static void quiet_for(fix_t *f, int64_t ms, int64_t step)
+{
+    for (int64_t t = 0; t < ms; t += step)
+        at(f, step);
+}
+
+static void path_of(const fix_t *f, const char *rel, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s", f->dir, rel);
+}
+
+static void mk(const fix_t *f, const char *rel)
+{
+    char p[PATH_MAX];
+    path_of(f, rel, p, sizeof(p));
+    if (mkdir(p, 0755) < 0)
+        fail_msg("mkdir %s: %s", p, strerror(errno));
+}
+
+static void write_bytes(const fix_t *f, const char *rel, size_t bytes, int flags)
+{
+    char p[PATH_MAX], buf[4096];
+    path_of(f, rel, p, sizeof(p));
+    int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0644);
+    if (fd < 0)
+        fail_msg("open %s: %s", p, strerror(errno));
+    memset(buf, 'x', sizeof(buf));
+    while (bytes > 0) {
+        size_t k = bytes < sizeof(buf) ? bytes : sizeof(buf);
+        assert_int_equal(write(fd, buf, k), (ssize_t)k);
+        bytes -= k;
+    }
+    assert_int_equal(close(fd), 0);
+}
+
+/* Create (or truncate) a file of that many bytes. */
+static void put(const fix_t *f, const char *rel, size_t bytes)
+{
+    write_bytes(f, rel, bytes, O_TRUNC);
+}
+
+/* Append bytes to a file. */
+static void add(const fix_t *f, const char *rel, size_t bytes)
+{
+    write_bytes(f, rel, bytes, O_APPEND);
+}
+
+static void rm_rel(const fix_t *f, const char *rel)
+{
+    char p[PATH_MAX];
+    path_of(f, rel, p, sizeof(p));
+    rm_tree(p);
+    assert_int_equal(access(p, F_OK), -1);
+}
+
+/* How often the entry rel was reported. */
+static int reported(const fix_t *f, const char *rel)
+{
+    char p[PATH_MAX];
+    path_of(f, rel, p, sizeof(p));
+    int k = 0;
+    for (int i = 0; i < f->n; i++)
+        k += strcmp(f->seen[i].path, p) == 0;
+    return k;
+}
+
+static const seen_t *report_of(const fix_t *f, const char *rel)
+{
+    char p[PATH_MAX];
+    path_of(f, rel, p, sizeof(p));
+    for (int i = 0; i < f->n; i++)
+        if (strcmp(f->seen[i].path, p) == 0)
+            return &f->seen[i];
+    fail_msg("%s was not reported", p);
+    return NULL;
+}
+
+/* ---- steps ---- */
+
+static void test_step(void **state)
+{
+    static const struct {
+        const char *name;
+        int64_t step;
+    } cases[] = {
+        {"checkpoint-500", 500},
+        {"epoch=3-step=1200.ckpt", 1200},
+        {"checkpoint_7", 7},
+        {"ckpt", -1},
+        {"a1b22", 22},
+        {"", -1},
+        {"0", 0},
+        {"checkpoint_0", 0},
+        {"step-007", 7},
+        {"checkpoint-500.tmp", 500},
+        {"last.ckpt", -1},
+        {"last-v1.ckpt", 1}, /* the last number wins, whatever it means */
+        {"999999999999999999", 999999999999999999}, /* 18 digits */
+        {"1234567890123456789", -1},                /* 19 digits */
+        {"checkpoint-99999999999999999999999", -1}, /* 23 digits */
+        {"step5-1234567890123456789", -1},          /* the last run counts */
+    };
+    for (size_t i = 0; i < NELEM(cases); i++) {
+        int64_t got = br_ckpt_step(cases[i].name);
+        if (got != cases[i].step)
+            fail_msg("br_ckpt_step(\"%s\") = %lld, expected %lld", cases[i].name,
+                     (long long)got, (long long)cases[i].step);
+    }
+}
+
+/* ---- construction ---- */
+
+static void test_new_refuses_relative_dir(void **state)
+{
+    br_err_t err = {0};
+    assert_null(br_ckpt_new("ckpt", NULL, NULL, STABLE, &err));
+    assert_int_equal(err.errnum, EINVAL);
+    assert_true(err.text[0] != '\0');
+    err = (br_err_t){0};
+    assert_null(br_ckpt_new(NULL, NULL, NULL, STABLE, &err));
+    assert_int_equal(err.errnum, EINVAL);
+    br_ckpt_destroy(NULL); /* harmless */
+}
+
+static void test_fd(void **state)
+{
+    fix_t *f = *state;
+    watch(f, NULL, NULL, STABLE);
+    assert_true(br_ckpt_fd(f->w) >= 0); /* Linux: inotify */
+    br_ckpt_destroy(&f->w);
+    assert_null(f->w);
+}
+
+/* ---- Hugging Face Trainer: checkpoint-<step>/ with trainer_state.json ---- */
+
+static void test_hf_marker(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "checkpoint-*", "trainer_state.json", STABLE);
+    at(f, 0);
+    mk(f, "checkpoint-500");
+    put(f, "checkpoint-500/model.safetensors", 3000);
+    put(f, "checkpoint-500/optimizer.pt", 1000);
+    quiet_for(f, 3600 * 1000, 1000); /* an hour without change: still no marker */
+    assert_int_equal(f->n, 0);
+
+    put(f, "checkpoint-500/trainer_state.json", 20);
+    at(f, 1000);
+    assert_int_equal(f->n, 1);
+    const seen_t *s = report_of(f, "checkpoint-500");
+    assert_int_equal(s->step, 500);
+    assert_int_equal(s->size, 4020);
+
+    quiet_for(f, 10000, 500); /* exactly once */
+    put(f, "checkpoint-500/rng_state.pth", 10);
+    quiet_for(f, 10000, 500);
+    assert_int_equal(f->n, 1);
+}
+
+/* Without complete_file, trainer_state.json is a known marker: no stability wait. */
+static void test_hf_autodetect(void **state)
+{
+    fix_t *f = *state;
+    watch(f, NULL, NULL, LONG_STABLE);
+    at(f, 0);
+    mk(f, "checkpoint-700");
+    put(f, "checkpoint-700/model.safetensors", 100);
+    put(f, "checkpoint-700/trainer_state.json", 10);
+    at(f, 1000);
+    assert_int_equal(reported(f, "checkpoint-700"), 1);
+    assert_int_equal(f->seen[0].step, 700);
+    quiet_for(f, 5000, 1000);
+    assert_int_equal(f->n, 1);
+}
+
+/* Documented: a known marker only speeds completion up; without complete_file a
+ * directory that lacks it is still complete once quiet for stable_ms. */
+static void test_known_marker_does_not_hold_back(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "checkpoint-*", NULL, STABLE);
+    at(f, 0);
+    mk(f, "checkpoint-100");
+    put(f, "checkpoint-100/model.safetensors", 100);
+    at(f, 1000);
+    at(f, 900);
+    assert_int_equal(f->n, 0);
+    at(f, 1200);
+    assert_int_equal(reported(f, "checkpoint-100"), 1);
+}
+
+/* complete_file is looked for inside the entry: a plain file never holds it. */
+static void test_complete_file_needs_directory(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "*.ckpt", "trainer_state.json", STABLE);
+    at(f, 0);
+    put(f, "step=100.ckpt", 100);
+    quiet_for(f, 20000, 1000);
+    assert_int_equal(f->n, 0);
+}
+
+/* ---- PyTorch Lightning: *.ckpt files, by stability ---- */
+
+static void test_lightning_stability(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "*.ckpt", NULL, STABLE);
+    at(f, 0);
+    put(f, "epoch=0-step=100.ckpt", 1000);
+    at(f, 0); /* first seen now */
+    assert_int_equal(f->n, 0);
+    at(f, 1500);
+    add(f, "epoch=0-step=100.ckpt", 500); /* still being written */
+    at(f, 50); /* scans are at least 50 ms apart */
+    assert_int_equal(f->n, 0);
+    at(f, 1000);
+    assert_int_equal(f->n, 0);
+    at(f, 900); /* quiet 1900 ms since the change was seen */
+    assert_int_equal(f->n, 0);
+    at(f, 1000); /* quiet 2900 ms */
+    assert_int_equal(f->n, 1);
+    const seen_t *s = report_of(f, "epoch=0-step=100.ckpt");
+    assert_int_equal(s->step, 100);
+    assert_int_equal(s->size, 1500);
+    quiet_for(f, 10000, 1000);
+    assert_int_equal(f->n, 1);
+}
+
+/* A file written a little every second is never complete, however long it takes. */
+static void test_lightning_never_while_changing(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "*.ckpt", NULL, STABLE);
+    at(f, 0);
+    put(f, "epoch=1-step=200.ckpt", 10);
+    for (int i = 0; i < 30; i++) {
+        at(f, 1000);
+        add(f, "epoch=1-step=200.ckpt", 10);
+        at(f, 0);
+    }
+    assert_int_equal(f->n, 0);
+    quiet_for(f, 3000, 500);
+    assert_int_equal(reported(f, "epoch=1-step=200.ckpt"), 1);
+    assert_int_equal(f->seen[0].size, 310);
+}
+
+/* ---- torch.distributed.checkpoint: folders complete once .metadata exists ---- */
+
+static void test_dcp_metadata(void **state)
+{
+    fix_t *f = *state;
+    watch(f, NULL, NULL, LONG_STABLE);
+    at(f, 0);
+    mk(f, "step-300");
+    put(f, "step-300/__0_0.distcp", 4096);
+    at(f, 1000);
+    put(f, "step-300/__1_0.distcp", 4096);
+    at(f, 1000);
+    assert_int_equal(f->n, 0);
+    put(f, "step-300/.metadata", 64); /* written last by dcp.save */
+    at(f, 1000);                      /* far less than stable_ms */
+    assert_int_equal(reported(f, "step-300"), 1);
+    assert_int_equal(f->seen[0].step, 300);
+    assert_int_equal(f->seen[0].size, 4096 * 2 + 64);
+    quiet_for(f, 120000, 5000);
+    assert_int_equal(f->n, 1);
+}
+
+/* ---- Accelerate: checkpoint_<n>/ (automatic_checkpoint_naming), by stability ---- */
+
+static void test_accelerate(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "checkpoint_*", NULL, STABLE);
+    at(f, 0);
+    mk(f, "checkpoint_0");
+    put(f, "checkpoint_0/model.safetensors", 2000);
+    at(f, 0);
+    at(f, 1000);
+    put(f, "checkpoint_0/optimizer.bin", 1000);
+    at(f, 1000);
+    put(f, "checkpoint_0/random_states_0.pkl", 100);
+    at(f, 1000);
+    at(f, 1000);
+    assert_int_equal(f->n, 0);
+    at(f, 1000);
+    assert_int_equal(reported(f, "checkpoint_0"), 1);
+    assert_int_equal(f->seen[0].step, 0); /* step 0 is a step */
+    assert_int_equal(f->seen[0].size, 3100);
+
+    mk(f, "checkpoint_1");
+    put(f, "checkpoint_1/model.safetensors", 2000);
+    at(f, 1000);
+    assert_int_equal(f->n, 1);
+    quiet_for(f, 3000, 1000);
+    assert_int_equal(reported(f, "checkpoint_1"), 1);
+    assert_int_equal(f->seen[1].step, 1);
+    quiet_for(f, 5000, 1000);
+    assert_int_equal(f->n, 2);
+}
+
+/* ---- pattern ---- */
+
+static void test_pattern(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "checkpoint-*", NULL, STABLE);
+    at(f, 0);
+    mk(f, "checkpoint-50");
+    mk(f, "runs-20");
+    mk(f, "tmp-checkpoint-30");
+    mk(f, "checkpoint-40");
+    put(f, "checkpoint-40/.metadata", 1);
+    put(f, "other-50.ckpt", 1);
+    quiet_for(f, 5000, 1000);
+    assert_int_equal(f->n, 2);
+    assert_int_equal(reported(f, "checkpoint-50"), 1);
+    assert_int_equal(reported(f, "checkpoint-40"), 1);
+}
+
+/* "*" (also NULL or ""): everything with a number, but not hidden names. */
+static void test_pattern_default_skips_hidden(void **state)
+{
+    static const char *const patterns[] = {NULL, "", "*"};
+    fix_t *f = *state;
+    for (size_t i = 0; i < NELEM(patterns); i++) {
+        f->n = 0;
+        rm_tree(f->dir);
+        assert_int_equal(mkdir(f->dir, 0755), 0);
+        watch(f, patterns[i], NULL, STABLE);
+        at(f, 0);
+        put(f, "ckpt-30.pt", 10);
+        put(f, ".ckpt-40.pt.tmp", 10);
+        mk(f, ".tmp-50");
+        put(f, ".tmp-50/.metadata", 1);
+        quiet_for(f, 5000, 1000);
+        assert_int_equal(f->n, 1);
+        assert_int_equal(reported(f, "ckpt-30.pt"), 1);
+        br_ckpt_destroy(&f->w);
+    }
+}
+
+static void test_pattern_suffix(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "*.ckpt", NULL, STABLE);
+    at(f, 0);
+    put(f, "step=50.ckpt", 10);
+    put(f, "step=60.ckpt.tmp", 10);
+    put(f, "step=70.pt", 10);
+    quiet_for(f, 5000, 1000);
+    assert_int_equal(f->n, 1);
+    assert_int_equal(reported(f, "step=50.ckpt"), 1);
+}
+
+/* ---- names without a number ---- */
+
+static void test_no_number_ignored(void **state)
+{
+    fix_t *f = *state;
+    watch(f, NULL, NULL, STABLE);
+    at(f, 0);
+    put(f, "last.ckpt", 100);
+    mk(f, "latest");
+    put(f, "latest/trainer_state.json", 1);
+    mk(f, "final");
+    put(f, "final/.metadata", 1);
+    quiet_for(f, 10000, 1000);
+    assert_int_equal(f->n, 0);
+}
+
+/* ---- baseline: what is there before the attempt starts ---- */
+
+static void test_baseline_not_reported(void **state)
+{
+    fix_t *f = *state;
+    mk(f, "checkpoint-1");
+    put(f, "checkpoint-1/model.bin", 10);
+    mk(f, "checkpoint-2");
+    put(f, "checkpoint-2/trainer_state.json", 10);
+    put(f, "epoch=0-step=3.ckpt", 10);
+    mk(f, "step-4");
+    put(f, "step-4/.metadata", 10);
+    watch(f, NULL, NULL, STABLE);
+    quiet_for(f, 10000, 1000);
+    put(f, "checkpoint-1/late.bin", 10); /* touched again: still not ours */
+    quiet_for(f, 10000, 1000);
+    assert_int_equal(f->n, 0);
+
+    mk(f, "checkpoint-5");
+    put(f, "checkpoint-5/model.bin", 10);
+    quiet_for(f, 3000, 500);
+    assert_int_equal(f->n, 1);
+    assert_int_equal(reported(f, "checkpoint-5"), 1);
+}
+
+/* With complete_file, an entry that lacked the marker at the baseline may still be
+ * completed by this attempt; one that had it never counts. */
+static void test_baseline_marker_missing(void **state)
+{
+    fix_t *f = *state;
+    mk(f, "checkpoint-100");
+    put(f, "checkpoint-100/model.bin", 10);
+    put(f, "checkpoint-100/trainer_state.json", 10);
+    mk(f, "checkpoint-200");
+    put(f, "checkpoint-200/model.bin", 10);
+    watch(f, "checkpoint-*", "trainer_state.json", STABLE);
+    quiet_for(f, 30000, 1000);
+    assert_int_equal(f->n, 0);
+
+    put(f, "checkpoint-200/trainer_state.json", 10);
+    at(f, 1000);
+    assert_int_equal(f->n, 1);
+    assert_int_equal(reported(f, "checkpoint-200"), 1);
+    assert_int_equal(f->seen[0].step, 200);
+    quiet_for(f, 10000, 1000);
+    assert_int_equal(f->n, 1);
+    assert_int_equal(reported(f, "checkpoint-100"), 0);
+}
+
+/* ---- the directory ---- */
+
+static void test_dir_created_later(void **state)
+{
+    fix_t *f = *state;
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof(parent), "%s/late", f->root);
+    snprintf(f->dir, sizeof(f->dir), "%s/ckpt", parent);
+    watch(f, "checkpoint-*", "trainer_state.json", STABLE);
+    quiet_for(f, 5000, 1000);
+    assert_int_equal(f->n, 0);
+
+    assert_int_equal(mkdir(parent, 0755), 0);
+    assert_int_equal(mkdir(f->dir, 0755), 0);
+    mk(f, "checkpoint-5");
+    put(f, "checkpoint-5/trainer_state.json", 10);
+    at(f, 1000);
+    assert_int_equal(reported(f, "checkpoint-5"), 1);
+
+    /* watched from now on: inotify wakes the next poll, before the rescan is due */
+    mk(f, "checkpoint-6");
+    put(f, "checkpoint-6/trainer_state.json", 10);
+    at(f, 60); /* past the 50 ms gap between scans, far before a rescan is due */
+    assert_int_equal(reported(f, "checkpoint-6"), 1);
+    assert_int_equal(f->n, 2);
+}
+
+static void test_inotify_wakes(void **state)
+{
+    fix_t *f = *state;
+    watch(f, NULL, NULL, LONG_STABLE);
+    at(f, 0); /* scans; the next rescan is not due for a while */
+    mk(f, "step-300");
+    put(f, "step-300/.metadata", 10);
+    at(f, 60); /* past the 50 ms gap between scans, far before a rescan is due */
+    assert_int_equal(reported(f, "step-300"), 1);
+}
+
+/* The job empties its checkpoint dir by removing and re-creating it. */
+static void test_dir_recreated(void **state)
+{
+    fix_t *f = *state;
+    watch(f, NULL, NULL, LONG_STABLE);
+    at(f, 0);
+    rm_tree(f->dir);
+    at(f, 1000);
+    assert_int_equal(mkdir(f->dir, 0755), 0);
+    mk(f, "step-9");
+    put(f, "step-9/.metadata", 10);
+    at(f, 1000); /* the rescan finds it */
+    assert_int_equal(reported(f, "step-9"), 1);
+
+    /* and inotify still wakes it, as for the original directory */
+    mk(f, "step-10");
+    put(f, "step-10/.metadata", 10);
+    at(f, 60); /* past the 50 ms gap between scans, far before a rescan is due */
+    assert_int_equal(reported(f, "step-10"), 1);
+}
+
+/* ---- removal ---- */
+
+static void test_removal(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "checkpoint-*", NULL, STABLE);
+    at(f, 0);
+    mk(f, "checkpoint-10");
+    put(f, "checkpoint-10/.metadata", 1);
+    at(f, 1000);
+    assert_int_equal(reported(f, "checkpoint-10"), 1);
+
+    /* steps at or below one already counted are not tracked: they can never be
+     * the newest, and a long run's directory stays cheap */
+    mk(f, "checkpoint-1");
+    mk(f, "checkpoint-2");
+    put(f, "checkpoint-1/.metadata", 1);
+    put(f, "checkpoint-2/a", 2);
+    quiet_for(f, 3000, 500);
+    assert_int_equal(reported(f, "checkpoint-1"), 0);
+    assert_int_equal(reported(f, "checkpoint-2"), 0);
+
+    /* three pending above it, the first removed: the others are still tracked right */
+    mk(f, "checkpoint-11");
+    mk(f, "checkpoint-12");
+    mk(f, "checkpoint-13");
+    put(f, "checkpoint-11/a", 1);
+    put(f, "checkpoint-12/a", 2);
+    put(f, "checkpoint-13/a", 3);
+    at(f, 1000);
+    rm_rel(f, "checkpoint-11");
+    rm_rel(f, "checkpoint-10");
+    at(f, 1000);
+    at(f, 500);
+    quiet_for(f, 2000, 500);
+    assert_int_equal(reported(f, "checkpoint-11"), 0);
+    assert_int_equal(reported(f, "checkpoint-12"), 1);
+    assert_int_equal(reported(f, "checkpoint-13"), 1);
+    assert_int_equal(report_of(f, "checkpoint-12")->size, 2);
+    assert_int_equal(report_of(f, "checkpoint-13")->size, 3);
+    assert_int_equal(f->n, 3);
+
+    /* a new step after the removals */
+    mk(f, "checkpoint-20");
+    put(f, "checkpoint-20/.metadata", 1);
+    at(f, 1000);
+    assert_int_equal(reported(f, "checkpoint-20"), 1);
+    assert_int_equal(report_of(f, "checkpoint-20")->step, 20);
+
+    /* removed everything, then written again under an old, lower name: not newer
+     * than what was counted, so not reported again; a higher one is */
+    rm_rel(f, "checkpoint-12");
+    rm_rel(f, "checkpoint-13");
+    rm_rel(f, "checkpoint-20");
+    at(f, 1000);
+    mk(f, "checkpoint-10");
+    put(f, "checkpoint-10/.metadata", 1);
+    at(f, 1000);
+    assert_int_equal(reported(f, "checkpoint-10"), 1);
+    mk(f, "checkpoint-30");
+    put(f, "checkpoint-30/.metadata", 1);
+    quiet_for(f, 5000, 1000);
+    assert_int_equal(reported(f, "checkpoint-30"), 1);
+    assert_int_equal(f->n, 5);
+}
+
+/* ---- size and time ---- */
+
+static int64_t mtime_ms_of(const char *p)
+{
+    struct stat st;
+    assert_int_equal(lstat(p, &st), 0);
+    return (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+}
+
+static void test_size_and_mtime(void **state)
+{
+    static const char *const parts[] = {
+        "checkpoint-42",          "checkpoint-42/model.safetensors",
+        "checkpoint-42/opt.pt",   "checkpoint-42/shards",
+        "checkpoint-42/shards/0", "checkpoint-42/trainer_state.json",
+    };
+    fix_t *f = *state;
+    watch(f, "checkpoint-*", "trainer_state.json", STABLE);
+    at(f, 0);
+    mk(f, "checkpoint-42");
+    put(f, "checkpoint-42/model.safetensors", 100000);
+    put(f, "checkpoint-42/opt.pt", 250);
+    mk(f, "checkpoint-42/shards");
+    put(f, "checkpoint-42/shards/0", 50);
+    put(f, "checkpoint-42/trainer_state.json", 2);
+    at(f, 1000);
+    const seen_t *s = report_of(f, "checkpoint-42");
+    assert_int_equal(s->size, 100000 + 250 + 50 + 2);
+    int64_t newest = 0;
+    for (size_t i = 0; i < NELEM(parts); i++) {
+        char p[PATH_MAX];
+        path_of(f, parts[i], p, sizeof(p));
+        int64_t m = mtime_ms_of(p);
+        newest = m > newest ? m : newest;
+    }
+    assert_int_equal(s->mtime_ms, newest);
+}
+
+/* ---- many checkpoints kept ---- */
+
+/* A long run that keeps every checkpoint (HF save_total_limit unset): a new one is
+ * reported however many older ones the directory holds. */
+static void test_many_entries(void **state)
+{
+    fix_t *f = *state;
+    for (int i = 1; i <= 1100; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "step=%d.ckpt", i * 10);
+        put(f, name, 1);
+    }
+    watch(f, "*.ckpt", NULL, STABLE);
+    at(f, 0);
+    put(f, "step=20000.ckpt", 10);
+    quiet_for(f, 3000, 500);
+    assert_int_equal(reported(f, "step=20000.ckpt"), 1);
+    assert_int_equal(f->n, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_step),
+        cmocka_unit_test(test_new_refuses_relative_dir),
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+        T(test_fd),
+        T(test_hf_marker),
+        T(test_hf_autodetect),
+        T(test_known_marker_does_not_hold_back),
+        T(test_complete_file_needs_directory),
+        T(test_lightning_stability),
+        T(test_lightning_never_while_changing),
+        T(test_dcp_metadata),
+        T(test_accelerate),
+        T(test_pattern),
+        T(test_pattern_default_skips_hidden),
+        T(test_pattern_suffix),
+        T(test_no_number_ignored),
+        T(test_baseline_not_reported),
+        T(test_baseline_marker_missing),
+        T(test_dir_created_later),
+        T(test_inotify_wakes),
+        T(test_dir_recreated),
+        T(test_removal),
+        T(test_size_and_mtime),
+        T(test_many_entries),
+#undef T
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
