@@ -166,6 +166,41 @@ def procs_with_env(*entries):
     return found
 
 
+def proc_state(pid):
+    """The state letter of pid from /proc/PID/stat ('R', 'S', 'T', ...), or None
+    when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            st = f.read()
+    except OSError:
+        return None
+    return st[st.rfind(")") + 2:st.rfind(")") + 3] or None
+
+
+def procs_env_values(name, *entries):
+    """{pid: value} of live processes whose environment has variable `name`
+    and every one of entries (exact KEY=VALUE strings)."""
+    key = name.encode() + b"="
+    want = [e.encode() for e in entries]
+    found = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if not all(w in env for w in want):
+            continue
+        for e in env:
+            if e.startswith(key):
+                if pid_alive(int(d)):
+                    found[int(d)] = e[len(key):].decode(errors="replace")
+                break
+    return found
+
+
 # ---------------------------------------------------------------------------
 # processes
 
@@ -239,7 +274,7 @@ class Cluster:
     c = Cluster(tmp_path); c.init(); c.start_coordinator(); c.add_agents(2)
     """
 
-    def __init__(self, root, heartbeat="250ms", node_timeout="10s"):
+    def __init__(self, root, heartbeat="250ms", node_timeout="10s", host="127.0.0.1"):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.logs_dir = self.root / "logs"
@@ -247,6 +282,8 @@ class Cluster:
         self.data = self.root / "coordinator"
         self.port = None
         self.endpoint = None
+        self.host = host  # the address brambled listens on (init --listen)
+        self.coordinator_started = None  # time.monotonic() of the latest start
         self.heartbeat = heartbeat
         self.node_timeout = node_timeout
         self.procs = []  # every Proc ever started, in order
@@ -291,7 +328,7 @@ class Cluster:
 
     def init(self, port=None):
         self.port = port or free_port()
-        self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        self.endpoint = f"tcp://{self.host}:{self.port}"
         log = self.log_path("brambled-init")
         with open(log, "wb") as lf:
             r = subprocess.run([self.bin("brambled"), "init", "--data-dir", str(self.data),
@@ -310,6 +347,7 @@ class Cluster:
         if self.node_timeout:
             argv += ["--node-timeout", self.node_timeout]
         argv += list(extra)
+        self.coordinator_started = time.monotonic()
         self.coordinator = self.spawn("brambled", argv)
         if wait:
             self.wait_coordinator()
@@ -376,11 +414,12 @@ class Cluster:
     def agent_dir(self, name):
         return self.root / "agents" / name
 
-    def start_agent(self, name, token=None, extra=(), join=True):
+    def start_agent(self, name, token=None, extra=(), join=True, wrap=()):
         """Start bramble-agent for node `name`: the first time with --join TOKEN
         --name NAME (a fresh one-use token unless given), later starts (join=False)
-        with --data-dir only."""
-        argv = [self.bin("bramble-agent"), "--data-dir", self.agent_dir(name)]
+        with --data-dir only. wrap: argv to run it under (it must exec the agent,
+        as `ip netns exec NS` does)."""
+        argv = list(wrap) + [self.bin("bramble-agent"), "--data-dir", self.agent_dir(name)]
         if join:
             argv += ["--join", token or self.token(1), "--name", name]
         argv += list(extra)
@@ -456,6 +495,48 @@ class Cluster:
             return out if needle in out else None
 
         return wait_for(check, timeout, f"`bramble logs {job_id}` to show {needle!r} on {stream}")
+
+    # ---- job processes and node loss
+
+    def task_procs(self, tag_prefix=""):
+        """{pid: BRAMBLE_TASK tag} of this cluster's live job processes whose tag
+        (`<node>/<job>.<attempt>.<rank>`) starts with tag_prefix."""
+        return {pid: tag for pid, tag in
+                procs_env_values("BRAMBLE_TASK", f"BRAMBLE_TEST_CLUSTER={self.marker}").items()
+                if tag.startswith(tag_prefix)}
+
+    def job_procs(self, job_id):
+        """{pid: BRAMBLE_TASK tag} of every live process of job_id (any node, any
+        attempt)."""
+        return {pid: tag for pid, tag in self.task_procs().items()
+                if tag.split("/", 1)[-1].split(".")[0] == str(job_id)}
+
+    def kill_node(self, name, timeout=DEADLINE):
+        """Kill node `name` as a machine dying would: its agent and every process of
+        its jobs (BRAMBLE_TASK=<name>/...) are stopped at once, then SIGKILLed.
+        Returns the wall-clock time (time.time()) just before the first signal."""
+        agent = self.agents[name]
+        agent.expected_exit = True
+        t = time.time()
+        pids = set(self.task_procs(f"{name}/"))
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in [agent.pid] + sorted(pids):
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+
+        def gone():
+            left = self.task_procs(f"{name}/")
+            for pid in left:  # forked in between
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            return not left and not agent.alive()
+
+        wait_for(gone, timeout, f"node {name}'s agent and job processes to be gone")
+        return t
 
     # ---- raw clients
 

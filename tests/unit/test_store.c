@@ -228,7 +228,7 @@ static void test_pragmas(void **state)
     assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
     sqlite3_finalize(st);
     assert_int_equal(conn_int(db, "PRAGMA application_id"), APP_ID);
-    assert_int_equal(conn_int(db, "PRAGMA user_version"), 1);
+    assert_int_equal(conn_int(db, "PRAGMA user_version"), 2);
     sqlite3_close(db);
     br_store_destroy(&s);
 }
@@ -250,9 +250,13 @@ static void test_reopen_keeps_everything(void **state)
     assert_int_equal(br_store_node_save(s, node, &err), 0);
     int64_t job = add_job(s, "train-a", "pending");
     update_ok(s, job,
-              "{\"state\": \"running\", \"nodes\": [\"n1\"], \"started\": 2000}");
+              "{\"state\": \"running\", \"nodes\": [\"n1\"], \"started\": 2000,"
+              " \"extra\": {\"team\": \"vision\"}}");
     assert_true(br_store_event_add(s, 2000, job, "n1", "running", "started", &err) > 0);
     assert_int_equal(br_store_log_add(s, job, 1, 0, 1, 0, 2100, "hi\n", 3, &err), 0);
+    assert_int_equal(
+        br_store_checkpoint_add(s, job, 1, "n1", "/ckpt/step-10", 10, 99, 2200, &err),
+        0);
     br_store_destroy(&s);
 
     s = open_ok(path);
@@ -275,6 +279,11 @@ static void test_reopen_keeps_everything(void **state)
     assert_int_equal(jint(got, "started"), 2000);
     assert_string_equal(
         json_string_value(json_array_get(json_object_get(got, "nodes"), 0)), "n1");
+    assert_string_equal(jstr(json_object_get(got, "extra"), "team"), "vision");
+    json_t *ckpt = br_store_checkpoint_latest(s, job, &err);
+    assert_string_equal(jstr(ckpt, "path"), "/ckpt/step-10");
+    assert_int_equal(jint(ckpt, "step"), 10);
+    json_decref(ckpt);
     json_t *events = br_store_event_list(s, 0, 0, 0, &err);
     assert_int_equal(json_array_size(events), 1);
     assert_string_equal(jstr(json_array_get(events, 0), "reason"), "started");
@@ -331,7 +340,7 @@ static void test_refuse_newer_schema(void **state)
     br_store_destroy(&s);
     sql_exec(path, "PRAGMA user_version = 99;");
     assert_int_equal(sql_int(path, "PRAGMA user_version"), 99);
-    assert_refused(path, "store schema 99 is newer than this brambled (1)");
+    assert_refused(path, "store schema 99 is newer than this brambled (2)");
 }
 
 static void test_rollback_discards(void **state)
@@ -371,6 +380,123 @@ static void test_rollback_discards(void **state)
     assert_int_equal(json_array_size(all), 1);
     json_decref(all);
     br_store_destroy(&s);
+}
+
+/* --- migrations ---------------------------------------------------------------- */
+
+/* Schema 1 exactly as brambled 1 created it (store.c, migrations[0]). */
+static const char v1_schema[] =
+    "CREATE TABLE keys (pubkey TEXT PRIMARY KEY, kind TEXT NOT NULL,"
+    " name TEXT NOT NULL, created INTEGER NOT NULL,"
+    " revoked INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX keys_principal ON keys (kind, name);"
+    "CREATE TABLE tokens (id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE,"
+    " created INTEGER NOT NULL, expires INTEGER NOT NULL,"
+    " uses INTEGER NOT NULL DEFAULT 0, uses_max INTEGER NOT NULL,"
+    " revoked INTEGER NOT NULL DEFAULT 0);"
+    "CREATE TABLE nodes (name TEXT PRIMARY KEY, data TEXT NOT NULL);"
+    "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,"
+    " kind TEXT NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL DEFAULT 1,"
+    " owner TEXT NOT NULL, nodes TEXT NOT NULL DEFAULT '[]', assign TEXT,"
+    " submitted INTEGER NOT NULL, started INTEGER, ended INTEGER, exit_code INTEGER,"
+    " signal INTEGER, reason TEXT, spec TEXT NOT NULL, spec_yaml TEXT NOT NULL);"
+    "CREATE INDEX jobs_state ON jobs (state);"
+    "CREATE INDEX jobs_name ON jobs (name);"
+    "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL,"
+    " job INTEGER REFERENCES jobs (id), node TEXT, state TEXT NOT NULL, reason TEXT);"
+    "CREATE INDEX events_job ON events (job, id);"
+    "CREATE TABLE logs (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " job INTEGER NOT NULL REFERENCES jobs (id), attempt INTEGER NOT NULL,"
+    " rank INTEGER NOT NULL, stream INTEGER NOT NULL, seq INTEGER NOT NULL,"
+    " time INTEGER NOT NULL, data BLOB NOT NULL,"
+    " UNIQUE (job, attempt, rank, stream, seq));"
+    "CREATE INDEX logs_job ON logs (job, id);"
+    "PRAGMA user_version = 1;"
+    "PRAGMA application_id = 1112689986;" /* APP_ID */
+    "INSERT INTO jobs (id, name, kind, state, attempt, owner, nodes, assign,"
+    " submitted, started, spec, spec_yaml) VALUES (7, 'old', 'train', 'running', 2,"
+    " 'alice', '[\"n1\"]', '{\"n1\":[0]}', 1000, 2000, '{\"command\":\"x\"}',"
+    " 'name: old\n');"
+    "INSERT INTO events (time, job, node, state, reason)"
+    " VALUES (2000, 7, 'n1', 'running', 'started');";
+
+static int64_t has_column(const char *path, const char *table, const char *col)
+{
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM pragma_table_info('%s') WHERE name = '%s'", table,
+             col);
+    return sql_int(path, sql);
+}
+
+/* The job the v1 store was made with, as it must read after the upgrade. */
+static void assert_old_job(br_store_t *s)
+{
+    br_err_t err = {0};
+    json_t *job = br_store_job_get(s, 7, &err);
+    assert_non_null(job);
+    assert_string_equal(jstr(job, "name"), "old");
+    assert_string_equal(jstr(job, "state"), "running");
+    assert_int_equal(jint(job, "attempt"), 2);
+    assert_int_equal(jint(job, "started"), 2000);
+    assert_string_equal(jstr(job, "spec_yaml"), "name: old\n");
+    assert_string_equal(jstr(json_object_get(job, "spec"), "command"), "x");
+    assert_int_equal(json_array_size(json_object_get(job, "nodes")), 1);
+    assert_true(json_is_array(json_object_get(json_object_get(job, "assign"), "n1")));
+    assert_jnull(job, "extra");
+    json_decref(job);
+}
+
+static void test_migrate_v1(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("v1.db", path);
+    sql_exec(path, v1_schema);
+    assert_int_equal(has_column(path, "jobs", "extra"), 0);
+    br_store_t *s = open_ok(path);
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 2);
+    assert_int_equal(sql_int(path, "PRAGMA application_id"), APP_ID);
+    assert_int_equal(has_column(path, "jobs", "extra"), 1);
+    assert_old_job(s);
+    json_t *list = br_store_job_list(s, NULL, 0, &err);
+    assert_int_equal(json_array_size(list), 1);
+    assert_jnull(json_array_get(list, 0), "extra");
+    json_decref(list);
+    list = br_store_event_list(s, 7, 0, 0, &err);
+    assert_int_equal(json_array_size(list), 1);
+    json_decref(list);
+    /* The upgraded store takes the new field and table; new ids follow the old. */
+    update_ok(s, 7, "{\"extra\": {\"k\": 1}}");
+    assert_int_equal(br_store_checkpoint_add(s, 7, 2, "n1", "/c/1", 1, 5, 3000, &err),
+                     0);
+    assert_true(add_job(s, "new", "pending") > 7);
+    br_store_destroy(&s);
+
+    s = open_ok(path); /* already at 2: nothing to migrate */
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 2);
+    json_t *job = br_store_job_get(s, 7, &err);
+    assert_int_equal(jint(json_object_get(job, "extra"), "k"), 1);
+    json_decref(job);
+    list = br_store_checkpoint_list(s, 7, &err);
+    assert_int_equal(json_array_size(list), 1);
+    json_decref(list);
+    br_store_destroy(&s);
+}
+
+/* A migration that fails is rolled back whole: the store stays at schema 1. */
+static void test_migrate_failure_rolls_back(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("v1-clash.db", path);
+    sql_exec(path, v1_schema);
+    sql_exec(path, "CREATE TABLE checkpoints (x);");
+    assert_null(br_store_open(path, &err));
+    assert_non_null(strstr(err.text, "checkpoints"));
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 1);
+    assert_int_equal(has_column(path, "jobs", "extra"), 0);
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM jobs"), 1);
 }
 
 /* --- tokens and keys ---------------------------------------------------------- */
@@ -573,6 +699,80 @@ static void test_job_fields(void **state)
     assert_string_equal(jstr(job, "assign"), "plain string");
     assert_string_equal(jstr(job, "state"), "running");
     json_decref(job);
+    br_store_destroy(&s);
+}
+
+/* The extra column holds exactly want (compact JSON text), or NULL when want is. */
+static void assert_extra_text(const char *path, int64_t id, const char *want)
+{
+    char sql[256];
+    if (want)
+        snprintf(sql, sizeof(sql), "SELECT extra = '%s' FROM jobs WHERE id = %lld",
+                 want, (long long)id);
+    else
+        snprintf(sql, sizeof(sql), "SELECT extra IS NULL FROM jobs WHERE id = %lld",
+                 (long long)id);
+    assert_int_equal(sql_int(path, sql), 1);
+}
+
+static void assert_extra(br_store_t *s, int64_t id, const char *want_json)
+{
+    br_err_t err = {0};
+    json_t *job = br_store_job_get(s, id, &err);
+    assert_non_null(job);
+    json_t *want = json_loads(want_json, JSON_DECODE_ANY, NULL);
+    assert_non_null(want);
+    assert_true(json_equal(json_object_get(job, "extra"), want));
+    json_decref(want);
+    json_decref(job);
+}
+
+static void test_job_extra(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("job-extra.db", path);
+    br_store_t *s = open_ok(path);
+    int64_t plain = add_job(s, "plain", "pending");
+    assert_extra(s, plain, "null");
+    assert_extra_text(path, plain, NULL);
+
+    json_t *job = new_job("tagged", "pending");
+    json_object_set_new(job, "extra", json_pack("{s:[i,i]}", "k", 1, 2));
+    int64_t id = br_store_job_add(s, job, &err);
+    assert_true(id > plain);
+    json_object_set_new(job, "extra", json_null());
+    int64_t nulled = br_store_job_add(s, job, &err);
+    assert_true(nulled > id);
+    json_decref(job);
+    assert_extra(s, id, "{\"k\": [1, 2]}");
+    assert_extra_text(path, id, "{\"k\":[1,2]}");
+    assert_extra_text(path, nulled, NULL);
+
+    json_t *list = br_store_job_list(s, NULL, 0, &err);
+    assert_int_equal(json_array_size(list), 3);
+    assert_jnull(json_array_get(list, 0), "extra");
+    assert_int_equal(json_array_size(json_object_get(
+                         json_object_get(json_array_get(list, 1), "extra"), "k")),
+                     2);
+    assert_jnull(json_array_get(list, 2), "extra");
+    json_decref(list);
+
+    /* Other updates leave it alone; an update replaces it; null clears it. */
+    update_ok(s, id, "{\"state\": \"running\"}");
+    assert_extra(s, id, "{\"k\": [1, 2]}");
+    update_ok(s, id, "{\"extra\": {\"team\": \"vision\", \"tags\": [\"a\"]}}");
+    assert_extra(s, id, "{\"team\": \"vision\", \"tags\": [\"a\"]}");
+    update_ok(s, id, "{\"extra\": null, \"reason\": \"r\"}");
+    assert_extra(s, id, "null");
+    assert_extra_text(path, id, NULL);
+    update_ok(s, plain, "{\"extra\": [1, \"two\"]}");
+    assert_extra(s, plain, "[1, \"two\"]");
+    br_store_destroy(&s);
+
+    s = open_ok(path);
+    assert_extra(s, plain, "[1, \"two\"]");
+    assert_extra(s, id, "null");
     br_store_destroy(&s);
 }
 
@@ -799,6 +999,137 @@ static void test_logs(void **state)
     br_store_destroy(&s);
 }
 
+/* --- checkpoints --------------------------------------------------------------- */
+
+static void ckpt_add_ok(br_store_t *s, int64_t job, int attempt, const char *path,
+                        int64_t step, int64_t time_ms)
+{
+    br_err_t err = {0};
+    int rc = br_store_checkpoint_add(s, job, attempt, "n1", path, step, 100 + step,
+                                     time_ms, &err);
+    if (rc < 0)
+        print_error("checkpoint: %s\n", err.text);
+    assert_int_equal(rc, 0);
+}
+
+/* The list's paths joined by "|", with each step, e.g. "a@1|b@2|". */
+static void assert_ckpts(br_store_t *s, int64_t job, const char *want)
+{
+    br_err_t err = {0};
+    char got[512] = "";
+    size_t len = 0;
+    json_t *list = br_store_checkpoint_list(s, job, &err);
+    assert_non_null(list);
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        json_t *c = json_array_get(list, i);
+        len += (size_t)snprintf(got + len, sizeof(got) - len, "%s@%lld|",
+                                jstr(c, "path"), (long long)jint(c, "step"));
+        assert_true(len < sizeof(got));
+    }
+    assert_string_equal(got, want);
+    json_decref(list);
+}
+
+static void assert_latest(br_store_t *s, int64_t job, const char *path, int attempt)
+{
+    br_err_t err = {0};
+    json_t *c = br_store_checkpoint_latest(s, job, &err);
+    assert_non_null(c);
+    assert_string_equal(jstr(c, "path"), path);
+    assert_int_equal(jint(c, "attempt"), attempt);
+    json_decref(c);
+}
+
+static void test_checkpoints(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("checkpoints.db", path);
+    br_store_t *s = open_ok(path);
+    int64_t job = add_job(s, "train-a", "running");
+    int64_t other = add_job(s, "train-b", "running");
+    json_t *none = br_store_checkpoint_latest(s, job, &err);
+    assert_non_null(none);
+    assert_true(json_is_null(none));
+    json_decref(none);
+    assert_ckpts(s, job, "");
+
+    ckpt_add_ok(s, job, 1, "/c/20", 20, 1000);
+    ckpt_add_ok(s, job, 1, "/c/10", 10, 1001);
+    ckpt_add_ok(s, job, 1, "/c/30", 30, 1002);
+    ckpt_add_ok(s, other, 1, "/o/99", 99, 1003);
+    /* A resend (same job, attempt, path) is ignored, even with other values. */
+    ckpt_add_ok(s, job, 1, "/c/10", 50, 1004);
+    /* The same path from a later attempt is a checkpoint of its own. */
+    ckpt_add_ok(s, job, 2, "/c/10", 30, 1005);
+    assert_ckpts(s, job, "/c/10@10|/c/20@20|/c/30@30|/c/10@30|");
+    assert_ckpts(s, other, "/o/99@99|");
+    assert_ckpts(s, job + 100, "");
+    assert_latest(s, job, "/c/10", 2); /* step 30 twice: the later one */
+    assert_latest(s, other, "/o/99", 1);
+
+    json_t *list = br_store_checkpoint_list(s, job, &err);
+    json_t *c = json_array_get(list, 0);
+    assert_int_equal(json_object_size(c), 6);
+    assert_int_equal(jint(c, "attempt"), 1);
+    assert_string_equal(jstr(c, "node"), "n1");
+    assert_int_equal(jint(c, "size"), 110);
+    assert_int_equal(jint(c, "time"), 1001);
+    json_decref(list);
+    br_store_destroy(&s);
+
+    s = open_ok(path);
+    assert_ckpts(s, job, "/c/10@10|/c/20@20|/c/30@30|/c/10@30|");
+    assert_latest(s, job, "/c/10", 2);
+    br_store_destroy(&s);
+}
+
+static void assert_ckpt_refused(br_store_t *s, int64_t job, int attempt,
+                                const char *node, const char *path, int64_t step,
+                                int64_t size, int errnum)
+{
+    br_err_t err = {0};
+    assert_int_equal(
+        br_store_checkpoint_add(s, job, attempt, node, path, step, size, 1, &err), -1);
+    assert_int_equal(err.errnum, errnum);
+}
+
+static void test_checkpoint_refusals(void **state)
+{
+    char path[PATH_MAX], want[64], longpath[4098];
+    br_err_t err = {0};
+    path_for("checkpoint-refusals.db", path);
+    br_store_t *s = open_ok(path);
+    int64_t job = add_job(s, "train-a", "running");
+    assert_int_equal(br_store_checkpoint_add(s, job + 9, 1, "n1", "/c", 1, 1, 1, &err),
+                     -1);
+    assert_int_equal(err.errnum, ENOENT);
+    snprintf(want, sizeof(want), "no job %lld", (long long)(job + 9));
+    assert_string_equal(err.text, want);
+
+    memset(longpath, 'p', sizeof(longpath) - 1);
+    longpath[sizeof(longpath) - 1] = '\0'; /* 4097 bytes */
+    assert_ckpt_refused(s, job, 1, "n1", longpath, 1, 1, EINVAL);
+    assert_ckpt_refused(s, job, 1, "n1", "", 1, 1, EINVAL);
+    assert_ckpt_refused(s, job, 1, "n1", NULL, 1, 1, EINVAL);
+    assert_ckpt_refused(s, job, 1, "n1", "\xff\xfe", 1, 1, EINVAL);
+    assert_ckpt_refused(s, job, 1, NULL, "/c", 1, 1, EINVAL);
+    assert_ckpt_refused(s, job, 1, "n1", "/c", -1, 1, EINVAL);
+    assert_ckpt_refused(s, job, 1, "n1", "/c", 1, -1, EINVAL);
+    assert_ckpt_refused(s, job, 0, "n1", "/c", 1, 1, EINVAL);
+    assert_ckpt_refused(s, 0, 1, "n1", "/c", 1, 1, EINVAL);
+    assert_ckpts(s, job, "");
+
+    longpath[4096] = '\0'; /* exactly 4096 bytes is fine, as are step and size 0 */
+    assert_int_equal(br_store_checkpoint_add(s, job, 1, "n1", longpath, 0, 0, 1, &err),
+                     0);
+    json_t *c = br_store_checkpoint_latest(s, job, &err);
+    assert_int_equal(strlen(jstr(c, "path")), 4096);
+    assert_int_equal(jint(c, "step"), 0);
+    json_decref(c);
+    br_store_destroy(&s);
+}
+
 /* --- nodes -------------------------------------------------------------------- */
 
 static void test_nodes(void **state)
@@ -846,14 +1177,19 @@ int main(void)
         cmocka_unit_test(test_refuse_random_bytes),
         cmocka_unit_test(test_refuse_newer_schema),
         cmocka_unit_test(test_rollback_discards),
+        cmocka_unit_test(test_migrate_v1),
+        cmocka_unit_test(test_migrate_failure_rolls_back),
         cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_job_fields),
+        cmocka_unit_test(test_job_extra),
         cmocka_unit_test(test_job_refusals),
         cmocka_unit_test(test_job_list),
         cmocka_unit_test(test_job_name_active),
         cmocka_unit_test(test_events),
         cmocka_unit_test(test_logs),
+        cmocka_unit_test(test_checkpoints),
+        cmocka_unit_test(test_checkpoint_refusals),
         cmocka_unit_test(test_nodes),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
