@@ -28,6 +28,7 @@ typedef struct br_coord {
     size_t outbox_len, outbox_cap;
     int sched_needed;
     int64_t limits_checked; /* monotonic ms of the last time-limit sweep */
+    json_t *runs_sent;      /* "job.attempt" keys of job.run orders this process sent */
     int stop;
 } br_coord_t;
 

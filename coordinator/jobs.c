@@ -109,20 +109,19 @@ static json_t *job_env(br_coord_t *c, json_t *job, br_node_t *n, json_t *assign)
     return env;
 }
 
-int br_jobs_place(br_coord_t *c, json_t *job, br_node_t *n, json_t *assign)
+/* Send the job.run order for job's current attempt on n (announce: say in the
+ * job's events where it resumes from). This coordinator remembers what it sent. */
+static void send_run(br_coord_t *c, json_t *job, br_node_t *n, json_t *assign,
+                     int announce)
 {
     int64_t id = json_integer_value(json_object_get(job, "id"));
     int attempt = (int)json_integer_value(json_object_get(job, "attempt"));
     json_t *spec = json_object_get(job, "spec");
-    update(c, id, json_pack("{s:s, s:[s], s:O, s:n}", "state", "starting", "nodes", n->name,
-                            "assign", assign, "reason"));
-    hold(n, assign, 1);
-    br_coord_event(c, id, n->name, "starting", "attempt %d placed on %s", attempt, n->name);
     json_t *workdir = json_object_get(spec, "workdir");
     json_t *ckpt = json_object_get(spec, "checkpoint");
     json_t *env = job_env(c, job, n, assign);
     const char *from = json_string_value(json_object_get(env, "BRAMBLE_RESUME_FROM"));
-    if (from && *from)
+    if (announce && from && *from)
         br_coord_event(c, id, n->name, "starting", "attempt %d resumes from %s (step %s)",
                        attempt, from,
                        json_string_value(json_object_get(env, "BRAMBLE_RESUME_STEP")));
@@ -134,6 +133,28 @@ int br_jobs_place(br_coord_t *c, json_t *job, br_node_t *n, json_t *assign)
     if (json_is_object(ckpt))
         json_object_set(body, "checkpoint", ckpt);
     br_coord_send_node(c, n, "job.run", body);
+    char key[48];
+    snprintf(key, sizeof(key), "%lld.%d", (long long)id, attempt);
+    json_object_set_new(c->runs_sent, key, json_true());
+}
+
+/* The order has done its work (the attempt started or ended): forget it. */
+static void forget_run(br_coord_t *c, int64_t id, int attempt)
+{
+    char key[48];
+    snprintf(key, sizeof(key), "%lld.%d", (long long)id, attempt);
+    json_object_del(c->runs_sent, key);
+}
+
+int br_jobs_place(br_coord_t *c, json_t *job, br_node_t *n, json_t *assign)
+{
+    int64_t id = json_integer_value(json_object_get(job, "id"));
+    int attempt = (int)json_integer_value(json_object_get(job, "attempt"));
+    update(c, id, json_pack("{s:s, s:[s], s:O, s:n}", "state", "starting", "nodes", n->name,
+                            "assign", assign, "reason"));
+    hold(n, assign, 1);
+    br_coord_event(c, id, n->name, "starting", "attempt %d placed on %s", attempt, n->name);
+    send_run(c, job, n, assign, 1);
     return 0;
 }
 
@@ -168,6 +189,7 @@ void br_jobs_started(br_coord_t *c, int64_t id, int attempt, br_node_t *n)
     json_t *job = current_job(c, id, attempt, n);
     if (!job)
         return;
+    forget_run(c, id, attempt);
     if (strcmp(json_string_value(json_object_get(job, "state")), "starting") == 0) {
         update(c, id, json_pack("{s:s, s:I}", "state", "running", "started",
                                 (json_int_t)br_now_ms()));
@@ -230,6 +252,7 @@ static void end_attempt(br_coord_t *c, json_t *job, br_node_t *n, const char *ca
     int64_t id = json_integer_value(json_object_get(job, "id"));
     int attempt = (int)json_integer_value(json_object_get(job, "attempt"));
     const char *node = n ? n->name : NULL;
+    forget_run(c, id, attempt);
     hold(n, json_object_get(job, "assign"), -1);
     json_t *ec = exit_code >= 0 ? json_integer(exit_code) : json_null();
     json_t *sig = signal >= 0 ? json_integer(signal) : json_null();
@@ -418,7 +441,16 @@ void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full)
         const char *state = json_string_value(json_object_get(job, "state"));
         int64_t id = json_integer_value(json_object_get(job, "id"));
         int attempt = (int)json_integer_value(json_object_get(job, "attempt"));
-        if ((full || strcmp(state, "running") == 0) && !find_task(tasks, id, attempt))
+        char key[48];
+        snprintf(key, sizeof(key), "%lld.%d", (long long)id, attempt);
+        int sent = json_object_get(c->runs_sent, key) != NULL;
+        if (find_task(tasks, id, attempt))
+            continue;
+        if (strcmp(state, "starting") == 0 && !sent)
+            /* placed by a coordinator that died before its order left: send it now
+             * (never twice: the agent ignores an order for an attempt it runs) */
+            send_run(c, job, n, json_object_get(job, "assign"), 0);
+        else if (full || strcmp(state, "running") == 0)
             end_attempt(c, job, n, "node_lost", -1, -1, "the agent no longer runs it");
     }
     /* attempts the node runs that are not current: stop them */

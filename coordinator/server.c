@@ -69,6 +69,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->sigfd = -1;
     c->started_mono = br_mono_ms();
     c->seq = 1;
+    c->runs_sent = json_object();
     if (c->cfg.grace_ms < 0)
         c->cfg.grace_ms = c->cfg.node_timeout_ms * 2;
     if (open_signals(c) < 0) {
@@ -107,6 +108,7 @@ void br_coord_destroy(br_coord_t **cp)
         zmq_ctx_term(c->ctx);
     br_nodes_destroy(&c->nodes);
     br_store_destroy(&c->store);
+    json_decref(c->runs_sent);
     if (c->sigfd >= 0)
         close(c->sigfd);
     free(c);
