@@ -426,6 +426,8 @@ static void on_kill(br_agent_t *a, br_msg_t *m)
     }
     br_attempt_t *t = find_attempt(a, job, attempt);
     if (t && !br_task_done(br_attempt_task(t), NULL, NULL)) {
+        fprintf(stderr, "bramble-agent: job %lld attempt %d: killing it, as ordered\n",
+                (long long)job, attempt);
         br_attempt_set_reason(t, "killed on request");
         if (br_task_kill_tree(br_attempt_task(t), 5000) < 0)
             fprintf(stderr, "bramble-agent: job %lld: processes survived SIGKILL\n",
