@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <sodium.h>
 #include <zmq.h>
 
 #include "attempt.h"
@@ -38,6 +39,7 @@ struct br_agent {
     br_gpus_t *gpus;
     json_t *inventory;
     br_localsock_t *local; /* `bramble checkpoint` from inside jobs */
+    char agent_id[17];     /* hash of this node's key: which jobs are ours */
     br_attempt_t *att[MAX_ATTEMPTS];
     int natt;
     uint32_t seq, hello_seq;
@@ -126,6 +128,12 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
                         json_string(br_gpus_driver_version(a->gpus)));
     json_object_set_new(a->inventory, "cuda_version",
                         json_string(br_gpus_cuda_version(a->gpus)));
+    /* jobs carry it, so a restarted agent kills what its predecessor left behind
+     * and never the jobs of another cluster's node of the same name */
+    unsigned char h[8];
+    crypto_generichash(h, sizeof(h), (const unsigned char *)s->cred.public_key,
+                       strlen(s->cred.public_key), NULL, 0);
+    sodium_bin2hex(a->agent_id, sizeof(a->agent_id), h, sizeof(h));
     a->local = br_localsock_new(s->name, err);
     if (!a->local)
         goto fail;
@@ -382,6 +390,7 @@ static void on_run(br_agent_t *a, br_msg_t *m)
     } else {
         json_object_set_new(env, "BRAMBLE_AGENT_SOCK",
                             json_string(br_localsock_address(a->local)));
+        json_object_set_new(env, "BRAMBLE_AGENT_ID", json_string(a->agent_id));
         if (rank == 0 && !json_object_get(env, "MASTER_PORT")) {
             char port[16];
             snprintf(port, sizeof(port), "%d", free_port());
@@ -656,9 +665,10 @@ int br_agent_run(br_agent_t *a, br_err_t *err)
     zmq_pollitem_t items[4 + 3 * MAX_ATTEMPTS];
     br_attempt_t *owner[4 + 3 * MAX_ATTEMPTS];
     int stream[4 + 3 * MAX_ATTEMPTS];
-    char prefix[80];
+    char prefix[80], also[80];
     snprintf(prefix, sizeof(prefix), "%s/", a->s->name);
-    int orphans = br_task_kill_tag_prefix(prefix, 5000);
+    snprintf(also, sizeof(also), "BRAMBLE_AGENT_ID=%s", a->agent_id);
+    int orphans = br_task_kill_tag_prefix(prefix, also, 5000);
     if (orphans > 0) /* a previous run of this agent died and left its jobs behind */
         fprintf(stderr, "bramble-agent: killed %d process(es) left by a previous run\n",
                 orphans);

@@ -665,8 +665,10 @@ static int parse_pid(const char *name, pid_t *pid)
 }
 
 /* Live (non-zombie) processes in process group pgid (if > 0) or carrying needle (an
- * environment entry, or its start with prefix). */
-static int scan_procs(pid_t pgid, const char *needle, int prefix, proc_list_t *out)
+ * environment entry, or its start with prefix) and, when also is given, that exact
+ * entry too. */
+static int scan_procs(pid_t pgid, const char *needle, int prefix, const char *also,
+                      proc_list_t *out)
 {
     DIR *d = opendir("/proc");
     if (!d)
@@ -683,7 +685,8 @@ static int scan_procs(pid_t pgid, const char *needle, int prefix, proc_list_t *o
         if (dfd < 0)
             continue;
         if (read_stat(dfd, &state, &pgrp) == 0 && state != 'Z' && state != 'X' &&
-            ((pgid > 0 && pgrp == pgid) || environ_has(dfd, needle, prefix)))
+            ((pgid > 0 && pgrp == pgid) ||
+             (environ_has(dfd, needle, prefix) && (!also || environ_has(dfd, also, 0)))))
             rc = proc_add(out, pid, state);
         close(dfd);
     }
@@ -693,7 +696,7 @@ static int scan_procs(pid_t pgid, const char *needle, int prefix, proc_list_t *o
 
 static int scan_tree(pid_t pgid, const char *needle, proc_list_t *out)
 {
-    return scan_procs(pgid, needle, 0, out);
+    return scan_procs(pgid, needle, 0, NULL, out);
 }
 
 static char *tag_entry(const char *tag)
@@ -862,7 +865,7 @@ int br_task_count_tagged(const char *tag)
     return rc;
 }
 
-int br_task_kill_tag_prefix(const char *prefix, int timeout_ms)
+int br_task_kill_tag_prefix(const char *prefix, const char *also, int timeout_ms)
 {
     char *needle = prefix && *prefix ? tag_entry(prefix) : NULL;
     if (!needle) {
@@ -874,7 +877,7 @@ int br_task_kill_tag_prefix(const char *prefix, int timeout_ms)
     int killed = 0, rc = 0;
     for (;;) {
         l.n = 0;
-        if (scan_procs(0, needle, 1, &l) < 0) {
+        if (scan_procs(0, needle, 1, also, &l) < 0) {
             rc = -1;
             break;
         }

@@ -60,10 +60,11 @@ int br_task_kill_tree(br_task_t *task, int timeout_ms);
 int br_task_freeze(br_task_t *task);
 int br_task_thaw(br_task_t *task);
 
-/* Kill every process whose tag starts with prefix (a previous agent's jobs, left
- * behind when it died), repeating until none is left or timeout_ms passes. Returns
- * how many were signalled, or -1. */
-int br_task_kill_tag_prefix(const char *prefix, int timeout_ms);
+/* Kill every process whose tag starts with prefix and whose environment also holds
+ * the entry also ("KEY=VALUE", NULL for none) - a previous agent's jobs, left behind
+ * when it died - repeating until none is left or timeout_ms passes. Returns how
+ * many were signalled, or -1. */
+int br_task_kill_tag_prefix(const char *prefix, const char *also, int timeout_ms);
 
 /* The task tag in process pid's environment (BRAMBLE_TASK), so a request from a
  * local process can be tied to the attempt it belongs to. -1 when it has none. */
