@@ -220,9 +220,10 @@ void br_api_job_log(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         fprintf(stderr, "brambled: bad job.log from %s\n", who->name);
         return;
     }
-    if (!br_jobs_ran_on(c, job, who->name)) {
-        fprintf(stderr, "brambled: job.log from %s for job %lld that never ran there\n",
-                who->name, (long long)job);
+    if (!br_jobs_log_allowed(c, job, attempt, who->name)) {
+        fprintf(stderr, "brambled: job.log from %s for job %lld attempt %d: not its "
+                        "attempt, dropped\n",
+                who->name, (long long)job, attempt);
         return;
     }
     if (br_store_log_add(c->store, job, attempt, rank, stream, seq, br_now_ms(), data, len,

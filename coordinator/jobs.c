@@ -158,11 +158,15 @@ int br_jobs_place(br_coord_t *c, json_t *job, br_node_t *n, json_t *assign)
     return 0;
 }
 
-int br_jobs_ran_on(br_coord_t *c, int64_t id, const char *node)
+int br_jobs_log_allowed(br_coord_t *c, int64_t id, int attempt, const char *node)
 {
     json_t *job = br_store_job_get(c->store, id, NULL);
     const char *name = json_string_value(json_array_get(json_object_get(job, "nodes"), 0));
-    int ok = name && strcmp(name, node) == 0;
+    json_int_t current = json_integer_value(json_object_get(job, "attempt"));
+    /* the current attempt's output only from its node; a superseded attempt's last
+     * output, shipped after a partition healed, is still worth keeping */
+    int ok = job && ((attempt == current && name && strcmp(name, node) == 0) ||
+                     (attempt >= 1 && attempt < current));
     json_decref(job);
     return ok;
 }

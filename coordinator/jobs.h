@@ -55,8 +55,9 @@ void br_jobs_check_limits(br_coord_t *c);
  * report is from a fresh connection (hello), so starting attempts count too. */
 void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full);
 
-/* 1 when job id's latest attempt was placed on the node named node. */
-int br_jobs_ran_on(br_coord_t *c, int64_t id, const char *node);
+/* 1 when a log chunk of attempt may come from node: the current attempt's from its
+ * own node, a superseded attempt's from any (its output arrives after a partition). */
+int br_jobs_log_allowed(br_coord_t *c, int64_t id, int attempt, const char *node);
 
 /* The job object as the CLI shows it: times in seconds, internals dropped. */
 json_t *br_jobs_public(json_t *job);

@@ -118,33 +118,39 @@ static int excluded(json_t *job, const char *node)
     return 0;
 }
 
-/* Place one job or record why it waits. */
+/* Append "; what" to why (bounded). */
+static void add_why(char *why, size_t len, const char *what)
+{
+    size_t n = strlen(why);
+    if (n + 3 < len)
+        snprintf(why + n, len - n, "%s%s", n ? "; " : "", what);
+}
+
+/* Place one job or record why it waits: what each node lacks. */
 static void place_one(br_coord_t *c, json_t *job)
 {
     json_t *spec = json_object_get(job, "spec");
-    char why[200] = "no node has joined yet", last[200];
+    char why[400] = "", last[200];
     for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
         if (excluded(job, n->name)) {
-            snprintf(why, sizeof(why), "%s cannot run it (an earlier attempt failed there)",
+            snprintf(last, sizeof(last), "%s cannot run it (an earlier attempt failed there)",
                      n->name);
-            continue;
-        }
-        if (strcmp(n->state, "ready") != 0 || !n->route_len) {
+        } else if (strcmp(n->state, "ready") != 0 || !n->route_len) {
             snprintf(last, sizeof(last), "%s is %s", n->name,
                      n->route_len ? n->state : "not connected");
-            memcpy(why, last, sizeof(why));
-            continue;
+        } else {
+            json_t *assign = NULL;
+            if (br_sched_fit(n, spec, &assign, last, sizeof(last))) {
+                br_jobs_place(c, job, n, assign);
+                json_decref(assign);
+                return;
+            }
         }
-        json_t *assign = NULL;
-        if (br_sched_fit(n, spec, &assign, last, sizeof(last))) {
-            br_jobs_place(c, job, n, assign);
-            json_decref(assign);
-            return;
-        }
-        memcpy(why, last, sizeof(why));
+        add_why(why, sizeof(why), last);
     }
-    char reason[260];
-    snprintf(reason, sizeof(reason), "waiting: no ready node fits (%s)", why);
+    char reason[460];
+    snprintf(reason, sizeof(reason), "waiting: no ready node fits (%s)",
+             why[0] ? why : "no node has joined yet");
     const char *old = json_string_value(json_object_get(job, "reason"));
     if (!old || strcmp(old, reason) != 0) {
         json_t *f = json_pack("{s:s}", "reason", reason);
