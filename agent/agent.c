@@ -424,41 +424,46 @@ static void on_run(br_agent_t *a, br_msg_t *m)
     send_msg(a, BR_MSG_REQUEST, "job.exited", body, NULL, 0);
 }
 
-static void on_kill(br_agent_t *a, br_msg_t *m)
+/* The attempt an order {"job","attempt"} names (NULL when this agent runs no such
+ * attempt). A malformed order is answered here and -1 returned. */
+static int order_target(br_agent_t *a, br_msg_t *m, br_attempt_t **t)
 {
     json_int_t job;
     int attempt;
     br_err_t err;
     if (br_msg_unpack(m, &err, "{s:I, s:i}", "job", &job, "attempt", &attempt) < 0) {
         reply(a, m, EPROTO, err.text);
-        return;
+        return -1;
     }
-    br_attempt_t *t = find_attempt(a, job, attempt);
+    *t = find_attempt(a, job, attempt);
+    return 0;
+}
+
+static void on_kill(br_agent_t *a, br_msg_t *m)
+{
+    br_attempt_t *t;
+    if (order_target(a, m, &t) < 0)
+        return;
     if (t && !br_task_done(br_attempt_task(t), NULL, NULL)) {
         fprintf(stderr, "bramble-agent: job %lld attempt %d: killing it, as ordered\n",
-                (long long)job, attempt);
+                (long long)br_attempt_job(t), br_attempt_number(t));
         br_attempt_set_reason(t, "killed on request");
         if (br_task_kill_tree(br_attempt_task(t), 5000) < 0)
             fprintf(stderr, "bramble-agent: job %lld: processes survived SIGKILL\n",
-                    (long long)job);
+                    (long long)br_attempt_job(t));
     }
     reply(a, m, 0, NULL);
 }
 
 static void on_thaw(br_agent_t *a, br_msg_t *m)
 {
-    json_int_t job;
-    int attempt;
-    br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:I, s:i}", "job", &job, "attempt", &attempt) < 0) {
-        reply(a, m, EPROTO, err.text);
+    br_attempt_t *t;
+    if (order_target(a, m, &t) < 0)
         return;
-    }
-    br_attempt_t *t = find_attempt(a, job, attempt);
     if (t && br_attempt_frozen(t)) {
         br_attempt_thaw(t);
         fprintf(stderr, "bramble-agent: job %lld attempt %d thawed: still current\n",
-                (long long)job, attempt);
+                (long long)br_attempt_job(t), br_attempt_number(t));
     }
     reply(a, m, 0, NULL);
 }
