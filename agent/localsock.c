@@ -82,7 +82,7 @@ static void serve_one(int fd, br_localsock_fn fn, void *arg)
         br_errf(&err, EPROTO, "bad request: expected one JSON object");
     else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
              br_task_tag_of(cred.pid, tag, sizeof(tag)) < 0)
-        br_errf(&err, EACCES, "not inside a job of this node");
+        br_errf(&err, EACCES, "not inside a running job of this node");
     else
         reply = fn(arg, tag, req, &err);
     if (!reply)

@@ -39,10 +39,10 @@ static int checkpoint_report(cli_t *cli, int argc, char **argv)
     if (!realpath(path, abs))
         return cli_fail(cli, "%s: %s", path, strerror(errno));
     br_err_t err;
-    json_t *r = br_local_request(getenv("BRAMBLE_AGENT_SOCK"),
-                                 json_pack("{s:s, s:s, s:I}", "type", "checkpoint", "path",
-                                           abs, "step", (json_int_t)step),
-                                 5000, &err);
+    json_t *req = json_pack("{s:s, s:s, s:I}", "type", "checkpoint", "path", abs, "step",
+                            (json_int_t)step);
+    json_t *r = br_local_request(getenv("BRAMBLE_AGENT_SOCK"), req, 5000, &err);
+    json_decref(req);
     if (!r)
         return cli_fail(cli, "%s", err.text);
     if (json)

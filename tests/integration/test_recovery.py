@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (DEADLINE, KIND_RESPONSE, REPO, header, parse_header, proc_state,
+from conftest import (BIN, DEADLINE, KIND_RESPONSE, REPO, header, parse_header, proc_state,
                       wait_for)
 
 # the interpreter running the tests (/usr/bin/python3): no wrapper (pyenv shims fork
@@ -877,3 +877,46 @@ def test_invisible_checkpoint_is_not_restarted_from_zero(make_cluster, tmp_path,
     out = c.logs(jid)
     # attempt 1 alone ever ran (a later attempt from zero would print its line)
     assert re.findall(r"^attempt=(\d+) ", out, re.M) == ["1"], out
+
+
+# ---------------------------------------------------------------------------
+# a job reports its own checkpoint through the local agent socket
+
+
+def test_checkpoint_reported_by_the_job_itself(make_cluster, tmp_path):
+    c, names = make_nodes(make_cluster)
+    bramble = BIN / "bramble"
+    mine = tmp_path / "weights-7"
+    script = write_script(tmp_path, "self_report.sh", f"""
+if [ "$BRAMBLE_ATTEMPT" = 1 ]; then
+    mkdir -p {mine}
+    {bramble} checkpoint {mine} --step 7 || exit 3
+    echo "reported sock=$BRAMBLE_AGENT_SOCK"
+    exec sleep 1000
+fi
+echo "attempt=$BRAMBLE_ATTEMPT resume_from=[$BRAMBLE_RESUME_FROM] resume_step=[$BRAMBLE_RESUME_STEP]"
+echo "attempt $BRAMBLE_ATTEMPT done"
+""")
+    jid = c.submit(f"name: self-report\ncommand: sh {script}\n"
+                   f"restart:\n  max: 2\n  on: [node_lost]\n")
+    out = c.wait_logs(jid, "reported sock=")
+    wait_for(lambda: steps_of(c.job(jid)) == [7], what="the job's own report to count")
+    j = c.job(jid)
+    assert j["checkpoints"][0]["path"] == str(mine), j["checkpoints"]
+
+    # a process outside every job is refused, even with the job's socket address
+    sock = re.search(r"reported sock=(\S+)", out).group(1)
+    env = dict(os.environ, BRAMBLE_AGENT_SOCK=sock)
+    env.pop("BRAMBLE_TASK", None)
+    r = subprocess.run([str(bramble), "checkpoint", str(tmp_path), "--step", "99"],
+                       env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1, r
+    assert "not inside a running job" in r.stderr, r.stderr
+    assert steps_of(c.job(jid)) == [7]
+
+    victim = j["nodes"][0]
+    c.kill_node(victim)
+    j = c.wait_job(jid, ("completed", "failed", "cancelled"), timeout=60)
+    assert (j["state"], j["attempt"]) == ("completed", 2), events_text(j)
+    out = c.wait_logs(jid, "attempt 2 done")
+    assert f"attempt=2 resume_from=[{mine}] resume_step=[7]" in out, out
