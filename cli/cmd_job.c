@@ -375,6 +375,9 @@ static void print_spec_summary(const json_t *spec)
              (long long)json_integer_value(json_object_get(res, "cpus")), mem);
     if (json_is_object(res))
         cli_field(FIELD_WIDTH, "resources:", buf);
+    const char *sizing = json_string_value(json_object_get(spec, "sizing"));
+    if (sizing)
+        cli_field(FIELD_WIDTH, "sizing:", sizing);
 }
 
 static void print_job(const json_t *job)

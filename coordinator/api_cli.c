@@ -7,6 +7,7 @@
 #include "api.h"
 #include "cred.h"
 #include "jobs.h"
+#include "plan.h"
 #include "spec.h"
 #include "token.h"
 #include "util.h"
@@ -216,10 +217,51 @@ static int supported(const br_spec_t *s, br_err_t *err)
     if (s->resources.tasks_per_node != 1)
         return br_errf(err, ENOTSUP,
                        "resources.tasks_per_node: one task per node only, for now");
-    if (s->model.given)
-        return br_errf(err, ENOTSUP,
-                       "model: sizing from the model is not supported yet; give "
-                       "resources.vram");
+    return 0;
+}
+
+/* 8e9 -> "8B", 3.5e8 -> "350M". */
+static const char *param_count(double p, char *buf, size_t len)
+{
+    if (p >= 1e9)
+        snprintf(buf, len, "%gB", p / 1e9);
+    else if (p >= 1e6)
+        snprintf(buf, len, "%gM", p / 1e6);
+    else
+        snprintf(buf, len, "%g", p);
+    return buf;
+}
+
+/* model: {params, mode, dtype}: the VRAM each GPU needs, from the planner (DDP, no
+ * ZeRO, no activations: a floor), written into the spec with how it was found. */
+static int size_from_model(br_spec_t *s, json_t *spec_json, br_err_t *err)
+{
+    br_plan_in_t in = {.params = s->model.params, .gpus = 1};
+    br_plan_mem_t mem;
+    br_plan_field_t field;
+    char w[32], o[32], g[32], t[32], n[32], sizing[300];
+    if (s->resources.gpus < 1)
+        s->resources.gpus = 1; /* a model needs a GPU */
+    in.gpus = s->resources.gpus;
+    if (br_plan_mode_parse(s->model.mode, &in.mode) < 0 ||
+        br_dtype_parse(s->model.dtype, &in.dtype) < 0 ||
+        br_plan_compute(&in, &mem, &field, err) < 0) {
+        if (err)
+            br_err_prefix(err, "model");
+        return -1;
+    }
+    s->resources.vram = mem.total;
+    snprintf(sizing, sizeof(sizing),
+             "resources.vram %s per GPU from model: %s parameters, %s, %s on %d GPU(s) "
+             "(weights %s, gradients and optimizer %s, overhead %s; docs/planning.md)",
+             br_format_size(mem.total, t, sizeof(t)), param_count(s->model.params, n, sizeof(n)),
+             s->model.mode, s->model.dtype, in.gpus, br_format_size(mem.weights, w, sizeof(w)),
+             br_format_size(mem.gradients + mem.optimizer, g, sizeof(g)),
+             br_format_size(mem.overhead, o, sizeof(o)));
+    json_t *res = json_object_get(spec_json, "resources");
+    json_object_set_new(res, "vram", json_integer((json_int_t)mem.total));
+    json_object_set_new(res, "gpus", json_integer(s->resources.gpus));
+    json_object_set_new(spec_json, "sizing", json_string(sizing));
     return 0;
 }
 
@@ -261,15 +303,26 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_errf(&err, EEXIST, "a job named '%s' is already active", spec->name);
         goto fail;
     }
-    json_t *job = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:i}", "name", spec->name,
+    json_t *spec_json = br_spec_to_json(spec);
+    if (spec->model.given && size_from_model(spec, spec_json, &err) < 0) {
+        json_decref(spec_json);
+        goto fail;
+    }
+    json_t *job = json_pack("{s:s, s:s, s:s, s:s, s:O, s:s, s:I, s:i}", "name", spec->name,
                             "kind", br_job_kind_name(spec->kind), "state", "pending", "owner",
-                            who->name, "spec", br_spec_to_json(spec), "spec_yaml", text,
+                            who->name, "spec", spec_json, "spec_yaml", text,
                             "submitted", (json_int_t)br_now_ms(), "attempt", 1);
     int64_t id = br_store_job_add(c->store, job, &err);
     json_decref(job);
+    if (id >= 0) {
+        br_coord_event(c, id, NULL, "pending", "submitted by %s", who->name);
+        if (spec->model.given)
+            br_coord_event(c, id, NULL, "pending", "%s",
+                           json_string_value(json_object_get(spec_json, "sizing")));
+    }
+    json_decref(spec_json);
     if (id < 0)
         goto fail;
-    br_coord_event(c, id, NULL, "pending", "submitted by %s", who->name);
     c->sched_needed = 1;
     br_spec_destroy(&spec);
     br_api_ok(c, m, json_pack("{s:I}", "id", (json_int_t)id));

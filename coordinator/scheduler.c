@@ -51,8 +51,13 @@ static json_t *pick_gpus(const br_node_t *n, json_t *res, int want, char *why,
                                             json_object_get(g, "index"))));
     }
     if ((int)json_array_size(gpus) < want) {
-        snprintf(why, whylen, "%s: %zu of %d GPUs free and fitting", n->name,
-                 json_array_size(gpus), want);
+        char v[32];
+        if (vram)
+            snprintf(why, whylen, "%s: %zu of %d GPUs free with %s VRAM", n->name,
+                     json_array_size(gpus), want, br_format_size(vram, v, sizeof(v)));
+        else
+            snprintf(why, whylen, "%s: %zu of %d GPUs free", n->name,
+                     json_array_size(gpus), want);
         json_decref(gpus);
         return NULL;
     }

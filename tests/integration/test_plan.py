@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import CLI_TIMEOUT, Cluster, sanitizer_lines
+from conftest import CLI_TIMEOUT, Cluster, sanitizer_lines, wait_for
 
 GIB = 1 << 30
 OVERHEAD = GIB  # the documented fixed allowance per GPU
@@ -195,3 +195,36 @@ def test_silent_coordinator_skips_fitting(make_cluster):
     plan = json.loads(out)
     assert plan["fits_checked"] is False
     assert "skipped fitting" in err
+
+
+def test_model_sized_jobs(make_cluster):
+    """A spec that gives model: instead of resources.vram is sized by the planner:
+    8B bf16 inference (16e9 B + 1 GiB) runs on the 24 GiB card with one GPU, a 70B
+    full fine-tune fits no node and stays pending with a reason that says why."""
+    c = make_cluster()
+    tok = c.token(uses=2)
+    c.start_agent("small", token=tok, extra=["--gpus", "RTX 4090:24GiB"])
+    c.start_agent("big", token=tok, extra=["--gpus", "A100:80GiB"])
+    c.wait_ready("small", "big")
+
+    big = c.submit("name: finetune-70b\ncommand: \"true\"\n"
+                   "model: {params: 70B, mode: full}\n")
+    small = c.submit("name: serve-8b\ncommand: echo CUDA=[$CUDA_VISIBLE_DEVICES]\n"
+                     "model: {params: 8B, mode: inference, dtype: bf16}\n"
+                     "resources: {gpu_model: [RTX]}\n")
+    j = c.wait_job(small, ("completed", "failed", "cancelled"))
+    assert j["state"] == "completed", j
+    assert j["nodes"] == ["small"], j
+    assert j["spec"]["resources"]["vram"] == 16 * 10**9 + 2**30, j["spec"]["resources"]
+    assert "per GPU from model: 8B parameters, inference, bf16" in j["spec"]["sizing"]
+    assert any("from model" in (e["reason"] or "") for e in j["events"]), \
+        json.dumps(j["events"], indent=1)
+    assert "CUDA=[0]" in c.wait_logs(small, "CUDA=")
+
+    def waiting():
+        j = c.job(big)
+        return j if j["state"] == "pending" and "VRAM" in (j["reason"] or "") else None
+    j = wait_for(waiting, what="the 70B job to say why it waits")
+    need = 16 * 70 * 10**9 + 2**30
+    assert j["spec"]["resources"]["vram"] == need, j["spec"]["resources"]
+    assert "small" in j["reason"] and "big" in j["reason"], j["reason"]
