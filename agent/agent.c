@@ -659,6 +659,19 @@ static int build_poll(br_agent_t *a, zmq_pollitem_t *items, br_attempt_t **owner
     return n;
 }
 
+/* How long the loop may sleep: until the next hello or heartbeat is due; with jobs
+ * running, at most 50 ms (log batching, checkpoint scans, fencing). An idle node
+ * wakes once per heartbeat. */
+static long poll_timeout(const br_agent_t *a)
+{
+    int64_t now = br_mono_ms();
+    int64_t due = a->hello_acked ? a->hb_sent + a->hb_ms : a->hello_sent + HELLO_RETRY_MS;
+    int64_t wait = due - now;
+    if (a->natt > 0 && wait > 50)
+        wait = 50;
+    return wait < 1 ? 1 : wait > 1000 ? 1000 : (long)wait;
+}
+
 static void kill_all(br_agent_t *a)
 {
     for (int i = 0; i < a->natt; i++)
@@ -680,7 +693,7 @@ int br_agent_run(br_agent_t *a, br_err_t *err)
     send_hello(a);
     while (!a->stop) {
         int n = build_poll(a, items, owner, stream);
-        int rc = zmq_poll(items, n, 50);
+        int rc = zmq_poll(items, n, poll_timeout(a));
         if (rc < 0 && errno != EINTR)
             return br_errf(err, errno, "poll: %s", zmq_strerror(errno));
         if (br_sock_monitor_auth_failed(a->monitor)) {
