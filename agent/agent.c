@@ -623,8 +623,11 @@ static void timers(br_agent_t *a)
     }
     if (now - a->hb_sent >= a->hb_ms) {
         a->hb_sent = now;
-        send_msg(a, BR_MSG_REQUEST, "node.heartbeat",
-                 json_pack("{s:o}", "tasks", tasks_json(a)), NULL, 0);
+        double load[1];
+        json_t *hb = json_pack("{s:o}", "tasks", tasks_json(a));
+        if (getloadavg(load, 1) == 1)
+            json_object_set_new(hb, "load", json_real(load[0]));
+        send_msg(a, BR_MSG_REQUEST, "node.heartbeat", hb, NULL, 0);
         for (int i = 0; i < a->natt; i++) /* exits not acknowledged yet: say again */
             if (br_attempt_report_seq(a->att[i]))
                 report_exit(a, a->att[i]);

@@ -201,7 +201,11 @@ static void node_line(const json_t *node, char *line, size_t len)
     cli_fmt_value(json_object_get(node, "state"), state, sizeof(state));
     cli_fmt_value(json_object_get(node, "arch"), arch, sizeof(arch));
     snprintf(gpus, sizeof(gpus), "%zu", json_array_size(json_object_get(node, "gpus")));
-    cli_fmt_value(json_object_get(node, "load"), load, sizeof(load));
+    json_t *l = json_object_get(node, "load");
+    if (json_is_number(l) && st && strcmp(st, "lost") != 0)
+        snprintf(load, sizeof(load), "%.2f", json_number_value(l));
+    else
+        snprintf(load, sizeof(load), "-");
     cli_fmt_list(json_object_get(node, "jobs"), ",", jobs, sizeof(jobs));
     snprintf(line, len, "%s %-20.20s %-9s %-8s %-4s %-5s %s",
              st && strcmp(st, "lost") == 0 ? "!" : " ", name, state, arch, gpus, load,

@@ -128,8 +128,12 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_t *tasks;
-    br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:o}", "tasks", &tasks) < 0 || !json_is_array(tasks)) {
+    double load = -1;
+    br_err_t err = {0};
+    if (br_msg_unpack(m, &err, "{s:o, s?F}", "tasks", &tasks, "load", &load) < 0 ||
+        !json_is_array(tasks)) {
+        if (!err.text[0])
+            br_errf(&err, EPROTO, "node.heartbeat: tasks must be an array");
         br_api_fail(c, m, &err);
         return;
     }
@@ -140,6 +144,8 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_api_fail(c, m, &err);
         return;
     }
+    if (load >= 0) /* kept in memory, shown by nodes and top; not worth a write */
+        json_object_set_new(n->info, "load", json_real(load));
     br_jobs_reconcile(c, n, tasks, 0);
     br_api_ok(c, m, json_object());
 }
