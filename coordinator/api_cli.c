@@ -499,6 +499,25 @@ void br_api_job_logs(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_decref(job);
 }
 
+/* A user sees the events of their own jobs and those of nodes; the admin all.
+ * seen caches each job's answer for one listing. */
+static int event_visible(br_coord_t *c, const br_caller_t *who, json_t *e, json_t *seen)
+{
+    json_t *job = json_object_get(e, "job");
+    if (who->kind == BR_PRINCIPAL_ADMIN || !json_is_integer(job))
+        return 1;
+    char key[32];
+    snprintf(key, sizeof(key), "%lld", (long long)json_integer_value(job));
+    json_t *known = json_object_get(seen, key);
+    if (!known) {
+        json_t *j = br_store_job_get(c->store, json_integer_value(job), NULL);
+        known = json_boolean(j && may_see(who, j));
+        json_object_set_new(seen, key, known);
+        json_decref(j);
+    }
+    return json_is_true(known);
+}
+
 void br_api_event_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_int_t after, job;
@@ -517,13 +536,18 @@ void br_api_event_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     json_int_t next = after;
+    json_t *out = json_array(), *seen = json_object(); /* job id -> may see */
     size_t i;
     json_t *e;
     json_array_foreach(events, i, e) {
         next = json_integer_value(json_object_get(e, "id"));
         json_object_set_new(e, "time", br_time_json(json_object_get(e, "time")));
+        if (event_visible(c, who, e, seen))
+            json_array_append(out, e);
     }
-    br_api_ok(c, m, json_pack("{s:o, s:I}", "events", events, "next", next));
+    json_decref(seen);
+    json_decref(events);
+    br_api_ok(c, m, json_pack("{s:o, s:I}", "events", out, "next", next));
 }
 
 /* --- users ------------------------------------------------------------------ */
