@@ -129,6 +129,15 @@ void cli_table_destroy(cli_table_t **t);
 int cli_table_add(cli_table_t *t, const char *const *cells);
 void cli_table_print(const cli_table_t *t, FILE *out);
 
+/* An array of objects as an aligned table: one row per item, made by row (which
+ * calls cli_table_add). cli_print_list prints the array as JSON instead with json
+ * (an empty array when items is missing). */
+typedef void (*cli_row_fn)(cli_table_t *t, const json_t *item);
+void cli_print_rows(const json_t *items, int ncols, const char *const *head,
+                    cli_row_fn row);
+void cli_print_list(const json_t *items, int json, int ncols, const char *const *head,
+                    cli_row_fn row);
+
 /* Sleep this many milliseconds (restarts after signals). */
 void cli_sleep_ms(int ms);
 

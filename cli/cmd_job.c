@@ -266,71 +266,58 @@ static int cmd_jobs(cli_t *cli, int argc, char **argv)
     json_t *r = cli_call(cli, "job.list", json_pack("{s:b}", "all", all));
     if (!r)
         return CLI_FAIL;
-    json_t *jobs = json_object_get(r, "jobs");
-    if (json) {
-        cli_print_json(jobs ? jobs : json_array());
-    } else {
-        static const char *head[] = {"ID",    "NAME",      "STATE",      "ATTEMPT",
-                                     "NODES", "SUBMITTED", "REASON/EXIT"};
-        cli_table_t *t = cli_table_new(7, head);
-        size_t i;
-        json_t *job;
-        json_array_foreach(jobs, i, job) {
-            job_row(t, job);
-        }
-        cli_table_print(t, stdout);
-        cli_table_destroy(&t);
-    }
+    static const char *head[] = {"ID",    "NAME",      "STATE",      "ATTEMPT",
+                                 "NODES", "SUBMITTED", "REASON/EXIT"};
+    cli_print_list(json_object_get(r, "jobs"), json, 7, head, job_row);
     json_decref(r);
     return CLI_OK;
 }
 
 #define FIELD_WIDTH 11
 
+static void checkpoint_row(cli_table_t *t, const json_t *cp)
+{
+    char step[40], attempt[16], when[32], path[1024], tmp[32];
+    snprintf(step, sizeof(step), "  %s",
+             cli_fmt_value(json_object_get(cp, "step"), tmp, sizeof(tmp)));
+    cli_fmt_value(json_object_get(cp, "attempt"), attempt, sizeof(attempt));
+    cli_fmt_time(json_object_get(cp, "time"), when, sizeof(when));
+    cli_fmt_value(json_object_get(cp, "path"), path, sizeof(path));
+    const char *cells[] = {step, attempt, when, path};
+    cli_table_add(t, cells);
+}
+
+static void event_row(cli_table_t *t, const json_t *ev)
+{
+    char when[40], tmp[32], state[32], node[64], reason[512];
+    snprintf(when, sizeof(when), "  %s",
+             cli_fmt_time(json_object_get(ev, "time"), tmp, sizeof(tmp)));
+    cli_fmt_value(json_object_get(ev, "state"), state, sizeof(state));
+    cli_fmt_value(json_object_get(ev, "node"), node, sizeof(node));
+    cli_fmt_value(json_object_get(ev, "reason"), reason, sizeof(reason));
+    const char *cells[] = {when, state, node, reason};
+    cli_table_add(t, cells);
+}
+
+/* "title: -" for none, else "title:" and the table. */
+static void print_section(const char *title, const json_t *items, int ncols,
+                          const char *const *head, cli_row_fn row)
+{
+    printf("%s:%s\n", title, json_array_size(items) ? "" : " -");
+    if (json_array_size(items))
+        cli_print_rows(items, ncols, head, row);
+}
+
 static void print_checkpoints(const json_t *cps)
 {
-    printf("checkpoints:%s\n", json_array_size(cps) ? "" : " -");
-    if (!json_array_size(cps))
-        return;
     static const char *head[] = {"  STEP", "ATTEMPT", "TIME", "PATH"};
-    cli_table_t *t = cli_table_new(4, head);
-    size_t i;
-    json_t *cp;
-    json_array_foreach(cps, i, cp) {
-        char step[40], attempt[16], when[32], path[1024], tmp[32];
-        snprintf(step, sizeof(step), "  %s",
-                 cli_fmt_value(json_object_get(cp, "step"), tmp, sizeof(tmp)));
-        cli_fmt_value(json_object_get(cp, "attempt"), attempt, sizeof(attempt));
-        cli_fmt_time(json_object_get(cp, "time"), when, sizeof(when));
-        cli_fmt_value(json_object_get(cp, "path"), path, sizeof(path));
-        const char *cells[] = {step, attempt, when, path};
-        cli_table_add(t, cells);
-    }
-    cli_table_print(t, stdout);
-    cli_table_destroy(&t);
+    print_section("checkpoints", cps, 4, head, checkpoint_row);
 }
 
 static void print_timeline(const json_t *events)
 {
-    printf("events:%s\n", json_array_size(events) ? "" : " -");
-    if (!json_array_size(events))
-        return;
-    cli_table_t *t =
-        cli_table_new(4, (const char *[]){"  TIME", "STATE", "NODE", "REASON"});
-    size_t i;
-    json_t *ev;
-    json_array_foreach(events, i, ev) {
-        char when[40], tmp[32], state[32], node[64], reason[512];
-        snprintf(when, sizeof(when), "  %s",
-                 cli_fmt_time(json_object_get(ev, "time"), tmp, sizeof(tmp)));
-        cli_fmt_value(json_object_get(ev, "state"), state, sizeof(state));
-        cli_fmt_value(json_object_get(ev, "node"), node, sizeof(node));
-        cli_fmt_value(json_object_get(ev, "reason"), reason, sizeof(reason));
-        const char *cells[] = {when, state, node, reason};
-        cli_table_add(t, cells);
-    }
-    cli_table_print(t, stdout);
-    cli_table_destroy(&t);
+    static const char *head[] = {"  TIME", "STATE", "NODE", "REASON"};
+    print_section("events", events, 4, head, event_row);
 }
 
 /* The spec as the user wrote it, indented under "spec:". */

@@ -76,20 +76,8 @@ static int token_list(cli_t *cli, int argc, char **argv)
     json_t *r = cli_call(cli, "token.list", NULL);
     if (!r)
         return CLI_FAIL;
-    json_t *tokens = json_object_get(r, "tokens");
-    if (json) {
-        cli_print_json(tokens ? tokens : json_array());
-    } else {
-        static const char *head[] = {"ID", "CREATED", "EXPIRES", "USES", "REVOKED"};
-        cli_table_t *t = cli_table_new(5, head);
-        size_t i;
-        json_t *tok;
-        json_array_foreach(tokens, i, tok) {
-            token_row(t, tok);
-        }
-        cli_table_print(t, stdout);
-        cli_table_destroy(&t);
-    }
+    static const char *head[] = {"ID", "CREATED", "EXPIRES", "USES", "REVOKED"};
+    cli_print_list(json_object_get(r, "tokens"), json, 5, head, token_row);
     json_decref(r);
     return CLI_OK;
 }
@@ -184,50 +172,36 @@ static int nodes_list(cli_t *cli, int argc, char **argv)
     json_t *r = cli_call(cli, "node.list", NULL);
     if (!r)
         return CLI_FAIL;
-    json_t *nodes = json_object_get(r, "nodes");
-    if (json) {
-        cli_print_json(nodes ? nodes : json_array());
-    } else {
-        static const char *head[] = {"NAME", "STATE",  "ARCH", "CPUS",     "MEMORY",
-                                     "GPUS", "LABELS", "JOBS", "LAST SEEN"};
-        cli_table_t *t = cli_table_new(9, head);
-        size_t i;
-        json_t *n;
-        json_array_foreach(nodes, i, n) {
-            node_row(t, n);
-        }
-        cli_table_print(t, stdout);
-        cli_table_destroy(&t);
-    }
+    static const char *head[] = {"NAME", "STATE",  "ARCH", "CPUS",     "MEMORY",
+                                 "GPUS", "LABELS", "JOBS", "LAST SEEN"};
+    cli_print_list(json_object_get(r, "nodes"), json, 9, head, node_row);
     json_decref(r);
     return CLI_OK;
 }
 
 #define FIELD_WIDTH 15
 
+static void gpu_row(cli_table_t *t, const json_t *g)
+{
+    char idx[40], model[128], total[32], avail[32];
+    snprintf(idx, sizeof(idx), "  %s",
+             cli_fmt_value(json_object_get(g, "index"), model, sizeof(model)));
+    cli_fmt_value(json_object_get(g, "model"), model, sizeof(model));
+    cli_fmt_size(json_object_get(g, "vram_total"), total, sizeof(total));
+    cli_fmt_size(json_object_get(g, "vram_free"), avail, sizeof(avail));
+    const char *cells[] = {idx, model, total, avail};
+    cli_table_add(t, cells);
+}
+
 static void print_gpus(const json_t *gpus)
 {
+    static const char *head[] = {"  INDEX", "MODEL", "VRAM TOTAL", "VRAM FREE"};
     if (json_array_size(gpus) == 0) {
         cli_field(FIELD_WIDTH, "gpus:", "-");
         return;
     }
-    static const char *head[] = {"  INDEX", "MODEL", "VRAM TOTAL", "VRAM FREE"};
-    cli_table_t *t = cli_table_new(4, head);
-    size_t i;
-    json_t *g;
-    json_array_foreach(gpus, i, g) {
-        char idx[40], model[128], total[32], avail[32];
-        snprintf(idx, sizeof(idx), "  %s",
-                 cli_fmt_value(json_object_get(g, "index"), model, sizeof(model)));
-        cli_fmt_value(json_object_get(g, "model"), model, sizeof(model));
-        cli_fmt_size(json_object_get(g, "vram_total"), total, sizeof(total));
-        cli_fmt_size(json_object_get(g, "vram_free"), avail, sizeof(avail));
-        const char *cells[] = {idx, model, total, avail};
-        cli_table_add(t, cells);
-    }
     printf("gpus:\n");
-    cli_table_print(t, stdout);
-    cli_table_destroy(&t);
+    cli_print_rows(gpus, 4, head, gpu_row);
 }
 
 static void print_node(const json_t *node)

@@ -57,6 +57,15 @@ static int user_add(cli_t *cli, int argc, char **argv)
     return CLI_OK;
 }
 
+static void user_row(cli_table_t *t, const json_t *u)
+{
+    char a[64], b[64], cr[64];
+    const char *row[] = {cli_fmt_value(json_object_get(u, "name"), a, sizeof(a)),
+                         cli_fmt_value(json_object_get(u, "kind"), b, sizeof(b)),
+                         cli_fmt_time(json_object_get(u, "created"), cr, sizeof(cr))};
+    cli_table_add(t, row);
+}
+
 static int user_list(cli_t *cli, int argc, char **argv)
 {
     int json = 0;
@@ -65,25 +74,8 @@ static int user_list(cli_t *cli, int argc, char **argv)
     json_t *r = cli_call(cli, "user.list", NULL);
     if (!r)
         return CLI_FAIL;
-    json_t *users = json_object_get(r, "users");
-    if (json) {
-        cli_print_json(users ? users : json_array());
-    } else {
-        static const char *head[] = {"NAME", "KIND", "CREATED"};
-        cli_table_t *t = cli_table_new(3, head);
-        size_t i;
-        json_t *u;
-        json_array_foreach(users, i, u) {
-            char a[64], b[64], cr[64];
-            const char *row[] = {cli_fmt_value(json_object_get(u, "name"), a, sizeof(a)),
-                                 cli_fmt_value(json_object_get(u, "kind"), b, sizeof(b)),
-                                 cli_fmt_time(json_object_get(u, "created"), cr,
-                                              sizeof(cr))};
-            cli_table_add(t, row);
-        }
-        cli_table_print(t, stdout);
-        cli_table_destroy(&t);
-    }
+    static const char *head[] = {"NAME", "KIND", "CREATED"};
+    cli_print_list(json_object_get(r, "users"), json, 3, head, user_row);
     json_decref(r);
     return CLI_OK;
 }

@@ -316,3 +316,30 @@ void cli_field_time(int width, const json_t *obj, const char *key, const char *n
     snprintf(buf, sizeof(buf), json_is_number(t) ? "%s (%s)" : "%s", when, ago);
     cli_field(width, name, buf);
 }
+
+void cli_print_rows(const json_t *items, int ncols, const char *const *head,
+                    cli_row_fn row)
+{
+    cli_table_t *t = cli_table_new(ncols, head);
+    size_t i;
+    json_t *item;
+    json_array_foreach(items, i, item) {
+        row(t, item);
+    }
+    cli_table_print(t, stdout);
+    cli_table_destroy(&t);
+}
+
+void cli_print_list(const json_t *items, int json, int ncols, const char *const *head,
+                    cli_row_fn row)
+{
+    if (!json) {
+        cli_print_rows(items, ncols, head, row);
+    } else if (items) {
+        cli_print_json(items);
+    } else {
+        json_t *none = json_array();
+        cli_print_json(none);
+        json_decref(none);
+    }
+}
