@@ -249,11 +249,17 @@ static void send_checkpoint(br_agent_t *a, json_t *body)
     json_object_set_new(body, "_seq", json_integer(seq));
 }
 
+/* Whose checkpoint a watcher callback reports. */
+typedef struct {
+    br_agent_t *a;
+    br_attempt_t *t;
+} ckpt_ctx_t;
+
 static void on_checkpoint(void *arg, const char *path, int64_t step, int64_t size,
                           int64_t mtime_ms)
 {
-    br_attempt_t *t = ((void **)arg)[1];
-    br_agent_t *a = ((void **)arg)[0];
+    br_attempt_t *t = ((const ckpt_ctx_t *)arg)->t;
+    br_agent_t *a = ((const ckpt_ctx_t *)arg)->a;
     json_t *body = json_pack("{s:I, s:i, s:s, s:I, s:I, s:f}", "job",
                              (json_int_t)br_attempt_job(t), "attempt", br_attempt_number(t),
                              "path", path, "step", (json_int_t)step, "size",
@@ -312,8 +318,8 @@ static json_t *on_local(void *arg, const char *tag, json_t *req, br_err_t *err)
         return br_errp(err, EINVAL, "checkpoint: need an absolute path and a step >= 0");
     if (stat(path, &st) < 0)
         return br_errp(err, errno, "checkpoint %s: %s", path, strerror(errno));
-    void *ctx[2] = {a, t};
-    on_checkpoint(ctx, path, step, br_ckpt_size(path),
+    ckpt_ctx_t ctx = {a, t};
+    on_checkpoint(&ctx, path, step, br_ckpt_size(path),
                   (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000);
     return json_pack("{s:b, s:I, s:i}", "ok", 1, "job", (json_int_t)br_attempt_job(t),
                      "attempt", br_attempt_number(t));
@@ -605,8 +611,8 @@ static void timers(br_agent_t *a)
         br_attempt_t *t = a->att[i];
         br_attempt_flush(t, 0, ship_log, a);
         if (br_attempt_ckpt(t) && !br_attempt_frozen(t)) {
-            void *ctx[2] = {a, t};
-            br_ckpt_poll(br_attempt_ckpt(t), now, on_checkpoint, ctx);
+            ckpt_ctx_t ctx = {a, t};
+            br_ckpt_poll(br_attempt_ckpt(t), now, on_checkpoint, &ctx);
         }
     }
     if (!a->hello_acked) {
