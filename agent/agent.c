@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <sodium.h>
 #include <zmq.h>
 
+#include "announce.h"
 #include "attempt.h"
 #include "client.h"
 #include "gpu.h"
@@ -53,6 +55,182 @@ struct br_agent {
 
 /* --- joining ------------------------------------------------------------------ */
 
+/* The token's endpoint gets JOIN_FIRST_MS to answer before the agent also listens for
+ * the coordinator's LAN announcement (proto/announce.h); it may still answer later.
+ * Without discovery (--discover-timeout 0) it gets JOIN_TIMEOUT_MS, as ever. */
+#define JOIN_TIMEOUT_MS 15000
+#define JOIN_FIRST_MS 3000
+
+/* node.join on a fresh CURVE DEALER to endpoint; the socket, or NULL. */
+static void *join_send(void *ctx, const br_settings_t *s, const char *endpoint,
+                       uint32_t seq, br_err_t *err)
+{
+    const br_cred_t *c = &s->cred;
+    void *sock = br_sock_client(ctx, endpoint, c->server_public_key, c->public_key,
+                                c->secret_key, err);
+    br_msg_t *m = sock ? br_msg_new(BR_MSG_REQUEST, "node.join", seq) : NULL;
+    if (m)
+        br_msg_set_body(m, json_pack("{s:s, s:s, s:O, s:f}", "token", s->join_token,
+                                     "name", s->name, "labels", s->labels,
+                                     "cost_per_hour", s->cost_per_hour));
+    if (sock && (!m || br_msg_send(sock, m, err) < 0))
+        br_sock_close(&sock);
+    br_msg_destroy(&m);
+    return sock;
+}
+
+/* Whether the host of a tcp:// endpoint resolves (other endpoints: assumed so). */
+static int join_resolves(const char *endpoint)
+{
+    char host[BR_ENDPOINT_MAX];
+    int port;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (br_announce_split_endpoint(endpoint, host, sizeof(host), &port, NULL) < 0 ||
+        strcmp(host, "*") == 0)
+        return 1;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0)
+        return 0;
+    freeaddrinfo(res);
+    return 1;
+}
+
+/* Read pending announcements; 1 (and found) when one carries the token's key. */
+static int join_heard(const br_settings_t *s, int udp, int *ignored, char *found,
+                      size_t foundlen)
+{
+    br_announce_t a;
+    char src[INET_ADDRSTRLEN];
+    br_err_t e;
+    int rc;
+    while ((rc = br_announce_recv(udp, &a, src, sizeof(src), &e)) != 0) {
+        if (rc < 0 && !src[0])
+            return 0; /* socket error: keep waiting on the token's endpoint */
+        if (rc > 0 && strcmp(a.key, s->cred.server_public_key) == 0) {
+            snprintf(found, foundlen, "tcp://%s:%d", src, a.port);
+            fprintf(stderr, "bramble-agent: the coordinator announced itself from %s "
+                            "(port %d, endpoint %s)\n", src, a.port, a.endpoint);
+            return 1;
+        }
+        if (!(*ignored)++) /* once: a LAN may hold several clusters */
+            fprintf(stderr, "bramble-agent: ignoring %s from %s: %s\n",
+                    rc > 0 ? "an announcement" : "a datagram", src,
+                    rc > 0 ? "another coordinator's key (not the token's)" : e.text);
+    }
+    return 0;
+}
+
+/* Ask the token's endpoint to join, listening for announcements once it has been
+ * silent for JOIN_FIRST_MS or cannot be resolved. The response body; or NULL with
+ * found set when an announcement with the token's key came first; or NULL and err. */
+static json_t *join_token_endpoint(br_settings_t *s, char *found, size_t foundlen,
+                                   br_err_t *err)
+{
+    const char *ep = s->cred.endpoint;
+    int discover = s->discover_timeout_ms > 0, udp = -1, listening = 0, ignored = 0;
+    int64_t start = br_mono_ms();
+    int64_t deadline = start + (discover ? JOIN_FIRST_MS + s->discover_timeout_ms
+                                         : JOIN_TIMEOUT_MS);
+    uint32_t seq = (uint32_t)start;
+    const char *why = "did not answer within 3s";
+    json_t *resp = NULL;
+    char dur[32];
+    void *ctx = zmq_ctx_new(), *sock = NULL;
+    found[0] = '\0';
+    err->errnum = 0;
+    if (!ctx)
+        return br_errp(err, ENOMEM, "zmq_ctx_new: %s", zmq_strerror(errno));
+    if (discover && !join_resolves(ep))
+        why = "cannot be resolved";
+    else if (!(sock = join_send(ctx, s, ep, seq, err)) && !discover)
+        goto done;
+    else if (!sock)
+        why = "cannot be dialled";
+    while (!resp && !found[0] && br_mono_ms() < deadline) {
+        int silent = !sock || br_mono_ms() - start >= JOIN_FIRST_MS;
+        if (discover && !listening && silent) {
+            br_err_t e;
+            listening = 1;
+            fprintf(stderr, "bramble-agent: %s %s; listening for the coordinator's "
+                            "announcement on UDP port %d (up to %s)\n", ep, why,
+                    s->discover_port, br_format_duration(s->discover_timeout_ms, dur,
+                                                         sizeof(dur)));
+            if ((udp = br_announce_listen(s->discover_port, &e)) < 0)
+                fprintf(stderr, "bramble-agent: %s\n", e.text);
+        }
+        zmq_pollitem_t items[2];
+        int n = 0;
+        if (sock)
+            items[n++] = (zmq_pollitem_t){sock, 0, ZMQ_POLLIN, 0};
+        if (udp >= 0)
+            items[n++] = (zmq_pollitem_t){NULL, udp, ZMQ_POLLIN, 0};
+        int64_t left = deadline - br_mono_ms();
+        if (zmq_poll(items, n, left < 200 ? (long)(left > 0 ? left : 0) : 200) < 0 &&
+            errno != EINTR) {
+            br_errf(err, errno, "poll: %s", zmq_strerror(errno));
+            goto done;
+        }
+        br_msg_t *m = NULL;
+        if (sock && br_msg_recv(sock, 0, ZMQ_DONTWAIT, &m, NULL) == 0 &&
+            br_msg_kind(m) == BR_MSG_RESPONSE && br_msg_seq(m) == seq) {
+            if (br_msg_check(m, err) == 0)
+                resp = json_incref(br_msg_body(m));
+            else
+                br_err_prefix(err, "join refused");
+            br_msg_destroy(&m);
+            goto done;
+        }
+        br_msg_destroy(&m);
+        if (udp >= 0 && join_heard(s, udp, &ignored, found, foundlen))
+            break;
+    }
+    if (!resp && !found[0] && !discover)
+        br_errf(err, ETIMEDOUT, "join refused: no answer from the coordinator at %s "
+                                "within %.1fs (is brambled running there?)",
+                ep, JOIN_TIMEOUT_MS / 1000.0);
+    else if (!resp && !found[0])
+        br_errf(err, ETIMEDOUT, "join failed: %s %s, and no coordinator announced the "
+                                "token's key on UDP port %d within %s",
+                ep, why, s->discover_port,
+                br_format_duration(s->discover_timeout_ms, dur, sizeof(dur)));
+done:
+    if (udp >= 0)
+        close(udp);
+    br_sock_close(&sock);
+    zmq_ctx_term(ctx);
+    return resp;
+}
+
+/* Join at the endpoint an announcement gave (saved in the credential). */
+static json_t *join_found(br_settings_t *s, const char *endpoint, br_err_t *err)
+{
+    br_strlcpy(s->cred.endpoint, endpoint, sizeof(s->cred.endpoint));
+    br_client_t *cl = br_client_new_cred(&s->cred, err);
+    if (!cl)
+        return NULL;
+    json_t *resp = br_client_call(
+        cl, "node.join",
+        json_pack("{s:s, s:s, s:O, s:f}", "token", s->join_token, "name", s->name, "labels",
+                  s->labels, "cost_per_hour", s->cost_per_hour),
+        JOIN_TIMEOUT_MS, err);
+    if (!resp && err->errnum == EACCES && strstr(err->text, "nodes may not")) {
+        /* the token's endpoint took the first request after all, too late to answer:
+         * this key is a node already; ask the coordinator its name */
+        json_t *me = br_client_call(cl, "ping", NULL, JOIN_TIMEOUT_MS, err);
+        const char *who = json_string_value(json_object_get(me, "principal"));
+        if (who && strcmp(who, "node") == 0)
+            resp = json_pack("{s:O}", "name", json_object_get(me, "name"));
+        json_decref(me);
+    }
+    br_client_destroy(&cl);
+    if (!resp && err->errnum == ETIMEDOUT) /* e.g. an impostor without the secret key */
+        br_errf(err, ETIMEDOUT, "join failed: %s announced the token's key, but no "
+                                "coordinator holding it answered there within %ds",
+                endpoint, JOIN_TIMEOUT_MS / 1000);
+    else if (!resp)
+        br_err_prefix(err, "join refused at %s", endpoint);
+    return resp;
+}
+
 int br_agent_join(br_settings_t *s, br_err_t *err)
 {
     br_token_t t;
@@ -64,20 +242,18 @@ int br_agent_join(br_settings_t *s, br_err_t *err)
     br_strlcpy(c->server_public_key, t.server_key, sizeof(c->server_public_key));
     if (br_keypair(c->public_key, c->secret_key, err) < 0)
         return -1;
-    br_client_t *cl = br_client_new_cred(c, err);
-    if (!cl)
+    char found[BR_ENDPOINT_MAX];
+    json_t *resp = join_token_endpoint(s, found, sizeof(found), err);
+    if (!resp && found[0])
+        resp = join_found(s, found, err);
+    if (!resp)
         return -1;
-    json_t *resp = br_client_call(
-        cl, "node.join",
-        json_pack("{s:s, s:s, s:O, s:f}", "token", s->join_token, "name", s->name, "labels",
-                  s->labels, "cost_per_hour", s->cost_per_hour),
-        15000, err);
-    br_client_destroy(&cl);
-    if (!resp) {
-        br_err_prefix(err, "join refused");
-        return -1;
+    const char *name = json_string_value(json_object_get(resp, "name"));
+    if (!name) {
+        json_decref(resp);
+        return br_errf(err, EPROTO, "join: the coordinator's answer has no node name");
     }
-    br_strlcpy(c->name, json_string_value(json_object_get(resp, "name")), sizeof(c->name));
+    br_strlcpy(c->name, name, sizeof(c->name));
     br_strlcpy(s->name, c->name, sizeof(s->name));
     json_decref(resp);
     if (br_mkdir_p(s->data_dir, 0700, err) < 0)

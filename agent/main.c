@@ -17,11 +17,16 @@ static void usage(FILE *f)
             "                     [--label k=v]... [--cost-per-hour X]\n"
             "                     [--gpus auto|none|LIST] [--job-user USER]\n"
             "                     [--advertise-addr ADDR]\n"
+            "                     [--discover-timeout 30s] [--discover-port 7702]\n"
             "\n"
             "The first start joins with --join TOKEN (from `bramble token create`),\n"
             "makes this node's key pair and saves it in DIR; later starts need only\n"
             "--data-dir. --gpus LIST declares GPUs by hand: \"RTX 4090:24GiB,...\".\n"
-            "--job-user runs jobs as USER (needs a root agent).\n");
+            "--job-user runs jobs as USER (needs a root agent).\n"
+            "When the token's endpoint does not answer the join within 3s (or its\n"
+            "host cannot be resolved), the agent listens on UDP --discover-port for up to\n"
+            "--discover-timeout (0: not at all) for a coordinator announcing the\n"
+            "token's key (`brambled --announce`), and joins it there.\n");
 }
 
 /* A default node name from the host name: lowercase, [a-z0-9-]. */
@@ -52,6 +57,8 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
         {"gpus", required_argument, NULL, 'g'},
         {"job-user", required_argument, NULL, 'u'},
         {"advertise-addr", required_argument, NULL, 'a'},
+        {"discover-timeout", required_argument, NULL, 'D'},
+        {"discover-port", required_argument, NULL, 'P'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int o;
@@ -80,6 +87,23 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
             }
             s->cost_given = 1;
             break;
+        case 'D':
+            if (br_parse_duration(optarg, &s->discover_timeout_ms, &err) < 0) {
+                fprintf(stderr, "bramble-agent: --discover-timeout: %s\n", err.text);
+                return 2;
+            }
+            break;
+        case 'P': {
+            long p = strtol(optarg, &end, 10);
+            if (*end || !*optarg || p < 1 || p > 65535) {
+                fprintf(stderr,
+                        "bramble-agent: --discover-port '%s': expected 1..65535\n",
+                        optarg);
+                return 2;
+            }
+            s->discover_port = (int)p;
+            break;
+        }
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return 2;
         }

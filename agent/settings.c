@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "announce.h"
 #include "conf.h"
 #include "util.h"
 
@@ -14,6 +15,8 @@ void br_settings_init(br_settings_t *s)
 {
     memset(s, 0, sizeof(*s));
     s->labels = json_object();
+    s->discover_timeout_ms = 30000;
+    s->discover_port = BR_ANNOUNCE_PORT;
 }
 
 void br_settings_free(br_settings_t *s)

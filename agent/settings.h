@@ -7,6 +7,7 @@
 #define BRAMBLE_SETTINGS_H
 
 #include <jansson.h>
+#include <stdint.h>
 
 #include "cred.h"
 #include "err.h"
@@ -21,6 +22,10 @@ typedef struct {
     char gpus[1024];       /* auto | none | LIST */
     char job_user[64];     /* "" = the agent's own user */
     char advertise_addr[256];
+    int64_t discover_timeout_ms; /* join: listen this long for the coordinator's LAN
+                                    announcement when the token endpoint is silent
+                                    (0: never); not saved */
+    int discover_port;           /* its UDP port (BR_ANNOUNCE_PORT); not saved */
     br_cred_t cred;
 } br_settings_t;
 

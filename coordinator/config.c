@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "announce.h"
 #include "conf.h"
 #include "store.h"
 #include "util.h"
@@ -26,6 +27,8 @@ void br_config_defaults(br_config_t *cfg)
     cfg->heartbeat_ms = 1000;
     cfg->node_timeout_ms = 5000;
     cfg->grace_ms = -1; /* derived from node_timeout when not set */
+    cfg->announce = -1;
+    cfg->announce_port = BR_ANNOUNCE_PORT;
 }
 
 const char *br_config_path(const br_config_t *cfg, const char *name, char *buf,
@@ -92,6 +95,8 @@ int br_config_init(br_config_t *cfg, br_err_t *err)
     json_t *obj = json_pack("{s:s, s:s, s:s, s:s}", "listen", cfg->listen, "advertise",
                             cfg->advertise, "public_key", cfg->public_key,
                             "secret_key", cfg->secret_key);
+    if (cfg->announce == 1) /* `brambled init --announce`: later starts announce */
+        json_object_set_new(obj, "announce", json_true());
     rc = br_conf_save(br_config_path(cfg, "coordinator.yaml", path, sizeof(path)), obj,
                       0600, err);
     json_decref(obj);
@@ -113,12 +118,20 @@ int br_config_load(br_config_t *cfg, br_err_t *err)
     const char *adv = br_conf_str(obj, "advertise");
     const char *pub = br_conf_str(obj, "public_key");
     const char *sec = br_conf_str(obj, "secret_key");
+    const char *announce = br_conf_str(obj, "announce");
     int rc = -1;
     if (!listen || !adv || !br_key_valid(pub) || !br_key_valid(sec)) {
         br_errf(err, EINVAL, "%s: incomplete (listen, advertise, public_key, secret_key)",
                 path);
         goto done;
     }
+    if (announce && strcmp(announce, "true") != 0 && strcmp(announce, "false") != 0) {
+        br_errf(err, EINVAL, "%s: announce: expected true or false, not '%s'", path,
+                announce);
+        goto done;
+    }
+    if (cfg->announce < 0)
+        cfg->announce = announce && strcmp(announce, "true") == 0;
     if (!cfg->listen[0])
         br_strlcpy(cfg->listen, listen, sizeof(cfg->listen));
     if (!cfg->advertise[0])

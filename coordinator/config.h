@@ -1,5 +1,5 @@
 /* config.h - the coordinator's settings: what `brambled init` records in the data
- * dir (keys, endpoints) and what flags override at start (timing). */
+ * dir (keys, endpoints, announce) and what flags override at start (timing). */
 #ifndef BRAMBLE_COORD_CONFIG_H
 #define BRAMBLE_COORD_CONFIG_H
 
@@ -17,6 +17,8 @@ typedef struct {
     int64_t heartbeat_ms;    /* pushed to agents */
     int64_t node_timeout_ms; /* silent this long: lost */
     int64_t grace_ms;        /* after start, no node is lost before this */
+    int announce;            /* LAN announcer: -1 as recorded (default off), 0, 1 */
+    int announce_port;       /* its UDP port (BR_ANNOUNCE_PORT) */
 } br_config_t;
 
 #define BR_DEFAULT_LISTEN "tcp://0.0.0.0:7700"
@@ -28,7 +30,8 @@ void br_config_defaults(br_config_t *cfg);
  * admin key, and DIR/admin.credential. Refuses a data dir that is already set up. */
 int br_config_init(br_config_t *cfg, br_err_t *err);
 
-/* Read DIR/coordinator.yaml into cfg (keys; listen/advertise unless already set). */
+/* Read DIR/coordinator.yaml into cfg (keys; listen/advertise and announce unless
+ * already set). */
 int br_config_load(br_config_t *cfg, br_err_t *err);
 
 /* DIR/name into buf. */

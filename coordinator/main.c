@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "announce.h"
+#include "announcer.h"
 #include "config.h"
 #include "coord.h"
 #include "util.h"
@@ -14,12 +16,18 @@ static void usage(FILE *f)
             "usage: brambled init --data-dir DIR [--listen EP] [--advertise EP]\n"
             "       brambled [--data-dir DIR] [--listen EP] [--advertise EP]\n"
             "                [--heartbeat-interval 1s] [--node-timeout 5s]\n"
+            "                [--announce | --no-announce] [--announce-port %d]\n"
+            "                [--teaching]\n"
             "\n"
             "init creates the coordinator key pair, the store (DIR/bramble.db) and the\n"
             "admin credential (DIR/admin.credential), and records the endpoints.\n"
             "Without init, serve: agents and the CLI connect to --listen\n"
-            "(default %s). Durations take ms, s, m, h.\n",
-            BR_DEFAULT_LISTEN);
+            "(default %s). Durations take ms, s, m, h.\n"
+            "--announce broadcasts this coordinator's endpoint and public key on the\n"
+            "LAN (UDP port %d, every 2s) so agents whose join token names a stale\n"
+            "address find it; off unless --announce or --teaching (teaching mode) is\n"
+            "given, or init recorded it (`brambled init --announce`).\n",
+            BR_ANNOUNCE_PORT, BR_DEFAULT_LISTEN, BR_ANNOUNCE_PORT);
 }
 
 static int parse_args(int argc, char **argv, br_config_t *cfg)
@@ -30,10 +38,15 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
         {"advertise", required_argument, NULL, 'a'},
         {"heartbeat-interval", required_argument, NULL, 'H'},
         {"node-timeout", required_argument, NULL, 'T'},
+        {"announce", no_argument, NULL, 'A'},
+        {"no-announce", no_argument, NULL, 'N'},
+        {"announce-port", required_argument, NULL, 'P'},
+        {"teaching", no_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int o;
     br_err_t err;
+    char *end;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (o) {
         case 'd':
@@ -51,6 +64,22 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
                                                    : &cfg->node_timeout_ms,
                                   &err) < 0) {
                 fprintf(stderr, "brambled: %s\n", err.text);
+                return 2;
+            }
+            break;
+        case 'A':
+        case 't': /* teaching mode: agents find the coordinator by themselves */
+            cfg->announce = 1;
+            break;
+        case 'N':
+            cfg->announce = 0;
+            break;
+        case 'P':
+            cfg->announce_port = (int)strtol(optarg, &end, 10);
+            if (*end || !*optarg || cfg->announce_port < 1 ||
+                cfg->announce_port > 65535) {
+                fprintf(stderr, "brambled: --announce-port '%s': expected 1..65535\n",
+                        optarg);
                 return 2;
             }
             break;
@@ -97,6 +126,8 @@ int main(int argc, char **argv)
         printf("initialized %s\n  listen:    %s\n  advertise: %s\n"
                "  admin credential: %s/admin.credential\n",
                cfg.data_dir, cfg.listen, cfg.advertise, cfg.data_dir);
+        if (cfg.announce == 1)
+            printf("  announce:  on (UDP port %d)\n", cfg.announce_port);
         return 0;
     }
     br_raise_nofile();
@@ -109,9 +140,21 @@ int main(int argc, char **argv)
         fprintf(stderr, "brambled: %s\n", err.text);
         return 1;
     }
+    /* after the bind (br_coord_new), so an announced coordinator is there to answer */
+    br_announcer_t *an = NULL;
+    if (cfg.announce == 1) {
+        an = br_announcer_new(cfg.public_key, cfg.listen, cfg.advertise,
+                              cfg.announce_port, &err);
+        if (!an) {
+            fprintf(stderr, "brambled: %s\n", err.text);
+            br_coord_destroy(&c);
+            return 1;
+        }
+    }
     rc = br_coord_run(c, &err) < 0 ? 1 : 0;
     if (rc)
         fprintf(stderr, "brambled: %s\n", err.text);
+    br_announcer_destroy(&an);
     br_coord_destroy(&c);
     return rc;
 }

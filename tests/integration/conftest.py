@@ -340,8 +340,10 @@ class Cluster:
         assert self.credential.exists(), "brambled init wrote no admin.credential"
         return self
 
-    def start_coordinator(self, extra=(), wait=True):
-        argv = [self.bin("brambled"), "--data-dir", self.data]
+    def start_coordinator(self, extra=(), wait=True, wrap=()):
+        """Start brambled (with extra flags); wrap: argv to run it under, which must
+        exec it (`ip netns exec NS`)."""
+        argv = list(wrap) + [self.bin("brambled"), "--data-dir", self.data]
         if self.heartbeat:
             argv += ["--heartbeat-interval", self.heartbeat]
         if self.node_timeout:
