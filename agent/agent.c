@@ -25,6 +25,7 @@
 #include "gpu.h"
 #include "inventory.h"
 #include "localsock.h"
+#include "probe.h"
 #include "msg.h"
 #include "sock.h"
 #include "token.h"
@@ -41,12 +42,18 @@ struct br_agent {
     br_gpus_t *gpus;
     json_t *inventory;
     br_localsock_t *local; /* `bramble checkpoint` from inside jobs */
+    br_probe_t *probe;     /* round trips to the other nodes; NULL when off */
     char agent_id[17];     /* hash of this node's key: which jobs are ours */
     br_attempt_t *att[MAX_ATTEMPTS];
     int natt;
-    uint32_t seq, hello_seq;
+    zmq_pollitem_t *items; /* what the loop polls, grown as needed */
+    br_attempt_t **owner;  /* the attempt each item's pipe belongs to, or NULL */
+    int items_cap;
+    uint32_t seq, hello_seq, hb_seq;
     int hello_acked;
     int64_t hello_sent, hb_sent, hb_ms;
+    int64_t hb_sent_us;   /* when the heartbeat in flight left (monotonic) */
+    double coord_rtt_ms;  /* its last round trip; < 0 until one came back */
     int64_t last_heard, fence_ms; /* fencing: freeze jobs when silent this long */
     json_t *unacked;              /* checkpoint reports not acknowledged yet */
     int stop, fatal;
@@ -313,6 +320,9 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
     a->local = br_localsock_new(s->name, err);
     if (!a->local)
         goto fail;
+    a->coord_rtt_ms = -1;
+    if (s->probe_port >= 0 && !(a->probe = br_probe_new(s->probe_port, err)))
+        goto fail;
     a->ctx = zmq_ctx_new();
     a->sock = br_sock_client(a->ctx, s->cred.endpoint, s->cred.server_public_key,
                              s->cred.public_key, s->cred.secret_key, err);
@@ -342,6 +352,9 @@ void br_agent_destroy(br_agent_t **ap)
         zmq_ctx_term(a->ctx);
     br_gpus_destroy(&a->gpus);
     br_localsock_destroy(&a->local);
+    br_probe_destroy(&a->probe);
+    free(a->items);
+    free(a->owner);
     json_decref(a->inventory);
     json_decref(a->unacked);
     if (a->sigfd >= 0)
@@ -384,12 +397,14 @@ static json_t *tasks_json(br_agent_t *a)
     json_t *tasks = json_array();
     for (int i = 0; i < a->natt; i++) {
         br_attempt_t *t = a->att[i];
-        json_array_append_new(
-            tasks, json_pack("{s:I, s:i, s:s}", "job", (json_int_t)br_attempt_job(t),
-                             "attempt", br_attempt_number(t), "state",
-                             br_task_done(br_attempt_task(t), NULL, NULL) ? "exited"
-                             : br_attempt_frozen(t)                       ? "frozen"
-                                                                          : "running"));
+        json_t *task = json_pack("{s:I, s:i, s:s}", "job", (json_int_t)br_attempt_job(t),
+                                 "attempt", br_attempt_number(t), "state",
+                                 br_attempt_done(t)     ? "exited"
+                                 : br_attempt_frozen(t) ? "frozen"
+                                                        : "running");
+        if (br_attempt_port(t))
+            json_object_set_new(task, "port", json_integer(br_attempt_port(t)));
+        json_array_append_new(tasks, task);
     }
     return tasks;
 }
@@ -402,17 +417,19 @@ static void send_hello(br_agent_t *a)
                              "cost_per_hour", a->s->cost_per_hour, "tasks", tasks_json(a));
     if (a->s->advertise_addr[0])
         json_object_set_new(body, "advertise_addr", json_string(a->s->advertise_addr));
+    if (a->probe)
+        json_object_set_new(body, "probe_port", json_integer(br_probe_port(a->probe)));
     a->hello_seq = send_msg(a, BR_MSG_REQUEST, "node.hello", body, NULL, 0);
     a->hello_sent = br_mono_ms();
 }
 
-static void ship_log(void *arg, br_attempt_t *t, int stream, int64_t seq,
+static void ship_log(void *arg, br_attempt_t *t, int rank, int stream, int64_t seq,
                      const void *data, size_t len)
 {
     br_agent_t *a = arg;
     send_msg(a, BR_MSG_EVENT, "job.log",
              json_pack("{s:I, s:i, s:i, s:i, s:I}", "job", (json_int_t)br_attempt_job(t),
-                       "attempt", br_attempt_number(t), "rank", br_attempt_rank(t),
+                       "attempt", br_attempt_number(t), "rank", rank,
                        "stream", stream, "seq", (json_int_t)seq),
              data, len);
 }
@@ -479,13 +496,13 @@ static json_t *on_local(void *arg, const char *tag, json_t *req, br_err_t *err)
     br_agent_t *a = arg;
     br_attempt_t *t = NULL;
     for (int i = 0; i < a->natt && !t; i++)
-        if (strcmp(br_task_tag(br_attempt_task(a->att[i])), tag) == 0)
+        if (br_attempt_has_tag(a->att[i], tag))
             t = a->att[i];
     const char *type, *path;
     json_int_t step;
     json_error_t jerr;
     struct stat st;
-    if (!t || br_task_done(br_attempt_task(t), NULL, NULL))
+    if (!t || br_attempt_done(t))
         return br_errp(err, EACCES, "not inside a running job of this node");
     if (json_unpack_ex(req, &jerr, JSON_STRICT, "{s:s, s:s, s:I}", "type", &type, "path",
                        &path, "step", &step) < 0 || strcmp(type, "checkpoint") != 0)
@@ -503,8 +520,8 @@ static json_t *on_local(void *arg, const char *tag, json_t *req, br_err_t *err)
 
 static void report_exit(br_agent_t *a, br_attempt_t *t)
 {
-    int code = -1, sig = -1;
-    br_task_done(br_attempt_task(t), &code, &sig);
+    int code, sig;
+    br_attempt_status(t, &code, &sig);
     json_t *body = json_pack("{s:I, s:i, s:o, s:o, s:s}", "job",
                              (json_int_t)br_attempt_job(t), "attempt", br_attempt_number(t),
                              "exit_code", code >= 0 ? json_integer(code) : json_null(),
@@ -548,15 +565,16 @@ static void on_run(br_agent_t *a, br_msg_t *m)
     json_int_t job;
     int attempt, rank;
     const char *name, *command;
-    json_t *workdir, *env, *ckpt = NULL;
-    br_err_t err;
+    json_t *workdir, *env, *ckpt = NULL, *tasks = NULL;
+    br_err_t err = {0};
     const char *fault = "";
-    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?o}", "job", &job,
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?o, s?o}", "job", &job,
                       "attempt", &attempt, "name", &name, "rank", &rank, "command",
-                      &command, "workdir", &workdir, "env", &env, "checkpoint",
-                      &ckpt) < 0 ||
-        !json_is_object(env)) {
-        reply(a, m, EPROTO, err.text);
+                      &command, "workdir", &workdir, "env", &env, "checkpoint", &ckpt,
+                      "tasks", &tasks) < 0 ||
+        !json_is_object(env) || (tasks && !json_is_array(tasks))) {
+        reply(a, m, EPROTO, err.text[0] ? err.text : "job.run: env must be an object "
+                                                     "and tasks an array");
         return;
     }
     reply(a, m, 0, NULL);
@@ -573,27 +591,35 @@ static void on_run(br_agent_t *a, br_msg_t *m)
         json_object_set_new(env, "BRAMBLE_AGENT_SOCK",
                             json_string(br_localsock_address(a->local)));
         json_object_set_new(env, "BRAMBLE_AGENT_ID", json_string(a->agent_id));
+        /* rank 0 chooses the gang's rendezvous port; the coordinator hands it to
+         * the other ranks once this node says it started */
+        int port = 0;
         if (rank == 0 && !json_object_get(env, "MASTER_PORT")) {
-            char port[16];
-            snprintf(port, sizeof(port), "%d", free_port());
-            json_object_set_new(env, "MASTER_PORT", json_string(port));
+            char text[16];
+            port = free_port();
+            snprintf(text, sizeof(text), "%d", port);
+            json_object_set_new(env, "MASTER_PORT", json_string(text));
         }
-        br_attempt_opts_t o = {job,
-                               attempt,
-                               rank,
-                               command,
-                               json_is_string(workdir) ? json_string_value(workdir) : NULL,
-                               env,
-                               a->s->job_user[0] ? a->s->job_user : NULL,
-                               a->s->name,
-                               json_is_object(ckpt) ? ckpt : NULL};
+        br_attempt_opts_t o = {
+            .job = job,
+            .attempt = attempt,
+            .command = command,
+            .workdir = json_is_string(workdir) ? json_string_value(workdir) : NULL,
+            .env = env,
+            .tasks = tasks,
+            .default_rank = rank,
+            .user = a->s->job_user[0] ? a->s->job_user : NULL,
+            .node = a->s->name,
+            .checkpoint = json_is_object(ckpt) ? ckpt : NULL};
         br_attempt_t *t = br_attempt_start(&o, &err);
         if (t) {
             a->att[a->natt++] = t;
-            send_msg(a, BR_MSG_REQUEST, "job.started",
-                     json_pack("{s:I, s:i, s:i}", "job", job, "attempt", attempt, "pid",
-                               (int)br_attempt_pid(t)),
-                     NULL, 0);
+            br_attempt_set_port(t, port);
+            json_t *body = json_pack("{s:I, s:i, s:i}", "job", job, "attempt", attempt,
+                                     "pid", (int)br_attempt_pid(t));
+            if (port)
+                json_object_set_new(body, "port", json_integer(port));
+            send_msg(a, BR_MSG_REQUEST, "job.started", body, NULL, 0);
             return;
         }
     }
@@ -626,11 +652,11 @@ static void on_kill(br_agent_t *a, br_msg_t *m)
     br_attempt_t *t;
     if (order_target(a, m, &t) < 0)
         return;
-    if (t && !br_task_done(br_attempt_task(t), NULL, NULL)) {
+    if (t && !br_attempt_done(t)) {
         fprintf(stderr, "bramble-agent: job %lld attempt %d: killing it, as ordered\n",
                 (long long)br_attempt_job(t), br_attempt_number(t));
         br_attempt_set_reason(t, "killed on request");
-        if (br_task_kill_tree(br_attempt_task(t), 5000) < 0)
+        if (br_attempt_kill(t, 5000) < 0)
             fprintf(stderr, "bramble-agent: job %lld: processes survived SIGKILL\n",
                     (long long)br_attempt_job(t));
     }
@@ -659,7 +685,7 @@ static void fence(br_agent_t *a, int64_t now)
     int n = 0;
     for (int i = 0; i < a->natt; i++) {
         br_attempt_t *t = a->att[i];
-        if (!br_attempt_frozen(t) && !br_task_done(br_attempt_task(t), NULL, NULL)) {
+        if (!br_attempt_frozen(t) && !br_attempt_done(t)) {
             br_attempt_freeze(t);
             n++;
         }
@@ -701,8 +727,19 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         a->hb_ms = hb >= 10 ? hb : 1000;
         a->fence_ms = fence_ms > a->hb_ms ? fence_ms : 3 * a->hb_ms;
         a->hello_acked = 1;
+        const char *key = json_string_value(json_object_get(b, "probe_key"));
+        if (a->probe && key &&
+            br_probe_set_key(a->probe, key,
+                             json_integer_value(json_object_get(b, "probe_interval")),
+                             &err) < 0)
+            fprintf(stderr, "bramble-agent: %s: not probing\n", err.text);
         fprintf(stderr, "bramble-agent: connected to %s as %s (heartbeat %lldms)\n",
                 a->s->cred.endpoint, a->s->name, (long long)a->hb_ms);
+    } else if (seq == a->hb_seq && !failed) {
+        a->coord_rtt_ms = (double)(br_mono_us() - a->hb_sent_us) / 1000.0; /* 1 us steps */
+        json_t *peers = json_object_get(br_msg_body(m), "peers");
+        if (a->probe && json_is_array(peers))
+            br_probe_set_peers(a->probe, peers);
     } else if (failed && err.errnum == ENOTCONN) {
         a->hello_acked = 0; /* the coordinator wants a hello (restarted, or we were lost) */
         send_hello(a);
@@ -754,16 +791,9 @@ static void reap(br_agent_t *a)
 {
     int status;
     pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-        for (int i = 0; i < a->natt; i++) {
-            br_task_t *t = br_attempt_task(a->att[i]);
-            if (br_task_pid(t) == pid) {
-                br_task_exited(t, status);
-                /* the job is its main process: what it left running goes too */
-                br_task_kill_tree(t, 2000);
-            }
-        }
-    }
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+        for (int i = 0; i < a->natt && !br_attempt_reaped(a->att[i], pid, status); i++)
+            ;
 }
 
 static void on_signal(br_agent_t *a)
@@ -783,6 +813,8 @@ static void timers(br_agent_t *a)
 {
     int64_t now = br_mono_ms();
     fence(a, now);
+    if (a->probe && a->hello_acked)
+        br_probe_tick(a->probe, now);
     for (int i = 0; i < a->natt; i++) {
         br_attempt_t *t = a->att[i];
         br_attempt_flush(t, 0, ship_log, a);
@@ -809,7 +841,13 @@ static void timers(br_agent_t *a)
         json_t *hb = json_pack("{s:o}", "tasks", tasks_json(a));
         if (getloadavg(load, 1) == 1)
             json_object_set_new(hb, "load", json_real(load[0]));
-        send_msg(a, BR_MSG_REQUEST, "node.heartbeat", hb, NULL, 0);
+        json_t *rtt = json_pack("{s:o}", "peers", a->probe ? br_probe_report(a->probe, now)
+                                                            : json_object());
+        if (a->coord_rtt_ms >= 0)
+            json_object_set_new(rtt, "coordinator", json_real(a->coord_rtt_ms));
+        json_object_set_new(hb, "rtt", rtt);
+        a->hb_sent_us = br_mono_us();
+        a->hb_seq = send_msg(a, BR_MSG_REQUEST, "node.heartbeat", hb, NULL, 0);
         for (int i = 0; i < a->natt; i++) /* exits not acknowledged yet: say again */
             if (br_attempt_report_seq(a->att[i]))
                 report_exit(a, a->att[i]);
@@ -817,28 +855,47 @@ static void timers(br_agent_t *a)
     }
 }
 
-static int build_poll(br_agent_t *a, zmq_pollitem_t *items, br_attempt_t **owner,
-                      int *stream)
+#define FIXED_ITEMS 5
+
+/* What the loop waits on, in a->items: the socket, its monitor, signals, the local
+ * socket, the probe socket, then each attempt's checkpoint watcher and output pipes (a->owner says
+ * whose). Returns the count, or -1 when out of memory. */
+static int build_poll(br_agent_t *a)
 {
+    int max = FIXED_ITEMS;
+    for (int i = 0; i < a->natt; i++)
+        max += 1 + 2 * br_attempt_ntasks(a->att[i]);
+    if (max > a->items_cap) {
+        zmq_pollitem_t *it = realloc(a->items, (size_t)max * sizeof(*it));
+        if (it)
+            a->items = it;
+        br_attempt_t **ow = realloc(a->owner, (size_t)max * sizeof(*ow));
+        if (ow)
+            a->owner = ow;
+        if (!it || !ow)
+            return -1;
+        a->items_cap = max;
+    }
+    zmq_pollitem_t *items = a->items;
+    br_attempt_t **owner = a->owner;
     int n = 0;
     items[n++] = (zmq_pollitem_t){a->sock, 0, ZMQ_POLLIN, 0};
     items[n++] = (zmq_pollitem_t){a->monitor, 0, ZMQ_POLLIN, 0};
     items[n++] = (zmq_pollitem_t){NULL, a->sigfd, ZMQ_POLLIN, 0};
     items[n++] = (zmq_pollitem_t){NULL, br_localsock_fd(a->local), ZMQ_POLLIN, 0};
+    items[n++] = a->probe ? (zmq_pollitem_t){NULL, br_probe_fd(a->probe), ZMQ_POLLIN, 0}
+                          : (zmq_pollitem_t){NULL, a->sigfd, 0, 0}; /* a placeholder */
     for (int i = 0; i < a->natt; i++) {
         br_ckpt_t *ck = br_attempt_ckpt(a->att[i]);
         if (ck && br_ckpt_fd(ck) >= 0) {
             owner[n] = NULL; /* a wake-up only: timers() scans */
-            stream[n] = 0;
             items[n++] = (zmq_pollitem_t){NULL, br_ckpt_fd(ck), ZMQ_POLLIN, 0};
         }
-        for (int s = 1; s <= 2; s++) {
-            int fd = br_task_fd(br_attempt_task(a->att[i]), s);
-            if (fd < 0)
-                continue;
+        int fds[2 * BR_ATTEMPT_MAX_TASKS];
+        int nfds = br_attempt_fds(a->att[i], fds, 2 * BR_ATTEMPT_MAX_TASKS);
+        for (int f = 0; f < nfds && n < max; f++) {
             owner[n] = a->att[i];
-            stream[n] = s;
-            items[n++] = (zmq_pollitem_t){NULL, fd, ZMQ_POLLIN, 0};
+            items[n++] = (zmq_pollitem_t){NULL, fds[f], ZMQ_POLLIN, 0};
         }
     }
     return n;
@@ -860,14 +917,11 @@ static long poll_timeout(const br_agent_t *a)
 static void kill_all(br_agent_t *a)
 {
     for (int i = 0; i < a->natt; i++)
-        br_task_kill_tree(br_attempt_task(a->att[i]), 5000);
+        br_attempt_kill(a->att[i], 5000);
 }
 
 int br_agent_run(br_agent_t *a, br_err_t *err)
 {
-    zmq_pollitem_t items[4 + 3 * MAX_ATTEMPTS];
-    br_attempt_t *owner[4 + 3 * MAX_ATTEMPTS];
-    int stream[4 + 3 * MAX_ATTEMPTS];
     char prefix[80], also[80];
     snprintf(prefix, sizeof(prefix), "%s/", a->s->name);
     snprintf(also, sizeof(also), "BRAMBLE_AGENT_ID=%s", a->agent_id);
@@ -877,7 +931,11 @@ int br_agent_run(br_agent_t *a, br_err_t *err)
                 orphans);
     send_hello(a);
     while (!a->stop) {
-        int n = build_poll(a, items, owner, stream);
+        int n = build_poll(a);
+        if (n < 0)
+            return br_errf(err, ENOMEM, "out of memory");
+        zmq_pollitem_t *items = a->items;
+        br_attempt_t **owner = a->owner;
         int rc = zmq_poll(items, n, poll_timeout(a));
         if (rc < 0 && errno != EINTR)
             return br_errf(err, errno, "poll: %s", zmq_strerror(errno));
@@ -888,10 +946,16 @@ int br_agent_run(br_agent_t *a, br_err_t *err)
         }
         if (rc > 0 && (items[2].revents & ZMQ_POLLIN))
             on_signal(a);
+        if (rc > 0 && (items[4].revents & ZMQ_POLLIN))
+            br_probe_read(a->probe);
         /* pipes before the socket: an acknowledgement there may free an attempt */
-        for (int i = 4; i < n && rc > 0; i++)
-            if (owner[i] && (items[i].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
-                br_attempt_read(owner[i], stream[i], ship_log, a);
+        for (int i = FIXED_ITEMS; i < n && rc > 0; i++)
+            if (owner[i] && (items[i].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) {
+                br_attempt_read(owner[i], ship_log, a);
+                for (int j = i + 1; j < n; j++) /* read once per wake */
+                    if (owner[j] == owner[i])
+                        owner[j] = NULL;
+            }
         if (rc > 0 && (items[3].revents & ZMQ_POLLIN))
             br_localsock_serve(a->local, on_local, a);
         if (rc > 0 && (items[0].revents & ZMQ_POLLIN))

@@ -1,4 +1,5 @@
-/* attempt.c - one attempt of a job on this node: task, log batching, exit report. */
+/* attempt.c - one attempt of a job on this node: its tasks, log batching per rank,
+ * exit report. */
 #include "attempt.h"
 
 #include <errno.h>
@@ -15,29 +16,39 @@ typedef struct {
     int64_t seq;
 } stream_buf_t;
 
+typedef struct {
+    int rank;
+    br_task_t *task;
+    stream_buf_t out[2];
+} proc_t;
+
 struct br_attempt {
     int64_t job;
     int attempt;
-    int rank;
-    br_task_t *task;
+    int n;
+    proc_t *procs;
     br_ckpt_t *ckpt;
     int frozen;
-    stream_buf_t out[2];
+    int port;
     uint32_t report_seq;
     char reason[200];
 };
 
-static char **env_array(json_t *env)
+/* "KEY=VALUE" entries of base, then of over (later entries win in br_task_start). */
+static char **env_array(json_t *base, json_t *over)
 {
-    size_t n = json_object_size(env), i = 0;
+    size_t n = json_object_size(base) + json_object_size(over), i = 0;
     char **arr = calloc(n + 1, sizeof(char *));
+    json_t *objs[2] = {base, over};
     const char *k;
     json_t *v;
     if (!arr)
         return NULL;
-    json_object_foreach(env, k, v) {
-        if (json_is_string(v) && asprintf(&arr[i], "%s=%s", k, json_string_value(v)) > 0)
-            i++;
+    for (int o = 0; o < 2; o++) {
+        json_object_foreach(objs[o], k, v) {
+            if (json_is_string(v) && asprintf(&arr[i], "%s=%s", k, json_string_value(v)) > 0)
+                i++;
+        }
     }
     return arr;
 }
@@ -49,23 +60,38 @@ static void env_free(char **arr)
     free(arr);
 }
 
-br_attempt_t *br_attempt_start(const br_attempt_opts_t *o, br_err_t *err)
+static int start_task(const br_attempt_opts_t *o, proc_t *p, json_t *own_env,
+                      br_err_t *err)
 {
-    br_attempt_t *a = calloc(1, sizeof(*a));
-    if (!a)
-        return br_errp(err, ENOMEM, "out of memory");
-    a->job = o->job;
-    a->attempt = o->attempt;
-    a->rank = o->rank;
     char tag[160];
     snprintf(tag, sizeof(tag), "%s/%lld.%d.%d", o->node, (long long)o->job, o->attempt,
-             o->rank);
-    char **env = env_array(o->env);
+             p->rank);
+    char **env = env_array(o->env, own_env);
+    if (!env)
+        return br_errf(err, ENOMEM, "out of memory");
     br_task_opts_t to = {.command = o->command,
                          .workdir = o->workdir,
                          .env = (const char *const *)env,
                          .user = o->user,
                          .tag = tag};
+    p->task = br_task_start(&to, err);
+    env_free(env);
+    return p->task ? 0 : -1;
+}
+
+br_attempt_t *br_attempt_start(const br_attempt_opts_t *o, br_err_t *err)
+{
+    size_t n = o->tasks ? json_array_size(o->tasks) : 1;
+    if (n < 1 || n > BR_ATTEMPT_MAX_TASKS)
+        return br_errp(err, EINVAL, "an attempt runs 1 to %d tasks on a node, not %zu",
+                       BR_ATTEMPT_MAX_TASKS, n);
+    br_attempt_t *a = calloc(1, sizeof(*a));
+    if (!a || !(a->procs = calloc(n, sizeof(proc_t)))) {
+        free(a);
+        return br_errp(err, ENOMEM, "out of memory");
+    }
+    a->job = o->job;
+    a->attempt = o->attempt;
     json_t *ck = o->checkpoint;
     if (json_is_object(ck)) {
         /* watch from before the start, so nothing the attempt writes is missed */
@@ -74,29 +100,35 @@ br_attempt_t *br_attempt_start(const br_attempt_opts_t *o, br_err_t *err)
                               json_string_value(json_object_get(ck, "complete_file")),
                               BR_CKPT_STABLE_MS, err);
         if (!a->ckpt) {
-            env_free(env);
-            free(a);
+            br_attempt_destroy(&a);
             return NULL;
         }
     }
-    a->task = env ? br_task_start(&to, err) : NULL;
-    env_free(env);
-    if (!a->task) {
-        br_ckpt_destroy(&a->ckpt);
-        free(a);
-        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = o->tasks ? json_array_get(o->tasks, i) : NULL;
+        proc_t *p = &a->procs[i];
+        p->rank = t ? (int)json_integer_value(json_object_get(t, "rank")) : o->default_rank;
+        if (start_task(o, p, t ? json_object_get(t, "env") : NULL, err) < 0) {
+            br_attempt_kill(a, 5000); /* all or nothing */
+            br_attempt_destroy(&a);
+            return NULL;
+        }
+        a->n++;
     }
     return a;
 }
 
-void br_attempt_destroy(br_attempt_t **a)
+void br_attempt_destroy(br_attempt_t **ap)
 {
-    if (a && *a) {
-        br_ckpt_destroy(&(*a)->ckpt);
-        br_task_destroy(&(*a)->task);
-        free(*a);
-        *a = NULL;
-    }
+    br_attempt_t *a = ap ? *ap : NULL;
+    if (!a)
+        return;
+    br_ckpt_destroy(&a->ckpt);
+    for (int i = 0; i < a->n; i++)
+        br_task_destroy(&a->procs[i].task);
+    free(a->procs);
+    free(a);
+    *ap = NULL;
 }
 
 int64_t br_attempt_job(const br_attempt_t *a)
@@ -109,61 +141,161 @@ int br_attempt_number(const br_attempt_t *a)
     return a->attempt;
 }
 
-int br_attempt_rank(const br_attempt_t *a)
+int br_attempt_ntasks(const br_attempt_t *a)
 {
-    return a->rank;
+    return a->n;
 }
 
 pid_t br_attempt_pid(const br_attempt_t *a)
 {
-    return br_task_pid(a->task);
+    return a->n ? br_task_pid(a->procs[0].task) : -1;
 }
 
-br_task_t *br_attempt_task(br_attempt_t *a)
+void br_attempt_set_port(br_attempt_t *a, int port)
 {
-    return a->task;
+    a->port = port;
 }
 
-static void ship(br_attempt_t *a, int stream, br_attempt_log_fn fn, void *arg)
+int br_attempt_port(const br_attempt_t *a)
 {
-    stream_buf_t *s = &a->out[stream - 1];
+    return a->port;
+}
+
+int br_attempt_has_tag(const br_attempt_t *a, const char *tag)
+{
+    for (int i = 0; i < a->n; i++)
+        if (strcmp(br_task_tag(a->procs[i].task), tag) == 0)
+            return 1;
+    return 0;
+}
+
+int br_attempt_reaped(br_attempt_t *a, pid_t pid, int status)
+{
+    for (int i = 0; i < a->n; i++) {
+        br_task_t *t = a->procs[i].task;
+        if (br_task_pid(t) != pid || br_task_done(t, NULL, NULL))
+            continue;
+        br_task_exited(t, status);
+        /* the task is its main process: what it left running goes too */
+        br_task_kill_tree(t, 2000);
+        int code = -1, sig = -1;
+        br_task_done(t, &code, &sig);
+        if (a->n > 1 && (code != 0 || sig >= 0) && !a->reason[0]) {
+            char why[160];
+            if (sig >= 0)
+                snprintf(why, sizeof(why), "rank %d: killed by signal %d (%s)",
+                         a->procs[i].rank, sig, strsignal(sig));
+            else
+                snprintf(why, sizeof(why), "rank %d: exit code %d", a->procs[i].rank, code);
+            br_attempt_set_reason(a, why);
+            br_attempt_kill(a, 5000); /* the node's part of the gang ends with it */
+        }
+        return 1;
+    }
+    return 0;
+}
+
+int br_attempt_fds(const br_attempt_t *a, int *fds, int max)
+{
+    int n = 0;
+    for (int i = 0; i < a->n; i++)
+        for (int s = 1; s <= 2; s++) {
+            int fd = br_task_fd(a->procs[i].task, s);
+            if (fd >= 0 && n < max)
+                fds[n++] = fd;
+        }
+    return n;
+}
+
+static void ship(br_attempt_t *a, proc_t *p, int stream, br_attempt_log_fn fn, void *arg)
+{
+    stream_buf_t *s = &p->out[stream - 1];
     if (s->len == 0)
         return;
-    fn(arg, a, stream, s->seq++, s->buf, s->len);
+    fn(arg, a, p->rank, stream, s->seq++, s->buf, s->len);
     s->len = 0;
 }
 
-void br_attempt_read(br_attempt_t *a, int stream, br_attempt_log_fn fn, void *arg)
+static void read_stream(br_attempt_t *a, proc_t *p, int stream, br_attempt_log_fn fn,
+                        void *arg)
 {
-    stream_buf_t *s = &a->out[stream - 1];
+    stream_buf_t *s = &p->out[stream - 1];
+    if (br_task_fd(p->task, stream) < 0)
+        return;
     for (int rounds = 0; rounds < 16; rounds++) {
         if (s->len == sizeof(s->buf))
-            ship(a, stream, fn, arg);
-        ssize_t n = br_task_read(a->task, stream, s->buf + s->len, sizeof(s->buf) - s->len);
+            ship(a, p, stream, fn, arg);
+        ssize_t n = br_task_read(p->task, stream, s->buf + s->len, sizeof(s->buf) - s->len);
         if (n <= 0)
             break;
         if (s->len == 0)
             s->first_ms = br_mono_ms();
         s->len += (size_t)n;
     }
-    if (s->len == sizeof(s->buf) || br_task_fd(a->task, stream) < 0)
-        ship(a, stream, fn, arg);
+    if (s->len == sizeof(s->buf) || br_task_fd(p->task, stream) < 0)
+        ship(a, p, stream, fn, arg);
+}
+
+void br_attempt_read(br_attempt_t *a, br_attempt_log_fn fn, void *arg)
+{
+    for (int i = 0; i < a->n; i++)
+        for (int stream = 1; stream <= 2; stream++)
+            read_stream(a, &a->procs[i], stream, fn, arg);
 }
 
 void br_attempt_flush(br_attempt_t *a, int force, br_attempt_log_fn fn, void *arg)
 {
     int64_t now = br_mono_ms();
-    for (int stream = 1; stream <= 2; stream++) {
-        stream_buf_t *s = &a->out[stream - 1];
-        if (s->len && (force || now - s->first_ms >= BR_LOG_DELAY_MS))
-            ship(a, stream, fn, arg);
-    }
+    for (int i = 0; i < a->n; i++)
+        for (int stream = 1; stream <= 2; stream++) {
+            stream_buf_t *s = &a->procs[i].out[stream - 1];
+            if (s->len && (force || now - s->first_ms >= BR_LOG_DELAY_MS))
+                ship(a, &a->procs[i], stream, fn, arg);
+        }
+}
+
+int br_attempt_done(const br_attempt_t *a)
+{
+    for (int i = 0; i < a->n; i++)
+        if (!br_task_done(a->procs[i].task, NULL, NULL))
+            return 0;
+    return 1;
 }
 
 int br_attempt_finished(const br_attempt_t *a)
 {
-    return br_task_done(a->task, NULL, NULL) && br_task_fd(a->task, 1) < 0 &&
-           br_task_fd(a->task, 2) < 0;
+    if (!br_attempt_done(a))
+        return 0;
+    for (int i = 0; i < a->n; i++)
+        if (br_task_fd(a->procs[i].task, 1) >= 0 || br_task_fd(a->procs[i].task, 2) >= 0)
+            return 0;
+    return 1;
+}
+
+void br_attempt_status(const br_attempt_t *a, int *exit_code, int *signal)
+{
+    *exit_code = 0;
+    *signal = -1;
+    /* a task that failed on its own comes before those stopped because of it */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < a->n; i++) {
+            int code = -1, sig = -1;
+            br_task_done(a->procs[i].task, &code, &sig);
+            if ((pass == 0 && code > 0) || (pass == 1 && sig >= 0)) {
+                *exit_code = code;
+                *signal = sig;
+                return;
+            }
+        }
+}
+
+int br_attempt_kill(br_attempt_t *a, int timeout_ms)
+{
+    int rc = 0;
+    for (int i = 0; i < a->n; i++)
+        if (br_task_kill_tree(a->procs[i].task, timeout_ms) < 0)
+            rc = -1;
+    return rc;
 }
 
 br_ckpt_t *br_attempt_ckpt(br_attempt_t *a)
@@ -178,10 +310,14 @@ int br_attempt_frozen(const br_attempt_t *a)
 
 int br_attempt_freeze(br_attempt_t *a)
 {
-    if (a->frozen || br_task_done(a->task, NULL, NULL))
+    if (a->frozen || br_attempt_done(a))
         return 0;
     a->frozen = 1;
-    return br_task_freeze(a->task) < 0 ? -1 : 0;
+    int rc = 0;
+    for (int i = 0; i < a->n; i++)
+        if (br_task_freeze(a->procs[i].task) < 0)
+            rc = -1;
+    return rc;
 }
 
 int br_attempt_thaw(br_attempt_t *a)
@@ -189,7 +325,11 @@ int br_attempt_thaw(br_attempt_t *a)
     if (!a->frozen)
         return 0;
     a->frozen = 0;
-    return br_task_thaw(a->task) < 0 ? -1 : 0;
+    int rc = 0;
+    for (int i = 0; i < a->n; i++)
+        if (br_task_thaw(a->procs[i].task) < 0)
+            rc = -1;
+    return rc;
 }
 
 uint32_t br_attempt_report_seq(const br_attempt_t *a)
@@ -204,7 +344,8 @@ void br_attempt_set_report_seq(br_attempt_t *a, uint32_t seq)
 
 void br_attempt_set_reason(br_attempt_t *a, const char *reason)
 {
-    br_strlcpy(a->reason, reason, sizeof(a->reason));
+    if (!a->reason[0])
+        br_strlcpy(a->reason, reason, sizeof(a->reason));
 }
 
 const char *br_attempt_reason(const br_attempt_t *a)

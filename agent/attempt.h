@@ -1,62 +1,91 @@
-/* attempt.h - one attempt of a job on this node, as the agent tracks it: the task
- * (task.h) that runs it, its stdout/stderr batched into numbered log chunks, and its
- * exit, kept until the coordinator acknowledges the report. */
+/* attempt.h - one attempt of a job on this node, as the agent tracks it: its tasks
+ * (task.h; one per rank the node runs, several when tasks_per_node > 1), their
+ * stdout/stderr batched into numbered log chunks per rank, the checkpoint watcher,
+ * and the attempt's exit, kept until the coordinator acknowledges the report. When
+ * one task fails, the attempt's other tasks on this node are stopped: the node's
+ * part of a gang lives and dies together. */
 #ifndef BRAMBLE_ATTEMPT_H
 #define BRAMBLE_ATTEMPT_H
 
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "ckpt.h"
 #include "err.h"
+#include "spec.h"
 #include "task.h"
 
 #define BR_LOG_CHUNK (32 * 1024) /* flush a stream's buffer at this size */
 #define BR_LOG_DELAY_MS 100      /* ... or this long after its first byte */
+#define BR_ATTEMPT_MAX_TASKS BR_MAX_TASKS_PER_NODE /* processes per attempt per node */
 
 typedef struct br_attempt br_attempt_t;
 
-/* Called with each chunk ready to ship. */
-typedef void (*br_attempt_log_fn)(void *arg, br_attempt_t *a, int stream, int64_t seq,
-                                  const void *data, size_t len);
+/* Called with each chunk ready to ship: rank is the task's rank in the job. */
+typedef void (*br_attempt_log_fn)(void *arg, br_attempt_t *a, int rank, int stream,
+                                  int64_t seq, const void *data, size_t len);
 
 typedef struct {
     int64_t job;
     int attempt;
-    int rank;
     const char *command;
     const char *workdir;
-    json_t *env; /* object of strings */
+    json_t *env;   /* object of strings, common to every task */
+    json_t *tasks; /* array of {"rank": r, "env": {...}} (each task's own variables on
+                      top of env), or NULL for one task of rank default_rank */
+    int default_rank;
     const char *user;
-    const char *node; /* for the task tag */
+    const char *node;   /* for the task tag */
     json_t *checkpoint; /* {"dir","pattern","complete_file"} or NULL: what to watch */
 } br_attempt_opts_t;
 
 #define BR_CKPT_STABLE_MS 2000 /* an unmarked checkpoint is complete after this quiet */
 
-/* Start it. NULL with err when the task could not start. */
+/* Start every task. NULL with err when one could not start (those already started
+ * are killed again: all or nothing). */
 br_attempt_t *br_attempt_start(const br_attempt_opts_t *o, br_err_t *err);
 void br_attempt_destroy(br_attempt_t **a);
 
 int64_t br_attempt_job(const br_attempt_t *a);
 int br_attempt_number(const br_attempt_t *a);
-int br_attempt_rank(const br_attempt_t *a);
-pid_t br_attempt_pid(const br_attempt_t *a);
-br_task_t *br_attempt_task(br_attempt_t *a);
+int br_attempt_ntasks(const br_attempt_t *a);
+pid_t br_attempt_pid(const br_attempt_t *a); /* the first task's */
 
-/* Read what is ready on stream (1 or 2) and call fn for full chunks. */
-void br_attempt_read(br_attempt_t *a, int stream, br_attempt_log_fn fn, void *arg);
+/* The rendezvous port this node chose for the gang (rank 0 only; 0 otherwise). */
+void br_attempt_set_port(br_attempt_t *a, int port);
+int br_attempt_port(const br_attempt_t *a);
+
+/* 1 when the process whose BRAMBLE_TASK tag is tag belongs to this attempt. */
+int br_attempt_has_tag(const br_attempt_t *a, const char *tag);
+
+/* pid was reaped with status: 1 when it was one of this attempt's task leaders (its
+ * tree is then killed, and, when it failed, the other tasks too), else 0. */
+int br_attempt_reaped(br_attempt_t *a, pid_t pid, int status);
+
+/* The open output fds of every task (at most max), to wait on. */
+int br_attempt_fds(const br_attempt_t *a, int *fds, int max);
+/* Read what is ready on every task's streams and call fn for full chunks. */
+void br_attempt_read(br_attempt_t *a, br_attempt_log_fn fn, void *arg);
 /* Ship buffered output older than BR_LOG_DELAY_MS (all of it when force). */
 void br_attempt_flush(br_attempt_t *a, int force, br_attempt_log_fn fn, void *arg);
 
-/* 1 once the leader exited and both pipes reached EOF: ready to report. */
+/* 1 once every task leader has exited. */
+int br_attempt_done(const br_attempt_t *a);
+/* 1 once done and every pipe reached EOF: ready to report. */
 int br_attempt_finished(const br_attempt_t *a);
+/* The outcome once done: exit code 0 and signal -1 when every task exited 0; else
+ * the first failure's exit code or signal (the other -1). */
+void br_attempt_status(const br_attempt_t *a, int *exit_code, int *signal);
+
+/* Stop every task's whole tree (see br_task_kill_tree). */
+int br_attempt_kill(br_attempt_t *a, int timeout_ms);
 
 /* The checkpoint watcher, or NULL when the job declared no checkpoint dir. */
 br_ckpt_t *br_attempt_ckpt(br_attempt_t *a);
 
-/* Fencing: frozen while the coordinator is out of reach (SIGSTOP to the tree). */
+/* Fencing: frozen while the coordinator is out of reach (SIGSTOP to the trees). */
 int br_attempt_frozen(const br_attempt_t *a);
 int br_attempt_freeze(br_attempt_t *a);
 int br_attempt_thaw(br_attempt_t *a);
@@ -65,7 +94,8 @@ int br_attempt_thaw(br_attempt_t *a);
 uint32_t br_attempt_report_seq(const br_attempt_t *a);
 void br_attempt_set_report_seq(br_attempt_t *a, uint32_t seq);
 
-/* Override the reason reported (e.g. "killed on request"). */
+/* The reason reported with the exit ("killed on request", "rank 3: exit code 1"):
+ * the first one set stays. */
 void br_attempt_set_reason(br_attempt_t *a, const char *reason);
 const char *br_attempt_reason(const br_attempt_t *a);
 

@@ -18,6 +18,7 @@ static void usage(FILE *f)
             "                     [--gpus auto|none|LIST] [--job-user USER]\n"
             "                     [--advertise-addr ADDR]\n"
             "                     [--discover-timeout 30s] [--discover-port 7702]\n"
+            "                     [--probe-port 7703|0|off]\n"
             "\n"
             "The first start joins with --join TOKEN (from `bramble token create`),\n"
             "makes this node's key pair and saves it in DIR; later starts need only\n"
@@ -26,7 +27,9 @@ static void usage(FILE *f)
             "When the token's endpoint does not answer the join within 3s (or its\n"
             "host cannot be resolved), the agent listens on UDP --discover-port for up to\n"
             "--discover-timeout (0: not at all) for a coordinator announcing the\n"
-            "token's key (`brambled --announce`), and joins it there.\n");
+            "token's key (`brambled --announce`), and joins it there.\n"
+            "The agent answers round-trip probes from the other nodes on UDP\n"
+            "--probe-port (0: any free port; off: no probes) and probes them.\n");
 }
 
 /* A default node name from the host name: lowercase, [a-z0-9-]. */
@@ -59,6 +62,7 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
         {"advertise-addr", required_argument, NULL, 'a'},
         {"discover-timeout", required_argument, NULL, 'D'},
         {"discover-port", required_argument, NULL, 'P'},
+        {"probe-port", required_argument, NULL, 'p'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int o;
@@ -104,6 +108,12 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
             s->discover_port = (int)p;
             break;
         }
+        case 'p':
+            if (br_settings_probe_port(s, optarg, &err) < 0) {
+                fprintf(stderr, "bramble-agent: --%s\n", err.text);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return 2;
         }
@@ -129,6 +139,7 @@ static int setup(br_settings_t *s, br_err_t *err)
     br_strlcpy(name, s->name, sizeof(name));
     if (br_settings_load(s, &joined, err) < 0)
         return -1;
+    br_settings_finish(s);
     if (joined && s->join_token[0]) {
         fprintf(stderr, "bramble-agent: %s already joined as %s; ignoring --join\n",
                 s->data_dir, s->name);

@@ -9,6 +9,7 @@
 
 #include "announce.h"
 #include "conf.h"
+#include "probe.h"
 #include "util.h"
 
 void br_settings_init(br_settings_t *s)
@@ -17,6 +18,19 @@ void br_settings_init(br_settings_t *s)
     s->labels = json_object();
     s->discover_timeout_ms = 30000;
     s->discover_port = BR_ANNOUNCE_PORT;
+    s->probe_port = PROBE_PORT_UNSET;
+}
+
+int br_settings_probe_port(br_settings_t *s, const char *text, br_err_t *err)
+{
+    char *end;
+    long p = strtol(text, &end, 10);
+    if (strcmp(text, "off") == 0)
+        p = -1;
+    else if (!*text || *end || p < 0 || p > 65535)
+        return br_errf(err, EINVAL, "probe port '%s': expected 0..65535 or off", text);
+    s->probe_port = (int)p;
+    return 0;
 }
 
 void br_settings_free(br_settings_t *s)
@@ -62,6 +76,13 @@ int br_settings_load(br_settings_t *s, int *joined, br_err_t *err)
     take_str(obj, "gpus", s->gpus, sizeof(s->gpus));
     take_str(obj, "job_user", s->job_user, sizeof(s->job_user));
     take_str(obj, "advertise_addr", s->advertise_addr, sizeof(s->advertise_addr));
+    const char *probe = br_conf_str(obj, "probe_port");
+    if (probe && s->probe_port == PROBE_PORT_UNSET &&
+        br_settings_probe_port(s, probe, err) < 0) {
+        json_decref(obj);
+        br_err_prefix(err, "%s", path);
+        return -1;
+    }
     const char *cost = br_conf_str(obj, "cost_per_hour");
     if (cost && !s->cost_given)
         s->cost_per_hour = strtod(cost, NULL);
@@ -77,13 +98,26 @@ int br_settings_load(br_settings_t *s, int *joined, br_err_t *err)
     return 0;
 }
 
+int br_settings_finish(br_settings_t *s)
+{
+    if (s->probe_port == PROBE_PORT_UNSET)
+        s->probe_port = BR_PROBE_PORT;
+    return 0;
+}
+
 int br_settings_save(const br_settings_t *s, br_err_t *err)
 {
-    char path[1100], cost[64];
+    char path[1100], cost[64], probe[16];
     snprintf(cost, sizeof(cost), "%g", s->cost_per_hour);
-    json_t *obj = json_pack("{s:s, s:O, s:s, s:s, s:s, s:s}", "name", s->name, "labels",
+    if (s->probe_port == -1)
+        snprintf(probe, sizeof(probe), "off");
+    else
+        snprintf(probe, sizeof(probe), "%d",
+                 s->probe_port == PROBE_PORT_UNSET ? BR_PROBE_PORT : s->probe_port);
+    json_t *obj = json_pack("{s:s, s:O, s:s, s:s, s:s, s:s, s:s}", "name", s->name, "labels",
                             s->labels, "cost_per_hour", cost, "gpus", s->gpus, "job_user",
-                            s->job_user, "advertise_addr", s->advertise_addr);
+                            s->job_user, "advertise_addr", s->advertise_addr, "probe_port",
+                            probe);
     path_of(s, "agent.yaml", path, sizeof(path));
     int rc = br_conf_save(path, obj, 0600, err);
     json_decref(obj);

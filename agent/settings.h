@@ -26,11 +26,21 @@ typedef struct {
                                     announcement when the token endpoint is silent
                                     (0: never); not saved */
     int discover_port;           /* its UDP port (BR_ANNOUNCE_PORT); not saved */
+    int probe_port;              /* UDP port answering round-trip probes from other
+                                    nodes (BR_PROBE_PORT), 0 any free one, -1 off */
     br_cred_t cred;
 } br_settings_t;
 
 void br_settings_init(br_settings_t *s);
 void br_settings_free(br_settings_t *s);
+
+#define PROBE_PORT_UNSET (-2)
+
+/* Parse --probe-port N|off into s->probe_port. */
+int br_settings_probe_port(br_settings_t *s, const char *text, br_err_t *err);
+
+/* After load: defaults for what neither a flag nor agent.yaml set. */
+int br_settings_finish(br_settings_t *s);
 
 /* Parse --label k=v into s->labels. */
 int br_settings_add_label(br_settings_t *s, const char *kv, br_err_t *err);

@@ -344,6 +344,8 @@ static int up_agent(cli_t *cli, up_t *u, long i, const char *token)
         argv[n++] = (char *)token;
         argv[n++] = "--name";
         argv[n++] = name;
+        argv[n++] = "--probe-port"; /* all on one host: each answers on its own */
+        argv[n++] = "0";
     }
     if (u->gpus) {
         argv[n++] = "--gpus";

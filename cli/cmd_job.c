@@ -377,6 +377,8 @@ static void print_job(const json_t *job)
     cli_field_json(FIELD_WIDTH, job, "state", "state:");
     cli_field_json(FIELD_WIDTH, job, "attempt", "attempt:");
     cli_field(FIELD_WIDTH, "nodes:", cli_fmt_list(json_object_get(job, "nodes"), ",", buf, sizeof(buf)));
+    if (json_is_string(json_object_get(job, "placement")))
+        cli_field_json(FIELD_WIDTH, job, "placement", "placement:");
     cli_field_time(FIELD_WIDTH, job, "submitted", "submitted:");
     cli_field_time(FIELD_WIDTH, job, "started", "started:");
     cli_field_time(FIELD_WIDTH, job, "ended", "ended:");

@@ -14,10 +14,32 @@
 
 /* ---- logs */
 
+/* Write len bytes of rank's output with each line labelled "RANK: ", as srun
+ * --label does. midline remembers, per rank and stream, a line left unfinished. */
+static int write_labelled(FILE *out, json_t *midline, int rank, int stream,
+                          const char *data, size_t len)
+{
+    char key[32];
+    snprintf(key, sizeof(key), "%d.%d", rank, stream);
+    int mid = json_is_true(json_object_get(midline, key));
+    for (size_t i = 0; i < len;) {
+        const char *nl = memchr(data + i, '\n', len - i);
+        size_t end = nl ? (size_t)(nl - data) + 1 : len;
+        if (!mid && fprintf(out, "%d: ", rank) < 0)
+            return -1;
+        if (fwrite(data + i, 1, end - i, out) != end - i)
+            return -1;
+        mid = nl == NULL;
+        i = end;
+    }
+    json_object_set_new(midline, key, json_boolean(mid));
+    return 0;
+}
+
 /* Write the chunks of one job.logs answer: their bytes lie back to back in the
- * data frame, their lengths in "chunks". Returns how many, or -1 when the answer
- * does not add up. */
-static int write_chunks(cli_t *cli, const br_msg_t *m)
+ * data frame, their lengths in "chunks"; labelled by rank when midline is given.
+ * Returns how many, or -1 when the answer does not add up. */
+static int write_chunks(cli_t *cli, const br_msg_t *m, json_t *midline)
 {
     size_t dlen = 0, off = 0, i;
     const char *data = br_msg_data(m, &dlen);
@@ -27,10 +49,16 @@ static int write_chunks(cli_t *cli, const br_msg_t *m)
     json_array_foreach(chunks, i, ch) {
         json_int_t len = json_integer_value(json_object_get(ch, "len"));
         json_int_t stream = json_integer_value(json_object_get(ch, "stream"));
+        int rank = (int)json_integer_value(json_object_get(ch, "rank"));
         if (len < 0 || (size_t)len > dlen - off)
             return cli_err(cli, "job.logs: chunk %zu runs past the data frame", i), -1;
         FILE *out = stream == 2 ? stderr : stdout;
-        if (len && fwrite(data + off, 1, (size_t)len, out) != (size_t)len)
+        int rc = 0;
+        if (len && midline)
+            rc = write_labelled(out, midline, rank, (int)stream, data + off, (size_t)len);
+        else if (len && fwrite(data + off, 1, (size_t)len, out) != (size_t)len)
+            rc = -1;
+        if (rc < 0)
             return cli_err(cli, "cannot write the output: %s", strerror(errno)), -1;
         off += (size_t)len;
     }
@@ -42,6 +70,7 @@ static int write_chunks(cli_t *cli, const br_msg_t *m)
 int cli_stream_logs(cli_t *cli, int64_t id, int rank, int follow)
 {
     json_t *after = json_integer(0);
+    json_t *midline = NULL; /* several ranks, all shown: label their lines */
     int64_t silent_since = 0;
     int rc = CLI_FAIL;
     for (;;) {
@@ -54,7 +83,10 @@ int cli_stream_logs(cli_t *cli, int64_t id, int rank, int follow)
             break;
         if (r > 0)
             continue; /* following, and the coordinator was silent: go on */
-        int n = write_chunks(cli, m);
+        json_int_t ranks = json_integer_value(json_object_get(br_msg_body(m), "ranks"));
+        if (!midline && rank < 0 && ranks > 1)
+            midline = json_object();
+        int n = write_chunks(cli, m, midline);
         json_t *next = json_object_get(br_msg_body(m), "next");
         int end = json_is_true(json_object_get(br_msg_body(m), "end"));
         if (next) {
@@ -72,6 +104,7 @@ int cli_stream_logs(cli_t *cli, int64_t id, int rank, int follow)
             cli_sleep_ms(LOGS_POLL_MS);
     }
     json_decref(after);
+    json_decref(midline);
     return rc;
 }
 
@@ -186,7 +219,8 @@ const cli_cmd_t cli_log_cmds[] = {
      "coordinator stored them, from every attempt.\n"
      "\nOptions:\n"
      "  -f, --follow   keep printing new output until the job has ended\n"
-     "  --rank R       only the output of rank R (default: every rank)\n"},
+     "  --rank R       only the output of rank R (default: every rank, each line\n"
+     "                 labelled \"R: \" when the job has several)\n"},
     {NULL, "events", cmd_events, "[-f] [--json] [--job ID]",
      "print the event stream: every state change of jobs and nodes",
      "Lines: TIME JOB NODE STATE REASON (local time; - where none).\n"

@@ -34,6 +34,7 @@ static const struct {
     {"node.drain", BR_MSG_REQUEST, P_ADMIN, br_api_node_drain},
     {"node.undrain", BR_MSG_REQUEST, P_ADMIN, br_api_node_undrain},
     {"node.remove", BR_MSG_REQUEST, P_ADMIN, br_api_node_remove},
+    {"node.probe", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_node_probe},
     {"job.submit", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_submit},
     {"job.list", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_list},
     {"job.show", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_show},

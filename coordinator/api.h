@@ -38,6 +38,7 @@ void br_api_node_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_node_drain(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_node_undrain(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_node_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_node_probe(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

@@ -91,10 +91,11 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_t *inv, *gpus, *labels, *tasks;
     double cost;
     const char *adv = NULL;
+    int probe_port = 0;
     br_err_t err = {0};
-    if (br_msg_unpack(m, &err, "{s:o, s:o, s:o, s:F, s:o, s?s}", "inventory", &inv,
+    if (br_msg_unpack(m, &err, "{s:o, s:o, s:o, s:F, s:o, s?s, s?i}", "inventory", &inv,
                       "gpus", &gpus, "labels", &labels, "cost_per_hour", &cost, "tasks",
-                      &tasks, "advertise_addr", &adv) < 0 ||
+                      &tasks, "advertise_addr", &adv, "probe_port", &probe_port) < 0 ||
         !json_is_object(inv) || !json_is_array(gpus) || !json_is_object(labels) ||
         !json_is_array(tasks)) {
         if (!err.text[0])
@@ -109,6 +110,12 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     take_inventory(n, m, inv, gpus, labels, cost, adv);
+    if (probe_port > 0 && probe_port <= 65535)
+        json_object_set_new(n->info, "probe_port", json_integer(probe_port));
+    else
+        json_object_del(n->info, "probe_port");
+    c->peers_version++; /* its address or port may be new: every agent hears of it */
+    n->peers_sent = c->peers_version - 1;
     const char *was = n->state;
     if (strcmp(was, "draining") != 0) {
         br_coord_event(c, 0, n->name, "ready", "%s", strcmp(was, "lost") == 0
@@ -119,19 +126,36 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_coord_save_node(c, n);
     br_jobs_reconcile(c, n, tasks, 1);
     c->sched_needed = 1;
-    br_api_ok(c, m, json_pack("{s:s, s:I, s:I, s:I}", "name", n->name,
+    br_api_ok(c, m, json_pack("{s:s, s:I, s:I, s:I, s:s, s:I}", "name", n->name,
                               "heartbeat_interval", (json_int_t)c->cfg.heartbeat_ms,
                               "node_timeout", (json_int_t)c->cfg.node_timeout_ms,
-                              "fence_timeout", (json_int_t)br_jobs_fence_ms(c)));
+                              "fence_timeout", (json_int_t)br_jobs_fence_ms(c), "probe_key",
+                              c->probe_key, "probe_interval",
+                              (json_int_t)BR_PROBE_INTERVAL_MS));
+}
+
+/* The other connected nodes and where their agents answer probes. */
+static json_t *probe_peers(br_coord_t *c, const br_node_t *self)
+{
+    json_t *peers = json_array();
+    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
+        json_t *port = json_object_get(n->info, "probe_port");
+        const char *addr = json_string_value(json_object_get(n->info, "address"));
+        if (n != self && n->route_len && json_is_integer(port) && addr && *addr)
+            json_array_append_new(peers, json_pack("{s:s, s:s, s:O}", "node", n->name,
+                                                   "addr", addr, "port", port));
+    }
+    return peers;
 }
 
 void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    json_t *tasks;
+    json_t *tasks, *rtt = NULL;
     double load = -1;
     br_err_t err = {0};
-    if (br_msg_unpack(m, &err, "{s:o, s?F}", "tasks", &tasks, "load", &load) < 0 ||
-        !json_is_array(tasks)) {
+    if (br_msg_unpack(m, &err, "{s:o, s?F, s?o}", "tasks", &tasks, "load", &load, "rtt",
+                      &rtt) < 0 ||
+        !json_is_array(tasks) || (rtt && !json_is_object(rtt))) {
         if (!err.text[0])
             br_errf(&err, EPROTO, "node.heartbeat: tasks must be an array");
         br_api_fail(c, m, &err);
@@ -146,23 +170,37 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     if (load >= 0) /* kept in memory, shown by nodes and top; not worth a write */
         json_object_set_new(n->info, "load", json_real(load));
+    if (rtt)
+        br_netmap_report(c->netmap, n->name, rtt);
+    if (c->sched_on_heartbeat)
+        c->sched_needed = 1;
     br_jobs_reconcile(c, n, tasks, 0);
-    br_api_ok(c, m, json_object());
+    json_t *body = json_object();
+    if (n->peers_sent != c->peers_version) { /* the nodes to probe changed */
+        json_object_set_new(body, "peers", probe_peers(c, n));
+        n->peers_sent = c->peers_version;
+    }
+    br_api_ok(c, m, body);
 }
 
 void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_int_t job, pid;
-    int attempt;
+    int attempt, port = 0;
     br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:I, s:i, s:I}", "job", &job, "attempt", &attempt, "pid",
-                      &pid) < 0) {
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:I, s?i}", "job", &job, "attempt", &attempt,
+                      "pid", &pid, "port", &port) < 0) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    if (port < 0 || port > 65535) {
+        br_errf(&err, EINVAL, "job.started: port %d is not a TCP port", port);
         br_api_fail(c, m, &err);
         return;
     }
     br_node_t *n = caller_node(c, m, who);
     if (n)
-        br_jobs_started(c, job, attempt, n);
+        br_jobs_started(c, job, attempt, n, port);
     br_api_ok(c, m, json_object());
 }
 

@@ -200,7 +200,14 @@ void br_api_node_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_jobs_node_gone(c, n, "node removed");
     br_coord_event(c, 0, name, "removed", "removed by %s; its key is revoked", who->name);
     br_nodes_remove(c->nodes, name);
+    br_netmap_forget(c->netmap, name);
+    c->peers_version++;
     br_api_ok(c, m, json_object());
+}
+
+void br_api_node_probe(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    br_api_ok(c, m, br_netmap_matrix(c->netmap, c->nodes));
 }
 
 /* --- jobs ------------------------------------------------------------------- */
@@ -210,13 +217,6 @@ static int supported(const br_spec_t *s, br_err_t *err)
 {
     if (s->kind == BR_JOB_SERVICE)
         return br_errf(err, ENOTSUP, "kind: service is not supported by this coordinator yet");
-    if (s->resources.nodes > 1)
-        return br_errf(err, ENOTSUP,
-                       "resources.nodes: gangs of several nodes are not supported by this "
-                       "coordinator yet");
-    if (s->resources.tasks_per_node != 1)
-        return br_errf(err, ENOTSUP,
-                       "resources.tasks_per_node: one task per node only, for now");
     return 0;
 }
 
@@ -491,8 +491,9 @@ void br_api_job_logs(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                 strcmp(state, "cancelled") == 0;
     int end = ended && json_array_size(page.chunks) == 0;
     br_msg_t *resp = br_msg_reply(m);
-    br_msg_set_body(resp, json_pack("{s:I, s:b, s:o}", "next", (json_int_t)next, "end", end,
-                                    "chunks", page.chunks));
+    br_msg_set_body(resp, json_pack("{s:I, s:b, s:o, s:i}", "next", (json_int_t)next, "end",
+                                    end, "chunks", page.chunks, "ranks",
+                                    br_jobs_world_size(json_object_get(job, "spec"))));
     br_msg_set_data(resp, page.buf ? page.buf : "", page.len);
     br_coord_post(c, resp);
     free(page.buf);

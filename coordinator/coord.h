@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "msg.h"
+#include "netmap.h"
 #include "nodes.h"
 #include "store.h"
 #include "zap.h"
@@ -27,8 +28,12 @@ typedef struct br_coord {
     br_msg_t **outbox;
     size_t outbox_len, outbox_cap;
     int sched_needed;
+    int sched_on_heartbeat; /* a job waits for nodes to be heard from: rerun then */
     int64_t limits_checked; /* monotonic ms of the last time-limit sweep */
-    json_t *runs_sent;      /* "job.attempt" keys of job.run orders this process sent */
+    json_t *runs_sent;      /* "job.attempt.rank" keys of job.run orders this process sent */
+    br_netmap_t *netmap;    /* round trips between nodes, from their heartbeats */
+    int peers_version;      /* grows when the set of probe peers changes */
+    char probe_key[65];     /* hex: the key agents' probes are signed with */
     int stop;
 } br_coord_t;
 

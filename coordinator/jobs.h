@@ -1,7 +1,14 @@
 /* jobs.h - job life on the coordinator (ARCHITECTURE.md, "Job life"): placing an
- * attempt on a node, its start and exit, cancel, and what a lost or removed node
- * means for the jobs it ran (requeue per restart policy, else failed). Each step is
- * stored with an event; resources held on nodes follow the running attempts. */
+ * attempt on its nodes (one, or a gang of several in rank order), its start and
+ * exit, cancel, and what a lost or removed node means for the jobs it ran (requeue
+ * per restart policy, else failed). A gang lives and dies whole: it runs when every
+ * rank runs, completes when every rank exited 0, and a rank that fails or whose
+ * node is lost stops all the others. Each step is stored with an event; resources
+ * held on nodes follow the running ranks.
+ *
+ * A job's "assign" holds its placement: {"ranks": [{"node", "cpus", "memory",
+ * "gpus", "state"}...], "port": n}, rank order; state is placed, started or done;
+ * port is the rendezvous port rank 0 chose (0 until it says). */
 #ifndef BRAMBLE_JOBS_H
 #define BRAMBLE_JOBS_H
 
@@ -10,14 +17,21 @@
 
 #include "coord.h"
 
+/* How many processes the job runs in all: nodes x tasks per node. */
+int br_jobs_world_size(json_t *spec);
+
 /* Rebuild what running attempts hold on nodes from the store (at start). */
 int br_jobs_restore(br_coord_t *c, br_err_t *err);
 
-/* pending -> starting on node n with assign {"cpus","memory","gpus":[...]}: store,
- * event, job.run to the agent. */
-int br_jobs_place(br_coord_t *c, json_t *job, br_node_t *n, json_t *assign);
+/* pending -> starting on nodes[0..count-1] (rank order), each with its share
+ * assign[r] = {"cpus","memory","gpus":[...]}: store, event, job.run to rank 0 (the
+ * other ranks get theirs when rank 0 has started and chosen the port). how: why
+ * these nodes (a gang's placement), kept with the job, or NULL. */
+int br_jobs_place(br_coord_t *c, json_t *job, br_node_t *const *nodes,
+                  json_t *const *assign, int count, const char *how);
 
-void br_jobs_started(br_coord_t *c, int64_t id, int attempt, br_node_t *n);
+/* Node n started its rank of the attempt (port: the rendezvous port, rank 0 only). */
+void br_jobs_started(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int port);
 /* An attempt ended on node n. exit_code/signal < 0 when not applicable; reason
  * non-empty when the agent could not start it or lost it. */
 void br_jobs_exited(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int exit_code,
@@ -28,7 +42,7 @@ void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
                       const char *reason);
 
 /* Record a complete checkpoint reported by node n; refused (ESTALE) unless attempt
- * is the job's current attempt there. */
+ * is the job's current attempt there and n runs its rank 0. */
 int br_jobs_checkpoint(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
                        const char *path, int64_t step, int64_t size, int64_t time_ms,
                        br_err_t *err);
@@ -56,7 +70,7 @@ void br_jobs_check_limits(br_coord_t *c);
 void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full);
 
 /* 1 when a log chunk of attempt may come from node: the current attempt's from its
- * own node, a superseded attempt's from any (its output arrives after a partition). */
+ * own nodes, a superseded attempt's from any (its output arrives after a partition). */
 int br_jobs_log_allowed(br_coord_t *c, int64_t id, int attempt, const char *node);
 
 /* The job object as the CLI shows it: times in seconds, internals dropped. */

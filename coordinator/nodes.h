@@ -24,6 +24,7 @@ typedef struct br_node {
     int cpus_used;
     uint64_t memory_used;
     int gpu_jobs[BR_NODE_MAX_GPUS]; /* jobs holding each GPU */
+    int peers_sent;                 /* peers_version last sent to its agent */
     struct br_node *next;
 } br_node_t;
 

@@ -1,4 +1,5 @@
-/* scheduler.c - placement of pending jobs onto nodes (first fit). */
+/* scheduler.c - placement of pending jobs onto nodes (first fit; gangs onto
+ * several distinct nodes at once). */
 #include "scheduler.h"
 
 #include <stdio.h>
@@ -131,31 +132,9 @@ static void add_why(char *why, size_t len, const char *what)
         snprintf(why + n, len - n, "%s%s", n ? "; " : "", what);
 }
 
-/* Place one job or record why it waits: what each node lacks. */
-static void place_one(br_coord_t *c, json_t *job)
+/* Record why job waits (only when the reason changed). */
+static void set_reason(br_coord_t *c, json_t *job, const char *reason)
 {
-    json_t *spec = json_object_get(job, "spec");
-    char why[400] = "", last[200];
-    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
-        if (excluded(job, n->name)) {
-            snprintf(last, sizeof(last), "%s cannot run it (an earlier attempt failed there)",
-                     n->name);
-        } else if (strcmp(n->state, "ready") != 0 || !n->route_len) {
-            snprintf(last, sizeof(last), "%s is %s", n->name,
-                     n->route_len ? n->state : "not connected");
-        } else {
-            json_t *assign = NULL;
-            if (br_sched_fit(n, spec, &assign, last, sizeof(last))) {
-                br_jobs_place(c, job, n, assign);
-                json_decref(assign);
-                return;
-            }
-        }
-        add_why(why, sizeof(why), last);
-    }
-    char reason[460];
-    snprintf(reason, sizeof(reason), "waiting: no ready node fits (%s)",
-             why[0] ? why : "no node has joined yet");
     const char *old = json_string_value(json_object_get(job, "reason"));
     if (!old || strcmp(old, reason) != 0) {
         json_t *f = json_pack("{s:s}", "reason", reason);
@@ -165,8 +144,94 @@ static void place_one(br_coord_t *c, json_t *job)
     }
 }
 
+/* Place one job on the nodes it needs (a gang: that many distinct nodes, all at
+ * once or none), or record why it waits: what each node lacks. */
+static void place_one(br_coord_t *c, json_t *job)
+{
+    json_t *spec = json_object_get(job, "spec");
+    int want = (int)json_integer_value(
+        json_object_get(json_object_get(spec, "resources"), "nodes"));
+    if (want < 1)
+        want = 1;
+    char why[400] = "", last[200];
+    int count = 0, cap = 16;
+    br_node_t **fit = malloc((size_t)cap * sizeof(*fit));
+    json_t **assign = malloc((size_t)cap * sizeof(*assign));
+    json_int_t fresh =
+        json_integer_value(json_object_get(json_object_get(job, "extra"), "fresh_after"));
+    for (br_node_t *n = br_nodes_first(c->nodes); n && fit && assign; n = n->next) {
+        json_t *a = NULL;
+        if (excluded(job, n->name)) {
+            snprintf(last, sizeof(last), "%s cannot run it (an earlier attempt failed there)",
+                     n->name);
+        } else if (fresh && n->last_seen_ms <= fresh) {
+            snprintf(last, sizeof(last), "%s not heard from since the gang stopped", n->name);
+            c->sched_on_heartbeat = 1;
+        } else if (strcmp(n->state, "ready") != 0 || !n->route_len) {
+            snprintf(last, sizeof(last), "%s is %s", n->name,
+                     n->route_len ? n->state : "not connected");
+        } else if (br_sched_fit(n, spec, &a, last, sizeof(last))) {
+            if (count == cap) {
+                cap *= 2;
+                br_node_t **f = realloc(fit, (size_t)cap * sizeof(*fit));
+                json_t **as = f ? realloc(assign, (size_t)cap * sizeof(*assign)) : NULL;
+                fit = f ? f : fit;
+                assign = as ? as : assign;
+                if (!f || !as) {
+                    json_decref(a);
+                    break;
+                }
+            }
+            fit[count] = n;
+            assign[count++] = a;
+            if (count == want && want == 1) /* first fit, in name order */
+                break;
+            continue;
+        }
+        add_why(why, sizeof(why), last);
+    }
+    if (count >= want && want == 1) {
+        br_jobs_place(c, job, fit, assign, 1, NULL);
+    } else if (count >= want) { /* a gang: the nearest set of those that fit */
+        int *chosen = calloc((size_t)want, sizeof(int));
+        br_node_t **gang = calloc((size_t)want, sizeof(*gang));
+        json_t **share = calloc((size_t)want, sizeof(*share));
+        char how[400];
+        const char *spread =
+            json_string_value(json_object_get(json_object_get(spec, "resources"), "spread"));
+        if (chosen && gang && share) {
+            br_netmap_choose(c->netmap, fit, count, want,
+                             spread && strcmp(spread, "any") == 0, chosen, how,
+                             sizeof(how));
+            for (int i = 0; i < want; i++) {
+                gang[i] = fit[chosen[i]];
+                share[i] = assign[chosen[i]];
+            }
+            br_jobs_place(c, job, gang, share, want, how);
+        }
+        free(chosen);
+        free(gang);
+        free(share);
+    } else {
+        char reason[520];
+        if (want == 1)
+            snprintf(reason, sizeof(reason), "waiting: no ready node fits (%s)",
+                     why[0] ? why : "no node has joined yet");
+        else
+            snprintf(reason, sizeof(reason),
+                     "waiting: a gang of %d nodes, and %d fit%s (%s)", want, count,
+                     count == 1 ? "s" : "", why[0] ? why : "no other node has joined");
+        set_reason(c, job, reason);
+    }
+    for (int i = 0; i < count; i++)
+        json_decref(assign[i]);
+    free(fit);
+    free(assign);
+}
+
 void br_sched_run(br_coord_t *c)
 {
+    c->sched_on_heartbeat = 0;
     static const char *const pending[] = {"pending", NULL};
     json_t *jobs = br_store_job_list(c->store, pending, 0, NULL);
     size_t n = json_array_size(jobs);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
+#include <sodium.h>
 #include <zmq.h>
 
 #include "coord.h"
@@ -70,6 +71,13 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->started_mono = br_mono_ms();
     c->seq = 1;
     c->runs_sent = json_object();
+    c->netmap = br_netmap_new();
+    /* the probe key follows from the coordinator's secret: the same after a restart */
+    unsigned char pk[32];
+    crypto_generichash(pk, sizeof(pk), (const unsigned char *)"bramble probe key", 17,
+                       (const unsigned char *)cfg->secret_key, strlen(cfg->secret_key));
+    sodium_bin2hex(c->probe_key, sizeof(c->probe_key), pk, sizeof(pk));
+    sodium_memzero(pk, sizeof(pk));
     if (c->cfg.grace_ms < 0)
         c->cfg.grace_ms = c->cfg.node_timeout_ms * 2;
     if (open_signals(c) < 0) {
@@ -78,7 +86,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     }
     c->store = br_store_open(br_config_path(cfg, "bramble.db", path, sizeof(path)), err);
     c->nodes = br_nodes_new();
-    if (!c->store || !c->nodes || load_nodes(c, err) < 0)
+    if (!c->store || !c->nodes || !c->netmap || load_nodes(c, err) < 0)
         goto fail;
     c->ctx = zmq_ctx_new();
     c->zap = br_zap_new(c->ctx, zap_check, c, err);
@@ -107,6 +115,7 @@ void br_coord_destroy(br_coord_t **cp)
     if (c->ctx)
         zmq_ctx_term(c->ctx);
     br_nodes_destroy(&c->nodes);
+    br_netmap_destroy(&c->netmap);
     br_store_destroy(&c->store);
     json_decref(c->runs_sent);
     if (c->sigfd >= 0)

@@ -14,7 +14,7 @@ BR_BUILD_DEPS=(build-essential cmake pkg-config libzmq3-dev libsodium-dev
                libsqlite3-dev libyaml-dev libjansson-dev libncurses-dev)
 BR_TEST_DEPS=("${BR_BUILD_DEPS[@]}" libcmocka-dev python3-pytest python3-zmq clang
               libclang-rt-14-dev iproute2 procps sqlite3
-              systemd dpkg-dev tmux)
+              systemd dpkg-dev tmux python3-torch)
 
 # Whether Debian package $1 is installed.
 br_pkg_installed() {

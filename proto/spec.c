@@ -478,15 +478,26 @@ static int check_tasks(const sect_t *r, br_spec_t *spec)
     int rc = get_scalar(r, "tasks_per_node", what, &n);
     if (rc <= 0)
         return rc;
+    int gpus = spec->resources.gpus;
     if (strcmp(n->text, "gpus") != 0) {
-        rc = int_value(r, "tasks_per_node", n, 1, 1024, what,
-                       &spec->resources.tasks_per_node);
-        return rc < 0 ? -1 : 0;
+        int per;
+        rc = int_value(r, "tasks_per_node", n, 1, BR_MAX_TASKS_PER_NODE, what, &per);
+        if (rc < 0)
+            return -1;
+        if (gpus > 0 && gpus % per != 0) /* each task gets an equal share of GPUs */
+            return spec_fail_at(r->err, n->line,
+                                "resources.tasks_per_node: %d tasks cannot share %d GPUs "
+                                "equally",
+                                per, gpus);
+        spec->resources.tasks_per_node = per;
+        return 0;
     }
     spec->resources.tasks_per_node = BR_TASKS_GPUS;
-    if (spec->resources.gpus < 1)
+    if (gpus < 1 || gpus > BR_MAX_TASKS_PER_NODE)
         return spec_fail_at(r->err, n->line,
-                            "resources.tasks_per_node: gpus needs resources.gpus >= 1");
+                            "resources.tasks_per_node: gpus needs resources.gpus from 1 to "
+                            "%d",
+                            BR_MAX_TASKS_PER_NODE);
     return 0;
 }
 

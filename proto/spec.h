@@ -17,6 +17,7 @@
 typedef enum { BR_JOB_TRAIN = 0, BR_JOB_SERVICE = 1 } br_job_kind_t;
 
 #define BR_TASKS_GPUS 0 /* tasks_per_node: gpus (one process per GPU) */
+#define BR_MAX_TASKS_PER_NODE 64
 #define BR_PORT_AUTO 0  /* service.port: auto */
 
 typedef struct {
@@ -27,7 +28,8 @@ typedef struct {
     json_t *env;         /* object of string -> string; never NULL (maybe empty) */
     struct {
         int nodes;          /* default 1, 1..1024 */
-        int tasks_per_node; /* default 1; BR_TASKS_GPUS for "gpus"; else 1..1024 */
+        int tasks_per_node; /* default 1; BR_TASKS_GPUS for "gpus"; else
+                                 1..BR_MAX_TASKS_PER_NODE */
         int gpus;           /* per node, default 0 */
         uint64_t vram;      /* bytes, minimum free per GPU, default 0 */
         int cpus;           /* default 1; 0 allowed (no reservation) */

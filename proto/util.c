@@ -152,6 +152,13 @@ int64_t br_mono_ms(void)
     return clock_ms(CLOCK_MONOTONIC);
 }
 
+int64_t br_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 void br_raise_nofile(void)
 {
     struct rlimit rl;

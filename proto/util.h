@@ -26,6 +26,7 @@ char *br_format_duration(int64_t ms, char *buf, size_t len);
 
 int64_t br_now_ms(void);  /* wall clock, unix milliseconds */
 int64_t br_mono_ms(void); /* monotonic clock, milliseconds */
+int64_t br_mono_us(void); /* monotonic clock, microseconds */
 
 /* Raise RLIMIT_NOFILE soft limit to the hard limit (a ROUTER needs one fd per peer). */
 void br_raise_nofile(void);

@@ -424,6 +424,8 @@ class Cluster:
         argv = list(wrap) + [self.bin("bramble-agent"), "--data-dir", self.agent_dir(name)]
         if join:
             argv += ["--join", token or self.token(1), "--name", name]
+            if not wrap:  # agents sharing the host's ports: each probes on its own
+                argv += ["--probe-port", "0"]
         argv += list(extra)
         proc = self.spawn(f"agent-{name}", argv)
         self.agents[name] = proc

@@ -1,0 +1,44 @@
+/* netmap.h - the coordinator's network map: the round-trip times agents measure to
+ * each other and to the coordinator (reported with their heartbeats; kept in
+ * memory), shown by `bramble probe`, and used to place a gang on nodes close
+ * together: among the node sets that fit, the one whose worst pair is nearest, and
+ * never one that mixes sites (different `site` labels, or a pair farther apart than
+ * BR_SITE_RTT_MS) while a set within one site fits, unless the spec says
+ * `spread: any`. */
+#ifndef BRAMBLE_NETMAP_H
+#define BRAMBLE_NETMAP_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "nodes.h"
+
+#define BR_SITE_RTT_MS 10.0        /* a pair farther apart is taken to be two sites */
+#define BR_PROBE_INTERVAL_MS 5000 /* how often agents probe each peer */
+
+typedef struct br_netmap br_netmap_t;
+
+br_netmap_t *br_netmap_new(void);
+void br_netmap_destroy(br_netmap_t **m);
+
+/* Node's latest report: {"coordinator": ms, "peers": {"name": ms|null}}. */
+void br_netmap_report(br_netmap_t *m, const char *node, json_t *rtt);
+void br_netmap_forget(br_netmap_t *m, const char *node);
+
+/* Round trip between a and b in ms: the larger of the two directions measured;
+ * -1 when neither has been measured, -2 when measured and lost (no answer). */
+double br_netmap_rtt(const br_netmap_t *m, const char *a, const char *b);
+/* Node's round trip to the coordinator (its heartbeats), or -1. */
+double br_netmap_coordinator_rtt(const br_netmap_t *m, const char *node);
+
+/* The matrix for `bramble probe --json`: {"nodes": [names], "rtt_ms": [[from i to
+ * j, null unknown]], "coordinator_ms": [...]}; diagonal 0. New reference. */
+json_t *br_netmap_matrix(const br_netmap_t *m, br_nodes_t *nodes);
+
+/* Choose want of the ncand candidate nodes for a gang (chosen[] gets their
+ * indexes, in candidate order). spread_any: sites may mix freely. why gets the
+ * explanation ("max rtt 0.31 ms; c not chosen: 41.2 ms to a"). */
+void br_netmap_choose(const br_netmap_t *m, br_node_t *const *cand, int ncand, int want,
+                      int spread_any, int *chosen, char *why, size_t whylen);
+
+#endif

@@ -1,0 +1,225 @@
+"""The network map and gang placement by it.
+
+Agents probe each other over UDP and report round trips with their heartbeats;
+`bramble probe --json` shows the matrix; a gang goes to the nodes closest
+together and never mixes sites while a set within one site fits.
+
+The far node's distance is real: it lives in its own network namespace and
+advertises the address of a relay that holds every datagram for DELAY seconds
+each way before passing it on, so what the other agents measure to it is the
+relay's delay on the path (the kernel here has no netem for `tc`).
+"""
+
+import heapq
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+
+import pytest
+
+from conftest import wait_for
+
+DELAY = 0.020  # each way: the far node is >= 40 ms away
+GANG = """
+name: {name}
+command: echo "rank $NODE_RANK on $BRAMBLE_NODE_NAME"
+resources: {{nodes: {nodes}{extra}}}
+"""
+
+
+def _sh(*argv, check=True):
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {r.stderr.strip()}")
+    return r
+
+
+class DelayRelay(threading.Thread):
+    """UDP relay: what arrives on (listen, port) goes to (target, port) after delay,
+    and the answers go back to their sender after delay too."""
+
+    def __init__(self, listen, target, port, delay):
+        super().__init__(daemon=True)
+        self.front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.front.bind((listen, port))
+        self.target = (target, port)
+        self.delay = delay
+        self.backs = {}  # client address -> socket towards the target
+        self.queue = []  # (due, seq, sock, data, addr)
+        self.seq = 0
+        self.halt = threading.Event()
+
+    def later(self, sock, data, addr):
+        self.seq += 1
+        heapq.heappush(self.queue, (time.monotonic() + self.delay, self.seq, sock, data, addr))
+
+    def run(self):
+        import select
+        while not self.halt.is_set():
+            socks = [self.front] + list(self.backs.values())
+            wait = 0.05
+            if self.queue:
+                wait = max(0.0, min(wait, self.queue[0][0] - time.monotonic()))
+            ready, _, _ = select.select(socks, [], [], wait)
+            for s in ready:
+                data, addr = s.recvfrom(2048)
+                if s is self.front:
+                    back = self.backs.get(addr)
+                    if back is None:
+                        back = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                        back.bind((self.front.getsockname()[0], 0))
+                        self.backs[addr] = back
+                    self.later(back, data, self.target)
+                else:
+                    client = next(a for a, b in self.backs.items() if b is s)
+                    self.later(self.front, data, client)
+            now = time.monotonic()
+            while self.queue and self.queue[0][0] <= now:
+                _, _, sock, data, addr = heapq.heappop(self.queue)
+                sock.sendto(data, addr)
+
+    def stop(self):
+        self.halt.set()
+        self.join(5)
+        for s in [self.front] + list(self.backs.values()):
+            s.close()
+
+
+@pytest.fixture
+def far_ns(request):
+    """A namespace joined to the host by a veth pair: host 10.N.M.1/24 (and the
+    relay's 10.N.M.9), namespace 10.N.M.2/24. Yields (ns, host_ip, ns_ip, relay_ip)."""
+    if os.geteuid() != 0:
+        pytest.skip("the far node needs root (ip netns, veth)")
+    if not shutil.which("ip"):
+        pytest.skip("the far node needs iproute2's `ip`")
+    sfx = uuid.uuid4().hex[:6]
+    ns, vh, vn = f"brp-{sfx}", f"bph{sfx}", f"bpn{sfx}"
+    net = f"10.{200 + int(sfx[:2], 16) % 50}.{int(sfx[2:4], 16)}"
+    r = _sh("ip", "netns", "add", ns, check=False)
+    if r.returncode != 0:
+        pytest.skip(f"`ip netns add` does not work here: {r.stderr.strip()}")
+
+    def cleanup():
+        _sh("ip", "link", "del", vh, check=False)
+        _sh("ip", "netns", "del", ns, check=False)
+
+    request.addfinalizer(cleanup)
+    try:
+        _sh("ip", "link", "add", vh, "type", "veth", "peer", "name", vn)
+        _sh("ip", "link", "set", vn, "netns", ns)
+        _sh("ip", "addr", "add", f"{net}.1/24", "dev", vh)
+        _sh("ip", "addr", "add", f"{net}.9/24", "dev", vh)
+        _sh("ip", "link", "set", vh, "up")
+        _sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{net}.2/24", "dev", vn)
+        _sh("ip", "netns", "exec", ns, "ip", "link", "set", vn, "up")
+        _sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+    except RuntimeError as e:
+        pytest.skip(f"cannot set up the veth pair: {e}")
+    yield ns, f"{net}.1", f"{net}.2", f"{net}.9"
+
+
+def probe(c):
+    return c.cli_json("probe")
+
+
+def matrix_of(c):
+    m = probe(c)
+    return {a: dict(zip(m["nodes"], row)) for a, row in zip(m["nodes"], m["rtt_ms"])}
+
+
+def full(c, names):
+    """The matrix once every node has measured every other one."""
+    def ready():
+        m = probe(c)
+        assert sorted(m["nodes"]) == sorted(names), m
+        rows = dict(zip(m["nodes"], m["rtt_ms"]))
+        for a in names:
+            for b, v in zip(m["nodes"], rows[a]):
+                assert isinstance(v, (int, float)), f"{a} -> {b} not measured: {m}"
+        assert all(isinstance(v, (int, float)) for v in m["coordinator_ms"]), m
+        return m
+    return wait_for(ready, what="a full round-trip matrix")
+
+
+def gang(c, name, nodes, extra=""):
+    return c.submit(GANG.format(name=name, nodes=nodes, extra=extra))
+
+
+def test_probe_matrix_for_three_nodes(cluster):
+    names = cluster.add_agents(3)
+    m = full(cluster, names)
+    assert m["nodes"] == sorted(names)
+    for i, row in enumerate(m["rtt_ms"]):
+        assert row[i] == 0
+        for j, v in enumerate(row):
+            if i != j:  # loopback: well under a millisecond or so, never zero
+                assert 0 < v < 50, m
+    text = cluster.cli("probe")[1]
+    for n in names:
+        assert n in text
+    assert "COORDINATOR" in text
+
+
+def test_gang_placed_by_measured_latency(far_ns, make_cluster):
+    ns, host_ip, ns_ip, relay_ip = far_ns
+    c = make_cluster(host=host_ip)
+    tok = c.token(uses=3)
+    c.start_agent("a", token=tok)
+    c.start_agent("b", token=tok)
+    # "c" answers probes on 7703 inside its namespace; the others reach it only
+    # through the relay, which it advertises as its address
+    relay = DelayRelay(relay_ip, ns_ip, 7703, DELAY)
+    relay.start()
+    try:
+        c.start_agent("c", token=tok, wrap=["ip", "netns", "exec", ns],
+                      extra=["--advertise-addr", relay_ip, "--probe-port", "7703"])
+        c.wait_ready("a", "b", "c")
+        full(c, ["a", "b", "c"])
+        # the far node is measured as far by the others, the near ones as near
+        m = wait_for(lambda: (lambda x: x if x["a"]["c"] >= 2 * DELAY * 1000 and
+                              x["b"]["c"] >= 2 * DELAY * 1000 else None)(matrix_of(c)),
+                     what="a and b to measure c through the relay")
+        assert m["a"]["b"] < 2 * DELAY * 1000 / 4, m
+        print("matrix:", json.dumps(m))
+
+        # a gang of 2 goes to the close pair, and says why
+        jid = gang(c, "near", 2)
+        j = c.wait_job(jid, "completed")
+        assert j["nodes"] == ["a", "b"], j
+        assert "max rtt" in j["placement"] and "c not chosen: rtt" in j["placement"], j
+        shown = c.cli("job", "show", str(jid))[1]
+        assert "c not chosen" in shown, shown
+
+        # when only a set across the far link fits, it is used, and says so
+        c.cli("node", "drain", "b")
+        wait_for(lambda: c.nodes()["b"]["state"] == "draining", what="b draining")
+        jid = gang(c, "across", 2)
+        j = c.wait_job(jid, "completed")
+        assert sorted(j["nodes"]) == ["a", "c"], j
+        assert "across sites" in j["placement"], j
+    finally:
+        relay.stop()
+
+
+def test_gang_keeps_to_one_site_unless_spread_any(cluster):
+    tok = cluster.token(uses=3)
+    for name, site in (("a", "home"), ("b", "cloud"), ("c", "home")):
+        cluster.start_agent(name, token=tok, extra=["--label", f"site={site}"])
+    cluster.wait_ready("a", "b", "c")
+    full(cluster, ["a", "b", "c"])
+    jid = gang(cluster, "one-site", 2)
+    j = cluster.wait_job(jid, "completed")
+    assert j["nodes"] == ["a", "c"], j
+    assert "b not chosen: site cloud" in j["placement"], j
+
+    # spread: any lets sites mix: with c drained only a and b fit, and that is used
+    # both with and without it (no single-site set fits); with a 3-gang all mix
+    jid = gang(cluster, "any-site", 3, extra=", spread: any")
+    j = cluster.wait_job(jid, "completed")
+    assert sorted(j["nodes"]) == ["a", "b", "c"], j
