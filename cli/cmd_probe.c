@@ -1,11 +1,16 @@
 /* cmd_probe.c - bramble probe: the network map, the round trips agents measure
- * between nodes and to the coordinator, as a matrix. */
+ * between nodes and to the coordinator, as a matrix; and with --nccl, an NCCL
+ * all-reduce bandwidth test over chosen nodes' GPUs, run as a gang job. */
+#include <getopt.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "spec.h"
+#include "util.h"
 
 /* "0.31" or "-" (not measured) for one cell. */
 static const char *ms_cell(const json_t *v, int self, char *buf, size_t len)
@@ -61,11 +66,213 @@ static int print_matrix(json_t *m)
     return CLI_OK;
 }
 
+/* ---- --nccl: an all-reduce bus bandwidth test as a gang job */
+
+/* The GPUs every named node has (the fewest among them), or -1 with the reason. */
+static int gpus_per_node(cli_t *cli, json_t *names)
+{
+    json_t *r = cli_call(cli, "node.list", json_object());
+    if (!r)
+        return -1;
+    int fewest = -1;
+    size_t i, k;
+    json_t *name, *n;
+    json_array_foreach(names, i, name) {
+        json_t *found = NULL;
+        json_array_foreach(json_object_get(r, "nodes"), k, n) {
+            if (json_equal(json_object_get(n, "name"), name))
+                found = n;
+        }
+        int g = (int)json_array_size(json_object_get(found, "gpus"));
+        if (!found || g == 0) {
+            cli_err(cli, found ? "node %s has no GPUs" : "no node named '%s'",
+                    json_string_value(name));
+            json_decref(r);
+            return -1;
+        }
+        if (fewest < 0 || g < fewest)
+            fewest = g;
+    }
+    json_decref(r);
+    return fewest > BR_MAX_TASKS_PER_NODE ? BR_MAX_TASKS_PER_NODE : fewest;
+}
+
+/* Rank 0's standard output, all of it (the job has ended). NULL on failure. */
+static char *rank0_output(cli_t *cli, int64_t id)
+{
+    size_t len = 0;
+    char *out = calloc(1, 1);
+    json_int_t after = 0;
+    for (int pages = 0; out && pages < 10000; pages++) {
+        br_msg_t *m = NULL;
+        if (cli_rpc(cli, "job.logs", json_pack("{s:I, s:I, s:i}", "id", (json_int_t)id,
+                                               "after", after, "rank", 0),
+                    &m) < 0) {
+            free(out);
+            return NULL;
+        }
+        size_t dlen = 0, off = 0, i;
+        const char *data = br_msg_data(m, &dlen);
+        json_t *body = br_msg_body(m), *ch;
+        json_array_foreach(json_object_get(body, "chunks"), i, ch) {
+            size_t n = (size_t)json_integer_value(json_object_get(ch, "len"));
+            if (n > dlen - off)
+                break;
+            if (json_integer_value(json_object_get(ch, "stream")) == 1) {
+                char *nb = realloc(out, len + n + 1);
+                if (!nb)
+                    break;
+                out = nb;
+                memcpy(out + len, data + off, n);
+                out[len += n] = '\0';
+            }
+            off += n;
+        }
+        int more = json_array_size(json_object_get(body, "chunks")) > 0;
+        after = json_integer_value(json_object_get(body, "next"));
+        br_msg_destroy(&m);
+        if (!more)
+            break;
+    }
+    return out;
+}
+
+static int print_nccl(const char *out, json_t *names, int gpus, int json)
+{
+    json_t *sizes = json_array(), *result = NULL;
+    for (const char *p = out; p && *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        json_t *v = n && *p == '{' ? json_loadb(p, n, 0, NULL) : NULL;
+        if (json_object_get(v, "result"))
+            result = json_incref(v);
+        else if (json_object_get(v, "bytes"))
+            json_array_append(sizes, v);
+        json_decref(v);
+        p = nl ? nl + 1 : NULL;
+    }
+    if (!result) {
+        json_decref(sizes);
+        return -1;
+    }
+    if (json) {
+        cli_print_json(json_pack("{s:O, s:i, s:o, s:o}", "nodes", names, "gpus_per_node",
+                                 gpus, "sizes", sizes, "result", result));
+        return 0;
+    }
+    static const char *const head[] = {"BYTES", "TIME (us)", "ALGBW (GB/s)", "BUSBW (GB/s)"};
+    cli_table_t *t = cli_table_new(4, head);
+    size_t i;
+    json_t *v;
+    json_array_foreach(sizes, i, v) {
+        char c[4][32];
+        snprintf(c[0], 32, "%lld", (long long)json_integer_value(json_object_get(v, "bytes")));
+        snprintf(c[1], 32, "%.1f", json_number_value(json_object_get(v, "time_us")));
+        snprintf(c[2], 32, "%.2f", json_number_value(json_object_get(v, "algbw_gbs")));
+        snprintf(c[3], 32, "%.2f", json_number_value(json_object_get(v, "busbw_gbs")));
+        const char *cells[4] = {c[0], c[1], c[2], c[3]};
+        cli_table_add(t, cells);
+    }
+    cli_table_print(t, stdout);
+    cli_table_destroy(&t);
+    printf("peak bus bandwidth %.2f GB/s at %lld bytes over %lld GPUs on %lld nodes "
+           "(NCCL %s)\n",
+           json_number_value(json_object_get(result, "peak_busbw_gbs")),
+           (long long)json_integer_value(json_object_get(result, "at_bytes")),
+           (long long)json_integer_value(json_object_get(result, "ranks")),
+           (long long)json_integer_value(json_object_get(result, "nodes")),
+           json_string_value(json_object_get(result, "nccl_version")));
+    json_decref(sizes);
+    json_decref(result);
+    return 0;
+}
+
+static int nccl_run(cli_t *cli, const char *list, const char *command, const char *max,
+                    int json)
+{
+    json_t *names = json_array();
+    char buf[1024], yaml[4096];
+    br_strlcpy(buf, list, sizeof(buf));
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save))
+        json_array_append_new(names, json_string(tok));
+    size_t count = json_array_size(names);
+    if (count == 0 || count > BR_SPEC_MAX_LIST) {
+        json_decref(names);
+        return cli_usage(cli, "--nccl: give 1 to %d node names, comma-separated",
+                         BR_SPEC_MAX_LIST);
+    }
+    int gpus = gpus_per_node(cli, names);
+    if (gpus < 0) {
+        json_decref(names);
+        return CLI_FAIL;
+    }
+    char *nodes = json_dumps(names, JSON_COMPACT);
+    json_t *cmd = json_sprintf("%s --max-bytes %s", command, max);
+    char *cmd_text = json_dumps(cmd, JSON_ENCODE_ANY);
+    snprintf(yaml, sizeof(yaml),
+             "name: nccl-probe-%d\n"
+             "command: %s\n"
+             "resources: {nodes: %zu, nodelist: %s, gpus: %d, tasks_per_node: gpus}\n"
+             "restart: {max: 0}\n"
+             "time_limit: 10m\n",
+             (int)getpid() % 100000, cmd_text, count, nodes, gpus);
+    free(nodes);
+    free(cmd_text);
+    json_decref(cmd);
+    json_t *r = cli_call(cli, "job.submit", json_pack("{s:s, s:[]}", "spec", yaml, "sets"));
+    if (!r) {
+        json_decref(names);
+        return CLI_FAIL;
+    }
+    int64_t id = json_integer_value(json_object_get(r, "id"));
+    json_decref(r);
+    fprintf(stderr, "bramble: probe: job %lld runs %s on %s, %d GPU%s each\n",
+            (long long)id, command, list, gpus, gpus == 1 ? "" : "s");
+    int rc = cli_wait_job(cli, id);
+    char *out = rc == CLI_OK ? rank0_output(cli, id) : NULL;
+    if (rc == CLI_OK && print_nccl(out, names, gpus, json) < 0)
+        rc = cli_fail(cli, "job %lld printed no result line", (long long)id);
+    if (rc != CLI_OK) { /* what the probe said, every rank */
+        fprintf(stderr, "bramble: probe: the job's output:\n");
+        fflush(stdout);
+        int saved = dup(1);
+        dup2(2, 1);
+        cli_stream_logs(cli, id, -1, 0);
+        fflush(stdout);
+        dup2(saved, 1);
+        close(saved);
+    }
+    free(out);
+    json_decref(names);
+    return rc;
+}
+
 static int probe_run(cli_t *cli, int argc, char **argv)
 {
-    int json = 0;
-    if (cli_args(cli, argc, argv, &json, 0, NULL, NULL) != CLI_OK)
+    static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+                                         {"nccl", required_argument, NULL, 'n'},
+                                         {"command", required_argument, NULL, 'c'},
+                                         {"max-bytes", required_argument, NULL, 'm'},
+                                         {0}};
+    int json = 0, c;
+    const char *nccl = NULL, *command = "bramble-nccl-probe", *max = "256M";
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c == 'j')
+            json = 1;
+        else if (c == 'n')
+            nccl = optarg;
+        else if (c == 'c')
+            command = optarg;
+        else if (c == 'm')
+            max = optarg;
+        else
+            return cli_bad_option(cli, c, argv);
+    }
+    if (cli_positional(cli, argc, argv, 0, NULL, NULL) != CLI_OK)
         return CLI_USAGE;
+    if (nccl)
+        return nccl_run(cli, nccl, command, max, json);
     json_t *m = cli_call(cli, "node.probe", json_object());
     if (!m)
         return CLI_FAIL;
@@ -79,14 +286,23 @@ static int probe_run(cli_t *cli, int argc, char **argv)
 }
 
 const cli_cmd_t cli_probe_cmds[] = {
-    {NULL, "probe", probe_run, "[--json]",
+    {NULL, "probe", probe_run,
+     "[--json] | --nccl NODES [--command CMD] [--max-bytes N] [--json]",
      "show the network map: round trips between nodes and to the coordinator",
      "Every agent probes the others over UDP (its --probe-port, 7703 by default)\n"
      "every 5 s and reports the median of its last answers with its heartbeats;\n"
      "the coordinator places gangs on the nodes closest together\n"
      "(docs/distributed.md).\n"
+     "\nWith --nccl a,b,... it runs an NCCL all-reduce bus bandwidth test over every\n"
+     "GPU of those nodes as a gang job (one process per GPU; the nodes need\n"
+     "bramble-nccl-probe, built where CUDA and NCCL are found) and prints the\n"
+     "bandwidth per message size (docs/probe-nccl.md).\n"
      "\nOptions:\n"
-     "  --json   print {\"nodes\": [...], \"rtt_ms\": [[row: from, column: to]],\n"
-     "           \"coordinator_ms\": [...]}; null where not measured\n"},
+     "  --json           print {\"nodes\": [...], \"rtt_ms\": [[row: from, column:\n"
+     "                   to]], \"coordinator_ms\": [...]}; null where not measured\n"
+     "                   (with --nccl: {nodes, gpus_per_node, sizes, result})\n"
+     "  --nccl NODES     the all-reduce test over these nodes' GPUs\n"
+     "  --command CMD    the probe program on the nodes (bramble-nccl-probe)\n"
+     "  --max-bytes N    the largest message (256M)\n"},
     {0},
 };

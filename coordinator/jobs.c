@@ -504,7 +504,11 @@ static void end_attempt(br_coord_t *c, json_t *job, br_node_t *n, const char *ca
     int others = 0;
     for (int r = 0; r < rank_count(job); r++)
         others += rank_node(c, job, r) != n && strcmp(rank_state(job, r), "done") != 0;
-    if (cause && rank_count(job) > 1)
+    if (cause && rank_count(job) > 1 && tasks_per_node(json_object_get(job, "spec")) > 1)
+        /* the agent's reason names the process's rank */
+        snprintf(why, sizeof(why), "on %s: %s; stopped the gang on the other %d node%s",
+                 node ? node : "?", reason, others, others == 1 ? "" : "s");
+    else if (cause && rank_count(job) > 1)
         snprintf(why, sizeof(why), "rank %d on %s: %s; stopped the other %d rank%s",
                  rank_on(job, n), node ? node : "?", reason, others, others == 1 ? "" : "s");
     else

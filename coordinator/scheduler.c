@@ -124,6 +124,13 @@ static int excluded(json_t *job, const char *node)
     return 0;
 }
 
+/* 1 unless the spec names its nodes (resources.nodelist) and node is not one. */
+static int listed(json_t *spec, const char *node)
+{
+    json_t *list = json_object_get(json_object_get(spec, "resources"), "nodelist");
+    return json_array_size(list) == 0 || in_list(list, node, 0);
+}
+
 /* Append "; what" to why (bounded). */
 static void add_why(char *why, size_t len, const char *what)
 {
@@ -161,7 +168,9 @@ static void place_one(br_coord_t *c, json_t *job)
         json_integer_value(json_object_get(json_object_get(job, "extra"), "fresh_after"));
     for (br_node_t *n = br_nodes_first(c->nodes); n && fit && assign; n = n->next) {
         json_t *a = NULL;
-        if (excluded(job, n->name)) {
+        if (!listed(spec, n->name)) {
+            continue; /* resources.nodelist leaves it out */
+        } else if (excluded(job, n->name)) {
             snprintf(last, sizeof(last), "%s cannot run it (an earlier attempt failed there)",
                      n->name);
         } else if (fresh && n->last_seen_ms <= fresh) {

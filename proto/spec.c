@@ -23,7 +23,7 @@ static const char *const top_keys[] = {
     "checkpoint", "restart", "priority", "time_limit", "service", NULL};
 static const char *const resources_keys[] = {
     "nodes", "tasks_per_node", "gpus",   "vram",   "cpus", "memory",
-    "arch",  "gpu_model",      "labels", "spread", NULL};
+    "arch",  "gpu_model",      "labels", "spread", "nodelist", NULL};
 static const char *const model_keys[] = {"params", "mode", "dtype", NULL};
 static const char *const checkpoint_keys[] = {"dir", "pattern", "complete_file", NULL};
 static const char *const restart_keys[] = {"max", "on", NULL};
@@ -516,8 +516,21 @@ static int check_resources(const sect_t *top, br_spec_t *spec)
         get_list(&r, "arch", res->arch, &res->n_arch) < 0 ||
         get_list(&r, "gpu_model", res->gpu_model, &res->n_gpu_model) < 0 ||
         get_strmap(&r, "labels", 0, &res->labels) < 0 ||
-        get_enum(&r, "spread", spreads, "site or any", &res->spread_any) < 0)
+        get_enum(&r, "spread", spreads, "site or any", &res->spread_any) < 0 ||
+        get_list(&r, "nodelist", res->nodelist, &res->n_nodelist) < 0)
         return -1;
+    const node_t *nl = get(&r, "nodelist");
+    for (int i = 0; i < res->n_nodelist; i++)
+        if (!br_valid_name(res->nodelist[i]))
+            return spec_fail_at(r.err, nl->line,
+                                "resources.nodelist: '%s' is not a node name (lowercase "
+                                "letters, digits and '-')",
+                                res->nodelist[i]);
+    if (res->n_nodelist && res->nodes > res->n_nodelist)
+        return spec_fail_at(r.err, nl->line,
+                            "resources.nodelist: names %d node%s, fewer than "
+                            "resources.nodes (%d)",
+                            res->n_nodelist, res->n_nodelist == 1 ? "" : "s", res->nodes);
     return 0;
 }
 
@@ -782,6 +795,8 @@ void br_spec_destroy(br_spec_t **spec)
     json_decref(s->env);
     for (int i = 0; i < s->resources.n_arch; i++)
         free(s->resources.arch[i]);
+    for (int i = 0; i < s->resources.n_nodelist; i++)
+        free(s->resources.nodelist[i]);
     for (int i = 0; i < s->resources.n_gpu_model; i++)
         free(s->resources.gpu_model[i]);
     json_decref(s->resources.labels);
@@ -830,6 +845,9 @@ static json_t *resources_json(const br_spec_t *s)
     json_object_set_new(r, "cpus", json_integer(s->resources.cpus));
     json_object_set_new(r, "memory", json_integer((json_int_t)s->resources.memory));
     json_object_set_new(r, "arch", list_json(s->resources.arch, s->resources.n_arch));
+    if (s->resources.n_nodelist)
+        json_object_set_new(r, "nodelist",
+                            list_json(s->resources.nodelist, s->resources.n_nodelist));
     json_object_set_new(r, "gpu_model",
                         list_json(s->resources.gpu_model, s->resources.n_gpu_model));
     json_object_set_new(r, "labels", json_deep_copy(s->resources.labels));

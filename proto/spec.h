@@ -12,7 +12,7 @@
 #include "err.h"
 
 #define BR_SPEC_MAX_BYTES (256 * 1024) /* larger spec texts are refused */
-#define BR_SPEC_MAX_LIST 32            /* arch, gpu_model, restart.on entries */
+#define BR_SPEC_MAX_LIST 32 /* arch, gpu_model, nodelist, restart.on entries */
 
 typedef enum { BR_JOB_TRAIN = 0, BR_JOB_SERVICE = 1 } br_job_kind_t;
 
@@ -40,6 +40,8 @@ typedef struct {
         int n_gpu_model;
         json_t *labels; /* object string -> string; never NULL */
         int spread_any; /* resources.spread: any (default same-site) */
+        char *nodelist[BR_SPEC_MAX_LIST]; /* only these nodes (names), when given */
+        int n_nodelist;
     } resources;
     struct {
         int given;     /* 1 when a model: section was present */

@@ -223,3 +223,45 @@ def test_gang_keeps_to_one_site_unless_spread_any(cluster):
     jid = gang(cluster, "any-site", 3, extra=", spread: any")
     j = cluster.wait_job(jid, "completed")
     assert sorted(j["nodes"]) == ["a", "b", "c"], j
+
+
+def test_nodelist_pins_a_job_to_named_nodes(cluster):
+    cluster.add_agents(3)
+    jid = gang(cluster, "pinned", 2, extra=", nodelist: [node-3, node-1]")
+    j = cluster.wait_job(jid, "completed")
+    assert sorted(j["nodes"]) == ["node-1", "node-3"], j
+    jid = cluster.submit("name: one\ncommand: 'true'\nresources: {nodelist: node-2}\n")
+    assert cluster.wait_job(jid, "completed")["nodes"] == ["node-2"]
+    # a named node that cannot take it: the job waits, naming only its own nodes
+    cluster.cli("node", "drain", "node-2")
+    jid = cluster.submit("name: wait\ncommand: 'true'\nresources: {nodelist: [node-2]}\n")
+    j = wait_for(lambda: (lambda x: x if "node-2 is draining" in (x.get("reason") or "")
+                          else None)(cluster.job(jid)), what="the pinned job to wait")
+    assert j["state"] == "pending" and "node-1" not in j["reason"], j
+
+
+def test_probe_nccl_runs_a_gang_over_the_gpus(cluster):
+    probe_bin = cluster.bin("bramble-nccl-probe")
+    if not os.path.exists(probe_bin):
+        pytest.skip("bramble-nccl-probe was not built (no CUDA toolkit with NCCL)")
+    tok = cluster.token(uses=3)
+    for name in ("g1", "g2"):
+        cluster.start_agent(name, token=tok, extra=["--gpus", "X:24GiB,X:24GiB"])
+    cluster.start_agent("cpu", token=tok)
+    cluster.wait_ready("g1", "g2", "cpu")
+    rc, out, err = cluster.cli("probe", "--nccl", "g1,cpu", check=False)
+    assert rc == 1 and "node cpu has no GPUs" in err, (rc, err)
+    rc, out, err = cluster.cli("probe", "--nccl", "g1,g2", "--command", probe_bin,
+                               "--max-bytes", "1M", "--json", check=False)
+    jobs = [j for j in cluster.cli_json("jobs", "--all") if j["name"].startswith("nccl-probe")]
+    assert len(jobs) == 1 and sorted(jobs[0]["nodes"]) == ["g1", "g2"], jobs
+    spec = cluster.job(jobs[0]["id"])["spec"]["resources"]
+    assert spec["tasks_per_node"] == "gpus" and spec["gpus"] == 2, spec
+    if rc == 0:  # a machine with two GPUs per node: a real measurement
+        r = json.loads(out)
+        assert r["result"]["result"] == "ok" and r["result"]["ranks"] == 4, r
+        assert r["sizes"] and all(s["busbw_gbs"] >= 0 for s in r["sizes"]), r
+    else:  # no GPU here: every rank says so, and the CLI shows it
+        assert rc == 1, (rc, out, err)
+        for rank in range(4):
+            assert f"{rank}: bramble-nccl-probe: no CUDA device visible" in err, err

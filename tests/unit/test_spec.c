@@ -220,6 +220,29 @@ static void test_service_defaults(void **state)
     br_spec_destroy(&s);
 }
 
+static void test_nodelist(void **state)
+{
+    br_spec_t *s = parse_ok("name: p\ncommand: x\nresources: {nodes: 2, nodelist: [a, b-2, c]}\n",
+                            NULL, 0);
+    assert_int_equal(s->resources.n_nodelist, 3);
+    assert_string_equal(s->resources.nodelist[1], "b-2");
+    json_t *j = br_spec_to_json(s);
+    json_t *nl = json_object_get(json_object_get(j, "resources"), "nodelist");
+    assert_int_equal(json_array_size(nl), 3);
+    assert_string_equal(json_string_value(json_array_get(nl, 2)), "c");
+    json_decref(j);
+    br_spec_destroy(&s);
+    /* one name as a scalar; no nodelist: absent from the JSON */
+    s = parse_ok("name: p\ncommand: x\nresources: {nodelist: a}\n", NULL, 0);
+    assert_int_equal(s->resources.n_nodelist, 1);
+    br_spec_destroy(&s);
+    s = parse_ok("name: p\ncommand: x\n", NULL, 0);
+    j = br_spec_to_json(s);
+    assert_null(json_object_get(json_object_get(j, "resources"), "nodelist"));
+    json_decref(j);
+    br_spec_destroy(&s);
+}
+
 static void test_small_forms(void **state)
 {
     br_spec_t *s = parse_ok(
@@ -464,6 +487,15 @@ static const bad_case_t bad_cases[] = {
      BASE "resources: {tasks_per_node: 3, gpus: 4}\n",
      {0},
      "=line 3: resources.tasks_per_node: 3 tasks cannot share 4 GPUs equally"},
+    {"nodelist bad name",
+     BASE "resources: {nodelist: [a, B_2]}\n",
+     {0},
+     "=line 3: resources.nodelist: 'B_2' is not a node name (lowercase letters, digits "
+     "and '-')"},
+    {"nodelist too short",
+     BASE "resources: {nodes: 3, nodelist: [a, b]}\n",
+     {0},
+     "=line 3: resources.nodelist: names 2 nodes, fewer than resources.nodes (3)"},
     {"tasks word",
      BASE "resources: {tasks_per_node: many}\n",
      {0},
@@ -791,6 +823,7 @@ int main(void)
         cmocka_unit_test(test_example_refused),
         cmocka_unit_test(test_service),
         cmocka_unit_test(test_service_defaults),
+        cmocka_unit_test(test_nodelist),
         cmocka_unit_test(test_small_forms),
         cmocka_unit_test(test_env_scalars),
         cmocka_unit_test(test_sets),
