@@ -25,12 +25,20 @@ static void hold(br_node_t *n, json_t *share, int sign)
     n->cpus_used += sign * (int)json_integer_value(json_object_get(share, "cpus"));
     n->memory_used +=
         (uint64_t)(sign * json_integer_value(json_object_get(share, "memory")));
+    /* "vram": the VRAM reserved on each GPU by a job that shares them; none: the
+     * job has its GPUs to itself */
+    json_int_t vram = json_integer_value(json_object_get(share, "vram"));
     size_t i;
     json_t *g;
     json_array_foreach(json_object_get(share, "gpus"), i, g) {
         json_int_t idx = json_integer_value(g);
-        if (idx >= 0 && idx < BR_NODE_MAX_GPUS)
-            n->gpu_jobs[idx] += sign;
+        if (idx < 0 || idx >= BR_NODE_MAX_GPUS)
+            continue;
+        n->gpu_jobs[idx] += sign;
+        if (vram > 0)
+            n->gpu_vram_used[idx] += (uint64_t)(sign * vram);
+        else
+            n->gpu_whole[idx] += sign;
     }
     if (n->cpus_used < 0)
         n->cpus_used = 0;

@@ -23,7 +23,9 @@ typedef struct br_node {
     int64_t last_seen_ms;   /* wall clock, for display */
     int cpus_used;
     uint64_t memory_used;
-    int gpu_jobs[BR_NODE_MAX_GPUS]; /* jobs holding each GPU */
+    int gpu_jobs[BR_NODE_MAX_GPUS];            /* jobs holding each GPU */
+    int gpu_whole[BR_NODE_MAX_GPUS];           /* ... of them, jobs with no VRAM need */
+    uint64_t gpu_vram_used[BR_NODE_MAX_GPUS];  /* VRAM the sharing ones reserved */
     int peers_sent;                 /* peers_version last sent to its agent */
     struct br_node *next;
 } br_node_t;

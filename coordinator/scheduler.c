@@ -35,38 +35,77 @@ static int labels_match(json_t *want, json_t *have)
     return 1;
 }
 
-static json_t *pick_gpus(const br_node_t *n, json_t *res, int want, char *why,
-                         size_t whylen)
+/* What GPU i of n would have left after taking a job that needs vram on it (0: a
+ * whole GPU): the free VRAM it reported (NVML's figure, so memory that processes
+ * outside bramble use counts; a declared GPU's total) less what sharing jobs
+ * reserved there, less vram. -1 when it cannot take the job. */
+static int64_t gpu_left(const br_node_t *n, int i, uint64_t vram, json_t *models)
 {
-    json_t *gpus = json_array();
+    json_t *g = br_node_gpu(n, i);
+    json_t *fv = json_object_get(g, "vram_free");
+    uint64_t free_vram = (uint64_t)json_integer_value(
+        json_is_integer(fv) ? fv : json_object_get(g, "vram_total"));
+    if (!in_list(models, json_string_value(json_object_get(g, "model")), 1))
+        return -1;
+    if (vram == 0) /* a whole GPU: nobody else on it */
+        return n->gpu_jobs[i] == 0 ? (int64_t)free_vram : -1;
+    if (n->gpu_whole[i] > 0 || free_vram < n->gpu_vram_used[i] + vram)
+        return -1;
+    return (int64_t)(free_vram - n->gpu_vram_used[i] - vram);
+}
+
+typedef struct {
+    int index;
+    int64_t left;
+} gpu_fit_t;
+
+static int by_left(const void *x, const void *y)
+{
+    const gpu_fit_t *a = x, *b = y;
+    if (a->left != b->left)
+        return a->left < b->left ? -1 : 1;
+    return a->index - b->index;
+}
+
+/* The GPUs for a job: with no VRAM need, whole free GPUs in index order; with one,
+ * best fit (the GPUs left with the least VRAM to spare, shared ones included), so
+ * small jobs pack together and big ones still find whole GPUs. *left: the VRAM
+ * the chosen GPUs have to spare afterwards. */
+static json_t *pick_gpus(const br_node_t *n, json_t *res, int want, int64_t *left,
+                         char *why, size_t whylen)
+{
     uint64_t vram = (uint64_t)json_integer_value(json_object_get(res, "vram"));
     json_t *models = json_object_get(res, "gpu_model");
-    for (int i = 0; i < br_node_gpu_count(n) && (int)json_array_size(gpus) < want; i++) {
-        json_t *g = br_node_gpu(n, i);
-        json_t *fv = json_object_get(g, "vram_free");
-        uint64_t free_vram = (uint64_t)json_integer_value(
-            json_is_integer(fv) ? fv : json_object_get(g, "vram_total"));
-        if (n->gpu_jobs[i] == 0 && free_vram >= vram &&
-            in_list(models, json_string_value(json_object_get(g, "model")), 1))
-            json_array_append_new(gpus, json_integer(json_integer_value(
-                                            json_object_get(g, "index"))));
+    gpu_fit_t fit[BR_NODE_MAX_GPUS];
+    int count = 0;
+    for (int i = 0; i < br_node_gpu_count(n) && i < BR_NODE_MAX_GPUS; i++) {
+        int64_t l = gpu_left(n, i, vram, models);
+        if (l >= 0)
+            fit[count++] = (gpu_fit_t){i, l};
     }
-    if ((int)json_array_size(gpus) < want) {
+    if (count < want) {
         char v[32];
         if (vram)
-            snprintf(why, whylen, "%s: %zu of %d GPUs free with %s VRAM", n->name,
-                     json_array_size(gpus), want, br_format_size(vram, v, sizeof(v)));
+            snprintf(why, whylen, "%s: %d of %d GPUs with %s VRAM to spare", n->name, count,
+                     want, br_format_size(vram, v, sizeof(v)));
         else
-            snprintf(why, whylen, "%s: %zu of %d GPUs free", n->name,
-                     json_array_size(gpus), want);
-        json_decref(gpus);
+            snprintf(why, whylen, "%s: %d of %d GPUs free", n->name, count, want);
         return NULL;
+    }
+    if (vram)
+        qsort(fit, (size_t)count, sizeof(fit[0]), by_left);
+    json_t *gpus = json_array();
+    *left = 0;
+    for (int k = 0; k < want; k++) {
+        json_array_append_new(gpus, json_integer(json_integer_value(
+                                        json_object_get(br_node_gpu(n, fit[k].index), "index"))));
+        *left += fit[k].left;
     }
     return gpus;
 }
 
-int br_sched_fit(const br_node_t *n, json_t *spec, json_t **assign, char *why,
-                 size_t whylen)
+int br_sched_fit(const br_node_t *n, json_t *spec, json_t **assign, int64_t *left_out,
+                 char *why, size_t whylen)
 {
     json_t *res = json_object_get(spec, "resources");
     int cpus = (int)json_integer_value(json_object_get(res, "cpus"));
@@ -93,11 +132,17 @@ int br_sched_fit(const br_node_t *n, json_t *spec, json_t **assign, char *why,
                  br_format_size(mem, b, sizeof(b)));
         return 0;
     }
-    json_t *g = pick_gpus(n, res, gpus, why, whylen);
+    int64_t left = 0;
+    json_t *g = pick_gpus(n, res, gpus, &left, why, whylen);
     if (!g)
         return 0;
     *assign = json_pack("{s:i, s:I, s:o}", "cpus", cpus, "memory", (json_int_t)mem,
                         "gpus", g);
+    uint64_t vram = (uint64_t)json_integer_value(json_object_get(res, "vram"));
+    if (vram && gpus > 0) /* it shares its GPUs: what it reserves on each */
+        json_object_set_new(*assign, "vram", json_integer((json_int_t)vram));
+    if (left_out)
+        *left_out = left;
     return 1;
 }
 
@@ -166,8 +211,15 @@ static void place_one(br_coord_t *c, json_t *job)
     json_t **assign = malloc((size_t)cap * sizeof(*assign));
     json_int_t fresh =
         json_integer_value(json_object_get(json_object_get(job, "extra"), "fresh_after"));
+    json_t *res = json_object_get(spec, "resources");
+    /* a job that shares GPUs goes where it leaves the least VRAM to spare */
+    int sharing = json_integer_value(json_object_get(res, "vram")) > 0 &&
+                  json_integer_value(json_object_get(res, "gpus")) > 0;
+    int best = 0;
+    int64_t best_left = -1;
     for (br_node_t *n = br_nodes_first(c->nodes); n && fit && assign; n = n->next) {
         json_t *a = NULL;
+        int64_t left = 0;
         if (!listed(spec, n->name)) {
             continue; /* resources.nodelist leaves it out */
         } else if (excluded(job, n->name)) {
@@ -179,7 +231,7 @@ static void place_one(br_coord_t *c, json_t *job)
         } else if (strcmp(n->state, "ready") != 0 || !n->route_len) {
             snprintf(last, sizeof(last), "%s is %s", n->name,
                      n->route_len ? n->state : "not connected");
-        } else if (br_sched_fit(n, spec, &a, last, sizeof(last))) {
+        } else if (br_sched_fit(n, spec, &a, &left, last, sizeof(last))) {
             if (count == cap) {
                 cap *= 2;
                 br_node_t **f = realloc(fit, (size_t)cap * sizeof(*fit));
@@ -191,23 +243,27 @@ static void place_one(br_coord_t *c, json_t *job)
                     break;
                 }
             }
+            if (best_left < 0 || left < best_left) {
+                best = count;
+                best_left = left;
+            }
             fit[count] = n;
             assign[count++] = a;
-            if (count == want && want == 1) /* first fit, in name order */
+            if (count == want && want == 1 && !sharing) /* first fit, in name order */
                 break;
             continue;
         }
         add_why(why, sizeof(why), last);
     }
     if (count >= want && want == 1) {
-        br_jobs_place(c, job, fit, assign, 1, NULL);
+        br_jobs_place(c, job, fit + (sharing ? best : 0), assign + (sharing ? best : 0), 1,
+                      NULL);
     } else if (count >= want) { /* a gang: the nearest set of those that fit */
         int *chosen = calloc((size_t)want, sizeof(int));
         br_node_t **gang = calloc((size_t)want, sizeof(*gang));
         json_t **share = calloc((size_t)want, sizeof(*share));
         char how[400];
-        const char *spread =
-            json_string_value(json_object_get(json_object_get(spec, "resources"), "spread"));
+        const char *spread = json_string_value(json_object_get(res, "spread"));
         if (chosen && gang && share) {
             br_netmap_choose(c->netmap, fit, count, want,
                              spread && strcmp(spread, "any") == 0, chosen, how,
