@@ -29,8 +29,21 @@ set(CMAKE_IGNORE_PATH
     /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/targets/x86_64-linux/include)
 set(CMAKE_IGNORE_PREFIX_PATH /usr/local/cuda)  # CMake >= 3.23
 
+# Optional: -DBRAMBLE_CROSS_SYSROOT=DIR, the target's libc and libraries unpacked
+# (dpkg-deb -x) into DIR instead of installed with multiarch, for when the
+# :<arch> packages cannot be installed (tests/cross-build.sh falls back to it).
+list(APPEND CMAKE_TRY_COMPILE_PLATFORM_VARIABLES BRAMBLE_CROSS_SYSROOT)
+if(BRAMBLE_CROSS_SYSROOT)
+  set(CMAKE_SYSROOT ${BRAMBLE_CROSS_SYSROOT})
+  set(CMAKE_FIND_ROOT_PATH ${BRAMBLE_CROSS_SYSROOT})
+  set(_br_pc_root ${BRAMBLE_CROSS_SYSROOT})
+else()
+  set(_br_pc_root "")
+endif()
+
 # pkg-config: only the target's .pc files (plus the arch-independent ones);
-# no sysroot prefix, multiarch paths are already absolute host paths.
-set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/${BRAMBLE_CROSS_TRIPLET}/pkgconfig:/usr/share/pkgconfig")
+# with multiarch no sysroot prefix, the paths are already absolute host paths.
+set(ENV{PKG_CONFIG_LIBDIR}
+    "${_br_pc_root}/usr/lib/${BRAMBLE_CROSS_TRIPLET}/pkgconfig:${_br_pc_root}/usr/share/pkgconfig")
 set(ENV{PKG_CONFIG_PATH} "")
-set(ENV{PKG_CONFIG_SYSROOT_DIR} "")
+set(ENV{PKG_CONFIG_SYSROOT_DIR} "${_br_pc_root}")

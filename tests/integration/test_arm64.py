@@ -1,16 +1,21 @@
-"""The arm64 (Raspberry Pi) build, checked here under qemu-user.
+"""The Raspberry Pi builds (arm64 and armhf), checked here under qemu-user.
 
-tests/cross-arm64.sh cross-builds bramble-agent, bramble and brambled for
-aarch64-linux-gnu into build-arm64/ (installing the cross compiler, qemu-user and
-the :arm64 -dev packages first when they are missing). This test runs it (it only
-rebuilds what changed once everything is there, so the arm64 agent always speaks
-the current protocol), then starts an x86-64 coordinator (the usual BRAMBLE_BIN
-build, sanitizers or not) and one agent that is the arm64 binary run by
-qemu-aarch64, and checks that the agent joins, reports arch "aarch64" and
-completes a job whose log reaches the coordinator.
+tests/cross-build.sh ARCH cross-builds bramble-agent, bramble and brambled for
+aarch64-linux-gnu (arm64, 64-bit Raspberry Pi OS) or arm-linux-gnueabihf (armhf,
+32-bit Raspberry Pi OS) into build-ARCH/ (installing the cross compiler, qemu-user
+and the target's libraries first when they are missing: multiarch :ARCH -dev
+packages, or else a sysroot downloaded for ARCH alone). This test runs it (it
+only rebuilds what changed once everything is there, so the cross-built agent
+always speaks the current protocol), then starts an x86-64 coordinator (the usual
+BRAMBLE_BIN build, sanitizers or not) and one agent that is the ARCH binary run
+by qemu-aarch64 / qemu-arm, and checks that the agent joins, reports its arch
+("aarch64", "armv7l") and completes a job whose log reaches the coordinator.
+
+The build dirs are REPO/build-arm64 and REPO/build-armhf, or build-ARCH under
+$BRAMBLE_CROSS_DIR when that is set.
 
 Skipped, with the script's "SKIP: ..." reason, only when the packages cannot be
-installed (no network, apt refuses, no root) and so nothing could be built.
+had (no network, apt refuses, no root) and so nothing could be built.
 """
 
 import os
@@ -22,29 +27,36 @@ import pytest
 
 from conftest import REPO, tail, wait_for
 
-CROSS_SCRIPT = REPO / "tests" / "cross-arm64.sh"
-ARM_BUILD = REPO / "build-arm64"
-ARM_AGENT = ARM_BUILD / "bin" / "bramble-agent"
+CROSS_SCRIPT = REPO / "tests" / "cross-build.sh"
+CROSS_DIR = Path(os.environ.get("BRAMBLE_CROSS_DIR") or REPO)
 # installing the packages the first time downloads ~100 MB and builds everything
 CROSS_TIMEOUT = 1500
 # qemu-user emulation makes the agent several times slower than native
 SLOW = 120
 
+# Debian arch -> (qemu-user binary, what `file` says, uname -m under that qemu)
+ARCHES = {
+    "arm64": ("qemu-aarch64", "ARM aarch64", "aarch64"),
+    "armhf": ("qemu-arm", "ARM, EABI5", "armv7l"),
+}
 
-def cross_build():
-    """Run tests/cross-arm64.sh; its output. Fails the test when the script fails
-    (the packages are there but the build broke)."""
+
+def cross_build(arch, build_dir):
+    """Run tests/cross-build.sh ARCH BUILD_DIR; its output. Fails the test when the
+    script fails (the packages are there but the build broke)."""
     try:
-        r = subprocess.run(["bash", str(CROSS_SCRIPT)], cwd=REPO, capture_output=True,
-                           text=True, timeout=CROSS_TIMEOUT, stdin=subprocess.DEVNULL)
+        r = subprocess.run(["bash", str(CROSS_SCRIPT), arch, str(build_dir)], cwd=REPO,
+                           capture_output=True, text=True, timeout=CROSS_TIMEOUT,
+                           stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"")
         out = out.decode(errors="replace") if isinstance(out, bytes) else out
-        pytest.fail(f"tests/cross-arm64.sh did not finish within {CROSS_TIMEOUT}s:\n"
-                    f"{out[-3000:]}")
+        pytest.fail(f"tests/cross-build.sh {arch} did not finish within {CROSS_TIMEOUT}s:"
+                    f"\n{out[-3000:]}")
     out = r.stdout + r.stderr
     if r.returncode != 0:
-        pytest.fail(f"tests/cross-arm64.sh failed (exit {r.returncode}):\n{out[-5000:]}")
+        pytest.fail(f"tests/cross-build.sh {arch} failed (exit {r.returncode}):\n"
+                    f"{out[-5000:]}")
     return out
 
 
@@ -55,33 +67,38 @@ def skip_reason(out):
     return None
 
 
-def qemu_ld_prefix():
-    """Where qemu-aarch64 finds /lib/ld-linux-aarch64.so.1 and the arm64 libraries:
-    / with Debian multiarch (libc6:arm64 and the :arm64 runtime libraries pulled
-    in by the -dev packages live in /lib and /usr/lib/aarch64-linux-gnu); else the
-    cross toolchain's /usr/aarch64-linux-gnu (libc only)."""
-    if Path("/lib/ld-linux-aarch64.so.1").exists():
-        return "/"
-    return "/usr/aarch64-linux-gnu"
+def qemu_ld_prefix(build_dir):
+    """Where qemu finds the target's dynamic loader and libraries: what the script
+    recorded (/ with multiarch, whose :ARCH libraries live in /lib and
+    /usr/lib/<triplet>; the sysroot otherwise)."""
+    recorded = build_dir / "qemu-ld-prefix"
+    if recorded.exists():
+        return recorded.read_text().strip()
+    return "/"
 
 
-@pytest.fixture(scope="module")
-def arm64_agent():
-    out = cross_build()
-    if not ARM_AGENT.exists():
-        pytest.skip(f"arm64 agent not built: {skip_reason(out) or out[-500:]}")
+@pytest.fixture(scope="module", params=sorted(ARCHES))
+def arm_agent(request):
+    """(arch, qemu, agent binary, QEMU_LD_PREFIX) for a freshly cross-built agent."""
+    arch = request.param
+    qemu_name, file_match, _ = ARCHES[arch]
+    build_dir = CROSS_DIR / f"build-{arch}"
+    agent = build_dir / "bin" / "bramble-agent"
+    out = cross_build(arch, build_dir)
+    if not agent.exists():
+        pytest.skip(f"{arch} agent not built: {skip_reason(out) or out[-500:]}")
     reason = skip_reason(out)
     if reason:
         # packages gone since an earlier build: test the binary that is there
-        print(f"cross-arm64.sh: SKIP {reason}; using the existing {ARM_AGENT}")
-    qemu = shutil.which("qemu-aarch64") or shutil.which("qemu-aarch64-static")
+        print(f"cross-build.sh {arch}: SKIP {reason}; using the existing {agent}")
+    qemu = shutil.which(qemu_name) or shutil.which(f"{qemu_name}-static")
     if not qemu:
-        pytest.skip("qemu-aarch64 not found (Debian package qemu-user): cannot run the "
-                    "arm64 agent here")
-    desc = subprocess.run(["file", "-b", str(ARM_AGENT)], capture_output=True,
+        pytest.skip(f"{qemu_name} not found (Debian package qemu-user): cannot run the "
+                    f"{arch} agent here")
+    desc = subprocess.run(["file", "-b", str(agent)], capture_output=True,
                           text=True).stdout
-    assert "ARM aarch64" in desc, f"{ARM_AGENT} is not an aarch64 binary: {desc}"
-    return qemu
+    assert file_match in desc, f"{agent} is not an {arch} binary: {desc}"
+    return arch, qemu, agent, qemu_ld_prefix(build_dir)
 
 
 def node_arch(node):
@@ -93,34 +110,36 @@ def node_arch(node):
     return None
 
 
-def test_arm64_agent_under_qemu_joins_and_runs_a_job(make_cluster, arm64_agent):
-    qemu = arm64_agent
+def test_arm_agent_under_qemu_joins_and_runs_a_job(make_cluster, arm_agent):
+    arch, qemu, arm_agent_bin, ld_prefix = arm_agent
+    want_arch = ARCHES[arch][2]
     c = make_cluster()  # x86-64 brambled from BRAMBLE_BIN
     name = "pi-1"
     env = dict(c.env)
-    env["QEMU_LD_PREFIX"] = qemu_ld_prefix()
+    env["QEMU_LD_PREFIX"] = ld_prefix
     # only the agent is emulated: what it execs (the job's /bin/sh) is an x86-64
     # binary that the kernel runs natively (no binfmt_misc needed or used)
-    argv = [qemu, ARM_AGENT, "--data-dir", c.agent_dir(name), "--join", c.token(1),
+    argv = [qemu, arm_agent_bin, "--data-dir", c.agent_dir(name), "--join", c.token(1),
             "--name", name, "--gpus", "none"]
     agent = c.spawn(f"agent-{name}", argv, env=env)
     c.agents[name] = agent
 
     def ready():
         if not agent.alive():
-            raise AssertionError(f"arm64 agent exited ({agent.returncode()}):\n"
+            raise AssertionError(f"{arch} agent exited ({agent.returncode()}):\n"
                                  f"{tail(agent.log)}")
         n = c.nodes().get(name)
         return n if n and n["state"] == "ready" else None
 
-    node = wait_for(ready, SLOW, f"arm64 agent {name} (under qemu) to be ready")
-    assert node_arch(node) == "aarch64", node
+    node = wait_for(ready, SLOW, f"{arch} agent {name} (under qemu) to be ready")
+    # uname(2) under qemu-aarch64 / qemu-arm: what a Pi running that OS reports
+    assert node_arch(node) == want_arch, node
 
-    # The job prints its node's name, not `uname -m`: the agent runs under
-    # qemu-aarch64 but the job it starts is the host's x86-64 /bin/sh, run
-    # natively, so `uname -m` in the job would say x86_64 here (on a real Pi it
-    # says aarch64). The arch check is the agent's own report above.
-    jid = c.submit("name: arm64-hello\n"
+    # The job prints its node's name, not `uname -m`: the agent runs under qemu
+    # but the job it starts is the host's x86-64 /bin/sh, run natively, so
+    # `uname -m` in the job would say x86_64 here (on a real Pi it says what the
+    # agent reports). The arch check is the agent's own report above.
+    jid = c.submit(f"name: {arch}-hello\n"
                    "command: echo \"hello from $BRAMBLE_NODE_NAME\"\n")
     job = c.wait_job(jid, timeout=SLOW)
     assert job["state"] == "completed", job
