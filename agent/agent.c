@@ -652,7 +652,7 @@ static void on_kill(br_agent_t *a, br_msg_t *m)
     br_attempt_t *t;
     if (order_target(a, m, &t) < 0)
         return;
-    if (t && !br_attempt_done(t)) {
+    if (t && !br_attempt_done(t) && !br_attempt_reason(t)[0]) { /* not stopping yet */
         fprintf(stderr, "bramble-agent: job %lld attempt %d: killing it, as ordered\n",
                 (long long)br_attempt_job(t), br_attempt_number(t));
         br_attempt_set_reason(t, "killed on request");

@@ -69,11 +69,17 @@ static int start_task(const br_attempt_opts_t *o, proc_t *p, json_t *own_env,
     char **env = env_array(o->env, own_env);
     if (!env)
         return br_errf(err, ENOMEM, "out of memory");
+    /* the same tag may be another cluster's on this host: the agent's id tells */
+    char also[96] = "";
+    const char *id = json_string_value(json_object_get(o->env, "BRAMBLE_AGENT_ID"));
+    if (id)
+        snprintf(also, sizeof(also), "BRAMBLE_AGENT_ID=%s", id);
     br_task_opts_t to = {.command = o->command,
                          .workdir = o->workdir,
                          .env = (const char *const *)env,
                          .user = o->user,
-                         .tag = tag};
+                         .tag = tag,
+                         .also = also[0] ? also : NULL};
     p->task = br_task_start(&to, err);
     env_free(env);
     return p->task ? 0 : -1;

@@ -65,6 +65,7 @@ struct br_task {
     int exit_code;
     int signal;
     char *tag;
+    char *also; /* NULL, or the second entry descendants must carry */
 };
 
 /* Everything the child needs, prepared by the parent. */
@@ -485,6 +486,11 @@ br_task_t *br_task_start(const br_task_opts_t *opts, br_err_t *err)
         goto out;
     plan.envp = env.v;
     t = task_alloc(opts->tag);
+    if (t && opts->also && !(t->also = strdup(opts->also))) {
+        br_task_destroy(&t);
+        br_errf(err, ENOMEM, "out of memory starting a task");
+        goto out;
+    }
     if (!t) {
         br_errf(err, ENOMEM, "out of memory starting a task");
         goto out;
@@ -512,6 +518,7 @@ void br_task_destroy(br_task_t **task)
     close_fd(&t->fds[1]);
     close_fd(&t->fds[2]);
     free(t->tag);
+    free(t->also);
     free(t);
     *task = NULL;
     errno = saved;
@@ -711,7 +718,7 @@ static int task_scan(const br_task_t *task, proc_list_t *out)
     if (!needle)
         return -1;
     out->n = 0;
-    int rc = scan_tree(task->pid, needle, out);
+    int rc = scan_procs(task->pid, needle, 0, task->also, out);
     free(needle);
     return rc;
 }

@@ -21,6 +21,9 @@ typedef struct {
     const char *user;        /* NULL: the agent's own user; else switch (root only) */
     const char *tag;         /* unique per task: exported as BRAMBLE_TASK=tag so that
                                 descendants that left the process group are found */
+    const char *also;        /* NULL, or an entry of env ("KEY=VALUE") that such a
+                                descendant must carry too: the same tag in another
+                                cluster's job on this host is not ours */
 } br_task_opts_t;
 
 /* Start the task. Fails (no child left behind) with a clear reason when the user

@@ -77,7 +77,8 @@ static br_node_t *caller_node(br_coord_t *c, br_msg_t *m, const br_caller_t *who
         return NULL;
     size_t len;
     const void *route = br_msg_route(m, &len);
-    if (len != n->route_len || memcmp(route, n->route, len) != 0)
+    n->new_route = len != n->route_len || memcmp(route, n->route, len) != 0;
+    if (n->new_route)
         c->sched_needed = 1; /* (re)connected: it may take pending jobs */
     memcpy(n->route, route, len);
     n->route_len = len;
@@ -117,7 +118,9 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     c->peers_version++; /* its address or port may be new: every agent hears of it */
     n->peers_sent = c->peers_version - 1;
     const char *was = n->state;
-    if (strcmp(was, "draining") != 0) {
+    /* hellos an agent queued while cut off arrive together on one connection: one
+     * event for them */
+    if (strcmp(was, "draining") != 0 && (n->new_route || strcmp(was, "ready") != 0)) {
         br_coord_event(c, 0, n->name, "ready", "%s", strcmp(was, "lost") == 0
                                                         ? "connected"
                                                         : "reconnected");

@@ -19,6 +19,7 @@ typedef struct br_node {
     json_t *info;          /* stored object: inventory, gpus, labels, cost... */
     unsigned char route[256];
     size_t route_len;      /* 0 until the agent says hello */
+    int new_route;         /* the last message came on a new connection */
     int64_t last_seen_mono; /* ms, monotonic */
     int64_t last_seen_ms;   /* wall clock, for display */
     int cpus_used;
