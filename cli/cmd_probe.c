@@ -24,46 +24,57 @@ static const char *ms_cell(const json_t *v, int self, char *buf, size_t len)
     return buf;
 }
 
-static int print_matrix(json_t *m)
+/* A node-by-node matrix: m's "nodes" and "rtt_ms" rows (from the row's node to the
+ * column's), plus a coordinator column from "coordinator_ms" when with_coord. */
+static int print_table(json_t *m, const char *corner, int with_coord)
 {
     json_t *nodes = json_object_get(m, "nodes"), *rows = json_object_get(m, "rtt_ms");
     json_t *coord = json_object_get(m, "coordinator_ms");
-    size_t n = json_array_size(nodes);
+    size_t n = json_array_size(nodes), cols = n + 1 + (with_coord ? 1 : 0);
     if (n == 0) {
         printf("no nodes have joined yet\n");
         return CLI_OK;
     }
-    const char **head = calloc(n + 2, sizeof(char *));
-    const char **cells = calloc(n + 2, sizeof(char *));
-    char (*buf)[32] = calloc(n + 2, sizeof(*buf));
+    const char **head = calloc(cols, sizeof(char *));
+    const char **cells = calloc(cols, sizeof(char *));
+    char (*buf)[32] = calloc(cols, sizeof(*buf));
     if (!head || !cells || !buf) {
         free(head);
         free(cells);
         free(buf);
         return CLI_FAIL;
     }
-    head[0] = "FROM \\ TO (ms)";
+    head[0] = corner;
     for (size_t j = 0; j < n; j++)
         head[j + 1] = json_string_value(json_array_get(nodes, j));
-    head[n + 1] = "COORDINATOR";
-    cli_table_t *t = cli_table_new((int)n + 2, head);
+    if (with_coord)
+        head[n + 1] = "COORDINATOR";
+    cli_table_t *t = cli_table_new((int)cols, head);
     for (size_t i = 0; t && i < n; i++) {
         json_t *row = json_array_get(rows, i);
         cells[0] = json_string_value(json_array_get(nodes, i));
         for (size_t j = 0; j < n; j++)
             cells[j + 1] = ms_cell(json_array_get(row, j), i == j, buf[j + 1], sizeof(buf[0]));
-        cells[n + 1] = ms_cell(json_array_get(coord, i), 0, buf[n + 1], sizeof(buf[0]));
+        if (with_coord)
+            cells[n + 1] = ms_cell(json_array_get(coord, i), 0, buf[n + 1], sizeof(buf[0]));
         cli_table_add(t, cells);
     }
     if (t)
         cli_table_print(t, stdout);
     cli_table_destroy(&t);
-    printf("(round trips measured by the row's node; '-': not measured yet or no "
-           "answer)\n");
     free(head);
     free(cells);
     free(buf);
     return CLI_OK;
+}
+
+static int print_matrix(json_t *m)
+{
+    int rc = print_table(m, "FROM \\ TO (ms)", 1);
+    if (json_array_size(json_object_get(m, "nodes")))
+        printf("(round trips measured by the row's node; '-': not measured yet or no "
+               "answer)\n");
+    return rc;
 }
 
 /* ---- --nccl: an all-reduce bus bandwidth test as a gang job */
@@ -187,52 +198,56 @@ static int print_nccl(const char *out, json_t *names, int gpus, int json)
     return 0;
 }
 
-static int nccl_run(cli_t *cli, const char *list, const char *command, const char *max,
-                    int json)
+/* "a,b,c" -> ["a","b","c"]; NULL (usage printed) when empty or too long. */
+static json_t *name_list(cli_t *cli, const char *list, const char *flag)
 {
     json_t *names = json_array();
-    char buf[1024], yaml[4096];
+    char buf[1024];
     br_strlcpy(buf, list, sizeof(buf));
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save))
         json_array_append_new(names, json_string(tok));
-    size_t count = json_array_size(names);
-    if (count == 0 || count > BR_SPEC_MAX_LIST) {
+    if (json_array_size(names) == 0 || json_array_size(names) > BR_SPEC_MAX_LIST) {
         json_decref(names);
-        return cli_usage(cli, "--nccl: give 1 to %d node names, comma-separated",
-                         BR_SPEC_MAX_LIST);
+        cli_usage(cli, "%s: give 1 to %d node names, comma-separated", flag,
+                  BR_SPEC_MAX_LIST);
+        return NULL;
     }
-    int gpus = gpus_per_node(cli, names);
-    if (gpus < 0) {
-        json_decref(names);
-        return CLI_FAIL;
-    }
+    return names;
+}
+
+/* Run command as a gang job on the named nodes (resources: what else it needs),
+ * wait for it, and hand back rank 0's standard output (*out, to free). When the job
+ * fails, every rank's output goes to stderr. */
+static int run_probe_job(cli_t *cli, json_t *names, const char *resources,
+                         const char *command, const char *what, char **out)
+{
+    char yaml[4096];
     char *nodes = json_dumps(names, JSON_COMPACT);
-    json_t *cmd = json_sprintf("%s --max-bytes %s", command, max);
+    json_t *cmd = json_string(command);
     char *cmd_text = json_dumps(cmd, JSON_ENCODE_ANY);
     snprintf(yaml, sizeof(yaml),
-             "name: nccl-probe-%d\n"
+             "name: probe-%d\n"
              "command: %s\n"
-             "resources: {nodes: %zu, nodelist: %s, gpus: %d, tasks_per_node: gpus}\n"
+             "resources: {nodes: %zu, nodelist: %s%s}\n"
              "restart: {max: 0}\n"
              "time_limit: 10m\n",
-             (int)getpid() % 100000, cmd_text, count, nodes, gpus);
+             (int)getpid() % 100000, cmd_text, json_array_size(names), nodes, resources);
     free(nodes);
     free(cmd_text);
     json_decref(cmd);
+    *out = NULL;
     json_t *r = cli_call(cli, "job.submit", json_pack("{s:s, s:[]}", "spec", yaml, "sets"));
-    if (!r) {
-        json_decref(names);
+    if (!r)
         return CLI_FAIL;
-    }
     int64_t id = json_integer_value(json_object_get(r, "id"));
     json_decref(r);
-    fprintf(stderr, "bramble: probe: job %lld runs %s on %s, %d GPU%s each\n",
-            (long long)id, command, list, gpus, gpus == 1 ? "" : "s");
+    char list[1024];
+    fprintf(stderr, "bramble: probe: job %lld runs %s on %s\n", (long long)id, what,
+            cli_fmt_list(names, ",", list, sizeof(list)));
     int rc = cli_wait_job(cli, id);
-    char *out = rc == CLI_OK ? rank0_output(cli, id) : NULL;
-    if (rc == CLI_OK && print_nccl(out, names, gpus, json) < 0)
-        rc = cli_fail(cli, "job %lld printed no result line", (long long)id);
+    if (rc == CLI_OK && !(*out = rank0_output(cli, id)))
+        rc = CLI_FAIL;
     if (rc != CLI_OK) { /* what the probe said, every rank */
         fprintf(stderr, "bramble: probe: the job's output:\n");
         fflush(stdout);
@@ -243,6 +258,88 @@ static int nccl_run(cli_t *cli, const char *list, const char *command, const cha
         dup2(saved, 1);
         close(saved);
     }
+    return rc;
+}
+
+static int nccl_run(cli_t *cli, const char *list, const char *command, const char *max,
+                    int json)
+{
+    json_t *names = name_list(cli, list, "--nccl");
+    if (!names)
+        return CLI_USAGE;
+    int gpus = gpus_per_node(cli, names);
+    char res[64], cmd[1024], what[64], *out = NULL;
+    snprintf(res, sizeof(res), ", gpus: %d, tasks_per_node: gpus", gpus);
+    snprintf(cmd, sizeof(cmd), "%s --max-bytes %s", command, max);
+    snprintf(what, sizeof(what), "an NCCL all-reduce, %d GPU%s each", gpus,
+             gpus == 1 ? "" : "s");
+    int rc = gpus < 0 ? CLI_FAIL : run_probe_job(cli, names, res, cmd, what, &out);
+    if (rc == CLI_OK && print_nccl(out, names, gpus, json) < 0)
+        rc = cli_fail(cli, "the probe printed no result line");
+    free(out);
+    json_decref(names);
+    return rc;
+}
+
+/* The ready nodes, by name. */
+static json_t *ready_nodes(cli_t *cli)
+{
+    json_t *r = cli_call(cli, "node.list", json_object());
+    if (!r)
+        return NULL;
+    json_t *names = json_array();
+    size_t i;
+    json_t *n;
+    json_array_foreach(json_object_get(r, "nodes"), i, n) {
+        const char *st = json_string_value(json_object_get(n, "state"));
+        if (st && strcmp(st, "ready") == 0)
+            json_array_append(names, json_object_get(n, "name"));
+    }
+    json_decref(r);
+    return names;
+}
+
+static int print_bandwidth(const char *out, int json)
+{
+    json_t *result = NULL;
+    for (const char *p = out; p && *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        json_t *v = n && *p == '{' ? json_loadb(p, n, 0, NULL) : NULL;
+        if (json_object_get(v, "result") && !result)
+            result = json_incref(v);
+        json_decref(v);
+        p = nl ? nl + 1 : NULL;
+    }
+    if (!result)
+        return -1;
+    if (json) {
+        cli_print_json(result);
+    } else {
+        json_t *m = json_pack("{s:O, s:O, s:[]}", "nodes", json_object_get(result, "nodes"),
+                              "rtt_ms", json_object_get(result, "gbit_s"), "coordinator_ms");
+        print_table(m, "FROM \\ TO (Gbit/s)", 0);
+        json_decref(m);
+    }
+    json_decref(result);
+    return 0;
+}
+
+static int bandwidth_run(cli_t *cli, const char *list, const char *command, const char *bytes,
+                         int json)
+{
+    json_t *names = list ? name_list(cli, list, "--nodes") : ready_nodes(cli);
+    if (!names)
+        return list ? CLI_USAGE : CLI_FAIL;
+    if (json_array_size(names) < 2) {
+        json_decref(names);
+        return cli_fail(cli, "--bandwidth needs at least 2 ready nodes");
+    }
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "%s --bytes %s", command, bytes);
+    int rc = run_probe_job(cli, names, "", cmd, "a TCP throughput test", &out);
+    if (rc == CLI_OK && print_bandwidth(out, json) < 0)
+        rc = cli_fail(cli, "the probe printed no result line");
     free(out);
     json_decref(names);
     return rc;
@@ -254,9 +351,12 @@ static int probe_run(cli_t *cli, int argc, char **argv)
                                          {"nccl", required_argument, NULL, 'n'},
                                          {"command", required_argument, NULL, 'c'},
                                          {"max-bytes", required_argument, NULL, 'm'},
+                                         {"bandwidth", no_argument, NULL, 'b'},
+                                         {"nodes", required_argument, NULL, 'N'},
+                                         {"bytes", required_argument, NULL, 'B'},
                                          {0}};
-    int json = 0, c;
-    const char *nccl = NULL, *command = "bramble-nccl-probe", *max = "256M";
+    int json = 0, bandwidth = 0, c;
+    const char *nccl = NULL, *command = NULL, *max = "256M", *nodes = NULL, *bytes = "64M";
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         if (c == 'j')
             json = 1;
@@ -266,13 +366,23 @@ static int probe_run(cli_t *cli, int argc, char **argv)
             command = optarg;
         else if (c == 'm')
             max = optarg;
+        else if (c == 'b')
+            bandwidth = 1;
+        else if (c == 'N')
+            nodes = optarg;
+        else if (c == 'B')
+            bytes = optarg;
         else
             return cli_bad_option(cli, c, argv);
     }
     if (cli_positional(cli, argc, argv, 0, NULL, NULL) != CLI_OK)
         return CLI_USAGE;
+    if (nccl && bandwidth)
+        return cli_usage(cli, "--nccl and --bandwidth: one test at a time");
     if (nccl)
-        return nccl_run(cli, nccl, command, max, json);
+        return nccl_run(cli, nccl, command ? command : "bramble-nccl-probe", max, json);
+    if (bandwidth)
+        return bandwidth_run(cli, nodes, command ? command : "bramble-net-probe", bytes, json);
     json_t *m = cli_call(cli, "node.probe", json_object());
     if (!m)
         return CLI_FAIL;
@@ -287,12 +397,16 @@ static int probe_run(cli_t *cli, int argc, char **argv)
 
 const cli_cmd_t cli_probe_cmds[] = {
     {NULL, "probe", probe_run,
-     "[--json] | --nccl NODES [--command CMD] [--max-bytes N] [--json]",
+     "[--json] | --bandwidth [--nodes NODES] [--bytes N] [--json] | --nccl NODES "
+     "[--max-bytes N] [--json]",
      "show the network map: round trips between nodes and to the coordinator",
      "Every agent probes the others over UDP (its --probe-port, 7703 by default)\n"
      "every 5 s and reports the median of its last answers with its heartbeats;\n"
      "the coordinator places gangs on the nodes closest together\n"
      "(docs/distributed.md).\n"
+     "\nWith --bandwidth it measures TCP throughput between every pair of the ready\n"
+     "nodes (or --nodes), one pair at a time, as a gang job running\n"
+     "bramble-net-probe, and prints the matrix in Gbit/s.\n"
      "\nWith --nccl a,b,... it runs an NCCL all-reduce bus bandwidth test over every\n"
      "GPU of those nodes as a gang job (one process per GPU; the nodes need\n"
      "bramble-nccl-probe, built where CUDA and NCCL are found) and prints the\n"
@@ -301,8 +415,12 @@ const cli_cmd_t cli_probe_cmds[] = {
      "  --json           print {\"nodes\": [...], \"rtt_ms\": [[row: from, column:\n"
      "                   to]], \"coordinator_ms\": [...]}; null where not measured\n"
      "                   (with --nccl: {nodes, gpus_per_node, sizes, result})\n"
+     "  --bandwidth      the throughput test (--json: the probe's result object)\n"
+     "  --nodes NODES    the nodes it runs on (default: every ready node)\n"
+     "  --bytes N        bytes sent per pair (64M)\n"
      "  --nccl NODES     the all-reduce test over these nodes' GPUs\n"
-     "  --command CMD    the probe program on the nodes (bramble-nccl-probe)\n"
-     "  --max-bytes N    the largest message (256M)\n"},
+     "  --command CMD    the probe program on the nodes (bramble-net-probe,\n"
+     "                   bramble-nccl-probe)\n"
+     "  --max-bytes N    the largest all-reduce message (256M)\n"},
     {0},
 };

@@ -12,6 +12,7 @@ relay's delay on the path (the kernel here has no netem for `tc`).
 
 import heapq
 import json
+import re
 import os
 import shutil
 import socket
@@ -253,7 +254,7 @@ def test_probe_nccl_runs_a_gang_over_the_gpus(cluster):
     assert rc == 1 and "node cpu has no GPUs" in err, (rc, err)
     rc, out, err = cluster.cli("probe", "--nccl", "g1,g2", "--command", probe_bin,
                                "--max-bytes", "1M", "--json", check=False)
-    jobs = [j for j in cluster.cli_json("jobs", "--all") if j["name"].startswith("nccl-probe")]
+    jobs = [j for j in cluster.cli_json("jobs", "--all") if j["name"].startswith("probe-")]
     assert len(jobs) == 1 and sorted(jobs[0]["nodes"]) == ["g1", "g2"], jobs
     spec = cluster.job(jobs[0]["id"])["spec"]["resources"]
     assert spec["tasks_per_node"] == "gpus" and spec["gpus"] == 2, spec
@@ -261,7 +262,28 @@ def test_probe_nccl_runs_a_gang_over_the_gpus(cluster):
         r = json.loads(out)
         assert r["result"]["result"] == "ok" and r["result"]["ranks"] == 4, r
         assert r["sizes"] and all(s["busbw_gbs"] >= 0 for s in r["sizes"]), r
-    else:  # no GPU here: every rank says so, and the CLI shows it
+    else:  # no GPU here: the ranks say so (those not stopped first), and the CLI shows it
         assert rc == 1, (rc, out, err)
-        for rank in range(4):
-            assert f"{rank}: bramble-nccl-probe: no CUDA device visible" in err, err
+        said = re.findall(r"^(\d): bramble-nccl-probe: no CUDA device visible", err, re.M)
+        assert said and set(said) <= {"0", "1", "2", "3"}, err
+        assert "failed: on g" in err and "exit code 2" in err, err
+
+
+def test_probe_bandwidth_measures_every_pair(cluster):
+    probe_bin = cluster.bin("bramble-net-probe")
+    cluster.add_agents(3)
+    _, out, err = cluster.cli("probe", "--bandwidth", "--bytes", "4M", "--command", probe_bin)
+    assert "runs a TCP throughput test on node-1,node-2,node-3" in err, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["FROM", "\\", "TO", "(Gbit/s)", "node-1", "node-2", "node-3"]
+    for row in lines[1:4]:
+        cells = row.split()
+        assert cells.count(".") == 1 and all(float(c) > 0 for c in cells[1:] if c != "."), row
+    r = json.loads(cluster.cli("probe", "--bandwidth", "--nodes", "node-3,node-1", "--bytes",
+                               "4M", "--command", probe_bin, "--json")[1])
+    assert r["result"] == "ok" and sorted(r["nodes"]) == ["node-1", "node-3"], r
+    m = r["gbit_s"]
+    assert m[0][0] is None and m[1][1] is None and m[0][1] > 0 and m[1][0] > 0, r
+    # fewer than two nodes: nothing to measure
+    rc, _, err = cluster.cli("probe", "--bandwidth", "--nodes", "node-1", check=False)
+    assert rc == 1 and "at least 2" in err, err
