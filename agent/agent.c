@@ -404,6 +404,9 @@ static json_t *tasks_json(br_agent_t *a)
                                                         : "running");
         if (br_attempt_port(t))
             json_object_set_new(task, "port", json_integer(br_attempt_port(t)));
+        if (br_attempt_health(t))
+            json_object_set_new(task, "health", json_string(br_health_state_name(
+                                                    br_health_state(br_attempt_health(t)))));
         json_array_append_new(tasks, task);
     }
     return tasks;
@@ -546,6 +549,36 @@ static int free_port(void)
     return port;
 }
 
+/* 1 when nothing listens on TCP port (any address) here. */
+static int port_free(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (fd < 0)
+        return 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    int ok = port > 0 && port < 65536 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A service replica's health check, from its order's "service" object. */
+static void start_health(br_attempt_t *t, json_t *service, int port)
+{
+    json_t *health = json_object_get(service, "health");
+    if (!json_is_object(health))
+        return; /* none: running counts as healthy */
+    br_err_t err;
+    br_health_t *h = br_health_new(
+        port, json_string_value(json_object_get(health, "http")),
+        json_integer_value(json_object_get(service, "interval")),
+        json_integer_value(json_object_get(service, "grace")), br_mono_ms(), &err);
+    if (!h)
+        fprintf(stderr, "bramble-agent: job %lld: %s\n", (long long)br_attempt_job(t),
+                err.text);
+    br_attempt_set_health(t, h);
+}
+
 static br_attempt_t *find_attempt(br_agent_t *a, int64_t job, int attempt)
 {
     for (int i = 0; i < a->natt; i++)
@@ -565,18 +598,20 @@ static void on_run(br_agent_t *a, br_msg_t *m)
     json_int_t job;
     int attempt, rank;
     const char *name, *command;
-    json_t *workdir, *env, *ckpt = NULL, *tasks = NULL;
+    json_t *workdir, *env, *ckpt = NULL, *tasks = NULL, *service = NULL;
     br_err_t err = {0};
     const char *fault = "";
-    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?o, s?o}", "job", &job,
-                      "attempt", &attempt, "name", &name, "rank", &rank, "command",
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?o, s?o, s?o}", "job",
+                      &job, "attempt", &attempt, "name", &name, "rank", &rank, "command",
                       &command, "workdir", &workdir, "env", &env, "checkpoint", &ckpt,
-                      "tasks", &tasks) < 0 ||
-        !json_is_object(env) || (tasks && !json_is_array(tasks))) {
-        reply(a, m, EPROTO, err.text[0] ? err.text : "job.run: env must be an object "
-                                                     "and tasks an array");
+                      "tasks", &tasks, "service", &service) < 0 ||
+        !json_is_object(env) || (tasks && !json_is_array(tasks)) ||
+        (service && !json_is_object(service))) {
+        reply(a, m, EPROTO, err.text[0] ? err.text : "job.run: env and service must be "
+                                                     "objects and tasks an array");
         return;
     }
+    json_t *want_port = json_object_get(service, "port");
     reply(a, m, 0, NULL);
     if (find_attempt(a, job, attempt))
         return; /* a resent order: already running */
@@ -587,6 +622,10 @@ static void on_run(br_agent_t *a, br_msg_t *m)
         /* never start from zero when the checkpoint to resume from is out of sight */
         br_errf(&err, ENOENT, "checkpoint %s is not visible on this node", resume);
         fault = "checkpoint_not_visible";
+    } else if (json_is_integer(want_port) && !port_free((int)json_integer_value(want_port))) {
+        br_errf(&err, EADDRINUSE, "port %lld is in use on this node",
+                (long long)json_integer_value(want_port));
+        fault = "port_busy";
     } else {
         json_object_set_new(env, "BRAMBLE_AGENT_SOCK",
                             json_string(br_localsock_address(a->local)));
@@ -594,11 +633,17 @@ static void on_run(br_agent_t *a, br_msg_t *m)
         /* rank 0 chooses the gang's rendezvous port; the coordinator hands it to
          * the other ranks once this node says it started */
         int port = 0;
+        char text[16];
         if (rank == 0 && !json_object_get(env, "MASTER_PORT")) {
-            char text[16];
             port = free_port();
             snprintf(text, sizeof(text), "%d", port);
             json_object_set_new(env, "MASTER_PORT", json_string(text));
+        }
+        if (service) { /* a service replica: its PORT is the port to report */
+            port = json_is_integer(want_port) ? (int)json_integer_value(want_port)
+                                              : free_port();
+            snprintf(text, sizeof(text), "%d", port);
+            json_object_set_new(env, "PORT", json_string(text));
         }
         br_attempt_opts_t o = {
             .job = job,
@@ -615,6 +660,8 @@ static void on_run(br_agent_t *a, br_msg_t *m)
         if (t) {
             a->att[a->natt++] = t;
             br_attempt_set_port(t, port);
+            if (service)
+                start_health(t, service, port);
             json_t *body = json_pack("{s:I, s:i, s:i}", "job", job, "attempt", attempt,
                                      "pid", (int)br_attempt_pid(t));
             if (port)
@@ -809,6 +856,29 @@ static void on_signal(br_agent_t *a)
 
 /* --- the loop ------------------------------------------------------------------ */
 
+/* Advance a replica's health check; an unhealthy replica is stopped, and its exit
+ * report says why (the coordinator restarts it). */
+static void check_health(br_attempt_t *t, int64_t now)
+{
+    br_health_t *h = br_attempt_health(t);
+    if (!h || br_attempt_done(t) || br_attempt_frozen(t))
+        return;
+    br_health_state_t was = br_health_state(h), is = br_health_poll(h, now);
+    if (is == was)
+        return;
+    const char *why = br_health_why(h);
+    fprintf(stderr, "bramble-agent: job %lld attempt %d: %s%s%s\n",
+            (long long)br_attempt_job(t), br_attempt_number(t), br_health_state_name(is),
+            *why ? ": " : "", why);
+    if (is == BR_HEALTH_UNHEALTHY) {
+        char reason[240];
+        snprintf(reason, sizeof(reason), "health check failed %d times in a row (%s)",
+                 BR_HEALTH_FAILURES, why);
+        br_attempt_set_reason(t, reason);
+        br_attempt_kill(t, 5000);
+    }
+}
+
 static void timers(br_agent_t *a)
 {
     int64_t now = br_mono_ms();
@@ -818,6 +888,7 @@ static void timers(br_agent_t *a)
     for (int i = 0; i < a->natt; i++) {
         br_attempt_t *t = a->att[i];
         br_attempt_flush(t, 0, ship_log, a);
+        check_health(t, now);
         if (br_attempt_ckpt(t) && !br_attempt_frozen(t)) {
             ckpt_ctx_t ctx = {a, t};
             br_ckpt_poll(br_attempt_ckpt(t), now, on_checkpoint, &ctx);

@@ -30,6 +30,7 @@ struct br_attempt {
     br_ckpt_t *ckpt;
     int frozen;
     int port;
+    br_health_t *health;
     uint32_t report_seq;
     char reason[200];
 };
@@ -130,6 +131,7 @@ void br_attempt_destroy(br_attempt_t **ap)
     if (!a)
         return;
     br_ckpt_destroy(&a->ckpt);
+    br_health_destroy(&a->health);
     for (int i = 0; i < a->n; i++)
         br_task_destroy(&a->procs[i].task);
     free(a->procs);
@@ -165,6 +167,17 @@ void br_attempt_set_port(br_attempt_t *a, int port)
 int br_attempt_port(const br_attempt_t *a)
 {
     return a->port;
+}
+
+void br_attempt_set_health(br_attempt_t *a, br_health_t *h)
+{
+    br_health_destroy(&a->health);
+    a->health = h;
+}
+
+br_health_t *br_attempt_health(br_attempt_t *a)
+{
+    return a->health;
 }
 
 int br_attempt_has_tag(const br_attempt_t *a, const char *tag)

@@ -14,6 +14,7 @@
 
 #include "ckpt.h"
 #include "err.h"
+#include "health.h"
 #include "spec.h"
 #include "task.h"
 
@@ -53,9 +54,15 @@ int br_attempt_number(const br_attempt_t *a);
 int br_attempt_ntasks(const br_attempt_t *a);
 pid_t br_attempt_pid(const br_attempt_t *a); /* the first task's */
 
-/* The rendezvous port this node chose for the gang (rank 0 only; 0 otherwise). */
+/* The port this node chose: a gang's rendezvous port (rank 0), or a service
+ * replica's PORT; 0 otherwise. */
 void br_attempt_set_port(br_attempt_t *a, int port);
 int br_attempt_port(const br_attempt_t *a);
+
+/* A service replica's health check (taken over; destroyed with the attempt), or
+ * NULL. */
+void br_attempt_set_health(br_attempt_t *a, br_health_t *h);
+br_health_t *br_attempt_health(br_attempt_t *a);
 
 /* 1 when the process whose BRAMBLE_TASK tag is tag belongs to this attempt. */
 int br_attempt_has_tag(const br_attempt_t *a, const char *tag);

@@ -152,6 +152,7 @@ extern const cli_cmd_t cli_checkpoint_cmds[];
 extern const cli_cmd_t cli_plan_cmds[];
 extern const cli_cmd_t cli_top_cmds[];
 extern const cli_cmd_t cli_probe_cmds[];
+extern const cli_cmd_t cli_service_cmds[];
 
 /* Shared by submit --follow and logs: stream job id's logs (rank -1: all) to
  * stdout/stderr; follow: until the job has ended. Returns CLI_OK or CLI_FAIL. */

@@ -314,6 +314,26 @@ static void print_checkpoints(const json_t *cps)
     print_section("checkpoints", cps, 4, head, checkpoint_row);
 }
 
+static void replica_row(cli_table_t *t, const json_t *r)
+{
+    char k[24], id[24], state[32], node[64], port[16], health[24], tmp[16];
+    snprintf(k, sizeof(k), "  %s", cli_fmt_value(json_object_get(r, "replica"), tmp, sizeof(tmp)));
+    cli_fmt_value(json_object_get(r, "id"), id, sizeof(id));
+    cli_fmt_value(json_object_get(r, "state"), state, sizeof(state));
+    cli_fmt_value(json_object_get(r, "node"), node, sizeof(node));
+    cli_fmt_value(json_object_get(r, "port"), port, sizeof(port));
+    cli_fmt_value(json_object_get(r, "health"), health, sizeof(health));
+    const char *cells[] = {k, id, state, node, port, health};
+    cli_table_add(t, cells);
+}
+
+/* A service's replicas, one line each. */
+static void print_replicas(const json_t *replicas)
+{
+    static const char *head[] = {"  REPLICA", "JOB", "STATE", "NODE", "PORT", "HEALTH"};
+    print_section("replicas", replicas, 6, head, replica_row);
+}
+
 static void print_timeline(const json_t *events)
 {
     static const char *head[] = {"  TIME", "STATE", "NODE", "REASON"};
@@ -390,6 +410,8 @@ static void print_job(const json_t *job)
         print_spec_summary(spec);
     else if (json_is_string(spec))
         print_spec_text(json_string_value(spec));
+    if (json_is_array(json_object_get(job, "replicas")))
+        print_replicas(json_object_get(job, "replicas"));
     print_checkpoints(json_object_get(job, "checkpoints"));
     print_timeline(json_object_get(job, "events"));
 }

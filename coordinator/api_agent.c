@@ -221,7 +221,8 @@ void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     br_node_t *n = caller_node(c, m, who);
-    if (n && fault && strcmp(fault, "checkpoint_not_visible") == 0)
+    if (n && fault &&
+        (strcmp(fault, "checkpoint_not_visible") == 0 || strcmp(fault, "port_busy") == 0))
         br_jobs_not_here(c, job, attempt, n, reason);
     else if (n)
         br_jobs_exited(c, job, attempt, n,

@@ -8,6 +8,7 @@
 #include "cred.h"
 #include "jobs.h"
 #include "plan.h"
+#include "services.h"
 #include "spec.h"
 #include "token.h"
 #include "util.h"
@@ -215,8 +216,13 @@ void br_api_node_probe(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 /* What the spec language allows but this coordinator cannot run yet. */
 static int supported(const br_spec_t *s, br_err_t *err)
 {
-    if (s->kind == BR_JOB_SERVICE)
-        return br_errf(err, ENOTSUP, "kind: service is not supported by this coordinator yet");
+    if (s->kind == BR_JOB_SERVICE && s->resources.nodes > 1)
+        return br_errf(err, ENOTSUP,
+                       "kind: service: each replica runs on one node (resources.nodes: 1); "
+                       "use service.replicas for more");
+    if (s->kind == BR_JOB_SERVICE && s->resources.tasks_per_node != 1)
+        return br_errf(err, ENOTSUP, "kind: service: one process per replica "
+                                     "(resources.tasks_per_node: 1)");
     return 0;
 }
 
@@ -312,9 +318,11 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                             "kind", br_job_kind_name(spec->kind), "state", "pending", "owner",
                             who->name, "spec", spec_json, "spec_yaml", text,
                             "submitted", (json_int_t)br_now_ms(), "attempt", 1);
-    int64_t id = br_store_job_add(c->store, job, &err);
+    int64_t id = spec->kind == BR_JOB_SERVICE
+                     ? br_services_submit(c, job, spec->service.replicas, &err)
+                     : br_store_job_add(c->store, job, &err);
     json_decref(job);
-    if (id >= 0) {
+    if (id >= 0 && spec->kind != BR_JOB_SERVICE) {
         br_coord_event(c, id, NULL, "pending", "submitted by %s", who->name);
         if (spec->model.given)
             br_coord_event(c, id, NULL, "pending", "%s",
@@ -362,6 +370,8 @@ void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
             continue;
         json_t *p = br_jobs_public(job);
         json_object_del(p, "spec");
+        if (br_services_is_replica(job)) /* (a service's list of replicas: job show) */
+            br_services_annotate(c, job, p);
         json_array_append_new(out, p);
     }
     json_decref(jobs);
@@ -417,6 +427,7 @@ void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_object_set_new(cp, "time", br_time_json(json_object_get(cp, "time")));
     }
     json_object_set_new(p, "checkpoints", cps ? cps : json_array());
+    br_services_annotate(c, job, p);
     json_decref(job);
     br_api_ok(c, m, json_pack("{s:o}", "job", p));
 }
@@ -428,6 +439,22 @@ void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_t *job = named_job(c, m, who, &id);
     if (!job)
         return;
+    if (br_services_is_replica(job)) {
+        br_errf(&err, EINVAL,
+                "job %lld is replica %lld of service %lld: scale the service (bramble "
+                "scale) or cancel it",
+                (long long)id,
+                (long long)json_integer_value(json_object_get(json_object_get(job, "extra"),
+                                                              "replica")),
+                (long long)json_integer_value(json_object_get(json_object_get(job, "extra"),
+                                                              "service")));
+        json_decref(job);
+        br_api_fail(c, m, &err);
+        return;
+    }
+    if (br_services_is_service(job) &&
+        strcmp(json_string_value(json_object_get(job, "state")), "running") == 0)
+        br_services_cancel(c, job); /* its replicas first */
     json_decref(job);
     job = br_jobs_cancel(c, id, &err);
     if (!job) {
@@ -647,4 +674,63 @@ void br_api_user_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     return;
 fail:
     br_api_fail(c, m, &err);
+}
+
+/* --- services ---------------------------------------------------------------- */
+
+/* The running service named in the body, if the caller may act on it (answered
+ * otherwise). */
+static json_t *named_service(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
+                             const char *name)
+{
+    br_err_t err;
+    json_t *s = br_services_find(c, name, who->kind == BR_PRINCIPAL_ADMIN ? NULL : who->name,
+                                 &err);
+    if (!s)
+        br_api_fail(c, m, &err);
+    return s;
+}
+
+void br_api_service_endpoints(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *name;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:s}", "name", &name) < 0) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    json_t *s = named_service(c, m, who, name);
+    if (!s)
+        return;
+    br_api_ok(c, m, json_pack("{s:o, s:I}", "endpoints", br_services_endpoints(c, s),
+                              "replicas", json_integer_value(json_object_get(
+                                              json_object_get(s, "extra"), "replicas"))));
+    json_decref(s);
+}
+
+void br_api_service_scale(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *name;
+    int replicas;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:s, s:i}", "name", &name, "replicas", &replicas) < 0) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    if (replicas < 0 || replicas > 1000) {
+        br_errf(&err, EINVAL, "replicas: %d is out of range (0..1000)", replicas);
+        br_api_fail(c, m, &err);
+        return;
+    }
+    json_t *s = named_service(c, m, who, name);
+    if (!s)
+        return;
+    int was = (int)json_integer_value(json_object_get(json_object_get(s, "extra"), "replicas"));
+    if (br_services_scale(c, s, replicas, &err) < 0)
+        br_api_fail(c, m, &err);
+    else
+        br_api_ok(c, m, json_pack("{s:I, s:i, s:i}", "id", json_integer_value(
+                                                             json_object_get(s, "id")),
+                                  "replicas", replicas, "was", was));
+    json_decref(s);
 }

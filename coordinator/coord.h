@@ -34,6 +34,8 @@ typedef struct br_coord {
     br_netmap_t *netmap;    /* round trips between nodes, from their heartbeats */
     int peers_version;      /* grows when the set of probe peers changes */
     char probe_key[65];     /* hex: the key agents' probes are signed with */
+    json_t *health;         /* service replicas' health: {"job id": "healthy"...} */
+    int64_t sched_at;       /* wall ms when a restart backoff ends (0: none) */
     int stop;
 } br_coord_t;
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "services.h"
 #include "util.h"
 
 static const char *const current_states[] = {"starting", "running", NULL};
@@ -211,7 +212,13 @@ static json_t *job_env(br_coord_t *c, json_t *job, int r)
                               : NULL;
     json_t *ckpt = json_object_get(spec, "checkpoint");
     set_env(env, "BRAMBLE_JOB_ID", "%lld", (long long)json_integer_value(json_object_get(job, "id")));
-    set_env(env, "BRAMBLE_JOB_NAME", "%s", json_string_value(json_object_get(job, "name")));
+    json_t *replica = json_object_get(json_object_get(job, "extra"), "replica");
+    if (br_services_is_replica(job)) { /* named after its service */
+        set_env(env, "BRAMBLE_JOB_NAME", "%s", json_string_value(json_object_get(spec, "name")));
+        set_env(env, "BRAMBLE_REPLICA", "%lld", (long long)json_integer_value(replica));
+    } else {
+        set_env(env, "BRAMBLE_JOB_NAME", "%s", json_string_value(json_object_get(job, "name")));
+    }
     set_env(env, "BRAMBLE_ATTEMPT", "%lld",
             (long long)json_integer_value(json_object_get(job, "attempt")));
     set_env(env, "BRAMBLE_NODE_NAME", "%s",
@@ -301,6 +308,14 @@ static void send_run(br_coord_t *c, json_t *job, int r, int announce)
                              "tasks", rank_tasks(job, r));
     if (json_is_object(ckpt) && r == 0) /* rank 0's checkpoints are the gang's */
         json_object_set(body, "checkpoint", ckpt);
+    json_t *service = json_object_get(spec, "service");
+    if (br_services_is_replica(job) && json_is_object(service)) /* its PORT and health */
+        json_object_set_new(body, "service",
+                            json_pack("{s:O, s:O, s:O, s:O}", "port",
+                                      json_object_get(service, "port"), "health",
+                                      json_object_get(service, "health"), "interval",
+                                      json_object_get(service, "interval"), "grace",
+                                      json_object_get(service, "grace")));
     br_coord_send_node(c, n, "job.run", body);
     char key[64];
     run_key(key, sizeof(key), id, attempt, r);
@@ -409,7 +424,7 @@ static void rank_started(br_coord_t *c, json_t *job, int r, int port)
     if (strcmp(rank_state(job, r), "placed") != 0)
         return;
     set_rank_state(job, r, "started");
-    if (r == 0 && rank_count(job) > 1 && gang_port(job) == 0) {
+    if (r == 0 && port > 0 && gang_port(job) == 0) { /* a gang's, or a replica's PORT */
         json_object_set_new(json_object_get(job, "assign"), "port", json_integer(port));
         for (int k = 1; k < rank_count(job); k++)
             send_run(c, job, k, 0);
@@ -457,11 +472,15 @@ static int restart_allowed(json_t *job, const char *cause)
  * fault that the attempt could not run (then the node is excluded instead). fresh:
  * place it only on nodes heard from after now (see scheduler.h). */
 static void requeue(br_coord_t *c, json_t *job, const char *reason, json_t *ec,
-                    json_t *sig, const char *exclude, int fresh)
+                    json_t *sig, const char *exclude, int fresh, int64_t delay_ms)
 {
     int64_t id = json_integer_value(json_object_get(job, "id"));
     int attempt = (int)json_integer_value(json_object_get(job, "attempt"));
     json_t *extra = job_extra(job);
+    if (delay_ms > 0) /* not placed again before then (scheduler.c) */
+        json_object_set_new(extra, "not_before", json_integer(br_now_ms() + delay_ms));
+    else
+        json_object_del(extra, "not_before");
     if (fresh)
         json_object_set_new(extra, "fresh_after", json_integer(br_now_ms()));
     else
@@ -524,21 +543,36 @@ static void end_attempt(br_coord_t *c, json_t *job, br_node_t *n, const char *ca
     stop_ranks(c, job, n);
     json_t *ec = exit_code >= 0 ? json_integer(exit_code) : json_null();
     json_t *sig = signal >= 0 ? json_integer(signal) : json_null();
-    if (!cause) {
+    if (br_services_is_replica(job) && !exclude) {
+        /* a service runs until cancelled: its replica starts again, after a backoff
+         * unless its node was lost */
+        json_int_t restarts =
+            json_integer_value(json_object_get(json_object_get(job, "extra"), "restarts")) + 1;
+        int64_t delay = cause && strcmp(cause, "node_lost") == 0
+                            ? 0
+                            : br_services_backoff_ms(restarts);
+        char text[700];
+        snprintf(text, sizeof(text), "%s", cause ? why : "exited 0 (a service runs until "
+                                                           "cancelled)");
+        br_services_forget(c, id);
+        requeue(c, job, text, ec, sig, NULL, 0, delay);
+        br_coord_event(c, id, node, "pending", "%s; starting it again as attempt %d in %.1fs",
+                       text, attempt + 1, (double)delay / 1000.0);
+    } else if (!cause) {
         update(c, id, json_pack("{s:s, s:I, s:o, s:o, s:n}", "state", "completed", "ended",
                                 (json_int_t)br_now_ms(), "exit_code", ec, "signal", sig,
                                 "reason"));
         br_coord_event(c, id, node, "completed", "attempt %d exited 0%s", attempt,
                        rank_count(job) > 1 ? " on every rank" : "");
     } else if (exclude) {
-        requeue(c, job, why, ec, sig, node, 0);
+        requeue(c, job, why, ec, sig, node, 0, 0);
         br_coord_event(c, id, node, "pending", "%s; trying another node as attempt %d", why,
                        attempt + 1);
     } else if (restart_allowed(job, cause)) {
         /* a gang's rank often fails because a peer's node just died, before that
          * node is known to be lost: restart only on nodes that speak up after it */
         requeue(c, job, why, ec, sig, NULL,
-                rank_count(job) > 1 && strcmp(cause, "nonzero_exit") == 0);
+                rank_count(job) > 1 && strcmp(cause, "nonzero_exit") == 0, 0);
         br_coord_event(c, id, node, "pending", "%s; restarting as attempt %d (%s)", why,
                        attempt + 1, cause);
     } else {
@@ -641,6 +675,7 @@ json_t *br_jobs_cancel(br_coord_t *c, int64_t id, br_err_t *err)
         stop_ranks(c, job, NULL);
     update(c, id, json_pack("{s:s, s:I, s:s}", "state", "cancelled", "ended",
                             (json_int_t)br_now_ms(), "reason", "cancelled by request"));
+    br_services_forget(c, id);
     br_coord_event(c, id, n ? n->name : NULL, "cancelled", "cancelled by request");
     c->sched_needed = 1;
     json_decref(job);
@@ -692,8 +727,8 @@ void br_jobs_check_limits(br_coord_t *c)
         json_int_t limit =
             json_integer_value(json_object_get(json_object_get(job, "spec"), "time_limit"));
         json_int_t started = json_integer_value(json_object_get(job, "started"));
-        if (limit <= 0 || !started || now - started < limit)
-            continue;
+        if (limit <= 0 || !started || now - started < limit || br_services_is_replica(job))
+            continue; /* (a service's replicas run until it is cancelled) */
         int64_t id = json_integer_value(json_object_get(job, "id"));
         br_node_t *n = rank_node(c, job, 0);
         char limit_text[32], reason[96];
@@ -737,6 +772,11 @@ void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full)
         if (t) { /* it runs: a start report lost on the way counts as made now */
             if (strcmp(rs, "placed") == 0)
                 rank_started(c, job, r, (int)json_integer_value(json_object_get(t, "port")));
+            if (br_services_is_replica(job))
+                br_services_health(c, job, n,
+                                   json_string_value(json_object_get(t, "health"))
+                                       ? json_string_value(json_object_get(t, "health"))
+                                       : "healthy"); /* no check: running is healthy */
             continue;
         }
         if (strcmp(rs, "placed") == 0 && !run_sent(c, job, r)) {

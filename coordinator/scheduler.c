@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "jobs.h"
+#include "services.h"
 #include "util.h"
 
 static int in_list(json_t *list, const char *s, int substring)
@@ -184,6 +185,30 @@ static void add_why(char *why, size_t len, const char *what)
         snprintf(why + n, len - n, "%s%s", n ? "; " : "", what);
 }
 
+/* For a service replica: how many of its service's replicas each node runs now
+ * ({"node": n}); NULL for any other job. */
+static json_t *replicas_by_node(br_coord_t *c, json_t *job)
+{
+    static const char *const current[] = {"starting", "running", NULL};
+    json_int_t svc =
+        json_integer_value(json_object_get(json_object_get(job, "extra"), "service"));
+    if (!br_services_is_replica(job))
+        return NULL;
+    json_t *jobs = br_store_job_list(c->store, current, 0, NULL), *count = json_object();
+    size_t i;
+    json_t *j;
+    json_array_foreach(jobs, i, j) {
+        const char *node = json_string_value(json_array_get(json_object_get(j, "nodes"), 0));
+        if (node && json_integer_value(json_object_get(json_object_get(j, "extra"),
+                                                       "service")) == svc)
+            json_object_set_new(count, node,
+                                json_integer(json_integer_value(json_object_get(count, node)) +
+                                             1));
+    }
+    json_decref(jobs);
+    return count;
+}
+
 /* Record why job waits (only when the reason changed). */
 static void set_reason(br_coord_t *c, json_t *job, const char *reason)
 {
@@ -200,6 +225,13 @@ static void set_reason(br_coord_t *c, json_t *job, const char *reason)
  * once or none), or record why it waits: what each node lacks. */
 static void place_one(br_coord_t *c, json_t *job)
 {
+    json_int_t not_before =
+        json_integer_value(json_object_get(json_object_get(job, "extra"), "not_before"));
+    if (not_before > br_now_ms()) { /* a restart backoff: come back when it is over */
+        if (!c->sched_at || not_before < c->sched_at)
+            c->sched_at = not_before;
+        return;
+    }
     json_t *spec = json_object_get(job, "spec");
     int want = (int)json_integer_value(
         json_object_get(json_object_get(spec, "resources"), "nodes"));
@@ -215,6 +247,10 @@ static void place_one(br_coord_t *c, json_t *job)
     /* a job that shares GPUs goes where it leaves the least VRAM to spare */
     int sharing = json_integer_value(json_object_get(res, "vram")) > 0 &&
                   json_integer_value(json_object_get(res, "gpus")) > 0;
+    /* a service's replicas without a VRAM need spread over nodes: a lost node takes
+     * as few of them with it as it can */
+    json_t *siblings = !sharing ? replicas_by_node(c, job) : NULL;
+    int spread = siblings != NULL;
     int best = 0;
     int64_t best_left = -1;
     for (br_node_t *n = br_nodes_first(c->nodes); n && fit && assign; n = n->next) {
@@ -249,24 +285,32 @@ static void place_one(br_coord_t *c, json_t *job)
             }
             fit[count] = n;
             assign[count++] = a;
-            if (count == want && want == 1 && !sharing) /* first fit, in name order */
+            if (count == want && want == 1 && !sharing && !spread) /* first fit */
                 break;
             continue;
         }
         add_why(why, sizeof(why), last);
     }
+    if (spread) { /* the node with the fewest of the service's replicas */
+        best = 0;
+        for (int i = 1; i < count; i++)
+            if (json_integer_value(json_object_get(siblings, fit[i]->name)) <
+                json_integer_value(json_object_get(siblings, fit[best]->name)))
+                best = i;
+    }
+    json_decref(siblings);
     if (count >= want && want == 1) {
-        br_jobs_place(c, job, fit + (sharing ? best : 0), assign + (sharing ? best : 0), 1,
-                      NULL);
+        br_jobs_place(c, job, fit + (sharing || spread ? best : 0),
+                      assign + (sharing || spread ? best : 0), 1, NULL);
     } else if (count >= want) { /* a gang: the nearest set of those that fit */
         int *chosen = calloc((size_t)want, sizeof(int));
         br_node_t **gang = calloc((size_t)want, sizeof(*gang));
         json_t **share = calloc((size_t)want, sizeof(*share));
         char how[400];
-        const char *spread = json_string_value(json_object_get(res, "spread"));
+        const char *sites = json_string_value(json_object_get(res, "spread"));
         if (chosen && gang && share) {
             br_netmap_choose(c->netmap, fit, count, want,
-                             spread && strcmp(spread, "any") == 0, chosen, how,
+                             sites && strcmp(sites, "any") == 0, chosen, how,
                              sizeof(how));
             for (int i = 0; i < want; i++) {
                 gang[i] = fit[chosen[i]];

@@ -72,6 +72,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->seq = 1;
     c->runs_sent = json_object();
     c->netmap = br_netmap_new();
+    c->health = json_object();
     /* the probe key follows from the coordinator's secret: the same after a restart */
     unsigned char pk[32];
     crypto_generichash(pk, sizeof(pk), (const unsigned char *)"bramble probe key", 17,
@@ -116,6 +117,7 @@ void br_coord_destroy(br_coord_t **cp)
         zmq_ctx_term(c->ctx);
     br_nodes_destroy(&c->nodes);
     br_netmap_destroy(&c->netmap);
+    json_decref(c->health);
     br_store_destroy(&c->store);
     json_decref(c->runs_sent);
     if (c->sigfd >= 0)
@@ -237,6 +239,10 @@ static void wake(br_coord_t *c, int readable)
     if (now - c->limits_checked >= 1000) {
         c->limits_checked = now;
         br_jobs_check_limits(c);
+    }
+    if (c->sched_at && br_now_ms() >= c->sched_at) { /* a restart backoff is over */
+        c->sched_at = 0;
+        c->sched_needed = 1;
     }
     if (c->sched_needed) {
         c->sched_needed = 0;

@@ -1,0 +1,290 @@
+/* services.c - service jobs and their replicas: submit, scale, health, endpoints. */
+#include "services.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobs.h"
+#include "util.h"
+
+static const char *const live_states[] = {"pending", "starting", "running", NULL};
+
+static json_int_t extra_int(json_t *job, const char *key)
+{
+    json_t *v = json_object_get(json_object_get(job, "extra"), key);
+    return json_is_integer(v) ? json_integer_value(v) : -1;
+}
+
+int br_services_is_replica(json_t *job)
+{
+    return extra_int(job, "service") > 0;
+}
+
+int br_services_is_service(json_t *job)
+{
+    return extra_int(job, "replicas") >= 0;
+}
+
+int64_t br_services_backoff_ms(int64_t restarts)
+{
+    int64_t ms = BR_SERVICE_BACKOFF_MS;
+    for (int64_t i = 1; i < restarts && ms < BR_SERVICE_BACKOFF_MAX_MS; i++)
+        ms *= 2;
+    return ms < BR_SERVICE_BACKOFF_MAX_MS ? ms : BR_SERVICE_BACKOFF_MAX_MS;
+}
+
+/* Add replica k of service (the stored service job). */
+static int64_t add_replica(br_coord_t *c, json_t *service, int64_t service_id, int k,
+                           br_err_t *err)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "%s.%d", json_string_value(json_object_get(service, "name")),
+             k);
+    json_t *job = json_pack("{s:s, s:s, s:O, s:O, s:O, s:I, s:s, s:i, s:{s:I, s:i}}",
+                            "name", name, "kind", "service", "owner",
+                            json_object_get(service, "owner"), "spec",
+                            json_object_get(service, "spec"), "spec_yaml",
+                            json_object_get(service, "spec_yaml"), "submitted",
+                            (json_int_t)br_now_ms(), "state", "pending", "attempt", 1,
+                            "extra", "service", (json_int_t)service_id, "replica", k);
+    int64_t id = job ? br_store_job_add(c->store, job, err)
+                     : br_errf(err, EINVAL, "service %lld: incomplete job object",
+                               (long long)service_id);
+    json_decref(job);
+    if (id > 0)
+        br_coord_event(c, id, NULL, "pending", "replica %d of service %lld", k,
+                       (long long)service_id);
+    c->sched_needed = 1;
+    return id;
+}
+
+int64_t br_services_submit(br_coord_t *c, json_t *job, int replicas, br_err_t *err)
+{
+    json_t *service = json_deep_copy(job);
+    json_object_set_new(service, "state", json_string("running"));
+    json_object_set_new(service, "reason", json_sprintf("a service of %d replica%s", replicas,
+                                                        replicas == 1 ? "" : "s"));
+    json_object_set_new(service, "extra", json_pack("{s:i}", "replicas", replicas));
+    int64_t id = br_store_job_add(c->store, service, err);
+    if (id > 0) {
+        br_coord_event(c, id, NULL, "running", "service of %d replica%s submitted by %s",
+                       replicas, replicas == 1 ? "" : "s",
+                       json_string_value(json_object_get(job, "owner")));
+        for (int k = 0; k < replicas && id > 0; k++)
+            if (add_replica(c, service, id, k, err) < 0)
+                id = -1;
+    }
+    json_decref(service);
+    return id;
+}
+
+json_t *br_services_find(br_coord_t *c, const char *name, const char *owner,
+                         br_err_t *err)
+{
+    static const char *const running[] = {"running", NULL};
+    json_t *jobs = br_store_job_list(c->store, running, 0, err), *found = NULL;
+    size_t i;
+    json_t *job;
+    json_array_foreach(jobs, i, job) {
+        if (br_services_is_service(job) &&
+            strcmp(json_string_value(json_object_get(job, "name")), name) == 0)
+            found = br_store_job_get(c->store, json_integer_value(json_object_get(job, "id")),
+                                     err); /* whole: with the spec as written */
+    }
+    json_decref(jobs);
+    if (!found)
+        return br_errp(err, ENOENT, "no running service named '%s'", name);
+    if (owner && strcmp(json_string_value(json_object_get(found, "owner")), owner) != 0) {
+        json_decref(found);
+        return br_errp(err, EACCES, "service '%s' is not yours", name);
+    }
+    return found;
+}
+
+static int by_replica(const void *x, const void *y)
+{
+    json_t *a = *(json_t *const *)x, *b = *(json_t *const *)y;
+    return (int)(extra_int(a, "replica") - extra_int(b, "replica"));
+}
+
+json_t *br_services_replicas(br_coord_t *c, int64_t service_id)
+{
+    json_t *jobs = br_store_job_list(c->store, live_states, 0, NULL);
+    json_t *mine = json_array();
+    size_t i;
+    json_t *job;
+    json_array_foreach(jobs, i, job) {
+        if (extra_int(job, "service") == service_id)
+            json_array_append(mine, job);
+    }
+    json_decref(jobs);
+    size_t n = json_array_size(mine);
+    json_t **order = n ? malloc(n * sizeof(*order)) : NULL;
+    for (i = 0; order && i < n; i++)
+        order[i] = json_incref(json_array_get(mine, i));
+    if (order) {
+        qsort(order, n, sizeof(*order), by_replica);
+        json_array_clear(mine);
+        for (i = 0; i < n; i++)
+            json_array_append_new(mine, order[i]);
+        free(order);
+    }
+    return mine;
+}
+
+int br_services_scale(br_coord_t *c, json_t *service, int replicas, br_err_t *err)
+{
+    int64_t id = json_integer_value(json_object_get(service, "id"));
+    json_t *have = br_services_replicas(c, id);
+    int count = (int)json_array_size(have), next = 0;
+    size_t i;
+    json_t *r;
+    json_array_foreach(have, i, r) {
+        if (extra_int(r, "replica") >= next)
+            next = (int)extra_int(r, "replica") + 1;
+    }
+    for (int k = count; k > replicas; k--) { /* the highest numbered go first */
+        json_t *gone = json_array_get(have, (size_t)k - 1);
+        json_t *done = br_jobs_cancel(c, json_integer_value(json_object_get(gone, "id")), err);
+        json_decref(done);
+    }
+    for (int k = count; k < replicas; k++)
+        if (add_replica(c, service, id, next++, err) < 0) {
+            json_decref(have);
+            return -1;
+        }
+    json_decref(have);
+    json_t *extra = json_deep_copy(json_object_get(service, "extra"));
+    json_object_set_new(extra, "replicas", json_integer(replicas));
+    json_t *f = json_pack("{s:o, s:o}", "extra", extra, "reason",
+                          json_sprintf("a service of %d replica%s", replicas,
+                                       replicas == 1 ? "" : "s"));
+    int rc = br_store_job_update(c->store, id, f, err);
+    json_decref(f);
+    if (rc < 0)
+        return -1;
+    br_coord_event(c, id, NULL, "running", "scaled from %d to %d replica%s", count, replicas,
+                   replicas == 1 ? "" : "s");
+    return replicas;
+}
+
+void br_services_cancel(br_coord_t *c, json_t *service)
+{
+    json_t *have = br_services_replicas(c, json_integer_value(json_object_get(service, "id")));
+    size_t i;
+    json_t *r;
+    json_array_foreach(have, i, r) {
+        br_err_t err;
+        json_decref(br_jobs_cancel(c, json_integer_value(json_object_get(r, "id")), &err));
+    }
+    json_decref(have);
+}
+
+const char *br_services_health_of(br_coord_t *c, int64_t id)
+{
+    char key[24];
+    snprintf(key, sizeof(key), "%lld", (long long)id);
+    return json_string_value(json_object_get(c->health, key));
+}
+
+void br_services_forget(br_coord_t *c, int64_t id)
+{
+    char key[24];
+    snprintf(key, sizeof(key), "%lld", (long long)id);
+    json_object_del(c->health, key);
+}
+
+/* Where a replica answers: its node's address and the port its agent gave it. */
+static json_t *endpoint_of(br_coord_t *c, json_t *job)
+{
+    const char *node = json_string_value(json_array_get(json_object_get(job, "nodes"), 0));
+    br_node_t *n = node ? br_nodes_find(c->nodes, node) : NULL;
+    json_int_t port = json_integer_value(json_object_get(json_object_get(job, "assign"), "port"));
+    const char *host = n ? json_string_value(json_object_get(n->info, "address")) : NULL;
+    if (!host || port <= 0)
+        return NULL;
+    return json_pack("{s:s, s:I, s:s, s:I, s:I}", "host", host, "port", port, "node", node,
+                     "replica", extra_int(job, "replica"), "id",
+                     json_integer_value(json_object_get(job, "id")));
+}
+
+json_t *br_services_endpoints(br_coord_t *c, json_t *service)
+{
+    json_t *have = br_services_replicas(c, json_integer_value(json_object_get(service, "id")));
+    json_t *out = json_array();
+    size_t i;
+    json_t *r;
+    json_array_foreach(have, i, r) {
+        const char *h = br_services_health_of(c, json_integer_value(json_object_get(r, "id")));
+        const char *st = json_string_value(json_object_get(r, "state"));
+        json_t *e = strcmp(st, "running") == 0 && h && strcmp(h, "healthy") == 0
+                        ? endpoint_of(c, r)
+                        : NULL;
+        if (e)
+            json_array_append_new(out, e);
+    }
+    json_decref(have);
+    return out;
+}
+
+void br_services_health(br_coord_t *c, json_t *job, br_node_t *n, const char *health)
+{
+    int64_t id = json_integer_value(json_object_get(job, "id"));
+    const char *was = br_services_health_of(c, id);
+    if (!health || (was && strcmp(was, health) == 0))
+        return;
+    char key[24];
+    snprintf(key, sizeof(key), "%lld", (long long)id);
+    json_object_set_new(c->health, key, json_string(health));
+    json_int_t port = json_integer_value(json_object_get(json_object_get(job, "assign"), "port"));
+    br_coord_event(c, id, n->name, json_string_value(json_object_get(job, "state")),
+                   "replica %lld %s on %s (port %lld)", (long long)extra_int(job, "replica"),
+                   health, n->name, (long long)port);
+    if (strcmp(health, "healthy") == 0 && extra_int(job, "restarts") > 0) {
+        json_t *extra = json_deep_copy(json_object_get(job, "extra")); /* backoff over */
+        json_object_set_new(extra, "restarts", json_integer(0));
+        json_t *f = json_pack("{s:o}", "extra", extra);
+        br_store_job_update(c->store, id, f, NULL);
+        json_decref(f);
+    }
+}
+
+void br_services_annotate(br_coord_t *c, json_t *job, json_t *out)
+{
+    if (br_services_is_replica(job)) {
+        int64_t id = json_integer_value(json_object_get(job, "id"));
+        const char *h = br_services_health_of(c, id);
+        const char *st = json_string_value(json_object_get(job, "state"));
+        json_int_t port =
+            json_integer_value(json_object_get(json_object_get(job, "assign"), "port"));
+        int live = st && (strcmp(st, "starting") == 0 || strcmp(st, "running") == 0);
+        json_object_set_new(out, "service", json_integer(extra_int(job, "service")));
+        json_object_set_new(out, "replica", json_integer(extra_int(job, "replica")));
+        json_object_set_new(out, "port", live && port > 0 ? json_integer(port) : json_null());
+        json_object_set_new(out, "health", live && h ? json_string(h) : json_null());
+    } else if (br_services_is_service(job)) {
+        json_t *have = br_services_replicas(c, json_integer_value(json_object_get(job, "id")));
+        json_t *list = json_array();
+        size_t i;
+        json_t *r;
+        json_array_foreach(have, i, r) {
+            json_t *one = json_pack("{s:I, s:O, s:O, s:O}", "replica", extra_int(r, "replica"),
+                                    "id", json_object_get(r, "id"), "state",
+                                    json_object_get(r, "state"), "reason",
+                                    json_object_get(r, "reason"));
+            json_t *node = json_array_get(json_object_get(r, "nodes"), 0);
+            json_object_set(one, "node", node ? node : json_null());
+            json_t *tmp = json_object();
+            br_services_annotate(c, r, tmp);
+            json_object_set(one, "port", json_object_get(tmp, "port"));
+            json_object_set(one, "health", json_object_get(tmp, "health"));
+            json_decref(tmp);
+            json_array_append_new(list, one);
+        }
+        json_decref(have);
+        json_object_set_new(out, "replicas", list);
+        json_object_set_new(out, "replicas_wanted", json_integer(extra_int(job, "replicas")));
+    }
+}

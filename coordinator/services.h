@@ -1,0 +1,65 @@
+/* services.h - kind: service jobs (ARCHITECTURE.md, the spec's service section).
+ *
+ * A service is one job that stands for it (the "service job": running from submit
+ * until cancelled, placed nowhere, holding nothing) and one job per replica, named
+ * NAME.K (K from 0), each placed on its own like any single-node job. A replica
+ * runs until the service is cancelled or scaled down: whenever it ends (exit, a
+ * failed health check, its node lost) it is started again, after a backoff that
+ * doubles with each restart in a row (1 s, 2 s ... 30 s; none after a node loss)
+ * and resets once it is healthy. Its agent gives it a PORT (auto, or the spec's
+ * number) and checks its health; the healthy replicas are the service's
+ * endpoints. A replica's extra holds {"service": id, "replica": K}; the service
+ * job's {"replicas": N}. */
+#ifndef BRAMBLE_SERVICES_H
+#define BRAMBLE_SERVICES_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "coord.h"
+
+#define BR_SERVICE_BACKOFF_MS 1000
+#define BR_SERVICE_BACKOFF_MAX_MS 30000
+
+/* Store the service job (from job, the usual new-job object) and its replicas.
+ * Returns the service job's id, or -1 with err. */
+int64_t br_services_submit(br_coord_t *c, json_t *job, int replicas, br_err_t *err);
+
+/* The active service job called name that who may act on (owner, or admin);
+ * NULL with err. */
+json_t *br_services_find(br_coord_t *c, const char *name, const char *owner,
+                         br_err_t *err);
+
+/* Change the service's replica count: new replicas are added, the highest
+ * numbered ones cancelled. Returns the new count, or -1 with err. */
+int br_services_scale(br_coord_t *c, json_t *service, int replicas, br_err_t *err);
+
+/* Every replica of the service that is not over, by replica number. New ref. */
+json_t *br_services_replicas(br_coord_t *c, int64_t service_id);
+
+/* Healthy replicas: [{"host","port","node","replica","id"}]. New ref. */
+json_t *br_services_endpoints(br_coord_t *c, json_t *service);
+
+/* Cancel the service job's replicas (the service job itself is the caller's). */
+void br_services_cancel(br_coord_t *c, json_t *service);
+
+/* A replica's health as its agent last reported it ("starting", "healthy",
+ * "unhealthy"), remembered in memory; changes are events, and a healthy replica's
+ * restart backoff starts again from the beginning. */
+void br_services_health(br_coord_t *c, json_t *job, br_node_t *n, const char *health);
+const char *br_services_health_of(br_coord_t *c, int64_t id);
+/* The replica's attempt ended: its health is unknown until its next one says. */
+void br_services_forget(br_coord_t *c, int64_t id);
+
+/* The wait before a replica's next start after restarts in a row. */
+int64_t br_services_backoff_ms(int64_t restarts);
+
+int br_services_is_replica(json_t *job);
+int br_services_is_service(json_t *job);
+
+/* The job as the CLI shows it gets: a replica its "service", "replica", "port" and
+ * "health"; a service job its "replicas" (each {"replica","id","state","node",
+ * "port","health"}). */
+void br_services_annotate(br_coord_t *c, json_t *job, json_t *public_job);
+
+#endif
