@@ -101,10 +101,15 @@ static json_t *node_public(br_coord_t *c, br_node_t *n, json_t *current)
     json_t *ids = json_array();
     size_t i;
     json_t *job;
-    json_array_foreach(current, i, job) {
-        if (strcmp(json_string_value(json_array_get(json_object_get(job, "nodes"), 0)),
-                   n->name) == 0)
-            json_array_append(ids, json_object_get(job, "id"));
+    json_array_foreach(current, i, job) { /* a gang on several nodes; a service on none */
+        size_t k;
+        json_t *name;
+        json_array_foreach(json_object_get(job, "nodes"), k, name) {
+            if (json_is_string(name) && strcmp(json_string_value(name), n->name) == 0) {
+                json_array_append(ids, json_object_get(job, "id"));
+                break;
+            }
+        }
     }
     json_object_set_new(o, "jobs", ids);
     json_object_set_new(o, "free", json_pack("{s:i, s:I}", "cpus",

@@ -463,6 +463,9 @@ def test_cancel_stops_every_rank(make_cluster, tmp_path):
     pids = [int(p) for r in range(3) for p in (out / f"pids-{r}").read_text().split()]
     assert all(pid_alive(p) for p in pids), pids
     assert len(c.job_procs(jid)) >= 6, c.job_procs(jid)
+    # every node of the gang counts the job among its own
+    on = {n["name"]: n["jobs"] for n in c.cli_json("nodes")}
+    assert all(on[n] == [int(jid)] for n in (f"g{t}-a", f"g{t}-b", f"g{t}-c")), on
     c.cli("cancel", jid)
     j = c.wait_job(jid, timeout=LONG)
     assert j["state"] == "cancelled", j

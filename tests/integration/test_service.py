@@ -105,6 +105,9 @@ def test_six_7gib_replicas_pack_onto_24_24_12_12_and_answer(cluster, tmp_path):
         assert n * 7 <= sizes[gpu], f"GPU {gpu} over-committed: {dict(load)}"
     shown = cluster.cli("job", "show", str(sid))[1]
     assert shown.count("healthy") >= 6 and "replicas:" in shown, shown
+    # the nodes list each replica among their jobs (the service itself is on none)
+    on = {n["name"]: n["jobs"] for n in cluster.cli_json("nodes")}
+    assert sorted(sum(on.values(), [])) == sorted(e["id"] for e in eps), on
     listed = [j for j in cluster.cli_json("jobs") if j.get("service") == sid]
     assert sorted(j["name"] for j in listed) == [f"llm.{k}" for k in range(6)], listed
     assert all(j["health"] == "healthy" and j["port"] for j in listed), listed
