@@ -13,6 +13,14 @@ stopped first.
 
 Skips (with the reason) when not root, when `ip` is missing or when namespaces,
 veths or bridges cannot be made here.
+
+For a single namespace joined straight to the host (no bridge), from a fixture:
+
+    v = veth_ns(request, ["10.N.M.1/24"], ["10.N.M.2/24"], prefix="brx", what="...")
+    c.start_agent("x", wrap=v.wrap())   # v.ns, v.host_veth, v.ns_veth
+
+The namespace and the veth pair are removed when the test (or the fixture's setup)
+ends, also when it failed.
 """
 
 import os
@@ -51,15 +59,89 @@ def used_prefixes():
     return out
 
 
+def free_prefix(lo=200, hi=249):
+    """A random 10.A.B prefix (A in lo..hi) that no address or route here uses."""
+    used = used_prefixes()
+    for _ in range(200):
+        prefix = f"10.{random.randint(lo, hi)}.{random.randint(0, 255)}"
+        if prefix not in used:
+            break
+    return prefix
+
+
+def skip_netns_failure(r):
+    """Skip the test if r, the result of an `ip netns add`, failed."""
+    if r.returncode != 0:
+        pytest.skip(f"`ip netns add` does not work here: {r.stderr.strip()}")
+
+
+def require_netns(what, needs="ip netns, veth", probe=True):
+    """Skip the test unless it can make network namespaces here: root, iproute2's
+    `ip` and (probe) a working `ip netns add`. what names the test in the skip
+    reason, needs what it needs root for."""
+    if os.geteuid() != 0:
+        pytest.skip(f"{what} needs root ({needs})")
+    if not shutil.which("ip"):
+        pytest.skip(f"{what} needs iproute2's `ip`")
+    if probe:
+        name = f"brq-{uuid.uuid4().hex[:6]}"
+        skip_netns_failure(sh("ip", "netns", "add", name, check=False))
+        sh("ip", "netns", "del", name, check=False)
+
+
+class VethNs:
+    """A namespace `ns` joined to the host by a veth pair: `host_veth` in the host,
+    `ns_veth` in the namespace (see veth_ns)."""
+
+    def __init__(self, prefix, host_addrs, ns_addrs):
+        tag = uuid.uuid4().hex[:6]
+        self.ns = f"{prefix}-{tag}"
+        self.host_veth, self.ns_veth = f"{prefix}h{tag}", f"{prefix}n{tag}"
+        self.host_addrs, self.ns_addrs = list(host_addrs), list(ns_addrs)
+
+    def wrap(self):
+        return ["ip", "netns", "exec", self.ns]
+
+    def setup(self):
+        sh("ip", "link", "add", self.host_veth, "type", "veth", "peer", "name", self.ns_veth)
+        sh("ip", "link", "set", self.ns_veth, "netns", self.ns)
+        for a in self.host_addrs:
+            sh("ip", "addr", "add", a, "dev", self.host_veth)
+        sh("ip", "link", "set", self.host_veth, "up")
+        for a in self.ns_addrs:
+            sh("ip", "-n", self.ns, "addr", "add", a, "dev", self.ns_veth)
+        sh("ip", "-n", self.ns, "link", "set", self.ns_veth, "up")
+        sh("ip", "-n", self.ns, "link", "set", "lo", "up")
+
+    def teardown(self):
+        sh("ip", "link", "del", self.host_veth, check=False)
+        sh("ip", "netns", "del", self.ns, check=False)
+
+
+def veth_ns(request, host_addrs, ns_addrs, *, prefix="brv", what="this test"):
+    """Make a VethNs for the test behind request: a namespace `{prefix}-XXXXXX` with
+    `lo` up, joined to the host by a veth pair; host_addrs (CIDR strings, e.g.
+    ["10.9.8.1/24", "10.9.8.9/24"]) go on the host end, ns_addrs on the namespace
+    end. prefix: at most 4 characters (the link names are prefix+h/n+6). Removed at
+    the test's teardown, also when it (or this setup) failed. Skips with the reason,
+    naming what, when namespaces or veths cannot be made here."""
+    assert len(prefix) <= 4, prefix
+    require_netns(what, probe=False)  # the namespace itself is the probe
+    v = VethNs(prefix, host_addrs, ns_addrs)
+    skip_netns_failure(sh("ip", "netns", "add", v.ns, check=False))
+    request.addfinalizer(v.teardown)
+    try:
+        v.setup()
+    except RuntimeError as e:
+        pytest.skip(f"cannot set up the veth pair: {e}")
+    return v
+
+
 class Lan:
     def __init__(self, k):
         self.k = k
         self.tag = uuid.uuid4().hex[:6]
-        used = used_prefixes()
-        for _ in range(200):
-            prefix = f"10.{random.randint(200, 249)}.{random.randint(0, 255)}"
-            if prefix not in used:
-                break
+        prefix = free_prefix()
         self.prefix = prefix
         self.host_ip = f"{prefix}.1"
         self.bridge = f"bgb{self.tag}"
@@ -189,20 +271,12 @@ class Lan:
 @pytest.fixture
 def make_lan(request):
     """Factory: make_lan(k) -> Lan with k namespaces on one bridge (see above)."""
-    if os.geteuid() != 0:
-        pytest.skip("the gang LAN tests need root (ip netns, veth, bridge)")
-    if not shutil.which("ip"):
-        pytest.skip("the gang LAN tests need iproute2's `ip`")
+    require_netns("the gang LAN tests", needs="ip netns, veth, bridge")
     made = []
 
     def make(k):
         lan = Lan(k)
         made.append(lan)
-        probe = f"brg-{lan.tag}-probe"
-        r = sh("ip", "netns", "add", probe, check=False)
-        if r.returncode != 0:
-            pytest.skip(f"`ip netns add` does not work here: {r.stderr.strip()}")
-        sh("ip", "netns", "del", probe, check=False)
         try:
             lan.setup()
         except RuntimeError as e:

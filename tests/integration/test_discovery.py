@@ -11,11 +11,7 @@ the test.
 
 import base64
 import json
-import os
-import random
-import shutil
 import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -24,15 +20,9 @@ import pytest
 import zmq
 
 from conftest import DEADLINE, read_yaml_flat, wait_for
+from netlan import free_prefix, require_netns, skip_netns_failure, sh as _sh
 
 MAGIC = b"bramble-announce/1\n"
-
-
-def _sh(*argv, check=True):
-    r = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=30)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, argv))}: {r.returncode} {r.stderr.strip()}")
-    return r
 
 
 class Lan:
@@ -76,19 +66,12 @@ class Lan:
 
 @pytest.fixture
 def lan(request):
-    if os.geteuid() != 0:
-        pytest.skip("LAN discovery test needs root (ip netns, bridge, veth)")
-    if not shutil.which("ip"):
-        pytest.skip("LAN discovery test needs iproute2's `ip`")
+    require_netns("LAN discovery test", needs="ip netns, bridge, veth", probe=False)
     sfx = uuid.uuid4().hex[:6]
-    net = f"10.{random.randint(240, 249)}.{random.randint(0, 255)}"
-    lan = Lan(sfx, net)
-    for ns in (lan.coord_ns, lan.agent_ns):
-        r = _sh("ip", "netns", "add", ns, check=False)
-        if r.returncode != 0:
-            lan.down()
-            pytest.skip(f"`ip netns add` does not work here: {r.stderr.strip()}")
+    lan = Lan(sfx, free_prefix(240, 249))
     request.addfinalizer(lan.down)
+    for ns in (lan.coord_ns, lan.agent_ns):
+        skip_netns_failure(_sh("ip", "netns", "add", ns, check=False))
     try:
         lan.up()
     except RuntimeError as e:

@@ -7,14 +7,14 @@ usage, the environment it needs, and failures that must name the peer."""
 
 import json
 import os
-import shutil
 import subprocess
 import time
-import uuid
 
 import pytest
 
+import netlan
 from conftest import BIN, CLI_TIMEOUT, free_port, sanitizer_lines
+from netlan import free_prefix
 
 PROBE = BIN / "bramble-net-probe"
 
@@ -248,44 +248,14 @@ def test_a_peer_killed_mid_transfer_is_named(victim):
 # across real addresses: a network namespace behind a veth pair
 
 
-def _sh(*argv, check=True):
-    r = subprocess.run(argv, capture_output=True, text=True)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: {r.stderr.strip()}")
-    return r
-
-
 @pytest.fixture
 def veth_ns(request):
     """A namespace joined to the host by a veth pair: host 10.N.M.1/24, namespace
     10.N.M.2/24 (the recipe of test_probe.py's far_ns). Yields (ns, host_ip, ns_ip)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root (ip netns, veth)")
-    if not shutil.which("ip"):
-        pytest.skip("needs iproute2's `ip`")
-    sfx = uuid.uuid4().hex[:6]
-    ns, vh, vn = f"bnp-{sfx}", f"bnh{sfx}", f"bnn{sfx}"
-    net = f"10.{150 + int(sfx[:2], 16) % 50}.{int(sfx[2:4], 16)}"
-    r = _sh("ip", "netns", "add", ns, check=False)
-    if r.returncode != 0:
-        pytest.skip(f"`ip netns add` does not work here: {r.stderr.strip()}")
-
-    def cleanup():
-        _sh("ip", "link", "del", vh, check=False)
-        _sh("ip", "netns", "del", ns, check=False)
-
-    request.addfinalizer(cleanup)
-    try:
-        _sh("ip", "link", "add", vh, "type", "veth", "peer", "name", vn)
-        _sh("ip", "link", "set", vn, "netns", ns)
-        _sh("ip", "addr", "add", f"{net}.1/24", "dev", vh)
-        _sh("ip", "link", "set", vh, "up")
-        _sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{net}.2/24", "dev", vn)
-        _sh("ip", "netns", "exec", ns, "ip", "link", "set", vn, "up")
-        _sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-    except RuntimeError as e:
-        pytest.skip(f"cannot set up the veth pair: {e}")
-    yield ns, f"{net}.1", f"{net}.2"
+    net = free_prefix(150, 199)
+    v = netlan.veth_ns(request, [f"{net}.1/24"], [f"{net}.2/24"], prefix="bnp",
+                       what="the veth test")
+    yield v.ns, f"{net}.1", f"{net}.2"
 
 
 def test_across_a_veth_pair(veth_ns):

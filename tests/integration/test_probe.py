@@ -14,16 +14,14 @@ import heapq
 import json
 import re
 import os
-import shutil
 import socket
-import subprocess
 import threading
 import time
-import uuid
 
 import pytest
 
 from conftest import wait_for
+from netlan import free_prefix, veth_ns
 
 DELAY = 0.020  # each way: the far node is >= 40 ms away
 GANG = """
@@ -31,13 +29,6 @@ name: {name}
 command: echo "rank $NODE_RANK on $BRAMBLE_NODE_NAME"
 resources: {{nodes: {nodes}{extra}}}
 """
-
-
-def _sh(*argv, check=True):
-    r = subprocess.run(argv, capture_output=True, text=True)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: {r.stderr.strip()}")
-    return r
 
 
 class DelayRelay(threading.Thread):
@@ -95,34 +86,10 @@ class DelayRelay(threading.Thread):
 def far_ns(request):
     """A namespace joined to the host by a veth pair: host 10.N.M.1/24 (and the
     relay's 10.N.M.9), namespace 10.N.M.2/24. Yields (ns, host_ip, ns_ip, relay_ip)."""
-    if os.geteuid() != 0:
-        pytest.skip("the far node needs root (ip netns, veth)")
-    if not shutil.which("ip"):
-        pytest.skip("the far node needs iproute2's `ip`")
-    sfx = uuid.uuid4().hex[:6]
-    ns, vh, vn = f"brp-{sfx}", f"bph{sfx}", f"bpn{sfx}"
-    net = f"10.{200 + int(sfx[:2], 16) % 50}.{int(sfx[2:4], 16)}"
-    r = _sh("ip", "netns", "add", ns, check=False)
-    if r.returncode != 0:
-        pytest.skip(f"`ip netns add` does not work here: {r.stderr.strip()}")
-
-    def cleanup():
-        _sh("ip", "link", "del", vh, check=False)
-        _sh("ip", "netns", "del", ns, check=False)
-
-    request.addfinalizer(cleanup)
-    try:
-        _sh("ip", "link", "add", vh, "type", "veth", "peer", "name", vn)
-        _sh("ip", "link", "set", vn, "netns", ns)
-        _sh("ip", "addr", "add", f"{net}.1/24", "dev", vh)
-        _sh("ip", "addr", "add", f"{net}.9/24", "dev", vh)
-        _sh("ip", "link", "set", vh, "up")
-        _sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{net}.2/24", "dev", vn)
-        _sh("ip", "netns", "exec", ns, "ip", "link", "set", vn, "up")
-        _sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-    except RuntimeError as e:
-        pytest.skip(f"cannot set up the veth pair: {e}")
-    yield ns, f"{net}.1", f"{net}.2", f"{net}.9"
+    net = free_prefix(200, 249)
+    v = veth_ns(request, [f"{net}.1/24", f"{net}.9/24"], [f"{net}.2/24"], prefix="brp",
+                what="the far node")
+    yield v.ns, f"{net}.1", f"{net}.2", f"{net}.9"
 
 
 def probe(c):

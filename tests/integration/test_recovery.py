@@ -27,6 +27,7 @@ import pytest
 
 from conftest import (BIN, DEADLINE, KIND_RESPONSE, REPO, header, parse_header, proc_state,
                       wait_for)
+from netlan import sh as _sh, veth_ns
 
 # the interpreter running the tests (/usr/bin/python3): no wrapper (pyenv shims fork
 # helpers that would carry the job's BRAMBLE_TASK tag)
@@ -673,43 +674,13 @@ def test_coordinator_stopped_jobs_freeze_then_thaw_or_restart(make_cluster, tmp_
 # a real partition: network namespace, link down
 
 
-def _sh(*argv, check=True):
-    r = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=30)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, argv))}: {r.returncode} {r.stderr.strip()}")
-    return r
-
-
 @pytest.fixture
 def netns(request):
     """A network namespace joined to the host by a veth pair: host side
     10.231.0.1/30, namespace side 10.231.0.2/30. Yields (ns, host_veth)."""
-    if os.geteuid() != 0:
-        pytest.skip("network partition test needs root (ip netns, veth)")
-    if not shutil.which("ip"):
-        pytest.skip("network partition test needs iproute2's `ip`")
-    suffix = uuid.uuid4().hex[:6]
-    ns, vh, vn = f"brt-{suffix}", f"brh{suffix}", f"brn{suffix}"
-    r = _sh("ip", "netns", "add", ns, check=False)
-    if r.returncode != 0:
-        pytest.skip(f"`ip netns add` does not work here: {r.stderr.strip()}")
-
-    def cleanup():
-        _sh("ip", "link", "del", vh, check=False)
-        _sh("ip", "netns", "del", ns, check=False)
-
-    request.addfinalizer(cleanup)
-    try:
-        _sh("ip", "link", "add", vh, "type", "veth", "peer", "name", vn)
-        _sh("ip", "link", "set", vn, "netns", ns)
-        _sh("ip", "addr", "add", "10.231.0.1/30", "dev", vh)
-        _sh("ip", "link", "set", vh, "up")
-        _sh("ip", "netns", "exec", ns, "ip", "addr", "add", "10.231.0.2/30", "dev", vn)
-        _sh("ip", "netns", "exec", ns, "ip", "link", "set", vn, "up")
-        _sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-    except RuntimeError as e:
-        pytest.skip(f"cannot set up the veth pair: {e}")
-    yield ns, vh
+    v = veth_ns(request, ["10.231.0.1/30"], ["10.231.0.2/30"], prefix="brt",
+                what="network partition test")
+    yield v.ns, v.host_veth
 
 
 class FileMonitor(threading.Thread):
