@@ -10,32 +10,23 @@
  * Exit status: 0 measured, 1 failed at run time (bootstrap, CUDA, NCCL, wrong
  * result), 2 bad usage, missing environment or no CUDA device. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "probe_boot.h"
+
 #define PROG "bramble-nccl-probe"
-#define EXIT_USAGE 2
 #define ID_BYTES 128           /* sizeof(ncclUniqueId), checked below */
 #define HELLO_MAGIC "BRNCCLP1" /* first 8 bytes a rank sends to rank 0 */
 #define HELLO_BYTES 16         /* magic, rank (u32 BE), world size (u32 BE) */
-#define PEER_TIMEOUT_MS 5000   /* one peer's hello or connect attempt */
-#define RETRY_MS 250           /* between connect attempts */
 #define CHUNK_BYTES (1u << 20) /* host staging buffer for fill and check */
 
 _Static_assert(sizeof(ncclUniqueId) == ID_BYTES, "ncclUniqueId is 128 bytes");
@@ -51,41 +42,7 @@ typedef struct {
     const char *master_addr, *master_port, *node_name, *cuda_visible;
 } env_t;
 
-/* rank for messages; -1 until known */
-static int log_rank = -1;
-
-static int errf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* "bramble-nccl-probe: rank R: ..." on stderr; always returns -1. */
-static int errf(const char *fmt, ...)
-{
-    int saved = errno;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (log_rank >= 0)
-        fprintf(stderr, PROG ": rank %d: %s\n", log_rank, msg);
-    else
-        fprintf(stderr, PROG ": %s\n", msg);
-    errno = saved;
-    return -1;
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_us(int64_t us)
-{
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
+/* ---- options and environment */
 
 /* ---- options and environment */
 
@@ -128,46 +85,43 @@ static void usage(FILE *f)
 /* "256M", "1K", "4096" -> bytes; -1 when malformed. */
 static int parse_size(const char *s, size_t *out)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || s[0] == '-')
+    uint64_t v;
+    if (probe_parse_size(s, SIZE_MAX >> 31, &v) < 0)
         return -1;
-    unsigned shift = 0;
-    if (*end == 'K' || *end == 'k')
-        shift = 10;
-    else if (*end == 'M' || *end == 'm')
-        shift = 20;
-    else if (*end == 'G' || *end == 'g')
-        shift = 30;
-    if (shift) {
-        end++;
-        if (*end == 'i' && end[1] == 'B')
-            end += 2;
-        else if (*end == 'B')
-            end++;
-    }
-    if (*end || v > (SIZE_MAX >> 31) >> shift)
-        return -1;
-    *out = (size_t)(v << shift);
+    *out = (size_t)v;
     return 0;
 }
 
-static int parse_count(const char *s, int min, int *out)
+enum { O_MIN = 256, O_MAX, O_ITERS, O_WARMUP, O_TIMEOUT, O_HUMAN, O_BOOT };
+
+/* One option for probe_getopt; nonzero for a bad value. */
+static int take_opt(void *ctx, int c, const char *arg)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > INT_MAX)
-        return -1;
-    *out = (int)v;
+    opts_t *o = ctx;
+    switch (c) {
+    case O_MIN:
+        return parse_size(arg, &o->min_bytes);
+    case O_MAX:
+        return parse_size(arg, &o->max_bytes);
+    case O_ITERS:
+        return probe_parse_count(arg, 1, INT_MAX, &o->iters);
+    case O_WARMUP:
+        return probe_parse_count(arg, 0, INT_MAX, &o->warmup);
+    case O_TIMEOUT:
+        return probe_parse_count(arg, 1, INT_MAX, &o->timeout_s);
+    case O_HUMAN:
+        o->human = 1;
+        break;
+    case O_BOOT:
+        o->bootstrap_only = 1;
+        break;
+    }
     return 0;
 }
 
 /* 0: run; 1: --help printed; -1: usage error printed. */
 static int parse_args(int argc, char **argv, opts_t *o)
 {
-    enum { O_MIN = 256, O_MAX, O_ITERS, O_WARMUP, O_TIMEOUT, O_HUMAN, O_BOOT, O_HELP };
     static const struct option longopts[] = {
         {"min-bytes", required_argument, NULL, O_MIN},
         {"max-bytes", required_argument, NULL, O_MAX},
@@ -176,7 +130,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         {"timeout", required_argument, NULL, O_TIMEOUT},
         {"human", no_argument, NULL, O_HUMAN},
         {"bootstrap-only", no_argument, NULL, O_BOOT}, /* hidden: tests */
-        {"help", no_argument, NULL, O_HELP},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     *o = (opts_t){.min_bytes = 8,
@@ -184,314 +138,57 @@ static int parse_args(int argc, char **argv, opts_t *o)
                   .iters = 20,
                   .warmup = 5,
                   .timeout_s = 60};
-    int c, idx = 0;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case O_MIN:
-            bad = parse_size(optarg, &o->min_bytes);
-            break;
-        case O_MAX:
-            bad = parse_size(optarg, &o->max_bytes);
-            break;
-        case O_ITERS:
-            bad = parse_count(optarg, 1, &o->iters);
-            break;
-        case O_WARMUP:
-            bad = parse_count(optarg, 0, &o->warmup);
-            break;
-        case O_TIMEOUT:
-            bad = parse_count(optarg, 1, &o->timeout_s);
-            break;
-        case O_HUMAN:
-            o->human = 1;
-            break;
-        case O_BOOT:
-            o->bootstrap_only = 1;
-            break;
-        case 'h':
-        case O_HELP:
-            usage(stdout);
-            return 1;
-        default:
-            errf("unknown option or missing value: '%s' (see --help)",
-                 argv[optind - 1]);
-            return -1;
-        }
-        if (bad)
-            return errf("bad value for --%s: '%s' (see --help)", longopts[idx].name,
-                        optarg);
-    }
-    if (optind < argc)
-        return errf("unexpected argument '%s' (see --help)", argv[optind]);
+    int r = probe_getopt(argc, argv, longopts, take_opt, o, usage);
+    if (r != 0)
+        return r;
     if (o->min_bytes < 4 || o->min_bytes % 4 || o->max_bytes % 4)
-        return errf("--min-bytes and --max-bytes must be multiples of 4, at least 4");
+        return probe_errf(
+            "--min-bytes and --max-bytes must be multiples of 4, at least 4");
     if (o->min_bytes > o->max_bytes)
-        return errf("--min-bytes (%zu) is larger than --max-bytes (%zu)", o->min_bytes,
-                    o->max_bytes);
-    return 0;
-}
-
-/* An integer environment variable in [min, max]; -1 with a message naming it. */
-static int env_int(const char *name, int required, int dflt, int min, int max, int *out)
-{
-    const char *s = getenv(name);
-    if (!s || !*s) {
-        if (required)
-            return errf(
-                "%s is not set (bramble sets it for a gang job with "
-                "tasks_per_node: gpus; see --help)",
-                name);
-        *out = dflt;
-        return 0;
-    }
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max)
-        return errf("%s='%s' is not an integer in [%d, %d]", name, s, min, max);
-    *out = (int)v;
+        return probe_errf("--min-bytes (%zu) is larger than --max-bytes (%zu)",
+                          o->min_bytes, o->max_bytes);
     return 0;
 }
 
 static int read_env(env_t *e)
 {
     *e = (env_t){0};
-    if (env_int("WORLD_SIZE", 1, 0, 1, 1 << 20, &e->world) < 0 ||
-        env_int("RANK", 1, 0, 0, e->world - 1, &e->rank) < 0 ||
-        env_int("LOCAL_RANK", 0, 0, 0, 1 << 20, &e->local_rank) < 0 ||
-        env_int("NNODES", 0, 1, 1, 1 << 20, &e->nnodes) < 0)
+    if (probe_env_int("WORLD_SIZE", 1, 0, 1, 1 << 20, &e->world) < 0 ||
+        probe_env_int("RANK", 1, 0, 0, e->world - 1, &e->rank) < 0 ||
+        probe_env_int("LOCAL_RANK", 0, 0, 0, 1 << 20, &e->local_rank) < 0 ||
+        probe_env_int("NNODES", 0, 1, 1, 1 << 20, &e->nnodes) < 0)
         return -1;
-    log_rank = e->rank;
+    probe_log_rank(e->rank);
     e->node_name = getenv("BRAMBLE_NODE_NAME");
     e->cuda_visible = getenv("CUDA_VISIBLE_DEVICES");
-    e->master_addr = getenv("MASTER_ADDR");
-    e->master_port = getenv("MASTER_PORT");
-    if (e->world == 1)
-        return 0; /* nobody to exchange the id with */
-    int port;
-    if (!e->master_addr || !*e->master_addr)
-        return errf("MASTER_ADDR is not set (the address of rank 0's node)");
-    if (env_int("MASTER_PORT", 1, 0, 1, 65535, &port) < 0)
-        return -1;
-    return 0;
+    /* with WORLD_SIZE 1, nobody to exchange the id with */
+    return probe_env_master(e->world, &e->master_addr, &e->master_port);
 }
 
-/* ---- bootstrap: rank 0 serves the 128-byte id over TCP on MASTER_PORT.
- * A rank connects and sends HELLO_MAGIC, its rank and the world size (u32, big
- * endian); rank 0 checks them and answers with the id, then closes. Wrong or
- * duplicate hellos are refused (closed) and do not count. */
-
-/* Wait for fd to be ready for `events`: 0, or -1 with errno (ETIMEDOUT at the
- * deadline). POLLERR/POLLHUP count as ready: the next call says why. */
-static int sock_wait(int fd, short events, int64_t deadline)
-{
-    for (;;) {
-        int64_t left = deadline - now_ms();
-        if (left <= 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        struct pollfd p = {.fd = fd, .events = events};
-        int n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
-        if (n > 0)
-            return 0;
-        if (n < 0 && errno != EINTR)
-            return -1;
-    }
-}
-
-/* All of len bytes to or from a non-blocking socket before the deadline; -1 with
- * errno (ECONNRESET for an early end of stream). */
-static int sock_xfer(int fd, void *buf, size_t len, int writing, int64_t deadline)
-{
-    char *p = buf;
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = writing ? send(fd, p + done, len - done, MSG_NOSIGNAL)
-                            : recv(fd, p + done, len - done, 0);
-        if (n > 0) {
-            done += (size_t)n;
-            continue;
-        }
-        if (n == 0) {
-            errno = ECONNRESET;
-            return -1;
-        }
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return -1;
-        if (sock_wait(fd, writing ? POLLOUT : POLLIN, deadline) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-static void sock_close(int fd)
-{
-    if (fd >= 0 && close(fd) < 0)
-        errf("close: %s", strerror(errno));
-}
-
-/* A non-blocking listening socket on every address of this host: IPv6 with
- * v4-mapped addresses where the kernel has IPv6, else IPv4. */
-static int listen_any(int family, int port, int backlog)
-{
-    int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    int one = 1, zero = 0;
-    struct sockaddr_storage ss = {0};
-    socklen_t sl;
-    if (family == AF_INET6) {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-        a->sin6_family = AF_INET6;
-        a->sin6_addr = in6addr_any;
-        a->sin6_port = htons((uint16_t)port);
-        sl = sizeof(*a);
-        if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero)) < 0)
-            goto fail;
-    } else {
-        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-        a->sin_family = AF_INET;
-        a->sin_addr.s_addr = htonl(INADDR_ANY);
-        a->sin_port = htons((uint16_t)port);
-        sl = sizeof(*a);
-    }
-    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-        bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, backlog) < 0)
-        goto fail;
-    return fd;
-fail:;
-    int saved = errno;
-    sock_close(fd);
-    errno = saved;
-    return -1;
-}
-
-static int boot_listen(int port, int world)
-{
-    int backlog = world < SOMAXCONN ? world : SOMAXCONN;
-    int fd = listen_any(AF_INET6, port, backlog);
-    if (fd < 0 && (errno == EAFNOSUPPORT || errno == EADDRNOTAVAIL))
-        fd = listen_any(AF_INET, port, backlog);
-    if (fd < 0)
-        return errf("cannot listen on MASTER_PORT=%d: %s", port, strerror(errno));
-    return fd;
-}
-
-/* One accepted connection: check its hello, send the id. 0 when served. */
-static int serve_one(int fd, int world, unsigned char *seen, const unsigned char *id,
-                     int64_t deadline)
-{
-    unsigned char hello[HELLO_BYTES];
-    int64_t peer_deadline = now_ms() + PEER_TIMEOUT_MS;
-    if (peer_deadline > deadline)
-        peer_deadline = deadline;
-    if (sock_xfer(fd, hello, sizeof(hello), 0, peer_deadline) < 0)
-        return errf("a peer sent no hello: %s (ignored)", strerror(errno));
-    uint32_t r = (uint32_t)hello[8] << 24 | (uint32_t)hello[9] << 16 |
-                 (uint32_t)hello[10] << 8 | hello[11];
-    uint32_t w = (uint32_t)hello[12] << 24 | (uint32_t)hello[13] << 16 |
-                 (uint32_t)hello[14] << 8 | hello[15];
-    if (memcmp(hello, HELLO_MAGIC, 8) != 0)
-        return errf("a peer that is not " PROG " connected (ignored)");
-    if (w != (uint32_t)world || r == 0 || r >= (uint32_t)world)
-        return errf("refused rank %" PRIu32 " of world size %" PRIu32
-                    ": this job's WORLD_SIZE is %d",
-                    r, w, world);
-    if (seen[r])
-        return errf("refused a second rank %" PRIu32, r);
-    if (sock_xfer(fd, (void *)id, ID_BYTES, 1, peer_deadline) < 0)
-        return errf("sending the id to rank %" PRIu32 ": %s", r, strerror(errno));
-    seen[r] = 1;
-    return 0;
-}
+/* ---- bootstrap (probe_boot.h): rank 0 serves the 128-byte id over TCP on
+ * MASTER_PORT. A rank connects and sends HELLO_MAGIC, its rank and the world size
+ * (u32, big endian); rank 0 checks them and answers with the id, then closes. */
 
 /* Rank 0: hand the id to the world - 1 other ranks before the deadline. */
-static int boot_serve(int lfd, int world, const unsigned char *id, int64_t deadline,
-                      int timeout_s)
+static int boot_serve(probe_boot_t *b, int world, const unsigned char *id,
+                      int64_t deadline)
 {
-    unsigned char *seen = calloc((size_t)world, 1);
-    if (!seen)
-        return errf("out of memory");
-    int served = 0, rc = -1;
-    while (served < world - 1) {
-        if (sock_wait(lfd, POLLIN, deadline) < 0) {
-            int missing = 1;
-            while (missing < world && seen[missing])
-                missing++;
-            errf(
-                "%d of %d ranks fetched the NCCL id within %d s (first missing: "
-                "rank %d): %s",
-                served, world - 1, timeout_s, missing, strerror(errno));
-            goto done;
-        }
-        int c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (c < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
-                errno == ECONNABORTED)
-                continue;
-            errf("accept: %s", strerror(errno));
-            goto done;
-        }
-        if (serve_one(c, world, seen, id, deadline) == 0)
-            served++;
-        sock_close(c);
+    while (probe_boot_taken(b) < world - 1) {
+        unsigned char hello[HELLO_BYTES];
+        uint32_t r;
+        int c = probe_boot_accept(b, deadline, hello, NULL, &r);
+        if (c < 0)
+            return -1;
+        int64_t peer_deadline = probe_now_ms() + PROBE_PEER_TIMEOUT_MS;
+        if (peer_deadline > deadline)
+            peer_deadline = deadline;
+        if (probe_sock_xfer(c, (void *)id, ID_BYTES, 1, peer_deadline) < 0)
+            probe_errf("sending the id to rank %" PRIu32 ": %s", r, strerror(errno));
+        else
+            probe_boot_take(b, r);
+        probe_sock_close(c);
     }
-    rc = 0;
-done:
-    free(seen);
-    return rc;
-}
-
-/* One connect attempt to every address of host:port; the socket, or -1 with a
- * reason in why. */
-static int boot_connect(const char *host, const char *port, int64_t deadline, char *why,
-                        size_t why_len)
-{
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res;
-    int g = getaddrinfo(host, port, &hints, &res);
-    if (g != 0) {
-        snprintf(why, why_len, "%s",
-                 g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
-        return -1;
-    }
-    int fd = -1;
-    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    ai->ai_protocol);
-        if (fd < 0) {
-            snprintf(why, why_len, "socket: %s", strerror(errno));
-            continue;
-        }
-        int err = 0;
-        socklen_t el = sizeof(err);
-        /* this attempt: up to PEER_TIMEOUT_MS, within the deadline, but long
-         * enough that a refusal is seen as one rather than as a time-out */
-        int64_t now = now_ms(), d = now + PEER_TIMEOUT_MS;
-        if (d > deadline)
-            d = deadline > now + RETRY_MS ? deadline : now + RETRY_MS;
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-            err = errno;
-            if (err == EINPROGRESS) {
-                if (sock_wait(fd, POLLOUT, d) < 0)
-                    err = errno;
-                else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
-                    err = errno;
-            }
-        }
-        if (err) {
-            snprintf(why, why_len, "%s", strerror(err));
-            sock_close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(res);
-    return fd;
+    return 0;
 }
 
 /* Ranks > 0: fetch the id from rank 0, retrying the connection until the
@@ -499,33 +196,21 @@ static int boot_connect(const char *host, const char *port, int64_t deadline, ch
 static int boot_fetch(const env_t *e, unsigned char *id, int64_t deadline,
                       int timeout_s)
 {
-    char why[160] = "timed out";
-    int fd;
-    while ((fd = boot_connect(e->master_addr, e->master_port, deadline, why,
-                              sizeof(why))) < 0) {
-        int64_t left = deadline - now_ms();
-        if (left <= 0)
-            return errf(
-                "cannot reach rank 0 at MASTER_ADDR=%s MASTER_PORT=%s within "
-                "%d s: %s",
-                e->master_addr, e->master_port, timeout_s, why);
-        sleep_us((left < RETRY_MS ? left : RETRY_MS) * 1000);
-    }
+    int fd = probe_join(e->master_addr, e->master_port, deadline, timeout_s);
+    if (fd < 0)
+        return -1;
     unsigned char hello[HELLO_BYTES];
-    uint32_t r = (uint32_t)e->rank, w = (uint32_t)e->world;
     memcpy(hello, HELLO_MAGIC, 8);
-    for (int i = 0; i < 4; i++) {
-        hello[8 + i] = (unsigned char)(r >> (24 - 8 * i));
-        hello[12 + i] = (unsigned char)(w >> (24 - 8 * i));
-    }
+    probe_put32(hello + 8, (uint32_t)e->rank);
+    probe_put32(hello + 12, (uint32_t)e->world);
     int rc = 0;
-    if (sock_xfer(fd, hello, sizeof(hello), 1, deadline) < 0 ||
-        sock_xfer(fd, id, ID_BYTES, 0, deadline) < 0)
-        rc = errf(
+    if (probe_sock_xfer(fd, hello, sizeof(hello), 1, deadline) < 0 ||
+        probe_sock_xfer(fd, id, ID_BYTES, 0, deadline) < 0)
+        rc = probe_errf(
             "fetching the NCCL id from %s:%s: %s (rank 0 refuses a wrong "
             "WORLD_SIZE or a duplicate RANK: is this rank 0 of the same job?)",
             e->master_addr, e->master_port, strerror(errno));
-    sock_close(fd);
+    probe_sock_close(fd);
     return rc;
 }
 
@@ -534,16 +219,22 @@ static int boot_fetch(const env_t *e, unsigned char *id, int64_t deadline,
 static int bootstrap(const env_t *e, int timeout_s, int (*make_id)(unsigned char *),
                      unsigned char *id)
 {
-    int64_t deadline = now_ms() + (int64_t)timeout_s * 1000;
+    int64_t deadline = probe_now_ms() + (int64_t)timeout_s * 1000;
     if (e->rank != 0)
         return boot_fetch(e, id, deadline, timeout_s);
-    int lfd = -1;
-    if (e->world > 1 && (lfd = boot_listen(atoi(e->master_port), e->world)) < 0)
+    probe_boot_t *b = NULL;
+    probe_boot_cfg_t cfg = {.port = e->world > 1 ? atoi(e->master_port) : 0,
+                            .world = e->world,
+                            .timeout_s = timeout_s,
+                            .magic = HELLO_MAGIC,
+                            .hello_bytes = HELLO_BYTES,
+                            .done_what = "fetched the NCCL id"};
+    if (e->world > 1 && !(b = probe_boot_new(&cfg)))
         return -1;
     int rc = make_id(id);
     if (rc == 0 && e->world > 1)
-        rc = boot_serve(lfd, e->world, id, deadline, timeout_s);
-    sock_close(lfd);
+        rc = boot_serve(b, e->world, id, deadline);
+    probe_boot_destroy(&b);
     return rc;
 }
 
@@ -553,7 +244,7 @@ static int random_id(unsigned char *id)
     while (got < ID_BYTES) {
         ssize_t n = getrandom(id + got, ID_BYTES - got, 0);
         if (n < 0 && errno != EINTR)
-            return errf("getrandom: %s", strerror(errno));
+            return probe_errf("getrandom: %s", strerror(errno));
         if (n > 0)
             got += (size_t)n;
     }
@@ -565,7 +256,7 @@ static int nccl_id(unsigned char *id)
     ncclUniqueId u;
     ncclResult_t r = ncclGetUniqueId(&u);
     if (r != ncclSuccess)
-        return errf("ncclGetUniqueId: %s", ncclGetErrorString(r));
+        return probe_errf("ncclGetUniqueId: %s", ncclGetErrorString(r));
     memcpy(id, u.internal, ID_BYTES);
     return 0;
 }
@@ -594,7 +285,7 @@ static int cuda_ok(cudaError_t r, const char *what)
 {
     if (r == cudaSuccess)
         return 0;
-    return errf("%s: %s", what, cudaGetErrorString(r));
+    return probe_errf("%s: %s", what, cudaGetErrorString(r));
 }
 
 static int nccl_ok(ncclResult_t r, ncclComm_t comm, const char *what)
@@ -604,9 +295,9 @@ static int nccl_ok(ncclResult_t r, ncclComm_t comm, const char *what)
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
     const char *last = ncclGetLastError(comm);
     if (last && *last)
-        return errf("%s: %s (%s)", what, ncclGetErrorString(r), last);
+        return probe_errf("%s: %s (%s)", what, ncclGetErrorString(r), last);
 #endif
-    return errf("%s: %s", what, ncclGetErrorString(r));
+    return probe_errf("%s: %s", what, ncclGetErrorString(r));
 }
 
 /* Device 0 when one GPU is visible (bramble's case), LOCAL_RANK when several.
@@ -624,7 +315,7 @@ static int pick_device(const env_t *e, int *dev)
     }
     *dev = n == 1 ? 0 : e->local_rank;
     if (*dev >= n)
-        return errf(
+        return probe_errf(
             "LOCAL_RANK=%d but only %d CUDA devices are visible "
             "(CUDA_VISIBLE_DEVICES=%s)",
             e->local_rank, n, cvd);
@@ -647,7 +338,7 @@ static int gpu_wait(gpu_t *g, cudaEvent_t ev)
             return -1;
         if (ae != ncclSuccess && ae != ncclInProgress)
             return nccl_ok(ae, g->comm, "all-reduce");
-        sleep_us(20);
+        probe_sleep_us(20);
     }
 }
 
@@ -741,7 +432,7 @@ static int gpu_check(gpu_t *g, size_t bytes, float expect)
             return -1;
         for (size_t i = 0; i < n / sizeof(float); i++)
             if (h[i] != expect)
-                return errf(
+                return probe_errf(
                     "wrong all-reduce result at %zu bytes: element %zu is %g, "
                     "expected %g",
                     bytes, off / sizeof(float) + i, (double)h[i], (double)expect);
@@ -877,11 +568,12 @@ int main(int argc, char **argv)
 {
     opts_t o;
     env_t e;
+    probe_log_init(PROG, "a gang job with tasks_per_node: gpus");
     int r = parse_args(argc, argv, &o);
     if (r != 0)
-        return r > 0 ? 0 : EXIT_USAGE;
+        return r > 0 ? 0 : PROBE_EXIT_USAGE;
     if (read_env(&e) < 0)
-        return EXIT_USAGE;
+        return PROBE_EXIT_USAGE;
     if (o.bootstrap_only) {
         unsigned char id[ID_BYTES];
         if (bootstrap(&e, o.timeout_s, random_id, id) < 0)
@@ -891,6 +583,6 @@ int main(int argc, char **argv)
     }
     int dev;
     if (pick_device(&e, &dev) < 0)
-        return EXIT_USAGE;
+        return PROBE_EXIT_USAGE;
     return run_nccl(&o, &e, dev) == 0 ? 0 : 1;
 }

@@ -23,24 +23,20 @@
  * lost), 2 bad usage or missing environment. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
+
+#include "probe_boot.h"
 
 #define PROG "bramble-net-probe"
-#define EXIT_USAGE 2
 #define HELLO_MAGIC "BRNETP01" /* first 8 bytes a rank sends to rank 0 */
 #define HELLO_BYTES 20         /* magic, rank, world, data port, 0 */
 #define DATA_MAGIC "BRNETD01"  /* first 8 bytes on a data connection */
@@ -49,8 +45,6 @@
 #define MSG_BYTES 24           /* one control message */
 #define MAX_NODES 1024         /* N(N-1) transfers: far more is not a probe */
 #define MAX_PINGS 1000
-#define PEER_TIMEOUT_MS 5000 /* one peer's hello or connect attempt at start */
-#define RETRY_MS 250         /* between connect attempts to rank 0 */
 #define GRACE_MS 2000        /* rank 0 waits this much longer than the ranks */
 #define PROGRESS_MS 1000     /* a receiver tells rank 0 it is alive this often */
 #define BUF_BYTES (1u << 20) /* what one send or recv moves at most */
@@ -102,49 +96,8 @@ typedef enum {
 
 #define NO_RTT UINT64_MAX /* MSG_SENT's y without pings */
 
-/* rank for messages; -1 until known */
-static int log_rank = -1;
-
 /* the data buffer: senders write it over and over, receivers read into it */
 static char buf[BUF_BYTES];
-
-static int errf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* "bramble-net-probe: rank R: ..." on stderr; always returns -1. */
-static int errf(const char *fmt, ...)
-{
-    int saved = errno;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (log_rank >= 0)
-        fprintf(stderr, PROG ": rank %d: %s\n", log_rank, msg);
-    else
-        fprintf(stderr, PROG ": %s\n", msg);
-    errno = saved;
-    return -1;
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int64_t now_ms(void)
-{
-    return now_ns() / 1000000;
-}
-
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
 
 /* ---- options and environment */
 
@@ -188,106 +141,39 @@ static void usage(FILE *f)
         "peer lost); 2 bad usage or missing environment.\n");
 }
 
-/* "64M", "1G", "4096" -> bytes; -1 when malformed. */
-static int parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || s[0] == '-')
-        return -1;
-    unsigned shift = 0;
-    if (*end == 'K' || *end == 'k')
-        shift = 10;
-    else if (*end == 'M' || *end == 'm')
-        shift = 20;
-    else if (*end == 'G' || *end == 'g')
-        shift = 30;
-    if (shift) {
-        end++;
-        if (*end == 'i' && end[1] == 'B')
-            end += 2;
-        else if (*end == 'B')
-            end++;
-    }
-    if (*end || v > (UINT64_MAX >> 2) >> shift)
-        return -1;
-    *out = (uint64_t)v << shift;
-    return 0;
-}
+enum { O_BYTES = 256, O_PINGS, O_TIMEOUT, O_HUMAN };
 
-static int parse_count(const char *s, int min, int max, int *out)
+/* One option for probe_getopt; nonzero for a bad value. */
+static int take_opt(void *ctx, int c, const char *arg)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max)
-        return -1;
-    *out = (int)v;
+    opts_t *o = ctx;
+    switch (c) {
+    case O_BYTES:
+        return probe_parse_size(arg, UINT64_MAX >> 2, &o->bytes) < 0 || !o->bytes;
+    case O_PINGS:
+        return probe_parse_count(arg, 0, MAX_PINGS, &o->pings);
+    case O_TIMEOUT:
+        return probe_parse_count(arg, 1, 86400, &o->timeout_s);
+    case O_HUMAN:
+        o->human = 1;
+        break;
+    }
     return 0;
 }
 
 /* 0: run; 1: --help printed; -1: usage error printed. */
 static int parse_args(int argc, char **argv, opts_t *o)
 {
-    enum { O_BYTES = 256, O_PINGS, O_TIMEOUT, O_HUMAN, O_HELP };
     static const struct option longopts[] = {
         {"bytes", required_argument, NULL, O_BYTES},
         {"pings", required_argument, NULL, O_PINGS},
         {"timeout", required_argument, NULL, O_TIMEOUT},
         {"human", no_argument, NULL, O_HUMAN},
-        {"help", no_argument, NULL, O_HELP},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     *o = (opts_t){.bytes = 64u << 20, .pings = 5, .timeout_s = 60};
-    int c, idx = 0;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case O_BYTES:
-            bad = parse_size(optarg, &o->bytes) < 0 || o->bytes == 0;
-            break;
-        case O_PINGS:
-            bad = parse_count(optarg, 0, MAX_PINGS, &o->pings);
-            break;
-        case O_TIMEOUT:
-            bad = parse_count(optarg, 1, 86400, &o->timeout_s);
-            break;
-        case O_HUMAN:
-            o->human = 1;
-            break;
-        case 'h':
-        case O_HELP:
-            usage(stdout);
-            return 1;
-        default:
-            errf("unknown option or missing value: '%s' (see --help)",
-                 argv[optind - 1]);
-            return -1;
-        }
-        if (bad)
-            return errf("bad value for --%s: '%s' (see --help)", longopts[idx].name,
-                        optarg);
-    }
-    if (optind < argc)
-        return errf("unexpected argument '%s' (see --help)", argv[optind]);
-    return 0;
-}
-
-/* An integer environment variable in [min, max]; -1 with a message naming it. */
-static int env_int(const char *name, int min, int max, int *out)
-{
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return errf("%s is not set (bramble sets it for a gang job; see --help)", name);
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max)
-        return errf("%s='%s' is not an integer in [%d, %d]", name, s, min, max);
-    *out = (int)v;
-    return 0;
+    return probe_getopt(argc, argv, longopts, take_opt, o, usage);
 }
 
 static void env_free(env_t *e)
@@ -307,7 +193,7 @@ static int read_names(env_t *e)
     e->names = calloc((size_t)e->world, sizeof(*e->names));
     e->namebuf = malloc(len);
     if (!e->names || !e->namebuf)
-        return errf("out of memory");
+        return probe_errf("out of memory");
     if (!list || !*list) {
         char *p = e->namebuf;
         for (int r = 0; r < e->world; r++) {
@@ -329,7 +215,7 @@ static int read_names(env_t *e)
         e->names[n++] = p;
     }
     if (n != e->world)
-        return errf(
+        return probe_errf(
             "BRAMBLE_NODELIST='%s' is not NNODES=%d non-empty names, "
             "comma-separated",
             list, e->world);
@@ -339,77 +225,17 @@ static int read_names(env_t *e)
 static int read_env(env_t *e)
 {
     *e = (env_t){0};
-    if (env_int("NNODES", 1, MAX_NODES, &e->world) < 0 ||
-        env_int("NODE_RANK", 0, e->world - 1, &e->rank) < 0)
+    if (probe_env_int("NNODES", 1, 0, 1, MAX_NODES, &e->world) < 0 ||
+        probe_env_int("NODE_RANK", 1, 0, 0, e->world - 1, &e->rank) < 0)
         return -1;
-    log_rank = e->rank;
-    e->master_addr = getenv("MASTER_ADDR");
-    e->master_port = getenv("MASTER_PORT");
+    probe_log_rank(e->rank);
     if (read_names(e) < 0)
         return -1;
-    if (e->world == 1)
-        return 0; /* nobody to measure */
-    int port;
-    if (!e->master_addr || !*e->master_addr)
-        return errf("MASTER_ADDR is not set (the address of rank 0's node)");
-    if (env_int("MASTER_PORT", 1, 65535, &port) < 0)
-        return -1;
-    return 0;
+    /* with NNODES 1, nobody to measure */
+    return probe_env_master(e->world, &e->master_addr, &e->master_port);
 }
 
-/* ---- sockets */
-
-/* Wait for fd to be ready for `events`: 0, or -1 with errno (ETIMEDOUT at the
- * deadline). POLLERR/POLLHUP count as ready: the next call says why. */
-static int sock_wait(int fd, short events, int64_t deadline)
-{
-    for (;;) {
-        int64_t left = deadline - now_ms();
-        if (left <= 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        struct pollfd p = {.fd = fd, .events = events};
-        int n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
-        if (n > 0)
-            return 0;
-        if (n < 0 && errno != EINTR)
-            return -1;
-    }
-}
-
-/* All of len bytes to or from a non-blocking socket before the deadline; -1 with
- * errno (ECONNRESET for an early end of stream). */
-static int sock_xfer(int fd, void *p, size_t len, int writing, int64_t deadline)
-{
-    char *c = p;
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = writing ? send(fd, c + done, len - done, MSG_NOSIGNAL)
-                            : recv(fd, c + done, len - done, 0);
-        if (n > 0) {
-            done += (size_t)n;
-            continue;
-        }
-        if (n == 0) {
-            errno = ECONNRESET;
-            return -1;
-        }
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return -1;
-        if (sock_wait(fd, writing ? POLLOUT : POLLIN, deadline) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-static void sock_close(int fd)
-{
-    if (fd >= 0 && close(fd) < 0)
-        errf("close: %s", strerror(errno));
-}
+/* ---- sockets (more in probe_boot.h) */
 
 static int set_int_opt(int fd, int level, int name, int value)
 {
@@ -425,51 +251,8 @@ static int ctl_opts(int fd)
         set_int_opt(fd, IPPROTO_TCP, TCP_KEEPIDLE, 10) < 0 ||
         set_int_opt(fd, IPPROTO_TCP, TCP_KEEPINTVL, 5) < 0 ||
         set_int_opt(fd, IPPROTO_TCP, TCP_KEEPCNT, 3) < 0)
-        return errf("setsockopt on a control connection: %s", strerror(errno));
+        return probe_errf("setsockopt on a control connection: %s", strerror(errno));
     return 0;
-}
-
-/* A non-blocking listening socket on every address of this host: IPv6 with
- * v4-mapped addresses where the kernel has IPv6, else IPv4. Port 0: any. */
-static int listen_family(int family, int port, int backlog)
-{
-    int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_storage ss = {0};
-    socklen_t sl;
-    if (family == AF_INET6) {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-        a->sin6_family = AF_INET6;
-        a->sin6_addr = in6addr_any;
-        a->sin6_port = htons((uint16_t)port);
-        sl = sizeof(*a);
-        if (set_int_opt(fd, IPPROTO_IPV6, IPV6_V6ONLY, 0) < 0)
-            goto fail;
-    } else {
-        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-        a->sin_family = AF_INET;
-        a->sin_addr.s_addr = htonl(INADDR_ANY);
-        a->sin_port = htons((uint16_t)port);
-        sl = sizeof(*a);
-    }
-    if (set_int_opt(fd, SOL_SOCKET, SO_REUSEADDR, 1) < 0 ||
-        bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, backlog) < 0)
-        goto fail;
-    return fd;
-fail:;
-    int saved = errno;
-    sock_close(fd);
-    errno = saved;
-    return -1;
-}
-
-static int listen_any(int port, int backlog)
-{
-    int fd = listen_family(AF_INET6, port, backlog);
-    if (fd < 0 && (errno == EAFNOSUPPORT || errno == EADDRNOTAVAIL))
-        fd = listen_family(AF_INET, port, backlog);
-    return fd;
 }
 
 /* The port a socket is bound to; -1 with errno. */
@@ -485,28 +268,6 @@ static int local_port(int fd)
 }
 
 /* ---- addresses and messages on the wire */
-
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (24 - 8 * i));
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-    put32(p, (uint32_t)(v >> 32));
-    put32(p + 4, (uint32_t)v);
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-    return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
 
 /* "10.0.0.2:4567", "[fe80::1%2]:4567": for messages. */
 static const char *addr_str(const addr_t *a, char *out, size_t len)
@@ -547,7 +308,7 @@ static void addr_pack(const struct sockaddr_storage *ss, int port, unsigned char
     } else {
         const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)ss;
         memcpy(p, &s->sin6_addr, 16);
-        put32(p + 16, s->sin6_scope_id);
+        probe_put32(p + 16, s->sin6_scope_id);
     }
     p[20] = (unsigned char)(port >> 8);
     p[21] = (unsigned char)port;
@@ -570,7 +331,7 @@ static void addr_unpack(const unsigned char *p, addr_t *a)
         struct sockaddr_in6 *s = (struct sockaddr_in6 *)&a->sa;
         s->sin6_family = AF_INET6;
         memcpy(&s->sin6_addr, p, 16);
-        s->sin6_scope_id = get32(p + 16);
+        s->sin6_scope_id = probe_get32(p + 16);
         s->sin6_port = htons(port);
         a->len = sizeof(*s);
     }
@@ -580,11 +341,11 @@ static int msg_send(int fd, msg_type_t type, int peer, uint64_t x, uint64_t y,
                     int64_t deadline)
 {
     unsigned char b[MSG_BYTES];
-    put32(b, (uint32_t)type);
-    put32(b + 4, (uint32_t)peer);
-    put64(b + 8, x);
-    put64(b + 16, y);
-    return sock_xfer(fd, b, sizeof(b), 1, deadline);
+    probe_put32(b, (uint32_t)type);
+    probe_put32(b + 4, (uint32_t)peer);
+    probe_put64(b + 8, x);
+    probe_put64(b + 16, y);
+    return probe_sock_xfer(fd, b, sizeof(b), 1, deadline);
 }
 
 /* One whole message; 1 at a clean end of stream before it, 0, or -1 with errno. */
@@ -596,15 +357,17 @@ static int msg_recv(int fd, msg_t *m, int64_t deadline)
         n = recv(fd, b, 1, 0);
         if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
             break;
-        if (errno != EINTR && sock_wait(fd, POLLIN, deadline) < 0)
+        if (errno != EINTR && probe_sock_wait(fd, POLLIN, deadline) < 0)
             return -1;
     }
     if (n == 0)
         return 1;
-    if (n < 0 || sock_xfer(fd, b + 1, sizeof(b) - 1, 0, deadline) < 0)
+    if (n < 0 || probe_sock_xfer(fd, b + 1, sizeof(b) - 1, 0, deadline) < 0)
         return -1;
-    *m = (msg_t){
-        .type = get32(b), .peer = get32(b + 4), .x = get64(b + 8), .y = get64(b + 16)};
+    *m = (msg_t){.type = probe_get32(b),
+                 .peer = probe_get32(b + 4),
+                 .x = probe_get64(b + 8),
+                 .y = probe_get64(b + 16)};
     return 0;
 }
 
@@ -639,32 +402,6 @@ typedef struct {
     int64_t idle_ms; /* longest wait for any progress */
 } xfer_t;
 
-/* One non-blocking connect attempt to a before the deadline; the socket, or -1
- * with errno. */
-static int connect_to(const addr_t *a, int64_t deadline)
-{
-    int fd = socket(a->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    int err = 0;
-    socklen_t el = sizeof(err);
-    if (connect(fd, (const struct sockaddr *)&a->sa, a->len) < 0) {
-        err = errno;
-        if (err == EINPROGRESS) {
-            if (sock_wait(fd, POLLOUT, deadline) < 0)
-                err = errno;
-            else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
-                err = errno;
-        }
-    }
-    if (err) {
-        sock_close(fd);
-        errno = err;
-        return -1;
-    }
-    return fd;
-}
-
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -677,11 +414,11 @@ static int send_pings(int fd, int pings, int64_t idle_ms, uint64_t *rtt_ns)
     int64_t t[MAX_PINGS];
     for (int k = 0; k < pings; k++) {
         char c = (char)k;
-        int64_t t0 = now_ns();
-        if (sock_xfer(fd, &c, 1, 1, now_ms() + idle_ms) < 0 ||
-            sock_xfer(fd, &c, 1, 0, now_ms() + idle_ms) < 0)
+        int64_t t0 = probe_now_ns();
+        if (probe_sock_xfer(fd, &c, 1, 1, probe_now_ms() + idle_ms) < 0 ||
+            probe_sock_xfer(fd, &c, 1, 0, probe_now_ms() + idle_ms) < 0)
             return -1;
-        t[k] = now_ns() - t0;
+        t[k] = probe_now_ns() - t0;
     }
     qsort(t, (size_t)pings, sizeof(t[0]), cmp_i64);
     *rtt_ns = pings ? (uint64_t)(pings % 2 ? t[pings / 2]
@@ -705,7 +442,7 @@ static int send_data(int fd, const xfer_t *x)
             continue;
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
             return -1;
-        if (sock_wait(fd, POLLOUT, now_ms() + x->idle_ms) < 0)
+        if (probe_sock_wait(fd, POLLOUT, probe_now_ms() + x->idle_ms) < 0)
             return -1;
     }
     return shutdown(fd, SHUT_WR);
@@ -728,7 +465,7 @@ static int wait_close(int fd, int64_t idle_ms)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return -1;
-        if (sock_wait(fd, POLLIN, now_ms() + idle_ms) < 0)
+        if (probe_sock_wait(fd, POLLIN, probe_now_ms() + idle_ms) < 0)
             return -1;
     }
 }
@@ -740,15 +477,17 @@ static int xfer_send(int rank, const addr_t *to, const xfer_t *x, uint64_t *rtt_
 {
     unsigned char hello[DATA_HELLO_BYTES] = {0};
     memcpy(hello, DATA_MAGIC, 8);
-    put32(hello + 8, (uint32_t)rank);
+    probe_put32(hello + 8, (uint32_t)rank);
     *stage = ST_CONNECT;
-    int fd = connect_to(to, now_ms() + x->idle_ms), rc = -1;
+    int fd = probe_connect((const struct sockaddr *)&to->sa, to->len,
+                           probe_now_ms() + x->idle_ms),
+        rc = -1;
     if (fd < 0)
         return -1;
     if (set_int_opt(fd, IPPROTO_TCP, TCP_NODELAY, 1) < 0)
         goto done;
     *stage = ST_HANDSHAKE;
-    if (sock_xfer(fd, hello, sizeof(hello), 1, now_ms() + x->idle_ms) < 0)
+    if (probe_sock_xfer(fd, hello, sizeof(hello), 1, probe_now_ms() + x->idle_ms) < 0)
         goto done;
     *stage = ST_PING;
     if (send_pings(fd, x->pings, x->idle_ms, rtt_ns) < 0)
@@ -760,7 +499,7 @@ static int xfer_send(int rank, const addr_t *to, const xfer_t *x, uint64_t *rtt_
     rc = wait_close(fd, x->idle_ms);
 done:;
     int saved = errno;
-    sock_close(fd);
+    probe_sock_close(fd);
     errno = saved;
     return rc;
 }
@@ -769,9 +508,9 @@ done:;
  * it is rank `from` (anything else is closed and ignored). */
 static int accept_from(int lfd, int from, int64_t idle_ms)
 {
-    int64_t deadline = now_ms() + idle_ms;
+    int64_t deadline = probe_now_ms() + idle_ms;
     for (;;) {
-        if (sock_wait(lfd, POLLIN, deadline) < 0)
+        if (probe_sock_wait(lfd, POLLIN, deadline) < 0)
             return -1;
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
@@ -781,12 +520,14 @@ static int accept_from(int lfd, int from, int64_t idle_ms)
             return -1;
         }
         unsigned char hello[DATA_HELLO_BYTES];
-        int64_t d = now_ms() + PEER_TIMEOUT_MS;
-        if (sock_xfer(fd, hello, sizeof(hello), 0, d < deadline ? d : deadline) == 0 &&
-            memcmp(hello, DATA_MAGIC, 8) == 0 && get32(hello + 8) == (uint32_t)from)
+        int64_t d = probe_now_ms() + PROBE_PEER_TIMEOUT_MS;
+        if (probe_sock_xfer(fd, hello, sizeof(hello), 0, d < deadline ? d : deadline) ==
+                0 &&
+            memcmp(hello, DATA_MAGIC, 8) == 0 &&
+            probe_get32(hello + 8) == (uint32_t)from)
             return fd;
-        errf("ignored a data connection that is not from rank %d", from);
-        sock_close(fd);
+        probe_errf("ignored a data connection that is not from rank %d", from);
+        probe_sock_close(fd);
     }
 }
 
@@ -795,8 +536,8 @@ static int echo_pings(int fd, int pings, int64_t idle_ms)
 {
     for (int k = 0; k < pings; k++) {
         char c;
-        if (sock_xfer(fd, &c, 1, 0, now_ms() + idle_ms) < 0 ||
-            sock_xfer(fd, &c, 1, 1, now_ms() + idle_ms) < 0)
+        if (probe_sock_xfer(fd, &c, 1, 0, probe_now_ms() + idle_ms) < 0 ||
+            probe_sock_xfer(fd, &c, 1, 1, probe_now_ms() + idle_ms) < 0)
             return -1;
     }
     return 0;
@@ -807,13 +548,13 @@ static int echo_pings(int fd, int pings, int64_t idle_ms)
 static int recv_data(int fd, int from, const xfer_t *x, int ctl, uint64_t *got,
                      int64_t *ns, stage_t *stage)
 {
-    int64_t t0 = -1, last = now_ms();
+    int64_t t0 = -1, last = probe_now_ms();
     *got = 0;
     for (;;) {
-        if (sock_wait(fd, POLLIN, now_ms() + x->idle_ms) < 0)
+        if (probe_sock_wait(fd, POLLIN, probe_now_ms() + x->idle_ms) < 0)
             return -1;
         if (t0 < 0)
-            t0 = now_ns();
+            t0 = probe_now_ns();
         ssize_t n = recv(fd, buf, BUF_BYTES, 0);
         if (n == 0)
             break;
@@ -827,15 +568,15 @@ static int recv_data(int fd, int from, const xfer_t *x, int ctl, uint64_t *got,
             errno = EPROTO;
             return -1;
         }
-        if (ctl >= 0 && now_ms() - last >= PROGRESS_MS) {
-            last = now_ms();
+        if (ctl >= 0 && probe_now_ms() - last >= PROGRESS_MS) {
+            last = probe_now_ms();
             *stage = ST_REPORT;
             if (msg_send(ctl, MSG_PROGRESS, from, *got, 0, last + x->idle_ms) < 0)
                 return -1;
             *stage = ST_DATA;
         }
     }
-    *ns = now_ns() - t0;
+    *ns = probe_now_ns() - t0;
     if (*ns <= 0)
         *ns = 1;
     if (*got < x->bytes) {
@@ -865,7 +606,7 @@ static int xfer_recv(int lfd, int from, const xfer_t *x, int ctl, uint64_t *got,
     rc = recv_data(fd, from, x, ctl, got, ns, stage);
 done:;
     int saved = errno;
-    sock_close(fd);
+    probe_sock_close(fd);
     errno = saved;
     return rc;
 }
@@ -888,8 +629,8 @@ static void run_free(run_t *R)
 {
     if (R->ctl)
         for (int r = 0; r < R->e->world; r++)
-            sock_close(R->ctl[r]);
-    sock_close(R->dfd);
+            probe_sock_close(R->ctl[r]);
+    probe_sock_close(R->dfd);
     free(R->ctl);
     free(R->addr);
     free(R->gbit);
@@ -914,13 +655,13 @@ static int run_init(run_t *R, const opts_t *o, const env_t *e)
         R->pfd = malloc(w * sizeof(*R->pfd));
     }
     if (!R->ctl || !R->addr || (e->rank == 0 && (!R->gbit || !R->rtt || !R->pfd)))
-        return errf("out of memory");
+        return probe_errf("out of memory");
     for (size_t r = 0; r < w; r++)
         R->ctl[r] = -1;
     if (e->world == 1)
         return 0;
-    if ((R->dfd = listen_any(0, 8)) < 0 || (R->dport = local_port(R->dfd)) < 0)
-        return errf("cannot open the data listener: %s", strerror(errno));
+    if ((R->dfd = probe_listen(0, 8)) < 0 || (R->dport = local_port(R->dfd)) < 0)
+        return probe_errf("cannot open the data listener: %s", strerror(errno));
     return 0;
 }
 
@@ -933,30 +674,14 @@ static const char *who(const run_t *R, int r, char *out, size_t len)
 
 /* ---- bootstrap */
 
-/* One accepted connection: check its hello, keep it as ctl[r] with r's data
- * address. 0 when taken. */
-static int boot_take(run_t *R, int fd, const struct sockaddr_storage *peer,
-                     int64_t deadline)
+/* One rank's hello (data port u16 after rank 0's checks): keep its connection as
+ * ctl[r] with r's data address. 0 when taken. */
+static int boot_take(run_t *R, int fd, const unsigned char *hello, uint32_t r,
+                     const struct sockaddr_storage *peer)
 {
-    unsigned char hello[HELLO_BYTES];
-    int world = R->e->world;
-    int64_t peer_deadline = now_ms() + PEER_TIMEOUT_MS;
-    if (peer_deadline > deadline)
-        peer_deadline = deadline;
-    if (sock_xfer(fd, hello, sizeof(hello), 0, peer_deadline) < 0)
-        return errf("a peer sent no hello: %s (ignored)", strerror(errno));
-    uint32_t r = get32(hello + 8), w = get32(hello + 12);
     int port = hello[16] << 8 | hello[17];
-    if (memcmp(hello, HELLO_MAGIC, 8) != 0)
-        return errf("a peer that is not " PROG " connected (ignored)");
-    if (w != (uint32_t)world || r == 0 || r >= (uint32_t)world)
-        return errf("refused rank %" PRIu32 " of %" PRIu32
-                    " nodes: this job's NNODES is %d",
-                    r, w, world);
-    if (R->ctl[r] >= 0)
-        return errf("refused a second rank %" PRIu32, r);
     if (port == 0)
-        return errf("refused rank %" PRIu32 ": no data port", r);
+        return probe_errf("refused rank %" PRIu32 ": no data port", r);
     unsigned char entry[ADDR_BYTES];
     addr_pack(peer, port, entry);
     addr_unpack(entry, &R->addr[r]);
@@ -972,7 +697,7 @@ static int boot_table(run_t *R, int64_t deadline)
     size_t len = (size_t)world * ADDR_BYTES;
     unsigned char *t = malloc(len);
     if (!t)
-        return errf("out of memory");
+        return probe_errf("out of memory");
     int rc = 0;
     for (int r = 1; r < world && rc == 0; r++)
         addr_pack(&R->addr[r].sa, addr_port(&R->addr[r]), t + (size_t)r * ADDR_BYTES);
@@ -981,12 +706,12 @@ static int boot_table(run_t *R, int64_t deadline)
         socklen_t sl = sizeof(me);
         char name[96];
         if (getsockname(R->ctl[r], (struct sockaddr *)&me, &sl) < 0)
-            rc = errf("getsockname: %s", strerror(errno));
+            rc = probe_errf("getsockname: %s", strerror(errno));
         else {
             addr_pack(&me, R->dport, t);
-            if (sock_xfer(R->ctl[r], t, len, 1, deadline) < 0)
-                rc = errf("sending the address table to %s: %s",
-                          who(R, r, name, sizeof(name)), strerror(errno));
+            if (probe_sock_xfer(R->ctl[r], t, len, 1, deadline) < 0)
+                rc = probe_errf("sending the address table to %s: %s",
+                                who(R, r, name, sizeof(name)), strerror(errno));
         }
     }
     free(t);
@@ -997,75 +722,37 @@ static int boot_table(run_t *R, int64_t deadline)
  * them the table. */
 static int boot_serve(run_t *R, int64_t deadline)
 {
-    int world = R->e->world, taken = 0, rc = -1, port = atoi(R->e->master_port);
-    int backlog = world < SOMAXCONN ? world : SOMAXCONN;
-    int lfd = listen_any(port, backlog);
-    if (lfd < 0)
-        return errf("cannot listen on MASTER_PORT=%d: %s", port, strerror(errno));
-    while (taken < world - 1) {
-        if (sock_wait(lfd, POLLIN, deadline) < 0) {
-            int missing = 1;
-            while (missing < world && R->ctl[missing] >= 0)
-                missing++;
-            char name[96];
-            errf("%d of %d ranks connected within %d s (first missing: %s): %s", taken,
-                 world - 1, R->o->timeout_s, who(R, missing, name, sizeof(name)),
-                 strerror(errno));
-            goto done;
-        }
+    int world = R->e->world, rc = -1;
+    probe_boot_cfg_t cfg = {.port = atoi(R->e->master_port),
+                            .world = world,
+                            .timeout_s = R->o->timeout_s,
+                            .magic = HELLO_MAGIC,
+                            .hello_bytes = HELLO_BYTES,
+                            .done_what = "connected",
+                            .names = (const char *const *)R->e->names,
+                            .nodes = 1};
+    probe_boot_t *b = probe_boot_new(&cfg);
+    if (!b)
+        return -1;
+    while (probe_boot_taken(b) < world - 1) {
+        unsigned char hello[HELLO_BYTES];
         struct sockaddr_storage peer;
-        socklen_t pl = sizeof(peer);
-        int c =
-            accept4(lfd, (struct sockaddr *)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (c < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
-                errno == ECONNABORTED)
-                continue;
-            errf("accept: %s", strerror(errno));
+        uint32_t r;
+        int c = probe_boot_accept(b, deadline, hello, &peer, &r);
+        if (c < 0)
             goto done;
-        }
-        if (boot_take(R, c, &peer, deadline) == 0)
-            taken++;
+        if (boot_take(R, c, hello, r, &peer) == 0)
+            probe_boot_take(b, r);
         else
-            sock_close(c);
+            probe_sock_close(c);
     }
     for (int r = 1; r < world; r++)
         if (ctl_opts(R->ctl[r]) < 0)
             goto done;
     rc = boot_table(R, deadline);
 done:
-    sock_close(lfd);
+    probe_boot_destroy(&b);
     return rc;
-}
-
-/* One connect attempt to every address of host:port; the socket, or -1 with a
- * reason in why. */
-static int boot_connect(const char *host, const char *port, int64_t deadline, char *why,
-                        size_t why_len)
-{
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res;
-    int g = getaddrinfo(host, port, &hints, &res);
-    if (g != 0) {
-        snprintf(why, why_len, "%s",
-                 g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
-        return -1;
-    }
-    int fd = -1;
-    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
-        /* this attempt: up to PEER_TIMEOUT_MS, within the deadline, but long
-         * enough that a refusal is seen as one rather than as a time-out */
-        int64_t now = now_ms(), d = now + PEER_TIMEOUT_MS;
-        if (d > deadline)
-            d = deadline > now + RETRY_MS ? deadline : now + RETRY_MS;
-        addr_t a = {.len = ai->ai_addrlen};
-        memcpy(&a.sa, ai->ai_addr, ai->ai_addrlen);
-        fd = connect_to(&a, d);
-        if (fd < 0)
-            snprintf(why, why_len, "%s", strerror(errno));
-    }
-    freeaddrinfo(res);
-    return fd;
 }
 
 /* Ranks > 0: connect to rank 0 (retrying until the deadline: it may start later),
@@ -1073,38 +760,30 @@ static int boot_connect(const char *host, const char *port, int64_t deadline, ch
 static int boot_join(run_t *R, int64_t deadline)
 {
     const env_t *e = R->e;
-    char why[160] = "timed out";
-    int fd;
-    while ((fd = boot_connect(e->master_addr, e->master_port, deadline, why,
-                              sizeof(why))) < 0) {
-        int64_t left = deadline - now_ms();
-        if (left <= 0)
-            return errf(
-                "cannot reach rank 0 at MASTER_ADDR=%s MASTER_PORT=%s within "
-                "%d s: %s",
-                e->master_addr, e->master_port, R->o->timeout_s, why);
-        sleep_ms(left < RETRY_MS ? left : RETRY_MS);
-    }
+    int fd = probe_join(e->master_addr, e->master_port, deadline, R->o->timeout_s);
+    if (fd < 0)
+        return -1;
     R->ctl[0] = fd;
     if (ctl_opts(fd) < 0)
         return -1;
     unsigned char hello[HELLO_BYTES] = {0};
     memcpy(hello, HELLO_MAGIC, 8);
-    put32(hello + 8, (uint32_t)e->rank);
-    put32(hello + 12, (uint32_t)e->world);
+    probe_put32(hello + 8, (uint32_t)e->rank);
+    probe_put32(hello + 12, (uint32_t)e->world);
     hello[16] = (unsigned char)(R->dport >> 8);
     hello[17] = (unsigned char)R->dport;
     size_t len = (size_t)e->world * ADDR_BYTES;
     unsigned char *t = malloc(len);
     if (!t)
-        return errf("out of memory");
+        return probe_errf("out of memory");
     /* rank 0 answers once every rank is in, within its own timeout: at most
      * --timeout from now */
-    int64_t table_deadline = now_ms() + (int64_t)R->o->timeout_s * 1000 + GRACE_MS;
+    int64_t table_deadline =
+        probe_now_ms() + (int64_t)R->o->timeout_s * 1000 + GRACE_MS;
     int rc = 0;
-    if (sock_xfer(fd, hello, sizeof(hello), 1, deadline) < 0 ||
-        sock_xfer(fd, t, len, 0, table_deadline) < 0)
-        rc = errf(
+    if (probe_sock_xfer(fd, hello, sizeof(hello), 1, deadline) < 0 ||
+        probe_sock_xfer(fd, t, len, 0, table_deadline) < 0)
+        rc = probe_errf(
             "joining rank 0 at %s:%s: %s (rank 0 refuses a wrong NNODES or a "
             "duplicate NODE_RANK, and gives up when a rank is missing: see its output)",
             e->master_addr, e->master_port, strerror(errno));
@@ -1123,12 +802,12 @@ static int peer_failed(const run_t *R, int r, int sender, int other, const msg_t
     who(R, r, a, sizeof(a));
     who(R, other, b, sizeof(b));
     if (sender)
-        return errf("%s could not send to %s at %s: %s: %s", a, b,
-                    addr_str(&R->addr[other], at, sizeof(at)), stage_str(m->y),
-                    strerror((int)m->x));
-    return errf("%s could not receive from %s at %s: %s: %s", a, b,
-                addr_str(&R->addr[other], at, sizeof(at)), stage_str(m->y),
-                strerror((int)m->x));
+        return probe_errf("%s could not send to %s at %s: %s: %s", a, b,
+                          addr_str(&R->addr[other], at, sizeof(at)), stage_str(m->y),
+                          strerror((int)m->x));
+    return probe_errf("%s could not receive from %s at %s: %s: %s", a, b,
+                      addr_str(&R->addr[other], at, sizeof(at)), stage_str(m->y),
+                      strerror((int)m->x));
 }
 
 /* A control connection that ended or failed, or a message out of turn. */
@@ -1137,13 +816,13 @@ static int peer_lost(const run_t *R, int r, int got)
     char a[96], at[96];
     who(R, r, a, sizeof(a));
     if (got > 0 || (got < 0 && errno == ECONNRESET))
-        return errf(
+        return probe_errf(
             "lost %s at %s: it closed the connection (exited or was killed: "
             "see its output)",
             a, addr_str(&R->addr[r], at, sizeof(at)));
     if (got < 0)
-        return errf("waiting for %s: %s", a, strerror(errno));
-    return errf("%s sent a message out of turn", a);
+        return probe_errf("waiting for %s: %s", a, strerror(errno));
+    return probe_errf("%s sent a message out of turn", a);
 }
 
 /* One message from rank r about its transfer with `other` (as sender when
@@ -1151,7 +830,7 @@ static int peer_lost(const run_t *R, int r, int got)
  * failure report or a lost peer is an error. */
 static int take_report(run_t *R, int r, int sender, int other, msg_t *m)
 {
-    int got = msg_recv(R->ctl[r], m, now_ms() + R->x.idle_ms + GRACE_MS);
+    int got = msg_recv(R->ctl[r], m, probe_now_ms() + R->x.idle_ms + GRACE_MS);
     if (got != 0)
         return peer_lost(R, r, got);
     if (m->type == MSG_PROGRESS && !sender && m->peer == (uint32_t)other)
@@ -1171,21 +850,22 @@ static int take_report(run_t *R, int r, int sender, int other, msg_t *m)
 static int wait_reports(run_t *R, int i, int j, msg_t *sent, msg_t *recvd)
 {
     int need_i = i != 0, need_j = j != 0, w = R->e->world;
-    int64_t deadline = now_ms() + R->x.idle_ms + GRACE_MS;
+    int64_t deadline = probe_now_ms() + R->x.idle_ms + GRACE_MS;
     struct pollfd *p = R->pfd;
     for (int r = 0; r < w; r++)
         p[r] = (struct pollfd){.fd = R->ctl[r], .events = POLLIN};
     while (need_i || need_j) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - probe_now_ms();
         if (left <= 0) {
             char a[96];
-            return errf("%s made no progress in %d s (sending from rank %d to rank %d)",
-                        who(R, need_j ? j : i, a, sizeof(a)),
-                        (int)((R->x.idle_ms + GRACE_MS) / 1000), i, j);
+            return probe_errf(
+                "%s made no progress in %d s (sending from rank %d to rank %d)",
+                who(R, need_j ? j : i, a, sizeof(a)),
+                (int)((R->x.idle_ms + GRACE_MS) / 1000), i, j);
         }
         int n = poll(p, (nfds_t)w, left > INT_MAX ? INT_MAX : (int)left);
         if (n < 0 && errno != EINTR)
-            return errf("poll: %s", strerror(errno));
+            return probe_errf("poll: %s", strerror(errno));
         for (int r = 1; r < w && n > 0; r++) {
             if (!p[r].revents)
                 continue;
@@ -1196,10 +876,11 @@ static int wait_reports(run_t *R, int i, int j, msg_t *sent, msg_t *recvd)
             else if (r == j && need_j)
                 need_j = (got = take_report(R, j, 0, i, recvd)) != 0;
             else
-                got = peer_lost(R, r, msg_recv(R->ctl[r], &m, now_ms() + GRACE_MS));
+                got =
+                    peer_lost(R, r, msg_recv(R->ctl[r], &m, probe_now_ms() + GRACE_MS));
             if (got < 0)
                 return -1;
-            deadline = now_ms() + R->x.idle_ms + GRACE_MS;
+            deadline = probe_now_ms() + R->x.idle_ms + GRACE_MS;
         }
     }
     return 0;
@@ -1210,9 +891,9 @@ static int order(run_t *R, int r, msg_type_t type, int other)
 {
     char a[96];
     if (msg_send(R->ctl[r], type, other, R->x.bytes, (uint64_t)R->x.pings,
-                 now_ms() + R->x.idle_ms) < 0)
-        return errf("sending an order to %s: %s", who(R, r, a, sizeof(a)),
-                    strerror(errno));
+                 probe_now_ms() + R->x.idle_ms) < 0)
+        return probe_errf("sending an order to %s: %s", who(R, r, a, sizeof(a)),
+                          strerror(errno));
     return 0;
 }
 
@@ -1227,9 +908,9 @@ static int measure(run_t *R, int i, int j, msg_t *sent, msg_t *recvd)
         if (order(R, j, MSG_RECV, 0) < 0)
             return -1;
         if (xfer_send(0, &R->addr[j], &R->x, &rtt, &st) < 0)
-            return errf("sending to %s at %s: %s: %s", who(R, j, a, sizeof(a)),
-                        addr_str(&R->addr[j], at, sizeof(at)), stage_str(st),
-                        strerror(errno));
+            return probe_errf("sending to %s at %s: %s: %s", who(R, j, a, sizeof(a)),
+                              addr_str(&R->addr[j], at, sizeof(at)), stage_str(st),
+                              strerror(errno));
         *sent =
             (msg_t){.type = MSG_SENT, .peer = (uint32_t)j, .x = R->x.bytes, .y = rtt};
         return wait_reports(R, 0, j, sent, recvd);
@@ -1240,9 +921,9 @@ static int measure(run_t *R, int i, int j, msg_t *sent, msg_t *recvd)
         if (order(R, i, MSG_SEND, 0) < 0)
             return -1;
         if (xfer_recv(R->dfd, i, &R->x, -1, &got, &ns, &st) < 0)
-            return errf("receiving from %s at %s: %s: %s", who(R, i, a, sizeof(a)),
-                        addr_str(&R->addr[i], at, sizeof(at)), stage_str(st),
-                        strerror(errno));
+            return probe_errf(
+                "receiving from %s at %s: %s: %s", who(R, i, a, sizeof(a)),
+                addr_str(&R->addr[i], at, sizeof(at)), stage_str(st), strerror(errno));
         *recvd = (msg_t){
             .type = MSG_RECVD, .peer = (uint32_t)i, .x = got, .y = (uint64_t)ns};
         return wait_reports(R, i, 0, sent, recvd);
@@ -1362,7 +1043,7 @@ static int print_result(const run_t *R)
         printf("}\n");
     }
     if (fflush(stdout) != 0 || ferror(stdout))
-        return errf("writing the result: %s", strerror(errno));
+        return probe_errf("writing the result: %s", strerror(errno));
     return 0;
 }
 
@@ -1390,9 +1071,9 @@ static int lead(run_t *R)
         }
     for (int r = 1; r < w; r++) {
         char a[96];
-        if (msg_send(R->ctl[r], MSG_DONE, 0, 0, 0, now_ms() + R->x.idle_ms) < 0)
-            return errf("telling %s the end: %s", who(R, r, a, sizeof(a)),
-                        strerror(errno));
+        if (msg_send(R->ctl[r], MSG_DONE, 0, 0, 0, probe_now_ms() + R->x.idle_ms) < 0)
+            return probe_errf("telling %s the end: %s", who(R, r, a, sizeof(a)),
+                              strerror(errno));
     }
     return print_result(R);
 }
@@ -1406,18 +1087,19 @@ static int follow(run_t *R)
         msg_t m;
         int got = msg_recv(ctl, &m, INT64_MAX);
         if (got > 0 || (got < 0 && errno == ECONNRESET))
-            return errf(
+            return probe_errf(
                 "rank 0 at %s:%s closed the connection before the end (it "
                 "failed or was stopped: see its output)",
                 R->e->master_addr, R->e->master_port);
         if (got < 0)
-            return errf("waiting for rank 0: %s", strerror(errno));
+            return probe_errf("waiting for rank 0: %s", strerror(errno));
         if (m.type == MSG_DONE)
             return 0;
         if ((m.type != MSG_SEND && m.type != MSG_RECV) ||
             m.peer >= (uint32_t)R->e->world || m.peer == (uint32_t)R->e->rank ||
             m.x == 0 || m.y > MAX_PINGS)
-            return errf("rank 0 sent an unexpected message (type %" PRIu32 ")", m.type);
+            return probe_errf("rank 0 sent an unexpected message (type %" PRIu32 ")",
+                              m.type);
         int peer = (int)m.peer, rc;
         xfer_t x = R->x;
         x.bytes = m.x; /* rank 0's options rule */
@@ -1430,26 +1112,26 @@ static int follow(run_t *R)
         if (m.type == MSG_SEND) {
             rc = xfer_send(R->e->rank, &R->addr[peer], &x, &rtt, &st);
             if (rc < 0)
-                errf("sending to rank %d at %s: %s: %s", peer,
-                     addr_str(&R->addr[peer], at, sizeof(at)), stage_str(st),
-                     strerror(errno));
+                probe_errf("sending to rank %d at %s: %s: %s", peer,
+                           addr_str(&R->addr[peer], at, sizeof(at)), stage_str(st),
+                           strerror(errno));
         } else {
             rc = xfer_recv(R->dfd, peer, &x, ctl, &bytes, &ns, &st);
             if (rc < 0)
-                errf("receiving from rank %d at %s: %s: %s", peer,
-                     addr_str(&R->addr[peer], at, sizeof(at)), stage_str(st),
-                     strerror(errno));
+                probe_errf("receiving from rank %d at %s: %s: %s", peer,
+                           addr_str(&R->addr[peer], at, sizeof(at)), stage_str(st),
+                           strerror(errno));
         }
         if (rc < 0) {
             /* tell rank 0 why; it ends the run (and says so) */
             uint64_t err = (uint64_t)errno;
-            msg_send(ctl, MSG_FAILED, peer, err, st, now_ms() + x.idle_ms);
+            msg_send(ctl, MSG_FAILED, peer, err, st, probe_now_ms() + x.idle_ms);
             return -1;
         }
-        int64_t d = now_ms() + x.idle_ms;
+        int64_t d = probe_now_ms() + x.idle_ms;
         if (m.type == MSG_SEND ? msg_send(ctl, MSG_SENT, peer, x.bytes, rtt, d)
                                : msg_send(ctl, MSG_RECVD, peer, bytes, (uint64_t)ns, d))
-            return errf("reporting to rank 0: %s", strerror(errno));
+            return probe_errf("reporting to rank 0: %s", strerror(errno));
     }
 }
 
@@ -1458,17 +1140,18 @@ int main(int argc, char **argv)
     opts_t o;
     env_t e;
     run_t R;
+    probe_log_init(PROG, "a gang job");
     int r = parse_args(argc, argv, &o);
     if (r != 0)
-        return r > 0 ? 0 : EXIT_USAGE;
+        return r > 0 ? 0 : PROBE_EXIT_USAGE;
     if (read_env(&e) < 0) {
         env_free(&e);
-        return EXIT_USAGE;
+        return PROBE_EXIT_USAGE;
     }
     int rc = -1;
     if (run_init(&R, &o, &e) < 0)
         goto done;
-    int64_t deadline = now_ms() + (int64_t)o.timeout_s * 1000;
+    int64_t deadline = probe_now_ms() + (int64_t)o.timeout_s * 1000;
     if (e.rank == 0)
         rc = (e.world == 1 || boot_serve(&R, deadline) == 0) ? lead(&R) : -1;
     else
