@@ -535,31 +535,22 @@ static void report_exit(br_agent_t *a, br_attempt_t *t)
 
 /* --- attempts ------------------------------------------------------------------ */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    socklen_t len = sizeof(sa);
-    int port = 0;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-        port = ntohs(sa.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
-/* 1 when nothing listens on TCP port (any address) here. */
-static int port_free(int port)
+/* Bind TCP port (0: any) on every address and let go again: the port, free here
+ * at this moment, or 0 when it is taken (or no socket could be made). */
+static int try_port(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    socklen_t len = sizeof(sa);
     if (fd < 0)
-        return 1;
+        return 0;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    int ok = port > 0 && port < 65536 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    int got = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+                      getsockname(fd, (struct sockaddr *)&sa, &len) == 0
+                  ? ntohs(sa.sin_port)
+                  : 0;
     close(fd);
-    return ok;
+    return got;
 }
 
 /* A service replica's health check, from its order's "service" object. */
@@ -622,7 +613,7 @@ static void on_run(br_agent_t *a, br_msg_t *m)
         /* never start from zero when the checkpoint to resume from is out of sight */
         br_errf(&err, ENOENT, "checkpoint %s is not visible on this node", resume);
         fault = "checkpoint_not_visible";
-    } else if (json_is_integer(want_port) && !port_free((int)json_integer_value(want_port))) {
+    } else if (json_is_integer(want_port) && !try_port((int)json_integer_value(want_port))) {
         br_errf(&err, EADDRINUSE, "port %lld is in use on this node",
                 (long long)json_integer_value(want_port));
         fault = "port_busy";
@@ -635,13 +626,13 @@ static void on_run(br_agent_t *a, br_msg_t *m)
         int port = 0;
         char text[16];
         if (rank == 0 && !json_object_get(env, "MASTER_PORT")) {
-            port = free_port();
+            port = try_port(0);
             snprintf(text, sizeof(text), "%d", port);
             json_object_set_new(env, "MASTER_PORT", json_string(text));
         }
         if (service) { /* a service replica: its PORT is the port to report */
             port = json_is_integer(want_port) ? (int)json_integer_value(want_port)
-                                              : free_port();
+                                              : try_port(0);
             snprintf(text, sizeof(text), "%d", port);
             json_object_set_new(env, "PORT", json_string(text));
         }

@@ -97,20 +97,15 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
                 return 2;
             }
             break;
-        case 'P': {
-            long p = strtol(optarg, &end, 10);
-            if (*end || !*optarg || p < 1 || p > 65535) {
-                fprintf(stderr,
-                        "bramble-agent: --discover-port '%s': expected 1..65535\n",
-                        optarg);
+        case 'P':
+            if (br_parse_port(optarg, 1, &s->discover_port, &err) < 0) {
+                fprintf(stderr, "bramble-agent: --discover-port %s\n", err.text);
                 return 2;
             }
-            s->discover_port = (int)p;
             break;
-        }
         case 'p':
             if (br_settings_probe_port(s, optarg, &err) < 0) {
-                fprintf(stderr, "bramble-agent: --%s\n", err.text);
+                fprintf(stderr, "bramble-agent: --probe-port %s\n", err.text);
                 return 2;
             }
             break;

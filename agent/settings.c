@@ -23,13 +23,12 @@ void br_settings_init(br_settings_t *s)
 
 int br_settings_probe_port(br_settings_t *s, const char *text, br_err_t *err)
 {
-    char *end;
-    long p = strtol(text, &end, 10);
-    if (strcmp(text, "off") == 0)
-        p = -1;
-    else if (!*text || *end || p < 0 || p > 65535)
-        return br_errf(err, EINVAL, "probe port '%s': expected 0..65535 or off", text);
-    s->probe_port = (int)p;
+    if (strcmp(text, "off") == 0) {
+        s->probe_port = -1;
+        return 0;
+    }
+    if (br_parse_port(text, 0, &s->probe_port, err) < 0)
+        return br_errf(err, EINVAL, "'%s': expected 0..65535 or off", text);
     return 0;
 }
 
@@ -80,7 +79,7 @@ int br_settings_load(br_settings_t *s, int *joined, br_err_t *err)
     if (probe && s->probe_port == PROBE_PORT_UNSET &&
         br_settings_probe_port(s, probe, err) < 0) {
         json_decref(obj);
-        br_err_prefix(err, "%s", path);
+        br_err_prefix(err, "%s: probe_port", path);
         return -1;
     }
     const char *cost = br_conf_str(obj, "cost_per_hour");

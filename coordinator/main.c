@@ -46,7 +46,6 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
         {NULL, 0, NULL, 0}};
     int o;
     br_err_t err;
-    char *end;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (o) {
         case 'd':
@@ -75,11 +74,8 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
             cfg->announce = 0;
             break;
         case 'P':
-            cfg->announce_port = (int)strtol(optarg, &end, 10);
-            if (*end || !*optarg || cfg->announce_port < 1 ||
-                cfg->announce_port > 65535) {
-                fprintf(stderr, "brambled: --announce-port '%s': expected 1..65535\n",
-                        optarg);
+            if (br_parse_port(optarg, 1, &cfg->announce_port, &err) < 0) {
+                fprintf(stderr, "brambled: --announce-port %s\n", err.text);
                 return 2;
             }
             break;

@@ -106,6 +106,17 @@ int br_parse_count(const char *s, double *count, br_err_t *err)
     return br_errf(err, EINVAL, "bad count '%s' (use e.g. 350M, 8B, 70B)", s ? s : "");
 }
 
+int br_parse_port(const char *s, int min, int *port, br_err_t *err)
+{
+    char *end;
+    errno = 0;
+    long p = strtol(s, &end, 10);
+    if (*s < '0' || *s > '9' || *end || errno || p < min || p > 65535)
+        return br_errf(err, EINVAL, "'%s': expected %d..65535", s, min);
+    *port = (int)p;
+    return 0;
+}
+
 char *br_format_size(uint64_t bytes, char *buf, size_t len)
 {
     static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};

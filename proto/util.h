@@ -18,6 +18,9 @@ int br_parse_size(const char *s, uint64_t *bytes, br_err_t *err);
 /* "8B", "70B", "1.5B", "350M", "7e9", "125K" -> a count (model parameters). */
 int br_parse_count(const char *s, double *count, br_err_t *err);
 
+/* A TCP or UDP port number from min to 65535 (EINVAL "'x': expected MIN..65535"). */
+int br_parse_port(const char *s, int min, int *port, br_err_t *err);
+
 /* Format bytes as "24.0GiB" style into buf. Returns buf. */
 char *br_format_size(uint64_t bytes, char *buf, size_t len);
 

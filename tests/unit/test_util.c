@@ -49,6 +49,25 @@ static void under(char *buf, size_t len, const char *rel)
 
 /* ---- durations ---- */
 
+static void test_port(void **state)
+{
+    (void)state;
+    br_err_t err;
+    int port = -1;
+    assert_int_equal(br_parse_port("7703", 1, &port, &err), 0);
+    assert_int_equal(port, 7703);
+    assert_int_equal(br_parse_port("0", 0, &port, &err), 0);
+    assert_int_equal(port, 0);
+    assert_int_equal(br_parse_port("65535", 1, &port, &err), 0);
+    static const char *const bad[] = {"0", "65536", "-1", "", "12x", " 80", "99999999999999"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(br_parse_port(bad[i], 1, &port, &err), -1);
+        assert_int_equal(err.errnum, EINVAL);
+    }
+    assert_string_equal(err.text, "'99999999999999': expected 1..65535");
+    assert_int_equal(port, 65535); /* untouched by a refusal */
+}
+
 static void test_duration_good(void **state)
 {
     static const struct {
@@ -512,6 +531,7 @@ static void test_err(void **state)
 int main(void)
 {
     static const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_port),
         cmocka_unit_test(test_duration_good),
         cmocka_unit_test(test_duration_bad),
         cmocka_unit_test(test_size_good),
