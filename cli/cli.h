@@ -154,9 +154,18 @@ extern const cli_cmd_t cli_top_cmds[];
 extern const cli_cmd_t cli_probe_cmds[];
 extern const cli_cmd_t cli_service_cmds[];
 
-/* Shared by submit --follow and logs: stream job id's logs (rank -1: all) to
- * stdout/stderr; follow: until the job has ended. Returns CLI_OK or CLI_FAIL. */
-int cli_stream_logs(cli_t *cli, int64_t id, int rank, int follow);
+/* Each chunk of job id's stored output (rank -1: every rank), in the order the
+ * coordinator stored it; ranks: how many the job has. Return -1 to stop. */
+typedef int (*cli_chunk_fn)(void *arg, int ranks, int rank, int stream, const char *data,
+                            size_t len);
+/* Read job id's logs into fn; follow: until the job has ended. CLI_OK or CLI_FAIL. */
+int cli_read_logs(cli_t *cli, int64_t id, int rank, int follow, cli_chunk_fn fn, void *arg);
+
+/* Shared by submit --follow, logs and probe: print job id's logs (rank -1: all,
+ * each line labelled "R: " when the job has several ranks) to stdout/stderr as
+ * the job wrote them, or all to out when it is not NULL; follow: until the job
+ * has ended. Returns CLI_OK or CLI_FAIL. */
+int cli_stream_logs(cli_t *cli, int64_t id, int rank, int follow, FILE *out);
 
 /* The exit rule of submit --wait: fetch job id until it has ended; returns CLI_OK
  * when it completed, else prints "job N STATE: reason" and returns CLI_FAIL. */

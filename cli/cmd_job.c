@@ -224,7 +224,7 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
     else
         fprintf(out, "%lld\n", (long long)id);
     fflush(out);
-    if (o.follow && cli_stream_logs(cli, id, -1, 1) != CLI_OK)
+    if (o.follow && cli_stream_logs(cli, id, -1, 1, NULL) != CLI_OK)
         return CLI_FAIL;
     if (o.follow || o.wait)
         return cli_wait_job(cli, id);

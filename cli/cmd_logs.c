@@ -36,41 +36,34 @@ static int write_labelled(FILE *out, json_t *midline, int rank, int stream,
     return 0;
 }
 
-/* Write the chunks of one job.logs answer: their bytes lie back to back in the
- * data frame, their lengths in "chunks"; labelled by rank when midline is given.
- * Returns how many, or -1 when the answer does not add up. */
-static int write_chunks(cli_t *cli, const br_msg_t *m, json_t *midline)
+/* Hand the chunks of one job.logs answer to fn: their bytes lie back to back in
+ * the data frame, their lengths in "chunks". Returns how many, or -1 when the
+ * answer does not add up or fn failed. */
+static int each_chunk(cli_t *cli, const br_msg_t *m, cli_chunk_fn fn, void *arg)
 {
     size_t dlen = 0, off = 0, i;
     const char *data = br_msg_data(m, &dlen);
-    json_t *chunks = json_object_get(br_msg_body(m), "chunks"), *ch;
+    json_t *body = br_msg_body(m), *ch;
+    json_t *chunks = json_object_get(body, "chunks");
+    int ranks = (int)json_integer_value(json_object_get(body, "ranks"));
     if (!json_is_array(chunks))
         return cli_err(cli, "job.logs: the answer has no chunks"), -1;
     json_array_foreach(chunks, i, ch) {
         json_int_t len = json_integer_value(json_object_get(ch, "len"));
-        json_int_t stream = json_integer_value(json_object_get(ch, "stream"));
-        int rank = (int)json_integer_value(json_object_get(ch, "rank"));
         if (len < 0 || (size_t)len > dlen - off)
             return cli_err(cli, "job.logs: chunk %zu runs past the data frame", i), -1;
-        FILE *out = stream == 2 ? stderr : stdout;
-        int rc = 0;
-        if (len && midline)
-            rc = write_labelled(out, midline, rank, (int)stream, data + off, (size_t)len);
-        else if (len && fwrite(data + off, 1, (size_t)len, out) != (size_t)len)
-            rc = -1;
-        if (rc < 0)
-            return cli_err(cli, "cannot write the output: %s", strerror(errno)), -1;
+        if (len && fn(arg, ranks, (int)json_integer_value(json_object_get(ch, "rank")),
+                      (int)json_integer_value(json_object_get(ch, "stream")), data + off,
+                      (size_t)len) < 0)
+            return -1;
         off += (size_t)len;
     }
-    fflush(stdout);
-    fflush(stderr);
     return (int)json_array_size(chunks);
 }
 
-int cli_stream_logs(cli_t *cli, int64_t id, int rank, int follow)
+int cli_read_logs(cli_t *cli, int64_t id, int rank, int follow, cli_chunk_fn fn, void *arg)
 {
     json_t *after = json_integer(0);
-    json_t *midline = NULL; /* several ranks, all shown: label their lines */
     int64_t silent_since = 0;
     int rc = CLI_FAIL;
     for (;;) {
@@ -83,10 +76,7 @@ int cli_stream_logs(cli_t *cli, int64_t id, int rank, int follow)
             break;
         if (r > 0)
             continue; /* following, and the coordinator was silent: go on */
-        json_int_t ranks = json_integer_value(json_object_get(br_msg_body(m), "ranks"));
-        if (!midline && rank < 0 && ranks > 1)
-            midline = json_object();
-        int n = write_chunks(cli, m, midline);
+        int n = each_chunk(cli, m, fn, arg);
         json_t *next = json_object_get(br_msg_body(m), "next");
         int end = json_is_true(json_object_get(br_msg_body(m), "end"));
         if (next) {
@@ -104,7 +94,41 @@ int cli_stream_logs(cli_t *cli, int64_t id, int rank, int follow)
             cli_sleep_ms(LOGS_POLL_MS);
     }
     json_decref(after);
-    json_decref(midline);
+    return rc;
+}
+
+typedef struct {
+    cli_t *cli;
+    int all;         /* every rank asked for: label lines when there are several */
+    FILE *out;       /* NULL: a job's stdout to ours, its stderr to ours */
+    json_t *midline; /* labelling: which rank's line is left unfinished */
+} writer_t;
+
+static int write_chunk(void *arg, int ranks, int rank, int stream, const char *data,
+                       size_t len)
+{
+    writer_t *w = arg;
+    FILE *out = w->out ? w->out : stream == 2 ? stderr : stdout;
+    int rc;
+    if (w->all && ranks > 1) {
+        if (!w->midline)
+            w->midline = json_object();
+        rc = write_labelled(out, w->midline, rank, stream, data, len);
+    } else {
+        rc = fwrite(data, 1, len, out) == len ? 0 : -1;
+    }
+    if (rc < 0)
+        return cli_err(w->cli, "cannot write the output: %s", strerror(errno)), -1;
+    fflush(out);
+    return 0;
+}
+
+int cli_stream_logs(cli_t *cli, int64_t id, int rank, int follow, FILE *out)
+{
+    writer_t w = {cli, rank < 0, out, NULL};
+    fflush(stdout);
+    int rc = cli_read_logs(cli, id, rank, follow, write_chunk, &w);
+    json_decref(w.midline);
     return rc;
 }
 
@@ -128,7 +152,7 @@ static int cmd_logs(cli_t *cli, int argc, char **argv)
     if (cli_positional(cli, argc, argv, 1, names, &arg) != 0 ||
         cli_parse_long(cli, "job ID", arg, 1, LONG_MAX, &id) != 0)
         return CLI_USAGE;
-    return cli_stream_logs(cli, id, (int)rank, follow);
+    return cli_stream_logs(cli, id, (int)rank, follow, NULL);
 }
 
 /* ---- events */

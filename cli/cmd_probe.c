@@ -108,73 +108,82 @@ static int gpus_per_node(cli_t *cli, json_t *names)
     return fewest > BR_MAX_TASKS_PER_NODE ? BR_MAX_TASKS_PER_NODE : fewest;
 }
 
-/* Rank 0's standard output, all of it (the job has ended). NULL on failure. */
-static char *rank0_output(cli_t *cli, int64_t id)
+typedef struct {
+    char *buf;
+    size_t len;
+} text_t;
+
+static int add_stdout(void *arg, int ranks, int rank, int stream, const char *data, size_t len)
 {
-    size_t len = 0;
-    char *out = calloc(1, 1);
-    json_int_t after = 0;
-    for (int pages = 0; out && pages < 10000; pages++) {
-        br_msg_t *m = NULL;
-        if (cli_rpc(cli, "job.logs", json_pack("{s:I, s:I, s:i}", "id", (json_int_t)id,
-                                               "after", after, "rank", 0),
-                    &m) < 0) {
-            free(out);
-            return NULL;
-        }
-        size_t dlen = 0, off = 0, i;
-        const char *data = br_msg_data(m, &dlen);
-        json_t *body = br_msg_body(m), *ch;
-        json_array_foreach(json_object_get(body, "chunks"), i, ch) {
-            size_t n = (size_t)json_integer_value(json_object_get(ch, "len"));
-            if (n > dlen - off)
-                break;
-            if (json_integer_value(json_object_get(ch, "stream")) == 1) {
-                char *nb = realloc(out, len + n + 1);
-                if (!nb)
-                    break;
-                out = nb;
-                memcpy(out + len, data + off, n);
-                out[len += n] = '\0';
-            }
-            off += n;
-        }
-        int more = json_array_size(json_object_get(body, "chunks")) > 0;
-        after = json_integer_value(json_object_get(body, "next"));
-        br_msg_destroy(&m);
-        if (!more)
-            break;
-    }
-    return out;
+    text_t *t = arg;
+    if (stream != 1)
+        return 0;
+    char *nb = realloc(t->buf, t->len + len + 1);
+    if (!nb)
+        return -1;
+    t->buf = nb;
+    memcpy(t->buf + t->len, data, len);
+    t->buf[t->len += len] = '\0';
+    return 0;
 }
 
-static int print_nccl(const char *out, json_t *names, int gpus, int json)
+/* The machine-readable lines (those that start with '{') of rank 0's standard
+ * output, parsed, in order (the job has ended). NULL when the logs cannot be read. */
+static json_t *rank0_results(cli_t *cli, int64_t id)
 {
-    json_t *sizes = json_array(), *result = NULL;
-    for (const char *p = out; p && *p;) {
+    text_t t = {NULL, 0};
+    if (cli_read_logs(cli, id, 0, 0, add_stdout, &t) != CLI_OK) {
+        free(t.buf);
+        return NULL;
+    }
+    json_t *lines = json_array();
+    for (const char *p = t.buf; p && *p;) {
         const char *nl = strchr(p, '\n');
         size_t n = nl ? (size_t)(nl - p) : strlen(p);
         json_t *v = n && *p == '{' ? json_loadb(p, n, 0, NULL) : NULL;
-        if (json_object_get(v, "result"))
-            result = json_incref(v);
-        else if (json_object_get(v, "bytes"))
-            json_array_append(sizes, v);
+        if (json_is_object(v))
+            json_array_append(lines, v);
         json_decref(v);
         p = nl ? nl + 1 : NULL;
+    }
+    free(t.buf);
+    return lines;
+}
+
+/* The first line of lines with a "result", or NULL. Borrowed. */
+static json_t *result_of(json_t *lines)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(lines, i, v) {
+        if (json_object_get(v, "result"))
+            return v;
+    }
+    return NULL;
+}
+
+static int print_nccl(json_t *lines, json_t *names, int gpus, int json)
+{
+    json_t *result = result_of(lines), *sizes = json_array();
+    size_t i;
+    json_t *v;
+    json_array_foreach(lines, i, v) {
+        if (json_object_get(v, "bytes"))
+            json_array_append(sizes, v);
     }
     if (!result) {
         json_decref(sizes);
         return -1;
     }
     if (json) {
-        cli_print_json(json_pack("{s:O, s:i, s:o, s:o}", "nodes", names, "gpus_per_node",
-                                 gpus, "sizes", sizes, "result", result));
+        json_t *all = json_pack("{s:O, s:i, s:o, s:O}", "nodes", names, "gpus_per_node",
+                                gpus, "sizes", sizes, "result", result);
+        cli_print_json(all);
+        json_decref(all);
         return 0;
     }
     static const char *const head[] = {"BYTES", "TIME (us)", "ALGBW (GB/s)", "BUSBW (GB/s)"};
     cli_table_t *t = cli_table_new(4, head);
-    size_t i;
-    json_t *v;
     json_array_foreach(sizes, i, v) {
         char c[4][32];
         snprintf(c[0], 32, "%lld", (long long)json_integer_value(json_object_get(v, "bytes")));
@@ -194,7 +203,6 @@ static int print_nccl(const char *out, json_t *names, int gpus, int json)
            (long long)json_integer_value(json_object_get(result, "nodes")),
            json_string_value(json_object_get(result, "nccl_version")));
     json_decref(sizes);
-    json_decref(result);
     return 0;
 }
 
@@ -217,10 +225,10 @@ static json_t *name_list(cli_t *cli, const char *list, const char *flag)
 }
 
 /* Run command as a gang job on the named nodes (resources: what else it needs),
- * wait for it, and hand back rank 0's standard output (*out, to free). When the job
- * fails, every rank's output goes to stderr. */
+ * wait for it, and hand back rank 0's result lines (*out, a new reference). When
+ * the job fails, every rank's output goes to stderr. */
 static int run_probe_job(cli_t *cli, json_t *names, const char *resources,
-                         const char *command, const char *what, char **out)
+                         const char *command, const char *what, json_t **out)
 {
     char yaml[4096];
     char *nodes = json_dumps(names, JSON_COMPACT);
@@ -246,17 +254,11 @@ static int run_probe_job(cli_t *cli, json_t *names, const char *resources,
     fprintf(stderr, "bramble: probe: job %lld runs %s on %s\n", (long long)id, what,
             cli_fmt_list(names, ",", list, sizeof(list)));
     int rc = cli_wait_job(cli, id);
-    if (rc == CLI_OK && !(*out = rank0_output(cli, id)))
+    if (rc == CLI_OK && !(*out = rank0_results(cli, id)))
         rc = CLI_FAIL;
     if (rc != CLI_OK) { /* what the probe said, every rank */
         fprintf(stderr, "bramble: probe: the job's output:\n");
-        fflush(stdout);
-        int saved = dup(1);
-        dup2(2, 1);
-        cli_stream_logs(cli, id, -1, 0);
-        fflush(stdout);
-        dup2(saved, 1);
-        close(saved);
+        cli_stream_logs(cli, id, -1, 0, stderr);
     }
     return rc;
 }
@@ -268,7 +270,8 @@ static int nccl_run(cli_t *cli, const char *list, const char *command, const cha
     if (!names)
         return CLI_USAGE;
     int gpus = gpus_per_node(cli, names);
-    char res[64], cmd[1024], what[64], *out = NULL;
+    char res[64], cmd[1024], what[64];
+    json_t *out = NULL;
     snprintf(res, sizeof(res), ", gpus: %d, tasks_per_node: gpus", gpus);
     snprintf(cmd, sizeof(cmd), "%s --max-bytes %s", command, max);
     snprintf(what, sizeof(what), "an NCCL all-reduce, %d GPU%s each", gpus,
@@ -276,7 +279,7 @@ static int nccl_run(cli_t *cli, const char *list, const char *command, const cha
     int rc = gpus < 0 ? CLI_FAIL : run_probe_job(cli, names, res, cmd, what, &out);
     if (rc == CLI_OK && print_nccl(out, names, gpus, json) < 0)
         rc = cli_fail(cli, "the probe printed no result line");
-    free(out);
+    json_decref(out);
     json_decref(names);
     return rc;
 }
@@ -299,18 +302,9 @@ static json_t *ready_nodes(cli_t *cli)
     return names;
 }
 
-static int print_bandwidth(const char *out, int json)
+static int print_bandwidth(json_t *lines, int json)
 {
-    json_t *result = NULL;
-    for (const char *p = out; p && *p;) {
-        const char *nl = strchr(p, '\n');
-        size_t n = nl ? (size_t)(nl - p) : strlen(p);
-        json_t *v = n && *p == '{' ? json_loadb(p, n, 0, NULL) : NULL;
-        if (json_object_get(v, "result") && !result)
-            result = json_incref(v);
-        json_decref(v);
-        p = nl ? nl + 1 : NULL;
-    }
+    json_t *result = result_of(lines);
     if (!result)
         return -1;
     if (json) {
@@ -321,7 +315,6 @@ static int print_bandwidth(const char *out, int json)
         print_table(m, "FROM \\ TO (Gbit/s)", 0);
         json_decref(m);
     }
-    json_decref(result);
     return 0;
 }
 
@@ -335,12 +328,13 @@ static int bandwidth_run(cli_t *cli, const char *list, const char *command, cons
         json_decref(names);
         return cli_fail(cli, "--bandwidth needs at least 2 ready nodes");
     }
-    char cmd[1024], *out = NULL;
+    char cmd[1024];
+    json_t *out = NULL;
     snprintf(cmd, sizeof(cmd), "%s --bytes %s", command, bytes);
     int rc = run_probe_job(cli, names, "", cmd, "a TCP throughput test", &out);
     if (rc == CLI_OK && print_bandwidth(out, json) < 0)
         rc = cli_fail(cli, "the probe printed no result line");
-    free(out);
+    json_decref(out);
     json_decref(names);
     return rc;
 }
