@@ -185,28 +185,42 @@ static void add_why(char *why, size_t len, const char *what)
         snprintf(why + n, len - n, "%s%s", n ? "; " : "", what);
 }
 
-/* For a service replica: how many of its service's replicas each node runs now
- * ({"node": n}); NULL for any other job. */
-static json_t *replicas_by_node(br_coord_t *c, json_t *job)
+/* The key of a replica's service in replica_counts. */
+static const char *service_key(json_t *job, char *buf, size_t len)
+{
+    snprintf(buf, len, "%lld",
+             (long long)json_integer_value(
+                 json_object_get(json_object_get(job, "extra"), "service")));
+    return buf;
+}
+
+/* One more replica of job's service on node, in counts (see replica_counts). */
+static void count_replica(json_t *counts, json_t *job, const char *node)
+{
+    char svc[24];
+    service_key(job, svc, sizeof(svc));
+    json_t *per = json_object_get(counts, svc);
+    if (!per)
+        json_object_set_new(counts, svc, per = json_object());
+    json_object_set_new(per, node, json_integer(json_integer_value(json_object_get(per, node)) + 1));
+}
+
+/* How many replicas of each service each node runs: {"service id": {"node": n}},
+ * read from the store once per scheduling pass (at the first replica it places)
+ * and kept up to date by the pass as it places more. */
+static json_t *replica_counts(br_coord_t *c)
 {
     static const char *const current[] = {"starting", "running", NULL};
-    json_int_t svc =
-        json_integer_value(json_object_get(json_object_get(job, "extra"), "service"));
-    if (!br_services_is_replica(job))
-        return NULL;
-    json_t *jobs = br_store_job_list(c->store, current, 0, NULL), *count = json_object();
+    json_t *jobs = br_store_job_list(c->store, current, 0, NULL), *counts = json_object();
     size_t i;
     json_t *j;
     json_array_foreach(jobs, i, j) {
         const char *node = json_string_value(json_array_get(json_object_get(j, "nodes"), 0));
-        if (node && json_integer_value(json_object_get(json_object_get(j, "extra"),
-                                                       "service")) == svc)
-            json_object_set_new(count, node,
-                                json_integer(json_integer_value(json_object_get(count, node)) +
-                                             1));
+        if (node && br_services_is_replica(j))
+            count_replica(counts, j, node);
     }
     json_decref(jobs);
-    return count;
+    return counts;
 }
 
 /* Record why job waits (only when the reason changed). */
@@ -223,7 +237,7 @@ static void set_reason(br_coord_t *c, json_t *job, const char *reason)
 
 /* Place one job on the nodes it needs (a gang: that many distinct nodes, all at
  * once or none), or record why it waits: what each node lacks. */
-static void place_one(br_coord_t *c, json_t *job)
+static void place_one(br_coord_t *c, json_t *job, json_t **counts)
 {
     json_int_t not_before =
         json_integer_value(json_object_get(json_object_get(job, "extra"), "not_before"));
@@ -249,8 +263,14 @@ static void place_one(br_coord_t *c, json_t *job)
                   json_integer_value(json_object_get(res, "gpus")) > 0;
     /* a service's replicas without a VRAM need spread over nodes: a lost node takes
      * as few of them with it as it can */
-    json_t *siblings = !sharing ? replicas_by_node(c, job) : NULL;
-    int spread = siblings != NULL;
+    int spread = !sharing && br_services_is_replica(job);
+    json_t *siblings = NULL; /* {"node": replicas of this service there} */
+    if (spread) {
+        if (!*counts)
+            *counts = replica_counts(c);
+        char svc[24];
+        siblings = json_object_get(*counts, service_key(job, svc, sizeof(svc)));
+    }
     int best = 0;
     int64_t best_left = -1;
     for (br_node_t *n = br_nodes_first(c->nodes); n && fit && assign; n = n->next) {
@@ -298,10 +318,11 @@ static void place_one(br_coord_t *c, json_t *job)
                 json_integer_value(json_object_get(siblings, fit[best]->name)))
                 best = i;
     }
-    json_decref(siblings);
     if (count >= want && want == 1) {
         br_jobs_place(c, job, fit + (sharing || spread ? best : 0),
                       assign + (sharing || spread ? best : 0), 1, NULL);
+        if (spread)
+            count_replica(*counts, job, fit[best]->name);
     } else if (count >= want) { /* a gang: the nearest set of those that fit */
         int *chosen = calloc((size_t)want, sizeof(int));
         br_node_t **gang = calloc((size_t)want, sizeof(*gang));
@@ -351,11 +372,13 @@ void br_sched_run(br_coord_t *c)
     json_t **order = malloc(n * sizeof(*order));
     for (size_t i = 0; order && i < n; i++)
         order[i] = json_array_get(jobs, i);
+    json_t *counts = NULL; /* replicas per service and node, read when first needed */
     if (order) {
         qsort(order, n, sizeof(*order), by_priority);
         for (size_t i = 0; i < n; i++)
-            place_one(c, order[i]);
+            place_one(c, order[i], &counts);
     }
+    json_decref(counts);
     free(order);
     json_decref(jobs);
 }
