@@ -148,11 +148,10 @@ def pid_alive(pid):
     return state not in ("Z", "X", "")
 
 
-def procs_with_env(*entries):
-    """Pids of processes whose environment holds every one of entries
-    (exact KEY=VALUE strings)."""
+def _environs(*entries):
+    """(pid, environment entries) of live processes whose environment holds every
+    one of entries (exact KEY=VALUE strings)."""
     want = [e.encode() for e in entries]
-    found = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -162,8 +161,13 @@ def procs_with_env(*entries):
         except OSError:
             continue
         if all(w in env for w in want) and pid_alive(int(d)):
-            found.append(int(d))
-    return found
+            yield int(d), env
+
+
+def procs_with_env(*entries):
+    """Pids of processes whose environment holds every one of entries
+    (exact KEY=VALUE strings)."""
+    return [pid for pid, _ in _environs(*entries)]
 
 
 def proc_state(pid):
@@ -181,23 +185,11 @@ def procs_env_values(name, *entries):
     """{pid: value} of live processes whose environment has variable `name`
     and every one of entries (exact KEY=VALUE strings)."""
     key = name.encode() + b"="
-    want = [e.encode() for e in entries]
     found = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        if not all(w in env for w in want):
-            continue
-        for e in env:
-            if e.startswith(key):
-                if pid_alive(int(d)):
-                    found[int(d)] = e[len(key):].decode(errors="replace")
-                break
+    for pid, env in _environs(*entries):
+        value = next((e[len(key):] for e in env if e.startswith(key)), None)
+        if value is not None:
+            found[pid] = value.decode(errors="replace")
     return found
 
 
