@@ -251,36 +251,36 @@ void br_services_health(br_coord_t *c, json_t *job, br_node_t *n, const char *he
     }
 }
 
+/* A replica's port and health while it runs (its attempt's), else nulls. */
+static void set_port_health(br_coord_t *c, json_t *job, json_t *out)
+{
+    const char *h = br_services_health_of(c, json_integer_value(json_object_get(job, "id")));
+    const char *st = json_string_value(json_object_get(job, "state"));
+    json_int_t port = json_integer_value(json_object_get(json_object_get(job, "assign"), "port"));
+    int live = st && (strcmp(st, "starting") == 0 || strcmp(st, "running") == 0);
+    json_object_set_new(out, "port", live && port > 0 ? json_integer(port) : json_null());
+    json_object_set_new(out, "health", live && h ? json_string(h) : json_null());
+}
+
 void br_services_annotate(br_coord_t *c, json_t *job, json_t *out)
 {
     if (br_services_is_replica(job)) {
-        int64_t id = json_integer_value(json_object_get(job, "id"));
-        const char *h = br_services_health_of(c, id);
-        const char *st = json_string_value(json_object_get(job, "state"));
-        json_int_t port =
-            json_integer_value(json_object_get(json_object_get(job, "assign"), "port"));
-        int live = st && (strcmp(st, "starting") == 0 || strcmp(st, "running") == 0);
         json_object_set_new(out, "service", json_integer(extra_int(job, "service")));
         json_object_set_new(out, "replica", json_integer(extra_int(job, "replica")));
-        json_object_set_new(out, "port", live && port > 0 ? json_integer(port) : json_null());
-        json_object_set_new(out, "health", live && h ? json_string(h) : json_null());
+        set_port_health(c, job, out);
     } else if (br_services_is_service(job)) {
         json_t *have = br_services_replicas(c, json_integer_value(json_object_get(job, "id")));
         json_t *list = json_array();
         size_t i;
         json_t *r;
         json_array_foreach(have, i, r) {
-            json_t *one = json_pack("{s:I, s:O, s:O, s:O}", "replica", extra_int(r, "replica"),
-                                    "id", json_object_get(r, "id"), "state",
-                                    json_object_get(r, "state"), "reason",
-                                    json_object_get(r, "reason"));
             json_t *node = json_array_get(json_object_get(r, "nodes"), 0);
-            json_object_set(one, "node", node ? node : json_null());
-            json_t *tmp = json_object();
-            br_services_annotate(c, r, tmp);
-            json_object_set(one, "port", json_object_get(tmp, "port"));
-            json_object_set(one, "health", json_object_get(tmp, "health"));
-            json_decref(tmp);
+            json_t *one = json_pack("{s:I, s:O, s:O, s:O, s:O}", "replica",
+                                    extra_int(r, "replica"), "id", json_object_get(r, "id"),
+                                    "state", json_object_get(r, "state"), "reason",
+                                    json_object_get(r, "reason"), "node",
+                                    node ? node : json_null());
+            set_port_health(c, r, one);
             json_array_append_new(list, one);
         }
         json_decref(have);
