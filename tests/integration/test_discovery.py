@@ -10,6 +10,7 @@ the test.
 """
 
 import base64
+import contextlib
 import json
 import socket
 import threading
@@ -158,6 +159,29 @@ def test_agent_finds_announcing_coordinator(lan, make_cluster, dead_endpoint):
     assert c.job(jid)["nodes"] == ["pi-1"]
 
 
+@contextlib.contextmanager
+def broadcasting(lan, datagram, udp):
+    """An impostor on the LAN: datagram broadcast to UDP port udp every 250 ms
+    while the block runs."""
+    stop = threading.Event()
+
+    def send():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, lan.br.encode())
+            while not stop.is_set():
+                s.sendto(datagram, (lan.bcast, udp))
+                stop.wait(0.25)
+
+    t = threading.Thread(target=send, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join(10)
+
+
 def test_announcement_with_another_key_is_ignored(lan, make_cluster):
     udp = free_udp_port()
     c = start(make_cluster, lan)  # the real coordinator does not announce
@@ -165,26 +189,11 @@ def test_announcement_with_another_key_is_ignored(lan, make_cluster):
     # an impostor naming the real coordinator's address, with a key not the token's:
     # were keys not compared, the agent would join it
     fake = announcement(other_key.decode(), c.port, c.endpoint)
-    stop = threading.Event()
-
-    def impostor():
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, lan.br.encode())
-            while not stop.is_set():
-                s.sendto(fake, (lan.bcast, udp))
-                stop.wait(0.25)
-
-    t = threading.Thread(target=impostor, daemon=True)
-    t.start()
-    try:
+    with broadcasting(lan, fake, udp):
         token = rewrite_token(c.token(1), "tcp://192.0.2.1:7700")
         agent = c.start_agent("pi-2", token=token, wrap=lan.wrap(lan.agent_ns),
                               extra=["--discover-port", udp, "--discover-timeout", "4s"])
         rc = agent.wait_exit(timeout=DEADLINE)
-    finally:
-        stop.set()
-        t.join(10)
     out = agent.output()
     assert rc == 1, out
     assert out.count("ignoring an announcement") == 1, out  # said once, not per datagram
@@ -231,29 +240,17 @@ def test_announcement_with_the_right_key_but_not_its_secret_fails(lan, make_clus
     fake_server.curve_server = True
     fake_port = fake_server.bind_to_random_port(f"tcp://{lan.host_ip}")
     fake = announcement(server_key, fake_port, f"tcp://0.0.0.0:{fake_port}")
-    stop = threading.Event()
-
-    def impostor():
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, lan.br.encode())
-            while not stop.is_set():
-                s.sendto(fake, (lan.bcast, udp))
-                stop.wait(0.25)
-
-    t = threading.Thread(target=impostor, daemon=True)
-    t.start()
     try:
-        token = rewrite_token(c.token(1), "tcp://192.0.2.1:7700")
-        agent = c.start_agent("pi-3", token=token, wrap=lan.wrap(lan.agent_ns),
-                              extra=["--discover-port", udp, "--discover-timeout", "10s"])
-        rc = agent.wait_exit(timeout=DEADLINE + 15)
-        assert not fake_server.poll(0), "the impostor received a message"
+        with broadcasting(lan, fake, udp):
+            token = rewrite_token(c.token(1), "tcp://192.0.2.1:7700")
+            agent = c.start_agent("pi-3", token=token, wrap=lan.wrap(lan.agent_ns),
+                                  extra=["--discover-port", udp, "--discover-timeout", "10s"])
+            rc = agent.wait_exit(timeout=DEADLINE + 15)
+            received = fake_server.poll(0)
     finally:
-        stop.set()
-        t.join(10)
         fake_server.close(0)
         ctx.term()
+    assert not received, "the impostor received a message"
     out = agent.output()
     assert rc == 1, out
     assert f"announced itself from {lan.host_ip}" in out, out
