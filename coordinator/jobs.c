@@ -666,8 +666,10 @@ json_t *br_jobs_cancel(br_coord_t *c, int64_t id, br_err_t *err)
     const char *state = json_string_value(json_object_get(job, "state"));
     int current = strcmp(state, "starting") == 0 || strcmp(state, "running") == 0;
     if (!current && strcmp(state, "pending") != 0) {
+        /* the text first: state points into job */
+        br_errf(err, EINVAL, "job %lld has already ended (%s); nothing to cancel",
+                (long long)id, state);
         json_decref(job);
-        br_errf(err, EINVAL, "job %lld has already ended (%s)", (long long)id, state);
         return NULL;
     }
     br_node_t *n = current ? rank_node(c, job, 0) : NULL;

@@ -44,3 +44,23 @@ def test_cancel_pending_job(cluster2):
     assert c.wait_job(jid)["state"] == "cancelled"
     rc, out, err = c.cli("cancel", 99999, check=False)
     assert rc == 1 and err.strip(), (rc, out, err)
+
+
+def test_cancel_ended_job_of_each_state(cluster2):
+    """Cancelling a job that has ended says so and leaves the coordinator up."""
+    c = cluster2
+    done = c.submit("name: ends-ok\ncommand: \"true\"\n")
+    bad = c.submit("name: ends-bad\ncommand: exit 3\nrestart: {max: 0}\n")
+    gone = c.submit("name: ends-cancel\ncommand: sleep 1000\n")
+    c.wait_job(gone, "running")
+    c.cli("cancel", gone)
+    want = {done: "completed", bad: "failed", gone: "cancelled"}
+    for jid, state in want.items():
+        assert c.wait_job(jid)["state"] == state
+    for jid, state in want.items():
+        for _ in range(2):  # twice: the first refusal must not have hurt anything
+            rc, out, err = c.cli("cancel", jid, check=False)
+            assert rc == 1, (rc, out, err)
+            assert "has already ended" in err and state in err, err
+        c.assert_alive()
+    assert c.cli_json("job", "show", done)["state"] == "completed"
