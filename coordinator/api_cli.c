@@ -19,8 +19,11 @@
 void br_api_ping(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     static const char *kinds[] = {"unknown", "admin", "user", "node", "revoked"};
-    br_api_ok(c, m, json_pack("{s:s, s:s, s:s}", "version", BRAMBLE_VERSION, "principal",
-                              kinds[who->kind], "name", who->name));
+    json_t *body = json_pack("{s:s, s:s, s:s}", "version", BRAMBLE_VERSION, "principal",
+                             kinds[who->kind], "name", who->name);
+    if (who->kind == BR_PRINCIPAL_ADMIN) /* the coordinator's own health */
+        json_object_set_new(body, "sends_dropped", json_integer((json_int_t)c->sends_dropped));
+    br_api_ok(c, m, body);
 }
 
 void br_api_token_create(br_coord_t *c, br_msg_t *m, const br_caller_t *who)

@@ -36,6 +36,9 @@ typedef struct br_coord {
     char probe_key[65];     /* hex: the key agents' probes are signed with */
     json_t *health;         /* service replicas' health: {"job id": "healthy"...} */
     int64_t sched_at;       /* wall ms when a restart backoff ends (0: none) */
+    uint64_t sends_dropped;        /* messages dropped: their peer's queue was full */
+    uint64_t sends_dropped_logged; /* ... of which the log has told */
+    int64_t drops_logged_at;       /* monotonic ms of that log line */
     int stop;
 } br_coord_t;
 

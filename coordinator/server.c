@@ -192,15 +192,33 @@ json_t *br_time_json(json_t *ms)
     return json_real((double)json_integer_value(ms) / 1000.0);
 }
 
+/* Send what the wake queued. Nothing here blocks: a message to a peer that does
+ * not read what it is sent (its queue is full) is dropped and counted, and the
+ * count is logged at most once a second. */
 static void flush_outbox(br_coord_t *c)
 {
+    uint64_t dropped = 0;
     for (size_t i = 0; i < c->outbox_len; i++) {
         br_err_t err;
-        if (br_msg_send(c->sock, c->outbox[i], &err) < 0 && errno != EHOSTUNREACH)
-            fprintf(stderr, "brambled: %s\n", err.text);
+        if (br_msg_send(c->sock, c->outbox[i], &err) < 0) {
+            if (errno == EAGAIN)
+                dropped++;
+            else if (errno != EHOSTUNREACH)
+                fprintf(stderr, "brambled: %s\n", err.text);
+        }
         br_msg_destroy(&c->outbox[i]);
     }
     c->outbox_len = 0;
+    c->sends_dropped += dropped;
+    int64_t now = br_mono_ms();
+    if (c->sends_dropped > c->sends_dropped_logged && now - c->drops_logged_at >= 1000) {
+        fprintf(stderr, "brambled: dropped %llu message(s) to peers that do not read "
+                        "(queue of %d full); %llu in all\n",
+                (unsigned long long)(c->sends_dropped - c->sends_dropped_logged),
+                BR_SOCK_PEER_QUEUE, (unsigned long long)c->sends_dropped);
+        c->sends_dropped_logged = c->sends_dropped;
+        c->drops_logged_at = now;
+    }
 }
 
 static void drain_messages(br_coord_t *c)

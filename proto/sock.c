@@ -25,8 +25,12 @@ void *br_sock_server(void *ctx, const char *endpoint, const char *secret_key,
     void *s = zmq_socket(ctx, ZMQ_ROUTER);
     if (!s)
         return br_errp(err, errno, "socket: %s", zmq_strerror(errno));
-    int one = 1;
+    int one = 1, zero = 0, hwm = BR_SOCK_PEER_QUEUE;
+    /* sends never block: a peer that does not read gets at most BR_SOCK_PEER_QUEUE
+     * messages queued, and what overflows fails at once with EAGAIN */
     if (common_opts(s) < 0 ||
+        zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm)) < 0 ||
+        zmq_setsockopt(s, ZMQ_SNDTIMEO, &zero, sizeof(zero)) < 0 ||
         zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof(one)) < 0 ||
         zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, secret_key, strlen(secret_key)) < 0 ||
         zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, BR_ZAP_DOMAIN, strlen(BR_ZAP_DOMAIN)) < 0 ||

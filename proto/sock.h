@@ -8,8 +8,13 @@
 
 #define BR_ZAP_DOMAIN "bramble"
 
+/* Messages queued for one peer of a server socket before sends to it are dropped. */
+#define BR_SOCK_PEER_QUEUE 1000
+
 /* Bind a ROUTER at endpoint as a CURVE server with secret_key (Z85). The ZAP
- * handler (zap.h) must exist before this is called. */
+ * handler (zap.h) must exist before this is called. Sends on it never block: a
+ * message to a peer whose queue is full fails with EAGAIN, to a peer that is gone
+ * with EHOSTUNREACH. */
 void *br_sock_server(void *ctx, const char *endpoint, const char *secret_key,
                      br_err_t *err);
 
