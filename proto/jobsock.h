@@ -6,12 +6,28 @@
 #define BRAMBLE_JOBSOCK_H
 
 #include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
 #include "err.h"
 
 #define BR_LOCAL_MSG_MAX 8192
+#define BR_JOBSOCK_PATH_MAX 4096 /* bytes of a reported path, with its NUL */
+
+/* One request a job may send: {"type": "checkpoint", "path": P, "step": N}. */
+typedef struct {
+    char type[16];                  /* "checkpoint" */
+    char path[BR_JOBSOCK_PATH_MAX]; /* absolute and canonical: no "//", ".", "..",
+                                       no trailing '/' */
+    int64_t step;                   /* >= 0 */
+} br_jobsock_req_t;
+
+/* Decode and validate one request as it came off the socket (len bytes, not
+ * NUL-terminated). 0 and req filled, or -1 with err saying what is wrong. Pure: no
+ * I/O, safe on any input. */
+int br_jobsock_decode(const void *buf, size_t len, br_jobsock_req_t *req, br_err_t *err);
 
 /* "@name" -> an abstract socket address; returns its length, 0 when malformed. */
 socklen_t br_local_addr(const char *address, struct sockaddr_un *sa);
