@@ -68,18 +68,38 @@ struct br_agent {
 #define JOIN_TIMEOUT_MS 15000
 #define JOIN_FIRST_MS 3000
 
+/* The node.join body: the token, and the node's own public key to register. */
+static json_t *join_body(const br_settings_t *s)
+{
+    return json_pack("{s:s, s:s, s:s, s:O, s:f}", "token", s->join_token, "public_key",
+                     s->cred.public_key, "name", s->name, "labels", s->labels,
+                     "cost_per_hour", s->cost_per_hour);
+}
+
+/* The credential a join talks with: the node's, but with the token's join key pair
+ * (token.h) instead of the node's own, since the coordinator's handshake admits no
+ * key it does not know. */
+static void join_cred(const br_settings_t *s, br_cred_t *out)
+{
+    br_token_t t;
+    *out = s->cred;
+    if (br_token_decode(s->join_token, &t, NULL) == 0)
+        br_token_join_keypair(t.secret, out->public_key, out->secret_key);
+    sodium_memzero(&t, sizeof(t));
+}
+
 /* node.join on a fresh CURVE DEALER to endpoint; the socket, or NULL. */
 static void *join_send(void *ctx, const br_settings_t *s, const char *endpoint,
                        uint32_t seq, br_err_t *err)
 {
-    const br_cred_t *c = &s->cred;
-    void *sock = br_sock_client(ctx, endpoint, c->server_public_key, c->public_key,
-                                c->secret_key, err);
+    br_cred_t c;
+    join_cred(s, &c);
+    void *sock = br_sock_client(ctx, endpoint, c.server_public_key, c.public_key,
+                                c.secret_key, err);
+    sodium_memzero(&c, sizeof(c));
     br_msg_t *m = sock ? br_msg_new(BR_MSG_REQUEST, "node.join", seq) : NULL;
     if (m)
-        br_msg_set_body(m, json_pack("{s:s, s:s, s:O, s:f}", "token", s->join_token,
-                                     "name", s->name, "labels", s->labels,
-                                     "cost_per_hour", s->cost_per_hour));
+        br_msg_set_body(m, join_body(s));
     if (sock && (!m || br_msg_send(sock, m, err) < 0))
         br_sock_close(&sock);
     br_msg_destroy(&m);
@@ -141,7 +161,7 @@ static json_t *join_token_endpoint(br_settings_t *s, char *found, size_t foundle
     const char *why = "did not answer within 3s";
     json_t *resp = NULL;
     char dur[32];
-    void *ctx = zmq_ctx_new(), *sock = NULL;
+    void *ctx = zmq_ctx_new(), *sock = NULL, *mon = NULL;
     found[0] = '\0';
     err->errnum = 0;
     if (!ctx)
@@ -152,7 +172,15 @@ static json_t *join_token_endpoint(br_settings_t *s, char *found, size_t foundle
         goto done;
     else if (!sock)
         why = "cannot be dialled";
+    if (sock)
+        mon = br_sock_monitor(ctx, sock);
     while (!resp && !found[0] && br_mono_ms() < deadline) {
+        if (mon && br_sock_monitor_auth_failed(mon)) {
+            br_errf(err, EACCES, "join refused: the coordinator at %s does not know this "
+                                 "token (never issued there, or expired over a day ago)",
+                    ep);
+            goto done;
+        }
         int silent = !sock || br_mono_ms() - start >= JOIN_FIRST_MS;
         if (discover && !listening && silent) {
             br_err_t e;
@@ -202,6 +230,7 @@ static json_t *join_token_endpoint(br_settings_t *s, char *found, size_t foundle
 done:
     if (udp >= 0)
         close(udp);
+    br_sock_close(&mon);
     br_sock_close(&sock);
     zmq_ctx_term(ctx);
     return resp;
@@ -211,24 +240,27 @@ done:
 static json_t *join_found(br_settings_t *s, const char *endpoint, br_err_t *err)
 {
     br_strlcpy(s->cred.endpoint, endpoint, sizeof(s->cred.endpoint));
-    br_client_t *cl = br_client_new_cred(&s->cred, err);
+    br_cred_t jc;
+    join_cred(s, &jc);
+    br_client_t *cl = br_client_new_cred(&jc, err);
+    sodium_memzero(&jc, sizeof(jc));
     if (!cl)
         return NULL;
-    json_t *resp = br_client_call(
-        cl, "node.join",
-        json_pack("{s:s, s:s, s:O, s:f}", "token", s->join_token, "name", s->name, "labels",
-                  s->labels, "cost_per_hour", s->cost_per_hour),
-        JOIN_TIMEOUT_MS, err);
-    if (!resp && err->errnum == EACCES && strstr(err->text, "nodes may not")) {
-        /* the token's endpoint took the first request after all, too late to answer:
-         * this key is a node already; ask the coordinator its name */
-        json_t *me = br_client_call(cl, "ping", NULL, JOIN_TIMEOUT_MS, err);
+    json_t *resp = br_client_call(cl, "node.join", join_body(s), JOIN_TIMEOUT_MS, err);
+    br_client_destroy(&cl);
+    if (!resp && (err->errnum == EEXIST || err->errnum == EACCES) &&
+        (cl = br_client_new_cred(&s->cred, NULL))) {
+        /* the token's endpoint took the first request after all, too late to answer
+         * (a name clash, or the token used up by that very join): when this key is a
+         * node already, ask the coordinator its name */
+        br_err_t e2;
+        json_t *me = br_client_call(cl, "ping", NULL, JOIN_TIMEOUT_MS, &e2);
         const char *who = json_string_value(json_object_get(me, "principal"));
         if (who && strcmp(who, "node") == 0)
             resp = json_pack("{s:O}", "name", json_object_get(me, "name"));
         json_decref(me);
+        br_client_destroy(&cl);
     }
-    br_client_destroy(&cl);
     if (!resp && err->errnum == ETIMEDOUT) /* e.g. an impostor without the secret key */
         br_errf(err, ETIMEDOUT, "join failed: %s announced the token's key, but no "
                                 "coordinator holding it answered there within %ds",
@@ -590,12 +622,14 @@ static void on_run(br_agent_t *a, br_msg_t *m)
     int attempt, rank;
     const char *name, *command;
     json_t *workdir, *env, *ckpt = NULL, *tasks = NULL, *service = NULL;
+    json_int_t owner_id = 0; /* whose job (PROTOCOL.md section 6) */
     br_err_t err = {0};
     const char *fault = "";
-    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?o, s?o, s?o}", "job",
-                      &job, "attempt", &attempt, "name", &name, "rank", &rank, "command",
-                      &command, "workdir", &workdir, "env", &env, "checkpoint", &ckpt,
-                      "tasks", &tasks, "service", &service) < 0 ||
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?I, s?o, s?o, s?o}",
+                      "job", &job, "attempt", &attempt, "name", &name, "rank", &rank,
+                      "command", &command, "workdir", &workdir, "env", &env, "owner_id",
+                      &owner_id, "checkpoint", &ckpt, "tasks", &tasks, "service",
+                      &service) < 0 ||
         !json_is_object(env) || (tasks && !json_is_array(tasks)) ||
         (service && !json_is_object(service))) {
         reply(a, m, EPROTO, err.text[0] ? err.text : "job.run: env and service must be "

@@ -82,15 +82,30 @@ static int user_list(cli_t *cli, int argc, char **argv)
 
 static int user_remove(cli_t *cli, int argc, char **argv)
 {
+    static const struct option opts[] = {{"jobs", required_argument, NULL, 'j'},
+                                         {NULL, 0, NULL, 0}};
     static const char *names[] = {"user NAME"};
-    const char *name;
-    if (cli_args(cli, argc, argv, NULL, 1, names, &name) != 0)
+    const char *name, *jobs = "cancel";
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c == 'j')
+            jobs = optarg;
+        else
+            return cli_bad_option(cli, c, argv);
+    }
+    if (strcmp(jobs, "cancel") != 0 && strcmp(jobs, "admin") != 0)
+        return cli_usage(cli, "--jobs takes 'cancel' or 'admin', not '%s'", jobs);
+    if (cli_positional(cli, argc, argv, 1, names, &name) != 0)
         return CLI_USAGE;
-    json_t *r = cli_call(cli, "user.remove", json_pack("{s:s}", "name", name));
+    json_t *r = cli_call(cli, "user.remove",
+                         json_pack("{s:s, s:s}", "name", name, "jobs", jobs));
     if (!r)
         return CLI_FAIL;
+    printf("removed user %s; its key is revoked; %lld active job(s) %s\n", name,
+           (long long)json_integer_value(json_object_get(r, "jobs")),
+           json_string_value(json_object_get(r, "jobs_were")));
     json_decref(r);
-    printf("removed user %s; its key is revoked\n", name);
     return CLI_OK;
 }
 
@@ -105,7 +120,12 @@ const cli_cmd_t cli_user_cmds[] = {
     {"user", "list", user_list, "[--json]", "list the admin and the users (admin)",
      "Options:\n"
      "  --json   print the array of users: name, kind, created\n"},
-    {"user", "remove", user_remove, "NAME",
-     "remove a user and revoke its key at once (admin)", ""},
+    {"user", "remove", user_remove, "NAME [--jobs cancel|admin]",
+     "remove a user and revoke its key at once (admin)",
+     "The user's pending and running jobs are cancelled (--jobs cancel, the\n"
+     "default) or handed to the admin (--jobs admin). A user added later under the\n"
+     "same name is someone else: it sees nothing of the removed user's jobs.\n"
+     "\nOptions:\n"
+     "  --jobs cancel|admin   what happens to the user's active jobs\n"},
     {0},
 };

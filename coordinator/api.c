@@ -82,12 +82,12 @@ static const char *principal_words(br_principal_t k)
 
 void br_api_dispatch(br_coord_t *c, br_msg_t *m)
 {
-    br_caller_t who = {BR_PRINCIPAL_UNKNOWN, ""};
+    br_caller_t who = {BR_PRINCIPAL_UNKNOWN, "", 0};
     br_err_t err;
     if (br_msg_kind(m) == BR_MSG_RESPONSE)
         return; /* agents' receipts for job.run / job.kill: nothing to do */
-    if (br_store_key_lookup(c->store, br_msg_user(m), &who.kind, who.name,
-                            sizeof(who.name), &err) < 0) {
+    if (br_store_key_who(c->store, br_msg_user(m), &who.kind, who.name, sizeof(who.name),
+                         &who.id, &err) < 0) {
         br_api_fail(c, m, &err);
         return;
     }

@@ -10,6 +10,7 @@
 typedef struct {
     br_principal_t kind;
     char name[64];
+    int64_t id; /* the principal's id: never reused, so jobs belong to it, not the name */
 } br_caller_t;
 
 typedef void (*br_handler_fn)(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

@@ -11,15 +11,19 @@
 
 void br_api_node_join(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    const char *token, *name;
+    const char *token, *name, *key;
     json_t *labels;
     double cost;
     br_err_t err;
     br_token_t t;
-    char hash[BR_TOKEN_HASH_HEX + 1], id[BR_TOKEN_ID_LEN + 8];
-    if (br_msg_unpack(m, &err, "{s:s, s:s, s:o, s:F}", "token", &token, "name", &name,
-                      "labels", &labels, "cost_per_hour", &cost) < 0)
+    char hash[BR_TOKEN_HASH_HEX + 1], id[BR_TOKEN_ID_LEN + 8], join_key[BR_KEY_LEN + 1];
+    if (br_msg_unpack(m, &err, "{s:s, s:s, s:s, s:o, s:F}", "token", &token, "public_key",
+                      &key, "name", &name, "labels", &labels, "cost_per_hour", &cost) < 0)
         goto fail;
+    if (!br_key_valid(key)) {
+        br_errf(&err, EINVAL, "public_key must be a CURVE public key (40 characters of Z85)");
+        goto fail;
+    }
     if (!br_valid_name(name)) {
         br_errf(&err, EINVAL, "node name '%s' must be lowercase letters, digits and '-'",
                 name);
@@ -27,16 +31,21 @@ void br_api_node_join(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     if (br_token_decode(token, &t, &err) < 0)
         goto fail;
+    br_token_join_keypair(t.secret, join_key, NULL);
+    if (strcmp(join_key, br_msg_user(m)) != 0) { /* joins come over the token's own key */
+        br_errf(&err, EACCES, "token not recognised");
+        goto fail;
+    }
     br_token_hash(t.secret, hash, NULL);
     if (br_nodes_find(c->nodes, name)) {
         br_errf(&err, EEXIST, "node name '%s' is taken", name);
         goto fail;
     }
     if (br_store_token_use(c->store, hash, br_now_ms(), id, &err) < 0 ||
-        br_store_key_add(c->store, br_msg_user(m), BR_PRINCIPAL_NODE, name, &err) < 0)
+        br_store_key_add(c->store, key, BR_PRINCIPAL_NODE, name, &err) < 0)
         goto fail;
     json_t *info = json_pack("{s:s, s:s, s:s, s:O, s:f, s:I, s:s}", "name", name, "pubkey",
-                             br_msg_user(m), "state", "lost", "labels", labels,
+                             key, "state", "lost", "labels", labels,
                              "cost_per_hour", cost, "joined", (json_int_t)br_now_ms(),
                              "token", id);
     br_node_t *n = br_nodes_add(c->nodes, info);

@@ -44,7 +44,9 @@ void br_api_token_create(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_token_encode(&t, text, sizeof(text), &err) < 0)
         goto fail;
     br_token_hash(t.secret, hash, id);
-    if (br_store_token_add(c->store, id, hash, now, now + ttl, uses, &err) < 0)
+    char join_key[BR_KEY_LEN + 1];
+    br_token_join_keypair(t.secret, join_key, NULL);
+    if (br_store_token_add(c->store, id, hash, now, now + ttl, uses, join_key, &err) < 0)
         goto fail;
     br_api_ok(c, m, json_pack("{s:s, s:s, s:f}", "token", text, "id", id, "expires",
                               (double)(now + ttl) / 1000.0));
@@ -322,10 +324,11 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_decref(spec_json);
         goto fail;
     }
-    json_t *job = json_pack("{s:s, s:s, s:s, s:s, s:O, s:s, s:I, s:i}", "name", spec->name,
-                            "kind", br_job_kind_name(spec->kind), "state", "pending", "owner",
-                            who->name, "spec", spec_json, "spec_yaml", text,
-                            "submitted", (json_int_t)br_now_ms(), "attempt", 1);
+    json_t *job = json_pack("{s:s, s:s, s:s, s:s, s:I, s:O, s:s, s:I, s:i}", "name",
+                            spec->name, "kind", br_job_kind_name(spec->kind), "state",
+                            "pending", "owner", who->name, "owner_id", (json_int_t)who->id,
+                            "spec", spec_json, "spec_yaml", text, "submitted",
+                            (json_int_t)br_now_ms(), "attempt", 1);
     int64_t id = spec->kind == BR_JOB_SERVICE
                      ? br_services_submit(c, job, spec->service.replicas, &err)
                      : br_store_job_add(c->store, job, &err);
@@ -348,10 +351,13 @@ fail:
     br_api_fail(c, m, &err);
 }
 
+/* The admin sees every job; a user only the jobs of their own principal id (a
+ * new user under a removed user's name is someone else). */
 static int may_see(const br_caller_t *who, json_t *job)
 {
+    json_t *owner = json_object_get(job, "owner_id");
     return who->kind == BR_PRINCIPAL_ADMIN ||
-           strcmp(json_string_value(json_object_get(job, "owner")), who->name) == 0;
+           (json_is_integer(owner) && json_integer_value(owner) == who->id);
 }
 
 void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -658,12 +664,51 @@ void br_api_user_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_api_ok(c, m, json_pack("{s:o}", "users", users));
 }
 
+/* A removed user's active jobs: cancelled, or handed to the caller (the admin).
+ * The number of jobs dealt with, or -1. */
+static int removed_users_jobs(br_coord_t *c, int64_t owner_id, int to_admin,
+                              const br_caller_t *who, br_err_t *err)
+{
+    static const char *const active[] = {"pending", "starting", "running", NULL};
+    json_t *jobs = br_store_job_list(c->store, active, 0, err);
+    if (!jobs)
+        return -1;
+    size_t i;
+    json_t *job;
+    int n = 0;
+    json_array_foreach(jobs, i, job) {
+        if (json_integer_value(json_object_get(job, "owner_id")) != (json_int_t)owner_id)
+            continue;
+        int64_t id = json_integer_value(json_object_get(job, "id"));
+        if (to_admin) {
+            if (br_store_job_set_owner(c->store, id, who->name, who->id, err) < 0)
+                break;
+            br_coord_event(c, id, NULL, json_string_value(json_object_get(job, "state")),
+                           "handed to %s: its owner was removed", who->name);
+        } else {
+            json_t *done = br_jobs_cancel(c, id, err);
+            if (!done && err->errnum != EINVAL) /* EINVAL: a replica ended with it */
+                break;
+            json_decref(done);
+        }
+        n++;
+    }
+    int failed = i < json_array_size(jobs);
+    json_decref(jobs);
+    return failed ? -1 : n;
+}
+
 void br_api_user_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    const char *name;
+    const char *name, *jobs = "cancel";
     br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:s}", "name", &name) < 0)
+    int64_t id;
+    if (br_msg_unpack(m, &err, "{s:s, s?:s}", "name", &name, "jobs", &jobs) < 0)
         goto fail;
+    if (strcmp(jobs, "cancel") != 0 && strcmp(jobs, "admin") != 0) {
+        br_errf(&err, EINVAL, "jobs must be 'cancel' or 'admin', not '%.40s'", jobs);
+        goto fail;
+    }
     if (strcmp(name, "admin") == 0) {
         br_errf(&err, EINVAL, "the admin cannot be removed");
         goto fail;
@@ -675,10 +720,16 @@ void br_api_user_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_errf(&err, ENOENT, "no user '%s'", name);
         goto fail;
     }
-    if (br_store_key_revoke(c->store, BR_PRINCIPAL_USER, name, &err) < 0)
+    int n;
+    if (br_store_principal_id(c->store, BR_PRINCIPAL_USER, name, &id, &err) < 0 ||
+        (n = removed_users_jobs(c, id, strcmp(jobs, "admin") == 0, who, &err)) < 0 ||
+        br_store_key_revoke(c->store, BR_PRINCIPAL_USER, name, &err) < 0)
         goto fail;
-    br_coord_event(c, 0, NULL, "user", "user %s removed by %s", name, who->name);
-    br_api_ok(c, m, json_object());
+    br_coord_event(c, 0, NULL, "user", "user %s removed by %s; %d active job(s) %s", name,
+                   who->name, n, strcmp(jobs, "admin") == 0 ? "handed to them" : "cancelled");
+    br_api_ok(c, m, json_pack("{s:i, s:s}", "jobs", n, "jobs_were",
+                              strcmp(jobs, "admin") == 0 ? "handed to the admin"
+                                                         : "cancelled"));
     return;
 fail:
     br_api_fail(c, m, &err);
@@ -692,7 +743,7 @@ static json_t *named_service(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
                              const char *name)
 {
     br_err_t err;
-    json_t *s = br_services_find(c, name, who->kind == BR_PRINCIPAL_ADMIN ? NULL : who->name,
+    json_t *s = br_services_find(c, name, who->kind == BR_PRINCIPAL_ADMIN ? 0 : who->id,
                                  &err);
     if (!s)
         br_api_fail(c, m, &err);

@@ -306,6 +306,9 @@ static void send_run(br_coord_t *c, json_t *job, int r, int announce)
                              "command", json_string_value(json_object_get(spec, "command")),
                              "workdir", workdir ? workdir : json_null(), "env", env,
                              "tasks", rank_tasks(job, r));
+    json_t *owner_id = json_object_get(job, "owner_id");
+    if (json_is_integer(owner_id)) /* whose job: the agent runs each owner as its own uid */
+        json_object_set(body, "owner_id", owner_id);
     if (json_is_object(ckpt) && r == 0) /* rank 0's checkpoints are the gang's */
         json_object_set(body, "checkpoint", ckpt);
     json_t *service = json_object_get(spec, "service");

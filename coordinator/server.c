@@ -20,7 +20,9 @@
 
 #define BATCH_MAX 512
 
-/* ZAP: a revoked key may not connect; any other may (unknown keys can only join). */
+/* ZAP: the handshake admits the keys of the admin, users and nodes, and the join
+ * key of a token (token.h); a revoked key and every other key are refused, so a
+ * stranger's messages never reach the handlers. */
 static int zap_check(void *arg, const char *key)
 {
     br_coord_t *c = arg;
@@ -28,6 +30,8 @@ static int zap_check(void *arg, const char *key)
     char name[64];
     if (br_store_key_lookup(c->store, key, &kind, name, sizeof(name), NULL) < 0)
         return -1;
+    if (kind == BR_PRINCIPAL_UNKNOWN)
+        return br_store_token_join_key_known(c->store, key, br_now_ms(), NULL) == 1 ? 0 : -1;
     return kind == BR_PRINCIPAL_REVOKED ? -1 : 0;
 }
 

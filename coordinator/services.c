@@ -42,9 +42,10 @@ static int64_t add_replica(br_coord_t *c, json_t *service, int64_t service_id, i
     char name[96];
     snprintf(name, sizeof(name), "%s.%d", json_string_value(json_object_get(service, "name")),
              k);
-    json_t *job = json_pack("{s:s, s:s, s:O, s:O, s:O, s:I, s:s, s:i, s:{s:I, s:i}}",
+    json_t *job = json_pack("{s:s, s:s, s:O, s:O, s:O, s:O, s:I, s:s, s:i, s:{s:I, s:i}}",
                             "name", name, "kind", "service", "owner",
-                            json_object_get(service, "owner"), "spec",
+                            json_object_get(service, "owner"), "owner_id",
+                            json_object_get(service, "owner_id"), "spec",
                             json_object_get(service, "spec"), "spec_yaml",
                             json_object_get(service, "spec_yaml"), "submitted",
                             (json_int_t)br_now_ms(), "state", "pending", "attempt", 1,
@@ -80,7 +81,7 @@ int64_t br_services_submit(br_coord_t *c, json_t *job, int replicas, br_err_t *e
     return id;
 }
 
-json_t *br_services_find(br_coord_t *c, const char *name, const char *owner,
+json_t *br_services_find(br_coord_t *c, const char *name, int64_t owner_id,
                          br_err_t *err)
 {
     static const char *const running[] = {"running", NULL};
@@ -96,7 +97,8 @@ json_t *br_services_find(br_coord_t *c, const char *name, const char *owner,
     json_decref(jobs);
     if (!found)
         return br_errp(err, ENOENT, "no running service named '%s'", name);
-    if (owner && strcmp(json_string_value(json_object_get(found, "owner")), owner) != 0) {
+    if (owner_id &&
+        json_integer_value(json_object_get(found, "owner_id")) != (json_int_t)owner_id) {
         json_decref(found);
         return br_errp(err, EACCES, "service '%s' is not yours", name);
     }

@@ -25,9 +25,9 @@
  * Returns the service job's id, or -1 with err. */
 int64_t br_services_submit(br_coord_t *c, json_t *job, int replicas, br_err_t *err);
 
-/* The active service job called name that who may act on (owner, or admin);
- * NULL with err. */
-json_t *br_services_find(br_coord_t *c, const char *name, const char *owner,
+/* The active service job called name, when owner_id (a principal id; 0: anyone,
+ * for the admin) owns it; NULL with err. */
+json_t *br_services_find(br_coord_t *c, const char *name, int64_t owner_id,
                          br_err_t *err);
 
 /* Change the service's replica count: new replicas are added, the highest

@@ -52,13 +52,34 @@ static const char *const migrations[] = {
     " node TEXT NOT NULL, path TEXT NOT NULL, step INTEGER NOT NULL,"
     " size INTEGER NOT NULL, time INTEGER NOT NULL, UNIQUE (job, attempt, path));"
     "CREATE INDEX checkpoints_job ON checkpoints (job, step);",
+    /* 3: principals with ids that are never reused (a job belongs to its owner's id,
+     * so a new user under an old name sees nothing of the old one); the public key
+     * a token's holder joins with, so unknown keys are refused at the handshake. */
+    "CREATE TABLE principals (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " kind TEXT NOT NULL, name TEXT NOT NULL, created INTEGER NOT NULL,"
+    " removed INTEGER);"
+    "INSERT INTO principals (kind, name, created)"
+    " SELECT kind, name, min(created) FROM keys GROUP BY kind, name"
+    " ORDER BY min(created), kind, name;"
+    "UPDATE principals SET removed = created WHERE NOT EXISTS (SELECT 1 FROM keys k"
+    " WHERE k.kind = principals.kind AND k.name = principals.name AND k.revoked = 0);"
+    "CREATE INDEX principals_name ON principals (kind, name);"
+    "ALTER TABLE keys ADD COLUMN principal INTEGER REFERENCES principals (id);"
+    "UPDATE keys SET principal = (SELECT id FROM principals p"
+    " WHERE p.kind = keys.kind AND p.name = keys.name);"
+    "ALTER TABLE jobs ADD COLUMN owner_id INTEGER;"
+    "UPDATE jobs SET owner_id = (SELECT id FROM principals p"
+    " WHERE p.kind IN ('admin', 'user') AND p.name = jobs.owner"
+    " ORDER BY p.kind = 'admin' DESC, p.id LIMIT 1);"
+    "ALTER TABLE tokens ADD COLUMN join_key TEXT;"
+    "CREATE INDEX tokens_join_key ON tokens (join_key);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
 /* Columns of a job row as job_row reads them (job_get adds spec_yaml last). */
 #define JOB_COLS                                                                 \
     "id, name, kind, state, attempt, owner, nodes, assign, submitted, started, " \
-    "ended, exit_code, signal, reason, extra, spec"
+    "ended, exit_code, signal, reason, extra, spec, owner_id"
 /* Columns of a checkpoint row as ckpt_row reads them. */
 #define CKPT_COLS "path, step, attempt, node, size, time"
 /* "col = ?a when flag ?f is set": one fixed UPDATE serves every field subset. */
@@ -72,6 +93,11 @@ enum {
     ST_KEY_ADD,
     ST_KEY_LOOKUP,
     ST_KEY_REVOKE,
+    ST_PRINCIPAL_FIND,
+    ST_PRINCIPAL_ADD,
+    ST_PRINCIPAL_REMOVE,
+    ST_TOKEN_JOIN_KEY,
+    ST_JOB_SET_OWNER,
     ST_KEY_USERS,
     ST_TOKEN_ADD,
     ST_TOKEN_FIND,
@@ -102,15 +128,22 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
-    [ST_KEY_ADD] = "INSERT INTO keys (pubkey, kind, name, created)"
-                   " VALUES (?1, ?2, ?3, ?4)",
-    [ST_KEY_LOOKUP] = "SELECT kind, name, revoked FROM keys WHERE pubkey = ?1",
+    [ST_KEY_ADD] = "INSERT INTO keys (pubkey, kind, name, created, principal)"
+                   " VALUES (?1, ?2, ?3, ?4, ?5)",
+    [ST_KEY_LOOKUP] = "SELECT kind, name, revoked, principal FROM keys WHERE pubkey = ?1",
     [ST_KEY_REVOKE] = "UPDATE keys SET revoked = 1 WHERE kind = ?1 AND name = ?2",
+    [ST_PRINCIPAL_FIND] = "SELECT id FROM principals WHERE kind = ?1 AND name = ?2"
+                          " AND removed IS NULL ORDER BY id DESC LIMIT 1",
+    [ST_PRINCIPAL_ADD] = "INSERT INTO principals (kind, name, created) VALUES (?1, ?2, ?3)",
+    [ST_PRINCIPAL_REMOVE] = "UPDATE principals SET removed = ?3"
+                            " WHERE kind = ?1 AND name = ?2 AND removed IS NULL",
+    [ST_JOB_SET_OWNER] = "UPDATE jobs SET owner = ?2, owner_id = ?3 WHERE id = ?1",
+    [ST_TOKEN_JOIN_KEY] = "SELECT 1 FROM tokens WHERE join_key = ?1 AND expires > ?2",
     [ST_KEY_USERS] = "SELECT name, kind, min(created) FROM keys"
                      " WHERE kind IN ('admin', 'user') AND revoked = 0"
                      " GROUP BY kind, name ORDER BY name, kind",
-    [ST_TOKEN_ADD] = "INSERT INTO tokens (id, hash, created, expires, uses_max)"
-                     " VALUES (?1, ?2, ?3, ?4, ?5)",
+    [ST_TOKEN_ADD] = "INSERT INTO tokens (id, hash, created, expires, uses_max, join_key)"
+                     " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [ST_TOKEN_FIND] = "SELECT id, expires, uses, uses_max, revoked FROM tokens"
                       " WHERE hash = ?1",
     [ST_TOKEN_USE] = "UPDATE tokens SET uses = uses + 1"
@@ -124,9 +157,9 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_NODE_LIST] = "SELECT data FROM nodes ORDER BY name",
     [ST_JOB_ADD] = "INSERT INTO jobs (name, kind, owner, spec, spec_yaml, submitted,"
                    " state, attempt, nodes, assign, started, ended, exit_code, signal,"
-                   " reason, extra) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,"
+                   " reason, extra, owner_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,"
                    " coalesce(?8, 1), coalesce(?9, '[]'), ?10, ?11, ?12, ?13, ?14,"
-                   " ?15, ?16)",
+                   " ?15, ?16, ?17)",
     [ST_JOB_UPDATE] = "UPDATE jobs SET " UPD("state", 1, 2) ", " UPD("attempt", 3, 4)
                       ", " UPD("nodes", 5, 6) ", " UPD("assign", 7, 8) ", "
                       UPD("started", 9, 10) ", " UPD("ended", 11, 12) ", "
@@ -622,17 +655,45 @@ static br_principal_t kind_parse(const char *text)
     return BR_PRINCIPAL_UNKNOWN;
 }
 
+/* The id of the live principal kind + name, made when there is none: 0 or -1. */
+static int principal_of(br_store_t *s, br_principal_t kind, const char *name,
+                        int64_t *id, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_PRINCIPAL_FIND];
+    if (bind_text(st, 1, kind_name(kind)) || bind_text(st, 2, name))
+        return binderr(s, st, "find principal", err);
+    int rc = sqlite3_step(st);
+    *id = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return dberr(s, err, "find principal");
+    if (*id)
+        return 0;
+    st = s->st[ST_PRINCIPAL_ADD];
+    if (bind_text(st, 1, kind_name(kind)) || bind_text(st, 2, name) ||
+        sqlite3_bind_int64(st, 3, br_now_ms()))
+        return binderr(s, st, "add principal", err);
+    if (run(s, st, "add principal", err) < 0)
+        return -1;
+    *id = sqlite3_last_insert_rowid(s->db);
+    return 0;
+}
+
 int br_store_key_add(br_store_t *s, const char *pubkey, br_principal_t kind,
                      const char *name, br_err_t *err)
 {
+    int64_t principal;
     if (check_pubkey(pubkey, err) < 0 ||
         check_text(name, SHORT_MAX, 0, "name", err) < 0)
         return -1;
     if (!kind_name(kind))
         return br_errf(err, EINVAL, "a key's principal must be admin, user or node");
+    if (principal_of(s, kind, name, &principal, err) < 0)
+        return -1;
     sqlite3_stmt *st = s->st[ST_KEY_ADD];
     if (bind_text(st, 1, pubkey) || bind_text(st, 2, kind_name(kind)) ||
-        bind_text(st, 3, name) || sqlite3_bind_int64(st, 4, br_now_ms()))
+        bind_text(st, 3, name) || sqlite3_bind_int64(st, 4, br_now_ms()) ||
+        sqlite3_bind_int64(st, 5, principal))
         return binderr(s, st, "add key", err);
     if (run(s, st, "add key", err) < 0)
         return errno == EEXIST ? br_errf(err, EEXIST, "key already registered") : -1;
@@ -642,9 +703,17 @@ int br_store_key_add(br_store_t *s, const char *pubkey, br_principal_t kind,
 int br_store_key_lookup(br_store_t *s, const char *pubkey, br_principal_t *kind,
                         char *name, size_t namelen, br_err_t *err)
 {
+    return br_store_key_who(s, pubkey, kind, name, namelen, NULL, err);
+}
+
+int br_store_key_who(br_store_t *s, const char *pubkey, br_principal_t *kind, char *name,
+                     size_t namelen, int64_t *id, br_err_t *err)
+{
     if (!kind)
         return br_errf(err, EINVAL, "key lookup needs somewhere to put the kind");
     *kind = BR_PRINCIPAL_UNKNOWN;
+    if (id)
+        *id = 0;
     if (name && namelen)
         name[0] = '\0';
     if (check_pubkey(pubkey, err) < 0)
@@ -657,6 +726,8 @@ int br_store_key_lookup(br_store_t *s, const char *pubkey, br_principal_t *kind,
         const char *k = (const char *)sqlite3_column_text(st, 0);
         const char *n = (const char *)sqlite3_column_text(st, 1);
         *kind = sqlite3_column_int(st, 2) ? BR_PRINCIPAL_REVOKED : kind_parse(k);
+        if (id)
+            *id = sqlite3_column_int64(st, 3);
         if (name && namelen)
             br_strlcpy(name, n ? n : "", namelen);
         if (kind_parse(k) == BR_PRINCIPAL_UNKNOWN)
@@ -678,7 +749,57 @@ int br_store_key_revoke(br_store_t *s, br_principal_t kind, const char *name,
     sqlite3_stmt *st = s->st[ST_KEY_REVOKE];
     if (bind_text(st, 1, kind_name(kind)) || bind_text(st, 2, name))
         return binderr(s, st, "revoke key", err);
-    return run(s, st, "revoke key", err);
+    if (run(s, st, "revoke key", err) < 0)
+        return -1;
+    st = s->st[ST_PRINCIPAL_REMOVE]; /* its id is never given to anyone again */
+    if (bind_text(st, 1, kind_name(kind)) || bind_text(st, 2, name) ||
+        sqlite3_bind_int64(st, 3, br_now_ms()))
+        return binderr(s, st, "remove principal", err);
+    return run(s, st, "remove principal", err);
+}
+
+int br_store_principal_id(br_store_t *s, br_principal_t kind, const char *name,
+                          int64_t *id, br_err_t *err)
+{
+    *id = 0;
+    if (!kind_name(kind) || check_text(name, SHORT_MAX, 0, "name", err) < 0)
+        return br_errf(err, EINVAL, "a principal is an admin, a user or a node, by name");
+    sqlite3_stmt *st = s->st[ST_PRINCIPAL_FIND];
+    if (bind_text(st, 1, kind_name(kind)) || bind_text(st, 2, name))
+        return binderr(s, st, "find principal", err);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *id = sqlite3_column_int64(st, 0);
+    reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : dberr(s, err, "find principal");
+}
+
+int br_store_job_set_owner(br_store_t *s, int64_t job, const char *owner, int64_t owner_id,
+                           br_err_t *err)
+{
+    if (check_text(owner, SHORT_MAX, 0, "owner", err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_JOB_SET_OWNER];
+    if (sqlite3_bind_int64(st, 1, job) || bind_text(st, 2, owner) ||
+        sqlite3_bind_int64(st, 3, owner_id))
+        return binderr(s, st, "set owner", err);
+    return run(s, st, "set owner", err);
+}
+
+int br_store_token_join_key_known(br_store_t *s, const char *pubkey, int64_t now_ms,
+                                  br_err_t *err)
+{
+    if (check_pubkey(pubkey, err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_TOKEN_JOIN_KEY];
+    if (bind_text(st, 1, pubkey) ||
+        sqlite3_bind_int64(st, 2, now_ms - BR_STORE_TOKEN_KEY_GRACE_MS))
+        return binderr(s, st, "find join key", err);
+    int rc = sqlite3_step(st);
+    reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return dberr(s, err, "find join key");
+    return rc == SQLITE_ROW;
 }
 
 static json_t *user_row(sqlite3_stmt *st, br_err_t *err)
@@ -699,17 +820,19 @@ json_t *br_store_key_list_users(br_store_t *s, br_err_t *err)
 
 int br_store_token_add(br_store_t *s, const char *id, const char *hash_hex,
                        int64_t created_ms, int64_t expires_ms, int uses_max,
-                       br_err_t *err)
+                       const char *join_key, br_err_t *err)
 {
     if (check_text(id, TOKEN_ID_MAX, 0, "token id", err) < 0 ||
-        check_text(hash_hex, SHORT_MAX, 0, "token hash", err) < 0)
+        check_text(hash_hex, SHORT_MAX, 0, "token hash", err) < 0 ||
+        (join_key && check_pubkey(join_key, err) < 0))
         return -1;
     if (uses_max < 1)
         return br_errf(err, EINVAL, "a token needs at least one use");
     sqlite3_stmt *st = s->st[ST_TOKEN_ADD];
     if (bind_text(st, 1, id) || bind_text(st, 2, hash_hex) ||
         sqlite3_bind_int64(st, 3, created_ms) ||
-        sqlite3_bind_int64(st, 4, expires_ms) || sqlite3_bind_int(st, 5, uses_max))
+        sqlite3_bind_int64(st, 4, expires_ms) || sqlite3_bind_int(st, 5, uses_max) ||
+        bind_text(st, 6, join_key))
         return binderr(s, st, "add token", err);
     if (run(s, st, "add token", err) < 0)
         return errno == EEXIST ? br_errf(err, EEXIST, "token already exists") : -1;
@@ -925,15 +1048,18 @@ static int bind_job_add(br_store_t *s, sqlite3_stmt *st, const json_t *job,
                        err))
             return -1;
     }
-    return 0;
+    return bind_field(s, st, i, F_INT_NULL, json_object_get(job, "owner_id"), "add job",
+                      err) ? -1 : 0;
 }
 
 int64_t br_store_job_add(br_store_t *s, const json_t *job, br_err_t *err)
 {
     if (!json_is_object(job))
         return br_errf(err, EINVAL, "a job must be a JSON object");
+    static const jfield_t owner_id = {"owner_id", F_INT_NULL};
     if (check_fields(job, job_add_fields, NFIELDS(job_add_fields), 1, err) < 0 ||
-        check_fields(job, job_fields, NFIELDS(job_fields), 0, err) < 0)
+        check_fields(job, job_fields, NFIELDS(job_fields), 0, err) < 0 ||
+        check_fields(job, &owner_id, 1, 0, err) < 0)
         return -1;
     if (!json_object_get(job, "state"))
         return br_errf(err, EINVAL, "job field 'state' is missing");
@@ -979,10 +1105,10 @@ static json_t *job_row(sqlite3_stmt *st, int with_yaml, br_err_t *err)
     static const char *const names[] = {
         "id",     "name",   "kind",      "state",   "attempt",   "owner",
         "nodes",  "assign", "submitted", "started", "ended",     "exit_code",
-        "signal", "reason", "extra",     "spec",    "spec_yaml",
+        "signal", "reason", "extra",     "spec",    "owner_id",  "spec_yaml",
     };
     json_t *o = json_object();
-    int bad = 0, n = with_yaml ? 17 : 16;
+    int bad = 0, n = with_yaml ? 18 : 17;
     for (int i = 0; i < n; i++) {
         json_t *v;
         if (i == 6 || i == 7 || i == 14 || i == 15)

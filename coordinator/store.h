@@ -43,16 +43,35 @@ int br_store_key_add(br_store_t *s, const char *pubkey, br_principal_t kind,
  * the principal's name (node or user name, "admin" for the admin). */
 int br_store_key_lookup(br_store_t *s, const char *pubkey, br_principal_t *kind,
                         char *name, size_t namelen, br_err_t *err);
-/* Revoke every key of a principal (kind + name): later lookups say REVOKED. */
+/* The same, and *id (when given) the principal's id: ids are never reused, so a
+ * new user under a removed user's name has another id. 0 for unknown keys. */
+int br_store_key_who(br_store_t *s, const char *pubkey, br_principal_t *kind, char *name,
+                     size_t namelen, int64_t *id, br_err_t *err);
+/* Revoke every key of a principal (kind + name): later lookups say REVOKED, and
+ * the principal's id is retired (a later key_add under that name gets a new one). */
 int br_store_key_revoke(br_store_t *s, br_principal_t kind, const char *name,
                         br_err_t *err);
+/* The id of the live (not removed) principal kind + name into *id; 0 when none. */
+int br_store_principal_id(br_store_t *s, br_principal_t kind, const char *name,
+                          int64_t *id, br_err_t *err);
+/* Hand a job to another owner (name and principal id). */
+int br_store_job_set_owner(br_store_t *s, int64_t job, const char *owner, int64_t owner_id,
+                           br_err_t *err);
 /* [{"name","kind":"admin"|"user","created"}] for admin and user keys. */
 json_t *br_store_key_list_users(br_store_t *s, br_err_t *err);
 
 /* --- join tokens: only a hash of the secret is stored ------------------------- */
 int br_store_token_add(br_store_t *s, const char *id, const char *hash_hex,
                        int64_t created_ms, int64_t expires_ms, int uses_max,
-                       br_err_t *err);
+                       const char *join_key, br_err_t *err);
+/* How long after its expiry a token's join key still passes the handshake, so that
+ * its holder hears why the token is refused instead of a bare handshake failure. */
+#define BR_STORE_TOKEN_KEY_GRACE_MS (24LL * 3600 * 1000)
+/* 1 when pubkey is the join key of a token that expired less than the grace ago
+ * (used up and revoked tokens included: the join itself says why it is refused),
+ * 0 when not, -1 on error. */
+int br_store_token_join_key_known(br_store_t *s, const char *pubkey, int64_t now_ms,
+                                  br_err_t *err);
 /* Use a token once. Fails (no use counted) with errnum EACCES and text exactly one
  * of "token expired", "token used up", "token revoked", "token not recognised". On
  * success *id (17 bytes) gets the token id. */

@@ -6,6 +6,7 @@
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
+#include <zmq.h>
 
 #include "util.h"
 
@@ -102,4 +103,19 @@ void br_token_hash(const char *secret, char *hash, char *id)
     sodium_bin2hex(hash, BR_TOKEN_HASH_HEX + 1, h, sizeof(h));
     if (id)
         br_strlcpy(id, hash, BR_TOKEN_ID_LEN + 1);
+}
+
+void br_token_join_keypair(const char *secret, char *public_key, char *secret_key)
+{
+    static const char label[] = "bramble join key";
+    unsigned char seed[crypto_box_SEEDBYTES], pk[crypto_box_PUBLICKEYBYTES],
+        sk[crypto_box_SECRETKEYBYTES];
+    crypto_generichash(seed, sizeof(seed), (const unsigned char *)secret, strlen(secret),
+                       (const unsigned char *)label, sizeof(label) - 1);
+    crypto_box_seed_keypair(pk, sk, seed);
+    zmq_z85_encode(public_key, pk, sizeof(pk));
+    if (secret_key)
+        zmq_z85_encode(secret_key, sk, sizeof(sk));
+    sodium_memzero(seed, sizeof(seed));
+    sodium_memzero(sk, sizeof(sk));
 }

@@ -34,4 +34,10 @@ int br_token_decode(const char *text, br_token_t *t, br_err_t *err);
  * (13 bytes); id may be NULL. */
 void br_token_hash(const char *secret, char *hash, char *id);
 
+/* The CURVE key pair (Z85, BR_KEY_LEN + 1 bytes each) that the token's holder joins
+ * with: BLAKE2b of the secret, keyed by a fixed label, seeds a Curve25519 pair. The
+ * coordinator keeps the public half with the token, so its handshake admits this
+ * key and refuses every other unknown one. secret_key may be NULL. */
+void br_token_join_keypair(const char *secret, char *public_key, char *secret_key);
+
 #endif

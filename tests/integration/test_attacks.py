@@ -77,3 +77,73 @@ def test_flood_that_never_reads_cannot_stall_the_coordinator(make_cluster):
     c.coordinator.expected_exit = True
     c.coordinator.send_signal(15)
     assert c.coordinator.wait_exit() == 0
+
+
+def test_unknown_key_is_refused_at_the_handshake(make_cluster):
+    """A stranger's key (no user, node or live token behind it) never gets a
+    message through: no reply at all, while a flood from it leaves the admin's
+    requests answered and the running job untouched."""
+    c = make_cluster(heartbeat="200ms", node_timeout="2s")
+    c.add_agents(1)
+    jid = c.submit("name: steady\ncommand: sleep 1000\n")
+    c.wait_job(jid, "running")
+    pub, sec = (k.decode() for k in zmq.curve_keypair())
+    stranger = c.raw_client(pub, sec)
+    try:
+        stranger.sock.setsockopt(zmq.SNDHWM, 100000)
+        body = json.dumps({}).encode()
+        for i in range(20000):
+            try:
+                stranger.sock.send_multipart([header("ping", i + 1), body], zmq.NOBLOCK)
+            except zmq.Again:
+                break
+        assert stranger.recv(timeout=1.0) is None, "a stranger's request was answered"
+        for _ in range(3):
+            assert _admin_ping_time(c) < 2.0
+        for pid in c.job_procs(jid):
+            assert proc_state(pid) != "T", f"job process {pid} was frozen"
+        assert c.job(jid)["attempt"] == 1
+    finally:
+        stranger.close()
+
+
+def test_new_user_under_old_name_sees_nothing_of_the_old(cluster):
+    """Ownership is by a user id that is never reused: alice removed and a new
+    alice added sees none of the old alice's jobs, logs or events; the old
+    alice's running job was cancelled on removal (or handed to the admin)."""
+    c = cluster
+    c.add_agents(1)
+    old, *_ = _user(c, "alice")
+    spec = c.write_spec("name: secret\ncommand: echo TOKEN=hunter2; sleep 1000\n")
+    _, out, _ = c.cli("submit", spec, credential=old)
+    kept_spec = c.write_spec("name: kept\ncommand: sleep 1000\n", name="kept.yaml")
+    _, out2, _ = c.cli("submit", kept_spec, credential=old)
+    secret, kept = int(out.strip()), int(out2.strip())
+    c.wait_job(secret, "running")
+    c.wait_logs(secret, "hunter2")
+    # the removal hands her jobs to the admin when asked, else cancels them
+    rc, out, _ = c.cli("user", "remove", "alice", "--jobs", "admin")
+    assert "2 active job(s) handed to the admin" in out, out
+    assert c.job(kept)["owner"] == "admin"
+    c.cli("cancel", kept)
+
+    new, *_ = _user(c, "alice")
+    rc, out, err = c.cli("jobs", "--all", "--json", credential=new)
+    assert json.loads(out) == [], out
+    for args in (["job", "show", str(secret)], ["logs", str(secret)],
+                 ["cancel", str(secret)]):
+        rc, out, err = c.cli(*args, credential=new, check=False)
+        assert rc == 1 and "hunter2" not in out, (args, out, err)
+    _, out, _ = c.cli("events", "--json", credential=new)
+    assert all(json.loads(l)["job"] is None for l in out.splitlines() if l.strip()), out
+    # the admin still has everything
+    assert c.job(secret)["state"] == "running"
+
+    # removing the new alice cancels her running job
+    mine_spec = c.write_spec("name: hers\ncommand: sleep 1000\n", name="hers.yaml")
+    _, out, _ = c.cli("submit", mine_spec, credential=new)
+    hers = int(out.strip())
+    c.wait_job(hers, "running")
+    _, out, _ = c.cli("user", "remove", "alice")
+    assert "1 active job(s) cancelled" in out, out
+    assert c.wait_job(hers)["state"] == "cancelled"

@@ -19,6 +19,10 @@
 #include "util.h"
 
 #define APP_ID 0x42524d42
+/* 40-character Z85 keys for literal use in SQL and calls */
+#define KEY_ALICE "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+#define KEY_ALICE2 "BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
+#define KEY_BOB "CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCC"
 
 static char tmpdir[] = "/tmp/test_store.XXXXXX";
 static sqlite3 *last_db; /* the connection sqlite3_open_v2 made most recently */
@@ -228,7 +232,7 @@ static void test_pragmas(void **state)
     assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
     sqlite3_finalize(st);
     assert_int_equal(conn_int(db, "PRAGMA application_id"), APP_ID);
-    assert_int_equal(conn_int(db, "PRAGMA user_version"), 2);
+    assert_int_equal(conn_int(db, "PRAGMA user_version"), 3);
     sqlite3_close(db);
     br_store_destroy(&s);
 }
@@ -243,7 +247,7 @@ static void test_reopen_keeps_everything(void **state)
                      0);
     assert_int_equal(
         br_store_key_add(s, key40('u', k2), BR_PRINCIPAL_USER, "bob", &err), 0);
-    assert_int_equal(br_store_token_add(s, "tok1", "hash1", 100, 1000000, 3, &err), 0);
+    assert_int_equal(br_store_token_add(s, "tok1", "hash1", 100, 1000000, 3, NULL, &err), 0);
     assert_int_equal(br_store_token_use(s, "hash1", 500, id, &err), 0);
     json_t *node = json_pack("{s:s, s:s, s:s, s:i}", "name", "n1", "pubkey", k1,
                              "state", "ready", "cpus", 8);
@@ -340,7 +344,7 @@ static void test_refuse_newer_schema(void **state)
     br_store_destroy(&s);
     sql_exec(path, "PRAGMA user_version = 99;");
     assert_int_equal(sql_int(path, "PRAGMA user_version"), 99);
-    assert_refused(path, "store schema 99 is newer than this brambled (2)");
+    assert_refused(path, "store schema 99 is newer than this brambled (3)");
 }
 
 static void test_rollback_discards(void **state)
@@ -418,7 +422,35 @@ static const char v1_schema[] =
     " 'alice', '[\"n1\"]', '{\"n1\":[0]}', 1000, 2000, '{\"command\":\"x\"}',"
     " 'name: old\n');"
     "INSERT INTO events (time, job, node, state, reason)"
-    " VALUES (2000, 7, 'n1', 'running', 'started');";
+    " VALUES (2000, 7, 'n1', 'running', 'started');"
+    "INSERT INTO keys (pubkey, kind, name, created)"
+    " VALUES ('" KEY_ALICE "', 'user', 'alice', 500);";
+
+/* A user removed and added again under the same name is a new principal: its id
+ * differs, and the old id is never given out again. */
+static void test_principal_ids_not_reused(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    br_principal_t kind;
+    int64_t first = 0, second = 0, bob = 0;
+    path_for("principals.db", path);
+    br_store_t *s = open_ok(path);
+    assert_int_equal(br_store_key_add(s, KEY_ALICE, BR_PRINCIPAL_USER, "alice", &err), 0);
+    assert_int_equal(br_store_key_who(s, KEY_ALICE, &kind, NULL, 0, &first, &err), 0);
+    assert_true(first > 0);
+    assert_int_equal(br_store_key_revoke(s, BR_PRINCIPAL_USER, "alice", &err), 0);
+    assert_int_equal(br_store_key_who(s, KEY_ALICE, &kind, NULL, 0, &first, &err), 0);
+    assert_int_equal(kind, BR_PRINCIPAL_REVOKED);
+    assert_int_equal(br_store_key_add(s, KEY_ALICE2, BR_PRINCIPAL_USER, "alice", &err), 0);
+    assert_int_equal(br_store_key_who(s, KEY_ALICE2, &kind, NULL, 0, &second, &err), 0);
+    assert_int_equal(kind, BR_PRINCIPAL_USER);
+    assert_true(second > first);
+    assert_int_equal(br_store_key_add(s, KEY_BOB, BR_PRINCIPAL_USER, "bob", &err), 0);
+    assert_int_equal(br_store_key_who(s, KEY_BOB, &kind, NULL, 0, &bob, &err), 0);
+    assert_true(bob > second);
+    br_store_destroy(&s);
+}
 
 static int64_t has_column(const char *path, const char *table, const char *col)
 {
@@ -455,8 +487,15 @@ static void test_migrate_v1(void **state)
     sql_exec(path, v1_schema);
     assert_int_equal(has_column(path, "jobs", "extra"), 0);
     br_store_t *s = open_ok(path);
-    assert_int_equal(sql_int(path, "PRAGMA user_version"), 2);
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 3);
     assert_int_equal(sql_int(path, "PRAGMA application_id"), APP_ID);
+    /* schema 3: the job belongs to alice's principal id, and her key maps to it */
+    br_principal_t kind;
+    int64_t alice = 0;
+    assert_int_equal(br_store_key_who(s, KEY_ALICE, &kind, NULL, 0, &alice, &err), 0);
+    assert_int_equal(kind, BR_PRINCIPAL_USER);
+    assert_true(alice > 0);
+    assert_int_equal(sql_int(path, "SELECT owner_id FROM jobs WHERE id = 7"), alice);
     assert_int_equal(has_column(path, "jobs", "extra"), 1);
     assert_old_job(s);
     json_t *list = br_store_job_list(s, NULL, 0, &err);
@@ -473,8 +512,8 @@ static void test_migrate_v1(void **state)
     assert_true(add_job(s, "new", "pending") > 7);
     br_store_destroy(&s);
 
-    s = open_ok(path); /* already at 2: nothing to migrate */
-    assert_int_equal(sql_int(path, "PRAGMA user_version"), 2);
+    s = open_ok(path); /* already at 3: nothing to migrate */
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 3);
     json_t *job = br_store_job_get(s, 7, &err);
     assert_int_equal(jint(json_object_get(job, "extra"), "k"), 1);
     json_decref(job);
@@ -537,9 +576,9 @@ static void test_tokens(void **state)
     const int64_t now = 10000;
     path_for("tokens.db", path);
     br_store_t *s = open_ok(path);
-    assert_int_equal(br_store_token_add(s, "t-exp", "h-exp", 1, now, 5, &err), 0);
-    assert_int_equal(br_store_token_add(s, "t-rev", "h-rev", 2, now - 1, 5, &err), 0);
-    assert_int_equal(br_store_token_add(s, "t-one", "h-one", 3, now + 1, 1, &err), 0);
+    assert_int_equal(br_store_token_add(s, "t-exp", "h-exp", 1, now, 5, NULL, &err), 0);
+    assert_int_equal(br_store_token_add(s, "t-rev", "h-rev", 2, now - 1, 5, NULL, &err), 0);
+    assert_int_equal(br_store_token_add(s, "t-one", "h-one", 3, now + 1, 1, NULL, &err), 0);
     assert_int_equal(br_store_token_revoke(s, "t-rev", &err), 0);
 
     assert_token_refused(s, "h-none", now, NULL, "token not recognised");
@@ -555,10 +594,10 @@ static void test_tokens(void **state)
     assert_int_equal(br_store_token_revoke(s, "nope", &err), -1);
     assert_int_equal(err.errnum, ENOENT);
     assert_string_equal(err.text, "no token 'nope'");
-    assert_int_equal(br_store_token_add(s, "t-zero", "h-zero", 4, now + 1, 0, &err),
+    assert_int_equal(br_store_token_add(s, "t-zero", "h-zero", 4, now + 1, 0, NULL, &err),
                      -1);
     assert_int_equal(err.errnum, EINVAL);
-    assert_int_equal(br_store_token_add(s, "t-one", "h-other", 4, now + 1, 1, &err),
+    assert_int_equal(br_store_token_add(s, "t-one", "h-other", 4, now + 1, 1, NULL, &err),
                      -1);
     assert_int_equal(err.errnum, EEXIST);
 
@@ -1176,6 +1215,7 @@ int main(void)
         cmocka_unit_test(test_refuse_foreign_sqlite),
         cmocka_unit_test(test_refuse_random_bytes),
         cmocka_unit_test(test_refuse_newer_schema),
+        cmocka_unit_test(test_principal_ids_not_reused),
         cmocka_unit_test(test_rollback_discards),
         cmocka_unit_test(test_migrate_v1),
         cmocka_unit_test(test_migrate_failure_rolls_back),
