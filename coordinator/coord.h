@@ -9,18 +9,22 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "dirlock.h"
 #include "msg.h"
 #include "netmap.h"
 #include "nodes.h"
 #include "store.h"
+#include "storemark.h"
 #include "zap.h"
 
 typedef struct br_coord {
     br_config_t cfg;
+    br_dirlock_t *lock; /* DIR/brambled.lock: one coordinator per data dir */
     void *ctx;
     void *sock;
     br_zap_t *zap;
     br_store_t *store;
+    br_storemark_t *mark; /* DIR/store.mark: refuses a store that lost commits */
     br_nodes_t *nodes;
     int sigfd;
     int64_t started_mono;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <sodium.h>
 #include <zmq.h>
@@ -89,9 +90,24 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
         br_errf(err, errno, "signalfd: %s", strerror(errno));
         goto fail;
     }
-    c->store = br_store_open(br_config_path(cfg, "bramble.db", path, sizeof(path)), err);
+    c->lock = br_dirlock_new(cfg->data_dir, "brambled.lock", "brambled", err);
+    if (!c->lock)
+        goto fail;
+    /* the data dir was initialised (coordinator.yaml was read): its store must be there */
+    struct stat st;
+    br_config_path(cfg, "bramble.db", path, sizeof(path));
+    if (stat(path, &st) < 0 || st.st_size == 0) {
+        br_errf(err, ENOENT, "%s is %s, but %s was initialised: restore the store from a "
+                             "backup (brambled will not start over with an empty one)",
+                path, stat(path, &st) < 0 ? "missing" : "empty", cfg->data_dir);
+        goto fail;
+    }
+    c->store = br_store_open(path, err);
     c->nodes = br_nodes_new();
-    if (!c->store || !c->nodes || !c->netmap || load_nodes(c, err) < 0)
+    if (!c->store || !c->nodes || !c->netmap)
+        goto fail;
+    c->mark = br_storemark_new(cfg->data_dir, c->store, err);
+    if (!c->mark || load_nodes(c, err) < 0)
         goto fail;
     c->ctx = zmq_ctx_new();
     c->zap = br_zap_new(c->ctx, zap_check, c, err);
@@ -122,7 +138,9 @@ void br_coord_destroy(br_coord_t **cp)
     br_nodes_destroy(&c->nodes);
     br_netmap_destroy(&c->netmap);
     json_decref(c->health);
+    br_storemark_destroy(&c->mark);
     br_store_destroy(&c->store);
+    br_dirlock_destroy(&c->lock);
     json_decref(c->runs_sent);
     if (c->sigfd >= 0)
         close(c->sigfd);
@@ -279,6 +297,7 @@ static void wake(br_coord_t *c, int readable)
         c->outbox_len = 0;
         return;
     }
+    br_storemark_update(c->mark, c->store);
     flush_outbox(c);
 }
 

@@ -3,10 +3,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -585,6 +587,23 @@ br_store_t *br_store_open(const char *path, br_err_t *err)
         return br_errp(err, ENOMEM, "store: out of memory");
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
     int64_t version = 0;
+    /* the store holds every key and token: 0600 whatever the umask, and SQLite makes
+     * its -wal and -shm files with the mode of the database file */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || fchmod(fd, 0600) < 0) {
+        br_errf(err, errno, "%s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        free(s);
+        return NULL;
+    }
+    close(fd);
+    for (int i = 0; i < 2; i++) { /* and those of a store made before this rule */
+        char side[PATH_MAX];
+        snprintf(side, sizeof(side), "%s%s", path, i ? "-shm" : "-wal");
+        if (chmod(side, 0600) < 0 && errno != ENOENT)
+            fprintf(stderr, "brambled: %s: %s\n", side, strerror(errno));
+    }
     if (sqlite3_open_v2(path, &s->db, flags, NULL) != SQLITE_OK) {
         if (s->db)
             dberr(s, err, path);
@@ -610,6 +629,21 @@ void br_store_destroy(br_store_t **store)
     sqlite3_close_v2(s->db);
     free(s);
     *store = NULL;
+}
+
+int br_store_high_ids(br_store_t *s, int64_t *jobs, int64_t *events, br_err_t *err)
+{
+    *jobs = *events = 0;
+    int rc = query1(s, "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'", jobs, NULL, 0);
+    if (rc == SQLITE_OK)
+        rc = query1(s, "SELECT seq FROM sqlite_sequence WHERE name = 'events'", events,
+                    NULL, 0);
+    return rc == SQLITE_OK ? 0 : dberr(s, err, "read the highest ids");
+}
+
+int64_t br_store_changes(br_store_t *s)
+{
+    return sqlite3_total_changes64(s->db);
 }
 
 int br_store_in_txn(const br_store_t *s)

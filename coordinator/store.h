@@ -27,6 +27,10 @@ int br_store_begin(br_store_t *s, br_err_t *err);
 int br_store_commit(br_store_t *s, br_err_t *err);
 int br_store_rollback(br_store_t *s);
 int br_store_in_txn(const br_store_t *s);
+/* The highest job and event ids ever issued (AUTOINCREMENT: never reused). */
+int br_store_high_ids(br_store_t *s, int64_t *jobs, int64_t *events, br_err_t *err);
+/* Rows changed through this connection since it opened. */
+int64_t br_store_changes(br_store_t *s);
 
 /* --- keys: every CURVE public key (Z85, 40 chars) that may talk to us ---------- */
 typedef enum {

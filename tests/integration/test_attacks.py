@@ -5,11 +5,14 @@ The node-side attacks (job socket, uids, environment) and the fencing attacks
 test_attacks_fence.py."""
 
 import json
+import os
+import signal
+import stat
 import time
 
 import zmq
 
-from conftest import header, proc_state, read_yaml_flat, wait_for
+from conftest import free_port, header, proc_state, read_yaml_flat, wait_for
 
 
 def _user(c, name):
@@ -147,3 +150,79 @@ def test_new_user_under_old_name_sees_nothing_of_the_old(cluster):
     _, out, _ = c.cli("user", "remove", "alice")
     assert "1 active job(s) cancelled" in out, out
     assert c.wait_job(hers)["state"] == "cancelled"
+
+
+def _mode(p):
+    return stat.S_IMODE(os.stat(p).st_mode)
+
+
+def test_store_files_are_0600(make_cluster):
+    """The store holds every key and token: its files are 0600 whatever the
+    umask, and a store left 0644 by an older brambled is tightened at start."""
+    old = os.umask(0o022)
+    try:
+        c = make_cluster()
+        c.submit("name: one\ncommand: \"true\"\n")
+        files = [c.data / n for n in ("bramble.db", "bramble.db-wal", "bramble.db-shm")]
+        wait_for(lambda: all(f.exists() for f in files), what="the store's files")
+        for f in files:
+            assert _mode(f) == 0o600, (f, oct(_mode(f)))
+        c.coordinator.kill(signal.SIGTERM)
+        for f in files:
+            if f.exists():
+                os.chmod(f, 0o644)
+        c.start_coordinator()
+        for f in files:
+            if f.exists():
+                assert _mode(f) == 0o600, (f, oct(_mode(f)))
+    finally:
+        os.umask(old)
+
+
+def test_second_coordinator_on_same_data_dir_is_refused(cluster2):
+    c = cluster2
+    jid = c.submit("name: steady\ncommand: sleep 1000\n")
+    c.wait_job(jid, "running")
+    second = c.spawn("brambled-second", [c.bin("brambled"), "--data-dir", str(c.data),
+                                         "--listen", f"tcp://127.0.0.1:{free_port()}"])
+    rc = second.wait_exit()
+    out = second.output()
+    assert rc != 0, out
+    assert "in use by another brambled" in out and str(c.coordinator.pid) in out, out
+    # the first one noticed nothing: nodes ready, the job running on its first attempt
+    assert {n["state"] for n in c.nodes().values()} == {"ready"}
+    assert c.job(jid)["attempt"] == 1
+    c.assert_alive()
+
+
+def test_store_that_lost_commits_is_refused(make_cluster):
+    """Acknowledged jobs must not vanish silently: a store whose WAL was deleted,
+    or which was emptied or removed, is refused at start with words naming it."""
+    c = make_cluster()
+    ids = [c.submit(f"name: j{i}\ncommand: \"true\"\n") for i in range(5)]
+    # SIGKILL: the WAL is not folded into bramble.db
+    c.coordinator.kill(signal.SIGKILL)
+    wal = c.data / "bramble.db-wal"
+    assert wal.exists() and wal.stat().st_size > 0
+    saved = {n: (c.data / n).read_bytes() for n in ("bramble.db", "bramble.db-wal")}
+    wal.unlink()
+    (c.data / "bramble.db-shm").unlink(missing_ok=True)
+    p = c.start_coordinator(wait=False)
+    assert p.wait_exit() != 0
+    out = p.output()
+    assert "behind its mark (store.mark): 0 of 5 jobs" in out, out
+    assert "bramble.db-wal deleted" in out, out
+
+    (c.data / "bramble.db").write_bytes(b"")
+    p = c.start_coordinator(wait=False)
+    assert p.wait_exit() != 0 and "bramble.db is empty" in p.output(), p.output()
+    (c.data / "bramble.db").unlink()
+    p = c.start_coordinator(wait=False)
+    assert p.wait_exit() != 0 and "bramble.db is missing" in p.output(), p.output()
+
+    # put the files back: every acknowledged job is there, and new ids follow them
+    for n, data in saved.items():
+        (c.data / n).write_bytes(data)
+    c.start_coordinator()
+    assert [j["id"] for j in c.jobs()] == ids
+    assert c.submit("name: after\ncommand: \"true\"\n") == max(ids) + 1
