@@ -419,6 +419,11 @@ class Cluster:
             if not wrap:  # agents sharing the host's ports: each probes on its own
                 argv += ["--probe-port", "0"]
         argv += list(extra)
+        if os.geteuid() == 0 and not {"--job-user", "--job-uids", "--allow-root-jobs"} & {
+                str(x) for x in extra}:
+            # a root agent runs jobs as root only when told so by name; the tests'
+            # jobs are the tester's own
+            argv.append("--allow-root-jobs")
         proc = self.spawn(f"agent-{name}", argv)
         self.agents[name] = proc
         return proc
