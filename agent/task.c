@@ -59,7 +59,10 @@ struct child_report {
 };
 
 struct br_task {
+    br_task_t *next; /* the live tasks of this process (br_task_of_pid) */
     pid_t pid;
+    uid_t uid;       /* whom it runs as */
+    gid_t gid;
     int fds[3]; /* [1] stdout, [2] stderr read ends; [0] unused (-1) */
     int done;
     int exit_code;
@@ -74,6 +77,8 @@ struct child_plan {
     char **envp;
     const char *workdir; /* explicit workdir, or NULL */
     const char *home;    /* fallback when workdir is NULL, may be NULL */
+    uid_t run_uid;       /* whom the task runs as (switching or not) */
+    gid_t run_gid;
     int switch_user;
     uid_t uid;
     gid_t gid;
@@ -146,19 +151,65 @@ static int env_set(env_list_t *e, const char *name, const char *value)
     return env_put(e, entry);
 }
 
+/* Whether the agent's variable entry goes on to its jobs: only what locale, time
+ * zone, terminal, program search and shared library search need, and bramble's own
+ * BRAMBLE_* settings except anything secret. Everything else the agent was started
+ * with (SUDO_*, SSH_AUTH_SOCK, cloud keys, proxies) stays with the agent; a job
+ * that needs a variable gets it from its spec's env. */
+static int env_passes(const char *entry)
+{
+    static const char *const names[] = {"PATH", "LANG", "LANGUAGE", "TZ", "TERM",
+                                        "LD_LIBRARY_PATH"};
+    size_t n = env_name_len(entry);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strlen(names[i]) == n && strncmp(entry, names[i], n) == 0)
+            return 1;
+    if (n > 3 && strncmp(entry, "LC_", 3) == 0)
+        return 1;
+    if (n > 8 && strncmp(entry, "BRAMBLE_", 8) == 0) {
+        static const char *const secret[] = {"CREDENTIAL", "TOKEN", "SECRET", "KEY",
+                                             "PASSWORD"};
+        char name[256];
+        if (n >= sizeof(name))
+            return 0;
+        memcpy(name, entry, n);
+        name[n] = '\0';
+        for (size_t i = 0; i < sizeof(secret) / sizeof(secret[0]); i++)
+            if (strstr(name, secret[i]))
+                return 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* A login shell worth giving a job as SHELL: nologin and false are not. */
+static const char *job_shell(const char *shell)
+{
+    if (!shell || !*shell || strstr(shell, "nologin") ||
+        (strlen(shell) >= 6 && strcmp(shell + strlen(shell) - 6, "/false") == 0))
+        return "/bin/sh";
+    return shell;
+}
+
 static int env_build(env_list_t *e, const br_task_opts_t *opts, const struct passwd *pw,
-                     br_err_t *err)
+                     uid_t uid, br_err_t *err)
 {
     extern char **environ;
+    if (env_set(e, "PATH", "/usr/local/bin:/usr/bin:/bin") < 0)
+        goto nomem;
     for (char **p = environ; p && *p; p++) {
-        if (env_same_name(*p, "BRAMBLE_CREDENTIAL") || !strchr(*p, '='))
+        if (!strchr(*p, '=') || !env_passes(*p))
             continue;
         if (env_put(e, strdup(*p)) < 0)
             goto nomem;
     }
-    if (pw &&
-        (env_set(e, "HOME", pw->pw_dir) < 0 || env_set(e, "USER", pw->pw_name) < 0 ||
-         env_set(e, "LOGNAME", pw->pw_name) < 0))
+    char num[32];
+    snprintf(num, sizeof(num), "%u", (unsigned)uid);
+    if (pw ? (env_set(e, "HOME", pw->pw_dir) < 0 || env_set(e, "USER", pw->pw_name) < 0 ||
+              env_set(e, "LOGNAME", pw->pw_name) < 0 ||
+              env_set(e, "SHELL", job_shell(pw->pw_shell)) < 0)
+           : (env_set(e, "HOME", "/") < 0 || env_set(e, "USER", num) < 0 ||
+              env_set(e, "LOGNAME", num) < 0 || env_set(e, "SHELL", "/bin/sh") < 0))
         goto nomem;
     for (const char *const *p = opts->env; p && *p; p++) {
         if (!strchr(*p, '=') || **p == '=')
@@ -221,21 +272,87 @@ static int load_groups(struct child_plan *plan, const struct passwd *pw)
 
 /* Decide whose identity the task runs under. pw receives the passwd entry whose
  * HOME/USER/LOGNAME the task gets (job user, else the agent's own, if known). */
+/* "#UID:GID" -> 0 and the numbers, else -1. */
+static int parse_ids(const char *text, uid_t *uid, gid_t *gid)
+{
+    char *end;
+    if (text[0] != '#' || text[1] < '0' || text[1] > '9')
+        return -1;
+    unsigned long u = strtoul(text + 1, &end, 10);
+    if (*end != ':' || end[1] < '0' || end[1] > '9' || u >= UINT32_MAX)
+        return -1;
+    unsigned long g = strtoul(end + 1, &end, 10);
+    if (*end || g >= UINT32_MAX)
+        return -1;
+    *uid = (uid_t)u;
+    *gid = (gid_t)g;
+    return 0;
+}
+
+/* The value of HOME among opts->env (the last one), or NULL. */
+static const char *opts_home(const br_task_opts_t *opts)
+{
+    const char *home = NULL;
+    for (const char *const *p = opts->env; p && *p; p++)
+        if (strncmp(*p, "HOME=", 5) == 0)
+            home = *p + 5;
+    return home;
+}
+
+/* A uid and gid given by number ("#UID:GID"): its passwd entry when there is one
+ * (groups, home), else no supplementary group and the home the env gives. */
+static int plan_ids(struct child_plan *plan, const br_task_opts_t *opts, pw_entry_t *pw,
+                    br_err_t *err)
+{
+    uid_t uid;
+    gid_t gid;
+    if (parse_ids(opts->user, &uid, &gid) < 0)
+        return br_errf(err, EINVAL, "job user '%s': expected a name or #UID:GID",
+                       opts->user);
+    if (pw_lookup(pw, NULL, uid) < 0)
+        return br_errf(err, ENOMEM, "out of memory looking up uid %u", (unsigned)uid);
+    plan->run_uid = uid;
+    plan->run_gid = gid;
+    plan->home = opts_home(opts);
+    if (!plan->home && pw->found)
+        plan->home = pw->pw.pw_dir;
+    if (uid == geteuid() && gid == getegid())
+        return 0;
+    if (geteuid() != 0)
+        return br_errf(err, EPERM, "switching to uid %u needs a root agent",
+                       (unsigned)uid);
+    plan->switch_user = 1;
+    plan->uid = uid;
+    plan->gid = gid;
+    if (pw->found && pw->pw.pw_gid == gid)
+        return load_groups(plan, &pw->pw) < 0
+                   ? br_errf(err, ENOMEM, "cannot list the groups of uid %u", (unsigned)uid)
+                   : 0;
+    plan->ngroups = 0; /* setgroups(0): none besides gid */
+    return 0;
+}
+
 static int plan_user(struct child_plan *plan, const br_task_opts_t *opts,
                      pw_entry_t *pw, br_err_t *err)
 {
+    plan->run_uid = geteuid();
+    plan->run_gid = getegid();
     if (!opts->user || !*opts->user) {
         if (pw_lookup(pw, NULL, geteuid()) < 0)
             return br_errf(err, ENOMEM, "out of memory looking up the agent's user");
         plan->home = pw->found ? pw->pw.pw_dir : NULL;
         return 0;
     }
+    if (opts->user[0] == '#')
+        return plan_ids(plan, opts, pw, err);
     if (pw_lookup(pw, opts->user, 0) < 0)
         return br_errf(err, ENOMEM, "out of memory looking up job user '%s'",
                        opts->user);
     if (!pw->found)
         return br_errf(err, ENOENT, "job user '%s' does not exist", opts->user);
     plan->home = pw->pw.pw_dir;
+    plan->run_uid = pw->pw.pw_uid;
+    plan->run_gid = pw->pw.pw_gid;
     if (pw->pw.pw_uid == geteuid())
         return 0;
     if (geteuid() != 0)
@@ -311,7 +428,7 @@ static void child_identity(const struct child_plan *plan)
 {
     if (!plan->switch_user)
         return;
-    if (setgroups((size_t)plan->ngroups, plan->groups) < 0)
+    if (setgroups((size_t)plan->ngroups, plan->ngroups ? plan->groups : NULL) < 0)
         child_fail(plan, STAGE_GROUPS);
     if (setgid(plan->gid) < 0)
         child_fail(plan, STAGE_SETGID);
@@ -472,6 +589,8 @@ out:
     return rc;
 }
 
+static br_task_t *live_tasks; /* every task started and not destroyed yet */
+
 br_task_t *br_task_start(const br_task_opts_t *opts, br_err_t *err)
 {
     if (!opts || !opts->command || !opts->tag || !*opts->tag)
@@ -482,7 +601,7 @@ br_task_t *br_task_start(const br_task_opts_t *opts, br_err_t *err)
     env_list_t env = {0};
     br_task_t *t = NULL;
     if (plan_user(&plan, opts, &pw, err) < 0 ||
-        env_build(&env, opts, opts->user && *opts->user ? &pw.pw : NULL, err) < 0)
+        env_build(&env, opts, pw.found ? &pw.pw : NULL, plan.run_uid, err) < 0)
         goto out;
     plan.envp = env.v;
     t = task_alloc(opts->tag);
@@ -495,10 +614,15 @@ br_task_t *br_task_start(const br_task_opts_t *opts, br_err_t *err)
         br_errf(err, ENOMEM, "out of memory starting a task");
         goto out;
     }
+    t->uid = plan.run_uid;
+    t->gid = plan.run_gid;
     if (launch(t, &plan, opts, err) < 0) {
         int saved = errno;
         br_task_destroy(&t);
         errno = saved;
+    } else {
+        t->next = live_tasks;
+        live_tasks = t;
     }
 out:;
     int saved = errno;
@@ -515,6 +639,11 @@ void br_task_destroy(br_task_t **task)
         return;
     int saved = errno;
     br_task_t *t = *task;
+    for (br_task_t **p = &live_tasks; *p; p = &(*p)->next)
+        if (*p == t) {
+            *p = t->next;
+            break;
+        }
     close_fd(&t->fds[1]);
     close_fd(&t->fds[2]);
     free(t->tag);
@@ -532,6 +661,16 @@ pid_t br_task_pid(const br_task_t *task)
 const char *br_task_tag(const br_task_t *task)
 {
     return task ? task->tag : NULL;
+}
+
+uid_t br_task_uid(const br_task_t *task)
+{
+    return task->uid;
+}
+
+gid_t br_task_gid(const br_task_t *task)
+{
+    return task->gid;
 }
 
 int br_task_fd(const br_task_t *task, int stream)
@@ -928,4 +1067,44 @@ int br_task_tag_of(pid_t pid, char *tag, size_t len)
     }
     errno = ENOENT;
     return -1;
+}
+
+/* Parent, process group and session of pid from /proc/PID/stat. */
+static int read_ids(pid_t pid, pid_t *ppid, pid_t *pgrp, pid_t *sid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    char state;
+    int pp, pg, ss;
+    if (!p || sscanf(p + 1, " %c %d %d %d", &state, &pp, &pg, &ss) != 4)
+        return -1;
+    *ppid = pp;
+    *pgrp = pg;
+    *sid = ss;
+    return 0;
+}
+
+br_task_t *br_task_of_pid(pid_t pid)
+{
+    pid_t self = getpid();
+    for (int depth = 0; depth < 64 && pid > 1 && pid != self; depth++) {
+        pid_t ppid, pgrp, sid;
+        if (read_ids(pid, &ppid, &pgrp, &sid) < 0)
+            return NULL;
+        for (br_task_t *t = live_tasks; t; t = t->next)
+            if (!t->done && t->pid > 0 &&
+                (pid == t->pid || pgrp == t->pid || sid == t->pid))
+                return t;
+        pid = ppid;
+    }
+    return NULL;
 }

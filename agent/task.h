@@ -16,9 +16,17 @@ typedef struct br_task br_task_t;
 typedef struct {
     const char *command;     /* run as /bin/sh -c COMMAND */
     const char *workdir;     /* NULL: the job user's home directory, else "/" */
-    const char *const *env;  /* NULL-terminated "KEY=VALUE" entries set on top of the
-                                agent's environment (later entries win) */
-    const char *user;        /* NULL: the agent's own user; else switch (root only) */
+    const char *const *env;  /* NULL-terminated "KEY=VALUE" entries (later entries
+                                win), set on top of PATH, LANG, LANGUAGE, LC_*, TZ,
+                                TERM, LD_LIBRARY_PATH and BRAMBLE_* (but no
+                                credential, token, key or secret) from the agent's
+                                environment, and HOME, USER, LOGNAME and SHELL of
+                                the job user; nothing else of the agent's passes */
+    const char *user;        /* NULL: the agent's own user; else a user name, or
+                                "#UID:GID" for an account that may have no passwd
+                                entry (then no supplementary groups, USER and
+                                LOGNAME the uid's number, HOME from env); switching
+                                needs a root agent */
     const char *tag;         /* unique per task: exported as BRAMBLE_TASK=tag so that
                                 descendants that left the process group are found */
     const char *also;        /* NULL, or an entry of env ("KEY=VALUE") that such a
@@ -35,6 +43,16 @@ void br_task_destroy(br_task_t **task);
 
 pid_t br_task_pid(const br_task_t *task);
 const char *br_task_tag(const br_task_t *task);
+/* The uid and gid the task runs as. */
+uid_t br_task_uid(const br_task_t *task);
+gid_t br_task_gid(const br_task_t *task);
+
+/* The live task (started in this process, not destroyed, its leader not exited)
+ * whose process tree holds pid: pid or one of its ancestors (up to 64 parent links)
+ * is the task's leader, or in its process group or session. The kernel's view of
+ * the process, never its environment, so a process cannot claim another job by
+ * what it sets. NULL when none. */
+br_task_t *br_task_of_pid(pid_t pid);
 
 /* Read end of stdout (stream 1) or stderr (stream 2), non-blocking; -1 once closed. */
 int br_task_fd(const br_task_t *task, int stream);

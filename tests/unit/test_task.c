@@ -501,6 +501,95 @@ static void test_misc(void **state)
     assert_int_equal(err.errnum, EINVAL);
 }
 
+
+/* Only the allowlisted part of the agent's environment reaches a job. */
+static void test_environment_allowlist(void **state)
+{
+    static const char *const leaky[] = {"SUDO_USER", "SSH_AUTH_SOCK",
+                                        "AWS_SECRET_ACCESS_KEY", "BRAMBLE_JOIN_TOKEN",
+                                        "BRAMBLE_SECRET_THING", "HTTPS_PROXY"};
+    for (size_t i = 0; i < sizeof(leaky) / sizeof(leaky[0]); i++)
+        setenv(leaky[i], "leaked", 1);
+    setenv("LC_TIME", "C", 1);
+    br_task_t *t = start_ok("env; echo END", NULL, NULL);
+    capture_t c;
+    assert_int_equal(run_to_end(t, &c), 0);
+    assert_null(strstr(c.out, "leaked"));
+    assert_non_null(strstr(c.out, "LC_TIME=C\n"));
+    assert_non_null(strstr(c.out, "\nPATH=") ? "" : (strncmp(c.out, "PATH=", 5) ? NULL : ""));
+    assert_non_null(strstr(c.out, "SHELL="));
+    for (size_t i = 0; i < sizeof(leaky) / sizeof(leaky[0]); i++)
+        unsetenv(leaky[i]);
+    unsetenv("LC_TIME");
+}
+
+/* Which task a process belongs to: by the kernel's process tree, not its
+ * environment. */
+static void test_task_of_pid(void **state)
+{
+    br_task_t *t = start_ok("sleep 30 & setsid sleep 30 & echo started; wait", NULL, NULL);
+    assert_ptr_equal(br_task_of_pid(br_task_pid(t)), t);
+    assert_null(br_task_of_pid(getpid()));
+    assert_int_equal(br_task_uid(t), geteuid());
+    /* children (one in its own session, found by its parent) */
+    int64_t deadline = br_mono_ms() + DEADLINE_MS;
+    int found = 0;
+    while (found < 2 && br_mono_ms() < deadline) {
+        found = 0;
+        char path[64], buf[256];
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)br_task_pid(t),
+                 (int)br_task_pid(t));
+        FILE *f = fopen(path, "re");
+        if (f && fgets(buf, sizeof(buf), f)) {
+            char *p = buf, *end;
+            long pid;
+            while ((pid = strtol(p, &end, 10)) > 0 && end != p) {
+                found += br_task_of_pid((pid_t)pid) == t;
+                p = end;
+            }
+        }
+        if (f)
+            fclose(f);
+        if (found < 2)
+            sleep_ms(10);
+    }
+    assert_int_equal(found, 2);
+    /* a process outside it, even with the task's tag in its environment */
+    char entry[200];
+    snprintf(entry, sizeof(entry), "BRAMBLE_TASK=%s", br_task_tag(t));
+    pid_t other = fork();
+    if (other == 0) {
+        char *argv[] = {"sleep", "30", NULL}, *envp[] = {entry, NULL};
+        execve("/bin/sleep", argv, envp);
+        _exit(127);
+    }
+    assert_true(other > 0);
+    sleep_ms(50);
+    assert_null(br_task_of_pid(other));
+    kill(other, SIGKILL);
+    waitpid(other, NULL, 0);
+}
+
+/* "#UID:GID": a uid with no passwd entry, HOME from the env. */
+static void test_numeric_user(void **state)
+{
+    if (geteuid() != 0)
+        skip();
+    const char *env[] = {"HOME=/tmp", NULL};
+    br_err_t err = {0};
+    br_task_t *t = start("echo $(id -u) $(id -g) $(id -G) $USER $HOME $PWD", env, NULL,
+                         "#70123:70124", &err);
+    if (!t)
+        fail_msg("%s", err.text);
+    assert_int_equal(br_task_uid(t), 70123);
+    assert_int_equal(br_task_gid(t), 70124);
+    capture_t c;
+    assert_int_equal(run_to_end(t, &c), 0);
+    assert_string_equal(c.out, "70123 70124 70124 70123 /tmp /tmp\n");
+    assert_null(start("true", NULL, NULL, "#70123", &err));
+    assert_non_null(strstr(err.text, "#UID:GID"));
+}
+
 static int setup(void **state)
 {
     return prctl(PR_SET_CHILD_SUBREAPER, 1) == 0 ? 0 : -1;
@@ -532,6 +621,9 @@ int main(void)
         cmocka_unit_test_teardown(test_freeze_thaw, teardown),
         cmocka_unit_test_teardown(test_kill_frozen_tree, teardown),
         cmocka_unit_test_teardown(test_misc, teardown),
+        cmocka_unit_test_teardown(test_environment_allowlist, teardown),
+        cmocka_unit_test_teardown(test_task_of_pid, teardown),
+        cmocka_unit_test_teardown(test_numeric_user, teardown),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
