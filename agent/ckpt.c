@@ -9,11 +9,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <linux/openat2.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "util.h"
+
+/*
+ * Cost bounds. The directory is the user's choice: it may be huge, slow (a network
+ * file system) or a kernel tree. So
+ *   - /proc, /sys and /dev (by path, and by file system type once opened, which
+ *     catches a symlink into them) are never scanned;
+ *   - a pass over the directory is spread over several polls: each poll spends at
+ *     most SCAN_BUDGET units (a directory entry read, or a file stat'ed for an
+ *     entry's signature) and the next one goes on where it stopped;
+ *   - with br_ckpt_set_user, every scan runs as the job's user (fsid.h), so the
+ *     agent lists and stats only what that user could.
+ * The baseline at br_ckpt_new (what is there before the attempt starts) runs as the
+ * agent, reads names only, and stops after BASELINE_BUDGET entries; a bigger
+ * directory finishes its baseline in the following polls.
+ */
+#define SCAN_BUDGET 4096
+#define BASELINE_BUDGET 20000
 
 #define MAX_ENTRIES 1024     /* entries tracked in the directory */
 #define MAX_FILES 20000      /* files summed for one entry's signature */
@@ -34,6 +55,11 @@ typedef struct {
 } entry_t;
 
 struct br_ckpt {
+    br_fsid_t *fsid; /* whom to scan as; NULL: the agent itself */
+    DIR *pass;       /* a pass over the directory in progress, or NULL */
+    int baseline;    /* the pass in progress is the baseline: report nothing */
+    int pending;     /* some entry of this pass is not complete yet */
+    int refused;     /* the directory is in a kernel file system: not scanned */
     char dir[PATH_MAX];
     char pattern[256];
     char complete_file[NAME_MAX + 1];
@@ -155,6 +181,12 @@ static void consider(br_ckpt_t *w, entry_t *e, int64_t now, br_ckpt_fn fn, void 
     if (stat(path, &st) < 0)
         return;
     e->seen = 1;
+    if (!fn) { /* the baseline: names and markers only, no signature */
+        e->done = !w->complete_file[0] || complete(w, path, e, S_ISDIR(st.st_mode), now);
+        if (e->done && e->step > w->done_step)
+            w->done_step = e->step;
+        return;
+    }
     int64_t size = 0, mtime = 0, files = 0;
     signature(path, 0, &size, &mtime, &files);
     if (size != e->size || mtime != e->mtime_ms || files != e->files) {
@@ -163,9 +195,7 @@ static void consider(br_ckpt_t *w, entry_t *e, int64_t now, br_ckpt_fn fn, void 
         e->files = files;
         e->quiet_since = now;
     }
-    if (!fn) {
-        e->done = !w->complete_file[0] || complete(w, path, e, S_ISDIR(st.st_mode), now);
-    } else if (!e->done && complete(w, path, e, S_ISDIR(st.st_mode), now)) {
+    if (!e->done && complete(w, path, e, S_ISDIR(st.st_mode), now)) {
         e->done = 1;
         fn(arg, path, e->step, e->size, e->mtime_ms);
     }
@@ -173,18 +203,73 @@ static void consider(br_ckpt_t *w, entry_t *e, int64_t now, br_ckpt_fn fn, void 
         w->done_step = e->step;
 }
 
-/* One pass over the directory. fn NULL: the baseline at start (mark, report none). */
-static int scan(br_ckpt_t *w, int64_t now, br_ckpt_fn fn, void *arg)
+/* /proc, /sys, /dev or below (path text). */
+static int kernel_path(const char *p)
+{
+    static const char *const roots[] = {"/proc", "/sys", "/dev"};
+    for (size_t i = 0; i < sizeof(roots) / sizeof(roots[0]); i++) {
+        size_t n = strlen(roots[i]);
+        if (strncmp(p, roots[i], n) == 0 && (p[n] == '\0' || p[n] == '/'))
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether the open fd is in a kernel file system or (after symlinks) under /proc,
+ * /sys or /dev. */
+static int kernel_fd(int fd)
+{
+    struct statfs sf;
+    if (fstatfs(fd, &sf) == 0) {
+        switch ((unsigned long)sf.f_type) {
+        case PROC_SUPER_MAGIC: case SYSFS_MAGIC: case DEVPTS_SUPER_MAGIC:
+        case CGROUP_SUPER_MAGIC: case CGROUP2_SUPER_MAGIC: case DEBUGFS_MAGIC:
+        case SECURITYFS_MAGIC: case TRACEFS_MAGIC: case BPF_FS_MAGIC:
+            return 1;
+        default:
+            break;
+        }
+    }
+    char link[64], real[PATH_MAX];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, real, sizeof(real) - 1);
+    if (n <= 0)
+        return 0;
+    real[n] = '\0';
+    return kernel_path(real);
+}
+
+/* Start a pass: open the directory (as the job user, when set). 0 when there is
+ * nothing to scan. */
+static int pass_open(br_ckpt_t *w)
 {
     DIR *d = opendir(w->dir);
     if (!d)
         return 0;
+    if (kernel_fd(dirfd(d))) {
+        if (!w->refused)
+            fprintf(stderr, "bramble-agent: checkpoint dir %s is in /proc, /sys or /dev "
+                            "(or a kernel file system): not watched\n", w->dir);
+        w->refused = 1;
+        closedir(d);
+        return 0;
+    }
+    w->refused = 0;
     watch_dir(w);
     for (int i = 0; i < w->n; i++)
         w->e[i].seen = 0;
-    int pending = 0;
+    w->pass = d;
+    w->pending = 0;
+    return 1;
+}
+
+/* Go on with the pass in progress for up to budget units. 1 when it is not over
+ * yet, 0 when it is (w->pending then says whether some entry is incomplete). */
+static int pass_step(br_ckpt_t *w, int64_t now, br_ckpt_fn fn, void *arg, int64_t budget)
+{
     struct dirent *de;
-    while ((de = readdir(d))) {
+    while (budget > 0 && (de = readdir(w->pass))) {
+        budget--;
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
             fnmatch(w->pattern, de->d_name, FNM_PERIOD) != 0)
             continue;
@@ -194,14 +279,27 @@ static int scan(br_ckpt_t *w, int64_t now, br_ckpt_fn fn, void *arg)
         entry_t *e = step > w->done_step ? find_or_add(w, de->d_name, step, now) : NULL;
         if (!e)
             continue;
-        consider(w, e, now, fn, arg);
-        pending |= !e->done;
+        consider(w, e, now, w->baseline ? NULL : fn, arg);
+        budget -= e->files > 0 ? e->files : 0;
+        w->pending |= !e->done;
     }
-    closedir(d);
+    if (budget <= 0)
+        return 1;
+    closedir(w->pass);
+    w->pass = NULL;
+    w->baseline = 0;
     for (int i = 0; i < w->n; i++) /* forget entries that went away */
         if (!w->e[i].seen)
             w->e[i--] = w->e[--w->n];
-    return pending;
+    return 0;
+}
+
+/* Some of a pass (a whole one when it fits in budget); 1 while one is in progress. */
+static int scan(br_ckpt_t *w, int64_t now, br_ckpt_fn fn, void *arg, int64_t budget)
+{
+    if (!w->pass && !pass_open(w))
+        return 0;
+    return pass_step(w, now, fn, arg, budget);
 }
 
 br_ckpt_t *br_ckpt_new(const char *dir, const char *pattern, const char *complete_file,
@@ -209,6 +307,9 @@ br_ckpt_t *br_ckpt_new(const char *dir, const char *pattern, const char *complet
 {
     if (!dir || dir[0] != '/' || strlen(dir) >= PATH_MAX)
         return br_errp(err, EINVAL, "checkpoint dir must be an absolute path");
+    if (kernel_path(dir))
+        return br_errp(err, EINVAL, "checkpoint dir %s: /proc, /sys and /dev are not "
+                                    "watched", dir);
     br_ckpt_t *w = calloc(1, sizeof(*w));
     if (w)
         w->e = calloc(MAX_ENTRIES, sizeof(entry_t));
@@ -224,7 +325,9 @@ br_ckpt_t *br_ckpt_new(const char *dir, const char *pattern, const char *complet
     w->wd = -1;
     w->done_step = -1;
     w->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC); /* -1: rescans only */
-    scan(w, br_mono_ms(), NULL, NULL);
+    w->baseline = 1;
+    if (scan(w, br_mono_ms(), NULL, NULL, BASELINE_BUDGET) == 0)
+        w->baseline = 0; /* nothing there, or done: later passes report */
     return w;
 }
 
@@ -233,6 +336,9 @@ void br_ckpt_destroy(br_ckpt_t **w)
     if (w && *w) {
         if ((*w)->ifd >= 0)
             close((*w)->ifd);
+        if ((*w)->pass)
+            closedir((*w)->pass);
+        br_fsid_destroy(&(*w)->fsid);
         free((*w)->e);
         free(*w);
         *w = NULL;
@@ -268,9 +374,116 @@ void br_ckpt_poll(br_ckpt_t *w, int64_t now_ms, br_ckpt_fn fn, void *arg)
     /* events bring the next scan forward, a burst of them still makes one scan */
     if (drain_events(w) && w->next_scan > w->last_scan + MIN_SCAN_GAP_MS)
         w->next_scan = w->last_scan + MIN_SCAN_GAP_MS;
-    if (now_ms < w->next_scan)
+    if (!w->pass && now_ms < w->next_scan)
         return;
-    int pending = scan(w, now_ms, fn, arg);
+    br_err_t err;
+    if (br_fsid_enter(w->fsid, &err) < 0) {
+        fprintf(stderr, "bramble-agent: checkpoint dir %s: %s\n", w->dir, err.text);
+        w->next_scan = now_ms + RESCAN_IDLE_MS;
+        return;
+    }
+    int more = scan(w, now_ms, fn, arg, SCAN_BUDGET);
+    br_fsid_leave(w->fsid);
+    if (more)
+        return; /* the pass goes on at the next poll */
     w->last_scan = now_ms;
-    w->next_scan = now_ms + (pending ? RESCAN_BUSY_MS : RESCAN_IDLE_MS);
+    w->next_scan = now_ms + (w->pending ? RESCAN_BUSY_MS : RESCAN_IDLE_MS);
+}
+
+int br_ckpt_set_user(br_ckpt_t *w, uid_t uid, gid_t gid, br_err_t *err)
+{
+    br_fsid_t *f = br_fsid_new(uid, gid, err);
+    if (!f)
+        return -1;
+    br_fsid_destroy(&w->fsid);
+    w->fsid = f;
+    if (w->pass) { /* a pass the agent opened: start it again as the user */
+        closedir(w->pass);
+        w->pass = NULL;
+    }
+    return 0;
+}
+
+const char *br_ckpt_dir(const br_ckpt_t *w)
+{
+    return w->dir;
+}
+
+static long sys_openat2(int dfd, const char *path, const struct open_how *how)
+{
+    return syscall(SYS_openat2, dfd, path, how, sizeof(*how));
+}
+
+/* Open path (O_PATH) inside dir without leaving it, following symlinks only while
+ * they stay beneath it; or, without dir, as it is. */
+static int open_checked(const char *dir, const char *path, br_err_t *err)
+{
+    if (!dir) {
+        int fd = open(path, O_PATH | O_CLOEXEC);
+        return fd >= 0 ? fd : br_errf(err, errno, "checkpoint %s: %s", path,
+                                      strerror(errno));
+    }
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    int root = n == 1; /* dir "/" */
+    const char *rel = path + n;
+    if (strncmp(path, dir, n) != 0 || (!root && *rel != '/') || !rel[root ? 0 : 1])
+        return br_errf(err, EACCES, "checkpoint %s is not inside the job's checkpoint "
+                                    "dir %.*s", path, (int)n, dir);
+    rel += root ? 0 : 1;
+    int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return br_errf(err, errno, "checkpoint dir %.*s: %s", (int)n, dir, strerror(errno));
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+    int fd = (int)sys_openat2(dfd, rel, &how);
+    int e = errno;
+    if (fd < 0 && e == ENOSYS) { /* before Linux 5.6: compare the real paths */
+        char rd[PATH_MAX], rp[PATH_MAX];
+        size_t k;
+        e = EXDEV;
+        if (!realpath(dir, rd) || !realpath(path, rp))
+            e = errno;
+        else if ((k = strlen(rd)) && strncmp(rp, rd, k) == 0 && (rp[k] == '/' || k == 1))
+            e = (fd = open(rp, O_PATH | O_CLOEXEC)) < 0 ? errno : 0;
+    }
+    close(dfd);
+    if (fd >= 0)
+        return fd;
+    if (e == EXDEV || e == ELOOP)
+        return br_errf(err, EXDEV, "checkpoint %s leads out of the checkpoint dir %.*s "
+                                   "(a symlink out of it?)", path, (int)n, dir);
+    return br_errf(err, e, "checkpoint %s: %s", path, strerror(e));
+}
+
+int br_ckpt_inspect(const char *dir, br_fsid_t *fsid, const char *path, int64_t *size,
+                    int64_t *mtime_ms, br_err_t *err)
+{
+    if (br_fsid_enter(fsid, err) < 0)
+        return -1;
+    int rc = -1, fd = open_checked(dir, path, err);
+    struct stat st;
+    char link[64], real[PATH_MAX];
+    ssize_t n = -1;
+    if (fd < 0)
+        goto out;
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    if (kernel_fd(fd) || (n = readlink(link, real, sizeof(real) - 1)) <= 0) {
+        br_errf(err, EACCES, "checkpoint %s is in /proc, /sys or /dev", path);
+        goto out;
+    }
+    real[n] = '\0';
+    if (fstat(fd, &st) < 0) {
+        br_errf(err, errno, "checkpoint %s: %s", path, strerror(errno));
+        goto out;
+    }
+    *mtime_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+    *size = br_ckpt_size(real);
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    br_fsid_leave(fsid);
+    return rc;
 }

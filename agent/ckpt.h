@@ -10,8 +10,10 @@
 #define BRAMBLE_CKPT_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "err.h"
+#include "fsid.h"
 
 typedef struct br_ckpt br_ckpt_t;
 
@@ -19,7 +21,9 @@ typedef struct br_ckpt br_ckpt_t;
 typedef void (*br_ckpt_fn)(void *arg, const char *path, int64_t step, int64_t size,
                            int64_t mtime_ms);
 
-/* dir need not exist yet. pattern: fnmatch(3) glob (NULL = "*"); complete_file: a
+/* dir need not exist yet; /proc, /sys and /dev (or below) are refused, and a dir
+ * that turns out to be in a kernel file system (a symlink into /proc) is not
+ * scanned. Scans are spread over polls (a bounded amount of work per poll). pattern: fnmatch(3) glob (NULL = "*"); complete_file: a
  * plain file name or NULL. stable_ms: quiet time that makes an unmarked entry
  * complete. */
 br_ckpt_t *br_ckpt_new(const char *dir, const char *pattern, const char *complete_file,
@@ -32,6 +36,20 @@ int br_ckpt_fd(const br_ckpt_t *w);
 /* Drain inotify events and rescan when due; calls fn once per newly complete
  * checkpoint. now_ms: monotonic milliseconds. */
 void br_ckpt_poll(br_ckpt_t *w, int64_t now_ms, br_ckpt_fn fn, void *arg);
+
+/* Scan as this uid and gid from now on (fsid.h): the job's user. */
+int br_ckpt_set_user(br_ckpt_t *w, uid_t uid, gid_t gid, br_err_t *err);
+
+/* The watched directory. */
+const char *br_ckpt_dir(const br_ckpt_t *w);
+
+/* A checkpoint a job reports itself: path (absolute, canonical) must be inside dir
+ * (unless dir is NULL), reached without a symlink that leads out of it, and not in
+ * /proc, /sys or /dev; everything is looked at as fsid (NULL: the agent itself), so
+ * a path the job's user cannot reach is refused like one that does not exist. 0
+ * with its size (bytes under it) and newest mtime, or -1 with err saying why. */
+int br_ckpt_inspect(const char *dir, br_fsid_t *fsid, const char *path, int64_t *size,
+                    int64_t *mtime_ms, br_err_t *err);
 
 /* Total bytes of the files under path (bounded, as the watcher counts them). */
 int64_t br_ckpt_size(const char *path);

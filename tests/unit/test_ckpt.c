@@ -714,11 +714,119 @@ static void test_many_entries(void **state)
     assert_int_equal(f->n, 1);
 }
 
+
+/* ---- directories the watcher must not scan, and reported paths ---- */
+
+static void test_refuses_kernel_dirs(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {"/proc", "/proc/self", "/sys", "/sys/fs", "/dev",
+                                      "/dev/shm"};
+    for (size_t i = 0; i < NELEM(bad); i++) {
+        br_err_t err = {0};
+        br_ckpt_t *w = br_ckpt_new(bad[i], NULL, NULL, STABLE, &err);
+        if (w)
+            fail_msg("%s was accepted", bad[i]);
+        assert_non_null(strstr(err.text, "/proc, /sys and /dev"));
+    }
+}
+
+/* A symlink into /proc is not followed by the scans: nothing is reported, at once. */
+static void test_symlink_into_proc_not_scanned(void **state)
+{
+    fix_t *f = *state;
+    snprintf(f->dir, sizeof(f->dir), "%s/link", f->root);
+    assert_int_equal(symlink("/proc", f->dir), 0);
+    int64_t t0 = br_mono_ms();
+    watch(f, NULL, NULL, 1);
+    quiet_for(f, 3000, 500);
+    assert_int_equal(f->n, 0);
+    assert_true(br_mono_ms() - t0 < 2000);
+}
+
+/* A baseline too big for one go goes on in the following polls, and still reports
+ * nothing that was there before. */
+static void test_big_baseline(void **state)
+{
+    fix_t *f = *state;
+    for (int i = 1; i <= 21000; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "c-%d", i);
+        put(f, name, 0);
+    }
+    watch(f, "c-*", NULL, STABLE);
+    quiet_for(f, 3000, 500);
+    assert_int_equal(f->n, 0);
+    put(f, "c-30000", 1);
+    quiet_for(f, 12000, 500); /* a pass takes a few polls here */
+    assert_int_equal(reported(f, "c-30000"), 1);
+    assert_int_equal(f->n, 1);
+}
+
+static void test_inspect(void **state)
+{
+    fix_t *f = *state;
+    char p[PATH_MAX], outside[PATH_MAX];
+    br_err_t err = {0};
+    int64_t size = -1, mtime = -1;
+    mk(f, "checkpoint-1");
+    put(f, "checkpoint-1/w", 10);
+    path_of(f, "checkpoint-1", p, sizeof(p));
+    assert_int_equal(br_ckpt_inspect(f->dir, NULL, p, &size, &mtime, &err), 0);
+    assert_int_equal(size, 10);
+    assert_true(mtime > 0);
+    /* no dir: any path */
+    assert_int_equal(br_ckpt_inspect(NULL, NULL, p, &size, &mtime, &err), 0);
+    /* outside the dir, or the dir itself */
+    snprintf(outside, sizeof(outside), "%s/elsewhere", f->root);
+    put(f, "../elsewhere", 3);
+    assert_int_equal(br_ckpt_inspect(f->dir, NULL, outside, &size, &mtime, &err), -1);
+    assert_non_null(strstr(err.text, "not inside the job's checkpoint dir"));
+    assert_int_equal(br_ckpt_inspect(f->dir, NULL, f->dir, &size, &mtime, &err), -1);
+    snprintf(outside, sizeof(outside), "%sx/checkpoint-1", f->dir);
+    assert_int_equal(br_ckpt_inspect(f->dir, NULL, outside, &size, &mtime, &err), -1);
+    /* a symlink out of it */
+    path_of(f, "checkpoint-2", p, sizeof(p));
+    assert_int_equal(symlink("/etc", p), 0);
+    path_of(f, "checkpoint-2/passwd", p, sizeof(p));
+    assert_int_equal(br_ckpt_inspect(f->dir, NULL, p, &size, &mtime, &err), -1);
+    assert_int_equal(err.errnum, EXDEV);
+    assert_non_null(strstr(err.text, "leads out of the checkpoint dir"));
+    /* a symlink that stays inside is fine */
+    path_of(f, "checkpoint-3", p, sizeof(p));
+    assert_int_equal(symlink("checkpoint-1", p), 0);
+    assert_int_equal(br_ckpt_inspect(f->dir, NULL, p, &size, &mtime, &err), 0);
+    assert_int_equal(size, 10);
+    /* /proc never */
+    assert_int_equal(br_ckpt_inspect(NULL, NULL, "/proc/self/status", &size, &mtime, &err), -1);
+    assert_non_null(strstr(err.text, "/proc"));
+    /* as another user: what it cannot reach is refused */
+    if (geteuid() != 0)
+        return;
+    br_fsid_t *nobody = br_fsid_new(65534, 65534, &err);
+    assert_non_null(nobody);
+    assert_int_equal(chmod(f->root, 0755), 0);
+    mk(f, "private");
+    path_of(f, "private", p, sizeof(p));
+    assert_int_equal(chmod(p, 0700), 0);
+    put(f, "private/checkpoint-9", 5);
+    path_of(f, "private/checkpoint-9", p, sizeof(p));
+    assert_int_equal(br_ckpt_inspect(f->dir, nobody, p, &size, &mtime, &err), -1);
+    assert_int_equal(err.errnum, EACCES);
+    path_of(f, "checkpoint-1", p, sizeof(p));
+    assert_int_equal(br_ckpt_inspect(f->dir, nobody, p, &size, &mtime, &err), 0);
+    /* and the agent is itself again afterwards */
+    path_of(f, "private/checkpoint-9", p, sizeof(p));
+    assert_int_equal(br_ckpt_inspect(f->dir, NULL, p, &size, &mtime, &err), 0);
+    br_fsid_destroy(&nobody);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step),
         cmocka_unit_test(test_new_refuses_relative_dir),
+        cmocka_unit_test(test_refuses_kernel_dirs),
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
         T(test_fd),
         T(test_hf_marker),
@@ -741,6 +849,9 @@ int main(void)
         T(test_removal),
         T(test_size_and_mtime),
         T(test_many_entries),
+        T(test_symlink_into_proc_not_scanned),
+        T(test_big_baseline),
+        T(test_inspect),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
