@@ -524,31 +524,32 @@ static void checkpoint_acked(br_agent_t *a, uint32_t seq)
     }
 }
 
-/* `bramble checkpoint PATH --step N` from inside a job: the kernel tells which
- * process asks, its BRAMBLE_TASK tag which attempt it belongs to. */
-static json_t *on_local(void *arg, const char *tag, json_t *req, br_err_t *err)
+/* `bramble checkpoint PATH --step N` from inside a job. localsock has made sure the
+ * asking process is in task's process tree and runs as its uid; the path is looked
+ * at as that uid, and must be inside the attempt's checkpoint dir when it has one. */
+static json_t *on_local(void *arg, br_task_t *task, const br_jobsock_req_t *req,
+                        br_err_t *err)
 {
     br_agent_t *a = arg;
     br_attempt_t *t = NULL;
     for (int i = 0; i < a->natt && !t; i++)
-        if (br_attempt_has_tag(a->att[i], tag))
+        if (br_attempt_has_tag(a->att[i], br_task_tag(task)))
             t = a->att[i];
-    const char *type, *path;
-    json_int_t step;
-    json_error_t jerr;
-    struct stat st;
     if (!t || br_attempt_done(t))
-        return br_errp(err, EACCES, "not inside a running job of this node");
-    if (json_unpack_ex(req, &jerr, JSON_STRICT, "{s:s, s:s, s:I}", "type", &type, "path",
-                       &path, "step", &step) < 0 || strcmp(type, "checkpoint") != 0)
-        return br_errp(err, EPROTO, "bad request: %s", jerr.text);
-    if (path[0] != '/' || step < 0)
-        return br_errp(err, EINVAL, "checkpoint: need an absolute path and a step >= 0");
-    if (stat(path, &st) < 0)
-        return br_errp(err, errno, "checkpoint %s: %s", path, strerror(errno));
+        return br_errp(err, EACCES, "refused: not inside a running job of this node");
+    br_ckpt_t *ck = br_attempt_ckpt(t);
+    br_fsid_t *as = br_fsid_new(br_task_uid(task), br_task_gid(task), err);
+    int64_t size = 0, mtime_ms = 0;
+    int rc = as ? br_ckpt_inspect(ck ? br_ckpt_dir(ck) : NULL, as, req->path, &size,
+                                  &mtime_ms, err)
+                : -1;
+    br_fsid_destroy(&as);
+    if (rc < 0) {
+        br_err_prefix(err, "refused");
+        return NULL;
+    }
     ckpt_ctx_t ctx = {a, t};
-    on_checkpoint(&ctx, path, step, br_ckpt_size(path),
-                  (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000);
+    on_checkpoint(&ctx, req->path, req->step, size, mtime_ms);
     return json_pack("{s:b, s:I, s:i}", "ok", 1, "job", (json_int_t)br_attempt_job(t),
                      "attempt", br_attempt_number(t));
 }
@@ -958,7 +959,7 @@ static void timers(br_agent_t *a)
  * whose). Returns the count, or -1 when out of memory. */
 static int build_poll(br_agent_t *a)
 {
-    int max = FIXED_ITEMS;
+    int max = FIXED_ITEMS + BR_LOCALSOCK_MAX_CONNS;
     for (int i = 0; i < a->natt; i++)
         max += 1 + 2 * br_attempt_ntasks(a->att[i]);
     if (max > a->items_cap) {
@@ -981,6 +982,12 @@ static int build_poll(br_agent_t *a)
     items[n++] = (zmq_pollitem_t){NULL, br_localsock_fd(a->local), ZMQ_POLLIN, 0};
     items[n++] = a->probe ? (zmq_pollitem_t){NULL, br_probe_fd(a->probe), ZMQ_POLLIN, 0}
                           : (zmq_pollitem_t){NULL, a->sigfd, 0, 0}; /* a placeholder */
+    int lfds[BR_LOCALSOCK_FDS_MAX]; /* the job socket's open connections: wake-ups */
+    int nl = br_localsock_fds(a->local, lfds, BR_LOCALSOCK_FDS_MAX);
+    for (int f = 1; f < nl && n < max; f++) {
+        owner[n] = NULL;
+        items[n++] = (zmq_pollitem_t){NULL, lfds[f], ZMQ_POLLIN, 0};
+    }
     for (int i = 0; i < a->natt; i++) {
         br_ckpt_t *ck = br_attempt_ckpt(a->att[i]);
         if (ck && br_ckpt_fd(ck) >= 0) {
@@ -1052,8 +1059,7 @@ int br_agent_run(br_agent_t *a, br_err_t *err)
                     if (owner[j] == owner[i])
                         owner[j] = NULL;
             }
-        if (rc > 0 && (items[3].revents & ZMQ_POLLIN))
-            br_localsock_serve(a->local, on_local, a);
+        br_localsock_serve(a->local, on_local, a); /* never blocks; expires the idle */
         if (rc > 0 && (items[0].revents & ZMQ_POLLIN))
             drain_socket(a);
         timers(a);

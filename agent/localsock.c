@@ -6,17 +6,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "jobsock.h"
-#include "task.h"
 #include "util.h"
+
+#define ACCEPT_PER_WAKE 64 /* more wait in the backlog until the next wake */
+
+typedef struct {
+    int fd;          /* -1: free slot */
+    int64_t opened;  /* monotonic ms */
+} conn_t;
 
 struct br_localsock {
     int fd;
     char address[108];
+    conn_t conns[BR_LOCALSOCK_MAX_CONNS];
+    int dropped_full, dropped_late; /* counted, said once */
 };
 
 br_localsock_t *br_localsock_new(const char *node, br_err_t *err)
@@ -24,6 +30,8 @@ br_localsock_t *br_localsock_new(const char *node, br_err_t *err)
     br_localsock_t *l = calloc(1, sizeof(*l));
     if (!l)
         return br_errp(err, ENOMEM, "out of memory");
+    for (int i = 0; i < BR_LOCALSOCK_MAX_CONNS; i++)
+        l->conns[i].fd = -1;
     snprintf(l->address, sizeof(l->address), "@bramble-agent/%s/%d", node, (int)getpid());
     struct sockaddr_un sa;
     socklen_t len = br_local_addr(l->address, &sa);
@@ -39,9 +47,18 @@ br_localsock_t *br_localsock_new(const char *node, br_err_t *err)
     return l;
 }
 
+static void conn_close(conn_t *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+}
+
 void br_localsock_destroy(br_localsock_t **l)
 {
     if (l && *l) {
+        for (int i = 0; i < BR_LOCALSOCK_MAX_CONNS; i++)
+            conn_close(&(*l)->conns[i]);
         close((*l)->fd);
         free(*l);
         *l = NULL;
@@ -58,46 +75,121 @@ const char *br_localsock_address(const br_localsock_t *l)
     return l->address;
 }
 
+int br_localsock_fds(const br_localsock_t *l, int *fds, int max)
+{
+    int n = 0;
+    if (n < max)
+        fds[n++] = l->fd;
+    for (int i = 0; i < BR_LOCALSOCK_MAX_CONNS && n < max; i++)
+        if (l->conns[i].fd >= 0)
+            fds[n++] = l->conns[i].fd;
+    return n;
+}
+
+int br_localsock_nconns(const br_localsock_t *l)
+{
+    int n = 0;
+    for (int i = 0; i < BR_LOCALSOCK_MAX_CONNS; i++)
+        n += l->conns[i].fd >= 0;
+    return n;
+}
+
 static void send_json(int fd, json_t *reply)
 {
     char *text = json_dumps(reply, JSON_COMPACT);
-    if (text && strlen(text) < BR_LOCAL_MSG_MAX)
-        (void)send(fd, text, strlen(text), MSG_NOSIGNAL);
+    if (text && strlen(text) < BR_LOCAL_MSG_MAX) /* the peer's buffer is empty: */
+        (void)send(fd, text, strlen(text), MSG_NOSIGNAL | MSG_DONTWAIT); /* fits */
     free(text);
     json_decref(reply);
 }
 
-static void serve_one(int fd, br_localsock_fn fn, void *arg)
+/* Which task the peer belongs to, checked: inside its tree and as its uid. */
+static br_task_t *peer_task(int fd, br_err_t *err)
 {
-    struct timeval tv = {0, 200000}; /* a job's request is sent at once */
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    char buf[BR_LOCAL_MSG_MAX], tag[160];
     struct ucred cred;
     socklen_t clen = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 || cred.pid <= 0)
+        return br_errp(err, EACCES, "refused: the kernel does not say who is asking");
+    br_task_t *t = br_task_of_pid(cred.pid);
+    if (!t)
+        return br_errp(err, EACCES,
+                       "refused: not inside a running job of this node (process %d, uid "
+                       "%u, is in no job's process tree)",
+                       (int)cred.pid, (unsigned)cred.uid);
+    if (cred.uid != br_task_uid(t))
+        return br_errp(err, EACCES,
+                       "refused: process %d runs as uid %u, not as its job's uid %u",
+                       (int)cred.pid, (unsigned)cred.uid, (unsigned)br_task_uid(t));
+    return t;
+}
+
+/* The request on c came (or the peer left): answer it and close. 0 when nothing was
+ * there yet. */
+static int conn_read(conn_t *c, br_localsock_fn fn, void *arg)
+{
+    char buf[BR_LOCAL_MSG_MAX];
+    ssize_t n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    if (n <= 0) { /* gone without asking */
+        conn_close(c);
+        return 1;
+    }
     br_err_t err = {0};
+    br_jobsock_req_t *req = malloc(sizeof(*req));
     json_t *reply = NULL;
-    ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
-    json_t *req = n > 0 ? json_loadb(buf, (size_t)n, JSON_REJECT_DUPLICATES, NULL) : NULL;
-    if (!json_is_object(req))
-        br_errf(&err, EPROTO, "bad request: expected one JSON object");
-    else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
-             br_task_tag_of(cred.pid, tag, sizeof(tag)) < 0)
-        br_errf(&err, EACCES, "not inside a running job of this node");
-    else
-        reply = fn(arg, tag, req, &err);
+    br_task_t *t = NULL;
+    if (!req)
+        br_errf(&err, ENOMEM, "out of memory");
+    else if ((size_t)n > sizeof(buf))
+        br_errf(&err, EMSGSIZE, "bad request: longer than %d bytes", BR_LOCAL_MSG_MAX - 1);
+    else if ((t = peer_task(c->fd, &err)) && br_jobsock_decode(buf, (size_t)n, req, &err) == 0)
+        reply = fn(arg, t, req, &err);
     if (!reply)
         reply = json_pack("{s:s}", "error", err.text[0] ? err.text : "refused");
-    send_json(fd, reply);
-    json_decref(req);
+    send_json(c->fd, reply);
+    free(req);
+    conn_close(c);
+    return 1;
+}
+
+/* A free slot; when all are taken, the oldest connection is dropped for it. */
+static conn_t *conn_slot(br_localsock_t *l)
+{
+    conn_t *oldest = NULL;
+    for (int i = 0; i < BR_LOCALSOCK_MAX_CONNS; i++) {
+        conn_t *c = &l->conns[i];
+        if (c->fd < 0)
+            return c;
+        if (!oldest || c->opened < oldest->opened)
+            oldest = c;
+    }
+    if (!l->dropped_full++)
+        fprintf(stderr, "bramble-agent: job socket: %d connections open without a request; "
+                        "dropping the oldest for each new one\n", BR_LOCALSOCK_MAX_CONNS);
+    conn_close(oldest);
+    return oldest;
 }
 
 void br_localsock_serve(br_localsock_t *l, br_localsock_fn fn, void *arg)
 {
-    for (int i = 0; i < 16; i++) {
-        int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+    int64_t now = br_mono_ms();
+    for (int i = 0; i < BR_LOCALSOCK_MAX_CONNS; i++) {
+        conn_t *c = &l->conns[i];
+        if (c->fd >= 0 && !conn_read(c, fn, arg) && now - c->opened > BR_LOCALSOCK_DEADLINE_MS) {
+            if (!l->dropped_late++)
+                fprintf(stderr, "bramble-agent: job socket: closed a connection that sent "
+                                "no request within %d ms\n", BR_LOCALSOCK_DEADLINE_MS);
+            conn_close(c);
+        }
+    }
+    for (int i = 0; i < ACCEPT_PER_WAKE; i++) {
+        int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0)
             return;
-        serve_one(fd, fn, arg);
-        close(fd);
+        conn_t *c = conn_slot(l);
+        c->fd = fd;
+        c->opened = now;
+        conn_read(c, fn, arg); /* a job sends at once: often there already */
     }
 }
