@@ -24,6 +24,7 @@
 #include "client.h"
 #include "gpu.h"
 #include "inventory.h"
+#include "jobuser.h"
 #include "localsock.h"
 #include "probe.h"
 #include "msg.h"
@@ -624,13 +625,14 @@ static void on_run(br_agent_t *a, br_msg_t *m)
     const char *name, *command;
     json_t *workdir, *env, *ckpt = NULL, *tasks = NULL, *service = NULL;
     json_int_t owner_id = 0; /* whose job (PROTOCOL.md section 6) */
+    const char *unix_user = NULL; /* the local account the admin mapped the owner to */
     br_err_t err = {0};
     const char *fault = "";
-    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?I, s?o, s?o, s?o}",
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?I, s?s, s?o, s?o, s?o}",
                       "job", &job, "attempt", &attempt, "name", &name, "rank", &rank,
                       "command", &command, "workdir", &workdir, "env", &env, "owner_id",
-                      &owner_id, "checkpoint", &ckpt, "tasks", &tasks, "service",
-                      &service) < 0 ||
+                      &owner_id, "unix_user", &unix_user, "checkpoint", &ckpt, "tasks",
+                      &tasks, "service", &service) < 0 ||
         !json_is_object(env) || (tasks && !json_is_array(tasks)) ||
         (service && !json_is_object(service))) {
         reply(a, m, EPROTO, err.text[0] ? err.text : "job.run: env and service must be "
@@ -671,6 +673,19 @@ static void on_run(br_agent_t *a, br_msg_t *m)
             snprintf(text, sizeof(text), "%d", port);
             json_object_set_new(env, "PORT", json_string(text));
         }
+        /* whom it runs as: the owner's own uid where the agent has them (jobuser.h) */
+        br_jobuser_t who;
+        br_jobusers_opts_t uo = {.job_user = a->s->job_user,
+                                 .first = a->s->job_uid_first,
+                                 .last = a->s->job_uid_last,
+                                 .allow_root = a->s->allow_root_jobs,
+                                 .data_dir = a->s->data_dir,
+                                 .agent_uid = geteuid()};
+        br_jobusers_t *users = br_jobusers_new(&uo, &err);
+        int allowed = users && br_jobusers_resolve(users, owner_id, unix_user, &who, &err) == 0;
+        br_jobusers_destroy(&users);
+        if (allowed && who.home[0] && !json_object_get(env, "HOME"))
+            json_object_set_new(env, "HOME", json_string(who.home));
         br_attempt_opts_t o = {
             .job = job,
             .attempt = attempt,
@@ -679,10 +694,15 @@ static void on_run(br_agent_t *a, br_msg_t *m)
             .env = env,
             .tasks = tasks,
             .default_rank = rank,
-            .user = a->s->job_user[0] ? a->s->job_user : NULL,
+            .user = allowed && who.user[0] ? who.user : NULL,
             .node = a->s->name,
             .checkpoint = json_is_object(ckpt) ? ckpt : NULL};
-        br_attempt_t *t = br_attempt_start(&o, &err);
+        br_attempt_t *t = allowed ? br_attempt_start(&o, &err) : NULL;
+        br_err_t cerr;
+        if (t && br_attempt_ckpt(t) &&
+            br_ckpt_set_user(br_attempt_ckpt(t), who.uid, who.gid, &cerr) < 0)
+            fprintf(stderr, "bramble-agent: job %lld: checkpoint watcher: %s\n",
+                    (long long)job, cerr.text);
         if (t) {
             a->att[a->natt++] = t;
             br_attempt_set_port(t, port);

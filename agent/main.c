@@ -19,11 +19,15 @@ static void usage(FILE *f)
             "                     [--advertise-addr ADDR]\n"
             "                     [--discover-timeout 30s] [--discover-port 7702]\n"
             "                     [--probe-port 7703|0|off]\n"
+            "                     [--job-uids FIRST-LAST] [--allow-root-jobs]\n"
             "\n"
             "The first start joins with --join TOKEN (from `bramble token create`),\n"
             "makes this node's key pair and saves it in DIR; later starts need only\n"
             "--data-dir. --gpus LIST declares GPUs by hand: \"RTX 4090:24GiB,...\".\n"
             "--job-user runs jobs as USER (needs a root agent).\n"
+            "--job-uids FIRST-LAST runs each user's jobs as uid FIRST+their owner id\n"
+            "(the same range on every node; needs a root agent). A root agent refuses to\n"
+            "run jobs as root unless given --allow-root-jobs.\n"
             "When the token's endpoint does not answer the join within 3s (or its\n"
             "host cannot be resolved), the agent listens on UDP --discover-port for up to\n"
             "--discover-timeout (0: not at all) for a coordinator announcing the\n"
@@ -63,6 +67,8 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
         {"discover-timeout", required_argument, NULL, 'D'},
         {"discover-port", required_argument, NULL, 'P'},
         {"probe-port", required_argument, NULL, 'p'},
+        {"job-uids", required_argument, NULL, 'U'},
+        {"allow-root-jobs", no_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int o;
@@ -109,6 +115,13 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
                 return 2;
             }
             break;
+        case 'U':
+            if (br_settings_job_uids(s, optarg, &err) < 0) {
+                fprintf(stderr, "bramble-agent: --job-uids %s\n", err.text);
+                return 2;
+            }
+            break;
+        case 'R': s->allow_root_jobs = 1; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return 2;
         }
@@ -164,6 +177,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bramble-agent: %s\n", err.text);
         rc = 1;
     }
+    if (rc == 0)
+        br_settings_warn(&s);
     br_agent_t *a = rc == 0 ? br_agent_new(&s, &err) : NULL;
     if (rc == 0 && !a) {
         fprintf(stderr, "bramble-agent: %s\n", err.text);

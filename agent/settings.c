@@ -9,6 +9,7 @@
 
 #include "announce.h"
 #include "conf.h"
+#include "jobuser.h"
 #include "probe.h"
 #include "util.h"
 
@@ -30,6 +31,26 @@ int br_settings_probe_port(br_settings_t *s, const char *text, br_err_t *err)
     if (br_parse_port(text, 0, &s->probe_port, err) < 0)
         return br_errf(err, EINVAL, "'%s': expected 0..65535 or off", text);
     return 0;
+}
+
+int br_settings_job_uids(br_settings_t *s, const char *text, br_err_t *err)
+{
+    return br_jobusers_parse_range(text, &s->job_uid_first, &s->job_uid_last, err);
+}
+
+void br_settings_warn(const br_settings_t *s)
+{
+    br_jobusers_opts_t o = {.job_user = s->job_user,
+                            .first = s->job_uid_first,
+                            .last = s->job_uid_last,
+                            .allow_root = s->allow_root_jobs,
+                            .data_dir = s->data_dir,
+                            .agent_uid = geteuid()};
+    br_jobusers_t *u = br_jobusers_new(&o, NULL);
+    const char *warning = u ? br_jobusers_warning(u) : NULL;
+    if (warning)
+        fprintf(stderr, "bramble-agent: warning: %s\n", warning);
+    br_jobusers_destroy(&u);
 }
 
 void br_settings_free(br_settings_t *s)
@@ -74,6 +95,12 @@ int br_settings_load(br_settings_t *s, int *joined, br_err_t *err)
         return -1;
     take_str(obj, "gpus", s->gpus, sizeof(s->gpus));
     take_str(obj, "job_user", s->job_user, sizeof(s->job_user));
+    const char *uids = br_conf_str(obj, "job_uids");
+    if (uids && *uids && !s->job_uid_last && br_settings_job_uids(s, uids, err) < 0) {
+        json_decref(obj);
+        br_err_prefix(err, "%s: job_uids", path);
+        return -1;
+    }
     take_str(obj, "advertise_addr", s->advertise_addr, sizeof(s->advertise_addr));
     const char *probe = br_conf_str(obj, "probe_port");
     if (probe && s->probe_port == PROBE_PORT_UNSET &&
@@ -117,6 +144,11 @@ int br_settings_save(const br_settings_t *s, br_err_t *err)
                             s->labels, "cost_per_hour", cost, "gpus", s->gpus, "job_user",
                             s->job_user, "advertise_addr", s->advertise_addr, "probe_port",
                             probe);
+    if (s->job_uid_last) {
+        char uids[32];
+        snprintf(uids, sizeof(uids), "%u-%u", s->job_uid_first, s->job_uid_last);
+        json_object_set_new(obj, "job_uids", json_string(uids));
+    }
     path_of(s, "agent.yaml", path, sizeof(path));
     int rc = br_conf_save(path, obj, 0600, err);
     json_decref(obj);

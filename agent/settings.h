@@ -21,6 +21,9 @@ typedef struct {
     int cost_given;
     char gpus[1024];       /* auto | none | LIST */
     char job_user[64];     /* "" = the agent's own user */
+    uint32_t job_uid_first, job_uid_last; /* --job-uids FIRST-LAST; 0 0 = none */
+    int allow_root_jobs;   /* --allow-root-jobs: a root agent may run jobs as root;
+                              not saved, so it is given at every start */
     char advertise_addr[256];
     int64_t discover_timeout_ms; /* join: listen this long for the coordinator's LAN
                                     announcement when the token endpoint is silent
@@ -41,6 +44,12 @@ int br_settings_probe_port(br_settings_t *s, const char *text, br_err_t *err);
 
 /* After load: defaults for what neither a flag nor agent.yaml set. */
 int br_settings_finish(br_settings_t *s);
+
+/* Parse --job-uids FIRST-LAST into s. */
+int br_settings_job_uids(br_settings_t *s, const char *text, br_err_t *err);
+
+/* Say on stderr when the job user settings leave jobs nobody but root to run as. */
+void br_settings_warn(const br_settings_t *s);
 
 /* Parse --label k=v into s->labels. */
 int br_settings_add_label(br_settings_t *s, const char *kv, br_err_t *err);
