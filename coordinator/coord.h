@@ -17,6 +17,8 @@
 #include "storemark.h"
 #include "zap.h"
 
+#define BR_COORD_BATCH_MAX 512 /* messages read in one wake (one transaction) */
+
 typedef struct br_coord {
     br_config_t cfg;
     br_dirlock_t *lock; /* DIR/brambled.lock: one coordinator per data dir */
@@ -31,6 +33,10 @@ typedef struct br_coord {
     uint32_t seq;
     br_msg_t **outbox;
     size_t outbox_len, outbox_cap;
+    br_msg_t *wake_reqs[BR_COORD_BATCH_MAX]; /* what this wake read: told if undone */
+    size_t wake_len;
+    char *wake_log; /* event lines of this wake, printed once it is committed */
+    size_t wake_log_len, wake_log_cap;
     int sched_needed;
     int sched_on_heartbeat; /* a job waits for nodes to be heard from: rerun then */
     int64_t limits_checked; /* monotonic ms of the last time-limit sweep */

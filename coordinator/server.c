@@ -19,7 +19,15 @@
 #include "sock.h"
 #include "util.h"
 
-#define BATCH_MAX 512
+#define BATCH_MAX BR_COORD_BATCH_MAX
+
+/* Let go of the requests the last wake read. */
+static void forget_wake(br_coord_t *c)
+{
+    for (size_t i = 0; i < c->wake_len; i++)
+        br_msg_destroy(&c->wake_reqs[i]);
+    c->wake_len = 0;
+}
 
 /* ZAP: the handshake admits the keys of the admin, users and nodes, and the join
  * key of a token (token.h); a revoked key and every other key are refused, so a
@@ -131,6 +139,8 @@ void br_coord_destroy(br_coord_t **cp)
     for (size_t i = 0; i < c->outbox_len; i++)
         br_msg_destroy(&c->outbox[i]);
     free(c->outbox);
+    forget_wake(c);
+    free(c->wake_log);
     br_sock_close(&c->sock);
     br_zap_destroy(&c->zap);
     if (c->ctx)
@@ -192,11 +202,34 @@ void br_coord_event(br_coord_t *c, int64_t job, const char *node, const char *st
     br_err_t err;
     if (br_store_event_add(c->store, br_now_ms(), job, node, state, reason, &err) < 0)
         fprintf(stderr, "brambled: event not stored: %s\n", err.text);
-    if (job)
-        fprintf(stderr, "brambled: job %lld %s%s%s: %s\n", (long long)job, state,
-                node ? " on " : "", node ? node : "", reason);
-    else
-        fprintf(stderr, "brambled: node %s %s: %s\n", node ? node : "-", state, reason);
+    /* logged once the wake is on disk: the log never claims what was not stored */
+    char line[768];
+    int n = job ? snprintf(line, sizeof(line), "brambled: job %lld %s%s%s: %s\n",
+                           (long long)job, state, node ? " on " : "", node ? node : "",
+                           reason)
+                : snprintf(line, sizeof(line), "brambled: node %s %s: %s\n",
+                           node ? node : "-", state, reason);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
+    if (c->wake_log_len + len + 1 > c->wake_log_cap) {
+        size_t cap = (c->wake_log_cap ? c->wake_log_cap * 2 : 4096) + len;
+        char *nb = realloc(c->wake_log, cap);
+        if (!nb) {
+            fputs(line, stderr);
+            return;
+        }
+        c->wake_log = nb;
+        c->wake_log_cap = cap;
+    }
+    memcpy(c->wake_log + c->wake_log_len, line, len);
+    c->wake_log_len += len;
+}
+
+/* Print (committed) or drop (undone) the event lines of this wake. */
+static void wake_log_end(br_coord_t *c, int committed)
+{
+    if (committed && c->wake_log_len)
+        fwrite(c->wake_log, 1, c->wake_log_len, stderr);
+    c->wake_log_len = 0;
 }
 
 void br_coord_save_node(br_coord_t *c, br_node_t *n)
@@ -243,7 +276,30 @@ static void flush_outbox(br_coord_t *c)
     }
 }
 
-static void drain_messages(br_coord_t *c)
+/* Undo a wake whose changes will not reach the disk: nothing it queued is sent,
+ * and every request it read is told so instead of waiting out its timeout. */
+static void abort_wake(br_coord_t *c, int errnum)
+{
+    br_store_rollback(c->store);
+    for (size_t i = 0; i < c->outbox_len; i++)
+        br_msg_destroy(&c->outbox[i]);
+    c->outbox_len = 0;
+    for (size_t i = 0; i < c->wake_len; i++) {
+        br_msg_t *req = c->wake_reqs[i];
+        if (br_msg_kind(req) == BR_MSG_REQUEST)
+            br_coord_post(c, br_msg_reply_error(
+                                 req, errnum, "%s: %s; nothing was changed, try again later",
+                                 br_msg_type(req),
+                                 errnum == ENOSPC ? "store full (the coordinator's disk "
+                                                    "is full)"
+                                                  : "store error (see brambled's log)"));
+    }
+    c->sched_needed = 1; /* what the wake decided is undone: decide again */
+}
+
+/* Read up to BATCH_MAX messages, each in its own savepoint. Returns 0, or the
+ * errno of a store failure that rolled the whole transaction back. */
+static int drain_messages(br_coord_t *c)
 {
     for (int i = 0; i < BATCH_MAX; i++) {
         br_msg_t *m = NULL;
@@ -251,7 +307,7 @@ static void drain_messages(br_coord_t *c)
         if (br_msg_recv(c->sock, 1, ZMQ_DONTWAIT, &m, &err) < 0) {
             if (errno == EAGAIN || errno == EINTR) {
                 br_msg_destroy(&m);
-                return;
+                return 0;
             }
             if (m && br_msg_kind(m) == BR_MSG_REQUEST) /* malformed: say why */
                 br_coord_post(c, br_msg_reply_error(m, EPROTO, "%s", err.text));
@@ -259,9 +315,23 @@ static void drain_messages(br_coord_t *c)
             br_msg_destroy(&m);
             continue;
         }
+        br_err_t serr;
+        if (br_store_savepoint(c->store, &serr) < 0) {
+            fprintf(stderr, "brambled: %s\n", serr.text);
+            c->wake_reqs[c->wake_len++] = m;
+            return EIO;
+        }
         br_api_dispatch(c, m);
-        br_msg_destroy(&m);
+        c->wake_reqs[c->wake_len++] = m; /* kept until the wake's answers are sent */
+        int failed = br_store_release(c->store);
+        if (failed && !br_store_in_txn(c->store))
+            return failed;
+        if (failed)
+            fprintf(stderr, "brambled: %s from %.8s...: store %s; its changes were undone\n",
+                    br_msg_type(m), br_msg_user(m),
+                    failed == ENOSPC ? "full" : "error");
     }
+    return 0;
 }
 
 /* One wake: everything it changes is one transaction, committed before replies. */
@@ -272,8 +342,16 @@ static void wake(br_coord_t *c, int readable)
         fprintf(stderr, "brambled: %s\n", err.text);
         return;
     }
-    if (readable)
-        drain_messages(c);
+    int failed = readable ? drain_messages(c) : 0;
+    if (failed) {
+        fprintf(stderr, "brambled: the store rolled the wake back (%s): %zu request(s) "
+                        "refused\n", strerror(failed), c->wake_len);
+        abort_wake(c, failed);
+        wake_log_end(c, 0);
+        flush_outbox(c);
+        forget_wake(c);
+        return;
+    }
     br_jobs_check_nodes(c);
     int64_t now = br_mono_ms();
     if (now - c->limits_checked >= 1000) {
@@ -289,16 +367,18 @@ static void wake(br_coord_t *c, int readable)
         br_sched_run(c);
     }
     if (br_store_commit(c->store, &err) < 0) {
-        /* nothing was acknowledged: drop the replies, the clients will retry */
+        /* nothing is on disk: no request is answered as done */
         fprintf(stderr, "brambled: commit failed: %s\n", err.text);
-        br_store_rollback(c->store);
-        for (size_t i = 0; i < c->outbox_len; i++)
-            br_msg_destroy(&c->outbox[i]);
-        c->outbox_len = 0;
+        abort_wake(c, err.errnum == ENOSPC ? ENOSPC : EIO);
+        wake_log_end(c, 0);
+        flush_outbox(c);
+        forget_wake(c);
         return;
     }
     br_storemark_update(c->mark, c->store);
+    wake_log_end(c, 1);
     flush_outbox(c);
+    forget_wake(c);
 }
 
 int br_coord_run(br_coord_t *c, br_err_t *err)

@@ -199,6 +199,7 @@ static const char *const sql_text[ST_COUNT] = {
 struct br_store {
     sqlite3 *db;
     sqlite3_stmt *st[ST_COUNT];
+    int failed; /* errno of the last failure of the disk or the file (0: none) */
 };
 
 /* Fields of a job object and what each may hold. */
@@ -273,6 +274,17 @@ static int sqlite_errno(int xcode)
 static int dberr(br_store_t *s, br_err_t *err, const char *what)
 {
     int xcode = sqlite3_extended_errcode(s->db);
+    switch (xcode & 0xff) {
+    case SQLITE_FULL:
+        s->failed = ENOSPC;
+        return br_errf(err, ENOSPC, "store full: %s: %s", what, sqlite3_errmsg(s->db));
+    case SQLITE_IOERR:
+    case SQLITE_CORRUPT:
+    case SQLITE_CANTOPEN:
+    case SQLITE_NOTADB:
+        s->failed = EIO;
+        break;
+    }
     return br_errf(err, sqlite_errno(xcode), "store: %s: %s", what,
                    sqlite3_errmsg(s->db));
 }
@@ -663,6 +675,25 @@ int br_store_commit(br_store_t *s, br_err_t *err)
     if (!br_store_in_txn(s))
         return br_errf(err, EINVAL, "store: commit without a transaction");
     return run(s, s->st[ST_COMMIT], "commit", err);
+}
+
+int br_store_savepoint(br_store_t *s, br_err_t *err)
+{
+    s->failed = 0;
+    return exec(s, "SAVEPOINT msg", "savepoint", err);
+}
+
+int br_store_release(br_store_t *s)
+{
+    int failed = s->failed;
+    if (!br_store_in_txn(s))
+        return failed ? failed : EIO; /* SQLite rolled the whole transaction back */
+    if (failed) /* undo this message's half, keep the wake's other messages */
+        sqlite3_exec(s->db, "ROLLBACK TO msg", NULL, NULL, NULL);
+    if (sqlite3_exec(s->db, "RELEASE msg", NULL, NULL, NULL) != SQLITE_OK && !failed)
+        failed = EIO;
+    s->failed = 0;
+    return failed;
 }
 
 int br_store_rollback(br_store_t *s)

@@ -27,6 +27,13 @@ int br_store_begin(br_store_t *s, br_err_t *err);
 int br_store_commit(br_store_t *s, br_err_t *err);
 int br_store_rollback(br_store_t *s);
 int br_store_in_txn(const br_store_t *s);
+/* One message inside the wake's transaction: a savepoint, then release. release
+ * returns 0, or the errno (ENOSPC: the disk is full; EIO) of a store failure during
+ * the message, whose changes are then undone; when SQLite itself rolled the whole
+ * transaction back (the connection is in autocommit again) the wake must end with
+ * nothing answered as done. */
+int br_store_savepoint(br_store_t *s, br_err_t *err);
+int br_store_release(br_store_t *s);
 /* The highest job and event ids ever issued (AUTOINCREMENT: never reused). */
 int br_store_high_ids(br_store_t *s, int64_t *jobs, int64_t *events, br_err_t *err);
 /* Rows changed through this connection since it opened. */

@@ -226,3 +226,52 @@ def test_store_that_lost_commits_is_refused(make_cluster):
     c.start_coordinator()
     assert [j["id"] for j in c.jobs()] == ids
     assert c.submit("name: after\ncommand: \"true\"\n") == max(ids) + 1
+
+
+def test_full_disk_gives_refusals_and_service_resumes(make_cluster):
+    """With the coordinator's disk full, requests that would change the store are
+    refused with "store full" (not a timeout), nothing half-written stays, the
+    coordinator keeps running, and it takes requests again once space is freed."""
+    import shutil
+    import subprocess
+    c = make_cluster(start=False)
+    saved = c.root / "data-copy"
+    shutil.copytree(c.data, saved)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m,mode=0700", "tmpfs", str(c.data)],
+                   check=True)
+    try:
+        for f in saved.iterdir():
+            shutil.copy2(f, c.data / f.name)
+        c.start_coordinator()
+        first = c.submit("name: before\ncommand: \"true\"\n")
+        filler = c.data / "filler"
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        big = "# " + "x" * 200000 + "\n"
+        refused = 0
+        for i in range(5):
+            spec = c.write_spec(f"name: full-{i}\ncommand: |\n  true\n  {big}", name=f"f{i}.yaml")
+            rc, out, err = c.cli("submit", spec, check=False)
+            if rc != 0:
+                assert "store full" in err, err
+                refused += 1
+        assert refused == 5, f"only {refused} of 5 submits refused on a full disk"
+        c.assert_alive()
+        assert [j["id"] for j in c.jobs()] == [first]
+        # the log never claims a job that was not stored
+        assert c.coordinator.output().count("submitted by admin") == 1
+        filler.unlink()
+        after = c.submit("name: after\ncommand: \"true\"\n")
+        names = [j["name"] for j in c.jobs()]
+        assert "before" in names and "after" in names, names
+        assert after > first
+        c.assert_alive()
+    finally:
+        if c.coordinator and c.coordinator.alive():
+            c.coordinator.kill(signal.SIGTERM)
+        subprocess.run(["umount", "-l", str(c.data)], check=False)

@@ -286,11 +286,36 @@ def test_malformed_frame_alone(loaded, case):
     assert_intact(loaded)
 
 
-def test_unknown_key_may_only_join(loaded):
-    """PROTOCOL.md 1: an unknown key may send node.join and nothing else (not
-    even ping, which is for known keys); each refusal is an EACCES answer."""
+def _join_keys(token):
+    """The CURVE key pair a token's holder joins with (proto/token.h): BLAKE2b-256 of
+    the secret keyed by "bramble join key" seeds crypto_box_seed_keypair."""
+    import base64
+    import ctypes
+    import ctypes.util
+    import hashlib
+    body = token.split(".", 1)[1]
+    secret = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))["s"]
+    seed = hashlib.blake2b(secret.encode(), digest_size=32, key=b"bramble join key").digest()
+    sodium = ctypes.CDLL(ctypes.util.find_library("sodium") or "libsodium.so.23")
+    pk, sk = ctypes.create_string_buffer(32), ctypes.create_string_buffer(32)
+    assert sodium.crypto_box_seed_keypair(pk, sk, seed) == 0
+    from zmq.utils import z85
+    return z85.encode(pk.raw).decode(), z85.encode(sk.raw).decode()
+
+
+def test_unknown_key_gets_no_answer_and_a_join_key_may_only_join(loaded):
+    """PROTOCOL.md 1: a key that is neither a principal nor a token's join key is
+    refused at the handshake (no answer at all); a token's join key may send
+    node.join and nothing else (each refusal an EACCES answer)."""
     pub, sec = (k.decode() for k in zmq.curve_keypair())
     raw = loaded.raw_client(pub, sec)
+    try:
+        raw.send([header("ping", 1), b"{}"])
+        assert raw.recv(timeout=2.0) is None, "a stranger's ping was answered"
+    finally:
+        raw.close()
+    tok = loaded.token(1)
+    raw = loaded.raw_client(*_join_keys(tok))
     try:
         for type_, body in (("ping", {}), ("node.list", {}), ("job.list", {"all": True}),
                             ("token.create", {"ttl": 60000, "uses": 1}),
@@ -298,9 +323,11 @@ def test_unknown_key_may_only_join(loaded):
                             ("node.heartbeat", {"tasks": []})):
             _, r, _ = raw.request(type_, body)
             assert r.get("errnum") == errno.EACCES, (type_, r)
-        _, r, _ = raw.request("node.join", {"token": "brt1.bogus", "name": "evil",
-                                            "labels": {}, "cost_per_hour": 0.0})
-        assert r.get("errnum") and "token" in r.get("error", ""), r
+        # another token's secret over this token's key: refused, and no use is counted
+        _, r, _ = raw.request("node.join", {"token": loaded.token(1), "name": "evil",
+                                            "public_key": pub, "labels": {},
+                                            "cost_per_hour": 0.0})
+        assert r.get("errnum") and "token not recognised" in r.get("error", ""), r
     finally:
         raw.close()
     assert "evil" not in loaded.nodes()
