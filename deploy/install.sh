@@ -149,6 +149,16 @@ else
     add_user bramble "bramble coordinator"
     add_user bramble-job "bramble jobs"
 fi
+# bramble-agent.service runs each user's jobs as uid 70000+id (--job-uids): an
+# account already there would share files with one of them
+if [ -f "$D/etc/passwd" ]; then
+    taken=$(awk -F: '$3 >= 70000 && $3 <= 79999 { printf "%s%s(%s)", sep, $1, $3; sep=" " }' \
+        "$D/etc/passwd")
+    if [ -n "$taken" ]; then
+        note "warning: accounts in the jobs' uid range 70000-79999: $taken; change" \
+             "--job-uids in bramble-agent.service (systemctl edit bramble-agent)"
+    fi
+fi
 
 # ---- data dirs
 # id_in_target NAME FILE: NAME's numeric id (3rd field) in FILE (the target's
