@@ -230,6 +230,15 @@ void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     br_node_t *n = caller_node(c, m, who);
+    if (n && br_store_attempt_node_ran(c->store, job, attempt, n->name, NULL) != 1) {
+        /* a node that was never given this attempt writes nothing into the job */
+        fprintf(stderr, "brambled: job.exited from %s for job %lld attempt %d: not its "
+                        "attempt, refused\n", n->name, (long long)job, attempt);
+        br_errf(&err, EPERM, "job %lld attempt %d never ran on %s", (long long)job,
+                attempt, n->name);
+        br_api_fail(c, m, &err);
+        return;
+    }
     if (n && fault &&
         (strcmp(fault, "checkpoint_not_visible") == 0 || strcmp(fault, "port_busy") == 0))
         br_jobs_not_here(c, job, attempt, n, reason);

@@ -362,6 +362,9 @@ int br_jobs_place(br_coord_t *c, json_t *job, br_node_t *const *nodes,
         json_array_append_new(ranks, share);
         json_array_append_new(names, json_string(nodes[r]->name));
         hold(nodes[r], assign[r], 1);
+        br_err_t err;
+        if (br_store_attempt_node_add(c->store, id, attempt, nodes[r]->name, &err) < 0)
+            fprintf(stderr, "brambled: job %lld: %s\n", (long long)id, err.text);
     }
     json_object_set_new(job, "assign", json_pack("{s:o, s:i}", "ranks", ranks, "port", 0));
     json_object_set_new(job, "nodes", names);
@@ -393,8 +396,11 @@ int br_jobs_log_allowed(br_coord_t *c, int64_t id, int attempt, const char *node
             mine = 1;
     }
     /* the current attempt's output only from its nodes; a superseded attempt's last
-     * output, shipped after a partition healed, is still worth keeping */
-    int ok = job && ((attempt == current && mine) || (attempt >= 1 && attempt < current));
+     * output, shipped after a partition healed, is still worth keeping, but only
+     * from a node that was given that attempt */
+    int ok = job && ((attempt == current && mine) ||
+                     (attempt >= 1 && attempt < current &&
+                      br_store_attempt_node_ran(c->store, id, attempt, node, NULL) == 1));
     json_decref(job);
     return ok;
 }

@@ -74,7 +74,14 @@ static const char *const migrations[] = {
     " WHERE p.kind IN ('admin', 'user') AND p.name = jobs.owner"
     " ORDER BY p.kind = 'admin' DESC, p.id LIMIT 1);"
     "ALTER TABLE tokens ADD COLUMN join_key TEXT;"
-    "CREATE INDEX tokens_join_key ON tokens (join_key);",
+    "CREATE INDEX tokens_join_key ON tokens (join_key);"
+    /* which nodes were given each attempt: only they may write into it */
+    "CREATE TABLE attempt_nodes (job INTEGER NOT NULL REFERENCES jobs (id),"
+    " attempt INTEGER NOT NULL, node TEXT NOT NULL, PRIMARY KEY (job, attempt, node))"
+    " WITHOUT ROWID;"
+    "INSERT OR IGNORE INTO attempt_nodes (job, attempt, node)"
+    " SELECT j.id, j.attempt, n.value FROM jobs j, json_each(j.nodes) n"
+    " WHERE json_valid(j.nodes);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -99,6 +106,8 @@ enum {
     ST_PRINCIPAL_ADD,
     ST_PRINCIPAL_REMOVE,
     ST_TOKEN_JOIN_KEY,
+    ST_ATTEMPT_NODE_ADD,
+    ST_ATTEMPT_NODE_RAN,
     ST_JOB_SET_OWNER,
     ST_KEY_USERS,
     ST_TOKEN_ADD,
@@ -140,6 +149,10 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_PRINCIPAL_REMOVE] = "UPDATE principals SET removed = ?3"
                             " WHERE kind = ?1 AND name = ?2 AND removed IS NULL",
     [ST_JOB_SET_OWNER] = "UPDATE jobs SET owner = ?2, owner_id = ?3 WHERE id = ?1",
+    [ST_ATTEMPT_NODE_ADD] = "INSERT OR IGNORE INTO attempt_nodes (job, attempt, node)"
+                            " VALUES (?1, ?2, ?3)",
+    [ST_ATTEMPT_NODE_RAN] = "SELECT 1 FROM attempt_nodes"
+                            " WHERE job = ?1 AND attempt = ?2 AND node = ?3",
     [ST_TOKEN_JOIN_KEY] = "SELECT 1 FROM tokens WHERE join_key = ?1 AND expires > ?2",
     [ST_KEY_USERS] = "SELECT name, kind, min(created) FROM keys"
                      " WHERE kind IN ('admin', 'user') AND revoked = 0"
@@ -849,6 +862,30 @@ int br_store_job_set_owner(br_store_t *s, int64_t job, const char *owner, int64_
         sqlite3_bind_int64(st, 3, owner_id))
         return binderr(s, st, "set owner", err);
     return run(s, st, "set owner", err);
+}
+
+int br_store_attempt_node_add(br_store_t *s, int64_t job, int attempt, const char *node,
+                              br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_ATTEMPT_NODE_ADD];
+    if (sqlite3_bind_int64(st, 1, job) || sqlite3_bind_int(st, 2, attempt) ||
+        bind_text(st, 3, node))
+        return binderr(s, st, "record attempt node", err);
+    return run(s, st, "record attempt node", err);
+}
+
+int br_store_attempt_node_ran(br_store_t *s, int64_t job, int attempt, const char *node,
+                              br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_ATTEMPT_NODE_RAN];
+    if (sqlite3_bind_int64(st, 1, job) || sqlite3_bind_int(st, 2, attempt) ||
+        bind_text(st, 3, node))
+        return binderr(s, st, "find attempt node", err);
+    int rc = sqlite3_step(st);
+    reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return dberr(s, err, "find attempt node");
+    return rc == SQLITE_ROW;
 }
 
 int br_store_token_join_key_known(br_store_t *s, const char *pubkey, int64_t now_ms,

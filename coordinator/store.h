@@ -34,6 +34,12 @@ int br_store_in_txn(const br_store_t *s);
  * nothing answered as done. */
 int br_store_savepoint(br_store_t *s, br_err_t *err);
 int br_store_release(br_store_t *s);
+/* Record that node was given (a rank of) the job's attempt; whether it was: 1, 0,
+ * or -1 on error. Only such a node may ship that attempt's output or its exit. */
+int br_store_attempt_node_add(br_store_t *s, int64_t job, int attempt, const char *node,
+                              br_err_t *err);
+int br_store_attempt_node_ran(br_store_t *s, int64_t job, int attempt, const char *node,
+                              br_err_t *err);
 /* The highest job and event ids ever issued (AUTOINCREMENT: never reused). */
 int br_store_high_ids(br_store_t *s, int64_t *jobs, int64_t *events, br_err_t *err);
 /* Rows changed through this connection since it opened. */

@@ -12,7 +12,8 @@ import time
 
 import zmq
 
-from conftest import free_port, header, proc_state, read_yaml_flat, wait_for
+from conftest import (FLAG_DATA, KIND_EVENT, free_port, header, proc_state, read_yaml_flat,
+                      wait_for)
 
 
 def _user(c, name):
@@ -275,3 +276,39 @@ def test_full_disk_gives_refusals_and_service_resumes(make_cluster):
         if c.coordinator and c.coordinator.alive():
             c.coordinator.kill(signal.SIGTERM)
         subprocess.run(["umount", "-l", str(c.data)], check=False)
+
+
+def test_rogue_node_cannot_write_into_other_nodes_attempts(make_cluster):
+    """A node may ship output and exits only for attempts it was given: node-2,
+    which never ran the job, gets its log chunks dropped and its exit refused,
+    for the current attempt and for an older one."""
+    c = make_cluster()
+    c.add_agents(1, extra=("--label", "role=worker"), names=["node-1"])
+    c.add_agents(1, names=["node-2"])
+    jid = c.submit("name: pinned\ncommand: test \"$BRAMBLE_ATTEMPT\" -ge 2 || exit 1; "
+                   "echo real-output; sleep 1000\nresources:\n  labels: {role: worker}\n"
+                   "restart: {max: 3, on: [nonzero_exit]}\n")
+    wait_for(lambda: c.job(jid)["attempt"] == 2 and c.job(jid)["state"] == "running",
+             what="attempt 2 to run on node-1")
+    c.wait_logs(jid, "real-output")
+    events_before = len(c.job(jid)["events"])
+    y = read_yaml_flat(c.agent_dir("node-2") / "credential")
+    rogue = c.raw_client(y["public_key"], y["secret_key"])
+    try:
+        for attempt in (1, 2):
+            body = {"job": jid, "attempt": attempt, "rank": 0, "stream": 1, "seq": 99}
+            rogue.send([header("job.log", 7, kind=KIND_EVENT, flags=FLAG_DATA),
+                        json.dumps(body).encode(), b"FORGED-OUTPUT\n"])
+            _, r, _ = rogue.request("job.exited", {"job": jid, "attempt": attempt,
+                                                   "exit_code": 0, "signal": None,
+                                                   "reason": ""})
+            assert r.get("errnum") and "never ran on node-2" in r.get("error", ""), r
+    finally:
+        rogue.close()
+    # the real node's output is there, the forged one is not, and nothing changed
+    c.wait_logs(jid, "real-output")
+    assert "FORGED" not in c.logs(jid)
+    j = c.job(jid)
+    assert j["state"] == "running" and j["attempt"] == 2, j
+    assert len(j["events"]) == events_before, j["events"][events_before:]
+    assert "not its attempt" in c.coordinator.output()
