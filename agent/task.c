@@ -1045,30 +1045,6 @@ int br_task_kill_tag_prefix(const char *prefix, const char *also, int timeout_ms
     return rc < 0 ? -1 : killed;
 }
 
-int br_task_tag_of(pid_t pid, char *tag, size_t len)
-{
-    char path[64], buf[65536];
-    snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    const char *key = TASK_ENV_NAME "=";
-    size_t klen = strlen(key);
-    for (char *p = buf; p < buf + n; p += strlen(p) + 1) {
-        if (strncmp(p, key, klen) == 0) {
-            br_strlcpy(tag, p + klen, len);
-            return 0;
-        }
-    }
-    errno = ENOENT;
-    return -1;
-}
-
 /* Parent, process group and session of pid from /proc/PID/stat. */
 static int read_ids(pid_t pid, pid_t *ppid, pid_t *pgrp, pid_t *sid)
 {

@@ -87,10 +87,6 @@ int br_task_thaw(br_task_t *task);
  * many were signalled, or -1. */
 int br_task_kill_tag_prefix(const char *prefix, const char *also, int timeout_ms);
 
-/* The task tag in process pid's environment (BRAMBLE_TASK), so a request from a
- * local process can be tied to the attempt it belongs to. -1 when it has none. */
-int br_task_tag_of(pid_t pid, char *tag, size_t len);
-
 /* Number of live processes carrying tag (any task, including a previous agent's). */
 int br_task_count_tagged(const char *tag);
 
