@@ -387,6 +387,26 @@ static void print_spec_summary(const json_t *spec)
         cli_field(FIELD_WIDTH, "sizing:", sizing);
 }
 
+/* "log: 12.0 MiB stored; 3.0 MiB of the oldest output dropped by the cap". */
+static void print_log_usage(const json_t *job)
+{
+    const json_t *stored = json_object_get(job, "log_bytes");
+    if (!json_is_integer(stored))
+        return;
+    char a[32], b[32], c[32], line[160];
+    json_int_t dropped = json_integer_value(json_object_get(job, "log_dropped"));
+    json_int_t lost = json_integer_value(json_object_get(job, "log_lost"));
+    int n = snprintf(line, sizeof(line), "%s stored", cli_fmt_size(stored, a, sizeof(a)));
+    if (dropped > 0 && n > 0 && (size_t)n < sizeof(line))
+        n += snprintf(line + n, sizeof(line) - (size_t)n,
+                      "; %s of the oldest output dropped by the cap",
+                      cli_fmt_size(json_object_get(job, "log_dropped"), b, sizeof(b)));
+    if (lost > 0 && n > 0 && (size_t)n < sizeof(line))
+        snprintf(line + n, sizeof(line) - (size_t)n, "; %s dropped on its node",
+                 cli_fmt_size(json_object_get(job, "log_lost"), c, sizeof(c)));
+    cli_field(FIELD_WIDTH, "log:", line);
+}
+
 static void print_job(const json_t *job)
 {
     char buf[1024];
@@ -405,6 +425,7 @@ static void print_job(const json_t *job)
     cli_field_json(FIELD_WIDTH, job, "exit_code", "exit code:");
     cli_field_json(FIELD_WIDTH, job, "signal", "signal:");
     cli_field_json(FIELD_WIDTH, job, "reason", "reason:");
+    print_log_usage(job);
     const json_t *spec = json_object_get(job, "spec");
     if (json_is_object(spec))
         print_spec_summary(spec);

@@ -222,10 +222,11 @@ void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     int attempt;
     json_t *code, *sig;
     const char *reason, *fault = NULL;
+    json_int_t lost = 0;
     br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:I, s:i, s:o, s:o, s:s, s?s}", "job", &job, "attempt",
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:o, s:o, s:s, s?s, s?I}", "job", &job, "attempt",
                       &attempt, "exit_code", &code, "signal", &sig, "reason", &reason,
-                      "fault", &fault) < 0) {
+                      "fault", &fault, "log_dropped", &lost) < 0) {
         br_api_fail(c, m, &err);
         return;
     }
@@ -239,6 +240,8 @@ void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_api_fail(c, m, &err);
         return;
     }
+    if (n && lost > 0)
+        br_store_log_lost_set(c->store, job, attempt, n->name, lost, NULL);
     if (n && fault &&
         (strcmp(fault, "checkpoint_not_visible") == 0 || strcmp(fault, "port_busy") == 0))
         br_jobs_not_here(c, job, attempt, n, reason);
@@ -293,7 +296,8 @@ void br_api_job_log(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     if (br_store_log_add(c->store, job, attempt, rank, stream, seq, br_now_ms(), data, len,
-                         &err) < 0)
+                         &err) < 0 ||
+        br_store_log_cap(c->store, job, c->cfg.log_max_per_job, &err) < 0)
         fprintf(stderr, "brambled: log of job %lld not stored: %s\n", (long long)job,
                 err.text);
 }

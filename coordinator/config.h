@@ -19,7 +19,12 @@ typedef struct {
     int64_t grace_ms;        /* after start, no node is lost before this */
     int announce;            /* LAN announcer: -1 as recorded (default off), 0, 1 */
     int announce_port;       /* its UDP port (BR_ANNOUNCE_PORT) */
+    int64_t log_max_per_job; /* bytes of output kept per job, newest (0: no limit) */
+    int64_t log_retention_ms; /* ended jobs' logs are deleted after this (0: kept) */
 } br_config_t;
+
+#define BR_DEFAULT_LOG_MAX_PER_JOB (64LL << 20)
+#define BR_DEFAULT_LOG_RETENTION_MS (30LL * 24 * 3600 * 1000)
 
 #define BR_DEFAULT_LISTEN "tcp://0.0.0.0:7700"
 

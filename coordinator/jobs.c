@@ -780,6 +780,9 @@ void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full)
         int attempt = (int)json_integer_value(json_object_get(job, "attempt"));
         const char *rs = rank_state(job, r);
         json_t *t = find_task(tasks, id, attempt);
+        json_int_t lost = json_integer_value(json_object_get(t, "log_dropped"));
+        if (lost > 0) /* output its agent could not ship */
+            br_store_log_lost_set(c->store, id, attempt, n->name, lost, NULL);
         if (t) { /* it runs: a start report lost on the way counts as made now */
             if (strcmp(rs, "placed") == 0)
                 rank_started(c, job, r, (int)json_integer_value(json_object_get(t, "port")));

@@ -17,7 +17,7 @@ static void usage(FILE *f)
             "       brambled [--data-dir DIR] [--listen EP] [--advertise EP]\n"
             "                [--heartbeat-interval 1s] [--node-timeout 5s]\n"
             "                [--announce | --no-announce] [--announce-port %d]\n"
-            "                [--teaching]\n"
+            "                [--teaching] [--log-max-per-job 64MiB] [--log-retention 30d]\n"
             "\n"
             "init creates the coordinator key pair, the store (DIR/bramble.db) and the\n"
             "admin credential (DIR/admin.credential), and records the endpoints.\n"
@@ -26,7 +26,10 @@ static void usage(FILE *f)
             "--announce broadcasts this coordinator's endpoint and public key on the\n"
             "LAN (UDP port %d, every 2s) so agents whose join token names a stale\n"
             "address find it; off unless --announce or --teaching (teaching mode) is\n"
-            "given, or init recorded it (`brambled init --announce`).\n",
+            "given, or init recorded it (`brambled init --announce`).\n"
+            "--log-max-per-job keeps the newest output of each job up to SIZE (0: no\n"
+            "limit) and counts what it drops; --log-retention deletes the output of\n"
+            "jobs that ended longer ago than that (0: keep it).\n",
             BR_ANNOUNCE_PORT, BR_DEFAULT_LISTEN, BR_ANNOUNCE_PORT);
 }
 
@@ -42,6 +45,8 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
         {"no-announce", no_argument, NULL, 'N'},
         {"announce-port", required_argument, NULL, 'P'},
         {"teaching", no_argument, NULL, 't'},
+        {"log-max-per-job", required_argument, NULL, 'L'},
+        {"log-retention", required_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int o;
@@ -76,6 +81,22 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
         case 'P':
             if (br_parse_port(optarg, 1, &cfg->announce_port, &err) < 0) {
                 fprintf(stderr, "brambled: --announce-port %s\n", err.text);
+                return 2;
+            }
+            break;
+        case 'L': {
+            uint64_t bytes;
+            if (br_parse_size(optarg, &bytes, &err) < 0 || bytes > (1ULL << 40)) {
+                fprintf(stderr, "brambled: --log-max-per-job %s: %s\n", optarg,
+                        bytes > (1ULL << 40) ? "at most 1TiB" : err.text);
+                return 2;
+            }
+            cfg->log_max_per_job = (int64_t)bytes;
+            break;
+        }
+        case 'R':
+            if (br_parse_duration(optarg, &cfg->log_retention_ms, &err) < 0) {
+                fprintf(stderr, "brambled: --log-retention %s\n", err.text);
                 return 2;
             }
             break;

@@ -357,6 +357,10 @@ static void wake(br_coord_t *c, int readable)
     if (now - c->limits_checked >= 1000) {
         c->limits_checked = now;
         br_jobs_check_limits(c);
+        if (c->cfg.log_retention_ms > 0 && /* a bounded bite per second */
+            br_store_log_expire(c->store, br_now_ms() - c->cfg.log_retention_ms, 2000,
+                                &err) < 0)
+            fprintf(stderr, "brambled: expiring old logs: %s\n", err.text);
     }
     if (c->sched_at && br_now_ms() >= c->sched_at) { /* a restart backoff is over */
         c->sched_at = 0;

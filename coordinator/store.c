@@ -77,18 +77,24 @@ static const char *const migrations[] = {
     "CREATE INDEX tokens_join_key ON tokens (join_key);"
     /* which nodes were given each attempt: only they may write into it */
     "CREATE TABLE attempt_nodes (job INTEGER NOT NULL REFERENCES jobs (id),"
-    " attempt INTEGER NOT NULL, node TEXT NOT NULL, PRIMARY KEY (job, attempt, node))"
-    " WITHOUT ROWID;"
+    " attempt INTEGER NOT NULL, node TEXT NOT NULL,"
+    " log_lost INTEGER NOT NULL DEFAULT 0," /* output its agent had to drop */
+    " PRIMARY KEY (job, attempt, node)) WITHOUT ROWID;"
     "INSERT OR IGNORE INTO attempt_nodes (job, attempt, node)"
     " SELECT j.id, j.attempt, n.value FROM jobs j, json_each(j.nodes) n"
-    " WHERE json_valid(j.nodes);",
+    " WHERE json_valid(j.nodes);"
+    /* each job's stored output and what a cap dropped of it */
+    "ALTER TABLE jobs ADD COLUMN log_bytes INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN log_dropped INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE jobs SET log_bytes = (SELECT coalesce(sum(length(data)), 0) FROM logs"
+    " WHERE logs.job = jobs.id);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
 /* Columns of a job row as job_row reads them (job_get adds spec_yaml last). */
 #define JOB_COLS                                                                 \
     "id, name, kind, state, attempt, owner, nodes, assign, submitted, started, " \
-    "ended, exit_code, signal, reason, extra, spec, owner_id"
+    "ended, exit_code, signal, reason, extra, spec, owner_id, log_bytes, log_dropped"
 /* Columns of a checkpoint row as ckpt_row reads them. */
 #define CKPT_COLS "path, step, attempt, node, size, time"
 /* "col = ?a when flag ?f is set": one fixed UPDATE serves every field subset. */
@@ -106,6 +112,14 @@ enum {
     ST_PRINCIPAL_ADD,
     ST_PRINCIPAL_REMOVE,
     ST_TOKEN_JOIN_KEY,
+    ST_LOG_LOST_SET,
+    ST_LOG_LOST_SUM,
+    ST_LOG_COUNT,
+    ST_LOG_OLDEST,
+    ST_LOG_TRIM,
+    ST_LOG_TRIMMED,
+    ST_LOG_EXPIRE,
+    ST_LOG_EXPIRED,
     ST_ATTEMPT_NODE_ADD,
     ST_ATTEMPT_NODE_RAN,
     ST_JOB_SET_OWNER,
@@ -153,6 +167,22 @@ static const char *const sql_text[ST_COUNT] = {
                             " VALUES (?1, ?2, ?3)",
     [ST_ATTEMPT_NODE_RAN] = "SELECT 1 FROM attempt_nodes"
                             " WHERE job = ?1 AND attempt = ?2 AND node = ?3",
+    [ST_LOG_COUNT] = "UPDATE jobs SET log_bytes = log_bytes + ?2 WHERE id = ?1"
+                     " RETURNING log_bytes",
+    [ST_LOG_OLDEST] = "SELECT id, length(data) FROM logs WHERE job = ?1 ORDER BY id",
+    [ST_LOG_TRIM] = "DELETE FROM logs WHERE job = ?1 AND id <= ?2",
+    [ST_LOG_TRIMMED] = "UPDATE jobs SET log_bytes = log_bytes - ?2,"
+                       " log_dropped = log_dropped + ?2 WHERE id = ?1",
+    [ST_LOG_EXPIRE] = "DELETE FROM logs WHERE id IN (SELECT l.id FROM logs l JOIN jobs j"
+                      " ON j.id = l.job WHERE j.ended IS NOT NULL AND j.ended < ?1"
+                      " LIMIT ?2)",
+    [ST_LOG_EXPIRED] = "UPDATE jobs SET log_bytes = 0 WHERE ended IS NOT NULL"
+                       " AND ended < ?1 AND log_bytes > 0"
+                       " AND NOT EXISTS (SELECT 1 FROM logs WHERE logs.job = jobs.id)",
+    [ST_LOG_LOST_SET] = "UPDATE attempt_nodes SET log_lost = max(log_lost, ?4)"
+                        " WHERE job = ?1 AND attempt = ?2 AND node = ?3",
+    [ST_LOG_LOST_SUM] = "SELECT coalesce(sum(log_lost), 0) FROM attempt_nodes"
+                        " WHERE job = ?1",
     [ST_TOKEN_JOIN_KEY] = "SELECT 1 FROM tokens WHERE join_key = ?1 AND expires > ?2",
     [ST_KEY_USERS] = "SELECT name, kind, min(created) FROM keys"
                      " WHERE kind IN ('admin', 'user') AND revoked = 0"
@@ -888,6 +918,29 @@ int br_store_attempt_node_ran(br_store_t *s, int64_t job, int attempt, const cha
     return rc == SQLITE_ROW;
 }
 
+int br_store_log_lost_set(br_store_t *s, int64_t job, int attempt, const char *node,
+                          int64_t bytes, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_LOG_LOST_SET];
+    if (sqlite3_bind_int64(st, 1, job) || sqlite3_bind_int(st, 2, attempt) ||
+        bind_text(st, 3, node) || sqlite3_bind_int64(st, 4, bytes))
+        return binderr(s, st, "count lost output", err);
+    return run(s, st, "count lost output", err);
+}
+
+int64_t br_store_log_lost(br_store_t *s, int64_t job, br_err_t *err)
+{
+    int64_t n = 0;
+    sqlite3_stmt *st = s->st[ST_LOG_LOST_SUM];
+    if (sqlite3_bind_int64(st, 1, job))
+        return binderr(s, st, "sum lost output", err);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        n = sqlite3_column_int64(st, 0);
+    reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : dberr(s, err, "sum lost output");
+}
+
 int br_store_token_join_key_known(br_store_t *s, const char *pubkey, int64_t now_ms,
                                   br_err_t *err)
 {
@@ -1207,10 +1260,11 @@ static json_t *job_row(sqlite3_stmt *st, int with_yaml, br_err_t *err)
     static const char *const names[] = {
         "id",     "name",   "kind",      "state",   "attempt",   "owner",
         "nodes",  "assign", "submitted", "started", "ended",     "exit_code",
-        "signal", "reason", "extra",     "spec",    "owner_id",  "spec_yaml",
+        "signal", "reason", "extra",     "spec",    "owner_id",  "log_bytes",
+        "log_dropped", "spec_yaml",
     };
     json_t *o = json_object();
-    int bad = 0, n = with_yaml ? 18 : 17;
+    int bad = 0, n = with_yaml ? 20 : 19;
     for (int i = 0; i < n; i++) {
         json_t *v;
         if (i == 6 || i == 7 || i == 14 || i == 15)
@@ -1375,7 +1429,67 @@ int br_store_log_add(br_store_t *s, int64_t job_id, int attempt, int rank, int s
     if (run(s, st, "add log", err) < 0)
         return errno == ENOENT ? br_errf(err, ENOENT, "no job %lld", (long long)job_id)
                                : -1;
-    return 0;
+    if (sqlite3_changes(s->db) == 0 || len == 0)
+        return 0; /* a chunk seen before */
+    st = s->st[ST_LOG_COUNT];
+    if (sqlite3_bind_int64(st, 1, job_id) || sqlite3_bind_int64(st, 2, (int64_t)len))
+        return binderr(s, st, "count log", err);
+    rc = sqlite3_step(st);
+    reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : dberr(s, err, "count log");
+}
+
+int64_t br_store_log_cap(br_store_t *s, int64_t job_id, int64_t max_bytes, br_err_t *err)
+{
+    if (max_bytes <= 0)
+        return 0;
+    sqlite3_stmt *st = s->st[ST_LOG_COUNT]; /* adding 0 reads the count */
+    if (sqlite3_bind_int64(st, 1, job_id) || sqlite3_bind_int64(st, 2, 0))
+        return binderr(s, st, "count log", err);
+    int rc = sqlite3_step(st);
+    int64_t bytes = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return dberr(s, err, "count log");
+    if (bytes <= max_bytes)
+        return 0;
+    /* drop the oldest chunks down to 7/8 of the cap, so that a job printing on
+     * does not trim at every chunk */
+    int64_t goal = bytes - max_bytes / 8 * 7, dropped = 0, last = 0;
+    st = s->st[ST_LOG_OLDEST];
+    if (sqlite3_bind_int64(st, 1, job_id))
+        return binderr(s, st, "trim log", err);
+    while (dropped < goal && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        last = sqlite3_column_int64(st, 0);
+        dropped += sqlite3_column_int64(st, 1);
+    }
+    reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return dberr(s, err, "trim log");
+    st = s->st[ST_LOG_TRIM];
+    if (sqlite3_bind_int64(st, 1, job_id) || sqlite3_bind_int64(st, 2, last))
+        return binderr(s, st, "trim log", err);
+    if (run(s, st, "trim log", err) < 0)
+        return -1;
+    st = s->st[ST_LOG_TRIMMED];
+    if (sqlite3_bind_int64(st, 1, job_id) || sqlite3_bind_int64(st, 2, dropped))
+        return binderr(s, st, "trim log", err);
+    return run(s, st, "trim log", err) < 0 ? -1 : dropped;
+}
+
+int64_t br_store_log_expire(br_store_t *s, int64_t ended_before_ms, int max_rows,
+                            br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_LOG_EXPIRE];
+    if (sqlite3_bind_int64(st, 1, ended_before_ms) || sqlite3_bind_int(st, 2, max_rows))
+        return binderr(s, st, "expire logs", err);
+    if (run(s, st, "expire logs", err) < 0)
+        return -1;
+    int64_t n = sqlite3_changes(s->db);
+    st = s->st[ST_LOG_EXPIRED];
+    if (sqlite3_bind_int64(st, 1, ended_before_ms))
+        return binderr(s, st, "expire logs", err);
+    return run(s, st, "expire logs", err) < 0 ? -1 : n;
 }
 
 int br_store_log_read(br_store_t *s, int64_t job_id, int rank, int64_t after,

@@ -40,6 +40,11 @@ int br_store_attempt_node_add(br_store_t *s, int64_t job, int attempt, const cha
                               br_err_t *err);
 int br_store_attempt_node_ran(br_store_t *s, int64_t job, int attempt, const char *node,
                               br_err_t *err);
+/* Output of an attempt that its node's agent had to drop (bytes, as the agent
+ * counts them: the largest report wins); the sum over the job's attempts. */
+int br_store_log_lost_set(br_store_t *s, int64_t job, int attempt, const char *node,
+                          int64_t bytes, br_err_t *err);
+int64_t br_store_log_lost(br_store_t *s, int64_t job, br_err_t *err);
 /* The highest job and event ids ever issued (AUTOINCREMENT: never reused). */
 int br_store_high_ids(br_store_t *s, int64_t *jobs, int64_t *events, br_err_t *err);
 /* Rows changed through this connection since it opened. */
@@ -147,6 +152,14 @@ json_t *br_store_event_list(br_store_t *s, int64_t job_id, int64_t after, int li
 int br_store_log_add(br_store_t *s, int64_t job_id, int attempt, int rank, int stream,
                      int64_t seq, int64_t time_ms, const void *data, size_t len,
                      br_err_t *err);
+/* Keep at most max_bytes of the job's output (0: no limit): when over, the oldest
+ * chunks are deleted down to 7/8 of it and counted in the job's log_dropped. The
+ * bytes dropped now, or -1. */
+int64_t br_store_log_cap(br_store_t *s, int64_t job_id, int64_t max_bytes, br_err_t *err);
+/* Delete up to max_rows chunks of jobs that ended before ended_before_ms. The
+ * number deleted, or -1. */
+int64_t br_store_log_expire(br_store_t *s, int64_t ended_before_ms, int max_rows,
+                            br_err_t *err);
 /* Read chunks of a job with cursor > after, oldest first, up to about max_bytes
  * (at least one chunk). rank < 0 = every rank. Calls fn for each chunk; *next gets
  * the cursor of the last chunk given (unchanged when none). */

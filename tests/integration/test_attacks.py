@@ -312,3 +312,31 @@ def test_rogue_node_cannot_write_into_other_nodes_attempts(make_cluster):
     assert j["state"] == "running" and j["attempt"] == 2, j
     assert len(j["events"]) == events_before, j["events"][events_before:]
     assert "not its attempt" in c.coordinator.output()
+
+
+def _store_bytes(c):
+    return sum((c.data / n).stat().st_size for n in ("bramble.db", "bramble.db-wal")
+               if (c.data / n).exists())
+
+
+def test_a_gigabyte_of_output_keeps_the_store_under_its_cap(make_cluster):
+    """A job printing 1 GB grows the store by about the per-job cap, not by 1 GB:
+    the newest output is kept, and what was dropped is counted and shown."""
+    cap = 8 << 20
+    c = make_cluster()
+    c.coordinator.kill(signal.SIGTERM)
+    c.start_coordinator(extra=("--log-max-per-job", "8MiB"))
+    c.add_agents(1)
+    before = _store_bytes(c)
+    jid = c.submit("name: chatty\ncommand: head -c 1000000000 /dev/zero | tr '\\\\0' x; "
+                   "echo; echo THE-END\n")
+    j = c.wait_job(jid, timeout=300)
+    assert j["state"] == "completed", j
+    c.wait_logs(jid, "THE-END")
+    j = c.job(jid)
+    assert j["log_bytes"] <= cap, j["log_bytes"]
+    assert j["log_dropped"] + j.get("log_lost", 0) >= 1000000000 - cap, j
+    grown = _store_bytes(c) - before
+    assert grown < 3 * cap, f"the store grew by {grown} bytes"
+    _, out, _ = c.cli("job", "show", str(jid))
+    assert "dropped" in out, out
