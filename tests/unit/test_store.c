@@ -452,6 +452,34 @@ static void test_principal_ids_not_reused(void **state)
     br_store_destroy(&s);
 }
 
+/* The per-job cap keeps the newest output: the oldest chunks go first, down to 7/8
+ * of the cap, and what went is counted; a resent chunk is not counted twice. */
+static void test_log_cap_keeps_newest(void **state)
+{
+    char path[PATH_MAX], chunk[100];
+    br_err_t err = {0};
+    path_for("logcap.db", path);
+    br_store_t *s = open_ok(path);
+    int64_t job = add_job(s, "chatty", "running");
+    for (int i = 0; i < 10; i++) {
+        memset(chunk, 'a' + i, sizeof(chunk));
+        assert_int_equal(br_store_log_add(s, job, 1, 0, 1, i, 1000 + i, chunk,
+                                          sizeof(chunk), &err), 0);
+    }
+    assert_int_equal(br_store_log_add(s, job, 1, 0, 1, 9, 2000, chunk, sizeof(chunk), &err),
+                     0); /* the same chunk again */
+    assert_int_equal(br_store_log_cap(s, job, 2000, &err), 0); /* under: nothing goes */
+    int64_t dropped = br_store_log_cap(s, job, 500, &err);
+    assert_int_equal(dropped, 600); /* 1000 -> 400, at most 7/8 of 500 */
+    json_t *j = br_store_job_get(s, job, &err);
+    assert_int_equal(jint(j, "log_bytes"), 400);
+    assert_int_equal(jint(j, "log_dropped"), 600);
+    json_decref(j);
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM logs"), 4);
+    assert_int_equal(sql_int(path, "SELECT min(seq) FROM logs"), 6);
+    br_store_destroy(&s);
+}
+
 static int64_t has_column(const char *path, const char *table, const char *col)
 {
     char sql[256];
@@ -1216,6 +1244,7 @@ int main(void)
         cmocka_unit_test(test_refuse_random_bytes),
         cmocka_unit_test(test_refuse_newer_schema),
         cmocka_unit_test(test_principal_ids_not_reused),
+        cmocka_unit_test(test_log_cap_keeps_newest),
         cmocka_unit_test(test_rollback_discards),
         cmocka_unit_test(test_migrate_v1),
         cmocka_unit_test(test_migrate_failure_rolls_back),
