@@ -5,15 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sodium.h>
 
 #include "agent.h"
 #include "settings.h"
+#include "token.h"
 #include "util.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: bramble-agent --data-dir DIR [--join TOKEN] [--name NAME]\n"
+            "usage: bramble-agent --data-dir DIR [--join-file FILE|-] [--name NAME]\n"
             "                     [--label k=v]... [--cost-per-hour X]\n"
             "                     [--gpus auto|none|LIST] [--job-user USER]\n"
             "                     [--advertise-addr ADDR]\n"
@@ -21,8 +23,10 @@ static void usage(FILE *f)
             "                     [--probe-port 7703|0|off]\n"
             "                     [--job-uids FIRST-LAST] [--allow-root-jobs]\n"
             "\n"
-            "The first start joins with --join TOKEN (from `bramble token create`),\n"
-            "makes this node's key pair and saves it in DIR; later starts need only\n"
+            "The first start joins with the token from `bramble token create`, read\n"
+            "from --join-file FILE (or standard input with `-`; `--join TOKEN` also\n"
+            "works, but any local user sees the token in ps until the agent has read\n"
+            "it), makes this node's key pair and saves it in DIR; later starts need only\n"
             "--data-dir. --gpus LIST declares GPUs by hand: \"RTX 4090:24GiB,...\".\n"
             "--job-user runs jobs as USER (needs a root agent).\n"
             "--job-uids FIRST-LAST runs each user's jobs as uid FIRST+their owner id\n"
@@ -34,6 +38,31 @@ static void usage(FILE *f)
             "token's key (`brambled --announce`), and joins it there.\n"
             "The agent answers round-trip probes from the other nodes on UDP\n"
             "--probe-port (0: any free port; off: no probes) and probes them.\n");
+}
+
+/* The join token from the first line of path ("-": standard input), without the
+ * whitespace around it. */
+static int read_token(const char *path, char *buf, size_t len, br_err_t *err)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "re");
+    if (!f)
+        return br_errf(err, errno, "%s", strerror(errno));
+    char line[BR_TOKEN_MAX + 2] = "";
+    int got = fgets(line, sizeof(line), f) != NULL;
+    if (f != stdin)
+        fclose(f);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' ||
+                 line[n - 1] == '\t'))
+        line[--n] = '\0';
+    const char *t = line + strspn(line, " \t");
+    if (!got || !*t)
+        return br_errf(err, EINVAL, "no token in it");
+    if (n >= sizeof(line) - 1 || strlen(t) >= len)
+        return br_errf(err, EINVAL, "the token is longer than %d characters", BR_TOKEN_MAX);
+    br_strlcpy(buf, t, len);
+    sodium_memzero(line, sizeof(line));
+    return 0;
 }
 
 /* A default node name from the host name: lowercase, [a-z0-9-]. */
@@ -58,6 +87,7 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
     static const struct option opts[] = {
         {"data-dir", required_argument, NULL, 'd'},
         {"join", required_argument, NULL, 'j'},
+        {"join-file", required_argument, NULL, 'J'},
         {"name", required_argument, NULL, 'n'},
         {"label", required_argument, NULL, 'l'},
         {"cost-per-hour", required_argument, NULL, 'c'},
@@ -77,7 +107,21 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (o) {
         case 'd': br_strlcpy(s->data_dir, optarg, sizeof(s->data_dir)); break;
-        case 'j': br_strlcpy(s->join_token, optarg, sizeof(s->join_token)); break;
+        case 'j':
+            if (strcmp(optarg, "-") == 0)
+                goto from_file;
+            br_strlcpy(s->join_token, optarg, sizeof(s->join_token));
+            memset(optarg, 'x', strlen(optarg)); /* out of /proc/PID/cmdline from now */
+            fprintf(stderr, "bramble-agent: a token on the command line is visible to "
+                            "local users in ps; prefer --join-file FILE or -\n");
+            break;
+        case 'J':
+        from_file:
+            if (read_token(optarg, s->join_token, sizeof(s->join_token), &err) < 0) {
+                fprintf(stderr, "bramble-agent: --join-file %s: %s\n", optarg, err.text);
+                return 2;
+            }
+            break;
         case 'n': br_strlcpy(s->name, optarg, sizeof(s->name)); break;
         case 'g': br_strlcpy(s->gpus, optarg, sizeof(s->gpus)); break;
         case 'u': br_strlcpy(s->job_user, optarg, sizeof(s->job_user)); break;

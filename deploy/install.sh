@@ -217,8 +217,8 @@ On the coordinator host:
   $BIN/bramble token create --ttl 1h --uses 3        # prints a join token
 
 On each node that runs jobs (the coordinator host too, if it has GPUs):
-  sudo deploy/join.sh TOKEN [--gpus auto] [--label site=home]
-or by hand: sudo $BIN/bramble-agent --data-dir /var/lib/bramble-agent --join TOKEN
+  sudo deploy/join.sh TOKEN-FILE [--gpus auto] [--label site=home]
+or by hand: sudo $BIN/bramble-agent --data-dir /var/lib/bramble-agent --join-file TOKEN-FILE
   (stop it with Ctrl-C once it says "joined"), then
   sudo systemctl enable --now bramble-agent
 EOF

@@ -4,8 +4,10 @@
 # and enables bramble-agent.service, which runs the agent from then on (and after
 # reboots) with its own key pair from the data dir.
 #
-# Usage: sudo deploy/join.sh [OPTIONS] TOKEN [AGENT FLAGS...]
-#   TOKEN          from `bramble token create` on the coordinator
+# Usage: sudo deploy/join.sh [OPTIONS] TOKEN-FILE|-|TOKEN [AGENT FLAGS...]
+#   TOKEN-FILE     a file holding the token from `bramble token create` on the
+#                  coordinator; - reads it from standard input. A token given
+#                  itself works too, but any local user sees it in ps meanwhile.
 #   AGENT FLAGS    given to the join and kept in the data dir: --name NAME,
 #                  --label k=v, --gpus auto|none|LIST, --cost-per-hour X,
 #                  --advertise-addr ADDR (see `bramble-agent --help`)
@@ -59,8 +61,17 @@ while [ $# -gt 0 ]; do
         *) break ;;
     esac
 done
-[ $# -ge 1 ] || bad_usage "TOKEN is missing"
-TOKEN=$1
+[ $# -ge 1 ] || bad_usage "TOKEN-FILE is missing"
+if [ "$1" = - ]; then
+    IFS= read -r TOKEN || true
+elif [ -f "$1" ]; then
+    IFS= read -r TOKEN <"$1" || true
+else
+    TOKEN=$1
+    note "a token on the command line is visible to local users in ps; prefer a file or -"
+fi
+TOKEN=${TOKEN//[[:space:]]/}
+[ -n "$TOKEN" ] || bad_usage "no token in ${1}"
 shift
 AGENT_FLAGS=("$@")
 case "$TIMEOUT" in
@@ -121,8 +132,10 @@ else
         (umask 077 && mkdir -p "$DATA_DIR")
     fi
     LOG=$(mktemp "${TMPDIR:-/tmp}/bramble-join.XXXXXX")
-    note "joining: $AGENT --data-dir $DATA_DIR --join TOKEN ${AGENT_FLAGS[*]}"
-    "$AGENT" --data-dir "$DATA_DIR" --join "$TOKEN" "${AGENT_FLAGS[@]}" >"$LOG" 2>&1 &
+    note "joining: $AGENT --data-dir $DATA_DIR --join-file - ${AGENT_FLAGS[*]}"
+    # the token goes in on standard input: never on a command line
+    "$AGENT" --data-dir "$DATA_DIR" --join-file - "${AGENT_FLAGS[@]}" >"$LOG" 2>&1 \
+        <<<"$TOKEN" &
     PID=$!
     # stop_agent: SIGTERM (the agent exits cleanly), SIGKILL after 15 s
     stop_agent() {

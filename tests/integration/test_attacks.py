@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import time
 
 import zmq
@@ -340,3 +341,60 @@ def test_a_gigabyte_of_output_keeps_the_store_under_its_cap(make_cluster):
     assert grown < 3 * cap, f"the store grew by {grown} bytes"
     _, out, _ = c.cli("job", "show", str(jid))
     assert "dropped" in out, out
+
+
+def _cmdlines_holding(needle):
+    found = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    if needle.encode() in f.read():
+                        found.append(int(d))
+            except OSError:
+                pass
+    return found
+
+
+def test_no_join_token_in_any_cmdline(cluster):
+    """A join token read from a file or standard input never shows in
+    /proc/*/cmdline; one given on the command line is wiped there at once."""
+    c = cluster
+    tok_file = c.root / "token"
+    tok = c.token(1)
+    tok_file.write_text(tok + "\n")
+    tok_file.chmod(0o600)
+    a = c.spawn("agent-filed", [c.bin("bramble-agent"), "--data-dir", str(c.agent_dir("filed")),
+                                "--join-file", str(tok_file), "--name", "filed",
+                                "--probe-port", "0", "--allow-root-jobs"])
+    c.agents["filed"] = a
+    tok2 = c.token(1)
+    p = subprocess.Popen([c.bin("bramble-agent"), "--data-dir", str(c.agent_dir("piped")),
+                          "--join-file", "-", "--name", "piped", "--probe-port", "0",
+                          "--allow-root-jobs"], stdin=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=c.env)
+    try:
+        p.stdin.write((tok2 + "\n").encode())
+        p.stdin.close()
+        tok3 = c.token(1)
+        b = c.start_agent("argv", token=tok3)
+        c.wait_ready("filed", "piped", "argv")
+        for t in (tok, tok2, tok3):
+            assert _cmdlines_holding(t) == [], "a join token shows in /proc/*/cmdline"
+        assert "visible to local users" in b.output()
+        c.assert_alive()
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+
+
+def test_join_file_errors_name_the_file(cluster):
+    c = cluster
+    empty = c.root / "empty-token"
+    empty.write_text("\n")
+    for path, words in ((empty, "no token in it"), (c.root / "absent", "No such file")):
+        r = subprocess.run([c.bin("bramble-agent"), "--data-dir", str(c.agent_dir("x")),
+                            "--join-file", str(path)], capture_output=True, text=True,
+                           timeout=30, env=c.env)
+        assert r.returncode == 2, r
+        assert f"--join-file {path}: {words}" in r.stderr, r.stderr
