@@ -61,7 +61,7 @@ while [ $# -gt 0 ]; do
         *) break ;;
     esac
 done
-[ $# -ge 1 ] || bad_usage "TOKEN-FILE is missing"
+[ $# -ge 1 ] || bad_usage "TOKEN is missing (give a token file, - for standard input, or the token)"
 if [ "$1" = - ]; then
     IFS= read -r TOKEN || true
 elif [ -f "$1" ]; then

@@ -398,3 +398,31 @@ def test_join_file_errors_name_the_file(cluster):
                            timeout=30, env=c.env)
         assert r.returncode == 2, r
         assert f"--join-file {path}: {words}" in r.stderr, r.stderr
+
+
+def test_join_sh_takes_the_token_from_a_file_and_keeps_it_off_command_lines(cluster):
+    from test_install import join_sh
+    c = cluster
+    tok = c.token(1)
+    f = c.root / "join-token"
+    f.write_text(tok + "\n")
+    f.chmod(0o600)
+    seen = []
+    import threading
+    done = threading.Event()
+
+    def watch():  # every command line while join.sh runs
+        while not done.is_set():
+            seen.extend(_cmdlines_holding(tok))
+            time.sleep(0.005)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        r = join_sh(c, c.root / "joined-agent", str(f), "--name", "from-file")
+    finally:
+        done.set()
+        t.join()
+    assert r.returncode == 0, r.stderr
+    assert "from-file" in c.nodes()
+    assert seen == [], "the token showed on a command line"
