@@ -414,6 +414,20 @@ static long sys_openat2(int dfd, const char *path, const struct open_how *how)
     return syscall(SYS_openat2, dfd, path, how, sizeof(*how));
 }
 
+/* path relative to dir when path names something strictly inside it (by text),
+ * else NULL. */
+static const char *beneath(const char *dir, const char *path)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    if (n == 1) /* "/" */
+        return path[0] == '/' && path[1] ? path + 1 : NULL;
+    if (strncmp(path, dir, n) != 0 || path[n] != '/' || !path[n + 1])
+        return NULL;
+    return path + n + 1;
+}
+
 /* Open path (O_PATH) inside dir without leaving it, following symlinks only while
  * they stay beneath it; or, without dir, as it is. */
 static int open_checked(const char *dir, const char *path, br_err_t *err)
@@ -423,15 +437,18 @@ static int open_checked(const char *dir, const char *path, br_err_t *err)
         return fd >= 0 ? fd : br_errf(err, errno, "checkpoint %s: %s", path,
                                       strerror(errno));
     }
+    /* inside the dir as the spec names it, or as symlinks resolve it (what a job's
+     * `bramble checkpoint` sends: realpath(3) of what it was given) */
+    char real[PATH_MAX];
+    const char *rel = beneath(dir, path);
+    if (!rel && realpath(dir, real))
+        rel = beneath(real, path);
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/')
         n--;
-    int root = n == 1; /* dir "/" */
-    const char *rel = path + n;
-    if (strncmp(path, dir, n) != 0 || (!root && *rel != '/') || !rel[root ? 0 : 1])
+    if (!rel)
         return br_errf(err, EACCES, "checkpoint %s is not inside the job's checkpoint "
                                     "dir %.*s", path, (int)n, dir);
-    rel += root ? 0 : 1;
     int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return br_errf(err, errno, "checkpoint dir %.*s: %s", (int)n, dir, strerror(errno));

@@ -797,6 +797,14 @@ static void test_inspect(void **state)
     assert_int_equal(symlink("checkpoint-1", p), 0);
     assert_int_equal(br_ckpt_inspect(f->dir, NULL, p, &size, &mtime, &err), 0);
     assert_int_equal(size, 10);
+    /* the dir named through a symlink: the resolved path counts as inside */
+    char alias[PATH_MAX];
+    snprintf(alias, sizeof(alias), "%s/alias", f->root);
+    assert_int_equal(symlink(f->dir, alias), 0);
+    path_of(f, "checkpoint-1", p, sizeof(p));
+    assert_int_equal(br_ckpt_inspect(alias, NULL, p, &size, &mtime, &err), 0);
+    snprintf(p, sizeof(p), "%s/checkpoint-1", alias);
+    assert_int_equal(br_ckpt_inspect(alias, NULL, p, &size, &mtime, &err), 0);
     /* /proc never */
     assert_int_equal(br_ckpt_inspect(NULL, NULL, "/proc/self/status", &size, &mtime, &err), -1);
     assert_non_null(strstr(err.text, "/proc"));
