@@ -44,6 +44,7 @@ static const struct {
     {"user.add", BR_MSG_REQUEST, P_ADMIN, br_api_user_add},
     {"user.list", BR_MSG_REQUEST, P_ADMIN, br_api_user_list},
     {"user.remove", BR_MSG_REQUEST, P_ADMIN, br_api_user_remove},
+    {"audit.list", BR_MSG_REQUEST, P_ADMIN, br_api_audit_list},
     {"service.endpoints", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_service_endpoints},
     {"service.scale", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_service_scale},
 };

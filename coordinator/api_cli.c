@@ -737,6 +737,31 @@ fail:
     br_api_fail(c, m, &err);
 }
 
+void br_api_audit_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t after = 0;
+    int limit = 0;
+    br_err_t err;
+    (void)who;
+    if (br_msg_unpack(m, &err, "{s?I, s?i}", "after", &after, "limit", &limit) < 0)
+        goto fail;
+    if (after < 0 || limit < 0 || limit > 100000) {
+        br_errf(&err, EINVAL, "audit: after must be >= 0 and limit 0..100000");
+        goto fail;
+    }
+    json_t *entries = br_store_audit_list(c->store, after, limit, &err);
+    if (!entries)
+        goto fail;
+    size_t i;
+    json_t *e;
+    json_array_foreach(entries, i, e)
+        json_object_set_new(e, "time", br_time_json(json_object_get(e, "time")));
+    br_api_ok(c, m, json_pack("{s:o}", "entries", entries));
+    return;
+fail:
+    br_api_fail(c, m, &err);
+}
+
 /* --- services ---------------------------------------------------------------- */
 
 /* The running service named in the body, if the caller may act on it (answered

@@ -13,6 +13,7 @@
 #include <sodium.h>
 #include <zmq.h>
 
+#include "audit.h"
 #include "coord.h"
 #include "jobs.h"
 #include "scheduler.h"
@@ -321,7 +322,9 @@ static int drain_messages(br_coord_t *c)
             c->wake_reqs[c->wake_len++] = m;
             return EIO;
         }
+        size_t from = c->outbox_len;
         br_api_dispatch(c, m);
+        br_audit_note(c, m, from);
         c->wake_reqs[c->wake_len++] = m; /* kept until the wake's answers are sent */
         int failed = br_store_release(c->store);
         if (failed && !br_store_in_txn(c->store))

@@ -87,7 +87,11 @@ static const char *const migrations[] = {
     "ALTER TABLE jobs ADD COLUMN log_bytes INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN log_dropped INTEGER NOT NULL DEFAULT 0;"
     "UPDATE jobs SET log_bytes = (SELECT coalesce(sum(length(data)), 0) FROM logs"
-    " WHERE logs.job = jobs.id);",
+    " WHERE logs.job = jobs.id);"
+    /* every admin action: who did what to what, when, and how it ended */
+    "CREATE TABLE audit (id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL,"
+    " principal INTEGER, who TEXT NOT NULL, action TEXT NOT NULL, target TEXT,"
+    " result TEXT NOT NULL);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -112,6 +116,8 @@ enum {
     ST_PRINCIPAL_ADD,
     ST_PRINCIPAL_REMOVE,
     ST_TOKEN_JOIN_KEY,
+    ST_AUDIT_ADD,
+    ST_AUDIT_LIST,
     ST_LOG_LOST_SET,
     ST_LOG_LOST_SUM,
     ST_LOG_COUNT,
@@ -183,6 +189,10 @@ static const char *const sql_text[ST_COUNT] = {
                         " WHERE job = ?1 AND attempt = ?2 AND node = ?3",
     [ST_LOG_LOST_SUM] = "SELECT coalesce(sum(log_lost), 0) FROM attempt_nodes"
                         " WHERE job = ?1",
+    [ST_AUDIT_ADD] = "INSERT INTO audit (time, principal, who, action, target, result)"
+                     " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [ST_AUDIT_LIST] = "SELECT id, time, who, action, target, result FROM audit"
+                      " WHERE id > ?1 ORDER BY id LIMIT ?2",
     [ST_TOKEN_JOIN_KEY] = "SELECT 1 FROM tokens WHERE join_key = ?1 AND expires > ?2",
     [ST_KEY_USERS] = "SELECT name, kind, min(created) FROM keys"
                      " WHERE kind IN ('admin', 'user') AND revoked = 0"
@@ -1387,6 +1397,43 @@ static json_t *event_row(sqlite3_stmt *st, br_err_t *err)
     for (int i = 0; i < 6; i++)
         bad |= put(o, names[i], i < 3 ? col_int(st, i) : col_text(st, i));
     return row_done(o, bad, "event", err);
+}
+
+int br_store_audit_add(br_store_t *s, int64_t time_ms, int64_t principal, const char *who,
+                       const char *action, const char *target, const char *result,
+                       br_err_t *err)
+{
+    if (check_text(who, SHORT_MAX, 0, "audit who", err) < 0 ||
+        check_text(action, SHORT_MAX, 0, "audit action", err) < 0 ||
+        check_text(target, SHORT_MAX, 1, "audit target", err) < 0 ||
+        check_text(result, TEXT_MAX, 0, "audit result", err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_AUDIT_ADD];
+    if (sqlite3_bind_int64(st, 1, time_ms) || sqlite3_bind_int64(st, 2, principal) ||
+        bind_text(st, 3, who) || bind_text(st, 4, action) || bind_text(st, 5, target) ||
+        bind_text(st, 6, result))
+        return binderr(s, st, "audit", err);
+    return run(s, st, "audit", err);
+}
+
+static json_t *audit_row(sqlite3_stmt *st, br_err_t *err)
+{
+    static const char *const names[] = {"id", "time", "who", "action", "target", "result"};
+    json_t *o = json_object();
+    int bad = 0;
+    for (int i = 0; i < 6; i++)
+        bad |= put(o, names[i], i < 2 ? col_int(st, i) : col_text(st, i));
+    return row_done(o, bad, "audit entry", err);
+}
+
+json_t *br_store_audit_list(br_store_t *s, int64_t after, int limit, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_AUDIT_LIST];
+    if (sqlite3_bind_int64(st, 1, after) || sqlite3_bind_int(st, 2, limit > 0 ? limit : -1)) {
+        binderr(s, st, "list audit", err);
+        return NULL;
+    }
+    return list_rows(s, st, audit_row, "list audit", err);
 }
 
 json_t *br_store_event_list(br_store_t *s, int64_t job_id, int64_t after, int limit,

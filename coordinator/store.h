@@ -45,6 +45,12 @@ int br_store_attempt_node_ran(br_store_t *s, int64_t job, int attempt, const cha
 int br_store_log_lost_set(br_store_t *s, int64_t job, int attempt, const char *node,
                           int64_t bytes, br_err_t *err);
 int64_t br_store_log_lost(br_store_t *s, int64_t job, br_err_t *err);
+/* The audit log: one row per admin action. list: [{"id","time" (ms),"who","action",
+ * "target" (or null),"result"}] after id `after`, at most limit (0: all). */
+int br_store_audit_add(br_store_t *s, int64_t time_ms, int64_t principal, const char *who,
+                       const char *action, const char *target, const char *result,
+                       br_err_t *err);
+json_t *br_store_audit_list(br_store_t *s, int64_t after, int limit, br_err_t *err);
 /* The highest job and event ids ever issued (AUTOINCREMENT: never reused). */
 int br_store_high_ids(br_store_t *s, int64_t *jobs, int64_t *events, br_err_t *err);
 /* Rows changed through this connection since it opened. */

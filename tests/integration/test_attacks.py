@@ -426,3 +426,31 @@ def test_join_sh_takes_the_token_from_a_file_and_keeps_it_off_command_lines(clus
     assert r.returncode == 0, r.stderr
     assert "from-file" in c.nodes()
     assert seen == [], "the token showed on a command line"
+
+
+def test_audit_log_records_every_admin_action(cluster2):
+    c = cluster2
+    c.cli("node", "drain", "node-2")
+    c.cli("node", "undrain", "node-2")
+    c.cli("user", "add", "carol", "--out", str(c.root / "carol.credential"))
+    jid = c.submit("name: audited\ncommand: sleep 1000\n")
+    c.cli("cancel", jid)
+    rc, _, _ = c.cli("node", "drain", "no-such-node", check=False)
+    assert rc == 1
+    c.cli("user", "remove", "carol")
+    c.cli_json("nodes")  # reads are not actions
+    entries = c.cli_json("audit")
+    got = [(e["who"], e["action"], e["target"], e["result"].split(":")[0]) for e in entries]
+    assert ("admin", "node.drain", "node-2", "done") in got, got
+    assert ("admin", "node.undrain", "node-2", "done") in got, got
+    assert ("admin", "user.add", "carol", "done") in got, got
+    assert ("admin", "job.submit", f"job {jid}", "done") in got, got
+    assert ("admin", "job.cancel", f"job {jid}", "done") in got, got
+    assert ("admin", "node.drain", "no-such-node", "refused") in got, got
+    assert ("admin", "user.remove", "carol", "done") in got, got
+    assert all(e["action"] != "node.list" for e in entries)
+    assert all(isinstance(e["time"], float) for e in entries)
+    # users may not read it
+    alice, *_ = _user(c, "alice")
+    rc, _, err = c.cli("audit", credential=alice, check=False)
+    assert rc == 1 and "not allowed" in err, err

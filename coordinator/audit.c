@@ -1,0 +1,71 @@
+/* audit.c - the audit log of admin actions (see audit.h). */
+#include "audit.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+/* The requests that change something: everything else the admin sends only reads. */
+static const char *const actions[] = {
+    "token.create", "token.revoke", "node.drain",    "node.undrain",  "node.remove",
+    "user.add",     "user.remove",  "job.submit",    "job.cancel",    "service.scale",
+    NULL,
+};
+
+static int audited(const char *type)
+{
+    for (int i = 0; actions[i]; i++)
+        if (strcmp(actions[i], type) == 0)
+            return 1;
+    return 0;
+}
+
+/* What the action was done to: the name or id in its body, or the new job's id. */
+static void target_of(const br_msg_t *req, const br_msg_t *resp, char *buf, size_t len)
+{
+    json_t *b = br_msg_body(req);
+    json_t *name = json_object_get(b, "name"), *id = json_object_get(b, "id");
+    json_t *rid = resp ? json_object_get(br_msg_body(resp), "id") : NULL;
+    buf[0] = '\0';
+    if (json_is_string(name))
+        snprintf(buf, len, "%s", json_string_value(name));
+    else if (json_is_integer(id))
+        snprintf(buf, len, "job %lld", (long long)json_integer_value(id));
+    else if (json_is_string(id))
+        snprintf(buf, len, "token %s", json_string_value(id));
+    else if (json_is_integer(rid))
+        snprintf(buf, len, "job %lld", (long long)json_integer_value(rid));
+    else if (json_is_string(rid))
+        snprintf(buf, len, "token %s", json_string_value(rid));
+}
+
+void br_audit_note(br_coord_t *c, const br_msg_t *req, size_t from)
+{
+    if (br_msg_kind(req) != BR_MSG_REQUEST || !audited(br_msg_type(req)))
+        return;
+    br_principal_t kind;
+    char who[64], target[160], result[200];
+    int64_t id;
+    br_err_t err;
+    if (br_store_key_who(c->store, br_msg_user(req), &kind, who, sizeof(who), &id, &err) < 0 ||
+        kind != BR_PRINCIPAL_ADMIN)
+        return;
+    const br_msg_t *resp = NULL;
+    for (size_t i = from; i < c->outbox_len && !resp; i++) {
+        const br_msg_t *m = c->outbox[i];
+        if (br_msg_kind(m) == BR_MSG_RESPONSE && br_msg_seq(m) == br_msg_seq(req) &&
+            strcmp(br_msg_type(m), br_msg_type(req)) == 0)
+            resp = m;
+    }
+    if (!resp)
+        snprintf(result, sizeof(result), "no answer");
+    else if (br_msg_check(resp, &err) < 0)
+        snprintf(result, sizeof(result), "refused: %s", err.text);
+    else
+        snprintf(result, sizeof(result), "done");
+    target_of(req, resp, target, sizeof(target));
+    if (br_store_audit_add(c->store, br_now_ms(), id, who, br_msg_type(req),
+                           target[0] ? target : NULL, result, &err) < 0)
+        fprintf(stderr, "brambled: audit: %s\n", err.text);
+}
