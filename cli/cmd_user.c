@@ -1,9 +1,11 @@
 /* cmd_user.c - bramble user add|list|remove: credentials for people who submit jobs.
  * The key pair is made here and only its public half is sent, so a user's secret
  * key never crosses the wire. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "util.h"
@@ -109,17 +111,58 @@ static int user_remove(cli_t *cli, int argc, char **argv)
     return CLI_OK;
 }
 
+/* Replace the caller's own key pair. The new credential is written next to the old
+ * one first (FILE.new), so that an answer lost on the way leaves a usable key. */
+static int user_rotate_key(cli_t *cli, int argc, char **argv)
+{
+    if (cli_args(cli, argc, argv, NULL, 0, NULL, NULL) != 0)
+        return CLI_USAGE;
+    if (!cli_client(cli))
+        return CLI_FAIL;
+    char path[CLI_PATH_MAX], next[CLI_PATH_MAX + 8];
+    br_cred_path(cli->cred_flag, path, sizeof(path));
+    snprintf(next, sizeof(next), "%s.new", path);
+    br_cred_t fresh = cli->cred;
+    br_err_t err;
+    if (br_keypair(fresh.public_key, fresh.secret_key, &err) < 0 ||
+        br_cred_save(next, &fresh, &err) < 0)
+        return cli_fail(cli, "%s", err.text);
+    json_t *r = cli_call(cli, "user.rotate_key",
+                         json_pack("{s:s}", "public_key", fresh.public_key));
+    if (!r) {
+        unlink(next); /* refused: the old key still holds */
+        return CLI_FAIL;
+    }
+    json_decref(r);
+    if (rename(next, path) < 0)
+        return cli_fail(cli, "the key was rotated, but %s could not replace %s: %s; use "
+                             "%s from now on",
+                        next, path, strerror(errno), next);
+    printf("rotated the key of %s; %s holds the new one, and the old key is refused\n",
+           cli->cred.name, path);
+    return CLI_OK;
+}
+
 const cli_cmd_t cli_user_cmds[] = {
-    {"user", "add", user_add, "NAME [--out FILE]",
+    {"user", "add", user_add, "NAME [--out FILE] [--endpoint tcp://HOST:PORT]",
      "issue a credential for a user who submits jobs (admin)",
      "Makes a key pair here, registers its public key, and writes the credential\n"
      "(mode 0600) to FILE, by default ./NAME.credential. Users see and cancel their\n"
      "own jobs only.\n"
      "\nOptions:\n"
-     "  --out FILE   where to write the credential\n"},
+     "  --out FILE        where to write the credential\n"
+     "  --endpoint EP     the coordinator's address written into the credential\n"
+     "                    (tcp://HOST:PORT; default: the one the coordinator\n"
+     "                    advertises), for users who reach it another way\n"},
     {"user", "list", user_list, "[--json]", "list the admin and the users (admin)",
      "Options:\n"
      "  --json   print the array of users: name, kind, created\n"},
+    {"user", "rotate-key", user_rotate_key, "",
+     "replace your own key pair; the old key is refused at once",
+     "Makes a new key pair here, registers its public key for the same user (the\n"
+     "same id and jobs) and revokes the key this command ran with. The credential\n"
+     "file is rewritten in place; should the answer be lost, FILE.new holds the new\n"
+     "credential. Works for the admin's credential too.\n"},
     {"user", "remove", user_remove, "NAME [--jobs cancel|admin]",
      "remove a user and revoke its key at once (admin)",
      "The user's pending and running jobs are cancelled (--jobs cancel, the\n"

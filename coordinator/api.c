@@ -45,6 +45,7 @@ static const struct {
     {"user.list", BR_MSG_REQUEST, P_ADMIN, br_api_user_list},
     {"user.remove", BR_MSG_REQUEST, P_ADMIN, br_api_user_remove},
     {"audit.list", BR_MSG_REQUEST, P_ADMIN, br_api_audit_list},
+    {"user.rotate_key", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_user_rotate_key},
     {"service.endpoints", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_service_endpoints},
     {"service.scale", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_service_scale},
 };

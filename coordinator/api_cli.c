@@ -737,6 +737,29 @@ fail:
     br_api_fail(c, m, &err);
 }
 
+/* A user (or the admin) replaces its own key: the new one belongs to the same
+ * principal (same id, same jobs), the one that sent this is refused from now on. */
+void br_api_user_rotate_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *key;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:s}", "public_key", &key) < 0)
+        goto fail;
+    if (!br_key_valid(key)) {
+        br_errf(&err, EINVAL, "public_key must be a CURVE public key (40 characters of Z85)");
+        goto fail;
+    }
+    if (br_store_key_add(c->store, key, who->kind, who->name, &err) < 0 ||
+        br_store_key_revoke_one(c->store, br_msg_user(m), &err) < 0)
+        goto fail;
+    br_coord_event(c, 0, NULL, "user", "%s %s rotated its key",
+                   who->kind == BR_PRINCIPAL_ADMIN ? "admin" : "user", who->name);
+    br_api_ok(c, m, json_object());
+    return;
+fail:
+    br_api_fail(c, m, &err);
+}
+
 void br_api_audit_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_int_t after = 0;

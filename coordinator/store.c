@@ -112,6 +112,7 @@ enum {
     ST_KEY_ADD,
     ST_KEY_LOOKUP,
     ST_KEY_REVOKE,
+    ST_KEY_REVOKE_ONE,
     ST_PRINCIPAL_FIND,
     ST_PRINCIPAL_ADD,
     ST_PRINCIPAL_REMOVE,
@@ -163,6 +164,7 @@ static const char *const sql_text[ST_COUNT] = {
                    " VALUES (?1, ?2, ?3, ?4, ?5)",
     [ST_KEY_LOOKUP] = "SELECT kind, name, revoked, principal FROM keys WHERE pubkey = ?1",
     [ST_KEY_REVOKE] = "UPDATE keys SET revoked = 1 WHERE kind = ?1 AND name = ?2",
+    [ST_KEY_REVOKE_ONE] = "UPDATE keys SET revoked = 1 WHERE pubkey = ?1",
     [ST_PRINCIPAL_FIND] = "SELECT id FROM principals WHERE kind = ?1 AND name = ?2"
                           " AND removed IS NULL ORDER BY id DESC LIMIT 1",
     [ST_PRINCIPAL_ADD] = "INSERT INTO principals (kind, name, created) VALUES (?1, ?2, ?3)",
@@ -874,6 +876,18 @@ int br_store_key_revoke(br_store_t *s, br_principal_t kind, const char *name,
         sqlite3_bind_int64(st, 3, br_now_ms()))
         return binderr(s, st, "remove principal", err);
     return run(s, st, "remove principal", err);
+}
+
+int br_store_key_revoke_one(br_store_t *s, const char *pubkey, br_err_t *err)
+{
+    if (check_pubkey(pubkey, err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_KEY_REVOKE_ONE];
+    if (bind_text(st, 1, pubkey))
+        return binderr(s, st, "revoke key", err);
+    if (run(s, st, "revoke key", err) < 0)
+        return -1;
+    return sqlite3_changes(s->db) == 1 ? 0 : br_errf(err, ENOENT, "no such key");
 }
 
 int br_store_principal_id(br_store_t *s, br_principal_t kind, const char *name,

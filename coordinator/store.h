@@ -79,6 +79,8 @@ int br_store_key_who(br_store_t *s, const char *pubkey, br_principal_t *kind, ch
  * the principal's id is retired (a later key_add under that name gets a new one). */
 int br_store_key_revoke(br_store_t *s, br_principal_t kind, const char *name,
                         br_err_t *err);
+/* Revoke one key (a rotated one), leaving its principal and other keys alone. */
+int br_store_key_revoke_one(br_store_t *s, const char *pubkey, br_err_t *err);
 /* The id of the live (not removed) principal kind + name into *id; 0 when none. */
 int br_store_principal_id(br_store_t *s, br_principal_t kind, const char *name,
                           int64_t *id, br_err_t *err);

@@ -454,3 +454,36 @@ def test_audit_log_records_every_admin_action(cluster2):
     alice, *_ = _user(c, "alice")
     rc, _, err = c.cli("audit", credential=alice, check=False)
     assert rc == 1 and "not allowed" in err, err
+
+
+def test_user_rotate_key_refuses_the_old_key_at_once(cluster):
+    c = cluster
+    c.add_agents(1)
+    cred, old_pub, old_sec, server = _user(c, "dave")
+    saved = cred.read_text()
+    jid = int(c.cli("submit", c.write_spec("name: daves\ncommand: sleep 1000\n"),
+                    credential=cred)[1].strip())
+    _, out, _ = c.cli("user", "rotate-key", credential=cred)
+    assert "old key is refused" in out, out
+    y = read_yaml_flat(cred)
+    assert y["public_key"] != old_pub and y["name"] == "dave"
+    assert _mode(cred) == 0o600
+    # the new key is the same user: same jobs
+    jobs = c.cli_json("jobs", "--all", credential=cred)
+    assert [j["id"] for j in jobs] == [jid]
+    # the old key is refused, by an old credential and on a raw connection
+    old = c.root / "old.credential"
+    old.write_text(saved)
+    old.chmod(0o600)
+    rc, _, err = c.cli("jobs", credential=old, check=False)
+    assert rc == 1, err
+    raw = c.raw_client(old_pub, old_sec)
+    try:
+        raw.send([header("ping", 1), b"{}"])
+        assert raw.recv(timeout=2.0) is None
+    finally:
+        raw.close()
+    # a user's own rotation is no admin action: it is an event, not an audit entry
+    assert not any(e["action"] == "user.rotate_key" for e in c.cli_json("audit"))
+    events = [json.loads(l) for l in c.cli("events", "--json")[1].splitlines() if l.strip()]
+    assert any("dave rotated its key" in (e["reason"] or "") for e in events)
