@@ -46,6 +46,7 @@ static const struct {
     {"user.remove", BR_MSG_REQUEST, P_ADMIN, br_api_user_remove},
     {"audit.list", BR_MSG_REQUEST, P_ADMIN, br_api_audit_list},
     {"user.rotate_key", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_user_rotate_key},
+    {"user.set", BR_MSG_REQUEST, P_ADMIN, br_api_user_set},
     {"service.endpoints", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_service_endpoints},
     {"service.scale", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_service_scale},
 };

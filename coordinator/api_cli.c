@@ -612,13 +612,55 @@ static int user_exists(br_coord_t *c, const char *name, br_err_t *err)
     return found;
 }
 
+/* A local account name as useradd takes it: [a-z_][a-z0-9_-]*, at most 32. */
+static int check_unix_user(const char *u, br_err_t *err)
+{
+    if (!u)
+        return 0;
+    size_t n = strlen(u);
+    int ok = n >= 1 && n <= 32 && ((u[0] >= 'a' && u[0] <= 'z') || u[0] == '_');
+    for (size_t i = 1; ok && i < n; i++)
+        ok = (u[i] >= 'a' && u[i] <= 'z') || (u[i] >= '0' && u[i] <= '9') || u[i] == '_' ||
+             u[i] == '-';
+    return ok ? 0 : br_errf(err, EINVAL, "unix user '%.40s': a local account name "
+                                         "([a-z_][a-z0-9_-]*, at most 32)", u);
+}
+
+void br_api_user_set(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *name;
+    json_t *unix_user;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:s, s:o}", "name", &name, "unix_user", &unix_user) < 0)
+        goto fail;
+    if (!json_is_null(unix_user) &&
+        (!json_is_string(unix_user) ||
+         check_unix_user(json_string_value(unix_user), &err) < 0)) {
+        if (!json_is_string(unix_user))
+            br_errf(&err, EINVAL, "unix_user must be a string or null");
+        goto fail;
+    }
+    const char *u = json_string_value(unix_user);
+    if (br_store_unix_user_set(c->store, name, u, &err) < 0)
+        goto fail;
+    br_coord_event(c, 0, NULL, "user", "user %s set by %s: jobs run as %s%s", name, who->name,
+                   u ? "local account " : "the node's uid for the user", u ? u : "");
+    br_api_ok(c, m, json_pack("{s:s, s:o}", "name", name, "unix_user",
+                              u ? json_string(u) : json_null()));
+    return;
+fail:
+    br_api_fail(c, m, &err);
+}
+
 void br_api_user_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    const char *name, *key;
+    const char *name, *key, *unix_user = NULL;
     br_err_t err;
     br_principal_t kind;
     char existing[64];
-    if (br_msg_unpack(m, &err, "{s:s, s:s}", "name", &name, "public_key", &key) < 0)
+    if (br_msg_unpack(m, &err, "{s:s, s:s, s?s}", "name", &name, "public_key", &key,
+                      "unix_user", &unix_user) < 0 ||
+        check_unix_user(unix_user, &err) < 0)
         goto fail;
     if (!br_valid_name(name) || strcmp(name, "admin") == 0) {
         br_errf(&err, EINVAL, "user name '%s': use lowercase letters, digits and '-' "
@@ -642,9 +684,11 @@ void br_api_user_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_errf(&err, EEXIST, "that key is already in use");
         goto fail;
     }
-    if (br_store_key_add(c->store, key, BR_PRINCIPAL_USER, name, &err) < 0)
+    if (br_store_key_add(c->store, key, BR_PRINCIPAL_USER, name, &err) < 0 ||
+        (unix_user && br_store_unix_user_set(c->store, name, unix_user, &err) < 0))
         goto fail;
-    br_coord_event(c, 0, NULL, "user", "user %s added by %s", name, who->name);
+    br_coord_event(c, 0, NULL, "user", "user %s added by %s%s%s", name, who->name,
+                   unix_user ? "; jobs run as local account " : "", unix_user ? unix_user : "");
     br_api_ok(c, m, json_pack("{s:s, s:s}", "name", name, "endpoint", c->cfg.advertise));
     return;
 fail:

@@ -307,8 +307,13 @@ static void send_run(br_coord_t *c, json_t *job, int r, int announce)
                              "workdir", workdir ? workdir : json_null(), "env", env,
                              "tasks", rank_tasks(job, r));
     json_t *owner_id = json_object_get(job, "owner_id");
-    if (json_is_integer(owner_id)) /* whose job: the agent runs each owner as its own uid */
+    if (json_is_integer(owner_id)) { /* whose job: the agent runs each owner as its own uid */
+        char unix_user[64];
         json_object_set(body, "owner_id", owner_id);
+        if (br_store_unix_user_get(c->store, json_integer_value(owner_id), unix_user,
+                                   sizeof(unix_user), NULL) == 0 && unix_user[0])
+            json_object_set_new(body, "unix_user", json_string(unix_user));
+    }
     if (json_is_object(ckpt) && r == 0) /* rank 0's checkpoints are the gang's */
         json_object_set(body, "checkpoint", ckpt);
     json_t *service = json_object_get(spec, "service");

@@ -89,6 +89,8 @@ static const char *const migrations[] = {
     "UPDATE jobs SET log_bytes = (SELECT coalesce(sum(length(data)), 0) FROM logs"
     " WHERE logs.job = jobs.id);"
     /* every admin action: who did what to what, when, and how it ended */
+    /* the local account an agent runs a user's jobs as, when the admin named one */
+    "ALTER TABLE principals ADD COLUMN unix_user TEXT;"
     "CREATE TABLE audit (id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL,"
     " principal INTEGER, who TEXT NOT NULL, action TEXT NOT NULL, target TEXT,"
     " result TEXT NOT NULL);",
@@ -117,6 +119,8 @@ enum {
     ST_PRINCIPAL_ADD,
     ST_PRINCIPAL_REMOVE,
     ST_TOKEN_JOIN_KEY,
+    ST_UNIX_USER_SET,
+    ST_UNIX_USER_GET,
     ST_AUDIT_ADD,
     ST_AUDIT_LIST,
     ST_LOG_LOST_SET,
@@ -195,6 +199,9 @@ static const char *const sql_text[ST_COUNT] = {
                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [ST_AUDIT_LIST] = "SELECT id, time, who, action, target, result FROM audit"
                       " WHERE id > ?1 ORDER BY id LIMIT ?2",
+    [ST_UNIX_USER_SET] = "UPDATE principals SET unix_user = ?3"
+                         " WHERE kind = ?1 AND name = ?2 AND removed IS NULL",
+    [ST_UNIX_USER_GET] = "SELECT unix_user FROM principals WHERE id = ?1",
     [ST_TOKEN_JOIN_KEY] = "SELECT 1 FROM tokens WHERE join_key = ?1 AND expires > ?2",
     [ST_KEY_USERS] = "SELECT name, kind, min(created) FROM keys"
                      " WHERE kind IN ('admin', 'user') AND revoked = 0"
@@ -888,6 +895,34 @@ int br_store_key_revoke_one(br_store_t *s, const char *pubkey, br_err_t *err)
     if (run(s, st, "revoke key", err) < 0)
         return -1;
     return sqlite3_changes(s->db) == 1 ? 0 : br_errf(err, ENOENT, "no such key");
+}
+
+int br_store_unix_user_set(br_store_t *s, const char *name, const char *unix_user,
+                           br_err_t *err)
+{
+    if (check_text(name, SHORT_MAX, 0, "name", err) < 0 ||
+        check_text(unix_user, SHORT_MAX, 1, "unix user", err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_UNIX_USER_SET];
+    if (bind_text(st, 1, "user") || bind_text(st, 2, name) || bind_text(st, 3, unix_user))
+        return binderr(s, st, "set unix user", err);
+    if (run(s, st, "set unix user", err) < 0)
+        return -1;
+    return sqlite3_changes(s->db) ? 0 : br_errf(err, ENOENT, "no user '%s'", name);
+}
+
+int br_store_unix_user_get(br_store_t *s, int64_t principal, char *buf, size_t len,
+                           br_err_t *err)
+{
+    buf[0] = '\0';
+    sqlite3_stmt *st = s->st[ST_UNIX_USER_GET];
+    if (sqlite3_bind_int64(st, 1, principal))
+        return binderr(s, st, "get unix user", err);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_text(st, 0))
+        br_strlcpy(buf, (const char *)sqlite3_column_text(st, 0), len);
+    reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : dberr(s, err, "get unix user");
 }
 
 int br_store_principal_id(br_store_t *s, br_principal_t kind, const char *name,

@@ -79,6 +79,12 @@ int br_store_key_who(br_store_t *s, const char *pubkey, br_principal_t *kind, ch
  * the principal's id is retired (a later key_add under that name gets a new one). */
 int br_store_key_revoke(br_store_t *s, br_principal_t kind, const char *name,
                         br_err_t *err);
+/* The local account agents run user name's jobs as (NULL: none, the agent's uid
+ * rule applies); read back by principal id ("" when none). */
+int br_store_unix_user_set(br_store_t *s, const char *name, const char *unix_user,
+                           br_err_t *err);
+int br_store_unix_user_get(br_store_t *s, int64_t principal, char *buf, size_t len,
+                           br_err_t *err);
 /* Revoke one key (a rotated one), leaving its principal and other keys alone. */
 int br_store_key_revoke_one(br_store_t *s, const char *pubkey, br_err_t *err);
 /* The id of the live (not removed) principal kind + name into *id; 0 when none. */
