@@ -87,10 +87,10 @@ static json_t *pick_gpus(const br_node_t *n, json_t *res, int want, int64_t *lef
     if (count < want) {
         char v[32];
         if (vram)
-            snprintf(why, whylen, "%s: %d of %d GPUs with %s VRAM to spare", n->name, count,
-                     want, br_format_size(vram, v, sizeof(v)));
+            snprintf(why, whylen, "%s has %d GPUs with %s VRAM to spare, the job needs %d",
+                     n->name, count, br_format_size(vram, v, sizeof(v)), want);
         else
-            snprintf(why, whylen, "%s: %d of %d GPUs free", n->name, count, want);
+            snprintf(why, whylen, "%s has %d GPUs free, the job needs %d", n->name, count, want);
         return NULL;
     }
     if (vram)
@@ -123,12 +123,12 @@ int br_sched_fit(const br_node_t *n, json_t *spec, json_t **assign, int64_t *lef
         return 0;
     }
     if (br_node_cpus(n) - n->cpus_used < cpus) {
-        snprintf(why, whylen, "%s: %d of %d CPUs free", n->name,
+        snprintf(why, whylen, "%s has %d CPUs free, the job needs %d", n->name,
                  br_node_cpus(n) - n->cpus_used, cpus);
         return 0;
     }
     if (mem && br_node_memory(n) < n->memory_used + mem) {
-        snprintf(why, whylen, "%s: %s of %s memory free", n->name,
+        snprintf(why, whylen, "%s has %s memory free, the job needs %s", n->name,
                  br_format_size(br_node_memory(n) - n->memory_used, a, sizeof(a)),
                  br_format_size(mem, b, sizeof(b)));
         return 0;

@@ -194,7 +194,7 @@ def test_lost_node_moves_replicas_or_leaves_them_waiting(make_cluster, tmp_path)
         return r if r["state"] == "pending" and "VRAM to spare" in (r["reason"] or "") else None
 
     r = wait_for(waiting, 60, "the replica to wait for room")
-    assert f"{used[1]}: 0 of 1 GPUs with 20.0GiB VRAM to spare" in r["reason"], r
+    assert f"{used[1]} has 0 GPUs with 20.0GiB VRAM to spare, the job needs 1" in r["reason"], r
     assert len(endpoints(c, "big")) == 1
 
 

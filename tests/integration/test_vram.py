@@ -58,7 +58,7 @@ def test_six_7gib_jobs_pack_onto_24_24_12_12(cluster):
     j = wait_for(lambda: (lambda x: x if "VRAM to spare" in (x.get("reason") or "") else None)(
         cluster.job(ninth)), what="the ninth to wait for VRAM")
     assert j["state"] == "pending", j
-    assert "big: 0 of 1 GPUs with 7.0GiB VRAM to spare" in j["reason"], j["reason"]
+    assert "big has 0 GPUs with 7.0GiB VRAM to spare, the job needs 1" in j["reason"], j["reason"]
     # cancelling one frees its share for the waiting one
     cluster.cli("cancel", str(ids[0]))
     cluster.wait_job(ninth, "running")
@@ -84,12 +84,12 @@ def test_whole_gpu_jobs_and_sharing_keep_apart(cluster):
     waiting = submit(cluster, "waiting")
     j = wait_for(lambda: (lambda x: x if x.get("reason") else None)(cluster.job(waiting)),
                  what="the whole-GPU job to wait")
-    assert j["state"] == "pending" and "n: 0 of 1 GPUs free" in j["reason"], j
+    assert j["state"] == "pending" and "n has 0 GPUs free, the job needs 1" in j["reason"], j
     # a need larger than any GPU's room waits and says so
     big = submit(cluster, "big", 20)
     j = wait_for(lambda: (lambda x: x if x.get("reason") else None)(cluster.job(big)),
                  what="the 20 GiB job to wait")
-    assert "0 of 1 GPUs with 20.0GiB VRAM to spare" in j["reason"], j
+    assert "has 0 GPUs with 20.0GiB VRAM to spare, the job needs 1" in j["reason"], j
     # the whole-GPU jobs leave: the freed GPU takes the 20 GiB job
     cluster.cli("cancel", str(waiting))
     cluster.cli("cancel", str(whole))
