@@ -83,6 +83,43 @@ static const char *principal_words(br_principal_t k)
     }
 }
 
+/* What a message type asks for, in words, for denials. */
+static const char *action_words(const char *type)
+{
+    static const struct {
+        const char *type, *words;
+    } actions[] = {
+        {"token.", "managing join tokens"},   {"node.list", "listing nodes"},
+        {"node.show", "showing a node"},      {"node.drain", "draining nodes"},
+        {"node.undrain", "undraining nodes"}, {"node.remove", "removing nodes"},
+        {"node.probe", "reading the network map"},
+        {"node.join", "joining a node"},      {"node.", "agent messages"},
+        {"job.submit", "submitting jobs"},
+        {"job.list", "listing jobs"},         {"job.show", "showing jobs"},
+        {"job.cancel", "cancelling jobs"},    {"job.logs", "reading job logs"},
+        {"job.", "reports of a node's jobs"}, {"event.", "reading events"},
+        {"user.", "managing users"},          {"service.", "managing services"},
+    };
+    for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
+        if (strncmp(type, actions[i].type, strlen(actions[i].type)) == 0)
+            return actions[i].words;
+    return type;
+}
+
+/* Whose key a handler wants, in words. */
+static const char *who_words(int who)
+{
+    if (who == P_ADMIN)
+        return "the admin key";
+    if (who == (P_ADMIN | P_USER))
+        return "a user or admin key";
+    if (who == P_NODE)
+        return "a node's key";
+    if (who == P_UNKNOWN)
+        return "a join token from a new node";
+    return "another kind of key";
+}
+
 void br_api_dispatch(br_coord_t *c, br_msg_t *m)
 {
     br_caller_t who = {BR_PRINCIPAL_UNKNOWN, "", 0};
@@ -101,7 +138,12 @@ void br_api_dispatch(br_coord_t *c, br_msg_t *m)
             br_errf(&err, EPROTO, "%s: wrong message kind", br_msg_type(m));
             br_api_fail(c, m, &err);
         } else if (!(handlers[i].who & (1 << who.kind))) {
-            br_errf(&err, EACCES, "%s: %s", br_msg_type(m), principal_words(who.kind));
+            if (who.kind == BR_PRINCIPAL_UNKNOWN || who.kind == BR_PRINCIPAL_REVOKED)
+                br_errf(&err, EACCES, "not allowed: %s: %s", action_words(br_msg_type(m)),
+                        principal_words(who.kind));
+            else
+                br_errf(&err, EACCES, "not allowed: %s needs %s",
+                        action_words(br_msg_type(m)), who_words(handlers[i].who));
             br_api_fail(c, m, &err);
         } else {
             handlers[i].fn(c, m, &who);
