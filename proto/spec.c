@@ -268,6 +268,10 @@ static int int_value(const sect_t *s, const char *key, const node_t *n, long lo,
 {
     char f[FIELD_LEN], b[SPEC_SHOW_LEN];
     long long v;
+    const char *t = n->text + (n->text[0] == '-');
+    if (parse_int(n->text, &v) < 0 && *t && strspn(t, "0123456789") == strlen(t))
+        return spec_fail_at(s->err, n->line, "%s: %s is out of range (%ld..%ld)",
+                            field(s, key, f), spec_show(n->text, b), lo, hi);
     if (parse_int(n->text, &v) < 0)
         return spec_fail_at(s->err, n->line, "%s: expected %s, got '%s'",
                             field(s, key, f), what, spec_show(n->text, b));
@@ -295,9 +299,15 @@ static int get_size(const sect_t *s, const char *key, uint64_t *out)
     int rc = get_scalar(s, key, "a size", &n);
     if (rc <= 0)
         return rc;
-    if (br_parse_size(n->text, out, NULL) < 0 || *out > MAX_BYTES)
+    br_err_t perr = {0};
+    if (br_parse_size(n->text, out, &perr) < 0 && strstr(perr.text, "too large"))
+        *out = MAX_BYTES + 1;
+    else if (perr.errnum)
         return spec_fail_at(s->err, n->line,
                             "%s: bad size '%s' (use e.g. 512MiB, 24GiB)",
+                            field(s, key, f), spec_show(n->text, b));
+    if (*out > MAX_BYTES)
+        return spec_fail_at(s->err, n->line, "%s: size '%s' is too large (at most 1EiB)",
                             field(s, key, f), spec_show(n->text, b));
     return 1;
 }
@@ -309,11 +319,33 @@ static int get_duration(const sect_t *s, const char *key, int64_t *out)
     int rc = get_scalar(s, key, "a duration", &n);
     if (rc <= 0)
         return rc;
-    if (br_parse_duration(n->text, out, NULL) < 0)
+    br_err_t perr = {0};
+    if (br_parse_duration(n->text, out, &perr) < 0 && strstr(perr.text, "too long"))
+        return spec_fail_at(s->err, n->line,
+                            "%s: duration '%s' is too long (at most %.0f days)",
+                            field(s, key, f), spec_show(n->text, b),
+                            BR_DURATION_MAX_MS / 86400000.0);
+    if (perr.errnum)
         return spec_fail_at(s->err, n->line,
                             "%s: bad duration '%s' (use e.g. 500ms, 5s, 10m, 12h)",
                             field(s, key, f), spec_show(n->text, b));
     return 1;
+}
+
+/* A duration where 0 means "none": a value that is not 0 but rounds to 0 ms is
+ * refused rather than read as none. */
+static int get_duration_or_none(const sect_t *s, const char *key, int64_t *out)
+{
+    char f[FIELD_LEN], b[SPEC_SHOW_LEN];
+    int rc = get_duration(s, key, out);
+    const node_t *n = rc > 0 ? get(s, key) : NULL;
+    /* the number (before its exponent or unit) has a digit other than 0 */
+    if (n && *out == 0 && strcspn(n->text, "123456789") < strcspn(n->text, "eEmshd"))
+        return spec_fail_at(s->err, n->line,
+                            "%s: '%s' rounds to 0, which means no limit (the least is "
+                            "1ms; leave it out for none)",
+                            field(s, key, f), spec_show(n->text, b));
+    return rc;
 }
 
 /* One of choices (a NULL-terminated list; spelled out in words for errors). */
@@ -399,6 +431,11 @@ static int map_entry(const sect_t *s, const char *key, const node_t *kid, int en
         return spec_fail_at(s->err, kid->line, "%s.%s: expected a string, got %s",
                             field(s, key, f), spec_show(kid->key, b),
                             spec_type_name(kid));
+    if (env && strlen(kid->key) + 1 + strlen(kid->text) > BR_SPEC_MAX_COMMAND)
+        return spec_fail_at(s->err, kid->line,
+                            "%s.%s: longer than the kernel's limit for one variable (%d "
+                            "bytes with its name)",
+                            field(s, key, f), spec_show(kid->key, b), BR_SPEC_MAX_COMMAND);
     if (json_object_set_new(obj, kid->key, json_string(kid->text)) < 0)
         return spec_fail_at(s->err, kid->line, "%s.%s: not valid UTF-8",
                             field(s, key, f), spec_show(kid->key, b));
@@ -457,6 +494,11 @@ static int check_command(const sect_t *top, br_spec_t *spec)
     if (strspn(spec->command, " \t\r\n") == strlen(spec->command))
         return spec_fail_at(top->err, value_line(top, "command"),
                             "command: must not be empty");
+    if (strlen(spec->command) > BR_SPEC_MAX_COMMAND) /* one argument of sh -c */
+        return spec_fail_at(top->err, value_line(top, "command"),
+                            "command: %zu bytes, longer than the kernel's limit for one "
+                            "argument (%d bytes); put it in a script",
+                            strlen(spec->command), BR_SPEC_MAX_COMMAND);
     return 0;
 }
 
@@ -713,7 +755,7 @@ static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
         check_model(&top, spec) < 0 || check_checkpoint(&top, spec) < 0 ||
         check_restart(&top, spec) < 0 ||
         get_int(&top, "priority", -1000, 1000, &spec->priority) < 0 ||
-        get_duration(&top, "time_limit", &spec->time_limit_ms) < 0 ||
+        get_duration_or_none(&top, "time_limit", &spec->time_limit_ms) < 0 ||
         check_service(&top, spec) < 0)
         return -1;
     return 0;

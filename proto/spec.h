@@ -13,6 +13,10 @@
 
 #define BR_SPEC_MAX_BYTES (256 * 1024) /* larger spec texts are refused */
 #define BR_SPEC_MAX_LIST 32 /* arch, gpu_model, nodelist, restart.on entries */
+/* The longest command (and env NAME=value): one argument to execve may hold at most
+ * MAX_ARG_STRLEN (32 pages of 4 KiB) bytes with its NUL; longer is refused at
+ * submit, not at start. */
+#define BR_SPEC_MAX_COMMAND (32 * 4096 - 1)
 
 typedef enum { BR_JOB_TRAIN = 0, BR_JOB_SERVICE = 1 } br_job_kind_t;
 

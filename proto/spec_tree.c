@@ -171,6 +171,8 @@ int spec_oom(br_err_t *err)
 
 /* ---- YAML text -> tree --------------------------------------------------------- */
 
+#define SPEC_YAML_KEY_MAX 1024 /* libyaml: a simple key fits on 1024 characters */
+
 typedef struct {
     yaml_parser_t p;
     const char *text; /* the input, to find the line of a byte offset */
@@ -195,6 +197,20 @@ static int rd_fail(reader_t *r, int line, const char *fmt, ...)
     return br_errf(r->err, EINVAL, "line %d: %s", line, msg);
 }
 
+/* 1 when the line holding byte offset off of the input is longer than libyaml's
+ * limit for a simple key (1024 characters). */
+static int long_line(const reader_t *r, size_t off)
+{
+    if (!r->text || off > r->len)
+        return 0;
+    size_t start = off, end = off;
+    while (start > 0 && r->text[start - 1] != '\n')
+        start--;
+    while (end < r->len && r->text[end] != '\n')
+        end++;
+    return end - start > SPEC_YAML_KEY_MAX;
+}
+
 static int yaml_fail(reader_t *r)
 {
     yaml_parser_t *p = &r->p;
@@ -208,9 +224,15 @@ static int yaml_fail(reader_t *r)
         return rd_fail(r, line, "invalid YAML: %s", what);
     }
     int line = (int)p->problem_mark.line + 1;
+    /* libyaml gives up on a plain key longer than 1024 characters with a puzzling
+     * scanner error: name the limit when the line is that long */
+    const char *hint = long_line(r, p->problem_mark.index) ||
+                               long_line(r, p->context_mark.index)
+                           ? "; keys are at most 1024 characters, and this line is longer"
+                           : "";
     if (p->context)
-        return rd_fail(r, line, "invalid YAML: %s (%s)", what, p->context);
-    return rd_fail(r, line, "invalid YAML: %s", what);
+        return rd_fail(r, line, "invalid YAML: %s (%s)%s", what, p->context, hint);
+    return rd_fail(r, line, "invalid YAML: %s%s", what, hint);
 }
 
 static int next_event(reader_t *r, yaml_event_t *ev)

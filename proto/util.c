@@ -47,8 +47,10 @@ int br_parse_duration(const char *s, int64_t *ms, br_err_t *err)
         for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
             if (strcmp(unit, units[i].unit) == 0) {
                 double r = v * units[i].ms;
-                if (r > 1e15)
-                    break;
+                if (r > BR_DURATION_MAX_MS)
+                    return br_errf(err, EINVAL,
+                                   "bad duration '%s': too long (at most %.0f days)", s,
+                                   BR_DURATION_MAX_MS / 86400000.0);
                 *ms = (int64_t)llround(r);
                 return 0;
             }
@@ -75,7 +77,10 @@ int br_parse_size(const char *s, uint64_t *bytes, br_err_t *err)
             if (strcasecmp(unit, units[i].unit) == 0) {
                 double r = v * units[i].mult;
                 if (r >= 9.2e18) /* must fit an int64 (the store and JSON) */
-                    break;
+                    return br_errf(err, EINVAL,
+                                   "bad size '%s': too large (less than 8EiB, 2^63 "
+                                   "bytes)",
+                                   s);
                 *bytes = (uint64_t)llround(r);
                 return 0;
             }
@@ -96,9 +101,10 @@ int br_parse_count(const char *s, double *count, br_err_t *err)
     if (split_number(s, &v, &unit) == 0) {
         for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
             if (strcasecmp(unit, units[i].unit) == 0) {
+                if (v * units[i].mult > 1e16)
+                    return br_errf(err, EINVAL,
+                                   "bad count '%s': too large (at most 1e16, 10000T)", s);
                 *count = v * units[i].mult;
-                if (*count > 1e16)
-                    break;
                 return 0;
             }
         }

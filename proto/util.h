@@ -8,14 +8,18 @@
 
 #include "err.h"
 
-/* "500ms", "1s", "1.5m", "12h", "2d"; a bare number is seconds. -> milliseconds. */
+/* "500ms", "1s", "1.5m", "12h", "2d"; a bare number is seconds. -> milliseconds.
+ * Longer than BR_DURATION_MAX_MS: EINVAL, with the limit in the words. */
+#define BR_DURATION_MAX_MS 1e15
 int br_parse_duration(const char *s, int64_t *ms, br_err_t *err);
 
 /* "24GiB", "512MiB", "16GB", "1024", "1.5TiB" -> bytes (binary and decimal units,
- * a bare number is bytes, case of the unit ignored). */
+ * a bare number is bytes, case of the unit ignored). 2^63 bytes or more: EINVAL,
+ * with the limit in the words. */
 int br_parse_size(const char *s, uint64_t *bytes, br_err_t *err);
 
-/* "8B", "70B", "1.5B", "350M", "7e9", "125K" -> a count (model parameters). */
+/* "8B", "70B", "1.5B", "350M", "7e9", "125K" -> a count (model parameters); more
+ * than 1e16: EINVAL, with the limit in the words. */
 int br_parse_count(const char *s, double *count, br_err_t *err);
 
 /* A TCP or UDP port number from min to 65535 (EINVAL "'x': expected MIN..65535"). */

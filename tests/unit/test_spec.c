@@ -430,7 +430,33 @@ static const bad_case_t bad_cases[] = {
     {"cpus huge",
      BASE "resources: {cpus: 99999999999999999999}\n",
      {0},
-     "resources.cpus: expected a non-negative integer"},
+     "=line 3: resources.cpus: 99999999999999999999 is out of range (0..100000)"},
+    {"memory past the limit",
+     BASE "resources: {memory: 2EiB}\n",
+     {0},
+     "=line 3: resources.memory: bad size '2EiB' (use e.g. 512MiB, 24GiB)"},
+    {"vram past the limit",
+     BASE "resources: {vram: 2000000TiB}\n",
+     {0},
+     "=line 3: resources.vram: size '2000000TiB' is too large (at most 1EiB)"},
+    {"memory past int64",
+     BASE "resources: {memory: 1e30}\n",
+     {0},
+     "=line 3: resources.memory: size '1e30' is too large (at most 1EiB)"},
+    {"time_limit too long",
+     BASE "time_limit: 1e20d\n",
+     {0},
+     "=line 3: time_limit: duration '1e20d' is too long (at most 11574074 days)"},
+    {"time_limit rounds to none",
+     BASE "time_limit: 0.0001ms\n",
+     {0},
+     "=line 3: time_limit: '0.0001ms' rounds to 0, which means no limit (the least is "
+     "1ms; leave it out for none)"},
+    {"time_limit tiny exponent",
+     BASE "time_limit: 1e-9s\n",
+     {0},
+     "time_limit: '1e-9s' rounds to 0"},
+    {"set time_limit rounds to none", BASE, {"time_limit=0.4ms"}, "rounds to 0"},
     {"bad name",
      "name: Foo_1\ncommand: x\n",
      {0},
@@ -768,6 +794,66 @@ static void test_long_values(void **state)
     assert_non_null(strstr(err.text, "...'"));
 }
 
+/* libyaml's limit on a key's length is named, in block and flow style. */
+static void test_long_key(void **state)
+{
+    static const char *const forms[] = {"name: a\ncommand: x\nenv:\n  %s: 1\n",
+                                        "name: a\ncommand: x\nenv: {%s: 1}\n"};
+    char key[1101], yaml[1200];
+    memset(key, 'K', sizeof(key) - 1);
+    key[sizeof(key) - 1] = '\0';
+    for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+        snprintf(yaml, sizeof(yaml), forms[i], key);
+        br_err_t err;
+        assert_null(parse(yaml, NULL, 0, &err));
+        if (!strstr(err.text, "keys are at most 1024 characters"))
+            fail_msg("form %zu: %s", i, err.text);
+    }
+}
+
+/* 0 where 0 means "no limit" is fine said plainly. */
+static void test_zero_time_limit(void **state)
+{
+    static const char *const zeros[] = {"0", "0ms", "0.0s", "0e5"};
+    for (size_t i = 0; i < sizeof(zeros) / sizeof(zeros[0]); i++) {
+        char yaml[64];
+        snprintf(yaml, sizeof(yaml), "name: a\ncommand: x\ntime_limit: %s\n", zeros[i]);
+        br_spec_t *s = parse_ok(yaml, NULL, 0);
+        assert_int_equal(s->time_limit_ms, 0);
+        br_spec_destroy(&s);
+    }
+    br_spec_t *s = parse_ok("name: a\ncommand: x\ntime_limit: 0.6ms\n", NULL, 0);
+    assert_int_equal(s->time_limit_ms, 1);
+    br_spec_destroy(&s);
+}
+
+/* A command longer than one execve argument may be is refused at parse time, naming
+ * the limit; one just within it passes. */
+static void test_command_length(void **state)
+{
+    size_t n = BR_SPEC_MAX_COMMAND + 1;
+    char *yaml = malloc(n + 64);
+    assert_non_null(yaml);
+    int head = snprintf(yaml, 64, "name: a\ncommand: ");
+    memset(yaml + head, 'x', n);
+    strcpy(yaml + head + n, "\n");
+    br_err_t err;
+    assert_null(parse(yaml, NULL, 0, &err));
+    assert_non_null(strstr(err.text, "longer than the kernel's limit for one argument "
+                                     "(131071 bytes)"));
+    strcpy(yaml + head + n - 1, "\n");
+    br_spec_t *s = parse_ok(yaml, NULL, 0);
+    assert_int_equal(strlen(s->command), BR_SPEC_MAX_COMMAND);
+    br_spec_destroy(&s);
+    /* an env variable too */
+    head = snprintf(yaml, 64, "name: a\ncommand: x\nenv:\n  V: ");
+    memset(yaml + head, 'x', n);
+    strcpy(yaml + head + n, "\n");
+    assert_null(parse(yaml, NULL, 0, &err));
+    assert_non_null(strstr(err.text, "env.V: longer than the kernel's limit"));
+    free(yaml);
+}
+
 /* Lists and mappings are capped at 1024 entries. */
 static void test_too_many_entries(void **state)
 {
@@ -833,6 +919,9 @@ int main(void)
         cmocka_unit_test(test_null_input),
         cmocka_unit_test(test_long_values),
         cmocka_unit_test(test_too_many_entries),
+        cmocka_unit_test(test_zero_time_limit),
+        cmocka_unit_test(test_long_key),
+        cmocka_unit_test(test_command_length),
         cmocka_unit_test(test_error_utf8),
         cmocka_unit_test(test_odd_calls),
     };

@@ -174,6 +174,26 @@ static void test_size_above_int64(void **state)
     assert_int_equal(b, 8000000000000000000ULL);
 }
 
+/* Values past a limit name the limit, so that the user knows what to give. */
+static void test_limits_named(void **state)
+{
+    (void)state;
+    br_err_t err = {0};
+    int64_t ms;
+    uint64_t b;
+    double c;
+    assert_int_equal(br_parse_duration("1e20d", &ms, &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    assert_non_null(strstr(err.text, "too long (at most 11574074 days)"));
+    assert_int_equal(br_parse_size("1e30", &b, &err), -1);
+    assert_non_null(strstr(err.text, "too large (less than 8EiB"));
+    assert_int_equal(br_parse_count("1e17", &c, &err), -1);
+    assert_non_null(strstr(err.text, "too large (at most 1e16"));
+    /* a malformed value is not called too large */
+    assert_int_equal(br_parse_size("1XB", &b, &err), -1);
+    assert_null(strstr(err.text, "too large"));
+}
+
 static void test_size_bad(void **state)
 {
     static const char *cases[] = {
@@ -537,6 +557,7 @@ int main(void)
         cmocka_unit_test(test_size_good),
         cmocka_unit_test(test_size_above_int64),
         cmocka_unit_test(test_size_bad),
+        cmocka_unit_test(test_limits_named),
         cmocka_unit_test(test_count_good),
         cmocka_unit_test(test_count_bad),
         cmocka_unit_test(test_format_size),
