@@ -217,7 +217,7 @@ int main(int argc, char **argv)
     br_err_t err;
     br_settings_init(&s);
     int rc = parse_args(argc, argv, &s);
-    if (rc == 0 && setup(&s, &err) < 0) {
+    if (rc == 0 && (br_settings_lock(&s, &err) < 0 || setup(&s, &err) < 0)) {
         fprintf(stderr, "bramble-agent: %s\n", err.text);
         rc = 1;
     }

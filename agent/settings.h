@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "cred.h"
+#include "dirlock.h"
 #include "err.h"
 
 typedef struct {
@@ -32,6 +33,7 @@ typedef struct {
     int probe_port;              /* UDP port answering round-trip probes from other
                                     nodes (BR_PROBE_PORT), 0 any free one, -1 off */
     br_cred_t cred;
+    br_dirlock_t *lock;          /* DIR/agent.lock, held while this agent runs */
 } br_settings_t;
 
 void br_settings_init(br_settings_t *s);
@@ -57,6 +59,11 @@ int br_settings_add_label(br_settings_t *s, const char *kv, br_err_t *err);
 /* Merge DIR/agent.yaml under what flags already set (flags win). 0 when the file
  * does not exist (never joined). */
 int br_settings_load(br_settings_t *s, int *joined, br_err_t *err);
+/* Take DIR/agent.lock (dirlock.h) for the process lifetime, creating DIR when
+ * joining. Fails (EBUSY) naming the lock file and the pid holding it when another
+ * agent runs on DIR. */
+int br_settings_lock(br_settings_t *s, br_err_t *err);
+
 /* Write DIR/agent.yaml and DIR/credential. */
 int br_settings_save(const br_settings_t *s, br_err_t *err);
 
