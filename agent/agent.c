@@ -35,6 +35,7 @@
 #define MAX_ATTEMPTS 256
 #define HELLO_RETRY_MS 1000
 #define MAX_UNACKED 256 /* checkpoint reports kept for resending */
+#define SEND_QUEUE 256  /* messages queued for the coordinator before sends fail */
 
 struct br_agent {
     const br_settings_t *s;
@@ -57,6 +58,9 @@ struct br_agent {
     double coord_rtt_ms;  /* its last round trip; < 0 until one came back */
     int64_t last_heard, fence_ms; /* fencing: freeze jobs when silent this long */
     json_t *unacked;              /* checkpoint reports not acknowledged yet */
+    int64_t send_failed;          /* sends that found the queue full, in all */
+    int64_t send_failed_run;      /* ... since the last one that went through */
+    int exit_plain;               /* the coordinator refuses "log_dropped" in exits */
     int stop, fatal;
     char fatal_text[BR_ERR_TEXT];
 };
@@ -361,6 +365,14 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
                              s->cred.public_key, s->cred.secret_key, err);
     if (!a->sock)
         goto fail;
+    /* no send may block the loop (fencing runs in it): a bounded queue, and what
+     * does not fit fails at once */
+    int zero = 0, hwm = SEND_QUEUE;
+    if (zmq_setsockopt(a->sock, ZMQ_SNDTIMEO, &zero, sizeof(zero)) < 0 ||
+        zmq_setsockopt(a->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm)) < 0) {
+        br_errf(err, errno, "socket options: %s", zmq_strerror(errno));
+        goto fail;
+    }
     a->monitor = br_sock_monitor(a->ctx, a->sock);
     if (!a->monitor) {
         br_errf(err, errno, "socket monitor: %s", zmq_strerror(errno));
@@ -398,12 +410,41 @@ void br_agent_destroy(br_agent_t **ap)
 
 /* --- sending ------------------------------------------------------------------- */
 
-static uint32_t send_msg(br_agent_t *a, br_msg_kind_t kind, const char *type,
-                         json_t *body, const void *data, size_t len)
+/* Send m without waiting: -1 when the queue to the coordinator is full (counted,
+ * and said once per run of failures) or the send failed otherwise. What the
+ * protocol resends (hello, exits, checkpoints) goes again on its timer; log chunks
+ * wait in their attempt's buffer; anything else is dropped. */
+static int send_now(br_agent_t *a, const br_msg_t *m)
+{
+    br_err_t err;
+    if (br_msg_send(a->sock, m, &err) == 0) {
+        if (a->send_failed_run)
+            fprintf(stderr, "bramble-agent: sends to the coordinator go through again "
+                            "(%lld found the queue full meanwhile)\n",
+                    (long long)a->send_failed_run);
+        a->send_failed_run = 0;
+        return 0;
+    }
+    if (errno != EAGAIN) {
+        fprintf(stderr, "bramble-agent: %s\n", err.text);
+        return -1;
+    }
+    if (!a->send_failed_run++)
+        fprintf(stderr, "bramble-agent: the queue to the coordinator is full (%d "
+                        "messages): %s and what follows not sent; reports are resent, "
+                        "logs wait in a bounded buffer\n", SEND_QUEUE, br_msg_type(m));
+    a->send_failed++;
+    return -1;
+}
+
+/* Send a new message; its seq, and *sent (when given) whether it went. */
+static uint32_t send_msg_ok(br_agent_t *a, br_msg_kind_t kind, const char *type,
+                            json_t *body, const void *data, size_t len, int *sent)
 {
     uint32_t seq = ++a->seq;
     br_msg_t *m = br_msg_new(kind, type, seq);
-    br_err_t err;
+    if (sent)
+        *sent = 0;
     if (!m) {
         json_decref(body);
         return 0;
@@ -411,17 +452,24 @@ static uint32_t send_msg(br_agent_t *a, br_msg_kind_t kind, const char *type,
     br_msg_set_body(m, body);
     if (data)
         br_msg_set_data(m, data, len);
-    if (br_msg_send(a->sock, m, &err) < 0 && errno != EAGAIN)
-        fprintf(stderr, "bramble-agent: %s\n", err.text);
+    int ok = send_now(a, m) == 0;
+    if (sent)
+        *sent = ok;
     br_msg_destroy(&m);
     return seq;
+}
+
+static uint32_t send_msg(br_agent_t *a, br_msg_kind_t kind, const char *type,
+                         json_t *body, const void *data, size_t len)
+{
+    return send_msg_ok(a, kind, type, body, data, len, NULL);
 }
 
 static void reply(br_agent_t *a, br_msg_t *req, int errnum, const char *text)
 {
     br_msg_t *r = errnum ? br_msg_reply_error(req, errnum, "%s", text) : br_msg_reply(req);
     if (r)
-        br_msg_send(a->sock, r, NULL);
+        send_now(a, r);
     br_msg_destroy(&r);
 }
 
@@ -437,6 +485,7 @@ static json_t *tasks_json(br_agent_t *a)
                                                         : "running");
         if (br_attempt_port(t))
             json_object_set_new(task, "port", json_integer(br_attempt_port(t)));
+        json_object_set_new(task, "log_dropped", json_integer(br_attempt_log_dropped(t)));
         if (br_attempt_health(t))
             json_object_set_new(task, "health", json_string(br_health_state_name(
                                                     br_health_state(br_attempt_health(t)))));
@@ -459,15 +508,19 @@ static void send_hello(br_agent_t *a)
     a->hello_sent = br_mono_ms();
 }
 
-static void ship_log(void *arg, br_attempt_t *t, int rank, int stream, int64_t seq,
-                     const void *data, size_t len)
+static int ship_log(void *arg, br_attempt_t *t, int rank, int stream, int64_t seq,
+                    const void *data, size_t len)
 {
     br_agent_t *a = arg;
-    send_msg(a, BR_MSG_EVENT, "job.log",
-             json_pack("{s:I, s:i, s:i, s:i, s:I}", "job", (json_int_t)br_attempt_job(t),
-                       "attempt", br_attempt_number(t), "rank", rank,
-                       "stream", stream, "seq", (json_int_t)seq),
-             data, len);
+    int sent;
+    if (a->send_failed_run)
+        return -1; /* the queue is full: try again on the next timer */
+    send_msg_ok(a, BR_MSG_EVENT, "job.log",
+                json_pack("{s:I, s:i, s:i, s:i, s:I}", "job", (json_int_t)br_attempt_job(t),
+                          "attempt", br_attempt_number(t), "rank", rank,
+                          "stream", stream, "seq", (json_int_t)seq),
+                data, len, &sent);
+    return sent ? 0 : -1;
 }
 
 /* A checkpoint report is resent with each heartbeat until it is acknowledged. */
@@ -564,6 +617,9 @@ static void report_exit(br_agent_t *a, br_attempt_t *t)
                              "exit_code", code >= 0 ? json_integer(code) : json_null(),
                              "signal", sig >= 0 ? json_integer(sig) : json_null(), "reason",
                              br_attempt_reason(t));
+    /* bytes of its output dropped because they could not be sent, when there were */
+    if (!a->exit_plain && br_attempt_log_dropped(t) > 0)
+        json_object_set_new(body, "log_dropped", json_integer(br_attempt_log_dropped(t)));
     br_attempt_set_report_seq(t, send_msg(a, BR_MSG_REQUEST, "job.exited", body, NULL, 0));
 }
 
@@ -838,10 +894,21 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         send_hello(a);
     } else if (strcmp(br_msg_type(m), "job.checkpoint") == 0) {
         checkpoint_acked(a, seq); /* refused (superseded attempt): do not resend */
-    } else if (strcmp(br_msg_type(m), "job.exited") == 0 && !failed) {
+    } else if (strcmp(br_msg_type(m), "job.exited") == 0) {
         for (int i = 0; i < a->natt; i++)
-            if (br_attempt_report_seq(a->att[i]) == seq) {
+            if (br_attempt_report_seq(a->att[i]) != seq) {
+                continue;
+            } else if (!failed) {
                 remove_attempt(a, i);
+                break;
+            } else if (err.errnum == EPROTO && strstr(err.text, "log_dropped") &&
+                       !a->exit_plain) {
+                /* a coordinator that predates the field: say it without */
+                a->exit_plain = 1;
+                fprintf(stderr, "bramble-agent: the coordinator does not take "
+                                "\"log_dropped\" in job.exited; reporting exits "
+                                "without it\n");
+                report_exit(a, a->att[i]);
                 break;
             }
     }
@@ -949,7 +1016,8 @@ static void timers(br_agent_t *a)
         br_attempt_t *t = a->att[i];
         if (br_attempt_finished(t) && !br_attempt_report_seq(t)) {
             br_attempt_flush(t, 1, ship_log, a);
-            report_exit(a, t);
+            if (!br_attempt_log_pending(t)) /* its output first, then its end */
+                report_exit(a, t);
         }
     }
     if (now - a->hb_sent >= a->hb_ms) {
@@ -965,9 +1033,17 @@ static void timers(br_agent_t *a)
         json_object_set_new(hb, "rtt", rtt);
         a->hb_sent_us = br_mono_us();
         a->hb_seq = send_msg(a, BR_MSG_REQUEST, "node.heartbeat", hb, NULL, 0);
-        for (int i = 0; i < a->natt; i++) /* exits not acknowledged yet: say again */
-            if (br_attempt_report_seq(a->att[i]))
-                report_exit(a, a->att[i]);
+        for (int i = 0; i < a->natt; i++) {
+            br_attempt_t *t = a->att[i];
+            if (br_attempt_report_seq(t)) /* exits not acknowledged yet: say again */
+                report_exit(a, t);
+            if (br_attempt_log_dropped_news(t))
+                fprintf(stderr, "bramble-agent: job %lld attempt %d: %lld bytes of output "
+                                "dropped so far (log_dropped): it printed faster than "
+                                "the coordinator took it\n",
+                        (long long)br_attempt_job(t), br_attempt_number(t),
+                        (long long)br_attempt_log_dropped(t));
+        }
         resend_checkpoints(a);
     }
 }

@@ -7,19 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "logbuf.h"
 #include "util.h"
-
-typedef struct {
-    char buf[BR_LOG_CHUNK];
-    size_t len;
-    int64_t first_ms; /* monotonic time of the oldest buffered byte */
-    int64_t seq;
-} stream_buf_t;
 
 typedef struct {
     int rank;
     br_task_t *task;
-    stream_buf_t out[2];
+    int64_t seq[2]; /* next log chunk number of stdout, stderr */
 } proc_t;
 
 struct br_attempt {
@@ -28,6 +22,8 @@ struct br_attempt {
     int n;
     proc_t *procs;
     br_ckpt_t *ckpt;
+    br_logbuf_t *log; /* output not shipped yet */
+    int64_t log_said; /* dropped bytes last said */
     int frozen;
     int port;
     br_health_t *health;
@@ -99,6 +95,10 @@ br_attempt_t *br_attempt_start(const br_attempt_opts_t *o, br_err_t *err)
     }
     a->job = o->job;
     a->attempt = o->attempt;
+    if (!(a->log = br_logbuf_new(BR_LOG_BUFFER, BR_LOG_CHUNK))) {
+        br_attempt_destroy(&a);
+        return br_errp(err, ENOMEM, "out of memory");
+    }
     json_t *ck = o->checkpoint;
     if (json_is_object(ck)) {
         /* watch from before the start, so nothing the attempt writes is missed */
@@ -131,6 +131,7 @@ void br_attempt_destroy(br_attempt_t **ap)
     if (!a)
         return;
     br_ckpt_destroy(&a->ckpt);
+    br_logbuf_destroy(&a->log);
     br_health_destroy(&a->health);
     for (int i = 0; i < a->n; i++)
         br_task_destroy(&a->procs[i].task);
@@ -226,51 +227,67 @@ int br_attempt_fds(const br_attempt_t *a, int *fds, int max)
     return n;
 }
 
-static void ship(br_attempt_t *a, proc_t *p, int stream, br_attempt_log_fn fn, void *arg)
+/* 1 once every task's stdout and stderr reached EOF. */
+static int pipes_closed(const br_attempt_t *a)
 {
-    stream_buf_t *s = &p->out[stream - 1];
-    if (s->len == 0)
-        return;
-    fn(arg, a, p->rank, stream, s->seq++, s->buf, s->len);
-    s->len = 0;
+    for (int i = 0; i < a->n; i++)
+        if (br_task_fd(a->procs[i].task, 1) >= 0 || br_task_fd(a->procs[i].task, 2) >= 0)
+            return 0;
+    return 1;
 }
 
-static void read_stream(br_attempt_t *a, proc_t *p, int stream, br_attempt_log_fn fn,
-                        void *arg)
+/* Read what a stream has now (a bounded amount per wake) into the log buffer. */
+static void read_stream(br_attempt_t *a, int i, int stream)
 {
-    stream_buf_t *s = &p->out[stream - 1];
-    if (br_task_fd(p->task, stream) < 0)
-        return;
-    for (int rounds = 0; rounds < 16; rounds++) {
-        if (s->len == sizeof(s->buf))
-            ship(a, p, stream, fn, arg);
-        ssize_t n = br_task_read(p->task, stream, s->buf + s->len, sizeof(s->buf) - s->len);
+    static char buf[BR_LOG_CHUNK];
+    br_task_t *t = a->procs[i].task;
+    for (int rounds = 0; rounds < 16 && br_task_fd(t, stream) >= 0; rounds++) {
+        ssize_t n = br_task_read(t, stream, buf, sizeof(buf));
         if (n <= 0)
             break;
-        if (s->len == 0)
-            s->first_ms = br_mono_ms();
-        s->len += (size_t)n;
+        br_logbuf_put(a->log, i, stream, buf, (size_t)n, br_mono_ms());
     }
-    if (s->len == sizeof(s->buf) || br_task_fd(p->task, stream) < 0)
-        ship(a, p, stream, fn, arg);
 }
 
 void br_attempt_read(br_attempt_t *a, br_attempt_log_fn fn, void *arg)
 {
     for (int i = 0; i < a->n; i++)
         for (int stream = 1; stream <= 2; stream++)
-            read_stream(a, &a->procs[i], stream, fn, arg);
+            read_stream(a, i, stream);
+    br_attempt_flush(a, 0, fn, arg);
 }
 
 void br_attempt_flush(br_attempt_t *a, int force, br_attempt_log_fn fn, void *arg)
 {
+    br_logchunk_t c;
+    /* once the pipes closed, nothing more will join a chunk: ship it now */
     int64_t now = br_mono_ms();
-    for (int i = 0; i < a->n; i++)
-        for (int stream = 1; stream <= 2; stream++) {
-            stream_buf_t *s = &a->procs[i].out[stream - 1];
-            if (s->len && (force || now - s->first_ms >= BR_LOG_DELAY_MS))
-                ship(a, &a->procs[i], stream, fn, arg);
-        }
+    while (br_logbuf_peek(a->log, now, BR_LOG_DELAY_MS, force || pipes_closed(a), &c)) {
+        proc_t *p = &a->procs[c.task];
+        if (fn(arg, a, p->rank, c.stream, p->seq[c.stream - 1], c.data, c.len) < 0)
+            return;
+        p->seq[c.stream - 1]++;
+        br_logbuf_pop(a->log);
+    }
+}
+
+size_t br_attempt_log_pending(const br_attempt_t *a)
+{
+    return br_logbuf_bytes(a->log);
+}
+
+int64_t br_attempt_log_dropped(const br_attempt_t *a)
+{
+    return br_logbuf_dropped(a->log);
+}
+
+int br_attempt_log_dropped_news(br_attempt_t *a)
+{
+    int64_t d = br_logbuf_dropped(a->log);
+    if (d == a->log_said)
+        return 0;
+    a->log_said = d;
+    return 1;
 }
 
 int br_attempt_done(const br_attempt_t *a)
@@ -283,12 +300,7 @@ int br_attempt_done(const br_attempt_t *a)
 
 int br_attempt_finished(const br_attempt_t *a)
 {
-    if (!br_attempt_done(a))
-        return 0;
-    for (int i = 0; i < a->n; i++)
-        if (br_task_fd(a->procs[i].task, 1) >= 0 || br_task_fd(a->procs[i].task, 2) >= 0)
-            return 0;
-    return 1;
+    return br_attempt_done(a) && pipes_closed(a);
 }
 
 void br_attempt_status(const br_attempt_t *a, int *exit_code, int *signal)

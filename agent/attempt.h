@@ -19,14 +19,18 @@
 #include "task.h"
 
 #define BR_LOG_CHUNK (32 * 1024) /* flush a stream's buffer at this size */
+#define BR_LOG_BUFFER (1024 * 1024) /* output kept per attempt while it cannot be
+                                       shipped; beyond it the oldest is dropped */
 #define BR_LOG_DELAY_MS 100      /* ... or this long after its first byte */
 #define BR_ATTEMPT_MAX_TASKS BR_MAX_TASKS_PER_NODE /* processes per attempt per node */
 
 typedef struct br_attempt br_attempt_t;
 
-/* Called with each chunk ready to ship: rank is the task's rank in the job. */
-typedef void (*br_attempt_log_fn)(void *arg, br_attempt_t *a, int rank, int stream,
-                                  int64_t seq, const void *data, size_t len);
+/* Called with each chunk ready to ship: rank is the task's rank in the job. Returns
+ * 0 when it was sent, -1 when it could not be (the queue to the coordinator is
+ * full): the chunk then waits for the next try, as does everything after it. */
+typedef int (*br_attempt_log_fn)(void *arg, br_attempt_t *a, int rank, int stream,
+                                 int64_t seq, const void *data, size_t len);
 
 typedef struct {
     int64_t job;
@@ -73,10 +77,19 @@ int br_attempt_reaped(br_attempt_t *a, pid_t pid, int status);
 
 /* The open output fds of every task (at most max), to wait on. */
 int br_attempt_fds(const br_attempt_t *a, int *fds, int max);
-/* Read what is ready on every task's streams and call fn for full chunks. */
+/* Read what is ready on every task's streams into the attempt's bounded log buffer
+ * (logbuf.h; it never blocks: beyond BR_LOG_BUFFER the oldest output is dropped),
+ * then ship what is ready. */
 void br_attempt_read(br_attempt_t *a, br_attempt_log_fn fn, void *arg);
-/* Ship buffered output older than BR_LOG_DELAY_MS (all of it when force). */
+/* Ship full chunks and output older than BR_LOG_DELAY_MS (all of it when force),
+ * oldest first, until fn cannot send. */
 void br_attempt_flush(br_attempt_t *a, int force, br_attempt_log_fn fn, void *arg);
+/* Output bytes waiting to be shipped, and dropped so far (the oldest, when the
+ * buffer was full). */
+size_t br_attempt_log_pending(const br_attempt_t *a);
+int64_t br_attempt_log_dropped(const br_attempt_t *a);
+/* 1 when more was dropped since the previous call (to say so once in a while). */
+int br_attempt_log_dropped_news(br_attempt_t *a);
 
 /* 1 once every task leader has exited. */
 int br_attempt_done(const br_attempt_t *a);
