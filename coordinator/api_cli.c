@@ -13,7 +13,7 @@
 #include "token.h"
 #include "util.h"
 
-#define LOG_PAGE (256 * 1024)
+#define LOG_PAGE (256 * 1024) /* a chunk is at most BR_MSG_DATA_MAX: so is a page */
 #define RECENT_MS (10 * 60 * 1000)
 
 void br_api_ping(br_coord_t *c, br_msg_t *m, const br_caller_t *who)

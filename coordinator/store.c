@@ -1604,15 +1604,15 @@ int br_store_log_read(br_store_t *s, int64_t job_id, int rank, int64_t after,
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const void *data = sqlite3_column_blob(st, 4);
         size_t len = (size_t)sqlite3_column_bytes(st, 4);
+        if (total > 0 && total + len > max_bytes) { /* the next page begins with it */
+            rc = SQLITE_DONE;
+            break;
+        }
         fn(arg, sqlite3_column_int(st, 1), sqlite3_column_int(st, 2),
            sqlite3_column_int(st, 3), data ? data : "", len);
         if (next)
             *next = sqlite3_column_int64(st, 0);
         total += len;
-        if (total >= max_bytes) {
-            rc = SQLITE_DONE;
-            break;
-        }
     }
     int ret = rc == SQLITE_DONE ? 0 : dberr(s, err, "read log");
     reset(st);

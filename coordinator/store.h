@@ -174,8 +174,8 @@ int64_t br_store_log_cap(br_store_t *s, int64_t job_id, int64_t max_bytes, br_er
  * number deleted, or -1. */
 int64_t br_store_log_expire(br_store_t *s, int64_t ended_before_ms, int max_rows,
                             br_err_t *err);
-/* Read chunks of a job with cursor > after, oldest first, up to about max_bytes
- * (at least one chunk). rank < 0 = every rank. Calls fn for each chunk; *next gets
+/* Read chunks of a job with cursor > after, oldest first, at most max_bytes in all
+ * (but at least one chunk, however big). rank < 0 = every rank. Calls fn for each chunk; *next gets
  * the cursor of the last chunk given (unchanged when none). */
 typedef void (*br_log_chunk_fn)(void *arg, int attempt, int rank, int stream,
                                 const void *data, size_t len);
