@@ -67,6 +67,10 @@ int cli_read_logs(cli_t *cli, int64_t id, int rank, int follow, cli_chunk_fn fn,
     int64_t silent_since = 0;
     int rc = CLI_FAIL;
     for (;;) {
+        if (follow && cli_wait_expired(cli)) {
+            rc = cli_wait_gave_up(cli, id);
+            break;
+        }
         br_msg_t *m = NULL;
         json_t *body = json_pack("{s:I, s:O, s:i}", "id", (json_int_t)id, "after",
                                  after, "rank", rank);
@@ -76,6 +80,13 @@ int cli_read_logs(cli_t *cli, int64_t id, int rank, int follow, cli_chunk_fn fn,
             break;
         if (r > 0)
             continue; /* following, and the coordinator was silent: go on */
+        int ranks = (int)json_integer_value(json_object_get(br_msg_body(m), "ranks"));
+        if (rank >= 0 && ranks > 0 && rank >= ranks) {
+            cli_err(cli, "job %lld has no rank %d (its ranks are 0 to %d)", (long long)id,
+                    rank, ranks - 1);
+            br_msg_destroy(&m);
+            break;
+        }
         int n = each_chunk(cli, m, fn, arg);
         json_t *next = json_object_get(br_msg_body(m), "next");
         int end = json_is_true(json_object_get(br_msg_body(m), "end"));

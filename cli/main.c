@@ -47,6 +47,9 @@ static void print_main_help(void)
             cmd_words(c, words, sizeof(words));
             printf("  %-16s %s\n", words, c->summary);
         }
+    printf("  %-16s %s\n  %-16s %s\n", "help [COMMAND]",
+           "show this help, or a command's (as 'bramble COMMAND --help')", "version",
+           "print bramble's version");
     printf(
         "\n%s\nRun 'bramble COMMAND --help' for the options of a command.\n"
         "Exit status: 0 success, 1 the request was refused or failed, 2 bad "
@@ -151,14 +154,19 @@ static int take_global(cli_t *cli, int argc, char **argv, int *i)
     return 0;
 }
 
-/* Move every global option out of args (until "--"); the rest stays in order. */
+/* Move every global option out of args (until "--"); the rest stays in order.
+ * After the word submit, --timeout is submit's own (how long --wait waits). */
 static int strip_globals(cli_t *cli, int *argc, char **argv)
 {
-    int out = 0, dashdash = 0;
+    int out = 0, dashdash = 0, submit = 0;
     for (int i = 0; i < *argc; i++) {
         if (!dashdash && strcmp(argv[i], "--") == 0)
             dashdash = 1;
-        int r = dashdash ? 0 : take_global(cli, *argc, argv, &i);
+        if (out == 0 && strcmp(argv[i], "submit") == 0)
+            submit = 1;
+        int own = submit && strncmp(argv[i], "--timeout", 9) == 0 &&
+                  (argv[i][9] == '\0' || argv[i][9] == '=');
+        int r = dashdash || own ? 0 : take_global(cli, *argc, argv, &i);
         if (r < 0)
             return -1;
         if (r == 0)
@@ -197,6 +205,26 @@ static int run_cmd(cli_t *cli, const cli_cmd_t *c, int argc, char **argv)
     return rc;
 }
 
+/* bramble help [CMD...]: the main help, or CMD's as 'bramble CMD --help' gives it. */
+static int help_cmd(cli_t *cli, int argc, char **argv)
+{
+    if (argc < 2) {
+        print_main_help();
+        return CLI_OK;
+    }
+    if (is_group(argv[1]) && argc < 3) {
+        print_group_help(argv[1], stdout);
+        return CLI_OK;
+    }
+    const cli_cmd_t *c = is_group(argv[1]) ? find_cmd(argv[1], argv[2])
+                                            : find_cmd(NULL, argv[1]);
+    if (!c || argc > (is_group(argv[1]) ? 3 : 2))
+        return cli_usage(cli, "help: no command '%s%s%s'", argv[1],
+                         is_group(argv[1]) ? " " : "", is_group(argv[1]) ? argv[2] : "");
+    print_cmd_help(c);
+    return CLI_OK;
+}
+
 static int dispatch(cli_t *cli, int argc, char **argv)
 {
     const char *word = argv[0];
@@ -204,6 +232,12 @@ static int dispatch(cli_t *cli, int argc, char **argv)
         print_main_help();
         return CLI_OK;
     }
+    if (strcmp(word, "help") == 0)
+        return help_cmd(cli, argc, argv);
+    if (strcmp(word, "version") == 0 && argc > 1)
+        return cli_usage(cli, "version: takes no arguments");
+    if (strcmp(word, "version") == 0)
+        word = "--version";
     if (strcmp(word, "--version") == 0) {
         printf("bramble %s\n", BRAMBLE_VERSION);
         return CLI_OK;
