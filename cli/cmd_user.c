@@ -13,19 +13,25 @@
 static int user_add(cli_t *cli, int argc, char **argv)
 {
     static const struct option opts[] = {{"out", required_argument, NULL, 'o'},
+                                         {"endpoint", required_argument, NULL, 'e'},
                                          {NULL, 0, NULL, 0}};
     static const char *names[] = {"user NAME"};
-    const char *out = NULL, *name;
+    const char *out = NULL, *name, *endpoint = NULL;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         if (c == 'o')
             out = optarg;
+        else if (c == 'e')
+            endpoint = optarg;
         else
             return cli_bad_option(cli, c, argv);
     }
     if (cli_positional(cli, argc, argv, 1, names, &name) != 0)
         return CLI_USAGE;
+    if (endpoint && (strncmp(endpoint, "tcp://", 6) != 0 || !strrchr(endpoint + 6, ':') ||
+                     strlen(endpoint) >= BR_ENDPOINT_MAX))
+        return cli_usage(cli, "--endpoint '%s': expected tcp://HOST:PORT", endpoint);
     if (!br_valid_name(name))
         return cli_usage(cli, "user name '%s': use lowercase letters, digits and '-'",
                          name);
@@ -40,7 +46,8 @@ static int user_add(cli_t *cli, int argc, char **argv)
     if (!r)
         return CLI_FAIL;
     br_strlcpy(user.name, name, sizeof(user.name));
-    br_strlcpy(user.endpoint, json_string_value(json_object_get(r, "endpoint")),
+    const char *ep = json_string_value(json_object_get(r, "endpoint"));
+    br_strlcpy(user.endpoint, endpoint ? endpoint : ep ? ep : cli->cred.endpoint,
                sizeof(user.endpoint));
     br_strlcpy(user.server_public_key, cli->cred.server_public_key,
                sizeof(user.server_public_key));

@@ -109,7 +109,12 @@ int cli_parse_long(const cli_t *cli, const char *what, const char *s, long min,
 int cli_parse_ms(const cli_t *cli, const char *what, const char *s, int64_t *ms)
 {
     br_err_t err = {0};
-    if (br_parse_duration(s, ms, &err) < 0 || *ms < 0 || *ms > INT_MAX)
+    if (br_parse_duration(s, ms, &err) == 0 && *ms > INT_MAX)
+        return cli_usage(cli, "%s: '%s' is too long (at most %dms, about 24 days)", what,
+                         s, INT_MAX);
+    if (err.errnum && strstr(err.text, "too long"))
+        return cli_usage(cli, "%s: %s", what, err.text);
+    if (err.errnum || *ms < 0)
         return cli_usage(cli, "%s: bad duration '%s' (use e.g. 500ms, 5s, 10m, 12h)",
                          what, s);
     return 0;
