@@ -21,6 +21,8 @@ typedef struct {
     const char *cmd;       /* "token create": the prefix of every message */
     const char *cred_flag; /* --credential, NULL when not given */
     int timeout_ms;        /* --timeout */
+    int64_t wait_ms;          /* submit --timeout: the most --wait/--follow wait */
+    int64_t wait_deadline_ms; /* br_mono_ms() when they give up; 0: never */
     br_cred_t cred;
     int have_cred;
     br_client_t *client;
@@ -169,7 +171,23 @@ int cli_read_logs(cli_t *cli, int64_t id, int rank, int follow, cli_chunk_fn fn,
 int cli_stream_logs(cli_t *cli, int64_t id, int rank, int follow, FILE *out);
 
 /* The exit rule of submit --wait: fetch job id until it has ended; returns CLI_OK
- * when it completed, else prints "job N STATE: reason" and returns CLI_FAIL. */
+ * when it completed, else prints "job N STATE: reason" and returns CLI_FAIL. While
+ * the job is pending its reason goes to stderr (again when it changes); past
+ * cli->wait_deadline_ms it gives up as cli_wait_gave_up does. */
 int cli_wait_job(cli_t *cli, int64_t id);
+
+/* 1 when cli->wait_deadline_ms has passed. */
+int cli_wait_expired(const cli_t *cli);
+
+/* "gave up waiting after D: job N is STATE: reason" on stderr; CLI_FAIL. The job
+ * is left alone. */
+int cli_wait_gave_up(cli_t *cli, int64_t id);
+
+/* ---- fit.c */
+
+/* After submitting job id (spec: its normalised spec), warn on stderr when no node
+ * of the cluster as it is could ever run it (or too few for its gang). Quiet when
+ * the nodes cannot be listed. */
+void cli_warn_unfit(cli_t *cli, int64_t id, const json_t *spec);
 
 #endif

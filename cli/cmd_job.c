@@ -56,25 +56,91 @@ static int job_outcome(cli_t *cli, int64_t id, const json_t *job)
                     end_reason(job, why, sizeof(why)));
 }
 
-int cli_wait_job(cli_t *cli, int64_t id)
+/* A pending job's reason on stderr, when it differs from the one printed last. */
+static void note_pending(cli_t *cli, int64_t id, const json_t *job, char *last, size_t len)
+{
+    const char *state = json_string_value(json_object_get(job, "state"));
+    const char *reason = json_string_value(json_object_get(job, "reason"));
+    if (!state || strcmp(state, "pending") != 0) {
+        last[0] = '\0'; /* back to pending later: say why again */
+        return;
+    }
+    if (!reason || !*reason || strcmp(reason, last) == 0)
+        return;
+    br_strlcpy(last, reason, len);
+    cli_err(cli, "job %lld is pending: %s", (long long)id, reason);
+}
+
+int cli_wait_expired(const cli_t *cli)
+{
+    return cli->wait_deadline_ms > 0 && br_mono_ms() >= cli->wait_deadline_ms;
+}
+
+int cli_wait_gave_up(cli_t *cli, int64_t id)
+{
+    char wait[32], why[BR_ERR_TEXT + 64] = "";
+    br_format_duration(cli->wait_ms, wait, sizeof(wait));
+    cli->wait_deadline_ms = 0; /* this last question may take its time */
+    json_t *r = cli_call(cli, "job.show", json_pack("{s:I}", "id", (json_int_t)id));
+    json_t *job = json_object_get(r, "job");
+    const char *state = json_string_value(json_object_get(job, "state"));
+    const char *reason = json_string_value(json_object_get(job, "reason"));
+    if (reason && *reason)
+        snprintf(why, sizeof(why), ": %s", reason);
+    cli_err(cli, "gave up waiting after %s: job %lld is %s%s (the job itself goes on; "
+                 "'bramble cancel %lld' stops it)",
+            wait, (long long)id, state ? state : "in an unknown state", why, (long long)id);
+    json_decref(r);
+    return CLI_FAIL;
+}
+
+/* How long the next request may wait: the RPC timeout, cut to the deadline. */
+static void cut_timeout(cli_t *cli, int saved)
+{
+    cli->timeout_ms = saved;
+    if (cli->wait_deadline_ms > 0) {
+        int64_t left = cli->wait_deadline_ms - br_mono_ms();
+        if (left < saved)
+            cli->timeout_ms = left > 1 ? (int)left : 1;
+    }
+}
+
+/* Fetch job id until it has ended (or, with until_started, left pending), saying
+ * why it is pending and giving up at the deadline. CLI_OK / CLI_FAIL; -1 with
+ * until_started when the job has started (or ended). */
+static int wait_loop(cli_t *cli, int64_t id, int until_started)
 {
     int64_t silent_since = 0;
+    int saved = cli->timeout_ms;
+    char last[BR_ERR_TEXT + 64] = "";
     for (;;) {
+        if (cli_wait_expired(cli))
+            return cli->timeout_ms = saved, cli_wait_gave_up(cli, id);
         br_msg_t *m = NULL;
+        cut_timeout(cli, saved);
         int r = cli_rpc_poll(cli, "job.show", json_pack("{s:I}", "id", (json_int_t)id),
                              &m, &silent_since);
+        cli->timeout_ms = saved;
         if (r < 0)
             return CLI_FAIL;
         if (r > 0)
             continue; /* the timeout has already waited */
         json_t *job = json_object_get(br_msg_body(m), "job");
         const char *state = json_string_value(json_object_get(job, "state"));
-        int rc = is_ended(state) ? job_outcome(cli, id, job) : -1;
+        note_pending(cli, id, job, last, sizeof(last));
+        int rc = until_started && state && strcmp(state, "pending") != 0 ? -1
+                 : is_ended(state)                                    ? job_outcome(cli, id, job)
+                                                                      : -2;
         br_msg_destroy(&m);
-        if (rc >= 0)
+        if (rc != -2)
             return rc;
         cli_sleep_ms(WAIT_POLL_MS);
     }
+}
+
+int cli_wait_job(cli_t *cli, int64_t id)
+{
+    return wait_loop(cli, id, 0);
 }
 
 /* ---- submit */
@@ -119,6 +185,7 @@ typedef struct {
     const char **sets;
     int nsets;
     int wait, follow, json;
+    const char *timeout; /* --timeout: the most --wait/--follow wait */
 } submit_opts_t;
 
 static int submit_args(cli_t *cli, int argc, char **argv, submit_opts_t *o)
@@ -127,6 +194,7 @@ static int submit_args(cli_t *cli, int argc, char **argv, submit_opts_t *o)
                                          {"wait", no_argument, NULL, 'w'},
                                          {"follow", no_argument, NULL, 'f'},
                                          {"json", no_argument, NULL, 'j'},
+                                         {"timeout", required_argument, NULL, 't'},
                                          {0}};
     static const char *names[] = {"SPEC (a YAML file, or - for stdin)"};
     int c;
@@ -135,17 +203,26 @@ static int submit_args(cli_t *cli, int argc, char **argv, submit_opts_t *o)
             if (!strchr(optarg, '='))
                 return cli_usage(cli, "--set %s: expected key=value", optarg);
             o->sets[o->nsets++] = optarg;
+        } else if (c == 't') {
+            int64_t ms;
+            if (cli_parse_ms(cli, "--timeout", optarg, &ms) != 0)
+                return CLI_USAGE;
+            o->timeout = optarg;
+            cli->wait_ms = ms > 0 ? ms : 1;
         } else if (c == 'w' || c == 'f' || c == 'j') {
             *(c == 'w' ? &o->wait : c == 'f' ? &o->follow : &o->json) = 1;
         } else {
             return cli_bad_option(cli, c, argv);
         }
     }
+    if (o->timeout && !o->wait && !o->follow)
+        return cli_usage(cli, "--timeout bounds --wait or --follow: give one of them");
     return cli_positional(cli, argc, argv, 1, names, &o->path);
 }
 
-/* Read the spec and check it here, so that errors come before anything is sent. */
-static char *load_spec(cli_t *cli, const submit_opts_t *o, size_t *len)
+/* Read the spec and check it here, so that errors come before anything is sent.
+ * *norm: the normalised spec. */
+static char *load_spec(cli_t *cli, const submit_opts_t *o, size_t *len, json_t **norm)
 {
     const char *shown = strcmp(o->path, "-") == 0 ? "stdin" : o->path;
     br_err_t err = {0};
@@ -162,6 +239,7 @@ static char *load_spec(cli_t *cli, const submit_opts_t *o, size_t *len)
         free(text);
         return NULL;
     }
+    *norm = br_spec_to_json(spec);
     br_spec_destroy(&spec);
     return text;
 }
@@ -207,14 +285,17 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
     if (submit_args(cli, argc, argv, &o) != 0)
         return CLI_USAGE;
     size_t len;
-    char *text = load_spec(cli, &o, &len);
+    json_t *norm = NULL;
+    char *text = load_spec(cli, &o, &len, &norm);
     if (!text)
         return CLI_FAIL;
     int64_t id = 0;
     int rc = submit_send(cli, &o, text, len, &id);
     free(text);
-    if (rc != CLI_OK)
+    if (rc != CLI_OK) {
+        json_decref(norm);
         return rc;
+    }
     /* With --follow, stdout carries the job's output: the id goes to stderr. */
     FILE *out = o.follow ? stderr : stdout;
     if (o.json)
@@ -224,8 +305,18 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
     else
         fprintf(out, "%lld\n", (long long)id);
     fflush(out);
-    if (o.follow && cli_stream_logs(cli, id, -1, 1, NULL) != CLI_OK)
-        return CLI_FAIL;
+    cli_warn_unfit(cli, id, norm);
+    json_decref(norm);
+    if (o.timeout)
+        cli->wait_deadline_ms = br_mono_ms() + cli->wait_ms;
+    if (o.follow) {
+        /* say why it waits until it starts, then show what it prints */
+        rc = wait_loop(cli, id, 1);
+        if (rc >= 0)
+            return rc;
+        if (cli_stream_logs(cli, id, -1, 1, NULL) != CLI_OK)
+            return CLI_FAIL;
+    }
     if (o.follow || o.wait)
         return cli_wait_job(cli, id);
     return CLI_OK;
@@ -480,7 +571,8 @@ static int cmd_cancel(cli_t *cli, int argc, char **argv)
 
 const cli_cmd_t cli_job_cmds[] = {
     {NULL, "submit", cmd_submit,
-     "SPEC [--set KEY=VALUE]... [--wait] [--follow] [--json]", "submit a job",
+     "SPEC [--set KEY=VALUE]... [--wait] [--follow] [--timeout DURATION] [--json]",
+     "submit a job",
      "SPEC is a YAML job spec (ARCHITECTURE.md, \"The job spec\"), or - to read it\n"
      "from stdin. It is checked here first; an error names its line. Prints the new\n"
      "job's id.\n"
@@ -490,7 +582,15 @@ const cli_cmd_t cli_job_cmds[] = {
      "  --wait           return when the job has ended: exit 0 only if it completed\n"
      "  --follow         print the job's output while it runs (the id then goes to\n"
      "                   stderr), then exit as --wait does\n"
-     "  --json           print {\"id\": N}\n"},
+     "  --timeout DURATION  with --wait or --follow: give up after DURATION (e.g.\n"
+     "                   30s, 10m) with exit status 1, naming the job's state and\n"
+     "                   reason; the job itself is left alone. After the command\n"
+     "                   word; before it, --timeout is the global option\n"
+     "  --json           print {\"id\": N}\n"
+     "\nWhile the job is pending, --wait and --follow print why on stderr (again\n"
+     "when the reason changes). When no node of the cluster could ever run the job\n"
+     "(too many CPUs, GPUs or nodes, an arch or label nobody has), a warning says so\n"
+     "on stderr; the job is submitted all the same.\n"},
     {NULL, "jobs", cmd_jobs, "[--all] [--json]", "list jobs",
      "Without --all: pending, starting and running jobs, and jobs that ended in the\n"
      "last 10 minutes. Table columns: ID NAME STATE ATTEMPT NODES SUBMITTED\n"

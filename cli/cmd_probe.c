@@ -2,7 +2,6 @@
  * between nodes and to the coordinator, as a matrix; and with --nccl, an NCCL
  * all-reduce bandwidth test over chosen nodes' GPUs, run as a gang job. */
 #include <getopt.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +77,39 @@ static int print_matrix(json_t *m)
 }
 
 /* ---- --nccl: an all-reduce bus bandwidth test as a gang job */
+
+/* Every name in names must be a node's: else an error naming it and the known
+ * ones. 0, or -1 after printing the reason. */
+static int known_nodes(cli_t *cli, json_t *names, const char *flag)
+{
+    json_t *r = cli_call(cli, "node.list", json_object());
+    if (!r)
+        return -1;
+    json_t *nodes = json_object_get(r, "nodes"), *name, *n;
+    size_t i, k;
+    json_array_foreach(names, i, name) {
+        int found = 0;
+        json_array_foreach(nodes, k, n) {
+            found |= json_equal(json_object_get(n, "name"), name);
+        }
+        if (!found) {
+            json_t *known = json_array();
+            json_array_foreach(nodes, k, n) {
+                json_array_append(known, json_object_get(n, "name"));
+            }
+            char list[1024];
+            cli_err(cli, "%s: no node is named '%s' (the nodes: %s)", flag,
+                    json_string_value(name),
+                    json_array_size(known) ? cli_fmt_list(known, ", ", list, sizeof(list))
+                                           : "none has joined yet");
+            json_decref(known);
+            json_decref(r);
+            return -1;
+        }
+    }
+    json_decref(r);
+    return 0;
+}
 
 /* The GPUs every named node has (the fewest among them), or -1 with the reason. */
 static int gpus_per_node(cli_t *cli, json_t *names)
@@ -269,7 +301,7 @@ static int nccl_run(cli_t *cli, const char *list, const char *command, const cha
     json_t *names = name_list(cli, list, "--nccl");
     if (!names)
         return CLI_USAGE;
-    int gpus = gpus_per_node(cli, names);
+    int gpus = known_nodes(cli, names, "--nccl") < 0 ? -1 : gpus_per_node(cli, names);
     char res[64], cmd[1024], what[64];
     json_t *out = NULL;
     snprintf(res, sizeof(res), ", gpus: %d, tasks_per_node: gpus", gpus);
@@ -324,6 +356,10 @@ static int bandwidth_run(cli_t *cli, const char *list, const char *command, cons
     json_t *names = list ? name_list(cli, list, "--nodes") : ready_nodes(cli);
     if (!names)
         return list ? CLI_USAGE : CLI_FAIL;
+    if (list && known_nodes(cli, names, "--nodes") < 0) {
+        json_decref(names);
+        return CLI_FAIL;
+    }
     if (json_array_size(names) < 2) {
         json_decref(names);
         return cli_fail(cli, "--bandwidth needs at least 2 ready nodes");
