@@ -1,9 +1,15 @@
-/* client.c - a request/response client over one CURVE DEALER. */
+/* client.c - a request/response client over one CURVE DEALER. A monitor on the
+ * socket tells a refused key, a connection whose handshake never completes (a
+ * wrong server key: the server cannot read our hello and hangs up) and no
+ * connection at all apart, so a timeout can say which. */
 #include "client.h"
 
 #include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <zmq.h>
 
 #include "sock.h"
@@ -14,8 +20,101 @@ struct br_client {
     void *sock;
     void *monitor;
     uint32_t seq;
+    int connected;   /* a TCP connection was made at least once */
+    int handshaked;  /* a CURVE handshake completed at least once */
+    int auth_failed; /* the server refused our key */
     char endpoint[BR_ENDPOINT_MAX];
 };
+
+/* The host of a "tcp://HOST:PORT" endpoint must resolve: otherwise libzmq retries
+ * in silence and the caller waits out its timeout. */
+static int check_host(const char *endpoint, br_err_t *err)
+{
+    char host[BR_ENDPOINT_MAX];
+    if (strncmp(endpoint, "tcp://", 6) != 0)
+        return 0;
+    br_strlcpy(host, endpoint + 6, sizeof(host));
+    char *colon = strrchr(host, ':');
+    if (!colon)
+        return 0;
+    *colon = '\0';
+    char *h = host;
+    if (*h == '[') { /* [v6 address] */
+        h++;
+        char *close = strchr(h, ']');
+        if (close)
+            *close = '\0';
+    }
+    char *semi = strchr(h, ';'); /* "source;dest" form: check the destination */
+    if (semi)
+        h = semi + 1;
+    if (!*h || strcmp(h, "*") == 0)
+        return 0;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    int rc = getaddrinfo(h, NULL, &hints, &res);
+    if (res)
+        freeaddrinfo(res);
+    if (rc == 0)
+        return 0;
+    if (rc == EAI_NONAME || rc == EAI_NODATA || rc == EAI_FAIL)
+        return br_errf(err, EHOSTUNREACH, "cannot resolve %s (the host of %s): %s", h,
+                       endpoint, gai_strerror(rc));
+    return 0; /* a passing failure (EAI_AGAIN): let libzmq retry */
+}
+
+/* Watch the connection's life: connected, handshake done or failed. */
+static void *open_monitor(void *ctx, void *sock)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "inproc://bramble-client-monitor-%p", sock);
+    if (zmq_socket_monitor(sock, name,
+                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) < 0)
+        return NULL;
+    void *pair = zmq_socket(ctx, ZMQ_PAIR);
+    if (!pair)
+        return NULL;
+    int zero = 0;
+    zmq_setsockopt(pair, ZMQ_LINGER, &zero, sizeof(zero));
+    if (zmq_connect(pair, name) < 0) {
+        zmq_close(pair);
+        return NULL;
+    }
+    return pair;
+}
+
+/* Read the monitor's queued events into c's flags. */
+static void read_monitor(br_client_t *c)
+{
+    for (;;) {
+        zmq_msg_t ev;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, c->monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        if (zmq_msg_size(&ev) >= 2) {
+            uint16_t id;
+            memcpy(&id, zmq_msg_data(&ev), 2);
+            if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
+                id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
+                c->auth_failed = 1;
+            else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+                c->handshaked = 1;
+            if (id != ZMQ_EVENT_HANDSHAKE_SUCCEEDED) /* each needs a connection */
+                c->connected = 1;
+        }
+        int more = zmq_msg_more(&ev);
+        zmq_msg_close(&ev);
+        if (more) { /* second frame: the endpoint */
+            zmq_msg_init(&ev);
+            zmq_msg_recv(&ev, c->monitor, 0);
+            zmq_msg_close(&ev);
+        }
+    }
+}
 
 br_client_t *br_client_new(const char *endpoint, const char *server_public_key,
                            const char *public_key, const char *secret_key,
@@ -25,6 +124,10 @@ br_client_t *br_client_new(const char *endpoint, const char *server_public_key,
     if (!c)
         return br_errp(err, ENOMEM, "out of memory");
     br_strlcpy(c->endpoint, endpoint, sizeof(c->endpoint));
+    if (check_host(endpoint, err) < 0) {
+        free(c);
+        return NULL;
+    }
     c->ctx = zmq_ctx_new();
     if (c->ctx)
         c->sock = br_sock_client(c->ctx, endpoint, server_public_key, public_key,
@@ -33,7 +136,7 @@ br_client_t *br_client_new(const char *endpoint, const char *server_public_key,
         br_client_destroy(&c);
         return NULL;
     }
-    c->monitor = br_sock_monitor(c->ctx, c->sock);
+    c->monitor = open_monitor(c->ctx, c->sock);
     c->seq = (uint32_t)br_mono_ms();
     return c;
 }
@@ -73,7 +176,9 @@ static int wait_response(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t 
             continue;
         if (n < 0)
             return br_errf(err, errno, "poll: %s", zmq_strerror(errno));
-        if (c->monitor && br_sock_monitor_auth_failed(c->monitor))
+        if (c->monitor)
+            read_monitor(c);
+        if (c->auth_failed)
             return br_errf(err, EACCES,
                            "the coordinator at %s refused this key (unknown, removed "
                            "or revoked credential)",
@@ -91,6 +196,15 @@ static int wait_response(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t 
         }
         br_msg_destroy(&m);
     }
+    if (c->monitor)
+        read_monitor(c);
+    if (c->connected && !c->handshaked)
+        return br_errf(err, ETIMEDOUT,
+                       "no answer from the coordinator at %s within %.1fs: a connection "
+                       "was made but the encrypted handshake never completed (is "
+                       "server_public_key in the credential this coordinator's key? a "
+                       "wrong server key looks like this)",
+                       c->endpoint, timeout_ms / 1000.0);
     return br_errf(err, ETIMEDOUT,
                    "no answer from the coordinator at %s within %.1fs (is brambled "
                    "running there?)",
