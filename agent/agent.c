@@ -72,6 +72,23 @@ struct br_agent {
  * Without discovery (--discover-timeout 0) it gets JOIN_TIMEOUT_MS, as ever. */
 #define JOIN_TIMEOUT_MS 15000
 #define JOIN_FIRST_MS 3000
+#define JOIN_FOUND_MS 5000 /* an announced endpoint is on the LAN: it answers at once */
+#define JOIN_SHUNNED 8     /* announced endpoints that did not answer, skipped after */
+
+/* Endpoints that announced the token's key but answered no join: impostors (or a
+ * coordinator gone), not listened to again. */
+typedef struct {
+    char ep[JOIN_SHUNNED][BR_ENDPOINT_MAX];
+    int n;
+} join_shunned_t;
+
+static int shunned(const join_shunned_t *sh, const char *endpoint)
+{
+    for (int i = 0; sh && i < sh->n; i++)
+        if (strcmp(sh->ep[i], endpoint) == 0)
+            return 1;
+    return 0;
+}
 
 /* The node.join body: the token, and the node's own public key to register. */
 static json_t *join_body(const br_settings_t *s)
@@ -126,9 +143,10 @@ static int join_resolves(const char *endpoint)
     return 1;
 }
 
-/* Read pending announcements; 1 (and found) when one carries the token's key. */
+/* Read pending announcements; 1 (and found) when one carries the token's key and
+ * does not come from a shunned endpoint. */
 static int join_heard(const br_settings_t *s, int udp, int *ignored, char *found,
-                      size_t foundlen)
+                      size_t foundlen, const join_shunned_t *sh)
 {
     br_announce_t a;
     char src[INET_ADDRSTRLEN];
@@ -139,6 +157,10 @@ static int join_heard(const br_settings_t *s, int udp, int *ignored, char *found
             return 0; /* socket error: keep waiting on the token's endpoint */
         if (rc > 0 && strcmp(a.key, s->cred.server_public_key) == 0) {
             snprintf(found, foundlen, "tcp://%s:%d", src, a.port);
+            if (shunned(sh, found)) {
+                found[0] = '\0';
+                continue;
+            }
             fprintf(stderr, "bramble-agent: the coordinator announced itself from %s "
                             "(port %d, endpoint %s)\n", src, a.port, a.endpoint);
             return 1;
@@ -155,7 +177,7 @@ static int join_heard(const br_settings_t *s, int udp, int *ignored, char *found
  * silent for JOIN_FIRST_MS or cannot be resolved. The response body; or NULL with
  * found set when an announcement with the token's key came first; or NULL and err. */
 static json_t *join_token_endpoint(br_settings_t *s, char *found, size_t foundlen,
-                                   br_err_t *err)
+                                   const join_shunned_t *sh, br_err_t *err)
 {
     const char *ep = s->cred.endpoint;
     int discover = s->discover_timeout_ms > 0, udp = -1, listening = 0, ignored = 0;
@@ -220,7 +242,7 @@ static json_t *join_token_endpoint(br_settings_t *s, char *found, size_t foundle
             goto done;
         }
         br_msg_destroy(&m);
-        if (udp >= 0 && join_heard(s, udp, &ignored, found, foundlen))
+        if (udp >= 0 && join_heard(s, udp, &ignored, found, foundlen, sh))
             break;
     }
     if (!resp && !found[0] && !discover)
@@ -251,7 +273,7 @@ static json_t *join_found(br_settings_t *s, const char *endpoint, br_err_t *err)
     sodium_memzero(&jc, sizeof(jc));
     if (!cl)
         return NULL;
-    json_t *resp = br_client_call(cl, "node.join", join_body(s), JOIN_TIMEOUT_MS, err);
+    json_t *resp = br_client_call(cl, "node.join", join_body(s), JOIN_FOUND_MS, err);
     br_client_destroy(&cl);
     if (!resp && (err->errnum == EEXIST || err->errnum == EACCES) &&
         (cl = br_client_new_cred(&s->cred, NULL))) {
@@ -269,7 +291,7 @@ static json_t *join_found(br_settings_t *s, const char *endpoint, br_err_t *err)
     if (!resp && err->errnum == ETIMEDOUT) /* e.g. an impostor without the secret key */
         br_errf(err, ETIMEDOUT, "join failed: %s announced the token's key, but no "
                                 "coordinator holding it answered there within %ds",
-                endpoint, JOIN_TIMEOUT_MS / 1000);
+                endpoint, JOIN_FOUND_MS / 1000);
     else if (!resp)
         br_err_prefix(err, "join refused at %s", endpoint);
     return resp;
@@ -287,9 +309,21 @@ int br_agent_join(br_settings_t *s, br_err_t *err)
     if (br_keypair(c->public_key, c->secret_key, err) < 0)
         return -1;
     char found[BR_ENDPOINT_MAX];
-    json_t *resp = join_token_endpoint(s, found, sizeof(found), err);
-    if (!resp && found[0])
+    join_shunned_t sh = {.n = 0};
+    json_t *resp = NULL;
+    for (;;) {
+        resp = join_token_endpoint(s, found, sizeof(found), &sh, err);
+        if (resp || !found[0])
+            break;
         resp = join_found(s, found, err);
+        if (resp || err->errnum != ETIMEDOUT || sh.n == JOIN_SHUNNED)
+            break;
+        /* an impostor that announced first must not stop the agent from hearing the
+         * real coordinator: skip that endpoint and listen on */
+        fprintf(stderr, "bramble-agent: %s; listening on for the coordinator\n", err->text);
+        br_strlcpy(sh.ep[sh.n++], found, BR_ENDPOINT_MAX);
+        br_strlcpy(s->cred.endpoint, t.endpoint, sizeof(s->cred.endpoint));
+    }
     if (!resp)
         return -1;
     const char *name = json_string_value(json_object_get(resp, "name"));

@@ -257,3 +257,40 @@ def test_announcement_with_the_right_key_but_not_its_secret_fails(lan, make_clus
     assert (f"join failed: tcp://{lan.host_ip}:{fake_port} announced the token's key, "
             "but no coordinator holding it answered there" in out), out
     assert "pi-3" not in c.nodes()
+
+
+def test_impostor_announcing_first_does_not_hide_the_real_coordinator(lan, make_cluster):
+    """An impostor announcing the token's key before the real coordinator does
+    fails the handshake; the agent skips it, listens on, and joins the real one."""
+    udp = free_udp_port()
+    c = start(make_cluster, lan)
+    server_key = read_yaml_flat(c.credential)["server_public_key"]
+    token = rewrite_token(c.token(1), "tcp://192.0.2.1:7700")
+    c.coordinator.kill(15)  # silent until the impostor has been heard
+    ctx = zmq.Context()
+    fake_server = ctx.socket(zmq.ROUTER)
+    fake_server.setsockopt(zmq.LINGER, 0)
+    pub, sec = zmq.curve_keypair()
+    fake_server.curve_publickey, fake_server.curve_secretkey = pub, sec
+    fake_server.curve_server = True
+    fake_port = fake_server.bind_to_random_port(f"tcp://{lan.host_ip}")
+    fake = announcement(server_key, fake_port, f"tcp://0.0.0.0:{fake_port}")
+    try:
+        with broadcasting(lan, fake, udp):
+            agent = c.start_agent("pi-4", token=token, wrap=lan.wrap(lan.agent_ns),
+                                  extra=["--discover-port", udp, "--discover-timeout", "60s"])
+            wait_for(lambda: f"announced itself from {lan.host_ip}" in agent.output(),
+                     what="the agent to hear the impostor first")
+            c.start_coordinator(extra=("--announce", "--announce-port", udp),
+                                wrap=lan.wrap(lan.coord_ns))
+            wait_for(lambda: "listening on for the coordinator" in agent.output(),
+                     timeout=DEADLINE + 15, what="the agent to give up on the impostor")
+            c.wait_ready("pi-4")
+        assert not fake_server.poll(0), "the impostor received a message"
+    finally:
+        fake_server.close(0)
+        ctx.term()
+    out = agent.output()
+    assert f"announced itself from {lan.coord_ip}" in out, out
+    cred = read_yaml_flat(c.agent_dir("pi-4") / "credential")
+    assert cred["endpoint"] == f"tcp://{lan.coord_ip}:{c.port}", cred
