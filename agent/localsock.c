@@ -5,13 +5,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "util.h"
 
 #define ACCEPT_PER_WAKE 64 /* more wait in the backlog until the next wake */
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 /* Linux 6.5 */
+#endif
 
 typedef struct {
     int fd;          /* -1: free slot */
@@ -110,7 +115,23 @@ static br_task_t *peer_task(int fd, br_err_t *err)
     socklen_t clen = sizeof(cred);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 || cred.pid <= 0)
         return br_errp(err, EACCES, "refused: the kernel does not say who is asking");
+    /* The pid could be reused between the connect and this look at /proc: hold the
+     * peer by a pidfd, where the kernel has one, and make sure afterwards that the
+     * process looked at is still that peer (a live process keeps its pid). */
+    socklen_t plen = sizeof(int);
+    int pidfd = -1;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &plen) < 0) {
+        if (errno != ENOPROTOOPT && errno != EINVAL)
+            return br_errp(err, EACCES, "refused: the asking process is gone");
+        pidfd = -1;
+    }
     br_task_t *t = br_task_of_pid(cred.pid);
+    if (pidfd >= 0) {
+        int alive = syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;
+        close(pidfd);
+        if (!alive)
+            return br_errp(err, EACCES, "refused: the asking process is gone");
+    }
     if (!t)
         return br_errp(err, EACCES,
                        "refused: not inside a running job of this node (process %d, uid "
