@@ -774,6 +774,8 @@ static void on_run(br_agent_t *a, br_msg_t *m)
         br_jobusers_t *users = br_jobusers_new(&uo, &err);
         int allowed = users && br_jobusers_resolve(users, owner_id, unix_user, &who, &err) == 0;
         br_jobusers_destroy(&users);
+        if (!allowed) /* the node's setup, not the job, is at fault: run it elsewhere */
+            fault = "job_user";
         if (allowed && who.home[0] && !json_object_get(env, "HOME"))
             json_object_set_new(env, "HOME", json_string(who.home));
         br_attempt_opts_t o = {

@@ -487,3 +487,25 @@ def test_user_rotate_key_refuses_the_old_key_at_once(cluster):
     assert not any(e["action"] == "user.rotate_key" for e in c.cli_json("audit"))
     events = [json.loads(l) for l in c.cli("events", "--json")[1].splitlines() if l.strip()]
     assert any("dave rotated its key" in (e["reason"] or "") for e in events)
+
+
+def test_a_node_without_the_job_user_is_the_nodes_fault(make_cluster):
+    """A node that has no user to run a job as (its --job-user does not exist)
+    is a broken node, not a failed job: the job runs elsewhere, no restart is
+    used up, and the node is excluded for it."""
+    if os.geteuid() != 0:
+        import pytest
+        pytest.skip("switching to a job user needs a root agent")
+    c = make_cluster()
+    c.add_agents(1, extra=("--job-user", "no-such-user-here", "--label", "first=yes"),
+                 names=["broken"])
+    jid = c.submit("name: elsewhere\ncommand: echo ran-on-$BRAMBLE_NODE_NAME\n"
+                   "restart: {max: 0}\n")
+    wait_for(lambda: any("no-such-user-here" in (e["reason"] or "")
+                         for e in c.job(jid)["events"]),
+             what="the broken node to refuse the job")
+    c.add_agents(1, names=["good"])
+    j = c.wait_job(jid)
+    assert j["state"] == "completed", j
+    assert c.wait_logs(jid, "ran-on-good")
+    assert j["nodes"] == ["good"], j
