@@ -25,6 +25,7 @@
 #include "gpu.h"
 #include "inventory.h"
 #include "jobuser.h"
+#include "keeper.h"
 #include "localsock.h"
 #include "probe.h"
 #include "msg.h"
@@ -61,6 +62,8 @@ struct br_agent {
     int64_t send_failed;          /* sends that found the queue full, in all */
     int64_t send_failed_run;      /* ... since the last one that went through */
     int exit_plain;               /* the coordinator refuses "log_dropped" in exits */
+    br_keeper_t *keeper;          /* fences the jobs when this process cannot */
+    int keeper_froze;             /* its freezes seen so far */
     int stop, fatal;
     char fatal_text[BR_ERR_TEXT];
 };
@@ -367,6 +370,10 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
     a->last_heard = br_mono_ms();
     a->unacked = json_array();
     a->seq = (uint32_t)br_mono_ms();
+    /* first, while this process has no thread: the keeper that outlives it */
+    a->keeper = br_keeper_new(a->fence_ms, 0, err);
+    if (!a->keeper)
+        goto fail;
     /* orphans of our jobs come back to us, so a job's whole tree stays ours */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     if (open_signals(a) < 0) {
@@ -423,6 +430,7 @@ void br_agent_destroy(br_agent_t **ap)
     br_agent_t *a = ap ? *ap : NULL;
     if (!a)
         return;
+    br_keeper_destroy(&a->keeper); /* stopping on purpose: it goes too */
     for (int i = 0; i < a->natt; i++)
         br_attempt_destroy(&a->att[i]);
     br_sock_close(&a->monitor);
@@ -748,6 +756,8 @@ static void on_run(br_agent_t *a, br_msg_t *m)
         json_object_set_new(env, "BRAMBLE_AGENT_SOCK",
                             json_string(br_localsock_address(a->local)));
         json_object_set_new(env, "BRAMBLE_AGENT_ID", json_string(a->agent_id));
+        /* what the keeper knows this run's jobs by */
+        json_object_set_new(env, KEEPER_ENV, json_string(br_keeper_run_id(a->keeper)));
         /* rank 0 chooses the gang's rendezvous port; the coordinator hands it to
          * the other ranks once this node says it started */
         int port = 0;
@@ -911,6 +921,8 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         json_int_t fence_ms = json_integer_value(json_object_get(b, "fence_timeout"));
         a->hb_ms = hb >= 10 ? hb : 1000;
         a->fence_ms = fence_ms > a->hb_ms ? fence_ms : 3 * a->hb_ms;
+        br_keeper_set_times(a->keeper, a->fence_ms,
+                            json_integer_value(json_object_get(b, "node_timeout")));
         a->hello_acked = 1;
         const char *key = json_string_value(json_object_get(b, "probe_key"));
         if (a->probe && key &&
@@ -988,7 +1000,9 @@ static void reap(br_agent_t *a)
     int status;
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-        for (int i = 0; i < a->natt && !br_attempt_reaped(a->att[i], pid, status); i++)
+        for (int i = 0; !br_keeper_reaped(a->keeper, pid, status) && i < a->natt &&
+                        !br_attempt_reaped(a->att[i], pid, status);
+             i++)
             ;
 }
 
@@ -1028,9 +1042,33 @@ static void check_health(br_attempt_t *t, int64_t now)
     }
 }
 
+/* The keeper froze the jobs while this process showed no life (paused, stuck): count
+ * them as frozen, so the coordinator's word thaws or kills them. */
+static void keeper_froze(br_agent_t *a)
+{
+    int froze = br_keeper_froze(a->keeper);
+    if (froze == a->keeper_froze)
+        return;
+    a->keeper_froze = froze;
+    int n = 0;
+    for (int i = 0; i < a->natt; i++) {
+        br_attempt_t *t = a->att[i];
+        if (!br_attempt_frozen(t) && !br_attempt_done(t)) {
+            br_attempt_freeze(t);
+            n++;
+        }
+    }
+    if (n)
+        fprintf(stderr, "bramble-agent: the keeper froze %d job(s) while this agent was "
+                        "silent; they stay frozen until the coordinator says whether they "
+                        "are still theirs\n", n);
+}
+
 static void timers(br_agent_t *a)
 {
     int64_t now = br_mono_ms();
+    br_keeper_beat(a->keeper, now);
+    keeper_froze(a);
     fence(a, now);
     if (a->probe && a->hello_acked)
         br_probe_tick(a->probe, now);
@@ -1138,7 +1176,7 @@ static int build_poll(br_agent_t *a)
 
 /* How long the loop may sleep: until the next hello or heartbeat is due; with jobs
  * running, at most 50 ms (log batching, checkpoint scans, fencing). An idle node
- * wakes once per heartbeat. */
+ * wakes once per heartbeat, and at least four times per fence time (keeper.h). */
 static long poll_timeout(const br_agent_t *a)
 {
     int64_t now = br_mono_ms();
@@ -1146,6 +1184,8 @@ static long poll_timeout(const br_agent_t *a)
     int64_t wait = due - now;
     if (a->natt > 0 && wait > 50)
         wait = 50;
+    if (wait > a->fence_ms / 4) /* the keeper must see this process alive */
+        wait = a->fence_ms / 4;
     return wait < 1 ? 1 : wait > 1000 ? 1000 : (long)wait;
 }
 
