@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ckptdir.h"
 #include "services.h"
 #include "util.h"
 
@@ -233,8 +234,10 @@ static json_t *job_env(br_coord_t *c, json_t *job, int r)
     set_env(env, "CUDA_VISIBLE_DEVICES", "%s",
             gpu_list(g, 0, json_array_size(g), gpus, sizeof(gpus)));
     set_env(env, "CUDA_DEVICE_ORDER", "PCI_BUS_ID"); /* NVML order = CUDA order */
+    ckpt = br_ckptdir_section(spec, json_integer_value(json_object_get(job, "id")));
     set_env(env, "BRAMBLE_CHECKPOINT_DIR", "%s",
-            json_is_object(ckpt) ? json_string_value(json_object_get(ckpt, "dir")) : "");
+            ckpt ? json_string_value(json_object_get(ckpt, "dir")) : "");
+    json_decref(ckpt); /* (the expanded copy) */
     /* the newest complete checkpoint of a current attempt (only those are stored) */
     json_t *latest = br_store_checkpoint_latest(
         c->store, json_integer_value(json_object_get(job, "id")), NULL);
@@ -315,7 +318,7 @@ static void send_run(br_coord_t *c, json_t *job, int r, int announce)
             json_object_set_new(body, "unix_user", json_string(unix_user));
     }
     if (json_is_object(ckpt) && r == 0) /* rank 0's checkpoints are the gang's */
-        json_object_set(body, "checkpoint", ckpt);
+        json_object_set_new(body, "checkpoint", br_ckptdir_section(spec, id));
     json_t *service = json_object_get(spec, "service");
     if (br_services_is_replica(job) && json_is_object(service)) /* its PORT and health */
         json_object_set_new(body, "service",
@@ -381,6 +384,8 @@ int br_jobs_place(br_coord_t *c, json_t *job, br_node_t *const *nodes,
     update(c, id, json_pack("{s:s, s:O, s:O, s:n, s:o}", "state", "starting", "nodes", names,
                             "assign", json_object_get(job, "assign"), "reason", "extra",
                             extra));
+    if (attempt == 1) /* a fresh job: does its checkpoint dir hold another's steps? */
+        br_ckptdir_check_shared(c, job);
     char list[1024];
     br_coord_event(c, id, nodes[0]->name, "starting", "attempt %d placed on %s%s%s%s",
                    attempt, node_list(job, ", ", list, sizeof(list)), how && *how ? " (" : "",
