@@ -209,3 +209,44 @@ def test_a_command_past_the_kernels_limit_is_refused_at_submit(tmp_path):
     spec.write_text("name: a\ncommand: echo %s\n" % ("x" * 140000))
     rc, _, err = bramble("submit", spec)
     assert rc == 1 and "longer than the kernel's limit for one argument" in err, err
+
+
+# ---- checkpoint dirs shared between runs
+
+CKPT_CMD = ("echo \"dir=$BRAMBLE_CHECKPOINT_DIR\"; "
+            "mkdir -p \"$BRAMBLE_CHECKPOINT_DIR/checkpoint-5\" && "
+            "echo '{}' > \"$BRAMBLE_CHECKPOINT_DIR/checkpoint-5/trainer_state.json\" && "
+            "echo wrote; sleep 600")
+
+
+def _ckpt_spec(name, d):
+    return (f"name: {name}\ncommand: {json.dumps(CKPT_CMD)}\nresources: {{cpus: 0}}\n"
+            f"checkpoint:\n  dir: {json.dumps(d)}\n  pattern: \"checkpoint-*\"\n"
+            f"  complete_file: trainer_state.json\n")
+
+
+def test_checkpoint_dir_takes_the_job_id_and_a_shared_dir_is_named(cluster, tmp_path):
+    c = cluster
+    c.add_agents(1)
+    base = tmp_path / "ckpt"
+    jid = c.submit(_ckpt_spec("run-a", f"{base}/${{BRAMBLE_JOB_ID}}"))
+    mine = base / str(jid)
+    c.wait_logs(jid, f"dir={mine}\n")
+    j = wait_for(lambda: (lambda x: x if x["checkpoints"] else None)(c.job(jid)),
+                 what="the checkpoint to be reported")
+    assert j["checkpoints"][0]["path"] == str(mine / "checkpoint-5"), j["checkpoints"]
+
+    # the $NAME form too, in another job: its own dir, and no word about sharing
+    jid2 = c.submit(_ckpt_spec("run-b", f"{base}/b-$BRAMBLE_JOB_ID"))
+    c.wait_logs(jid2, f"dir={base}/b-{jid2}\n")
+    assert not [e for e in c.job(jid2)["events"] if "already holds" in (e["reason"] or "")]
+
+    # a fresh job pointed at the first one's dir is told so
+    jid3 = c.submit(_ckpt_spec("run-c", str(mine)))
+    ev = wait_for(lambda: [e for e in c.job(jid3)["events"]
+                           if "already holds" in (e["reason"] or "")],
+                  what="the shared-dir event")
+    assert f"checkpoint dir {mine} already holds steps of another run (job {jid}: " in \
+        ev[0]["reason"], ev
+    for j in (jid, jid2, jid3):
+        c.cli("cancel", j)
