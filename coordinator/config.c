@@ -134,6 +134,15 @@ int br_config_load(br_config_t *cfg, br_err_t *err)
     }
     if (cfg->announce < 0)
         cfg->announce = announce && strcmp(announce, "true") == 0;
+    if (cfg->listen[0] && strcmp(cfg->listen, listen) != 0 && !cfg->advertise[0])
+        /* tokens and credentials carry the advertised endpoint, which stays */
+        fprintf(stderr,
+                "brambled: warning: listening on %s, not on %s as init recorded; join "
+                "tokens and credentials still carry %s. If that no longer reaches this "
+                "coordinator, give --advertise ENDPOINT (new tokens and `user add` use "
+                "it) and update the endpoint in existing credentials and agents' data "
+                "dirs\n",
+                cfg->listen, listen, adv);
     if (!cfg->listen[0])
         br_strlcpy(cfg->listen, listen, sizeof(cfg->listen));
     if (!cfg->advertise[0])

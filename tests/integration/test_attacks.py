@@ -509,3 +509,16 @@ def test_a_node_without_the_job_user_is_the_nodes_fault(make_cluster):
     assert j["state"] == "completed", j
     assert c.wait_logs(jid, "ran-on-good")
     assert j["nodes"] == ["good"], j
+
+
+def test_restart_on_another_listen_endpoint_warns(cluster):
+    """Tokens and credentials carry the endpoint init recorded: a coordinator
+    restarted on another one says so, and what to do."""
+    c = cluster
+    c.coordinator.kill(signal.SIGTERM)
+    other = f"tcp://127.0.0.1:{free_port()}"
+    p = c.start_coordinator(extra=("--listen", other), wait=False)
+    wait_for(lambda: "listening on" in p.output(), what="brambled to start")
+    out = p.output()
+    assert f"warning: listening on {other}, not on {c.endpoint}" in out, out
+    assert "--advertise" in out, out
