@@ -382,7 +382,20 @@ def test_job_environment_holds_none_of_the_agents(make_cluster, scratch):
 # checkpoint dirs the agent must not scan
 
 
-def test_checkpoint_dir_in_proc_does_not_stall_the_agent(make_cluster, scratch):
+@pytest.fixture
+def many_processes():
+    """A few hundred idle processes, so that /proc is as big as on a busy node."""
+    procs = [subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL)
+             for _ in range(400)]
+    yield procs
+    for p in procs:
+        p.kill()
+    for p in procs:
+        p.wait()
+
+
+def test_checkpoint_dir_in_proc_does_not_stall_the_agent(make_cluster, scratch,
+                                                         many_processes):
     c = one_node(make_cluster, ["--job-user", "nobody"])
     good = owned_dir(scratch / "good", NOBODY)
     link = scratch / "link"
