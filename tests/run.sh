@@ -115,7 +115,7 @@ fi
 
 # ---- 4. fuzzing
 stage "fuzzing (libFuzzer, ${FUZZ_SECONDS}s per target)"
-FUZZ_TARGETS=(fuzz_msg fuzz_spec fuzz_jobsock)
+FUZZ_TARGETS=(fuzz_msg fuzz_spec fuzz_jobsock fuzz_announce)
 if [ "$QUICK" -eq 1 ]; then
     echo "SKIP: fuzzing (--quick)"
 elif ! command -v clang >/dev/null 2>&1; then
@@ -123,6 +123,10 @@ elif ! command -v clang >/dev/null 2>&1; then
 else
     FUZZ_BUILD_OK=1
     mkdir -p build-fuzz
+    # jansson with the fuzzer's instrumentation, so the JSON paths count in coverage;
+    # when it cannot be built it says so in one line and the system's is used
+    "$ROOT/tests/fuzz/jansson.sh" build-fuzz ||
+        echo "fuzz: JSON paths are NOT instrumented (tests/fuzz/jansson.sh failed)"
     if CC=clang cmake -S . -B build-fuzz -DBRAMBLE_FUZZ=ON -DBRAMBLE_SANITIZE=ON \
             -DCMAKE_BUILD_TYPE=Debug >build-fuzz/configure.log 2>&1 ||
             { cat build-fuzz/configure.log; false; }; then
