@@ -153,3 +153,8 @@ void br_api_dispatch(br_coord_t *c, br_msg_t *m)
     br_errf(&err, EPROTO, "unknown message type '%s'", br_msg_type(m));
     br_api_fail(c, m, &err);
 }
+
+const char *br_api_type(size_t i)
+{
+    return i < sizeof(handlers) / sizeof(handlers[0]) ? handlers[i].type : NULL;
+}

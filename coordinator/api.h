@@ -15,6 +15,9 @@ typedef struct {
 
 typedef void (*br_handler_fn)(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 
+/* The message type of handler i, in table order; NULL past the last. */
+const char *br_api_type(size_t i);
+
 /* Answer m with an error (EINVAL etc.) from err. */
 void br_api_fail(br_coord_t *c, br_msg_t *m, const br_err_t *err);
 /* Answer m with body (stolen). */

@@ -1,0 +1,87 @@
+/* test_api.c - the coordinator's handler table and the message tables of
+ * proto/PROTOCOL.md name the same messages, so the two cannot drift apart. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "api.h"
+
+#define MAX_TYPES 128
+
+/* The message types in the tables of the sections that describe messages the
+ * coordinator receives: "Messages from any known key", "Agent → coordinator",
+ * "CLI → coordinator". A row begins "| `type`" (or "| `a` / `b`"). */
+static int documented(char types[][64], int max)
+{
+    FILE *f = fopen(BR_SOURCE_DIR "/proto/PROTOCOL.md", "r");
+    assert_non_null(f);
+    char line[8192];
+    int in = 0, n = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "## ", 3) == 0)
+            in = strstr(line, "Messages from any known key") ||
+                 strstr(line, "Agent \xe2\x86\x92 coordinator") ||
+                 strstr(line, "CLI \xe2\x86\x92 coordinator");
+        if (!in || strncmp(line, "| `", 3) != 0)
+            continue;
+        /* every `type` in the first cell ("`node.drain` / `node.undrain`") */
+        char *cell_end = strchr(line + 2, '|');
+        assert_non_null(cell_end);
+        *cell_end = '\0';
+        for (const char *p = strchr(line, '`'); p; p = strchr(p, '`')) {
+            const char *start = p + 1, *end = strchr(start, '`');
+            assert_non_null(end);
+            assert_true(n < max && (size_t)(end - start) < 64);
+            memcpy(types[n], start, (size_t)(end - start));
+            types[n][end - start] = '\0';
+            n++;
+            p = end + 1;
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+static int listed(char types[][64], int n, const char *type)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(types[i], type) == 0)
+            return 1;
+    return 0;
+}
+
+static void test_handlers_match_protocol(void **state)
+{
+    (void)state;
+    char doc[MAX_TYPES][64];
+    int ndoc = documented(doc, MAX_TYPES);
+    assert_true(ndoc > 20);
+    int nhandled = 0;
+    for (size_t i = 0; br_api_type(i); i++, nhandled++) {
+        if (!listed(doc, ndoc, br_api_type(i)))
+            fail_msg("the coordinator handles '%s', which proto/PROTOCOL.md does not list",
+                     br_api_type(i));
+    }
+    for (int k = 0; k < ndoc; k++) {
+        int found = 0;
+        for (size_t i = 0; br_api_type(i) && !found; i++)
+            found = strcmp(br_api_type(i), doc[k]) == 0;
+        if (!found)
+            fail_msg("proto/PROTOCOL.md lists '%s', which the coordinator does not handle",
+                     doc[k]);
+    }
+    assert_int_equal(nhandled, ndoc);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_handlers_match_protocol),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
