@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # install.sh - install bramble from a build on a Debian or Raspberry Pi OS host:
-# the three binaries, the systemd units brambled.service and bramble-agent.service,
-# the sysusers.d file, the docs, the system users `bramble` (runs the coordinator)
+# the three binaries and the probes, the systemd units brambled.service and
+# bramble-agent.service, the sysusers.d file, the docs and examples (the same
+# files as the .deb), the system users `bramble` (runs the coordinator)
 # and `bramble-job` (runs jobs), and the data dirs. Then prints the next steps.
 # Running it again is harmless (it updates the files, keeps users and data).
 #
@@ -21,9 +22,13 @@
 #
 # Layout (under DIR with --destdir):
 #   P/bin/{brambled,bramble-agent,bramble}                 0755
+#   P/bin/bramble-net-probe, P/bin/bramble-nccl-probe      0755 (the latter when
+#                                                          built: CUDA and NCCL)
 #   /lib/systemd/system/{brambled,bramble-agent}.service   0644
 #   /usr/lib/sysusers.d/bramble.conf                       0644
-#   P/share/doc/bramble/ (README.md, docs/*.md)            0644
+#   P/share/doc/bramble/ (README.md, docs/*.md, PROTOCOL.md,
+#                         examples/)                      0644; README.md's links
+#                         rewritten by deploy/doc-links.sed to resolve there
 #   /var/lib/bramble        bramble:bramble 0700 (coordinator's data)
 #   /var/lib/bramble-agent  root:root       0700 (agent's keys and settings)
 set -euo pipefail
@@ -37,7 +42,7 @@ SYSTEMD=1
 
 die() { echo "install.sh: $*" >&2; exit 1; }
 note() { echo "install.sh: $*"; }
-usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -71,7 +76,7 @@ if [ -z "$D" ] && [ "$IS_ROOT" -eq 0 ]; then
     die "installing into / needs root: run it with sudo (or use --destdir DIR)"
 fi
 
-BINARIES=(brambled bramble-agent bramble)
+BINARIES=(brambled bramble-agent bramble bramble-net-probe)
 UNITS=(brambled.service bramble-agent.service)
 for b in "${BINARIES[@]}"; do
     if [ ! -x "$BUILD/bin/$b" ]; then
@@ -88,6 +93,9 @@ for b in "${BINARIES[@]}"; do
     # install(1) unlinks the old file first, so a running daemon is no problem
     install -m 0755 "$BUILD/bin/$b" "$D$PREFIX/bin/$b"
 done
+if [ -x "$BUILD/bin/bramble-nccl-probe" ]; then # built only with CUDA and NCCL
+    install -m 0755 "$BUILD/bin/bramble-nccl-probe" "$D$PREFIX/bin/bramble-nccl-probe"
+fi
 note "binaries in $D$PREFIX/bin"
 
 UNITDIR=$D/lib/systemd/system
@@ -108,13 +116,21 @@ install -m 0644 "$ROOT/deploy/systemd/bramble.sysusers" "$D/usr/lib/sysusers.d/b
 
 DOCDIR=$D$PREFIX/share/doc/bramble
 install -d -m 0755 "$DOCDIR"
-install -m 0644 "$ROOT/README.md" "$DOCDIR/README.md"
-(cd "$ROOT/docs" && find . -type f) | while read -r f; do
-    f=${f#./}
-    install -d -m 0755 "$DOCDIR/$(dirname "$f")"
-    install -m 0644 "$ROOT/docs/$f" "$DOCDIR/$f"
-done
-note "docs in $DOCDIR"
+sed -f "$ROOT/deploy/doc-links.sed" "$ROOT/README.md" >"$TMP/README.md"
+install -m 0644 "$TMP/README.md" "$DOCDIR/README.md"
+install -m 0644 "$ROOT/proto/PROTOCOL.md" "$DOCDIR/PROTOCOL.md"
+# copy_tree SRC DEST: the files under SRC (no __pycache__), 0644, dirs 0755
+copy_tree() {
+    (cd "$1" && find . -name __pycache__ -prune -o -type f ! -name '*.pyc' -print) |
+        while read -r f; do
+            f=${f#./}
+            install -d -m 0755 "$2/$(dirname "$f")"
+            install -m 0644 "$1/$f" "$2/$f"
+        done
+}
+copy_tree "$ROOT/docs" "$DOCDIR"
+copy_tree "$ROOT/examples" "$DOCDIR/examples"
+note "docs and examples in $DOCDIR"
 
 # ---- users
 # add_user NAME COMMENT: a system user with its own group, no home, no login shell.

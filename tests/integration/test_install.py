@@ -57,11 +57,33 @@ def install_sh(destdir, *extra, check=True):
 
 
 def doc_files():
-    """The docs install.sh and the package ship: README.md and docs/**."""
-    files = ["README.md"]
+    """The docs install.sh and the package ship: README.md, docs/**, PROTOCOL.md and
+    examples/** (as examples/...)."""
+    files = ["README.md", "PROTOCOL.md"]
     files += sorted(str(p.relative_to(REPO / "docs")) for p in (REPO / "docs").rglob("*")
                     if p.is_file())
+    files += sorted("examples/" + str(p.relative_to(REPO / "examples"))
+                    for p in (REPO / "examples").rglob("*")
+                    if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
     return files
+
+
+def probe_binaries(bindir):
+    """The probes a build holds: bramble-net-probe always, bramble-nccl-probe where
+    CUDA and NCCL were found."""
+    return [b for b in ("bramble-net-probe", "bramble-nccl-probe") if (bindir / b).exists()]
+
+
+def broken_links(docdir):
+    """Relative links of the installed Markdown files that lead nowhere there."""
+    bad = []
+    for md in docdir.rglob("*.md"):
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", md.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue
+            if not (md.parent / target).exists():
+                bad.append(f"{md.relative_to(docdir)}: {target}")
+    return bad
 
 
 def passwd_entry(passwd, name):
@@ -79,7 +101,9 @@ def passwd_entry(passwd, name):
 def check_layout(root, prefix="/usr"):
     """The files install.sh lays out under root (see its header)."""
     p = Path(str(root) + prefix)
-    for b in BINARIES:
+    probes = probe_binaries(BIN)
+    assert "bramble-net-probe" in probes, f"{BIN} has no bramble-net-probe"
+    for b in list(BINARIES) + probes:
         f = p / "bin" / b
         assert f.is_file(), f"{f} missing"
         assert mode(f) == 0o755 and os.access(f, os.X_OK), f"{f}: mode {mode(f):o}"
@@ -101,6 +125,8 @@ def check_layout(root, prefix="/usr"):
         assert (doc / name).is_file(), f"{doc / name} missing"
         assert mode(doc / name) == 0o644
     assert (doc / "install.md").is_file()
+    assert (doc / "examples/hello.yaml").is_file()
+    assert not broken_links(doc), broken_links(doc)
     for d in ("bramble", "bramble-agent"):
         f = root / "var/lib" / d
         assert f.is_dir(), f"{f} missing"
@@ -214,7 +240,8 @@ def test_units_say_what_is_documented():
 
     a = unit_settings("bramble-agent.service")
     assert a[s + "ExecStart"] == [
-        "/usr/bin/bramble-agent --data-dir /var/lib/bramble-agent --job-user bramble-job"]
+        "/usr/bin/bramble-agent --data-dir /var/lib/bramble-agent --job-uids 70000-79999 "
+        "--job-user bramble-job"]
     assert "--join" not in a[s + "ExecStart"][0]
     assert a.get(s + "User", ["root"]) == ["root"]
     assert a[s + "StateDirectory"] == ["bramble-agent"]
@@ -353,13 +380,75 @@ def test_cloud_init_writes_the_token_and_runs_join():
 
 def test_scripts_parse_and_pass_shellcheck():
     scripts = {DEPLOY / "install.sh": "bash", DEPLOY / "join.sh": "bash",
+               DEPLOY / "quickstart.sh": "bash",
                DEPLOY / "debian/postinst": "sh", DEPLOY / "debian/prerm": "sh"}
     for path, shell in scripts.items():
         assert os.access(path, os.X_OK), f"{path} is not executable"
         run([shell, "-n", path])
     if not shutil.which("shellcheck"):
         pytest.skip("shellcheck not installed: only `sh -n` / `bash -n` checked")
-    run(["shellcheck", *scripts])
+    run(["shellcheck", "-x", *scripts, DEPLOY / "install-deps.sh"], cwd=REPO)
+
+
+def test_install_deps_sees_multiarch_packages_as_installed(tmp_path):
+    """With a foreign architecture, dpkg-query prints one status per instance
+    (libsodium-dev:amd64 and :arm64); they must not read as missing, or every run
+    does apt-get update."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls = tmp_path / "apt-calls"
+    (fake / "dpkg-query").write_text(
+        "#!/usr/bin/python3\n"
+        "import sys\n"
+        "fmt = next(a[3:] for a in sys.argv if a.startswith('-f='))\n"
+        "if sys.argv[-1] == 'missing-pkg':\n"
+        "    sys.exit(1)\n"
+        "for arch in ('amd64', 'arm64'):\n"
+        "    sys.stdout.write(fmt.replace('${db:Status-Status}', 'installed')\n"
+        "                     .replace('${Architecture}', arch).replace(chr(92) + 'n',\n"
+        "                                                               chr(10)))\n")
+    (fake / "dpkg").write_text("#!/bin/sh\necho amd64\n")
+    for tool in ("apt-get", "sudo"):
+        (fake / tool).write_text(f"#!/bin/sh\necho \"$*\" >>{calls}\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}")
+    script = f". {DEPLOY / 'install-deps.sh'}; br_install_deps libsodium-dev libzmq3-dev"
+    r = run(["bash", "-c", script], env=env)
+    assert not calls.exists(), f"apt-get ran for installed packages: {calls.read_text()}"
+    r = run(["bash", "-c", script + " missing-pkg"], env=env)
+    assert "missing-pkg" in calls.read_text() and "libsodium" not in calls.read_text(), \
+        (calls.read_text(), r.stderr)
+
+
+def test_quickstart_kills_only_its_own_clusters_node(tmp_path):
+    """The quickstart's node kill takes this cluster's agent and the processes below
+    it, not another local cluster's processes of a node with the same name."""
+    fns = run(["sed", "-n", r"/^descendants() {/,/^}/p;/^kill_node() {/,/^}/p",
+               DEPLOY / "quickstart.sh"]).stdout
+    assert "kill_node()" in fns
+    ours = subprocess.Popen(["bash", "-c", "BRAMBLE_TASK=node-1/1.1.0 sleep 600 & wait"])
+    theirs = subprocess.Popen(["env", "BRAMBLE_TASK=node-1/1.1.0", "sleep", "600"])
+    try:
+        def our_job():
+            kids = [p for p in os.listdir("/proc") if p.isdigit() and pid_alive(int(p))
+                    and open(f"/proc/{p}/stat").read().split(") ")[1].split()[1]
+                    == str(ours.pid)]
+            return kids[0] if kids else None
+
+        job = int(wait_for(our_job, what="the fake agent's job to start"))
+        cluster = tmp_path / "cluster"
+        cluster.mkdir()
+        (cluster / "node-1.pid").write_text(f"{ours.pid}\n")
+        run(["bash", "-c", f"{fns}\nCLUSTER_DIR={cluster}\nkill_node node-1"])
+        ours.wait(timeout=30)
+        wait_for(lambda: not pid_alive(job), what="the node's job to die")
+        assert theirs.poll() is None, "another cluster's process was killed"
+    finally:
+        for p in (ours, theirs):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 # ---------------------------------------------------------------------------
@@ -413,7 +502,7 @@ def test_deb_contents(deb):
     for line in r.stdout.splitlines():
         f = line.split()
         listed[f[-1]] = (f[0], f[1])
-    expected = [f"./usr/bin/{b}" for b in BINARIES]
+    expected = [f"./usr/bin/{b}" for b in list(BINARIES) + ["bramble-net-probe"]]
     expected += [f"./usr/lib/systemd/system/{u}" for u in UNITS]
     expected += ["./usr/lib/sysusers.d/bramble.conf"]
     expected += [f"./usr/share/doc/bramble/{d}" for d in doc_files()]
@@ -431,6 +520,34 @@ def test_deb_contents(deb):
     for u in UNITS:
         text = (x / "usr/lib/systemd/system" / u).read_text()
         assert f"ExecStart=/usr/bin/{u.split('.')[0]} " in text, text
+
+
+def test_deb_and_install_sh_install_the_same_files(deb, release_build, tmp_path):
+    """One list of files, two ways to install them: the .deb and install.sh put the
+    same files (the same bytes, but for stripping) under /usr."""
+    x = tmp_path / "deb"
+    run(["dpkg-deb", "-x", deb, x])
+    root = tmp_path / "root"
+    run(["bash", INSTALL_SH, "--destdir", root, "--build", release_build, "--no-systemd",
+         "--no-users"])
+
+    def files(top, unit_dir):
+        out = set()
+        for f in top.rglob("*"):
+            if f.is_file():
+                rel = str(f.relative_to(top))
+                out.add(rel.replace(unit_dir, "UNITS/"))
+        return {f for f in out if not f.startswith("var/")}
+
+    from_deb = files(x, "usr/lib/systemd/system/")
+    from_sh = files(root, "lib/systemd/system/")
+    assert from_deb == from_sh, (f"only in the .deb: {sorted(from_deb - from_sh)}; "
+                                 f"only from install.sh: {sorted(from_sh - from_deb)}")
+    doc = x / "usr/share/doc/bramble"
+    assert not broken_links(doc), broken_links(doc)
+    for f in from_deb:
+        if f.startswith("usr/share/doc/"):
+            assert (x / f).read_bytes() == (root / f).read_bytes(), f"{f} differs"
 
 
 def test_deb_control_and_depends(deb):
