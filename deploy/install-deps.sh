@@ -16,11 +16,22 @@ BR_TEST_DEPS=("${BR_BUILD_DEPS[@]}" libcmocka-dev python3-pytest python3-zmq cla
               libclang-rt-14-dev iproute2 procps sqlite3
               systemd dpkg-dev tmux python3-torch)
 
-# Whether Debian package $1 is installed.
+# Whether Debian package $1 is installed for this machine's architecture (or for
+# all). With multiarch a name matches one instance per architecture
+# (libsodium-dev:amd64 and libsodium-dev:arm64): dpkg-query prints one line for
+# each, so each line is read on its own.
 br_pkg_installed() {
-    local status
-    status=$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null) || return 1
-    [ "$status" = "installed" ]
+    local out native status arch
+    out=$(dpkg-query -W -f='${db:Status-Status} ${Architecture}\n' "$1" 2>/dev/null) ||
+        return 1
+    native=$(dpkg --print-architecture 2>/dev/null) || native=
+    while read -r status arch; do
+        if [ "$status" = installed ] &&
+            { [ -z "$native" ] || [ "$arch" = "$native" ] || [ "$arch" = all ]; }; then
+            return 0
+        fi
+    done <<<"$out"
+    return 1
 }
 
 br_install_deps() {

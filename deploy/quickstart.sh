@@ -58,17 +58,34 @@ field() {
     "$BRAMBLE" job show "$1" --json |
         /usr/bin/python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"
 }
+# descendants PID: every process below PID (children, theirs, ...), by parent pid.
+descendants() {
+    ps -e -o pid=,ppid= | awk -v root="$1" '
+        { parent[$1] = $2 }
+        END {
+            mark[root] = 1
+            for (changed = 1; changed;) {
+                changed = 0
+                for (p in parent)
+                    if (!(p in mark) && (parent[p] in mark)) { mark[p] = 1; changed = 1 }
+            }
+            for (p in mark) if (p != root) print p
+        }'
+}
 # kill_node NODE: what losing a machine looks like - its agent and every process of
-# its jobs (found by the BRAMBLE_TASK=NODE/... entry in their environment) die.
+# its jobs die. Only this cluster's: the agent whose pid this cluster recorded and
+# the processes below it (its jobs), stopped first so that none forks away while
+# the tree is read; another local cluster's node of the same name is left alone.
 kill_node() {
-    local pid p
+    local pid pids more
     pid=$(cat "$CLUSTER_DIR/$1.pid")
-    kill -9 "$pid"
-    for p in /proc/[0-9]*; do
-        if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -q "^BRAMBLE_TASK=$1/"; then
-            kill -9 "${p#/proc/}" 2>/dev/null || true
-        fi
-    done
+    kill -STOP "$pid"
+    pids=$(descendants "$pid")
+    # shellcheck disable=SC2086
+    [ -z "$pids" ] || kill -STOP $pids 2>/dev/null || true
+    more=$(descendants "$pid") # what forked before it was stopped
+    # shellcheck disable=SC2086
+    kill -9 "$pid" $pids $more 2>/dev/null || true
 }
 wait_until() { # wait_until SECONDS WHAT COMMAND...
     local end=$((SECONDS + $1)) what=$2
@@ -83,13 +100,18 @@ wait_until() { # wait_until SECONDS WHAT COMMAND...
 }
 
 CLUSTER_DIR=$(head -n1 "$HOME/.config/bramble/local-cluster")
-CKPT=$(mktemp -d /tmp/bramble-quickstart.XXXXXX)/ckpt
+QS_TMP=$(mktemp -d /tmp/bramble-quickstart.XXXXXX)
+# shellcheck disable=SC2317 # (run by the trap)
+cleanup() { rm -rf "$QS_TMP"; } # the checkpoints and the comparison run's files
+trap cleanup EXIT
+CKPT=$QS_TMP/ckpt
 echo
 echo "==> a training job that survives the loss of its node"
 echo "    $BRAMBLE submit examples/train-checkpoint.yaml --set workdir=$PWD \\"
 echo "        --set checkpoint.dir=$CKPT"
 TRAIN=$("$BRAMBLE" submit examples/train-checkpoint.yaml --set "workdir=$PWD" \
         --set "checkpoint.dir=$CKPT")
+# shellcheck disable=SC2317 # (run by wait_until)
 has_checkpoint() { [ "$(field "$TRAIN" "len(j['checkpoints'])")" -ge 2 ]; }
 wait_until 60 "the job's first checkpoints" has_checkpoint
 NODE=$(field "$TRAIN" "j['nodes'][0]")
@@ -107,7 +129,7 @@ echo "==> $BRAMBLE logs $TRAIN"
 "$BRAMBLE" logs "$TRAIN" | grep -v ' (checkpoint saved)$' || true
 echo
 echo "==> uninterrupted run of the same script, for comparison:"
-BRAMBLE_CHECKPOINT_DIR=$(dirname "$CKPT")/direct /usr/bin/python3 examples/train_checkpoint.py \
+BRAMBLE_CHECKPOINT_DIR=$QS_TMP/direct /usr/bin/python3 examples/train_checkpoint.py \
     --steps 60 --every 5 --step-time 0 | tail -1
 echo "    (the job's final line above is the same: it resumed from its checkpoint)"
 if [ "$TRAIN_STATE" != completed ]; then
