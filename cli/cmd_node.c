@@ -258,7 +258,12 @@ static int node_act(cli_t *cli, int argc, char **argv, const char *type)
     const char *state =
         json_string_value(json_object_get(json_object_get(r, "node"), "state"));
     if (strcmp(type, "node.remove") == 0)
-        printf("removed node %s\n", name);
+        printf("removed node %s; its key is revoked.\n"
+               "To join that machine again: stop its agent, delete the key it keeps\n"
+               "(DIR/agent.yaml and DIR/credential, DIR being the agent's --data-dir:\n"
+               "/var/lib/bramble-agent for the service), then join with a new token:\n"
+               "  bramble-agent --data-dir DIR --join-file TOKEN-FILE --name %s\n",
+               name, name);
     else
         printf("node %s: %s\n", name, state ? state : "done");
     json_decref(r);
@@ -307,6 +312,10 @@ const cli_cmd_t cli_node_cmds[] = {
     {"node", "undrain", node_undrain, "NAME",
      "let a drained node take jobs again (admin)", ""},
     {"node", "remove", node_remove, "NAME",
-     "remove a node and revoke its key; its jobs are requeued (admin)", ""},
+     "remove a node and revoke its key; its jobs are requeued (admin)",
+     "The name is free again at once. The removed machine's agent keeps its old key\n"
+     "in its data dir and is refused with it: to join it again, delete\n"
+     "DIR/agent.yaml and DIR/credential there and start it with --join and a new\n"
+     "token (the output says so).\n"},
     {0},
 };

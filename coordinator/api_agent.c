@@ -38,7 +38,10 @@ void br_api_node_join(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     br_token_hash(t.secret, hash, NULL);
     if (br_nodes_find(c->nodes, name)) {
-        br_errf(&err, EEXIST, "node name '%s' is taken", name);
+        br_errf(&err, EEXIST,
+                "node name '%s' is taken: give this node another with --name NAME (or "
+                "'bramble node remove %s' first if it is the same machine)",
+                name, name);
         goto fail;
     }
     if (br_store_token_use(c->store, hash, br_now_ms(), id, &err) < 0 ||
