@@ -24,7 +24,8 @@ static const char global_help[] =
     "  --credential FILE    credential to use (default $BRAMBLE_CREDENTIAL, else\n"
     "                       ~/.config/bramble/credential)\n"
     "  --timeout DURATION   how long to wait for each answer of the coordinator\n"
-    "                       (default 10s; e.g. 500ms, 30s, 1m)\n"
+    "                       (default 10s; e.g. 500ms, 30s, 1m); after 'submit' it is\n"
+    "                       submit's own: how long --wait and --follow wait\n"
     "  -h, --help           show help and exit\n";
 
 static void cmd_words(const cli_cmd_t *c, char *buf, size_t len)

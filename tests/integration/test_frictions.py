@@ -250,3 +250,26 @@ def test_checkpoint_dir_takes_the_job_id_and_a_shared_dir_is_named(cluster, tmp_
         ev[0]["reason"], ev
     for j in (jid, jid2, jid3):
         c.cli("cancel", j)
+
+
+# ---- joining
+
+
+def test_name_clash_suggests_name_and_rejoin_after_remove(cluster):
+    c = cluster
+    c.add_agents(1)
+    argv = [c.bin("bramble-agent"), "--data-dir", c.root / "other", "--join", c.token(1),
+            "--name", "node-1", "--probe-port", "0"]
+    r = subprocess.run([str(a) for a in argv], capture_output=True, text=True,
+                       timeout=DEADLINE, env=c.env)
+    assert r.returncode != 0 and "node name 'node-1' is taken" in r.stderr, r.stderr
+    assert "--name" in r.stderr, r.stderr
+
+    c.agents["node-1"].kill()
+    _, out, _ = c.cli("node", "remove", "node-1")
+    assert "removed node node-1" in out and "agent.yaml" in out and "credential" in out, out
+    # do what it says: delete the old key, join with a new token
+    for f in ("agent.yaml", "credential"):
+        (c.agent_dir("node-1") / f).unlink()
+    c.start_agent("node-1")
+    c.wait_ready("node-1")
