@@ -173,12 +173,23 @@ static entry_t *find_or_add(br_ckpt_t *w, const char *name, int64_t step, int64_
 /* Update one entry's signature; report it when it became complete. At the baseline
  * (fn NULL) nothing is reported: what is already there belongs to earlier attempts,
  * unless a marker is required and still missing (it may yet be completed). */
+static const char *beneath(const char *dir, const char *path);
+
+/* An entry that is a symlink counts only when it leads to somewhere inside the
+ * directory: one out of it is not this job's checkpoint. */
+static int link_stays_inside(const br_ckpt_t *w, const char *path)
+{
+    char target[PATH_MAX], dir[PATH_MAX];
+    return realpath(path, target) && realpath(w->dir, dir) && beneath(dir, target);
+}
+
 static void consider(br_ckpt_t *w, entry_t *e, int64_t now, br_ckpt_fn fn, void *arg)
 {
     char path[PATH_MAX];
     struct stat st;
     snprintf(path, sizeof(path), "%s/%s", w->dir, e->name);
-    if (stat(path, &st) < 0)
+    if (lstat(path, &st) < 0 ||
+        (S_ISLNK(st.st_mode) && (!link_stays_inside(w, path) || stat(path, &st) < 0)))
         return;
     e->seen = 1;
     if (!fn) { /* the baseline: names and markers only, no signature */

@@ -763,6 +763,23 @@ static void test_big_baseline(void **state)
     assert_int_equal(f->n, 1);
 }
 
+/* A symlink out of the directory is never a checkpoint; one inside it is. */
+static void test_symlink_entries(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "checkpoint-*", NULL, STABLE);
+    char p[PATH_MAX];
+    path_of(f, "checkpoint-7", p, sizeof(p));
+    assert_int_equal(symlink("/etc", p), 0);
+    mk(f, "real-8");
+    put(f, "real-8/w", 4);
+    path_of(f, "checkpoint-8", p, sizeof(p));
+    assert_int_equal(symlink("real-8", p), 0);
+    quiet_for(f, 6000, 500);
+    assert_int_equal(reported(f, "checkpoint-7"), 0);
+    assert_int_equal(reported(f, "checkpoint-8"), 1);
+}
+
 static void test_inspect(void **state)
 {
     fix_t *f = *state;
@@ -860,6 +877,7 @@ int main(void)
         T(test_symlink_into_proc_not_scanned),
         T(test_big_baseline),
         T(test_inspect),
+        T(test_symlink_entries),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
