@@ -33,7 +33,8 @@
 #include "token.h"
 #include "util.h"
 
-#define MAX_ATTEMPTS 256
+#define MAX_ATTEMPTS BR_NODE_MAX_ATTEMPTS /* the scheduler places no more */
+#define DRAIN_MAX 32 /* coordinator messages handled per wake */
 #define HELLO_RETRY_MS 1000
 #define MAX_UNACKED 256 /* checkpoint reports kept for resending */
 #define SEND_QUEUE 256  /* messages queued for the coordinator before sends fail */
@@ -744,6 +745,7 @@ static void on_run(br_agent_t *a, br_msg_t *m)
     const char *resume = json_string_value(json_object_get(env, "BRAMBLE_RESUME_FROM"));
     if (a->natt == MAX_ATTEMPTS) {
         br_errf(&err, EBUSY, "this node runs %d attempts already", MAX_ATTEMPTS);
+        fault = "node_full"; /* not the job's failure: it is placed again */
     } else if (resume && *resume && access(resume, F_OK) < 0) {
         /* never start from zero when the checkpoint to resume from is out of sight */
         br_errf(&err, ENOENT, "checkpoint %s is not visible on this node", resume);
@@ -978,9 +980,14 @@ static void on_message(br_agent_t *a, br_msg_t *m)
         reply(a, m, EPROTO, "unknown request for an agent");
 }
 
+/* Handle what the coordinator sent, a bounded number per wake: a batch of job.run
+ * orders (each a fork and exec) must not keep the loop from its timers, and the
+ * keeper sees this process alive after each. */
 static void drain_socket(br_agent_t *a)
 {
-    for (int i = 0; i < 256 && !a->stop; i++) {
+    for (int i = 0; i < DRAIN_MAX && !a->stop; i++) {
+        if (i > 0)
+            br_keeper_beat(a->keeper, br_mono_ms());
         br_msg_t *m = NULL;
         br_err_t err;
         if (br_msg_recv(a->sock, 0, ZMQ_DONTWAIT, &m, &err) < 0) {
@@ -1189,10 +1196,16 @@ static long poll_timeout(const br_agent_t *a)
     return wait < 1 ? 1 : wait > 1000 ? 1000 : (long)wait;
 }
 
+/* Stopping: every process of every attempt, found in one pass over /proc per round
+ * (one pass per attempt took seconds with a few hundred attempts). */
 static void kill_all(br_agent_t *a)
 {
-    for (int i = 0; i < a->natt; i++)
-        br_attempt_kill(a->att[i], 5000);
+    char prefix[80], also[80];
+    snprintf(prefix, sizeof(prefix), "%s/", a->s->name);
+    snprintf(also, sizeof(also), "BRAMBLE_AGENT_ID=%s", a->agent_id);
+    if (a->natt && br_task_kill_tag_prefix(prefix, also, 5000) < 0)
+        for (int i = 0; i < a->natt; i++) /* what the pass missed */
+            br_attempt_kill(a->att[i], 1000);
 }
 
 int br_agent_run(br_agent_t *a, br_err_t *err)

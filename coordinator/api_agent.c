@@ -245,7 +245,9 @@ void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     if (n && lost > 0)
         br_store_log_lost_set(c->store, job, attempt, n->name, lost, NULL);
-    if (n && fault &&
+    if (n && fault && strcmp(fault, "node_full") == 0)
+        br_jobs_node_full(c, job, attempt, n, reason);
+    else if (n && fault &&
         (strcmp(fault, "checkpoint_not_visible") == 0 || strcmp(fault, "port_busy") == 0 ||
          strcmp(fault, "job_user") == 0))
         br_jobs_not_here(c, job, attempt, n, reason);

@@ -25,6 +25,9 @@ static void hold(br_node_t *n, json_t *share, int sign)
     if (!n || !json_is_object(share))
         return;
     n->cpus_used += sign * (int)json_integer_value(json_object_get(share, "cpus"));
+    n->attempts += sign;
+    if (n->attempts < 0)
+        n->attempts = 0;
     n->memory_used +=
         (uint64_t)(sign * json_integer_value(json_object_get(share, "memory")));
     /* "vram": the VRAM reserved on each GPU by a job that shares them; none: the
@@ -650,6 +653,22 @@ void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
     if (!job)
         return;
     end_attempt(c, job, n, "not_here", -1, -1, reason, 1);
+    json_decref(job);
+}
+
+void br_jobs_node_full(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
+                       const char *reason)
+{
+    json_t *job = current_job(c, id, attempt, n);
+    if (!job)
+        return;
+    char why[300];
+    snprintf(why, sizeof(why), "%s refused attempt %d: %s", n->name, attempt, reason);
+    stop_ranks(c, job, n);
+    requeue(c, job, why, json_null(), json_null(), NULL, 0, 1000);
+    br_coord_event(c, id, n->name, "pending", "%s; placing it again as attempt %d", why,
+                   attempt + 1);
+    c->sched_needed = 1;
     json_decref(job);
 }
 

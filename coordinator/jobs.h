@@ -41,6 +41,11 @@ void br_jobs_exited(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int ex
 void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
                       const char *reason);
 
+/* The node was too busy to start this attempt (it runs BR_NODE_MAX_ATTEMPTS): the
+ * job goes back to pending with no restart counted and no node excluded. */
+void br_jobs_node_full(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
+                       const char *reason);
+
 /* Record a complete checkpoint reported by node n; refused (ESTALE) unless attempt
  * is the job's current attempt there and n runs its rank 0. */
 int br_jobs_checkpoint(br_coord_t *c, int64_t id, int attempt, br_node_t *n,

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "cred.h"
+#include "msg.h"
 
 #define BR_NODE_MAX_GPUS 64
 
@@ -23,6 +24,7 @@ typedef struct br_node {
     int64_t last_seen_mono; /* ms, monotonic */
     int64_t last_seen_ms;   /* wall clock, for display */
     int cpus_used;
+    int attempts;          /* ranks placed on it: at most BR_NODE_MAX_ATTEMPTS */
     uint64_t memory_used;
     int gpu_jobs[BR_NODE_MAX_GPUS];            /* jobs holding each GPU */
     int gpu_whole[BR_NODE_MAX_GPUS];           /* ... of them, jobs with no VRAM need */

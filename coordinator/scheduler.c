@@ -122,6 +122,11 @@ int br_sched_fit(const br_node_t *n, json_t *spec, json_t **assign, int64_t *lef
         snprintf(why, whylen, "%s: labels do not match", n->name);
         return 0;
     }
+    if (n->attempts >= BR_NODE_MAX_ATTEMPTS) { /* what its agent would refuse */
+        snprintf(why, whylen, "%s runs %d attempts, the most an agent runs", n->name,
+                 n->attempts);
+        return 0;
+    }
     if (br_node_cpus(n) - n->cpus_used < cpus) {
         snprintf(why, whylen, "%s has %d CPUs free, the job needs %d", n->name,
                  br_node_cpus(n) - n->cpus_used, cpus);

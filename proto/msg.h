@@ -17,6 +17,7 @@
 #define BR_MSG_TYPE_MAX 32          /* longest message type name */
 #define BR_MSG_BODY_MAX (1 << 20)   /* JSON body bytes */
 #define BR_MSG_DATA_MAX (1 << 20)   /* data frame bytes */
+#define BR_NODE_MAX_ATTEMPTS 256    /* ranks one agent runs at once; the scheduler knows */
 #define BR_MSG_FRAME_MAX (1 << 21)  /* ZMQ_MAXMSGSIZE: larger frames drop the peer */
 #define BR_MSG_ROUTE_MAX 256        /* routing id bytes */
 

@@ -522,3 +522,35 @@ def test_restart_on_another_listen_endpoint_warns(cluster):
     out = p.output()
     assert f"warning: listening on {other}, not on {c.endpoint}" in out, out
     assert "--advertise" in out, out
+
+
+def test_scheduler_knows_how_many_attempts_an_agent_runs(cluster):
+    """More cpus: 0 jobs than an agent runs at once: the scheduler stops at the
+    agent's limit and the rest wait, saying why; none of them fails."""
+    c = cluster
+    c.add_agents(1)
+    raw = c.raw_client()
+    ids = []
+    try:
+        for i in range(266):
+            _, r, _ = raw.request("job.submit", {"spec": f"name: many-{i}\ncommand: sleep 1000\n"
+                                                         "resources: {cpus: 0}\n", "sets": []})
+            ids.append(r["id"])
+    finally:
+        raw.close()
+
+    def counts():
+        jobs = c.jobs()
+        by = {}
+        for j in jobs:
+            by[j["state"]] = by.get(j["state"], 0) + 1
+        return by, jobs
+
+    wait_for(lambda: counts()[0].get("running", 0) == 256,
+             timeout=120, what="256 jobs to run on the one node")
+    by, jobs = counts()
+    assert by.get("failed", 0) == 0, by
+    waiting = [j for j in jobs if j["state"] == "pending"]
+    assert len(waiting) == 10, by
+    assert all("runs 256 attempts" in (j.get("reason") or "") for j in waiting), waiting[0]
+    c.assert_alive()
