@@ -1093,12 +1093,15 @@ static void timers(br_agent_t *a)
             send_hello(a);
         return;
     }
+    unsigned char reported_now[MAX_ATTEMPTS] = {0};
     for (int i = 0; i < a->natt; i++) {
         br_attempt_t *t = a->att[i];
         if (br_attempt_finished(t) && !br_attempt_report_seq(t)) {
             br_attempt_flush(t, 1, ship_log, a);
-            if (!br_attempt_log_pending(t)) /* its output first, then its end */
+            if (!br_attempt_log_pending(t)) { /* its output first, then its end */
                 report_exit(a, t);
+                reported_now[i] = 1;
+            }
         }
     }
     if (now - a->hb_sent >= a->hb_ms) {
@@ -1116,7 +1119,7 @@ static void timers(br_agent_t *a)
         a->hb_seq = send_msg(a, BR_MSG_REQUEST, "node.heartbeat", hb, NULL, 0);
         for (int i = 0; i < a->natt; i++) {
             br_attempt_t *t = a->att[i];
-            if (br_attempt_report_seq(t)) /* exits not acknowledged yet: say again */
+            if (br_attempt_report_seq(t) && !reported_now[i]) /* not acknowledged yet */
                 report_exit(a, t);
             if (br_attempt_log_dropped_news(t))
                 fprintf(stderr, "bramble-agent: job %lld attempt %d: %lld bytes of output "

@@ -245,6 +245,10 @@ void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     if (n && lost > 0)
         br_store_log_lost_set(c->store, job, attempt, n->name, lost, NULL);
+    if (n && br_store_attempt_exited(c->store, job, attempt, n->name, NULL) == 0) {
+        br_api_ok(c, m, json_object()); /* a resend: taken already */
+        return;
+    }
     if (n && fault && strcmp(fault, "node_full") == 0)
         br_jobs_node_full(c, job, attempt, n, reason);
     else if (n && fault &&

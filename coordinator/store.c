@@ -79,6 +79,7 @@ static const char *const migrations[] = {
     "CREATE TABLE attempt_nodes (job INTEGER NOT NULL REFERENCES jobs (id),"
     " attempt INTEGER NOT NULL, node TEXT NOT NULL,"
     " log_lost INTEGER NOT NULL DEFAULT 0," /* output its agent had to drop */
+    " exited INTEGER NOT NULL DEFAULT 0,"   /* its exit was taken (resends are not) */
     " PRIMARY KEY (job, attempt, node)) WITHOUT ROWID;"
     "INSERT OR IGNORE INTO attempt_nodes (job, attempt, node)"
     " SELECT j.id, j.attempt, n.value FROM jobs j, json_each(j.nodes) n"
@@ -133,6 +134,7 @@ enum {
     ST_LOG_EXPIRED,
     ST_ATTEMPT_NODE_ADD,
     ST_ATTEMPT_NODE_RAN,
+    ST_ATTEMPT_EXITED,
     ST_JOB_SET_OWNER,
     ST_KEY_USERS,
     ST_TOKEN_ADD,
@@ -179,6 +181,8 @@ static const char *const sql_text[ST_COUNT] = {
                             " VALUES (?1, ?2, ?3)",
     [ST_ATTEMPT_NODE_RAN] = "SELECT 1 FROM attempt_nodes"
                             " WHERE job = ?1 AND attempt = ?2 AND node = ?3",
+    [ST_ATTEMPT_EXITED] = "UPDATE attempt_nodes SET exited = 1"
+                          " WHERE job = ?1 AND attempt = ?2 AND node = ?3 AND exited = 0",
     [ST_LOG_COUNT] = "UPDATE jobs SET log_bytes = log_bytes + ?2 WHERE id = ?1"
                      " RETURNING log_bytes",
     [ST_LOG_OLDEST] = "SELECT id, length(data) FROM logs WHERE job = ?1 ORDER BY id",
@@ -961,6 +965,18 @@ int br_store_attempt_node_add(br_store_t *s, int64_t job, int attempt, const cha
         bind_text(st, 3, node))
         return binderr(s, st, "record attempt node", err);
     return run(s, st, "record attempt node", err);
+}
+
+int br_store_attempt_exited(br_store_t *s, int64_t job, int attempt, const char *node,
+                            br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_ATTEMPT_EXITED];
+    if (sqlite3_bind_int64(st, 1, job) || sqlite3_bind_int(st, 2, attempt) ||
+        bind_text(st, 3, node))
+        return binderr(s, st, "record exit", err);
+    if (run(s, st, "record exit", err) < 0)
+        return -1;
+    return sqlite3_changes(s->db) == 1;
 }
 
 int br_store_attempt_node_ran(br_store_t *s, int64_t job, int attempt, const char *node,

@@ -40,6 +40,10 @@ int br_store_attempt_node_add(br_store_t *s, int64_t job, int attempt, const cha
                               br_err_t *err);
 int br_store_attempt_node_ran(br_store_t *s, int64_t job, int attempt, const char *node,
                               br_err_t *err);
+/* Take node's exit report of the attempt once: 1 the first time, 0 for a resend
+ * (its acknowledgement was lost or late), -1 on error. */
+int br_store_attempt_exited(br_store_t *s, int64_t job, int attempt, const char *node,
+                            br_err_t *err);
 /* Output of an attempt that its node's agent had to drop (bytes, as the agent
  * counts them: the largest report wins); the sum over the job's attempts. */
 int br_store_log_lost_set(br_store_t *s, int64_t job, int attempt, const char *node,
