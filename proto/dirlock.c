@@ -29,10 +29,9 @@ br_dirlock_t *br_dirlock_new(const char *dir, const char *name, const char *who,
         pid[strcspn(pid, "\n")] = '\0';
         if (e != EWOULDBLOCK)
             return br_errp(err, e, "%s: lock: %s", path, strerror(e));
-        return br_errp(err, EBUSY,
-                       "data dir %s is in use by another %s (pid %s holds the lock %s); "
-                       "one %s per data dir",
-                       dir, who, pid[0] ? pid : "unknown", path, who);
+        /* the pid and the file first: a long path must not cut them off */
+        return br_errp(err, EBUSY, "pid %s holds %s: another %s runs on this data dir",
+                       pid[0] ? pid : "(unknown)", path, who);
     }
     int len = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
     br_dirlock_t *l = malloc(sizeof(*l));

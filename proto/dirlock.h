@@ -8,8 +8,8 @@
 typedef struct br_dirlock br_dirlock_t;
 
 /* Lock DIR/name (created 0600) and write this pid into it. When another process
- * holds it, fails with EBUSY and words naming the data dir, the pid in the file and
- * `who` ("brambled", "bramble-agent"). */
+ * holds it, fails with EBUSY: "pid N holds DIR/name: another WHO runs on this data
+ * dir" (who: "brambled", "bramble-agent"). */
 br_dirlock_t *br_dirlock_new(const char *dir, const char *name, const char *who,
                              br_err_t *err);
 /* Let go of the lock (the file stays); accepts NULL. */
