@@ -10,6 +10,10 @@
 static br_client_t *make_client(cli_t *cli)
 {
     br_err_t err = {0};
+    if (br_client_check_host(cli->cred.endpoint, &err) < 0) {
+        cli_err(cli, "%s", err.text);
+        return NULL;
+    }
     cli->client = br_client_new_cred(&cli->cred, &err);
     if (!cli->client)
         cli_err(cli, "cannot connect to %s: %s", cli->cred.endpoint, err.text);

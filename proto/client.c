@@ -26,9 +26,7 @@ struct br_client {
     char endpoint[BR_ENDPOINT_MAX];
 };
 
-/* The host of a "tcp://HOST:PORT" endpoint must resolve: otherwise libzmq retries
- * in silence and the caller waits out its timeout. */
-static int check_host(const char *endpoint, br_err_t *err)
+int br_client_check_host(const char *endpoint, br_err_t *err)
 {
     char host[BR_ENDPOINT_MAX];
     if (strncmp(endpoint, "tcp://", 6) != 0)
@@ -124,10 +122,6 @@ br_client_t *br_client_new(const char *endpoint, const char *server_public_key,
     if (!c)
         return br_errp(err, ENOMEM, "out of memory");
     br_strlcpy(c->endpoint, endpoint, sizeof(c->endpoint));
-    if (check_host(endpoint, err) < 0) {
-        free(c);
-        return NULL;
-    }
     c->ctx = zmq_ctx_new();
     if (c->ctx)
         c->sock = br_sock_client(c->ctx, endpoint, server_public_key, public_key,
