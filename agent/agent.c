@@ -65,6 +65,9 @@ struct br_agent {
     int exit_plain;               /* the coordinator refuses "log_dropped" in exits */
     br_keeper_t *keeper;          /* fences the jobs when this process cannot */
     int keeper_froze;             /* its freezes seen so far */
+    char key_pub[BR_KEY_LEN + 1], key_sec[BR_KEY_LEN + 1]; /* what the socket uses */
+    uint32_t rekey_seq;           /* node.key in flight: other requests wait */
+    char rekey_pub[BR_KEY_LEN + 1], rekey_sec[BR_KEY_LEN + 1];
     int stop, fatal;
     char fatal_text[BR_ERR_TEXT];
 };
@@ -359,6 +362,27 @@ static int open_signals(br_agent_t *a)
     return a->sigfd < 0 ? -1 : 0;
 }
 
+/* The CURVE socket to the coordinator with the node's key (a->key_pub/sec), and
+ * its monitor. */
+static int open_socket(br_agent_t *a, br_err_t *err)
+{
+    const br_cred_t *c = &a->s->cred;
+    a->sock = br_sock_client(a->ctx, c->endpoint, c->server_public_key, a->key_pub,
+                             a->key_sec, err);
+    if (!a->sock)
+        return -1;
+    /* no send may block the loop (fencing runs in it): a bounded queue, and what
+     * does not fit fails at once */
+    int zero = 0, hwm = SEND_QUEUE;
+    if (zmq_setsockopt(a->sock, ZMQ_SNDTIMEO, &zero, sizeof(zero)) < 0 ||
+        zmq_setsockopt(a->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm)) < 0)
+        return br_errf(err, errno, "socket options: %s", zmq_strerror(errno));
+    a->monitor = br_sock_monitor(a->ctx, a->sock);
+    if (!a->monitor)
+        return br_errf(err, errno, "socket monitor: %s", zmq_strerror(errno));
+    return 0;
+}
+
 br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
 {
     br_agent_t *a = calloc(1, sizeof(*a));
@@ -403,23 +427,10 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
     if (s->probe_port >= 0 && !(a->probe = br_probe_new(s->probe_port, err)))
         goto fail;
     a->ctx = zmq_ctx_new();
-    a->sock = br_sock_client(a->ctx, s->cred.endpoint, s->cred.server_public_key,
-                             s->cred.public_key, s->cred.secret_key, err);
-    if (!a->sock)
+    br_strlcpy(a->key_pub, s->cred.public_key, sizeof(a->key_pub));
+    br_strlcpy(a->key_sec, s->cred.secret_key, sizeof(a->key_sec));
+    if (open_socket(a, err) < 0)
         goto fail;
-    /* no send may block the loop (fencing runs in it): a bounded queue, and what
-     * does not fit fails at once */
-    int zero = 0, hwm = SEND_QUEUE;
-    if (zmq_setsockopt(a->sock, ZMQ_SNDTIMEO, &zero, sizeof(zero)) < 0 ||
-        zmq_setsockopt(a->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm)) < 0) {
-        br_errf(err, errno, "socket options: %s", zmq_strerror(errno));
-        goto fail;
-    }
-    a->monitor = br_sock_monitor(a->ctx, a->sock);
-    if (!a->monitor) {
-        br_errf(err, errno, "socket monitor: %s", zmq_strerror(errno));
-        goto fail;
-    }
     return a;
 fail:
     br_agent_destroy(&a);
@@ -460,6 +471,13 @@ void br_agent_destroy(br_agent_t **ap)
 static int send_now(br_agent_t *a, const br_msg_t *m)
 {
     br_err_t err;
+    if (a->rekey_seq && br_msg_kind(m) != BR_MSG_RESPONSE && br_msg_seq(m) != a->rekey_seq) {
+        /* the key changes when node.key is answered: what the coordinator would read
+         * after the change under the old key it would refuse, so it waits (reports
+         * are resent, logs stay in their buffer) */
+        errno = EAGAIN;
+        return -1;
+    }
     if (br_msg_send(a->sock, m, &err) == 0) {
         if (a->send_failed_run)
             fprintf(stderr, "bramble-agent: sends to the coordinator go through again "
@@ -903,10 +921,79 @@ static void set_fatal(br_agent_t *a, const char *fmt, const char *text)
     a->stop = 1;
 }
 
+/* `bramble node rotate-key`: make a new key pair, keep it beside the credential, and
+ * ask the coordinator to take it (node.key); nothing else is sent meanwhile. */
+static void on_rekey(br_agent_t *a, br_msg_t *m)
+{
+    br_cred_t next = a->s->cred;
+    br_err_t err;
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/credential.new", a->s->data_dir);
+    if (a->rekey_seq) {
+        reply(a, m, EBUSY, "a new key is being made already");
+        return;
+    }
+    if (br_keypair(next.public_key, next.secret_key, &err) < 0 ||
+        br_cred_save(path, &next, &err) < 0) {
+        reply(a, m, err.errnum ? err.errnum : EIO, err.text);
+        sodium_memzero(&next, sizeof(next));
+        return;
+    }
+    reply(a, m, 0, NULL);
+    br_strlcpy(a->rekey_pub, next.public_key, sizeof(a->rekey_pub));
+    br_strlcpy(a->rekey_sec, next.secret_key, sizeof(a->rekey_sec));
+    sodium_memzero(&next, sizeof(next));
+    br_msg_t *k = br_msg_new(BR_MSG_REQUEST, "node.key", a->rekey_seq = ++a->seq);
+    if (k)
+        br_msg_set_body(k, json_pack("{s:s}", "public_key", a->rekey_pub));
+    if (!k || send_now(a, k) < 0) {
+        fprintf(stderr, "bramble-agent: could not ask for a new key; keeping this one\n");
+        a->rekey_seq = 0;
+        unlink(path);
+    }
+    br_msg_destroy(&k);
+}
+
+/* The coordinator answered node.key: on yes the new key is this node's from now on
+ * (saved, and a new connection made with it); on no the old one stays. */
+static void rekeyed(br_agent_t *a, int failed, const br_err_t *why)
+{
+    char next[1100], path[1100];
+    snprintf(next, sizeof(next), "%s/credential.new", a->s->data_dir);
+    snprintf(path, sizeof(path), "%s/credential", a->s->data_dir);
+    a->rekey_seq = 0;
+    if (failed || rename(next, path) < 0) {
+        fprintf(stderr, "bramble-agent: key not rotated: %s\n",
+                failed ? why->text : strerror(errno));
+        unlink(next);
+    } else {
+        br_err_t err;
+        br_strlcpy(a->key_pub, a->rekey_pub, sizeof(a->key_pub));
+        br_strlcpy(a->key_sec, a->rekey_sec, sizeof(a->key_sec));
+        br_sock_close(&a->monitor);
+        br_sock_close(&a->sock);
+        if (open_socket(a, &err) < 0) {
+            set_fatal(a, "after a key rotation: %s", err.text);
+        } else {
+            fprintf(stderr, "bramble-agent: this node has a new key; the old one is "
+                            "refused from now on\n");
+            a->hello_acked = 0;
+            send_hello(a);
+        }
+    }
+    sodium_memzero(a->rekey_sec, sizeof(a->rekey_sec));
+}
+
 static void on_response(br_agent_t *a, br_msg_t *m)
 {
     br_err_t err;
     int failed = br_msg_check(m, &err) < 0;
+    if (a->rekey_seq && br_msg_seq(m) == a->rekey_seq &&
+        strcmp(br_msg_type(m), "node.key") == 0) {
+        a->last_heard = br_mono_ms();
+        rekeyed(a, failed, &err);
+        return;
+    }
     if (failed && err.errnum == EACCES) {
         set_fatal(a, "the coordinator refused this node: %s", err.text);
         return;
@@ -976,6 +1063,8 @@ static void on_message(br_agent_t *a, br_msg_t *m)
         on_kill(a, m);
     else if (strcmp(br_msg_type(m), "job.thaw") == 0)
         on_thaw(a, m);
+    else if (strcmp(br_msg_type(m), "node.rekey") == 0)
+        on_rekey(a, m);
     else
         reply(a, m, EPROTO, "unknown request for an agent");
 }

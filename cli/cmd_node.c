@@ -285,6 +285,52 @@ static int node_remove(cli_t *cli, int argc, char **argv)
     return node_act(cli, argc, argv, "node.remove");
 }
 
+/* When the node's key was last rotated (a time, or null), as node.show says. */
+static json_t *key_rotated(cli_t *cli, const char *name)
+{
+    json_t *r = cli_call(cli, "node.show", json_pack("{s:s}", "name", name));
+    json_t *t = r ? json_incref(json_object_get(json_object_get(r, "node"), "key_rotated"))
+                  : NULL;
+    json_decref(r);
+    return t ? t : json_null();
+}
+
+#define ROTATE_WAIT_MS 30000
+
+/* Ask the node to make a new key pair, then wait until the coordinator has it. */
+static int node_rotate_key(cli_t *cli, int argc, char **argv)
+{
+    static const char *names[] = {"node NAME"};
+    const char *name;
+    if (cli_args(cli, argc, argv, NULL, 1, names, &name) != 0)
+        return CLI_USAGE;
+    if (!cli_client(cli))
+        return CLI_FAIL;
+    json_t *before = key_rotated(cli, name);
+    json_t *r = cli_call(cli, "node.rotate_key", json_pack("{s:s}", "name", name));
+    if (!r) {
+        json_decref(before);
+        return CLI_FAIL;
+    }
+    json_decref(r);
+    int64_t deadline = br_mono_ms() + ROTATE_WAIT_MS;
+    int done = 0;
+    while (!done && br_mono_ms() < deadline) {
+        json_t *now = key_rotated(cli, name);
+        done = json_is_real(now) && !json_equal(now, before);
+        json_decref(now);
+        if (!done)
+            cli_sleep_ms(100);
+    }
+    json_decref(before);
+    if (!done)
+        return cli_fail(cli, "node %s did not report a new key within %ds; its agent's "
+                             "log says why (the old key still holds)",
+                        name, ROTATE_WAIT_MS / 1000);
+    printf("node %s has a new key; the old one is refused from now on\n", name);
+    return CLI_OK;
+}
+
 const cli_cmd_t cli_node_cmds[] = {
     {"token", "create", token_create, "[--ttl DURATION] [--uses N] [--json]",
      "create a join token for new nodes (admin)",
@@ -311,6 +357,13 @@ const cli_cmd_t cli_node_cmds[] = {
      "stop scheduling new jobs on a node (admin); running jobs go on", ""},
     {"node", "undrain", node_undrain, "NAME",
      "let a drained node take jobs again (admin)", ""},
+    {"node", "rotate-key", node_rotate_key, "NAME",
+     "have a node make a new key pair; its old key is refused at once (admin)",
+     "The node's agent makes the pair itself (the secret key never leaves the\n"
+     "node), saves it in its data dir and sends the public key; the coordinator\n"
+     "takes it and revokes the old one in the same step, and the agent reconnects\n"
+     "with the new one. Its jobs run on. The node must be connected. Waits up to\n"
+     "30s for the new key to be in place.\n"},
     {"node", "remove", node_remove, "NAME",
      "remove a node and revoke its key; its jobs are requeued (admin)",
      "The name is free again at once. The removed machine's agent keeps its old key\n"

@@ -99,6 +99,38 @@ static br_node_t *caller_node(br_coord_t *c, br_msg_t *m, const br_caller_t *who
     return n;
 }
 
+/* The node's agent made a new key pair: it is the node's key from now on, and the
+ * one that sent this is refused from its next message. */
+void br_api_node_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *key;
+    br_err_t err;
+    br_node_t *n = caller_node(c, m, who);
+    if (br_msg_unpack(m, &err, "{s:s}", "public_key", &key) < 0)
+        goto fail;
+    if (!br_key_valid(key)) {
+        br_errf(&err, EINVAL, "public_key must be a CURVE public key (40 characters of Z85)");
+        goto fail;
+    }
+    if (!n) {
+        br_errf(&err, ENOENT, "no node named '%s'", who->name);
+        goto fail;
+    }
+    if (br_store_key_add(c->store, key, BR_PRINCIPAL_NODE, n->name, &err) < 0 ||
+        br_store_key_revoke_one(c->store, br_msg_user(m), &err) < 0)
+        goto fail;
+    br_strlcpy(n->pubkey, key, sizeof(n->pubkey));
+    json_object_set_new(n->info, "pubkey", json_string(key));
+    json_object_set_new(n->info, "key_rotated", json_integer(br_now_ms()));
+    br_coord_save_node(c, n);
+    br_coord_event(c, 0, n->name, n->state, "node %s has a new key; the old one is revoked",
+                   n->name);
+    br_api_ok(c, m, json_object());
+    return;
+fail:
+    br_api_fail(c, m, &err);
+}
+
 void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_t *inv, *gpus, *labels, *tasks;

@@ -98,6 +98,9 @@ static json_t *node_public(br_coord_t *c, br_node_t *n, json_t *current)
     json_object_set_new(o, "last_seen", br_time_json(seen));
     json_decref(seen);
     json_object_set_new(o, "joined", br_time_json(json_object_get(n->info, "joined")));
+    if (json_object_get(n->info, "key_rotated"))
+        json_object_set_new(o, "key_rotated",
+                            br_time_json(json_object_get(n->info, "key_rotated")));
     static const char *want[] = {"arch", "cpus", "memory", "gpus", "labels",
                                  "cost_per_hour"};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
@@ -214,6 +217,25 @@ void br_api_node_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_netmap_forget(c->netmap, name);
     c->peers_version++;
     br_api_ok(c, m, json_object());
+}
+
+/* Ask a node's agent to make a new key pair (node.rekey); it sends node.key. */
+void br_api_node_rotate_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    br_node_t *n = named_node(c, m);
+    br_err_t err;
+    (void)who;
+    if (!n)
+        return;
+    if (!n->route_len || strcmp(n->state, "lost") == 0) {
+        br_errf(&err, ENOTCONN, "node %s is not connected: a node makes its new key "
+                                "itself, so it must be up (or remove it and join it again)",
+                n->name);
+        br_api_fail(c, m, &err);
+        return;
+    }
+    br_coord_send_node(c, n, "node.rekey", json_object());
+    br_api_ok(c, m, json_pack("{s:s, s:b}", "name", n->name, "ordered", 1));
 }
 
 void br_api_node_probe(br_coord_t *c, br_msg_t *m, const br_caller_t *who)

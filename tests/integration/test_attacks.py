@@ -555,3 +555,39 @@ def test_scheduler_knows_how_many_attempts_an_agent_runs(cluster):
     assert len(waiting) == 10, by
     assert all("runs 256 attempts" in (j.get("reason") or "") for j in waiting), waiting[0]
     c.assert_alive()
+
+
+def test_node_rotate_key_keeps_jobs_and_refuses_the_old_key(cluster):
+    c = cluster
+    c.add_agents(1)
+    jid = c.submit("name: steady\ncommand: sleep 1000\n")
+    c.wait_job(jid, "running")
+    pids = sorted(c.job_procs(jid))
+    cred_file = c.agent_dir("node-1") / "credential"
+    old = read_yaml_flat(cred_file)
+    _, out, _ = c.cli("node", "rotate-key", "node-1")
+    assert "has a new key" in out, out
+    new = read_yaml_flat(cred_file)
+    assert new["public_key"] != old["public_key"] and new["name"] == "node-1"
+    assert _mode(cred_file) == 0o600
+    assert not (c.agent_dir("node-1") / "credential.new").exists()
+    # the node is ready under its new key, and its job ran on untouched
+    c.wait_ready("node-1")
+    j = c.job(jid)
+    assert j["state"] == "running" and j["attempt"] == 1, j
+    assert sorted(c.job_procs(jid)) == pids
+    # the old key cannot connect any more
+    raw = c.raw_client(old["public_key"], old["secret_key"])
+    try:
+        raw.send([header("ping", 1), b"{}"])
+        assert raw.recv(timeout=2.0) is None
+    finally:
+        raw.close()
+    # a restarted agent comes back with the new key
+    c.agents["node-1"].kill(signal.SIGTERM)
+    c.start_agent("node-1", join=False)
+    c.wait_ready("node-1")
+    assert any(e["action"] == "node.rotate_key" and e["result"] == "done"
+               for e in c.cli_json("audit"))
+    rc, _, err = c.cli("node", "rotate-key", "no-such-node", check=False)
+    assert rc == 1 and "no node named 'no-such-node'" in err, err
