@@ -1,0 +1,431 @@
+/* swarm.c - one process plays N agents against a real coordinator, to measure what
+ * the coordinator's core costs at scale: each simulated agent joins with a real
+ * token over CURVE under its own key pair, says hello, heartbeats at the chosen
+ * interval and answers job orders at once (started, then exited 0, or held running
+ * with --hold). It prints, for the coordinator under test (--coordinator-pid): CPU
+ * per heartbeat and in all, resident memory, and submit-to-start latency of a batch
+ * of trivial jobs (p50, p99). Sockets are watched through their ZMQ_FD in one epoll
+ * set, so 10,000 agents cost this process O(ready) work, not O(N), per wake. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "client.h"
+#include "cred.h"
+#include "msg.h"
+#include "sock.h"
+#include "token.h"
+#include "util.h"
+
+typedef struct {
+    void *sock;
+    char name[64];
+    char pub[BR_KEY_LEN + 1], sec[BR_KEY_LEN + 1];
+    int joined;       /* its node.join was answered */
+    int64_t next_hb;  /* monotonic ms */
+    json_t *held;     /* tasks it reports running (--hold) */
+} sim_t;
+
+typedef struct {
+    int64_t id;
+    int64_t sent_us, run_us; /* submit sent; job.run received */
+} job_time_t;
+
+typedef struct {
+    int64_t id, at_us;
+} run_seen_t; /* a job.run that came before its submit's answer */
+
+static struct {
+    const br_cred_t *admin;
+    char token[BR_TOKEN_MAX], join_pub[BR_KEY_LEN + 1], join_sec[BR_KEY_LEN + 1];
+    sim_t *sims;
+    int n, hold;
+    int ep;
+    void *ctx;
+    int64_t hb_ms;
+    uint64_t heartbeats, answered, runs, refusals;
+    job_time_t *jobs;
+    int njobs;
+    run_seen_t *early;
+    int nearly;
+} S;
+
+static void die(const char *what, const char *why)
+{
+    fprintf(stderr, "swarm: %s: %s\n", what, why);
+    exit(1);
+}
+
+static void watch(sim_t *a)
+{
+    int fd;
+    size_t len = sizeof(fd);
+    if (zmq_getsockopt(a->sock, ZMQ_FD, &fd, &len) < 0)
+        die("ZMQ_FD", zmq_strerror(errno));
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = a};
+    if (epoll_ctl(S.ep, EPOLL_CTL_ADD, fd, &ev) < 0)
+        die("epoll_ctl", strerror(errno));
+}
+
+static void *dial(const char *pub, const char *sec)
+{
+    br_err_t err;
+    void *s = br_sock_client(S.ctx, S.admin->endpoint, S.admin->server_public_key, pub, sec,
+                             &err);
+    if (!s)
+        die("connect", err.text);
+    int hwm = 100000;
+    zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+    return s;
+}
+
+static void send_body(sim_t *a, br_msg_kind_t kind, const char *type, uint32_t seq,
+                      json_t *body)
+{
+    br_msg_t *m = br_msg_new(kind, type, seq);
+    br_msg_set_body(m, body);
+    if (br_msg_send(a->sock, m, NULL) < 0 && errno != EAGAIN)
+        die(type, zmq_strerror(errno));
+    br_msg_destroy(&m);
+}
+
+static void hello(sim_t *a)
+{
+    json_t *inv = json_pack("{s:s, s:s, s:i, s:I, s:s, s:s, s:s}", "hostname", a->name,
+                            "arch", "x86_64", "cpus", 64, "memory",
+                            (json_int_t)256 << 30, "os", "swarm", "kernel", "swarm",
+                            "agent_version", "swarm");
+    send_body(a, BR_MSG_REQUEST, "node.hello", 1,
+              json_pack("{s:o, s:[], s:{}, s:f, s:[]}", "inventory", inv, "gpus", "labels",
+                        "cost_per_hour", 0.0, "tasks"));
+}
+
+static job_time_t *job_time(int64_t id)
+{
+    for (int i = S.njobs - 1; i >= 0; i--)
+        if (S.jobs[i].id == id)
+            return &S.jobs[i];
+    return NULL;
+}
+
+/* An order from the coordinator: answer it, and start or end the job at once. */
+static void on_order(sim_t *a, br_msg_t *m)
+{
+    br_msg_t *r = br_msg_reply(m);
+    br_msg_send(a->sock, r, NULL);
+    br_msg_destroy(&r);
+    if (strcmp(br_msg_type(m), "job.run") != 0)
+        return;
+    json_t *b = br_msg_body(m);
+    json_int_t job = json_integer_value(json_object_get(b, "job"));
+    json_int_t attempt = json_integer_value(json_object_get(b, "attempt"));
+    job_time_t *t = job_time(job);
+    if (t && !t->run_us)
+        t->run_us = br_mono_us();
+    else if (!t && S.early)
+        S.early[S.nearly++ % 100000] = (run_seen_t){job, br_mono_us()};
+    S.runs++;
+    send_body(a, BR_MSG_REQUEST, "job.started", 2,
+              json_pack("{s:I, s:I, s:i}", "job", job, "attempt", attempt, "pid", 1));
+    if (S.hold)
+        json_array_append_new(a->held, json_pack("{s:I, s:I, s:s}", "job", job, "attempt",
+                                                 attempt, "state", "running"));
+    else
+        send_body(a, BR_MSG_REQUEST, "job.exited", 3,
+                  json_pack("{s:I, s:I, s:i, s:n, s:s}", "job", job, "attempt", attempt,
+                            "exit_code", 0, "signal", "reason", ""));
+}
+
+static void drain(sim_t *a)
+{
+    for (;;) {
+        br_msg_t *m = NULL;
+        br_err_t err;
+        if (br_msg_recv(a->sock, 0, ZMQ_DONTWAIT, &m, &err) < 0) {
+            br_msg_destroy(&m);
+            if (errno == EAGAIN)
+                return;
+            continue;
+        }
+        if (br_msg_kind(m) == BR_MSG_REQUEST)
+            on_order(a, m);
+        else if (strcmp(br_msg_type(m), "node.join") == 0) {
+            if (br_msg_check(m, &err) < 0)
+                die("join", err.text);
+            a->joined = 1;
+        } else if (strcmp(br_msg_type(m), "node.heartbeat") == 0) {
+            S.answered++;
+        } else if (br_msg_check(m, &err) < 0 && !S.refusals++) {
+            fprintf(stderr, "swarm: %s refused: %s\n", br_msg_type(m), err.text);
+        }
+        br_msg_destroy(&m);
+    }
+}
+
+static void wait_ready(int64_t timeout_ms)
+{
+    struct epoll_event ev[256];
+    int n = epoll_wait(S.ep, ev, 256, (int)timeout_ms);
+    for (int i = 0; i < n; i++)
+        drain(ev[i].data.ptr);
+}
+
+/* Join every simulated agent, at most `window` joins in flight. */
+static void join_all(int window)
+{
+    br_token_t t;
+    br_err_t err;
+    if (br_token_decode(S.token, &t, &err) < 0)
+        die("token", err.text);
+    br_token_join_keypair(t.secret, S.join_pub, S.join_sec);
+    int next = 0, done = 0;
+    while (done < S.n) {
+        while (next < S.n && next - done < window) {
+            sim_t *a = &S.sims[next++];
+            if (br_keypair(a->pub, a->sec, &err) < 0)
+                die("keypair", err.text);
+            a->sock = dial(S.join_pub, S.join_sec);
+            watch(a);
+            send_body(a, BR_MSG_REQUEST, "node.join", 9,
+                      json_pack("{s:s, s:s, s:s, s:{}, s:f}", "token", S.token, "public_key",
+                                a->pub, "name", a->name, "labels", "cost_per_hour", 0.0));
+            drain(a);
+        }
+        wait_ready(100);
+        for (int i = done; i < next; i++) {
+            sim_t *a = &S.sims[i];
+            if (a->joined == 1) { /* reconnect under its own key, then hello */
+                br_sock_close(&a->sock);
+                a->sock = dial(a->pub, a->sec);
+                watch(a);
+                hello(a);
+                a->joined = 2;
+            }
+        }
+        while (done < next && S.sims[done].joined == 2)
+            done++;
+    }
+}
+
+static int64_t cpu_ticks(int pid)
+{
+    char path[64], buf[2048];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "re");
+    if (!f || !fgets(buf, sizeof(buf), f))
+        die(path, "cannot read");
+    fclose(f);
+    unsigned long long ut = 0, st = 0;
+    char *p = strrchr(buf, ')');
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+                     &st) != 2)
+        die(path, "cannot parse");
+    return (int64_t)(ut + st);
+}
+
+static long rss_kib(int pid)
+{
+    char path[64], line[256];
+    long kib = -1;
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    FILE *f = fopen(path, "re");
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %ld", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+/* Heartbeat every agent on its own schedule for ms milliseconds. */
+static void run_for(int64_t ms)
+{
+    int64_t end = br_mono_ms() + ms;
+    for (int64_t now = br_mono_ms(); now < end; now = br_mono_ms()) {
+        int64_t soonest = end;
+        for (int i = 0; i < S.n; i++) {
+            sim_t *a = &S.sims[i];
+            if (a->next_hb <= now) {
+                send_body(a, BR_MSG_REQUEST, "node.heartbeat", 4,
+                          json_pack("{s:O}", "tasks", a->held));
+                S.heartbeats++;
+                a->next_hb += S.hb_ms;
+                drain(a);
+            }
+            if (a->next_hb < soonest)
+                soonest = a->next_hb;
+        }
+        int64_t wait = soonest - br_mono_ms();
+        wait_ready(wait < 0 ? 0 : wait > 50 ? 50 : wait);
+    }
+}
+
+/* Submit n trivial jobs pipelined over the admin's own connection. */
+static void submit_jobs(int n)
+{
+    br_err_t err;
+    void *s = br_sock_client(S.ctx, S.admin->endpoint, S.admin->server_public_key,
+                             S.admin->public_key, S.admin->secret_key, &err);
+    if (!s)
+        die("admin", err.text);
+    int64_t *sent = calloc((size_t)n, sizeof(*sent));
+    S.jobs = calloc((size_t)n, sizeof(*S.jobs));
+    S.early = calloc(100000, sizeof(*S.early));
+    for (int i = 0; i < n; i++) {
+        char spec[128];
+        snprintf(spec, sizeof(spec), "name: swarm-%d-%d\ncommand: \"true\"\n", (int)getpid(), i);
+        br_msg_t *m = br_msg_new(BR_MSG_REQUEST, "job.submit", (uint32_t)i + 1);
+        br_msg_set_body(m, json_pack("{s:s, s:[]}", "spec", spec, "sets"));
+        sent[i] = br_mono_us();
+        br_msg_send(s, m, NULL);
+        br_msg_destroy(&m);
+    }
+    for (int got = 0; got < n;) {
+        zmq_pollitem_t it = {s, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 10) == 0) {
+            wait_ready(0); /* orders may already come */
+            continue;
+        }
+        br_msg_t *m = NULL;
+        if (br_msg_recv(s, 0, 0, &m, &err) == 0 && br_msg_check(m, &err) == 0) {
+            uint32_t i = br_msg_seq(m) - 1;
+            S.jobs[S.njobs++] = (job_time_t){
+                json_integer_value(json_object_get(br_msg_body(m), "id")), sent[i], 0};
+            got++;
+        } else if (m) {
+            die("submit", err.text);
+        }
+        br_msg_destroy(&m);
+    }
+    for (int i = 0; i < S.nearly && i < 100000; i++) { /* orders that beat the answers */
+        job_time_t *t = job_time(S.early[i].id);
+        if (t && !t->run_us)
+            t->run_us = S.early[i].at_us;
+    }
+    free(sent);
+    br_sock_close(&s);
+}
+
+static int by_value(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+int main(int argc, char **argv)
+{
+    const char *cred_path = NULL;
+    int pid = 0, jobs = 0, o;
+    int64_t measure_ms = 20000;
+    S.n = 100;
+    S.hb_ms = 1000;
+    static const struct option opts[] = {{"credential", required_argument, NULL, 'c'},
+                                         {"coordinator-pid", required_argument, NULL, 'p'},
+                                         {"agents", required_argument, NULL, 'n'},
+                                         {"heartbeat", required_argument, NULL, 'h'},
+                                         {"measure", required_argument, NULL, 'm'},
+                                         {"jobs", required_argument, NULL, 'j'},
+                                         {"hold", no_argument, NULL, 'H'},
+                                         {NULL, 0, NULL, 0}};
+    br_err_t err;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'c': cred_path = optarg; break;
+        case 'p': pid = atoi(optarg); break;
+        case 'n': S.n = atoi(optarg); break;
+        case 'h':
+        case 'm':
+            if (br_parse_duration(optarg, o == 'h' ? &S.hb_ms : &measure_ms, &err) < 0)
+                die(o == 'h' ? "--heartbeat" : "--measure", err.text);
+            break;
+        case 'j': jobs = atoi(optarg); break;
+        case 'H': S.hold = 1; break;
+        default:
+            fprintf(stderr, "usage: bramble-swarm --credential ADMIN --coordinator-pid PID "
+                            "[--agents N] [--heartbeat 1s] [--measure 20s] [--jobs N] "
+                            "[--hold]\n");
+            return 2;
+        }
+    }
+    if (pid <= 0 || S.n <= 0)
+        die("usage", "--coordinator-pid and --agents > 0 are needed");
+    br_raise_nofile();
+    char path[1024];
+    br_cred_t admin;
+    if (br_cred_load(br_cred_path(cred_path, path, sizeof(path)), &admin, &err) < 0)
+        die("credential", err.text);
+    S.admin = &admin;
+    br_client_t *cl = br_client_new_cred(&admin, &err);
+    json_t *r = cl ? br_client_call(cl, "token.create",
+                                    json_pack("{s:I, s:i}", "ttl", (json_int_t)3600000,
+                                              "uses", S.n),
+                                    30000, &err)
+                   : NULL;
+    if (!r)
+        die("token.create", err.text);
+    br_strlcpy(S.token, json_string_value(json_object_get(r, "token")), sizeof(S.token));
+    json_decref(r);
+    S.ctx = zmq_ctx_new();
+    zmq_ctx_set(S.ctx, ZMQ_IO_THREADS, 2);
+    zmq_ctx_set(S.ctx, ZMQ_MAX_SOCKETS, 2 * S.n + 64);
+    S.ep = epoll_create1(EPOLL_CLOEXEC);
+    S.sims = calloc((size_t)S.n, sizeof(*S.sims));
+    for (int i = 0; i < S.n; i++) {
+        snprintf(S.sims[i].name, sizeof(S.sims[i].name), "swarm-%d-%d", (int)getpid(), i);
+        S.sims[i].held = json_array();
+    }
+    int64_t t0 = br_mono_ms();
+    join_all(200);
+    printf("joined %d agents in %.1f s\n", S.n, (double)(br_mono_ms() - t0) / 1000.0);
+    int64_t start = br_mono_ms();
+    for (int i = 0; i < S.n; i++) /* spread over one interval */
+        S.sims[i].next_hb = start + (int64_t)i * S.hb_ms / S.n;
+    run_for(2 * S.hb_ms); /* settle: every hello answered */
+    if (jobs > 0) {
+        submit_jobs(jobs);
+        int64_t until = br_mono_ms() + 60000;
+        while (S.runs < (uint64_t)jobs && br_mono_ms() < until)
+            run_for(100);
+        int64_t *lat = calloc((size_t)S.njobs, sizeof(*lat));
+        int k = 0;
+        for (int i = 0; i < S.njobs; i++)
+            if (S.jobs[i].run_us)
+                lat[k++] = S.jobs[i].run_us - S.jobs[i].sent_us;
+        qsort(lat, (size_t)k, sizeof(*lat), by_value);
+        if (k)
+            printf("submit -> job.run at an agent: %d of %d jobs, p50 %.1f ms, p99 %.1f ms\n",
+                   k, jobs, lat[k / 2] / 1000.0, lat[k * 99 / 100] / 1000.0);
+        free(lat);
+        run_for(2 * S.hb_ms); /* the exits and starts settle */
+    }
+    uint64_t hb0 = S.heartbeats, ans0 = S.answered;
+    int64_t c0 = cpu_ticks(pid), w0 = br_mono_us();
+    run_for(measure_ms);
+    int64_t c1 = cpu_ticks(pid), w1 = br_mono_us();
+    double cpu_s = (double)(c1 - c0) / (double)sysconf(_SC_CLK_TCK);
+    double wall_s = (double)(w1 - w0) / 1e6;
+    uint64_t hbs = S.heartbeats - hb0;
+    printf("agents %d, heartbeat %lld ms, %s running: %llu heartbeats in %.1f s "
+           "(%llu answered)\n",
+           S.n, (long long)S.hb_ms, S.hold ? "jobs held" : "no jobs",
+           (unsigned long long)hbs, wall_s, (unsigned long long)(S.answered - ans0));
+    printf("coordinator CPU: %.1f%% of one core, %.0f us per heartbeat; RSS %.1f MiB\n",
+           100.0 * cpu_s / wall_s, hbs ? 1e6 * cpu_s / (double)hbs : 0.0,
+           rss_kib(pid) / 1024.0);
+    for (int i = 0; i < S.n; i++) {
+        br_sock_close(&S.sims[i].sock);
+        json_decref(S.sims[i].held);
+    }
+    free(S.sims);
+    free(S.jobs);
+    free(S.early);
+    close(S.ep);
+    zmq_ctx_term(S.ctx);
+    br_client_destroy(&cl);
+    return 0;
+}
