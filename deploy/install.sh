@@ -26,9 +26,10 @@
 #                                                          built: CUDA and NCCL)
 #   /lib/systemd/system/{brambled,bramble-agent}.service   0644
 #   /usr/lib/sysusers.d/bramble.conf                       0644
-#   P/share/doc/bramble/ (README.md, docs/*.md, PROTOCOL.md,
-#                         examples/)                      0644; README.md's links
-#                         rewritten by deploy/doc-links.sed to resolve there
+#   P/share/doc/bramble/ (README.md, SECURITY.md, docs/*.md,
+#                         PROTOCOL.md, examples/)         0644; the links of
+#                         README.md and SECURITY.md rewritten by
+#                         deploy/doc-links.sed to resolve there
 #   /var/lib/bramble        bramble:bramble 0700 (coordinator's data)
 #   /var/lib/bramble-agent  root:root       0700 (agent's keys and settings)
 set -euo pipefail
@@ -42,7 +43,7 @@ SYSTEMD=1
 
 die() { echo "install.sh: $*" >&2; exit 1; }
 note() { echo "install.sh: $*"; }
-usage() { sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,34p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -116,8 +117,10 @@ install -m 0644 "$ROOT/deploy/systemd/bramble.sysusers" "$D/usr/lib/sysusers.d/b
 
 DOCDIR=$D$PREFIX/share/doc/bramble
 install -d -m 0755 "$DOCDIR"
-sed -f "$ROOT/deploy/doc-links.sed" "$ROOT/README.md" >"$TMP/README.md"
-install -m 0644 "$TMP/README.md" "$DOCDIR/README.md"
+for doc in README.md SECURITY.md; do
+    sed -f "$ROOT/deploy/doc-links.sed" "$ROOT/$doc" >"$TMP/$doc"
+    install -m 0644 "$TMP/$doc" "$DOCDIR/$doc"
+done
 install -m 0644 "$ROOT/proto/PROTOCOL.md" "$DOCDIR/PROTOCOL.md"
 # copy_tree SRC DEST: the files under SRC (no __pycache__), 0644, dirs 0755
 copy_tree() {

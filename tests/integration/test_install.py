@@ -57,9 +57,9 @@ def install_sh(destdir, *extra, check=True):
 
 
 def doc_files():
-    """The docs install.sh and the package ship: README.md, docs/**, PROTOCOL.md and
-    examples/** (as examples/...)."""
-    files = ["README.md", "PROTOCOL.md"]
+    """The docs install.sh and the package ship: README.md, SECURITY.md, docs/**,
+    PROTOCOL.md and examples/** (as examples/...)."""
+    files = ["README.md", "SECURITY.md", "PROTOCOL.md"]
     files += sorted(str(p.relative_to(REPO / "docs")) for p in (REPO / "docs").rglob("*")
                     if p.is_file())
     files += sorted("examples/" + str(p.relative_to(REPO / "examples"))
