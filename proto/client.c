@@ -54,10 +54,11 @@ int br_client_check_host(const char *endpoint, br_err_t *err)
         freeaddrinfo(res);
     if (rc == 0)
         return 0;
-    if (rc == EAI_NONAME || rc == EAI_NODATA || rc == EAI_FAIL)
+    /* EAI_AGAIN too: libzmq would only retry in silence until the timeout */
+    if (rc == EAI_NONAME || rc == EAI_NODATA || rc == EAI_FAIL || rc == EAI_AGAIN)
         return br_errf(err, EHOSTUNREACH, "cannot resolve %s (the host of %s): %s", h,
                        endpoint, gai_strerror(rc));
-    return 0; /* a passing failure (EAI_AGAIN): let libzmq retry */
+    return 0; /* anything else: let libzmq try */
 }
 
 /* Watch the connection's life: connected, handshake done or failed. */

@@ -19,9 +19,10 @@ br_client_t *br_client_new_cred(const br_cred_t *cred, br_err_t *err);
 void br_client_destroy(br_client_t **client);
 
 /* The host of a "tcp://HOST:PORT" endpoint must resolve, else libzmq retries in
- * silence and a request waits out its timeout: 0 when it resolves (or the answer
- * is only "try again later", or the endpoint is not tcp://), else -1 with
- * EHOSTUNREACH "cannot resolve HOST (the host of ENDPOINT): why". */
+ * silence and a request waits out its timeout: 0 when it resolves (or the endpoint
+ * is not tcp://, or the resolver fails in another way), else -1 with EHOSTUNREACH
+ * "cannot resolve HOST (the host of ENDPOINT): why" (no such name, or no answer
+ * from the resolver now). */
 int br_client_check_host(const char *endpoint, br_err_t *err);
 
 /* Send a request of this type (body is stolen; NULL sends {}), wait up to
