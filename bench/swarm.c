@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -311,6 +313,116 @@ static void submit_jobs(int n)
     br_sock_close(&s);
 }
 
+/* Make this process's slice of the swarm: agents [first, first + n). */
+static void make_sims(int first, int n)
+{
+    S.n = n;
+    S.ctx = zmq_ctx_new();
+    zmq_ctx_set(S.ctx, ZMQ_IO_THREADS, 2);
+    zmq_ctx_set(S.ctx, ZMQ_MAX_SOCKETS, 2 * S.n + 64);
+    S.ep = epoll_create1(EPOLL_CLOEXEC);
+    S.sims = calloc((size_t)S.n, sizeof(*S.sims));
+    for (int i = 0; i < S.n; i++) {
+        snprintf(S.sims[i].name, sizeof(S.sims[i].name), "swarm-%d-%d", (int)getppid(),
+                 first + i);
+        S.sims[i].held = json_array();
+    }
+}
+
+static void free_sims(void)
+{
+    for (int i = 0; i < S.n; i++) {
+        br_sock_close(&S.sims[i].sock);
+        json_decref(S.sims[i].held);
+    }
+    free(S.sims);
+    close(S.ep);
+    zmq_ctx_term(S.ctx);
+}
+
+static void schedule(void)
+{
+    int64_t start = br_mono_ms();
+    for (int i = 0; i < S.n; i++) /* spread over one interval */
+        S.sims[i].next_hb = start + (int64_t)i * S.hb_ms / S.n;
+}
+
+/* A process holds at most this many simulated agents (two descriptors each). */
+#define PER_PROC 8000
+
+/* A swarm bigger than one process's descriptors allow: `procs` children play a
+ * slice each; they join, say ready, wait for the word, settle and heartbeat for
+ * measure_ms, and send back what they counted, while this process measures the
+ * coordinator over the same window. */
+static void run_children(int total, int procs, int pid, int64_t measure_ms)
+{
+    int up[64][2], down[64][2];
+    int per = (total + procs - 1) / procs;
+    int64_t t0 = br_mono_ms();
+    for (int k = 0; k < procs; k++) {
+        if (pipe(up[k]) < 0 || pipe(down[k]) < 0)
+            die("pipe", strerror(errno));
+        pid_t child = fork();
+        if (child < 0)
+            die("fork", strerror(errno));
+        if (child == 0) {
+            char go;
+            int first = k * per, n = first + per > total ? total - first : per;
+            make_sims(first, n);
+            join_all(200);
+            if (write(up[k][1], "R", 1) != 1 || read(down[k][0], &go, 1) != 1)
+                _exit(1);
+            schedule();
+            run_for(2 * S.hb_ms);
+            uint64_t hb0 = S.heartbeats, ans0 = S.answered;
+            run_for(measure_ms);
+            char line[64];
+            int len = snprintf(line, sizeof(line), "%llu %llu\n",
+                               (unsigned long long)(S.heartbeats - hb0),
+                               (unsigned long long)(S.answered - ans0));
+            if (write(up[k][1], line, (size_t)len) != len)
+                _exit(1);
+            free_sims();
+            _exit(0);
+        }
+    }
+    for (int k = 0; k < procs; k++) {
+        char r;
+        if (read(up[k][0], &r, 1) != 1)
+            die("swarm", "a child died while joining");
+    }
+    printf("joined %d agents in %.1f s (%d processes)\n", total,
+           (double)(br_mono_ms() - t0) / 1000.0, procs);
+    for (int k = 0; k < procs; k++)
+        if (write(down[k][1], "G", 1) != 1)
+            die("swarm", "a child is gone");
+    struct timespec settle = {(time_t)(2 * S.hb_ms / 1000), (long)(2 * S.hb_ms % 1000) * 1000000};
+    nanosleep(&settle, NULL);
+    int64_t c0 = cpu_ticks(pid), w0 = br_mono_us();
+    uint64_t hbs = 0, ans = 0;
+    for (int k = 0; k < procs; k++) {
+        char line[64] = "";
+        ssize_t n = read(up[k][0], line, sizeof(line) - 1);
+        unsigned long long h = 0, a = 0;
+        if (n <= 0 || sscanf(line, "%llu %llu", &h, &a) != 2)
+            die("swarm", "a child sent no figures");
+        hbs += h;
+        ans += a;
+    }
+    int64_t c1 = cpu_ticks(pid), w1 = br_mono_us();
+    double cpu_s = (double)(c1 - c0) / (double)sysconf(_SC_CLK_TCK);
+    double wall_s = (double)(w1 - w0) / 1e6;
+    printf("agents %d, heartbeat %lld ms, no jobs running: %llu heartbeats in %.1f s "
+           "(%llu answered)\n",
+           total, (long long)S.hb_ms, (unsigned long long)hbs, wall_s,
+           (unsigned long long)ans);
+    printf("coordinator CPU: %.1f%% of one core, %.0f us per heartbeat; RSS %.1f MiB\n",
+           100.0 * cpu_s / wall_s, hbs ? 1e6 * cpu_s / (double)hbs : 0.0,
+           rss_kib(pid) / 1024.0);
+    while (wait(NULL) > 0)
+        ;
+}
+
 static int by_value(const void *x, const void *y)
 {
     int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
@@ -370,21 +482,22 @@ int main(int argc, char **argv)
         die("token.create", err.text);
     br_strlcpy(S.token, json_string_value(json_object_get(r, "token")), sizeof(S.token));
     json_decref(r);
-    S.ctx = zmq_ctx_new();
-    zmq_ctx_set(S.ctx, ZMQ_IO_THREADS, 2);
-    zmq_ctx_set(S.ctx, ZMQ_MAX_SOCKETS, 2 * S.n + 64);
-    S.ep = epoll_create1(EPOLL_CLOEXEC);
-    S.sims = calloc((size_t)S.n, sizeof(*S.sims));
-    for (int i = 0; i < S.n; i++) {
-        snprintf(S.sims[i].name, sizeof(S.sims[i].name), "swarm-%d-%d", (int)getpid(), i);
-        S.sims[i].held = json_array();
+    int procs = (S.n + PER_PROC - 1) / PER_PROC;
+    if (procs > 1) {
+        if (jobs > 0 || S.hold)
+            die("usage", "--jobs and --hold need at most 8000 agents (one process)");
+        if (procs > 64)
+            die("usage", "at most 512000 agents");
+        fflush(stdout);
+        run_children(S.n, procs, pid, measure_ms);
+        br_client_destroy(&cl);
+        return 0;
     }
+    make_sims(0, S.n);
     int64_t t0 = br_mono_ms();
     join_all(200);
     printf("joined %d agents in %.1f s\n", S.n, (double)(br_mono_ms() - t0) / 1000.0);
-    int64_t start = br_mono_ms();
-    for (int i = 0; i < S.n; i++) /* spread over one interval */
-        S.sims[i].next_hb = start + (int64_t)i * S.hb_ms / S.n;
+    schedule();
     run_for(2 * S.hb_ms); /* settle: every hello answered */
     if (jobs > 0) {
         submit_jobs(jobs);
@@ -417,15 +530,9 @@ int main(int argc, char **argv)
     printf("coordinator CPU: %.1f%% of one core, %.0f us per heartbeat; RSS %.1f MiB\n",
            100.0 * cpu_s / wall_s, hbs ? 1e6 * cpu_s / (double)hbs : 0.0,
            rss_kib(pid) / 1024.0);
-    for (int i = 0; i < S.n; i++) {
-        br_sock_close(&S.sims[i].sock);
-        json_decref(S.sims[i].held);
-    }
-    free(S.sims);
+    free_sims();
     free(S.jobs);
     free(S.early);
-    close(S.ep);
-    zmq_ctx_term(S.ctx);
     br_client_destroy(&cl);
     return 0;
 }

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# swarm.sh - a fresh coordinator on loopback and N simulated agents against it
+# (bench/swarm.c); prints the swarm's figures. Build first, Release for figures:
+#   cmake -B build-rel -DCMAKE_BUILD_TYPE=Release -DBRAMBLE_TESTS=OFF
+#   cmake --build build-rel --target brambled bramble-swarm
+# Usage: bench/swarm.sh AGENTS HEARTBEAT MEASURE [swarm flags: --jobs N --hold]
+#   e.g. bench/swarm.sh 10000 1s 20s
+# Environment: BIN (default build-rel/bin), PORT (default 27700).
+set -euo pipefail
+[ $# -ge 3 ] || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=${BIN:-$ROOT/build-rel/bin}
+PORT=${PORT:-27700}
+AGENTS=$1 HB=$2 MEASURE=$3
+shift 3
+# each simulated agent holds a connection, and so does the coordinator for it
+ulimit -Hn $((4 * AGENTS + 4096)) 2>/dev/null || true
+ulimit -n "$(ulimit -Hn)"
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/bramble-swarm.XXXXXX")
+COORD=
+cleanup() {
+    [ -n "$COORD" ] && kill "$COORD" 2>/dev/null && wait "$COORD" 2>/dev/null
+    rm -rf "$DIR"
+}
+trap cleanup EXIT
+"$BIN/brambled" init --data-dir "$DIR/c" --listen "tcp://127.0.0.1:$PORT" >/dev/null
+# a node timeout longer than joining them all takes: none is lost meanwhile
+"$BIN/brambled" --data-dir "$DIR/c" --heartbeat-interval "$HB" --node-timeout 120s \
+    >"$DIR/brambled.log" 2>&1 &
+COORD=$!
+for _ in $(seq 100); do
+    "$BIN/bramble" --credential "$DIR/c/admin.credential" nodes --json >/dev/null 2>&1 && break
+    sleep 0.1
+done
+"$BIN/bramble-swarm" --credential "$DIR/c/admin.credential" --coordinator-pid "$COORD" \
+    --agents "$AGENTS" --heartbeat "$HB" --measure "$MEASURE" "$@"
