@@ -6,13 +6,72 @@
 
 #include "util.h"
 
+/* The nodes in a list sorted by name (for listing), and indexed by name in an
+ * open-addressing hash table (for the lookup every message of a node makes). */
 struct br_nodes {
-    br_node_t *head; /* sorted by name */
+    br_node_t *head;
+    br_node_t **slot; /* cap entries: NULL (free), TOMB (removed) or a node */
+    size_t cap, used; /* used counts nodes and tombstones */
 };
+
+static br_node_t tomb_node;
+#define TOMB (&tomb_node)
+
+static size_t name_hash(const char *s)
+{
+    size_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+/* The slot holding name, or (when absent) the free slot where it would go. */
+static br_node_t **slot_of(const br_nodes_t *nodes, const char *name)
+{
+    size_t mask = nodes->cap - 1, i = name_hash(name) & mask;
+    br_node_t **free_slot = NULL;
+    for (;; i = (i + 1) & mask) {
+        br_node_t *n = nodes->slot[i];
+        if (!n)
+            return free_slot ? free_slot : &nodes->slot[i];
+        if (n == TOMB) {
+            if (!free_slot)
+                free_slot = &nodes->slot[i];
+        } else if (strcmp(n->name, name) == 0) {
+            return &nodes->slot[i];
+        }
+    }
+}
+
+/* Rebuild the table with room for twice the nodes (tombstones dropped). */
+static int grow(br_nodes_t *nodes)
+{
+    size_t count = 0;
+    for (br_node_t *n = nodes->head; n; n = n->next)
+        count++;
+    size_t cap = 64;
+    while (cap < 4 * (count + 1))
+        cap *= 2;
+    br_node_t **slot = calloc(cap, sizeof(*slot));
+    if (!slot)
+        return -1;
+    free(nodes->slot);
+    nodes->slot = slot;
+    nodes->cap = cap;
+    nodes->used = count;
+    for (br_node_t *n = nodes->head; n; n = n->next)
+        *slot_of(nodes, n->name) = n;
+    return 0;
+}
 
 br_nodes_t *br_nodes_new(void)
 {
-    return calloc(1, sizeof(br_nodes_t));
+    br_nodes_t *nodes = calloc(1, sizeof(br_nodes_t));
+    if (nodes && grow(nodes) < 0) {
+        free(nodes);
+        return NULL;
+    }
+    return nodes;
 }
 
 static void node_free(br_node_t *n)
@@ -30,6 +89,7 @@ void br_nodes_destroy(br_nodes_t **nodes)
             node_free(n);
             n = next;
         }
+        free((*nodes)->slot);
         free(*nodes);
         *nodes = NULL;
     }
@@ -37,10 +97,8 @@ void br_nodes_destroy(br_nodes_t **nodes)
 
 br_node_t *br_nodes_find(br_nodes_t *nodes, const char *name)
 {
-    for (br_node_t *n = nodes->head; n; n = n->next)
-        if (strcmp(n->name, name) == 0)
-            return n;
-    return NULL;
+    br_node_t *n = *slot_of(nodes, name);
+    return n == TOMB ? NULL : n;
 }
 
 br_node_t *br_nodes_add(br_nodes_t *nodes, json_t *info)
@@ -53,6 +111,8 @@ br_node_t *br_nodes_add(br_nodes_t *nodes, json_t *info)
     br_node_t *n = br_nodes_find(nodes, name);
     if (n)
         return n;
+    if (2 * (nodes->used + 1) > nodes->cap && grow(nodes) < 0) /* at most half full */
+        return NULL;
     n = calloc(1, sizeof(*n));
     if (!n)
         return NULL;
@@ -65,6 +125,10 @@ br_node_t *br_nodes_add(br_nodes_t *nodes, json_t *info)
         pp = &(*pp)->next;
     n->next = *pp;
     *pp = n;
+    br_node_t **slot = slot_of(nodes, name);
+    if (!*slot)
+        nodes->used++; /* a free slot, not a reused tombstone */
+    *slot = n;
     return n;
 }
 
@@ -74,6 +138,7 @@ void br_nodes_remove(br_nodes_t *nodes, const char *name)
         if (strcmp((*pp)->name, name) == 0) {
             br_node_t *n = *pp;
             *pp = n->next;
+            *slot_of(nodes, name) = TOMB;
             node_free(n);
             return;
         }
