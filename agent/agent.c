@@ -1322,6 +1322,10 @@ int br_agent_run(br_agent_t *a, br_err_t *err)
         if (br_sock_monitor_auth_failed(a->monitor)) {
             set_fatal(a, "the coordinator at %s refused this node's key (was the node "
                          "removed?)", a->s->cred.endpoint);
+            fprintf(stderr, "bramble-agent: to join this machine again, delete %s/agent.yaml "
+                            "and %s/credential and start the agent with --join-file and "
+                            "a new token\n",
+                    a->s->data_dir, a->s->data_dir);
             break;
         }
         if (rc > 0 && (items[2].revents & ZMQ_POLLIN))

@@ -103,7 +103,9 @@ def test_removed_node_cannot_reconnect(cluster):
 
     # restarting it with its saved key fails too
     again = cluster.start_agent("node-1", join=False)
-    _assert_refused_agent(again, "refused")
+    out = _assert_refused_agent(again, "refused", "--join-file")
+    # and it says what to delete to join that machine again
+    assert f"delete {cluster.agent_dir('node-1')}/agent.yaml" in out, out
     nodes = cluster.nodes()
     assert "node-1" not in nodes or nodes["node-1"]["state"] != "ready", nodes
 
