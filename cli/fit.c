@@ -6,23 +6,10 @@
 #include <string.h>
 
 #include "cli.h"
+#include "spec.h"
 #include "util.h"
 
 #define WHY_LEN 256
-
-static int in_list(const json_t *list, const char *s, int substring)
-{
-    if (json_array_size(list) == 0)
-        return 1;
-    size_t i;
-    json_t *v;
-    json_array_foreach(list, i, v) {
-        const char *x = json_string_value(v);
-        if (x && s && (substring ? strcasestr(s, x) != NULL : strcmp(s, x) == 0))
-            return 1;
-    }
-    return 0;
-}
 
 /* The GPUs of node n that a job needing vram (0: any) of models could use. */
 static int usable_gpus(const json_t *n, uint64_t vram, const json_t *models)
@@ -32,7 +19,7 @@ static int usable_gpus(const json_t *n, uint64_t vram, const json_t *models)
     json_t *g;
     json_array_foreach(json_object_get(n, "gpus"), i, g) {
         uint64_t total = (uint64_t)json_integer_value(json_object_get(g, "vram_total"));
-        if (in_list(models, json_string_value(json_object_get(g, "model")), 1) &&
+        if (br_spec_match_list(models, json_string_value(json_object_get(g, "model")), 1) &&
             total >= vram)
             count++;
     }
@@ -55,19 +42,17 @@ static int node_fits(const json_t *n, const json_t *res, char *why, size_t len)
     const json_t *labels = json_object_get(res, "labels");
     char a[32], b[32];
     const char *k;
-    json_t *v;
-    if (!in_list(json_object_get(res, "nodelist"), name, 0))
+    if (!br_spec_match_list(json_object_get(res, "nodelist"), name, 0))
         return -1;
-    if (!in_list(json_object_get(res, "arch"), arch, 0))
+    if (!br_spec_match_list(json_object_get(res, "arch"), arch, 0))
         return snprintf(why, len, "%s is %s, not a wanted arch", name, arch ? arch : "?"),
                0;
-    json_object_foreach((json_t *)labels, k, v) {
-        json_t *h = json_object_get(json_object_get(n, "labels"), k);
-        if (!json_equal(h, v))
-            return snprintf(why, len, "%s has no label %s=%s", name, k,
-                            json_string_value(v) ? json_string_value(v) : "?"),
-                   0;
-    }
+    if ((k = br_spec_label_missing(labels, json_object_get(n, "labels"))))
+        return snprintf(why, len, "%s has no label %s=%s", name, k,
+                        json_string_value(json_object_get(labels, k))
+                            ? json_string_value(json_object_get(labels, k))
+                            : "?"),
+               0;
     if (cpus > have_cpus)
         return snprintf(why, len, "%s has %lld CPUs, the job needs %lld", name,
                         (long long)have_cpus, (long long)cpus),

@@ -8,33 +8,8 @@
 
 #include "jobs.h"
 #include "services.h"
+#include "spec.h"
 #include "util.h"
-
-static int in_list(json_t *list, const char *s, int substring)
-{
-    if (json_array_size(list) == 0)
-        return 1;
-    size_t i;
-    json_t *v;
-    json_array_foreach(list, i, v) {
-        const char *x = json_string_value(v);
-        if (x && s && (substring ? strcasestr(s, x) != NULL : strcmp(s, x) == 0))
-            return 1;
-    }
-    return 0;
-}
-
-static int labels_match(json_t *want, json_t *have)
-{
-    const char *k;
-    json_t *v;
-    json_object_foreach(want, k, v) {
-        json_t *h = json_object_get(have, k);
-        if (!json_is_string(h) || !json_equal(h, v))
-            return 0;
-    }
-    return 1;
-}
 
 /* What GPU i of n would have left after taking a job that needs vram on it (0: a
  * whole GPU): the free VRAM it reported (NVML's figure, so memory that processes
@@ -46,7 +21,7 @@ static int64_t gpu_left(const br_node_t *n, int i, uint64_t vram, json_t *models
     json_t *fv = json_object_get(g, "vram_free");
     uint64_t free_vram = (uint64_t)json_integer_value(
         json_is_integer(fv) ? fv : json_object_get(g, "vram_total"));
-    if (!in_list(models, json_string_value(json_object_get(g, "model")), 1))
+    if (!br_spec_match_list(models, json_string_value(json_object_get(g, "model")), 1))
         return -1;
     if (vram == 0) /* a whole GPU: nobody else on it */
         return n->gpu_jobs[i] == 0 ? (int64_t)free_vram : -1;
@@ -114,11 +89,12 @@ int br_sched_fit(const br_node_t *n, json_t *spec, json_t **assign, int64_t *lef
     int gpus = (int)json_integer_value(json_object_get(res, "gpus"));
     const char *arch = json_string_value(json_object_get(n->info, "arch"));
     char a[32], b[32];
-    if (!in_list(json_object_get(res, "arch"), arch, 0)) {
+    if (!br_spec_match_list(json_object_get(res, "arch"), arch, 0)) {
         snprintf(why, whylen, "%s: arch %s not wanted", n->name, arch ? arch : "?");
         return 0;
     }
-    if (!labels_match(json_object_get(res, "labels"), json_object_get(n->info, "labels"))) {
+    if (br_spec_label_missing(json_object_get(res, "labels"),
+                              json_object_get(n->info, "labels"))) {
         snprintf(why, whylen, "%s: labels do not match", n->name);
         return 0;
     }
@@ -179,7 +155,7 @@ static int excluded(json_t *job, const char *node)
 static int listed(json_t *spec, const char *node)
 {
     json_t *list = json_object_get(json_object_get(spec, "resources"), "nodelist");
-    return json_array_size(list) == 0 || in_list(list, node, 0);
+    return json_array_size(list) == 0 || br_spec_match_list(list, node, 0);
 }
 
 /* Append "; what" to why (bounded). */

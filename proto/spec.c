@@ -992,3 +992,29 @@ json_t *br_spec_to_json(const br_spec_t *s)
     json_object_set_new(j, "service", service_json(s));
     return j;
 }
+
+int br_spec_match_list(const json_t *list, const char *s, int substring)
+{
+    if (json_array_size(list) == 0)
+        return 1;
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v) {
+        const char *x = json_string_value(v);
+        if (x && s && (substring ? strcasestr(s, x) != NULL : strcmp(s, x) == 0))
+            return 1;
+    }
+    return 0;
+}
+
+const char *br_spec_label_missing(const json_t *want, const json_t *have)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)want, k, v) {
+        json_t *h = json_object_get(have, k);
+        if (!json_is_string(h) || !json_equal(h, v))
+            return k;
+    }
+    return NULL;
+}

@@ -91,4 +91,12 @@ json_t *br_spec_to_json(const br_spec_t *spec);
 
 const char *br_job_kind_name(br_job_kind_t kind);
 
+/* The spec's matching rules, one for the scheduler and for submit's warning. An
+ * empty or absent list takes anything; else s must be one of its strings, or with
+ * substring hold one of them, case ignored (gpu_model). */
+int br_spec_match_list(const json_t *list, const char *s, int substring);
+/* The first label of want (an object of strings) that have lacks or holds with
+ * another value; NULL when have carries them all. */
+const char *br_spec_label_missing(const json_t *want, const json_t *have);
+
 #endif
