@@ -182,6 +182,22 @@ def broadcasting(lan, datagram, udp):
         t.join(10)
 
 
+@contextlib.contextmanager
+def fake_coordinator(lan):
+    """An impostor's CURVE server on the host's LAN address with a key pair of its
+    own (it cannot prove the real coordinator's key): (socket, port)."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
+    sock.curve_server = True
+    try:
+        yield sock, sock.bind_to_random_port(f"tcp://{lan.host_ip}")
+    finally:
+        sock.close(0)
+        ctx.term()
+
+
 def test_announcement_with_another_key_is_ignored(lan, make_cluster):
     udp = free_udp_port()
     c = start(make_cluster, lan)  # the real coordinator does not announce
@@ -232,24 +248,14 @@ def test_announcement_with_the_right_key_but_not_its_secret_fails(lan, make_clus
     udp = free_udp_port()
     c = start(make_cluster, lan)  # the real coordinator does not announce
     server_key = read_yaml_flat(c.credential)["server_public_key"]
-    ctx = zmq.Context()
-    fake_server = ctx.socket(zmq.ROUTER)
-    fake_server.setsockopt(zmq.LINGER, 0)
-    pub, sec = zmq.curve_keypair()  # its own pair: it cannot prove server_key
-    fake_server.curve_publickey, fake_server.curve_secretkey = pub, sec
-    fake_server.curve_server = True
-    fake_port = fake_server.bind_to_random_port(f"tcp://{lan.host_ip}")
-    fake = announcement(server_key, fake_port, f"tcp://0.0.0.0:{fake_port}")
-    try:
+    with fake_coordinator(lan) as (fake_server, fake_port):
+        fake = announcement(server_key, fake_port, f"tcp://0.0.0.0:{fake_port}")
         with broadcasting(lan, fake, udp):
             token = rewrite_token(c.token(1), "tcp://192.0.2.1:7700")
             agent = c.start_agent("pi-3", token=token, wrap=lan.wrap(lan.agent_ns),
                                   extra=["--discover-port", udp, "--discover-timeout", "10s"])
             rc = agent.wait_exit(timeout=DEADLINE + 15)
             received = fake_server.poll(0)
-    finally:
-        fake_server.close(0)
-        ctx.term()
     assert not received, "the impostor received a message"
     out = agent.output()
     assert rc == 1, out
@@ -267,15 +273,8 @@ def test_impostor_announcing_first_does_not_hide_the_real_coordinator(lan, make_
     server_key = read_yaml_flat(c.credential)["server_public_key"]
     token = rewrite_token(c.token(1), "tcp://192.0.2.1:7700")
     c.coordinator.kill(15)  # silent until the impostor has been heard
-    ctx = zmq.Context()
-    fake_server = ctx.socket(zmq.ROUTER)
-    fake_server.setsockopt(zmq.LINGER, 0)
-    pub, sec = zmq.curve_keypair()
-    fake_server.curve_publickey, fake_server.curve_secretkey = pub, sec
-    fake_server.curve_server = True
-    fake_port = fake_server.bind_to_random_port(f"tcp://{lan.host_ip}")
-    fake = announcement(server_key, fake_port, f"tcp://0.0.0.0:{fake_port}")
-    try:
+    with fake_coordinator(lan) as (fake_server, fake_port):
+        fake = announcement(server_key, fake_port, f"tcp://0.0.0.0:{fake_port}")
         with broadcasting(lan, fake, udp):
             agent = c.start_agent("pi-4", token=token, wrap=lan.wrap(lan.agent_ns),
                                   extra=["--discover-port", udp, "--discover-timeout", "60s"])
@@ -287,9 +286,6 @@ def test_impostor_announcing_first_does_not_hide_the_real_coordinator(lan, make_
                      timeout=DEADLINE + 15, what="the agent to give up on the impostor")
             c.wait_ready("pi-4")
         assert not fake_server.poll(0), "the impostor received a message"
-    finally:
-        fake_server.close(0)
-        ctx.term()
     out = agent.output()
     assert f"announced itself from {lan.coord_ip}" in out, out
     cred = read_yaml_flat(c.agent_dir("pi-4") / "credential")
