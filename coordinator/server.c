@@ -322,17 +322,27 @@ static int drain_messages(br_coord_t *c)
             c->wake_reqs[c->wake_len++] = m;
             return EIO;
         }
-        size_t from = c->outbox_len;
+        size_t from = c->outbox_len, log_from = c->wake_log_len;
         br_api_dispatch(c, m);
         br_audit_note(c, m, from);
         c->wake_reqs[c->wake_len++] = m; /* kept until the wake's answers are sent */
         int failed = br_store_release(c->store);
         if (failed && !br_store_in_txn(c->store))
             return failed;
-        if (failed)
+        if (failed) { /* its changes were undone: so is what it queued and logged */
+            for (size_t k = from; k < c->outbox_len; k++)
+                br_msg_destroy(&c->outbox[k]);
+            c->outbox_len = from;
+            c->wake_log_len = log_from;
+            if (br_msg_kind(m) == BR_MSG_REQUEST)
+                br_coord_post(c, br_msg_reply_error(
+                                     m, failed, "%s: store %s; nothing was changed",
+                                     br_msg_type(m),
+                                     failed == ENOSPC ? "full (the coordinator's disk is full)"
+                                                      : "error (see brambled's log)"));
             fprintf(stderr, "brambled: %s from %.8s...: store %s; its changes were undone\n",
-                    br_msg_type(m), br_msg_user(m),
-                    failed == ENOSPC ? "full" : "error");
+                    br_msg_type(m), br_msg_user(m), failed == ENOSPC ? "full" : "error");
+        }
     }
     return 0;
 }

@@ -255,10 +255,11 @@ def test_full_disk_gives_refusals_and_service_resumes(make_cluster):
                     f.flush()
             except OSError:
                 pass
-        big = "# " + "x" * 200000 + "\n"
+        big = "x" * 60000  # each env entry under the kernel's limit for one
         refused = 0
         for i in range(5):
-            spec = c.write_spec(f"name: full-{i}\ncommand: |\n  true\n  {big}", name=f"f{i}.yaml")
+            spec = c.write_spec(f"name: full-{i}\ncommand: \"true\"\n"
+                                f"env: {{A: {big}, B: {big}, C: {big}}}\n", name=f"f{i}.yaml")
             rc, out, err = c.cli("submit", spec, check=False)
             if rc != 0:
                 assert "store full" in err, err
