@@ -797,7 +797,7 @@ static json_t *find_task(json_t *tasks, int64_t id, int attempt)
 
 void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full)
 {
-    json_t *jobs = br_store_job_list(c->store, current_states, 0, NULL);
+    json_t *jobs = br_store_job_list_node(c->store, n->name, NULL);
     size_t i;
     json_t *job;
     /* current ranks here that the node does not run any more */

@@ -120,6 +120,7 @@ enum {
     ST_PRINCIPAL_ADD,
     ST_PRINCIPAL_REMOVE,
     ST_TOKEN_JOIN_KEY,
+    ST_JOB_LIST_NODE,
     ST_UNIX_USER_SET,
     ST_UNIX_USER_GET,
     ST_AUDIT_ADD,
@@ -240,6 +241,10 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_JOB_LIST_STATES] = "SELECT * FROM (SELECT " JOB_COLS " FROM jobs"
                            " WHERE state IN (SELECT value FROM json_each(?2))"
                            " ORDER BY id DESC LIMIT ?1) ORDER BY id",
+    [ST_JOB_LIST_NODE] = "SELECT " JOB_COLS " FROM jobs"
+                         " WHERE state IN ('starting', 'running')"
+                         " AND EXISTS (SELECT 1 FROM json_each(jobs.nodes) WHERE value = ?1)"
+                         " ORDER BY id",
     [ST_JOB_ACTIVE] = "SELECT 1 FROM jobs WHERE name = ?1"
                       " AND state IN ('pending', 'starting', 'running') LIMIT 1",
     [ST_EVENT_ADD] = "INSERT INTO events (time, job, node, state, reason)"
@@ -1415,6 +1420,16 @@ json_t *br_store_job_list(br_store_t *s, const char *const *states, int limit,
         return NULL;
     }
     return list_rows(s, st, job_row_list, "list jobs", err);
+}
+
+json_t *br_store_job_list_node(br_store_t *s, const char *node, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_JOB_LIST_NODE];
+    if (bind_text(st, 1, node)) {
+        binderr(s, st, "list a node's jobs", err);
+        return NULL;
+    }
+    return list_rows(s, st, job_row_list, "list a node's jobs", err);
 }
 
 int br_store_job_name_active(br_store_t *s, const char *name, br_err_t *err)
