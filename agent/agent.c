@@ -1035,7 +1035,9 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         for (int i = 0; i < a->natt; i++)
             if (br_attempt_report_seq(a->att[i]) != seq) {
                 continue;
-            } else if (!failed) {
+            } else if (!failed || err.errnum == EPERM) {
+                /* EPERM: the coordinator never gave this node that attempt (a store
+                 * from before it kept who ran what): saying it again will not help */
                 remove_attempt(a, i);
                 break;
             } else if (err.errnum == EPROTO && strstr(err.text, "log_dropped") &&
