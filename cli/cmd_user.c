@@ -14,9 +14,10 @@ static int user_add(cli_t *cli, int argc, char **argv)
 {
     static const struct option opts[] = {{"out", required_argument, NULL, 'o'},
                                          {"endpoint", required_argument, NULL, 'e'},
+                                         {"unix-user", required_argument, NULL, 'u'},
                                          {NULL, 0, NULL, 0}};
     static const char *names[] = {"user NAME"};
-    const char *out = NULL, *name, *endpoint = NULL;
+    const char *out = NULL, *name, *endpoint = NULL, *unix_user = NULL;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
@@ -24,6 +25,8 @@ static int user_add(cli_t *cli, int argc, char **argv)
             out = optarg;
         else if (c == 'e')
             endpoint = optarg;
+        else if (c == 'u')
+            unix_user = optarg;
         else
             return cli_bad_option(cli, c, argv);
     }
@@ -41,8 +44,10 @@ static int user_add(cli_t *cli, int argc, char **argv)
     br_err_t err;
     if (br_keypair(user.public_key, user.secret_key, &err) < 0)
         return cli_fail(cli, "%s", err.text);
-    json_t *r = cli_call(cli, "user.add",
-                         json_pack("{s:s, s:s}", "name", name, "public_key", user.public_key));
+    json_t *body = json_pack("{s:s, s:s}", "name", name, "public_key", user.public_key);
+    if (unix_user)
+        json_object_set_new(body, "unix_user", json_string(unix_user));
+    json_t *r = cli_call(cli, "user.add", body);
     if (!r)
         return CLI_FAIL;
     br_strlcpy(user.name, name, sizeof(user.name));
@@ -86,6 +91,42 @@ static int user_list(cli_t *cli, int argc, char **argv)
     static const char *head[] = {"NAME", "KIND", "CREATED"};
     cli_print_list(json_object_get(r, "users"), json, 3, head, user_row);
     json_decref(r);
+    return CLI_OK;
+}
+
+/* bramble user set NAME --unix-user U | --no-unix-user */
+static int user_set(cli_t *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {{"unix-user", required_argument, NULL, 'u'},
+                                         {"no-unix-user", no_argument, NULL, 'n'},
+                                         {NULL, 0, NULL, 0}};
+    static const char *names[] = {"user NAME"};
+    const char *name, *unix_user = NULL;
+    int c, none = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c == 'u')
+            unix_user = optarg;
+        else if (c == 'n')
+            none = 1;
+        else
+            return cli_bad_option(cli, c, argv);
+    }
+    if (cli_positional(cli, argc, argv, 1, names, &name) != 0)
+        return CLI_USAGE;
+    if (!unix_user == !none)
+        return cli_usage(cli, "give --unix-user U or --no-unix-user");
+    json_t *r = cli_call(cli, "user.set",
+                         json_pack("{s:s, s:o}", "name", name, "unix_user",
+                                   unix_user ? json_string(unix_user) : json_null()));
+    if (!r)
+        return CLI_FAIL;
+    json_decref(r);
+    if (unix_user)
+        printf("user %s: jobs run as local account %s on nodes that have it\n", name,
+               unix_user);
+    else
+        printf("user %s: jobs run as the node's uid for the user (--job-uids)\n", name);
     return CLI_OK;
 }
 
@@ -151,7 +192,8 @@ static int user_rotate_key(cli_t *cli, int argc, char **argv)
 }
 
 const cli_cmd_t cli_user_cmds[] = {
-    {"user", "add", user_add, "NAME [--out FILE] [--endpoint tcp://HOST:PORT]",
+    {"user", "add", user_add,
+     "NAME [--out FILE] [--endpoint tcp://HOST:PORT] [--unix-user U]",
      "issue a credential for a user who submits jobs (admin)",
      "Makes a key pair here, registers its public key, and writes the credential\n"
      "(mode 0600) to FILE, by default ./NAME.credential. Users see and cancel their\n"
@@ -160,7 +202,14 @@ const cli_cmd_t cli_user_cmds[] = {
      "  --out FILE        where to write the credential\n"
      "  --endpoint EP     the coordinator's address written into the credential\n"
      "                    (tcp://HOST:PORT; default: the one the coordinator\n"
-     "                    advertises), for users who reach it another way\n"},
+     "                    advertises), for users who reach it another way\n"
+     "  --unix-user U     run the user's jobs as local account U on nodes that\n"
+     "                    have it (else as the node's uid for the user)\n"},
+    {"user", "set", user_set, "NAME --unix-user U | --no-unix-user",
+     "change how a user's jobs run on the nodes (admin)",
+     "--unix-user U runs the user's jobs as local account U on every node that has\n"
+     "it; --no-unix-user goes back to the node's uid for the user (--job-uids).\n"
+     "Jobs started from then on follow it.\n"},
     {"user", "list", user_list, "[--json]", "list the admin and the users (admin)",
      "Options:\n"
      "  --json   print the array of users: name, kind, created\n"},

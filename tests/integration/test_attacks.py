@@ -592,3 +592,34 @@ def test_node_rotate_key_keeps_jobs_and_refuses_the_old_key(cluster):
                for e in c.cli_json("audit"))
     rc, _, err = c.cli("node", "rotate-key", "no-such-node", check=False)
     assert rc == 1 and "no node named 'no-such-node'" in err, err
+
+
+def test_user_mapped_to_a_local_account_runs_as_it(cluster):
+    """user add/set --unix-user: the user's jobs run as that local account on a
+    node that has it; --no-unix-user goes back to the node's uid for the user."""
+    import pwd
+    import pytest
+    if os.geteuid() != 0:
+        pytest.skip("switching to another uid needs a root agent")
+    account = "brtest" + str(os.getpid() % 100000)
+    subprocess.run(["useradd", "--no-create-home", "--system", account], check=True)
+    try:
+        uid = pwd.getpwnam(account).pw_uid
+        c = cluster
+        c.add_agents(1, extra=("--job-uids", "70000-79999"))
+        cred = c.root / "erin.credential"
+        c.cli("user", "add", "erin", "--unix-user", account, "--out", str(cred))
+        spec = c.write_spec("name: whoami\ncommand: id -u\n")
+        jid = int(c.cli("submit", spec, credential=cred)[1].strip())
+        assert c.wait_job(jid)["state"] == "completed"
+        assert c.wait_logs(jid, str(uid)).strip() == str(uid)
+        c.cli("user", "set", "erin", "--no-unix-user")
+        spec2 = c.write_spec("name: whoami-2\ncommand: id -u\n", name="w2.yaml")
+        jid2 = int(c.cli("submit", spec2, credential=cred)[1].strip())
+        assert c.wait_job(jid2)["state"] == "completed"
+        owner = c.job(jid2)["owner_id"]
+        assert c.wait_logs(jid2, str(70000 + owner)).strip() == str(70000 + owner)
+        rc, _, err = c.cli("user", "set", "erin", "--unix-user", "Bad Name", check=False)
+        assert rc == 1 and "a local account name" in err, err
+    finally:
+        subprocess.run(["userdel", account], check=False)
