@@ -137,7 +137,10 @@ if [ "$TRAIN_STATE" != completed ]; then
     RC=1
 fi
 echo "    $NODE is lost; restart its agent with:"
-echo "    build/bin/bramble-agent --data-dir $CLUSTER_DIR/$NODE &"
+# a root agent runs jobs as root only when told so (bramble up tells its agents)
+ROOT_JOBS=
+[ "$(id -u)" -eq 0 ] && ROOT_JOBS=" --allow-root-jobs"
+echo "    build/bin/bramble-agent --data-dir $CLUSTER_DIR/$NODE$ROOT_JOBS &"
 
 echo
 if [ "$RC" -eq 0 ]; then
