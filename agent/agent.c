@@ -893,10 +893,9 @@ static void on_thaw(br_agent_t *a, br_msg_t *m)
 
 /* Fencing: out of touch with the coordinator for fence_ms, freeze every attempt
  * before the coordinator (after node_timeout) can start it elsewhere. */
-static void fence(br_agent_t *a, int64_t now)
+/* Freeze every attempt still running; how many were. */
+static int freeze_all(br_agent_t *a)
 {
-    if (now - a->last_heard <= a->fence_ms)
-        return;
     int n = 0;
     for (int i = 0; i < a->natt; i++) {
         br_attempt_t *t = a->att[i];
@@ -905,6 +904,14 @@ static void fence(br_agent_t *a, int64_t now)
             n++;
         }
     }
+    return n;
+}
+
+static void fence(br_agent_t *a, int64_t now)
+{
+    if (now - a->last_heard <= a->fence_ms)
+        return;
+    int n = freeze_all(a);
     if (n)
         fprintf(stderr,
                 "bramble-agent: no word from the coordinator for %.1fs: froze %d job(s) "
@@ -1148,14 +1155,7 @@ static void keeper_froze(br_agent_t *a)
     if (froze == a->keeper_froze)
         return;
     a->keeper_froze = froze;
-    int n = 0;
-    for (int i = 0; i < a->natt; i++) {
-        br_attempt_t *t = a->att[i];
-        if (!br_attempt_frozen(t) && !br_attempt_done(t)) {
-            br_attempt_freeze(t);
-            n++;
-        }
-    }
+    int n = freeze_all(a);
     if (n)
         fprintf(stderr, "bramble-agent: the keeper froze %d job(s) while this agent was "
                         "silent; they stay frozen until the coordinator says whether they "
