@@ -64,24 +64,11 @@ int br_client_check_host(const char *endpoint, br_err_t *err)
 /* Watch the connection's life: connected, handshake done or failed. */
 static void *open_monitor(void *ctx, void *sock)
 {
-    char name[64];
-    snprintf(name, sizeof(name), "inproc://bramble-client-monitor-%p", sock);
-    if (zmq_socket_monitor(sock, name,
-                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) < 0)
-        return NULL;
-    void *pair = zmq_socket(ctx, ZMQ_PAIR);
-    if (!pair)
-        return NULL;
-    int zero = 0;
-    zmq_setsockopt(pair, ZMQ_LINGER, &zero, sizeof(zero));
-    if (zmq_connect(pair, name) < 0) {
-        zmq_close(pair);
-        return NULL;
-    }
-    return pair;
+    return br_sock_monitor_events(ctx, sock,
+                                  ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                                      ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                                      ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                      ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
 }
 
 /* Read the monitor's queued events into c's flags. */

@@ -75,11 +75,15 @@ void *br_sock_client(void *ctx, const char *endpoint, const char *server_public_
 
 void *br_sock_monitor(void *ctx, void *sock)
 {
+    return br_sock_monitor_events(ctx, sock, ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                                                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL);
+}
+
+void *br_sock_monitor_events(void *ctx, void *sock, int events)
+{
     char name[64];
     snprintf(name, sizeof(name), "inproc://bramble-monitor-%p", sock);
-    if (zmq_socket_monitor(sock, name,
-                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) < 0)
+    if (zmq_socket_monitor(sock, name, events) < 0)
         return NULL;
     void *pair = zmq_socket(ctx, ZMQ_PAIR);
     if (!pair)

@@ -26,6 +26,9 @@ void *br_sock_client(void *ctx, const char *endpoint, const char *server_public_
  * NULL. Each monitor needs a unique inproc name, made from sock's address. */
 void *br_sock_monitor(void *ctx, void *sock);
 
+/* The same for any set of ZMQ_EVENT_* bits. */
+void *br_sock_monitor_events(void *ctx, void *sock, int events);
+
 /* Read pending monitor events without blocking. Returns 1 when one of them says the
  * server refused our key (or the handshake failed for a protocol reason), else 0. */
 int br_sock_monitor_auth_failed(void *monitor);
