@@ -62,15 +62,6 @@ json_t *br_ckptdir_section(json_t *spec, int64_t id)
     return copy;
 }
 
-/* 1 when path lies in dir (dir itself, or below it). */
-static int under(const char *path, const char *dir)
-{
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/')
-        n--;
-    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
-}
-
 void br_ckptdir_check_shared(br_coord_t *c, json_t *job)
 {
     int64_t id = json_integer_value(json_object_get(job, "id"));
@@ -80,30 +71,16 @@ void br_ckptdir_check_shared(br_coord_t *c, json_t *job)
         json_decref(mine);
         return;
     }
-    json_t *jobs = br_store_job_list(c->store, NULL, 0, NULL), *other, *cp;
-    size_t i, k;
-    json_array_foreach(jobs, i, other) {
-        int64_t oid = json_integer_value(json_object_get(other, "id"));
-        if (oid == id || !json_is_object(json_object_get(json_object_get(other, "spec"),
-                                                         "checkpoint")))
-            continue;
-        json_t *cps = br_store_checkpoint_list(c->store, oid, NULL);
-        const char *seen = NULL;
-        json_array_foreach(cps, k, cp) {
-            const char *p = json_string_value(json_object_get(cp, "path"));
-            if (p && under(p, dir))
-                seen = p;
-        }
-        if (seen)
-            br_coord_event(c, id, NULL, "starting",
-                           "checkpoint dir %s already holds steps of another run (job %lld: "
-                           "%s); a job that looks there may take them for its own (put "
-                           "${BRAMBLE_JOB_ID} in checkpoint.dir to keep runs apart)",
-                           dir, (long long)oid, seen);
-        json_decref(cps);
-        if (seen)
-            break;
-    }
-    json_decref(jobs);
+    char base[1024], seen[1024];
+    int64_t oid;
+    size_t n = strlen(br_strlcpy(base, dir, sizeof(base)));
+    while (n > 1 && base[n - 1] == '/') /* "/ckpt/" holds what "/ckpt" does */
+        base[--n] = '\0';
+    if (br_store_checkpoint_under(c->store, base, id, &oid, seen, sizeof(seen), NULL) == 1)
+        br_coord_event(c, id, NULL, "starting",
+                       "checkpoint dir %s already holds steps of another run (job %lld: "
+                       "%s); a job that looks there may take them for its own (put "
+                       "${BRAMBLE_JOB_ID} in checkpoint.dir to keep runs apart)",
+                       dir, (long long)oid, seen);
     json_decref(mine);
 }

@@ -129,6 +129,8 @@ enum {
     ST_LOG_LOST_SUM,
     ST_LOG_COUNT,
     ST_LOG_OLDEST,
+    ST_LOG_BYTES,
+    ST_CKPT_UNDER,
     ST_LOG_TRIM,
     ST_LOG_TRIMMED,
     ST_LOG_EXPIRE,
@@ -186,6 +188,10 @@ static const char *const sql_text[ST_COUNT] = {
                           " WHERE job = ?1 AND attempt = ?2 AND node = ?3 AND exited = 0",
     [ST_LOG_COUNT] = "UPDATE jobs SET log_bytes = log_bytes + ?2 WHERE id = ?1"
                      " RETURNING log_bytes",
+    [ST_LOG_BYTES] = "SELECT log_bytes FROM jobs WHERE id = ?1",
+    [ST_CKPT_UNDER] = "SELECT job, path FROM checkpoints WHERE job != ?1"
+                      " AND (path = ?2 OR substr(path, 1, length(?2) + 1) = ?2 || '/')"
+                      " ORDER BY job, id DESC LIMIT 1",
     [ST_LOG_OLDEST] = "SELECT id, length(data) FROM logs WHERE job = ?1 ORDER BY id",
     [ST_LOG_TRIM] = "DELETE FROM logs WHERE job = ?1 AND id <= ?2",
     [ST_LOG_TRIMMED] = "UPDATE jobs SET log_bytes = log_bytes - ?2,"
@@ -1570,8 +1576,8 @@ int64_t br_store_log_cap(br_store_t *s, int64_t job_id, int64_t max_bytes, br_er
 {
     if (max_bytes <= 0)
         return 0;
-    sqlite3_stmt *st = s->st[ST_LOG_COUNT]; /* adding 0 reads the count */
-    if (sqlite3_bind_int64(st, 1, job_id) || sqlite3_bind_int64(st, 2, 0))
+    sqlite3_stmt *st = s->st[ST_LOG_BYTES];
+    if (sqlite3_bind_int64(st, 1, job_id))
         return binderr(s, st, "count log", err);
     int rc = sqlite3_step(st);
     int64_t bytes = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
@@ -1651,6 +1657,23 @@ int br_store_log_read(br_store_t *s, int64_t job_id, int rank, int64_t after,
 }
 
 /* --- checkpoints -------------------------------------------------------------- */
+
+int br_store_checkpoint_under(br_store_t *s, const char *dir, int64_t not_job, int64_t *job,
+                              char *path, size_t len, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_CKPT_UNDER];
+    if (sqlite3_bind_int64(st, 1, not_job) || bind_text(st, 2, dir))
+        return binderr(s, st, "find checkpoints", err);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *job = sqlite3_column_int64(st, 0);
+        br_strlcpy(path, (const char *)sqlite3_column_text(st, 1), len);
+    }
+    reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return dberr(s, err, "find checkpoints");
+    return rc == SQLITE_ROW;
+}
 
 int br_store_checkpoint_add(br_store_t *s, int64_t job_id, int attempt,
                             const char *node, const char *path, int64_t step,

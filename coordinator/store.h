@@ -195,6 +195,11 @@ int br_store_log_read(br_store_t *s, int64_t job_id, int rank, int64_t after,
  * returns 0, so agents may resend. ENOENT "no job N" for an unknown job; EINVAL for
  * job id < 1, attempt < 1, node not 1..256 bytes, path not 1..4096 bytes, step < 0
  * or size < 0. */
+/* A checkpoint of a job other than not_job that lies in dir (dir itself or below;
+ * no trailing '/'): 1 with its job and path (the newest of the lowest such job),
+ * 0 when there is none, -1 on error. */
+int br_store_checkpoint_under(br_store_t *s, const char *dir, int64_t not_job, int64_t *job,
+                              char *path, size_t len, br_err_t *err);
 int br_store_checkpoint_add(br_store_t *s, int64_t job_id, int attempt,
                             const char *node, const char *path, int64_t step,
                             int64_t size, int64_t time_ms, br_err_t *err);
