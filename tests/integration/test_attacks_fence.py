@@ -18,41 +18,21 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 from conftest import DEADLINE, proc_state, wait_for
 
-PYTHON = sys.executable
-
-HB, NT = "200ms", "2s"
-NT_S = 2.0
-FENCE_S = NT_S * 3 / 5  # PROTOCOL.md: fence_timeout = 3/5 of node_timeout
-
-STOPPED = ("T", "t")
-GONE = (None, "Z", "X")
+# the fast timing and the helpers of the recovery tests: fencing is the same story
+from test_recovery import (FENCE_S, GONE, HB, NT, NT_S, PYTHON, STOPPED, make_nodes,
+                           node_names)
 
 
 # ---------------------------------------------------------------------------
 # helpers
-
-
-def node_names(n):
-    tag = uuid.uuid4().hex[:6]
-    return [f"f{tag}-{chr(ord('a') + i)}" for i in range(n)]
-
-
-def make_nodes(make_cluster, n=2, **kw):
-    kw.setdefault("heartbeat", HB)
-    kw.setdefault("node_timeout", NT)
-    c = make_cluster(**kw)
-    names = c.add_agents(n, names=node_names(n))
-    return c, names
 
 
 def attempt_of(tag):
