@@ -18,7 +18,6 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -27,31 +26,13 @@ import pytest
 from conftest import DEADLINE, proc_state, wait_for
 
 # the fast timing and the helpers of the recovery tests: fencing is the same story
-from test_recovery import (FENCE_S, GONE, HB, NT, NT_S, PYTHON, STOPPED, make_nodes,
-                           node_names)
+from test_recovery import (FENCE_S, GONE, HB, NT, NT_S, PYTHON, STOPPED, RunMonitor,
+                           dying, events_text, make_nodes, node_names,
+                           wait_attempt_running)
 
 
 # ---------------------------------------------------------------------------
 # helpers
-
-
-def attempt_of(tag):
-    """Attempt number of a BRAMBLE_TASK tag `<node>/<job>.<attempt>.<rank>`."""
-    return int(tag.rsplit("/", 1)[1].split(".")[1])
-
-
-def dying(pid):
-    """True when pid has SIGKILL pending (a stopped process being killed shows R for
-    an instant, running none of its own code), or is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(("SigPnd:", "ShdPnd:")) and \
-                        int(line.split()[1], 16) & (1 << (signal.SIGKILL - 1)):
-                    return True
-    except OSError:
-        return True
-    return False
 
 
 def running(pid):
@@ -61,47 +42,6 @@ def running(pid):
 
 def all_stopped(pids):
     return bool(pids) and all(proc_state(p) in STOPPED or dying(p) for p in pids)
-
-
-def events_text(job):
-    return "\n".join(f"  {e['time']:.2f} {e['state']:<10} {e.get('node') or '-':<12} "
-                     f"{e.get('reason') or ''}" for e in job.get("events", []))
-
-
-def wait_attempt_running(c, jid, attempt, timeout=DEADLINE):
-    def check():
-        c.fatal_if_dead()
-        j = c.job(jid)
-        return j if j["attempt"] >= attempt and j["state"] == "running" else None
-
-    return wait_for(check, timeout, f"job {jid} to run as attempt {attempt}")
-
-
-class RunMonitor(threading.Thread):
-    """Samples /proc every ~20 ms: the moments when processes of two attempts of one
-    job ran at once (not stopped, not being killed)."""
-
-    def __init__(self, cluster, jid):
-        super().__init__(daemon=True)
-        self.c, self.jid = cluster, jid
-        self.halt = threading.Event()
-        self.violations = []
-        self.samples = 0
-
-    def run(self):
-        while not self.halt.is_set():
-            live = {}
-            for pid, tag in self.c.job_procs(self.jid).items():
-                if running(pid):
-                    live.setdefault(attempt_of(tag), []).append((pid, tag, proc_state(pid)))
-            if len(live) > 1:
-                self.violations.append((time.time(), live))
-            self.samples += 1
-            self.halt.wait(0.02)
-
-    def stop(self):
-        self.halt.set()
-        self.join(10)
 
 
 # A job of two processes (the leader and a child it forks) that both append
