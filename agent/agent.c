@@ -26,6 +26,7 @@
 #include "inventory.h"
 #include "jobuser.h"
 #include "keeper.h"
+#include "runstate.h"
 #include "localsock.h"
 #include "probe.h"
 #include "msg.h"
@@ -64,6 +65,9 @@ struct br_agent {
     int64_t send_failed_run;      /* ... since the last one that went through */
     int exit_plain;               /* the coordinator refuses "log_dropped" in exits */
     br_keeper_t *keeper;          /* fences the jobs when this process cannot */
+    br_runstate_t *runstate;      /* what runs, saved for the agent after this one */
+    json_t *adoptable;            /* what the previous agent saved, until adopted */
+    int handoff;                  /* stopping for the next agent: jobs go on */
     int keeper_froze;             /* its freezes seen so far */
     char key_pub[BR_KEY_LEN + 1], key_sec[BR_KEY_LEN + 1]; /* what the socket uses */
     uint32_t rekey_seq;           /* node.key in flight: other requests wait */
@@ -356,6 +360,7 @@ static int open_signals(br_agent_t *a)
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR2); /* stop, leaving the jobs to the next agent */
     sigprocmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
     a->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -395,9 +400,25 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
     a->last_heard = br_mono_ms();
     a->unacked = json_array();
     a->seq = (uint32_t)br_mono_ms();
+    /* what a previous agent left running, to adopt; its keeper goes, and this run's
+     * keeper takes over its run id, which those jobs carry */
+    if (!(a->runstate = br_runstate_new(s->data_dir, err)))
+        goto fail;
+    a->adoptable = br_runstate_load(a->runstate);
+    pid_t old_keeper;
+    uint64_t old_start;
+    char run[17];
+    int have_run = br_runstate_keeper(a->runstate, &old_keeper, &old_start, run) == 0;
+    if (have_run && br_keeper_retire(old_keeper, old_start))
+        fprintf(stderr, "bramble-agent: stopped the keeper (pid %d) of the previous run\n",
+                (int)old_keeper);
     /* first, while this process has no thread: the keeper that outlives it */
-    a->keeper = br_keeper_new(a->fence_ms, 0, err);
-    if (!a->keeper)
+    a->keeper = br_keeper_new(have_run && json_array_size(a->adoptable) ? run : NULL,
+                              a->fence_ms, 0, err);
+    if (!a->keeper ||
+        br_runstate_save_keeper(a->runstate, br_keeper_pid(a->keeper),
+                                br_keeper_start(a->keeper), br_keeper_run_id(a->keeper),
+                                err) < 0)
         goto fail;
     /* orphans of our jobs come back to us, so a job's whole tree stays ours */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -442,7 +463,12 @@ void br_agent_destroy(br_agent_t **ap)
     br_agent_t *a = ap ? *ap : NULL;
     if (!a)
         return;
-    br_keeper_destroy(&a->keeper); /* stopping on purpose: it goes too */
+    if (a->handoff) /* the keeper guards the jobs until the next agent takes them */
+        br_keeper_leave(&a->keeper);
+    else
+        br_keeper_destroy(&a->keeper); /* stopping on purpose: it goes too */
+    br_runstate_destroy(&a->runstate);
+    json_decref(a->adoptable);
     for (int i = 0; i < a->natt; i++)
         br_attempt_destroy(&a->att[i]);
     br_sock_close(&a->monitor);
@@ -731,8 +757,82 @@ static br_attempt_t *find_attempt(br_agent_t *a, int64_t job, int attempt)
 
 static void remove_attempt(br_agent_t *a, int i)
 {
+    br_runstate_forget(a->runstate, br_attempt_job(a->att[i]), br_attempt_number(a->att[i]));
     br_attempt_destroy(&a->att[i]);
     a->att[i] = a->att[--a->natt];
+}
+
+/* Save what the next agent needs to adopt the attempt (runstate.h). */
+static void save_attempt(br_agent_t *a, br_attempt_t *t, json_t *ckpt, json_t *service)
+{
+    json_t *rec = json_pack("{s:i, s:o}", "port", br_attempt_port(t), "tasks",
+                            br_attempt_saved(t));
+    if (json_is_object(ckpt))
+        json_object_set(rec, "checkpoint", ckpt);
+    if (json_is_object(service))
+        json_object_set(rec, "service", service);
+    br_err_t err;
+    if (br_runstate_save(a->runstate, br_attempt_job(t), br_attempt_number(t), rec, &err) < 0)
+        fprintf(stderr, "bramble-agent: job %lld: %s: an agent started after this one "
+                        "will not adopt it\n", (long long)br_attempt_job(t), err.text);
+    json_decref(rec);
+}
+
+/* Take over the attempts the previous agent saved: each stays frozen until the
+ * coordinator, told of it in the hello, says it is still current (job.thaw) or not
+ * (job.kill). Returns the tags of the tasks taken over (NULL-terminated, malloc'd,
+ * pointing into the attempts), which the sweep for orphans leaves alone. */
+static const char **adopt_all(br_agent_t *a)
+{
+    size_t n = json_array_size(a->adoptable), i, nt = 0;
+    const char **keep = calloc(n * BR_ATTEMPT_MAX_TASKS + 1, sizeof(char *));
+    json_t *rec;
+    json_array_foreach(a->adoptable, i, rec) {
+        json_int_t job = json_integer_value(json_object_get(rec, "job"));
+        int attempt = (int)json_integer_value(json_object_get(rec, "attempt"));
+        json_t *ckpt = json_object_get(rec, "checkpoint");
+        json_t *tasks = json_object_get(rec, "tasks");
+        br_attempt_opts_t o = {.job = job,
+                               .attempt = attempt,
+                               .node = a->s->name,
+                               .checkpoint = json_is_object(ckpt) ? ckpt : NULL,
+                               .exit_dir = br_runstate_dir(a->runstate)};
+        br_err_t err;
+        br_attempt_t *t = keep && a->natt < MAX_ATTEMPTS && !find_attempt(a, job, attempt)
+                              ? br_attempt_adopt(&o, tasks, &err)
+                              : NULL;
+        if (!t) {
+            if (keep && a->natt < MAX_ATTEMPTS)
+                fprintf(stderr, "bramble-agent: job %lld attempt %d: not adopted: %s\n",
+                        (long long)job, attempt, err.text);
+            br_runstate_forget(a->runstate, job, attempt);
+            continue;
+        }
+        a->att[a->natt++] = t;
+        int port = (int)json_integer_value(json_object_get(rec, "port"));
+        br_attempt_set_port(t, port);
+        json_t *service = json_object_get(rec, "service");
+        if (json_is_object(service))
+            start_health(t, service, port);
+        json_t *first = json_array_get(tasks, 0);
+        br_err_t cerr;
+        if (br_attempt_ckpt(t) &&
+            br_ckpt_set_user(br_attempt_ckpt(t),
+                             (uid_t)json_integer_value(json_object_get(first, "uid")),
+                             (gid_t)json_integer_value(json_object_get(first, "gid")),
+                             &cerr) < 0)
+            fprintf(stderr, "bramble-agent: job %lld: checkpoint watcher: %s\n",
+                    (long long)job, cerr.text);
+        br_attempt_freeze(t); /* until the coordinator says it is still theirs */
+        size_t k;
+        json_t *task;
+        json_array_foreach(tasks, k, task)
+            keep[nt++] = json_string_value(json_object_get(task, "tag"));
+        fprintf(stderr, "bramble-agent: job %lld attempt %d: adopted (pid %d), frozen until "
+                        "the coordinator says it is still current\n",
+                (long long)job, attempt, (int)br_attempt_pid(t));
+    }
+    return keep;
 }
 
 static void on_run(br_agent_t *a, br_msg_t *m)
@@ -818,7 +918,8 @@ static void on_run(br_agent_t *a, br_msg_t *m)
             .default_rank = rank,
             .user = allowed && who.user[0] ? who.user : NULL,
             .node = a->s->name,
-            .checkpoint = json_is_object(ckpt) ? ckpt : NULL};
+            .checkpoint = json_is_object(ckpt) ? ckpt : NULL,
+            .exit_dir = br_runstate_dir(a->runstate)};
         br_attempt_t *t = allowed ? br_attempt_start(&o, &err) : NULL;
         br_err_t cerr;
         if (t && br_attempt_ckpt(t) &&
@@ -830,6 +931,7 @@ static void on_run(br_agent_t *a, br_msg_t *m)
             br_attempt_set_port(t, port);
             if (service)
                 start_health(t, service, port);
+            save_attempt(a, t, ckpt, service);
             json_t *body = json_pack("{s:I, s:i, s:i}", "job", job, "attempt", attempt,
                                      "pid", (int)br_attempt_pid(t));
             if (port)
@@ -1115,10 +1217,12 @@ static void on_signal(br_agent_t *a)
 {
     struct signalfd_siginfo si;
     while (read(a->sigfd, &si, sizeof(si)) == sizeof(si)) {
-        if (si.ssi_signo == SIGCHLD)
+        if (si.ssi_signo == SIGCHLD) {
             reap(a);
-        else
+        } else {
             a->stop = 1;
+            a->handoff = si.ssi_signo == SIGUSR2;
+        }
     }
 }
 
@@ -1172,6 +1276,7 @@ static void timers(br_agent_t *a)
         br_probe_tick(a->probe, now);
     for (int i = 0; i < a->natt; i++) {
         br_attempt_t *t = a->att[i];
+        br_attempt_check_adopted(t);
         br_attempt_flush(t, 0, ship_log, a);
         check_health(t, now);
         if (br_attempt_ckpt(t) && !br_attempt_frozen(t)) {
@@ -1232,7 +1337,7 @@ static int build_poll(br_agent_t *a)
 {
     int max = FIXED_ITEMS + BR_LOCALSOCK_MAX_CONNS;
     for (int i = 0; i < a->natt; i++)
-        max += 1 + 2 * br_attempt_ntasks(a->att[i]);
+        max += 1 + 3 * br_attempt_ntasks(a->att[i]);
     if (max > a->items_cap) {
         zmq_pollitem_t *it = realloc(a->items, (size_t)max * sizeof(*it));
         if (it)
@@ -1266,6 +1371,11 @@ static int build_poll(br_agent_t *a)
             items[n++] = (zmq_pollitem_t){NULL, br_ckpt_fd(ck), ZMQ_POLLIN, 0};
         }
         int fds[2 * BR_ATTEMPT_MAX_TASKS];
+        int nw = br_attempt_wait_fds(a->att[i], fds, BR_ATTEMPT_MAX_TASKS);
+        for (int f = 0; f < nw && n < max; f++) { /* an adopted task ended: timers() */
+            owner[n] = NULL;
+            items[n++] = (zmq_pollitem_t){NULL, fds[f], ZMQ_POLLIN, 0};
+        }
         int nfds = br_attempt_fds(a->att[i], fds, 2 * BR_ATTEMPT_MAX_TASKS);
         for (int f = 0; f < nfds && n < max; f++) {
             owner[n] = a->att[i];
@@ -1297,7 +1407,7 @@ static void kill_all(br_agent_t *a)
     char prefix[80], also[80];
     snprintf(prefix, sizeof(prefix), "%s/", a->s->name);
     snprintf(also, sizeof(also), "BRAMBLE_AGENT_ID=%s", a->agent_id);
-    if (a->natt && br_task_kill_tag_prefix(prefix, also, 5000) < 0)
+    if (a->natt && br_task_kill_tag_prefix(prefix, also, NULL, 5000) < 0)
         for (int i = 0; i < a->natt; i++) /* what the pass missed */
             br_attempt_kill(a->att[i], 1000);
 }
@@ -1307,8 +1417,12 @@ int br_agent_run(br_agent_t *a, br_err_t *err)
     char prefix[80], also[80];
     snprintf(prefix, sizeof(prefix), "%s/", a->s->name);
     snprintf(also, sizeof(also), "BRAMBLE_AGENT_ID=%s", a->agent_id);
-    int orphans = br_task_kill_tag_prefix(prefix, also, 5000);
-    if (orphans > 0) /* a previous run of this agent died and left its jobs behind */
+    const char **keep = adopt_all(a);
+    int orphans = br_task_kill_tag_prefix(prefix, also, keep, 5000);
+    free(keep);
+    json_decref(a->adoptable);
+    a->adoptable = NULL;
+    if (orphans > 0) /* a previous run of this agent died and left jobs it could not adopt */
         fprintf(stderr, "bramble-agent: killed %d process(es) left by a previous run\n",
                 orphans);
     send_hello(a);
@@ -1347,7 +1461,15 @@ int br_agent_run(br_agent_t *a, br_err_t *err)
             drain_socket(a);
         timers(a);
     }
-    kill_all(a);
+    if (a->handoff) {
+        fprintf(stderr, "bramble-agent: stopping; %d attempt(s) go on for the next agent to "
+                        "adopt\n", a->natt);
+    } else {
+        kill_all(a);
+        for (int i = 0; i < a->natt; i++) /* nothing is left to adopt */
+            br_runstate_forget(a->runstate, br_attempt_job(a->att[i]),
+                               br_attempt_number(a->att[i]));
+    }
     if (a->fatal)
         return br_errf(err, EACCES, "%s", a->fatal_text);
     return 0;

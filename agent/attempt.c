@@ -3,6 +3,7 @@
 #include "attempt.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,20 +72,25 @@ static int start_task(const br_attempt_opts_t *o, proc_t *p, json_t *own_env,
     const char *id = json_string_value(json_object_get(o->env, "BRAMBLE_AGENT_ID"));
     if (id)
         snprintf(also, sizeof(also), "BRAMBLE_AGENT_ID=%s", id);
+    char exit_path[PATH_MAX] = "";
+    if (o->exit_dir)
+        snprintf(exit_path, sizeof(exit_path), "%s/%lld.%d.%d.exit", o->exit_dir,
+                 (long long)o->job, o->attempt, p->rank);
     br_task_opts_t to = {.command = o->command,
                          .workdir = o->workdir,
                          .env = (const char *const *)env,
                          .user = o->user,
                          .tag = tag,
-                         .also = also[0] ? also : NULL};
+                         .also = also[0] ? also : NULL,
+                         .exit_path = exit_path[0] ? exit_path : NULL};
     p->task = br_task_start(&to, err);
     env_free(env);
     return p->task ? 0 : -1;
 }
 
-br_attempt_t *br_attempt_start(const br_attempt_opts_t *o, br_err_t *err)
+/* An attempt with room for n tasks, its log buffer and its checkpoint watcher. */
+static br_attempt_t *attempt_new(const br_attempt_opts_t *o, size_t n, br_err_t *err)
 {
-    size_t n = o->tasks ? json_array_size(o->tasks) : 1;
     if (n < 1 || n > BR_ATTEMPT_MAX_TASKS)
         return br_errp(err, EINVAL, "an attempt runs 1 to %d tasks on a node, not %zu",
                        BR_ATTEMPT_MAX_TASKS, n);
@@ -111,6 +117,15 @@ br_attempt_t *br_attempt_start(const br_attempt_opts_t *o, br_err_t *err)
             return NULL;
         }
     }
+    return a;
+}
+
+br_attempt_t *br_attempt_start(const br_attempt_opts_t *o, br_err_t *err)
+{
+    size_t n = o->tasks ? json_array_size(o->tasks) : 1;
+    br_attempt_t *a = attempt_new(o, n, err);
+    if (!a)
+        return NULL;
     for (size_t i = 0; i < n; i++) {
         json_t *t = o->tasks ? json_array_get(o->tasks, i) : NULL;
         proc_t *p = &a->procs[i];
@@ -123,6 +138,66 @@ br_attempt_t *br_attempt_start(const br_attempt_opts_t *o, br_err_t *err)
         a->n++;
     }
     return a;
+}
+
+json_t *br_attempt_saved(const br_attempt_t *a)
+{
+    json_t *tasks = json_array();
+    for (int i = 0; i < a->n; i++) {
+        br_task_t *t = a->procs[i].task;
+        json_t *o = json_pack("{s:i, s:s, s:i, s:i, s:I, s:I, s:I}", "rank", a->procs[i].rank,
+                              "tag", br_task_tag(t), "pid", (int)br_task_pid(t), "waiter",
+                              (int)br_task_waiter(t), "waiter_start",
+                              (json_int_t)br_task_waiter_start(t), "uid",
+                              (json_int_t)br_task_uid(t), "gid", (json_int_t)br_task_gid(t));
+        if (br_task_also(t))
+            json_object_set_new(o, "also", json_string(br_task_also(t)));
+        if (br_task_exit_path(t))
+            json_object_set_new(o, "exit", json_string(br_task_exit_path(t)));
+        json_array_append_new(tasks, o);
+    }
+    return tasks;
+}
+
+br_attempt_t *br_attempt_adopt(const br_attempt_opts_t *o, json_t *saved, br_err_t *err)
+{
+    size_t n = json_is_array(saved) ? json_array_size(saved) : 0;
+    br_attempt_t *a = attempt_new(o, n, err);
+    if (!a)
+        return NULL;
+    /* chunks go on from numbers above any the previous agent can have used (the
+     * coordinator keeps chunks in arrival order and drops a number it has) */
+    int64_t base = br_now_ms() * 1000;
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(saved, i);
+        json_int_t pid = 0, waiter = 0, start = 0, uid = -1, gid = -1;
+        const char *tag = NULL, *also = NULL, *exit_path = NULL;
+        int rank = -1;
+        if (json_unpack(t, "{s:i, s:s, s:I, s:I, s:I, s:I, s:I, s?s, s?s}", "rank", &rank,
+                        "tag", &tag, "pid", &pid, "waiter", &waiter, "waiter_start", &start,
+                        "uid", &uid, "gid", &gid, "also", &also, "exit", &exit_path) < 0) {
+            br_errf(err, EPROTO, "task %zu: not a saved task", i);
+            goto fail;
+        }
+        br_task_saved_t sv = {.tag = tag,
+                              .also = also,
+                              .exit_path = exit_path,
+                              .pid = (pid_t)pid,
+                              .waiter = (pid_t)waiter,
+                              .waiter_start = (uint64_t)start,
+                              .uid = (uid_t)uid,
+                              .gid = (gid_t)gid};
+        proc_t *p = &a->procs[i];
+        p->rank = rank;
+        p->seq[0] = p->seq[1] = base;
+        if (!(p->task = br_task_adopt(&sv, err)))
+            goto fail;
+        a->n++;
+    }
+    return a;
+fail:
+    br_attempt_destroy(&a); /* its processes are left to the caller */
+    return NULL;
 }
 
 void br_attempt_destroy(br_attempt_t **ap)
@@ -189,30 +264,54 @@ int br_attempt_has_tag(const br_attempt_t *a, const char *tag)
     return 0;
 }
 
+/* Task i's process ended: what it left running goes too, and when it failed, the
+ * node's part of the gang ends with it. */
+static void task_ended(br_attempt_t *a, int i)
+{
+    br_task_t *t = a->procs[i].task;
+    br_task_kill_tree(t, 2000);
+    int code = -1, sig = -1;
+    br_task_done(t, &code, &sig);
+    if (a->n > 1 && (code != 0 || sig >= 0) && !a->reason[0]) {
+        char why[160];
+        if (sig >= 0)
+            snprintf(why, sizeof(why), "rank %d: killed by signal %d (%s)", a->procs[i].rank,
+                     sig, strsignal(sig));
+        else
+            snprintf(why, sizeof(why), "rank %d: exit code %d", a->procs[i].rank, code);
+        br_attempt_set_reason(a, why);
+        br_attempt_kill(a, 5000);
+    }
+}
+
 int br_attempt_reaped(br_attempt_t *a, pid_t pid, int status)
 {
-    for (int i = 0; i < a->n; i++) {
-        br_task_t *t = a->procs[i].task;
-        if (br_task_pid(t) != pid || br_task_done(t, NULL, NULL))
-            continue;
-        br_task_exited(t, status);
-        /* the task is its main process: what it left running goes too */
-        br_task_kill_tree(t, 2000);
-        int code = -1, sig = -1;
-        br_task_done(t, &code, &sig);
-        if (a->n > 1 && (code != 0 || sig >= 0) && !a->reason[0]) {
-            char why[160];
-            if (sig >= 0)
-                snprintf(why, sizeof(why), "rank %d: killed by signal %d (%s)",
-                         a->procs[i].rank, sig, strsignal(sig));
-            else
-                snprintf(why, sizeof(why), "rank %d: exit code %d", a->procs[i].rank, code);
-            br_attempt_set_reason(a, why);
-            br_attempt_kill(a, 5000); /* the node's part of the gang ends with it */
+    for (int i = 0; i < a->n; i++)
+        if (br_task_reaped(a->procs[i].task, pid, status)) {
+            task_ended(a, i);
+            return 1;
         }
-        return 1;
-    }
     return 0;
+}
+
+int br_attempt_check_adopted(br_attempt_t *a)
+{
+    int n = 0;
+    for (int i = 0; i < a->n; i++)
+        if (br_task_check_adopted(a->procs[i].task)) {
+            task_ended(a, i);
+            n++;
+        }
+    return n;
+}
+
+int br_attempt_wait_fds(const br_attempt_t *a, int *fds, int max)
+{
+    int n = 0;
+    for (int i = 0; i < a->n && n < max; i++)
+        if (br_task_wait_fd(a->procs[i].task) >= 0)
+            fds[n++] = br_task_wait_fd(a->procs[i].task);
+    return n;
 }
 
 int br_attempt_fds(const br_attempt_t *a, int *fds, int max)

@@ -44,6 +44,8 @@ typedef struct {
     const char *user;
     const char *node;   /* for the task tag */
     json_t *checkpoint; /* {"dir","pattern","complete_file"} or NULL: what to watch */
+    const char *exit_dir; /* NULL, or where each task's waiter writes its exit status
+                             (JOB.ATTEMPT.RANK.exit), for an agent started again */
 } br_attempt_opts_t;
 
 #define BR_CKPT_STABLE_MS 2000 /* an unmarked checkpoint is complete after this quiet */
@@ -52,6 +54,15 @@ typedef struct {
  * are killed again: all or nothing). */
 br_attempt_t *br_attempt_start(const br_attempt_opts_t *o, br_err_t *err);
 void br_attempt_destroy(br_attempt_t **a);
+
+/* What an agent started again needs to adopt the attempt's tasks (task.h): an array
+ * of {"rank","tag","pid","waiter","waiter_start","uid","gid","also"?,"exit"?}. */
+json_t *br_attempt_saved(const br_attempt_t *a);
+/* Take over an attempt a previous agent started, from o (job, attempt, node,
+ * checkpoint) and what br_attempt_saved said. Its log chunks are numbered on from
+ * above any number the previous agent used. NULL with err when one of its tasks
+ * cannot be adopted (its processes are then the caller's to kill). */
+br_attempt_t *br_attempt_adopt(const br_attempt_opts_t *o, json_t *saved, br_err_t *err);
 
 int64_t br_attempt_job(const br_attempt_t *a);
 int br_attempt_number(const br_attempt_t *a);
@@ -71,9 +82,16 @@ br_health_t *br_attempt_health(br_attempt_t *a);
 /* 1 when the process whose BRAMBLE_TASK tag is tag belongs to this attempt. */
 int br_attempt_has_tag(const br_attempt_t *a, const char *tag);
 
-/* pid was reaped with status: 1 when it was one of this attempt's task leaders (its
- * tree is then killed, and, when it failed, the other tasks too), else 0. */
+/* pid was reaped with status: 1 when it was the waiter of one of this attempt's
+ * tasks, which ends as the task did (the task's tree is then killed, and, when it
+ * failed, the other tasks too), else 0. */
 int br_attempt_reaped(br_attempt_t *a, pid_t pid, int status);
+
+/* Adopted tasks whose waiter ended are handled as br_attempt_reaped does; returns
+ * how many ended. */
+int br_attempt_check_adopted(br_attempt_t *a);
+/* The pidfds of adopted tasks still running (at most max), to wake up on. */
+int br_attempt_wait_fds(const br_attempt_t *a, int *fds, int max);
 
 /* The open output fds of every task (at most max), to wait on. */
 int br_attempt_fds(const br_attempt_t *a, int *fds, int max);

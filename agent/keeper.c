@@ -16,7 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "task.h"
 #include "util.h"
+
+#define KEEPER_NAME "bramble-keeper" /* its comm */
 
 /*
  * Design notes.
@@ -201,7 +204,7 @@ static __attribute__((noreturn)) void keeper_main(br_keeper_t *k)
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    prctl(PR_SET_NAME, "bramble-keeper");
+    prctl(PR_SET_NAME, KEEPER_NAME);
     shared_t *sh = k->sh;
     int dead = 0, frozen = 0, killed = 0;
     for (;; nap(KEEPER_TICK_MS)) {
@@ -253,18 +256,22 @@ static int spawn(br_keeper_t *k, br_err_t *err)
     return 0;
 }
 
-br_keeper_t *br_keeper_new(int64_t fence_ms, int64_t node_timeout_ms, br_err_t *err)
+br_keeper_t *br_keeper_new(const char *run, int64_t fence_ms, int64_t node_timeout_ms,
+                           br_err_t *err)
 {
     br_keeper_t *k = calloc(1, sizeof(*k));
     if (!k)
         return br_errp(err, ENOMEM, "out of memory");
     unsigned char id[8];
-    if (getrandom(id, sizeof(id), 0) != (ssize_t)sizeof(id)) {
+    if (run && strlen(run) == 16 && strspn(run, "0123456789abcdef") == 16) {
+        memcpy(k->run, run, 17);
+    } else if (getrandom(id, sizeof(id), 0) != (ssize_t)sizeof(id)) {
         free(k);
         return br_errp(err, errno, "getrandom: %s", strerror(errno));
+    } else {
+        for (size_t i = 0; i < sizeof(id); i++)
+            snprintf(k->run + 2 * i, 3, "%02x", id[i]);
     }
-    for (size_t i = 0; i < sizeof(id); i++)
-        snprintf(k->run + 2 * i, 3, "%02x", id[i]);
     snprintf(k->env, sizeof(k->env), "%s=%s", KEEPER_ENV, k->run);
     k->sh = mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
                  -1, 0);
@@ -296,6 +303,35 @@ void br_keeper_destroy(br_keeper_t **kp)
             break;
         nap(KEEPER_TICK_MS / 2);
     }
+    munmap(k->sh, sizeof(shared_t));
+    free(k);
+    *kp = NULL;
+}
+
+int br_keeper_retire(pid_t pid, uint64_t start)
+{
+    uint64_t now_start;
+    char comm[32];
+    if (pid <= 0 || br_proc_start(pid, &now_start, comm, sizeof(comm)) < 0 ||
+        now_start != start || strcmp(comm, KEEPER_NAME) != 0)
+        return 0;
+    kill(pid, SIGKILL);
+    return 1;
+}
+
+uint64_t br_keeper_start(const br_keeper_t *k)
+{
+    uint64_t start = 0;
+    if (k->pid > 0 && br_proc_start(k->pid, &start, NULL, 0) < 0)
+        start = 0;
+    return start;
+}
+
+void br_keeper_leave(br_keeper_t **kp)
+{
+    br_keeper_t *k = kp ? *kp : NULL;
+    if (!k)
+        return;
     munmap(k->sh, sizeof(shared_t));
     free(k);
     *kp = NULL;

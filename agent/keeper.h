@@ -27,10 +27,25 @@
 typedef struct br_keeper br_keeper_t;
 
 /* Fork the keeper; it closes every descriptor but 0-2 (the data dir's lock stays
- * the agent's). fence_ms, node_timeout_ms: until the coordinator says otherwise. */
-br_keeper_t *br_keeper_new(int64_t fence_ms, int64_t node_timeout_ms, br_err_t *err);
+ * the agent's). run: the run id (16 hex digits) of a previous run whose jobs this
+ * run adopts, or NULL for a new one. fence_ms, node_timeout_ms: until the
+ * coordinator says otherwise. */
+br_keeper_t *br_keeper_new(const char *run, int64_t fence_ms, int64_t node_timeout_ms,
+                           br_err_t *err);
 /* The agent stops on purpose (it stops its jobs itself): the keeper exits. */
 void br_keeper_destroy(br_keeper_t **k);
+/* The agent stops and leaves its jobs to the next agent (an upgrade): the keeper
+ * goes on guarding them as if the agent had died, until that agent retires it. */
+void br_keeper_leave(br_keeper_t **k);
+
+/* A previous run's keeper, still there when its agent died, and whose jobs the new
+ * run adopts: SIGKILLed, if pid still names it (its start time and name match), so
+ * that it does not fence jobs that now have a live agent. 1 when it was killed, 0
+ * when it was not there. */
+int br_keeper_retire(pid_t pid, uint64_t start);
+
+/* The keeper process's start time (br_proc_start), to save with its pid. */
+uint64_t br_keeper_start(const br_keeper_t *k);
 
 /* "BRAMBLE_AGENT_RUN=<id>": the entry every job of this run carries. */
 const char *br_keeper_env(const br_keeper_t *k);

@@ -6,13 +6,17 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -39,6 +43,7 @@
  */
 
 #define TASK_ENV_NAME "BRAMBLE_TASK"
+#define WAITER_NAME "bramble-wait" /* its comm, which an adopting agent checks */
 #define FREEZE_WAIT_MS 500
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -60,7 +65,10 @@ struct child_report {
 
 struct br_task {
     br_task_t *next; /* the live tasks of this process (br_task_of_pid) */
-    pid_t pid;
+    pid_t pid;       /* the job's process (its process group and session) */
+    pid_t waiter;    /* its waiter, the agent's child (or a previous agent's) */
+    int pidfd;       /* adopted: the waiter's pidfd, readable once it is gone; else -1 */
+    char *exit_path; /* where the waiter writes the exit status, or NULL */
     uid_t uid;       /* whom it runs as */
     gid_t gid;
     int fds[3]; /* [1] stdout, [2] stderr read ends; [0] unused (-1) */
@@ -86,6 +94,8 @@ struct child_plan {
     int ngroups;
     int null_fd;
     int out_w, err_w, report_w;
+    int out_r, err_r;       /* the read ends the waiter keeps (at fds 3 and 4) */
+    const char *exit_path;  /* where the waiter writes the exit status, or NULL */
 };
 
 /* ---- environment ---------------------------------------------------------------- */
@@ -455,6 +465,86 @@ static __attribute__((noreturn)) void child_run(struct child_plan *plan)
     child_fail(plan, STAGE_EXEC);
 }
 
+/* Write v in decimal and a newline to fd. */
+static void write_int(int fd, int v)
+{
+    char buf[16];
+    int n = (int)sizeof(buf);
+    unsigned u = v < 0 ? 0u - (unsigned)v : (unsigned)v;
+    buf[--n] = '\n';
+    do {
+        buf[--n] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u && n > 1);
+    if (v < 0)
+        buf[--n] = '-';
+    ssize_t w = write(fd, buf + n, sizeof(buf) - (size_t)n);
+    (void)w;
+}
+
+/* The waiter: forks the job, keeps a read end of its stdout and stderr (at fds 3
+ * and 4, where an agent started again opens them through /proc), reaps it (and
+ * whatever of its tree is orphaned meanwhile), writes its wait status to
+ * plan->exit_path and ends the way the job ended, so that its parent's waitpid
+ * reads the job's status. */
+static __attribute__((noreturn)) void waiter_run(struct child_plan *plan, int report_r)
+{
+    close(report_r);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    prctl(PR_SET_NAME, WAITER_NAME);
+    struct rlimit no_core = {0, 0}; /* it ends by the job's signal: no core of its own */
+    setrlimit(RLIMIT_CORE, &no_core);
+    pid_t job = fork();
+    if (job < 0)
+        child_fail(plan, STAGE_SETUP);
+    if (job == 0)
+        child_run(plan);
+    struct child_report r = {0, (int)job}; /* the job's pid first */
+    if (write(plan->report_w, &r, sizeof(r)) != (ssize_t)sizeof(r))
+        _exit(127);
+    /* keep only the read ends (3, 4), /dev/null on 0-2 and the exit file (5):
+     * nothing of the agent's (its lock, its sockets) and no write end of the
+     * report pipe, whose EOF tells the agent that the job's exec succeeded */
+    int out = fcntl(plan->out_r, F_DUPFD, 10), err = fcntl(plan->err_r, F_DUPFD, 10);
+    int null = fcntl(plan->null_fd, F_DUPFD, 10);
+    if (out < 0 || err < 0 || null < 0 || dup2(out, 3) < 0 || dup2(err, 4) < 0)
+        _exit(127);
+    for (int i = 0; i < 3; i++)
+        dup2(null, i);
+    int exit_fd = plan->exit_path ? open(plan->exit_path, O_WRONLY | O_CREAT | O_TRUNC, 0600)
+                                  : -1;
+    if (exit_fd >= 0 && exit_fd != 5)
+        exit_fd = dup2(exit_fd, 5);
+    if (close_range(6, ~0U, 0) < 0)
+        for (int fd = 6; fd < 1024; fd++)
+            close(fd);
+    if (exit_fd < 0)
+        close(5);
+    int status;
+    pid_t got;
+    do {
+        got = waitpid(-1, &status, 0);
+    } while (got != job && (got > 0 || errno == EINTR));
+    if (got != job)
+        _exit(127);
+    if (exit_fd >= 0)
+        write_int(exit_fd, status);
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = SIG_DFL;
+        sigaction(sig, &sa, NULL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        kill(getpid(), sig);
+        sigprocmask(SIG_UNBLOCK, &one, NULL);
+        _exit(128 + sig);
+    }
+    _exit(WEXITSTATUS(status));
+}
+
 /* ---- the parent ----------------------------------------------------------------- */
 
 static void close_fd(int *fd)
@@ -484,20 +574,30 @@ static int report_error(const struct child_report *r, const br_task_opts_t *opts
     }
 }
 
-/* Wait for exec (EOF on the report pipe) or the child's failure report. */
-static int await_exec(pid_t pid, int report_r, const br_task_opts_t *opts,
+/* Wait for the waiter's word: the job's pid first, then EOF once the job's exec
+ * succeeded or the report of the step that failed. On failure the waiter is reaped
+ * (it ends once it has reaped the job). */
+static int await_exec(pid_t waiter, int report_r, pid_t *job, const br_task_opts_t *opts,
                       const char *workdir, br_err_t *err)
 {
     struct child_report r;
     ssize_t n;
-    do {
-        n = read(report_r, &r, sizeof(r));
-    } while (n < 0 && errno == EINTR);
-    if (n == 0)
+    *job = -1;
+    for (;;) {
+        do {
+            n = read(report_r, &r, sizeof(r));
+        } while (n < 0 && errno == EINTR);
+        if (n == (ssize_t)sizeof(r) && r.stage == 0 && *job < 0) {
+            *job = (pid_t)r.errnum;
+            continue;
+        }
+        break;
+    }
+    if (n == 0 && *job > 0)
         return 0;
-    if (n != (ssize_t)sizeof(r))
+    if (n != (ssize_t)sizeof(r) || r.stage == 0)
         r = (struct child_report){STAGE_SETUP, n < 0 ? errno : EIO};
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+    while (waitpid(waiter, NULL, 0) < 0 && errno == EINTR)
         ;
     return report_error(&r, opts, workdir, err);
 }
@@ -514,10 +614,8 @@ static pid_t spawn(struct child_plan *plan, int report_r)
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pid_t pid = fork();
-    if (pid == 0) {
-        close(report_r);
-        child_run(plan);
-    }
+    if (pid == 0)
+        waiter_run(plan, report_r);
     int saved = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     errno = saved;
@@ -545,7 +643,8 @@ static br_task_t *task_alloc(const char *tag)
         free(t);
         return NULL;
     }
-    t->pid = -1;
+    t->pid = t->waiter = -1;
+    t->pidfd = -1;
     t->fds[0] = t->fds[1] = t->fds[2] = -1;
     t->exit_code = t->signal = -1;
     return t;
@@ -564,17 +663,25 @@ static int launch(br_task_t *t, struct child_plan *plan, const br_task_opts_t *o
     plan->out_w = out[1];
     plan->err_w = errp[1];
     plan->report_w = report[1];
-    pid_t pid = spawn(plan, report[0]);
-    if (pid < 0) {
+    plan->out_r = out[0];
+    plan->err_r = errp[0];
+    plan->exit_path = opts->exit_path;
+    pid_t waiter = spawn(plan, report[0]), job;
+    if (waiter < 0) {
         br_errf(err, errno, "cannot fork the task: %s", strerror(errno));
         goto out;
     }
     close_fd(&out[1]);
     close_fd(&errp[1]);
     close_fd(&report[1]);
-    if (await_exec(pid, report[0], opts, opts->workdir ? opts->workdir : "/", err) < 0)
+    if (await_exec(waiter, report[0], &job, opts, opts->workdir ? opts->workdir : "/",
+                   err) < 0) {
+        if (opts->exit_path)
+            unlink(opts->exit_path);
         goto out;
-    t->pid = pid;
+    }
+    t->pid = job;
+    t->waiter = waiter;
     t->fds[1] = out[0];
     t->fds[2] = errp[0];
     out[0] = errp[0] = -1;
@@ -605,7 +712,8 @@ br_task_t *br_task_start(const br_task_opts_t *opts, br_err_t *err)
         goto out;
     plan.envp = env.v;
     t = task_alloc(opts->tag);
-    if (t && opts->also && !(t->also = strdup(opts->also))) {
+    if (t && ((opts->also && !(t->also = strdup(opts->also))) ||
+              (opts->exit_path && !(t->exit_path = strdup(opts->exit_path))))) {
         br_task_destroy(&t);
         br_errf(err, ENOMEM, "out of memory starting a task");
         goto out;
@@ -646,8 +754,10 @@ void br_task_destroy(br_task_t **task)
         }
     close_fd(&t->fds[1]);
     close_fd(&t->fds[2]);
+    close_fd(&t->pidfd);
     free(t->tag);
     free(t->also);
+    free(t->exit_path);
     free(t);
     *task = NULL;
     errno = saved;
@@ -661,6 +771,16 @@ pid_t br_task_pid(const br_task_t *task)
 const char *br_task_tag(const br_task_t *task)
 {
     return task ? task->tag : NULL;
+}
+
+const char *br_task_also(const br_task_t *task)
+{
+    return task ? task->also : NULL;
+}
+
+const char *br_task_exit_path(const br_task_t *task)
+{
+    return task ? task->exit_path : NULL;
 }
 
 uid_t br_task_uid(const br_task_t *task)
@@ -697,10 +817,8 @@ ssize_t br_task_read(br_task_t *task, int stream, void *buf, size_t len)
     return n;
 }
 
-void br_task_exited(br_task_t *task, int wait_status)
+static void record_exit(br_task_t *task, int wait_status)
 {
-    if (!task)
-        return;
     if (WIFEXITED(wait_status)) {
         task->exit_code = WEXITSTATUS(wait_status);
         task->signal = -1;
@@ -711,6 +829,183 @@ void br_task_exited(br_task_t *task, int wait_status)
         return; /* stopped or continued: still alive */
     }
     task->done = 1;
+}
+
+int br_task_reaped(br_task_t *task, pid_t pid, int wait_status)
+{
+    if (!task || task->done || pid <= 0 || pid != task->waiter)
+        return 0;
+    record_exit(task, wait_status);
+    return 1;
+}
+
+/* The wait status the waiter wrote to path: 0, or -1 when there is none. */
+static int read_exit_file(const char *path, int *status)
+{
+    char buf[32];
+    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 1 || buf[n - 1] != '\n')
+        return -1;
+    buf[n] = '\0';
+    char *end;
+    long v = strtol(buf, &end, 10);
+    if (*end != '\n' || v < INT_MIN || v > INT_MAX)
+        return -1;
+    *status = (int)v;
+    return 0;
+}
+
+int br_proc_start(pid_t pid, uint64_t *start, char *comm, size_t commlen)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *open_paren = strchr(buf, '('), *p = strrchr(buf, ')');
+    if (!open_paren || !p || p < open_paren)
+        return -1;
+    size_t len = (size_t)(p - open_paren - 1);
+    if (comm && commlen) {
+        if (len >= commlen)
+            len = commlen - 1;
+        memcpy(comm, open_paren + 1, len);
+        comm[len] = '\0';
+    }
+    /* after ") ": state is field 3; start time is field 22 */
+    p += 2;
+    for (int field = 3; field < 22 && p; field++) {
+        p = strchr(p, ' ');
+        if (p)
+            p++;
+    }
+    unsigned long long v;
+    if (!p || sscanf(p, "%llu", &v) != 1)
+        return -1;
+    *start = v;
+    return 0;
+}
+
+uint64_t br_task_waiter_start(const br_task_t *task)
+{
+    uint64_t start = 0;
+    if (task && task->waiter > 0 && br_proc_start(task->waiter, &start, NULL, 0) < 0)
+        start = 0;
+    return start;
+}
+
+pid_t br_task_waiter(const br_task_t *task)
+{
+    return task ? task->waiter : -1;
+}
+
+/* Open what the waiter keeps at fd n: a read end of the job's pipe. */
+static int open_kept(pid_t waiter, int n)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)waiter, n);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode))) {
+        close(fd);
+        errno = EBADF;
+        return -1;
+    }
+    return fd;
+}
+
+static int pidfd_gone(int pidfd)
+{
+    struct pollfd p = {pidfd, POLLIN, 0};
+    return poll(&p, 1, 0) != 0;
+}
+
+br_task_t *br_task_adopt(const br_task_saved_t *sv, br_err_t *err)
+{
+    if (!sv || !sv->tag || !*sv->tag || sv->pid <= 0 || sv->waiter <= 0)
+        return br_errp(err, EINVAL, "an adopted task needs a tag, a pid and a waiter");
+    br_task_t *t = task_alloc(sv->tag);
+    if (!t || (sv->also && !(t->also = strdup(sv->also))) ||
+        (sv->exit_path && !(t->exit_path = strdup(sv->exit_path)))) {
+        br_task_destroy(&t);
+        return br_errp(err, ENOMEM, "out of memory adopting a task");
+    }
+    t->pid = sv->pid;
+    t->waiter = sv->waiter;
+    t->uid = sv->uid;
+    t->gid = sv->gid;
+    uint64_t start;
+    char comm[32];
+    int alive = br_proc_start(sv->waiter, &start, comm, sizeof(comm)) == 0 &&
+                start == sv->waiter_start && strcmp(comm, WAITER_NAME) == 0;
+    if (alive)
+        t->pidfd = (int)syscall(SYS_pidfd_open, sv->waiter, 0);
+    /* the same process still, now that its pidfd holds it: its pipes */
+    if (alive && t->pidfd >= 0 && br_proc_start(sv->waiter, &start, NULL, 0) == 0 &&
+        start == sv->waiter_start) {
+        t->fds[1] = open_kept(sv->waiter, 3);
+        t->fds[2] = open_kept(sv->waiter, 4);
+        if (t->fds[1] >= 0 && t->fds[2] >= 0 && !pidfd_gone(t->pidfd)) {
+            t->next = live_tasks;
+            live_tasks = t;
+            return t;
+        }
+        int saved = errno;
+        close_fd(&t->fds[1]);
+        close_fd(&t->fds[2]);
+        if (!pidfd_gone(t->pidfd)) {
+            br_errf(err, saved, "task %s: cannot open its output through its waiter "
+                                "(pid %d): %s", sv->tag, (int)sv->waiter, strerror(saved));
+            br_task_destroy(&t);
+            return NULL;
+        }
+    }
+    close_fd(&t->pidfd);
+    /* the waiter is gone: the job ended while no agent watched, and it said how */
+    int status;
+    if (read_exit_file(sv->exit_path, &status) == 0) {
+        record_exit(t, status);
+        if (t->done) {
+            t->next = live_tasks;
+            live_tasks = t;
+            return t;
+        }
+    }
+    br_errf(err, ESRCH, "task %s: its waiter (pid %d) is gone and left no exit status",
+            sv->tag, (int)sv->waiter);
+    br_task_destroy(&t);
+    return NULL;
+}
+
+int br_task_wait_fd(const br_task_t *task)
+{
+    return task && !task->done ? task->pidfd : -1;
+}
+
+int br_task_check_adopted(br_task_t *task)
+{
+    if (!task || task->done || task->pidfd < 0 || !pidfd_gone(task->pidfd))
+        return 0;
+    int status;
+    if (read_exit_file(task->exit_path, &status) < 0)
+        status = SIGKILL; /* it left no word: count it killed */
+    close_fd(&task->pidfd);
+    record_exit(task, status);
+    if (!task->done) { /* a status that is no end: count it killed */
+        task->done = 1;
+        task->exit_code = -1;
+        task->signal = SIGKILL;
+    }
+    return 1;
 }
 
 int br_task_done(const br_task_t *task, int *exit_code, int *signal)
@@ -810,11 +1105,20 @@ static int parse_pid(const char *name, pid_t *pid)
     return 0;
 }
 
+/* Whether the process carries one of the entries of skip (NULL-terminated). */
+static int carries_any(int dirfd, const char *const *skip)
+{
+    for (; skip && *skip; skip++)
+        if (environ_has(dirfd, *skip, 0))
+            return 1;
+    return 0;
+}
+
 /* Live (non-zombie) processes in process group pgid (if > 0) or carrying needle (an
  * environment entry, or its start with prefix) and, when also is given, that exact
- * entry too. */
+ * entry too; none that carries an entry of skip. */
 static int scan_procs(pid_t pgid, const char *needle, int prefix, const char *also,
-                      proc_list_t *out)
+                      const char *const *skip, proc_list_t *out)
 {
     DIR *d = opendir("/proc");
     if (!d)
@@ -832,7 +1136,8 @@ static int scan_procs(pid_t pgid, const char *needle, int prefix, const char *al
             continue;
         if (read_stat(dfd, &state, &pgrp) == 0 && state != 'Z' && state != 'X' &&
             ((pgid > 0 && pgrp == pgid) ||
-             (environ_has(dfd, needle, prefix) && (!also || environ_has(dfd, also, 0)))))
+             (environ_has(dfd, needle, prefix) && (!also || environ_has(dfd, also, 0)))) &&
+            !carries_any(dfd, skip))
             rc = proc_add(out, pid, state);
         close(dfd);
     }
@@ -842,7 +1147,7 @@ static int scan_procs(pid_t pgid, const char *needle, int prefix, const char *al
 
 static int scan_tree(pid_t pgid, const char *needle, proc_list_t *out)
 {
-    return scan_procs(pgid, needle, 0, NULL, out);
+    return scan_procs(pgid, needle, 0, NULL, NULL, out);
 }
 
 static char *tag_entry(const char *tag)
@@ -857,7 +1162,7 @@ static int task_scan(const br_task_t *task, proc_list_t *out)
     if (!needle)
         return -1;
     out->n = 0;
-    int rc = scan_procs(task->pid, needle, 0, task->also, out);
+    int rc = scan_procs(task->pid, needle, 0, task->also, NULL, out);
     free(needle);
     return rc;
 }
@@ -1011,11 +1316,26 @@ int br_task_count_tagged(const char *tag)
     return rc;
 }
 
-int br_task_kill_tag_prefix(const char *prefix, const char *also, int timeout_ms)
+int br_task_kill_tag_prefix(const char *prefix, const char *also, const char *const *keep,
+                            int timeout_ms)
 {
     char *needle = prefix && *prefix ? tag_entry(prefix) : NULL;
     if (!needle) {
         errno = EINVAL;
+        return -1;
+    }
+    size_t nkeep = 0;
+    while (keep && keep[nkeep])
+        nkeep++;
+    char **skip = calloc(nkeep + 1, sizeof(char *));
+    for (size_t i = 0; skip && i < nkeep; i++)
+        if (!(skip[i] = tag_entry(keep[i]))) {
+            env_free(&(env_list_t){skip, i, nkeep + 1});
+            skip = NULL;
+        }
+    if (!skip) {
+        free(needle);
+        errno = ENOMEM;
         return -1;
     }
     proc_list_t l = {0};
@@ -1023,7 +1343,7 @@ int br_task_kill_tag_prefix(const char *prefix, const char *also, int timeout_ms
     int killed = 0, rc = 0;
     for (;;) {
         l.n = 0;
-        if (scan_procs(0, needle, 1, also, &l) < 0) {
+        if (scan_procs(0, needle, 1, also, (const char *const *)skip, &l) < 0) {
             rc = -1;
             break;
         }
@@ -1041,6 +1361,7 @@ int br_task_kill_tag_prefix(const char *prefix, const char *also, int timeout_ms
     int saved = errno;
     free(l.v);
     free(needle);
+    env_free(&(env_list_t){skip, nkeep, nkeep + 1});
     errno = saved;
     return rc < 0 ? -1 : killed;
 }

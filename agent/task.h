@@ -1,12 +1,21 @@
 /* task.h - one job process on this node: started with sh -c in its own session and
  * process group as the job user, stdout and stderr captured through pipes, and the
  * whole process tree (children that changed their process group or session too)
- * found, frozen, thawed and killed. The agent reaps children itself (it is a child
- * subreaper, waitpid(-1)) and hands each leader's wait status to br_task_exited(). */
+ * found, frozen, thawed and killed.
+ *
+ * Between the agent and the job sits a waiter, a small forked process (comm
+ * "bramble-wait") that outlives the agent: it keeps a read end of the job's pipes
+ * (so the job does not die of SIGPIPE when the agent does), reaps the job, writes
+ * its wait status to a file and then ends the same way. The agent reaps its
+ * waiters itself (waitpid(-1); br_task_reaped). An agent started again finds a
+ * previous agent's tasks by what it saved of them (br_task_adopt): it reopens the
+ * pipes through /proc/WAITER/fd and learns of the end through the waiter's pidfd
+ * and the status file. */
 #ifndef BRAMBLE_TASK_H
 #define BRAMBLE_TASK_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "err.h"
@@ -32,6 +41,8 @@ typedef struct {
     const char *also;        /* NULL, or an entry of env ("KEY=VALUE") that such a
                                 descendant must carry too: the same tag in another
                                 cluster's job on this host is not ours */
+    const char *exit_path;   /* NULL, or the file the waiter writes the job's wait
+                                status to ("%d\n"), for an agent started again */
 } br_task_opts_t;
 
 /* Start the task. Fails (no child left behind) with a clear reason when the user
@@ -43,6 +54,8 @@ void br_task_destroy(br_task_t **task);
 
 pid_t br_task_pid(const br_task_t *task);
 const char *br_task_tag(const br_task_t *task);
+const char *br_task_also(const br_task_t *task);      /* NULL when none */
+const char *br_task_exit_path(const br_task_t *task); /* NULL when none */
 /* The uid and gid the task runs as. */
 uid_t br_task_uid(const br_task_t *task);
 gid_t br_task_gid(const br_task_t *task);
@@ -61,8 +74,43 @@ int br_task_fd(const br_task_t *task, int stream);
  * br_task_fd returns -1), -1 with errno EAGAIN when nothing is ready. */
 ssize_t br_task_read(br_task_t *task, int stream, void *buf, size_t len);
 
-/* Record the leader's wait status (from the agent's waitpid). */
-void br_task_exited(br_task_t *task, int wait_status);
+/* pid, reaped by the agent with wait_status, was this task's waiter: 1 (the job's
+ * end is recorded: the waiter ends as the job did), else 0. */
+int br_task_reaped(br_task_t *task, pid_t pid, int wait_status);
+
+/* The waiter's pid and its start time (clock ticks since boot, /proc/PID/stat), to
+ * save for an agent started again; 0 when it cannot be read. */
+pid_t br_task_waiter(const br_task_t *task);
+uint64_t br_task_waiter_start(const br_task_t *task);
+
+/* Start time (clock ticks since boot) and comm (NULL: not wanted) of any process,
+ * from /proc/PID/stat: 0, or -1 when it is gone. Start time and pid together name a
+ * process; a pid alone may have been reused. */
+int br_proc_start(pid_t pid, uint64_t *start, char *comm, size_t commlen);
+
+/* What an agent saved of a task, to adopt it. */
+typedef struct {
+    const char *tag, *also, *exit_path;
+    pid_t pid, waiter;
+    uint64_t waiter_start; /* against a reused pid */
+    uid_t uid;
+    gid_t gid;
+} br_task_saved_t;
+
+/* Take over a task a previous agent started: its waiter still runs (the same
+ * process: its comm and start time match), and the job's pipes are opened again
+ * through it; or the waiter is gone and left the job's status in exit_path, and the
+ * task is done (what the job printed meanwhile is lost). NULL with err otherwise.
+ * The agent is not the waiter's parent: br_task_wait_fd and br_task_check_adopted
+ * say when it ends. */
+br_task_t *br_task_adopt(const br_task_saved_t *saved, br_err_t *err);
+
+/* An adopted task's waiter pidfd, readable once the waiter is gone; -1 for a task
+ * this agent started (its waiter is reaped) or one that is done. */
+int br_task_wait_fd(const br_task_t *task);
+/* An adopted task whose waiter is gone: records the job's end from the exit file (a
+ * missing one counts as SIGKILL) and returns 1; else 0. */
+int br_task_check_adopted(br_task_t *task);
 
 /* 1 once the leader has exited (exit_code, or signal when killed by one; the other
  * is -1), else 0. Either pointer may be NULL. */
@@ -83,9 +131,11 @@ int br_task_thaw(br_task_t *task);
 
 /* Kill every process whose tag starts with prefix and whose environment also holds
  * the entry also ("KEY=VALUE", NULL for none) - a previous agent's jobs, left behind
- * when it died - repeating until none is left or timeout_ms passes. Returns how
- * many were signalled, or -1. */
-int br_task_kill_tag_prefix(const char *prefix, const char *also, int timeout_ms);
+ * when it died - but none whose tag is in keep (NULL-terminated, or NULL: the tasks
+ * adopted), repeating until none is left or timeout_ms passes. Returns how many were
+ * signalled, or -1. */
+int br_task_kill_tag_prefix(const char *prefix, const char *also, const char *const *keep,
+                            int timeout_ms);
 
 /* Number of live processes carrying tag (any task, including a previous agent's). */
 int br_task_count_tagged(const char *tag);

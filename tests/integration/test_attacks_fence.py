@@ -227,15 +227,22 @@ def test_agent_killed_alone_attempt_frozen_then_killed(make_cluster, tmp_path):
     assert not c.task_procs(f"{node}/{jid}.1."), c.task_procs(f"{node}/{jid}.1.")
 
 
-@pytest.mark.xfail(strict=True, reason="not built yet: a restarted agent kills what its "
-                   "predecessor left (the keeper holds neither the pipes nor the exit "
-                   "statuses), so the coordinator restarts the attempt")
-def test_agent_killed_and_restarted_adopts_its_attempt(make_cluster, tmp_path):
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGUSR2"])
+def test_agent_killed_and_restarted_adopts_its_attempt(make_cluster, tmp_path, how):
+    """SIGKILL: the agent crashed (an OOM kill) and is restarted at once, as systemd's
+    Restart= does. SIGUSR2: the agent stops on purpose for an upgrade, leaving its
+    jobs to the next one (the unit's RestartKillSignal). Either way the new agent
+    adopts attempt 1: same processes, output still shipped, exit reported, no
+    attempt 2."""
     c, names = make_nodes(make_cluster)
     wait_for(lambda: time.monotonic() - c.coordinator_started > 2 * NT_S + 0.5,
              what="the coordinator's start-up grace to pass")
     jid, node, pids, out = started_job(c, tmp_path, "adopted", seconds=8)
-    c.agents[node].kill(signal.SIGKILL)
+    agent = c.agents[node]
+    rc = agent.kill(getattr(signal, how))
+    if how == "SIGUSR2":
+        assert rc == 0, agent.output()
+        assert "go on for the next agent to adopt" in agent.output(), agent.output()
     assert all(running(p) or proc_state(p) in STOPPED for p in pids), \
         "the job died with its agent"
     c.start_agent(node, join=False)  # as systemd's Restart= would, at once
@@ -250,6 +257,42 @@ def test_agent_killed_and_restarted_adopts_its_attempt(make_cluster, tmp_path):
     assert "done attempt 1" in c.logs(jid)
     assert {a for a, _, _ in appended(out)} == {1}
     assert not [e for e in j["events"] if e["state"] == "pending"][1:], events_text(j)
+
+
+WAIT_FOR_FILE = r'''
+import os, sys, time
+print("waiting for", sys.argv[1], flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+sys.exit(3)
+'''
+
+
+def test_job_that_ends_while_its_agent_is_down_is_reported_by_the_next(make_cluster,
+                                                                       tmp_path):
+    """The job ends (exit code 3) after its agent was SIGKILLed and before the next
+    one starts: its waiter kept the exit status, and the next agent reports it. The
+    attempt is not counted lost and not run again."""
+    c, names = make_nodes(make_cluster, node_timeout="10s")  # fence 6 s: room to end
+    script = tmp_path / "wait_for_file.py"
+    script.write_text(WAIT_FOR_FILE)
+    go = tmp_path / "go"
+    jid = c.submit(f"name: ends-alone\ncommand: exec {PYTHON} -u {script} {go}\n"
+                   f"restart:\n  max: 2\n  on: [node_lost]\n")
+    j = c.wait_job(jid, "running")
+    node = j["nodes"][0]
+    c.wait_logs(jid, "waiting for")
+    pids = c.task_procs(f"{node}/{jid}.1.0")
+    assert pids, "the job's process"
+    c.agents[node].kill(signal.SIGKILL)
+    go.write_text("")
+    wait_for(lambda: all(proc_state(p) in GONE for p in pids),
+             what="the job to end while no agent runs")
+    c.start_agent(node, join=False)
+    j = c.wait_job(jid, timeout=DEADLINE)
+    assert (j["state"], j["attempt"], j["exit_code"]) == ("failed", 1, 3), \
+        (j["state"], j["attempt"], j.get("exit_code"), events_text(j))
+    assert "node_lost" not in events_text(j), events_text(j)
 
 
 def test_agent_paused_past_node_timeout_never_runs_twice(make_cluster, tmp_path):

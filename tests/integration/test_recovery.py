@@ -573,7 +573,24 @@ def test_coordinator_sigkill_during_submission_burst(make_cluster, tmp_path):
 # an agent restarted on its data dir
 
 
-def test_agent_restart_job_reported_gone_and_restarted(make_cluster, tmp_path):
+def waiter_of(pid):
+    """The bramble-wait process whose child pid is (the job's leader), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        comm = Path(f"/proc/{ppid}/comm").read_text().strip()
+    except (OSError, ValueError, IndexError):
+        return None
+    return ppid if comm == "bramble-wait" else None
+
+
+def test_agent_restart_that_cannot_adopt_kills_leftovers_and_job_restarts(make_cluster,
+                                                                          tmp_path):
+    """An agent killed together with its job's waiter (as `pkill -9 -f bramble-agent`
+    does: the waiter is a fork of the agent) leaves a job it cannot adopt: no one
+    holds its exit status. The restarted agent kills what is left and reports the
+    attempt gone, and the coordinator restarts it at once, not after the node
+    timeout."""
     # node_timeout long: the loss must come from the restarted agent's report
     c, names = make_nodes(make_cluster, heartbeat="250ms", node_timeout="30s")
     script = write_script(tmp_path, "counter.py", COUNTER)
@@ -585,10 +602,16 @@ def test_agent_restart_job_reported_gone_and_restarted(make_cluster, tmp_path):
     c.wait_logs(jid, "count 2")
 
     t_kill = time.time()
+    waiters = {w for w in map(waiter_of, c.task_procs(old)) if w}
+    assert waiters, f"no bramble-wait parent for {c.task_procs(old)}"
     c.agents[node].kill(signal.SIGKILL)
+    for w in waiters:
+        os.kill(w, signal.SIGKILL)
     left = c.task_procs(old)
     assert left, "the job died with its agent: nothing for the restarted agent to clean"
-    c.start_agent(node, join=False)
+    agent = c.start_agent(node, join=False)
+    wait_for(lambda: "not adopted: " in agent.output(), what="the agent to give up the job")
+    assert "its waiter" in agent.output(), agent.output()
 
     j = wait_attempt_running(c, jid, 2)
     what = f"{json.dumps(brief(j))}\n{events_text(j)}"

@@ -67,7 +67,7 @@ static void test_freezes_then_kills_only_its_run(void **state_)
 {
     (void)state_;
     br_err_t err;
-    br_keeper_t *k = br_keeper_new(300, 600, &err);
+    br_keeper_t *k = br_keeper_new(NULL, 300, 600, &err);
     assert_non_null(k);
     assert_true(br_keeper_pid(k) > 0);
     assert_int_equal(strncmp(br_keeper_env(k), KEEPER_ENV "=", strlen(KEEPER_ENV) + 1), 0);
@@ -99,7 +99,7 @@ static void test_goes_when_told_and_is_replaced(void **state_)
 {
     (void)state_;
     br_err_t err;
-    br_keeper_t *k = br_keeper_new(5000, 0, &err);
+    br_keeper_t *k = br_keeper_new(NULL, 5000, 0, &err);
     assert_non_null(k);
     pid_t first = br_keeper_pid(k);
     kill(first, SIGKILL);

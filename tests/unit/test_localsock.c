@@ -138,7 +138,7 @@ static void test_task_member_answered(void **state)
     assert_string_equal(seen.path, "/tmp/ck-3");
     br_task_kill_tree(t, 5000);
     int st;
-    waitpid(br_task_pid(t), &st, 0);
+    waitpid(br_task_waiter(t), &st, 0);
     br_task_destroy(&t);
     br_localsock_destroy(&l);
 }

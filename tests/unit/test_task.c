@@ -51,8 +51,8 @@ static void reap(br_task_t *t)
     int st;
     pid_t p;
     while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
-        if (t && p == br_task_pid(t))
-            br_task_exited(t, st);
+        if (t)
+            br_task_reaped(t, p, st);
     }
 }
 
@@ -154,8 +154,8 @@ static void reap_all(br_task_t *t)
         p = waitpid(-1, &st, WNOHANG);
         if (p < 0 && errno == ECHILD)
             return;
-        if (p > 0 && t && p == br_task_pid(t))
-            br_task_exited(t, st);
+        if (p > 0 && t)
+            br_task_reaped(t, p, st);
         if (p == 0)
             sleep_ms(5);
     }
@@ -590,6 +590,96 @@ static void test_numeric_user(void **state)
     assert_non_null(strstr(err.text, "#UID:GID"));
 }
 
+/* A second handle on a running task, as an agent started again makes from what the
+ * first one saved: it reads the job's output through the waiter, and learns the
+ * job's end from the waiter's pidfd and exit file. */
+static void test_adopt(void **state)
+{
+    char dir[] = "/tmp/bramble-adopt-XXXXXX", exit_path[64], go[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(exit_path, sizeof(exit_path), "%s/1.1.0.exit", dir);
+    snprintf(go, sizeof(go), "%s/go", dir);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd),
+             "echo first; while [ ! -e %s ]; do sleep 0.02; done; echo second; exit 5", go);
+    br_task_opts_t o = {.command = cmd, .tag = new_tag(), .exit_path = exit_path};
+    br_err_t err = {0};
+    cleanup_task();
+    g_task = br_task_start(&o, &err);
+    assert_non_null(g_task);
+    br_task_t *t = g_task;
+    assert_true(br_task_waiter(t) > 0 && br_task_waiter(t) != br_task_pid(t));
+    assert_true(br_task_waiter_start(t) > 0);
+    char comm[32];
+    uint64_t start;
+    assert_int_equal(br_proc_start(br_task_waiter(t), &start, comm, sizeof(comm)), 0);
+    assert_string_equal(comm, "bramble-wait");
+    char tag[64];
+    snprintf(tag, sizeof(tag), "%s", br_task_tag(t)); /* the handle goes below */
+    br_task_saved_t sv = {.tag = tag,
+                          .exit_path = exit_path,
+                          .pid = br_task_pid(t),
+                          .waiter = br_task_waiter(t),
+                          .waiter_start = br_task_waiter_start(t),
+                          .uid = br_task_uid(t),
+                          .gid = br_task_gid(t)};
+    /* a reused pid (another start time) is not the waiter */
+    br_task_saved_t wrong = sv;
+    wrong.waiter_start++;
+    assert_null(br_task_adopt(&wrong, &err));
+    assert_non_null(strstr(err.text, "left no exit status"));
+    br_task_t *ad = br_task_adopt(&sv, &err);
+    if (!ad)
+        print_error("br_task_adopt: %s\n", err.text);
+    assert_non_null(ad);
+    assert_int_equal(br_task_pid(ad), br_task_pid(t));
+    assert_true(br_task_wait_fd(ad) >= 0);
+    /* the first handle goes, as the first agent did: its pipes close */
+    br_task_destroy(&g_task);
+    g_task = ad;
+    FILE *f = fopen(go, "w");
+    assert_non_null(f);
+    fclose(f);
+    capture_t c = {0};
+    int64_t deadline = br_mono_ms() + DEADLINE_MS;
+    while (!br_task_check_adopted(ad) && br_mono_ms() < deadline) {
+        drain(ad, 1, &c);
+        drain(ad, 2, &c);
+        sleep_ms(5);
+    }
+    drain(ad, 1, &c);
+    int code = -1, sig = -1;
+    assert_int_equal(br_task_done(ad, &code, &sig), 1);
+    assert_int_equal(code, 5);
+    assert_int_equal(sig, -1);
+    assert_non_null(strstr(c.out, "second\n")); /* read through the waiter's pipe */
+    assert_int_equal(br_task_wait_fd(ad), -1);
+    reap_all(NULL);
+    /* the waiter gone, its exit file still says how the job ended */
+    br_task_t *late = br_task_adopt(&sv, &err);
+    assert_non_null(late);
+    assert_int_equal(br_task_done(late, &code, &sig), 1);
+    assert_int_equal(code, 5);
+    br_task_destroy(&late);
+    unlink(exit_path);
+    assert_null(br_task_adopt(&sv, &err));
+    assert_non_null(strstr(err.text, "is gone and left no exit status"));
+    unlink(go);
+    rmdir(dir);
+}
+
+/* The waiter ends the way the job did, so the agent's waitpid reads the job's end. */
+static void test_waiter_mirrors_signal(void **state)
+{
+    br_task_t *t = start_ok("kill -KILL $$", NULL, NULL);
+    capture_t c;
+    assert_int_equal(run_to_end(t, &c), 0);
+    int code = 0, sig = 0;
+    assert_int_equal(br_task_done(t, &code, &sig), 1);
+    assert_int_equal(sig, SIGKILL);
+    assert_int_equal(code, -1);
+}
+
 static int setup(void **state)
 {
     return prctl(PR_SET_CHILD_SUBREAPER, 1) == 0 ? 0 : -1;
@@ -624,6 +714,8 @@ int main(void)
         cmocka_unit_test_teardown(test_environment_allowlist, teardown),
         cmocka_unit_test_teardown(test_task_of_pid, teardown),
         cmocka_unit_test_teardown(test_numeric_user, teardown),
+        cmocka_unit_test_teardown(test_adopt, teardown),
+        cmocka_unit_test_teardown(test_waiter_mirrors_signal, teardown),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
