@@ -37,7 +37,10 @@ static void usage(FILE *f)
             "--discover-timeout (0: not at all) for a coordinator announcing the\n"
             "token's key (`brambled --announce`), and joins it there.\n"
             "The agent answers round-trip probes from the other nodes on UDP\n"
-            "--probe-port (0: any free port; off: no probes) and probes them.\n");
+            "--probe-port (0: any free port; off: no probes) and probes them.\n"
+            "SIGTERM or SIGINT stops the agent and its jobs. SIGUSR2 stops the agent\n"
+            "alone: its jobs go on, and the next agent started on DIR adopts them (as\n"
+            "does one started after a crash).\n");
 }
 
 /* The join token from the first line of path ("-": standard input), without the

@@ -246,8 +246,9 @@ def test_units_say_what_is_documented():
     assert a.get(s + "User", ["root"]) == ["root"]
     assert a[s + "StateDirectory"] == ["bramble-agent"]
     assert a[s + "StateDirectoryMode"] == ["0700"]
-    for k, v in {"Type": "simple", "Restart": "on-failure", "RestartSec": "2",
-                 "KillMode": "mixed", "Delegate": "yes"}.items():
+    for k, v in {"Type": "simple", "Restart": "on-failure", "RestartSec": "1",
+                 "KillMode": "process", "RestartKillSignal": "SIGUSR2",
+                 "Delegate": "yes"}.items():
         assert a.get(s + k) == [v], f"bramble-agent.service: {k}={a.get(s + k)}, want {v!r}"
     # what would stop jobs from running as another user, on GPUs, with JITs
     for k in ("NoNewPrivileges", "PrivateDevices", "DevicePolicy", "DeviceAllow",
