@@ -29,3 +29,15 @@ awk -v n=$n -v s="$start" -v e="$end" \
 "$bin/bramble-bench-submit" --credential "$cred" --count 500 --mode loop --prefix loop --wait
 # 3. one connection, all 500 requests in flight (batched into shared commits)
 "$bin/bramble-bench-submit" --credential "$cred" --count 500 --mode pipelined --prefix pipe --wait
+
+# 4. what a person waits: `bramble submit --wait` of a trivial job, from the command
+# to its return (the job's end reaches the CLI as event.news, not by polling)
+n=15
+for i in $(seq 1 $n); do
+    s=$(date +%s.%N)
+    "$bin/bramble" submit "$work/spec.yaml" --set name=wait-$i --wait >/dev/null
+    e=$(date +%s.%N)
+    awk -v s="$s" -v e="$e" 'BEGIN { printf "%.4f\n", e - s }'
+done | sort -n | awk '{ d[NR] = $1 } END {
+    printf "submit --wait, trivial job: median %.3f s, min %.3f s, max %.3f s (%d runs)\n",
+    d[int((NR + 1) / 2)], d[1], d[NR], NR }'

@@ -68,6 +68,22 @@ int cli_rpc(cli_t *cli, const char *type, json_t *body, br_msg_t **resp);
 int cli_rpc_poll(cli_t *cli, const char *type, json_t *body, br_msg_t **resp,
                  int64_t *silent_since);
 
+/* Waiting for something to happen to a job without polling: the coordinator sends
+ * news (event.watch, PROTOCOL.md) and the loop asks again only then. Start with
+ * {.job = ID (0: every job), .logs = 1 for its output too}, call cli_watch_wait
+ * between the loop's requests. */
+#define CLI_WATCH_RENEW_MS 5000 /* renewed (and asked again) this often regardless */
+typedef struct {
+    int64_t job;
+    int logs;
+    int state;       /* 0: not asked yet, 1: watching, -1: no news (older coordinator) */
+    int64_t renewed; /* monotonic ms of the last event.watch */
+    int poll_ms;     /* without news: how long to sleep instead */
+} cli_watch_t;
+/* Ask for news the first time and at each renewal (returning at once, so the loop
+ * asks again); else wait up to max_ms (< 0: no bound but the renewal) for news. */
+void cli_watch_wait(cli_t *cli, cli_watch_t *w, int64_t max_ms);
+
 /* ---- output (output.c) */
 
 /* "bramble: CMD: ..." on stderr. cli_fail returns CLI_FAIL. */

@@ -10,7 +10,7 @@
 #include "spec.h"
 #include "util.h"
 
-#define WAIT_POLL_MS 200
+#define WAIT_POLL_MS 200 /* without news from the coordinator */
 
 static int parse_id(const cli_t *cli, const char *s, int64_t *id)
 {
@@ -113,6 +113,8 @@ static int wait_loop(cli_t *cli, int64_t id, int until_started)
     int64_t silent_since = 0;
     int saved = cli->timeout_ms;
     char last[BR_ERR_TEXT + 64] = "";
+    cli_watch_t watch = {.job = id, .poll_ms = WAIT_POLL_MS};
+    cli_watch_wait(cli, &watch, 0); /* news from now on; then look */
     for (;;) {
         if (cli_wait_expired(cli))
             return cli->timeout_ms = saved, cli_wait_gave_up(cli, id);
@@ -134,7 +136,8 @@ static int wait_loop(cli_t *cli, int64_t id, int until_started)
         br_msg_destroy(&m);
         if (rc != -2)
             return rc;
-        cli_sleep_ms(WAIT_POLL_MS);
+        cli_watch_wait(cli, &watch,
+                       cli->wait_deadline_ms > 0 ? cli->wait_deadline_ms - br_mono_ms() : -1);
     }
 }
 

@@ -66,6 +66,9 @@ int cli_read_logs(cli_t *cli, int64_t id, int rank, int follow, cli_chunk_fn fn,
     json_t *after = json_integer(0);
     int64_t silent_since = 0;
     int rc = CLI_FAIL;
+    cli_watch_t watch = {.job = id, .logs = 1, .poll_ms = LOGS_POLL_MS};
+    if (follow)
+        cli_watch_wait(cli, &watch, 0); /* news of its output from now on; then look */
     for (;;) {
         if (follow && cli_wait_expired(cli)) {
             rc = cli_wait_gave_up(cli, id);
@@ -102,7 +105,9 @@ int cli_read_logs(cli_t *cli, int64_t id, int rank, int follow, cli_chunk_fn fn,
             break;
         }
         if (n == 0)
-            cli_sleep_ms(LOGS_POLL_MS);
+            cli_watch_wait(cli, &watch, cli->wait_deadline_ms > 0
+                                            ? cli->wait_deadline_ms - br_mono_ms()
+                                            : -1);
     }
     json_decref(after);
     return rc;
@@ -237,6 +242,9 @@ static int cmd_events(cli_t *cli, int argc, char **argv)
                "REASON");
     json_int_t after = 0;
     int64_t silent_since = 0;
+    cli_watch_t watch = {.job = job, .poll_ms = EVENTS_POLL_MS};
+    if (follow)
+        cli_watch_wait(cli, &watch, 0); /* news from now on; then look */
     for (;;) {
         int n = events_round(cli, job, &after, json, follow, &silent_since);
         if (n < 0)
@@ -244,7 +252,7 @@ static int cmd_events(cli_t *cli, int argc, char **argv)
         if (n < EVENTS_LIMIT && !follow)
             return CLI_OK;
         if (n < EVENTS_LIMIT)
-            cli_sleep_ms(EVENTS_POLL_MS);
+            cli_watch_wait(cli, &watch, -1);
     }
 }
 

@@ -116,3 +116,36 @@ int cli_rpc_poll(cli_t *cli, const char *type, json_t *body, br_msg_t **resp,
     }
     return 1;
 }
+
+void cli_watch_wait(cli_t *cli, cli_watch_t *w, int64_t max_ms)
+{
+    int64_t now = br_mono_ms();
+    if (w->state == 0 || (w->state == 1 && now - w->renewed >= CLI_WATCH_RENEW_MS)) {
+        br_err_t err = {0};
+        json_t *body = json_pack("{s:I}", "job", (json_int_t)w->job);
+        if (w->logs)
+            json_object_set_new(body, "logs", json_true());
+        br_msg_t *m = NULL;
+        int rc = cli_client(cli) ? br_client_rpc(cli->client, "event.watch", body,
+                                                 cli->timeout_ms, &m, &err)
+                                 : (json_decref(body), -1);
+        br_msg_destroy(&m);
+        w->renewed = now;
+        /* refused as unknown: a coordinator without news, so poll; no answer: the
+         * loop's own request rides out the outage, and the watch is asked again */
+        w->state = rc == 0 ? 1 : err.errnum == EPROTO || err.errnum == EPERM ? -1 : 0;
+        return; /* the loop asks again now: what happened before the watch counts */
+    }
+    int64_t wait = CLI_WATCH_RENEW_MS - (now - w->renewed);
+    if (max_ms >= 0 && max_ms < wait)
+        wait = max_ms;
+    if (wait < 1)
+        wait = 1;
+    if (w->state < 0) {
+        cli_sleep_ms((int)(wait < w->poll_ms ? wait : w->poll_ms));
+        return;
+    }
+    br_err_t err;
+    if (br_client_wait_news(cli->client, (int)wait, &err) < 0)
+        cli_sleep_ms((int)(wait < 200 ? wait : 200));
+}

@@ -41,6 +41,7 @@ static const struct {
     {"job.cancel", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_cancel},
     {"job.logs", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_logs},
     {"event.list", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_event_list},
+    {"event.watch", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_event_watch},
     {"user.add", BR_MSG_REQUEST, P_ADMIN, br_api_user_add},
     {"user.list", BR_MSG_REQUEST, P_ADMIN, br_api_user_list},
     {"user.remove", BR_MSG_REQUEST, P_ADMIN, br_api_user_remove},

@@ -49,6 +49,7 @@ void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_logs(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_event_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_event_watch(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_user_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_user_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_user_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

@@ -342,4 +342,6 @@ void br_api_job_log(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_store_log_cap(c->store, job, c->cfg.log_max_per_job, &err) < 0)
         fprintf(stderr, "brambled: log of job %lld not stored: %s\n", (long long)job,
                 err.text);
+    else if (br_watchers_count(c->watchers))
+        br_coord_news(c, job, 1);
 }

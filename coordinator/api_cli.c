@@ -616,6 +616,41 @@ void br_api_event_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_api_ok(c, m, json_pack("{s:o, s:I}", "events", out, "next", next));
 }
 
+void br_api_event_watch(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t job = 0;
+    int logs = 0;
+    br_err_t err = {0};
+    if (br_msg_unpack(m, &err, "{s:I, s?b}", "job", &job, "logs", &logs) < 0 || job < 0 ||
+        (logs && job == 0)) {
+        if (!err.text[0])
+            br_errf(&err, EINVAL, "event.watch: %s",
+                    job < 0 ? "job must be an id, or 0 for every job"
+                            : "logs needs one job, not 0");
+        br_api_fail(c, m, &err);
+        return;
+    }
+    if (job > 0) {
+        json_t *j = br_store_job_get(c->store, job, NULL);
+        int visible = j && may_see(who, j);
+        json_decref(j);
+        if (!visible) {
+            br_errf(&err, ENOENT, "no job %lld", (long long)job);
+            br_api_fail(c, m, &err);
+            return;
+        }
+    }
+    size_t route_len;
+    const void *route = br_msg_route(m, &route_len);
+    br_watch_who_t ww = {.admin = who->kind == BR_PRINCIPAL_ADMIN, .owner = who->id};
+    if (br_watchers_add(c->watchers, route, route_len, job, logs, &ww, br_mono_ms(),
+                        &err) < 0) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    br_api_ok(c, m, json_pack("{s:I}", "ttl_ms", (json_int_t)BR_WATCH_TTL_MS));
+}
+
 /* --- users ------------------------------------------------------------------ */
 
 /* 1 when a user (or the admin) has this name, 0 when not, -1 on a store error. */

@@ -15,6 +15,7 @@
 #include "nodes.h"
 #include "store.h"
 #include "storemark.h"
+#include "watchers.h"
 #include "zap.h"
 
 #define BR_COORD_BATCH_MAX 512 /* messages read in one wake (one transaction) */
@@ -45,6 +46,7 @@ typedef struct br_coord {
     int peers_version;      /* grows when the set of probe peers changes */
     char probe_key[65];     /* hex: the key agents' probes are signed with */
     json_t *health;         /* service replicas' health: {"job id": "healthy"...} */
+    br_watchers_t *watchers; /* clients waiting for news (event.watch) */
     int64_t sched_at;       /* wall ms when a restart backoff ends (0: none) */
     uint64_t sends_dropped;        /* messages dropped: their peer's queue was full */
     uint64_t sends_dropped_logged; /* ... of which the log has told */
@@ -64,6 +66,9 @@ void br_coord_send_node(br_coord_t *c, br_node_t *n, const char *type, json_t *b
 /* Record an event (store + daemon log). */
 void br_coord_event(br_coord_t *c, int64_t job, const char *node, const char *state,
                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Something happened to job (0: a node) that clients may wait for: an event, or
+ * (is_log) output. br_coord_event calls it; watchers hear of it after the wake. */
+void br_coord_news(br_coord_t *c, int64_t job, int is_log);
 /* Persist a node's info. */
 void br_coord_save_node(br_coord_t *c, br_node_t *n);
 

@@ -86,6 +86,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->seq = 1;
     c->runs_sent = json_object();
     c->netmap = br_netmap_new();
+    c->watchers = br_watchers_new();
     c->health = json_object();
     /* the probe key follows from the coordinator's secret: the same after a restart */
     unsigned char pk[32];
@@ -148,6 +149,7 @@ void br_coord_destroy(br_coord_t **cp)
         zmq_ctx_term(c->ctx);
     br_nodes_destroy(&c->nodes);
     br_netmap_destroy(&c->netmap);
+    br_watchers_destroy(&c->watchers);
     json_decref(c->health);
     br_storemark_destroy(&c->mark);
     br_store_destroy(&c->store);
@@ -203,6 +205,8 @@ void br_coord_event(br_coord_t *c, int64_t job, const char *node, const char *st
     br_err_t err;
     if (br_store_event_add(c->store, br_now_ms(), job, node, state, reason, &err) < 0)
         fprintf(stderr, "brambled: event not stored: %s\n", err.text);
+    else if (c->watchers && br_watchers_count(c->watchers))
+        br_coord_news(c, job, 0);
     /* logged once the wake is on disk: the log never claims what was not stored */
     char line[768];
     int n = job ? snprintf(line, sizeof(line), "brambled: job %lld %s%s%s: %s\n",
@@ -223,6 +227,40 @@ void br_coord_event(br_coord_t *c, int64_t job, const char *node, const char *st
     }
     memcpy(c->wake_log + c->wake_log_len, line, len);
     c->wake_log_len += len;
+}
+
+void br_coord_news(br_coord_t *c, int64_t job, int is_log)
+{
+    int64_t owner = -1;
+    if (job > 0 && br_watchers_need_owner(c->watchers)) {
+        json_t *j = br_store_job_get(c->store, job, NULL);
+        json_t *o = json_object_get(j, "owner_id");
+        owner = json_is_integer(o) ? json_integer_value(o) : -1;
+        json_decref(j);
+    }
+    br_watchers_note(c->watchers, job, owner, is_log);
+}
+
+/* Tell a watcher there is news (watchers.h); -1 when its client is gone. */
+static int send_news(void *arg, const void *route, size_t route_len, int64_t job)
+{
+    br_coord_t *c = arg;
+    br_msg_t *m = br_msg_new(BR_MSG_EVENT, "event.news", 0);
+    br_err_t err;
+    int rc = 0;
+    if (!m || br_msg_set_route(m, route, route_len) < 0) {
+        br_msg_destroy(&m);
+        return 0;
+    }
+    br_msg_set_body(m, json_pack("{s:I}", "job", (json_int_t)job));
+    if (br_msg_send(c->sock, m, &err) < 0) {
+        if (errno == EHOSTUNREACH)
+            rc = -1;
+        else if (errno == EAGAIN)
+            c->sends_dropped++;
+    }
+    br_msg_destroy(&m);
+    return rc;
 }
 
 /* Print (committed) or drop (undone) the event lines of this wake. */
@@ -275,6 +313,17 @@ static void flush_outbox(br_coord_t *c)
         c->sends_dropped_logged = c->sends_dropped;
         c->drops_logged_at = now;
     }
+}
+
+/* The end of every wake: its log lines (when committed), its messages, news for the
+ * clients waiting for it, and the requests it read let go. News goes even for an
+ * undone wake: it only makes a client ask again. */
+static void end_wake(br_coord_t *c, int committed)
+{
+    wake_log_end(c, committed);
+    flush_outbox(c);
+    br_watchers_flush(c->watchers, br_mono_ms(), send_news, c);
+    forget_wake(c);
 }
 
 /* Undo a wake whose changes will not reach the disk: nothing it queued is sent,
@@ -360,9 +409,7 @@ static void wake(br_coord_t *c, int readable)
         fprintf(stderr, "brambled: the store rolled the wake back (%s): %zu request(s) "
                         "refused\n", strerror(failed), c->wake_len);
         abort_wake(c, failed);
-        wake_log_end(c, 0);
-        flush_outbox(c);
-        forget_wake(c);
+        end_wake(c, 0);
         return;
     }
     br_jobs_check_nodes(c);
@@ -387,15 +434,11 @@ static void wake(br_coord_t *c, int readable)
         /* nothing is on disk: no request is answered as done */
         fprintf(stderr, "brambled: commit failed: %s\n", err.text);
         abort_wake(c, err.errnum == ENOSPC ? ENOSPC : EIO);
-        wake_log_end(c, 0);
-        flush_outbox(c);
-        forget_wake(c);
+        end_wake(c, 0);
         return;
     }
     br_storemark_update(c->mark, c->store);
-    wake_log_end(c, 1);
-    flush_outbox(c);
-    forget_wake(c);
+    end_wake(c, 1);
 }
 
 int br_coord_run(br_coord_t *c, br_err_t *err)

@@ -23,8 +23,16 @@ struct br_client {
     int connected;   /* a TCP connection was made at least once */
     int handshaked;  /* a CURVE handshake completed at least once */
     int auth_failed; /* the server refused our key */
+    int news;        /* an "event.news" came (event.watch) and was not waited for */
     char endpoint[BR_ENDPOINT_MAX];
 };
+
+/* An unasked message: news for a watch is remembered, anything else dropped. */
+static void unasked(br_client_t *c, br_msg_t *m)
+{
+    if (br_msg_kind(m) == BR_MSG_EVENT && strcmp(br_msg_type(m), "event.news") == 0)
+        c->news = 1;
+}
 
 int br_client_check_host(const char *endpoint, br_err_t *err)
 {
@@ -176,6 +184,7 @@ static int wait_response(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t 
             *out = m;
             return 0;
         }
+        unasked(c, m);
         br_msg_destroy(&m);
     }
     if (c->monitor)
@@ -231,4 +240,32 @@ json_t *br_client_call(br_client_t *c, const char *type, json_t *body, int timeo
     json_t *b = json_incref(br_msg_body(m));
     br_msg_destroy(&m);
     return b;
+}
+
+int br_client_wait_news(br_client_t *c, int timeout_ms, br_err_t *err)
+{
+    int64_t deadline = br_mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    for (;;) {
+        for (;;) { /* what is queued first: several news count once */
+            br_msg_t *m = NULL;
+            if (br_msg_recv(c->sock, 0, ZMQ_DONTWAIT, &m, NULL) < 0) {
+                br_msg_destroy(&m);
+                if (errno == EAGAIN)
+                    break;
+                continue;
+            }
+            unasked(c, m);
+            br_msg_destroy(&m);
+        }
+        if (c->news) {
+            c->news = 0;
+            return 1;
+        }
+        int64_t left = deadline - br_mono_ms();
+        if (left <= 0)
+            return 0;
+        zmq_pollitem_t item = {c->sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&item, 1, (long)left) < 0 && errno != EINTR)
+            return br_errf(err, errno, "poll: %s", zmq_strerror(errno));
+    }
 }

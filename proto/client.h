@@ -38,4 +38,9 @@ int br_client_rpc(br_client_t *c, const char *type, json_t *body, int timeout_ms
 json_t *br_client_call(br_client_t *c, const char *type, json_t *body, int timeout_ms,
                        br_err_t *err);
 
+/* After an event.watch request (PROTOCOL.md): wait up to timeout_ms for the
+ * coordinator's "event.news". 1 when news came (now, or while a request waited for
+ * its answer), 0 when none came in time, -1 on a socket error. */
+int br_client_wait_news(br_client_t *c, int timeout_ms, br_err_t *err);
+
 #endif
