@@ -797,7 +797,7 @@ static const char **adopt_all(br_agent_t *a)
                                .node = a->s->name,
                                .checkpoint = json_is_object(ckpt) ? ckpt : NULL,
                                .exit_dir = br_runstate_dir(a->runstate)};
-        br_err_t err;
+        br_err_t err = {0};
         br_attempt_t *t = keep && a->natt < MAX_ATTEMPTS && !find_attempt(a, job, attempt)
                               ? br_attempt_adopt(&o, tasks, &err)
                               : NULL;
