@@ -20,35 +20,6 @@ static void update(br_coord_t *c, int64_t id, json_t *fields)
     json_decref(fields);
 }
 
-static void hold(br_node_t *n, json_t *share, int sign)
-{
-    if (!n || !json_is_object(share))
-        return;
-    n->cpus_used += sign * (int)json_integer_value(json_object_get(share, "cpus"));
-    n->attempts += sign;
-    if (n->attempts < 0)
-        n->attempts = 0;
-    n->memory_used +=
-        (uint64_t)(sign * json_integer_value(json_object_get(share, "memory")));
-    /* "vram": the VRAM reserved on each GPU by a job that shares them; none: the
-     * job has its GPUs to itself */
-    json_int_t vram = json_integer_value(json_object_get(share, "vram"));
-    size_t i;
-    json_t *g;
-    json_array_foreach(json_object_get(share, "gpus"), i, g) {
-        json_int_t idx = json_integer_value(g);
-        if (idx < 0 || idx >= BR_NODE_MAX_GPUS)
-            continue;
-        n->gpu_jobs[idx] += sign;
-        if (vram > 0)
-            n->gpu_vram_used[idx] += (uint64_t)(sign * vram);
-        else
-            n->gpu_whole[idx] += sign;
-    }
-    if (n->cpus_used < 0)
-        n->cpus_used = 0;
-}
-
 /* --- placement bookkeeping ("assign", see jobs.h) ------------------------------ */
 
 /* The job's rank objects (borrowed). A placement stored by an older coordinator (one
@@ -165,7 +136,7 @@ int br_jobs_restore(br_coord_t *c, br_err_t *err)
     json_array_foreach(jobs, i, job) {
         json_array_foreach(ranks_of(job), k, r) {
             if (strcmp(rank_state(job, (int)k), "done") != 0)
-                hold(rank_node(c, job, (int)k), r, 1);
+                br_node_hold(rank_node(c, job, (int)k), r, 1);
         }
     }
     json_decref(jobs);
@@ -372,7 +343,6 @@ int br_jobs_place(br_coord_t *c, json_t *job, br_node_t *const *nodes,
         json_object_set_new(share, "state", json_string("placed"));
         json_array_append_new(ranks, share);
         json_array_append_new(names, json_string(nodes[r]->name));
-        hold(nodes[r], assign[r], 1);
         br_err_t err;
         if (br_store_attempt_node_add(c->store, id, attempt, nodes[r]->name, &err) < 0)
             fprintf(stderr, "brambled: job %lld: %s\n", (long long)id, err.text);
@@ -533,7 +503,7 @@ static void stop_ranks(br_coord_t *c, json_t *job, const br_node_t *skip)
         if (strcmp(rank_state(job, r), "done") == 0)
             continue;
         br_node_t *n = rank_node(c, job, r);
-        hold(n, json_array_get(ranks_of(job), (size_t)r), -1);
+        br_node_hold(n, json_array_get(ranks_of(job), (size_t)r), -1);
         if (n && n != skip)
             br_coord_send_node(c, n, "job.kill",
                                json_pack("{s:I, s:i}", "job", (json_int_t)id, "attempt", attempt));
@@ -628,7 +598,7 @@ void br_jobs_exited(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int ex
         end_attempt(c, job, n, "nonzero_exit", exit_code, signal, why, 0);
     } else {
         /* this rank is done and frees its node; the job when every rank is */
-        hold(n, json_array_get(ranks_of(job), (size_t)r), -1);
+        br_node_hold(n, json_array_get(ranks_of(job), (size_t)r), -1);
         forget_run(c, job, r);
         set_rank_state(job, r, "done");
         int left = 0;

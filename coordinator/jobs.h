@@ -24,7 +24,8 @@ int br_jobs_world_size(json_t *spec);
 int br_jobs_restore(br_coord_t *c, br_err_t *err);
 
 /* pending -> starting on nodes[0..count-1] (rank order), each with its share
- * assign[r] = {"cpus","memory","gpus":[...]}: store, event, job.run to rank 0 (the
+ * assign[r] = {"cpus","memory","gpus":[...]}, which the scheduler has already
+ * reserved on the node (br_node_hold): store, event, job.run to rank 0 (the
  * other ranks get theirs when rank 0 has started and chosen the port). how: why
  * these nodes (a gang's placement), kept with the job, or NULL. */
 int br_jobs_place(br_coord_t *c, json_t *job, br_node_t *const *nodes,

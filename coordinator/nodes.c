@@ -176,3 +176,29 @@ void br_node_set_state(br_node_t *n, const char *state)
     br_strlcpy(n->state, state, sizeof(n->state));
     json_object_set_new(n->info, "state", json_string(state));
 }
+
+void br_node_hold(br_node_t *n, json_t *share, int sign)
+{
+    if (!n || !json_is_object(share))
+        return;
+    n->cpus_used += sign * (int)json_integer_value(json_object_get(share, "cpus"));
+    n->attempts += sign;
+    if (n->attempts < 0)
+        n->attempts = 0;
+    n->memory_used += (uint64_t)(sign * json_integer_value(json_object_get(share, "memory")));
+    json_int_t vram = json_integer_value(json_object_get(share, "vram"));
+    size_t i;
+    json_t *g;
+    json_array_foreach(json_object_get(share, "gpus"), i, g) {
+        json_int_t idx = json_integer_value(g);
+        if (idx < 0 || idx >= BR_NODE_MAX_GPUS)
+            continue;
+        n->gpu_jobs[idx] += sign;
+        if (vram > 0)
+            n->gpu_vram_used[idx] += (uint64_t)(sign * vram);
+        else
+            n->gpu_whole[idx] += sign;
+    }
+    if (n->cpus_used < 0)
+        n->cpus_used = 0;
+}

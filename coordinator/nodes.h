@@ -51,6 +51,11 @@ uint64_t br_node_memory(const br_node_t *n);
 int br_node_gpu_count(const br_node_t *n);
 json_t *br_node_gpu(const br_node_t *n, int i); /* borrowed, or NULL */
 
+/* Reserve (sign 1) or give back (sign -1) a rank's share on n: {"cpus", "memory",
+ * "gpus": [index...], "vram"?} ("vram": what it reserves on each of its GPUs,
+ * which it shares; none: the GPUs are its alone). n NULL: nothing. */
+void br_node_hold(br_node_t *n, json_t *share, int sign);
+
 /* Set state and mirror it into info. */
 void br_node_set_state(br_node_t *n, const char *state);
 

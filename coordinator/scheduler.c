@@ -1,5 +1,6 @@
 /* scheduler.c - placement of pending jobs onto nodes (first fit; gangs onto
- * several distinct nodes at once). */
+ * several distinct nodes at once): br_sched_plan decides from the nodes and the
+ * jobs alone; br_sched_run reads the pending jobs and carries the decisions out. */
 #include "scheduler.h"
 
 #include <stdio.h>
@@ -187,8 +188,7 @@ static void count_replica(json_t *counts, json_t *job, const char *node)
 }
 
 /* How many replicas of each service each node runs: {"service id": {"node": n}},
- * read from the store once per scheduling pass (at the first replica it places)
- * and kept up to date by the pass as it places more. */
+ * read from the store when a pending job is a replica. */
 static json_t *replica_counts(br_coord_t *c)
 {
     static const char *const current[] = {"starting", "running", NULL};
@@ -204,29 +204,20 @@ static json_t *replica_counts(br_coord_t *c)
     return counts;
 }
 
-/* Record why job waits (only when the reason changed). */
-static void set_reason(br_coord_t *c, json_t *job, const char *reason)
+/* Decide for one job: where it goes (reserving its shares on those nodes), why it
+ * waits, or until when it must not start. */
+static void plan_one(const br_sched_in_t *in, json_t *job, br_sched_decision_t *d,
+                     int *on_heartbeat)
 {
-    const char *old = json_string_value(json_object_get(job, "reason"));
-    if (!old || strcmp(old, reason) != 0) {
-        json_t *f = json_pack("{s:s}", "reason", reason);
-        br_store_job_update(c->store, json_integer_value(json_object_get(job, "id")), f,
-                            NULL);
-        json_decref(f);
-    }
-}
-
-/* Place one job on the nodes it needs (a gang: that many distinct nodes, all at
- * once or none), or record why it waits: what each node lacks. */
-static void place_one(br_coord_t *c, json_t *job, json_t **counts)
-{
+    d->job = job;
     json_int_t not_before =
         json_integer_value(json_object_get(json_object_get(job, "extra"), "not_before"));
-    if (not_before > br_now_ms()) { /* a restart backoff: come back when it is over */
-        if (!c->sched_at || not_before < c->sched_at)
-            c->sched_at = not_before;
+    if (not_before > in->now_ms) { /* a restart backoff: come back when it is over */
+        d->verdict = BR_SCHED_LATER;
+        d->not_before = not_before;
         return;
     }
+    d->verdict = BR_SCHED_WAIT;
     json_t *spec = json_object_get(job, "spec");
     int want = (int)json_integer_value(
         json_object_get(json_object_get(spec, "resources"), "nodes"));
@@ -244,17 +235,14 @@ static void place_one(br_coord_t *c, json_t *job, json_t **counts)
                   json_integer_value(json_object_get(res, "gpus")) > 0;
     /* a service's replicas without a VRAM need spread over nodes: a lost node takes
      * as few of them with it as it can */
-    int spread = !sharing && br_services_is_replica(job);
+    int spread = !sharing && br_services_is_replica(job) && in->replicas;
     json_t *siblings = NULL; /* {"node": replicas of this service there} */
-    if (spread) {
-        if (!*counts)
-            *counts = replica_counts(c);
-        char svc[24];
-        siblings = json_object_get(*counts, service_key(job, svc, sizeof(svc)));
-    }
+    char svc[24];
+    if (spread)
+        siblings = json_object_get(in->replicas, service_key(job, svc, sizeof(svc)));
     int best = 0;
     int64_t best_left = -1;
-    for (br_node_t *n = br_nodes_first(c->nodes); n && fit && assign; n = n->next) {
+    for (br_node_t *n = br_nodes_first(in->nodes); n && fit && assign; n = n->next) {
         json_t *a = NULL;
         int64_t left = 0;
         if (!listed(spec, n->name)) {
@@ -264,7 +252,7 @@ static void place_one(br_coord_t *c, json_t *job, json_t **counts)
                      n->name);
         } else if (fresh && n->last_seen_ms <= fresh) {
             snprintf(last, sizeof(last), "%s not heard from since the gang stopped", n->name);
-            c->sched_on_heartbeat = 1;
+            *on_heartbeat = 1;
         } else if (strcmp(n->state, "ready") != 0 || !n->route_len) {
             snprintf(last, sizeof(last), "%s is %s", n->name,
                      n->route_len ? n->state : "not connected");
@@ -299,45 +287,84 @@ static void place_one(br_coord_t *c, json_t *job, json_t **counts)
                 json_integer_value(json_object_get(siblings, fit[best]->name)))
                 best = i;
     }
-    if (count >= want && want == 1) {
-        br_jobs_place(c, job, fit + (sharing || spread ? best : 0),
-                      assign + (sharing || spread ? best : 0), 1, NULL);
-        if (spread)
-            count_replica(*counts, job, fit[best]->name);
-    } else if (count >= want) { /* a gang: the nearest set of those that fit */
-        int *chosen = calloc((size_t)want, sizeof(int));
-        br_node_t **gang = calloc((size_t)want, sizeof(*gang));
-        json_t **share = calloc((size_t)want, sizeof(*share));
-        char how[400];
+    int *chosen = count >= want ? calloc((size_t)want, sizeof(int)) : NULL;
+    d->nodes = chosen ? calloc((size_t)want, sizeof(*d->nodes)) : NULL;
+    d->assign = d->nodes ? calloc((size_t)want, sizeof(*d->assign)) : NULL;
+    if (d->assign && want == 1) {
+        chosen[0] = sharing || spread ? best : 0;
+    } else if (d->assign) { /* a gang: the nearest set of those that fit */
         const char *sites = json_string_value(json_object_get(res, "spread"));
-        if (chosen && gang && share) {
-            br_netmap_choose(c->netmap, fit, count, want,
-                             sites && strcmp(sites, "any") == 0, chosen, how,
-                             sizeof(how));
-            for (int i = 0; i < want; i++) {
-                gang[i] = fit[chosen[i]];
-                share[i] = assign[chosen[i]];
-            }
-            br_jobs_place(c, job, gang, share, want, how);
-        }
-        free(chosen);
-        free(gang);
-        free(share);
-    } else {
-        char reason[520];
-        if (want == 1)
-            snprintf(reason, sizeof(reason), "waiting: no ready node fits (%s)",
-                     why[0] ? why : "no node has joined yet");
-        else
-            snprintf(reason, sizeof(reason),
-                     "waiting: a gang of %d nodes, and %d fit%s (%s)", want, count,
-                     count == 1 ? "s" : "", why[0] ? why : "no other node has joined");
-        set_reason(c, job, reason);
+        br_netmap_choose(in->netmap, fit, count, want, sites && strcmp(sites, "any") == 0,
+                         chosen, d->how, sizeof(d->how));
     }
+    if (d->assign) {
+        d->verdict = BR_SCHED_PLACE;
+        d->count = want;
+        for (int i = 0; i < want; i++) {
+            d->nodes[i] = fit[chosen[i]];
+            d->assign[i] = json_incref(assign[chosen[i]]);
+            br_node_hold(d->nodes[i], d->assign[i], 1); /* later jobs see it taken */
+        }
+        if (spread)
+            count_replica(in->replicas, job, d->nodes[0]->name);
+    } else if (want == 1) {
+        free(d->nodes);
+        d->nodes = NULL;
+        snprintf(d->reason, sizeof(d->reason), "waiting: no ready node fits (%s)",
+                 why[0] ? why : "no node has joined yet");
+    } else {
+        free(d->nodes);
+        d->nodes = NULL;
+        snprintf(d->reason, sizeof(d->reason), "waiting: a gang of %d nodes, and %d fit%s (%s)",
+                 want, count, count == 1 ? "s" : "", why[0] ? why : "no other node has joined");
+    }
+    free(chosen);
     for (int i = 0; i < count; i++)
         json_decref(assign[i]);
     free(fit);
     free(assign);
+}
+
+br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, json_t *const *jobs, size_t n,
+                                   int *on_heartbeat)
+{
+    *on_heartbeat = 0;
+    json_t **order = malloc((n ? n : 1) * sizeof(*order));
+    br_sched_decision_t *d = calloc(n ? n : 1, sizeof(*d));
+    if (!order || !d) {
+        free(order);
+        free(d);
+        return NULL;
+    }
+    memcpy(order, jobs, n * sizeof(*order));
+    qsort(order, n, sizeof(*order), by_priority);
+    for (size_t i = 0; i < n; i++)
+        plan_one(in, order[i], &d[i], on_heartbeat);
+    free(order);
+    return d;
+}
+
+void br_sched_decisions_free(br_sched_decision_t *d, size_t n)
+{
+    for (size_t i = 0; d && i < n; i++) {
+        for (int r = 0; r < d[i].count; r++)
+            json_decref(d[i].assign[r]);
+        free(d[i].assign);
+        free(d[i].nodes);
+    }
+    free(d);
+}
+
+/* Record why job waits (only when the reason changed). */
+static void set_reason(br_coord_t *c, json_t *job, const char *reason)
+{
+    const char *old = json_string_value(json_object_get(job, "reason"));
+    if (!old || strcmp(old, reason) != 0) {
+        json_t *f = json_pack("{s:s}", "reason", reason);
+        br_store_job_update(c->store, json_integer_value(json_object_get(job, "id")), f,
+                            NULL);
+        json_decref(f);
+    }
 }
 
 void br_sched_run(br_coord_t *c)
@@ -350,16 +377,34 @@ void br_sched_run(br_coord_t *c)
         json_decref(jobs);
         return;
     }
-    json_t **order = malloc(n * sizeof(*order));
-    for (size_t i = 0; order && i < n; i++)
-        order[i] = json_array_get(jobs, i);
-    json_t *counts = NULL; /* replicas per service and node, read when first needed */
-    if (order) {
-        qsort(order, n, sizeof(*order), by_priority);
-        for (size_t i = 0; i < n; i++)
-            place_one(c, order[i], &counts);
+    json_t **list = malloc(n * sizeof(*list));
+    int replicas = 0;
+    for (size_t i = 0; list && i < n; i++) {
+        list[i] = json_array_get(jobs, i);
+        replicas |= br_services_is_replica(list[i]);
     }
-    json_decref(counts);
-    free(order);
+    br_sched_in_t in = {.nodes = c->nodes,
+                        .netmap = c->netmap,
+                        .now_ms = br_now_ms(),
+                        .replicas = replicas ? replica_counts(c) : NULL};
+    br_sched_decision_t *d = list ? br_sched_plan(&in, list, n, &c->sched_on_heartbeat) : NULL;
+    for (size_t i = 0; d && i < n; i++) {
+        switch (d[i].verdict) {
+        case BR_SCHED_PLACE:
+            br_jobs_place(c, d[i].job, d[i].nodes, d[i].assign, d[i].count,
+                          d[i].count > 1 ? d[i].how : NULL);
+            break;
+        case BR_SCHED_WAIT:
+            set_reason(c, d[i].job, d[i].reason);
+            break;
+        case BR_SCHED_LATER:
+            if (!c->sched_at || d[i].not_before < c->sched_at)
+                c->sched_at = d[i].not_before;
+            break;
+        }
+    }
+    br_sched_decisions_free(d, n);
+    json_decref(in.replicas);
+    free(list);
     json_decref(jobs);
 }

@@ -22,7 +22,42 @@
 
 #include "coord.h"
 
+/* One pass: the pending jobs from the store, br_sched_plan, then each decision
+ * carried out (br_jobs_place, the reason stored, the backoff's end remembered). */
 void br_sched_run(br_coord_t *c);
+
+/* What the planner sees. */
+typedef struct {
+    br_nodes_t *nodes;   /* their state, route, last contact and what is held */
+    br_netmap_t *netmap; /* round trips, for a gang's nearest set */
+    int64_t now_ms;      /* wall clock: restart backoffs */
+    json_t *replicas;    /* {"service id": {"node": n}} of running replicas, kept up to
+                            date as replicas are placed; NULL when no pending job is a
+                            replica */
+} br_sched_in_t;
+
+typedef enum { BR_SCHED_PLACE, BR_SCHED_WAIT, BR_SCHED_LATER } br_sched_verdict_t;
+
+typedef struct {
+    json_t *job; /* borrowed from the jobs given */
+    br_sched_verdict_t verdict;
+    int count;            /* PLACE: ranks, each on nodes[r] with share assign[r] */
+    br_node_t **nodes;
+    json_t **assign;
+    char how[400];        /* PLACE of a gang: why these nodes */
+    char reason[520];     /* WAIT: "waiting: ..." */
+    int64_t not_before;   /* LATER: wall ms when its restart backoff ends */
+} br_sched_decision_t;
+
+/* The planner: every pending job (jobs[0..n-1], any order; store objects with
+ * "id", "spec", "extra", "reason"), highest priority then oldest first, gets a
+ * decision. It reads nothing but its arguments and writes nothing but the
+ * decisions, the nodes' held counters (each placement is reserved with
+ * br_node_hold, so that later jobs see it taken) and in->replicas. *on_heartbeat:
+ * a gang waits to hear from a node again. NULL when out of memory. */
+br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, json_t *const *jobs, size_t n,
+                                   int *on_heartbeat);
+void br_sched_decisions_free(br_sched_decision_t *d, size_t n);
 
 /* Does job spec fit node n now? On success returns 1, *assign (new reference)
  * holds {"cpus","memory","gpus":[...]} plus "vram" (reserved per GPU) when the
