@@ -110,9 +110,8 @@ int br_http_parse_addr(const char *s, br_http_addr_t *a, br_err_t *err)
         port = colon ? colon + 1 : s;
     }
     int p;
-    br_err_t perr;
-    if (br_parse_port(port, 1, &p, &perr) < 0)
-        return br_errf(err, EINVAL, "'%s': port %s; " FORMS, s, perr.text);
+    if (br_parse_port(port, 1, &p, NULL) < 0)
+        return br_errf(err, EINVAL, "'%s': '%s' is not a port (1..65535); " FORMS, s, port);
     if (!v6 && (!host[0] || strcmp(host, "localhost") == 0))
         strcpy(host, "127.0.0.1");
     if (v6) {

@@ -386,6 +386,36 @@ static int drain_messages(br_coord_t *c)
     return 0;
 }
 
+/* Hand the metrics tokens over to the HTTP side (they changed). */
+static void give_tokens(br_coord_t *c)
+{
+    br_err_t err;
+    json_t *list = br_store_token_list_metrics(c->store, &err);
+    size_t n = json_array_size(list), i;
+    br_http_token_t *t = n ? calloc(n, sizeof(*t)) : NULL;
+    json_t *row;
+    if (!list || (n && !t)) {
+        fprintf(stderr, "brambled: metrics tokens not handed to the HTTP side: %s\n",
+                list ? "out of memory" : err.text);
+        json_decref(list);
+        return; /* still dirty: tried again next wake */
+    }
+    json_array_foreach(list, i, row) {
+        const char *id = json_string_value(json_object_get(row, "id"));
+        const char *hash = json_string_value(json_object_get(row, "hash"));
+        br_strlcpy(t[i].id, id ? id : "", sizeof(t[i].id));
+        br_strlcpy(t[i].hash, hash ? hash : "", sizeof(t[i].hash));
+        t[i].expires_ms = json_integer_value(json_object_get(row, "expires"));
+        t[i].revoked = json_is_true(json_object_get(row, "revoked"));
+    }
+    if (br_http_set_tokens(c->http, t, n) == 0)
+        c->http_tokens_dirty = 0;
+    if (t)
+        sodium_memzero(t, n * sizeof(*t));
+    free(t);
+    json_decref(list);
+}
+
 /* One wake: everything it changes is one transaction, committed before replies. */
 static void wake(br_coord_t *c, int readable)
 {
@@ -432,39 +462,11 @@ static void wake(br_coord_t *c, int readable)
         return;
     }
     br_storemark_update(c->mark, c->store);
+    if (c->http && c->http_tokens_dirty) /* before the answers: a revoke holds once told */
+        give_tokens(c);
     wake_log_end(c, 1);
     flush_outbox(c);
     forget_wake(c);
-}
-
-/* Hand the metrics tokens over to the HTTP side, when they changed. */
-static void give_tokens(br_coord_t *c)
-{
-    br_err_t err;
-    json_t *list = br_store_token_list_metrics(c->store, &err);
-    size_t n = json_array_size(list), i;
-    br_http_token_t *t = n ? calloc(n, sizeof(*t)) : NULL;
-    json_t *row;
-    if (!list || (n && !t)) {
-        fprintf(stderr, "brambled: metrics tokens not handed to the HTTP side: %s\n",
-                list ? "out of memory" : err.text);
-        json_decref(list);
-        return; /* still dirty: tried again next wake */
-    }
-    json_array_foreach(list, i, row) {
-        const char *id = json_string_value(json_object_get(row, "id"));
-        const char *hash = json_string_value(json_object_get(row, "hash"));
-        br_strlcpy(t[i].id, id ? id : "", sizeof(t[i].id));
-        br_strlcpy(t[i].hash, hash ? hash : "", sizeof(t[i].hash));
-        t[i].expires_ms = json_integer_value(json_object_get(row, "expires"));
-        t[i].revoked = json_is_true(json_object_get(row, "revoked"));
-    }
-    if (br_http_set_tokens(c->http, t, n) == 0)
-        c->http_tokens_dirty = 0;
-    if (t)
-        sodium_memzero(t, n * sizeof(*t));
-    free(t);
-    json_decref(list);
 }
 
 /* After a wake: what the HTTP side waits for (its threads never read our state). */
@@ -472,8 +474,6 @@ static void serve_http(br_coord_t *c)
 {
     if (!c->http)
         return;
-    if (c->http_tokens_dirty)
-        give_tokens(c);
     if (br_http_wanted(c->http)) {
         size_t len = 0;
         const char *page = br_stats_page(c->stats, c, &len);

@@ -49,9 +49,9 @@ static void test_addresses(void **state)
         const char *in, *words;
     } bad[] = {
         {"", "empty"},
-        {"0", "port"},
-        {"65536", "port"},
-        {"x", "port"},
+        {"0", "'0' is not a port (1..65535)"},
+        {"65536", "not a port"},
+        {"x", "not a port"},
         {"host.example:7780", "not an IP address"},
         {"127.0.0.1:", "port"},
         {"::1:7780", "brackets"},
