@@ -80,6 +80,7 @@ static int open_http(br_coord_t *c, br_err_t *err)
     c->http = br_http_new(&addr, err);
     if (!c->http)
         return -1;
+    br_strlcpy(c->cfg.http, addr.text, sizeof(c->cfg.http)); /* "7780": 127.0.0.1:7780 */
     c->http_tokens_dirty = 1; /* answered 503 until the loop hands the tokens over */
     fprintf(stderr, "brambled: HTTP on %s: GET /metrics with a metrics token\n", addr.text);
     if (!addr.loopback)

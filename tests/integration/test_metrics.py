@@ -11,6 +11,7 @@ answers and never stall the coordinator.
 
 import http.client
 import json
+import re
 import shutil
 import signal
 import socket
@@ -20,7 +21,7 @@ import urllib.parse
 
 import pytest
 
-from conftest import DEADLINE, Cluster, free_port, tail, wait_for
+from conftest import DEADLINE, REPO, Cluster, free_port, tail, wait_for
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
@@ -215,6 +216,20 @@ def test_metrics_token_promtool_and_prometheus(make_cluster, prometheus):
     scraped('bramble_nodes{state="ready"}', 2)
     scraped('bramble_jobs{state="completed"}', 1)
     scraped('up{job="bramble"}', 1)
+
+    # the docs name every metric on the page, and every query of the Grafana
+    # dashboard is PromQL that this Prometheus takes, about metrics on the page
+    families = re.findall(r"^# TYPE (\S+) ", page, re.M)
+    doc = (REPO / "docs" / "metrics.md").read_text()
+    assert [f for f in families if f"`{f}`" not in doc] == [], "undocumented metrics"
+    board = json.loads((REPO / "docs" / "grafana" / "bramble.json").read_text())
+    for panel in board["panels"]:
+        for t in panel["targets"]:
+            expr = t["expr"].replace("$__rate_interval", "1m")
+            prom_query(prom, expr)
+            for name in re.findall(r"\bbramble_[a-z_]+", expr):
+                base = re.sub(r"_(bucket|sum|count)$", "", name)
+                assert base in families, f"{panel['title']}: {name} is not on the page"
 
     # a node is lost: its job runs again on the other node, and the time it took is
     # measured from the moment the loss was declared
