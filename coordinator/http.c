@@ -248,8 +248,11 @@ static int authorize(br_http_t *h, const char *header, char *why, size_t len)
     size_t n = strlen(t);
     while (n && (t[n - 1] == ' ' || t[n - 1] == '\t'))
         n--;
-    if (n >= sizeof(text) || (memcpy(text, t, n), text[n] = '\0',
-                               br_http_token_hash(text, hash) < 0)) {
+    if (n >= sizeof(text))
+        n = 0; /* too long to be one: "" is not one either */
+    memcpy(text, t, n);
+    text[n] = '\0';
+    if (br_http_token_hash(text, hash) < 0) {
         snprintf(why, len, "this is not a metrics token (one begins '%s'; create one "
                            "with 'bramble token create --metrics')", BR_HTTP_TOKEN_PREFIX);
         return BR_HTTP_UNKNOWN_TOKEN;
