@@ -46,10 +46,11 @@ struct br_http {
     int tokens_set;
     br_http_counts_t counts;
     int stopping;
-    pthread_mutex_t log_lock; /* libmicrohttpd's messages: a client cannot flood the log */
-    int64_t log_window;       /* monotonic ms the current minute began */
-    int log_lines;            /* lines logged in it */
-    uint64_t log_skipped;     /* lines left out since the last one logged */
+    /* libmicrohttpd's messages, limited so that a client cannot flood the log */
+    pthread_mutex_t log_lock;
+    int64_t log_window;   /* monotonic ms the current minute began */
+    int log_lines;        /* lines logged in it */
+    uint64_t log_skipped; /* lines left out since the last one logged */
 #ifdef BRAMBLE_HAVE_MHD
     struct MHD_Daemon *mhd;
 #endif
@@ -101,8 +102,10 @@ int br_http_parse_addr(const char *s, br_http_addr_t *a, br_err_t *err)
     } else {
         const char *colon = strrchr(s, ':');
         if (colon && strchr(s, ':') != colon)
-            return br_errf(err, EINVAL, "'%s': an IPv6 address goes in brackets, as in "
-                                        "[::1]:7780", s);
+            return br_errf(err, EINVAL,
+                           "'%s': an IPv6 address goes in brackets, as in "
+                           "[::1]:7780",
+                           s);
         if (colon) {
             memcpy(host, s, (size_t)(colon - s));
             host[colon - s] = '\0';
@@ -111,7 +114,8 @@ int br_http_parse_addr(const char *s, br_http_addr_t *a, br_err_t *err)
     }
     int p;
     if (br_parse_port(port, 1, &p, NULL) < 0)
-        return br_errf(err, EINVAL, "'%s': '%s' is not a port (1..65535); " FORMS, s, port);
+        return br_errf(err, EINVAL, "'%s': '%s' is not a port (1..65535); " FORMS, s,
+                       port);
     if (!v6 && (!host[0] || strcmp(host, "localhost") == 0))
         strcpy(host, "127.0.0.1");
     if (v6) {
@@ -126,7 +130,8 @@ int br_http_parse_addr(const char *s, br_http_addr_t *a, br_err_t *err)
     } else {
         struct sockaddr_in *in4 = (struct sockaddr_in *)&a->ss;
         if (inet_pton(AF_INET, host, &in4->sin_addr) != 1)
-            return br_errf(err, EINVAL, "'%s': '%s' is not an IP address; " FORMS, s, host);
+            return br_errf(err, EINVAL, "'%s': '%s' is not an IP address; " FORMS, s,
+                           host);
         in4->sin_family = AF_INET;
         in4->sin_port = htons((uint16_t)p);
         a->len = sizeof(*in4);
@@ -224,7 +229,7 @@ void br_http_counts(br_http_t *h, br_http_counts_t *out)
     pthread_mutex_unlock(&h->lock);
 }
 
-/* --- serving (libmicrohttpd's threads) --------------------------------------------- */
+/* --- serving (libmicrohttpd's threads) ------------------------------------------ */
 
 #ifdef BRAMBLE_HAVE_MHD
 
@@ -234,8 +239,9 @@ static int authorize(br_http_t *h, const char *header, char *why, size_t len)
 {
     char text[BR_HTTP_TOKEN_MAX + 8], hash[BR_TOKEN_HASH_HEX + 1];
     if (!header || !*header) {
-        snprintf(why, len, "no bearer token: send 'Authorization: Bearer TOKEN' with a "
-                           "token from 'bramble token create --metrics'");
+        snprintf(why, len,
+                 "no bearer token: send 'Authorization: Bearer TOKEN' with a "
+                 "token from 'bramble token create --metrics'");
         return BR_HTTP_NO_TOKEN;
     }
     if (strncasecmp(header, "Bearer ", 7) != 0) {
@@ -253,8 +259,10 @@ static int authorize(br_http_t *h, const char *header, char *why, size_t len)
     memcpy(text, t, n);
     text[n] = '\0';
     if (br_http_token_hash(text, hash) < 0) {
-        snprintf(why, len, "this is not a metrics token (one begins '%s'; create one "
-                           "with 'bramble token create --metrics')", BR_HTTP_TOKEN_PREFIX);
+        snprintf(why, len,
+                 "this is not a metrics token (one begins '%s'; create one "
+                 "with 'bramble token create --metrics')",
+                 BR_HTTP_TOKEN_PREFIX);
         return BR_HTTP_UNKNOWN_TOKEN;
     }
     for (size_t i = 0; i < h->ntokens; i++) {
@@ -292,12 +300,13 @@ static int fresh_page(br_http_t *h, char **page, size_t *len, char *why, size_t 
             if (pthread_cond_timedwait(&h->cond, &h->lock, &dl) == ETIMEDOUT)
                 break;
         if (h->stopping || h->page_gen == gen || !h->page) {
-            snprintf(why, wlen, "%s", h->stopping ? "the coordinator is stopping"
-                                      : h->page_gen == gen
-                                          ? "the coordinator did not make its metrics in "
-                                            "time (busy?); try again"
-                                          : "the coordinator could not make its metrics "
-                                            "(see its log)");
+            snprintf(why, wlen, "%s",
+                     h->stopping ? "the coordinator is stopping"
+                     : h->page_gen == gen
+                         ? "the coordinator did not make its metrics in "
+                           "time (busy?); try again"
+                         : "the coordinator could not make its metrics "
+                           "(see its log)");
             return -1;
         }
     }
@@ -338,7 +347,8 @@ static enum MHD_Result say(br_http_t *h, struct MHD_Connection *conn, int which,
     char body[400];
     int n = snprintf(body, sizeof(body), "%d %s\n", codes[which], text);
     size_t len = n < 0 ? 0 : (size_t)n < sizeof(body) ? (size_t)n : sizeof(body) - 1;
-    return answer(h, conn, which, "text/plain; charset=utf-8", body, len, hname, hvalue);
+    return answer(h, conn, which, "text/plain; charset=utf-8", body, len, hname,
+                  hvalue);
 }
 
 /* Every request, on the first call (its headers are in): the answer is queued at
@@ -355,15 +365,17 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
                    "not found: this coordinator serves /metrics only", NULL, NULL);
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return say(h, conn, BR_HTTP_BAD_METHOD,
-                   "method not allowed: /metrics answers GET and HEAD", "Allow", "GET, HEAD");
-    const char *auth =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+                   "method not allowed: /metrics answers GET and HEAD", "Allow",
+                   "GET, HEAD");
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                   MHD_HTTP_HEADER_AUTHORIZATION);
     pthread_mutex_lock(&h->lock);
     if (!h->tokens_set || h->stopping) {
         pthread_mutex_unlock(&h->lock);
-        return say(h, conn, BR_HTTP_UNAVAILABLE,
-                   h->stopping ? "the coordinator is stopping" : "the coordinator is starting",
-                   "Retry-After", "1");
+        return say(
+            h, conn, BR_HTTP_UNAVAILABLE,
+            h->stopping ? "the coordinator is stopping" : "the coordinator is starting",
+            "Retry-After", "1");
     }
     int reason = authorize(h, auth, why, sizeof(why));
     if (reason >= 0) {
@@ -371,7 +383,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         pthread_mutex_unlock(&h->lock);
         char text[300];
         snprintf(text, sizeof(text), "unauthorized: %s", why);
-        return say(h, conn, BR_HTTP_UNAUTHORIZED, text, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+        return say(h, conn, BR_HTTP_UNAUTHORIZED, text,
+                   MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                    reason == BR_HTTP_NO_TOKEN ? "Bearer realm=\"bramble metrics\""
                                               : "Bearer realm=\"bramble metrics\", "
                                                 "error=\"invalid_token\"");
@@ -382,8 +395,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     pthread_mutex_unlock(&h->lock);
     if (rc < 0)
         return say(h, conn, BR_HTTP_UNAVAILABLE, why, "Retry-After", "1");
-    enum MHD_Result ret = answer(h, conn, BR_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
-                                 page, len, NULL, NULL);
+    enum MHD_Result ret =
+        answer(h, conn, BR_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", page,
+               len, NULL, NULL);
     free(page);
     return ret;
 }
@@ -414,8 +428,9 @@ static void log_cb(void *cls, const char *fmt, va_list ap)
     while (n && text[n - 1] == '\n')
         text[--n] = '\0';
     if (skipped)
-        fprintf(stderr, "brambled: http: %s (and %llu message(s) before it not shown)\n",
-                text, (unsigned long long)skipped);
+        fprintf(stderr,
+                "brambled: http: %s (and %llu message(s) before it not shown)\n", text,
+                (unsigned long long)skipped);
     else
         fprintf(stderr, "brambled: http: %s\n", text);
 }
@@ -423,7 +438,8 @@ static void log_cb(void *cls, const char *fmt, va_list ap)
 /* A listening socket on a, so that a failure names its reason. */
 static int listen_on(const br_http_addr_t *a, br_err_t *err)
 {
-    int fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), on = 1;
+    int fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0),
+        on = 1;
     if (fd < 0)
         return br_errf(err, errno, "http: socket: %s", strerror(errno));
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
@@ -432,7 +448,8 @@ static int listen_on(const br_http_addr_t *a, br_err_t *err)
     if (bind(fd, (const struct sockaddr *)&a->ss, a->len) < 0 || listen(fd, 64) < 0) {
         int e = errno;
         close(fd);
-        return br_errf(err, e, "cannot listen for HTTP on %s: %s%s", a->text, strerror(e),
+        return br_errf(err, e, "cannot listen for HTTP on %s: %s%s", a->text,
+                       strerror(e),
                        e == EADDRNOTAVAIL ? " (not an address of this machine)" : "");
     }
     return fd;
@@ -454,8 +471,10 @@ static int start(br_http_t *h, br_err_t *err)
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_END);
     if (!h->mhd) {
         close(fd);
-        return br_errf(err, EIO, "cannot serve HTTP on %s: libmicrohttpd did not start "
-                                 "(see the lines above)", h->addr.text);
+        return br_errf(err, EIO,
+                       "cannot serve HTTP on %s: libmicrohttpd did not start "
+                       "(see the lines above)",
+                       h->addr.text);
     }
     return 0;
 }
@@ -464,9 +483,10 @@ static int start(br_http_t *h, br_err_t *err)
 
 static int start(br_http_t *h, br_err_t *err)
 {
-    return br_errf(err, ENOTSUP, "this brambled was built without HTTP (libmicrohttpd-dev "
-                                 "was missing when it was built): install it and rebuild "
-                                 "to use --http");
+    return br_errf(err, ENOTSUP,
+                   "this brambled was built without HTTP (libmicrohttpd-dev "
+                   "was missing when it was built): install it and rebuild "
+                   "to use --http");
 }
 
 #endif

@@ -42,11 +42,23 @@ void br_http_token_make(char *text, char *hash, char *id);
 int br_http_token_hash(const char *text, char *hash);
 
 /* Answers counted by the HTTP side (bramble_http_requests_total{code}). */
-enum { BR_HTTP_OK, BR_HTTP_UNAUTHORIZED, BR_HTTP_NOT_FOUND, BR_HTTP_BAD_METHOD,
-       BR_HTTP_UNAVAILABLE, BR_HTTP_CODES };
+enum {
+    BR_HTTP_OK,
+    BR_HTTP_UNAUTHORIZED,
+    BR_HTTP_NOT_FOUND,
+    BR_HTTP_BAD_METHOD,
+    BR_HTTP_UNAVAILABLE,
+    BR_HTTP_CODES
+};
 /* Why a request was unauthorized (bramble_http_unauthorized_total{reason}). */
-enum { BR_HTTP_NO_TOKEN, BR_HTTP_NOT_BEARER, BR_HTTP_UNKNOWN_TOKEN, BR_HTTP_REVOKED,
-       BR_HTTP_EXPIRED, BR_HTTP_REASONS };
+enum {
+    BR_HTTP_NO_TOKEN,
+    BR_HTTP_NOT_BEARER,
+    BR_HTTP_UNKNOWN_TOKEN,
+    BR_HTTP_REVOKED,
+    BR_HTTP_EXPIRED,
+    BR_HTTP_REASONS
+};
 typedef struct {
     uint64_t answers[BR_HTTP_CODES];
     uint64_t unauthorized[BR_HTTP_REASONS];

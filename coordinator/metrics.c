@@ -193,9 +193,8 @@ void br_metrics_histogram(br_metrics_t *m, const char *name, const char *const *
     uint64_t cum = 0;
     for (int i = 0; i < h->n; i++) {
         cum += h->counts[i];
-        line(m, name, "_bucket", labels, "le", br_metrics_number(h->bounds[i], le,
-                                                                 sizeof(le)),
-             (double)cum);
+        line(m, name, "_bucket", labels, "le",
+             br_metrics_number(h->bounds[i], le, sizeof(le)), (double)cum);
     }
     line(m, name, "_bucket", labels, "le", "+Inf", (double)h->count);
     line(m, name, "_sum", labels, NULL, NULL, h->sum);

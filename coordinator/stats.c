@@ -14,14 +14,14 @@
 #define STATES_MAX 16 /* node or job states told apart on one page */
 
 /* Bucket bounds, in seconds, of each histogram. */
-static const double queue_wait_le[] = {0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800,
-                                       3600, 14400, 43200, 86400};
-static const double recovery_le[] = {1, 2, 5, 10, 15, 20, 30, 45, 60, 120, 300, 600,
-                                     1800, 3600};
-static const double rtt_le[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                0.25, 0.5, 1, 2.5};
+static const double queue_wait_le[] = {0.5, 1,   2,    5,    10,    30,    60,   120,
+                                       300, 600, 1800, 3600, 14400, 43200, 86400};
+static const double recovery_le[] = {1,  2,  5,   10,  15,  20,   30,
+                                     45, 60, 120, 300, 600, 1800, 3600};
+static const double rtt_le[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                0.05,   0.1,   0.25,   0.5,   1,    2.5};
 static const double handling_le[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-                                     0.005, 0.01, 0.025, 0.05, 0.1, 0.25};
+                                     0.005,   0.01,   0.025,   0.05,   0.1,   0.25};
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* The refusals told apart, by errnum; everything else is "other". */
@@ -29,11 +29,13 @@ static const struct {
     int errnum;
     const char *reason;
 } refusals[] = {
-    {EACCES, "not_allowed"},  {EPERM, "not_permitted"},  {EINVAL, "invalid"},
-    {ENOENT, "not_found"},    {EEXIST, "exists"},        {EPROTO, "malformed"},
-    {EBUSY, "busy"},          {ENOTCONN, "not_connected"}, {ESTALE, "stale"},
-    {ENOTSUP, "not_supported"}, {EFBIG, "too_big"},      {ENOSPC, "store_full"},
-    {EIO, "store_error"},     {ENOMEM, "out_of_memory"},
+    {EACCES, "not_allowed"}, {EPERM, "not_permitted"},
+    {EINVAL, "invalid"},     {ENOENT, "not_found"},
+    {EEXIST, "exists"},      {EPROTO, "malformed"},
+    {EBUSY, "busy"},         {ENOTCONN, "not_connected"},
+    {ESTALE, "stale"},       {ENOTSUP, "not_supported"},
+    {EFBIG, "too_big"},      {ENOSPC, "store_full"},
+    {EIO, "store_error"},    {ENOMEM, "out_of_memory"},
 };
 #define NREFUSALS N(refusals)
 #define OTHER NREFUSALS /* refused[OTHER]: every other errnum */
@@ -59,7 +61,8 @@ br_stats_t *br_stats_new(void)
     br_histogram_init(&s->hist[BR_STAT_QUEUE_WAIT], queue_wait_le, N(queue_wait_le));
     br_histogram_init(&s->hist[BR_STAT_RECOVERY], recovery_le, N(recovery_le));
     br_histogram_init(&s->hist[BR_STAT_HEARTBEAT_RTT], rtt_le, N(rtt_le));
-    br_histogram_init(&s->hist[BR_STAT_HEARTBEAT_HANDLING], handling_le, N(handling_le));
+    br_histogram_init(&s->hist[BR_STAT_HEARTBEAT_HANDLING], handling_le,
+                      N(handling_le));
     s->started_ms = br_now_ms();
     return s;
 }
@@ -152,7 +155,8 @@ static void page_nodes(br_metrics_t *m, br_coord_t *c)
     tally_init(&t, always);
     for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)
         tally_add(&t, n->state, 1);
-    br_metrics_family(m, "bramble_nodes", "gauge", "Nodes known to the coordinator, by state.");
+    br_metrics_family(m, "bramble_nodes", "gauge",
+                      "Nodes known to the coordinator, by state.");
     tally_write(m, "bramble_nodes", &t);
     br_metrics_family(m, "bramble_node_last_seen_timestamp_seconds", "gauge",
                       "When the coordinator last heard from each node (unix seconds).");
@@ -169,8 +173,8 @@ static void page_nodes(br_metrics_t *m, br_coord_t *c)
 /* Jobs by state, and by owner and state; what the per-job cap dropped. */
 static void page_jobs(br_metrics_t *m, br_coord_t *c)
 {
-    static const char *const always[] = {"pending", "starting",  "running",
-                                         "completed", "failed", "cancelled", NULL};
+    static const char *const always[] = {"pending", "starting",  "running", "completed",
+                                         "failed",  "cancelled", NULL};
     br_err_t err;
     json_t *rows = br_store_job_counts(c->store, &err);
     int64_t lost = br_store_log_lost_all(c->store, &err);
@@ -187,7 +191,8 @@ static void page_jobs(br_metrics_t *m, br_coord_t *c)
     json_array_foreach(rows, i, r) {
         const char *state = json_string_value(json_object_get(r, "state"));
         if (state)
-            tally_add(&t, state, (double)json_integer_value(json_object_get(r, "count")));
+            tally_add(&t, state,
+                      (double)json_integer_value(json_object_get(r, "count")));
         capped += (double)json_integer_value(json_object_get(r, "log_dropped"));
     }
     br_metrics_family(m, "bramble_jobs", "gauge", "Jobs in the store, by state.");
@@ -202,10 +207,12 @@ static void page_jobs(br_metrics_t *m, br_coord_t *c)
         br_metrics_sample(m, "bramble_user_jobs", labels,
                           (double)json_integer_value(json_object_get(r, "count")));
     }
-    br_metrics_family(m, "bramble_log_dropped_bytes_total", "counter",
-                      "Bytes of job output dropped: by the coordinator's per-job cap "
-                      "(--log-max-per-job), or by agents that could not ship it in time.");
-    const char *by_cap[] = {"by", "coordinator", NULL}, *by_agent[] = {"by", "agent", NULL};
+    br_metrics_family(
+        m, "bramble_log_dropped_bytes_total", "counter",
+        "Bytes of job output dropped: by the coordinator's per-job cap "
+        "(--log-max-per-job), or by agents that could not ship it in time.");
+    const char *by_cap[] = {"by", "coordinator", NULL},
+               *by_agent[] = {"by", "agent", NULL};
     br_metrics_sample(m, "bramble_log_dropped_bytes_total", by_cap, capped);
     br_metrics_sample(m, "bramble_log_dropped_bytes_total", by_agent, (double)lost);
     json_decref(rows);
@@ -219,9 +226,10 @@ static void page_histograms(br_metrics_t *m, br_stats_t *s)
         [BR_STAT_QUEUE_WAIT] = {"bramble_job_queue_wait_seconds",
                                 "Time from a job's submission to its first running "
                                 "attempt."},
-        [BR_STAT_RECOVERY] = {"bramble_job_recovery_seconds",
-                              "Time from the coordinator declaring a job's node lost to "
-                              "the job running again."},
+        [BR_STAT_RECOVERY] =
+            {"bramble_job_recovery_seconds",
+             "Time from the coordinator declaring a job's node lost to "
+             "the job running again."},
         [BR_STAT_HEARTBEAT_RTT] = {"bramble_heartbeat_rtt_seconds",
                                    "Heartbeat round trips as agents measure them (each "
                                    "heartbeat reports the one before)."},
@@ -240,7 +248,8 @@ static void page_refusals(br_metrics_t *m, br_stats_t *s, br_coord_t *c)
     br_metrics_family(m, "bramble_requests_refused_total", "counter",
                       "Requests answered with an error, by reason.");
     for (int i = 0; i <= NREFUSALS; i++) {
-        const char *labels[] = {"reason", i == OTHER ? "other" : refusals[i].reason, NULL};
+        const char *labels[] = {"reason", i == OTHER ? "other" : refusals[i].reason,
+                                NULL};
         br_metrics_sample(m, "bramble_requests_refused_total", labels,
                           (double)s->refused[i]);
     }
@@ -265,7 +274,8 @@ static void page_http(br_metrics_t *m, br_coord_t *c)
     for (int i = 0; i < BR_HTTP_CODES; i++) {
         snprintf(code, sizeof(code), "%d", br_http_code(i));
         const char *labels[] = {"code", code, NULL};
-        br_metrics_sample(m, "bramble_http_requests_total", labels, (double)hc.answers[i]);
+        br_metrics_sample(m, "bramble_http_requests_total", labels,
+                          (double)hc.answers[i]);
     }
     br_metrics_family(m, "bramble_http_unauthorized_total", "counter",
                       "HTTP requests refused with 401, by reason.");
@@ -282,19 +292,22 @@ const char *br_stats_page(br_stats_t *s, br_coord_t *c, size_t *len)
     br_err_t err;
     br_metrics_reset(m);
     const char *version[] = {"version", BRAMBLE_VERSION, NULL};
-    br_metrics_family(m, "bramble_build_info", "gauge", "The running brambled's version.");
+    br_metrics_family(m, "bramble_build_info", "gauge",
+                      "The running brambled's version.");
     br_metrics_sample(m, "bramble_build_info", version, 1);
     br_metrics_family(m, "bramble_start_time_seconds", "gauge",
                       "When this brambled started (unix seconds).");
-    br_metrics_sample(m, "bramble_start_time_seconds", NULL, (double)s->started_ms / 1000.0);
+    br_metrics_sample(m, "bramble_start_time_seconds", NULL,
+                      (double)s->started_ms / 1000.0);
     page_nodes(m, c);
     page_jobs(m, c);
     page_histograms(m, s);
     int64_t size = br_store_size(c->store, &err);
     if (size >= 0) {
-        br_metrics_family(m, "bramble_store_size_bytes", "gauge",
-                          "Bytes the store takes on disk (bramble.db and its write-ahead "
-                          "log).");
+        br_metrics_family(
+            m, "bramble_store_size_bytes", "gauge",
+            "Bytes the store takes on disk (bramble.db and its write-ahead "
+            "log).");
         br_metrics_sample(m, "bramble_store_size_bytes", NULL, (double)size);
     } else {
         fprintf(stderr, "brambled: metrics: store size left out: %s\n", err.text);

@@ -42,8 +42,9 @@ static void test_addresses(void **state)
         assert_string_equal(a.text, good[i].text);
         assert_int_equal(a.ss.ss_family, good[i].family);
         assert_int_equal(a.loopback, good[i].loopback);
-        assert_int_equal(a.len, good[i].family == AF_INET ? sizeof(struct sockaddr_in)
-                                                          : sizeof(struct sockaddr_in6));
+        assert_int_equal(a.len, good[i].family == AF_INET
+                                    ? sizeof(struct sockaddr_in)
+                                    : sizeof(struct sockaddr_in6));
     }
     static const struct {
         const char *in, *words;
@@ -80,7 +81,8 @@ static void test_tokens(void **state)
     char text[BR_HTTP_TOKEN_MAX], hash[BR_TOKEN_HASH_HEX + 1], id[BR_TOKEN_ID_LEN + 1];
     char again[BR_TOKEN_HASH_HEX + 1], other[BR_HTTP_TOKEN_MAX];
     br_http_token_make(text, hash, id);
-    assert_int_equal(strncmp(text, BR_HTTP_TOKEN_PREFIX, strlen(BR_HTTP_TOKEN_PREFIX)), 0);
+    assert_int_equal(strncmp(text, BR_HTTP_TOKEN_PREFIX, strlen(BR_HTTP_TOKEN_PREFIX)),
+                     0);
     assert_int_equal(strlen(text), strlen(BR_HTTP_TOKEN_PREFIX) + BR_TOKEN_SECRET_HEX);
     assert_int_equal(strlen(hash), BR_TOKEN_HASH_HEX);
     assert_int_equal(strncmp(hash, id, BR_TOKEN_ID_LEN), 0);
@@ -115,7 +117,8 @@ static void test_labels(void **state)
 /* A loopback port that was free a moment ago. */
 static int free_port(void)
 {
-    struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in in = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof(in);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(fd >= 0);

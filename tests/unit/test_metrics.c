@@ -18,13 +18,22 @@ static void test_numbers(void **state)
         double v;
         const char *want;
     } cases[] = {
-        {0, "0"},          {1, "1"},         {-3, "-3"},        {2.5, "2.5"},
-        {0.1, "0.1"},      {0.0005, "0.0005"}, {1e-9, "1e-09"}, {123456789012, "123456789012"},
-        {1e20, "1e+20"},   {1.0 / 3, "0.3333333333333333"},     {1796128666.973, "1796128666.973"},
+        {0, "0"},
+        {1, "1"},
+        {-3, "-3"},
+        {2.5, "2.5"},
+        {0.1, "0.1"},
+        {0.0005, "0.0005"},
+        {1e-9, "1e-09"},
+        {123456789012, "123456789012"},
+        {1e20, "1e+20"},
+        {1.0 / 3, "0.3333333333333333"},
+        {1796128666.973, "1796128666.973"},
     };
     char buf[64];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-        assert_string_equal(br_metrics_number(cases[i].v, buf, sizeof(buf)), cases[i].want);
+        assert_string_equal(br_metrics_number(cases[i].v, buf, sizeof(buf)),
+                            cases[i].want);
     assert_string_equal(br_metrics_number(INFINITY, buf, sizeof(buf)), "+Inf");
     assert_string_equal(br_metrics_number(-INFINITY, buf, sizeof(buf)), "-Inf");
     assert_string_equal(br_metrics_number(NAN, buf, sizeof(buf)), "NaN");
