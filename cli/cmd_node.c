@@ -12,11 +12,12 @@ static int token_create(cli_t *cli, int argc, char **argv)
 {
     static const struct option opts[] = {{"ttl", required_argument, NULL, 't'},
                                          {"uses", required_argument, NULL, 'u'},
+                                         {"metrics", no_argument, NULL, 'm'},
                                          {"json", no_argument, NULL, 'j'},
                                          {0}};
-    int64_t ttl = 3600000;
-    long uses = 1;
-    int json = 0, c;
+    int64_t ttl = -1;
+    long uses = -1;
+    int json = 0, metrics = 0, c;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         if (c == 't') {
             if (cli_parse_ms(cli, "--ttl", optarg, &ttl) != 0)
@@ -26,6 +27,8 @@ static int token_create(cli_t *cli, int argc, char **argv)
         } else if (c == 'u') {
             if (cli_parse_long(cli, "--uses", optarg, 1, 1000000, &uses) != 0)
                 return CLI_USAGE;
+        } else if (c == 'm') {
+            metrics = 1;
         } else if (c == 'j') {
             json = 1;
         } else {
@@ -34,9 +37,17 @@ static int token_create(cli_t *cli, int argc, char **argv)
     }
     if (cli_positional(cli, argc, argv, 0, NULL, NULL) != 0)
         return CLI_USAGE;
-    json_t *r = cli_call(
-        cli, "token.create",
-        json_pack("{s:I, s:I}", "ttl", (json_int_t)ttl, "uses", (json_int_t)uses));
+    if (metrics && uses != -1)
+        return cli_usage(cli, "--uses is for join tokens: a metrics token is never used "
+                              "up (revoke it with 'bramble token revoke ID')");
+    json_t *body;
+    if (metrics) /* no --ttl: it never expires */
+        body = json_pack("{s:I, s:s}", "ttl", (json_int_t)(ttl < 0 ? 0 : ttl), "kind",
+                         "metrics");
+    else
+        body = json_pack("{s:I, s:I}", "ttl", (json_int_t)(ttl < 0 ? 3600000 : ttl), "uses",
+                         (json_int_t)(uses < 0 ? 1 : uses));
+    json_t *r = cli_call(cli, "token.create", body);
     if (!r)
         return CLI_FAIL;
     const char *token = json_string_value(json_object_get(r, "token"));
@@ -47,24 +58,34 @@ static int token_create(cli_t *cli, int argc, char **argv)
         printf("%s\n", token);
     else
         rc = cli_fail(cli, "the coordinator's answer has no token");
+    if (rc == CLI_OK && metrics && json_is_null(json_object_get(r, "http")))
+        fprintf(stderr, "bramble: token create: note: the coordinator serves no HTTP now; "
+                        "start brambled with --http ADDR:PORT to serve /metrics\n");
     json_decref(r);
     return rc;
 }
 
 static void token_row(cli_table_t *t, const json_t *tok)
 {
-    char id[64], created[32], expires[32], uses[64], revoked[32];
+    char id[64], kind[32], created[32], expires[32], uses[64], revoked[32];
     char used[32], max[32];
+    const char *k = json_string_value(json_object_get(tok, "kind"));
+    int metrics = k && strcmp(k, "metrics") == 0;
     cli_fmt_value(json_object_get(tok, "id"), id, sizeof(id));
+    br_strlcpy(kind, k ? k : "join", sizeof(kind));
     cli_fmt_time(json_object_get(tok, "created"), created, sizeof(created));
     cli_fmt_time(json_object_get(tok, "expires"), expires, sizeof(expires));
+    if (metrics && json_is_null(json_object_get(tok, "expires")))
+        br_strlcpy(expires, "never", sizeof(expires));
     cli_fmt_value(json_object_get(tok, "uses"), used, sizeof(used));
     cli_fmt_value(json_object_get(tok, "uses_max"), max, sizeof(max));
     snprintf(uses, sizeof(uses), "%s/%s", used, max);
+    if (metrics) /* never used up */
+        br_strlcpy(uses, "-", sizeof(uses));
     const json_t *rv = json_object_get(tok, "revoked");
     int is_revoked = json_is_true(rv) || (json_is_number(rv) && json_number_value(rv));
     br_strlcpy(revoked, is_revoked ? "yes" : "no", sizeof(revoked));
-    const char *cells[] = {id, created, expires, uses, revoked};
+    const char *cells[] = {id, kind, created, expires, uses, revoked};
     cli_table_add(t, cells);
 }
 
@@ -76,8 +97,8 @@ static int token_list(cli_t *cli, int argc, char **argv)
     json_t *r = cli_call(cli, "token.list", NULL);
     if (!r)
         return CLI_FAIL;
-    static const char *head[] = {"ID", "CREATED", "EXPIRES", "USES", "REVOKED"};
-    cli_print_list(json_object_get(r, "tokens"), json, 5, head, token_row);
+    static const char *head[] = {"ID", "KIND", "CREATED", "EXPIRES", "USES", "REVOKED"};
+    cli_print_list(json_object_get(r, "tokens"), json, 6, head, token_row);
     json_decref(r);
     return CLI_OK;
 }
@@ -332,20 +353,29 @@ static int node_rotate_key(cli_t *cli, int argc, char **argv)
 }
 
 const cli_cmd_t cli_node_cmds[] = {
-    {"token", "create", token_create, "[--ttl DURATION] [--uses N] [--json]",
-     "create a join token for new nodes (admin)",
-     "Prints the token alone on stdout; give it to 'bramble-agent --join TOKEN'.\n"
+    {"token", "create", token_create, "[--ttl DURATION] [--uses N | --metrics] [--json]",
+     "create a join token for new nodes, or a metrics token (admin)",
+     "Prints the token alone on stdout. A join token goes to\n"
+     "'bramble-agent --join TOKEN'. A metrics token (--metrics) is the bearer token\n"
+     "of the coordinator's GET /metrics (brambled --http): give it to Prometheus\n"
+     "(docs/metrics.md). The coordinator keeps only a hash of either.\n"
      "\nOptions:\n"
-     "  --ttl DURATION   how long the token stays valid (default 1h)\n"
-     "  --uses N         how many nodes may join with it (default 1)\n"
+     "  --ttl DURATION   how long the token stays valid (default 1h for a join\n"
+     "                   token; a metrics token never expires unless given one)\n"
+     "  --uses N         how many nodes may join with it (default 1; join tokens)\n"
+     "  --metrics        a metrics token: never used up, ends when revoked\n"
      "  --json           print the coordinator's answer: {\"token\", \"id\",\n"
-     "                   \"expires\"}\n"},
-    {"token", "list", token_list, "[--json]", "list join tokens (admin)",
-     "Table columns: ID CREATED EXPIRES USES (used/allowed) REVOKED.\n"
+     "                   \"expires\" (null: never), \"kind\"; metrics tokens also\n"
+     "                   \"http\", where the coordinator serves HTTP, or null}\n"},
+    {"token", "list", token_list, "[--json]", "list join and metrics tokens (admin)",
+     "Table columns: ID KIND (join or metrics) CREATED EXPIRES USES (used/allowed;\n"
+     "- for metrics tokens) REVOKED.\n"
      "\nOptions:\n"
-     "  --json   print the array of tokens: id, created, expires, uses, uses_max,\n"
-     "           revoked\n"},
-    {"token", "revoke", token_revoke, "ID", "revoke a join token (admin)", ""},
+     "  --json   print the array of tokens: id, kind, created, expires (null:\n"
+     "           never), uses, uses_max, revoked\n"},
+    {"token", "revoke", token_revoke, "ID",
+     "revoke a join or metrics token (admin)",
+     "A revoked metrics token is refused (401) from the coordinator's next request on.\n"},
     {NULL, "nodes", nodes_list, "[--json]", "list the nodes of the cluster",
      "Table columns: NAME STATE ARCH CPUS MEMORY GPUS LABELS JOBS LAST SEEN.\n"
      "\nOptions:\n"

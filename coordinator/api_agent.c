@@ -200,6 +200,7 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_t *tasks, *rtt = NULL;
     double load = -1;
     br_err_t err = {0};
+    int64_t began = br_mono_us();
     if (br_msg_unpack(m, &err, "{s:o, s?F, s?o}", "tasks", &tasks, "load", &load, "rtt",
                       &rtt) < 0 ||
         !json_is_array(tasks) || (rtt && !json_is_object(rtt))) {
@@ -217,8 +218,12 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     if (load >= 0) /* kept in memory, shown by nodes and top; not worth a write */
         json_object_set_new(n->info, "load", json_real(load));
-    if (rtt)
+    if (rtt) {
+        json_t *ms = json_object_get(rtt, "coordinator"); /* the heartbeat before this */
+        if (json_is_number(ms) && json_number_value(ms) >= 0)
+            br_stats_observe(c->stats, BR_STAT_HEARTBEAT_RTT, json_number_value(ms) / 1000.0);
         br_netmap_report(c->netmap, n->name, rtt);
+    }
     if (c->sched_on_heartbeat)
         c->sched_needed = 1;
     br_jobs_reconcile(c, n, tasks, 0);
@@ -228,6 +233,8 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         n->peers_sent = c->peers_version;
     }
     br_api_ok(c, m, body);
+    br_stats_observe(c->stats, BR_STAT_HEARTBEAT_HANDLING,
+                     (double)(br_mono_us() - began) / 1e6);
 }
 
 void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)

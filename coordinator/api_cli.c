@@ -4,8 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "api.h"
 #include "cred.h"
+#include "http.h"
 #include "jobs.h"
 #include "plan.h"
 #include "services.h"
@@ -26,15 +29,58 @@ void br_api_ping(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_api_ok(c, m, body);
 }
 
+/* A metrics token (the bearer token of /metrics): never used up; ttl 0 never
+ * expires. The HTTP side hears of it once the wake is committed. */
+static void metrics_token_create(br_coord_t *c, br_msg_t *m, json_int_t ttl, int uses)
+{
+    br_err_t err;
+    char text[BR_HTTP_TOKEN_MAX], hash[BR_TOKEN_HASH_HEX + 1], id[BR_TOKEN_ID_LEN + 1];
+    if (uses != -1) {
+        br_errf(&err, EINVAL, "a metrics token has no uses: leave uses out");
+        goto fail;
+    }
+    if (ttl < 0 || ttl > 366LL * 86400 * 1000) {
+        br_errf(&err, EINVAL, "ttl must be within a year (0: never expires)");
+        goto fail;
+    }
+    int64_t now = br_now_ms();
+    br_http_token_make(text, hash, id);
+    if (br_store_token_add_metrics(c->store, id, hash, now, ttl ? now + ttl : 0, &err) < 0)
+        goto fail;
+    c->http_tokens_dirty = 1;
+    br_api_ok(c, m, json_pack("{s:s, s:s, s:o, s:s, s:o}", "token", text, "id", id, "expires",
+                              ttl ? json_real((double)(now + ttl) / 1000.0) : json_null(),
+                              "kind", "metrics", "http",
+                              c->http ? json_string(c->cfg.http) : json_null()));
+    sodium_memzero(text, sizeof(text));
+    return;
+fail:
+    br_api_fail(c, m, &err);
+}
+
 void br_api_token_create(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_int_t ttl;
-    int uses;
+    int uses = -1;
+    const char *kind = "join";
     br_err_t err;
     br_token_t t;
     char text[BR_TOKEN_MAX], hash[BR_TOKEN_HASH_HEX + 1], id[BR_TOKEN_ID_LEN + 1];
-    if (br_msg_unpack(m, &err, "{s:I, s:i}", "ttl", &ttl, "uses", &uses) < 0)
+    if (br_msg_unpack(m, &err, "{s:I, s?i, s?s}", "ttl", &ttl, "uses", &uses, "kind",
+                      &kind) < 0)
         goto fail;
+    if (strcmp(kind, "metrics") == 0) {
+        metrics_token_create(c, m, ttl, uses);
+        return;
+    }
+    if (strcmp(kind, "join") != 0) {
+        br_errf(&err, EINVAL, "kind must be join or metrics, not '%.40s'", kind);
+        goto fail;
+    }
+    if (uses == -1) {
+        br_errf(&err, EINVAL, "token.create: a join token needs uses");
+        goto fail;
+    }
     if (ttl <= 0 || ttl > 366LL * 86400 * 1000 || uses < 1 || uses > 100000) {
         br_errf(&err, EINVAL, "ttl must be within a year and uses 1..100000");
         goto fail;
@@ -48,8 +94,8 @@ void br_api_token_create(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_token_join_keypair(t.secret, join_key, NULL);
     if (br_store_token_add(c->store, id, hash, now, now + ttl, uses, join_key, &err) < 0)
         goto fail;
-    br_api_ok(c, m, json_pack("{s:s, s:s, s:f}", "token", text, "id", id, "expires",
-                              (double)(now + ttl) / 1000.0));
+    br_api_ok(c, m, json_pack("{s:s, s:s, s:f, s:s}", "token", text, "id", id, "expires",
+                              (double)(now + ttl) / 1000.0, "kind", "join"));
     return;
 fail:
     br_api_fail(c, m, &err);
@@ -81,6 +127,7 @@ void br_api_token_revoke(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_api_fail(c, m, &err);
         return;
     }
+    c->http_tokens_dirty = 1; /* a metrics token is refused from the next request on */
     br_api_ok(c, m, json_object());
 }
 

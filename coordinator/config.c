@@ -10,6 +10,7 @@
 
 #include "announce.h"
 #include "conf.h"
+#include "http.h"
 #include "store.h"
 #include "util.h"
 
@@ -99,6 +100,12 @@ int br_config_init(br_config_t *cfg, br_err_t *err)
                             "secret_key", cfg->secret_key);
     if (cfg->announce == 1) /* `brambled init --announce`: later starts announce */
         json_object_set_new(obj, "announce", json_true());
+    br_http_addr_t addr;
+    if (cfg->http[0] && strcmp(cfg->http, "off") != 0 && /* `brambled init --http A:P` */
+        br_http_parse_addr(cfg->http, &addr, NULL) == 0) {
+        br_strlcpy(cfg->http, addr.text, sizeof(cfg->http)); /* "7780": 127.0.0.1:7780 */
+        json_object_set_new(obj, "http", json_string(cfg->http));
+    }
     rc = br_conf_save(br_config_path(cfg, "coordinator.yaml", path, sizeof(path)), obj,
                       0600, err);
     json_decref(obj);
@@ -121,6 +128,9 @@ int br_config_load(br_config_t *cfg, br_err_t *err)
     const char *pub = br_conf_str(obj, "public_key");
     const char *sec = br_conf_str(obj, "secret_key");
     const char *announce = br_conf_str(obj, "announce");
+    const char *http = br_conf_str(obj, "http");
+    br_http_addr_t addr;
+    br_err_t herr;
     int rc = -1;
     if (!listen || !adv || !br_key_valid(pub) || !br_key_valid(sec)) {
         br_errf(err, EINVAL, "%s: incomplete (listen, advertise, public_key, secret_key)",
@@ -132,8 +142,14 @@ int br_config_load(br_config_t *cfg, br_err_t *err)
                 announce);
         goto done;
     }
+    if (http && strcmp(http, "off") != 0 && br_http_parse_addr(http, &addr, &herr) < 0) {
+        br_errf(err, EINVAL, "%s: http: %s", path, herr.text);
+        goto done;
+    }
     if (cfg->announce < 0)
         cfg->announce = announce && strcmp(announce, "true") == 0;
+    if (!cfg->http[0] && http) /* a --http flag wins over the file */
+        br_strlcpy(cfg->http, http, sizeof(cfg->http));
     if (cfg->listen[0] && strcmp(cfg->listen, listen) != 0 && !cfg->advertise[0])
         /* tokens and credentials carry the advertised endpoint, which stays */
         fprintf(stderr,

@@ -1,5 +1,5 @@
 /* config.h - the coordinator's settings: what `brambled init` records in the data
- * dir (keys, endpoints, announce) and what flags override at start (timing). */
+ * dir (keys, endpoints, announce, http) and what flags override at start (timing). */
 #ifndef BRAMBLE_COORD_CONFIG_H
 #define BRAMBLE_COORD_CONFIG_H
 
@@ -21,6 +21,7 @@ typedef struct {
     int announce_port;       /* its UDP port (BR_ANNOUNCE_PORT) */
     int64_t log_max_per_job; /* bytes of output kept per job, newest (0: no limit) */
     int64_t log_retention_ms; /* ended jobs' logs are deleted after this (0: kept) */
+    char http[64];            /* --http ADDR:PORT; "" as recorded, "off": none */
 } br_config_t;
 
 #define BR_DEFAULT_LOG_MAX_PER_JOB (64LL << 20)
@@ -35,8 +36,8 @@ void br_config_defaults(br_config_t *cfg);
  * admin key, and DIR/admin.credential. Refuses a data dir that is already set up. */
 int br_config_init(br_config_t *cfg, br_err_t *err);
 
-/* Read DIR/coordinator.yaml into cfg (keys; listen/advertise and announce unless
- * already set). */
+/* Read DIR/coordinator.yaml into cfg (keys; listen/advertise, announce and http
+ * unless already set). */
 int br_config_load(br_config_t *cfg, br_err_t *err);
 
 /* DIR/name into buf. */

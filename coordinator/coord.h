@@ -1,6 +1,7 @@
 /* coord.h - the coordinator object shared by its modules: the socket loop
  * (server.c), the request handlers (api_cli.c, api_agent.c), job life (jobs.c) and
- * placement (scheduler.c). One thread; every wake of the loop runs in one store
+ * placement (scheduler.c). One thread (the HTTP side's threads, http.h, get only
+ * copies of what it publishes); every wake of the loop runs in one store
  * transaction, and replies and orders to agents leave only after it commits. */
 #ifndef BRAMBLE_COORD_H
 #define BRAMBLE_COORD_H
@@ -10,9 +11,11 @@
 
 #include "config.h"
 #include "dirlock.h"
+#include "http.h"
 #include "msg.h"
 #include "netmap.h"
 #include "nodes.h"
+#include "stats.h"
 #include "store.h"
 #include "storemark.h"
 #include "watchers.h"
@@ -51,6 +54,9 @@ typedef struct br_coord {
     uint64_t sends_dropped;        /* messages dropped: their peer's queue was full */
     uint64_t sends_dropped_logged; /* ... of which the log has told */
     int64_t drops_logged_at;       /* monotonic ms of that log line */
+    br_stats_t *stats;             /* what /metrics shows (stats.h) */
+    br_http_t *http;               /* the HTTP side, NULL when off (http.h) */
+    int http_tokens_dirty;         /* the metrics tokens changed: hand them over */
     int stop;
 } br_coord_t;
 

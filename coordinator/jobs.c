@@ -406,6 +406,26 @@ static json_t *current_job(br_coord_t *c, int64_t id, int attempt, br_node_t *n)
     return job;
 }
 
+/* The job runs (again): its wait since submission when this is its first run, its
+ * recovery since a node loss when one sent it back (extra "lost_at", dropped now
+ * through fields, the update that marks it running). */
+static void measure_start(br_coord_t *c, json_t *job, json_t *fields)
+{
+    int64_t now = br_now_ms();
+    json_t *extra = json_object_get(job, "extra");
+    json_int_t lost = json_integer_value(json_object_get(extra, "lost_at"));
+    if (json_integer_value(json_object_get(job, "started")) == 0) { /* never ran */
+        json_int_t submitted = json_integer_value(json_object_get(job, "submitted"));
+        br_stats_observe(c->stats, BR_STAT_QUEUE_WAIT, (double)(now - submitted) / 1000.0);
+    }
+    if (lost > 0) {
+        json_t *x = json_deep_copy(extra);
+        json_object_del(x, "lost_at");
+        json_object_set_new(fields, "extra", x);
+        br_stats_observe(c->stats, BR_STAT_RECOVERY, (double)(now - lost) / 1000.0);
+    }
+}
+
 /* Rank r runs: once rank 0 runs, the port it chose goes to the other ranks; once
  * every rank runs, so does the job. */
 static void rank_started(br_coord_t *c, json_t *job, int r, int port)
@@ -427,8 +447,10 @@ static void rank_started(br_coord_t *c, json_t *job, int r, int port)
     save_assign(c, job);
     if (all && strcmp(json_string_value(json_object_get(job, "state")), "starting") == 0) {
         char list[1024];
-        update(c, id, json_pack("{s:s, s:I}", "state", "running", "started",
-                                (json_int_t)br_now_ms()));
+        json_t *fields = json_pack("{s:s, s:I}", "state", "running", "started",
+                                   (json_int_t)br_now_ms());
+        measure_start(c, job, fields);
+        update(c, id, fields);
         br_coord_event(c, id, rank_node(c, job, 0) ? rank_node(c, job, 0)->name : NULL,
                        "running", "attempt %d running on %s", attempt,
                        node_list(job, ", ", list, sizeof(list)));
@@ -510,6 +532,20 @@ static void stop_ranks(br_coord_t *c, json_t *job, const br_node_t *skip)
     }
 }
 
+/* Note when the job lost its node, in the extra a requeue keeps, so that the time
+ * until it runs again can be measured (measure_start). A second loss before then
+ * keeps the first time. */
+static void mark_lost(json_t *job)
+{
+    json_t *x = json_object_get(job, "extra");
+    if (!json_is_object(x)) {
+        x = json_object();
+        json_object_set_new(job, "extra", x);
+    }
+    if (!json_object_get(x, "lost_at"))
+        json_object_set_new(x, "lost_at", json_integer(br_now_ms()));
+}
+
 /* The current attempt of job ended because of node n (cause NULL: every rank
  * completed): stop what still runs, then restart it per policy, or settle it.
  * exclude: requeue without counting a restart, never again on n. */
@@ -532,6 +568,8 @@ static void end_attempt(br_coord_t *c, json_t *job, br_node_t *n, const char *ca
                  rank_on(job, n), node ? node : "?", reason, others, others == 1 ? "" : "s");
     else
         snprintf(why, sizeof(why), "%s", reason ? reason : "");
+    if (cause && strcmp(cause, "node_lost") == 0)
+        mark_lost(job);
     stop_ranks(c, job, n);
     json_t *ec = exit_code >= 0 ? json_integer(exit_code) : json_null();
     json_t *sig = signal >= 0 ? json_integer(signal) : json_null();

@@ -8,16 +8,19 @@
 #include "announcer.h"
 #include "config.h"
 #include "coord.h"
+#include "http.h"
 #include "util.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: brambled init --data-dir DIR [--listen EP] [--advertise EP]\n"
+            "                [--http [ADDR:]PORT]\n"
             "       brambled [--data-dir DIR] [--listen EP] [--advertise EP]\n"
             "                [--heartbeat-interval 1s] [--node-timeout 5s]\n"
             "                [--announce | --no-announce] [--announce-port %d]\n"
             "                [--teaching] [--log-max-per-job 64MiB] [--log-retention 30d]\n"
+            "                [--http [ADDR:]PORT | --http off]\n"
             "\n"
             "init creates the coordinator key pair, the store (DIR/bramble.db) and the\n"
             "admin credential (DIR/admin.credential), and records the endpoints.\n"
@@ -29,8 +32,15 @@ static void usage(FILE *f)
             "given, or init recorded it (`brambled init --announce`).\n"
             "--log-max-per-job keeps the newest output of each job up to SIZE (0: no\n"
             "limit) and counts what it drops; --log-retention deletes the output of\n"
-            "jobs that ended longer ago than that (0: keep it).\n",
-            BR_ANNOUNCE_PORT, BR_DEFAULT_LISTEN, BR_ANNOUNCE_PORT);
+            "jobs that ended longer ago than that (0: keep it).\n"
+            "--http serves GET /metrics (Prometheus text format) to holders of a token\n"
+            "from `bramble token create --metrics`; off unless given, or recorded by\n"
+            "`brambled init --http` (`--http off` turns a recorded one off). A bare port\n"
+            "or :PORT listens on 127.0.0.1 only; reach it from afar through an SSH\n"
+            "tunnel (docs/metrics.md).%s\n",
+            BR_ANNOUNCE_PORT, BR_DEFAULT_LISTEN, BR_ANNOUNCE_PORT,
+            br_http_available() ? "" : "\nThis build has no HTTP: libmicrohttpd-dev was "
+                                       "missing when it was built.");
 }
 
 static int parse_args(int argc, char **argv, br_config_t *cfg)
@@ -47,6 +57,7 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
         {"teaching", no_argument, NULL, 't'},
         {"log-max-per-job", required_argument, NULL, 'L'},
         {"log-retention", required_argument, NULL, 'R'},
+        {"http", required_argument, NULL, 'W'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int o;
@@ -100,6 +111,21 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
                 return 2;
             }
             break;
+        case 'W': {
+            br_http_addr_t addr;
+            if (strcmp(optarg, "off") != 0 && !br_http_available()) {
+                fprintf(stderr, "brambled: --http: this brambled was built without HTTP "
+                                "(libmicrohttpd-dev was missing when it was built): "
+                                "install it and rebuild\n");
+                return 2;
+            }
+            if (strcmp(optarg, "off") != 0 && br_http_parse_addr(optarg, &addr, &err) < 0) {
+                fprintf(stderr, "brambled: --http %s\n", err.text);
+                return 2;
+            }
+            br_strlcpy(cfg->http, optarg, sizeof(cfg->http));
+            break;
+        }
         case 'h':
             usage(stdout);
             exit(0);
@@ -145,6 +171,8 @@ int main(int argc, char **argv)
                cfg.data_dir, cfg.listen, cfg.advertise, cfg.data_dir);
         if (cfg.announce == 1)
             printf("  announce:  on (UDP port %d)\n", cfg.announce_port);
+        if (cfg.http[0] && strcmp(cfg.http, "off") != 0)
+            printf("  http:      %s (/metrics)\n", cfg.http);
         return 0;
     }
     br_raise_nofile();

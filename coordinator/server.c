@@ -1,6 +1,7 @@
-/* server.c - the coordinator's loop: one ROUTER, the ZAP handler and a signalfd in
- * one zmq_poll; each wake drains waiting messages into one store transaction, runs
- * the failure detector and the scheduler, commits, then sends what it queued. */
+/* server.c - the coordinator's loop: one ROUTER, the ZAP handler, a signalfd and
+ * the HTTP side's eventfd in one zmq_poll; each wake drains waiting messages into
+ * one store transaction, runs the failure detector and the scheduler, commits,
+ * then sends what it queued, and hands the HTTP side what it asked for. */
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -38,11 +39,16 @@ static int zap_check(void *arg, const char *key)
     br_coord_t *c = arg;
     br_principal_t kind;
     char name[64];
+    int ok;
     if (br_store_key_lookup(c->store, key, &kind, name, sizeof(name), NULL) < 0)
-        return -1;
-    if (kind == BR_PRINCIPAL_UNKNOWN)
-        return br_store_token_join_key_known(c->store, key, br_now_ms(), NULL) == 1 ? 0 : -1;
-    return kind == BR_PRINCIPAL_REVOKED ? -1 : 0;
+        ok = 0;
+    else if (kind == BR_PRINCIPAL_UNKNOWN)
+        ok = br_store_token_join_key_known(c->store, key, br_now_ms(), NULL) == 1;
+    else
+        ok = kind != BR_PRINCIPAL_REVOKED;
+    if (!ok)
+        br_stats_handshake_refused(c->stats);
+    return ok ? 0 : -1;
 }
 
 static int load_nodes(br_coord_t *c, br_err_t *err)
@@ -59,6 +65,30 @@ static int load_nodes(br_coord_t *c, br_err_t *err)
     }
     json_decref(list);
     return br_jobs_restore(c, err);
+}
+
+/* The HTTP side, when --http (or the data dir) asks for it. */
+static int open_http(br_coord_t *c, br_err_t *err)
+{
+    br_http_addr_t addr;
+    if (!c->cfg.http[0] || strcmp(c->cfg.http, "off") == 0)
+        return 0;
+    if (br_http_parse_addr(c->cfg.http, &addr, err) < 0) {
+        br_err_prefix(err, "http");
+        return -1;
+    }
+    c->http = br_http_new(&addr, err);
+    if (!c->http)
+        return -1;
+    br_strlcpy(c->cfg.http, addr.text, sizeof(c->cfg.http)); /* "7780": 127.0.0.1:7780 */
+    c->http_tokens_dirty = 1; /* answered 503 until the loop hands the tokens over */
+    fprintf(stderr, "brambled: HTTP on %s: GET /metrics with a metrics token\n", addr.text);
+    if (!addr.loopback)
+        fprintf(stderr, "brambled: warning: HTTP on %s is reachable from other machines "
+                        "and has no TLS: a scraper's token crosses the network in clear "
+                        "text; an SSH tunnel to a loopback address avoids that "
+                        "(docs/metrics.md)\n", addr.text);
+    return 0;
 }
 
 static int open_signals(br_coord_t *c)
@@ -87,6 +117,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->runs_sent = json_object();
     c->netmap = br_netmap_new();
     c->watchers = br_watchers_new();
+    c->stats = br_stats_new();
     c->health = json_object();
     /* the probe key follows from the coordinator's secret: the same after a restart */
     unsigned char pk[32];
@@ -114,8 +145,12 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     }
     c->store = br_store_open(path, err);
     c->nodes = br_nodes_new();
-    if (!c->store || !c->nodes || !c->netmap)
+    if (!c->store)
         goto fail;
+    if (!c->nodes || !c->netmap || !c->stats) {
+        br_errf(err, ENOMEM, "out of memory");
+        goto fail;
+    }
     c->mark = br_storemark_new(cfg->data_dir, c->store, err);
     if (!c->mark || load_nodes(c, err) < 0)
         goto fail;
@@ -124,7 +159,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     if (!c->zap)
         goto fail;
     c->sock = br_sock_server(c->ctx, cfg->listen, cfg->secret_key, err);
-    if (!c->sock)
+    if (!c->sock || open_http(c, err) < 0)
         goto fail;
     c->sched_needed = 1;
     return c;
@@ -143,6 +178,7 @@ void br_coord_destroy(br_coord_t **cp)
     free(c->outbox);
     forget_wake(c);
     free(c->wake_log);
+    br_http_destroy(&c->http); /* its threads stop before what they were given goes */
     br_sock_close(&c->sock);
     br_zap_destroy(&c->zap);
     if (c->ctx)
@@ -155,6 +191,7 @@ void br_coord_destroy(br_coord_t **cp)
     br_store_destroy(&c->store);
     br_dirlock_destroy(&c->lock);
     json_decref(c->runs_sent);
+    br_stats_destroy(&c->stats);
     if (c->sigfd >= 0)
         close(c->sigfd);
     free(c);
@@ -294,6 +331,9 @@ static void flush_outbox(br_coord_t *c)
     uint64_t dropped = 0;
     for (size_t i = 0; i < c->outbox_len; i++) {
         br_err_t err;
+        json_t *errnum = json_object_get(br_msg_body(c->outbox[i]), "errnum");
+        if (br_msg_kind(c->outbox[i]) == BR_MSG_RESPONSE && json_is_integer(errnum))
+            br_stats_refused(c->stats, (int)json_integer_value(errnum));
         if (br_msg_send(c->sock, c->outbox[i], &err) < 0) {
             if (errno == EAGAIN)
                 dropped++;
@@ -396,6 +436,36 @@ static int drain_messages(br_coord_t *c)
     return 0;
 }
 
+/* Hand the metrics tokens over to the HTTP side (they changed). */
+static void give_tokens(br_coord_t *c)
+{
+    br_err_t err;
+    json_t *list = br_store_token_list_metrics(c->store, &err);
+    size_t n = json_array_size(list), i;
+    br_http_token_t *t = n ? calloc(n, sizeof(*t)) : NULL;
+    json_t *row;
+    if (!list || (n && !t)) {
+        fprintf(stderr, "brambled: metrics tokens not handed to the HTTP side: %s\n",
+                list ? "out of memory" : err.text);
+        json_decref(list);
+        return; /* still dirty: tried again next wake */
+    }
+    json_array_foreach(list, i, row) {
+        const char *id = json_string_value(json_object_get(row, "id"));
+        const char *hash = json_string_value(json_object_get(row, "hash"));
+        br_strlcpy(t[i].id, id ? id : "", sizeof(t[i].id));
+        br_strlcpy(t[i].hash, hash ? hash : "", sizeof(t[i].hash));
+        t[i].expires_ms = json_integer_value(json_object_get(row, "expires"));
+        t[i].revoked = json_is_true(json_object_get(row, "revoked"));
+    }
+    if (br_http_set_tokens(c->http, t, n) == 0)
+        c->http_tokens_dirty = 0;
+    if (t)
+        sodium_memzero(t, n * sizeof(*t));
+    free(t);
+    json_decref(list);
+}
+
 /* One wake: everything it changes is one transaction, committed before replies. */
 static void wake(br_coord_t *c, int readable)
 {
@@ -438,7 +508,23 @@ static void wake(br_coord_t *c, int readable)
         return;
     }
     br_storemark_update(c->mark, c->store);
+    if (c->http && c->http_tokens_dirty) /* before the answers: a revoke holds once told */
+        give_tokens(c);
     end_wake(c, 1);
+}
+
+/* After a wake: what the HTTP side waits for (its threads never read our state). */
+static void serve_http(br_coord_t *c)
+{
+    if (!c->http)
+        return;
+    if (br_http_wanted(c->http)) {
+        size_t len = 0;
+        const char *page = br_stats_page(c->stats, c, &len);
+        if (!page)
+            fprintf(stderr, "brambled: metrics: out of memory making the page\n");
+        br_http_publish(c->http, page, len);
+    }
 }
 
 int br_coord_run(br_coord_t *c, br_err_t *err)
@@ -454,8 +540,9 @@ int br_coord_run(br_coord_t *c, br_err_t *err)
     while (!c->stop) {
         zmq_pollitem_t items[] = {{c->sock, 0, ZMQ_POLLIN, 0},
                                   {br_zap_socket(c->zap), 0, ZMQ_POLLIN, 0},
-                                  {NULL, c->sigfd, ZMQ_POLLIN, 0}};
-        int n = zmq_poll(items, 3, tick);
+                                  {NULL, c->sigfd, ZMQ_POLLIN, 0},
+                                  {NULL, c->http ? br_http_fd(c->http) : -1, ZMQ_POLLIN, 0}};
+        int n = zmq_poll(items, c->http ? 4 : 3, tick);
         if (n < 0 && errno != EINTR)
             return br_errf(err, errno, "poll: %s", zmq_strerror(errno));
         if (n > 0 && (items[2].revents & ZMQ_POLLIN)) {
@@ -467,6 +554,7 @@ int br_coord_run(br_coord_t *c, br_err_t *err)
         if (n > 0 && (items[1].revents & ZMQ_POLLIN))
             br_zap_handle(c->zap);
         wake(c, n > 0 && (items[0].revents & ZMQ_POLLIN));
+        serve_http(c);
     }
     return 0;
 }

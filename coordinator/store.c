@@ -95,6 +95,10 @@ static const char *const migrations[] = {
     "CREATE TABLE audit (id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL,"
     " principal INTEGER, who TEXT NOT NULL, action TEXT NOT NULL, target TEXT,"
     " result TEXT NOT NULL);",
+    /* 4: tokens of two kinds: join tokens for new nodes, and metrics tokens that a
+     * Prometheus server shows as its bearer token on the HTTP side (never used up;
+     * expires 0: never expires). */
+    "ALTER TABLE tokens ADD COLUMN kind TEXT NOT NULL DEFAULT 'join';",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -145,6 +149,10 @@ enum {
     ST_TOKEN_USE,
     ST_TOKEN_LIST,
     ST_TOKEN_REVOKE,
+    ST_TOKEN_ADD_METRICS,
+    ST_TOKEN_METRICS,
+    ST_JOB_COUNTS,
+    ST_LOG_LOST_ALL,
     ST_NODE_SAVE,
     ST_NODE_DELETE,
     ST_NODE_LIST,
@@ -220,12 +228,19 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_TOKEN_ADD] = "INSERT INTO tokens (id, hash, created, expires, uses_max, join_key)"
                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [ST_TOKEN_FIND] = "SELECT id, expires, uses, uses_max, revoked FROM tokens"
-                      " WHERE hash = ?1",
+                      " WHERE hash = ?1 AND kind = 'join'",
     [ST_TOKEN_USE] = "UPDATE tokens SET uses = uses + 1"
                      " WHERE id = ?1 AND uses < uses_max",
-    [ST_TOKEN_LIST] = "SELECT id, created, expires, uses, uses_max, revoked FROM tokens"
-                      " ORDER BY created DESC, id DESC",
+    [ST_TOKEN_LIST] = "SELECT id, created, expires, uses, uses_max, revoked, kind"
+                      " FROM tokens ORDER BY created DESC, id DESC",
     [ST_TOKEN_REVOKE] = "UPDATE tokens SET revoked = 1 WHERE id = ?1",
+    [ST_TOKEN_ADD_METRICS] = "INSERT INTO tokens (id, hash, created, expires, uses_max,"
+                             " kind) VALUES (?1, ?2, ?3, ?4, 0, 'metrics')",
+    [ST_TOKEN_METRICS] = "SELECT id, hash, expires, revoked FROM tokens"
+                         " WHERE kind = 'metrics' ORDER BY id",
+    [ST_JOB_COUNTS] = "SELECT state, owner, count(*), coalesce(sum(log_dropped), 0)"
+                      " FROM jobs GROUP BY state, owner ORDER BY state, owner",
+    [ST_LOG_LOST_ALL] = "SELECT coalesce(sum(log_lost), 0) FROM attempt_nodes",
     [ST_NODE_SAVE] = "INSERT INTO nodes (name, data) VALUES (?1, ?2)"
                      " ON CONFLICT (name) DO UPDATE SET data = excluded.data",
     [ST_NODE_DELETE] = "DELETE FROM nodes WHERE name = ?1",
@@ -1135,12 +1150,48 @@ static json_t *token_row(sqlite3_stmt *st, br_err_t *err)
     bad |= put(o, "uses", col_int(st, 3));
     bad |= put(o, "uses_max", col_int(st, 4));
     bad |= put(o, "revoked", json_boolean(sqlite3_column_int(st, 5)));
+    bad |= put(o, "kind", col_text(st, 6));
+    if (!bad && json_integer_value(json_object_get(o, "expires")) == 0)
+        bad |= put(o, "expires", json_null()); /* a metrics token that never expires */
     return row_done(o, bad, "token", err);
 }
 
 json_t *br_store_token_list(br_store_t *s, br_err_t *err)
 {
     return list_rows(s, s->st[ST_TOKEN_LIST], token_row, "list tokens", err);
+}
+
+int br_store_token_add_metrics(br_store_t *s, const char *id, const char *hash_hex,
+                               int64_t created_ms, int64_t expires_ms, br_err_t *err)
+{
+    if (check_text(id, TOKEN_ID_MAX, 0, "token id", err) < 0 ||
+        check_text(hash_hex, SHORT_MAX, 0, "token hash", err) < 0)
+        return -1;
+    if (expires_ms < 0)
+        return br_errf(err, EINVAL, "a token's expiry cannot be negative");
+    sqlite3_stmt *st = s->st[ST_TOKEN_ADD_METRICS];
+    if (bind_text(st, 1, id) || bind_text(st, 2, hash_hex) ||
+        sqlite3_bind_int64(st, 3, created_ms) || sqlite3_bind_int64(st, 4, expires_ms))
+        return binderr(s, st, "add metrics token", err);
+    if (run(s, st, "add metrics token", err) < 0)
+        return errno == EEXIST ? br_errf(err, EEXIST, "token already exists") : -1;
+    return 0;
+}
+
+static json_t *metrics_token_row(sqlite3_stmt *st, br_err_t *err)
+{
+    json_t *o = json_object();
+    int bad = put(o, "id", col_text(st, 0));
+    bad |= put(o, "hash", col_text(st, 1));
+    bad |= put(o, "expires", col_int(st, 2));
+    bad |= put(o, "revoked", json_boolean(sqlite3_column_int(st, 3)));
+    return row_done(o, bad, "token", err);
+}
+
+json_t *br_store_token_list_metrics(br_store_t *s, br_err_t *err)
+{
+    return list_rows(s, s->st[ST_TOKEN_METRICS], metrics_token_row, "list metrics tokens",
+                     err);
 }
 
 int br_store_token_revoke(br_store_t *s, const char *id, br_err_t *err)
@@ -1738,4 +1789,47 @@ json_t *br_store_checkpoint_latest(br_store_t *s, int64_t job_id, br_err_t *err)
         dberr(s, err, "latest checkpoint");
     reset(st);
     return ckpt;
+}
+
+/* --- figures for the metrics --------------------------------------------------- */
+
+static json_t *job_count_row(sqlite3_stmt *st, br_err_t *err)
+{
+    json_t *o = json_object();
+    int bad = put(o, "state", col_text(st, 0));
+    bad |= put(o, "owner", col_text(st, 1));
+    bad |= put(o, "count", col_int(st, 2));
+    bad |= put(o, "log_dropped", col_int(st, 3));
+    return row_done(o, bad, "job count", err);
+}
+
+json_t *br_store_job_counts(br_store_t *s, br_err_t *err)
+{
+    return list_rows(s, s->st[ST_JOB_COUNTS], job_count_row, "count jobs", err);
+}
+
+int64_t br_store_log_lost_all(br_store_t *s, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_LOG_LOST_ALL];
+    int64_t n = 0;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        n = sqlite3_column_int64(st, 0);
+    reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : dberr(s, err, "sum lost output");
+}
+
+int64_t br_store_size(br_store_t *s, br_err_t *err)
+{
+    const char *path = sqlite3_db_filename(s->db, "main");
+    struct stat st;
+    if (!path || !*path || stat(path, &st) < 0)
+        return br_errf(err, errno ? errno : ENOENT, "store: cannot stat %s: %s",
+                       path ? path : "(no file)", strerror(errno ? errno : ENOENT));
+    int64_t size = (int64_t)st.st_size;
+    char wal[PATH_MAX];
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    if (stat(wal, &st) == 0) /* committed pages not yet checkpointed into the file */
+        size += (int64_t)st.st_size;
+    return size;
 }

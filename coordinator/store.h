@@ -117,10 +117,18 @@ int br_store_token_join_key_known(br_store_t *s, const char *pubkey, int64_t now
  * success *id (17 bytes) gets the token id. */
 int br_store_token_use(br_store_t *s, const char *hash_hex, int64_t now_ms, char *id,
                        br_err_t *err);
-/* [{"id","created","expires","uses","uses_max","revoked":bool}] newest first. */
+/* [{"id","created","expires" (null: never),"uses","uses_max","revoked":bool,
+ * "kind":"join"|"metrics"}] newest first. */
 json_t *br_store_token_list(br_store_t *s, br_err_t *err);
-/* ENOENT "no token 'x'" when unknown. */
+/* ENOENT "no token 'x'" when unknown. Revokes join and metrics tokens alike. */
 int br_store_token_revoke(br_store_t *s, const char *id, br_err_t *err);
+/* Metrics tokens (kind "metrics" in the list above): the bearer tokens of the HTTP
+ * side's /metrics. Never used up; expires_ms 0: never expires. Join tokens and
+ * metrics tokens never stand in for each other. */
+int br_store_token_add_metrics(br_store_t *s, const char *id, const char *hash_hex,
+                               int64_t created_ms, int64_t expires_ms, br_err_t *err);
+/* [{"id","hash","expires" (ms, 0: never),"revoked":bool}] of every metrics token. */
+json_t *br_store_token_list_metrics(br_store_t *s, br_err_t *err);
 
 /* --- nodes ------------------------------------------------------------------- */
 /* Upsert a node by name. node is an object with at least "name", "pubkey",
@@ -209,5 +217,14 @@ json_t *br_store_checkpoint_list(br_store_t *s, int64_t job_id, br_err_t *err);
 /* The newest checkpoint of a job: the one with the highest step (ties: the last
  * recorded), shaped as in the list; json_null() when it has none. NULL on error. */
 json_t *br_store_checkpoint_latest(br_store_t *s, int64_t job_id, br_err_t *err);
+
+/* --- figures for the metrics (coordinator/stats.c) ----------------------------- */
+/* [{"state","owner","count","log_dropped" (bytes a cap dropped)}], one per state
+ * and owner that has jobs. */
+json_t *br_store_job_counts(br_store_t *s, br_err_t *err);
+/* Bytes of output that agents had to drop, over every job (-1 on error). */
+int64_t br_store_log_lost_all(br_store_t *s, br_err_t *err);
+/* Bytes the store takes on disk: its file and its write-ahead log (-1 on error). */
+int64_t br_store_size(br_store_t *s, br_err_t *err);
 
 #endif

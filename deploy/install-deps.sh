@@ -10,11 +10,14 @@
 #
 # shellcheck shell=bash disable=SC2034
 
+# libmicrohttpd-dev: brambled's HTTP side (--http, /metrics)
 BR_BUILD_DEPS=(build-essential cmake pkg-config libzmq3-dev libsodium-dev
-               libsqlite3-dev libyaml-dev libjansson-dev libncurses-dev)
+               libsqlite3-dev libyaml-dev libjansson-dev libncurses-dev
+               libmicrohttpd-dev)
+# prometheus: a real Prometheus (and its promtool) scrapes /metrics in the tests
 BR_TEST_DEPS=("${BR_BUILD_DEPS[@]}" libcmocka-dev python3-pytest python3-zmq clang
               libclang-rt-14-dev iproute2 procps sqlite3
-              systemd dpkg-dev tmux python3-torch)
+              systemd dpkg-dev tmux python3-torch prometheus)
 
 # Whether Debian package $1 is installed for this machine's architecture (or for
 # all). With multiarch a name matches one instance per architecture

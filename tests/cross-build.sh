@@ -58,9 +58,10 @@ skip() {
 note() { echo "$TAG: $*" >&2; }
 
 HOST_DEPS=("gcc-$TRIPLET" "libc6-dev-$ARCH-cross" qemu-user cmake pkg-config file)
-# the target's -dev packages (libncurses-dev only for the CLI's live view)
+# the target's -dev packages (libncurses-dev only for the CLI's live view,
+# libmicrohttpd-dev only for brambled's HTTP side)
 TARGET_DEV=(libzmq3-dev libsodium-dev libsqlite3-dev libyaml-dev libjansson-dev
-            libncurses-dev)
+            libncurses-dev libmicrohttpd-dev)
 MULTIARCH_DEPS=("${TARGET_DEV[@]/%/:$ARCH}")
 
 installed() {

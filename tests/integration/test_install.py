@@ -35,7 +35,8 @@ BUILD_TIMEOUT = 900
 IS_ROOT = os.geteuid() == 0
 
 # the runtime libraries the package must depend on (Debian 12 / Raspberry Pi OS names)
-RUNTIME_DEPENDS = ("libzmq5", "libsodium23", "libsqlite3-0", "libyaml-0-2", "libjansson4")
+RUNTIME_DEPENDS = ("libzmq5", "libsodium23", "libsqlite3-0", "libyaml-0-2", "libjansson4",
+                   "libmicrohttpd12")
 
 
 def run(argv, check=True, timeout=SCRIPT_TIMEOUT, **kw):

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "store.h"
@@ -232,7 +233,7 @@ static void test_pragmas(void **state)
     assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
     sqlite3_finalize(st);
     assert_int_equal(conn_int(db, "PRAGMA application_id"), APP_ID);
-    assert_int_equal(conn_int(db, "PRAGMA user_version"), 3);
+    assert_int_equal(conn_int(db, "PRAGMA user_version"), 4);
     sqlite3_close(db);
     br_store_destroy(&s);
 }
@@ -344,7 +345,7 @@ static void test_refuse_newer_schema(void **state)
     br_store_destroy(&s);
     sql_exec(path, "PRAGMA user_version = 99;");
     assert_int_equal(sql_int(path, "PRAGMA user_version"), 99);
-    assert_refused(path, "store schema 99 is newer than this brambled (3)");
+    assert_refused(path, "store schema 99 is newer than this brambled (4)");
 }
 
 static void test_rollback_discards(void **state)
@@ -424,7 +425,9 @@ static const char v1_schema[] =
     "INSERT INTO events (time, job, node, state, reason)"
     " VALUES (2000, 7, 'n1', 'running', 'started');"
     "INSERT INTO keys (pubkey, kind, name, created)"
-    " VALUES ('" KEY_ALICE "', 'user', 'alice', 500);";
+    " VALUES ('" KEY_ALICE "', 'user', 'alice', 500);"
+    "INSERT INTO tokens (id, hash, created, expires, uses_max)"
+    " VALUES ('old-token', 'old-hash', 100, 99999999999999, 2);";
 
 /* A user removed and added again under the same name is a new principal: its id
  * differs, and the old id is never given out again. */
@@ -515,7 +518,7 @@ static void test_migrate_v1(void **state)
     sql_exec(path, v1_schema);
     assert_int_equal(has_column(path, "jobs", "extra"), 0);
     br_store_t *s = open_ok(path);
-    assert_int_equal(sql_int(path, "PRAGMA user_version"), 3);
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 4);
     assert_int_equal(sql_int(path, "PRAGMA application_id"), APP_ID);
     /* schema 3: the job belongs to alice's principal id, and her key maps to it */
     br_principal_t kind;
@@ -525,6 +528,12 @@ static void test_migrate_v1(void **state)
     assert_true(alice > 0);
     assert_int_equal(sql_int(path, "SELECT owner_id FROM jobs WHERE id = 7"), alice);
     assert_int_equal(has_column(path, "jobs", "extra"), 1);
+    /* schema 4: a token from before is a join token, and still joins */
+    assert_int_equal(sql_int(path, "SELECT kind = 'join' FROM tokens WHERE id = 'old-token'"),
+                     1);
+    char tid[17];
+    assert_int_equal(br_store_token_use(s, "old-hash", 1000, tid, &err), 0);
+    assert_string_equal(tid, "old-token");
     assert_old_job(s);
     json_t *list = br_store_job_list(s, NULL, 0, &err);
     assert_int_equal(json_array_size(list), 1);
@@ -540,8 +549,8 @@ static void test_migrate_v1(void **state)
     assert_true(add_job(s, "new", "pending") > 7);
     br_store_destroy(&s);
 
-    s = open_ok(path); /* already at 3: nothing to migrate */
-    assert_int_equal(sql_int(path, "PRAGMA user_version"), 3);
+    s = open_ok(path); /* already at 4: nothing to migrate */
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 4);
     json_t *job = br_store_job_get(s, 7, &err);
     assert_int_equal(jint(json_object_get(job, "extra"), "k"), 1);
     json_decref(job);
@@ -639,6 +648,82 @@ static void test_tokens(void **state)
     assert_true(json_is_true(json_object_get(json_array_get(list, 1), "revoked")));
     assert_null(json_object_get(first, "hash"));
     json_decref(list);
+    br_store_destroy(&s);
+}
+
+/* Metrics tokens live beside join tokens: listed with their kind, revoked alike,
+ * and never usable as join tokens; expires 0 means never. */
+static void test_metrics_tokens(void **state)
+{
+    char path[PATH_MAX], id[17];
+    br_err_t err = {0};
+    path_for("mtokens.db", path);
+    br_store_t *s = open_ok(path);
+    assert_int_equal(br_store_token_add(s, "t-join", "h-join", 1, 5000, 1, NULL, &err), 0);
+    assert_int_equal(br_store_token_add_metrics(s, "t-m1", "h-m1", 2, 0, &err), 0);
+    assert_int_equal(br_store_token_add_metrics(s, "t-m2", "h-m2", 3, 9000, &err), 0);
+    assert_int_equal(br_store_token_add_metrics(s, "t-m1", "h-m3", 4, 0, &err), -1);
+    assert_int_equal(err.errnum, EEXIST);
+    assert_int_equal(br_store_token_add_metrics(s, "t-m4", "h-m4", 4, -1, &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    assert_int_equal(br_store_token_add_metrics(s, "", "h-m5", 4, 0, &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    /* a metrics token's hash is not a join token */
+    assert_token_refused(s, "h-m1", 10, NULL, "token not recognised");
+    assert_int_equal(br_store_token_revoke(s, "t-m2", &err), 0);
+
+    json_t *all = br_store_token_list(s, &err);
+    assert_int_equal(json_array_size(all), 3);
+    json_t *m2 = json_array_get(all, 0), *m1 = json_array_get(all, 1);
+    assert_string_equal(jstr(m2, "kind"), "metrics");
+    assert_string_equal(jstr(m1, "id"), "t-m1");
+    assert_jnull(m1, "expires"); /* never */
+    assert_string_equal(jstr(json_array_get(all, 2), "kind"), "join");
+    json_decref(all);
+
+    json_t *list = br_store_token_list_metrics(s, &err);
+    assert_int_equal(json_array_size(list), 2);
+    assert_string_equal(jstr(json_array_get(list, 0), "id"), "t-m1");
+    assert_string_equal(jstr(json_array_get(list, 0), "hash"), "h-m1");
+    assert_int_equal(jint(json_array_get(list, 0), "expires"), 0);
+    assert_true(json_is_false(json_object_get(json_array_get(list, 0), "revoked")));
+    assert_int_equal(jint(json_array_get(list, 1), "expires"), 9000);
+    assert_true(json_is_true(json_object_get(json_array_get(list, 1), "revoked")));
+    json_decref(list);
+    assert_int_equal(br_store_token_use(s, "h-join", 10, id, &err), 0);
+    br_store_destroy(&s);
+}
+
+/* The figures /metrics shows: jobs by state and owner, dropped output, size. */
+static void test_metrics_figures(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("figures.db", path);
+    br_store_t *s = open_ok(path);
+    json_t *rows = br_store_job_counts(s, &err);
+    assert_int_equal(json_array_size(rows), 0);
+    json_decref(rows);
+    assert_int_equal(br_store_log_lost_all(s, &err), 0);
+    add_job(s, "a", "running");
+    add_job(s, "b", "completed");
+    int64_t c = add_job(s, "c", "completed");
+    assert_int_equal(br_store_attempt_node_add(s, c, 1, "n1", &err), 0);
+    assert_int_equal(br_store_log_lost_set(s, c, 1, "n1", 300, &err), 0);
+    sql_exec(path, "UPDATE jobs SET log_dropped = 40 WHERE name = 'b'");
+    rows = br_store_job_counts(s, &err);
+    assert_int_equal(json_array_size(rows), 2);
+    json_t *done = json_array_get(rows, 0); /* ordered by state */
+    assert_string_equal(jstr(done, "state"), "completed");
+    assert_string_equal(jstr(done, "owner"), "alice");
+    assert_int_equal(jint(done, "count"), 2);
+    assert_int_equal(jint(done, "log_dropped"), 40);
+    assert_int_equal(jint(json_array_get(rows, 1), "count"), 1);
+    json_decref(rows);
+    assert_int_equal(br_store_log_lost_all(s, &err), 300);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(br_store_size(s, &err) >= (int64_t)st.st_size);
     br_store_destroy(&s);
 }
 
@@ -1261,6 +1346,8 @@ int main(void)
         cmocka_unit_test(test_checkpoints),
         cmocka_unit_test(test_checkpoint_refusals),
         cmocka_unit_test(test_nodes),
+        cmocka_unit_test(test_metrics_tokens),
+        cmocka_unit_test(test_metrics_figures),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
