@@ -81,8 +81,10 @@ typedef struct {
     int poll_ms;     /* without news: how long to sleep instead */
 } cli_watch_t;
 /* Ask for news the first time and at each renewal (returning at once, so the loop
- * asks again); else wait up to max_ms (< 0: no bound but the renewal) for news. */
-void cli_watch_wait(cli_t *cli, cli_watch_t *w, int64_t max_ms);
+ * asks again); else wait up to max_ms (< 0: no bound but the renewal) for news.
+ * 1 when news came (or the watch was just asked for or renewed, or there is no
+ * news to wait for: ask again), 0 when max_ms passed without any. */
+int cli_watch_wait(cli_t *cli, cli_watch_t *w, int64_t max_ms);
 
 /* ---- output (output.c) */
 

@@ -14,10 +14,13 @@
 #define TOP_EVENTS_PAGES 20 /* pages read per refresh at most */
 #define TOP_STEP_CALLS 3    /* job.show calls per refresh at most */
 #define TOP_RPC_MS 2000     /* longest wait for one answer (less with --timeout) */
+#define TOP_NEWS_MS 100     /* the soonest a redraw follows the one before, on news */
+#define TOP_KEYS_MS 50      /* keys are read in slices this long, news between them */
 
 typedef struct {
     cli_t *cli;
     int interval_ms;
+    cli_watch_t watch; /* news of every event the caller may see */
     int rpc_ms;
     json_t *nodes;  /* node.list's array, or NULL */
     json_t *jobs;   /* job.list's array, or NULL */
@@ -331,17 +334,23 @@ static void draw(const top_t *t)
 
 /* ---- the loop */
 
-/* Wait up to the interval for keys; 1 when the user quits. */
-static int wait_keys(const top_t *t)
+/* Wait up to the interval for keys, or less when the coordinator has news (an
+ * event: a job started or ended, a node was lost; event.watch); 1 when the user
+ * quits. */
+static int wait_keys(top_t *t)
 {
-    int64_t until = br_mono_ms() + t->interval_ms;
+    int64_t start = br_mono_ms(), until = start + t->interval_ms;
     for (;;) {
         int64_t left = until - br_mono_ms();
         if (top_stop)
             return 1;
         if (left <= 0)
             return 0;
-        timeout((int)left);
+        /* news draws at once, but not more often than every TOP_NEWS_MS */
+        if (t->cli->client && t->watch.state >= 0 && br_mono_ms() - start >= TOP_NEWS_MS &&
+            cli_watch_wait(t->cli, &t->watch, 0))
+            return 0;
+        timeout((int)(left < TOP_KEYS_MS ? left : TOP_KEYS_MS));
         int c = getch();
         if (c == 'q' || c == 'Q')
             return 1;
@@ -392,7 +401,10 @@ static int cmd_top(cli_t *cli, int argc, char **argv)
                CLI_USAGE;
     if (!cli_client(cli))
         return CLI_FAIL;
-    top_t t = {.cli = cli, .interval_ms = (int)interval, .events = json_array()};
+    top_t t = {.cli = cli,
+               .interval_ms = (int)interval,
+               .events = json_array(),
+               .watch = {.job = 0, .poll_ms = (int)interval}};
     t.rpc_ms = cli->timeout_ms < TOP_RPC_MS ? cli->timeout_ms : TOP_RPC_MS;
     top_loop(&t);
     json_decref(t.nodes);
@@ -405,9 +417,10 @@ static int cmd_top(cli_t *cli, int argc, char **argv)
 const cli_cmd_t cli_top_cmds[] = {
     {NULL, "top", cmd_top, "[--interval DURATION]",
      "a live terminal view of the nodes, jobs and latest events",
-     "Refreshes every interval from node.list, job.list and the event stream;\n"
-     "lost nodes are marked '!'. Keys: q quits. Needs a terminal (for a stream\n"
-     "of lines use 'bramble events -f').\n"
+     "Refreshes every interval from node.list, job.list and the event stream, and\n"
+     "at once when the coordinator tells of an event (a job started or ended, a\n"
+     "node lost). Lost nodes are marked '!'. Keys: q quits. Needs a terminal (for\n"
+     "a stream of lines use 'bramble events -f').\n"
      "\nOptions:\n"
      "  --interval DURATION   time between refreshes (default 1s, at least 100ms)\n"},
     {0},

@@ -117,7 +117,7 @@ int cli_rpc_poll(cli_t *cli, const char *type, json_t *body, br_msg_t **resp,
     return 1;
 }
 
-void cli_watch_wait(cli_t *cli, cli_watch_t *w, int64_t max_ms)
+int cli_watch_wait(cli_t *cli, cli_watch_t *w, int64_t max_ms)
 {
     int64_t now = br_mono_ms();
     if (w->state == 0 || (w->state == 1 && now - w->renewed >= CLI_WATCH_RENEW_MS)) {
@@ -134,7 +134,7 @@ void cli_watch_wait(cli_t *cli, cli_watch_t *w, int64_t max_ms)
         /* refused as unknown: a coordinator without news, so poll; no answer: the
          * loop's own request rides out the outage, and the watch is asked again */
         w->state = rc == 0 ? 1 : err.errnum == EPROTO || err.errnum == EPERM ? -1 : 0;
-        return; /* the loop asks again now: what happened before the watch counts */
+        return 1; /* the loop asks again now: what happened before the watch counts */
     }
     int64_t wait = CLI_WATCH_RENEW_MS - (now - w->renewed);
     if (max_ms >= 0 && max_ms < wait)
@@ -143,9 +143,11 @@ void cli_watch_wait(cli_t *cli, cli_watch_t *w, int64_t max_ms)
         wait = 1;
     if (w->state < 0) {
         cli_sleep_ms((int)(wait < w->poll_ms ? wait : w->poll_ms));
-        return;
+        return 1;
     }
     br_err_t err;
-    if (br_client_wait_news(cli->client, (int)wait, &err) < 0)
+    int got = br_client_wait_news(cli->client, (int)wait, &err);
+    if (got < 0)
         cli_sleep_ms((int)(wait < 200 ? wait : 200));
+    return got != 0;
 }
