@@ -278,7 +278,9 @@ void br_coord_news(br_coord_t *c, int64_t job, int is_log)
     br_watchers_note(c->watchers, job, owner, is_log);
 }
 
-/* Tell a watcher there is news (watchers.h); -1 when its client is gone. */
+/* Tell a watcher there is news (watchers.h); -1 when its client is gone or does not
+ * read (its queue is full): the watch is dropped, never waited for, and the
+ * client's renewal brings it back. */
 static int send_news(void *arg, const void *route, size_t route_len, int64_t job)
 {
     br_coord_t *c = arg;
@@ -291,10 +293,9 @@ static int send_news(void *arg, const void *route, size_t route_len, int64_t job
     }
     br_msg_set_body(m, json_pack("{s:I}", "job", (json_int_t)job));
     if (br_msg_send(c->sock, m, &err) < 0) {
-        if (errno == EHOSTUNREACH)
-            rc = -1;
-        else if (errno == EAGAIN)
+        if (errno == EAGAIN)
             c->sends_dropped++;
+        rc = errno == EHOSTUNREACH || errno == EAGAIN ? -1 : 0;
     }
     br_msg_destroy(&m);
     return rc;
