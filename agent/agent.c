@@ -37,6 +37,7 @@
 #define MAX_ATTEMPTS BR_NODE_MAX_ATTEMPTS /* the scheduler places no more */
 #define DRAIN_MAX 32 /* coordinator messages handled per wake */
 #define HELLO_RETRY_MS 1000
+#define GPU_READ_MS 1000 /* NVML is read at most this often, on a heartbeat */
 #define MAX_UNACKED 256 /* checkpoint reports kept for resending */
 #define SEND_QUEUE 256  /* messages queued for the coordinator before sends fail */
 
@@ -64,6 +65,8 @@ struct br_agent {
     int64_t send_failed;          /* sends that found the queue full, in all */
     int64_t send_failed_run;      /* ... since the last one that went through */
     int exit_plain;               /* the coordinator refuses "log_dropped" in exits */
+    int hb_plain;                 /* ... or "gpus" in heartbeats */
+    int64_t gpus_read;            /* when NVML was last read (monotonic ms) */
     br_keeper_t *keeper;          /* fences the jobs when this process cannot */
     br_runstate_t *runstate;      /* what runs, saved for the agent after this one */
     json_t *adoptable;            /* what the previous agent saved, until adopted */
@@ -581,9 +584,22 @@ static json_t *tasks_json(br_agent_t *a)
     return tasks;
 }
 
+/* The GPUs' live figures for a heartbeat, read afresh when GPU_READ_MS have passed;
+ * NULL on the heartbeats between (the coordinator keeps the last ones), without NVML,
+ * or when the coordinator does not take them. */
+static json_t *live_gpus(br_agent_t *a, int64_t now)
+{
+    if (a->hb_plain || (a->gpus_read && now - a->gpus_read < GPU_READ_MS))
+        return NULL;
+    a->gpus_read = now;
+    br_gpus_refresh(a->gpus);
+    return br_gpus_live_json(a->gpus);
+}
+
 static void send_hello(br_agent_t *a)
 {
     br_gpus_refresh(a->gpus);
+    a->gpus_read = 0; /* the first heartbeat after it carries the live figures */
     json_t *body = json_pack("{s:O, s:o, s:O, s:f, s:o}", "inventory", a->inventory, "gpus",
                              br_gpus_to_json(a->gpus), "labels", a->s->labels,
                              "cost_per_hour", a->s->cost_per_hour, "tasks", tasks_json(a));
@@ -1135,6 +1151,13 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         json_t *peers = json_object_get(br_msg_body(m), "peers");
         if (a->probe && json_is_array(peers))
             br_probe_set_peers(a->probe, peers);
+    } else if (seq == a->hb_seq && failed && err.errnum == EPROTO &&
+               strstr(err.text, "gpus") && !a->hb_plain) {
+        /* a coordinator that predates the field: say it without, at once */
+        a->hb_plain = 1;
+        a->hb_sent = 0;
+        fprintf(stderr, "bramble-agent: the coordinator does not take \"gpus\" in "
+                        "node.heartbeat; heartbeats go without GPU figures\n");
     } else if (failed && err.errnum == ENOTCONN) {
         a->hello_acked = 0; /* the coordinator wants a hello (restarted, or we were lost) */
         send_hello(a);
@@ -1306,6 +1329,9 @@ static void timers(br_agent_t *a)
         json_t *hb = json_pack("{s:o}", "tasks", tasks_json(a));
         if (getloadavg(load, 1) == 1)
             json_object_set_new(hb, "load", json_real(load[0]));
+        json_t *gpus = live_gpus(a, now);
+        if (gpus)
+            json_object_set_new(hb, "gpus", gpus);
         json_t *rtt = json_pack("{s:o}", "peers", a->probe ? br_probe_report(a->probe, now)
                                                             : json_object());
         if (a->coord_rtt_ms >= 0)

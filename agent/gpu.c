@@ -17,8 +17,12 @@ typedef struct nvml_device *nvml_device_t;
 typedef struct {
     unsigned long long total, free, used;
 } nvml_memory_t;
+typedef struct {
+    unsigned int gpu, memory; /* percent of the last sample period busy */
+} nvml_utilization_t;
 
 #define NVML_SUCCESS 0
+#define NVML_TEMPERATURE_GPU 0 /* nvmlTemperatureSensors_t: the GPU die */
 #define NVML_DEFAULT_LIBRARY "libnvidia-ml.so.1"
 #define NVML_DRIVER_BUFFER 80
 
@@ -31,6 +35,10 @@ typedef struct {
     nvml_return_t (*memory)(nvml_device_t, nvml_memory_t *);
     nvml_return_t (*driver)(char *, unsigned int);
     nvml_return_t (*cuda)(int *);
+    /* optional: NULL when the library lacks them (the figure is then left out) */
+    nvml_return_t (*util)(nvml_device_t, nvml_utilization_t *);
+    nvml_return_t (*power)(nvml_device_t, unsigned int *); /* milliwatts */
+    nvml_return_t (*temp)(nvml_device_t, int, unsigned int *);
 } nvml_api_t;
 
 struct br_gpus {
@@ -140,6 +148,13 @@ static int nvml_bind(void *lib, nvml_api_t *api)
     memcpy(&api->memory, &fns[5], sizeof(void *));
     memcpy(&api->driver, &fns[6], sizeof(void *));
     memcpy(&api->cuda, &fns[7], sizeof(void *));
+    void *fn;
+    if ((fn = dlsym(lib, "nvmlDeviceGetUtilizationRates")))
+        memcpy(&api->util, &fn, sizeof(void *));
+    if ((fn = dlsym(lib, "nvmlDeviceGetPowerUsage")))
+        memcpy(&api->power, &fn, sizeof(void *));
+    if ((fn = dlsym(lib, "nvmlDeviceGetTemperature")))
+        memcpy(&api->temp, &fn, sizeof(void *));
     return 0;
 }
 
@@ -162,10 +177,42 @@ static void nvml_versions(br_gpus_t *g)
         snprintf(g->cuda, sizeof(g->cuda), "%d.%d", cuda / 1000, cuda % 1000 / 10);
 }
 
+/* One GPU's live figures; -1 when its memory could not be read. */
+static int nvml_sample(const nvml_api_t *api, nvml_device_t h, br_gpu_t *gpu)
+{
+    nvml_memory_t mem;
+    nvml_utilization_t util;
+    unsigned int mw, temp;
+    gpu->have = 0;
+    if (!h)
+        return -1;
+    int rc = -1;
+    if (api->memory(h, &mem) == NVML_SUCCESS) {
+        gpu->vram_total = mem.total;
+        gpu->vram_free = mem.free;
+        gpu->vram_used = mem.used;
+        gpu->have |= BR_GPU_MEMORY;
+        rc = 0;
+    }
+    if (api->util && api->util(h, &util) == NVML_SUCCESS && util.gpu <= 100) {
+        gpu->util = (int)util.gpu;
+        gpu->have |= BR_GPU_UTIL;
+    }
+    if (api->power && api->power(h, &mw) == NVML_SUCCESS) {
+        gpu->power_w = mw / 1000.0;
+        gpu->have |= BR_GPU_POWER;
+    }
+    if (api->temp && api->temp(h, NVML_TEMPERATURE_GPU, &temp) == NVML_SUCCESS &&
+        temp < 1000) {
+        gpu->temp_c = (int)temp;
+        gpu->have |= BR_GPU_TEMP;
+    }
+    return rc;
+}
+
 /* Read one device; a device NVML cannot describe keeps its index, as CUDA counts it. */
 static void nvml_device(br_gpus_t *g, br_gpu_t *gpu, nvml_device_t *h)
 {
-    nvml_memory_t mem;
     if (g->api.handle((unsigned int)gpu->index, h) != NVML_SUCCESS) {
         *h = NULL;
         br_strlcpy(gpu->model, "unknown GPU", sizeof(gpu->model));
@@ -174,10 +221,7 @@ static void nvml_device(br_gpus_t *g, br_gpu_t *gpu, nvml_device_t *h)
     if (g->api.name(*h, gpu->model, sizeof(gpu->model)) != NVML_SUCCESS)
         br_strlcpy(gpu->model, "unknown GPU", sizeof(gpu->model));
     gpu->model[sizeof(gpu->model) - 1] = '\0';
-    if (g->api.memory(*h, &mem) == NVML_SUCCESS) {
-        gpu->vram_total = mem.total;
-        gpu->vram_free = mem.free;
-    }
+    nvml_sample(&g->api, *h, gpu);
 }
 
 static int nvml_devices(br_gpus_t *g, unsigned int count)
@@ -288,16 +332,9 @@ int br_gpus_refresh(br_gpus_t *gpus)
     if (!gpus || !gpus->lib)
         return 0;
     int rc = 0;
-    for (int i = 0; i < gpus->n; i++) {
-        nvml_memory_t mem;
-        if (!gpus->handles[i] ||
-            gpus->api.memory(gpus->handles[i], &mem) != NVML_SUCCESS) {
+    for (int i = 0; i < gpus->n; i++)
+        if (nvml_sample(&gpus->api, gpus->handles[i], &gpus->gpus[i]) < 0)
             rc = -1;
-            continue;
-        }
-        gpus->gpus[i].vram_total = mem.total;
-        gpus->gpus[i].vram_free = mem.free;
-    }
     if (rc < 0)
         errno = EIO;
     return rc;
@@ -315,6 +352,38 @@ json_t *br_gpus_to_json(const br_gpus_t *gpus)
     json_t *arr = json_array();
     for (int i = 0; arr && i < br_gpus_count(gpus); i++) {
         if (json_array_append_new(arr, gpu_json(&gpus->gpus[i])) < 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
+static json_t *live_json(const br_gpu_t *gpu)
+{
+    json_t *o = json_pack("{s:i}", "index", gpu->index);
+    if (!o)
+        return NULL;
+    if (gpu->have & BR_GPU_MEMORY) {
+        json_object_set_new(o, "vram_free", json_integer((json_int_t)gpu->vram_free));
+        json_object_set_new(o, "vram_used", json_integer((json_int_t)gpu->vram_used));
+    }
+    if (gpu->have & BR_GPU_UTIL)
+        json_object_set_new(o, "util", json_integer(gpu->util));
+    if (gpu->have & BR_GPU_POWER)
+        json_object_set_new(o, "power_w", json_real(gpu->power_w));
+    if (gpu->have & BR_GPU_TEMP)
+        json_object_set_new(o, "temp_c", json_integer(gpu->temp_c));
+    return o;
+}
+
+json_t *br_gpus_live_json(const br_gpus_t *gpus)
+{
+    if (!gpus || !gpus->lib)
+        return NULL;
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < gpus->n; i++) {
+        if (json_array_append_new(arr, live_json(&gpus->gpus[i])) < 0) {
             json_decref(arr);
             return NULL;
         }

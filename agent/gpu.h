@@ -11,11 +11,25 @@
 
 typedef struct br_gpus br_gpus_t;
 
+/* Which of a GPU's live figures the last refresh could read (br_gpu_t.have). */
+enum {
+    BR_GPU_MEMORY = 1 << 0, /* vram_free and vram_used */
+    BR_GPU_UTIL = 1 << 1,
+    BR_GPU_POWER = 1 << 2,
+    BR_GPU_TEMP = 1 << 3,
+};
+
 typedef struct {
     int index;           /* 0..n-1, the CUDA_VISIBLE_DEVICES index */
     char model[96];      /* "NVIDIA H200", "RTX 4090" */
     uint64_t vram_total; /* bytes */
     uint64_t vram_free;  /* bytes */
+    /* Live figures, NVML only, valid where have says so. */
+    unsigned have;
+    uint64_t vram_used; /* bytes, by every process on the GPU */
+    int util;           /* percent of the last sample period the GPU was busy */
+    double power_w;     /* watts */
+    int temp_c;         /* degrees Celsius, the GPU die */
 } br_gpu_t;
 
 /* spec: "auto" (NVML when libnvidia-ml.so.1 loads and finds devices, else none),
@@ -33,10 +47,21 @@ const char *br_gpus_source(const br_gpus_t *gpus);
 const char *br_gpus_driver_version(const br_gpus_t *gpus);
 const char *br_gpus_cuda_version(const br_gpus_t *gpus);
 
-/* Re-read free VRAM from NVML (no-op for declared GPUs). */
+/* Re-read the live figures from NVML: memory, utilisation, power, temperature (a
+ * no-op for declared GPUs and "none"). A figure NVML cannot give (call missing from
+ * the library, NVML_ERROR_NOT_SUPPORTED, any other error) is left out of have;
+ * -1 with errno EIO when some GPU's memory could not be read. Each figure is one
+ * NVML call per GPU; NVML answers from the driver, but on a wedged GPU a call may
+ * block in the kernel for as long as the driver takes (docs/gpus.md). */
 int br_gpus_refresh(br_gpus_t *gpus);
 
 /* [{"index","model","vram_total","vram_free"}...]. New reference. */
 json_t *br_gpus_to_json(const br_gpus_t *gpus);
+
+/* The live figures for node.heartbeat: [{"index", "vram_free"?, "vram_used"?,
+ * "util"?, "power_w"?, "temp_c"?}...], each figure only when have holds it; NULL
+ * when the GPUs are not NVML's (declared or none: nothing live to tell). New
+ * reference. */
+json_t *br_gpus_live_json(const br_gpus_t *gpus);
 
 #endif

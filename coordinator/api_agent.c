@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "gpulive.h"
 #include "jobs.h"
 #include "token.h"
 #include "util.h"
@@ -197,13 +198,14 @@ static json_t *probe_peers(br_coord_t *c, const br_node_t *self)
 
 void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    json_t *tasks, *rtt = NULL;
+    json_t *tasks, *rtt = NULL, *gpus = NULL;
     double load = -1;
     br_err_t err = {0};
     int64_t began = br_mono_us();
-    if (br_msg_unpack(m, &err, "{s:o, s?F, s?o}", "tasks", &tasks, "load", &load, "rtt",
-                      &rtt) < 0 ||
-        !json_is_array(tasks) || (rtt && !json_is_object(rtt))) {
+    if (br_msg_unpack(m, &err, "{s:o, s?F, s?o, s?o}", "tasks", &tasks, "load", &load,
+                      "rtt", &rtt, "gpus", &gpus) < 0 ||
+        !json_is_array(tasks) || (rtt && !json_is_object(rtt)) ||
+        (gpus && br_gpulive_check(gpus, &err) < 0)) {
         if (!err.text[0])
             br_errf(&err, EPROTO, "node.heartbeat: tasks must be an array");
         br_api_fail(c, m, &err);
@@ -218,6 +220,8 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     if (load >= 0) /* kept in memory, shown by nodes and top; not worth a write */
         json_object_set_new(n->info, "load", json_real(load));
+    if (gpus && br_gpulive_take(n, gpus)) /* in memory too; more VRAM to spare */
+        c->sched_needed = 1;
     if (rtt) {
         json_t *ms = json_object_get(rtt, "coordinator"); /* the heartbeat before this */
         if (json_is_number(ms) && json_number_value(ms) >= 0)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "coord.h"
+#include "gpulive.h"
 #include "http.h"
 #include "metrics.h"
 #include "util.h"
@@ -300,6 +301,7 @@ const char *br_stats_page(br_stats_t *s, br_coord_t *c, size_t *len)
     br_metrics_sample(m, "bramble_start_time_seconds", NULL,
                       (double)s->started_ms / 1000.0);
     page_nodes(m, c);
+    br_gpulive_page(m, c->nodes);
     page_jobs(m, c);
     page_histograms(m, s);
     int64_t size = br_store_size(c->store, &err);

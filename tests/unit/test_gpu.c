@@ -6,8 +6,11 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "gpu.h"
 
@@ -145,6 +148,158 @@ static void test_auto_without_nvml(void **state)
     unsetenv("BRAMBLE_NVML_LIBRARY");
 }
 
+/* --- NVML: the fake libnvidia-ml.so.1 of tests/fake_nvml, its GPUs in a file --- */
+
+static char fake_file[64];
+
+static void fake_gpus(const char *text)
+{
+    char tmp[80];
+    snprintf(tmp, sizeof(tmp), "%s.new", fake_file);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(rename(tmp, fake_file), 0); /* the fake never reads half a file */
+}
+
+static int fake_setup(void **state)
+{
+    snprintf(fake_file, sizeof(fake_file), "/tmp/bramble-fake-nvml-%d", (int)getpid());
+    setenv("FAKE_NVML_GPUS", fake_file, 1);
+    setenv("BRAMBLE_NVML_LIBRARY", BR_FAKE_NVML, 1);
+    return 0;
+}
+
+static int fake_teardown(void **state)
+{
+    unlink(fake_file);
+    unsetenv("FAKE_NVML_GPUS");
+    unsetenv("BRAMBLE_NVML_LIBRARY");
+    return 0;
+}
+
+static json_t *live_entry(const br_gpus_t *g, int i)
+{
+    json_t *live = br_gpus_live_json(g);
+    assert_non_null(live);
+    json_t *e = json_incref(json_array_get(live, (size_t)i));
+    json_decref(live);
+    assert_non_null(e);
+    return e;
+}
+
+static void test_nvml_figures(void **state)
+{
+    fake_gpus("# name | total | used | util | power | temp\n"
+              "NVIDIA GeForce RTX 4090 | 24GiB | 1GiB | 12 | 85.5 | 41\n"
+              "NVIDIA GeForce RTX 3090 | 24GiB | 0 | 0 | 30 | 35\n");
+    br_gpus_t *g = new_ok("auto");
+    assert_string_equal(br_gpus_source(g), "nvml");
+    assert_string_equal(br_gpus_driver_version(g), "550.fake");
+    assert_string_equal(br_gpus_cuda_version(g), "12.4");
+    assert_int_equal(br_gpus_count(g), 2);
+    const br_gpu_t *a = br_gpus_get(g, 0);
+    assert_string_equal(a->model, "NVIDIA GeForce RTX 4090");
+    assert_int_equal(a->vram_total, 24 * GIB);
+    assert_int_equal(a->vram_free, 23 * GIB); /* read when found, before any refresh */
+    assert_int_equal(a->vram_used, 1 * GIB);
+    assert_int_equal(a->have, BR_GPU_MEMORY | BR_GPU_UTIL | BR_GPU_POWER | BR_GPU_TEMP);
+    assert_int_equal(a->util, 12);
+    assert_true(a->power_w == 85.5);
+    assert_int_equal(a->temp_c, 41);
+    json_t *e = live_entry(g, 1);
+    assert_int_equal(json_integer_value(json_object_get(e, "index")), 1);
+    assert_int_equal(json_integer_value(json_object_get(e, "vram_free")), 24 * GIB);
+    assert_int_equal(json_integer_value(json_object_get(e, "vram_used")), 0);
+    assert_int_equal(json_integer_value(json_object_get(e, "util")), 0);
+    assert_true(json_number_value(json_object_get(e, "power_w")) == 30.0);
+    assert_int_equal(json_integer_value(json_object_get(e, "temp_c")), 35);
+    assert_int_equal(json_object_size(e), 6);
+    json_decref(e);
+
+    /* something outside bramble takes 22 GiB: the next refresh sees it */
+    fake_gpus("NVIDIA GeForce RTX 4090 | 24GiB | 22GiB | 97 | 402.25 | 77\n"
+              "NVIDIA GeForce RTX 3090 | 24GiB | 22GiB | 95 | 340 | 70\n");
+    assert_int_equal(br_gpus_refresh(g), 0);
+    assert_int_equal(a->vram_free, 2 * GIB);
+    assert_int_equal(a->vram_used, 22 * GIB);
+    assert_int_equal(a->util, 97);
+    assert_true(a->power_w == 402.25);
+    assert_int_equal(a->temp_c, 77);
+    assert_int_equal(br_gpus_get(g, 1)->vram_free, 2 * GIB);
+    /* hello's form is unchanged: index, model, total, free */
+    json_t *hello = br_gpus_to_json(g);
+    assert_int_equal(json_object_size(json_array_get(hello, 0)), 4);
+    json_decref(hello);
+    br_gpus_destroy(&g);
+}
+
+/* A figure the GPU does not support (NVML_ERROR_NOT_SUPPORTED) is left out, the
+ * others stay; memory that cannot be read keeps the last free figure and says so. */
+static void test_nvml_unsupported(void **state)
+{
+    fake_gpus("Old GPU | 8GiB | 2GiB | - | - | 50\n");
+    br_gpus_t *g = new_ok("auto");
+    const br_gpu_t *a = br_gpus_get(g, 0);
+    assert_int_equal(a->have, BR_GPU_MEMORY | BR_GPU_TEMP);
+    json_t *e = live_entry(g, 0);
+    assert_null(json_object_get(e, "util"));
+    assert_null(json_object_get(e, "power_w"));
+    assert_int_equal(json_integer_value(json_object_get(e, "temp_c")), 50);
+    assert_int_equal(json_integer_value(json_object_get(e, "vram_free")), 6 * GIB);
+    json_decref(e);
+    fake_gpus("Old GPU | - | - | 5 | 20 | -\n");
+    assert_int_equal(br_gpus_refresh(g), -1);
+    assert_int_equal(errno, EIO);
+    assert_int_equal(a->have, BR_GPU_UTIL | BR_GPU_POWER);
+    assert_int_equal(a->vram_free, 6 * GIB);
+    e = live_entry(g, 0);
+    assert_null(json_object_get(e, "vram_free"));
+    assert_null(json_object_get(e, "vram_used"));
+    assert_int_equal(json_integer_value(json_object_get(e, "util")), 5);
+    json_decref(e);
+    /* the GPU falls off the bus: no figure at all, the index stays */
+    fake_gpus("# nothing\n");
+    assert_int_equal(br_gpus_refresh(g), -1);
+    assert_int_equal(a->have, 0);
+    e = live_entry(g, 0);
+    assert_int_equal(json_object_size(e), 1);
+    json_decref(e);
+    br_gpus_destroy(&g);
+}
+
+/* Declared GPUs and "none" have nothing live to tell. */
+static void test_live_declared(void **state)
+{
+    br_gpus_t *g = new_ok("RTX 4090:24GiB");
+    assert_null(br_gpus_live_json(g));
+    br_gpus_destroy(&g);
+    g = new_ok("none");
+    assert_null(br_gpus_live_json(g));
+    br_gpus_destroy(&g);
+    assert_null(br_gpus_live_json(NULL));
+}
+
+/* What one refresh of two GPUs costs the agent's loop: five NVML calls a GPU. With
+ * the fake each call reads its file; real NVML answers from the driver. */
+static void test_nvml_refresh_cost(void **state)
+{
+    fake_gpus("A | 24GiB | 1GiB | 1 | 2 | 3\nB | 24GiB | 1GiB | 1 | 2 | 3\n");
+    br_gpus_t *g = new_ok("auto");
+    enum { ROUNDS = 200 };
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < ROUNDS; i++)
+        assert_int_equal(br_gpus_refresh(g), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e6 +
+                 (double)(t1.tv_nsec - t0.tv_nsec) / 1e3) / ROUNDS;
+    print_message("one refresh of 2 GPUs with the fake NVML: %.1f us\n", us);
+    assert_true(us < 50000); /* far below a heartbeat, even under ASan on a busy box */
+    br_gpus_destroy(&g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -155,6 +310,10 @@ int main(void)
         cmocka_unit_test(test_json),
         cmocka_unit_test(test_auto),
         cmocka_unit_test(test_auto_without_nvml),
+        cmocka_unit_test_setup_teardown(test_nvml_figures, fake_setup, fake_teardown),
+        cmocka_unit_test_setup_teardown(test_nvml_unsupported, fake_setup, fake_teardown),
+        cmocka_unit_test(test_live_declared),
+        cmocka_unit_test_setup_teardown(test_nvml_refresh_cost, fake_setup, fake_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

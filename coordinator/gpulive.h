@@ -1,0 +1,42 @@
+/* gpulive.h - the GPUs' live figures that agents send in node.heartbeat (free and
+ * used VRAM, utilisation, power, temperature): checked, kept in the node's info in
+ * memory (no store write per heartbeat: the info is saved when something else
+ * changes), and shown on /metrics as per-GPU gauges (docs/metrics.md). */
+#ifndef BRAMBLE_GPULIVE_H
+#define BRAMBLE_GPULIVE_H
+
+#include <jansson.h>
+
+#include "err.h"
+#include "metrics.h"
+#include "nodes.h"
+
+/* Free VRAM that grows by less than this is not worth rerunning the scheduler for
+ * (NVML's free figure moves a little all the time). */
+#define BR_GPULIVE_RESCHED (64ULL << 20)
+
+/* Check a heartbeat's "gpus": an array of at most BR_NODE_MAX_GPUS objects
+ * {"index": int, "vram_free"?: bytes, "vram_used"?: bytes, "util"?: 0..100,
+ * "power_w"?: number >= 0, "temp_c"?: int}, nothing else. Otherwise -1 with
+ * EPROTO and a message naming 'gpus' (the agent then sends its heartbeats without
+ * them, as it does to a coordinator that predates the field). */
+int br_gpulive_check(json_t *gpus, br_err_t *err);
+
+/* Take checked figures into n's info: each GPU's vram_used, util, power_w and
+ * temp_c as sent (a figure not sent is removed: it is not known now), and its
+ * vram_free as the scheduler counts it: NVML's free VRAM plus what bramble's
+ * sharing jobs reserved on that GPU (their memory is in NVML's used figure, and
+ * the scheduler subtracts their reservations itself), at most vram_total. An entry
+ * for a GPU the node did not report in its hello is ignored. Returns 1 when some
+ * GPU has at least BR_GPULIVE_RESCHED more VRAM to spare than before (pending jobs
+ * may fit now), else 0. */
+int br_gpulive_take(br_node_t *n, json_t *gpus);
+
+/* The per-GPU gauges of the connected nodes (ready or draining, heard from since
+ * this coordinator started): bramble_gpu_memory_total_bytes,
+ * bramble_gpu_memory_used_bytes, bramble_gpu_utilization_ratio,
+ * bramble_gpu_power_watts, bramble_gpu_temperature_celsius; labels node, gpu,
+ * model. A figure the agent did not send is left out. */
+void br_gpulive_page(br_metrics_t *m, br_nodes_t *nodes);
+
+#endif
