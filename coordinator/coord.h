@@ -22,6 +22,10 @@
 #include "zap.h"
 
 #define BR_COORD_BATCH_MAX 512 /* messages read in one wake (one transaction) */
+/* ZeroMQ I/O threads: each connection's CURVE work (handshake, every message's
+ * box and unbox) runs on one of them, so with one the joins of many agents at
+ * once queue behind a single thread while the loop waits for their messages */
+#define BR_COORD_IO_THREADS 2
 
 typedef struct br_coord {
     br_config_t cfg;

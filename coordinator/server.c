@@ -155,6 +155,8 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     if (!c->mark || load_nodes(c, err) < 0)
         goto fail;
     c->ctx = zmq_ctx_new();
+    if (c->ctx)
+        zmq_ctx_set(c->ctx, ZMQ_IO_THREADS, BR_COORD_IO_THREADS); /* before any socket */
     c->zap = br_zap_new(c->ctx, zap_check, c, err);
     if (!c->zap)
         goto fail;
