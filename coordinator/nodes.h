@@ -29,7 +29,9 @@ typedef struct br_node {
     int gpu_jobs[BR_NODE_MAX_GPUS];            /* jobs holding each GPU */
     int gpu_whole[BR_NODE_MAX_GPUS];           /* ... of them, jobs with no VRAM need */
     uint64_t gpu_vram_used[BR_NODE_MAX_GPUS];  /* VRAM the sharing ones reserved */
-    int peers_sent;                 /* peers_version last sent to its agent */
+    int peers_sent;                 /* probe set version its agent has heard of */
+    uint64_t peers_hash;            /* digest of the peers last sent (0: none since hello) */
+    int64_t peers_at;               /* monotonic ms they were sent */
     struct br_node *next;
 } br_node_t;
 

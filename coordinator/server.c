@@ -116,6 +116,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->seq = 1;
     c->runs_sent = json_object();
     c->netmap = br_netmap_new();
+    c->probeset = br_probeset_new();
     c->watchers = br_watchers_new();
     c->stats = br_stats_new();
     c->health = json_object();
@@ -147,7 +148,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->nodes = br_nodes_new();
     if (!c->store)
         goto fail;
-    if (!c->nodes || !c->netmap || !c->stats) {
+    if (!c->nodes || !c->netmap || !c->probeset || !c->stats) {
         br_errf(err, ENOMEM, "out of memory");
         goto fail;
     }
@@ -187,6 +188,7 @@ void br_coord_destroy(br_coord_t **cp)
         zmq_ctx_term(c->ctx);
     br_nodes_destroy(&c->nodes);
     br_netmap_destroy(&c->netmap);
+    br_probeset_destroy(&c->probeset);
     br_watchers_destroy(&c->watchers);
     json_decref(c->health);
     br_storemark_destroy(&c->mark);
