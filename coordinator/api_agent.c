@@ -54,7 +54,7 @@ void br_api_node_join(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_node_t *n = br_nodes_add(c->nodes, info);
     json_decref(info);
     if (n) {
-        n->last_seen_mono = br_mono_ms();
+        br_nodes_seen(c->nodes, n, br_mono_ms());
         br_coord_save_node(c, n);
     }
     br_coord_event(c, 0, name, "joined", "joined with token %s", id);
@@ -94,7 +94,7 @@ static br_node_t *caller_node(br_coord_t *c, br_msg_t *m, const br_caller_t *who
         c->sched_needed = 1; /* (re)connected: it may take pending jobs */
     memcpy(n->route, route, len);
     n->route_len = len;
-    n->last_seen_mono = br_mono_ms();
+    br_nodes_seen(c->nodes, n, br_mono_ms());
     n->last_seen_ms = br_now_ms();
     return n;
 }

@@ -61,7 +61,7 @@ static int load_nodes(br_coord_t *c, br_err_t *err)
     json_array_foreach(list, i, n) {
         br_node_t *node = br_nodes_add(c->nodes, n);
         if (node)
-            node->last_seen_mono = c->started_mono; /* grace starts now */
+            br_nodes_seen(c->nodes, node, c->started_mono); /* grace starts now */
     }
     json_decref(list);
     return br_jobs_restore(c, err);
@@ -371,11 +371,21 @@ static void end_wake(br_coord_t *c, int committed)
     forget_wake(c);
 }
 
+/* What nodes hold, counted again from the store after a rollback. */
+static void rehold(br_coord_t *c)
+{
+    br_err_t err;
+    if (br_jobs_rehold(c, &err) < 0)
+        fprintf(stderr, "brambled: counting what nodes hold after a rollback: %s\n",
+                err.text);
+}
+
 /* Undo a wake whose changes will not reach the disk: nothing it queued is sent,
  * and every request it read is told so instead of waiting out its timeout. */
 static void abort_wake(br_coord_t *c, int errnum)
 {
     br_store_rollback(c->store);
+    rehold(c);
     for (size_t i = 0; i < c->outbox_len; i++)
         br_msg_destroy(&c->outbox[i]);
     c->outbox_len = 0;
@@ -424,6 +434,7 @@ static int drain_messages(br_coord_t *c)
         if (failed && !br_store_in_txn(c->store))
             return failed;
         if (failed) { /* its changes were undone: so is what it queued and logged */
+            rehold(c);
             for (size_t k = from; k < c->outbox_len; k++)
                 br_msg_destroy(&c->outbox[k]);
             c->outbox_len = from;
