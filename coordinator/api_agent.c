@@ -55,7 +55,7 @@ void br_api_node_join(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_node_t *n = br_nodes_add(c->nodes, info);
     json_decref(info);
     if (n) {
-        n->last_seen_mono = br_mono_ms();
+        br_nodes_seen(c->nodes, n, br_mono_ms());
         br_coord_save_node(c, n);
     }
     br_coord_event(c, 0, name, "joined", "joined with token %s", id);
@@ -95,7 +95,7 @@ static br_node_t *caller_node(br_coord_t *c, br_msg_t *m, const br_caller_t *who
         c->sched_needed = 1; /* (re)connected: it may take pending jobs */
     memcpy(n->route, route, len);
     n->route_len = len;
-    n->last_seen_mono = br_mono_ms();
+    br_nodes_seen(c->nodes, n, br_mono_ms());
     n->last_seen_ms = br_now_ms();
     return n;
 }
@@ -162,6 +162,7 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_object_del(n->info, "probe_port");
     c->peers_version++; /* its address or port may be new: every agent hears of it */
     n->peers_sent = c->peers_version - 1;
+    n->peers_hash = 0; /* a new agent, or one that reconnected: its next heartbeat says */
     const char *was = n->state;
     /* hellos an agent queued while cut off arrive together on one connection: one
      * event for them */
@@ -182,16 +183,27 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                               (json_int_t)BR_PROBE_INTERVAL_MS));
 }
 
-/* The other connected nodes and where their agents answer probes. */
-static json_t *probe_peers(br_coord_t *c, const br_node_t *self)
+/* The peers n's agent is to probe, when they changed since it last heard: none
+ * while the set it heard of is current. With more than a full list of peers they
+ * go at most once per probe interval to each node (its first after hello at once),
+ * so that nodes joining by the thousand do not make every heartbeat carry a list. */
+static json_t *probe_peers(br_coord_t *c, br_node_t *n)
 {
-    json_t *peers = json_array();
-    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
-        json_t *port = json_object_get(n->info, "probe_port");
-        const char *addr = json_string_value(json_object_get(n->info, "address"));
-        if (n != self && n->route_len && json_is_integer(port) && addr && *addr)
-            json_array_append_new(peers, json_pack("{s:s, s:s, s:O}", "node", n->name,
-                                                   "addr", addr, "port", port));
+    if (n->peers_sent == c->peers_version)
+        return NULL;
+    int64_t now = br_mono_ms();
+    int version = br_probeset_refresh(c->probeset, c->nodes, c->peers_version, now);
+    if (version < 0 || n->peers_sent == version)
+        return NULL;
+    if (n->peers_hash && br_probeset_size(c->probeset) > BR_PROBE_PEERS_MAX &&
+        now - n->peers_at < BR_PROBE_INTERVAL_MS)
+        return NULL;
+    uint64_t hash;
+    json_t *peers = br_probeset_peers(c->probeset, n->name, n->peers_hash, &hash);
+    n->peers_sent = version;
+    if (peers) {
+        n->peers_hash = hash;
+        n->peers_at = now;
     }
     return peers;
 }
@@ -231,11 +243,9 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (c->sched_on_heartbeat)
         c->sched_needed = 1;
     br_jobs_reconcile(c, n, tasks, 0);
-    json_t *body = json_object();
-    if (n->peers_sent != c->peers_version) { /* the nodes to probe changed */
-        json_object_set_new(body, "peers", probe_peers(c, n));
-        n->peers_sent = c->peers_version;
-    }
+    json_t *body = json_object(), *peers = probe_peers(c, n);
+    if (peers) /* the nodes to probe changed */
+        json_object_set_new(body, "peers", peers);
     br_api_ok(c, m, body);
     br_stats_observe(c->stats, BR_STAT_HEARTBEAT_HANDLING,
                      (double)(br_mono_us() - began) / 1e6);

@@ -15,6 +15,7 @@
 #include "msg.h"
 #include "netmap.h"
 #include "nodes.h"
+#include "probeset.h"
 #include "stats.h"
 #include "store.h"
 #include "storemark.h"
@@ -22,6 +23,10 @@
 #include "zap.h"
 
 #define BR_COORD_BATCH_MAX 512 /* messages read in one wake (one transaction) */
+/* ZeroMQ I/O threads: each connection's CURVE work (handshake, every message's
+ * box and unbox) runs on one of them, so with one the joins of many agents at
+ * once queue behind a single thread while the loop waits for their messages */
+#define BR_COORD_IO_THREADS 2
 
 typedef struct br_coord {
     br_config_t cfg;
@@ -47,6 +52,7 @@ typedef struct br_coord {
     json_t *runs_sent;      /* "job.attempt.rank" keys of job.run orders this process sent */
     br_netmap_t *netmap;    /* round trips between nodes, from their heartbeats */
     int peers_version;      /* grows when the set of probe peers changes */
+    br_probeset_t *probeset; /* who probes whom, rebuilt from nodes (probeset.h) */
     char probe_key[65];     /* hex: the key agents' probes are signed with */
     json_t *health;         /* service replicas' health: {"job id": "healthy"...} */
     br_watchers_t *watchers; /* clients waiting for news (event.watch) */

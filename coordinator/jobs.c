@@ -143,6 +143,13 @@ int br_jobs_restore(br_coord_t *c, br_err_t *err)
     return 0;
 }
 
+int br_jobs_rehold(br_coord_t *c, br_err_t *err)
+{
+    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)
+        br_node_release_all(n);
+    return br_jobs_restore(c, err);
+}
+
 static void set_env(json_t *env, const char *k, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void set_env(json_t *env, const char *k, const char *fmt, ...)
@@ -743,18 +750,53 @@ void br_jobs_node_gone(br_coord_t *c, br_node_t *n, const char *reason)
     json_decref(jobs);
 }
 
+static int by_name(const void *a, const void *b)
+{
+    return strcmp((*(br_node_t *const *)a)->name, (*(br_node_t *const *)b)->name);
+}
+
+/* The nodes silent for longer than the node timeout, in name order; only those and
+ * the first one heard from since are looked at. NULL when there are none. */
+static br_node_t **silent_nodes(br_coord_t *c, int64_t now, size_t *count)
+{
+    br_node_t **due = NULL, *n, *next;
+    size_t len = 0, cap = 0;
+    for (n = br_nodes_oldest(c->nodes); n; n = next) {
+        next = n->seen_next;
+        if (strcmp(n->state, "lost") == 0) { /* out of the order until heard from */
+            br_nodes_unseen(c->nodes, n);
+            continue;
+        }
+        if (now - n->last_seen_mono <= c->cfg.node_timeout_ms)
+            break; /* and every node after it was heard from later */
+        if (len == cap) {
+            br_node_t **nd = realloc(due, (cap = cap ? 2 * cap : 16) * sizeof(*nd));
+            if (!nd)
+                break; /* the rest next wake */
+            due = nd;
+        }
+        due[len++] = n;
+    }
+    if (len > 1)
+        qsort(due, len, sizeof(*due), by_name);
+    *count = len;
+    return due;
+}
+
 void br_jobs_check_nodes(br_coord_t *c)
 {
     int64_t now = br_mono_ms();
     if (now - c->started_mono < c->cfg.grace_ms)
         return;
-    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
-        if (strcmp(n->state, "lost") == 0 || now - n->last_seen_mono <= c->cfg.node_timeout_ms)
-            continue;
+    size_t count;
+    br_node_t **due = silent_nodes(c, now, &count);
+    for (size_t i = 0; i < count; i++) {
+        br_node_t *n = due[i];
         char reason[128];
         snprintf(reason, sizeof(reason), "node %s lost (silent for %.1fs)", n->name,
                  (double)(now - n->last_seen_mono) / 1000.0);
         br_node_set_state(n, "lost");
+        br_nodes_unseen(c->nodes, n);
         n->route_len = 0;
         c->peers_version++; /* no one probes it any more */
         br_netmap_forget(c->netmap, n->name);
@@ -762,6 +804,7 @@ void br_jobs_check_nodes(br_coord_t *c)
         br_coord_event(c, 0, n->name, "lost", "%s", reason);
         br_jobs_node_gone(c, n, reason);
     }
+    free(due);
 }
 
 void br_jobs_check_limits(br_coord_t *c)
@@ -805,6 +848,8 @@ static json_t *find_task(json_t *tasks, int64_t id, int attempt)
 
 void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full)
 {
+    if (n->attempts == 0 && json_array_size(tasks) == 0)
+        return; /* nothing current is placed here, and it runs nothing: all agree */
     json_t *jobs = br_store_job_list_node(c->store, n->name, NULL);
     size_t i;
     json_t *job;

@@ -22,6 +22,10 @@ int br_jobs_world_size(json_t *spec);
 
 /* Rebuild what running attempts hold on nodes from the store (at start). */
 int br_jobs_restore(br_coord_t *c, br_err_t *err);
+/* Count what the nodes hold again from the store, after a rollback undid changes
+ * that br_node_hold had already counted (a heartbeat of a node that holds nothing
+ * is not checked against the store, so the counts must not drift from it). */
+int br_jobs_rehold(br_coord_t *c, br_err_t *err);
 
 /* pending -> starting on nodes[0..count-1] (rank order), each with its share
  * assign[r] = {"cpus","memory","gpus":[...]}, which the scheduler has already

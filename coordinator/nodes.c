@@ -10,6 +10,7 @@
  * open-addressing hash table (for the lookup every message of a node makes). */
 struct br_nodes {
     br_node_t *head;
+    br_node_t *seen_head, *seen_tail; /* by last heard from, oldest first */
     br_node_t **slot; /* cap entries: NULL (free), TOMB (removed) or a node */
     size_t cap, used; /* used counts nodes and tombstones */
 };
@@ -125,6 +126,13 @@ br_node_t *br_nodes_add(br_nodes_t *nodes, json_t *info)
         pp = &(*pp)->next;
     n->next = *pp;
     *pp = n;
+    n->seen_next = nodes->seen_head; /* never heard from yet: the oldest */
+    if (nodes->seen_head)
+        nodes->seen_head->seen_prev = n;
+    else
+        nodes->seen_tail = n;
+    nodes->seen_head = n;
+    n->seen_linked = 1;
     br_node_t **slot = slot_of(nodes, name);
     if (!*slot)
         nodes->used++; /* a free slot, not a reused tombstone */
@@ -138,6 +146,7 @@ void br_nodes_remove(br_nodes_t *nodes, const char *name)
         if (strcmp((*pp)->name, name) == 0) {
             br_node_t *n = *pp;
             *pp = n->next;
+            br_nodes_unseen(nodes, n);
             *slot_of(nodes, name) = TOMB;
             node_free(n);
             return;
@@ -148,6 +157,52 @@ void br_nodes_remove(br_nodes_t *nodes, const char *name)
 br_node_t *br_nodes_first(br_nodes_t *nodes)
 {
     return nodes->head;
+}
+
+void br_nodes_unseen(br_nodes_t *nodes, br_node_t *n)
+{
+    if (!n->seen_linked)
+        return;
+    if (n->seen_prev)
+        n->seen_prev->seen_next = n->seen_next;
+    else
+        nodes->seen_head = n->seen_next;
+    if (n->seen_next)
+        n->seen_next->seen_prev = n->seen_prev;
+    else
+        nodes->seen_tail = n->seen_prev;
+    n->seen_prev = n->seen_next = NULL;
+    n->seen_linked = 0;
+}
+
+void br_nodes_seen(br_nodes_t *nodes, br_node_t *n, int64_t mono)
+{
+    n->last_seen_mono = mono;
+    if (n->seen_linked && n == nodes->seen_tail)
+        return;
+    br_nodes_unseen(nodes, n);
+    n->seen_prev = nodes->seen_tail;
+    if (nodes->seen_tail)
+        nodes->seen_tail->seen_next = n;
+    else
+        nodes->seen_head = n;
+    nodes->seen_tail = n;
+    n->seen_linked = 1;
+}
+
+br_node_t *br_nodes_oldest(br_nodes_t *nodes)
+{
+    return nodes->seen_head;
+}
+
+void br_node_release_all(br_node_t *n)
+{
+    n->cpus_used = 0;
+    n->attempts = 0;
+    n->memory_used = 0;
+    memset(n->gpu_jobs, 0, sizeof(n->gpu_jobs));
+    memset(n->gpu_whole, 0, sizeof(n->gpu_whole));
+    memset(n->gpu_vram_used, 0, sizeof(n->gpu_vram_used));
 }
 
 int br_node_cpus(const br_node_t *n)

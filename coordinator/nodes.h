@@ -21,7 +21,7 @@ typedef struct br_node {
     unsigned char route[256];
     size_t route_len;      /* 0 until the agent says hello */
     int new_route;         /* the last message came on a new connection */
-    int64_t last_seen_mono; /* ms, monotonic */
+    int64_t last_seen_mono; /* ms, monotonic: set by br_nodes_seen only */
     int64_t last_seen_ms;   /* wall clock, for display */
     int cpus_used;
     int attempts;          /* ranks placed on it: at most BR_NODE_MAX_ATTEMPTS */
@@ -29,8 +29,12 @@ typedef struct br_node {
     int gpu_jobs[BR_NODE_MAX_GPUS];            /* jobs holding each GPU */
     int gpu_whole[BR_NODE_MAX_GPUS];           /* ... of them, jobs with no VRAM need */
     uint64_t gpu_vram_used[BR_NODE_MAX_GPUS];  /* VRAM the sharing ones reserved */
-    int peers_sent;                 /* peers_version last sent to its agent */
+    int peers_sent;                 /* probe set version its agent has heard of */
+    uint64_t peers_hash;            /* digest of the peers last sent (0: none since hello) */
+    int64_t peers_at;               /* monotonic ms they were sent */
     struct br_node *next;
+    struct br_node *seen_prev, *seen_next; /* by last_seen_mono, oldest first */
+    int seen_linked;
 } br_node_t;
 
 typedef struct br_nodes br_nodes_t;
@@ -45,6 +49,15 @@ void br_nodes_remove(br_nodes_t *nodes, const char *name);
 br_node_t *br_nodes_find(br_nodes_t *nodes, const char *name);
 br_node_t *br_nodes_first(br_nodes_t *nodes); /* then node->next; ordered by name */
 
+/* The node was heard from at mono (ms, monotonic, never less than the last call's):
+ * it goes to the end of the nodes by last heard from. */
+void br_nodes_seen(br_nodes_t *nodes, br_node_t *n, int64_t mono);
+/* The node heard from longest ago (then node->seen_next), so that finding the silent
+ * ones looks at them alone; a node is in this order from its add until
+ * br_nodes_unseen (lost), and again from its next br_nodes_seen. */
+br_node_t *br_nodes_oldest(br_nodes_t *nodes);
+void br_nodes_unseen(br_nodes_t *nodes, br_node_t *n);
+
 /* Node resources from its info. */
 int br_node_cpus(const br_node_t *n);
 uint64_t br_node_memory(const br_node_t *n);
@@ -55,6 +68,9 @@ json_t *br_node_gpu(const br_node_t *n, int i); /* borrowed, or NULL */
  * "gpus": [index...], "vram"?} ("vram": what it reserves on each of its GPUs,
  * which it shares; none: the GPUs are its alone). n NULL: nothing. */
 void br_node_hold(br_node_t *n, json_t *share, int sign);
+
+/* Give back everything n holds (before holds are counted again from the store). */
+void br_node_release_all(br_node_t *n);
 
 /* Set state and mirror it into info. */
 void br_node_set_state(br_node_t *n, const char *state);

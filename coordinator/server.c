@@ -61,7 +61,7 @@ static int load_nodes(br_coord_t *c, br_err_t *err)
     json_array_foreach(list, i, n) {
         br_node_t *node = br_nodes_add(c->nodes, n);
         if (node)
-            node->last_seen_mono = c->started_mono; /* grace starts now */
+            br_nodes_seen(c->nodes, node, c->started_mono); /* grace starts now */
     }
     json_decref(list);
     return br_jobs_restore(c, err);
@@ -116,6 +116,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->seq = 1;
     c->runs_sent = json_object();
     c->netmap = br_netmap_new();
+    c->probeset = br_probeset_new();
     c->watchers = br_watchers_new();
     c->stats = br_stats_new();
     c->health = json_object();
@@ -147,7 +148,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->nodes = br_nodes_new();
     if (!c->store)
         goto fail;
-    if (!c->nodes || !c->netmap || !c->stats) {
+    if (!c->nodes || !c->netmap || !c->probeset || !c->stats) {
         br_errf(err, ENOMEM, "out of memory");
         goto fail;
     }
@@ -155,6 +156,8 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     if (!c->mark || load_nodes(c, err) < 0)
         goto fail;
     c->ctx = zmq_ctx_new();
+    if (c->ctx)
+        zmq_ctx_set(c->ctx, ZMQ_IO_THREADS, BR_COORD_IO_THREADS); /* before any socket */
     c->zap = br_zap_new(c->ctx, zap_check, c, err);
     if (!c->zap)
         goto fail;
@@ -185,6 +188,7 @@ void br_coord_destroy(br_coord_t **cp)
         zmq_ctx_term(c->ctx);
     br_nodes_destroy(&c->nodes);
     br_netmap_destroy(&c->netmap);
+    br_probeset_destroy(&c->probeset);
     br_watchers_destroy(&c->watchers);
     json_decref(c->health);
     br_storemark_destroy(&c->mark);
@@ -367,11 +371,21 @@ static void end_wake(br_coord_t *c, int committed)
     forget_wake(c);
 }
 
+/* What nodes hold, counted again from the store after a rollback. */
+static void rehold(br_coord_t *c)
+{
+    br_err_t err;
+    if (br_jobs_rehold(c, &err) < 0)
+        fprintf(stderr, "brambled: counting what nodes hold after a rollback: %s\n",
+                err.text);
+}
+
 /* Undo a wake whose changes will not reach the disk: nothing it queued is sent,
  * and every request it read is told so instead of waiting out its timeout. */
 static void abort_wake(br_coord_t *c, int errnum)
 {
     br_store_rollback(c->store);
+    rehold(c);
     for (size_t i = 0; i < c->outbox_len; i++)
         br_msg_destroy(&c->outbox[i]);
     c->outbox_len = 0;
@@ -420,6 +434,7 @@ static int drain_messages(br_coord_t *c)
         if (failed && !br_store_in_txn(c->store))
             return failed;
         if (failed) { /* its changes were undone: so is what it queued and logged */
+            rehold(c);
             for (size_t k = from; k < c->outbox_len; k++)
                 br_msg_destroy(&c->outbox[k]);
             c->outbox_len = from;

@@ -1,0 +1,135 @@
+/* probeset.c - the peers each agent probes (probeset.h). */
+#include "probeset.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+typedef struct {
+    char node[64];
+    char addr[64];
+    int port;
+} peer_t;
+
+struct br_probeset {
+    peer_t *peers; /* in name order, as the registry lists nodes */
+    size_t len, cap;
+    int version;
+    int64_t built_at;
+};
+
+br_probeset_t *br_probeset_new(void)
+{
+    br_probeset_t *p = calloc(1, sizeof(*p));
+    if (p)
+        p->version = -1;
+    return p;
+}
+
+void br_probeset_destroy(br_probeset_t **p)
+{
+    if (p && *p) {
+        free((*p)->peers);
+        free(*p);
+        *p = NULL;
+    }
+}
+
+static int add(br_probeset_t *p, const br_node_t *n, const char *addr, int port)
+{
+    if (p->len == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 64;
+        peer_t *np = realloc(p->peers, cap * sizeof(*np));
+        if (!np)
+            return -1;
+        p->peers = np;
+        p->cap = cap;
+    }
+    peer_t *q = &p->peers[p->len++];
+    br_strlcpy(q->node, n->name, sizeof(q->node));
+    br_strlcpy(q->addr, addr, sizeof(q->addr));
+    q->port = port;
+    return 0;
+}
+
+int br_probeset_refresh(br_probeset_t *p, br_nodes_t *nodes, int version, int64_t now_ms)
+{
+    if (version == p->version ||
+        (p->version >= 0 && now_ms - p->built_at < BR_PROBESET_REBUILD_MS))
+        return p->version;
+    p->len = 0;
+    for (br_node_t *n = br_nodes_first(nodes); n; n = n->next) {
+        if (!n->route_len) /* not connected */
+            continue;
+        json_t *port = json_object_get(n->info, "probe_port");
+        const char *addr = json_string_value(json_object_get(n->info, "address"));
+        if (json_is_integer(port) && addr && *addr &&
+            add(p, n, addr, (int)json_integer_value(port)) < 0) {
+            p->len = 0; /* out of memory: built again at the next call */
+            return p->version;
+        }
+    }
+    p->version = version;
+    p->built_at = now_ms;
+    return p->version;
+}
+
+size_t br_probeset_size(const br_probeset_t *p)
+{
+    return p->len;
+}
+
+static uint64_t mix(uint64_t h, const char *s)
+{
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL; /* FNV-1a */
+    return (h ^ 0xff) * 1099511628211ULL;                /* a separator */
+}
+
+/* The first index after self's name (the set is in name order). */
+static size_t after(const br_probeset_t *p, const char *self)
+{
+    size_t lo = 0, hi = p->len;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(p->peers[mid].node, self) <= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+json_t *br_probeset_peers(const br_probeset_t *p, const char *self, uint64_t last,
+                          uint64_t *hash)
+{
+    size_t len = p->len, count = 0, a = after(p, self);
+    size_t others = len - (a > 0 && strcmp(p->peers[a - 1].node, self) == 0);
+    size_t first = others > BR_PROBE_PEERS_MAX ? a : 0; /* too many: the ones after self */
+    uint64_t h = 1469598103934665603ULL;
+    char port[16];
+    for (size_t k = 0; k < len && count < BR_PROBE_PEERS_MAX; k++) {
+        const peer_t *q = &p->peers[(first + k) % len];
+        if (strcmp(q->node, self) == 0)
+            continue;
+        snprintf(port, sizeof(port), "%d", q->port);
+        h = mix(mix(mix(h, q->node), q->addr), port);
+        count++;
+    }
+    *hash = h ? h : 1;
+    if (*hash == last)
+        return NULL;
+    json_t *peers = json_array();
+    count = 0;
+    for (size_t k = 0; k < len && count < BR_PROBE_PEERS_MAX; k++) {
+        const peer_t *q = &p->peers[(first + k) % len];
+        if (strcmp(q->node, self) == 0)
+            continue;
+        json_array_append_new(peers, json_pack("{s:s, s:s, s:i}", "node", q->node, "addr",
+                                               q->addr, "port", q->port));
+        count++;
+    }
+    return peers;
+}

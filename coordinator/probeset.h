@@ -1,0 +1,37 @@
+/* probeset.h - the peers each agent probes: a copy of the connected nodes that
+ * answer probes, in name order, rebuilt from the registry when it changed (at most
+ * every BR_PROBESET_REBUILD_MS); each node is given the next BR_PROBE_PEERS_MAX of
+ * them after its own name, wrapping round, so that what a heartbeat carries and
+ * what an agent sends stay bounded however many nodes there are. */
+#ifndef BRAMBLE_PROBESET_H
+#define BRAMBLE_PROBESET_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nodes.h"
+
+#define BR_PROBE_PEERS_MAX 64      /* peers one agent probes */
+#define BR_PROBESET_REBUILD_MS 100 /* while nodes join, one rebuild per this */
+
+typedef struct br_probeset br_probeset_t;
+
+br_probeset_t *br_probeset_new(void);
+void br_probeset_destroy(br_probeset_t **p);
+
+/* Rebuild from nodes when version is not the one built, unless the last rebuild
+ * was under BR_PROBESET_REBUILD_MS before now_ms (then the next call does it).
+ * Returns the version the set now reflects (-1: never built). */
+int br_probeset_refresh(br_probeset_t *p, br_nodes_t *nodes, int version, int64_t now_ms);
+
+size_t br_probeset_size(const br_probeset_t *p);
+
+/* The peers of node self: [{"node", "addr", "port"}], every other node of the set
+ * in name order when they are at most BR_PROBE_PEERS_MAX, else the
+ * BR_PROBE_PEERS_MAX after self's name. *hash is set to a digest of that list (never
+ * 0); NULL is returned when it equals last (the list did not change). */
+json_t *br_probeset_peers(const br_probeset_t *p, const char *self, uint64_t last,
+                          uint64_t *hash);
+
+#endif
