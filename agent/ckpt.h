@@ -3,9 +3,12 @@
  * number in the name), complete when the marker file exists in it (complete_file),
  * or, without one, when it holds a known marker (trainer_state.json of Hugging Face
  * Trainer, .metadata of torch.distributed.checkpoint) or has stopped changing for
- * stable_ms. inotify wakes it; a periodic rescan is the fallback and catches files
- * created deeper down. Entries complete before the attempt started are not its own
- * and are not reported. docs/checkpoints.md describes the layouts. */
+ * stable_ms; once any entry (this attempt's or an earlier one's) has shown a known
+ * marker, an entry without one is never complete. inotify wakes it, on the directory
+ * and inside each incomplete entry (a marker is acted on at once); a periodic rescan
+ * is the fallback and catches files created deeper down. Entries complete before the
+ * attempt started are not its own and are not reported. docs/checkpoints.md
+ * describes the layouts. */
 #ifndef BRAMBLE_CKPT_H
 #define BRAMBLE_CKPT_H
 
