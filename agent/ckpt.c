@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,13 @@ int64_t br_ckpt_size(const char *path)
     int64_t size = 0, mtime = 0, files = 0;
     signature(path, 0, &size, &mtime, &files);
     return size;
+}
+
+void br_ckpt_signature(const char *path, int64_t *size, int64_t *mtime_ms,
+                       int64_t *files)
+{
+    *size = *mtime_ms = *files = 0;
+    signature(path, 0, size, mtime_ms, files);
 }
 
 int64_t br_ckpt_step(const char *name)
@@ -508,6 +516,11 @@ int br_ckpt_set_user(br_ckpt_t *w, uid_t uid, gid_t gid, br_err_t *err)
     return 0;
 }
 
+const br_fsid_t *br_ckpt_user(const br_ckpt_t *w)
+{
+    return w->fsid;
+}
+
 const char *br_ckpt_dir(const br_ckpt_t *w)
 {
     return w->dir;
@@ -532,12 +545,12 @@ static const char *beneath(const char *dir, const char *path)
     return path + n + 1;
 }
 
-/* Open path (O_PATH) inside dir without leaving it, following symlinks only while
- * they stay beneath it; or, without dir, as it is. */
-static int open_checked(const char *dir, const char *path, br_err_t *err)
+/* Open path (with flags) inside dir without leaving it, following symlinks only
+ * while they stay beneath it; or, without dir, as it is. */
+static int open_checked(const char *dir, const char *path, int flags, br_err_t *err)
 {
     if (!dir) {
-        int fd = open(path, O_PATH | O_CLOEXEC);
+        int fd = open(path, flags);
         return fd >= 0 ? fd : br_errf(err, errno, "checkpoint %s: %s", path,
                                       strerror(errno));
     }
@@ -556,7 +569,7 @@ static int open_checked(const char *dir, const char *path, br_err_t *err)
     int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return br_errf(err, errno, "checkpoint dir %.*s: %s", (int)n, dir, strerror(errno));
-    struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+    struct open_how how = {.flags = (uint64_t)flags,
                            .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
     int fd = (int)sys_openat2(dfd, rel, &how);
     int e = errno;
@@ -567,7 +580,7 @@ static int open_checked(const char *dir, const char *path, br_err_t *err)
         if (!realpath(dir, rd) || !realpath(path, rp))
             e = errno;
         else if ((k = strlen(rd)) && strncmp(rp, rd, k) == 0 && (rp[k] == '/' || k == 1))
-            e = (fd = open(rp, O_PATH | O_CLOEXEC)) < 0 ? errno : 0;
+            e = (fd = open(rp, flags)) < 0 ? errno : 0;
     }
     close(dfd);
     if (fd >= 0)
@@ -578,19 +591,29 @@ static int open_checked(const char *dir, const char *path, br_err_t *err)
     return br_errf(err, e, "checkpoint %s: %s", path, strerror(e));
 }
 
+int br_ckpt_open(const char *dir, const char *path, int flags, br_err_t *err)
+{
+    int fd = open_checked(dir, path, flags | O_CLOEXEC, err);
+    if (fd >= 0 && kernel_fd(fd)) {
+        close(fd);
+        return br_errf(err, EACCES, "checkpoint %s is in /proc, /sys or /dev", path);
+    }
+    return fd;
+}
+
 int br_ckpt_inspect(const char *dir, br_fsid_t *fsid, const char *path, int64_t *size,
                     int64_t *mtime_ms, br_err_t *err)
 {
     if (br_fsid_enter(fsid, err) < 0)
         return -1;
-    int rc = -1, fd = open_checked(dir, path, err);
+    int rc = -1, fd = br_ckpt_open(dir, path, O_PATH, err);
     struct stat st;
     char link[64], real[PATH_MAX];
     ssize_t n = -1;
     if (fd < 0)
         goto out;
     snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-    if (kernel_fd(fd) || (n = readlink(link, real, sizeof(real) - 1)) <= 0) {
+    if ((n = readlink(link, real, sizeof(real) - 1)) <= 0) {
         br_errf(err, EACCES, "checkpoint %s is in /proc, /sys or /dev", path);
         goto out;
     }
