@@ -28,6 +28,7 @@
 #include "keeper.h"
 #include "runstate.h"
 #include "localsock.h"
+#include "manifest.h"
 #include "probe.h"
 #include "msg.h"
 #include "sock.h"
@@ -62,6 +63,8 @@ struct br_agent {
     double coord_rtt_ms;  /* its last round trip; < 0 until one came back */
     int64_t last_heard, fence_ms; /* fencing: freeze jobs when silent this long */
     json_t *unacked;              /* checkpoint reports not acknowledged yet */
+    br_manifest_t *hasher;        /* hashes each checkpoint before it is reported */
+    int ckpt_plain;               /* the coordinator refuses "manifest" in reports */
     int64_t send_failed;          /* sends that found the queue full, in all */
     int64_t send_failed_run;      /* ... since the last one that went through */
     int exit_plain;               /* the coordinator refuses "log_dropped" in exits */
@@ -450,6 +453,8 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
     a->coord_rtt_ms = -1;
     if (s->probe_port >= 0 && !(a->probe = br_probe_new(s->probe_port, err)))
         goto fail;
+    if (!(a->hasher = br_manifest_new(err))) /* a thread: after the keeper's fork */
+        goto fail;
     a->ctx = zmq_ctx_new();
     br_strlcpy(a->key_pub, s->cred.public_key, sizeof(a->key_pub));
     br_strlcpy(a->key_sec, s->cred.secret_key, sizeof(a->key_sec));
@@ -481,6 +486,7 @@ void br_agent_destroy(br_agent_t **ap)
     br_gpus_destroy(&a->gpus);
     br_localsock_destroy(&a->local);
     br_probe_destroy(&a->probe);
+    br_manifest_destroy(&a->hasher);
     free(a->items);
     free(a->owner);
     json_decref(a->inventory);
@@ -629,34 +635,110 @@ static int ship_log(void *arg, br_attempt_t *t, int rank, int stream, int64_t se
 /* A checkpoint report is resent with each heartbeat until it is acknowledged. */
 static void send_checkpoint(br_agent_t *a, json_t *body)
 {
-    uint32_t seq = send_msg(a, BR_MSG_REQUEST, "job.checkpoint", json_deep_copy(body),
-                            NULL, 0);
+    json_t *sent = json_deep_copy(body);
+    if (a->ckpt_plain) /* a coordinator from before manifests */
+        json_object_del(sent, "manifest");
+    uint32_t seq = send_msg(a, BR_MSG_REQUEST, "job.checkpoint", sent, NULL, 0);
     json_object_set_new(body, "_seq", json_integer(seq));
 }
 
-/* Whose checkpoint a watcher callback reports. */
+/* Whose checkpoint a watcher callback reports, and whose files it holds. */
 typedef struct {
     br_agent_t *a;
     br_attempt_t *t;
+    const br_fsid_t *as; /* the job's user, or NULL: the agent itself */
 } ckpt_ctx_t;
 
-static void on_checkpoint(void *arg, const char *path, int64_t step, int64_t size,
-                          int64_t mtime_ms)
+/* The name of an attempt's requests to the hasher. */
+static void hash_group(const br_attempt_t *t, char *buf, size_t len)
 {
-    br_attempt_t *t = ((const ckpt_ctx_t *)arg)->t;
-    br_agent_t *a = ((const ckpt_ctx_t *)arg)->a;
-    json_t *body = json_pack("{s:I, s:i, s:s, s:I, s:I, s:f}", "job",
-                             (json_int_t)br_attempt_job(t), "attempt", br_attempt_number(t),
-                             "path", path, "step", (json_int_t)step, "size",
-                             (json_int_t)size, "time", (double)mtime_ms / 1000.0);
-    fprintf(stderr, "bramble-agent: job %lld attempt %d: checkpoint step %lld at %s\n",
-            (long long)br_attempt_job(t), br_attempt_number(t), (long long)step, path);
+    snprintf(buf, len, "%lld.%d", (long long)br_attempt_job(t), br_attempt_number(t));
+}
+
+/* 1 while a checkpoint of the attempt is being hashed or waits to be reported. */
+static int hashing(br_agent_t *a, const br_attempt_t *t)
+{
+    char group[48];
+    hash_group(t, group, sizeof(group));
+    return br_manifest_pending(a->hasher, group) > 0;
+}
+
+/* Report a hashed checkpoint (with "manifest") or a refused one (with "refused",
+ * which the coordinator turns into an event) and keep it until acknowledged. */
+static void report_checkpoint(br_agent_t *a, json_t *body)
+{
+    if (a->ckpt_plain && json_object_get(body, "refused"))
+        return; /* an old coordinator would count it */
     if (json_array_size(a->unacked) >= MAX_UNACKED)
         json_array_remove(a->unacked, 0);
     json_t *copy = json_deep_copy(body);
     send_checkpoint(a, copy);
     json_array_append_new(a->unacked, copy);
+}
+
+/* A complete checkpoint: hashed first, off the loop (manifest.h), as the job's user;
+ * collect_manifests reports it once its manifest is ready. */
+static void on_checkpoint(void *arg, const char *path, int64_t step, int64_t size,
+                          int64_t mtime_ms)
+{
+    const ckpt_ctx_t *ctx = arg;
+    br_attempt_t *t = ctx->t;
+    br_ckpt_t *ck = br_attempt_ckpt(t);
+    json_t *body = json_pack("{s:I, s:i, s:s, s:I, s:I, s:f}", "job",
+                             (json_int_t)br_attempt_job(t), "attempt", br_attempt_number(t),
+                             "path", path, "step", (json_int_t)step, "size",
+                             (json_int_t)size, "time", (double)mtime_ms / 1000.0);
+    char group[48];
+    hash_group(t, group, sizeof(group));
+    br_manifest_req_t r = {.dir = ck ? br_ckpt_dir(ck) : NULL,
+                           .path = path,
+                           .as_user = ctx->as != NULL,
+                           .uid = ctx->as ? br_fsid_uid(ctx->as) : 0,
+                           .gid = ctx->as ? br_fsid_gid(ctx->as) : 0,
+                           .group = group,
+                           .tag = body};
+    br_err_t err;
+    if (br_manifest_submit(ctx->a->hasher, &r, &err) < 0) {
+        fprintf(stderr,
+                "bramble-agent: job %lld attempt %d: checkpoint step %lld at %s "
+                "not counted: %s\n",
+                (long long)br_attempt_job(t), br_attempt_number(t), (long long)step,
+                path, err.text);
+        json_object_set_new(body, "refused", json_string(err.text));
+        report_checkpoint(ctx->a, body);
+    }
     json_decref(body);
+}
+
+/* Checkpoints whose manifest is ready: reported with it, or as refused (a special
+ * file in it, a file the job's user cannot read), saying why. */
+static void collect_manifests(br_agent_t *a)
+{
+    json_t *body, *m;
+    br_err_t err;
+    while (br_manifest_take(a->hasher, &body, &m, &err) == 1) {
+        long long job = (long long)json_integer_value(json_object_get(body, "job"));
+        int attempt = (int)json_integer_value(json_object_get(body, "attempt"));
+        long long step = (long long)json_integer_value(json_object_get(body, "step"));
+        const char *path = json_string_value(json_object_get(body, "path"));
+        if (m) {
+            fprintf(stderr,
+                    "bramble-agent: job %lld attempt %d: checkpoint step %lld at "
+                    "%s (%lld files, manifest %.16s)\n",
+                    job, attempt, step, path,
+                    (long long)json_integer_value(json_object_get(m, "files")),
+                    json_string_value(json_object_get(m, "hash")));
+            json_object_set_new(body, "manifest", m);
+        } else {
+            fprintf(stderr,
+                    "bramble-agent: job %lld attempt %d: checkpoint step %lld at "
+                    "%s not counted: %s\n",
+                    job, attempt, step, path, err.text);
+            json_object_set_new(body, "refused", json_string(err.text));
+        }
+        report_checkpoint(a, body);
+        json_decref(body);
+    }
 }
 
 static void resend_checkpoints(br_agent_t *a)
@@ -669,15 +751,29 @@ static void resend_checkpoints(br_agent_t *a)
     }
 }
 
-static void checkpoint_acked(br_agent_t *a, uint32_t seq)
+static void checkpoint_acked(br_agent_t *a, uint32_t seq, const br_err_t *failed)
 {
     size_t i;
     json_t *body;
     json_array_foreach(a->unacked, i, body) {
-        if (json_integer_value(json_object_get(body, "_seq")) == seq) {
-            json_array_remove(a->unacked, i);
+        if (json_integer_value(json_object_get(body, "_seq")) != seq)
+            continue;
+        if (failed && failed->errnum == EPROTO &&
+            strstr(failed->text, "left unpacked: manifest")) {
+            /* a coordinator that predates manifests: report without them (each
+             * report that was already on its way comes back here) */
+            if (!a->ckpt_plain)
+                fprintf(stderr,
+                        "bramble-agent: the coordinator does not take "
+                        "\"manifest\" in job.checkpoint; reporting checkpoints "
+                        "without it\n");
+            a->ckpt_plain = 1;
+            json_object_del(body, "_seq");
+            send_checkpoint(a, body);
             return;
         }
+        json_array_remove(a->unacked, i);
+        return;
     }
 }
 
@@ -700,13 +796,14 @@ static json_t *on_local(void *arg, br_task_t *task, const br_jobsock_req_t *req,
     int rc = as ? br_ckpt_inspect(ck ? br_ckpt_dir(ck) : NULL, as, req->path, &size,
                                   &mtime_ms, err)
                 : -1;
-    br_fsid_destroy(&as);
     if (rc < 0) {
+        br_fsid_destroy(&as);
         br_err_prefix(err, "refused");
         return NULL;
     }
-    ckpt_ctx_t ctx = {a, t};
+    ckpt_ctx_t ctx = {a, t, as};
     on_checkpoint(&ctx, req->path, req->step, size, mtime_ms);
+    br_fsid_destroy(&as);
     return json_pack("{s:b, s:I, s:i}", "ok", 1, "job", (json_int_t)br_attempt_job(t),
                      "attempt", br_attempt_number(t));
 }
@@ -985,6 +1082,11 @@ static void on_kill(br_agent_t *a, br_msg_t *m)
     br_attempt_t *t;
     if (order_target(a, m, &t) < 0)
         return;
+    if (t) { /* its checkpoints cannot count any more: stop hashing them */
+        char group[48];
+        hash_group(t, group, sizeof(group));
+        br_manifest_cancel(a->hasher, group);
+    }
     if (t && !br_attempt_done(t) && !br_attempt_reason(t)[0]) { /* not stopping yet */
         fprintf(stderr, "bramble-agent: job %lld attempt %d: killing it, as ordered\n",
                 (long long)br_attempt_job(t), br_attempt_number(t));
@@ -1162,7 +1264,8 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         a->hello_acked = 0; /* the coordinator wants a hello (restarted, or we were lost) */
         send_hello(a);
     } else if (strcmp(br_msg_type(m), "job.checkpoint") == 0) {
-        checkpoint_acked(a, seq); /* refused (superseded attempt): do not resend */
+        /* refused (superseded attempt): do not resend */
+        checkpoint_acked(a, seq, failed ? &err : NULL);
     } else if (strcmp(br_msg_type(m), "job.exited") == 0) {
         for (int i = 0; i < a->natt; i++)
             if (br_attempt_report_seq(a->att[i]) != seq) {
@@ -1303,10 +1406,11 @@ static void timers(br_agent_t *a)
         br_attempt_flush(t, 0, ship_log, a);
         check_health(t, now);
         if (br_attempt_ckpt(t) && !br_attempt_frozen(t)) {
-            ckpt_ctx_t ctx = {a, t};
+            ckpt_ctx_t ctx = {a, t, br_ckpt_user(br_attempt_ckpt(t))};
             br_ckpt_poll(br_attempt_ckpt(t), now, on_checkpoint, &ctx);
         }
     }
+    collect_manifests(a);
     if (!a->hello_acked) {
         if (now - a->hello_sent >= HELLO_RETRY_MS)
             send_hello(a);
@@ -1315,7 +1419,8 @@ static void timers(br_agent_t *a)
     unsigned char reported_now[MAX_ATTEMPTS] = {0};
     for (int i = 0; i < a->natt; i++) {
         br_attempt_t *t = a->att[i];
-        if (br_attempt_finished(t) && !br_attempt_report_seq(t)) {
+        /* a checkpoint it completed is reported before its end, so that it counts */
+        if (br_attempt_finished(t) && !br_attempt_report_seq(t) && !hashing(a, t)) {
             br_attempt_flush(t, 1, ship_log, a);
             if (!br_attempt_log_pending(t)) { /* its output first, then its end */
                 report_exit(a, t);
@@ -1361,7 +1466,7 @@ static void timers(br_agent_t *a)
  * whose). Returns the count, or -1 when out of memory. */
 static int build_poll(br_agent_t *a)
 {
-    int max = FIXED_ITEMS + BR_LOCALSOCK_MAX_CONNS;
+    int max = FIXED_ITEMS + BR_LOCALSOCK_MAX_CONNS + 1;
     for (int i = 0; i < a->natt; i++)
         max += 1 + 3 * br_attempt_ntasks(a->att[i]);
     if (max > a->items_cap) {
@@ -1390,6 +1495,8 @@ static int build_poll(br_agent_t *a)
         owner[n] = NULL;
         items[n++] = (zmq_pollitem_t){NULL, lfds[f], ZMQ_POLLIN, 0};
     }
+    owner[n] = NULL; /* a checkpoint's manifest is ready: timers() reports it */
+    items[n++] = (zmq_pollitem_t){NULL, br_manifest_fd(a->hasher), ZMQ_POLLIN, 0};
     for (int i = 0; i < a->natt; i++) {
         br_ckpt_t *ck = br_attempt_ckpt(a->att[i]);
         if (ck && br_ckpt_fd(ck) >= 0) {

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,8 @@ typedef struct {
     int64_t quiet_since;           /* monotonic ms the signature last changed */
     int done;                      /* reported, or complete before we started */
     int seen;                      /* still there at this scan */
+    int wd;                        /* inotify watch inside it while incomplete, or -1 */
+    int marked;                    /* a marker was created in it: consider it now */
 } entry_t;
 
 struct br_ckpt {
@@ -63,6 +66,7 @@ struct br_ckpt {
     char dir[PATH_MAX];
     char pattern[256];
     char complete_file[NAME_MAX + 1];
+    int learned; /* some entry has shown a known marker: one is required from now */
     int64_t stable_ms;
     int ifd, wd;
     int64_t next_scan, last_scan;
@@ -79,6 +83,13 @@ int64_t br_ckpt_size(const char *path)
     int64_t size = 0, mtime = 0, files = 0;
     signature(path, 0, &size, &mtime, &files);
     return size;
+}
+
+void br_ckpt_signature(const char *path, int64_t *size, int64_t *mtime_ms,
+                       int64_t *files)
+{
+    *size = *mtime_ms = *files = 0;
+    signature(path, 0, size, mtime_ms, files);
 }
 
 int64_t br_ckpt_step(const char *name)
@@ -134,16 +145,54 @@ static int has_file(const char *dir, const char *name)
     return access(p, F_OK) == 0;
 }
 
-/* Complete: the configured marker, else a known one, else quiet long enough. */
-static int complete(const br_ckpt_t *w, const char *path, const entry_t *e, int isdir,
+/* 1 when path (a directory) holds a known marker; once one has, an entry without
+ * one is never complete, however quiet: the layout has markers, and a torn
+ * checkpoint of a writer that died must not count. */
+static int learn(br_ckpt_t *w, const char *path)
+{
+    for (size_t i = 0; i < sizeof(markers) / sizeof(markers[0]); i++)
+        if (has_file(path, markers[i]))
+            return w->learned = 1;
+    return 0;
+}
+
+/* Complete: the configured marker, else a known one (required once one was seen),
+ * else quiet long enough. */
+static int complete(br_ckpt_t *w, const char *path, const entry_t *e, int isdir,
                     int64_t now)
 {
     if (w->complete_file[0])
         return isdir && has_file(path, w->complete_file);
-    for (size_t i = 0; isdir && i < sizeof(markers) / sizeof(markers[0]); i++)
-        if (has_file(path, markers[i]))
+    if (isdir && learn(w, path))
+        return 1;
+    return !w->learned && now - e->quiet_since >= w->stable_ms;
+}
+
+/* A marker's name: the configured one, else a known one. */
+static int is_marker(const br_ckpt_t *w, const char *name)
+{
+    if (w->complete_file[0])
+        return strcmp(name, w->complete_file) == 0;
+    for (size_t i = 0; i < sizeof(markers) / sizeof(markers[0]); i++)
+        if (strcmp(name, markers[i]) == 0)
             return 1;
-    return now - e->quiet_since >= w->stable_ms;
+    return 0;
+}
+
+/* Watch inside an incomplete directory entry, so its marker is seen the moment it
+ * is created, not at the next rescan (entries that are symlinks go by rescans). */
+static void watch_entry(br_ckpt_t *w, entry_t *e, const char *path)
+{
+    if (w->ifd >= 0 && e->wd < 0)
+        e->wd = inotify_add_watch(
+            w->ifd, path, IN_CREATE | IN_MOVED_TO | IN_ONLYDIR | IN_DONT_FOLLOW);
+}
+
+static void unwatch_entry(br_ckpt_t *w, entry_t *e)
+{
+    if (e->wd >= 0 && e->wd != w->wd) /* a watch on the dir itself is the dir's */
+        inotify_rm_watch(w->ifd, e->wd);
+    e->wd = -1;
 }
 
 static void watch_dir(br_ckpt_t *w)
@@ -165,6 +214,7 @@ static entry_t *find_or_add(br_ckpt_t *w, const char *name, int64_t step, int64_
     memset(e, 0, sizeof(*e));
     br_strlcpy(e->name, name, sizeof(e->name));
     e->step = step;
+    e->wd = -1;
     e->size = e->mtime_ms = e->files = -1;
     e->quiet_since = now;
     return e;
@@ -192,12 +242,17 @@ static void consider(br_ckpt_t *w, entry_t *e, int64_t now, br_ckpt_fn fn, void 
         (S_ISLNK(st.st_mode) && (!link_stays_inside(w, path) || stat(path, &st) < 0)))
         return;
     e->seen = 1;
+    e->marked = 0;
     if (!fn) { /* the baseline: names and markers only, no signature */
         e->done = !w->complete_file[0] || complete(w, path, e, S_ISDIR(st.st_mode), now);
         if (e->done && e->step > w->done_step)
             w->done_step = e->step;
+        if (!e->done && S_ISDIR(st.st_mode))
+            watch_entry(w, e, path);
         return;
     }
+    if (!e->done && S_ISDIR(st.st_mode)) /* before the marker is looked for: no race */
+        watch_entry(w, e, path);
     int64_t size = 0, mtime = 0, files = 0;
     signature(path, 0, &size, &mtime, &files);
     if (size != e->size || mtime != e->mtime_ms || files != e->files) {
@@ -210,6 +265,8 @@ static void consider(br_ckpt_t *w, entry_t *e, int64_t now, br_ckpt_fn fn, void 
         e->done = 1;
         fn(arg, path, e->step, e->size, e->mtime_ms);
     }
+    if (e->done)
+        unwatch_entry(w, e);
     if (e->done && e->step > w->done_step)
         w->done_step = e->step;
 }
@@ -284,6 +341,13 @@ static int pass_step(br_ckpt_t *w, int64_t now, br_ckpt_fn fn, void *arg, int64_
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
             fnmatch(w->pattern, de->d_name, FNM_PERIOD) != 0)
             continue;
+        if (w->baseline && !w->complete_file[0] && !w->learned) {
+            /* earlier siblings teach which marker a complete checkpoint has */
+            char path[PATH_MAX];
+            if (snprintf(path, sizeof(path), "%s/%s", w->dir, de->d_name) <
+                (int)sizeof(path))
+                learn(w, path);
+        }
         /* a step at or below one already counted can never be the newest: not
          * tracked, which also bounds what a long run's directory costs */
         int64_t step = br_ckpt_step(de->d_name);
@@ -300,8 +364,10 @@ static int pass_step(br_ckpt_t *w, int64_t now, br_ckpt_fn fn, void *arg, int64_
     w->pass = NULL;
     w->baseline = 0;
     for (int i = 0; i < w->n; i++) /* forget entries that went away */
-        if (!w->e[i].seen)
+        if (!w->e[i].seen) {
+            unwatch_entry(w, &w->e[i]);
             w->e[i--] = w->e[--w->n];
+        }
     return 0;
 }
 
@@ -361,29 +427,64 @@ int br_ckpt_fd(const br_ckpt_t *w)
     return w->ifd;
 }
 
-/* Drain inotify; 1 when something happened. A watch the kernel dropped (the
- * directory was removed) is forgotten, so the next scan adds it again. */
+/* One event on an entry's own watch: a marker created in it marks it (1). */
+static int entry_event(br_ckpt_t *w, const struct inotify_event *ev)
+{
+    for (int i = 0; i < w->n; i++) {
+        entry_t *e = &w->e[i];
+        if (e->wd != ev->wd)
+            continue;
+        if (ev->mask & IN_IGNORED)
+            e->wd = -1; /* removed: the kernel dropped the watch */
+        else if (ev->len && !e->done && is_marker(w, ev->name))
+            return e->marked = 1;
+    }
+    return 0;
+}
+
+/* Drain inotify; 1 when something happened in the directory itself, 2 when (also)
+ * a marker appeared inside an entry. A watch the kernel dropped (the directory was
+ * removed) is forgotten, so the next scan adds it again. */
 static int drain_events(br_ckpt_t *w)
 {
     char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
     int woken = 0;
     ssize_t n;
     while (w->ifd >= 0 && (n = read(w->ifd, buf, sizeof(buf))) > 0) {
-        woken = 1;
         for (char *p = buf; p < buf + n;) {
             struct inotify_event *ev = (struct inotify_event *)p;
             if (ev->wd == w->wd && (ev->mask & IN_IGNORED))
                 w->wd = -1;
+            if (ev->wd == w->wd || ev->wd < 0) /* the dir's own, or an overflow */
+                woken |= 1;
+            else if (entry_event(w, ev))
+                woken |= 2;
             p += sizeof(*ev) + ev->len;
         }
     }
     return woken;
 }
 
+/* Entries whose marker just appeared, considered at once rather than at the next
+ * scan: the report follows the marker by what inotify takes. */
+static void consider_marked(br_ckpt_t *w, int64_t now, br_ckpt_fn fn, void *arg)
+{
+    br_err_t err;
+    if (w->baseline || br_fsid_enter(w->fsid, &err) < 0)
+        return; /* the next scan does it */
+    for (int i = 0; i < w->n; i++)
+        if (w->e[i].marked && !w->e[i].done)
+            consider(w, &w->e[i], now, fn, arg);
+    br_fsid_leave(w->fsid);
+}
+
 void br_ckpt_poll(br_ckpt_t *w, int64_t now_ms, br_ckpt_fn fn, void *arg)
 {
     /* events bring the next scan forward, a burst of them still makes one scan */
-    if (drain_events(w) && w->next_scan > w->last_scan + MIN_SCAN_GAP_MS)
+    int woken = drain_events(w);
+    if (woken & 2)
+        consider_marked(w, now_ms, fn, arg);
+    if ((woken & 1) && w->next_scan > w->last_scan + MIN_SCAN_GAP_MS)
         w->next_scan = w->last_scan + MIN_SCAN_GAP_MS;
     if (!w->pass && now_ms < w->next_scan)
         return;
@@ -415,6 +516,11 @@ int br_ckpt_set_user(br_ckpt_t *w, uid_t uid, gid_t gid, br_err_t *err)
     return 0;
 }
 
+const br_fsid_t *br_ckpt_user(const br_ckpt_t *w)
+{
+    return w->fsid;
+}
+
 const char *br_ckpt_dir(const br_ckpt_t *w)
 {
     return w->dir;
@@ -439,12 +545,12 @@ static const char *beneath(const char *dir, const char *path)
     return path + n + 1;
 }
 
-/* Open path (O_PATH) inside dir without leaving it, following symlinks only while
- * they stay beneath it; or, without dir, as it is. */
-static int open_checked(const char *dir, const char *path, br_err_t *err)
+/* Open path (with flags) inside dir without leaving it, following symlinks only
+ * while they stay beneath it; or, without dir, as it is. */
+static int open_checked(const char *dir, const char *path, int flags, br_err_t *err)
 {
     if (!dir) {
-        int fd = open(path, O_PATH | O_CLOEXEC);
+        int fd = open(path, flags);
         return fd >= 0 ? fd : br_errf(err, errno, "checkpoint %s: %s", path,
                                       strerror(errno));
     }
@@ -463,7 +569,7 @@ static int open_checked(const char *dir, const char *path, br_err_t *err)
     int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return br_errf(err, errno, "checkpoint dir %.*s: %s", (int)n, dir, strerror(errno));
-    struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+    struct open_how how = {.flags = (uint64_t)flags,
                            .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
     int fd = (int)sys_openat2(dfd, rel, &how);
     int e = errno;
@@ -474,7 +580,7 @@ static int open_checked(const char *dir, const char *path, br_err_t *err)
         if (!realpath(dir, rd) || !realpath(path, rp))
             e = errno;
         else if ((k = strlen(rd)) && strncmp(rp, rd, k) == 0 && (rp[k] == '/' || k == 1))
-            e = (fd = open(rp, O_PATH | O_CLOEXEC)) < 0 ? errno : 0;
+            e = (fd = open(rp, flags)) < 0 ? errno : 0;
     }
     close(dfd);
     if (fd >= 0)
@@ -485,19 +591,29 @@ static int open_checked(const char *dir, const char *path, br_err_t *err)
     return br_errf(err, e, "checkpoint %s: %s", path, strerror(e));
 }
 
+int br_ckpt_open(const char *dir, const char *path, int flags, br_err_t *err)
+{
+    int fd = open_checked(dir, path, flags | O_CLOEXEC, err);
+    if (fd >= 0 && kernel_fd(fd)) {
+        close(fd);
+        return br_errf(err, EACCES, "checkpoint %s is in /proc, /sys or /dev", path);
+    }
+    return fd;
+}
+
 int br_ckpt_inspect(const char *dir, br_fsid_t *fsid, const char *path, int64_t *size,
                     int64_t *mtime_ms, br_err_t *err)
 {
     if (br_fsid_enter(fsid, err) < 0)
         return -1;
-    int rc = -1, fd = open_checked(dir, path, err);
+    int rc = -1, fd = br_ckpt_open(dir, path, O_PATH, err);
     struct stat st;
     char link[64], real[PATH_MAX];
     ssize_t n = -1;
     if (fd < 0)
         goto out;
     snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-    if (kernel_fd(fd) || (n = readlink(link, real, sizeof(real) - 1)) <= 0) {
+    if ((n = readlink(link, real, sizeof(real) - 1)) <= 0) {
         br_errf(err, EACCES, "checkpoint %s is in /proc, /sys or /dev", path);
         goto out;
     }

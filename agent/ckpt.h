@@ -3,9 +3,12 @@
  * number in the name), complete when the marker file exists in it (complete_file),
  * or, without one, when it holds a known marker (trainer_state.json of Hugging Face
  * Trainer, .metadata of torch.distributed.checkpoint) or has stopped changing for
- * stable_ms. inotify wakes it; a periodic rescan is the fallback and catches files
- * created deeper down. Entries complete before the attempt started are not its own
- * and are not reported. docs/checkpoints.md describes the layouts. */
+ * stable_ms; once any entry (this attempt's or an earlier one's) has shown a known
+ * marker, an entry without one is never complete. inotify wakes it, on the directory
+ * and inside each incomplete entry (a marker is acted on at once); a periodic rescan
+ * is the fallback and catches files created deeper down. Entries complete before the
+ * attempt started are not its own and are not reported. docs/checkpoints.md
+ * describes the layouts. */
 #ifndef BRAMBLE_CKPT_H
 #define BRAMBLE_CKPT_H
 
@@ -40,6 +43,9 @@ void br_ckpt_poll(br_ckpt_t *w, int64_t now_ms, br_ckpt_fn fn, void *arg);
 /* Scan as this uid and gid from now on (fsid.h): the job's user. */
 int br_ckpt_set_user(br_ckpt_t *w, uid_t uid, gid_t gid, br_err_t *err);
 
+/* Whom it scans as (br_ckpt_set_user), or NULL: the agent itself. */
+const br_fsid_t *br_ckpt_user(const br_ckpt_t *w);
+
 /* The watched directory. */
 const char *br_ckpt_dir(const br_ckpt_t *w);
 
@@ -51,8 +57,18 @@ const char *br_ckpt_dir(const br_ckpt_t *w);
 int br_ckpt_inspect(const char *dir, br_fsid_t *fsid, const char *path, int64_t *size,
                     int64_t *mtime_ms, br_err_t *err);
 
+/* Open path with flags (O_CLOEXEC is added) under the same rules as
+ * br_ckpt_inspect: inside dir (unless dir is NULL) without a symlink out of it, and
+ * not in /proc, /sys or /dev. Run it as the job user (fsid.h). The fd, or -1 with
+ * err. */
+int br_ckpt_open(const char *dir, const char *path, int flags, br_err_t *err);
+
 /* Total bytes of the files under path (bounded, as the watcher counts them). */
 int64_t br_ckpt_size(const char *path);
+/* What the watcher compares to see that an entry changed: total bytes, newest
+ * mtime and number of files under path (bounded the same way). */
+void br_ckpt_signature(const char *path, int64_t *size, int64_t *mtime_ms,
+                       int64_t *files);
 
 /* The step of a name: its last run of digits, or -1 when it has none. */
 int64_t br_ckpt_step(const char *name);

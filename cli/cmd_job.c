@@ -372,12 +372,19 @@ static int cmd_jobs(cli_t *cli, int argc, char **argv)
 static void checkpoint_row(cli_table_t *t, const json_t *cp)
 {
     char step[40], attempt[16], when[32], path[1024], tmp[32];
+    char files[32] = "-", hash[16] = "-";
     snprintf(step, sizeof(step), "  %s",
              cli_fmt_value(json_object_get(cp, "step"), tmp, sizeof(tmp)));
     cli_fmt_value(json_object_get(cp, "attempt"), attempt, sizeof(attempt));
     cli_fmt_time(json_object_get(cp, "time"), when, sizeof(when));
+    const json_t *m = json_object_get(cp, "manifest");
+    const char *h = json_string_value(json_object_get(m, "hash"));
+    if (h) { /* the hash's first 12 digits, as git shortens */
+        cli_fmt_value(json_object_get(m, "files"), files, sizeof(files));
+        snprintf(hash, sizeof(hash), "%.12s", h);
+    }
     cli_fmt_value(json_object_get(cp, "path"), path, sizeof(path));
-    const char *cells[] = {step, attempt, when, path};
+    const char *cells[] = {step, attempt, when, files, hash, path};
     cli_table_add(t, cells);
 }
 
@@ -404,8 +411,9 @@ static void print_section(const char *title, const json_t *items, int ncols,
 
 static void print_checkpoints(const json_t *cps)
 {
-    static const char *head[] = {"  STEP", "ATTEMPT", "TIME", "PATH"};
-    print_section("checkpoints", cps, 4, head, checkpoint_row);
+    static const char *head[] = {"  STEP", "ATTEMPT",  "TIME",
+                                 "FILES",  "MANIFEST", "PATH"};
+    print_section("checkpoints", cps, 6, head, checkpoint_row);
 }
 
 static void replica_row(cli_table_t *t, const json_t *r)

@@ -31,6 +31,9 @@ void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_log(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_checkpoint(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+/* A checkpoint manifest as PROTOCOL.md describes it (hash, root, files, bytes,
+ * entries with relative paths): 0, or -1 with EPROTO and err saying what is wrong. */
+int br_api_check_manifest(const json_t *manifest, br_err_t *err);
 
 /* api_cli.c */
 void br_api_ping(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

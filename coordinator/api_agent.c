@@ -315,22 +315,88 @@ void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_api_ok(c, m, json_object());
 }
 
+/* 64 lowercase hex digits: a BLAKE2b-256 hash. */
+static int hash_hex(const char *s)
+{
+    return s && strlen(s) == 64 && strspn(s, "0123456789abcdef") == 64;
+}
+
+/* A manifest entry's path: relative, no empty, "." or ".." component. */
+static int safe_relpath(const char *p)
+{
+    if (!*p || *p == '/')
+        return 0;
+    for (const char *c = p; *c;) {
+        size_t n = strcspn(c, "/");
+        if (n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+            return 0;
+        c += n;
+        if (*c == '/' && !*++c)
+            return 0; /* a trailing '/' */
+    }
+    return 1;
+}
+
+/* Checked strictly (agent/manifest.h builds it): copies of the checkpoint will be
+ * verified and restored by it. */
+int br_api_check_manifest(const json_t *mf, br_err_t *err)
+{
+    const char *hash, *root;
+    json_int_t files, bytes;
+    json_t *entries, *e;
+    int truncated = 0;
+    json_error_t je;
+    if (json_unpack_ex((json_t *)mf, &je, JSON_STRICT, "{s:s, s:s, s:I, s:I, s:o, s?b}",
+                       "hash", &hash, "root", &root, "files", &files, "bytes", &bytes,
+                       "entries", &entries, "truncated", &truncated) < 0)
+        return br_errf(err, EPROTO, "job.checkpoint: manifest: %s", je.text);
+    size_t listed = json_array_size(entries);
+    if (!hash_hex(hash) || (strcmp(root, "dir") != 0 && strcmp(root, "file") != 0) ||
+        files < 0 || bytes < 0 || !json_is_array(entries) ||
+        (json_int_t)listed > files || ((json_int_t)listed < files && !truncated) ||
+        (strcmp(root, "file") == 0 && files != 1))
+        return br_errf(err, EPROTO,
+                       "job.checkpoint: manifest: bad hash, root, files, "
+                       "bytes or entries");
+    size_t i;
+    json_array_foreach(entries, i, e) {
+        const char *path, *fhash = NULL, *link = NULL;
+        json_int_t size;
+        int mode;
+        if (json_unpack_ex(e, &je, JSON_STRICT, "{s:s, s:I, s:i, s?s, s?s}", "path",
+                           &path, "size", &size, "mode", &mode, "hash", &fhash, "link",
+                           &link) < 0)
+            return br_errf(err, EPROTO, "job.checkpoint: manifest entry %zu: %s", i,
+                           je.text);
+        if (!safe_relpath(path) || size < 0 || mode < 0 || mode > 07777 ||
+            !(fhash ? !link && hash_hex(fhash) : link != NULL))
+            return br_errf(err, EPROTO,
+                           "job.checkpoint: manifest entry %zu: bad path, "
+                           "size, mode, hash or link",
+                           i);
+    }
+    return 0;
+}
+
 void br_api_job_checkpoint(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_int_t job, step, size;
     int attempt;
-    const char *path;
+    const char *path, *refused = NULL;
+    json_t *manifest = NULL;
     double time;
     br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s, s:I, s:I, s:F}", "job", &job, "attempt",
-                      &attempt, "path", &path, "step", &step, "size", &size, "time",
-                      &time) < 0) {
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s, s:I, s:I, s:F, s?o, s?s}", "job", &job,
+                      "attempt", &attempt, "path", &path, "step", &step, "size", &size,
+                      "time", &time, "manifest", &manifest, "refused", &refused) < 0 ||
+        (manifest && br_api_check_manifest(manifest, &err) < 0)) {
         br_api_fail(c, m, &err);
         return;
     }
     br_node_t *n = caller_node(c, m, who);
-    if (!n || br_jobs_checkpoint(c, job, attempt, n, path, step, size,
-                                 (int64_t)(time * 1000.0), &err) < 0) {
+    if (!n ||
+        br_jobs_checkpoint(c, job, attempt, n, path, step, size,
+                           (int64_t)(time * 1000.0), manifest, refused, &err) < 0) {
         if (!n)
             br_errf(&err, ENOENT, "node '%s' is not registered", who->name);
         br_api_fail(c, m, &err);

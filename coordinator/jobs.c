@@ -689,7 +689,7 @@ void br_jobs_node_full(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
 
 int br_jobs_checkpoint(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
                        const char *path, int64_t step, int64_t size, int64_t time_ms,
-                       br_err_t *err)
+                       const json_t *manifest, const char *refused, br_err_t *err)
 {
     json_t *job = current_job(c, id, attempt, n);
     if (!job) /* a superseded attempt's checkpoint never counts */
@@ -697,13 +697,33 @@ int br_jobs_checkpoint(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
                        "attempt %d of job %lld is not current on %s: checkpoint not counted",
                        attempt, (long long)id, n->name);
     int r = rank_on(job, n);
+    char state[32];
+    br_strlcpy(state, json_string_value(json_object_get(job, "state")), sizeof(state));
     json_decref(job);
     if (r != 0) /* a gang resumes from what rank 0 saved */
         return br_errf(err, ESTALE,
                        "%s runs rank %d of job %lld: only rank 0's checkpoints count",
                        n->name, r, (long long)id);
+    if (refused) {
+        char why[512]; /* as long as an event's reason gets */
+        snprintf(why, sizeof(why),
+                 "checkpoint %s (step %lld) of attempt %d not counted: %s", path,
+                 (long long)step, attempt, refused);
+        int seen = br_store_event_seen(c->store, id, why, err);
+        if (seen == 0)
+            br_coord_event(c, id, n->name, state, "%s", why);
+        return seen < 0 ? -1 : 0;
+    }
+    const json_t *m = manifest;
+    if (json_is_true(json_object_get(m, "truncated")))
+        fprintf(stderr,
+                "brambled: job %lld: the manifest of checkpoint %s lists %zu of "
+                "its %lld files (the rest did not fit in the report); all are "
+                "in its hash\n",
+                (long long)id, path, json_array_size(json_object_get(m, "entries")),
+                (long long)json_integer_value(json_object_get(m, "files")));
     return br_store_checkpoint_add(c->store, id, attempt, n->name, path, step, size,
-                                   time_ms, err);
+                                   time_ms, manifest, err);
 }
 
 int64_t br_jobs_fence_ms(const br_coord_t *c)

@@ -51,11 +51,13 @@ void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
 void br_jobs_node_full(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
                        const char *reason);
 
-/* Record a complete checkpoint reported by node n; refused (ESTALE) unless attempt
- * is the job's current attempt there and n runs its rank 0. */
+/* Record a complete checkpoint reported by node n, with its manifest (checked; may
+ * be NULL); refused (ESTALE) unless attempt is the job's current attempt there and
+ * n runs its rank 0. With refused (why the agent did not count it: a special file
+ * in it), an event says so, once, and nothing is recorded. */
 int br_jobs_checkpoint(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
                        const char *path, int64_t step, int64_t size, int64_t time_ms,
-                       br_err_t *err);
+                       const json_t *manifest, const char *refused, br_err_t *err);
 
 /* How long an agent may go without word from us before it freezes its jobs: well
  * inside node_timeout, so it is frozen before we could start them elsewhere. */

@@ -99,6 +99,9 @@ static const char *const migrations[] = {
      * Prometheus server shows as its bearer token on the HTTP side (never used up;
      * expires 0: never expires). */
     "ALTER TABLE tokens ADD COLUMN kind TEXT NOT NULL DEFAULT 'join';",
+    /* 5: what each checkpoint held, as its agent hashed it (agent/manifest.h): JSON,
+     * NULL for checkpoints reported before manifests or by an agent without them */
+    "ALTER TABLE checkpoints ADD COLUMN manifest TEXT;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -106,8 +109,11 @@ static const char *const migrations[] = {
 #define JOB_COLS                                                                 \
     "id, name, kind, state, attempt, owner, nodes, assign, submitted, started, " \
     "ended, exit_code, signal, reason, extra, spec, owner_id, log_bytes, log_dropped"
-/* Columns of a checkpoint row as ckpt_row reads them. */
-#define CKPT_COLS "path, step, attempt, node, size, time"
+/* Columns of a checkpoint row as ckpt_row reads them: the manifest's summary only. */
+#define CKPT_COLS                                                              \
+    "path, step, attempt, node, size, time, json_extract(manifest, '$.hash')," \
+    " json_extract(manifest, '$.files'), json_extract(manifest, '$.bytes'),"   \
+    " json_array_length(manifest, '$.entries')"
 /* "col = ?a when flag ?f is set": one fixed UPDATE serves every field subset. */
 #define UPD(col, f, v) col " = CASE WHEN ?" #f " THEN ?" #v " ELSE " col " END"
 
@@ -163,6 +169,7 @@ enum {
     ST_JOB_LIST_STATES,
     ST_JOB_ACTIVE,
     ST_EVENT_ADD,
+    ST_EVENT_SEEN,
     ST_EVENT_LIST,
     ST_EVENT_LIST_JOB,
     ST_LOG_ADD,
@@ -270,6 +277,7 @@ static const char *const sql_text[ST_COUNT] = {
                       " AND state IN ('pending', 'starting', 'running') LIMIT 1",
     [ST_EVENT_ADD] = "INSERT INTO events (time, job, node, state, reason)"
                      " VALUES (?1, ?2, ?3, ?4, ?5)",
+    [ST_EVENT_SEEN] = "SELECT 1 FROM events WHERE job = ?1 AND reason = ?2 LIMIT 1",
     [ST_EVENT_LIST] = "SELECT id, time, job, node, state, reason FROM events"
                       " WHERE id > ?1 ORDER BY id LIMIT ?2",
     [ST_EVENT_LIST_JOB] = "SELECT id, time, job, node, state, reason FROM events"
@@ -280,7 +288,7 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_LOG_READ] = "SELECT id, attempt, rank, stream, data FROM logs"
                     " WHERE job = ?1 AND id > ?2 AND (?3 < 0 OR rank = ?3) ORDER BY id",
     [ST_CKPT_ADD] = "INSERT INTO checkpoints (job, attempt, node, path, step, size,"
-                    " time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+                    " time, manifest) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
                     " ON CONFLICT (job, attempt, path) DO NOTHING",
     [ST_CKPT_LIST] = "SELECT " CKPT_COLS " FROM checkpoints WHERE job = ?1"
                      " ORDER BY step, id",
@@ -1526,6 +1534,20 @@ int64_t br_store_event_add(br_store_t *s, int64_t time_ms, int64_t job_id,
     return sqlite3_last_insert_rowid(s->db);
 }
 
+int br_store_event_seen(br_store_t *s, int64_t job_id, const char *reason,
+                        br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_EVENT_SEEN];
+    if (sqlite3_bind_int64(st, 1, job_id) || bind_text(st, 2, reason))
+        return binderr(s, st, "find event", err);
+    int rc = sqlite3_step(st);
+    int ret = rc == SQLITE_ROW    ? 1
+              : rc == SQLITE_DONE ? 0
+                                  : dberr(s, err, "find event");
+    reset(st);
+    return ret;
+}
+
 static json_t *event_row(sqlite3_stmt *st, br_err_t *err)
 {
     static const char *const names[] = {"id", "time", "job", "node", "state", "reason"};
@@ -1728,12 +1750,15 @@ int br_store_checkpoint_under(br_store_t *s, const char *dir, int64_t not_job, i
 
 int br_store_checkpoint_add(br_store_t *s, int64_t job_id, int attempt,
                             const char *node, const char *path, int64_t step,
-                            int64_t size, int64_t time_ms, br_err_t *err)
+                            int64_t size, int64_t time_ms, const json_t *manifest,
+                            br_err_t *err)
 {
     if (job_id <= 0 || attempt < 1)
         return br_errf(err, EINVAL, "checkpoint: bad job or attempt");
     if (step < 0 || size < 0)
         return br_errf(err, EINVAL, "checkpoint: negative step or size");
+    if (manifest && !json_is_object(manifest))
+        return br_errf(err, EINVAL, "checkpoint: the manifest must be an object");
     if (check_text(node, SHORT_MAX, 0, "checkpoint node", err) < 0 ||
         check_text(path, TEXT_MAX, 0, "checkpoint path", err) < 0)
         return -1;
@@ -1744,21 +1769,36 @@ int br_store_checkpoint_add(br_store_t *s, int64_t job_id, int attempt,
     rc |= sqlite3_bind_int64(st, 7, time_ms);
     if (rc)
         return binderr(s, st, "add checkpoint", err);
+    if (manifest && bind_dump(s, st, 8, manifest, "checkpoint manifest", err) < 0) {
+        reset(st);
+        return -1;
+    }
     if (run(s, st, "add checkpoint", err) < 0)
         return errno == ENOENT ? br_errf(err, ENOENT, "no job %lld", (long long)job_id)
                                : -1;
     return 0;
 }
 
-/* A checkpoint row (CKPT_COLS) as {"path","step","attempt","node","size","time"}. */
+/* A checkpoint row (CKPT_COLS) as {"path","step","attempt","node","size","time",
+ * "manifest": {"hash","files","bytes","listed","truncated"} or null}. */
 static json_t *ckpt_row(sqlite3_stmt *st, br_err_t *err)
 {
     static const char *const names[] = {"path", "step", "attempt",
                                         "node", "size", "time"};
-    json_t *o = json_object();
+    json_t *o = json_object(), *m = json_null();
     int bad = 0;
     for (int i = 0; i < 6; i++)
         bad |= put(o, names[i], i == 0 || i == 3 ? col_text(st, i) : col_int(st, i));
+    if (sqlite3_column_type(st, 6) != SQLITE_NULL) {
+        json_decref(m);
+        m = json_object();
+        bad |= put(m, "hash", col_text(st, 6)) | put(m, "files", col_int(st, 7)) |
+               put(m, "bytes", col_int(st, 8)) | put(m, "listed", col_int(st, 9));
+        bad |= put(
+            m, "truncated",
+            json_boolean(sqlite3_column_int64(st, 9) < sqlite3_column_int64(st, 7)));
+    }
+    bad |= put(o, "manifest", m);
     return row_done(o, bad, "checkpoint", err);
 }
 

@@ -169,6 +169,10 @@ int br_store_job_name_active(br_store_t *s, const char *name, br_err_t *err);
 int64_t br_store_event_add(br_store_t *s, int64_t time_ms, int64_t job_id,
                            const char *node, const char *state, const char *reason,
                            br_err_t *err);
+/* 1 if job_id has an event with exactly this reason, else 0 (-1 error): a report an
+ * agent resent is not recorded twice. */
+int br_store_event_seen(br_store_t *s, int64_t job_id, const char *reason,
+                        br_err_t *err);
 /* Events with id > after, oldest first, at most limit (0 = all). job_id 0 = all
  * jobs. Each {"id","time" (ms),"job" (id or null),"node" (or null),"state",
  * "reason"}. */
@@ -199,10 +203,12 @@ int br_store_log_read(br_store_t *s, int64_t job_id, int rank, int64_t after,
                       br_err_t *err);
 
 /* --- checkpoints: complete checkpoints reported by current attempts ---------- */
-/* Record a checkpoint. One already stored (same job, attempt, path) is ignored and
- * returns 0, so agents may resend. ENOENT "no job N" for an unknown job; EINVAL for
- * job id < 1, attempt < 1, node not 1..256 bytes, path not 1..4096 bytes, step < 0
- * or size < 0. */
+/* Record a checkpoint with its manifest (an object as agent/manifest.h builds it,
+ * checked by the caller; NULL: none). One already stored (same job, attempt, path)
+ * is ignored and returns 0, so agents may resend. ENOENT "no job N" for an unknown
+ * job; EINVAL for job id < 1, attempt < 1, node not 1..256 bytes, path not 1..4096
+ * bytes, step < 0, size < 0 or a manifest that is not an object; EFBIG for a
+ * manifest over 4 MiB of JSON. */
 /* A checkpoint of a job other than not_job that lies in dir (dir itself or below;
  * no trailing '/'): 1 with its job and path (the newest of the lowest such job),
  * 0 when there is none, -1 on error. */
@@ -210,9 +216,12 @@ int br_store_checkpoint_under(br_store_t *s, const char *dir, int64_t not_job, i
                               char *path, size_t len, br_err_t *err);
 int br_store_checkpoint_add(br_store_t *s, int64_t job_id, int attempt,
                             const char *node, const char *path, int64_t step,
-                            int64_t size, int64_t time_ms, br_err_t *err);
-/* A job's checkpoints, [{"path","step","attempt","node","size","time" (ms)}],
- * ordered by step, then by id (the order they were recorded). */
+                            int64_t size, int64_t time_ms, const json_t *manifest,
+                            br_err_t *err);
+/* A job's checkpoints, [{"path","step","attempt","node","size","time" (ms),
+ * "manifest"}], ordered by step, then by id (the order they were recorded).
+ * "manifest" is the summary {"hash", "files", "bytes", "listed" (entries stored),
+ * "truncated" (listed < files)}, or null for a checkpoint reported without one. */
 json_t *br_store_checkpoint_list(br_store_t *s, int64_t job_id, br_err_t *err);
 /* The newest checkpoint of a job: the one with the highest step (ties: the last
  * recorded), shaped as in the list; json_null() when it has none. NULL on error. */

@@ -1,5 +1,6 @@
 /* test_api.c - the coordinator's handler table and the message tables of
- * proto/PROTOCOL.md name the same messages, so the two cannot drift apart. */
+ * proto/PROTOCOL.md name the same messages, so the two cannot drift apart; a
+ * checkpoint's manifest is checked as PROTOCOL.md says. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <errno.h>
 
 #include "api.h"
 
@@ -78,10 +80,82 @@ static void test_handlers_match_protocol(void **state)
     assert_int_equal(nhandled, ndoc);
 }
 
+#define H1 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define OK_ENTRY "{\"path\": \"a/b.bin\", \"size\": 3, \"mode\": 420, \"hash\": \"" H1 "\"}"
+#define HEAD "\"hash\": \"" H1 "\", \"root\": \"dir\", \"bytes\": 3, "
+
+static void test_check_manifest(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json;
+        int ok;
+    } cases[] = {
+        {"{" HEAD "\"files\": 1, \"entries\": [" OK_ENTRY "]}", 1},
+        {"{" HEAD "\"files\": 0, \"entries\": []}", 1},
+        {"{" HEAD "\"files\": 2, \"entries\": [" OK_ENTRY "], \"truncated\": true}", 1},
+        {"{" HEAD "\"files\": 1, \"entries\": [{\"path\": \"l\", \"size\": 3, "
+         "\"mode\": 511, \"link\": \"/etc/passwd\"}]}", 1},
+        {"{\"hash\": \"" H1 "\", \"root\": \"file\", \"bytes\": 3, \"files\": 1, "
+         "\"entries\": [" OK_ENTRY "]}", 1},
+        /* fewer listed than counted, without saying so; more listed than counted */
+        {"{" HEAD "\"files\": 2, \"entries\": [" OK_ENTRY "]}", 0},
+        {"{" HEAD "\"files\": 0, \"entries\": [" OK_ENTRY "]}", 0},
+        /* bad hashes, root, counts, unknown fields */
+        {"{\"hash\": \"ABC\", \"root\": \"dir\", \"bytes\": 0, \"files\": 0, "
+         "\"entries\": []}", 0},
+        {"{" HEAD "\"files\": -1, \"entries\": []}", 0},
+        {"{\"hash\": \"" H1 "\", \"root\": \"fifo\", \"bytes\": 0, \"files\": 0, "
+         "\"entries\": []}", 0},
+        {"{\"hash\": \"" H1 "\", \"root\": \"file\", \"bytes\": 0, \"files\": 0, "
+         "\"entries\": []}", 0},
+        {"{" HEAD "\"files\": 0, \"entries\": [], \"extra\": 1}", 0},
+        {"{" HEAD "\"files\": 0, \"entries\": {}}", 0},
+        /* paths that would leave the checkpoint, or name nothing */
+        {"{" HEAD "\"files\": 1, \"entries\": [{\"path\": \"../x\", \"size\": 1, "
+         "\"mode\": 420, \"hash\": \"" H1 "\"}]}", 0},
+        {"{" HEAD "\"files\": 1, \"entries\": [{\"path\": \"a/../../x\", \"size\": 1, "
+         "\"mode\": 420, \"hash\": \"" H1 "\"}]}", 0},
+        {"{" HEAD "\"files\": 1, \"entries\": [{\"path\": \"/etc/passwd\", "
+         "\"size\": 1, \"mode\": 420, \"hash\": \"" H1 "\"}]}", 0},
+        {"{" HEAD "\"files\": 1, \"entries\": [{\"path\": \"\", \"size\": 1, "
+         "\"mode\": 420, \"hash\": \"" H1 "\"}]}", 0},
+        {"{" HEAD "\"files\": 1, \"entries\": [{\"path\": \"a//b\", \"size\": 1, "
+         "\"mode\": 420, \"hash\": \"" H1 "\"}]}", 0},
+        {"{" HEAD "\"files\": 1, \"entries\": [{\"path\": \"./a\", \"size\": 1, "
+         "\"mode\": 420, \"hash\": \"" H1 "\"}]}", 0},
+        {"{" HEAD "\"files\": 1, \"entries\": [{\"path\": \"a/\", \"size\": 1, "
+         "\"mode\": 420, \"hash\": \"" H1 "\"}]}", 0},
+        /* an entry with both a hash and a link, or neither; bad mode, size */
+        {"{" HEAD "\"files\": 1, \"entries\": [{\"path\": \"a\", \"size\": 1, "
+         "\"mode\": 420, \"hash\": \"" H1 "\", \"link\": \"b\"}]}", 0},
+        {"{" HEAD "\"files\": 1, \"entries\": [{\"path\": \"a\", \"size\": 1, "
+         "\"mode\": 420}]}", 0},
+        {"{" HEAD "\"files\": 1, \"entries\": [{\"path\": \"a\", \"size\": 1, "
+         "\"mode\": 4096, \"hash\": \"" H1 "\"}]}", 0},
+        {"{" HEAD "\"files\": 1, \"entries\": [{\"path\": \"a\", \"size\": -1, "
+         "\"mode\": 420, \"hash\": \"" H1 "\"}]}", 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_error_t je;
+        json_t *m = json_loads(cases[i].json, 0, &je);
+        if (!m)
+            fail_msg("case %zu: %s", i, je.text);
+        br_err_t err = {0};
+        int rc = br_api_check_manifest(m, &err);
+        if (rc != (cases[i].ok ? 0 : -1))
+            fail_msg("case %zu (%s): got %d (%s)", i, cases[i].json, rc, err.text);
+        if (!cases[i].ok)
+            assert_int_equal(err.errnum, EPROTO);
+        json_decref(m);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_handlers_match_protocol),
+        cmocka_unit_test(test_check_manifest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -425,6 +426,8 @@ static void test_pattern(void **state)
     mk(f, "checkpoint-40");
     put(f, "checkpoint-40/.metadata", 1);
     put(f, "other-50.ckpt", 1);
+    at(f, 1000);
+    put(f, "checkpoint-50/.metadata", 1); /* 40 had one: 50 needs one too */
     quiet_for(f, 5000, 1000);
     assert_int_equal(f->n, 2);
     assert_int_equal(reported(f, "checkpoint-50"), 1);
@@ -502,6 +505,7 @@ static void test_baseline_not_reported(void **state)
 
     mk(f, "checkpoint-5");
     put(f, "checkpoint-5/model.bin", 10);
+    put(f, "checkpoint-5/trainer_state.json", 10); /* earlier ones had markers */
     quiet_for(f, 3000, 500);
     assert_int_equal(f->n, 1);
     assert_int_equal(reported(f, "checkpoint-5"), 1);
@@ -623,13 +627,15 @@ static void test_removal(void **state)
     rm_rel(f, "checkpoint-11");
     rm_rel(f, "checkpoint-10");
     at(f, 1000);
+    put(f, "checkpoint-12/.metadata", 1); /* markers are required: 10 had one */
+    put(f, "checkpoint-13/.metadata", 1);
     at(f, 500);
     quiet_for(f, 2000, 500);
     assert_int_equal(reported(f, "checkpoint-11"), 0);
     assert_int_equal(reported(f, "checkpoint-12"), 1);
     assert_int_equal(reported(f, "checkpoint-13"), 1);
-    assert_int_equal(report_of(f, "checkpoint-12")->size, 2);
-    assert_int_equal(report_of(f, "checkpoint-13")->size, 3);
+    assert_int_equal(report_of(f, "checkpoint-12")->size, 3);
+    assert_int_equal(report_of(f, "checkpoint-13")->size, 4);
     assert_int_equal(f->n, 3);
 
     /* a new step after the removals */
@@ -846,6 +852,119 @@ static void test_inspect(void **state)
     br_fsid_destroy(&nobody);
 }
 
+/* ---- once a marker was seen, markers are required ---- */
+
+/* The writer died in the middle of checkpoint-30: no trainer_state.json, quiet for
+ * ever. Its siblings had the marker, so it never counts; once finished, it does. */
+static void test_marker_learned(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "checkpoint-*", NULL, STABLE);
+    at(f, 0);
+    mk(f, "checkpoint-20");
+    put(f, "checkpoint-20/model.safetensors", 100);
+    put(f, "checkpoint-20/trainer_state.json", 10);
+    at(f, 1000);
+    assert_int_equal(reported(f, "checkpoint-20"), 1);
+
+    mk(f, "checkpoint-30");
+    put(f, "checkpoint-30/model.safetensors", 60); /* torn */
+    quiet_for(f, 3600 * 1000, 1000);
+    assert_int_equal(reported(f, "checkpoint-30"), 0);
+    put(f, "checkpoint-30/trainer_state.json", 10);
+    at(f, 1000);
+    assert_int_equal(reported(f, "checkpoint-30"), 1);
+}
+
+/* The issue's case: attempt 2 starts beside checkpoint-10 and -20 (both marked) of
+ * attempt 1, and a torn checkpoint-30 it rewrites... or a torn checkpoint-40 of its
+ * own: neither counts without the marker. */
+static void test_marker_learned_from_earlier_attempt(void **state)
+{
+    fix_t *f = *state;
+    mk(f, "checkpoint-10");
+    put(f, "checkpoint-10/trainer_state.json", 10);
+    mk(f, "checkpoint-20");
+    put(f, "checkpoint-20/trainer_state.json", 10);
+    mk(f, "checkpoint-30");
+    put(f, "checkpoint-30/model.safetensors", 60);
+    watch(f, "checkpoint-*", NULL, STABLE);
+    mk(f, "checkpoint-40");
+    put(f, "checkpoint-40/model.safetensors", 60);
+    quiet_for(f, 60000, 1000);
+    assert_int_equal(f->n, 0);
+    put(f, "checkpoint-40/trainer_state.json", 10);
+    at(f, 1000);
+    assert_int_equal(reported(f, "checkpoint-40"), 1);
+    assert_int_equal(f->n, 1);
+}
+
+/* A marker created inside a checkpoint directory is seen through inotify at once:
+ * no rescan (0.2 s apart) and no 50 ms gap between scans is waited for. */
+static void test_marker_inotify(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "checkpoint-*", "done", LONG_STABLE);
+    at(f, 0);
+    mk(f, "checkpoint-7");
+    put(f, "checkpoint-7/weights.bin", 10);
+    at(f, 60); /* a scan: the entry is tracked now, and incomplete */
+    at(f, 60);
+    assert_int_equal(f->n, 0);
+    put(f, "checkpoint-7/done", 0);
+    at(f, 1); /* 1 ms later */
+    assert_int_equal(reported(f, "checkpoint-7"), 1);
+}
+
+/* ---- how soon a marker is reported ---- */
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The agent's loop as it runs with jobs: poll the inotify fd for at most 50 ms, then
+ * br_ckpt_poll with the real clock. Measures the time from the marker's creation to
+ * the report, for a checkpoint directory written a while before its marker. Printed,
+ * not asserted: a loaded machine is slower. */
+static void test_marker_report_delay(void **state)
+{
+    fix_t *f = *state;
+    enum { ROUNDS = 20 };
+    int64_t delay_us[ROUNDS];
+    watch(f, "checkpoint-*", "trainer_state.json", STABLE);
+    for (int r = 0; r < ROUNDS; r++) {
+        char name[64], file[96];
+        snprintf(name, sizeof(name), "checkpoint-%d", r + 1);
+        mk(f, name);
+        snprintf(file, sizeof(file), "%s/model.safetensors", name);
+        put(f, file, 4096);
+        /* the loop goes on for a while (a varied phase against the rescans) */
+        int64_t until = br_mono_ms() + 300 + 37 * r % 200;
+        while (br_mono_ms() < until) {
+            struct pollfd p = {br_ckpt_fd(f->w), POLLIN, 0};
+            poll(&p, 1, 50);
+            br_ckpt_poll(f->w, br_mono_ms(), on_ckpt, f);
+        }
+        assert_int_equal(f->n, r);
+        snprintf(file, sizeof(file), "%s/trainer_state.json", name);
+        int64_t t0 = br_mono_us();
+        put(f, file, 20);
+        while (f->n == r && br_mono_us() - t0 < 5000000) {
+            struct pollfd p = {br_ckpt_fd(f->w), POLLIN, 0};
+            poll(&p, 1, 50);
+            br_ckpt_poll(f->w, br_mono_ms(), on_ckpt, f);
+        }
+        assert_int_equal(f->n, r + 1);
+        delay_us[r] = br_mono_us() - t0;
+    }
+    qsort(delay_us, ROUNDS, sizeof(delay_us[0]), cmp_i64);
+    print_message("marker to report, %d rounds: median %.1f ms, max %.1f ms\n", ROUNDS,
+                  (double)delay_us[ROUNDS / 2] / 1000.0,
+                  (double)delay_us[ROUNDS - 1] / 1000.0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -878,6 +997,10 @@ int main(void)
         T(test_big_baseline),
         T(test_inspect),
         T(test_symlink_entries),
+        T(test_marker_learned),
+        T(test_marker_learned_from_earlier_attempt),
+        T(test_marker_inotify),
+        T(test_marker_report_delay),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -233,7 +233,7 @@ static void test_pragmas(void **state)
     assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
     sqlite3_finalize(st);
     assert_int_equal(conn_int(db, "PRAGMA application_id"), APP_ID);
-    assert_int_equal(conn_int(db, "PRAGMA user_version"), 4);
+    assert_int_equal(conn_int(db, "PRAGMA user_version"), 5);
     sqlite3_close(db);
     br_store_destroy(&s);
 }
@@ -259,9 +259,9 @@ static void test_reopen_keeps_everything(void **state)
               " \"extra\": {\"team\": \"vision\"}}");
     assert_true(br_store_event_add(s, 2000, job, "n1", "running", "started", &err) > 0);
     assert_int_equal(br_store_log_add(s, job, 1, 0, 1, 0, 2100, "hi\n", 3, &err), 0);
-    assert_int_equal(
-        br_store_checkpoint_add(s, job, 1, "n1", "/ckpt/step-10", 10, 99, 2200, &err),
-        0);
+    assert_int_equal(br_store_checkpoint_add(s, job, 1, "n1", "/ckpt/step-10", 10, 99,
+                                             2200, NULL, &err),
+                     0);
     br_store_destroy(&s);
 
     s = open_ok(path);
@@ -345,7 +345,7 @@ static void test_refuse_newer_schema(void **state)
     br_store_destroy(&s);
     sql_exec(path, "PRAGMA user_version = 99;");
     assert_int_equal(sql_int(path, "PRAGMA user_version"), 99);
-    assert_refused(path, "store schema 99 is newer than this brambled (4)");
+    assert_refused(path, "store schema 99 is newer than this brambled (5)");
 }
 
 static void test_rollback_discards(void **state)
@@ -518,7 +518,7 @@ static void test_migrate_v1(void **state)
     sql_exec(path, v1_schema);
     assert_int_equal(has_column(path, "jobs", "extra"), 0);
     br_store_t *s = open_ok(path);
-    assert_int_equal(sql_int(path, "PRAGMA user_version"), 4);
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 5);
     assert_int_equal(sql_int(path, "PRAGMA application_id"), APP_ID);
     /* schema 3: the job belongs to alice's principal id, and her key maps to it */
     br_principal_t kind;
@@ -544,18 +544,19 @@ static void test_migrate_v1(void **state)
     json_decref(list);
     /* The upgraded store takes the new field and table; new ids follow the old. */
     update_ok(s, 7, "{\"extra\": {\"k\": 1}}");
-    assert_int_equal(br_store_checkpoint_add(s, 7, 2, "n1", "/c/1", 1, 5, 3000, &err),
-                     0);
+    assert_int_equal(
+        br_store_checkpoint_add(s, 7, 2, "n1", "/c/1", 1, 5, 3000, NULL, &err), 0);
     assert_true(add_job(s, "new", "pending") > 7);
     br_store_destroy(&s);
 
-    s = open_ok(path); /* already at 4: nothing to migrate */
-    assert_int_equal(sql_int(path, "PRAGMA user_version"), 4);
+    s = open_ok(path); /* already at 5: nothing to migrate */
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 5);
     json_t *job = br_store_job_get(s, 7, &err);
     assert_int_equal(jint(json_object_get(job, "extra"), "k"), 1);
     json_decref(job);
     list = br_store_checkpoint_list(s, 7, &err);
     assert_int_equal(json_array_size(list), 1);
+    assert_true(json_is_null(json_object_get(json_array_get(list, 0), "manifest")));
     json_decref(list);
     br_store_destroy(&s);
 }
@@ -1159,7 +1160,7 @@ static void ckpt_add_ok(br_store_t *s, int64_t job, int attempt, const char *pat
 {
     br_err_t err = {0};
     int rc = br_store_checkpoint_add(s, job, attempt, "n1", path, step, 100 + step,
-                                     time_ms, &err);
+                                     time_ms, NULL, &err);
     if (rc < 0)
         print_error("checkpoint: %s\n", err.text);
     assert_int_equal(rc, 0);
@@ -1223,7 +1224,8 @@ static void test_checkpoints(void **state)
 
     json_t *list = br_store_checkpoint_list(s, job, &err);
     json_t *c = json_array_get(list, 0);
-    assert_int_equal(json_object_size(c), 6);
+    assert_int_equal(json_object_size(c), 7);
+    assert_true(json_is_null(json_object_get(c, "manifest")));
     assert_int_equal(jint(c, "attempt"), 1);
     assert_string_equal(jstr(c, "node"), "n1");
     assert_int_equal(jint(c, "size"), 110);
@@ -1243,7 +1245,8 @@ static void assert_ckpt_refused(br_store_t *s, int64_t job, int attempt,
 {
     br_err_t err = {0};
     assert_int_equal(
-        br_store_checkpoint_add(s, job, attempt, node, path, step, size, 1, &err), -1);
+        br_store_checkpoint_add(s, job, attempt, node, path, step, size, 1, NULL, &err),
+        -1);
     assert_int_equal(err.errnum, errnum);
 }
 
@@ -1254,8 +1257,8 @@ static void test_checkpoint_refusals(void **state)
     path_for("checkpoint-refusals.db", path);
     br_store_t *s = open_ok(path);
     int64_t job = add_job(s, "train-a", "running");
-    assert_int_equal(br_store_checkpoint_add(s, job + 9, 1, "n1", "/c", 1, 1, 1, &err),
-                     -1);
+    assert_int_equal(
+        br_store_checkpoint_add(s, job + 9, 1, "n1", "/c", 1, 1, 1, NULL, &err), -1);
     assert_int_equal(err.errnum, ENOENT);
     snprintf(want, sizeof(want), "no job %lld", (long long)(job + 9));
     assert_string_equal(err.text, want);
@@ -1274,12 +1277,78 @@ static void test_checkpoint_refusals(void **state)
     assert_ckpts(s, job, "");
 
     longpath[4096] = '\0'; /* exactly 4096 bytes is fine, as are step and size 0 */
-    assert_int_equal(br_store_checkpoint_add(s, job, 1, "n1", longpath, 0, 0, 1, &err),
-                     0);
+    assert_int_equal(
+        br_store_checkpoint_add(s, job, 1, "n1", longpath, 0, 0, 1, NULL, &err), 0);
     json_t *c = br_store_checkpoint_latest(s, job, &err);
     assert_int_equal(strlen(jstr(c, "path")), 4096);
     assert_int_equal(jint(c, "step"), 0);
     json_decref(c);
+    br_store_destroy(&s);
+}
+
+/* A checkpoint's manifest is kept whole; lists show its summary. */
+static void test_checkpoint_manifest(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("checkpoint-manifest.db", path);
+    br_store_t *s = open_ok(path);
+    int64_t job = add_job(s, "train-a", "running");
+    json_t *m = json_pack(
+        "{s:s, s:s, s:i, s:i, s:[{s:s, s:i, s:i, s:s}, {s:s, s:i, s:i, s:s}], s:b}",
+        "hash", "ab12", "root", "dir", "files", 3, "bytes", 30, "entries", "path", "a",
+        "size", 10, "mode", 420, "hash", "cd34", "path", "b", "size", 20, "mode", 420,
+        "hash", "ef56", "truncated", 1);
+    assert_int_equal(
+        br_store_checkpoint_add(s, job, 1, "n1", "/c/1", 1, 30, 1000, m, &err), 0);
+    ckpt_add_ok(s, job, 1, "/c/2", 2, 1001); /* from an agent without manifests */
+    json_t *bad = json_array();
+    assert_int_equal(
+        br_store_checkpoint_add(s, job, 1, "n1", "/c/3", 3, 30, 1002, bad, &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    json_decref(bad);
+    assert_ckpts(s, job, "/c/1@1|/c/2@2|");
+    br_store_destroy(&s);
+
+    s = open_ok(path);
+    json_t *list = br_store_checkpoint_list(s, job, &err);
+    json_t *got = json_object_get(json_array_get(list, 0), "manifest");
+    assert_string_equal(jstr(got, "hash"), "ab12");
+    assert_int_equal(jint(got, "files"), 3);
+    assert_int_equal(jint(got, "bytes"), 30);
+    assert_int_equal(jint(got, "listed"), 2);
+    assert_true(json_is_true(json_object_get(got, "truncated")));
+    assert_true(json_is_null(json_object_get(json_array_get(list, 1), "manifest")));
+    json_decref(list);
+    json_t *latest = br_store_checkpoint_latest(s, job, &err);
+    assert_true(json_is_null(json_object_get(latest, "manifest")));
+    json_decref(latest);
+    /* the whole manifest is in the store, as sent */
+    br_store_destroy(&s);
+    char *text = json_dumps(m, JSON_COMPACT);
+    char q[512];
+    snprintf(q, sizeof(q), "SELECT count(*) FROM checkpoints WHERE manifest = '%s'",
+             text);
+    assert_int_equal(sql_int(path, q), 1);
+    free(text);
+    json_decref(m);
+}
+
+/* A reason already recorded for a job is found, for resent reports. */
+static void test_event_seen(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("event-seen.db", path);
+    br_store_t *s = open_ok(path);
+    int64_t job = add_job(s, "train-a", "running"), other = add_job(s, "b", "running");
+    assert_int_equal(br_store_event_seen(s, job, "checkpoint x not counted", &err), 0);
+    assert_true(br_store_event_add(s, 1, job, "n1", "running",
+                                   "checkpoint x not counted", &err) > 0);
+    assert_int_equal(br_store_event_seen(s, job, "checkpoint x not counted", &err), 1);
+    assert_int_equal(br_store_event_seen(s, job, "checkpoint y not counted", &err), 0);
+    assert_int_equal(br_store_event_seen(s, other, "checkpoint x not counted", &err),
+                     0);
     br_store_destroy(&s);
 }
 
@@ -1345,6 +1414,8 @@ int main(void)
         cmocka_unit_test(test_logs),
         cmocka_unit_test(test_checkpoints),
         cmocka_unit_test(test_checkpoint_refusals),
+        cmocka_unit_test(test_checkpoint_manifest),
+        cmocka_unit_test(test_event_seen),
         cmocka_unit_test(test_nodes),
         cmocka_unit_test(test_metrics_tokens),
         cmocka_unit_test(test_metrics_figures),

@@ -1,0 +1,611 @@
+/* manifest.c - checkpoint manifests, hashed on a thread of their own. */
+#include "manifest.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <sodium.h>
+
+#include "ckpt.h"
+#include "util.h"
+
+/*
+ * The walk opens everything relative to its parent's descriptor with O_NOFOLLOW:
+ * a symlink is read (readlinkat) and never opened, a directory swapped for a link
+ * while it is walked is refused, and a file is hashed from the descriptor whose type
+ * and inode were checked. Only the checkpoint itself is reached by path, through
+ * br_ckpt_open, which keeps it inside the checkpoint dir. All of it runs as the
+ * job's user (fsid.h, per thread), so a checkpoint never makes the agent read what
+ * the job could not.
+ *
+ * The manifest hash is BLAKE2b-256 over
+ *     "bramble-manifest-1" NUL root NUL
+ * then, for each entry in byte order of its path,
+ *     path NUL type NUL mode NUL size NUL content NUL
+ * with root "dir" or "file", type "f" (file) or "l" (link), mode (st_mode & 07777)
+ * and size in decimal, content the file's hash in lowercase hex or the link's target.
+ */
+
+#define HASH_LEN crypto_generichash_BYTES /* 32: BLAKE2b-256 */
+#define MAGIC "bramble-manifest-1"
+
+typedef struct {
+    char *path; /* relative to the checkpoint */
+    char *link; /* a symlink's target, or NULL for a regular file */
+    int64_t size;
+    unsigned mode;
+    unsigned char hash[HASH_LEN];
+} ent_t;
+
+typedef struct {
+    ent_t *e;
+    size_t n, cap;
+    int64_t bytes;
+    unsigned char *buf;
+    const atomic_int *cancel;
+    br_err_t *err;
+} walk_t;
+
+/* --- building ------------------------------------------------------------------ */
+
+static int cancelled(const walk_t *w)
+{
+    return w->cancel && atomic_load(w->cancel);
+}
+
+static int valid_text(const char *s)
+{
+    json_t *j = json_string(s); /* NULL for text that is not UTF-8 */
+    json_decref(j);
+    return j != NULL;
+}
+
+static ent_t *add_entry(walk_t *w, const char *rel, const struct stat *st)
+{
+    if (w->n == BR_MANIFEST_MAX_FILES)
+        return br_errp(w->err, EFBIG, "more than %d files", BR_MANIFEST_MAX_FILES);
+    if (!valid_text(rel))
+        return br_errp(w->err, EILSEQ, "file name %s is not UTF-8", rel);
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 64;
+        ent_t *e = realloc(w->e, cap * sizeof(*e));
+        if (!e)
+            return br_errp(w->err, ENOMEM, "out of memory");
+        w->e = e;
+        w->cap = cap;
+    }
+    ent_t *e = &w->e[w->n];
+    memset(e, 0, sizeof(*e));
+    if (!(e->path = strdup(rel)))
+        return br_errp(w->err, ENOMEM, "out of memory");
+    w->n++;
+    e->size = st->st_size;
+    e->mode = st->st_mode & 07777;
+    return e;
+}
+
+/* Hash the open regular file fd (st: its fstat) into e. */
+static int hash_file(walk_t *w, int fd, const struct stat *st, const char *rel,
+                     ent_t *e)
+{
+    crypto_generichash_state hs;
+    crypto_generichash_init(&hs, NULL, 0, HASH_LEN);
+    int fl =
+        fcntl(fd, F_GETFL); /* opened without waiting: a regular file reads plainly */
+    if (fl >= 0 && (fl & O_NONBLOCK))
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    int64_t got = 0;
+    for (;;) {
+        if (cancelled(w))
+            return br_errf(w->err, ECANCELED, "cancelled");
+        ssize_t k = read(fd, w->buf, BR_MANIFEST_BUF);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return br_errf(w->err, errno, "%s: %s", rel, strerror(errno));
+        if (k == 0)
+            break;
+        crypto_generichash_update(&hs, w->buf, (unsigned long long)k);
+        got += k;
+    }
+    struct stat after;
+    if (fstat(fd, &after) < 0 || got != st->st_size || after.st_size != st->st_size ||
+        after.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+        after.st_mtim.tv_nsec != st->st_mtim.tv_nsec)
+        return br_errf(w->err, EAGAIN, "%s changed while it was hashed", rel);
+    crypto_generichash_final(&hs, e->hash, HASH_LEN);
+    w->bytes += got;
+    return 0;
+}
+
+/* Open name in dfd as a regular file, check it is the one fstatat saw, hash it. */
+static int add_file(walk_t *w, int dfd, const char *name, const char *rel,
+                    const struct stat *seen)
+{
+    int fd =
+        openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return br_errf(w->err, errno, "%s: %s", rel, strerror(errno));
+    struct stat st;
+    ent_t *e = NULL;
+    int rc = -1;
+    if (fstat(fd, &st) < 0)
+        br_errf(w->err, errno, "%s: %s", rel, strerror(errno));
+    else if (!S_ISREG(st.st_mode) || st.st_ino != seen->st_ino ||
+             st.st_dev != seen->st_dev)
+        br_errf(w->err, EAGAIN, "%s was replaced while it was hashed", rel);
+    else if ((e = add_entry(w, rel, &st)))
+        rc = hash_file(w, fd, &st, rel, e);
+    close(fd);
+    return rc;
+}
+
+static int add_link(walk_t *w, int dfd, const char *name, const char *rel,
+                    const struct stat *st)
+{
+    char target[PATH_MAX];
+    ssize_t k = readlinkat(dfd, name, target, sizeof(target) - 1);
+    if (k < 0)
+        return br_errf(w->err, errno, "%s: %s", rel, strerror(errno));
+    target[k] = '\0';
+    if (!valid_text(target))
+        return br_errf(w->err, EILSEQ, "the target of link %s is not UTF-8", rel);
+    ent_t *e = add_entry(w, rel, st);
+    if (!e)
+        return -1;
+    e->size = k; /* what was read, should the link change meanwhile */
+    if (!(e->link = strdup(target)))
+        return br_errf(w->err, ENOMEM, "out of memory");
+    return 0;
+}
+
+static const char *special_kind(mode_t m)
+{
+    return S_ISFIFO(m)   ? "a fifo"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+                         : "not a file, link or directory";
+}
+
+/* Walk the directory open at dfd (taken over), rel its path in the checkpoint. */
+static int walk_dir(walk_t *w, int dfd, const char *rel, int depth)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return br_errf(w->err, errno, "%s: %s", *rel ? rel : ".", strerror(errno));
+    }
+    int rc = 0;
+    struct dirent *de;
+    errno = 0;
+    while (rc == 0 && (de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        char sub[PATH_MAX];
+        struct stat st;
+        if (snprintf(sub, sizeof(sub), "%s%s%s", rel, *rel ? "/" : "", de->d_name) >=
+            (int)sizeof(sub))
+            rc = br_errf(w->err, ENAMETOOLONG, "a path in %s is too long", rel);
+        else if (cancelled(w))
+            rc = br_errf(w->err, ECANCELED, "cancelled");
+        else if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            rc = br_errf(w->err, errno, "%s: %s", sub, strerror(errno));
+        else if (S_ISREG(st.st_mode))
+            rc = add_file(w, dirfd(d), de->d_name, sub, &st);
+        else if (S_ISLNK(st.st_mode))
+            rc = add_link(w, dirfd(d), de->d_name, sub, &st);
+        else if (!S_ISDIR(st.st_mode))
+            rc = br_errf(w->err, EINVAL, "special file %s (%s)", sub,
+                         special_kind(st.st_mode));
+        else if (depth + 1 > BR_MANIFEST_MAX_DEPTH)
+            rc = br_errf(w->err, ELOOP, "%s is more than %d directories deep", sub,
+                         BR_MANIFEST_MAX_DEPTH);
+        else {
+            int fd = openat(dirfd(d), de->d_name,
+                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            rc = fd < 0 ? br_errf(w->err, errno, "%s: %s", sub, strerror(errno))
+                        : walk_dir(w, fd, sub, depth + 1);
+        }
+        errno = 0;
+    }
+    if (rc == 0 && errno) /* readdir failed */
+        rc = br_errf(w->err, errno, "%s: %s", *rel ? rel : ".", strerror(errno));
+    closedir(d);
+    return rc;
+}
+
+static int by_path(const void *a, const void *b)
+{
+    return strcmp(((const ent_t *)a)->path, ((const ent_t *)b)->path);
+}
+
+static void hash_str(crypto_generichash_state *hs, const char *s)
+{
+    crypto_generichash_update(hs, (const unsigned char *)s,
+                              strlen(s) + 1); /* and NUL */
+}
+
+/* The manifest of the sorted entries: its hash, and the entries that fit listed. */
+static json_t *to_json(walk_t *w, const char *root)
+{
+    crypto_generichash_state hs;
+    unsigned char h[HASH_LEN];
+    char hex[2 * HASH_LEN + 1], num[32];
+    json_t *entries = json_array(), *m = NULL;
+    size_t listed = 0;
+    int full = 0;
+    crypto_generichash_init(&hs, NULL, 0, HASH_LEN);
+    hash_str(&hs, MAGIC);
+    hash_str(&hs, root);
+    for (size_t i = 0; entries && i < w->n; i++) {
+        const ent_t *e = &w->e[i];
+        if (!e->link)
+            sodium_bin2hex(hex, sizeof(hex), e->hash, HASH_LEN);
+        hash_str(&hs, e->path);
+        hash_str(&hs, e->link ? "l" : "f");
+        snprintf(num, sizeof(num), "%u", e->mode);
+        hash_str(&hs, num);
+        snprintf(num, sizeof(num), "%lld", (long long)e->size);
+        hash_str(&hs, num);
+        hash_str(&hs, e->link ? e->link : hex);
+        if (full)
+            continue;
+        json_t *o = json_pack("{s:s, s:I, s:i, s:s}", "path", e->path, "size",
+                              (json_int_t)e->size, "mode", (int)e->mode,
+                              e->link ? "link" : "hash", e->link ? e->link : hex);
+        size_t len = o ? json_dumpb(o, NULL, 0, JSON_COMPACT) + 1 : 0;
+        if (o && listed + len <= BR_MANIFEST_LIST_MAX) {
+            json_array_append_new(entries, o);
+            listed += len;
+        } else {
+            json_decref(o);
+            full = 1;
+        }
+    }
+    crypto_generichash_final(&hs, h, HASH_LEN);
+    sodium_bin2hex(hex, sizeof(hex), h, HASH_LEN);
+    if (entries)
+        m = json_pack("{s:s, s:s, s:I, s:I, s:O}", "hash", hex, "root", root, "files",
+                      (json_int_t)w->n, "bytes", (json_int_t)w->bytes, "entries",
+                      entries);
+    if (m && full)
+        json_object_set_new(m, "truncated", json_true());
+    json_decref(entries);
+    return m ? m : br_errp(w->err, ENOMEM, "out of memory");
+}
+
+static json_t *build_open(walk_t *w, const char *dir, const char *path)
+{
+    /* O_NONBLOCK: a fifo is opened without waiting for a writer, then refused */
+    int fd = br_ckpt_open(dir, path, O_RDONLY | O_NONBLOCK | O_NOCTTY, w->err);
+    struct stat st;
+    if (fd < 0)
+        return NULL;
+    if (fstat(fd, &st) < 0) {
+        br_errf(w->err, errno, "%s: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    if (S_ISDIR(st.st_mode)) { /* walk_dir takes fd over */
+        if (walk_dir(w, fd, "", 0) < 0)
+            return NULL;
+        if (w->n) /* an empty checkpoint has no array to sort */
+            qsort(w->e, w->n, sizeof(ent_t), by_path);
+        return to_json(w, "dir");
+    }
+    const char *base = strrchr(path, '/');
+    base = base && base[1] ? base + 1 : path;
+    ent_t *e = NULL;
+    int rc = -1;
+    if (!S_ISREG(st.st_mode))
+        br_errf(w->err, EINVAL, "special file %s (%s)", path, special_kind(st.st_mode));
+    else if ((e = add_entry(w, base, &st)))
+        rc = hash_file(w, fd, &st, base, e);
+    close(fd);
+    return rc < 0 ? NULL : to_json(w, "file");
+}
+
+json_t *br_manifest_build(const char *dir, const char *path, br_fsid_t *fsid,
+                          const atomic_int *cancel, br_err_t *err)
+{
+    walk_t w = {.cancel = cancel, .err = err};
+    if (!(w.buf = malloc(BR_MANIFEST_BUF)))
+        return br_errp(err, ENOMEM, "out of memory");
+    json_t *m = NULL;
+    if (br_fsid_enter(fsid, err) == 0) {
+        /* a file created or changed meanwhile (written after the marker) would be
+         * missing from the manifest, or hashed half-written */
+        int64_t size[2] = {0}, mtime[2] = {0}, files[2] = {0};
+        br_ckpt_signature(path, &size[0], &mtime[0], &files[0]);
+        m = build_open(&w, dir, path);
+        br_ckpt_signature(path, &size[1], &mtime[1], &files[1]);
+        if (m && (size[0] != size[1] || mtime[0] != mtime[1] || files[0] != files[1])) {
+            json_decref(m);
+            m = br_errp(err, EAGAIN, "it changed while it was hashed");
+        }
+        br_fsid_leave(fsid);
+    }
+    for (size_t i = 0; i < w.n; i++) {
+        free(w.e[i].path);
+        free(w.e[i].link);
+    }
+    free(w.e);
+    free(w.buf);
+    return m;
+}
+
+/* --- the hasher thread --------------------------------------------------------- */
+
+typedef struct job {
+    struct job *next;
+    char *dir, *path, *group;
+    int as_user;
+    uid_t uid;
+    gid_t gid;
+    json_t *tag;
+    json_t *result; /* NULL: refused, err says why */
+    br_err_t err;
+    int dropped; /* cancelled: taken silently */
+} job_t;
+
+typedef struct {
+    job_t *head, **tail;
+} list_t;
+
+struct br_manifest {
+    pthread_t thread;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    list_t todo, done;
+    int ntodo;
+    job_t *busy;       /* being built */
+    atomic_int cancel; /* stop building busy */
+    int efd;
+};
+
+static void push(list_t *l, job_t *j)
+{
+    j->next = NULL;
+    *l->tail = j;
+    l->tail = &j->next;
+}
+
+static job_t *pop(list_t *l)
+{
+    job_t *j = l->head;
+    if (j && !(l->head = j->next))
+        l->tail = &l->head;
+    return j;
+}
+
+static void job_free(job_t *j)
+{
+    if (j) {
+        free(j->dir);
+        free(j->path);
+        free(j->group);
+        json_decref(j->tag);
+        json_decref(j->result);
+        free(j);
+    }
+}
+
+/* A checkpoint that changes while it is hashed (its writer still adds a file after
+ * the marker) is hashed again a little later, a few times. */
+#define TRIES 4
+#define RETRY_MS 250
+
+static void build_job(job_t *j, const atomic_int *cancel)
+{
+    br_fsid_t *as = j->as_user ? br_fsid_new(j->uid, j->gid, &j->err) : NULL;
+    for (int try = 1; (!j->as_user || as) && try <= TRIES; try++) {
+        j->result = br_manifest_build(j->dir, j->path, as, cancel, &j->err);
+        if (j->result || j->err.errnum != EAGAIN)
+            break;
+        for (int ms = 0; ms < try * RETRY_MS && !atomic_load(cancel); ms += 10)
+            usleep(10000);
+    }
+    br_fsid_destroy(&as);
+}
+
+static void *run(void *arg)
+{
+    br_manifest_t *h = arg;
+    pthread_mutex_lock(&h->mu);
+    for (;;) {
+        while (!h->stop && !h->todo.head)
+            pthread_cond_wait(&h->cv, &h->mu);
+        if (h->stop)
+            break;
+        job_t *j = h->busy = pop(&h->todo);
+        h->ntodo--;
+        atomic_store(&h->cancel, j->dropped);
+        pthread_mutex_unlock(&h->mu);
+        if (!atomic_load(&h->cancel))
+            build_job(j, &h->cancel);
+        pthread_mutex_lock(&h->mu);
+        h->busy = NULL;
+        j->dropped |= atomic_load(&h->cancel);
+        push(&h->done, j);
+        uint64_t one = 1;
+        if (write(h->efd, &one, sizeof(one)) < 0) /* full only after 2^64 - 2 */
+            fprintf(stderr, "bramble-agent: manifest: eventfd: %s\n", strerror(errno));
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+br_manifest_t *br_manifest_new(br_err_t *err)
+{
+    /* libsodium picks its implementations here, before any thread hashes */
+    if (sodium_init() < 0)
+        return br_errp(err, EIO, "libsodium failed to start");
+    br_manifest_t *h = calloc(1, sizeof(*h));
+    if (!h)
+        return br_errp(err, ENOMEM, "out of memory");
+    h->todo.tail = &h->todo.head;
+    h->done.tail = &h->done.head;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    h->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (h->efd < 0) {
+        br_errf(err, errno, "eventfd: %s", strerror(errno));
+        br_manifest_destroy(&h);
+        return NULL;
+    }
+    /* the thread takes no signal: the agent reads its own from a signalfd */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&h->thread, NULL, run, h);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        br_errf(err, rc, "manifest thread: %s", strerror(rc));
+        br_manifest_destroy(&h);
+        return NULL;
+    }
+    h->started = 1;
+    return h;
+}
+
+void br_manifest_destroy(br_manifest_t **hp)
+{
+    br_manifest_t *h = hp ? *hp : NULL;
+    if (!h)
+        return;
+    int saved = errno;
+    if (h->started) {
+        pthread_mutex_lock(&h->mu);
+        h->stop = 1;
+        atomic_store(&h->cancel, 1);
+        pthread_cond_signal(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+        pthread_join(h->thread, NULL);
+    }
+    job_t *j;
+    while ((j = pop(&h->todo)))
+        job_free(j);
+    while ((j = pop(&h->done)))
+        job_free(j);
+    if (h->efd >= 0)
+        close(h->efd);
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+    *hp = NULL;
+    errno = saved;
+}
+
+int br_manifest_fd(const br_manifest_t *h)
+{
+    return h->efd;
+}
+
+static char *dup_or_null(const char *s, int *bad)
+{
+    char *d = s ? strdup(s) : NULL;
+    *bad |= s && !d;
+    return d;
+}
+
+int br_manifest_submit(br_manifest_t *h, const br_manifest_req_t *r, br_err_t *err)
+{
+    job_t *j = calloc(1, sizeof(*j));
+    int bad = !j;
+    if (j) {
+        j->dir = dup_or_null(r->dir, &bad);
+        j->path = dup_or_null(r->path, &bad);
+        j->group = dup_or_null(r->group ? r->group : "", &bad);
+        j->as_user = r->as_user;
+        j->uid = r->uid;
+        j->gid = r->gid;
+        j->tag = json_incref(r->tag);
+    }
+    if (bad || !r->path) {
+        job_free(j);
+        return br_errf(err, bad ? ENOMEM : EINVAL, bad ? "out of memory" : "no path");
+    }
+    pthread_mutex_lock(&h->mu);
+    int full = h->ntodo >= BR_MANIFEST_QUEUE;
+    if (!full) {
+        push(&h->todo, j);
+        h->ntodo++;
+        pthread_cond_signal(&h->cv);
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (full) {
+        job_free(j);
+        return br_errf(err, EAGAIN, "%d checkpoints are waiting to be hashed already",
+                       BR_MANIFEST_QUEUE);
+    }
+    return 0;
+}
+
+int br_manifest_take(br_manifest_t *h, json_t **tag, json_t **manifest, br_err_t *err)
+{
+    uint64_t n;
+    if (read(h->efd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+        fprintf(stderr, "bramble-agent: manifest: eventfd: %s\n", strerror(errno));
+    job_t *j;
+    for (;;) {
+        pthread_mutex_lock(&h->mu);
+        j = pop(&h->done);
+        pthread_mutex_unlock(&h->mu);
+        if (!j || !j->dropped)
+            break;
+        job_free(j);
+    }
+    if (!j)
+        return 0;
+    *tag = j->tag;
+    *manifest = j->result;
+    if (!j->result && err)
+        *err = j->err;
+    j->tag = j->result = NULL;
+    job_free(j);
+    return 1;
+}
+
+static int count(const list_t *l, const char *group)
+{
+    int n = 0;
+    for (const job_t *j = l->head; j; j = j->next)
+        n += !j->dropped && strcmp(j->group, group) == 0;
+    return n;
+}
+
+int br_manifest_pending(br_manifest_t *h, const char *group)
+{
+    pthread_mutex_lock(&h->mu);
+    int n = count(&h->todo, group) + count(&h->done, group) +
+            (h->busy && !h->busy->dropped && strcmp(h->busy->group, group) == 0);
+    pthread_mutex_unlock(&h->mu);
+    return n;
+}
+
+void br_manifest_cancel(br_manifest_t *h, const char *group)
+{
+    pthread_mutex_lock(&h->mu);
+    for (job_t *j = h->todo.head; j; j = j->next)
+        j->dropped |= strcmp(j->group, group) == 0;
+    for (job_t *j = h->done.head; j; j = j->next)
+        j->dropped |= strcmp(j->group, group) == 0;
+    if (h->busy && strcmp(h->busy->group, group) == 0) {
+        h->busy->dropped = 1;
+        atomic_store(&h->cancel, 1);
+    }
+    pthread_mutex_unlock(&h->mu);
+}
