@@ -748,12 +748,29 @@ def make_cluster(tmp_path, request):
         return start_cluster(tmp_path, made, start, **kw)
 
     yield make
+    teardown_clusters(made)
+
+
+def teardown_clusters(made):
+    """Tear down every Cluster in made; fail (the test, or the last one of a
+    module-scoped fixture) with the problems found."""
     problems = []
     for c in made:
         problems += c.teardown()
     if problems:
         # (the logs' tails are attached to the report by pytest_runtest_makereport)
         pytest.fail("teardown found problems:\n" + "\n\n".join(problems), pytrace=False)
+
+
+def shared_cluster_test(c, request):
+    """Generator for a function-scoped fixture around cluster c, which several tests
+    share: yields c to the test (whose report then carries c's logs), and fails it
+    with the problems found while it ran (running_problems) afterwards."""
+    request.node._bramble_clusters = [c]
+    yield c
+    problems = c.running_problems()
+    if problems:
+        pytest.fail("problems found:\n" + "\n\n".join(problems), pytrace=False)
 
 
 @pytest.fixture
@@ -768,3 +785,22 @@ def cluster2(make_cluster):
     c = make_cluster()
     c.add_agents(2)
     return c
+
+
+@pytest.fixture(scope="module")
+def module_cluster2(tmp_path_factory):
+    made = []
+    try:
+        c = start_cluster(tmp_path_factory.mktemp("shared"), made)
+        c.add_agents(2)
+        yield c
+    finally:
+        teardown_clusters(made)
+
+
+@pytest.fixture
+def shared_cluster2(module_cluster2, request):
+    """cluster2, but one for all the tests of a module that use this fixture: for
+    tests that leave each other alone (job names of their own, nodes left ready).
+    After each test, sanitizer reports and daemons that died fail it."""
+    yield from shared_cluster_test(module_cluster2, request)

@@ -17,7 +17,7 @@ import pytest
 import zmq
 
 from conftest import (FLAG_DATA, KIND_EVENT, KIND_RESPONSE, header, parse_header,
-                      start_cluster)
+                      shared_cluster_test, start_cluster, teardown_clusters)
 
 MiB = 1 << 20
 
@@ -41,22 +41,14 @@ def loaded_module(tmp_path_factory):
     try:
         yield load(start_cluster(tmp_path_factory.mktemp("bad-input"), made))
     finally:
-        problems = []
-        for c in made:
-            problems += c.teardown()
-        if problems:
-            pytest.fail("teardown found problems:\n" + "\n\n".join(problems), pytrace=False)
+        teardown_clusters(made)
 
 
 @pytest.fixture
 def loaded(loaded_module, request):
     """The module's cluster with one agent and two finished jobs in its store
     (the same for every test); afterwards, the problems found while it ran."""
-    request.node._bramble_clusters = [loaded_module]
-    yield loaded_module
-    problems = loaded_module.running_problems()
-    if problems:
-        pytest.fail("problems found:\n" + "\n\n".join(problems), pytrace=False)
+    yield from shared_cluster_test(loaded_module, request)
 
 
 @pytest.fixture
