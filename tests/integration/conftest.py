@@ -136,6 +136,19 @@ def sanitizer_lines(text):
     return [ln for ln in text.splitlines() if any(p in ln for p in SANITIZER_PATTERNS)]
 
 
+def log_sanitizer_problem(path):
+    """A problem string when the log at path holds a sanitizer report, else None."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return None
+    found = sanitizer_lines(text)
+    if not found:
+        return None
+    return (f"sanitizer report in {path}:\n" + "\n".join(found[:10]) +
+            f"\n--- log tail ---\n{tail(path, 60)}")
+
+
 def pid_alive(pid):
     """Whether pid is a live (non-zombie) process."""
     try:
@@ -283,6 +296,7 @@ class Cluster:
         self.agents = {}  # name -> Proc (latest)
         self.extra_logs = []  # log files written by processes we did not start
         self.problems = []  # found during the test: sanitizer output of CLI runs
+        self.reported = set()  # what running_problems() reported already
         self.marker = "bramble-it-" + uuid.uuid4().hex[:12]
         self.env = dict(os.environ)
         self.env["BRAMBLE_TEST_CLUSTER"] = self.marker
@@ -572,11 +586,36 @@ class Cluster:
             out.append(f"----- {f} (last {lines} lines) -----\n{tail(f, lines)}")
         return "\n".join(out)
 
-    def teardown(self):
-        """Stop everything; a list of problems (empty when clean)."""
-        problems = list(self.problems)
+    def running_problems(self):
+        """Problems found so far, each only once, while the cluster runs on (for a
+        cluster that several tests share): sanitizer reports of CLI runs, daemons
+        that exited unexpectedly, sanitizer reports in the logs. teardown() reports
+        the others."""
+        reported = self.reported
+        problems = []
+        for i, msg in enumerate(self.problems):
+            if ("cli", i) not in reported:
+                reported.add(("cli", i))
+                problems.append(msg)
         for p in self.procs:
-            if not p.expected_exit and not p.alive():
+            if not p.expected_exit and not p.alive() and ("exit", p.pid) not in reported:
+                reported.add(("exit", p.pid))
+                problems.append(f"{p.name} (pid {p.pid}) exited unexpectedly with status "
+                                f"{p.returncode()}")
+        for f in self.log_files():
+            msg = None if ("log", str(f)) in reported else log_sanitizer_problem(f)
+            if msg:
+                reported.add(("log", str(f)))
+                problems.append(msg)
+        return problems
+
+    def teardown(self):
+        """Stop everything; a list of problems (empty when clean), but for those
+        running_problems() reported already."""
+        reported = self.reported
+        problems = [msg for i, msg in enumerate(self.problems) if ("cli", i) not in reported]
+        for p in self.procs:
+            if not p.expected_exit and not p.alive() and ("exit", p.pid) not in reported:
                 problems.append(f"{p.name} (pid {p.pid}) exited unexpectedly with status "
                                 f"{p.returncode()}")
         # agents first (they may want to tell the coordinator), coordinator last
@@ -592,14 +631,9 @@ class Cluster:
             except OSError:
                 pass
         for f in self.log_files():
-            try:
-                text = Path(f).read_text(errors="replace")
-            except OSError:
-                continue
-            found = sanitizer_lines(text)
-            if found:
-                problems.append(f"sanitizer report in {f}:\n" + "\n".join(found[:10]) +
-                                f"\n--- log tail ---\n{tail(f, 60)}")
+            msg = None if ("log", str(f)) in reported else log_sanitizer_problem(f)
+            if msg:
+                problems.append(msg)
         return problems
 
 
@@ -682,6 +716,27 @@ def pytest_runtest_makereport(item, call):
             rep.sections.append((f"bramble logs ({c.root})", c.log_tails()))
 
 
+def start_cluster(parent, made, start=True, **kw):
+    """A Cluster in parent/c<N>, initialised and, unless start=False, with its
+    coordinator answering (kw: Cluster's). Every Cluster made, one per try, is
+    appended to made, for the caller to tear down."""
+    for attempt in range(3):
+        c = Cluster(Path(parent) / f"c{len(made)}", **kw)
+        made.append(c)
+        c.init()
+        if not start:
+            return c
+        try:
+            c.start_coordinator()
+            return c
+        except Fatal as e:
+            # the free port was taken by someone else in between: another port
+            if "in use" not in str(e) or attempt == 2:
+                raise
+            c.coordinator.expected_exit = True
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture
 def make_cluster(tmp_path, request):
     """Factory: make_cluster(heartbeat=..., node_timeout=..., start=True) -> Cluster
@@ -690,29 +745,32 @@ def make_cluster(tmp_path, request):
     request.node._bramble_clusters = made
 
     def make(start=True, **kw):
-        for attempt in range(3):
-            c = Cluster(tmp_path / f"c{len(made)}", **kw)
-            made.append(c)
-            c.init()
-            if not start:
-                return c
-            try:
-                c.start_coordinator()
-                return c
-            except Fatal as e:
-                # the free port was taken by someone else in between: another port
-                if "in use" not in str(e) or attempt == 2:
-                    raise
-                c.coordinator.expected_exit = True
-        raise AssertionError("unreachable")
+        return start_cluster(tmp_path, made, start, **kw)
 
     yield make
+    teardown_clusters(made)
+
+
+def teardown_clusters(made):
+    """Tear down every Cluster in made; fail (the test, or the last one of a
+    module-scoped fixture) with the problems found."""
     problems = []
     for c in made:
         problems += c.teardown()
     if problems:
         # (the logs' tails are attached to the report by pytest_runtest_makereport)
         pytest.fail("teardown found problems:\n" + "\n\n".join(problems), pytrace=False)
+
+
+def shared_cluster_test(c, request):
+    """Generator for a function-scoped fixture around cluster c, which several tests
+    share: yields c to the test (whose report then carries c's logs), and fails it
+    with the problems found while it ran (running_problems) afterwards."""
+    request.node._bramble_clusters = [c]
+    yield c
+    problems = c.running_problems()
+    if problems:
+        pytest.fail("problems found:\n" + "\n\n".join(problems), pytrace=False)
 
 
 @pytest.fixture
@@ -727,3 +785,22 @@ def cluster2(make_cluster):
     c = make_cluster()
     c.add_agents(2)
     return c
+
+
+@pytest.fixture(scope="module")
+def module_cluster2(tmp_path_factory):
+    made = []
+    try:
+        c = start_cluster(tmp_path_factory.mktemp("shared"), made)
+        c.add_agents(2)
+        yield c
+    finally:
+        teardown_clusters(made)
+
+
+@pytest.fixture
+def shared_cluster2(module_cluster2, request):
+    """cluster2, but one for all the tests of a module that use this fixture: for
+    tests that leave each other alone (job names of their own, nodes left ready).
+    After each test, sanitizer reports and daemons that died fail it."""
+    yield from shared_cluster_test(module_cluster2, request)

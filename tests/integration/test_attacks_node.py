@@ -230,6 +230,7 @@ class IdleConnections:
             except OSError:
                 s.close()
                 return
+            s.setblocking(False)  # the check above: a recv that never waits
             self.socks.append(s)
             self.opened += 1
 

@@ -1,6 +1,12 @@
 """Bad input never crashes a daemon and never corrupts the store: malformed
 specs, oversized messages, random bytes on the TCP port, and well-formed CURVE
-connections that send malformed frames (proto/PROTOCOL.md section 2)."""
+connections that send malformed frames (proto/PROTOCOL.md section 2).
+
+The tests take their bad input, one after another, to one cluster (`loaded`,
+started once for the module): each checks afterwards that the daemons still
+run, the jobs from before are unchanged and a new job runs, and after each one
+the daemons' logs are searched for sanitizer reports. Only
+test_malformed_frame_alone starts a fresh cluster for each of its cases."""
 
 import errno
 import json
@@ -10,14 +16,14 @@ import socket
 import pytest
 import zmq
 
-from conftest import FLAG_DATA, KIND_EVENT, KIND_RESPONSE, header, parse_header
+from conftest import (FLAG_DATA, KIND_EVENT, KIND_RESPONSE, header, parse_header,
+                      shared_cluster_test, start_cluster, teardown_clusters)
 
 MiB = 1 << 20
 
 
-@pytest.fixture
-def loaded(cluster):
-    """A cluster with one agent and two finished jobs in its store."""
+def load(cluster):
+    """cluster, with one agent and two finished jobs in its store."""
     cluster.add_agents(1)
     ids = []
     for name, cmd in (("before-ok", "echo kept"), ("before-fail", "exit 5")):
@@ -27,6 +33,28 @@ def loaded(cluster):
     cluster.before = {j["id"]: (j["name"], j["state"]) for j in cluster.jobs()}
     assert set(cluster.before) == set(ids)
     return cluster
+
+
+@pytest.fixture(scope="module")
+def loaded_module(tmp_path_factory):
+    made = []
+    try:
+        yield load(start_cluster(tmp_path_factory.mktemp("bad-input"), made))
+    finally:
+        teardown_clusters(made)
+
+
+@pytest.fixture
+def loaded(loaded_module, request):
+    """The module's cluster with one agent and two finished jobs in its store
+    (the same for every test); afterwards, the problems found while it ran."""
+    yield from shared_cluster_test(loaded_module, request)
+
+
+@pytest.fixture
+def fresh_loaded(cluster):
+    """A cluster of its own with one agent and two finished jobs in its store."""
+    return load(cluster)
 
 
 def assert_intact(c):
@@ -273,9 +301,9 @@ def test_malformed_frames_on_curve_connection(loaded):
 
 @pytest.mark.parametrize("case", ["bad-magic", "wrong-version", "non-json-body",
                                   "too-many-frames"])
-def test_malformed_frame_alone(loaded, case):
+def test_malformed_frame_alone(fresh_loaded, case):
     """The four named cases, each on its own fresh connection and cluster."""
-    raw = loaded.raw_client()
+    raw = fresh_loaded.raw_client()
     try:
         for _ in range(5):
             raw.send(_frames(case))
@@ -283,7 +311,7 @@ def test_malformed_frame_alone(loaded, case):
         assert pong.get("principal") == "admin", pong
     finally:
         raw.close()
-    assert_intact(loaded)
+    assert_intact(fresh_loaded)
 
 
 def _join_keys(token):

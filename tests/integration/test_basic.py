@@ -1,10 +1,21 @@
 """Joining, inventory, running jobs, logs, exit codes, the job environment,
-GPUs, scheduling constraints, restarts and drain (ARCHITECTURE.md)."""
+GPUs, scheduling constraints, restarts and drain (ARCHITECTURE.md).
+
+The tests that take `cluster2` share one (its jobs have names of their own, and
+only the drain test, the last, leaves a node drained)."""
 
 import re
 import time
 
+import pytest
+
 from conftest import wait_for
+
+
+@pytest.fixture
+def cluster2(shared_cluster2):
+    """conftest's cluster2, one for the whole module (conftest's shared_cluster2)."""
+    return shared_cluster2
 
 INVENTORY_FIELDS = ("name", "state", "arch", "cpus", "memory", "gpus", "labels",
                     "cost_per_hour", "last_seen")

@@ -1,9 +1,19 @@
 """`bramble cancel` stops a job's whole process tree, including children that
-left its process group."""
+left its process group.
+
+The tests share one `cluster2` (their jobs have names of their own)."""
 
 import secrets
 
+import pytest
+
 from conftest import procs_with_env, wait_for
+
+
+@pytest.fixture
+def cluster2(shared_cluster2):
+    """conftest's cluster2, one for the whole module (conftest's shared_cluster2)."""
+    return shared_cluster2
 
 
 def test_cancel_kills_forked_children(cluster2):

@@ -25,6 +25,13 @@ from netlan import free_prefix, require_netns, skip_netns_failure, sh as _sh
 
 MAGIC = b"bramble-announce/1\n"
 
+# Token endpoints where no coordinator answers: an address that stays silent (the
+# agent gives it 3 s before it listens for announcements as well) and a name that
+# cannot be resolved (the agent listens at once). Either way it gives up
+# 3 s + --discover-timeout after it tried the token's endpoint.
+SILENT = "tcp://192.0.2.1:7700"
+UNRESOLVABLE = "tcp://no-such-coordinator.invalid:7700"
+
 
 class Lan:
     """bridge `br` in the host (HOST_IP), namespace `coord_ns` (COORD_IP) and
@@ -115,8 +122,7 @@ def start(make_cluster, lan, *extra):
     return c
 
 
-@pytest.mark.parametrize("dead_endpoint", ["tcp://192.0.2.1:7700",
-                                           "tcp://no-such-coordinator.invalid:7700"])
+@pytest.mark.parametrize("dead_endpoint", [SILENT, UNRESOLVABLE])
 def test_agent_finds_announcing_coordinator(lan, make_cluster, dead_endpoint):
     udp = free_udp_port()
     heard = listener(lan, udp)
@@ -206,7 +212,7 @@ def test_announcement_with_another_key_is_ignored(lan, make_cluster):
     # were keys not compared, the agent would join it
     fake = announcement(other_key.decode(), c.port, c.endpoint)
     with broadcasting(lan, fake, udp):
-        token = rewrite_token(c.token(1), "tcp://192.0.2.1:7700")
+        token = rewrite_token(c.token(1), SILENT)
         agent = c.start_agent("pi-2", token=token, wrap=lan.wrap(lan.agent_ns),
                               extra=["--discover-port", udp, "--discover-timeout", "4s"])
         rc = agent.wait_exit(timeout=DEADLINE)
@@ -244,16 +250,20 @@ def test_no_announcement_without_the_flag(lan, make_cluster):
 
 def test_announcement_with_the_right_key_but_not_its_secret_fails(lan, make_cluster):
     """An impostor announcing the token's key, without the secret key behind it,
-    fails the CURVE handshake: the agent neither joins it nor hands it the token."""
+    fails the CURVE handshake: the agent neither joins it nor hands it the token.
+    (After the failed join the agent listens on, the impostor skipped, until it
+    gives up: 3 s + --discover-timeout. The token's endpoint cannot be resolved,
+    so the agent listens from the start, and hears the impostor, broadcasting every
+    250 ms, well within the first 3 s + 2 s; it gives up 5 s after the failed join.)"""
     udp = free_udp_port()
     c = start(make_cluster, lan)  # the real coordinator does not announce
     server_key = read_yaml_flat(c.credential)["server_public_key"]
     with fake_coordinator(lan) as (fake_server, fake_port):
         fake = announcement(server_key, fake_port, f"tcp://0.0.0.0:{fake_port}")
         with broadcasting(lan, fake, udp):
-            token = rewrite_token(c.token(1), "tcp://192.0.2.1:7700")
+            token = rewrite_token(c.token(1), UNRESOLVABLE)
             agent = c.start_agent("pi-3", token=token, wrap=lan.wrap(lan.agent_ns),
-                                  extra=["--discover-port", udp, "--discover-timeout", "10s"])
+                                  extra=["--discover-port", udp, "--discover-timeout", "2s"])
             rc = agent.wait_exit(timeout=DEADLINE + 15)
             received = fake_server.poll(0)
     assert not received, "the impostor received a message"
@@ -271,7 +281,7 @@ def test_impostor_announcing_first_does_not_hide_the_real_coordinator(lan, make_
     udp = free_udp_port()
     c = start(make_cluster, lan)
     server_key = read_yaml_flat(c.credential)["server_public_key"]
-    token = rewrite_token(c.token(1), "tcp://192.0.2.1:7700")
+    token = rewrite_token(c.token(1), SILENT)
     c.coordinator.kill(15)  # silent until the impostor has been heard
     with fake_coordinator(lan) as (fake_server, fake_port):
         fake = announcement(server_key, fake_port, f"tcp://0.0.0.0:{fake_port}")

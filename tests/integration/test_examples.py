@@ -3,7 +3,9 @@ examples/hello-ranks.yaml as a 4-node gang prints one hello from every rank, in 
 job's own node order; examples/hello.yaml and examples/queue-demo.yaml complete.
 
 The specs are submitted as they are in examples/ (read from the repository), with
-only what a 2-core test machine needs overridden (queue-demo asks for a 4-core Pi).
+only what a 2-core test machine needs overridden (queue-demo asks for a 4-core Pi),
+and queue-demo's 20 s sleep shortened (its own command, with a shorter sleep):
+the queueing shows just the same, in a fraction of the time.
 Node names carry a random part, so that no other cluster on this host shares them.
 """
 
@@ -67,11 +69,31 @@ def test_hello_completes(cluster):
     assert f"hello from {job['nodes'][0]} (job {jid} 'hello', attempt 1)" in cluster.logs(jid)
 
 
+# queue-demo's sleep in the test: long enough that the first two copies are still
+# running when the third has been submitted and the jobs listed (a few CLI calls)
+QUEUE_DEMO_SLEEP = 5
+
+
+def example_command(name):
+    """The `command: |` block of an example spec, as the shell gets it."""
+    lines = (EXAMPLES / name).read_text().splitlines()
+    start = lines.index("command: |") + 1
+    block = []
+    for line in lines[start:]:
+        if line and not line.startswith("  "):
+            break
+        block.append(line[2:])
+    return "\n".join(block).rstrip("\n") + "\n"
+
+
 def test_queue_demo_queues_and_completes(cluster):
     nodes = cluster.add_agents(2, names=names(2))
     cpus = min(n["cpus"] for n in cluster.nodes().values())
     # one copy fills a node, as a 4-core Pi with cpus: 4; a short sleep for the test
-    sets = ["--set", f"resources.cpus={cpus}"]
+    command = example_command("queue-demo.yaml")
+    assert command.count("sleep 20\n") == 1, command
+    command = command.replace("sleep 20\n", f"sleep {QUEUE_DEMO_SLEEP}\n")
+    sets = ["--set", f"resources.cpus={cpus}", "--set", f"command={json.dumps(command)}"]
     ids = [submit_example(cluster, "queue-demo.yaml", "--set", f"name=queue-{i}", *sets)
            for i in range(1, 4)]
     jobs = {j["id"]: j for j in cluster.jobs()}
@@ -83,5 +105,6 @@ def test_queue_demo_queues_and_completes(cluster):
         job = cluster.wait_job(i, timeout=120)
         assert job["state"] == "completed", job
         assert job["nodes"][0] in nodes
+        assert job["spec"]["command"] == command, job["spec"]
         out = cluster.logs(i)
         assert f"job {i} (queue-" in out and f"finished on {job['nodes'][0]}" in out, out

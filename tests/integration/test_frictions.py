@@ -86,9 +86,9 @@ def test_wait_says_why_pending_and_gives_up_at_the_timeout(cluster):
     assert c.job(jid)["state"] == "pending"  # the job is left alone
 
     # --follow too, and --timeout alone is a usage error
-    rc, out, err = c.cli("submit", spec, "--follow", "--timeout", "2s", "--set",
+    rc, out, err = c.cli("submit", spec, "--follow", "--timeout", "1s", "--set",
                          "name=big2", check=False)
-    assert rc == 1 and "gave up waiting after 2s" in err and "is pending" in err, err
+    assert rc == 1 and "gave up waiting after 1s" in err and "is pending" in err, err
     rc, _, err = c.cli("submit", spec, "--timeout", "2s", check=False)
     assert rc == 2 and "--wait or --follow" in err, err
 
@@ -127,7 +127,7 @@ def test_wrong_server_key_is_named(cluster):
     pub, sec, server = c.admin_keys()
     wrong_pub, _ = _keypair()
     write_credential(cred, c.endpoint, wrong_pub, "admin", pub, sec)
-    rc, _, err = c.cli("jobs", credential=cred, check=False, timeout_flag="2s")
+    rc, _, err = c.cli("jobs", credential=cred, check=False, timeout_flag="1s")
     assert rc == 1 and "server_public_key" in err and "handshake" in err, err
     # nothing listens: the old words
     cred2 = c.root / "closed.credential"

@@ -535,11 +535,15 @@ def test_ddp_gang_survives_node_loss_bit_identical(make_lan, make_cluster, tmp_p
 
     ckpt = tmp_path / "ckpt"
     final = tmp_path / "final.json"
+    # the first attempt steps slowly, so that the node is killed mid-run; a later
+    # one (what it computes does not depend on it) runs its steps at full speed
+    step_time = f'$([ "$BRAMBLE_ATTEMPT" = 1 ] && echo {DDP_STEP_TIME} || echo 0)'
     command = (f"{PYTHON} examples/ddp/train.py --steps {DDP_STEPS} --every {DDP_EVERY} "
-               f"--step-time {DDP_STEP_TIME} --out {final}")
+               f"--step-time {step_time} --out {final}")
     spec_path = REPO / "examples" / "ddp" / "ddp.yaml"
     out = c.cli_json("submit", spec_path, "--set", f"workdir={REPO}",
-                     "--set", f"checkpoint.dir={ckpt}", "--set", f"command={command}",
+                     "--set", f"checkpoint.dir={ckpt}",
+                     "--set", f"command={json.dumps(command)}",
                      "--set", "env.OMP_NUM_THREADS=1")
     jid = out["id"]
 
