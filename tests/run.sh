@@ -3,12 +3,13 @@
 #   1. install missing Debian packages (only when something is missing)
 #   2. configure + build build-test/ (Debug, ASan+UBSan, -Werror)
 #   3. unit tests (ctest)
-#   4. libFuzzer targets in build-fuzz/ (clang), 30 s each on their seed corpus
+#   4. libFuzzer targets in build-fuzz/ (clang), 20 s each on their seed corpus (a
+#      smoke run; the long campaigns are bench/fuzz-campaign.sh)
 #   5. integration tests (pytest, real processes, against build-test/bin)
 #   6. a final line "N passed, M failed"; exit status non-zero on any failure
 #
 # Usage: tests/run.sh [--quick]     (--quick skips fuzzing)
-# Environment: FUZZ_SECONDS (default 30), JOBS (build parallelism, default nproc).
+# Environment: FUZZ_SECONDS (default 20), JOBS (build parallelism, default nproc).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -19,13 +20,13 @@ for arg in "$@"; do
     case "$arg" in
         --quick) QUICK=1 ;;
         -h|--help)
-            sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
             exit 0 ;;
         *) echo "run.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
 
-FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 PASSED=0
 FAILED=0
