@@ -20,7 +20,7 @@ for arg in "$@"; do
     case "$arg" in
         --quick) QUICK=1 ;;
         -h|--help)
-            sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
             exit 0 ;;
         *) echo "run.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
