@@ -257,11 +257,22 @@ class Proc:
 
     def stop(self):
         """SIGTERM, then SIGKILL after STOP_GRACE. Returns a problem string or None."""
+        return self.stop_wait(self.stop_begin())
+
+    def stop_begin(self):
+        """stop(), first half: SIGTERM, if alive. When it was sent, or None."""
         if not self.alive():
             return None
         self.popen.send_signal(signal.SIGTERM)
+        return time.monotonic()
+
+    def stop_wait(self, sent):
+        """stop(), second half: wait until STOP_GRACE after `sent` (stop_begin's; None:
+        nothing to wait for), then SIGKILL. A problem string or None."""
+        if sent is None:
+            return None
         try:
-            self.popen.wait(STOP_GRACE)
+            self.popen.wait(max(0.0, sent + STOP_GRACE - time.monotonic()))
             return None
         except subprocess.TimeoutExpired:
             self.popen.kill()
@@ -618,11 +629,14 @@ class Cluster:
             if not p.expected_exit and not p.alive() and ("exit", p.pid) not in reported:
                 problems.append(f"{p.name} (pid {p.pid}) exited unexpectedly with status "
                                 f"{p.returncode()}")
-        # agents first (they may want to tell the coordinator), coordinator last
-        for p in sorted(self.procs, key=lambda p: p.name == "brambled"):
-            msg = p.stop()
-            if msg:
-                problems.append(msg)
+        # agents first (they may want to tell the coordinator), coordinator last;
+        # the agents all at once, as the machines of a cluster shutting down
+        for group in ([p for p in self.procs if p.name != "brambled"],
+                      [p for p in self.procs if p.name == "brambled"]):
+            for p, sent in [(p, p.stop_begin()) for p in group]:
+                msg = p.stop_wait(sent)
+                if msg:
+                    problems.append(msg)
         # job processes left behind by agents (inherit the marker from the agent)
         left = procs_with_env(f"BRAMBLE_TEST_CLUSTER={self.marker}")
         for pid in left:
