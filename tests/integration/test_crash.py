@@ -69,7 +69,7 @@ def test_running_job_survives_coordinator_sigkill(cluster2):
 
 
 def test_sigkill_agent_node_lost_and_back(make_cluster):
-    c = make_cluster(heartbeat="200ms", node_timeout="3s")
+    c = make_cluster(heartbeat="200ms", node_timeout="2s")
     c.add_agents(1)
     c.agents["node-1"].kill(signal.SIGKILL)
     wait_for(lambda: c.nodes()["node-1"]["state"] == "lost", what="node-1 to be lost")
