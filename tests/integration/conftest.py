@@ -13,7 +13,11 @@ sanitizer builds:
   * teardown stops every process (SIGTERM, then SIGKILL), fails the test if a
     daemon died unexpectedly or if any log holds an AddressSanitizer,
     UndefinedBehaviorSanitizer or LeakSanitizer report, and kills whatever job
-    processes the agents left behind (found by a marker in their environment).
+    processes the agents left behind (found by a marker in their environment);
+  * a cluster is the test's own, but for tests that leave each other alone,
+    which may share one per module (shared_cluster2, or start_cluster in a
+    module-scoped fixture): each of them is still failed by the sanitizer
+    reports and daemon deaths found while it ran (Cluster.running_problems).
 """
 
 import json
