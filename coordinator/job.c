@@ -1,0 +1,329 @@
+/* job.c - a current job in memory: read from its store row, written back whole. */
+#include "job.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+static const char *const state_names[BR_JOB_STATES] = {
+    [BR_JOB_PENDING] = "pending",     [BR_JOB_STARTING] = "starting",
+    [BR_JOB_RUNNING] = "running",     [BR_JOB_COMPLETED] = "completed",
+    [BR_JOB_FAILED] = "failed",       [BR_JOB_CANCELLED] = "cancelled",
+};
+static const char *const rank_names[] = {"placed", "started", "done"};
+
+const char *br_job_state_name(br_job_state_t s)
+{
+    return (unsigned)s < BR_JOB_STATES ? state_names[s] : "unknown";
+}
+
+int br_job_state_parse(const char *name)
+{
+    for (int i = 0; name && i < BR_JOB_STATES; i++)
+        if (strcmp(name, state_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+int br_job_state_live(br_job_state_t s)
+{
+    return s == BR_JOB_STARTING || s == BR_JOB_RUNNING;
+}
+
+int br_job_state_ended(br_job_state_t s)
+{
+    return s == BR_JOB_COMPLETED || s == BR_JOB_FAILED || s == BR_JOB_CANCELLED;
+}
+
+static int64_t int_or(const json_t *o, const char *key, int64_t dflt)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+static const char *str_or(const json_t *o, const char *key)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : "";
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static void clear_ranks(br_job_t *job)
+{
+    for (int r = 0; r < job->nranks; r++)
+        json_decref(job->ranks[r].share);
+    free(job->ranks);
+    job->ranks = NULL;
+    job->nranks = 0;
+}
+
+int br_job_set_ranks(br_job_t *job, const char *const *nodes, json_t *const *shares,
+                     int count)
+{
+    br_rank_t *ranks = count > 0 ? calloc((size_t)count, sizeof(*ranks)) : NULL;
+    if (count > 0 && !ranks)
+        return -1;
+    for (int r = 0; r < count; r++) {
+        br_strlcpy(ranks[r].node, nodes[r] ? nodes[r] : "", sizeof(ranks[r].node));
+        ranks[r].share = json_deep_copy(shares[r]);
+        if (!ranks[r].share)
+            ranks[r].share = json_object();
+        json_object_del(ranks[r].share, "node"); /* (the store's form carries them) */
+        json_object_del(ranks[r].share, "state");
+        ranks[r].state = BR_RANK_PLACED;
+        ranks[r].job = job;
+        ranks[r].index = r;
+    }
+    clear_ranks(job);
+    job->ranks = ranks;
+    job->nranks = count;
+    job->port = 0;
+    return 0;
+}
+
+/* The placement of row: today's {"ranks": [...], "port"}, or an older
+ * coordinator's one share object, whose node is the first of "nodes". */
+static int read_assign(br_job_t *job, const json_t *row)
+{
+    json_t *assign = json_object_get(row, "assign");
+    json_t *ranks = json_object_get(assign, "ranks");
+    if (json_is_object(assign) && !json_is_array(ranks)) { /* the older form */
+        const char *node = json_string_value(json_array_get(json_object_get(row, "nodes"), 0));
+        if (br_job_set_ranks(job, &node, &assign, 1) < 0)
+            return -1;
+        job->ranks[0].state = job->state == BR_JOB_RUNNING ? BR_RANK_STARTED : BR_RANK_PLACED;
+        return 0;
+    }
+    size_t n = json_array_size(ranks);
+    const char **nodes = calloc(n ? n : 1, sizeof(*nodes));
+    json_t **shares = calloc(n ? n : 1, sizeof(*shares));
+    int rc = nodes && shares ? 0 : -1;
+    for (size_t r = 0; rc == 0 && r < n; r++) {
+        shares[r] = json_array_get(ranks, r);
+        nodes[r] = json_string_value(json_object_get(shares[r], "node"));
+    }
+    if (rc == 0)
+        rc = br_job_set_ranks(job, nodes, shares, (int)n);
+    for (size_t r = 0; rc == 0 && r < n; r++) {
+        const char *st = json_string_value(json_object_get(shares[r], "state"));
+        job->ranks[r].state = st && strcmp(st, "done") == 0      ? BR_RANK_DONE
+                              : st && strcmp(st, "started") == 0 ? BR_RANK_STARTED
+                                                                 : BR_RANK_PLACED;
+    }
+    if (rc == 0)
+        job->port = (int)int_or(assign, "port", 0);
+    free(nodes);
+    free(shares);
+    return rc;
+}
+
+static void read_extra(br_job_t *job, const json_t *x)
+{
+    job->restarts = (int)int_or(x, "restarts", 0);
+    job->not_before = int_or(x, "not_before", 0);
+    job->fresh_after = int_or(x, "fresh_after", 0);
+    job->lost_at = int_or(x, "lost_at", 0);
+    job->service = int_or(x, "service", 0);
+    job->replica = (int)int_or(x, "replica", 0);
+    job->replicas = (int)int_or(x, "replicas", -1);
+    job->placement = dup_or_null(json_string_value(json_object_get(x, "placement")));
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(x, "exclude"), i, e) {
+        if (json_is_string(e))
+            br_job_exclude(job, json_string_value(e));
+    }
+}
+
+br_job_t *br_job_from_row(const json_t *row, br_err_t *err)
+{
+    br_job_t *job = calloc(1, sizeof(*job));
+    if (!job)
+        return br_errp(err, ENOMEM, "job: out of memory");
+    const char *state = json_string_value(json_object_get(row, "state"));
+    int s = br_job_state_parse(state);
+    json_t *spec = json_object_get(row, "spec");
+    job->id = int_or(row, "id", 0);
+    if (s < 0 || job->id <= 0 || !json_is_object(spec)) {
+        const char *what = s < 0 ? "a known state" : job->id <= 0 ? "an id" : "a spec";
+        free(job);
+        return br_errp(err, EINVAL, "job %lld: a stored row without %s",
+                       (long long)int_or(row, "id", 0), what);
+    }
+    job->state = (br_job_state_t)s;
+    job->name = strdup(str_or(row, "name"));
+    job->owner = strdup(str_or(row, "owner"));
+    job->owner_id = int_or(row, "owner_id", 0);
+    br_strlcpy(job->kind, str_or(row, "kind"), sizeof(job->kind));
+    job->attempt = (int)int_or(row, "attempt", 1);
+    job->spec = json_incref((json_t *)spec);
+    job->submitted = int_or(row, "submitted", 0);
+    job->started = int_or(row, "started", 0);
+    job->ended = int_or(row, "ended", 0);
+    job->exit_code = (int)int_or(row, "exit_code", -1);
+    job->signal = (int)int_or(row, "signal", -1);
+    job->reason = dup_or_null(json_string_value(json_object_get(row, "reason")));
+    job->priority = (int)int_or(spec, "priority", 0);
+    job->time_limit = int_or(spec, "time_limit", 0);
+    read_extra(job, json_object_get(row, "extra"));
+    if (!job->name || !job->owner || read_assign(job, row) < 0) {
+        br_job_destroy(&job);
+        return br_errp(err, ENOMEM, "job: out of memory");
+    }
+    return job;
+}
+
+void br_job_destroy(br_job_t **jp)
+{
+    br_job_t *job = jp ? *jp : NULL;
+    if (!job)
+        return;
+    clear_ranks(job);
+    for (int i = 0; i < job->nexclude; i++)
+        free(job->exclude[i]);
+    free(job->exclude);
+    free(job->placement);
+    free(job->reason);
+    free(job->owner);
+    free(job->name);
+    json_decref(job->spec);
+    free(job);
+    *jp = NULL;
+}
+
+json_t *br_job_assign(const br_job_t *job)
+{
+    if (job->nranks == 0)
+        return json_null();
+    json_t *ranks = json_array();
+    for (int r = 0; r < job->nranks; r++) {
+        json_t *o = json_deep_copy(job->ranks[r].share);
+        json_object_set_new(o, "node", json_string(job->ranks[r].node));
+        json_object_set_new(o, "state", json_string(rank_names[job->ranks[r].state]));
+        json_array_append_new(ranks, o);
+    }
+    return json_pack("{s:o, s:i}", "ranks", ranks, "port", job->port);
+}
+
+json_t *br_job_extra(const br_job_t *job)
+{
+    json_t *x = json_object();
+    if (job->restarts)
+        json_object_set_new(x, "restarts", json_integer(job->restarts));
+    if (job->not_before)
+        json_object_set_new(x, "not_before", json_integer(job->not_before));
+    if (job->fresh_after)
+        json_object_set_new(x, "fresh_after", json_integer(job->fresh_after));
+    if (job->lost_at)
+        json_object_set_new(x, "lost_at", json_integer(job->lost_at));
+    if (job->nexclude) {
+        json_t *ex = json_array();
+        for (int i = 0; i < job->nexclude; i++)
+            json_array_append_new(ex, json_string(job->exclude[i]));
+        json_object_set_new(x, "exclude", ex);
+    }
+    if (job->placement)
+        json_object_set_new(x, "placement", json_string(job->placement));
+    if (job->service > 0) {
+        json_object_set_new(x, "service", json_integer(job->service));
+        json_object_set_new(x, "replica", json_integer(job->replica));
+    }
+    if (job->replicas >= 0)
+        json_object_set_new(x, "replicas", json_integer(job->replicas));
+    return x;
+}
+
+static json_t *time_or_null(int64_t ms)
+{
+    return ms ? json_integer(ms) : json_null();
+}
+
+static json_t *int_or_null(int v)
+{
+    return v >= 0 ? json_integer(v) : json_null();
+}
+
+json_t *br_job_fields(const br_job_t *job)
+{
+    json_t *nodes = json_array();
+    for (int r = 0; r < job->nranks; r++)
+        json_array_append_new(nodes, json_string(job->ranks[r].node));
+    return json_pack("{s:s, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "state",
+                     br_job_state_name(job->state), "attempt", job->attempt, "nodes", nodes,
+                     "assign", br_job_assign(job), "started", time_or_null(job->started),
+                     "ended", time_or_null(job->ended), "exit_code",
+                     int_or_null(job->exit_code), "signal", int_or_null(job->signal),
+                     "reason", job->reason ? json_string(job->reason) : json_null(), "extra",
+                     br_job_extra(job));
+}
+
+int br_job_rank_on(const br_job_t *job, const char *node, int live_only)
+{
+    for (int r = 0; node && r < job->nranks; r++)
+        if (strcmp(job->ranks[r].node, node) == 0 &&
+            (!live_only || job->ranks[r].state != BR_RANK_DONE))
+            return r;
+    return -1;
+}
+
+int br_job_ranks_left(const br_job_t *job)
+{
+    int left = 0;
+    for (int r = 0; r < job->nranks; r++)
+        left += job->ranks[r].state != BR_RANK_DONE;
+    return left;
+}
+
+int br_job_set_reason(br_job_t *job, const char *reason)
+{
+    if ((!reason && !job->reason) || (reason && job->reason && strcmp(reason, job->reason) == 0))
+        return 0;
+    char *copy = dup_or_null(reason);
+    if (reason && !copy)
+        return 0; /* out of memory: the old reason stays */
+    free(job->reason);
+    job->reason = copy;
+    return 1;
+}
+
+int br_job_excluded(const br_job_t *job, const char *node)
+{
+    for (int i = 0; i < job->nexclude; i++)
+        if (strcmp(job->exclude[i], node) == 0)
+            return 1;
+    return 0;
+}
+
+void br_job_exclude(br_job_t *job, const char *node)
+{
+    if (br_job_excluded(job, node))
+        return;
+    char **ex = realloc(job->exclude, (size_t)(job->nexclude + 1) * sizeof(*ex));
+    if (!ex)
+        return;
+    job->exclude = ex;
+    if ((ex[job->nexclude] = strdup(node)))
+        job->nexclude++;
+}
+
+int br_job_tasks_per_node(const json_t *spec)
+{
+    json_t *res = json_object_get(spec, "resources");
+    json_t *t = json_object_get(res, "tasks_per_node");
+    if (json_is_string(t))
+        return (int)json_integer_value(json_object_get(res, "gpus"));
+    return json_is_integer(t) && json_integer_value(t) > 0 ? (int)json_integer_value(t) : 1;
+}
+
+int br_job_world_size(const json_t *spec)
+{
+    json_int_t nodes =
+        json_integer_value(json_object_get(json_object_get(spec, "resources"), "nodes"));
+    return (int)(nodes > 1 ? nodes : 1) * br_job_tasks_per_node(spec);
+}

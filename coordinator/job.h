@@ -1,0 +1,120 @@
+/* job.h - one job as the coordinator's core holds it in memory while it is
+ * current (pending, starting or running): typed fields read once from its store
+ * row, changed in memory and written back whole (br_job_fields) inside the wake's
+ * transaction. Ended jobs live only in the store.
+ *
+ * The store keeps the placement as "assign" ({"ranks": [{"node", "cpus",
+ * "memory", "gpus", "vram"?, "state"}...], "port": n}, rank order) and the
+ * bookkeeping as "extra" ({"restarts", "exclude", "not_before", "fresh_after",
+ * "lost_at", "placement", "service", "replica", "replicas"}, each only when set);
+ * this file is the one place that reads and writes those shapes. */
+#ifndef BRAMBLE_JOB_H
+#define BRAMBLE_JOB_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "err.h"
+
+typedef enum {
+    BR_JOB_PENDING,
+    BR_JOB_STARTING,
+    BR_JOB_RUNNING,
+    BR_JOB_COMPLETED,
+    BR_JOB_FAILED,
+    BR_JOB_CANCELLED,
+    BR_JOB_STATES
+} br_job_state_t;
+
+/* "pending" ... "cancelled"; the state of a name (-1: none such). */
+const char *br_job_state_name(br_job_state_t s);
+int br_job_state_parse(const char *name);
+/* Starting or running: the job has an attempt on nodes. */
+int br_job_state_live(br_job_state_t s);
+/* Completed, failed or cancelled: it is over and leaves memory. */
+int br_job_state_ended(br_job_state_t s);
+
+typedef enum { BR_RANK_PLACED, BR_RANK_STARTED, BR_RANK_DONE } br_rank_state_t;
+
+struct br_job;
+
+/* One rank of the current attempt: the node it was placed on and its share there. */
+typedef struct br_rank {
+    char node[64];
+    br_rank_state_t state;
+    json_t *share; /* {"cpus","memory","gpus":[index...],"vram"?}: held on the node */
+    struct br_job *job;
+    int index;
+    struct br_rank *node_prev, *node_next; /* the ranks on the same node (jobtab.h) */
+    int linked;
+} br_rank_t;
+
+typedef struct br_job {
+    int64_t id;
+    char *name;
+    char *owner;
+    int64_t owner_id; /* 0: none (a job stored before owners had ids) */
+    char kind[16];
+    br_job_state_t state;
+    int attempt;
+    json_t *spec; /* as parsed at submit; never changed */
+    int64_t submitted, started, ended; /* wall ms; 0: not yet */
+    int exit_code, signal;             /* of the last attempt; -1: none */
+    char *reason;                      /* NULL: none */
+    br_rank_t *ranks;                  /* the current attempt's, rank order */
+    int nranks;
+    int port; /* the rendezvous port rank 0 chose; 0 until it says */
+    /* bookkeeping ("extra" in the store) */
+    int restarts;        /* restarts used (a service replica's: in a row) */
+    int64_t not_before;  /* wall ms: not placed before (a backoff); 0: none */
+    int64_t fresh_after; /* wall ms: only on nodes heard from after it; 0: any */
+    int64_t lost_at;     /* wall ms its node was lost, until it runs again; 0 */
+    char **exclude;      /* nodes an earlier attempt could not run on */
+    int nexclude;
+    char *placement;     /* why a gang went where it went; NULL */
+    int64_t service;     /* a replica's service job id; 0: not a replica */
+    int replica;         /* its number */
+    int replicas;        /* a service job's replica count; -1: not a service job */
+    /* from the spec, read once */
+    int priority;
+    int64_t time_limit; /* ms; 0: none */
+    /* jobtab.h's links */
+    struct br_job *id_next;
+    struct br_job *prev, *next;
+    int in_table;
+} br_job_t;
+
+/* A job from its store row (br_store_job_get/list's object). A placement stored
+ * by an older coordinator (one share object, one node) is read in today's form. */
+br_job_t *br_job_from_row(const json_t *row, br_err_t *err);
+void br_job_destroy(br_job_t **job);
+
+/* The store update that writes back every field the core changes (state,
+ * attempt, nodes, assign, times, exit, reason, extra). New reference. */
+json_t *br_job_fields(const br_job_t *job);
+/* The placement as the store keeps it ("assign"), and the bookkeeping ("extra"). */
+json_t *br_job_assign(const br_job_t *job);
+json_t *br_job_extra(const br_job_t *job);
+
+/* Replace the ranks with count new ones, placed on nodes[r] with share
+ * shares[r] (copied); count 0 clears them. The caller keeps the table's links
+ * (jobtab.h: unlink before, link after). 0, or -1 when out of memory. */
+int br_job_set_ranks(br_job_t *job, const char *const *nodes, json_t *const *shares,
+                     int count);
+
+/* The rank on node (that has not finished when live_only), or -1. */
+int br_job_rank_on(const br_job_t *job, const char *node, int live_only);
+/* Ranks not done. */
+int br_job_ranks_left(const br_job_t *job);
+
+/* Set or clear (NULL) the reason; 1 when it changed. */
+int br_job_set_reason(br_job_t *job, const char *reason);
+/* Never again on node (no-op when it is already excluded). */
+void br_job_exclude(br_job_t *job, const char *node);
+int br_job_excluded(const br_job_t *job, const char *node);
+
+/* Processes per node (tasks_per_node; "gpus": one per GPU), and in all. */
+int br_job_tasks_per_node(const json_t *spec);
+int br_job_world_size(const json_t *spec);
+
+#endif

@@ -1,0 +1,49 @@
+/* jobtab.h - the coordinator's current jobs in memory (job.h), indexed by id and,
+ * through their ranks, by node: what a heartbeat, a report or the scheduler
+ * needs without reading the store. Loaded from the store at start and again
+ * after a rollback undid what the wake had changed; the job core (jobs.c) keeps
+ * it and the store in step. A job that ends leaves the indexes at once and is
+ * freed at the next br_jobtab_sweep (the end of the wake), so that whoever still
+ * holds it in this wake does not hold freed memory. */
+#ifndef BRAMBLE_JOBTAB_H
+#define BRAMBLE_JOBTAB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "job.h"
+#include "store.h"
+
+typedef struct br_jobtab br_jobtab_t;
+
+br_jobtab_t *br_jobtab_new(void);
+void br_jobtab_destroy(br_jobtab_t **t);
+
+/* Replace what the table holds with every pending, starting and running job of
+ * the store. On error the table is left empty. */
+int br_jobtab_load(br_jobtab_t *t, br_store_t *store, br_err_t *err);
+/* Read job id from the store and add it when it is current (1), else 0; -1 on
+ * error. The job it added, or the one already there, in *out (may be NULL). */
+int br_jobtab_load_one(br_jobtab_t *t, br_store_t *store, int64_t id, br_job_t **out,
+                       br_err_t *err);
+
+/* Take job (not in a table) into the table; its ranks are indexed by node. */
+void br_jobtab_add(br_jobtab_t *t, br_job_t *job);
+/* Out of the indexes now, freed at the next sweep. */
+void br_jobtab_remove(br_jobtab_t *t, br_job_t *job);
+void br_jobtab_sweep(br_jobtab_t *t);
+
+br_job_t *br_jobtab_find(const br_jobtab_t *t, int64_t id);
+/* Every current job in id order (then job->next). */
+br_job_t *br_jobtab_first(const br_jobtab_t *t);
+size_t br_jobtab_count(const br_jobtab_t *t);
+
+/* The ranks of current jobs placed on node (then rank->node_next), any order. */
+br_rank_t *br_jobtab_on_node(const br_jobtab_t *t, const char *node);
+
+/* Around br_job_set_ranks: take the job's ranks out of the node index, and put
+ * them (the new ones) back in. */
+void br_jobtab_unlink_ranks(br_jobtab_t *t, br_job_t *job);
+void br_jobtab_link_ranks(br_jobtab_t *t, br_job_t *job);
+
+#endif

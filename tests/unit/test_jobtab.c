@@ -1,0 +1,264 @@
+/* test_jobtab.c - current jobs in memory (job.h, jobtab.h): a store row read into
+ * typed fields and written back unchanged, the older one-share placement read in
+ * today's form, lookups by id through adds and removals, ranks by node as
+ * placements change, removal deferred to the sweep, and loading from a real
+ * store (ended jobs stay out). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "jobtab.h"
+
+static json_t *row(int64_t id, const char *state)
+{
+    return json_pack("{s:I, s:s, s:s, s:s, s:s, s:i, s:I, s:{s:s, s:i, s:I}, s:I, s:o}", "id",
+                     (json_int_t)id, "name", "train", "kind", "job", "owner", "ann", "state",
+                     state, "attempt", 1, "owner_id", (json_int_t)7, "spec", "command",
+                     "true", "priority", 3, "time_limit", (json_int_t)60000, "submitted",
+                     (json_int_t)1000, "nodes", json_array());
+}
+
+static br_job_t *job_of(json_t *r)
+{
+    br_err_t err;
+    br_job_t *j = br_job_from_row(r, &err);
+    json_decref(r);
+    assert_non_null(j);
+    return j;
+}
+
+static void test_row_round_trip(void **state)
+{
+    (void)state;
+    json_t *r = row(5, "running");
+    json_object_set_new(r, "attempt", json_integer(3));
+    json_object_set_new(r, "started", json_integer(2000));
+    json_object_set_new(r, "reason", json_string("why"));
+    json_object_set_new(r, "nodes", json_pack("[s, s]", "a", "b"));
+    json_object_set_new(
+        r, "assign",
+        json_pack("{s:[{s:s, s:i, s:I, s:[i], s:s}, {s:s, s:i, s:I, s:[], s:s}], s:i}",
+                  "ranks", "node", "a", "cpus", 2, "memory", (json_int_t)1024, "gpus", 1,
+                  "state", "started", "node", "b", "cpus", 2, "memory", (json_int_t)1024,
+                  "gpus", "state", "done", "port", 29500));
+    json_object_set_new(r, "extra",
+                        json_pack("{s:i, s:[s], s:I, s:s, s:I, s:i}", "restarts", 2,
+                                  "exclude", "c", "lost_at", (json_int_t)1500, "placement",
+                                  "near", "service", (json_int_t)4, "replica", 1));
+    br_job_t *j = job_of(json_incref(r));
+    assert_int_equal(j->id, 5);
+    assert_int_equal(j->state, BR_JOB_RUNNING);
+    assert_int_equal(j->attempt, 3);
+    assert_int_equal(j->owner_id, 7);
+    assert_int_equal(j->priority, 3);
+    assert_int_equal(j->time_limit, 60000);
+    assert_int_equal(j->nranks, 2);
+    assert_string_equal(j->ranks[1].node, "b");
+    assert_int_equal(j->ranks[0].state, BR_RANK_STARTED);
+    assert_int_equal(j->ranks[1].state, BR_RANK_DONE);
+    assert_int_equal(j->port, 29500);
+    assert_int_equal(j->restarts, 2);
+    assert_true(br_job_excluded(j, "c"));
+    assert_false(br_job_excluded(j, "a"));
+    assert_int_equal(j->service, 4);
+    assert_int_equal(j->replica, 1);
+    assert_int_equal(j->replicas, -1);
+    assert_int_equal(j->exit_code, -1);
+    assert_int_equal(br_job_rank_on(j, "b", 0), 1);
+    assert_int_equal(br_job_rank_on(j, "b", 1), -1); /* done */
+    assert_int_equal(br_job_ranks_left(j), 1);
+    /* written back: every field the store row had, the same */
+    json_t *f = br_job_fields(j);
+    const char *keys[] = {"state", "attempt", "nodes", "assign", "started", "reason", "extra"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        assert_true(json_equal(json_object_get(f, keys[i]), json_object_get(r, keys[i])));
+    assert_true(json_is_null(json_object_get(f, "ended")));
+    assert_true(json_is_null(json_object_get(f, "exit_code")));
+    json_decref(f);
+    json_decref(r);
+    br_job_destroy(&j);
+    assert_null(j);
+}
+
+static void test_older_placement_and_bad_rows(void **state)
+{
+    (void)state;
+    json_t *r = row(9, "running");
+    json_object_set_new(r, "nodes", json_pack("[s]", "pi1"));
+    json_object_set_new(r, "assign", json_pack("{s:i, s:I, s:[]}", "cpus", 1, "memory",
+                                               (json_int_t)64, "gpus"));
+    br_job_t *j = job_of(r);
+    assert_int_equal(j->nranks, 1);
+    assert_string_equal(j->ranks[0].node, "pi1");
+    assert_int_equal(j->ranks[0].state, BR_RANK_STARTED);
+    json_t *a = br_job_assign(j);
+    assert_int_equal(json_array_size(json_object_get(a, "ranks")), 1);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_array_get(json_object_get(a, "ranks"), 0), "cpus")),
+                     1);
+    json_decref(a);
+    br_job_destroy(&j);
+
+    br_err_t err;
+    r = row(3, "sleeping");
+    assert_null(br_job_from_row(r, &err));
+    assert_non_null(strstr(err.text, "state"));
+    json_decref(r);
+    r = row(3, "pending");
+    json_object_del(r, "spec");
+    assert_null(br_job_from_row(r, &err));
+    assert_non_null(strstr(err.text, "spec"));
+    json_decref(r);
+}
+
+static void place(br_jobtab_t *t, br_job_t *j, const char *a, const char *b)
+{
+    const char *nodes[2] = {a, b};
+    json_t *share = json_pack("{s:i}", "cpus", 1);
+    json_t *shares[2] = {share, share};
+    br_jobtab_unlink_ranks(t, j);
+    assert_int_equal(br_job_set_ranks(j, nodes, shares, b ? 2 : 1), 0);
+    br_jobtab_link_ranks(t, j);
+    json_decref(share);
+}
+
+static int count_on(br_jobtab_t *t, const char *node)
+{
+    int n = 0;
+    for (br_rank_t *rk = br_jobtab_on_node(t, node); rk; rk = rk->node_next) {
+        assert_string_equal(rk->node, node);
+        assert_ptr_equal(&rk->job->ranks[rk->index], rk);
+        n++;
+    }
+    return n;
+}
+
+static void test_indexes(void **state)
+{
+    (void)state;
+    br_jobtab_t *t = br_jobtab_new();
+    assert_non_null(t);
+    for (int64_t id = 1; id <= 3000; id++) /* grows the id index several times */
+        br_jobtab_add(t, job_of(row(id * 7919 % 3001, "pending")));
+    assert_int_equal(br_jobtab_count(t), 3000);
+    for (int64_t id = 1; id <= 3000; id += 2)
+        br_jobtab_remove(t, br_jobtab_find(t, id));
+    br_jobtab_sweep(t);
+    for (int64_t id = 1; id <= 3000; id++) {
+        br_job_t *j = br_jobtab_find(t, id);
+        if (id % 2)
+            assert_null(j);
+        else
+            assert_true(j && j->id == id);
+    }
+    assert_int_equal(br_jobtab_count(t), 1500);
+    br_jobtab_destroy(&t);
+}
+
+static void test_order_nodes_and_sweep(void **state)
+{
+    (void)state;
+    br_jobtab_t *t = br_jobtab_new();
+    for (int64_t id = 2; id <= 4000; id += 2)
+        br_jobtab_add(t, job_of(row(id, "pending")));
+    br_jobtab_add(t, job_of(row(1001, "pending"))); /* out of order */
+    int64_t last = 0;
+    size_t n = 0;
+    for (br_job_t *j = br_jobtab_first(t); j; j = j->next, n++) {
+        assert_true(j->id > last);
+        assert_ptr_equal(br_jobtab_find(t, j->id), j);
+        last = j->id;
+    }
+    assert_int_equal(n, 2001);
+    assert_null(br_jobtab_find(t, 3));
+
+    br_job_t *g = br_jobtab_find(t, 10), *s = br_jobtab_find(t, 12);
+    place(t, g, "a", "b"); /* a gang on a and b */
+    place(t, s, "a", NULL);
+    assert_int_equal(count_on(t, "a"), 2);
+    assert_int_equal(count_on(t, "b"), 1);
+    place(t, g, "c", "b"); /* placed again elsewhere */
+    assert_int_equal(count_on(t, "a"), 1);
+    assert_int_equal(count_on(t, "c"), 1);
+    assert_int_equal(count_on(t, "b"), 1);
+    assert_null(br_jobtab_on_node(t, "nowhere"));
+
+    br_jobtab_remove(t, s); /* out of every index at once, alive until the sweep */
+    assert_null(br_jobtab_find(t, 12));
+    assert_int_equal(count_on(t, "a"), 0);
+    assert_int_equal(s->id, 12);
+    assert_false(s->in_table);
+    br_jobtab_remove(t, s); /* twice: no harm */
+    br_jobtab_sweep(t);
+    assert_int_equal(br_jobtab_count(t), 2000);
+    br_jobtab_destroy(&t);
+    assert_null(t);
+}
+
+static void test_load_from_store(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_jobtab.XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/bramble.db", dir);
+    br_err_t err;
+    br_store_t *s = br_store_open(path, &err);
+    assert_non_null(s);
+    const char *states[] = {"pending", "running", "completed", "starting", "failed"};
+    for (int i = 0; i < 5; i++) {
+        json_t *r = row(0, states[i]);
+        json_object_del(r, "id");
+        json_object_set_new(r, "spec_yaml", json_string("command: true\n"));
+        assert_true(br_store_job_add(s, r, &err) > 0);
+        json_decref(r);
+    }
+    br_jobtab_t *t = br_jobtab_new();
+    br_jobtab_add(t, job_of(row(99, "pending"))); /* replaced by the load */
+    assert_int_equal(br_jobtab_load(t, s, &err), 0);
+    assert_int_equal(br_jobtab_count(t), 3); /* pending, running, starting */
+    assert_non_null(br_jobtab_find(t, 1));
+    assert_null(br_jobtab_find(t, 3));
+    assert_null(br_jobtab_find(t, 99));
+    br_job_t *j = NULL;
+    assert_int_equal(br_jobtab_load_one(t, s, 5, &j, &err), 0); /* failed: stays out */
+    assert_int_equal(br_jobtab_load_one(t, s, 2, &j, &err), 1); /* there already */
+    assert_int_equal(j->id, 2);
+    br_job_t *none;
+    assert_int_equal(br_jobtab_load_one(t, s, 77, &none, &err), -1);
+    assert_null(none);
+    /* a change written back reads back the same */
+    j->attempt = 4;
+    j->restarts = 3;
+    br_job_exclude(j, "x");
+    json_t *f = br_job_fields(j);
+    assert_int_equal(br_store_job_update(s, 2, f, &err), 0);
+    json_decref(f);
+    assert_int_equal(br_jobtab_load(t, s, &err), 0);
+    j = br_jobtab_find(t, 2);
+    assert_int_equal(j->attempt, 4);
+    assert_int_equal(j->restarts, 3);
+    assert_true(br_job_excluded(j, "x"));
+    br_jobtab_destroy(&t);
+    br_store_destroy(&s);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_row_round_trip),
+        cmocka_unit_test(test_older_placement_and_bad_rows),
+        cmocka_unit_test(test_indexes),
+        cmocka_unit_test(test_order_nodes_and_sweep),
+        cmocka_unit_test(test_load_from_store),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
