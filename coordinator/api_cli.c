@@ -398,9 +398,11 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                             "pending", "owner", who->name, "owner_id", (json_int_t)who->id,
                             "spec", spec_json, "spec_yaml", text, "submitted",
                             (json_int_t)br_now_ms(), "attempt", 1);
+    br_job_t *added = NULL;
     int64_t id = spec->kind == BR_JOB_SERVICE
                      ? br_services_submit(c, job, spec->service.replicas, &err)
-                     : br_store_job_add(c->store, job, &err);
+                     : (added = br_jobs_add(c, job, &err)) ? added->id
+                                                           : -1;
     json_decref(job);
     if (id >= 0 && spec->kind != BR_JOB_SERVICE) {
         br_coord_event(c, id, NULL, "pending", "submitted by %s", who->name);
@@ -831,7 +833,7 @@ static int removed_users_jobs(br_coord_t *c, int64_t owner_id, int to_admin,
             continue;
         int64_t id = json_integer_value(json_object_get(job, "id"));
         if (to_admin) {
-            if (br_store_job_set_owner(c->store, id, who->name, who->id, err) < 0)
+            if (br_jobs_set_owner(c, id, who->name, who->id, err) < 0)
                 break;
             br_coord_event(c, id, NULL, json_string_value(json_object_get(job, "state")),
                            "handed to %s: its owner was removed", who->name);

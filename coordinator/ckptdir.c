@@ -62,10 +62,9 @@ json_t *br_ckptdir_section(json_t *spec, int64_t id)
     return copy;
 }
 
-void br_ckptdir_check_shared(br_coord_t *c, json_t *job)
+void br_ckptdir_check_shared(br_coord_t *c, int64_t id, json_t *spec)
 {
-    int64_t id = json_integer_value(json_object_get(job, "id"));
-    json_t *mine = br_ckptdir_section(json_object_get(job, "spec"), id);
+    json_t *mine = br_ckptdir_section(spec, id);
     const char *dir = json_string_value(json_object_get(mine, "dir"));
     if (!dir) {
         json_decref(mine);

@@ -19,8 +19,8 @@ int br_ckptdir_expand(const char *dir, int64_t id, char *out, size_t len);
  * job id: a new reference, or NULL when the spec has none. */
 json_t *br_ckptdir_section(json_t *spec, int64_t id);
 
-/* At a job's first placement: when its checkpoint dir already holds checkpoints
- * that another job reported, say so in the job's events. */
-void br_ckptdir_check_shared(br_coord_t *c, json_t *job);
+/* At a job's first placement (job id, its spec): when its checkpoint dir already
+ * holds checkpoints that another job reported, say so in the job's events. */
+void br_ckptdir_check_shared(br_coord_t *c, int64_t id, json_t *spec);
 
 #endif

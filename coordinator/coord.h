@@ -12,6 +12,7 @@
 #include "config.h"
 #include "dirlock.h"
 #include "http.h"
+#include "jobtab.h"
 #include "msg.h"
 #include "netmap.h"
 #include "nodes.h"
@@ -37,6 +38,7 @@ typedef struct br_coord {
     br_store_t *store;
     br_storemark_t *mark; /* DIR/store.mark: refuses a store that lost commits */
     br_nodes_t *nodes;
+    br_jobtab_t *jobs; /* the current jobs in memory (jobtab.h), kept by jobs.c */
     int sigfd;
     int64_t started_mono;
     uint32_t seq;

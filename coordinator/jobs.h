@@ -6,9 +6,9 @@
  * node is lost stops all the others. Each step is stored with an event; resources
  * held on nodes follow the running ranks.
  *
- * A job's "assign" holds its placement: {"ranks": [{"node", "cpus", "memory",
- * "gpus", "state"}...], "port": n}, rank order; state is placed, started or done;
- * port is the rendezvous port rank 0 chose (0 until it says). */
+ * The current jobs live in memory (jobtab.h, job.h): every change is made there
+ * and written through to the store inside the wake's transaction, so a heartbeat
+ * or a report reads no job from the store. */
 #ifndef BRAMBLE_JOBS_H
 #define BRAMBLE_JOBS_H
 
@@ -16,23 +16,38 @@
 #include <stdint.h>
 
 #include "coord.h"
+#include "job.h"
 
 /* How many processes the job runs in all: nodes x tasks per node. */
 int br_jobs_world_size(json_t *spec);
 
-/* Rebuild what running attempts hold on nodes from the store (at start). */
+/* The one path of a job's state changes (in the manner of flux-core's
+ * event_job_post_pack): the new state, its end time when it ends, the whole job
+ * written back to the store, and the event with this text. A job that leaves
+ * starting/running gives back what its ranks still hold (and drops them when it
+ * goes back to pending; an ended job keeps them as where it ran); one that ends
+ * leaves memory (jobtab.h). Anything but running asks for a scheduling pass. */
+void br_job_post(br_coord_t *c, br_job_t *job, br_job_state_t state, const char *node,
+                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Write the job back to the store with no change of state. */
+void br_job_save(br_coord_t *c, br_job_t *job);
+
+/* Load the current jobs from the store and count what their ranks hold on nodes
+ * again (at start, and after a rollback undid what a wake had changed). */
 int br_jobs_restore(br_coord_t *c, br_err_t *err);
-/* Count what the nodes hold again from the store, after a rollback undid changes
- * that br_node_hold had already counted (a heartbeat of a node that holds nothing
- * is not checked against the store, so the counts must not drift from it). */
-int br_jobs_rehold(br_coord_t *c, br_err_t *err);
+
+/* Store a new job (the object br_store_job_add takes) and take it into memory. */
+br_job_t *br_jobs_add(br_coord_t *c, json_t *row, br_err_t *err);
+/* Hand a job to another owner, in the store and in memory. */
+int br_jobs_set_owner(br_coord_t *c, int64_t id, const char *owner, int64_t owner_id,
+                      br_err_t *err);
 
 /* pending -> starting on nodes[0..count-1] (rank order), each with its share
  * assign[r] = {"cpus","memory","gpus":[...]}, which the scheduler has already
  * reserved on the node (br_node_hold): store, event, job.run to rank 0 (the
  * other ranks get theirs when rank 0 has started and chosen the port). how: why
  * these nodes (a gang's placement), kept with the job, or NULL. */
-int br_jobs_place(br_coord_t *c, json_t *job, br_node_t *const *nodes,
+int br_jobs_place(br_coord_t *c, br_job_t *job, br_node_t *const *nodes,
                   json_t *const *assign, int count, const char *how);
 
 /* Node n started its rank of the attempt (port: the rendezvous port, rank 0 only). */
@@ -47,7 +62,8 @@ void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
                       const char *reason);
 
 /* The node was too busy to start this attempt (it runs BR_NODE_MAX_ATTEMPTS): the
- * job goes back to pending with no restart counted and no node excluded. */
+ * job goes back to pending with no restart counted and no node excluded, and
+ * waits a second before it is placed again. */
 void br_jobs_node_full(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
                        const char *reason);
 

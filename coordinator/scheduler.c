@@ -131,25 +131,10 @@ int br_sched_fit(const br_node_t *n, json_t *spec, json_t **assign, int64_t *lef
 
 static int by_priority(const void *x, const void *y)
 {
-    json_t *a = *(json_t *const *)x, *b = *(json_t *const *)y;
-    json_int_t pa = json_integer_value(json_object_get(json_object_get(a, "spec"), "priority"));
-    json_int_t pb = json_integer_value(json_object_get(json_object_get(b, "spec"), "priority"));
-    if (pa != pb)
-        return pa > pb ? -1 : 1;
-    json_int_t ia = json_integer_value(json_object_get(a, "id"));
-    json_int_t ib = json_integer_value(json_object_get(b, "id"));
-    return ia < ib ? -1 : ia > ib;
-}
-
-static int excluded(json_t *job, const char *node)
-{
-    size_t i;
-    json_t *x;
-    json_array_foreach(json_object_get(json_object_get(job, "extra"), "exclude"), i, x) {
-        if (json_is_string(x) && strcmp(json_string_value(x), node) == 0)
-            return 1;
-    }
-    return 0;
+    const br_job_t *a = *(br_job_t *const *)x, *b = *(br_job_t *const *)y;
+    if (a->priority != b->priority)
+        return a->priority > b->priority ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
 }
 
 /* 1 unless the spec names its nodes (resources.nodelist) and node is not one. */
@@ -168,16 +153,14 @@ static void add_why(char *why, size_t len, const char *what)
 }
 
 /* The key of a replica's service in replica_counts. */
-static const char *service_key(json_t *job, char *buf, size_t len)
+static const char *service_key(const br_job_t *job, char *buf, size_t len)
 {
-    snprintf(buf, len, "%lld",
-             (long long)json_integer_value(
-                 json_object_get(json_object_get(job, "extra"), "service")));
+    snprintf(buf, len, "%lld", (long long)job->service);
     return buf;
 }
 
 /* One more replica of job's service on node, in counts (see replica_counts). */
-static void count_replica(json_t *counts, json_t *job, const char *node)
+static void count_replica(json_t *counts, const br_job_t *job, const char *node)
 {
     char svc[24];
     service_key(job, svc, sizeof(svc));
@@ -188,37 +171,30 @@ static void count_replica(json_t *counts, json_t *job, const char *node)
 }
 
 /* How many replicas of each service each node runs: {"service id": {"node": n}},
- * read from the store when a pending job is a replica. */
+ * counted when a pending job is a replica. */
 static json_t *replica_counts(br_coord_t *c)
 {
-    static const char *const current[] = {"starting", "running", NULL};
-    json_t *jobs = br_store_job_list(c->store, current, 0, NULL), *counts = json_object();
-    size_t i;
-    json_t *j;
-    json_array_foreach(jobs, i, j) {
-        const char *node = json_string_value(json_array_get(json_object_get(j, "nodes"), 0));
-        if (node && br_services_is_replica(j))
-            count_replica(counts, j, node);
-    }
-    json_decref(jobs);
+    json_t *counts = json_object();
+    for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next)
+        if (j->service > 0 && br_job_state_live(j->state) && j->nranks > 0)
+            count_replica(counts, j, j->ranks[0].node);
     return counts;
 }
 
 /* Decide for one job: where it goes (reserving its shares on those nodes), why it
  * waits, or until when it must not start. */
-static void plan_one(const br_sched_in_t *in, json_t *job, br_sched_decision_t *d,
+static void plan_one(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t *d,
                      int *on_heartbeat)
 {
     d->job = job;
-    json_int_t not_before =
-        json_integer_value(json_object_get(json_object_get(job, "extra"), "not_before"));
+    int64_t not_before = job->not_before;
     if (not_before > in->now_ms) { /* a restart backoff: come back when it is over */
         d->verdict = BR_SCHED_LATER;
         d->not_before = not_before;
         return;
     }
     d->verdict = BR_SCHED_WAIT;
-    json_t *spec = json_object_get(job, "spec");
+    json_t *spec = job->spec;
     int want = (int)json_integer_value(
         json_object_get(json_object_get(spec, "resources"), "nodes"));
     if (want < 1)
@@ -227,15 +203,14 @@ static void plan_one(const br_sched_in_t *in, json_t *job, br_sched_decision_t *
     int count = 0, cap = 16;
     br_node_t **fit = malloc((size_t)cap * sizeof(*fit));
     json_t **assign = malloc((size_t)cap * sizeof(*assign));
-    json_int_t fresh =
-        json_integer_value(json_object_get(json_object_get(job, "extra"), "fresh_after"));
+    int64_t fresh = job->fresh_after;
     json_t *res = json_object_get(spec, "resources");
     /* a job that shares GPUs goes where it leaves the least VRAM to spare */
     int sharing = json_integer_value(json_object_get(res, "vram")) > 0 &&
                   json_integer_value(json_object_get(res, "gpus")) > 0;
     /* a service's replicas without a VRAM need spread over nodes: a lost node takes
      * as few of them with it as it can */
-    int spread = !sharing && br_services_is_replica(job) && in->replicas;
+    int spread = !sharing && job->service > 0 && in->replicas;
     json_t *siblings = NULL; /* {"node": replicas of this service there} */
     char svc[24];
     if (spread)
@@ -247,7 +222,7 @@ static void plan_one(const br_sched_in_t *in, json_t *job, br_sched_decision_t *
         int64_t left = 0;
         if (!listed(spec, n->name)) {
             continue; /* resources.nodelist leaves it out */
-        } else if (excluded(job, n->name)) {
+        } else if (br_job_excluded(job, n->name)) {
             snprintf(last, sizeof(last), "%s cannot run it (an earlier attempt failed there)",
                      n->name);
         } else if (fresh && n->last_seen_ms <= fresh) {
@@ -325,11 +300,11 @@ static void plan_one(const br_sched_in_t *in, json_t *job, br_sched_decision_t *
     free(assign);
 }
 
-br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, json_t *const *jobs, size_t n,
+br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *jobs, size_t n,
                                    int *on_heartbeat)
 {
     *on_heartbeat = 0;
-    json_t **order = malloc((n ? n : 1) * sizeof(*order));
+    br_job_t **order = malloc((n ? n : 1) * sizeof(*order));
     br_sched_decision_t *d = calloc(n ? n : 1, sizeof(*d));
     if (!order || !d) {
         free(order);
@@ -356,32 +331,33 @@ void br_sched_decisions_free(br_sched_decision_t *d, size_t n)
 }
 
 /* Record why job waits (only when the reason changed). */
-static void set_reason(br_coord_t *c, json_t *job, const char *reason)
+static void set_reason(br_coord_t *c, br_job_t *job, const char *reason)
 {
-    const char *old = json_string_value(json_object_get(job, "reason"));
-    if (!old || strcmp(old, reason) != 0) {
-        json_t *f = json_pack("{s:s}", "reason", reason);
-        br_store_job_update(c->store, json_integer_value(json_object_get(job, "id")), f,
-                            NULL);
-        json_decref(f);
-    }
+    if (br_job_set_reason(job, reason))
+        br_job_save(c, job);
 }
 
 void br_sched_run(br_coord_t *c)
 {
     c->sched_on_heartbeat = 0;
-    static const char *const pending[] = {"pending", NULL};
-    json_t *jobs = br_store_job_list(c->store, pending, 0, NULL);
-    size_t n = json_array_size(jobs);
-    if (n == 0) {
-        json_decref(jobs);
-        return;
-    }
-    json_t **list = malloc(n * sizeof(*list));
+    size_t n = 0, cap = 0;
+    br_job_t **list = NULL;
     int replicas = 0;
-    for (size_t i = 0; list && i < n; i++) {
-        list[i] = json_array_get(jobs, i);
-        replicas |= br_services_is_replica(list[i]);
+    for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next) {
+        if (j->state != BR_JOB_PENDING)
+            continue;
+        if (n == cap) {
+            br_job_t **l = realloc(list, (cap = cap ? 2 * cap : 64) * sizeof(*l));
+            if (!l)
+                break; /* the rest at the next pass */
+            list = l;
+        }
+        list[n++] = j;
+        replicas |= j->service > 0;
+    }
+    if (n == 0) {
+        free(list);
+        return;
     }
     br_sched_in_t in = {.nodes = c->nodes,
                         .netmap = c->netmap,
@@ -406,5 +382,4 @@ void br_sched_run(br_coord_t *c)
     br_sched_decisions_free(d, n);
     json_decref(in.replicas);
     free(list);
-    json_decref(jobs);
 }

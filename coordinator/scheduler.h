@@ -21,8 +21,9 @@
 #include <jansson.h>
 
 #include "coord.h"
+#include "job.h"
 
-/* One pass: the pending jobs from the store, br_sched_plan, then each decision
+/* One pass: the pending jobs in memory, br_sched_plan, then each decision
  * carried out (br_jobs_place, the reason stored, the backoff's end remembered). */
 void br_sched_run(br_coord_t *c);
 
@@ -39,7 +40,7 @@ typedef struct {
 typedef enum { BR_SCHED_PLACE, BR_SCHED_WAIT, BR_SCHED_LATER } br_sched_verdict_t;
 
 typedef struct {
-    json_t *job; /* borrowed from the jobs given */
+    br_job_t *job; /* borrowed from the jobs given */
     br_sched_verdict_t verdict;
     int count;            /* PLACE: ranks, each on nodes[r] with share assign[r] */
     br_node_t **nodes;
@@ -49,13 +50,12 @@ typedef struct {
     int64_t not_before;   /* LATER: wall ms when its restart backoff ends */
 } br_sched_decision_t;
 
-/* The planner: every pending job (jobs[0..n-1], any order; store objects with
- * "id", "spec", "extra", "reason"), highest priority then oldest first, gets a
- * decision. It reads nothing but its arguments and writes nothing but the
- * decisions, the nodes' held counters (each placement is reserved with
- * br_node_hold, so that later jobs see it taken) and in->replicas. *on_heartbeat:
- * a gang waits to hear from a node again. NULL when out of memory. */
-br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, json_t *const *jobs, size_t n,
+/* The planner: every pending job (jobs[0..n-1], any order), highest priority
+ * then oldest first, gets a decision. It reads nothing but its arguments and
+ * writes nothing but the decisions, the nodes' held counters (each placement is
+ * reserved with br_node_hold, so that later jobs see it taken) and in->replicas.
+ * *on_heartbeat: a gang waits to hear from a node again. NULL when out of memory. */
+br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *jobs, size_t n,
                                    int *on_heartbeat);
 void br_sched_decisions_free(br_sched_decision_t *d, size_t n);
 

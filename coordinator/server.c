@@ -115,6 +115,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->started_mono = br_mono_ms();
     c->seq = 1;
     c->runs_sent = json_object();
+    c->jobs = br_jobtab_new();
     c->netmap = br_netmap_new();
     c->probeset = br_probeset_new();
     c->watchers = br_watchers_new();
@@ -148,7 +149,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->nodes = br_nodes_new();
     if (!c->store)
         goto fail;
-    if (!c->nodes || !c->netmap || !c->probeset || !c->stats) {
+    if (!c->nodes || !c->jobs || !c->netmap || !c->probeset || !c->stats) {
         br_errf(err, ENOMEM, "out of memory");
         goto fail;
     }
@@ -186,6 +187,7 @@ void br_coord_destroy(br_coord_t **cp)
     br_zap_destroy(&c->zap);
     if (c->ctx)
         zmq_ctx_term(c->ctx);
+    br_jobtab_destroy(&c->jobs);
     br_nodes_destroy(&c->nodes);
     br_netmap_destroy(&c->netmap);
     br_probeset_destroy(&c->probeset);
@@ -274,10 +276,15 @@ void br_coord_news(br_coord_t *c, int64_t job, int is_log)
 {
     int64_t owner = -1;
     if (job > 0 && br_watchers_need_owner(c->watchers)) {
-        json_t *j = br_store_job_get(c->store, job, NULL);
-        json_t *o = json_object_get(j, "owner_id");
-        owner = json_is_integer(o) ? json_integer_value(o) : -1;
-        json_decref(j);
+        br_job_t *j = br_jobtab_find(c->jobs, job);
+        if (j) {
+            owner = j->owner_id > 0 ? j->owner_id : -1;
+        } else { /* ended: only in the store */
+            json_t *row = br_store_job_get(c->store, job, NULL);
+            json_t *o = json_object_get(row, "owner_id");
+            owner = json_is_integer(o) ? json_integer_value(o) : -1;
+            json_decref(row);
+        }
     }
     br_watchers_note(c->watchers, job, owner, is_log);
 }
@@ -369,14 +376,16 @@ static void end_wake(br_coord_t *c, int committed)
     flush_outbox(c);
     br_watchers_flush(c->watchers, br_mono_ms(), send_news, c);
     forget_wake(c);
+    br_jobtab_sweep(c->jobs); /* the jobs that ended in it */
 }
 
-/* What nodes hold, counted again from the store after a rollback. */
+/* The current jobs and what nodes hold, read again from the store after a
+ * rollback undid what the wake had changed in memory too. */
 static void rehold(br_coord_t *c)
 {
     br_err_t err;
-    if (br_jobs_rehold(c, &err) < 0)
-        fprintf(stderr, "brambled: counting what nodes hold after a rollback: %s\n",
+    if (br_jobs_restore(c, &err) < 0)
+        fprintf(stderr, "brambled: reading the current jobs again after a rollback: %s\n",
                 err.text);
 }
 

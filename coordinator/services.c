@@ -50,7 +50,9 @@ static int64_t add_replica(br_coord_t *c, json_t *service, int64_t service_id, i
                             json_object_get(service, "spec_yaml"), "submitted",
                             (json_int_t)br_now_ms(), "state", "pending", "attempt", 1,
                             "extra", "service", (json_int_t)service_id, "replica", k);
-    int64_t id = job ? br_store_job_add(c->store, job, err)
+    br_job_t *added = job ? br_jobs_add(c, job, err) : NULL;
+    int64_t id = added ? added->id
+             : job   ? -1
                      : br_errf(err, EINVAL, "service %lld: incomplete job object",
                                (long long)service_id);
     json_decref(job);
@@ -68,7 +70,8 @@ int64_t br_services_submit(br_coord_t *c, json_t *job, int replicas, br_err_t *e
     json_object_set_new(service, "reason", json_sprintf("a service of %d replica%s", replicas,
                                                         replicas == 1 ? "" : "s"));
     json_object_set_new(service, "extra", json_pack("{s:i}", "replicas", replicas));
-    int64_t id = br_store_job_add(c->store, service, err);
+    br_job_t *added = br_jobs_add(c, service, err);
+    int64_t id = added ? added->id : -1;
     if (id > 0) {
         br_coord_event(c, id, NULL, "running", "service of %d replica%s submitted by %s",
                        replicas, replicas == 1 ? "" : "s",
@@ -84,17 +87,10 @@ int64_t br_services_submit(br_coord_t *c, json_t *job, int replicas, br_err_t *e
 json_t *br_services_find(br_coord_t *c, const char *name, int64_t owner_id,
                          br_err_t *err)
 {
-    static const char *const running[] = {"running", NULL};
-    json_t *jobs = br_store_job_list(c->store, running, 0, err), *found = NULL;
-    size_t i;
-    json_t *job;
-    json_array_foreach(jobs, i, job) {
-        if (br_services_is_service(job) &&
-            strcmp(json_string_value(json_object_get(job, "name")), name) == 0)
-            found = br_store_job_get(c->store, json_integer_value(json_object_get(job, "id")),
-                                     err); /* whole: with the spec as written */
-    }
-    json_decref(jobs);
+    json_t *found = NULL;
+    for (br_job_t *j = br_jobtab_first(c->jobs); j && !found; j = j->next)
+        if (j->replicas >= 0 && j->state == BR_JOB_RUNNING && strcmp(j->name, name) == 0)
+            found = br_store_job_get(c->store, j->id, err); /* whole: the spec as written */
     if (!found)
         return br_errp(err, ENOENT, "no running service named '%s'", name);
     if (owner_id &&
@@ -158,15 +154,15 @@ int br_services_scale(br_coord_t *c, json_t *service, int replicas, br_err_t *er
             return -1;
         }
     json_decref(have);
-    json_t *extra = json_deep_copy(json_object_get(service, "extra"));
-    json_object_set_new(extra, "replicas", json_integer(replicas));
-    json_t *f = json_pack("{s:o, s:o}", "extra", extra, "reason",
-                          json_sprintf("a service of %d replica%s", replicas,
-                                       replicas == 1 ? "" : "s"));
-    int rc = br_store_job_update(c->store, id, f, err);
-    json_decref(f);
-    if (rc < 0)
-        return -1;
+    br_job_t *job = br_jobtab_find(c->jobs, id);
+    if (!job)
+        return br_errf(err, ENOENT, "service %lld has ended", (long long)id);
+    char reason[64];
+    snprintf(reason, sizeof(reason), "a service of %d replica%s", replicas,
+             replicas == 1 ? "" : "s");
+    job->replicas = replicas;
+    br_job_set_reason(job, reason);
+    br_job_save(c, job);
     br_coord_event(c, id, NULL, "running", "scaled from %d to %d replica%s", count, replicas,
                    replicas == 1 ? "" : "s");
     return replicas;
@@ -231,25 +227,20 @@ json_t *br_services_endpoints(br_coord_t *c, json_t *service)
     return out;
 }
 
-void br_services_health(br_coord_t *c, json_t *job, br_node_t *n, const char *health)
+void br_services_health(br_coord_t *c, br_job_t *job, br_node_t *n, const char *health)
 {
-    int64_t id = json_integer_value(json_object_get(job, "id"));
+    int64_t id = job->id;
     const char *was = br_services_health_of(c, id);
     if (!health || (was && strcmp(was, health) == 0))
         return;
     char key[24];
     snprintf(key, sizeof(key), "%lld", (long long)id);
     json_object_set_new(c->health, key, json_string(health));
-    json_int_t port = json_integer_value(json_object_get(json_object_get(job, "assign"), "port"));
-    br_coord_event(c, id, n->name, json_string_value(json_object_get(job, "state")),
-                   "replica %lld %s on %s (port %lld)", (long long)extra_int(job, "replica"),
-                   health, n->name, (long long)port);
-    if (strcmp(health, "healthy") == 0 && extra_int(job, "restarts") > 0) {
-        json_t *extra = json_deep_copy(json_object_get(job, "extra")); /* backoff over */
-        json_object_set_new(extra, "restarts", json_integer(0));
-        json_t *f = json_pack("{s:o}", "extra", extra);
-        br_store_job_update(c->store, id, f, NULL);
-        json_decref(f);
+    br_coord_event(c, id, n->name, br_job_state_name(job->state),
+                   "replica %d %s on %s (port %d)", job->replica, health, n->name, job->port);
+    if (strcmp(health, "healthy") == 0 && job->restarts > 0) {
+        job->restarts = 0; /* backoff over */
+        br_job_save(c, job);
     }
 }
 

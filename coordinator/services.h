@@ -8,8 +8,9 @@
  * doubles with each restart in a row (1 s, 2 s ... 30 s; none after a node loss)
  * and resets once it is healthy. Its agent gives it a PORT (auto, or the spec's
  * number) and checks its health; the healthy replicas are the service's
- * endpoints. A replica's extra holds {"service": id, "replica": K}; the service
- * job's {"replicas": N}. */
+ * endpoints. A replica's job has service (the service job's id) and replica (K);
+ * the service job has replicas (N) (job.h). The functions that take a json_t job
+ * take its store row (br_store_job_get). */
 #ifndef BRAMBLE_SERVICES_H
 #define BRAMBLE_SERVICES_H
 
@@ -17,6 +18,7 @@
 #include <stdint.h>
 
 #include "coord.h"
+#include "job.h"
 
 #define BR_SERVICE_BACKOFF_MS 1000
 #define BR_SERVICE_BACKOFF_MAX_MS 30000
@@ -46,7 +48,7 @@ void br_services_cancel(br_coord_t *c, json_t *service);
 /* A replica's health as its agent last reported it ("starting", "healthy",
  * "unhealthy"), remembered in memory; changes are events, and a healthy replica's
  * restart backoff starts again from the beginning. */
-void br_services_health(br_coord_t *c, json_t *job, br_node_t *n, const char *health);
+void br_services_health(br_coord_t *c, br_job_t *job, br_node_t *n, const char *health);
 const char *br_services_health_of(br_coord_t *c, int64_t id);
 /* The replica's attempt ended: its health is unknown until its next one says. */
 void br_services_forget(br_coord_t *c, int64_t id);

@@ -40,20 +40,22 @@ static br_node_t *node(br_nodes_t *ns, const char *name, int cpus, int mem_gib, 
     return n;
 }
 
-/* A pending job; res: the spec's resources as JSON text. */
+/* A pending job's store row; res: the spec's resources as JSON text (add makes
+ * it the job the planner takes). */
 static json_t *job(int id, int priority, const char *res)
 {
     json_error_t e;
     json_t *r = json_loads(res, 0, &e);
     assert_non_null(r);
-    return json_pack("{s:i, s:{s:i, s:o}, s:{}, s:n}", "id", id, "spec", "priority", priority,
-                     "resources", r, "extra", "reason");
+    return json_pack("{s:i, s:s, s:s, s:s, s:s, s:{s:i, s:o}, s:{}, s:n}", "id", id, "name",
+                     "j", "owner", "u", "kind", "job", "state", "pending", "spec", "priority",
+                     priority, "resources", r, "extra", "reason");
 }
 
 typedef struct {
     br_nodes_t *nodes;
     br_netmap_t *netmap;
-    json_t *jobs[16];
+    br_job_t *jobs[16];
     size_t n;
     br_sched_decision_t *d;
 } world_t;
@@ -72,15 +74,19 @@ static int teardown(void **state)
     world_t *w = *state;
     br_sched_decisions_free(w->d, w->n);
     for (size_t i = 0; i < w->n; i++)
-        json_decref(w->jobs[i]);
+        br_job_destroy(&w->jobs[i]);
     br_nodes_destroy(&w->nodes);
     br_netmap_destroy(&w->netmap);
     free(w);
     return 0;
 }
 
-static void add(world_t *w, json_t *j)
+static void add(world_t *w, json_t *row)
 {
+    br_err_t err;
+    br_job_t *j = br_job_from_row(row, &err);
+    json_decref(row);
+    assert_non_null(j);
     w->jobs[w->n++] = j;
 }
 
@@ -97,7 +103,7 @@ static br_sched_decision_t *plan(world_t *w, int *hb)
 static br_sched_decision_t *of(world_t *w, int id)
 {
     for (size_t i = 0; i < w->n; i++)
-        if (json_integer_value(json_object_get(w->d[i].job, "id")) == id)
+        if (w->d[i].job->id == id)
             return &w->d[i];
     fail_msg("no decision for job %d", id);
     return NULL;
@@ -111,7 +117,7 @@ static void test_order_and_reservation(void **state)
     add(w, job(2, 5, "{\"cpus\": 3, \"nodes\": 1}")); /* younger, but first */
     add(w, job(3, 0, "{\"cpus\": 1, \"nodes\": 1}")); /* fits beside job 2 */
     plan(w, NULL);
-    assert_int_equal(json_integer_value(json_object_get(w->d[0].job, "id")), 2);
+    assert_int_equal(w->d[0].job->id, 2);
     assert_int_equal(of(w, 2)->verdict, BR_SCHED_PLACE);
     assert_ptr_equal(of(w, 2)->nodes[0], a);
     assert_int_equal(json_integer_value(json_object_get(of(w, 2)->assign[0], "cpus")), 3);

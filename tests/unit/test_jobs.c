@@ -1,0 +1,395 @@
+/* test_jobs.c - the job core's state machine (jobs.h) on a coordinator made here:
+ * a real store in a temporary directory, nodes in memory, no sockets (the orders
+ * to agents are read from the outbox). Each test drives a job through the calls
+ * the handlers make (placement by the scheduler, started, exited, not here, node
+ * full, node lost, reconcile, cancel, time limit) and checks its state in memory
+ * and in the store, what the nodes hold, and which orders went to which node. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "jobs.h"
+#include "scheduler.h"
+#include "util.h"
+
+typedef struct {
+    char dir[64];
+    br_coord_t c;
+    br_node_t *a, *b;
+} world_t;
+
+static br_node_t *node(br_coord_t *c, const char *name, int cpus)
+{
+    json_t *info = json_pack("{s:s, s:s, s:s, s:i, s:I, s:[], s:s, s:s}", "name", name,
+                             "pubkey", "0123456789012345678901234567890123456789", "state",
+                             "ready", "cpus", cpus, "memory", (json_int_t)1 << 34, "gpus",
+                             "arch", "x86_64", "address", "10.0.0.1");
+    br_node_t *n = br_nodes_add(c->nodes, info);
+    json_decref(info);
+    assert_non_null(n);
+    n->route[0] = (unsigned char)name[0]; /* connected: orders to it are queued */
+    n->route_len = 1;
+    n->last_seen_ms = br_now_ms();
+    return n;
+}
+
+static int setup(void **state)
+{
+    world_t *w = calloc(1, sizeof(*w));
+    snprintf(w->dir, sizeof(w->dir), "/tmp/test_jobs.XXXXXX");
+    if (!w || !mkdtemp(w->dir))
+        return -1;
+    char path[96];
+    snprintf(path, sizeof(path), "%s/bramble.db", w->dir);
+    br_err_t err;
+    br_coord_t *c = &w->c;
+    c->cfg.node_timeout_ms = 5000;
+    c->store = br_store_open(path, &err);
+    c->nodes = br_nodes_new();
+    c->jobs = br_jobtab_new();
+    c->netmap = br_netmap_new();
+    c->stats = br_stats_new();
+    c->runs_sent = json_object();
+    c->health = json_object();
+    c->seq = 1;
+    if (!c->store || !c->nodes || !c->jobs || !c->stats ||
+        br_store_begin(c->store, &err) < 0)
+        return -1;
+    w->a = node(c, "a", 4);
+    w->b = node(c, "b", 4);
+    *state = w;
+    return 0;
+}
+
+static void drop_orders(br_coord_t *c)
+{
+    for (size_t i = 0; i < c->outbox_len; i++)
+        br_msg_destroy(&c->outbox[i]);
+    c->outbox_len = 0;
+}
+
+static int teardown(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->c;
+    drop_orders(c);
+    free(c->outbox);
+    free(c->wake_log);
+    br_jobtab_destroy(&c->jobs);
+    br_store_destroy(&c->store);
+    br_nodes_destroy(&c->nodes);
+    br_netmap_destroy(&c->netmap);
+    br_stats_destroy(&c->stats);
+    json_decref(c->runs_sent);
+    json_decref(c->health);
+    char cmd[96];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", w->dir);
+    int rc = system(cmd);
+    free(w);
+    return rc == 0 ? 0 : -1;
+}
+
+/* Submit a job: spec as JSON text. */
+static int64_t submit(br_coord_t *c, const char *spec)
+{
+    json_error_t e;
+    json_t *s = json_loads(spec, 0, &e);
+    assert_non_null(s);
+    json_t *row = json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:I, s:s, s:i}", "name", "t",
+                            "kind", "job", "owner", "ann", "owner_id", (json_int_t)2, "spec", s,
+                            "spec_yaml", "x: 1\n", "submitted", (json_int_t)br_now_ms(),
+                            "state", "pending", "attempt", 1);
+    br_err_t err;
+    br_job_t *j = br_jobs_add(c, row, &err);
+    json_decref(row);
+    assert_non_null(j);
+    assert_int_equal(j->state, BR_JOB_PENDING);
+    return j->id;
+}
+
+/* The stored row's state; the job's place in memory agrees with it. */
+static const char *stored_state(br_coord_t *c, int64_t id, char *buf, size_t len)
+{
+    json_t *row = br_store_job_get(c->store, id, NULL);
+    assert_non_null(row);
+    br_strlcpy(buf, json_string_value(json_object_get(row, "state")), len);
+    json_decref(row);
+    br_job_t *j = br_jobtab_find(c->jobs, id);
+    int s = br_job_state_parse(buf);
+    if (br_job_state_ended((br_job_state_t)s))
+        assert_null(j);
+    else
+        assert_true(j && j->state == (br_job_state_t)s);
+    return buf;
+}
+
+static void assert_state(br_coord_t *c, int64_t id, const char *want)
+{
+    char buf[32];
+    assert_string_equal(stored_state(c, id, buf, sizeof(buf)), want);
+}
+
+/* How many orders of type went to node (route = its first letter). */
+static int orders(br_coord_t *c, const char *type, const br_node_t *n)
+{
+    int count = 0;
+    for (size_t i = 0; i < c->outbox_len; i++) {
+        size_t len;
+        const unsigned char *route = br_msg_route(c->outbox[i], &len);
+        if (strcmp(br_msg_type(c->outbox[i]), type) == 0 && len == 1 &&
+            route[0] == (unsigned char)n->name[0])
+            count++;
+    }
+    return count;
+}
+
+/* The newest event of the job: its reason contains text. */
+static void assert_event(br_coord_t *c, int64_t id, const char *text)
+{
+    json_t *ev = br_store_event_list(c->store, id, 0, 0, NULL);
+    json_t *last = json_array_get(ev, json_array_size(ev) - 1);
+    const char *reason = json_string_value(json_object_get(last, "reason"));
+    if (!reason || !strstr(reason, text))
+        fail_msg("job %lld: newest event '%s', wanted '%s'", (long long)id,
+                 reason ? reason : "(none)", text);
+    json_decref(ev);
+}
+
+static void test_runs_and_completes(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->c;
+    int64_t id = submit(c, "{\"command\": \"true\", \"resources\": {\"cpus\": 3}}");
+    br_sched_run(c);
+    assert_state(c, id, "starting");
+    assert_int_equal(w->a->cpus_used, 3);
+    assert_int_equal(orders(c, "job.run", w->a), 1);
+    br_jobs_started(c, id, 1, w->a, 0);
+    assert_state(c, id, "running");
+    assert_event(c, id, "attempt 1 running on a");
+    br_jobs_exited(c, id, 1, w->a, 0, -1, "");
+    assert_state(c, id, "completed");
+    assert_int_equal(w->a->cpus_used, 0);
+    assert_int_equal(w->a->attempts, 0);
+    json_t *row = br_store_job_get(c->store, id, NULL);
+    assert_true(json_integer_value(json_object_get(row, "ended")) > 0);
+    assert_int_equal(json_integer_value(json_object_get(row, "exit_code")), 0);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(row, "nodes"), 0)),
+                        "a"); /* where it ran stays */
+    json_decref(row);
+    /* a report for it now changes nothing */
+    br_jobs_exited(c, id, 1, w->a, 1, -1, "");
+    assert_state(c, id, "completed");
+    assert_event(c, id, "no longer current");
+    br_jobtab_sweep(c->jobs);
+}
+
+static void test_restart_policy_then_failed(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->c;
+    int64_t id = submit(c, "{\"command\": \"false\", \"resources\": {\"cpus\": 1},"
+                           " \"restart\": {\"on\": [\"nonzero_exit\"], \"max\": 1}}");
+    br_sched_run(c);
+    br_jobs_started(c, id, 1, w->a, 0);
+    br_jobs_exited(c, id, 1, w->a, 3, -1, "");
+    assert_state(c, id, "pending");
+    br_job_t *j = br_jobtab_find(c->jobs, id);
+    assert_int_equal(j->attempt, 2);
+    assert_int_equal(j->restarts, 1);
+    assert_int_equal(j->nranks, 0);
+    assert_int_equal(j->exit_code, 3);
+    assert_int_equal(w->a->cpus_used, 0);
+    assert_event(c, id, "exit code 3; restarting as attempt 2 (nonzero_exit)");
+    br_sched_run(c);
+    assert_state(c, id, "starting");
+    br_jobs_exited(c, id, 1, w->a, 3, -1, ""); /* the old attempt's exit: stale */
+    assert_state(c, id, "starting");
+    int64_t on = j->ranks[0].node[0] == 'a' ? 0 : 1;
+    br_node_t *n = on == 0 ? w->a : w->b;
+    br_jobs_exited(c, id, 2, n, -1, 9, "");
+    assert_state(c, id, "failed"); /* max 1 restart, used */
+    assert_event(c, id, "killed by signal 9");
+    assert_int_equal(n->cpus_used, 0);
+    br_jobtab_sweep(c->jobs);
+}
+
+static void test_gang_port_and_failure_stops_all(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->c;
+    int64_t id = submit(c, "{\"command\": \"train\", \"resources\": {\"cpus\": 2, \"nodes\": 2}}");
+    br_sched_run(c);
+    assert_state(c, id, "starting");
+    assert_int_equal(w->a->cpus_used + w->b->cpus_used, 4);
+    br_job_t *j = br_jobtab_find(c->jobs, id);
+    br_node_t *r0 = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_node_t *r1 = r0 == w->a ? w->b : w->a;
+    assert_int_equal(orders(c, "job.run", r0), 1);
+    assert_int_equal(orders(c, "job.run", r1), 0); /* after rank 0 chose its port */
+    br_jobs_started(c, id, 1, r0, 29555);
+    assert_int_equal(orders(c, "job.run", r1), 1);
+    assert_int_equal(j->port, 29555);
+    assert_state(c, id, "starting"); /* until every rank runs */
+    br_jobs_started(c, id, 1, r1, 0);
+    assert_state(c, id, "running");
+    drop_orders(c);
+    br_jobs_exited(c, id, 1, r1, 1, -1, "");
+    assert_state(c, id, "failed");
+    assert_int_equal(orders(c, "job.kill", r0), 1); /* the other rank is stopped */
+    assert_int_equal(orders(c, "job.kill", r1), 0); /* (its own is gone already) */
+    assert_int_equal(w->a->cpus_used + w->b->cpus_used, 0);
+    assert_event(c, id, "stopped the other 1 rank");
+    br_jobtab_sweep(c->jobs);
+}
+
+static void test_node_faults(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->c;
+    /* cannot run here: never again on that node, no restart counted */
+    int64_t id = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1}}");
+    br_sched_run(c);
+    br_job_t *j = br_jobtab_find(c->jobs, id);
+    br_node_t *n = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_jobs_not_here(c, id, 1, n, "checkpoint not visible");
+    assert_state(c, id, "pending");
+    assert_true(br_job_excluded(j, n->name));
+    assert_int_equal(j->restarts, 0);
+    br_sched_run(c);
+    assert_state(c, id, "starting");
+    assert_true(j->ranks[0].node[0] != n->name[0]); /* the other node */
+    /* too busy: back to pending, no restart, a second's wait */
+    br_node_t *m = n == w->a ? w->b : w->a;
+    br_jobs_node_full(c, id, 2, m, "this node runs 256 attempts already");
+    assert_state(c, id, "pending");
+    assert_int_equal(j->restarts, 0);
+    assert_true(j->not_before > br_now_ms());
+    assert_int_equal(m->cpus_used, 0);
+    /* its node lost, with no restart policy for it: failed */
+    j->not_before = 0;
+    br_sched_run(c);
+    assert_state(c, id, "starting");
+    br_jobs_node_gone(c, m, "node m lost (silent for 5.0s)");
+    assert_state(c, id, "failed");
+    assert_event(c, id, "lost");
+    br_jobtab_sweep(c->jobs);
+}
+
+static void test_node_lost_requeues_and_reconcile(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->c;
+    int64_t id = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1},"
+                           " \"restart\": {\"on\": [\"node_lost\"], \"max\": 3}}");
+    br_sched_run(c);
+    br_job_t *j = br_jobtab_find(c->jobs, id);
+    br_node_t *n = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_jobs_started(c, id, 1, n, 0);
+    /* a heartbeat that still lists it: nothing changes */
+    json_t *tasks = json_pack("[{s:I, s:i, s:s}]", "job", (json_int_t)id, "attempt", 1,
+                              "state", "running");
+    br_jobs_reconcile(c, n, tasks, 0);
+    assert_state(c, id, "running");
+    /* one that no longer does: the attempt is over, restarted per policy */
+    json_t *none = json_array();
+    br_jobs_reconcile(c, n, none, 0);
+    assert_state(c, id, "pending");
+    assert_int_equal(j->attempt, 2);
+    assert_int_equal(j->restarts, 1);
+    assert_true(j->lost_at > 0); /* recovery is measured from here */
+    /* the node runs the old attempt after all: it is told to stop it */
+    drop_orders(c);
+    br_jobs_reconcile(c, n, tasks, 0);
+    assert_int_equal(orders(c, "job.kill", n), 1);
+    /* placed again; a frozen current attempt is thawed */
+    br_sched_run(c);
+    br_node_t *m = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_jobs_started(c, id, 2, m, 0);
+    assert_int_equal(j->lost_at, 0);
+    json_t *frozen = json_pack("[{s:I, s:i, s:s}]", "job", (json_int_t)id, "attempt", 2,
+                               "state", "frozen");
+    drop_orders(c);
+    br_jobs_reconcile(c, m, frozen, 0);
+    assert_int_equal(orders(c, "job.thaw", m), 1);
+    json_decref(tasks);
+    json_decref(none);
+    json_decref(frozen);
+}
+
+static void test_cancel_and_time_limit(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->c;
+    br_err_t err;
+    int64_t p = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 64}}"); /* fits nowhere */
+    int64_t r = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1}}");
+    int64_t t = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1}, \"time_limit\": 1}");
+    br_sched_run(c);
+    assert_state(c, p, "pending");
+    json_t *row = br_store_job_get(c->store, p, NULL);
+    assert_non_null(strstr(json_string_value(json_object_get(row, "reason")), "waiting"));
+    json_decref(row);
+    json_decref(br_jobs_cancel(c, p, &err));
+    assert_state(c, p, "cancelled");
+    br_job_t *j = br_jobtab_find(c->jobs, r);
+    br_node_t *n = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    drop_orders(c);
+    json_t *done = br_jobs_cancel(c, r, &err);
+    assert_non_null(done);
+    assert_string_equal(json_string_value(json_object_get(done, "state")), "cancelled");
+    json_decref(done);
+    assert_int_equal(orders(c, "job.kill", n), 1);
+    assert_null(br_jobs_cancel(c, r, &err)); /* twice: it has ended */
+    assert_non_null(strstr(err.text, "already ended"));
+    assert_null(br_jobs_cancel(c, 999, &err));
+    j = br_jobtab_find(c->jobs, t);
+    n = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_jobs_started(c, t, 1, n, 0);
+    j->started -= 10; /* ran for longer than its 1 ms */
+    br_jobs_check_limits(c);
+    assert_state(c, t, "failed");
+    assert_event(c, t, "time limit");
+    assert_int_equal(w->a->cpus_used + w->b->cpus_used, 0);
+    br_jobtab_sweep(c->jobs);
+}
+
+static void test_restore_after_rollback(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->c;
+    br_err_t err;
+    int64_t id = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 2}}");
+    assert_int_equal(br_store_commit(c->store, &err), 0);
+    assert_int_equal(br_store_begin(c->store, &err), 0);
+    br_sched_run(c); /* placed in memory and in the store, then undone */
+    assert_state(c, id, "starting");
+    assert_int_equal(w->a->cpus_used + w->b->cpus_used, 2);
+    br_store_rollback(c->store);
+    assert_int_equal(br_jobs_restore(c, &err), 0);
+    assert_int_equal(br_store_begin(c->store, &err), 0);
+    assert_state(c, id, "pending");
+    assert_int_equal(br_jobtab_find(c->jobs, id)->nranks, 0);
+    assert_int_equal(w->a->cpus_used + w->b->cpus_used, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_runs_and_completes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restart_policy_then_failed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gang_port_and_failure_stops_all, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_node_faults, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_node_lost_requeues_and_reconcile, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_and_time_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restore_after_rollback, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
