@@ -171,8 +171,11 @@ br_job_t *br_job_from_row(const json_t *row, br_err_t *err)
     job->reason = dup_or_null(json_string_value(json_object_get(row, "reason")));
     job->priority = (int)int_or(spec, "priority", 0);
     job->time_limit = int_or(spec, "time_limit", 0);
+    json_t *res = json_object_get(spec, "resources");
+    job->shape = json_dumps(res ? res : json_null(),
+                            JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
     read_extra(job, json_object_get(row, "extra"));
-    if (!job->name || !job->owner || read_assign(job, row) < 0) {
+    if (!job->name || !job->owner || !job->shape || read_assign(job, row) < 0) {
         br_job_destroy(&job);
         return br_errp(err, ENOMEM, "job: out of memory");
     }
@@ -192,6 +195,7 @@ void br_job_destroy(br_job_t **jp)
     free(job->reason);
     free(job->owner);
     free(job->name);
+    free(job->shape);
     json_decref(job->spec);
     free(job);
     *jp = NULL;

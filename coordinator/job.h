@@ -78,6 +78,7 @@ typedef struct br_job {
     /* from the spec, read once */
     int priority;
     int64_t time_limit; /* ms; 0: none */
+    char *shape;        /* its resources as canonical JSON text: jobs alike to place */
     /* jobtab.h's links */
     struct br_job *id_next;
     struct br_job *prev, *next;

@@ -181,18 +181,23 @@ static json_t *replica_counts(br_coord_t *c)
     return counts;
 }
 
-/* Decide for one job: where it goes (reserving its shares on those nodes), why it
- * waits, or until when it must not start. */
-static void plan_one(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t *d,
-                     int *on_heartbeat)
+/* What a pass has learnt of one shape of job (job->shape: its resources, which
+ * hold everything a node's fit depends on). Each placement only takes from nodes,
+ * so within a pass a shape that fit nowhere fits nowhere again, and a first fit
+ * never lies before the node the same shape last went to. Only for jobs whose
+ * placement depends on nothing else (no excluded nodes, no wait for fresh
+ * heartbeats, not a replica spread over nodes). */
+typedef struct {
+    br_node_t *from; /* first fit looks from here (NULL: the first node) */
+    int failed;
+    char reason[520];
+} shape_memo_t;
+
+/* Look at the nodes from start (NULL: all) for job; memo (may be NULL) learns
+ * where a first fit went. */
+static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t *d,
+                      int *on_heartbeat, br_node_t *start, shape_memo_t *memo)
 {
-    d->job = job;
-    int64_t not_before = job->not_before;
-    if (not_before > in->now_ms) { /* a restart backoff: come back when it is over */
-        d->verdict = BR_SCHED_LATER;
-        d->not_before = not_before;
-        return;
-    }
     d->verdict = BR_SCHED_WAIT;
     json_t *spec = job->spec;
     int want = (int)json_integer_value(
@@ -217,7 +222,8 @@ static void plan_one(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t
         siblings = json_object_get(in->replicas, service_key(job, svc, sizeof(svc)));
     int best = 0;
     int64_t best_left = -1;
-    for (br_node_t *n = br_nodes_first(in->nodes); n && fit && assign; n = n->next) {
+    for (br_node_t *n = start ? start : br_nodes_first(in->nodes); n && fit && assign;
+         n = n->next) {
         json_t *a = NULL;
         int64_t left = 0;
         if (!listed(spec, n->name)) {
@@ -232,6 +238,19 @@ static void plan_one(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t
             snprintf(last, sizeof(last), "%s is %s", n->name,
                      n->route_len ? n->state : "not connected");
         } else if (br_sched_fit(n, spec, &a, &left, last, sizeof(last))) {
+            if (want == 1 && sharing && count == 1) { /* keep only the best so far */
+                if (left < best_left) {
+                    json_decref(assign[0]);
+                    fit[0] = n;
+                    assign[0] = a;
+                    best_left = left;
+                } else {
+                    json_decref(a);
+                }
+                if (best_left == 0)
+                    break; /* nothing fits tighter */
+                continue;
+            }
             if (count == cap) {
                 cap *= 2;
                 br_node_t **f = realloc(fit, (size_t)cap * sizeof(*fit));
@@ -251,6 +270,8 @@ static void plan_one(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t
             assign[count++] = a;
             if (count == want && want == 1 && !sharing && !spread) /* first fit */
                 break;
+            if (want > 1 && count >= BR_SCHED_GANG_CANDIDATES && count >= 4 * want)
+                break; /* enough to choose the nearest set from */
             continue;
         }
         add_why(why, sizeof(why), last);
@@ -282,6 +303,8 @@ static void plan_one(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t
         }
         if (spread)
             count_replica(in->replicas, job, d->nodes[0]->name);
+        if (memo && want == 1 && !sharing)
+            memo->from = d->nodes[0];
     } else if (want == 1) {
         free(d->nodes);
         d->nodes = NULL;
@@ -300,6 +323,33 @@ static void plan_one(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t
     free(assign);
 }
 
+/* Decide for one job: where it goes (reserving its shares on those nodes), why it
+ * waits, or until when it must not start. memo: what the pass knows of its shape. */
+static void plan_one(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t *d,
+                     int *on_heartbeat, shape_memo_t *memo)
+{
+    d->job = job;
+    if (job->not_before > in->now_ms) { /* a restart backoff: come back when it is over */
+        d->verdict = BR_SCHED_LATER;
+        d->not_before = job->not_before;
+        return;
+    }
+    if (memo && memo->failed) { /* one alike fit nowhere, and nodes only filled since */
+        d->verdict = BR_SCHED_WAIT;
+        memcpy(d->reason, memo->reason, sizeof(d->reason));
+        return;
+    }
+    plan_scan(in, job, d, on_heartbeat, memo ? memo->from : NULL, memo);
+    if (d->verdict == BR_SCHED_WAIT && memo && memo->from) {
+        memo->from = NULL; /* the reason names every node: look at them all once */
+        plan_scan(in, job, d, on_heartbeat, NULL, memo);
+    }
+    if (d->verdict == BR_SCHED_WAIT && memo) {
+        memo->failed = 1;
+        memcpy(memo->reason, d->reason, sizeof(memo->reason));
+    }
+}
+
 br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *jobs, size_t n,
                                    int *on_heartbeat)
 {
@@ -313,8 +363,26 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
     }
     memcpy(order, jobs, n * sizeof(*order));
     qsort(order, n, sizeof(*order), by_priority);
-    for (size_t i = 0; i < n; i++)
-        plan_one(in, order[i], &d[i], on_heartbeat);
+    json_t *shapes = json_object(); /* shape text -> index into memos */
+    shape_memo_t *memos = calloc(n ? n : 1, sizeof(*memos));
+    size_t nmemos = 0;
+    for (size_t i = 0; i < n; i++) {
+        br_job_t *job = order[i];
+        shape_memo_t *memo = NULL;
+        if (shapes && memos && job->shape && !job->nexclude && !job->fresh_after &&
+            job->service <= 0) {
+            json_t *k = json_object_get(shapes, job->shape);
+            if (k) {
+                memo = &memos[json_integer_value(k)];
+            } else if (json_object_set_new(shapes, job->shape,
+                                           json_integer((json_int_t)nmemos)) == 0) {
+                memo = &memos[nmemos++];
+            }
+        }
+        plan_one(in, job, &d[i], on_heartbeat, memo);
+    }
+    json_decref(shapes);
+    free(memos);
     free(order);
     return d;
 }

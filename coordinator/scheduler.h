@@ -3,7 +3,9 @@
  * the spec's arch, gpu_model and labels; a gang (resources.nodes > 1) onto that many
  * distinct such nodes at once, or nowhere: it holds nothing while it waits, and
  * smaller jobs behind it are placed meanwhile; the nearest set of nodes when
- * several fit (netmap.h).
+ * several fit (netmap.h), chosen among the first BR_SCHED_GANG_CANDIDATES (or
+ * four times the gang's size) that fit, in name order, so that choosing stays
+ * cheap on a cluster of thousands of nodes.
  *
  * GPUs: a job without a VRAM need gets whole GPUs no other job holds. A job that
  * declares one (resources.vram, or sized from model:) may share GPUs with other
@@ -22,6 +24,8 @@
 
 #include "coord.h"
 #include "job.h"
+
+#define BR_SCHED_GANG_CANDIDATES 64
 
 /* One pass: the pending jobs in memory, br_sched_plan, then each decision
  * carried out (br_jobs_place, the reason stored, the backoff's end remembered). */

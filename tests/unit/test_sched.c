@@ -261,6 +261,61 @@ static void test_replicas_spread(void **state)
     assert_true((a == 3 && b == 2) || (a == 2 && b == 3));
 }
 
+/* Jobs alike share what the pass learnt: a first fit goes on from where the last
+ * alike job went, and once one fit nowhere the rest wait with the same reason,
+ * which still names every node. A job with an exclusion is decided on its own. */
+static void test_alike_jobs_share_the_pass(void **state)
+{
+    world_t *w = *state;
+    br_node_t *a = node(w->nodes, "a", 4, 16, 0, 0, "ready");
+    br_node_t *b = node(w->nodes, "b", 4, 16, 0, 0, "ready");
+    node(w->nodes, "c", 1, 16, 0, 0, "ready");
+    for (int i = 1; i <= 6; i++)
+        add(w, job(i, 0, "{\"cpus\": 2, \"nodes\": 1}"));
+    json_t *j = job(7, 0, "{\"cpus\": 1, \"nodes\": 1}");
+    json_object_set_new(json_object_get(j, "extra"), "exclude", json_pack("[s]", "c"));
+    add(w, j);
+    add(w, job(8, 0, "{\"cpus\": 1, \"nodes\": 1}"));
+    plan(w, NULL);
+    assert_ptr_equal(of(w, 1)->nodes[0], a);
+    assert_ptr_equal(of(w, 2)->nodes[0], a);
+    assert_ptr_equal(of(w, 3)->nodes[0], b);
+    assert_ptr_equal(of(w, 4)->nodes[0], b);
+    for (int id = 5; id <= 6; id++) {
+        assert_int_equal(of(w, id)->verdict, BR_SCHED_WAIT);
+        assert_non_null(strstr(of(w, id)->reason, "a has 0 CPUs free"));
+        assert_non_null(strstr(of(w, id)->reason, "b has 0 CPUs free"));
+        assert_non_null(strstr(of(w, id)->reason, "c has 1 CPUs free"));
+    }
+    assert_int_equal(of(w, 7)->verdict, BR_SCHED_WAIT); /* c is excluded for it */
+    assert_non_null(strstr(of(w, 7)->reason, "c cannot run it"));
+    assert_int_equal(of(w, 8)->verdict, BR_SCHED_PLACE); /* another shape: c fits it */
+    assert_string_equal(of(w, 8)->nodes[0]->name, "c");
+}
+
+/* A gang on a big cluster chooses among a bounded number of the nodes that fit. */
+static void test_gang_on_many_nodes(void **state)
+{
+    world_t *w = *state;
+    char name[16];
+    for (int i = 0; i < 300; i++) {
+        snprintf(name, sizeof(name), "n%03d", i);
+        node(w->nodes, name, 4, 16, 0, 0, "ready");
+    }
+    add(w, job(1, 0, "{\"cpus\": 4, \"nodes\": 3}"));
+    add(w, job(2, 0, "{\"cpus\": 4, \"nodes\": 3}"));
+    plan(w, NULL);
+    for (int id = 1; id <= 2; id++) {
+        br_sched_decision_t *d = of(w, id);
+        assert_int_equal(d->verdict, BR_SCHED_PLACE);
+        assert_int_equal(d->count, 3);
+        for (int r = 0; r < 3; r++) {
+            assert_true(strcmp(d->nodes[r]->name, "n064") < 0); /* among the first 64 */
+            assert_int_equal(d->nodes[r]->cpus_used, 4);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -272,6 +327,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_gang_waits_for_fresh_heartbeats, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_replicas_spread, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_alike_jobs_share_the_pass, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gang_on_many_nodes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
