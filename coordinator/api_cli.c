@@ -439,7 +439,9 @@ void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_api_fail(c, m, &err);
         return;
     }
-    json_t *jobs = br_store_job_list(c->store, NULL, all ? 0 : 2000, &err);
+    json_t *jobs = all ? br_store_job_list(c->store, NULL, 0, &err)
+                       : br_store_job_list_recent(c->store, br_now_ms() - RECENT_MS, 2000,
+                                                  &err);
     if (!jobs) {
         br_api_fail(c, m, &err);
         return;

@@ -102,6 +102,8 @@ static const char *const migrations[] = {
     /* 5: what each checkpoint held, as its agent hashed it (agent/manifest.h): JSON,
      * NULL for checkpoints reported before manifests or by an agent without them */
     "ALTER TABLE checkpoints ADD COLUMN manifest TEXT;",
+    /* 6: the jobs that ended lately, found without reading every ended one */
+    "CREATE INDEX jobs_ended ON jobs (ended);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -130,7 +132,7 @@ enum {
     ST_PRINCIPAL_ADD,
     ST_PRINCIPAL_REMOVE,
     ST_TOKEN_JOIN_KEY,
-    ST_JOB_LIST_NODE,
+    ST_JOB_LIST_RECENT,
     ST_UNIX_USER_SET,
     ST_UNIX_USER_GET,
     ST_AUDIT_ADD,
@@ -269,10 +271,12 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_JOB_LIST_STATES] = "SELECT * FROM (SELECT " JOB_COLS " FROM jobs"
                            " WHERE state IN (SELECT value FROM json_each(?2))"
                            " ORDER BY id DESC LIMIT ?1) ORDER BY id",
-    [ST_JOB_LIST_NODE] = "SELECT " JOB_COLS " FROM jobs"
-                         " WHERE state IN ('starting', 'running')"
-                         " AND EXISTS (SELECT 1 FROM json_each(jobs.nodes) WHERE value = ?1)"
-                         " ORDER BY id",
+    /* by jobs_state and jobs_ended: however many jobs have ended before */
+    [ST_JOB_LIST_RECENT] = "SELECT * FROM (SELECT " JOB_COLS " FROM jobs WHERE id IN"
+                           " (SELECT id FROM jobs WHERE state IN"
+                           " ('pending', 'starting', 'running')"
+                           " UNION ALL SELECT id FROM jobs WHERE ended >= ?1)"
+                           " ORDER BY id DESC LIMIT ?2) ORDER BY id",
     [ST_JOB_ACTIVE] = "SELECT 1 FROM jobs WHERE name = ?1"
                       " AND state IN ('pending', 'starting', 'running') LIMIT 1",
     [ST_EVENT_ADD] = "INSERT INTO events (time, job, node, state, reason)"
@@ -1487,14 +1491,18 @@ json_t *br_store_job_list(br_store_t *s, const char *const *states, int limit,
     return list_rows(s, st, job_row_list, "list jobs", err);
 }
 
-json_t *br_store_job_list_node(br_store_t *s, const char *node, br_err_t *err)
+json_t *br_store_job_list_recent(br_store_t *s, int64_t ended_since_ms, int limit,
+                                 br_err_t *err)
 {
-    sqlite3_stmt *st = s->st[ST_JOB_LIST_NODE];
-    if (bind_text(st, 1, node)) {
-        binderr(s, st, "list a node's jobs", err);
+    if (limit < 0)
+        return br_errp(err, EINVAL, "job list: negative limit");
+    sqlite3_stmt *st = s->st[ST_JOB_LIST_RECENT];
+    if (sqlite3_bind_int64(st, 1, ended_since_ms) ||
+        sqlite3_bind_int(st, 2, limit ? limit : -1)) {
+        binderr(s, st, "list recent jobs", err);
         return NULL;
     }
-    return list_rows(s, st, job_row_list, "list a node's jobs", err);
+    return list_rows(s, st, job_row_list, "list recent jobs", err);
 }
 
 int br_store_job_name_active(br_store_t *s, const char *name, br_err_t *err)

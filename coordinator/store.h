@@ -158,9 +158,10 @@ json_t *br_store_job_get(br_store_t *s, int64_t id, br_err_t *err);
  * limit jobs when set, still in id order). */
 json_t *br_store_job_list(br_store_t *s, const char *const *states, int limit,
                           br_err_t *err);
-/* The starting and running jobs with a rank on node (the rows the SQL picks, so a
- * node's heartbeat does not parse every other node's jobs). */
-json_t *br_store_job_list_node(br_store_t *s, const char *node, br_err_t *err);
+/* The current jobs (pending, starting, running) and those that ended at or after
+ * ended_since_ms, ordered by id: the newest limit of them (0: all). */
+json_t *br_store_job_list_recent(br_store_t *s, int64_t ended_since_ms, int limit,
+                                 br_err_t *err);
 /* 1 if a job with this name is pending, starting or running, else 0 (-1 error). */
 int br_store_job_name_active(br_store_t *s, const char *name, br_err_t *err);
 

@@ -233,7 +233,7 @@ static void test_pragmas(void **state)
     assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
     sqlite3_finalize(st);
     assert_int_equal(conn_int(db, "PRAGMA application_id"), APP_ID);
-    assert_int_equal(conn_int(db, "PRAGMA user_version"), 5);
+    assert_int_equal(conn_int(db, "PRAGMA user_version"), 6);
     sqlite3_close(db);
     br_store_destroy(&s);
 }
@@ -345,7 +345,7 @@ static void test_refuse_newer_schema(void **state)
     br_store_destroy(&s);
     sql_exec(path, "PRAGMA user_version = 99;");
     assert_int_equal(sql_int(path, "PRAGMA user_version"), 99);
-    assert_refused(path, "store schema 99 is newer than this brambled (5)");
+    assert_refused(path, "store schema 99 is newer than this brambled (6)");
 }
 
 static void test_rollback_discards(void **state)
@@ -518,7 +518,7 @@ static void test_migrate_v1(void **state)
     sql_exec(path, v1_schema);
     assert_int_equal(has_column(path, "jobs", "extra"), 0);
     br_store_t *s = open_ok(path);
-    assert_int_equal(sql_int(path, "PRAGMA user_version"), 5);
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 6);
     assert_int_equal(sql_int(path, "PRAGMA application_id"), APP_ID);
     /* schema 3: the job belongs to alice's principal id, and her key maps to it */
     br_principal_t kind;
@@ -549,8 +549,8 @@ static void test_migrate_v1(void **state)
     assert_true(add_job(s, "new", "pending") > 7);
     br_store_destroy(&s);
 
-    s = open_ok(path); /* already at 5: nothing to migrate */
-    assert_int_equal(sql_int(path, "PRAGMA user_version"), 5);
+    s = open_ok(path); /* already at 6: nothing to migrate */
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 6);
     json_t *job = br_store_job_get(s, 7, &err);
     assert_int_equal(jint(json_object_get(job, "extra"), "k"), 1);
     json_decref(job);
@@ -1003,6 +1003,15 @@ static void test_job_list(void **state)
     assert_ids(br_store_job_list(s, none, 0, &err), NULL, 0);
     assert_null(br_store_job_list(s, NULL, -1, &err));
     assert_int_equal(err.errnum, EINVAL);
+    /* the current ones and those ended since a time, newest limit of them */
+    update_ok(s, j3, "{\"ended\": 5000}");
+    update_ok(s, j5, "{\"ended\": 9000}");
+    assert_ids(br_store_job_list_recent(s, 6000, 0, &err), (int64_t[]){j1, j2, j4, j5}, 4);
+    assert_ids(br_store_job_list_recent(s, 5000, 0, &err), (int64_t[]){j1, j2, j3, j4, j5},
+               5);
+    assert_ids(br_store_job_list_recent(s, 6000, 2, &err), (int64_t[]){j4, j5}, 2);
+    assert_ids(br_store_job_list_recent(s, 99000, 0, &err), (int64_t[]){j1, j2, j4}, 3);
+    assert_null(br_store_job_list_recent(s, 0, -1, &err));
     br_store_destroy(&s);
 }
 
