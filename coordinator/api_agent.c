@@ -7,6 +7,7 @@
 #include "api.h"
 #include "gpulive.h"
 #include "jobs.h"
+#include "nodelife.h"
 #include "token.h"
 #include "util.h"
 
@@ -85,19 +86,9 @@ static void take_inventory(br_node_t *n, br_msg_t *m, json_t *inv, json_t *gpus,
 
 static br_node_t *caller_node(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    br_node_t *n = br_nodes_find(c->nodes, who->name);
-    if (!n)
-        return NULL;
     size_t len;
     const void *route = br_msg_route(m, &len);
-    n->new_route = len != n->route_len || memcmp(route, n->route, len) != 0;
-    if (n->new_route)
-        c->sched_needed = 1; /* (re)connected: it may take pending jobs */
-    memcpy(n->route, route, len);
-    n->route_len = len;
-    br_nodes_seen(c->nodes, n, br_mono_ms());
-    n->last_seen_ms = br_now_ms();
-    return n;
+    return br_nodelife_seen(c, who->name, route, len);
 }
 
 /* The node's agent made a new key pair: it is the node's key from now on, and the
@@ -160,21 +151,8 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_object_set_new(n->info, "probe_port", json_integer(probe_port));
     else
         json_object_del(n->info, "probe_port");
-    c->peers_version++; /* its address or port may be new: every agent hears of it */
-    n->peers_sent = c->peers_version - 1;
-    n->peers_hash = 0; /* a new agent, or one that reconnected: its next heartbeat says */
-    const char *was = n->state;
-    /* hellos an agent queued while cut off arrive together on one connection: one
-     * event for them */
-    if (strcmp(was, "draining") != 0 && (n->new_route || strcmp(was, "ready") != 0)) {
-        br_coord_event(c, 0, n->name, "ready", "%s", strcmp(was, "lost") == 0
-                                                        ? "connected"
-                                                        : "reconnected");
-        br_node_set_state(n, "ready");
-    }
-    br_coord_save_node(c, n);
+    br_nodelife_hello(c, n);
     br_jobs_reconcile(c, n, tasks, 1);
-    c->sched_needed = 1;
     br_api_ok(c, m, json_pack("{s:s, s:I, s:I, s:I, s:s, s:I}", "name", n->name,
                               "heartbeat_interval", (json_int_t)c->cfg.heartbeat_ms,
                               "node_timeout", (json_int_t)c->cfg.node_timeout_ms,
@@ -233,15 +211,14 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (load >= 0) /* kept in memory, shown by nodes and top; not worth a write */
         json_object_set_new(n->info, "load", json_real(load));
     if (gpus && br_gpulive_take(n, gpus)) /* in memory too; more VRAM to spare */
-        c->sched_needed = 1;
+        br_coord_changed(c);
     if (rtt) {
         json_t *ms = json_object_get(rtt, "coordinator"); /* the heartbeat before this */
         if (json_is_number(ms) && json_number_value(ms) >= 0)
             br_stats_observe(c->stats, BR_STAT_HEARTBEAT_RTT, json_number_value(ms) / 1000.0);
         br_netmap_report(c->netmap, n->name, rtt);
     }
-    if (c->sched_on_heartbeat)
-        c->sched_needed = 1;
+    br_nodelife_heard(c, n);
     br_jobs_reconcile(c, n, tasks, 0);
     json_t *body = json_object(), *peers = probe_peers(c, n);
     if (peers) /* the nodes to probe changed */

@@ -10,6 +10,7 @@
 #include "cred.h"
 #include "http.h"
 #include "jobs.h"
+#include "nodelife.h"
 #include "plan.h"
 #include "services.h"
 #include "spec.h"
@@ -223,11 +224,7 @@ void br_api_node_drain(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_node_t *n = named_node(c, m);
     if (!n)
         return;
-    if (strcmp(n->state, "ready") == 0) {
-        br_node_set_state(n, "draining");
-        br_coord_save_node(c, n);
-        br_coord_event(c, 0, n->name, "draining", "drained by %s: no new jobs", who->name);
-    }
+    br_nodelife_drain(c, n, who->name);
     reply_node(c, m, n);
 }
 
@@ -236,12 +233,7 @@ void br_api_node_undrain(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_node_t *n = named_node(c, m);
     if (!n)
         return;
-    if (strcmp(n->state, "draining") == 0) {
-        br_node_set_state(n, "ready");
-        br_coord_save_node(c, n);
-        br_coord_event(c, 0, n->name, "ready", "undrained by %s", who->name);
-        c->sched_needed = 1;
-    }
+    br_nodelife_undrain(c, n, who->name);
     reply_node(c, m, n);
 }
 
@@ -251,18 +243,10 @@ void br_api_node_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_err_t err;
     if (!n)
         return;
-    char name[64];
-    br_strlcpy(name, n->name, sizeof(name));
-    if (br_store_key_revoke(c->store, BR_PRINCIPAL_NODE, name, &err) < 0 ||
-        br_store_node_delete(c->store, name, &err) < 0) {
+    if (br_nodelife_remove(c, n, who->name, &err) < 0) {
         br_api_fail(c, m, &err);
         return;
     }
-    br_jobs_node_gone(c, n, "node removed");
-    br_coord_event(c, 0, name, "removed", "removed by %s; its key is revoked", who->name);
-    br_nodes_remove(c->nodes, name);
-    br_netmap_forget(c->netmap, name);
-    c->peers_version++;
     br_api_ok(c, m, json_object());
 }
 
@@ -413,7 +397,6 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_decref(spec_json);
     if (id < 0)
         goto fail;
-    c->sched_needed = 1;
     br_spec_destroy(&spec);
     br_api_ok(c, m, json_pack("{s:I}", "id", (json_int_t)id));
     return;

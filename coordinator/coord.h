@@ -1,8 +1,12 @@
 /* coord.h - the coordinator object shared by its modules: the socket loop
- * (server.c), the request handlers (api_cli.c, api_agent.c), job life (jobs.c) and
- * placement (scheduler.c). One thread (the HTTP side's threads, http.h, get only
- * copies of what it publishes); every wake of the loop runs in one store
- * transaction, and replies and orders to agents leave only after it commits. */
+ * (server.c), the request handlers (api_cli.c, api_agent.c), the modules (node
+ * life, services, placement: nodelife.c, services.c, scheduler.c), the job core
+ * (jobs.c, over the jobs in memory of jobtab.c) and the store. Calls go one way,
+ * in that order; the core tells the modules what happened through hooks
+ * (hooks.h), and each module keeps its own state. One thread (the HTTP side's
+ * threads, http.h, get only copies of what it publishes); every wake of the loop
+ * runs in one store transaction, and replies and orders to agents leave only
+ * after it commits. */
 #ifndef BRAMBLE_COORD_H
 #define BRAMBLE_COORD_H
 
@@ -11,6 +15,7 @@
 
 #include "config.h"
 #include "dirlock.h"
+#include "hooks.h"
 #include "http.h"
 #include "jobtab.h"
 #include "msg.h"
@@ -48,17 +53,16 @@ typedef struct br_coord {
     size_t wake_len;
     char *wake_log; /* event lines of this wake, printed once it is committed */
     size_t wake_log_len, wake_log_cap;
-    int sched_needed;
-    int sched_on_heartbeat; /* a job waits for nodes to be heard from: rerun then */
-    int64_t limits_checked; /* monotonic ms of the last time-limit sweep */
+    br_hooks_t *hooks;      /* what the modules hear of the core (hooks.h) */
+    struct br_sched *sched; /* the scheduler's own state (scheduler.h) */
+    struct br_services *services; /* the services' own state (services.h) */
+    int64_t ticked;         /* monotonic ms of the last BR_HOOK_TICK */
     json_t *runs_sent;      /* "job.attempt.rank" keys of job.run orders this process sent */
     br_netmap_t *netmap;    /* round trips between nodes, from their heartbeats */
     int peers_version;      /* grows when the set of probe peers changes */
     br_probeset_t *probeset; /* who probes whom, rebuilt from nodes (probeset.h) */
     char probe_key[65];     /* hex: the key agents' probes are signed with */
-    json_t *health;         /* service replicas' health: {"job id": "healthy"...} */
     br_watchers_t *watchers; /* clients waiting for news (event.watch) */
-    int64_t sched_at;       /* wall ms when a restart backoff ends (0: none) */
     uint64_t sends_dropped;        /* messages dropped: their peer's queue was full */
     uint64_t sends_dropped_logged; /* ... of which the log has told */
     int64_t drops_logged_at;       /* monotonic ms of that log line */
@@ -83,6 +87,9 @@ void br_coord_event(br_coord_t *c, int64_t job, const char *node, const char *st
 /* Something happened to job (0: a node) that clients may wait for: an event, or
  * (is_log) output. br_coord_event calls it; watchers hear of it after the wake. */
 void br_coord_news(br_coord_t *c, int64_t job, int is_log);
+/* Something changed that may let a pending job start (a node freed, a job
+ * waits): runs BR_HOOK_CHANGED, so a scheduling pass ends the wake. */
+void br_coord_changed(br_coord_t *c);
 /* Persist a node's info. */
 void br_coord_save_node(br_coord_t *c, br_node_t *n);
 

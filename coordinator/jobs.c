@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "ckptdir.h"
-#include "services.h"
 #include "util.h"
 
 void br_job_save(br_coord_t *c, br_job_t *job)
@@ -53,10 +52,13 @@ void br_job_post(br_coord_t *c, br_job_t *job, br_job_state_t state, const char 
     job->state = state;
     br_job_save(c, job);
     br_coord_event(c, job->id, node, br_job_state_name(state), "%s", text);
-    if (br_job_state_ended(state))
+    if (br_job_state_ended(state)) {
+        br_hook_arg_t a = {.job = job};
+        br_hooks_run(c, c->hooks, BR_HOOK_JOB_LEFT, &a);
         br_jobtab_remove(c->jobs, job);
+    }
     if (state != BR_JOB_RUNNING)
-        c->sched_needed = 1; /* something was freed, or waits to be placed */
+        br_coord_changed(c); /* something was freed, or waits to be placed */
 }
 
 int br_jobs_world_size(json_t *spec)
@@ -87,8 +89,8 @@ br_job_t *br_jobs_add(br_coord_t *c, json_t *row, br_err_t *err)
         return NULL;
     if (!job)
         br_errf(err, EINVAL, "job %lld was stored ended", (long long)id);
-    else
-        c->sched_needed |= job->state == BR_JOB_PENDING;
+    else if (job->state == BR_JOB_PENDING)
+        br_coord_changed(c);
     return job;
 }
 
@@ -490,18 +492,14 @@ static void end_attempt(br_coord_t *c, br_job_t *job, br_node_t *n, const char *
     if (lost && !job->lost_at) /* from the first loss until it runs again */
         job->lost_at = br_now_ms();
     stop_ranks(c, job, n);
-    if (job->service > 0 && !exclude) {
-        /* a service runs until cancelled: its replica starts again, after a backoff
-         * unless its node was lost */
-        int64_t delay = lost ? 0 : br_services_backoff_ms(job->restarts + 1);
-        char what[700];
-        snprintf(what, sizeof(what), "%s",
-                 cause ? why : "exited 0 (a service runs until cancelled)");
-        br_services_forget(c, job->id);
-        set_exit(job, exit_code, signal, what);
-        snprintf(text, sizeof(text), "%s; starting it again as attempt %d in %.1fs", what,
-                 attempt + 1, (double)delay / 1000.0);
-        requeue(c, job, node, NULL, 0, 0, delay, text);
+    br_hook_arg_t a = {.job = job, .node = n, .cause = cause, .reason = why};
+    if (!exclude) /* a module may take it over (a service's replica starts again) */
+        br_hooks_run(c, c->hooks, BR_HOOK_ATTEMPT_ENDED, &a);
+    if (a.restart) {
+        set_exit(job, exit_code, signal, a.text);
+        snprintf(text, sizeof(text), "%s; starting it again as attempt %d in %.1fs", a.text,
+                 attempt + 1, (double)a.delay_ms / 1000.0);
+        requeue(c, job, node, NULL, 0, 0, a.delay_ms, text);
     } else if (!cause) {
         set_exit(job, exit_code, signal, NULL);
         br_job_post(c, job, BR_JOB_COMPLETED, node, "attempt %d exited 0%s", attempt,
@@ -556,7 +554,7 @@ void br_jobs_exited(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int ex
         br_job_save(c, job);
         br_coord_event(c, id, n->name, br_job_state_name(job->state),
                        "rank %d exited 0 on %s; %d to go", r, n->name, left);
-        c->sched_needed = 1;
+        br_coord_changed(c);
     }
 }
 
@@ -638,7 +636,6 @@ json_t *br_jobs_cancel(br_coord_t *c, int64_t id, br_err_t *err)
     if (br_job_state_live(job->state))
         stop_ranks(c, job, NULL);
     br_job_set_reason(job, "cancelled by request");
-    br_services_forget(c, id);
     br_job_post(c, job, BR_JOB_CANCELLED, n ? n->name : NULL, "cancelled by request");
     return br_store_job_get(c->store, id, err);
 }
@@ -672,63 +669,6 @@ void br_jobs_node_gone(br_coord_t *c, br_node_t *n, const char *reason)
             end_attempt(c, list[i], n, "node_lost", -1, -1, reason, 0);
     free(list);
 }
-static int by_name(const void *a, const void *b)
-{
-    return strcmp((*(br_node_t *const *)a)->name, (*(br_node_t *const *)b)->name);
-}
-
-/* The nodes silent for longer than the node timeout, in name order; only those and
- * the first one heard from since are looked at. NULL when there are none. */
-static br_node_t **silent_nodes(br_coord_t *c, int64_t now, size_t *count)
-{
-    br_node_t **due = NULL, *n, *next;
-    size_t len = 0, cap = 0;
-    for (n = br_nodes_oldest(c->nodes); n; n = next) {
-        next = n->seen_next;
-        if (strcmp(n->state, "lost") == 0) { /* out of the order until heard from */
-            br_nodes_unseen(c->nodes, n);
-            continue;
-        }
-        if (now - n->last_seen_mono <= c->cfg.node_timeout_ms)
-            break; /* and every node after it was heard from later */
-        if (len == cap) {
-            br_node_t **nd = realloc(due, (cap = cap ? 2 * cap : 16) * sizeof(*nd));
-            if (!nd)
-                break; /* the rest next wake */
-            due = nd;
-        }
-        due[len++] = n;
-    }
-    if (len > 1)
-        qsort(due, len, sizeof(*due), by_name);
-    *count = len;
-    return due;
-}
-
-void br_jobs_check_nodes(br_coord_t *c)
-{
-    int64_t now = br_mono_ms();
-    if (now - c->started_mono < c->cfg.grace_ms)
-        return;
-    size_t count;
-    br_node_t **due = silent_nodes(c, now, &count);
-    for (size_t i = 0; i < count; i++) {
-        br_node_t *n = due[i];
-        char reason[128];
-        snprintf(reason, sizeof(reason), "node %s lost (silent for %.1fs)", n->name,
-                 (double)(now - n->last_seen_mono) / 1000.0);
-        br_node_set_state(n, "lost");
-        br_nodes_unseen(c->nodes, n);
-        n->route_len = 0;
-        c->peers_version++; /* no one probes it any more */
-        br_netmap_forget(c->netmap, n->name);
-        br_coord_save_node(c, n);
-        br_coord_event(c, 0, n->name, "lost", "%s", reason);
-        br_jobs_node_gone(c, n, reason);
-    }
-    free(due);
-}
-
 void br_jobs_check_limits(br_coord_t *c)
 {
     int64_t now = br_now_ms();
@@ -746,6 +686,27 @@ void br_jobs_check_limits(br_coord_t *c)
         br_job_set_reason(job, reason);
         br_job_post(c, job, BR_JOB_FAILED, n ? n->name : NULL, "%s", reason);
     }
+}
+
+static void on_node_lost(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)ctx;
+    br_jobs_node_gone(c, a->node, a->reason);
+}
+
+static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)a;
+    (void)ctx;
+    br_jobs_check_limits(c);
+}
+
+int br_jobs_init(br_coord_t *c)
+{
+    return br_hooks_add(c->hooks, BR_HOOK_NODE_LOST, on_node_lost, NULL) < 0 ||
+                   br_hooks_add(c->hooks, BR_HOOK_TICK, on_tick, NULL) < 0
+               ? -1
+               : 0;
 }
 
 static json_t *find_task(json_t *tasks, int64_t id, int attempt)
@@ -780,10 +741,8 @@ void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full)
         if (t) { /* it runs: a start report lost on the way counts as made now */
             if (rs == BR_RANK_PLACED)
                 rank_started(c, job, r, (int)json_integer_value(json_object_get(t, "port")));
-            if (job->service > 0 && br_job_state_live(job->state)) {
-                const char *h = json_string_value(json_object_get(t, "health"));
-                br_services_health(c, job, n, h ? h : "healthy"); /* no check: healthy */
-            }
+            br_hook_arg_t a = {.job = job, .node = n, .task = t};
+            br_hooks_run(c, c->hooks, BR_HOOK_TASK_REPORTED, &a);
             continue;
         }
         if (rs == BR_RANK_PLACED && !run_sent(c, job, r)) {

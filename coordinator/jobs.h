@@ -8,7 +8,9 @@
  *
  * The current jobs live in memory (jobtab.h, job.h): every change is made there
  * and written through to the store inside the wake's transaction, so a heartbeat
- * or a report reads no job from the store. */
+ * or a report reads no job from the store. The job core calls no module by
+ * name: it tells them through hooks (hooks.h) when an attempt ended (a service
+ * may take it over), a task was reported, a job left, or a placement may change. */
 #ifndef BRAMBLE_JOBS_H
 #define BRAMBLE_JOBS_H
 
@@ -85,12 +87,12 @@ json_t *br_jobs_cancel(br_coord_t *c, int64_t id, br_err_t *err);
 /* Every current attempt on node n ends with cause node_lost and this reason. */
 void br_jobs_node_gone(br_coord_t *c, br_node_t *n, const char *reason);
 
-/* Failure detector: nodes silent past node_timeout (after the start-up grace) become
- * lost, and their jobs are requeued or failed. */
-void br_jobs_check_nodes(br_coord_t *c);
-
 /* Running attempts past their spec's time_limit are killed and the job fails. */
 void br_jobs_check_limits(br_coord_t *c);
+
+/* Register the job core's own hooks (hooks.h): a lost or removed node's ranks
+ * are over (br_jobs_node_gone); the time-limit sweep, once a second. */
+int br_jobs_init(br_coord_t *c);
 
 /* Reconcile a node's report of its tasks (hello and heartbeat): current attempts it
  * no longer runs end; attempts it runs that are not current are killed. full: the

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "jobs.h"
-#include "services.h"
 #include "spec.h"
 #include "util.h"
 
@@ -405,9 +404,67 @@ static void set_reason(br_coord_t *c, br_job_t *job, const char *reason)
         br_job_save(c, job);
 }
 
+struct br_sched {
+    int needed;       /* a pass is due at the end of the wake */
+    int on_heartbeat; /* a job waits for nodes to be heard from: pass again then */
+    int64_t at;       /* wall ms when a restart backoff ends (0: none) */
+};
+
+static void on_changed(br_coord_t *c, br_hook_arg_t *arg, void *ctx)
+{
+    (void)c;
+    (void)arg;
+    ((br_sched_t *)ctx)->needed = 1;
+}
+
+static void on_heard(br_coord_t *c, br_hook_arg_t *arg, void *ctx)
+{
+    (void)c;
+    (void)arg;
+    br_sched_t *s = ctx;
+    s->needed |= s->on_heartbeat;
+}
+
+br_sched_t *br_sched_new(br_coord_t *c)
+{
+    br_sched_t *s = calloc(1, sizeof(*s));
+    if (s && (br_hooks_add(c->hooks, BR_HOOK_CHANGED, on_changed, s) < 0 ||
+              br_hooks_add(c->hooks, BR_HOOK_NODE_BACK, on_changed, s) < 0 ||
+              br_hooks_add(c->hooks, BR_HOOK_JOB_LEFT, on_changed, s) < 0 ||
+              br_hooks_add(c->hooks, BR_HOOK_NODE_HEARD, on_heard, s) < 0)) {
+        free(s);
+        return NULL;
+    }
+    if (s)
+        s->needed = 1; /* the first wake places what the store left pending */
+    return s;
+}
+
+void br_sched_destroy(br_sched_t **s)
+{
+    if (s) {
+        free(*s);
+        *s = NULL;
+    }
+}
+
+void br_sched_wake(br_coord_t *c)
+{
+    br_sched_t *s = c->sched;
+    if (s->at && br_now_ms() >= s->at) { /* a restart backoff is over */
+        s->at = 0;
+        s->needed = 1;
+    }
+    if (s->needed) {
+        s->needed = 0;
+        br_sched_run(c);
+    }
+}
+
 void br_sched_run(br_coord_t *c)
 {
-    c->sched_on_heartbeat = 0;
+    br_sched_t *s = c->sched;
+    s->on_heartbeat = 0;
     size_t n = 0, cap = 0;
     br_job_t **list = NULL;
     int replicas = 0;
@@ -431,7 +488,7 @@ void br_sched_run(br_coord_t *c)
                         .netmap = c->netmap,
                         .now_ms = br_now_ms(),
                         .replicas = replicas ? replica_counts(c) : NULL};
-    br_sched_decision_t *d = list ? br_sched_plan(&in, list, n, &c->sched_on_heartbeat) : NULL;
+    br_sched_decision_t *d = list ? br_sched_plan(&in, list, n, &s->on_heartbeat) : NULL;
     for (size_t i = 0; d && i < n; i++) {
         switch (d[i].verdict) {
         case BR_SCHED_PLACE:
@@ -442,8 +499,8 @@ void br_sched_run(br_coord_t *c)
             set_reason(c, d[i].job, d[i].reason);
             break;
         case BR_SCHED_LATER:
-            if (!c->sched_at || d[i].not_before < c->sched_at)
-                c->sched_at = d[i].not_before;
+            if (!s->at || d[i].not_before < s->at)
+                s->at = d[i].not_before;
             break;
         }
     }

@@ -27,6 +27,16 @@
 
 #define BR_SCHED_GANG_CANDIDATES 64
 
+/* The scheduler's own state: whether a pass is due. It learns so from the hooks
+ * (hooks.h) it registers: something changed, a node is back, a job left, a
+ * node was heard while a gang waits for fresh heartbeats; and from a backoff's
+ * end. NULL when out of memory. */
+typedef struct br_sched br_sched_t;
+br_sched_t *br_sched_new(br_coord_t *c);
+void br_sched_destroy(br_sched_t **s);
+/* At the end of a wake: a pass when one is due. */
+void br_sched_wake(br_coord_t *c);
+
 /* One pass: the pending jobs in memory, br_sched_plan, then each decision
  * carried out (br_jobs_place, the reason stored, the backoff's end remembered). */
 void br_sched_run(br_coord_t *c);

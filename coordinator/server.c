@@ -17,7 +17,9 @@
 #include "audit.h"
 #include "coord.h"
 #include "jobs.h"
+#include "nodelife.h"
 #include "scheduler.h"
+#include "services.h"
 #include "sock.h"
 #include "util.h"
 
@@ -116,11 +118,11 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->seq = 1;
     c->runs_sent = json_object();
     c->jobs = br_jobtab_new();
+    c->hooks = br_hooks_new();
     c->netmap = br_netmap_new();
     c->probeset = br_probeset_new();
     c->watchers = br_watchers_new();
     c->stats = br_stats_new();
-    c->health = json_object();
     /* the probe key follows from the coordinator's secret: the same after a restart */
     unsigned char pk[32];
     crypto_generichash(pk, sizeof(pk), (const unsigned char *)"bramble probe key", 17,
@@ -149,7 +151,12 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->nodes = br_nodes_new();
     if (!c->store)
         goto fail;
-    if (!c->nodes || !c->jobs || !c->netmap || !c->probeset || !c->stats) {
+    if (c->hooks && br_jobs_init(c) == 0) { /* the modules hear of the core */
+        c->services = br_services_new(c);
+        c->sched = br_sched_new(c);
+    }
+    if (!c->nodes || !c->jobs || !c->netmap || !c->probeset || !c->stats || !c->services ||
+        !c->sched) {
         br_errf(err, ENOMEM, "out of memory");
         goto fail;
     }
@@ -165,7 +172,6 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->sock = br_sock_server(c->ctx, cfg->listen, cfg->secret_key, err);
     if (!c->sock || open_http(c, err) < 0)
         goto fail;
-    c->sched_needed = 1;
     return c;
 fail:
     br_coord_destroy(&c);
@@ -192,7 +198,9 @@ void br_coord_destroy(br_coord_t **cp)
     br_netmap_destroy(&c->netmap);
     br_probeset_destroy(&c->probeset);
     br_watchers_destroy(&c->watchers);
-    json_decref(c->health);
+    br_sched_destroy(&c->sched);
+    br_services_destroy(&c->services);
+    br_hooks_destroy(&c->hooks);
     br_storemark_destroy(&c->mark);
     br_store_destroy(&c->store);
     br_dirlock_destroy(&c->lock);
@@ -320,6 +328,11 @@ static void wake_log_end(br_coord_t *c, int committed)
     c->wake_log_len = 0;
 }
 
+void br_coord_changed(br_coord_t *c)
+{
+    br_hooks_run(c, c->hooks, BR_HOOK_CHANGED, NULL);
+}
+
 void br_coord_save_node(br_coord_t *c, br_node_t *n)
 {
     br_err_t err;
@@ -408,7 +421,7 @@ static void abort_wake(br_coord_t *c, int errnum)
                                                     "is full)"
                                                   : "store error (see brambled's log)"));
     }
-    c->sched_needed = 1; /* what the wake decided is undone: decide again */
+    br_coord_changed(c); /* what the wake decided is undone: decide again */
 }
 
 /* Read up to BATCH_MAX messages, each in its own savepoint. Returns 0, or the
@@ -507,24 +520,17 @@ static void wake(br_coord_t *c, int readable)
         end_wake(c, 0);
         return;
     }
-    br_jobs_check_nodes(c);
+    br_nodelife_check(c);
     int64_t now = br_mono_ms();
-    if (now - c->limits_checked >= 1000) {
-        c->limits_checked = now;
-        br_jobs_check_limits(c);
+    if (now - c->ticked >= 1000) {
+        c->ticked = now;
+        br_hooks_run(c, c->hooks, BR_HOOK_TICK, NULL);
         if (c->cfg.log_retention_ms > 0 && /* a bounded bite per second */
             br_store_log_expire(c->store, br_now_ms() - c->cfg.log_retention_ms, 2000,
                                 &err) < 0)
             fprintf(stderr, "brambled: expiring old logs: %s\n", err.text);
     }
-    if (c->sched_at && br_now_ms() >= c->sched_at) { /* a restart backoff is over */
-        c->sched_at = 0;
-        c->sched_needed = 1;
-    }
-    if (c->sched_needed) {
-        c->sched_needed = 0;
-        br_sched_run(c);
-    }
+    br_sched_wake(c);
     if (br_store_commit(c->store, &err) < 0) {
         /* nothing is on disk: no request is answered as done */
         fprintf(stderr, "brambled: commit failed: %s\n", err.text);

@@ -59,7 +59,6 @@ static int64_t add_replica(br_coord_t *c, json_t *service, int64_t service_id, i
     if (id > 0)
         br_coord_event(c, id, NULL, "pending", "replica %d of service %lld", k,
                        (long long)service_id);
-    c->sched_needed = 1;
     return id;
 }
 
@@ -180,18 +179,23 @@ void br_services_cancel(br_coord_t *c, json_t *service)
     json_decref(have);
 }
 
+struct br_services {
+    json_t *health; /* replicas' health as their agents last said: {"job id": ...} */
+};
+
 const char *br_services_health_of(br_coord_t *c, int64_t id)
 {
     char key[24];
     snprintf(key, sizeof(key), "%lld", (long long)id);
-    return json_string_value(json_object_get(c->health, key));
+    return json_string_value(json_object_get(c->services->health, key));
 }
 
-void br_services_forget(br_coord_t *c, int64_t id)
+/* The replica's attempt ended: its health is unknown until its next one says. */
+static void forget(br_coord_t *c, int64_t id)
 {
     char key[24];
     snprintf(key, sizeof(key), "%lld", (long long)id);
-    json_object_del(c->health, key);
+    json_object_del(c->services->health, key);
 }
 
 /* Where a replica answers: its node's address and the port its agent gave it. */
@@ -227,7 +231,7 @@ json_t *br_services_endpoints(br_coord_t *c, json_t *service)
     return out;
 }
 
-void br_services_health(br_coord_t *c, br_job_t *job, br_node_t *n, const char *health)
+static void set_health(br_coord_t *c, br_job_t *job, br_node_t *n, const char *health)
 {
     int64_t id = job->id;
     const char *was = br_services_health_of(c, id);
@@ -235,7 +239,7 @@ void br_services_health(br_coord_t *c, br_job_t *job, br_node_t *n, const char *
         return;
     char key[24];
     snprintf(key, sizeof(key), "%lld", (long long)id);
-    json_object_set_new(c->health, key, json_string(health));
+    json_object_set_new(c->services->health, key, json_string(health));
     br_coord_event(c, id, n->name, br_job_state_name(job->state),
                    "replica %d %s on %s (port %d)", job->replica, health, n->name, job->port);
     if (strcmp(health, "healthy") == 0 && job->restarts > 0) {
@@ -280,4 +284,60 @@ void br_services_annotate(br_coord_t *c, json_t *job, json_t *out)
         json_object_set_new(out, "replicas", list);
         json_object_set_new(out, "replicas_wanted", json_integer(extra_int(job, "replicas")));
     }
+}
+
+/* A replica's attempt ended: a service runs until it is cancelled, so it starts
+ * again, after a backoff unless its node was lost. */
+static void on_attempt_ended(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)ctx;
+    if (a->job->service <= 0)
+        return;
+    int lost = a->cause && strcmp(a->cause, "node_lost") == 0;
+    forget(c, a->job->id);
+    a->restart = 1;
+    a->delay_ms = lost ? 0 : br_services_backoff_ms(a->job->restarts + 1);
+    snprintf(a->text, sizeof(a->text), "%s",
+             a->cause ? a->reason : "exited 0 (a service runs until cancelled)");
+}
+
+/* Its agent's word on a running replica (no health check: running is healthy). */
+static void on_task(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)ctx;
+    if (a->job->service <= 0 || !br_job_state_live(a->job->state))
+        return;
+    const char *h = json_string_value(json_object_get(a->task, "health"));
+    set_health(c, a->job, a->node, h ? h : "healthy");
+}
+
+static void on_left(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)ctx;
+    forget(c, a->job->id);
+}
+
+br_services_t *br_services_new(br_coord_t *c)
+{
+    br_services_t *s = calloc(1, sizeof(*s));
+    if (!s || !(s->health = json_object()) ||
+        br_hooks_add(c->hooks, BR_HOOK_ATTEMPT_ENDED, on_attempt_ended, s) < 0 ||
+        br_hooks_add(c->hooks, BR_HOOK_TASK_REPORTED, on_task, s) < 0 ||
+        br_hooks_add(c->hooks, BR_HOOK_JOB_LEFT, on_left, s) < 0) {
+        if (s)
+            json_decref(s->health);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void br_services_destroy(br_services_t **sp)
+{
+    br_services_t *s = sp ? *sp : NULL;
+    if (!s)
+        return;
+    json_decref(s->health);
+    free(s);
+    *sp = NULL;
 }

@@ -48,10 +48,14 @@ void br_services_cancel(br_coord_t *c, json_t *service);
 /* A replica's health as its agent last reported it ("starting", "healthy",
  * "unhealthy"), remembered in memory; changes are events, and a healthy replica's
  * restart backoff starts again from the beginning. */
-void br_services_health(br_coord_t *c, br_job_t *job, br_node_t *n, const char *health);
 const char *br_services_health_of(br_coord_t *c, int64_t id);
-/* The replica's attempt ended: its health is unknown until its next one says. */
-void br_services_forget(br_coord_t *c, int64_t id);
+
+/* The services' own state (the replicas' health), and its hooks (hooks.h): a
+ * replica whose attempt ended starts again after its backoff; its agent's word
+ * on its health; a job that left is forgotten. NULL when out of memory. */
+typedef struct br_services br_services_t;
+br_services_t *br_services_new(br_coord_t *c);
+void br_services_destroy(br_services_t **s);
 
 /* The wait before a replica's next start after restarts in a row. */
 int64_t br_services_backoff_ms(int64_t restarts);

@@ -2,7 +2,8 @@
  * a real store in a temporary directory, nodes in memory, no sockets (the orders
  * to agents are read from the outbox). Each test drives a job through the calls
  * the handlers make (placement by the scheduler, started, exited, not here, node
- * full, node lost, reconcile, cancel, time limit) and checks its state in memory
+ * full, node lost, reconcile, cancel, time limit) with the modules' hooks as
+ * brambled registers them (services, scheduler), and checks its state in memory
  * and in the store, what the nodes hold, and which orders went to which node. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,7 +16,9 @@
 #include <cmocka.h>
 
 #include "jobs.h"
+#include "nodelife.h"
 #include "scheduler.h"
+#include "services.h"
 #include "util.h"
 
 typedef struct {
@@ -56,9 +59,10 @@ static int setup(void **state)
     c->netmap = br_netmap_new();
     c->stats = br_stats_new();
     c->runs_sent = json_object();
-    c->health = json_object();
+    c->hooks = br_hooks_new();
     c->seq = 1;
-    if (!c->store || !c->nodes || !c->jobs || !c->stats ||
+    if (!c->store || !c->nodes || !c->jobs || !c->stats || !c->hooks || br_jobs_init(c) < 0 ||
+        !(c->services = br_services_new(c)) || !(c->sched = br_sched_new(c)) ||
         br_store_begin(c->store, &err) < 0)
         return -1;
     w->a = node(c, "a", 4);
@@ -87,7 +91,9 @@ static int teardown(void **state)
     br_netmap_destroy(&c->netmap);
     br_stats_destroy(&c->stats);
     json_decref(c->runs_sent);
-    json_decref(c->health);
+    br_sched_destroy(&c->sched);
+    br_services_destroy(&c->services);
+    br_hooks_destroy(&c->hooks);
     char cmd[96];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", w->dir);
     int rc = system(cmd);
@@ -276,7 +282,8 @@ static void test_node_faults(void **state)
     j->not_before = 0;
     br_sched_run(c);
     assert_state(c, id, "starting");
-    br_jobs_node_gone(c, m, "node m lost (silent for 5.0s)");
+    br_hook_arg_t lost = {.node = m, .reason = "node m lost (silent for 5.0s)"};
+    br_hooks_run(c, c->hooks, BR_HOOK_NODE_LOST, &lost); /* as node life says it */
     assert_state(c, id, "failed");
     assert_event(c, id, "lost");
     br_jobtab_sweep(c->jobs);
@@ -379,6 +386,43 @@ static void test_restore_after_rollback(void **state)
     assert_int_equal(w->a->cpus_used + w->b->cpus_used, 0);
 }
 
+/* A service's replica starts again whenever it ends (services' hook): after a
+ * backoff that doubles, none when its node was lost; cancelled, it ends. */
+static void test_replica_restarts_through_the_services_hook(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->c;
+    br_err_t err;
+    int64_t id = submit(c, "{\"command\": \"serve\", \"resources\": {\"cpus\": 1}}");
+    br_job_t *j = br_jobtab_find(c->jobs, id);
+    j->service = 1; /* as br_services_submit makes them */
+    j->replica = 0;
+    br_sched_run(c);
+    br_node_t *n = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_jobs_started(c, id, 1, n, 8000);
+    br_jobs_exited(c, id, 1, n, 0, -1, "");
+    assert_state(c, id, "pending"); /* not completed: a service runs until cancelled */
+    assert_event(c, id, "exited 0 (a service runs until cancelled); starting it again as "
+                        "attempt 2 in 1.0s");
+    assert_true(j->not_before > br_now_ms());
+    j->not_before = 0;
+    br_sched_run(c);
+    n = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_jobs_started(c, id, 2, n, 8000);
+    br_jobs_exited(c, id, 2, n, 1, -1, "");
+    assert_event(c, id, "exit code 1; starting it again as attempt 3 in 2.0s");
+    j->not_before = 0;
+    br_sched_run(c);
+    n = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_jobs_started(c, id, 3, n, 8000);
+    br_hook_arg_t lost = {.node = n, .reason = "node lost (silent for 5.0s)"};
+    br_hooks_run(c, c->hooks, BR_HOOK_NODE_LOST, &lost);
+    assert_event(c, id, "starting it again as attempt 4 in 0.0s");
+    json_decref(br_jobs_cancel(c, id, &err));
+    assert_state(c, id, "cancelled");
+    br_jobtab_sweep(c->jobs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -390,6 +434,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cancel_and_time_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restore_after_rollback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replica_restarts_through_the_services_hook, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

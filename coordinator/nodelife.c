@@ -1,0 +1,143 @@
+/* nodelife.c - a node's life: heard from, hello, drain, removal, lost. */
+#include "nodelife.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+br_node_t *br_nodelife_seen(br_coord_t *c, const char *name, const void *route, size_t len)
+{
+    br_node_t *n = br_nodes_find(c->nodes, name);
+    if (!n || len > sizeof(n->route))
+        return NULL;
+    n->new_route = len != n->route_len || memcmp(route, n->route, len) != 0;
+    memcpy(n->route, route, len);
+    n->route_len = len;
+    br_nodes_seen(c->nodes, n, br_mono_ms());
+    n->last_seen_ms = br_now_ms();
+    if (n->new_route) { /* (re)connected: it may take pending jobs */
+        br_hook_arg_t a = {.node = n};
+        br_hooks_run(c, c->hooks, BR_HOOK_NODE_BACK, &a);
+    }
+    return n;
+}
+
+void br_nodelife_hello(br_coord_t *c, br_node_t *n)
+{
+    c->peers_version++; /* its address or port may be new: every agent hears of it */
+    n->peers_sent = c->peers_version - 1;
+    n->peers_hash = 0; /* a new agent, or one that reconnected: its next heartbeat says */
+    const char *was = n->state;
+    /* hellos an agent queued while cut off arrive together on one connection: one
+     * event for them */
+    if (strcmp(was, "draining") != 0 && (n->new_route || strcmp(was, "ready") != 0)) {
+        br_coord_event(c, 0, n->name, "ready", "%s",
+                       strcmp(was, "lost") == 0 ? "connected" : "reconnected");
+        br_node_set_state(n, "ready");
+    }
+    br_coord_save_node(c, n);
+    br_hook_arg_t a = {.node = n};
+    br_hooks_run(c, c->hooks, BR_HOOK_NODE_BACK, &a);
+}
+
+void br_nodelife_heard(br_coord_t *c, br_node_t *n)
+{
+    br_hook_arg_t a = {.node = n};
+    br_hooks_run(c, c->hooks, BR_HOOK_NODE_HEARD, &a);
+}
+
+void br_nodelife_drain(br_coord_t *c, br_node_t *n, const char *by)
+{
+    if (strcmp(n->state, "ready") != 0)
+        return;
+    br_node_set_state(n, "draining");
+    br_coord_save_node(c, n);
+    br_coord_event(c, 0, n->name, "draining", "drained by %s: no new jobs", by);
+}
+
+void br_nodelife_undrain(br_coord_t *c, br_node_t *n, const char *by)
+{
+    if (strcmp(n->state, "draining") != 0)
+        return;
+    br_node_set_state(n, "ready");
+    br_coord_save_node(c, n);
+    br_coord_event(c, 0, n->name, "ready", "undrained by %s", by);
+    br_coord_changed(c);
+}
+
+int br_nodelife_remove(br_coord_t *c, br_node_t *n, const char *by, br_err_t *err)
+{
+    char name[64];
+    br_strlcpy(name, n->name, sizeof(name));
+    if (br_store_key_revoke(c->store, BR_PRINCIPAL_NODE, name, err) < 0 ||
+        br_store_node_delete(c->store, name, err) < 0)
+        return -1;
+    br_hook_arg_t a = {.node = n, .reason = "node removed"};
+    br_hooks_run(c, c->hooks, BR_HOOK_NODE_LOST, &a);
+    br_coord_event(c, 0, name, "removed", "removed by %s; its key is revoked", by);
+    br_nodes_remove(c->nodes, name);
+    br_netmap_forget(c->netmap, name);
+    c->peers_version++;
+    return 0;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp((*(br_node_t *const *)a)->name, (*(br_node_t *const *)b)->name);
+}
+
+/* The nodes silent for longer than the node timeout, in name order; only those and
+ * the first one heard from since are looked at. NULL when there are none. */
+static br_node_t **silent_nodes(br_coord_t *c, int64_t now, size_t *count)
+{
+    br_node_t **due = NULL, *n, *next;
+    size_t len = 0, cap = 0;
+    for (n = br_nodes_oldest(c->nodes); n; n = next) {
+        next = n->seen_next;
+        if (strcmp(n->state, "lost") == 0) { /* out of the order until heard from */
+            br_nodes_unseen(c->nodes, n);
+            continue;
+        }
+        if (now - n->last_seen_mono <= c->cfg.node_timeout_ms)
+            break; /* and every node after it was heard from later */
+        if (len == cap) {
+            br_node_t **nd = realloc(due, (cap = cap ? 2 * cap : 16) * sizeof(*nd));
+            if (!nd)
+                break; /* the rest next wake */
+            due = nd;
+        }
+        due[len++] = n;
+    }
+    if (len > 1)
+        qsort(due, len, sizeof(*due), by_name);
+    *count = len;
+    return due;
+}
+
+void br_nodelife_check(br_coord_t *c)
+{
+    int64_t now = br_mono_ms();
+    if (now - c->started_mono < c->cfg.grace_ms)
+        return;
+    size_t count;
+    br_node_t **due = silent_nodes(c, now, &count);
+    for (size_t i = 0; i < count; i++) {
+        br_node_t *n = due[i];
+        char reason[128];
+        snprintf(reason, sizeof(reason), "node %s lost (silent for %.1fs)", n->name,
+                 (double)(now - n->last_seen_mono) / 1000.0);
+        br_node_set_state(n, "lost");
+        br_nodes_unseen(c->nodes, n);
+        n->route_len = 0;
+        c->peers_version++; /* no one probes it any more */
+        br_netmap_forget(c->netmap, n->name);
+        br_coord_save_node(c, n);
+        br_coord_event(c, 0, n->name, "lost", "%s", reason);
+        br_hook_arg_t a = {.node = n, .reason = reason};
+        br_hooks_run(c, c->hooks, BR_HOOK_NODE_LOST, &a);
+    }
+    free(due);
+}
+

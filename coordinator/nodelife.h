@@ -1,0 +1,31 @@
+/* nodelife.h - a node's life on the coordinator: heard from (and on which
+ * connection), hello (ready again), drain and undrain, removal, and the failure
+ * detector that declares a node lost once it has been silent past the node
+ * timeout. Each step is an event and the node saved; what it means for jobs and
+ * placement the modules hear through hooks (hooks.h): BR_HOOK_NODE_LOST (its
+ * ranks are over), BR_HOOK_NODE_BACK, BR_HOOK_NODE_HEARD, BR_HOOK_CHANGED. */
+#ifndef BRAMBLE_NODELIFE_H
+#define BRAMBLE_NODELIFE_H
+
+#include <stddef.h>
+
+#include "coord.h"
+
+/* A message from node name's agent came on route: its node, now last heard from
+ * (NULL when no such node is registered). A new route (a new connection) is
+ * BR_HOOK_NODE_BACK: it may take pending jobs. */
+br_node_t *br_nodelife_seen(br_coord_t *c, const char *name, const void *route, size_t len);
+/* Its agent said hello: ready (with an event) unless an admin drained it. */
+void br_nodelife_hello(br_coord_t *c, br_node_t *n);
+/* Its heartbeat was taken. */
+void br_nodelife_heard(br_coord_t *c, br_node_t *n);
+/* No new jobs (ready -> draining), or again (draining -> ready); by: who. */
+void br_nodelife_drain(br_coord_t *c, br_node_t *n, const char *by);
+void br_nodelife_undrain(br_coord_t *c, br_node_t *n, const char *by);
+/* Revoke its key, forget it; its ranks are over. -1 with err when the store fails. */
+int br_nodelife_remove(br_coord_t *c, br_node_t *n, const char *by, br_err_t *err);
+/* The failure detector: nodes silent past node_timeout (after the start-up grace)
+ * become lost. */
+void br_nodelife_check(br_coord_t *c);
+
+#endif
