@@ -57,10 +57,9 @@ static br_job_t *make_job(int id)
     };
     json_error_t e;
     json_t *res = json_loads(shapes[id % 4], 0, &e);
-    json_t *row = json_pack("{s:i, s:s, s:s, s:s, s:s, s:{s:s, s:i, s:o}, s:{}}", "id", id,
-                            "name", "j", "owner", "u", "kind", "job", "state", "pending",
-                            "spec", "command", "true", "priority", id % 3, "resources", res,
-                            "extra");
+    json_t *row = json_pack("{s:i, s:s, s:s, s:s, s:s, s:{s:s, s:i, s:o}}", "id", id, "name",
+                            "j", "owner", "u", "kind", "job", "state", "pending", "spec",
+                            "command", "true", "priority", id % 3, "resources", res);
     br_err_t err;
     br_job_t *j = br_job_from_row(row, &err);
     json_decref(row);

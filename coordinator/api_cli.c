@@ -516,10 +516,8 @@ void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                 "job %lld is replica %lld of service %lld: scale the service (bramble "
                 "scale) or cancel it",
                 (long long)id,
-                (long long)json_integer_value(json_object_get(json_object_get(job, "extra"),
-                                                              "replica")),
-                (long long)json_integer_value(json_object_get(json_object_get(job, "extra"),
-                                                              "service")));
+                (long long)json_integer_value(json_object_get(job, "replica")),
+                (long long)json_integer_value(json_object_get(job, "service")));
         json_decref(job);
         br_api_fail(c, m, &err);
         return;
@@ -947,8 +945,8 @@ void br_api_service_endpoints(br_coord_t *c, br_msg_t *m, const br_caller_t *who
     if (!s)
         return;
     br_api_ok(c, m, json_pack("{s:o, s:I}", "endpoints", br_services_endpoints(c, s),
-                              "replicas", json_integer_value(json_object_get(
-                                              json_object_get(s, "extra"), "replicas"))));
+                              "replicas",
+                              json_integer_value(json_object_get(s, "replicas"))));
     json_decref(s);
 }
 
@@ -969,7 +967,7 @@ void br_api_service_scale(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_t *s = named_service(c, m, who, name);
     if (!s)
         return;
-    int was = (int)json_integer_value(json_object_get(json_object_get(s, "extra"), "replicas"));
+    int was = (int)json_integer_value(json_object_get(s, "replicas"));
     if (br_services_scale(c, s, replicas, &err) < 0)
         br_api_fail(c, m, &err);
     else

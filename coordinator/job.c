@@ -87,19 +87,11 @@ int br_job_set_ranks(br_job_t *job, const char *const *nodes, json_t *const *sha
     return 0;
 }
 
-/* The placement of row: today's {"ranks": [...], "port"}, or an older
- * coordinator's one share object, whose node is the first of "nodes". */
+/* The placement of row ({"ranks": [...], "port"}; null when it has none). */
 static int read_assign(br_job_t *job, const json_t *row)
 {
     json_t *assign = json_object_get(row, "assign");
     json_t *ranks = json_object_get(assign, "ranks");
-    if (json_is_object(assign) && !json_is_array(ranks)) { /* the older form */
-        const char *node = json_string_value(json_array_get(json_object_get(row, "nodes"), 0));
-        if (br_job_set_ranks(job, &node, &assign, 1) < 0)
-            return -1;
-        job->ranks[0].state = job->state == BR_JOB_RUNNING ? BR_RANK_STARTED : BR_RANK_PLACED;
-        return 0;
-    }
     size_t n = json_array_size(ranks);
     const char **nodes = calloc(n ? n : 1, sizeof(*nodes));
     json_t **shares = calloc(n ? n : 1, sizeof(*shares));
@@ -123,19 +115,19 @@ static int read_assign(br_job_t *job, const json_t *row)
     return rc;
 }
 
-static void read_extra(br_job_t *job, const json_t *x)
+static void read_bookkeeping(br_job_t *job, const json_t *row)
 {
-    job->restarts = (int)int_or(x, "restarts", 0);
-    job->not_before = int_or(x, "not_before", 0);
-    job->fresh_after = int_or(x, "fresh_after", 0);
-    job->lost_at = int_or(x, "lost_at", 0);
-    job->service = int_or(x, "service", 0);
-    job->replica = (int)int_or(x, "replica", 0);
-    job->replicas = (int)int_or(x, "replicas", -1);
-    job->placement = dup_or_null(json_string_value(json_object_get(x, "placement")));
+    job->restarts = (int)int_or(row, "restarts", 0);
+    job->not_before = int_or(row, "not_before", 0);
+    job->fresh_after = int_or(row, "fresh_after", 0);
+    job->lost_at = int_or(row, "lost_at", 0);
+    job->service = int_or(row, "service", 0);
+    job->replica = (int)int_or(row, "replica", 0);
+    job->replicas = (int)int_or(row, "replicas", -1);
+    job->placement = dup_or_null(json_string_value(json_object_get(row, "placement")));
     size_t i;
     json_t *e;
-    json_array_foreach(json_object_get(x, "exclude"), i, e) {
+    json_array_foreach(json_object_get(row, "exclude"), i, e) {
         if (json_is_string(e))
             br_job_exclude(job, json_string_value(e));
     }
@@ -174,7 +166,7 @@ br_job_t *br_job_from_row(const json_t *row, br_err_t *err)
     json_t *res = json_object_get(spec, "resources");
     job->shape = json_dumps(res ? res : json_null(),
                             JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-    read_extra(job, json_object_get(row, "extra"));
+    read_bookkeeping(job, row);
     if (!job->name || !job->owner || !job->shape || read_assign(job, row) < 0) {
         br_job_destroy(&job);
         return br_errp(err, ENOMEM, "job: out of memory");
@@ -215,42 +207,9 @@ json_t *br_job_assign(const br_job_t *job)
     return json_pack("{s:o, s:i}", "ranks", ranks, "port", job->port);
 }
 
-json_t *br_job_extra(const br_job_t *job)
+static json_t *opt_int(int64_t v, int64_t none)
 {
-    json_t *x = json_object();
-    if (job->restarts)
-        json_object_set_new(x, "restarts", json_integer(job->restarts));
-    if (job->not_before)
-        json_object_set_new(x, "not_before", json_integer(job->not_before));
-    if (job->fresh_after)
-        json_object_set_new(x, "fresh_after", json_integer(job->fresh_after));
-    if (job->lost_at)
-        json_object_set_new(x, "lost_at", json_integer(job->lost_at));
-    if (job->nexclude) {
-        json_t *ex = json_array();
-        for (int i = 0; i < job->nexclude; i++)
-            json_array_append_new(ex, json_string(job->exclude[i]));
-        json_object_set_new(x, "exclude", ex);
-    }
-    if (job->placement)
-        json_object_set_new(x, "placement", json_string(job->placement));
-    if (job->service > 0) {
-        json_object_set_new(x, "service", json_integer(job->service));
-        json_object_set_new(x, "replica", json_integer(job->replica));
-    }
-    if (job->replicas >= 0)
-        json_object_set_new(x, "replicas", json_integer(job->replicas));
-    return x;
-}
-
-static json_t *time_or_null(int64_t ms)
-{
-    return ms ? json_integer(ms) : json_null();
-}
-
-static json_t *int_or_null(int v)
-{
-    return v >= 0 ? json_integer(v) : json_null();
+    return v != none ? json_integer(v) : json_null();
 }
 
 json_t *br_job_fields(const br_job_t *job)
@@ -258,13 +217,27 @@ json_t *br_job_fields(const br_job_t *job)
     json_t *nodes = json_array();
     for (int r = 0; r < job->nranks; r++)
         json_array_append_new(nodes, json_string(job->ranks[r].node));
-    return json_pack("{s:s, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "state",
-                     br_job_state_name(job->state), "attempt", job->attempt, "nodes", nodes,
-                     "assign", br_job_assign(job), "started", time_or_null(job->started),
-                     "ended", time_or_null(job->ended), "exit_code",
-                     int_or_null(job->exit_code), "signal", int_or_null(job->signal),
-                     "reason", job->reason ? json_string(job->reason) : json_null(), "extra",
-                     br_job_extra(job));
+    json_t *exclude = json_null();
+    if (job->nexclude) {
+        exclude = json_array();
+        for (int i = 0; i < job->nexclude; i++)
+            json_array_append_new(exclude, json_string(job->exclude[i]));
+    }
+    return json_pack("{s:s, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
+                     " s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+                     "state", br_job_state_name(job->state), "attempt", job->attempt,
+                     "nodes", nodes, "assign", br_job_assign(job), "started",
+                     opt_int(job->started, 0), "ended", opt_int(job->ended, 0),
+                     "exit_code", opt_int(job->exit_code, -1), "signal",
+                     opt_int(job->signal, -1), "reason",
+                     job->reason ? json_string(job->reason) : json_null(), "restarts",
+                     job->restarts, "not_before", opt_int(job->not_before, 0),
+                     "fresh_after", opt_int(job->fresh_after, 0), "lost_at",
+                     opt_int(job->lost_at, 0), "exclude", exclude, "placement",
+                     job->placement ? json_string(job->placement) : json_null(),
+                     "service", opt_int(job->service, 0), "replica",
+                     job->service > 0 ? json_integer(job->replica) : json_null(),
+                     "replicas", opt_int(job->replicas, -1));
 }
 
 int br_job_rank_on(const br_job_t *job, const char *node, int live_only)

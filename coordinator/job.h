@@ -5,9 +5,9 @@
  *
  * The store keeps the placement as "assign" ({"ranks": [{"node", "cpus",
  * "memory", "gpus", "vram"?, "state"}...], "port": n}, rank order) and the
- * bookkeeping as "extra" ({"restarts", "exclude", "not_before", "fresh_after",
- * "lost_at", "placement", "service", "replica", "replicas"}, each only when set);
- * this file is the one place that reads and writes those shapes. */
+ * bookkeeping in columns of the same names as the fields below (restarts,
+ * not_before, fresh_after, lost_at, exclude, placement, service, replica,
+ * replicas); this file is the one place that reads and writes them. */
 #ifndef BRAMBLE_JOB_H
 #define BRAMBLE_JOB_H
 
@@ -64,7 +64,7 @@ typedef struct br_job {
     br_rank_t *ranks;                  /* the current attempt's, rank order */
     int nranks;
     int port; /* the rendezvous port rank 0 chose; 0 until it says */
-    /* bookkeeping ("extra" in the store) */
+    /* bookkeeping */
     int restarts;        /* restarts used (a service replica's: in a row) */
     int64_t not_before;  /* wall ms: not placed before (a backoff); 0: none */
     int64_t fresh_after; /* wall ms: only on nodes heard from after it; 0: any */
@@ -85,17 +85,15 @@ typedef struct br_job {
     int in_table;
 } br_job_t;
 
-/* A job from its store row (br_store_job_get/list's object). A placement stored
- * by an older coordinator (one share object, one node) is read in today's form. */
+/* A job from its store row (br_store_job_get/list's object). */
 br_job_t *br_job_from_row(const json_t *row, br_err_t *err);
 void br_job_destroy(br_job_t **job);
 
 /* The store update that writes back every field the core changes (state,
- * attempt, nodes, assign, times, exit, reason, extra). New reference. */
+ * attempt, nodes, assign, times, exit, reason, the bookkeeping). New reference. */
 json_t *br_job_fields(const br_job_t *job);
-/* The placement as the store keeps it ("assign"), and the bookkeeping ("extra"). */
+/* The placement as the store keeps it ("assign"; null with no ranks). */
 json_t *br_job_assign(const br_job_t *job);
-json_t *br_job_extra(const br_job_t *job);
 
 /* Replace the ranks with count new ones, placed on nodes[r] with share
  * shares[r] (copied); count 0 clears them. The caller keeps the table's links

@@ -779,10 +779,12 @@ json_t *br_jobs_public(json_t *job)
     json_t *o = json_deep_copy(job);
     json_object_del(o, "spec_yaml");
     json_object_del(o, "assign");
-    json_t *placement = json_object_get(json_object_get(job, "extra"), "placement");
-    if (json_is_string(placement)) /* why a gang went where it went */
-        json_object_set(o, "placement", placement);
-    json_object_del(o, "extra");
+    if (!json_is_string(json_object_get(o, "placement"))) /* why a gang went there */
+        json_object_del(o, "placement");
+    static const char *internal[] = {"restarts", "not_before", "fresh_after", "lost_at",
+                                     "exclude",  "service",    "replica",     "replicas"};
+    for (size_t i = 0; i < sizeof(internal) / sizeof(internal[0]); i++)
+        json_object_del(o, internal[i]); /* (services.h annotates what users see of them) */
     static const char *times[] = {"submitted", "started", "ended"};
     for (size_t i = 0; i < 3; i++)
         json_object_set_new(o, times[i], br_time_json(json_object_get(job, times[i])));

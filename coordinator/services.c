@@ -11,20 +11,21 @@
 
 static const char *const live_states[] = {"pending", "starting", "running", NULL};
 
-static json_int_t extra_int(json_t *job, const char *key)
+/* A bookkeeping column of a job's store row, or -1 when it has none. */
+static json_int_t row_int(json_t *job, const char *key)
 {
-    json_t *v = json_object_get(json_object_get(job, "extra"), key);
+    json_t *v = json_object_get(job, key);
     return json_is_integer(v) ? json_integer_value(v) : -1;
 }
 
 int br_services_is_replica(json_t *job)
 {
-    return extra_int(job, "service") > 0;
+    return row_int(job, "service") > 0;
 }
 
 int br_services_is_service(json_t *job)
 {
-    return extra_int(job, "replicas") >= 0;
+    return row_int(job, "replicas") >= 0;
 }
 
 int64_t br_services_backoff_ms(int64_t restarts)
@@ -42,14 +43,14 @@ static int64_t add_replica(br_coord_t *c, json_t *service, int64_t service_id, i
     char name[96];
     snprintf(name, sizeof(name), "%s.%d", json_string_value(json_object_get(service, "name")),
              k);
-    json_t *job = json_pack("{s:s, s:s, s:O, s:O, s:O, s:O, s:I, s:s, s:i, s:{s:I, s:i}}",
+    json_t *job = json_pack("{s:s, s:s, s:O, s:O, s:O, s:O, s:I, s:s, s:i, s:I, s:i}",
                             "name", name, "kind", "service", "owner",
                             json_object_get(service, "owner"), "owner_id",
                             json_object_get(service, "owner_id"), "spec",
                             json_object_get(service, "spec"), "spec_yaml",
                             json_object_get(service, "spec_yaml"), "submitted",
                             (json_int_t)br_now_ms(), "state", "pending", "attempt", 1,
-                            "extra", "service", (json_int_t)service_id, "replica", k);
+                            "service", (json_int_t)service_id, "replica", k);
     br_job_t *added = job ? br_jobs_add(c, job, err) : NULL;
     int64_t id = added ? added->id
              : job   ? -1
@@ -68,7 +69,7 @@ int64_t br_services_submit(br_coord_t *c, json_t *job, int replicas, br_err_t *e
     json_object_set_new(service, "state", json_string("running"));
     json_object_set_new(service, "reason", json_sprintf("a service of %d replica%s", replicas,
                                                         replicas == 1 ? "" : "s"));
-    json_object_set_new(service, "extra", json_pack("{s:i}", "replicas", replicas));
+    json_object_set_new(service, "replicas", json_integer(replicas));
     br_job_t *added = br_jobs_add(c, service, err);
     int64_t id = added ? added->id : -1;
     if (id > 0) {
@@ -103,7 +104,7 @@ json_t *br_services_find(br_coord_t *c, const char *name, int64_t owner_id,
 static int by_replica(const void *x, const void *y)
 {
     json_t *a = *(json_t *const *)x, *b = *(json_t *const *)y;
-    return (int)(extra_int(a, "replica") - extra_int(b, "replica"));
+    return (int)(row_int(a, "replica") - row_int(b, "replica"));
 }
 
 json_t *br_services_replicas(br_coord_t *c, int64_t service_id)
@@ -113,7 +114,7 @@ json_t *br_services_replicas(br_coord_t *c, int64_t service_id)
     size_t i;
     json_t *job;
     json_array_foreach(jobs, i, job) {
-        if (extra_int(job, "service") == service_id)
+        if (row_int(job, "service") == service_id)
             json_array_append(mine, job);
     }
     json_decref(jobs);
@@ -139,8 +140,8 @@ int br_services_scale(br_coord_t *c, json_t *service, int replicas, br_err_t *er
     size_t i;
     json_t *r;
     json_array_foreach(have, i, r) {
-        if (extra_int(r, "replica") >= next)
-            next = (int)extra_int(r, "replica") + 1;
+        if (row_int(r, "replica") >= next)
+            next = (int)row_int(r, "replica") + 1;
     }
     for (int k = count; k > replicas; k--) { /* the highest numbered go first */
         json_t *gone = json_array_get(have, (size_t)k - 1);
@@ -208,7 +209,7 @@ static json_t *endpoint_of(br_coord_t *c, json_t *job)
     if (!host || port <= 0)
         return NULL;
     return json_pack("{s:s, s:I, s:s, s:I, s:I}", "host", host, "port", port, "node", node,
-                     "replica", extra_int(job, "replica"), "id",
+                     "replica", row_int(job, "replica"), "id",
                      json_integer_value(json_object_get(job, "id")));
 }
 
@@ -262,8 +263,8 @@ static void set_port_health(br_coord_t *c, json_t *job, json_t *out)
 void br_services_annotate(br_coord_t *c, json_t *job, json_t *out)
 {
     if (br_services_is_replica(job)) {
-        json_object_set_new(out, "service", json_integer(extra_int(job, "service")));
-        json_object_set_new(out, "replica", json_integer(extra_int(job, "replica")));
+        json_object_set_new(out, "service", json_integer(row_int(job, "service")));
+        json_object_set_new(out, "replica", json_integer(row_int(job, "replica")));
         set_port_health(c, job, out);
     } else if (br_services_is_service(job)) {
         json_t *have = br_services_replicas(c, json_integer_value(json_object_get(job, "id")));
@@ -273,7 +274,7 @@ void br_services_annotate(br_coord_t *c, json_t *job, json_t *out)
         json_array_foreach(have, i, r) {
             json_t *node = json_array_get(json_object_get(r, "nodes"), 0);
             json_t *one = json_pack("{s:I, s:O, s:O, s:O, s:O}", "replica",
-                                    extra_int(r, "replica"), "id", json_object_get(r, "id"),
+                                    row_int(r, "replica"), "id", json_object_get(r, "id"),
                                     "state", json_object_get(r, "state"), "reason",
                                     json_object_get(r, "reason"), "node",
                                     node ? node : json_null());
@@ -282,7 +283,7 @@ void br_services_annotate(br_coord_t *c, json_t *job, json_t *out)
         }
         json_decref(have);
         json_object_set_new(out, "replicas", list);
-        json_object_set_new(out, "replicas_wanted", json_integer(extra_int(job, "replicas")));
+        json_object_set_new(out, "replicas_wanted", json_integer(row_int(job, "replicas")));
     }
 }
 

@@ -104,13 +104,44 @@ static const char *const migrations[] = {
     "ALTER TABLE checkpoints ADD COLUMN manifest TEXT;",
     /* 6: the jobs that ended lately, found without reading every ended one */
     "CREATE INDEX jobs_ended ON jobs (ended);",
+    /* 7: a job's bookkeeping as columns, no longer as keys of a free-form "extra";
+     * a placement stored before gangs (one share object) in today's form */
+    "ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN not_before INTEGER;"
+    "ALTER TABLE jobs ADD COLUMN fresh_after INTEGER;"
+    "ALTER TABLE jobs ADD COLUMN lost_at INTEGER;"
+    "ALTER TABLE jobs ADD COLUMN exclude TEXT;"
+    "ALTER TABLE jobs ADD COLUMN placement TEXT;"
+    "ALTER TABLE jobs ADD COLUMN service INTEGER;"
+    "ALTER TABLE jobs ADD COLUMN replica INTEGER;"
+    "ALTER TABLE jobs ADD COLUMN replicas INTEGER;"
+    "UPDATE jobs SET restarts = coalesce(json_extract(extra, '$.restarts'), 0),"
+    " not_before = json_extract(extra, '$.not_before'),"
+    " fresh_after = json_extract(extra, '$.fresh_after'),"
+    " lost_at = json_extract(extra, '$.lost_at'),"
+    " exclude = CASE json_type(extra, '$.exclude') WHEN 'array'"
+    "  THEN json_extract(extra, '$.exclude') END,"
+    " placement = CASE json_type(extra, '$.placement') WHEN 'text'"
+    "  THEN json_extract(extra, '$.placement') END,"
+    " service = json_extract(extra, '$.service'),"
+    " replica = json_extract(extra, '$.replica'),"
+    " replicas = json_extract(extra, '$.replicas')"
+    " WHERE json_valid(extra) AND json_type(extra) = 'object';"
+    "UPDATE jobs SET assign = json_object('ranks', json_array(json_set(assign,"
+    " '$.node', coalesce(json_extract(nodes, '$[0]'), ''), '$.state',"
+    " CASE state WHEN 'running' THEN 'started' ELSE 'placed' END)), 'port', 0)"
+    " WHERE json_valid(assign) AND json_type(assign) = 'object'"
+    " AND json_type(assign, '$.ranks') IS NULL;"
+    "ALTER TABLE jobs DROP COLUMN extra;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
 /* Columns of a job row as job_row reads them (job_get adds spec_yaml last). */
 #define JOB_COLS                                                                 \
     "id, name, kind, state, attempt, owner, nodes, assign, submitted, started, " \
-    "ended, exit_code, signal, reason, extra, spec, owner_id, log_bytes, log_dropped"
+    "ended, exit_code, signal, reason, spec, owner_id, log_bytes, log_dropped, "  \
+    "restarts, not_before, fresh_after, lost_at, exclude, placement, service, "  \
+    "replica, replicas"
 /* Columns of a checkpoint row as ckpt_row reads them: the manifest's summary only. */
 #define CKPT_COLS                                                              \
     "path, step, attempt, node, size, time, json_extract(manifest, '$.hash')," \
@@ -256,15 +287,21 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_NODE_LIST] = "SELECT data FROM nodes ORDER BY name",
     [ST_JOB_ADD] = "INSERT INTO jobs (name, kind, owner, spec, spec_yaml, submitted,"
                    " state, attempt, nodes, assign, started, ended, exit_code, signal,"
-                   " reason, extra, owner_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,"
-                   " coalesce(?8, 1), coalesce(?9, '[]'), ?10, ?11, ?12, ?13, ?14,"
-                   " ?15, ?16, ?17)",
+                   " reason, restarts, not_before, fresh_after, lost_at, exclude,"
+                   " placement, service, replica, replicas, owner_id) VALUES (?1, ?2, ?3,"
+                   " ?4, ?5, ?6, ?7, coalesce(?8, 1), coalesce(?9, '[]'), ?10, ?11, ?12,"
+                   " ?13, ?14, ?15, coalesce(?16, 0), ?17, ?18, ?19, ?20, ?21, ?22, ?23,"
+                   " ?24, ?25)",
     [ST_JOB_UPDATE] = "UPDATE jobs SET " UPD("state", 1, 2) ", " UPD("attempt", 3, 4)
                       ", " UPD("nodes", 5, 6) ", " UPD("assign", 7, 8) ", "
                       UPD("started", 9, 10) ", " UPD("ended", 11, 12) ", "
                       UPD("exit_code", 13, 14) ", " UPD("signal", 15, 16) ", "
-                      UPD("reason", 17, 18) ", " UPD("extra", 19, 20)
-                      " WHERE id = ?21",
+                      UPD("reason", 17, 18) ", " UPD("restarts", 19, 20) ", "
+                      UPD("not_before", 21, 22) ", " UPD("fresh_after", 23, 24) ", "
+                      UPD("lost_at", 25, 26) ", " UPD("exclude", 27, 28) ", "
+                      UPD("placement", 29, 30) ", " UPD("service", 31, 32) ", "
+                      UPD("replica", 33, 34) ", " UPD("replicas", 35, 36)
+                      " WHERE id = ?37",
     [ST_JOB_GET] = "SELECT " JOB_COLS ", spec_yaml FROM jobs WHERE id = ?1",
     [ST_JOB_LIST] = "SELECT * FROM (SELECT " JOB_COLS " FROM jobs"
                     " ORDER BY id DESC LIMIT ?1) ORDER BY id",
@@ -328,12 +365,15 @@ static const jfield_t job_add_fields[] = {
     {"name", F_STR},    {"kind", F_STR},       {"owner", F_STR},
     {"spec", F_OBJECT}, {"spec_yaml", F_YAML}, {"submitted", F_INT},
 };
-/* br_store_job_update's keys, in ST_JOB_UPDATE's order; ?7..?16 of ST_JOB_ADD. */
+/* br_store_job_update's keys, in ST_JOB_UPDATE's order; ?7..?24 of ST_JOB_ADD. */
 static const jfield_t job_fields[] = {
     {"state", F_STR},          {"attempt", F_INT},      {"nodes", F_ARRAY},
     {"assign", F_ANY},         {"started", F_INT_NULL}, {"ended", F_INT_NULL},
     {"exit_code", F_INT_NULL}, {"signal", F_INT_NULL},  {"reason", F_STR_NULL},
-    {"extra", F_ANY},
+    /* the job core's bookkeeping (coordinator/job.h) */
+    {"restarts", F_INT},       {"not_before", F_INT_NULL}, {"fresh_after", F_INT_NULL},
+    {"lost_at", F_INT_NULL},   {"exclude", F_ANY},         {"placement", F_STR_NULL},
+    {"service", F_INT_NULL},   {"replica", F_INT_NULL},    {"replicas", F_INT_NULL},
 };
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -1407,16 +1447,17 @@ int br_store_job_update(br_store_t *s, int64_t id, const json_t *fields, br_err_
 static json_t *job_row(sqlite3_stmt *st, int with_yaml, br_err_t *err)
 {
     static const char *const names[] = {
-        "id",     "name",   "kind",      "state",   "attempt",   "owner",
-        "nodes",  "assign", "submitted", "started", "ended",     "exit_code",
-        "signal", "reason", "extra",     "spec",    "owner_id",  "log_bytes",
-        "log_dropped", "spec_yaml",
+        "id",          "name",     "kind",       "state",       "attempt",   "owner",
+        "nodes",       "assign",   "submitted",  "started",     "ended",     "exit_code",
+        "signal",      "reason",   "spec",       "owner_id",    "log_bytes", "log_dropped",
+        "restarts",    "not_before", "fresh_after", "lost_at",  "exclude",   "placement",
+        "service",     "replica",  "replicas",   "spec_yaml",
     };
     json_t *o = json_object();
-    int bad = 0, n = with_yaml ? 20 : 19;
+    int bad = 0, n = with_yaml ? 28 : 27;
     for (int i = 0; i < n; i++) {
         json_t *v;
-        if (i == 6 || i == 7 || i == 14 || i == 15)
+        if (i == 6 || i == 7 || i == 14 || i == 22)
             v = col_json(st, i);
         else if (sqlite3_column_type(st, i) == SQLITE_INTEGER)
             v = col_int(st, i);

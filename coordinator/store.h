@@ -144,13 +144,16 @@ json_t *br_store_node_list(br_store_t *s, br_err_t *err);
  * below. Returns the new id (>0) or -1. */
 int64_t br_store_job_add(br_store_t *s, const json_t *job, br_err_t *err);
 /* Update some fields of a job: any of "state", "attempt", "nodes" (array),
- * "assign" (any JSON), "started", "ended", "exit_code", "signal", "reason",
- * "extra" (any JSON, kept as compact JSON text); null clears. Other keys are an
- * error (EINVAL). ENOENT when no such job. */
+ * "assign" (any JSON), "started", "ended", "exit_code", "signal", "reason", and
+ * the job core's bookkeeping (coordinator/job.h): "restarts", "not_before",
+ * "fresh_after", "lost_at", "exclude" (an array of node names), "placement",
+ * "service", "replica", "replicas"; null clears. Other keys are an error
+ * (EINVAL). ENOENT when no such job. */
 int br_store_job_update(br_store_t *s, int64_t id, const json_t *fields, br_err_t *err);
 /* One job: {"id","name","kind","state","attempt","owner","nodes":[...],"assign",
  * "submitted","started","ended" (ms or null),"exit_code","signal","reason",
- * "extra" (null when unset),"spec","spec_yaml"}. NULL with ENOENT when none. */
+ * "spec","owner_id","log_bytes","log_dropped", the bookkeeping above (null when
+ * unset, restarts 0), "spec_yaml"}. NULL with ENOENT when none. */
 json_t *br_store_job_get(br_store_t *s, int64_t id, br_err_t *err);
 /* Jobs ordered by id. states: NULL for all, else a NULL-terminated list of states
  * to include (e.g. {"pending","starting","running",NULL}). The objects are as

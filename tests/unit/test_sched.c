@@ -47,9 +47,9 @@ static json_t *job(int id, int priority, const char *res)
     json_error_t e;
     json_t *r = json_loads(res, 0, &e);
     assert_non_null(r);
-    return json_pack("{s:i, s:s, s:s, s:s, s:s, s:{s:i, s:o}, s:{}, s:n}", "id", id, "name",
-                     "j", "owner", "u", "kind", "job", "state", "pending", "spec", "priority",
-                     priority, "resources", r, "extra", "reason");
+    return json_pack("{s:i, s:s, s:s, s:s, s:s, s:{s:i, s:o}, s:n}", "id", id, "name", "j",
+                     "owner", "u", "kind", "job", "state", "pending", "spec", "priority",
+                     priority, "resources", r, "reason");
 }
 
 typedef struct {
@@ -137,10 +137,10 @@ static void test_node_states_and_exclusions(void **state)
     c->route_len = 0; /* registered, not connected */
     node(w->nodes, "d", 8, 16, 0, 0, "ready");
     json_t *j = job(1, 0, "{\"cpus\": 1, \"nodes\": 1}");
-    json_object_set_new(json_object_get(j, "extra"), "exclude", json_pack("[s]", "d"));
+    json_object_set_new(j, "exclude", json_pack("[s]", "d"));
     add(w, j);
     j = job(2, 0, "{\"cpus\": 1, \"nodes\": 1}");
-    json_object_set_new(json_object_get(j, "extra"), "not_before", json_integer(9000));
+    json_object_set_new(j, "not_before", json_integer(9000));
     add(w, j);
     plan(w, NULL);
     br_sched_decision_t *d = of(w, 1);
@@ -220,7 +220,7 @@ static void test_gang_waits_for_fresh_heartbeats(void **state)
     world_t *w = *state;
     node(w->nodes, "a", 4, 8, 0, 0, "ready");
     json_t *j = job(1, 0, "{\"cpus\": 1, \"nodes\": 1}");
-    json_object_set_new(json_object_get(j, "extra"), "fresh_after", json_integer(2000));
+    json_object_set_new(j, "fresh_after", json_integer(2000));
     add(w, j);
     int hb = 0;
     plan(w, &hb);
@@ -236,7 +236,7 @@ static void test_replicas_spread(void **state)
     node(w->nodes, "b", 8, 8, 0, 0, "ready");
     for (int i = 1; i <= 4; i++) {
         json_t *j = job(i, 0, "{\"cpus\": 1, \"nodes\": 1}");
-        json_object_set_new(json_object_get(j, "extra"), "service", json_integer(7));
+        json_object_set_new(j, "service", json_integer(7));
         add(w, j);
     }
     json_t *replicas = json_pack("{s:{s:i}}", "7", "a", 1); /* one runs on a */
@@ -273,7 +273,7 @@ static void test_alike_jobs_share_the_pass(void **state)
     for (int i = 1; i <= 6; i++)
         add(w, job(i, 0, "{\"cpus\": 2, \"nodes\": 1}"));
     json_t *j = job(7, 0, "{\"cpus\": 1, \"nodes\": 1}");
-    json_object_set_new(json_object_get(j, "extra"), "exclude", json_pack("[s]", "c"));
+    json_object_set_new(j, "exclude", json_pack("[s]", "c"));
     add(w, j);
     add(w, job(8, 0, "{\"cpus\": 1, \"nodes\": 1}"));
     plan(w, NULL);

@@ -233,7 +233,7 @@ static void test_pragmas(void **state)
     assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
     sqlite3_finalize(st);
     assert_int_equal(conn_int(db, "PRAGMA application_id"), APP_ID);
-    assert_int_equal(conn_int(db, "PRAGMA user_version"), 6);
+    assert_int_equal(conn_int(db, "PRAGMA user_version"), 7);
     sqlite3_close(db);
     br_store_destroy(&s);
 }
@@ -256,7 +256,7 @@ static void test_reopen_keeps_everything(void **state)
     int64_t job = add_job(s, "train-a", "pending");
     update_ok(s, job,
               "{\"state\": \"running\", \"nodes\": [\"n1\"], \"started\": 2000,"
-              " \"extra\": {\"team\": \"vision\"}}");
+              " \"restarts\": 2, \"exclude\": [\"n9\"]}");
     assert_true(br_store_event_add(s, 2000, job, "n1", "running", "started", &err) > 0);
     assert_int_equal(br_store_log_add(s, job, 1, 0, 1, 0, 2100, "hi\n", 3, &err), 0);
     assert_int_equal(br_store_checkpoint_add(s, job, 1, "n1", "/ckpt/step-10", 10, 99,
@@ -284,7 +284,9 @@ static void test_reopen_keeps_everything(void **state)
     assert_int_equal(jint(got, "started"), 2000);
     assert_string_equal(
         json_string_value(json_array_get(json_object_get(got, "nodes"), 0)), "n1");
-    assert_string_equal(jstr(json_object_get(got, "extra"), "team"), "vision");
+    assert_int_equal(jint(got, "restarts"), 2);
+    assert_string_equal(
+        json_string_value(json_array_get(json_object_get(got, "exclude"), 0)), "n9");
     json_t *ckpt = br_store_checkpoint_latest(s, job, &err);
     assert_string_equal(jstr(ckpt, "path"), "/ckpt/step-10");
     assert_int_equal(jint(ckpt, "step"), 10);
@@ -345,7 +347,7 @@ static void test_refuse_newer_schema(void **state)
     br_store_destroy(&s);
     sql_exec(path, "PRAGMA user_version = 99;");
     assert_int_equal(sql_int(path, "PRAGMA user_version"), 99);
-    assert_refused(path, "store schema 99 is newer than this brambled (6)");
+    assert_refused(path, "store schema 99 is newer than this brambled (7)");
 }
 
 static void test_rollback_discards(void **state)
@@ -505,8 +507,14 @@ static void assert_old_job(br_store_t *s)
     assert_string_equal(jstr(job, "spec_yaml"), "name: old\n");
     assert_string_equal(jstr(json_object_get(job, "spec"), "command"), "x");
     assert_int_equal(json_array_size(json_object_get(job, "nodes")), 1);
-    assert_true(json_is_array(json_object_get(json_object_get(job, "assign"), "n1")));
-    assert_jnull(job, "extra");
+    /* schema 7: a placement from before gangs in today's form, no "extra" */
+    json_t *rank = json_array_get(json_object_get(json_object_get(job, "assign"), "ranks"), 0);
+    assert_string_equal(jstr(rank, "node"), "n1");
+    assert_string_equal(jstr(rank, "state"), "started");
+    assert_int_equal(jint(json_object_get(job, "assign"), "port"), 0);
+    assert_null(json_object_get(job, "extra"));
+    assert_int_equal(jint(job, "restarts"), 0);
+    assert_jnull(job, "exclude");
     json_decref(job);
 }
 
@@ -518,7 +526,7 @@ static void test_migrate_v1(void **state)
     sql_exec(path, v1_schema);
     assert_int_equal(has_column(path, "jobs", "extra"), 0);
     br_store_t *s = open_ok(path);
-    assert_int_equal(sql_int(path, "PRAGMA user_version"), 6);
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 7);
     assert_int_equal(sql_int(path, "PRAGMA application_id"), APP_ID);
     /* schema 3: the job belongs to alice's principal id, and her key maps to it */
     br_principal_t kind;
@@ -527,7 +535,8 @@ static void test_migrate_v1(void **state)
     assert_int_equal(kind, BR_PRINCIPAL_USER);
     assert_true(alice > 0);
     assert_int_equal(sql_int(path, "SELECT owner_id FROM jobs WHERE id = 7"), alice);
-    assert_int_equal(has_column(path, "jobs", "extra"), 1);
+    assert_int_equal(has_column(path, "jobs", "extra"), 0); /* added at 2, gone at 7 */
+    assert_int_equal(has_column(path, "jobs", "restarts"), 1);
     /* schema 4: a token from before is a join token, and still joins */
     assert_int_equal(sql_int(path, "SELECT kind = 'join' FROM tokens WHERE id = 'old-token'"),
                      1);
@@ -537,22 +546,23 @@ static void test_migrate_v1(void **state)
     assert_old_job(s);
     json_t *list = br_store_job_list(s, NULL, 0, &err);
     assert_int_equal(json_array_size(list), 1);
-    assert_jnull(json_array_get(list, 0), "extra");
+    assert_jnull(json_array_get(list, 0), "placement");
     json_decref(list);
     list = br_store_event_list(s, 7, 0, 0, &err);
     assert_int_equal(json_array_size(list), 1);
     json_decref(list);
     /* The upgraded store takes the new field and table; new ids follow the old. */
-    update_ok(s, 7, "{\"extra\": {\"k\": 1}}");
+    update_ok(s, 7, "{\"restarts\": 1, \"placement\": \"near\"}");
     assert_int_equal(
         br_store_checkpoint_add(s, 7, 2, "n1", "/c/1", 1, 5, 3000, NULL, &err), 0);
     assert_true(add_job(s, "new", "pending") > 7);
     br_store_destroy(&s);
 
-    s = open_ok(path); /* already at 6: nothing to migrate */
-    assert_int_equal(sql_int(path, "PRAGMA user_version"), 6);
+    s = open_ok(path); /* already at 7: nothing to migrate */
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 7);
     json_t *job = br_store_job_get(s, 7, &err);
-    assert_int_equal(jint(json_object_get(job, "extra"), "k"), 1);
+    assert_int_equal(jint(job, "restarts"), 1);
+    assert_string_equal(jstr(job, "placement"), "near");
     json_decref(job);
     list = br_store_checkpoint_list(s, 7, &err);
     assert_int_equal(json_array_size(list), 1);
@@ -855,77 +865,57 @@ static void test_job_fields(void **state)
     br_store_destroy(&s);
 }
 
-/* The extra column holds exactly want (compact JSON text), or NULL when want is. */
-static void assert_extra_text(const char *path, int64_t id, const char *want)
-{
-    char sql[256];
-    if (want)
-        snprintf(sql, sizeof(sql), "SELECT extra = '%s' FROM jobs WHERE id = %lld",
-                 want, (long long)id);
-    else
-        snprintf(sql, sizeof(sql), "SELECT extra IS NULL FROM jobs WHERE id = %lld",
-                 (long long)id);
-    assert_int_equal(sql_int(path, sql), 1);
-}
-
-static void assert_extra(br_store_t *s, int64_t id, const char *want_json)
-{
-    br_err_t err = {0};
-    json_t *job = br_store_job_get(s, id, &err);
-    assert_non_null(job);
-    json_t *want = json_loads(want_json, JSON_DECODE_ANY, NULL);
-    assert_non_null(want);
-    assert_true(json_equal(json_object_get(job, "extra"), want));
-    json_decref(want);
-    json_decref(job);
-}
-
-static void test_job_extra(void **state)
+/* The job core's bookkeeping: unset is null (restarts 0), an update sets some and
+ * leaves the rest, null clears, an unknown key or a wrong type is refused. */
+static void test_job_bookkeeping(void **state)
 {
     char path[PATH_MAX];
     br_err_t err = {0};
-    path_for("job-extra.db", path);
+    path_for("job-book.db", path);
     br_store_t *s = open_ok(path);
     int64_t plain = add_job(s, "plain", "pending");
-    assert_extra(s, plain, "null");
-    assert_extra_text(path, plain, NULL);
-
-    json_t *job = new_job("tagged", "pending");
-    json_object_set_new(job, "extra", json_pack("{s:[i,i]}", "k", 1, 2));
+    json_t *job = new_job("replica", "pending");
+    json_object_set_new(job, "service", json_integer(plain));
+    json_object_set_new(job, "replica", json_integer(3));
     int64_t id = br_store_job_add(s, job, &err);
     assert_true(id > plain);
-    json_object_set_new(job, "extra", json_null());
-    int64_t nulled = br_store_job_add(s, job, &err);
-    assert_true(nulled > id);
     json_decref(job);
-    assert_extra(s, id, "{\"k\": [1, 2]}");
-    assert_extra_text(path, id, "{\"k\":[1,2]}");
-    assert_extra_text(path, nulled, NULL);
 
-    json_t *list = br_store_job_list(s, NULL, 0, &err);
-    assert_int_equal(json_array_size(list), 3);
-    assert_jnull(json_array_get(list, 0), "extra");
-    assert_int_equal(json_array_size(json_object_get(
-                         json_object_get(json_array_get(list, 1), "extra"), "k")),
-                     2);
-    assert_jnull(json_array_get(list, 2), "extra");
-    json_decref(list);
+    job = br_store_job_get(s, plain, &err);
+    assert_int_equal(jint(job, "restarts"), 0);
+    const char *unset[] = {"not_before", "fresh_after", "lost_at", "exclude",
+                           "placement",  "service",     "replica", "replicas"};
+    for (size_t i = 0; i < sizeof(unset) / sizeof(unset[0]); i++)
+        assert_jnull(job, unset[i]);
+    json_decref(job);
+    job = br_store_job_get(s, id, &err);
+    assert_int_equal(jint(job, "service"), plain);
+    assert_int_equal(jint(job, "replica"), 3);
+    json_decref(job);
 
-    /* Other updates leave it alone; an update replaces it; null clears it. */
-    update_ok(s, id, "{\"state\": \"running\"}");
-    assert_extra(s, id, "{\"k\": [1, 2]}");
-    update_ok(s, id, "{\"extra\": {\"team\": \"vision\", \"tags\": [\"a\"]}}");
-    assert_extra(s, id, "{\"team\": \"vision\", \"tags\": [\"a\"]}");
-    update_ok(s, id, "{\"extra\": null, \"reason\": \"r\"}");
-    assert_extra(s, id, "null");
-    assert_extra_text(path, id, NULL);
-    update_ok(s, plain, "{\"extra\": [1, \"two\"]}");
-    assert_extra(s, plain, "[1, \"two\"]");
+    update_ok(s, id, "{\"restarts\": 2, \"not_before\": 9000, \"exclude\": [\"a\", \"b\"]}");
+    update_ok(s, id, "{\"state\": \"running\"}"); /* leaves them */
+    job = br_store_job_get(s, id, &err);
+    assert_int_equal(jint(job, "restarts"), 2);
+    assert_int_equal(jint(job, "not_before"), 9000);
+    assert_int_equal(json_array_size(json_object_get(job, "exclude")), 2);
+    json_decref(job);
+    update_ok(s, id, "{\"not_before\": null, \"exclude\": null}");
     br_store_destroy(&s);
 
     s = open_ok(path);
-    assert_extra(s, plain, "[1, \"two\"]");
-    assert_extra(s, id, "null");
+    job = br_store_job_get(s, id, &err);
+    assert_jnull(job, "not_before");
+    assert_jnull(job, "exclude");
+    assert_int_equal(jint(job, "restarts"), 2);
+    json_decref(job);
+    json_t *f = json_pack("{s:{}}", "extra");
+    assert_int_equal(br_store_job_update(s, id, f, &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    json_decref(f);
+    f = json_pack("{s:s}", "restarts", "many");
+    assert_int_equal(br_store_job_update(s, id, f, &err), -1);
+    json_decref(f);
     br_store_destroy(&s);
 }
 
@@ -1415,7 +1405,7 @@ int main(void)
         cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_job_fields),
-        cmocka_unit_test(test_job_extra),
+        cmocka_unit_test(test_job_bookkeeping),
         cmocka_unit_test(test_job_refusals),
         cmocka_unit_test(test_job_list),
         cmocka_unit_test(test_job_name_active),
