@@ -1,0 +1,64 @@
+/* api_dash.c - the loop's side of the dashboard (dashboard.h): the dashboard.login
+ * message that mints a one-time login link, and the dashboard's requests turned
+ * into ordinary messages of the session's key, so that they go through the same
+ * handler table and rights checks as the CLI's, and their answers back. */
+#include <errno.h>
+#include <string.h>
+
+#include "api.h"
+#include "dashboard.h"
+#include "util.h"
+
+void br_api_dashboard_login(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    br_err_t err;
+    char url[BR_HTTP_ADDR_MAX + BR_DASH_SECRET_HEX + 32];
+    if (br_msg_unpack(m, &err, "{}") < 0) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    if (!c->dash) {
+        br_errf(&err, ENOTSUP, "the dashboard is off: start brambled with --http "
+                               "ADDR:PORT (docs/dashboard.md)");
+        br_api_fail(c, m, &err);
+        return;
+    }
+    if (br_dash_login_new(c->dash, br_msg_user(m), who->name,
+                          who->kind == BR_PRINCIPAL_ADMIN, url, sizeof(url)) < 0) {
+        br_errf(&err, ENOMEM, "out of memory");
+        br_api_fail(c, m, &err);
+        return;
+    }
+    br_api_ok(c, m, json_pack("{s:s, s:s, s:f}", "url", url, "http", c->cfg.http,
+                              "expires",
+                              (double)(br_now_ms() + BR_DASH_LOGIN_TTL_MS) / 1000.0));
+    memset(url, 0, sizeof(url));
+}
+
+br_msg_t *br_dash_msg(br_dash_req_t *r)
+{
+    br_msg_t *m = br_msg_new(BR_MSG_REQUEST, r->type, 0);
+    if (!m || br_msg_set_route(m, r->route, sizeof(r->route)) < 0) {
+        br_msg_destroy(&m);
+        json_decref(r->body);
+        r->body = NULL;
+        return NULL;
+    }
+    br_msg_set_user(m, r->key);
+    br_msg_set_body(m, r->body ? r->body : json_object());
+    r->body = NULL;
+    return m;
+}
+
+int br_dash_catch(br_coord_t *c, const br_msg_t *m)
+{
+    size_t len, dlen = 0;
+    const void *route = br_msg_route(m, &len);
+    if (!br_dash_is_route(route, len))
+        return 0;
+    if (c->dash && br_msg_kind(m) == BR_MSG_RESPONSE) {
+        const void *data = br_msg_data(m, &dlen);
+        br_dash_answer(c->dash, route, len, br_msg_body(m), data, dlen);
+    }
+    return 1;
+}
