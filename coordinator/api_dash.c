@@ -13,6 +13,7 @@ void br_api_dashboard_login(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     br_err_t err;
     char url[BR_HTTP_ADDR_MAX + BR_DASH_SECRET_HEX + 32];
+    int64_t expires = 0;
     if (br_msg_unpack(m, &err, "{}") < 0) {
         br_api_fail(c, m, &err);
         return;
@@ -24,14 +25,14 @@ void br_api_dashboard_login(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     if (br_dash_login_new(c->dash, br_msg_user(m), who->name,
-                          who->kind == BR_PRINCIPAL_ADMIN, url, sizeof(url)) < 0) {
+                          who->kind == BR_PRINCIPAL_ADMIN, url, sizeof(url), &expires) < 0) {
         br_errf(&err, ENOMEM, "out of memory");
         br_api_fail(c, m, &err);
         return;
     }
     br_api_ok(c, m, json_pack("{s:s, s:s, s:f}", "url", url, "http", c->cfg.http,
                               "expires",
-                              (double)(br_now_ms() + BR_DASH_LOGIN_TTL_MS) / 1000.0));
+                              (double)expires / 1000.0));
     memset(url, 0, sizeof(url));
 }
 

@@ -85,8 +85,17 @@ struct br_dash {
     stream_t *streams;
     size_t nstreams;
     uint64_t next_id;
+    int64_t login_ttl_ms, session_ttl_ms;
     int stopping;
 };
+
+/* A lifetime from the environment (tests shorten them), else dflt. */
+static int64_t env_ms(const char *name, int64_t dflt)
+{
+    const char *v = getenv(name);
+    int64_t ms;
+    return v && br_parse_duration(v, &ms, NULL) == 0 && ms > 0 ? ms : dflt;
+}
 
 /* --- making and ending -------------------------------------------------------- */
 
@@ -109,6 +118,8 @@ br_dash_t *br_dash_new(const char *http_addr)
     pthread_cond_init(&d->news, &ca);
     pthread_condattr_destroy(&ca);
     d->next_id = 1;
+    d->login_ttl_ms = env_ms("BRAMBLE_DASH_LOGIN_TTL", BR_DASH_LOGIN_TTL_MS);
+    d->session_ttl_ms = env_ms("BRAMBLE_DASH_SESSION_TTL", BR_DASH_SESSION_TTL_MS);
     return d;
 }
 
@@ -204,7 +215,7 @@ static int secret_hash(const char *text, unsigned char *hash)
 }
 
 int br_dash_login_new(br_dash_t *d, const char *key, const char *name, int admin,
-                      char *url, size_t url_len)
+                      char *url, size_t url_len, int64_t *expires_ms)
 {
     char secret[BR_DASH_SECRET_HEX + 1];
     int64_t now = br_now_ms();
@@ -218,7 +229,8 @@ int br_dash_login_new(br_dash_t *d, const char *key, const char *name, int admin
     br_strlcpy(slot->key, key, sizeof(slot->key));
     br_strlcpy(slot->name, name, sizeof(slot->name));
     slot->admin = admin;
-    slot->expires_ms = now + BR_DASH_LOGIN_TTL_MS;
+    slot->expires_ms = now + d->login_ttl_ms;
+    *expires_ms = slot->expires_ms;
     snprintf(url, url_len, "http://%s/login?t=%s", d->addr, secret);
     pthread_mutex_unlock(&d->lock);
     sodium_memzero(secret, sizeof(secret));
@@ -258,7 +270,7 @@ static int login_take(br_dash_t *d, const char *secret, char *id, const char **w
     br_strlcpy(s->name, l->name, sizeof(s->name));
     s->admin = l->admin;
     random_hex(s->csrf);
-    s->expires_ms = now + BR_DASH_SESSION_TTL_MS;
+    s->expires_ms = now + d->session_ttl_ms;
     sodium_memzero(l, sizeof(*l)); /* used */
     pthread_mutex_unlock(&d->lock);
     return 0;
@@ -644,22 +656,24 @@ static unsigned status_of(int errnum)
     }
 }
 
-/* Send type/body to the loop as the session's principal and answer with what it
- * says, waiting up to WAIT_MS. */
-static int call_loop(br_dash_t *d, conn_t *conn, const session_t *s, const char *type,
-                     json_t *body)
+/* Send type/body (stolen) to the loop as key, with the id id (0: a new one), and
+ * wait up to WAIT_MS for its answer: the request, answered or not (r->answered),
+ * for the caller to free; NULL with *why when it could not be queued. */
+static req_t *ask(br_dash_t *d, const char *key, uint64_t id, const char *type,
+                  json_t *body, const char **why)
 {
-    if (!body)
-        return reply_error(conn, 503, "out of memory");
+    if (!body) {
+        *why = "out of memory";
+        return NULL;
+    }
     pthread_mutex_lock(&d->lock);
-    req_t *r = d->stopping ? NULL : enqueue(d, d->next_id++, s->key, type, body, 0);
+    req_t *r = d->stopping ? NULL : enqueue(d, id ? id : d->next_id++, key, type, body, 0);
     if (!r) {
-        int stopping = d->stopping;
-        pthread_mutex_unlock(&d->lock);
-        if (stopping)
+        *why = d->stopping ? "the coordinator is stopping" : "the coordinator is busy; try again";
+        if (d->stopping)
             json_decref(body);
-        return reply_error(conn, 503, stopping ? "the coordinator is stopping"
-                                               : "the coordinator is busy; try again");
+        pthread_mutex_unlock(&d->lock);
+        return NULL;
     }
     struct timespec dl;
     clock_gettime(CLOCK_MONOTONIC, &dl);
@@ -669,8 +683,16 @@ static int call_loop(br_dash_t *d, conn_t *conn, const session_t *s, const char 
             break;
     unlink_req(d, r);
     pthread_mutex_unlock(&d->lock);
+    return r;
+}
+
+/* Answer with what the loop said to r (freed), or why it said nothing. */
+static int reply_answer(conn_t *conn, req_t *r, const char *why)
+{
     int ret;
-    if (!r->answered || !r->answer)
+    if (!r)
+        ret = reply_error(conn, 503, why);
+    else if (!r->answered || !r->answer)
         ret = reply_error(conn, 503,
                           r->answered ? "out of memory"
                                       : "the coordinator did not answer in time; try again");
@@ -681,6 +703,16 @@ static int call_loop(br_dash_t *d, conn_t *conn, const session_t *s, const char 
     return ret;
 }
 
+/* Send type/body to the loop as the session's principal and answer with what it
+ * says. */
+static int call_loop(br_dash_t *d, conn_t *conn, const session_t *s, const char *type,
+                     json_t *body)
+{
+    const char *why = NULL;
+    req_t *r = ask(d, s->key, 0, type, body, &why);
+    return reply_answer(conn, r, why);
+}
+
 /* --- event streams --------------------------------------------------------------- */
 
 /* Under lock: whether the stream's session still holds. */
@@ -689,11 +721,18 @@ static int stream_live(br_dash_t *d, stream_t *s)
     return !d->stopping && !s->dropped && !s->failed && session_at(d, s->session);
 }
 
-static void watch(br_dash_t *d, stream_t *s)
+static json_t *watch_body(const stream_t *s)
 {
     json_t *body = json_pack("{s:I, s:b}", "job", (json_int_t)s->job, "logs", s->logs);
     if (body && !s->logs)
         json_object_del(body, "logs");
+    return body;
+}
+
+/* Renew the stream's watch (under lock; its answer is not waited for). */
+static void watch(br_dash_t *d, stream_t *s)
+{
+    json_t *body = watch_body(s);
     if (body && enqueue(d, s->id, s->key, "event.watch", body, 1))
         s->renewed = br_mono_ms();
 }
@@ -784,8 +823,16 @@ static int open_stream(br_dash_t *d, conn_t *conn, const session_t *sess,
     s->next = d->streams;
     d->streams = s;
     d->nstreams++;
-    watch(d, s);
+    s->renewed = br_mono_ms();
     pthread_mutex_unlock(&d->lock);
+    /* the first watch is waited for: a job this principal may not see is refused */
+    const char *why = NULL;
+    req_t *w = ask(d, s->key, s->id, "event.watch", watch_body(s), &why);
+    if (!w || !w->answered || w->errnum) {
+        stream_free(s);
+        return reply_answer(conn, w, why);
+    }
+    req_free(w);
     struct MHD_Response *r =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 2048, stream_read, s, stream_free);
     if (!r) {
@@ -814,8 +861,8 @@ static int login(br_dash_t *d, conn_t *conn)
     if (login_take(d, t, id, &why) < 0)
         return reply_page_error(conn, 401, why);
     snprintf(cookie, sizeof(cookie),
-             COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict; Max-Age=%d", id,
-             BR_DASH_SESSION_TTL_MS / 1000);
+             COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict; Max-Age=%lld", id,
+             (long long)(d->session_ttl_ms + 999) / 1000);
     sodium_memzero(id, sizeof(id));
     struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!r)

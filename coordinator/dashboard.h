@@ -17,8 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BR_DASH_LOGIN_TTL_MS 60000               /* a login link lives a minute */
-#define BR_DASH_SESSION_TTL_MS (12 * 3600 * 1000) /* a session twelve hours */
+/* A login link lives a minute, a session twelve hours (for tests, the environment's
+ * BRAMBLE_DASH_LOGIN_TTL and BRAMBLE_DASH_SESSION_TTL, durations, replace them). */
+#define BR_DASH_LOGIN_TTL_MS 60000
+#define BR_DASH_SESSION_TTL_MS (12 * 3600 * 1000)
 #define BR_DASH_SESSIONS_MAX 256
 #define BR_DASH_LOGINS_MAX 64
 #define BR_DASH_QUEUE_MAX 32   /* API requests waiting for the loop */
@@ -46,9 +48,10 @@ void br_dash_destroy(br_dash_t **d);
 int br_dash_fd(const br_dash_t *d);
 
 /* A new one-time login link for the principal with this key (name and admin: for
- * the page's header): url gets "http://ADDR/login?t=SECRET". 0, or -1 with ENOMEM. */
+ * the page's header): url gets "http://ADDR/login?t=SECRET", expires_ms its end
+ * (unix ms). The oldest link makes room when BR_DASH_LOGINS_MAX are waiting. */
 int br_dash_login_new(br_dash_t *d, const char *key, const char *name, int admin,
-                      char *url, size_t url_len);
+                      char *url, size_t url_len, int64_t *expires_ms);
 
 /* One request for the loop: what to send as whom. body and the request are the
  * loop's once taken; route (BR_DASH_ROUTE_LEN bytes) names it in the answer. */
