@@ -12,6 +12,7 @@ function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (k === "class") e.className = v;
+    else if (k === "style") e.style.cssText = v; // (the CSP refuses style attributes)
     else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v);
   }
@@ -108,6 +109,7 @@ function sample(node, g) {
 
 function sparkline(points, key, max, label, unit) {
   const vals = points.map((p) => p[key]).filter((v) => typeof v === "number");
+  if (vals.length === 1) vals.push(vals[0]); // one sample so far: a level line
   const s = svg("svg", {viewBox: "0 0 100 24", preserveAspectRatio: "none",
                         role: "img", "aria-label": label});
   if (vals.length) {
@@ -240,7 +242,11 @@ async function overview(me) {
   const jobsSoon = debounce(guard(refreshJobs), 150);
   const eventsSoon = debounce(guard(refreshEvents), 150);
   const nodesSoon = debounce(guard(refreshNodes), 150);
-  stream("", (job) => { jobsSoon(); eventsSoon(); if (!job) nodesSoon(); }, nodesSoon);
+  // news: a job's events (a watcher of every job hears job 0: ask again for all);
+  // ticks, every 5 s of quiet: the nodes' live figures and the jobs' checkpoints,
+  // which come with no event
+  stream("", () => { jobsSoon(); eventsSoon(); nodesSoon(); },
+         () => { nodesSoon(); jobsSoon(); });
 }
 
 // ---- a job's page -----------------------------------------------------------------
@@ -316,7 +322,7 @@ async function jobPage(me, id) {
   });
   const jobSoon = debounce(guard(refreshJob), 100);
   const logSoon = debounce(guard(refreshLog), 100);
-  stream("?job=" + id + "&logs=1", () => { jobSoon(); logSoon(); }, () => {});
+  stream("?job=" + id + "&logs=1", () => { jobSoon(); logSoon(); }, jobSoon);
 }
 
 // ---- start ----------------------------------------------------------------------

@@ -366,7 +366,8 @@ def test_browser_nodes_jobs_and_a_node_lost(make_cluster, browser, tmp_path):
     ckpt = tmp_path / "ckpt"
     out = c.cli_json("submit", REPO / "examples" / "train-checkpoint.yaml",
                      "--set", f"workdir={REPO}", "--set", f"checkpoint.dir={ckpt}",
-                     "--set", "restart.max=3", "--set", f"command={TRAIN}")
+                     "--set", "restart.max=3", "--set", f"command={TRAIN}",
+                     "--set", "resources.gpus=1", "--set", "resources.vram=8GiB")
     jid = out["id"]
     j = c.wait_job(jid, "running")
     d.get(login_url(c))
@@ -378,8 +379,9 @@ def test_browser_nodes_jobs_and_a_node_lost(make_cluster, browser, tmp_path):
              what="the page to list both nodes")
     wait_for(lambda: str(jid) in text_of(d, "#jobs") and "running" in text_of(d, "#jobs"),
              what="the page to list the running job")
-    wait_for(lambda: "GPU 1" in text_of(d, "#nodes") and "held by bramble" in text_of(d, "#nodes"),
-             what="the GPUs with their VRAM bars")
+    wait_for(lambda: "GPU 1" in text_of(d, "#nodes") and
+             "held by bramble 8.0 GiB" in text_of(d, f'.node[data-node="{j["nodes"][0]}"]'),
+             what="the GPUs with their VRAM bars, 8 GiB of one held by the job")
     wait_for(lambda: "step" in text_of(d, f'#jobs tr[data-job="{jid}"]'), timeout=60,
              what="the job's newest checkpoint step in the list")
     assert "node-1" in text_of(d, "#events") or "running" in text_of(d, "#events")
