@@ -271,8 +271,12 @@ static int login_take(br_dash_t *d, const char *secret, char *id, const char **w
     s->admin = l->admin;
     random_hex(s->csrf);
     s->expires_ms = now + d->session_ttl_ms;
+    char name[sizeof(l->name)];
+    br_strlcpy(name, l->name, sizeof(name));
     sodium_memzero(l, sizeof(*l)); /* used */
     pthread_mutex_unlock(&d->lock);
+    fprintf(stderr, "brambled: dashboard: %s logged in (a session of %llds)\n", name,
+            (long long)(d->session_ttl_ms / 1000));
     return 0;
 }
 

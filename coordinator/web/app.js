@@ -124,15 +124,16 @@ function sparkline(points, key, max, label, unit) {
 }
 
 function gpuView(node, g) {
+  // as the scheduler counts: vram_free is what NVML says is free plus what
+  // bramble's jobs hold (they may not use it all yet); a new job gets the rest
   const total = g.vram_total || 0;
   const used = typeof g.vram_used === "number" ? g.vram_used : null;
   const held = typeof g.vram_held === "number" ? g.vram_held : 0;
-  const free = typeof g.vram_free === "number" ? g.vram_free : null;
+  const free = typeof g.vram_free === "number" ? Math.max(0, g.vram_free - held) : null;
   const pct = (v) => (total ? Math.max(0, Math.min(100, v / total * 100)) : 0).toFixed(1) + "%";
-  // NVML's used includes what bramble's jobs use of what they hold
-  const usedOther = used === null ? 0 : Math.max(0, used - held);
+  const other = free === null ? 0 : Math.max(0, total - free - held); // used outside bramble
   const bar = el("div", {class: "bar", title: "VRAM"},
-                 el("span", {class: "used", style: "width:" + pct(usedOther)}),
+                 el("span", {class: "used", style: "width:" + pct(other)}),
                  el("span", {class: "held", style: "width:" + pct(held)}));
   const h = sample(node, g);
   return el("div", {class: "gpu"},
