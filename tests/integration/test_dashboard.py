@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -293,6 +294,28 @@ def test_event_stream_pushes_news(make_cluster):
     wait_for(lambda: request(port, "/api/nodes", cookie=cookie)[0] == 200,
              what="the API to answer once the streams are closed")
     c.assert_alive()
+
+    # a stream that does not read is dropped, never waited for: a client that
+    # stops reading while jobs come and go does not slow the coordinator
+    slow = socket.create_connection(("127.0.0.1", port), timeout=10)
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.sendall(f"GET /api/events HTTP/1.1\r\nHost: x\r\n"
+                 f"Cookie: bramble_session={cookie}\r\n\r\n".encode())
+    t = time.monotonic()
+    for i in range(5):
+        c.submit(SLEEPER.format(name=f"flood-{i}"))
+    assert time.monotonic() - t < DEADLINE / 2, "submits were slow with a stalled stream"
+
+    # stopping with streams open: brambled ends them and exits at once, cleanly
+    keep = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    keep.request("GET", "/api/events", headers={"Cookie": f"bramble_session={cookie}"})
+    assert keep.getresponse().status == 200
+    t = time.monotonic()
+    assert c.coordinator.kill(signal.SIGTERM) == 0
+    took = time.monotonic() - t
+    assert took < 5, f"brambled took {took:.1f}s to stop with event streams open"
+    keep.close()
+    slow.close()
 
 
 # ---------------------------------------------------------------------------
