@@ -957,10 +957,13 @@ static int get_api(br_dash_t *d, conn_t *conn, const session_t *s, const char *p
     }
     if (strcmp(path, "event-list") == 0) {
         int64_t after = arg_id(conn, "after", 0, &bad), job = arg_id(conn, "job", 0, &bad);
-        return bad ? reply_error(conn, 400, "expected /api/event-list?after=ID&job=ID")
+        int64_t limit = arg_id(conn, "limit", 1000, &bad);
+        return bad || limit < 1 || limit > 1000
+                   ? reply_error(conn, 400,
+                                 "expected /api/event-list?after=ID&job=ID&limit=1..1000")
                    : call_loop(d, conn, s, "event.list",
                                json_pack("{s:I, s:I, s:i}", "after", (json_int_t)after,
-                                         "job", (json_int_t)job, "limit", 1000));
+                                         "job", (json_int_t)job, "limit", (int)limit));
     }
     if (strncmp(path, "jobs/", 5) == 0) {
         const char *rest = strchr(path + 5, '/');

@@ -208,8 +208,19 @@ async function overview(me) {
   const feed = el("ol", {class: "feed", id: "events"});
   main.replaceChildren(el("h2", {}, "Nodes"), nodesBox, el("h2", {}, "Jobs"), jobsBox,
                        el("h2", {}, "Events"), feed);
-  let after = 0;
+  let after = null; // the id of the newest event seen (null: find it first)
   const events = [];
+
+  // The newest event's id, found by halving (ids only grow; a user's listing skips
+  // what they may not see, but its "next" still moves past it), so that a
+  // coordinator with a long history costs a few small requests, not all of it.
+  const newestId = async () => {
+    const past = async (id) => (await api("/api/event-list?limit=1&after=" + id)).next !== id;
+    let lo = 0, hi = 256;
+    while (await past(hi)) { lo = hi; hi *= 2; }
+    while (hi - lo > 1) { const mid = Math.floor((lo + hi) / 2); if (await past(mid)) lo = mid; else hi = mid; }
+    return (await past(lo)) ? hi : lo;
+  };
 
   const refreshNodes = async () => {
     const r = await api("/api/nodes");
@@ -227,6 +238,7 @@ async function overview(me) {
                                           : el("p", {class: "muted"}, "No recent jobs."));
   };
   const refreshEvents = async () => {
+    if (after === null) after = Math.max(0, (await newestId()) - 200);
     for (;;) {
       const r = await api("/api/event-list?after=" + after);
       events.push(...r.events);

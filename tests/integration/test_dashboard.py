@@ -163,6 +163,10 @@ def test_login_cookie_csrf_and_bad_input(make_cluster):
     assert status == 200 and job["job"]["name"] == "dash-sleeper", job
     assert get_json(port, "/api/jobs/999999", cookie)[0] == 404
     assert get_json(port, "/api/jobs?all=x", cookie)[0] == 400
+    assert get_json(port, "/api/event-list?limit=0", cookie)[0] == 400
+    assert get_json(port, "/api/event-list?limit=1001", cookie)[0] == 400
+    status, one = get_json(port, "/api/event-list?limit=1", cookie)
+    assert status == 200 and len(one["events"]) == 1 and one["next"] == one["events"][0]["id"]
     status, me = get_json(port, "/api/whoami", cookie)
     assert me == {"name": "admin", "admin": True}, me
     csrf = csrf_of(port, cookie)
@@ -234,6 +238,10 @@ def test_a_user_sees_only_their_own(make_cluster):
     _, out, _ = c.cli("submit", str(spec), credential=cred)
     mine = int(out.strip())
     cookie = login(port, login_url(c, credential=cred))
+    assert get_json(port, "/api/event-list?limit=0", cookie)[0] == 400
+    assert get_json(port, "/api/event-list?limit=1001", cookie)[0] == 400
+    status, one = get_json(port, "/api/event-list?limit=1", cookie)
+    assert status == 200 and len(one["events"]) == 1 and one["next"] == one["events"][0]["id"]
     status, me = get_json(port, "/api/whoami", cookie)
     assert me == {"name": "alice", "admin": False}, me
     _, jobs = get_json(port, "/api/jobs", cookie)
