@@ -19,20 +19,22 @@ void br_api_dashboard_login(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     if (!c->dash) {
-        br_errf(&err, ENOTSUP, "the dashboard is off: start brambled with --http "
-                               "ADDR:PORT (docs/dashboard.md)");
+        br_errf(&err, ENOTSUP,
+                "the dashboard is off: start brambled with --http "
+                "ADDR:PORT (docs/dashboard.md)");
         br_api_fail(c, m, &err);
         return;
     }
     if (br_dash_login_new(c->dash, br_msg_user(m), who->name,
-                          who->kind == BR_PRINCIPAL_ADMIN, url, sizeof(url), &expires) < 0) {
+                          who->kind == BR_PRINCIPAL_ADMIN, url, sizeof(url),
+                          &expires) < 0) {
         br_errf(&err, ENOMEM, "out of memory");
         br_api_fail(c, m, &err);
         return;
     }
-    br_api_ok(c, m, json_pack("{s:s, s:s, s:f}", "url", url, "http", c->cfg.http,
-                              "expires",
-                              (double)expires / 1000.0));
+    br_api_ok(c, m,
+              json_pack("{s:s, s:s, s:f}", "url", url, "http", c->cfg.http, "expires",
+                        (double)expires / 1000.0));
     memset(url, 0, sizeof(url));
 }
 

@@ -7,8 +7,8 @@
 #include <stddef.h>
 
 typedef struct {
-    const char *path; /* "/index.html", "/app.js" (served as /static/app.js) */
-    const char *type; /* Content-Type */
+    const char *path;          /* "/index.html", "/app.js" (served as /static/app.js) */
+    const char *type;          /* Content-Type */
     const unsigned char *data; /* len bytes and a NUL */
     size_t len;
 } br_dash_asset_t;

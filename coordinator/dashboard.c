@@ -19,11 +19,11 @@
 #include "dash_assets.h"
 #include "util.h"
 
-#define WAIT_MS 10000          /* an API request waits this long for the loop */
-#define TICK_MS 5000           /* a stream says "tick" this often when idle */
-#define RENEW_MS 10000         /* a stream renews its watch this often */
-#define NEWS_MAX 64            /* news a stream may have unsent before it is dropped */
-#define BODY_MAX (64 * 1024)   /* a request body is never read; this big is refused */
+#define WAIT_MS 10000        /* an API request waits this long for the loop */
+#define TICK_MS 5000         /* a stream says "tick" this often when idle */
+#define RENEW_MS 10000       /* a stream renews its watch this often */
+#define NEWS_MAX 64          /* news a stream may have unsent before it is dropped */
+#define BODY_MAX (64 * 1024) /* a request body is never read; this big is refused */
 #define COOKIE "bramble_session"
 #define HASH_LEN 32
 
@@ -250,14 +250,16 @@ static int login_take(br_dash_t *d, const char *secret, char *id, const char **w
     pthread_mutex_lock(&d->lock);
     login_t *l = NULL;
     for (size_t i = 0; i < BR_DASH_LOGINS_MAX && !l; i++)
-        if (d->logins[i].expires_ms && sodium_memcmp(d->logins[i].hash, hash, HASH_LEN) == 0)
+        if (d->logins[i].expires_ms &&
+            sodium_memcmp(d->logins[i].hash, hash, HASH_LEN) == 0)
             l = &d->logins[i];
     if (!l || l->expires_ms <= now) {
         if (l)
             sodium_memzero(l, sizeof(*l));
         pthread_mutex_unlock(&d->lock);
-        *why = l ? "this login link has expired" : "this login link was used already, "
-                                                   "or is not one of this coordinator's";
+        *why = l ? "this login link has expired"
+                 : "this login link was used already, "
+                   "or is not one of this coordinator's";
         return -1;
     }
     session_t *s = &d->sessions[0];
@@ -434,7 +436,11 @@ static json_t *text_json(const char *data, size_t len)
         return json_string("");
     for (size_t i = 0; i < len;) {
         unsigned char ch = (unsigned char)data[i];
-        size_t n = ch < 0x80 ? 1 : (ch >> 5) == 6 ? 2 : (ch >> 4) == 14 ? 3 : (ch >> 3) == 30 ? 4 : 0;
+        size_t n = ch < 0x80         ? 1
+                   : (ch >> 5) == 6  ? 2
+                   : (ch >> 4) == 14 ? 3
+                   : (ch >> 3) == 30 ? 4
+                                     : 0;
         json_t *one = n && i + n <= len ? json_stringn(data + i, n) : NULL;
         if (one) {
             memcpy(buf + o, data + i, n);
@@ -522,10 +528,11 @@ static void secure(struct MHD_Response *r)
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     MHD_add_response_header(r, "X-Frame-Options", "DENY");
     MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
-    MHD_add_response_header(r, "Content-Security-Policy",
-                            "default-src 'none'; script-src 'self'; style-src 'self'; "
-                            "img-src 'self' data:; connect-src 'self'; "
-                            "frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
+    MHD_add_response_header(
+        r, "Content-Security-Policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; "
+        "img-src 'self' data:; connect-src 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
 }
 
 /* Queue an answer (body copied); hname/hvalue an extra header (may be NULL). */
@@ -570,7 +577,9 @@ static int reply_page_error(conn_t *conn, unsigned status, const char *why)
     char body[1200];
     int n = snprintf(body, sizeof(body), page_401, why);
     return reply(conn, status, "text/html; charset=utf-8", body,
-                 n < 0 ? 0 : (size_t)n < sizeof(body) ? (size_t)n : sizeof(body) - 1,
+                 n < 0                      ? 0
+                 : (size_t)n < sizeof(body) ? (size_t)n
+                                            : sizeof(body) - 1,
                  NULL, NULL);
 }
 
@@ -671,9 +680,11 @@ static req_t *ask(br_dash_t *d, const char *key, uint64_t id, const char *type,
         return NULL;
     }
     pthread_mutex_lock(&d->lock);
-    req_t *r = d->stopping ? NULL : enqueue(d, id ? id : d->next_id++, key, type, body, 0);
+    req_t *r =
+        d->stopping ? NULL : enqueue(d, id ? id : d->next_id++, key, type, body, 0);
     if (!r) {
-        *why = d->stopping ? "the coordinator is stopping" : "the coordinator is busy; try again";
+        *why = d->stopping ? "the coordinator is stopping"
+                           : "the coordinator is busy; try again";
         if (d->stopping)
             json_decref(body);
         pthread_mutex_unlock(&d->lock);
@@ -698,8 +709,9 @@ static int reply_answer(conn_t *conn, req_t *r, const char *why)
         ret = reply_error(conn, 503, why);
     else if (!r->answered || !r->answer)
         ret = reply_error(conn, 503,
-                          r->answered ? "out of memory"
-                                      : "the coordinator did not answer in time; try again");
+                          r->answered
+                              ? "out of memory"
+                              : "the coordinator did not answer in time; try again");
     else
         ret = reply(conn, status_of(r->errnum), "application/json", r->answer,
                     r->answer_len, NULL, NULL);
@@ -762,7 +774,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (now - s->renewed >= RENEW_MS)
             watch(d, s);
         while (s->nnews && n + 64 < max) {
-            n += (size_t)snprintf(buf + n, max - n, "event: news\ndata: {\"job\":%lld}\n\n",
+            n += (size_t)snprintf(buf + n, max - n,
+                                  "event: news\ndata: {\"job\":%lld}\n\n",
                                   (long long)s->news[0]);
             memmove(s->news, s->news + 1, --s->nnews * sizeof(s->news[0]));
         }
@@ -808,7 +821,8 @@ static int open_stream(br_dash_t *d, conn_t *conn, const session_t *sess,
     int64_t job = arg_id(conn, "job", 0, &bad);
     const char *logs = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "logs");
     if (bad || (logs && strcmp(logs, "1") != 0 && strcmp(logs, "0") != 0))
-        return reply_error(conn, 400, "expected /api/events?job=ID&logs=1 (both optional)");
+        return reply_error(conn, 400,
+                           "expected /api/events?job=ID&logs=1 (both optional)");
     stream_t *s = calloc(1, sizeof(*s));
     if (!s)
         return reply_error(conn, 503, "out of memory");
@@ -837,8 +851,8 @@ static int open_stream(br_dash_t *d, conn_t *conn, const session_t *sess,
         return reply_answer(conn, w, why);
     }
     req_free(w);
-    struct MHD_Response *r =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 2048, stream_read, s, stream_free);
+    struct MHD_Response *r = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 2048, stream_read, s, stream_free);
     if (!r) {
         stream_free(s);
         return MHD_NO;
@@ -856,19 +870,22 @@ static int open_stream(br_dash_t *d, conn_t *conn, const session_t *sess,
 static int login(br_dash_t *d, conn_t *conn)
 {
     const char *t = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "t");
-    const char *site = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-Fetch-Site");
+    const char *site =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-Fetch-Site");
     const char *why = NULL;
     char id[BR_DASH_SECRET_HEX + 1], cookie[200];
     if (site && strcmp(site, "cross-site") == 0) /* another site may not log you in */
-        return reply_page_error(conn, 403, "A login link works only when you open it "
-                                           "yourself, not from another site.");
+        return reply_page_error(conn, 403,
+                                "A login link works only when you open it "
+                                "yourself, not from another site.");
     if (login_take(d, t, id, &why) < 0)
         return reply_page_error(conn, 401, why);
     snprintf(cookie, sizeof(cookie),
              COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict; Max-Age=%lld", id,
              (long long)(d->session_ttl_ms + 999) / 1000);
     sodium_memzero(id, sizeof(id));
-    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!r)
         return MHD_NO;
     secure(r);
@@ -884,17 +901,20 @@ static int login(br_dash_t *d, conn_t *conn)
  * other site's Origin or Sec-Fetch-Site. NULL when it does, else why not. */
 static const char *cross_site(conn_t *conn, const session_t *s)
 {
-    const char *tok = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-CSRF-Token");
+    const char *tok =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-CSRF-Token");
     const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
     const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host");
-    const char *site = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-Fetch-Site");
+    const char *site =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-Fetch-Site");
     if (!tok || strlen(tok) != strlen(s->csrf) ||
         sodium_memcmp(tok, s->csrf, strlen(s->csrf)) != 0)
         return "missing or wrong CSRF token (X-CSRF-Token)";
     if (site && strcmp(site, "same-origin") != 0)
         return "a request from another site (Sec-Fetch-Site)";
     if (origin) {
-        if (!host || strncmp(origin, "http://", 7) != 0 || strcmp(origin + 7, host) != 0)
+        if (!host || strncmp(origin, "http://", 7) != 0 ||
+            strcmp(origin + 7, host) != 0)
             return "a request from another origin (Origin)";
     }
     return NULL;
@@ -907,7 +927,8 @@ static int node_name(const char *s, size_t n, char *out)
         return -1;
     for (size_t i = 0; i < n; i++)
         if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-              (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '_' || s[i] == '-'))
+              (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '_' ||
+              s[i] == '-'))
             return -1;
     memcpy(out, s, n);
     out[n] = '\0';
@@ -922,11 +943,13 @@ static int post_api(br_dash_t *d, conn_t *conn, const session_t *s, const char *
     char name[64];
     if (strncmp(path, "jobs/", 5) == 0 && slash && strcmp(slash, "/cancel") == 0 &&
         parse_id(path + 5, (size_t)(slash - path - 5), &id) == 0)
-        return call_loop(d, conn, s, "job.cancel", json_pack("{s:I}", "id", (json_int_t)id));
+        return call_loop(d, conn, s, "job.cancel",
+                         json_pack("{s:I}", "id", (json_int_t)id));
     if (strncmp(path, "nodes/", 6) == 0 && slash &&
         (strcmp(slash, "/drain") == 0 || strcmp(slash, "/undrain") == 0) &&
         node_name(path + 6, (size_t)(slash - path - 6), name) == 0)
-        return call_loop(d, conn, s, strcmp(slash, "/drain") == 0 ? "node.drain" : "node.undrain",
+        return call_loop(d, conn, s,
+                         strcmp(slash, "/drain") == 0 ? "node.drain" : "node.undrain",
                          json_pack("{s:s}", "name", name));
     return reply_error(conn, 404, "no such action");
 }
@@ -941,8 +964,9 @@ static int get_api(br_dash_t *d, conn_t *conn, const session_t *s, const char *p
         json_t *o = json_pack("{s:s, s:b}", "name", s->name, "admin", s->admin);
         char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
-        int ret = text ? reply(conn, 200, "application/json", text, strlen(text), NULL, NULL)
-                       : reply_error(conn, 503, "out of memory");
+        int ret =
+            text ? reply(conn, 200, "application/json", text, strlen(text), NULL, NULL)
+                 : reply_error(conn, 503, "out of memory");
         free(text);
         return ret;
     }
@@ -953,14 +977,17 @@ static int get_api(br_dash_t *d, conn_t *conn, const session_t *s, const char *p
     if (strcmp(path, "jobs") == 0) {
         int64_t all = arg_id(conn, "all", 0, &bad);
         return bad ? reply_error(conn, 400, "expected /api/jobs?all=1")
-                   : call_loop(d, conn, s, "job.list", json_pack("{s:b}", "all", all != 0));
+                   : call_loop(d, conn, s, "job.list",
+                               json_pack("{s:b}", "all", all != 0));
     }
     if (strcmp(path, "event-list") == 0) {
-        int64_t after = arg_id(conn, "after", 0, &bad), job = arg_id(conn, "job", 0, &bad);
+        int64_t after = arg_id(conn, "after", 0, &bad),
+                job = arg_id(conn, "job", 0, &bad);
         int64_t limit = arg_id(conn, "limit", 1000, &bad);
         return bad || limit < 1 || limit > 1000
-                   ? reply_error(conn, 400,
-                                 "expected /api/event-list?after=ID&job=ID&limit=1..1000")
+                   ? reply_error(
+                         conn, 400,
+                         "expected /api/event-list?after=ID&job=ID&limit=1..1000")
                    : call_loop(d, conn, s, "event.list",
                                json_pack("{s:I, s:I, s:i}", "after", (json_int_t)after,
                                          "job", (json_int_t)job, "limit", (int)limit));
@@ -970,13 +997,16 @@ static int get_api(br_dash_t *d, conn_t *conn, const session_t *s, const char *p
         size_t n = rest ? (size_t)(rest - path - 5) : strlen(path + 5);
         if (parse_id(path + 5, n, &id) == 0) {
             if (!rest)
-                return call_loop(d, conn, s, "job.show", json_pack("{s:I}", "id", (json_int_t)id));
+                return call_loop(d, conn, s, "job.show",
+                                 json_pack("{s:I}", "id", (json_int_t)id));
             if (strcmp(rest, "/logs") == 0) {
                 int64_t after = arg_id(conn, "after", 0, &bad);
-                return bad ? reply_error(conn, 400, "expected /api/jobs/ID/logs?after=CURSOR")
-                           : call_loop(d, conn, s, "job.logs",
-                                       json_pack("{s:I, s:I, s:i}", "id", (json_int_t)id,
-                                                 "after", (json_int_t)after, "rank", -1));
+                return bad ? reply_error(conn, 400,
+                                         "expected /api/jobs/ID/logs?after=CURSOR")
+                           : call_loop(
+                                 d, conn, s, "job.logs",
+                                 json_pack("{s:I, s:I, s:i}", "id", (json_int_t)id,
+                                           "after", (json_int_t)after, "rank", -1));
             }
         }
     }
@@ -987,8 +1017,8 @@ static int get_api(br_dash_t *d, conn_t *conn, const session_t *s, const char *p
 static int is_page(const char *url)
 {
     int64_t id;
-    return strcmp(url, "/") == 0 ||
-           (strncmp(url, "/job/", 5) == 0 && parse_id(url + 5, strlen(url + 5), &id) == 0);
+    return strcmp(url, "/") == 0 || (strncmp(url, "/job/", 5) == 0 &&
+                                     parse_id(url + 5, strlen(url + 5), &id) == 0);
 }
 
 int br_dash_handle(br_dash_t *d, void *connp, const char *url, const char *method,
@@ -1002,7 +1032,8 @@ int br_dash_handle(br_dash_t *d, void *connp, const char *url, const char *metho
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (upload_size > BODY_MAX || (cl && strtoull(cl, NULL, 10) > BODY_MAX) ||
         (cl && strlen(cl) > 12))
-        return reply_error(conn, 413, "request too large: the dashboard reads no bodies");
+        return reply_error(conn, 413,
+                           "request too large: the dashboard reads no bodies");
     if (!get && !post)
         return reply_error(conn, 405, "the dashboard answers GET and POST only");
     if (get && strcmp(url, "/login") == 0)
@@ -1021,7 +1052,8 @@ int br_dash_handle(br_dash_t *d, void *connp, const char *url, const char *metho
     if (!cookie || secret_hash(cookie, hash) < 0 || session_get(d, cookie, &s) < 0) {
         const char *why = cookie ? "Your session has expired or is not known here."
                                  : "You are not logged in.";
-        int ret = api || post ? reply_error(conn, 401, why) : reply_page_error(conn, 401, why);
+        int ret = api || post ? reply_error(conn, 401, why)
+                              : reply_page_error(conn, 401, why);
         sodium_memzero(&s, sizeof(s));
         return ret;
     }
@@ -1032,7 +1064,8 @@ int br_dash_handle(br_dash_t *d, void *connp, const char *url, const char *metho
             ret = reply_error(conn, 403, why);
         else if (strcmp(url, "/logout") == 0) {
             session_end(d, hash);
-            ret = reply(conn, 200, "application/json", "{}", 2, MHD_HTTP_HEADER_SET_COOKIE,
+            ret = reply(conn, 200, "application/json", "{}", 2,
+                        MHD_HTTP_HEADER_SET_COOKIE,
                         COOKIE "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
         } else if (api)
             ret = post_api(d, conn, &s, url + 5);

@@ -29,13 +29,16 @@ static void test_login_links(void **state)
     assert_int_equal(br_dash_login_new(d, "key", "admin", 1, a, sizeof(a), &exp), 0);
     assert_int_equal(br_dash_login_new(d, "key", "admin", 1, b, sizeof(b), &exp), 0);
     regex_t re;
-    assert_int_equal(regcomp(&re, "^http://127\\.0\\.0\\.1:7780/login\\?t=[0-9a-f]{64}$",
-                             REG_EXTENDED | REG_NOSUB), 0);
+    assert_int_equal(
+        regcomp(&re, "^http://127\\.0\\.0\\.1:7780/login\\?t=[0-9a-f]{64}$",
+                REG_EXTENDED | REG_NOSUB),
+        0);
     assert_int_equal(regexec(&re, a, 0, NULL, 0), 0);
     assert_int_equal(regexec(&re, b, 0, NULL, 0), 0);
     regfree(&re);
     assert_string_not_equal(a, b);
-    assert_true(exp >= now + BR_DASH_LOGIN_TTL_MS - 1000 && exp <= br_now_ms() + BR_DASH_LOGIN_TTL_MS);
+    assert_true(exp >= now + BR_DASH_LOGIN_TTL_MS - 1000 &&
+                exp <= br_now_ms() + BR_DASH_LOGIN_TTL_MS);
     /* bounded: the oldest links make room */
     for (int i = 0; i < 3 * BR_DASH_LOGINS_MAX; i++)
         assert_int_equal(br_dash_login_new(d, "key", "u", 0, a, sizeof(a), &exp), 0);
@@ -98,7 +101,8 @@ static void test_assets(void **state)
         assert_null(strstr((const char *)a->data, "href=\"http"));
         assert_null(strstr((const char *)a->data, "@import"));
     }
-    assert_non_null(strstr((const char *)find("/index.html")->data, "content=\"{{csrf}}\""));
+    assert_non_null(
+        strstr((const char *)find("/index.html")->data, "content=\"{{csrf}}\""));
     assert_string_equal(find("/app.js")->type, "text/javascript; charset=utf-8");
     assert_null(find("/nope"));
 }
