@@ -73,5 +73,8 @@ br_msg_t *br_dash_msg(br_dash_req_t *r);
 /* When m goes to the dashboard (its route is one of the dashboard's): hand it
  * over and return 1; else 0 (send it on the socket). */
 int br_dash_catch(br_coord_t *c, const br_msg_t *m);
+/* After a wake, at most once a second: every GPU's live figures into the
+ * dashboard's last hour (its sparklines). */
+void br_dash_loop_sample(br_coord_t *c);
 
 #endif

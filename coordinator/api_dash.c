@@ -3,6 +3,7 @@
  * into ordinary messages of the session's key, so that they go through the same
  * handler table and rights checks as the CLI's, and their answers back. */
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include "api.h"
@@ -64,4 +65,24 @@ int br_dash_catch(br_coord_t *c, const br_msg_t *m)
         br_dash_answer(c->dash, route, len, br_msg_body(m), data, dlen);
     }
     return 1;
+}
+
+void br_dash_loop_sample(br_coord_t *c)
+{
+    if (!c->dash || !br_dash_gpu_due(c->dash, br_mono_ms()))
+        return;
+    int64_t now = br_now_ms();
+    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
+        size_t i;
+        json_t *g;
+        json_array_foreach(json_object_get(n->info, "gpus"), i, g) {
+            json_t *idx = json_object_get(g, "index"), *u = json_object_get(g, "util"),
+                   *p = json_object_get(g, "power_w");
+            if (json_is_integer(idx) && (json_is_number(u) || json_is_number(p)) &&
+                strcmp(n->state, "lost") != 0)
+                br_dash_gpu_sample(c->dash, n->name, (int)json_integer_value(idx),
+                                   json_is_number(u) ? json_number_value(u) : NAN,
+                                   json_is_number(p) ? json_number_value(p) : NAN, now);
+        }
+    }
 }

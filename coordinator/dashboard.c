@@ -4,6 +4,7 @@
 #include "dashboard.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,14 @@ typedef struct stream {
     int64_t renewed, ticked; /* monotonic ms */
 } stream_t;
 
+/* One GPU's last hour (dashboard.h); the loop's alone. */
+typedef struct {
+    char node[64];
+    int gpu;
+    int64_t slot; /* the newest slot written: now_ms / BR_DASH_HISTORY_STEP_MS */
+    float util[BR_DASH_HISTORY], power[BR_DASH_HISTORY];
+} gpu_hist_t;
+
 struct br_dash {
     char addr[72];
     int efd;
@@ -87,6 +96,9 @@ struct br_dash {
     uint64_t next_id;
     int64_t login_ttl_ms, session_ttl_ms;
     int stopping;
+    gpu_hist_t *hist; /* the loop's alone: no lock */
+    size_t nhist;
+    int64_t hist_sampled; /* monotonic ms */
 };
 
 /* A lifetime from the environment (tests shorten them), else dflt. */
@@ -161,6 +173,7 @@ void br_dash_destroy(br_dash_t **dp)
         d->streams = s->next;
         free(s);
     }
+    free(d->hist);
     sodium_memzero(d->logins, sizeof(d->logins));
     sodium_memzero(d->sessions, sizeof(d->sessions));
     close(d->efd);
@@ -458,6 +471,84 @@ static json_t *text_json(const char *data, size_t len)
     return t ? t : json_string("");
 }
 
+/* --- GPU history (the loop's) --------------------------------------------------- */
+
+static gpu_hist_t *hist_find(br_dash_t *d, const char *node, int gpu)
+{
+    for (size_t i = 0; i < d->nhist; i++)
+        if (d->hist[i].gpu == gpu && strcmp(d->hist[i].node, node) == 0)
+            return &d->hist[i];
+    return NULL;
+}
+
+int br_dash_gpu_due(br_dash_t *d, int64_t now_ms)
+{
+    if (now_ms - d->hist_sampled < 1000)
+        return 0;
+    d->hist_sampled = now_ms;
+    return 1;
+}
+
+void br_dash_gpu_sample(br_dash_t *d, const char *node, int gpu, double util,
+                        double power, int64_t now_ms)
+{
+    int64_t slot = now_ms / BR_DASH_HISTORY_STEP_MS;
+    gpu_hist_t *h = hist_find(d, node, gpu);
+    if (!h) {
+        if (d->nhist == BR_DASH_HISTORY_GPUS)
+            return;
+        if (!d->hist && !(d->hist = calloc(BR_DASH_HISTORY_GPUS, sizeof(*d->hist))))
+            return;
+        h = &d->hist[d->nhist++];
+        br_strlcpy(h->node, node, sizeof(h->node));
+        h->gpu = gpu;
+        h->slot = slot - BR_DASH_HISTORY; /* all unknown */
+    }
+    for (int64_t s = h->slot + 1; s <= slot && s <= h->slot + BR_DASH_HISTORY; s++) {
+        h->util[s % BR_DASH_HISTORY] = NAN; /* slots nobody sampled */
+        h->power[s % BR_DASH_HISTORY] = NAN;
+    }
+    if (slot > h->slot)
+        h->slot = slot;
+    h->util[slot % BR_DASH_HISTORY] = (float)util;
+    h->power[slot % BR_DASH_HISTORY] = (float)power;
+}
+
+/* Oldest first, one figure per slot up to now (null: unknown). */
+static json_t *hist_json(const float *v, int64_t newest, int64_t now_slot)
+{
+    json_t *a = json_array();
+    for (int64_t s = now_slot - BR_DASH_HISTORY + 1; s <= now_slot; s++) {
+        float x = s <= newest && s > newest - BR_DASH_HISTORY ? v[s % BR_DASH_HISTORY] : NAN;
+        json_array_append_new(a, isnan(x) ? json_null() : json_real(x));
+    }
+    return a;
+}
+
+/* node.list's answer gains each GPU's "history": {"step": s, "util": [...],
+ * "power": [...]}, the last hour oldest first. */
+static void attach_history(br_dash_t *d, json_t *answer)
+{
+    int64_t now_slot = br_now_ms() / BR_DASH_HISTORY_STEP_MS;
+    size_t i, k;
+    json_t *n, *g;
+    json_array_foreach(json_object_get(answer, "nodes"), i, n) {
+        const char *name = json_string_value(json_object_get(n, "name"));
+        json_array_foreach(json_object_get(n, "gpus"), k, g) {
+            json_t *idx = json_object_get(g, "index");
+            gpu_hist_t *h = name && json_is_integer(idx)
+                                ? hist_find(d, name, (int)json_integer_value(idx))
+                                : NULL;
+            if (h && json_is_object(g))
+                json_object_set_new(
+                    g, "history",
+                    json_pack("{s:i, s:o, s:o}", "step", BR_DASH_HISTORY_STEP_MS / 1000,
+                              "util", hist_json(h->util, h->slot, now_slot), "power",
+                              hist_json(h->power, h->slot, now_slot)));
+        }
+    }
+}
+
 void br_dash_answer(br_dash_t *d, const void *route, size_t len, const json_t *body,
                     const void *data, size_t data_len)
 {
@@ -467,6 +558,8 @@ void br_dash_answer(br_dash_t *d, const void *route, size_t len, const json_t *b
     json_t *copy = json_deep_copy(body);
     if (copy && data)
         json_object_set_new(copy, "text", text_json(data, data_len));
+    if (copy && json_is_array(json_object_get(copy, "nodes")) && d->nhist)
+        attach_history(d, copy); /* (node.list's: the only answer with "nodes") */
     json_t *en = json_object_get(body, "errnum");
     char *text = copy ? json_dumps(copy, JSON_COMPACT) : NULL;
     json_decref(copy);

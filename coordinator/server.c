@@ -588,6 +588,7 @@ static void serve_http(br_coord_t *c)
             fprintf(stderr, "brambled: metrics: out of memory making the page\n");
         br_http_publish(c->http, page, len);
     }
+    br_dash_loop_sample(c);
 }
 
 int br_coord_run(br_coord_t *c, br_err_t *err)

@@ -107,20 +107,28 @@ function sample(node, g) {
   return h;
 }
 
-function sparkline(points, key, max, label, unit) {
-  const vals = points.map((p) => p[key]).filter((v) => typeof v === "number");
-  if (vals.length === 1) vals.push(vals[0]); // one sample so far: a level line
+// A GPU's figures over the last hour: the coordinator's (one per 15 s, null where
+// unknown), else what this page has seen.
+function series(node, g, key) {
+  if (g.history && Array.isArray(g.history[key])) return g.history[key];
+  return sample(node, g).map((p) => p[key]);
+}
+
+function sparkline(vals, max, label, unit, digits) {
   const s = svg("svg", {viewBox: "0 0 100 24", preserveAspectRatio: "none",
                         role: "img", "aria-label": label});
-  if (vals.length) {
-    const top = Math.max(max || 0, ...vals) || 1;
-    const step = vals.length > 1 ? 100 / (vals.length - 1) : 100;
-    s.append(svg("polyline", {points: vals.map((v, i) =>
-      (i * step).toFixed(1) + "," + (23 - (v / top) * 22).toFixed(1)).join(" ")}));
+  const pts = vals.map((v, i) => [i, v]).filter((p) => typeof p[1] === "number");
+  if (pts.length === 1) pts.push([pts[0][0] + 1, pts[0][1]]); // one figure: a level line
+  if (pts.length) {
+    // the width holds what is known, up to the hour: a young history is not a dot
+    const top = Math.max(max || 0, ...pts.map((p) => p[1])) || 1;
+    const first = pts[0][0], span = Math.max(1, pts[pts.length - 1][0] - first);
+    s.append(svg("polyline", {points: pts.map(([i, v]) =>
+      ((i - first) / span * 100).toFixed(1) + "," + (23 - (v / top) * 22).toFixed(1)).join(" ")}));
   }
-  const last = vals.length ? vals[vals.length - 1] : null;
+  const last = pts.length ? pts[pts.length - 1][1] : null;
   return el("span", {class: "spark"}, label, s,
-            last === null ? "–" : (key === "util" ? Math.round(last * 100) / 100 : Math.round(last)) + unit);
+            last === null ? "–" : last.toFixed(digits) + unit);
 }
 
 function gpuView(node, g) {
@@ -135,7 +143,6 @@ function gpuView(node, g) {
   const bar = el("div", {class: "bar", title: "VRAM"},
                  el("span", {class: "used", style: "width:" + pct(other)}),
                  el("span", {class: "held", style: "width:" + pct(held)}));
-  const h = sample(node, g);
   return el("div", {class: "gpu"},
     el("div", {}, el("b", {}, "GPU " + g.index), " ", g.model || ""),
     bar,
@@ -143,8 +150,8 @@ function gpuView(node, g) {
        el("i", {style: "background:var(--info)"}), "used " + (used === null ? "?" : bytes(used)),
        el("i", {style: "background:var(--held)"}), "held by bramble " + bytes(held),
        el("i", {style: "background:#e7eaf0"}), "free " + bytes(free), " of " + bytes(total)),
-    el("div", {class: "kv"}, sparkline(h, "util", 100, "util ", "%"), " ",
-       sparkline(h, "power", 0, "power ", " W")));
+    el("div", {class: "kv"}, sparkline(series(node, g, "util"), 100, "util ", "%", 0), " ",
+       sparkline(series(node, g, "power"), 0, "power ", " W", 0)));
 }
 
 function nodeView(n, admin, refresh) {

@@ -388,6 +388,7 @@ def test_browser_nodes_jobs_and_a_node_lost(make_cluster, browser, tmp_path):
     c.env = dict(c.env, LD_LIBRARY_PATH=str(FAKE_NVML), FAKE_NVML_GPUS=str(gpus))
     c.add_agents(2, extra=["--gpus", "auto"])
     d = browser
+    from selenium.webdriver.common.by import By
 
     # without the cookie: the page says how to log in
     d.get(f"http://127.0.0.1:{port}/")
@@ -416,6 +417,21 @@ def test_browser_nodes_jobs_and_a_node_lost(make_cluster, browser, tmp_path):
     wait_for(lambda: "step" in text_of(d, f'#jobs tr[data-job="{jid}"]'), timeout=60,
              what="the job's newest checkpoint step in the list")
     assert "node-1" in text_of(d, "#events") or "running" in text_of(d, "#events")
+    # the coordinator keeps each GPU's last hour for the sparklines (15 s slots)
+    cookie = d.get_cookie("bramble_session")["value"]
+
+    def history():
+        _, nodes = get_json(port, "/api/nodes", cookie)
+        hist = {(n["name"], g["index"]): g.get("history") for n in nodes["nodes"]
+                for g in n["gpus"]}
+        assert all(h and h["step"] == 15 and len(h["util"]) == len(h["power"]) == 240
+                   for h in hist.values()), hist
+        return all(h["util"][-1] in (37, 3) and h["power"][-1] in (180, 40)
+                   for h in hist.values())
+
+    wait_for(history, what="the GPUs' last hour on /api/nodes")
+    wait_for(lambda: len(d.find_elements(By.CSS_SELECTOR, "#nodes polyline")) == 8,
+             what="a utilisation and a power sparkline per GPU")
     shot(d, tmp_path, "overview")
 
     # the job's page, then the node under it is killed: no reload, the page follows
