@@ -280,8 +280,10 @@ function timelineItem(e) {
   else if ((e.state === "starting" || e.state === "running") && resumed)
     { kind = "resumed"; what = "resumed from step " + (resumed[1] || resumed[2] || resumed[3]); }
   else if (e.state === "starting" || e.state === "running") what = e.state;
+  const attempt = r.match(/^attempt (\d+)/);
   return el("li", {class: "t-" + kind},
-    el("time", {}, when(e.time)), el("span", {class: "what"}, what),
+    el("time", {}, when(e.time)), attempt ? el("span", {class: "attempt"}, "#" + attempt[1]) : null,
+    el("span", {class: "what"}, what),
     e.node ? " on " + e.node : "", r ? el("div", {class: "kv"}, r) : null);
 }
 
