@@ -8,6 +8,7 @@
 
 #include "api.h"
 #include "dashboard.h"
+#include "gpuhist.h"
 #include "util.h"
 
 void br_api_dashboard_login(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -62,27 +63,38 @@ int br_dash_catch(br_coord_t *c, const br_msg_t *m)
         return 0;
     if (c->dash && br_msg_kind(m) == BR_MSG_RESPONSE) {
         const void *data = br_msg_data(m, &dlen);
-        br_dash_answer(c->dash, route, len, br_msg_body(m), data, dlen);
+        json_t *body = br_msg_body(m), *nodes = json_object_get(body, "nodes");
+        if (json_is_array(nodes) && br_msg_type(m) &&
+            strcmp(br_msg_type(m), "node.list") == 0) {
+            json_t *copy = json_deep_copy(body); /* with each GPU's last hour */
+            if (copy)
+                br_gpuhist_attach(br_dash_gpuhist(c->dash), copy, br_now_ms());
+            br_dash_answer(c->dash, route, len, copy ? copy : body, data, dlen);
+            json_decref(copy);
+        } else {
+            br_dash_answer(c->dash, route, len, body, data, dlen);
+        }
     }
     return 1;
 }
 
 void br_dash_loop_sample(br_coord_t *c)
 {
-    if (!c->dash || !br_dash_gpu_due(c->dash, br_mono_ms()))
+    br_gpuhist_t *h = c->dash ? br_dash_gpuhist(c->dash) : NULL;
+    if (!h || !br_gpuhist_due(h, br_mono_ms()))
         return;
     int64_t now = br_now_ms();
     for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
         size_t i;
         json_t *g;
-        json_array_foreach(json_object_get(n->info, "gpus"), i, g) {
+        json_array_foreach (json_object_get(n->info, "gpus"), i, g) {
             json_t *idx = json_object_get(g, "index"), *u = json_object_get(g, "util"),
                    *p = json_object_get(g, "power_w");
             if (json_is_integer(idx) && (json_is_number(u) || json_is_number(p)) &&
                 strcmp(n->state, "lost") != 0)
-                br_dash_gpu_sample(c->dash, n->name, (int)json_integer_value(idx),
-                                   json_is_number(u) ? json_number_value(u) : NAN,
-                                   json_is_number(p) ? json_number_value(p) : NAN, now);
+                br_gpuhist_sample(h, n->name, (int)json_integer_value(idx),
+                                  json_is_number(u) ? json_number_value(u) : NAN,
+                                  json_is_number(p) ? json_number_value(p) : NAN, now);
         }
     }
 }

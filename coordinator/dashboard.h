@@ -75,18 +75,10 @@ void br_dash_answer(br_dash_t *d, const void *route, size_t len, const json_t *b
  * stream is gone (the loop drops its watcher). Never blocks. */
 int br_dash_news(br_dash_t *d, const void *route, size_t len, int64_t job);
 
-/* The last hour of each GPU's utilisation and power, for the sparklines: kept by
- * the loop alone (it samples and it attaches them to node.list's answers in
- * br_dash_answer), so it needs no lock. BR_DASH_HISTORY slots of
- * BR_DASH_HISTORY_STEP_MS each; a slot holds the last figure sampled in it. */
-#define BR_DASH_HISTORY 240
-#define BR_DASH_HISTORY_STEP_MS 15000
-#define BR_DASH_HISTORY_GPUS 1024 /* GPUs remembered at most */
-/* 1 at most once a second: time to sample every GPU again. */
-int br_dash_gpu_due(br_dash_t *d, int64_t now_ms);
-/* One GPU's figures now (NAN: unknown). */
-void br_dash_gpu_sample(br_dash_t *d, const char *node, int gpu, double util,
-                        double power, int64_t now_ms);
+/* The last hour of each GPU's figures, for the sparklines (gpuhist.h): the
+ * loop's alone, kept here because only the dashboard shows it. */
+typedef struct br_gpuhist br_gpuhist_t;
+br_gpuhist_t *br_dash_gpuhist(br_dash_t *d);
 
 /* --- for the HTTP threads (http.c) --------------------------------------------- */
 
