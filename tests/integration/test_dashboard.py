@@ -213,6 +213,7 @@ def test_login_cookie_csrf_and_bad_input(make_cluster):
     status, _, page = request(port, "/metrics",
                               headers={"Authorization": f"Bearer {tok.strip()}"})
     assert status == 200 and "bramble_nodes" in page, page[:300]
+    assert "\nbramble_dashboard_sessions 1\n" in page, page
     assert request(port, "/metrics", cookie=cookie)[0] == 401
 
     # logging out ends the session; an expired session and link are refused
@@ -393,6 +394,7 @@ def test_browser_nodes_jobs_and_a_node_lost(make_cluster, browser, tmp_path):
     # without the cookie: the page says how to log in
     d.get(f"http://127.0.0.1:{port}/")
     assert "bramble dashboard" in d.page_source and "node-1" not in d.page_source
+    shot(d, tmp_path, "logged-out")
 
     # the one-time link logs the browser in, and the page lists the cluster
     ckpt = tmp_path / "ckpt"
