@@ -468,3 +468,11 @@ def test_browser_nodes_jobs_and_a_node_lost(make_cluster, browser, tmp_path):
         shutil.copy(p, SHOTS / p.name)
     print(f"screenshot: {p}")
     c.assert_alive()
+
+
+def test_dashboard_off_without_http(cluster):
+    rc, out, err = cluster.cli("dashboard", check=False)
+    assert rc == 1 and out == "", (rc, out, err)
+    assert "bramble: dashboard: the dashboard is off: start brambled with --http" in err, err
+    rc, _, err = cluster.cli("dashboard", "extra", check=False)
+    assert rc == 2, err
