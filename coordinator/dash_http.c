@@ -538,8 +538,10 @@ int br_dash_handle(br_dash_t *d, void *connp, const char *url, const char *metho
                            "request too large: the dashboard reads no bodies");
     if (!get && !post)
         return reply_error(conn, 405, "the dashboard answers GET and POST only");
-    if (get && strcmp(url, "/login") == 0)
-        return login(d, conn);
+    if (strcmp(url, "/login") == 0) /* (not HEAD: a probe must not use up a link) */
+        return strcmp(method, "GET") == 0
+                   ? login(d, conn)
+                   : reply_error(conn, 405, "open the login link with GET");
     if (get && strncmp(url, "/static/", 8) == 0) {
         const br_dash_asset_t *a = asset(url + 7);
         if (!a || strcmp(url, "/static/index.html") == 0)

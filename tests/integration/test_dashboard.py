@@ -139,8 +139,11 @@ def test_login_cookie_csrf_and_bad_input(make_cluster):
     for forged in ("0" * 64, "a" * 64, "x", "' OR 1=1 --", "f" * 200):
         assert request(port, "/api/nodes", cookie=forged)[0] == 401, forged
 
-    # the link works once
+    # the link works once (and a HEAD or POST does not use it up)
     url = login_url(c)
+    q = urllib.parse.urlsplit(url)
+    assert request(port, q.path + "?" + q.query, "HEAD")[0] == 405
+    assert request(port, q.path + "?" + q.query, "POST")[0] == 405
     cookie = login(port, url)
     q = urllib.parse.urlsplit(url)
     status, _, body = request(port, q.path + "?" + q.query)
