@@ -4,6 +4,7 @@
  * handler table and rights checks as the CLI's, and their answers back. */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "api.h"
@@ -97,4 +98,17 @@ void br_dash_loop_sample(br_coord_t *c)
                                   json_is_number(p) ? json_number_value(p) : NAN, now);
         }
     }
+}
+
+int br_dash_posed(const br_msg_t *m)
+{
+    size_t len;
+    const void *route = br_msg_route(m, &len);
+    if (!br_dash_is_route(route, len))
+        return 0;
+    fprintf(stderr,
+            "brambled: dropped %s from %.8s...: its routing id poses as the "
+            "dashboard's\n",
+            br_msg_type(m), br_msg_user(m));
+    return 1;
 }

@@ -6,7 +6,7 @@
  * holds no coordinator state: a session is only a cookie's hash, the CURVE public
  * key of the user who asked for the login link, and an expiry. Every API request is
  * queued here (bounded) and handed to the loop through an eventfd (br_dash_fd); the
- * loop dispatches it as an ordinary request of that key (dash_loop.c), through the
+ * loop dispatches it as an ordinary request of that key (api_dash.c), through the
  * same handler table and rights checks as `bramble`, and its answer comes back
  * here. An event stream is a watcher of the loop (event.watch) whose news is queued
  * here; a stream that does not keep up is dropped, never waited for. */
@@ -27,8 +27,10 @@
 #define BR_DASH_STREAMS_MAX 16 /* event streams at once */
 #define BR_DASH_SECRET_HEX 64  /* a login secret, a session id: 32 random bytes */
 #define BR_DASH_KEY_MAX 64     /* a Z85 public key and its NUL */
-/* The routing id of the loop's messages for the dashboard: a ZeroMQ peer's routing
- * id never begins with a zero byte, so none of them can take this one. */
+/* The routing id of the loop's messages for the dashboard. libzmq makes its own ids
+ * 5 bytes long, but a peer may choose one (ZMQ_ROUTING_ID, even with a zero byte
+ * first): the loop drops every message from its socket whose id has this form
+ * (br_dash_posed, api.h), so the dashboard's answers reach only the dashboard. */
 #define BR_DASH_ROUTE_PREFIX "\0dash:"
 #define BR_DASH_ROUTE_PREFIX_LEN 6
 #define BR_DASH_ROUTE_LEN (BR_DASH_ROUTE_PREFIX_LEN + 8)

@@ -467,6 +467,10 @@ static int drain_messages(br_coord_t *c)
             br_msg_destroy(&m);
             continue;
         }
+        if (br_dash_posed(m)) { /* never answered: the answer would go to the dashboard */
+            br_msg_destroy(&m);
+            continue;
+        }
         int failed = dispatch_one(c, m);
         if (failed)
             return failed;

@@ -479,3 +479,43 @@ def test_dashboard_off_without_http(cluster):
     assert "bramble: dashboard: the dashboard is off: start brambled with --http" in err, err
     rc, _, err = cluster.cli("dashboard", "extra", check=False)
     assert rc == 2, err
+
+
+def test_a_peer_posing_as_the_dashboard_gets_nothing_in(make_cluster):
+    """A CLI peer may choose its ZeroMQ routing id, even one of the dashboard's form
+    (a zero byte first): its messages are dropped unanswered, so it can neither
+    answer a dashboard request in the coordinator's place nor be answered."""
+    import zmq
+    from conftest import header, read_yaml_flat
+    c, port = dash_cluster(make_cluster, agents=0)
+    mine = c.submit(SLEEPER.format(name="admins-own"))
+    cred = c.root / "mallory.credential"
+    c.cli("user", "add", "mallory", "--out", str(cred))
+    keys = read_yaml_flat(cred)
+    cookie = login(port, login_url(c))
+    ctx = zmq.Context()
+    socks = []
+    try:
+        for n in range(1, 40):  # the ids the dashboard is likely to use next
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.ROUTING_ID, b"\0dash:" + n.to_bytes(8, "big"))
+            s.curve_serverkey = keys["server_public_key"].encode()
+            s.curve_publickey = keys["public_key"].encode()
+            s.curve_secretkey = keys["secret_key"].encode()
+            s.connect(c.endpoint)
+            socks.append(s)
+        for s in socks:
+            s.send_multipart([header("job.list", 7), b'{"all": true}'])
+        wait_for(lambda: c.coordinator.output().count("poses as the dashboard's") >= 39,
+                 what="the coordinator to drop the posing messages")
+        for _ in range(5):  # meanwhile the admin's page still sees the admin's jobs
+            status, jobs = get_json(port, "/api/jobs", cookie)
+            assert status == 200 and [j["id"] for j in jobs["jobs"]] == [mine], jobs
+        for s in socks:
+            assert not s.poll(0), "a posing peer was answered"
+    finally:
+        for s in socks:
+            s.close(0)
+        ctx.term()
+    c.assert_alive()
