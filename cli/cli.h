@@ -169,6 +169,7 @@ extern const cli_cmd_t cli_job_cmds[];
 extern const cli_cmd_t cli_log_cmds[];
 extern const cli_cmd_t cli_user_cmds[];
 extern const cli_cmd_t cli_audit_cmds[];
+extern const cli_cmd_t cli_dashboard_cmds[];
 extern const cli_cmd_t cli_checkpoint_cmds[];
 extern const cli_cmd_t cli_plan_cmds[];
 extern const cli_cmd_t cli_top_cmds[];

@@ -52,6 +52,7 @@ static const struct {
     {"node.key", BR_MSG_REQUEST, P_NODE, br_api_node_key},
     {"service.endpoints", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_service_endpoints},
     {"service.scale", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_service_scale},
+    {"dashboard.login", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_dashboard_login},
 };
 
 void br_api_fail(br_coord_t *c, br_msg_t *m, const br_err_t *err)
@@ -102,6 +103,7 @@ static const char *action_words(const char *type)
         {"job.cancel", "cancelling jobs"},    {"job.logs", "reading job logs"},
         {"job.", "reports of a node's jobs"}, {"event.", "reading events"},
         {"user.", "managing users"},          {"service.", "managing services"},
+        {"dashboard.", "logging in to the dashboard"},
     };
     for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
         if (strncmp(type, actions[i].type, strlen(actions[i].type)) == 0)

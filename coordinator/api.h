@@ -5,6 +5,7 @@
 #define BRAMBLE_API_H
 
 #include "coord.h"
+#include "dashboard.h"
 #include "store.h"
 
 typedef struct {
@@ -63,5 +64,21 @@ void br_api_node_rotate_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_node_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_service_endpoints(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_service_scale(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+
+/* api_dash.c: the dashboard (dashboard.h) */
+void br_api_dashboard_login(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+/* A dashboard request as a message of its session's key (takes r's body); NULL
+ * when out of memory. */
+br_msg_t *br_dash_msg(br_dash_req_t *r);
+/* When m goes to the dashboard (its route is one of the dashboard's): hand it
+ * over and return 1; else 0 (send it on the socket). */
+int br_dash_catch(br_coord_t *c, const br_msg_t *m);
+/* Whether m, read from the socket, has a routing id of the dashboard's form (a
+ * peer may choose its own, zero byte first or not): such a message is dropped
+ * unanswered (logged), or its answer would reach the dashboard. */
+int br_dash_posed(const br_msg_t *m);
+/* After a wake, at most once a second: every GPU's live figures into the
+ * dashboard's last hour (its sparklines). */
+void br_dash_loop_sample(br_coord_t *c);
 
 #endif

@@ -69,6 +69,7 @@ typedef struct br_coord {
     br_stats_t *stats;             /* what /metrics shows (stats.h) */
     br_http_t *http;               /* the HTTP side, NULL when off (http.h) */
     int http_tokens_dirty;         /* the metrics tokens changed: hand them over */
+    struct br_dash *dash;          /* the dashboard, with the HTTP side (dashboard.h) */
     int stop;
 } br_coord_t;
 

@@ -96,6 +96,10 @@ static int take_one(br_node_t *n, int pos, json_t *g, json_t *e)
     if (free_now > total)
         free_now = total;
     json_object_set_new(g, "vram_free", json_integer((json_int_t)free_now));
+    /* what bramble's jobs hold on it (a whole GPU, or their VRAM), for the dashboard */
+    json_object_set_new(g, "vram_held", json_integer((json_int_t)(
+                                            n->gpu_whole[pos] > 0 ? total
+                                                                  : n->gpu_vram_used[pos])));
     return free_now >= old + BR_GPULIVE_RESCHED;
 }
 

@@ -19,12 +19,14 @@
 #include <microhttpd.h>
 #endif
 
+#include "dashboard.h"
 #include "token.h"
 #include "util.h"
 
 #define FRESH_MS 1000           /* a page this young is served as it is */
 #define WAIT_MS 5000            /* how long a request waits for the loop's new page */
-#define CONN_MAX 16             /* connections at once */
+#define CONN_MAX 40             /* connections at once (the dashboard's event
+                                   streams among them, BR_DASH_STREAMS_MAX) */
 #define CONN_IDLE_S 10          /* a connection silent this long is closed */
 #define CONN_MEMORY (16 * 1024) /* request line and headers of one connection */
 #define LOG_BURST 10            /* libmicrohttpd's messages logged per minute at most */
@@ -46,6 +48,7 @@ struct br_http {
     int tokens_set;
     br_http_counts_t counts;
     int stopping;
+    br_dash_t *dash; /* the dashboard (dashboard.h), NULL until attached */
     /* libmicrohttpd's messages, limited so that a client cannot flood the log */
     pthread_mutex_t log_lock;
     int64_t log_window;   /* monotonic ms the current minute began */
@@ -222,6 +225,13 @@ int br_http_set_tokens(br_http_t *h, const br_http_token_t *tokens, size_t n)
     return 0;
 }
 
+void br_http_attach_dash(br_http_t *h, br_dash_t *dash)
+{
+    pthread_mutex_lock(&h->lock);
+    h->dash = dash;
+    pthread_mutex_unlock(&h->lock);
+}
+
 void br_http_counts(br_http_t *h, br_http_counts_t *out)
 {
     pthread_mutex_lock(&h->lock);
@@ -360,6 +370,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 {
     br_http_t *h = cls;
     char why[240];
+    pthread_mutex_lock(&h->lock);
+    br_dash_t *dash = h->stopping ? NULL : h->dash;
+    pthread_mutex_unlock(&h->lock);
+    if (dash && strcmp(url, "/metrics") != 0)
+        return (enum MHD_Result)br_dash_handle(dash, conn, url, method, *upload_data_size);
     if (strcmp(url, "/metrics") != 0)
         return say(h, conn, BR_HTTP_NOT_FOUND,
                    "not found: this coordinator serves /metrics only", NULL, NULL);
@@ -525,7 +540,9 @@ void br_http_destroy(br_http_t **hp)
     pthread_mutex_lock(&h->lock);
     h->stopping = 1; /* a request waiting for a page gives up now */
     pthread_cond_broadcast(&h->cond);
+    br_dash_t *dash = h->dash;
     pthread_mutex_unlock(&h->lock);
+    br_dash_stop(dash); /* its waiting requests and streams end, so threads join */
 #ifdef BRAMBLE_HAVE_MHD
     if (h->mhd)
         MHD_stop_daemon(h->mhd); /* joins its threads, closes the listening socket */

@@ -6,7 +6,8 @@
  * loop for a new one through an eventfd (br_http_fd, polled by the loop) and waits
  * for it, with a deadline. Bounded, so that a slow or hostile client costs the
  * coordinator nothing: a few connections at once, each with an idle timeout and a
- * small request buffer; a request body is never read. */
+ * small request buffer; a request body is never read. Every other path goes to the
+ * dashboard once one is attached (dashboard.h). */
 #ifndef BRAMBLE_HTTP_H
 #define BRAMBLE_HTTP_H
 
@@ -93,6 +94,10 @@ int br_http_wanted(br_http_t *h);
 void br_http_publish(br_http_t *h, const char *page, size_t len);
 /* Replace the metrics tokens (copied). */
 int br_http_set_tokens(br_http_t *h, const br_http_token_t *tokens, size_t n);
+/* Serve the dashboard (its object outlives h) on every path but /metrics; before
+ * this they are 404. br_http_destroy stops it before joining the threads. */
+typedef struct br_dash br_dash_t;
+void br_http_attach_dash(br_http_t *h, br_dash_t *dash);
 /* A copy of the counts, for the page. */
 void br_http_counts(br_http_t *h, br_http_counts_t *out);
 

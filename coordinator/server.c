@@ -14,7 +14,9 @@
 #include <sodium.h>
 #include <zmq.h>
 
+#include "api.h"
 #include "audit.h"
+#include "dashboard.h"
 #include "coord.h"
 #include "jobs.h"
 #include "nodelife.h"
@@ -84,7 +86,12 @@ static int open_http(br_coord_t *c, br_err_t *err)
         return -1;
     br_strlcpy(c->cfg.http, addr.text, sizeof(c->cfg.http)); /* "7780": 127.0.0.1:7780 */
     c->http_tokens_dirty = 1; /* answered 503 until the loop hands the tokens over */
-    fprintf(stderr, "brambled: HTTP on %s: GET /metrics with a metrics token\n", addr.text);
+    c->dash = br_dash_new(addr.text);
+    if (!c->dash)
+        return br_errf(err, ENOMEM, "http: dashboard: out of memory");
+    br_http_attach_dash(c->http, c->dash);
+    fprintf(stderr, "brambled: HTTP on %s: GET /metrics with a metrics token; the "
+                    "dashboard with a link from 'bramble dashboard'\n", addr.text);
     if (!addr.loopback)
         fprintf(stderr, "brambled: warning: HTTP on %s is reachable from other machines "
                         "and has no TLS: a scraper's token crosses the network in clear "
@@ -189,6 +196,7 @@ void br_coord_destroy(br_coord_t **cp)
     forget_wake(c);
     free(c->wake_log);
     br_http_destroy(&c->http); /* its threads stop before what they were given goes */
+    br_dash_destroy(&c->dash);
     br_sock_close(&c->sock);
     br_zap_destroy(&c->zap);
     if (c->ctx)
@@ -303,6 +311,8 @@ void br_coord_news(br_coord_t *c, int64_t job, int is_log)
 static int send_news(void *arg, const void *route, size_t route_len, int64_t job)
 {
     br_coord_t *c = arg;
+    if (br_dash_is_route(route, route_len)) /* a dashboard's event stream */
+        return c->dash ? br_dash_news(c->dash, route, route_len, job) : -1;
     br_msg_t *m = br_msg_new(BR_MSG_EVENT, "event.news", 0);
     br_err_t err;
     int rc = 0;
@@ -359,7 +369,9 @@ static void flush_outbox(br_coord_t *c)
         json_t *errnum = json_object_get(br_msg_body(c->outbox[i]), "errnum");
         if (br_msg_kind(c->outbox[i]) == BR_MSG_RESPONSE && json_is_integer(errnum))
             br_stats_refused(c->stats, (int)json_integer_value(errnum));
-        if (br_msg_send(c->sock, c->outbox[i], &err) < 0) {
+        if (br_dash_catch(c, c->outbox[i])) /* an answer to the dashboard */
+            ;
+        else if (br_msg_send(c->sock, c->outbox[i], &err) < 0) {
             if (errno == EAGAIN)
                 dropped++;
             else if (errno != EHOSTUNREACH)
@@ -424,6 +436,41 @@ static void abort_wake(br_coord_t *c, int errnum)
     br_coord_changed(c); /* what the wake decided is undone: decide again */
 }
 
+/* Handle one request in its own savepoint; it is kept in wake_reqs. Returns 0, or
+ * the errno of a store failure that rolled the whole transaction back. */
+static int dispatch_one(br_coord_t *c, br_msg_t *m)
+{
+    br_err_t serr;
+    if (br_store_savepoint(c->store, &serr) < 0) {
+        fprintf(stderr, "brambled: %s\n", serr.text);
+        c->wake_reqs[c->wake_len++] = m;
+        return EIO;
+    }
+    size_t from = c->outbox_len, log_from = c->wake_log_len;
+    br_api_dispatch(c, m);
+    br_audit_note(c, m, from);
+    c->wake_reqs[c->wake_len++] = m; /* kept until the wake's answers are sent */
+    int failed = br_store_release(c->store);
+    if (failed && !br_store_in_txn(c->store))
+        return failed;
+    if (failed) { /* its changes were undone: so is what it queued and logged */
+        rehold(c);
+        for (size_t k = from; k < c->outbox_len; k++)
+            br_msg_destroy(&c->outbox[k]);
+        c->outbox_len = from;
+        c->wake_log_len = log_from;
+        if (br_msg_kind(m) == BR_MSG_REQUEST)
+            br_coord_post(c, br_msg_reply_error(
+                                 m, failed, "%s: store %s; nothing was changed",
+                                 br_msg_type(m),
+                                 failed == ENOSPC ? "full (the coordinator's disk is full)"
+                                                  : "error (see brambled's log)"));
+        fprintf(stderr, "brambled: %s from %.8s...: store %s; its changes were undone\n",
+                br_msg_type(m), br_msg_user(m), failed == ENOSPC ? "full" : "error");
+    }
+    return 0;
+}
+
 /* Read up to BATCH_MAX messages, each in its own savepoint. Returns 0, or the
  * errno of a store failure that rolled the whole transaction back. */
 static int drain_messages(br_coord_t *c)
@@ -442,36 +489,38 @@ static int drain_messages(br_coord_t *c)
             br_msg_destroy(&m);
             continue;
         }
-        br_err_t serr;
-        if (br_store_savepoint(c->store, &serr) < 0) {
-            fprintf(stderr, "brambled: %s\n", serr.text);
-            c->wake_reqs[c->wake_len++] = m;
-            return EIO;
+        if (br_dash_posed(m)) { /* never answered: the answer would go to the dashboard */
+            br_msg_destroy(&m);
+            continue;
         }
-        size_t from = c->outbox_len, log_from = c->wake_log_len;
-        br_api_dispatch(c, m);
-        br_audit_note(c, m, from);
-        c->wake_reqs[c->wake_len++] = m; /* kept until the wake's answers are sent */
-        int failed = br_store_release(c->store);
-        if (failed && !br_store_in_txn(c->store))
+        int failed = dispatch_one(c, m);
+        if (failed)
             return failed;
-        if (failed) { /* its changes were undone: so is what it queued and logged */
-            rehold(c);
-            for (size_t k = from; k < c->outbox_len; k++)
-                br_msg_destroy(&c->outbox[k]);
-            c->outbox_len = from;
-            c->wake_log_len = log_from;
-            if (br_msg_kind(m) == BR_MSG_REQUEST)
-                br_coord_post(c, br_msg_reply_error(
-                                     m, failed, "%s: store %s; nothing was changed",
-                                     br_msg_type(m),
-                                     failed == ENOSPC ? "full (the coordinator's disk is full)"
-                                                      : "error (see brambled's log)"));
-            fprintf(stderr, "brambled: %s from %.8s...: store %s; its changes were undone\n",
-                    br_msg_type(m), br_msg_user(m), failed == ENOSPC ? "full" : "error");
-        }
     }
     return 0;
+}
+
+/* The dashboard's requests (dashboard.h), as many as the wake has room for, each
+ * handled as a message of its session's key. Returns as drain_messages does. */
+static int drain_dash(br_coord_t *c)
+{
+    br_dash_req_t reqs[BR_DASH_QUEUE_MAX];
+    size_t room = BATCH_MAX - c->wake_len;
+    size_t n = c->dash ? br_dash_take(c->dash, reqs, room < BR_DASH_QUEUE_MAX
+                                                         ? room
+                                                         : BR_DASH_QUEUE_MAX)
+                       : 0;
+    int failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        br_msg_t *m = br_dash_msg(&reqs[i]);
+        if (!m)
+            continue;
+        if (failed) /* told by abort_wake that nothing was done */
+            c->wake_reqs[c->wake_len++] = m;
+        else
+            failed = dispatch_one(c, m);
+    }
+    return failed;
 }
 
 /* Hand the metrics tokens over to the HTTP side (they changed). */
@@ -513,6 +562,8 @@ static void wake(br_coord_t *c, int readable)
         return;
     }
     int failed = readable ? drain_messages(c) : 0;
+    if (!failed)
+        failed = drain_dash(c);
     if (failed) {
         fprintf(stderr, "brambled: the store rolled the wake back (%s): %zu request(s) "
                         "refused\n", strerror(failed), c->wake_len);
@@ -556,6 +607,7 @@ static void serve_http(br_coord_t *c)
             fprintf(stderr, "brambled: metrics: out of memory making the page\n");
         br_http_publish(c->http, page, len);
     }
+    br_dash_loop_sample(c);
 }
 
 int br_coord_run(br_coord_t *c, br_err_t *err)
@@ -572,8 +624,9 @@ int br_coord_run(br_coord_t *c, br_err_t *err)
         zmq_pollitem_t items[] = {{c->sock, 0, ZMQ_POLLIN, 0},
                                   {br_zap_socket(c->zap), 0, ZMQ_POLLIN, 0},
                                   {NULL, c->sigfd, ZMQ_POLLIN, 0},
-                                  {NULL, c->http ? br_http_fd(c->http) : -1, ZMQ_POLLIN, 0}};
-        int n = zmq_poll(items, c->http ? 4 : 3, tick);
+                                  {NULL, c->http ? br_http_fd(c->http) : -1, ZMQ_POLLIN, 0},
+                                  {NULL, c->dash ? br_dash_fd(c->dash) : -1, ZMQ_POLLIN, 0}};
+        int n = zmq_poll(items, c->dash ? 5 : c->http ? 4 : 3, tick);
         if (n < 0 && errno != EINTR)
             return br_errf(err, errno, "poll: %s", zmq_strerror(errno));
         if (n > 0 && (items[2].revents & ZMQ_POLLIN)) {

@@ -8,6 +8,7 @@
 
 #include "coord.h"
 #include "gpulive.h"
+#include "dashboard.h"
 #include "http.h"
 #include "metrics.h"
 #include "util.h"
@@ -285,6 +286,16 @@ static void page_http(br_metrics_t *m, br_coord_t *c)
         br_metrics_sample(m, "bramble_http_unauthorized_total", labels,
                           (double)hc.unauthorized[i]);
     }
+    if (!c->dash)
+        return;
+    br_dash_counts_t dc;
+    br_dash_counts(c->dash, &dc);
+    br_metrics_family(m, "bramble_dashboard_sessions", "gauge",
+                      "The web dashboard's sessions that have not expired.");
+    br_metrics_sample(m, "bramble_dashboard_sessions", NULL, (double)dc.sessions);
+    br_metrics_family(m, "bramble_dashboard_streams", "gauge",
+                      "The web dashboard's open event streams.");
+    br_metrics_sample(m, "bramble_dashboard_streams", NULL, (double)dc.streams);
 }
 
 const char *br_stats_page(br_stats_t *s, br_coord_t *c, size_t *len)

@@ -148,6 +148,11 @@ const char *br_msg_user(const br_msg_t *m)
     return m->user;
 }
 
+void br_msg_set_user(br_msg_t *m, const char *user)
+{
+    br_strlcpy(m->user, user ? user : "", sizeof(m->user));
+}
+
 const char *br_msg_peer_addr(const br_msg_t *m)
 {
     return m->peer;
