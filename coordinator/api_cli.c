@@ -9,6 +9,7 @@
 #include "api.h"
 #include "cred.h"
 #include "http.h"
+#include "deps.h"
 #include "jobs.h"
 #include "nodelife.h"
 #include "plan.h"
@@ -373,7 +374,8 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         goto fail;
     }
     json_t *spec_json = br_spec_to_json(spec);
-    if (spec->model.given && size_from_model(spec, spec_json, &err) < 0) {
+    if ((spec->model.given && size_from_model(spec, spec_json, &err) < 0) ||
+        br_deps_check(c, spec_json, who->kind == BR_PRINCIPAL_ADMIN ? 0 : who->id, &err) < 0) {
         json_decref(spec_json);
         goto fail;
     }

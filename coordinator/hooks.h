@@ -21,6 +21,11 @@ typedef enum {
                             * a hook may take it over (restart, delay_ms, text) */
     BR_HOOK_TASK_REPORTED, /* node reports job's rank running (task: its object) */
     BR_HOOK_JOB_LEFT,      /* job ended for good (cancelled, completed, failed) */
+    BR_HOOK_JOB_ADDED,     /* job was submitted (it is pending, or a service) */
+    BR_HOOK_JOB_RUNNING,   /* job runs: every rank of its attempt started */
+    BR_HOOK_LOADED,        /* the current jobs were read from the store again (at
+                            * start, after a rollback): state kept beside them is
+                            * to be worked out again; no store writes here */
     BR_HOOK_NODE_LOST,     /* node went silent past the node timeout, or was removed
                             * (reason says which): its ranks are over */
     BR_HOOK_NODE_BACK,     /* node said hello, or spoke on a new connection */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "spec.h"
 #include "util.h"
 
 static const char *const state_names[BR_JOB_STATES] = {
@@ -167,6 +168,17 @@ br_job_t *br_job_from_row(const json_t *row, br_err_t *err)
     job->shape = json_dumps(res ? res : json_null(),
                             JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
     read_bookkeeping(job, row);
+    json_t *after = json_object_get(spec, "after");
+    job->after = json_array_size(after) ? calloc(json_array_size(after), sizeof(br_after_t))
+                                        : NULL;
+    size_t i;
+    json_t *e;
+    json_array_foreach(after, i, e) {
+        int on = br_after_on_parse(json_string_value(json_object_get(e, "on")));
+        if (!job->after || on < 0 || !json_is_integer(json_object_get(e, "job")))
+            continue;
+        job->after[job->nafter++] = (br_after_t){int_or(e, "job", 0), on, BR_AFTER_WAITING};
+    }
     if (!job->name || !job->owner || !job->shape || read_assign(job, row) < 0) {
         br_job_destroy(&job);
         return br_errp(err, ENOMEM, "job: out of memory");
@@ -188,6 +200,7 @@ void br_job_destroy(br_job_t **jp)
     free(job->owner);
     free(job->name);
     free(job->shape);
+    free(job->after);
     json_decref(job->spec);
     free(job);
     *jp = NULL;
@@ -287,6 +300,14 @@ void br_job_exclude(br_job_t *job, const char *node)
     job->exclude = ex;
     if ((ex[job->nexclude] = strdup(node)))
         job->nexclude++;
+}
+
+const br_after_t *br_job_waits_for(const br_job_t *job)
+{
+    for (int i = 0; i < job->nafter; i++)
+        if (job->after[i].state != BR_AFTER_MET)
+            return &job->after[i];
+    return NULL;
 }
 
 int br_job_tasks_per_node(const json_t *spec)

@@ -38,6 +38,14 @@ typedef enum { BR_RANK_PLACED, BR_RANK_STARTED, BR_RANK_DONE } br_rank_state_t;
 
 struct br_job;
 
+/* One job this one waits for (the spec's after:), and how far that has got. */
+typedef struct {
+    int64_t job;
+    int on;    /* br_after_on_t (spec.h) */
+    int state; /* BR_AFTER_WAITING, _MET, _NEVER (it can no longer be met) */
+} br_after_t;
+enum { BR_AFTER_WAITING, BR_AFTER_MET, BR_AFTER_NEVER };
+
 /* One rank of the current attempt: the node it was placed on and its share there. */
 typedef struct br_rank {
     char node[64];
@@ -79,6 +87,8 @@ typedef struct br_job {
     int priority;
     int64_t time_limit; /* ms; 0: none */
     char *shape;        /* its resources as canonical JSON text: jobs alike to place */
+    br_after_t *after;  /* the jobs it waits for (deps.c keeps their state) */
+    int nafter;
     /* jobtab.h's links */
     struct br_job *id_next;
     struct br_job *prev, *next;
@@ -111,6 +121,9 @@ int br_job_set_reason(br_job_t *job, const char *reason);
 /* Never again on node (no-op when it is already excluded). */
 void br_job_exclude(br_job_t *job, const char *node);
 int br_job_excluded(const br_job_t *job, const char *node);
+
+/* The first job it still waits for, or NULL. */
+const br_after_t *br_job_waits_for(const br_job_t *job);
 
 /* Processes per node (tasks_per_node; "gpus": one per GPU), and in all. */
 int br_job_tasks_per_node(const json_t *spec);

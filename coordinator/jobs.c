@@ -54,8 +54,11 @@ void br_job_post(br_coord_t *c, br_job_t *job, br_job_state_t state, const char 
     br_coord_event(c, job->id, node, br_job_state_name(state), "%s", text);
     if (br_job_state_ended(state)) {
         br_hook_arg_t a = {.job = job};
+        br_jobtab_remove(c->jobs, job); /* (its hooks see the others, not it) */
         br_hooks_run(c, c->hooks, BR_HOOK_JOB_LEFT, &a);
-        br_jobtab_remove(c->jobs, job);
+    } else if (state == BR_JOB_RUNNING) {
+        br_hook_arg_t a = {.job = job};
+        br_hooks_run(c, c->hooks, BR_HOOK_JOB_RUNNING, &a);
     }
     if (state != BR_JOB_RUNNING)
         br_coord_changed(c); /* something was freed, or waits to be placed */
@@ -76,6 +79,7 @@ int br_jobs_restore(br_coord_t *c, br_err_t *err)
         for (int r = 0; r < job->nranks; r++)
             if (job->ranks[r].state != BR_RANK_DONE)
                 br_node_hold(rank_node(c, job, r), job->ranks[r].share, 1);
+    br_hooks_run(c, c->hooks, BR_HOOK_LOADED, NULL);
     return 0;
 }
 
@@ -87,9 +91,13 @@ br_job_t *br_jobs_add(br_coord_t *c, json_t *row, br_err_t *err)
     br_job_t *job = NULL;
     if (br_jobtab_load_one(c->jobs, c->store, id, &job, err) < 0)
         return NULL;
-    if (!job)
+    if (!job) {
         br_errf(err, EINVAL, "job %lld was stored ended", (long long)id);
-    else if (job->state == BR_JOB_PENDING)
+        return NULL;
+    }
+    br_hook_arg_t a = {.job = job};
+    br_hooks_run(c, c->hooks, BR_HOOK_JOB_ADDED, &a);
+    if (job->state == BR_JOB_PENDING)
         br_coord_changed(c);
     return job;
 }

@@ -18,6 +18,7 @@
 #include "audit.h"
 #include "dashboard.h"
 #include "coord.h"
+#include "deps.h"
 #include "jobs.h"
 #include "nodelife.h"
 #include "scheduler.h"
@@ -158,7 +159,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->nodes = br_nodes_new();
     if (!c->store)
         goto fail;
-    if (c->hooks && br_jobs_init(c) == 0) { /* the modules hear of the core */
+    if (c->hooks && br_jobs_init(c) == 0 && br_deps_init(c) == 0) { /* modules hear of the core */
         c->services = br_services_new(c);
         c->sched = br_sched_new(c);
     }

@@ -19,8 +19,10 @@
 /* ---- the schema ---------------------------------------------------------------- */
 
 static const char *const top_keys[] = {
-    "name",       "kind",    "command",  "workdir",    "env",     "resources", "model",
-    "checkpoint", "restart", "priority", "time_limit", "service", NULL};
+    "name",    "kind",     "command",    "workdir", "env",   "resources", "model", "checkpoint",
+    "restart", "priority", "time_limit", "service", "after", NULL};
+static const char *const after_keys[] = {"job", "on", NULL};
+static const char *const after_names[] = {"ok", "failed", "ended", "started", NULL};
 static const char *const resources_keys[] = {
     "nodes", "tasks_per_node", "gpus",   "vram",   "cpus", "memory",
     "arch",  "gpu_model",      "labels", "spread", "nodelist", NULL};
@@ -741,6 +743,56 @@ static int check_service(const sect_t *top, br_spec_t *spec)
     return 0;
 }
 
+const char *br_after_on_name(br_after_on_t on)
+{
+    return (unsigned)on < 4 ? after_names[on] : "?";
+}
+
+int br_after_on_parse(const char *name)
+{
+    return name ? spec_in_list(name, after_names) : -1;
+}
+
+/* after: [{job: 12, on: ok}, ...]: the jobs this one waits for. */
+static int check_after(const sect_t *top, br_spec_t *spec)
+{
+    const node_t *n = get(top, "after");
+    if (!n)
+        return 0;
+    if (n->type != N_SEQ)
+        return spec_fail_at(top->err, n->line,
+                            "after: expected a list like [{job: 12, on: ok}], got %s",
+                            spec_type_name(n));
+    if (n->n > BR_SPEC_MAX_AFTER)
+        return spec_fail_at(top->err, n->line, "after: at most %d jobs, got %zu",
+                            BR_SPEC_MAX_AFTER, n->n);
+    for (size_t i = 0; i < n->n; i++) {
+        const node_t *e = n->kids[i];
+        char name[32];
+        snprintf(name, sizeof(name), "after[%zu]", i);
+        if (e->type != N_MAP)
+            return spec_fail_at(top->err, e->line,
+                                "%s: expected a mapping like {job: 12, on: ok}, got %s", name,
+                                spec_type_name(e));
+        sect_t a = {.map = e, .name = name, .line = e->line, .err = top->err};
+        int job = 0, on = BR_AFTER_OK;
+        if (check_keys(&a, after_keys) < 0 ||
+            get_int(&a, "job", 1, 2147483647, &job) < 0 ||
+            get_enum(&a, "on", after_names, "ok, failed, ended or started", &on) < 0)
+            return -1;
+        if (job == 0)
+            return spec_fail_at(top->err, e->line, "%s.job: missing (the job to wait for)",
+                                name);
+        for (int k = 0; k < spec->n_after; k++)
+            if (spec->after[k].job == job)
+                return spec_fail_at(top->err, e->line, "%s: job %d is listed twice", name,
+                                    job);
+        spec->after[spec->n_after].job = job;
+        spec->after[spec->n_after++].on = (br_after_on_t)on;
+    }
+    return 0;
+}
+
 static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
 {
     static const char *const kinds[] = {"train", "service", NULL};
@@ -756,7 +808,7 @@ static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
         check_restart(&top, spec) < 0 ||
         get_int(&top, "priority", -1000, 1000, &spec->priority) < 0 ||
         get_duration_or_none(&top, "time_limit", &spec->time_limit_ms) < 0 ||
-        check_service(&top, spec) < 0)
+        check_service(&top, spec) < 0 || check_after(&top, spec) < 0)
         return -1;
     return 0;
 }
@@ -989,6 +1041,11 @@ json_t *br_spec_to_json(const br_spec_t *s)
     json_object_set_new(j, "restart", restart_json(s));
     json_object_set_new(j, "priority", json_integer(s->priority));
     json_object_set_new(j, "time_limit", json_integer(s->time_limit_ms));
+    json_t *after = json_array();
+    for (int i = 0; i < s->n_after; i++)
+        json_array_append_new(after, json_pack("{s:I, s:s}", "job", (json_int_t)s->after[i].job,
+                                               "on", br_after_on_name(s->after[i].on)));
+    json_object_set_new(j, "after", after);
     json_object_set_new(j, "service", service_json(s));
     return j;
 }

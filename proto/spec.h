@@ -13,6 +13,14 @@
 
 #define BR_SPEC_MAX_BYTES (256 * 1024) /* larger spec texts are refused */
 #define BR_SPEC_MAX_LIST 32 /* arch, gpu_model, nodelist, restart.on entries */
+#define BR_SPEC_MAX_AFTER 64 /* after: entries (jobs this one waits for) */
+
+/* after: when a job this one waits for must have got to: ended with exit 0,
+ * ended otherwise (failed or cancelled), ended at all, or started running. */
+typedef enum { BR_AFTER_OK, BR_AFTER_FAILED, BR_AFTER_ENDED, BR_AFTER_STARTED } br_after_on_t;
+/* "ok", "failed", "ended", "started"; the value of a name (-1: none such). */
+const char *br_after_on_name(br_after_on_t on);
+int br_after_on_parse(const char *name);
 /* The longest command (and env NAME=value): one argument to execve may hold at most
  * MAX_ARG_STRLEN (32 pages of 4 KiB) bytes with its NUL; longer is refused at
  * submit, not at start. */
@@ -63,6 +71,11 @@ typedef struct {
         int on_node_lost;    /* default 1 */
         int on_nonzero_exit; /* default 0 */
     } restart;
+    struct {
+        int64_t job;       /* a job id, >= 1 */
+        br_after_on_t on;  /* default ok */
+    } after[BR_SPEC_MAX_AFTER];
+    int n_after;
     int priority;          /* default 0, -1000..1000 */
     int64_t time_limit_ms; /* 0 = none */
     struct {
@@ -86,7 +99,8 @@ void br_spec_destroy(br_spec_t **spec);
 
 /* The normalised spec as JSON, every default filled in, sizes in bytes, durations in
  * milliseconds (keys as in the YAML: name, kind, command, workdir, env, resources,
- * model, checkpoint, restart, priority, time_limit, service). New reference. */
+ * model, checkpoint, restart, after, priority, time_limit, service). New
+ * reference. */
 json_t *br_spec_to_json(const br_spec_t *spec);
 
 const char *br_job_kind_name(br_job_kind_t kind);

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "deps.h"
 #include "jobs.h"
 #include "nodelife.h"
 #include "scheduler.h"
@@ -61,7 +62,7 @@ static int setup(void **state)
     c->runs_sent = json_object();
     c->hooks = br_hooks_new();
     c->seq = 1;
-    if (!c->store || !c->nodes || !c->jobs || !c->stats || !c->hooks || br_jobs_init(c) < 0 ||
+    if (!c->store || !c->nodes || !c->jobs || !c->stats || !c->hooks || br_jobs_init(c) < 0 || br_deps_init(c) < 0 ||
         !(c->services = br_services_new(c)) || !(c->sched = br_sched_new(c)) ||
         br_store_begin(c->store, &err) < 0)
         return -1;
@@ -423,6 +424,69 @@ static void test_replica_restarts_through_the_services_hook(void **state)
     br_jobtab_sweep(c->jobs);
 }
 
+/* Jobs that wait for others (deps.h): placed only once the wait came true; one
+ * whose wait can never come true fails at once, saying why; a load works the
+ * waits out again from the store. */
+static void test_waits_on_other_jobs(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->c;
+    br_err_t err;
+    int64_t a = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1}}");
+    char spec[256];
+    snprintf(spec, sizeof(spec), "{\"command\": \"y\", \"resources\": {\"cpus\": 1},"
+             " \"after\": [{\"job\": %lld, \"on\": \"ok\"}]}", (long long)a);
+    int64_t on_ok = submit(c, spec);
+    snprintf(spec, sizeof(spec), "{\"command\": \"y\", \"resources\": {\"cpus\": 1},"
+             " \"after\": [{\"job\": %lld, \"on\": \"failed\"}]}", (long long)a);
+    int64_t on_failed = submit(c, spec);
+    snprintf(spec, sizeof(spec), "{\"command\": \"y\", \"resources\": {\"cpus\": 1},"
+             " \"after\": [{\"job\": %lld, \"on\": \"started\"}]}", (long long)a);
+    int64_t on_started = submit(c, spec);
+    br_sched_run(c);
+    assert_state(c, a, "starting");
+    assert_state(c, on_ok, "pending");
+    json_t *row = br_store_job_get(c->store, on_ok, NULL);
+    char want[64];
+    snprintf(want, sizeof(want), "waiting: for job %lld to end ok", (long long)a);
+    assert_string_equal(json_string_value(json_object_get(row, "reason")), want);
+    json_decref(row);
+    br_node_t *n = br_jobtab_find(c->jobs, a)->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_jobs_started(c, a, 1, n, 0); /* a runs: the one waiting for its start goes */
+    br_sched_run(c);
+    assert_state(c, on_started, "starting");
+    assert_state(c, on_ok, "pending");
+    br_jobs_exited(c, a, 1, n, 0, -1, ""); /* a completes */
+    assert_state(c, on_failed, "failed"); /* never: it completed */
+    row = br_store_job_get(c->store, on_failed, NULL);
+    snprintf(want, sizeof(want), "after: job %lld completed, so it can never end failed",
+             (long long)a);
+    assert_string_equal(json_string_value(json_object_get(row, "reason")), want);
+    json_decref(row);
+    br_sched_run(c);
+    assert_state(c, on_ok, "starting");
+    /* at submit: a wait that cannot come true, or on a job that is not there */
+    json_t *bad = json_pack("{s:[{s:I, s:s}]}", "after", "job", (json_int_t)a, "on", "failed");
+    assert_int_equal(br_deps_check(c, bad, 0, &err), -1);
+    assert_non_null(strstr(err.text, "can never end failed"));
+    json_decref(bad);
+    bad = json_pack("{s:[{s:i, s:s}]}", "after", "job", 999, "on", "ok");
+    assert_int_equal(br_deps_check(c, bad, 0, &err), -1);
+    assert_non_null(strstr(err.text, "no job 999"));
+    json_decref(bad);
+    bad = json_pack("{s:[{s:I, s:s}]}", "after", "job", (json_int_t)a, "on", "ended");
+    assert_int_equal(br_deps_check(c, bad, 0, &err), 0);
+    assert_int_equal(br_deps_check(c, bad, 77, &err), -1); /* not this user's job */
+    json_decref(bad);
+    /* a load works the waits out again: one on a completed job is met */
+    snprintf(spec, sizeof(spec), "{\"command\": \"y\", \"resources\": {\"cpus\": 64},"
+             " \"after\": [{\"job\": %lld, \"on\": \"ok\"}]}", (long long)a);
+    int64_t late = submit(c, spec);
+    assert_int_equal(br_jobs_restore(c, &err), 0);
+    assert_null(br_job_waits_for(br_jobtab_find(c->jobs, late)));
+    br_jobtab_sweep(c->jobs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -436,6 +500,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_restore_after_rollback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replica_restarts_through_the_services_hook, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_waits_on_other_jobs, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -125,7 +125,7 @@ static void test_defaults(void **state)
                 "\"arch\":[],\"gpu_model\":[],\"labels\":{},\"spread\":\"site\"},"
                 "\"model\":null,\"checkpoint\":null,\"restart\":{\"max\":3,"
                 "\"on\":[\"node_lost\"]},\"priority\":0,\"time_limit\":0,"
-                "\"service\":null}");
+                "\"service\":null,\"after\":[]}");
     br_spec_destroy(&s);
     assert_null(s);
 }
@@ -163,9 +163,34 @@ static void test_example_train(void **state)
         "\"checkpoint\":{\"dir\":\"/srv/llama/ckpt\",\"pattern\":"
         "\"checkpoint-*\",\"complete_file\":\"trainer_state.json\"},"
         "\"restart\":{\"max\":5,\"on\":[\"node_lost\",\"nonzero_exit\"]},"
-        "\"priority\":0,\"time_limit\":43200000,\"service\":null}");
+        "\"priority\":0,\"time_limit\":43200000,\"service\":null,\"after\":[]}");
     br_spec_destroy(&s);
     free(text);
+}
+
+/* after: the jobs to wait for, on ok by default, in order. */
+static void test_after(void **state)
+{
+    (void)state;
+    const char *y = "name: b\ncommand: run\nafter:\n  - {job: 12}\n  - {job: 7, on: started}\n"
+                    "  - job: 9\n    on: failed\n";
+    br_err_t err;
+    br_spec_t *s = br_spec_parse(y, strlen(y), NULL, 0, &err);
+    assert_non_null(s);
+    assert_int_equal(s->n_after, 3);
+    assert_int_equal(s->after[0].job, 12);
+    assert_int_equal(s->after[0].on, BR_AFTER_OK);
+    assert_int_equal(s->after[1].on, BR_AFTER_STARTED);
+    assert_int_equal(s->after[2].on, BR_AFTER_FAILED);
+    json_t *j = br_spec_to_json(s);
+    json_t *want = json_pack("[{s:i, s:s}, {s:i, s:s}, {s:i, s:s}]", "job", 12, "on", "ok",
+                             "job", 7, "on", "started", "job", 9, "on", "failed");
+    assert_true(json_equal(json_object_get(j, "after"), want));
+    json_decref(want);
+    json_decref(j);
+    br_spec_destroy(&s);
+    assert_int_equal(br_after_on_parse("ended"), BR_AFTER_ENDED);
+    assert_int_equal(br_after_on_parse("soon"), -1);
 }
 
 static void test_service(void **state)
@@ -189,7 +214,8 @@ static void test_service(void **state)
                 "\"spread\":\"any\"},\"model\":null,\"checkpoint\":null,"
                 "\"restart\":{\"max\":3,\"on\":[\"node_lost\"]},\"priority\":0,"
                 "\"time_limit\":0,\"service\":{\"replicas\":3,\"port\":8080,"
-                "\"health\":{\"tcp\":true},\"interval\":2000,\"grace\":60000}}");
+                "\"health\":{\"tcp\":true},\"interval\":2000,\"grace\":60000},"
+                "\"after\":[]}");
     br_spec_destroy(&s);
 }
 
@@ -443,6 +469,20 @@ static const bad_case_t bad_cases[] = {
      BASE "resources: {memory: 1e30}\n",
      {0},
      "=line 3: resources.memory: size '1e30' is too large (at most 1EiB)"},
+    {"after not a list", BASE "after: 12\n", {0},
+     "=line 3: after: expected a list like [{job: 12, on: ok}], got a scalar"},
+    {"after entry not a mapping", BASE "after: [12]\n", {0},
+     "=line 3: after[0]: expected a mapping like {job: 12, on: ok}, got a scalar"},
+    {"after without job", BASE "after: [{on: ok}]\n", {0},
+     "=line 3: after[0].job: missing (the job to wait for)"},
+    {"after bad job", BASE "after: [{job: -3}]\n", {0},
+     "=line 3: after[0].job: -3 is out of range (1..2147483647)"},
+    {"after bad on", BASE "after:\n  - {job: 3, on: okay}\n", {0},
+     "=line 4: after[0].on: expected ok, failed, ended or started, got 'okay'"},
+    {"after unknown key", BASE "after:\n  - job: 3\n    when: later\n", {0},
+     "=line 5: unknown key 'when' in after[0]"},
+    {"after twice", BASE "after: [{job: 3}, {job: 3, on: failed}]\n", {0},
+     "=line 3: after[1]: job 3 is listed twice"},
     {"time_limit too long",
      BASE "time_limit: 1e20d\n",
      {0},
@@ -908,6 +948,7 @@ int main(void)
         cmocka_unit_test(test_example_train),
         cmocka_unit_test(test_example_refused),
         cmocka_unit_test(test_service),
+        cmocka_unit_test(test_after),
         cmocka_unit_test(test_service_defaults),
         cmocka_unit_test(test_nodelist),
         cmocka_unit_test(test_small_forms),
