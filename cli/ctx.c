@@ -86,6 +86,33 @@ int cli_rpc(cli_t *cli, const char *type, json_t *body, br_msg_t **resp)
     return 0;
 }
 
+int cli_send(cli_t *cli, const char *type, json_t *body, uint32_t *seq)
+{
+    br_err_t err = {0};
+    if (!cli_client(cli)) {
+        json_decref(body);
+        return -1;
+    }
+    if (br_client_send(cli->client, type, body, seq, &err) < 0) {
+        cli_err(cli, "%s", err.text);
+        return -1;
+    }
+    return 0;
+}
+
+json_t *cli_recv(cli_t *cli, uint32_t seq)
+{
+    br_err_t err = {0};
+    br_msg_t *m = NULL;
+    if (br_client_recv(cli->client, seq, cli->timeout_ms, &m, &err) < 0) {
+        cli_err(cli, "%s", err.text);
+        return NULL;
+    }
+    json_t *b = json_incref(br_msg_body(m));
+    br_msg_destroy(&m);
+    return b;
+}
+
 int cli_rpc_poll(cli_t *cli, const char *type, json_t *body, br_msg_t **resp,
                  int64_t *silent_since)
 {
