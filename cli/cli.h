@@ -84,12 +84,15 @@ typedef struct {
     int logs;
     int state;       /* 0: not asked yet, 1: watching, -1: no news (older coordinator) */
     int64_t renewed; /* monotonic ms of the last event.watch */
+    uint32_t asked;  /* the event.watch in flight, answer not yet taken (0: none) */
     int poll_ms;     /* without news: how long to sleep instead */
 } cli_watch_t;
 /* Ask for news the first time and at each renewal (returning at once, so the loop
- * asks again); else wait up to max_ms (< 0: no bound but the renewal) for news.
- * 1 when news came (or the watch was just asked for or renewed, or there is no
- * news to wait for: ask again), 0 when max_ms passed without any. */
+ * asks again: its request goes out behind the watch's, both in flight together,
+ * and the next call takes the watch's answer); else wait up to max_ms (< 0: no
+ * bound but the renewal) for news. 1 when news came (or the watch was just asked
+ * for or renewed, or there is no news to wait for: ask again), 0 when max_ms passed
+ * without any. */
 int cli_watch_wait(cli_t *cli, cli_watch_t *w, int64_t max_ms);
 
 /* ---- output (output.c) */
