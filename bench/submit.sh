@@ -58,12 +58,22 @@ cli_wait() {
 
 median() { sort -n | awk '{ d[NR] = $1 } END { print d[int((NR + 1) / 2)] }'; }
 
+# Until no job is pending, starting or running (the loop's 100 jobs run after it),
+# so that submit --wait does not wait behind them.
+drain() {
+    while "$bin/bramble" jobs --json |
+        grep -Eq '"state": "(pending|starting|running)"'; do
+        sleep 0.2
+    done
+}
+
 if [ $cli_only = 1 ]; then
     echo "load average at start: $(loadavg)"
     declare -A rates waits
     for ((r = 1; r <= rounds; r++)); do
         for ((b = 0; b < ${#builds[@]}; b++)); do
             rate=$(cli_loop "${builds[b]}/bin/bramble" "r$r-b$b-loop")
+            drain
             w=$(cli_wait "${builds[b]}/bin/bramble" "r$r-b$b-wait")
             rates[$b]+="$rate "
             waits[$b]+="${w%% *} "
