@@ -60,6 +60,12 @@ void cli_close(cli_t *cli);
 json_t *cli_call(cli_t *cli, const char *type, json_t *body);
 int cli_rpc(cli_t *cli, const char *type, json_t *body, br_msg_t **resp);
 
+/* The same in two halves, for requests in flight together (br_client_send):
+ * cli_send (body stolen) gives the request's seq, cli_recv its answer's body (new
+ * reference); each prints the reason and returns -1 / NULL on failure. */
+int cli_send(cli_t *cli, const char *type, json_t *body, uint32_t *seq);
+json_t *cli_recv(cli_t *cli, uint32_t seq);
+
 /* For polling loops (--wait, logs -f, events -f): like cli_rpc, but a coordinator
  * that does not answer is ridden out for up to CLI_OUTAGE_MS, since it may be
  * restarting and keeps every job it took. Returns 0 with *resp, 1 when the caller
@@ -78,12 +84,15 @@ typedef struct {
     int logs;
     int state;       /* 0: not asked yet, 1: watching, -1: no news (older coordinator) */
     int64_t renewed; /* monotonic ms of the last event.watch */
+    uint32_t asked;  /* the event.watch in flight, answer not yet taken (0: none) */
     int poll_ms;     /* without news: how long to sleep instead */
 } cli_watch_t;
 /* Ask for news the first time and at each renewal (returning at once, so the loop
- * asks again); else wait up to max_ms (< 0: no bound but the renewal) for news.
- * 1 when news came (or the watch was just asked for or renewed, or there is no
- * news to wait for: ask again), 0 when max_ms passed without any. */
+ * asks again: its request goes out behind the watch's, both in flight together,
+ * and the next call takes the watch's answer); else wait up to max_ms (< 0: no
+ * bound but the renewal) for news. 1 when news came (or the watch was just asked
+ * for or renewed, or there is no news to wait for: ask again), 0 when max_ms passed
+ * without any. */
 int cli_watch_wait(cli_t *cli, cli_watch_t *w, int64_t max_ms);
 
 /* ---- output (output.c) */
@@ -206,7 +215,11 @@ int cli_wait_gave_up(cli_t *cli, int64_t id);
 
 /* After submitting job id (spec: its normalised spec), warn on stderr when no node
  * of the cluster as it is could ever run it (or too few for its gang). Quiet when
- * the nodes cannot be listed. */
-void cli_warn_unfit(cli_t *cli, int64_t id, const json_t *spec);
+ * the nodes cannot be listed. cli_fit_ask sends the request for the nodes (right
+ * after the submission's own, so that both are in flight together and answered
+ * after one commit) and gives its seq, 0 when it could not; cli_warn_unfit takes
+ * the answer. */
+uint32_t cli_fit_ask(cli_t *cli);
+void cli_warn_unfit(cli_t *cli, int64_t id, const json_t *spec, uint32_t seq);
 
 #endif

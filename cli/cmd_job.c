@@ -262,13 +262,19 @@ static json_t *submit_body(const char *text, size_t len, const submit_opts_t *o)
     return json_pack("{s:o, s:o}", "spec", spec, "sets", sets);
 }
 
+/* Submit, and ask for the nodes (the fit warning) in the same breath: both are in
+ * flight together, so the second costs no round trip of its own. */
 static int submit_send(cli_t *cli, const submit_opts_t *o, const char *text, size_t len,
-                       int64_t *id)
+                       int64_t *id, uint32_t *fit_seq)
 {
     json_t *body = submit_body(text, len, o);
+    uint32_t seq = 0;
     if (!body)
         return cli_fail(cli, "%s: the spec or a --set is not UTF-8 text", o->path);
-    json_t *r = cli_call(cli, "job.submit", body);
+    if (cli_send(cli, "job.submit", body, &seq) < 0)
+        return CLI_FAIL;
+    *fit_seq = cli_fit_ask(cli);
+    json_t *r = cli_recv(cli, seq);
     if (!r)
         return CLI_FAIL;
     json_t *jid = json_object_get(r, "id");
@@ -293,7 +299,8 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
     if (!text)
         return CLI_FAIL;
     int64_t id = 0;
-    int rc = submit_send(cli, &o, text, len, &id);
+    uint32_t fit_seq = 0;
+    int rc = submit_send(cli, &o, text, len, &id, &fit_seq);
     free(text);
     if (rc != CLI_OK) {
         json_decref(norm);
@@ -308,7 +315,7 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
     else
         fprintf(out, "%lld\n", (long long)id);
     fflush(out);
-    cli_warn_unfit(cli, id, norm);
+    cli_warn_unfit(cli, id, norm, fit_seq);
     json_decref(norm);
     if (o.timeout)
         cli->wait_deadline_ms = br_mono_ms() + cli->wait_ms;

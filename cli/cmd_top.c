@@ -1,5 +1,9 @@
-/* cmd_top.c - bramble top: a live ncurses view of the nodes, jobs and events. */
+/* cmd_top.c - bramble top: a live ncurses view of the nodes, jobs and events.
+ * ncurses is loaded here, when top starts, not linked: every other command (a
+ * shell loop of bramble submit, say) then starts without mapping and relocating
+ * it and libtinfo. */
 #include <curses.h>
+#include <dlfcn.h>
 #include <getopt.h>
 #include <signal.h>
 #include <string.h>
@@ -157,6 +161,71 @@ static void fetch_all(top_t *t)
 
 /* ---- drawing */
 
+/* ---- ncurses, loaded */
+
+#ifndef BR_CURSES_LIB
+#define BR_CURSES_LIB "libncursesw.so.6"
+#endif
+
+/* What top uses of ncurses (curses.h gives the types and constants). */
+static struct {
+    WINDOW *(*initscr)(void);
+    int (*endwin)(void);
+    int (*cbreak)(void);
+    int (*noecho)(void);
+    int (*curs_set)(int);
+    int (*keypad)(WINDOW *, bool);
+    int (*wattr_on)(WINDOW *, attr_t, void *);
+    int (*wattr_off)(WINDOW *, attr_t, void *);
+    int (*wmove)(WINDOW *, int, int);
+    int (*waddnstr)(WINDOW *, const char *, int);
+    int (*werase)(WINDOW *);
+    int (*wrefresh)(WINDOW *);
+    void (*wtimeout)(WINDOW *, int);
+    int (*wgetch)(WINDOW *);
+    WINDOW **scr;
+    int *lines, *cols;
+} nc;
+
+/* Load ncurses: the library the build found first, then the usual names. 0, or -1
+ * after saying why. */
+static int load_curses(const cli_t *cli)
+{
+    static const char *const names[] = {BR_CURSES_LIB, "libncursesw.so.6",
+                                        "libncurses.so.6", "libncursesw.so.5",
+                                        "libncurses.so.5"};
+    void *h = NULL;
+    for (size_t i = 0; !h && i < sizeof(names) / sizeof(names[0]); i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return cli_err(cli, "bramble top needs ncurses (%s): %s", BR_CURSES_LIB,
+                       dlerror()),
+               -1;
+    struct {
+        void *dst;
+        const char *name;
+    } syms[] = {{&nc.initscr, "initscr"},   {&nc.endwin, "endwin"},
+                {&nc.cbreak, "cbreak"},     {&nc.noecho, "noecho"},
+                {&nc.curs_set, "curs_set"}, {&nc.keypad, "keypad"},
+                {&nc.wattr_on, "wattr_on"}, {&nc.wattr_off, "wattr_off"},
+                {&nc.wmove, "wmove"},       {&nc.waddnstr, "waddnstr"},
+                {&nc.werase, "werase"},     {&nc.wrefresh, "wrefresh"},
+                {&nc.wtimeout, "wtimeout"}, {&nc.wgetch, "wgetch"},
+                {&nc.scr, "stdscr"},     {&nc.lines, "LINES"},
+                {&nc.cols, "COLS"}};
+    for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+        void *p = dlsym(h, syms[i].name);
+        if (!p) {
+            cli_err(cli, "bramble top: ncurses (%s) has no %s", BR_CURSES_LIB,
+                    syms[i].name);
+            dlclose(h);
+            return -1;
+        }
+        memcpy(syms[i].dst, &p, sizeof(p)); /* a data or function pointer alike */
+    }
+    return 0; /* kept loaded until exit */
+}
+
 static int count_state(const json_t *arr, const char *state)
 {
     size_t i;
@@ -171,11 +240,12 @@ static int count_state(const json_t *arr, const char *state)
 
 static void put_line(int row, int attr, const char *text)
 {
-    if (row < 0 || row >= LINES)
+    if (row < 0 || row >= *nc.lines)
         return;
-    attron(attr);
-    mvaddnstr(row, 0, text, COLS);
-    attroff(attr);
+    nc.wattr_on(*nc.scr, (attr_t)attr, NULL);
+    if (nc.wmove(*nc.scr, row, 0) != ERR)
+        nc.waddnstr(*nc.scr, text, *nc.cols);
+    nc.wattr_off(*nc.scr, (attr_t)attr, NULL);
 }
 
 static void draw_header(const top_t *t)
@@ -314,10 +384,11 @@ static int want_rows(const json_t *arr)
  * 5 on a terminal of 20 rows or more). */
 static void draw(const top_t *t)
 {
-    erase();
+    int lines = *nc.lines;
+    nc.werase(*nc.scr);
     draw_header(t);
-    int min_ev = LINES >= 20 ? 5 : LINES >= 12 ? 2 : 0;
-    int body = LINES - 2 - (min_ev ? min_ev + 2 : 0); /* rows for both tables */
+    int min_ev = lines >= 20 ? 5 : lines >= 12 ? 2 : 0;
+    int body = lines - 2 - (min_ev ? min_ev + 2 : 0); /* rows for both tables */
     int node_rows = want_rows(t->nodes), job_rows = want_rows(t->jobs);
     if (node_rows + job_rows + 1 > body) {
         node_rows = node_rows < body / 2 ? node_rows : body / 2;
@@ -326,10 +397,10 @@ static void draw(const top_t *t)
     }
     int row = draw_nodes(t, 2, node_rows);
     row = draw_jobs(t, row + 1, job_rows);
-    int nev = LINES - row - 2;
+    int nev = lines - row - 2;
     if (min_ev && nev > 0)
         draw_events(t, row + 1, nev);
-    refresh();
+    nc.wrefresh(*nc.scr);
 }
 
 /* ---- the loop */
@@ -350,8 +421,8 @@ static int wait_keys(top_t *t)
         if (t->cli->client && t->watch.state >= 0 && br_mono_ms() - start >= TOP_NEWS_MS &&
             cli_watch_wait(t->cli, &t->watch, 0))
             return 0;
-        timeout((int)(left < TOP_KEYS_MS ? left : TOP_KEYS_MS));
-        int c = getch();
+        nc.wtimeout(*nc.scr, (int)(left < TOP_KEYS_MS ? left : TOP_KEYS_MS));
+        int c = nc.wgetch(*nc.scr);
         if (c == 'q' || c == 'Q')
             return 1;
         if (c == KEY_RESIZE)
@@ -366,16 +437,16 @@ static void top_loop(top_t *t)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
-    initscr();
-    cbreak();
-    noecho();
-    curs_set(0);
-    keypad(stdscr, TRUE);
+    nc.initscr();
+    nc.cbreak();
+    nc.noecho();
+    nc.curs_set(0);
+    nc.keypad(*nc.scr, TRUE);
     do {
         fetch_all(t);
         draw(t);
     } while (!wait_keys(t) && !top_stop);
-    endwin();
+    nc.endwin();
 }
 
 static int cmd_top(cli_t *cli, int argc, char **argv)
@@ -399,7 +470,7 @@ static int cmd_top(cli_t *cli, int argc, char **argv)
                        "bramble top needs a terminal; use bramble events -f "
                        "for a stream"),
                CLI_USAGE;
-    if (!cli_client(cli))
+    if (load_curses(cli) < 0 || !cli_client(cli))
         return CLI_FAIL;
     top_t t = {.cli = cli,
                .interval_ms = (int)interval,

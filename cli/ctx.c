@@ -86,6 +86,33 @@ int cli_rpc(cli_t *cli, const char *type, json_t *body, br_msg_t **resp)
     return 0;
 }
 
+int cli_send(cli_t *cli, const char *type, json_t *body, uint32_t *seq)
+{
+    br_err_t err = {0};
+    if (!cli_client(cli)) {
+        json_decref(body);
+        return -1;
+    }
+    if (br_client_send(cli->client, type, body, seq, &err) < 0) {
+        cli_err(cli, "%s", err.text);
+        return -1;
+    }
+    return 0;
+}
+
+json_t *cli_recv(cli_t *cli, uint32_t seq)
+{
+    br_err_t err = {0};
+    br_msg_t *m = NULL;
+    if (br_client_recv(cli->client, seq, cli->timeout_ms, &m, &err) < 0) {
+        cli_err(cli, "%s", err.text);
+        return NULL;
+    }
+    json_t *b = json_incref(br_msg_body(m));
+    br_msg_destroy(&m);
+    return b;
+}
+
 int cli_rpc_poll(cli_t *cli, const char *type, json_t *body, br_msg_t **resp,
                  int64_t *silent_since)
 {
@@ -117,23 +144,38 @@ int cli_rpc_poll(cli_t *cli, const char *type, json_t *body, br_msg_t **resp,
     return 1;
 }
 
+/* Take the answer to the event.watch in flight: watching, no news to be had (an
+ * older coordinator: poll), or no answer (ask again). */
+static void watch_answered(cli_t *cli, cli_watch_t *w)
+{
+    br_err_t err = {0};
+    int rc = br_client_recv(cli->client, w->asked, cli->timeout_ms, NULL, &err);
+    w->asked = 0;
+    /* refused as unknown: a coordinator without news, so poll; no answer: the
+     * loop's own request rides out the outage, and the watch is asked again */
+    w->state = rc == 0 ? 1 : err.errnum == EPROTO || err.errnum == EPERM ? -1 : 0;
+}
+
 int cli_watch_wait(cli_t *cli, cli_watch_t *w, int64_t max_ms)
 {
+    if (w->asked)
+        watch_answered(cli, w);
     int64_t now = br_mono_ms();
     if (w->state == 0 || (w->state == 1 && now - w->renewed >= CLI_WATCH_RENEW_MS)) {
+        /* asked, not waited for: the loop's own request goes out behind it, the
+         * coordinator takes both in order, and the next call takes this answer */
         br_err_t err = {0};
         json_t *body = json_pack("{s:I}", "job", (json_int_t)w->job);
         if (w->logs)
             json_object_set_new(body, "logs", json_true());
-        br_msg_t *m = NULL;
-        int rc = cli_client(cli) ? br_client_rpc(cli->client, "event.watch", body,
-                                                 cli->timeout_ms, &m, &err)
+        int rc = cli_client(cli) ? br_client_send(cli->client, "event.watch", body,
+                                                  &w->asked, &err)
                                  : (json_decref(body), -1);
-        br_msg_destroy(&m);
         w->renewed = now;
-        /* refused as unknown: a coordinator without news, so poll; no answer: the
-         * loop's own request rides out the outage, and the watch is asked again */
-        w->state = rc == 0 ? 1 : err.errnum == EPROTO || err.errnum == EPERM ? -1 : 0;
+        if (rc < 0) {
+            w->asked = 0;
+            w->state = 0;
+        }
         return 1; /* the loop asks again now: what happened before the watch counts */
     }
     int64_t wait = CLI_WATCH_RENEW_MS - (now - w->renewed);

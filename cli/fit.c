@@ -85,15 +85,22 @@ static void add_text(char *buf, size_t len, const char *sep, const char *what)
         snprintf(buf + n, len - n, "%s%s", n ? sep : "", what);
 }
 
-void cli_warn_unfit(cli_t *cli, int64_t id, const json_t *spec)
+uint32_t cli_fit_ask(cli_t *cli)
 {
-    br_err_t err = {0};
-    if (!cli->client)
-        return;
-    json_t *r = br_client_call(cli->client, "node.list", json_object(), cli->timeout_ms,
-                               &err);
-    if (!r)
+    uint32_t seq = 0;
+    if (!cli->client || br_client_send(cli->client, "node.list", json_object(), &seq,
+                                       NULL) < 0)
+        return 0;
+    return seq;
+}
+
+void cli_warn_unfit(cli_t *cli, int64_t id, const json_t *spec, uint32_t seq)
+{
+    br_msg_t *m = NULL;
+    if (!seq || br_client_recv(cli->client, seq, cli->timeout_ms, &m, NULL) < 0)
         return; /* a warning only: the job was submitted */
+    json_t *r = json_incref(br_msg_body(m));
+    br_msg_destroy(&m);
     const json_t *res = json_object_get(spec, "resources");
     json_t *nodes = json_object_get(r, "nodes"), *n;
     json_int_t want = json_integer_value(json_object_get(res, "nodes"));

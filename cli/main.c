@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -186,6 +187,36 @@ static int wants_help(int argc, char **argv)
     return 0;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define CLI_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CLI_SANITIZED 1
+#endif
+#endif
+
+/* After a command that talked to the coordinator: every request it made has been
+ * answered (or given up on), so nothing is left to send, and the process ends here
+ * without closing the connection and ZeroMQ's context: the kernel closes the
+ * socket, and the context's two threads end with the process instead of being
+ * woken, told to stop and joined first, which cost a bramble submit about 2 ms of
+ * its CPU (docs/benchmarks.md). Output is flushed and the exit status is the same.
+ * A sanitizer build (the tests') takes everything down, so that LeakSanitizer
+ * still checks the CLI's memory. */
+static void end_early(cli_t *cli, int rc)
+{
+#ifndef CLI_SANITIZED
+    if (cli->client) {
+        explicit_bzero(cli->cred.secret_key, sizeof(cli->cred.secret_key));
+        fflush(NULL);
+        _exit(rc);
+    }
+#else
+    (void)cli;
+    (void)rc;
+#endif
+}
+
 static int run_cmd(cli_t *cli, const cli_cmd_t *c, int argc, char **argv)
 {
     char words[64];
@@ -200,6 +231,7 @@ static int run_cmd(cli_t *cli, const cli_cmd_t *c, int argc, char **argv)
     optind = 0;
     opterr = 0;
     int rc = c->run(cli, argc, argv);
+    end_early(cli, rc);
     cli_close(cli);
     fflush(stdout);
     cli->cmd = NULL;

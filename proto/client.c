@@ -24,14 +24,59 @@ struct br_client {
     int handshaked;  /* a CURVE handshake completed at least once */
     int auth_failed; /* the server refused our key */
     int news;        /* an "event.news" came (event.watch) and was not waited for */
+    /* requests sent and not yet received (br_client_send), and the answers to them
+     * that came while another was waited for */
+    uint32_t pending[BR_CLIENT_PENDING];
+    size_t npending;
+    br_msg_t *kept[BR_CLIENT_PENDING];
+    size_t nkept;
     char endpoint[BR_ENDPOINT_MAX];
 };
 
-/* An unasked message: news for a watch is remembered, anything else dropped. */
+static int is_pending(const br_client_t *c, uint32_t seq)
+{
+    for (size_t i = 0; i < c->npending; i++)
+        if (c->pending[i] == seq)
+            return 1;
+    return 0;
+}
+
+/* seq is no longer waited for: its answer, if one comes later, is dropped. */
+static void forget_seq(br_client_t *c, uint32_t seq)
+{
+    for (size_t i = 0; i < c->npending; i++)
+        if (c->pending[i] == seq) {
+            c->pending[i] = c->pending[--c->npending];
+            return;
+        }
+}
+
+/* The kept answer to seq (taken out), or NULL. */
+static br_msg_t *take_kept(br_client_t *c, uint32_t seq)
+{
+    for (size_t i = 0; i < c->nkept; i++)
+        if (br_msg_seq(c->kept[i]) == seq) {
+            br_msg_t *m = c->kept[i];
+            memmove(&c->kept[i], &c->kept[i + 1], (c->nkept - i - 1) * sizeof(c->kept[0]));
+            c->nkept--;
+            return m;
+        }
+    return NULL;
+}
+
+/* A message that is not the answer waited for: the answer to another request still
+ * pending is kept for its own br_client_recv, news for a watch is remembered,
+ * anything else dropped. */
 static void unasked(br_client_t *c, br_msg_t *m)
 {
+    if (br_msg_kind(m) == BR_MSG_RESPONSE && is_pending(c, br_msg_seq(m)) &&
+        c->nkept < BR_CLIENT_PENDING) {
+        c->kept[c->nkept++] = m;
+        return;
+    }
     if (br_msg_kind(m) == BR_MSG_EVENT && strcmp(br_msg_type(m), "event.news") == 0)
         c->news = 1;
+    br_msg_destroy(&m);
 }
 
 int br_client_check_host(const char *endpoint, br_err_t *err)
@@ -141,6 +186,8 @@ void br_client_destroy(br_client_t **c)
 {
     if (c && *c) {
         int saved = errno;
+        for (size_t i = 0; i < (*c)->nkept; i++)
+            br_msg_destroy(&(*c)->kept[i]);
         br_sock_close(&(*c)->monitor);
         br_sock_close(&(*c)->sock);
         if ((*c)->ctx)
@@ -185,7 +232,6 @@ static int wait_response(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t 
             return 0;
         }
         unasked(c, m);
-        br_msg_destroy(&m);
     }
     if (c->monitor)
         read_monitor(c);
@@ -202,11 +248,16 @@ static int wait_response(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t 
                    c->endpoint, timeout_ms / 1000.0);
 }
 
-int br_client_rpc(br_client_t *c, const char *type, json_t *body, int timeout_ms,
-                  br_msg_t **resp, br_err_t *err)
+int br_client_send(br_client_t *c, const char *type, json_t *body, uint32_t *seq,
+                   br_err_t *err)
 {
-    uint32_t seq = ++c->seq;
-    br_msg_t *req = br_msg_new(BR_MSG_REQUEST, type, seq);
+    if (c->npending == BR_CLIENT_PENDING) {
+        json_decref(body);
+        return br_errf(err, EBUSY, "too many requests in flight (at most %d)",
+                       BR_CLIENT_PENDING);
+    }
+    uint32_t s = ++c->seq;
+    br_msg_t *req = br_msg_new(BR_MSG_REQUEST, type, s);
     if (!req) {
         json_decref(body);
         return br_errf(err, EINVAL, "bad request type '%s'", type);
@@ -217,8 +268,18 @@ int br_client_rpc(br_client_t *c, const char *type, json_t *body, int timeout_ms
     br_msg_destroy(&req);
     if (rc < 0)
         return -1;
-    br_msg_t *m = NULL;
-    if (wait_response(c, seq, timeout_ms, &m, err) < 0)
+    c->pending[c->npending++] = s;
+    *seq = s;
+    return 0;
+}
+
+int br_client_recv(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t **resp,
+                   br_err_t *err)
+{
+    br_msg_t *m = take_kept(c, seq);
+    int rc = m ? 0 : wait_response(c, seq, timeout_ms, &m, err);
+    forget_seq(c, seq);
+    if (rc < 0)
         return -1;
     if (br_msg_check(m, err) < 0) {
         br_msg_destroy(&m);
@@ -229,6 +290,15 @@ int br_client_rpc(br_client_t *c, const char *type, json_t *body, int timeout_ms
     else
         br_msg_destroy(&m);
     return 0;
+}
+
+int br_client_rpc(br_client_t *c, const char *type, json_t *body, int timeout_ms,
+                  br_msg_t **resp, br_err_t *err)
+{
+    uint32_t seq = 0;
+    if (br_client_send(c, type, body, &seq, err) < 0)
+        return -1;
+    return br_client_recv(c, seq, timeout_ms, resp, err);
 }
 
 json_t *br_client_call(br_client_t *c, const char *type, json_t *body, int timeout_ms,
@@ -255,7 +325,6 @@ int br_client_wait_news(br_client_t *c, int timeout_ms, br_err_t *err)
                 continue;
             }
             unasked(c, m);
-            br_msg_destroy(&m);
         }
         if (c->news) {
             c->news = 0;

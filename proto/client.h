@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cred.h"
 #include "err.h"
@@ -32,6 +33,19 @@ int br_client_check_host(const char *endpoint, br_err_t *err);
  * answer, each with words saying which. */
 int br_client_rpc(br_client_t *c, const char *type, json_t *body, int timeout_ms,
                   br_msg_t **resp, br_err_t *err);
+
+/* The same in two halves, so that several requests can be in flight on the one
+ * connection (the coordinator answers them in order, often after one commit):
+ * br_client_send sends (body stolen) and gives the request's seq; br_client_recv
+ * waits up to timeout_ms for the answer to seq, keeping the answers to other
+ * requests still in flight that come first. At most BR_CLIENT_PENDING requests are
+ * in flight (EBUSY beyond); one whose br_client_recv failed is forgotten, and its
+ * answer dropped if it comes later. */
+#define BR_CLIENT_PENDING 8
+int br_client_send(br_client_t *c, const char *type, json_t *body, uint32_t *seq,
+                   br_err_t *err);
+int br_client_recv(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t **resp,
+                   br_err_t *err);
 
 /* Like br_client_rpc, but the response body is returned (new reference) and the
  * message dropped. */

@@ -952,6 +952,61 @@ static void test_zmq_ping(void **state)
     assert_true(s->zap_checks >= 2);
 }
 
+/* The n-th ping's answer through c (body "n": n), by seq; 1 when it is that one. */
+static int ping_n_answered(br_client_t *c, uint32_t seq, int n)
+{
+    br_msg_t *resp = NULL;
+    br_err_t err = {0};
+    if (br_client_recv(c, seq, WAIT_MS, &resp, &err) != 0) {
+        print_error("ping %d: %s\n", n, err.text);
+        return 0;
+    }
+    json_t *body = json_object_get(br_msg_body(resp), "body");
+    int ok = br_msg_seq(resp) == seq &&
+             json_integer_value(json_object_get(body, "n")) == n;
+    br_msg_destroy(&resp);
+    return ok;
+}
+
+static void test_zmq_in_flight(void **state)
+{
+    server_t *s = *state;
+    char pub[BR_KEY_LEN + 1];
+    br_client_t *c = new_client(s, pub);
+    br_err_t err = {0};
+    uint32_t seq[BR_CLIENT_PENDING + 1];
+    /* several requests in flight; their answers taken in another order */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(
+            br_client_send(c, "ping", json_pack("{s:i}", "n", i), &seq[i], &err), 0);
+    int ok2 = ping_n_answered(c, seq[2], 2); /* 0 and 1 came first: kept */
+    int ok0 = ping_n_answered(c, seq[0], 0);
+    /* a plain request between them is answered as always */
+    int ok_rpc = ping_ok(c, pub);
+    int ok1 = ping_n_answered(c, seq[1], 1);
+    /* an answer already taken is not there twice: a bounded wait, then ETIMEDOUT */
+    br_err_t err2 = {0};
+    int again = br_client_recv(c, seq[1], 200, NULL, &err2);
+    /* at most BR_CLIENT_PENDING in flight; beyond, EBUSY and the body is freed */
+    for (int i = 0; i < BR_CLIENT_PENDING; i++)
+        assert_int_equal(br_client_send(c, "ping", json_pack("{s:i}", "n", i), &seq[i],
+                                        &err), 0);
+    br_err_t err3 = {0};
+    int busy = br_client_send(c, "ping", json_pack("{s:i}", "n", 99),
+                              &seq[BR_CLIENT_PENDING], &err3);
+    int ok_last = ping_n_answered(c, seq[BR_CLIENT_PENDING - 1], BR_CLIENT_PENDING - 1);
+    br_client_destroy(&c); /* frees the answers kept and never taken */
+    assert_true(ok2);
+    assert_true(ok0);
+    assert_true(ok_rpc);
+    assert_true(ok1);
+    assert_int_equal(again, -1);
+    assert_int_equal(err2.errnum, ETIMEDOUT);
+    assert_int_equal(busy, -1);
+    assert_int_equal(err3.errnum, EBUSY);
+    assert_true(ok_last);
+}
+
 static void test_zmq_refused_key(void **state)
 {
     server_t *s = *state;
@@ -1072,6 +1127,8 @@ int main(void)
         cmocka_unit_test(test_router_stub_and_reply),
         cmocka_unit_test(test_send_body_too_big),
         cmocka_unit_test_setup_teardown(test_zmq_ping, server_setup, server_teardown),
+        cmocka_unit_test_setup_teardown(test_zmq_in_flight, server_setup,
+                                        server_teardown),
         cmocka_unit_test_setup_teardown(test_zmq_refused_key, server_setup,
                                         server_teardown),
         cmocka_unit_test_setup_teardown(test_zmq_garbage, server_setup,
