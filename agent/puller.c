@@ -284,6 +284,47 @@ static int copy_in(pull_t *p, int src, const char *hex, json_int_t size, int pfd
     return install(p, fd, &hs, hex, pfd, name, mode);
 }
 
+/* The old copy's file src (taken over) holds the bytes of hex: link it into place
+ * (the old copy is removed once the new one is in), or copy it where it cannot be
+ * linked. 0 in place, 1 its bytes differ, -1 with err. */
+static int adopt_old(pull_t *p, int src, const char *hex, json_int_t size, int pfd,
+                     const char *name, int mode)
+{
+    crypto_generichash_state hs;
+    unsigned char h[HASH_LEN];
+    char got[2 * HASH_LEN + 1], proc[64];
+    json_int_t off = 0;
+    crypto_generichash_init(&hs, NULL, 0, HASH_LEN);
+    while (off < size) {
+        ssize_t k = pread(src, p->buf, COPY_BUF, off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        crypto_generichash_update(&hs, p->buf, (unsigned long long)k);
+        off += k;
+    }
+    crypto_generichash_final(&hs, h, HASH_LEN);
+    sodium_bin2hex(got, sizeof(got), h, HASH_LEN);
+    if (off != size || strcmp(got, hex) != 0) {
+        close(src);
+        return 1;
+    }
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", src);
+    if (linkat(AT_FDCWD, proc, pfd, name, AT_SYMLINK_FOLLOW) == 0) {
+        int rc = fchmod(src, (mode_t)(mode & 0777)) < 0
+                     ? br_errf(p->err, errno, "%s: %s", name, strerror(errno))
+                     : 0;
+        close(src);
+        return rc;
+    }
+    if (lseek(src, 0, SEEK_SET) < 0) {
+        close(src);
+        return 1;
+    }
+    return copy_in(p, src, hex, size, pfd, name, mode);
+}
+
 /* --- the network ------------------------------------------------------------------ */
 
 static void disconnect(pull_t *p)
@@ -501,11 +542,7 @@ static int add_file(pull_t *p, const char *path, int pfd, const char *name,
         src = open_old(p->old, path, size);
     else if (p->old_file >= 0 && fstat(p->old_file, &st) == 0 && st.st_size == size)
         src = dup(p->old_file);
-    if (src >= 0 && lseek(src, 0, SEEK_SET) < 0) {
-        close(src);
-        src = -1;
-    }
-    if (src >= 0 && (rc = copy_in(p, src, hex, size, pfd, name, mode)) <= 0) {
+    if (src >= 0 && (rc = adopt_old(p, src, hex, size, pfd, name, mode)) <= 0) {
         if (rc == 0) {
             p->st.bytes_deduped += (uint64_t)size;
             p->st.files_deduped++;
