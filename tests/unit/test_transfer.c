@@ -435,7 +435,7 @@ static void test_resume_later(void **state)
     same_as(dest, m);
     br_holder_stats(f->h, &hs);
     /* altogether about the checkpoint once, not once and a half */
-    assert_true(hs.bytes_sent < (uint64_t)num(m, "bytes") + (2 << 20));
+    assert_true(hs.bytes_sent < (uint64_t)num(m, "bytes") + (3 << 20));
     assert_true(num(res, "deduped") > 0);
     json_decref(res);
     br_puller_destroy(&pl);
