@@ -927,7 +927,15 @@ int br_puller_submit(br_puller_t *pl, const br_pull_req_t *r, br_err_t *err)
     }
     pthread_mutex_lock(&pl->mu);
     int full = pl->ntodo >= BR_PULL_QUEUE;
-    if (!full) {
+    if (!full && r->urgent) { /* after the urgent ones already waiting */
+        job_t **at = &pl->todo;
+        while (*at && (*at)->r.urgent)
+            at = &(*at)->next;
+        j->next = *at;
+        *at = j;
+        pl->ntodo++;
+        pthread_cond_signal(&pl->cv);
+    } else if (!full) {
         append(&pl->todo, j);
         pl->ntodo++;
         pthread_cond_signal(&pl->cv);

@@ -44,6 +44,8 @@ typedef struct {
     gid_t gid;
     int64_t limit;          /* bytes it may write (a quota), -1: no limit */
     int64_t stall_ms;       /* 0: BR_PULL_STALL_MS */
+    int urgent;             /* br_puller_submit: before the pulls waiting (a restore:
+                               a job waits for it) */
     json_t *tag;            /* handed back with the result (a reference is taken) */
 } br_pull_req_t;
 

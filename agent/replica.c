@@ -267,6 +267,7 @@ int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err)
         if (job_identity(r, owner_id, unix_user, &q.uid, &q.gid, err) < 0)
             return -1;
         q.as_user = 1;
+        q.urgent = 1; /* a job waits for it */
     }
     q.tag = json_pack("{s:I, s:I, s:s, s:s, s:b}", "job", job, "step", step, "hash",
                       json_string_value(json_object_get(manifest, "hash")), "path", path,

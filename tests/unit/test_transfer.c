@@ -637,8 +637,15 @@ static void test_thread(void **state)
     r.tag = json_string("two");
     assert_int_equal(br_puller_submit(pl, &r, &err), 0);
     json_decref(r.tag);
-    const char *want[] = {"one", "two"};
-    for (int i = 0; i < 2; i++) {
+    char d3[PATH_MAX];
+    snprintf(d3, sizeof(d3), "%s/restore/three", f->root);
+    r = req(f, d3, f->m);
+    r.tag = json_string("three");
+    r.urgent = 1; /* ahead of "two" unless "two" started already */
+    assert_int_equal(br_puller_submit(pl, &r, &err), 0);
+    json_decref(r.tag);
+    const char *seen[3];
+    for (int i = 0; i < 3; i++) {
         json_t *tag = NULL, *res = NULL;
         int got;
         while ((got = br_puller_take(pl, &tag, &res, &err)) == 0) {
@@ -646,16 +653,21 @@ static void test_thread(void **state)
             assert_int_equal(poll(&p, 1, 30000), 1);
         }
         if (!res)
-            fail_msg("pull %s: %s", want[i], err.text);
-        assert_string_equal(json_string_value(tag), want[i]);
+            fail_msg("pull %d: %s", i, err.text);
+        static const char *const names[] = {"one", "two", "three"};
+        for (int k = 0; k < 3; k++) /* a name that outlives the tag */
+            if (strcmp(json_string_value(tag), names[k]) == 0)
+                seen[i] = names[k];
         json_decref(tag);
         json_decref(res);
     }
+    assert_string_equal(seen[2], "two"); /* "one" ran first; "three" went ahead */
     same_as(d1, f->m);
     same_as(d2, f->m);
+    same_as(d3, f->m);
     br_pull_stats_t st;
     br_puller_stats(pl, &st);
-    assert_int_equal(st.bytes_received, 2 * num(f->m, "bytes"));
+    assert_int_equal(st.bytes_received, 3 * num(f->m, "bytes"));
     br_puller_destroy(&pl);
 }
 
