@@ -62,7 +62,7 @@ struct br_holder {
     double tokens;
     int64_t refilled_us;
     unsigned char *buf;
-    int fd;                       /* the file open for the last read, or -1 */
+    int fd; /* the file open for the last read, or -1 */
     char fd_grant[128], fd_path[PATH_MAX];
     unsigned fd_gen; /* gen when fd was opened: a changed grant opens afresh */
 };
@@ -110,8 +110,10 @@ static int zap_check(void *arg, const char *key)
         h->st.zap_refused++;
     pthread_mutex_unlock(&h->mu);
     if (!ok)
-        fprintf(stderr, "bramble-agent: replica: refused a connection from key %.8s...: "
-                        "no grant names it\n", key);
+        fprintf(stderr,
+                "bramble-agent: replica: refused a connection from key %.8s...: "
+                "no grant names it\n",
+                key);
     return ok ? 0 : -1;
 }
 
@@ -149,8 +151,10 @@ static int open_file(const grant_t *g, const char *rel, json_int_t size, br_err_
 {
     if (br_fsid_enter(g->fsid, err) < 0)
         return -1;
-    int dir = strcmp(json_string_value(json_object_get(g->manifest, "root")), "dir") == 0;
-    int fd = br_ckpt_open(g->dir, g->path, dir ? O_RDONLY | O_DIRECTORY : O_RDONLY, err);
+    int dir =
+        strcmp(json_string_value(json_object_get(g->manifest, "root")), "dir") == 0;
+    int fd =
+        br_ckpt_open(g->dir, g->path, dir ? O_RDONLY | O_DIRECTORY : O_RDONLY, err);
     if (fd >= 0 && dir)
         fd = open_beneath(fd, rel, err);
     br_fsid_leave(g->fsid);
@@ -281,8 +285,8 @@ static void refill(br_holder_t *h)
     int64_t now = br_mono_us();
     if (h->rate) {
         h->tokens += (double)h->rate * (double)(now - h->refilled_us) / 1e6;
-        double burst = 2.0 * BR_XFER_CHUNK > h->rate / 10.0 ? 2.0 * BR_XFER_CHUNK
-                                                              : h->rate / 10.0;
+        double burst =
+            2.0 * BR_XFER_CHUNK > h->rate / 10.0 ? 2.0 * BR_XFER_CHUNK : h->rate / 10.0;
         if (h->tokens > burst)
             h->tokens = burst;
     }
@@ -318,7 +322,8 @@ static void take_requests(br_holder_t *h)
             return;
         if (rc < 0)
             refuse(h, m, "a peer", EPROTO, err.text);
-        else if (br_msg_kind(m) != BR_MSG_REQUEST || strcmp(br_msg_type(m), "ckpt.read"))
+        else if (br_msg_kind(m) != BR_MSG_REQUEST ||
+                 strcmp(br_msg_type(m), "ckpt.read"))
             refuse(h, m, "a peer", EPROTO, "only ckpt.read requests are served here");
         else if (h->fifo.n == BR_HOLDER_QUEUE)
             refuse(h, m, "a peer", EAGAIN, "busy: too many requests waiting");
@@ -346,7 +351,8 @@ static void *run(void *arg)
                                    {NULL, h->efd, ZMQ_POLLIN, 0}};
         /* a full queue takes no more until the bucket lets some go */
         if (zmq_poll(h->fifo.n == BR_HOLDER_QUEUE ? items + 1 : items,
-                     h->fifo.n == BR_HOLDER_QUEUE ? 2 : 3, wait) < 0 && errno != EINTR)
+                     h->fifo.n == BR_HOLDER_QUEUE ? 2 : 3, wait) < 0 &&
+            errno != EINTR)
             break;
         if (items[2].revents & ZMQ_POLLIN) {
             uint64_t n;
@@ -472,7 +478,8 @@ int br_holder_grant(br_holder_t *h, const br_grant_t *g, br_err_t *err)
         n->manifest = json_deep_copy(g->manifest);
         br_strlcpy(n->key, g->peer_key, sizeof(n->key));
         n->expires = br_mono_ms() + g->ttl_ms;
-        bad = !n->id || !n->peer_name || (g->dir && !n->dir) || !n->path || !n->manifest;
+        bad =
+            !n->id || !n->peer_name || (g->dir && !n->dir) || !n->path || !n->manifest;
     }
     if (!bad && g->as_user && !(n->fsid = br_fsid_new(g->uid, g->gid, err))) {
         grant_free(n);

@@ -35,7 +35,7 @@ typedef struct {
     int as_user;            /* open files as uid/gid (fsid.h); 0: as the agent */
     uid_t uid;
     gid_t gid;
-    int64_t ttl_ms;         /* it lapses this long from now */
+    int64_t ttl_ms; /* it lapses this long from now */
 } br_grant_t;
 
 /* What a holder has done since it started. */

@@ -391,10 +391,12 @@ static int entry_ok(json_t *e, const char **path, const char **content, int *lin
     *content = json_string_value(c);
     *link = l != NULL;
     if (!br_manifest_path_ok(*path))
-        return br_errf(err, EPROTO, "manifest entry: path '%.64s' is not allowed", *path);
+        return br_errf(err, EPROTO, "manifest entry: path '%.64s' is not allowed",
+                       *path);
     if (*size < 0 || *mode < 0 || *mode > 07777 || (h && !hex_ok(*content)) ||
         (l && *size != (json_int_t)strlen(*content)))
-        return br_errf(err, EPROTO, "manifest entry %.64s: bad size, mode or hash", *path);
+        return br_errf(err, EPROTO, "manifest entry %.64s: bad size, mode or hash",
+                       *path);
     return 0;
 }
 
@@ -434,7 +436,8 @@ int br_manifest_verify(const json_t *mj, br_err_t *err)
                      err) < 0)
             return -1;
         if (prev && strcmp(prev, path) >= 0)
-            return br_errf(err, EPROTO, "manifest: entries out of order at %.64s", path);
+            return br_errf(err, EPROTO, "manifest: entries out of order at %.64s",
+                           path);
         if (strcmp(root, "file") == 0 && (link || strchr(path, '/')))
             return br_errf(err, EPROTO, "manifest: a one-file checkpoint holds %.64s",
                            path);
@@ -454,7 +457,8 @@ int br_manifest_verify(const json_t *mj, br_err_t *err)
         return br_errf(err, EPROTO, "manifest: bytes %lld, its files hold %lld",
                        (long long)bytes, (long long)sum);
     if (strcmp(hex, hash) != 0)
-        return br_errf(err, EPROTO, "manifest: its entries do not hash to %.16s...", hash);
+        return br_errf(err, EPROTO, "manifest: its entries do not hash to %.16s...",
+                       hash);
     return 0;
 }
 

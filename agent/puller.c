@@ -38,8 +38,8 @@
 
 #define COPY_BUF (1 << 20)
 #define HASH_LEN crypto_generichash_BYTES
-#define MON_EVENTS                                                                       \
-    (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |                          \
+#define MON_EVENTS                                              \
+    (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | \
      ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
 
 typedef struct {
@@ -115,9 +115,9 @@ static int parent_of(pull_t *p, const char *rel, const char **name)
         int e = errno;
         close(dfd);
         if (fd < 0)
-            return br_errf(p->err, e, "%s: %s", rel,
-                           e == ELOOP || e == ENOTDIR ? "a link or file on the way"
-                                                      : strerror(e));
+            return br_errf(
+                p->err, e, "%s: %s", rel,
+                e == ELOOP || e == ENOTDIR ? "a link or file on the way" : strerror(e));
         dfd = fd;
         c += k + 1;
     }
@@ -144,7 +144,8 @@ static int open_old(int dfd, const char *rel, json_int_t size)
         c += k + 1;
     }
     struct stat st;
-    if (cur >= 0 && (fstat(cur, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != size)) {
+    if (cur >= 0 &&
+        (fstat(cur, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != size)) {
         close(cur);
         cur = -1;
     }
@@ -386,14 +387,16 @@ static int ask(pull_t *p, const char *path, const char *hex, int64_t off)
 static int bad_peer(pull_t *p, int errnum, const char *what, const char *path)
 {
     fprintf(stderr, "bramble-agent: replica: refused %s (%s): %s in %s\n",
-            p->r->peer_name ? p->r->peer_name : "the holder", p->r->endpoint, what, path);
+            p->r->peer_name ? p->r->peer_name : "the holder", p->r->endpoint, what,
+            path);
     return br_errf(p->err, errnum, "%s sent %s in %.64s",
                    p->r->peer_name ? p->r->peer_name : "the holder", what, path);
 }
 
 /* One answer: 1 taken (its bytes written), 0 stale or none, -1 with err. */
-static int take_answer(pull_t *p, int fd, crypto_generichash_state *hs, const char *path,
-                       json_int_t size, int64_t *got, uint32_t first_seq)
+static int take_answer(pull_t *p, int fd, crypto_generichash_state *hs,
+                       const char *path, json_int_t size, int64_t *got,
+                       uint32_t first_seq)
 {
     br_msg_t *m = NULL;
     br_err_t e2;
@@ -459,14 +462,17 @@ static int fetch(pull_t *p, const char *path, const char *hex, json_int_t size, 
             asked += BR_XFER_CHUNK;
             inflight++;
         }
-        zmq_pollitem_t it[2] = {{p->sock, 0, ZMQ_POLLIN, 0}, {p->mon, 0, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t it[2] = {{p->sock, 0, ZMQ_POLLIN, 0},
+                                {p->mon, 0, ZMQ_POLLIN, 0}};
         if (rc == 0 && zmq_poll(it, p->mon ? 2 : 1, 100) < 0 && errno != EINTR)
             rc = br_errf(p->err, errno, "poll: %s", zmq_strerror(errno));
         int ev = rc == 0 ? mon_events(p->mon) : 0;
-        if (ev & (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL))
+        if (ev &
+            (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL))
             rc = br_errf(p->err, EACCES, "%s refused this node's key (no grant?)",
                          p->r->peer_name ? p->r->peer_name : p->r->endpoint);
-        while (rc == 0 && (rc = take_answer(p, fd, &hs, path, size, &got, first_seq)) > 0) {
+        while (rc == 0 &&
+               (rc = take_answer(p, fd, &hs, path, size, &got, first_seq)) > 0) {
             inflight--;
             last = br_mono_ms();
             tries = 0;
@@ -574,11 +580,11 @@ static int add_entry(pull_t *p, json_t *e)
     int pfd = parent_of(p, path, &name);
     if (pfd < 0)
         return -1;
-    int rc = hash ? add_file(p, path, pfd, name, json_string_value(hash),
-                             json_integer_value(json_object_get(e, "size")),
-                             (int)json_integer_value(json_object_get(e, "mode")))
-                  : add_link(p, pfd, name,
-                             json_string_value(json_object_get(e, "link")));
+    int rc =
+        hash ? add_file(p, path, pfd, name, json_string_value(hash),
+                        json_integer_value(json_object_get(e, "size")),
+                        (int)json_integer_value(json_object_get(e, "mode")))
+             : add_link(p, pfd, name, json_string_value(json_object_get(e, "link")));
     if (rc == 0 && hash && fsync(pfd) < 0)
         rc = br_errf(p->err, errno, "%s: %s", path, strerror(errno));
     close(pfd);
@@ -679,8 +685,10 @@ static json_t *pull(pull_t *p, const json_t *m)
         return NULL;
     int64_t need = to_write(p, entries);
     if (p->r->limit >= 0 && need > p->r->limit)
-        return br_errp(p->err, ENOSPC, "%lld bytes do not fit in the replica quota "
-                       "(%lld bytes left)", (long long)need, (long long)p->r->limit);
+        return br_errp(p->err, ENOSPC,
+                       "%lld bytes do not fit in the replica quota "
+                       "(%lld bytes left)",
+                       (long long)need, (long long)p->r->limit);
     for (size_t i = 0; i < json_array_size(entries); i++)
         if (cancelled(p))
             return br_errp(p->err, ECANCELED, "cancelled");
@@ -696,24 +704,33 @@ static json_t *pull(pull_t *p, const json_t *m)
         fsync(pfd);
         close(pfd);
     }
-    return json_pack("{s:I, s:I, s:I, s:I, s:I}", "files", json_object_get(m, "files")
-                         ? json_integer_value(json_object_get(m, "files")) : 0,
-                     "bytes", json_integer_value(json_object_get(m, "bytes")),
-                     "received", (json_int_t)p->st.bytes_received, "deduped",
-                     (json_int_t)p->st.bytes_deduped, "resumes",
-                     (json_int_t)p->st.resumes);
+    return json_pack(
+        "{s:I, s:I, s:I, s:I, s:I}", "files",
+        json_object_get(m, "files") ? json_integer_value(json_object_get(m, "files"))
+                                    : 0,
+        "bytes", json_integer_value(json_object_get(m, "bytes")), "received",
+        (json_int_t)p->st.bytes_received, "deduped", (json_int_t)p->st.bytes_deduped,
+        "resumes", (json_int_t)p->st.resumes);
 }
 
 json_t *br_pull_run(void *ctx, const br_pull_req_t *r, const atomic_int *cancel,
                     br_pull_stats_t *st, br_err_t *err)
 {
-    pull_t p = {.r = r, .ctx = ctx, .cancel = cancel, .err = err, .stage = -1,
-                .tmp = -1, .old = -1, .index = -1, .old_file = -1,
+    pull_t p = {.r = r,
+                .ctx = ctx,
+                .cancel = cancel,
+                .err = err,
+                .stage = -1,
+                .tmp = -1,
+                .old = -1,
+                .index = -1,
+                .old_file = -1,
                 .stall_ms = r->stall_ms > 0 ? r->stall_ms : BR_PULL_STALL_MS};
     if (!r->endpoint || !r->server_key || !r->public_key || !r->secret_key ||
         !r->grant || !r->dest)
-        return br_errp(err, EINVAL, "pull: a holder, keys, a grant and a destination "
-                                    "are needed");
+        return br_errp(err, EINVAL,
+                       "pull: a holder, keys, a grant and a destination "
+                       "are needed");
     if (br_manifest_verify(r->manifest, err) < 0)
         return NULL;
     br_fsid_t *as = r->as_user ? br_fsid_new(r->uid, r->gid, err) : NULL;

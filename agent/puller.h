@@ -22,7 +22,7 @@
 
 #include "err.h"
 
-#define BR_PULL_STALL_MS 10000 /* no answer this long: the link is dropped, reconnect */
+#define BR_PULL_STALL_MS 10000 /* silent this long: the link is dropped, reconnect */
 #define BR_PULL_RETRIES 5      /* reconnects in a row without progress, then give up */
 #define BR_PULL_QUEUE 64       /* pulls waiting at once */
 #define BR_PULL_HASH_DIR ".by-hash" /* in the replica store: files by their hash */
@@ -30,23 +30,23 @@
 typedef struct br_puller br_puller_t;
 
 typedef struct {
-    const char *endpoint;   /* the holder: tcp://host:port */
-    const char *server_key; /* its node key (Z85) */
+    const char *endpoint;                /* the holder: tcp://host:port */
+    const char *server_key;              /* its node key (Z85) */
     const char *public_key, *secret_key; /* this node's key pair (Z85) */
-    const char *peer_name;  /* the holder's node name, for the log */
-    const char *grant;      /* the grant the holder was given for us */
-    const json_t *manifest; /* what to build (br_manifest_verify'd here) */
-    const char *dest;       /* the checkpoint to create: a directory or one file */
-    const char *store;      /* the replica store to take files from, or NULL */
-    int in_store;           /* dest is in the store: link files, index them by hash */
-    int as_user;            /* write as uid/gid (fsid.h); 0: as the agent */
+    const char *peer_name;               /* the holder's node name, for the log */
+    const char *grant;                   /* the grant the holder was given for us */
+    const json_t *manifest;              /* what to build (br_manifest_verify'd here) */
+    const char *dest;  /* the checkpoint to create: a directory or one file */
+    const char *store; /* the replica store to take files from, or NULL */
+    int in_store;      /* dest is in the store: link files, index them by hash */
+    int as_user;       /* write as uid/gid (fsid.h); 0: as the agent */
     uid_t uid;
     gid_t gid;
-    int64_t limit;          /* bytes it may write (a quota), -1: no limit */
-    int64_t stall_ms;       /* 0: BR_PULL_STALL_MS */
-    int urgent;             /* br_puller_submit: before the pulls waiting (a restore:
-                               a job waits for it) */
-    json_t *tag;            /* handed back with the result (a reference is taken) */
+    int64_t limit;    /* bytes it may write (a quota), -1: no limit */
+    int64_t stall_ms; /* 0: BR_PULL_STALL_MS */
+    int urgent;       /* br_puller_submit: before the pulls waiting (a restore:
+                         a job waits for it) */
+    json_t *tag;      /* handed back with the result (a reference is taken) */
 } br_pull_req_t;
 
 /* What pulls have done: bytes that came over the network, bytes that did not have

@@ -22,8 +22,8 @@ struct br_replica {
     const br_settings_t *s;
     br_holder_t *holder; /* NULL: serves nothing (--replica-port off) */
     br_puller_t *puller;
-    int64_t used;        /* bytes in the store, each file once */
-    int64_t disk_at;     /* when free disk was last looked at (monotonic ms) */
+    int64_t used;    /* bytes in the store, each file once */
+    int64_t disk_at; /* when free disk was last looked at (monotonic ms) */
 };
 
 /* --- the store ------------------------------------------------------------------ */
@@ -107,8 +107,8 @@ static int replica_path(const br_replica_t *r, json_int_t job, const json_t *m,
 }
 
 /* Whom a job's files are read and written as (jobuser.h), as job.run would. */
-static int job_identity(const br_replica_t *r, json_int_t owner_id, const char *unix_user,
-                        uid_t *uid, gid_t *gid, br_err_t *err)
+static int job_identity(const br_replica_t *r, json_int_t owner_id,
+                        const char *unix_user, uid_t *uid, gid_t *gid, br_err_t *err)
 {
     br_jobusers_opts_t o = {.job_user = r->s->job_user,
                             .first = r->s->job_uid_first,
@@ -131,11 +131,13 @@ static br_holder_t *serve_on(const br_settings_t *s, br_err_t *err)
 {
     char ep[64];
     snprintf(ep, sizeof(ep), "tcp://0.0.0.0:%d", s->replica_port);
-    br_holder_t *h = br_holder_new(ep, s->cred.secret_key, (uint64_t)s->replica_bandwidth,
-                                   err);
+    br_holder_t *h =
+        br_holder_new(ep, s->cred.secret_key, (uint64_t)s->replica_bandwidth, err);
     if (!h && err->errnum == EADDRINUSE && s->replica_port == BR_REPLICA_PORT) {
-        fprintf(stderr, "bramble-agent: replica port %d is taken; serving checkpoints on "
-                        "any free port\n", s->replica_port);
+        fprintf(stderr,
+                "bramble-agent: replica port %d is taken; serving checkpoints on "
+                "any free port\n",
+                s->replica_port);
         h = br_holder_new("tcp://0.0.0.0:0", s->cred.secret_key,
                           (uint64_t)s->replica_bandwidth, err);
     }
@@ -194,19 +196,26 @@ int br_replica_serve(br_replica_t *r, const br_msg_t *m, br_err_t *err)
     json_t *manifest;
     int replica = 0;
     if (br_msg_unpack(m, err, "{s:s, s:I, s:s, s:s, s:I, s:o, s:s, s?s, s?I, s?s, s?b}",
-                      "grant", &grant, "job", &job, "peer", &peer, "peer_key", &key, "ttl",
-                      &ttl, "manifest", &manifest, "path", &path, "dir", &dir, "owner_id",
-                      &owner_id, "unix_user", &unix_user, "replica", &replica) < 0)
+                      "grant", &grant, "job", &job, "peer", &peer, "peer_key", &key,
+                      "ttl", &ttl, "manifest", &manifest, "path", &path, "dir", &dir,
+                      "owner_id", &owner_id, "unix_user", &unix_user, "replica",
+                      &replica) < 0)
         return -1;
     if (!r->holder)
-        return br_errf(err, ENOTSUP, "this node serves no checkpoints (--replica-port off)");
+        return br_errf(err, ENOTSUP,
+                       "this node serves no checkpoints (--replica-port off)");
     if (ttl <= 0) { /* withdrawn */
         br_holder_revoke(r->holder, grant);
         return 0;
     }
     char where[PATH_MAX];
-    br_grant_t g = {.id = grant, .peer_key = key, .peer_name = peer, .dir = dir,
-                    .path = path, .manifest = manifest, .ttl_ms = ttl};
+    br_grant_t g = {.id = grant,
+                    .peer_key = key,
+                    .peer_name = peer,
+                    .dir = dir,
+                    .path = path,
+                    .manifest = manifest,
+                    .ttl_ms = ttl};
     if (replica) { /* our copy in the store, read as the agent */
         if (replica_path(r, job, manifest, path, where, sizeof(where), err) < 0)
             return -1;
@@ -228,27 +237,36 @@ int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err)
     json_int_t job, owner_id = 0, step = -1;
     json_t *manifest;
     int port, restore = 0;
-    if (br_msg_unpack(m, err,
-                      "{s:I, s?I, s:s, s:{s:s, s:s, s:i, s:s}, s:o, s:s, s?b, s?s, s?I, s?s}",
-                      "job", &job, "step", &step, "grant", &grant, "from", "node", &node,
-                      "addr", &addr, "port", &port, "key", &key, "manifest", &manifest,
-                      "path", &path, "restore", &restore, "dir", &dir, "owner_id",
-                      &owner_id, "unix_user", &unix_user) < 0)
+    if (br_msg_unpack(
+            m, err,
+            "{s:I, s?I, s:s, s:{s:s, s:s, s:i, s:s}, s:o, s:s, s?b, s?s, s?I, s?s}",
+            "job", &job, "step", &step, "grant", &grant, "from", "node", &node, "addr",
+            &addr, "port", &port, "key", &key, "manifest", &manifest, "path", &path,
+            "restore", &restore, "dir", &dir, "owner_id", &owner_id, "unix_user",
+            &unix_user) < 0)
         return -1;
     if (br_manifest_verify(manifest, err) < 0)
         return -1;
     char dest[PATH_MAX], ep[BR_ENDPOINT_MAX];
     if (port < 1 || port > 65535 || !*addr || strpbrk(addr, "/ ") ||
-        (size_t)snprintf(ep, sizeof(ep), strchr(addr, ':') ? "tcp://[%s]:%d" : "tcp://%s:%d",
-                         addr, port) >= sizeof(ep))
+        (size_t)snprintf(ep, sizeof(ep),
+                         strchr(addr, ':') ? "tcp://[%s]:%d" : "tcp://%s:%d", addr,
+                         port) >= sizeof(ep))
         return br_errf(err, EINVAL, "ckpt.fetch: from: a bad address or port");
-    br_pull_req_t q = {.endpoint = ep, .server_key = key, .public_key = r->s->cred.public_key,
-                       .secret_key = r->s->cred.secret_key, .peer_name = node,
-                       .grant = grant, .manifest = manifest, .dest = dest, .limit = -1,
+    br_pull_req_t q = {.endpoint = ep,
+                       .server_key = key,
+                       .public_key = r->s->cred.public_key,
+                       .secret_key = r->s->cred.secret_key,
+                       .peer_name = node,
+                       .grant = grant,
+                       .manifest = manifest,
+                       .dest = dest,
+                       .limit = -1,
                        .store = r->s->replica_quota != 0 ? r->s->replica_dir : NULL};
     if (!restore) {
         if (r->s->replica_quota == 0)
-            return br_errf(err, ENOSPC, "this node holds no replicas (--replica-quota 0)");
+            return br_errf(err, ENOSPC,
+                           "this node holds no replicas (--replica-quota 0)");
         if (replica_path(r, job, manifest, path, dest, sizeof(dest), err) < 0)
             return -1;
         q.in_store = 1;
@@ -261,8 +279,10 @@ int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err)
         if (path[0] != '/' || !br_manifest_path_ok(path + 1) ||
             (dir && (strncmp(path, dir, n) != 0 || path[n] != '/')) ||
             strlen(path) >= sizeof(dest))
-            return br_errf(err, EINVAL, "ckpt.fetch: %.64s is not a path inside the "
-                                        "checkpoint dir", path);
+            return br_errf(err, EINVAL,
+                           "ckpt.fetch: %.64s is not a path inside the "
+                           "checkpoint dir",
+                           path);
         br_strlcpy(dest, path, sizeof(dest));
         if (job_identity(r, owner_id, unix_user, &q.uid, &q.gid, err) < 0)
             return -1;
@@ -270,8 +290,8 @@ int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err)
         q.urgent = 1; /* a job waits for it */
     }
     q.tag = json_pack("{s:I, s:I, s:s, s:s, s:b}", "job", job, "step", step, "hash",
-                      json_string_value(json_object_get(manifest, "hash")), "path", path,
-                      "restore", restore);
+                      json_string_value(json_object_get(manifest, "hash")), "path",
+                      path, "restore", restore);
     int rc = br_puller_submit(r->puller, &q, err);
     json_decref(q.tag);
     return rc;
@@ -284,7 +304,8 @@ int br_replica_drop(br_replica_t *r, const br_msg_t *m, br_err_t *err)
     if (br_msg_unpack(m, err, "{s:I, s?s}", "job", &job, "hash", &hash) < 0)
         return -1;
     if (job < 1 || (hash && !hex64(hash)))
-        return br_errf(err, EINVAL, "ckpt.drop: a job id and a manifest hash are needed");
+        return br_errf(err, EINVAL,
+                       "ckpt.drop: a job id and a manifest hash are needed");
     char jd[PATH_MAX];
     snprintf(jd, sizeof(jd), "%s/%lld", r->s->replica_dir, (long long)job);
     if (hash) {
@@ -348,7 +369,8 @@ json_t *br_replica_disk(br_replica_t *r, const char *const *dirs, int n, int64_t
         for (int j = 0; j < i && !dup; j++)
             dup = strcmp(dirs[i], dirs[j]) == 0;
         if (!dup && (f = free_bytes(dirs[i])) >= 0)
-            json_array_append_new(ck, json_pack("{s:s, s:I}", "dir", dirs[i], "free", f));
+            json_array_append_new(ck,
+                                  json_pack("{s:s, s:I}", "dir", dirs[i], "free", f));
     }
     json_object_set_new(d, "checkpoints", ck);
     return d;

@@ -45,6 +45,7 @@ json_t *br_replica_take(br_replica_t *r);
 /* The heartbeat's "disk": the store's free bytes, use and quota, and the free
  * bytes under each of dirs (the running jobs' checkpoint dirs that exist), looked
  * at no more than once per BR_REPLICA_DISK_MS (else NULL: nothing new to say). */
-json_t *br_replica_disk(br_replica_t *r, const char *const *dirs, int n, int64_t now_ms);
+json_t *br_replica_disk(br_replica_t *r, const char *const *dirs, int n,
+                        int64_t now_ms);
 
 #endif

@@ -34,13 +34,15 @@ static void on_signal(int sig)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bramble-bench-transfer [--size 512MiB] [--files 8] [--rate 0]\n"
-               "                              [--dir /tmp] [--keep]\n"
-               "       bramble-bench-transfer --serve FILE [--listen tcp://0.0.0.0:0] ...\n"
-               "       bramble-bench-transfer --pull FILE [--connect tcp://ADDR:PORT]\n"
-               "Makes a checkpoint of --files random files, --size in all, under --dir,\n"
-               "and pulls it (loopback), then pulls it again (all deduplicated).\n"
-               "--rate caps what the holder sends (bytes/s, e.g. 40MB; 0: none).\n");
+    fprintf(
+        f,
+        "usage: bramble-bench-transfer [--size 512MiB] [--files 8] [--rate 0]\n"
+        "                              [--dir /tmp] [--keep]\n"
+        "       bramble-bench-transfer --serve FILE [--listen tcp://0.0.0.0:0] ...\n"
+        "       bramble-bench-transfer --pull FILE [--connect tcp://ADDR:PORT]\n"
+        "Makes a checkpoint of --files random files, --size in all, under --dir,\n"
+        "and pulls it (loopback), then pulls it again (all deduplicated).\n"
+        "--rate caps what the holder sends (bytes/s, e.g. 40MB; 0: none).\n");
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -98,30 +100,35 @@ static int pull_once(const char *what, br_pull_req_t *r)
     }
     json_int_t bytes = json_integer_value(json_object_get(res, "bytes"));
     json_int_t got = json_integer_value(json_object_get(res, "received"));
-    printf("%-6s files %lld  bytes %lld  received %lld  deduped %lld  seconds %.3f  "
-           "MB/s %.1f  Mbit/s %.0f\n",
-           what, (long long)json_integer_value(json_object_get(res, "files")),
-           (long long)bytes, (long long)got,
-           (long long)json_integer_value(json_object_get(res, "deduped")),
-           (double)us / 1e6, us ? (double)got / (double)us : 0.0,
-           us ? 8.0 * (double)got / (double)us : 0.0);
+    printf(
+        "%-6s files %lld  bytes %lld  received %lld  deduped %lld  seconds %.3f  "
+        "MB/s %.1f  Mbit/s %.0f\n",
+        what, (long long)json_integer_value(json_object_get(res, "files")),
+        (long long)bytes, (long long)got,
+        (long long)json_integer_value(json_object_get(res, "deduped")),
+        (double)us / 1e6, us ? (double)got / (double)us : 0.0,
+        us ? 8.0 * (double)got / (double)us : 0.0);
     json_decref(res);
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"size", required_argument, NULL, 's'},  {"files", required_argument, NULL, 'f'},
-        {"rate", required_argument, NULL, 'r'},  {"dir", required_argument, NULL, 'd'},
-        {"serve", required_argument, NULL, 'S'}, {"pull", required_argument, NULL, 'P'},
-        {"listen", required_argument, NULL, 'l'}, {"connect", required_argument, NULL, 'c'},
-        {"keep", no_argument, NULL, 'k'},        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"size", required_argument, NULL, 's'},
+                                         {"files", required_argument, NULL, 'f'},
+                                         {"rate", required_argument, NULL, 'r'},
+                                         {"dir", required_argument, NULL, 'd'},
+                                         {"serve", required_argument, NULL, 'S'},
+                                         {"pull", required_argument, NULL, 'P'},
+                                         {"listen", required_argument, NULL, 'l'},
+                                         {"connect", required_argument, NULL, 'c'},
+                                         {"keep", no_argument, NULL, 'k'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
     uint64_t size = 512ull << 20, rate = 0;
     int files = 8, keep = 0, o;
-    const char *dir = "/tmp", *serve = NULL, *pullf = NULL, *listen = "tcp://127.0.0.1:0",
-               *connect = NULL;
+    const char *dir = "/tmp", *serve = NULL, *pullf = NULL,
+               *listen = "tcp://127.0.0.1:0", *connect = NULL;
     br_err_t err;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (o) {
@@ -132,15 +139,33 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 'f': files = atoi(optarg); break;
-        case 'd': dir = optarg; break;
-        case 'S': serve = optarg; break;
-        case 'P': pullf = optarg; break;
-        case 'l': listen = optarg; break;
-        case 'c': connect = optarg; break;
-        case 'k': keep = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'f':
+            files = atoi(optarg);
+            break;
+        case 'd':
+            dir = optarg;
+            break;
+        case 'S':
+            serve = optarg;
+            break;
+        case 'P':
+            pullf = optarg;
+            break;
+        case 'l':
+            listen = optarg;
+            break;
+        case 'c':
+            connect = optarg;
+            break;
+        case 'k':
+            keep = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (files < 1 || size < (uint64_t)files || optind < argc) {
@@ -168,18 +193,26 @@ int main(int argc, char **argv)
         if (!(info = json_load_file(pullf, 0, &je)) ||
             json_unpack(info, "{s:s, s:s, s:s, s:s, s:o}", "endpoint", &e, "server_key",
                         &k, "public_key", &cp, "secret_key", &cs, "manifest", &m) < 0) {
-            fprintf(stderr, "bramble-bench-transfer: %s: not what --serve wrote\n", pullf);
+            fprintf(stderr, "bramble-bench-transfer: %s: not what --serve wrote\n",
+                    pullf);
             m = NULL;
             goto done;
         }
-        br_pull_req_t r = {.endpoint = connect ? connect : e, .server_key = k,
-                           .public_key = cp, .secret_key = cs, .peer_name = "holder",
-                           .grant = "bench", .manifest = m, .dest = dest, .limit = -1};
+        br_pull_req_t r = {.endpoint = connect ? connect : e,
+                           .server_key = k,
+                           .public_key = cp,
+                           .secret_key = cs,
+                           .peer_name = "holder",
+                           .grant = "bench",
+                           .manifest = m,
+                           .dest = dest,
+                           .limit = -1};
         rc = pull_once("pull", &r) < 0;
         m = NULL; /* info's */
         goto done;
     }
-    printf("making %d files, %llu bytes, in %s\n", files, (unsigned long long)size, ckpt);
+    printf("making %d files, %llu bytes, in %s\n", files, (unsigned long long)size,
+           ckpt);
     if (make_checkpoint(ckpt, size, files) < 0 || br_keypair(hpub, hsec, &err) < 0 ||
         br_keypair(ppub, psec, &err) < 0)
         goto done;
@@ -188,16 +221,21 @@ int main(int argc, char **argv)
         fprintf(stderr, "bramble-bench-transfer: %s\n", err.text);
         goto done;
     }
-    br_grant_t g = {.id = "bench", .peer_key = ppub, .peer_name = "puller", .dir = ckdir,
-                    .path = ckpt, .manifest = m, .ttl_ms = 24 * 3600 * 1000};
+    br_grant_t g = {.id = "bench",
+                    .peer_key = ppub,
+                    .peer_name = "puller",
+                    .dir = ckdir,
+                    .path = ckpt,
+                    .manifest = m,
+                    .ttl_ms = 24 * 3600 * 1000};
     if (br_holder_grant(h, &g, &err) < 0) {
         fprintf(stderr, "bramble-bench-transfer: %s\n", err.text);
         goto done;
     }
     snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", br_holder_port(h));
     if (serve) {
-        info = json_pack("{s:s, s:s, s:s, s:s, s:O}", "endpoint", ep, "server_key", hpub,
-                         "public_key", ppub, "secret_key", psec, "manifest", m);
+        info = json_pack("{s:s, s:s, s:s, s:s, s:O}", "endpoint", ep, "server_key",
+                         hpub, "public_key", ppub, "secret_key", psec, "manifest", m);
         char *text = json_dumps(info, JSON_COMPACT);
         if (!text || br_write_file(serve, text, strlen(text), 0600, &err) < 0) {
             fprintf(stderr, "bramble-bench-transfer: %s: %s\n", serve, err.text);
@@ -215,9 +253,15 @@ int main(int argc, char **argv)
         rc = 0;
         goto done;
     }
-    br_pull_req_t r = {.endpoint = ep, .server_key = hpub, .public_key = ppub,
-                       .secret_key = psec, .peer_name = "holder", .grant = "bench",
-                       .manifest = m, .dest = dest, .limit = -1};
+    br_pull_req_t r = {.endpoint = ep,
+                       .server_key = hpub,
+                       .public_key = ppub,
+                       .secret_key = psec,
+                       .peer_name = "holder",
+                       .grant = "bench",
+                       .manifest = m,
+                       .dest = dest,
+                       .limit = -1};
     rc = pull_once("pull", &r) < 0 || pull_once("again", &r) < 0;
     br_holder_stats_t st;
     br_holder_stats(h, &st);

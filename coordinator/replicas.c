@@ -28,16 +28,18 @@ int br_replicas_check_disk(json_t *disk, br_err_t *err)
     if (json_unpack_ex(disk, &je, JSON_STRICT, "{s?o, s?o}", "replicas", &rep,
                        "checkpoints", &ck) < 0)
         return br_errf(err, EPROTO, BAD_DISK ": %s", je.text);
-    if (rep && (json_unpack_ex(rep, &je, JSON_STRICT, "{s:I, s:I, s?I}", "quota", &quota,
-                               "used", &used, "free", &free_) < 0 ||
+    if (rep && (json_unpack_ex(rep, &je, JSON_STRICT, "{s:I, s:I, s?I}", "quota",
+                               &quota, "used", &used, "free", &free_) < 0 ||
                 quota < -1 || used < 0 || free_ < 0))
-        return br_errf(err, EPROTO, BAD_DISK ": replicas: quota, used and free are sizes");
+        return br_errf(err, EPROTO,
+                       BAD_DISK ": replicas: quota, used and free are sizes");
     if (ck && (!json_is_array(ck) || json_array_size(ck) > 64))
         return br_errf(err, EPROTO, BAD_DISK ": checkpoints: at most 64 of them");
-    json_array_foreach(ck, i, e) {
+    json_array_foreach (ck, i, e) {
         const char *dir;
         if (json_unpack_ex(e, &je, JSON_STRICT, "{s:s, s:I}", "dir", &dir, "free",
-                           &free_) < 0 || dir[0] != '/' || free_ < 0 || strlen(dir) > 4096)
+                           &free_) < 0 ||
+            dir[0] != '/' || free_ < 0 || strlen(dir) > 4096)
             return br_errf(err, EPROTO, BAD_DISK ": checkpoints: {\"dir\", \"free\"}");
     }
     return 0;
@@ -64,8 +66,8 @@ static int better(const br_replica_cand_t *a, const br_replica_cand_t *b)
     return strcmp(a->node, b->node) < 0;
 }
 
-int br_replicas_pick(const br_replica_cand_t *c, int nc, const char *writer, int64_t bytes,
-                     int n, int *out)
+int br_replicas_pick(const br_replica_cand_t *c, int nc, const char *writer,
+                     int64_t bytes, int n, int *out)
 {
     int k = 0;
     for (int i = 0; i < nc && n > 0; i++) {
@@ -123,9 +125,9 @@ json_t *br_replicas_fetch_order(const br_replica_ckpt_t *k, const char *grant,
                                 const char *key, int restore)
 {
     json_t *o = json_pack("{s:I, s:I, s:s, s:{s:s, s:s, s:i, s:s}, s:O, s:s}", "job",
-                          (json_int_t)k->job, "step", (json_int_t)k->step, "grant", grant,
-                          "from", "node", holder, "addr", addr, "port", port, "key", key,
-                          "manifest", k->manifest, "path", k->path);
+                          (json_int_t)k->job, "step", (json_int_t)k->step, "grant",
+                          grant, "from", "node", holder, "addr", addr, "port", port,
+                          "key", key, "manifest", k->manifest, "path", k->path);
     if (o && restore) {
         json_object_set_new(o, "restore", json_true());
         add_owner(o, k);
@@ -141,10 +143,10 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     const char *hash, *path, *error = NULL;
     int restore = 0, errnum = 0;
     br_err_t err = {0};
-    if (br_msg_unpack(m, &err, "{s:I, s?I, s:s, s:s, s?b, s?I, s?I, s?i, s?s}", "job", &job,
-                      "step", &step, "hash", &hash, "path", &path, "restore", &restore,
-                      "received", &received, "deduped", &deduped, "errnum", &errnum,
-                      "error", &error) < 0) {
+    if (br_msg_unpack(m, &err, "{s:I, s?I, s:s, s:s, s?b, s?I, s?I, s?i, s?s}", "job",
+                      &job, "step", &step, "hash", &hash, "path", &path, "restore",
+                      &restore, "received", &received, "deduped", &deduped, "errnum",
+                      &errnum, "error", &error) < 0) {
         br_api_fail(c, m, &err);
         return;
     }
@@ -158,14 +160,15 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (error)
         br_coord_event(c, job, who->name, state ? state : "-",
                        "%s of checkpoint %s (step %lld) failed on %s: %s",
-                       restore ? "restore" : "replica", path, (long long)step, who->name,
-                       error);
+                       restore ? "restore" : "replica", path, (long long)step,
+                       who->name, error);
     else
         br_coord_event(c, job, who->name, state ? state : "-",
                        "checkpoint %s (step %lld, %.16s) %s on %s: %s sent, %s already "
                        "there",
                        path, (long long)step, hash, restore ? "restored" : "replicated",
-                       who->name, br_format_size((uint64_t)received, sent, sizeof(sent)),
+                       who->name,
+                       br_format_size((uint64_t)received, sent, sizeof(sent)),
                        br_format_size((uint64_t)deduped, same, sizeof(same)));
     json_decref(j);
     br_api_ok(c, m, json_object());

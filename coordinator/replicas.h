@@ -17,7 +17,7 @@
 #include "nodes.h"
 
 #define BR_REPLICAS_GRANT_TTL_MS (15 * 60 * 1000) /* a grant lapses after this */
-#define BR_REPLICAS_MAX 16                         /* checkpoint.replicas at most */
+#define BR_REPLICAS_MAX 16                        /* checkpoint.replicas at most */
 
 /* node.hello's replica_port (0: none) into n's info. */
 void br_replicas_hello(br_node_t *n, int port);
@@ -45,8 +45,8 @@ typedef struct {
  * their quota and free disk), the highest measured bandwidth first, then the
  * shortest round trip, then the most room, then by name. Their indexes into c in
  * out; the count. */
-int br_replicas_pick(const br_replica_cand_t *c, int nc, const char *writer, int64_t bytes,
-                     int n, int *out);
+int br_replicas_pick(const br_replica_cand_t *c, int nc, const char *writer,
+                     int64_t bytes, int n, int *out);
 
 /* The grant's name for a pull of checkpoint hash (its manifest's) of job by node
  * target: "JOB.HASH16.TARGET". */

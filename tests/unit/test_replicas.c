@@ -132,13 +132,14 @@ static json_t *wait_stored(br_replica_t *r)
 }
 
 /* The coordinator's two orders for moving k from->to; the ckpt.stored body. */
-static json_t *move(fix_t *f, br_replica_t *from, const br_settings_t *fs, br_replica_t *to,
-                    const br_settings_t *ts, const br_replica_ckpt_t *k, int from_store,
-                    int restore)
+static json_t *move(fix_t *f, br_replica_t *from, const br_settings_t *fs,
+                    br_replica_t *to, const br_settings_t *ts,
+                    const br_replica_ckpt_t *k, int from_store, int restore)
 {
     char grant[128];
     br_err_t err;
-    br_replicas_grant_id(k->job, json_string_value(json_object_get(k->manifest, "hash")),
+    br_replicas_grant_id(k->job,
+                         json_string_value(json_object_get(k->manifest, "hash")),
                          ts->name, grant, sizeof(grant));
     if (order(from, "ckpt.serve",
               br_replicas_serve_order(k, grant, ts->name, ts->cred.public_key, 60000,
@@ -146,8 +147,9 @@ static json_t *move(fix_t *f, br_replica_t *from, const br_settings_t *fs, br_re
               &err) < 0)
         fail_msg("ckpt.serve: %s", err.text);
     if (order(to, "ckpt.fetch",
-              br_replicas_fetch_order(k, grant, fs->name, "127.0.0.1", br_replica_port(from),
-                                      fs->cred.public_key, restore),
+              br_replicas_fetch_order(k, grant, fs->name, "127.0.0.1",
+                                      br_replica_port(from), fs->cred.public_key,
+                                      restore),
               &err) < 0)
         fail_msg("ckpt.fetch: %s", err.text);
     return wait_stored(to);
@@ -171,8 +173,8 @@ static void test_replicate_and_restore(void **state)
     fix_t *f = *state;
     char p[PATH_MAX];
     br_err_t err;
-    br_replica_ckpt_t k = {.job = 7, .step = 10, .manifest = f->m, .path = f->src,
-                           .dir = f->dir};
+    br_replica_ckpt_t k = {
+        .job = 7, .step = 10, .manifest = f->m, .path = f->src, .dir = f->dir};
     json_t *st = move(f, f->ra, &f->a, f->rb, &f->b, &k, 0, 0);
     assert_null(json_object_get(st, "error"));
     assert_int_equal(json_integer_value(json_object_get(st, "received")),
@@ -191,8 +193,8 @@ static void test_replicate_and_restore(void **state)
     put(p, 400 * 1024, 77);
     json_t *m2 = br_manifest_build(f->dir, src2, NULL, NULL, &err);
     assert_non_null(m2);
-    br_replica_ckpt_t k2 = {.job = 7, .step = 20, .manifest = m2, .path = src2,
-                            .dir = f->dir};
+    br_replica_ckpt_t k2 = {
+        .job = 7, .step = 20, .manifest = m2, .path = src2, .dir = f->dir};
     st = move(f, f->ra, &f->a, f->rb, &f->b, &k2, 0, 0);
     assert_null(json_object_get(st, "error"));
     assert_int_equal(json_integer_value(json_object_get(st, "received")), 400 * 1024);
@@ -220,9 +222,9 @@ static void test_replicate_and_restore(void **state)
              json_string_value(json_object_get(m2, "hash")));
     assert_true(same(p, m2));
     json_t *disk = br_replica_disk(f->rb, NULL, 0, br_mono_ms());
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(disk, "replicas"),
-                                                        "used")),
-                     json_integer_value(json_object_get(m2, "bytes")));
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(disk, "replicas"), "used")),
+        json_integer_value(json_object_get(m2, "bytes")));
     assert_int_equal(br_replicas_check_disk(disk, &err), 0);
     json_decref(disk);
     json_decref(m2);
@@ -236,19 +238,19 @@ static void test_opted_out(void **state)
     node(f, &c, "c", 0);
     br_replica_t *rc = br_replica_new(&c, &err);
     assert_non_null(rc);
-    br_replica_ckpt_t k = {.job = 7, .step = 10, .manifest = f->m, .path = f->src,
-                           .dir = f->dir};
-    assert_int_equal(order(rc, "ckpt.fetch",
-                           br_replicas_fetch_order(&k, "g", "a", "127.0.0.1",
-                                                   br_replica_port(f->ra),
-                                                   f->a.cred.public_key, 0),
-                           &err),
-                     -1);
+    br_replica_ckpt_t k = {
+        .job = 7, .step = 10, .manifest = f->m, .path = f->src, .dir = f->dir};
+    assert_int_equal(
+        order(rc, "ckpt.fetch",
+              br_replicas_fetch_order(&k, "g", "a", "127.0.0.1", br_replica_port(f->ra),
+                                      f->a.cred.public_key, 0),
+              &err),
+        -1);
     assert_int_equal(err.errnum, ENOSPC);
     json_t *disk = br_replica_disk(rc, NULL, 0, br_mono_ms());
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(disk, "replicas"),
-                                                        "quota")),
-                     0);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(disk, "replicas"), "quota")),
+        0);
     json_decref(disk);
     br_replica_destroy(&rc);
     br_settings_free(&c);
@@ -266,16 +268,16 @@ static void test_pick(void **state)
 {
     (void)state;
     br_replica_cand_t c[] = {
-        {"a", 1, 7704, -1, 0, 1000, 0, -1},         /* the writer */
-        {"b", 1, 7704, -1, 0, 1000, 10, 5},         /* 10 MB/s */
-        {"c", 1, 7704, -1, 0, 1000, 100, 5},        /* 100 MB/s */
-        {"d", 1, 7704, 0, 0, 1000, 500, 1},         /* opted out */
-        {"e", 0, 7704, -1, 0, 1000, 500, 1},        /* not ready */
-        {"f", 1, 0, -1, 0, 1000, 500, 1},           /* serves nothing */
-        {"g", 1, 7704, 500, 100, 1000, 900, 1},     /* its quota leaves 400 */
-        {"h", 1, 7704, -1, 0, 50, 900, 1},          /* a full disk */
-        {"i", 1, 7704, -1, 0, 2000, 0, 3},          /* not measured: by round trip */
-        {"j", 1, 7704, -1, 0, 3000, 0, -1},         /* nothing measured: by room */
+        {"a", 1, 7704, -1, 0, 1000, 0, -1},     /* the writer */
+        {"b", 1, 7704, -1, 0, 1000, 10, 5},     /* 10 MB/s */
+        {"c", 1, 7704, -1, 0, 1000, 100, 5},    /* 100 MB/s */
+        {"d", 1, 7704, 0, 0, 1000, 500, 1},     /* opted out */
+        {"e", 0, 7704, -1, 0, 1000, 500, 1},    /* not ready */
+        {"f", 1, 0, -1, 0, 1000, 500, 1},       /* serves nothing */
+        {"g", 1, 7704, 500, 100, 1000, 900, 1}, /* its quota leaves 400 */
+        {"h", 1, 7704, -1, 0, 50, 900, 1},      /* a full disk */
+        {"i", 1, 7704, -1, 0, 2000, 0, 3},      /* not measured: by round trip */
+        {"j", 1, 7704, -1, 0, 3000, 0, -1},     /* nothing measured: by room */
     };
     int out[8], n = br_replicas_pick(c, 10, "a", 450, 8, out);
     assert_int_equal(n, 4);
@@ -297,7 +299,9 @@ static void test_check_disk(void **state)
         int ok;
     } cases[] = {
         {"{}", 1},
-        {"{\"replicas\": {\"quota\": -1, \"used\": 0, \"free\": 5}, \"checkpoints\": []}", 1},
+        {"{\"replicas\": {\"quota\": -1, \"used\": 0, \"free\": 5}, \"checkpoints\": "
+         "[]}",
+         1},
         {"{\"replicas\": {\"quota\": 0, \"used\": 0}}", 1},
         {"{\"checkpoints\": [{\"dir\": \"/srv/ckpt\", \"free\": 1}]}", 1},
         {"{\"replicas\": {\"quota\": -2, \"used\": 0}}", 0},

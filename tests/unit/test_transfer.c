@@ -41,9 +41,9 @@
 #define FILE_LEN (300 * 1024) /* more than one chunk */
 
 typedef struct {
-    char root[64];          /* mkdtemp */
-    char dir[PATH_MAX];     /* root/ckpt: the checkpoint dir */
-    char src[PATH_MAX];     /* root/ckpt/checkpoint-100 */
+    char root[64];           /* mkdtemp */
+    char dir[PATH_MAX];      /* root/ckpt: the checkpoint dir */
+    char src[PATH_MAX];      /* root/ckpt/checkpoint-100 */
     char hpub[41], hsec[41]; /* the holder's node key */
     char ppub[41], psec[41]; /* the puller's */
     char ep[64];
@@ -87,8 +87,13 @@ static json_t *manifest_of(const char *dir, const char *path)
 static void grant(fix_t *f, const char *id, const json_t *m, int64_t ttl_ms)
 {
     br_err_t err;
-    br_grant_t g = {.id = id, .peer_key = f->ppub, .peer_name = "node-b", .dir = f->dir,
-                    .path = f->src, .manifest = m, .ttl_ms = ttl_ms};
+    br_grant_t g = {.id = id,
+                    .peer_key = f->ppub,
+                    .peer_name = "node-b",
+                    .dir = f->dir,
+                    .path = f->src,
+                    .manifest = m,
+                    .ttl_ms = ttl_ms};
     if (br_holder_grant(f->h, &g, &err) < 0)
         fail_msg("grant: %s", err.text);
 }
@@ -116,7 +121,8 @@ static int setup(void **state)
     if (symlink("sub/5.bin", p) < 0)
         return -1;
     f->m = manifest_of(f->dir, f->src);
-    if (br_keypair(f->hpub, f->hsec, &err) < 0 || br_keypair(f->ppub, f->psec, &err) < 0)
+    if (br_keypair(f->hpub, f->hsec, &err) < 0 ||
+        br_keypair(f->ppub, f->psec, &err) < 0)
         return -1;
     f->h = br_holder_new("tcp://127.0.0.1:0", f->hsec, 0, &err);
     if (!f->h)
@@ -141,10 +147,16 @@ static int teardown(void **state)
 
 static br_pull_req_t req(fix_t *f, const char *dest, const json_t *m)
 {
-    return (br_pull_req_t){.endpoint = f->ep, .server_key = f->hpub,
-                           .public_key = f->ppub, .secret_key = f->psec,
-                           .peer_name = "node-a", .grant = "g1", .manifest = m,
-                           .dest = dest, .limit = -1, .stall_ms = 2000};
+    return (br_pull_req_t){.endpoint = f->ep,
+                           .server_key = f->hpub,
+                           .public_key = f->ppub,
+                           .secret_key = f->psec,
+                           .peer_name = "node-a",
+                           .grant = "g1",
+                           .manifest = m,
+                           .dest = dest,
+                           .limit = -1,
+                           .stall_ms = 2000};
 }
 
 static json_t *pull(fix_t *f, const br_pull_req_t *r, br_pull_stats_t *st,
@@ -183,7 +195,8 @@ static int exists(const char *fmt, ...)
     return lstat(p, &st) == 0;
 }
 
-/* --- the tests ---------------------------------------------------------------------- */
+/* --- the tests ----------------------------------------------------------------------
+ */
 
 static void test_full_pull(void **state)
 {
@@ -273,7 +286,8 @@ static void test_dedup(void **state)
     json_decref(m2);
 }
 
-/* --- a TCP relay that drops the link once, after some bytes ------------------------ */
+/* --- a TCP relay that drops the link once, after some bytes ------------------------
+ */
 
 typedef struct {
     int lfd, port, target, stop_pipe[2];
@@ -285,7 +299,8 @@ typedef struct {
 static int listen_any(int *port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t n = sizeof(a);
     if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 8) < 0 ||
         getsockname(fd, (struct sockaddr *)&a, &n) < 0)
@@ -297,7 +312,8 @@ static int listen_any(int *port)
 static void relay_one(relay_t *r, int c)
 {
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)r->target),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)r->target),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
         close(c);
@@ -308,7 +324,8 @@ static void relay_one(relay_t *r, int c)
     size_t down = 0;
     char buf[65536];
     for (;;) {
-        struct pollfd p[3] = {{c, POLLIN, 0}, {s, POLLIN, 0}, {r->stop_pipe[0], POLLIN, 0}};
+        struct pollfd p[3] = {
+            {c, POLLIN, 0}, {s, POLLIN, 0}, {r->stop_pipe[0], POLLIN, 0}};
         if (poll(p, 3, -1) < 0 || p[2].revents)
             break;
         if (p[0].revents) {
@@ -483,17 +500,17 @@ static void test_bad_paths(void **state)
         {"g1", "/etc/passwd", hash0, 0, EINVAL},
         {"g1", "sub/../0.bin", hash0, 0, EINVAL},
         {"g1", "nothere.bin", hash0, 0, ENOENT},
-        {"g1", "latest", hash0, 0, ENOENT},  /* a link is not served */
-        {"g1", "1.bin", hash0, 0, ENOENT},   /* listed, but with another hash */
+        {"g1", "latest", hash0, 0, ENOENT}, /* a link is not served */
+        {"g1", "1.bin", hash0, 0, ENOENT},  /* listed, but with another hash */
         {"g1", "0.bin", hash0, FILE_LEN + 1, ERANGE},
-        {"g2", "0.bin", hash0, 0, EACCES},   /* no such grant */
-        {"g1", "0.bin", hash0, 0, 0},        /* and the right request is served */
+        {"g2", "0.bin", hash0, 0, EACCES}, /* no such grant */
+        {"g1", "0.bin", hash0, 0, 0},      /* and the right request is served */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         br_msg_t *m = br_msg_new(BR_MSG_REQUEST, "ckpt.read", (uint32_t)i + 1);
-        br_msg_set_body(m, json_pack("{s:s, s:s, s:s, s:I}", "grant", cases[i].grant,
-                                     "path", cases[i].path, "hash", cases[i].hash,
-                                     "offset", cases[i].off));
+        br_msg_set_body(
+            m, json_pack("{s:s, s:s, s:s, s:I}", "grant", cases[i].grant, "path",
+                         cases[i].path, "hash", cases[i].hash, "offset", cases[i].off));
         assert_int_equal(br_msg_send(s, m, &err), 0);
         br_msg_destroy(&m);
         assert_int_equal(br_msg_recv(s, 0, 0, &m, &err), 0);
@@ -680,8 +697,12 @@ static void test_single_file(void **state)
     snprintf(src, sizeof(src), "%s/model-200.pt", f->dir);
     put(src, 700 * 1024, 3);
     json_t *m = manifest_of(f->dir, src);
-    br_grant_t g = {.id = "one", .peer_key = f->ppub, .dir = f->dir, .path = src,
-                    .manifest = m, .ttl_ms = 60000};
+    br_grant_t g = {.id = "one",
+                    .peer_key = f->ppub,
+                    .dir = f->dir,
+                    .path = src,
+                    .manifest = m,
+                    .ttl_ms = 60000};
     assert_int_equal(br_holder_grant(f->h, &g, &err), 0);
     snprintf(dest, sizeof(dest), "%s/restore/model-200.pt", f->root);
     br_pull_req_t r = req(f, dest, m);
