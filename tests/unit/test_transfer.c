@@ -3,7 +3,8 @@
  * dedup by hash (a changed file is the only one sent), a link dropped mid-file
  * resumed from its offset, a corrupt byte on the holder caught, paths outside the
  * manifest refused, an unknown key refused by ZAP, an expired grant, a symlink
- * swapped in on the holder, a full disk leaving nothing visible, and the thread. */
+ * swapped in on the holder, a full disk leaving nothing visible, the thread (a
+ * restore ahead of the replicas), and files read as the job's user. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -688,6 +689,42 @@ static void test_thread(void **state)
     br_puller_destroy(&pl);
 }
 
+/* The holder reads as the job's user: what that user cannot read is refused. */
+static void test_job_user(void **state)
+{
+    fix_t *f = *state;
+    char p[PATH_MAX], dest[PATH_MAX];
+    br_err_t err;
+    if (geteuid() != 0)
+        skip(); /* only root acts as another user */
+    assert_int_equal(chmod(f->root, 0755), 0);
+    br_grant_t g = {.id = "g1",
+                    .peer_key = f->ppub,
+                    .peer_name = "node-b",
+                    .dir = f->dir,
+                    .path = f->src,
+                    .manifest = f->m,
+                    .ttl_ms = 60000,
+                    .as_user = 1,
+                    .uid = 65534,
+                    .gid = 65534};
+    assert_int_equal(br_holder_grant(f->h, &g, &err), 0);
+    snprintf(dest, sizeof(dest), "%s/restore/checkpoint-100", f->root);
+    br_pull_req_t r = req(f, dest, f->m);
+    json_t *res = pull(f, &r, NULL, &err);
+    if (!res)
+        fail_msg("pull as nobody: %s", err.text);
+    json_decref(res);
+    snprintf(p, sizeof(p), "%s/restore", f->root);
+    assert_int_equal(nftw(p, rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+    src_file(f, 6, p, sizeof(p));
+    assert_int_equal(chmod(p, 0600), 0); /* root's alone now */
+    assert_null(pull(f, &r, NULL, &err));
+    assert_int_equal(err.errnum, EACCES);
+    assert_non_null(strstr(err.text, "6.bin"));
+    assert_false(exists("%s", dest));
+}
+
 /* A one-file checkpoint. */
 static void test_single_file(void **state)
 {
@@ -732,6 +769,7 @@ int main(void)
         T(test_full_disk),
         T(test_thread),
         T(test_single_file),
+        T(test_job_user),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
