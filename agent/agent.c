@@ -66,6 +66,7 @@ struct br_agent {
     json_t *unacked;              /* checkpoint reports not acknowledged yet */
     br_manifest_t *hasher;        /* hashes each checkpoint before it is reported */
     br_replica_t *replica;        /* checkpoints to and from other nodes */
+    json_t *stored;               /* ckpt.stored reports not answered yet */
     int hello_plain;              /* the coordinator refuses "replica_port" in hellos */
     int hb_nodisk;                /* ... or "disk" in heartbeats */
     int ckpt_plain;               /* the coordinator refuses "manifest" in reports */
@@ -409,6 +410,7 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
     a->fence_ms = 3000;
     a->last_heard = br_mono_ms();
     a->unacked = json_array();
+    a->stored = json_array();
     a->seq = (uint32_t)br_mono_ms();
     /* what a previous agent left running, to adopt; its keeper goes, and this run's
      * keeper takes over its run id, which those jobs carry */
@@ -498,6 +500,7 @@ void br_agent_destroy(br_agent_t **ap)
     free(a->owner);
     json_decref(a->inventory);
     json_decref(a->unacked);
+    json_decref(a->stored);
     if (a->sigfd >= 0)
         close(a->sigfd);
     free(a);
@@ -773,6 +776,35 @@ static void resend_checkpoints(br_agent_t *a)
         json_object_del(body, "_seq");
         send_checkpoint(a, body);
     }
+}
+
+/* A ckpt.stored report is resent with each heartbeat until it is answered (an
+ * error answer too: the coordinator has heard it); the oldest go beyond
+ * MAX_UNACKED. */
+static void send_stored(br_agent_t *a, json_t *body)
+{
+    uint32_t seq = send_msg(a, BR_MSG_REQUEST, "ckpt.stored", json_deep_copy(body), NULL, 0);
+    json_object_set_new(body, "_seq", json_integer(seq));
+}
+
+static void resend_stored(br_agent_t *a)
+{
+    size_t i;
+    json_t *body;
+    json_array_foreach(a->stored, i, body) {
+        json_object_del(body, "_seq");
+        send_stored(a, body);
+    }
+}
+
+static void stored_acked(br_agent_t *a, uint32_t seq)
+{
+    for (size_t i = 0; i < json_array_size(a->stored); i++)
+        if (json_integer_value(json_object_get(json_array_get(a->stored, i), "_seq")) ==
+            seq) {
+            json_array_remove(a->stored, i);
+            return;
+        }
 }
 
 static void checkpoint_acked(br_agent_t *a, uint32_t seq, const br_err_t *failed)
@@ -1302,6 +1334,8 @@ static void on_response(br_agent_t *a, br_msg_t *m)
     } else if (failed && err.errnum == ENOTCONN) {
         a->hello_acked = 0; /* the coordinator wants a hello (restarted, or we were lost) */
         send_hello(a);
+    } else if (strcmp(br_msg_type(m), "ckpt.stored") == 0) {
+        stored_acked(a, seq); /* heard, refused or not: not resent */
     } else if (strcmp(br_msg_type(m), "job.checkpoint") == 0) {
         /* refused (superseded attempt): do not resend */
         checkpoint_acked(a, seq, failed ? &err : NULL);
@@ -1354,7 +1388,10 @@ static void report_stored(br_agent_t *a)
                 error ? "not pulled: " : "pulled",
                 error ? error : "",
                 json_is_true(json_object_get(body, "restore")) ? " (restore)" : "");
-        send_msg(a, BR_MSG_REQUEST, "ckpt.stored", body, NULL, 0);
+        if (json_array_size(a->stored) >= MAX_UNACKED)
+            json_array_remove(a->stored, 0);
+        send_stored(a, body);
+        json_array_append_new(a->stored, body);
     }
 }
 
@@ -1532,6 +1569,7 @@ static void timers(br_agent_t *a)
                         (long long)br_attempt_log_dropped(t));
         }
         resend_checkpoints(a);
+        resend_stored(a);
     }
 }
 
