@@ -296,6 +296,11 @@ static void refill(br_holder_t *h)
 /* Answer what the bucket allows; the ms to wait before the next one, or -1. */
 static long drain(br_holder_t *h)
 {
+    pthread_mutex_lock(&h->mu);
+    int stale = h->fd >= 0 && h->fd_gen != h->gen;
+    pthread_mutex_unlock(&h->mu);
+    if (stale) /* a grant changed or went: its file is not held open meanwhile */
+        close_cached(h);
     for (;;) {
         if (!h->fifo.n)
             return -1;
@@ -512,6 +517,8 @@ void br_holder_revoke(br_holder_t *h, const char *id)
     if (i >= 0)
         drop_grant(h, i);
     pthread_mutex_unlock(&h->mu);
+    if (i >= 0)
+        wake(h); /* it closes the file it may hold open for that grant */
 }
 
 void br_holder_stats(br_holder_t *h, br_holder_stats_t *st)
