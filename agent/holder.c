@@ -184,7 +184,8 @@ static void close_cached(br_holder_t *h)
 static void refuse(br_holder_t *h, const br_msg_t *req, const char *peer, int errnum,
                    const char *text)
 {
-    fprintf(stderr, "bramble-agent: replica: refused %s: %s\n", peer, text);
+    if (errnum != EAGAIN) /* busy is no fault of the peer's */
+        fprintf(stderr, "bramble-agent: replica: refused %s: %s\n", peer, text);
     br_msg_t *r = br_msg_reply_error(req, errnum, "%s", text);
     if (r)
         br_msg_send(h->router, r, NULL);
@@ -317,9 +318,23 @@ static long drain(br_holder_t *h)
     }
 }
 
+/* Requests taken in to wait for the bucket: BR_HOLDER_QUEUE, or under a cap no more
+ * than it sends in QUEUE_MS; the others wait in ZeroMQ's queues (fair among the
+ * peers), unread. */
+#define QUEUE_MS 4000
+static int queue_limit(const br_holder_t *h)
+{
+    if (!h->rate)
+        return BR_HOLDER_QUEUE;
+    double n = (double)h->rate * QUEUE_MS / 1000.0 / BR_XFER_CHUNK;
+    return n < BR_XFER_WINDOW    ? BR_XFER_WINDOW
+           : n > BR_HOLDER_QUEUE ? BR_HOLDER_QUEUE
+                                 : (int)n;
+}
+
 static void take_requests(br_holder_t *h)
 {
-    for (;;) {
+    while (h->fifo.n < queue_limit(h)) { /* the rest wait in ZeroMQ's queues */
         br_msg_t *m = NULL;
         br_err_t err;
         int rc = br_msg_recv(h->router, 1, ZMQ_DONTWAIT, &m, &err);
@@ -355,8 +370,8 @@ static void *run(void *arg)
                                    {br_zap_socket(h->zap), 0, ZMQ_POLLIN, 0},
                                    {NULL, h->efd, ZMQ_POLLIN, 0}};
         /* a full queue takes no more until the bucket lets some go */
-        if (zmq_poll(h->fifo.n == BR_HOLDER_QUEUE ? items + 1 : items,
-                     h->fifo.n == BR_HOLDER_QUEUE ? 2 : 3, wait) < 0 &&
+        int full = h->fifo.n >= queue_limit(h);
+        if (zmq_poll(full ? items + 1 : items, full ? 2 : 3, wait) < 0 &&
             errno != EINTR)
             break;
         if (items[2].revents & ZMQ_POLLIN) {

@@ -37,6 +37,11 @@
  */
 
 #define COPY_BUF (1 << 20)
+#define HEARTBEAT_MS 1000 /* a ZMTP PING this often; no answer for stall_ms: dropped \
+                           */
+#define SILENT_TIMES 12   /* a live link with no answer for 12 stall_ms: dropped too */
+#define BUSY_WAIT_MS 250  /* a busy holder is asked again after this */
+#define BUSY_MAX 1200     /* ... this many times for one file (5 minutes), at most */
 #define HASH_LEN crypto_generichash_BYTES
 #define MON_EVENTS                                              \
     (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | \
@@ -337,8 +342,9 @@ static void disconnect(pull_t *p)
 static int connect_holder(pull_t *p)
 {
     const br_pull_req_t *r = p->r;
-    p->sock = br_sock_client(p->ctx, r->endpoint, r->server_key, r->public_key,
-                             r->secret_key, p->err);
+    /* the link's life by ZMTP heartbeats; a slow holder is not a dead one */
+    p->sock = br_sock_client_hb(p->ctx, r->endpoint, r->server_key, r->public_key,
+                                r->secret_key, HEARTBEAT_MS, (int)p->stall_ms, p->err);
     if (!p->sock)
         return -1;
     p->mon = br_sock_monitor_events(p->ctx, p->sock, MON_EVENTS);
@@ -393,7 +399,8 @@ static int bad_peer(pull_t *p, int errnum, const char *what, const char *path)
                    p->r->peer_name ? p->r->peer_name : "the holder", what, path);
 }
 
-/* One answer: 1 taken (its bytes written), 0 stale or none, -1 with err. */
+/* One answer: 1 taken (its bytes written), 2 the holder is busy, 0 stale or none,
+ * -1 with err. */
 static int take_answer(pull_t *p, int fd, crypto_generichash_state *hs,
                        const char *path, json_int_t size, int64_t *got,
                        uint32_t first_seq)
@@ -413,7 +420,7 @@ static int take_answer(pull_t *p, int fd, crypto_generichash_state *hs,
     } else if (br_msg_check(m, p->err) < 0) {
         rc = -1;
         if (p->err->errnum == EAGAIN) /* busy: ask again later */
-            rc = 0, *p->err = (br_err_t){0};
+            rc = 2, *p->err = (br_err_t){0};
         else
             br_err_prefix(p->err, "%s", p->r->peer_name ? p->r->peer_name : "holder");
     } else if (json_unpack(br_msg_body(m), "{s:I}", "offset", &off) < 0 || off != *got)
@@ -451,7 +458,7 @@ static int fetch(pull_t *p, const char *path, const char *hex, json_int_t size, 
         return -1;
     }
     int64_t asked = got, last = br_mono_ms();
-    int inflight = 0, tries = 0;
+    int inflight = 0, tries = 0, busies = 0;
     uint32_t first_seq = p->seq + 1;
     while (got < size) {
         int rc = 0;
@@ -471,20 +478,29 @@ static int fetch(pull_t *p, const char *path, const char *hex, json_int_t size, 
             (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL))
             rc = br_errf(p->err, EACCES, "%s refused this node's key (no grant?)",
                          p->r->peer_name ? p->r->peer_name : p->r->endpoint);
+        int busy = 0;
         while (rc == 0 &&
                (rc = take_answer(p, fd, &hs, path, size, &got, first_seq)) > 0) {
-            inflight--;
+            busy |= rc == 2;
+            inflight -= rc == 1;
             last = br_mono_ms();
-            tries = 0;
+            tries = rc == 1 ? 0 : tries;
             rc = 0;
         }
+        if (rc == 0 && busy && ++busies > BUSY_MAX)
+            rc = br_errf(p->err, ETIMEDOUT, "%s stayed busy",
+                         p->r->peer_name ? p->r->peer_name : p->r->endpoint);
         if (rc < 0) {
             close(fd);
             return -1;
         }
-        if ((ev & ZMQ_EVENT_DISCONNECTED) || br_mono_ms() - last > p->stall_ms) {
+        if (busy) /* come back a little later, asking afresh from what we hold */
+            for (int ms = 0; ms < BUSY_WAIT_MS && !cancelled(p); ms += 10)
+                usleep(10000);
+        if (busy || (ev & ZMQ_EVENT_DISCONNECTED) ||
+            br_mono_ms() - last > SILENT_TIMES * p->stall_ms) {
             /* a dropped or silent link: a fresh connection, asking from what we hold */
-            if (++tries > BR_PULL_RETRIES) {
+            if (!busy && ++tries > BR_PULL_RETRIES) {
                 close(fd);
                 return br_errf(p->err, ETIMEDOUT, "%s does not answer",
                                p->r->peer_name ? p->r->peer_name : p->r->endpoint);
@@ -494,7 +510,7 @@ static int fetch(pull_t *p, const char *path, const char *hex, json_int_t size, 
                 close(fd);
                 return -1;
             }
-            p->st.resumes++;
+            p->st.resumes += !busy;
             asked = got;
             inflight = 0;
             first_seq = p->seq + 1;

@@ -22,9 +22,11 @@
 
 #include "err.h"
 
-#define BR_PULL_STALL_MS 10000 /* silent this long: the link is dropped, reconnect */
-#define BR_PULL_RETRIES 5      /* reconnects in a row without progress, then give up */
-#define BR_PULL_QUEUE 64       /* pulls waiting at once */
+#define BR_PULL_STALL_MS                                                    \
+    10000                 /* a link silent this long (no ZMTP heartbeat) is \
+                             dropped, and one with no answer for 12 times as long */
+#define BR_PULL_RETRIES 5 /* reconnects in a row without progress, then give up */
+#define BR_PULL_QUEUE 64  /* pulls waiting at once */
 #define BR_PULL_HASH_DIR ".by-hash" /* in the replica store: files by their hash */
 
 typedef struct br_puller br_puller_t;

@@ -689,6 +689,58 @@ static void test_thread(void **state)
     br_puller_destroy(&pl);
 }
 
+/* Five pullers at once on a holder capped at 512 KiB/s, which takes in no more
+ * requests than it sends in 4 s (8): the others wait in ZeroMQ's queues, longer
+ * than the pullers' stall time, yet no link is taken for dropped (ZMTP heartbeats
+ * show it alive), nothing is sent twice, and every pull completes. */
+static void test_busy_holder(void **state)
+{
+    fix_t *f = *state;
+    char src[PATH_MAX];
+    br_err_t err;
+    snprintf(src, sizeof(src), "%s/model-300.pt", f->dir);
+    put(src, 512 << 10, 9);
+    json_t *m = manifest_of(f->dir, src);
+    br_holder_destroy(&f->h);
+    f->h = br_holder_new("tcp://127.0.0.1:0", f->hsec, 512 << 10, &err);
+    assert_non_null(f->h);
+    snprintf(f->ep, sizeof(f->ep), "tcp://127.0.0.1:%d", br_holder_port(f->h));
+    br_grant_t g = {.id = "one",
+                    .peer_key = f->ppub,
+                    .dir = f->dir,
+                    .path = src,
+                    .manifest = m,
+                    .ttl_ms = 60000};
+    assert_int_equal(br_holder_grant(f->h, &g, &err), 0);
+    br_puller_t *pl[5];
+    for (int i = 0; i < 5; i++) {
+        char dest[PATH_MAX];
+        snprintf(dest, sizeof(dest), "%s/restore/%d/model-300.pt", f->root, i);
+        assert_non_null(pl[i] = br_puller_new(&err));
+        br_pull_req_t r = req(f, dest, m);
+        r.grant = "one";
+        r.stall_ms = 1000; /* heartbeats: the link is alive */
+        assert_int_equal(br_puller_submit(pl[i], &r, &err), 0);
+    }
+    for (int i = 0; i < 5; i++) {
+        json_t *tag = NULL, *res = NULL;
+        while (br_puller_take(pl[i], &tag, &res, &err) == 0) {
+            struct pollfd p = {br_puller_fd(pl[i]), POLLIN, 0};
+            assert_int_equal(poll(&p, 1, 30000), 1);
+        }
+        if (!res)
+            fail_msg("pull %d: %s", i, err.text);
+        assert_int_equal(num(res, "resumes"), 0);
+        json_decref(res);
+        br_puller_destroy(&pl[i]);
+    }
+    br_holder_stats_t hs;
+    br_holder_stats(f->h, &hs);
+    assert_int_equal(hs.refused, 0);
+    assert_int_equal(hs.bytes_sent, 5 * (512 << 10));
+    json_decref(m);
+}
+
 /* The holder reads as the job's user: what that user cannot read is refused. */
 static void test_job_user(void **state)
 {
@@ -770,6 +822,7 @@ int main(void)
         T(test_thread),
         T(test_single_file),
         T(test_job_user),
+        T(test_busy_holder),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
