@@ -6,7 +6,7 @@
  * (`ckpt.read`, PROTOCOL.md section 11), so the puller's requests in flight are
  * its credit. What it sends is capped by a token bucket. Files are opened as the
  * job's user (fsid.h), beneath the checkpoint, never through a symlink. The puller
- * is puller.h. */
+ * is pull.h. */
 #ifndef BRAMBLE_HOLDER_H
 #define BRAMBLE_HOLDER_H
 

@@ -21,7 +21,7 @@
 #include "cred.h"
 #include "holder.h"
 #include "manifest.h"
-#include "puller.h"
+#include "pull.h"
 #include "util.h"
 
 static volatile sig_atomic_t stop;
