@@ -30,6 +30,7 @@
 #include "localsock.h"
 #include "manifest.h"
 #include "probe.h"
+#include "replica.h"
 #include "msg.h"
 #include "sock.h"
 #include "token.h"
@@ -64,6 +65,10 @@ struct br_agent {
     int64_t last_heard, fence_ms; /* fencing: freeze jobs when silent this long */
     json_t *unacked;              /* checkpoint reports not acknowledged yet */
     br_manifest_t *hasher;        /* hashes each checkpoint before it is reported */
+    br_replica_t *replica;        /* checkpoints to and from other nodes */
+    json_t *stored;               /* ckpt.stored reports not answered yet */
+    int hello_plain;              /* the coordinator refuses "replica_port" in hellos */
+    int hb_nodisk;                /* ... or "disk" in heartbeats */
     int ckpt_plain;               /* the coordinator refuses "manifest" in reports */
     int64_t send_failed;          /* sends that found the queue full, in all */
     int64_t send_failed_run;      /* ... since the last one that went through */
@@ -405,6 +410,7 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
     a->fence_ms = 3000;
     a->last_heard = br_mono_ms();
     a->unacked = json_array();
+    a->stored = json_array();
     a->seq = (uint32_t)br_mono_ms();
     /* what a previous agent left running, to adopt; its keeper goes, and this run's
      * keeper takes over its run id, which those jobs carry */
@@ -455,6 +461,8 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
         goto fail;
     if (!(a->hasher = br_manifest_new(err))) /* a thread: after the keeper's fork */
         goto fail;
+    if (!(a->replica = br_replica_new(s, err))) /* threads too */
+        goto fail;
     a->ctx = zmq_ctx_new();
     br_strlcpy(a->key_pub, s->cred.public_key, sizeof(a->key_pub));
     br_strlcpy(a->key_sec, s->cred.secret_key, sizeof(a->key_sec));
@@ -487,10 +495,12 @@ void br_agent_destroy(br_agent_t **ap)
     br_localsock_destroy(&a->local);
     br_probe_destroy(&a->probe);
     br_manifest_destroy(&a->hasher);
+    br_replica_destroy(&a->replica);
     free(a->items);
     free(a->owner);
     json_decref(a->inventory);
     json_decref(a->unacked);
+    json_decref(a->stored);
     if (a->sigfd >= 0)
         close(a->sigfd);
     free(a);
@@ -602,6 +612,20 @@ static json_t *live_gpus(br_agent_t *a, int64_t now)
     return br_gpus_live_json(a->gpus);
 }
 
+/* The heartbeat's "disk" (replica.h), when it is time to look again: the
+ * store's and each running job's checkpoint dir's. */
+static json_t *disk_json(br_agent_t *a, int64_t now)
+{
+    const char *dirs[64];
+    int n = 0;
+    for (int i = 0; i < a->natt && n < 64; i++) {
+        br_ckpt_t *ck = br_attempt_ckpt(a->att[i]);
+        if (ck)
+            dirs[n++] = br_ckpt_dir(ck);
+    }
+    return br_replica_disk(a->replica, dirs, n, now);
+}
+
 static void send_hello(br_agent_t *a)
 {
     br_gpus_refresh(a->gpus);
@@ -613,6 +637,9 @@ static void send_hello(br_agent_t *a)
         json_object_set_new(body, "advertise_addr", json_string(a->s->advertise_addr));
     if (a->probe)
         json_object_set_new(body, "probe_port", json_integer(br_probe_port(a->probe)));
+    if (br_replica_port(a->replica) >= 0 && !a->hello_plain)
+        json_object_set_new(body, "replica_port",
+                            json_integer(br_replica_port(a->replica)));
     a->hello_seq = send_msg(a, BR_MSG_REQUEST, "node.hello", body, NULL, 0);
     a->hello_sent = br_mono_ms();
 }
@@ -749,6 +776,35 @@ static void resend_checkpoints(br_agent_t *a)
         json_object_del(body, "_seq");
         send_checkpoint(a, body);
     }
+}
+
+/* A ckpt.stored report is resent with each heartbeat until it is answered (an
+ * error answer too: the coordinator has heard it); the oldest go beyond
+ * MAX_UNACKED. */
+static void send_stored(br_agent_t *a, json_t *body)
+{
+    uint32_t seq = send_msg(a, BR_MSG_REQUEST, "ckpt.stored", json_deep_copy(body), NULL, 0);
+    json_object_set_new(body, "_seq", json_integer(seq));
+}
+
+static void resend_stored(br_agent_t *a)
+{
+    size_t i;
+    json_t *body;
+    json_array_foreach(a->stored, i, body) {
+        json_object_del(body, "_seq");
+        send_stored(a, body);
+    }
+}
+
+static void stored_acked(br_agent_t *a, uint32_t seq)
+{
+    for (size_t i = 0; i < json_array_size(a->stored); i++)
+        if (json_integer_value(json_object_get(json_array_get(a->stored, i), "_seq")) ==
+            seq) {
+            json_array_remove(a->stored, i);
+            return;
+        }
 }
 
 static void checkpoint_acked(br_agent_t *a, uint32_t seq, const br_err_t *failed)
@@ -1228,6 +1284,15 @@ static void on_response(br_agent_t *a, br_msg_t *m)
     uint32_t seq = br_msg_seq(m);
     a->last_heard = br_mono_ms();
     if (seq == a->hello_seq) {
+        if (failed && err.errnum == EPROTO && strstr(err.text, "replica_port") &&
+            !a->hello_plain) {
+            /* a coordinator that predates the field: say hello without it, at once */
+            a->hello_plain = 1;
+            fprintf(stderr, "bramble-agent: the coordinator does not take "
+                            "\"replica_port\" in node.hello; saying hello without it\n");
+            send_hello(a);
+            return;
+        }
         if (failed) {
             fprintf(stderr, "bramble-agent: hello refused: %s\n", err.text);
             return;
@@ -1260,9 +1325,17 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         a->hb_sent = 0;
         fprintf(stderr, "bramble-agent: the coordinator does not take \"gpus\" in "
                         "node.heartbeat; heartbeats go without GPU figures\n");
+    } else if (seq == a->hb_seq && failed && err.errnum == EPROTO &&
+               strstr(err.text, "disk") && !a->hb_nodisk) {
+        a->hb_nodisk = 1; /* as for "gpus" */
+        a->hb_sent = 0;
+        fprintf(stderr, "bramble-agent: the coordinator does not take \"disk\" in "
+                        "node.heartbeat; heartbeats go without disk figures\n");
     } else if (failed && err.errnum == ENOTCONN) {
         a->hello_acked = 0; /* the coordinator wants a hello (restarted, or we were lost) */
         send_hello(a);
+    } else if (strcmp(br_msg_type(m), "ckpt.stored") == 0) {
+        stored_acked(a, seq); /* heard, refused or not: not resent */
     } else if (strcmp(br_msg_type(m), "job.checkpoint") == 0) {
         /* refused (superseded attempt): do not resend */
         checkpoint_acked(a, seq, failed ? &err : NULL);
@@ -1288,6 +1361,40 @@ static void on_response(br_agent_t *a, br_msg_t *m)
     }
 }
 
+/* ckpt.serve, ckpt.fetch, ckpt.drop (replica.h): carried out off the loop. */
+static void on_replica_order(br_agent_t *a, br_msg_t *m)
+{
+    const char *type = br_msg_type(m);
+    br_err_t err = {0};
+    int rc = strcmp(type, "ckpt.serve") == 0   ? br_replica_serve(a->replica, m, &err)
+             : strcmp(type, "ckpt.fetch") == 0 ? br_replica_fetch(a->replica, m, &err)
+             : strcmp(type, "ckpt.drop") == 0  ? br_replica_drop(a->replica, m, &err)
+                                               : br_errf(&err, EPROTO, "unknown request "
+                                                                       "for an agent");
+    if (rc < 0)
+        fprintf(stderr, "bramble-agent: %s refused: %s\n", type, err.text);
+    reply(a, m, rc < 0 ? (err.errnum ? err.errnum : EINVAL) : 0, err.text);
+}
+
+/* Finished fetches, reported to the coordinator (once connected). */
+static void report_stored(br_agent_t *a)
+{
+    json_t *body;
+    while (a->hello_acked && (body = br_replica_take(a->replica))) {
+        const char *error = json_string_value(json_object_get(body, "error"));
+        fprintf(stderr, "bramble-agent: job %lld: checkpoint %s %s%s%s\n",
+                (long long)json_integer_value(json_object_get(body, "job")),
+                json_string_value(json_object_get(body, "path")),
+                error ? "not pulled: " : "pulled",
+                error ? error : "",
+                json_is_true(json_object_get(body, "restore")) ? " (restore)" : "");
+        if (json_array_size(a->stored) >= MAX_UNACKED)
+            json_array_remove(a->stored, 0);
+        send_stored(a, body);
+        json_array_append_new(a->stored, body);
+    }
+}
+
 static void on_message(br_agent_t *a, br_msg_t *m)
 {
     if (br_msg_kind(m) == BR_MSG_RESPONSE)
@@ -1302,6 +1409,8 @@ static void on_message(br_agent_t *a, br_msg_t *m)
         on_thaw(a, m);
     else if (strcmp(br_msg_type(m), "node.rekey") == 0)
         on_rekey(a, m);
+    else if (strncmp(br_msg_type(m), "ckpt.", 5) == 0)
+        on_replica_order(a, m);
     else
         reply(a, m, EPROTO, "unknown request for an agent");
 }
@@ -1411,6 +1520,7 @@ static void timers(br_agent_t *a)
         }
     }
     collect_manifests(a);
+    report_stored(a);
     if (!a->hello_acked) {
         if (now - a->hello_sent >= HELLO_RETRY_MS)
             send_hello(a);
@@ -1437,6 +1547,9 @@ static void timers(br_agent_t *a)
         json_t *gpus = live_gpus(a, now);
         if (gpus)
             json_object_set_new(hb, "gpus", gpus);
+        json_t *disk = a->hb_nodisk ? NULL : disk_json(a, now);
+        if (disk)
+            json_object_set_new(hb, "disk", disk);
         json_t *rtt = json_pack("{s:o}", "peers", a->probe ? br_probe_report(a->probe, now)
                                                             : json_object());
         if (a->coord_rtt_ms >= 0)
@@ -1456,6 +1569,7 @@ static void timers(br_agent_t *a)
                         (long long)br_attempt_log_dropped(t));
         }
         resend_checkpoints(a);
+        resend_stored(a);
     }
 }
 
@@ -1466,7 +1580,7 @@ static void timers(br_agent_t *a)
  * whose). Returns the count, or -1 when out of memory. */
 static int build_poll(br_agent_t *a)
 {
-    int max = FIXED_ITEMS + BR_LOCALSOCK_MAX_CONNS + 1;
+    int max = FIXED_ITEMS + BR_LOCALSOCK_MAX_CONNS + 2;
     for (int i = 0; i < a->natt; i++)
         max += 1 + 3 * br_attempt_ntasks(a->att[i]);
     if (max > a->items_cap) {
@@ -1497,6 +1611,8 @@ static int build_poll(br_agent_t *a)
     }
     owner[n] = NULL; /* a checkpoint's manifest is ready: timers() reports it */
     items[n++] = (zmq_pollitem_t){NULL, br_manifest_fd(a->hasher), ZMQ_POLLIN, 0};
+    owner[n] = NULL; /* a fetch has finished: timers() reports it */
+    items[n++] = (zmq_pollitem_t){NULL, br_replica_fd(a->replica), ZMQ_POLLIN, 0};
     for (int i = 0; i < a->natt; i++) {
         br_ckpt_t *ck = br_attempt_ckpt(a->att[i]);
         if (ck && br_ckpt_fd(ck) >= 0) {

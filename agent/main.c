@@ -22,6 +22,8 @@ static void usage(FILE *f)
             "                     [--discover-timeout 30s] [--discover-port 7702]\n"
             "                     [--probe-port 7703|0|off]\n"
             "                     [--job-uids FIRST-LAST] [--allow-root-jobs]\n"
+            "                     [--replica-dir DIR] [--replica-quota SIZE|0|none]\n"
+            "                     [--replica-bandwidth RATE] [--replica-port 7704|0|off]\n"
             "\n"
             "The first start joins with the token from `bramble token create`, read\n"
             "from --join-file FILE (or standard input with `-`; `--join TOKEN` also\n"
@@ -38,6 +40,13 @@ static void usage(FILE *f)
             "token's key (`brambled --announce`), and joins it there.\n"
             "The agent answers round-trip probes from the other nodes on UDP\n"
             "--probe-port (0: any free port; off: no probes) and probes them.\n"
+            "Checkpoints move between nodes over CURVE on TCP --replica-port (0: any\n"
+            "free port; off: this node serves none; when 7704 is taken, any free one):\n"
+            "copies of other nodes' checkpoints (replicas) are kept in --replica-dir\n"
+            "(default DIR/replicas), at most --replica-quota bytes of them (200GiB;\n"
+            "0: none, this node opts out; none: as many as the disk takes, the\n"
+            "default), and what this node sends is capped at --replica-bandwidth\n"
+            "(40MB/s; 0: no cap, the default). docs/checkpoints.md, \"Replicas\".\n"
             "SIGTERM or SIGINT stops the agent and its jobs. SIGUSR2 stops the agent\n"
             "alone: its jobs go on, and the next agent started on DIR adopts them (as\n"
             "does one started after a crash).\n");
@@ -102,6 +111,10 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
         {"probe-port", required_argument, NULL, 'p'},
         {"job-uids", required_argument, NULL, 'U'},
         {"allow-root-jobs", no_argument, NULL, 'R'},
+        {"replica-dir", required_argument, NULL, 'r'},
+        {"replica-quota", required_argument, NULL, 'q'},
+        {"replica-bandwidth", required_argument, NULL, 'b'},
+        {"replica-port", required_argument, NULL, 'o'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int o;
@@ -169,6 +182,25 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
             }
             break;
         case 'R': s->allow_root_jobs = 1; break;
+        case 'r':
+            if (optarg[0] != '/') {
+                fprintf(stderr, "bramble-agent: --replica-dir '%s': an absolute path is "
+                                "needed\n", optarg);
+                return 2;
+            }
+            br_strlcpy(s->replica_dir, optarg, sizeof(s->replica_dir));
+            break;
+        case 'q':
+        case 'b':
+        case 'o':
+            if ((o == 'q'   ? br_settings_replica_quota(s, optarg, &err)
+                 : o == 'b' ? br_settings_replica_bandwidth(s, optarg, &err)
+                            : br_settings_replica_port(s, optarg, &err)) < 0) {
+                fprintf(stderr, "bramble-agent: --replica-%s %s\n",
+                        o == 'q' ? "quota" : o == 'b' ? "bandwidth" : "port", err.text);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return 2;
         }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "announce.h"
+#include "holder.h"
 #include "conf.h"
 #include "jobuser.h"
 #include "probe.h"
@@ -21,6 +22,47 @@ void br_settings_init(br_settings_t *s)
     s->discover_timeout_ms = 30000;
     s->discover_port = BR_ANNOUNCE_PORT;
     s->probe_port = PROBE_PORT_UNSET;
+    s->replica_quota = s->replica_bandwidth = REPLICA_UNSET;
+    s->replica_port = REPLICA_UNSET;
+}
+
+int br_settings_replica_port(br_settings_t *s, const char *text, br_err_t *err)
+{
+    if (strcmp(text, "off") == 0) {
+        s->replica_port = -1;
+        return 0;
+    }
+    if (br_parse_port(text, 0, &s->replica_port, err) < 0)
+        return br_errf(err, EINVAL, "'%s': expected 0..65535 or off", text);
+    return 0;
+}
+
+int br_settings_replica_quota(br_settings_t *s, const char *text, br_err_t *err)
+{
+    uint64_t n;
+    if (strcmp(text, "none") == 0) {
+        s->replica_quota = -1;
+        return 0;
+    }
+    if (br_parse_size(text, &n, err) < 0)
+        return br_errf(err, EINVAL, "'%s': expected a size (200GiB), 0 or none", text);
+    s->replica_quota = (int64_t)n;
+    return 0;
+}
+
+/* "40MB/s", "40MB", "0" -> bytes per second. */
+int br_settings_replica_bandwidth(br_settings_t *s, const char *text, br_err_t *err)
+{
+    char buf[64];
+    uint64_t n;
+    br_strlcpy(buf, text, sizeof(buf));
+    size_t len = strlen(buf);
+    if (len > 2 && strcmp(buf + len - 2, "/s") == 0)
+        buf[len - 2] = '\0';
+    if (br_parse_size(buf, &n, err) < 0)
+        return br_errf(err, EINVAL, "'%s': expected a rate (40MB/s) or 0", text);
+    s->replica_bandwidth = (int64_t)n;
+    return 0;
 }
 
 int br_settings_probe_port(br_settings_t *s, const char *text, br_err_t *err)
@@ -111,6 +153,24 @@ int br_settings_load(br_settings_t *s, int *joined, br_err_t *err)
         br_err_prefix(err, "%s: probe_port", path);
         return -1;
     }
+    take_str(obj, "replica_dir", s->replica_dir, sizeof(s->replica_dir));
+    struct {
+        const char *key;
+        int unset;
+        int (*parse)(br_settings_t *, const char *, br_err_t *);
+    } rep[] = {{"replica_port", s->replica_port == REPLICA_UNSET, br_settings_replica_port},
+               {"replica_quota", s->replica_quota == REPLICA_UNSET,
+                br_settings_replica_quota},
+               {"replica_bandwidth", s->replica_bandwidth == REPLICA_UNSET,
+                br_settings_replica_bandwidth}};
+    for (size_t i = 0; i < sizeof(rep) / sizeof(rep[0]); i++) {
+        const char *v = br_conf_str(obj, rep[i].key);
+        if (v && rep[i].unset && rep[i].parse(s, v, err) < 0) {
+            json_decref(obj);
+            br_err_prefix(err, "%s: %s", path, rep[i].key);
+            return -1;
+        }
+    }
     const char *cost = br_conf_str(obj, "cost_per_hour");
     if (cost && !s->cost_given)
         s->cost_per_hour = strtod(cost, NULL);
@@ -130,6 +190,14 @@ int br_settings_finish(br_settings_t *s)
 {
     if (s->probe_port == PROBE_PORT_UNSET)
         s->probe_port = BR_PROBE_PORT;
+    if (!s->replica_dir[0])
+        snprintf(s->replica_dir, sizeof(s->replica_dir), "%s/replicas", s->data_dir);
+    if (s->replica_quota == REPLICA_UNSET)
+        s->replica_quota = -1;
+    if (s->replica_bandwidth == REPLICA_UNSET)
+        s->replica_bandwidth = 0;
+    if (s->replica_port == REPLICA_UNSET)
+        s->replica_port = BR_REPLICA_PORT;
     return 0;
 }
 
@@ -156,6 +224,27 @@ int br_settings_save(const br_settings_t *s, br_err_t *err)
                             s->labels, "cost_per_hour", cost, "gpus", s->gpus, "job_user",
                             s->job_user, "advertise_addr", s->advertise_addr, "probe_port",
                             probe);
+    char num[32];
+    if (s->replica_dir[0])
+        json_object_set_new(obj, "replica_dir", json_string(s->replica_dir));
+    if (s->replica_port != REPLICA_UNSET) {
+        if (s->replica_port < 0)
+            snprintf(num, sizeof(num), "off");
+        else
+            snprintf(num, sizeof(num), "%d", s->replica_port);
+        json_object_set_new(obj, "replica_port", json_string(num));
+    }
+    if (s->replica_quota != REPLICA_UNSET) {
+        if (s->replica_quota < 0)
+            snprintf(num, sizeof(num), "none");
+        else
+            snprintf(num, sizeof(num), "%lld", (long long)s->replica_quota);
+        json_object_set_new(obj, "replica_quota", json_string(num));
+    }
+    if (s->replica_bandwidth != REPLICA_UNSET) {
+        snprintf(num, sizeof(num), "%lld", (long long)s->replica_bandwidth);
+        json_object_set_new(obj, "replica_bandwidth", json_string(num));
+    }
     if (s->job_uid_last) {
         char uids[32];
         snprintf(uids, sizeof(uids), "%u-%u", s->job_uid_first, s->job_uid_last);

@@ -32,6 +32,13 @@ typedef struct {
     int discover_port;           /* its UDP port (BR_ANNOUNCE_PORT); not saved */
     int probe_port;              /* UDP port answering round-trip probes from other
                                     nodes (BR_PROBE_PORT), 0 any free one, -1 off */
+    char replica_dir[1024];      /* --replica-dir: the replica store ("" until
+                                    finished: DATA_DIR/replicas) */
+    int64_t replica_quota;       /* --replica-quota: bytes of replicas held, 0 none
+                                    (opted out), -1 as many as the disk takes */
+    int64_t replica_bandwidth;   /* --replica-bandwidth: bytes/s sent, 0 no cap */
+    int replica_port;            /* --replica-port: TCP port serving checkpoint
+                                    files to other nodes, 0 any free one, -1 off */
     br_cred_t cred;
     br_dirlock_t *lock;          /* DIR/agent.lock, held while this agent runs */
 } br_settings_t;
@@ -40,6 +47,12 @@ void br_settings_init(br_settings_t *s);
 void br_settings_free(br_settings_t *s);
 
 #define PROBE_PORT_UNSET (-2)
+#define REPLICA_UNSET (-2) /* replica_quota, replica_bandwidth, replica_port */
+
+/* Parse --replica-port N|off, --replica-quota SIZE|none, --replica-bandwidth RATE. */
+int br_settings_replica_port(br_settings_t *s, const char *text, br_err_t *err);
+int br_settings_replica_quota(br_settings_t *s, const char *text, br_err_t *err);
+int br_settings_replica_bandwidth(br_settings_t *s, const char *text, br_err_t *err);
 
 /* Parse --probe-port N|off into s->probe_port. */
 int br_settings_probe_port(br_settings_t *s, const char *text, br_err_t *err);

@@ -26,6 +26,7 @@ static const struct {
     {"job.exited", BR_MSG_REQUEST, P_NODE, br_api_job_exited},
     {"job.log", BR_MSG_EVENT, P_NODE, br_api_job_log},
     {"job.checkpoint", BR_MSG_REQUEST, P_NODE, br_api_job_checkpoint},
+    {"ckpt.stored", BR_MSG_REQUEST, P_NODE, br_api_ckpt_stored},
     {"token.create", BR_MSG_REQUEST, P_ADMIN, br_api_token_create},
     {"token.list", BR_MSG_REQUEST, P_ADMIN, br_api_token_list},
     {"token.revoke", BR_MSG_REQUEST, P_ADMIN, br_api_token_revoke},

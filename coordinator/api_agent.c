@@ -8,6 +8,7 @@
 #include "gpulive.h"
 #include "jobs.h"
 #include "nodelife.h"
+#include "replicas.h"
 #include "token.h"
 #include "util.h"
 
@@ -128,11 +129,12 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_t *inv, *gpus, *labels, *tasks;
     double cost;
     const char *adv = NULL;
-    int probe_port = 0;
+    int probe_port = 0, replica_port = 0;
     br_err_t err = {0};
-    if (br_msg_unpack(m, &err, "{s:o, s:o, s:o, s:F, s:o, s?s, s?i}", "inventory", &inv,
-                      "gpus", &gpus, "labels", &labels, "cost_per_hour", &cost, "tasks",
-                      &tasks, "advertise_addr", &adv, "probe_port", &probe_port) < 0 ||
+    if (br_msg_unpack(m, &err, "{s:o, s:o, s:o, s:F, s:o, s?s, s?i, s?i}", "inventory",
+                      &inv, "gpus", &gpus, "labels", &labels, "cost_per_hour", &cost,
+                      "tasks", &tasks, "advertise_addr", &adv, "probe_port", &probe_port,
+                      "replica_port", &replica_port) < 0 ||
         !json_is_object(inv) || !json_is_array(gpus) || !json_is_object(labels) ||
         !json_is_array(tasks)) {
         if (!err.text[0])
@@ -151,6 +153,7 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_object_set_new(n->info, "probe_port", json_integer(probe_port));
     else
         json_object_del(n->info, "probe_port");
+    br_replicas_hello(n, replica_port); /* where it serves checkpoint files */
     br_nodelife_hello(c, n);
     br_jobs_reconcile(c, n, tasks, 1);
     br_api_ok(c, m, json_pack("{s:s, s:I, s:I, s:I, s:s, s:I}", "name", n->name,
@@ -188,14 +191,15 @@ static json_t *probe_peers(br_coord_t *c, br_node_t *n)
 
 void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    json_t *tasks, *rtt = NULL, *gpus = NULL;
+    json_t *tasks, *rtt = NULL, *gpus = NULL, *disk = NULL;
     double load = -1;
     br_err_t err = {0};
     int64_t began = br_mono_us();
-    if (br_msg_unpack(m, &err, "{s:o, s?F, s?o, s?o}", "tasks", &tasks, "load", &load,
-                      "rtt", &rtt, "gpus", &gpus) < 0 ||
+    if (br_msg_unpack(m, &err, "{s:o, s?F, s?o, s?o, s?o}", "tasks", &tasks, "load", &load,
+                      "rtt", &rtt, "gpus", &gpus, "disk", &disk) < 0 ||
         !json_is_array(tasks) || (rtt && !json_is_object(rtt)) ||
-        (gpus && br_gpulive_check(gpus, &err) < 0)) {
+        (gpus && br_gpulive_check(gpus, &err) < 0) ||
+        (disk && br_replicas_check_disk(disk, &err) < 0)) {
         if (!err.text[0])
             br_errf(&err, EPROTO, "node.heartbeat: tasks must be an array");
         br_api_fail(c, m, &err);
@@ -210,6 +214,8 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     if (load >= 0) /* kept in memory, shown by nodes and top; not worth a write */
         json_object_set_new(n->info, "load", json_real(load));
+    if (disk) /* in memory too: where replicas may go */
+        json_object_set(n->info, "disk", disk);
     if (gpus && br_gpulive_take(n, gpus)) /* in memory too; more VRAM to spare */
         br_coord_changed(c);
     if (rtt) {

@@ -50,6 +50,14 @@ void *br_sock_server(void *ctx, const char *endpoint, const char *secret_key,
 void *br_sock_client(void *ctx, const char *endpoint, const char *server_public_key,
                      const char *public_key, const char *secret_key, br_err_t *err)
 {
+    return br_sock_client_hb(ctx, endpoint, server_public_key, public_key, secret_key, 0,
+                             0, err);
+}
+
+void *br_sock_client_hb(void *ctx, const char *endpoint, const char *server_public_key,
+                        const char *public_key, const char *secret_key, int ivl_ms,
+                        int timeout_ms, br_err_t *err)
+{
     void *s = zmq_socket(ctx, ZMQ_DEALER);
     if (!s)
         return br_errp(err, errno, "socket: %s", zmq_strerror(errno));
@@ -60,7 +68,10 @@ void *br_sock_client(void *ctx, const char *endpoint, const char *server_public_
         zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, public_key, strlen(public_key)) < 0 ||
         zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, secret_key, strlen(secret_key)) < 0 ||
         zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl)) < 0 ||
-        zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max)) < 0) {
+        zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max)) < 0 ||
+        (ivl_ms > 0 &&
+         (zmq_setsockopt(s, ZMQ_HEARTBEAT_IVL, &ivl_ms, sizeof(ivl_ms)) < 0 ||
+          zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &timeout_ms, sizeof(timeout_ms)) < 0))) {
         int e = errno;
         zmq_close(s);
         return br_errp(err, e, "socket options: %s", zmq_strerror(e));

@@ -22,6 +22,13 @@ void *br_sock_server(void *ctx, const char *endpoint, const char *secret_key,
 void *br_sock_client(void *ctx, const char *endpoint, const char *server_public_key,
                      const char *public_key, const char *secret_key, br_err_t *err);
 
+/* The same with ZMTP heartbeats: a PING every ivl_ms, and the connection dropped
+ * (ZMQ_EVENT_DISCONNECTED, then a reconnect) when the peer has not answered for
+ * timeout_ms, however busy or idle the peer's application is. */
+void *br_sock_client_hb(void *ctx, const char *endpoint, const char *server_public_key,
+                        const char *public_key, const char *secret_key, int ivl_ms,
+                        int timeout_ms, br_err_t *err);
+
 /* Start monitoring sock for handshake failures; returns a PAIR socket to poll, or
  * NULL. Each monitor needs a unique inproc name, made from sock's address. */
 void *br_sock_monitor(void *ctx, void *sock);

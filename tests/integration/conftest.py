@@ -445,8 +445,9 @@ class Cluster:
         argv = list(wrap) + [self.bin("bramble-agent"), "--data-dir", self.agent_dir(name)]
         if join:
             argv += ["--join", token or self.token(1), "--name", name]
-            if not wrap:  # agents sharing the host's ports: each probes on its own
-                argv += ["--probe-port", "0"]
+            if not wrap:  # agents sharing the host's ports: each probes on its own,
+                # and serves checkpoints on its own
+                argv += ["--probe-port", "0", "--replica-port", "0"]
         argv += list(extra)
         if os.geteuid() == 0 and not {"--job-user", "--job-uids", "--allow-root-jobs"} & {
                 str(x) for x in extra}:

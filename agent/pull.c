@@ -1,0 +1,779 @@
+/* pull.c - builds a checkpoint from a holder's files and local copies (pull.h). */
+#include "pull.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <sodium.h>
+#include <zmq.h>
+
+#include "fsid.h"
+#include "holder.h"
+#include "manifest.h"
+#include "msg.h"
+#include "sock.h"
+#include "util.h"
+
+/*
+ * Layout, for a destination P/NAME:
+ *   P/.bramble-pull-NAME/      the checkpoint as it is built (hidden: no pattern
+ *                              matches it), renamed to P/NAME at the end (exchanged
+ *                              with an old P/NAME, which is then removed)
+ *   P/.bramble-pull-NAME.tmp/  files on their way in, named by their hash
+ * Everything below the staging directory is opened relative to its parent's
+ * descriptor with O_NOFOLLOW, so no path in a manifest (already refused when it has
+ * "..", is absolute, or is empty) and no symlink the manifest creates can lead a
+ * write outside it. Files get the manifest's permission bits without setuid, setgid
+ * and sticky.
+ */
+
+#define COPY_BUF (1 << 20)
+#define HEARTBEAT_MS                                                                \
+    1000                 /* a ZMTP PING this often; no answer for stall_ms: dropped \
+                          */
+#define SILENT_TIMES 12  /* a live link with no answer for 12 stall_ms: dropped too */
+#define BUSY_WAIT_MS 250 /* a busy holder is asked again after this */
+#define BUSY_MAX 1200    /* ... this many times for one file (5 minutes), at most */
+#define HASH_LEN crypto_generichash_BYTES
+#define MON_EVENTS                                              \
+    (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | \
+     ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+
+typedef struct {
+    const br_pull_req_t *r;
+    void *ctx, *sock, *mon;
+    const atomic_int *cancel;
+    br_err_t *err;
+    int stage, tmp, old, index; /* directory fds, -1 when none */
+    int old_file;               /* a one-file checkpoint's old copy, or -1 */
+    char stage_path[PATH_MAX], tmp_path[PATH_MAX];
+    uint32_t seq;
+    int64_t written, stall_ms;
+    unsigned char *buf;
+    br_pull_stats_t st;
+} pull_t;
+
+static int is_full(int e)
+{
+    return e == ENOSPC || e == EDQUOT || e == EFBIG;
+}
+
+static int cancelled(const pull_t *p)
+{
+    return p->cancel && atomic_load(p->cancel);
+}
+
+/* Remove name in dfd and everything under it, never following a symlink. */
+static void rm_tree(int dfd, const char *name)
+{
+    if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+        return;
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            rm_tree(dirfd(d), de->d_name);
+    closedir(d);
+    unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+static void rm_path(const char *path)
+{
+    rm_tree(AT_FDCWD, path);
+}
+
+/* The directory that holds rel's last component, made (0755) as needed beneath
+ * root; *name points at that component. The fd, or -1 with err. */
+static int parent_of(pull_t *p, const char *rel, const char **name)
+{
+    char part[PATH_MAX];
+    int dfd = dup(p->stage);
+    const char *c = rel;
+    for (;;) {
+        size_t k = strcspn(c, "/");
+        if (c[k] == '\0' || dfd < 0) {
+            *name = c;
+            return dfd >= 0 ? dfd : br_errf(p->err, errno, "%s", strerror(errno));
+        }
+        memcpy(part, c, k);
+        part[k] = '\0';
+        if (mkdirat(dfd, part, 0755) < 0 && errno != EEXIST) {
+            int e = errno;
+            close(dfd);
+            return br_errf(p->err, e, "%s: %s", rel, strerror(e));
+        }
+        int fd = openat(dfd, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        close(dfd);
+        if (fd < 0)
+            return br_errf(
+                p->err, e, "%s: %s", rel,
+                e == ELOOP || e == ENOTDIR ? "a link or file on the way" : strerror(e));
+        dfd = fd;
+        c += k + 1;
+    }
+}
+
+/* Open rel beneath the directory fd dfd (not taken over) as a regular file of
+ * size bytes, never through a symlink; -1 when there is none such. */
+static int open_old(int dfd, const char *rel, json_int_t size)
+{
+    char part[PATH_MAX];
+    int cur = dup(dfd);
+    for (const char *c = rel; cur >= 0;) {
+        size_t k = strcspn(c, "/");
+        memcpy(part, c, k);
+        part[k] = '\0';
+        int last = c[k] == '\0';
+        int fd = openat(cur, part,
+                        last ? O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC
+                             : O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        close(cur);
+        cur = fd;
+        if (last)
+            break;
+        c += k + 1;
+    }
+    struct stat st;
+    if (cur >= 0 &&
+        (fstat(cur, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != size)) {
+        close(cur);
+        cur = -1;
+    }
+    if (cur >= 0)
+        fcntl(cur, F_SETFL, fcntl(cur, F_GETFL) & ~O_NONBLOCK);
+    return cur;
+}
+
+static int write_all(int fd, const void *b, size_t n)
+{
+    const unsigned char *c = b;
+    while (n) {
+        ssize_t k = write(fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Count n more bytes written; -1 with err past the limit. */
+static int charge(pull_t *p, size_t n)
+{
+    p->written += (int64_t)n;
+    if (p->r->limit >= 0 && p->written > p->r->limit)
+        return br_errf(p->err, ENOSPC, "the replica quota is used up");
+    return 0;
+}
+
+/* The temporary file for hash hex, its length in *have, its first *have bytes
+ * hashed into hs. */
+static int open_tmp(pull_t *p, const char *hex, json_int_t size, int64_t *have,
+                    crypto_generichash_state *hs)
+{
+    int fd = openat(p->tmp, hex, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return br_errf(p->err, e, "%s/%s: %s", p->tmp_path, hex, strerror(e));
+    }
+    *have = st.st_size <= size ? st.st_size : 0;
+    if (st.st_size > size && ftruncate(fd, 0) < 0) {
+        close(fd);
+        return br_errf(p->err, errno, "%s: %s", hex, strerror(errno));
+    }
+    crypto_generichash_init(hs, NULL, 0, HASH_LEN);
+    for (int64_t off = 0; off < *have;) {
+        size_t want = *have - off < COPY_BUF ? (size_t)(*have - off) : COPY_BUF;
+        ssize_t k = pread(fd, p->buf, want, off);
+        if (k <= 0) { /* cannot read back what was kept: start again */
+            if (ftruncate(fd, 0) < 0) {
+                close(fd);
+                return br_errf(p->err, errno, "%s: %s", hex, strerror(errno));
+            }
+            crypto_generichash_init(hs, NULL, 0, HASH_LEN);
+            *have = 0;
+            break;
+        }
+        crypto_generichash_update(hs, p->buf, (unsigned long long)k);
+        off += k;
+    }
+    if (lseek(fd, *have, SEEK_SET) < 0) {
+        close(fd);
+        return br_errf(p->err, errno, "%s: %s", hex, strerror(errno));
+    }
+    return fd;
+}
+
+/* Compare the finished hash with hex, then fsync, chmod and rename the temporary
+ * file into place as name in pfd. 0; 1 when the hash differs (the file is removed);
+ * -1 with err. */
+static int install(pull_t *p, int fd, crypto_generichash_state *hs, const char *hex,
+                   int pfd, const char *name, int mode)
+{
+    unsigned char h[HASH_LEN];
+    char got[2 * HASH_LEN + 1];
+    crypto_generichash_final(hs, h, HASH_LEN);
+    sodium_bin2hex(got, sizeof(got), h, HASH_LEN);
+    if (strcmp(got, hex) != 0) {
+        close(fd);
+        unlinkat(p->tmp, hex, 0);
+        return 1;
+    }
+    int rc = fchmod(fd, (mode_t)(mode & 0777)) < 0 || fsync(fd) < 0 ? -1 : 0;
+    int e = errno;
+    close(fd);
+    if (rc == 0 && renameat(p->tmp, hex, pfd, name) < 0) {
+        rc = -1;
+        e = errno;
+    }
+    if (rc < 0)
+        return br_errf(p->err, e, "%s: %s", name, strerror(e));
+    if (p->r->in_store && p->index >= 0 && linkat(pfd, name, p->index, hex, 0) < 0 &&
+        errno != EEXIST)
+        fprintf(stderr, "bramble-agent: replica: indexing %s: %s\n", name,
+                strerror(errno));
+    return 0;
+}
+
+/* Copy the open file src (taken over) into the temporary file for hex and install
+ * it when its hash is right. 0 installed, 1 not (the bytes differ), -1 with err. */
+static int copy_in(pull_t *p, int src, const char *hex, json_int_t size, int pfd,
+                   const char *name, int mode)
+{
+    crypto_generichash_state hs;
+    int64_t have;
+    int fd = open_tmp(p, hex, size, &have, &hs);
+    if (fd < 0 || (have && ftruncate(fd, 0) < 0) || lseek(fd, 0, SEEK_SET) < 0) {
+        int rc = fd < 0 ? -1 : br_errf(p->err, errno, "%s: %s", hex, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        close(src);
+        return rc;
+    }
+    crypto_generichash_init(&hs, NULL, 0, HASH_LEN);
+    for (json_int_t off = 0; off < size;) {
+        ssize_t k = read(src, p->buf, COPY_BUF);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0 || off + k > size)
+            break;
+        int e = write_all(fd, p->buf, (size_t)k) < 0 ? errno : 0;
+        if (e || charge(p, (size_t)k) < 0) {
+            close(fd);
+            close(src);
+            return e ? br_errf(p->err, e, "%s: %s", name, strerror(e)) : -1;
+        }
+        crypto_generichash_update(&hs, p->buf, (unsigned long long)k);
+        off += k;
+    }
+    close(src);
+    return install(p, fd, &hs, hex, pfd, name, mode);
+}
+
+/* The old copy's file src (taken over) holds the bytes of hex: link it into place
+ * (the old copy is removed once the new one is in), or copy it where it cannot be
+ * linked. 0 in place, 1 its bytes differ, -1 with err. */
+static int adopt_old(pull_t *p, int src, const char *hex, json_int_t size, int pfd,
+                     const char *name, int mode)
+{
+    crypto_generichash_state hs;
+    unsigned char h[HASH_LEN];
+    char got[2 * HASH_LEN + 1], proc[64];
+    json_int_t off = 0;
+    crypto_generichash_init(&hs, NULL, 0, HASH_LEN);
+    while (off < size) {
+        ssize_t k = pread(src, p->buf, COPY_BUF, off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        crypto_generichash_update(&hs, p->buf, (unsigned long long)k);
+        off += k;
+    }
+    crypto_generichash_final(&hs, h, HASH_LEN);
+    sodium_bin2hex(got, sizeof(got), h, HASH_LEN);
+    if (off != size || strcmp(got, hex) != 0) {
+        close(src);
+        return 1;
+    }
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", src);
+    if (linkat(AT_FDCWD, proc, pfd, name, AT_SYMLINK_FOLLOW) == 0) {
+        int rc = fchmod(src, (mode_t)(mode & 0777)) < 0
+                     ? br_errf(p->err, errno, "%s: %s", name, strerror(errno))
+                     : 0;
+        close(src);
+        return rc;
+    }
+    if (lseek(src, 0, SEEK_SET) < 0) {
+        close(src);
+        return 1;
+    }
+    return copy_in(p, src, hex, size, pfd, name, mode);
+}
+
+/* --- the network ------------------------------------------------------------------ */
+
+static void disconnect(pull_t *p)
+{
+    br_sock_close(&p->mon);
+    br_sock_close(&p->sock);
+}
+
+static int connect_holder(pull_t *p)
+{
+    const br_pull_req_t *r = p->r;
+    /* the link's life by ZMTP heartbeats; a slow holder is not a dead one */
+    p->sock = br_sock_client_hb(p->ctx, r->endpoint, r->server_key, r->public_key,
+                                r->secret_key, HEARTBEAT_MS, (int)p->stall_ms, p->err);
+    if (!p->sock)
+        return -1;
+    p->mon = br_sock_monitor_events(p->ctx, p->sock, MON_EVENTS);
+    return 0;
+}
+
+/* Monitor events waiting: ZMQ_EVENT_* bits. */
+static int mon_events(void *mon)
+{
+    int ev = 0;
+    for (;;) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (!mon || zmq_msg_recv(&m, mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            return ev;
+        }
+        if (zmq_msg_size(&m) >= 2) {
+            uint16_t id;
+            memcpy(&id, zmq_msg_data(&m), 2);
+            ev |= id;
+        }
+        int more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+        if (more) { /* the endpoint */
+            zmq_msg_init(&m);
+            zmq_msg_recv(&m, mon, 0);
+            zmq_msg_close(&m);
+        }
+    }
+}
+
+static int ask(pull_t *p, const char *path, const char *hex, int64_t off)
+{
+    br_msg_t *m = br_msg_new(BR_MSG_REQUEST, "ckpt.read", ++p->seq);
+    if (!m)
+        return br_errf(p->err, ENOMEM, "out of memory");
+    br_msg_set_body(m, json_pack("{s:s, s:s, s:s, s:I}", "grant", p->r->grant, "path",
+                                 path, "hash", hex, "offset", (json_int_t)off));
+    int rc = br_msg_send(p->sock, m, p->err);
+    br_msg_destroy(&m);
+    return rc;
+}
+
+/* The holder broke the rules: say so in the log, with its name, and fail. */
+static int bad_peer(pull_t *p, int errnum, const char *what, const char *path)
+{
+    fprintf(stderr, "bramble-agent: replica: refused %s (%s): %s in %s\n",
+            p->r->peer_name ? p->r->peer_name : "the holder", p->r->endpoint, what,
+            path);
+    return br_errf(p->err, errnum, "%s sent %s in %.64s",
+                   p->r->peer_name ? p->r->peer_name : "the holder", what, path);
+}
+
+/* One answer: 1 taken (its bytes written), 2 the holder is busy, 0 stale or none,
+ * -1 with err. */
+static int take_answer(pull_t *p, int fd, crypto_generichash_state *hs,
+                       const char *path, json_int_t size, int64_t *got,
+                       uint32_t first_seq)
+{
+    br_msg_t *m = NULL;
+    br_err_t e2;
+    if (br_msg_recv(p->sock, 0, ZMQ_DONTWAIT, &m, &e2) < 0) {
+        br_msg_destroy(&m);
+        return errno == EAGAIN ? 0 : bad_peer(p, EPROTO, "a malformed message", path);
+    }
+    int rc = 0;
+    size_t len = 0;
+    const unsigned char *data = br_msg_data(m, &len);
+    json_int_t off = -1;
+    if (br_msg_kind(m) != BR_MSG_RESPONSE || br_msg_seq(m) < first_seq) {
+        rc = 0; /* an answer to a request from before a reconnect */
+    } else if (br_msg_check(m, p->err) < 0) {
+        rc = -1;
+        if (p->err->errnum == EAGAIN) /* busy: ask again later */
+            rc = 2, *p->err = (br_err_t){0};
+        else
+            br_err_prefix(p->err, "%s", p->r->peer_name ? p->r->peer_name : "holder");
+    } else if (json_unpack(br_msg_body(m), "{s:I}", "offset", &off) < 0 || off != *got)
+        rc = bad_peer(p, EPROTO, "a chunk at an offset not asked for", path);
+    else if (len > BR_XFER_CHUNK || off + (json_int_t)len > size)
+        rc = bad_peer(p, EBADMSG, "bytes beyond the manifest's size", path);
+    else if (len == 0 && off < size)
+        rc = bad_peer(p, EPROTO, "an empty chunk", path);
+    else if (write_all(fd, data, len) < 0)
+        rc = br_errf(p->err, errno, "%s: %s", path, strerror(errno));
+    else if (charge(p, len) < 0)
+        rc = -1;
+    else {
+        crypto_generichash_update(hs, data, len);
+        *got += (int64_t)len;
+        p->st.bytes_received += len;
+        rc = 1;
+    }
+    br_msg_destroy(&m);
+    return rc;
+}
+
+/* Fetch entry path (hash hex, size bytes) into its temporary file, resuming from
+ * what that holds, and install it as name in pfd. */
+static int fetch(pull_t *p, const char *path, const char *hex, json_int_t size, int pfd,
+                 const char *name, int mode)
+{
+    crypto_generichash_state hs;
+    int64_t got;
+    int fd = open_tmp(p, hex, size, &got, &hs);
+    if (fd < 0)
+        return -1;
+    if (!p->sock && connect_holder(p) < 0) {
+        close(fd);
+        return -1;
+    }
+    int64_t asked = got, last = br_mono_ms();
+    int inflight = 0, tries = 0, busies = 0;
+    uint32_t first_seq = p->seq + 1;
+    while (got < size) {
+        int rc = 0;
+        if (cancelled(p))
+            rc = br_errf(p->err, ECANCELED, "cancelled");
+        while (rc == 0 && inflight < BR_XFER_WINDOW && asked < size) {
+            rc = ask(p, path, hex, asked);
+            asked += BR_XFER_CHUNK;
+            inflight++;
+        }
+        zmq_pollitem_t it[2] = {{p->sock, 0, ZMQ_POLLIN, 0},
+                                {p->mon, 0, ZMQ_POLLIN, 0}};
+        if (rc == 0 && zmq_poll(it, p->mon ? 2 : 1, 100) < 0 && errno != EINTR)
+            rc = br_errf(p->err, errno, "poll: %s", zmq_strerror(errno));
+        int ev = rc == 0 ? mon_events(p->mon) : 0;
+        if (ev &
+            (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL))
+            rc = br_errf(p->err, EACCES, "%s refused this node's key (no grant?)",
+                         p->r->peer_name ? p->r->peer_name : p->r->endpoint);
+        int busy = 0;
+        while (rc == 0 &&
+               (rc = take_answer(p, fd, &hs, path, size, &got, first_seq)) > 0) {
+            busy |= rc == 2;
+            inflight -= rc == 1;
+            last = br_mono_ms();
+            tries = rc == 1 ? 0 : tries;
+            rc = 0;
+        }
+        if (rc == 0 && busy && ++busies > BUSY_MAX)
+            rc = br_errf(p->err, ETIMEDOUT, "%s stayed busy",
+                         p->r->peer_name ? p->r->peer_name : p->r->endpoint);
+        if (rc < 0) {
+            close(fd);
+            return -1;
+        }
+        if (busy) /* come back a little later, asking afresh from what we hold */
+            for (int ms = 0; ms < BUSY_WAIT_MS && !cancelled(p); ms += 10)
+                usleep(10000);
+        if (busy || (ev & ZMQ_EVENT_DISCONNECTED) ||
+            br_mono_ms() - last > SILENT_TIMES * p->stall_ms) {
+            /* a dropped or silent link: a fresh connection, asking from what we hold */
+            if (!busy && ++tries > BR_PULL_RETRIES) {
+                close(fd);
+                return br_errf(p->err, ETIMEDOUT, "%s does not answer",
+                               p->r->peer_name ? p->r->peer_name : p->r->endpoint);
+            }
+            disconnect(p);
+            if (connect_holder(p) < 0) {
+                close(fd);
+                return -1;
+            }
+            p->st.resumes += !busy;
+            asked = got;
+            inflight = 0;
+            first_seq = p->seq + 1;
+            last = br_mono_ms();
+        }
+    }
+    int rc = install(p, fd, &hs, hex, pfd, name, mode);
+    if (rc == 1)
+        return bad_peer(p, EBADMSG, "bytes that are not in the manifest (wrong hash)",
+                        path);
+    p->st.files_fetched += rc == 0;
+    return rc;
+}
+
+/* --- building --------------------------------------------------------------------- */
+
+static int add_link(pull_t *p, int pfd, const char *name, const char *target)
+{
+    char cur[PATH_MAX];
+    ssize_t k = readlinkat(pfd, name, cur, sizeof(cur) - 1);
+    if (k >= 0) {
+        cur[k] = '\0';
+        if (strcmp(cur, target) == 0)
+            return 0;
+    }
+    if (k >= 0 || errno == EINVAL) /* another link, or not a link */
+        unlinkat(pfd, name, 0);
+    if (symlinkat(target, pfd, name) < 0)
+        return br_errf(p->err, errno, "%s: %s", name, strerror(errno));
+    return 0;
+}
+
+/* One file of the manifest: already there, at hand locally, or fetched. */
+static int add_file(pull_t *p, const char *path, int pfd, const char *name,
+                    const char *hex, json_int_t size, int mode)
+{
+    struct stat st;
+    if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (S_ISREG(st.st_mode) && st.st_size == size) { /* verified when renamed */
+            p->st.bytes_deduped += (uint64_t)size;
+            p->st.files_deduped++;
+            return 0;
+        }
+        if (S_ISDIR(st.st_mode))
+            rm_tree(pfd, name);
+        else
+            unlinkat(pfd, name, 0);
+    }
+    int src = -1, rc;
+    if (p->old >= 0)
+        src = open_old(p->old, path, size);
+    else if (p->old_file >= 0 && fstat(p->old_file, &st) == 0 && st.st_size == size)
+        src = dup(p->old_file);
+    if (src >= 0 && (rc = adopt_old(p, src, hex, size, pfd, name, mode)) <= 0) {
+        if (rc == 0) {
+            p->st.bytes_deduped += (uint64_t)size;
+            p->st.files_deduped++;
+        }
+        return rc;
+    }
+    if (p->index >= 0 && fstatat(p->index, hex, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISREG(st.st_mode) && st.st_size == size) {
+        if (p->r->in_store)
+            rc = linkat(p->index, hex, pfd, name, 0) == 0 ? 0 : 1;
+        else {
+            src = openat(p->index, hex, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+            rc = src < 0 ? 1 : copy_in(p, src, hex, size, pfd, name, mode);
+        }
+        if (rc == 0) {
+            p->st.bytes_deduped += (uint64_t)size;
+            p->st.files_deduped++;
+        }
+        if (rc <= 0)
+            return rc;
+    }
+    return fetch(p, path, hex, size, pfd, name, mode);
+}
+
+static int add_entry(pull_t *p, json_t *e)
+{
+    const char *path = json_string_value(json_object_get(e, "path")), *name;
+    json_t *hash = json_object_get(e, "hash");
+    int pfd = parent_of(p, path, &name);
+    if (pfd < 0)
+        return -1;
+    int rc =
+        hash ? add_file(p, path, pfd, name, json_string_value(hash),
+                        json_integer_value(json_object_get(e, "size")),
+                        (int)json_integer_value(json_object_get(e, "mode")))
+             : add_link(p, pfd, name, json_string_value(json_object_get(e, "link")));
+    if (rc == 0 && hash && fsync(pfd) < 0)
+        rc = br_errf(p->err, errno, "%s: %s", path, strerror(errno));
+    close(pfd);
+    return rc;
+}
+
+/* Bytes the files still to get would take, counting neither those in the staging
+ * directory nor those the store can link. */
+static int64_t to_write(pull_t *p, json_t *entries)
+{
+    int64_t n = 0;
+    for (size_t i = 0; i < json_array_size(entries); i++) {
+        json_t *e = json_array_get(entries, i);
+        json_t *h = json_object_get(e, "hash");
+        json_int_t size = json_integer_value(json_object_get(e, "size"));
+        struct stat st;
+        if (!h || (p->r->in_store && p->index >= 0 &&
+                   fstatat(p->index, json_string_value(h), &st, 0) == 0 &&
+                   st.st_size == size))
+            continue;
+        n += size;
+    }
+    return n;
+}
+
+/* Rename the finished staging directory (or its one file) into place. */
+static int publish(pull_t *p, const json_t *m)
+{
+    const char *dest = p->r->dest;
+    if (fsync(p->stage) < 0)
+        return br_errf(p->err, errno, "%s: %s", p->stage_path, strerror(errno));
+    if (strcmp(json_string_value(json_object_get(m, "root")), "file") == 0) {
+        const char *name = json_string_value(
+            json_object_get(json_array_get(json_object_get(m, "entries"), 0), "path"));
+        if (renameat(p->stage, name, AT_FDCWD, dest) < 0)
+            return br_errf(p->err, errno, "%s: %s", dest, strerror(errno));
+        rm_path(p->stage_path);
+        return 0;
+    }
+    if (rename(p->stage_path, dest) == 0)
+        return 0;
+    if (errno != EEXIST && errno != ENOTEMPTY && errno != ENOTDIR && errno != EISDIR)
+        return br_errf(p->err, errno, "%s: %s", dest, strerror(errno));
+    /* an old copy is there: swap them at once, then remove the old one */
+    if (renameat2(AT_FDCWD, p->stage_path, AT_FDCWD, dest, RENAME_EXCHANGE) < 0)
+        return br_errf(p->err, errno, "%s: %s", dest, strerror(errno));
+    rm_path(p->stage_path);
+    return 0;
+}
+
+static int open_dir(pull_t *p, const char *path, int make, mode_t mode)
+{
+    if (make && mkdir(path, mode) < 0 && errno != EEXIST)
+        return br_errf(p->err, errno, "%s: %s", path, strerror(errno));
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && make)
+        return br_errf(p->err, errno, "%s: %s", path, strerror(errno));
+    return fd;
+}
+
+static int setup(pull_t *p, const json_t *m)
+{
+    const br_pull_req_t *r = p->r;
+    char parent[PATH_MAX];
+    const char *slash = strrchr(r->dest, '/');
+    if (!slash || !slash[1] || r->dest[0] != '/' || strlen(r->dest) >= PATH_MAX - 32)
+        return br_errf(p->err, EINVAL, "destination %s: an absolute path is needed",
+                       r->dest);
+    snprintf(parent, sizeof(parent), "%.*s", (int)(slash - r->dest), r->dest);
+    if (!parent[0])
+        strcpy(parent, "/");
+    snprintf(p->stage_path, sizeof(p->stage_path), "%s/.bramble-pull-%s", parent,
+             slash + 1);
+    snprintf(p->tmp_path, sizeof(p->tmp_path), "%s.tmp", p->stage_path);
+    mode_t mode = r->in_store ? 0700 : 0755;
+    if (br_mkdir_p(parent, mode, p->err) < 0 ||
+        (p->stage = open_dir(p, p->stage_path, 1, mode)) < 0 ||
+        (p->tmp = open_dir(p, p->tmp_path, 1, 0700)) < 0)
+        return -1;
+    if (strcmp(json_string_value(json_object_get(m, "root")), "dir") == 0)
+        p->old = open_dir(p, r->dest, 0, 0);
+    else
+        p->old_file = open(r->dest, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (r->store) {
+        char idx[PATH_MAX];
+        snprintf(idx, sizeof(idx), "%s/%s", r->store, BR_PULL_HASH_DIR);
+        if (r->in_store && br_mkdir_p(idx, 0700, p->err) < 0)
+            return -1;
+        p->index = open_dir(p, idx, 0, 0);
+    }
+    return 0;
+}
+
+static json_t *pull(pull_t *p, const json_t *m)
+{
+    json_t *entries = json_object_get(m, "entries");
+    if (setup(p, m) < 0)
+        return NULL;
+    int64_t need = to_write(p, entries);
+    if (p->r->limit >= 0 && need > p->r->limit)
+        return br_errp(p->err, ENOSPC,
+                       "%lld bytes do not fit in the replica quota "
+                       "(%lld bytes left)",
+                       (long long)need, (long long)p->r->limit);
+    for (size_t i = 0; i < json_array_size(entries); i++)
+        if (cancelled(p))
+            return br_errp(p->err, ECANCELED, "cancelled");
+        else if (add_entry(p, json_array_get(entries, i)) < 0)
+            return NULL;
+    if (publish(p, m) < 0)
+        return NULL;
+    rm_path(p->tmp_path);
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof(parent), "%s/..", p->stage_path);
+    int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd >= 0) { /* the rename itself is durable */
+        fsync(pfd);
+        close(pfd);
+    }
+    return json_pack(
+        "{s:I, s:I, s:I, s:I, s:I}", "files",
+        json_object_get(m, "files") ? json_integer_value(json_object_get(m, "files"))
+                                    : 0,
+        "bytes", json_integer_value(json_object_get(m, "bytes")), "received",
+        (json_int_t)p->st.bytes_received, "deduped", (json_int_t)p->st.bytes_deduped,
+        "resumes", (json_int_t)p->st.resumes);
+}
+
+json_t *br_pull_run(void *ctx, const br_pull_req_t *r, const atomic_int *cancel,
+                    br_pull_stats_t *st, br_err_t *err)
+{
+    pull_t p = {.r = r,
+                .ctx = ctx,
+                .cancel = cancel,
+                .err = err,
+                .stage = -1,
+                .tmp = -1,
+                .old = -1,
+                .index = -1,
+                .old_file = -1,
+                .stall_ms = r->stall_ms > 0 ? r->stall_ms : BR_PULL_STALL_MS};
+    if (!r->endpoint || !r->server_key || !r->public_key || !r->secret_key ||
+        !r->grant || !r->dest)
+        return br_errp(err, EINVAL,
+                       "pull: a holder, keys, a grant and a destination "
+                       "are needed");
+    if (br_manifest_verify(r->manifest, err) < 0)
+        return NULL;
+    br_fsid_t *as = r->as_user ? br_fsid_new(r->uid, r->gid, err) : NULL;
+    if (r->as_user && !as)
+        return NULL;
+    json_t *res = NULL;
+    if (!(p.buf = malloc(COPY_BUF)))
+        br_errf(err, ENOMEM, "out of memory");
+    else if (br_fsid_enter(as, err) == 0) {
+        res = pull(&p, r->manifest);
+        if (!res && is_full(err->errnum)) { /* leave nothing of it behind */
+            rm_path(p.stage_path);
+            rm_path(p.tmp_path);
+        }
+        br_fsid_leave(as);
+    }
+    disconnect(&p);
+    int fds[] = {p.stage, p.tmp, p.old, p.index, p.old_file};
+    for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    free(p.buf);
+    br_fsid_destroy(&as);
+    if (st) {
+        st->bytes_received += p.st.bytes_received;
+        st->bytes_deduped += p.st.bytes_deduped;
+        st->files_fetched += p.st.files_fetched;
+        st->files_deduped += p.st.files_deduped;
+        st->resumes += p.st.resumes;
+    }
+    return res;
+}

@@ -1,0 +1,240 @@
+/* puller.c - pulls, one at a time, on a thread of their own (puller.h). */
+#include "puller.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <sodium.h>
+#include <zmq.h>
+
+/* --- the pulling thread ----------------------------------------------------------- */
+
+typedef struct job {
+    struct job *next;
+    br_pull_req_t r; /* its strings and manifest are the job's own */
+    char *strs[10];
+    json_t *manifest, *tag, *result;
+    br_err_t err;
+} job_t;
+
+struct br_puller {
+    void *ctx;
+    pthread_t thread;
+    int started, efd;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop, ntodo;
+    job_t *todo, *done; /* FIFO lists (appended at the tail) */
+    atomic_int cancel;
+    br_pull_stats_t st;
+};
+
+static void job_free(job_t *j)
+{
+    if (j) {
+        for (size_t i = 0; i < sizeof(j->strs) / sizeof(j->strs[0]); i++)
+            if (j->strs[i]) {
+                sodium_memzero(j->strs[i], strlen(j->strs[i]));
+                free(j->strs[i]);
+            }
+        json_decref(j->manifest);
+        json_decref(j->tag);
+        json_decref(j->result);
+        free(j);
+    }
+}
+
+static void append(job_t **l, job_t *j)
+{
+    while (*l)
+        l = &(*l)->next;
+    j->next = NULL;
+    *l = j;
+}
+
+static job_t *take_first(job_t **l)
+{
+    job_t *j = *l;
+    if (j)
+        *l = j->next;
+    return j;
+}
+
+static void *run(void *arg)
+{
+    br_puller_t *pl = arg;
+    pthread_mutex_lock(&pl->mu);
+    for (;;) {
+        while (!pl->stop && !pl->todo)
+            pthread_cond_wait(&pl->cv, &pl->mu);
+        if (pl->stop)
+            break;
+        job_t *j = take_first(&pl->todo);
+        pl->ntodo--;
+        pthread_mutex_unlock(&pl->mu);
+        br_pull_stats_t st = {0};
+        j->result = br_pull_run(pl->ctx, &j->r, &pl->cancel, &st, &j->err);
+        pthread_mutex_lock(&pl->mu);
+        pl->st.bytes_received += st.bytes_received;
+        pl->st.bytes_deduped += st.bytes_deduped;
+        pl->st.files_fetched += st.files_fetched;
+        pl->st.files_deduped += st.files_deduped;
+        pl->st.resumes += st.resumes;
+        append(&pl->done, j);
+        uint64_t one = 1;
+        if (write(pl->efd, &one, sizeof(one)) < 0)
+            fprintf(stderr, "bramble-agent: puller: eventfd: %s\n", strerror(errno));
+    }
+    pthread_mutex_unlock(&pl->mu);
+    return NULL;
+}
+
+br_puller_t *br_puller_new(br_err_t *err)
+{
+    if (sodium_init() < 0)
+        return br_errp(err, EIO, "libsodium failed to start");
+    br_puller_t *pl = calloc(1, sizeof(*pl));
+    if (!pl)
+        return br_errp(err, ENOMEM, "out of memory");
+    pthread_mutex_init(&pl->mu, NULL);
+    pthread_cond_init(&pl->cv, NULL);
+    pl->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    pl->ctx = zmq_ctx_new();
+    if (pl->efd < 0 || !pl->ctx) {
+        br_errf(err, errno, "puller: %s", strerror(errno));
+        br_puller_destroy(&pl);
+        return NULL;
+    }
+    sigset_t all, old; /* the thread takes no signal: the agent reads its own */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&pl->thread, NULL, run, pl);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        br_errf(err, rc, "puller thread: %s", strerror(rc));
+        br_puller_destroy(&pl);
+        return NULL;
+    }
+    pl->started = 1;
+    return pl;
+}
+
+void br_puller_destroy(br_puller_t **pp)
+{
+    br_puller_t *pl = pp ? *pp : NULL;
+    if (!pl)
+        return;
+    int saved = errno;
+    if (pl->started) {
+        pthread_mutex_lock(&pl->mu);
+        pl->stop = 1;
+        atomic_store(&pl->cancel, 1);
+        pthread_cond_signal(&pl->cv);
+        pthread_mutex_unlock(&pl->mu);
+        pthread_join(pl->thread, NULL);
+    }
+    job_t *j;
+    while ((j = take_first(&pl->todo)))
+        job_free(j);
+    while ((j = take_first(&pl->done)))
+        job_free(j);
+    if (pl->ctx)
+        zmq_ctx_term(pl->ctx);
+    if (pl->efd >= 0)
+        close(pl->efd);
+    pthread_cond_destroy(&pl->cv);
+    pthread_mutex_destroy(&pl->mu);
+    free(pl);
+    *pp = NULL;
+    errno = saved;
+}
+
+int br_puller_fd(const br_puller_t *pl)
+{
+    return pl->efd;
+}
+
+static const char *keep(job_t *j, int i, const char *s, int *bad)
+{
+    if (!s)
+        return NULL;
+    j->strs[i] = strdup(s);
+    *bad |= !j->strs[i];
+    return j->strs[i];
+}
+
+int br_puller_submit(br_puller_t *pl, const br_pull_req_t *r, br_err_t *err)
+{
+    job_t *j = calloc(1, sizeof(*j));
+    int bad = !j;
+    if (j) {
+        j->r = *r;
+        j->r.endpoint = keep(j, 0, r->endpoint, &bad);
+        j->r.server_key = keep(j, 1, r->server_key, &bad);
+        j->r.public_key = keep(j, 2, r->public_key, &bad);
+        j->r.secret_key = keep(j, 3, r->secret_key, &bad);
+        j->r.peer_name = keep(j, 4, r->peer_name, &bad);
+        j->r.grant = keep(j, 5, r->grant, &bad);
+        j->r.dest = keep(j, 6, r->dest, &bad);
+        j->r.store = keep(j, 7, r->store, &bad);
+        j->r.manifest = j->manifest = r->manifest ? json_deep_copy(r->manifest) : NULL;
+        bad |= r->manifest && !j->manifest;
+        j->r.tag = j->tag = json_incref(r->tag);
+    }
+    if (bad) {
+        job_free(j);
+        return br_errf(err, ENOMEM, "out of memory");
+    }
+    pthread_mutex_lock(&pl->mu);
+    int full = pl->ntodo >= BR_PULL_QUEUE;
+    if (!full && r->urgent) { /* after the urgent ones already waiting */
+        job_t **at = &pl->todo;
+        while (*at && (*at)->r.urgent)
+            at = &(*at)->next;
+        j->next = *at;
+        *at = j;
+        pl->ntodo++;
+        pthread_cond_signal(&pl->cv);
+    } else if (!full) {
+        append(&pl->todo, j);
+        pl->ntodo++;
+        pthread_cond_signal(&pl->cv);
+    }
+    pthread_mutex_unlock(&pl->mu);
+    if (full) {
+        job_free(j);
+        return br_errf(err, EAGAIN, "%d pulls are waiting already", BR_PULL_QUEUE);
+    }
+    return 0;
+}
+
+int br_puller_take(br_puller_t *pl, json_t **tag, json_t **result, br_err_t *err)
+{
+    uint64_t n;
+    if (read(pl->efd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+        fprintf(stderr, "bramble-agent: puller: eventfd: %s\n", strerror(errno));
+    pthread_mutex_lock(&pl->mu);
+    job_t *j = take_first(&pl->done);
+    pthread_mutex_unlock(&pl->mu);
+    if (!j)
+        return 0;
+    *tag = j->tag;
+    *result = j->result;
+    if (!j->result && err)
+        *err = j->err;
+    j->tag = j->result = NULL;
+    job_free(j);
+    return 1;
+}
+
+void br_puller_stats(br_puller_t *pl, br_pull_stats_t *st)
+{
+    pthread_mutex_lock(&pl->mu);
+    *st = pl->st;
+    pthread_mutex_unlock(&pl->mu);
+}

@@ -1,0 +1,377 @@
+/* replica.c - the coordinator's replica orders, carried out by holder and puller. */
+#include "replica.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "holder.h"
+#include "jobuser.h"
+#include "manifest.h"
+#include "puller.h"
+#include "util.h"
+
+struct br_replica {
+    const br_settings_t *s;
+    br_holder_t *holder; /* NULL: serves nothing (--replica-port off) */
+    br_puller_t *puller;
+    int64_t used;    /* bytes in the store, each file once */
+    int64_t disk_at; /* when free disk was last looked at (monotonic ms) */
+};
+
+/* --- the store ------------------------------------------------------------------ */
+
+/* Bytes in the store: each file once, as .by-hash holds it. */
+static int64_t store_used(const char *store)
+{
+    char idx[PATH_MAX];
+    snprintf(idx, sizeof(idx), "%s/%s", store, BR_PULL_HASH_DIR);
+    DIR *d = opendir(idx);
+    int64_t n = 0;
+    struct dirent *de;
+    struct stat st;
+    while (d && (de = readdir(d)))
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISREG(st.st_mode))
+            n += st.st_size;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Forget files no replica holds any more (only .by-hash links them). */
+static void sweep(const char *store)
+{
+    char idx[PATH_MAX];
+    snprintf(idx, sizeof(idx), "%s/%s", store, BR_PULL_HASH_DIR);
+    DIR *d = opendir(idx);
+    struct dirent *de;
+    struct stat st;
+    while (d && (de = readdir(d)))
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISREG(st.st_mode) && st.st_nlink == 1)
+            unlinkat(dirfd(d), de->d_name, 0);
+    if (d)
+        closedir(d);
+}
+
+static void rm_tree(int dfd, const char *name)
+{
+    if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+        return;
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            rm_tree(dirfd(d), de->d_name);
+    closedir(d);
+    unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+static int hex64(const char *s)
+{
+    if (!s || strlen(s) != 64)
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
+            return 0;
+    return 1;
+}
+
+/* Where the store keeps the replica of checkpoint path (job's, manifest m). */
+static int replica_path(const br_replica_t *r, json_int_t job, const json_t *m,
+                        const char *path, char *buf, size_t len, br_err_t *err)
+{
+    const char *hash = json_string_value(json_object_get(m, "hash"));
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (job < 1 || !hex64(hash) || !br_manifest_path_ok(base) ||
+        (size_t)snprintf(buf, len, "%s/%lld/%s/%s", r->s->replica_dir, (long long)job,
+                         hash, base) >= len)
+        return br_errf(err, EINVAL, "no replica path for job %lld, checkpoint %.64s",
+                       (long long)job, path);
+    return 0;
+}
+
+/* Whom a job's files are read and written as (jobuser.h), as job.run would. */
+static int job_identity(const br_replica_t *r, json_int_t owner_id,
+                        const char *unix_user, uid_t *uid, gid_t *gid, br_err_t *err)
+{
+    br_jobusers_opts_t o = {.job_user = r->s->job_user,
+                            .first = r->s->job_uid_first,
+                            .last = r->s->job_uid_last,
+                            .allow_root = r->s->allow_root_jobs,
+                            .data_dir = r->s->data_dir,
+                            .agent_uid = geteuid()};
+    br_jobusers_t *users = br_jobusers_new(&o, err);
+    br_jobuser_t who = {0};
+    int rc = users ? br_jobusers_resolve(users, owner_id, unix_user, &who, err) : -1;
+    br_jobusers_destroy(&users);
+    *uid = who.uid;
+    *gid = who.gid;
+    return rc;
+}
+
+/* --- life ----------------------------------------------------------------------- */
+
+static br_holder_t *serve_on(const br_settings_t *s, br_err_t *err)
+{
+    char ep[64];
+    snprintf(ep, sizeof(ep), "tcp://0.0.0.0:%d", s->replica_port);
+    br_holder_t *h =
+        br_holder_new(ep, s->cred.secret_key, (uint64_t)s->replica_bandwidth, err);
+    if (!h && err->errnum == EADDRINUSE && s->replica_port == BR_REPLICA_PORT) {
+        fprintf(stderr,
+                "bramble-agent: replica port %d is taken; serving checkpoints on "
+                "any free port\n",
+                s->replica_port);
+        h = br_holder_new("tcp://0.0.0.0:0", s->cred.secret_key,
+                          (uint64_t)s->replica_bandwidth, err);
+    }
+    return h;
+}
+
+br_replica_t *br_replica_new(const br_settings_t *s, br_err_t *err)
+{
+    br_replica_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return br_errp(err, ENOMEM, "out of memory");
+    r->s = s;
+    if (s->replica_quota != 0 && br_mkdir_p(s->replica_dir, 0700, err) < 0)
+        goto fail;
+    if (s->replica_port >= 0 && !(r->holder = serve_on(s, err)))
+        goto fail;
+    if (!(r->puller = br_puller_new(err)))
+        goto fail;
+    r->used = s->replica_quota != 0 ? store_used(s->replica_dir) : 0;
+    return r;
+fail:
+    br_err_prefix(err, "replicas");
+    br_replica_destroy(&r);
+    return NULL;
+}
+
+void br_replica_destroy(br_replica_t **rp)
+{
+    br_replica_t *r = rp ? *rp : NULL;
+    if (!r)
+        return;
+    int saved = errno;
+    br_holder_destroy(&r->holder);
+    br_puller_destroy(&r->puller);
+    free(r);
+    *rp = NULL;
+    errno = saved;
+}
+
+int br_replica_port(const br_replica_t *r)
+{
+    return r->holder ? br_holder_port(r->holder) : -1;
+}
+
+int br_replica_fd(const br_replica_t *r)
+{
+    return br_puller_fd(r->puller);
+}
+
+/* --- orders --------------------------------------------------------------------- */
+
+int br_replica_serve(br_replica_t *r, const br_msg_t *m, br_err_t *err)
+{
+    const char *grant, *peer, *key, *path, *dir = NULL, *unix_user = NULL;
+    json_int_t job, ttl, owner_id = 0;
+    json_t *manifest;
+    int replica = 0;
+    if (br_msg_unpack(m, err, "{s:s, s:I, s:s, s:s, s:I, s:o, s:s, s?s, s?I, s?s, s?b}",
+                      "grant", &grant, "job", &job, "peer", &peer, "peer_key", &key,
+                      "ttl", &ttl, "manifest", &manifest, "path", &path, "dir", &dir,
+                      "owner_id", &owner_id, "unix_user", &unix_user, "replica",
+                      &replica) < 0)
+        return -1;
+    if (!r->holder)
+        return br_errf(err, ENOTSUP,
+                       "this node serves no checkpoints (--replica-port off)");
+    if (ttl <= 0) { /* withdrawn */
+        br_holder_revoke(r->holder, grant);
+        return 0;
+    }
+    char where[PATH_MAX];
+    br_grant_t g = {.id = grant,
+                    .peer_key = key,
+                    .peer_name = peer,
+                    .dir = dir,
+                    .path = path,
+                    .manifest = manifest,
+                    .ttl_ms = ttl};
+    if (replica) { /* our copy in the store, read as the agent */
+        if (replica_path(r, job, manifest, path, where, sizeof(where), err) < 0)
+            return -1;
+        g.dir = r->s->replica_dir;
+        g.path = where;
+    } else {
+        if (path[0] != '/' || (dir && dir[0] != '/'))
+            return br_errf(err, EINVAL, "ckpt.serve: path and dir must be absolute");
+        if (job_identity(r, owner_id, unix_user, &g.uid, &g.gid, err) < 0)
+            return -1;
+        g.as_user = 1;
+    }
+    return br_holder_grant(r->holder, &g, err);
+}
+
+int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err)
+{
+    const char *grant, *path, *node, *addr, *key, *dir = NULL, *unix_user = NULL;
+    json_int_t job, owner_id = 0, step = -1;
+    json_t *manifest;
+    int port, restore = 0;
+    if (br_msg_unpack(
+            m, err,
+            "{s:I, s?I, s:s, s:{s:s, s:s, s:i, s:s}, s:o, s:s, s?b, s?s, s?I, s?s}",
+            "job", &job, "step", &step, "grant", &grant, "from", "node", &node, "addr",
+            &addr, "port", &port, "key", &key, "manifest", &manifest, "path", &path,
+            "restore", &restore, "dir", &dir, "owner_id", &owner_id, "unix_user",
+            &unix_user) < 0)
+        return -1;
+    if (br_manifest_verify(manifest, err) < 0)
+        return -1;
+    char dest[PATH_MAX], ep[BR_ENDPOINT_MAX];
+    if (port < 1 || port > 65535 || !*addr || strpbrk(addr, "/ ") ||
+        (size_t)snprintf(ep, sizeof(ep),
+                         strchr(addr, ':') ? "tcp://[%s]:%d" : "tcp://%s:%d", addr,
+                         port) >= sizeof(ep))
+        return br_errf(err, EINVAL, "ckpt.fetch: from: a bad address or port");
+    br_pull_req_t q = {.endpoint = ep,
+                       .server_key = key,
+                       .public_key = r->s->cred.public_key,
+                       .secret_key = r->s->cred.secret_key,
+                       .peer_name = node,
+                       .grant = grant,
+                       .manifest = manifest,
+                       .dest = dest,
+                       .limit = -1,
+                       .store = r->s->replica_quota != 0 ? r->s->replica_dir : NULL};
+    if (!restore) {
+        if (r->s->replica_quota == 0)
+            return br_errf(err, ENOSPC,
+                           "this node holds no replicas (--replica-quota 0)");
+        if (replica_path(r, job, manifest, path, dest, sizeof(dest), err) < 0)
+            return -1;
+        q.in_store = 1;
+        if (r->s->replica_quota > 0)
+            q.limit = r->s->replica_quota > r->used ? r->s->replica_quota - r->used : 0;
+    } else {
+        size_t n = dir ? strlen(dir) : 0;
+        while (n > 1 && dir[n - 1] == '/')
+            n--;
+        if (path[0] != '/' || !br_manifest_path_ok(path + 1) ||
+            (dir && (strncmp(path, dir, n) != 0 || path[n] != '/')) ||
+            strlen(path) >= sizeof(dest))
+            return br_errf(err, EINVAL,
+                           "ckpt.fetch: %.64s is not a path inside the "
+                           "checkpoint dir",
+                           path);
+        br_strlcpy(dest, path, sizeof(dest));
+        if (job_identity(r, owner_id, unix_user, &q.uid, &q.gid, err) < 0)
+            return -1;
+        q.as_user = 1;
+        q.urgent = 1; /* a job waits for it */
+    }
+    q.tag = json_pack("{s:I, s:I, s:s, s:s, s:b}", "job", job, "step", step, "hash",
+                      json_string_value(json_object_get(manifest, "hash")), "path",
+                      path, "restore", restore);
+    int rc = br_puller_submit(r->puller, &q, err);
+    json_decref(q.tag);
+    return rc;
+}
+
+int br_replica_drop(br_replica_t *r, const br_msg_t *m, br_err_t *err)
+{
+    json_int_t job;
+    const char *hash = NULL;
+    if (br_msg_unpack(m, err, "{s:I, s?s}", "job", &job, "hash", &hash) < 0)
+        return -1;
+    if (job < 1 || (hash && !hex64(hash)))
+        return br_errf(err, EINVAL,
+                       "ckpt.drop: a job id and a manifest hash are needed");
+    char jd[PATH_MAX];
+    snprintf(jd, sizeof(jd), "%s/%lld", r->s->replica_dir, (long long)job);
+    if (hash) {
+        int fd = open(jd, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+            rm_tree(fd, hash);
+            close(fd);
+        }
+        rmdir(jd); /* when it was the job's last */
+    } else
+        rm_tree(AT_FDCWD, jd);
+    sweep(r->s->replica_dir);
+    r->used = store_used(r->s->replica_dir);
+    return 0;
+}
+
+json_t *br_replica_take(br_replica_t *r)
+{
+    json_t *tag = NULL, *res = NULL;
+    br_err_t err = {0};
+    if (br_puller_take(r->puller, &tag, &res, &err) <= 0)
+        return NULL;
+    json_t *body = tag;
+    if (res) {
+        json_object_set(body, "received", json_object_get(res, "received"));
+        json_object_set(body, "deduped", json_object_get(res, "deduped"));
+    } else {
+        json_object_set_new(body, "errnum", json_integer(err.errnum));
+        json_object_set_new(body, "error", json_string(err.text));
+    }
+    json_decref(res);
+    if (!json_is_true(json_object_get(body, "restore")) && r->s->replica_quota != 0)
+        r->used = store_used(r->s->replica_dir);
+    return body;
+}
+
+/* --- disk ----------------------------------------------------------------------- */
+
+static json_int_t free_bytes(const char *path)
+{
+    struct statvfs v;
+    if (statvfs(path, &v) < 0)
+        return -1;
+    return (json_int_t)v.f_bavail * (json_int_t)v.f_frsize;
+}
+
+json_t *br_replica_disk(br_replica_t *r, const char *const *dirs, int n, int64_t now_ms)
+{
+    if (r->disk_at && now_ms - r->disk_at < BR_REPLICA_DISK_MS)
+        return NULL;
+    r->disk_at = now_ms;
+    json_t *d = json_object(), *ck = json_array();
+    json_t *rep = json_pack("{s:I, s:I}", "quota", (json_int_t)r->s->replica_quota,
+                            "used", (json_int_t)r->used);
+    json_int_t f = r->s->replica_quota != 0 ? free_bytes(r->s->replica_dir) : -1;
+    if (f >= 0)
+        json_object_set_new(rep, "free", json_integer(f));
+    json_object_set_new(d, "replicas", rep);
+    for (int i = 0; i < n && i < 64; i++) {
+        int dup = 0;
+        for (int j = 0; j < i && !dup; j++)
+            dup = strcmp(dirs[i], dirs[j]) == 0;
+        if (!dup && (f = free_bytes(dirs[i])) >= 0)
+            json_array_append_new(ck,
+                                  json_pack("{s:s, s:I}", "dir", dirs[i], "free", f));
+    }
+    json_object_set_new(d, "checkpoints", ck);
+    return d;
+}

@@ -1,0 +1,51 @@
+/* replica.h - this node's part in keeping checkpoints on other nodes: it serves
+ * checkpoint files to the peers the coordinator grants (holder.h), pulls the
+ * checkpoints it is told to hold into its replica store, or to restore into a
+ * job's checkpoint path (puller.h), keeps the store within its quota, and says how
+ * much disk the store and the jobs' checkpoint dirs have left. The coordinator's
+ * orders are `ckpt.serve`, `ckpt.fetch` and `ckpt.drop`; a finished fetch is
+ * reported with `ckpt.stored` (PROTOCOL.md sections 5 and 6). The store:
+ *   DIR/<job>/<manifest hash>/<checkpoint's name>   one replica
+ *   DIR/.by-hash/<file hash>                         each file once (hard links)
+ */
+#ifndef BRAMBLE_REPLICA_H
+#define BRAMBLE_REPLICA_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "msg.h"
+#include "settings.h"
+
+#define BR_REPLICA_DISK_MS 10000 /* free disk is looked at this often */
+
+typedef struct br_replica br_replica_t;
+
+/* From the agent's settings (kept, not copied: they outlive it): the store, its
+ * quota, the send cap, the port, the node's key pair, and its job users. Starts the
+ * serving and pulling threads: call it after the keeper's fork. */
+br_replica_t *br_replica_new(const br_settings_t *s, br_err_t *err);
+void br_replica_destroy(br_replica_t **r);
+
+/* The TCP port that serves checkpoint files, or -1 when this node serves none. */
+int br_replica_port(const br_replica_t *r);
+/* Readable when a fetch has finished (br_replica_take). */
+int br_replica_fd(const br_replica_t *r);
+
+/* The coordinator's orders: 0, or -1 with err (the words of the error reply). */
+int br_replica_serve(br_replica_t *r, const br_msg_t *m, br_err_t *err);
+int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err);
+int br_replica_drop(br_replica_t *r, const br_msg_t *m, br_err_t *err);
+
+/* A finished fetch, as the body of its ckpt.stored report (the caller's), or NULL
+ * when none has finished. */
+json_t *br_replica_take(br_replica_t *r);
+
+/* The heartbeat's "disk": the store's free bytes, use and quota, and the free
+ * bytes under each of dirs (the running jobs' checkpoint dirs that exist), looked
+ * at no more than once per BR_REPLICA_DISK_MS (else NULL: nothing new to say). */
+json_t *br_replica_disk(br_replica_t *r, const char *const *dirs, int n,
+                        int64_t now_ms);
+
+#endif

@@ -1,0 +1,77 @@
+/* replicas.h - the coordinator's side of checkpoint replicas (docs/checkpoints.md,
+ * "Replicas"): what agents say about them (the port a node serves checkpoint files
+ * on, in node.hello; its free disk and replica quota, in node.heartbeat; a finished
+ * pull, in ckpt.stored), the orders that grant a pull and start it (ckpt.serve to
+ * the node that has the files, ckpt.fetch to the one that wants them), and the
+ * choice of the nodes that hold a job's replicas. Job life (jobs.c) does not call it
+ * yet: the next step sends these orders when a checkpoint is counted, and a
+ * restore before an attempt resumes where its checkpoint is not visible. */
+#ifndef BRAMBLE_REPLICAS_H
+#define BRAMBLE_REPLICAS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "nodes.h"
+
+#define BR_REPLICAS_GRANT_TTL_MS (15 * 60 * 1000) /* a grant lapses after this */
+#define BR_REPLICAS_MAX 16                        /* checkpoint.replicas at most */
+
+/* node.hello's replica_port (0: none) into n's info. */
+void br_replicas_hello(br_node_t *n, int port);
+
+/* Check node.heartbeat's "disk": {"replicas": {"quota": int >= -1, "used": int >= 0,
+ * "free"?: int >= 0}, "checkpoints": [{"dir": absolute path, "free": int >= 0}...]
+ * (at most 64)}, nothing else; else -1 with EPROTO and words naming 'disk' (the
+ * agent then sends heartbeats without it, as to a coordinator from before). */
+int br_replicas_check_disk(json_t *disk, br_err_t *err);
+
+/* A node that could hold a replica, as the caller saw it. */
+typedef struct {
+    const char *node;
+    int ready;     /* connected, not draining */
+    int port;      /* where it serves (0: it does not) */
+    int64_t quota; /* its replica quota: -1 none, 0 opted out */
+    int64_t used;  /* bytes of replicas it holds */
+    int64_t free;  /* free bytes in its store (-1: not known) */
+    double mbps;   /* measured bandwidth from the writer, MB/s (0: not measured) */
+    double rtt_ms; /* round trip from the writer (< 0: not measured) */
+} br_replica_cand_t;
+
+/* Up to n targets for a checkpoint of bytes written on writer: ready nodes other
+ * than the writer that serve, have not opted out, and have room for it (within
+ * their quota and free disk), the highest measured bandwidth first, then the
+ * shortest round trip, then the most room, then by name. Their indexes into c in
+ * out; the count. */
+int br_replicas_pick(const br_replica_cand_t *c, int nc, const char *writer,
+                     int64_t bytes, int n, int *out);
+
+/* The grant's name for a pull of checkpoint hash (its manifest's) of job by node
+ * target: "JOB.HASH16.TARGET". */
+void br_replicas_grant_id(int64_t job, const char *hash, const char *target, char *buf,
+                          size_t len);
+
+/* What a pull is about: the checkpoint and whose it is. */
+typedef struct {
+    int64_t job, step;
+    const json_t *manifest; /* as stored with the checkpoint */
+    const char *path;       /* its path on the node that wrote it */
+    const char *dir;        /* the job's checkpoint dir, or NULL */
+    int64_t owner_id;       /* whose job (< 1: not known) */
+    const char *unix_user;  /* the owner's mapped account, or NULL */
+} br_replica_ckpt_t;
+
+/* ckpt.serve for holder: let peer (its key) pull k for ttl_ms; from_store: the
+ * holder's copy is a replica in its store, not the checkpoint the job wrote. */
+json_t *br_replicas_serve_order(const br_replica_ckpt_t *k, const char *grant,
+                                const char *peer, const char *peer_key, int64_t ttl_ms,
+                                int from_store);
+/* ckpt.fetch for the puller: pull k from the holder (name, address, port, key) into
+ * its store, or (restore) into k's own path. */
+json_t *br_replicas_fetch_order(const br_replica_ckpt_t *k, const char *grant,
+                                const char *holder, const char *addr, int port,
+                                const char *key, int restore);
+
+#endif
