@@ -26,6 +26,8 @@ typedef enum {
     BR_HOOK_LOADED,        /* the current jobs were read from the store again (at
                             * start, after a rollback): state kept beside them is
                             * to be worked out again; no store writes here */
+    BR_HOOK_CHECKPOINT,    /* node (rank 0's) reported a complete checkpoint of job,
+                            * now counted: reason its path, step, manifest */
     BR_HOOK_NODE_LOST,     /* node went silent past the node timeout, or was removed
                             * (reason says which): its ranks are over */
     BR_HOOK_NODE_BACK,     /* node said hello, or spoke on a new connection */
@@ -41,6 +43,8 @@ typedef struct {
     const char *cause;  /* ATTEMPT_ENDED: NULL, "nonzero_exit", "node_lost", "not_here" */
     const char *reason; /* ATTEMPT_ENDED, NODE_LOST: in words */
     json_t *task;       /* TASK_REPORTED: the agent's task object (borrowed) */
+    int64_t step;       /* CHECKPOINT: its step */
+    const json_t *manifest; /* CHECKPOINT: what it holds (agent/manifest.h), or NULL */
     /* ATTEMPT_ENDED: a hook that takes the attempt over sets restart, and the job
      * goes back to pending after delay_ms, with text as its reason ("...; starting
      * it again as attempt N in S s" in its event) */

@@ -620,8 +620,13 @@ int br_jobs_checkpoint(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
                 "in its hash\n",
                 (long long)id, path, json_array_size(json_object_get(m, "entries")),
                 (long long)json_integer_value(json_object_get(m, "files")));
-    return br_store_checkpoint_add(c->store, id, attempt, n->name, path, step, size,
-                                   time_ms, manifest, err);
+    if (br_store_checkpoint_add(c->store, id, attempt, n->name, path, step, size, time_ms,
+                                manifest, err) < 0)
+        return -1;
+    br_hook_arg_t a = {.job = job, .node = n, .reason = path, .step = step,
+                       .manifest = manifest};
+    br_hooks_run(c, c->hooks, BR_HOOK_CHECKPOINT, &a);
+    return 0;
 }
 
 int64_t br_jobs_fence_ms(const br_coord_t *c)
