@@ -21,8 +21,19 @@ typedef struct {
     unsigned int gpu, memory; /* percent of the last sample period busy */
 } nvml_utilization_t;
 
+typedef struct nvml_event_set *nvml_event_set_t;
+typedef struct {
+    nvml_device_t device;
+    unsigned long long type, data; /* data: the XID's number */
+    unsigned int gpu_instance, compute_instance;
+} nvml_event_t;
+
 #define NVML_SUCCESS 0
 #define NVML_TEMPERATURE_GPU 0 /* nvmlTemperatureSensors_t: the GPU die */
+#define NVML_EVENT_XID 0x8ULL  /* nvmlEventTypeXidCriticalError */
+#define NVML_ECC_UNCORRECTED 1 /* nvmlMemoryErrorType_t */
+#define NVML_ECC_VOLATILE 0    /* nvmlEccCounterType_t: since the driver loaded */
+#define NVML_EVENTS_PER_REFRESH 64
 #define NVML_DEFAULT_LIBRARY "libnvidia-ml.so.1"
 #define NVML_DRIVER_BUFFER 80
 
@@ -39,6 +50,11 @@ typedef struct {
     nvml_return_t (*util)(nvml_device_t, nvml_utilization_t *);
     nvml_return_t (*power)(nvml_device_t, unsigned int *); /* milliwatts */
     nvml_return_t (*temp)(nvml_device_t, int, unsigned int *);
+    nvml_return_t (*ecc)(nvml_device_t, int, int, unsigned long long *);
+    nvml_return_t (*set_create)(nvml_event_set_t *);
+    nvml_return_t (*set_register)(nvml_device_t, unsigned long long, nvml_event_set_t);
+    nvml_return_t (*set_wait)(nvml_event_set_t, nvml_event_t *, unsigned int);
+    nvml_return_t (*set_free)(nvml_event_set_t);
 } nvml_api_t;
 
 struct br_gpus {
@@ -48,6 +64,7 @@ struct br_gpus {
     void *lib; /* NVML library handle, NVML initialised while set */
     nvml_api_t api;
     nvml_device_t *handles; /* per GPU, NVML only */
+    nvml_event_set_t events; /* XIDs of every GPU that takes them; NULL: none */
     char driver[NVML_DRIVER_BUFFER];
     char cuda[16];
 };
@@ -155,11 +172,25 @@ static int nvml_bind(void *lib, nvml_api_t *api)
         memcpy(&api->power, &fn, sizeof(void *));
     if ((fn = dlsym(lib, "nvmlDeviceGetTemperature")))
         memcpy(&api->temp, &fn, sizeof(void *));
+    if ((fn = dlsym(lib, "nvmlDeviceGetTotalEccErrors")))
+        memcpy(&api->ecc, &fn, sizeof(void *));
+    void *ev[4] = {dlsym(lib, "nvmlEventSetCreate"), dlsym(lib, "nvmlDeviceRegisterEvents"),
+                   dlsym(lib, "nvmlEventSetWait_v2"), dlsym(lib, "nvmlEventSetFree")};
+    if (ev[0] && ev[1] && ev[2] && ev[3]) { /* events: all four, or none */
+        memcpy(&api->set_create, &ev[0], sizeof(void *));
+        memcpy(&api->set_register, &ev[1], sizeof(void *));
+        memcpy(&api->set_wait, &ev[2], sizeof(void *));
+        memcpy(&api->set_free, &ev[3], sizeof(void *));
+    }
     return 0;
 }
 
 static void nvml_close(br_gpus_t *g)
 {
+    if (g->events) {
+        g->api.set_free(g->events);
+        g->events = NULL;
+    }
     if (g->lib) {
         g->api.shutdown();
         dlclose(g->lib);
@@ -206,6 +237,11 @@ static int nvml_sample(const nvml_api_t *api, nvml_device_t h, br_gpu_t *gpu)
         temp < 1000) {
         gpu->temp_c = (int)temp;
         gpu->have |= BR_GPU_TEMP;
+    }
+    unsigned long long ecc;
+    if (api->ecc && api->ecc(h, NVML_ECC_UNCORRECTED, NVML_ECC_VOLATILE, &ecc) == NVML_SUCCESS) {
+        gpu->ecc_uncorrected = ecc;
+        gpu->have |= BR_GPU_ECC;
     }
     return rc;
 }
@@ -259,6 +295,18 @@ static int nvml_probe(br_gpus_t *g, br_err_t *err)
     if (nvml_devices(g, count) < 0)
         return br_errf(err, ENOMEM, "out of memory listing GPUs");
     nvml_versions(g);
+    /* XIDs come as events: one set for every GPU that takes them */
+    if (g->api.set_create && g->api.set_create(&g->events) == NVML_SUCCESS) {
+        int any = 0;
+        for (int i = 0; i < g->n; i++)
+            any |= g->handles[i] &&
+                   g->api.set_register(g->handles[i], NVML_EVENT_XID, g->events) ==
+                       NVML_SUCCESS;
+        if (!any) {
+            g->api.set_free(g->events);
+            g->events = NULL;
+        }
+    }
     g->source = "nvml";
     return 0;
 }
@@ -335,6 +383,16 @@ int br_gpus_refresh(br_gpus_t *gpus)
     for (int i = 0; i < gpus->n; i++)
         if (nvml_sample(&gpus->api, gpus->handles[i], &gpus->gpus[i]) < 0)
             rc = -1;
+    nvml_event_t ev;
+    for (int k = 0; gpus->events && k < NVML_EVENTS_PER_REFRESH &&
+                    gpus->api.set_wait(gpus->events, &ev, 0) == NVML_SUCCESS;
+         k++) {
+        for (int i = 0; i < gpus->n; i++) /* whose: by its handle */
+            if (ev.device && ev.device == gpus->handles[i] && (ev.type & NVML_EVENT_XID)) {
+                gpus->gpus[i].xid_count++;
+                gpus->gpus[i].xid_last = ev.data;
+            }
+    }
     if (rc < 0)
         errno = EIO;
     return rc;
@@ -374,6 +432,12 @@ static json_t *live_json(const br_gpu_t *gpu)
         json_object_set_new(o, "power_w", json_real(gpu->power_w));
     if (gpu->have & BR_GPU_TEMP)
         json_object_set_new(o, "temp_c", json_integer(gpu->temp_c));
+    if (gpu->have & BR_GPU_ECC)
+        json_object_set_new(o, "ecc_uncorrected", json_integer((json_int_t)gpu->ecc_uncorrected));
+    if (gpu->xid_count) {
+        json_object_set_new(o, "xid_count", json_integer((json_int_t)gpu->xid_count));
+        json_object_set_new(o, "xid_last", json_integer((json_int_t)gpu->xid_last));
+    }
     return o;
 }
 

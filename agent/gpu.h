@@ -17,6 +17,7 @@ enum {
     BR_GPU_UTIL = 1 << 1,
     BR_GPU_POWER = 1 << 2,
     BR_GPU_TEMP = 1 << 3,
+    BR_GPU_ECC = 1 << 4, /* ecc_uncorrected */
 };
 
 typedef struct {
@@ -30,6 +31,11 @@ typedef struct {
     int util;           /* percent of the last sample period the GPU was busy */
     double power_w;     /* watts */
     int temp_c;         /* degrees Celsius, the GPU die */
+    uint64_t ecc_uncorrected; /* volatile count of uncorrected ECC errors */
+    /* XID errors (NVML's critical-error events) since the agent started: how many,
+     * and the last one's number; kept across refreshes */
+    uint64_t xid_count;
+    unsigned long long xid_last;
 } br_gpu_t;
 
 /* spec: "auto" (NVML when libnvidia-ml.so.1 loads and finds devices, else none),
@@ -47,8 +53,9 @@ const char *br_gpus_source(const br_gpus_t *gpus);
 const char *br_gpus_driver_version(const br_gpus_t *gpus);
 const char *br_gpus_cuda_version(const br_gpus_t *gpus);
 
-/* Re-read the live figures from NVML: memory, utilisation, power, temperature (a
- * no-op for declared GPUs and "none"). A figure NVML cannot give (call missing from
+/* Re-read the live figures from NVML: memory, utilisation, power, temperature,
+ * uncorrected ECC errors, and the XID events that came since (a no-op for
+ * declared GPUs and "none"; a driver without events or ECC counts leaves them out). A figure NVML cannot give (call missing from
  * the library, NVML_ERROR_NOT_SUPPORTED, any other error) is left out of have;
  * -1 with errno EIO when some GPU's memory could not be read. Each figure is one
  * NVML call per GPU; NVML answers from the driver, but on a wedged GPU a call may
@@ -59,7 +66,8 @@ int br_gpus_refresh(br_gpus_t *gpus);
 json_t *br_gpus_to_json(const br_gpus_t *gpus);
 
 /* The live figures for node.heartbeat: [{"index", "vram_free"?, "vram_used"?,
- * "util"?, "power_w"?, "temp_c"?}...], each figure only when have holds it; NULL
+ * "util"?, "power_w"?, "temp_c"?, "ecc_uncorrected"?, "xid_count"?, "xid_last"?}...],
+ * each figure only when have holds it (XIDs once there was one); NULL
  * when the GPUs are not NVML's (declared or none: nothing live to tell). New
  * reference. */
 json_t *br_gpus_live_json(const br_gpus_t *gpus);

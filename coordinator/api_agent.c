@@ -216,8 +216,12 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_object_set_new(n->info, "load", json_real(load));
     if (disk) /* in memory too: where replicas may go */
         json_object_set(n->info, "disk", disk);
-    if (gpus && br_gpulive_take(n, gpus)) /* in memory too; more VRAM to spare */
+    char fault[200];
+    int took = gpus ? br_gpulive_take(n, gpus, fault, sizeof(fault)) : 0; /* in memory */
+    if (took & BR_GPULIVE_ROSE) /* more VRAM to spare */
         br_coord_changed(c);
+    if (took & BR_GPULIVE_FAULT)
+        br_nodelife_unhealthy(c, n, fault);
     if (rtt) {
         json_t *ms = json_object_get(rtt, "coordinator"); /* the heartbeat before this */
         if (json_is_number(ms) && json_number_value(ms) >= 0)

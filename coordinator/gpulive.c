@@ -8,13 +8,14 @@
 #define BAD "node.heartbeat: bad body: 'gpus'"
 
 /* The figures an entry may carry besides "index", and what each must be. */
-typedef enum { BYTES, PERCENT, WATTS, CELSIUS } kind_t;
+typedef enum { BYTES, PERCENT, WATTS, CELSIUS, COUNT } kind_t;
 static const struct {
     const char *key;
     kind_t kind;
 } figures[] = {
     {"vram_free", BYTES}, {"vram_used", BYTES}, {"util", PERCENT},
-    {"power_w", WATTS},   {"temp_c", CELSIUS},
+    {"power_w", WATTS},   {"temp_c", CELSIUS},  {"ecc_uncorrected", COUNT},
+    {"xid_count", COUNT}, {"xid_last", COUNT},
 };
 #define NFIGURES ((int)(sizeof(figures) / sizeof(figures[0])))
 
@@ -22,6 +23,7 @@ static int figure_ok(kind_t kind, json_t *v)
 {
     switch (kind) {
     case BYTES:
+    case COUNT:
         return json_is_integer(v) && json_integer_value(v) >= 0;
     case PERCENT:
         return json_is_integer(v) && json_integer_value(v) >= 0 &&
@@ -76,9 +78,42 @@ int br_gpulive_check(json_t *gpus, br_err_t *err)
     return 0;
 }
 
-/* Set one GPU's figures from entry e; 1 when its VRAM to spare grew enough. */
-static int take_one(br_node_t *n, int pos, json_t *g, json_t *e)
+static json_int_t int_of(json_t *o, const char *key)
 {
+    return json_integer_value(json_object_get(o, key));
+}
+
+/* XIDs that a program's own fault causes (a bad memory access, an exception, a
+ * kernel it stopped): the GPU is fine, the node stays healthy. */
+static int program_xid(json_int_t xid)
+{
+    static const json_int_t xids[] = {13, 31, 43, 45, 68, 69};
+    for (size_t i = 0; i < sizeof(xids) / sizeof(xids[0]); i++)
+        if (xid == xids[i])
+            return 1;
+    return 0;
+}
+
+/* A new hardware fault in e, against what g (the node's info) had: an XID since
+ * the last one known (one that is not a program's own fault), or more uncorrected
+ * ECC errors. Said in fault (empty when none). */
+static void fault_of(json_t *g, json_t *e, int index, char *fault, size_t len)
+{
+    json_int_t xids = int_of(e, "xid_count"), last = int_of(e, "xid_last");
+    json_int_t ecc = int_of(e, "ecc_uncorrected");
+    if (xids > 0 && (xids != int_of(g, "xid_count") || last != int_of(g, "xid_last")) &&
+        !program_xid(last) && !fault[0])
+        snprintf(fault, len, "GPU %d: XID %lld (%lld since its agent started)", index,
+                 (long long)last, (long long)xids);
+    else if (ecc > int_of(g, "ecc_uncorrected") && !fault[0])
+        snprintf(fault, len, "GPU %d: %lld uncorrected ECC error%s", index, (long long)ecc,
+                 ecc == 1 ? "" : "s");
+}
+
+/* Set one GPU's figures from entry e; 1 when its VRAM to spare grew enough. */
+static int take_one(br_node_t *n, int pos, json_t *g, json_t *e, char *fault, size_t len)
+{
+    fault_of(g, e, pos, fault, len);
     for (int f = 1; f < NFIGURES; f++) { /* all but vram_free, which follows */
         json_t *v = json_object_get(e, figures[f].key);
         if (v)
@@ -103,20 +138,21 @@ static int take_one(br_node_t *n, int pos, json_t *g, json_t *e)
     return free_now >= old + BR_GPULIVE_RESCHED;
 }
 
-int br_gpulive_take(br_node_t *n, json_t *gpus)
+int br_gpulive_take(br_node_t *n, json_t *gpus, char *fault, size_t len)
 {
     size_t i;
     json_t *e;
     int rose = 0;
+    fault[0] = '\0';
     json_array_foreach(gpus, i, e) {
         json_int_t index = json_integer_value(json_object_get(e, "index"));
         json_t *g = br_node_gpu(n, (int)index); /* GPU i is at position i (hello) */
         if (index < 0 || index >= BR_NODE_MAX_GPUS || !json_is_object(g) ||
             json_integer_value(json_object_get(g, "index")) != index)
             continue;
-        rose |= take_one(n, (int)index, g, e);
+        rose |= take_one(n, (int)index, g, e, fault, len);
     }
-    return rose;
+    return (rose ? BR_GPULIVE_ROSE : 0) | (fault[0] ? BR_GPULIVE_FAULT : 0);
 }
 
 /* --- /metrics --------------------------------------------------------------------- */
@@ -132,6 +168,10 @@ static const struct {
      "Share of the last sample period each GPU was busy (NVML), 0 to 1.", 100},
     {"bramble_gpu_power_watts", "power_w", "Each GPU's power draw (NVML).", 1},
     {"bramble_gpu_temperature_celsius", "temp_c", "Each GPU's temperature (NVML).", 1},
+    {"bramble_gpu_xid_errors", "xid_count",
+     "XID errors each GPU reported since its agent started (NVML events).", 1},
+    {"bramble_gpu_ecc_uncorrected_errors", "ecc_uncorrected",
+     "Uncorrected ECC errors on each GPU since its driver loaded (NVML, volatile).", 1},
 };
 
 static int connected(const br_node_t *n)

@@ -30,6 +30,7 @@ typedef enum {
                             * now counted: reason its path, step, manifest */
     BR_HOOK_NODE_LOST,     /* node went silent past the node timeout, or was removed
                             * (reason says which): its ranks are over */
+    BR_HOOK_NODE_UNHEALTHY, /* a GPU of node failed (reason): its gangs are over */
     BR_HOOK_NODE_BACK,     /* node said hello, or spoke on a new connection */
     BR_HOOK_NODE_HEARD,    /* node's heartbeat arrived */
     BR_HOOK_CHANGED,       /* what nodes hold or what waits changed: place again */

@@ -707,6 +707,31 @@ static void on_node_lost(br_coord_t *c, br_hook_arg_t *a, void *ctx)
     br_jobs_node_gone(c, a->node, a->reason);
 }
 
+/* A node went unhealthy: a gang with a rank there stops and restarts elsewhere as
+ * if the node were lost (one rank's GPU failing stalls the collective); a job
+ * of that node alone goes on. */
+static void on_node_unhealthy(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)ctx;
+    size_t count;
+    br_job_t **list = jobs_on(c, a->node->name, &count);
+    char why[300];
+    snprintf(why, sizeof(why), "node %s unhealthy (%s)", a->node->name, a->reason);
+    for (size_t i = 0; i < count; i++) {
+        br_job_t *job = list[i];
+        if (job->nranks < 2 || !br_job_state_live(job->state) ||
+            br_job_rank_on(job, a->node->name, 1) < 0)
+            continue;
+        /* its agent is there: its rank is stopped too (end_attempt spares the
+         * node it names, as a lost one's rank is gone) */
+        br_coord_send_node(c, a->node, "job.kill",
+                           json_pack("{s:I, s:i}", "job", (json_int_t)job->id, "attempt",
+                                     job->attempt));
+        end_attempt(c, job, a->node, "node_lost", -1, -1, why, 0);
+    }
+    free(list);
+}
+
 static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
 {
     (void)a;
@@ -717,6 +742,8 @@ static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
 int br_jobs_init(br_coord_t *c)
 {
     return br_hooks_add(c->hooks, BR_HOOK_NODE_LOST, on_node_lost, NULL) < 0 ||
+                   br_hooks_add(c->hooks, BR_HOOK_NODE_UNHEALTHY, on_node_unhealthy,
+                                NULL) < 0 ||
                    br_hooks_add(c->hooks, BR_HOOK_TICK, on_tick, NULL) < 0
                ? -1
                : 0;

@@ -32,7 +32,8 @@ void br_nodelife_hello(br_coord_t *c, br_node_t *n)
     const char *was = n->state;
     /* hellos an agent queued while cut off arrive together on one connection: one
      * event for them */
-    if (strcmp(was, "draining") != 0 && (n->new_route || strcmp(was, "ready") != 0)) {
+    if (strcmp(was, "draining") != 0 && strcmp(was, "unhealthy") != 0 &&
+        (n->new_route || strcmp(was, "ready") != 0)) {
         br_coord_event(c, 0, n->name, "ready", "%s",
                        strcmp(was, "lost") == 0 ? "connected" : "reconnected");
         br_node_set_state(n, "ready");
@@ -59,12 +60,27 @@ void br_nodelife_drain(br_coord_t *c, br_node_t *n, const char *by)
 
 void br_nodelife_undrain(br_coord_t *c, br_node_t *n, const char *by)
 {
-    if (strcmp(n->state, "draining") != 0)
+    int unhealthy = strcmp(n->state, "unhealthy") == 0;
+    if (strcmp(n->state, "draining") != 0 && !unhealthy)
         return;
     br_node_set_state(n, "ready");
-    br_coord_save_node(c, n);
-    br_coord_event(c, 0, n->name, "ready", "undrained by %s", by);
+    br_coord_save_node(c, n); /* with the GPUs' error counts it was cleared at */
+    br_coord_event(c, 0, n->name, "ready", "%s by %s", unhealthy ? "cleared" : "undrained",
+                   by);
     br_coord_changed(c);
+}
+
+void br_nodelife_unhealthy(br_coord_t *c, br_node_t *n, const char *fault)
+{
+    if (strcmp(n->state, "lost") == 0 || strcmp(n->state, "unhealthy") == 0)
+        return;
+    br_node_set_state(n, "unhealthy");
+    br_coord_save_node(c, n); /* with the error counts seen: told once */
+    br_coord_event(c, 0, n->name, "unhealthy",
+                   "%s; no new jobs until an admin clears it (bramble node undrain %s)",
+                   fault, n->name);
+    br_hook_arg_t a = {.node = n, .reason = fault};
+    br_hooks_run(c, c->hooks, BR_HOOK_NODE_UNHEALTHY, &a);
 }
 
 int br_nodelife_remove(br_coord_t *c, br_node_t *n, const char *by, br_err_t *err)

@@ -3,7 +3,8 @@
  * detector that declares a node lost once it has been silent past the node
  * timeout. Each step is an event and the node saved; what it means for jobs and
  * placement the modules hear through hooks (hooks.h): BR_HOOK_NODE_LOST (its
- * ranks are over), BR_HOOK_NODE_BACK, BR_HOOK_NODE_HEARD, BR_HOOK_CHANGED. */
+ * ranks are over), BR_HOOK_NODE_UNHEALTHY (its gangs are), BR_HOOK_NODE_BACK,
+ * BR_HOOK_NODE_HEARD, BR_HOOK_CHANGED. */
 #ifndef BRAMBLE_NODELIFE_H
 #define BRAMBLE_NODELIFE_H
 
@@ -19,9 +20,15 @@ br_node_t *br_nodelife_seen(br_coord_t *c, const char *name, const void *route, 
 void br_nodelife_hello(br_coord_t *c, br_node_t *n);
 /* Its heartbeat was taken. */
 void br_nodelife_heard(br_coord_t *c, br_node_t *n);
-/* No new jobs (ready -> draining), or again (draining -> ready); by: who. */
+/* No new jobs (ready -> draining), or again (draining or unhealthy -> ready, which
+ * clears an unhealthy node); by: who. */
 void br_nodelife_drain(br_coord_t *c, br_node_t *n, const char *by);
 void br_nodelife_undrain(br_coord_t *c, br_node_t *n, const char *by);
+/* One of its GPUs failed (fault says which and how: an XID, ECC errors):
+ * unhealthy, with an event, until an admin clears it; no new jobs go there, and
+ * its gangs stop (BR_HOOK_NODE_UNHEALTHY) as if it were lost. A hello keeps it
+ * unhealthy. */
+void br_nodelife_unhealthy(br_coord_t *c, br_node_t *n, const char *fault);
 /* Revoke its key, forget it; its ranks are over. -1 with err when the store fails. */
 int br_nodelife_remove(br_coord_t *c, br_node_t *n, const char *by, br_err_t *err);
 /* The failure detector: nodes silent past node_timeout (after the start-up grace)

@@ -152,7 +152,7 @@ static void tally_write(br_metrics_t *m, const char *name, const tally_t *t)
 
 static void page_nodes(br_metrics_t *m, br_coord_t *c)
 {
-    static const char *const always[] = {"ready", "draining", "lost", NULL};
+    static const char *const always[] = {"ready", "draining", "unhealthy", "lost", NULL};
     tally_t t;
     tally_init(&t, always);
     for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)

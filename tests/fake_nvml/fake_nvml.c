@@ -3,8 +3,13 @@
  *
  * FAKE_NVML_GPUS names the file: one GPU per line, fields separated by '|':
  *
- *     # name              | total | used | util % | power W | temp C
- *     NVIDIA RTX 4090     | 24GiB | 0    | 12     | 85.5    | 41
+ *     # name              | total | used | util % | power W | temp C | xids | ecc
+ *     NVIDIA RTX 4090     | 24GiB | 0    | 12     | 85.5    | 41     | 79   | 0
+ *
+ * The last two fields may be left out: xids lists the XID errors the GPU has had so
+ * far, oldest first ("79" or "48,79"; empty for none), each delivered once as an
+ * nvmlEventTypeXidCriticalError event to every event set registered for the GPU;
+ * ecc is its volatile count of uncorrected ECC errors.
  *
  * Sizes are bytes or take KiB, MiB, GiB; "-" for a figure means the GPU does not
  * support it (NVML_ERROR_NOT_SUPPORTED); '#' starts a comment line. The number of
@@ -21,6 +26,9 @@
 #define NVML_ERROR_NOT_SUPPORTED 3
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_TIMEOUT 10
+#define NVML_EVENT_XID 0x8ULL /* nvmlEventTypeXidCriticalError */
+#define MAX_XIDS 32
 
 #define MAX_GPUS 16
 #define UNSUPPORTED -1.0
@@ -36,7 +44,22 @@ typedef struct {
 typedef struct {
     char name[96];
     double total, used, util, power, temp; /* UNSUPPORTED when "-" */
+    unsigned long long xids[MAX_XIDS];
+    int nxids;
+    double ecc;
 } fake_gpu_t;
+
+typedef struct {
+    nvml_device_t device;
+    unsigned long long type, data;
+    unsigned int gpu_instance, compute_instance;
+} nvml_event_t;
+
+/* An event set: which GPUs it hears, and how many of each one's XIDs it was told. */
+typedef struct {
+    int registered[MAX_GPUS];
+    int told[MAX_GPUS];
+} fake_set_t;
 
 static char handles[MAX_GPUS]; /* a device handle points at its index's byte */
 
@@ -78,11 +101,11 @@ static int load(fake_gpu_t *gpus)
     if (!f)
         return -1;
     while (n < MAX_GPUS && fgets(line, sizeof(line), f)) {
-        char *s = trim(line), *field[6];
+        char *s = trim(line), *field[8];
         int k = 0;
         if (!*s || *s == '#')
             continue;
-        for (char *rest = s; k < 6 && (field[k] = strsep(&rest, "|")) != NULL; k++)
+        for (char *rest = s; k < 8 && (field[k] = strsep(&rest, "|")) != NULL; k++)
             ;
         if (k < 6)
             continue;
@@ -93,6 +116,12 @@ static int load(fake_gpu_t *gpus)
         g->util = figure(field[3]);
         g->power = figure(field[4]);
         g->temp = figure(field[5]);
+        g->nxids = 0;
+        for (char *rest = k > 6 ? trim(field[6]) : NULL, *x;
+             rest && g->nxids < MAX_XIDS && (x = strsep(&rest, ",")) != NULL;)
+            if (*trim(x))
+                g->xids[g->nxids++] = strtoull(trim(x), NULL, 10);
+        g->ecc = k > 7 ? figure(field[7]) : 0;
     }
     fclose(f);
     return n;
@@ -215,5 +244,63 @@ int nvmlSystemGetCudaDriverVersion(int *version)
     if (!version)
         return NVML_ERROR_INVALID_ARGUMENT;
     *version = 12040;
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetTotalEccErrors(nvml_device_t h, int type, int counter,
+                                unsigned long long *count)
+{
+    fake_gpu_t gpus[MAX_GPUS];
+    const fake_gpu_t *g = gpu_of(h, gpus);
+    if (!g || !count || type != 1 || counter != 0) /* uncorrected, volatile only */
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (g->ecc < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *count = (unsigned long long)g->ecc;
+    return NVML_SUCCESS;
+}
+
+int nvmlEventSetCreate(fake_set_t **set)
+{
+    if (!set)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *set = calloc(1, sizeof(**set));
+    return *set ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+}
+
+int nvmlDeviceRegisterEvents(nvml_device_t h, unsigned long long types, fake_set_t *set)
+{
+    fake_gpu_t gpus[MAX_GPUS];
+    const char *p = (const char *)h;
+    if (!set || !gpu_of(h, gpus) || !(types & NVML_EVENT_XID))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    set->registered[p - handles] = 1;
+    return NVML_SUCCESS;
+}
+
+/* The next XID not yet told to set, at once; NVML_ERROR_TIMEOUT when none (the
+ * fake never waits). */
+int nvmlEventSetWait_v2(fake_set_t *set, nvml_event_t *ev, unsigned int timeout_ms)
+{
+    (void)timeout_ms;
+    fake_gpu_t gpus[MAX_GPUS];
+    int n = load(gpus);
+    if (!set || !ev)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < n; i++) {
+        if (!set->registered[i] || set->told[i] >= gpus[i].nxids)
+            continue;
+        memset(ev, 0, sizeof(*ev));
+        ev->device = (nvml_device_t)(void *)&handles[i];
+        ev->type = NVML_EVENT_XID;
+        ev->data = gpus[i].xids[set->told[i]++];
+        return NVML_SUCCESS;
+    }
+    return NVML_ERROR_TIMEOUT;
+}
+
+int nvmlEventSetFree(fake_set_t *set)
+{
+    free(set);
     return NVML_SUCCESS;
 }

@@ -110,3 +110,68 @@ def test_vram_free_follows_nvml(make_cluster, tmp_path):
     c.wait_job(second, "running")
     assert "gpu 1" in c.wait_logs(second, "gpu ")
     assert c.job(first)["state"] == "running"
+
+
+def write_gpus(path, xids="", ecc=0):
+    """One fake GPU that has had xids ("79", "48,79") and ecc uncorrected ECC
+    errors (atomically)."""
+    tmp = path.with_suffix(".new")
+    tmp.write_text("# name | total | used | util | power W | temp C | xids | ecc\n"
+                   f"{MODEL} | 24GiB | 0 | 0 | 30 | 35 | {xids} | {ecc}\n")
+    os.replace(tmp, path)
+
+
+def test_gpu_fault_makes_its_node_unhealthy_and_moves_its_gang(make_cluster, tmp_path):
+    """An XID on one GPU: its node becomes unhealthy (an event says which GPU and
+    XID, /metrics counts it), the gang with a rank there restarts on healthy nodes,
+    no new job goes there, and `bramble node undrain` clears it."""
+    if not (FAKE_NVML / "libnvidia-ml.so.1").exists():
+        pytest.fail(f"{FAKE_NVML}/libnvidia-ml.so.1 missing")
+    c = make_cluster(start=False, heartbeat="200ms")
+    port = free_port()
+    c.start_coordinator(extra=["--http", f"127.0.0.1:{port}"])
+    base = dict(c.env)
+    files = {}
+    for name in ("g1", "g2", "g3"):  # each node its own GPU
+        files[name] = tmp_path / f"{name}.txt"
+        write_gpus(files[name])
+        c.env = dict(base, LD_LIBRARY_PATH=str(FAKE_NVML), FAKE_NVML_GPUS=str(files[name]))
+        c.start_agent(name)
+    c.env = base
+    c.wait_ready("g1", "g2", "g3")
+    gang = c.submit("name: gang\ncommand: sleep 300\n"
+                    "resources: {nodes: 2, gpus: 1, cpus: 0}\n"
+                    "restart: {on: [node_lost], max: 3}\n")
+    nodes = c.wait_job(gang, "running")["nodes"]
+    bad = nodes[0]
+    write_gpus(files[bad], xids="79")
+    wait_for(lambda: c.nodes()[bad]["state"] == "unhealthy", what=f"{bad} to be unhealthy")
+    _, out, _ = c.cli("events")
+    assert f"GPU 0: XID 79 (1 since its agent started); no new jobs until an admin clears " \
+           f"it (bramble node undrain {bad})" in out, out
+    j = wait_for(lambda: (lambda x: x if x["state"] == "running" and x["attempt"] == 2
+                          else None)(c.job(gang)),
+                 what="the gang to run again as attempt 2")
+    assert bad not in j["nodes"] and len(j["nodes"]) == 2, j
+    assert any(f"node {bad} unhealthy (GPU 0: XID 79" in e["reason"] for e in j["events"]), j
+
+    _, out, _ = c.cli("token", "create", "--metrics")
+    token = out.strip()
+    page = wait_for(lambda: (lambda s: s if s.get('bramble_nodes{state="unhealthy"}') == 1
+                             else None)(metrics(port, token)),
+                    what="/metrics to count the unhealthy node")
+    assert page[f'bramble_gpu_xid_errors{{node="{bad}",gpu="0",model="{MODEL}"}}'] == 1
+
+    # no new job goes there, until it is cleared
+    there = c.submit(f"name: there\ncommand: 'true'\nresources: {{cpus: 0, nodelist: [{bad}]}}\n")
+    j = wait_for(lambda: (lambda x: x if "unhealthy" in (x.get("reason") or "") else None)(
+        c.job(there)), what="the job to wait, naming the unhealthy node")
+    assert j["state"] == "pending" and f"{bad} is unhealthy" in j["reason"], j
+    c.cli("node", "undrain", bad)
+    assert c.nodes()[bad]["state"] == "ready"
+    assert c.wait_job(there)["state"] == "completed"
+    # cleared: the same XID seen again is not a new fault; a new one is
+    c.assert_alive()
+    write_gpus(files[bad], xids="79,48")
+    wait_for(lambda: c.nodes()[bad]["state"] == "unhealthy",
+             what=f"{bad} unhealthy again after a new XID")

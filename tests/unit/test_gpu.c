@@ -204,7 +204,8 @@ static void test_nvml_figures(void **state)
     assert_int_equal(a->vram_total, 24 * GIB);
     assert_int_equal(a->vram_free, 23 * GIB); /* read when found, before any refresh */
     assert_int_equal(a->vram_used, 1 * GIB);
-    assert_int_equal(a->have, BR_GPU_MEMORY | BR_GPU_UTIL | BR_GPU_POWER | BR_GPU_TEMP);
+    assert_int_equal(a->have,
+                     BR_GPU_MEMORY | BR_GPU_UTIL | BR_GPU_POWER | BR_GPU_TEMP | BR_GPU_ECC);
     assert_int_equal(a->util, 12);
     assert_true(a->power_w == 85.5);
     assert_int_equal(a->temp_c, 41);
@@ -215,7 +216,8 @@ static void test_nvml_figures(void **state)
     assert_int_equal(json_integer_value(json_object_get(e, "util")), 0);
     assert_true(json_number_value(json_object_get(e, "power_w")) == 30.0);
     assert_int_equal(json_integer_value(json_object_get(e, "temp_c")), 35);
-    assert_int_equal(json_object_size(e), 6);
+    assert_int_equal(json_integer_value(json_object_get(e, "ecc_uncorrected")), 0);
+    assert_int_equal(json_object_size(e), 7); /* no XID yet: none told */
     json_decref(e);
 
     /* something outside bramble takes 22 GiB: the next refresh sees it */
@@ -235,11 +237,42 @@ static void test_nvml_figures(void **state)
     br_gpus_destroy(&g);
 }
 
+/* XID errors come as NVML events, each counted once, the last one's number kept;
+ * uncorrected ECC errors are the driver's volatile count. */
+static void test_nvml_xid_and_ecc(void **state)
+{
+    (void)state;
+    fake_gpus("A | 24GiB | 0 | 0 | 30 | 35 |    | 0\n"
+              "B | 24GiB | 0 | 0 | 30 | 35 |    | 0\n");
+    br_gpus_t *g = new_ok("auto");
+    assert_int_equal(br_gpus_refresh(g), 0);
+    assert_int_equal(br_gpus_get(g, 1)->xid_count, 0);
+    fake_gpus("A | 24GiB | 0 | 0 | 30 | 35 |       | 0\n"
+              "B | 24GiB | 0 | 0 | 30 | 35 | 48,79 | 2\n");
+    assert_int_equal(br_gpus_refresh(g), 0);
+    const br_gpu_t *b = br_gpus_get(g, 1);
+    assert_int_equal(b->xid_count, 2);
+    assert_int_equal(b->xid_last, 79);
+    assert_int_equal(b->ecc_uncorrected, 2);
+    assert_int_equal(br_gpus_get(g, 0)->xid_count, 0);
+    assert_int_equal(br_gpus_refresh(g), 0); /* told once: no more */
+    assert_int_equal(b->xid_count, 2);
+    json_t *e = live_entry(g, 1);
+    assert_int_equal(json_integer_value(json_object_get(e, "xid_count")), 2);
+    assert_int_equal(json_integer_value(json_object_get(e, "xid_last")), 79);
+    assert_int_equal(json_integer_value(json_object_get(e, "ecc_uncorrected")), 2);
+    json_decref(e);
+    e = live_entry(g, 0);
+    assert_null(json_object_get(e, "xid_count"));
+    json_decref(e);
+    br_gpus_destroy(&g);
+}
+
 /* A figure the GPU does not support (NVML_ERROR_NOT_SUPPORTED) is left out, the
  * others stay; memory that cannot be read keeps the last free figure and says so. */
 static void test_nvml_unsupported(void **state)
 {
-    fake_gpus("Old GPU | 8GiB | 2GiB | - | - | 50\n");
+    fake_gpus("Old GPU | 8GiB | 2GiB | - | - | 50 | | -\n");
     br_gpus_t *g = new_ok("auto");
     const br_gpu_t *a = br_gpus_get(g, 0);
     assert_int_equal(a->have, BR_GPU_MEMORY | BR_GPU_TEMP);
@@ -249,7 +282,7 @@ static void test_nvml_unsupported(void **state)
     assert_int_equal(json_integer_value(json_object_get(e, "temp_c")), 50);
     assert_int_equal(json_integer_value(json_object_get(e, "vram_free")), 6 * GIB);
     json_decref(e);
-    fake_gpus("Old GPU | - | - | 5 | 20 | -\n");
+    fake_gpus("Old GPU | - | - | 5 | 20 | - | | -\n");
     assert_int_equal(br_gpus_refresh(g), -1);
     assert_int_equal(errno, EIO);
     assert_int_equal(a->have, BR_GPU_UTIL | BR_GPU_POWER);
@@ -312,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_auto_without_nvml),
         cmocka_unit_test_setup_teardown(test_nvml_figures, fake_setup, fake_teardown),
         cmocka_unit_test_setup_teardown(test_nvml_unsupported, fake_setup, fake_teardown),
+        cmocka_unit_test_setup_teardown(test_nvml_xid_and_ecc, fake_setup, fake_teardown),
         cmocka_unit_test(test_live_declared),
         cmocka_unit_test_setup_teardown(test_nvml_refresh_cost, fake_setup, fake_teardown),
     };

@@ -14,6 +14,15 @@
 #define GIB (1024LL * 1024 * 1024)
 
 /* A connected node with two 24 GiB GPUs as its hello reported them. */
+
+static char fault[200];
+
+/* br_gpulive_take, its fault kept in fault. */
+static int take(br_node_t *n, json_t *hb)
+{
+    return br_gpulive_take(n, hb, fault, sizeof(fault));
+}
+
 static br_node_t *two_gpus(br_nodes_t *ns, const char *name)
 {
     json_t *info = json_pack(
@@ -95,7 +104,7 @@ static void test_take(void **state)
                            (json_int_t)(22 * GIB), "util", 97, "power_w", 402.5,
                            "temp_c", 77, "index", 1, "vram_free", (json_int_t)(2 * GIB),
                            "index", 5, "index", 63);
-    assert_int_equal(br_gpulive_take(n, hb),
+    assert_int_equal(take(n, hb),
                      0); /* less to spare: nothing to schedule */
     assert_int_equal(gpu_int(n, 0, "vram_free"), 2 * GIB);
     assert_int_equal(gpu_int(n, 0, "vram_used"), 22 * GIB);
@@ -110,7 +119,7 @@ static void test_take(void **state)
 
     /* a figure no longer sent is no longer known; a missing free figure stands */
     hb = json_pack("[{s:i, s:i}]", "index", 0, "temp_c", 60);
-    assert_int_equal(br_gpulive_take(n, hb), 0);
+    assert_int_equal(take(n, hb), 0);
     assert_null(json_object_get(br_node_gpu(n, 0), "util"));
     assert_null(json_object_get(br_node_gpu(n, 0), "vram_used"));
     assert_int_equal(gpu_int(n, 0, "vram_free"), 2 * GIB);
@@ -119,12 +128,12 @@ static void test_take(void **state)
 
     /* memory freed: more to spare, the scheduler should look again */
     hb = json_pack("[{s:i, s:I}]", "index", 1, "vram_free", (json_int_t)(24 * GIB));
-    assert_int_equal(br_gpulive_take(n, hb), 1);
+    assert_int_equal(take(n, hb), 1);
     json_decref(hb);
     /* ... but not for NVML's small moves */
     hb = json_pack("[{s:i, s:I}]", "index", 0, "vram_free",
                    (json_int_t)(2 * GIB + 1000));
-    assert_int_equal(br_gpulive_take(n, hb), 0);
+    assert_int_equal(take(n, hb), 0);
     json_decref(hb);
     br_nodes_destroy(&ns);
 }
@@ -141,12 +150,12 @@ static void test_take_counts_reservations_once(void **state)
     /* the job allocated its 7 GiB; something else uses 5 GiB */
     json_t *hb = json_pack("[{s:i, s:I, s:I}]", "index", 0, "vram_free",
                            (json_int_t)(12 * GIB), "vram_used", (json_int_t)(12 * GIB));
-    br_gpulive_take(n, hb);
+    take(n, hb);
     assert_int_equal(gpu_int(n, 0, "vram_free"), 19 * GIB); /* 19 - 7 reserved: 12 */
     json_decref(hb);
     /* the job has not allocated yet: never more than the GPU has */
     hb = json_pack("[{s:i, s:I}]", "index", 0, "vram_free", (json_int_t)(24 * GIB));
-    br_gpulive_take(n, hb);
+    take(n, hb);
     assert_int_equal(gpu_int(n, 0, "vram_free"), 24 * GIB);
     json_decref(hb);
     br_node_hold(n, share, -1);
@@ -163,8 +172,8 @@ static void test_page(void **state)
     json_t *hb =
         json_pack("[{s:i, s:I, s:i, s:f, s:i}]", "index", 1, "vram_used",
                   (json_int_t)(22 * GIB), "util", 37, "power_w", 85.5, "temp_c", 41);
-    br_gpulive_take(n, hb);
-    br_gpulive_take(lost, hb);
+    take(n, hb);
+    take(lost, hb);
     json_decref(hb);
     br_metrics_t *m = br_metrics_new();
     br_gpulive_page(m, ns);
@@ -199,9 +208,41 @@ static void test_page(void **state)
     br_nodes_destroy(&ns);
 }
 
+/* A new XID (not one a program causes itself) or more uncorrected ECC errors is
+ * a fault, said once; the same counts again are not. */
+static void test_faults(void **state)
+{
+    (void)state;
+    br_nodes_t *ns = br_nodes_new();
+    br_node_t *n = two_gpus(ns, "n");
+    json_t *hb = json_pack("[{s:i, s:i}]", "index", 0, "ecc_uncorrected", 0);
+    assert_int_equal(take(n, hb), 0);
+    assert_string_equal(fault, "");
+    json_decref(hb);
+    hb = json_pack("[{s:i, s:i, s:i}]", "index", 1, "xid_count", 1, "xid_last", 79);
+    assert_int_equal(take(n, hb), BR_GPULIVE_FAULT);
+    assert_string_equal(fault, "GPU 1: XID 79 (1 since its agent started)");
+    assert_int_equal(take(n, hb), 0); /* the same: told already */
+    json_decref(hb);
+    hb = json_pack("[{s:i, s:i, s:i}]", "index", 1, "xid_count", 2, "xid_last", 13);
+    assert_int_equal(take(n, hb), 0); /* a program's own fault */
+    json_decref(hb);
+    hb = json_pack("[{s:i, s:i}]", "index", 0, "ecc_uncorrected", 3);
+    assert_int_equal(take(n, hb), BR_GPULIVE_FAULT);
+    assert_string_equal(fault, "GPU 0: 3 uncorrected ECC errors");
+    assert_int_equal(take(n, hb), 0);
+    json_decref(hb);
+    br_err_t err;
+    hb = json_pack("[{s:i, s:i}]", "index", 0, "xid_count", -1);
+    assert_int_equal(br_gpulive_check(hb, &err), -1);
+    json_decref(hb);
+    br_nodes_destroy(&ns);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_faults),
         cmocka_unit_test(test_check),
         cmocka_unit_test(test_take),
         cmocka_unit_test(test_take_counts_reservations_once),

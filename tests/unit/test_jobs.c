@@ -487,6 +487,42 @@ static void test_waits_on_other_jobs(void **state)
     br_jobtab_sweep(c->jobs);
 }
 
+/* A node's GPU fails (node life: unhealthy): its gangs stop on every node and
+ * restart as after a node loss; a job of that node alone goes on; no new job
+ * goes there until it is cleared. */
+static void test_unhealthy_node_stops_its_gangs(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->c;
+    int64_t gang = submit(c, "{\"command\": \"g\", \"resources\": {\"cpus\": 1, \"nodes\": 2},"
+                             " \"restart\": {\"on\": [\"node_lost\"], \"max\": 3}}");
+    br_sched_run(c);
+    br_job_t *g = br_jobtab_find(c->jobs, gang);
+    br_jobs_started(c, gang, 1, w->a, 29500);
+    br_jobs_started(c, gang, 1, w->b, 0);
+    assert_state(c, gang, "running");
+    int64_t alone = submit(c, "{\"command\": \"s\","
+                              " \"resources\": {\"cpus\": 1, \"nodelist\": [\"a\"]}}");
+    br_sched_run(c);
+    br_jobs_started(c, alone, 1, w->a, 0);
+    assert_state(c, alone, "running");
+    drop_orders(c);
+    br_nodelife_unhealthy(c, w->a, "GPU 0: XID 79 (1 since its agent started)");
+    assert_string_equal(w->a->state, "unhealthy");
+    assert_state(c, gang, "pending");
+    assert_int_equal(g->attempt, 2);
+    assert_int_equal(orders(c, "job.kill", w->a), 1); /* its rank there too */
+    assert_int_equal(orders(c, "job.kill", w->b), 1);
+    assert_event(c, gang, "node a unhealthy (GPU 0: XID 79");
+    assert_state(c, alone, "running");
+    br_sched_run(c); /* a gang of 2 and only b ready: it waits */
+    assert_state(c, gang, "pending");
+    br_nodelife_undrain(c, w->a, "admin"); /* cleared */
+    assert_string_equal(w->a->state, "ready");
+    br_sched_run(c);
+    assert_state(c, gang, "starting");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -501,6 +537,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replica_restarts_through_the_services_hook, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_waits_on_other_jobs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unhealthy_node_stops_its_gangs, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
