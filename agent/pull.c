@@ -69,29 +69,9 @@ static int cancelled(const pull_t *p)
     return p->cancel && atomic_load(p->cancel);
 }
 
-/* Remove name in dfd and everything under it, never following a symlink. */
-static void rm_tree(int dfd, const char *name)
-{
-    if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
-        return;
-    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
-        return;
-    }
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-            rm_tree(dirfd(d), de->d_name);
-    closedir(d);
-    unlinkat(dfd, name, AT_REMOVEDIR);
-}
-
 static void rm_path(const char *path)
 {
-    rm_tree(AT_FDCWD, path);
+    br_rm_tree(AT_FDCWD, path);
 }
 
 /* The directory that holds rel's last component, made (0755) as needed beneath
@@ -553,7 +533,7 @@ static int add_file(pull_t *p, const char *path, int pfd, const char *name,
             return 0;
         }
         if (S_ISDIR(st.st_mode))
-            rm_tree(pfd, name);
+            br_rm_tree(pfd, name);
         else
             unlinkat(pfd, name, 0);
     }

@@ -62,25 +62,6 @@ static void sweep(const char *store)
         closedir(d);
 }
 
-static void rm_tree(int dfd, const char *name)
-{
-    if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
-        return;
-    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
-        return;
-    }
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-            rm_tree(dirfd(d), de->d_name);
-    closedir(d);
-    unlinkat(dfd, name, AT_REMOVEDIR);
-}
-
 static int hex64(const char *s)
 {
     if (!s || strlen(s) != 64)
@@ -311,12 +292,12 @@ int br_replica_drop(br_replica_t *r, const br_msg_t *m, br_err_t *err)
     if (hash) {
         int fd = open(jd, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd >= 0) {
-            rm_tree(fd, hash);
+            br_rm_tree(fd, hash);
             close(fd);
         }
         rmdir(jd); /* when it was the job's last */
     } else
-        rm_tree(AT_FDCWD, jd);
+        br_rm_tree(AT_FDCWD, jd);
     sweep(r->s->replica_dir);
     r->used = store_used(r->s->replica_dir);
     return 0;

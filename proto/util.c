@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -208,6 +209,25 @@ int br_mkdir_p(const char *path, mode_t mode, br_err_t *err)
         }
     }
     return 0;
+}
+
+void br_rm_tree(int dfd, const char *name)
+{
+    if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+        return;
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            br_rm_tree(dirfd(d), de->d_name);
+    closedir(d);
+    unlinkat(dfd, name, AT_REMOVEDIR);
 }
 
 char *br_read_file(const char *path, size_t max, size_t *len, br_err_t *err)

@@ -40,6 +40,9 @@ void br_raise_nofile(void);
 
 /* mkdir -p with mode for every created component. */
 int br_mkdir_p(const char *path, mode_t mode, br_err_t *err);
+/* Remove name in the directory dfd (AT_FDCWD: a path) and everything under it,
+ * never following a symlink; what cannot be removed stays, silently. */
+void br_rm_tree(int dfd, const char *name);
 
 /* Read a whole file (at most max bytes, else EFBIG). Returns malloc'd buffer with a
  * terminating NUL not counted in *len. */

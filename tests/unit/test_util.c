@@ -548,6 +548,32 @@ static void test_err(void **state)
     assert_int_equal(strlen(err.text), BR_ERR_TEXT - 1);
 }
 
+/* br_rm_tree removes a tree, and a symlink in it as a link: what it points to stays. */
+static void test_rm_tree(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_rm_tree.XXXXXX", path[256], keep[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(keep, sizeof(keep), "%s/keep", dir);
+    assert_int_equal(mkdir(keep, 0700), 0);
+    snprintf(path, sizeof(path), "%s/keep/precious", dir);
+    assert_int_equal(br_write_file(path, "x", 1, 0600, NULL), 0);
+    snprintf(path, sizeof(path), "%s/t/a/b", dir);
+    assert_int_equal(br_mkdir_p(path, 0700, NULL), 0);
+    snprintf(path, sizeof(path), "%s/t/a/b/f", dir);
+    assert_int_equal(br_write_file(path, "y", 1, 0600, NULL), 0);
+    snprintf(path, sizeof(path), "%s/t/a/link", dir);
+    assert_int_equal(symlink(keep, path), 0);
+    snprintf(path, sizeof(path), "%s/t", dir);
+    br_rm_tree(AT_FDCWD, path);
+    assert_int_equal(access(path, F_OK), -1);
+    snprintf(path, sizeof(path), "%s/keep/precious", dir);
+    assert_int_equal(access(path, F_OK), 0); /* not followed */
+    br_rm_tree(AT_FDCWD, dir);
+    assert_int_equal(access(dir, F_OK), -1);
+    br_rm_tree(AT_FDCWD, dir); /* gone already: nothing to do */
+}
+
 int main(void)
 {
     static const struct CMUnitTest tests[] = {
@@ -567,6 +593,7 @@ int main(void)
         cmocka_unit_test(test_mkdir_p),
         cmocka_unit_test(test_mkdir_p_errors),
         cmocka_unit_test(test_mkdir_p_over_file),
+        cmocka_unit_test(test_rm_tree),
         cmocka_unit_test(test_file_round_trip),
         cmocka_unit_test(test_read_file_limits),
         cmocka_unit_test(test_read_file_missing),
