@@ -374,6 +374,42 @@ static int cmd_jobs(cli_t *cli, int argc, char **argv)
     return CLI_OK;
 }
 
+static void queue_row(cli_table_t *t, const json_t *job)
+{
+    char pos[16], id[32], name[64], owner[64], prio[16], waited[32], why[256];
+    cli_fmt_value(json_object_get(job, "position"), pos, sizeof(pos));
+    cli_fmt_value(json_object_get(job, "id"), id, sizeof(id));
+    cli_fmt_value(json_object_get(job, "name"), name, sizeof(name));
+    cli_fmt_value(json_object_get(job, "owner"), owner, sizeof(owner));
+    cli_fmt_value(json_object_get(job, "priority"), prio, sizeof(prio));
+    br_format_duration((int64_t)(json_number_value(json_object_get(job, "waited")) * 1000),
+                       waited, sizeof(waited));
+    cli_fmt_value(json_object_get(job, "reason"), why, sizeof(why));
+    const char *cells[] = {pos, id, name, owner, prio, waited, why};
+    cli_table_add(t, cells);
+}
+
+static int cmd_queue(cli_t *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {0}};
+    int json = 0, c;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c == 'j')
+            json = 1;
+        else
+            return cli_bad_option(cli, c, argv);
+    }
+    if (cli_positional(cli, argc, argv, 0, NULL, NULL) != 0)
+        return CLI_USAGE;
+    json_t *r = cli_call(cli, "job.queue", json_object());
+    if (!r)
+        return CLI_FAIL;
+    static const char *head[] = {"POS", "ID", "NAME", "OWNER", "PRIORITY", "WAITED", "REASON"};
+    cli_print_list(json_object_get(r, "jobs"), json, 7, head, queue_row);
+    json_decref(r);
+    return CLI_OK;
+}
+
 #define FIELD_WIDTH 11
 
 static void checkpoint_row(cli_table_t *t, const json_t *cp)
@@ -617,6 +653,13 @@ const cli_cmd_t cli_job_cmds[] = {
      "  -a, --all   every job the coordinator keeps\n"
      "  --json      print the array of jobs: id, name, kind, state, attempt, nodes,\n"
      "              submitted, started, ended, exit_code, signal, reason, owner\n"},
+    {NULL, "queue", cmd_queue, "[--json]", "list pending jobs in the order they are placed",
+     "The pending jobs in the order the scheduler considers them: highest priority\n"
+     "first, then oldest first. Table columns: POS ID NAME OWNER PRIORITY WAITED\n"
+     "REASON (POS is the place in the whole queue; a user sees only their own jobs).\n"
+     "\nOptions:\n"
+     "  --json   print the array of entries: position, id, name, owner, priority,\n"
+     "           attempt, submitted, waited (seconds), reason\n"},
     {"job", "show", job_show, "ID [--json]",
      "show one job: fields, checkpoints and its events",
      "Options:\n"

@@ -39,6 +39,7 @@ static const struct {
     {"job.submit", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_submit},
     {"job.list", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_list},
     {"job.show", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_show},
+    {"job.queue", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_queue},
     {"job.cancel", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_cancel},
     {"job.logs", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_logs},
     {"event.list", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_event_list},

@@ -53,6 +53,7 @@ void br_api_node_probe(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_job_queue(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_logs(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_event_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

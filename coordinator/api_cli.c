@@ -12,6 +12,7 @@
 #include "deps.h"
 #include "jobs.h"
 #include "nodelife.h"
+#include "scheduler.h"
 #include "plan.h"
 #include "services.h"
 #include "spec.h"
@@ -448,6 +449,47 @@ void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     json_decref(jobs);
     br_api_ok(c, m, json_pack("{s:o}", "jobs", out));
+}
+
+/* The pending jobs in the order the scheduler considers them: each one's place in
+ * the whole queue, its priority, how long it has waited, and why. A user sees
+ * only their own jobs (with their places among everyone's). */
+void br_api_job_queue(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    size_t n = 0, cap = 0;
+    br_job_t **list = NULL;
+    for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next) {
+        if (j->state != BR_JOB_PENDING || j->replicas >= 0)
+            continue;
+        if (n == cap) {
+            br_job_t **l = realloc(list, (cap = cap ? 2 * cap : 64) * sizeof(*l));
+            if (!l) {
+                free(list);
+                br_err_t err;
+                br_errf(&err, ENOMEM, "job.queue: out of memory");
+                br_api_fail(c, m, &err);
+                return;
+            }
+            list = l;
+        }
+        list[n++] = j;
+    }
+    br_sched_order(list, n);
+    json_t *out = json_array();
+    int64_t now = br_now_ms();
+    for (size_t i = 0; i < n; i++) {
+        br_job_t *j = list[i];
+        if (who->kind != BR_PRINCIPAL_ADMIN && j->owner_id != who->id)
+            continue;
+        json_array_append_new(
+            out, json_pack("{s:I, s:I, s:s, s:s, s:i, s:i, s:f, s:f, s:s*}", "position",
+                           (json_int_t)(i + 1), "id", (json_int_t)j->id, "name", j->name,
+                           "owner", j->owner, "priority", j->priority, "attempt", j->attempt,
+                           "submitted", (double)j->submitted / 1000.0, "waited",
+                           (double)(now - j->submitted) / 1000.0, "reason", j->reason));
+    }
+    free(list);
+    br_api_ok(c, m, json_pack("{s:o, s:I}", "jobs", out, "pending", (json_int_t)n));
 }
 
 /* Job id if the caller may see it, else NULL (answered with ENOENT). */

@@ -357,6 +357,11 @@ static void plan_one(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t
     }
 }
 
+void br_sched_order(br_job_t **jobs, size_t n)
+{
+    qsort(jobs, n, sizeof(*jobs), by_priority);
+}
+
 br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *jobs, size_t n,
                                    int *on_heartbeat)
 {
@@ -369,7 +374,7 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
         return NULL;
     }
     memcpy(order, jobs, n * sizeof(*order));
-    qsort(order, n, sizeof(*order), by_priority);
+    br_sched_order(order, n);
     json_t *shapes = json_object(); /* shape text -> index into memos */
     shape_memo_t *memos = calloc(n ? n : 1, sizeof(*memos));
     size_t nmemos = 0;

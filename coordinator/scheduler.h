@@ -64,6 +64,10 @@ typedef struct {
     int64_t not_before;   /* LATER: wall ms when its restart backoff ends */
 } br_sched_decision_t;
 
+/* The order in which a pass considers pending jobs: highest priority first, then
+ * oldest (lowest id) first. */
+void br_sched_order(br_job_t **jobs, size_t n);
+
 /* The planner: every pending job (jobs[0..n-1], any order), highest priority
  * then oldest first, gets a decision. It reads nothing but its arguments and
  * writes nothing but the decisions, the nodes' held counters (each placement is

@@ -1,11 +1,13 @@
-"""Jobs that wait for other jobs (`after: [{job: N, on: ok|failed|ended|started}]`,
-docs/sharing.md): a waiting job is placed only once its wait came true, says what
+"""Sharing the cluster (docs/sharing.md): `bramble queue` lists pending jobs in
+the scheduler's order, and jobs wait for other jobs (`after: [{job: N, on:
+ok|failed|ended|started}]`): a waiting job is placed only once its wait came true, says what
 it waits for meanwhile, and fails at once, saying why, when its wait can no longer
 come true. At submit, a wait on a job that is not there (or not the caller's) or
 that can never come true is refused with the entry named.
 
 The tests share one `cluster2`; each gates its first job on a file of its own."""
 
+import json
 import secrets
 
 import pytest
@@ -111,3 +113,37 @@ def test_bad_waits_are_refused_at_submit(cluster2):
     rc, out, err = c.cli("submit", spec, credential=cred, check=False)
     assert rc != 0 and f"after[0]: no job {done}" in err, (rc, out, err)
     c.cli("user", "remove", cred.stem)
+
+
+def test_queue_lists_pending_jobs_in_the_order_they_are_placed(cluster2):
+    c = cluster2
+    huge = "resources: {cpus: 100000}\n"  # fits nowhere: they stay pending
+    tag = secrets.token_hex(3)
+    low = c.submit(f"name: low-{tag}\ncommand: \"true\"\n{huge}")
+    high = c.submit(f"name: high-{tag}\ncommand: \"true\"\npriority: 10\n{huge}")
+    low2 = c.submit(f"name: low2-{tag}\ncommand: \"true\"\n{huge}")
+    try:
+        q = c.cli_json("queue")
+        mine = [e for e in q if e["id"] in (low, high, low2)]
+        assert [e["id"] for e in mine] == [high, low, low2], q
+        assert mine[0]["priority"] == 10 and mine[0]["position"] < mine[1]["position"], q
+        assert all("no ready node fits" in (e["reason"] or "") for e in mine), q
+        assert mine[2]["waited"] >= 0 and mine[2]["owner"] == "admin", q
+        _, out, _ = c.cli("queue")
+        assert out.splitlines()[0].split() == ["POS", "ID", "NAME", "OWNER", "PRIORITY",
+                                               "WAITED", "REASON"], out
+        # a user sees their own entries only, with their places among everyone's
+        cred = c.root / f"q-{tag}.credential"
+        c.cli("user", "add", cred.stem, "--out", str(cred))
+        spec = c.write_spec(f"name: theirs-{tag}\ncommand: \"true\"\n{huge}")
+        _, out, _ = c.cli("submit", spec, "--json", credential=cred)
+        theirs = json.loads(out)["id"]
+        _, out, _ = c.cli("queue", "--json", credential=cred)
+        seen = json.loads(out)
+        assert [e["id"] for e in seen] == [theirs], seen
+        assert seen[0]["position"] > mine[2]["position"], seen
+        c.cli("cancel", theirs, credential=cred)
+        c.cli("user", "remove", cred.stem)
+    finally:
+        for jid in (low, high, low2):
+            c.cli("cancel", jid)
