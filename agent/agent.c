@@ -1565,11 +1565,13 @@ static void timers(br_agent_t *a)
         br_attempt_check_adopted(t);
         br_attempt_flush(t, 0, ship_log, a);
         check_health(t, now);
-        check_hang(t, now);
         if (br_attempt_ckpt(t) && !br_attempt_frozen(t)) {
             ckpt_ctx_t ctx = {a, t, br_ckpt_user(br_attempt_ckpt(t))};
             br_ckpt_poll(br_attempt_ckpt(t), now, on_checkpoint, &ctx);
         }
+        /* after what woke the loop was taken in: its output (read before timers),
+         * its requests (served before) and its checkpoints (just above) */
+        check_hang(t, br_mono_ms());
     }
     collect_manifests(a);
     report_stored(a);
