@@ -711,6 +711,7 @@ static void on_checkpoint(void *arg, const char *path, int64_t step, int64_t siz
     const ckpt_ctx_t *ctx = arg;
     br_attempt_t *t = ctx->t;
     br_ckpt_t *ck = br_attempt_ckpt(t);
+    br_hang_activity(br_attempt_hang(t), BR_HANG_CHECKPOINT, -1, br_mono_ms());
     json_t *body = json_pack("{s:I, s:i, s:s, s:I, s:I, s:f}", "job",
                              (json_int_t)br_attempt_job(t), "attempt", br_attempt_number(t),
                              "path", path, "step", (json_int_t)step, "size",
@@ -846,6 +847,14 @@ static json_t *on_local(void *arg, br_task_t *task, const br_jobsock_req_t *req,
             t = a->att[i];
     if (!t || br_attempt_done(t))
         return br_errp(err, EACCES, "refused: not inside a running job of this node");
+    if (strcmp(req->type, "progress") == 0) { /* `bramble progress [STEP]` */
+        br_hang_t *h = br_attempt_hang(t);
+        br_hang_activity(h, BR_HANG_PROGRESS, req->step, br_mono_ms());
+        /* watched: this node judges the attempt's hangs (rank 0's, docs/spec.md) */
+        return json_pack("{s:b, s:I, s:i, s:b}", "ok", 1, "job",
+                         (json_int_t)br_attempt_job(t), "attempt", br_attempt_number(t),
+                         "watched", h != NULL);
+    }
     br_ckpt_t *ck = br_attempt_ckpt(t);
     br_fsid_t *as = br_fsid_new(br_task_uid(task), br_task_gid(task), err);
     int64_t size = 0, mtime_ms = 0;
@@ -876,6 +885,8 @@ static void report_exit(br_agent_t *a, br_attempt_t *t)
     /* bytes of its output dropped because they could not be sent, when there were */
     if (!a->exit_plain && br_attempt_log_dropped(t) > 0)
         json_object_set_new(body, "log_dropped", json_integer(br_attempt_log_dropped(t)));
+    if (br_hang_fired(br_attempt_hang(t))) /* ended by hang detection: cause "hung" */
+        json_object_set_new(body, "fault", json_string("hung"));
     br_attempt_set_report_seq(t, send_msg(a, BR_MSG_REQUEST, "job.exited", body, NULL, 0));
 }
 
@@ -916,6 +927,19 @@ static void start_health(br_attempt_t *t, json_t *service, int port)
     br_attempt_set_health(t, h);
 }
 
+/* Hang detection for an attempt whose order carried progress: {"timeout": ms}. */
+static void start_hang(br_attempt_t *t, json_t *progress)
+{
+    json_int_t ms = json_integer_value(json_object_get(progress, "timeout"));
+    if (ms <= 0)
+        return;
+    br_hang_t *h = br_hang_new(ms, br_mono_ms());
+    if (!h)
+        fprintf(stderr, "bramble-agent: job %lld: no hang detection: out of memory\n",
+                (long long)br_attempt_job(t));
+    br_attempt_set_hang(t, h);
+}
+
 static br_attempt_t *find_attempt(br_agent_t *a, int64_t job, int attempt)
 {
     for (int i = 0; i < a->natt; i++)
@@ -936,6 +960,10 @@ static void save_attempt(br_agent_t *a, br_attempt_t *t, json_t *ckpt, json_t *s
 {
     json_t *rec = json_pack("{s:i, s:o}", "port", br_attempt_port(t), "tasks",
                             br_attempt_saved(t));
+    if (br_attempt_hang(t))
+        json_object_set_new(rec, "progress",
+                            json_pack("{s:I}", "timeout",
+                                      (json_int_t)br_hang_timeout(br_attempt_hang(t))));
     if (json_is_object(ckpt))
         json_object_set(rec, "checkpoint", ckpt);
     if (json_is_object(service))
@@ -983,6 +1011,7 @@ static const char **adopt_all(br_agent_t *a)
         json_t *service = json_object_get(rec, "service");
         if (json_is_object(service))
             start_health(t, service, port);
+        start_hang(t, json_object_get(rec, "progress"));
         json_t *first = json_array_get(tasks, 0);
         br_err_t cerr;
         if (br_attempt_ckpt(t) &&
@@ -1009,20 +1038,23 @@ static void on_run(br_agent_t *a, br_msg_t *m)
     json_int_t job;
     int attempt, rank;
     const char *name, *command;
-    json_t *workdir, *env, *ckpt = NULL, *tasks = NULL, *service = NULL;
+    json_t *workdir, *env, *ckpt = NULL, *tasks = NULL, *service = NULL, *progress = NULL;
     json_int_t owner_id = 0; /* whose job (PROTOCOL.md section 6) */
     const char *unix_user = NULL; /* the local account the admin mapped the owner to */
     br_err_t err = {0};
     const char *fault = "";
-    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?I, s?s, s?o, s?o, s?o}",
+    if (br_msg_unpack(m, &err,
+                      "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?I, s?s, s?o, s?o, s?o, s?o}",
                       "job", &job, "attempt", &attempt, "name", &name, "rank", &rank,
                       "command", &command, "workdir", &workdir, "env", &env, "owner_id",
                       &owner_id, "unix_user", &unix_user, "checkpoint", &ckpt, "tasks",
-                      &tasks, "service", &service) < 0 ||
+                      &tasks, "service", &service, "progress", &progress) < 0 ||
         !json_is_object(env) || (tasks && !json_is_array(tasks)) ||
-        (service && !json_is_object(service))) {
+        (service && !json_is_object(service)) ||
+        (progress && !json_is_integer(json_object_get(progress, "timeout")))) {
         reply(a, m, EPROTO, err.text[0] ? err.text : "job.run: env and service must be "
-                                                     "objects and tasks an array");
+                                                     "objects, tasks an array and progress "
+                                                     "{\"timeout\": ms}");
         return;
     }
     json_t *want_port = json_object_get(service, "port");
@@ -1100,6 +1132,7 @@ static void on_run(br_agent_t *a, br_msg_t *m)
             br_attempt_set_port(t, port);
             if (service)
                 start_health(t, service, port);
+            start_hang(t, progress);
             save_attempt(a, t, ckpt, service);
             json_t *body = json_pack("{s:I, s:i, s:i}", "job", job, "attempt", attempt,
                                      "pid", (int)br_attempt_pid(t));
@@ -1486,6 +1519,24 @@ static void check_health(br_attempt_t *t, int64_t now)
     }
 }
 
+/* Hang detection: an attempt that showed no sign of life for its progress.timeout
+ * is stopped, its whole tree on this node, and its exit report carries fault "hung"
+ * (report_exit), which the coordinator restarts under restart.on: [hung]. */
+static void check_hang(br_attempt_t *t, int64_t now)
+{
+    br_hang_t *h = br_attempt_hang(t);
+    if (!h || br_attempt_done(t) || br_attempt_reason(t)[0] || !br_hang_check(h, now))
+        return;
+    char reason[200];
+    br_hang_reason(h, now, reason, sizeof(reason));
+    fprintf(stderr, "bramble-agent: job %lld attempt %d: %s; killing it\n",
+            (long long)br_attempt_job(t), br_attempt_number(t), reason);
+    br_attempt_set_reason(t, reason);
+    if (br_attempt_kill(t, 5000) < 0)
+        fprintf(stderr, "bramble-agent: job %lld: some processes survived the kill\n",
+                (long long)br_attempt_job(t));
+}
+
 /* The keeper froze the jobs while this process showed no life (paused, stuck): count
  * them as frozen, so the coordinator's word thaws or kills them. */
 static void keeper_froze(br_agent_t *a)
@@ -1518,6 +1569,9 @@ static void timers(br_agent_t *a)
             ckpt_ctx_t ctx = {a, t, br_ckpt_user(br_attempt_ckpt(t))};
             br_ckpt_poll(br_attempt_ckpt(t), now, on_checkpoint, &ctx);
         }
+        /* after what woke the loop was taken in: its output (read before timers),
+         * its requests (served before) and its checkpoints (just above) */
+        check_hang(t, br_mono_ms());
     }
     collect_manifests(a);
     report_stored(a);

@@ -28,6 +28,7 @@ struct br_attempt {
     int frozen;
     int port;
     br_health_t *health;
+    br_hang_t *hang; /* NULL: no progress.timeout */
     uint32_t report_seq;
     char reason[200];
 };
@@ -208,6 +209,7 @@ void br_attempt_destroy(br_attempt_t **ap)
     br_ckpt_destroy(&a->ckpt);
     br_logbuf_destroy(&a->log);
     br_health_destroy(&a->health);
+    br_hang_destroy(&a->hang);
     for (int i = 0; i < a->n; i++)
         br_task_destroy(&a->procs[i].task);
     free(a->procs);
@@ -254,6 +256,18 @@ void br_attempt_set_health(br_attempt_t *a, br_health_t *h)
 br_health_t *br_attempt_health(br_attempt_t *a)
 {
     return a->health;
+}
+
+void br_attempt_set_hang(br_attempt_t *a, br_hang_t *h)
+{
+    br_hang_destroy(&a->hang);
+    a->hang = h;
+    br_hang_frozen(h, a->frozen, br_mono_ms());
+}
+
+br_hang_t *br_attempt_hang(br_attempt_t *a)
+{
+    return a->hang;
 }
 
 int br_attempt_has_tag(const br_attempt_t *a, const char *tag)
@@ -344,7 +358,9 @@ static void read_stream(br_attempt_t *a, int i, int stream)
         ssize_t n = br_task_read(t, stream, buf, sizeof(buf));
         if (n <= 0)
             break;
-        br_logbuf_put(a->log, i, stream, buf, (size_t)n, br_mono_ms());
+        int64_t now = br_mono_ms();
+        br_logbuf_put(a->log, i, stream, buf, (size_t)n, now);
+        br_hang_activity(a->hang, BR_HANG_OUTPUT, -1, now); /* it is not hung */
     }
 }
 
@@ -443,6 +459,7 @@ int br_attempt_freeze(br_attempt_t *a)
     if (a->frozen || br_attempt_done(a))
         return 0;
     a->frozen = 1;
+    br_hang_frozen(a->hang, 1, br_mono_ms());
     int rc = 0;
     for (int i = 0; i < a->n; i++)
         if (br_task_freeze(a->procs[i].task) < 0)
@@ -455,6 +472,7 @@ int br_attempt_thaw(br_attempt_t *a)
     if (!a->frozen)
         return 0;
     a->frozen = 0;
+    br_hang_frozen(a->hang, 0, br_mono_ms());
     int rc = 0;
     for (int i = 0; i < a->n; i++)
         if (br_task_thaw(a->procs[i].task) < 0)

@@ -14,6 +14,7 @@
 
 #include "ckpt.h"
 #include "err.h"
+#include "hang.h"
 #include "health.h"
 #include "spec.h"
 #include "task.h"
@@ -78,6 +79,12 @@ int br_attempt_port(const br_attempt_t *a);
  * NULL. */
 void br_attempt_set_health(br_attempt_t *a, br_health_t *h);
 br_health_t *br_attempt_health(br_attempt_t *a);
+
+/* Hang detection (hang.h: the spec's progress.timeout; taken over, destroyed with
+ * the attempt), or NULL. Output read from any of the attempt's tasks counts as
+ * activity, and frozen time does not count. */
+void br_attempt_set_hang(br_attempt_t *a, br_hang_t *h);
+br_hang_t *br_attempt_hang(br_attempt_t *a);
 
 /* 1 when the process whose BRAMBLE_TASK tag is tag belongs to this attempt. */
 int br_attempt_has_tag(const br_attempt_t *a, const char *tag);

@@ -180,6 +180,7 @@ extern const cli_cmd_t cli_user_cmds[];
 extern const cli_cmd_t cli_audit_cmds[];
 extern const cli_cmd_t cli_dashboard_cmds[];
 extern const cli_cmd_t cli_checkpoint_cmds[];
+extern const cli_cmd_t cli_progress_cmds[];
 extern const cli_cmd_t cli_plan_cmds[];
 extern const cli_cmd_t cli_top_cmds[];
 extern const cli_cmd_t cli_probe_cmds[];

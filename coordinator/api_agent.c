@@ -295,7 +295,12 @@ void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         (strcmp(fault, "checkpoint_not_visible") == 0 || strcmp(fault, "port_busy") == 0 ||
          strcmp(fault, "job_user") == 0))
         br_jobs_not_here(c, job, attempt, n, reason);
-    else if (n)
+    else if (n && fault && strcmp(fault, "hung") == 0) {
+        br_stats_hung(c->stats);
+        br_jobs_hung(c, job, attempt, n,
+                     json_is_integer(code) ? (int)json_integer_value(code) : -1,
+                     json_is_integer(sig) ? (int)json_integer_value(sig) : -1, reason);
+    } else if (n)
         br_jobs_exited(c, job, attempt, n,
                        json_is_integer(code) ? (int)json_integer_value(code) : -1,
                        json_is_integer(sig) ? (int)json_integer_value(sig) : -1, reason);

@@ -41,7 +41,8 @@ typedef enum {
 typedef struct {
     br_job_t *job;      /* ATTEMPT_ENDED, TASK_REPORTED, JOB_LEFT */
     br_node_t *node;    /* the node concerned (may be NULL) */
-    const char *cause;  /* ATTEMPT_ENDED: NULL, "nonzero_exit", "node_lost", "not_here" */
+    const char *cause;  /* ATTEMPT_ENDED: NULL, "nonzero_exit", "node_lost", "not_here",
+                         * "hung" */
     const char *reason; /* ATTEMPT_ENDED, NODE_LOST: in words */
     json_t *task;       /* TASK_REPORTED: the agent's task object (borrowed) */
     int64_t step;       /* CHECKPOINT: its step */

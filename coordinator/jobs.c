@@ -272,6 +272,9 @@ static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
     }
     if (json_is_object(ckpt) && r == 0) /* rank 0's checkpoints are the gang's */
         json_object_set_new(body, "checkpoint", br_ckptdir_section(spec, job->id));
+    json_t *progress = json_object_get(spec, "progress");
+    if (json_is_object(progress) && r == 0) /* rank 0's node judges the gang's hangs */
+        json_object_set(body, "progress", progress);
     json_t *service = json_object_get(spec, "service");
     if (job->service > 0 && json_is_object(service)) /* its PORT and health */
         json_object_set_new(body, "service",
@@ -564,6 +567,14 @@ void br_jobs_exited(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int ex
                        "rank %d exited 0 on %s; %d to go", r, n->name, left);
         br_coord_changed(c);
     }
+}
+
+void br_jobs_hung(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int exit_code,
+                  int signal, const char *reason)
+{
+    br_job_t *job = current_job(c, id, attempt, n);
+    if (job) /* restarted under restart.on: [hung] */
+        end_attempt(c, job, n, "hung", exit_code, signal, reason, 0);
 }
 
 void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,

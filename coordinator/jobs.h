@@ -58,6 +58,11 @@ void br_jobs_started(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int p
  * non-empty when the agent could not start it or lost it. */
 void br_jobs_exited(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int exit_code,
                     int signal, const char *reason);
+/* The node's agent ended the attempt as hung (no output, checkpoint or progress for
+ * the spec's progress.timeout; it killed the tree): restart it per restart.on's
+ * "hung", from its newest checkpoint, or fail it. */
+void br_jobs_hung(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int exit_code,
+                  int signal, const char *reason);
 /* The node cannot run this attempt (it cannot see the checkpoint to resume from):
  * requeue it elsewhere, excluding the node, without counting a restart. */
 void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,

@@ -46,6 +46,7 @@ struct br_stats {
     br_histogram_t hist[BR_STAT_COUNT];
     uint64_t refused[NREFUSALS + 1];
     uint64_t handshakes_refused;
+    uint64_t hung; /* attempts agents ended as hung since this brambled started */
     int64_t started_ms; /* wall clock */
     br_metrics_t *page;
 };
@@ -110,6 +111,12 @@ void br_stats_handshake_refused(br_stats_t *s)
 {
     if (s)
         s->handshakes_refused++;
+}
+
+void br_stats_hung(br_stats_t *s)
+{
+    if (s)
+        s->hung++;
 }
 
 /* --- the page ------------------------------------------------------------------- */
@@ -220,6 +227,14 @@ static void page_jobs(br_metrics_t *m, br_coord_t *c)
     json_decref(rows);
 }
 
+static void page_hung(br_metrics_t *m, br_stats_t *s)
+{
+    br_metrics_family(m, "bramble_attempts_hung_total", "counter",
+                      "Attempts their agent ended as hung: no output, checkpoint or "
+                      "progress for the spec's progress.timeout.");
+    br_metrics_sample(m, "bramble_attempts_hung_total", NULL, (double)s->hung);
+}
+
 static void page_histograms(br_metrics_t *m, br_stats_t *s)
 {
     static const struct {
@@ -314,6 +329,7 @@ const char *br_stats_page(br_stats_t *s, br_coord_t *c, size_t *len)
     page_nodes(m, c);
     br_gpulive_page(m, c->nodes);
     page_jobs(m, c);
+    page_hung(m, s);
     page_histograms(m, s);
     int64_t size = br_store_size(c->store, &err);
     if (size >= 0) {

@@ -1,6 +1,6 @@
 /* stats.h - what the coordinator measures for /metrics (docs/metrics.md): the
  * histograms and counters its loop feeds as things happen (queue wait, time from
- * node loss to running again, heartbeats, refused requests), and the page made
+ * node loss to running again, heartbeats, refused requests, hung attempts), and the page made
  * from them and from the current state (nodes, jobs, store, HTTP side). Used by
  * the loop's thread only; the HTTP side gets a copy of the page (http.h). */
 #ifndef BRAMBLE_STATS_H
@@ -28,6 +28,8 @@ void br_stats_observe(br_stats_t *s, br_stat_t which, double seconds);
 void br_stats_refused(br_stats_t *s, int errnum);
 /* A CURVE handshake was refused (a key the coordinator does not admit). */
 void br_stats_handshake_refused(br_stats_t *s);
+/* An agent ended an attempt as hung (the spec's progress.timeout passed). */
+void br_stats_hung(br_stats_t *s);
 
 /* The label of a refusal's errnum: "not_allowed", "invalid", ... "other". */
 const char *br_stats_reason(int errnum);

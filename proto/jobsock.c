@@ -101,8 +101,24 @@ int br_jobsock_decode(const void *buf, size_t len, br_jobsock_req_t *req, br_err
         br_errf(err, EPROTO, "bad request: \"type\" must be a string");
         goto out;
     }
+    if (strcmp(type, "progress") == 0) {
+        if (json_unpack_ex(obj, &jerr, JSON_STRICT, "{s:s, s?I}", "type", &type, "step",
+                           &step) < 0) {
+            br_errf(err, EPROTO, "bad request: %s", jerr.text);
+            goto out;
+        }
+        if (json_object_get(obj, "step") && step < 0) {
+            br_errf(err, EINVAL, "progress: the step must be >= 0");
+            goto out;
+        }
+        memcpy(req->type, "progress", sizeof("progress"));
+        req->step = step;
+        rc = 0;
+        goto out;
+    }
     if (strcmp(type, "checkpoint") != 0) {
-        br_errf(err, EPROTO, "bad request: unknown type (only \"checkpoint\")");
+        br_errf(err, EPROTO,
+                "bad request: unknown type (only \"checkpoint\" and \"progress\")");
         goto out;
     }
     if (json_unpack_ex(obj, &jerr, JSON_STRICT, "{s:s, s:s%, s:I}", "type", &type, "path",

@@ -1,5 +1,5 @@
 /* jobsock.h - talking to the agent of this node from inside a job (`bramble
- * checkpoint`): an abstract unix socket named "@bramble-agent/<node>/<pid>" (the
+ * checkpoint`, `bramble progress`): an abstract unix socket named "@bramble-agent/<node>/<pid>" (the
  * job's BRAMBLE_AGENT_SOCK), SOCK_SEQPACKET, one JSON request and one JSON reply. The
  * agent side is agent/localsock.c. */
 #ifndef BRAMBLE_JOBSOCK_H
@@ -16,12 +16,13 @@
 #define BR_LOCAL_MSG_MAX 8192
 #define BR_JOBSOCK_PATH_MAX 4096 /* bytes of a reported path, with its NUL */
 
-/* One request a job may send: {"type": "checkpoint", "path": P, "step": N}. */
+/* One request a job may send: {"type": "checkpoint", "path": P, "step": N}, or
+ * {"type": "progress", "step"?: N} (the job is alive: see agent/hang.h). */
 typedef struct {
-    char type[16];                  /* "checkpoint" */
-    char path[BR_JOBSOCK_PATH_MAX]; /* absolute and canonical: no "//", ".", "..",
-                                       no trailing '/' */
-    int64_t step;                   /* >= 0 */
+    char type[16];                  /* "checkpoint" or "progress" */
+    char path[BR_JOBSOCK_PATH_MAX]; /* checkpoint: absolute and canonical: no "//",
+                                       ".", "..", no trailing '/'; progress: "" */
+    int64_t step;                   /* >= 0; progress: -1 when not given */
 } br_jobsock_req_t;
 
 /* Decode and validate one request as it came off the socket (len bytes, not

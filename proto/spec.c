@@ -20,7 +20,7 @@
 
 static const char *const top_keys[] = {
     "name",    "kind",     "command",    "workdir", "env",   "resources", "model", "checkpoint",
-    "restart", "priority", "time_limit", "service", "after", NULL};
+    "restart", "priority", "time_limit", "service", "after", "progress", NULL};
 static const char *const after_keys[] = {"job", "on", NULL};
 static const char *const after_names[] = {"ok", "failed", "ended", "started", NULL};
 static const char *const resources_keys[] = {
@@ -29,6 +29,7 @@ static const char *const resources_keys[] = {
 static const char *const model_keys[] = {"params", "mode", "dtype", NULL};
 static const char *const checkpoint_keys[] = {"dir", "pattern", "complete_file", NULL};
 static const char *const restart_keys[] = {"max", "on", NULL};
+static const char *const progress_keys[] = {"timeout", NULL};
 static const char *const service_keys[] = {"replicas", "port", "health", NULL};
 static const char *const health_keys[] = {"http", "tcp", "interval", "grace", NULL};
 static const char *const free_keys[] = {NULL}; /* any key (env, labels) */
@@ -42,6 +43,7 @@ static const struct {
     {"model", model_keys},
     {"checkpoint", checkpoint_keys},
     {"restart", restart_keys},
+    {"progress", progress_keys},
     {"service", service_keys},
     {"service.health", health_keys},
     {"env", free_keys},
@@ -655,7 +657,7 @@ static int check_checkpoint(const sect_t *top, br_spec_t *spec)
 
 static int check_restart(const sect_t *top, br_spec_t *spec)
 {
-    static const char *const reasons[] = {"node_lost", "nonzero_exit", NULL};
+    static const char *const reasons[] = {"node_lost", "nonzero_exit", "hung", NULL};
     char *on[BR_SPEC_MAX_LIST] = {0}, b[SPEC_SHOW_LEN];
     int n = 0, rc;
     sect_t r;
@@ -665,22 +667,50 @@ static int check_restart(const sect_t *top, br_spec_t *spec)
         return -1;
     rc = get_list(&r, "on", on, &n);
     if (rc > 0)
-        spec->restart.on_node_lost = spec->restart.on_nonzero_exit = 0;
+        spec->restart.on_node_lost = spec->restart.on_nonzero_exit =
+            spec->restart.on_hung = 0;
     for (int i = 0; rc > 0 && i < n; i++) {
         int which = spec_in_list(on[i], reasons);
         if (which < 0)
             rc =
                 spec_fail_at(r.err, value_line(&r, "on"),
-                             "restart.on: expected node_lost or nonzero_exit, got '%s'",
+                             "restart.on: expected node_lost, nonzero_exit or hung, got "
+                             "'%s'",
                              spec_show(on[i], b));
         else if (which == 0)
             spec->restart.on_node_lost = 1;
-        else
+        else if (which == 1)
             spec->restart.on_nonzero_exit = 1;
+        else
+            spec->restart.on_hung = 1;
     }
     for (int i = 0; i < n; i++)
         free(on[i]);
     return rc < 0 ? -1 : 0;
+}
+
+/* progress: {timeout: T}: hang detection (agent/hang.h). With it, restart.on
+ * takes hung by default. */
+static int check_progress(const sect_t *top, br_spec_t *spec)
+{
+    sect_t p;
+    char t[32];
+    int rc = get_section(top, "progress", "progress", &p);
+    if (rc < 0 || (rc > 0 && (check_keys(&p, progress_keys) < 0 ||
+                   (rc = get_duration(&p, "timeout", &spec->progress_timeout_ms)) < 0)))
+        return -1;
+    if (rc > 0 && spec->progress_timeout_ms < BR_SPEC_PROGRESS_MIN_MS)
+        return spec_fail_at(p.err, value_line(&p, "timeout"),
+                            "progress.timeout: must be at least %s",
+                            br_format_duration(BR_SPEC_PROGRESS_MIN_MS, t, sizeof(t)));
+    if (p.map && rc == 0)
+        return spec_fail_at(p.err, p.line, "progress.timeout: required");
+    if (p.map && spec->kind == BR_JOB_SERVICE)
+        return spec_fail_at(p.err, p.line,
+                            "progress: only for kind: train (a service has health checks)");
+    if (spec->restart.on_hung < 0) /* restart.on not given */
+        spec->restart.on_hung = spec->progress_timeout_ms > 0;
+    return 0;
 }
 
 static int check_port(const sect_t *sv, br_spec_t *spec)
@@ -805,7 +835,7 @@ static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
     if (check_command(&top, spec) < 0 || check_workdir(&top, spec) < 0 ||
         get_strmap(&top, "env", 1, &spec->env) < 0 || check_resources(&top, spec) < 0 ||
         check_model(&top, spec) < 0 || check_checkpoint(&top, spec) < 0 ||
-        check_restart(&top, spec) < 0 ||
+        check_restart(&top, spec) < 0 || check_progress(&top, spec) < 0 ||
         get_int(&top, "priority", -1000, 1000, &spec->priority) < 0 ||
         get_duration_or_none(&top, "time_limit", &spec->time_limit_ms) < 0 ||
         check_service(&top, spec) < 0 || check_after(&top, spec) < 0)
@@ -827,6 +857,7 @@ static br_spec_t *spec_new(void)
     s->model.dtype = strdup("bf16");
     s->restart.max = 3;
     s->restart.on_node_lost = 1;
+    s->restart.on_hung = -1; /* until check_progress decides */
     s->service.replicas = 1;
     s->service.port = BR_PORT_AUTO;
     s->service.health_interval_ms = 5000;
@@ -991,6 +1022,8 @@ static json_t *restart_json(const br_spec_t *s)
         json_array_append_new(on, json_string("node_lost"));
     if (s->restart.on_nonzero_exit)
         json_array_append_new(on, json_string("nonzero_exit"));
+    if (s->restart.on_hung > 0)
+        json_array_append_new(on, json_string("hung"));
     json_object_set_new(r, "max", json_integer(s->restart.max));
     json_object_set_new(r, "on", on);
     return r;
@@ -1039,6 +1072,10 @@ json_t *br_spec_to_json(const br_spec_t *s)
     json_object_set_new(j, "model", model_json(s));
     json_object_set_new(j, "checkpoint", checkpoint_json(s));
     json_object_set_new(j, "restart", restart_json(s));
+    json_object_set_new(j, "progress",
+                        s->progress_timeout_ms > 0
+                            ? json_pack("{s:I}", "timeout", (json_int_t)s->progress_timeout_ms)
+                            : json_null());
     json_object_set_new(j, "priority", json_integer(s->priority));
     json_object_set_new(j, "time_limit", json_integer(s->time_limit_ms));
     json_t *after = json_array();

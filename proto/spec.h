@@ -31,6 +31,7 @@ typedef enum { BR_JOB_TRAIN = 0, BR_JOB_SERVICE = 1 } br_job_kind_t;
 #define BR_TASKS_GPUS 0 /* tasks_per_node: gpus (one process per GPU) */
 #define BR_MAX_TASKS_PER_NODE 64
 #define BR_PORT_AUTO 0  /* service.port: auto */
+#define BR_SPEC_PROGRESS_MIN_MS 1000 /* the shortest progress.timeout */
 
 typedef struct {
     char *name;          /* required; br_valid_name() */
@@ -70,7 +71,9 @@ typedef struct {
         int max;             /* default 3 */
         int on_node_lost;    /* default 1 */
         int on_nonzero_exit; /* default 0 */
+        int on_hung;         /* default 1 when progress.timeout is set, else 0 */
     } restart;
+    int64_t progress_timeout_ms; /* progress: {timeout}; 0 = no hang detection */
     struct {
         int64_t job;       /* a job id, >= 1 */
         br_after_on_t on;  /* default ok */
@@ -99,7 +102,8 @@ void br_spec_destroy(br_spec_t **spec);
 
 /* The normalised spec as JSON, every default filled in, sizes in bytes, durations in
  * milliseconds (keys as in the YAML: name, kind, command, workdir, env, resources,
- * model, checkpoint, restart, after, priority, time_limit, service). New
+ * model, checkpoint, restart, progress ({"timeout": ms} or null), after, priority,
+ * time_limit, service). New
  * reference. */
 json_t *br_spec_to_json(const br_spec_t *spec);
 

@@ -1,6 +1,7 @@
 /* fuzz_jobsock.c - libFuzzer target for the decoder of requests jobs send to their
  * agent (proto/jobsock.c): any bytes either decode to a request that holds what the
- * decoder promises (a canonical absolute path, a step >= 0), or give an error with
+ * decoder promises (a checkpoint: a canonical absolute path, a step >= 0; progress:
+ * no path, a step >= 0 or -1 for none), or give an error with
  * words in it. A decoded request, encoded again, decodes to the same. */
 #include <stddef.h>
 #include <stdint.h>
@@ -16,6 +17,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (br_jobsock_decode(data, size, &req, &err) < 0) {
         if (!err.text[0] || err.errnum == 0)
             abort(); /* every refusal says why */
+        return 0;
+    }
+    if (strcmp(req.type, "progress") == 0) { /* bramble progress [STEP] */
+        if (req.path[0] || req.step < -1)
+            abort();
+        json_t *p = req.step >= 0 ? json_pack("{s:s, s:I}", "type", "progress", "step",
+                                               (json_int_t)req.step)
+                                  : json_pack("{s:s}", "type", "progress");
+        char *t = p ? json_dumps(p, JSON_COMPACT) : NULL;
+        if (!t || br_jobsock_decode(t, strlen(t), &again, &err) < 0 ||
+            strcmp(again.type, "progress") != 0 || again.step != req.step)
+            abort();
+        free(t);
+        json_decref(p);
         return 0;
     }
     size_t n = strnlen(req.path, sizeof(req.path));

@@ -256,6 +256,60 @@ static void test_gang_port_and_failure_stops_all(void **state)
     br_jobtab_sweep(c->jobs);
 }
 
+/* The progress field of the job.run order that went to node n (NULL: none). */
+static json_t *run_progress(br_coord_t *c, const br_node_t *n)
+{
+    for (size_t i = 0; i < c->outbox_len; i++) {
+        size_t len;
+        const unsigned char *route = br_msg_route(c->outbox[i], &len);
+        if (strcmp(br_msg_type(c->outbox[i]), "job.run") == 0 && len == 1 &&
+            route[0] == (unsigned char)n->name[0])
+            return json_object_get(br_msg_body(c->outbox[i]), "progress");
+    }
+    return NULL;
+}
+
+/* progress.timeout goes to rank 0's node, which judges the gang; an attempt its
+ * agent ended as hung stops the other ranks and is restarted under restart.on's
+ * hung, and fails once restart.max is used. */
+static void test_hung_restarts_then_fails(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->c;
+    int64_t id = submit(c, "{\"command\": \"train\", \"resources\": {\"cpus\": 1, \"nodes\": 2},"
+                           " \"progress\": {\"timeout\": 3000},"
+                           " \"restart\": {\"on\": [\"hung\"], \"max\": 1}}");
+    br_sched_run(c);
+    br_job_t *j = br_jobtab_find(c->jobs, id);
+    br_node_t *r0 = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_node_t *r1 = r0 == w->a ? w->b : w->a;
+    json_t *p = run_progress(c, r0);
+    assert_int_equal(json_integer_value(json_object_get(p, "timeout")), 3000);
+    br_jobs_started(c, id, 1, r0, 29555);
+    assert_null(run_progress(c, r1)); /* only rank 0's node judges */
+    br_jobs_started(c, id, 1, r1, 0);
+    assert_state(c, id, "running");
+    drop_orders(c);
+    br_jobs_hung(c, id, 1, r0, -1, 9, "hung: no output, checkpoint or progress for 3s");
+    assert_state(c, id, "pending");
+    assert_int_equal(j->attempt, 2);
+    assert_int_equal(j->restarts, 1);
+    assert_int_equal(orders(c, "job.kill", r1), 1); /* the gang stops on every node */
+    assert_event(c, id, "hung: no output, checkpoint or progress for 3s; stopped the "
+                        "other 1 rank; restarting as attempt 2 (hung)");
+    /* attempt 2 runs, and hangs too */
+    br_sched_run(c);
+    r0 = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    r1 = r0 == w->a ? w->b : w->a;
+    br_jobs_started(c, id, 2, r0, 29556);
+    br_jobs_started(c, id, 2, r1, 0);
+    br_jobs_hung(c, id, 1, r0, -1, 9, "hung: stale"); /* the old attempt: nothing */
+    assert_state(c, id, "running");
+    br_jobs_hung(c, id, 2, r0, -1, 9, "hung: no output, checkpoint or progress for 3s");
+    assert_state(c, id, "failed"); /* max 1 restart, used */
+    br_jobtab_sweep(c->jobs);
+}
+
 static void test_node_faults(void **state)
 {
     world_t *w = *state;
@@ -529,6 +583,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_runs_and_completes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_policy_then_failed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gang_port_and_failure_stops_all, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hung_restarts_then_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_faults, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_lost_requeues_and_reconcile, setup,
                                         teardown),

@@ -30,6 +30,21 @@ static void test_good_request(void **state)
     assert_int_equal(req.step, 7);
 }
 
+/* bramble progress [STEP]: the step is optional. */
+static void test_progress_request(void **state)
+{
+    (void)state;
+    br_jobsock_req_t req;
+    br_err_t err = {0};
+    assert_int_equal(decode("{\"type\":\"progress\",\"step\":120}", &req, &err), 0);
+    assert_string_equal(req.type, "progress");
+    assert_string_equal(req.path, "");
+    assert_int_equal(req.step, 120);
+    assert_int_equal(decode("{\"type\":\"progress\"}", &req, &err), 0);
+    assert_string_equal(req.type, "progress");
+    assert_int_equal(req.step, -1);
+}
+
 static void refused(const char *text, const char *words)
 {
     br_jobsock_req_t req;
@@ -47,7 +62,10 @@ static void test_bad_requests(void **state)
     refused("not json", "expected one JSON object");
     refused("[1]", "expected one JSON object");
     refused("{\"type\":1}", "\"type\" must be a string");
-    refused("{\"type\":\"progress\",\"step\":1}", "unknown type");
+    refused("{\"type\":\"alive\",\"step\":1}", "unknown type");
+    refused("{\"type\":\"progress\",\"step\":-1}", "step must be >= 0");
+    refused("{\"type\":\"progress\",\"step\":\"7\"}", "bad request");
+    refused("{\"type\":\"progress\",\"path\":\"/a\"}", "bad request");
     refused("{\"type\":\"checkpoint\",\"path\":\"/a\",\"step\":1,\"job\":3}", "bad request");
     refused("{\"type\":\"checkpoint\",\"path\":\"/a\"}", "bad request");
     refused("{\"type\":\"checkpoint\",\"type\":\"checkpoint\",\"path\":\"/a\",\"step\":1}",
@@ -86,6 +104,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_request),
+        cmocka_unit_test(test_progress_request),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_sizes),
     };

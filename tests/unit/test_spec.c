@@ -124,7 +124,7 @@ static void test_defaults(void **state)
                 "\"tasks_per_node\":1,\"gpus\":0,\"vram\":0,\"cpus\":1,\"memory\":0,"
                 "\"arch\":[],\"gpu_model\":[],\"labels\":{},\"spread\":\"site\"},"
                 "\"model\":null,\"checkpoint\":null,\"restart\":{\"max\":3,"
-                "\"on\":[\"node_lost\"]},\"priority\":0,\"time_limit\":0,"
+                "\"on\":[\"node_lost\"]},\"progress\":null,\"priority\":0,\"time_limit\":0,"
                 "\"service\":null,\"after\":[]}");
     br_spec_destroy(&s);
     assert_null(s);
@@ -163,7 +163,7 @@ static void test_example_train(void **state)
         "\"checkpoint\":{\"dir\":\"/srv/llama/ckpt\",\"pattern\":"
         "\"checkpoint-*\",\"complete_file\":\"trainer_state.json\"},"
         "\"restart\":{\"max\":5,\"on\":[\"node_lost\",\"nonzero_exit\"]},"
-        "\"priority\":0,\"time_limit\":43200000,\"service\":null,\"after\":[]}");
+        "\"progress\":null,\"priority\":0,\"time_limit\":43200000,\"service\":null,\"after\":[]}");
     br_spec_destroy(&s);
     free(text);
 }
@@ -213,7 +213,7 @@ static void test_service(void **state)
                 "\"memory\":0,\"arch\":[],\"gpu_model\":[],\"labels\":{},"
                 "\"spread\":\"any\"},\"model\":null,\"checkpoint\":null,"
                 "\"restart\":{\"max\":3,\"on\":[\"node_lost\"]},\"priority\":0,"
-                "\"time_limit\":0,\"service\":{\"replicas\":3,\"port\":8080,"
+                "\"progress\":null,\"time_limit\":0,\"service\":{\"replicas\":3,\"port\":8080,"
                 "\"health\":{\"tcp\":true},\"interval\":2000,\"grace\":60000},"
                 "\"after\":[]}");
     br_spec_destroy(&s);
@@ -643,7 +643,44 @@ static const bad_case_t bad_cases[] = {
     {"restart on",
      BASE "restart:\n  on: [node_lost, oom]\n",
      {0},
-     "=line 4: restart.on: expected node_lost or nonzero_exit, got 'oom'"},
+     "=line 4: restart.on: expected node_lost, nonzero_exit or hung, got 'oom'"},
+    /* progress: hang detection */
+    {"progress unknown key",
+     BASE "progress:\n  timeout: 5m\n  every: 1m\n",
+     {0},
+     "=line 5: unknown key 'every' in progress"},
+    {"progress no timeout",
+     BASE "priority: 1\nprogress: {}\n",
+     {0},
+     "=line 4: progress.timeout: required"},
+    {"progress bad duration",
+     BASE "progress:\n  timeout: forever\n",
+     {0},
+     "=line 4: progress.timeout: bad duration 'forever' (use e.g. 500ms, 5s, 10m, 12h)"},
+    {"progress too short",
+     BASE "progress: {timeout: 500ms}\n",
+     {0},
+     "=line 3: progress.timeout: must be at least 1s"},
+    {"progress zero",
+     BASE "progress: {timeout: 0}\n",
+     {0},
+     "progress.timeout: must be at least 1s"},
+    {"progress scalar",
+     BASE "progress: 15m\n",
+     {0},
+     "=line 3: progress: expected a mapping, got a scalar"},
+    {"progress list timeout",
+     BASE "progress: {timeout: [1m]}\n",
+     {0},
+     "progress.timeout: expected a duration"},
+    {"progress on service",
+     BASE "kind: service\nprogress: {timeout: 5m}\n",
+     {0},
+     "=line 4: progress: only for kind: train (a service has health checks)"},
+    {"progress set bad",
+     BASE,
+     {"progress.timeout=soon"},
+     "progress.timeout: bad duration 'soon'"},
     {"restart max",
      BASE "restart: {max: 1001}\n",
      {0},
@@ -867,6 +904,55 @@ static void test_zero_time_limit(void **state)
     br_spec_destroy(&s);
 }
 
+/* progress: {timeout}: hang detection, with restart.on taking hung by default; a
+ * restart.on that is given is taken as it is. */
+static void test_progress(void **state)
+{
+    (void)state;
+    br_spec_t *s = parse_ok("name: a\ncommand: x\nprogress: {timeout: 15m}\n", NULL, 0);
+    assert_int_equal(s->progress_timeout_ms, 15 * 60000);
+    assert_int_equal(s->restart.on_hung, 1);
+    json_t *j = br_spec_to_json(s);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "progress"),
+                                                        "timeout")),
+                     15 * 60000);
+    json_t *on = json_object_get(json_object_get(j, "restart"), "on");
+    assert_int_equal(json_array_size(on), 2);
+    assert_string_equal(json_string_value(json_array_get(on, 0)), "node_lost");
+    assert_string_equal(json_string_value(json_array_get(on, 1)), "hung");
+    json_decref(j);
+    br_spec_destroy(&s);
+
+    /* restart.on given without hung: a hang fails the job */
+    s = parse_ok("name: a\ncommand: x\nprogress: {timeout: 3s}\n"
+                 "restart: {on: [nonzero_exit]}\n", NULL, 0);
+    assert_int_equal(s->progress_timeout_ms, 3000);
+    assert_int_equal(s->restart.on_hung, 0);
+    assert_int_equal(s->restart.on_nonzero_exit, 1);
+    br_spec_destroy(&s);
+
+    /* hung may be listed with or without progress (then it never happens) */
+    s = parse_ok("name: a\ncommand: x\nrestart: {on: [hung, node_lost]}\n", NULL, 0);
+    assert_int_equal(s->restart.on_hung, 1);
+    assert_int_equal(s->progress_timeout_ms, 0);
+    br_spec_destroy(&s);
+
+    /* without progress: no hung in the defaults, progress null */
+    s = parse_ok("name: a\ncommand: x\n", NULL, 0);
+    assert_int_equal(s->restart.on_hung, 0);
+    j = br_spec_to_json(s);
+    assert_true(json_is_null(json_object_get(j, "progress")));
+    json_decref(j);
+    br_spec_destroy(&s);
+
+    /* --set reaches it, and the least timeout passes */
+    const char *sets[] = {"progress.timeout=1s"};
+    s = parse_ok("name: a\ncommand: x\n", sets, 1);
+    assert_int_equal(s->progress_timeout_ms, 1000);
+    assert_int_equal(s->restart.on_hung, 1);
+    br_spec_destroy(&s);
+}
+
 /* A command longer than one execve argument may be is refused at parse time, naming
  * the limit; one just within it passes. */
 static void test_command_length(void **state)
@@ -961,6 +1047,7 @@ int main(void)
         cmocka_unit_test(test_long_values),
         cmocka_unit_test(test_too_many_entries),
         cmocka_unit_test(test_zero_time_limit),
+        cmocka_unit_test(test_progress),
         cmocka_unit_test(test_long_key),
         cmocka_unit_test(test_command_length),
         cmocka_unit_test(test_error_utf8),
