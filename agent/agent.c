@@ -1043,12 +1043,14 @@ static void on_run(br_agent_t *a, br_msg_t *m)
     const char *unix_user = NULL; /* the local account the admin mapped the owner to */
     br_err_t err = {0};
     const char *fault = "";
+    const char *node_address = NULL;
     if (br_msg_unpack(m, &err,
-                      "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?I, s?s, s?o, s?o, s?o, s?o}",
+                      "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?I, s?s, s?o, s?o, s?o, s?o, s?s}",
                       "job", &job, "attempt", &attempt, "name", &name, "rank", &rank,
                       "command", &command, "workdir", &workdir, "env", &env, "owner_id",
                       &owner_id, "unix_user", &unix_user, "checkpoint", &ckpt, "tasks",
-                      &tasks, "service", &service, "progress", &progress) < 0 ||
+                      &tasks, "service", &service, "progress", &progress, "node_address",
+                      &node_address) < 0 ||
         !json_is_object(env) || (tasks && !json_is_array(tasks)) ||
         (service && !json_is_object(service)) ||
         (progress && !json_is_integer(json_object_get(progress, "timeout")))) {
@@ -1077,6 +1079,16 @@ static void on_run(br_agent_t *a, br_msg_t *m)
         json_object_set_new(env, "BRAMBLE_AGENT_SOCK",
                             json_string(br_localsock_address(a->local)));
         json_object_set_new(env, "BRAMBLE_AGENT_ID", json_string(a->agent_id));
+        /* gloo and NCCL talk over the interface that holds the node's address, not
+         * whatever the host name resolves to (often 127.0.1.1), unless the spec
+         * says otherwise */
+        char ifname[64];
+        if (node_address && br_inventory_iface_of(node_address, ifname, sizeof(ifname)) == 0)
+            for (int k = 0; k < 2; k++) {
+                const char *var = k ? "NCCL_SOCKET_IFNAME" : "GLOO_SOCKET_IFNAME";
+                if (!json_object_get(env, var))
+                    json_object_set_new(env, var, json_string(ifname));
+            }
         /* what the keeper knows this run's jobs by */
         json_object_set_new(env, KEEPER_ENV, json_string(br_keeper_run_id(a->keeper)));
         /* rank 0 chooses the gang's rendezvous port; the coordinator hands it to

@@ -2,6 +2,9 @@
 #include "inventory.h"
 
 #include <errno.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <sched.h>
@@ -118,4 +121,35 @@ json_t *br_inventory_collect(br_err_t *err)
     if (!inv)
         return br_errp(err, ENOMEM, "out of memory collecting the inventory");
     return inv;
+}
+
+int br_inventory_iface_of(const char *address, char *name, size_t len)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_flags = AI_NUMERICHOST}, *ai = NULL;
+    if (!address || !*address || getaddrinfo(address, NULL, &hints, &ai) != 0)
+        return -1;
+    struct ifaddrs *list = NULL;
+    int rc = -1;
+    if (getifaddrs(&list) == 0) {
+        for (struct ifaddrs *i = list; i && rc < 0; i = i->ifa_next) {
+            const struct sockaddr *sa = i->ifa_addr;
+            if (!sa || sa->sa_family != ai->ai_family)
+                continue;
+            int same = sa->sa_family == AF_INET
+                           ? ((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr ==
+                                 ((const struct sockaddr_in *)(const void *)ai->ai_addr)
+                                     ->sin_addr.s_addr
+                           : memcmp(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
+                                    &((const struct sockaddr_in6 *)(const void *)ai->ai_addr)
+                                         ->sin6_addr,
+                                    sizeof(struct in6_addr)) == 0;
+            if (same && strlen(i->ifa_name) < len) {
+                memcpy(name, i->ifa_name, strlen(i->ifa_name) + 1);
+                rc = 0;
+            }
+        }
+        freeifaddrs(list);
+    }
+    freeaddrinfo(ai);
+    return rc;
 }

@@ -12,4 +12,9 @@
  * New reference, or NULL with err. */
 json_t *br_inventory_collect(br_err_t *err);
 
+/* The name of the network interface that holds address (a numeric IPv4 or IPv6
+ * address; a host name is not looked up, so nothing here waits on DNS) into name;
+ * 0, or -1 when no interface of this host holds it. */
+int br_inventory_iface_of(const char *address, char *name, size_t len);
+
 #endif

@@ -208,15 +208,22 @@ static json_t *job_env(br_coord_t *c, br_job_t *job, int r)
     return env;
 }
 
-/* The processes rank r's node starts, with their own variables: one per node (rank
- * r, nothing more), or with tasks_per_node > 1 one per task as srun does: RANK,
- * LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and the task's own share of the GPUs. */
+/* The processes rank r's node starts, with their own variables: one per node, as
+ * RANK r of WORLD_SIZE nodes (LOCAL_RANK 0, LOCAL_WORLD_SIZE 1), so a plain
+ * init_process_group("env://") works without torchrun, which sets its own for its
+ * workers; or with tasks_per_node > 1 one per task as srun does: RANK, LOCAL_RANK,
+ * WORLD_SIZE, LOCAL_WORLD_SIZE and the task's own share of the GPUs. */
 static json_t *rank_tasks(const br_job_t *job, int r)
 {
     int per = br_job_tasks_per_node(job->spec);
     json_t *tasks = json_array();
     if (per <= 1) {
-        json_array_append_new(tasks, json_pack("{s:i, s:{}}", "rank", r, "env"));
+        char rank[16], world[16];
+        snprintf(rank, sizeof(rank), "%d", r);
+        snprintf(world, sizeof(world), "%d", job->nranks);
+        json_array_append_new(tasks, json_pack("{s:i, s:{s:s, s:s, s:s, s:s}}", "rank", r,
+                                               "env", "RANK", rank, "LOCAL_RANK", "0",
+                                               "WORLD_SIZE", world, "LOCAL_WORLD_SIZE", "1"));
         return tasks;
     }
     json_t *g = json_object_get(job->ranks[r].share, "gpus");
@@ -270,6 +277,9 @@ static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
                                    NULL) == 0 && unix_user[0])
             json_object_set_new(body, "unix_user", json_string(unix_user));
     }
+    const char *addr = json_string_value(json_object_get(n->info, "address"));
+    if (addr && *addr) /* its agent names the interface that holds it (GLOO_SOCKET_IFNAME) */
+        json_object_set_new(body, "node_address", json_string(addr));
     if (json_is_object(ckpt) && r == 0) /* rank 0's checkpoints are the gang's */
         json_object_set_new(body, "checkpoint", br_ckptdir_section(spec, job->id));
     json_t *progress = json_object_get(spec, "progress");

@@ -38,7 +38,8 @@ GPUS2 = "RTX 4090:24GiB,RTX 3090:24GiB"
 ENV_KEYS = ("NNODES", "NODE_RANK", "NPROC_PER_NODE", "BRAMBLE_NODELIST", "MASTER_ADDR",
             "MASTER_PORT", "BRAMBLE_NODE_NAME", "BRAMBLE_JOB_ID", "BRAMBLE_ATTEMPT",
             "BRAMBLE_TASK", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-            "CUDA_VISIBLE_DEVICES", "BRAMBLE_RESUME_FROM")
+            "CUDA_VISIBLE_DEVICES", "BRAMBLE_RESUME_FROM", "GLOO_SOCKET_IFNAME",
+            "NCCL_SOCKET_IFNAME")
 
 
 # ---------------------------------------------------------------------------
@@ -206,13 +207,17 @@ def test_gang_env_and_master_addr_across_namespaces(make_lan, make_cluster, tmp_
     for r, e in env.items():
         assert e["NODE_RANK"] == str(r), (r, e)
         assert e["NPROC_PER_NODE"] == "1", e
-        assert e["RANK"] is None and e["WORLD_SIZE"] is None, \
-            f"RANK/WORLD_SIZE set with tasks_per_node 1: {e}"
+        # one process per node: it is RANK r of NNODES, for init_process_group("env://")
+        assert (e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) == \
+            (str(r), str(n), "0", "1"), e
         # the node list, in rank order, is the job's nodes; rank r runs on nodes[r]
         assert e["BRAMBLE_NODELIST"] == ",".join(nodes), (e["BRAMBLE_NODELIST"], nodes)
         assert e["BRAMBLE_NODE_NAME"] == nodes[r], (r, e["BRAMBLE_NODE_NAME"], nodes)
         # and really in the namespace its node name says
         role = role_of[e["BRAMBLE_NODE_NAME"]]
+        # gloo and NCCL on the interface that holds the node's address, in its netns
+        ifname = f"bgn{lan.tag}{lan.roles.index(role) + 1}"
+        assert e["GLOO_SOCKET_IFNAME"] == ifname and e["NCCL_SOCKET_IFNAME"] == ifname, e
         assert e["netns"] == lan.ns_inode(role), \
             (f"rank {r} ({e['BRAMBLE_NODE_NAME']}) ran in netns inode {e['netns']}, "
              f"not in {lan.ns[role]} ({lan.ns_inode(role)})")

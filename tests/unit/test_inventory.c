@@ -56,9 +56,26 @@ static void test_collect(void **state)
     json_decref(inv);
 }
 
+/* The interface that holds an address: loopback's for 127.0.0.1; none for an
+ * address this host does not have, a host name (never looked up) or a buffer too
+ * small. */
+static void test_iface_of(void **state)
+{
+    (void)state;
+    char name[64];
+    assert_int_equal(br_inventory_iface_of("127.0.0.1", name, sizeof(name)), 0);
+    assert_string_equal(name, "lo");
+    assert_int_equal(br_inventory_iface_of("203.0.113.77", name, sizeof(name)), -1);
+    assert_int_equal(br_inventory_iface_of("localhost", name, sizeof(name)), -1);
+    assert_int_equal(br_inventory_iface_of("", name, sizeof(name)), -1);
+    assert_int_equal(br_inventory_iface_of(NULL, name, sizeof(name)), -1);
+    assert_int_equal(br_inventory_iface_of("127.0.0.1", name, 2), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_iface_of),
         cmocka_unit_test(test_collect),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
