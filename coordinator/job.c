@@ -143,6 +143,7 @@ br_job_t *br_job_from_row(const json_t *row, br_err_t *err)
     int s = br_job_state_parse(state);
     json_t *spec = json_object_get(row, "spec");
     job->id = int_or(row, "id", 0);
+    job->held.rank = -1;
     if (s < 0 || job->id <= 0 || !json_is_object(spec)) {
         const char *what = s < 0 ? "a known state" : job->id <= 0 ? "an id" : "a spec";
         free(job);

@@ -89,6 +89,15 @@ typedef struct br_job {
     char *shape;        /* its resources as canonical JSON text: jobs alike to place */
     br_after_t *after;  /* the jobs it waits for (deps.c keeps their state) */
     int nafter;
+    /* a gang rank's failure held until every other rank's node has spoken since
+     * (jobs.c): it may be a peer's death the coordinator does not know yet; in
+     * memory only */
+    struct {
+        int rank;         /* -1: none held */
+        int exit_code, signal;
+        int64_t at_mono;  /* when it came */
+        char why[300];
+    } held;
     /* jobtab.h's links */
     struct br_job *id_next;
     struct br_job *prev, *next;

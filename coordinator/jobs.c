@@ -45,8 +45,10 @@ void br_job_post(br_coord_t *c, br_job_t *job, br_job_state_t state, const char 
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
-    if (!br_job_state_live(state) && br_job_state_live(job->state))
+    if (!br_job_state_live(state) && br_job_state_live(job->state)) {
         release_ranks(c, job, state == BR_JOB_PENDING);
+        job->held.rank = -1; /* the attempt is over, however it ended */
+    }
     if (br_job_state_ended(state) && !br_job_state_ended(job->state))
         job->ended = br_now_ms();
     job->state = state;
@@ -543,6 +545,30 @@ static void end_attempt(br_coord_t *c, br_job_t *job, br_node_t *n, const char *
     }
 }
 
+/* A held rank failure (job.h) ends the attempt as the rank's own failure once
+ * every other rank's node not done was heard from after it came, or once
+ * node_timeout passed (a node that stays silent is lost before that, and its
+ * loss ends the attempt as node_lost instead). */
+static void settle_held(br_coord_t *c, br_job_t *job)
+{
+    if (job->held.rank < 0 || !br_job_state_live(job->state))
+        return;
+    int64_t now = br_mono_ms();
+    int waiting = 0;
+    for (int k = 0; k < job->nranks; k++) {
+        br_node_t *m = rank_node(c, job, k);
+        if (k != job->held.rank && job->ranks[k].state != BR_RANK_DONE && m &&
+            m->last_seen_mono <= job->held.at_mono)
+            waiting = 1;
+    }
+    if (waiting && now - job->held.at_mono < c->cfg.node_timeout_ms)
+        return;
+    int r = job->held.rank;
+    job->held.rank = -1;
+    end_attempt(c, job, rank_node(c, job, r), "nonzero_exit", job->held.exit_code,
+                job->held.signal, job->held.why, 0);
+}
+
 void br_jobs_exited(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int exit_code,
                     int signal, const char *reason)
 {
@@ -561,8 +587,21 @@ void br_jobs_exited(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int ex
     else
         snprintf(why, sizeof(why), "exit code %d", exit_code);
     if (exit_code != 0 || signal >= 0 || (reason && *reason)) {
-        end_attempt(c, job, n, "nonzero_exit", exit_code, signal, why, 0);
-        return;
+        if (job->nranks > 1 && job->held.rank < 0) {
+            /* a gang's rank that fails may fail because a peer's node just died
+             * (gloo errors out at once): the verdict waits until every other
+             * rank's node has spoken since, or is lost (then node_lost applies) */
+            job->held.rank = r;
+            job->held.exit_code = exit_code;
+            job->held.signal = signal;
+            job->held.at_mono = br_mono_ms();
+            br_strlcpy(job->held.why, why, sizeof(job->held.why));
+            settle_held(c, job);
+            return;
+        }
+        if (job->held.rank < 0)
+            end_attempt(c, job, n, "nonzero_exit", exit_code, signal, why, 0);
+        return; /* (a second rank's failure while one is held: the first speaks) */
     }
     /* this rank is done and frees its node; the job when every rank is */
     br_node_hold(n, job->ranks[r].share, -1);
@@ -753,11 +792,29 @@ static void on_node_unhealthy(br_coord_t *c, br_hook_arg_t *a, void *ctx)
     free(list);
 }
 
+/* A node spoke: the held failures of the gangs it is in may be settled now. */
+static void on_heard(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)ctx;
+    size_t count;
+    br_job_t **list = jobs_on(c, a->node->name, &count);
+    for (size_t i = 0; i < count; i++)
+        if (list[i]->held.rank >= 0)
+            settle_held(c, list[i]);
+    free(list);
+}
+
 static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
 {
     (void)a;
     (void)ctx;
     br_jobs_check_limits(c);
+    br_job_t *job, *next;
+    for (job = br_jobtab_first(c->jobs); job; job = next) {
+        next = job->next;
+        if (job->held.rank >= 0)
+            settle_held(c, job);
+    }
 }
 
 int br_jobs_init(br_coord_t *c)
@@ -765,6 +822,7 @@ int br_jobs_init(br_coord_t *c)
     return br_hooks_add(c->hooks, BR_HOOK_NODE_LOST, on_node_lost, NULL) < 0 ||
                    br_hooks_add(c->hooks, BR_HOOK_NODE_UNHEALTHY, on_node_unhealthy,
                                 NULL) < 0 ||
+                   br_hooks_add(c->hooks, BR_HOOK_NODE_HEARD, on_heard, NULL) < 0 ||
                    br_hooks_add(c->hooks, BR_HOOK_TICK, on_tick, NULL) < 0
                ? -1
                : 0;
@@ -799,6 +857,8 @@ void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full)
         if (lost > 0) /* output its agent could not ship */
             br_store_log_lost_set(c->store, job->id, job->attempt, n->name, lost, NULL);
         br_rank_state_t rs = job->ranks[r].state;
+        if (job->held.rank == r)
+            continue; /* its failure is held: its verdict comes (settle_held) */
         if (t) { /* it runs: a start report lost on the way counts as made now */
             if (rs == BR_RANK_PLACED)
                 rank_started(c, job, r, (int)json_integer_value(json_object_get(t, "port")));

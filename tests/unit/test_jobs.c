@@ -248,6 +248,10 @@ static void test_gang_port_and_failure_stops_all(void **state)
     assert_state(c, id, "running");
     drop_orders(c);
     br_jobs_exited(c, id, 1, r1, 1, -1, "");
+    assert_state(c, id, "running"); /* held until r0's node speaks (it may be dying) */
+    r0->last_seen_mono = br_mono_ms() + 1;
+    br_hook_arg_t heard = {.node = r0};
+    br_hooks_run(c, c->hooks, BR_HOOK_NODE_HEARD, &heard);
     assert_state(c, id, "failed");
     assert_int_equal(orders(c, "job.kill", r0), 1); /* the other rank is stopped */
     assert_int_equal(orders(c, "job.kill", r1), 0); /* (its own is gone already) */
@@ -577,6 +581,50 @@ static void test_unhealthy_node_stops_its_gangs(void **state)
     assert_state(c, gang, "starting");
 }
 
+/* A gang rank's failure waits for the verdict on its peers' nodes: a peer that
+ * is then lost makes it a node loss (restarted under node_lost); peers that speak
+ * make it the rank's own failure. */
+static void test_gang_failure_waits_for_a_silent_peer(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->c;
+    c->cfg.node_timeout_ms = 60000;
+    const char *spec = "{\"command\": \"g\", \"resources\": {\"cpus\": 1, \"nodes\": 2},"
+                       " \"restart\": {\"on\": [\"node_lost\"], \"max\": 3}}";
+    int64_t id = submit(c, spec);
+    br_sched_run(c);
+    br_job_t *g = br_jobtab_find(c->jobs, id);
+    br_jobs_started(c, id, 1, w->a, 29500);
+    br_jobs_started(c, id, 1, w->b, 0);
+    /* b's host dies; a's rank crashes at once with a gloo error */
+    br_jobs_exited(c, id, 1, w->a, 1, -1, "");
+    assert_state(c, id, "running"); /* held: b has not spoken since */
+    json_t *none = json_array();
+    br_jobs_reconcile(c, w->a, none, 0); /* a's heartbeat without the task: held still */
+    assert_state(c, id, "running");
+    br_hook_arg_t lost = {.node = w->b, .reason = "node b lost (silent for 5.0s)"};
+    br_hooks_run(c, c->hooks, BR_HOOK_NODE_LOST, &lost);
+    assert_state(c, id, "pending"); /* the node's loss, not a's exit: restarted */
+    assert_int_equal(g->attempt, 2);
+    assert_int_equal(g->held.rank, -1);
+    assert_event(c, id, "(node_lost)");
+
+    /* attempt 2: a rank fails while its peer is alive: its own failure, once the
+     * peer has spoken */
+    br_sched_run(c);
+    br_jobs_started(c, id, 2, w->a, 29500);
+    br_jobs_started(c, id, 2, w->b, 0);
+    br_jobs_exited(c, id, 2, w->b, 3, -1, "");
+    assert_state(c, id, "running");
+    w->a->last_seen_mono = br_mono_ms() + 1; /* a's next heartbeat */
+    br_hook_arg_t heard = {.node = w->a};
+    br_hooks_run(c, c->hooks, BR_HOOK_NODE_HEARD, &heard);
+    assert_state(c, id, "failed"); /* nonzero_exit is not in restart.on */
+    assert_event(c, id, "exit code 3");
+    json_decref(none);
+    br_jobtab_sweep(c->jobs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -593,6 +641,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_waits_on_other_jobs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unhealthy_node_stops_its_gangs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gang_failure_waits_for_a_silent_peer, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
