@@ -34,6 +34,9 @@ typedef enum {
     BR_HOOK_NODE_HEARD,    /* node's heartbeat arrived */
     BR_HOOK_CHANGED,       /* what nodes hold or what waits changed: place again */
     BR_HOOK_TICK,          /* once a second, after the wake's messages */
+    BR_HOOK_RESUMING,      /* job.run for rank 0 of job's attempt is about to go to
+                            * node: a hook may hold it (hold) until it has brought
+                            * the checkpoint there, then call br_jobs_release */
     BR_HOOKS
 } br_hook_point_t;
 
@@ -50,6 +53,8 @@ typedef struct {
      * it again as attempt N in S s" in its event) */
     int restart;
     int64_t delay_ms;
+    int hold; /* RESUMING: a hook holds the order back (the first that sets it is
+               * the last to run) */
     char text[700];
 } br_hook_arg_t;
 

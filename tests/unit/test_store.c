@@ -347,7 +347,7 @@ static void test_refuse_newer_schema(void **state)
     br_store_destroy(&s);
     sql_exec(path, "PRAGMA user_version = 99;");
     assert_int_equal(sql_int(path, "PRAGMA user_version"), 99);
-    assert_refused(path, "store schema 99 is newer than this brambled (7)");
+    assert_refused(path, "store schema 99 is newer than this brambled (8)");
 }
 
 static void test_rollback_discards(void **state)
