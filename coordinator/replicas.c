@@ -541,10 +541,14 @@ static void restore_ended(br_coord_t *c, br_replicas_t *r, json_t *pull, const c
         br_format_size((uint64_t)deduped, same, sizeof(same));
         br_format_size((uint64_t)(secs > 0.001 ? (double)received / secs : (double)received),
                        rate, sizeof(rate));
+        int own = strcmp(holder, tname) == 0;
         br_coord_event(c, id, tname, st,
                        "checkpoint %s (step %lld, %.16s) restored and verified on %s from "
-                       "%s: %s received (%s already there) in %.1f s, %s/s",
-                       path, (long long)step, hash, tname, holder, got, same, secs, rate);
+                       "%s%s: %s received (%s already there) in %.1f s, %s/s",
+                       path, (long long)step, hash, tname, own ? "its own replica" : holder,
+                       json_is_true(json_object_get(pull, "store")) || own ? ""
+                                                                          : " (the writer)",
+                       got, same, secs, rate);
         const char *newest = json_string_value(json_object_get(e, "newest"));
         if (newest && strcmp(newest, hash) != 0) { /* an older one: this attempt only */
             free(job->resume_from);
