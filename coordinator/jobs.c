@@ -580,7 +580,13 @@ void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
                       const char *reason)
 {
     br_job_t *job = current_job(c, id, attempt, n);
-    if (job)
+    if (!job)
+        return;
+    br_hook_arg_t a = {.job = job, .node = n, .cause = "not_here", .reason = reason};
+    br_hooks_run(c, c->hooks, BR_HOOK_RESUMING, &a); /* a copy may be brought there */
+    if (a.hold)
+        forget_run(c, job, 0); /* br_jobs_release sends it again */
+    else
         end_attempt(c, job, n, "not_here", -1, -1, reason, 1);
 }
 

@@ -202,17 +202,6 @@ static int node_serves(const br_node_t *n)
            json_integer_value(json_object_get(n->info, "replica_port")) > 0;
 }
 
-static const char *state_of(br_coord_t *c, int64_t id, char *buf, size_t len)
-{
-    br_job_t *j = br_jobtab_find(c->jobs, id);
-    if (j)
-        return br_job_state_name(j->state);
-    json_t *row = br_store_job_get(c->store, id, NULL);
-    snprintf(buf, len, "%s", row ? json_string_value(json_object_get(row, "state")) : "-");
-    json_decref(row);
-    return buf;
-}
-
 /* The job's spec (new reference), from memory or the store. */
 static json_t *spec_of(br_coord_t *c, int64_t id, int64_t *owner_id)
 {
@@ -315,6 +304,29 @@ static void on_checkpoint(br_coord_t *c, br_hook_arg_t *a, void *ctx)
             .mbps = 0, /* the netmap measures round trips only */
             .rtt_ms = rtt >= 0 ? rtt : -1};
     }
+    /* a checkpoint reported again (the agent resends until it hears back): the
+     * nodes that hold it or pull it already count */
+    json_t *reps = br_store_replica_list(c->store, job->id, NULL);
+    for (int i = 0; i < nc; i++) {
+        char grant[160];
+        br_replicas_grant_id(job->id, hash, cand[i].node, grant, sizeof(grant));
+        int has = json_object_get(r->pulls, grant) != NULL;
+        size_t j;
+        json_t *rp;
+        json_array_foreach(reps, j, rp) has |=
+            strcmp(json_string_value(json_object_get(rp, "hash")), hash) == 0 &&
+            strcmp(json_string_value(json_object_get(rp, "node")), cand[i].node) == 0;
+        if (has) {
+            cand[i].ready = 0;
+            want--;
+        }
+    }
+    json_decref(reps);
+    if (want <= 0) {
+        free(cand);
+        free(of);
+        return;
+    }
     int out[BR_REPLICAS_MAX];
     int64_t bytes = json_integer_value(json_object_get(a->manifest, "bytes"));
     int k = cand && of ? br_replicas_pick(cand, nc, a->node->name, bytes, want, out) : 0;
@@ -333,7 +345,7 @@ static void on_checkpoint(br_coord_t *c, br_hook_arg_t *a, void *ctx)
             used = sizeof(names) - 1;
     }
     if (k > 0)
-        br_coord_event(c, job->id, a->node->name, br_job_state_name(job->state),
+        br_coord_event(c, job->id, a->node->name, "replica",
                        "checkpoint %s (step %lld) is being copied to %s", a->reason,
                        (long long)step, names);
     else {
@@ -343,7 +355,7 @@ static void on_checkpoint(br_coord_t *c, br_hook_arg_t *a, void *ctx)
                  "checkpoints now (none ready that serves, has room and takes replicas)",
                  want);
         if (br_store_event_seen(c->store, job->id, why, NULL) == 0)
-            br_coord_event(c, job->id, a->node->name, br_job_state_name(job->state), "%s",
+            br_coord_event(c, job->id, a->node->name, "replica", "%s",
                            why);
     }
     json_decref(section);
@@ -369,8 +381,7 @@ static void prune(br_coord_t *c, int64_t job, int keep)
             br_coord_send_node(c, n, "ckpt.drop",
                                json_pack("{s:I, s:s}", "job", (json_int_t)job, "hash", hash));
         br_store_replica_del(c->store, job, hash, node, NULL);
-        char st[32];
-        br_coord_event(c, job, node, state_of(c, job, st, sizeof(st)),
+        br_coord_event(c, job, node, "replica",
                        "replica of checkpoint %s (step %lld) dropped from %s: "
                        "checkpoint.keep is %d",
                        json_string_value(json_object_get(row, "path")),
@@ -387,10 +398,10 @@ static void restore_key(char *buf, size_t len, int64_t job, int attempt)
 
 /* Order the next restore for job's attempt on target: the newest checkpoint that
  * has a copy not yet tried on a node that serves (target's own first, then the
- * nearest), else an older one. e: the restore's record (new on the first call).
- * 1 when a pull was ordered; 0 when nothing is left to try. */
+ * nearest), else (unless only_newest) an older one. e: the restore's record
+ * (new on the first call). 1 when a pull was ordered; 0 when nothing is left. */
 static int next_restore(br_coord_t *c, br_replicas_t *r, br_job_t *job, br_node_t *target,
-                        json_t *e)
+                        json_t *e, int only_newest)
 {
     json_t *ckpts = br_store_checkpoint_list(c->store, job->id, NULL);
     json_t *reps = br_store_replica_list(c->store, job->id, NULL);
@@ -433,6 +444,8 @@ static int next_restore(br_coord_t *c, br_replicas_t *r, br_job_t *job, br_node_
                 best_store = rp != NULL;
             }
         }
+        if (!best && only_newest)
+            break;
         if (!best)
             continue;
         json_t *m = br_store_checkpoint_manifest(c->store, job->id, hash, NULL);
@@ -451,13 +464,13 @@ static int next_restore(br_coord_t *c, br_replicas_t *r, br_job_t *job, br_node_
         json_object_set_new(e, "pull", json_string(key));
         const char *why = json_string_value(json_object_get(e, "why"));
         if (newest && strcmp(newest, hash) != 0)
-            br_coord_event(c, job->id, target->name, br_job_state_name(job->state),
+            br_coord_event(c, job->id, target->name, "restore",
                            "no good copy of the newest checkpoint%s%s; attempt %d falls back "
                            "to %s (step %lld): restoring it on %s from %s",
                            why ? ": " : "", why ? why : "", job->attempt, path,
                            (long long)step, target->name, best->name);
         else
-            br_coord_event(c, job->id, target->name, br_job_state_name(job->state),
+            br_coord_event(c, job->id, target->name, "restore",
                            "attempt %d waits for checkpoint %s (step %lld): restoring it on "
                            "%s from %s",
                            job->attempt, path, (long long)step, target->name,
@@ -472,41 +485,49 @@ static int next_restore(br_coord_t *c, br_replicas_t *r, br_job_t *job, br_node_
 }
 
 /* job.run for rank 0 of a resuming attempt is about to go: hold it while the
- * checkpoint is restored on the node, unless the node wrote it itself or no
- * replica of the job's checkpoints exists (the agent then checks what it sees,
- * as without replicas). */
+ * newest checkpoint is restored on the node from a copy, unless the node wrote
+ * it itself or no node that serves holds a copy of it (the agent then checks
+ * what it sees, as without replicas: a shared file system). When the agent says
+ * it cannot see it (cause "not_here"), an older checkpoint that has a copy is
+ * restored instead, once per attempt. */
 static void on_resuming(br_coord_t *c, br_hook_arg_t *a, void *ctx)
 {
     br_replicas_t *r = ctx;
     br_job_t *job = a->job;
-    char key[64];
+    int not_here = a->cause && strcmp(a->cause, "not_here") == 0;
+    char key[64], nh[80];
     restore_key(key, sizeof(key), job->id, job->attempt);
+    snprintf(nh, sizeof(nh), "%s.not_here", key);
     json_t *e = json_object_get(r->restores, key);
-    if (e) {
+    if (e && !not_here) {
         if (*json_string_value(json_object_get(e, "pull")))
             a->hold = 1; /* under way (a heartbeat's reconcile asks again) */
         else
             json_object_del(r->restores, key); /* done: let it go */
         return;
     }
+    if (not_here && json_object_get(r->restores, nh))
+        return; /* restored once already, and still not seen: the core decides */
     json_t *latest = br_store_checkpoint_latest(c->store, job->id, NULL);
     const char *writer = json_string_value(json_object_get(latest, "node"));
     const char *hash =
         json_string_value(json_object_get(json_object_get(latest, "manifest"), "hash"));
-    json_t *reps = hash && writer && strcmp(writer, a->node->name) != 0
-                       ? br_store_replica_list(c->store, job->id, NULL)
-                       : NULL;
-    if (json_array_size(reps) > 0) {
+    if (hash && writer && (not_here || strcmp(writer, a->node->name) != 0)) {
         e = json_pack("{s:I, s:i, s:s, s:s, s:[], s:s}", "job", (json_int_t)job->id,
                       "attempt", job->attempt, "target", a->node->name, "pull", "", "tried",
                       "newest", hash);
-        if (e && next_restore(c, r, job, a->node, e)) {
+        if (e && not_here)
+            json_object_set_new(e, "why", json_string(a->reason ? a->reason : "not visible"));
+        if (e && next_restore(c, r, job, a->node, e, !not_here)) {
             json_object_set(r->restores, key, e);
+            if (not_here)
+                json_object_set_new(r->restores, nh,
+                                    json_pack("{s:I, s:s}", "job", (json_int_t)job->id,
+                                              "pull", ""));
             a->hold = 1;
         }
         json_decref(e);
     }
-    json_decref(reps);
     json_decref(latest);
 }
 
@@ -533,7 +554,6 @@ static void restore_ended(br_coord_t *c, br_replicas_t *r, json_t *pull, const c
             json_object_del(r->restores, key);
         return;
     }
-    const char *st = br_job_state_name(job->state);
     if (!error) {
         double secs = (double)(br_mono_ms() - json_integer_value(json_object_get(pull, "at"))) / 1000.0;
         char got[32], same[32], rate[32];
@@ -542,7 +562,7 @@ static void restore_ended(br_coord_t *c, br_replicas_t *r, json_t *pull, const c
         br_format_size((uint64_t)(secs > 0.001 ? (double)received / secs : (double)received),
                        rate, sizeof(rate));
         int own = strcmp(holder, tname) == 0;
-        br_coord_event(c, id, tname, st,
+        br_coord_event(c, id, tname, "restore",
                        "checkpoint %s (step %lld, %.16s) restored and verified on %s from "
                        "%s%s: %s received (%s already there) in %.1f s, %s/s",
                        path, (long long)step, hash, tname, own ? "its own replica" : holder,
@@ -563,7 +583,7 @@ static void restore_ended(br_coord_t *c, br_replicas_t *r, json_t *pull, const c
     char why[600];
     snprintf(why, sizeof(why), "the copy on %s: %s", holder, error);
     json_object_set_new(e, "why", json_string(why));
-    br_coord_event(c, id, tname, st, "restore of checkpoint %s (step %lld) on %s from %s failed: %s",
+    br_coord_event(c, id, tname, "restore", "restore of checkpoint %s (step %lld) on %s from %s failed: %s",
                    path, (long long)step, tname, holder, error);
     if (errnum == EBADMSG && json_is_true(json_object_get(pull, "store"))) {
         /* that replica is bad: forget it */
@@ -574,9 +594,9 @@ static void restore_ended(br_coord_t *c, br_replicas_t *r, json_t *pull, const c
         br_store_replica_del(c->store, id, hash, holder, NULL);
     }
     br_node_t *target = br_nodes_find(c->nodes, tname);
-    if (target && next_restore(c, r, job, target, e))
+    if (target && next_restore(c, r, job, target, e, 0))
         return;
-    br_coord_event(c, id, tname, st,
+    br_coord_event(c, id, tname, "restore",
                    "no good copy of any checkpoint of job %lld could be restored on %s; "
                    "attempt %d starts there if the agent sees the newest checkpoint",
                    (long long)id, tname, job->attempt);
@@ -613,12 +633,10 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_incref(pull);
     json_object_del(r->pulls, key);
     const char *holder = json_string_value(json_object_get(pull, "holder"));
-    char stbuf[32];
-    const char *state = state_of(c, job, stbuf, sizeof(stbuf));
     if (restore) {
         restore_ended(c, r, pull, error, errnum, received, deduped);
     } else if (error) {
-        br_coord_event(c, job, who->name, state,
+        br_coord_event(c, job, who->name, "replica",
                        "replica of checkpoint %s (step %lld) failed on %s: %s", path,
                        (long long)step, who->name, error);
     } else {
@@ -628,7 +646,7 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                              json_integer_value(json_object_get(pull, "step")),
                              json_string_value(json_object_get(pull, "path")),
                              received + deduped, br_now_ms(), NULL);
-        br_coord_event(c, job, who->name, state,
+        br_coord_event(c, job, who->name, "replica",
                        "checkpoint %s (step %lld, %.16s) replicated on %s from %s: %s sent, "
                        "%s already there, in %.1f s",
                        path, (long long)step, hash, who->name, holder,
