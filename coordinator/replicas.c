@@ -468,7 +468,8 @@ static int next_restore(br_coord_t *c, br_replicas_t *r, br_job_t *job, br_node_
                            "no good copy of the newest checkpoint%s%s; attempt %d falls back "
                            "to %s (step %lld): restoring it on %s from %s",
                            why ? ": " : "", why ? why : "", job->attempt, path,
-                           (long long)step, target->name, best->name);
+                           (long long)step, target->name,
+                           best == target ? "its own replica" : best->name);
         else
             br_coord_event(c, job->id, target->name, "restore",
                            "attempt %d waits for checkpoint %s (step %lld): restoring it on "

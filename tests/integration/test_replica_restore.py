@@ -125,3 +125,78 @@ def test_job_resumes_on_another_node_from_replicated_checkpoint(make_cluster, tm
         if ref.poll() is None:
             ref.kill()
             ref.wait()
+
+
+def test_corrupt_replica_falls_back_to_previous_checkpoint(make_cluster, tmp_path):
+    """A flipped byte in the survivor's replica of the newest checkpoint: the
+    restore refuses it, and the job resumes from the checkpoint before, with
+    events that name the bad file; it still ends with the exact result."""
+    steps, every, step_time = 60, 5, 0.1
+    args = ["--steps", str(steps), "--every", str(every), "--step-time", str(step_time)]
+    script = REPO / "examples" / "train_checkpoint.py"
+    ref_env = {k: v for k, v in os.environ.items() if not k.startswith("BRAMBLE_")}
+    ref_env["BRAMBLE_CHECKPOINT_DIR"] = str(tmp_path / "ref-ckpt")
+    ref = subprocess.Popen([PYTHON, str(script)] + args, env=ref_env, cwd=REPO,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        c = make_cluster(heartbeat=HB, node_timeout=NT)
+        names = node_names(2)
+        ckpt = tmp_path / "ckpt"
+        ckpt.mkdir()
+        tok = c.token(uses=2)
+        for n in names:
+            (tmp_path / f"disk-{n}").mkdir()
+            c.start_agent(n, token=tok, extra=["--probe-port", "0", "--replica-port", "0"],
+                          wrap=private_disk(tmp_path / f"disk-{n}", ckpt))
+        c.wait_ready(*names)
+        jid = c.cli_json("submit", REPO / "examples" / "train-checkpoint.yaml",
+                         "--set", f"workdir={REPO}", "--set", f"checkpoint.dir={ckpt}",
+                         "--set", f"command={PYTHON} examples/train_checkpoint.py " +
+                         " ".join(args))["id"]
+        j = c.wait_job(jid, "running")
+        victim = j["nodes"][0]
+        survivor = other(names, victim)
+        wait_for(lambda: (steps_of(c.job(jid), 1) or [0])[-1] >= 3 * every, 60,
+                 "attempt 1 to report three checkpoints")
+        wait_for(lambda: time.monotonic() - c.coordinator_started > 2 * NT_S + 0.5,
+                 what="the coordinator's start-up grace to pass")
+        for pid in c.task_procs(task_tag(victim, jid, 1)):
+            os.kill(pid, signal.SIGSTOP)
+        newest = newest_complete(tmp_path / f"disk-{victim}")
+        wait_for(lambda: steps_of(c.job(jid), 1)[-1] == newest,
+                 what=f"the agent to report checkpoint-{newest}")
+        wait_for(lambda: survivor in copies_of(c.job(jid), newest) and
+                 survivor in copies_of(c.job(jid), newest - every),
+                 what=f"checkpoints {newest - every} and {newest} copied to {survivor}")
+
+        # flip one byte of the newest replica's state.json (same size)
+        store = c.agent_dir(survivor) / "replicas" / str(jid)
+        (bad,) = list(store.glob(f"*/checkpoint-{newest}/state.json"))
+        data = bytearray(bad.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        bad.write_bytes(bytes(data))
+
+        c.kill_node(victim)
+        j = wait_attempt_running(c, jid, 2, timeout=DEADLINE)
+        what = events_text(j)
+        assert j["nodes"] == [survivor], what
+        failed = [e for e in j["events"] if "failed" in (e["reason"] or "") and
+                  f"checkpoint-{newest}" in (e["reason"] or "")]
+        assert failed and "state.json" in failed[0]["reason"], what
+        fell = [e for e in j["events"] if "falls back" in (e["reason"] or "")]
+        assert fell and f"checkpoint-{newest - every}" in fell[0]["reason"], what
+        print(failed[0]["reason"], "\n", fell[0]["reason"])
+        log = c.wait_logs(jid, "attempt 2 on")
+        assert f"attempt 2 on {survivor}: resumed from step {newest - every} " in log, log
+
+        j = c.wait_job(jid, timeout=120)
+        assert (j["state"], j["attempt"], j["exit_code"]) == ("completed", 2, 0), brief(j)
+        finals = [ln for ln in c.wait_logs(jid, "final ").splitlines()
+                  if ln.startswith("final ")]
+        ref_out, _ = ref.communicate(timeout=120)
+        ref_finals = [ln for ln in ref_out.splitlines() if ln.startswith("final ")]
+        assert len(ref_finals) == 1 and finals == ref_finals, (finals, ref_finals)
+    finally:
+        if ref.poll() is None:
+            ref.kill()
+            ref.wait()
