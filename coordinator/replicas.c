@@ -154,6 +154,7 @@ struct br_replicas {
      * "target", "pull" (its key in pulls, "" when released), "tried": ["HASH16
      * NODE"...], "why": what failed last, "newest": the newest checkpoint's hash} */
     json_t *restores;
+    int64_t fetch_delay_ms; /* FETCH_DELAY_MS */
 };
 
 br_replicas_t *br_replicas_new(void)
@@ -163,6 +164,7 @@ br_replicas_t *br_replicas_new(void)
         return NULL;
     r->pulls = json_object();
     r->restores = json_object();
+    r->fetch_delay_ms = FETCH_DELAY_MS;
     if (!r->pulls || !r->restores)
         br_replicas_destroy(&r);
     return r;
@@ -177,6 +179,11 @@ void br_replicas_destroy(br_replicas_t **rp)
     json_decref(r->restores);
     free(r);
     *rp = NULL;
+}
+
+void br_replicas_set_fetch_delay(br_replicas_t *r, int64_t ms)
+{
+    r->fetch_delay_ms = ms;
 }
 
 int br_replicas_wanted(const json_t *spec, int cluster_nodes)
@@ -247,7 +254,7 @@ static void order_pull(br_coord_t *c, br_replicas_t *r, const br_replica_ckpt_t 
         br_coord_send_node(c, target, "ckpt.fetch", fetch);
     } else { /* the grant must be there when the puller knocks */
         json_object_set_new(e, "fetch", fetch);
-        json_object_set_new(e, "fetch_at", json_integer(now + FETCH_DELAY_MS));
+        json_object_set_new(e, "fetch_at", json_integer(now + r->fetch_delay_ms));
     }
     json_object_set_new(r->pulls, key, e);
 }
