@@ -155,7 +155,12 @@ struct br_replicas {
      * NODE"...], "why": what failed last, "newest": the newest checkpoint's hash} */
     json_t *restores;
     int64_t fetch_delay_ms; /* FETCH_DELAY_MS */
+    /* measured by the pulls themselves: "HOLDER>PULLER" -> MB/s of the last pull
+     * of at least RATE_MIN_BYTES (the netmap measures round trips only) */
+    json_t *rates;
 };
+
+#define RATE_MIN_BYTES (4 << 20) /* smaller pulls say little about bandwidth */
 
 br_replicas_t *br_replicas_new(void)
 {
@@ -164,8 +169,9 @@ br_replicas_t *br_replicas_new(void)
         return NULL;
     r->pulls = json_object();
     r->restores = json_object();
+    r->rates = json_object();
     r->fetch_delay_ms = FETCH_DELAY_MS;
-    if (!r->pulls || !r->restores)
+    if (!r->pulls || !r->restores || !r->rates)
         br_replicas_destroy(&r);
     return r;
 }
@@ -177,6 +183,7 @@ void br_replicas_destroy(br_replicas_t **rp)
         return;
     json_decref(r->pulls);
     json_decref(r->restores);
+    json_decref(r->rates);
     free(r);
     *rp = NULL;
 }
@@ -277,6 +284,24 @@ static void ckpt_of(br_coord_t *c, br_replica_ckpt_t *k, int64_t job, const json
                              .unix_user = user[0] ? user : NULL};
 }
 
+static double rate_of(br_replicas_t *r, const char *from, const char *to)
+{
+    char k[140];
+    snprintf(k, sizeof(k), "%s>%s", from, to);
+    return json_real_value(json_object_get(r->rates, k));
+}
+
+/* A pull of bytes from holder to puller took secs: remember the rate. */
+static void measured(br_replicas_t *r, const char *holder, const char *puller, int64_t bytes,
+                     double secs)
+{
+    if (bytes < RATE_MIN_BYTES || secs <= 0 || json_object_size(r->rates) > 65536)
+        return;
+    char k[140];
+    snprintf(k, sizeof(k), "%s>%s", holder, puller);
+    json_object_set_new(r->rates, k, json_real((double)bytes / 1e6 / secs));
+}
+
 /* A counted checkpoint: have checkpoint.replicas other nodes pull it. */
 static void on_checkpoint(br_coord_t *c, br_hook_arg_t *a, void *ctx)
 {
@@ -308,7 +333,7 @@ static void on_checkpoint(br_coord_t *c, br_hook_arg_t *a, void *ctx)
             .quota = json_is_integer(q) ? json_integer_value(q) : -1,
             .used = json_integer_value(json_object_get(rep, "used")),
             .free = json_is_integer(f) ? json_integer_value(f) : -1,
-            .mbps = 0, /* the netmap measures round trips only */
+            .mbps = rate_of(r, a->node->name, n->name),
             .rtt_ms = rtt >= 0 ? rtt : -1};
     }
     /* a checkpoint reported again (the agent resends until it hears back): the
@@ -569,6 +594,7 @@ static void restore_ended(br_coord_t *c, br_replicas_t *r, json_t *pull, const c
         br_format_size((uint64_t)deduped, same, sizeof(same));
         br_format_size((uint64_t)(secs > 0.001 ? (double)received / secs : (double)received),
                        rate, sizeof(rate));
+        measured(r, holder, tname, received, secs);
         int own = strcmp(holder, tname) == 0;
         br_coord_event(c, id, tname, "restore",
                        "checkpoint %s (step %lld, %.16s) restored and verified on %s from "
@@ -650,6 +676,7 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     } else {
         double secs = (double)(br_mono_ms() - json_integer_value(json_object_get(pull, "at"))) / 1000.0;
         char sent[32], same[32];
+        measured(r, holder, who->name, received, secs);
         br_store_replica_add(c->store, job, hash, who->name,
                              json_integer_value(json_object_get(pull, "step")),
                              json_string_value(json_object_get(pull, "path")),
@@ -687,6 +714,7 @@ static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
         if (fetch && now >= json_integer_value(json_object_get(e, "fetch_at")) && target) {
             br_coord_send_node(c, target, "ckpt.fetch", json_incref(fetch));
             json_object_del(e, "fetch");
+            json_object_set_new(e, "at", json_integer(now)); /* the pull's time from here */
         }
         int64_t age = now - json_integer_value(json_object_get(e, "at"));
         int gone = !holder || strcmp(holder->state, "lost") == 0 || !target ||
