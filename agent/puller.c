@@ -30,7 +30,9 @@ struct br_puller {
     pthread_cond_t cv;
     int stop, ntodo;
     job_t *todo, *done; /* FIFO lists (appended at the tail) */
-    atomic_int cancel;
+    atomic_int cancel; /* the pull in progress stops (destroy, or preempted) */
+    int running;       /* a pull is in progress: 1 a replica's, 2 a restore's */
+    int preempted;     /* it was stopped for a restore: it waits again */
     br_pull_stats_t st;
 };
 
@@ -76,10 +78,26 @@ static void *run(void *arg)
             break;
         job_t *j = take_first(&pl->todo);
         pl->ntodo--;
+        pl->running = j->r.urgent ? 2 : 1;
+        pl->preempted = 0;
+        atomic_store(&pl->cancel, 0);
         pthread_mutex_unlock(&pl->mu);
         br_pull_stats_t st = {0};
         j->result = br_pull_run(pl->ctx, &j->r, &pl->cancel, &st, &j->err);
         pthread_mutex_lock(&pl->mu);
+        pl->running = 0;
+        if (!j->result && pl->preempted && !pl->stop) {
+            /* a restore came (a job waits for it): this replica's pull waits again,
+             * first of the others, and picks up from the bytes it has */
+            job_t **at = &pl->todo;
+            while (*at && (*at)->r.urgent)
+                at = &(*at)->next;
+            j->next = *at;
+            *at = j;
+            pl->ntodo++;
+            j->err = (br_err_t){0};
+            continue;
+        }
         pl->st.bytes_received += st.bytes_received;
         pl->st.bytes_deduped += st.bytes_deduped;
         pl->st.files_fetched += st.files_fetched;
@@ -199,6 +217,10 @@ int br_puller_submit(br_puller_t *pl, const br_pull_req_t *r, br_err_t *err)
         j->next = *at;
         *at = j;
         pl->ntodo++;
+        if (pl->running == 1) { /* a replica's pull must not hold a job up */
+            pl->preempted = 1;
+            atomic_store(&pl->cancel, 1);
+        }
         pthread_cond_signal(&pl->cv);
     } else if (!full) {
         append(&pl->todo, j);

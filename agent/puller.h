@@ -1,7 +1,8 @@
 /* puller.h - pulls (pull.h) run one at a time, oldest first (a restore ahead of
  * replicas), on a thread of their own with their own ZeroMQ context, so the
  * agent's loop never waits for one: it polls br_puller_fd and takes what is
- * finished. */
+ * finished. A restore stops a replica's pull in progress (which may be stuck on
+ * a holder that died), and that pull waits again, first of the replicas. */
 #ifndef BRAMBLE_PULLER_H
 #define BRAMBLE_PULLER_H
 

@@ -1,6 +1,8 @@
 /* cmd_checkpoint.c - bramble checkpoint PATH --step N: run inside a job, tells the
  * node's agent (through $BRAMBLE_AGENT_SOCK) that PATH is a complete checkpoint of
- * this attempt. No credential: the agent knows the caller by its process. */
+ * this attempt. No credential: the agent knows the caller by its process.
+ * bramble checkpoint list JOB: a job's counted checkpoints and where their copies
+ * are (job.show's "checkpoints"). */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -11,8 +13,74 @@
 #include "cli.h"
 #include "jobsock.h"
 
+/* Where a checkpoint's copies are: "NODE (wrote it), NODE, ...". */
+static void copies_text(const json_t *cp, char *buf, size_t len)
+{
+    size_t i, used = 0;
+    json_t *c;
+    buf[0] = 0;
+    json_array_foreach(json_object_get(cp, "copies"), i, c) {
+        int n = snprintf(buf + used, len - used, "%s%s%s", used ? ", " : "",
+                         json_string_value(json_object_get(c, "node")),
+                         json_is_true(json_object_get(c, "writer")) ? " (wrote it)" : "");
+        if (n < 0 || (size_t)n >= len - used)
+            break;
+        used += (size_t)n;
+    }
+    if (!buf[0])
+        snprintf(buf, len, "-");
+}
+
+static int checkpoint_list(cli_t *cli, int argc, char **argv)
+{
+    static const char *names[] = {"job ID"};
+    const char *arg;
+    int json = 0;
+    long id;
+    if (cli_args(cli, argc, argv, &json, 1, names, &arg) != 0 ||
+        cli_parse_long(cli, "job ID", arg, 1, LONG_MAX, &id) != 0)
+        return CLI_USAGE;
+    json_t *r = cli_call(cli, "job.show", json_pack("{s:I}", "id", (json_int_t)id));
+    if (!r)
+        return CLI_FAIL;
+    json_t *cps = json_object_get(json_object_get(r, "job"), "checkpoints");
+    if (json) {
+        cli_print_json(cps ? cps : json_array());
+        json_decref(r);
+        return CLI_OK;
+    }
+    static const char *head[] = {"STEP", "SIZE", "HASH", "VERIFIED", "COPIES", "PATH"};
+    cli_table_t *t = cli_table_new(6, head);
+    size_t i;
+    json_t *cp;
+    json_array_foreach(cps, i, cp) {
+        char step[32], size[32], hash[16] = "-", copies[1024], path[1024];
+        const json_t *m = json_object_get(cp, "manifest");
+        const char *h = json_string_value(json_object_get(m, "hash"));
+        if (h)
+            snprintf(hash, sizeof(hash), "%.12s", h);
+        cli_fmt_value(json_object_get(cp, "step"), step, sizeof(step));
+        cli_fmt_size(json_object_get(cp, "size"), size, sizeof(size));
+        cli_fmt_value(json_object_get(cp, "path"), path, sizeof(path));
+        copies_text(cp, copies, sizeof(copies));
+        /* a manifest: the agent hashed every file, and each copy was checked
+         * against it; none: nothing can be verified (no copies are made) */
+        const char *cells[] = {step, size, hash, h ? "yes" : "no", copies, path};
+        cli_table_add(t, cells);
+    }
+    if (t)
+        cli_table_print(t, stdout);
+    cli_table_destroy(&t);
+    if (json_array_size(cps) == 0)
+        printf("job %ld has no counted checkpoints\n", id);
+    json_decref(r);
+    return CLI_OK;
+}
+
 static int checkpoint_report(cli_t *cli, int argc, char **argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "list") == 0) /* (a path named list: ./list) */
+        return checkpoint_list(cli, argc - 1, argv + 1);
     static const struct option opts[] = {{"step", required_argument, NULL, 's'},
                                          {"json", no_argument, NULL, 'j'},
                                          {NULL, 0, NULL, 0}};
@@ -56,14 +124,17 @@ static int checkpoint_report(cli_t *cli, int argc, char **argv)
 }
 
 const cli_cmd_t cli_checkpoint_cmds[] = {
-    {NULL, "checkpoint", checkpoint_report, "PATH --step N [--json]",
-     "inside a job: report PATH as a complete checkpoint of this attempt",
+    {NULL, "checkpoint", checkpoint_report, "PATH --step N [--json] | list JOB [--json]",
+     "inside a job: report PATH as a complete checkpoint; list: a job's checkpoints",
      "For jobs whose checkpoints the agent cannot recognise by itself (see\n"
      "docs/checkpoints.md). Talks to this node's agent through $BRAMBLE_AGENT_SOCK;\n"
      "needs no credential. A restarted attempt gets the newest reported checkpoint\n"
      "as BRAMBLE_RESUME_FROM and its step as BRAMBLE_RESUME_STEP.\n"
+     "\n'bramble checkpoint list JOB' shows a job's counted checkpoints: step, size,\n"
+     "manifest hash, whether it can be verified, and the nodes that hold a verified\n"
+     "copy (the writer, and replicas: docs/checkpoints.md).\n"
      "\nOptions:\n"
      "  --step N   the training step the checkpoint holds (required)\n"
-     "  --json     print the agent's answer\n"},
+     "  --json     print the agent's answer (list: the checkpoints as JSON)\n"},
     {0},
 };

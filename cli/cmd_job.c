@@ -427,7 +427,17 @@ static void checkpoint_row(cli_table_t *t, const json_t *cp)
         snprintf(hash, sizeof(hash), "%.12s", h);
     }
     cli_fmt_value(json_object_get(cp, "path"), path, sizeof(path));
-    const char *cells[] = {step, attempt, when, files, hash, path};
+    char copies[512] = "", *at = copies;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(cp, "copies"), i, c) { /* where it is held */
+        int n = snprintf(at, sizeof(copies) - (size_t)(at - copies), "%s%s",
+                         at > copies ? "," : "", json_string_value(json_object_get(c, "node")));
+        if (n < 0 || (size_t)n >= sizeof(copies) - (size_t)(at - copies))
+            break;
+        at += n;
+    }
+    const char *cells[] = {step, attempt, when, files, hash, copies[0] ? copies : "-", path};
     cli_table_add(t, cells);
 }
 
@@ -454,9 +464,9 @@ static void print_section(const char *title, const json_t *items, int ncols,
 
 static void print_checkpoints(const json_t *cps)
 {
-    static const char *head[] = {"  STEP", "ATTEMPT",  "TIME",
-                                 "FILES",  "MANIFEST", "PATH"};
-    print_section("checkpoints", cps, 6, head, checkpoint_row);
+    static const char *head[] = {"  STEP", "ATTEMPT",  "TIME", "FILES",
+                                 "MANIFEST", "COPIES", "PATH"};
+    print_section("checkpoints", cps, 7, head, checkpoint_row);
 }
 
 static void replica_row(cli_table_t *t, const json_t *r)

@@ -14,6 +14,7 @@
 #include "nodelife.h"
 #include "scheduler.h"
 #include "plan.h"
+#include "replicas.h"
 #include "services.h"
 #include "spec.h"
 #include "token.h"
@@ -535,6 +536,7 @@ void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                                                          br_time_json(json_object_get(e, "time")));
     json_object_set_new(p, "events", events ? events : json_array());
     json_t *cps = br_store_checkpoint_list(c->store, id, NULL);
+    br_replicas_annotate(c, id, cps); /* where their copies are */
     size_t k;
     json_t *cp;
     json_array_foreach(cps, k, cp) {

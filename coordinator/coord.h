@@ -56,6 +56,7 @@ typedef struct br_coord {
     br_hooks_t *hooks;      /* what the modules hear of the core (hooks.h) */
     struct br_sched *sched; /* the scheduler's own state (scheduler.h) */
     struct br_services *services; /* the services' own state (services.h) */
+    struct br_replicas *replicas; /* pulls of checkpoints in flight (replicas.h) */
     int64_t ticked;         /* monotonic ms of the last BR_HOOK_TICK */
     json_t *runs_sent;      /* "job.attempt.rank" keys of job.run orders this process sent */
     br_netmap_t *netmap;    /* round trips between nodes, from their heartbeats */

@@ -50,7 +50,8 @@ void br_hooks_run(struct br_coord *c, br_hooks_t *h, br_hook_point_t point, br_h
         return;
     for (int i = 0; i < h->count[point]; i++) {
         h->at[point][i].fn(c, arg, h->at[point][i].ctx);
-        if (point == BR_HOOK_ATTEMPT_ENDED && arg->restart)
+        if ((point == BR_HOOK_ATTEMPT_ENDED && arg->restart) ||
+            (point == BR_HOOK_RESUMING && arg->hold))
             break; /* taken over */
     }
 }

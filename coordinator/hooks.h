@@ -35,6 +35,11 @@ typedef enum {
     BR_HOOK_NODE_HEARD,    /* node's heartbeat arrived */
     BR_HOOK_CHANGED,       /* what nodes hold or what waits changed: place again */
     BR_HOOK_TICK,          /* once a second, after the wake's messages */
+    BR_HOOK_RESUMING,      /* job.run for rank 0 of job's attempt is about to go to
+                            * node, or (cause "not_here") node refused it, as it
+                            * cannot see the checkpoint (reason): a hook may hold
+                            * it (hold) until it has brought a checkpoint there,
+                            * then call br_jobs_release */
     BR_HOOKS
 } br_hook_point_t;
 
@@ -42,7 +47,7 @@ typedef struct {
     br_job_t *job;      /* ATTEMPT_ENDED, TASK_REPORTED, JOB_LEFT */
     br_node_t *node;    /* the node concerned (may be NULL) */
     const char *cause;  /* ATTEMPT_ENDED: NULL, "nonzero_exit", "node_lost", "not_here",
-                         * "hung" */
+                         * "hung"; RESUMING: NULL, or "not_here" */
     const char *reason; /* ATTEMPT_ENDED, NODE_LOST: in words */
     json_t *task;       /* TASK_REPORTED: the agent's task object (borrowed) */
     int64_t step;       /* CHECKPOINT: its step */
@@ -52,6 +57,8 @@ typedef struct {
      * it again as attempt N in S s" in its event) */
     int restart;
     int64_t delay_ms;
+    int hold; /* RESUMING: a hook holds the order back (the first that sets it is
+               * the last to run) */
     char text[700];
 } br_hook_arg_t;
 

@@ -197,6 +197,7 @@ void br_job_destroy(br_job_t **jp)
         free(job->exclude[i]);
     free(job->exclude);
     free(job->placement);
+    free(job->resume_from);
     free(job->reason);
     free(job->owner);
     free(job->name);

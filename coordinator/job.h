@@ -83,6 +83,11 @@ typedef struct br_job {
     int64_t service;     /* a replica's service job id; 0: not a replica */
     int replica;         /* its number */
     int replicas;        /* a service job's replica count; -1: not a service job */
+    /* in memory only: attempt resume_attempt resumes from this older checkpoint,
+     * the newest having no good copy (replicas.c); NULL: the newest */
+    char *resume_from;
+    int64_t resume_step;
+    int resume_attempt;
     /* from the spec, read once */
     int priority;
     int64_t time_limit; /* ms; 0: none */

@@ -197,8 +197,12 @@ static json_t *job_env(br_coord_t *c, br_job_t *job, int r)
     set_env(env, "BRAMBLE_CHECKPOINT_DIR", "%s",
             ckpt ? json_string_value(json_object_get(ckpt, "dir")) : "");
     json_decref(ckpt); /* (the expanded copy) */
-    /* the newest complete checkpoint of a current attempt (only those are stored) */
-    json_t *latest = br_store_checkpoint_latest(c->store, job->id, NULL);
+    /* the newest complete checkpoint of a current attempt (only those are stored),
+     * unless none of its copies was good and this attempt resumes from an older one */
+    json_t *latest = job->resume_attempt == job->attempt && job->resume_from
+                         ? json_pack("{s:s, s:I}", "path", job->resume_from, "step",
+                                     (json_int_t)job->resume_step)
+                         : br_store_checkpoint_latest(c->store, job->id, NULL);
     const char *from = json_string_value(json_object_get(latest, "path"));
     set_env(env, "BRAMBLE_RESUME_FROM", "%s", from ? from : "");
     if (from)
@@ -260,6 +264,12 @@ static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
     json_t *ckpt = json_object_get(spec, "checkpoint");
     if (!n)
         return;
+    if (r == 0 && job->attempt > 1) { /* a module may first bring the checkpoint there */
+        br_hook_arg_t a = {.job = job, .node = n};
+        br_hooks_run(c, c->hooks, BR_HOOK_RESUMING, &a);
+        if (a.hold)
+            return; /* br_jobs_release sends it */
+    }
     json_t *env = job_env(c, job, r);
     const char *from = json_string_value(json_object_get(env, "BRAMBLE_RESUME_FROM"));
     if (announce && r == 0 && from && *from)
@@ -630,8 +640,22 @@ void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
                       const char *reason)
 {
     br_job_t *job = current_job(c, id, attempt, n);
-    if (job)
+    if (!job)
+        return;
+    br_hook_arg_t a = {.job = job, .node = n, .cause = "not_here", .reason = reason};
+    br_hooks_run(c, c->hooks, BR_HOOK_RESUMING, &a); /* a copy may be brought there */
+    if (a.hold)
+        forget_run(c, job, 0); /* br_jobs_release sends it again */
+    else
         end_attempt(c, job, n, "not_here", -1, -1, reason, 1);
+}
+
+void br_jobs_release(br_coord_t *c, int64_t id, int attempt)
+{
+    br_job_t *job = br_jobtab_find(c->jobs, id);
+    if (job && job->attempt == attempt && job->state == BR_JOB_STARTING && job->nranks > 0 &&
+        job->ranks[0].state == BR_RANK_PLACED && !run_sent(c, job, 0))
+        send_run(c, job, 0, 1);
 }
 
 void br_jobs_node_full(br_coord_t *c, int64_t id, int attempt, br_node_t *n,

@@ -68,6 +68,11 @@ void br_jobs_hung(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int exit
 void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
                       const char *reason);
 
+/* Send rank 0's job.run for this attempt that a BR_HOOK_RESUMING hook held back
+ * (replicas.c, once the checkpoint is restored on its node); no-op when the
+ * attempt is no longer current and starting, or the order went already. */
+void br_jobs_release(br_coord_t *c, int64_t id, int attempt);
+
 /* The node was too busy to start this attempt (it runs BR_NODE_MAX_ATTEMPTS): the
  * job goes back to pending with no restart counted and no node excluded, and
  * waits a second before it is placed again. */

@@ -7,6 +7,10 @@
 #include <string.h>
 
 #include "api.h"
+#include "ckptdir.h"
+#include "hooks.h"
+#include "jobs.h"
+#include "jobtab.h"
 #include "util.h"
 
 void br_replicas_hello(br_node_t *n, int port)
@@ -135,8 +139,507 @@ json_t *br_replicas_fetch_order(const br_replica_ckpt_t *k, const char *grant,
     return o;
 }
 
-/* ckpt.stored: a node says how a pull it was ordered went. Recorded as an event of
- * the job; job life does not act on it yet. */
+/* --- the module ----------------------------------------------------------------- */
+
+#define FETCH_DELAY_MS 1000           /* a grant reaches its holder before the pull */
+#define RESTORE_SILENT_MS (10 * 60000) /* a restore with no word for this long failed */
+
+struct br_replicas {
+    /* pulls ordered and not yet reported, by grant ("r/" + grant for restores):
+     * {"job", "hash", "step", "path", "holder", "target", "store": bool (the
+     * holder serves its replica), "at": mono ms, "fetch"?: the order held back
+     * until "fetch_at"} */
+    json_t *pulls;
+    /* attempts waiting for a restore, by "JOB.ATTEMPT": {"job", "attempt",
+     * "target", "pull" (its key in pulls, "" when released), "tried": ["HASH16
+     * NODE"...], "why": what failed last, "newest": the newest checkpoint's hash} */
+    json_t *restores;
+    int64_t fetch_delay_ms; /* FETCH_DELAY_MS */
+    /* measured by the pulls themselves: "HOLDER>PULLER" -> MB/s of the last pull
+     * of at least RATE_MIN_BYTES (the netmap measures round trips only) */
+    json_t *rates;
+};
+
+#define RATE_MIN_BYTES (4 << 20) /* smaller pulls say little about bandwidth */
+
+br_replicas_t *br_replicas_new(void)
+{
+    br_replicas_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    r->pulls = json_object();
+    r->restores = json_object();
+    r->rates = json_object();
+    r->fetch_delay_ms = FETCH_DELAY_MS;
+    if (!r->pulls || !r->restores || !r->rates)
+        br_replicas_destroy(&r);
+    return r;
+}
+
+void br_replicas_destroy(br_replicas_t **rp)
+{
+    br_replicas_t *r = rp ? *rp : NULL;
+    if (!r)
+        return;
+    json_decref(r->pulls);
+    json_decref(r->restores);
+    json_decref(r->rates);
+    free(r);
+    *rp = NULL;
+}
+
+void br_replicas_set_fetch_delay(br_replicas_t *r, int64_t ms)
+{
+    r->fetch_delay_ms = ms;
+}
+
+int br_replicas_wanted(const json_t *spec, int cluster_nodes)
+{
+    json_t *ck = json_object_get(spec, "checkpoint");
+    if (!json_is_object(ck))
+        return 0;
+    json_t *n = json_object_get(ck, "replicas");
+    if (json_is_integer(n))
+        return (int)json_integer_value(n);
+    return cluster_nodes >= 2 ? 1 : 0;
+}
+
+int br_replicas_keep(const json_t *spec)
+{
+    json_t *k = json_object_get(json_object_get(spec, "checkpoint"), "keep");
+    return json_is_integer(k) && json_integer_value(k) > 0 ? (int)json_integer_value(k) : 2;
+}
+
+static int node_serves(const br_node_t *n)
+{
+    return n && strcmp(n->state, "ready") == 0 && n->route_len > 0 &&
+           json_integer_value(json_object_get(n->info, "replica_port")) > 0;
+}
+
+/* The job's spec (new reference), from memory or the store. */
+static json_t *spec_of(br_coord_t *c, int64_t id, int64_t *owner_id)
+{
+    br_job_t *j = br_jobtab_find(c->jobs, id);
+    if (j) {
+        *owner_id = j->owner_id;
+        return json_incref(j->spec);
+    }
+    json_t *row = br_store_job_get(c->store, id, NULL);
+    json_t *spec = json_incref(json_object_get(row, "spec"));
+    *owner_id = json_integer_value(json_object_get(row, "owner_id"));
+    json_decref(row);
+    return spec;
+}
+
+/* Order holder to let target pull k, and target to pull it (restore: into its own
+ * path); remembered under key until ckpt.stored says how it went. */
+static void order_pull(br_coord_t *c, br_replicas_t *r, const br_replica_ckpt_t *k,
+                       const char *hash, br_node_t *holder, int from_store,
+                       br_node_t *target, int restore, char *key, size_t keylen)
+{
+    char grant[160];
+    br_replicas_grant_id(k->job, hash, target->name, grant, sizeof(grant));
+    snprintf(key, keylen, "%s%s", restore ? "r/" : "", grant);
+    json_t *serve = br_replicas_serve_order(k, grant, target->name, target->pubkey,
+                                            BR_REPLICAS_GRANT_TTL_MS, from_store);
+    const char *addr = json_string_value(json_object_get(holder->info, "address"));
+    int port = (int)json_integer_value(json_object_get(holder->info, "replica_port"));
+    json_t *fetch = br_replicas_fetch_order(k, grant, holder->name, addr ? addr : "",
+                                            port, holder->pubkey, restore);
+    if (!serve || !fetch) {
+        json_decref(serve);
+        json_decref(fetch);
+        return;
+    }
+    br_coord_send_node(c, holder, "ckpt.serve", serve);
+    int64_t now = br_mono_ms();
+    json_t *e = json_pack("{s:I, s:s, s:I, s:s, s:s, s:s, s:b, s:I}", "job",
+                          (json_int_t)k->job, "hash", hash, "step", (json_int_t)k->step,
+                          "path", k->path, "holder", holder->name, "target", target->name,
+                          "store", from_store, "at", (json_int_t)now);
+    if (holder == target) { /* the same connection keeps them in order */
+        br_coord_send_node(c, target, "ckpt.fetch", fetch);
+    } else { /* the grant must be there when the puller knocks */
+        json_object_set_new(e, "fetch", fetch);
+        json_object_set_new(e, "fetch_at", json_integer(now + r->fetch_delay_ms));
+    }
+    json_object_set_new(r->pulls, key, e);
+}
+
+/* Fill k for job's checkpoint (path, step, manifest) with its owner's details. */
+static void ckpt_of(br_coord_t *c, br_replica_ckpt_t *k, int64_t job, const json_t *spec,
+                    int64_t owner_id, const char *path, int64_t step,
+                    const json_t *manifest, json_t **section, char *user, size_t ulen)
+{
+    *section = br_ckptdir_section((json_t *)spec, job);
+    user[0] = 0;
+    if (owner_id > 0)
+        br_store_unix_user_get(c->store, owner_id, user, ulen, NULL);
+    *k = (br_replica_ckpt_t){.job = job,
+                             .step = step,
+                             .manifest = manifest,
+                             .path = path,
+                             .dir = json_string_value(json_object_get(*section, "dir")),
+                             .owner_id = owner_id,
+                             .unix_user = user[0] ? user : NULL};
+}
+
+static double rate_of(br_replicas_t *r, const char *from, const char *to)
+{
+    char k[140];
+    snprintf(k, sizeof(k), "%s>%s", from, to);
+    return json_real_value(json_object_get(r->rates, k));
+}
+
+/* A pull of bytes from holder to puller took secs: remember the rate. */
+static void measured(br_replicas_t *r, const char *holder, const char *puller, int64_t bytes,
+                     double secs)
+{
+    if (bytes < RATE_MIN_BYTES || secs <= 0 || json_object_size(r->rates) > 65536)
+        return;
+    char k[140];
+    snprintf(k, sizeof(k), "%s>%s", holder, puller);
+    json_object_set_new(r->rates, k, json_real((double)bytes / 1e6 / secs));
+}
+
+/* A counted checkpoint: have checkpoint.replicas other nodes pull it. */
+static void on_checkpoint(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    br_replicas_t *r = ctx;
+    br_job_t *job = a->job;
+    const char *hash = json_string_value(json_object_get(a->manifest, "hash"));
+    if (!job || !a->node || !hash || !a->reason)
+        return;
+    int count = 0;
+    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)
+        count++;
+    int want = br_replicas_wanted(job->spec, count);
+    if (want <= 0)
+        return;
+    if (want > BR_REPLICAS_MAX)
+        want = BR_REPLICAS_MAX;
+    br_replica_cand_t *cand = calloc((size_t)count + 1, sizeof(*cand));
+    br_node_t **of = calloc((size_t)count + 1, sizeof(*of));
+    int nc = 0;
+    for (br_node_t *n = br_nodes_first(c->nodes); n && cand && of; n = n->next, nc++) {
+        json_t *rep = json_object_get(json_object_get(n->info, "disk"), "replicas");
+        json_t *q = json_object_get(rep, "quota"), *f = json_object_get(rep, "free");
+        double rtt = br_netmap_rtt(c->netmap, a->node->name, n->name);
+        of[nc] = n;
+        cand[nc] = (br_replica_cand_t){
+            .node = n->name,
+            .ready = strcmp(n->state, "ready") == 0 && n->route_len > 0,
+            .port = (int)json_integer_value(json_object_get(n->info, "replica_port")),
+            .quota = json_is_integer(q) ? json_integer_value(q) : -1,
+            .used = json_integer_value(json_object_get(rep, "used")),
+            .free = json_is_integer(f) ? json_integer_value(f) : -1,
+            .mbps = rate_of(r, a->node->name, n->name),
+            .rtt_ms = rtt >= 0 ? rtt : -1};
+    }
+    /* a checkpoint reported again (the agent resends until it hears back): the
+     * nodes that hold it or pull it already count */
+    json_t *reps = br_store_replica_list(c->store, job->id, NULL);
+    for (int i = 0; i < nc; i++) {
+        char grant[160];
+        br_replicas_grant_id(job->id, hash, cand[i].node, grant, sizeof(grant));
+        int has = json_object_get(r->pulls, grant) != NULL;
+        size_t j;
+        json_t *rp;
+        json_array_foreach(reps, j, rp) has |=
+            strcmp(json_string_value(json_object_get(rp, "hash")), hash) == 0 &&
+            strcmp(json_string_value(json_object_get(rp, "node")), cand[i].node) == 0;
+        if (has) {
+            cand[i].ready = 0;
+            want--;
+        }
+    }
+    json_decref(reps);
+    if (want <= 0) {
+        free(cand);
+        free(of);
+        return;
+    }
+    int out[BR_REPLICAS_MAX];
+    int64_t bytes = json_integer_value(json_object_get(a->manifest, "bytes"));
+    int k = cand && of ? br_replicas_pick(cand, nc, a->node->name, bytes, want, out) : 0;
+    int64_t step = a->step;
+    json_t *section = NULL;
+    char user[64], key[200], names[512] = "";
+    br_replica_ckpt_t ck;
+    ckpt_of(c, &ck, job->id, job->spec, job->owner_id, a->reason, step, a->manifest,
+            &section, user, sizeof(user));
+    size_t used = 0;
+    for (int i = 0; i < k; i++) {
+        order_pull(c, r, &ck, hash, a->node, 0, of[out[i]], 0, key, sizeof(key));
+        used += (size_t)snprintf(names + used, used < sizeof(names) ? sizeof(names) - used : 0,
+                                 "%s%s", i ? ", " : "", of[out[i]]->name);
+        if (used >= sizeof(names))
+            used = sizeof(names) - 1;
+    }
+    if (k > 0)
+        br_coord_event(c, job->id, a->node->name, "replica",
+                       "checkpoint %s (step %lld) is being copied to %s", a->reason,
+                       (long long)step, names);
+    else {
+        char why[512];
+        snprintf(why, sizeof(why),
+                 "checkpoint.replicas is %d, but no other node can hold a copy of "
+                 "checkpoints now (none ready that serves, has room and takes replicas)",
+                 want);
+        if (br_store_event_seen(c->store, job->id, why, NULL) == 0)
+            br_coord_event(c, job->id, a->node->name, "replica", "%s",
+                           why);
+    }
+    json_decref(section);
+    free(cand);
+    free(of);
+}
+
+/* Keep only the newest keep checkpoints of job as replicas: drop the others. */
+static void prune(br_coord_t *c, int64_t job, int keep)
+{
+    json_t *list = br_store_replica_list(c->store, job, NULL);
+    json_t *hashes = json_object(), *row;
+    size_t i;
+    json_array_foreach(list, i, row) {
+        const char *hash = json_string_value(json_object_get(row, "hash"));
+        const char *node = json_string_value(json_object_get(row, "node"));
+        if (!json_object_get(hashes, hash))
+            json_object_set_new(hashes, hash, json_integer((json_int_t)json_object_size(hashes)));
+        if (json_integer_value(json_object_get(hashes, hash)) < keep)
+            continue;
+        br_node_t *n = br_nodes_find(c->nodes, node);
+        if (n)
+            br_coord_send_node(c, n, "ckpt.drop",
+                               json_pack("{s:I, s:s}", "job", (json_int_t)job, "hash", hash));
+        br_store_replica_del(c->store, job, hash, node, NULL);
+        br_coord_event(c, job, node, "replica",
+                       "replica of checkpoint %s (step %lld) dropped from %s: "
+                       "checkpoint.keep is %d",
+                       json_string_value(json_object_get(row, "path")),
+                       (long long)json_integer_value(json_object_get(row, "step")), node, keep);
+    }
+    json_decref(hashes);
+    json_decref(list);
+}
+
+static void restore_key(char *buf, size_t len, int64_t job, int attempt)
+{
+    snprintf(buf, len, "%lld.%d", (long long)job, attempt);
+}
+
+/* Order the next restore for job's attempt on target: the newest checkpoint that
+ * has a copy not yet tried on a node that serves (target's own first, then the
+ * nearest), else (unless only_newest) an older one. e: the restore's record
+ * (new on the first call). 1 when a pull was ordered; 0 when nothing is left. */
+static int next_restore(br_coord_t *c, br_replicas_t *r, br_job_t *job, br_node_t *target,
+                        json_t *e, int only_newest)
+{
+    json_t *ckpts = br_store_checkpoint_list(c->store, job->id, NULL);
+    json_t *reps = br_store_replica_list(c->store, job->id, NULL);
+    json_t *tried = json_object_get(e, "tried");
+    const char *newest = json_string_value(json_object_get(e, "newest"));
+    int ordered = 0;
+    for (size_t i = json_array_size(ckpts); i-- > 0 && !ordered;) {
+        json_t *cp = json_array_get(ckpts, i);
+        const char *hash = json_string_value(json_object_get(json_object_get(cp, "manifest"), "hash"));
+        const char *writer = json_string_value(json_object_get(cp, "node"));
+        if (!hash)
+            continue;
+        br_node_t *best = NULL;
+        int best_store = 0;
+        double best_rtt = 1e300;
+        size_t j;
+        json_t *rp;
+        for (j = 0; j <= json_array_size(reps); j++) { /* the replicas, then the writer */
+            rp = j < json_array_size(reps) ? json_array_get(reps, j) : NULL;
+            if (rp && strcmp(json_string_value(json_object_get(rp, "hash")), hash) != 0)
+                continue;
+            const char *name = rp ? json_string_value(json_object_get(rp, "node")) : writer;
+            br_node_t *h = br_nodes_find(c->nodes, name);
+            char t[160];
+            snprintf(t, sizeof(t), "%.16s %s", hash, name);
+            int seen = 0;
+            size_t x;
+            json_t *tv;
+            json_array_foreach(tried, x, tv) seen |= strcmp(json_string_value(tv), t) == 0;
+            if (seen || !node_serves(h))
+                continue;
+            double rtt = h == target ? -1 : br_netmap_rtt(c->netmap, target->name, h->name);
+            if (rtt < 0 && h != target)
+                rtt = 1e9; /* not measured: after the measured ones */
+            if (rp == NULL && best)
+                continue; /* the writer only when no replica serves */
+            if (!best || rtt < best_rtt) {
+                best = h;
+                best_rtt = rtt;
+                best_store = rp != NULL;
+            }
+        }
+        if (!best && only_newest)
+            break;
+        if (!best)
+            continue;
+        json_t *m = br_store_checkpoint_manifest(c->store, job->id, hash, NULL);
+        if (!m)
+            continue;
+        const char *path = json_string_value(json_object_get(cp, "path"));
+        int64_t step = json_integer_value(json_object_get(cp, "step"));
+        json_t *section = NULL;
+        char user[64], key[200], t[160];
+        br_replica_ckpt_t ck;
+        ckpt_of(c, &ck, job->id, job->spec, job->owner_id, path, step, m, &section, user,
+                sizeof(user));
+        order_pull(c, r, &ck, hash, best, best_store, target, 1, key, sizeof(key));
+        snprintf(t, sizeof(t), "%.16s %s", hash, best->name);
+        json_array_append_new(tried, json_string(t));
+        json_object_set_new(e, "pull", json_string(key));
+        const char *why = json_string_value(json_object_get(e, "why"));
+        if (newest && strcmp(newest, hash) != 0)
+            br_coord_event(c, job->id, target->name, "restore",
+                           "no good copy of the newest checkpoint%s%s; attempt %d falls back "
+                           "to %s (step %lld): restoring it on %s from %s",
+                           why ? ": " : "", why ? why : "", job->attempt, path,
+                           (long long)step, target->name,
+                           best == target ? "its own replica" : best->name);
+        else
+            br_coord_event(c, job->id, target->name, "restore",
+                           "attempt %d waits for checkpoint %s (step %lld): restoring it on "
+                           "%s from %s",
+                           job->attempt, path, (long long)step, target->name,
+                           best == target ? "its own replica" : best->name);
+        json_decref(section);
+        json_decref(m);
+        ordered = 1;
+    }
+    json_decref(ckpts);
+    json_decref(reps);
+    return ordered;
+}
+
+/* job.run for rank 0 of a resuming attempt is about to go: hold it while the
+ * newest checkpoint is restored on the node from a copy, unless the node wrote
+ * it itself or no node that serves holds a copy of it (the agent then checks
+ * what it sees, as without replicas: a shared file system). When the agent says
+ * it cannot see it (cause "not_here"), an older checkpoint that has a copy is
+ * restored instead, once per attempt. */
+static void on_resuming(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    br_replicas_t *r = ctx;
+    br_job_t *job = a->job;
+    int not_here = a->cause && strcmp(a->cause, "not_here") == 0;
+    char key[64], nh[80];
+    restore_key(key, sizeof(key), job->id, job->attempt);
+    snprintf(nh, sizeof(nh), "%s.not_here", key);
+    json_t *e = json_object_get(r->restores, key);
+    if (e && !not_here) {
+        if (*json_string_value(json_object_get(e, "pull")))
+            a->hold = 1; /* under way (a heartbeat's reconcile asks again) */
+        else
+            json_object_del(r->restores, key); /* done: let it go */
+        return;
+    }
+    if (not_here && json_object_get(r->restores, nh))
+        return; /* restored once already, and still not seen: the core decides */
+    json_t *latest = br_store_checkpoint_latest(c->store, job->id, NULL);
+    const char *writer = json_string_value(json_object_get(latest, "node"));
+    const char *hash =
+        json_string_value(json_object_get(json_object_get(latest, "manifest"), "hash"));
+    if (hash && writer && (not_here || strcmp(writer, a->node->name) != 0)) {
+        e = json_pack("{s:I, s:i, s:s, s:s, s:[], s:s}", "job", (json_int_t)job->id,
+                      "attempt", job->attempt, "target", a->node->name, "pull", "", "tried",
+                      "newest", hash);
+        if (e && not_here)
+            json_object_set_new(e, "why", json_string(a->reason ? a->reason : "not visible"));
+        if (e && next_restore(c, r, job, a->node, e, !not_here)) {
+            json_object_set(r->restores, key, e);
+            if (not_here)
+                json_object_set_new(r->restores, nh,
+                                    json_pack("{s:I, s:s}", "job", (json_int_t)job->id,
+                                              "pull", ""));
+            a->hold = 1;
+        }
+        json_decref(e);
+    }
+    json_decref(latest);
+}
+
+/* A restore's pull ended (error NULL: verified): start the attempt, or try the
+ * next copy. */
+static void restore_ended(br_coord_t *c, br_replicas_t *r, json_t *pull, const char *error,
+                          int errnum, int64_t received, int64_t deduped)
+{
+    int64_t id = json_integer_value(json_object_get(pull, "job"));
+    const char *hash = json_string_value(json_object_get(pull, "hash"));
+    const char *path = json_string_value(json_object_get(pull, "path"));
+    const char *holder = json_string_value(json_object_get(pull, "holder"));
+    const char *tname = json_string_value(json_object_get(pull, "target"));
+    int64_t step = json_integer_value(json_object_get(pull, "step"));
+    br_job_t *job = br_jobtab_find(c->jobs, id);
+    char key[64];
+    json_t *e = NULL;
+    if (job) {
+        restore_key(key, sizeof(key), id, job->attempt);
+        e = json_object_get(r->restores, key);
+    }
+    if (!e || job->state != BR_JOB_STARTING) { /* the attempt is over: nothing waits */
+        if (e)
+            json_object_del(r->restores, key);
+        return;
+    }
+    if (!error) {
+        double secs = (double)(br_mono_ms() - json_integer_value(json_object_get(pull, "at"))) / 1000.0;
+        char got[32], same[32], rate[32];
+        br_format_size((uint64_t)received, got, sizeof(got));
+        br_format_size((uint64_t)deduped, same, sizeof(same));
+        br_format_size((uint64_t)(secs > 0.001 ? (double)received / secs : (double)received),
+                       rate, sizeof(rate));
+        measured(r, holder, tname, received, secs);
+        int own = strcmp(holder, tname) == 0;
+        br_coord_event(c, id, tname, "restore",
+                       "checkpoint %s (step %lld, %.16s) restored and verified on %s from "
+                       "%s%s: %s received (%s already there) in %.1f s, %s/s",
+                       path, (long long)step, hash, tname, own ? "its own replica" : holder,
+                       json_is_true(json_object_get(pull, "store")) || own ? ""
+                                                                          : " (the writer)",
+                       got, same, secs, rate);
+        const char *newest = json_string_value(json_object_get(e, "newest"));
+        if (newest && strcmp(newest, hash) != 0) { /* an older one: this attempt only */
+            free(job->resume_from);
+            job->resume_from = strdup(path);
+            job->resume_step = step;
+            job->resume_attempt = job->attempt;
+        }
+        json_object_set_new(e, "pull", json_string(""));
+        br_jobs_release(c, id, job->attempt);
+        return;
+    }
+    char why[600];
+    snprintf(why, sizeof(why), "the copy on %s: %s", holder, error);
+    json_object_set_new(e, "why", json_string(why));
+    br_coord_event(c, id, tname, "restore", "restore of checkpoint %s (step %lld) on %s from %s failed: %s",
+                   path, (long long)step, tname, holder, error);
+    if (errnum == EBADMSG && json_is_true(json_object_get(pull, "store"))) {
+        /* that replica is bad: forget it */
+        br_node_t *h = br_nodes_find(c->nodes, holder);
+        if (h)
+            br_coord_send_node(c, h, "ckpt.drop",
+                               json_pack("{s:I, s:s}", "job", (json_int_t)id, "hash", hash));
+        br_store_replica_del(c->store, id, hash, holder, NULL);
+    }
+    br_node_t *target = br_nodes_find(c->nodes, tname);
+    if (target && next_restore(c, r, job, target, e, 0))
+        return;
+    br_coord_event(c, id, tname, "restore",
+                   "no good copy of any checkpoint of job %lld could be restored on %s; "
+                   "attempt %d starts there if the agent sees the newest checkpoint",
+                   (long long)id, tname, job->attempt);
+    json_object_set_new(e, "pull", json_string(""));
+    br_jobs_release(c, id, job->attempt);
+}
+
+/* ckpt.stored: a node says how a pull it was ordered went. Only pulls this
+ * coordinator ordered, to that node, are taken. */
 void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_int_t job, step = -1, received = 0, deduped = 0;
@@ -150,26 +653,141 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_api_fail(c, m, &err);
         return;
     }
-    json_t *j = br_store_job_get(c->store, job, &err);
-    if (!j) {
+    br_replicas_t *r = c->replicas;
+    char grant[160], key[200];
+    br_replicas_grant_id(job, hash, who->name, grant, sizeof(grant));
+    snprintf(key, sizeof(key), "%s%s", restore ? "r/" : "", grant);
+    json_t *pull = r ? json_object_get(r->pulls, key) : NULL;
+    if (!pull || strcmp(json_string_value(json_object_get(pull, "hash")), hash) != 0) {
+        br_errf(&err, EPERM, "no %s of checkpoint %.16s of job %lld to %s was ordered",
+                restore ? "restore" : "replica", hash, (long long)job, who->name);
         br_api_fail(c, m, &err);
         return;
     }
-    const char *state = json_string_value(json_object_get(j, "state"));
-    char sent[32], same[32];
-    if (error)
-        br_coord_event(c, job, who->name, state ? state : "-",
-                       "%s of checkpoint %s (step %lld) failed on %s: %s",
-                       restore ? "restore" : "replica", path, (long long)step,
-                       who->name, error);
-    else
-        br_coord_event(c, job, who->name, state ? state : "-",
-                       "checkpoint %s (step %lld, %.16s) %s on %s: %s sent, %s already "
-                       "there",
-                       path, (long long)step, hash, restore ? "restored" : "replicated",
-                       who->name,
+    json_incref(pull);
+    json_object_del(r->pulls, key);
+    const char *holder = json_string_value(json_object_get(pull, "holder"));
+    if (restore) {
+        restore_ended(c, r, pull, error, errnum, received, deduped);
+    } else if (error) {
+        br_coord_event(c, job, who->name, "replica",
+                       "replica of checkpoint %s (step %lld) failed on %s: %s", path,
+                       (long long)step, who->name, error);
+    } else {
+        double secs = (double)(br_mono_ms() - json_integer_value(json_object_get(pull, "at"))) / 1000.0;
+        char sent[32], same[32];
+        measured(r, holder, who->name, received, secs);
+        br_store_replica_add(c->store, job, hash, who->name,
+                             json_integer_value(json_object_get(pull, "step")),
+                             json_string_value(json_object_get(pull, "path")),
+                             received + deduped, br_now_ms(), NULL);
+        br_coord_event(c, job, who->name, "replica",
+                       "checkpoint %s (step %lld, %.16s) replicated on %s from %s: %s sent, "
+                       "%s already there, in %.1f s",
+                       path, (long long)step, hash, who->name, holder,
                        br_format_size((uint64_t)received, sent, sizeof(sent)),
-                       br_format_size((uint64_t)deduped, same, sizeof(same)));
-    json_decref(j);
+                       br_format_size((uint64_t)deduped, same, sizeof(same)), secs);
+        int64_t owner;
+        json_t *spec = spec_of(c, job, &owner);
+        prune(c, job, br_replicas_keep(spec));
+        json_decref(spec);
+    }
+    json_decref(pull);
     br_api_ok(c, m, json_object());
+}
+
+/* Once a second: held fetches whose grant has had time to arrive go out; a
+ * restore whose holder or target went away, or that has been silent too long,
+ * has failed. */
+static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)a;
+    br_replicas_t *r = ctx;
+    int64_t now = br_mono_ms();
+    const char *key;
+    json_t *e, *tmp;
+    json_t *failed = json_array();
+    json_object_foreach_safe (r->pulls, tmp, key, e) {
+        br_node_t *holder = br_nodes_find(c->nodes, json_string_value(json_object_get(e, "holder")));
+        br_node_t *target = br_nodes_find(c->nodes, json_string_value(json_object_get(e, "target")));
+        json_t *fetch = json_object_get(e, "fetch");
+        if (fetch && now >= json_integer_value(json_object_get(e, "fetch_at")) && target) {
+            br_coord_send_node(c, target, "ckpt.fetch", json_incref(fetch));
+            json_object_del(e, "fetch");
+            json_object_set_new(e, "at", json_integer(now)); /* the pull's time from here */
+        }
+        int64_t age = now - json_integer_value(json_object_get(e, "at"));
+        int gone = !holder || strcmp(holder->state, "lost") == 0 || !target ||
+                   strcmp(target->state, "lost") == 0;
+        int restore = strncmp(key, "r/", 2) == 0;
+        if (gone || age > (restore ? RESTORE_SILENT_MS : BR_REPLICAS_GRANT_TTL_MS)) {
+            if (restore)
+                json_array_append_new(failed, json_pack("{s:O, s:s}", "pull", e, "why",
+                                                        gone ? "a node went away" : "no word"));
+            json_object_del(r->pulls, key);
+        }
+    }
+    size_t i;
+    json_array_foreach(failed, i, e) restore_ended(
+        c, r, json_object_get(e, "pull"), json_string_value(json_object_get(e, "why")),
+        ETIMEDOUT, 0, 0);
+    json_decref(failed);
+}
+
+/* A job left: nothing waits for its restores. Its replicas stay (see
+ * docs/checkpoints.md: removing them after a retention period is to come). */
+static void on_left(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)c;
+    br_replicas_t *r = ctx;
+    const char *key;
+    json_t *e, *tmp;
+    json_object_foreach_safe (r->restores, tmp, key, e)
+        if (json_integer_value(json_object_get(e, "job")) == a->job->id)
+            json_object_del(r->restores, key);
+}
+
+/* The jobs were read again (a rollback undid a wake): orders of that wake never
+ * left, so forget what is in flight; attempts held are asked again. */
+static void on_loaded(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)c;
+    (void)a;
+    br_replicas_t *r = ctx;
+    json_object_clear(r->pulls);
+    json_object_clear(r->restores);
+}
+
+int br_replicas_init(br_coord_t *c)
+{
+    br_replicas_t *r = c->replicas;
+    return br_hooks_add(c->hooks, BR_HOOK_CHECKPOINT, on_checkpoint, r) < 0 ||
+                   br_hooks_add(c->hooks, BR_HOOK_RESUMING, on_resuming, r) < 0 ||
+                   br_hooks_add(c->hooks, BR_HOOK_TICK, on_tick, r) < 0 ||
+                   br_hooks_add(c->hooks, BR_HOOK_JOB_LEFT, on_left, r) < 0 ||
+                   br_hooks_add(c->hooks, BR_HOOK_LOADED, on_loaded, r) < 0
+               ? -1
+               : 0;
+}
+
+void br_replicas_annotate(br_coord_t *c, int64_t job, json_t *checkpoints)
+{
+    json_t *reps = br_store_replica_list(c->store, job, NULL);
+    size_t i, j;
+    json_t *cp, *rp;
+    json_array_foreach(checkpoints, i, cp) {
+        const char *hash =
+            json_string_value(json_object_get(json_object_get(cp, "manifest"), "hash"));
+        json_t *copies = json_array();
+        json_array_append_new(copies, json_pack("{s:O, s:b}", "node",
+                                                json_object_get(cp, "node"), "writer", 1));
+        json_array_foreach(reps, j, rp) {
+            if (hash && strcmp(hash, json_string_value(json_object_get(rp, "hash"))) == 0)
+                json_array_append_new(copies,
+                                      json_pack("{s:O, s:o}", "node", json_object_get(rp, "node"),
+                                                "time", br_time_json(json_object_get(rp, "time"))));
+        }
+        json_object_set_new(cp, "copies", copies);
+    }
+    json_decref(reps);
 }

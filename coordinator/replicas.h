@@ -3,9 +3,17 @@
  * on, in node.hello; its free disk and replica quota, in node.heartbeat; a finished
  * pull, in ckpt.stored), the orders that grant a pull and start it (ckpt.serve to
  * the node that has the files, ckpt.fetch to the one that wants them), and the
- * choice of the nodes that hold a job's replicas. Job life (jobs.c) does not call it
- * yet: the next step sends these orders when a checkpoint is counted, and a
- * restore before an attempt resumes where its checkpoint is not visible. */
+ * choice of the nodes that hold a job's replicas.
+ *
+ * The replicas module (br_replicas_t, registered by br_replicas_init) runs them
+ * from job life's hooks: a counted checkpoint (BR_HOOK_CHECKPOINT) is pulled by
+ * checkpoint.replicas other nodes; a verified pull (ckpt.stored) is recorded in
+ * the store's replicas table and the job's replicas beyond checkpoint.keep are
+ * dropped; and an attempt that resumes on a node other than the writer's
+ * (BR_HOOK_RESUMING) waits until the checkpoint was restored there from the
+ * nearest holder and verified, falling back to an older checkpoint when no copy
+ * of the newest is good. Its pulls in flight live in its own context, not in
+ * the store: a coordinator that restarts orders a restore again. */
 #ifndef BRAMBLE_REPLICAS_H
 #define BRAMBLE_REPLICAS_H
 
@@ -73,5 +81,29 @@ json_t *br_replicas_serve_order(const br_replica_ckpt_t *k, const char *grant,
 json_t *br_replicas_fetch_order(const br_replica_ckpt_t *k, const char *grant,
                                 const char *holder, const char *addr, int port,
                                 const char *key, int restore);
+
+/* --- the module ----------------------------------------------------------------- */
+
+struct br_coord;
+typedef struct br_replicas br_replicas_t;
+
+br_replicas_t *br_replicas_new(void);
+void br_replicas_destroy(br_replicas_t **r);
+/* How long a pull's fetch waits for its grant to reach the holder (1 s; tests
+ * set 0: it goes out at the next tick). */
+void br_replicas_set_fetch_delay(br_replicas_t *r, int64_t ms);
+/* Register the module's hooks on c (c->replicas must be set). 0, or -1. */
+int br_replicas_init(struct br_coord *c);
+
+/* How many replicas job's spec asks for: checkpoint.replicas, or (not given) 1
+ * when the cluster has two or more nodes; 0 without a checkpoint section. */
+int br_replicas_wanted(const json_t *spec, int cluster_nodes);
+/* checkpoint.keep (2 when not given). */
+int br_replicas_keep(const json_t *spec);
+
+/* The job's checkpoints (br_store_checkpoint_list's array, changed in place) each
+ * with "copies": [{"node", "time"}] of the verified replicas (and the writer's
+ * own, as {"node", "writer": true}). */
+void br_replicas_annotate(struct br_coord *c, int64_t job, json_t *checkpoints);
 
 #endif

@@ -21,6 +21,7 @@
 #include "deps.h"
 #include "jobs.h"
 #include "nodelife.h"
+#include "replicas.h"
 #include "scheduler.h"
 #include "services.h"
 #include "sock.h"
@@ -159,7 +160,9 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->nodes = br_nodes_new();
     if (!c->store)
         goto fail;
-    if (c->hooks && br_jobs_init(c) == 0 && br_deps_init(c) == 0) { /* modules hear of the core */
+    c->replicas = br_replicas_new();
+    if (c->hooks && c->replicas && br_jobs_init(c) == 0 && br_deps_init(c) == 0 &&
+        br_replicas_init(c) == 0) { /* modules hear of the core */
         c->services = br_services_new(c);
         c->sched = br_sched_new(c);
     }
@@ -209,6 +212,7 @@ void br_coord_destroy(br_coord_t **cp)
     br_watchers_destroy(&c->watchers);
     br_sched_destroy(&c->sched);
     br_services_destroy(&c->services);
+    br_replicas_destroy(&c->replicas);
     br_hooks_destroy(&c->hooks);
     br_storemark_destroy(&c->mark);
     br_store_destroy(&c->store);

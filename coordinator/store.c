@@ -133,6 +133,12 @@ static const char *const migrations[] = {
     " WHERE json_valid(assign) AND json_type(assign) = 'object'"
     " AND json_type(assign, '$.ranks') IS NULL;"
     "ALTER TABLE jobs DROP COLUMN extra;",
+    /* 8: where copies of a job's checkpoints are held on other nodes (replicas.c):
+     * one row per checkpoint (its manifest hash) and node that verified a pull */
+    "CREATE TABLE replicas (job INTEGER NOT NULL REFERENCES jobs (id),"
+    " hash TEXT NOT NULL, node TEXT NOT NULL, step INTEGER NOT NULL,"
+    " path TEXT NOT NULL, bytes INTEGER NOT NULL, time INTEGER NOT NULL,"
+    " PRIMARY KEY (job, hash, node));",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -210,6 +216,10 @@ enum {
     ST_CKPT_ADD,
     ST_CKPT_LIST,
     ST_CKPT_LATEST,
+    ST_CKPT_MANIFEST,
+    ST_REPL_ADD,
+    ST_REPL_DEL,
+    ST_REPL_LIST,
     ST_COUNT
 };
 
@@ -335,6 +345,16 @@ static const char *const sql_text[ST_COUNT] = {
                      " ORDER BY step, id",
     [ST_CKPT_LATEST] = "SELECT " CKPT_COLS " FROM checkpoints WHERE job = ?1"
                        " ORDER BY step DESC, id DESC LIMIT 1",
+    [ST_CKPT_MANIFEST] = "SELECT manifest FROM checkpoints WHERE job = ?1"
+                         " AND json_extract(manifest, '$.hash') = ?2"
+                         " ORDER BY id DESC LIMIT 1",
+    [ST_REPL_ADD] = "INSERT INTO replicas (job, hash, node, step, path, bytes, time)"
+                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (job, hash, node)"
+                    " DO UPDATE SET time = excluded.time",
+    [ST_REPL_DEL] = "DELETE FROM replicas WHERE job = ?1 AND (?2 IS NULL OR hash = ?2)"
+                    " AND (?3 IS NULL OR node = ?3)",
+    [ST_REPL_LIST] = "SELECT hash, node, step, path, bytes, time FROM replicas"
+                     " WHERE job = ?1 ORDER BY step DESC, hash, node",
 };
 
 struct br_store {
@@ -1921,4 +1941,86 @@ int64_t br_store_size(br_store_t *s, br_err_t *err)
     if (stat(wal, &st) == 0) /* committed pages not yet checkpointed into the file */
         size += (int64_t)st.st_size;
     return size;
+}
+
+/* --- replicas: verified copies of checkpoints on other nodes ------------------ */
+
+int br_store_replica_add(br_store_t *s, int64_t job_id, const char *hash, const char *node,
+                         int64_t step, const char *path, int64_t bytes, int64_t time_ms,
+                         br_err_t *err)
+{
+    if (job_id <= 0 || step < 0 || bytes < 0)
+        return br_errf(err, EINVAL, "replica: bad job, step or size");
+    if (check_text(hash, SHORT_MAX, 0, "replica hash", err) < 0 ||
+        check_text(node, SHORT_MAX, 0, "replica node", err) < 0 ||
+        check_text(path, TEXT_MAX, 0, "replica path", err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_REPL_ADD];
+    int rc = sqlite3_bind_int64(st, 1, job_id) | bind_text(st, 2, hash) |
+             bind_text(st, 3, node) | sqlite3_bind_int64(st, 4, step) |
+             bind_text(st, 5, path) | sqlite3_bind_int64(st, 6, bytes) |
+             sqlite3_bind_int64(st, 7, time_ms);
+    if (rc)
+        return binderr(s, st, "add replica", err);
+    if (run(s, st, "add replica", err) < 0)
+        return errno == ENOENT ? br_errf(err, ENOENT, "no job %lld", (long long)job_id)
+                               : -1;
+    return 0;
+}
+
+int br_store_replica_del(br_store_t *s, int64_t job_id, const char *hash, const char *node,
+                         br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_REPL_DEL];
+    int rc = sqlite3_bind_int64(st, 1, job_id);
+    rc |= hash ? bind_text(st, 2, hash) : sqlite3_bind_null(st, 2);
+    rc |= node ? bind_text(st, 3, node) : sqlite3_bind_null(st, 3);
+    if (rc)
+        return binderr(s, st, "drop replica", err);
+    return run(s, st, "drop replica", err);
+}
+
+static json_t *replica_row(sqlite3_stmt *st, br_err_t *err)
+{
+    static const char *const names[] = {"hash", "node", "step", "path", "bytes", "time"};
+    json_t *o = json_object();
+    int bad = 0;
+    for (int i = 0; i < 6; i++)
+        bad |= put(o, names[i], i < 2 || i == 3 ? col_text(st, i) : col_int(st, i));
+    return row_done(o, bad, "replica", err);
+}
+
+json_t *br_store_replica_list(br_store_t *s, int64_t job_id, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_REPL_LIST];
+    if (sqlite3_bind_int64(st, 1, job_id)) {
+        binderr(s, st, "list replicas", err);
+        return NULL;
+    }
+    return list_rows(s, st, replica_row, "list replicas", err);
+}
+
+json_t *br_store_checkpoint_manifest(br_store_t *s, int64_t job_id, const char *hash,
+                                     br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_CKPT_MANIFEST];
+    if (sqlite3_bind_int64(st, 1, job_id) | bind_text(st, 2, hash)) {
+        binderr(s, st, "checkpoint manifest", err);
+        return NULL;
+    }
+    json_t *m = NULL;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const char *text = (const char *)sqlite3_column_text(st, 0);
+        m = text ? json_loads(text, 0, NULL) : NULL;
+        if (!m)
+            br_errf(err, ENOENT, "checkpoint %.16s of job %lld has no manifest", hash,
+                    (long long)job_id);
+    } else if (rc == SQLITE_DONE) {
+        br_errf(err, ENOENT, "job %lld has no checkpoint %.16s", (long long)job_id, hash);
+    } else {
+        dberr(s, err, "checkpoint manifest");
+    }
+    reset(st);
+    return m;
 }

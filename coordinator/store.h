@@ -230,6 +230,22 @@ json_t *br_store_checkpoint_list(br_store_t *s, int64_t job_id, br_err_t *err);
 /* The newest checkpoint of a job: the one with the highest step (ties: the last
  * recorded), shaped as in the list; json_null() when it has none. NULL on error. */
 json_t *br_store_checkpoint_latest(br_store_t *s, int64_t job_id, br_err_t *err);
+/* The whole manifest (as the agent sent it) of job's newest checkpoint with that
+ * manifest hash; NULL with ENOENT when there is none (or it has no manifest). */
+json_t *br_store_checkpoint_manifest(br_store_t *s, int64_t job_id, const char *hash,
+                                     br_err_t *err);
+
+/* --- replicas: verified copies of checkpoints on other nodes (replicas.c) ------ */
+/* node holds a verified copy of job's checkpoint hash (step, its path where it was
+ * written, bytes); again: only the time changes. ENOENT for an unknown job. */
+int br_store_replica_add(br_store_t *s, int64_t job_id, const char *hash, const char *node,
+                         int64_t step, const char *path, int64_t bytes, int64_t time_ms,
+                         br_err_t *err);
+/* Forget job's replicas of hash (NULL: every checkpoint) on node (NULL: anywhere). */
+int br_store_replica_del(br_store_t *s, int64_t job_id, const char *hash, const char *node,
+                         br_err_t *err);
+/* [{"hash","node","step","path","bytes","time" (ms)}], newest step first. */
+json_t *br_store_replica_list(br_store_t *s, int64_t job_id, br_err_t *err);
 
 /* --- figures for the metrics (coordinator/stats.c) ----------------------------- */
 /* [{"state","owner","count","log_dropped" (bytes a cap dropped)}], one per state

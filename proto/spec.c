@@ -27,7 +27,8 @@ static const char *const resources_keys[] = {
     "nodes", "tasks_per_node", "gpus",   "vram",   "cpus", "memory",
     "arch",  "gpu_model",      "labels", "spread", "nodelist", NULL};
 static const char *const model_keys[] = {"params", "mode", "dtype", NULL};
-static const char *const checkpoint_keys[] = {"dir", "pattern", "complete_file", NULL};
+static const char *const checkpoint_keys[] = {"dir",      "pattern", "complete_file",
+                                               "replicas", "keep",    NULL};
 static const char *const restart_keys[] = {"max", "on", NULL};
 static const char *const progress_keys[] = {"timeout", NULL};
 static const char *const service_keys[] = {"replicas", "port", "health", NULL};
@@ -652,7 +653,12 @@ static int check_checkpoint(const sect_t *top, br_spec_t *spec)
                             "checkpoint.pattern: must not be empty");
     if ((rc = get_str(&c, "complete_file", &spec->checkpoint.complete_file)) < 0)
         return -1;
-    return rc > 0 ? check_complete_file(&c, spec->checkpoint.complete_file) : 0;
+    if (rc > 0 && check_complete_file(&c, spec->checkpoint.complete_file) < 0)
+        return -1;
+    if (get_int(&c, "replicas", 0, BR_SPEC_MAX_REPLICAS, &spec->checkpoint.replicas) < 0 ||
+        get_int(&c, "keep", 1, 100, &spec->checkpoint.keep) < 0)
+        return -1;
+    return 0;
 }
 
 static int check_restart(const sect_t *top, br_spec_t *spec)
@@ -855,6 +861,8 @@ static br_spec_t *spec_new(void)
     s->resources.cpus = 1;
     s->model.mode = strdup("inference");
     s->model.dtype = strdup("bf16");
+    s->checkpoint.replicas = -1;
+    s->checkpoint.keep = 2;
     s->restart.max = 3;
     s->restart.on_node_lost = 1;
     s->restart.on_hung = -1; /* until check_progress decides */
@@ -1007,6 +1015,10 @@ static json_t *checkpoint_json(const br_spec_t *s)
     json_object_set_new(c, "dir", json_string(s->checkpoint.dir));
     json_object_set_new(c, "pattern", str_or_null(s->checkpoint.pattern));
     json_object_set_new(c, "complete_file", str_or_null(s->checkpoint.complete_file));
+    json_object_set_new(c, "replicas", s->checkpoint.replicas < 0
+                                           ? json_null()
+                                           : json_integer(s->checkpoint.replicas));
+    json_object_set_new(c, "keep", json_integer(s->checkpoint.keep));
     return c;
 }
 

@@ -12,6 +12,7 @@
 #include "err.h"
 
 #define BR_SPEC_MAX_BYTES (256 * 1024) /* larger spec texts are refused */
+#define BR_SPEC_MAX_REPLICAS 16 /* checkpoint.replicas at most */
 #define BR_SPEC_MAX_LIST 32 /* arch, gpu_model, nodelist, restart.on entries */
 #define BR_SPEC_MAX_AFTER 64 /* after: entries (jobs this one waits for) */
 
@@ -66,6 +67,9 @@ typedef struct {
         char *dir;           /* NULL when no checkpoint section */
         char *pattern;       /* default "*" when dir is given */
         char *complete_file; /* NULL when not given */
+        int replicas;        /* copies on other nodes, 0..16; -1 (not given): 1 when
+                              * the cluster has two or more nodes, else 0 */
+        int keep;            /* newest verified checkpoints held as replicas (2) */
     } checkpoint;
     struct {
         int max;             /* default 3 */

@@ -841,6 +841,7 @@ def test_invisible_checkpoint_is_not_restarted_from_zero(make_cluster, tmp_path,
                    f"workdir: {tmp_path}\n"
                    f"checkpoint:\n  dir: {ckpt}\n  pattern: \"checkpoint-*\"\n"
                    f"  complete_file: trainer_state.json\n"
+                   f"  replicas: 0\n"  # (with replicas, the survivor would restore it)
                    f"restart:\n  max: 3\n  on: [node_lost]\n")
     c.wait_logs(jid, "wrote checkpoints")
     assert c.job(jid)["nodes"] == [victim]

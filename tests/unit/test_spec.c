@@ -149,6 +149,12 @@ static void test_example_train(void **state)
     assert_string_equal(s->resources.gpu_model[0], "RTX 4090");
     assert_true(s->model.params == 8e9);
     assert_string_equal(s->checkpoint.pattern, "checkpoint-*");
+    assert_int_equal(s->checkpoint.replicas, -1); /* not given: the cluster decides */
+    assert_int_equal(s->checkpoint.keep, 2);
+    br_spec_t *r = parse_ok("name: r\ncommand: x\ncheckpoint: {dir: /c, replicas: 0, keep: 3}\n", NULL, 0);
+    assert_int_equal(r->checkpoint.replicas, 0);
+    assert_int_equal(r->checkpoint.keep, 3);
+    br_spec_destroy(&r);
     assert_int_equal(s->restart.on_nonzero_exit, 1);
     assert_json(
         s,
@@ -161,7 +167,8 @@ static void test_example_train(void **state)
         "\"A100\"],\"labels\":{\"site\":\"home\"},\"spread\":\"site\"},"
         "\"model\":{\"params\":8000000000,\"mode\":\"lora\",\"dtype\":\"bf16\"},"
         "\"checkpoint\":{\"dir\":\"/srv/llama/ckpt\",\"pattern\":"
-        "\"checkpoint-*\",\"complete_file\":\"trainer_state.json\"},"
+        "\"checkpoint-*\",\"complete_file\":\"trainer_state.json\","
+        "\"replicas\":null,\"keep\":2},"
         "\"restart\":{\"max\":5,\"on\":[\"node_lost\",\"nonzero_exit\"]},"
         "\"progress\":null,\"priority\":0,\"time_limit\":43200000,\"service\":null,\"after\":[]}");
     br_spec_destroy(&s);
@@ -636,6 +643,18 @@ static const bad_case_t bad_cases[] = {
      BASE "checkpoint: {dir: /c, complete_file: a/b}\n",
      {0},
      "checkpoint.complete_file: must be a plain file name, got 'a/b'"},
+    {"checkpoint replicas negative",
+     BASE "checkpoint: {dir: /c, replicas: -1}\n",
+     {0},
+     "checkpoint.replicas"},
+    {"checkpoint replicas too many",
+     BASE "checkpoint: {dir: /c, replicas: 17}\n",
+     {0},
+     "checkpoint.replicas"},
+    {"checkpoint keep zero",
+     BASE "checkpoint: {dir: /c, keep: 0}\n",
+     {0},
+     "checkpoint.keep"},
     {"checkpoint key",
      BASE "checkpoint: {dir: /c, every: 5m}\n",
      {0},

@@ -233,7 +233,7 @@ static void test_pragmas(void **state)
     assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
     sqlite3_finalize(st);
     assert_int_equal(conn_int(db, "PRAGMA application_id"), APP_ID);
-    assert_int_equal(conn_int(db, "PRAGMA user_version"), 7);
+    assert_int_equal(conn_int(db, "PRAGMA user_version"), 8);
     sqlite3_close(db);
     br_store_destroy(&s);
 }
@@ -347,7 +347,7 @@ static void test_refuse_newer_schema(void **state)
     br_store_destroy(&s);
     sql_exec(path, "PRAGMA user_version = 99;");
     assert_int_equal(sql_int(path, "PRAGMA user_version"), 99);
-    assert_refused(path, "store schema 99 is newer than this brambled (7)");
+    assert_refused(path, "store schema 99 is newer than this brambled (8)");
 }
 
 static void test_rollback_discards(void **state)
@@ -526,7 +526,7 @@ static void test_migrate_v1(void **state)
     sql_exec(path, v1_schema);
     assert_int_equal(has_column(path, "jobs", "extra"), 0);
     br_store_t *s = open_ok(path);
-    assert_int_equal(sql_int(path, "PRAGMA user_version"), 7);
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 8);
     assert_int_equal(sql_int(path, "PRAGMA application_id"), APP_ID);
     /* schema 3: the job belongs to alice's principal id, and her key maps to it */
     br_principal_t kind;
@@ -559,7 +559,7 @@ static void test_migrate_v1(void **state)
     br_store_destroy(&s);
 
     s = open_ok(path); /* already at 7: nothing to migrate */
-    assert_int_equal(sql_int(path, "PRAGMA user_version"), 7);
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 8);
     json_t *job = br_store_job_get(s, 7, &err);
     assert_int_equal(jint(job, "restarts"), 1);
     assert_string_equal(jstr(job, "placement"), "near");
@@ -1333,6 +1333,49 @@ static void test_checkpoint_manifest(void **state)
     json_decref(m);
 }
 
+/* Where copies of checkpoints are held: added once per (job, hash, node), listed
+ * newest first, dropped by hash and node; a checkpoint's whole manifest by hash. */
+static void test_replicas(void **state)
+{
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("replicas.db", path);
+    br_store_t *s = open_ok(path);
+    int64_t job = add_job(s, "train-r", "running");
+    json_t *m = json_pack("{s:s, s:i, s:i, s:[]}", "hash", "ab12", "files", 0, "bytes", 0,
+                          "entries");
+    assert_int_equal(
+        br_store_checkpoint_add(s, job, 1, "n1", "/c/1", 1, 30, 1000, m, &err), 0);
+    json_t *got = br_store_checkpoint_manifest(s, job, "ab12", &err);
+    assert_true(json_equal(got, m));
+    json_decref(got);
+    assert_null(br_store_checkpoint_manifest(s, job, "ffff", &err));
+    assert_int_equal(err.errnum, ENOENT);
+    json_decref(m);
+    assert_int_equal(br_store_replica_add(s, job, "ab12", "n2", 1, "/c/1", 30, 5, &err), 0);
+    assert_int_equal(br_store_replica_add(s, job, "ab12", "n2", 1, "/c/1", 30, 6, &err), 0);
+    assert_int_equal(br_store_replica_add(s, job, "cd34", "n2", 2, "/c/2", 30, 7, &err), 0);
+    assert_int_equal(br_store_replica_add(s, job, "cd34", "n3", 2, "/c/2", 30, 7, &err), 0);
+    assert_int_equal(br_store_replica_add(s, 999, "cd34", "n3", 2, "/c/2", 30, 7, &err), -1);
+    json_t *list = br_store_replica_list(s, job, &err);
+    assert_int_equal(json_array_size(list), 3);
+    assert_string_equal(jstr(json_array_get(list, 0), "hash"), "cd34");
+    assert_string_equal(jstr(json_array_get(list, 2), "node"), "n2");
+    assert_int_equal(jint(json_array_get(list, 2), "time"), 6);
+    json_decref(list);
+    assert_int_equal(br_store_replica_del(s, job, "cd34", "n3", &err), 0);
+    assert_int_equal(br_store_replica_del(s, job, "ab12", NULL, &err), 0);
+    list = br_store_replica_list(s, job, &err);
+    assert_int_equal(json_array_size(list), 1);
+    assert_string_equal(jstr(json_array_get(list, 0), "node"), "n2");
+    json_decref(list);
+    assert_int_equal(br_store_replica_del(s, job, NULL, NULL, &err), 0);
+    list = br_store_replica_list(s, job, &err);
+    assert_int_equal(json_array_size(list), 0);
+    json_decref(list);
+    br_store_destroy(&s);
+}
+
 /* A reason already recorded for a job is found, for resent reports. */
 static void test_event_seen(void **state)
 {
@@ -1414,6 +1457,7 @@ int main(void)
         cmocka_unit_test(test_checkpoints),
         cmocka_unit_test(test_checkpoint_refusals),
         cmocka_unit_test(test_checkpoint_manifest),
+        cmocka_unit_test(test_replicas),
         cmocka_unit_test(test_event_seen),
         cmocka_unit_test(test_nodes),
         cmocka_unit_test(test_metrics_tokens),

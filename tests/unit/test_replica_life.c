@@ -1,0 +1,334 @@
+/* test_replica_life.c - the replicas module wired into job life (replicas.h) on a
+ * coordinator made here, as test_jobs.c makes one: a real store, nodes in memory,
+ * no sockets (orders are read from the outbox). A counted checkpoint is pulled by
+ * another node; only reports of pulls that were ordered are taken; the verified
+ * copy is recorded and checkpoint.keep holds; an attempt that resumes on another
+ * node waits for the restore and starts once it is verified; a bad copy makes it
+ * fall back to the older checkpoint. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "api.h"
+#include "deps.h"
+#include "jobs.h"
+#include "replicas.h"
+#include "scheduler.h"
+#include "services.h"
+#include "util.h"
+
+typedef struct {
+    char dir[64];
+    br_coord_t c;
+    br_node_t *a, *b;
+} world_t;
+
+static br_node_t *node(br_coord_t *c, const char *name)
+{
+    json_t *info = json_pack("{s:s, s:s, s:s, s:i, s:I, s:[], s:s, s:s, s:i}", "name", name,
+                             "pubkey", "0123456789012345678901234567890123456789", "state",
+                             "ready", "cpus", 4, "memory", (json_int_t)1 << 34, "gpus",
+                             "arch", "x86_64", "address", "10.0.0.1", "replica_port", 7704);
+    br_node_t *n = br_nodes_add(c->nodes, info);
+    json_decref(info);
+    assert_non_null(n);
+    n->route[0] = (unsigned char)name[0];
+    n->route_len = 1;
+    n->last_seen_ms = br_now_ms();
+    return n;
+}
+
+static int setup(void **state)
+{
+    world_t *w = calloc(1, sizeof(*w));
+    snprintf(w->dir, sizeof(w->dir), "/tmp/test_replica_life.XXXXXX");
+    if (!w || !mkdtemp(w->dir))
+        return -1;
+    char path[96];
+    snprintf(path, sizeof(path), "%s/bramble.db", w->dir);
+    br_err_t err;
+    br_coord_t *c = &w->c;
+    c->cfg.node_timeout_ms = 5000;
+    c->store = br_store_open(path, &err);
+    c->nodes = br_nodes_new();
+    c->jobs = br_jobtab_new();
+    c->netmap = br_netmap_new();
+    c->stats = br_stats_new();
+    c->runs_sent = json_object();
+    c->hooks = br_hooks_new();
+    c->replicas = br_replicas_new();
+    if (c->replicas)
+        br_replicas_set_fetch_delay(c->replicas, 0);
+    c->seq = 1;
+    if (!c->store || !c->nodes || !c->jobs || !c->stats || !c->hooks || !c->replicas ||
+        br_jobs_init(c) < 0 || br_deps_init(c) < 0 || br_replicas_init(c) < 0 ||
+        !(c->services = br_services_new(c)) || !(c->sched = br_sched_new(c)) ||
+        br_store_begin(c->store, &err) < 0)
+        return -1;
+    w->a = node(c, "a");
+    w->b = node(c, "b");
+    *state = w;
+    return 0;
+}
+
+static void drop_orders(br_coord_t *c)
+{
+    for (size_t i = 0; i < c->outbox_len; i++)
+        br_msg_destroy(&c->outbox[i]);
+    c->outbox_len = 0;
+}
+
+static int teardown(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->c;
+    drop_orders(c);
+    free(c->outbox);
+    free(c->wake_log);
+    br_jobtab_destroy(&c->jobs);
+    br_store_destroy(&c->store);
+    br_nodes_destroy(&c->nodes);
+    br_netmap_destroy(&c->netmap);
+    br_stats_destroy(&c->stats);
+    json_decref(c->runs_sent);
+    br_sched_destroy(&c->sched);
+    br_services_destroy(&c->services);
+    br_replicas_destroy(&c->replicas);
+    br_hooks_destroy(&c->hooks);
+    char cmd[96];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", w->dir);
+    int rc = system(cmd);
+    free(w);
+    return rc == 0 ? 0 : -1;
+}
+
+/* The body of the last order of type to node n (borrowed), or NULL. */
+static json_t *order(br_coord_t *c, const char *type, const br_node_t *n)
+{
+    json_t *found = NULL;
+    for (size_t i = 0; i < c->outbox_len; i++) {
+        size_t len;
+        const unsigned char *route = br_msg_route(c->outbox[i], &len);
+        if (strcmp(br_msg_type(c->outbox[i]), type) == 0 && len == 1 &&
+            route[0] == (unsigned char)n->name[0])
+            found = br_msg_body(c->outbox[i]);
+    }
+    return found;
+}
+
+/* The error number of the last reply in the outbox (0: success). */
+static int last_reply(br_coord_t *c)
+{
+    assert_true(c->outbox_len > 0);
+    json_t *b = br_msg_body(c->outbox[c->outbox_len - 1]);
+    return (int)json_integer_value(json_object_get(b, "errnum"));
+}
+
+static int has_event(br_coord_t *c, int64_t id, const char *text)
+{
+    json_t *ev = br_store_event_list(c->store, id, 0, 0, NULL);
+    size_t i;
+    json_t *e;
+    int found = 0;
+    json_array_foreach(ev, i, e) {
+        const char *r = json_string_value(json_object_get(e, "reason"));
+        found |= r && strstr(r, text) != NULL;
+    }
+    json_decref(ev);
+    return found;
+}
+
+/* node says a pull ended: ok, or error with errnum. */
+static void stored(br_coord_t *c, br_node_t *n, int64_t job, const char *hash,
+                   const char *path, int restore, int errnum)
+{
+    br_msg_t *m = br_msg_new(BR_MSG_REQUEST, "ckpt.stored", 7);
+    json_t *b = json_pack("{s:I, s:I, s:s, s:s, s:b}", "job", (json_int_t)job, "step",
+                          (json_int_t)5, "hash", hash, "path", path, "restore", restore);
+    if (errnum) {
+        json_object_set_new(b, "errnum", json_integer(errnum));
+        json_object_set_new(b, "error", json_string("bad bytes in state.json"));
+    } else {
+        json_object_set_new(b, "received", json_integer(100));
+        json_object_set_new(b, "deduped", json_integer(50));
+    }
+    br_msg_set_body(m, b);
+    br_msg_set_route(m, n->name, 1);
+    br_caller_t who = {BR_PRINCIPAL_NODE, "", 0};
+    br_strlcpy(who.name, n->name, sizeof(who.name));
+    br_api_ckpt_stored(c, m, &who);
+    br_msg_destroy(&m);
+}
+
+static json_t *manifest(const char *hash)
+{
+    return json_pack("{s:s, s:s, s:i, s:i, s:[{s:s, s:i, s:i, s:s}]}", "hash", hash,
+                     "root", "dir", "files", 1, "bytes", 10, "entries", "path", "state.json",
+                     "size", 10, "mode", 420, "hash", hash);
+}
+
+#define H1 "1111111111111111111111111111111111111111111111111111111111111111"
+#define H2 "2222222222222222222222222222222222222222222222222222222222222222"
+#define H3 "3333333333333333333333333333333333333333333333333333333333333333"
+
+static int64_t submit(br_coord_t *c)
+{
+    json_t *s = json_pack("{s:s, s:{s:i}, s:{s:s, s:s, s:n, s:n, s:i}, s:{s:i, s:[s]}}",
+                          "command", "train", "resources", "cpus", 1, "checkpoint", "dir",
+                          "/ck", "pattern", "*", "complete_file", "replicas", "keep", 2,
+                          "restart", "max", 3, "on", "node_lost");
+    json_t *row = json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:I, s:s, s:i}", "name", "t",
+                            "kind", "job", "owner", "ann", "owner_id", (json_int_t)2, "spec", s,
+                            "spec_yaml", "x: 1\n", "submitted", (json_int_t)br_now_ms(),
+                            "state", "pending", "attempt", 1);
+    br_err_t err;
+    br_job_t *j = br_jobs_add(c, row, &err);
+    json_decref(row);
+    assert_non_null(j);
+    return j->id;
+}
+
+static void checkpoint(br_coord_t *c, int64_t id, br_node_t *n, const char *path, int step,
+                       const char *hash)
+{
+    br_err_t err;
+    json_t *m = manifest(hash);
+    assert_int_equal(br_jobs_checkpoint(c, id, 1, n, path, step, 10, br_now_ms(), m, NULL, &err),
+                     0);
+    json_decref(m);
+}
+
+/* The grant's fetch goes out on the next tick (no delay in these tests). */
+static void fetch_due(br_coord_t *c)
+{
+    br_hooks_run(c, c->hooks, BR_HOOK_TICK, NULL);
+}
+
+static void test_replicate_keep_restore_fallback(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->c;
+    int64_t id = submit(c);
+    br_sched_run(c);
+    br_job_t *job = br_jobtab_find(c->jobs, id);
+    assert_non_null(job);
+    br_node_t *writer = job->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_node_t *other = writer == w->a ? w->b : w->a;
+    br_jobs_started(c, id, 1, writer, 0);
+    drop_orders(c);
+
+    /* a counted checkpoint: a grant on the writer, then the other node pulls */
+    checkpoint(c, id, writer, "/ck/s5", 5, H1);
+    json_t *serve = order(c, "ckpt.serve", writer);
+    assert_non_null(serve);
+    assert_string_equal(json_string_value(json_object_get(serve, "peer")), other->name);
+    assert_null(order(c, "ckpt.fetch", other));
+    fetch_due(c);
+    json_t *fetch = order(c, "ckpt.fetch", other);
+    assert_non_null(fetch);
+    assert_null(json_object_get(fetch, "restore"));
+    /* reported again by the agent: no second pull */
+    drop_orders(c);
+    checkpoint(c, id, writer, "/ck/s5", 5, H1);
+    assert_null(order(c, "ckpt.serve", writer));
+
+    /* a report nobody ordered is refused; the one ordered is taken once */
+    stored(c, writer, id, H1, "/ck/s5", 0, 0);
+    assert_int_equal(last_reply(c), EPERM);
+    stored(c, other, id, H1, "/ck/s5", 0, 0);
+    assert_int_equal(last_reply(c), 0);
+    stored(c, other, id, H1, "/ck/s5", 0, 0);
+    assert_int_equal(last_reply(c), EPERM);
+    json_t *reps = br_store_replica_list(c->store, id, NULL);
+    assert_int_equal(json_array_size(reps), 1);
+    json_decref(reps);
+    assert_true(has_event(c, id, "replicated on"));
+
+    /* two more: keep 2 drops the oldest */
+    checkpoint(c, id, writer, "/ck/s10", 10, H2);
+    checkpoint(c, id, writer, "/ck/s15", 15, H3);
+    fetch_due(c);
+    stored(c, other, id, H2, "/ck/s10", 0, 0);
+    drop_orders(c);
+    stored(c, other, id, H3, "/ck/s15", 0, 0);
+    assert_non_null(order(c, "ckpt.drop", other));
+    reps = br_store_replica_list(c->store, id, NULL);
+    assert_int_equal(json_array_size(reps), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(reps, 0), "hash")), H3);
+    json_decref(reps);
+    json_t *cps = br_store_checkpoint_list(c->store, id, NULL);
+    br_replicas_annotate(c, id, cps);
+    json_t *copies = json_object_get(json_array_get(cps, 2), "copies");
+    assert_int_equal(json_array_size(copies), 2); /* the writer, the replica */
+    json_decref(cps);
+
+    /* the writer is lost: attempt 2 on the other node waits for the restore */
+    drop_orders(c);
+    br_jobs_node_gone(c, writer, "lost");
+    strcpy(writer->state, "lost");
+    br_sched_run(c);
+    job = br_jobtab_find(c->jobs, id);
+    assert_int_equal(job->attempt, 2);
+    assert_int_equal(job->state, BR_JOB_STARTING);
+    assert_null(order(c, "job.run", other));
+    fetch = order(c, "ckpt.fetch", other);
+    assert_non_null(fetch);
+    assert_true(json_is_true(json_object_get(fetch, "restore")));
+    assert_string_equal(json_string_value(json_object_get(fetch, "path")), "/ck/s15");
+    /* a heartbeat's reconcile does not send it either */
+    json_t *none = json_array();
+    br_jobs_reconcile(c, other, none, 0);
+    json_decref(none);
+    assert_null(order(c, "job.run", other));
+
+    /* the copy is bad: the older checkpoint is restored instead */
+    stored(c, other, id, H3, "/ck/s15", 1, EBADMSG);
+    assert_int_equal(last_reply(c), 0);
+    assert_true(has_event(c, id, "falls back to /ck/s10"));
+    assert_null(order(c, "job.run", other));
+    drop_orders(c);
+    stored(c, other, id, H2, "/ck/s10", 1, 0);
+    assert_true(has_event(c, id, "restored and verified"));
+    json_t *run = order(c, "job.run", other);
+    assert_non_null(run);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(run, "env"),
+                                                          "BRAMBLE_RESUME_FROM")),
+                        "/ck/s10");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(run, "env"),
+                                                          "BRAMBLE_RESUME_STEP")),
+                        "10");
+}
+
+/* replicas: 0, or a cluster of one: nothing is copied; a resume is not held. */
+static void test_wanted(void **state)
+{
+    (void)state;
+    json_t *s = json_pack("{s:{s:s, s:n}}", "checkpoint", "dir", "/c", "replicas");
+    assert_int_equal(br_replicas_wanted(s, 1), 0);
+    assert_int_equal(br_replicas_wanted(s, 2), 1);
+    json_object_set_new(json_object_get(s, "checkpoint"), "replicas", json_integer(0));
+    assert_int_equal(br_replicas_wanted(s, 5), 0);
+    json_object_set_new(json_object_get(s, "checkpoint"), "replicas", json_integer(3));
+    assert_int_equal(br_replicas_wanted(s, 5), 3);
+    assert_int_equal(br_replicas_keep(s), 2);
+    json_decref(s);
+    s = json_pack("{s:n}", "checkpoint");
+    assert_int_equal(br_replicas_wanted(s, 5), 0);
+    json_decref(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_replicate_keep_restore_fallback, setup, teardown),
+        cmocka_unit_test(test_wanted),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
