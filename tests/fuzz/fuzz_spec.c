@@ -29,7 +29,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (spec) {
         json_t *j = br_spec_to_json(spec);
         char *text = json_dumps(j, JSON_COMPACT);
-        if (!j || !text || json_object_size(j) != 12 ||
+        /* name kind command workdir env resources model checkpoint restart
+         * priority time_limit service after progress */
+        if (!j || !text || json_object_size(j) != 14 ||
             !json_is_string(json_object_get(j, "name")))
             abort(); /* a parsed spec always has its whole JSON form */
         free(text);

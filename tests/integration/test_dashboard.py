@@ -374,8 +374,17 @@ def shot(d, tmp_path, name):
 
 
 def text_of(d, css):
+    """The text of the elements css selects; the page redraws as news comes, so an
+    element found may be gone before it is read: look again (and at worst return
+    "" for the caller's wait_for to ask again)."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
-    return "\n".join(e.text for e in d.find_elements(By.CSS_SELECTOR, css))
+    for _ in range(20):
+        try:
+            return "\n".join(e.text for e in d.find_elements(By.CSS_SELECTOR, css))
+        except StaleElementReferenceException:
+            continue
+    return ""
 
 
 TRAIN = (f"{PYTHON} examples/train_checkpoint.py --steps 400 --every 5 --step-time 0.1")
