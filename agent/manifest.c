@@ -429,9 +429,9 @@ int br_manifest_verify(const json_t *mj, br_err_t *err)
     hash_str(&hs, MAGIC);
     hash_str(&hs, root);
     for (size_t i = 0; i < json_array_size(entries); i++) {
-        const char *path, *content;
-        int link, mode;
-        json_int_t size;
+        const char *path = NULL, *content = NULL;
+        int link = 0, mode = 0;
+        json_int_t size = 0;
         if (entry_ok(json_array_get(entries, i), &path, &content, &link, &size, &mode,
                      err) < 0)
             return -1;

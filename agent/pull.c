@@ -569,7 +569,7 @@ static int add_file(pull_t *p, const char *path, int pfd, const char *name,
 
 static int add_entry(pull_t *p, json_t *e)
 {
-    const char *path = json_string_value(json_object_get(e, "path")), *name;
+    const char *path = json_string_value(json_object_get(e, "path")), *name = NULL;
     json_t *hash = json_object_get(e, "hash");
     int pfd = parent_of(p, path, &name);
     if (pfd < 0)
