@@ -9,7 +9,7 @@
 #   6. a final line "N passed, M failed"; exit status non-zero on any failure
 #
 # Usage: tests/run.sh [--quick]     (--quick skips fuzzing)
-# Environment: FUZZ_SECONDS (default 20), JOBS (build parallelism, default nproc).
+# Environment: FUZZ_SECONDS (default 10), JOBS (build parallelism, default nproc).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -26,7 +26,7 @@ for arg in "$@"; do
     esac
 done
 
-FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+FUZZ_SECONDS=${FUZZ_SECONDS:-10}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 PASSED=0
 FAILED=0
