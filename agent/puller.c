@@ -86,6 +86,12 @@ static void *run(void *arg)
         j->result = br_pull_run(pl->ctx, &j->r, &pl->cancel, &st, &j->err);
         pthread_mutex_lock(&pl->mu);
         pl->running = 0;
+        /* what came over the link counts, also for a run a restore stopped */
+        pl->st.bytes_received += st.bytes_received;
+        pl->st.bytes_deduped += st.bytes_deduped;
+        pl->st.files_fetched += st.files_fetched;
+        pl->st.files_deduped += st.files_deduped;
+        pl->st.resumes += st.resumes;
         if (!j->result && pl->preempted && !pl->stop) {
             /* a restore came (a job waits for it): this replica's pull waits again,
              * first of the others, and picks up from the bytes it has */
@@ -98,11 +104,6 @@ static void *run(void *arg)
             j->err = (br_err_t){0};
             continue;
         }
-        pl->st.bytes_received += st.bytes_received;
-        pl->st.bytes_deduped += st.bytes_deduped;
-        pl->st.files_fetched += st.files_fetched;
-        pl->st.files_deduped += st.files_deduped;
-        pl->st.resumes += st.resumes;
         append(&pl->done, j);
         uint64_t one = 1;
         if (write(pl->efd, &one, sizeof(one)) < 0)
