@@ -58,7 +58,6 @@ typedef struct br_coord {
     struct br_services *services; /* the services' own state (services.h) */
     struct br_replicas *replicas; /* pulls of checkpoints in flight (replicas.h) */
     int64_t ticked;         /* monotonic ms of the last BR_HOOK_TICK */
-    json_t *runs_sent;      /* "job.attempt.rank" keys of job.run orders this process sent */
     br_netmap_t *netmap;    /* round trips between nodes, from their heartbeats */
     int peers_version;      /* grows when the set of probe peers changes */
     br_probeset_t *probeset; /* who probes whom, rebuilt from nodes (probeset.h) */

@@ -50,6 +50,8 @@ enum { BR_AFTER_WAITING, BR_AFTER_MET, BR_AFTER_NEVER };
 typedef struct br_rank {
     char node[64];
     br_rank_state_t state;
+    int sent;      /* this coordinator sent its job.run (memory only: after a restart
+                    * or a rollback, reconcile sends it if the node does not run it) */
     json_t *share; /* {"cpus","memory","gpus":[index...],"vram"?}: held on the node */
     struct br_job *job;
     int index;

@@ -249,13 +249,8 @@ static json_t *rank_tasks(const br_job_t *job, int r)
     return tasks;
 }
 
-static void run_key(char *key, size_t len, const br_job_t *job, int r)
-{
-    snprintf(key, len, "%lld.%d.%d", (long long)job->id, job->attempt, r);
-}
-
 /* Send the job.run order for rank r of job's current attempt (announce: say in the
- * job's events where it resumes from). This coordinator remembers what it sent. */
+ * job's events where it resumes from). The rank remembers it was sent (job.h). */
 static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
 {
     br_node_t *n = rank_node(c, job, r);
@@ -306,24 +301,7 @@ static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
                                       json_object_get(service, "interval"), "grace",
                                       json_object_get(service, "grace")));
     br_coord_send_node(c, n, "job.run", body);
-    char key[64];
-    run_key(key, sizeof(key), job, r);
-    json_object_set_new(c->runs_sent, key, json_true());
-}
-
-static int run_sent(br_coord_t *c, const br_job_t *job, int r)
-{
-    char key[64];
-    run_key(key, sizeof(key), job, r);
-    return json_object_get(c->runs_sent, key) != NULL;
-}
-
-/* The order for rank r has done its work (it started or ended): forget it. */
-static void forget_run(br_coord_t *c, const br_job_t *job, int r)
-{
-    char key[64];
-    run_key(key, sizeof(key), job, r);
-    json_object_del(c->runs_sent, key);
+    job->ranks[r].sent = 1;
 }
 
 int br_jobs_place(br_coord_t *c, br_job_t *job, br_node_t *const *nodes,
@@ -412,7 +390,6 @@ static void measure_start(br_coord_t *c, br_job_t *job)
  * every rank runs, so does the job. */
 static void rank_started(br_coord_t *c, br_job_t *job, int r, int port)
 {
-    forget_run(c, job, r);
     if (job->ranks[r].state != BR_RANK_PLACED)
         return;
     job->ranks[r].state = BR_RANK_STARTED;
@@ -488,7 +465,6 @@ static void requeue(br_coord_t *c, br_job_t *job, const char *node, const char *
 static void stop_ranks(br_coord_t *c, br_job_t *job, const br_node_t *skip)
 {
     for (int r = 0; r < job->nranks; r++) {
-        forget_run(c, job, r);
         if (job->ranks[r].state == BR_RANK_DONE)
             continue;
         br_node_t *n = rank_node(c, job, r);
@@ -615,7 +591,6 @@ void br_jobs_exited(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int ex
     }
     /* this rank is done and frees its node; the job when every rank is */
     br_node_hold(n, job->ranks[r].share, -1);
-    forget_run(c, job, r);
     job->ranks[r].state = BR_RANK_DONE;
     int left = br_job_ranks_left(job);
     if (left == 0) {
@@ -645,7 +620,7 @@ void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
     br_hook_arg_t a = {.job = job, .node = n, .cause = "not_here", .reason = reason};
     br_hooks_run(c, c->hooks, BR_HOOK_RESUMING, &a); /* a copy may be brought there */
     if (a.hold)
-        forget_run(c, job, 0); /* br_jobs_release sends it again */
+        job->ranks[0].sent = 0; /* br_jobs_release sends it again */
     else
         end_attempt(c, job, n, "not_here", -1, -1, reason, 1);
 }
@@ -654,7 +629,7 @@ void br_jobs_release(br_coord_t *c, int64_t id, int attempt)
 {
     br_job_t *job = br_jobtab_find(c->jobs, id);
     if (job && job->attempt == attempt && job->state == BR_JOB_STARTING && job->nranks > 0 &&
-        job->ranks[0].state == BR_RANK_PLACED && !run_sent(c, job, 0))
+        job->ranks[0].state == BR_RANK_PLACED && !job->ranks[0].sent)
         send_run(c, job, 0, 1);
 }
 
@@ -890,7 +865,7 @@ void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full)
             br_hooks_run(c, c->hooks, BR_HOOK_TASK_REPORTED, &a);
             continue;
         }
-        if (rs == BR_RANK_PLACED && !run_sent(c, job, r)) {
+        if (rs == BR_RANK_PLACED && !job->ranks[r].sent) {
             /* placed by a coordinator that died before its order left (or, for ranks
              * above 0, rank 0 has not said its port yet): send it when it can go
              * (never twice: the agent ignores an order for an attempt it runs) */

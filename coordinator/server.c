@@ -125,7 +125,6 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->sigfd = -1;
     c->started_mono = br_mono_ms();
     c->seq = 1;
-    c->runs_sent = json_object();
     c->jobs = br_jobtab_new();
     c->hooks = br_hooks_new();
     c->netmap = br_netmap_new();
@@ -217,7 +216,6 @@ void br_coord_destroy(br_coord_t **cp)
     br_storemark_destroy(&c->mark);
     br_store_destroy(&c->store);
     br_dirlock_destroy(&c->lock);
-    json_decref(c->runs_sent);
     br_stats_destroy(&c->stats);
     if (c->sigfd >= 0)
         close(c->sigfd);

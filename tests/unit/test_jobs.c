@@ -59,7 +59,6 @@ static int setup(void **state)
     c->jobs = br_jobtab_new();
     c->netmap = br_netmap_new();
     c->stats = br_stats_new();
-    c->runs_sent = json_object();
     c->hooks = br_hooks_new();
     c->seq = 1;
     if (!c->store || !c->nodes || !c->jobs || !c->stats || !c->hooks || br_jobs_init(c) < 0 || br_deps_init(c) < 0 ||
@@ -91,7 +90,6 @@ static int teardown(void **state)
     br_nodes_destroy(&c->nodes);
     br_netmap_destroy(&c->netmap);
     br_stats_destroy(&c->stats);
-    json_decref(c->runs_sent);
     br_sched_destroy(&c->sched);
     br_services_destroy(&c->services);
     br_hooks_destroy(&c->hooks);

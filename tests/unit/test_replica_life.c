@@ -61,7 +61,6 @@ static int setup(void **state)
     c->jobs = br_jobtab_new();
     c->netmap = br_netmap_new();
     c->stats = br_stats_new();
-    c->runs_sent = json_object();
     c->hooks = br_hooks_new();
     c->replicas = br_replicas_new();
     if (c->replicas)
@@ -97,7 +96,6 @@ static int teardown(void **state)
     br_nodes_destroy(&c->nodes);
     br_netmap_destroy(&c->netmap);
     br_stats_destroy(&c->stats);
-    json_decref(c->runs_sent);
     br_sched_destroy(&c->sched);
     br_services_destroy(&c->services);
     br_replicas_destroy(&c->replicas);
