@@ -58,6 +58,15 @@ static void settle(br_coord_t *c, br_job_t *job)
     }
 }
 
+/* How an ended job (state; ran: it ever ran) ended, in words; "is gone" for none. */
+static const char *outcome(int state, int ran)
+{
+    return state < 0                    ? "is gone"
+           : state == BR_JOB_COMPLETED ? "completed"
+           : !ran                      ? "ended without running"
+                                       : "ended failed or cancelled";
+}
+
 /* The waiting job can never start: it fails, saying which wait and why. */
 static void give_up(br_coord_t *c, br_job_t *job, const br_after_t *a)
 {
@@ -65,13 +74,8 @@ static void give_up(br_coord_t *c, br_job_t *job, const br_after_t *a)
     int64_t owner;
     int state = status_of(c, a->job, &ran, &owner);
     char why[256];
-    snprintf(why, sizeof(why), "after: job %lld %s, so it can never %s%s", (long long)a->job,
-             state < 0                ? "is gone"
-             : !ran && state != BR_JOB_COMPLETED ? "ended without running"
-             : state == BR_JOB_COMPLETED ? "completed"
-                                         : "ended failed or cancelled",
-             a->on == BR_AFTER_STARTED ? "start" : "end ",
-             a->on == BR_AFTER_STARTED ? "" : br_after_on_name((br_after_on_t)a->on));
+    snprintf(why, sizeof(why), "after: job %lld %s, so it can never %s", (long long)a->job,
+             outcome(state, ran), br_after_goal((br_after_on_t)a->on));
     br_job_set_reason(job, why);
     br_job_post(c, job, BR_JOB_FAILED, NULL, "%s", why);
 }
@@ -173,13 +177,9 @@ int br_deps_check(br_coord_t *c, const json_t *spec, int64_t owner_id, br_err_t 
                            (long long)id);
         if (judge(on, state, ran) == BR_AFTER_NEVER)
             return br_errf(err, EINVAL,
-                           "after[%zu]: job %lld has already %s, so it can never %s %s", i,
-                           (long long)id,
-                           state == BR_JOB_COMPLETED ? "completed"
-                           : !ran                    ? "ended without running"
-                                                     : "ended failed or cancelled",
-                           on == BR_AFTER_STARTED ? "start" : "end",
-                           on == BR_AFTER_STARTED ? "" : br_after_on_name((br_after_on_t)on));
+                           "after[%zu]: job %lld has already %s, so it can never %s", i,
+                           (long long)id, outcome(state, ran),
+                           br_after_goal((br_after_on_t)on));
     }
     return 0;
 }

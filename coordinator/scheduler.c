@@ -336,9 +336,8 @@ static void plan_one(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t
     const br_after_t *waits = br_job_waits_for(job);
     if (waits) { /* (deps.h) */
         d->verdict = BR_SCHED_WAIT;
-        snprintf(d->reason, sizeof(d->reason), "waiting: for job %lld to %s%s",
-                 (long long)waits->job, waits->on == BR_AFTER_STARTED ? "start" : "end ",
-                 waits->on == BR_AFTER_STARTED ? "" : br_after_on_name(waits->on));
+        snprintf(d->reason, sizeof(d->reason), "waiting: for job %lld to %s",
+                 (long long)waits->job, br_after_goal(waits->on));
         return;
     }
     if (memo && memo->failed) { /* one alike fit nowhere, and nodes only filled since */

@@ -784,6 +784,12 @@ const char *br_after_on_name(br_after_on_t on)
     return (unsigned)on < 4 ? after_names[on] : "?";
 }
 
+const char *br_after_goal(br_after_on_t on)
+{
+    static const char *const goals[] = {"end ok", "end failed", "end", "start"};
+    return (unsigned)on < 4 ? goals[on] : "?";
+}
+
 int br_after_on_parse(const char *name)
 {
     return name ? spec_in_list(name, after_names) : -1;

@@ -21,6 +21,8 @@
 typedef enum { BR_AFTER_OK, BR_AFTER_FAILED, BR_AFTER_ENDED, BR_AFTER_STARTED } br_after_on_t;
 /* "ok", "failed", "ended", "started"; the value of a name (-1: none such). */
 const char *br_after_on_name(br_after_on_t on);
+/* What the awaited job must do, in words: "end ok", "end failed", "end", "start". */
+const char *br_after_goal(br_after_on_t on);
 int br_after_on_parse(const char *name);
 /* The longest command (and env NAME=value): one argument to execve may hold at most
  * MAX_ARG_STRLEN (32 pages of 4 KiB) bytes with its NUL; longer is refused at

@@ -198,6 +198,9 @@ static void test_after(void **state)
     br_spec_destroy(&s);
     assert_int_equal(br_after_on_parse("ended"), BR_AFTER_ENDED);
     assert_int_equal(br_after_on_parse("soon"), -1);
+    assert_string_equal(br_after_goal(BR_AFTER_OK), "end ok");
+    assert_string_equal(br_after_goal(BR_AFTER_ENDED), "end"); /* not "end ended" */
+    assert_string_equal(br_after_goal(BR_AFTER_STARTED), "start");
 }
 
 static void test_service(void **state)
