@@ -636,7 +636,7 @@ void br_api_job_logs(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_msg_t *resp = br_msg_reply(m);
     br_msg_set_body(resp, json_pack("{s:I, s:b, s:o, s:i}", "next", (json_int_t)next, "end",
                                     end, "chunks", page.chunks, "ranks",
-                                    br_jobs_world_size(json_object_get(job, "spec"))));
+                                    br_job_world_size(json_object_get(job, "spec"))));
     br_msg_set_data(resp, page.buf ? page.buf : "", page.len);
     br_coord_post(c, resp);
     free(page.buf);

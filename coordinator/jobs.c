@@ -66,11 +66,6 @@ void br_job_post(br_coord_t *c, br_job_t *job, br_job_state_t state, const char 
         br_coord_changed(c); /* something was freed, or waits to be placed */
 }
 
-int br_jobs_world_size(json_t *spec)
-{
-    return br_job_world_size(spec);
-}
-
 int br_jobs_restore(br_coord_t *c, br_err_t *err)
 {
     for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)

@@ -20,9 +20,6 @@
 #include "coord.h"
 #include "job.h"
 
-/* How many processes the job runs in all: nodes x tasks per node. */
-int br_jobs_world_size(json_t *spec);
-
 /* The one path of a job's state changes (in the manner of flux-core's
  * event_job_post_pack): the new state, its end time when it ends, the whole job
  * written back to the store, and the event with this text. A job that leaves
