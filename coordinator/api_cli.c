@@ -457,23 +457,13 @@ void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
  * only their own jobs (with their places among everyone's). */
 void br_api_job_queue(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    size_t n = 0, cap = 0;
-    br_job_t **list = NULL;
-    for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next) {
-        if (j->state != BR_JOB_PENDING || j->replicas >= 0)
-            continue;
-        if (n == cap) {
-            br_job_t **l = realloc(list, (cap = cap ? 2 * cap : 64) * sizeof(*l));
-            if (!l) {
-                free(list);
-                br_err_t err;
-                br_errf(&err, ENOMEM, "job.queue: out of memory");
-                br_api_fail(c, m, &err);
-                return;
-            }
-            list = l;
-        }
-        list[n++] = j;
+    size_t n;
+    br_job_t **list = br_jobtab_pending(c->jobs, &n);
+    if (!list) {
+        br_err_t err;
+        br_errf(&err, ENOMEM, "job.queue: out of memory");
+        br_api_fail(c, m, &err);
+        return;
     }
     br_sched_order(list, n);
     json_t *out = json_array();

@@ -256,6 +256,16 @@ size_t br_jobtab_count(const br_jobtab_t *t)
     return t->count;
 }
 
+br_job_t **br_jobtab_pending(const br_jobtab_t *t, size_t *n)
+{
+    br_job_t **list = malloc((t->count ? t->count : 1) * sizeof(*list));
+    *n = 0;
+    for (br_job_t *j = t->first; list && j; j = j->next)
+        if (j->state == BR_JOB_PENDING)
+            list[(*n)++] = j;
+    return list;
+}
+
 br_rank_t *br_jobtab_on_node(const br_jobtab_t *t, const char *node)
 {
     node_slot_t *s = slot_of((br_jobtab_t *)t, node, 0);

@@ -38,6 +38,10 @@ br_job_t *br_jobtab_find(const br_jobtab_t *t, int64_t id);
 br_job_t *br_jobtab_first(const br_jobtab_t *t);
 size_t br_jobtab_count(const br_jobtab_t *t);
 
+/* The pending jobs, in id order: a new array (free it) with *n of them; NULL when
+ * out of memory. */
+br_job_t **br_jobtab_pending(const br_jobtab_t *t, size_t *n);
+
 /* The ranks of current jobs placed on node (then rank->node_next), any order. */
 br_rank_t *br_jobtab_on_node(const br_jobtab_t *t, const char *node);
 

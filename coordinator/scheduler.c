@@ -477,30 +477,20 @@ void br_sched_run(br_coord_t *c)
 {
     br_sched_t *s = c->sched;
     s->on_heartbeat = 0;
-    size_t n = 0, cap = 0;
-    br_job_t **list = NULL;
-    int replicas = 0;
-    for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next) {
-        if (j->state != BR_JOB_PENDING)
-            continue;
-        if (n == cap) {
-            br_job_t **l = realloc(list, (cap = cap ? 2 * cap : 64) * sizeof(*l));
-            if (!l)
-                break; /* the rest at the next pass */
-            list = l;
-        }
-        list[n++] = j;
-        replicas |= j->service > 0;
-    }
-    if (n == 0) {
+    size_t n;
+    br_job_t **list = br_jobtab_pending(c->jobs, &n);
+    if (n == 0) { /* (or out of memory: the next pass) */
         free(list);
         return;
     }
+    int replicas = 0;
+    for (size_t i = 0; i < n; i++)
+        replicas |= list[i]->service > 0;
     br_sched_in_t in = {.nodes = c->nodes,
                         .netmap = c->netmap,
                         .now_ms = br_now_ms(),
                         .replicas = replicas ? replica_counts(c) : NULL};
-    br_sched_decision_t *d = list ? br_sched_plan(&in, list, n, &s->on_heartbeat) : NULL;
+    br_sched_decision_t *d = br_sched_plan(&in, list, n, &s->on_heartbeat);
     for (size_t i = 0; d && i < n; i++) {
         switch (d[i].verdict) {
         case BR_SCHED_PLACE:

@@ -164,6 +164,13 @@ static void test_order_nodes_and_sweep(void **state)
     }
     assert_int_equal(n, 2001);
     assert_null(br_jobtab_find(t, 3));
+    br_jobtab_find(t, 4)->state = BR_JOB_RUNNING;
+    size_t np;
+    br_job_t **pending = br_jobtab_pending(t, &np);
+    assert_int_equal(np, 2000); /* all but job 4 */
+    assert_int_equal(pending[0]->id, 2);
+    assert_int_equal(pending[1]->id, 6);
+    free(pending);
 
     br_job_t *g = br_jobtab_find(t, 10), *s = br_jobtab_find(t, 12);
     place(t, g, "a", "b"); /* a gang on a and b */
