@@ -9,8 +9,6 @@
 #include "jobs.h"
 #include "util.h"
 
-static const char *const live_states[] = {"pending", "starting", "running", NULL};
-
 /* A bookkeeping column of a job's store row, or -1 when it has none. */
 static json_int_t row_int(json_t *job, const char *key)
 {
@@ -103,57 +101,39 @@ json_t *br_services_find(br_coord_t *c, const char *name, int64_t owner_id,
 
 static int by_replica(const void *x, const void *y)
 {
-    json_t *a = *(json_t *const *)x, *b = *(json_t *const *)y;
-    return (int)(row_int(a, "replica") - row_int(b, "replica"));
+    const br_job_t *a = *(br_job_t *const *)x, *b = *(br_job_t *const *)y;
+    return a->replica - b->replica;
 }
 
-json_t *br_services_replicas(br_coord_t *c, int64_t service_id)
+/* The service's replicas that are not over (all current jobs, so in memory), by
+ * replica number: a new array (free it) of *n; NULL when out of memory. */
+static br_job_t **replicas_of(br_coord_t *c, int64_t service_id, size_t *n)
 {
-    json_t *jobs = br_store_job_list(c->store, live_states, 0, NULL);
-    json_t *mine = json_array();
-    size_t i;
-    json_t *job;
-    json_array_foreach(jobs, i, job) {
-        if (row_int(job, "service") == service_id)
-            json_array_append(mine, job);
-    }
-    json_decref(jobs);
-    size_t n = json_array_size(mine);
-    json_t **order = n ? malloc(n * sizeof(*order)) : NULL;
-    for (i = 0; order && i < n; i++)
-        order[i] = json_incref(json_array_get(mine, i));
-    if (order) {
-        qsort(order, n, sizeof(*order), by_replica);
-        json_array_clear(mine);
-        for (i = 0; i < n; i++)
-            json_array_append_new(mine, order[i]);
-        free(order);
-    }
-    return mine;
+    size_t cap = br_jobtab_count(c->jobs);
+    br_job_t **list = malloc((cap ? cap : 1) * sizeof(*list));
+    *n = 0;
+    for (br_job_t *j = br_jobtab_first(c->jobs); list && j; j = j->next)
+        if (j->service == service_id)
+            list[(*n)++] = j;
+    if (list)
+        qsort(list, *n, sizeof(*list), by_replica);
+    return list;
 }
 
 int br_services_scale(br_coord_t *c, json_t *service, int replicas, br_err_t *err)
 {
     int64_t id = json_integer_value(json_object_get(service, "id"));
-    json_t *have = br_services_replicas(c, id);
-    int count = (int)json_array_size(have), next = 0;
-    size_t i;
-    json_t *r;
-    json_array_foreach(have, i, r) {
-        if (row_int(r, "replica") >= next)
-            next = (int)row_int(r, "replica") + 1;
-    }
-    for (int k = count; k > replicas; k--) { /* the highest numbered go first */
-        json_t *gone = json_array_get(have, (size_t)k - 1);
-        json_t *done = br_jobs_cancel(c, json_integer_value(json_object_get(gone, "id")), err);
-        json_decref(done);
-    }
-    for (int k = count; k < replicas; k++)
-        if (add_replica(c, service, id, next++, err) < 0) {
-            json_decref(have);
+    size_t count;
+    br_job_t **have = replicas_of(c, id, &count);
+    if (!have)
+        return br_errf(err, ENOMEM, "service %lld: out of memory", (long long)id);
+    int next = count ? have[count - 1]->replica + 1 : 0;
+    for (size_t k = count; k > (size_t)replicas; k--) /* the highest numbered go first */
+        json_decref(br_jobs_cancel(c, have[k - 1]->id, err));
+    free(have); /* (the cancelled ones are freed only at the end of the wake) */
+    for (size_t k = count; k < (size_t)replicas; k++)
+        if (add_replica(c, service, id, next++, err) < 0)
             return -1;
-        }
-    json_decref(have);
     br_job_t *job = br_jobtab_find(c->jobs, id);
     if (!job)
         return br_errf(err, ENOENT, "service %lld has ended", (long long)id);
@@ -163,21 +143,20 @@ int br_services_scale(br_coord_t *c, json_t *service, int replicas, br_err_t *er
     job->replicas = replicas;
     br_job_set_reason(job, reason);
     br_job_save(c, job);
-    br_coord_event(c, id, NULL, "running", "scaled from %d to %d replica%s", count, replicas,
+    br_coord_event(c, id, NULL, "running", "scaled from %zu to %d replica%s", count, replicas,
                    replicas == 1 ? "" : "s");
     return replicas;
 }
 
 void br_services_cancel(br_coord_t *c, json_t *service)
 {
-    json_t *have = br_services_replicas(c, json_integer_value(json_object_get(service, "id")));
-    size_t i;
-    json_t *r;
-    json_array_foreach(have, i, r) {
+    size_t n;
+    br_job_t **have = replicas_of(c, json_integer_value(json_object_get(service, "id")), &n);
+    for (size_t i = 0; i < n; i++) {
         br_err_t err;
-        json_decref(br_jobs_cancel(c, json_integer_value(json_object_get(r, "id")), &err));
+        json_decref(br_jobs_cancel(c, have[i]->id, &err));
     }
-    json_decref(have);
+    free(have);
 }
 
 struct br_services {
@@ -199,36 +178,33 @@ static void forget(br_coord_t *c, int64_t id)
     json_object_del(c->services->health, key);
 }
 
-/* Where a replica answers: its node's address and the port its agent gave it. */
-static json_t *endpoint_of(br_coord_t *c, json_t *job)
+/* Where a running replica answers: its node's address and the port its agent gave
+ * it; NULL when either is not known. */
+static json_t *endpoint_of(br_coord_t *c, const br_job_t *job)
 {
-    const char *node = json_string_value(json_array_get(json_object_get(job, "nodes"), 0));
+    const char *node = job->nranks ? job->ranks[0].node : NULL;
     br_node_t *n = node ? br_nodes_find(c->nodes, node) : NULL;
-    json_int_t port = json_integer_value(json_object_get(json_object_get(job, "assign"), "port"));
     const char *host = n ? json_string_value(json_object_get(n->info, "address")) : NULL;
-    if (!host || port <= 0)
+    if (!host || job->port <= 0)
         return NULL;
-    return json_pack("{s:s, s:I, s:s, s:I, s:I}", "host", host, "port", port, "node", node,
-                     "replica", row_int(job, "replica"), "id",
-                     json_integer_value(json_object_get(job, "id")));
+    return json_pack("{s:s, s:i, s:s, s:i, s:I}", "host", host, "port", job->port, "node",
+                     node, "replica", job->replica, "id", (json_int_t)job->id);
 }
 
 json_t *br_services_endpoints(br_coord_t *c, json_t *service)
 {
-    json_t *have = br_services_replicas(c, json_integer_value(json_object_get(service, "id")));
+    size_t n;
+    br_job_t **have = replicas_of(c, json_integer_value(json_object_get(service, "id")), &n);
     json_t *out = json_array();
-    size_t i;
-    json_t *r;
-    json_array_foreach(have, i, r) {
-        const char *h = br_services_health_of(c, json_integer_value(json_object_get(r, "id")));
-        const char *st = json_string_value(json_object_get(r, "state"));
-        json_t *e = strcmp(st, "running") == 0 && h && strcmp(h, "healthy") == 0
-                        ? endpoint_of(c, r)
+    for (size_t i = 0; i < n; i++) {
+        const char *h = br_services_health_of(c, have[i]->id);
+        json_t *e = have[i]->state == BR_JOB_RUNNING && h && strcmp(h, "healthy") == 0
+                        ? endpoint_of(c, have[i])
                         : NULL;
         if (e)
             json_array_append_new(out, e);
     }
-    json_decref(have);
+    free(have);
     return out;
 }
 
@@ -249,39 +225,40 @@ static void set_health(br_coord_t *c, br_job_t *job, br_node_t *n, const char *h
     }
 }
 
-/* A replica's port and health while it runs (its attempt's), else nulls. */
-static void set_port_health(br_coord_t *c, json_t *job, json_t *out)
+/* Replica id's port and health while its attempt is on (it is in memory), else
+ * nulls. */
+static void set_port_health(br_coord_t *c, int64_t id, json_t *out)
 {
-    const char *h = br_services_health_of(c, json_integer_value(json_object_get(job, "id")));
-    const char *st = json_string_value(json_object_get(job, "state"));
-    json_int_t port = json_integer_value(json_object_get(json_object_get(job, "assign"), "port"));
-    int live = st && (strcmp(st, "starting") == 0 || strcmp(st, "running") == 0);
-    json_object_set_new(out, "port", live && port > 0 ? json_integer(port) : json_null());
-    json_object_set_new(out, "health", live && h ? json_string(h) : json_null());
+    const br_job_t *job = br_jobtab_find(c->jobs, id);
+    int live = job && br_job_state_live(job->state);
+    const char *h = live ? br_services_health_of(c, id) : NULL;
+    json_object_set_new(out, "port", live && job->port > 0 ? json_integer(job->port)
+                                                           : json_null());
+    json_object_set_new(out, "health", h ? json_string(h) : json_null());
 }
 
 void br_services_annotate(br_coord_t *c, json_t *job, json_t *out)
 {
+    int64_t id = json_integer_value(json_object_get(job, "id"));
     if (br_services_is_replica(job)) {
         json_object_set_new(out, "service", json_integer(row_int(job, "service")));
         json_object_set_new(out, "replica", json_integer(row_int(job, "replica")));
-        set_port_health(c, job, out);
+        set_port_health(c, id, out);
     } else if (br_services_is_service(job)) {
-        json_t *have = br_services_replicas(c, json_integer_value(json_object_get(job, "id")));
+        size_t n;
+        br_job_t **have = replicas_of(c, id, &n);
         json_t *list = json_array();
-        size_t i;
-        json_t *r;
-        json_array_foreach(have, i, r) {
-            json_t *node = json_array_get(json_object_get(r, "nodes"), 0);
-            json_t *one = json_pack("{s:I, s:O, s:O, s:O, s:O}", "replica",
-                                    row_int(r, "replica"), "id", json_object_get(r, "id"),
-                                    "state", json_object_get(r, "state"), "reason",
-                                    json_object_get(r, "reason"), "node",
-                                    node ? node : json_null());
-            set_port_health(c, r, one);
+        for (size_t i = 0; i < n; i++) {
+            const br_job_t *r = have[i];
+            json_t *one = json_pack(
+                "{s:i, s:I, s:s, s:o, s:o}", "replica", r->replica, "id", (json_int_t)r->id,
+                "state", br_job_state_name(r->state), "reason",
+                r->reason ? json_string(r->reason) : json_null(), "node",
+                r->nranks ? json_string(r->ranks[0].node) : json_null());
+            set_port_health(c, r->id, one);
             json_array_append_new(list, one);
         }
-        json_decref(have);
+        free(have);
         json_object_set_new(out, "replicas", list);
         json_object_set_new(out, "replicas_wanted", json_integer(row_int(job, "replicas")));
     }

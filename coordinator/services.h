@@ -36,9 +36,6 @@ json_t *br_services_find(br_coord_t *c, const char *name, int64_t owner_id,
  * numbered ones cancelled. Returns the new count, or -1 with err. */
 int br_services_scale(br_coord_t *c, json_t *service, int replicas, br_err_t *err);
 
-/* Every replica of the service that is not over, by replica number. New ref. */
-json_t *br_services_replicas(br_coord_t *c, int64_t service_id);
-
 /* Healthy replicas: [{"host","port","node","replica","id"}]. New ref. */
 json_t *br_services_endpoints(br_coord_t *c, json_t *service);
 
