@@ -137,7 +137,40 @@ void br_api_token_revoke(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 
 /* --- nodes ------------------------------------------------------------------ */
 
-static json_t *node_public(br_coord_t *c, br_node_t *n, json_t *current)
+static int by_id(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* The ids of the starting and running jobs with a rank on n (a gang on several
+ * nodes; a service job on none), each once, in id order. */
+static json_t *node_jobs(br_coord_t *c, const br_node_t *n)
+{
+    size_t len = 0, cap = 0;
+    int64_t *ids = NULL;
+    for (br_rank_t *rk = br_jobtab_on_node(c->jobs, n->name); rk; rk = rk->node_next) {
+        if (!br_job_state_live(rk->job->state) ||
+            br_job_rank_on(rk->job, n->name, 0) != rk->index)
+            continue; /* (a job with two ranks here counts at its first) */
+        if (len == cap) {
+            int64_t *more = realloc(ids, (cap = cap ? 2 * cap : 8) * sizeof(*more));
+            if (!more)
+                break;
+            ids = more;
+        }
+        ids[len++] = rk->job->id;
+    }
+    if (len > 1)
+        qsort(ids, len, sizeof(*ids), by_id);
+    json_t *out = json_array();
+    for (size_t i = 0; i < len; i++)
+        json_array_append_new(out, json_integer(ids[i]));
+    free(ids);
+    return out;
+}
+
+static json_t *node_public(br_coord_t *c, br_node_t *n)
 {
     json_t *o = json_deep_copy(n->info);
     json_object_del(o, "pubkey");
@@ -157,39 +190,18 @@ static json_t *node_public(br_coord_t *c, br_node_t *n, json_t *current)
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
         if (!json_object_get(o, want[i]))
             json_object_set_new(o, want[i], json_null());
-    json_t *ids = json_array();
-    size_t i;
-    json_t *job;
-    json_array_foreach(current, i, job) { /* a gang on several nodes; a service on none */
-        size_t k;
-        json_t *name;
-        json_array_foreach(json_object_get(job, "nodes"), k, name) {
-            if (json_is_string(name) && strcmp(json_string_value(name), n->name) == 0) {
-                json_array_append(ids, json_object_get(job, "id"));
-                break;
-            }
-        }
-    }
-    json_object_set_new(o, "jobs", ids);
+    json_object_set_new(o, "jobs", node_jobs(c, n));
     json_object_set_new(o, "free", json_pack("{s:i, s:I}", "cpus",
                                              br_node_cpus(n) - n->cpus_used, "memory",
                                              (json_int_t)(br_node_memory(n) - n->memory_used)));
     return o;
 }
 
-static json_t *current_jobs(br_coord_t *c)
-{
-    static const char *const states[] = {"starting", "running", NULL};
-    json_t *j = br_store_job_list(c->store, states, 0, NULL);
-    return j ? j : json_array();
-}
-
 void br_api_node_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    json_t *cur = current_jobs(c), *list = json_array();
+    json_t *list = json_array();
     for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)
-        json_array_append_new(list, node_public(c, n, cur));
-    json_decref(cur);
+        json_array_append_new(list, node_public(c, n));
     br_api_ok(c, m, json_pack("{s:o}", "nodes", list));
 }
 
@@ -210,9 +222,7 @@ static br_node_t *named_node(br_coord_t *c, br_msg_t *m)
 
 static void reply_node(br_coord_t *c, br_msg_t *m, br_node_t *n)
 {
-    json_t *cur = current_jobs(c);
-    br_api_ok(c, m, json_pack("{s:o}", "node", node_public(c, n, cur)));
-    json_decref(cur);
+    br_api_ok(c, m, json_pack("{s:o}", "node", node_public(c, n)));
 }
 
 void br_api_node_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
