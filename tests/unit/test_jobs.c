@@ -100,6 +100,15 @@ static int teardown(void **state)
     return rc == 0 ? 0 : -1;
 }
 
+/* The node the job's rank 0 was placed on. */
+static br_node_t *rank0_node(br_coord_t *c, const br_job_t *job)
+{
+    assert_true(job->nranks > 0);
+    br_node_t *n = br_nodes_find(c->nodes, job->ranks[0].node);
+    assert_non_null(n);
+    return n;
+}
+
 /* Submit a job: spec as JSON text. */
 static int64_t submit(br_coord_t *c, const char *spec)
 {
@@ -234,7 +243,7 @@ static void test_gang_port_and_failure_stops_all(void **state)
     assert_state(c, id, "starting");
     assert_int_equal(w->a->cpus_used + w->b->cpus_used, 4);
     br_job_t *j = br_jobtab_find(c->jobs, id);
-    br_node_t *r0 = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_node_t *r0 = rank0_node(c, j);
     br_node_t *r1 = r0 == w->a ? w->b : w->a;
     assert_int_equal(orders(c, "job.run", r0), 1);
     assert_int_equal(orders(c, "job.run", r1), 0); /* after rank 0 chose its port */
@@ -283,7 +292,7 @@ static void test_hung_restarts_then_fails(void **state)
                            " \"restart\": {\"on\": [\"hung\"], \"max\": 1}}");
     br_sched_run(c);
     br_job_t *j = br_jobtab_find(c->jobs, id);
-    br_node_t *r0 = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_node_t *r0 = rank0_node(c, j);
     br_node_t *r1 = r0 == w->a ? w->b : w->a;
     json_t *p = run_progress(c, r0);
     assert_int_equal(json_integer_value(json_object_get(p, "timeout")), 3000);
@@ -301,7 +310,7 @@ static void test_hung_restarts_then_fails(void **state)
                         "other 1 rank; restarting as attempt 2 (hung)");
     /* attempt 2 runs, and hangs too */
     br_sched_run(c);
-    r0 = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    r0 = rank0_node(c, j);
     r1 = r0 == w->a ? w->b : w->a;
     br_jobs_started(c, id, 2, r0, 29556);
     br_jobs_started(c, id, 2, r1, 0);
@@ -320,7 +329,7 @@ static void test_node_faults(void **state)
     int64_t id = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1}}");
     br_sched_run(c);
     br_job_t *j = br_jobtab_find(c->jobs, id);
-    br_node_t *n = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_node_t *n = rank0_node(c, j);
     br_jobs_not_here(c, id, 1, n, "checkpoint not visible");
     assert_state(c, id, "pending");
     assert_true(br_job_excluded(j, n->name));
@@ -354,7 +363,7 @@ static void test_node_lost_requeues_and_reconcile(void **state)
                            " \"restart\": {\"on\": [\"node_lost\"], \"max\": 3}}");
     br_sched_run(c);
     br_job_t *j = br_jobtab_find(c->jobs, id);
-    br_node_t *n = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_node_t *n = rank0_node(c, j);
     br_jobs_started(c, id, 1, n, 0);
     /* a heartbeat that still lists it: nothing changes */
     json_t *tasks = json_pack("[{s:I, s:i, s:s}]", "job", (json_int_t)id, "attempt", 1,
@@ -374,7 +383,7 @@ static void test_node_lost_requeues_and_reconcile(void **state)
     assert_int_equal(orders(c, "job.kill", n), 1);
     /* placed again; a frozen current attempt is thawed */
     br_sched_run(c);
-    br_node_t *m = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_node_t *m = rank0_node(c, j);
     br_jobs_started(c, id, 2, m, 0);
     assert_int_equal(j->lost_at, 0);
     json_t *frozen = json_pack("[{s:I, s:i, s:s}]", "job", (json_int_t)id, "attempt", 2,
@@ -403,7 +412,7 @@ static void test_cancel_and_time_limit(void **state)
     json_decref(br_jobs_cancel(c, p, &err));
     assert_state(c, p, "cancelled");
     br_job_t *j = br_jobtab_find(c->jobs, r);
-    br_node_t *n = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_node_t *n = rank0_node(c, j);
     drop_orders(c);
     json_t *done = br_jobs_cancel(c, r, &err);
     assert_non_null(done);
@@ -414,7 +423,7 @@ static void test_cancel_and_time_limit(void **state)
     assert_non_null(strstr(err.text, "already ended"));
     assert_null(br_jobs_cancel(c, 999, &err));
     j = br_jobtab_find(c->jobs, t);
-    n = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    n = rank0_node(c, j);
     br_jobs_started(c, t, 1, n, 0);
     j->started -= 10; /* ran for longer than its 1 ms */
     br_jobs_check_limits(c);
@@ -455,7 +464,7 @@ static void test_replica_restarts_through_the_services_hook(void **state)
     j->service = 1; /* as br_services_submit makes them */
     j->replica = 0;
     br_sched_run(c);
-    br_node_t *n = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_node_t *n = rank0_node(c, j);
     br_jobs_started(c, id, 1, n, 8000);
     br_jobs_exited(c, id, 1, n, 0, -1, "");
     assert_state(c, id, "pending"); /* not completed: a service runs until cancelled */
@@ -464,13 +473,13 @@ static void test_replica_restarts_through_the_services_hook(void **state)
     assert_true(j->not_before > br_now_ms());
     j->not_before = 0;
     br_sched_run(c);
-    n = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    n = rank0_node(c, j);
     br_jobs_started(c, id, 2, n, 8000);
     br_jobs_exited(c, id, 2, n, 1, -1, "");
     assert_event(c, id, "exit code 1; starting it again as attempt 3 in 2.0s");
     j->not_before = 0;
     br_sched_run(c);
-    n = j->ranks[0].node[0] == 'a' ? w->a : w->b;
+    n = rank0_node(c, j);
     br_jobs_started(c, id, 3, n, 8000);
     br_hook_arg_t lost = {.node = n, .reason = "node lost (silent for 5.0s)"};
     br_hooks_run(c, c->hooks, BR_HOOK_NODE_LOST, &lost);
@@ -507,7 +516,7 @@ static void test_waits_on_other_jobs(void **state)
     snprintf(want, sizeof(want), "waiting: for job %lld to end ok", (long long)a);
     assert_string_equal(json_string_value(json_object_get(row, "reason")), want);
     json_decref(row);
-    br_node_t *n = br_jobtab_find(c->jobs, a)->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_node_t *n = rank0_node(c, br_jobtab_find(c->jobs, a));
     br_jobs_started(c, a, 1, n, 0); /* a runs: the one waiting for its start goes */
     br_sched_run(c);
     assert_state(c, on_started, "starting");
