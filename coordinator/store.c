@@ -159,6 +159,7 @@ static const char *const migrations[] = {
 /* Every statement the store runs, prepared once at open, finalized in destroy. */
 enum {
     ST_BEGIN,
+    ST_HIGH_IDS,
     ST_COMMIT,
     ST_ROLLBACK,
     ST_KEY_ADD,
@@ -225,6 +226,8 @@ enum {
 
 static const char *const sql_text[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_HIGH_IDS] = "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0),"
+                    " coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_KEY_ADD] = "INSERT INTO keys (pubkey, kind, name, created, principal)"
@@ -809,12 +812,15 @@ void br_store_destroy(br_store_t **store)
 
 int br_store_high_ids(br_store_t *s, int64_t *jobs, int64_t *events, br_err_t *err)
 {
+    sqlite3_stmt *st = s->st[ST_HIGH_IDS]; /* after every commit: prepared once */
     *jobs = *events = 0;
-    int rc = query1(s, "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'", jobs, NULL, 0);
-    if (rc == SQLITE_OK)
-        rc = query1(s, "SELECT seq FROM sqlite_sequence WHERE name = 'events'", events,
-                    NULL, 0);
-    return rc == SQLITE_OK ? 0 : dberr(s, err, "read the highest ids");
+    int rc = sqlite3_step(st) == SQLITE_ROW ? 0 : dberr(s, err, "read the highest ids");
+    if (rc == 0) {
+        *jobs = sqlite3_column_int64(st, 0);
+        *events = sqlite3_column_int64(st, 1);
+    }
+    reset(st);
+    return rc;
 }
 
 int64_t br_store_changes(br_store_t *s)
