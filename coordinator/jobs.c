@@ -891,7 +891,7 @@ void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full)
 
 json_t *br_jobs_public(json_t *job)
 {
-    json_t *o = json_deep_copy(job);
+    json_t *o = json_copy(job); /* shallow: only top-level keys change below */
     json_object_del(o, "spec_yaml");
     json_object_del(o, "assign");
     if (!json_is_string(json_object_get(o, "placement"))) /* why a gang went there */

@@ -110,7 +110,8 @@ void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full);
  * own nodes, a superseded attempt's from any (its output arrives after a partition). */
 int br_jobs_log_allowed(br_coord_t *c, int64_t id, int attempt, const char *node);
 
-/* The job object as the CLI shows it: times in seconds, internals dropped. */
+/* The job object as the CLI shows it: times in seconds, internals dropped. It
+ * shares its values with job: change its top-level keys only. */
 json_t *br_jobs_public(json_t *job);
 
 #endif

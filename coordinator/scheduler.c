@@ -188,15 +188,18 @@ static json_t *replica_counts(br_coord_t *c)
  * heartbeats, not a replica spread over nodes). */
 typedef struct {
     br_node_t *from; /* first fit looks from here (NULL: the first node) */
-    int failed;
-    char reason[520];
+    char *reason;    /* why it fit nowhere (NULL: it fit, or not tried yet) */
 } shape_memo_t;
+
+#define REASON_MAX 520 /* a wait's reason, as the store's reasons go */
+#define HOW_MAX 400    /* why a gang went where it went */
 
 /* Look at the nodes from start (NULL: all) for job; memo (may be NULL) learns
  * where a first fit went. */
 static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t *d,
                       int *on_heartbeat, br_node_t *start, shape_memo_t *memo)
 {
+    char reason[REASON_MAX], how[HOW_MAX];
     d->verdict = BR_SCHED_WAIT;
     json_t *spec = job->spec;
     int want = (int)json_integer_value(
@@ -290,7 +293,8 @@ static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_
     } else if (d->assign) { /* a gang: the nearest set of those that fit */
         const char *sites = json_string_value(json_object_get(res, "spread"));
         br_netmap_choose(in->netmap, fit, count, want, sites && strcmp(sites, "any") == 0,
-                         chosen, d->how, sizeof(d->how));
+                         chosen, how, sizeof(how));
+        d->how = strdup(how);
     }
     if (d->assign) {
         d->verdict = BR_SCHED_PLACE;
@@ -307,13 +311,15 @@ static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_
     } else if (want == 1) {
         free(d->nodes);
         d->nodes = NULL;
-        snprintf(d->reason, sizeof(d->reason), "waiting: no ready node fits (%s)",
+        snprintf(reason, sizeof(reason), "waiting: no ready node fits (%s)",
                  why[0] ? why : "no node has joined yet");
+        d->reason = strdup(reason);
     } else {
         free(d->nodes);
         d->nodes = NULL;
-        snprintf(d->reason, sizeof(d->reason), "waiting: a gang of %d nodes, and %d fit%s (%s)",
+        snprintf(reason, sizeof(reason), "waiting: a gang of %d nodes, and %d fit%s (%s)",
                  want, count, count == 1 ? "s" : "", why[0] ? why : "no other node has joined");
+        d->reason = strdup(reason);
     }
     free(chosen);
     for (int i = 0; i < count; i++)
@@ -335,25 +341,58 @@ static void plan_one(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t
     }
     const br_after_t *waits = br_job_waits_for(job);
     if (waits) { /* (deps.h) */
+        char reason[REASON_MAX];
         d->verdict = BR_SCHED_WAIT;
-        snprintf(d->reason, sizeof(d->reason), "waiting: for job %lld to %s",
+        snprintf(reason, sizeof(reason), "waiting: for job %lld to %s",
                  (long long)waits->job, br_after_goal(waits->on));
+        d->reason = strdup(reason);
         return;
     }
-    if (memo && memo->failed) { /* one alike fit nowhere, and nodes only filled since */
+    if (memo && memo->reason) { /* one alike fit nowhere, and nodes only filled since */
         d->verdict = BR_SCHED_WAIT;
-        memcpy(d->reason, memo->reason, sizeof(d->reason));
+        d->reason = strdup(memo->reason);
         return;
     }
     plan_scan(in, job, d, on_heartbeat, memo ? memo->from : NULL, memo);
     if (d->verdict == BR_SCHED_WAIT && memo && memo->from) {
         memo->from = NULL; /* the reason names every node: look at them all once */
+        free(d->reason);
+        d->reason = NULL;
         plan_scan(in, job, d, on_heartbeat, NULL, memo);
     }
-    if (d->verdict == BR_SCHED_WAIT && memo) {
-        memo->failed = 1;
-        memcpy(memo->reason, d->reason, sizeof(memo->reason));
+    if (d->verdict == BR_SCHED_WAIT && memo && d->reason)
+        memo->reason = strdup(d->reason);
+}
+
+/* What a pass knows of the shapes seen so far: memos, and an index of them by
+ * shape text. */
+typedef struct {
+    shape_memo_t *memos;
+    size_t n, cap;
+    json_t *index; /* shape text -> position in memos */
+} shape_book_t;
+
+/* The memo of job's shape, added when new; NULL when the job's placement depends
+ * on more than its shape, or when out of memory. */
+static shape_memo_t *memo_of(shape_book_t *b, const br_job_t *job)
+{
+    if (!b->index || !job->shape || job->nexclude || job->fresh_after || job->service > 0)
+        return NULL;
+    json_t *at = json_object_get(b->index, job->shape);
+    if (at)
+        return &b->memos[json_integer_value(at)];
+    if (b->n == b->cap) {
+        size_t more = b->cap ? 2 * b->cap : 8;
+        shape_memo_t *m = realloc(b->memos, more * sizeof(*m));
+        if (!m)
+            return NULL;
+        b->memos = m;
+        b->cap = more;
     }
+    if (json_object_set_new(b->index, job->shape, json_integer((json_int_t)b->n)) < 0)
+        return NULL;
+    b->memos[b->n] = (shape_memo_t){.from = NULL};
+    return &b->memos[b->n++];
 }
 
 void br_sched_order(br_job_t **jobs, size_t n)
@@ -374,26 +413,13 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
     }
     memcpy(order, jobs, n * sizeof(*order));
     br_sched_order(order, n);
-    json_t *shapes = json_object(); /* shape text -> index into memos */
-    shape_memo_t *memos = calloc(n ? n : 1, sizeof(*memos));
-    size_t nmemos = 0;
-    for (size_t i = 0; i < n; i++) {
-        br_job_t *job = order[i];
-        shape_memo_t *memo = NULL;
-        if (shapes && memos && job->shape && !job->nexclude && !job->fresh_after &&
-            job->service <= 0) {
-            json_t *k = json_object_get(shapes, job->shape);
-            if (k) {
-                memo = &memos[json_integer_value(k)];
-            } else if (json_object_set_new(shapes, job->shape,
-                                           json_integer((json_int_t)nmemos)) == 0) {
-                memo = &memos[nmemos++];
-            }
-        }
-        plan_one(in, job, &d[i], on_heartbeat, memo);
-    }
-    json_decref(shapes);
-    free(memos);
+    shape_book_t book = {.index = json_object()};
+    for (size_t i = 0; i < n; i++)
+        plan_one(in, order[i], &d[i], on_heartbeat, memo_of(&book, order[i]));
+    for (size_t i = 0; i < book.n; i++)
+        free(book.memos[i].reason);
+    free(book.memos);
+    json_decref(book.index);
     free(order);
     return d;
 }
@@ -405,6 +431,8 @@ void br_sched_decisions_free(br_sched_decision_t *d, size_t n)
             json_decref(d[i].assign[r]);
         free(d[i].assign);
         free(d[i].nodes);
+        free(d[i].how);
+        free(d[i].reason);
     }
     free(d);
 }

@@ -59,8 +59,8 @@ typedef struct {
     int count;            /* PLACE: ranks, each on nodes[r] with share assign[r] */
     br_node_t **nodes;
     json_t **assign;
-    char how[400];        /* PLACE of a gang: why these nodes */
-    char reason[520];     /* WAIT: "waiting: ..." */
+    char *how;            /* PLACE of a gang: why these nodes (else NULL) */
+    char *reason;         /* WAIT: "waiting: ..." (else NULL) */
     int64_t not_before;   /* LATER: wall ms when its restart backoff ends */
 } br_sched_decision_t;
 
