@@ -43,6 +43,7 @@
 #define RESCAN_BUSY_MS 200   /* while some entry is not complete yet */
 #define RESCAN_IDLE_MS 1000  /* otherwise */
 #define MIN_SCAN_GAP_MS 50   /* inotify wakes at most this often */
+#define MARKER_SETTLE_MS 500 /* a marker no event said was closed counts once this old */
 
 static const char *const markers[] = {"trainer_state.json", ".metadata"};
 
@@ -54,7 +55,7 @@ typedef struct {
     int done;                      /* reported, or complete before we started */
     int seen;                      /* still there at this scan */
     int wd;                        /* inotify watch inside it while incomplete, or -1 */
-    int marked;                    /* a marker was created in it: consider it now */
+    int marked;                    /* a marker was closed in it: consider it now */
 } entry_t;
 
 struct br_ckpt {
@@ -156,15 +157,35 @@ static int learn(br_ckpt_t *w, const char *path)
     return 0;
 }
 
+/* name in dir is there and written. A marker is created before it is written
+ * (open, write, close: trainer_state.json is written so), so the moment it appears
+ * it is empty: it counts once its writer closed it (closed: the entry's watch said
+ * so), once it holds something (seen by a scan), or, empty (`touch DONE`), once it
+ * has not changed for MARKER_SETTLE_MS. */
+static int has_marker(const char *dir, const char *name, int closed)
+{
+    char p[PATH_MAX];
+    struct stat st;
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    if (stat(p, &st) < 0)
+        return 0;
+    int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+    return closed || st.st_size > 0 || br_now_ms() - mtime >= MARKER_SETTLE_MS;
+}
+
 /* Complete: the configured marker, else a known one (required once one was seen),
- * else quiet long enough. */
+ * else quiet long enough; a marker written (has_marker). */
 static int complete(br_ckpt_t *w, const char *path, const entry_t *e, int isdir,
-                    int64_t now)
+                    int64_t now, int closed)
 {
     if (w->complete_file[0])
-        return isdir && has_file(path, w->complete_file);
-    if (isdir && learn(w, path))
-        return 1;
+        return isdir && has_marker(path, w->complete_file, closed);
+    if (isdir && learn(w, path)) {
+        for (size_t i = 0; i < sizeof(markers) / sizeof(markers[0]); i++)
+            if (has_marker(path, markers[i], closed))
+                return 1;
+        return 0;
+    }
     return !w->learned && now - e->quiet_since >= w->stable_ms;
 }
 
@@ -180,12 +201,13 @@ static int is_marker(const br_ckpt_t *w, const char *name)
 }
 
 /* Watch inside an incomplete directory entry, so its marker is seen the moment it
- * is created, not at the next rescan (entries that are symlinks go by rescans). */
+ * is written (closed, or renamed into place), not at the next rescan (entries
+ * that are symlinks go by rescans). */
 static void watch_entry(br_ckpt_t *w, entry_t *e, const char *path)
 {
     if (w->ifd >= 0 && e->wd < 0)
         e->wd = inotify_add_watch(
-            w->ifd, path, IN_CREATE | IN_MOVED_TO | IN_ONLYDIR | IN_DONT_FOLLOW);
+            w->ifd, path, IN_CLOSE_WRITE | IN_MOVED_TO | IN_ONLYDIR | IN_DONT_FOLLOW);
 }
 
 static void unwatch_entry(br_ckpt_t *w, entry_t *e)
@@ -242,9 +264,12 @@ static void consider(br_ckpt_t *w, entry_t *e, int64_t now, br_ckpt_fn fn, void 
         (S_ISLNK(st.st_mode) && (!link_stays_inside(w, path) || stat(path, &st) < 0)))
         return;
     e->seen = 1;
+    int closed = e->marked;
     e->marked = 0;
-    if (!fn) { /* the baseline: names and markers only, no signature */
-        e->done = !w->complete_file[0] || complete(w, path, e, S_ISDIR(st.st_mode), now);
+    if (!fn) { /* the baseline: names and markers only, no signature (a marker there
+                * is an earlier attempt's: written, whatever its age) */
+        e->done =
+            !w->complete_file[0] || complete(w, path, e, S_ISDIR(st.st_mode), now, 1);
         if (e->done && e->step > w->done_step)
             w->done_step = e->step;
         if (!e->done && S_ISDIR(st.st_mode))
@@ -261,7 +286,7 @@ static void consider(br_ckpt_t *w, entry_t *e, int64_t now, br_ckpt_fn fn, void 
         e->files = files;
         e->quiet_since = now;
     }
-    if (!e->done && complete(w, path, e, S_ISDIR(st.st_mode), now)) {
+    if (!e->done && complete(w, path, e, S_ISDIR(st.st_mode), now, closed)) {
         e->done = 1;
         fn(arg, path, e->step, e->size, e->mtime_ms);
     }
@@ -427,7 +452,7 @@ int br_ckpt_fd(const br_ckpt_t *w)
     return w->ifd;
 }
 
-/* One event on an entry's own watch: a marker created in it marks it (1). */
+/* One event on an entry's own watch: a marker written in it marks it (1). */
 static int entry_event(br_ckpt_t *w, const struct inotify_event *ev)
 {
     for (int i = 0; i < w->n; i++) {

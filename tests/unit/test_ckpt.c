@@ -270,6 +270,29 @@ static void test_hf_marker(void **state)
     assert_int_equal(f->n, 1);
 }
 
+/* A marker counts once it is written: the moment it is created (open for writing,
+ * as Python's open("w") and Hugging Face do) it is empty, and a checkpoint counted
+ * then has an empty trainer_state.json in its manifest and its copies. */
+static void test_marker_counts_once_written(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "checkpoint-*", "trainer_state.json", STABLE);
+    at(f, 0);
+    mk(f, "checkpoint-9");
+    put(f, "checkpoint-9/model.bin", 100);
+    at(f, 1000); /* seen, and watched inside */
+    char p[PATH_MAX];
+    path_of(f, "checkpoint-9/trainer_state.json", p, sizeof(p));
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    assert_true(fd >= 0);
+    quiet_for(f, 2 * STABLE, 100); /* created, still empty and open: not yet */
+    assert_int_equal(reported(f, "checkpoint-9"), 0);
+    assert_int_equal(write(fd, "{\"global_step\": 9}", 19), 19);
+    assert_int_equal(close(fd), 0);
+    at(f, 1); /* closed: at once */
+    assert_int_equal(reported(f, "checkpoint-9"), 1);
+}
+
 /* Without complete_file, trainer_state.json is a known marker: no stability wait. */
 static void test_hf_autodetect(void **state)
 {
@@ -974,6 +997,7 @@ int main(void)
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
         T(test_fd),
         T(test_hf_marker),
+        T(test_marker_counts_once_written),
         T(test_hf_autodetect),
         T(test_known_marker_does_not_hold_back),
         T(test_complete_file_needs_directory),
