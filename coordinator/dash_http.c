@@ -422,19 +422,15 @@ static const char *cross_site(conn_t *conn, const session_t *s)
     return NULL;
 }
 
-/* A node's name in a path: [A-Za-z0-9._-], 1..63. */
+/* A node's name in a path: a valid one (br_valid_name, as a joining agent's is
+ * checked), copied to out (64 bytes); 0, or -1. */
 static int node_name(const char *s, size_t n, char *out)
 {
     if (n == 0 || n > 63)
         return -1;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-              (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '_' ||
-              s[i] == '-'))
-            return -1;
     memcpy(out, s, n);
     out[n] = '\0';
-    return 0;
+    return br_valid_name(out) ? 0 : -1;
 }
 
 /* POST /api/jobs/ID/cancel, /api/nodes/NAME/drain|undrain. */
