@@ -550,7 +550,7 @@ int br_dash_handle(br_dash_t *d, void *connp, const char *url, const char *metho
     unsigned char hash[HASH_LEN];
     session_t s;
     if (!cookie || dash_secret_hash(cookie, hash) < 0 ||
-        dash_session_get(d, cookie, &s) < 0) {
+        dash_session_get(d, hash, &s) < 0) {
         const char *why = cookie ? "Your session has expired or is not known here."
                                  : "You are not logged in.";
         int ret = api || post ? reply_error(conn, 401, why)

@@ -90,8 +90,9 @@ int dash_secret_hash(const char *text, unsigned char *hash);
 int dash_login_take(br_dash_t *d, const char *secret, char *id, const char **why);
 /* Under lock: the session of a cookie's hash; NULL when none or expired. */
 session_t *dash_session_at(br_dash_t *d, const unsigned char *hash);
-/* A copy of the session of the cookie's id: 0, or -1 (no cookie, forged, expired). */
-int dash_session_get(br_dash_t *d, const char *cookie, session_t *out);
+/* A copy of the session of a cookie's hash (dash_secret_hash): 0, or -1 (forged,
+ * expired). */
+int dash_session_get(br_dash_t *d, const unsigned char *hash, session_t *out);
 void dash_session_end(br_dash_t *d, const unsigned char *hash);
 /* Under lock: queue a request (body stolen); NULL when the queue is full. */
 req_t *dash_enqueue(br_dash_t *d, uint64_t id, const char *key, const char *type,

@@ -229,12 +229,9 @@ session_t *dash_session_at(br_dash_t *d, const unsigned char *hash)
     return NULL;
 }
 
-/* A copy of the session of the cookie's id: 0, or -1 (no cookie, forged, expired). */
-int dash_session_get(br_dash_t *d, const char *cookie, session_t *out)
+/* A copy of the session of a cookie's hash: 0, or -1 (forged, expired). */
+int dash_session_get(br_dash_t *d, const unsigned char *hash, session_t *out)
 {
-    unsigned char hash[HASH_LEN];
-    if (dash_secret_hash(cookie, hash) < 0)
-        return -1;
     pthread_mutex_lock(&d->lock);
     session_t *s = dash_session_at(d, hash);
     if (s)
