@@ -396,11 +396,15 @@ void br_dash_answer(br_dash_t *d, const void *route, size_t len, const json_t *b
     if (!br_dash_is_route(route, len))
         return;
     uint64_t id = id_of(route);
-    json_t *copy = json_deep_copy(body);
-    if (copy && data)
+    /* the body as it is, or with the data frame as "text" added on top: a shallow
+     * copy is enough for that (this runs on the loop, for every answer) */
+    json_t *copy = data ? json_copy((json_t *)body) : NULL;
+    if (copy)
         json_object_set_new(copy, "text", text_json(data, data_len));
     json_t *en = json_object_get(body, "errnum");
-    char *text = copy ? json_dumps(copy, JSON_COMPACT) : NULL;
+    char *text = !data  ? json_dumps(body, JSON_COMPACT)
+                 : copy ? json_dumps(copy, JSON_COMPACT)
+                        : NULL;
     json_decref(copy);
     pthread_mutex_lock(&d->lock);
     req_t *r = d->reqs;
