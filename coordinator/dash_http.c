@@ -236,7 +236,7 @@ static int call_loop(br_dash_t *d, conn_t *conn, const session_t *s, const char 
 /* Under lock: whether the stream's session still holds. */
 static int stream_live(br_dash_t *d, stream_t *s)
 {
-    return !d->stopping && !s->dropped && !s->failed && dash_session_at(d, s->session);
+    return !d->stopping && !s->failed && dash_session_at(d, s->session);
 }
 
 static json_t *watch_body(const stream_t *s)
@@ -275,11 +275,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         }
         if (now - s->renewed >= RENEW_MS)
             watch(d, s);
-        while (s->nnews && n + 64 < max) {
+        if (s->news && n + 64 < max) {
             n += (size_t)snprintf(buf + n, max - n,
                                   "event: news\ndata: {\"job\":%lld}\n\n",
-                                  (long long)s->news[0]);
-            memmove(s->news, s->news + 1, --s->nnews * sizeof(s->news[0]));
+                                  (long long)s->job);
+            s->news = 0;
         }
         if (!n && now - s->ticked >= TICK_MS)
             n = (size_t)snprintf(buf, max, "event: tick\ndata: {}\n\n");

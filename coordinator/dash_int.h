@@ -14,7 +14,6 @@
 #define WAIT_MS 10000        /* an API request waits this long for the loop */
 #define TICK_MS 5000         /* a stream says "tick" this often when idle */
 #define RENEW_MS 10000       /* a stream renews its watch this often */
-#define NEWS_MAX 64          /* news a stream may have unsent before it is dropped */
 #define BODY_MAX (64 * 1024) /* a request body is never read; this big is refused */
 #define COOKIE "bramble_session"
 #define HASH_LEN 32
@@ -58,9 +57,8 @@ typedef struct stream {
     char key[BR_DASH_KEY_MAX];
     int64_t job;
     int logs;
-    int64_t news[NEWS_MAX];
-    size_t nnews;
-    int hello, dropped, failed;
+    int news; /* the loop told of news (of job: its one watcher's), not yet sent */
+    int hello, failed;
     int64_t renewed, ticked; /* monotonic ms */
 } stream_t;
 

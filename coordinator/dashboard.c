@@ -432,21 +432,12 @@ int br_dash_news(br_dash_t *d, const void *route, size_t len, int64_t job)
 {
     if (!br_dash_is_route(route, len))
         return -1;
+    (void)job; /* the stream's own: it has one watcher, of s->job */
     pthread_mutex_lock(&d->lock);
     stream_t *s = stream_find(d, id_of(route));
-    int rc = s && !s->dropped ? 0 : -1;
-    if (rc == 0) {
-        size_t i = 0;
-        while (i < s->nnews && s->news[i] != job)
-            i++;
-        if (i == s->nnews) { /* not told yet */
-            if (s->nnews == NEWS_MAX) {
-                s->dropped = 1; /* it does not keep up: dropped, never waited for */
-                rc = -1;
-            } else {
-                s->news[s->nnews++] = job;
-            }
-        }
+    int rc = s ? 0 : -1;
+    if (s) {
+        s->news = 1; /* news not yet sent is told once: nothing piles up */
         pthread_cond_broadcast(&d->news);
     }
     pthread_mutex_unlock(&d->lock); /* (s may be freed from here on) */
