@@ -236,7 +236,7 @@ static int call_loop(br_dash_t *d, conn_t *conn, const session_t *s, const char 
 /* Under lock: whether the stream's session still holds. */
 static int stream_live(br_dash_t *d, stream_t *s)
 {
-    return !d->stopping && !s->dropped && !s->failed && dash_session_at(d, s->session);
+    return !d->stopping && !s->failed && dash_session_at(d, s->session);
 }
 
 static json_t *watch_body(const stream_t *s)
@@ -275,11 +275,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         }
         if (now - s->renewed >= RENEW_MS)
             watch(d, s);
-        while (s->nnews && n + 64 < max) {
+        if (s->news && n + 64 < max) {
             n += (size_t)snprintf(buf + n, max - n,
                                   "event: news\ndata: {\"job\":%lld}\n\n",
-                                  (long long)s->news[0]);
-            memmove(s->news, s->news + 1, --s->nnews * sizeof(s->news[0]));
+                                  (long long)s->job);
+            s->news = 0;
         }
         if (!n && now - s->ticked >= TICK_MS)
             n = (size_t)snprintf(buf, max, "event: tick\ndata: {}\n\n");
@@ -422,19 +422,15 @@ static const char *cross_site(conn_t *conn, const session_t *s)
     return NULL;
 }
 
-/* A node's name in a path: [A-Za-z0-9._-], 1..63. */
+/* A node's name in a path: a valid one (br_valid_name, as a joining agent's is
+ * checked), copied to out (64 bytes); 0, or -1. */
 static int node_name(const char *s, size_t n, char *out)
 {
     if (n == 0 || n > 63)
         return -1;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-              (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '_' ||
-              s[i] == '-'))
-            return -1;
     memcpy(out, s, n);
     out[n] = '\0';
-    return 0;
+    return br_valid_name(out) ? 0 : -1;
 }
 
 /* POST /api/jobs/ID/cancel, /api/nodes/NAME/drain|undrain. */
@@ -554,7 +550,7 @@ int br_dash_handle(br_dash_t *d, void *connp, const char *url, const char *metho
     unsigned char hash[HASH_LEN];
     session_t s;
     if (!cookie || dash_secret_hash(cookie, hash) < 0 ||
-        dash_session_get(d, cookie, &s) < 0) {
+        dash_session_get(d, hash, &s) < 0) {
         const char *why = cookie ? "Your session has expired or is not known here."
                                  : "You are not logged in.";
         int ret = api || post ? reply_error(conn, 401, why)

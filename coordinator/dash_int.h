@@ -14,7 +14,6 @@
 #define WAIT_MS 10000        /* an API request waits this long for the loop */
 #define TICK_MS 5000         /* a stream says "tick" this often when idle */
 #define RENEW_MS 10000       /* a stream renews its watch this often */
-#define NEWS_MAX 64          /* news a stream may have unsent before it is dropped */
 #define BODY_MAX (64 * 1024) /* a request body is never read; this big is refused */
 #define COOKIE "bramble_session"
 #define HASH_LEN 32
@@ -58,9 +57,8 @@ typedef struct stream {
     char key[BR_DASH_KEY_MAX];
     int64_t job;
     int logs;
-    int64_t news[NEWS_MAX];
-    size_t nnews;
-    int hello, dropped, failed;
+    int news; /* the loop told of news (of job: its one watcher's), not yet sent */
+    int hello, failed;
     int64_t renewed, ticked; /* monotonic ms */
 } stream_t;
 
@@ -90,8 +88,9 @@ int dash_secret_hash(const char *text, unsigned char *hash);
 int dash_login_take(br_dash_t *d, const char *secret, char *id, const char **why);
 /* Under lock: the session of a cookie's hash; NULL when none or expired. */
 session_t *dash_session_at(br_dash_t *d, const unsigned char *hash);
-/* A copy of the session of the cookie's id: 0, or -1 (no cookie, forged, expired). */
-int dash_session_get(br_dash_t *d, const char *cookie, session_t *out);
+/* A copy of the session of a cookie's hash (dash_secret_hash): 0, or -1 (forged,
+ * expired). */
+int dash_session_get(br_dash_t *d, const unsigned char *hash, session_t *out);
 void dash_session_end(br_dash_t *d, const unsigned char *hash);
 /* Under lock: queue a request (body stolen); NULL when the queue is full. */
 req_t *dash_enqueue(br_dash_t *d, uint64_t id, const char *key, const char *type,

@@ -229,12 +229,9 @@ session_t *dash_session_at(br_dash_t *d, const unsigned char *hash)
     return NULL;
 }
 
-/* A copy of the session of the cookie's id: 0, or -1 (no cookie, forged, expired). */
-int dash_session_get(br_dash_t *d, const char *cookie, session_t *out)
+/* A copy of the session of a cookie's hash: 0, or -1 (forged, expired). */
+int dash_session_get(br_dash_t *d, const unsigned char *hash, session_t *out)
 {
-    unsigned char hash[HASH_LEN];
-    if (dash_secret_hash(cookie, hash) < 0)
-        return -1;
     pthread_mutex_lock(&d->lock);
     session_t *s = dash_session_at(d, hash);
     if (s)
@@ -399,11 +396,15 @@ void br_dash_answer(br_dash_t *d, const void *route, size_t len, const json_t *b
     if (!br_dash_is_route(route, len))
         return;
     uint64_t id = id_of(route);
-    json_t *copy = json_deep_copy(body);
-    if (copy && data)
+    /* the body as it is, or with the data frame as "text" added on top: a shallow
+     * copy is enough for that (this runs on the loop, for every answer) */
+    json_t *copy = data ? json_copy((json_t *)body) : NULL;
+    if (copy)
         json_object_set_new(copy, "text", text_json(data, data_len));
     json_t *en = json_object_get(body, "errnum");
-    char *text = copy ? json_dumps(copy, JSON_COMPACT) : NULL;
+    char *text = !data  ? json_dumps(body, JSON_COMPACT)
+                 : copy ? json_dumps(copy, JSON_COMPACT)
+                        : NULL;
     json_decref(copy);
     pthread_mutex_lock(&d->lock);
     req_t *r = d->reqs;
@@ -431,21 +432,12 @@ int br_dash_news(br_dash_t *d, const void *route, size_t len, int64_t job)
 {
     if (!br_dash_is_route(route, len))
         return -1;
+    (void)job; /* the stream's own: it has one watcher, of s->job */
     pthread_mutex_lock(&d->lock);
     stream_t *s = stream_find(d, id_of(route));
-    int rc = s && !s->dropped ? 0 : -1;
-    if (rc == 0) {
-        size_t i = 0;
-        while (i < s->nnews && s->news[i] != job)
-            i++;
-        if (i == s->nnews) { /* not told yet */
-            if (s->nnews == NEWS_MAX) {
-                s->dropped = 1; /* it does not keep up: dropped, never waited for */
-                rc = -1;
-            } else {
-                s->news[s->nnews++] = job;
-            }
-        }
+    int rc = s ? 0 : -1;
+    if (s) {
+        s->news = 1; /* news not yet sent is told once: nothing piles up */
         pthread_cond_broadcast(&d->news);
     }
     pthread_mutex_unlock(&d->lock); /* (s may be freed from here on) */

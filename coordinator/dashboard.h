@@ -8,8 +8,8 @@
  * queued here (bounded) and handed to the loop through an eventfd (br_dash_fd); the
  * loop dispatches it as an ordinary request of that key (api_dash.c), through the
  * same handler table and rights checks as `bramble`, and its answer comes back
- * here. An event stream is a watcher of the loop (event.watch) whose news is queued
- * here; a stream that does not keep up is dropped, never waited for. */
+ * here. An event stream is a watcher of the loop (event.watch) whose news is marked
+ * here (one flag: news not yet sent is told once), never waited for. */
 #ifndef BRAMBLE_DASHBOARD_H
 #define BRAMBLE_DASHBOARD_H
 
@@ -73,8 +73,9 @@ int br_dash_is_route(const void *route, size_t len);
  * NULL). An answer nobody waits for any more is dropped. */
 void br_dash_answer(br_dash_t *d, const void *route, size_t len, const json_t *body,
                     const void *data, size_t data_len);
-/* News of job (0: a node, or any) for the stream behind route: 0, or -1 when that
- * stream is gone (the loop drops its watcher). Never blocks. */
+/* News of job (0: a node, or any; always the job the stream watches) for the
+ * stream behind route: 0, or -1 when that stream is gone (the loop drops its
+ * watcher). Never blocks. */
 int br_dash_news(br_dash_t *d, const void *route, size_t len, int64_t job);
 
 /* The last hour of each GPU's figures, for the sparklines (gpuhist.h): the

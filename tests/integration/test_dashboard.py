@@ -307,8 +307,8 @@ def test_event_stream_pushes_news(make_cluster):
              what="the API to answer once the streams are closed")
     c.assert_alive()
 
-    # a stream that does not read is dropped, never waited for: a client that
-    # stops reading while jobs come and go does not slow the coordinator
+    # a stream that does not read is never waited for (its news is one flag): a
+    # client that stops reading while jobs come and go does not slow the coordinator
     slow = socket.create_connection(("127.0.0.1", port), timeout=10)
     slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     slow.sendall(f"GET /api/events HTTP/1.1\r\nHost: x\r\n"

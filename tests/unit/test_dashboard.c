@@ -1,7 +1,8 @@
 /* test_dashboard.c - the dashboard object without its HTTP side: login links have
  * their form and are bounded, the dashboard's routing ids are told from every
  * ZeroMQ peer's, answers and news for nobody are dropped, and the built-in assets
- * are there, hold the page's CSRF mark and load nothing from elsewhere. (Sessions,
+ * are there, hold the page's CSRF mark and load nothing from elsewhere; a log's
+ * bytes reach the page as JSON text, invalid UTF-8 replaced. (Sessions,
  * cookies, CSRF and streams are tested through real HTTP in
  * tests/integration/test_dashboard.py.) */
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "dash_assets.h"
+#include "dash_int.h"
 #include "dashboard.h"
 #include "util.h"
 
@@ -78,6 +80,41 @@ static void test_routes_and_strays(void **state)
     br_dash_destroy(&d);
 }
 
+/* An answer with a data frame (job.logs): the bytes come as "text", each byte that
+ * is not valid UTF-8 (here a stray one and a character cut short) as U+FFFD, and
+ * the loop's body is left as it was. */
+static void test_log_text(void **state)
+{
+    (void)state;
+    br_dash_t *d = br_dash_new("127.0.0.1:7780");
+    pthread_mutex_lock(&d->lock);
+    req_t *r = dash_enqueue(d, 5, "key", "job.logs", json_object(), 0);
+    pthread_mutex_unlock(&d->lock);
+    assert_non_null(r);
+    br_dash_req_t got[2];
+    assert_int_equal(br_dash_take(d, got, 2), 1);
+    assert_string_equal(got[0].type, "job.logs");
+    json_decref(got[0].body);
+    json_t *body = json_pack("{s:I}", "next", 3);
+    static const char data[] = "ok \xc3\xa9 \xff\xe2\x82";
+    br_dash_answer(d, got[0].route, sizeof(got[0].route), body, data, sizeof(data) - 1);
+    assert_null(json_object_get(body, "text"));
+    json_decref(body);
+    pthread_mutex_lock(&d->lock);
+    assert_true(r->answered);
+    assert_int_equal(r->errnum, 0);
+    json_t *a = json_loads(r->answer, 0, NULL);
+    dash_unlink_req(d, r);
+    pthread_mutex_unlock(&d->lock);
+    assert_non_null(a);
+    assert_string_equal(json_string_value(json_object_get(a, "text")),
+                        "ok \xc3\xa9 \xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+    assert_int_equal(json_integer_value(json_object_get(a, "next")), 3);
+    json_decref(a);
+    dash_req_free(r);
+    br_dash_destroy(&d);
+}
+
 static const br_dash_asset_t *find(const char *path)
 {
     for (size_t i = 0; br_dash_assets[i].path; i++)
@@ -112,6 +149,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_login_links),
         cmocka_unit_test(test_routes_and_strays),
+        cmocka_unit_test(test_log_text),
         cmocka_unit_test(test_assets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

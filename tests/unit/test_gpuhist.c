@@ -84,13 +84,18 @@ static void test_due_and_bounds(void **state)
         snprintf(name, sizeof(name), "n%d", i);
         br_gpuhist_sample(h, name, 0, 1, 1, T0);
     }
-    json_t *ans = json_pack("{s:[{s:s, s:[{s:i}]}]}", "nodes", "name", "n9999", "gpus",
-                            "index", 0);
+    /* the first GPUS_MAX sampled are remembered, the one after them is not (a name
+     * that was sampled, so that only the bound can leave it out) */
+    snprintf(name, sizeof(name), "n%d", BR_GPUHIST_GPUS_MAX);
+    json_t *ans = json_pack("{s:[{s:s, s:[{s:i}]}, {s:s, s:[{s:i}]}]}", "nodes", "name",
+                            name, "gpus", "index", 0, "name", "n0", "gpus", "index", 0);
     br_gpuhist_attach(h, ans, T0);
+    json_t *nodes = json_object_get(ans, "nodes");
     assert_null(json_object_get(
-        json_array_get(
-            json_object_get(json_array_get(json_object_get(ans, "nodes"), 0), "gpus"),
-            0),
+        json_array_get(json_object_get(json_array_get(nodes, 0), "gpus"), 0),
+        "history"));
+    assert_non_null(json_object_get(
+        json_array_get(json_object_get(json_array_get(nodes, 1), "gpus"), 0),
         "history"));
     json_decref(ans);
     json_t *empty = json_object();
