@@ -123,6 +123,17 @@ json_t *br_inventory_collect(br_err_t *err)
     return inv;
 }
 
+/* 1 when a and b (both of a's family, AF_INET or AF_INET6) hold the same address. */
+static int same_address(const struct sockaddr *a, const struct sockaddr *b)
+{
+    if (a->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)(const void *)b)->sin_addr.s_addr;
+    return memcmp(&((const struct sockaddr_in6 *)(const void *)a)->sin6_addr,
+                  &((const struct sockaddr_in6 *)(const void *)b)->sin6_addr,
+                  sizeof(struct in6_addr)) == 0;
+}
+
 int br_inventory_iface_of(const char *address, char *name, size_t len)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_flags = AI_NUMERICHOST}, *ai = NULL;
@@ -133,17 +144,8 @@ int br_inventory_iface_of(const char *address, char *name, size_t len)
     if (getifaddrs(&list) == 0) {
         for (struct ifaddrs *i = list; i && rc < 0; i = i->ifa_next) {
             const struct sockaddr *sa = i->ifa_addr;
-            if (!sa || sa->sa_family != ai->ai_family)
-                continue;
-            int same = sa->sa_family == AF_INET
-                           ? ((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr ==
-                                 ((const struct sockaddr_in *)(const void *)ai->ai_addr)
-                                     ->sin_addr.s_addr
-                           : memcmp(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
-                                    &((const struct sockaddr_in6 *)(const void *)ai->ai_addr)
-                                         ->sin6_addr,
-                                    sizeof(struct in6_addr)) == 0;
-            if (same && strlen(i->ifa_name) < len) {
+            if (sa && sa->sa_family == ai->ai_family && same_address(sa, ai->ai_addr) &&
+                strlen(i->ifa_name) < len) {
                 memcpy(name, i->ifa_name, strlen(i->ifa_name) + 1);
                 rc = 0;
             }

@@ -702,18 +702,22 @@ static int check_progress(const sect_t *top, br_spec_t *spec)
     sect_t p;
     char t[32];
     int rc = get_section(top, "progress", "progress", &p);
-    if (rc < 0 || (rc > 0 && (check_keys(&p, progress_keys) < 0 ||
-                   (rc = get_duration(&p, "timeout", &spec->progress_timeout_ms)) < 0)))
+    if (rc < 0)
         return -1;
-    if (rc > 0 && spec->progress_timeout_ms < BR_SPEC_PROGRESS_MIN_MS)
-        return spec_fail_at(p.err, value_line(&p, "timeout"),
-                            "progress.timeout: must be at least %s",
-                            br_format_duration(BR_SPEC_PROGRESS_MIN_MS, t, sizeof(t)));
-    if (p.map && rc == 0)
-        return spec_fail_at(p.err, p.line, "progress.timeout: required");
-    if (p.map && spec->kind == BR_JOB_SERVICE)
-        return spec_fail_at(p.err, p.line,
-                            "progress: only for kind: train (a service has health checks)");
+    if (rc > 0) {
+        if (check_keys(&p, progress_keys) < 0 ||
+            (rc = get_duration(&p, "timeout", &spec->progress_timeout_ms)) < 0)
+            return -1;
+        if (rc == 0)
+            return spec_fail_at(p.err, p.line, "progress.timeout: required");
+        if (spec->progress_timeout_ms < BR_SPEC_PROGRESS_MIN_MS)
+            return spec_fail_at(p.err, value_line(&p, "timeout"),
+                                "progress.timeout: must be at least %s",
+                                br_format_duration(BR_SPEC_PROGRESS_MIN_MS, t, sizeof(t)));
+        if (spec->kind == BR_JOB_SERVICE)
+            return spec_fail_at(
+                p.err, p.line, "progress: only for kind: train (a service has health checks)");
+    }
     if (spec->restart.on_hung < 0) /* restart.on not given */
         spec->restart.on_hung = spec->progress_timeout_ms > 0;
     return 0;

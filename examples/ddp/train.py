@@ -2,8 +2,8 @@
 """A small, real PyTorch DistributedDataParallel job that bramble runs as a gang.
 
 What it shows: one process per rank (one per node by default), joined with
-torch.distributed (init_method="env://", MASTER_ADDR/MASTER_PORT from bramble),
-gloo on CPU or nccl on GPU, gradients averaged by DDP, checkpoints written by
+torch.distributed as it comes (init_method="env://": RANK, WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT from bramble), gloo on CPU or nccl on GPU, gradients averaged by DDP, checkpoints written by
 rank 0 only, and a whole-gang resume from $BRAMBLE_RESUME_FROM.
 
 Why it is deterministic: the model starts from a fixed seed, each step's
@@ -14,17 +14,15 @@ So a run killed and resumed from checkpoint-K computes steps K+1.. exactly as
 an uninterrupted run does: the final parameters are bit-identical (printed as
 float.hex() strings so equality can be checked exactly).
 
-Gloo picks its network interface from the hostname, which is wrong inside
-network namespaces and on multi-homed hosts; unless GLOO_SOCKET_IFNAME is set,
-we use the interface whose address routes to MASTER_ADDR.
+Nothing here is bramble-specific but the checkpoint dir and resume path: bramble
+also sets GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME to the interface that holds the
+node's address, so gloo does not use whatever the host name resolves to.
 """
 import argparse
 import datetime
-import fcntl
 import json
 import os
 import socket
-import struct
 import time
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
@@ -38,24 +36,6 @@ TRUE_W = torch.tensor([0.5, -1.25, 2.0, 0.75])
 
 def log(*a):
     print(*a, flush=True)
-
-
-def interface_for(addr, port):
-    """Name of the local interface whose address routes to addr (IPv4)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((addr, port))          # UDP: no packet sent, only a route lookup
-        local_ip = s.getsockname()[0]
-        if local_ip.startswith("127."):
-            return "lo"
-        for _, name in socket.if_nameindex():
-            req = struct.pack("256s", name.encode()[:15])
-            try:
-                res = fcntl.ioctl(s.fileno(), 0x8915, req)   # SIOCGIFADDR
-            except OSError:
-                continue                                      # no IPv4 address
-            if socket.inet_ntoa(res[20:24]) == local_ip:
-                return name
-    return None
 
 
 def batch(step, rank, world):
@@ -99,22 +79,11 @@ def main():
     args = ap.parse_args()
 
     env = os.environ
-    if env.get("RANK") and env.get("WORLD_SIZE"):      # one process per GPU/task
-        rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
-    else:                                              # one process per node
-        rank, world = int(env.get("NODE_RANK", 0)), int(env.get("NNODES", 1))
-    env.setdefault("MASTER_ADDR", "127.0.0.1")
-    env.setdefault("MASTER_PORT", "29500")
-    master = (env["MASTER_ADDR"], int(env["MASTER_PORT"]))
+    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
     node_rank = env.get("NODE_RANK", "?")
-    log("rank %d of %d on %s (%s) master %s:%d" % (rank, world, socket.gethostname(),
-        env.get("BRAMBLE_NODE_NAME", "-"), master[0], master[1]))
-
-    if not env.get("GLOO_SOCKET_IFNAME"):
-        ifname = interface_for(*master)
-        if ifname:
-            env["GLOO_SOCKET_IFNAME"] = env.setdefault("TP_SOCKET_IFNAME", ifname)
-            log("rank %d: GLOO_SOCKET_IFNAME=%s (routes to %s)" % (rank, ifname, master[0]))
+    log("rank %d of %d on %s (%s) master %s:%s interface %s" % (
+        rank, world, socket.gethostname(), env.get("BRAMBLE_NODE_NAME", "-"),
+        env["MASTER_ADDR"], env["MASTER_PORT"], env.get("GLOO_SOCKET_IFNAME", "-")))
 
     use_cuda = torch.cuda.is_available() and env.get("CUDA_VISIBLE_DEVICES", "") != ""
     if use_cuda:
@@ -123,7 +92,6 @@ def main():
     else:
         device = torch.device("cpu")
     dist.init_process_group("nccl" if use_cuda else "gloo", init_method="env://",
-                            rank=rank, world_size=world,
                             timeout=datetime.timedelta(minutes=10))
     torch.use_deterministic_algorithms(True)
 

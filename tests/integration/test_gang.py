@@ -498,8 +498,8 @@ def reference_run(tmp_path):
     ref.mkdir()
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("BRAMBLE_") and k not in ("RANK", "WORLD_SIZE")}
-    env.update(NNODES="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               BRAMBLE_CHECKPOINT_DIR=str(ref / "ckpt"), OMP_NUM_THREADS="1")
+    env.update(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               GLOO_SOCKET_IFNAME="lo", BRAMBLE_CHECKPOINT_DIR=str(ref / "ckpt"), OMP_NUM_THREADS="1")
     procs = []
     for r in range(2):
         argv = [PYTHON, str(REPO / "examples/ddp/train.py"), "--steps", str(DDP_STEPS),
@@ -507,7 +507,7 @@ def reference_run(tmp_path):
         if r == 0:
             argv += ["--out", str(ref / "final.json")]
         log = open(ref / f"rank{r}.log", "wb")
-        procs.append((subprocess.Popen(argv, env={**env, "NODE_RANK": str(r)}, cwd=REPO,
+        procs.append((subprocess.Popen(argv, env={**env, "RANK": str(r)}, cwd=REPO,
                                        stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True), log))
     try:
@@ -573,8 +573,8 @@ def test_ddp_gang_survives_node_loss_bit_identical(make_lan, make_cluster, tmp_p
 
     # the gang goes back to pending and restarts as attempt 2. (The surviving rank
     # sees its peer vanish and exits non-zero, usually before the node's loss is
-    # detected; the restart then waits for nodes to speak up again, so it never
-    # goes to the dead node and needs no third attempt.)
+    # detected; its failure is held until the loss is, so the restart is node_lost,
+    # the only reason ddp.yaml restarts on, and never goes to the dead node.)
     def requeued():
         j = c.job(jid)
         return j["attempt"] >= 2 and any(i > 0 and e["state"] == "pending"
@@ -588,6 +588,9 @@ def test_ddp_gang_survives_node_loss_bit_identical(make_lan, make_cluster, tmp_p
     last = j["attempt"]
     assert last == 2, f"attempt {last}: {json.dumps(j['events'], indent=1)}"
     assert sorted(j["nodes"]) == alive, (j["nodes"], victim)
+    restarts = [e["reason"] for e in j["events"] if "restarting as attempt" in
+                (e.get("reason") or "")]
+    assert len(restarts) == 1 and restarts[0].endswith("(node_lost)"), restarts
     placed = [e["reason"] for e in j["events"] if "placed on" in (e.get("reason") or "")]
     assert len(placed) == 2 and victim not in placed[1], placed
     states = [e["state"] for e in j["events"]]

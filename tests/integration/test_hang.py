@@ -10,8 +10,8 @@ the bounds on timing leave room for a loaded 2-core machine running ASan builds.
 """
 
 import os
+import subprocess
 import sys
-import time
 import uuid
 
 from conftest import BIN, DEADLINE, pid_alive, proc_state, wait_for
@@ -133,17 +133,25 @@ print("slow done", flush=True)
 '''
 
 
-def test_slow_but_printing_job_is_left_alone(make_cluster, tmp_path):
+def run_left_alone(make_cluster, tmp_path, name, source, args):
+    """Run source (args after it) as a job with progress.timeout on a 1-node cluster;
+    it must complete in its first attempt, never ended as hung. (c, job id)."""
     c = make_cluster(heartbeat=HB)
     c.add_agents(1, names=names(1))
-    script = tmp_path / "slow_job.py"
-    script.write_text(SLOW_JOB)
-    # a line every 0.75 s for ~3 timeouts: never quiet for a whole timeout
-    jid = c.submit(f"name: slow\ncommand: exec {PYTHON} -u {script} 12 0.75\n"
+    script = tmp_path / f"{name}_job.py"
+    script.write_text(source)
+    jid = c.submit(f"name: {name}\ncommand: exec {PYTHON} -u {script} {args}\n"
                    f"progress: {{timeout: {TIMEOUT_S:g}s}}\n")
     j = c.wait_job(jid, timeout=DEADLINE + 12)
-    assert j["state"] == "completed" and j["attempt"] == 1, events_text(j)
+    assert j["state"] == "completed" and j["attempt"] == 1, (events_text(j),
+                                                             c.logs(jid, stream="both"))
     assert not any("hung" in (e["reason"] or "") for e in j["events"]), events_text(j)
+    return c, jid
+
+
+def test_slow_but_printing_job_is_left_alone(make_cluster, tmp_path):
+    # a line every 0.75 s for ~3 timeouts: never quiet for a whole timeout
+    c, jid = run_left_alone(make_cluster, tmp_path, "slow", SLOW_JOB, "12 0.75")
     assert "slow done" in c.logs(jid)
 
 
@@ -161,22 +169,13 @@ for step in range(int(sys.argv[2])):
 
 
 def test_job_that_only_runs_bramble_progress_stays_alive(make_cluster, tmp_path):
-    c = make_cluster(heartbeat=HB)
-    c.add_agents(1, names=names(1))
-    script = tmp_path / "quiet_job.py"
-    script.write_text(QUIET_JOB)
     # no output at all for ~3 timeouts: only `bramble progress` every 0.75 s
-    jid = c.submit(f"name: quiet\ncommand: exec {PYTHON} -u {script} {BIN / 'bramble'} 12 0.75\n"
-                   f"progress: {{timeout: {TIMEOUT_S:g}s}}\n")
-    j = c.wait_job(jid, timeout=DEADLINE + 12)
-    assert j["state"] == "completed" and j["attempt"] == 1, (events_text(j),
-                                                             c.logs(jid, stream="both"))
-    assert not any("hung" in (e["reason"] or "") for e in j["events"]), events_text(j)
+    c, jid = run_left_alone(make_cluster, tmp_path, "quiet", QUIET_JOB,
+                            f"{BIN / 'bramble'} 12 0.75")
     assert c.logs(jid, stream="both") == ""
 
     # outside a job it says why and fails
     env = {k: v for k, v in os.environ.items() if k != "BRAMBLE_AGENT_SOCK"}
-    import subprocess
     r = subprocess.run([BIN / "bramble", "progress", "3"], env=env, capture_output=True,
                        text=True)
     assert r.returncode == 1 and "inside a bramble job" in r.stderr, r
