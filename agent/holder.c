@@ -5,12 +5,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -22,6 +19,7 @@
 #include "msg.h"
 #include "sock.h"
 #include "util.h"
+#include "worker.h"
 #include "zap.h"
 
 /*
@@ -48,12 +46,10 @@ typedef struct {
 struct br_holder {
     void *ctx, *router;
     br_zap_t *zap;
-    int port, efd;
-    pthread_t thread;
-    int started;
-    pthread_mutex_t mu; /* grants, stats, stop */
+    int port;
+    br_worker_t w; /* its mu guards the grants and stats; its efd wakes the thread */
     grant_t *grants[BR_HOLDER_GRANTS];
-    int ngrants, stop;
+    int ngrants;
     unsigned gen; /* grows at every change of the grants */
     br_holder_stats_t st;
     /* the thread's own */
@@ -102,13 +98,13 @@ static int zap_check(void *arg, const char *key)
 {
     br_holder_t *h = arg;
     int64_t now = br_mono_ms();
-    pthread_mutex_lock(&h->mu);
+    pthread_mutex_lock(&h->w.mu);
     int ok = 0;
     for (int i = 0; i < h->ngrants && !ok; i++)
         ok = h->grants[i]->expires > now && strcmp(h->grants[i]->key, key) == 0;
     if (!ok)
         h->st.zap_refused++;
-    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_unlock(&h->w.mu);
     if (!ok)
         fprintf(stderr,
                 "bramble-agent: replica: refused a connection from key %.8s...: "
@@ -190,9 +186,9 @@ static void refuse(br_holder_t *h, const br_msg_t *req, const char *peer, int er
     if (r)
         br_msg_send(h->router, r, NULL);
     br_msg_destroy(&r);
-    pthread_mutex_lock(&h->mu);
+    pthread_mutex_lock(&h->w.mu);
     h->st.refused++;
-    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_unlock(&h->w.mu);
 }
 
 /* The chunk req asks for: into h->buf, *len bytes at *off. 0, or -1 with err. Looks
@@ -204,7 +200,7 @@ static int read_chunk(br_holder_t *h, const br_msg_t *req, json_int_t *off, size
     if (br_msg_unpack(req, err, "{s:s, s:s, s:s, s:I}", "grant", &gid, "path", &path,
                       "hash", &hash, "offset", off) < 0)
         return -1;
-    pthread_mutex_lock(&h->mu);
+    pthread_mutex_lock(&h->w.mu);
     int i = find_grant(h, gid);
     grant_t *g = i >= 0 ? h->grants[i] : NULL;
     if (g && g->expires <= br_mono_ms()) {
@@ -238,7 +234,7 @@ static int read_chunk(br_holder_t *h, const br_msg_t *req, json_int_t *off, size
     } else
         rc = 0;
     json_int_t size = e ? json_integer_value(json_object_get(e, "size")) : 0;
-    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_unlock(&h->w.mu);
     if (rc < 0)
         return -1;
     size_t want = size - *off < BR_XFER_CHUNK ? (size_t)(size - *off) : BR_XFER_CHUNK;
@@ -270,10 +266,10 @@ static void serve(br_holder_t *h, br_msg_t *req)
     br_msg_t *r = br_msg_reply(req);
     json_object_set_new(br_msg_body(r), "offset", json_integer(off));
     if (br_msg_set_data(r, h->buf, len) == 0 && br_msg_send(h->router, r, NULL) == 0) {
-        pthread_mutex_lock(&h->mu);
+        pthread_mutex_lock(&h->w.mu);
         h->st.bytes_sent += len;
         h->st.chunks_sent++;
-        pthread_mutex_unlock(&h->mu);
+        pthread_mutex_unlock(&h->w.mu);
     } /* else the peer is gone or not reading: it asks again */
     br_msg_destroy(&r);
     h->tokens -= (double)len;
@@ -297,9 +293,9 @@ static void refill(br_holder_t *h)
 /* Answer what the bucket allows; the ms to wait before the next one, or -1. */
 static long drain(br_holder_t *h)
 {
-    pthread_mutex_lock(&h->mu);
+    pthread_mutex_lock(&h->w.mu);
     int stale = h->fd >= 0 && h->fd_gen != h->gen;
-    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_unlock(&h->w.mu);
     if (stale) /* a grant changed or went: its file is not held open meanwhile */
         close_cached(h);
     for (;;) {
@@ -360,25 +356,22 @@ static void *run(void *arg)
     br_holder_t *h = arg;
     h->refilled_us = br_mono_us();
     for (;;) {
-        pthread_mutex_lock(&h->mu);
-        int stop = h->stop;
-        pthread_mutex_unlock(&h->mu);
+        pthread_mutex_lock(&h->w.mu);
+        int stop = h->w.stop;
+        pthread_mutex_unlock(&h->w.mu);
         if (stop)
             break;
         long wait = drain(h);
         zmq_pollitem_t items[3] = {{h->router, 0, ZMQ_POLLIN, 0},
                                    {br_zap_socket(h->zap), 0, ZMQ_POLLIN, 0},
-                                   {NULL, h->efd, ZMQ_POLLIN, 0}};
+                                   {NULL, h->w.efd, ZMQ_POLLIN, 0}};
         /* a full queue takes no more until the bucket lets some go */
         int full = h->fifo.n >= queue_limit(h);
         if (zmq_poll(full ? items + 1 : items, full ? 2 : 3, wait) < 0 &&
             errno != EINTR)
             break;
-        if (items[2].revents & ZMQ_POLLIN) {
-            uint64_t n;
-            if (read(h->efd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-                break;
-        }
+        if (items[2].revents & ZMQ_POLLIN)
+            br_worker_clear(&h->w);
         br_zap_handle(h->zap);
         take_requests(h);
     }
@@ -401,9 +394,12 @@ br_holder_t *br_holder_new(const char *endpoint, const char *secret_key, uint64_
     br_holder_t *h = calloc(1, sizeof(*h));
     if (!h)
         return br_errp(err, ENOMEM, "out of memory");
-    pthread_mutex_init(&h->mu, NULL);
-    h->fd = h->efd = -1;
+    h->fd = -1;
     h->rate = rate;
+    if (br_worker_init(&h->w, "replica", err) < 0) {
+        br_holder_destroy(&h);
+        return NULL;
+    }
     if (!(h->buf = malloc(BR_XFER_CHUNK)) || !(h->ctx = zmq_ctx_new())) {
         br_holder_destroy(&h);
         return br_errp(err, ENOMEM, "out of memory");
@@ -416,30 +412,11 @@ br_holder_t *br_holder_new(const char *endpoint, const char *secret_key, uint64_
     int one = 1; /* a reconnecting puller takes over its old routing id's place */
     zmq_setsockopt(h->router, ZMQ_ROUTER_HANDOVER, &one, sizeof(one));
     h->port = bound_port(h->router);
-    if ((h->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
-        br_errf(err, errno, "eventfd: %s", strerror(errno));
+    if (br_worker_start(&h->w, run, h, err) < 0) {
         br_holder_destroy(&h);
         return NULL;
     }
-    sigset_t all, old; /* the thread takes no signal: the agent reads its own */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&h->thread, NULL, run, h);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
-        br_errf(err, rc, "replica thread: %s", strerror(rc));
-        br_holder_destroy(&h);
-        return NULL;
-    }
-    h->started = 1;
     return h;
-}
-
-static void wake(br_holder_t *h)
-{
-    uint64_t one = 1;
-    if (h->efd >= 0 && write(h->efd, &one, sizeof(one)) < 0)
-        fprintf(stderr, "bramble-agent: replica: eventfd: %s\n", strerror(errno));
 }
 
 void br_holder_destroy(br_holder_t **hp)
@@ -448,13 +425,7 @@ void br_holder_destroy(br_holder_t **hp)
     if (!h)
         return;
     int saved = errno;
-    if (h->started) {
-        pthread_mutex_lock(&h->mu);
-        h->stop = 1;
-        pthread_mutex_unlock(&h->mu);
-        wake(h);
-        pthread_join(h->thread, NULL);
-    }
+    br_worker_stop(&h->w);
     while (h->fifo.n) {
         br_msg_destroy(&h->fifo.q[h->fifo.head]);
         h->fifo.head = (h->fifo.head + 1) % BR_HOLDER_QUEUE;
@@ -467,9 +438,7 @@ void br_holder_destroy(br_holder_t **hp)
         zmq_ctx_term(h->ctx);
     while (h->ngrants)
         drop_grant(h, 0);
-    if (h->efd >= 0)
-        close(h->efd);
-    pthread_mutex_destroy(&h->mu);
+    br_worker_fini(&h->w);
     free(h->buf);
     free(h);
     *hp = NULL;
@@ -509,7 +478,7 @@ int br_holder_grant(br_holder_t *h, const br_grant_t *g, br_err_t *err)
         grant_free(n);
         return br_errf(err, ENOMEM, "out of memory");
     }
-    pthread_mutex_lock(&h->mu);
+    pthread_mutex_lock(&h->w.mu);
     int i = find_grant(h, g->id), rc = 0;
     if (i >= 0) {
         grant_free(h->grants[i]);
@@ -519,7 +488,7 @@ int br_holder_grant(br_holder_t *h, const br_grant_t *g, br_err_t *err)
         rc = br_errf(err, ENOSPC, "%d grants are held already", BR_HOLDER_GRANTS);
     else
         h->grants[h->ngrants++] = n;
-    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_unlock(&h->w.mu);
     if (rc < 0)
         grant_free(n);
     return rc;
@@ -527,18 +496,18 @@ int br_holder_grant(br_holder_t *h, const br_grant_t *g, br_err_t *err)
 
 void br_holder_revoke(br_holder_t *h, const char *id)
 {
-    pthread_mutex_lock(&h->mu);
+    pthread_mutex_lock(&h->w.mu);
     int i = find_grant(h, id);
     if (i >= 0)
         drop_grant(h, i);
-    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_unlock(&h->w.mu);
     if (i >= 0)
-        wake(h); /* it closes the file it may hold open for that grant */
+        br_worker_post(&h->w); /* it closes the file it may hold open for that grant */
 }
 
 void br_holder_stats(br_holder_t *h, br_holder_stats_t *st)
 {
-    pthread_mutex_lock(&h->mu);
+    pthread_mutex_lock(&h->w.mu);
     *st = h->st;
-    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_unlock(&h->w.mu);
 }

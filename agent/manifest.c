@@ -5,18 +5,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <sodium.h>
 
 #include "ckpt.h"
 #include "util.h"
+#include "worker.h"
 
 /*
  * The walk opens everything relative to its parent's descriptor with O_NOFOLLOW:
@@ -499,16 +497,10 @@ typedef struct {
 } list_t;
 
 struct br_manifest {
-    pthread_t thread;
-    int started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int stop;
+    br_worker_t w; /* its cancel stops building busy */
     list_t todo, done;
     int ntodo;
-    job_t *busy;       /* being built */
-    atomic_int cancel; /* stop building busy */
-    int efd;
+    job_t *busy; /* being built */
 };
 
 static void push(list_t *l, job_t *j)
@@ -559,27 +551,25 @@ static void build_job(job_t *j, const atomic_int *cancel)
 static void *run(void *arg)
 {
     br_manifest_t *h = arg;
-    pthread_mutex_lock(&h->mu);
+    pthread_mutex_lock(&h->w.mu);
     for (;;) {
-        while (!h->stop && !h->todo.head)
-            pthread_cond_wait(&h->cv, &h->mu);
-        if (h->stop)
+        while (!h->w.stop && !h->todo.head)
+            pthread_cond_wait(&h->w.cv, &h->w.mu);
+        if (h->w.stop)
             break;
         job_t *j = h->busy = pop(&h->todo);
         h->ntodo--;
-        atomic_store(&h->cancel, j->dropped);
-        pthread_mutex_unlock(&h->mu);
-        if (!atomic_load(&h->cancel))
-            build_job(j, &h->cancel);
-        pthread_mutex_lock(&h->mu);
+        atomic_store(&h->w.cancel, j->dropped);
+        pthread_mutex_unlock(&h->w.mu);
+        if (!atomic_load(&h->w.cancel))
+            build_job(j, &h->w.cancel);
+        pthread_mutex_lock(&h->w.mu);
         h->busy = NULL;
-        j->dropped |= atomic_load(&h->cancel);
+        j->dropped |= atomic_load(&h->w.cancel);
         push(&h->done, j);
-        uint64_t one = 1;
-        if (write(h->efd, &one, sizeof(one)) < 0) /* full only after 2^64 - 2 */
-            fprintf(stderr, "bramble-agent: manifest: eventfd: %s\n", strerror(errno));
+        br_worker_post(&h->w);
     }
-    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_unlock(&h->w.mu);
     return NULL;
 }
 
@@ -593,26 +583,11 @@ br_manifest_t *br_manifest_new(br_err_t *err)
         return br_errp(err, ENOMEM, "out of memory");
     h->todo.tail = &h->todo.head;
     h->done.tail = &h->done.head;
-    pthread_mutex_init(&h->mu, NULL);
-    pthread_cond_init(&h->cv, NULL);
-    h->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (h->efd < 0) {
-        br_errf(err, errno, "eventfd: %s", strerror(errno));
+    if (br_worker_init(&h->w, "manifest", err) < 0 ||
+        br_worker_start(&h->w, run, h, err) < 0) {
         br_manifest_destroy(&h);
         return NULL;
     }
-    /* the thread takes no signal: the agent reads its own from a signalfd */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&h->thread, NULL, run, h);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
-        br_errf(err, rc, "manifest thread: %s", strerror(rc));
-        br_manifest_destroy(&h);
-        return NULL;
-    }
-    h->started = 1;
     return h;
 }
 
@@ -622,23 +597,13 @@ void br_manifest_destroy(br_manifest_t **hp)
     if (!h)
         return;
     int saved = errno;
-    if (h->started) {
-        pthread_mutex_lock(&h->mu);
-        h->stop = 1;
-        atomic_store(&h->cancel, 1);
-        pthread_cond_signal(&h->cv);
-        pthread_mutex_unlock(&h->mu);
-        pthread_join(h->thread, NULL);
-    }
+    br_worker_stop(&h->w);
     job_t *j;
     while ((j = pop(&h->todo)))
         job_free(j);
     while ((j = pop(&h->done)))
         job_free(j);
-    if (h->efd >= 0)
-        close(h->efd);
-    pthread_cond_destroy(&h->cv);
-    pthread_mutex_destroy(&h->mu);
+    br_worker_fini(&h->w);
     free(h);
     *hp = NULL;
     errno = saved;
@@ -646,7 +611,7 @@ void br_manifest_destroy(br_manifest_t **hp)
 
 int br_manifest_fd(const br_manifest_t *h)
 {
-    return h->efd;
+    return h->w.efd;
 }
 
 static char *dup_or_null(const char *s, int *bad)
@@ -673,14 +638,14 @@ int br_manifest_submit(br_manifest_t *h, const br_manifest_req_t *r, br_err_t *e
         job_free(j);
         return br_errf(err, bad ? ENOMEM : EINVAL, bad ? "out of memory" : "no path");
     }
-    pthread_mutex_lock(&h->mu);
+    pthread_mutex_lock(&h->w.mu);
     int full = h->ntodo >= BR_MANIFEST_QUEUE;
     if (!full) {
         push(&h->todo, j);
         h->ntodo++;
-        pthread_cond_signal(&h->cv);
+        pthread_cond_signal(&h->w.cv);
     }
-    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_unlock(&h->w.mu);
     if (full) {
         job_free(j);
         return br_errf(err, EAGAIN, "%d checkpoints are waiting to be hashed already",
@@ -691,14 +656,12 @@ int br_manifest_submit(br_manifest_t *h, const br_manifest_req_t *r, br_err_t *e
 
 int br_manifest_take(br_manifest_t *h, json_t **tag, json_t **manifest, br_err_t *err)
 {
-    uint64_t n;
-    if (read(h->efd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-        fprintf(stderr, "bramble-agent: manifest: eventfd: %s\n", strerror(errno));
+    br_worker_clear(&h->w);
     job_t *j;
     for (;;) {
-        pthread_mutex_lock(&h->mu);
+        pthread_mutex_lock(&h->w.mu);
         j = pop(&h->done);
-        pthread_mutex_unlock(&h->mu);
+        pthread_mutex_unlock(&h->w.mu);
         if (!j || !j->dropped)
             break;
         job_free(j);
@@ -724,23 +687,23 @@ static int count(const list_t *l, const char *group)
 
 int br_manifest_pending(br_manifest_t *h, const char *group)
 {
-    pthread_mutex_lock(&h->mu);
+    pthread_mutex_lock(&h->w.mu);
     int n = count(&h->todo, group) + count(&h->done, group) +
             (h->busy && !h->busy->dropped && strcmp(h->busy->group, group) == 0);
-    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_unlock(&h->w.mu);
     return n;
 }
 
 void br_manifest_cancel(br_manifest_t *h, const char *group)
 {
-    pthread_mutex_lock(&h->mu);
+    pthread_mutex_lock(&h->w.mu);
     for (job_t *j = h->todo.head; j; j = j->next)
         j->dropped |= strcmp(j->group, group) == 0;
     for (job_t *j = h->done.head; j; j = j->next)
         j->dropped |= strcmp(j->group, group) == 0;
     if (h->busy && strcmp(h->busy->group, group) == 0) {
         h->busy->dropped = 1;
-        atomic_store(&h->cancel, 1);
+        atomic_store(&h->w.cancel, 1);
     }
-    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_unlock(&h->w.mu);
 }

@@ -2,15 +2,12 @@
 #include "puller.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 #include <sodium.h>
 #include <zmq.h>
+
+#include "worker.h"
 
 /* --- the pulling thread ----------------------------------------------------------- */
 
@@ -24,14 +21,10 @@ typedef struct job {
 
 struct br_puller {
     void *ctx;
-    pthread_t thread;
-    int started, efd;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int stop, ntodo;
+    br_worker_t w; /* its cancel stops the pull in progress (destroy, or preempted) */
+    int ntodo;
     job_t *todo, *done; /* FIFO lists (appended at the tail) */
-    atomic_int cancel; /* the pull in progress stops (destroy, or preempted) */
-    int running;       /* a pull is in progress: 1 a replica's, 2 a restore's */
+    int running;        /* a pull is in progress: 1 a replica's, 2 a restore's */
     int preempted;     /* it was stopped for a restore: it waits again */
     br_pull_stats_t st;
 };
@@ -70,21 +63,21 @@ static job_t *take_first(job_t **l)
 static void *run(void *arg)
 {
     br_puller_t *pl = arg;
-    pthread_mutex_lock(&pl->mu);
+    pthread_mutex_lock(&pl->w.mu);
     for (;;) {
-        while (!pl->stop && !pl->todo)
-            pthread_cond_wait(&pl->cv, &pl->mu);
-        if (pl->stop)
+        while (!pl->w.stop && !pl->todo)
+            pthread_cond_wait(&pl->w.cv, &pl->w.mu);
+        if (pl->w.stop)
             break;
         job_t *j = take_first(&pl->todo);
         pl->ntodo--;
         pl->running = j->r.urgent ? 2 : 1;
         pl->preempted = 0;
-        atomic_store(&pl->cancel, 0);
-        pthread_mutex_unlock(&pl->mu);
+        atomic_store(&pl->w.cancel, 0);
+        pthread_mutex_unlock(&pl->w.mu);
         br_pull_stats_t st = {0};
-        j->result = br_pull_run(pl->ctx, &j->r, &pl->cancel, &st, &j->err);
-        pthread_mutex_lock(&pl->mu);
+        j->result = br_pull_run(pl->ctx, &j->r, &pl->w.cancel, &st, &j->err);
+        pthread_mutex_lock(&pl->w.mu);
         pl->running = 0;
         /* what came over the link counts, also for a run a restore stopped */
         pl->st.bytes_received += st.bytes_received;
@@ -92,7 +85,7 @@ static void *run(void *arg)
         pl->st.files_fetched += st.files_fetched;
         pl->st.files_deduped += st.files_deduped;
         pl->st.resumes += st.resumes;
-        if (!j->result && pl->preempted && !pl->stop) {
+        if (!j->result && pl->preempted && !pl->w.stop) {
             /* a restore came (a job waits for it): this replica's pull waits again,
              * first of the others, and picks up from the bytes it has */
             job_t **at = &pl->todo;
@@ -105,11 +98,9 @@ static void *run(void *arg)
             continue;
         }
         append(&pl->done, j);
-        uint64_t one = 1;
-        if (write(pl->efd, &one, sizeof(one)) < 0)
-            fprintf(stderr, "bramble-agent: puller: eventfd: %s\n", strerror(errno));
+        br_worker_post(&pl->w);
     }
-    pthread_mutex_unlock(&pl->mu);
+    pthread_mutex_unlock(&pl->w.mu);
     return NULL;
 }
 
@@ -120,26 +111,13 @@ br_puller_t *br_puller_new(br_err_t *err)
     br_puller_t *pl = calloc(1, sizeof(*pl));
     if (!pl)
         return br_errp(err, ENOMEM, "out of memory");
-    pthread_mutex_init(&pl->mu, NULL);
-    pthread_cond_init(&pl->cv, NULL);
-    pl->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    pl->ctx = zmq_ctx_new();
-    if (pl->efd < 0 || !pl->ctx) {
-        br_errf(err, errno, "puller: %s", strerror(errno));
+    int rc = br_worker_init(&pl->w, "puller", err);
+    if (rc == 0 && !(pl->ctx = zmq_ctx_new()))
+        rc = br_errf(err, errno, "puller: %s", strerror(errno));
+    if (rc < 0 || br_worker_start(&pl->w, run, pl, err) < 0) {
         br_puller_destroy(&pl);
         return NULL;
     }
-    sigset_t all, old; /* the thread takes no signal: the agent reads its own */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&pl->thread, NULL, run, pl);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
-        br_errf(err, rc, "puller thread: %s", strerror(rc));
-        br_puller_destroy(&pl);
-        return NULL;
-    }
-    pl->started = 1;
     return pl;
 }
 
@@ -149,14 +127,7 @@ void br_puller_destroy(br_puller_t **pp)
     if (!pl)
         return;
     int saved = errno;
-    if (pl->started) {
-        pthread_mutex_lock(&pl->mu);
-        pl->stop = 1;
-        atomic_store(&pl->cancel, 1);
-        pthread_cond_signal(&pl->cv);
-        pthread_mutex_unlock(&pl->mu);
-        pthread_join(pl->thread, NULL);
-    }
+    br_worker_stop(&pl->w);
     job_t *j;
     while ((j = take_first(&pl->todo)))
         job_free(j);
@@ -164,10 +135,7 @@ void br_puller_destroy(br_puller_t **pp)
         job_free(j);
     if (pl->ctx)
         zmq_ctx_term(pl->ctx);
-    if (pl->efd >= 0)
-        close(pl->efd);
-    pthread_cond_destroy(&pl->cv);
-    pthread_mutex_destroy(&pl->mu);
+    br_worker_fini(&pl->w);
     free(pl);
     *pp = NULL;
     errno = saved;
@@ -175,7 +143,7 @@ void br_puller_destroy(br_puller_t **pp)
 
 int br_puller_fd(const br_puller_t *pl)
 {
-    return pl->efd;
+    return pl->w.efd;
 }
 
 static const char *keep(job_t *j, int i, const char *s, int *bad)
@@ -209,7 +177,7 @@ int br_puller_submit(br_puller_t *pl, const br_pull_req_t *r, br_err_t *err)
         job_free(j);
         return br_errf(err, ENOMEM, "out of memory");
     }
-    pthread_mutex_lock(&pl->mu);
+    pthread_mutex_lock(&pl->w.mu);
     int full = pl->ntodo >= BR_PULL_QUEUE;
     if (!full && r->urgent) { /* after the urgent ones already waiting */
         job_t **at = &pl->todo;
@@ -220,15 +188,15 @@ int br_puller_submit(br_puller_t *pl, const br_pull_req_t *r, br_err_t *err)
         pl->ntodo++;
         if (pl->running == 1) { /* a replica's pull must not hold a job up */
             pl->preempted = 1;
-            atomic_store(&pl->cancel, 1);
+            atomic_store(&pl->w.cancel, 1);
         }
-        pthread_cond_signal(&pl->cv);
+        pthread_cond_signal(&pl->w.cv);
     } else if (!full) {
         append(&pl->todo, j);
         pl->ntodo++;
-        pthread_cond_signal(&pl->cv);
+        pthread_cond_signal(&pl->w.cv);
     }
-    pthread_mutex_unlock(&pl->mu);
+    pthread_mutex_unlock(&pl->w.mu);
     if (full) {
         job_free(j);
         return br_errf(err, EAGAIN, "%d pulls are waiting already", BR_PULL_QUEUE);
@@ -238,12 +206,10 @@ int br_puller_submit(br_puller_t *pl, const br_pull_req_t *r, br_err_t *err)
 
 int br_puller_take(br_puller_t *pl, json_t **tag, json_t **result, br_err_t *err)
 {
-    uint64_t n;
-    if (read(pl->efd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-        fprintf(stderr, "bramble-agent: puller: eventfd: %s\n", strerror(errno));
-    pthread_mutex_lock(&pl->mu);
+    br_worker_clear(&pl->w);
+    pthread_mutex_lock(&pl->w.mu);
     job_t *j = take_first(&pl->done);
-    pthread_mutex_unlock(&pl->mu);
+    pthread_mutex_unlock(&pl->w.mu);
     if (!j)
         return 0;
     *tag = j->tag;
@@ -257,7 +223,7 @@ int br_puller_take(br_puller_t *pl, json_t **tag, json_t **result, br_err_t *err
 
 void br_puller_stats(br_puller_t *pl, br_pull_stats_t *st)
 {
-    pthread_mutex_lock(&pl->mu);
+    pthread_mutex_lock(&pl->w.mu);
     *st = pl->st;
-    pthread_mutex_unlock(&pl->mu);
+    pthread_mutex_unlock(&pl->w.mu);
 }

@@ -28,8 +28,9 @@ struct br_replica {
 
 /* --- the store ------------------------------------------------------------------ */
 
-/* Bytes in the store: each file once, as .by-hash holds it. */
-static int64_t store_used(const char *store)
+/* Bytes in the store: each file once, as .by-hash holds it. forget: first remove
+ * the files no replica holds any more (only .by-hash links them), in the same pass. */
+static int64_t store_used(const char *store, int forget)
 {
     char idx[PATH_MAX];
     snprintf(idx, sizeof(idx), "%s/%s", store, BR_PULL_HASH_DIR);
@@ -37,29 +38,17 @@ static int64_t store_used(const char *store)
     int64_t n = 0;
     struct dirent *de;
     struct stat st;
-    while (d && (de = readdir(d)))
-        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-            S_ISREG(st.st_mode))
-            n += st.st_size;
+    while (d && (de = readdir(d))) {
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(st.st_mode))
+            continue;
+        if (forget && st.st_nlink == 1 && unlinkat(dirfd(d), de->d_name, 0) == 0)
+            continue;
+        n += st.st_size;
+    }
     if (d)
         closedir(d);
     return n;
-}
-
-/* Forget files no replica holds any more (only .by-hash links them). */
-static void sweep(const char *store)
-{
-    char idx[PATH_MAX];
-    snprintf(idx, sizeof(idx), "%s/%s", store, BR_PULL_HASH_DIR);
-    DIR *d = opendir(idx);
-    struct dirent *de;
-    struct stat st;
-    while (d && (de = readdir(d)))
-        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-            S_ISREG(st.st_mode) && st.st_nlink == 1)
-            unlinkat(dirfd(d), de->d_name, 0);
-    if (d)
-        closedir(d);
 }
 
 static int hex64(const char *s)
@@ -137,7 +126,7 @@ br_replica_t *br_replica_new(const br_settings_t *s, br_err_t *err)
         goto fail;
     if (!(r->puller = br_puller_new(err)))
         goto fail;
-    r->used = s->replica_quota != 0 ? store_used(s->replica_dir) : 0;
+    r->used = s->replica_quota != 0 ? store_used(s->replica_dir, 0) : 0;
     return r;
 fail:
     br_err_prefix(err, "replicas");
@@ -298,8 +287,7 @@ int br_replica_drop(br_replica_t *r, const br_msg_t *m, br_err_t *err)
         rmdir(jd); /* when it was the job's last */
     } else
         br_rm_tree(AT_FDCWD, jd);
-    sweep(r->s->replica_dir);
-    r->used = store_used(r->s->replica_dir);
+    r->used = store_used(r->s->replica_dir, 1);
     return 0;
 }
 
@@ -319,7 +307,7 @@ json_t *br_replica_take(br_replica_t *r)
     }
     json_decref(res);
     if (!json_is_true(json_object_get(body, "restore")) && r->s->replica_quota != 0)
-        r->used = store_used(r->s->replica_dir);
+        r->used = store_used(r->s->replica_dir, 0);
     return body;
 }
 

@@ -6,7 +6,6 @@
  * namespaces joined by a veth with `tc qdisc ... tbf` on it. docs/benchmarks.md. */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -43,12 +42,6 @@ static void usage(FILE *f)
         "Makes a checkpoint of --files random files, --size in all, under --dir,\n"
         "and pulls it (loopback), then pulls it again (all deduplicated).\n"
         "--rate caps what the holder sends (bytes/s, e.g. 40MB; 0: none).\n");
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
 }
 
 /* files random files, size bytes in all, in dir/checkpoint-1. */
@@ -272,6 +265,6 @@ done:
     json_decref(info);
     json_decref(m);
     if (!keep)
-        nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        br_rm_tree(AT_FDCWD, root);
     return rc;
 }

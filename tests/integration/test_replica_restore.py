@@ -32,6 +32,47 @@ def private_disk(own, at):
             f'mount --bind "{own}" "{at}" && exec "$@"', "sh"]
 
 
+def reference_run(tmp_path, args):
+    """The uninterrupted run of train_checkpoint.py, straight from the test."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BRAMBLE_")}
+    env["BRAMBLE_CHECKPOINT_DIR"] = str(tmp_path / "ref-ckpt")
+    return subprocess.Popen([PYTHON, str(REPO / "examples" / "train_checkpoint.py")] + args,
+                            env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def reference_finals(ref):
+    out, _ = ref.communicate(timeout=120)
+    assert ref.returncode == 0, out
+    finals = [ln for ln in out.splitlines() if ln.startswith("final ")]
+    assert len(finals) == 1, out
+    return finals
+
+
+def two_private_nodes(make_cluster, tmp_path):
+    """A cluster of two agents with no shared disk: tmp_path/ckpt on each is its own
+    tmp_path/disk-<node>. (cluster, names, ckpt, {node: its disk})."""
+    c = make_cluster(heartbeat=HB, node_timeout=NT)
+    names = node_names(2)
+    ckpt = tmp_path / "ckpt"  # the same path on both nodes, a different disk
+    ckpt.mkdir()
+    disk = {n: tmp_path / f"disk-{n}" for n in names}
+    tok = c.token(uses=2)
+    for n in names:
+        disk[n].mkdir()
+        c.start_agent(n, token=tok, extra=["--probe-port", "0", "--replica-port", "0"],
+                      wrap=private_disk(disk[n], ckpt))
+    c.wait_ready(*names)
+    return c, names, ckpt, disk
+
+
+def submit_training(c, ckpt, args):
+    return c.cli_json("submit", REPO / "examples" / "train-checkpoint.yaml",
+                      "--set", f"workdir={REPO}", "--set", f"checkpoint.dir={ckpt}",
+                      "--set", f"command={PYTHON} examples/train_checkpoint.py " +
+                      " ".join(args))["id"]
+
+
 def copies_of(job, step):
     for ck in job.get("checkpoints") or []:
         if ck["step"] == step:
@@ -42,30 +83,10 @@ def copies_of(job, step):
 def test_job_resumes_on_another_node_from_replicated_checkpoint(make_cluster, tmp_path):
     steps, every, step_time = 80, 5, 0.1
     args = ["--steps", str(steps), "--every", str(every), "--step-time", str(step_time)]
-    script = REPO / "examples" / "train_checkpoint.py"
-    ref_env = {k: v for k, v in os.environ.items() if not k.startswith("BRAMBLE_")}
-    ref_env["BRAMBLE_CHECKPOINT_DIR"] = str(tmp_path / "ref-ckpt")
-    ref = subprocess.Popen([PYTHON, str(script)] + args, env=ref_env, cwd=REPO,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ref = reference_run(tmp_path, args)
     try:
-        c = make_cluster(heartbeat=HB, node_timeout=NT)
-        names = node_names(2)
-        ckpt = tmp_path / "ckpt"  # the same path on both nodes, a different disk
-        ckpt.mkdir()
-        disk = {n: tmp_path / f"disk-{n}" for n in names}
-        tok = c.token(uses=2)
-        for n in names:
-            disk[n].mkdir()
-            c.start_agent(n, token=tok, extra=["--probe-port", "0", "--replica-port", "0"],
-                          wrap=private_disk(disk[n], ckpt))
-        c.wait_ready(*names)
-
-        out = c.cli_json("submit", REPO / "examples" / "train-checkpoint.yaml",
-                         "--set", f"workdir={REPO}",
-                         "--set", f"checkpoint.dir={ckpt}",
-                         "--set", f"command={PYTHON} examples/train_checkpoint.py " +
-                         " ".join(args))
-        jid = out["id"]
+        c, names, ckpt, disk = two_private_nodes(make_cluster, tmp_path)
+        jid = submit_training(c, ckpt, args)
         j = c.wait_job(jid, "running")
         victim = j["nodes"][0]
         survivor = other(names, victim)
@@ -117,10 +138,8 @@ def test_job_resumes_on_another_node_from_replicated_checkpoint(make_cluster, tm
         assert (j["state"], j["attempt"], j["exit_code"]) == ("completed", 2, 0), brief(j)
         log = c.wait_logs(jid, "final ")
         finals = [ln for ln in log.splitlines() if ln.startswith("final ")]
-        ref_out, _ = ref.communicate(timeout=120)
-        assert ref.returncode == 0, ref_out
-        ref_finals = [ln for ln in ref_out.splitlines() if ln.startswith("final ")]
-        assert len(ref_finals) == 1 and finals == ref_finals, (finals, ref_finals)
+        ref_finals = reference_finals(ref)
+        assert finals == ref_finals, (finals, ref_finals)
     finally:
         if ref.poll() is None:
             ref.kill()
@@ -133,26 +152,10 @@ def test_corrupt_replica_falls_back_to_previous_checkpoint(make_cluster, tmp_pat
     events that name the bad file; it still ends with the exact result."""
     steps, every, step_time = 60, 5, 0.1
     args = ["--steps", str(steps), "--every", str(every), "--step-time", str(step_time)]
-    script = REPO / "examples" / "train_checkpoint.py"
-    ref_env = {k: v for k, v in os.environ.items() if not k.startswith("BRAMBLE_")}
-    ref_env["BRAMBLE_CHECKPOINT_DIR"] = str(tmp_path / "ref-ckpt")
-    ref = subprocess.Popen([PYTHON, str(script)] + args, env=ref_env, cwd=REPO,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ref = reference_run(tmp_path, args)
     try:
-        c = make_cluster(heartbeat=HB, node_timeout=NT)
-        names = node_names(2)
-        ckpt = tmp_path / "ckpt"
-        ckpt.mkdir()
-        tok = c.token(uses=2)
-        for n in names:
-            (tmp_path / f"disk-{n}").mkdir()
-            c.start_agent(n, token=tok, extra=["--probe-port", "0", "--replica-port", "0"],
-                          wrap=private_disk(tmp_path / f"disk-{n}", ckpt))
-        c.wait_ready(*names)
-        jid = c.cli_json("submit", REPO / "examples" / "train-checkpoint.yaml",
-                         "--set", f"workdir={REPO}", "--set", f"checkpoint.dir={ckpt}",
-                         "--set", f"command={PYTHON} examples/train_checkpoint.py " +
-                         " ".join(args))["id"]
+        c, names, ckpt, disk = two_private_nodes(make_cluster, tmp_path)
+        jid = submit_training(c, ckpt, args)
         j = c.wait_job(jid, "running")
         victim = j["nodes"][0]
         survivor = other(names, victim)
@@ -162,7 +165,7 @@ def test_corrupt_replica_falls_back_to_previous_checkpoint(make_cluster, tmp_pat
                  what="the coordinator's start-up grace to pass")
         for pid in c.task_procs(task_tag(victim, jid, 1)):
             os.kill(pid, signal.SIGSTOP)
-        newest = newest_complete(tmp_path / f"disk-{victim}")
+        newest = newest_complete(disk[victim])
         wait_for(lambda: steps_of(c.job(jid), 1)[-1] == newest,
                  what=f"the agent to report checkpoint-{newest}")
         wait_for(lambda: survivor in copies_of(c.job(jid), newest) and
@@ -193,9 +196,8 @@ def test_corrupt_replica_falls_back_to_previous_checkpoint(make_cluster, tmp_pat
         assert (j["state"], j["attempt"], j["exit_code"]) == ("completed", 2, 0), brief(j)
         finals = [ln for ln in c.wait_logs(jid, "final ").splitlines()
                   if ln.startswith("final ")]
-        ref_out, _ = ref.communicate(timeout=120)
-        ref_finals = [ln for ln in ref_out.splitlines() if ln.startswith("final ")]
-        assert len(ref_finals) == 1 and finals == ref_finals, (finals, ref_finals)
+        ref_finals = reference_finals(ref)
+        assert finals == ref_finals, (finals, ref_finals)
     finally:
         if ref.poll() is None:
             ref.kill()

@@ -1,5 +1,5 @@
 /* test_replica_life.c - the replicas module wired into job life (replicas.h) on a
- * coordinator made here, as test_jobs.c makes one: a real store, nodes in memory,
+ * coordinator made by coord_fixture.h: a real store, nodes in memory,
  * no sockets (orders are read from the outbox). A counted checkpoint is pulled by
  * another node; only reports of pulls that were ordered are taken; the verified
  * copy is recorded and checkpoint.keep holds; an attempt that resumes on another
@@ -17,94 +17,30 @@
 #include <cmocka.h>
 
 #include "api.h"
-#include "deps.h"
-#include "jobs.h"
-#include "replicas.h"
-#include "scheduler.h"
-#include "services.h"
-#include "util.h"
+#include "coord_fixture.h"
 
 typedef struct {
-    char dir[64];
-    br_coord_t c;
+    coord_fixture_t f;
     br_node_t *a, *b;
 } world_t;
-
-static br_node_t *node(br_coord_t *c, const char *name)
-{
-    json_t *info = json_pack("{s:s, s:s, s:s, s:i, s:I, s:[], s:s, s:s, s:i}", "name", name,
-                             "pubkey", "0123456789012345678901234567890123456789", "state",
-                             "ready", "cpus", 4, "memory", (json_int_t)1 << 34, "gpus",
-                             "arch", "x86_64", "address", "10.0.0.1", "replica_port", 7704);
-    br_node_t *n = br_nodes_add(c->nodes, info);
-    json_decref(info);
-    assert_non_null(n);
-    n->route[0] = (unsigned char)name[0];
-    n->route_len = 1;
-    n->last_seen_ms = br_now_ms();
-    return n;
-}
 
 static int setup(void **state)
 {
     world_t *w = calloc(1, sizeof(*w));
-    snprintf(w->dir, sizeof(w->dir), "/tmp/test_replica_life.XXXXXX");
-    if (!w || !mkdtemp(w->dir))
+    if (!w || fixture_open(&w->f, "test_replica_life", 1) < 0)
         return -1;
-    char path[96];
-    snprintf(path, sizeof(path), "%s/bramble.db", w->dir);
-    br_err_t err;
-    br_coord_t *c = &w->c;
-    c->cfg.node_timeout_ms = 5000;
-    c->store = br_store_open(path, &err);
-    c->nodes = br_nodes_new();
-    c->jobs = br_jobtab_new();
-    c->netmap = br_netmap_new();
-    c->stats = br_stats_new();
-    c->hooks = br_hooks_new();
-    c->replicas = br_replicas_new();
-    if (c->replicas)
-        br_replicas_set_fetch_delay(c->replicas, 0);
-    c->seq = 1;
-    if (!c->store || !c->nodes || !c->jobs || !c->stats || !c->hooks || !c->replicas ||
-        br_jobs_init(c) < 0 || br_deps_init(c) < 0 || br_replicas_init(c) < 0 ||
-        !(c->services = br_services_new(c)) || !(c->sched = br_sched_new(c)) ||
-        br_store_begin(c->store, &err) < 0)
-        return -1;
-    w->a = node(c, "a");
-    w->b = node(c, "b");
+    w->a = fixture_node(&w->f.c, "a", 4, 7704);
+    w->b = fixture_node(&w->f.c, "b", 4, 7704);
     *state = w;
     return 0;
-}
-
-static void drop_orders(br_coord_t *c)
-{
-    for (size_t i = 0; i < c->outbox_len; i++)
-        br_msg_destroy(&c->outbox[i]);
-    c->outbox_len = 0;
 }
 
 static int teardown(void **state)
 {
     world_t *w = *state;
-    br_coord_t *c = &w->c;
-    drop_orders(c);
-    free(c->outbox);
-    free(c->wake_log);
-    br_jobtab_destroy(&c->jobs);
-    br_store_destroy(&c->store);
-    br_nodes_destroy(&c->nodes);
-    br_netmap_destroy(&c->netmap);
-    br_stats_destroy(&c->stats);
-    br_sched_destroy(&c->sched);
-    br_services_destroy(&c->services);
-    br_replicas_destroy(&c->replicas);
-    br_hooks_destroy(&c->hooks);
-    char cmd[96];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", w->dir);
-    int rc = system(cmd);
+    fixture_close(&w->f);
     free(w);
-    return rc == 0 ? 0 : -1;
+    return 0;
 }
 
 /* The body of the last order of type to node n (borrowed), or NULL. */
@@ -212,7 +148,7 @@ static void fetch_due(br_coord_t *c)
 static void test_replicate_keep_restore_fallback(void **state)
 {
     world_t *w = *state;
-    br_coord_t *c = &w->c;
+    br_coord_t *c = &w->f.c;
     int64_t id = submit(c);
     br_sched_run(c);
     br_job_t *job = br_jobtab_find(c->jobs, id);
@@ -220,7 +156,7 @@ static void test_replicate_keep_restore_fallback(void **state)
     br_node_t *writer = job->ranks[0].node[0] == 'a' ? w->a : w->b;
     br_node_t *other = writer == w->a ? w->b : w->a;
     br_jobs_started(c, id, 1, writer, 0);
-    drop_orders(c);
+    fixture_drop_orders(c);
 
     /* a counted checkpoint: a grant on the writer, then the other node pulls */
     checkpoint(c, id, writer, "/ck/s5", 5, H1);
@@ -233,7 +169,7 @@ static void test_replicate_keep_restore_fallback(void **state)
     assert_non_null(fetch);
     assert_null(json_object_get(fetch, "restore"));
     /* reported again by the agent: no second pull */
-    drop_orders(c);
+    fixture_drop_orders(c);
     checkpoint(c, id, writer, "/ck/s5", 5, H1);
     assert_null(order(c, "ckpt.serve", writer));
 
@@ -254,7 +190,7 @@ static void test_replicate_keep_restore_fallback(void **state)
     checkpoint(c, id, writer, "/ck/s15", 15, H3);
     fetch_due(c);
     stored(c, other, id, H2, "/ck/s10", 0, 0);
-    drop_orders(c);
+    fixture_drop_orders(c);
     stored(c, other, id, H3, "/ck/s15", 0, 0);
     assert_non_null(order(c, "ckpt.drop", other));
     reps = br_store_replica_list(c->store, id, NULL);
@@ -268,7 +204,7 @@ static void test_replicate_keep_restore_fallback(void **state)
     json_decref(cps);
 
     /* the writer is lost: attempt 2 on the other node waits for the restore */
-    drop_orders(c);
+    fixture_drop_orders(c);
     br_jobs_node_gone(c, writer, "lost");
     strcpy(writer->state, "lost");
     br_sched_run(c);
@@ -291,7 +227,7 @@ static void test_replicate_keep_restore_fallback(void **state)
     assert_int_equal(last_reply(c), 0);
     assert_true(has_event(c, id, "falls back to /ck/s10"));
     assert_null(order(c, "job.run", other));
-    drop_orders(c);
+    fixture_drop_orders(c);
     stored(c, other, id, H2, "/ck/s10", 1, 0);
     assert_true(has_event(c, id, "restored and verified"));
     json_t *run = order(c, "job.run", other);

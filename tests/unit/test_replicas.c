@@ -11,7 +11,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdio.h>
@@ -35,11 +34,6 @@ typedef struct {
     br_replica_t *ra, *rb;
     json_t *m;
 } fix_t;
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    return remove(path);
-}
 
 static void put(const char *path, size_t len, int seed)
 {
@@ -101,7 +95,7 @@ static int teardown(void **state)
     br_settings_free(&f->a);
     br_settings_free(&f->b);
     json_decref(f->m);
-    nftw(f->root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    br_rm_tree(AT_FDCWD, f->root);
     free(f);
     return 0;
 }
@@ -201,7 +195,7 @@ static void test_replicate_and_restore(void **state)
     json_decref(st);
 
     /* node a lost its copy: it restores step 20 from b's replica */
-    nftw(src2, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    br_rm_tree(AT_FDCWD, src2);
     st = move(f, f->rb, &f->b, f->ra, &f->a, &k2, 1, 1);
     if (json_object_get(st, "error"))
         fail_msg("restore: %s", json_string_value(json_object_get(st, "error")));

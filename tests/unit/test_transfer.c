@@ -14,7 +14,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -52,11 +51,6 @@ typedef struct {
     json_t *m;
     void *ctx;
 } fix_t;
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    return remove(path);
-}
 
 static void put(const char *path, size_t len, int seed)
 {
@@ -141,7 +135,7 @@ static int teardown(void **state)
     br_holder_destroy(&f->h);
     zmq_ctx_term(f->ctx);
     json_decref(f->m);
-    nftw(f->root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    br_rm_tree(AT_FDCWD, f->root);
     free(f);
     return 0;
 }
@@ -773,7 +767,8 @@ static void test_job_user(void **state)
         fail_msg("pull as nobody: %s", err.text);
     json_decref(res);
     snprintf(p, sizeof(p), "%s/restore", f->root);
-    assert_int_equal(nftw(p, rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+    br_rm_tree(AT_FDCWD, p);
+    assert_false(exists("%s", p));
     src_file(f, 6, p, sizeof(p));
     assert_int_equal(chmod(p, 0600), 0); /* root's alone now */
     assert_null(pull(f, &r, NULL, &err));

@@ -1,0 +1,41 @@
+/* worker.h - what the agent's helper threads share (manifest.h hashes checkpoints,
+ * puller.h pulls them, holder.h serves them): a mutex and a condition for the
+ * owner's queues, a stop flag and a cancel flag, an eventfd that the side which
+ * waits polls (manifest, puller: the agent's loop, for results; holder: its own
+ * thread, for changed grants), and a thread that takes no signal, since the agent
+ * reads its own from a signalfd. The queues stay the owner's: what waits, in which
+ * order, and what a cancel drops differ from one to the other. */
+#ifndef BRAMBLE_WORKER_H
+#define BRAMBLE_WORKER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "err.h"
+
+typedef struct {
+    pthread_mutex_t mu; /* the owner's queues and stop */
+    pthread_cond_t cv;  /* signalled when there is work, or at stop */
+    int stop;           /* under mu: the thread returns */
+    atomic_int cancel;  /* the work in progress stops (set at stop too) */
+    int efd;            /* an eventfd, non-blocking */
+    pthread_t thread;
+    int started;
+    const char *what; /* names it in messages: "manifest", "puller", "replica" */
+} br_worker_t;
+
+/* Make the mutex, the condition and the eventfd. 0, or -1 with err; on both,
+ * br_worker_fini undoes it. */
+int br_worker_init(br_worker_t *w, const char *what, br_err_t *err);
+/* Start run(arg) with every signal blocked. 0, or -1 with err. */
+int br_worker_start(br_worker_t *w, void *(*run)(void *), void *arg, br_err_t *err);
+/* Set stop and cancel, wake the thread (condition and eventfd) and join it; nothing
+ * when it never started. */
+void br_worker_stop(br_worker_t *w);
+/* Close the eventfd, free the mutex and the condition (after br_worker_stop). */
+void br_worker_fini(br_worker_t *w);
+/* Make the eventfd readable / take what it counted (EAGAIN is fine). */
+void br_worker_post(br_worker_t *w);
+void br_worker_clear(br_worker_t *w);
+
+#endif

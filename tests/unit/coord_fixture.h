@@ -1,0 +1,101 @@
+/* coord_fixture.h - a coordinator made in a unit test, for the tests of job life
+ * (test_jobs.c, test_replica_life.c): a real store in a temporary
+ * directory, nodes in memory with a one-byte route (so orders to them are queued
+ * in the outbox, never sent), the job modules' hooks as brambled registers them.
+ * Include after cmocka.h. */
+#ifndef BRAMBLE_TEST_COORD_FIXTURE_H
+#define BRAMBLE_TEST_COORD_FIXTURE_H
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "deps.h"
+#include "jobs.h"
+#include "replicas.h"
+#include "scheduler.h"
+#include "services.h"
+#include "util.h"
+
+typedef struct {
+    char dir[64];
+    br_coord_t c;
+} coord_fixture_t;
+
+/* A ready node: cpus, and replica_port (0: it reports none). */
+static inline br_node_t *fixture_node(br_coord_t *c, const char *name, int cpus,
+                                      int replica_port)
+{
+    json_t *info = json_pack("{s:s, s:s, s:s, s:i, s:I, s:[], s:s, s:s}", "name", name,
+                             "pubkey", "0123456789012345678901234567890123456789", "state",
+                             "ready", "cpus", cpus, "memory", (json_int_t)1 << 34, "gpus",
+                             "arch", "x86_64", "address", "10.0.0.1");
+    if (replica_port)
+        json_object_set_new(info, "replica_port", json_integer(replica_port));
+    br_node_t *n = br_nodes_add(c->nodes, info);
+    json_decref(info);
+    assert_non_null(n);
+    n->route[0] = (unsigned char)name[0]; /* connected: orders to it are queued */
+    n->route_len = 1;
+    n->last_seen_ms = br_now_ms();
+    return n;
+}
+
+/* Open f's coordinator in a new directory named after test; with_replicas: the
+ * replicas module too, with no fetch delay. 0, or -1. */
+static inline int fixture_open(coord_fixture_t *f, const char *test, int with_replicas)
+{
+    snprintf(f->dir, sizeof(f->dir), "/tmp/%s.XXXXXX", test);
+    if (!mkdtemp(f->dir))
+        return -1;
+    char path[96];
+    snprintf(path, sizeof(path), "%s/bramble.db", f->dir);
+    br_err_t err;
+    br_coord_t *c = &f->c;
+    c->cfg.node_timeout_ms = 5000;
+    c->store = br_store_open(path, &err);
+    c->nodes = br_nodes_new();
+    c->jobs = br_jobtab_new();
+    c->netmap = br_netmap_new();
+    c->stats = br_stats_new();
+    c->hooks = br_hooks_new();
+    if (with_replicas && (c->replicas = br_replicas_new()))
+        br_replicas_set_fetch_delay(c->replicas, 0);
+    c->seq = 1;
+    if (!c->store || !c->nodes || !c->jobs || !c->stats || !c->hooks ||
+        (with_replicas && !c->replicas) || br_jobs_init(c) < 0 || br_deps_init(c) < 0 ||
+        (with_replicas && br_replicas_init(c) < 0) ||
+        !(c->services = br_services_new(c)) || !(c->sched = br_sched_new(c)) ||
+        br_store_begin(c->store, &err) < 0)
+        return -1;
+    return 0;
+}
+
+/* Forget the orders queued so far. */
+static inline void fixture_drop_orders(br_coord_t *c)
+{
+    for (size_t i = 0; i < c->outbox_len; i++)
+        br_msg_destroy(&c->outbox[i]);
+    c->outbox_len = 0;
+}
+
+/* Free everything fixture_open made, and remove its directory. */
+static inline void fixture_close(coord_fixture_t *f)
+{
+    br_coord_t *c = &f->c;
+    fixture_drop_orders(c);
+    free(c->outbox);
+    free(c->wake_log);
+    br_jobtab_destroy(&c->jobs);
+    br_store_destroy(&c->store);
+    br_nodes_destroy(&c->nodes);
+    br_netmap_destroy(&c->netmap);
+    br_stats_destroy(&c->stats);
+    br_sched_destroy(&c->sched);
+    br_services_destroy(&c->services);
+    br_replicas_destroy(&c->replicas);
+    br_hooks_destroy(&c->hooks);
+    br_rm_tree(AT_FDCWD, f->dir);
+}
+
+#endif
