@@ -3,7 +3,7 @@
  * to agents are read from the outbox). Each test drives a job through the calls
  * the handlers make (placement by the scheduler, started, exited, not here, node
  * full, node lost, reconcile, cancel, time limit) with the modules' hooks as
- * brambled registers them (services, scheduler), and checks its state in memory
+ * brambled registers them (coord_fixture.h), and checks its state in memory
  * and in the store, what the nodes hold, and which orders went to which node. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,89 +15,31 @@
 
 #include <cmocka.h>
 
-#include "deps.h"
-#include "jobs.h"
+#include "coord_fixture.h"
 #include "nodelife.h"
-#include "scheduler.h"
-#include "services.h"
-#include "util.h"
 
 typedef struct {
-    char dir[64];
-    br_coord_t c;
+    coord_fixture_t f;
     br_node_t *a, *b;
 } world_t;
-
-static br_node_t *node(br_coord_t *c, const char *name, int cpus)
-{
-    json_t *info = json_pack("{s:s, s:s, s:s, s:i, s:I, s:[], s:s, s:s}", "name", name,
-                             "pubkey", "0123456789012345678901234567890123456789", "state",
-                             "ready", "cpus", cpus, "memory", (json_int_t)1 << 34, "gpus",
-                             "arch", "x86_64", "address", "10.0.0.1");
-    br_node_t *n = br_nodes_add(c->nodes, info);
-    json_decref(info);
-    assert_non_null(n);
-    n->route[0] = (unsigned char)name[0]; /* connected: orders to it are queued */
-    n->route_len = 1;
-    n->last_seen_ms = br_now_ms();
-    return n;
-}
 
 static int setup(void **state)
 {
     world_t *w = calloc(1, sizeof(*w));
-    snprintf(w->dir, sizeof(w->dir), "/tmp/test_jobs.XXXXXX");
-    if (!w || !mkdtemp(w->dir))
+    if (!w || fixture_open(&w->f, "test_jobs", 0) < 0)
         return -1;
-    char path[96];
-    snprintf(path, sizeof(path), "%s/bramble.db", w->dir);
-    br_err_t err;
-    br_coord_t *c = &w->c;
-    c->cfg.node_timeout_ms = 5000;
-    c->store = br_store_open(path, &err);
-    c->nodes = br_nodes_new();
-    c->jobs = br_jobtab_new();
-    c->netmap = br_netmap_new();
-    c->stats = br_stats_new();
-    c->hooks = br_hooks_new();
-    c->seq = 1;
-    if (!c->store || !c->nodes || !c->jobs || !c->stats || !c->hooks || br_jobs_init(c) < 0 || br_deps_init(c) < 0 ||
-        !(c->services = br_services_new(c)) || !(c->sched = br_sched_new(c)) ||
-        br_store_begin(c->store, &err) < 0)
-        return -1;
-    w->a = node(c, "a", 4);
-    w->b = node(c, "b", 4);
+    w->a = fixture_node(&w->f.c, "a", 4, 0);
+    w->b = fixture_node(&w->f.c, "b", 4, 0);
     *state = w;
     return 0;
-}
-
-static void drop_orders(br_coord_t *c)
-{
-    for (size_t i = 0; i < c->outbox_len; i++)
-        br_msg_destroy(&c->outbox[i]);
-    c->outbox_len = 0;
 }
 
 static int teardown(void **state)
 {
     world_t *w = *state;
-    br_coord_t *c = &w->c;
-    drop_orders(c);
-    free(c->outbox);
-    free(c->wake_log);
-    br_jobtab_destroy(&c->jobs);
-    br_store_destroy(&c->store);
-    br_nodes_destroy(&c->nodes);
-    br_netmap_destroy(&c->netmap);
-    br_stats_destroy(&c->stats);
-    br_sched_destroy(&c->sched);
-    br_services_destroy(&c->services);
-    br_hooks_destroy(&c->hooks);
-    char cmd[96];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", w->dir);
-    int rc = system(cmd);
+    fixture_close(&w->f);
     free(w);
-    return rc == 0 ? 0 : -1;
+    return 0;
 }
 
 /* The node the job's rank 0 was placed on. */
@@ -178,7 +120,7 @@ static void assert_event(br_coord_t *c, int64_t id, const char *text)
 static void test_runs_and_completes(void **state)
 {
     world_t *w = *state;
-    br_coord_t *c = &w->c;
+    br_coord_t *c = &w->f.c;
     int64_t id = submit(c, "{\"command\": \"true\", \"resources\": {\"cpus\": 3}}");
     br_sched_run(c);
     assert_state(c, id, "starting");
@@ -207,7 +149,7 @@ static void test_runs_and_completes(void **state)
 static void test_restart_policy_then_failed(void **state)
 {
     world_t *w = *state;
-    br_coord_t *c = &w->c;
+    br_coord_t *c = &w->f.c;
     int64_t id = submit(c, "{\"command\": \"false\", \"resources\": {\"cpus\": 1},"
                            " \"restart\": {\"on\": [\"nonzero_exit\"], \"max\": 1}}");
     br_sched_run(c);
@@ -237,7 +179,7 @@ static void test_restart_policy_then_failed(void **state)
 static void test_gang_port_and_failure_stops_all(void **state)
 {
     world_t *w = *state;
-    br_coord_t *c = &w->c;
+    br_coord_t *c = &w->f.c;
     int64_t id = submit(c, "{\"command\": \"train\", \"resources\": {\"cpus\": 2, \"nodes\": 2}}");
     br_sched_run(c);
     assert_state(c, id, "starting");
@@ -253,7 +195,7 @@ static void test_gang_port_and_failure_stops_all(void **state)
     assert_state(c, id, "starting"); /* until every rank runs */
     br_jobs_started(c, id, 1, r1, 0);
     assert_state(c, id, "running");
-    drop_orders(c);
+    fixture_drop_orders(c);
     br_jobs_exited(c, id, 1, r1, 1, -1, "");
     assert_state(c, id, "running"); /* held until r0's node speaks (it may be dying) */
     r0->last_seen_mono = br_mono_ms() + 1;
@@ -286,7 +228,7 @@ static json_t *run_progress(br_coord_t *c, const br_node_t *n)
 static void test_hung_restarts_then_fails(void **state)
 {
     world_t *w = *state;
-    br_coord_t *c = &w->c;
+    br_coord_t *c = &w->f.c;
     int64_t id = submit(c, "{\"command\": \"train\", \"resources\": {\"cpus\": 1, \"nodes\": 2},"
                            " \"progress\": {\"timeout\": 3000},"
                            " \"restart\": {\"on\": [\"hung\"], \"max\": 1}}");
@@ -300,7 +242,7 @@ static void test_hung_restarts_then_fails(void **state)
     assert_null(run_progress(c, r1)); /* only rank 0's node judges */
     br_jobs_started(c, id, 1, r1, 0);
     assert_state(c, id, "running");
-    drop_orders(c);
+    fixture_drop_orders(c);
     br_jobs_hung(c, id, 1, r0, -1, 9, "hung: no output, checkpoint or progress for 3s");
     assert_state(c, id, "pending");
     assert_int_equal(j->attempt, 2);
@@ -324,7 +266,7 @@ static void test_hung_restarts_then_fails(void **state)
 static void test_node_faults(void **state)
 {
     world_t *w = *state;
-    br_coord_t *c = &w->c;
+    br_coord_t *c = &w->f.c;
     /* cannot run here: never again on that node, no restart counted */
     int64_t id = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1}}");
     br_sched_run(c);
@@ -358,7 +300,7 @@ static void test_node_faults(void **state)
 static void test_node_lost_requeues_and_reconcile(void **state)
 {
     world_t *w = *state;
-    br_coord_t *c = &w->c;
+    br_coord_t *c = &w->f.c;
     int64_t id = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1},"
                            " \"restart\": {\"on\": [\"node_lost\"], \"max\": 3}}");
     br_sched_run(c);
@@ -378,7 +320,7 @@ static void test_node_lost_requeues_and_reconcile(void **state)
     assert_int_equal(j->restarts, 1);
     assert_true(j->lost_at > 0); /* recovery is measured from here */
     /* the node runs the old attempt after all: it is told to stop it */
-    drop_orders(c);
+    fixture_drop_orders(c);
     br_jobs_reconcile(c, n, tasks, 0);
     assert_int_equal(orders(c, "job.kill", n), 1);
     /* placed again; a frozen current attempt is thawed */
@@ -388,7 +330,7 @@ static void test_node_lost_requeues_and_reconcile(void **state)
     assert_int_equal(j->lost_at, 0);
     json_t *frozen = json_pack("[{s:I, s:i, s:s}]", "job", (json_int_t)id, "attempt", 2,
                                "state", "frozen");
-    drop_orders(c);
+    fixture_drop_orders(c);
     br_jobs_reconcile(c, m, frozen, 0);
     assert_int_equal(orders(c, "job.thaw", m), 1);
     json_decref(tasks);
@@ -399,7 +341,7 @@ static void test_node_lost_requeues_and_reconcile(void **state)
 static void test_cancel_and_time_limit(void **state)
 {
     world_t *w = *state;
-    br_coord_t *c = &w->c;
+    br_coord_t *c = &w->f.c;
     br_err_t err;
     int64_t p = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 64}}"); /* fits nowhere */
     int64_t r = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1}}");
@@ -413,7 +355,7 @@ static void test_cancel_and_time_limit(void **state)
     assert_state(c, p, "cancelled");
     br_job_t *j = br_jobtab_find(c->jobs, r);
     br_node_t *n = rank0_node(c, j);
-    drop_orders(c);
+    fixture_drop_orders(c);
     json_t *done = br_jobs_cancel(c, r, &err);
     assert_non_null(done);
     assert_string_equal(json_string_value(json_object_get(done, "state")), "cancelled");
@@ -436,7 +378,7 @@ static void test_cancel_and_time_limit(void **state)
 static void test_restore_after_rollback(void **state)
 {
     world_t *w = *state;
-    br_coord_t *c = &w->c;
+    br_coord_t *c = &w->f.c;
     br_err_t err;
     int64_t id = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 2}}");
     assert_int_equal(br_store_commit(c->store, &err), 0);
@@ -457,7 +399,7 @@ static void test_restore_after_rollback(void **state)
 static void test_replica_restarts_through_the_services_hook(void **state)
 {
     world_t *w = *state;
-    br_coord_t *c = &w->c;
+    br_coord_t *c = &w->f.c;
     br_err_t err;
     int64_t id = submit(c, "{\"command\": \"serve\", \"resources\": {\"cpus\": 1}}");
     br_job_t *j = br_jobtab_find(c->jobs, id);
@@ -495,7 +437,7 @@ static void test_replica_restarts_through_the_services_hook(void **state)
 static void test_waits_on_other_jobs(void **state)
 {
     world_t *w = *state;
-    br_coord_t *c = &w->c;
+    br_coord_t *c = &w->f.c;
     br_err_t err;
     int64_t a = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1}}");
     char spec[256];
@@ -558,7 +500,7 @@ static void test_waits_on_other_jobs(void **state)
 static void test_unhealthy_node_stops_its_gangs(void **state)
 {
     world_t *w = *state;
-    br_coord_t *c = &w->c;
+    br_coord_t *c = &w->f.c;
     int64_t gang = submit(c, "{\"command\": \"g\", \"resources\": {\"cpus\": 1, \"nodes\": 2},"
                              " \"restart\": {\"on\": [\"node_lost\"], \"max\": 3}}");
     br_sched_run(c);
@@ -571,7 +513,7 @@ static void test_unhealthy_node_stops_its_gangs(void **state)
     br_sched_run(c);
     br_jobs_started(c, alone, 1, w->a, 0);
     assert_state(c, alone, "running");
-    drop_orders(c);
+    fixture_drop_orders(c);
     br_nodelife_unhealthy(c, w->a, "GPU 0: XID 79 (1 since its agent started)");
     assert_string_equal(w->a->state, "unhealthy");
     assert_state(c, gang, "pending");
@@ -594,7 +536,7 @@ static void test_unhealthy_node_stops_its_gangs(void **state)
 static void test_gang_failure_waits_for_a_silent_peer(void **state)
 {
     world_t *w = *state;
-    br_coord_t *c = &w->c;
+    br_coord_t *c = &w->f.c;
     c->cfg.node_timeout_ms = 60000;
     const char *spec = "{\"command\": \"g\", \"resources\": {\"cpus\": 1, \"nodes\": 2},"
                        " \"restart\": {\"on\": [\"node_lost\"], \"max\": 3}}";
