@@ -372,9 +372,8 @@ static void flush_outbox(br_coord_t *c)
         json_t *errnum = json_object_get(br_msg_body(c->outbox[i]), "errnum");
         if (br_msg_kind(c->outbox[i]) == BR_MSG_RESPONSE && json_is_integer(errnum))
             br_stats_refused(c->stats, (int)json_integer_value(errnum));
-        if (br_dash_catch(c, c->outbox[i])) /* an answer to the dashboard */
-            ;
-        else if (br_msg_send(c->sock, c->outbox[i], &err) < 0) {
+        if (!br_dash_catch(c, c->outbox[i]) && /* (an answer to the dashboard stays) */
+            br_msg_send(c->sock, c->outbox[i], &err) < 0) {
             if (errno == EAGAIN)
                 dropped++;
             else if (errno != EHOSTUNREACH)
