@@ -409,15 +409,17 @@ static void prune(br_coord_t *c, int64_t job, int keep)
         if (json_integer_value(json_object_get(hashes, hash)) < keep)
             continue;
         br_node_t *n = br_nodes_find(c->nodes, node);
-        if (n)
+        int told = n && n->route_len > 0; /* (a lost node's agent hears nothing) */
+        if (told)
             br_coord_send_node(c, n, "ckpt.drop",
                                json_pack("{s:I, s:s}", "job", (json_int_t)job, "hash", hash));
         br_store_replica_del(c->store, job, hash, node, NULL);
         br_coord_event(c, job, node, "replica",
-                       "replica of checkpoint %s (step %lld) dropped from %s: "
-                       "checkpoint.keep is %d",
+                       "replica of checkpoint %s (step %lld) %s %s: checkpoint.keep is %d%s",
                        json_string_value(json_object_get(row, "path")),
-                       (long long)json_integer_value(json_object_get(row, "step")), node, keep);
+                       (long long)json_integer_value(json_object_get(row, "step")),
+                       told ? "dropped from" : "forgotten on", node, keep,
+                       told ? "" : " (the node is not connected: its copy stays on its disk)");
     }
     json_decref(hashes);
     json_decref(list);
