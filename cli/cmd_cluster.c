@@ -22,7 +22,7 @@
 
 typedef struct {
     long agents, port;
-    const char *dir_flag, *heartbeat, *node_timeout, *gpus;
+    const char *dir_flag, *heartbeat, *node_timeout, *gpus, *http;
     char dir[CLI_PATH_MAX];
     char brambled[CLI_PATH_MAX], agent_bin[CLI_PATH_MAX];
     char endpoint[64];
@@ -129,6 +129,7 @@ static int up_args(cli_t *cli, int argc, char **argv, up_t *u)
         {"heartbeat-interval", required_argument, NULL, 'H'},
         {"node-timeout", required_argument, NULL, 'T'},
         {"gpus", required_argument, NULL, 'g'},
+        {"http", required_argument, NULL, 'w'},
         {0}};
     int64_t ms;
     int c;
@@ -150,6 +151,8 @@ static int up_args(cli_t *cli, int argc, char **argv, up_t *u)
             u->node_timeout = optarg;
         else if (c == 'g')
             u->gpus = optarg;
+        else if (c == 'w')
+            u->http = optarg;
         else if (c != 'a' && c != 'p')
             return cli_bad_option(cli, c, argv);
     }
@@ -236,7 +239,7 @@ static int up_coordinator(cli_t *cli, up_t *u)
         return cli_fail(cli, "%s", err.text);
     if (!u->reuse && up_init(cli, u, coord_dir, log))
         return CLI_FAIL;
-    char *argv[12] = {u->brambled, "--data-dir", coord_dir};
+    char *argv[16] = {u->brambled, "--data-dir", coord_dir};
     int n = 3;
     if (u->reuse) {
         argv[n++] = "--listen";
@@ -249,6 +252,10 @@ static int up_coordinator(cli_t *cli, up_t *u)
     if (u->node_timeout) {
         argv[n++] = "--node-timeout";
         argv[n++] = (char *)u->node_timeout;
+    }
+    if (u->http) { /* the dashboard and /metrics (docs/dashboard.md) */
+        argv[n++] = "--http";
+        argv[n++] = (char *)u->http;
     }
     if ((u->coord = local_spawn(argv, log, &err)) < 0 ||
         local_write_pid(pidfile, u->coord, &err) < 0)
@@ -619,7 +626,7 @@ static int cmd_down(cli_t *cli, int argc, char **argv)
 const cli_cmd_t cli_cluster_cmds[] = {
     {NULL, "up", cmd_up,
      "[--agents N] [--dir DIR] [--port P] [--heartbeat-interval D] "
-     "[--node-timeout D] [--gpus LIST]",
+     "[--node-timeout D] [--gpus LIST] [--http ADDR]",
      "start a local cluster (a coordinator and N agents) on loopback",
      "Starts brambled and N bramble-agent processes (found next to bramble, else on\n"
      "PATH) in the background, waits until every node is ready, and writes the\n"
@@ -635,7 +642,9 @@ const cli_cmd_t cli_cluster_cmds[] = {
      "                            or the one used before in DIR)\n"
      "  --heartbeat-interval D    passed to brambled (default 1s)\n"
      "  --node-timeout D          passed to brambled (default 5s)\n"
-     "  --gpus LIST               passed to every agent, e.g. \"RTX 4090:24GiB\"\n"},
+     "  --gpus LIST               passed to every agent, e.g. \"RTX 4090:24GiB\"\n"
+     "  --http ADDR               passed to brambled: its HTTP side (the dashboard,\n"
+     "                            /metrics), e.g. 7780 for 127.0.0.1:7780\n"},
     {NULL, "down", cmd_down, "[--dir DIR]",
      "stop the local cluster started by bramble up",
      "Stops the agents, then the coordinator (SIGTERM, and SIGKILL after 10s); the\n"

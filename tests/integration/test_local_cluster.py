@@ -1,10 +1,12 @@
 """`bramble up` / `bramble down`: a whole cluster on loopback in one command."""
 
+import http.client
 import json
 import os
 import subprocess
+import urllib.parse
 
-from conftest import BIN, CLI_TIMEOUT, pid_alive, sanitizer_lines, tail, wait_for
+from conftest import BIN, CLI_TIMEOUT, free_port, pid_alive, sanitizer_lines, tail, wait_for
 
 
 def test_up_and_down(tmp_path):
@@ -31,7 +33,7 @@ def test_up_and_down(tmp_path):
 
     pids = []
     try:
-        r = run("up", "--agents", 2, "--dir", d, check=False)
+        r = run("up", "--agents", 2, "--dir", d, "--http", free_port(), check=False)
         assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{logs()}"
         cred = home / ".config" / "bramble" / "credential"
         assert cred.exists(), f"no credential at {cred}"
@@ -51,6 +53,16 @@ def test_up_and_down(tmp_path):
         jid = r.stdout.split()[0]
         wait_for(lambda: "hi from node-" in run("logs", jid).stdout,
                  what="the job's output in bramble logs")
+
+        # --http reached brambled: the dashboard's login link works
+        link = run("dashboard").stdout.strip().splitlines()[0]
+        assert link.startswith("http://127.0.0.1:") and "/login?t=" in link, link
+        conn = http.client.HTTPConnection(*urllib.parse.urlsplit(link).netloc.split(":"))
+        conn.request("GET", link[link.index("/login"):])
+        resp = conn.getresponse()
+        assert resp.status == 303 and "HttpOnly" in (resp.getheader("Set-Cookie") or ""), \
+            (resp.status, resp.getheaders())
+        conn.close()
 
         # a second `up` on the same dir is refused while it runs
         r = run("up", "--agents", 2, "--dir", d, check=False)
