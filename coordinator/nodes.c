@@ -210,6 +210,11 @@ int br_node_cpus(const br_node_t *n)
     return (int)json_integer_value(json_object_get(n->info, "cpus"));
 }
 
+double br_node_cost_per_hour(const br_node_t *n)
+{
+    return json_number_value(json_object_get(n->info, "cost_per_hour"));
+}
+
 uint64_t br_node_memory(const br_node_t *n)
 {
     return (uint64_t)json_integer_value(json_object_get(n->info, "memory"));

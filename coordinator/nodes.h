@@ -62,6 +62,8 @@ void br_nodes_unseen(br_nodes_t *nodes, br_node_t *n);
 int br_node_cpus(const br_node_t *n);
 uint64_t br_node_memory(const br_node_t *n);
 int br_node_gpu_count(const br_node_t *n);
+/* What the node costs per hour now, as its agent last said (0: free). */
+double br_node_cost_per_hour(const br_node_t *n);
 json_t *br_node_gpu(const br_node_t *n, int i); /* borrowed, or NULL */
 
 /* Reserve (sign 1) or give back (sign -1) a rank's share on n: {"cpus", "memory",
