@@ -22,10 +22,12 @@ typedef struct {
     int64_t log_max_per_job; /* bytes of output kept per job, newest (0: no limit) */
     int64_t log_retention_ms; /* ended jobs' logs are deleted after this (0: kept) */
     char http[64];            /* --http ADDR:PORT; "" as recorded, "off": none */
+    int64_t half_life_ms;     /* fair share forgets half of what was used in this */
 } br_config_t;
 
 #define BR_DEFAULT_LOG_MAX_PER_JOB (64LL << 20)
 #define BR_DEFAULT_LOG_RETENTION_MS (30LL * 24 * 3600 * 1000)
+#define BR_DEFAULT_HALF_LIFE_MS (7LL * 24 * 3600 * 1000)
 
 #define BR_DEFAULT_LISTEN "tcp://0.0.0.0:7700"
 

@@ -20,6 +20,9 @@ typedef enum {
     BR_HOOK_ATTEMPT_ENDED, /* job's attempt ended (cause NULL: every rank exited 0):
                             * a hook may take it over (restart, delay_ms, text) */
     BR_HOOK_TASK_REPORTED, /* node reports job's rank running (task: its object) */
+    BR_HOOK_RELEASING,     /* job's ranks are about to give back what they hold:
+                            * its attempt is over (it ended, or goes back to
+                            * pending), or one rank exited 0 (node) */
     BR_HOOK_JOB_LEFT,      /* job ended for good (cancelled, completed, failed) */
     BR_HOOK_JOB_ADDED,     /* job was submitted (it is pending, or a service) */
     BR_HOOK_JOB_RUNNING,   /* job runs: every rank of its attempt started */

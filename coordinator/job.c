@@ -125,6 +125,10 @@ static void read_bookkeeping(br_job_t *job, const json_t *row)
     job->service = int_or(row, "service", 0);
     job->replica = (int)int_or(row, "replica", 0);
     job->replicas = (int)int_or(row, "replicas", -1);
+    job->gpu_ms = int_or(row, "gpu_ms", 0);
+    job->cpu_ms = int_or(row, "cpu_ms", 0);
+    job->cost_micros = int_or(row, "cost_micros", 0);
+    job->charged = int_or(row, "charged", 0);
     job->placement = dup_or_null(json_string_value(json_object_get(row, "placement")));
     size_t i;
     json_t *e;
@@ -239,7 +243,7 @@ json_t *br_job_fields(const br_job_t *job)
             json_array_append_new(exclude, json_string(job->exclude[i]));
     }
     return json_pack("{s:s, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o,"
-                     " s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+                     " s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:o}",
                      "state", br_job_state_name(job->state), "attempt", job->attempt,
                      "nodes", nodes, "assign", br_job_assign(job), "started",
                      opt_int(job->started, 0), "ended", opt_int(job->ended, 0),
@@ -252,7 +256,10 @@ json_t *br_job_fields(const br_job_t *job)
                      job->placement ? json_string(job->placement) : json_null(),
                      "service", opt_int(job->service, 0), "replica",
                      job->service > 0 ? json_integer(job->replica) : json_null(),
-                     "replicas", opt_int(job->replicas, -1));
+                     "replicas", opt_int(job->replicas, -1), "gpu_ms",
+                     (json_int_t)job->gpu_ms, "cpu_ms", (json_int_t)job->cpu_ms,
+                     "cost_micros", (json_int_t)job->cost_micros, "charged",
+                     opt_int(job->charged, 0));
 }
 
 int br_job_rank_on(const br_job_t *job, const char *node, int live_only)

@@ -7,7 +7,8 @@
  * "memory", "gpus", "vram"?, "state"}...], "port": n}, rank order) and the
  * bookkeeping in columns of the same names as the fields below (restarts,
  * not_before, fresh_after, lost_at, exclude, placement, service, replica,
- * replicas); this file is the one place that reads and writes them. */
+ * replicas, gpu_ms, cpu_ms, cost_micros, charged); this file is the one place
+ * that reads and writes them. */
 #ifndef BRAMBLE_JOB_H
 #define BRAMBLE_JOB_H
 
@@ -85,6 +86,10 @@ typedef struct br_job {
     int64_t service;     /* a replica's service job id; 0: not a replica */
     int replica;         /* its number */
     int replicas;        /* a service job's replica count; -1: not a service job */
+    /* what it used, over every attempt (usage.h): what its ranks held, in GPU and
+     * CPU milliseconds, and its cost in millionths, charged up to wall ms charged
+     * (0: it holds nothing) */
+    int64_t gpu_ms, cpu_ms, cost_micros, charged;
     /* in memory only: attempt resume_attempt resumes from this older checkpoint,
      * the newest having no good copy (replicas.c); NULL: the newest */
     char *resume_from;
@@ -105,6 +110,12 @@ typedef struct br_job {
         int64_t at_mono;  /* when it came */
         char why[300];
     } held;
+    /* in memory only: its place in the last scheduling pass (1: considered first;
+     * 0: none yet) and its score there (fairshare.h) */
+    struct {
+        int64_t place;
+        double priority, fairshare, age, total;
+    } queue;
     /* jobtab.h's links */
     struct br_job *id_next;
     struct br_job *prev, *next;

@@ -46,7 +46,10 @@ void br_job_post(br_coord_t *c, br_job_t *job, br_job_state_t state, const char 
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
     if (!br_job_state_live(state) && br_job_state_live(job->state)) {
+        br_hook_arg_t a = {.job = job};
+        br_hooks_run(c, c->hooks, BR_HOOK_RELEASING, &a);
         release_ranks(c, job, state == BR_JOB_PENDING);
+        job->charged = 0; /* it holds nothing from now (usage.h) */
         job->held.rank = -1; /* the attempt is over, however it ended */
     }
     if (br_job_state_ended(state) && !br_job_state_ended(job->state))
@@ -320,6 +323,7 @@ int br_jobs_place(br_coord_t *c, br_job_t *job, br_node_t *const *nodes,
         return -1;
     free(job->placement);
     job->placement = how && *how ? strdup(how) : NULL;
+    job->charged = br_now_ms(); /* what it holds counts from now (usage.h) */
     br_job_set_reason(job, NULL);
     if (job->attempt == 1) /* a fresh job: does its checkpoint dir hold another's steps? */
         br_ckptdir_check_shared(c, job->id, job->spec);
@@ -585,6 +589,8 @@ void br_jobs_exited(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int ex
         return; /* (a second rank's failure while one is held: the first speaks) */
     }
     /* this rank is done and frees its node; the job when every rank is */
+    br_hook_arg_t a = {.job = job, .node = n};
+    br_hooks_run(c, c->hooks, BR_HOOK_RELEASING, &a);
     br_node_hold(n, job->ranks[r].share, -1);
     job->ranks[r].state = BR_RANK_DONE;
     int left = br_job_ranks_left(job);
@@ -903,5 +909,16 @@ json_t *br_jobs_public(json_t *job)
     static const char *times[] = {"submitted", "started", "ended"};
     for (size_t i = 0; i < 3; i++)
         json_object_set_new(o, times[i], br_time_json(json_object_get(job, times[i])));
+    /* what it used, as charged so far (usage.h) */
+    json_object_set_new(
+        o, "usage",
+        json_pack("{s:f, s:f, s:f}", "gpu_hours",
+                  (double)json_integer_value(json_object_get(job, "gpu_ms")) / 3600000.0,
+                  "cpu_hours",
+                  (double)json_integer_value(json_object_get(job, "cpu_ms")) / 3600000.0,
+                  "cost", (double)json_integer_value(json_object_get(job, "cost_micros")) / 1e6));
+    static const char *raw[] = {"gpu_ms", "cpu_ms", "cost_micros", "charged"};
+    for (size_t i = 0; i < 4; i++)
+        json_object_del(o, raw[i]);
     return o;
 }

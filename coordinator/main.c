@@ -20,7 +20,7 @@ static void usage(FILE *f)
             "                [--heartbeat-interval 1s] [--node-timeout 5s]\n"
             "                [--announce | --no-announce] [--announce-port %d]\n"
             "                [--teaching] [--log-max-per-job 64MiB] [--log-retention 30d]\n"
-            "                [--http [ADDR:]PORT | --http off]\n"
+            "                [--http [ADDR:]PORT | --http off] [--fairshare-half-life 7d]\n"
             "\n"
             "init creates the coordinator key pair, the store (DIR/bramble.db) and the\n"
             "admin credential (DIR/admin.credential), and records the endpoints.\n"
@@ -33,6 +33,8 @@ static void usage(FILE *f)
             "--log-max-per-job keeps the newest output of each job up to SIZE (0: no\n"
             "limit) and counts what it drops; --log-retention deletes the output of\n"
             "jobs that ended longer ago than that (0: keep it).\n"
+            "--fairshare-half-life: fair share forgets half of what a user used in this\n"
+            "long (docs/sharing.md).\n"
             "--http serves GET /metrics (Prometheus text format) to holders of a token\n"
             "from `bramble token create --metrics`; off unless given, or recorded by\n"
             "`brambled init --http` (`--http off` turns a recorded one off). A bare port\n"
@@ -58,6 +60,7 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
         {"log-max-per-job", required_argument, NULL, 'L'},
         {"log-retention", required_argument, NULL, 'R'},
         {"http", required_argument, NULL, 'W'},
+        {"fairshare-half-life", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int o;
@@ -105,6 +108,14 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
             cfg->log_max_per_job = (int64_t)bytes;
             break;
         }
+        case 'F':
+            if (br_parse_duration(optarg, &cfg->half_life_ms, &err) < 0 ||
+                cfg->half_life_ms < 1000) {
+                fprintf(stderr, "brambled: --fairshare-half-life %s: %s\n", optarg,
+                        cfg->half_life_ms < 1000 ? "at least 1s" : err.text);
+                return 2;
+            }
+            break;
         case 'R':
             if (br_parse_duration(optarg, &cfg->log_retention_ms, &err) < 0) {
                 fprintf(stderr, "brambled: --log-retention %s\n", err.text);

@@ -25,6 +25,7 @@
 #include "scheduler.h"
 #include "services.h"
 #include "sock.h"
+#include "usage.h"
 #include "util.h"
 
 #define BATCH_MAX BR_COORD_BATCH_MAX
@@ -164,9 +165,10 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
         br_replicas_init(c) == 0) { /* modules hear of the core */
         c->services = br_services_new(c);
         c->sched = br_sched_new(c);
+        c->usage = br_usage_new(c, cfg->half_life_ms);
     }
     if (!c->nodes || !c->jobs || !c->netmap || !c->probeset || !c->stats || !c->services ||
-        !c->sched) {
+        !c->sched || !c->usage) {
         br_errf(err, ENOMEM, "out of memory");
         goto fail;
     }
@@ -210,6 +212,7 @@ void br_coord_destroy(br_coord_t **cp)
     br_probeset_destroy(&c->probeset);
     br_watchers_destroy(&c->watchers);
     br_sched_destroy(&c->sched);
+    br_usage_destroy(&c->usage);
     br_services_destroy(&c->services);
     br_replicas_destroy(&c->replicas);
     br_hooks_destroy(&c->hooks);

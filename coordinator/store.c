@@ -139,6 +139,19 @@ static const char *const migrations[] = {
     " hash TEXT NOT NULL, node TEXT NOT NULL, step INTEGER NOT NULL,"
     " path TEXT NOT NULL, bytes INTEGER NOT NULL, time INTEGER NOT NULL,"
     " PRIMARY KEY (job, hash, node));",
+    /* 9: what each job used and cost (usage.c): GPU and CPU milliseconds held, the
+     * cost in millionths, and the time it was charged up to; each user's use by
+     * the hour, for fair share, weekly quotas and bramble usage; each user's
+     * limits and share (JSON; NULL: none, an equal share) */
+    "ALTER TABLE jobs ADD COLUMN gpu_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN cpu_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN cost_micros INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN charged INTEGER;"
+    "CREATE TABLE usage (principal INTEGER NOT NULL REFERENCES principals (id),"
+    " hour INTEGER NOT NULL, gpu_ms INTEGER NOT NULL DEFAULT 0,"
+    " cpu_ms INTEGER NOT NULL DEFAULT 0, cost_micros INTEGER NOT NULL DEFAULT 0,"
+    " PRIMARY KEY (hour, principal)) WITHOUT ROWID;"
+    "ALTER TABLE principals ADD COLUMN limits TEXT;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -147,7 +160,7 @@ static const char *const migrations[] = {
     "id, name, kind, state, attempt, owner, nodes, assign, submitted, started, " \
     "ended, exit_code, signal, reason, spec, owner_id, log_bytes, log_dropped, "  \
     "restarts, not_before, fresh_after, lost_at, exclude, placement, service, "  \
-    "replica, replicas"
+    "replica, replicas, gpu_ms, cpu_ms, cost_micros, charged"
 /* Columns of a checkpoint row as ckpt_row reads them: the manifest's summary only. */
 #define CKPT_COLS                                                              \
     "path, step, attempt, node, size, time, json_extract(manifest, '$.hash')," \
@@ -221,6 +234,10 @@ enum {
     ST_REPL_ADD,
     ST_REPL_DEL,
     ST_REPL_LIST,
+    ST_USAGE_ADD,
+    ST_USAGE_SINCE,
+    ST_LIMITS_SET,
+    ST_SHARERS,
     ST_COUNT
 };
 
@@ -301,10 +318,11 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_JOB_ADD] = "INSERT INTO jobs (name, kind, owner, spec, spec_yaml, submitted,"
                    " state, attempt, nodes, assign, started, ended, exit_code, signal,"
                    " reason, restarts, not_before, fresh_after, lost_at, exclude,"
-                   " placement, service, replica, replicas, owner_id) VALUES (?1, ?2, ?3,"
-                   " ?4, ?5, ?6, ?7, coalesce(?8, 1), coalesce(?9, '[]'), ?10, ?11, ?12,"
-                   " ?13, ?14, ?15, coalesce(?16, 0), ?17, ?18, ?19, ?20, ?21, ?22, ?23,"
-                   " ?24, ?25)",
+                   " placement, service, replica, replicas, gpu_ms, cpu_ms, cost_micros,"
+                   " charged, owner_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,"
+                   " coalesce(?8, 1), coalesce(?9, '[]'), ?10, ?11, ?12, ?13, ?14, ?15,"
+                   " coalesce(?16, 0), ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24,"
+                   " coalesce(?25, 0), coalesce(?26, 0), coalesce(?27, 0), ?28, ?29)",
     [ST_JOB_UPDATE] = "UPDATE jobs SET " UPD("state", 1, 2) ", " UPD("attempt", 3, 4)
                       ", " UPD("nodes", 5, 6) ", " UPD("assign", 7, 8) ", "
                       UPD("started", 9, 10) ", " UPD("ended", 11, 12) ", "
@@ -313,8 +331,10 @@ static const char *const sql_text[ST_COUNT] = {
                       UPD("not_before", 21, 22) ", " UPD("fresh_after", 23, 24) ", "
                       UPD("lost_at", 25, 26) ", " UPD("exclude", 27, 28) ", "
                       UPD("placement", 29, 30) ", " UPD("service", 31, 32) ", "
-                      UPD("replica", 33, 34) ", " UPD("replicas", 35, 36)
-                      " WHERE id = ?37",
+                      UPD("replica", 33, 34) ", " UPD("replicas", 35, 36) ", "
+                      UPD("gpu_ms", 37, 38) ", " UPD("cpu_ms", 39, 40) ", "
+                      UPD("cost_micros", 41, 42) ", " UPD("charged", 43, 44)
+                      " WHERE id = ?45",
     [ST_JOB_GET] = "SELECT " JOB_COLS ", spec_yaml FROM jobs WHERE id = ?1",
     [ST_JOB_LIST] = "SELECT * FROM (SELECT " JOB_COLS " FROM jobs"
                     " ORDER BY id DESC LIMIT ?1) ORDER BY id",
@@ -358,6 +378,18 @@ static const char *const sql_text[ST_COUNT] = {
                     " AND (?3 IS NULL OR node = ?3)",
     [ST_REPL_LIST] = "SELECT hash, node, step, path, bytes, time FROM replicas"
                      " WHERE job = ?1 ORDER BY step DESC, hash, node",
+    [ST_USAGE_ADD] = "INSERT INTO usage (principal, hour, gpu_ms, cpu_ms, cost_micros)"
+                     " VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (hour, principal) DO UPDATE"
+                     " SET gpu_ms = gpu_ms + excluded.gpu_ms,"
+                     " cpu_ms = cpu_ms + excluded.cpu_ms,"
+                     " cost_micros = cost_micros + excluded.cost_micros",
+    [ST_USAGE_SINCE] = "SELECT u.principal, p.name, u.hour, u.gpu_ms, u.cpu_ms,"
+                       " u.cost_micros FROM usage u JOIN principals p ON p.id = u.principal"
+                       " WHERE u.hour >= ?1 ORDER BY u.principal, u.hour",
+    [ST_LIMITS_SET] = "UPDATE principals SET limits = ?3"
+                      " WHERE kind = ?1 AND name = ?2 AND removed IS NULL",
+    [ST_SHARERS] = "SELECT id, kind, name, limits FROM principals"
+                   " WHERE kind IN ('admin', 'user') AND removed IS NULL ORDER BY id",
 };
 
 struct br_store {
@@ -388,7 +420,7 @@ static const jfield_t job_add_fields[] = {
     {"name", F_STR},    {"kind", F_STR},       {"owner", F_STR},
     {"spec", F_OBJECT}, {"spec_yaml", F_YAML}, {"submitted", F_INT},
 };
-/* br_store_job_update's keys, in ST_JOB_UPDATE's order; ?7..?24 of ST_JOB_ADD. */
+/* br_store_job_update's keys, in ST_JOB_UPDATE's order; ?7..?28 of ST_JOB_ADD. */
 static const jfield_t job_fields[] = {
     {"state", F_STR},          {"attempt", F_INT},      {"nodes", F_ARRAY},
     {"assign", F_ANY},         {"started", F_INT_NULL}, {"ended", F_INT_NULL},
@@ -397,6 +429,9 @@ static const jfield_t job_fields[] = {
     {"restarts", F_INT},       {"not_before", F_INT_NULL}, {"fresh_after", F_INT_NULL},
     {"lost_at", F_INT_NULL},   {"exclude", F_ANY},         {"placement", F_STR_NULL},
     {"service", F_INT_NULL},   {"replica", F_INT_NULL},    {"replicas", F_INT_NULL},
+    /* what it used (usage.c) */
+    {"gpu_ms", F_INT},         {"cpu_ms", F_INT},          {"cost_micros", F_INT},
+    {"charged", F_INT_NULL},
 };
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -1477,10 +1512,11 @@ static json_t *job_row(sqlite3_stmt *st, int with_yaml, br_err_t *err)
         "nodes",       "assign",   "submitted",  "started",     "ended",     "exit_code",
         "signal",      "reason",   "spec",       "owner_id",    "log_bytes", "log_dropped",
         "restarts",    "not_before", "fresh_after", "lost_at",  "exclude",   "placement",
-        "service",     "replica",  "replicas",   "spec_yaml",
+        "service",     "replica",  "replicas",   "gpu_ms",      "cpu_ms",    "cost_micros",
+        "charged",     "spec_yaml",
     };
     json_t *o = json_object();
-    int bad = 0, n = with_yaml ? 28 : 27;
+    int bad = 0, n = with_yaml ? 32 : 31;
     for (int i = 0; i < n; i++) {
         json_t *v;
         if (i == 6 || i == 7 || i == 14 || i == 22)
@@ -2029,4 +2065,71 @@ json_t *br_store_checkpoint_manifest(br_store_t *s, int64_t job_id, const char *
     }
     reset(st);
     return m;
+}
+
+/* --- usage and limits ----------------------------------------------------------- */
+
+int br_store_usage_add(br_store_t *s, int64_t principal, int64_t hour, int64_t gpu_ms,
+                       int64_t cpu_ms, int64_t cost_micros, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_USAGE_ADD];
+    if (sqlite3_bind_int64(st, 1, principal) | sqlite3_bind_int64(st, 2, hour) |
+        sqlite3_bind_int64(st, 3, gpu_ms) | sqlite3_bind_int64(st, 4, cpu_ms) |
+        sqlite3_bind_int64(st, 5, cost_micros))
+        return binderr(s, st, "add usage", err);
+    return run(s, st, "add usage", err);
+}
+
+static json_t *usage_row(sqlite3_stmt *st, br_err_t *err)
+{
+    static const char *const names[] = {"principal", "name", "hour",
+                                        "gpu_ms",    "cpu_ms", "cost_micros"};
+    json_t *o = json_object();
+    int bad = 0;
+    for (int i = 0; i < 6; i++)
+        bad |= put(o, names[i], i == 1 ? col_text(st, i) : col_int(st, i));
+    return row_done(o, bad, "usage", err);
+}
+
+json_t *br_store_usage_since(br_store_t *s, int64_t hour, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_USAGE_SINCE];
+    if (sqlite3_bind_int64(st, 1, hour)) {
+        binderr(s, st, "list usage", err);
+        return NULL;
+    }
+    return list_rows(s, st, usage_row, "list usage", err);
+}
+
+int br_store_limits_set(br_store_t *s, br_principal_t kind, const char *name,
+                        const json_t *limits, br_err_t *err)
+{
+    if (!kind_name(kind) || check_text(name, SHORT_MAX, 0, "name", err) < 0)
+        return br_errf(err, EINVAL, "limits belong to an admin or a user, by name");
+    sqlite3_stmt *st = s->st[ST_LIMITS_SET];
+    if (bind_text(st, 1, kind_name(kind)) || bind_text(st, 2, name))
+        return binderr(s, st, "set limits", err);
+    if ((limits && json_object_size(limits) ? bind_dump(s, st, 3, limits, "set limits", err)
+                                            : (sqlite3_bind_null(st, 3) ? -1 : 0)) < 0) {
+        reset(st);
+        return -1;
+    }
+    if (run(s, st, "set limits", err) < 0)
+        return -1;
+    return sqlite3_changes(s->db) ? 0 : br_errf(err, ENOENT, "no %s '%s'", kind_name(kind), name);
+}
+
+static json_t *sharer_row(sqlite3_stmt *st, br_err_t *err)
+{
+    json_t *o = json_object();
+    int bad = put(o, "id", col_int(st, 0));
+    bad |= put(o, "kind", col_text(st, 1));
+    bad |= put(o, "name", col_text(st, 2));
+    bad |= put(o, "limits", col_json(st, 3));
+    return row_done(o, bad, "principal", err);
+}
+
+json_t *br_store_sharers(br_store_t *s, br_err_t *err)
+{
+    return list_rows(s, s->st[ST_SHARERS], sharer_row, "list users", err);
 }

@@ -247,6 +247,20 @@ int br_store_replica_del(br_store_t *s, int64_t job_id, const char *hash, const 
 /* [{"hash","node","step","path","bytes","time" (ms)}], newest step first. */
 json_t *br_store_replica_list(br_store_t *s, int64_t job_id, br_err_t *err);
 
+/* What a user used in one hour (hour: wall ms / 3,600,000), added to what the
+ * hour holds already: GPU and CPU milliseconds held, cost in millionths. */
+int br_store_usage_add(br_store_t *s, int64_t principal, int64_t hour, int64_t gpu_ms,
+                       int64_t cpu_ms, int64_t cost_micros, br_err_t *err);
+/* Every hour's use from hour on: [{"principal","name","hour","gpu_ms","cpu_ms",
+ * "cost_micros"}], by principal then hour. */
+json_t *br_store_usage_since(br_store_t *s, int64_t hour, br_err_t *err);
+/* A user's (or the admin's) limits and share, as usage.h reads them; NULL or {}:
+ * none. ENOENT when there is no such principal. */
+int br_store_limits_set(br_store_t *s, br_principal_t kind, const char *name,
+                        const json_t *limits, br_err_t *err);
+/* The admin and the users, not removed: [{"id","kind","name","limits"}], by id. */
+json_t *br_store_sharers(br_store_t *s, br_err_t *err);
+
 /* --- figures for the metrics (coordinator/stats.c) ----------------------------- */
 /* [{"state","owner","count","log_dropped" (bytes a cap dropped)}], one per state
  * and owner that has jobs. */
