@@ -128,14 +128,6 @@ int br_sched_fit(const br_node_t *n, json_t *spec, json_t **assign, int64_t *lef
     return 1;
 }
 
-static int by_priority(const void *x, const void *y)
-{
-    const br_job_t *a = *(br_job_t *const *)x, *b = *(br_job_t *const *)y;
-    if (a->priority != b->priority)
-        return a->priority > b->priority ? -1 : 1;
-    return a->id < b->id ? -1 : a->id > b->id;
-}
-
 /* 1 unless the spec names its nodes (resources.nodelist) and node is not one. */
 static int listed(json_t *spec, const char *node)
 {
@@ -395,32 +387,43 @@ static shape_memo_t *memo_of(shape_book_t *b, const br_job_t *job)
     return &b->memos[b->n++];
 }
 
-void br_sched_order(br_job_t **jobs, size_t n)
-{
-    qsort(jobs, n, sizeof(*jobs), by_priority);
-}
-
 br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *jobs, size_t n,
                                    int *on_heartbeat)
 {
     *on_heartbeat = 0;
-    br_job_t **order = malloc((n ? n : 1) * sizeof(*order));
+    br_fairshare_t *order = br_fairshare_new(in->usage, jobs, n, in->now_ms);
     br_sched_decision_t *d = calloc(n ? n : 1, sizeof(*d));
     if (!order || !d) {
-        free(order);
+        br_fairshare_destroy(&order);
         free(d);
         return NULL;
     }
-    memcpy(order, jobs, n * sizeof(*order));
-    br_sched_order(order, n);
     shape_book_t book = {.index = json_object()};
-    for (size_t i = 0; i < n; i++)
-        plan_one(in, order[i], &d[i], on_heartbeat, memo_of(&book, order[i]));
+    char limit[REASON_MAX];
+    br_job_t *job;
+    for (size_t i = 0; i < n && (job = br_fairshare_next(order, &d[i].score, limit,
+                                                         sizeof(limit))); i++) {
+        if (limit[0]) { /* its owner's limit holds it back */
+            d[i].job = job;
+            d[i].verdict = BR_SCHED_WAIT;
+            d[i].reason = strdup(limit);
+            continue;
+        }
+        plan_one(in, job, &d[i], on_heartbeat, memo_of(&book, job));
+        if (d[i].verdict == BR_SCHED_PLACE) {
+            int gpus = 0, cpus = 0;
+            for (int r = 0; r < d[i].count; r++) {
+                gpus += (int)json_array_size(json_object_get(d[i].assign[r], "gpus"));
+                cpus += (int)json_integer_value(json_object_get(d[i].assign[r], "cpus"));
+            }
+            br_fairshare_placed(order, gpus, cpus);
+        }
+    }
     for (size_t i = 0; i < book.n; i++)
         free(book.memos[i].reason);
     free(book.memos);
     json_decref(book.index);
-    free(order);
+    br_fairshare_destroy(&order);
     return d;
 }
 
@@ -517,9 +520,20 @@ void br_sched_run(br_coord_t *c)
     br_sched_in_t in = {.nodes = c->nodes,
                         .netmap = c->netmap,
                         .now_ms = br_now_ms(),
-                        .replicas = replicas ? replica_counts(c) : NULL};
+                        .replicas = replicas ? replica_counts(c) : NULL,
+                        .usage = c->usage};
+    if (c->usage)
+        br_usage_standing(c->usage, c->jobs, in.now_ms);
     br_sched_decision_t *d = br_sched_plan(&in, list, n, &s->on_heartbeat);
     for (size_t i = 0; d && i < n; i++) {
+        br_job_t *job = d[i].job;
+        if (!job)
+            continue;
+        job->queue.place = (int64_t)i + 1;
+        job->queue.priority = d[i].score.priority;
+        job->queue.fairshare = d[i].score.fairshare;
+        job->queue.age = d[i].score.age;
+        job->queue.total = d[i].score.total;
         switch (d[i].verdict) {
         case BR_SCHED_PLACE:
             br_jobs_place(c, d[i].job, d[i].nodes, d[i].assign, d[i].count,

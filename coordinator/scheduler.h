@@ -1,4 +1,5 @@
-/* scheduler.h - placement: pending jobs, highest priority then oldest first, each onto
+/* scheduler.h - placement: pending jobs, in the order fairshare.h gives (priority,
+ * the owner's fair share, age; the owners' limits), each onto
  * the first ready node whose free CPUs, memory, GPUs and VRAM fit and that matches
  * the spec's arch, gpu_model and labels; a gang (resources.nodes > 1) onto that many
  * distinct such nodes at once, or nowhere: it holds nothing while it waits, and
@@ -23,7 +24,9 @@
 #include <jansson.h>
 
 #include "coord.h"
+#include "fairshare.h"
 #include "job.h"
+#include "usage.h"
 
 #define BR_SCHED_GANG_CANDIDATES 64
 
@@ -49,6 +52,8 @@ typedef struct {
     json_t *replicas;    /* {"service id": {"node": n}} of running replicas, kept up to
                             date as replicas are placed; NULL when no pending job is a
                             replica */
+    br_usage_t *usage;   /* the users' standing (br_usage_standing done): fair share
+                            and limits; NULL: priority, then age */
 } br_sched_in_t;
 
 typedef enum { BR_SCHED_PLACE, BR_SCHED_WAIT, BR_SCHED_LATER } br_sched_verdict_t;
@@ -62,14 +67,11 @@ typedef struct {
     char *how;            /* PLACE of a gang: why these nodes (else NULL) */
     char *reason;         /* WAIT: "waiting: ..." (else NULL) */
     int64_t not_before;   /* LATER: wall ms when its restart backoff ends */
+    br_score_t score;     /* what put it where it is in the order */
 } br_sched_decision_t;
 
-/* The order in which a pass considers pending jobs: highest priority first, then
- * oldest (lowest id) first. */
-void br_sched_order(br_job_t **jobs, size_t n);
-
-/* The planner: every pending job (jobs[0..n-1], any order), highest priority
- * then oldest first, gets a decision. It reads nothing but its arguments and
+/* The planner: every pending job (jobs[0..n-1], any order) gets a decision, in
+ * the order it was considered (fairshare.h). It reads nothing but its arguments and
  * writes nothing but the decisions, the nodes' held counters (each placement is
  * reserved with br_node_hold, so that later jobs see it taken) and in->replicas.
  * *on_heartbeat: a gang waits to hear from a node again. NULL when out of memory. */
