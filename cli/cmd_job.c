@@ -377,15 +377,21 @@ static int cmd_jobs(cli_t *cli, int argc, char **argv)
 static void queue_row(cli_table_t *t, const json_t *job)
 {
     char pos[16], id[32], name[64], owner[64], prio[16], waited[32], why[256];
+    char score[32], share[32], age[32];
     cli_fmt_value(json_object_get(job, "position"), pos, sizeof(pos));
     cli_fmt_value(json_object_get(job, "id"), id, sizeof(id));
     cli_fmt_value(json_object_get(job, "name"), name, sizeof(name));
     cli_fmt_value(json_object_get(job, "owner"), owner, sizeof(owner));
     cli_fmt_value(json_object_get(job, "priority"), prio, sizeof(prio));
+    const json_t *sc = json_object_get(job, "score");
+    snprintf(score, sizeof(score), "%.0f", json_number_value(json_object_get(sc, "total")));
+    snprintf(share, sizeof(share), "%.0f",
+             json_number_value(json_object_get(sc, "fairshare")));
+    snprintf(age, sizeof(age), "%.1f", json_number_value(json_object_get(sc, "age")));
     br_format_duration((int64_t)(json_number_value(json_object_get(job, "waited")) * 1000),
                        waited, sizeof(waited));
     cli_fmt_value(json_object_get(job, "reason"), why, sizeof(why));
-    const char *cells[] = {pos, id, name, owner, prio, waited, why};
+    const char *cells[] = {pos, id, name, owner, prio, score, share, age, waited, why};
     cli_table_add(t, cells);
 }
 
@@ -404,8 +410,9 @@ static int cmd_queue(cli_t *cli, int argc, char **argv)
     json_t *r = cli_call(cli, "job.queue", json_object());
     if (!r)
         return CLI_FAIL;
-    static const char *head[] = {"POS", "ID", "NAME", "OWNER", "PRIORITY", "WAITED", "REASON"};
-    cli_print_list(json_object_get(r, "jobs"), json, 7, head, queue_row);
+    static const char *head[] = {"POS",   "ID",        "NAME", "OWNER",  "PRIORITY",
+                                 "SCORE", "FAIRSHARE", "AGE",  "WAITED", "REASON"};
+    cli_print_list(json_object_get(r, "jobs"), json, 10, head, queue_row);
     json_decref(r);
     return CLI_OK;
 }
@@ -581,6 +588,14 @@ static void print_job(const json_t *job)
     cli_field_json(FIELD_WIDTH, job, "signal", "signal:");
     cli_field_json(FIELD_WIDTH, job, "reason", "reason:");
     print_log_usage(job);
+    const json_t *use = json_object_get(job, "usage");
+    if (json_is_object(use)) {
+        snprintf(buf, sizeof(buf), "%.3f GPU-hours, %.3f CPU-hours; cost %.4f",
+                 json_number_value(json_object_get(use, "gpu_hours")),
+                 json_number_value(json_object_get(use, "cpu_hours")),
+                 json_number_value(json_object_get(use, "cost")));
+        cli_field(FIELD_WIDTH, "used:", buf);
+    }
     const json_t *spec = json_object_get(job, "spec");
     if (json_is_object(spec))
         print_spec_summary(spec);
@@ -664,12 +679,16 @@ const cli_cmd_t cli_job_cmds[] = {
      "  --json      print the array of jobs: id, name, kind, state, attempt, nodes,\n"
      "              submitted, started, ended, exit_code, signal, reason, owner\n"},
     {NULL, "queue", cmd_queue, "[--json]", "list pending jobs in the order they are placed",
-     "The pending jobs in the order the scheduler considers them: highest priority\n"
-     "first, then oldest first. Table columns: POS ID NAME OWNER PRIORITY WAITED\n"
-     "REASON (POS is the place in the whole queue; a user sees only their own jobs).\n"
+     "The pending jobs in the order the scheduler considered them in its last pass:\n"
+     "highest score first. The score is the priority x 1000, plus the owner's fair\n"
+     "share (0-1000: 1000 for someone who used nothing lately), plus the age (a point\n"
+     "per 10 minutes waited, at most 500); docs/sharing.md. Table columns: POS ID\n"
+     "NAME OWNER PRIORITY SCORE FAIRSHARE AGE WAITED REASON (POS is the place in the\n"
+     "whole queue; a user sees only their own jobs).\n"
      "\nOptions:\n"
      "  --json   print the array of entries: position, id, name, owner, priority,\n"
-     "           attempt, submitted, waited (seconds), reason\n"},
+     "           attempt, submitted, waited (seconds), reason, score {total,\n"
+     "           priority, fairshare, age}\n"},
     {"job", "show", job_show, "ID [--json]",
      "show one job: fields, checkpoints and its events",
      "Options:\n"

@@ -10,15 +10,61 @@
 #include "cli.h"
 #include "util.h"
 
-static int user_add(cli_t *cli, int argc, char **argv)
+/* The limit options that user add and user set share. */
+#define LIMIT_OPTS                                                          \
+    {"max-gpus", required_argument, NULL, 'G'},                             \
+        {"max-jobs", required_argument, NULL, 'J'},                         \
+        {"max-pending", required_argument, NULL, 'P'},                      \
+        {"gpu-hours-week", required_argument, NULL, 'W'},                   \
+        {"max-priority", required_argument, NULL, 'R'},                     \
+        {"share", required_argument, NULL, 'S'}
+
+/* Option c (one of LIMIT_OPTS) with its value into limits: a number, or "none"
+ * (null: the limit is lifted). 1 when c is not a limit option, -1 (said) on a bad
+ * value, 0 when taken. */
+static int limit_opt(cli_t *cli, int c, const char *arg, json_t *limits)
+{
+    static const struct {
+        int c;
+        const char *flag, *key;
+        int real;
+    } opts[] = {{'G', "max-gpus", "max_gpus", 0},        {'J', "max-jobs", "max_jobs", 0},
+                {'P', "max-pending", "max_pending", 0},  {'W', "gpu-hours-week", "gpu_hours_week", 1},
+                {'R', "max-priority", "max_priority", 0}, {'S', "share", "share", 1}};
+    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+        if (opts[i].c != c)
+            continue;
+        if (strcmp(arg, "none") == 0 && c != 'S') {
+            json_object_set_new(limits, opts[i].key, json_null());
+            return 0;
+        }
+        char *end;
+        errno = 0;
+        double v = strtod(arg, &end);
+        if (errno || end == arg || *end || (!opts[i].real && v != (double)(long long)v)) {
+            cli_usage(cli, "--%s '%s': expected %s%s", opts[i].flag, arg,
+                      opts[i].real ? "a number" : "a whole number",
+                      c == 'S' ? "" : " or none");
+            return -1;
+        }
+        json_object_set_new(limits, opts[i].key,
+                            opts[i].real ? json_real(v) : json_integer((json_int_t)v));
+        return 0;
+    }
+    return 1;
+}
+
+/* user add, with limits (an empty object) to fill from the options */
+static int user_add_with(cli_t *cli, int argc, char **argv, json_t *limits)
 {
     static const struct option opts[] = {{"out", required_argument, NULL, 'o'},
                                          {"endpoint", required_argument, NULL, 'e'},
                                          {"unix-user", required_argument, NULL, 'u'},
+                                         LIMIT_OPTS,
                                          {NULL, 0, NULL, 0}};
     static const char *names[] = {"user NAME"};
     const char *out = NULL, *name, *endpoint = NULL, *unix_user = NULL;
-    int c;
+    int c, took;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         if (c == 'o')
@@ -27,8 +73,8 @@ static int user_add(cli_t *cli, int argc, char **argv)
             endpoint = optarg;
         else if (c == 'u')
             unix_user = optarg;
-        else
-            return cli_bad_option(cli, c, argv);
+        else if ((took = limit_opt(cli, c, optarg, limits)) != 0)
+            return took < 0 ? CLI_USAGE : cli_bad_option(cli, c, argv);
     }
     if (cli_positional(cli, argc, argv, 1, names, &name) != 0)
         return CLI_USAGE;
@@ -47,6 +93,8 @@ static int user_add(cli_t *cli, int argc, char **argv)
     json_t *body = json_pack("{s:s, s:s}", "name", name, "public_key", user.public_key);
     if (unix_user)
         json_object_set_new(body, "unix_user", json_string(unix_user));
+    if (json_object_size(limits))
+        json_object_set(body, "limits", limits);
     json_t *r = cli_call(cli, "user.add", body);
     if (!r)
         return CLI_FAIL;
@@ -71,12 +119,23 @@ static int user_add(cli_t *cli, int argc, char **argv)
     return CLI_OK;
 }
 
+static int user_add(cli_t *cli, int argc, char **argv)
+{
+    json_t *limits = json_object();
+    int rc = limits ? user_add_with(cli, argc, argv, limits) : CLI_FAIL;
+    json_decref(limits);
+    return rc;
+}
+
+static const char *limits_text(const json_t *limits, char *buf, size_t len);
+
 static void user_row(cli_table_t *t, const json_t *u)
 {
-    char a[64], b[64], cr[64];
+    char a[64], b[64], cr[64], lim[300];
     const char *row[] = {cli_fmt_value(json_object_get(u, "name"), a, sizeof(a)),
                          cli_fmt_value(json_object_get(u, "kind"), b, sizeof(b)),
-                         cli_fmt_time(json_object_get(u, "created"), cr, sizeof(cr))};
+                         cli_fmt_time(json_object_get(u, "created"), cr, sizeof(cr)),
+                         limits_text(json_object_get(u, "limits"), lim, sizeof(lim))};
     cli_table_add(t, row);
 }
 
@@ -88,46 +147,86 @@ static int user_list(cli_t *cli, int argc, char **argv)
     json_t *r = cli_call(cli, "user.list", NULL);
     if (!r)
         return CLI_FAIL;
-    static const char *head[] = {"NAME", "KIND", "CREATED"};
-    cli_print_list(json_object_get(r, "users"), json, 3, head, user_row);
+    static const char *head[] = {"NAME", "KIND", "CREATED", "LIMITS"};
+    cli_print_list(json_object_get(r, "users"), json, 4, head, user_row);
     json_decref(r);
     return CLI_OK;
 }
 
-/* bramble user set NAME --unix-user U | --no-unix-user */
-static int user_set(cli_t *cli, int argc, char **argv)
+/* "max_gpus 2, share 3" of a limits object, or "none". */
+static const char *limits_text(const json_t *limits, char *buf, size_t len)
+{
+    size_t off = 0;
+    const char *k;
+    json_t *v;
+    buf[0] = '\0';
+    json_object_foreach((json_t *)limits, k, v) {
+        char key[32];
+        br_strlcpy(key, k, sizeof(key));
+        for (char *p = key; *p; p++)
+            *p = *p == '_' ? '-' : *p;
+        if (off < len)
+            off += (size_t)snprintf(buf + off, len - off, "%s%s %g", off ? ", " : "", key,
+                                    json_number_value(v));
+    }
+    return buf[0] ? buf : "none";
+}
+
+/* bramble user set NAME [--unix-user U | --no-unix-user] [limits], limits (an
+ * empty object) to fill from the options */
+static int user_set_with(cli_t *cli, int argc, char **argv, json_t *limits)
 {
     static const struct option opts[] = {{"unix-user", required_argument, NULL, 'u'},
                                          {"no-unix-user", no_argument, NULL, 'n'},
+                                         LIMIT_OPTS,
                                          {NULL, 0, NULL, 0}};
     static const char *names[] = {"user NAME"};
     const char *name, *unix_user = NULL;
-    int c, none = 0;
+    int c, none = 0, took;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         if (c == 'u')
             unix_user = optarg;
         else if (c == 'n')
             none = 1;
-        else
-            return cli_bad_option(cli, c, argv);
+        else if ((took = limit_opt(cli, c, optarg, limits)) != 0)
+            return took < 0 ? CLI_USAGE : cli_bad_option(cli, c, argv);
     }
     if (cli_positional(cli, argc, argv, 1, names, &name) != 0)
         return CLI_USAGE;
-    if (!unix_user == !none)
-        return cli_usage(cli, "give --unix-user U or --no-unix-user");
-    json_t *r = cli_call(cli, "user.set",
-                         json_pack("{s:s, s:o}", "name", name, "unix_user",
-                                   unix_user ? json_string(unix_user) : json_null()));
+    if (unix_user && none)
+        return cli_usage(cli, "give --unix-user U or --no-unix-user, not both");
+    if (!unix_user && !none && !json_object_size(limits))
+        return cli_usage(cli, "give --unix-user U, --no-unix-user, or a limit (--max-gpus, "
+                              "--max-jobs, --max-pending, --gpu-hours-week, "
+                              "--max-priority, --share)");
+    json_t *body = json_pack("{s:s}", "name", name);
+    if (unix_user || none)
+        json_object_set_new(body, "unix_user", unix_user ? json_string(unix_user) : json_null());
+    if (json_object_size(limits))
+        json_object_set(body, "limits", limits);
+    json_t *r = cli_call(cli, "user.set", body);
     if (!r)
         return CLI_FAIL;
-    json_decref(r);
     if (unix_user)
         printf("user %s: jobs run as local account %s on nodes that have it\n", name,
                unix_user);
-    else
+    else if (none)
         printf("user %s: jobs run as the node's uid for the user (--job-uids)\n", name);
+    char text[300];
+    if (json_object_size(limits))
+        printf("user %s: limits %s\n", name,
+               limits_text(json_object_get(r, "limits"), text, sizeof(text)));
+    json_decref(r);
     return CLI_OK;
+}
+
+static int user_set(cli_t *cli, int argc, char **argv)
+{
+    json_t *limits = json_object();
+    int rc = limits ? user_set_with(cli, argc, argv, limits) : CLI_FAIL;
+    json_decref(limits);
+    return rc;
 }
 
 static int user_remove(cli_t *cli, int argc, char **argv)
@@ -191,9 +290,57 @@ static int user_rotate_key(cli_t *cli, int argc, char **argv)
     return CLI_OK;
 }
 
+static void usage_row(cli_table_t *t, const json_t *u)
+{
+    char name[64], gpu[32], cpu[32], cost[32];
+    cli_fmt_value(json_object_get(u, "user"), name, sizeof(name));
+    snprintf(gpu, sizeof(gpu), "%.3f", json_number_value(json_object_get(u, "gpu_hours")));
+    snprintf(cpu, sizeof(cpu), "%.3f", json_number_value(json_object_get(u, "cpu_hours")));
+    snprintf(cost, sizeof(cost), "%.4f", json_number_value(json_object_get(u, "cost")));
+    const char *row[] = {name, gpu, cpu, cost};
+    cli_table_add(t, row);
+}
+
+/* bramble usage [--user U] [--since 7d] [--json] */
+static int cmd_usage(cli_t *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {{"user", required_argument, NULL, 'u'},
+                                         {"since", required_argument, NULL, 's'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {NULL, 0, NULL, 0}};
+    const char *user = NULL;
+    int64_t since = 7LL * 24 * 3600 * 1000;
+    int c, json = 0;
+    br_err_t err;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c == 'u')
+            user = optarg;
+        else if (c == 'j')
+            json = 1;
+        else if (c == 's') {
+            if (br_parse_duration(optarg, &since, &err) < 0)
+                return cli_usage(cli, "--since %s", err.text);
+        } else
+            return cli_bad_option(cli, c, argv);
+    }
+    if (cli_positional(cli, argc, argv, 0, NULL, NULL) != 0)
+        return CLI_USAGE;
+    json_t *body = json_pack("{s:I}", "since", (json_int_t)(br_now_ms() - since));
+    if (user)
+        json_object_set_new(body, "user", json_string(user));
+    json_t *r = cli_call(cli, "usage.show", body);
+    if (!r)
+        return CLI_FAIL;
+    static const char *head[] = {"USER", "GPU-HOURS", "CPU-HOURS", "COST"};
+    cli_print_list(json_object_get(r, "users"), json, 4, head, usage_row);
+    json_decref(r);
+    return CLI_OK;
+}
+
 const cli_cmd_t cli_user_cmds[] = {
     {"user", "add", user_add,
-     "NAME [--out FILE] [--endpoint tcp://HOST:PORT] [--unix-user U]",
+     "NAME [--out FILE] [--endpoint tcp://HOST:PORT] [--unix-user U] [LIMITS]",
      "issue a credential for a user who submits jobs (admin)",
      "Makes a key pair here, registers its public key, and writes the credential\n"
      "(mode 0600) to FILE, by default ./NAME.credential. Users see and cancel their\n"
@@ -204,15 +351,31 @@ const cli_cmd_t cli_user_cmds[] = {
      "                    (tcp://HOST:PORT; default: the one the coordinator\n"
      "                    advertises), for users who reach it another way\n"
      "  --unix-user U     run the user's jobs as local account U on nodes that\n"
-     "                    have it (else as the node's uid for the user)\n"},
-    {"user", "set", user_set, "NAME --unix-user U | --no-unix-user",
-     "change how a user's jobs run on the nodes (admin)",
+     "                    have it (else as the node's uid for the user)\n"
+     "  LIMITS            as for user set\n"},
+    {"user", "set", user_set, "NAME [--unix-user U | --no-unix-user] [LIMITS]",
+     "change how a user's jobs run, and what they may use (admin)",
      "--unix-user U runs the user's jobs as local account U on every node that has\n"
      "it; --no-unix-user goes back to the node's uid for the user (--job-uids).\n"
-     "Jobs started from then on follow it.\n"},
+     "Jobs started from then on follow it.\n"
+     "\nLimits (each takes 'none' to lift it; docs/sharing.md):\n"
+     "  --max-gpus N         GPUs held at once; a job that needs more is refused\n"
+     "  --max-jobs N         jobs running at once; more wait\n"
+     "  --max-pending N      jobs pending at once; more are refused\n"
+     "  --gpu-hours-week H   GPU-hours over the last 7 days; then GPU jobs wait\n"
+     "  --max-priority P     the highest priority the user's specs may ask for\n"
+     "  --share W            their weight in fair share (default 1)\n"},
+    {NULL, "usage", cmd_usage, "[--user U] [--since 7d] [--json]",
+     "GPU-hours, CPU-hours and cost per user",
+     "What each user's jobs held and cost since --since ago (default 7d), summed by\n"
+     "the hour. A user sees their own; the admin everyone's, or one with --user.\n"
+     "A job's cost is its nodes' cost per hour times the larger of its part of each\n"
+     "node's GPUs and of its CPUs.\n"
+     "\nOptions:\n"
+     "  --json   print the array: user, gpu_hours, cpu_hours, cost\n"},
     {"user", "list", user_list, "[--json]", "list the admin and the users (admin)",
      "Options:\n"
-     "  --json   print the array of users: name, kind, created\n"},
+     "  --json   print the array of users: name, kind, created, limits\n"},
     {"user", "rotate-key", user_rotate_key, "",
      "replace your own key pair; the old key is refused at once",
      "Makes a new key pair here, registers its public key for the same user (the\n"

@@ -50,6 +50,7 @@ static const struct {
     {"audit.list", BR_MSG_REQUEST, P_ADMIN, br_api_audit_list},
     {"user.rotate_key", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_user_rotate_key},
     {"user.set", BR_MSG_REQUEST, P_ADMIN, br_api_user_set},
+    {"usage.show", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_usage},
     {"node.rotate_key", BR_MSG_REQUEST, P_ADMIN, br_api_node_rotate_key},
     {"node.key", BR_MSG_REQUEST, P_NODE, br_api_node_key},
     {"service.endpoints", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_service_endpoints},

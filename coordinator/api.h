@@ -64,6 +64,7 @@ void br_api_user_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_audit_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_user_rotate_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_user_set(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_usage(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_node_rotate_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_node_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_service_endpoints(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

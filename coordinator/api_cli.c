@@ -1,5 +1,6 @@
 /* api_cli.c - what the CLI sends: tokens, nodes, jobs, logs and events. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "replicas.h"
 #include "services.h"
 #include "spec.h"
+#include "usage.h"
 #include "token.h"
 #include "util.h"
 
@@ -387,7 +389,8 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     json_t *spec_json = br_spec_to_json(spec);
     if ((spec->model.given && size_from_model(spec, spec_json, &err) < 0) ||
-        br_deps_check(c, spec_json, who->kind == BR_PRINCIPAL_ADMIN ? 0 : who->id, &err) < 0) {
+        br_deps_check(c, spec_json, who->kind == BR_PRINCIPAL_ADMIN ? 0 : who->id, &err) < 0 ||
+        br_usage_admit(c->usage, c->jobs, who->id, spec_json, &err) < 0) {
         json_decref(spec_json);
         goto fail;
     }
@@ -462,9 +465,21 @@ void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_api_ok(c, m, json_pack("{s:o}", "jobs", out));
 }
 
-/* The pending jobs in the order the scheduler considers them: each one's place in
- * the whole queue, its priority, how long it has waited, and why. A user sees
- * only their own jobs (with their places among everyone's). */
+/* By their places in the last scheduling pass; those it has not seen yet last. */
+static int by_place(const void *x, const void *y)
+{
+    const br_job_t *a = *(br_job_t *const *)x, *b = *(br_job_t *const *)y;
+    int64_t pa = a->queue.place ? a->queue.place : INT64_MAX;
+    int64_t pb = b->queue.place ? b->queue.place : INT64_MAX;
+    if (pa != pb)
+        return pa < pb ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* The pending jobs in the order the scheduler considered them in its last pass:
+ * each one's place in the whole queue, its score and the score's parts
+ * (fairshare.h), how long it has waited, and why. A user sees only their own
+ * jobs (with their places among everyone's). */
 void br_api_job_queue(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     size_t n;
@@ -475,7 +490,7 @@ void br_api_job_queue(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_api_fail(c, m, &err);
         return;
     }
-    br_sched_order(list, n);
+    qsort(list, n, sizeof(*list), by_place);
     json_t *out = json_array();
     int64_t now = br_now_ms();
     for (size_t i = 0; i < n; i++) {
@@ -483,11 +498,15 @@ void br_api_job_queue(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         if (who->kind != BR_PRINCIPAL_ADMIN && j->owner_id != who->id)
             continue;
         json_array_append_new(
-            out, json_pack("{s:I, s:I, s:s, s:s, s:i, s:i, s:f, s:f, s:s*}", "position",
+            out, json_pack("{s:I, s:I, s:s, s:s, s:i, s:i, s:f, s:f, s:s*,"
+                           " s:{s:f, s:f, s:f, s:f}}", "position",
                            (json_int_t)(i + 1), "id", (json_int_t)j->id, "name", j->name,
                            "owner", j->owner, "priority", j->priority, "attempt", j->attempt,
                            "submitted", (double)j->submitted / 1000.0, "waited",
-                           (double)(now - j->submitted) / 1000.0, "reason", j->reason));
+                           (double)(now - j->submitted) / 1000.0, "reason", j->reason,
+                           "score", "total", j->queue.total, "priority",
+                           j->queue.priority, "fairshare", j->queue.fairshare, "age",
+                           j->queue.age));
     }
     free(list);
     br_api_ok(c, m, json_pack("{s:o, s:I}", "jobs", out, "pending", (json_int_t)n));
@@ -761,14 +780,73 @@ static int check_unix_user(const char *u, br_err_t *err)
                                          "([a-z_][a-z0-9_-]*, at most 32)", u);
 }
 
+/* A user's limits changed by change ({"max_gpus": 2, "share": null, ...}: null
+ * drops a limit, an absent key keeps it): checked, stored, and the ledger read
+ * again. The limits now into *now (new reference), or -1. */
+static int change_limits(br_coord_t *c, const char *name, const json_t *change, json_t **now,
+                         br_err_t *err)
+{
+    int64_t id;
+    if (!json_is_object(change))
+        return br_errf(err, EINVAL, "limits must be an object");
+    if (br_store_principal_id(c->store, BR_PRINCIPAL_USER, name, &id, err) < 0)
+        return -1;
+    if (!id)
+        return br_errf(err, ENOENT, "no user '%s'", name);
+    const br_user_use_t *x = br_usage_user(c->usage, id);
+    br_limits_t lim;
+    if (x)
+        lim = x->lim;
+    else
+        br_limits_none(&lim);
+    json_t *merged = br_limits_json(&lim);
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)change, k, v) {
+        if (json_is_null(v))
+            json_object_del(merged, k);
+        else
+            json_object_set(merged, k, v);
+    }
+    if (br_limits_parse(merged, &lim, err) < 0 ||
+        br_store_limits_set(c->store, BR_PRINCIPAL_USER, name, merged, err) < 0 ||
+        br_usage_load(c->usage, c->store, br_now_ms(), err) < 0) {
+        json_decref(merged);
+        return -1;
+    }
+    *now = merged;
+    br_coord_changed(c); /* a limit lifted may let a job start */
+    return 0;
+}
+
+/* The limits in words for an event: "max_gpus 2, share 3" ("none"). */
+static const char *limits_text(const json_t *limits, char *buf, size_t len)
+{
+    size_t off = 0;
+    const char *k;
+    json_t *v;
+    buf[0] = '\0';
+    json_object_foreach((json_t *)limits, k, v) {
+        if (off < len)
+            off += (size_t)snprintf(buf + off, len - off, "%s%s %g", off ? ", " : "", k,
+                                    json_number_value(v));
+    }
+    return buf[0] ? buf : "none";
+}
+
 void br_api_user_set(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     const char *name;
-    json_t *unix_user;
+    json_t *unix_user = NULL, *limits = NULL, *now = NULL;
     br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:s, s:o}", "name", &name, "unix_user", &unix_user) < 0)
+    if (br_msg_unpack(m, &err, "{s:s, s?o, s?o}", "name", &name, "unix_user", &unix_user,
+                      "limits", &limits) < 0)
         goto fail;
-    if (!json_is_null(unix_user) &&
+    if (!unix_user && !limits) {
+        br_errf(&err, EINVAL, "user.set: give unix_user, limits or both");
+        goto fail;
+    }
+    if (unix_user && !json_is_null(unix_user) &&
         (!json_is_string(unix_user) ||
          check_unix_user(json_string_value(unix_user), &err) < 0)) {
         if (!json_is_string(unix_user))
@@ -776,12 +854,24 @@ void br_api_user_set(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         goto fail;
     }
     const char *u = json_string_value(unix_user);
-    if (br_store_unix_user_set(c->store, name, u, &err) < 0)
+    if (unix_user && br_store_unix_user_set(c->store, name, u, &err) < 0)
         goto fail;
-    br_coord_event(c, 0, NULL, "user", "user %s set by %s: jobs run as %s%s", name, who->name,
-                   u ? "local account " : "the node's uid for the user", u ? u : "");
-    br_api_ok(c, m, json_pack("{s:s, s:o}", "name", name, "unix_user",
-                              u ? json_string(u) : json_null()));
+    if (limits && change_limits(c, name, limits, &now, &err) < 0)
+        goto fail;
+    char text[300];
+    if (unix_user)
+        br_coord_event(c, 0, NULL, "user", "user %s set by %s: jobs run as %s%s", name,
+                       who->name, u ? "local account " : "the node's uid for the user",
+                       u ? u : "");
+    if (now)
+        br_coord_event(c, 0, NULL, "user", "user %s's limits set by %s: %s", name, who->name,
+                       limits_text(now, text, sizeof(text)));
+    json_t *out = json_pack("{s:s}", "name", name);
+    if (unix_user)
+        json_object_set_new(out, "unix_user", u ? json_string(u) : json_null());
+    if (now)
+        json_object_set_new(out, "limits", now);
+    br_api_ok(c, m, out);
     return;
 fail:
     br_api_fail(c, m, &err);
@@ -793,8 +883,9 @@ void br_api_user_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_err_t err;
     br_principal_t kind;
     char existing[64];
-    if (br_msg_unpack(m, &err, "{s:s, s:s, s?s}", "name", &name, "public_key", &key,
-                      "unix_user", &unix_user) < 0 ||
+    json_t *limits = NULL, *now = NULL;
+    if (br_msg_unpack(m, &err, "{s:s, s:s, s?s, s?o}", "name", &name, "public_key", &key,
+                      "unix_user", &unix_user, "limits", &limits) < 0 ||
         check_unix_user(unix_user, &err) < 0)
         goto fail;
     if (!br_valid_name(name) || strcmp(name, "admin") == 0) {
@@ -822,8 +913,15 @@ void br_api_user_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (br_store_key_add(c->store, key, BR_PRINCIPAL_USER, name, &err) < 0 ||
         (unix_user && br_store_unix_user_set(c->store, name, unix_user, &err) < 0))
         goto fail;
-    br_coord_event(c, 0, NULL, "user", "user %s added by %s%s%s", name, who->name,
-                   unix_user ? "; jobs run as local account " : "", unix_user ? unix_user : "");
+    if (limits ? change_limits(c, name, limits, &now, &err) < 0
+               : br_usage_load(c->usage, c->store, br_now_ms(), &err) < 0)
+        goto fail;
+    char text[300];
+    br_coord_event(c, 0, NULL, "user", "user %s added by %s%s%s; limits: %s", name,
+                   who->name, unix_user ? "; jobs run as local account " : "",
+                   unix_user ? unix_user : "", now ? limits_text(now, text, sizeof(text))
+                                                   : "none");
+    json_decref(now);
     br_api_ok(c, m, json_pack("{s:s, s:s}", "name", name, "endpoint", c->cfg.advertise));
     return;
 fail:
@@ -840,9 +938,49 @@ void br_api_user_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     size_t i;
     json_t *u;
-    json_array_foreach(users, i, u) json_object_set_new(u, "created",
-                                                        br_time_json(json_object_get(u, "created")));
+    json_array_foreach(users, i, u) {
+        json_object_set_new(u, "created", br_time_json(json_object_get(u, "created")));
+        int64_t id = 0;
+        br_principal_t kind = strcmp(json_string_value(json_object_get(u, "kind")), "admin")
+                                  ? BR_PRINCIPAL_USER
+                                  : BR_PRINCIPAL_ADMIN;
+        br_store_principal_id(c->store, kind, json_string_value(json_object_get(u, "name")),
+                              &id, &err);
+        const br_user_use_t *x = br_usage_user(c->usage, id);
+        json_object_set_new(u, "limits", x ? br_limits_json(&x->lim) : json_object());
+    }
     br_api_ok(c, m, json_pack("{s:o}", "users", users));
+}
+
+/* What users used since a time: a user sees their own, the admin anyone's. */
+void br_api_usage(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t since = 0;
+    const char *user = NULL;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s?I, s?s}", "since", &since, "user", &user) < 0)
+        goto fail;
+    int64_t id = who->kind == BR_PRINCIPAL_ADMIN ? 0 : who->id;
+    if (user && who->kind == BR_PRINCIPAL_ADMIN) {
+        if (br_store_principal_id(c->store, strcmp(user, "admin") ? BR_PRINCIPAL_USER
+                                                                  : BR_PRINCIPAL_ADMIN,
+                                  user, &id, &err) < 0)
+            goto fail;
+        if (!id) {
+            br_errf(&err, ENOENT, "no user '%s'", user);
+            goto fail;
+        }
+    } else if (user && strcmp(user, who->name) != 0) {
+        br_errf(&err, EPERM, "only the admin sees another user's usage");
+        goto fail;
+    }
+    json_t *rows = br_usage_report(c->store, since, id, &err);
+    if (!rows)
+        goto fail;
+    br_api_ok(c, m, json_pack("{s:o, s:I}", "users", rows, "since", since));
+    return;
+fail:
+    br_api_fail(c, m, &err);
 }
 
 /* A removed user's active jobs: cancelled, or handed to the caller (the admin).
