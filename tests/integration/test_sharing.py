@@ -119,6 +119,8 @@ def test_queue_lists_pending_jobs_in_the_order_they_are_placed(cluster2):
     c = cluster2
     huge = "resources: {cpus: 100000}\n"  # fits nowhere: they stay pending
     tag = secrets.token_hex(3)
+    # the admin has used the cluster: a user who has not comes first among equals
+    c.wait_job(c.submit(f"name: used-{tag}\ncommand: \"sleep 0.2\"\n"), "completed")
     low = c.submit(f"name: low-{tag}\ncommand: \"true\"\n{huge}")
     high = c.submit(f"name: high-{tag}\ncommand: \"true\"\npriority: 10\n{huge}")
     low2 = c.submit(f"name: low2-{tag}\ncommand: \"true\"\n{huge}")
@@ -129,10 +131,18 @@ def test_queue_lists_pending_jobs_in_the_order_they_are_placed(cluster2):
         assert mine[0]["priority"] == 10 and mine[0]["position"] < mine[1]["position"], q
         assert all("no ready node fits" in (e["reason"] or "") for e in mine), q
         assert mine[2]["waited"] >= 0 and mine[2]["owner"] == "admin", q
+        # the score and its parts: a priority step outweighs the rest
+        for e in mine:
+            sc = e["score"]
+            assert sc["priority"] == 1000 * e["priority"], e
+            assert 0 < sc["fairshare"] <= 1000 and 0 <= sc["age"] <= 500, e
+            assert sc["total"] == pytest.approx(sc["priority"] + sc["fairshare"] + sc["age"])
         _, out, _ = c.cli("queue")
         assert out.splitlines()[0].split() == ["POS", "ID", "NAME", "OWNER", "PRIORITY",
-                                               "WAITED", "REASON"], out
-        # a user sees their own entries only, with their places among everyone's
+                                               "SCORE", "FAIRSHARE", "AGE", "WAITED",
+                                               "REASON"], out
+        # a user sees their own entries only, with their places among everyone's:
+        # theirs before the admin's of the same priority, as they used nothing
         cred = c.root / f"q-{tag}.credential"
         c.cli("user", "add", cred.stem, "--out", str(cred))
         spec = c.write_spec(f"name: theirs-{tag}\ncommand: \"true\"\n{huge}")
@@ -141,7 +151,9 @@ def test_queue_lists_pending_jobs_in_the_order_they_are_placed(cluster2):
         _, out, _ = c.cli("queue", "--json", credential=cred)
         seen = json.loads(out)
         assert [e["id"] for e in seen] == [theirs], seen
-        assert seen[0]["position"] > mine[2]["position"], seen
+        pos = {e["id"]: e["position"] for e in c.cli_json("queue")}
+        assert pos[high] < seen[0]["position"] == pos[theirs] < pos[low] < pos[low2], pos
+        assert seen[0]["score"]["fairshare"] == 1000, seen
         c.cli("cancel", theirs, credential=cred)
         c.cli("user", "remove", cred.stem)
     finally:
