@@ -29,6 +29,7 @@
 #include "runstate.h"
 #include "localsock.h"
 #include "manifest.h"
+#include "power.h"
 #include "probe.h"
 #include "replica.h"
 #include "msg.h"
@@ -39,7 +40,7 @@
 #define MAX_ATTEMPTS BR_NODE_MAX_ATTEMPTS /* the scheduler places no more */
 #define DRAIN_MAX 32 /* coordinator messages handled per wake */
 #define HELLO_RETRY_MS 1000
-#define GPU_READ_MS 1000 /* NVML is read at most this often, on a heartbeat */
+#define GPU_READ_MS 1000 /* NVML is read this often (the loop wakes at least as often) */
 #define MAX_UNACKED 256 /* checkpoint reports kept for resending */
 #define SEND_QUEUE 256  /* messages queued for the coordinator before sends fail */
 
@@ -74,7 +75,11 @@ struct br_agent {
     int64_t send_failed_run;      /* ... since the last one that went through */
     int exit_plain;               /* the coordinator refuses "log_dropped" in exits */
     int hb_plain;                 /* ... or "gpus" in heartbeats */
+    int hb_nocost;                /* ... or "cost_per_hour" and "power_watts" */
     int64_t gpus_read;            /* when NVML was last read (monotonic ms) */
+    int gpus_fresh;               /* read since the last heartbeat that told them */
+    int power_known;              /* the last read had a GPU's power, or idle_watts */
+    br_power_t *power;            /* the mean draw over each heartbeat interval */
     br_keeper_t *keeper;          /* fences the jobs when this process cannot */
     br_runstate_t *runstate;      /* what runs, saved for the agent after this one */
     json_t *adoptable;            /* what the previous agent saved, until adopted */
@@ -112,12 +117,14 @@ static int shunned(const join_shunned_t *sh, const char *endpoint)
     return 0;
 }
 
-/* The node.join body: the token, and the node's own public key to register. */
+/* The node.join body: the token, and the node's own public key to register. Its
+ * cost: the fixed rate and the idle draw (no GPU read yet). */
 static json_t *join_body(const br_settings_t *s)
 {
     return json_pack("{s:s, s:s, s:s, s:O, s:f}", "token", s->join_token, "public_key",
                      s->cred.public_key, "name", s->name, "labels", s->labels,
-                     "cost_per_hour", s->cost_per_hour);
+                     "cost_per_hour",
+                     br_power_cost(s->cost_per_hour, s->power_price, s->idle_watts));
 }
 
 /* The credential a join talks with: the node's, but with the token's join key pair
@@ -442,6 +449,10 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
     a->inventory = a->gpus ? br_inventory_collect(err) : NULL;
     if (!a->inventory)
         goto fail;
+    if (!(a->power = br_power_new(s->idle_watts))) {
+        br_errf(err, ENOMEM, "out of memory");
+        goto fail;
+    }
     json_object_set_new(a->inventory, "gpu_source", json_string(br_gpus_source(a->gpus)));
     json_object_set_new(a->inventory, "gpu_driver",
                         json_string(br_gpus_driver_version(a->gpus)));
@@ -492,6 +503,7 @@ void br_agent_destroy(br_agent_t **ap)
     if (a->ctx)
         zmq_ctx_term(a->ctx);
     br_gpus_destroy(&a->gpus);
+    br_power_destroy(&a->power);
     br_localsock_destroy(&a->local);
     br_probe_destroy(&a->probe);
     br_manifest_destroy(&a->hasher);
@@ -600,16 +612,44 @@ static json_t *tasks_json(br_agent_t *a)
     return tasks;
 }
 
-/* The GPUs' live figures for a heartbeat, read afresh when GPU_READ_MS have passed;
- * NULL on the heartbeats between (the coordinator keeps the last ones), without NVML,
- * or when the coordinator does not take them. */
-static json_t *live_gpus(br_agent_t *a, int64_t now)
+/* Read the GPUs when GPU_READ_MS have passed, whether a heartbeat is due or not:
+ * each reading of their draw goes into the mean the next heartbeat prices. */
+static void read_gpus(br_agent_t *a, int64_t now)
 {
-    if (a->hb_plain || (a->gpus_read && now - a->gpus_read < GPU_READ_MS))
-        return NULL;
+    if (a->gpus_read && now - a->gpus_read < GPU_READ_MS)
+        return;
+    int known = 0;
     a->gpus_read = now;
     br_gpus_refresh(a->gpus);
+    br_power_sample(a->power, now, br_gpus_power(a->gpus, &known));
+    a->power_known = known > 0 || a->s->idle_watts > 0;
+    a->gpus_fresh = 1;
+}
+
+/* The GPUs' live figures for a heartbeat, when they were read since the last one
+ * told them; NULL on the heartbeats between (the coordinator keeps the last ones),
+ * without NVML, or when the coordinator does not take them. */
+static json_t *live_gpus(br_agent_t *a)
+{
+    if (a->hb_plain || !a->gpus_fresh)
+        return NULL;
+    a->gpus_fresh = 0;
     return br_gpus_live_json(a->gpus);
+}
+
+/* What the node costs per hour over the interval this heartbeat ends, and the mean
+ * draw that makes it (docs/cli.md, "Nodes"): into hb, unless the coordinator does
+ * not take them. */
+static void add_cost(br_agent_t *a, json_t *hb, int64_t now)
+{
+    double watts = br_power_take(a->power, now);
+    if (a->hb_nocost)
+        return;
+    json_object_set_new(hb, "cost_per_hour",
+                        json_real(br_power_cost(a->s->cost_per_hour, a->s->power_price,
+                                                watts)));
+    if (a->power_known)
+        json_object_set_new(hb, "power_watts", json_real(watts));
 }
 
 /* The heartbeat's "disk" (replica.h), when it is time to look again: the
@@ -626,13 +666,17 @@ static json_t *disk_json(br_agent_t *a, int64_t now)
     return br_replica_disk(a->replica, dirs, n, now);
 }
 
+/* The hello's cost: the fixed rate and what the node draws now (idle, and the GPUs'
+ * as just read); the heartbeats that follow say it over each interval. */
 static void send_hello(br_agent_t *a)
 {
     br_gpus_refresh(a->gpus);
     a->gpus_read = 0; /* the first heartbeat after it carries the live figures */
+    double cost = br_power_cost(a->s->cost_per_hour, a->s->power_price,
+                                a->s->idle_watts + br_gpus_power(a->gpus, NULL));
     json_t *body = json_pack("{s:O, s:o, s:O, s:f, s:o}", "inventory", a->inventory, "gpus",
                              br_gpus_to_json(a->gpus), "labels", a->s->labels,
-                             "cost_per_hour", a->s->cost_per_hour, "tasks", tasks_json(a));
+                             "cost_per_hour", cost, "tasks", tasks_json(a));
     if (a->s->advertise_addr[0])
         json_object_set_new(body, "advertise_addr", json_string(a->s->advertise_addr));
     if (a->probe)
@@ -1371,6 +1415,13 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         fprintf(stderr, "bramble-agent: the coordinator does not take \"gpus\" in "
                         "node.heartbeat; heartbeats go without GPU figures\n");
     } else if (seq == a->hb_seq && failed && err.errnum == EPROTO &&
+               (strstr(err.text, "cost_per_hour") || strstr(err.text, "power_watts")) &&
+               !a->hb_nocost) {
+        a->hb_nocost = 1; /* as for "gpus": the rate it had from hello stands */
+        a->hb_sent = 0;
+        fprintf(stderr, "bramble-agent: the coordinator does not take \"cost_per_hour\" "
+                        "in node.heartbeat; heartbeats go without cost figures\n");
+    } else if (seq == a->hb_seq && failed && err.errnum == EPROTO &&
                strstr(err.text, "disk") && !a->hb_nodisk) {
         a->hb_nodisk = 1; /* as for "gpus" */
         a->hb_sent = 0;
@@ -1587,6 +1638,7 @@ static void timers(br_agent_t *a)
     }
     collect_manifests(a);
     report_stored(a);
+    read_gpus(a, now);
     if (!a->hello_acked) {
         if (now - a->hello_sent >= HELLO_RETRY_MS)
             send_hello(a);
@@ -1610,9 +1662,10 @@ static void timers(br_agent_t *a)
         json_t *hb = json_pack("{s:o}", "tasks", tasks_json(a));
         if (getloadavg(load, 1) == 1)
             json_object_set_new(hb, "load", json_real(load[0]));
-        json_t *gpus = live_gpus(a, now);
+        json_t *gpus = live_gpus(a);
         if (gpus)
             json_object_set_new(hb, "gpus", gpus);
+        add_cost(a, hb, now);
         json_t *disk = a->hb_nodisk ? NULL : disk_json(a, now);
         if (disk)
             json_object_set_new(hb, "disk", disk);

@@ -398,6 +398,20 @@ int br_gpus_refresh(br_gpus_t *gpus)
     return rc;
 }
 
+double br_gpus_power(const br_gpus_t *gpus, int *known)
+{
+    double w = 0;
+    int n = 0;
+    for (int i = 0; i < br_gpus_count(gpus); i++)
+        if (gpus->gpus[i].have & BR_GPU_POWER) {
+            w += gpus->gpus[i].power_w;
+            n++;
+        }
+    if (known)
+        *known = n;
+    return w;
+}
+
 static json_t *gpu_json(const br_gpu_t *gpu)
 {
     return json_pack("{s:i, s:s, s:I, s:I}", "index", gpu->index, "model", gpu->model,

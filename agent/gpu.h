@@ -62,6 +62,10 @@ const char *br_gpus_cuda_version(const br_gpus_t *gpus);
  * block in the kernel for as long as the driver takes (docs/gpus.md). */
 int br_gpus_refresh(br_gpus_t *gpus);
 
+/* The GPUs' total draw in watts as the last refresh read it, and in *known (may be
+ * NULL) how many GPUs it could read it of: those without BR_GPU_POWER count 0 W. */
+double br_gpus_power(const br_gpus_t *gpus, int *known);
+
 /* [{"index","model","vram_total","vram_free"}...]. New reference. */
 json_t *br_gpus_to_json(const br_gpus_t *gpus);
 

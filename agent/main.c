@@ -17,6 +17,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: bramble-agent --data-dir DIR [--join-file FILE|-] [--name NAME]\n"
             "                     [--label k=v]... [--cost-per-hour X]\n"
+            "                     [--power-price P] [--idle-watts W]\n"
             "                     [--gpus auto|none|LIST] [--job-user USER]\n"
             "                     [--advertise-addr ADDR]\n"
             "                     [--discover-timeout 30s] [--discover-port 7702]\n"
@@ -31,6 +32,10 @@ static void usage(FILE *f)
             "it), makes this node's key pair and saves it in DIR; later starts need only\n"
             "--data-dir. --gpus LIST declares GPUs by hand: \"RTX 4090:24GiB,...\".\n"
             "--job-user runs jobs as USER (needs a root agent).\n"
+            "What the node costs per hour, as the coordinator charges jobs: the fixed\n"
+            "--cost-per-hour X, plus its electricity at --power-price P per kWh: its\n"
+            "GPUs' draw (NVML) averaged over each heartbeat, plus --idle-watts W, what\n"
+            "the rest of the machine draws (default 0 and 0).\n"
             "--job-uids FIRST-LAST runs each user's jobs as uid FIRST+their owner id\n"
             "(the same range on every node; needs a root agent). A root agent refuses to\n"
             "run jobs as root unless given --allow-root-jobs.\n"
@@ -103,6 +108,8 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
         {"name", required_argument, NULL, 'n'},
         {"label", required_argument, NULL, 'l'},
         {"cost-per-hour", required_argument, NULL, 'c'},
+        {"power-price", required_argument, NULL, 'e'},
+        {"idle-watts", required_argument, NULL, 'w'},
         {"gpus", required_argument, NULL, 'g'},
         {"job-user", required_argument, NULL, 'u'},
         {"advertise-addr", required_argument, NULL, 'a'},
@@ -119,7 +126,6 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
         {NULL, 0, NULL, 0}};
     int o;
     br_err_t err;
-    char *end;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (o) {
         case 'd': br_strlcpy(s->data_dir, optarg, sizeof(s->data_dir)); break;
@@ -149,13 +155,17 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
             }
             break;
         case 'c':
-            s->cost_per_hour = strtod(optarg, &end);
-            if (*end || s->cost_per_hour < 0) {
-                fprintf(stderr, "bramble-agent: --cost-per-hour '%s': expected a number\n",
-                        optarg);
+        case 'e':
+        case 'w':
+            if ((o == 'c'   ? br_settings_cost_per_hour(s, optarg, &err)
+                 : o == 'e' ? br_settings_power_price(s, optarg, &err)
+                            : br_settings_idle_watts(s, optarg, &err)) < 0) {
+                fprintf(stderr, "bramble-agent: --%s %s\n",
+                        o == 'c' ? "cost-per-hour" : o == 'e' ? "power-price" : "idle-watts",
+                        err.text);
                 return 2;
             }
-            s->cost_given = 1;
+            s->cost_given |= o == 'c';
             break;
         case 'D':
             if (br_parse_duration(optarg, &s->discover_timeout_ms, &err) < 0) {

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,37 @@ void br_settings_init(br_settings_t *s)
     s->probe_port = PROBE_PORT_UNSET;
     s->replica_quota = s->replica_bandwidth = REPLICA_UNSET;
     s->replica_port = REPLICA_UNSET;
+    s->power_price = s->idle_watts = POWER_UNSET;
+}
+
+/* A plain decimal number, finite, 0 or more: no sign, hex, inf or nan spellings. */
+static int parse_amount(const char *text, double *out, br_err_t *err)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    int plain = (text[0] >= '0' && text[0] <= '9') || text[0] == '.';
+    for (const char *p = text; plain && p < end; p++)
+        plain = strchr("0123456789.eE+-", *p) != NULL;
+    if (!plain || end == text || *end || errno || !isfinite(v) || v < 0)
+        return br_errf(err, EINVAL, "'%s': expected a number, 0 or more", text);
+    *out = v;
+    return 0;
+}
+
+int br_settings_cost_per_hour(br_settings_t *s, const char *text, br_err_t *err)
+{
+    return parse_amount(text, &s->cost_per_hour, err);
+}
+
+int br_settings_power_price(br_settings_t *s, const char *text, br_err_t *err)
+{
+    return parse_amount(text, &s->power_price, err);
+}
+
+int br_settings_idle_watts(br_settings_t *s, const char *text, br_err_t *err)
+{
+    return parse_amount(text, &s->idle_watts, err);
 }
 
 int br_settings_replica_port(br_settings_t *s, const char *text, br_err_t *err)
@@ -171,9 +203,21 @@ int br_settings_load(br_settings_t *s, int *joined, br_err_t *err)
             return -1;
         }
     }
-    const char *cost = br_conf_str(obj, "cost_per_hour");
-    if (cost && !s->cost_given)
-        s->cost_per_hour = strtod(cost, NULL);
+    struct {
+        const char *key;
+        int unset;
+        int (*parse)(br_settings_t *, const char *, br_err_t *);
+    } money[] = {{"cost_per_hour", !s->cost_given, br_settings_cost_per_hour},
+                 {"power_price", s->power_price < 0, br_settings_power_price},
+                 {"idle_watts", s->idle_watts < 0, br_settings_idle_watts}};
+    for (size_t i = 0; i < sizeof(money) / sizeof(money[0]); i++) {
+        const char *v = br_conf_str(obj, money[i].key);
+        if (v && money[i].unset && money[i].parse(s, v, err) < 0) {
+            json_decref(obj);
+            br_err_prefix(err, "%s: %s", path, money[i].key);
+            return -1;
+        }
+    }
     json_t *labels = json_object_get(obj, "labels");
     if (json_object_size(s->labels) == 0 && json_is_object(labels))
         json_object_update(s->labels, labels);
@@ -198,6 +242,10 @@ int br_settings_finish(br_settings_t *s)
         s->replica_bandwidth = 0;
     if (s->replica_port == REPLICA_UNSET)
         s->replica_port = BR_REPLICA_PORT;
+    if (s->power_price < 0)
+        s->power_price = 0;
+    if (s->idle_watts < 0)
+        s->idle_watts = 0;
     return 0;
 }
 
@@ -214,7 +262,7 @@ int br_settings_lock(br_settings_t *s, br_err_t *err)
 int br_settings_save(const br_settings_t *s, br_err_t *err)
 {
     char path[1100], cost[64], probe[16];
-    snprintf(cost, sizeof(cost), "%g", s->cost_per_hour);
+    snprintf(cost, sizeof(cost), "%.15g", s->cost_per_hour);
     if (s->probe_port == -1)
         snprintf(probe, sizeof(probe), "off");
     else
@@ -225,6 +273,14 @@ int br_settings_save(const br_settings_t *s, br_err_t *err)
                             s->job_user, "advertise_addr", s->advertise_addr, "probe_port",
                             probe);
     char num[32];
+    if (s->power_price >= 0) {
+        snprintf(num, sizeof(num), "%.15g", s->power_price);
+        json_object_set_new(obj, "power_price", json_string(num));
+    }
+    if (s->idle_watts >= 0) {
+        snprintf(num, sizeof(num), "%.15g", s->idle_watts);
+        json_object_set_new(obj, "idle_watts", json_string(num));
+    }
     if (s->replica_dir[0])
         json_object_set_new(obj, "replica_dir", json_string(s->replica_dir));
     if (s->replica_port != REPLICA_UNSET) {

@@ -1,7 +1,7 @@
 /* settings.h - what an agent keeps in its data dir: its credential (DIR/credential,
  * the same file format as a user's) and its settings (DIR/agent.yaml: labels, cost,
- * GPUs, job user, advertised address), so that after joining once it restarts with
- * `bramble-agent --data-dir DIR` alone. Flags given at a restart override and are
+ * power price, GPUs, job user, advertised address), so that after joining once it
+ * restarts with `bramble-agent --data-dir DIR` alone. Flags given at a restart override and are
  * saved. */
 #ifndef BRAMBLE_SETTINGS_H
 #define BRAMBLE_SETTINGS_H
@@ -20,6 +20,8 @@ typedef struct {
     json_t *labels;        /* object of strings */
     double cost_per_hour;
     int cost_given;
+    double power_price;    /* --power-price: currency per kWh (POWER_UNSET until set) */
+    double idle_watts;     /* --idle-watts: the node's draw without GPUs working */
     char gpus[1024];       /* auto | none | LIST */
     char job_user[64];     /* "" = the agent's own user */
     uint32_t job_uid_first, job_uid_last; /* --job-uids FIRST-LAST; 0 0 = none */
@@ -53,6 +55,14 @@ void br_settings_free(br_settings_t *s);
 int br_settings_replica_port(br_settings_t *s, const char *text, br_err_t *err);
 int br_settings_replica_quota(br_settings_t *s, const char *text, br_err_t *err);
 int br_settings_replica_bandwidth(br_settings_t *s, const char *text, br_err_t *err);
+
+#define POWER_UNSET (-1.0) /* power_price, idle_watts */
+
+/* Parse --cost-per-hour X, --power-price P, --idle-watts W: a plain number, 0 or
+ * more (EINVAL "'x': expected a number, 0 or more" otherwise). */
+int br_settings_cost_per_hour(br_settings_t *s, const char *text, br_err_t *err);
+int br_settings_power_price(br_settings_t *s, const char *text, br_err_t *err);
+int br_settings_idle_watts(br_settings_t *s, const char *text, br_err_t *err);
 
 /* Parse --probe-port N|off into s->probe_port. */
 int br_settings_probe_port(br_settings_t *s, const char *text, br_err_t *err);

@@ -168,10 +168,20 @@ static char *fmt_gpus(const json_t *gpus, char *buf, size_t len)
     return buf;
 }
 
+/* A figure with its unit ("0.605", "350 W"), or "-" when the node did not say it. */
+static char *fmt_figure(const json_t *v, const char *fmt, char *buf, size_t len)
+{
+    if (json_is_number(v))
+        snprintf(buf, len, fmt, json_number_value(v));
+    else
+        br_strlcpy(buf, "-", len);
+    return buf;
+}
+
 static void node_row(cli_table_t *t, const json_t *node)
 {
     char name[64], state[32], arch[32], cpus[32], mem[32], gpus[256], labels[256];
-    char jobs[256], seen[32];
+    char jobs[256], seen[32], cost[32];
     cli_fmt_value(json_object_get(node, "name"), name, sizeof(name));
     cli_fmt_value(json_object_get(node, "state"), state, sizeof(state));
     cli_fmt_value(json_object_get(node, "arch"), arch, sizeof(arch));
@@ -181,7 +191,8 @@ static void node_row(cli_table_t *t, const json_t *node)
     fmt_labels(json_object_get(node, "labels"), labels, sizeof(labels));
     cli_fmt_list(json_object_get(node, "jobs"), ",", jobs, sizeof(jobs));
     cli_fmt_ago(json_object_get(node, "last_seen"), seen, sizeof(seen));
-    const char *cells[] = {name, state, arch, cpus, mem, gpus, labels, jobs, seen};
+    fmt_figure(json_object_get(node, "cost_per_hour"), "%.4g", cost, sizeof(cost));
+    const char *cells[] = {name, state, arch, cpus, mem, gpus, cost, labels, jobs, seen};
     cli_table_add(t, cells);
 }
 
@@ -193,9 +204,9 @@ static int nodes_list(cli_t *cli, int argc, char **argv)
     json_t *r = cli_call(cli, "node.list", NULL);
     if (!r)
         return CLI_FAIL;
-    static const char *head[] = {"NAME", "STATE",  "ARCH", "CPUS",     "MEMORY",
-                                 "GPUS", "LABELS", "JOBS", "LAST SEEN"};
-    cli_print_list(json_object_get(r, "nodes"), json, 9, head, node_row);
+    static const char *head[] = {"NAME", "STATE",  "ARCH",   "CPUS", "MEMORY",
+                                 "GPUS", "COST/H", "LABELS", "JOBS", "LAST SEEN"};
+    cli_print_list(json_object_get(r, "nodes"), json, 10, head, node_row);
     json_decref(r);
     return CLI_OK;
 }
@@ -238,7 +249,11 @@ static void print_node(const json_t *node)
     cli_field_json(FIELD_WIDTH, node, "agent_version", "agent version:");
     cli_field_json(FIELD_WIDTH, node, "cpus", "cpus:");
     cli_field(FIELD_WIDTH, "memory:", cli_fmt_size(json_object_get(node, "memory"), buf, sizeof(buf)));
-    cli_field_json(FIELD_WIDTH, node, "cost_per_hour", "cost per hour:");
+    cli_field(FIELD_WIDTH, "cost per hour:",
+              fmt_figure(json_object_get(node, "cost_per_hour"), "%.6g", buf, sizeof(buf)));
+    if (json_is_number(json_object_get(node, "power_watts")))
+        cli_field(FIELD_WIDTH, "power:",
+                  fmt_figure(json_object_get(node, "power_watts"), "%.1f W", buf, sizeof(buf)));
     cli_field(FIELD_WIDTH, "labels:", fmt_labels(json_object_get(node, "labels"), buf, sizeof(buf)));
     cli_field(FIELD_WIDTH, "jobs:", cli_fmt_list(json_object_get(node, "jobs"), ",", buf, sizeof(buf)));
     cli_field_time(FIELD_WIDTH, node, "joined", "joined:");

@@ -189,15 +189,26 @@ static json_t *probe_peers(br_coord_t *c, br_node_t *n)
     return peers;
 }
 
+/* A heartbeat's optional figure key: absent, or a number of 0 or more. */
+static int check_amount(const json_t *v, const char *key, br_err_t *err)
+{
+    if (v && (!json_is_number(v) || !(json_number_value(v) >= 0)))
+        return br_errf(err, EPROTO, "node.heartbeat: %s must be a number, 0 or more", key);
+    return 0;
+}
+
 void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    json_t *tasks, *rtt = NULL, *gpus = NULL, *disk = NULL;
+    json_t *tasks, *rtt = NULL, *gpus = NULL, *disk = NULL, *cost = NULL, *watts = NULL;
     double load = -1;
     br_err_t err = {0};
     int64_t began = br_mono_us();
-    if (br_msg_unpack(m, &err, "{s:o, s?F, s?o, s?o, s?o}", "tasks", &tasks, "load", &load,
-                      "rtt", &rtt, "gpus", &gpus, "disk", &disk) < 0 ||
+    if (br_msg_unpack(m, &err, "{s:o, s?F, s?o, s?o, s?o, s?o, s?o}", "tasks", &tasks, "load",
+                      &load, "rtt", &rtt, "gpus", &gpus, "disk", &disk, "cost_per_hour",
+                      &cost, "power_watts", &watts) < 0 ||
         !json_is_array(tasks) || (rtt && !json_is_object(rtt)) ||
+        check_amount(cost, "cost_per_hour", &err) < 0 ||
+        check_amount(watts, "power_watts", &err) < 0 ||
         (gpus && br_gpulive_check(gpus, &err) < 0) ||
         (disk && br_replicas_check_disk(disk, &err) < 0)) {
         if (!err.text[0])
@@ -216,6 +227,12 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_object_set_new(n->info, "load", json_real(load));
     if (disk) /* in memory too: where replicas may go */
         json_object_set(n->info, "disk", disk);
+    if (cost) /* in memory: the rate now, fixed part and electricity (docs/cli.md) */
+        json_object_set_new(n->info, "cost_per_hour", json_real(json_number_value(cost)));
+    if (watts)
+        json_object_set_new(n->info, "power_watts", json_real(json_number_value(watts)));
+    else if (cost) /* they come together: the agent no longer knows the draw */
+        json_object_del(n->info, "power_watts");
     char fault[200];
     int took = gpus ? br_gpulive_take(n, gpus, fault, sizeof(fault)) : 0; /* in memory */
     if (took & BR_GPULIVE_ROSE) /* more VRAM to spare */

@@ -157,6 +157,30 @@ static void tally_write(br_metrics_t *m, const char *name, const tally_t *t)
     }
 }
 
+/* What each node costs per hour now, as its agent last said (every node that said
+ * one), and the mean power behind it (connected nodes that know it). */
+static void page_node_cost(br_metrics_t *m, br_coord_t *c)
+{
+    br_metrics_family(m, "bramble_node_cost_per_hour", "gauge",
+                      "What each node costs per hour now: its fixed rate plus its "
+                      "electricity over the last heartbeat interval (agent's currency).");
+    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
+        const char *labels[] = {"node", n->name, NULL};
+        if (json_is_number(json_object_get(n->info, "cost_per_hour")))
+            br_metrics_sample(m, "bramble_node_cost_per_hour", labels,
+                              br_node_cost_per_hour(n));
+    }
+    br_metrics_family(m, "bramble_node_power_watts", "gauge",
+                      "Each node's mean power draw over the last heartbeat interval: its "
+                      "GPUs' (NVML) plus its idle draw.");
+    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
+        const char *labels[] = {"node", n->name, NULL};
+        json_t *w = json_object_get(n->info, "power_watts");
+        if (json_is_number(w) && n->route_len > 0 && strcmp(n->state, "lost") != 0)
+            br_metrics_sample(m, "bramble_node_power_watts", labels, json_number_value(w));
+    }
+}
+
 static void page_nodes(br_metrics_t *m, br_coord_t *c)
 {
     static const char *const always[] = {"ready", "draining", "unhealthy", "lost", NULL};
@@ -177,6 +201,7 @@ static void page_nodes(br_metrics_t *m, br_coord_t *c)
         br_metrics_sample(m, "bramble_node_last_seen_timestamp_seconds", labels,
                           (double)ms / 1000.0);
     }
+    page_node_cost(m, c);
 }
 
 /* Jobs by state, and by owner and state; what the per-job cap dropped. */

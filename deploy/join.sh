@@ -10,7 +10,8 @@
 #                  itself works too, but any local user sees it in ps meanwhile.
 #   AGENT FLAGS    given to the join and kept in the data dir: --name NAME,
 #                  --label k=v, --gpus auto|none|LIST, --cost-per-hour X,
-#                  --advertise-addr ADDR (see `bramble-agent --help`)
+#                  --power-price P, --idle-watts W, --advertise-addr ADDR
+#                  (see `bramble-agent --help`)
 # Options:
 #   --deb FILE     install this bramble .deb (default: the newest bramble_*.deb for
 #                  this architecture next to this script, if there is one)

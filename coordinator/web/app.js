@@ -166,12 +166,17 @@ function nodeView(n, admin, refresh) {
     }}, act));
   }
   const gpus = n.gpus || [];
+  // what it costs per hour now (fixed rate and electricity), and the draw behind it
+  const cost = typeof n.cost_per_hour === "number" && n.cost_per_hour > 0
+    ? "costs " + Number(n.cost_per_hour.toPrecision(4)) + "/h" +
+      (typeof n.power_watts === "number" ? " at " + Math.round(n.power_watts) + " W" : "")
+    : null;
   return el("div", {class: "card node", "data-node": n.name},
     el("h3", {}, n.name, state(n.state), ...actions),
     el("div", {class: "kv"},
        [n.arch, (n.cpus || "?") + " CPUs", bytes(n.memory) + " RAM",
         "load " + (typeof n.load === "number" ? n.load.toFixed(2) : "?"),
-        (n.jobs || []).length + " job(s)"].join(" · ")),
+        (n.jobs || []).length + " job(s)"].concat(cost ? [cost] : []).join(" · ")),
     gpus.length ? null : el("div", {class: "kv"}, "no GPUs"),
     ...gpus.map((g) => gpuView(n, g)));
 }

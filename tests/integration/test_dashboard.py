@@ -399,7 +399,8 @@ def test_browser_nodes_jobs_and_a_node_lost(make_cluster, browser, tmp_path):
                     "NVIDIA GeForce RTX 4090 | 24GiB | 1GiB | 3 | 40 | 40\n")
     c, port = dash_cluster(make_cluster, agents=0, heartbeat="200ms", node_timeout="2s")
     c.env = dict(c.env, LD_LIBRARY_PATH=str(FAKE_NVML), FAKE_NVML_GPUS=str(gpus))
-    c.add_agents(2, extra=["--gpus", "auto"])
+    c.add_agents(2, extra=["--gpus", "auto", "--cost-per-hour", "0.5",
+                           "--power-price", "0.30"])
     d = browser
     from selenium.webdriver.common.by import By
 
@@ -428,6 +429,9 @@ def test_browser_nodes_jobs_and_a_node_lost(make_cluster, browser, tmp_path):
     wait_for(lambda: "GPU 1" in text_of(d, "#nodes") and
              "held by bramble 8.0 GiB" in text_of(d, f'.node[data-node="{j["nodes"][0]}"]'),
              what="the GPUs with their VRAM bars, 8 GiB of one held by the job")
+    # what each node costs per hour now: 0.5 + 0.30 per kWh of 180 W + 40 W
+    wait_for(lambda: "costs 0.566/h at 220 W" in text_of(d, '.node[data-node="node-1"]'),
+             what="the node's cost per hour and power")
     wait_for(lambda: "step" in text_of(d, f'#jobs tr[data-job="{jid}"]'), timeout=60,
              what="the job's newest checkpoint step in the list")
     assert "node-1" in text_of(d, "#events") or "running" in text_of(d, "#events")

@@ -219,6 +219,9 @@ static void test_nvml_figures(void **state)
     assert_int_equal(json_integer_value(json_object_get(e, "ecc_uncorrected")), 0);
     assert_int_equal(json_object_size(e), 7); /* no XID yet: none told */
     json_decref(e);
+    int known = -1;
+    assert_true(br_gpus_power(g, &known) == 115.5); /* 85.5 W + 30 W */
+    assert_int_equal(known, 2);
 
     /* something outside bramble takes 22 GiB: the next refresh sees it */
     fake_gpus("NVIDIA GeForce RTX 4090 | 24GiB | 22GiB | 97 | 402.25 | 77\n"
@@ -230,6 +233,7 @@ static void test_nvml_figures(void **state)
     assert_true(a->power_w == 402.25);
     assert_int_equal(a->temp_c, 77);
     assert_int_equal(br_gpus_get(g, 1)->vram_free, 2 * GIB);
+    assert_true(br_gpus_power(g, NULL) == 742.25);
     /* hello's form is unchanged: index, model, total, free */
     json_t *hello = br_gpus_to_json(g);
     assert_int_equal(json_object_size(json_array_get(hello, 0)), 4);
@@ -282,6 +286,9 @@ static void test_nvml_unsupported(void **state)
     assert_int_equal(json_integer_value(json_object_get(e, "temp_c")), 50);
     assert_int_equal(json_integer_value(json_object_get(e, "vram_free")), 6 * GIB);
     json_decref(e);
+    int known = -1;
+    assert_true(br_gpus_power(g, &known) == 0); /* no power figure: counts 0 W */
+    assert_int_equal(known, 0);
     fake_gpus("Old GPU | - | - | 5 | 20 | - | | -\n");
     assert_int_equal(br_gpus_refresh(g), -1);
     assert_int_equal(errno, EIO);
@@ -307,11 +314,15 @@ static void test_live_declared(void **state)
 {
     br_gpus_t *g = new_ok("RTX 4090:24GiB");
     assert_null(br_gpus_live_json(g));
+    int known = -1;
+    assert_true(br_gpus_power(g, &known) == 0); /* declared: no power to read */
+    assert_int_equal(known, 0);
     br_gpus_destroy(&g);
     g = new_ok("none");
     assert_null(br_gpus_live_json(g));
     br_gpus_destroy(&g);
     assert_null(br_gpus_live_json(NULL));
+    assert_true(br_gpus_power(NULL, NULL) == 0);
 }
 
 /* What one refresh of two GPUs costs the agent's loop: five NVML calls a GPU. With
