@@ -3,17 +3,24 @@
  * JOBS pending jobs of a mix of shapes (CPU only, a whole GPU, a shared GPU by
  * VRAM, a 2-node gang), as br_sched_run hands them over. It prints the time of
  * each of ROUNDS passes (every placement released between them) and how many jobs
- * each placed, and the process's CPU time in it (the machine may be shared). No
- * store and no sockets: the pass alone.
- *   bramble-bench-sched [JOBS [NODES [ROUNDS]]]   (default 10000 1000 5) */
+ * each placed, and the process's CPU time in it (the machine may be shared). The
+ * jobs belong to USERS users, whose fair share (fairshare.h) orders them: each
+ * user has used a different amount lately, as the ledger (usage.h) reads it from
+ * a store file made here; USERS 0: no ledger, priority then age alone. No
+ * sockets: the pass alone.
+ *   bramble-bench-sched [JOBS [NODES [ROUNDS [USERS]]]]   (default 10000 1000 5 50) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "cred.h"
 #include "job.h"
 #include "netmap.h"
 #include "nodes.h"
 #include "scheduler.h"
+#include "store.h"
+#include "usage.h"
 #include "util.h"
 
 #define GIB (1024LL * 1024 * 1024)
@@ -47,7 +54,7 @@ static br_node_t *add_node(br_nodes_t *ns, int i)
     return n;
 }
 
-static br_job_t *make_job(int id)
+static br_job_t *make_job(int id, int64_t owner)
 {
     const char *shapes[] = {
         "{\"cpus\": 2, \"memory\": 4294967296, \"nodes\": 1}",
@@ -57,9 +64,11 @@ static br_job_t *make_job(int id)
     };
     json_error_t e;
     json_t *res = json_loads(shapes[id % 4], 0, &e);
-    json_t *row = json_pack("{s:i, s:s, s:s, s:s, s:s, s:{s:s, s:i, s:o}}", "id", id, "name",
-                            "j", "owner", "u", "kind", "job", "state", "pending", "spec",
-                            "command", "true", "priority", id % 3, "resources", res);
+    json_t *row = json_pack("{s:i, s:s, s:s, s:I, s:s, s:s, s:I, s:{s:s, s:i, s:o}}", "id",
+                            id, "name", "j", "owner", "u", "owner_id", (json_int_t)owner,
+                            "kind", "job", "state", "pending", "submitted",
+                            (json_int_t)(br_now_ms() - (int64_t)id * 1000), "spec", "command",
+                            "true", "priority", id % 3, "resources", res);
     br_err_t err;
     br_job_t *j = br_job_from_row(row, &err);
     json_decref(row);
@@ -71,9 +80,43 @@ int main(int argc, char **argv)
     int jobs = argc > 1 ? atoi(argv[1]) : 10000;
     int nodes = argc > 2 ? atoi(argv[2]) : 1000;
     int rounds = argc > 3 ? atoi(argv[3]) : 5;
-    if (jobs < 1 || nodes < 1 || rounds < 1) {
-        fprintf(stderr, "usage: bramble-bench-sched [JOBS [NODES [ROUNDS]]]\n");
+    int users = argc > 4 ? atoi(argv[4]) : 50;
+    if (jobs < 1 || nodes < 1 || rounds < 1 || users < 0) {
+        fprintf(stderr, "usage: bramble-bench-sched [JOBS [NODES [ROUNDS [USERS]]]]\n");
         return 2;
+    }
+    /* the users, and what each used over the last days, in a store of their own */
+    char dir[] = "/tmp/bramble-bench-sched.XXXXXX", path[64];
+    br_store_t *store = NULL;
+    br_usage_t *usage = NULL;
+    br_jobtab_t *none = br_jobtab_new(); /* (no jobs run yet) */
+    int64_t *owners = calloc((size_t)(users ? users : 1), sizeof(*owners));
+    br_err_t err;
+    if (!none || !owners || !mkdtemp(dir))
+        return 1;
+    snprintf(path, sizeof(path), "%s/bramble.db", dir);
+    if (users && !(store = br_store_open(path, &err))) {
+        fprintf(stderr, "%s\n", err.text);
+        return 1;
+    }
+    int64_t now = br_now_ms();
+    for (int u = 0; u < users; u++) {
+        char name[32], pub[BR_KEY_LEN + 1], sec[BR_KEY_LEN + 1];
+        snprintf(name, sizeof(name), "user-%02d", u);
+        if (br_keypair(pub, sec, &err) < 0 ||
+            br_store_key_add(store, pub, BR_PRINCIPAL_USER, name, &err) < 0 ||
+            br_store_principal_id(store, BR_PRINCIPAL_USER, name, &owners[u], &err) < 0)
+            return 1;
+        for (int h = 0; h < 72; h += 1 + u % 5) /* hour by hour, more for some */
+            if (br_store_usage_add(store, owners[u], now / 3600000 - h,
+                                   (int64_t)(u + 1) * 600000, (int64_t)(50 - u) * 60000, 0,
+                                   &err) < 0)
+                return 1;
+    }
+    if (users && (!(usage = br_usage_new(NULL, 7LL * 24 * 3600000)) ||
+                  br_usage_load(usage, store, now, &err) < 0)) {
+        fprintf(stderr, "usage: %s\n", err.text);
+        return 1;
     }
     br_nodes_t *ns = br_nodes_new();
     br_netmap_t *netmap = br_netmap_new();
@@ -84,13 +127,17 @@ int main(int argc, char **argv)
         if (!add_node(ns, i))
             return 1;
     for (int i = 0; i < jobs; i++)
-        if (!(list[i] = make_job(i + 1)))
+        if (!(list[i] = make_job(i + 1, users ? owners[i % users] : 0)))
             return 1;
-    printf("pending jobs %d, nodes %d\n", jobs, nodes);
+    printf("pending jobs %d, nodes %d, users %d (%s)\n", jobs, nodes, users,
+           users ? "fair share" : "priority and age alone");
     for (int r = 0; r < rounds; r++) {
-        br_sched_in_t in = {.nodes = ns, .netmap = netmap, .now_ms = br_now_ms()};
+        br_sched_in_t in = {
+            .nodes = ns, .netmap = netmap, .now_ms = br_now_ms(), .usage = usage};
         int hb;
         int64_t t0 = br_mono_us(), c0 = cpu_us();
+        if (usage) /* (part of the pass: br_sched_run does it first) */
+            br_usage_standing(usage, none, in.now_ms);
         br_sched_decision_t *d = br_sched_plan(&in, list, (size_t)jobs, &hb);
         int64_t us = br_mono_us() - t0, cpu = cpu_us() - c0;
         if (!d)
@@ -109,5 +156,11 @@ int main(int argc, char **argv)
     free(list);
     br_netmap_destroy(&netmap);
     br_nodes_destroy(&ns);
+    br_usage_destroy(&usage);
+    br_jobtab_destroy(&none);
+    br_store_destroy(&store);
+    free(owners);
+    unlink(path);
+    rmdir(dir);
     return 0;
 }
