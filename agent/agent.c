@@ -1225,8 +1225,27 @@ static int order_target(br_agent_t *a, br_msg_t *m, br_attempt_t **t)
 static void on_kill(br_agent_t *a, br_msg_t *m)
 {
     br_attempt_t *t;
-    if (order_target(a, m, &t) < 0)
+    int sig = 0, attempt;
+    json_int_t job, grace = 0;
+    br_err_t err = {0};
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s?i, s?I}", "job", &job, "attempt", &attempt,
+                      "signal", &sig, "grace", &grace) < 0 ||
+        sig < 0 || sig >= 65 || grace < 0) {
+        reply(a, m, EPROTO, err.text[0] ? err.text : "job.kill: signal 1..64, grace >= 0 ms");
         return;
+    }
+    t = find_attempt(a, job, attempt);
+    if (t && sig > 0) { /* asked to stop: the signal now, SIGKILL when the grace is over */
+        if (!br_attempt_done(t)) {
+            int n = br_attempt_stop(t, sig, grace, br_mono_ms());
+            fprintf(stderr, "bramble-agent: job %lld attempt %d: signal %d sent to %d "
+                            "process(es), as ordered; killed in %lld ms if still there\n",
+                    (long long)br_attempt_job(t), br_attempt_number(t), sig, n,
+                    (long long)grace);
+        }
+        reply(a, m, 0, NULL);
+        return;
+    }
     if (t) { /* its checkpoints cannot count any more: stop hashing them */
         char group[48];
         hash_group(t, group, sizeof(group));
@@ -1635,6 +1654,13 @@ static void timers(br_agent_t *a)
         /* after what woke the loop was taken in: its output (read before timers),
          * its requests (served before) and its checkpoints (just above) */
         check_hang(t, br_mono_ms());
+        if (br_attempt_stop_due(t, now) && !br_attempt_done(t) && !br_attempt_reason(t)[0]) {
+            fprintf(stderr, "bramble-agent: job %lld attempt %d: still running after its "
+                            "grace: killing it\n",
+                    (long long)br_attempt_job(t), br_attempt_number(t));
+            br_attempt_set_reason(t, "killed after its grace, as ordered");
+            br_attempt_kill(t, 5000);
+        }
     }
     collect_manifests(a);
     report_stored(a);

@@ -31,6 +31,7 @@ struct br_attempt {
     br_hang_t *hang; /* NULL: no progress.timeout */
     uint32_t report_seq;
     char reason[200];
+    int64_t kill_at; /* monotonic ms: br_attempt_stop's grace ends (0: none) */
 };
 
 /* "KEY=VALUE" entries of base, then of over (later entries win in br_task_start). */
@@ -442,6 +443,23 @@ int br_attempt_kill(br_attempt_t *a, int timeout_ms)
         if (br_task_kill_tree(a->procs[i].task, timeout_ms) < 0)
             rc = -1;
     return rc;
+}
+
+int br_attempt_stop(br_attempt_t *a, int sig, int64_t grace_ms, int64_t now)
+{
+    int sent = 0;
+    for (int i = 0; i < a->n; i++) {
+        int n = br_task_signal(a->procs[i].task, sig);
+        sent += n > 0 ? n : 0;
+    }
+    if (!a->kill_at || now + grace_ms < a->kill_at) /* (a second order never extends it) */
+        a->kill_at = now + (grace_ms > 0 ? grace_ms : 0);
+    return sent;
+}
+
+int br_attempt_stop_due(const br_attempt_t *a, int64_t now)
+{
+    return a->kill_at && now >= a->kill_at && !a->frozen;
 }
 
 br_ckpt_t *br_attempt_ckpt(br_attempt_t *a)

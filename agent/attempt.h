@@ -126,6 +126,12 @@ void br_attempt_status(const br_attempt_t *a, int *exit_code, int *signal);
 
 /* Stop every task's whole tree (see br_task_kill_tree). */
 int br_attempt_kill(br_attempt_t *a, int timeout_ms);
+/* Ask every task's whole tree to stop: sig to each process (SIGTERM, or the job's
+ * own preemption signal), then, once grace_ms have passed from now (monotonic
+ * ms), br_attempt_stop_due says it is time for br_attempt_kill. The number of
+ * processes signalled. */
+int br_attempt_stop(br_attempt_t *a, int sig, int64_t grace_ms, int64_t now);
+int br_attempt_stop_due(const br_attempt_t *a, int64_t now);
 
 /* The checkpoint watcher, or NULL when the job declared no checkpoint dir. */
 br_ckpt_t *br_attempt_ckpt(br_attempt_t *a);

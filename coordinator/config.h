@@ -23,6 +23,7 @@ typedef struct {
     int64_t log_retention_ms; /* ended jobs' logs are deleted after this (0: kept) */
     char http[64];            /* --http ADDR:PORT; "" as recorded, "off": none */
     int64_t half_life_ms;     /* fair share forgets half of what was used in this */
+    int64_t kill_grace_ms;    /* asked to stop (time limit), SIGKILL after this */
 } br_config_t;
 
 #define BR_DEFAULT_LOG_MAX_PER_JOB (64LL << 20)

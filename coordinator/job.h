@@ -110,6 +110,12 @@ typedef struct br_job {
         int64_t at_mono;  /* when it came */
         char why[300];
     } held;
+    /* in memory only: the attempt is being stopped on purpose (its time limit):
+     * since at_mono (0: not), SIGKILL after grace_ms; why says why */
+    struct {
+        int64_t at_mono, grace_ms;
+        char why[200];
+    } stop;
     /* in memory only: its place in the last scheduling pass (1: considered first;
      * 0: none yet) and its score there (fairshare.h) */
     struct {

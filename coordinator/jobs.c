@@ -2,6 +2,7 @@
 #include "jobs.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,7 @@ void br_job_post(br_coord_t *c, br_job_t *job, br_job_state_t state, const char 
         br_hooks_run(c, c->hooks, BR_HOOK_RELEASING, &a);
         release_ranks(c, job, state == BR_JOB_PENDING);
         job->charged = 0; /* it holds nothing from now (usage.h) */
+        job->stop.at_mono = 0; /* (a stop ends with its attempt) */
         job->held.rank = -1; /* the attempt is over, however it ended */
     }
     if (br_job_state_ended(state) && !br_job_state_ended(job->state))
@@ -461,17 +463,29 @@ static void requeue(br_coord_t *c, br_job_t *job, const char *node, const char *
 /* Stop every rank of job that has not finished: order its node (all but skip,
  * whose rank is already gone) to kill it. What they hold is given back when the
  * job leaves its attempt (br_job_post). */
-static void stop_ranks(br_coord_t *c, br_job_t *job, const br_node_t *skip)
+static void signal_ranks(br_coord_t *c, br_job_t *job, const br_node_t *skip, int sig,
+                         int64_t grace_ms)
 {
     for (int r = 0; r < job->nranks; r++) {
         if (job->ranks[r].state == BR_RANK_DONE)
             continue;
         br_node_t *n = rank_node(c, job, r);
+        json_t *body = json_pack("{s:I, s:i}", "job", (json_int_t)job->id, "attempt",
+                                 job->attempt);
+        if (sig > 0) { /* the signal now, SIGKILL once the grace is over */
+            json_object_set_new(body, "signal", json_integer(sig));
+            json_object_set_new(body, "grace", json_integer((json_int_t)grace_ms));
+        }
         if (n && n != skip)
-            br_coord_send_node(c, n, "job.kill",
-                               json_pack("{s:I, s:i}", "job", (json_int_t)job->id, "attempt",
-                                         job->attempt));
+            br_coord_send_node(c, n, "job.kill", body);
+        else
+            json_decref(body);
     }
+}
+
+static void stop_ranks(br_coord_t *c, br_job_t *job, const br_node_t *skip)
+{
+    signal_ranks(c, job, skip, 0, 0);
 }
 
 /* The current attempt of job ended because of node n (cause NULL: every rank
@@ -496,6 +510,15 @@ static void end_attempt(br_coord_t *c, br_job_t *job, br_node_t *n, const char *
                  others == 1 ? "" : "s");
     else
         snprintf(why, sizeof(why), "%s", reason ? reason : "");
+    if (job->stop.at_mono) { /* it was being stopped (time limit): that is its end */
+        char was[900];
+        snprintf(was, sizeof(was), "%s (%s)", job->stop.why,
+                 !cause ? "it exited 0 when asked to stop" : why[0] ? why : cause);
+        stop_ranks(c, job, n);
+        set_exit(job, exit_code, signal, was);
+        br_job_post(c, job, BR_JOB_FAILED, node, "%s", was);
+        return;
+    }
     int lost = cause && strcmp(cause, "node_lost") == 0;
     if (lost && !job->lost_at) /* from the first loss until it runs again */
         job->lost_at = br_now_ms();
@@ -744,7 +767,7 @@ void br_jobs_node_gone(br_coord_t *c, br_node_t *n, const char *reason)
 }
 void br_jobs_check_limits(br_coord_t *c)
 {
-    int64_t now = br_now_ms();
+    int64_t now = br_now_ms(), mono = br_mono_ms();
     br_job_t *job, *next;
     for (job = br_jobtab_first(c->jobs); job; job = next) {
         next = job->next; /* (a job that fails here leaves the table) */
@@ -752,12 +775,27 @@ void br_jobs_check_limits(br_coord_t *c)
             now - job->started < job->time_limit || job->service > 0)
             continue; /* (a service's replicas run until it is cancelled) */
         br_node_t *n = rank_node(c, job, 0);
-        char limit_text[32], reason[96];
-        snprintf(reason, sizeof(reason), "time limit %s reached",
-                 br_format_duration(job->time_limit, limit_text, sizeof(limit_text)));
-        stop_ranks(c, job, NULL);
-        br_job_set_reason(job, reason);
-        br_job_post(c, job, BR_JOB_FAILED, n ? n->name : NULL, "%s", reason);
+        char limit_text[32], grace_text[32], text[300];
+        if (!job->stop.at_mono) { /* SIGTERM now, SIGKILL after the grace */
+            snprintf(job->stop.why, sizeof(job->stop.why), "time limit %s reached",
+                     br_format_duration(job->time_limit, limit_text, sizeof(limit_text)));
+            job->stop.at_mono = mono;
+            job->stop.grace_ms = c->cfg.kill_grace_ms;
+            signal_ranks(c, job, NULL, SIGTERM, job->stop.grace_ms);
+            snprintf(text, sizeof(text), "%s: SIGTERM sent, SIGKILL in %s if still running",
+                     job->stop.why,
+                     br_format_duration(job->stop.grace_ms, grace_text, sizeof(grace_text)));
+            br_job_set_reason(job, text);
+            br_job_save(c, job);
+            br_coord_event(c, job->id, n ? n->name : NULL, "running", "%s", text);
+        } else if (mono - job->stop.at_mono > job->stop.grace_ms + c->cfg.node_timeout_ms) {
+            /* no exit came back after the grace: its agent is gone or deaf */
+            stop_ranks(c, job, NULL);
+            snprintf(text, sizeof(text), "%s (no exit reported after SIGTERM: killed)",
+                     job->stop.why);
+            br_job_set_reason(job, text);
+            br_job_post(c, job, BR_JOB_FAILED, n ? n->name : NULL, "%s", text);
+        }
     }
 }
 

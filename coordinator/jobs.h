@@ -94,7 +94,10 @@ json_t *br_jobs_cancel(br_coord_t *c, int64_t id, br_err_t *err);
 /* Every current attempt on node n ends with cause node_lost and this reason. */
 void br_jobs_node_gone(br_coord_t *c, br_node_t *n, const char *reason);
 
-/* Running attempts past their spec's time_limit are killed and the job fails. */
+/* A running attempt past its spec's time_limit gets SIGTERM on every rank, then
+ * SIGKILL from its agent --kill-grace (config.h) later; however it then ends, the
+ * job fails with "time limit ... reached" (no restart). An agent that reports no
+ * exit within the grace plus node_timeout gets a plain kill. */
 void br_jobs_check_limits(br_coord_t *c);
 
 /* Register the job core's own hooks (hooks.h): a lost or removed node's ranks

@@ -21,6 +21,7 @@ static void usage(FILE *f)
             "                [--announce | --no-announce] [--announce-port %d]\n"
             "                [--teaching] [--log-max-per-job 64MiB] [--log-retention 30d]\n"
             "                [--http [ADDR:]PORT | --http off] [--fairshare-half-life 7d]\n"
+            "                [--kill-grace 30s]\n"
             "\n"
             "init creates the coordinator key pair, the store (DIR/bramble.db) and the\n"
             "admin credential (DIR/admin.credential), and records the endpoints.\n"
@@ -34,7 +35,8 @@ static void usage(FILE *f)
             "limit) and counts what it drops; --log-retention deletes the output of\n"
             "jobs that ended longer ago than that (0: keep it).\n"
             "--fairshare-half-life: fair share forgets half of what a user used in this\n"
-            "long (docs/sharing.md).\n"
+            "long (docs/sharing.md). --kill-grace: a job past its time_limit gets SIGTERM,\n"
+            "then SIGKILL this long after.\n"
             "--http serves GET /metrics (Prometheus text format) to holders of a token\n"
             "from `bramble token create --metrics`; off unless given, or recorded by\n"
             "`brambled init --http` (`--http off` turns a recorded one off). A bare port\n"
@@ -61,6 +63,7 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
         {"log-retention", required_argument, NULL, 'R'},
         {"http", required_argument, NULL, 'W'},
         {"fairshare-half-life", required_argument, NULL, 'F'},
+        {"kill-grace", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int o;
@@ -113,6 +116,12 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
                 cfg->half_life_ms < 1000) {
                 fprintf(stderr, "brambled: --fairshare-half-life %s: %s\n", optarg,
                         cfg->half_life_ms < 1000 ? "at least 1s" : err.text);
+                return 2;
+            }
+            break;
+        case 'K':
+            if (br_parse_duration(optarg, &cfg->kill_grace_ms, &err) < 0) {
+                fprintf(stderr, "brambled: --kill-grace %s\n", err.text);
                 return 2;
             }
             break;
