@@ -391,7 +391,13 @@ static void queue_row(cli_table_t *t, const json_t *job)
     br_format_duration((int64_t)(json_number_value(json_object_get(job, "waited")) * 1000),
                        waited, sizeof(waited));
     cli_fmt_value(json_object_get(job, "reason"), why, sizeof(why));
-    const char *cells[] = {pos, id, name, owner, prio, score, share, age, waited, why};
+    char start[40] = "-", in[32];
+    const json_t *at = json_object_get(job, "start");
+    if (json_is_number(at)) { /* reserved: by then at the latest */
+        int64_t ms = (int64_t)(json_number_value(at) * 1000) - br_now_ms();
+        snprintf(start, sizeof(start), "in %s", br_format_duration(ms > 0 ? ms : 0, in, sizeof(in)));
+    }
+    const char *cells[] = {pos, id, name, owner, prio, score, share, age, waited, start, why};
     cli_table_add(t, cells);
 }
 
@@ -411,8 +417,9 @@ static int cmd_queue(cli_t *cli, int argc, char **argv)
     if (!r)
         return CLI_FAIL;
     static const char *head[] = {"POS",   "ID",        "NAME", "OWNER",  "PRIORITY",
-                                 "SCORE", "FAIRSHARE", "AGE",  "WAITED", "REASON"};
-    cli_print_list(json_object_get(r, "jobs"), json, 10, head, queue_row);
+                                 "SCORE", "FAIRSHARE", "AGE",  "WAITED", "START",
+                                 "REASON"};
+    cli_print_list(json_object_get(r, "jobs"), json, 11, head, queue_row);
     json_decref(r);
     return CLI_OK;
 }
@@ -683,12 +690,13 @@ const cli_cmd_t cli_job_cmds[] = {
      "highest score first. The score is the priority x 1000, plus the owner's fair\n"
      "share (0-1000: 1000 for someone who used nothing lately), plus the age (a point\n"
      "per 10 minutes waited, at most 500); docs/sharing.md. Table columns: POS ID\n"
-     "NAME OWNER PRIORITY SCORE FAIRSHARE AGE WAITED REASON (POS is the place in the\n"
-     "whole queue; a user sees only their own jobs).\n"
+     "NAME OWNER PRIORITY SCORE FAIRSHARE AGE WAITED START REASON (POS is the place\n"
+     "in the whole queue; START, for the job that nodes are reserved for, when it\n"
+     "starts at the latest; a user sees only their own jobs).\n"
      "\nOptions:\n"
      "  --json   print the array of entries: position, id, name, owner, priority,\n"
      "           attempt, submitted, waited (seconds), reason, score {total,\n"
-     "           priority, fairshare, age}\n"},
+     "           priority, fairshare, age}, start (seconds; reserved jobs only)\n"},
     {"job", "show", job_show, "ID [--json]",
      "show one job: fields, checkpoints and its events",
      "Options:\n"

@@ -507,6 +507,9 @@ void br_api_job_queue(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                            "score", "total", j->queue.total, "priority",
                            j->queue.priority, "fairshare", j->queue.fairshare, "age",
                            j->queue.age));
+        if (j->queue.start_at) /* reserved: it starts by then (backfill) */
+            json_object_set_new(json_array_get(out, json_array_size(out) - 1), "start",
+                                json_real((double)j->queue.start_at / 1000.0));
     }
     free(list);
     br_api_ok(c, m, json_pack("{s:o, s:I}", "jobs", out, "pending", (json_int_t)n));

@@ -117,10 +117,11 @@ typedef struct br_job {
         char why[200];
     } stop;
     /* in memory only: its place in the last scheduling pass (1: considered first;
-     * 0: none yet) and its score there (fairshare.h) */
+     * 0: none yet), its score there (fairshare.h) and its reservation */
     struct {
         int64_t place;
         double priority, fairshare, age, total;
+        int64_t start_at; /* wall ms it starts by, as reserved (backfill); 0 */
     } queue;
     /* jobtab.h's links */
     struct br_job *id_next;

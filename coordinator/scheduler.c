@@ -186,10 +186,41 @@ typedef struct {
 #define REASON_MAX 520 /* a wait's reason, as the store's reasons go */
 #define HOW_MAX 400    /* why a gang went where it went */
 
+/* The pass's one reservation (backfill): the nodes the highest job that cannot
+ * start now will start on at until_ms, when the running jobs' time limits free
+ * them; other jobs may use those nodes only if they end before, by their own
+ * time_limit. */
+typedef struct {
+    int active;
+    int64_t job, until_ms, now_ms;
+    br_node_t *nodes[BR_SCHED_RESERVE_MAX];
+    int count;
+} reserve_t;
+
+/* Does the reservation keep job off n? 1 with why filled. */
+static int reserved_off(const reserve_t *rv, const br_job_t *job, const br_node_t *n,
+                        char *why, size_t len)
+{
+    if (!rv || !rv->active || job->id == rv->job)
+        return 0;
+    int on = 0;
+    for (int i = 0; i < rv->count && !on; i++)
+        on = rv->nodes[i] == n;
+    if (!on || (job->time_limit > 0 && rv->now_ms + job->time_limit <= rv->until_ms))
+        return 0;
+    char in[32];
+    snprintf(why, len, "%s is reserved for job %lld in %s%s", n->name, (long long)rv->job,
+             br_format_duration(rv->until_ms - rv->now_ms, in, sizeof(in)),
+             job->time_limit > 0 ? " (this job's time_limit ends later)"
+                                 : " (a job without a time_limit never goes before it)");
+    return 1;
+}
+
 /* Look at the nodes from start (NULL: all) for job; memo (may be NULL) learns
  * where a first fit went. */
 static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t *d,
-                      int *on_heartbeat, br_node_t *start, shape_memo_t *memo)
+                      int *on_heartbeat, br_node_t *start, shape_memo_t *memo,
+                      const reserve_t *rv)
 {
     char reason[REASON_MAX], how[HOW_MAX];
     d->verdict = BR_SCHED_WAIT;
@@ -231,6 +262,8 @@ static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_
         } else if (strcmp(n->state, "ready") != 0 || !n->route_len) {
             snprintf(last, sizeof(last), "%s is %s", n->name,
                      n->route_len ? n->state : "not connected");
+        } else if (reserved_off(rv, job, n, last, sizeof(last))) {
+            /* (backfill: why is in last) */
         } else if (br_sched_fit(n, spec, &a, &left, last, sizeof(last))) {
             if (want == 1 && sharing && count == 1) { /* keep only the best so far */
                 if (left < best_left) {
@@ -323,7 +356,7 @@ static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_
 /* Decide for one job: where it goes (reserving its shares on those nodes), why it
  * waits, or until when it must not start. memo: what the pass knows of its shape. */
 static void plan_one(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t *d,
-                     int *on_heartbeat, shape_memo_t *memo)
+                     int *on_heartbeat, shape_memo_t *memo, const reserve_t *rv)
 {
     d->job = job;
     if (job->not_before > in->now_ms) { /* a restart backoff: come back when it is over */
@@ -345,12 +378,12 @@ static void plan_one(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t
         d->reason = strdup(memo->reason);
         return;
     }
-    plan_scan(in, job, d, on_heartbeat, memo ? memo->from : NULL, memo);
+    plan_scan(in, job, d, on_heartbeat, memo ? memo->from : NULL, memo, rv);
     if (d->verdict == BR_SCHED_WAIT && memo && memo->from) {
         memo->from = NULL; /* the reason names every node: look at them all once */
         free(d->reason);
         d->reason = NULL;
-        plan_scan(in, job, d, on_heartbeat, NULL, memo);
+        plan_scan(in, job, d, on_heartbeat, NULL, memo, rv);
     }
     if (d->verdict == BR_SCHED_WAIT && memo && d->reason)
         memo->reason = strdup(d->reason);
@@ -387,6 +420,90 @@ static shape_memo_t *memo_of(shape_book_t *b, const br_job_t *job)
     return &b->memos[b->n++];
 }
 
+/* The ranks that will end, soonest first: those running (in->ends) and those this
+ * pass placed, for the reservation. */
+typedef struct {
+    br_sched_end_t *v;
+    size_t n, cap;
+} ends_t;
+
+static int ends_add(ends_t *e, br_node_t *node, json_t *share, int64_t end_ms)
+{
+    if (e->n == e->cap) {
+        size_t cap = e->cap ? 2 * e->cap : 64;
+        br_sched_end_t *v = realloc(e->v, cap * sizeof(*v));
+        if (!v)
+            return -1;
+        e->v = v;
+        e->cap = cap;
+    }
+    e->v[e->n++] = (br_sched_end_t){node, share, end_ms};
+    return 0;
+}
+
+static int by_end(const void *x, const void *y)
+{
+    int64_t a = ((const br_sched_end_t *)x)->end_ms, b = ((const br_sched_end_t *)y)->end_ms;
+    return a < b ? -1 : a > b;
+}
+
+/* Would job fit once the first k ranks of ends have ended? Its placement then
+ * into nodes (count), and everything given back as it was. */
+static int fits_after(const br_sched_in_t *in, br_job_t *job, const ends_t *e, size_t k,
+                      br_node_t **nodes, int *count)
+{
+    for (size_t i = 0; i < k; i++)
+        br_node_hold(e->v[i].node, e->v[i].share, -1);
+    br_sched_decision_t d = {0};
+    int hb = 0;
+    plan_scan(in, job, &d, &hb, NULL, NULL, NULL);
+    int fits = d.verdict == BR_SCHED_PLACE && d.count <= BR_SCHED_RESERVE_MAX;
+    for (int r = 0; r < d.count; r++) {
+        br_node_hold(d.nodes[r], d.assign[r], -1);
+        if (fits)
+            nodes[r] = d.nodes[r];
+    }
+    *count = fits ? d.count : 0;
+    for (int r = 0; r < d.count; r++)
+        json_decref(d.assign[r]);
+    free(d.assign);
+    free(d.nodes);
+    free(d.how);
+    free(d.reason);
+    for (size_t i = 0; i < k; i++)
+        br_node_hold(e->v[i].node, e->v[i].share, 1);
+    return fits;
+}
+
+/* Reserve for job, which fits nowhere now: the fewest ranks to end (by time) that
+ * make it fit, found by halving. 1 when rv now holds its nodes and time. */
+static int reserve(const br_sched_in_t *in, br_job_t *job, ends_t *e, reserve_t *rv)
+{
+    if (e->n == 0)
+        return 0;
+    qsort(e->v, e->n, sizeof(*e->v), by_end);
+    br_node_t *nodes[BR_SCHED_RESERVE_MAX];
+    int count;
+    if (!fits_after(in, job, e, e->n, nodes, &count))
+        return 0; /* a rank without a time limit is in the way */
+    size_t lo = 1, hi = e->n; /* fits after hi */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (fits_after(in, job, e, mid, nodes, &count))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    fits_after(in, job, e, hi, nodes, &count);
+    rv->active = 1;
+    rv->job = job->id;
+    rv->until_ms = e->v[hi - 1].end_ms;
+    rv->now_ms = in->now_ms;
+    rv->count = count;
+    memcpy(rv->nodes, nodes, (size_t)count * sizeof(*nodes));
+    return 1;
+}
+
 br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *jobs, size_t n,
                                    int *on_heartbeat)
 {
@@ -401,6 +518,12 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
     shape_book_t book = {.index = json_object()};
     char limit[REASON_MAX];
     br_job_t *job;
+    ends_t ends = {0};
+    reserve_t rv = {0};
+    int reserve_tried = !in->backfill;
+    for (size_t k = 0; k < in->nends && !reserve_tried; k++)
+        if (ends_add(&ends, in->ends[k].node, in->ends[k].share, in->ends[k].end_ms) < 0)
+            reserve_tried = 1;
     for (size_t i = 0; i < n && (job = br_fairshare_next(order, &d[i].score, limit,
                                                          sizeof(limit))); i++) {
         if (limit[0]) { /* its owner's limit holds it back */
@@ -409,16 +532,28 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
             d[i].reason = strdup(limit);
             continue;
         }
-        plan_one(in, job, &d[i], on_heartbeat, memo_of(&book, job));
+        /* (a reservation depends on the job's time limit, which its shape does not
+         * say) */
+        plan_one(in, job, &d[i], on_heartbeat,
+                 rv.active && job->time_limit > 0 ? NULL : memo_of(&book, job), &rv);
         if (d[i].verdict == BR_SCHED_PLACE) {
             int gpus = 0, cpus = 0;
             for (int r = 0; r < d[i].count; r++) {
                 gpus += (int)json_array_size(json_object_get(d[i].assign[r], "gpus"));
                 cpus += (int)json_integer_value(json_object_get(d[i].assign[r], "cpus"));
+                if (job->time_limit > 0 && !reserve_tried) /* it ends by then too */
+                    ends_add(&ends, d[i].nodes[r], d[i].assign[r],
+                             in->now_ms + job->time_limit);
             }
             br_fairshare_placed(order, gpus, cpus);
+        } else if (d[i].verdict == BR_SCHED_WAIT && !reserve_tried &&
+                   !br_job_waits_for(job) && job->service == 0) {
+            reserve_tried = 1; /* the highest job that fits nowhere, and it alone */
+            if (reserve(in, job, &ends, &rv))
+                d[i].start_at = rv.until_ms;
         }
     }
+    free(ends.v);
     for (size_t i = 0; i < book.n; i++)
         free(book.memos[i].reason);
     free(book.memos);
@@ -524,6 +659,21 @@ void br_sched_run(br_coord_t *c)
                         .usage = c->usage};
     if (c->usage)
         br_usage_standing(c->usage, c->jobs, in.now_ms);
+    ends_t ends = {0}; /* the running ranks that end by their time limits */
+    for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next) {
+        if (!br_job_state_live(j->state) || j->time_limit <= 0)
+            continue;
+        int64_t end = (j->started ? j->started : in.now_ms) + j->time_limit;
+        for (int r = 0; r < j->nranks; r++) {
+            br_node_t *at = br_nodes_find(c->nodes, j->ranks[r].node);
+            if (at && j->ranks[r].state != BR_RANK_DONE &&
+                ends_add(&ends, at, j->ranks[r].share, end < in.now_ms ? in.now_ms : end) < 0)
+                break;
+        }
+    }
+    in.backfill = 1;
+    in.ends = ends.v;
+    in.nends = ends.n;
     br_sched_decision_t *d = br_sched_plan(&in, list, n, &s->on_heartbeat);
     for (size_t i = 0; d && i < n; i++) {
         br_job_t *job = d[i].job;
@@ -534,6 +684,7 @@ void br_sched_run(br_coord_t *c)
         job->queue.fairshare = d[i].score.fairshare;
         job->queue.age = d[i].score.age;
         job->queue.total = d[i].score.total;
+        job->queue.start_at = d[i].start_at;
         switch (d[i].verdict) {
         case BR_SCHED_PLACE:
             br_jobs_place(c, d[i].job, d[i].nodes, d[i].assign, d[i].count,
@@ -550,5 +701,6 @@ void br_sched_run(br_coord_t *c)
     }
     br_sched_decisions_free(d, n);
     json_decref(in.replicas);
+    free(ends.v);
     free(list);
 }

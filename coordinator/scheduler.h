@@ -29,6 +29,14 @@
 #include "usage.h"
 
 #define BR_SCHED_GANG_CANDIDATES 64
+#define BR_SCHED_RESERVE_MAX 64 /* the largest gang a reservation is made for */
+
+/* A rank that runs, and when it will have ended by its job's time_limit. */
+typedef struct {
+    br_node_t *node;
+    json_t *share; /* borrowed: what it holds there */
+    int64_t end_ms;
+} br_sched_end_t;
 
 /* The scheduler's own state: whether a pass is due. It learns so from the hooks
  * (hooks.h) it registers: something changed, a node is back, a job left, a
@@ -54,6 +62,10 @@ typedef struct {
                             replica */
     br_usage_t *usage;   /* the users' standing (br_usage_standing done): fair share
                             and limits; NULL: priority, then age */
+    int backfill;               /* make a reservation (below) */
+    const br_sched_end_t *ends; /* the running ranks whose jobs have a time_limit,
+                                   any order */
+    size_t nends;
 } br_sched_in_t;
 
 typedef enum { BR_SCHED_PLACE, BR_SCHED_WAIT, BR_SCHED_LATER } br_sched_verdict_t;
@@ -68,10 +80,21 @@ typedef struct {
     char *reason;         /* WAIT: "waiting: ..." (else NULL) */
     int64_t not_before;   /* LATER: wall ms when its restart backoff ends */
     br_score_t score;     /* what put it where it is in the order */
+    int64_t start_at;     /* WAIT of the job the pass reserved nodes for: when it will
+                             start at the latest, by the running jobs' time limits
+                             (wall ms); else 0 */
 } br_sched_decision_t;
 
 /* The planner: every pending job (jobs[0..n-1], any order) gets a decision, in
- * the order it was considered (fairshare.h). It reads nothing but its arguments and
+ * the order it was considered (fairshare.h).
+ *
+ * Backfill: the first job in that order that fits nowhere now (not one that waits
+ * for a job, a limit or a backoff) gets a reservation: the nodes it would fit on
+ * once enough running ranks have ended by their time limits (in->ends), and that
+ * time (its decision's start_at). A later job may then use those nodes only if its
+ * own time_limit ends before that time; a job without a time_limit never does.
+ * When no number of ended ranks makes it fit (a rank without a time limit is in the
+ * way), there is no reservation. It reads nothing but its arguments and
  * writes nothing but the decisions, the nodes' held counters (each placement is
  * reserved with br_node_hold, so that later jobs see it taken) and in->replicas.
  * *on_heartbeat: a gang waits to hear from a node again. NULL when out of memory. */

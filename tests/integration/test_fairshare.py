@@ -154,3 +154,44 @@ def test_bad_limits_are_refused(make_cluster):
     rc, _, err = c.cli("user", "set", "nobody", "--max-jobs", "1", check=False)
     assert rc != 0 and "no user 'nobody'" in err, err
     assert c.cli_json("user", "list")[-1]["limits"] == {}
+
+
+def test_backfill_short_jobs_go_before_a_reserved_gang(make_cluster):
+    """A two-node gang waits behind a job with a time limit; it gets a reservation
+    at that limit. A short job whose time_limit ends before it starts in the gap;
+    a longer one, and one without a time limit, wait; the gang starts when the
+    reservation comes, not later."""
+    c = make_cluster(heartbeat="200ms", start=False)
+    c.start_coordinator(extra=["--kill-grace", "1s"])
+    tok = c.token(uses=2)
+    for name in ("node-1", "node-2"):
+        c.start_agent(name, token=tok, extra=["--gpus", "T:1GiB"])
+    c.wait_ready("node-1", "node-2")
+    gpu = "resources: {gpus: 1, cpus: 0%s}\n"
+    busy = c.submit("name: busy\ncommand: sleep 1000\ntime_limit: 8s\n" +
+                    gpu % ", nodelist: [node-2]")
+    started = c.wait_job(busy, "running")["started"]
+    gang = c.submit("name: gang\ncommand: \"true\"\n"
+                    "resources: {nodes: 2, gpus: 1, cpus: 0}\n")
+
+    def reserved():
+        q = {e["id"]: e for e in c.cli_json("queue")}
+        return gang in q and q[gang].get("start")
+
+    start = wait_for(reserved, what="the gang to get a reservation")
+    assert abs(start - (started + 8)) < 1.5, (start, started)
+    short = c.submit("name: short\ncommand: \"sleep 0.5\"\ntime_limit: 3s\n" + gpu % "")
+    long_ = c.submit("name: long\ncommand: \"true\"\ntime_limit: 1h\n" + gpu % "")
+    unlimited = c.submit("name: unlimited\ncommand: \"true\"\n" + gpu % "")
+    job = c.wait_job(short, "completed")
+    assert job["nodes"] == ["node-1"], job
+    for jid, why in ((long_, "this job's time_limit ends later"),
+                     (unlimited, "a job without a time_limit never goes before it")):
+        reason = c.job(jid)["reason"] or ""
+        assert f"node-1 is reserved for job {gang}" in reason and why in reason, reason
+    assert c.job(gang)["state"] == "pending"
+    g = c.wait_job(gang, "completed", timeout=60)
+    assert g["started"] <= start + 5, (g["started"], start)  # ticks and the kill, no more
+    assert c.job(busy)["reason"].startswith("time limit 8s reached"), c.job(busy)
+    for jid in (long_, unlimited):
+        c.wait_job(jid, "completed")

@@ -139,7 +139,7 @@ def test_queue_lists_pending_jobs_in_the_order_they_are_placed(cluster2):
             assert sc["total"] == pytest.approx(sc["priority"] + sc["fairshare"] + sc["age"])
         _, out, _ = c.cli("queue")
         assert out.splitlines()[0].split() == ["POS", "ID", "NAME", "OWNER", "PRIORITY",
-                                               "SCORE", "FAIRSHARE", "AGE", "WAITED",
+                                               "SCORE", "FAIRSHARE", "AGE", "WAITED", "START",
                                                "REASON"], out
         # a user sees their own entries only, with their places among everyone's:
         # theirs before the admin's of the same priority, as they used nothing

@@ -316,6 +316,58 @@ static void test_gang_on_many_nodes(void **state)
     }
 }
 
+/* A pending job with a time_limit (ms; 0: none). */
+static json_t *timed(int id, const char *res, int64_t time_limit)
+{
+    json_t *row = job(id, 0, res);
+    json_object_set_new(json_object_get(row, "spec"), "time_limit",
+                        json_integer((json_int_t)time_limit));
+    return row;
+}
+
+/* Backfill: the highest job that fits nowhere gets the nodes it will fit on when
+ * the running ranks end by their time limits; a later job goes there only if it
+ * ends before; one without a time limit never does. */
+static void test_backfill_reservation(void **state)
+{
+    world_t *w = *state;
+    br_node_t *a = node(w->nodes, "a", 4, 16, 1, 24, "ready");
+    br_node_t *b = node(w->nodes, "b", 4, 16, 1, 24, "ready");
+    json_t *held = json_pack("{s:i, s:I, s:[i]}", "cpus", 1, "memory", (json_int_t)0, "gpus", 0);
+    br_node_hold(b, held, 1); /* b's GPU runs a job that ends by its limit at 125 s */
+    br_sched_end_t ends[] = {{b, held, 125000}};
+    add(w, timed(1, "{\"gpus\": 1, \"cpus\": 1, \"nodes\": 2}", 0)); /* a gang */
+    add(w, timed(2, "{\"gpus\": 1, \"cpus\": 1, \"nodes\": 1}", 30000));   /* short */
+    add(w, timed(3, "{\"gpus\": 1, \"cpus\": 1, \"nodes\": 1}", 300000));  /* long */
+    add(w, timed(4, "{\"gpus\": 1, \"cpus\": 1, \"nodes\": 1}", 0));       /* none */
+    br_sched_in_t in = {.nodes = w->nodes, .netmap = w->netmap, .now_ms = 5000,
+                        .backfill = 1, .ends = ends, .nends = 1};
+    int hb;
+    w->d = br_sched_plan(&in, w->jobs, w->n, &hb);
+    assert_non_null(w->d);
+    assert_int_equal(of(w, 1)->verdict, BR_SCHED_WAIT);
+    assert_int_equal(of(w, 1)->start_at, 125000);
+    assert_int_equal(of(w, 2)->verdict, BR_SCHED_PLACE); /* done by 35 s */
+    assert_ptr_equal(of(w, 2)->nodes[0], a);
+    assert_int_equal(of(w, 3)->verdict, BR_SCHED_WAIT);
+    assert_non_null(strstr(of(w, 3)->reason, "a is reserved for job 1 in 2m"));
+    assert_non_null(strstr(of(w, 3)->reason, "this job's time_limit ends later"));
+    assert_int_equal(of(w, 4)->verdict, BR_SCHED_WAIT);
+    assert_non_null(strstr(of(w, 4)->reason, "a job without a time_limit never goes before it"));
+    assert_int_equal(of(w, 2)->start_at, 0);
+    br_sched_decisions_free(w->d, w->n);
+
+    /* a rank without a time limit in the way: no reservation, and the others go */
+    for (br_node_t *n = br_nodes_first(w->nodes); n; n = n->next)
+        br_node_release_all(n);
+    br_node_hold(b, held, 1);
+    in.nends = 0;
+    w->d = br_sched_plan(&in, w->jobs, w->n, &hb);
+    assert_int_equal(of(w, 1)->start_at, 0);
+    assert_int_equal(of(w, 2)->verdict, BR_SCHED_PLACE);
+    json_decref(held);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -329,6 +381,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replicas_spread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alike_jobs_share_the_pass, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gang_on_many_nodes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_backfill_reservation, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
