@@ -6,8 +6,9 @@
  * each placed, and the process's CPU time in it (the machine may be shared). The
  * jobs belong to USERS users, whose fair share (fairshare.h) orders them: each
  * user has used a different amount lately, as the ledger (usage.h) reads it from
- * a store file made here; USERS 0: no ledger, priority then age alone. No
- * sockets: the pass alone.
+ * a store file made here; USERS 0: no ledger, priority then age alone. Half the
+ * jobs have a time_limit, so the first that fits nowhere gets a reservation
+ * (backfill) from the ends of those placed before it. No sockets: the pass alone.
  *   bramble-bench-sched [JOBS [NODES [ROUNDS [USERS]]]]   (default 10000 1000 5 50) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,9 @@ static br_job_t *make_job(int id, int64_t owner)
                             "kind", "job", "state", "pending", "submitted",
                             (json_int_t)(br_now_ms() - (int64_t)id * 1000), "spec", "command",
                             "true", "priority", id % 3, "resources", res);
+    if (id % 2) /* half of them say how long they run: backfill counts on it */
+        json_object_set_new(json_object_get(row, "spec"), "time_limit",
+                            json_integer((json_int_t)(id % 7 + 1) * 600000));
     br_err_t err;
     br_job_t *j = br_job_from_row(row, &err);
     json_decref(row);
@@ -133,7 +137,8 @@ int main(int argc, char **argv)
            users ? "fair share" : "priority and age alone");
     for (int r = 0; r < rounds; r++) {
         br_sched_in_t in = {
-            .nodes = ns, .netmap = netmap, .now_ms = br_now_ms(), .usage = usage};
+            .nodes = ns, .netmap = netmap, .now_ms = br_now_ms(), .usage = usage,
+            .backfill = 1};
         int hb;
         int64_t t0 = br_mono_us(), c0 = cpu_us();
         if (usage) /* (part of the pass: br_sched_run does it first) */
@@ -142,11 +147,13 @@ int main(int argc, char **argv)
         int64_t us = br_mono_us() - t0, cpu = cpu_us() - c0;
         if (!d)
             return 1;
-        int placed = 0;
-        for (int i = 0; i < jobs; i++)
+        int placed = 0, reserved = 0;
+        for (int i = 0; i < jobs; i++) {
             placed += d[i].verdict == BR_SCHED_PLACE;
-        printf("pass %d: %.3f s (CPU %.3f s), %d placed, %d waiting\n", r + 1,
-               (double)us / 1e6, (double)cpu / 1e6, placed, jobs - placed);
+            reserved += d[i].start_at > 0;
+        }
+        printf("pass %d: %.3f s (CPU %.3f s), %d placed, %d waiting, %d reserved for\n",
+               r + 1, (double)us / 1e6, (double)cpu / 1e6, placed, jobs - placed, reserved);
         br_sched_decisions_free(d, (size_t)jobs);
         for (br_node_t *n = br_nodes_first(ns); n; n = n->next)
             br_node_release_all(n); /* the next pass starts from empty nodes again */

@@ -209,10 +209,9 @@ static int reserved_off(const reserve_t *rv, const br_job_t *job, const br_node_
     if (!on || (job->time_limit > 0 && rv->now_ms + job->time_limit <= rv->until_ms))
         return 0;
     char in[32];
-    snprintf(why, len, "%s is reserved for job %lld in %s%s", n->name, (long long)rv->job,
-             br_format_duration(rv->until_ms - rv->now_ms, in, sizeof(in)),
-             job->time_limit > 0 ? " (this job's time_limit ends later)"
-                                 : " (a job without a time_limit never goes before it)");
+    snprintf(why, len, "%s is reserved for job %lld in %s (for a job whose time_limit ends "
+             "before)", n->name, (long long)rv->job,
+             br_format_duration(rv->until_ms - rv->now_ms, in, sizeof(in)));
     return 1;
 }
 
@@ -515,7 +514,10 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
         free(d);
         return NULL;
     }
-    shape_book_t book = {.index = json_object()};
+    /* what the pass learns of each shape; once nodes are reserved, the jobs whose
+     * time limit ends before the reservation may still use them, so they learn
+     * apart (gap) */
+    shape_book_t book = {.index = json_object()}, gap = {.index = json_object()};
     char limit[REASON_MAX];
     br_job_t *job;
     ends_t ends = {0};
@@ -532,10 +534,9 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
             d[i].reason = strdup(limit);
             continue;
         }
-        /* (a reservation depends on the job's time limit, which its shape does not
-         * say) */
-        plan_one(in, job, &d[i], on_heartbeat,
-                 rv.active && job->time_limit > 0 ? NULL : memo_of(&book, job), &rv);
+        int in_gap = rv.active && job->time_limit > 0 &&
+                     in->now_ms + job->time_limit <= rv.until_ms;
+        plan_one(in, job, &d[i], on_heartbeat, memo_of(in_gap ? &gap : &book, job), &rv);
         if (d[i].verdict == BR_SCHED_PLACE) {
             int gpus = 0, cpus = 0;
             for (int r = 0; r < d[i].count; r++) {
@@ -554,10 +555,12 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
         }
     }
     free(ends.v);
-    for (size_t i = 0; i < book.n; i++)
-        free(book.memos[i].reason);
-    free(book.memos);
-    json_decref(book.index);
+    for (shape_book_t *b = &book; b; b = b == &book ? &gap : NULL) {
+        for (size_t i = 0; i < b->n; i++)
+            free(b->memos[i].reason);
+        free(b->memos);
+        json_decref(b->index);
+    }
     br_fairshare_destroy(&order);
     return d;
 }
