@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arrays.h"
 #include "jobs.h"
 #include "spec.h"
 #include "util.h"
@@ -415,7 +416,8 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
     br_sched_order(order, n);
     shape_book_t book = {.index = json_object()};
     for (size_t i = 0; i < n; i++)
-        plan_one(in, order[i], &d[i], on_heartbeat, memo_of(&book, order[i]));
+        if (!br_arrays_hold_back(in->arrays, order[i], d, i)) /* an array's "%N" */
+            plan_one(in, order[i], &d[i], on_heartbeat, memo_of(&book, order[i]));
     for (size_t i = 0; i < book.n; i++)
         free(book.memos[i].reason);
     free(book.memos);
@@ -517,7 +519,8 @@ void br_sched_run(br_coord_t *c)
     br_sched_in_t in = {.nodes = c->nodes,
                         .netmap = c->netmap,
                         .now_ms = br_now_ms(),
-                        .replicas = replicas ? replica_counts(c) : NULL};
+                        .replicas = replicas ? replica_counts(c) : NULL,
+                        .arrays = br_arrays_pass_new(c->jobs, list, n)};
     br_sched_decision_t *d = br_sched_plan(&in, list, n, &s->on_heartbeat);
     for (size_t i = 0; d && i < n; i++) {
         switch (d[i].verdict) {
@@ -536,5 +539,6 @@ void br_sched_run(br_coord_t *c)
     }
     br_sched_decisions_free(d, n);
     json_decref(in.replicas);
+    br_arrays_pass_destroy(&in.arrays);
     free(list);
 }

@@ -49,6 +49,9 @@ typedef struct {
     json_t *replicas;    /* {"service id": {"node": n}} of running replicas, kept up to
                             date as replicas are placed; NULL when no pending job is a
                             replica */
+    struct br_arrays_pass *arrays; /* running tasks of arrays with a "%N" limit
+                                      (arrays.h), kept up to date as tasks are
+                                      placed; NULL when no pending task has one */
 } br_sched_in_t;
 
 typedef enum { BR_SCHED_PLACE, BR_SCHED_WAIT, BR_SCHED_LATER } br_sched_verdict_t;
