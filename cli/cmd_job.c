@@ -59,10 +59,11 @@ int cli_job_id(cli_t *cli, const char *arg, int64_t *id)
         return CLI_OK;
     json_t *r = cli_call(cli, "job.show", ref_body(*id, index));
     json_t *jid = json_object_get(json_object_get(r, "job"), "id");
-    if (json_is_integer(jid))
+    int found = json_is_integer(jid);
+    if (found)
         *id = json_integer_value(jid);
     json_decref(r);
-    return json_is_integer(jid) ? CLI_OK : CLI_FAIL;
+    return found ? CLI_OK : CLI_FAIL;
 }
 
 static int is_ended(const char *state)
