@@ -11,8 +11,8 @@
 
 #define REASON_MAX 160
 
-int64_t br_arrays_submit(br_coord_t *c, json_t *job, const br_array_t *a, const char *who,
-                         int64_t *last, br_err_t *err)
+int64_t br_arrays_submit(br_coord_t *c, json_t *job, const br_array_t *a,
+                         const char *who, int64_t *last, br_err_t *err)
 {
     const char *name = json_string_value(json_object_get(job, "name"));
     char task[96], range[BR_ARRAY_TEXT_MAX];
@@ -45,7 +45,8 @@ int64_t br_arrays_submit(br_coord_t *c, json_t *job, const br_array_t *a, const 
         *last = added->id;
         br_coord_event(c, added->id, NULL, "pending",
                        "task %d of array %lld[%s] (%d task%s), submitted by %s", index,
-                       (long long)first, range, a->count, a->count == 1 ? "" : "s", who);
+                       (long long)first, range, a->count, a->count == 1 ? "" : "s",
+                       who);
     }
     json_decref(row);
     return first;
@@ -78,8 +79,8 @@ int br_arrays_is_array(br_coord_t *c, int64_t id)
         return j->array_of == id && j->array_count > 1;
     json_t *row = br_store_job_get(c->store, id, NULL);
     json_t *of = json_object_get(row, "array_of");
-    json_t *count = json_object_get(json_object_get(json_object_get(row, "spec"), "array"),
-                                    "count");
+    json_t *count = json_object_get(
+        json_object_get(json_object_get(row, "spec"), "array"), "count");
     int is = json_is_integer(of) && json_integer_value(of) == id &&
              json_integer_value(count) > 1;
     json_decref(row);
@@ -91,8 +92,9 @@ void br_arrays_annotate(const json_t *row, json_t *public_job)
     json_t *of = json_object_get(row, "array_of");
     int in = json_is_integer(of);
     json_object_set_new(public_job, "array_id", in ? json_incref(of) : json_null());
-    json_object_set_new(public_job, "array_index",
-                        in ? json_incref(json_object_get(row, "array_index")) : json_null());
+    json_object_set_new(
+        public_job, "array_index",
+        in ? json_incref(json_object_get(row, "array_index")) : json_null());
     json_object_del(public_job, "array_of");
 }
 
@@ -118,7 +120,8 @@ static limit_t *limit_of(br_arrays_pass_t *p, int64_t id)
     return NULL;
 }
 
-br_arrays_pass_t *br_arrays_pass_new(br_jobtab_t *jobs, br_job_t *const *pending, size_t n)
+br_arrays_pass_t *br_arrays_pass_new(br_jobtab_t *jobs, br_job_t *const *pending,
+                                     size_t n)
 {
     br_arrays_pass_t *p = calloc(1, sizeof(*p));
     if (!p)

@@ -20,8 +20,8 @@
 /* Store one task per index of a (job: the usual new-job object, named after the
  * spec), all in the caller's transaction, each with an event. Returns the array's
  * id (its first task's) with *last the last task's id; -1 with err. */
-int64_t br_arrays_submit(br_coord_t *c, json_t *job, const br_array_t *a, const char *who,
-                         int64_t *last, br_err_t *err);
+int64_t br_arrays_submit(br_coord_t *c, json_t *job, const br_array_t *a,
+                         const char *who, int64_t *last, br_err_t *err);
 
 /* Cancel every task of array id that is pending, starting or running; the number
  * cancelled. */
@@ -41,7 +41,8 @@ typedef struct br_arrays_pass br_arrays_pass_t;
 /* What a pass needs: the tasks of each limited array among pending[0..n-1] that
  * run now (from the jobs in memory). NULL when no pending task has a limit (or out
  * of memory: then no limit holds in this pass). */
-br_arrays_pass_t *br_arrays_pass_new(br_jobtab_t *jobs, br_job_t *const *pending, size_t n);
+br_arrays_pass_t *br_arrays_pass_new(br_jobtab_t *jobs, br_job_t *const *pending,
+                                     size_t n);
 void br_arrays_pass_destroy(br_arrays_pass_t **p);
 
 /* May job, the i-th the planner considers, be placed now? Tasks placed earlier in

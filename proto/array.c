@@ -45,7 +45,8 @@ static int piece(const char *text, const char **p, int *lo, int *hi, br_err_t *e
     if (**p == '-') {
         (*p)++;
         if (**p == '-')
-            return br_errf(err, EINVAL, "indices are not negative, got '%.*s'", SHOW, text);
+            return br_errf(err, EINVAL, "indices are not negative, got '%.*s'", SHOW,
+                           text);
         if ((b = number(p)) == -1)
             return bad_form(text, err);
     }
@@ -74,8 +75,8 @@ int br_array_parse(const char *text, br_array_t *a, br_err_t *err)
             return -1;
         if (a->npieces && lo <= a->piece[a->npieces - 1].hi)
             return br_errf(err, EINVAL,
-                           "pieces must rise without overlapping: %d comes after %d", lo,
-                           a->piece[a->npieces - 1].hi);
+                           "pieces must rise without overlapping: %d comes after %d",
+                           lo, a->piece[a->npieces - 1].hi);
         a->piece[a->npieces].lo = lo;
         a->piece[a->npieces++].hi = hi;
         count += (long)hi - lo + 1;
@@ -91,15 +92,16 @@ int br_array_parse(const char *text, br_array_t *a, br_err_t *err)
         if (m == -1 || *p)
             return bad_form(text, err);
         if (m == 0)
-            return br_errf(err, EINVAL, "%%0: at most 0 running at once would run nothing "
-                                        "(N is at least 1)");
+            return br_errf(err, EINVAL,
+                           "%%0: at most 0 running at once would run nothing "
+                           "(N is at least 1)");
         a->max = m == -2 || m > BR_ARRAY_MAX_TASKS ? BR_ARRAY_MAX_TASKS : (int)m;
     }
     if (*p)
         return bad_form(text, err);
     if (count > BR_ARRAY_MAX_TASKS)
-        return br_errf(err, E2BIG, "%ld tasks, more than %d (the most in one array)", count,
-                       BR_ARRAY_MAX_TASKS);
+        return br_errf(err, E2BIG, "%ld tasks, more than %d (the most in one array)",
+                       count, BR_ARRAY_MAX_TASKS);
     a->count = (int)count;
     return 0;
 }
@@ -122,10 +124,11 @@ char *br_array_range_text(const br_array_t *a, char *buf, size_t len)
     size_t used = 0;
     buf[0] = '\0';
     for (int i = 0; i < a->npieces && used < len; i++) {
-        int n = a->piece[i].lo == a->piece[i].hi
-                    ? snprintf(buf + used, len - used, "%s%d", i ? "," : "", a->piece[i].lo)
-                    : snprintf(buf + used, len - used, "%s%d-%d", i ? "," : "",
-                               a->piece[i].lo, a->piece[i].hi);
+        int n =
+            a->piece[i].lo == a->piece[i].hi
+                ? snprintf(buf + used, len - used, "%s%d", i ? "," : "", a->piece[i].lo)
+                : snprintf(buf + used, len - used, "%s%d-%d", i ? "," : "",
+                           a->piece[i].lo, a->piece[i].hi);
         if (n < 0)
             break;
         used += (size_t)n;

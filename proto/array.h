@@ -10,10 +10,10 @@
 
 #include "err.h"
 
-#define BR_ARRAY_MAX_TASKS 10000   /* tasks in one array at most */
-#define BR_ARRAY_MAX_INDEX 999999  /* the highest index */
-#define BR_ARRAY_MAX_PIECES 64     /* comma-separated pieces */
-#define BR_ARRAY_TEXT_MAX 1024     /* the normalised range text, NUL included */
+#define BR_ARRAY_MAX_TASKS 10000  /* tasks in one array at most */
+#define BR_ARRAY_MAX_INDEX 999999 /* the highest index */
+#define BR_ARRAY_MAX_PIECES 64    /* comma-separated pieces */
+#define BR_ARRAY_TEXT_MAX 1024    /* the normalised range text, NUL included */
 
 typedef struct {
     struct {

@@ -107,8 +107,8 @@ static void test_spec_field(void **state)
 {
     (void)state;
     br_err_t err = {0};
-    br_spec_t *s = parse("name: sweep\ncommand: echo $BRAMBLE_ARRAY_INDEX\narray: 0-99%8\n",
-                         &err);
+    br_spec_t *s =
+        parse("name: sweep\ncommand: echo $BRAMBLE_ARRAY_INDEX\narray: 0-99%8\n", &err);
     assert_non_null(s);
     assert_int_equal(s->array.count, 100);
     assert_int_equal(s->array.max, 8);
@@ -147,9 +147,12 @@ static void test_spec_errors(void **state)
     } cases[] = {
         {"name: a\ncommand: true\n\narray: 0-100000\n",
          "line 4: array: 100001 tasks, more than 10000"},
-        {"name: a\ncommand: true\narray: -3-5\n", "line 3: array: indices are not negative"},
-        {"name: a\ncommand: true\narray: 9-3\n", "line 3: array: 9-3: the start is above"},
-        {"name: a\ncommand: true\narray: lots\n", "line 3: array: expected a range like"},
+        {"name: a\ncommand: true\narray: -3-5\n",
+         "line 3: array: indices are not negative"},
+        {"name: a\ncommand: true\narray: 9-3\n",
+         "line 3: array: 9-3: the start is above"},
+        {"name: a\ncommand: true\narray: lots\n",
+         "line 3: array: expected a range like"},
         {"name: a\ncommand: true\narray: 0-9%0\n", "line 3: array: %0"},
         {"name: a\ncommand: true\narray: [1, 2]\n",
          "line 3: array: expected a range like 0-99%8, got a list"},

@@ -33,15 +33,16 @@ static void add_node(br_nodes_t *ns, const char *name, int cpus)
 /* A job of array array_of (0: none) with limit max, in state. */
 static br_job_t *task(int id, const char *state, int array_of, int index, int max)
 {
-    json_t *row = json_pack("{s:i, s:s, s:s, s:s, s:s, s:{s:i, s:{s:i}}, s:n}", "id", id,
-                            "name", "t", "owner", "u", "kind", "train", "state", state,
-                            "spec", "priority", 0, "resources", "cpus", 1, "reason");
+    json_t *row =
+        json_pack("{s:i, s:s, s:s, s:s, s:s, s:{s:i, s:{s:i}}, s:n}", "id", id, "name",
+                  "t", "owner", "u", "kind", "train", "state", state, "spec",
+                  "priority", 0, "resources", "cpus", 1, "reason");
     if (array_of) {
         json_object_set_new(row, "array_of", json_integer(array_of));
         json_object_set_new(row, "array_index", json_integer(index));
-        json_object_set_new(json_object_get(row, "spec"), "array",
-                            json_pack("{s:s, s:i, s:i}", "range", "0-9", "count", 10, "max",
-                                      max));
+        json_object_set_new(
+            json_object_get(row, "spec"), "array",
+            json_pack("{s:s, s:i, s:i}", "range", "0-9", "count", 10, "max", max));
     }
     br_err_t err;
     br_job_t *j = br_job_from_row(row, &err);
@@ -69,7 +70,9 @@ static void test_limit_counts_running_and_placed(void **state)
     size_t n;
     br_job_t **pending = br_jobtab_pending(tab, &n);
     assert_int_equal(n, 8);
-    br_sched_in_t in = {.nodes = nodes, .netmap = netmap, .now_ms = 5000,
+    br_sched_in_t in = {.nodes = nodes,
+                        .netmap = netmap,
+                        .now_ms = 5000,
                         .arrays = br_arrays_pass_new(tab, pending, n)};
     assert_non_null(in.arrays);
     int hb;
@@ -90,9 +93,9 @@ static void test_limit_counts_running_and_placed(void **state)
                  (long long)j->array_of, j->array_max, j->array_max);
         assert_string_equal(d[i].reason, want);
     }
-    assert_int_equal(placed10, 1); /* 2 run, 1 more: %3 */
-    assert_int_equal(placed20, 1); /* %1, counted within the pass */
-    assert_int_equal(placed30, 1); /* not in an array: never held back */
+    assert_int_equal(placed10, 1);      /* 2 run, 1 more: %3 */
+    assert_int_equal(placed20, 1);      /* %1, counted within the pass */
+    assert_int_equal(placed30, 1);      /* not in an array: never held back */
     assert_int_equal(d[0].job->id, 12); /* the oldest first */
     assert_int_equal(d[0].verdict, BR_SCHED_PLACE);
     br_sched_decisions_free(d, n);
