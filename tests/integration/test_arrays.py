@@ -41,12 +41,22 @@ def tasks_of(c, array_id):
 def test_thousand_tasks_in_one_submission(cluster2):
     c = cluster2
     n = name("many")
+
+    def submits():
+        return [e for e in c.cli_json("audit", "--limit", 100000)
+                if e["action"] == "job.submit"]
+
+    before = len(submits())
     answer, took = submit_array(c, f"name: {n}\ncommand: \"true\"\n"
                                    "resources: {cpus: 0}\narray: 0-999%32\n")
     aid = answer["id"]
     # one request made them all: the one answer names the whole array
     assert answer["array"] == {"range": "0-999", "count": 1000, "max": 32, "first": aid,
                                "last": aid + 999}, answer
+    # and the coordinator heard one job.submit (its audit records each request)
+    after = submits()
+    assert len(after) == before + 1, after[before:]
+    assert after[-1]["result"] == "done", after[-1]
     t0 = time.monotonic()
 
     odd = []
