@@ -7,12 +7,18 @@ ranges are refused with the field's line.
 The tests share one two-node cluster; each uses job names of its own."""
 
 import json
+import os
 import secrets
 import time
 
 import pytest
 
 from conftest import wait_for
+
+# BRAMBLE_TEST_ARRAY_ALL=1: the 1,000-task array runs to its end (its time printed
+# with -s); by default the first hundred complete and the rest is cancelled, which
+# keeps this file within about a minute.
+RUN_ALL = os.environ.get("BRAMBLE_TEST_ARRAY_ALL") == "1"
 
 
 @pytest.fixture
@@ -58,26 +64,37 @@ def test_thousand_tasks_in_one_submission(cluster2):
     assert len(after) == before + 1, after[before:]
     assert after[-1]["result"] == "done", after[-1]
     t0 = time.monotonic()
-
     odd = []
 
-    def all_done():
+    def progress(enough):
+        """The tasks once `enough` of them completed; odd notes a task missing, one
+        that failed, or more than %32 at once."""
         tasks = tasks_of(c, aid)
-        states = {t["state"] for t in tasks.values()}
-        if len(tasks) != 1000 or not states <= {"pending", "starting", "running",
-                                                 "completed"}:
-            odd.append((len(tasks), states))  # all there from the first look on
-        return tasks if states == {"completed"} else None
+        states = [t["state"] for t in tasks.values()]
+        live = sum(s in ("starting", "running") for s in states)
+        if len(tasks) != 1000 or live > 32 or not set(states) <= {
+                "pending", "starting", "running", "completed", "cancelled"}:
+            odd.append((len(tasks), live, set(states)))
+        return tasks if states.count("completed") >= enough else None
 
-    # (a listing of 1,000 jobs is not free: look at the last task until it ended)
-    wait_for(lambda: c.job(aid + 999)["state"] == "completed", timeout=240,
-             what="the last task to complete", interval=0.5)
-    tasks = wait_for(all_done, timeout=60, what="1000 array tasks to complete",
-                     interval=0.5)
+    if RUN_ALL:  # every task to its end: minutes on a loaded 2-core sanitizer build
+        wait_for(lambda: c.job(aid + 999)["state"] == "completed", timeout=600,
+                 what="the last task to complete", interval=0.5)
+        tasks = wait_for(lambda: progress(1000), timeout=60,
+                         what="1000 array tasks to complete", interval=0.5)
+        print(f"\n1000-task array: submit took {took:.3f}s (CLI, one request); "
+              f"all completed {time.monotonic() - t0:.1f}s later")
+    else:  # the first hundred to their end, then the rest cancelled in one request
+        tasks = wait_for(lambda: progress(100), timeout=120,
+                         what="100 array tasks to complete", interval=0.5)
+        _, out, _ = c.cli("cancel", aid)
+        tasks = tasks_of(c, aid)
+        done = sum(t["state"] == "completed" for t in tasks.values())
+        assert out.strip() == f"array {aid}: {1000 - done} tasks cancelled", (out, done)
+        assert {t["state"] for t in tasks.values()} <= {"completed", "cancelled"}
+        print(f"\n1000-task array: submit took {took:.3f}s (CLI, one request); "
+              f"{done} completed {time.monotonic() - t0:.1f}s later, the rest cancelled")
     assert not odd, odd[:3]
-    ran = time.monotonic() - t0
-    print(f"\n1000-task array: submit took {took:.3f}s (CLI, one request); "
-          f"all completed {ran:.1f}s later")
     assert sorted(tasks) == list(range(1000))
     assert sorted(t["id"] for t in tasks.values()) == list(range(aid, aid + 1000))
     assert tasks[7]["name"] == f"{n}[7]"
