@@ -173,6 +173,11 @@ def test_folded_listing_and_cancel(cluster2):
     assert len(rows) == 1, table  # folded: one row for ten tasks
     assert rows[0].split()[:3] == [f"{aid}[0-9]", n, "running"], rows
     assert "running 10" in rows[0], rows
+    # its tasks hold the name while they are active: another array or job of that
+    # name is refused
+    rc, _, err = c.cli("submit", c.write_spec(f"name: {n}\ncommand: \"true\"\n"),
+                       check=False)
+    assert rc == 1 and f"a job named '{n}' is already active" in err, err
 
     _, out, _ = c.cli("cancel", f"{aid}[3]")
     assert out.strip() == f"job {aid}[3]: cancelled", out
