@@ -215,6 +215,20 @@ def test_bad_ranges_refused(cluster2):
         rc, out, err = c.cli("submit", spec, check=False)
         assert rc == 1, (text, rc, out, err)
         assert want in err, (text, err)
+    # the coordinator checks too: sent raw, past the CLI's own check
+    raw = c.raw_client()
+    try:
+        for text, want in cases[:3]:
+            _, body, _ = raw.request("job.submit", {
+                "spec": f"name: {name('raw')}\ncommand: \"true\"\n{text}", "sets": []})
+            assert want in body.get("error", ""), (text, body)
+        _, body, _ = raw.request("job.submit", {
+            "spec": f"name: {name('raw')}\ncommand: \"true\"\n", "sets": ["array=0-9%0"]})
+        assert "--set: array: %0" in body.get("error", ""), body
+        _, body, _ = raw.request("job.show", {"id": 1, "index": -3})
+        assert "not negative" in body.get("error", ""), body
+    finally:
+        raw.close()
     assert len(c.jobs()) == before  # nothing stored
     # a service has replicas, not arrays
     spec = c.write_spec(f"name: {name('svc')}\nkind: service\ncommand: \"true\"\n"
