@@ -596,15 +596,14 @@ void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     if (index < 0 && br_arrays_is_array(c, id)) { /* the whole array */
         int n = br_arrays_cancel(c, id);
+        json_decref(job);
+        job = br_store_job_get(c->store, id, &err); /* its first task, as it is now */
+        if (!job) {
+            br_api_fail(c, m, &err);
+            return;
+        }
         json_t *p = br_jobs_public(job);
         br_arrays_annotate(job, p);
-        json_decref(job);
-        job = br_store_job_get(c->store, id, NULL); /* its first task, as it is now */
-        if (job) {
-            json_decref(p);
-            p = br_jobs_public(job);
-            br_arrays_annotate(job, p);
-        }
         json_decref(job);
         br_api_ok(c, m, json_pack("{s:o, s:{s:I, s:i}}", "job", p, "array", "id",
                                   (json_int_t)id, "cancelled", n));
