@@ -204,6 +204,9 @@ int cli_stream_logs(cli_t *cli, int64_t id, int rank, int follow, FILE *out);
  * the job is pending its reason goes to stderr (again when it changes); past
  * cli->wait_deadline_ms it gives up as cli_wait_gave_up does. */
 int cli_wait_job(cli_t *cli, int64_t id);
+/* A job named on the command line: "12", or "12[3]" (task 3 of array 12, whose id
+ * the coordinator gives). CLI_OK with *id, CLI_USAGE or CLI_FAIL (said). */
+int cli_job_id(cli_t *cli, const char *arg, int64_t *id);
 
 /* 1 when cli->wait_deadline_ms has passed. */
 int cli_wait_expired(const cli_t *cli);

@@ -12,13 +12,58 @@
 
 #define WAIT_POLL_MS 200 /* without news from the coordinator */
 
-static int parse_id(const cli_t *cli, const char *s, int64_t *id)
+/* "12", or "12[3]" (task 3 of array 12: *index 3; else -1). */
+static int parse_ref(const cli_t *cli, const char *s, int64_t *id, int *index)
 {
-    long v;
-    if (cli_parse_long(cli, "job ID", s, 1, LONG_MAX, &v) != 0)
+    long v, i = -1;
+    char num[32];
+    const char *open = strchr(s, '[');
+    size_t len = open ? (size_t)(open - s) : strlen(s);
+    if (len >= sizeof(num))
+        len = sizeof(num) - 1; /* (too long to be a number: refused below) */
+    memcpy(num, s, len);
+    num[len] = '\0';
+    if (open) {
+        char idx[32];
+        size_t n = strlen(open + 1);
+        if (n < 2 || n >= sizeof(idx) || open[n] != ']')
+            return cli_usage(cli, "bad job ID '%s' (a number, or ARRAY[INDEX] for a task "
+                                  "of an array)", s);
+        memcpy(idx, open + 1, n - 1);
+        idx[n - 1] = '\0';
+        if (cli_parse_long(cli, "array index", idx, 0, INT_MAX, &i) != 0)
+            return CLI_USAGE;
+    }
+    if (cli_parse_long(cli, "job ID", num, 1, LONG_MAX, &v) != 0)
         return CLI_USAGE;
     *id = v;
+    *index = (int)i;
     return 0;
+}
+
+/* The request body that names the job (with "index" for an array's task). */
+static json_t *ref_body(int64_t id, int index)
+{
+    json_t *b = json_pack("{s:I}", "id", (json_int_t)id);
+    if (index >= 0)
+        json_object_set_new(b, "index", json_integer(index));
+    return b;
+}
+
+int cli_job_id(cli_t *cli, const char *arg, int64_t *id)
+{
+    int index;
+    if (parse_ref(cli, arg, id, &index) != 0)
+        return CLI_USAGE;
+    if (index < 0)
+        return CLI_OK;
+    json_t *r = cli_call(cli, "job.show", ref_body(*id, index));
+    json_t *jid = json_object_get(json_object_get(r, "job"), "id");
+    int found = json_is_integer(jid);
+    if (found)
+        *id = json_integer_value(jid);
+    json_decref(r);
+    return found ? CLI_OK : CLI_FAIL;
 }
 
 static int is_ended(const char *state)
@@ -265,7 +310,7 @@ static json_t *submit_body(const char *text, size_t len, const submit_opts_t *o)
 /* Submit, and ask for the nodes (the fit warning) in the same breath: both are in
  * flight together, so the second costs no round trip of its own. */
 static int submit_send(cli_t *cli, const submit_opts_t *o, const char *text, size_t len,
-                       int64_t *id, uint32_t *fit_seq)
+                       int64_t *id, json_t **array, uint32_t *fit_seq)
 {
     json_t *body = submit_body(text, len, o);
     uint32_t seq = 0;
@@ -283,8 +328,25 @@ static int submit_send(cli_t *cli, const submit_opts_t *o, const char *text, siz
         return cli_fail(cli, "the coordinator's answer has no job id");
     }
     *id = json_integer_value(jid);
+    *array = json_incref(json_object_get(r, "array"));
     json_decref(r);
     return CLI_OK;
+}
+
+/* --wait for an array: each of its tasks (ids first..last) to end; 0 only if every
+ * one completed. */
+static int wait_array(cli_t *cli, const json_t *array)
+{
+    int64_t first = json_integer_value(json_object_get(array, "first"));
+    int64_t last = json_integer_value(json_object_get(array, "last"));
+    int rc = CLI_OK;
+    for (int64_t id = first; id >= 1 && id <= last; id++) {
+        if (cli_wait_job(cli, id) != CLI_OK)
+            rc = CLI_FAIL;
+        if (cli_wait_expired(cli))
+            return CLI_FAIL;
+    }
+    return rc;
 }
 
 static int cmd_submit(cli_t *cli, int argc, char **argv)
@@ -300,7 +362,14 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
         return CLI_FAIL;
     int64_t id = 0;
     uint32_t fit_seq = 0;
-    int rc = submit_send(cli, &o, text, len, &id, &fit_seq);
+    json_t *array = NULL;
+    if (o.follow && json_object_get(norm, "array")) {
+        free(text);
+        json_decref(norm);
+        return cli_usage(cli, "--follow shows one job's output, and an array has many "
+                              "tasks: use --wait, then 'bramble logs ID[INDEX]'");
+    }
+    int rc = submit_send(cli, &o, text, len, &id, &array, &fit_seq);
     free(text);
     if (rc != CLI_OK) {
         json_decref(norm);
@@ -308,7 +377,11 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
     }
     /* With --follow, stdout carries the job's output: the id goes to stderr. */
     FILE *out = o.follow ? stderr : stdout;
-    if (o.json)
+    if (o.json && array) {
+        json_t *o_json = json_pack("{s:I, s:O}", "id", (json_int_t)id, "array", array);
+        cli_print_json(o_json);
+        json_decref(o_json);
+    } else if (o.json)
         fprintf(out, "{\"id\": %lld}\n", (long long)id);
     else if (o.follow)
         fprintf(out, "bramble: submitted job %lld\n", (long long)id);
@@ -319,6 +392,11 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
     json_decref(norm);
     if (o.timeout)
         cli->wait_deadline_ms = br_mono_ms() + cli->wait_ms;
+    if (array) {
+        rc = o.wait ? wait_array(cli, array) : CLI_OK;
+        json_decref(array);
+        return rc;
+    }
     if (o.follow) {
         /* say why it waits until it starts, then show what it prints */
         rc = wait_loop(cli, id, 1);
@@ -336,7 +414,7 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
 
 static void job_row(cli_table_t *t, const json_t *job)
 {
-    char id[32], name[64], state[32], attempt[16], nodes[256], sub[32], why[256];
+    char id[128], name[80], state[128], attempt[16], nodes[256], sub[32], why[256];
     cli_fmt_value(json_object_get(job, "id"), id, sizeof(id));
     cli_fmt_value(json_object_get(job, "name"), name, sizeof(name));
     cli_fmt_value(json_object_get(job, "state"), state, sizeof(state));
@@ -349,6 +427,126 @@ static void job_row(cli_table_t *t, const json_t *job)
         br_strlcpy(why, "-", sizeof(why));
     const char *cells[] = {id, name, state, attempt, nodes, sub, why};
     cli_table_add(t, cells);
+}
+
+/* ---- an array's tasks folded into one row of the table */
+
+static const char *const fold_states[] = {"running", "starting", "pending",
+                                          "completed", "failed", "cancelled"};
+#define FOLD_STATES 6
+
+typedef struct {
+    int64_t id;
+    json_t *row; /* the folded row, in the output list */
+    int *index;  /* the indices seen */
+    size_t n, cap;
+    int count[FOLD_STATES];
+} fold_t;
+
+static int by_int(const void *x, const void *y)
+{
+    int a = *(const int *)x, b = *(const int *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* "ID[0-99]" or "ID[1,3,5-9]" from the indices seen. */
+static void fold_label(fold_t *f, char *buf, size_t len)
+{
+    qsort(f->index, f->n, sizeof(*f->index), by_int);
+    size_t used = (size_t)snprintf(buf, len, "%lld[", (long long)f->id);
+    for (size_t i = 0; i < f->n && used < len;) {
+        size_t j = i;
+        while (j + 1 < f->n && f->index[j + 1] == f->index[j] + 1)
+            j++;
+        int w = j > i ? snprintf(buf + used, len - used, "%s%d-%d", i ? "," : "",
+                                 f->index[i], f->index[j])
+                      : snprintf(buf + used, len - used, "%s%d", i ? "," : "", f->index[i]);
+        used += w > 0 ? (size_t)w : 0;
+        i = j + 1;
+    }
+    if (used + 2 > len) /* too long for a cell: show its ends */
+        snprintf(buf, len, "%lld[%d..%d]", (long long)f->id, f->index[0], f->index[f->n - 1]);
+    else
+        snprintf(buf + used, len - used, "]");
+}
+
+/* Its tasks counted by state: "running 8, pending 90, completed 2". */
+static void fold_counts(const fold_t *f, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int s = 0; s < FOLD_STATES && used < len; s++) {
+        if (!f->count[s])
+            continue;
+        int w = snprintf(buf + used, len - used, "%s%s %d", used ? ", " : "",
+                         fold_states[s], f->count[s]);
+        used += w > 0 ? (size_t)w : 0;
+    }
+}
+
+/* Add task (a job of array f->id) to its fold. */
+static void fold_add(fold_t *f, const json_t *task)
+{
+    const char *state = json_string_value(json_object_get(task, "state"));
+    for (int s = 0; state && s < FOLD_STATES; s++)
+        f->count[s] += strcmp(state, fold_states[s]) == 0;
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? 2 * f->cap : 16;
+        int *more = realloc(f->index, cap * sizeof(*more));
+        if (!more)
+            return;
+        f->index = more;
+        f->cap = cap;
+    }
+    f->index[f->n++] = (int)json_integer_value(json_object_get(task, "array_index"));
+}
+
+/* The jobs as the table shows them: each array as one row at its first task's
+ * place ("12[0-99]", the array's name, its tasks by state). New reference. */
+static json_t *fold_arrays(const json_t *jobs)
+{
+    json_t *out = json_array();
+    fold_t *folds = NULL;
+    size_t nf = 0, i;
+    json_t *job;
+    json_array_foreach(jobs, i, job) {
+        json_t *aid = json_object_get(job, "array_id");
+        if (!json_is_integer(aid)) {
+            json_array_append(out, job);
+            continue;
+        }
+        size_t k = 0;
+        while (k < nf && folds[k].id != json_integer_value(aid))
+            k++;
+        if (k == nf) {
+            fold_t *more = realloc(folds, (nf + 1) * sizeof(*more));
+            if (!more)
+                continue;
+            folds = more;
+            char name[80];
+            const char *task = json_string_value(json_object_get(job, "name"));
+            br_strlcpy(name, task ? task : "-", sizeof(name));
+            char *br = strrchr(name, '[');
+            if (br)
+                *br = '\0'; /* the array's name: its tasks' without "[i]" */
+            folds[nf++] = (fold_t){.id = json_integer_value(aid),
+                                   .row = json_pack("{s:s, s:O}", "name", name, "submitted",
+                                                    json_object_get(job, "submitted"))};
+            json_array_append(out, folds[k].row);
+        }
+        fold_add(&folds[k], job);
+    }
+    for (size_t k = 0; k < nf; k++) {
+        char label[128], counts[128];
+        fold_label(&folds[k], label, sizeof(label));
+        fold_counts(&folds[k], counts, sizeof(counts));
+        json_object_set_new(folds[k].row, "id", json_string(label));
+        json_object_set_new(folds[k].row, "state", json_string(counts));
+        json_decref(folds[k].row);
+        free(folds[k].index);
+    }
+    free(folds);
+    return out;
 }
 
 static int cmd_jobs(cli_t *cli, int argc, char **argv)
@@ -369,7 +567,9 @@ static int cmd_jobs(cli_t *cli, int argc, char **argv)
         return CLI_FAIL;
     static const char *head[] = {"ID",    "NAME",      "STATE",      "ATTEMPT",
                                  "NODES", "SUBMITTED", "REASON/EXIT"};
-    cli_print_list(json_object_get(r, "jobs"), json, 7, head, job_row);
+    json_t *rows = json ? NULL : fold_arrays(json_object_get(r, "jobs"));
+    cli_print_list(json ? json_object_get(r, "jobs") : rows, json, 7, head, job_row);
+    json_decref(rows);
     json_decref(r);
     return CLI_OK;
 }
@@ -585,6 +785,12 @@ static void print_job(const json_t *job)
     cli_field_json(FIELD_WIDTH, job, "owner", "owner:");
     cli_field_json(FIELD_WIDTH, job, "state", "state:");
     cli_field_json(FIELD_WIDTH, job, "attempt", "attempt:");
+    if (json_is_integer(json_object_get(job, "array_id"))) {
+        snprintf(buf, sizeof(buf), "task %lld of array %lld",
+                 (long long)json_integer_value(json_object_get(job, "array_index")),
+                 (long long)json_integer_value(json_object_get(job, "array_id")));
+        cli_field(FIELD_WIDTH, "array:", buf);
+    }
     cli_field(FIELD_WIDTH, "nodes:", cli_fmt_list(json_object_get(job, "nodes"), ",", buf, sizeof(buf)));
     if (json_is_string(json_object_get(job, "placement")))
         cli_field_json(FIELD_WIDTH, job, "placement", "placement:");
@@ -618,12 +824,12 @@ static int job_show(cli_t *cli, int argc, char **argv)
 {
     static const char *names[] = {"job ID"};
     const char *arg;
-    int json = 0;
+    int json = 0, index;
     int64_t id = 0;
     if (cli_args(cli, argc, argv, &json, 1, names, &arg) != 0 ||
-        parse_id(cli, arg, &id))
+        parse_ref(cli, arg, &id, &index))
         return CLI_USAGE;
-    json_t *r = cli_call(cli, "job.show", json_pack("{s:I}", "id", (json_int_t)id));
+    json_t *r = cli_call(cli, "job.show", ref_body(id, index));
     if (!r)
         return CLI_FAIL;
     json_t *job = json_object_get(r, "job");
@@ -642,15 +848,25 @@ static int cmd_cancel(cli_t *cli, int argc, char **argv)
     static const char *names[] = {"job ID"};
     const char *arg;
     int64_t id = 0;
-    if (cli_args(cli, argc, argv, NULL, 1, names, &arg) != 0 || parse_id(cli, arg, &id))
+    int index;
+    if (cli_args(cli, argc, argv, NULL, 1, names, &arg) != 0 ||
+        parse_ref(cli, arg, &id, &index))
         return CLI_USAGE;
-    json_t *r = cli_call(cli, "job.cancel", json_pack("{s:I}", "id", (json_int_t)id));
+    json_t *r = cli_call(cli, "job.cancel", ref_body(id, index));
     if (!r)
         return CLI_FAIL;
     char state[32];
+    json_t *array = json_object_get(r, "array");
+    json_int_t n = json_integer_value(json_object_get(array, "cancelled"));
     cli_fmt_value(json_object_get(json_object_get(r, "job"), "state"), state,
                   sizeof(state));
-    printf("job %lld: %s\n", (long long)id, state);
+    if (array)
+        printf("array %lld: %lld task%s cancelled\n", (long long)id, (long long)n,
+               n == 1 ? "" : "s");
+    else if (index >= 0)
+        printf("job %lld[%d]: %s\n", (long long)id, index, state);
+    else
+        printf("job %lld: %s\n", (long long)id, state);
     json_decref(r);
     return CLI_OK;
 }
@@ -672,7 +888,11 @@ const cli_cmd_t cli_job_cmds[] = {
      "                   30s, 10m) with exit status 1, naming the job's state and\n"
      "                   reason; the job itself is left alone. After the command\n"
      "                   word; before it, --timeout is the global option\n"
-     "  --json           print {\"id\": N}\n"
+     "  --json           print {\"id\": N}; for an array also \"array\": {\"range\",\n"
+     "                   \"count\", \"max\", \"first\", \"last\"} (its tasks are jobs\n"
+     "                   first to last)\n"
+     "\nA spec with array: (e.g. 0-99%8) makes one task per index in this one\n"
+     "request; the id printed is the array's, and --wait waits for every task.\n"
      "\nWhile the job is pending, --wait and --follow print why on stderr (again\n"
      "when the reason changes). When no node of the cluster could ever run the job\n"
      "(too many CPUs, GPUs or nodes, an arch or label nobody has), a warning says so\n"
@@ -680,11 +900,14 @@ const cli_cmd_t cli_job_cmds[] = {
     {NULL, "jobs", cmd_jobs, "[--all] [--json]", "list jobs",
      "Without --all: pending, starting and running jobs, and jobs that ended in the\n"
      "last 10 minutes. Table columns: ID NAME STATE ATTEMPT NODES SUBMITTED\n"
-     "REASON/EXIT.\n"
+     "REASON/EXIT. The tasks of a job array are folded into one row, ID[0-99],\n"
+     "with their count in each state (\"running 8, pending 90, completed 2\").\n"
      "\nOptions:\n"
      "  -a, --all   every job the coordinator keeps\n"
      "  --json      print the array of jobs: id, name, kind, state, attempt, nodes,\n"
-     "              submitted, started, ended, exit_code, signal, reason, owner\n"},
+     "              submitted, started, ended, exit_code, signal, reason, owner,\n"
+     "              array_id, array_index (one object per array task; null when\n"
+     "              the job is not in an array)\n"},
     {NULL, "queue", cmd_queue, "[--json]", "list pending jobs in the order they are placed",
      "The pending jobs in the order the scheduler considered them in its last pass:\n"
      "highest score first. The score is the priority x 1000, plus the owner's fair\n"
@@ -699,8 +922,11 @@ const cli_cmd_t cli_job_cmds[] = {
      "           priority, fairshare, age}, start (seconds; reserved jobs only)\n"},
     {"job", "show", job_show, "ID [--json]",
      "show one job: fields, checkpoints and its events",
-     "Options:\n"
+     "ID is a job's id, or ARRAY[INDEX] for a task of a job array (12[3]).\n"
+     "\nOptions:\n"
      "  --json   print the job object with spec, checkpoints and events\n"},
-    {NULL, "cancel", cmd_cancel, "ID", "cancel a job; prints its new state", ""},
+    {NULL, "cancel", cmd_cancel, "ID", "cancel a job; prints its new state",
+     "ID is a job's id, or ARRAY[INDEX] for one task of a job array (12[3]). The id\n"
+     "of an array (12) cancels every task of it still pending or running.\n"},
     {0},
 };

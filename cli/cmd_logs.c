@@ -155,7 +155,8 @@ static int cmd_logs(cli_t *cli, int argc, char **argv)
                                          {0}};
     static const char *names[] = {"job ID"};
     int follow = 0, c;
-    long rank = -1, id;
+    long rank = -1;
+    int64_t id;
     const char *arg;
     while ((c = getopt_long(argc, argv, ":f", opts, NULL)) != -1) {
         if (c == 'f')
@@ -165,9 +166,11 @@ static int cmd_logs(cli_t *cli, int argc, char **argv)
         else if (c != 'r')
             return cli_bad_option(cli, c, argv);
     }
-    if (cli_positional(cli, argc, argv, 1, names, &arg) != 0 ||
-        cli_parse_long(cli, "job ID", arg, 1, LONG_MAX, &id) != 0)
+    if (cli_positional(cli, argc, argv, 1, names, &arg) != 0)
         return CLI_USAGE;
+    int rc = cli_job_id(cli, arg, &id); /* (12[3]: a task of an array) */
+    if (rc != CLI_OK)
+        return rc;
     return cli_stream_logs(cli, id, (int)rank, follow, NULL);
 }
 
@@ -259,7 +262,8 @@ static int cmd_events(cli_t *cli, int argc, char **argv)
 const cli_cmd_t cli_log_cmds[] = {
     {NULL, "logs", cmd_logs, "ID [-f] [--rank R]", "print a job's output",
      "The job's stdout goes to stdout, its stderr to stderr, in the order the\n"
-     "coordinator stored them, from every attempt.\n"
+     "coordinator stored them, from every attempt. ID may be ARRAY[INDEX], a task\n"
+     "of a job array (12[3]).\n"
      "\nOptions:\n"
      "  -f, --follow   keep printing new output until the job has ended\n"
      "  --rank R       only the output of rank R (default: every rank, each line\n"

@@ -8,6 +8,7 @@
 #include <sodium.h>
 
 #include "api.h"
+#include "arrays.h"
 #include "cred.h"
 #include "http.h"
 #include "deps.h"
@@ -400,13 +401,17 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                             "spec", spec_json, "spec_yaml", text, "submitted",
                             (json_int_t)br_now_ms(), "attempt", 1);
     br_job_t *added = NULL;
+    int64_t last = 0;
     int64_t id = spec->kind == BR_JOB_SERVICE
                      ? br_services_submit(c, job, spec->service.replicas, &err)
-                     : (added = br_jobs_add(c, job, &err)) ? added->id
-                                                           : -1;
+                 : spec->array.count
+                     ? br_arrays_submit(c, job, &spec->array, who->name, &last, &err)
+                 : (added = br_jobs_add(c, job, &err)) ? added->id
+                                                       : -1;
     json_decref(job);
     if (id >= 0 && spec->kind != BR_JOB_SERVICE) {
-        br_coord_event(c, id, NULL, "pending", "submitted by %s", who->name);
+        if (!spec->array.count) /* (a task's event says it was submitted) */
+            br_coord_event(c, id, NULL, "pending", "submitted by %s", who->name);
         if (spec->model.given)
             br_coord_event(c, id, NULL, "pending", "%s",
                            json_string_value(json_object_get(spec_json, "sizing")));
@@ -414,8 +419,17 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_decref(spec_json);
     if (id < 0)
         goto fail;
+    json_t *answer = json_pack("{s:I}", "id", (json_int_t)id);
+    if (spec->array.count) { /* the whole array in this one answer */
+        char range[BR_ARRAY_TEXT_MAX];
+        json_object_set_new(answer, "array",
+                            json_pack("{s:s, s:i, s:i, s:I, s:I}", "range",
+                                      br_array_range_text(&spec->array, range, sizeof(range)),
+                                      "count", spec->array.count, "max", spec->array.max,
+                                      "first", (json_int_t)id, "last", (json_int_t)last));
+    }
     br_spec_destroy(&spec);
-    br_api_ok(c, m, json_pack("{s:I}", "id", (json_int_t)id));
+    br_api_ok(c, m, answer);
     return;
 fail:
     br_spec_destroy(&spec);
@@ -457,6 +471,7 @@ void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
             continue;
         json_t *p = br_jobs_public(job);
         json_object_del(p, "spec");
+        br_arrays_annotate(job, p);
         if (br_services_is_replica(job)) /* (a service's list of replicas: job show) */
             br_services_annotate(c, job, p);
         json_array_append_new(out, p);
@@ -532,14 +547,33 @@ static json_t *visible_job(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
     return job;
 }
 
-/* The job named by a body {"id": n}, or NULL (answered). */
+/* The job named by a body {"id": n} or {"id": n, "index": i} (task i of array n),
+ * or NULL (answered). *index: i, or -1 when not given. */
 static json_t *named_job(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
-                         json_int_t *id)
+                         json_int_t *id, int *index)
 {
     br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:I}", "id", id) < 0) {
+    *index = -1;
+    if (br_msg_unpack(m, &err, "{s:I, s?i}", "id", id, "index", index) < 0) {
         br_api_fail(c, m, &err);
         return NULL;
+    }
+    if (*index < -1) {
+        br_errf(&err, EINVAL, "index: an array task's index is not negative");
+        br_api_fail(c, m, &err);
+        return NULL;
+    }
+    if (*index >= 0) { /* the array must be the caller's to see, then its task */
+        json_t *array = visible_job(c, m, who, *id);
+        if (!array)
+            return NULL; /* (answered) */
+        json_decref(array);
+        int64_t task = br_store_job_array_task(c->store, *id, *index, &err);
+        if (task < 0) {
+            br_api_fail(c, m, &err);
+            return NULL;
+        }
+        *id = task;
     }
     return visible_job(c, m, who, *id);
 }
@@ -547,10 +581,12 @@ static json_t *named_job(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
 void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_int_t id;
-    json_t *job = named_job(c, m, who, &id);
+    int index;
+    json_t *job = named_job(c, m, who, &id, &index);
     if (!job)
         return;
     json_t *p = br_jobs_public(job);
+    br_arrays_annotate(job, p);
     json_t *events = br_store_event_list(c->store, id, 0, 0, NULL);
     size_t i;
     json_t *e;
@@ -575,10 +611,26 @@ void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_int_t id;
+    int index;
     br_err_t err;
-    json_t *job = named_job(c, m, who, &id);
+    json_t *job = named_job(c, m, who, &id, &index);
     if (!job)
         return;
+    if (index < 0 && br_arrays_is_array(c, id)) { /* the whole array */
+        int n = br_arrays_cancel(c, id);
+        json_decref(job);
+        job = br_store_job_get(c->store, id, &err); /* its first task, as it is now */
+        if (!job) {
+            br_api_fail(c, m, &err);
+            return;
+        }
+        json_t *p = br_jobs_public(job);
+        br_arrays_annotate(job, p);
+        json_decref(job);
+        br_api_ok(c, m, json_pack("{s:o, s:{s:I, s:i}}", "job", p, "array", "id",
+                                  (json_int_t)id, "cancelled", n));
+        return;
+    }
     if (br_services_is_replica(job)) {
         br_errf(&err, EINVAL,
                 "job %lld is replica %lld of service %lld: scale the service (bramble "
@@ -599,7 +651,9 @@ void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_api_fail(c, m, &err);
         return;
     }
-    br_api_ok(c, m, json_pack("{s:o}", "job", br_jobs_public(job)));
+    json_t *p = br_jobs_public(job);
+    br_arrays_annotate(job, p);
+    br_api_ok(c, m, json_pack("{s:o}", "job", p));
     json_decref(job);
 }
 

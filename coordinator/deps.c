@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arrays.h"
 #include "jobs.h"
 #include "spec.h"
 
@@ -175,6 +176,11 @@ int br_deps_check(br_coord_t *c, const json_t *spec, int64_t owner_id, br_err_t 
         if (state < 0 || (owner_id && owner != owner_id)) /* as if it did not exist */
             return br_errf(err, EINVAL, "after[%zu]: no job %lld (of yours)", i,
                            (long long)id);
+        if (br_arrays_is_array(c, id)) /* (what "ok" means for many is not settled) */
+            return br_errf(err, ENOTSUP,
+                           "after[%zu]: job %lld is a job array: waiting on a whole array "
+                           "is not supported yet; wait on its tasks' own ids",
+                           i, (long long)id);
         if (judge(on, state, ran) == BR_AFTER_NEVER)
             return br_errf(err, EINVAL,
                            "after[%zu]: job %lld has already %s, so it can never %s", i,

@@ -173,6 +173,11 @@ br_job_t *br_job_from_row(const json_t *row, br_err_t *err)
     job->shape = json_dumps(res ? res : json_null(),
                             JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
     read_bookkeeping(job, row);
+    job->array_of = int_or(row, "array_of", 0);
+    job->array_index = job->array_of > 0 ? (int)int_or(row, "array_index", 0) : -1;
+    json_t *array = json_object_get(spec, "array");
+    job->array_count = (int)int_or(array, "count", 0);
+    job->array_max = (int)int_or(array, "max", 0);
     json_t *after = json_object_get(spec, "after");
     job->after = json_array_size(after) ? calloc(json_array_size(after), sizeof(br_after_t))
                                         : NULL;

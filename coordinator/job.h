@@ -90,6 +90,9 @@ typedef struct br_job {
      * CPU milliseconds, and its cost in millionths, charged up to wall ms charged
      * (0: it holds nothing) */
     int64_t gpu_ms, cpu_ms, cost_micros, charged;
+    int64_t array_of;    /* a job array's task: the array's id (its first task's); 0:
+                          * not in an array (arrays.h) */
+    int array_index;     /* its index; -1: not in an array */
     /* in memory only: attempt resume_attempt resumes from this older checkpoint,
      * the newest having no good copy (replicas.c); NULL: the newest */
     char *resume_from;
@@ -99,6 +102,8 @@ typedef struct br_job {
     int priority;
     int64_t time_limit; /* ms; 0: none */
     char *shape;        /* its resources as canonical JSON text: jobs alike to place */
+    int array_count;    /* the array's tasks in all (spec's array.count); 0: none */
+    int array_max;      /* at most so many of them placed at once; 0: no limit */
     br_after_t *after;  /* the jobs it waits for (deps.c keeps their state) */
     int nafter;
     /* a gang rank's failure held until every other rank's node has spoken since

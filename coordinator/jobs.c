@@ -182,6 +182,11 @@ static json_t *job_env(br_coord_t *c, br_job_t *job, int r)
         set_env(env, "BRAMBLE_JOB_NAME", "%s", job->name);
     }
     set_env(env, "BRAMBLE_ATTEMPT", "%d", job->attempt);
+    if (job->array_of > 0) { /* a task of a job array (arrays.h) */
+        set_env(env, "BRAMBLE_ARRAY_ID", "%lld", (long long)job->array_of);
+        set_env(env, "BRAMBLE_ARRAY_INDEX", "%d", job->array_index);
+        set_env(env, "BRAMBLE_ARRAY_COUNT", "%d", job->array_count);
+    }
     set_env(env, "BRAMBLE_NODE_NAME", "%s", job->ranks[r].node);
     set_env(env, "BRAMBLE_NODELIST", "%s", node_list(job, ",", nodes, sizeof(nodes)));
     set_env(env, "MASTER_ADDR", "%s", addr && *addr ? addr : "127.0.0.1");

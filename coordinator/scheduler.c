@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arrays.h"
 #include "jobs.h"
 #include "spec.h"
 #include "util.h"
@@ -534,6 +535,8 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
             d[i].reason = strdup(limit);
             continue;
         }
+        if (br_arrays_hold_back(in->arrays, job, d, i)) /* an array's "%N" */
+            continue;
         int in_gap = rv.active && job->time_limit > 0 &&
                      in->now_ms + job->time_limit <= rv.until_ms;
         plan_one(in, job, &d[i], on_heartbeat, memo_of(in_gap ? &gap : &book, job), &rv);
@@ -659,7 +662,8 @@ void br_sched_run(br_coord_t *c)
                         .netmap = c->netmap,
                         .now_ms = br_now_ms(),
                         .replicas = replicas ? replica_counts(c) : NULL,
-                        .usage = c->usage};
+                        .usage = c->usage,
+                        .arrays = br_arrays_pass_new(c->jobs, list, n)};
     if (c->usage)
         br_usage_standing(c->usage, c->jobs, in.now_ms);
     ends_t ends = {0}; /* the running ranks that end by their time limits */
@@ -705,5 +709,6 @@ void br_sched_run(br_coord_t *c)
     br_sched_decisions_free(d, n);
     json_decref(in.replicas);
     free(ends.v);
+    br_arrays_pass_destroy(&in.arrays);
     free(list);
 }

@@ -66,6 +66,9 @@ typedef struct {
     const br_sched_end_t *ends; /* the running ranks whose jobs have a time_limit,
                                    any order */
     size_t nends;
+    struct br_arrays_pass *arrays; /* running tasks of arrays with a "%N" limit
+                                      (arrays.h), kept up to date as tasks are
+                                      placed; NULL when no pending task has one */
 } br_sched_in_t;
 
 typedef enum { BR_SCHED_PLACE, BR_SCHED_WAIT, BR_SCHED_LATER } br_sched_verdict_t;

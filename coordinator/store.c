@@ -152,6 +152,11 @@ static const char *const migrations[] = {
     " cpu_ms INTEGER NOT NULL DEFAULT 0, cost_micros INTEGER NOT NULL DEFAULT 0,"
     " PRIMARY KEY (hour, principal)) WITHOUT ROWID;"
     "ALTER TABLE principals ADD COLUMN limits TEXT;",
+    /* 10: job arrays (docs/spec.md, "array"): each task is a job of its own with the
+     * array's id (its first task's) and its index; NULL for a job not in one */
+    "ALTER TABLE jobs ADD COLUMN array_of INTEGER;"
+    "ALTER TABLE jobs ADD COLUMN array_index INTEGER;"
+    "CREATE INDEX jobs_array ON jobs (array_of, array_index) WHERE array_of IS NOT NULL;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -160,7 +165,7 @@ static const char *const migrations[] = {
     "id, name, kind, state, attempt, owner, nodes, assign, submitted, started, " \
     "ended, exit_code, signal, reason, spec, owner_id, log_bytes, log_dropped, "  \
     "restarts, not_before, fresh_after, lost_at, exclude, placement, service, "  \
-    "replica, replicas, gpu_ms, cpu_ms, cost_micros, charged"
+    "replica, replicas, gpu_ms, cpu_ms, cost_micros, charged, array_of, array_index"
 /* Columns of a checkpoint row as ckpt_row reads them: the manifest's summary only. */
 #define CKPT_COLS                                                              \
     "path, step, attempt, node, size, time, json_extract(manifest, '$.hash')," \
@@ -221,6 +226,8 @@ enum {
     ST_JOB_LIST,
     ST_JOB_LIST_STATES,
     ST_JOB_ACTIVE,
+    ST_JOB_SET_ARRAY,
+    ST_JOB_ARRAY_TASK,
     ST_EVENT_ADD,
     ST_EVENT_SEEN,
     ST_EVENT_LIST,
@@ -319,10 +326,11 @@ static const char *const sql_text[ST_COUNT] = {
                    " state, attempt, nodes, assign, started, ended, exit_code, signal,"
                    " reason, restarts, not_before, fresh_after, lost_at, exclude,"
                    " placement, service, replica, replicas, gpu_ms, cpu_ms, cost_micros,"
-                   " charged, owner_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,"
-                   " coalesce(?8, 1), coalesce(?9, '[]'), ?10, ?11, ?12, ?13, ?14, ?15,"
-                   " coalesce(?16, 0), ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24,"
-                   " coalesce(?25, 0), coalesce(?26, 0), coalesce(?27, 0), ?28, ?29)",
+                   " charged, owner_id, array_of, array_index) VALUES (?1, ?2, ?3, ?4, ?5,"
+                   " ?6, ?7, coalesce(?8, 1), coalesce(?9, '[]'), ?10, ?11, ?12, ?13, ?14,"
+                   " ?15, coalesce(?16, 0), ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24,"
+                   " coalesce(?25, 0), coalesce(?26, 0), coalesce(?27, 0), ?28, ?29, ?30,"
+                   " ?31)",
     [ST_JOB_UPDATE] = "UPDATE jobs SET " UPD("state", 1, 2) ", " UPD("attempt", 3, 4)
                       ", " UPD("nodes", 5, 6) ", " UPD("assign", 7, 8) ", "
                       UPD("started", 9, 10) ", " UPD("ended", 11, 12) ", "
@@ -347,8 +355,12 @@ static const char *const sql_text[ST_COUNT] = {
                            " ('pending', 'starting', 'running')"
                            " UNION ALL SELECT id FROM jobs WHERE ended >= ?1)"
                            " ORDER BY id DESC LIMIT ?2) ORDER BY id",
-    [ST_JOB_ACTIVE] = "SELECT 1 FROM jobs WHERE name = ?1"
+    /* (an array's tasks are named NAME[i]; '\\' follows '[' in byte order) */
+    [ST_JOB_ACTIVE] = "SELECT 1 FROM jobs WHERE (name = ?1 OR (name > ?1 || '['"
+                      " AND name < ?1 || '\\'))"
                       " AND state IN ('pending', 'starting', 'running') LIMIT 1",
+    [ST_JOB_SET_ARRAY] = "UPDATE jobs SET array_of = ?2, array_index = ?3 WHERE id = ?1",
+    [ST_JOB_ARRAY_TASK] = "SELECT id FROM jobs WHERE array_of = ?1 AND array_index = ?2",
     [ST_EVENT_ADD] = "INSERT INTO events (time, job, node, state, reason)"
                      " VALUES (?1, ?2, ?3, ?4, ?5)",
     [ST_EVENT_SEEN] = "SELECT 1 FROM events WHERE job = ?1 AND reason = ?2 LIMIT 1",
@@ -432,6 +444,10 @@ static const jfield_t job_fields[] = {
     /* what it used (usage.c) */
     {"gpu_ms", F_INT},         {"cpu_ms", F_INT},          {"cost_micros", F_INT},
     {"charged", F_INT_NULL},
+};
+/* Optional at insert, never updated; ?29.. of ST_JOB_ADD, after job_fields. */
+static const jfield_t job_add_extra[] = {
+    {"owner_id", F_INT_NULL}, {"array_of", F_INT_NULL}, {"array_index", F_INT_NULL},
 };
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -1453,18 +1469,20 @@ static int bind_job_add(br_store_t *s, sqlite3_stmt *st, const json_t *job,
                        err))
             return -1;
     }
-    return bind_field(s, st, i, F_INT_NULL, json_object_get(job, "owner_id"), "add job",
-                      err) ? -1 : 0;
+    for (size_t f = 0; f < NFIELDS(job_add_extra); f++, i++)
+        if (bind_field(s, st, i, F_INT_NULL, json_object_get(job, job_add_extra[f].key),
+                       "add job", err))
+            return -1;
+    return 0;
 }
 
 int64_t br_store_job_add(br_store_t *s, const json_t *job, br_err_t *err)
 {
     if (!json_is_object(job))
         return br_errf(err, EINVAL, "a job must be a JSON object");
-    static const jfield_t owner_id = {"owner_id", F_INT_NULL};
     if (check_fields(job, job_add_fields, NFIELDS(job_add_fields), 1, err) < 0 ||
         check_fields(job, job_fields, NFIELDS(job_fields), 0, err) < 0 ||
-        check_fields(job, &owner_id, 1, 0, err) < 0)
+        check_fields(job, job_add_extra, NFIELDS(job_add_extra), 0, err) < 0)
         return -1;
     if (!json_object_get(job, "state"))
         return br_errf(err, EINVAL, "job field 'state' is missing");
@@ -1513,10 +1531,10 @@ static json_t *job_row(sqlite3_stmt *st, int with_yaml, br_err_t *err)
         "signal",      "reason",   "spec",       "owner_id",    "log_bytes", "log_dropped",
         "restarts",    "not_before", "fresh_after", "lost_at",  "exclude",   "placement",
         "service",     "replica",  "replicas",   "gpu_ms",      "cpu_ms",    "cost_micros",
-        "charged",     "spec_yaml",
+        "charged",     "array_of", "array_index", "spec_yaml",
     };
     json_t *o = json_object();
-    int bad = 0, n = with_yaml ? 32 : 31;
+    int bad = 0, n = with_yaml ? 34 : 33;
     for (int i = 0; i < n; i++) {
         json_t *v;
         if (i == 6 || i == 7 || i == 14 || i == 22)
@@ -1619,6 +1637,39 @@ int br_store_job_name_active(br_store_t *s, const char *name, br_err_t *err)
     int ret = rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : dberr(s, err, "find job");
     reset(st);
     return ret;
+}
+
+int br_store_job_set_array(br_store_t *s, int64_t id, int64_t array_of, int index,
+                           br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_JOB_SET_ARRAY];
+    if (sqlite3_bind_int64(st, 1, id) || sqlite3_bind_int64(st, 2, array_of) ||
+        sqlite3_bind_int(st, 3, index))
+        return binderr(s, st, "set job array", err);
+    if (run(s, st, "set job array", err) < 0)
+        return -1;
+    if (sqlite3_changes(s->db) == 0)
+        return br_errf(err, ENOENT, "no job %lld", (long long)id);
+    return 0;
+}
+
+int64_t br_store_job_array_task(br_store_t *s, int64_t array_of, int index, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_JOB_ARRAY_TASK];
+    if (sqlite3_bind_int64(st, 1, array_of) || sqlite3_bind_int(st, 2, index))
+        return binderr(s, st, "find array task", err);
+    int rc = sqlite3_step(st);
+    int64_t id = rc == SQLITE_ROW    ? sqlite3_column_int64(st, 0)
+                 : rc == SQLITE_DONE ? br_errf(err, ENOENT, "no job %lld[%d]",
+                                               (long long)array_of, index)
+                                     : dberr(s, err, "find array task");
+    reset(st);
+    return id;
+}
+
+int br_store_schema_version(void)
+{
+    return SCHEMA_VERSION;
 }
 
 /* --- events ------------------------------------------------------------------- */

@@ -141,7 +141,8 @@ json_t *br_store_node_list(br_store_t *s, br_err_t *err);
 /* --- jobs -------------------------------------------------------------------- */
 /* Insert a job. job is an object with "name", "kind", "state", "owner",
  * "spec" (object), "spec_yaml" (string), "submitted" (ms), and optional fields
- * below. Returns the new id (>0) or -1. */
+ * below, "owner_id", and "array_of" and "array_index" (a task of a job array: the
+ * array's id and the task's index). Returns the new id (>0) or -1. */
 int64_t br_store_job_add(br_store_t *s, const json_t *job, br_err_t *err);
 /* Update some fields of a job: any of "state", "attempt", "nodes" (array),
  * "assign" (any JSON), "started", "ended", "exit_code", "signal", "reason", and
@@ -153,7 +154,8 @@ int br_store_job_update(br_store_t *s, int64_t id, const json_t *fields, br_err_
 /* One job: {"id","name","kind","state","attempt","owner","nodes":[...],"assign",
  * "submitted","started","ended" (ms or null),"exit_code","signal","reason",
  * "spec","owner_id","log_bytes","log_dropped", the bookkeeping above (null when
- * unset, restarts 0), "spec_yaml"}. NULL with ENOENT when none. */
+ * unset, restarts 0), "array_of", "array_index" (null: not in an array),
+ * "spec_yaml"}. NULL with ENOENT when none. */
 json_t *br_store_job_get(br_store_t *s, int64_t id, br_err_t *err);
 /* Jobs ordered by id. states: NULL for all, else a NULL-terminated list of states
  * to include (e.g. {"pending","starting","running",NULL}). The objects are as
@@ -165,8 +167,17 @@ json_t *br_store_job_list(br_store_t *s, const char *const *states, int limit,
  * ended_since_ms, ordered by id: the newest limit of them (0: all). */
 json_t *br_store_job_list_recent(br_store_t *s, int64_t ended_since_ms, int limit,
                                  br_err_t *err);
-/* 1 if a job with this name is pending, starting or running, else 0 (-1 error). */
+/* 1 if a job with this name, or an array task of it (NAME[i]), is pending,
+ * starting or running, else 0 (-1 error). */
 int br_store_job_name_active(br_store_t *s, const char *name, br_err_t *err);
+/* Make job id a task of array array_of with this index (the array's first task,
+ * whose id the array takes, is stored before it knows it). */
+int br_store_job_set_array(br_store_t *s, int64_t id, int64_t array_of, int index,
+                           br_err_t *err);
+/* The id of task index of array array_of; -1 with ENOENT when none. */
+int64_t br_store_job_array_task(br_store_t *s, int64_t array_of, int index, br_err_t *err);
+/* The schema version this build writes (its count of migrations). */
+int br_store_schema_version(void);
 
 /* --- events: every state change, with time, reason and node -------------------- */
 /* job_id 0 = no job (a node event); node may be NULL. Returns the event id. */

@@ -20,7 +20,7 @@
 
 static const char *const top_keys[] = {
     "name",    "kind",     "command",    "workdir", "env",   "resources", "model", "checkpoint",
-    "restart", "priority", "time_limit", "service", "after", "progress", NULL};
+    "restart", "priority", "time_limit", "service", "after", "progress", "array", NULL};
 static const char *const after_keys[] = {"job", "on", NULL};
 static const char *const after_names[] = {"ok", "failed", "ended", "started", NULL};
 static const char *const resources_keys[] = {
@@ -839,6 +839,24 @@ static int check_after(const sect_t *top, br_spec_t *spec)
     return 0;
 }
 
+/* array: "0-99%8": one task per index (array.h). */
+static int check_array(const sect_t *top, br_spec_t *spec)
+{
+    const node_t *n;
+    br_err_t aerr = {0};
+    int rc = get_scalar(top, "array", "a range like 0-99%8", &n);
+    if (rc <= 0)
+        return rc;
+    if (br_array_parse(n->text, &spec->array, &aerr) < 0)
+        return spec_fail_at(top->err, n->line, "array: %s", aerr.text);
+    if (spec->kind == BR_JOB_SERVICE) {
+        spec->array.count = 0;
+        return spec_fail_at(top->err, n->line,
+                            "array: only for kind: train (a service has replicas)");
+    }
+    return 0;
+}
+
 static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
 {
     static const char *const kinds[] = {"train", "service", NULL};
@@ -854,7 +872,8 @@ static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
         check_restart(&top, spec) < 0 || check_progress(&top, spec) < 0 ||
         get_int(&top, "priority", -1000, 1000, &spec->priority) < 0 ||
         get_duration_or_none(&top, "time_limit", &spec->time_limit_ms) < 0 ||
-        check_service(&top, spec) < 0 || check_after(&top, spec) < 0)
+        check_service(&top, spec) < 0 || check_after(&top, spec) < 0 ||
+        check_array(&top, spec) < 0)
         return -1;
     return 0;
 }
@@ -1105,6 +1124,12 @@ json_t *br_spec_to_json(const br_spec_t *s)
         json_array_append_new(after, json_pack("{s:I, s:s}", "job", (json_int_t)s->after[i].job,
                                                "on", br_after_on_name(s->after[i].on)));
     json_object_set_new(j, "after", after);
+    char range[BR_ARRAY_TEXT_MAX];
+    if (s->array.count) /* (absent when not an array) */
+        json_object_set_new(j, "array",
+                            json_pack("{s:s, s:i, s:i}", "range",
+                                      br_array_range_text(&s->array, range, sizeof(range)),
+                                      "count", s->array.count, "max", s->array.max));
     json_object_set_new(j, "service", service_json(s));
     return j;
 }

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "array.h"
 #include "err.h"
 
 #define BR_SPEC_MAX_BYTES (256 * 1024) /* larger spec texts are refused */
@@ -85,6 +86,7 @@ typedef struct {
         br_after_on_t on;  /* default ok */
     } after[BR_SPEC_MAX_AFTER];
     int n_after;
+    br_array_t array;      /* array: one task per index; count 0: not an array */
     int priority;          /* default 0, -1000..1000 */
     int64_t time_limit_ms; /* 0 = none */
     struct {
@@ -108,8 +110,8 @@ void br_spec_destroy(br_spec_t **spec);
 
 /* The normalised spec as JSON, every default filled in, sizes in bytes, durations in
  * milliseconds (keys as in the YAML: name, kind, command, workdir, env, resources,
- * model, checkpoint, restart, progress ({"timeout": ms} or null), after, priority,
- * time_limit, service). New
+ * model, checkpoint, restart, progress ({"timeout": ms} or null), after, array
+ * ({"range", "count", "max"}; absent when not an array), priority, time_limit, service). New
  * reference. */
 json_t *br_spec_to_json(const br_spec_t *spec);
 
