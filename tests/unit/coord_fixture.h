@@ -53,6 +53,7 @@ static inline int fixture_open(coord_fixture_t *f, const char *test, int with_re
     br_err_t err;
     br_coord_t *c = &f->c;
     c->cfg.node_timeout_ms = 5000;
+    c->cfg.kill_grace_ms = 30000;
     c->store = br_store_open(path, &err);
     c->nodes = br_nodes_new();
     c->jobs = br_jobtab_new();

@@ -368,10 +368,31 @@ static void test_cancel_and_time_limit(void **state)
     n = rank0_node(c, j);
     br_jobs_started(c, t, 1, n, 0);
     j->started -= 10; /* ran for longer than its 1 ms */
-    br_jobs_check_limits(c);
+    fixture_drop_orders(c);
+    br_jobs_check_limits(c); /* SIGTERM, with the grace for SIGKILL */
+    assert_state(c, t, "running");
+    assert_int_equal(orders(c, "job.kill", n), 1);
+    assert_event(c, t, "time limit 1ms reached: SIGTERM sent, SIGKILL in 30s");
+    br_jobs_check_limits(c); /* (sent once) */
+    assert_int_equal(orders(c, "job.kill", n), 1);
+    br_jobs_exited(c, t, 1, n, -1, 15, "signal 15"); /* it stopped: failed, no restart */
     assert_state(c, t, "failed");
-    assert_event(c, t, "time limit");
+    assert_event(c, t, "time limit 1ms reached (signal 15)");
     assert_int_equal(w->a->cpus_used + w->b->cpus_used, 0);
+
+    /* an agent that reports no exit: killed once the grace and node_timeout passed */
+    int64_t deaf = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1}, "
+                             "\"time_limit\": 1}");
+    br_sched_run(c);
+    j = br_jobtab_find(c->jobs, deaf);
+    n = rank0_node(c, j);
+    br_jobs_started(c, deaf, 1, n, 0);
+    j->started -= 10;
+    br_jobs_check_limits(c);
+    j->stop.at_mono -= c->cfg.kill_grace_ms + c->cfg.node_timeout_ms + 1;
+    br_jobs_check_limits(c);
+    assert_state(c, deaf, "failed");
+    assert_event(c, deaf, "no exit reported after SIGTERM: killed");
     br_jobtab_sweep(c->jobs);
 }
 
