@@ -269,13 +269,16 @@ static int write_readme(const making_t *k, int students, br_err_t *err)
         "    cp %s.credential ~/.config/bramble/credential\n"
         "    chmod 600 ~/.config/bramble/credential\n"
         "\n"
+        "A job's name must differ from those of every active job on the cluster,\n"
+        "everyone's: put your name in yours (--set name=%s-train).\n"
+        "\n"
         "You see, follow (bramble logs ID) and cancel (bramble cancel ID) your own\n"
         "jobs only. bramble queue lists your pending jobs in the order they will be\n"
         "placed, with each one's score and the reason it waits; a student who used\n"
         "little lately goes first (fair share).\n"
         "\n"
         "Your limits (the same for every student): %s.\n",
-        k->klass, first, last, first, first, first, first, first,
+        k->klass, first, last, first, first, first, first, first, first,
         cli_limits_text(k->limits, lim, sizeof(lim)));
     static const struct {
         const char *key, *flag, *text;
