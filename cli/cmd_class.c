@@ -283,19 +283,20 @@ static int write_readme(const making_t *k, int students, br_err_t *err)
     static const struct {
         const char *key, *flag, *text;
     } says[] = {
-        {"max_gpus", "max-gpus", "GPUs your running jobs hold at once; a job that "
-                                 "needs more is refused"},
+        {"max_gpus", "max-gpus",
+         "GPUs your running jobs hold at once; a job that needs more is refused"},
         {"max_jobs", "max-jobs", "jobs running at once; more wait their turn"},
         {"max_pending", "max-pending", "jobs waiting at once; more are refused"},
-        {"gpu_hours_week", "gpu-hours-week", "GPU-hours in the last 7 days; then "
-                                             "GPU jobs wait"},
+        {"gpu_hours_week", "gpu-hours-week",
+         "GPU-hours in the last 7 days; then GPU jobs wait"},
         {"max_priority", "max-priority", "the highest priority your jobs may ask for"},
         {"share", "share", "your weight in fair share (1 unless set)"},
     };
     for (size_t i = 0; i < sizeof(says) / sizeof(says[0]); i++) {
         const json_t *v = json_object_get(k->limits, says[i].key);
         if (v)
-            fprintf(f, "  %s %g: %s\n", says[i].flag, json_number_value(v), says[i].text);
+            fprintf(f, "  %s %g: %s\n", says[i].flag, json_number_value(v),
+                    says[i].text);
     }
     if (fclose(f) != 0)
         return br_errf(err, errno, "%s: %s", path, strerror(errno));
@@ -314,6 +315,32 @@ static int make_dir(const cli_t *cli, const char *dir)
         return cli_fail(cli, "--out %s: not a folder", dir);
     if (access(dir, W_OK | X_OK) < 0)
         return cli_fail(cli, "--out %s: cannot write in it: %s", dir, strerror(errno));
+    return CLI_OK;
+}
+
+/* Every student was made: say so, and write the README. */
+static int made_all(cli_t *cli, const making_t *k, int students)
+{
+    char first[NAME_MAX_LEN + 1], last[NAME_MAX_LEN + 1], lim[300];
+    student_name(k, 0, first, sizeof(first));
+    student_name(k, students - 1, last, sizeof(last));
+    int one = students == 1;
+    printf("class %s: made %d student(s), %s%s%s; limits: %s\n", k->klass, students,
+           first, one ? "" : " .. ", one ? "" : last,
+           cli_limits_text(k->limits, lim, sizeof(lim)));
+    if (one)
+        printf("credential: %s/%s.credential (mode 0600), to give to the student\n",
+               k->dir, first);
+    else
+        printf("credentials: %s/%s.credential .. %s/%s.credential (mode 0600), one "
+               "to give to each student\n",
+               k->dir, first, k->dir, last);
+    br_err_t err;
+    if (write_readme(k, students, &err) < 0)
+        return cli_fail(cli, "the students were made, but README.txt could not be "
+                             "written: %s",
+                        err.text);
+    printf("for the students: %s/README.txt says how to use theirs\n", k->dir);
     return CLI_OK;
 }
 
@@ -398,8 +425,7 @@ static int class_create_with(cli_t *cli, int argc, char **argv, json_t *limits)
     const char *key;
     json_t *v;
     void *tmp;
-    json_object_foreach_safe(limits, tmp, key, v)
-    {
+    json_object_foreach_safe(limits, tmp, key, v) {
         if (json_is_null(v)) /* "none": a new user has no limit anyway */
             json_object_del(limits, key);
     }
@@ -431,31 +457,15 @@ static int class_create_with(cli_t *cli, int argc, char **argv, json_t *limits)
                     .limits = limits};
     /* the first alone: a refusal that would meet every student (a limit out of
      * range) is met once */
-    int rc = CLI_OK, failed = pipeline(cli, "user.add", 0, 1, make_body, made_one, k);
+    int rc, failed = pipeline(cli, "user.add", 0, 1, make_body, made_one, k);
     if (!failed)
         failed = pipeline(cli, "user.add", 1, (int)students, make_body, made_one, k);
-    br_err_t err;
-    char lim[300];
     if (failed) {
         if (k->failure[0])
             cli_err(cli, "%s", k->failure);
         rc = left_over(cli, klass, students);
     } else {
-        printf("class %s: made %ld student(s), %s-%0*d .. %s-%s; limits: %s\n", klass,
-               students, klass, width, 1, klass, last,
-               cli_limits_text(limits, lim, sizeof(lim)));
-        printf(
-            "credentials: %s/%s-%0*d.credential .. %s/%s-%s.credential (mode 0600), "
-            "one to give to each student\n",
-            dir, klass, width, 1, dir, klass, last);
-        if (write_readme(k, (int)students, &err) < 0)
-            rc =
-                cli_fail(cli,
-                         "the students were made, but README.txt could not be written: "
-                         "%s",
-                         err.text);
-        else
-            printf("for the students: %s/README.txt says how to use theirs\n", dir);
+        rc = made_all(cli, k, (int)students);
     }
     explicit_bzero(k, sizeof(*k));
     free(k);
