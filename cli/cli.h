@@ -177,6 +177,7 @@ extern const cli_cmd_t cli_node_cmds[];
 extern const cli_cmd_t cli_job_cmds[];
 extern const cli_cmd_t cli_log_cmds[];
 extern const cli_cmd_t cli_user_cmds[];
+extern const cli_cmd_t cli_class_cmds[];
 extern const cli_cmd_t cli_audit_cmds[];
 extern const cli_cmd_t cli_dashboard_cmds[];
 extern const cli_cmd_t cli_checkpoint_cmds[];

@@ -8,51 +8,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "limits.h"
+#include "usercred.h"
 #include "util.h"
-
-/* The limit options that user add and user set share. */
-#define LIMIT_OPTS                                                          \
-    {"max-gpus", required_argument, NULL, 'G'},                             \
-        {"max-jobs", required_argument, NULL, 'J'},                         \
-        {"max-pending", required_argument, NULL, 'P'},                      \
-        {"gpu-hours-week", required_argument, NULL, 'W'},                   \
-        {"max-priority", required_argument, NULL, 'R'},                     \
-        {"share", required_argument, NULL, 'S'}
-
-/* Option c (one of LIMIT_OPTS) with its value into limits: a number, or "none"
- * (null: the limit is lifted). 1 when c is not a limit option, -1 (said) on a bad
- * value, 0 when taken. */
-static int limit_opt(cli_t *cli, int c, const char *arg, json_t *limits)
-{
-    static const struct {
-        int c;
-        const char *flag, *key;
-        int real;
-    } opts[] = {{'G', "max-gpus", "max_gpus", 0},        {'J', "max-jobs", "max_jobs", 0},
-                {'P', "max-pending", "max_pending", 0},  {'W', "gpu-hours-week", "gpu_hours_week", 1},
-                {'R', "max-priority", "max_priority", 0}, {'S', "share", "share", 1}};
-    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
-        if (opts[i].c != c)
-            continue;
-        if (strcmp(arg, "none") == 0 && c != 'S') {
-            json_object_set_new(limits, opts[i].key, json_null());
-            return 0;
-        }
-        char *end;
-        errno = 0;
-        double v = strtod(arg, &end);
-        if (errno || end == arg || *end || (!opts[i].real && v != (double)(long long)v)) {
-            cli_usage(cli, "--%s '%s': expected %s%s", opts[i].flag, arg,
-                      opts[i].real ? "a number" : "a whole number",
-                      c == 'S' ? "" : " or none");
-            return -1;
-        }
-        json_object_set_new(limits, opts[i].key,
-                            opts[i].real ? json_real(v) : json_integer((json_int_t)v));
-        return 0;
-    }
-    return 1;
-}
 
 /* user add, with limits (an empty object) to fill from the options */
 static int user_add_with(cli_t *cli, int argc, char **argv, json_t *limits)
@@ -60,7 +18,7 @@ static int user_add_with(cli_t *cli, int argc, char **argv, json_t *limits)
     static const struct option opts[] = {{"out", required_argument, NULL, 'o'},
                                          {"endpoint", required_argument, NULL, 'e'},
                                          {"unix-user", required_argument, NULL, 'u'},
-                                         LIMIT_OPTS,
+                                         CLI_LIMIT_OPTS,
                                          {NULL, 0, NULL, 0}};
     static const char *names[] = {"user NAME"};
     const char *out = NULL, *name, *endpoint = NULL, *unix_user = NULL;
@@ -73,23 +31,22 @@ static int user_add_with(cli_t *cli, int argc, char **argv, json_t *limits)
             endpoint = optarg;
         else if (c == 'u')
             unix_user = optarg;
-        else if ((took = limit_opt(cli, c, optarg, limits)) != 0)
+        else if ((took = cli_limit_opt(cli, c, optarg, limits)) != 0)
             return took < 0 ? CLI_USAGE : cli_bad_option(cli, c, argv);
     }
     if (cli_positional(cli, argc, argv, 1, names, &name) != 0)
         return CLI_USAGE;
-    if (endpoint && (strncmp(endpoint, "tcp://", 6) != 0 || !strrchr(endpoint + 6, ':') ||
-                     strlen(endpoint) >= BR_ENDPOINT_MAX))
-        return cli_usage(cli, "--endpoint '%s': expected tcp://HOST:PORT", endpoint);
+    if (endpoint && cli_usercred_endpoint_ok(cli, endpoint) != 0)
+        return CLI_USAGE;
     if (!br_valid_name(name))
         return cli_usage(cli, "user name '%s': use lowercase letters, digits and '-'",
                          name);
     if (!cli_client(cli))
         return CLI_FAIL;
-    br_cred_t user = {0};
+    br_cred_t user;
     br_err_t err;
-    if (br_keypair(user.public_key, user.secret_key, &err) < 0)
-        return cli_fail(cli, "%s", err.text);
+    if (cli_usercred_new(cli, name, &user) < 0)
+        return CLI_FAIL;
     json_t *body = json_pack("{s:s, s:s}", "name", name, "public_key", user.public_key);
     if (unix_user)
         json_object_set_new(body, "unix_user", json_string(unix_user));
@@ -98,12 +55,7 @@ static int user_add_with(cli_t *cli, int argc, char **argv, json_t *limits)
     json_t *r = cli_call(cli, "user.add", body);
     if (!r)
         return CLI_FAIL;
-    br_strlcpy(user.name, name, sizeof(user.name));
-    const char *ep = json_string_value(json_object_get(r, "endpoint"));
-    br_strlcpy(user.endpoint, endpoint ? endpoint : ep ? ep : cli->cred.endpoint,
-               sizeof(user.endpoint));
-    br_strlcpy(user.server_public_key, cli->cred.server_public_key,
-               sizeof(user.server_public_key));
+    cli_usercred_finish(cli, &user, endpoint, r);
     json_decref(r);
     char path[CLI_PATH_MAX];
     snprintf(path, sizeof(path), "%s", out ? out : "");
@@ -127,15 +79,13 @@ static int user_add(cli_t *cli, int argc, char **argv)
     return rc;
 }
 
-static const char *limits_text(const json_t *limits, char *buf, size_t len);
-
 static void user_row(cli_table_t *t, const json_t *u)
 {
     char a[64], b[64], cr[64], lim[300];
     const char *row[] = {cli_fmt_value(json_object_get(u, "name"), a, sizeof(a)),
                          cli_fmt_value(json_object_get(u, "kind"), b, sizeof(b)),
                          cli_fmt_time(json_object_get(u, "created"), cr, sizeof(cr)),
-                         limits_text(json_object_get(u, "limits"), lim, sizeof(lim))};
+                         cli_limits_text(json_object_get(u, "limits"), lim, sizeof(lim))};
     cli_table_add(t, row);
 }
 
@@ -153,32 +103,13 @@ static int user_list(cli_t *cli, int argc, char **argv)
     return CLI_OK;
 }
 
-/* "max_gpus 2, share 3" of a limits object, or "none". */
-static const char *limits_text(const json_t *limits, char *buf, size_t len)
-{
-    size_t off = 0;
-    const char *k;
-    json_t *v;
-    buf[0] = '\0';
-    json_object_foreach((json_t *)limits, k, v) {
-        char key[32];
-        br_strlcpy(key, k, sizeof(key));
-        for (char *p = key; *p; p++)
-            *p = *p == '_' ? '-' : *p;
-        if (off < len)
-            off += (size_t)snprintf(buf + off, len - off, "%s%s %g", off ? ", " : "", key,
-                                    json_number_value(v));
-    }
-    return buf[0] ? buf : "none";
-}
-
 /* bramble user set NAME [--unix-user U | --no-unix-user] [limits], limits (an
  * empty object) to fill from the options */
 static int user_set_with(cli_t *cli, int argc, char **argv, json_t *limits)
 {
     static const struct option opts[] = {{"unix-user", required_argument, NULL, 'u'},
                                          {"no-unix-user", no_argument, NULL, 'n'},
-                                         LIMIT_OPTS,
+                                         CLI_LIMIT_OPTS,
                                          {NULL, 0, NULL, 0}};
     static const char *names[] = {"user NAME"};
     const char *name, *unix_user = NULL;
@@ -189,7 +120,7 @@ static int user_set_with(cli_t *cli, int argc, char **argv, json_t *limits)
             unix_user = optarg;
         else if (c == 'n')
             none = 1;
-        else if ((took = limit_opt(cli, c, optarg, limits)) != 0)
+        else if ((took = cli_limit_opt(cli, c, optarg, limits)) != 0)
             return took < 0 ? CLI_USAGE : cli_bad_option(cli, c, argv);
     }
     if (cli_positional(cli, argc, argv, 1, names, &name) != 0)
@@ -216,7 +147,7 @@ static int user_set_with(cli_t *cli, int argc, char **argv, json_t *limits)
     char text[300];
     if (json_object_size(limits))
         printf("user %s: limits %s\n", name,
-               limits_text(json_object_get(r, "limits"), text, sizeof(text)));
+               cli_limits_text(json_object_get(r, "limits"), text, sizeof(text)));
     json_decref(r);
     return CLI_OK;
 }

@@ -1,0 +1,27 @@
+/* usercred.h - a new user's credential, as user add and class create make it.
+ * The key pair is made here and only its public half goes to the coordinator
+ * (user.add), so a user's secret key never crosses the wire; once the
+ * coordinator took it, the credential is completed with the endpoint the user
+ * will reach it at and the coordinator's public key. */
+#ifndef BRAMBLE_CLI_USERCRED_H
+#define BRAMBLE_CLI_USERCRED_H
+
+#include <jansson.h>
+
+#include "cli.h"
+
+/* An --endpoint the user will reach the coordinator at: tcp://HOST:PORT. 0, or
+ * CLI_USAGE after saying what was wrong. */
+int cli_usercred_endpoint_ok(const cli_t *cli, const char *endpoint);
+
+/* A fresh key pair for user name in *cred (cleared first). 0, or -1 after
+ * printing the reason. */
+int cli_usercred_new(const cli_t *cli, const char *name, br_cred_t *cred);
+
+/* The rest of *cred once user.add answered reply: endpoint when given, else the
+ * one the coordinator advertises (reply's "endpoint"), else the one this CLI
+ * reached it at; and the coordinator's public key. */
+void cli_usercred_finish(const cli_t *cli, br_cred_t *cred, const char *endpoint,
+                         const json_t *reply);
+
+#endif
