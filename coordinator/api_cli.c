@@ -837,20 +837,14 @@ static int check_unix_user(const char *u, br_err_t *err)
                                          "([a-z_][a-z0-9_-]*, at most 32)", u);
 }
 
-/* A user's limits changed by change ({"max_gpus": 2, "share": null, ...}: null
- * drops a limit, an absent key keeps it): checked, stored, and the ledger read
- * again. The limits now into *now (new reference), or -1. */
-static int change_limits(br_coord_t *c, const char *name, const json_t *change, json_t **now,
-                         br_err_t *err)
+/* A user's limits as change ({"max_gpus": 2, "share": null, ...}: null drops a
+ * limit, an absent key keeps it) leaves them: checked, nothing stored. id 0: a
+ * user not made yet (no limits so far). New reference, or NULL. */
+static json_t *merge_limits(br_coord_t *c, int64_t id, const json_t *change, br_err_t *err)
 {
-    int64_t id;
     if (!json_is_object(change))
-        return br_errf(err, EINVAL, "limits must be an object");
-    if (br_store_principal_id(c->store, BR_PRINCIPAL_USER, name, &id, err) < 0)
-        return -1;
-    if (!id)
-        return br_errf(err, ENOENT, "no user '%s'", name);
-    const br_user_use_t *x = br_usage_user(c->usage, id);
+        return br_errp(err, EINVAL, "limits must be an object");
+    const br_user_use_t *x = id ? br_usage_user(c->usage, id) : NULL;
     br_limits_t lim;
     if (x)
         lim = x->lim;
@@ -865,13 +859,19 @@ static int change_limits(br_coord_t *c, const char *name, const json_t *change, 
         else
             json_object_set(merged, k, v);
     }
-    if (br_limits_parse(merged, &lim, err) < 0 ||
-        br_store_limits_set(c->store, BR_PRINCIPAL_USER, name, merged, err) < 0 ||
-        br_usage_load(c->usage, c->store, br_now_ms(), err) < 0) {
+    if (br_limits_parse(merged, &lim, err) < 0) {
         json_decref(merged);
-        return -1;
+        return NULL;
     }
-    *now = merged;
+    return merged;
+}
+
+/* Store user name's limits (merge_limits's) and read the ledger again. */
+static int store_limits(br_coord_t *c, const char *name, const json_t *limits, br_err_t *err)
+{
+    if (br_store_limits_set(c->store, BR_PRINCIPAL_USER, name, limits, err) < 0 ||
+        br_usage_load(c->usage, c->store, br_now_ms(), err) < 0)
+        return -1;
     br_coord_changed(c); /* a limit lifted may let a job start */
     return 0;
 }
@@ -910,11 +910,23 @@ void br_api_user_set(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
             br_errf(&err, EINVAL, "unix_user must be a string or null");
         goto fail;
     }
+    if (limits) { /* checked before anything is written */
+        int64_t id;
+        if (br_store_principal_id(c->store, BR_PRINCIPAL_USER, name, &id, &err) < 0)
+            goto fail;
+        if (!id) {
+            br_errf(&err, ENOENT, "no user '%s'", name);
+            goto fail;
+        }
+        if (!(now = merge_limits(c, id, limits, &err)))
+            goto fail;
+    }
     const char *u = json_string_value(unix_user);
-    if (unix_user && br_store_unix_user_set(c->store, name, u, &err) < 0)
+    if ((unix_user && br_store_unix_user_set(c->store, name, u, &err) < 0) ||
+        (now && store_limits(c, name, now, &err) < 0)) {
+        json_decref(now);
         goto fail;
-    if (limits && change_limits(c, name, limits, &now, &err) < 0)
-        goto fail;
+    }
     char text[300];
     if (unix_user)
         br_coord_event(c, 0, NULL, "user", "user %s set by %s: jobs run as %s%s", name,
@@ -967,12 +979,15 @@ void br_api_user_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_errf(&err, EEXIST, "that key is already in use");
         goto fail;
     }
+    if (limits && !(now = merge_limits(c, 0, limits, &err))) /* before anything is written */
+        goto fail;
     if (br_store_key_add(c->store, key, BR_PRINCIPAL_USER, name, &err) < 0 ||
-        (unix_user && br_store_unix_user_set(c->store, name, unix_user, &err) < 0))
+        (unix_user && br_store_unix_user_set(c->store, name, unix_user, &err) < 0) ||
+        (now ? store_limits(c, name, now, &err) < 0
+             : br_usage_load(c->usage, c->store, br_now_ms(), &err) < 0)) {
+        json_decref(now);
         goto fail;
-    if (limits ? change_limits(c, name, limits, &now, &err) < 0
-               : br_usage_load(c->usage, c->store, br_now_ms(), &err) < 0)
-        goto fail;
+    }
     char text[300];
     br_coord_event(c, 0, NULL, "user", "user %s added by %s%s%s; limits: %s", name,
                    who->name, unix_user ? "; jobs run as local account " : "",

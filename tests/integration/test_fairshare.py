@@ -154,6 +154,10 @@ def test_bad_limits_are_refused(make_cluster):
     rc, _, err = c.cli("user", "set", "nobody", "--max-jobs", "1", check=False)
     assert rc != 0 and "no user 'nobody'" in err, err
     assert c.cli_json("user", "list")[-1]["limits"] == {}
+    # a refusal writes nothing: no user is made
+    rc, _, err = c.cli("user", "add", "sid", "--share", "0", check=False)
+    assert rc != 0 and "share must be a number" in err, err
+    assert "sid" not in {u["name"] for u in c.cli_json("user", "list")}
 
 
 def test_backfill_short_jobs_go_before_a_reserved_gang(make_cluster):
