@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,8 @@
 
 static const char *const top_keys[] = {
     "name",    "kind",     "command",    "workdir", "env",   "resources", "model", "checkpoint",
-    "restart", "priority", "time_limit", "service", "after", "progress", "array", NULL};
+    "restart", "priority", "time_limit", "service", "after", "progress", "array",
+    "preemptible", "preempt", NULL};
 static const char *const after_keys[] = {"job", "on", NULL};
 static const char *const after_names[] = {"ok", "failed", "ended", "started", NULL};
 static const char *const resources_keys[] = {
@@ -31,6 +33,7 @@ static const char *const checkpoint_keys[] = {"dir",      "pattern", "complete_f
                                                "replicas", "keep",    NULL};
 static const char *const restart_keys[] = {"max", "on", NULL};
 static const char *const progress_keys[] = {"timeout", NULL};
+static const char *const preempt_keys[] = {"signal", "grace", NULL};
 static const char *const service_keys[] = {"replicas", "port", "health", NULL};
 static const char *const health_keys[] = {"http", "tcp", "interval", "grace", NULL};
 static const char *const free_keys[] = {NULL}; /* any key (env, labels) */
@@ -45,6 +48,7 @@ static const struct {
     {"checkpoint", checkpoint_keys},
     {"restart", restart_keys},
     {"progress", progress_keys},
+    {"preempt", preempt_keys},
     {"service", service_keys},
     {"service.health", health_keys},
     {"env", free_keys},
@@ -723,6 +727,43 @@ static int check_progress(const sect_t *top, br_spec_t *spec)
     return 0;
 }
 
+/* preemptible: bool (default: true when bramble watches the job's checkpoints) and
+ * preempt: {signal: USR1, grace: 120s}: how a job asked to make room saves its work
+ * first (docs/sharing.md). */
+static int check_preempt(const sect_t *top, br_spec_t *spec)
+{
+    static const char *const names[] = {"HUP", "INT", "QUIT", "USR1", "USR2", "TERM", NULL};
+    static const int numbers[] = {SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM};
+    int v = -1, rc = get_bool(top, "preemptible", &v);
+    if (rc < 0)
+        return -1;
+    spec->preemptible = rc > 0 ? v : spec->checkpoint.dir != NULL && spec->kind == BR_JOB_TRAIN;
+    if (spec->preemptible && spec->kind == BR_JOB_SERVICE)
+        return spec_fail_at(top->err, value_line(top, "preemptible"),
+                            "preemptible: only for kind: train");
+    sect_t p;
+    if ((rc = get_section(top, "preempt", "preempt", &p)) <= 0)
+        return rc;
+    const node_t *n;
+    if (check_keys(&p, preempt_keys) < 0 || (rc = get_scalar(&p, "signal", "a signal", &n)) < 0)
+        return -1;
+    if (rc > 0) {
+        const char *t = n->text + (strncmp(n->text, "SIG", 3) == 0 ? 3 : 0);
+        int i = spec_in_list(t, names);
+        if (i < 0)
+            return spec_fail_at(p.err, n->line, "preempt.signal: expected one of HUP, INT, "
+                                                "QUIT, USR1, USR2, TERM, got '%.40s'",
+                                n->text);
+        spec->preempt_signal = numbers[i];
+    }
+    if ((rc = get_duration(&p, "grace", &spec->preempt_grace_ms)) < 0)
+        return -1;
+    if (rc > 0 && spec->preempt_grace_ms > BR_SPEC_PREEMPT_GRACE_MAX_MS)
+        return spec_fail_at(p.err, value_line(&p, "grace"),
+                            "preempt.grace: at most 1h (it holds what a waiting job needs)");
+    return 0;
+}
+
 static int check_port(const sect_t *sv, br_spec_t *spec)
 {
     const char *what = "'auto' or a port number";
@@ -873,7 +914,7 @@ static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
         get_int(&top, "priority", -1000, 1000, &spec->priority) < 0 ||
         get_duration_or_none(&top, "time_limit", &spec->time_limit_ms) < 0 ||
         check_service(&top, spec) < 0 || check_after(&top, spec) < 0 ||
-        check_array(&top, spec) < 0)
+        check_array(&top, spec) < 0 || check_preempt(&top, spec) < 0)
         return -1;
     return 0;
 }
@@ -895,6 +936,8 @@ static br_spec_t *spec_new(void)
     s->restart.max = 3;
     s->restart.on_node_lost = 1;
     s->restart.on_hung = -1; /* until check_progress decides */
+    s->preempt_signal = SIGUSR1;
+    s->preempt_grace_ms = 120000;
     s->service.replicas = 1;
     s->service.port = BR_PORT_AUTO;
     s->service.health_interval_ms = 5000;
@@ -1119,6 +1162,9 @@ json_t *br_spec_to_json(const br_spec_t *s)
                             : json_null());
     json_object_set_new(j, "priority", json_integer(s->priority));
     json_object_set_new(j, "time_limit", json_integer(s->time_limit_ms));
+    json_object_set_new(j, "preemptible", json_boolean(s->preemptible));
+    json_object_set_new(j, "preempt", json_pack("{s:i, s:I}", "signal", s->preempt_signal,
+                                                "grace", (json_int_t)s->preempt_grace_ms));
     json_t *after = json_array();
     for (int i = 0; i < s->n_after; i++)
         json_array_append_new(after, json_pack("{s:I, s:s}", "job", (json_int_t)s->after[i].job,

@@ -35,6 +35,7 @@ typedef enum { BR_JOB_TRAIN = 0, BR_JOB_SERVICE = 1 } br_job_kind_t;
 #define BR_TASKS_GPUS 0 /* tasks_per_node: gpus (one process per GPU) */
 #define BR_MAX_TASKS_PER_NODE 64
 #define BR_PORT_AUTO 0  /* service.port: auto */
+#define BR_SPEC_PREEMPT_GRACE_MAX_MS 3600000
 #define BR_SPEC_PROGRESS_MIN_MS 1000 /* the shortest progress.timeout */
 
 typedef struct {
@@ -81,6 +82,9 @@ typedef struct {
         int on_hung;         /* default 1 when progress.timeout is set, else 0 */
     } restart;
     int64_t progress_timeout_ms; /* progress: {timeout}; 0 = no hang detection */
+    int preemptible;             /* may be asked to make room (docs/sharing.md) */
+    int preempt_signal;          /* preempt.signal: what it is sent first (SIGUSR1) */
+    int64_t preempt_grace_ms;    /* preempt.grace: then this long to checkpoint */
     struct {
         int64_t job;       /* a job id, >= 1 */
         br_after_on_t on;  /* default ok */

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,7 @@ static void test_defaults(void **state)
                 "\"arch\":[],\"gpu_model\":[],\"labels\":{},\"spread\":\"site\"},"
                 "\"model\":null,\"checkpoint\":null,\"restart\":{\"max\":3,"
                 "\"on\":[\"node_lost\"]},\"progress\":null,\"priority\":0,\"time_limit\":0,"
+                "\"preemptible\":false,\"preempt\":{\"signal\":10,\"grace\":120000},"
                 "\"service\":null,\"after\":[]}");
     br_spec_destroy(&s);
     assert_null(s);
@@ -170,7 +172,8 @@ static void test_example_train(void **state)
         "\"checkpoint-*\",\"complete_file\":\"trainer_state.json\","
         "\"replicas\":null,\"keep\":2},"
         "\"restart\":{\"max\":5,\"on\":[\"node_lost\",\"nonzero_exit\"]},"
-        "\"progress\":null,\"priority\":0,\"time_limit\":43200000,\"service\":null,\"after\":[]}");
+        "\"progress\":null,\"priority\":0,\"time_limit\":43200000,\"service\":null,\"after\":[],"
+        "\"preemptible\":true,\"preempt\":{\"signal\":10,\"grace\":120000}}");
     br_spec_destroy(&s);
     free(text);
 }
@@ -225,7 +228,32 @@ static void test_service(void **state)
                 "\"restart\":{\"max\":3,\"on\":[\"node_lost\"]},\"priority\":0,"
                 "\"progress\":null,\"time_limit\":0,\"service\":{\"replicas\":3,\"port\":8080,"
                 "\"health\":{\"tcp\":true},\"interval\":2000,\"grace\":60000},"
-                "\"after\":[]}");
+                "\"after\":[],\"preemptible\":false,"
+                "\"preempt\":{\"signal\":10,\"grace\":120000}}");
+    br_spec_destroy(&s);
+}
+
+/* preemptible follows the checkpoint section unless given; preempt's signal by
+ * name, with or without SIG. */
+static void test_preempt(void **state)
+{
+    (void)state;
+    br_spec_t *s = parse_ok("name: a\ncommand: run\ncheckpoint: {dir: /c}\n"
+                            "preempt: {signal: SIGTERM, grace: 30s}\n", NULL, 0);
+    assert_int_equal(s->preemptible, 1);
+    assert_int_equal(s->preempt_signal, SIGTERM);
+    assert_int_equal(s->preempt_grace_ms, 30000);
+    br_spec_destroy(&s);
+    s = parse_ok("name: a\ncommand: run\ncheckpoint: {dir: /c}\npreemptible: false\n", NULL,
+                 0);
+    assert_int_equal(s->preemptible, 0);
+    assert_int_equal(s->preempt_signal, SIGUSR1);
+    br_spec_destroy(&s);
+    s = parse_ok("name: a\ncommand: run\npreemptible: true\npreempt: {signal: USR2}\n", NULL,
+                 0);
+    assert_int_equal(s->preemptible, 1);
+    assert_int_equal(s->preempt_signal, SIGUSR2);
+    assert_int_equal(s->preempt_grace_ms, 120000);
     br_spec_destroy(&s);
 }
 
@@ -493,6 +521,16 @@ static const bad_case_t bad_cases[] = {
      "=line 5: unknown key 'when' in after[0]"},
     {"after twice", BASE "after: [{job: 3}, {job: 3, on: failed}]\n", {0},
      "=line 3: after[1]: job 3 is listed twice"},
+    {"preempt signal unknown", BASE "preempt: {signal: KILL}\n", {0},
+     "=line 3: preempt.signal: expected one of HUP, INT, QUIT, USR1, USR2, TERM, got 'KILL'"},
+    {"preempt grace too long", BASE "preempt:\n  grace: 2h\n", {0},
+     "=line 4: preempt.grace: at most 1h (it holds what a waiting job needs)"},
+    {"preempt unknown key", BASE "preempt: {signal: USR1, wait: 3s}\n", {0},
+     "=line 3: unknown key 'wait' in preempt"},
+    {"preemptible not a bool", BASE "preemptible: maybe\n", {0},
+     "=line 3: preemptible: expected true or false, got 'maybe'"},
+    {"preemptible service", "name: s\nkind: service\ncommand: run\npreemptible: true\n",
+     {0}, "=line 4: preemptible: only for kind: train"},
     {"time_limit too long",
      BASE "time_limit: 1e20d\n",
      {0},
@@ -1058,6 +1096,7 @@ int main(void)
         cmocka_unit_test(test_service),
         cmocka_unit_test(test_after),
         cmocka_unit_test(test_service_defaults),
+        cmocka_unit_test(test_preempt),
         cmocka_unit_test(test_nodelist),
         cmocka_unit_test(test_small_forms),
         cmocka_unit_test(test_env_scalars),
