@@ -29,6 +29,8 @@ void br_config_defaults(br_config_t *cfg)
     cfg->node_timeout_ms = 5000;
     cfg->half_life_ms = BR_DEFAULT_HALF_LIFE_MS;
     cfg->kill_grace_ms = 30000;
+    cfg->preempt_after_ms = 10 * 60 * 1000;
+    cfg->preempt_min_run_ms = 5 * 60 * 1000;
     cfg->grace_ms = -1; /* derived from node_timeout when not set */
     cfg->announce = -1;
     cfg->announce_port = BR_ANNOUNCE_PORT;

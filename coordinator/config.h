@@ -24,6 +24,8 @@ typedef struct {
     char http[64];            /* --http ADDR:PORT; "" as recorded, "off": none */
     int64_t half_life_ms;     /* fair share forgets half of what was used in this */
     int64_t kill_grace_ms;    /* asked to stop (time limit), SIGKILL after this */
+    int64_t preempt_after_ms; /* a job waiting this long may preempt (0: never) */
+    int64_t preempt_min_run_ms; /* a job runs this long before it can be preempted */
 } br_config_t;
 
 #define BR_DEFAULT_LOG_MAX_PER_JOB (64LL << 20)

@@ -2,6 +2,7 @@
 #include "job.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,6 +170,10 @@ br_job_t *br_job_from_row(const json_t *row, br_err_t *err)
     job->reason = dup_or_null(json_string_value(json_object_get(row, "reason")));
     job->priority = (int)int_or(spec, "priority", 0);
     job->time_limit = int_or(spec, "time_limit", 0);
+    job->preemptible = json_is_true(json_object_get(spec, "preemptible"));
+    json_t *pre = json_object_get(spec, "preempt");
+    job->preempt_signal = (int)int_or(pre, "signal", SIGUSR1);
+    job->preempt_grace = int_or(pre, "grace", 120000);
     json_t *res = json_object_get(spec, "resources");
     job->shape = json_dumps(res ? res : json_null(),
                             JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);

@@ -101,6 +101,9 @@ typedef struct br_job {
     /* from the spec, read once */
     int priority;
     int64_t time_limit; /* ms; 0: none */
+    int preemptible;      /* may be asked to make room for a higher job */
+    int preempt_signal;   /* ... with this signal first */
+    int64_t preempt_grace; /* ms it then has to write a checkpoint */
     char *shape;        /* its resources as canonical JSON text: jobs alike to place */
     int array_count;    /* the array's tasks in all (spec's array.count); 0: none */
     int array_max;      /* at most so many of them placed at once; 0: no limit */
@@ -115,12 +118,18 @@ typedef struct br_job {
         int64_t at_mono;  /* when it came */
         char why[300];
     } held;
-    /* in memory only: the attempt is being stopped on purpose (its time limit):
-     * since at_mono (0: not), SIGKILL after grace_ms; why says why */
+    /* in memory only: the attempt is being stopped on purpose, its time limit
+     * reached (it then fails) or preempted (it then waits to resume): since at_mono
+     * (0: not), SIGKILL after grace_ms; why says why; by: the job it makes room for */
     struct {
         int64_t at_mono, grace_ms;
+        int preempt;
+        int64_t by;
         char why[200];
     } stop;
+    int64_t preempted_at; /* wall ms it was last asked to make room (memory only) */
+    int64_t preempting;   /* monotonic ms until which the jobs stopping to make room
+                           * for this one may take (memory only; 0: none) */
     /* in memory only: its place in the last scheduling pass (1: considered first;
      * 0: none yet), its score there (fairshare.h) and its reservation */
     struct {

@@ -515,13 +515,20 @@ static void end_attempt(br_coord_t *c, br_job_t *job, br_node_t *n, const char *
                  others == 1 ? "" : "s");
     else
         snprintf(why, sizeof(why), "%s", reason ? reason : "");
-    if (job->stop.at_mono) { /* it was being stopped (time limit): that is its end */
+    if (job->stop.at_mono) { /* it was being stopped on purpose: that is its end */
         char was[900];
         snprintf(was, sizeof(was), "%s (%s)", job->stop.why,
                  !cause ? "it exited 0 when asked to stop" : why[0] ? why : cause);
         stop_ranks(c, job, n);
         set_exit(job, exit_code, signal, was);
-        br_job_post(c, job, BR_JOB_FAILED, node, "%s", was);
+        if (job->stop.preempt) { /* it waits to resume, from its newest checkpoint */
+            snprintf(text, sizeof(text), "%s; back to pending as attempt %d, to resume from "
+                                         "its newest checkpoint",
+                     was, attempt + 1);
+            requeue(c, job, node, NULL, 1, 0, 0, text);
+        } else {
+            br_job_post(c, job, BR_JOB_FAILED, node, "%s", was);
+        }
         return;
     }
     int lost = cause && strcmp(cause, "node_lost") == 0;
@@ -714,7 +721,56 @@ int br_jobs_checkpoint(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
     br_hook_arg_t a = {.job = job, .node = n, .reason = path, .step = step,
                        .manifest = manifest};
     br_hooks_run(c, c->hooks, BR_HOOK_CHECKPOINT, &a);
+    if (job->stop.at_mono && job->stop.preempt && br_job_state_live(job->state)) {
+        /* the checkpoint it was asked for: it may stop now, not at the grace's end */
+        stop_ranks(c, job, NULL);
+        br_coord_event(c, id, n->name, br_job_state_name(job->state),
+                       "checkpoint step %lld counted after it was asked to make room: "
+                       "stopping it", (long long)step);
+    }
     return 0;
+}
+
+void br_jobs_preempt(br_coord_t *c, br_job_t *job, br_job_t *const *victims, int n)
+{
+    int64_t longest = 0;
+    char names[300] = "", grace[32], sig[16];
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        br_job_t *v = victims[i];
+        br_node_t *at = rank_node(c, v, 0);
+        snprintf(v->stop.why, sizeof(v->stop.why),
+                 "preempted by job %lld (priority %d, over its %d)", (long long)job->id,
+                 job->priority, v->priority);
+        v->stop.at_mono = br_mono_ms();
+        v->stop.grace_ms = v->preempt_grace;
+        v->stop.preempt = 1;
+        v->stop.by = job->id;
+        v->preempted_at = br_now_ms();
+        signal_ranks(c, v, NULL, v->preempt_signal, v->preempt_grace);
+        snprintf(sig, sizeof(sig), "%d", v->preempt_signal);
+        br_coord_event(c, v->id, at ? at->name : NULL, "running",
+                       "%s: signal %s sent; it has %s to write a checkpoint, then it is "
+                       "stopped and resumes later",
+                       v->stop.why, sig,
+                       br_format_duration(v->preempt_grace, grace, sizeof(grace)));
+        if (v->preempt_grace > longest)
+            longest = v->preempt_grace;
+        if (off < sizeof(names))
+            off += (size_t)snprintf(names + off, sizeof(names) - off, "%s%lld",
+                                    off ? ", " : "", (long long)v->id);
+    }
+    /* no second round until these had their grace and time to report */
+    job->preempting = br_now_ms() + longest + c->cfg.node_timeout_ms;
+    char reason[400];
+    snprintf(reason, sizeof(reason), "waiting: job%s %s asked to make room (preempted, "
+                                     "they checkpoint first)",
+             n > 1 ? "s" : "", names);
+    br_job_set_reason(job, reason);
+    br_job_save(c, job);
+    br_coord_event(c, job->id, NULL, "pending", "preempting job%s %s to start: each gets "
+                                               "its own grace to write a checkpoint",
+                   n > 1 ? "s" : "", names);
 }
 
 int64_t br_jobs_fence_ms(const br_coord_t *c)
@@ -776,12 +832,23 @@ void br_jobs_check_limits(br_coord_t *c)
     br_job_t *job, *next;
     for (job = br_jobtab_first(c->jobs); job; job = next) {
         next = job->next; /* (a job that fails here leaves the table) */
+        if (job->stop.at_mono && br_job_state_live(job->state) &&
+            mono - job->stop.at_mono > job->stop.grace_ms + c->cfg.node_timeout_ms) {
+            /* no exit came back after the grace: its agent is gone or deaf; every
+             * rank is killed (no node is spared) */
+            char text[300];
+            snprintf(text, sizeof(text), "no exit reported after signal %d: killed",
+                     job->stop.preempt ? job->preempt_signal : SIGTERM);
+            end_attempt(c, job, NULL, "stopped", -1, -1, text, 0);
+            continue;
+        }
         if (job->state != BR_JOB_RUNNING || job->time_limit <= 0 || !job->started ||
             now - job->started < job->time_limit || job->service > 0)
             continue; /* (a service's replicas run until it is cancelled) */
         br_node_t *n = rank_node(c, job, 0);
         char limit_text[32], grace_text[32], text[300];
         if (!job->stop.at_mono) { /* SIGTERM now, SIGKILL after the grace */
+            job->stop.preempt = 0;
             snprintf(job->stop.why, sizeof(job->stop.why), "time limit %s reached",
                      br_format_duration(job->time_limit, limit_text, sizeof(limit_text)));
             job->stop.at_mono = mono;
@@ -793,13 +860,6 @@ void br_jobs_check_limits(br_coord_t *c)
             br_job_set_reason(job, text);
             br_job_save(c, job);
             br_coord_event(c, job->id, n ? n->name : NULL, "running", "%s", text);
-        } else if (mono - job->stop.at_mono > job->stop.grace_ms + c->cfg.node_timeout_ms) {
-            /* no exit came back after the grace: its agent is gone or deaf */
-            stop_ranks(c, job, NULL);
-            snprintf(text, sizeof(text), "%s (no exit reported after SIGTERM: killed)",
-                     job->stop.why);
-            br_job_set_reason(job, text);
-            br_job_post(c, job, BR_JOB_FAILED, n ? n->name : NULL, "%s", text);
         }
     }
 }

@@ -100,6 +100,14 @@ void br_jobs_node_gone(br_coord_t *c, br_node_t *n, const char *reason);
  * exit within the grace plus node_timeout gets a plain kill. */
 void br_jobs_check_limits(br_coord_t *c);
 
+/* Make room for job by preemption (scheduler.h): each of victims[0..n-1] gets its
+ * spec's preempt.signal and preempt.grace to write a checkpoint; once one is
+ * counted, or the grace is over, it is stopped and goes back to pending as its
+ * next attempt (no restart counted), to resume from its newest checkpoint. Events
+ * on both sides say who made room for whom; job waits meanwhile, and preempts no
+ * more until then. */
+void br_jobs_preempt(br_coord_t *c, br_job_t *job, br_job_t *const *victims, int n);
+
 /* Register the job core's own hooks (hooks.h): a lost or removed node's ranks
  * are over (br_jobs_node_gone); the time-limit sweep, once a second. */
 int br_jobs_init(br_coord_t *c);

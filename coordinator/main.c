@@ -21,7 +21,7 @@ static void usage(FILE *f)
             "                [--announce | --no-announce] [--announce-port %d]\n"
             "                [--teaching] [--log-max-per-job 64MiB] [--log-retention 30d]\n"
             "                [--http [ADDR:]PORT | --http off] [--fairshare-half-life 7d]\n"
-            "                [--kill-grace 30s]\n"
+            "                [--kill-grace 30s] [--preempt-after 10m] [--preempt-min-run 5m]\n"
             "\n"
             "init creates the coordinator key pair, the store (DIR/bramble.db) and the\n"
             "admin credential (DIR/admin.credential), and records the endpoints.\n"
@@ -36,7 +36,9 @@ static void usage(FILE *f)
             "jobs that ended longer ago than that (0: keep it).\n"
             "--fairshare-half-life: fair share forgets half of what a user used in this\n"
             "long (docs/sharing.md). --kill-grace: a job past its time_limit gets SIGTERM,\n"
-            "then SIGKILL this long after.\n"
+            "then SIGKILL this long after. --preempt-after: a job that waited this long\n"
+            "may ask running jobs of lower priority to checkpoint and make room (0: never);\n"
+            "--preempt-min-run: how long a job runs before it can be asked, again.\n"
             "--http serves GET /metrics (Prometheus text format) to holders of a token\n"
             "from `bramble token create --metrics`; off unless given, or recorded by\n"
             "`brambled init --http` (`--http off` turns a recorded one off). A bare port\n"
@@ -64,6 +66,8 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
         {"http", required_argument, NULL, 'W'},
         {"fairshare-half-life", required_argument, NULL, 'F'},
         {"kill-grace", required_argument, NULL, 'K'},
+        {"preempt-after", required_argument, NULL, 'E'},
+        {"preempt-min-run", required_argument, NULL, 'M'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int o;
@@ -120,8 +124,15 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
             }
             break;
         case 'K':
-            if (br_parse_duration(optarg, &cfg->kill_grace_ms, &err) < 0) {
-                fprintf(stderr, "brambled: --kill-grace %s\n", err.text);
+        case 'E':
+        case 'M':
+            if (br_parse_duration(optarg, o == 'K'   ? &cfg->kill_grace_ms
+                                          : o == 'E' ? &cfg->preempt_after_ms
+                                                     : &cfg->preempt_min_run_ms,
+                                  &err) < 0) {
+                fprintf(stderr, "brambled: --%s %s\n",
+                        o == 'K' ? "kill-grace" : o == 'E' ? "preempt-after" : "preempt-min-run",
+                        err.text);
                 return 2;
             }
             break;

@@ -504,6 +504,74 @@ static int reserve(const br_sched_in_t *in, br_job_t *job, ends_t *e, reserve_t 
     return 1;
 }
 
+/* Give back (sign -1) or take again (1) what a running job's ranks hold. */
+static void hold_job(const br_sched_in_t *in, br_job_t *job, int sign)
+{
+    for (int r = 0; r < job->nranks; r++)
+        if (job->ranks[r].state != BR_RANK_DONE)
+            br_node_hold(br_nodes_find(in->nodes, job->ranks[r].node), job->ranks[r].share,
+                         sign);
+}
+
+/* Would job fit now? Nothing is kept of the trial. */
+static int fits_now(const br_sched_in_t *in, br_job_t *job)
+{
+    br_node_t *nodes[BR_SCHED_RESERVE_MAX];
+    int count;
+    ends_t none = {0};
+    return fits_after(in, job, &none, 0, nodes, &count);
+}
+
+static int by_victim(const void *x, const void *y)
+{
+    const br_job_t *a = *(br_job_t *const *)x, *b = *(br_job_t *const *)y;
+    if (a->priority != b->priority)
+        return a->priority < b->priority ? -1 : 1;
+    if (a->started != b->started) /* the newest first: the least work lost */
+        return a->started > b->started ? -1 : 1;
+    return a->id > b->id ? -1 : a->id < b->id;
+}
+
+#define VICTIMS_MAX 256 /* running jobs weighed for one preemption */
+
+/* The fewest running jobs of lower priority whose room lets job start, into
+ * d->victims; 0 when none would do. The nodes' counters are left as they were. */
+static int choose_victims(const br_sched_in_t *in, br_job_t *job, br_sched_decision_t *d)
+{
+    br_job_t *cand[VICTIMS_MAX];
+    size_t nc = 0;
+    for (size_t i = 0; i < in->nvictims && nc < VICTIMS_MAX; i++)
+        if (in->victims[i]->priority < job->priority && in->victims[i] != job)
+            cand[nc++] = in->victims[i];
+    qsort(cand, nc, sizeof(*cand), by_victim);
+    size_t taken = 0;
+    int fits = 0;
+    while (taken < nc && !fits) { /* give back until it fits */
+        hold_job(in, cand[taken++], -1);
+        fits = fits_now(in, job);
+    }
+    if (fits) /* keep only those it needs: take each back that it fits without */
+        for (size_t i = taken - 1; i-- > 0;) {
+            hold_job(in, cand[i], 1);
+            if (fits_now(in, job))
+                cand[i] = NULL;
+            else
+                hold_job(in, cand[i], -1);
+        }
+    int count = 0;
+    for (size_t i = 0; i < taken; i++)
+        if (cand[i]) {
+            hold_job(in, cand[i], 1); /* as it was: they have not stopped yet */
+            count++;
+        }
+    if (!fits || !(d->victims = calloc((size_t)count, sizeof(*d->victims))))
+        return 0;
+    for (size_t i = 0; i < taken; i++)
+        if (cand[i])
+            d->victims[d->nvictims++] = cand[i];
+    return 1;
+}
+
 br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *jobs, size_t n,
                                    int *on_heartbeat)
 {
@@ -555,6 +623,14 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
             reserve_tried = 1; /* the highest job that fits nowhere, and it alone */
             if (reserve(in, job, &ends, &rv))
                 d[i].start_at = rv.until_ms;
+            int64_t may = job->submitted + in->preempt_after_ms;
+            if (job->preempting > may)
+                may = job->preempting; /* its last round's victims are still stopping */
+            int soon = d[i].start_at && d[i].start_at <= in->now_ms + in->preempt_after_ms;
+            if (in->preempt_after_ms > 0 && !soon && may <= in->now_ms)
+                choose_victims(in, job, &d[i]);
+            else if (in->preempt_after_ms > 0 && !soon)
+                d[i].preempt_at = may;
         }
     }
     free(ends.v);
@@ -577,6 +653,7 @@ void br_sched_decisions_free(br_sched_decision_t *d, size_t n)
         free(d[i].nodes);
         free(d[i].how);
         free(d[i].reason);
+        free(d[i].victims);
     }
     free(d);
 }
@@ -591,7 +668,7 @@ static void set_reason(br_coord_t *c, br_job_t *job, const char *reason)
 struct br_sched {
     int needed;       /* a pass is due at the end of the wake */
     int on_heartbeat; /* a job waits for nodes to be heard from: pass again then */
-    int64_t at;       /* wall ms when a restart backoff ends (0: none) */
+    int64_t at;       /* wall ms when a restart backoff ends, or a job may preempt (0) */
 };
 
 static void on_changed(br_coord_t *c, br_hook_arg_t *arg, void *ctx)
@@ -681,6 +758,26 @@ void br_sched_run(br_coord_t *c)
     in.backfill = 1;
     in.ends = ends.v;
     in.nends = ends.n;
+    /* the running jobs that may be asked to make room: preemptible, not stopping,
+     * run for the minimum since they started and since they last made room */
+    br_job_t **victims = NULL;
+    size_t nv = 0;
+    int64_t min_run = c->cfg.preempt_min_run_ms;
+    for (br_job_t *j = br_jobtab_first(c->jobs); c->cfg.preempt_after_ms > 0 && j;
+         j = j->next) {
+        if (j->state != BR_JOB_RUNNING || !j->preemptible || j->stop.at_mono ||
+            !j->started || in.now_ms - j->started < min_run ||
+            (j->preempted_at && in.now_ms - j->preempted_at < j->preempt_grace + min_run))
+            continue;
+        br_job_t **more = realloc(victims, (nv + 1) * sizeof(*victims));
+        if (!more)
+            break;
+        victims = more;
+        victims[nv++] = j;
+    }
+    in.preempt_after_ms = c->cfg.preempt_after_ms;
+    in.victims = victims;
+    in.nvictims = nv;
     br_sched_decision_t *d = br_sched_plan(&in, list, n, &s->on_heartbeat);
     for (size_t i = 0; d && i < n; i++) {
         br_job_t *job = d[i].job;
@@ -692,6 +789,10 @@ void br_sched_run(br_coord_t *c)
         job->queue.age = d[i].score.age;
         job->queue.total = d[i].score.total;
         job->queue.start_at = d[i].start_at;
+        if (d[i].nvictims) /* it makes room by preemption */
+            br_jobs_preempt(c, job, d[i].victims, d[i].nvictims);
+        if (d[i].preempt_at && (!s->at || d[i].preempt_at < s->at))
+            s->at = d[i].preempt_at; /* a pass then, to see whether it may preempt */
         switch (d[i].verdict) {
         case BR_SCHED_PLACE:
             br_jobs_place(c, d[i].job, d[i].nodes, d[i].assign, d[i].count,
@@ -709,6 +810,7 @@ void br_sched_run(br_coord_t *c)
     br_sched_decisions_free(d, n);
     json_decref(in.replicas);
     free(ends.v);
+    free(victims);
     br_arrays_pass_destroy(&in.arrays);
     free(list);
 }

@@ -63,6 +63,9 @@ typedef struct {
     br_usage_t *usage;   /* the users' standing (br_usage_standing done): fair share
                             and limits; NULL: priority, then age */
     int backfill;               /* make a reservation (below) */
+    int64_t preempt_after_ms;   /* preemption (below); 0: none */
+    br_job_t *const *victims;   /* running jobs that may be asked to make room */
+    size_t nvictims;
     const br_sched_end_t *ends; /* the running ranks whose jobs have a time_limit,
                                    any order */
     size_t nends;
@@ -86,6 +89,11 @@ typedef struct {
     int64_t start_at;     /* WAIT of the job the pass reserved nodes for: when it will
                              start at the latest, by the running jobs' time limits
                              (wall ms); else 0 */
+    br_job_t **victims;   /* WAIT of a job that preempts: the running jobs (of
+                             in->victims) to ask to make room for it; else NULL */
+    int nvictims;
+    int64_t preempt_at;   /* WAIT of the job that may preempt, not yet: when it may
+                             (wall ms), so that a pass comes then; else 0 */
 } br_sched_decision_t;
 
 /* The planner: every pending job (jobs[0..n-1], any order) gets a decision, in
@@ -97,8 +105,16 @@ typedef struct {
  * time (its decision's start_at). A later job may then use those nodes only if its
  * own time_limit ends before that time; a job without a time_limit never does.
  * When no number of ended ranks makes it fit (a rank without a time limit is in the
- * way), there is no reservation. It reads nothing but its arguments and
- * writes nothing but the decisions, the nodes' held counters (each placement is
+ * way), there is no reservation.
+ *
+ * Preemption: when that job has waited preempt_after_ms and its reservation (if
+ * any) is not due within that long either, the planner picks running jobs of
+ * in->victims with a lower priority whose room would let it start: the lowest
+ * priority first, then the most recently started (the least work since its last
+ * checkpoint, as a rule), then drops those that turn out not to be needed. Its
+ * decision names them (victims); nothing is given back yet: they stop first.
+ *
+ * It reads nothing but its arguments and writes nothing but the decisions, the nodes' held counters (each placement is
  * reserved with br_node_hold, so that later jobs see it taken) and in->replicas.
  * *on_heartbeat: a gang waits to hear from a node again. NULL when out of memory. */
 br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *jobs, size_t n,

@@ -368,6 +368,59 @@ static void test_backfill_reservation(void **state)
     json_decref(held);
 }
 
+/* Preemption: a job that waited long enough picks the fewest running jobs of lower
+ * priority to make room: the lowest priority, then the newest; never its equals. */
+static void test_preemption_picks_victims(void **state)
+{
+    world_t *w = *state;
+    br_node_t *a = node(w->nodes, "a", 4, 16, 2, 24, "ready");
+    /* two running jobs hold a's GPUs: 7 (priority 0, older) and 8 (priority 0,
+     * newer); 9 (priority 5) holds nothing */
+    add(w, job(7, 0, "{\"gpus\": 1, \"cpus\": 1, \"nodes\": 1}"));
+    add(w, job(8, 0, "{\"gpus\": 1, \"cpus\": 1, \"nodes\": 1}"));
+    json_t *share[2] = {json_pack("{s:i, s:I, s:[i]}", "cpus", 1, "memory", (json_int_t)0,
+                                  "gpus", 0),
+                        json_pack("{s:i, s:I, s:[i]}", "cpus", 1, "memory", (json_int_t)0,
+                                  "gpus", 1)};
+    const char *names[] = {"a"};
+    for (int k = 0; k < 2; k++) {
+        br_job_t *r = w->jobs[k];
+        assert_int_equal(br_job_set_ranks(r, names, &share[k], 1), 0);
+        r->state = BR_JOB_RUNNING;
+        r->started = 1000 + k;
+        br_node_hold(a, share[k], 1);
+        json_decref(share[k]);
+    }
+    br_job_t *running[] = {w->jobs[0], w->jobs[1]};
+    w->n = 2; /* (they are not pending) */
+    add(w, job(9, 5, "{\"gpus\": 1, \"cpus\": 1, \"nodes\": 1}"));
+    w->jobs[2]->submitted = 0;
+    br_sched_in_t in = {.nodes = w->nodes, .netmap = w->netmap, .now_ms = 5000,
+                        .backfill = 1, .preempt_after_ms = 1000, .victims = running,
+                        .nvictims = 2};
+    int hb;
+    br_sched_decision_t *d = br_sched_plan(&in, &w->jobs[2], 1, &hb);
+    assert_int_equal(d[0].verdict, BR_SCHED_WAIT);
+    assert_int_equal(d[0].nvictims, 1);
+    assert_int_equal(d[0].victims[0]->id, 8); /* the newest: the least work lost */
+    assert_int_equal(a->gpu_jobs[0] + a->gpu_jobs[1], 2); /* nothing given back yet */
+    br_sched_decisions_free(d, 1);
+    /* not yet waited long enough: no victims, and when it may */
+    w->jobs[2]->submitted = 4500;
+    d = br_sched_plan(&in, &w->jobs[2], 1, &hb);
+    assert_int_equal(d[0].nvictims, 0);
+    assert_int_equal(d[0].preempt_at, 5500);
+    br_sched_decisions_free(d, 1);
+    /* its equals are never asked */
+    w->jobs[2]->submitted = 0;
+    w->jobs[2]->priority = 0;
+    d = br_sched_plan(&in, &w->jobs[2], 1, &hb);
+    assert_int_equal(d[0].nvictims, 0);
+    br_sched_decisions_free(d, 1);
+    for (int k = 0; k < 2; k++)
+        br_job_set_ranks(w->jobs[k], NULL, NULL, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +435,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_alike_jobs_share_the_pass, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gang_on_many_nodes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backfill_reservation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_preemption_picks_victims, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
