@@ -425,7 +425,12 @@ static void job_row(cli_table_t *t, const json_t *job)
         end_reason(job, why, sizeof(why));
     else
         br_strlcpy(why, "-", sizeof(why));
-    const char *cells[] = {id, name, state, attempt, nodes, sub, why};
+    char cost[32] = "-"; /* so far, as charged (docs/sharing.md); "-": nothing */
+    double so_far = json_number_value(json_object_get(json_object_get(job, "usage"), "cost"));
+    if (so_far > 0) /* four digits of a small cost, cents of a larger one */
+        snprintf(cost, sizeof(cost), so_far >= 100 ? "%.0f" : so_far >= 1 ? "%.2f" : "%.4f",
+                 so_far);
+    const char *cells[] = {id, name, state, attempt, nodes, sub, cost, why};
     cli_table_add(t, cells);
 }
 
@@ -441,6 +446,7 @@ typedef struct {
     int *index;  /* the indices seen */
     size_t n, cap;
     int count[FOLD_STATES];
+    double cost; /* its tasks' */
 } fold_t;
 
 static int by_int(const void *x, const void *y)
@@ -490,6 +496,7 @@ static void fold_add(fold_t *f, const json_t *task)
     const char *state = json_string_value(json_object_get(task, "state"));
     for (int s = 0; state && s < FOLD_STATES; s++)
         f->count[s] += strcmp(state, fold_states[s]) == 0;
+    f->cost += json_number_value(json_object_get(json_object_get(task, "usage"), "cost"));
     if (f->n == f->cap) {
         size_t cap = f->cap ? 2 * f->cap : 16;
         int *more = realloc(f->index, cap * sizeof(*more));
@@ -542,6 +549,7 @@ static json_t *fold_arrays(const json_t *jobs)
         fold_counts(&folds[k], counts, sizeof(counts));
         json_object_set_new(folds[k].row, "id", json_string(label));
         json_object_set_new(folds[k].row, "state", json_string(counts));
+        json_object_set_new(folds[k].row, "usage", json_pack("{s:f}", "cost", folds[k].cost));
         json_decref(folds[k].row);
         free(folds[k].index);
     }
@@ -565,10 +573,10 @@ static int cmd_jobs(cli_t *cli, int argc, char **argv)
     json_t *r = cli_call(cli, "job.list", json_pack("{s:b}", "all", all));
     if (!r)
         return CLI_FAIL;
-    static const char *head[] = {"ID",    "NAME",      "STATE",      "ATTEMPT",
-                                 "NODES", "SUBMITTED", "REASON/EXIT"};
+    static const char *head[] = {"ID",        "NAME", "STATE",      "ATTEMPT", "NODES",
+                                 "SUBMITTED", "COST", "REASON/EXIT"};
     json_t *rows = json ? NULL : fold_arrays(json_object_get(r, "jobs"));
-    cli_print_list(json ? json_object_get(r, "jobs") : rows, json, 7, head, job_row);
+    cli_print_list(json ? json_object_get(r, "jobs") : rows, json, 8, head, job_row);
     json_decref(rows);
     json_decref(r);
     return CLI_OK;

@@ -130,6 +130,10 @@ def test_limits_refuse_or_hold_back_and_say_which(make_cluster):
     assert use["cost"] == pytest.approx(3.6 * 0.5 * use["gpu_hours"], abs=2e-6), use
     _, out, _ = c.cli("job", "show", first)
     assert "GPU-hours" in out and "cost" in out, out
+    _, table, _ = c.cli("jobs")
+    assert table.splitlines()[0].split()[6] == "COST", table
+    row = next(ln for ln in table.splitlines() if ln.split()[0] == str(first))
+    assert f" {use['cost']:.4f} " in row, (row, use)  # (a cost under 1: four digits)
 
     # gpu-hours-week: used up, GPU jobs wait and CPU jobs still run
     c.cli("user", "set", "quinn", "--gpu-hours-week", "0.0001")
