@@ -192,15 +192,22 @@ function newestStep(job) {
   return best;
 }
 
+// What a job cost so far, as charged (docs/sharing.md), or "–": as bramble jobs shows it.
+function costSoFar(j) {
+  const c = j.usage && typeof j.usage.cost === "number" ? j.usage.cost : 0;
+  return c > 0 ? c.toFixed(c >= 100 ? 0 : c >= 1 ? 2 : 4) : "–";
+}
+
 function jobsTable(jobs) {
-  const head = ["ID", "Name", "State", "Owner", "Nodes", "Attempt", "Checkpoint"];
+  const head = ["ID", "Name", "State", "Owner", "Nodes", "Attempt", "Checkpoint", "Cost"];
   return el("div", {class: "table"}, el("table", {id: "jobs"},
     el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))),
     el("tbody", {}, ...jobs.map((j) => el("tr", {"data-job": j.id},
       el("td", {}, el("a", {href: "/job/" + j.id}, String(j.id))),
       el("td", {}, j.name), el("td", {}, state(j.state)), el("td", {}, j.owner || ""),
       el("td", {}, (j.nodes || []).join(", ")), el("td", {}, String(j.attempt)),
-      el("td", {}, steps[j.id] === undefined || steps[j.id] === null ? "–" : "step " + steps[j.id]))))));
+      el("td", {}, steps[j.id] === undefined || steps[j.id] === null ? "–" : "step " + steps[j.id]),
+      el("td", {}, costSoFar(j)))))));
 }
 
 function eventLine(e) {
@@ -318,6 +325,7 @@ async function jobPage(me, id) {
       el("h3", {}, "Job " + j.id + ": " + j.name, state(j.state), cancel),
       el("div", {class: "kv"}, ["owner " + (j.owner || "?"), "attempt " + j.attempt,
         "nodes " + ((j.nodes || []).join(", ") || "–"), j.kind,
+        costSoFar(j) === "–" ? "" : "cost so far " + costSoFar(j),
         j.exit_code === null || j.exit_code === undefined ? "" : "exit " + j.exit_code]
         .filter(Boolean).join(" · ")));
     timeline.replaceChildren(...(j.events || []).map(timelineItem));

@@ -434,6 +434,8 @@ def test_browser_nodes_jobs_and_a_node_lost(make_cluster, browser, tmp_path):
              what="the node's cost per hour and power")
     wait_for(lambda: "step" in text_of(d, f'#jobs tr[data-job="{jid}"]'), timeout=60,
              what="the job's newest checkpoint step in the list")
+    assert text_of(d, "#jobs thead").split() == ["ID", "Name", "State", "Owner", "Nodes",
+                                                 "Attempt", "Checkpoint", "Cost"]
     assert "node-1" in text_of(d, "#events") or "running" in text_of(d, "#events")
     # the coordinator keeps each GPU's last hour for the sparklines (15 s slots)
     cookie = d.get_cookie("bramble_session")["value"]
