@@ -601,7 +601,7 @@ static void queue_row(cli_table_t *t, const json_t *job)
     cli_fmt_value(json_object_get(job, "reason"), why, sizeof(why));
     char start[40] = "-", in[32];
     const json_t *at = json_object_get(job, "start");
-    if (json_is_number(at)) { /* reserved: by then at the latest */
+    if (json_is_number(at)) { /* estimated: by then at the latest */
         int64_t ms = (int64_t)(json_number_value(at) * 1000) - br_now_ms();
         snprintf(start, sizeof(start), "in %s", br_format_duration(ms > 0 ? ms : 0, in, sizeof(in)));
     }
@@ -922,12 +922,13 @@ const cli_cmd_t cli_job_cmds[] = {
      "share (0-1000: 1000 for someone who used nothing lately), plus the age (a point\n"
      "per 10 minutes waited, at most 500); docs/sharing.md. Table columns: POS ID\n"
      "NAME OWNER PRIORITY SCORE FAIRSHARE AGE WAITED START REASON (POS is the place\n"
-     "in the whole queue; START, for the job that nodes are reserved for, when it\n"
-     "starts at the latest; a user sees only their own jobs).\n"
+     "in the whole queue; START when it starts at the latest if the jobs before it run\n"
+     "to their time limits, - when no time can be told; a user sees only their own\n"
+     "jobs).\n"
      "\nOptions:\n"
      "  --json   print the array of entries: position, id, name, owner, priority,\n"
      "           attempt, submitted, waited (seconds), reason, score {total,\n"
-     "           priority, fairshare, age}, start (seconds; reserved jobs only)\n"},
+     "           priority, fairshare, age}, start (seconds, when estimated)\n"},
     {"job", "show", job_show, "ID [--json]",
      "show one job: fields, checkpoints and its events",
      "ID is a job's id, or ARRAY[INDEX] for a task of a job array (12[3]).\n"

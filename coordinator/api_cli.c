@@ -480,6 +480,8 @@ void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_api_ok(c, m, json_pack("{s:o}", "jobs", out));
 }
 
+#define BR_QUEUE_ESTIMATED 200 /* the first pending jobs given an estimated start */
+
 /* By their places in the last scheduling pass; those it has not seen yet last. */
 static int by_place(const void *x, const void *y)
 {
@@ -506,6 +508,11 @@ void br_api_job_queue(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     qsort(list, n, sizeof(*list), by_place);
+    /* when the first of them start at the latest, as the time limits tell */
+    size_t ne = n < BR_QUEUE_ESTIMATED ? n : BR_QUEUE_ESTIMATED;
+    int64_t *start = calloc(ne ? ne : 1, sizeof(*start));
+    if (start)
+        br_sched_estimate(c, list, ne, start);
     json_t *out = json_array();
     int64_t now = br_now_ms();
     for (size_t i = 0; i < n; i++) {
@@ -522,10 +529,12 @@ void br_api_job_queue(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                            "score", "total", j->queue.total, "priority",
                            j->queue.priority, "fairshare", j->queue.fairshare, "age",
                            j->queue.age));
-        if (j->queue.start_at) /* reserved: it starts by then (backfill) */
+        int64_t at = start && i < ne && start[i] ? start[i] : j->queue.start_at;
+        if (at) /* by then at the latest */
             json_object_set_new(json_array_get(out, json_array_size(out) - 1), "start",
-                                json_real((double)j->queue.start_at / 1000.0));
+                                json_real((double)at / 1000.0));
     }
+    free(start);
     free(list);
     br_api_ok(c, m, json_pack("{s:o, s:I}", "jobs", out, "pending", (json_int_t)n));
 }

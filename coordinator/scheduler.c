@@ -722,6 +722,82 @@ void br_sched_wake(br_coord_t *c)
     }
 }
 
+/* The running ranks that end by their jobs' time limits. */
+static ends_t running_ends(br_coord_t *c, int64_t now)
+{
+    ends_t ends = {0};
+    for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next) {
+        if (!br_job_state_live(j->state) || j->time_limit <= 0)
+            continue;
+        int64_t end = (j->started ? j->started : now) + j->time_limit;
+        for (int r = 0; r < j->nranks; r++) {
+            br_node_t *at = br_nodes_find(c->nodes, j->ranks[r].node);
+            if (at && j->ranks[r].state != BR_RANK_DONE &&
+                ends_add(&ends, at, j->ranks[r].share, end < now ? now : end) < 0)
+                return ends;
+        }
+    }
+    return ends;
+}
+
+/* A placement the estimate made, to give back afterwards. */
+typedef struct {
+    br_sched_decision_t d;
+    int64_t end_ms; /* 0: no time limit */
+} guess_t;
+
+void br_sched_estimate(br_coord_t *c, br_job_t *const *queue, size_t n, int64_t *start)
+{
+    int64_t now = br_now_ms();
+    ends_t ends = running_ends(c, now);
+    guess_t *g = calloc(n ? n : 1, sizeof(*g));
+    br_sched_in_t in = {.nodes = c->nodes, .netmap = c->netmap, .now_ms = now};
+    for (size_t i = 0; i < n; i++)
+        start[i] = 0;
+    size_t placed = 0, freed = 0, events = 0;
+    while (g && placed < n && events++ < BR_SCHED_ESTIMATE_EVENTS) {
+        /* the next time something ends: a running rank, or a job placed before */
+        if (freed == ends.n)
+            break; /* nothing ends by a time limit: no later start can be told */
+        qsort(ends.v + freed, ends.n - freed, sizeof(*ends.v), by_end);
+        int64_t t = ends.v[freed].end_ms;
+        for (; freed < ends.n && ends.v[freed].end_ms <= t; freed++)
+            br_node_hold(ends.v[freed].node, ends.v[freed].share, -1);
+        for (size_t i = 0; i < n; i++) { /* then the queue, in its order, as a pass would */
+            br_job_t *job = queue[i];
+            if (start[i] || br_job_waits_for(job) || job->not_before > t)
+                continue;
+            int hb = 0;
+            br_sched_decision_t d = {0};
+            plan_scan(&in, job, &d, &hb, NULL, NULL, NULL);
+            if (d.verdict != BR_SCHED_PLACE) {
+                free(d.reason);
+                continue;
+            }
+            start[i] = t;
+            placed++;
+            g[i].d = d;
+            for (int r = 0; r < d.count && job->time_limit > 0; r++)
+                ends_add(&ends, d.nodes[r], d.assign[r], t + job->time_limit);
+        }
+    }
+    /* everything back as it was */
+    for (size_t k = 0; k < freed; k++)
+        br_node_hold(ends.v[k].node, ends.v[k].share, 1);
+    for (size_t i = 0; g && i < n; i++) {
+        for (int r = 0; r < g[i].d.count; r++)
+            br_node_hold(g[i].d.nodes[r], g[i].d.assign[r], -1);
+        for (int r = 0; r < g[i].d.count; r++)
+            json_decref(g[i].d.assign[r]);
+        free(g[i].d.assign);
+        free(g[i].d.nodes);
+        free(g[i].d.how);
+        free(g[i].d.reason);
+    }
+    free(g);
+    free(ends.v);
+}
+
 void br_sched_run(br_coord_t *c)
 {
     br_sched_t *s = c->sched;
@@ -743,18 +819,7 @@ void br_sched_run(br_coord_t *c)
                         .arrays = br_arrays_pass_new(c->jobs, list, n)};
     if (c->usage)
         br_usage_standing(c->usage, c->jobs, in.now_ms);
-    ends_t ends = {0}; /* the running ranks that end by their time limits */
-    for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next) {
-        if (!br_job_state_live(j->state) || j->time_limit <= 0)
-            continue;
-        int64_t end = (j->started ? j->started : in.now_ms) + j->time_limit;
-        for (int r = 0; r < j->nranks; r++) {
-            br_node_t *at = br_nodes_find(c->nodes, j->ranks[r].node);
-            if (at && j->ranks[r].state != BR_RANK_DONE &&
-                ends_add(&ends, at, j->ranks[r].share, end < in.now_ms ? in.now_ms : end) < 0)
-                break;
-        }
-    }
+    ends_t ends = running_ends(c, in.now_ms);
     in.backfill = 1;
     in.ends = ends.v;
     in.nends = ends.n;

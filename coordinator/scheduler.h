@@ -121,6 +121,17 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
                                    int *on_heartbeat);
 void br_sched_decisions_free(br_sched_decision_t *d, size_t n);
 
+#define BR_SCHED_ESTIMATE_EVENTS 2000 /* ends an estimate looks at */
+
+/* When each of queue[0..n-1] (pending, in the order of the last pass) would start
+ * at the latest if every running job and every job started before it ran to its
+ * time_limit and nothing else came: a pass at each time a job ends, placing what
+ * then fits in queue order. start[i] in wall ms, 0 when it cannot be told (a job
+ * without a time limit is in the way, it waits for another job, or its start lies
+ * beyond BR_SCHED_ESTIMATE_EVENTS ends). It leaves the nodes' counters as they
+ * were. */
+void br_sched_estimate(br_coord_t *c, br_job_t *const *queue, size_t n, int64_t *start);
+
 /* Does job spec fit node n now? On success returns 1, *assign (new reference)
  * holds {"cpus","memory","gpus":[...]} plus "vram" (reserved per GPU) when the
  * job declared a VRAM need and so shares its GPUs, and *left (when not NULL) the

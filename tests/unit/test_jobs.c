@@ -396,6 +396,48 @@ static void test_cancel_and_time_limit(void **state)
     br_jobtab_sweep(c->jobs);
 }
 
+/* Estimated starts: each time a job ends by its time limit, what then fits starts,
+ * in queue order; a job that no time limit frees has none; nothing is kept. */
+static void test_estimated_starts(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    /* a and b have 4 CPUs each: two running jobs fill them, ending in 60 s and 120 s */
+    int64_t r1 = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 4}, "
+                           "\"time_limit\": 60000}");
+    int64_t r2 = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 4}, "
+                           "\"time_limit\": 120000}");
+    br_sched_run(c);
+    int64_t now = br_now_ms();
+    for (int64_t id = r1; id <= r2; id++) {
+        br_job_t *j = br_jobtab_find(c->jobs, id);
+        br_jobs_started(c, id, 1, rank0_node(c, j), 0);
+        j->started = now;
+    }
+    int64_t p1 = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 4}, "
+                           "\"time_limit\": 30000}");
+    int64_t p2 = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 4}}");
+    int64_t p3 = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 4}}");
+    br_sched_run(c);
+    br_job_t *q[] = {br_jobtab_find(c->jobs, p1), br_jobtab_find(c->jobs, p2),
+                     br_jobtab_find(c->jobs, p3)};
+    int64_t start[3];
+    int used = w->a->cpus_used + w->b->cpus_used;
+    br_sched_estimate(c, q, 3, start);
+    assert_int_equal(w->a->cpus_used + w->b->cpus_used, used); /* as it was */
+    /* p1 when r1 ends (60 s); p2 when p1 ends (90 s) or r2 (120 s): 90 s; p3 when
+     * r2 ends, 120 s (p2 has no time limit: it never frees its node) */
+    assert_true(start[0] >= now + 60000 && start[0] < now + 61000);
+    assert_true(start[1] >= now + 90000 && start[1] < now + 91000);
+    assert_true(start[2] >= now + 120000 && start[2] < now + 121000);
+    /* with r2 unlimited, p3 has nothing to wait for that ends */
+    br_jobtab_find(c->jobs, r2)->time_limit = 0;
+    br_sched_estimate(c, q, 3, start);
+    assert_true(start[0] > 0 && start[1] > 0);
+    assert_int_equal(start[2], 0);
+    br_jobtab_sweep(c->jobs);
+}
+
 static void test_restore_after_rollback(void **state)
 {
     world_t *w = *state;
@@ -606,6 +648,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_node_lost_requeues_and_reconcile, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cancel_and_time_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_estimated_starts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restore_after_rollback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replica_restarts_through_the_services_hook, setup,
                                         teardown),
