@@ -23,11 +23,14 @@ typedef struct {
     int64_t log_retention_ms; /* ended jobs' logs are deleted after this (0: kept) */
     char http[64];            /* --http ADDR:PORT; "" as recorded, "off": none */
     int64_t half_life_ms;     /* fair share forgets half of what was used in this */
+    int64_t replica_retention_ms; /* ended jobs' replicas are dropped after this (0:
+                                   * kept until `bramble job purge`) */
 } br_config_t;
 
 #define BR_DEFAULT_LOG_MAX_PER_JOB (64LL << 20)
 #define BR_DEFAULT_LOG_RETENTION_MS (30LL * 24 * 3600 * 1000)
 #define BR_DEFAULT_HALF_LIFE_MS (7LL * 24 * 3600 * 1000)
+#define BR_DEFAULT_REPLICA_RETENTION_MS (7LL * 24 * 3600 * 1000)
 
 #define BR_DEFAULT_LISTEN "tcp://0.0.0.0:7700"
 

@@ -21,6 +21,7 @@ static void usage(FILE *f)
             "                [--announce | --no-announce] [--announce-port %d]\n"
             "                [--teaching] [--log-max-per-job 64MiB] [--log-retention 30d]\n"
             "                [--http [ADDR:]PORT | --http off] [--fairshare-half-life 7d]\n"
+            "                [--replica-retention 7d]\n"
             "\n"
             "init creates the coordinator key pair, the store (DIR/bramble.db) and the\n"
             "admin credential (DIR/admin.credential), and records the endpoints.\n"
@@ -35,6 +36,9 @@ static void usage(FILE *f)
             "jobs that ended longer ago than that (0: keep it).\n"
             "--fairshare-half-life: fair share forgets half of what a user used in this\n"
             "long (docs/sharing.md).\n"
+            "--replica-retention drops the replicas of checkpoints (copies on other\n"
+            "nodes) of jobs that ended longer ago than that (0: keep them until\n"
+            "`bramble job purge`; docs/checkpoints.md).\n"
             "--http serves GET /metrics (Prometheus text format) to holders of a token\n"
             "from `bramble token create --metrics`; off unless given, or recorded by\n"
             "`brambled init --http` (`--http off` turns a recorded one off). A bare port\n"
@@ -61,6 +65,7 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
         {"log-retention", required_argument, NULL, 'R'},
         {"http", required_argument, NULL, 'W'},
         {"fairshare-half-life", required_argument, NULL, 'F'},
+        {"replica-retention", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int o;
@@ -119,6 +124,12 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
         case 'R':
             if (br_parse_duration(optarg, &cfg->log_retention_ms, &err) < 0) {
                 fprintf(stderr, "brambled: --log-retention %s\n", err.text);
+                return 2;
+            }
+            break;
+        case 'K':
+            if (br_parse_duration(optarg, &cfg->replica_retention_ms, &err) < 0) {
+                fprintf(stderr, "brambled: --replica-retention %s\n", err.text);
                 return 2;
             }
             break;
