@@ -12,8 +12,10 @@ import json
 import os
 import socket
 import stat
+import sys
 import threading
 import time
+from pathlib import Path
 
 import zmq
 import zmq.utils.z85
@@ -251,3 +253,78 @@ def test_agents_pull_on_orders(make_cluster, tmp_path):
     finally:
         fake.close()
     c.assert_alive()
+
+
+# ---------------------------------------------------------------------------
+# Replicas of ended jobs: dropped at `bramble job purge`, or once the job ended
+# longer ago than brambled's --replica-retention.
+
+def short_training(c, ckpt, steps=20, step_time=0.1):
+    repo = Path(__file__).resolve().parents[2]
+    return c.cli_json("submit", repo / "examples" / "train-checkpoint.yaml",
+                      "--set", f"workdir={repo}", "--set", f"checkpoint.dir={ckpt}",
+                      "--set", f"command={sys.executable} examples/train_checkpoint.py "
+                      f"--steps {steps} --every 5 --step-time {step_time}")["id"]
+
+
+def replicated(c, jid):
+    """The job, once it completed and its newest checkpoint has a verified copy on
+    a node other than its writer; else None."""
+    j = c.job(jid)
+    cps = j.get("checkpoints") or []
+    if j["state"] != "completed" or not cps:
+        return None
+    return j if any(not cp.get("writer") for cp in cps[-1].get("copies") or []) else None
+
+
+def held(c, jid):
+    """{node: job's replica dirs in its store} for the nodes that hold any."""
+    out = {}
+    for n in ("node-1", "node-2"):
+        d = c.agent_dir(n) / "replicas" / str(jid)
+        if d.exists() and os.listdir(d):
+            out[n] = sorted(os.listdir(d))
+    return out
+
+
+def no_copies(c, jid):
+    listing = c.cli_json("checkpoint", "list", jid)
+    others = [cp for ck in listing for cp in ck.get("copies") or [] if not cp.get("writer")]
+    return not others and not held(c, jid)
+
+
+def test_ended_jobs_replicas_purged_and_expired(make_cluster, tmp_path):
+    # (a short node timeout: a restarted coordinator waits twice that for the
+    # nodes to come back before it drops expired replicas)
+    c = make_cluster(start=False, heartbeat="200ms", node_timeout="2s")
+    c.start_coordinator(extra=["--replica-retention", "0"])  # kept until purged
+    c.add_agents(2)
+    ckpt = tmp_path / "ckpt"
+
+    # a job that runs: purge is refused
+    jid = short_training(c, ckpt / "a", steps=40, step_time=0.1)
+    rc, _, err = c.cli("job", "purge", jid, check=False)
+    assert rc == 1 and "only a job that has ended can be purged" in err, err
+    j = wait_for(lambda: replicated(c, jid), what=f"job {jid} to end with a replica")
+    assert held(c, jid), events_of(j)
+
+    # purged: gone from the holder's store and from the list, with an event
+    _, out, _ = c.cli("job", "purge", jid)
+    assert "dropped" in out, out
+    wait_for(lambda: no_copies(c, jid), what=f"job {jid}'s replicas to be dropped")
+    assert "the job was purged" in events_of(c.job(jid))
+
+    # kept with retention 0 across a restart, dropped once a retention of 2s passed
+    jid2 = short_training(c, ckpt / "b")
+    wait_for(lambda: replicated(c, jid2), what=f"job {jid2} to end with a replica")
+    assert held(c, jid2)
+    c.coordinator.expected_exit = True
+    assert c.coordinator.stop() is None
+    c.start_coordinator(extra=["--replica-retention", "2s"])
+    wait_for(lambda: no_copies(c, jid2), what=f"job {jid2}'s replicas to expire")
+    assert "--replica-retention" in events_of(c.job(jid2))
+    c.assert_alive()
+
+
+def events_of(j):
+    return "\n".join(e["reason"] or "" for e in j.get("events") or [])
