@@ -51,6 +51,56 @@ static int64_t store_used(const char *store, int forget)
     return n;
 }
 
+/* Remove from the store what pulls cut short by a crash or a kill left: the
+ * staging directories (".bramble-pull-NAME" and its ".tmp") in each replica's
+ * directory (DIR/<job>/<hash>/), and the directories left empty. Called at start,
+ * before any pull runs, so none of them is in use. How many entries went. */
+static int sweep_unfinished(const char *store)
+{
+    int n = 0, sd = open(store, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *jobs = sd >= 0 ? fdopendir(sd) : NULL;
+    struct dirent *je, *he, *e;
+    if (!jobs) {
+        if (sd >= 0)
+            close(sd);
+        return 0;
+    }
+    while ((je = readdir(jobs))) {
+        if (je->d_name[0] < '1' || je->d_name[0] > '9') /* (job ids; not .by-hash) */
+            continue;
+        int jd = openat(dirfd(jobs), je->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        DIR *hashes = jd >= 0 ? fdopendir(jd) : NULL;
+        if (!hashes) {
+            if (jd >= 0)
+                close(jd);
+            continue;
+        }
+        while ((he = readdir(hashes))) {
+            if (he->d_name[0] == '.')
+                continue;
+            int hd = openat(dirfd(hashes), he->d_name,
+                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            DIR *one = hd >= 0 ? fdopendir(hd) : NULL;
+            if (!one) {
+                if (hd >= 0)
+                    close(hd);
+                continue;
+            }
+            while ((e = readdir(one)))
+                if (strncmp(e->d_name, ".bramble-pull-", 14) == 0) {
+                    br_rm_tree(dirfd(one), e->d_name);
+                    n++;
+                }
+            closedir(one);
+            unlinkat(dirfd(hashes), he->d_name, AT_REMOVEDIR); /* when empty */
+        }
+        closedir(hashes);
+        unlinkat(dirfd(jobs), je->d_name, AT_REMOVEDIR); /* when empty */
+    }
+    closedir(jobs);
+    return n;
+}
+
 static int hex64(const char *s)
 {
     if (!s || strlen(s) != 64)
@@ -126,7 +176,16 @@ br_replica_t *br_replica_new(const br_settings_t *s, br_err_t *err)
         goto fail;
     if (!(r->puller = br_puller_new(err)))
         goto fail;
-    r->used = s->replica_quota != 0 ? store_used(s->replica_dir, 0) : 0;
+    if (s->replica_quota != 0) {
+        int left = sweep_unfinished(s->replica_dir);
+        if (left > 0)
+            fprintf(stderr,
+                    "bramble-agent: removed %d leftover%s of unfinished pulls from the "
+                    "replica store %s\n",
+                    left, left == 1 ? "" : "s", s->replica_dir);
+        /* (their files, and files no replica holds, leave .by-hash too) */
+        r->used = store_used(s->replica_dir, left > 0);
+    }
     return r;
 fail:
     br_err_prefix(err, "replicas");

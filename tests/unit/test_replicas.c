@@ -2,7 +2,8 @@
  * out by two agents' replica sides (agent/replica.c) over real CURVE sockets: a
  * checkpoint granted on its writer, pulled into another node's store and reported,
  * deduplicated on the next step, restored into the checkpoint's own path, dropped;
- * a node that opted out; the choice of targets; a heartbeat's disk checked. */
+ * a node that opted out; what a pull cut short left swept at start; the choice of
+ * targets; a heartbeat's disk checked. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -148,6 +149,9 @@ static json_t *move(fix_t *f, br_replica_t *from, const br_settings_t *fs,
         fail_msg("ckpt.fetch: %s", err.text);
     return wait_stored(to);
 }
+
+#define HASH_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define HASH_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
 static int same(const char *path, const json_t *m)
 {
@@ -318,11 +322,41 @@ static void test_check_disk(void **state)
     }
 }
 
+/* What a pull cut short by a crash left in the store goes when the agent starts
+ * again; whole replicas stay. */
+static void test_unfinished_pull_swept(void **state)
+{
+    fix_t *f = *state;
+    br_err_t err;
+    char p[PATH_MAX];
+    br_replica_destroy(&f->rb);
+    const char *store = f->b.replica_dir;
+    const char *cut[] = {"7/" HASH_A "/.bramble-pull-checkpoint-10",
+                         "7/" HASH_A "/.bramble-pull-checkpoint-10.tmp",
+                         "8/" HASH_B "/.bramble-pull-checkpoint-20.tmp",
+                         "8/" HASH_B "/checkpoint-15"};
+    for (size_t i = 0; i < sizeof(cut) / sizeof(cut[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", store, cut[i]);
+        assert_int_equal(br_mkdir_p(p, 0700, &err), 0);
+        snprintf(p, sizeof(p), "%s/%s/part", store, cut[i]);
+        put(p, 1000, (int)i);
+    }
+    f->rb = br_replica_new(&f->b, &err);
+    assert_non_null(f->rb);
+    snprintf(p, sizeof(p), "%s/7", store);
+    assert_int_equal(access(p, F_OK), -1); /* nothing but leftovers: gone */
+    snprintf(p, sizeof(p), "%s/8/%s/.bramble-pull-checkpoint-20.tmp", store, HASH_B);
+    assert_int_equal(access(p, F_OK), -1);
+    snprintf(p, sizeof(p), "%s/8/%s/checkpoint-15/part", store, HASH_B);
+    assert_int_equal(access(p, F_OK), 0); /* a whole replica stays */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_replicate_and_restore, setup, teardown),
         cmocka_unit_test_setup_teardown(test_opted_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unfinished_pull_swept, setup, teardown),
         cmocka_unit_test(test_pick),
         cmocka_unit_test(test_check_disk),
     };
