@@ -147,6 +147,7 @@ json_t *br_replicas_fetch_order(const br_replica_ckpt_t *k, const char *grant,
 #define REPAIR_BITE 32                 /* jobs the repair after a start looks at per tick */
 #define EXPIRE_MS 60000 /* expired replicas are looked for this often at most */
 #define EXPIRE_BITE 64  /* ... and at most this many dropped per tick */
+#define TARGET_GONE (-1) /* (a pull's "errnum" when its target was lost) */
 
 struct br_replicas {
     /* pulls ordered and not yet reported, by grant ("r/" + grant for restores):
@@ -769,7 +770,7 @@ static br_node_t *other_target(br_coord_t *c, br_replicas_t *r, int64_t job,
 
 /* A replica's pull failed on its target (errnum, error): pulled again, at most
  * BR_REPLICAS_TRIES times in all, by another node when the target had no room
- * (ENOSPC, EDQUOT, EFBIG) or went away (ENOTCONN), else by the same target from
+ * (ENOSPC, EDQUOT, EFBIG) or went away (TARGET_GONE), else by the same target from
  * another node that has the checkpoint; an event says what failed and what next. */
 static void replica_failed(br_coord_t *c, br_replicas_t *r, const json_t *pull, int errnum,
                            const char *error)
@@ -783,7 +784,7 @@ static void replica_failed(br_coord_t *c, br_replicas_t *r, const json_t *pull, 
     json_t *tries_v = json_object_get(pull, "tries");
     int tries = json_is_integer(tries_v) ? (int)json_integer_value(tries_v) : 1;
     int elsewhere = errnum == ENOSPC || errnum == EDQUOT || errnum == EFBIG ||
-                    errnum == ENOTCONN;
+                    errnum == TARGET_GONE;
     json_t *tried = json_deep_copy(json_object_get(pull, "tried"));
     if (!tried)
         tried = json_array();
@@ -972,7 +973,7 @@ static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
             snprintf(why, sizeof(why), "a node went away");
         else if (tgone) {
             snprintf(why, sizeof(why), "%s went away", tname);
-            errnum = ENOTCONN;
+            errnum = TARGET_GONE;
         } else if (hgone && fetch)
             snprintf(why, sizeof(why), "%s went away before the pull began", hname);
         else if (restore && age > RESTORE_SILENT_MS)

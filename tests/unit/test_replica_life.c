@@ -373,6 +373,28 @@ static void test_holder_died_pull_from_replica(void **state)
 
 }
 
+/* A target lost under its pull: another node pulls the copy. */
+static void test_target_lost_other_node(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    fixture_node(c, "c", 4, 7704);
+    br_node_t *writer, *holder = NULL;
+    int64_t id = running(c, 1, &writer);
+    checkpoint(c, id, writer, "/ck/s5", 5, H1);
+    br_node_t *t1 = granted(c, &holder);
+    assert_non_null(t1);
+    fetch_due(c);
+    fixture_drop_orders(c);
+    strcpy(t1->state, "lost");
+    fetch_due(c);
+    br_node_t *t2 = granted(c, &holder);
+    assert_non_null(t2);
+    assert_true(t2 != t1 && t2 != writer);
+    assert_ptr_equal(holder, writer);
+    assert_true(has_event(c, id, "went away; pulled again by"));
+}
+
 /* A restart forgets the pulls in flight: their reports are refused, and once the
  * nodes are back the copy is ordered again and taken. */
 static void test_copies_ordered_again_after_restart(void **state)
@@ -525,6 +547,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replicate_keep_restore_fallback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_pull_tried_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_holder_died_pull_from_replica, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_target_lost_other_node, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copies_ordered_again_after_restart, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_retention_and_purge, setup, teardown),
