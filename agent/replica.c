@@ -17,13 +17,20 @@
 #include "manifest.h"
 #include "puller.h"
 #include "util.h"
+#include "worker.h"
 
 struct br_replica {
     const br_settings_t *s;
     br_holder_t *holder; /* NULL: serves nothing (--replica-port off) */
     br_puller_t *puller;
     int64_t used;    /* bytes in the store, each file once */
-    int64_t disk_at; /* when free disk was last looked at (monotonic ms) */
+    int64_t disk_at; /* when free disk was last asked for (monotonic ms) */
+    /* statvfs on a thread of its own: a stuck file system (a dead NFS server
+     * under a checkpoint dir) never holds the agent's loop. Under disk.mu: */
+    br_worker_t disk;
+    json_t *disk_ask; /* ["dir"...] to look at (the store first, or null), or NULL */
+    json_t *disk_got; /* {"store": free|null, "dirs": [[dir, free]...]}, not yet taken */
+    int disk_busy;    /* the thread looks now */
 };
 
 /* --- the store ------------------------------------------------------------------ */
@@ -164,12 +171,17 @@ static br_holder_t *serve_on(const br_settings_t *s, br_err_t *err)
     return h;
 }
 
+static void *disk_run(void *arg);
+
 br_replica_t *br_replica_new(const br_settings_t *s, br_err_t *err)
 {
     br_replica_t *r = calloc(1, sizeof(*r));
     if (!r)
         return br_errp(err, ENOMEM, "out of memory");
     r->s = s;
+    if (br_worker_init(&r->disk, "disk", err) < 0 ||
+        br_worker_start(&r->disk, disk_run, r, err) < 0)
+        goto fail;
     if (s->replica_quota != 0 && br_mkdir_p(s->replica_dir, 0700, err) < 0)
         goto fail;
     if (s->replica_port >= 0 && !(r->holder = serve_on(s, err)))
@@ -201,6 +213,10 @@ void br_replica_destroy(br_replica_t **rp)
     int saved = errno;
     br_holder_destroy(&r->holder);
     br_puller_destroy(&r->puller);
+    br_worker_stop(&r->disk);
+    br_worker_fini(&r->disk);
+    json_decref(r->disk_ask);
+    json_decref(r->disk_got);
     free(r);
     *rp = NULL;
     errno = saved;
@@ -380,26 +396,85 @@ static json_int_t free_bytes(const char *path)
     return (json_int_t)v.f_bavail * (json_int_t)v.f_frsize;
 }
 
-json_t *br_replica_disk(br_replica_t *r, const char *const *dirs, int n, int64_t now_ms)
+/* The disk thread: each ask's dirs looked at, the answer left for the loop. */
+static void *disk_run(void *arg)
 {
-    if (r->disk_at && now_ms - r->disk_at < BR_REPLICA_DISK_MS)
-        return NULL;
-    r->disk_at = now_ms;
-    json_t *d = json_object(), *ck = json_array();
+    br_replica_t *r = arg;
+    pthread_mutex_lock(&r->disk.mu);
+    for (;;) {
+        while (!r->disk.stop && !r->disk_ask)
+            pthread_cond_wait(&r->disk.cv, &r->disk.mu);
+        if (r->disk.stop)
+            break;
+        json_t *ask = r->disk_ask; /* ours alone from here */
+        r->disk_ask = NULL;
+        r->disk_busy = 1;
+        pthread_mutex_unlock(&r->disk.mu);
+        json_t *dirs = json_array(), *store = json_null(), *d;
+        size_t i;
+        json_array_foreach(ask, i, d) {
+            json_int_t f = json_is_string(d) ? free_bytes(json_string_value(d)) : -1;
+            if (i == 0)
+                store = f >= 0 ? json_integer(f) : json_null();
+            else if (f >= 0)
+                json_array_append_new(dirs, json_pack("[O, I]", d, f));
+        }
+        json_t *got = json_pack("{s:o, s:o}", "store", store, "dirs", dirs);
+        json_decref(ask);
+        pthread_mutex_lock(&r->disk.mu);
+        r->disk_busy = 0;
+        json_decref(r->disk_got);
+        r->disk_got = got;
+    }
+    pthread_mutex_unlock(&r->disk.mu);
+    return NULL;
+}
+
+/* The heartbeat's "disk" from what the thread found. */
+static json_t *disk_body(const br_replica_t *r, json_t *got)
+{
+    json_t *d = json_object(), *ck = json_array(), *e;
     json_t *rep = json_pack("{s:I, s:I}", "quota", (json_int_t)r->s->replica_quota,
                             "used", (json_int_t)r->used);
-    json_int_t f = r->s->replica_quota != 0 ? free_bytes(r->s->replica_dir) : -1;
-    if (f >= 0)
-        json_object_set_new(rep, "free", json_integer(f));
+    json_t *f = json_object_get(got, "store");
+    if (json_is_integer(f))
+        json_object_set(rep, "free", f);
     json_object_set_new(d, "replicas", rep);
-    for (int i = 0; i < n && i < 64; i++) {
-        int dup = 0;
-        for (int j = 0; j < i && !dup; j++)
-            dup = strcmp(dirs[i], dirs[j]) == 0;
-        if (!dup && (f = free_bytes(dirs[i])) >= 0)
-            json_array_append_new(ck,
-                                  json_pack("{s:s, s:I}", "dir", dirs[i], "free", f));
-    }
+    size_t i;
+    json_array_foreach(json_object_get(got, "dirs"), i, e)
+        json_array_append_new(ck, json_pack("{s:O, s:O}", "dir", json_array_get(e, 0),
+                                            "free", json_array_get(e, 1)));
     json_object_set_new(d, "checkpoints", ck);
+    return d;
+}
+
+json_t *br_replica_disk(br_replica_t *r, const char *const *dirs, int n, int64_t now_ms)
+{
+    json_t *got, *ask = NULL;
+    if (!r->disk_at || now_ms - r->disk_at >= BR_REPLICA_DISK_MS) {
+        ask = json_array();
+        json_array_append_new(ask, r->s->replica_quota != 0 ? json_string(r->s->replica_dir)
+                                                          : json_null());
+        for (int i = 0; i < n && i < 64; i++) {
+            int dup = 0;
+            for (int j = 0; j < i && !dup; j++)
+                dup = strcmp(dirs[i], dirs[j]) == 0;
+            if (!dup)
+                json_array_append_new(ask, json_string(dirs[i]));
+        }
+    }
+    pthread_mutex_lock(&r->disk.mu);
+    got = r->disk_got;
+    r->disk_got = NULL;
+    if (ask && !r->disk_ask && !r->disk_busy) { /* (one stuck look: no more asks) */
+        r->disk_ask = ask;
+        ask = NULL;
+        r->disk_at = now_ms;
+        pthread_cond_signal(&r->disk.cv);
+    }
+    pthread_mutex_unlock(&r->disk.mu);
+    json_decref(ask);
+    json_t *d = got ? disk_body(r, got) : NULL;
+    json_decref(got);
     return d;
 }
