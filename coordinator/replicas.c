@@ -791,15 +791,18 @@ static void replica_failed(br_coord_t *c, br_replicas_t *r, const json_t *pull, 
     char t[160], then[300];
     snprintf(t, sizeof(t), "%s>%s", holder, tname);
     json_array_append_new(tried, json_string(t));
-    br_job_t *job = br_jobtab_find(c->jobs, id);
-    json_t *m = job ? br_store_checkpoint_manifest(c->store, id, hash, NULL) : NULL;
+    /* (also when the job has ended meanwhile: its copies are kept for a while) */
+    int64_t owner = 0;
+    int purged = json_is_true(json_object_get(pull, "drop"));
+    json_t *spec = purged ? NULL : spec_of(c, id, &owner);
+    json_t *m = spec ? br_store_checkpoint_manifest(c->store, id, hash, NULL) : NULL;
     json_t *latest = m ? br_store_checkpoint_latest(c->store, id, NULL) : NULL;
     json_t *mh = json_object_get(json_object_get(latest, "manifest"), "hash");
     const char *writer = json_string_value(json_object_get(latest, "node"));
     br_node_t *dst = NULL, *src = NULL;
     int from_store = 0;
-    if (!job || json_is_true(json_object_get(pull, "drop")))
-        snprintf(then, sizeof(then), "the job has ended: not tried again");
+    if (!spec)
+        snprintf(then, sizeof(then), "the job was purged: not tried again");
     else if (!m || !writer || !json_is_string(mh) || strcmp(json_string_value(mh), hash))
         snprintf(then, sizeof(then), "a newer checkpoint is copied instead");
     else if (tries >= BR_REPLICAS_TRIES)
@@ -820,8 +823,7 @@ static void replica_failed(br_coord_t *c, br_replicas_t *r, const json_t *pull, 
         json_t *section = NULL;
         char user[64], key[200];
         br_replica_ckpt_t ck;
-        ckpt_of(c, &ck, id, job->spec, job->owner_id, path, step, m, &section, user,
-                sizeof(user));
+        ckpt_of(c, &ck, id, spec, owner, path, step, m, &section, user, sizeof(user));
         json_t *e = order_pull(c, r, &ck, hash, src, from_store, dst, 0, key, sizeof(key));
         if (e) {
             json_object_set_new(e, "tries", json_integer(tries + 1));
@@ -835,6 +837,7 @@ static void replica_failed(br_coord_t *c, br_replicas_t *r, const json_t *pull, 
                    path, (long long)step, tname, error, then);
     json_decref(latest);
     json_decref(m);
+    json_decref(spec);
     json_decref(tried);
 }
 
