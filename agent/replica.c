@@ -379,6 +379,16 @@ json_t *br_replica_take(br_replica_t *r)
     } else {
         json_object_set_new(body, "errnum", json_integer(err.errnum));
         json_object_set_new(body, "error", json_string(err.text));
+        const char *hash = json_string_value(json_object_get(body, "hash"));
+        json_int_t job = json_integer_value(json_object_get(body, "job"));
+        char d[PATH_MAX];
+        if (!json_is_true(json_object_get(body, "restore")) && hex64(hash) && job > 0 &&
+            (size_t)snprintf(d, sizeof(d), "%s/%lld/%s", r->s->replica_dir, (long long)job,
+                             hash) < sizeof(d) &&
+            rmdir(d) == 0) { /* the replica's directories the failed pull made, empty */
+            *strrchr(d, '/') = '\0';
+            rmdir(d); /* (the job's, when it holds nothing else) */
+        }
     }
     json_decref(res);
     if (!json_is_true(json_object_get(body, "restore")) && r->s->replica_quota != 0)

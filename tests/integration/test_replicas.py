@@ -12,11 +12,13 @@ import json
 import os
 import socket
 import stat
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import pytest
 import zmq
 import zmq.utils.z85
 
@@ -328,3 +330,44 @@ def test_ended_jobs_replicas_purged_and_expired(make_cluster, tmp_path):
 
 def events_of(j):
     return "\n".join(e["reason"] or "" for e in j.get("events") or [])
+
+
+def test_full_target_replaced_by_another(make_cluster, tmp_path):
+    """A node whose replica store is full (a tmpfs out of inodes: its free bytes
+    still look ample, so the coordinator picks it first) fails the pull with no
+    room; another node pulls the copy, and nothing of the failed pull is left."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    full = tmp_path / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,nr_inodes=3,mode=0700",
+                    "tmpfs", str(full)], check=True)
+    try:
+        c = make_cluster()
+        tok = c.token(uses=3)
+        off = ["--probe-port", "off"]  # no round trips: the most room goes first
+        c.start_agent("node-1", token=tok, extra=off + ["--label", "role=writer",
+                                                         "--replica-quota", "0"])
+        c.start_agent("node-2", token=tok, extra=off + ["--replica-dir", str(full)])
+        c.start_agent("node-3", token=tok, extra=off + ["--replica-quota", "16MiB"])
+        c.wait_ready("node-1", "node-2", "node-3")
+        wait_for(lambda: all((node(c, n).get("disk") or {}).get("replicas", {}).get("free")
+                             for n in ("node-2", "node-3")), what="disk figures")
+        repo = Path(__file__).resolve().parents[2]
+        jid = c.submit(f"name: full-target\n"
+                       f"command: {sys.executable} examples/train_checkpoint.py "
+                       f"--steps 20 --every 5 --step-time 0.2\n"
+                       f"workdir: {repo}\n"
+                       f"checkpoint:\n  dir: {tmp_path / 'ckpt'}\n"
+                       f"  pattern: \"checkpoint-*\"\n  complete_file: trainer_state.json\n"
+                       f"resources:\n  labels: {{role: writer}}\n")
+        j = wait_for(lambda: replicated(c, jid), what=f"job {jid} to end with a replica")
+        what = events_of(j)
+        assert "failed on node-2" in what and "pulled again by node-3 from node-1" in what, what
+        newest = j["checkpoints"][-1]
+        assert {cp["node"] for cp in newest["copies"] if not cp.get("writer")} == {"node-3"}
+        left = [os.path.join(d, n) for d, dirs, files in os.walk(full) for n in dirs + files]
+        assert not [p for p in left if ".bramble-pull" in p or p.endswith(str(jid))], left
+        c.assert_alive()
+    finally:
+        subprocess.run(["umount", "-l", str(full)], check=False)
