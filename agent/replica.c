@@ -29,8 +29,9 @@ struct br_replica {
      * under a checkpoint dir) never holds the agent's loop. Under disk.mu: */
     br_worker_t disk;
     json_t *disk_ask; /* ["dir"...] to look at (the store first, or null), or NULL */
-    json_t *disk_got; /* {"store": free|null, "dirs": [[dir, free]...]}, not yet taken */
-    int disk_busy;    /* the thread looks now */
+    json_t
+        *disk_got; /* {"store": free|null, "dirs": [[dir, free]...]}, not yet taken */
+    int disk_busy; /* the thread looks now */
 };
 
 /* --- the store ------------------------------------------------------------------ */
@@ -75,7 +76,8 @@ static int sweep_unfinished(const char *store)
     while ((je = readdir(jobs))) {
         if (je->d_name[0] < '1' || je->d_name[0] > '9') /* (job ids; not .by-hash) */
             continue;
-        int jd = openat(dirfd(jobs), je->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int jd = openat(dirfd(jobs), je->d_name,
+                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         DIR *hashes = jd >= 0 ? fdopendir(jd) : NULL;
         if (!hashes) {
             if (jd >= 0)
@@ -383,8 +385,8 @@ json_t *br_replica_take(br_replica_t *r)
         json_int_t job = json_integer_value(json_object_get(body, "job"));
         char d[PATH_MAX];
         if (!json_is_true(json_object_get(body, "restore")) && hex64(hash) && job > 0 &&
-            (size_t)snprintf(d, sizeof(d), "%s/%lld/%s", r->s->replica_dir, (long long)job,
-                             hash) < sizeof(d) &&
+            (size_t)snprintf(d, sizeof(d), "%s/%lld/%s", r->s->replica_dir,
+                             (long long)job, hash) < sizeof(d) &&
             rmdir(d) == 0) { /* the replica's directories the failed pull made, empty */
             *strrchr(d, '/') = '\0';
             rmdir(d); /* (the job's, when it holds nothing else) */
@@ -422,7 +424,7 @@ static void *disk_run(void *arg)
         pthread_mutex_unlock(&r->disk.mu);
         json_t *dirs = json_array(), *store = json_null(), *d;
         size_t i;
-        json_array_foreach(ask, i, d) {
+        json_array_foreach (ask, i, d) {
             json_int_t f = json_is_string(d) ? free_bytes(json_string_value(d)) : -1;
             if (i == 0)
                 store = f >= 0 ? json_integer(f) : json_null();
@@ -451,7 +453,7 @@ static json_t *disk_body(const br_replica_t *r, json_t *got)
         json_object_set(rep, "free", f);
     json_object_set_new(d, "replicas", rep);
     size_t i;
-    json_array_foreach(json_object_get(got, "dirs"), i, e)
+    json_array_foreach (json_object_get(got, "dirs"), i, e)
         json_array_append_new(ck, json_pack("{s:O, s:O}", "dir", json_array_get(e, 0),
                                             "free", json_array_get(e, 1)));
     json_object_set_new(d, "checkpoints", ck);
@@ -463,8 +465,9 @@ json_t *br_replica_disk(br_replica_t *r, const char *const *dirs, int n, int64_t
     json_t *got, *ask = NULL;
     if (!r->disk_at || now_ms - r->disk_at >= BR_REPLICA_DISK_MS) {
         ask = json_array();
-        json_array_append_new(ask, r->s->replica_quota != 0 ? json_string(r->s->replica_dir)
-                                                          : json_null());
+        json_array_append_new(ask, r->s->replica_quota != 0
+                                       ? json_string(r->s->replica_dir)
+                                       : json_null());
         for (int i = 0; i < n && i < 64; i++) {
             int dup = 0;
             for (int j = 0; j < i && !dup; j++)

@@ -144,9 +144,9 @@ json_t *br_replicas_fetch_order(const br_replica_ckpt_t *k, const char *grant,
 
 #define FETCH_DELAY_MS 1000           /* a grant reaches its holder before the pull */
 #define RESTORE_SILENT_MS (10 * 60000) /* a restore with no word for this long failed */
-#define REPAIR_BITE 32                 /* jobs the repair after a start looks at per tick */
-#define EXPIRE_MS 60000 /* expired replicas are looked for this often at most */
-#define EXPIRE_BITE 64  /* ... and at most this many dropped per tick */
+#define REPAIR_BITE 32   /* jobs the repair after a start looks at per tick */
+#define EXPIRE_MS 60000  /* expired replicas are looked for this often at most */
+#define EXPIRE_BITE 64   /* ... and at most this many dropped per tick */
 #define TARGET_GONE (-1) /* (a pull's "errnum" when its target was lost) */
 
 struct br_replicas {
@@ -248,8 +248,8 @@ static json_t *spec_of(br_coord_t *c, int64_t id, int64_t *owner_id)
  * path); remembered under key until ckpt.stored says how it went. Its record in
  * pulls (borrowed), or NULL when out of memory. */
 static json_t *order_pull(br_coord_t *c, br_replicas_t *r, const br_replica_ckpt_t *k,
-                       const char *hash, br_node_t *holder, int from_store,
-                       br_node_t *target, int restore, char *key, size_t keylen)
+                          const char *hash, br_node_t *holder, int from_store,
+                          br_node_t *target, int restore, char *key, size_t keylen)
 {
     char grant[160];
     br_replicas_grant_id(k->job, hash, target->name, grant, sizeof(grant));
@@ -386,8 +386,8 @@ static void replicate(br_coord_t *c, br_replicas_t *r, br_job_t *job, br_node_t 
     int want = br_replicas_wanted(job->spec, nc);
     if (want > BR_REPLICAS_MAX)
         want = BR_REPLICAS_MAX;
-    if (nc > 0 && want > 0)
-        want -= holding(c, r, job->id, hash, cand, nc); /* (a checkpoint reported again) */
+    if (nc > 0 && want > 0) /* (a checkpoint reported again: those count) */
+        want -= holding(c, r, job->id, hash, cand, nc);
     if (nc < 0 || want <= 0) {
         free(cand);
         free(of);
@@ -399,8 +399,8 @@ static void replicate(br_coord_t *c, br_replicas_t *r, br_job_t *job, br_node_t 
     json_t *section = NULL;
     char user[64], key[200], names[512] = "";
     br_replica_ckpt_t ck;
-    ckpt_of(c, &ck, job->id, job->spec, job->owner_id, path, step, manifest, &section, user,
-            sizeof(user));
+    ckpt_of(c, &ck, job->id, job->spec, job->owner_id, path, step, manifest, &section,
+            user, sizeof(user));
     size_t used = 0;
     for (int i = 0; i < k; i++) {
         order_pull(c, r, &ck, hash, writer, 0, of[out[i]], 0, key, sizeof(key));
@@ -444,14 +444,16 @@ int br_replicas_drop(br_coord_t *c, int64_t job, const json_t *row, const char *
     br_node_t *n = br_nodes_find(c->nodes, node);
     int told = n && n->route_len > 0; /* (a lost node's agent hears nothing) */
     if (told)
-        br_coord_send_node(c, n, "ckpt.drop",
-                           json_pack("{s:I, s:s}", "job", (json_int_t)job, "hash", hash));
+        br_coord_send_node(
+            c, n, "ckpt.drop",
+            json_pack("{s:I, s:s}", "job", (json_int_t)job, "hash", hash));
     br_store_replica_del(c->store, job, hash, node, NULL);
-    br_coord_event(c, job, node, "replica", "replica of checkpoint %s (step %lld) %s %s: %s%s",
-                   json_string_value(json_object_get(row, "path")),
-                   (long long)json_integer_value(json_object_get(row, "step")),
-                   told ? "dropped from" : "forgotten on", node, why,
-                   told ? "" : " (the node is not connected: its copy stays on its disk)");
+    br_coord_event(
+        c, job, node, "replica", "replica of checkpoint %s (step %lld) %s %s: %s%s",
+        json_string_value(json_object_get(row, "path")),
+        (long long)json_integer_value(json_object_get(row, "step")),
+        told ? "dropped from" : "forgotten on", node, why,
+        told ? "" : " (the node is not connected: its copy stays on its disk)");
     return told;
 }
 
@@ -705,7 +707,7 @@ static int was_tried(const json_t *tried, const char *holder, const char *target
 {
     size_t i;
     json_t *t;
-    json_array_foreach(tried, i, t) {
+    json_array_foreach (tried, i, t) {
         const char *s = json_string_value(t), *gt = s ? strchr(s, '>') : NULL;
         if (gt && strcmp(gt + 1, target) == 0 &&
             (!holder || ((size_t)(gt - s) == strlen(holder) &&
@@ -718,8 +720,8 @@ static int was_tried(const json_t *tried, const char *holder, const char *target
 /* Where target can pull job's checkpoint hash from, not tried yet: its writer first,
  * then the verified replica nearest to target; *from_store: a replica. NULL: none. */
 static br_node_t *pick_source(br_coord_t *c, int64_t job, const char *hash,
-                              const char *writer, br_node_t *target, const json_t *tried,
-                              int *from_store)
+                              const char *writer, br_node_t *target,
+                              const json_t *tried, int *from_store)
 {
     br_node_t *w = br_nodes_find(c->nodes, writer), *best = NULL;
     *from_store = 0;
@@ -728,10 +730,11 @@ static br_node_t *pick_source(br_coord_t *c, int64_t job, const char *hash,
     json_t *reps = br_store_replica_list(c->store, job, NULL), *rp;
     double best_rtt = 1e300;
     size_t i;
-    json_array_foreach(reps, i, rp) {
-        br_node_t *h = br_nodes_find(c->nodes, json_string_value(json_object_get(rp, "node")));
-        if (strcmp(json_string_value(json_object_get(rp, "hash")), hash) != 0 || h == target ||
-            !node_serves(h) || was_tried(tried, h->name, target->name))
+    json_array_foreach (reps, i, rp) {
+        br_node_t *h =
+            br_nodes_find(c->nodes, json_string_value(json_object_get(rp, "node")));
+        if (strcmp(json_string_value(json_object_get(rp, "hash")), hash) != 0 ||
+            h == target || !node_serves(h) || was_tried(tried, h->name, target->name))
             continue;
         double rtt = br_netmap_rtt(c->netmap, target->name, h->name);
         if (rtt < 0)
@@ -772,8 +775,8 @@ static br_node_t *other_target(br_coord_t *c, br_replicas_t *r, int64_t job,
  * BR_REPLICAS_TRIES times in all, by another node when the target had no room
  * (ENOSPC, EDQUOT, EFBIG) or went away (TARGET_GONE), else by the same target from
  * another node that has the checkpoint; an event says what failed and what next. */
-static void replica_failed(br_coord_t *c, br_replicas_t *r, const json_t *pull, int errnum,
-                           const char *error)
+static void replica_failed(br_coord_t *c, br_replicas_t *r, const json_t *pull,
+                           int errnum, const char *error)
 {
     int64_t id = json_integer_value(json_object_get(pull, "job"));
     int64_t step = json_integer_value(json_object_get(pull, "step"));
@@ -803,7 +806,8 @@ static void replica_failed(br_coord_t *c, br_replicas_t *r, const json_t *pull, 
     int from_store = 0;
     if (!spec)
         snprintf(then, sizeof(then), "the job was purged: not tried again");
-    else if (!m || !writer || !json_is_string(mh) || strcmp(json_string_value(mh), hash))
+    else if (!m || !writer || !json_is_string(mh) ||
+             strcmp(json_string_value(mh), hash))
         snprintf(then, sizeof(then), "a newer checkpoint is copied instead");
     else if (tries >= BR_REPLICAS_TRIES)
         snprintf(then, sizeof(then), "given up after %d tries", tries);
@@ -815,26 +819,29 @@ static void replica_failed(br_coord_t *c, br_replicas_t *r, const json_t *pull, 
             dst = NULL;
         src = dst ? pick_source(c, id, hash, writer, dst, tried, &from_store) : NULL;
         if (!src)
-            snprintf(then, sizeof(then), "%s", elsewhere ? "no other node can hold it now"
-                                                         : "no other node that has it "
-                                                           "serves it now");
+            snprintf(then, sizeof(then), "%s",
+                     elsewhere ? "no other node can hold it now"
+                               : "no other node that has it "
+                                 "serves it now");
     }
     if (src) {
         json_t *section = NULL;
         char user[64], key[200];
         br_replica_ckpt_t ck;
         ckpt_of(c, &ck, id, spec, owner, path, step, m, &section, user, sizeof(user));
-        json_t *e = order_pull(c, r, &ck, hash, src, from_store, dst, 0, key, sizeof(key));
+        json_t *e =
+            order_pull(c, r, &ck, hash, src, from_store, dst, 0, key, sizeof(key));
         if (e) {
             json_object_set_new(e, "tries", json_integer(tries + 1));
             json_object_set(e, "tried", tried);
         }
-        snprintf(then, sizeof(then), "pulled again by %s from %s (try %d of %d)", dst->name,
-                 src->name, tries + 1, BR_REPLICAS_TRIES);
+        snprintf(then, sizeof(then), "pulled again by %s from %s (try %d of %d)",
+                 dst->name, src->name, tries + 1, BR_REPLICAS_TRIES);
         json_decref(section);
     }
-    br_coord_event(c, id, tname, "replica", "replica of checkpoint %s (step %lld) failed on %s: %s; %s",
-                   path, (long long)step, tname, error, then);
+    br_coord_event(c, id, tname, "replica",
+                   "replica of checkpoint %s (step %lld) failed on %s: %s; %s", path,
+                   (long long)step, tname, error, then);
     json_decref(latest);
     json_decref(m);
     json_decref(spec);
@@ -919,17 +926,19 @@ static void repair(br_coord_t *c, br_replicas_t *r)
             continue;
         left--;
         json_t *latest = br_store_checkpoint_latest(c->store, j->id, NULL);
-        const char *hash =
-            json_string_value(json_object_get(json_object_get(latest, "manifest"), "hash"));
+        const char *hash = json_string_value(
+            json_object_get(json_object_get(latest, "manifest"), "hash"));
         const char *writer = json_string_value(json_object_get(latest, "node"));
         br_node_t *w = writer ? br_nodes_find(c->nodes, writer) : NULL;
-        json_t *m = hash && node_serves(w) ? br_store_checkpoint_manifest(c->store, j->id, hash, NULL)
-                                           : NULL;
+        json_t *m = hash && node_serves(w)
+                        ? br_store_checkpoint_manifest(c->store, j->id, hash, NULL)
+                        : NULL;
         if (m)
-            replicate(c, r, j, w, json_string_value(json_object_get(latest, "path")),
-                      json_integer_value(json_object_get(latest, "step")), m,
-                      " (again: the coordinator restarted, and copies under way then were "
-                      "forgotten)");
+            replicate(
+                c, r, j, w, json_string_value(json_object_get(latest, "path")),
+                json_integer_value(json_object_get(latest, "step")), m,
+                " (again: the coordinator restarted, and copies under way then were "
+                "forgotten)");
         json_decref(m);
         json_decref(latest);
     }
@@ -961,8 +970,8 @@ static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
         json_t *fetch = json_object_get(e, "fetch");
         int hgone = !holder || strcmp(holder->state, "lost") == 0;
         int tgone = !target || strcmp(target->state, "lost") == 0;
-        if (fetch && now >= json_integer_value(json_object_get(e, "fetch_at")) && !tgone &&
-            !hgone) {
+        if (fetch && now >= json_integer_value(json_object_get(e, "fetch_at")) &&
+            !tgone && !hgone) {
             br_coord_send_node(c, target, "ckpt.fetch", json_incref(fetch));
             json_object_del(e, "fetch");
             fetch = NULL;
@@ -985,13 +994,14 @@ static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
             snprintf(why, sizeof(why), "no word from %s for %lld min", tname,
                      (long long)(BR_REPLICAS_GRANT_TTL_MS / 60000));
         if (why[0]) {
-            json_array_append_new(failed, json_pack("{s:O, s:s, s:i, s:b}", "pull", e, "why",
-                                                    why, "errnum", errnum, "restore", restore));
+            json_array_append_new(
+                failed, json_pack("{s:O, s:s, s:i, s:b}", "pull", e, "why", why,
+                                  "errnum", errnum, "restore", restore));
             json_object_del(r->pulls, key);
         }
     }
     size_t i;
-    json_array_foreach(failed, i, e) {
+    json_array_foreach (failed, i, e) {
         json_t *pull = json_object_get(e, "pull");
         const char *why = json_string_value(json_object_get(e, "why"));
         int errnum = (int)json_integer_value(json_object_get(e, "errnum"));
@@ -1007,7 +1017,9 @@ static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
         repair(c, r);
     int64_t keep = c->cfg.replica_retention_ms;
     if (keep > 0 && now >= r->expire_at) {
-        int64_t every = keep / 2 < 1000 ? 1000 : keep / 2 > EXPIRE_MS ? EXPIRE_MS : keep / 2;
+        int64_t every = keep / 2 < 1000        ? 1000
+                        : keep / 2 > EXPIRE_MS ? EXPIRE_MS
+                                               : keep / 2;
         int n = br_replkeep_expire(c, keep, EXPIRE_BITE);
         r->expire_at = n >= EXPIRE_BITE ? now : now + every; /* more left: next tick */
     }

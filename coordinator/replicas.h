@@ -110,7 +110,8 @@ int br_replicas_keep(const json_t *spec);
  * its node is told (ckpt.drop) when connected, else the row is only forgotten;
  * the row leaves the store and an event of the job says why. 1 when the node was
  * told, 0 when not. */
-int br_replicas_drop(struct br_coord *c, int64_t job, const json_t *row, const char *why);
+int br_replicas_drop(struct br_coord *c, int64_t job, const json_t *row,
+                     const char *why);
 /* job was purged: copies of it still under way are dropped as they arrive. */
 void br_replicas_purged(struct br_coord *c, int64_t job);
 

@@ -12,7 +12,8 @@
 int br_replkeep_expire(br_coord_t *c, int64_t retention_ms, int bite)
 {
     br_err_t err;
-    json_t *rows = br_store_replica_expired(c->store, br_now_ms() - retention_ms, 0, bite, &err);
+    json_t *rows =
+        br_store_replica_expired(c->store, br_now_ms() - retention_ms, 0, bite, &err);
     if (!rows) {
         fprintf(stderr, "brambled: expiring replicas: %s\n", err.text);
         return -1;
@@ -22,10 +23,11 @@ int br_replkeep_expire(br_coord_t *c, int64_t retention_ms, int bite)
         snprintf(d, sizeof(d), "%lldd", (long long)(retention_ms / 86400000));
     else
         br_format_duration(retention_ms, d, sizeof(d));
-    snprintf(why, sizeof(why), "the job ended more than %s ago (--replica-retention)", d);
+    snprintf(why, sizeof(why), "the job ended more than %s ago (--replica-retention)",
+             d);
     size_t i;
     json_t *row;
-    json_array_foreach(rows, i, row)
+    json_array_foreach (rows, i, row)
         br_replicas_drop(c, json_integer_value(json_object_get(row, "job")), row, why);
     int n = (int)json_array_size(rows);
     json_decref(rows);
@@ -67,10 +69,11 @@ void br_api_job_purge(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     int told = 0;
     size_t i;
     json_t *row;
-    json_array_foreach(rows, i, row)
+    json_array_foreach (rows, i, row)
         told += br_replicas_drop(c, id, row, "the job was purged (bramble job purge)");
     br_replicas_purged(c, id);
-    br_api_ok(c, m, json_pack("{s:I, s:i, s:i}", "id", id, "dropped", told, "forgotten",
-                              (int)json_array_size(rows) - told));
+    br_api_ok(c, m,
+              json_pack("{s:I, s:i, s:i}", "id", id, "dropped", told, "forgotten",
+                        (int)json_array_size(rows) - told));
     json_decref(rows);
 }

@@ -2063,8 +2063,8 @@ json_t *br_store_replica_expired(br_store_t *s, int64_t ended_before_ms, int64_t
                                  int limit, br_err_t *err)
 {
     sqlite3_stmt *st = s->st[ST_REPL_EXPIRED];
-    if (sqlite3_bind_int64(st, 1, ended_before_ms) || sqlite3_bind_int64(st, 2, job_id) ||
-        sqlite3_bind_int(st, 3, limit)) {
+    if (sqlite3_bind_int64(st, 1, ended_before_ms) ||
+        sqlite3_bind_int64(st, 2, job_id) || sqlite3_bind_int(st, 3, limit)) {
         binderr(s, st, "list expired replicas", err);
         return NULL;
     }

@@ -119,10 +119,10 @@ static json_t *manifest(const char *hash)
 static int64_t submit_n(br_coord_t *c, int replicas)
 {
     json_t *s = json_pack("{s:s, s:{s:i}, s:{s:s, s:s, s:n, s:o, s:i}, s:{s:i, s:[s]}}",
-                          "command", "train", "resources", "cpus", 1, "checkpoint", "dir",
-                          "/ck", "pattern", "*", "complete_file", "replicas",
-                          replicas < 0 ? json_null() : json_integer(replicas), "keep", 2,
-                          "restart", "max", 3, "on", "node_lost");
+                          "command", "train", "resources", "cpus", 1, "checkpoint",
+                          "dir", "/ck", "pattern", "*", "complete_file", "replicas",
+                          replicas < 0 ? json_null() : json_integer(replicas), "keep",
+                          2, "restart", "max", 3, "on", "node_lost");
     json_t *row = json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:I, s:s, s:i}", "name", "t",
                             "kind", "job", "owner", "ann", "owner_id", (json_int_t)2, "spec", s,
                             "spec_yaml", "x: 1\n", "submitted", (json_int_t)br_now_ms(),
@@ -362,15 +362,14 @@ static void test_holder_died_pull_from_replica(void **state)
     fetch_due(c);
     json_t *fetch = order(c, "ckpt.fetch", t[1]);
     assert_non_null(fetch);
-    assert_string_equal(json_string_value(json_object_get(json_object_get(fetch, "from"),
-                                                          "node")),
-                        t[0]->name);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(fetch, "from"), "node")),
+        t[0]->name);
     stored(c, t[1], id, H1, "/ck/s5", 0, 0);
     assert_int_equal(last_reply(c), 0);
     json_t *reps = br_store_replica_list(c->store, id, NULL);
     assert_int_equal(json_array_size(reps), 2);
     json_decref(reps);
-
 }
 
 /* A target lost under its pull: another node pulls the copy. */
@@ -544,9 +543,11 @@ static void test_wanted(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_replicate_keep_restore_fallback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replicate_keep_restore_fallback, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_failed_pull_tried_again, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_holder_died_pull_from_replica, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_holder_died_pull_from_replica, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_target_lost_other_node, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copies_ordered_again_after_restart, setup,
                                         teardown),

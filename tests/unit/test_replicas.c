@@ -380,10 +380,11 @@ static void test_disk_figures(void **state)
     }
     json_t *ck = json_object_get(d, "checkpoints");
     assert_int_equal(json_array_size(ck), 1);
-    assert_string_equal(json_string_value(json_object_get(json_array_get(ck, 0), "dir")),
-                        f->dir);
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(ck, 0), "dir")), f->dir);
     assert_true(json_integer_value(json_object_get(json_array_get(ck, 0), "free")) > 0);
-    assert_true(json_integer_value(json_object_get(json_object_get(d, "replicas"), "free")) > 0);
+    assert_true(json_integer_value(
+                    json_object_get(json_object_get(d, "replicas"), "free")) > 0);
     json_decref(d);
     assert_null(br_replica_disk(f->ra, dirs, 3, br_mono_ms())); /* nothing new yet */
 }
