@@ -148,6 +148,7 @@ json_t *br_replicas_fetch_order(const br_replica_ckpt_t *k, const char *grant,
 #define EXPIRE_MS 60000  /* expired replicas are looked for this often at most */
 #define EXPIRE_BITE 64   /* ... and at most this many dropped per tick */
 #define TARGET_GONE (-1) /* (a pull's "errnum" when its target was lost) */
+#define UNORDERED_MAX 4096 /* unordered copies remembered until the repair */
 
 struct br_replicas {
     /* pulls ordered and not yet reported, by grant ("r/" + grant for restores):
@@ -171,6 +172,10 @@ struct br_replicas {
      * jobs per tick from repair_from on (pulls in flight were not kept) */
     int repaired;
     int64_t repair_from;
+    /* verified copies that nodes reported without an order of this coordinator's
+     * (it restarted meanwhile): [{"job", "hash", "node", "path", "step"}], dropped
+     * from their nodes after the repair unless it ordered them again */
+    json_t *unordered;
 };
 
 #define RATE_MIN_BYTES (4 << 20) /* smaller pulls say little about bandwidth */
@@ -183,8 +188,9 @@ br_replicas_t *br_replicas_new(void)
     r->pulls = json_object();
     r->restores = json_object();
     r->rates = json_object();
+    r->unordered = json_array();
     r->fetch_delay_ms = FETCH_DELAY_MS;
-    if (!r->pulls || !r->restores || !r->rates)
+    if (!r->pulls || !r->restores || !r->rates || !r->unordered)
         br_replicas_destroy(&r);
     return r;
 }
@@ -197,6 +203,7 @@ void br_replicas_destroy(br_replicas_t **rp)
     json_decref(r->pulls);
     json_decref(r->restores);
     json_decref(r->rates);
+    json_decref(r->unordered);
     free(r);
     *rp = NULL;
 }
@@ -848,6 +855,65 @@ static void replica_failed(br_coord_t *c, br_replicas_t *r, const json_t *pull,
     json_decref(tried);
 }
 
+/* Whether node holds job's checkpoint hash as a recorded replica, or pulls it. */
+static int known_copy(br_coord_t *c, br_replicas_t *r, int64_t job, const char *hash,
+                      const char *node)
+{
+    char grant[160];
+    br_replicas_grant_id(job, hash, node, grant, sizeof(grant));
+    json_t *reps = br_store_replica_list(c->store, job, NULL), *rp;
+    int known = json_object_get(r->pulls, grant) != NULL;
+    size_t i;
+    json_array_foreach (reps, i, rp)
+        known |= strcmp(json_string_value(json_object_get(rp, "hash")), hash) == 0 &&
+                 strcmp(json_string_value(json_object_get(rp, "node")), node) == 0;
+    json_decref(reps);
+    return known;
+}
+
+/* Drop the copies that nodes reported but this coordinator did not order (it
+ * restarted while they were pulled), unless they are known by now. */
+static void drop_unordered(br_coord_t *c, br_replicas_t *r)
+{
+    size_t i;
+    json_t *u;
+    json_array_foreach (r->unordered, i, u) {
+        int64_t job = json_integer_value(json_object_get(u, "job"));
+        const char *hash = json_string_value(json_object_get(u, "hash"));
+        const char *node = json_string_value(json_object_get(u, "node"));
+        br_node_t *n = br_nodes_find(c->nodes, node);
+        if (known_copy(c, r, job, hash, node) || !n || n->route_len == 0)
+            continue;
+        br_coord_send_node(c, n, "ckpt.drop",
+                           json_pack("{s:I, s:s}", "job", (json_int_t)job, "hash", hash));
+        json_t *row = br_store_job_get(c->store, job, NULL);
+        if (row) /* (a job this store knows) */
+            br_coord_event(c, job, node, "replica",
+                           "replica of checkpoint %s (step %lld) dropped from %s: its pull "
+                           "was ordered before the coordinator restarted, and is not needed",
+                           json_string_value(json_object_get(u, "path")),
+                           (long long)json_integer_value(json_object_get(u, "step")), node);
+        json_decref(row);
+    }
+    json_array_clear(r->unordered);
+}
+
+/* node reports a verified copy that was not ordered (an order from before a
+ * restart): kept if the copies ordered again after the restart take it in (the
+ * same node pulls it again, finding it there), else dropped once those are
+ * ordered. */
+static void unordered(br_coord_t *c, br_replicas_t *r, int64_t job, const char *hash,
+                      const char *node, const char *path, int64_t step)
+{
+    if (json_array_size(r->unordered) < UNORDERED_MAX)
+        json_array_append_new(r->unordered,
+                              json_pack("{s:I, s:s, s:s, s:s, s:I}", "job", (json_int_t)job,
+                                        "hash", hash, "node", node, "path", path, "step",
+                                        (json_int_t)step));
+    if (r->repaired)
+        drop_unordered(c, r);
+}
+
 /* ckpt.stored: a node says how a pull it was ordered went. Only pulls this
  * coordinator ordered, to that node, are taken. */
 void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -869,6 +935,8 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     snprintf(key, sizeof(key), "%s%s", restore ? "r/" : "", grant);
     json_t *pull = r ? json_object_get(r->pulls, key) : NULL;
     if (!pull || strcmp(json_string_value(json_object_get(pull, "hash")), hash) != 0) {
+        if (r && !restore && !error) /* a copy nobody will know of: not to stay */
+            unordered(c, r, job, hash, who->name, path, step);
         br_errf(&err, EPERM, "no %s of checkpoint %.16s of job %lld to %s was ordered",
                 restore ? "restore" : "replica", hash, (long long)job, who->name);
         br_api_fail(c, m, &err);
@@ -942,8 +1010,10 @@ static void repair(br_coord_t *c, br_replicas_t *r)
         json_decref(m);
         json_decref(latest);
     }
-    if (!j)
+    if (!j) {
         r->repaired = 1;
+        drop_unordered(c, r);
+    }
 }
 
 /* Once a second: held fetches whose grant has had time to arrive go out; a pull

@@ -421,11 +421,21 @@ static void test_copies_ordered_again_after_restart(void **state)
     json_t *reps = br_store_replica_list(c->store, id, NULL);
     assert_int_equal(json_array_size(reps), 1);
     json_decref(reps);
+    assert_null(order(c, "ckpt.drop", other)); /* (the report before: taken in) */
     /* held now: a later tick orders nothing more */
     fixture_drop_orders(c);
     br_hooks_run(c, c->hooks, BR_HOOK_LOADED, NULL);
     fetch_due(c);
     assert_null(order(c, "ckpt.serve", writer));
+    /* a copy nobody ordered again: dropped from its node */
+    br_node_t *third = fixture_node(c, "c", 4, 7704);
+    stored(c, third, id, H1, "/ck/s5", 0, 0);
+    assert_int_equal(last_reply(c), EPERM);
+    assert_non_null(order(c, "ckpt.drop", third));
+    assert_true(has_event(c, id, "is not needed"));
+    json_t *reps2 = br_store_replica_list(c->store, id, NULL);
+    assert_int_equal(json_array_size(reps2), 1);
+    json_decref(reps2);
 }
 
 /* job.purge by who for job id: the reply's error number (0: done) and body. */
