@@ -17,13 +17,21 @@
 #include "manifest.h"
 #include "puller.h"
 #include "util.h"
+#include "worker.h"
 
 struct br_replica {
     const br_settings_t *s;
     br_holder_t *holder; /* NULL: serves nothing (--replica-port off) */
     br_puller_t *puller;
     int64_t used;    /* bytes in the store, each file once */
-    int64_t disk_at; /* when free disk was last looked at (monotonic ms) */
+    int64_t disk_at; /* when free disk was last asked for (monotonic ms) */
+    /* statvfs on a thread of its own: a stuck file system (a dead NFS server
+     * under a checkpoint dir) never holds the agent's loop. Under disk.mu: */
+    br_worker_t disk;
+    json_t *disk_ask; /* ["dir"...] to look at (the store first, or null), or NULL */
+    json_t
+        *disk_got; /* {"store": free|null, "dirs": [[dir, free]...]}, not yet taken */
+    int disk_busy; /* the thread looks now */
 };
 
 /* --- the store ------------------------------------------------------------------ */
@@ -48,6 +56,57 @@ static int64_t store_used(const char *store, int forget)
     }
     if (d)
         closedir(d);
+    return n;
+}
+
+/* Remove from the store what pulls cut short by a crash or a kill left: the
+ * staging directories (".bramble-pull-NAME" and its ".tmp") in each replica's
+ * directory (DIR/<job>/<hash>/), and the directories left empty. Called at start,
+ * before any pull runs, so none of them is in use. How many entries went. */
+static int sweep_unfinished(const char *store)
+{
+    int n = 0, sd = open(store, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *jobs = sd >= 0 ? fdopendir(sd) : NULL;
+    struct dirent *je, *he, *e;
+    if (!jobs) {
+        if (sd >= 0)
+            close(sd);
+        return 0;
+    }
+    while ((je = readdir(jobs))) {
+        if (je->d_name[0] < '1' || je->d_name[0] > '9') /* (job ids; not .by-hash) */
+            continue;
+        int jd = openat(dirfd(jobs), je->d_name,
+                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        DIR *hashes = jd >= 0 ? fdopendir(jd) : NULL;
+        if (!hashes) {
+            if (jd >= 0)
+                close(jd);
+            continue;
+        }
+        while ((he = readdir(hashes))) {
+            if (he->d_name[0] == '.')
+                continue;
+            int hd = openat(dirfd(hashes), he->d_name,
+                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            DIR *one = hd >= 0 ? fdopendir(hd) : NULL;
+            if (!one) {
+                if (hd >= 0)
+                    close(hd);
+                continue;
+            }
+            while ((e = readdir(one)))
+                if (strncmp(e->d_name, ".bramble-pull-", 14) == 0) {
+                    br_rm_tree(dirfd(one), e->d_name);
+                    n++;
+                }
+            closedir(one);
+            unlinkat(dirfd(hashes), he->d_name, AT_REMOVEDIR); /* when empty */
+        }
+        closedir(hashes);
+        unlinkat(dirfd(jobs), je->d_name, AT_REMOVEDIR); /* when empty */
+    }
+    closedir(jobs);
     return n;
 }
 
@@ -114,19 +173,33 @@ static br_holder_t *serve_on(const br_settings_t *s, br_err_t *err)
     return h;
 }
 
+static void *disk_run(void *arg);
+
 br_replica_t *br_replica_new(const br_settings_t *s, br_err_t *err)
 {
     br_replica_t *r = calloc(1, sizeof(*r));
     if (!r)
         return br_errp(err, ENOMEM, "out of memory");
     r->s = s;
+    if (br_worker_init(&r->disk, "disk", err) < 0 ||
+        br_worker_start(&r->disk, disk_run, r, err) < 0)
+        goto fail;
     if (s->replica_quota != 0 && br_mkdir_p(s->replica_dir, 0700, err) < 0)
         goto fail;
     if (s->replica_port >= 0 && !(r->holder = serve_on(s, err)))
         goto fail;
     if (!(r->puller = br_puller_new(err)))
         goto fail;
-    r->used = s->replica_quota != 0 ? store_used(s->replica_dir, 0) : 0;
+    if (s->replica_quota != 0) {
+        int left = sweep_unfinished(s->replica_dir);
+        if (left > 0)
+            fprintf(stderr,
+                    "bramble-agent: removed %d leftover%s of unfinished pulls from the "
+                    "replica store %s\n",
+                    left, left == 1 ? "" : "s", s->replica_dir);
+        /* (their files, and files no replica holds, leave .by-hash too) */
+        r->used = store_used(s->replica_dir, left > 0);
+    }
     return r;
 fail:
     br_err_prefix(err, "replicas");
@@ -142,6 +215,10 @@ void br_replica_destroy(br_replica_t **rp)
     int saved = errno;
     br_holder_destroy(&r->holder);
     br_puller_destroy(&r->puller);
+    br_worker_stop(&r->disk);
+    br_worker_fini(&r->disk);
+    json_decref(r->disk_ask);
+    json_decref(r->disk_got);
     free(r);
     *rp = NULL;
     errno = saved;
@@ -304,6 +381,16 @@ json_t *br_replica_take(br_replica_t *r)
     } else {
         json_object_set_new(body, "errnum", json_integer(err.errnum));
         json_object_set_new(body, "error", json_string(err.text));
+        const char *hash = json_string_value(json_object_get(body, "hash"));
+        json_int_t job = json_integer_value(json_object_get(body, "job"));
+        char d[PATH_MAX];
+        if (!json_is_true(json_object_get(body, "restore")) && hex64(hash) && job > 0 &&
+            (size_t)snprintf(d, sizeof(d), "%s/%lld/%s", r->s->replica_dir,
+                             (long long)job, hash) < sizeof(d) &&
+            rmdir(d) == 0) { /* the replica's directories the failed pull made, empty */
+            *strrchr(d, '/') = '\0';
+            rmdir(d); /* (the job's, when it holds nothing else) */
+        }
     }
     json_decref(res);
     if (!json_is_true(json_object_get(body, "restore")) && r->s->replica_quota != 0)
@@ -321,26 +408,86 @@ static json_int_t free_bytes(const char *path)
     return (json_int_t)v.f_bavail * (json_int_t)v.f_frsize;
 }
 
-json_t *br_replica_disk(br_replica_t *r, const char *const *dirs, int n, int64_t now_ms)
+/* The disk thread: each ask's dirs looked at, the answer left for the loop. */
+static void *disk_run(void *arg)
 {
-    if (r->disk_at && now_ms - r->disk_at < BR_REPLICA_DISK_MS)
-        return NULL;
-    r->disk_at = now_ms;
-    json_t *d = json_object(), *ck = json_array();
+    br_replica_t *r = arg;
+    pthread_mutex_lock(&r->disk.mu);
+    for (;;) {
+        while (!r->disk.stop && !r->disk_ask)
+            pthread_cond_wait(&r->disk.cv, &r->disk.mu);
+        if (r->disk.stop)
+            break;
+        json_t *ask = r->disk_ask; /* ours alone from here */
+        r->disk_ask = NULL;
+        r->disk_busy = 1;
+        pthread_mutex_unlock(&r->disk.mu);
+        json_t *dirs = json_array(), *store = json_null(), *d;
+        size_t i;
+        json_array_foreach (ask, i, d) {
+            json_int_t f = json_is_string(d) ? free_bytes(json_string_value(d)) : -1;
+            if (i == 0)
+                store = f >= 0 ? json_integer(f) : json_null();
+            else if (f >= 0)
+                json_array_append_new(dirs, json_pack("[O, I]", d, f));
+        }
+        json_t *got = json_pack("{s:o, s:o}", "store", store, "dirs", dirs);
+        json_decref(ask);
+        pthread_mutex_lock(&r->disk.mu);
+        r->disk_busy = 0;
+        json_decref(r->disk_got);
+        r->disk_got = got;
+    }
+    pthread_mutex_unlock(&r->disk.mu);
+    return NULL;
+}
+
+/* The heartbeat's "disk" from what the thread found. */
+static json_t *disk_body(const br_replica_t *r, json_t *got)
+{
+    json_t *d = json_object(), *ck = json_array(), *e;
     json_t *rep = json_pack("{s:I, s:I}", "quota", (json_int_t)r->s->replica_quota,
                             "used", (json_int_t)r->used);
-    json_int_t f = r->s->replica_quota != 0 ? free_bytes(r->s->replica_dir) : -1;
-    if (f >= 0)
-        json_object_set_new(rep, "free", json_integer(f));
+    json_t *f = json_object_get(got, "store");
+    if (json_is_integer(f))
+        json_object_set(rep, "free", f);
     json_object_set_new(d, "replicas", rep);
-    for (int i = 0; i < n && i < 64; i++) {
-        int dup = 0;
-        for (int j = 0; j < i && !dup; j++)
-            dup = strcmp(dirs[i], dirs[j]) == 0;
-        if (!dup && (f = free_bytes(dirs[i])) >= 0)
-            json_array_append_new(ck,
-                                  json_pack("{s:s, s:I}", "dir", dirs[i], "free", f));
-    }
+    size_t i;
+    json_array_foreach (json_object_get(got, "dirs"), i, e)
+        json_array_append_new(ck, json_pack("{s:O, s:O}", "dir", json_array_get(e, 0),
+                                            "free", json_array_get(e, 1)));
     json_object_set_new(d, "checkpoints", ck);
+    return d;
+}
+
+json_t *br_replica_disk(br_replica_t *r, const char *const *dirs, int n, int64_t now_ms)
+{
+    json_t *got, *ask = NULL;
+    if (!r->disk_at || now_ms - r->disk_at >= BR_REPLICA_DISK_MS) {
+        ask = json_array();
+        json_array_append_new(ask, r->s->replica_quota != 0
+                                       ? json_string(r->s->replica_dir)
+                                       : json_null());
+        for (int i = 0; i < n && i < 64; i++) {
+            int dup = 0;
+            for (int j = 0; j < i && !dup; j++)
+                dup = strcmp(dirs[i], dirs[j]) == 0;
+            if (!dup)
+                json_array_append_new(ask, json_string(dirs[i]));
+        }
+    }
+    pthread_mutex_lock(&r->disk.mu);
+    got = r->disk_got;
+    r->disk_got = NULL;
+    if (ask && !r->disk_ask && !r->disk_busy) { /* (one stuck look: no more asks) */
+        r->disk_ask = ask;
+        ask = NULL;
+        r->disk_at = now_ms;
+        pthread_cond_signal(&r->disk.cv);
+    }
+    pthread_mutex_unlock(&r->disk.mu);
+    json_decref(ask);
+    json_t *d = got ? disk_body(r, got) : NULL;
+    json_decref(got);
     return d;
 }

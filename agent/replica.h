@@ -43,8 +43,11 @@ int br_replica_drop(br_replica_t *r, const br_msg_t *m, br_err_t *err);
 json_t *br_replica_take(br_replica_t *r);
 
 /* The heartbeat's "disk": the store's free bytes, use and quota, and the free
- * bytes under each of dirs (the running jobs' checkpoint dirs that exist), looked
- * at no more than once per BR_REPLICA_DISK_MS (else NULL: nothing new to say). */
+ * bytes under each of dirs (the running jobs' checkpoint dirs that exist). They
+ * are looked at on a thread of their own (statvfs may hang on a file system that
+ * went away), asked for no more than once per BR_REPLICA_DISK_MS and never while
+ * a look is under way: a call returns what the last look found, once, else NULL
+ * (nothing new to say); the first figures come from the call after the first. */
 json_t *br_replica_disk(br_replica_t *r, const char *const *dirs, int n,
                         int64_t now_ms);
 

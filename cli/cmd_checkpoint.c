@@ -2,7 +2,9 @@
  * node's agent (through $BRAMBLE_AGENT_SOCK) that PATH is a complete checkpoint of
  * this attempt. No credential: the agent knows the caller by its process.
  * bramble checkpoint list JOB: a job's counted checkpoints and where their copies
- * are (job.show's "checkpoints"). */
+ * are (job.show's "checkpoints").
+ * bramble job purge JOB: drop the copies of an ended job's checkpoints on other
+ * nodes now (job.purge), instead of after the coordinator's --replica-retention. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -123,6 +125,34 @@ static int checkpoint_report(cli_t *cli, int argc, char **argv)
     return CLI_OK;
 }
 
+static int job_purge(cli_t *cli, int argc, char **argv)
+{
+    static const char *names[] = {"job ID"};
+    const char *arg;
+    int json = 0;
+    long id;
+    if (cli_args(cli, argc, argv, &json, 1, names, &arg) != 0 ||
+        cli_parse_long(cli, "job ID", arg, 1, LONG_MAX, &id) != 0)
+        return CLI_USAGE;
+    json_t *r = cli_call(cli, "job.purge", json_pack("{s:I}", "id", (json_int_t)id));
+    if (!r)
+        return CLI_FAIL;
+    if (json) {
+        cli_print_json(r);
+    } else {
+        long long dropped = json_integer_value(json_object_get(r, "dropped"));
+        long long forgotten = json_integer_value(json_object_get(r, "forgotten"));
+        printf("job %ld: %lld replica%s dropped", id, dropped, dropped == 1 ? "" : "s");
+        if (forgotten)
+            printf(", %lld forgotten on nodes not connected (their copies stay on their "
+                   "disks)",
+                   forgotten);
+        printf("\n");
+    }
+    json_decref(r);
+    return CLI_OK;
+}
+
 const cli_cmd_t cli_checkpoint_cmds[] = {
     {NULL, "checkpoint", checkpoint_report, "PATH --step N [--json] | list JOB [--json]",
      "inside a job: report PATH as a complete checkpoint; list: a job's checkpoints",
@@ -136,5 +166,16 @@ const cli_cmd_t cli_checkpoint_cmds[] = {
      "\nOptions:\n"
      "  --step N   the training step the checkpoint holds (required)\n"
      "  --json     print the agent's answer (list: the checkpoints as JSON)\n"},
+    {"job", "purge", job_purge, "ID [--json]",
+     "drop the replicas of an ended job's checkpoints now",
+     "The copies of the job's checkpoints on other nodes (replicas, see\n"
+     "docs/checkpoints.md) are dropped from their nodes now, instead of when the\n"
+     "coordinator's --replica-retention (default 7d) has passed since the job ended.\n"
+     "A node that is not connected keeps its copy on its disk; the coordinator\n"
+     "forgets it. Only a job that has ended can be purged (cancel it first); a user\n"
+     "may purge only their own jobs. The job, its checkpoints as the job wrote them\n"
+     "and its events stay.\n"
+     "\nOptions:\n"
+     "  --json   print {\"id\", \"dropped\", \"forgotten\"}\n"},
     {0},
 };

@@ -38,8 +38,11 @@ int br_api_check_manifest(const json_t *manifest, br_err_t *err);
 
 /* replicas.c */
 void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_job_purge(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 
 /* api_cli.c */
+/* Whether who may see job (a store row): the admin every job, a user their own. */
+int br_api_may_see(const br_caller_t *who, const json_t *job);
 void br_api_ping(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_token_create(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_token_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

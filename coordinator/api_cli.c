@@ -438,11 +438,16 @@ fail:
 
 /* The admin sees every job; a user only the jobs of their own principal id (a
  * new user under a removed user's name is someone else). */
-static int may_see(const br_caller_t *who, json_t *job)
+int br_api_may_see(const br_caller_t *who, const json_t *job)
 {
     json_t *owner = json_object_get(job, "owner_id");
     return who->kind == BR_PRINCIPAL_ADMIN ||
            (json_is_integer(owner) && json_integer_value(owner) == who->id);
+}
+
+static int may_see(const br_caller_t *who, json_t *job)
+{
+    return br_api_may_see(who, job);
 }
 
 void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)

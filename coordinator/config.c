@@ -36,6 +36,7 @@ void br_config_defaults(br_config_t *cfg)
     cfg->announce_port = BR_ANNOUNCE_PORT;
     cfg->log_max_per_job = BR_DEFAULT_LOG_MAX_PER_JOB;
     cfg->log_retention_ms = BR_DEFAULT_LOG_RETENTION_MS;
+    cfg->replica_retention_ms = BR_DEFAULT_REPLICA_RETENTION_MS;
 }
 
 const char *br_config_path(const br_config_t *cfg, const char *name, char *buf,

@@ -26,11 +26,14 @@ typedef struct {
     int64_t kill_grace_ms;    /* asked to stop (time limit), SIGKILL after this */
     int64_t preempt_after_ms; /* a job waiting this long may preempt (0: never) */
     int64_t preempt_min_run_ms; /* a job runs this long before it can be preempted */
+    int64_t replica_retention_ms; /* ended jobs' replicas are dropped after this (0:
+                                   * kept until `bramble job purge`) */
 } br_config_t;
 
 #define BR_DEFAULT_LOG_MAX_PER_JOB (64LL << 20)
 #define BR_DEFAULT_LOG_RETENTION_MS (30LL * 24 * 3600 * 1000)
 #define BR_DEFAULT_HALF_LIFE_MS (7LL * 24 * 3600 * 1000)
+#define BR_DEFAULT_REPLICA_RETENTION_MS (7LL * 24 * 3600 * 1000)
 
 #define BR_DEFAULT_LISTEN "tcp://0.0.0.0:7700"
 

@@ -22,6 +22,7 @@ static void usage(FILE *f)
             "                [--teaching] [--log-max-per-job 64MiB] [--log-retention 30d]\n"
             "                [--http [ADDR:]PORT | --http off] [--fairshare-half-life 7d]\n"
             "                [--kill-grace 30s] [--preempt-after 10m] [--preempt-min-run 5m]\n"
+            "                [--replica-retention 7d]\n"
             "\n"
             "init creates the coordinator key pair, the store (DIR/bramble.db) and the\n"
             "admin credential (DIR/admin.credential), and records the endpoints.\n"
@@ -39,6 +40,9 @@ static void usage(FILE *f)
             "then SIGKILL this long after. --preempt-after: a job that waited this long\n"
             "may ask running jobs of lower priority to checkpoint and make room (0: never);\n"
             "--preempt-min-run: how long a job runs before it can be asked, again.\n"
+            "--replica-retention drops the replicas of checkpoints (copies on other\n"
+            "nodes) of jobs that ended longer ago than that (0: keep them until\n"
+            "`bramble job purge`; docs/checkpoints.md).\n"
             "--http serves GET /metrics (Prometheus text format) to holders of a token\n"
             "from `bramble token create --metrics`; off unless given, or recorded by\n"
             "`brambled init --http` (`--http off` turns a recorded one off). A bare port\n"
@@ -68,6 +72,7 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
         {"kill-grace", required_argument, NULL, 'K'},
         {"preempt-after", required_argument, NULL, 'E'},
         {"preempt-min-run", required_argument, NULL, 'M'},
+        {"replica-retention", required_argument, NULL, 'X'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int o;
@@ -139,6 +144,12 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
         case 'R':
             if (br_parse_duration(optarg, &cfg->log_retention_ms, &err) < 0) {
                 fprintf(stderr, "brambled: --log-retention %s\n", err.text);
+                return 2;
+            }
+            break;
+        case 'X':
+            if (br_parse_duration(optarg, &cfg->replica_retention_ms, &err) < 0) {
+                fprintf(stderr, "brambled: --replica-retention %s\n", err.text);
                 return 2;
             }
             break;

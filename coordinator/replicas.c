@@ -11,6 +11,7 @@
 #include "hooks.h"
 #include "jobs.h"
 #include "jobtab.h"
+#include "replkeep.h"
 #include "util.h"
 
 void br_replicas_hello(br_node_t *n, int port)
@@ -143,12 +144,19 @@ json_t *br_replicas_fetch_order(const br_replica_ckpt_t *k, const char *grant,
 
 #define FETCH_DELAY_MS 1000           /* a grant reaches its holder before the pull */
 #define RESTORE_SILENT_MS (10 * 60000) /* a restore with no word for this long failed */
+#define REPAIR_BITE 32   /* jobs the repair after a start looks at per tick */
+#define EXPIRE_MS 60000  /* expired replicas are looked for this often at most */
+#define EXPIRE_BITE 64   /* ... and at most this many dropped per tick */
+#define TARGET_GONE (-1) /* (a pull's "errnum" when its target was lost) */
+#define UNORDERED_MAX 4096 /* unordered copies remembered until the repair */
 
 struct br_replicas {
     /* pulls ordered and not yet reported, by grant ("r/" + grant for restores):
      * {"job", "hash", "step", "path", "holder", "target", "store": bool (the
      * holder serves its replica), "at": mono ms, "fetch"?: the order held back
-     * until "fetch_at"} */
+     * until "fetch_at"; replicas also "tries": pulls of this copy so far (1 the
+     * first), "tried": ["HOLDER>TARGET"...] that failed, "drop"?: true when the job
+     * was purged meanwhile (its copy is dropped once it arrives)} */
     json_t *pulls;
     /* attempts waiting for a restore, by "JOB.ATTEMPT": {"job", "attempt",
      * "target", "pull" (its key in pulls, "" when released), "tried": ["HASH16
@@ -158,6 +166,16 @@ struct br_replicas {
     /* measured by the pulls themselves: "HOLDER>PULLER" -> MB/s of the last pull
      * of at least RATE_MIN_BYTES (the netmap measures round trips only) */
     json_t *rates;
+    int64_t expire_at; /* monotonic ms of the next look for expired replicas */
+    /* after a start (or a rollback), once the nodes had time to come back: the
+     * running jobs' newest checkpoints that lack copies are copied again, a few
+     * jobs per tick from repair_from on (pulls in flight were not kept) */
+    int repaired;
+    int64_t repair_from;
+    /* verified copies that nodes reported without an order of this coordinator's
+     * (it restarted meanwhile): [{"job", "hash", "node", "path", "step"}], dropped
+     * from their nodes after the repair unless it ordered them again */
+    json_t *unordered;
 };
 
 #define RATE_MIN_BYTES (4 << 20) /* smaller pulls say little about bandwidth */
@@ -170,8 +188,9 @@ br_replicas_t *br_replicas_new(void)
     r->pulls = json_object();
     r->restores = json_object();
     r->rates = json_object();
+    r->unordered = json_array();
     r->fetch_delay_ms = FETCH_DELAY_MS;
-    if (!r->pulls || !r->restores || !r->rates)
+    if (!r->pulls || !r->restores || !r->rates || !r->unordered)
         br_replicas_destroy(&r);
     return r;
 }
@@ -184,6 +203,7 @@ void br_replicas_destroy(br_replicas_t **rp)
     json_decref(r->pulls);
     json_decref(r->restores);
     json_decref(r->rates);
+    json_decref(r->unordered);
     free(r);
     *rp = NULL;
 }
@@ -232,10 +252,11 @@ static json_t *spec_of(br_coord_t *c, int64_t id, int64_t *owner_id)
 }
 
 /* Order holder to let target pull k, and target to pull it (restore: into its own
- * path); remembered under key until ckpt.stored says how it went. */
-static void order_pull(br_coord_t *c, br_replicas_t *r, const br_replica_ckpt_t *k,
-                       const char *hash, br_node_t *holder, int from_store,
-                       br_node_t *target, int restore, char *key, size_t keylen)
+ * path); remembered under key until ckpt.stored says how it went. Its record in
+ * pulls (borrowed), or NULL when out of memory. */
+static json_t *order_pull(br_coord_t *c, br_replicas_t *r, const br_replica_ckpt_t *k,
+                          const char *hash, br_node_t *holder, int from_store,
+                          br_node_t *target, int restore, char *key, size_t keylen)
 {
     char grant[160];
     br_replicas_grant_id(k->job, hash, target->name, grant, sizeof(grant));
@@ -249,7 +270,7 @@ static void order_pull(br_coord_t *c, br_replicas_t *r, const br_replica_ckpt_t 
     if (!serve || !fetch) {
         json_decref(serve);
         json_decref(fetch);
-        return;
+        return NULL;
     }
     br_coord_send_node(c, holder, "ckpt.serve", serve);
     int64_t now = br_mono_ms();
@@ -264,6 +285,7 @@ static void order_pull(br_coord_t *c, br_replicas_t *r, const br_replica_ckpt_t 
         json_object_set_new(e, "fetch_at", json_integer(now + r->fetch_delay_ms));
     }
     json_object_set_new(r->pulls, key, e);
+    return e;
 }
 
 /* Fill k for job's checkpoint (path, step, manifest) with its owner's details. */
@@ -302,46 +324,46 @@ static void measured(br_replicas_t *r, const char *holder, const char *puller, i
     json_object_set_new(r->rates, k, json_real((double)bytes / 1e6 / secs));
 }
 
-/* A counted checkpoint: have checkpoint.replicas other nodes pull it. */
-static void on_checkpoint(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+/* Every node as a candidate to hold a copy of a checkpoint written on writer: into
+ * *cand and *of (the caller frees both); their count, or -1 when out of memory. */
+static int candidates(br_coord_t *c, br_replicas_t *r, const char *writer,
+                      br_replica_cand_t **cand, br_node_t ***of)
 {
-    br_replicas_t *r = ctx;
-    br_job_t *job = a->job;
-    const char *hash = json_string_value(json_object_get(a->manifest, "hash"));
-    if (!job || !a->node || !hash || !a->reason)
-        return;
-    int count = 0;
+    int count = 0, nc = 0;
     for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)
         count++;
-    int want = br_replicas_wanted(job->spec, count);
-    if (want <= 0)
-        return;
-    if (want > BR_REPLICAS_MAX)
-        want = BR_REPLICAS_MAX;
-    br_replica_cand_t *cand = calloc((size_t)count + 1, sizeof(*cand));
-    br_node_t **of = calloc((size_t)count + 1, sizeof(*of));
-    int nc = 0;
-    for (br_node_t *n = br_nodes_first(c->nodes); n && cand && of; n = n->next, nc++) {
+    *cand = calloc((size_t)count + 1, sizeof(**cand));
+    *of = calloc((size_t)count + 1, sizeof(**of));
+    if (!*cand || !*of)
+        return -1;
+    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next, nc++) {
         json_t *rep = json_object_get(json_object_get(n->info, "disk"), "replicas");
         json_t *q = json_object_get(rep, "quota"), *f = json_object_get(rep, "free");
-        double rtt = br_netmap_rtt(c->netmap, a->node->name, n->name);
-        of[nc] = n;
-        cand[nc] = (br_replica_cand_t){
+        double rtt = br_netmap_rtt(c->netmap, writer, n->name);
+        (*of)[nc] = n;
+        (*cand)[nc] = (br_replica_cand_t){
             .node = n->name,
             .ready = strcmp(n->state, "ready") == 0 && n->route_len > 0,
             .port = (int)json_integer_value(json_object_get(n->info, "replica_port")),
             .quota = json_is_integer(q) ? json_integer_value(q) : -1,
             .used = json_integer_value(json_object_get(rep, "used")),
             .free = json_is_integer(f) ? json_integer_value(f) : -1,
-            .mbps = rate_of(r, a->node->name, n->name),
+            .mbps = rate_of(r, writer, n->name),
             .rtt_ms = rtt >= 0 ? rtt : -1};
     }
-    /* a checkpoint reported again (the agent resends until it hears back): the
-     * nodes that hold it or pull it already count */
-    json_t *reps = br_store_replica_list(c->store, job->id, NULL);
+    return nc;
+}
+
+/* Take out of the candidates the nodes that hold job's checkpoint hash or pull it
+ * now: how many they are. */
+static int holding(br_coord_t *c, br_replicas_t *r, int64_t job, const char *hash,
+                   br_replica_cand_t *cand, int nc)
+{
+    json_t *reps = br_store_replica_list(c->store, job, NULL);
+    int n = 0;
     for (int i = 0; i < nc; i++) {
         char grant[160];
-        br_replicas_grant_id(job->id, hash, cand[i].node, grant, sizeof(grant));
+        br_replicas_grant_id(job, hash, cand[i].node, grant, sizeof(grant));
         int has = json_object_get(r->pulls, grant) != NULL;
         size_t j;
         json_t *rp;
@@ -350,36 +372,54 @@ static void on_checkpoint(br_coord_t *c, br_hook_arg_t *a, void *ctx)
             strcmp(json_string_value(json_object_get(rp, "node")), cand[i].node) == 0;
         if (has) {
             cand[i].ready = 0;
-            want--;
+            n++;
         }
     }
     json_decref(reps);
-    if (want <= 0) {
+    return n;
+}
+
+/* Have checkpoint.replicas nodes other than writer hold job's checkpoint (path,
+ * step, manifest): those that hold it or pull it already count, the others are
+ * ordered to pull it from writer; note ends the event that says so. */
+static void replicate(br_coord_t *c, br_replicas_t *r, br_job_t *job, br_node_t *writer,
+                      const char *path, int64_t step, const json_t *manifest,
+                      const char *note)
+{
+    const char *hash = json_string_value(json_object_get(manifest, "hash"));
+    br_replica_cand_t *cand = NULL;
+    br_node_t **of = NULL;
+    int nc = candidates(c, r, writer->name, &cand, &of);
+    int want = br_replicas_wanted(job->spec, nc);
+    if (want > BR_REPLICAS_MAX)
+        want = BR_REPLICAS_MAX;
+    if (nc > 0 && want > 0) /* (a checkpoint reported again: those count) */
+        want -= holding(c, r, job->id, hash, cand, nc);
+    if (nc < 0 || want <= 0) {
         free(cand);
         free(of);
         return;
     }
     int out[BR_REPLICAS_MAX];
-    int64_t bytes = json_integer_value(json_object_get(a->manifest, "bytes"));
-    int k = cand && of ? br_replicas_pick(cand, nc, a->node->name, bytes, want, out) : 0;
-    int64_t step = a->step;
+    int64_t bytes = json_integer_value(json_object_get(manifest, "bytes"));
+    int k = br_replicas_pick(cand, nc, writer->name, bytes, want, out);
     json_t *section = NULL;
     char user[64], key[200], names[512] = "";
     br_replica_ckpt_t ck;
-    ckpt_of(c, &ck, job->id, job->spec, job->owner_id, a->reason, step, a->manifest,
-            &section, user, sizeof(user));
+    ckpt_of(c, &ck, job->id, job->spec, job->owner_id, path, step, manifest, &section,
+            user, sizeof(user));
     size_t used = 0;
     for (int i = 0; i < k; i++) {
-        order_pull(c, r, &ck, hash, a->node, 0, of[out[i]], 0, key, sizeof(key));
+        order_pull(c, r, &ck, hash, writer, 0, of[out[i]], 0, key, sizeof(key));
         used += (size_t)snprintf(names + used, used < sizeof(names) ? sizeof(names) - used : 0,
                                  "%s%s", i ? ", " : "", of[out[i]]->name);
         if (used >= sizeof(names))
             used = sizeof(names) - 1;
     }
     if (k > 0)
-        br_coord_event(c, job->id, a->node->name, "replica",
-                       "checkpoint %s (step %lld) is being copied to %s", a->reason,
-                       (long long)step, names);
+        br_coord_event(c, job->id, writer->name, "replica",
+                       "checkpoint %s (step %lld) is being copied to %s%s", path,
+                       (long long)step, names, note);
     else {
         char why[512];
         snprintf(why, sizeof(why),
@@ -387,12 +427,52 @@ static void on_checkpoint(br_coord_t *c, br_hook_arg_t *a, void *ctx)
                  "checkpoints now (none ready that serves, has room and takes replicas)",
                  want);
         if (br_store_event_seen(c->store, job->id, why, NULL) == 0)
-            br_coord_event(c, job->id, a->node->name, "replica", "%s",
-                           why);
+            br_coord_event(c, job->id, writer->name, "replica", "%s", why);
     }
     json_decref(section);
     free(cand);
     free(of);
+}
+
+/* A counted checkpoint: have checkpoint.replicas other nodes pull it. */
+static void on_checkpoint(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    const char *hash = json_string_value(json_object_get(a->manifest, "hash"));
+    if (a->job && a->node && hash && a->reason)
+        replicate(c, ctx, a->job, a->node, a->reason, a->step, a->manifest, "");
+}
+
+int br_replicas_drop(br_coord_t *c, int64_t job, const json_t *row, const char *why)
+{
+    const char *hash = json_string_value(json_object_get(row, "hash"));
+    const char *node = json_string_value(json_object_get(row, "node"));
+    if (!hash || !node)
+        return 0;
+    br_node_t *n = br_nodes_find(c->nodes, node);
+    int told = n && n->route_len > 0; /* (a lost node's agent hears nothing) */
+    if (told)
+        br_coord_send_node(
+            c, n, "ckpt.drop",
+            json_pack("{s:I, s:s}", "job", (json_int_t)job, "hash", hash));
+    br_store_replica_del(c->store, job, hash, node, NULL);
+    br_coord_event(
+        c, job, node, "replica", "replica of checkpoint %s (step %lld) %s %s: %s%s",
+        json_string_value(json_object_get(row, "path")),
+        (long long)json_integer_value(json_object_get(row, "step")),
+        told ? "dropped from" : "forgotten on", node, why,
+        told ? "" : " (the node is not connected: its copy stays on its disk)");
+    return told;
+}
+
+void br_replicas_purged(br_coord_t *c, int64_t job)
+{
+    br_replicas_t *r = c->replicas;
+    const char *key;
+    json_t *e;
+    if (r)
+        json_object_foreach (r->pulls, key, e)
+            if (json_integer_value(json_object_get(e, "job")) == job)
+                json_object_set_new(e, "drop", json_true());
 }
 
 /* Keep only the newest keep checkpoints of job as replicas: drop the others. */
@@ -401,25 +481,14 @@ static void prune(br_coord_t *c, int64_t job, int keep)
     json_t *list = br_store_replica_list(c->store, job, NULL);
     json_t *hashes = json_object(), *row;
     size_t i;
+    char why[64];
+    snprintf(why, sizeof(why), "checkpoint.keep is %d", keep);
     json_array_foreach(list, i, row) {
         const char *hash = json_string_value(json_object_get(row, "hash"));
-        const char *node = json_string_value(json_object_get(row, "node"));
         if (!json_object_get(hashes, hash))
             json_object_set_new(hashes, hash, json_integer((json_int_t)json_object_size(hashes)));
-        if (json_integer_value(json_object_get(hashes, hash)) < keep)
-            continue;
-        br_node_t *n = br_nodes_find(c->nodes, node);
-        int told = n && n->route_len > 0; /* (a lost node's agent hears nothing) */
-        if (told)
-            br_coord_send_node(c, n, "ckpt.drop",
-                               json_pack("{s:I, s:s}", "job", (json_int_t)job, "hash", hash));
-        br_store_replica_del(c->store, job, hash, node, NULL);
-        br_coord_event(c, job, node, "replica",
-                       "replica of checkpoint %s (step %lld) %s %s: checkpoint.keep is %d%s",
-                       json_string_value(json_object_get(row, "path")),
-                       (long long)json_integer_value(json_object_get(row, "step")),
-                       told ? "dropped from" : "forgotten on", node, keep,
-                       told ? "" : " (the node is not connected: its copy stays on its disk)");
+        if (json_integer_value(json_object_get(hashes, hash)) >= keep)
+            br_replicas_drop(c, job, row, why);
     }
     json_decref(hashes);
     json_decref(list);
@@ -640,6 +709,211 @@ static void restore_ended(br_coord_t *c, br_replicas_t *r, json_t *pull, const c
     br_jobs_release(c, id, job->attempt);
 }
 
+/* Whether tried lists "HOLDER>TARGET" (holder NULL: any holder to target). */
+static int was_tried(const json_t *tried, const char *holder, const char *target)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach (tried, i, t) {
+        const char *s = json_string_value(t), *gt = s ? strchr(s, '>') : NULL;
+        if (gt && strcmp(gt + 1, target) == 0 &&
+            (!holder || ((size_t)(gt - s) == strlen(holder) &&
+                         strncmp(s, holder, strlen(holder)) == 0)))
+            return 1;
+    }
+    return 0;
+}
+
+/* Where target can pull job's checkpoint hash from, not tried yet: its writer first,
+ * then the verified replica nearest to target; *from_store: a replica. NULL: none. */
+static br_node_t *pick_source(br_coord_t *c, int64_t job, const char *hash,
+                              const char *writer, br_node_t *target,
+                              const json_t *tried, int *from_store)
+{
+    br_node_t *w = br_nodes_find(c->nodes, writer), *best = NULL;
+    *from_store = 0;
+    if (w != target && node_serves(w) && !was_tried(tried, w->name, target->name))
+        return w;
+    json_t *reps = br_store_replica_list(c->store, job, NULL), *rp;
+    double best_rtt = 1e300;
+    size_t i;
+    json_array_foreach (reps, i, rp) {
+        br_node_t *h =
+            br_nodes_find(c->nodes, json_string_value(json_object_get(rp, "node")));
+        if (strcmp(json_string_value(json_object_get(rp, "hash")), hash) != 0 ||
+            h == target || !node_serves(h) || was_tried(tried, h->name, target->name))
+            continue;
+        double rtt = br_netmap_rtt(c->netmap, target->name, h->name);
+        if (rtt < 0)
+            rtt = 1e9; /* not measured: after the measured ones */
+        if (!best || rtt < best_rtt) {
+            best = h;
+            best_rtt = rtt;
+        }
+    }
+    json_decref(reps);
+    *from_store = best != NULL;
+    return best;
+}
+
+/* Another node to hold job's checkpoint hash (bytes, written on writer): one that
+ * neither holds nor pulls it and was not tried as a target. NULL: none. */
+static br_node_t *other_target(br_coord_t *c, br_replicas_t *r, int64_t job,
+                               const char *hash, const char *writer, int64_t bytes,
+                               const json_t *tried)
+{
+    br_replica_cand_t *cand = NULL;
+    br_node_t **of = NULL, *t = NULL;
+    int nc = candidates(c, r, writer, &cand, &of), out[1];
+    if (nc > 0) {
+        holding(c, r, job, hash, cand, nc);
+        for (int i = 0; i < nc; i++)
+            if (was_tried(tried, NULL, cand[i].node))
+                cand[i].ready = 0;
+        if (br_replicas_pick(cand, nc, writer, bytes, 1, out) == 1)
+            t = of[out[0]];
+    }
+    free(cand);
+    free(of);
+    return t;
+}
+
+/* A replica's pull failed on its target (errnum, error): pulled again, at most
+ * BR_REPLICAS_TRIES times in all, by another node when the target had no room
+ * (ENOSPC, EDQUOT, EFBIG) or went away (TARGET_GONE), else by the same target from
+ * another node that has the checkpoint; an event says what failed and what next. */
+static void replica_failed(br_coord_t *c, br_replicas_t *r, const json_t *pull,
+                           int errnum, const char *error)
+{
+    int64_t id = json_integer_value(json_object_get(pull, "job"));
+    int64_t step = json_integer_value(json_object_get(pull, "step"));
+    const char *hash = json_string_value(json_object_get(pull, "hash"));
+    const char *path = json_string_value(json_object_get(pull, "path"));
+    const char *holder = json_string_value(json_object_get(pull, "holder"));
+    const char *tname = json_string_value(json_object_get(pull, "target"));
+    json_t *tries_v = json_object_get(pull, "tries");
+    int tries = json_is_integer(tries_v) ? (int)json_integer_value(tries_v) : 1;
+    int elsewhere = errnum == ENOSPC || errnum == EDQUOT || errnum == EFBIG ||
+                    errnum == TARGET_GONE;
+    json_t *tried = json_deep_copy(json_object_get(pull, "tried"));
+    if (!tried)
+        tried = json_array();
+    char t[160], then[300];
+    snprintf(t, sizeof(t), "%s>%s", holder, tname);
+    json_array_append_new(tried, json_string(t));
+    /* (also when the job has ended meanwhile: its copies are kept for a while) */
+    int64_t owner = 0;
+    int purged = json_is_true(json_object_get(pull, "drop"));
+    json_t *spec = purged ? NULL : spec_of(c, id, &owner);
+    json_t *m = spec ? br_store_checkpoint_manifest(c->store, id, hash, NULL) : NULL;
+    json_t *latest = m ? br_store_checkpoint_latest(c->store, id, NULL) : NULL;
+    json_t *mh = json_object_get(json_object_get(latest, "manifest"), "hash");
+    const char *writer = json_string_value(json_object_get(latest, "node"));
+    br_node_t *dst = NULL, *src = NULL;
+    int from_store = 0;
+    if (!spec)
+        snprintf(then, sizeof(then), "the job was purged: not tried again");
+    else if (!m || !writer || !json_is_string(mh) ||
+             strcmp(json_string_value(mh), hash))
+        snprintf(then, sizeof(then), "a newer checkpoint is copied instead");
+    else if (tries >= BR_REPLICAS_TRIES)
+        snprintf(then, sizeof(then), "given up after %d tries", tries);
+    else {
+        if (elsewhere)
+            dst = other_target(c, r, id, hash, writer,
+                               json_integer_value(json_object_get(m, "bytes")), tried);
+        else if ((dst = br_nodes_find(c->nodes, tname)) && !node_serves(dst))
+            dst = NULL;
+        src = dst ? pick_source(c, id, hash, writer, dst, tried, &from_store) : NULL;
+        if (!src)
+            snprintf(then, sizeof(then), "%s",
+                     elsewhere ? "no other node can hold it now"
+                               : "no other node that has it "
+                                 "serves it now");
+    }
+    if (src) {
+        json_t *section = NULL;
+        char user[64], key[200];
+        br_replica_ckpt_t ck;
+        ckpt_of(c, &ck, id, spec, owner, path, step, m, &section, user, sizeof(user));
+        json_t *e =
+            order_pull(c, r, &ck, hash, src, from_store, dst, 0, key, sizeof(key));
+        if (e) {
+            json_object_set_new(e, "tries", json_integer(tries + 1));
+            json_object_set(e, "tried", tried);
+        }
+        snprintf(then, sizeof(then), "pulled again by %s from %s (try %d of %d)",
+                 dst->name, src->name, tries + 1, BR_REPLICAS_TRIES);
+        json_decref(section);
+    }
+    br_coord_event(c, id, tname, "replica",
+                   "replica of checkpoint %s (step %lld) failed on %s: %s; %s", path,
+                   (long long)step, tname, error, then);
+    json_decref(latest);
+    json_decref(m);
+    json_decref(spec);
+    json_decref(tried);
+}
+
+/* Whether node holds job's checkpoint hash as a recorded replica, or pulls it. */
+static int known_copy(br_coord_t *c, br_replicas_t *r, int64_t job, const char *hash,
+                      const char *node)
+{
+    char grant[160];
+    br_replicas_grant_id(job, hash, node, grant, sizeof(grant));
+    json_t *reps = br_store_replica_list(c->store, job, NULL), *rp;
+    int known = json_object_get(r->pulls, grant) != NULL;
+    size_t i;
+    json_array_foreach (reps, i, rp)
+        known |= strcmp(json_string_value(json_object_get(rp, "hash")), hash) == 0 &&
+                 strcmp(json_string_value(json_object_get(rp, "node")), node) == 0;
+    json_decref(reps);
+    return known;
+}
+
+/* Drop the copies that nodes reported but this coordinator did not order (it
+ * restarted while they were pulled), unless they are known by now. */
+static void drop_unordered(br_coord_t *c, br_replicas_t *r)
+{
+    size_t i;
+    json_t *u;
+    json_array_foreach (r->unordered, i, u) {
+        int64_t job = json_integer_value(json_object_get(u, "job"));
+        const char *hash = json_string_value(json_object_get(u, "hash"));
+        const char *node = json_string_value(json_object_get(u, "node"));
+        br_node_t *n = br_nodes_find(c->nodes, node);
+        if (known_copy(c, r, job, hash, node) || !n || n->route_len == 0)
+            continue;
+        br_coord_send_node(c, n, "ckpt.drop",
+                           json_pack("{s:I, s:s}", "job", (json_int_t)job, "hash", hash));
+        json_t *row = br_store_job_get(c->store, job, NULL);
+        if (row) /* (a job this store knows) */
+            br_coord_event(c, job, node, "replica",
+                           "replica of checkpoint %s (step %lld) dropped from %s: its pull "
+                           "was ordered before the coordinator restarted, and is not needed",
+                           json_string_value(json_object_get(u, "path")),
+                           (long long)json_integer_value(json_object_get(u, "step")), node);
+        json_decref(row);
+    }
+    json_array_clear(r->unordered);
+}
+
+/* node reports a verified copy that was not ordered (an order from before a
+ * restart): kept if the copies ordered again after the restart take it in (the
+ * same node pulls it again, finding it there), else dropped once those are
+ * ordered. */
+static void unordered(br_coord_t *c, br_replicas_t *r, int64_t job, const char *hash,
+                      const char *node, const char *path, int64_t step)
+{
+    if (json_array_size(r->unordered) < UNORDERED_MAX)
+        json_array_append_new(r->unordered,
+                              json_pack("{s:I, s:s, s:s, s:s, s:I}", "job", (json_int_t)job,
+                                        "hash", hash, "node", node, "path", path, "step",
+                                        (json_int_t)step));
+    if (r->repaired)
+        drop_unordered(c, r);
+}
+
 /* ckpt.stored: a node says how a pull it was ordered went. Only pulls this
  * coordinator ordered, to that node, are taken. */
 void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -661,6 +935,8 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     snprintf(key, sizeof(key), "%s%s", restore ? "r/" : "", grant);
     json_t *pull = r ? json_object_get(r->pulls, key) : NULL;
     if (!pull || strcmp(json_string_value(json_object_get(pull, "hash")), hash) != 0) {
+        if (r && !restore && !error) /* a copy nobody will know of: not to stay */
+            unordered(c, r, job, hash, who->name, path, step);
         br_errf(&err, EPERM, "no %s of checkpoint %.16s of job %lld to %s was ordered",
                 restore ? "restore" : "replica", hash, (long long)job, who->name);
         br_api_fail(c, m, &err);
@@ -672,9 +948,13 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (restore) {
         restore_ended(c, r, pull, error, errnum, received, deduped);
     } else if (error) {
-        br_coord_event(c, job, who->name, "replica",
-                       "replica of checkpoint %s (step %lld) failed on %s: %s", path,
-                       (long long)step, who->name, error);
+        replica_failed(c, r, pull, errnum, error);
+    } else if (json_is_true(json_object_get(pull, "drop"))) { /* purged meanwhile */
+        json_t *row = json_pack("{s:s, s:s, s:O, s:O}", "hash", hash, "node", who->name,
+                                "path", json_object_get(pull, "path"), "step",
+                                json_object_get(pull, "step"));
+        br_replicas_drop(c, job, row, "the job was purged (bramble job purge)");
+        json_decref(row);
     } else {
         double secs = (double)(br_mono_ms() - json_integer_value(json_object_get(pull, "at"))) / 1000.0;
         char sent[32], same[32];
@@ -698,9 +978,52 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_api_ok(c, m, json_object());
 }
 
-/* Once a second: held fetches whose grant has had time to arrive go out; a
- * restore whose holder or target went away, or that has been silent too long,
- * has failed. */
+/* After a start or a rollback the pulls in flight are forgotten, and the agents'
+ * reports of them are refused: once the nodes had time to come back, the running
+ * jobs' newest checkpoints that have fewer copies than checkpoint.replicas (held
+ * or under way) are copied again, REPAIR_BITE jobs per tick. */
+static void repair(br_coord_t *c, br_replicas_t *r)
+{
+    int left = REPAIR_BITE;
+    br_job_t *j;
+    for (j = br_jobtab_first(c->jobs); j && left > 0; j = j->next) {
+        if (j->id < r->repair_from)
+            continue;
+        r->repair_from = j->id + 1;
+        if (j->state != BR_JOB_RUNNING && j->state != BR_JOB_STARTING)
+            continue;
+        left--;
+        json_t *latest = br_store_checkpoint_latest(c->store, j->id, NULL);
+        const char *hash = json_string_value(
+            json_object_get(json_object_get(latest, "manifest"), "hash"));
+        const char *writer = json_string_value(json_object_get(latest, "node"));
+        br_node_t *w = writer ? br_nodes_find(c->nodes, writer) : NULL;
+        json_t *m = hash && node_serves(w)
+                        ? br_store_checkpoint_manifest(c->store, j->id, hash, NULL)
+                        : NULL;
+        if (m)
+            replicate(
+                c, r, j, w, json_string_value(json_object_get(latest, "path")),
+                json_integer_value(json_object_get(latest, "step")), m,
+                " (again: the coordinator restarted, and copies under way then were "
+                "forgotten)");
+        json_decref(m);
+        json_decref(latest);
+    }
+    if (!j) {
+        r->repaired = 1;
+        drop_unordered(c, r);
+    }
+}
+
+/* Once a second: held fetches whose grant has had time to arrive go out; a pull
+ * whose target went away, or that has been silent too long, has failed (a restore
+ * tries the next copy, a replica another node), as has a restore whose holder went
+ * away (a replica's target reports that itself when its pull stops). Then, once
+ * the nodes had time to come back after a start, the copies forgotten at start are
+ * ordered again, and the replicas of jobs that ended longer than
+ * --replica-retention ago are dropped (replkeep.h), so that a node not yet back
+ * is not left with a copy the coordinator forgot. */
 static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
 {
     (void)a;
@@ -710,34 +1033,70 @@ static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
     json_t *e, *tmp;
     json_t *failed = json_array();
     json_object_foreach_safe (r->pulls, tmp, key, e) {
-        br_node_t *holder = br_nodes_find(c->nodes, json_string_value(json_object_get(e, "holder")));
-        br_node_t *target = br_nodes_find(c->nodes, json_string_value(json_object_get(e, "target")));
+        const char *hname = json_string_value(json_object_get(e, "holder"));
+        const char *tname = json_string_value(json_object_get(e, "target"));
+        br_node_t *holder = br_nodes_find(c->nodes, hname);
+        br_node_t *target = br_nodes_find(c->nodes, tname);
         json_t *fetch = json_object_get(e, "fetch");
-        if (fetch && now >= json_integer_value(json_object_get(e, "fetch_at")) && target) {
+        int hgone = !holder || strcmp(holder->state, "lost") == 0;
+        int tgone = !target || strcmp(target->state, "lost") == 0;
+        if (fetch && now >= json_integer_value(json_object_get(e, "fetch_at")) &&
+            !tgone && !hgone) {
             br_coord_send_node(c, target, "ckpt.fetch", json_incref(fetch));
             json_object_del(e, "fetch");
+            fetch = NULL;
             json_object_set_new(e, "at", json_integer(now)); /* the pull's time from here */
         }
         int64_t age = now - json_integer_value(json_object_get(e, "at"));
-        int gone = !holder || strcmp(holder->state, "lost") == 0 || !target ||
-                   strcmp(target->state, "lost") == 0;
         int restore = strncmp(key, "r/", 2) == 0;
-        if (gone || age > (restore ? RESTORE_SILENT_MS : BR_REPLICAS_GRANT_TTL_MS)) {
-            if (restore)
-                json_array_append_new(failed, json_pack("{s:O, s:s}", "pull", e, "why",
-                                                        gone ? "a node went away" : "no word"));
+        char why[300] = "";
+        int errnum = ETIMEDOUT;
+        if (restore && (hgone || tgone))
+            snprintf(why, sizeof(why), "a node went away");
+        else if (tgone) {
+            snprintf(why, sizeof(why), "%s went away", tname);
+            errnum = TARGET_GONE;
+        } else if (hgone && fetch)
+            snprintf(why, sizeof(why), "%s went away before the pull began", hname);
+        else if (restore && age > RESTORE_SILENT_MS)
+            snprintf(why, sizeof(why), "no word");
+        else if (!restore && age > BR_REPLICAS_GRANT_TTL_MS)
+            snprintf(why, sizeof(why), "no word from %s for %lld min", tname,
+                     (long long)(BR_REPLICAS_GRANT_TTL_MS / 60000));
+        if (why[0]) {
+            json_array_append_new(
+                failed, json_pack("{s:O, s:s, s:i, s:b}", "pull", e, "why", why,
+                                  "errnum", errnum, "restore", restore));
             json_object_del(r->pulls, key);
         }
     }
     size_t i;
-    json_array_foreach(failed, i, e) restore_ended(
-        c, r, json_object_get(e, "pull"), json_string_value(json_object_get(e, "why")),
-        ETIMEDOUT, 0, 0);
+    json_array_foreach (failed, i, e) {
+        json_t *pull = json_object_get(e, "pull");
+        const char *why = json_string_value(json_object_get(e, "why"));
+        int errnum = (int)json_integer_value(json_object_get(e, "errnum"));
+        if (json_is_true(json_object_get(e, "restore")))
+            restore_ended(c, r, pull, why, errnum, 0, 0);
+        else
+            replica_failed(c, r, pull, errnum, why);
+    }
     json_decref(failed);
+    if (now - c->started_mono < c->cfg.grace_ms)
+        return; /* the nodes are not all back: hold both until they had time */
+    if (!r->repaired)
+        repair(c, r);
+    int64_t keep = c->cfg.replica_retention_ms;
+    if (keep > 0 && now >= r->expire_at) {
+        int64_t every = keep / 2 < 1000        ? 1000
+                        : keep / 2 > EXPIRE_MS ? EXPIRE_MS
+                                               : keep / 2;
+        int n = br_replkeep_expire(c, keep, EXPIRE_BITE);
+        r->expire_at = n >= EXPIRE_BITE ? now : now + every; /* more left: next tick */
+    }
 }
 
-/* A job left: nothing waits for its restores. Its replicas stay (see
- * docs/checkpoints.md: removing them after a retention period is to come). */
+/* A job left: nothing waits for its restores. Its replicas stay until
+ * --replica-retention has passed or the job is purged (replkeep.h). */
 static void on_left(br_coord_t *c, br_hook_arg_t *a, void *ctx)
 {
     (void)c;
@@ -758,6 +1117,8 @@ static void on_loaded(br_coord_t *c, br_hook_arg_t *a, void *ctx)
     br_replicas_t *r = ctx;
     json_object_clear(r->pulls);
     json_object_clear(r->restores);
+    r->repaired = 0; /* the copies of that wake are ordered again */
+    r->repair_from = 0;
 }
 
 int br_replicas_init(br_coord_t *c)

@@ -12,8 +12,12 @@
  * dropped; and an attempt that resumes on a node other than the writer's
  * (BR_HOOK_RESUMING) waits until the checkpoint was restored there from the
  * nearest holder and verified, falling back to an older checkpoint when no copy
- * of the newest is good. Its pulls in flight live in its own context, not in
- * the store: a coordinator that restarts orders a restore again. */
+ * of the newest is good. A replica's pull that failed is ordered again, a few
+ * times at most: on another node when its target had no room or went away, else
+ * from another node that has the checkpoint. Its pulls in flight live in its own
+ * context, not in the store: a coordinator that restarts orders a restore again,
+ * and copies the running jobs' newest checkpoints that lack copies once the nodes
+ * are back. Replicas of ended jobs are dropped by replkeep.h. */
 #ifndef BRAMBLE_REPLICAS_H
 #define BRAMBLE_REPLICAS_H
 
@@ -26,6 +30,7 @@
 
 #define BR_REPLICAS_GRANT_TTL_MS (15 * 60 * 1000) /* a grant lapses after this */
 #define BR_REPLICAS_MAX 16                        /* checkpoint.replicas at most */
+#define BR_REPLICAS_TRIES 3 /* pulls of one copy at most (the first and 2 more) */
 
 /* node.hello's replica_port (0: none) into n's info. */
 void br_replicas_hello(br_node_t *n, int port);
@@ -100,6 +105,15 @@ int br_replicas_init(struct br_coord *c);
 int br_replicas_wanted(const json_t *spec, int cluster_nodes);
 /* checkpoint.keep (2 when not given). */
 int br_replicas_keep(const json_t *spec);
+
+/* Drop job's replica row (br_store_replica_list's: "hash", "node", "path", "step"):
+ * its node is told (ckpt.drop) when connected, else the row is only forgotten;
+ * the row leaves the store and an event of the job says why. 1 when the node was
+ * told, 0 when not. */
+int br_replicas_drop(struct br_coord *c, int64_t job, const json_t *row,
+                     const char *why);
+/* job was purged: copies of it still under way are dropped as they arrive. */
+void br_replicas_purged(struct br_coord *c, int64_t job);
 
 /* The job's checkpoints (br_store_checkpoint_list's array, changed in place) each
  * with "copies": [{"node", "time"}] of the verified replicas (and the writer's

@@ -241,6 +241,7 @@ enum {
     ST_REPL_ADD,
     ST_REPL_DEL,
     ST_REPL_LIST,
+    ST_REPL_EXPIRED,
     ST_USAGE_ADD,
     ST_USAGE_SINCE,
     ST_LIMITS_SET,
@@ -390,6 +391,11 @@ static const char *const sql_text[ST_COUNT] = {
                     " AND (?3 IS NULL OR node = ?3)",
     [ST_REPL_LIST] = "SELECT hash, node, step, path, bytes, time FROM replicas"
                      " WHERE job = ?1 ORDER BY step DESC, hash, node",
+    [ST_REPL_EXPIRED] = "SELECT r.hash, r.node, r.step, r.path, r.bytes, r.time, r.job"
+                        " FROM replicas r JOIN jobs j ON j.id = r.job"
+                        " WHERE j.ended IS NOT NULL AND j.ended < ?1"
+                        " AND (?2 = 0 OR r.job = ?2)"
+                        " ORDER BY r.job, r.step DESC, r.hash, r.node LIMIT ?3",
     [ST_USAGE_ADD] = "INSERT INTO usage (principal, hour, gpu_ms, cpu_ms, cost_micros)"
                      " VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (hour, principal) DO UPDATE"
                      " SET gpu_ms = gpu_ms + excluded.gpu_ms,"
@@ -2091,6 +2097,29 @@ json_t *br_store_replica_list(br_store_t *s, int64_t job_id, br_err_t *err)
         return NULL;
     }
     return list_rows(s, st, replica_row, "list replicas", err);
+}
+
+/* A replica row with its job (column 6). */
+static json_t *replica_job_row(sqlite3_stmt *st, br_err_t *err)
+{
+    json_t *o = replica_row(st, err);
+    if (o && put(o, "job", col_int(st, 6))) {
+        json_decref(o);
+        return br_errp(err, ENOMEM, "replica: out of memory");
+    }
+    return o;
+}
+
+json_t *br_store_replica_expired(br_store_t *s, int64_t ended_before_ms, int64_t job_id,
+                                 int limit, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_REPL_EXPIRED];
+    if (sqlite3_bind_int64(st, 1, ended_before_ms) ||
+        sqlite3_bind_int64(st, 2, job_id) || sqlite3_bind_int(st, 3, limit)) {
+        binderr(s, st, "list expired replicas", err);
+        return NULL;
+    }
+    return list_rows(s, st, replica_job_row, "list expired replicas", err);
 }
 
 json_t *br_store_checkpoint_manifest(br_store_t *s, int64_t job_id, const char *hash,

@@ -257,6 +257,10 @@ int br_store_replica_del(br_store_t *s, int64_t job_id, const char *hash, const 
                          br_err_t *err);
 /* [{"hash","node","step","path","bytes","time" (ms)}], newest step first. */
 json_t *br_store_replica_list(br_store_t *s, int64_t job_id, br_err_t *err);
+/* Up to limit replicas (as in the list, with "job") of jobs that ended before
+ * ended_before_ms, of job_id only unless it is 0; by job, newest step first. */
+json_t *br_store_replica_expired(br_store_t *s, int64_t ended_before_ms, int64_t job_id,
+                                 int limit, br_err_t *err);
 
 /* What a user used in one hour (hour: wall ms / 3,600,000), added to what the
  * hour holds already: GPU and CPU milliseconds held, cost in millionths. */

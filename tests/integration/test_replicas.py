@@ -12,9 +12,13 @@ import json
 import os
 import socket
 import stat
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
+import pytest
 import zmq
 import zmq.utils.z85
 
@@ -251,3 +255,119 @@ def test_agents_pull_on_orders(make_cluster, tmp_path):
     finally:
         fake.close()
     c.assert_alive()
+
+
+# ---------------------------------------------------------------------------
+# Replicas of ended jobs: dropped at `bramble job purge`, or once the job ended
+# longer ago than brambled's --replica-retention.
+
+def short_training(c, ckpt, steps=20, step_time=0.1):
+    repo = Path(__file__).resolve().parents[2]
+    return c.cli_json("submit", repo / "examples" / "train-checkpoint.yaml",
+                      "--set", f"workdir={repo}", "--set", f"checkpoint.dir={ckpt}",
+                      "--set", f"command={sys.executable} examples/train_checkpoint.py "
+                      f"--steps {steps} --every 5 --step-time {step_time}")["id"]
+
+
+def replicated(c, jid):
+    """The job, once it completed and its newest checkpoint has a verified copy on
+    a node other than its writer; else None."""
+    j = c.job(jid)
+    cps = j.get("checkpoints") or []
+    if j["state"] != "completed" or not cps:
+        return None
+    return j if any(not cp.get("writer") for cp in cps[-1].get("copies") or []) else None
+
+
+def held(c, jid):
+    """{node: job's replica dirs in its store} for the nodes that hold any."""
+    out = {}
+    for n in ("node-1", "node-2"):
+        d = c.agent_dir(n) / "replicas" / str(jid)
+        if d.exists() and os.listdir(d):
+            out[n] = sorted(os.listdir(d))
+    return out
+
+
+def no_copies(c, jid):
+    listing = c.cli_json("checkpoint", "list", jid)
+    others = [cp for ck in listing for cp in ck.get("copies") or [] if not cp.get("writer")]
+    return not others and not held(c, jid)
+
+
+def test_ended_jobs_replicas_purged_and_expired(make_cluster, tmp_path):
+    # (a short node timeout: a restarted coordinator waits twice that for the
+    # nodes to come back before it drops expired replicas)
+    c = make_cluster(start=False, heartbeat="200ms", node_timeout="2s")
+    c.start_coordinator(extra=["--replica-retention", "0"])  # kept until purged
+    c.add_agents(2)
+    ckpt = tmp_path / "ckpt"
+
+    # a job that runs: purge is refused
+    jid = short_training(c, ckpt / "a", steps=40, step_time=0.1)
+    rc, _, err = c.cli("job", "purge", jid, check=False)
+    assert rc == 1 and "only a job that has ended can be purged" in err, err
+    j = wait_for(lambda: replicated(c, jid), what=f"job {jid} to end with a replica")
+    assert held(c, jid), events_of(j)
+
+    # purged: gone from the holder's store and from the list, with an event
+    _, out, _ = c.cli("job", "purge", jid)
+    assert "dropped" in out, out
+    wait_for(lambda: no_copies(c, jid), what=f"job {jid}'s replicas to be dropped")
+    assert "the job was purged" in events_of(c.job(jid))
+
+    # kept with retention 0 across a restart, dropped once a retention of 2s passed
+    jid2 = short_training(c, ckpt / "b")
+    wait_for(lambda: replicated(c, jid2), what=f"job {jid2} to end with a replica")
+    assert held(c, jid2)
+    c.coordinator.expected_exit = True
+    assert c.coordinator.stop() is None
+    c.start_coordinator(extra=["--replica-retention", "2s"])
+    wait_for(lambda: no_copies(c, jid2), what=f"job {jid2}'s replicas to expire")
+    assert "--replica-retention" in events_of(c.job(jid2))
+    c.assert_alive()
+
+
+def events_of(j):
+    return "\n".join(e["reason"] or "" for e in j.get("events") or [])
+
+
+def test_full_target_replaced_by_another(make_cluster, tmp_path):
+    """A node whose replica store is full (a tmpfs out of inodes: its free bytes
+    still look ample, so the coordinator picks it first) fails the pull with no
+    room; another node pulls the copy, and nothing of the failed pull is left."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    full = tmp_path / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,nr_inodes=3,mode=0700",
+                    "tmpfs", str(full)], check=True)
+    try:
+        c = make_cluster()
+        tok = c.token(uses=3)
+        off = ["--probe-port", "off"]  # no round trips: the most room goes first
+        c.start_agent("node-1", token=tok, extra=off + ["--label", "role=writer",
+                                                         "--replica-quota", "0"])
+        c.start_agent("node-2", token=tok, extra=off + ["--replica-dir", str(full)])
+        c.start_agent("node-3", token=tok, extra=off + ["--replica-quota", "16MiB"])
+        c.wait_ready("node-1", "node-2", "node-3")
+        wait_for(lambda: all((node(c, n).get("disk") or {}).get("replicas", {}).get("free")
+                             for n in ("node-2", "node-3")), what="disk figures")
+        repo = Path(__file__).resolve().parents[2]
+        jid = c.submit(f"name: full-target\n"
+                       f"command: {sys.executable} examples/train_checkpoint.py "
+                       f"--steps 20 --every 5 --step-time 0.2\n"
+                       f"workdir: {repo}\n"
+                       f"checkpoint:\n  dir: {tmp_path / 'ckpt'}\n"
+                       f"  pattern: \"checkpoint-*\"\n  complete_file: trainer_state.json\n"
+                       f"resources:\n  labels: {{role: writer}}\n")
+        j = wait_for(lambda: replicated(c, jid), what=f"job {jid} to end with a replica")
+        what = events_of(j)
+        assert "failed on node-2" in what and "pulled again by node-3 from node-1" in what, what
+        newest = j["checkpoints"][-1]
+        assert {cp["node"] for cp in newest["copies"] if not cp.get("writer")} == {"node-3"}
+        left = [os.path.join(d, n) for d, dirs, files in os.walk(full) for n in dirs + files]
+        assert not [p for p in left if ".bramble-pull" in p or p.endswith(str(jid))], left
+        c.assert_alive()
+    finally:
+        subprocess.run(["umount", "-l", str(full)], check=False)

@@ -4,7 +4,10 @@
  * another node; only reports of pulls that were ordered are taken; the verified
  * copy is recorded and checkpoint.keep holds; an attempt that resumes on another
  * node waits for the restore and starts once it is verified; a bad copy makes it
- * fall back to the older checkpoint. */
+ * fall back to the older checkpoint. A failed pull is ordered again, elsewhere or
+ * from another holder, a few times at most; copies forgotten by a restart are
+ * ordered again; ended jobs' replicas are dropped after the retention or at a
+ * purge. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -112,12 +115,14 @@ static json_t *manifest(const char *hash)
 #define H2 "2222222222222222222222222222222222222222222222222222222222222222"
 #define H3 "3333333333333333333333333333333333333333333333333333333333333333"
 
-static int64_t submit(br_coord_t *c)
+/* A training job with checkpoint.replicas (< 0: not given) and keep 2. */
+static int64_t submit_n(br_coord_t *c, int replicas)
 {
-    json_t *s = json_pack("{s:s, s:{s:i}, s:{s:s, s:s, s:n, s:n, s:i}, s:{s:i, s:[s]}}",
-                          "command", "train", "resources", "cpus", 1, "checkpoint", "dir",
-                          "/ck", "pattern", "*", "complete_file", "replicas", "keep", 2,
-                          "restart", "max", 3, "on", "node_lost");
+    json_t *s = json_pack("{s:s, s:{s:i}, s:{s:s, s:s, s:n, s:o, s:i}, s:{s:i, s:[s]}}",
+                          "command", "train", "resources", "cpus", 1, "checkpoint",
+                          "dir", "/ck", "pattern", "*", "complete_file", "replicas",
+                          replicas < 0 ? json_null() : json_integer(replicas), "keep",
+                          2, "restart", "max", 3, "on", "node_lost");
     json_t *row = json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:I, s:s, s:i}", "name", "t",
                             "kind", "job", "owner", "ann", "owner_id", (json_int_t)2, "spec", s,
                             "spec_yaml", "x: 1\n", "submitted", (json_int_t)br_now_ms(),
@@ -127,6 +132,11 @@ static int64_t submit(br_coord_t *c)
     json_decref(row);
     assert_non_null(j);
     return j->id;
+}
+
+static int64_t submit(br_coord_t *c)
+{
+    return submit_n(c, -1);
 }
 
 static void checkpoint(br_coord_t *c, int64_t id, br_node_t *n, const char *path, int step,
@@ -240,6 +250,288 @@ static void test_replicate_keep_restore_fallback(void **state)
                         "10");
 }
 
+/* A job of replicas copies submitted and running, the node its rank 0 runs on. */
+static int64_t running(br_coord_t *c, int replicas, br_node_t **writer)
+{
+    int64_t id = submit_n(c, replicas);
+    br_sched_run(c);
+    br_job_t *job = br_jobtab_find(c->jobs, id);
+    assert_non_null(job);
+    *writer = br_nodes_find(c->nodes, job->ranks[0].node);
+    assert_non_null(*writer);
+    br_jobs_started(c, id, 1, *writer, 0);
+    fixture_drop_orders(c);
+    return id;
+}
+
+/* The node that was last granted a pull of the checkpoint (peer of the last
+ * ckpt.serve in the outbox), and the holder that serves it. */
+static br_node_t *granted(br_coord_t *c, br_node_t **holder)
+{
+    br_node_t *peer = NULL;
+    for (size_t i = 0; i < c->outbox_len; i++) {
+        size_t len;
+        const unsigned char *route = br_msg_route(c->outbox[i], &len);
+        if (strcmp(br_msg_type(c->outbox[i]), "ckpt.serve") != 0)
+            continue;
+        json_t *b = br_msg_body(c->outbox[i]);
+        peer = br_nodes_find(c->nodes, json_string_value(json_object_get(b, "peer")));
+        for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)
+            if (len == 1 && route[0] == (unsigned char)n->name[0])
+                *holder = n;
+    }
+    return peer;
+}
+
+/* A pull that failed for want of room is pulled by another node; one whose holder
+ * stopped answering, by the same node from another that has a copy; three pulls
+ * of one copy at most. */
+static void test_failed_pull_tried_again(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    fixture_node(c, "c", 4, 7704);
+    fixture_node(c, "d", 4, 7704);
+    br_node_t *writer, *holder = NULL;
+    int64_t id = running(c, 1, &writer);
+    checkpoint(c, id, writer, "/ck/s5", 5, H1);
+    br_node_t *t1 = granted(c, &holder);
+    assert_non_null(t1);
+    assert_ptr_equal(holder, writer);
+    fetch_due(c);
+    assert_non_null(order(c, "ckpt.fetch", t1));
+
+    /* no room on the first: another node pulls it, from the writer */
+    fixture_drop_orders(c);
+    stored(c, t1, id, H1, "/ck/s5", 0, ENOSPC);
+    assert_int_equal(last_reply(c), 0);
+    br_node_t *t2 = granted(c, &holder);
+    assert_non_null(t2);
+    assert_ptr_not_equal(t2, t1);
+    assert_ptr_not_equal(t2, writer);
+    assert_ptr_equal(holder, writer);
+    assert_true(has_event(c, id, "(try 2 of 3)"));
+    fetch_due(c);
+    assert_non_null(order(c, "ckpt.fetch", t2));
+    /* ... the first's report again is not taken */
+    stored(c, t1, id, H1, "/ck/s5", 0, ENOSPC);
+    assert_int_equal(last_reply(c), EPERM);
+
+    /* none on the second either: the third try, on the last node */
+    fixture_drop_orders(c);
+    stored(c, t2, id, H1, "/ck/s5", 0, EDQUOT);
+    br_node_t *t3 = granted(c, &holder);
+    assert_non_null(t3);
+    assert_true(t3 != t1 && t3 != t2 && t3 != writer);
+    assert_true(has_event(c, id, "(try 3 of 3)"));
+    fixture_drop_orders(c);
+    stored(c, t3, id, H1, "/ck/s5", 0, EFBIG);
+    assert_null(granted(c, &holder));
+    assert_true(has_event(c, id, "given up after 3 tries"));
+    json_t *reps = br_store_replica_list(c->store, id, NULL);
+    assert_int_equal(json_array_size(reps), 0);
+    json_decref(reps);
+}
+
+/* Two copies wanted: the writer stops answering under the second pull, which is
+ * then pulled from the first copy. */
+static void test_holder_died_pull_from_replica(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    fixture_node(c, "c", 4, 7704);
+    br_node_t *writer, *holder = NULL;
+    int64_t id = running(c, 2, &writer);
+    checkpoint(c, id, writer, "/ck/s5", 5, H1);
+    fetch_due(c);
+    br_node_t *t[2];
+    int nt = 0;
+    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)
+        if (order(c, "ckpt.fetch", n))
+            t[nt++] = n;
+    assert_int_equal(nt, 2);
+    stored(c, t[0], id, H1, "/ck/s5", 0, 0);
+    assert_int_equal(last_reply(c), 0);
+    fixture_drop_orders(c);
+    stored(c, t[1], id, H1, "/ck/s5", 0, ETIMEDOUT);
+    assert_int_equal(last_reply(c), 0);
+    assert_ptr_equal(granted(c, &holder), t[1]);
+    assert_ptr_equal(holder, t[0]);
+    json_t *serve = order(c, "ckpt.serve", t[0]);
+    assert_true(json_is_true(json_object_get(serve, "replica"))); /* from its store */
+    fetch_due(c);
+    json_t *fetch = order(c, "ckpt.fetch", t[1]);
+    assert_non_null(fetch);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(fetch, "from"), "node")),
+        t[0]->name);
+    stored(c, t[1], id, H1, "/ck/s5", 0, 0);
+    assert_int_equal(last_reply(c), 0);
+    json_t *reps = br_store_replica_list(c->store, id, NULL);
+    assert_int_equal(json_array_size(reps), 2);
+    json_decref(reps);
+}
+
+/* A target lost under its pull: another node pulls the copy. */
+static void test_target_lost_other_node(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    fixture_node(c, "c", 4, 7704);
+    br_node_t *writer, *holder = NULL;
+    int64_t id = running(c, 1, &writer);
+    checkpoint(c, id, writer, "/ck/s5", 5, H1);
+    br_node_t *t1 = granted(c, &holder);
+    assert_non_null(t1);
+    fetch_due(c);
+    fixture_drop_orders(c);
+    strcpy(t1->state, "lost");
+    fetch_due(c);
+    br_node_t *t2 = granted(c, &holder);
+    assert_non_null(t2);
+    assert_true(t2 != t1 && t2 != writer);
+    assert_ptr_equal(holder, writer);
+    assert_true(has_event(c, id, "went away; pulled again by"));
+}
+
+/* A restart forgets the pulls in flight: their reports are refused, and once the
+ * nodes are back the copy is ordered again and taken. */
+static void test_copies_ordered_again_after_restart(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    br_node_t *writer;
+    int64_t id = running(c, -1, &writer);
+    br_node_t *other = writer == w->a ? w->b : w->a;
+    fetch_due(c); /* (the repair after the start: nothing to do yet) */
+    checkpoint(c, id, writer, "/ck/s5", 5, H1);
+    fetch_due(c);
+    assert_non_null(order(c, "ckpt.fetch", other));
+    br_hooks_run(c, c->hooks, BR_HOOK_LOADED, NULL); /* as a restart leaves it */
+    fixture_drop_orders(c);
+    stored(c, other, id, H1, "/ck/s5", 0, 0);
+    assert_int_equal(last_reply(c), EPERM);
+    fetch_due(c); /* the repair: a grant now, the fetch at the next tick */
+    assert_non_null(order(c, "ckpt.serve", writer));
+    fetch_due(c);
+    assert_non_null(order(c, "ckpt.fetch", other));
+    assert_true(has_event(c, id, "the coordinator restarted"));
+    stored(c, other, id, H1, "/ck/s5", 0, 0);
+    assert_int_equal(last_reply(c), 0);
+    json_t *reps = br_store_replica_list(c->store, id, NULL);
+    assert_int_equal(json_array_size(reps), 1);
+    json_decref(reps);
+    assert_null(order(c, "ckpt.drop", other)); /* (the report before: taken in) */
+    /* held now: a later tick orders nothing more */
+    fixture_drop_orders(c);
+    br_hooks_run(c, c->hooks, BR_HOOK_LOADED, NULL);
+    fetch_due(c);
+    assert_null(order(c, "ckpt.serve", writer));
+    /* a copy nobody ordered again: dropped from its node */
+    br_node_t *third = fixture_node(c, "c", 4, 7704);
+    stored(c, third, id, H1, "/ck/s5", 0, 0);
+    assert_int_equal(last_reply(c), EPERM);
+    assert_non_null(order(c, "ckpt.drop", third));
+    assert_true(has_event(c, id, "is not needed"));
+    json_t *reps2 = br_store_replica_list(c->store, id, NULL);
+    assert_int_equal(json_array_size(reps2), 1);
+    json_decref(reps2);
+}
+
+/* job.purge by who for job id: the reply's error number (0: done) and body. */
+static int purge(br_coord_t *c, int64_t id, br_principal_t kind, int64_t who_id,
+                 json_t **body)
+{
+    br_msg_t *m = br_msg_new(BR_MSG_REQUEST, "job.purge", 9);
+    br_msg_set_body(m, json_pack("{s:I}", "id", (json_int_t)id));
+    br_msg_set_route(m, "u", 1);
+    br_caller_t who = {kind, "ann", who_id};
+    br_api_job_purge(c, m, &who);
+    br_msg_destroy(&m);
+    json_t *b = br_msg_body(c->outbox[c->outbox_len - 1]);
+    if (body)
+        *body = b;
+    return (int)json_integer_value(json_object_get(b, "errnum"));
+}
+
+/* An ended job's replicas are dropped once the retention has passed; job.purge
+ * drops them at once, only for a job that has ended and that the caller may see. */
+static void test_retention_and_purge(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    br_node_t *writer;
+    br_err_t err;
+    int64_t id = running(c, -1, &writer);
+    br_node_t *other = writer == w->a ? w->b : w->a;
+    checkpoint(c, id, writer, "/ck/s5", 5, H1);
+    fetch_due(c);
+    stored(c, other, id, H1, "/ck/s5", 0, 0);
+    assert_int_equal(last_reply(c), 0);
+
+    /* running: refused; another user's: not found */
+    assert_int_equal(purge(c, id, BR_PRINCIPAL_USER, 2, NULL), EBUSY);
+    assert_int_equal(purge(c, id, BR_PRINCIPAL_USER, 3, NULL), ENOENT);
+    assert_int_equal(purge(c, 999, BR_PRINCIPAL_ADMIN, 1, NULL), ENOENT);
+
+    /* the retention is off (0): an ended job's copies stay */
+    json_t *cancelled = br_jobs_cancel(c, id, &err);
+    assert_non_null(cancelled);
+    json_decref(cancelled);
+    fixture_drop_orders(c);
+    fetch_due(c);
+    json_t *reps = br_store_replica_list(c->store, id, NULL);
+    assert_int_equal(json_array_size(reps), 1);
+    json_decref(reps);
+
+    /* purged by its owner: dropped from the node */
+    json_t *body;
+    assert_int_equal(purge(c, id, BR_PRINCIPAL_USER, 2, &body), 0);
+    assert_int_equal(json_integer_value(json_object_get(body, "dropped")), 1);
+    assert_int_equal(json_integer_value(json_object_get(body, "forgotten")), 0);
+    json_t *drop = order(c, "ckpt.drop", other);
+    assert_non_null(drop);
+    assert_string_equal(json_string_value(json_object_get(drop, "hash")), H1);
+    reps = br_store_replica_list(c->store, id, NULL);
+    assert_int_equal(json_array_size(reps), 0);
+    json_decref(reps);
+    assert_true(has_event(c, id, "the job was purged"));
+
+    /* a second job, its copy in flight when it is purged, then another copy held
+     * by a node that is gone when the retention passes */
+    int64_t id2 = running(c, -1, &writer);
+    other = writer == w->a ? w->b : w->a;
+    checkpoint(c, id2, writer, "/ck/s5", 5, H2);
+    fetch_due(c);
+    stored(c, other, id2, H2, "/ck/s5", 0, 0);
+    checkpoint(c, id2, writer, "/ck/s10", 10, H3);
+    fetch_due(c);
+    cancelled = br_jobs_cancel(c, id2, &err);
+    json_decref(cancelled);
+    c->cfg.replica_retention_ms = 1;
+    other->route_len = 0; /* not connected */
+    usleep(20000);
+    fixture_drop_orders(c);
+    fetch_due(c);
+    assert_null(order(c, "ckpt.drop", other));
+    assert_true(has_event(c, id2, "forgotten on"));
+    assert_true(has_event(c, id2, "--replica-retention"));
+    reps = br_store_replica_list(c->store, id2, NULL);
+    assert_int_equal(json_array_size(reps), 0);
+    json_decref(reps);
+    other->route_len = 1;
+    /* the copy under way arrives after the job ended: purged, it is dropped */
+    assert_int_equal(purge(c, id2, BR_PRINCIPAL_ADMIN, 1, &body), 0);
+    assert_int_equal(json_integer_value(json_object_get(body, "dropped")), 0);
+    fixture_drop_orders(c);
+    stored(c, other, id2, H3, "/ck/s10", 0, 0);
+    assert_int_equal(last_reply(c), 0);
+    assert_non_null(order(c, "ckpt.drop", other));
+    reps = br_store_replica_list(c->store, id2, NULL);
+    assert_int_equal(json_array_size(reps), 0);
+    json_decref(reps);
+}
+
 /* replicas: 0, or a cluster of one: nothing is copied; a resume is not held. */
 static void test_wanted(void **state)
 {
@@ -261,7 +553,15 @@ static void test_wanted(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_replicate_keep_restore_fallback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replicate_keep_restore_fallback, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_failed_pull_tried_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_holder_died_pull_from_replica, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_target_lost_other_node, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copies_ordered_again_after_restart, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_retention_and_purge, setup, teardown),
         cmocka_unit_test(test_wanted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

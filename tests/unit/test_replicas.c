@@ -2,7 +2,9 @@
  * out by two agents' replica sides (agent/replica.c) over real CURVE sockets: a
  * checkpoint granted on its writer, pulled into another node's store and reported,
  * deduplicated on the next step, restored into the checkpoint's own path, dropped;
- * a node that opted out; the choice of targets; a heartbeat's disk checked. */
+ * a node that opted out; what a pull cut short left swept at start; the disk
+ * figures looked at off the loop; the choice of targets; a heartbeat's disk
+ * checked. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -149,6 +151,22 @@ static json_t *move(fix_t *f, br_replica_t *from, const br_settings_t *fs,
     return wait_stored(to);
 }
 
+/* The heartbeat's disk figures, once the replica side's thread has looked. */
+static json_t *disk_now(br_replica_t *r)
+{
+    int64_t t0 = br_mono_ms();
+    json_t *d = br_replica_disk(r, NULL, 0, t0);
+    while (!d) {
+        assert_true(br_mono_ms() - t0 < 30000);
+        usleep(2000);
+        d = br_replica_disk(r, NULL, 0, br_mono_ms());
+    }
+    return d;
+}
+
+#define HASH_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define HASH_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+
 static int same(const char *path, const json_t *m)
 {
     char dir[PATH_MAX];
@@ -215,7 +233,7 @@ static void test_replicate_and_restore(void **state)
     snprintf(p, sizeof(p), "%s/7/%s/checkpoint-20", f->b.replica_dir,
              json_string_value(json_object_get(m2, "hash")));
     assert_true(same(p, m2));
-    json_t *disk = br_replica_disk(f->rb, NULL, 0, br_mono_ms());
+    json_t *disk = disk_now(f->rb);
     assert_int_equal(
         json_integer_value(json_object_get(json_object_get(disk, "replicas"), "used")),
         json_integer_value(json_object_get(m2, "bytes")));
@@ -241,7 +259,7 @@ static void test_opted_out(void **state)
               &err),
         -1);
     assert_int_equal(err.errnum, ENOSPC);
-    json_t *disk = br_replica_disk(rc, NULL, 0, br_mono_ms());
+    json_t *disk = disk_now(rc);
     assert_int_equal(
         json_integer_value(json_object_get(json_object_get(disk, "replicas"), "quota")),
         0);
@@ -318,11 +336,66 @@ static void test_check_disk(void **state)
     }
 }
 
+/* What a pull cut short by a crash left in the store goes when the agent starts
+ * again; whole replicas stay. */
+static void test_unfinished_pull_swept(void **state)
+{
+    fix_t *f = *state;
+    br_err_t err;
+    char p[PATH_MAX];
+    br_replica_destroy(&f->rb);
+    const char *store = f->b.replica_dir;
+    const char *cut[] = {"7/" HASH_A "/.bramble-pull-checkpoint-10",
+                         "7/" HASH_A "/.bramble-pull-checkpoint-10.tmp",
+                         "8/" HASH_B "/.bramble-pull-checkpoint-20.tmp",
+                         "8/" HASH_B "/checkpoint-15"};
+    for (size_t i = 0; i < sizeof(cut) / sizeof(cut[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", store, cut[i]);
+        assert_int_equal(br_mkdir_p(p, 0700, &err), 0);
+        snprintf(p, sizeof(p), "%s/%s/part", store, cut[i]);
+        put(p, 1000, (int)i);
+    }
+    f->rb = br_replica_new(&f->b, &err);
+    assert_non_null(f->rb);
+    snprintf(p, sizeof(p), "%s/7", store);
+    assert_int_equal(access(p, F_OK), -1); /* nothing but leftovers: gone */
+    snprintf(p, sizeof(p), "%s/8/%s/.bramble-pull-checkpoint-20.tmp", store, HASH_B);
+    assert_int_equal(access(p, F_OK), -1);
+    snprintf(p, sizeof(p), "%s/8/%s/checkpoint-15/part", store, HASH_B);
+    assert_int_equal(access(p, F_OK), 0); /* a whole replica stays */
+}
+
+/* The disk figures come from the replica side's own thread: once per look, each
+ * checkpoint dir once, one that is not there left out. */
+static void test_disk_figures(void **state)
+{
+    fix_t *f = *state;
+    const char *dirs[] = {f->dir, f->dir, "/nonexistent/ckpt"};
+    int64_t t0 = br_mono_ms();
+    json_t *d = br_replica_disk(f->ra, dirs, 3, t0);
+    while (!d) {
+        assert_true(br_mono_ms() - t0 < 30000);
+        usleep(2000);
+        d = br_replica_disk(f->ra, dirs, 3, br_mono_ms());
+    }
+    json_t *ck = json_object_get(d, "checkpoints");
+    assert_int_equal(json_array_size(ck), 1);
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(ck, 0), "dir")), f->dir);
+    assert_true(json_integer_value(json_object_get(json_array_get(ck, 0), "free")) > 0);
+    assert_true(json_integer_value(
+                    json_object_get(json_object_get(d, "replicas"), "free")) > 0);
+    json_decref(d);
+    assert_null(br_replica_disk(f->ra, dirs, 3, br_mono_ms())); /* nothing new yet */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_replicate_and_restore, setup, teardown),
         cmocka_unit_test_setup_teardown(test_opted_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unfinished_pull_swept, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_disk_figures, setup, teardown),
         cmocka_unit_test(test_pick),
         cmocka_unit_test(test_check_disk),
     };

@@ -1,0 +1,79 @@
+/* replkeep.c - the retention of ended jobs' replicas, and job.purge (replkeep.h). */
+#include "replkeep.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api.h"
+#include "replicas.h"
+#include "util.h"
+
+int br_replkeep_expire(br_coord_t *c, int64_t retention_ms, int bite)
+{
+    br_err_t err;
+    json_t *rows =
+        br_store_replica_expired(c->store, br_now_ms() - retention_ms, 0, bite, &err);
+    if (!rows) {
+        fprintf(stderr, "brambled: expiring replicas: %s\n", err.text);
+        return -1;
+    }
+    char d[32], why[128];
+    if (retention_ms % 86400000 == 0) /* as the flag is mostly given: 7d */
+        snprintf(d, sizeof(d), "%lldd", (long long)(retention_ms / 86400000));
+    else
+        br_format_duration(retention_ms, d, sizeof(d));
+    snprintf(why, sizeof(why), "the job ended more than %s ago (--replica-retention)",
+             d);
+    size_t i;
+    json_t *row;
+    json_array_foreach (rows, i, row)
+        br_replicas_drop(c, json_integer_value(json_object_get(row, "job")), row, why);
+    int n = (int)json_array_size(rows);
+    json_decref(rows);
+    return n;
+}
+
+/* job.purge {"id"}: drop the replicas of a job that has ended, now. */
+void br_api_job_purge(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t id;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:I}", "id", &id) < 0) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    json_t *job = br_store_job_get(c->store, id, NULL);
+    if (!job || !br_api_may_see(who, job)) {
+        json_decref(job);
+        br_errf(&err, ENOENT, "no job %lld", (long long)id);
+        br_api_fail(c, m, &err);
+        return;
+    }
+    if (!json_is_integer(json_object_get(job, "ended"))) {
+        br_errf(&err, EBUSY,
+                "job %lld is %s: only a job that has ended can be purged (cancel it "
+                "first: bramble cancel %lld)",
+                (long long)id, json_string_value(json_object_get(job, "state")),
+                (long long)id);
+        json_decref(job);
+        br_api_fail(c, m, &err);
+        return;
+    }
+    json_decref(job);
+    json_t *rows = br_store_replica_list(c->store, id, &err);
+    if (!rows) {
+        br_api_fail(c, m, &err);
+        return;
+    }
+    int told = 0;
+    size_t i;
+    json_t *row;
+    json_array_foreach (rows, i, row)
+        told += br_replicas_drop(c, id, row, "the job was purged (bramble job purge)");
+    br_replicas_purged(c, id);
+    br_api_ok(c, m,
+              json_pack("{s:I, s:i, s:i}", "id", id, "dropped", told, "forgotten",
+                        (int)json_array_size(rows) - told));
+    json_decref(rows);
+}
