@@ -519,22 +519,10 @@ static int removed_one(void *arg, int i, const json_t *reply, const br_err_t *er
 
 static int class_remove(cli_t *cli, int argc, char **argv)
 {
-    static const struct option opts[] = {{"jobs", required_argument, NULL, 'j'},
-                                         {NULL, 0, NULL, 0}};
-    static const char *names[] = {"class NAME"};
-    const char *klass, *jobs = "cancel";
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        if (c == 'j')
-            jobs = optarg;
-        else
-            return cli_bad_option(cli, c, argv);
-    }
-    if (strcmp(jobs, "cancel") != 0 && strcmp(jobs, "admin") != 0)
-        return cli_usage(cli, "--jobs takes 'cancel' or 'admin', not '%s'", jobs);
-    if (cli_positional(cli, argc, argv, 1, names, &klass) != 0)
-        return CLI_USAGE;
+    const char *klass, *jobs;
+    int rc = cli_usercred_remove_args(cli, argc, argv, "class NAME", &klass, &jobs);
+    if (rc)
+        return rc;
     if (!br_valid_name(klass))
         return cli_usage(cli, "class name '%s': use lowercase letters, digits and '-'",
                          klass);
@@ -556,7 +544,7 @@ static int class_remove(cli_t *cli, int argc, char **argv)
     removing_t r = {.students = students, .jobs = jobs};
     int failed = pipeline(cli, "user.remove", 0, n, remove_body, removed_one, &r);
     char text[200];
-    int rc = CLI_OK;
+    rc = CLI_OK;
     if (failed && !r.failure[0]) {
         rc = CLI_FAIL;
     } else if (failed) {

@@ -162,22 +162,10 @@ static int user_set(cli_t *cli, int argc, char **argv)
 
 static int user_remove(cli_t *cli, int argc, char **argv)
 {
-    static const struct option opts[] = {{"jobs", required_argument, NULL, 'j'},
-                                         {NULL, 0, NULL, 0}};
-    static const char *names[] = {"user NAME"};
-    const char *name, *jobs = "cancel";
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        if (c == 'j')
-            jobs = optarg;
-        else
-            return cli_bad_option(cli, c, argv);
-    }
-    if (strcmp(jobs, "cancel") != 0 && strcmp(jobs, "admin") != 0)
-        return cli_usage(cli, "--jobs takes 'cancel' or 'admin', not '%s'", jobs);
-    if (cli_positional(cli, argc, argv, 1, names, &name) != 0)
-        return CLI_USAGE;
+    const char *name, *jobs;
+    int rc = cli_usercred_remove_args(cli, argc, argv, "user NAME", &name, &jobs);
+    if (rc)
+        return rc;
     json_t *r = cli_call(cli, "user.remove",
                          json_pack("{s:s, s:s}", "name", name, "jobs", jobs));
     if (!r)

@@ -24,4 +24,10 @@ int cli_usercred_new(const cli_t *cli, const char *name, br_cred_t *cred);
 void cli_usercred_finish(const cli_t *cli, br_cred_t *cred, const char *endpoint,
                          const json_t *reply);
 
+/* The arguments of user remove and class remove: NAME [--jobs cancel|admin]
+ * (what, e.g. "user NAME", names NAME in messages). 0 with *name and *jobs
+ * ("cancel" unless given), or CLI_USAGE after saying what was wrong. */
+int cli_usercred_remove_args(cli_t *cli, int argc, char **argv, const char *what,
+                             const char **name, const char **jobs);
+
 #endif
