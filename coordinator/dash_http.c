@@ -383,8 +383,8 @@ static int login(br_dash_t *d, conn_t *conn)
     if (dash_login_take(d, t, id, &why) < 0)
         return reply_page_error(conn, 401, why);
     snprintf(cookie, sizeof(cookie),
-             COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict; Max-Age=%lld", id,
-             (long long)(d->session_ttl_ms + 999) / 1000);
+             COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict; Max-Age=%lld%s", id,
+             (long long)(d->session_ttl_ms + 999) / 1000, d->tls ? "; Secure" : "");
     sodium_memzero(id, sizeof(id));
     struct MHD_Response *r =
         MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
@@ -567,7 +567,9 @@ int br_dash_handle(br_dash_t *d, void *connp, const char *url, const char *metho
             dash_session_end(d, hash);
             ret = reply(conn, 200, "application/json", "{}", 2,
                         MHD_HTTP_HEADER_SET_COOKIE,
-                        COOKIE "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+                        d->tls ? COOKIE "=; Path=/; HttpOnly; SameSite=Strict; "
+                                 "Max-Age=0; Secure"
+                               : COOKIE "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
         } else if (api)
             ret = post_api(d, conn, &s, url + 5);
         else
