@@ -507,11 +507,15 @@ static int start(br_http_t *h, const br_http_tls_t *tls, br_err_t *err)
         tls ? br_http_tls_key(tls) : NULL, MHD_OPTION_END);
     if (!h->mhd) {
         close(fd);
-        if (tls)
+        if (tls) { /* both names in full: they may not fit in err */
+            fprintf(stderr,
+                    "brambled: https: libmicrohttpd refused the certificate %s with "
+                    "the key %s\n",
+                    br_http_tls_cert_path(tls), br_http_tls_key_path(tls));
             return br_errf(err, EINVAL,
-                           "https: libmicrohttpd refused the certificate %s with "
-                           "the key %s (not a pair? see above)",
-                           br_http_tls_cert_path(tls), br_http_tls_key_path(tls));
+                           "https: the certificate and key were refused (see above): "
+                           "is the key the certificate's own, both PEM?");
+        }
         return br_errf(err, EIO,
                        "cannot serve HTTP on %s: libmicrohttpd did not start "
                        "(see the lines above)",

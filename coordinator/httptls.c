@@ -39,8 +39,7 @@ static int read_pem(const char *what, const char *path, int secret, char **out,
     if (secret && (st.st_mode & 077)) {
         close(fd);
         return br_errf(err, EACCES,
-                       "%s file %s: permissions %04o are too open: only its owner "
-                       "may read it (chmod 600 it)",
+                       "%s file %s: permissions %04o are too open (chmod 600 it)",
                        what, path, (unsigned)(st.st_mode & 07777));
     }
     if (st.st_size <= 0 || st.st_size > BR_HTTP_TLS_FILE_MAX) {
@@ -108,22 +107,19 @@ br_http_tls_t *br_http_tls_new(const char *cert_path, const char *key_path,
         goto fail;
     if (!has_pem(t->cert, cert_cap, "CERTIFICATE")) {
         br_errf(err, EINVAL,
-                "certificate file %s: no PEM certificate in it "
-                "(-----BEGIN CERTIFICATE-----)",
+                "certificate file %s: no PEM certificate in it",
                 cert_path);
         goto fail;
     }
     if (!has_pem(t->key, t->key_cap, "PRIVATE KEY")) {
         br_errf(err, EINVAL,
-                "key file %s: no PEM private key in it "
-                "(-----BEGIN PRIVATE KEY-----, unencrypted)",
+                "key file %s: no PEM private key in it",
                 key_path);
         goto fail;
     }
     if (strstr(t->key, "ENCRYPTED")) {
         br_errf(err, EINVAL,
-                "key file %s: the key is encrypted; give it without a passphrase "
-                "(openssl pkey -in KEY -out PLAIN)",
+                "key file %s: encrypted; give it without a passphrase",
                 key_path);
         goto fail;
     }
