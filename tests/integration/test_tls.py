@@ -163,14 +163,36 @@ def test_dashboard_link_is_https_and_cookie_secure(make_cluster, pair):
     assert m, cookie
 
     # and the session works over HTTPS
+    session = f"bramble_session={m.group(1)}"
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=context(cert), timeout=15)
     try:
-        conn.request("GET", "/", headers={"Cookie": f"bramble_session={m.group(1)}"})
+        conn.request("GET", "/", headers={"Cookie": session})
         r = conn.getresponse()
         body = r.read().decode(errors="replace")
-        assert r.status == 200 and 'name="csrf"' in body, (r.status, body[:300])
+        assert r.status == 200, (r.status, body[:300])
     finally:
         conn.close()
+    csrf = re.search(r'<meta name="csrf" content="([0-9a-f]{64})">', body).group(1)
+
+    # a POST from the page's own https:// origin passes the origin check; one that
+    # claims the http:// origin of the same address does not
+    def post_logout(origin):
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context(cert),
+                                           timeout=15)
+        try:
+            conn.request("POST", "/logout", headers={
+                "Cookie": session, "X-CSRF-Token": csrf, "Origin": origin,
+                "Sec-Fetch-Site": "same-origin"})
+            r = conn.getresponse()
+            return r.status, r.getheader("Set-Cookie"), r.read().decode(errors="replace")
+        finally:
+            conn.close()
+
+    status, _, body = post_logout(f"http://127.0.0.1:{port}")
+    assert status == 403 and "origin" in body, (status, body)
+    status, cleared, body = post_logout(f"https://127.0.0.1:{port}")
+    assert status == 200, (status, body)
+    assert "Max-Age=0" in cleared and "Secure" in cleared, cleared
 
 
 def test_init_records_certificate_and_key(make_cluster, pair, tmp_path):
