@@ -165,7 +165,8 @@ int br_config_load(br_config_t *cfg, br_err_t *err)
     const char *sec = br_conf_str(obj, "secret_key");
     const char *announce = br_conf_str(obj, "announce");
     const char *http = br_conf_str(obj, "http");
-    const char *cert = br_conf_str(obj, "http_cert"), *key = br_conf_str(obj, "http_key");
+    const char *cert = br_conf_str(obj, "http_cert");
+    const char *key = br_conf_str(obj, "http_key");
     br_http_addr_t addr;
     br_err_t herr;
     int rc = -1;
@@ -184,8 +185,8 @@ int br_config_load(br_config_t *cfg, br_err_t *err)
         goto done;
     }
     if (!cert != !key || (cert && (!*cert || !*key))) {
-        br_errf(err, EINVAL, "%s: http_cert and http_key go together: give both or neither",
-                path);
+        br_errf(err, EINVAL,
+                "%s: http_cert and http_key go together: give both or neither", path);
         goto done;
     }
     if (cfg->announce < 0)

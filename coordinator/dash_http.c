@@ -569,8 +569,9 @@ int br_dash_handle(br_dash_t *d, void *connp, const char *url, const char *metho
             ret = reply(conn, 200, "application/json", "{}", 2,
                         MHD_HTTP_HEADER_SET_COOKIE,
                         d->tls ? COOKIE "=; Path=/; HttpOnly; SameSite=Strict; "
-                                 "Max-Age=0; Secure"
-                               : COOKIE "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+                                        "Max-Age=0; Secure"
+                               : COOKIE "=; Path=/; HttpOnly; SameSite=Strict; "
+                                        "Max-Age=0");
         } else if (api)
             ret = post_api(d, conn, &s, url + 5);
         else

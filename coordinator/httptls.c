@@ -39,8 +39,8 @@ static int read_pem(const char *what, const char *path, int secret, char **out,
     if (secret && (st.st_mode & 077)) {
         close(fd);
         return br_errf(err, EACCES,
-                       "%s file %s: permissions %04o are too open (chmod 600 it)",
-                       what, path, (unsigned)(st.st_mode & 07777));
+                       "%s file %s: permissions %04o are too open (chmod 600 it)", what,
+                       path, (unsigned)(st.st_mode & 07777));
     }
     if (st.st_size <= 0 || st.st_size > BR_HTTP_TLS_FILE_MAX) {
         close(fd);
@@ -80,7 +80,8 @@ static int has_pem(const char *text, size_t cap, const char *label)
 {
     if (strlen(text) != cap - 1)
         return 0;
-    for (const char *p = strstr(text, "-----BEGIN "); p; p = strstr(p + 1, "-----BEGIN ")) {
+    for (const char *p = strstr(text, "-----BEGIN "); p;
+         p = strstr(p + 1, "-----BEGIN ")) {
         const char *end = strstr(p + 11, "-----");
         size_t l = strlen(label);
         if (end && (size_t)(end - (p + 11)) >= l && strncmp(end - l, label, l) == 0)
@@ -106,20 +107,16 @@ br_http_tls_t *br_http_tls_new(const char *cert_path, const char *key_path,
         read_pem("key", key_path, 1, &t->key, &t->key_cap, err) < 0)
         goto fail;
     if (!has_pem(t->cert, cert_cap, "CERTIFICATE")) {
-        br_errf(err, EINVAL,
-                "certificate file %s: no PEM certificate in it",
+        br_errf(err, EINVAL, "certificate file %s: no PEM certificate in it",
                 cert_path);
         goto fail;
     }
     if (!has_pem(t->key, t->key_cap, "PRIVATE KEY")) {
-        br_errf(err, EINVAL,
-                "key file %s: no PEM private key in it",
-                key_path);
+        br_errf(err, EINVAL, "key file %s: no PEM private key in it", key_path);
         goto fail;
     }
     if (strstr(t->key, "ENCRYPTED")) {
-        br_errf(err, EINVAL,
-                "key file %s: encrypted; give it without a passphrase",
+        br_errf(err, EINVAL, "key file %s: encrypted; give it without a passphrase",
                 key_path);
         goto fail;
     }

@@ -46,8 +46,10 @@ static void test_files(void **state)
     static const char rsa[] =
         "-----BEGIN RSA PRIVATE KEY-----\nx\n-----END RSA PRIVATE KEY-----\n";
     static const char enc[] =
-        "-----BEGIN ENCRYPTED PRIVATE KEY-----\nx\n-----END ENCRYPTED PRIVATE KEY-----\n";
-    static const char pub[] = "-----BEGIN PUBLIC KEY-----\nx\n-----END PUBLIC KEY-----\n";
+        "-----BEGIN ENCRYPTED PRIVATE KEY-----\nx\n-----END ENCRYPTED PRIVATE "
+        "KEY-----\n";
+    static const char pub[] =
+        "-----BEGIN PUBLIC KEY-----\nx\n-----END PUBLIC KEY-----\n";
     put("rsa.key", rsa, strlen(rsa), 0400);
     put("open.key", KEY, strlen(KEY), 0644);
     put("group.key", KEY, strlen(KEY), 0640);
@@ -58,8 +60,8 @@ static void test_files(void **state)
     put("pub.key", pub, strlen(pub), 0600);
     static const struct {
         const char *cert, *key;
-        int errnum;          /* 0: loads */
-        const char *file;    /* the file the words name */
+        int errnum;       /* 0: loads */
+        const char *file; /* the file the words name */
         const char *words;
     } cases[] = {
         {"cert.pem", "key.pem", 0, NULL, NULL},
@@ -85,7 +87,8 @@ static void test_files(void **state)
         if (!cases[i].errnum) {
             if (!t)
                 fail_msg("%s %s: %s", cases[i].cert, cases[i].key, err.text);
-            assert_int_equal(strncmp(br_http_tls_cert(t), "-----BEGIN CERTIFICATE", 22), 0);
+            assert_int_equal(strncmp(br_http_tls_cert(t), "-----BEGIN CERTIFICATE", 22),
+                             0);
             assert_non_null(strstr(br_http_tls_key(t), "PRIVATE KEY"));
             assert_string_equal(br_http_tls_cert_path(t), cert);
             assert_string_equal(br_http_tls_key_path(t), key);
@@ -97,12 +100,13 @@ static void test_files(void **state)
             fail_msg("%s %s: loaded", cases[i].cert, cases[i].key);
         if (err.errnum != cases[i].errnum || !strstr(err.text, cases[i].file) ||
             !strstr(err.text, cases[i].words))
-            fail_msg("%s %s: %d '%s'", cases[i].cert, cases[i].key, err.errnum, err.text);
+            fail_msg("%s %s: %d '%s'", cases[i].cert, cases[i].key, err.errnum,
+                     err.text);
     }
     br_http_tls_destroy(NULL);
-    static const char *const names[] = {"cert.pem", "key.pem", "rsa.key", "open.key",
+    static const char *const names[] = {"cert.pem",  "key.pem",   "rsa.key", "open.key",
                                         "group.key", "empty.pem", "enc.key", "nul.key",
-                                        "big.key", "pub.key"};
+                                        "big.key",   "pub.key"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         char path[128];
         snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
