@@ -219,6 +219,13 @@ def test_init_records_certificate_and_key(make_cluster, pair, tmp_path):
     wait_for(lambda: https_get(port, cert, token=token)[0] == 200,
              what="/metrics over HTTPS from the recorded certificate")
 
+    # a data dir that records one without the other is refused
+    half = make_cluster(start=False)
+    yaml = half.data / "coordinator.yaml"
+    yaml.write_text(yaml.read_text() + f"http_cert: '{cert.resolve()}'\n")
+    err = refused(half, "--http", free_port())
+    assert "http_cert and http_key go together" in err, err
+
     # init refuses a certificate without --http, and an open key, before it writes
     open_key = tmp_path / "open.key"
     open_key.write_bytes(key.read_bytes())

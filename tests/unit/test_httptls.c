@@ -103,6 +103,16 @@ static void test_files(void **state)
             fail_msg("%s %s: %d '%s'", cases[i].cert, cases[i].key, err.errnum,
                      err.text);
     }
+    if (geteuid() != 0) { /* an unreadable file (root reads it anyway) */
+        char cert[128], key[128];
+        br_err_t err = {0};
+        snprintf(cert, sizeof(cert), "%s/cert.pem", dir);
+        snprintf(key, sizeof(key), "%s/key.pem", dir);
+        assert_int_equal(chmod(cert, 0), 0);
+        assert_null(br_http_tls_new(cert, key, &err));
+        assert_int_equal(err.errnum, EACCES);
+        assert_non_null(strstr(err.text, "cert.pem: Permission denied"));
+    }
     br_http_tls_destroy(NULL);
     static const char *const names[] = {"cert.pem",  "key.pem",   "rsa.key", "open.key",
                                         "group.key", "empty.pem", "enc.key", "nul.key",
