@@ -36,7 +36,8 @@ void br_api_dashboard_login(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     br_api_ok(c, m,
-              json_pack("{s:s, s:s, s:f}", "url", url, "http", c->cfg.http, "expires",
+              json_pack("{s:s, s:s, s:s, s:f}", "url", url, "http", c->cfg.http,
+                        "scheme", c->cfg.http_cert[0] ? "https" : "http", "expires",
                         (double)expires / 1000.0));
     memset(url, 0, sizeof(url));
 }

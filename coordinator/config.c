@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "announce.h"
 #include "conf.h"
 #include "http.h"
+#include "httptls.h"
 #include "store.h"
 #include "util.h"
 
@@ -79,11 +81,37 @@ static int write_admin(const br_config_t *cfg, br_store_t *st, br_err_t *err)
                         &admin, err);
 }
 
+/* `brambled init --http-cert F --http-key K`: both load now (so a mistake shows at
+ * once), and are recorded with absolute paths (a later start may be elsewhere). */
+static int init_tls(br_config_t *cfg, br_err_t *err)
+{
+    char cert[PATH_MAX], key[PATH_MAX];
+    if (!cfg->http_cert[0])
+        return 0;
+    if (!cfg->http[0] || strcmp(cfg->http, "off") == 0)
+        return br_errf(err, EINVAL, "--http-cert and --http-key need --http ADDR:PORT");
+    br_http_tls_t *tls = br_http_tls_new(cfg->http_cert, cfg->http_key, err);
+    if (!tls)
+        return -1;
+    br_http_tls_destroy(&tls);
+    if (!realpath(cfg->http_cert, cert))
+        return br_errf(err, errno, "%s: %s", cfg->http_cert, strerror(errno));
+    if (!realpath(cfg->http_key, key))
+        return br_errf(err, errno, "%s: %s", cfg->http_key, strerror(errno));
+    if (strlen(cert) >= sizeof(cfg->http_cert) || strlen(key) >= sizeof(cfg->http_key))
+        return br_errf(err, ENAMETOOLONG, "the certificate's or key's path is too long");
+    strcpy(cfg->http_cert, cert);
+    strcpy(cfg->http_key, key);
+    return 0;
+}
+
 int br_config_init(br_config_t *cfg, br_err_t *err)
 {
     char path[1100];
     if (access(br_config_path(cfg, "coordinator.yaml", path, sizeof(path)), F_OK) == 0)
         return br_errf(err, EEXIST, "%s already exists: this data dir is set up", path);
+    if (init_tls(cfg, err) < 0)
+        return -1;
     if (br_mkdir_p(cfg->data_dir, 0700, err) < 0)
         return -1;
     if (!cfg->listen[0])
@@ -110,6 +138,10 @@ int br_config_init(br_config_t *cfg, br_err_t *err)
         br_http_parse_addr(cfg->http, &addr, NULL) == 0) {
         br_strlcpy(cfg->http, addr.text, sizeof(cfg->http)); /* "7780": 127.0.0.1:7780 */
         json_object_set_new(obj, "http", json_string(cfg->http));
+        if (cfg->http_cert[0]) { /* `brambled init --http-cert F --http-key K` */
+            json_object_set_new(obj, "http_cert", json_string(cfg->http_cert));
+            json_object_set_new(obj, "http_key", json_string(cfg->http_key));
+        }
     }
     rc = br_conf_save(br_config_path(cfg, "coordinator.yaml", path, sizeof(path)), obj,
                       0600, err);
@@ -134,6 +166,8 @@ int br_config_load(br_config_t *cfg, br_err_t *err)
     const char *sec = br_conf_str(obj, "secret_key");
     const char *announce = br_conf_str(obj, "announce");
     const char *http = br_conf_str(obj, "http");
+    const char *cert = br_conf_str(obj, "http_cert");
+    const char *key = br_conf_str(obj, "http_key");
     br_http_addr_t addr;
     br_err_t herr;
     int rc = -1;
@@ -151,8 +185,17 @@ int br_config_load(br_config_t *cfg, br_err_t *err)
         br_errf(err, EINVAL, "%s: http: %s", path, herr.text);
         goto done;
     }
+    if (!cert != !key || (cert && (!*cert || !*key))) {
+        br_errf(err, EINVAL,
+                "%s: http_cert and http_key go together: give both or neither", path);
+        goto done;
+    }
     if (cfg->announce < 0)
         cfg->announce = announce && strcmp(announce, "true") == 0;
+    if (!cfg->http_cert[0] && !cfg->http_key[0] && cert) { /* flags win over the file */
+        br_strlcpy(cfg->http_cert, cert, sizeof(cfg->http_cert));
+        br_strlcpy(cfg->http_key, key, sizeof(cfg->http_key));
+    }
     if (!cfg->http[0] && http) /* a --http flag wins over the file */
         br_strlcpy(cfg->http, http, sizeof(cfg->http));
     if (cfg->listen[0] && strcmp(cfg->listen, listen) != 0 && !cfg->advertise[0])

@@ -28,6 +28,8 @@ typedef struct {
     int64_t preempt_min_run_ms; /* a job runs this long before it can be preempted */
     int64_t replica_retention_ms; /* ended jobs' replicas are dropped after this (0:
                                    * kept until `bramble job purge`) */
+    char http_cert[1024];       /* --http-cert FILE: serve HTTPS ("" as recorded) */
+    char http_key[1024];        /* --http-key FILE: its private key */
 } br_config_t;
 
 #define BR_DEFAULT_LOG_MAX_PER_JOB (64LL << 20)
@@ -41,11 +43,12 @@ typedef struct {
 void br_config_defaults(br_config_t *cfg);
 
 /* `brambled init`: create DIR, the key pair, DIR/coordinator.yaml, the store with the
- * admin key, and DIR/admin.credential. Refuses a data dir that is already set up. */
+ * admin key, and DIR/admin.credential. Refuses a data dir that is already set up,
+ * and a certificate and key (recorded as absolute paths) that do not load. */
 int br_config_init(br_config_t *cfg, br_err_t *err);
 
 /* Read DIR/coordinator.yaml into cfg (keys; listen/advertise, announce and http
- * unless already set). */
+ * unless already set; http_cert and http_key unless either is set). */
 int br_config_load(br_config_t *cfg, br_err_t *err);
 
 /* DIR/name into buf. */

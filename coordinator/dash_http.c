@@ -383,8 +383,8 @@ static int login(br_dash_t *d, conn_t *conn)
     if (dash_login_take(d, t, id, &why) < 0)
         return reply_page_error(conn, 401, why);
     snprintf(cookie, sizeof(cookie),
-             COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict; Max-Age=%lld", id,
-             (long long)(d->session_ttl_ms + 999) / 1000);
+             COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict; Max-Age=%lld%s", id,
+             (long long)(d->session_ttl_ms + 999) / 1000, d->tls ? "; Secure" : "");
     sodium_memzero(id, sizeof(id));
     struct MHD_Response *r =
         MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
@@ -401,8 +401,9 @@ static int login(br_dash_t *d, conn_t *conn)
 
 /* A POST must come from the page itself: its CSRF token in X-CSRF-Token, and no
  * other site's Origin or Sec-Fetch-Site. NULL when it does, else why not. */
-static const char *cross_site(conn_t *conn, const session_t *s)
+static const char *cross_site(const br_dash_t *d, conn_t *conn, const session_t *s)
 {
+    const char *scheme = d->tls ? "https://" : "http://"; /* the page's own origin */
     const char *tok =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-CSRF-Token");
     const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
@@ -415,8 +416,8 @@ static const char *cross_site(conn_t *conn, const session_t *s)
     if (site && strcmp(site, "same-origin") != 0)
         return "a request from another site (Sec-Fetch-Site)";
     if (origin) {
-        if (!host || strncmp(origin, "http://", 7) != 0 ||
-            strcmp(origin + 7, host) != 0)
+        if (!host || strncmp(origin, scheme, strlen(scheme)) != 0 ||
+            strcmp(origin + strlen(scheme), host) != 0)
             return "a request from another origin (Origin)";
     }
     return NULL;
@@ -560,14 +561,17 @@ int br_dash_handle(br_dash_t *d, void *connp, const char *url, const char *metho
     }
     int ret;
     if (post) {
-        const char *why = cross_site(conn, &s);
+        const char *why = cross_site(d, conn, &s);
         if (why)
             ret = reply_error(conn, 403, why);
         else if (strcmp(url, "/logout") == 0) {
             dash_session_end(d, hash);
             ret = reply(conn, 200, "application/json", "{}", 2,
                         MHD_HTTP_HEADER_SET_COOKIE,
-                        COOKIE "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+                        d->tls ? COOKIE "=; Path=/; HttpOnly; SameSite=Strict; "
+                                        "Max-Age=0; Secure"
+                               : COOKIE "=; Path=/; HttpOnly; SameSite=Strict; "
+                                        "Max-Age=0");
         } else if (api)
             ret = post_api(d, conn, &s, url + 5);
         else

@@ -64,6 +64,7 @@ typedef struct stream {
 
 struct br_dash {
     char addr[72];
+    int tls; /* served over HTTPS: links say https, cookies are Secure */
     int efd;
     pthread_mutex_t lock;
     pthread_cond_t answered; /* an answer came, or the stop */

@@ -27,12 +27,13 @@ static int64_t env_ms(const char *name, int64_t dflt)
 
 /* --- making and ending -------------------------------------------------------- */
 
-br_dash_t *br_dash_new(const char *http_addr)
+br_dash_t *br_dash_new(const char *http_addr, int tls)
 {
     br_dash_t *d = calloc(1, sizeof(*d));
     if (!d)
         return NULL;
     br_strlcpy(d->addr, http_addr, sizeof(d->addr));
+    d->tls = tls;
     d->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (d->efd < 0) {
         free(d);
@@ -166,7 +167,8 @@ int br_dash_login_new(br_dash_t *d, const char *key, const char *name, int admin
     slot->admin = admin;
     slot->expires_ms = now + d->login_ttl_ms;
     *expires_ms = slot->expires_ms;
-    snprintf(url, url_len, "http://%s/login?t=%s", d->addr, secret);
+    snprintf(url, url_len, "%s://%s/login?t=%s", d->tls ? "https" : "http", d->addr,
+             secret);
     pthread_mutex_unlock(&d->lock);
     sodium_memzero(secret, sizeof(secret));
     return 0;

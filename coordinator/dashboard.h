@@ -37,8 +37,9 @@
 
 typedef struct br_dash br_dash_t;
 
-/* A dashboard whose login links point at http://ADDR (http_addr: "127.0.0.1:7780"). */
-br_dash_t *br_dash_new(const char *http_addr);
+/* A dashboard whose login links point at http://ADDR (http_addr: "127.0.0.1:7780"),
+ * or https://ADDR when tls (its session cookies are then Secure too). */
+br_dash_t *br_dash_new(const char *http_addr, int tls);
 /* Stop: every waiting request and stream ends at once (before the HTTP threads are
  * joined). br_dash_destroy stops first. */
 void br_dash_stop(br_dash_t *d);
@@ -50,7 +51,7 @@ void br_dash_destroy(br_dash_t **d);
 int br_dash_fd(const br_dash_t *d);
 
 /* A new one-time login link for the principal with this key (name and admin: for
- * the page's header): url gets "http://ADDR/login?t=SECRET", expires_ms its end
+ * the page's header): url gets "http(s)://ADDR/login?t=SECRET", expires_ms its end
  * (unix ms). The oldest link makes room when BR_DASH_LOGINS_MAX are waiting. */
 int br_dash_login_new(br_dash_t *d, const char *key, const char *name, int admin,
                       char *url, size_t url_len, int64_t *expires_ms);

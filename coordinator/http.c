@@ -20,6 +20,7 @@
 #endif
 
 #include "dashboard.h"
+#include "httptls.h"
 #include "token.h"
 #include "util.h"
 
@@ -77,6 +78,15 @@ int br_http_available(void)
 {
 #ifdef BRAMBLE_HAVE_MHD
     return 1;
+#else
+    return 0;
+#endif
+}
+
+int br_http_tls_available(void)
+{
+#ifdef BRAMBLE_HAVE_MHD
+    return MHD_is_feature_supported(MHD_FEATURE_TLS) == MHD_YES;
 #else
     return 0;
 #endif
@@ -470,8 +480,12 @@ static int listen_on(const br_http_addr_t *a, br_err_t *err)
     return fd;
 }
 
-static int start(br_http_t *h, br_err_t *err)
+static int start(br_http_t *h, const br_http_tls_t *tls, br_err_t *err)
 {
+    if (tls && !br_http_tls_available())
+        return br_errf(err, ENOTSUP,
+                       "cannot serve HTTPS: this libmicrohttpd was built without "
+                       "TLS (GnuTLS); use an SSH tunnel, or a libmicrohttpd with TLS");
     int fd = listen_on(&h->addr, err);
     if (fd < 0)
         return -1;
@@ -479,13 +493,29 @@ static int start(br_http_t *h, br_err_t *err)
                      MHD_USE_AUTO | MHD_USE_ERROR_LOG;
     if (h->addr.ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    if (tls)
+        flags |= MHD_USE_TLS;
+    /* libmicrohttpd reads the certificate and key while it starts (GnuTLS keeps
+     * its own parsed copy), never after: the caller wipes them once we return */
     h->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, handle, h, MHD_OPTION_EXTERNAL_LOGGER, log_cb, h,
         MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_MAX,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_IDLE_S,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
+        tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END,
+        tls ? br_http_tls_cert(tls) : NULL, MHD_OPTION_HTTPS_MEM_KEY,
+        tls ? br_http_tls_key(tls) : NULL, MHD_OPTION_END);
     if (!h->mhd) {
         close(fd);
+        if (tls) { /* both names in full: they may not fit in err */
+            fprintf(stderr,
+                    "brambled: https: libmicrohttpd refused the certificate %s with "
+                    "the key %s\n",
+                    br_http_tls_cert_path(tls), br_http_tls_key_path(tls));
+            return br_errf(err, EINVAL,
+                           "https: the certificate and key were refused (see above): "
+                           "is the key the certificate's own, both PEM?");
+        }
         return br_errf(err, EIO,
                        "cannot serve HTTP on %s: libmicrohttpd did not start "
                        "(see the lines above)",
@@ -496,8 +526,9 @@ static int start(br_http_t *h, br_err_t *err)
 
 #else /* built without libmicrohttpd */
 
-static int start(br_http_t *h, br_err_t *err)
+static int start(br_http_t *h, const br_http_tls_t *tls, br_err_t *err)
 {
+    (void)h, (void)tls;
     return br_errf(err, ENOTSUP,
                    "this brambled was built without HTTP (libmicrohttpd-dev "
                    "was missing when it was built): install it and rebuild "
@@ -506,7 +537,8 @@ static int start(br_http_t *h, br_err_t *err)
 
 #endif
 
-br_http_t *br_http_new(const br_http_addr_t *a, br_err_t *err)
+br_http_t *br_http_new(const br_http_addr_t *a, const br_http_tls_t *tls,
+                       br_err_t *err)
 {
     br_http_t *h = calloc(1, sizeof(*h));
     if (!h)
@@ -526,7 +558,7 @@ br_http_t *br_http_new(const br_http_addr_t *a, br_err_t *err)
         br_http_destroy(&h);
         return NULL;
     }
-    if (start(h, err) < 0)
+    if (start(h, tls, err) < 0)
         br_http_destroy(&h);
     return h;
 }

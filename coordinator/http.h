@@ -35,6 +35,9 @@ int br_http_parse_addr(const char *s, br_http_addr_t *a, br_err_t *err);
 
 /* 1 when this build has the HTTP side (libmicrohttpd was found), else 0. */
 int br_http_available(void);
+/* 1 when its libmicrohttpd can serve HTTPS (MHD_FEATURE_TLS: Debian's is built with
+ * GnuTLS), else 0. */
+int br_http_tls_available(void);
 
 /* A fresh metrics token: text (BR_HTTP_TOKEN_MAX bytes), the hex hash the store
  * keeps (65 bytes) and the token's id (13 bytes), as for join tokens (token.h). */
@@ -77,11 +80,15 @@ typedef struct {
 } br_http_token_t;
 
 typedef struct br_http br_http_t;
+typedef struct br_http_tls br_http_tls_t; /* httptls.h */
 
 /* Bind a (the errno's words when that fails: "address already in use") and serve
- * in libmicrohttpd's threads. Until the first br_http_set_tokens every request is
- * answered 503. */
-br_http_t *br_http_new(const br_http_addr_t *a, br_err_t *err);
+ * in libmicrohttpd's threads: HTTPS only with tls's certificate and key (the
+ * caller may wipe them once this returns; a pair libmicrohttpd refuses fails here,
+ * naming both files), plain HTTP when tls is NULL. Until the first
+ * br_http_set_tokens every request is answered 503. */
+br_http_t *br_http_new(const br_http_addr_t *a, const br_http_tls_t *tls,
+                       br_err_t *err);
 /* Stop serving (waiting requests are answered 503 at once), join the threads. */
 void br_http_destroy(br_http_t **h);
 

@@ -15,7 +15,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: brambled init --data-dir DIR [--listen EP] [--advertise EP]\n"
-            "                [--http [ADDR:]PORT]\n"
+            "                [--http [ADDR:]PORT [--http-cert FILE --http-key FILE]]\n"
             "       brambled [--data-dir DIR] [--listen EP] [--advertise EP]\n"
             "                [--heartbeat-interval 1s] [--node-timeout 5s]\n"
             "                [--announce | --no-announce] [--announce-port %d]\n"
@@ -23,6 +23,7 @@ static void usage(FILE *f)
             "                [--http [ADDR:]PORT | --http off] [--fairshare-half-life 7d]\n"
             "                [--kill-grace 30s] [--preempt-after 10m] [--preempt-min-run 5m]\n"
             "                [--replica-retention 7d]\n"
+            "                [--http-cert FILE --http-key FILE]\n"
             "\n"
             "init creates the coordinator key pair, the store (DIR/bramble.db) and the\n"
             "admin credential (DIR/admin.credential), and records the endpoints.\n"
@@ -47,7 +48,9 @@ static void usage(FILE *f)
             "from `bramble token create --metrics`; off unless given, or recorded by\n"
             "`brambled init --http` (`--http off` turns a recorded one off). A bare port\n"
             "or :PORT listens on 127.0.0.1 only; reach it from afar through an SSH\n"
-            "tunnel (docs/metrics.md).%s\n",
+            "tunnel (docs/metrics.md).\n"
+            "--http-cert and --http-key (PEM files, both or neither; the key readable by\n"
+            "its owner only) make the HTTP side serve HTTPS only; init records them.%s\n",
             BR_ANNOUNCE_PORT, BR_DEFAULT_LISTEN, BR_ANNOUNCE_PORT,
             br_http_available() ? "" : "\nThis build has no HTTP: libmicrohttpd-dev was "
                                        "missing when it was built.");
@@ -73,6 +76,8 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
         {"preempt-after", required_argument, NULL, 'E'},
         {"preempt-min-run", required_argument, NULL, 'M'},
         {"replica-retention", required_argument, NULL, 'X'},
+        {"http-cert", required_argument, NULL, 'c'},
+        {"http-key", required_argument, NULL, 'k'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int o;
@@ -168,6 +173,23 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
             br_strlcpy(cfg->http, optarg, sizeof(cfg->http));
             break;
         }
+        case 'c':
+        case 'k':
+            if (!*optarg) {
+                fprintf(stderr, "brambled: --http-%s: empty file name\n",
+                        o == 'c' ? "cert" : "key");
+                return 2;
+            }
+            if (!br_http_tls_available()) {
+                fprintf(stderr, "brambled: --http-%s: this brambled's libmicrohttpd "
+                                "cannot serve HTTPS (built without TLS, or no "
+                                "libmicrohttpd at all)\n",
+                        o == 'c' ? "cert" : "key");
+                return 2;
+            }
+            br_strlcpy(o == 'c' ? cfg->http_cert : cfg->http_key, optarg,
+                       sizeof(cfg->http_cert));
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -179,6 +201,11 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
     if (cfg->heartbeat_ms < 10 || cfg->node_timeout_ms <= cfg->heartbeat_ms) {
         fprintf(stderr, "brambled: --node-timeout must be longer than "
                         "--heartbeat-interval (at least 10ms)\n");
+        return 2;
+    }
+    if (!cfg->http_cert[0] != !cfg->http_key[0]) {
+        fprintf(stderr, "brambled: --http-cert and --http-key go together: give both "
+                        "(PEM files) or neither\n");
         return 2;
     }
     return 0;
@@ -214,13 +241,20 @@ int main(int argc, char **argv)
         if (cfg.announce == 1)
             printf("  announce:  on (UDP port %d)\n", cfg.announce_port);
         if (cfg.http[0] && strcmp(cfg.http, "off") != 0)
-            printf("  http:      %s (/metrics)\n", cfg.http);
+            printf("  http:      %s%s (/metrics)\n", cfg.http,
+                   cfg.http_cert[0] ? " with TLS" : "");
         return 0;
     }
     br_raise_nofile();
+    int tls_flags = cfg.http_cert[0] != 0;
     if (br_config_load(&cfg, &err) < 0) {
         fprintf(stderr, "brambled: %s\n", err.text);
         return 1;
+    }
+    if (tls_flags && (!cfg.http[0] || strcmp(cfg.http, "off") == 0)) {
+        fprintf(stderr, "brambled: --http-cert and --http-key need --http ADDR:PORT "
+                        "(given, or recorded by init)\n");
+        return 2;
     }
     br_coord_t *c = br_coord_new(&cfg, &err);
     if (!c) {

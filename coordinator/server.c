@@ -19,6 +19,7 @@
 #include "dashboard.h"
 #include "coord.h"
 #include "deps.h"
+#include "httptls.h"
 #include "jobs.h"
 #include "nodelife.h"
 #include "replicas.h"
@@ -84,18 +85,26 @@ static int open_http(br_coord_t *c, br_err_t *err)
         br_err_prefix(err, "http");
         return -1;
     }
-    c->http = br_http_new(&addr, err);
+    br_http_tls_t *tls = NULL; /* read now, wiped once libmicrohttpd has it */
+    int https = c->cfg.http_cert[0] != 0;
+    if (https && !(tls = br_http_tls_new(c->cfg.http_cert, c->cfg.http_key, err))) {
+        br_err_prefix(err, "https");
+        return -1;
+    }
+    c->http = br_http_new(&addr, tls, err);
+    br_http_tls_destroy(&tls);
     if (!c->http)
         return -1;
     br_strlcpy(c->cfg.http, addr.text, sizeof(c->cfg.http)); /* "7780": 127.0.0.1:7780 */
     c->http_tokens_dirty = 1; /* answered 503 until the loop hands the tokens over */
-    c->dash = br_dash_new(addr.text);
+    c->dash = br_dash_new(addr.text, https);
     if (!c->dash)
         return br_errf(err, ENOMEM, "http: dashboard: out of memory");
     br_http_attach_dash(c->http, c->dash);
-    fprintf(stderr, "brambled: HTTP on %s: GET /metrics with a metrics token; the "
-                    "dashboard with a link from 'bramble dashboard'\n", addr.text);
-    if (!addr.loopback)
+    fprintf(stderr, "brambled: %s on %s: GET /metrics with a metrics token; the "
+                    "dashboard with a link from 'bramble dashboard'\n",
+            https ? "HTTPS" : "HTTP", addr.text);
+    if (!addr.loopback && !https)
         fprintf(stderr, "brambled: warning: HTTP on %s is reachable from other machines "
                         "and has no TLS: a scraper's token crosses the network in clear "
                         "text; an SSH tunnel to a loopback address avoids that "

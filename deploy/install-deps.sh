@@ -16,10 +16,11 @@ BR_BUILD_DEPS=(build-essential cmake pkg-config libzmq3-dev libsodium-dev
                libmicrohttpd-dev)
 # prometheus: a real Prometheus (and its promtool) scrapes /metrics in the tests
 # chromium, chromium-driver, python3-selenium: a real browser uses the dashboard
+# openssl: self-signed certificates for the HTTP side's TLS (test_tls.py)
 BR_TEST_DEPS=("${BR_BUILD_DEPS[@]}" libcmocka-dev python3-pytest python3-zmq clang
               libclang-rt-14-dev iproute2 procps sqlite3
               systemd dpkg-dev tmux python3-torch prometheus
-              chromium chromium-driver python3-selenium)
+              chromium chromium-driver python3-selenium openssl)
 
 # Whether Debian package $1 is installed for this machine's architecture (or for
 # all). With multiarch a name matches one instance per architecture

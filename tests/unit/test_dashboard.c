@@ -24,7 +24,7 @@
 static void test_login_links(void **state)
 {
     (void)state;
-    br_dash_t *d = br_dash_new("127.0.0.1:7780");
+    br_dash_t *d = br_dash_new("127.0.0.1:7780", 0);
     assert_non_null(d);
     char a[200], b[200];
     int64_t exp = 0, now = br_now_ms();
@@ -39,6 +39,12 @@ static void test_login_links(void **state)
     assert_int_equal(regexec(&re, b, 0, NULL, 0), 0);
     regfree(&re);
     assert_string_not_equal(a, b);
+    /* served over HTTPS, the links say so */
+    br_dash_t *tls = br_dash_new("[::1]:7780", 1);
+    assert_non_null(tls);
+    assert_int_equal(br_dash_login_new(tls, "key", "u", 0, b, sizeof(b), &exp), 0);
+    assert_int_equal(strncmp(b, "https://[::1]:7780/login?t=", 27), 0);
+    br_dash_destroy(&tls);
     assert_true(exp >= now + BR_DASH_LOGIN_TTL_MS - 1000 &&
                 exp <= br_now_ms() + BR_DASH_LOGIN_TTL_MS);
     /* bounded: the oldest links make room */
@@ -57,7 +63,7 @@ static void test_login_links(void **state)
 static void test_routes_and_strays(void **state)
 {
     (void)state;
-    br_dash_t *d = br_dash_new("[::1]:7780");
+    br_dash_t *d = br_dash_new("[::1]:7780", 0);
     unsigned char ours[BR_DASH_ROUTE_LEN] = {0};
     memcpy(ours, BR_DASH_ROUTE_PREFIX, BR_DASH_ROUTE_PREFIX_LEN);
     ours[BR_DASH_ROUTE_LEN - 1] = 7;
@@ -86,7 +92,7 @@ static void test_routes_and_strays(void **state)
 static void test_log_text(void **state)
 {
     (void)state;
-    br_dash_t *d = br_dash_new("127.0.0.1:7780");
+    br_dash_t *d = br_dash_new("127.0.0.1:7780", 0);
     pthread_mutex_lock(&d->lock);
     req_t *r = dash_enqueue(d, 5, "key", "job.logs", json_object(), 0);
     pthread_mutex_unlock(&d->lock);

@@ -138,11 +138,11 @@ static void test_new(void **state)
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", free_port());
     assert_int_equal(br_http_parse_addr(addr, &a, &err), 0);
     if (!br_http_available()) {
-        assert_null(br_http_new(&a, &err));
+        assert_null(br_http_new(&a, NULL, &err));
         assert_non_null(strstr(err.text, "built without HTTP"));
         return;
     }
-    br_http_t *h = br_http_new(&a, &err);
+    br_http_t *h = br_http_new(&a, NULL, &err);
     if (!h)
         fail_msg("%s", err.text);
     assert_true(br_http_fd(h) >= 0);
@@ -153,7 +153,7 @@ static void test_new(void **state)
     br_http_counts_t c;
     br_http_counts(h, &c);
     assert_int_equal(c.answers[BR_HTTP_OK], 0);
-    br_http_t *dup = br_http_new(&a, &err); /* the same port again */
+    br_http_t *dup = br_http_new(&a, NULL, &err); /* the same port again */
     assert_null(dup);
     assert_non_null(strstr(err.text, "Address already in use"));
     br_http_destroy(&h);
