@@ -945,6 +945,8 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_incref(pull);
     json_object_del(r->pulls, key);
     const char *holder = json_string_value(json_object_get(pull, "holder"));
+    if (!error)
+        br_stats_pulled(c->stats, restore, received, deduped);
     if (restore) {
         restore_ended(c, r, pull, error, errnum, received, deduped);
     } else if (error) {

@@ -47,6 +47,7 @@ struct br_stats {
     uint64_t refused[NREFUSALS + 1];
     uint64_t handshakes_refused;
     uint64_t hung; /* attempts agents ended as hung since this brambled started */
+    double pulled[2][2]; /* [replica, restore][received, deduplicated] bytes */
     int64_t started_ms; /* wall clock */
     br_metrics_t *page;
 };
@@ -117,6 +118,84 @@ void br_stats_hung(br_stats_t *s)
 {
     if (s)
         s->hung++;
+}
+
+void br_stats_pulled(br_stats_t *s, int restore, long long received, long long deduped)
+{
+    if (!s)
+        return;
+    s->pulled[restore != 0][0] += (double)(received > 0 ? received : 0);
+    s->pulled[restore != 0][1] += (double)(deduped > 0 ? deduped : 0);
+}
+
+/* Checkpoints and their copies on other nodes: what the store holds, and what
+ * pulls moved since this brambled started. */
+static void page_checkpoints(br_metrics_t *m, br_stats_t *s, br_coord_t *c)
+{
+    int64_t t[4];
+    br_err_t err;
+    if (br_store_totals(c->store, t, &err) < 0) {
+        fprintf(stderr, "brambled: metrics: checkpoints left out: %s\n", err.text);
+        return;
+    }
+    br_metrics_family(m, "bramble_checkpoints_total", "counter",
+                      "Checkpoints counted (complete, reported by their job's node).");
+    br_metrics_sample(m, "bramble_checkpoints_total", NULL, (double)t[0]);
+    br_metrics_family(m, "bramble_checkpoint_bytes_total", "counter",
+                      "Bytes of the checkpoints counted, as their nodes measured them.");
+    br_metrics_sample(m, "bramble_checkpoint_bytes_total", NULL, (double)t[1]);
+    br_metrics_family(m, "bramble_replicas", "gauge",
+                      "Verified copies of checkpoints held on other nodes.");
+    br_metrics_sample(m, "bramble_replicas", NULL, (double)t[2]);
+    br_metrics_family(m, "bramble_replica_bytes", "gauge",
+                      "Bytes of the verified copies held on other nodes.");
+    br_metrics_sample(m, "bramble_replica_bytes", NULL, (double)t[3]);
+    br_metrics_family(m, "bramble_checkpoint_pulled_bytes_total", "counter",
+                      "Bytes of checkpoints pulled between nodes since brambled started: "
+                      "sent over the network, or found on the node by hash; for a replica "
+                      "or to restore a job.");
+    static const char *const kinds[] = {"replica", "restore"}, *const hows[] = {"sent",
+                                                                               "deduplicated"};
+    for (int k = 0; k < 2; k++)
+        for (int h = 0; h < 2; h++) {
+            const char *labels[] = {"for", kinds[k], "how", hows[h], NULL};
+            br_metrics_sample(m, "bramble_checkpoint_pulled_bytes_total", labels,
+                              s->pulled[k][h]);
+        }
+}
+
+/* What each user's jobs used and cost, ever (usage.h). */
+static void page_usage(br_metrics_t *m, br_coord_t *c)
+{
+    br_err_t err;
+    json_t *rows = br_store_usage_totals(c->store, &err);
+    if (!rows) {
+        fprintf(stderr, "brambled: metrics: usage left out: %s\n", err.text);
+        return;
+    }
+    static const struct {
+        const char *name, *key, *help;
+        double scale;
+    } fams[] = {
+        {"bramble_user_gpu_seconds_total", "gpu_ms",
+         "GPU-seconds the user's jobs held (every GPU, from placement to the end).", 1e3},
+        {"bramble_user_cpu_seconds_total", "cpu_ms", "CPU-seconds the user's jobs held.", 1e3},
+        {"bramble_user_cost_total", "cost_micros",
+         "What the user's jobs cost, by their nodes' cost per hour.", 1e6},
+    };
+    for (size_t f = 0; f < sizeof(fams) / sizeof(fams[0]); f++) {
+        br_metrics_family(m, fams[f].name, "counter", fams[f].help);
+        size_t i;
+        json_t *r;
+        json_array_foreach(rows, i, r) {
+            const char *labels[] = {"user", json_string_value(json_object_get(r, "name")),
+                                    NULL};
+            br_metrics_sample(m, fams[f].name, labels,
+                              (double)json_integer_value(json_object_get(r, fams[f].key)) /
+                                  fams[f].scale);
+        }
+    }
+    json_decref(rows);
 }
 
 /* --- the page ------------------------------------------------------------------- */
@@ -355,6 +434,8 @@ const char *br_stats_page(br_stats_t *s, br_coord_t *c, size_t *len)
     br_gpulive_page(m, c->nodes);
     page_jobs(m, c);
     page_hung(m, s);
+    page_checkpoints(m, s, c);
+    page_usage(m, c);
     page_histograms(m, s);
     int64_t size = br_store_size(c->store, &err);
     if (size >= 0) {

@@ -30,6 +30,9 @@ void br_stats_refused(br_stats_t *s, int errnum);
 void br_stats_handshake_refused(br_stats_t *s);
 /* An agent ended an attempt as hung (the spec's progress.timeout passed). */
 void br_stats_hung(br_stats_t *s);
+/* A checkpoint pull ended well: bytes that came over the network and bytes the
+ * node had already (by hash); restore: to resume a job, else a replica. */
+void br_stats_pulled(br_stats_t *s, int restore, long long received, long long deduped);
 
 /* The label of a refusal's errnum: "not_allowed", "invalid", ... "other". */
 const char *br_stats_reason(int errnum);

@@ -246,6 +246,8 @@ enum {
     ST_USAGE_SINCE,
     ST_LIMITS_SET,
     ST_SHARERS,
+    ST_TOTALS,
+    ST_USAGE_TOTALS,
     ST_COUNT
 };
 
@@ -406,6 +408,13 @@ static const char *const sql_text[ST_COUNT] = {
                        " WHERE u.hour >= ?1 ORDER BY u.principal, u.hour",
     [ST_LIMITS_SET] = "UPDATE principals SET limits = ?3"
                       " WHERE kind = ?1 AND name = ?2 AND removed IS NULL",
+    [ST_TOTALS] = "SELECT (SELECT count(*) FROM checkpoints),"
+                  " (SELECT coalesce(sum(size), 0) FROM checkpoints),"
+                  " (SELECT count(*) FROM replicas),"
+                  " (SELECT coalesce(sum(bytes), 0) FROM replicas)",
+    [ST_USAGE_TOTALS] = "SELECT p.name, sum(u.gpu_ms), sum(u.cpu_ms), sum(u.cost_micros)"
+                        " FROM usage u JOIN principals p ON p.id = u.principal"
+                        " GROUP BY u.principal ORDER BY p.name",
     [ST_SHARERS] = "SELECT id, kind, name, limits FROM principals"
                    " WHERE kind IN ('admin', 'user') AND removed IS NULL ORDER BY id",
 };
@@ -2212,4 +2221,29 @@ static json_t *sharer_row(sqlite3_stmt *st, br_err_t *err)
 json_t *br_store_sharers(br_store_t *s, br_err_t *err)
 {
     return list_rows(s, s->st[ST_SHARERS], sharer_row, "list users", err);
+}
+
+int br_store_totals(br_store_t *s, int64_t totals[4], br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_TOTALS];
+    int rc = sqlite3_step(st);
+    for (int i = 0; i < 4; i++)
+        totals[i] = rc == SQLITE_ROW ? sqlite3_column_int64(st, i) : 0;
+    reset(st);
+    return rc == SQLITE_ROW ? 0 : dberr(s, err, "count checkpoints");
+}
+
+static json_t *usage_total_row(sqlite3_stmt *st, br_err_t *err)
+{
+    json_t *o = json_object();
+    int bad = put(o, "name", col_text(st, 0));
+    bad |= put(o, "gpu_ms", col_int(st, 1));
+    bad |= put(o, "cpu_ms", col_int(st, 2));
+    bad |= put(o, "cost_micros", col_int(st, 3));
+    return row_done(o, bad, "usage", err);
+}
+
+json_t *br_store_usage_totals(br_store_t *s, br_err_t *err)
+{
+    return list_rows(s, s->st[ST_USAGE_TOTALS], usage_total_row, "sum usage", err);
 }

@@ -275,6 +275,11 @@ int br_store_limits_set(br_store_t *s, br_principal_t kind, const char *name,
                         const json_t *limits, br_err_t *err);
 /* The admin and the users, not removed: [{"id","kind","name","limits"}], by id. */
 json_t *br_store_sharers(br_store_t *s, br_err_t *err);
+/* For /metrics: the checkpoints counted and their bytes, the replicas held and
+ * theirs (totals[0..3]). */
+int br_store_totals(br_store_t *s, int64_t totals[4], br_err_t *err);
+/* What each user used, ever: [{"name","gpu_ms","cpu_ms","cost_micros"}], by name. */
+json_t *br_store_usage_totals(br_store_t *s, br_err_t *err);
 
 /* --- figures for the metrics (coordinator/stats.c) ----------------------------- */
 /* [{"state","owner","count","log_dropped" (bytes a cap dropped)}], one per state

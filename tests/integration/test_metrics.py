@@ -218,6 +218,10 @@ def test_metrics_token_promtool_and_prometheus(make_cluster, prometheus):
 
     scraped('bramble_nodes{state="ready"}', 2)
     scraped('bramble_jobs{state="completed"}', 1)
+    # what the admin's job held, in the ledger (usage.h): one CPU while it ran
+    assert re.search(r'^bramble_user_cpu_seconds_total\{user="admin"\} [0-9.e+-]+$', page,
+                     re.M), page
+    assert re.search(r"^bramble_checkpoints_total 0$", page, re.M), page
     scraped('up{job="bramble"}', 1)
 
     # the docs name every metric on the page, and every query of the Grafana
