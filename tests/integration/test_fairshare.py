@@ -135,6 +135,15 @@ def test_limits_refuse_or_hold_back_and_say_which(make_cluster):
     row = next(ln for ln in table.splitlines() if ln.split()[0] == str(first))
     assert f" {use['cost']:.4f} " in row, (row, use)  # (a cost under 1: four digits)
 
+    # a job holding the whole node costs the node's rate for as long as it held it
+    # (from its placement: a little more than it ran)
+    whole = c.wait_job(c.submit("name: whole\ncommand: \"sleep 1\"\n"
+                                "resources: {gpus: 2, cpus: 0}\n"), "completed")
+    ran_h = (whole["ended"] - whole["started"]) / 3600
+    cost = whole["usage"]["cost"]
+    assert 3.6 * ran_h - 2e-6 <= cost <= 3.6 * (ran_h + 3 / 3600), (cost, ran_h, whole)
+    assert whole["usage"]["gpu_hours"] == pytest.approx(2 * cost / 3.6, abs=2e-6), whole
+
     # gpu-hours-week: used up, GPU jobs wait and CPU jobs still run
     c.cli("user", "set", "quinn", "--gpu-hours-week", "0.0001")
     gpu = submit_as(c, cred, f"name: gpu\ncommand: \"true\"\n{GPU_JOB}")
