@@ -3,7 +3,7 @@
 #   1. install missing Debian packages (only when something is missing)
 #   2. configure + build build-test/ (Debug, ASan+UBSan, -Werror)
 #   3. unit tests (ctest)
-#   4. libFuzzer targets in build-fuzz/ (clang), 20 s each on their seed corpus (a
+#   4. libFuzzer targets in build-fuzz/ (clang), FUZZ_SECONDS each on their seeds (a
 #      smoke run; the long campaigns are bench/fuzz-campaign.sh)
 #   5. integration tests (pytest, real processes, against build-test/bin)
 #   6. a final line "N passed, M failed"; exit status non-zero on any failure
