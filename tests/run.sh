@@ -9,7 +9,7 @@
 #   6. a final line "N passed, M failed"; exit status non-zero on any failure
 #
 # Usage: tests/run.sh [--quick]     (--quick skips fuzzing)
-# Environment: FUZZ_SECONDS (default 10), JOBS (build parallelism, default nproc).
+# Environment: FUZZ_SECONDS (default 6), JOBS (build parallelism, default nproc).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -26,14 +26,14 @@ for arg in "$@"; do
     esac
 done
 
-FUZZ_SECONDS=${FUZZ_SECONDS:-10}
+FUZZ_SECONDS=${FUZZ_SECONDS:-6}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 PASSED=0
 FAILED=0
 FAILURES=()
 START=$(date +%s)
 
-stage() { printf '\n==== %s ====\n' "$*"; }
+stage() { printf '\n==== %s (at %ds) ====\n' "$*" "$(($(date +%s) - START))"; }
 pass() { PASSED=$((PASSED + ${2:-1})); }
 fail() { FAILED=$((FAILED + ${2:-1})); FAILURES+=("$1"); }
 

@@ -46,7 +46,7 @@ def test_three_users_share_two_gpus_in_turn(make_cluster):
     owner = {}
     for u in users:
         for i in range(30):
-            jid = submit_as(c, creds[u], f"name: {u}-{i}\ncommand: sleep 0.4\n{GPU_JOB}")
+            jid = submit_as(c, creds[u], f"name: {u}-{i}\ncommand: sleep 0.1\n{GPU_JOB}")
             owner[jid] = u
     assert sorted(owner) == list(range(min(owner), min(owner) + 90))
     q = c.cli_json("queue")
@@ -69,10 +69,10 @@ def test_three_users_share_two_gpus_in_turn(make_cluster):
     wait_for(sample, timeout=180, interval=0.1, what="the 90 jobs to complete")
     # it was sampled while it ran, not only at the end
     assert len({tuple(s.values()) for s in samples}) >= 10, samples
-    # each user's GPU time is in the ledger: 30 jobs of 0.4 s on one GPU each
+    # each user's GPU time is in the ledger: 30 jobs of 0.1 s on one GPU each
     use = {u["user"]: u for u in c.cli_json("usage")}
     for u in users:
-        assert 30 * 0.4 / 3600 <= use[u]["gpu_hours"] < 30 * 5 / 3600, use
+        assert 30 * 0.1 / 3600 <= use[u]["gpu_hours"] < 30 * 5 / 3600, use
     _, out, _ = c.cli("usage", credential=creds["bob"])
     lines = out.splitlines()
     assert lines[0].split() == ["USER", "GPU-HOURS", "CPU-HOURS", "COST"], out
@@ -185,7 +185,7 @@ def test_backfill_short_jobs_go_before_a_reserved_gang(make_cluster):
         c.start_agent(name, token=tok, extra=["--gpus", "T:1GiB"])
     c.wait_ready("node-1", "node-2")
     gpu = "resources: {gpus: 1, cpus: 0%s}\n"
-    busy = c.submit("name: busy\ncommand: sleep 1000\ntime_limit: 8s\n" +
+    busy = c.submit("name: busy\ncommand: sleep 1000\ntime_limit: 6s\n" +
                     gpu % ", nodelist: [node-2]")
     started = c.wait_job(busy, "running")["started"]
     gang = c.submit("name: gang\ncommand: \"true\"\n"
@@ -196,8 +196,8 @@ def test_backfill_short_jobs_go_before_a_reserved_gang(make_cluster):
         return gang in q and q[gang].get("start")
 
     start = wait_for(reserved, what="the gang to get a reservation")
-    assert abs(start - (started + 8)) < 1.5, (start, started)
-    short = c.submit("name: short\ncommand: \"sleep 0.5\"\ntime_limit: 3s\n" + gpu % "")
+    assert abs(start - (started + 6)) < 1.5, (start, started)
+    short = c.submit("name: short\ncommand: \"sleep 0.2\"\ntime_limit: 2s\n" + gpu % "")
     long_ = c.submit("name: long\ncommand: \"true\"\ntime_limit: 1h\n" + gpu % "")
     unlimited = c.submit("name: unlimited\ncommand: \"true\"\n" + gpu % "")
     job = c.wait_job(short, "completed")
@@ -209,6 +209,6 @@ def test_backfill_short_jobs_go_before_a_reserved_gang(make_cluster):
     assert c.job(gang)["state"] == "pending"
     g = c.wait_job(gang, "completed", timeout=60)
     assert g["started"] <= start + 5, (g["started"], start)  # ticks and the kill, no more
-    assert c.job(busy)["reason"].startswith("time limit 8s reached"), c.job(busy)
+    assert c.job(busy)["reason"].startswith("time limit 6s reached"), c.job(busy)
     for jid in (long_, unlimited):
         c.wait_job(jid, "completed")
