@@ -196,20 +196,13 @@ void br_fairshare_destroy(br_fairshare_t **f)
     }
 }
 
-static int job_gpus(const br_job_t *job)
-{
-    const json_t *res = json_object_get(job->spec, "resources");
-    int64_t nodes = json_integer_value(json_object_get(res, "nodes"));
-    return (int)json_integer_value(json_object_get(res, "gpus")) * (int)(nodes > 0 ? nodes : 1);
-}
-
 /* Why o's limits hold job back, into limit; 0 when they do not. */
 static int held_back(const owner_t *o, const br_job_t *job, char *limit, size_t len)
 {
     const br_user_use_t *x = o->use;
     if (!x || x->admin)
         return 0;
-    int gpus = job_gpus(job);
+    int gpus = br_job_gpus(job->spec);
     if (x->lim.max_jobs >= 0 && o->jobs_live >= x->lim.max_jobs)
         snprintf(limit, len, "waiting: %s's limit max-jobs %d (%d running)", x->name,
                  x->lim.max_jobs, o->jobs_live);

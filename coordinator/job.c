@@ -338,6 +338,13 @@ int br_job_tasks_per_node(const json_t *spec)
     return json_is_integer(t) && json_integer_value(t) > 0 ? (int)json_integer_value(t) : 1;
 }
 
+int br_job_gpus(const json_t *spec)
+{
+    const json_t *res = json_object_get(spec, "resources");
+    json_int_t nodes = json_integer_value(json_object_get(res, "nodes"));
+    return (int)json_integer_value(json_object_get(res, "gpus")) * (int)(nodes > 1 ? nodes : 1);
+}
+
 int br_job_world_size(const json_t *spec)
 {
     json_int_t nodes =

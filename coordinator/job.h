@@ -176,5 +176,7 @@ const br_after_t *br_job_waits_for(const br_job_t *job);
 /* Processes per node (tasks_per_node; "gpus": one per GPU), and in all. */
 int br_job_tasks_per_node(const json_t *spec);
 int br_job_world_size(const json_t *spec);
+/* The GPUs it asks for in all: per node, times its nodes. */
+int br_job_gpus(const json_t *spec);
 
 #endif

@@ -210,6 +210,12 @@ int br_node_cpus(const br_node_t *n)
     return (int)json_integer_value(json_object_get(n->info, "cpus"));
 }
 
+void br_node_share_size(const json_t *share, int *gpus, int *cpus)
+{
+    *gpus = (int)json_array_size(json_object_get(share, "gpus"));
+    *cpus = (int)json_integer_value(json_object_get(share, "cpus"));
+}
+
 double br_node_cost_per_hour(const br_node_t *n)
 {
     return json_number_value(json_object_get(n->info, "cost_per_hour"));

@@ -71,6 +71,9 @@ json_t *br_node_gpu(const br_node_t *n, int i); /* borrowed, or NULL */
  * which it shares; none: the GPUs are its alone). n NULL: nothing. */
 void br_node_hold(br_node_t *n, json_t *share, int sign);
 
+/* The GPUs and CPUs a share ({"cpus","memory","gpus"...}) holds. */
+void br_node_share_size(const json_t *share, int *gpus, int *cpus);
+
 /* Give back everything n holds (before holds are counted again from the store). */
 void br_node_release_all(br_node_t *n);
 

@@ -611,8 +611,10 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
         if (d[i].verdict == BR_SCHED_PLACE) {
             int gpus = 0, cpus = 0;
             for (int r = 0; r < d[i].count; r++) {
-                gpus += (int)json_array_size(json_object_get(d[i].assign[r], "gpus"));
-                cpus += (int)json_integer_value(json_object_get(d[i].assign[r], "cpus"));
+                int g, k;
+                br_node_share_size(d[i].assign[r], &g, &k);
+                gpus += g;
+                cpus += k;
                 if (job->time_limit > 0 && !reserve_tried) /* it ends by then too */
                     ends_add(&ends, d[i].nodes[r], d[i].assign[r],
                              in->now_ms + job->time_limit);

@@ -216,13 +216,6 @@ int br_usage_load(br_usage_t *u, br_store_t *store, int64_t now_ms, br_err_t *er
     return load_users(u, store, err) < 0 || load_use(u, store, now_ms, err) < 0 ? -1 : 0;
 }
 
-/* The GPUs and CPUs a rank's share holds. */
-static void share_size(const json_t *share, int *gpus, int *cpus)
-{
-    *gpus = (int)json_array_size(json_object_get(share, "gpus"));
-    *cpus = (int)json_integer_value(json_object_get(share, "cpus"));
-}
-
 void br_usage_charge(br_coord_t *c, br_job_t *job, int64_t now_ms)
 {
     if (!job->charged || !br_job_state_live(job->state) || now_ms <= job->charged)
@@ -233,7 +226,7 @@ void br_usage_charge(br_coord_t *c, br_job_t *job, int64_t now_ms)
         if (job->ranks[r].state == BR_RANK_DONE)
             continue;
         int gpus, cpus;
-        share_size(job->ranks[r].share, &gpus, &cpus);
+        br_node_share_size(job->ranks[r].share, &gpus, &cpus);
         gpu_ms += dt * gpus;
         cpu_ms += dt * cpus;
         br_node_t *n = br_nodes_find(c->nodes, job->ranks[r].node);
@@ -285,20 +278,13 @@ void br_usage_standing(br_usage_t *u, br_jobtab_t *jobs, int64_t now_ms)
             if (job->ranks[r].state == BR_RANK_DONE)
                 continue;
             int gpus, cpus;
-            share_size(job->ranks[r].share, &gpus, &cpus);
+            br_node_share_size(job->ranks[r].share, &gpus, &cpus);
             x->gpus_held += gpus;
             /* held until the next charge, at least */
             x->gpu_now += (double)gpus * BR_USAGE_CHARGE_MS;
             x->cpu_now += (double)cpus * BR_USAGE_CHARGE_MS;
         }
     }
-}
-
-static int spec_gpus(const json_t *spec)
-{
-    const json_t *res = json_object_get(spec, "resources");
-    int64_t nodes = json_integer_value(json_object_get(res, "nodes"));
-    return (int)json_integer_value(json_object_get(res, "gpus")) * (int)(nodes > 0 ? nodes : 1);
 }
 
 int br_usage_admit(br_usage_t *u, br_jobtab_t *jobs, int64_t owner, const json_t *spec,
@@ -311,7 +297,7 @@ int br_usage_admit(br_usage_t *u, br_jobtab_t *jobs, int64_t owner, const json_t
     if (x->lim.max_priority != BR_NO_CAP && prio > x->lim.max_priority)
         return br_errf(err, EPERM, "priority %d is over your limit max-priority %d", prio,
                        x->lim.max_priority);
-    int gpus = spec_gpus(spec);
+    int gpus = br_job_gpus(spec);
     if (x->lim.max_gpus >= 0 && gpus > x->lim.max_gpus)
         return br_errf(err, EDQUOT, "the job needs %d GPUs, over your limit max-gpus %d: "
                                     "it could never start", gpus, x->lim.max_gpus);
