@@ -447,6 +447,18 @@ static int by_end(const void *x, const void *y)
     return a < b ? -1 : a > b;
 }
 
+/* Free what one decision holds (not the decision itself). */
+static void decision_clear(br_sched_decision_t *d)
+{
+    for (int r = 0; r < d->count; r++)
+        json_decref(d->assign[r]);
+    free(d->assign);
+    free(d->nodes);
+    free(d->how);
+    free(d->reason);
+    free(d->victims);
+}
+
 /* Would job fit once the first k ranks of ends have ended? Its placement then
  * into nodes (count), and everything given back as it was. */
 static int fits_after(const br_sched_in_t *in, br_job_t *job, const ends_t *e, size_t k,
@@ -464,12 +476,7 @@ static int fits_after(const br_sched_in_t *in, br_job_t *job, const ends_t *e, s
             nodes[r] = d.nodes[r];
     }
     *count = fits ? d.count : 0;
-    for (int r = 0; r < d.count; r++)
-        json_decref(d.assign[r]);
-    free(d.assign);
-    free(d.nodes);
-    free(d.how);
-    free(d.reason);
+    decision_clear(&d);
     for (size_t i = 0; i < k; i++)
         br_node_hold(e->v[i].node, e->v[i].share, 1);
     return fits;
@@ -648,15 +655,8 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
 
 void br_sched_decisions_free(br_sched_decision_t *d, size_t n)
 {
-    for (size_t i = 0; d && i < n; i++) {
-        for (int r = 0; r < d[i].count; r++)
-            json_decref(d[i].assign[r]);
-        free(d[i].assign);
-        free(d[i].nodes);
-        free(d[i].how);
-        free(d[i].reason);
-        free(d[i].victims);
-    }
+    for (size_t i = 0; d && i < n; i++)
+        decision_clear(&d[i]);
     free(d);
 }
 
@@ -742,17 +742,11 @@ static ends_t running_ends(br_coord_t *c, int64_t now)
     return ends;
 }
 
-/* A placement the estimate made, to give back afterwards. */
-typedef struct {
-    br_sched_decision_t d;
-    int64_t end_ms; /* 0: no time limit */
-} guess_t;
-
 void br_sched_estimate(br_coord_t *c, br_job_t *const *queue, size_t n, int64_t *start)
 {
     int64_t now = br_now_ms();
     ends_t ends = running_ends(c, now);
-    guess_t *g = calloc(n ? n : 1, sizeof(*g));
+    br_sched_decision_t *g = calloc(n ? n : 1, sizeof(*g)); /* its placements */
     br_sched_in_t in = {.nodes = c->nodes, .netmap = c->netmap, .now_ms = now};
     for (size_t i = 0; i < n; i++)
         start[i] = 0;
@@ -773,12 +767,12 @@ void br_sched_estimate(br_coord_t *c, br_job_t *const *queue, size_t n, int64_t 
             br_sched_decision_t d = {0};
             plan_scan(&in, job, &d, &hb, NULL, NULL, NULL);
             if (d.verdict != BR_SCHED_PLACE) {
-                free(d.reason);
+                decision_clear(&d);
                 continue;
             }
             start[i] = t;
             placed++;
-            g[i].d = d;
+            g[i] = d;
             for (int r = 0; r < d.count && job->time_limit > 0; r++)
                 ends_add(&ends, d.nodes[r], d.assign[r], t + job->time_limit);
         }
@@ -787,14 +781,9 @@ void br_sched_estimate(br_coord_t *c, br_job_t *const *queue, size_t n, int64_t 
     for (size_t k = 0; k < freed; k++)
         br_node_hold(ends.v[k].node, ends.v[k].share, 1);
     for (size_t i = 0; g && i < n; i++) {
-        for (int r = 0; r < g[i].d.count; r++)
-            br_node_hold(g[i].d.nodes[r], g[i].d.assign[r], -1);
-        for (int r = 0; r < g[i].d.count; r++)
-            json_decref(g[i].d.assign[r]);
-        free(g[i].d.assign);
-        free(g[i].d.nodes);
-        free(g[i].d.how);
-        free(g[i].d.reason);
+        for (int r = 0; r < g[i].count; r++)
+            br_node_hold(g[i].nodes[r], g[i].assign[r], -1);
+        decision_clear(&g[i]);
     }
     free(g);
     free(ends.v);
