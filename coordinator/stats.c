@@ -138,18 +138,20 @@ static void page_checkpoints(br_metrics_t *m, br_stats_t *s, br_coord_t *c)
         fprintf(stderr, "brambled: metrics: checkpoints left out: %s\n", err.text);
         return;
     }
-    br_metrics_family(m, "bramble_checkpoints_total", "counter",
-                      "Checkpoints counted (complete, reported by their job's node).");
-    br_metrics_sample(m, "bramble_checkpoints_total", NULL, (double)t[0]);
-    br_metrics_family(m, "bramble_checkpoint_bytes_total", "counter",
-                      "Bytes of the checkpoints counted, as their nodes measured them.");
-    br_metrics_sample(m, "bramble_checkpoint_bytes_total", NULL, (double)t[1]);
-    br_metrics_family(m, "bramble_replicas", "gauge",
-                      "Verified copies of checkpoints held on other nodes.");
-    br_metrics_sample(m, "bramble_replicas", NULL, (double)t[2]);
-    br_metrics_family(m, "bramble_replica_bytes", "gauge",
-                      "Bytes of the verified copies held on other nodes.");
-    br_metrics_sample(m, "bramble_replica_bytes", NULL, (double)t[3]);
+    static const struct {
+        const char *name, *type, *help;
+    } fams[4] = { /* in br_store_totals's order */
+        {"bramble_checkpoints_total", "counter",
+         "Checkpoints counted (complete, reported by their job's node)."},
+        {"bramble_checkpoint_bytes_total", "counter",
+         "Bytes of the checkpoints counted, as their nodes measured them."},
+        {"bramble_replicas", "gauge", "Verified copies of checkpoints held on other nodes."},
+        {"bramble_replica_bytes", "gauge", "Bytes of the verified copies held on other nodes."},
+    };
+    for (int f = 0; f < 4; f++) {
+        br_metrics_family(m, fams[f].name, fams[f].type, fams[f].help);
+        br_metrics_sample(m, fams[f].name, NULL, (double)t[f]);
+    }
     br_metrics_family(m, "bramble_checkpoint_pulled_bytes_total", "counter",
                       "Bytes of checkpoints pulled between nodes since brambled started: "
                       "sent over the network, or found on the node by hash; for a replica "
