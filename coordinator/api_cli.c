@@ -884,7 +884,7 @@ static json_t *merge_limits(br_coord_t *c, int64_t id, const json_t *change, br_
 static int store_limits(br_coord_t *c, const char *name, const json_t *limits, br_err_t *err)
 {
     if (br_store_limits_set(c->store, BR_PRINCIPAL_USER, name, limits, err) < 0 ||
-        br_usage_load(c->usage, c->store, br_now_ms(), err) < 0)
+        br_usage_users_again(c->usage, c->store, err) < 0)
         return -1;
     br_coord_changed(c); /* a limit lifted may let a job start */
     return 0;
@@ -998,7 +998,7 @@ void br_api_user_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (br_store_key_add(c->store, key, BR_PRINCIPAL_USER, name, &err) < 0 ||
         (unix_user && br_store_unix_user_set(c->store, name, unix_user, &err) < 0) ||
         (now ? store_limits(c, name, now, &err) < 0
-             : br_usage_load(c->usage, c->store, br_now_ms(), &err) < 0)) {
+             : br_usage_users_again(c->usage, c->store, &err) < 0)) {
         json_decref(now);
         goto fail;
     }

@@ -211,6 +211,11 @@ static int load_use(br_usage_t *u, br_store_t *store, int64_t now_ms, br_err_t *
     return 0;
 }
 
+int br_usage_users_again(br_usage_t *u, br_store_t *store, br_err_t *err)
+{
+    return load_users(u, store, err);
+}
+
 int br_usage_load(br_usage_t *u, br_store_t *store, int64_t now_ms, br_err_t *err)
 {
     return load_users(u, store, err) < 0 || load_use(u, store, now_ms, err) < 0 ? -1 : 0;

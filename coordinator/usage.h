@@ -78,6 +78,9 @@ void br_usage_destroy(br_usage_t **u);
 
 /* Read the users, their limits and what they used from the store. */
 int br_usage_load(br_usage_t *u, br_store_t *store, int64_t now_ms, br_err_t *err);
+/* Read the users and their limits again (one was added, removed or set), keeping
+ * what is known of their use: cheap, for user.add and user.set. */
+int br_usage_users_again(br_usage_t *u, br_store_t *store, br_err_t *err);
 /* A user's ledger (NULL: no such user, or a job of no owner). */
 br_user_use_t *br_usage_user(br_usage_t *u, int64_t id);
 /* All of them, by id. */
