@@ -120,11 +120,10 @@ typedef struct br_job {
     } held;
     /* in memory only: the attempt is being stopped on purpose, its time limit
      * reached (it then fails) or preempted (it then waits to resume): since at_mono
-     * (0: not), SIGKILL after grace_ms; why says why; by: the job it makes room for */
+     * (0: not), SIGKILL after grace_ms; why says why (and for whom) */
     struct {
         int64_t at_mono, grace_ms;
         int preempt;
-        int64_t by;
         char why[200];
     } stop;
     int64_t preempted_at; /* wall ms it was last asked to make room (memory only) */

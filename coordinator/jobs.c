@@ -493,6 +493,17 @@ static void stop_ranks(br_coord_t *c, br_job_t *job, const br_node_t *skip)
     signal_ranks(c, job, skip, 0, 0);
 }
 
+/* Ask every rank of job to stop on purpose (job->stop.why says why): sig now,
+ * SIGKILL from its agent grace_ms later; however the attempt then ends is the
+ * stop's end (end_attempt): requeued when preempted, else failed. */
+static void begin_stop(br_coord_t *c, br_job_t *job, int preempt, int sig, int64_t grace_ms)
+{
+    job->stop.at_mono = br_mono_ms();
+    job->stop.grace_ms = grace_ms;
+    job->stop.preempt = preempt;
+    signal_ranks(c, job, NULL, sig, grace_ms);
+}
+
 /* The current attempt of job ended because of node n (cause NULL: every rank
  * completed): stop what still runs, then restart it per policy, or settle it.
  * exclude: requeue without counting a restart, never again on n. */
@@ -734,7 +745,7 @@ int br_jobs_checkpoint(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
 void br_jobs_preempt(br_coord_t *c, br_job_t *job, br_job_t *const *victims, int n)
 {
     int64_t longest = 0;
-    char names[300] = "", grace[32], sig[16];
+    char names[300] = "", grace[32];
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         br_job_t *v = victims[i];
@@ -742,17 +753,12 @@ void br_jobs_preempt(br_coord_t *c, br_job_t *job, br_job_t *const *victims, int
         snprintf(v->stop.why, sizeof(v->stop.why),
                  "preempted by job %lld (priority %d, over its %d)", (long long)job->id,
                  job->priority, v->priority);
-        v->stop.at_mono = br_mono_ms();
-        v->stop.grace_ms = v->preempt_grace;
-        v->stop.preempt = 1;
-        v->stop.by = job->id;
+        begin_stop(c, v, 1, v->preempt_signal, v->preempt_grace);
         v->preempted_at = br_now_ms();
-        signal_ranks(c, v, NULL, v->preempt_signal, v->preempt_grace);
-        snprintf(sig, sizeof(sig), "%d", v->preempt_signal);
         br_coord_event(c, v->id, at ? at->name : NULL, "running",
-                       "%s: signal %s sent; it has %s to write a checkpoint, then it is "
+                       "%s: signal %d sent; it has %s to write a checkpoint, then it is "
                        "stopped and resumes later",
-                       v->stop.why, sig,
+                       v->stop.why, v->preempt_signal,
                        br_format_duration(v->preempt_grace, grace, sizeof(grace)));
         if (v->preempt_grace > longest)
             longest = v->preempt_grace;
@@ -848,12 +854,9 @@ void br_jobs_check_limits(br_coord_t *c)
         br_node_t *n = rank_node(c, job, 0);
         char limit_text[32], grace_text[32], text[300];
         if (!job->stop.at_mono) { /* SIGTERM now, SIGKILL after the grace */
-            job->stop.preempt = 0;
             snprintf(job->stop.why, sizeof(job->stop.why), "time limit %s reached",
                      br_format_duration(job->time_limit, limit_text, sizeof(limit_text)));
-            job->stop.at_mono = mono;
-            job->stop.grace_ms = c->cfg.kill_grace_ms;
-            signal_ranks(c, job, NULL, SIGTERM, job->stop.grace_ms);
+            begin_stop(c, job, 0, SIGTERM, c->cfg.kill_grace_ms);
             snprintf(text, sizeof(text), "%s: SIGTERM sent, SIGKILL in %s if still running",
                      job->stop.why,
                      br_format_duration(job->stop.grace_ms, grace_text, sizeof(grace_text)));
