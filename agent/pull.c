@@ -326,6 +326,11 @@ static int connect_holder(pull_t *p)
     if (!p->sock)
         return -1;
     p->mon = br_sock_monitor_events(p->ctx, p->sock, MON_EVENTS);
+    /* a send never blocks: with the link down libzmq may have no pipe to queue a
+     * request in, and a send that waits for one would hold this thread (and whoever
+     * joins it: the agent stopping) for as long as the holder is out of reach */
+    int zero = 0;
+    zmq_setsockopt(p->sock, ZMQ_SNDTIMEO, &zero, sizeof(zero));
     return 0;
 }
 
@@ -355,15 +360,24 @@ static int mon_events(void *mon)
     }
 }
 
+/* Ask for the chunk of path at off: 0 asked, 1 not now (the link has no room: ask
+ * again after the next poll), -1 with err. */
 static int ask(pull_t *p, const char *path, const char *hex, int64_t off)
 {
-    br_msg_t *m = br_msg_new(BR_MSG_REQUEST, "ckpt.read", ++p->seq);
+    br_msg_t *m = br_msg_new(BR_MSG_REQUEST, "ckpt.read", p->seq + 1);
     if (!m)
         return br_errf(p->err, ENOMEM, "out of memory");
     br_msg_set_body(m, json_pack("{s:s, s:s, s:s, s:I}", "grant", p->r->grant, "path",
                                  path, "hash", hex, "offset", (json_int_t)off));
-    int rc = br_msg_send(p->sock, m, p->err);
+    br_err_t e2;
+    int rc = br_msg_send(p->sock, m, &e2);
     br_msg_destroy(&m);
+    if (rc == 0)
+        p->seq++;
+    else if (errno == EAGAIN)
+        rc = 1;
+    else
+        *p->err = e2;
     return rc;
 }
 
@@ -443,10 +457,12 @@ static int fetch(pull_t *p, const char *path, const char *hex, json_int_t size, 
         if (cancelled(p))
             rc = br_errf(p->err, ECANCELED, "cancelled");
         while (rc == 0 && inflight < BR_XFER_WINDOW && asked < size) {
-            rc = ask(p, path, hex, asked);
+            if ((rc = ask(p, path, hex, asked)) != 0)
+                break;
             asked += BR_XFER_CHUNK;
             inflight++;
         }
+        rc = rc > 0 ? 0 : rc; /* not now: the poll below waits, then it asks again */
         zmq_pollitem_t it[2] = {{p->sock, 0, ZMQ_POLLIN, 0},
                                 {p->mon, 0, ZMQ_POLLIN, 0}};
         if (rc == 0 && zmq_poll(it, p->mon ? 2 : 1, 100) < 0 && errno != EINTR)

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import struct
@@ -279,9 +280,25 @@ class Proc:
             self.popen.wait(max(0.0, sent + STOP_GRACE - time.monotonic()))
             return None
         except subprocess.TimeoutExpired:
+            stacks = self.stacks()
             self.popen.kill()
             self.popen.wait(10)
-            return f"{self.name} (pid {self.pid}) did not exit within {STOP_GRACE}s of SIGTERM"
+            return (f"{self.name} (pid {self.pid}) did not exit within {STOP_GRACE}s of "
+                    f"SIGTERM{stacks}")
+
+    def stacks(self):
+        """Every thread's stack of the live process, as gdb prints them, to say where a
+        process that will not stop is stuck; '' when gdb is not installed or fails."""
+        if not shutil.which("gdb"):
+            return ""
+        try:
+            r = subprocess.run(["gdb", "-batch", "-nx", "-p", str(self.pid),
+                                "-ex", "thread apply all bt"],
+                               capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        keep = [ln for ln in r.stdout.splitlines() if ln.startswith(("Thread ", "#"))]
+        return "; where its threads were:\n" + "\n".join(keep) if keep else ""
 
 
 class CliError(AssertionError):
