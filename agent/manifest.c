@@ -25,16 +25,11 @@
  * job's user (fsid.h, per thread), so a checkpoint never makes the agent read what
  * the job could not.
  *
- * The manifest hash is BLAKE2b-256 over
- *     "bramble-manifest-1" NUL root NUL
- * then, for each entry in byte order of its path,
- *     path NUL type NUL mode NUL size NUL content NUL
- * with root "dir" or "file", type "f" (file) or "l" (link), mode (st_mode & 07777)
- * and size in decimal, content the file's hash in lowercase hex or the link's target.
+ * The manifest hash and the checks of a manifest from elsewhere are in
+ * proto/manifest_check.h.
  */
 
-#define HASH_LEN crypto_generichash_BYTES /* 32: BLAKE2b-256 */
-#define MAGIC "bramble-manifest-1"
+#define HASH_LEN BR_MANIFEST_HASH_LEN
 
 typedef struct {
     char *path; /* relative to the checkpoint */
@@ -228,35 +223,22 @@ static int by_path(const void *a, const void *b)
     return strcmp(((const ent_t *)a)->path, ((const ent_t *)b)->path);
 }
 
-static void hash_str(crypto_generichash_state *hs, const char *s)
-{
-    crypto_generichash_update(hs, (const unsigned char *)s,
-                              strlen(s) + 1); /* and NUL */
-}
-
 /* The manifest of the sorted entries: its hash, and the entries that fit listed. */
 static json_t *to_json(walk_t *w, const char *root)
 {
     crypto_generichash_state hs;
     unsigned char h[HASH_LEN];
-    char hex[2 * HASH_LEN + 1], num[32];
+    char hex[2 * HASH_LEN + 1];
     json_t *entries = json_array(), *m = NULL;
     size_t listed = 0;
     int full = 0;
-    crypto_generichash_init(&hs, NULL, 0, HASH_LEN);
-    hash_str(&hs, MAGIC);
-    hash_str(&hs, root);
+    br_manifest_hash_begin(&hs, root);
     for (size_t i = 0; entries && i < w->n; i++) {
         const ent_t *e = &w->e[i];
         if (!e->link)
             sodium_bin2hex(hex, sizeof(hex), e->hash, HASH_LEN);
-        hash_str(&hs, e->path);
-        hash_str(&hs, e->link ? "l" : "f");
-        snprintf(num, sizeof(num), "%u", e->mode);
-        hash_str(&hs, num);
-        snprintf(num, sizeof(num), "%lld", (long long)e->size);
-        hash_str(&hs, num);
-        hash_str(&hs, e->link ? e->link : hex);
+        br_manifest_hash_entry(&hs, e->path, e->link != NULL, e->mode, e->size,
+                               e->link ? e->link : hex);
         if (full)
             continue;
         json_t *o = json_pack("{s:s, s:I, s:i, s:s}", "path", e->path, "size",
@@ -341,141 +323,6 @@ json_t *br_manifest_build(const char *dir, const char *path, br_fsid_t *fsid,
     free(w.e);
     free(w.buf);
     return m;
-}
-
-/* --- checking a manifest from elsewhere ---------------------------------------- */
-
-int br_manifest_path_ok(const char *path)
-{
-    size_t n = strlen(path);
-    if (n == 0 || n >= PATH_MAX || path[0] == '/')
-        return 0;
-    for (const char *c = path; *c;) {
-        size_t k = strcspn(c, "/");
-        if (k == 0 || (k == 1 && c[0] == '.') || (k == 2 && c[0] == '.' && c[1] == '.'))
-            return 0;
-        c += k;
-        if (*c == '/' && !*++c)
-            return 0; /* a trailing slash: an empty last component */
-    }
-    return 1;
-}
-
-static int hex_ok(const char *s)
-{
-    if (strlen(s) != 2 * HASH_LEN)
-        return 0;
-    for (; *s; s++)
-        if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
-            return 0;
-    return 1;
-}
-
-/* One entry's fields, checked; its text fields must hold no NUL. */
-static int entry_ok(json_t *e, const char **path, const char **content, int *link,
-                    json_int_t *size, int *mode, br_err_t *err)
-{
-    json_t *p, *h = NULL, *l = NULL;
-    json_error_t je;
-    if (json_unpack_ex(e, &je, JSON_STRICT, "{s:o, s:I, s:i, s?o, s?o}", "path", &p,
-                       "size", size, "mode", mode, "hash", &h, "link", &l) < 0)
-        return br_errf(err, EPROTO, "manifest entry: %s", je.text);
-    json_t *c = h ? h : l;
-    if (!json_is_string(p) || !c || (h && l) || !json_is_string(c) ||
-        strlen(json_string_value(p)) != json_string_length(p) ||
-        strlen(json_string_value(c)) != json_string_length(c))
-        return br_errf(err, EPROTO, "manifest entry: a path with a hash or a link");
-    *path = json_string_value(p);
-    *content = json_string_value(c);
-    *link = l != NULL;
-    if (!br_manifest_path_ok(*path))
-        return br_errf(err, EPROTO, "manifest entry: path '%.64s' is not allowed",
-                       *path);
-    if (*size < 0 || *mode < 0 || *mode > 07777 || (h && !hex_ok(*content)) ||
-        (l && *size != (json_int_t)strlen(*content)))
-        return br_errf(err, EPROTO, "manifest entry %.64s: bad size, mode or hash",
-                       *path);
-    return 0;
-}
-
-int br_manifest_verify(const json_t *mj, br_err_t *err)
-{
-    json_t *m = (json_t *)mj, *entries;
-    const char *hash, *root;
-    json_int_t files, bytes;
-    int truncated = 0;
-    json_error_t je;
-    if (!m || json_unpack_ex(m, &je, JSON_STRICT, "{s:s, s:s, s:I, s:I, s:o, s?b}",
-                             "hash", &hash, "root", &root, "files", &files, "bytes",
-                             &bytes, "entries", &entries, "truncated", &truncated) < 0)
-        return br_errf(err, EPROTO, "manifest: %s", m ? je.text : "none");
-    if (!json_is_array(entries) || !hex_ok(hash) ||
-        (strcmp(root, "dir") != 0 && strcmp(root, "file") != 0))
-        return br_errf(err, EPROTO, "manifest: bad hash, root or entries");
-    if (truncated || (json_int_t)json_array_size(entries) != files)
-        return br_errf(err, ENOTSUP, "manifest lists %zu of its %lld files",
-                       json_array_size(entries), (long long)files);
-    if (strcmp(root, "file") == 0 && files != 1)
-        return br_errf(err, EPROTO, "manifest: a one-file checkpoint with %lld entries",
-                       (long long)files);
-    crypto_generichash_state hs;
-    unsigned char h[HASH_LEN];
-    char hex[2 * HASH_LEN + 1], num[32];
-    const char *prev = NULL;
-    json_int_t sum = 0;
-    crypto_generichash_init(&hs, NULL, 0, HASH_LEN);
-    hash_str(&hs, MAGIC);
-    hash_str(&hs, root);
-    for (size_t i = 0; i < json_array_size(entries); i++) {
-        const char *path = NULL, *content = NULL;
-        int link = 0, mode = 0;
-        json_int_t size = 0;
-        if (entry_ok(json_array_get(entries, i), &path, &content, &link, &size, &mode,
-                     err) < 0)
-            return -1;
-        if (prev && strcmp(prev, path) >= 0)
-            return br_errf(err, EPROTO, "manifest: entries out of order at %.64s",
-                           path);
-        if (strcmp(root, "file") == 0 && (link || strchr(path, '/')))
-            return br_errf(err, EPROTO, "manifest: a one-file checkpoint holds %.64s",
-                           path);
-        prev = path;
-        sum += link ? 0 : size;
-        hash_str(&hs, path);
-        hash_str(&hs, link ? "l" : "f");
-        snprintf(num, sizeof(num), "%d", mode);
-        hash_str(&hs, num);
-        snprintf(num, sizeof(num), "%lld", (long long)size);
-        hash_str(&hs, num);
-        hash_str(&hs, content);
-    }
-    crypto_generichash_final(&hs, h, HASH_LEN);
-    sodium_bin2hex(hex, sizeof(hex), h, HASH_LEN);
-    if (sum != bytes)
-        return br_errf(err, EPROTO, "manifest: bytes %lld, its files hold %lld",
-                       (long long)bytes, (long long)sum);
-    if (strcmp(hex, hash) != 0)
-        return br_errf(err, EPROTO, "manifest: its entries do not hash to %.16s...",
-                       hash);
-    return 0;
-}
-
-json_t *br_manifest_find(const json_t *m, const char *path)
-{
-    json_t *entries = json_object_get(m, "entries");
-    size_t lo = 0, hi = json_array_size(entries);
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        json_t *e = json_array_get(entries, mid);
-        int c = strcmp(json_string_value(json_object_get(e, "path")), path);
-        if (c == 0)
-            return e;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
 }
 
 /* --- the hasher thread --------------------------------------------------------- */

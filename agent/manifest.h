@@ -15,6 +15,7 @@
 
 #include "err.h"
 #include "fsid.h"
+#include "manifest_check.h"
 
 /* JSON bytes of entries listed in a manifest; the rest are counted and hashed,
  * not listed */
@@ -65,19 +66,5 @@ void br_manifest_cancel(br_manifest_t *h, const char *group);
  * "truncated"?: true}, entries in byte order of their paths; NULL with err. */
 json_t *br_manifest_build(const char *dir, const char *path, br_fsid_t *fsid,
                           const atomic_int *cancel, br_err_t *err);
-
-/* 1 when path is one a manifest may list: relative, not empty, shorter than
- * PATH_MAX, with no empty, "." or ".." component. */
-int br_manifest_path_ok(const char *path);
-
-/* Check a manifest that came from elsewhere (a coordinator, a peer) before it is
- * trusted: its shape (PROTOCOL.md's `manifest`), every path allowed, entries in
- * strictly increasing byte order, every file listed (a truncated one is refused),
- * `files` and `bytes` that add up, and `hash` equal to the hash of its entries. 0, or
- * -1 with err. */
-int br_manifest_verify(const json_t *m, br_err_t *err);
-
-/* The entry for path in a verified manifest (borrowed), or NULL. */
-json_t *br_manifest_find(const json_t *m, const char *path);
 
 #endif

@@ -1,0 +1,44 @@
+/* manifest_check.h - what every side agrees a checkpoint manifest is
+ * (docs/checkpoints.md, "The manifest"): its hash, computed entry by entry, and the
+ * checks a manifest from elsewhere (a coordinator, a peer) passes before it is
+ * trusted to name files: the agent that builds manifests and serves and pulls
+ * checkpoints, and the CLI that pulls one to the user's machine, share them.
+ *
+ * The manifest hash is BLAKE2b-256 over
+ *     "bramble-manifest-1" NUL root NUL
+ * then, for each entry in byte order of its path,
+ *     path NUL type NUL mode NUL size NUL content NUL
+ * with root "dir" or "file", type "f" (file) or "l" (link), mode (st_mode & 07777)
+ * and size in decimal, content the file's hash in lowercase hex or the link's target. */
+#ifndef BRAMBLE_MANIFEST_CHECK_H
+#define BRAMBLE_MANIFEST_CHECK_H
+
+#include <jansson.h>
+#include <sodium.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#define BR_MANIFEST_HASH_LEN crypto_generichash_BYTES /* 32: BLAKE2b-256 */
+
+/* Start the manifest hash of a checkpoint whose root is "dir" or "file". */
+void br_manifest_hash_begin(crypto_generichash_state *hs, const char *root);
+/* Add one entry: content is a file's hash in hex, or (link) a symlink's target. */
+void br_manifest_hash_entry(crypto_generichash_state *hs, const char *path, int link,
+                            unsigned mode, int64_t size, const char *content);
+
+/* 1 when path is one a manifest may list: relative, not empty, shorter than
+ * PATH_MAX, with no empty, "." or ".." component. */
+int br_manifest_path_ok(const char *path);
+
+/* Check a manifest that came from elsewhere (a coordinator, a peer) before it is
+ * trusted: its shape (PROTOCOL.md's `manifest`), every path allowed, entries in
+ * strictly increasing byte order, every file listed (a truncated one is refused with
+ * ENOTSUP), `files` and `bytes` that add up, and `hash` equal to the hash of its
+ * entries. 0, or -1 with err. */
+int br_manifest_verify(const json_t *m, br_err_t *err);
+
+/* The entry for path in a verified manifest (borrowed), or NULL. */
+json_t *br_manifest_find(const json_t *m, const char *path);
+
+#endif
