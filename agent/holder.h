@@ -15,9 +15,8 @@
 #include <sys/types.h>
 
 #include "err.h"
+#include "msg.h"
 
-#define BR_XFER_CHUNK (256 * 1024) /* the most bytes one answer carries */
-#define BR_XFER_WINDOW 8           /* requests a puller keeps in flight: 2 MiB */
 #define BR_HOLDER_QUEUE 256        /* requests waiting for the bandwidth cap */
 #define BR_HOLDER_GRANTS 1024      /* grants held at once */
 #define BR_REPLICA_PORT 7704       /* the default TCP port it listens on */

@@ -137,21 +137,6 @@ static int open_old(int dfd, const char *rel, json_int_t size)
     return cur;
 }
 
-static int write_all(int fd, const void *b, size_t n)
-{
-    const unsigned char *c = b;
-    while (n) {
-        ssize_t k = write(fd, c, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return -1;
-        c += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 /* Count n more bytes written; -1 with err past the limit. */
 static int charge(pull_t *p, size_t n)
 {
@@ -255,7 +240,7 @@ static int copy_in(pull_t *p, int src, const char *hex, json_int_t size, int pfd
             continue;
         if (k <= 0 || off + k > size)
             break;
-        int e = write_all(fd, p->buf, (size_t)k) < 0 ? errno : 0;
+        int e = br_write_all(fd, p->buf, (size_t)k) < 0 ? errno : 0;
         if (e || charge(p, (size_t)k) < 0) {
             close(fd);
             close(src);
@@ -421,7 +406,7 @@ static int take_answer(pull_t *p, int fd, crypto_generichash_state *hs,
         rc = bad_peer(p, EBADMSG, "bytes beyond the manifest's size", path);
     else if (len == 0 && off < size)
         rc = bad_peer(p, EPROTO, "an empty chunk", path);
-    else if (write_all(fd, data, len) < 0)
+    else if (br_write_all(fd, data, len) < 0)
         rc = br_errf(p->err, errno, "%s: %s", path, strerror(errno));
     else if (charge(p, len) < 0)
         rc = -1;

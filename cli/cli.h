@@ -181,6 +181,8 @@ extern const cli_cmd_t cli_class_cmds[];
 extern const cli_cmd_t cli_audit_cmds[];
 extern const cli_cmd_t cli_dashboard_cmds[];
 extern const cli_cmd_t cli_checkpoint_cmds[];
+/* bramble checkpoint pull (cmd_ckptpull.c): argv[0] is "pull". */
+int cli_checkpoint_pull(cli_t *cli, int argc, char **argv);
 extern const cli_cmd_t cli_progress_cmds[];
 extern const cli_cmd_t cli_plan_cmds[];
 extern const cli_cmd_t cli_top_cmds[];

@@ -2,7 +2,7 @@
  * node's agent (through $BRAMBLE_AGENT_SOCK) that PATH is a complete checkpoint of
  * this attempt. No credential: the agent knows the caller by its process.
  * bramble checkpoint list JOB: a job's counted checkpoints and where their copies
- * are (job.show's "checkpoints").
+ * are (job.show's "checkpoints"); bramble checkpoint pull: cmd_ckptpull.c.
  * bramble job purge JOB: drop the copies of an ended job's checkpoints on other
  * nodes now (job.purge), instead of after the coordinator's --replica-retention. */
 #include <errno.h>
@@ -83,6 +83,8 @@ static int checkpoint_report(cli_t *cli, int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "list") == 0) /* (a path named list: ./list) */
         return checkpoint_list(cli, argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "pull") == 0) /* (and one named pull: ./pull) */
+        return cli_checkpoint_pull(cli, argc - 1, argv + 1);
     static const struct option opts[] = {{"step", required_argument, NULL, 's'},
                                          {"json", no_argument, NULL, 'j'},
                                          {NULL, 0, NULL, 0}};
@@ -154,8 +156,10 @@ static int job_purge(cli_t *cli, int argc, char **argv)
 }
 
 const cli_cmd_t cli_checkpoint_cmds[] = {
-    {NULL, "checkpoint", checkpoint_report, "PATH --step N [--json] | list JOB [--json]",
-     "inside a job: report PATH as a complete checkpoint; list: a job's checkpoints",
+    {NULL, "checkpoint", checkpoint_report,
+     "PATH --step N [--json] | list JOB [--json] | pull JOB [--step N] [--json] DEST",
+     "inside a job: report PATH as a complete checkpoint; list: a job's checkpoints; "
+     "pull: fetch one here",
      "For jobs whose checkpoints the agent cannot recognise by itself (see\n"
      "docs/checkpoints.md). Talks to this node's agent through $BRAMBLE_AGENT_SOCK;\n"
      "needs no credential. A restarted attempt gets the newest reported checkpoint\n"
@@ -163,9 +167,19 @@ const cli_cmd_t cli_checkpoint_cmds[] = {
      "\n'bramble checkpoint list JOB' shows a job's counted checkpoints: step, size,\n"
      "manifest hash, whether it can be verified, and the nodes that hold a verified\n"
      "copy (the writer, and replicas: docs/checkpoints.md).\n"
+     "\n'bramble checkpoint pull JOB [--step N] DEST' fetches the job's newest counted\n"
+     "checkpoint (or the one at step N) to this machine through the coordinator,\n"
+     "from a node that holds a copy, into DEST/NAME (NAME: the checkpoint's own\n"
+     "name; DEST is made when missing), verifying every file against the\n"
+     "checkpoint's manifest. DEST/NAME appears only once all of it is verified; a\n"
+     "pull that stops keeps what it verified in DEST/.bramble-pull-NAME, and the\n"
+     "next pull goes on from it. Progress shows on a terminal.\n"
      "\nOptions:\n"
-     "  --step N   the training step the checkpoint holds (required)\n"
-     "  --json     print the agent's answer (list: the checkpoints as JSON)\n"},
+     "  --step N   the training step the checkpoint holds (required); pull: the step\n"
+     "             to fetch (default: the newest)\n"
+     "  --json     print the agent's answer (list: the checkpoints as JSON; pull:\n"
+     "             {job, step, path, from, hash, files, bytes, received, kept,\n"
+     "             seconds})\n"},
     {"job", "purge", job_purge, "ID [--json]",
      "drop the replicas of an ended job's checkpoints now",
      "The copies of the job's checkpoints on other nodes (replicas, see\n"

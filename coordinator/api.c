@@ -2,6 +2,7 @@
  * handler. The caller is found from the connection's User-Id (the CURVE key ZAP
  * proved) for every message, so a key revoked mid-connection stops at once. */
 #include "api.h"
+#include "ckptpull.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -57,6 +58,9 @@ static const struct {
     {"service.endpoints", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_service_endpoints},
     {"service.scale", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_service_scale},
     {"dashboard.login", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_dashboard_login},
+    {"checkpoint.open", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_open},
+    {"checkpoint.read", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_read},
+    {"checkpoint.close", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_close},
 };
 
 void br_api_fail(br_coord_t *c, br_msg_t *m, const br_err_t *err)
@@ -109,6 +113,7 @@ static const char *action_words(const char *type)
         {"job.", "reports of a node's jobs"}, {"event.", "reading events"},
         {"user.", "managing users"},          {"service.", "managing services"},
         {"dashboard.", "logging in to the dashboard"},
+        {"checkpoint.", "pulling checkpoints"},
     };
     for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
         if (strncmp(type, actions[i].type, strlen(actions[i].type)) == 0)

@@ -58,6 +58,7 @@ typedef struct br_coord {
     struct br_services *services; /* the services' own state (services.h) */
     struct br_replicas *replicas; /* pulls of checkpoints in flight (replicas.h) */
     struct br_usage *usage;       /* what users used, and their limits (usage.h) */
+    struct br_ckptpull *ckptpull; /* checkpoints pulled to users' machines (ckptpull.h) */
     int64_t ticked;         /* monotonic ms of the last BR_HOOK_TICK */
     br_netmap_t *netmap;    /* round trips between nodes, from their heartbeats */
     int peers_version;      /* grows when the set of probe peers changes */

@@ -724,15 +724,17 @@ static int was_tried(const json_t *tried, const char *holder, const char *target
     return 0;
 }
 
-/* Where target can pull job's checkpoint hash from, not tried yet: its writer first,
- * then the verified replica nearest to target; *from_store: a replica. NULL: none. */
+/* Where target (NULL: a client that is no node) can pull job's checkpoint hash
+ * from, not tried yet: its writer first, then the verified replica nearest to
+ * target; *from_store: a replica. NULL: none. */
 static br_node_t *pick_source(br_coord_t *c, int64_t job, const char *hash,
                               const char *writer, br_node_t *target,
                               const json_t *tried, int *from_store)
 {
     br_node_t *w = br_nodes_find(c->nodes, writer), *best = NULL;
+    const char *to = target ? target->name : "";
     *from_store = 0;
-    if (w != target && node_serves(w) && !was_tried(tried, w->name, target->name))
+    if (w != target && node_serves(w) && !was_tried(tried, w->name, to))
         return w;
     json_t *reps = br_store_replica_list(c->store, job, NULL), *rp;
     double best_rtt = 1e300;
@@ -741,9 +743,9 @@ static br_node_t *pick_source(br_coord_t *c, int64_t job, const char *hash,
         br_node_t *h =
             br_nodes_find(c->nodes, json_string_value(json_object_get(rp, "node")));
         if (strcmp(json_string_value(json_object_get(rp, "hash")), hash) != 0 ||
-            h == target || !node_serves(h) || was_tried(tried, h->name, target->name))
+            h == target || !node_serves(h) || was_tried(tried, h->name, to))
             continue;
-        double rtt = br_netmap_rtt(c->netmap, target->name, h->name);
+        double rtt = target ? br_netmap_rtt(c->netmap, target->name, h->name) : -1;
         if (rtt < 0)
             rtt = 1e9; /* not measured: after the measured ones */
         if (!best || rtt < best_rtt) {
@@ -754,6 +756,30 @@ static br_node_t *pick_source(br_coord_t *c, int64_t job, const char *hash,
     json_decref(reps);
     *from_store = best != NULL;
     return best;
+}
+
+br_node_t *br_replicas_source(br_coord_t *c, int64_t job, const char *hash,
+                              const char *writer, int *from_store)
+{
+    return pick_source(c, job, hash, writer, NULL, NULL, from_store);
+}
+
+void br_replicas_lend(br_coord_t *c, br_node_t *holder, int from_store, int64_t job,
+                      int64_t step, const char *path, const json_t *manifest,
+                      const char *grant, const char *peer, const char *peer_key,
+                      int64_t ttl_ms)
+{
+    int64_t owner_id = 0;
+    json_t *spec = spec_of(c, job, &owner_id), *section = NULL;
+    char user[64];
+    br_replica_ckpt_t k;
+    ckpt_of(c, &k, job, spec, owner_id, path, step, manifest, &section, user,
+            sizeof(user));
+    json_t *serve = br_replicas_serve_order(&k, grant, peer, peer_key, ttl_ms, from_store);
+    if (serve)
+        br_coord_send_node(c, holder, "ckpt.serve", serve);
+    json_decref(section);
+    json_decref(spec);
 }
 
 /* Another node to hold job's checkpoint hash (bytes, written on writer): one that

@@ -106,6 +106,20 @@ int br_replicas_wanted(const json_t *spec, int cluster_nodes);
 /* checkpoint.keep (2 when not given). */
 int br_replicas_keep(const json_t *spec);
 
+/* The node a client that is no node (the coordinator itself, for a user's pull)
+ * reads job's checkpoint hash (written on writer) from: the writer when it is
+ * connected and serves, else a connected node with a verified replica;
+ * *from_store: a replica. NULL: none. */
+br_node_t *br_replicas_source(struct br_coord *c, int64_t job, const char *hash,
+                              const char *writer, int *from_store);
+/* ckpt.serve to holder: let peer_key (named peer in its log) read job's checkpoint
+ * (step, path where it was written, whole manifest; from_store: holder's replica)
+ * under grant for ttl_ms; 0 withdraws the grant. */
+void br_replicas_lend(struct br_coord *c, br_node_t *holder, int from_store, int64_t job,
+                      int64_t step, const char *path, const json_t *manifest,
+                      const char *grant, const char *peer, const char *peer_key,
+                      int64_t ttl_ms);
+
 /* Drop job's replica row (br_store_replica_list's: "hash", "node", "path", "step"):
  * its node is told (ckpt.drop) when connected, else the row is only forgotten;
  * the row leaves the store and an event of the job says why. 1 when the node was

@@ -23,6 +23,7 @@
 #include "jobs.h"
 #include "nodelife.h"
 #include "replicas.h"
+#include "ckptpull.h"
 #include "scheduler.h"
 #include "services.h"
 #include "sock.h"
@@ -170,8 +171,10 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     if (!c->store)
         goto fail;
     c->replicas = br_replicas_new();
-    if (c->hooks && c->replicas && br_jobs_init(c) == 0 && br_deps_init(c) == 0 &&
-        br_replicas_init(c) == 0) { /* modules hear of the core */
+    c->ckptpull = br_ckptpull_new();
+    if (c->hooks && c->replicas && c->ckptpull && br_jobs_init(c) == 0 &&
+        br_deps_init(c) == 0 && br_replicas_init(c) == 0 &&
+        br_ckptpull_init(c) == 0) { /* modules hear of the core */
         c->services = br_services_new(c);
         c->sched = br_sched_new(c);
         c->usage = br_usage_new(c, cfg->half_life_ms);
@@ -211,6 +214,7 @@ void br_coord_destroy(br_coord_t **cp)
     free(c->wake_log);
     br_http_destroy(&c->http); /* its threads stop before what they were given goes */
     br_dash_destroy(&c->dash);
+    br_ckptpull_destroy(&c->ckptpull); /* its sockets close before the context ends */
     br_sock_close(&c->sock);
     br_zap_destroy(&c->zap);
     if (c->ctx)
@@ -635,12 +639,16 @@ int br_coord_run(br_coord_t *c, br_err_t *err)
     if (tick > 250)
         tick = 250;
     while (!c->stop) {
-        zmq_pollitem_t items[] = {{c->sock, 0, ZMQ_POLLIN, 0},
-                                  {br_zap_socket(c->zap), 0, ZMQ_POLLIN, 0},
-                                  {NULL, c->sigfd, ZMQ_POLLIN, 0},
-                                  {NULL, c->http ? br_http_fd(c->http) : -1, ZMQ_POLLIN, 0},
-                                  {NULL, c->dash ? br_dash_fd(c->dash) : -1, ZMQ_POLLIN, 0}};
-        int n = zmq_poll(items, c->dash ? 5 : c->http ? 4 : 3, tick);
+        zmq_pollitem_t items[5 + BR_CKPTPULL_MAX] = {
+            {c->sock, 0, ZMQ_POLLIN, 0},
+            {br_zap_socket(c->zap), 0, ZMQ_POLLIN, 0},
+            {NULL, c->sigfd, ZMQ_POLLIN, 0},
+            {NULL, c->http ? br_http_fd(c->http) : -1, ZMQ_POLLIN, 0},
+            {NULL, c->dash ? br_dash_fd(c->dash) : -1, ZMQ_POLLIN, 0}};
+        int base = c->dash ? 5 : c->http ? 4 : 3; /* then the holders of users' pulls */
+        int n = zmq_poll(items, base + br_ckptpull_items(c->ckptpull, items + base,
+                                                          BR_CKPTPULL_MAX),
+                         tick);
         if (n < 0 && errno != EINTR)
             return br_errf(err, errno, "poll: %s", zmq_strerror(errno));
         if (n > 0 && (items[2].revents & ZMQ_POLLIN)) {
@@ -651,6 +659,7 @@ int br_coord_run(br_coord_t *c, br_err_t *err)
         }
         if (n > 0 && (items[1].revents & ZMQ_POLLIN))
             br_zap_handle(c->zap);
+        br_ckptpull_answer(c);
         wake(c, n > 0 && (items[0].revents & ZMQ_POLLIN));
         serve_http(c);
     }

@@ -20,6 +20,9 @@
 #define BR_NODE_MAX_ATTEMPTS 256    /* ranks one agent runs at once; the scheduler knows */
 #define BR_MSG_FRAME_MAX (1 << 21)  /* ZMQ_MAXMSGSIZE: larger frames drop the peer */
 #define BR_MSG_ROUTE_MAX 256        /* routing id bytes */
+/* checkpoint files read in chunks (ckpt.read, checkpoint.read: section 11) */
+#define BR_XFER_CHUNK (256 * 1024) /* the most bytes one answer carries */
+#define BR_XFER_WINDOW 8           /* requests a puller keeps in flight: 2 MiB */
 
 typedef enum {
     BR_MSG_REQUEST = 1,  /* expects a response with the same seq */

@@ -335,3 +335,18 @@ char *br_strlcpy(char *dst, const char *src, size_t n)
     }
     return dst;
 }
+
+int br_write_all(int fd, const void *b, size_t n)
+{
+    const unsigned char *c = b;
+    while (n) {
+        ssize_t k = write(fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -1;
+        c += (size_t)k;
+        n -= (size_t)k;
+    }
+    return 0;
+}

@@ -58,4 +58,8 @@ int br_valid_name(const char *s);
 /* Copy src into dst of size n, always terminated. Returns dst. */
 char *br_strlcpy(char *dst, const char *src, size_t n);
 
+/* Write all n bytes of b to fd, again after EINTR and short writes. 0, or -1 with
+ * errno. */
+int br_write_all(int fd, const void *b, size_t n);
+
 #endif

@@ -1,0 +1,373 @@
+/* cmd_ckptpull.c - bramble checkpoint pull JOB [--step N] DEST: a job's counted
+ * checkpoint, fetched to this machine through the coordinator (checkpoint.open,
+ * checkpoint.read, checkpoint.close; docs/checkpoints.md, "Getting a checkpoint
+ * back") and verified file by file against its manifest.
+ *
+ * It is built in DEST/.bramble-pull-NAME and renamed to DEST/NAME once every file
+ * is there and verified, so DEST/NAME is whole or absent. Each file arrives in a
+ * temporary file beside its place, is hashed as it comes, fsynced, and renamed into
+ * place only when its hash matches. Every path is opened component by component
+ * below the staging directory with O_NOFOLLOW, so a link the checkpoint holds is
+ * recreated as a link and never written through. A pull that fails keeps what it
+ * verified; the next pull of the same checkpoint goes on from it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <sodium.h>
+
+#include "cli.h"
+#include "manifest_check.h"
+#include "util.h"
+
+#define READ_TIMEOUT_MS 60000 /* more than the coordinator's 30 s for a holder */
+#define BUSY_TRIES 40         /* answers of EAGAIN in a row before giving up */
+#define PART ".bramble-part"  /* a file on its way in: NAME.bramble-part */
+
+typedef struct {
+    cli_t *cli;
+    br_client_t *client;
+    const char *xfer, *from;
+    int progress;     /* stderr is a terminal: show how far it is */
+    int64_t total, done, fetched, kept;
+    int64_t started, shown;
+    br_err_t err;
+} pull_t;
+
+static void show(pull_t *p, int last)
+{
+    if (!p->progress)
+        return;
+    int64_t now = br_mono_ms();
+    if (!last && now - p->shown < 100)
+        return;
+    p->shown = now;
+    double s = (double)(now - p->started) / 1000.0;
+    fprintf(stderr, "\rpulling from %s: %.1f of %.1f MiB (%d%%), %.1f MB/s   ", p->from,
+            (double)p->done / 1048576.0, (double)p->total / 1048576.0,
+            p->total ? (int)(100 * p->done / p->total) : 100,
+            s > 0 ? (double)p->fetched / 1e6 / s : 0.0);
+    if (last)
+        fputc('\n', stderr);
+}
+
+/* The directory holding path (relative, checked) below root, made where missing;
+ * *leaf its last component. Each step is opened with O_NOFOLLOW: a link on the way
+ * is refused (ELOOP or ENOTDIR). A descriptor, or -1 with err. */
+static int parent_of(pull_t *p, int root, const char *path, char *buf, const char **leaf)
+{
+    br_strlcpy(buf, path, PATH_MAX);
+    int dfd = dup(root);
+    char *s = buf, *slash;
+    while (dfd >= 0 && (slash = strchr(s, '/'))) {
+        *slash = 0;
+        if (mkdirat(dfd, s, 0755) < 0 && errno != EEXIST) {
+            br_errf(&p->err, errno, "%s: %s", path, strerror(errno));
+            close(dfd);
+            return -1;
+        }
+        int next = openat(dfd, s, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (next < 0)
+            br_errf(&p->err, errno, "%s: %s", path, strerror(errno));
+        close(dfd);
+        dfd = next;
+        s = slash + 1;
+    }
+    if (dfd < 0 && !p->err.errnum)
+        br_errf(&p->err, errno, "%s: %s", path, strerror(errno));
+    *leaf = s;
+    return dfd;
+}
+
+/* 1 when the regular file leaf in dfd already holds size bytes hashing to hex. */
+static int already_there(int dfd, const char *leaf, int64_t size, const char *hex)
+{
+    int fd = openat(dfd, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
+        return 0;
+    int same = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == size;
+    crypto_generichash_state hs;
+    crypto_generichash_init(&hs, NULL, 0, BR_MANIFEST_HASH_LEN);
+    unsigned char buf[65536], h[BR_MANIFEST_HASH_LEN];
+    ssize_t n;
+    while (same && (n = read(fd, buf, sizeof(buf))) > 0)
+        crypto_generichash_update(&hs, buf, (size_t)n);
+    close(fd);
+    char got[2 * BR_MANIFEST_HASH_LEN + 1];
+    crypto_generichash_final(&hs, h, sizeof(h));
+    sodium_bin2hex(got, sizeof(got), h, sizeof(h));
+    return same && strcmp(got, hex) == 0;
+}
+
+/* Ask for the chunk of path at off: its seq. */
+static int ask(pull_t *p, const char *path, const char *hex, int64_t off, uint32_t *seq)
+{
+    return br_client_send(p->client, "checkpoint.read",
+                          json_pack("{s:s, s:s, s:s, s:I}", "xfer", p->xfer, "path", path,
+                                    "hash", hex, "offset", (json_int_t)off),
+                          seq, &p->err);
+}
+
+/* Fetch file path (size, hash hex) into fd from the start; its bytes hashed into
+ * hs. 0, or -1 with err. */
+static int fetch(pull_t *p, int fd, const char *path, const char *hex, int64_t size,
+                 crypto_generichash_state *hs)
+{
+    uint32_t seqs[BR_XFER_WINDOW];
+    int head = 0, inflight = 0, busy = 0;
+    int64_t asked = 0, got = 0;
+    while (got < size) {
+        while (inflight < BR_XFER_WINDOW && asked < size) {
+            if (ask(p, path, hex, asked, &seqs[(head + inflight) % BR_XFER_WINDOW]) < 0)
+                return -1;
+            inflight++;
+            asked += BR_XFER_CHUNK;
+        }
+        br_msg_t *m = NULL;
+        int rc = br_client_recv(p->client, seqs[head], READ_TIMEOUT_MS, &m, &p->err);
+        head = (head + 1) % BR_XFER_WINDOW;
+        inflight--;
+        if (rc < 0 && p->err.errnum == EAGAIN && ++busy <= BUSY_TRIES) {
+            /* busy: let what is in flight come, then ask again from what we hold */
+            for (; inflight; inflight--, head = (head + 1) % BR_XFER_WINDOW) {
+                br_msg_t *skip = NULL;
+                br_err_t e2;
+                br_client_recv(p->client, seqs[head], READ_TIMEOUT_MS, &skip, &e2);
+                br_msg_destroy(&skip);
+            }
+            usleep(250000);
+            asked = got;
+            continue;
+        }
+        if (rc < 0)
+            return -1;
+        busy = 0;
+        size_t len = 0;
+        const void *data = br_msg_data(m, &len);
+        json_int_t off = -1;
+        json_unpack(br_msg_body(m), "{s:I}", "offset", &off);
+        if (off != got || (int64_t)len > size - got || len == 0) {
+            br_msg_destroy(&m);
+            return br_errf(&p->err, EPROTO, "%s: %s sent a chunk that was not asked for",
+                           path, p->from);
+        }
+        if (br_write_all(fd, data, len) < 0) {
+            br_msg_destroy(&m);
+            return br_errf(&p->err, errno, "%s: %s", path, strerror(errno));
+        }
+        crypto_generichash_update(hs, data, len);
+        br_msg_destroy(&m);
+        got += (int64_t)len;
+        p->done += (int64_t)len;
+        p->fetched += (int64_t)len;
+        show(p, 0);
+    }
+    return 0;
+}
+
+/* One file of the manifest into place below root (the staging dir, or for a
+ * one-file checkpoint the directory its staging file lies in, with path its name). */
+static int add_file(pull_t *p, int root, const char *path, const char *hex, int64_t size,
+                    int mode)
+{
+    char buf[PATH_MAX], tmp[NAME_MAX + 1];
+    const char *leaf;
+    int dfd = parent_of(p, root, path, buf, &leaf);
+    if (dfd < 0)
+        return -1;
+    if (already_there(dfd, leaf, size, hex)) { /* from a pull that stopped */
+        p->done += size;
+        p->kept += size;
+        close(dfd);
+        return 0;
+    }
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s" PART, leaf) >= sizeof(tmp)) {
+        close(dfd);
+        return br_errf(&p->err, ENAMETOOLONG, "%s: name too long", path);
+    }
+    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        br_errf(&p->err, errno, "%s: %s", path, strerror(errno));
+        close(dfd);
+        return -1;
+    }
+    crypto_generichash_state hs;
+    crypto_generichash_init(&hs, NULL, 0, BR_MANIFEST_HASH_LEN);
+    int rc = fetch(p, fd, path, hex, size, &hs);
+    unsigned char h[BR_MANIFEST_HASH_LEN];
+    char got[2 * BR_MANIFEST_HASH_LEN + 1];
+    crypto_generichash_final(&hs, h, sizeof(h));
+    sodium_bin2hex(got, sizeof(got), h, sizeof(h));
+    if (rc == 0 && strcmp(got, hex) != 0)
+        rc = br_errf(&p->err, EBADMSG, "%s: the bytes %s sent do not match the manifest's "
+                     "hash (its copy is damaged): nothing of it was kept", path, p->from);
+    if (rc == 0 && (fchmod(fd, (mode_t)mode & 07777) < 0 || fsync(fd) < 0))
+        rc = br_errf(&p->err, errno, "%s: %s", path, strerror(errno));
+    close(fd);
+    if (rc == 0 && renameat(dfd, tmp, dfd, leaf) < 0)
+        rc = br_errf(&p->err, errno, "%s: %s", path, strerror(errno));
+    if (rc < 0)
+        unlinkat(dfd, tmp, 0);
+    close(dfd);
+    return rc;
+}
+
+static int add_link(pull_t *p, int root, const char *path, const char *target)
+{
+    char buf[PATH_MAX];
+    const char *leaf;
+    int dfd = parent_of(p, root, path, buf, &leaf);
+    if (dfd < 0)
+        return -1;
+    unlinkat(dfd, leaf, 0); /* (a link from a pull that stopped) */
+    int rc = symlinkat(target, dfd, leaf) < 0
+                 ? br_errf(&p->err, errno, "%s: %s", path, strerror(errno))
+                 : 0;
+    close(dfd);
+    return rc;
+}
+
+/* Every entry of manifest m into the staging place stage (a directory for a
+ * checkpoint that is one, else a file) inside dest. */
+static int build(pull_t *p, int dest, const char *stage, const json_t *m)
+{
+    int is_dir = strcmp(json_string_value(json_object_get(m, "root")), "dir") == 0;
+    int root = dest;
+    if (is_dir) {
+        if (mkdirat(dest, stage, 0755) < 0 && errno != EEXIST)
+            return br_errf(&p->err, errno, "%s: %s", stage, strerror(errno));
+        root = openat(dest, stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (root < 0)
+            return br_errf(&p->err, errno, "%s: %s", stage, strerror(errno));
+    }
+    size_t i;
+    json_t *e;
+    int rc = 0;
+    json_array_foreach (json_object_get(m, "entries"), i, e) {
+        const char *path = is_dir ? json_string_value(json_object_get(e, "path")) : stage;
+        const char *link = json_string_value(json_object_get(e, "link"));
+        rc = link ? add_link(p, root, path, link)
+                  : add_file(p, root, path, json_string_value(json_object_get(e, "hash")),
+                             json_integer_value(json_object_get(e, "size")),
+                             (int)json_integer_value(json_object_get(e, "mode")));
+        if (rc < 0)
+            break;
+    }
+    if (rc == 0 && fsync(root) < 0)
+        rc = br_errf(&p->err, errno, "%s: %s", stage, strerror(errno));
+    if (is_dir)
+        close(root);
+    return rc;
+}
+
+int cli_checkpoint_pull(cli_t *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {{"step", required_argument, NULL, 's'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {NULL, 0, NULL, 0}};
+    static const char *names[] = {"job ID", "DEST"};
+    const char *pos[2];
+    long id, step = -1;
+    int c, json = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c == 's') {
+            if (cli_parse_long(cli, "--step", optarg, 0, LONG_MAX, &step) != 0)
+                return CLI_USAGE;
+        } else if (c == 'j') {
+            json = 1;
+        } else {
+            return cli_bad_option(cli, c, argv);
+        }
+    }
+    if (cli_positional(cli, argc, argv, 2, names, pos) != 0 ||
+        cli_parse_long(cli, "job ID", pos[0], 1, LONG_MAX, &id) != 0)
+        return CLI_USAGE;
+    const char *destdir = pos[1];
+    if (mkdir(destdir, 0755) < 0 && errno != EEXIST)
+        return cli_fail(cli, "%s: %s", destdir, strerror(errno));
+    int dest = open(destdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dest < 0)
+        return cli_fail(cli, "%s: %s", destdir, strerror(errno));
+    json_t *body = json_pack("{s:I}", "job", (json_int_t)id);
+    if (step >= 0)
+        json_object_set_new(body, "step", json_integer(step));
+    json_t *r = cli_call(cli, "checkpoint.open", body);
+    if (!r) {
+        close(dest);
+        return CLI_FAIL;
+    }
+    pull_t p = {.cli = cli,
+                .client = cli_client(cli),
+                .xfer = json_string_value(json_object_get(r, "xfer")),
+                .from = json_string_value(json_object_get(r, "from")),
+                .progress = !json && isatty(2),
+                .started = br_mono_ms()};
+    const json_t *m = json_object_get(r, "manifest");
+    const char *path = json_string_value(json_object_get(r, "path"));
+    const char *name = path ? strrchr(path, '/') : NULL;
+    name = name ? name + 1 : path;
+    char stage[NAME_MAX + 1];
+    struct stat st;
+    int rc = CLI_FAIL;
+    if (!p.xfer || !p.from || !name || br_manifest_verify(m, &p.err) < 0) {
+        cli_fail(cli, "the coordinator's answer is not usable: %s",
+                 p.err.errnum ? p.err.text : "no pull, path or holder");
+    } else if (!br_manifest_path_ok(name) ||
+               (size_t)snprintf(stage, sizeof(stage), ".bramble-pull-%s", name) >=
+                   sizeof(stage)) {
+        cli_fail(cli, "the checkpoint's name '%s' cannot be a file name here", name);
+    } else if (fstatat(dest, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        cli_fail(cli, "%s/%s exists already: remove it, or pull into another directory",
+                 destdir, name);
+    } else {
+        p.total = json_integer_value(json_object_get(m, "bytes"));
+        if (build(&p, dest, stage, m) < 0) {
+            if (p.progress)
+                fputc('\n', stderr);
+            cli_fail(cli, "%s (what was verified is kept in %s/%s; pulling again goes on "
+                     "from it)", p.err.text, destdir, stage);
+        } else if (renameat(dest, stage, dest, name) < 0 || fsync(dest) < 0) {
+            cli_fail(cli, "%s/%s: %s", destdir, name, strerror(errno));
+        } else {
+            show(&p, 1);
+            rc = CLI_OK;
+        }
+    }
+    /* the grant is withdrawn now rather than when the pull has been idle a minute */
+    json_t *closed = br_client_call(p.client, "checkpoint.close",
+                                    json_pack("{s:s}", "xfer", p.xfer ? p.xfer : ""),
+                                    cli->timeout_ms, NULL);
+    json_decref(closed);
+    if (rc == CLI_OK) {
+        double s = (double)(br_mono_ms() - p.started) / 1000.0;
+        long long files = json_integer_value(json_object_get(m, "files"));
+        char where[PATH_MAX];
+        snprintf(where, sizeof(where), "%s/%s", destdir, name);
+        if (json) {
+            json_t *out = json_pack(
+                "{s:I, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:f}", "job", (json_int_t)id,
+                "step", json_integer_value(json_object_get(r, "step")), "path", where,
+                "from", p.from, "hash", json_string_value(json_object_get(m, "hash")),
+                "files", (json_int_t)files, "bytes", (json_int_t)p.total, "received",
+                (json_int_t)p.fetched, "kept", (json_int_t)p.kept, "seconds", s);
+            cli_print_json(out);
+            json_decref(out);
+        } else {
+            printf("pulled checkpoint step %lld of job %ld from %s into %s: %lld file%s, "
+                   "%.1f MiB, verified (%.1f MB/s)\n",
+                   (long long)json_integer_value(json_object_get(r, "step")), id, p.from,
+                   where, files, files == 1 ? "" : "s", (double)p.total / 1048576.0,
+                   s > 0 ? (double)p.fetched / 1e6 / s : 0.0);
+        }
+    }
+    json_decref(r);
+    close(dest);
+    return rc;
+}

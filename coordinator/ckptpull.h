@@ -1,0 +1,48 @@
+/* ckptpull.h - a counted checkpoint pulled to a user's own machine through the
+ * coordinator (docs/checkpoints.md, "Getting a checkpoint back"; PROTOCOL.md
+ * checkpoint.open, checkpoint.read, checkpoint.close). `bramble checkpoint pull`
+ * opens a pull of one checkpoint, reads its files chunk by chunk and closes it.
+ *
+ * The coordinator grants its own key the checkpoint on a node that holds it (the
+ * writer, else a node with a verified replica: ckpt.serve), connects to that
+ * node's replica port as any puller does (PROTOCOL.md section 11), and passes each
+ * read on and each answer back, so the user's machine needs to reach the
+ * coordinator only. Nothing is written on the coordinator, and the CLI verifies
+ * every file against the manifest. Answers go out as they come, outside the
+ * wake's transaction: reading a chunk changes nothing. A pull belongs to the key
+ * that opened it; one that nobody read from for a minute is closed, and its grant
+ * withdrawn. */
+#ifndef BRAMBLE_CKPTPULL_H
+#define BRAMBLE_CKPTPULL_H
+
+#include <zmq.h>
+
+#include "api.h"
+
+#define BR_CKPTPULL_MAX 8              /* pulls open at once */
+#define BR_CKPTPULL_IDLE_MS 60000      /* a pull not read from for this long is closed */
+#define BR_CKPTPULL_ANSWER_MS 30000    /* a read the holder has not answered by then
+                                        * fails (ETIMEDOUT) */
+#define BR_CKPTPULL_GRANT_MS (15 * 60 * 1000) /* the grant's life, renewed by reads */
+
+struct br_coord;
+typedef struct br_ckptpull br_ckptpull_t;
+
+br_ckptpull_t *br_ckptpull_new(void);
+/* Closes every socket; grants lapse on their own. */
+void br_ckptpull_destroy(br_ckptpull_t **p);
+/* Register its hooks on c (c->ckptpull must be set): pulls idle too long are
+ * closed each second, and a lost holder fails its pulls. 0, or -1. */
+int br_ckptpull_init(struct br_coord *c);
+
+/* The holders' sockets to poll, up to max into items; how many. */
+int br_ckptpull_items(br_ckptpull_t *p, zmq_pollitem_t *items, int max);
+/* Pass the answers that came from holders back to their clients, on the
+ * coordinator's socket, and fail the reads waiting past BR_CKPTPULL_ANSWER_MS. */
+void br_ckptpull_answer(struct br_coord *c);
+
+void br_api_checkpoint_open(struct br_coord *c, br_msg_t *m, const br_caller_t *who);
+void br_api_checkpoint_read(struct br_coord *c, br_msg_t *m, const br_caller_t *who);
+void br_api_checkpoint_close(struct br_coord *c, br_msg_t *m, const br_caller_t *who);
+
+#endif

@@ -1,0 +1,161 @@
+"""`bramble checkpoint pull JOB [--step N] DEST` (docs/checkpoints.md, "Getting a
+checkpoint back"): a job's counted checkpoint fetched to the user's own machine
+through the coordinator, from a node that holds it, verified against its manifest.
+
+The agents have no shared disk (each has its own directory mounted at the job's
+checkpoint.dir, as in test_replica_restore.py), and the test process plays the
+user's machine: it sees neither node's checkpoint dir, only what the pull writes
+into DEST. Needs root (mount namespaces and bind mounts).
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_for
+from test_recovery import events_text, other
+from test_replica_restore import copies_of, two_private_nodes
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for mount namespaces")
+
+# three checkpoints of a few files each: weights (random), a config in a
+# subdirectory, a link to the weights, and the Hugging Face marker
+WRITER = r"""
+import os, sys
+d = os.environ["BRAMBLE_CHECKPOINT_DIR"]
+for step in (1, 2, 3):
+    c = os.path.join(d, f"checkpoint-{step}")
+    os.makedirs(os.path.join(c, "cfg"), exist_ok=True)
+    with open(os.path.join(c, "model.bin"), "wb") as f:
+        f.write(os.urandom(700_000 + step))
+    with open(os.path.join(c, "cfg", "train.json"), "w") as f:
+        f.write('{"step": %d}\n' % step)
+    os.chmod(os.path.join(c, "cfg", "train.json"), 0o640)
+    os.symlink("model.bin", os.path.join(c, "latest"))
+    with open(os.path.join(c, "trainer_state.json"), "w") as f:
+        f.write('{"global_step": %d}\n' % step)
+    # the next one only once this one was counted and copied (the test says so)
+    gate = os.path.join(os.environ["GATE"], f"go-{step}")
+    while step < 3 and not os.path.exists(gate):
+        import time; time.sleep(0.05)
+"""
+
+
+def tree(root):
+    """{relative path: ("link", target) or ("file", bytes, mode)} below root."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(root))
+            if p.is_symlink():
+                out[rel] = ("link", os.readlink(p))
+            elif p.is_file():
+                out[rel] = ("file", p.read_bytes(), p.stat().st_mode & 0o7777)
+    return out
+
+
+def run_writer(c, ckpt, tmp_path):
+    """The job above, run to its end; each checkpoint copied to the other node before
+    the next is written. (job id, writer, the other node)."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    jid = c.submit(f"name: ckpt-writer\n"
+                   f"command: /usr/bin/python3 {script}\n"
+                   f"env: {{GATE: {gate}}}\n"
+                   f"checkpoint:\n  dir: {ckpt}\n  keep: 3\n")
+    writer = None
+    for step in (1, 2, 3):
+        def copied():
+            j = c.job(jid)
+            return j if j["nodes"] and other_nodes(c, j) & copies_of(j, step) else None
+        j = wait_for(copied, what=f"checkpoint-{step} to be counted and copied")
+        writer = j["nodes"][0]
+        (gate / f"go-{step}").touch()
+    j = c.wait_job(jid)
+    assert j["state"] == "completed", events_text(j)
+    return jid, writer
+
+
+def other_nodes(c, j):
+    return {n for n in c.nodes() if n not in j["nodes"]}
+
+
+def test_pull_newest_and_an_older_step_verified(make_cluster, tmp_path):
+    c, names, ckpt, disk = two_private_nodes(make_cluster, tmp_path)
+    jid, writer = run_writer(c, ckpt, tmp_path)
+    dest = tmp_path / "mine"  # made by the pull
+
+    _, out, err = c.cli("checkpoint", "pull", jid, dest)
+    assert f"pulled checkpoint step 3 of job {jid} from {writer}" in out, out + err
+    assert "verified" in out, out
+    got = tree(dest / "checkpoint-3")
+    assert got == tree(disk[writer] / "checkpoint-3"), sorted(got)
+    assert got["latest"] == ("link", "model.bin")
+    assert got["cfg/train.json"][2] == 0o640
+    assert sorted(os.listdir(dest)) == ["checkpoint-3"]  # nothing else left behind
+
+    r = c.cli_json("checkpoint", "pull", jid, "--step", "1", dest)
+    assert (r["step"], r["from"], r["files"]) == (1, writer, 4), r
+    assert r["bytes"] == r["received"] == 700_001 + len('{"step": 1}\n') + \
+        len('{"global_step": 1}\n'), r
+    assert tree(dest / "checkpoint-1") == tree(disk[writer] / "checkpoint-1")
+
+    # what is there already is never overwritten
+    rc, _, err = c.cli("checkpoint", "pull", jid, dest, check=False)
+    assert rc == 1 and "checkpoint-3 exists already" in err, err
+    rc, _, err = c.cli("checkpoint", "pull", jid, "--step", "9", dest, check=False)
+    assert rc == 1 and f"job {jid} has no counted checkpoint at step 9" in err, err
+    rc, _, err = c.cli("checkpoint", "pull", "999", dest, check=False)
+    assert rc == 1 and "no job 999" in err, err
+
+    # another user's job is not theirs to pull
+    cred = tmp_path / "eve.credential"
+    c.cli("user", "add", "eve", "--out", cred)
+    rc, _, err = c.cli("checkpoint", "pull", jid, tmp_path / "eve", credential=cred,
+                       check=False)
+    assert rc == 1 and f"no job {jid}" in err, err
+    assert not (tmp_path / "eve" / "checkpoint-3").exists()
+
+
+def test_pull_from_a_replica_once_the_writer_is_gone(make_cluster, tmp_path):
+    c, names, ckpt, disk = two_private_nodes(make_cluster, tmp_path)
+    jid, writer = run_writer(c, ckpt, tmp_path)
+    holder = other(names, writer)
+    c.kill_node(writer)
+    wait_for(lambda: c.nodes()[writer]["state"] == "lost", what=f"{writer} to be lost")
+
+    r = c.cli_json("checkpoint", "pull", jid, tmp_path / "back")
+    assert (r["step"], r["from"]) == (3, holder), r
+    assert tree(tmp_path / "back" / "checkpoint-3") == tree(disk[writer] / "checkpoint-3")
+
+
+def test_a_damaged_copy_is_refused_and_a_later_pull_goes_on(make_cluster, tmp_path):
+    c, names, ckpt, disk = two_private_nodes(make_cluster, tmp_path)
+    jid, writer = run_writer(c, ckpt, tmp_path)
+    dest = tmp_path / "mine"
+    weights = disk[writer] / "checkpoint-3" / "model.bin"
+    good = weights.read_bytes()
+    bad = bytearray(good)
+    bad[123_456] ^= 0xFF  # same size: only the hash can tell
+    weights.write_bytes(bytes(bad))
+
+    rc, _, err = c.cli("checkpoint", "pull", jid, dest, check=False)
+    assert rc == 1, err
+    assert "model.bin" in err and "do not match the manifest's hash" in err, err
+    assert not (dest / "checkpoint-3").exists()
+    stage = dest / ".bramble-pull-checkpoint-3"
+    kept = tree(stage)
+    assert "model.bin" not in kept and not any(k.endswith(".bramble-part") for k in kept)
+
+    weights.write_bytes(good)
+    r = c.cli_json("checkpoint", "pull", jid, dest)
+    assert r["kept"] == sum(len(v[1]) for v in kept.values() if v[0] == "file"), (r, kept)
+    assert r["received"] == len(good) + len('{"global_step": 3}\n'), r
+    assert tree(dest / "checkpoint-3") == tree(disk[writer] / "checkpoint-3")
+    assert not stage.exists()
+    print(json.dumps(r))
