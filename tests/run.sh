@@ -9,7 +9,8 @@
 #   6. a final line "N passed, M failed"; exit status non-zero on any failure
 #
 # Usage: tests/run.sh [--quick]     (--quick skips fuzzing)
-# Environment: FUZZ_SECONDS (default 6), JOBS (build parallelism, default nproc).
+# Environment: FUZZ_SECONDS (default 6), JOBS (build parallelism, default nproc),
+#   INTEGRATION_SHARDS (pytest processes run at once, default 2).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -182,26 +183,58 @@ else
 fi
 
 # ---- 5. integration tests
-stage "integration tests (pytest)"
+# The test files run in SHARDS pytest processes at once (most of a test's time is
+# spent waiting on heartbeats and timeouts, not on the CPU): each file goes whole to
+# the shard with the fewest bytes of test files so far, biggest files first. Every
+# shard has its own junit file, log and --basetemp.
+SHARDS=${INTEGRATION_SHARDS:-2}
+stage "integration tests (pytest, ${SHARDS} shards)"
 if [ "$BUILD_OK" -eq 1 ]; then
-    JUNIT=build-test/pytest-junit.xml
-    rm -f "$JUNIT"
-    set +e
-    BRAMBLE_BIN="$ROOT/build-test/bin" \
-        ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        /usr/bin/python3 -m pytest -q -p no:cacheprovider --junitxml="$JUNIT" \
-        tests/integration
-    PYTEST_RC=$?
-    set -e
-    if [ -f "$JUNIT" ]; then
-        # one line per test case: "pass NAME", "fail NAME" or "skip NAME"
-        while read -r verdict name; do
-            case "$verdict" in
-                pass) pass "$name" ;;
-                fail) fail "integration: $name" ;;
-            esac
-        done < <(/usr/bin/python3 - "$JUNIT" <<'EOF'
+    rm -f build-test/pytest-junit*.xml build-test/pytest-shard-*.log
+    TMP_ROOT=$(mktemp -d "${TMPDIR:-/tmp}/bramble-it.XXXXXX")
+    mapfile -t SHARD_FILES < <(/usr/bin/python3 - "$SHARDS" tests/integration/test_*.py <<'EOF'
+import os
+import sys
+n = max(1, int(sys.argv[1]))
+shards = [[0, []] for _ in range(n)]
+for f in sorted(sys.argv[2:], key=lambda f: (-os.path.getsize(f), f)):
+    least = min(shards, key=lambda s: s[0])
+    least[0] += os.path.getsize(f)
+    least[1].append(f)
+for _, files in shards:
+    print(" ".join(sorted(files)))
+EOF
+)
+    PIDS=()
+    for i in "${!SHARD_FILES[@]}"; do
+        [ -n "${SHARD_FILES[$i]}" ] || continue
+        # shellcheck disable=SC2086  # one word per file
+        BRAMBLE_BIN="$ROOT/build-test/bin" \
+            ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+            /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+            --junitxml="build-test/pytest-junit-$i.xml" --basetemp="$TMP_ROOT/s$i" \
+            ${SHARD_FILES[$i]} >"build-test/pytest-shard-$i.log" 2>&1 &
+        PIDS[$i]=$!
+        echo "shard $i: ${SHARD_FILES[$i]}"
+    done
+    for i in "${!PIDS[@]}"; do
+        set +e
+        wait "${PIDS[$i]}"
+        rc=$?
+        set -e
+        echo
+        echo "---- shard $i (pytest exit $rc)"
+        cat "build-test/pytest-shard-$i.log"
+        junit="build-test/pytest-junit-$i.xml"
+        if [ -f "$junit" ]; then
+            # one line per test case: "pass NAME", "fail NAME" or "skip NAME"
+            while read -r verdict name; do
+                case "$verdict" in
+                    pass) pass "$name" ;;
+                    fail) fail "integration: $name" ;;
+                esac
+            done < <(/usr/bin/python3 - "$junit" <<'EOF'
 import sys
 import xml.etree.ElementTree as ET
 for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
@@ -215,11 +248,15 @@ for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
         print("pass", name)
 EOF
 )
-    fi
-    if [ ! -f "$JUNIT" ] || { [ "$PYTEST_RC" -ne 0 ] && [ "$PYTEST_RC" -ne 1 ]; }; then
-        # 1 = some tests failed (counted above); anything else is pytest itself failing
-        fail "pytest (exit $PYTEST_RC)"
-    fi
+        fi
+        if [ ! -f "$junit" ] || { [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; }; then
+            # 1 = some tests failed (counted above); anything else is pytest itself failing
+            fail "pytest shard $i (exit $rc)"
+        elif [ "$rc" -eq 0 ]; then
+            rm -rf "${TMP_ROOT:?}/s$i"  # a failed shard's files stay for a look
+        fi
+    done
+    rmdir "$TMP_ROOT" 2>/dev/null || echo "the failed tests' files are kept under $TMP_ROOT"
 else
     echo "SKIP: integration tests (the build failed)"
 fi
