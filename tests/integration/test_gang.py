@@ -559,9 +559,11 @@ def test_ddp_gang_survives_node_loss_bit_identical(make_lan, make_cluster, tmp_p
         if j["state"] in ("completed", "failed", "cancelled"):
             raise Fatal(f"job ended before a node could be killed: {j['state']}\n"
                         f"{c.logs(jid, stream='both')}")
-        return j if j["state"] == "running" and j["checkpoints"] else None
+        steps = [cp["step"] for cp in j["checkpoints"] or []]
+        return j if j["state"] == "running" and steps and max(steps) >= 10 else None
 
-    j = wait_for(checkpointed, VERY_LONG, f"job {jid} running with a checkpoint")
+    # killed at step 10 or later: a real resume, not a restart from the first save
+    j = wait_for(checkpointed, VERY_LONG, f"job {jid} running with a checkpoint of step 10+")
     assert j["attempt"] == 1 and len(j["nodes"]) == 2, j
     first_nodes = list(j["nodes"])
     # kill the node of rank 0 (the master): the gang must move its master too
@@ -605,7 +607,7 @@ def test_ddp_gang_survives_node_loss_bit_identical(make_lan, make_cluster, tmp_p
     before = [cp for cp in cps if cp["attempt"] < last]
     assert before and all(cp["attempt"] >= 1 for cp in cps), cps
     newest = max(before, key=lambda cp: cp["step"])
-    assert 0 < newest["step"] < DDP_STEPS, f"not killed mid-run: {newest}"
+    assert 10 <= newest["step"] < DDP_STEPS, f"not killed mid-run at step 10+: {newest}"
     assert Path(newest["path"]) == ckpt / f"checkpoint-{newest['step']}", newest
     assert (Path(newest["path"]) / "trainer_state.json").exists(), newest
     for r in range(2):
