@@ -1164,7 +1164,7 @@ static void on_run(br_agent_t *a, br_msg_t *m)
         br_errf(&err, EBUSY, "this node runs %d attempts already", MAX_ATTEMPTS);
         fault = "node_full"; /* not the job's failure: it is placed again */
     } else if (job_user(a, owner_id, unix_user, &who, &err) < 0) {
-        fault = "job_user"; /* the node's setup, not the job, is at fault: run it elsewhere */
+        fault = "job_user"; /* the node's setup, not the job, is at fault: elsewhere */
     } else if ((resume = resume_from(json_is_object(ckpt) ? ckpt : NULL, job, attempt, env,
                                      &who, &newer)) &&
                *resume && access(resume, F_OK) < 0) {

@@ -947,7 +947,7 @@ static void age(const fix_t *f, const char *rel, int64_t ago_ms)
     char p[PATH_MAX];
     path_of(f, rel, p, sizeof(p));
     int64_t t = br_now_ms() - ago_ms;
-    struct timespec ts[2] = {{t / 1000, (t % 1000) * 1000000}, {t / 1000, (t % 1000) * 1000000}};
+    struct timespec at = {t / 1000, (t % 1000) * 1000000}, ts[2] = {at, at};
     if (utimensat(AT_FDCWD, p, ts, AT_SYMLINK_NOFOLLOW) < 0)
         fail_msg("utimensat %s: %s", p, strerror(errno));
 }
