@@ -32,6 +32,7 @@
 #include "power.h"
 #include "probe.h"
 #include "replica.h"
+#include "resume.h"
 #include "msg.h"
 #include "sock.h"
 #include "token.h"
@@ -747,15 +748,13 @@ static void report_checkpoint(br_agent_t *a, json_t *body)
     json_array_append_new(a->unacked, copy);
 }
 
-/* A complete checkpoint: hashed first, off the loop (manifest.h), as the job's user;
- * collect_manifests reports it once its manifest is ready. */
-static void on_checkpoint(void *arg, const char *path, int64_t step, int64_t size,
-                          int64_t mtime_ms)
+/* A complete checkpoint to count: hashed first, off the loop (manifest.h), as the
+ * job's user; collect_manifests reports it once its manifest is ready. */
+static void count_checkpoint(const ckpt_ctx_t *ctx, const char *path, int64_t step,
+                             int64_t size, int64_t mtime_ms)
 {
-    const ckpt_ctx_t *ctx = arg;
     br_attempt_t *t = ctx->t;
     br_ckpt_t *ck = br_attempt_ckpt(t);
-    br_hang_activity(br_attempt_hang(t), BR_HANG_CHECKPOINT, -1, br_mono_ms());
     json_t *body = json_pack("{s:I, s:i, s:s, s:I, s:I, s:f}", "job",
                              (json_int_t)br_attempt_job(t), "attempt", br_attempt_number(t),
                              "path", path, "step", (json_int_t)step, "size",
@@ -780,6 +779,16 @@ static void on_checkpoint(void *arg, const char *path, int64_t step, int64_t siz
         report_checkpoint(ctx->a, body);
     }
     json_decref(body);
+}
+
+/* One the attempt completed (the watcher's, or `bramble checkpoint`): a sign of life
+ * too. */
+static void on_checkpoint(void *arg, const char *path, int64_t step, int64_t size,
+                          int64_t mtime_ms)
+{
+    const ckpt_ctx_t *ctx = arg;
+    br_hang_activity(br_attempt_hang(ctx->t), BR_HANG_CHECKPOINT, -1, br_mono_ms());
+    count_checkpoint(ctx, path, step, size, mtime_ms);
 }
 
 /* Checkpoints whose manifest is ready: reported with it, or as refused (a special
@@ -1077,6 +1086,46 @@ static const char **adopt_all(br_agent_t *a)
     return keep;
 }
 
+/* Whom a job of owner_id (unix_user: the admin's mapping, or NULL) runs as: the
+ * owner's own uid where the agent has them (jobuser.h). 0, or -1 with err. */
+static int job_user(br_agent_t *a, json_int_t owner_id, const char *unix_user,
+                    br_jobuser_t *who, br_err_t *err)
+{
+    br_jobusers_opts_t uo = {.job_user = a->s->job_user,
+                             .first = a->s->job_uid_first,
+                             .last = a->s->job_uid_last,
+                             .allow_root = a->s->allow_root_jobs,
+                             .data_dir = a->s->data_dir,
+                             .agent_uid = geteuid()};
+    br_jobusers_t *users = br_jobusers_new(&uo, err);
+    int rc = users ? br_jobusers_resolve(users, owner_id, unix_user, who, err) : -1;
+    br_jobusers_destroy(&users);
+    return rc;
+}
+
+/* Where the attempt resumes from (env's BRAMBLE_RESUME_FROM; "" or NULL: nowhere):
+ * a newer complete checkpoint than ordered when the dir holds one the previous
+ * attempt wrote after its last report (resume.h), then in *newer. */
+static const char *resume_from(json_t *ckpt, json_int_t job, int attempt, json_t *env,
+                               const br_jobuser_t *who, br_ckpt_found_t *newer)
+{
+    char ordered[32];
+    const char *step = json_string_value(json_object_get(env, "BRAMBLE_RESUME_STEP"));
+    snprintf(ordered, sizeof(ordered), "%s", step && *step ? step : "none");
+    br_err_t err;
+    int rc = br_resume_newer(ckpt, env, who->uid, who->gid, newer, &err);
+    if (rc < 0)
+        fprintf(stderr, "bramble-agent: job %lld attempt %d: no look for a newer "
+                        "checkpoint: %s\n", (long long)job, attempt, err.text);
+    if (rc != 1)
+        newer->step = -1;
+    else
+        fprintf(stderr, "bramble-agent: job %lld attempt %d: resumes from %s (step %lld), "
+                        "newer than the newest counted (step %s)\n",
+                (long long)job, attempt, newer->path, (long long)newer->step, ordered);
+    return json_string_value(json_object_get(env, "BRAMBLE_RESUME_FROM"));
+}
+
 static void on_run(br_agent_t *a, br_msg_t *m)
 {
     json_int_t job;
@@ -1097,7 +1146,8 @@ static void on_run(br_agent_t *a, br_msg_t *m)
                       &node_address) < 0 ||
         !json_is_object(env) || (tasks && !json_is_array(tasks)) ||
         (service && !json_is_object(service)) ||
-        (progress && !json_is_integer(json_object_get(progress, "timeout")))) {
+        (progress && !json_is_integer(json_object_get(progress, "timeout"))) ||
+        br_resume_check(ckpt, &err) < 0) {
         reply(a, m, EPROTO, err.text[0] ? err.text : "job.run: env and service must be "
                                                      "objects, tasks an array and progress "
                                                      "{\"timeout\": ms}");
@@ -1107,11 +1157,17 @@ static void on_run(br_agent_t *a, br_msg_t *m)
     reply(a, m, 0, NULL);
     if (find_attempt(a, job, attempt))
         return; /* a resent order: already running */
-    const char *resume = json_string_value(json_object_get(env, "BRAMBLE_RESUME_FROM"));
+    const char *resume = NULL;
+    br_jobuser_t who;
+    br_ckpt_found_t newer = {.step = -1};
     if (a->natt == MAX_ATTEMPTS) {
         br_errf(&err, EBUSY, "this node runs %d attempts already", MAX_ATTEMPTS);
         fault = "node_full"; /* not the job's failure: it is placed again */
-    } else if (resume && *resume && access(resume, F_OK) < 0) {
+    } else if (job_user(a, owner_id, unix_user, &who, &err) < 0) {
+        fault = "job_user"; /* the node's setup, not the job, is at fault: elsewhere */
+    } else if ((resume = resume_from(json_is_object(ckpt) ? ckpt : NULL, job, attempt, env,
+                                     &who, &newer)) &&
+               *resume && access(resume, F_OK) < 0) {
         /* never start from zero when the checkpoint to resume from is out of sight */
         br_errf(&err, ENOENT, "checkpoint %s is not visible on this node", resume);
         fault = "checkpoint_not_visible";
@@ -1150,20 +1206,7 @@ static void on_run(br_agent_t *a, br_msg_t *m)
             snprintf(text, sizeof(text), "%d", port);
             json_object_set_new(env, "PORT", json_string(text));
         }
-        /* whom it runs as: the owner's own uid where the agent has them (jobuser.h) */
-        br_jobuser_t who;
-        br_jobusers_opts_t uo = {.job_user = a->s->job_user,
-                                 .first = a->s->job_uid_first,
-                                 .last = a->s->job_uid_last,
-                                 .allow_root = a->s->allow_root_jobs,
-                                 .data_dir = a->s->data_dir,
-                                 .agent_uid = geteuid()};
-        br_jobusers_t *users = br_jobusers_new(&uo, &err);
-        int allowed = users && br_jobusers_resolve(users, owner_id, unix_user, &who, &err) == 0;
-        br_jobusers_destroy(&users);
-        if (!allowed) /* the node's setup, not the job, is at fault: run it elsewhere */
-            fault = "job_user";
-        if (allowed && who.home[0] && !json_object_get(env, "HOME"))
+        if (who.home[0] && !json_object_get(env, "HOME"))
             json_object_set_new(env, "HOME", json_string(who.home));
         br_attempt_opts_t o = {
             .job = job,
@@ -1173,11 +1216,11 @@ static void on_run(br_agent_t *a, br_msg_t *m)
             .env = env,
             .tasks = tasks,
             .default_rank = rank,
-            .user = allowed && who.user[0] ? who.user : NULL,
+            .user = who.user[0] ? who.user : NULL,
             .node = a->s->name,
             .checkpoint = json_is_object(ckpt) ? ckpt : NULL,
             .exit_dir = br_runstate_dir(a->runstate)};
-        br_attempt_t *t = allowed ? br_attempt_start(&o, &err) : NULL;
+        br_attempt_t *t = br_attempt_start(&o, &err);
         br_err_t cerr;
         if (t && br_attempt_ckpt(t) &&
             br_ckpt_set_user(br_attempt_ckpt(t), who.uid, who.gid, &cerr) < 0)
@@ -1194,7 +1237,17 @@ static void on_run(br_agent_t *a, br_msg_t *m)
                                      "pid", (int)br_attempt_pid(t));
             if (port)
                 json_object_set_new(body, "port", json_integer(port));
+            if (newer.step >= 0) { /* said first: the gang's other ranks resume from it */
+                json_object_set_new(body, "resumed",
+                                    json_pack("{s:s, s:I}", "path", newer.path, "step",
+                                              (json_int_t)newer.step));
+            }
             send_msg(a, BR_MSG_REQUEST, "job.started", body, NULL, 0);
+            if (newer.step >= 0) { /* counted as this attempt's, once hashed */
+                ckpt_ctx_t ctx = {a, t, br_ckpt_user(br_attempt_ckpt(t))};
+                count_checkpoint(&ctx, newer.path, newer.step, newer.size,
+                                 newer.mtime_ms);
+            }
             return;
         }
     }

@@ -162,7 +162,7 @@ static int learn(br_ckpt_t *w, const char *path)
  * it is empty: it counts once its writer closed it (closed: the entry's watch said
  * so), once it holds something (seen by a scan), or, empty (`touch DONE`), once it
  * has not changed for MARKER_SETTLE_MS. */
-static int has_marker(const char *dir, const char *name, int closed)
+static int has_marker(const char *dir, const char *name, int closed, int64_t *mtime_ms)
 {
     char p[PATH_MAX];
     struct stat st;
@@ -170,7 +170,23 @@ static int has_marker(const char *dir, const char *name, int closed)
     if (stat(p, &st) < 0)
         return 0;
     int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+    if (mtime_ms)
+        *mtime_ms = mtime;
     return closed || st.st_size > 0 || br_now_ms() - mtime >= MARKER_SETTLE_MS;
+}
+
+/* The written marker (has_marker) that makes the directory path complete: the
+ * configured one, else a known one; its mtime into *mtime_ms (may be NULL). 1, or 0
+ * when it has none. */
+static int marked(br_ckpt_t *w, const char *path, int closed, int64_t *mtime_ms)
+{
+    if (w->complete_file[0])
+        return has_marker(path, w->complete_file, closed, mtime_ms);
+    if (learn(w, path))
+        for (size_t i = 0; i < sizeof(markers) / sizeof(markers[0]); i++)
+            if (has_marker(path, markers[i], closed, mtime_ms))
+                return 1;
+    return 0;
 }
 
 /* Complete: the configured marker, else a known one (required once one was seen),
@@ -178,14 +194,8 @@ static int has_marker(const char *dir, const char *name, int closed)
 static int complete(br_ckpt_t *w, const char *path, const entry_t *e, int isdir,
                     int64_t now, int closed)
 {
-    if (w->complete_file[0])
-        return isdir && has_marker(path, w->complete_file, closed);
-    if (isdir && learn(w, path)) {
-        for (size_t i = 0; i < sizeof(markers) / sizeof(markers[0]); i++)
-            if (has_marker(path, markers[i], closed))
-                return 1;
-        return 0;
-    }
+    if (w->complete_file[0] || (isdir && learn(w, path)))
+        return isdir && marked(w, path, closed, NULL);
     return !w->learned && now - e->quiet_since >= w->stable_ms;
 }
 
@@ -549,6 +559,61 @@ const br_fsid_t *br_ckpt_user(const br_ckpt_t *w)
 const char *br_ckpt_dir(const br_ckpt_t *w)
 {
     return w->dir;
+}
+
+/* Entries br_ckpt_newer reads at most: a directory bigger than that is looked at
+ * only in part (in the order readdir gives). */
+#define NEWER_MAX_ENTRIES 100000
+
+int br_ckpt_newer(const char *dir, const char *pattern, const char *complete_file,
+                  int64_t above_step, int64_t after_ms, br_fsid_t *fsid,
+                  br_ckpt_found_t *found, br_err_t *err)
+{
+    if (!dir || dir[0] != '/' || strlen(dir) >= PATH_MAX || kernel_path(dir))
+        return br_errf(err, EINVAL, "checkpoint dir must be an absolute path outside "
+                                    "/proc, /sys and /dev");
+    br_ckpt_t w = {.ifd = -1, .wd = -1}; /* the rules only: no watch, no entries */
+    br_strlcpy(w.dir, dir, sizeof(w.dir));
+    br_strlcpy(w.pattern, pattern && *pattern ? pattern : "*", sizeof(w.pattern));
+    br_strlcpy(w.complete_file, complete_file ? complete_file : "",
+               sizeof(w.complete_file));
+    memset(found, 0, sizeof(*found));
+    found->step = -1;
+    if (br_fsid_enter(fsid, err) < 0)
+        return -1;
+    DIR *d = opendir(dir); /* not there, or not ours to read: nothing newer */
+    if (d && kernel_fd(dirfd(d))) {
+        closedir(d);
+        d = NULL;
+    }
+    struct dirent *de;
+    for (int n = 0; d && n < NEWER_MAX_ENTRIES && (de = readdir(d)); n++) {
+        int64_t step = br_ckpt_step(de->d_name);
+        char path[PATH_MAX];
+        struct stat st;
+        int64_t marker_ms = 0;
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+            fnmatch(w.pattern, de->d_name, FNM_PERIOD) != 0 || step <= above_step ||
+            step <= found->step ||
+            snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= (int)sizeof(path))
+            continue;
+        if (lstat(path, &st) < 0 ||
+            (S_ISLNK(st.st_mode) && (!link_stays_inside(&w, path) || stat(path, &st) < 0)) ||
+            !S_ISDIR(st.st_mode))
+            continue;
+        /* a marker, written since after_ms: stability alone never does here */
+        if (!marked(&w, path, 0, &marker_ms) || marker_ms < after_ms)
+            continue;
+        br_strlcpy(found->path, path, sizeof(found->path));
+        found->step = step;
+    }
+    if (d)
+        closedir(d);
+    int64_t files = 0;
+    if (found->step >= 0)
+        br_ckpt_signature(found->path, &found->size, &found->mtime_ms, &files);
+    br_fsid_leave(fsid);
+    return found->step >= 0;
 }
 
 static long sys_openat2(int dfd, const char *path, const struct open_how *how)

@@ -12,6 +12,7 @@
 #ifndef BRAMBLE_CKPT_H
 #define BRAMBLE_CKPT_H
 
+#include <limits.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -69,6 +70,26 @@ int64_t br_ckpt_size(const char *path);
  * mtime and number of files under path (bounded the same way). */
 void br_ckpt_signature(const char *path, int64_t *size, int64_t *mtime_ms,
                        int64_t *files);
+
+/* A checkpoint br_ckpt_newer found. */
+typedef struct {
+    char path[PATH_MAX]; /* dir/name */
+    int64_t step, size, mtime_ms; /* as the watcher reports them */
+} br_ckpt_found_t;
+
+/* The newest checkpoint in dir that a resuming attempt may take instead of the one
+ * it was given (docs/checkpoints.md, "Nothing newer is lost"): an entry matching
+ * pattern (NULL = "*") whose step is above above_step, a directory complete by a
+ * marker as the watcher judges it (complete_file when set, else a known marker;
+ * stability alone never: without a marker a finished checkpoint cannot be told
+ * from one whose writer died in the middle of it), whose marker was modified at or
+ * after after_ms (unix ms). Looked at as fsid (NULL: the agent), reading the
+ * directory's names and stat'ing the candidates, no more: cheap enough for the
+ * agent's loop. 1 with *found, 0 when there is none (or dir is not there), -1 with
+ * err for a bad dir. */
+int br_ckpt_newer(const char *dir, const char *pattern, const char *complete_file,
+                  int64_t above_step, int64_t after_ms, br_fsid_t *fsid,
+                  br_ckpt_found_t *found, br_err_t *err);
 
 /* The step of a name: its last run of digits, or -1 when it has none. */
 int64_t br_ckpt_step(const char *name);

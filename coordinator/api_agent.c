@@ -2,11 +2,13 @@
  * heartbeats with their tasks, job starts and exits, and log output. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
 #include "gpulive.h"
 #include "jobs.h"
+#include "jobtab.h"
 #include "nodelife.h"
 #include "replicas.h"
 #include "token.h"
@@ -255,13 +257,54 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                      (double)(br_mono_us() - began) / 1e6);
 }
 
+/* Rank 0's agent took a newer complete checkpoint than its order named, one the
+ * previous attempt wrote after its last report (docs/checkpoints.md, "Nothing newer
+ * is lost"): the job's events say so, and the gang's other ranks, whose orders go
+ * once this start is heard, resume from it too. The agent's own report of it
+ * (job.checkpoint) counts it. */
+static void resumed_newer(br_coord_t *c, br_node_t *n, int64_t id, int attempt,
+                          const char *path, int64_t step)
+{
+    br_job_t *job = br_jobtab_find(c->jobs, id);
+    if (!job || job->attempt != attempt || !br_job_state_live(job->state) ||
+        br_job_rank_on(job, n->name, 1) != 0)
+        return; /* not current, or not its rank 0: what it runs does not count */
+    json_t *latest = br_store_checkpoint_latest(c->store, id, NULL);
+    int64_t counted = json_is_object(latest)
+                          ? json_integer_value(json_object_get(latest, "step"))
+                          : -1;
+    json_decref(latest);
+    if (step <= counted) {
+        fprintf(stderr, "brambled: job %lld attempt %d: %s says it resumes from step %lld, "
+                        "not newer than the newest counted (%lld): ignored\n",
+                (long long)id, attempt, n->name, (long long)step, (long long)counted);
+        return;
+    }
+    char *from = strdup(path);
+    if (!from)
+        return;
+    free(job->resume_from);
+    job->resume_from = from;
+    job->resume_step = step;
+    job->resume_attempt = attempt;
+    char was[32] = "none";
+    if (counted >= 0)
+        snprintf(was, sizeof(was), "step %lld", (long long)counted);
+    br_coord_event(c, id, n->name, br_job_state_name(job->state),
+                   "attempt %d resumes from %s (step %lld), newer than the newest counted "
+                   "(%s): written by the previous attempt after its last report",
+                   attempt, path, (long long)step, was);
+}
+
 void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    json_int_t job, pid;
+    json_int_t job, pid, step = -1;
     int attempt, port = 0;
+    const char *path = NULL;
     br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:I, s:i, s:I, s?i}", "job", &job, "attempt", &attempt,
-                      "pid", &pid, "port", &port) < 0) {
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:I, s?i, s?{s:s, s:I}}", "job", &job, "attempt",
+                      &attempt, "pid", &pid, "port", &port, "resumed", "path", &path,
+                      "step", &step) < 0) {
         br_api_fail(c, m, &err);
         return;
     }
@@ -270,7 +313,15 @@ void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_api_fail(c, m, &err);
         return;
     }
+    if (path && (path[0] != '/' || strlen(path) > 4096 || step < 0)) {
+        br_errf(&err, EINVAL, "job.started: resumed needs an absolute path (at most 4096 "
+                              "bytes) and a step of 0 or more");
+        br_api_fail(c, m, &err);
+        return;
+    }
     br_node_t *n = caller_node(c, m, who);
+    if (n && path) /* before the start: it sends the other ranks' orders */
+        resumed_newer(c, n, job, attempt, path, step);
     if (n)
         br_jobs_started(c, job, attempt, n, port);
     br_api_ok(c, m, json_object());

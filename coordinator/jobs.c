@@ -292,8 +292,16 @@ static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
     const char *addr = json_string_value(json_object_get(n->info, "address"));
     if (addr && *addr) /* its agent names the interface that holds it (GLOO_SOCKET_IFNAME) */
         json_object_set_new(body, "node_address", json_string(addr));
-    if (json_is_object(ckpt) && r == 0) /* rank 0's checkpoints are the gang's */
-        json_object_set_new(body, "checkpoint", br_ckptdir_section(spec, job->id));
+    if (json_is_object(ckpt) && r == 0) { /* rank 0's checkpoints are the gang's */
+        json_t *section = br_ckptdir_section(spec, job->id);
+        /* an attempt that follows one that ran may take a newer complete checkpoint
+         * that one wrote after its last report (docs/checkpoints.md, "Nothing newer
+         * is lost"); not when it resumes from an older one on purpose (replicas.c) */
+        if (job->attempt > 1 && job->started > 0 &&
+            !(job->resume_attempt == job->attempt && job->resume_from))
+            json_object_set_new(section, "resume_after", json_integer(job->started));
+        json_object_set_new(body, "checkpoint", section);
+    }
     json_t *progress = json_object_get(spec, "progress");
     if (json_is_object(progress) && r == 0) /* rank 0's node judges the gang's hangs */
         json_object_set(body, "progress", progress);

@@ -939,6 +939,168 @@ static void test_marker_inotify(void **state)
     assert_int_equal(reported(f, "checkpoint-7"), 1);
 }
 
+/* ---- a resuming attempt's look for a newer checkpoint (br_ckpt_newer) ---- */
+
+/* Set the modification time of rel to ago_ms before now. */
+static void age(const fix_t *f, const char *rel, int64_t ago_ms)
+{
+    char p[PATH_MAX];
+    path_of(f, rel, p, sizeof(p));
+    int64_t t = br_now_ms() - ago_ms;
+    struct timespec at = {t / 1000, (t % 1000) * 1000000}, ts[2] = {at, at};
+    if (utimensat(AT_FDCWD, p, ts, AT_SYMLINK_NOFOLLOW) < 0)
+        fail_msg("utimensat %s: %s", p, strerror(errno));
+}
+
+/* A checkpoint directory rel with a data file and, unless marker is NULL, that
+ * marker (bytes long) written last. */
+static void ckpt_dir(const fix_t *f, const char *rel, const char *marker, size_t bytes)
+{
+    char p[PATH_MAX];
+    mk(f, rel);
+    snprintf(p, sizeof(p), "%s/model.bin", rel);
+    put(f, p, 100);
+    if (marker) {
+        snprintf(p, sizeof(p), "%s/%s", rel, marker);
+        put(f, p, bytes);
+    }
+}
+
+/* 1 with *got when br_ckpt_newer finds one above above, written since after_ms. */
+static int newer(const fix_t *f, const char *pattern, const char *complete, int64_t above,
+                 int64_t after_ms, br_ckpt_found_t *got)
+{
+    br_err_t err = {0};
+    int rc = br_ckpt_newer(f->dir, pattern, complete, above, after_ms, NULL, got, &err);
+    if (rc < 0)
+        fail_msg("br_ckpt_newer(%s): %s", f->dir, err.text);
+    return rc;
+}
+
+/* The newest complete one above the step it was given: not a torn one, not one
+ * whose marker is older than after_ms (an older run's leftover), not one the
+ * pattern leaves out, not a plain file. */
+static void test_newer_complete_file(void **state)
+{
+    fix_t *f = *state;
+    int64_t started = br_now_ms() - 10000; /* the previous attempt's start */
+    ckpt_dir(f, "checkpoint-10", "DONE", 1);
+    ckpt_dir(f, "checkpoint-20", "DONE", 1);
+    ckpt_dir(f, "checkpoint-30", "DONE", 1);
+    ckpt_dir(f, "checkpoint-40", NULL, 0); /* torn: its writer died before DONE */
+    ckpt_dir(f, "checkpoint-90", "DONE", 1); /* an older run's */
+    age(f, "checkpoint-90/DONE", 3600 * 1000);
+    age(f, "checkpoint-90/model.bin", 3600 * 1000);
+    ckpt_dir(f, "other-50", "DONE", 1);         /* not the pattern's */
+    put(f, "checkpoint-60", 10);                /* a file cannot hold the marker */
+    ckpt_dir(f, "checkpoint-70", "trainer_state.json", 10); /* not the marker named */
+    br_ckpt_found_t got;
+    assert_int_equal(newer(f, "checkpoint-*", "DONE", 20, started, &got), 1);
+    char want[PATH_MAX];
+    path_of(f, "checkpoint-30", want, sizeof(want));
+    assert_string_equal(got.path, want);
+    assert_int_equal(got.step, 30);
+    assert_int_equal(got.size, 101);
+    assert_true(got.mtime_ms >= started);
+    /* nothing above 30 qualifies; none above 90 at all */
+    assert_int_equal(newer(f, "checkpoint-*", "DONE", 30, started, &got), 0);
+    assert_int_equal(got.step, -1);
+    assert_int_equal(newer(f, "checkpoint-*", "DONE", 90, started, &got), 0);
+    /* judged by time: with no previous start to go by, the older run's counts too */
+    assert_int_equal(newer(f, "checkpoint-*", "DONE", 30, 0, &got), 1);
+    assert_int_equal(got.step, 90);
+    /* nothing was counted yet (-1): any step */
+    assert_int_equal(newer(f, "checkpoint-*", "DONE", -1, started, &got), 1);
+    assert_int_equal(got.step, 30);
+}
+
+/* Without complete_file: a known marker makes one complete; stability never does
+ * here (a quiet directory without a marker may be a writer's last, torn one). */
+static void test_newer_known_markers(void **state)
+{
+    fix_t *f = *state;
+    int64_t started = br_now_ms() - 10000;
+    ckpt_dir(f, "checkpoint-5", "trainer_state.json", 10);
+    ckpt_dir(f, "checkpoint-6", ".metadata", 10);
+    ckpt_dir(f, "checkpoint-9", NULL, 0);
+    age(f, "checkpoint-9/model.bin", 60000); /* long quiet */
+    br_ckpt_found_t got;
+    assert_int_equal(newer(f, "checkpoint-*", NULL, -1, started, &got), 1);
+    assert_int_equal(got.step, 6);
+    assert_int_equal(newer(f, NULL, NULL, 6, started, &got), 0);
+    /* a layout with no marker at all: nothing is ever taken */
+    rm_rel(f, "checkpoint-5");
+    rm_rel(f, "checkpoint-6");
+    assert_int_equal(newer(f, "checkpoint-*", NULL, -1, 0, &got), 0);
+}
+
+/* A marker just created and still empty is not written yet (it may be opened and
+ * not filled); one that holds something, or has stayed empty for a while, is. */
+static void test_newer_marker_written(void **state)
+{
+    fix_t *f = *state;
+    int64_t started = br_now_ms() - 10000;
+    ckpt_dir(f, "checkpoint-1", "DONE", 0);
+    age(f, "checkpoint-1/DONE", 5000); /* `touch DONE`, a while ago */
+    ckpt_dir(f, "checkpoint-2", "DONE", 0); /* created this instant, empty */
+    br_ckpt_found_t got;
+    assert_int_equal(newer(f, "checkpoint-*", "DONE", -1, started, &got), 1);
+    assert_int_equal(got.step, 1);
+    put(f, "checkpoint-2/DONE", 3);
+    assert_int_equal(newer(f, "checkpoint-*", "DONE", -1, started, &got), 1);
+    assert_int_equal(got.step, 2);
+}
+
+/* An entry that is a symlink counts only when it stays inside the directory; one
+ * whose marker was written before after_ms is an older run's, even when files in it
+ * are newer (the previous attempt began to overwrite it and died). */
+static void test_newer_links_and_old_markers(void **state)
+{
+    fix_t *f = *state;
+    int64_t started = br_now_ms() - 10000;
+    char out[PATH_MAX], link[PATH_MAX], in[PATH_MAX];
+    snprintf(out, sizeof(out), "%s/elsewhere-8", f->root);
+    assert_int_equal(mkdir(out, 0755), 0);
+    snprintf(link, sizeof(link), "%s/DONE", out);
+    int fd = open(link, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "1", 1), 1); /* written: complete but for where it is */
+    assert_int_equal(close(fd), 0);
+    path_of(f, "checkpoint-8", link, sizeof(link));
+    assert_int_equal(symlink(out, link), 0);
+    br_ckpt_found_t got;
+    ckpt_dir(f, "checkpoint-3", "DONE", 1);
+    assert_int_equal(newer(f, "checkpoint-*", "DONE", -1, 0, &got), 1);
+    assert_int_equal(got.step, 3);
+    ckpt_dir(f, "real-4", "DONE", 1);
+    path_of(f, "real-4", in, sizeof(in));
+    path_of(f, "checkpoint-4", link, sizeof(link));
+    assert_int_equal(symlink(in, link), 0);
+    assert_int_equal(newer(f, "checkpoint-*", "DONE", -1, 0, &got), 1);
+    assert_int_equal(got.step, 4);
+    ckpt_dir(f, "checkpoint-5", "DONE", 1);
+    age(f, "checkpoint-5/DONE", 3600 * 1000);
+    put(f, "checkpoint-5/model.bin", 200); /* rewritten now */
+    assert_int_equal(newer(f, "checkpoint-*", "DONE", -1, started, &got), 1);
+    assert_int_equal(got.step, 4);
+}
+
+/* A directory that is not there has nothing newer; a bad one is an error. */
+static void test_newer_bad_dirs(void **state)
+{
+    fix_t *f = *state;
+    br_ckpt_found_t got;
+    br_err_t err = {0};
+    char gone[PATH_MAX];
+    snprintf(gone, sizeof(gone), "%s/not-there", f->root);
+    assert_int_equal(br_ckpt_newer(gone, NULL, "DONE", -1, 0, NULL, &got, &err), 0);
+    assert_int_equal(br_ckpt_newer("relative/dir", NULL, NULL, -1, 0, NULL, &got, &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    assert_int_equal(br_ckpt_newer(NULL, NULL, NULL, -1, 0, NULL, &got, &err), -1);
+    assert_int_equal(br_ckpt_newer("/proc/self", NULL, NULL, -1, 0, NULL, &got, &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+}
+
 /* ---- how soon a marker is reported ---- */
 
 static int cmp_i64(const void *a, const void *b)
@@ -1025,6 +1187,11 @@ int main(void)
         T(test_marker_learned_from_earlier_attempt),
         T(test_marker_inotify),
         T(test_marker_report_delay),
+        T(test_newer_complete_file),
+        T(test_newer_known_markers),
+        T(test_newer_marker_written),
+        T(test_newer_links_and_old_markers),
+        T(test_newer_bad_dirs),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
