@@ -111,10 +111,8 @@ static void close_pull(br_coord_t *c, int i, int errnum, const char *why)
 {
     pull_t *p = c->ckptpull->pulls[i];
     fail_all(c, p, 0, errnum, why);
-    br_node_t *h = br_nodes_find(c->nodes, p->holder);
-    if (h)
-        br_replicas_lend(c, h, p->from_store, p->job, p->step, p->path, p->manifest,
-                         p->grant, "the coordinator", c->cfg.public_key, 0);
+    br_replicas_withdraw(c, br_nodes_find(c->nodes, p->holder), p->job, p->grant,
+                         p->path);
     pull_free(p);
     c->ckptpull->pulls[i] = NULL;
 }

@@ -758,6 +758,19 @@ static br_node_t *pick_source(br_coord_t *c, int64_t job, const char *hash,
     return best;
 }
 
+void br_replicas_withdraw(br_coord_t *c, br_node_t *holder, int64_t job, const char *grant,
+                          const char *path)
+{
+    /* (the holder reads nothing but the grant's name from a withdrawal) */
+    json_t *o = json_pack("{s:s, s:I, s:s, s:s, s:I, s:{}, s:s}", "grant", grant, "job",
+                          (json_int_t)job, "peer", "-", "peer_key", "", "ttl",
+                          (json_int_t)0, "manifest", "path", path);
+    if (holder && o)
+        br_coord_send_node(c, holder, "ckpt.serve", o);
+    else
+        json_decref(o);
+}
+
 br_node_t *br_replicas_source(br_coord_t *c, int64_t job, const char *hash,
                               const char *writer, int *from_store)
 {
@@ -971,6 +984,16 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_incref(pull);
     json_object_del(r->pulls, key);
     const char *holder = json_string_value(json_object_get(pull, "holder"));
+    /* the pull is over, however it went: its grant goes now rather than when it
+     * lapses (before any order below grants the same name again), unless the
+     * other kind of pull of the same checkpoint by the same node (a restore and a
+     * replica share the grant's name) still reads from the same holder */
+    char sibling[200];
+    snprintf(sibling, sizeof(sibling), "%s%s", restore ? "" : "r/", grant);
+    const char *sib_holder =
+        json_string_value(json_object_get(json_object_get(r->pulls, sibling), "holder"));
+    if (!sib_holder || strcmp(sib_holder, holder) != 0)
+        br_replicas_withdraw(c, br_nodes_find(c->nodes, holder), job, grant, path);
     if (!error)
         br_stats_pulled(c->stats, restore, received, deduped);
     if (restore) {

@@ -120,6 +120,11 @@ void br_replicas_lend(struct br_coord *c, br_node_t *holder, int from_store, int
                       const char *grant, const char *peer, const char *peer_key,
                       int64_t ttl_ms);
 
+/* ckpt.serve with ttl 0 to holder (NULL, or not connected: nothing): the grant
+ * named grant, of job's checkpoint at path, is withdrawn. */
+void br_replicas_withdraw(struct br_coord *c, br_node_t *holder, int64_t job,
+                          const char *grant, const char *path);
+
 /* Drop job's replica row (br_store_replica_list's: "hash", "node", "path", "step"):
  * its node is told (ckpt.drop) when connected, else the row is only forgotten;
  * the row leaves the store and an event of the job says why. 1 when the node was

@@ -186,8 +186,16 @@ static void test_replicate_keep_restore_fallback(void **state)
     /* a report nobody ordered is refused; the one ordered is taken once */
     stored(c, writer, id, H1, "/ck/s5", 0, 0);
     assert_int_equal(last_reply(c), EPERM);
+    fixture_drop_orders(c);
     stored(c, other, id, H1, "/ck/s5", 0, 0);
     assert_int_equal(last_reply(c), 0);
+    /* the pull is over: its grant is withdrawn from the writer at once */
+    json_t *gone = order(c, "ckpt.serve", writer);
+    assert_non_null(gone);
+    assert_int_equal(json_integer_value(json_object_get(gone, "ttl")), 0);
+    char grant[160];
+    br_replicas_grant_id(id, H1, other->name, grant, sizeof(grant));
+    assert_string_equal(json_string_value(json_object_get(gone, "grant")), grant);
     stored(c, other, id, H1, "/ck/s5", 0, 0);
     assert_int_equal(last_reply(c), EPERM);
     json_t *reps = br_store_replica_list(c->store, id, NULL);
