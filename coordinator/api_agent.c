@@ -162,7 +162,7 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                               "heartbeat_interval", (json_int_t)c->cfg.heartbeat_ms,
                               "node_timeout", (json_int_t)c->cfg.node_timeout_ms,
                               "fence_timeout", (json_int_t)br_jobs_fence_ms(c), "probe_key",
-                              c->probe_key, "probe_interval",
+                              br_probeset_key(c->probeset), "probe_interval",
                               (json_int_t)BR_PROBE_INTERVAL_MS));
 }
 
@@ -172,10 +172,10 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
  * so that nodes joining by the thousand do not make every heartbeat carry a list. */
 static json_t *probe_peers(br_coord_t *c, br_node_t *n)
 {
-    if (n->peers_sent == c->peers_version)
+    if (n->peers_sent == br_probeset_wanted(c->probeset))
         return NULL;
     int64_t now = br_mono_ms();
-    int version = br_probeset_refresh(c->probeset, c->nodes, c->peers_version, now);
+    int version = br_probeset_refresh(c->probeset, c->nodes, now);
     if (version < 0 || n->peers_sent == version)
         return NULL;
     if (n->peers_hash && br_probeset_size(c->probeset) > BR_PROBE_PEERS_MAX &&

@@ -61,9 +61,7 @@ typedef struct br_coord {
     struct br_ckptpull *ckptpull; /* checkpoints pulled to users' machines (ckptpull.h) */
     int64_t ticked;         /* monotonic ms of the last BR_HOOK_TICK */
     br_netmap_t *netmap;    /* round trips between nodes, from their heartbeats */
-    int peers_version;      /* grows when the set of probe peers changes */
-    br_probeset_t *probeset; /* who probes whom, rebuilt from nodes (probeset.h) */
-    char probe_key[65];     /* hex: the key agents' probes are signed with */
+    br_probeset_t *probeset; /* who probes whom, and the probes' key (probeset.h) */
     br_watchers_t *watchers; /* clients waiting for news (event.watch) */
     uint64_t sends_dropped;        /* messages dropped: their peer's queue was full */
     uint64_t sends_dropped_logged; /* ... of which the log has told */

@@ -26,8 +26,8 @@ br_node_t *br_nodelife_seen(br_coord_t *c, const char *name, const void *route, 
 
 void br_nodelife_hello(br_coord_t *c, br_node_t *n)
 {
-    c->peers_version++; /* its address or port may be new: every agent hears of it */
-    n->peers_sent = c->peers_version - 1;
+    br_probeset_changed(c->probeset); /* its address or port may be new: all hear */
+    n->peers_sent = br_probeset_wanted(c->probeset) - 1;
     n->peers_hash = 0; /* a new agent, or one that reconnected: its next heartbeat says */
     const char *was = n->state;
     /* hellos an agent queued while cut off arrive together on one connection: one
@@ -95,7 +95,7 @@ int br_nodelife_remove(br_coord_t *c, br_node_t *n, const char *by, br_err_t *er
     br_coord_event(c, 0, name, "removed", "removed by %s; its key is revoked", by);
     br_nodes_remove(c->nodes, name);
     br_netmap_forget(c->netmap, name);
-    c->peers_version++;
+    br_probeset_changed(c->probeset);
     return 0;
 }
 
@@ -147,7 +147,7 @@ void br_nodelife_check(br_coord_t *c)
         br_node_set_state(n, "lost");
         br_nodes_unseen(c->nodes, n);
         n->route_len = 0;
-        c->peers_version++; /* no one probes it any more */
+        br_probeset_changed(c->probeset); /* no one probes it any more */
         br_netmap_forget(c->netmap, n->name);
         br_coord_save_node(c, n);
         br_coord_event(c, 0, n->name, "lost", "%s", reason);

@@ -1,6 +1,8 @@
 /* probeset.c - the peers each agent probes (probeset.h). */
 #include "probeset.h"
 
+#include <sodium.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,16 +18,39 @@ typedef struct {
 struct br_probeset {
     peer_t *peers; /* in name order, as the registry lists nodes */
     size_t len, cap;
-    int version;
+    int version;   /* what the peers reflect */
+    int wanted;    /* what they are to reflect */
     int64_t built_at;
+    char key[65];  /* hex: the key agents' probes are signed with */
 };
 
-br_probeset_t *br_probeset_new(void)
+br_probeset_t *br_probeset_new(const char *secret_key)
 {
     br_probeset_t *p = calloc(1, sizeof(*p));
-    if (p)
-        p->version = -1;
+    if (!p)
+        return NULL;
+    p->version = -1;
+    unsigned char pk[32];
+    crypto_generichash(pk, sizeof(pk), (const unsigned char *)"bramble probe key", 17,
+                       (const unsigned char *)secret_key, strlen(secret_key));
+    sodium_bin2hex(p->key, sizeof(p->key), pk, sizeof(pk));
+    sodium_memzero(pk, sizeof(pk));
     return p;
+}
+
+const char *br_probeset_key(const br_probeset_t *p)
+{
+    return p->key;
+}
+
+void br_probeset_changed(br_probeset_t *p)
+{
+    p->wanted++;
+}
+
+int br_probeset_wanted(const br_probeset_t *p)
+{
+    return p->wanted;
 }
 
 void br_probeset_destroy(br_probeset_t **p)
@@ -54,8 +79,9 @@ static int add(br_probeset_t *p, const br_node_t *n, const char *addr, int port)
     return 0;
 }
 
-int br_probeset_refresh(br_probeset_t *p, br_nodes_t *nodes, int version, int64_t now_ms)
+int br_probeset_refresh(br_probeset_t *p, br_nodes_t *nodes, int64_t now_ms)
 {
+    int version = p->wanted;
     if (version == p->version ||
         (p->version >= 0 && now_ms - p->built_at < BR_PROBESET_REBUILD_MS))
         return p->version;

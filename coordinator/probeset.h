@@ -17,13 +17,24 @@
 
 typedef struct br_probeset br_probeset_t;
 
-br_probeset_t *br_probeset_new(void);
+/* secret_key: the coordinator's (Z85), from which the probe key follows, so that it
+ * is the same after a restart. */
+br_probeset_t *br_probeset_new(const char *secret_key);
 void br_probeset_destroy(br_probeset_t **p);
 
-/* Rebuild from nodes when version is not the one built, unless the last rebuild
- * was under BR_PROBESET_REBUILD_MS before now_ms (then the next call does it).
- * Returns the version the set now reflects (-1: never built). */
-int br_probeset_refresh(br_probeset_t *p, br_nodes_t *nodes, int version, int64_t now_ms);
+/* The key agents sign their probes with (64 hex digits), sent in hello's answer. */
+const char *br_probeset_key(const br_probeset_t *p);
+
+/* The set of peers may have changed (a node said hello, was lost or removed): its
+ * version, which every agent is to hear of, grows. */
+void br_probeset_changed(br_probeset_t *p);
+/* The version the set is to reflect (0 until the first change). */
+int br_probeset_wanted(const br_probeset_t *p);
+
+/* Rebuild from nodes when the version wanted is not the one built, unless the
+ * last rebuild was under BR_PROBESET_REBUILD_MS before now_ms (then the next call
+ * does it). Returns the version the set now reflects (-1: never built). */
+int br_probeset_refresh(br_probeset_t *p, br_nodes_t *nodes, int64_t now_ms);
 
 size_t br_probeset_size(const br_probeset_t *p);
 

@@ -139,15 +139,9 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->jobs = br_jobtab_new();
     c->hooks = br_hooks_new();
     c->netmap = br_netmap_new();
-    c->probeset = br_probeset_new();
+    c->probeset = br_probeset_new(cfg->secret_key);
     c->watchers = br_watchers_new();
     c->stats = br_stats_new();
-    /* the probe key follows from the coordinator's secret: the same after a restart */
-    unsigned char pk[32];
-    crypto_generichash(pk, sizeof(pk), (const unsigned char *)"bramble probe key", 17,
-                       (const unsigned char *)cfg->secret_key, strlen(cfg->secret_key));
-    sodium_bin2hex(c->probe_key, sizeof(c->probe_key), pk, sizeof(pk));
-    sodium_memzero(pk, sizeof(pk));
     if (c->cfg.grace_ms < 0)
         c->cfg.grace_ms = c->cfg.node_timeout_ms * 2;
     if (open_signals(c) < 0) {

@@ -10,6 +10,8 @@
 
 #include "probeset.h"
 
+#define KEY "a coordinator secret key of forty chars"
+
 /* count nodes n000.. connected at 10.0.0.x:7703; those at odd places answer no
  * probes when odd_off is set. */
 static br_nodes_t *cluster(int count, int odd_off)
@@ -35,12 +37,27 @@ static const char *peer(json_t *peers, size_t i)
     return json_string_value(json_object_get(json_array_get(peers, i), "node"));
 }
 
+/* the same secret, the same probe key; another secret, another */
+static void test_probe_key_follows_from_the_secret(void **state)
+{
+    (void)state;
+    br_probeset_t *a = br_probeset_new(KEY), *b = br_probeset_new(KEY),
+                  *other = br_probeset_new("another secret");
+    assert_int_equal(strlen(br_probeset_key(a)), 64);
+    assert_string_equal(br_probeset_key(a), br_probeset_key(b));
+    assert_string_not_equal(br_probeset_key(a), br_probeset_key(other));
+    br_probeset_destroy(&a);
+    br_probeset_destroy(&b);
+    br_probeset_destroy(&other);
+}
+
 static void test_small_cluster_all_others_in_order(void **state)
 {
     (void)state;
     br_nodes_t *nodes = cluster(4, 0);
-    br_probeset_t *p = br_probeset_new();
-    assert_int_equal(br_probeset_refresh(p, nodes, 1, 1000), 1);
+    br_probeset_t *p = br_probeset_new(KEY);
+    br_probeset_changed(p);
+    assert_int_equal(br_probeset_refresh(p, nodes, 1000), 1);
     uint64_t h;
     json_t *peers = br_probeset_peers(p, "n002", 0, &h);
     assert_int_equal(json_array_size(peers), 3);
@@ -60,8 +77,9 @@ static void test_large_cluster_bounded_after_own_name(void **state)
 {
     (void)state;
     br_nodes_t *nodes = cluster(300, 1); /* 150 answer probes */
-    br_probeset_t *p = br_probeset_new();
-    br_probeset_refresh(p, nodes, 1, 1000);
+    br_probeset_t *p = br_probeset_new(KEY);
+    br_probeset_changed(p);
+    br_probeset_refresh(p, nodes, 1000);
     assert_int_equal(br_probeset_size(p), 150);
     uint64_t h;
     json_t *peers = br_probeset_peers(p, "n010", 0, &h);
@@ -83,13 +101,16 @@ static void test_rebuilt_when_changed_at_most_so_often(void **state)
 {
     (void)state;
     br_nodes_t *nodes = cluster(3, 0);
-    br_probeset_t *p = br_probeset_new();
+    br_probeset_t *p = br_probeset_new(KEY);
     uint64_t h, h2;
-    br_probeset_refresh(p, nodes, 1, 1000);
+    br_probeset_changed(p);
+    br_probeset_refresh(p, nodes, 1000);
     json_decref(br_probeset_peers(p, "n000", 0, &h));
     br_nodes_first(nodes)->next->route_len = 0; /* n001 is lost */
-    assert_int_equal(br_probeset_refresh(p, nodes, 2, 1000 + BR_PROBESET_REBUILD_MS - 1), 1);
-    assert_int_equal(br_probeset_refresh(p, nodes, 2, 1000 + BR_PROBESET_REBUILD_MS), 2);
+    br_probeset_changed(p);
+    assert_int_equal(br_probeset_wanted(p), 2);
+    assert_int_equal(br_probeset_refresh(p, nodes, 1000 + BR_PROBESET_REBUILD_MS - 1), 1);
+    assert_int_equal(br_probeset_refresh(p, nodes, 1000 + BR_PROBESET_REBUILD_MS), 2);
     json_t *peers = br_probeset_peers(p, "n000", h, &h2);
     assert_int_equal(json_array_size(peers), 1);
     assert_string_equal(peer(peers, 0), "n002");
@@ -102,6 +123,7 @@ static void test_rebuilt_when_changed_at_most_so_often(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_probe_key_follows_from_the_secret),
         cmocka_unit_test(test_small_cluster_all_others_in_order),
         cmocka_unit_test(test_large_cluster_bounded_after_own_name),
         cmocka_unit_test(test_rebuilt_when_changed_at_most_so_often),
