@@ -14,12 +14,13 @@
 #include "util.h"
 
 #define WINDOW (2 * BR_XFER_WINDOW) /* reads in flight per pull */
-#define AUTH_GRACE_MS 1000 /* a refused handshake sooner than this may have come before
-                            * the grant: libzmq connects again */
+#define AUTH_GRACE_MS 5000 /* a handshake refused sooner than this after the grant was
+                            * sent may have come before it: connect again */
 
 typedef struct {
     br_msg_t *reply; /* the client's answer, sent once the holder's comes */
-    uint32_t seq;    /* of the read passed on to the holder */
+    json_t *ask;     /* the ckpt.read passed on to the holder: its body */
+    uint32_t seq;    /* ... and its seq */
     int64_t at;      /* monotonic ms it was passed on */
 } read_t;
 
@@ -61,8 +62,10 @@ static void pull_free(pull_t *p)
     if (!p)
         return;
     disconnect(p);
-    for (int i = 0; i < p->n; i++)
+    for (int i = 0; i < p->n; i++) {
         br_msg_destroy(&p->win[(p->head + i) % WINDOW].reply);
+        json_decref(p->win[(p->head + i) % WINDOW].ask);
+    }
     free(p->path);
     json_decref(p->manifest);
     free(p);
@@ -88,6 +91,8 @@ static void fail_oldest(br_coord_t *c, pull_t *p, int send, int errnum, const ch
     read_t *r = &p->win[p->head];
     br_msg_t *e = br_msg_reply_error(r->reply, errnum, "%s", text);
     br_msg_destroy(&r->reply);
+    json_decref(r->ask);
+    r->ask = NULL;
     p->head = (p->head + 1) % WINDOW;
     p->n--;
     if (send) {
@@ -165,6 +170,8 @@ static void pass_back(br_coord_t *c, pull_t *p, br_msg_t *m)
     read_t *r = &p->win[p->head];
     br_msg_t *reply = r->reply;
     r->reply = NULL;
+    json_decref(r->ask);
+    r->ask = NULL;
     p->head = (p->head + 1) % WINDOW;
     p->n--;
     size_t len = 0;
@@ -175,6 +182,42 @@ static void pass_back(br_coord_t *c, pull_t *p, br_msg_t *m)
         br_msg_send(c->sock, reply, &err) < 0 && errno != EAGAIN && errno != EHOSTUNREACH)
         fprintf(stderr, "brambled: checkpoint pull %s: %s\n", p->id, err.text);
     br_msg_destroy(&reply);
+}
+
+static int connect_holder(br_coord_t *c, pull_t *p, br_err_t *err);
+
+/* Pass body (a ckpt.read's) on to p's holder under the next seq: 0, or -1 with err
+ * (EAGAIN: the link has no room now). */
+static int pass_on(pull_t *p, json_t *body, br_err_t *err)
+{
+    br_msg_t *fwd = br_msg_new(BR_MSG_REQUEST, "ckpt.read", p->seq + 1);
+    if (!fwd)
+        return br_errf(err, ENOMEM, "out of memory");
+    br_msg_set_body(fwd, json_incref(body));
+    int rc = br_msg_send(p->sock, fwd, err);
+    br_msg_destroy(&fwd);
+    if (rc == 0)
+        p->seq++;
+    return rc;
+}
+
+/* The holder refused the coordinator's key so soon after the grant was sent that
+ * the grant may not have reached it yet (the order and the connection race): a
+ * fresh connection, and the reads waiting asked again on it. 0, or -1 with err. */
+static int knock_again(br_coord_t *c, pull_t *p, br_err_t *err)
+{
+    disconnect(p);
+    if (connect_holder(c, p, err) < 0)
+        return -1;
+    int64_t now = br_mono_ms();
+    for (int i = 0; i < p->n; i++) {
+        read_t *r = &p->win[(p->head + i) % WINDOW];
+        if (pass_on(p, r->ask, err) < 0)
+            return -1;
+        r->seq = p->seq;
+        r->at = now;
+    }
+    return 0;
 }
 
 void br_ckptpull_answer(br_coord_t *c)
@@ -200,8 +243,10 @@ void br_ckptpull_answer(br_coord_t *c)
         }
         int ev = mon_events(p->mon);
         char text[256];
-        if ((ev & (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)) &&
-            now - p->connected_at >= AUTH_GRACE_MS) {
+        br_err_t err;
+        if ((ev & (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL))) {
+            if (now - p->granted_at < AUTH_GRACE_MS && knock_again(c, p, &err) == 0)
+                continue;
             snprintf(text, sizeof(text), "%s refused the coordinator's key (its grant for "
                      "this checkpoint did not reach it)", p->holder);
             fail_all(c, p, 1, EACCES, text);
@@ -372,7 +417,8 @@ void br_api_checkpoint_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     int i = find(c, xfer, m);
     pull_t *p = i < 0 ? NULL : c->ckptpull->pulls[i];
-    br_msg_t *fwd = NULL, *reply = NULL;
+    br_msg_t *reply = NULL;
+    json_t *ask = NULL;
     if (!p)
         br_errf(&err, ENOENT, "no checkpoint pull %.16s (closed, or not read from for %d s)",
                 xfer, BR_CKPTPULL_IDLE_MS / 1000);
@@ -380,19 +426,19 @@ void br_api_checkpoint_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_errf(&err, EAGAIN, "%d reads of this pull are in flight already", WINDOW);
     else if (!p->sock && connect_holder(c, p, &err) < 0)
         br_err_prefix(&err, "connecting to %s", p->holder);
-    else if (!(fwd = br_msg_new(BR_MSG_REQUEST, "ckpt.read", p->seq + 1)) ||
+    else if (!(ask = json_pack("{s:s, s:s, s:s, s:I}", "grant", p->grant, "path", path,
+                                "hash", hash, "offset", off)) ||
              !(reply = br_msg_reply(m)))
         br_errf(&err, ENOMEM, "out of memory");
     else {
-        br_msg_set_body(fwd, json_pack("{s:s, s:s, s:s, s:I}", "grant", p->grant, "path",
-                                       path, "hash", hash, "offset", off));
-        if (br_msg_send(p->sock, fwd, &err) < 0) {
-            if (errno == EAGAIN)
+        if (pass_on(p, ask, &err) < 0) {
+            if (err.errnum == EAGAIN)
                 br_errf(&err, EAGAIN, "the link to %s is busy: ask again", p->holder);
         } else {
             int64_t now = br_mono_ms();
-            p->win[(p->head + p->n++) % WINDOW] = (read_t){reply, ++p->seq, now};
+            p->win[(p->head + p->n++) % WINDOW] = (read_t){reply, ask, p->seq, now};
             reply = NULL;
+            ask = NULL;
             p->used_at = now;
             if (now - p->granted_at > BR_CKPTPULL_GRANT_MS / 2) { /* renewed while used */
                 br_node_t *h = br_nodes_find(c->nodes, p->holder);
@@ -405,7 +451,7 @@ void br_api_checkpoint_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
             err.errnum = 0;
         }
     }
-    br_msg_destroy(&fwd);
+    json_decref(ask);
     br_msg_destroy(&reply);
     if (!p || err.errnum)
         br_api_fail(c, m, &err);
