@@ -319,32 +319,6 @@ static int connect_holder(pull_t *p)
     return 0;
 }
 
-/* Monitor events waiting: ZMQ_EVENT_* bits. */
-static int mon_events(void *mon)
-{
-    int ev = 0;
-    for (;;) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (!mon || zmq_msg_recv(&m, mon, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&m);
-            return ev;
-        }
-        if (zmq_msg_size(&m) >= 2) {
-            uint16_t id;
-            memcpy(&id, zmq_msg_data(&m), 2);
-            ev |= id;
-        }
-        int more = zmq_msg_more(&m);
-        zmq_msg_close(&m);
-        if (more) { /* the endpoint */
-            zmq_msg_init(&m);
-            zmq_msg_recv(&m, mon, 0);
-            zmq_msg_close(&m);
-        }
-    }
-}
-
 /* Ask for the chunk of path at off: 0 asked, 1 not now (the link has no room: ask
  * again after the next poll), -1 with err. */
 static int ask(pull_t *p, const char *path, const char *hex, int64_t off)
@@ -452,7 +426,7 @@ static int fetch(pull_t *p, const char *path, const char *hex, json_int_t size, 
                                 {p->mon, 0, ZMQ_POLLIN, 0}};
         if (rc == 0 && zmq_poll(it, p->mon ? 2 : 1, 100) < 0 && errno != EINTR)
             rc = br_errf(p->err, errno, "poll: %s", zmq_strerror(errno));
-        int ev = rc == 0 ? mon_events(p->mon) : 0;
+        int ev = rc == 0 ? br_sock_monitor_take(p->mon) : 0;
         if (ev &
             (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL))
             rc = br_errf(p->err, EACCES, "%s refused this node's key (no grant?)",

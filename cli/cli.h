@@ -181,6 +181,10 @@ extern const cli_cmd_t cli_class_cmds[];
 extern const cli_cmd_t cli_audit_cmds[];
 extern const cli_cmd_t cli_dashboard_cmds[];
 extern const cli_cmd_t cli_checkpoint_cmds[];
+/* The arguments of the checkpoint commands: --step N (into *step), --json and
+ * exactly npos positional ones (cmd_checkpoint.c). 0, or CLI_USAGE after saying why. */
+int cli_step_args(const cli_t *cli, int argc, char **argv, int npos,
+                  const char *const *names, const char **pos, long *step, int *json);
 /* bramble checkpoint pull (cmd_ckptpull.c): argv[0] is "pull". */
 int cli_checkpoint_pull(cli_t *cli, int argc, char **argv);
 extern const cli_cmd_t cli_progress_cmds[];

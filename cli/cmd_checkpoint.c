@@ -79,31 +79,38 @@ static int checkpoint_list(cli_t *cli, int argc, char **argv)
     return CLI_OK;
 }
 
+int cli_step_args(const cli_t *cli, int argc, char **argv, int npos,
+                  const char *const *names, const char **pos, long *step, int *json)
+{
+    static const struct option opts[] = {{"step", required_argument, NULL, 's'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c == 's') {
+            if (cli_parse_long(cli, "--step", optarg, 0, LONG_MAX, step) != 0)
+                return CLI_USAGE;
+        } else if (c == 'j') {
+            *json = 1;
+        } else {
+            return cli_bad_option(cli, c, argv);
+        }
+    }
+    return cli_positional(cli, argc, argv, npos, names, pos) != 0 ? CLI_USAGE : 0;
+}
+
 static int checkpoint_report(cli_t *cli, int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "list") == 0) /* (a path named list: ./list) */
         return checkpoint_list(cli, argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "pull") == 0) /* (and one named pull: ./pull) */
         return cli_checkpoint_pull(cli, argc - 1, argv + 1);
-    static const struct option opts[] = {{"step", required_argument, NULL, 's'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {NULL, 0, NULL, 0}};
     static const char *names[] = {"checkpoint PATH"};
     const char *path;
     long step = -1;
-    int c, json = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        if (c == 's') {
-            if (cli_parse_long(cli, "--step", optarg, 0, LONG_MAX, &step) != 0)
-                return CLI_USAGE;
-        } else if (c == 'j') {
-            json = 1;
-        } else {
-            return cli_bad_option(cli, c, argv);
-        }
-    }
-    if (cli_positional(cli, argc, argv, 1, names, &path) != 0)
+    int json = 0;
+    if (cli_step_args(cli, argc, argv, 1, names, &path, &step, &json) != 0)
         return CLI_USAGE;
     if (step < 0)
         return cli_usage(cli, "--step N is required");

@@ -12,7 +12,6 @@
  * verified; the next pull of the same checkpoint goes on from it. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,25 +267,11 @@ static int build(pull_t *p, int dest, const char *stage, const json_t *m)
 
 int cli_checkpoint_pull(cli_t *cli, int argc, char **argv)
 {
-    static const struct option opts[] = {{"step", required_argument, NULL, 's'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {NULL, 0, NULL, 0}};
     static const char *names[] = {"job ID", "DEST"};
     const char *pos[2];
     long id, step = -1;
-    int c, json = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        if (c == 's') {
-            if (cli_parse_long(cli, "--step", optarg, 0, LONG_MAX, &step) != 0)
-                return CLI_USAGE;
-        } else if (c == 'j') {
-            json = 1;
-        } else {
-            return cli_bad_option(cli, c, argv);
-        }
-    }
-    if (cli_positional(cli, argc, argv, 2, names, pos) != 0 ||
+    int json = 0;
+    if (cli_step_args(cli, argc, argv, 2, names, pos, &step, &json) != 0 ||
         cli_parse_long(cli, "job ID", pos[0], 1, LONG_MAX, &id) != 0)
         return CLI_USAGE;
     const char *destdir = pos[1];

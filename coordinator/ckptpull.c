@@ -131,32 +131,6 @@ int br_ckptpull_items(br_ckptpull_t *cp, zmq_pollitem_t *items, int max)
     return n;
 }
 
-/* Monitor events waiting: ZMQ_EVENT_* bits. */
-static int mon_events(void *mon)
-{
-    int ev = 0;
-    for (;;) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (!mon || zmq_msg_recv(&m, mon, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&m);
-            return ev;
-        }
-        if (zmq_msg_size(&m) >= 2) {
-            uint16_t id;
-            memcpy(&id, zmq_msg_data(&m), 2);
-            ev |= id;
-        }
-        int more = zmq_msg_more(&m);
-        zmq_msg_close(&m);
-        if (more) { /* the endpoint */
-            zmq_msg_init(&m);
-            zmq_msg_recv(&m, mon, 0);
-            zmq_msg_close(&m);
-        }
-    }
-}
-
 /* One answer from p's holder, passed back to the client whose read it answers. */
 static void pass_back(br_coord_t *c, pull_t *p, br_msg_t *m)
 {
@@ -241,7 +215,7 @@ void br_ckptpull_answer(br_coord_t *c)
             pass_back(c, p, m);
             br_msg_destroy(&m);
         }
-        int ev = mon_events(p->mon);
+        int ev = br_sock_monitor_take(p->mon);
         char text[256];
         br_err_t err;
         if ((ev & (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL))) {

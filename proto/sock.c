@@ -108,32 +108,35 @@ void *br_sock_monitor_events(void *ctx, void *sock, int events)
     return pair;
 }
 
-int br_sock_monitor_auth_failed(void *monitor)
+int br_sock_monitor_take(void *monitor)
 {
-    int failed = 0;
+    int ev = 0;
     for (;;) {
-        zmq_msg_t ev;
-        zmq_msg_init(&ev);
-        if (zmq_msg_recv(&ev, monitor, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&ev);
-            break;
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (!monitor || zmq_msg_recv(&m, monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            return ev;
         }
-        if (zmq_msg_size(&ev) >= 2) {
+        if (zmq_msg_size(&m) >= 2) {
             uint16_t id;
-            memcpy(&id, zmq_msg_data(&ev), 2);
-            if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
-                id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
-                failed = 1;
+            memcpy(&id, zmq_msg_data(&m), 2);
+            ev |= id;
         }
-        int more = zmq_msg_more(&ev);
-        zmq_msg_close(&ev);
+        int more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
         if (more) { /* second frame: the endpoint */
-            zmq_msg_init(&ev);
-            zmq_msg_recv(&ev, monitor, 0);
-            zmq_msg_close(&ev);
+            zmq_msg_init(&m);
+            zmq_msg_recv(&m, monitor, 0);
+            zmq_msg_close(&m);
         }
     }
-    return failed;
+}
+
+int br_sock_monitor_auth_failed(void *monitor)
+{
+    return (br_sock_monitor_take(monitor) &
+            (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)) != 0;
 }
 
 void br_sock_close(void **sock)

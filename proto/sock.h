@@ -36,6 +36,10 @@ void *br_sock_monitor(void *ctx, void *sock);
 /* The same for any set of ZMQ_EVENT_* bits. */
 void *br_sock_monitor_events(void *ctx, void *sock, int events);
 
+/* Read pending monitor events without blocking: the ZMQ_EVENT_* bits of those that
+ * came (0 when none, or monitor is NULL). */
+int br_sock_monitor_take(void *monitor);
+
 /* Read pending monitor events without blocking. Returns 1 when one of them says the
  * server refused our key (or the handshake failed for a protocol reason), else 0. */
 int br_sock_monitor_auth_failed(void *monitor);

@@ -99,4 +99,33 @@ static inline void fixture_close(coord_fixture_t *f)
     br_rm_tree(AT_FDCWD, f->dir);
 }
 
+/* The world most tests of the job core start from: nodes "a" and "b" of 4 CPUs
+ * each (serving checkpoint files on port; 0: not) on a fixture of its own. */
+typedef struct {
+    coord_fixture_t f;
+    br_node_t *a, *b;
+} fixture_two_t;
+
+static inline int fixture_two_setup(void **state, const char *test, int with_replicas,
+                                    int port)
+{
+    fixture_two_t *w = calloc(1, sizeof(*w));
+    if (!w || fixture_open(&w->f, test, with_replicas) < 0) {
+        free(w);
+        return -1;
+    }
+    w->a = fixture_node(&w->f.c, "a", 4, port);
+    w->b = fixture_node(&w->f.c, "b", 4, port);
+    *state = w;
+    return 0;
+}
+
+static inline int fixture_two_teardown(void **state)
+{
+    fixture_two_t *w = *state;
+    fixture_close(&w->f);
+    free(w);
+    return 0;
+}
+
 #endif

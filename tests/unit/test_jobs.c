@@ -18,28 +18,16 @@
 #include "coord_fixture.h"
 #include "nodelife.h"
 
-typedef struct {
-    coord_fixture_t f;
-    br_node_t *a, *b;
-} world_t;
+typedef fixture_two_t world_t;
 
 static int setup(void **state)
 {
-    world_t *w = calloc(1, sizeof(*w));
-    if (!w || fixture_open(&w->f, "test_jobs", 0) < 0)
-        return -1;
-    w->a = fixture_node(&w->f.c, "a", 4, 0);
-    w->b = fixture_node(&w->f.c, "b", 4, 0);
-    *state = w;
-    return 0;
+    return fixture_two_setup(state, "test_jobs", 0, 0);
 }
 
 static int teardown(void **state)
 {
-    world_t *w = *state;
-    fixture_close(&w->f);
-    free(w);
-    return 0;
+    return fixture_two_teardown(state);
 }
 
 /* The node the job's rank 0 was placed on. */

@@ -15,28 +15,16 @@
 #include "api.h"
 #include "coord_fixture.h"
 
-typedef struct {
-    coord_fixture_t f;
-    br_node_t *a, *b;
-} world_t;
+typedef fixture_two_t world_t;
 
 static int setup(void **state)
 {
-    world_t *w = calloc(1, sizeof(*w));
-    if (!w || fixture_open(&w->f, "test_newer_resume", 0) < 0)
-        return -1;
-    w->a = fixture_node(&w->f.c, "a", 4, 0);
-    w->b = fixture_node(&w->f.c, "b", 4, 0);
-    *state = w;
-    return 0;
+    return fixture_two_setup(state, "test_newer_resume", 0, 0);
 }
 
 static int teardown(void **state)
 {
-    world_t *w = *state;
-    fixture_close(&w->f);
-    free(w);
-    return 0;
+    return fixture_two_teardown(state);
 }
 
 /* A job of nodes ranks with a checkpoint dir, restarted on a non-zero exit. */

@@ -22,28 +22,16 @@
 #include "api.h"
 #include "coord_fixture.h"
 
-typedef struct {
-    coord_fixture_t f;
-    br_node_t *a, *b;
-} world_t;
+typedef fixture_two_t world_t;
 
 static int setup(void **state)
 {
-    world_t *w = calloc(1, sizeof(*w));
-    if (!w || fixture_open(&w->f, "test_replica_life", 1) < 0)
-        return -1;
-    w->a = fixture_node(&w->f.c, "a", 4, 7704);
-    w->b = fixture_node(&w->f.c, "b", 4, 7704);
-    *state = w;
-    return 0;
+    return fixture_two_setup(state, "test_replica_life", 1, 7704);
 }
 
 static int teardown(void **state)
 {
-    world_t *w = *state;
-    fixture_close(&w->f);
-    free(w);
-    return 0;
+    return fixture_two_teardown(state);
 }
 
 /* The body of the last order of type to node n (borrowed), or NULL. */
