@@ -132,6 +132,13 @@ echo "==> uninterrupted run of the same script, for comparison:"
 BRAMBLE_CHECKPOINT_DIR=$QS_TMP/direct /usr/bin/python3 examples/train_checkpoint.py \
     --steps 60 --every 5 --step-time 0 | tail -1
 echo "    (the job's final line above is the same: it resumed from its checkpoint)"
+echo
+echo "==> its newest checkpoint, fetched to this machine and verified:"
+echo "    $BRAMBLE checkpoint pull $TRAIN DIR"
+if ! "$BRAMBLE" checkpoint pull "$TRAIN" "$QS_TMP/weights"; then
+    echo "quickstart: the job's newest checkpoint could not be pulled" >&2
+    RC=1
+fi
 if [ "$TRAIN_STATE" != completed ]; then
     echo "quickstart: the training job ended $TRAIN_STATE" >&2
     RC=1
