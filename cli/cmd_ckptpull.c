@@ -345,11 +345,13 @@ int cli_checkpoint_pull(cli_t *cli, int argc, char **argv)
             cli_print_json(out);
             json_decref(out);
         } else {
+            char size[32], rate[32];
+            br_format_size((uint64_t)p.total, size, sizeof(size));
+            br_format_size(s > 0 ? (uint64_t)((double)p.fetched / s) : 0, rate, sizeof(rate));
             printf("pulled checkpoint step %lld of job %ld from %s into %s: %lld file%s, "
-                   "%.1f MiB, verified (%.1f MB/s)\n",
+                   "%s, verified (%s/s)\n",
                    (long long)json_integer_value(json_object_get(r, "step")), id, p.from,
-                   where, files, files == 1 ? "" : "s", (double)p.total / 1048576.0,
-                   s > 0 ? (double)p.fetched / 1e6 / s : 0.0);
+                   where, files, files == 1 ? "" : "s", size, rate);
         }
     }
     json_decref(r);
