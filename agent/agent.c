@@ -71,6 +71,7 @@ struct br_agent {
     json_t *stored;               /* ckpt.stored reports not answered yet */
     int hello_plain;              /* the coordinator refuses "replica_port" in hellos */
     int hb_nodisk;                /* ... or "disk" in heartbeats */
+    int hb_nopulling;             /* ... or "pulling" */
     int ckpt_plain;               /* the coordinator refuses "manifest" in reports */
     int64_t send_failed;          /* sends that found the queue full, in all */
     int64_t send_failed_run;      /* ... since the last one that went through */
@@ -1499,6 +1500,12 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         a->hb_sent = 0;
         fprintf(stderr, "bramble-agent: the coordinator does not take \"disk\" in "
                         "node.heartbeat; heartbeats go without disk figures\n");
+    } else if (seq == a->hb_seq && failed && err.errnum == EPROTO &&
+               strstr(err.text, "pulling") && !a->hb_nopulling) {
+        a->hb_nopulling = 1; /* as for "gpus" */
+        a->hb_sent = 0;
+        fprintf(stderr, "bramble-agent: the coordinator does not take \"pulling\" in "
+                        "node.heartbeat; heartbeats go without the pulls' progress\n");
     } else if (failed && err.errnum == ENOTCONN) {
         a->hello_acked = 0; /* the coordinator wants a hello (restarted, or we were lost) */
         send_hello(a);
@@ -1748,6 +1755,11 @@ static void timers(br_agent_t *a)
         json_t *disk = a->hb_nodisk ? NULL : disk_json(a, now);
         if (disk)
             json_object_set_new(hb, "disk", disk);
+        /* how far the checkpoint pull in progress is, for the job's owner to see */
+        json_t *pulling = a->hb_nopulling || !a->replica ? NULL
+                                                         : br_replica_progress(a->replica);
+        if (pulling)
+            json_object_set_new(hb, "pulling", pulling);
         json_t *rtt = json_pack("{s:o}", "peers", a->probe ? br_probe_report(a->probe, now)
                                                             : json_object());
         if (a->coord_rtt_ms >= 0)

@@ -138,6 +138,13 @@ static int open_old(int dfd, const char *rel, json_int_t size)
 }
 
 /* Count n more bytes written; -1 with err past the limit. */
+/* n more bytes of the checkpoint are in place: what br_pull_req_t.progress shows. */
+static void done(pull_t *p, uint64_t n)
+{
+    if (p->r->progress)
+        atomic_fetch_add(p->r->progress, (long long)n);
+}
+
 static int charge(pull_t *p, size_t n)
 {
     p->written += (int64_t)n;
@@ -388,6 +395,7 @@ static int take_answer(pull_t *p, int fd, crypto_generichash_state *hs,
         crypto_generichash_update(hs, data, len);
         *got += (int64_t)len;
         p->st.bytes_received += len;
+        done(p, len);
         rc = 1;
     }
     br_msg_destroy(&m);
@@ -504,6 +512,7 @@ static int add_file(pull_t *p, const char *path, int pfd, const char *name,
     if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
         if (S_ISREG(st.st_mode) && st.st_size == size) { /* verified when renamed */
             p->st.bytes_deduped += (uint64_t)size;
+            done(p, (uint64_t)size);
             p->st.files_deduped++;
             return 0;
         }
@@ -520,6 +529,7 @@ static int add_file(pull_t *p, const char *path, int pfd, const char *name,
     if (src >= 0 && (rc = adopt_old(p, src, hex, size, pfd, name, mode)) <= 0) {
         if (rc == 0) {
             p->st.bytes_deduped += (uint64_t)size;
+            done(p, (uint64_t)size);
             p->st.files_deduped++;
         }
         return rc;
@@ -534,6 +544,7 @@ static int add_file(pull_t *p, const char *path, int pfd, const char *name,
         }
         if (rc == 0) {
             p->st.bytes_deduped += (uint64_t)size;
+            done(p, (uint64_t)size);
             p->st.files_deduped++;
         }
         if (rc <= 0)

@@ -46,6 +46,8 @@ typedef struct {
     int urgent;       /* br_puller_submit: before the pulls waiting (a restore:
                          a job waits for it) */
     json_t *tag;      /* handed back with the result (a reference is taken) */
+    _Atomic long long *progress; /* NULL, or bytes done so far (received, or found
+                                    here by hash), added to as the pull goes */
 } br_pull_req_t;
 
 /* What pulls have done: bytes that came over the network, bytes that did not have

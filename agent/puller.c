@@ -27,6 +27,8 @@ struct br_puller {
     int running;        /* a pull is in progress: 1 a replica's, 2 a restore's */
     int preempted;     /* it was stopped for a restore: it waits again */
     br_pull_stats_t st;
+    job_t *current;            /* the pull in progress (under w.mu), or NULL */
+    _Atomic long long progress; /* its bytes in place so far */
 };
 
 static void job_free(job_t *j)
@@ -73,12 +75,16 @@ static void *run(void *arg)
         pl->ntodo--;
         pl->running = j->r.urgent ? 2 : 1;
         pl->preempted = 0;
+        pl->current = j;
+        atomic_store(&pl->progress, 0);
+        j->r.progress = &pl->progress;
         atomic_store(&pl->w.cancel, 0);
         pthread_mutex_unlock(&pl->w.mu);
         br_pull_stats_t st = {0};
         j->result = br_pull_run(pl->ctx, &j->r, &pl->w.cancel, &st, &j->err);
         pthread_mutex_lock(&pl->w.mu);
         pl->running = 0;
+        pl->current = NULL;
         /* what came over the link counts, also for a run a restore stopped */
         pl->st.bytes_received += st.bytes_received;
         pl->st.bytes_deduped += st.bytes_deduped;
@@ -226,4 +232,13 @@ void br_puller_stats(br_puller_t *pl, br_pull_stats_t *st)
     pthread_mutex_lock(&pl->w.mu);
     *st = pl->st;
     pthread_mutex_unlock(&pl->w.mu);
+}
+
+json_t *br_puller_progress(br_puller_t *pl, long long *done)
+{
+    pthread_mutex_lock(&pl->w.mu);
+    json_t *tag = pl->current ? json_incref(pl->current->tag) : NULL;
+    *done = atomic_load(&pl->progress);
+    pthread_mutex_unlock(&pl->w.mu);
+    return tag;
 }

@@ -28,5 +28,8 @@ int br_puller_submit(br_puller_t *p, const br_pull_req_t *r, br_err_t *err);
  * *result NULL and err saying why it failed; 0 when none is finished. */
 int br_puller_take(br_puller_t *p, json_t **tag, json_t **result, br_err_t *err);
 void br_puller_stats(br_puller_t *p, br_pull_stats_t *st);
+/* The pull in progress: its tag (a new reference) with *done the bytes of it in
+ * place so far; NULL when none runs. */
+json_t *br_puller_progress(br_puller_t *p, long long *done);
 
 #endif

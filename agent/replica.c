@@ -344,6 +344,19 @@ int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err)
     return rc;
 }
 
+json_t *br_replica_progress(br_replica_t *r)
+{
+    long long done = 0;
+    json_t *tag = r->puller ? br_puller_progress(r->puller, &done) : NULL;
+    json_t *o = tag ? json_pack("{s:O, s:O, s:O, s:I}", "job", json_object_get(tag, "job"),
+                                "hash", json_object_get(tag, "hash"), "restore",
+                                json_object_get(tag, "restore"), "done",
+                                (json_int_t)done)
+                    : NULL;
+    json_decref(tag);
+    return o;
+}
+
 int br_replica_drop(br_replica_t *r, const br_msg_t *m, br_err_t *err)
 {
     json_int_t job;

@@ -41,6 +41,9 @@ int br_replica_drop(br_replica_t *r, const br_msg_t *m, br_err_t *err);
 /* A finished fetch, as the body of its ckpt.stored report (the caller's), or NULL
  * when none has finished. */
 json_t *br_replica_take(br_replica_t *r);
+/* The pull in progress, for heartbeats: {"job", "hash", "restore", "done" (bytes in
+ * place so far)}, or NULL when none runs. */
+json_t *br_replica_progress(br_replica_t *r);
 
 /* The heartbeat's "disk": the store's free bytes, use and quota, and the free
  * bytes under each of dirs (the running jobs' checkpoint dirs that exist). They

@@ -684,6 +684,37 @@ static void print_section(const char *title, const json_t *items, int ncols,
         cli_print_rows(items, ncols, head, row);
 }
 
+/* A copy of a checkpoint under way: what, where from and to, how far. */
+static void transfer_row(cli_table_t *t, const json_t *x)
+{
+    char kind[24], step[24], done[32], of[32], pct[16] = "-", rate[40] = "-", tmp[32];
+    snprintf(kind, sizeof(kind), "  %s", json_string_value(json_object_get(x, "kind")));
+    cli_fmt_value(json_object_get(x, "step"), step, sizeof(step));
+    json_int_t d = json_integer_value(json_object_get(x, "done"));
+    json_int_t b = json_integer_value(json_object_get(x, "bytes"));
+    br_format_size((uint64_t)d, done, sizeof(done));
+    br_format_size((uint64_t)b, of, sizeof(of));
+    if (b > 0)
+        snprintf(pct, sizeof(pct), "%d%%", (int)(100 * (d < b ? d : b) / b));
+    if (json_is_number(json_object_get(x, "rate")))
+        snprintf(rate, sizeof(rate), "%s/s",
+                 br_format_size((uint64_t)json_number_value(json_object_get(x, "rate")),
+                                tmp, sizeof(tmp)));
+    char from[64], to[64], amount[80];
+    cli_fmt_value(json_object_get(x, "from"), from, sizeof(from));
+    cli_fmt_value(json_object_get(x, "to"), to, sizeof(to));
+    snprintf(amount, sizeof(amount), "%s of %s", done, of);
+    const char *cells[] = {kind, step, from, to, amount, pct, rate};
+    cli_table_add(t, cells);
+}
+
+static void print_transfers(const json_t *xs)
+{
+    static const char *head[] = {"  KIND", "STEP", "FROM", "TO", "DONE", "%", "RATE"};
+    if (json_array_size(xs)) /* (none: no section at all) */
+        print_section("copies under way", xs, 7, head, transfer_row);
+}
+
 static void print_checkpoints(const json_t *cps)
 {
     static const char *head[] = {"  STEP", "ATTEMPT",  "TIME", "FILES",
@@ -825,6 +856,7 @@ static void print_job(const json_t *job)
     if (json_is_array(json_object_get(job, "replicas")))
         print_replicas(json_object_get(job, "replicas"));
     print_checkpoints(json_object_get(job, "checkpoints"));
+    print_transfers(json_object_get(job, "transfers"));
     print_timeline(json_object_get(job, "events"));
 }
 

@@ -201,13 +201,16 @@ static int check_amount(const json_t *v, const char *key, br_err_t *err)
 
 void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    json_t *tasks, *rtt = NULL, *gpus = NULL, *disk = NULL, *cost = NULL, *watts = NULL;
+    json_t *tasks, *rtt = NULL, *gpus = NULL, *disk = NULL, *cost = NULL, *watts = NULL,
+           *pulling = NULL;
     double load = -1;
     br_err_t err = {0};
     int64_t began = br_mono_us();
-    if (br_msg_unpack(m, &err, "{s:o, s?F, s?o, s?o, s?o, s?o, s?o}", "tasks", &tasks, "load",
-                      &load, "rtt", &rtt, "gpus", &gpus, "disk", &disk, "cost_per_hour",
-                      &cost, "power_watts", &watts) < 0 ||
+    if (br_msg_unpack(m, &err, "{s:o, s?F, s?o, s?o, s?o, s?o, s?o, s?o}", "tasks", &tasks,
+                      "load", &load, "rtt", &rtt, "gpus", &gpus, "disk", &disk,
+                      "cost_per_hour", &cost, "power_watts", &watts, "pulling",
+                      &pulling) < 0 ||
+        (pulling && br_replicas_check_pulling(pulling, &err) < 0) ||
         !json_is_array(tasks) || (rtt && !json_is_object(rtt)) ||
         check_amount(cost, "cost_per_hour", &err) < 0 ||
         check_amount(watts, "power_watts", &err) < 0 ||
@@ -229,6 +232,8 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_object_set_new(n->info, "load", json_real(load));
     if (disk) /* in memory too: where replicas may go */
         json_object_set(n->info, "disk", disk);
+    if (pulling) /* how far a copy of a checkpoint is: job show says */
+        br_replicas_progress(c, n, pulling);
     if (cost) /* in memory: the rate now, fixed part and electricity (docs/cli.md) */
         json_object_set_new(n->info, "cost_per_hour", json_real(json_number_value(cost)));
     if (watts)

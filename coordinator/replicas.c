@@ -274,10 +274,11 @@ static json_t *order_pull(br_coord_t *c, br_replicas_t *r, const br_replica_ckpt
     }
     br_coord_send_node(c, holder, "ckpt.serve", serve);
     int64_t now = br_mono_ms();
-    json_t *e = json_pack("{s:I, s:s, s:I, s:s, s:s, s:s, s:b, s:I}", "job",
+    json_t *e = json_pack("{s:I, s:s, s:I, s:s, s:s, s:s, s:b, s:I, s:I}", "job",
                           (json_int_t)k->job, "hash", hash, "step", (json_int_t)k->step,
                           "path", k->path, "holder", holder->name, "target", target->name,
-                          "store", from_store, "at", (json_int_t)now);
+                          "store", from_store, "at", (json_int_t)now, "bytes",
+                          json_integer_value(json_object_get(k->manifest, "bytes")));
     if (holder == target) { /* the same connection keeps them in order */
         br_coord_send_node(c, target, "ckpt.fetch", fetch);
     } else { /* the grant must be there when the puller knocks */
@@ -1204,4 +1205,60 @@ void br_replicas_annotate(br_coord_t *c, int64_t job, json_t *checkpoints)
         json_object_set_new(cp, "copies", copies);
     }
     json_decref(reps);
+}
+
+int br_replicas_check_pulling(const json_t *p, br_err_t *err)
+{
+    json_int_t job, done;
+    const char *hash;
+    int restore;
+    json_error_t je;
+    if (json_unpack_ex((json_t *)p, &je, JSON_STRICT, "{s:I, s:s, s:b, s:I}", "job", &job,
+                       "hash", &hash, "restore", &restore, "done", &done) < 0 ||
+        job < 1 || done < 0)
+        return br_errf(err, EPROTO, "node.heartbeat: pulling must be {job, hash, restore, "
+                       "done}: %s", je.text[0] ? je.text : "a job id and bytes done");
+    return 0;
+}
+
+void br_replicas_progress(br_coord_t *c, br_node_t *n, const json_t *p)
+{
+    char grant[160], key[200];
+    const char *hash = json_string_value(json_object_get(p, "hash"));
+    br_replicas_grant_id(json_integer_value(json_object_get(p, "job")), hash, n->name, grant,
+                         sizeof(grant));
+    snprintf(key, sizeof(key), "%s%s", json_is_true(json_object_get(p, "restore")) ? "r/" : "",
+             grant);
+    json_t *e = c->replicas ? json_object_get(c->replicas->pulls, key) : NULL;
+    if (!e || strcmp(json_string_value(json_object_get(e, "hash")), hash) != 0)
+        return; /* not one this coordinator ordered */
+    json_object_set(e, "done", json_object_get(p, "done"));
+    json_object_set_new(e, "done_at", json_integer(br_mono_ms()));
+}
+
+json_t *br_replicas_transfers(br_coord_t *c, int64_t job)
+{
+    json_t *out = json_array(), *e;
+    const char *key;
+    int64_t now = br_mono_ms();
+    json_object_foreach (c->replicas ? c->replicas->pulls : NULL, key, e) {
+        if (json_integer_value(json_object_get(e, "job")) != job)
+            continue;
+        int64_t at = json_integer_value(json_object_get(e, "at"));
+        int64_t done = json_integer_value(json_object_get(e, "done"));
+        int64_t done_at = json_integer_value(json_object_get(e, "done_at"));
+        json_t *t = json_pack(
+            "{s:s, s:O?, s:O?, s:O?, s:O?, s:I, s:O?, s:f}", "kind",
+            strncmp(key, "r/", 2) == 0 ? "restore" : "replica", "step",
+            json_object_get(e, "step"), "path", json_object_get(e, "path"), "from",
+            json_object_get(e, "holder"), "to", json_object_get(e, "target"), "done",
+            (json_int_t)done, "bytes", json_object_get(e, "bytes"), "seconds",
+            (double)(now - at) / 1000.0);
+        /* the rate from the order to the last heartbeat that said how far it was */
+        if (t && done_at > at)
+            json_object_set_new(t, "rate", json_real((double)done * 1000.0 /
+                                                     (double)(done_at - at)));
+        json_array_append_new(out, t);
+    }
+    return out;
 }

@@ -134,6 +134,18 @@ int br_replicas_drop(struct br_coord *c, int64_t job, const json_t *row,
 /* job was purged: copies of it still under way are dropped as they arrive. */
 void br_replicas_purged(struct br_coord *c, int64_t job);
 
+/* node.heartbeat's "pulling": {"job": id, "hash": hex, "restore": bool, "done":
+ * bytes >= 0}, nothing else; else -1 with EPROTO and words naming 'pulling' (the
+ * agent then sends heartbeats without it). */
+int br_replicas_check_pulling(const json_t *p, br_err_t *err);
+/* n's heartbeat said how far its pull in progress is (checked): kept with the pull
+ * this coordinator ordered, for br_replicas_transfers. */
+void br_replicas_progress(struct br_coord *c, br_node_t *n, const json_t *p);
+/* The job's checkpoint copies under way: [{"kind": "replica"|"restore", "step",
+ * "path", "from", "to", "done", "bytes", "seconds" (since ordered), "rate"? (bytes
+ * a second, once a heartbeat said how far it is)}]. */
+json_t *br_replicas_transfers(struct br_coord *c, int64_t job);
+
 /* The job's checkpoints (br_store_checkpoint_list's array, changed in place) each
  * with "copies": [{"node", "time"}] of the verified replicas (and the writer's
  * own, as {"node", "writer": true}). */

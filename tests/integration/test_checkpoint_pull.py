@@ -16,7 +16,7 @@ import pytest
 
 from conftest import wait_for
 from test_recovery import events_text, other
-from test_replica_restore import copies_of, two_private_nodes
+from test_replica_restore import copies_of, private_disk, two_private_nodes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for mount namespaces")
 
@@ -159,3 +159,47 @@ def test_a_damaged_copy_is_refused_and_a_later_pull_goes_on(make_cluster, tmp_pa
     assert tree(dest / "checkpoint-3") == tree(disk[writer] / "checkpoint-3")
     assert not stage.exists()
     print(json.dumps(r))
+
+
+def test_a_long_copy_shows_how_far_it_is(make_cluster, tmp_path):
+    """A replica's pull, slowed by the holder's --replica-bandwidth, shows in
+    `job show` while it runs: from where to where, bytes done of all, and a rate."""
+    c = make_cluster(heartbeat="200ms", node_timeout="2s")
+    names = ["slow-a", "slow-b"]
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    tok = c.token(uses=2)
+    for n in names:
+        (tmp_path / f"disk-{n}").mkdir()
+        c.start_agent(n, token=tok, extra=["--probe-port", "0", "--replica-port", "0",
+                                           "--replica-bandwidth", "3MB/s"],
+                      wrap=private_disk(tmp_path / f"disk-{n}", ckpt))
+    c.wait_ready(*names)
+    size = 24_000_000  # about 8 s at 3 MB/s
+    jid = c.submit("name: big-save\n"
+                   "command: |\n"
+                   "  mkdir -p $BRAMBLE_CHECKPOINT_DIR/checkpoint-1\n"
+                   f"  head -c {size} /dev/urandom > $BRAMBLE_CHECKPOINT_DIR/checkpoint-1/w.bin\n"
+                   "  echo '{}' > $BRAMBLE_CHECKPOINT_DIR/checkpoint-1/trainer_state.json\n"
+                   "  exec sleep 600\n"
+                   f"checkpoint:\n  dir: {ckpt}\n")
+
+    def under_way(at_least):
+        xs = c.job(jid).get("transfers") or []
+        x = xs[0] if xs else None
+        return x if x and x["done"] >= at_least and x.get("rate") else None
+
+    first = wait_for(lambda: under_way(1), what="the copy to say how far it is")
+    writer = c.job(jid)["nodes"][0]
+    assert (first["kind"], first["step"], first["from"], first["to"]) == \
+        ("replica", 1, writer, other(names, writer)), first
+    assert first["bytes"] == size + 3 and first["done"] < first["bytes"], first
+    later = wait_for(lambda: under_way(first["done"] + 1), what="the copy to go on")
+    assert later["done"] > first["done"] and later["rate"] < 6e6, (first, later)
+    _, out, _ = c.cli("job", "show", jid)
+    assert "copies under way:" in out and f"{writer}" in out, out
+    # once copied, nothing is under way
+    wait_for(lambda: c.job(jid)["transfers"] == [] and
+             copies_of(c.job(jid), 1) == {other(names, writer)}, 60,
+             "the copy to be done")
+    c.cli("cancel", jid)
