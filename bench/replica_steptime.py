@@ -1,0 +1,223 @@
+#!/usr/bin/python3
+"""replica_steptime.py - what copying checkpoints to another node costs a job.
+
+Starts a local cluster of 2 agents with no shared disk: each agent runs in a mount
+namespace of its own, where a directory of its own is bind-mounted at the job's
+checkpoint.dir (as tests/integration/test_replica_restore.py does), so a replica
+is a real pull over CURVE into the other node's replica store. Then runs
+bench/steptime_job.py (fixed CPU work per step, a checkpoint of --mib MiB every
+--every steps) with `checkpoint: {replicas: 0}` and with `replicas: 1`, in turn,
+--rounds times each (the order alternating), and prints per run and in all the
+median step time, the mean step time, the save time and the slowdown of
+replicas: 1 next to replicas: 0, with the replicas the coordinator reported and
+the load average. Needs root (unshare --mount). Usage:
+  bench/replica_steptime.py [--bin build-rel/bin] [--rounds 3] [--steps 220]
+      [--every 50] [--work 2000000] [--mib 128] [--files 4]
+      [--replica-bandwidth RATE]   (the agents' cap on what they send)
+docs/benchmarks.md keeps the figures.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MARK = "BRAMBLE_STEPTIME_BENCH"  # in the environment of all it starts
+
+
+class Cluster:
+    def __init__(self, bin_dir, work, extra):
+        self.bin, self.work, self.extra = bin_dir, work, extra
+        self.cred = os.path.join(work, "c", "admin.credential")
+        self.mark = uuid.uuid4().hex
+        self.env = dict(os.environ, HOME=work, **{MARK: self.mark})
+        self.procs = []
+
+    def cli(self, *args, check=True):
+        r = subprocess.run([os.path.join(self.bin, "bramble"), "--credential", self.cred,
+                            *map(str, args)], env=self.env, capture_output=True,
+                           text=True, timeout=60)
+        if check and r.returncode != 0:
+            raise SystemExit("bramble %s: %s" % (" ".join(map(str, args)),
+                                                 r.stderr.strip()))
+        return r.stdout
+
+    def spawn(self, name, argv):
+        log = open(os.path.join(self.work, name + ".log"), "w")
+        p = subprocess.Popen(argv, env=self.env, stdout=log, stderr=log,
+                             start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def start(self, ckpt):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        data = os.path.join(self.work, "c")
+        subprocess.run([os.path.join(self.bin, "brambled"), "init", "--data-dir", data,
+                        "--listen", "tcp://127.0.0.1:%d" % port], env=self.env,
+                       check=True, stdout=subprocess.DEVNULL)
+        self.spawn("brambled", [os.path.join(self.bin, "brambled"), "--data-dir", data])
+        wait(lambda: self.cli("nodes", "--json", check=False), "the coordinator")
+        tok = self.cli("token", "create", "--uses", 2).strip()
+        for n in ("node-1", "node-2"):
+            disk = os.path.join(self.work, "disk-" + n)
+            os.mkdir(disk)
+            # a mount namespace of its own, its own disk at ckpt; jobs inherit it
+            self.spawn(n, ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh", disk,
+                           ckpt,
+                           os.path.join(self.bin, "bramble-agent"), "--data-dir",
+                           os.path.join(self.work, n), "--join", tok, "--name", n,
+                           "--probe-port", "0", "--replica-port", "0",
+                           "--allow-root-jobs", *self.extra])
+        wait(lambda: sum(x["state"] == "ready" for x in
+                         json.loads(self.cli("nodes", "--json"))) == 2, "2 ready nodes")
+
+    def stop(self):
+        for p in reversed(self.procs):  # agents, then the coordinator
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        tag = ("%s=%s" % (MARK, self.mark)).encode()
+        for pid in filter(str.isdigit, os.listdir("/proc")):  # jobs left behind
+            try:
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    if tag in f.read().split(b"\0"):
+                        os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def wait(pred, what, timeout=120):
+    end = time.time() + timeout
+    while time.time() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise SystemExit("timed out waiting for " + what)
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def one_run(c, a, ckpt, replicas, i):
+    out = os.path.join(c.work, "steps-%d.txt" % i)
+    spec = os.path.join(c.work, "job-%d.yaml" % i)
+    with open(spec, "w") as f:
+        f.write("""name: steptime-r%d
+command: /usr/bin/python3 %s/bench/steptime_job.py --steps %d --every %d --work %d \
+--mib %d --files %d --out %s
+workdir: %s
+checkpoint:
+  dir: %s/job-%d
+  pattern: "checkpoint-*"
+  complete_file: trainer_state.json
+  replicas: %d
+""" % (replicas, ROOT, a.steps, a.every, a.work, a.mib, a.files, out, c.work, ckpt, i,
+            replicas))
+    jid = c.cli("submit", spec).strip()
+    t0 = time.time()
+    j = wait(lambda: (lambda j: j if j["state"] in ("completed", "failed", "cancelled")
+                      else None)(json.loads(c.cli("job", "show", jid, "--json"))),
+             "job %s to end" % jid, timeout=3600)
+    wall = time.time() - t0
+    if j["state"] != "completed":
+        print(c.cli("logs", jid, check=False)[-2000:], file=sys.stderr)
+        raise SystemExit("job %s %s" % (jid, j["state"]))
+
+    def copies_settled():  # each copy begun has ended, well or not
+        j = json.loads(c.cli("job", "show", jid, "--json"))
+        ev = [e["reason"] or "" for e in j["events"] if e["state"] == "replica"]
+        begun = sum("is being copied" in r for r in ev)
+        done = [r for r in ev if "replicated on" in r or " failed on " in r]
+        return [ev] if len(done) >= begun else None
+    ev = wait(copies_settled, "the copies of job %s" % jid, timeout=600)[0]
+    steps, saves = [], []
+    with open(out) as f:
+        for ln in f:
+            k, v = ln.split()
+            (steps if k == "step" else saves).append(float(v))
+    # the replicas made, and how long each took (the coordinator's events)
+    rep = [r for r in ev if "replicated on" in r]
+    secs = [float(m.group(1)) for m in (re.search(r" in ([\d.]+) s", r) for r in rep) if m]
+    for n in ("node-1", "node-2"):  # free the disks for the next run
+        shutil.rmtree(os.path.join(c.work, "disk-" + n, "job-%d" % i), ignore_errors=True)
+    return {"replicas": replicas, "median": statistics.median(steps),
+            "mean": statistics.mean(steps), "save": statistics.median(saves),
+            "wall": wall, "copies": len(rep), "checkpoints": len(saves),
+            "failed": sum(" failed on " in r for r in ev),
+            "copy_s": statistics.median(secs) if secs else 0.0, "load": loadavg()}
+
+
+def main():
+    ap = argparse.ArgumentParser(description="step time while checkpoints replicate")
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build-rel", "bin"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=220)
+    ap.add_argument("--every", type=int, default=50)
+    ap.add_argument("--work", type=int, default=2000000)
+    ap.add_argument("--mib", type=int, default=128)
+    ap.add_argument("--files", type=int, default=4)
+    ap.add_argument("--replica-bandwidth")
+    a = ap.parse_args()
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # clean up on these too
+        signal.signal(sig, lambda *_: sys.exit(1))
+    work = tempfile.mkdtemp(prefix="bramble-steptime-")
+    ckpt = os.path.join(work, "ckpt")  # the same path on both nodes, two disks
+    os.mkdir(ckpt)
+    extra = ["--replica-bandwidth", a.replica_bandwidth] if a.replica_bandwidth else []
+    c = Cluster(os.path.abspath(a.bin), work, extra)
+    print("machine: %d cores; load %s; %d steps of %d rounds, a checkpoint of %d MiB "
+          "in %d files every %d steps%s" % (os.cpu_count(), loadavg(), a.steps, a.work,
+                                           a.mib, a.files, a.every,
+                                           ", --replica-bandwidth " + a.replica_bandwidth
+                                           if a.replica_bandwidth else ""), flush=True)
+    res = {0: [], 1: []}
+    try:
+        c.start(ckpt)
+        i = 0
+        for r in range(a.rounds):
+            for replicas in ((0, 1) if r % 2 == 0 else (1, 0)):
+                i += 1
+                x = one_run(c, a, ckpt, replicas, i)
+                res[replicas].append(x)
+                print("replicas %d: step median %.4f s, mean %.4f s; save %.3f s; "
+                      "%d/%d checkpoints copied (median %.1f s each), %d copies "
+                      "failed; job %.1f s; load %s"
+                      % (replicas, x["median"], x["mean"], x["save"], x["copies"],
+                         x["checkpoints"], x["copy_s"], x["failed"], x["wall"],
+                         x["load"]), flush=True)
+    finally:
+        c.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    m0 = statistics.median(x["median"] for x in res[0])
+    m1 = statistics.median(x["median"] for x in res[1])
+    a0 = statistics.median(x["mean"] for x in res[0])
+    a1 = statistics.median(x["mean"] for x in res[1])
+    print("replicas 0: median step %.4f s, mean %.4f s (medians of %d runs)"
+          % (m0, a0, len(res[0])))
+    print("replicas 1: median step %.4f s, mean %.4f s (medians of %d runs)"
+          % (m1, a1, len(res[1])))
+    print("slowdown: median step %+.1f%%, mean step %+.1f%%"
+          % (100 * (m1 / m0 - 1), 100 * (a1 / a0 - 1)))
+
+
+if __name__ == "__main__":
+    main()
