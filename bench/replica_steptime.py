@@ -147,23 +147,48 @@ checkpoint:
         ev = [e["reason"] or "" for e in j["events"] if e["state"] == "replica"]
         begun = sum("is being copied" in r for r in ev)
         done = [r for r in ev if "replicated on" in r or " failed on " in r]
-        return [ev] if len(done) >= begun else None
-    ev = wait(copies_settled, "the copies of job %s" % jid, timeout=600)[0]
-    steps, saves = [], []
+        return [j["events"]] if len(done) >= begun else None
+    events = wait(copies_settled, "the copies of job %s" % jid, timeout=600)[0]
+    ev = [e["reason"] or "" for e in events if e["state"] == "replica"]
+    steps, saves = [], {}  # (start, seconds); step: (end, seconds)
     with open(out) as f:
         for ln in f:
-            k, v = ln.split()
-            (steps if k == "step" else saves).append(float(v))
-    # the replicas made, and how long each took (the coordinator's events)
+            k, n, t, d = ln.split()
+            if k == "step":
+                steps.append((float(t), float(d)))
+            else:
+                saves[int(n)] = (float(t) + float(d), float(d))
+    # when each copy ended, counted from the end of its checkpoint's save
+    ends = []
+    for e in events:
+        m = re.search(r"\(step (\d+)[,)]", e["reason"] or "")
+        if e["state"] == "replica" and m and int(m.group(1)) in saves and (
+                "replicated on" in e["reason"] or " failed on " in e["reason"]):
+            ends.append(e["time"] - saves[int(m.group(1))][0])
     rep = [r for r in ev if "replicated on" in r]
     secs = [float(m.group(1)) for m in (re.search(r" in ([\d.]+) s", r) for r in rep) if m]
     for n in ("node-1", "node-2"):  # free the disks for the next run
         shutil.rmtree(os.path.join(c.work, "disk-" + n, "job-%d" % i), ignore_errors=True)
-    return {"replicas": replicas, "median": statistics.median(steps),
-            "mean": statistics.mean(steps), "save": statistics.median(saves),
+    durs = [d for _, d in steps]
+    return {"replicas": replicas, "median": statistics.median(durs),
+            "mean": statistics.mean(durs),
+            "save": statistics.median(d for _, d in saves.values()),
+            "steps": steps, "saves": [e for e, _ in saves.values()], "ends": ends,
             "wall": wall, "copies": len(rep), "checkpoints": len(saves),
             "failed": sum(" failed on " in r for r in ev),
             "copy_s": statistics.median(secs) if secs else 0.0, "load": loadavg()}
+
+
+def near_saves(x, w):
+    """The steps that start within w seconds of the end of a save (while the copy
+    runs): (the median of the other steps, the median of these, the seconds these
+    took beyond that other median, per checkpoint)."""
+    near = lambda t: any(0 <= t - e <= w for e in x["saves"])
+    close = [d for t, d in x["steps"] if near(t)]
+    rest = [d for t, d in x["steps"] if not near(t)]
+    q = statistics.median(rest)
+    return (q, statistics.median(close) if close else q,
+            sum(d - q for d in close) / max(1, len(x["saves"])))
 
 
 def main():
@@ -217,6 +242,28 @@ def main():
           % (m1, a1, len(res[1])))
     print("slowdown: median step %+.1f%%, mean step %+.1f%%"
           % (100 * (m1 / m0 - 1), 100 * (a1 / a0 - 1)))
+    # The load of others drifts from run to run; within a run it hits the steps
+    # near a save and the others alike. So: the steps within w seconds of a save
+    # (the copy's window; with replicas: 0 the writer's own hashing and write-back
+    # run then too) next to the other steps of the same run.
+    ends = [e for x in res[1] for e in x["ends"]]
+    w = statistics.median(ends) if ends else 0.0
+    print("a copy ends a median %.2f s after its save; the steps within that of a "
+          "save, next to the other steps of their run:" % w)
+    excess = {0: [], 1: []}
+    for r in (0, 1):
+        for x in res[r]:
+            q, n, e = near_saves(x, w)
+            excess[r].append(e)
+            print("  replicas %d: others %.4f s, near a save %.4f s (%+.1f%%), "
+                  "%.3f s lost per checkpoint" % (r, q, n, 100 * (n / q - 1), e))
+    q = statistics.median(near_saves(x, w)[0] for r in (0, 1) for x in res[r])
+    e0, e1 = statistics.median(excess[0]), statistics.median(excess[1])
+    every = a.every * q
+    print("the copy's cost: %.3f s per checkpoint (%.3f s lost with replicas 1, %.3f s "
+          "with 0), %.1f%% of %d steps (%.1f s)" % (e1 - e0, e1, e0,
+                                                  100 * (e1 - e0) / every, a.every,
+                                                  every))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ checkpoint of --mib MiB in --files files, Hugging Face style
 ($BRAMBLE_CHECKPOINT_DIR/checkpoint-<step>/, trainer_state.json written last),
 with bytes that differ from the previous checkpoint's (as weights do, so nothing
 is deduplicated), and keeps only the newest two on its disk. Writes one line per
-step to --out: "step SECONDS" for the step's work, "save SECONDS" for a save.
+step to --out: "step STEP START SECONDS" for the step's work, "save STEP START
+SECONDS" for a save (START: the wall clock, SECONDS: how long it took).
 """
 import argparse
 import json
@@ -54,13 +55,13 @@ def main():
     blobs = [bytearray(os.urandom(per)) for _ in range(args.files)]
     with open(args.out, "w") as out:
         for step in range(1, args.steps + 1):
-            t0 = time.perf_counter()
+            w0, t0 = time.time(), time.perf_counter()
             work(args.work)
-            t1 = time.perf_counter()
-            out.write("step %.6f\n" % (t1 - t0))
+            w1, t1 = time.time(), time.perf_counter()
+            out.write("step %d %.6f %.6f\n" % (step, w0, t1 - t0))
             if step % args.every == 0:
                 save(ckpt_dir, step, blobs)
-                out.write("save %.6f\n" % (time.perf_counter() - t1))
+                out.write("save %d %.6f %.6f\n" % (step, w1, time.perf_counter() - t1))
             out.flush()
 
 
