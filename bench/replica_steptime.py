@@ -8,9 +8,9 @@ is a real pull over CURVE into the other node's replica store. Then runs
 bench/steptime_job.py (fixed CPU work per step, a checkpoint of --mib MiB every
 --every steps) with `checkpoint: {replicas: 0}` and with `replicas: 1`, in turn,
 --rounds times each (the order alternating), and prints per run and in all the
-median step time, the mean step time, the save time and the slowdown of
-replicas: 1 next to replicas: 0, with the replicas the coordinator reported and
-the load average. Needs root (unshare --mount). Usage:
+median step time, the mean step time, the save time, the step time by seconds
+since the last save, and the slowdown of replicas: 1 next to replicas: 0, with the replicas the coordinator reported, the
+CPU time brambled and each agent used, and the load average. Needs root (unshare --mount). Usage:
   bench/replica_steptime.py [--bin build-rel/bin] [--rounds 3] [--steps 220]
       [--every 50] [--work 2000000] [--mib 128] [--files 4]
       [--replica-bandwidth RATE]   (the agents' cap on what they send)
@@ -102,6 +102,16 @@ class Cluster:
                 pass
 
 
+def cpu_seconds(pid):
+    """The CPU time process pid has used so far (user and system, all threads)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            v = f.read().rsplit(")", 1)[1].split()
+        return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
 def wait(pred, what, timeout=120):
     end = time.time() + timeout
     while time.time() < end:
@@ -132,6 +142,7 @@ checkpoint:
   replicas: %d
 """ % (replicas, ROOT, a.steps, a.every, a.work, a.mib, a.files, out, c.work, ckpt, i,
             replicas))
+    cpu0 = [cpu_seconds(p.pid) for p in c.procs]
     jid = c.cli("submit", spec).strip()
     t0 = time.time()
     j = wait(lambda: (lambda j: j if j["state"] in ("completed", "failed", "cancelled")
@@ -149,6 +160,7 @@ checkpoint:
         done = [r for r in ev if "replicated on" in r or " failed on " in r]
         return [j["events"]] if len(done) >= begun else None
     events = wait(copies_settled, "the copies of job %s" % jid, timeout=600)[0]
+    cpu = [cpu_seconds(p.pid) - t for p, t in zip(c.procs, cpu0)]
     ev = [e["reason"] or "" for e in events if e["state"] == "replica"]
     steps, saves = [], {}  # (start, seconds); step: (end, seconds)
     with open(out) as f:
@@ -175,8 +187,20 @@ checkpoint:
             "save": statistics.median(d for _, d in saves.values()),
             "steps": steps, "saves": [e for e, _ in saves.values()], "ends": ends,
             "wall": wall, "copies": len(rep), "checkpoints": len(saves),
-            "failed": sum(" failed on " in r for r in ev),
+            "failed": sum(" failed on " in r for r in ev), "cpu": cpu,
             "copy_s": statistics.median(secs) if secs else 0.0, "load": loadavg()}
+
+
+def by_second(x):
+    """The median step time by whole seconds since the end of the last save
+    ("-" before the first, "7+" from 7 s on), with how many steps each."""
+    bins = {}
+    for t, d in x["steps"]:
+        past = [t - e for e in x["saves"] if t >= e]
+        bins.setdefault(min(int(min(past)), 7) if past else -1, []).append(d)
+    return " ".join("%s:%.3f(%d)" % ("-" if k < 0 else "7+" if k == 7 else k,
+                                     statistics.median(v), len(v))
+                    for k, v in sorted(bins.items()))
 
 
 def near_saves(x, w):
@@ -225,10 +249,13 @@ def main():
                 res[replicas].append(x)
                 print("replicas %d: step median %.4f s, mean %.4f s; save %.3f s; "
                       "%d/%d checkpoints copied (median %.1f s each), %d copies "
-                      "failed; job %.1f s; load %s"
+                      "failed; job %.1f s; load %s; CPU s of brambled %.1f, "
+                      "node-1 %.1f, node-2 %.1f"
                       % (replicas, x["median"], x["mean"], x["save"], x["copies"],
                          x["checkpoints"], x["copy_s"], x["failed"], x["wall"],
-                         x["load"]), flush=True)
+                         x["load"], *x["cpu"]), flush=True)
+                print("  step time by seconds since a save: " + by_second(x),
+                      flush=True)
     finally:
         c.stop()
         shutil.rmtree(work, ignore_errors=True)
