@@ -7,10 +7,12 @@ checkpoint.dir (as tests/integration/test_replica_restore.py does), so a replica
 is a real pull over CURVE into the other node's replica store. Then runs
 bench/steptime_job.py (fixed CPU work per step, a checkpoint of --mib MiB every
 --every steps) with `checkpoint: {replicas: 0}` and with `replicas: 1`, in turn,
---rounds times each (the order alternating), and prints per run and in all the
-median step time, the mean step time, the save time, the step time by seconds
-since the last save, and the slowdown of replicas: 1 next to replicas: 0, with the replicas the coordinator reported, the
-CPU time brambled and each agent used, and the load average. Needs root (unshare --mount). Usage:
+--rounds times each (the order alternating). Prints per run the median and mean
+step time, the save time, the copies the coordinator reported, the CPU time
+brambled and each agent used, the load average and the step time by seconds
+since the last save; then the slowdown of replicas: 1 next to replicas: 0, in
+all and for the steps in a copy's window against the others of their run.
+Needs root (unshare --mount). Usage:
   bench/replica_steptime.py [--bin build-rel/bin] [--rounds 3] [--steps 220]
       [--every 50] [--work 2000000] [--mib 128] [--files 4]
       [--replica-bandwidth RATE]   (the agents' cap on what they send)
