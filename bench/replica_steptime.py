@@ -45,9 +45,9 @@ class Cluster:
         self.procs = []
 
     def cli(self, *args, check=True):
-        r = subprocess.run([os.path.join(self.bin, "bramble"), "--credential", self.cred,
-                            *map(str, args)], env=self.env, capture_output=True,
-                           text=True, timeout=60)
+        r = subprocess.run([os.path.join(self.bin, "bramble"), "--credential",
+                            self.cred, *map(str, args)], env=self.env,
+                           capture_output=True, text=True, timeout=60)
         if check and r.returncode != 0:
             raise SystemExit("bramble %s: %s" % (" ".join(map(str, args)),
                                                  r.stderr.strip()))
@@ -180,9 +180,11 @@ checkpoint:
                 "replicated on" in e["reason"] or " failed on " in e["reason"]):
             ends.append(e["time"] - saves[int(m.group(1))][0])
     rep = [r for r in ev if "replicated on" in r]
-    secs = [float(m.group(1)) for m in (re.search(r" in ([\d.]+) s", r) for r in rep) if m]
+    secs = [float(m.group(1)) for m in (re.search(r" in ([\d.]+) s", r) for r in rep)
+            if m]
     for n in ("node-1", "node-2"):  # free the disks for the next run
-        shutil.rmtree(os.path.join(c.work, "disk-" + n, "job-%d" % i), ignore_errors=True)
+        shutil.rmtree(os.path.join(c.work, "disk-" + n, "job-%d" % i),
+                      ignore_errors=True)
     durs = [d for _, d in steps]
     return {"replicas": replicas, "median": statistics.median(durs),
             "mean": statistics.mean(durs),
@@ -235,11 +237,10 @@ def main():
     os.mkdir(ckpt)
     extra = ["--replica-bandwidth", a.replica_bandwidth] if a.replica_bandwidth else []
     c = Cluster(os.path.abspath(a.bin), work, extra)
+    cap = ", --replica-bandwidth " + a.replica_bandwidth if a.replica_bandwidth else ""
     print("machine: %d cores; load %s; %d steps of %d rounds, a checkpoint of %d MiB "
           "in %d files every %d steps%s" % (os.cpu_count(), loadavg(), a.steps, a.work,
-                                           a.mib, a.files, a.every,
-                                           ", --replica-bandwidth " + a.replica_bandwidth
-                                           if a.replica_bandwidth else ""), flush=True)
+                                           a.mib, a.files, a.every, cap), flush=True)
     res = {0: [], 1: []}
     try:
         c.start(ckpt)

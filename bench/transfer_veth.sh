@@ -67,8 +67,9 @@ for i in $(seq "$runs"); do
         secs=$(sed -n 's/.*seconds \([0-9.]*\).*/\1/p' <<<"$out")
         [ -n "$mbit" ] || { echo "$out" >&2; exit 1; }
         got[$mode]="${got[$mode]:-} $mbit"
+        share=$(awk -v b="$mbit" -v r="$rate" 'BEGIN { print 100 * b / r }')
         printf '%-7s run %d: %6s s  %5s MB/s  %4s Mbit/s  %5.1f%% of the link' \
-            "$mode" "$i" "$secs" "$mbs" "$mbit" "$(awk -v b="$mbit" -v r="$rate" 'BEGIN { print 100 * b / r }')"
+            "$mode" "$i" "$secs" "$mbs" "$mbit" "$share"
         echo "   (load $(cut -d' ' -f1-3 /proc/loadavg))"
     done
 done
