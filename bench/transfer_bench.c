@@ -1,9 +1,12 @@
 /* transfer_bench.c - how fast a checkpoint moves from node to node: a holder
  * (agent/holder.c) and a puller (agent/puller.c) over CURVE, as the agents run them,
- * and the rate the pull reached. By default both run here on loopback; with --serve
- * FILE one side holds and writes what the other needs to FILE, and --pull FILE
- * (--connect tcp://ADDR:PORT) pulls from it, so the two can run in two network
- * namespaces joined by a veth with `tc qdisc ... tbf` on it. docs/benchmarks.md. */
+ * and the rate the pull reached. The pull is a replica's (into a replica store,
+ * indexed by hash) or, with --restore, a restore's (into the job's checkpoint dir,
+ * as the job's user). By default both run here on loopback; with --serve FILE one
+ * side holds and writes what the other needs to FILE, and --pull FILE (--connect
+ * tcp://ADDR:PORT) pulls from it, so the two can run in two network namespaces
+ * joined by a veth with `tc qdisc ... tbf` on it (bench/transfer_veth.sh).
+ * docs/benchmarks.md. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -39,8 +42,12 @@ static void usage(FILE *f)
         "                              [--dir /tmp] [--keep]\n"
         "       bramble-bench-transfer --serve FILE [--listen tcp://0.0.0.0:0] ...\n"
         "       bramble-bench-transfer --pull FILE [--connect tcp://ADDR:PORT]\n"
+        "                              [--restore [--user UID:GID]]\n"
         "Makes a checkpoint of --files random files, --size in all, under --dir,\n"
         "and pulls it (loopback), then pulls it again (all deduplicated).\n"
+        "The pull is a replica's (into a replica store, indexed by hash), or with\n"
+        "--restore a restore's: into a job's checkpoint dir, as the job's user\n"
+        "(--user; default 65534:65534 when run as root, else this user).\n"
         "--rate caps what the holder sends (bytes/s, e.g. 40MB; 0: none).\n");
 }
 
@@ -79,6 +86,35 @@ static int make_checkpoint(const char *path, uint64_t size, int files)
     return 0;
 }
 
+/* Where the pull writes, under root: a replica goes to the replica store (as
+ * agent/replica.c names it: STORE/JOB/HASH/NAME, linked into STORE/.by-hash); a
+ * restore to the job's checkpoint dir, which belongs to the job's user, who writes
+ * it (the node has a replica store too, empty here). */
+static int set_dest(br_pull_req_t *r, const char *root, int restore, uid_t uid,
+                    gid_t gid, char *dest, size_t dlen, char *store, size_t slen)
+{
+    const char *hash = json_string_value(json_object_get(r->manifest, "hash"));
+    snprintf(store, slen, "%s/replicas", root);
+    r->store = store;
+    r->dest = dest;
+    if (!restore) {
+        snprintf(dest, dlen, "%s/1/%s/checkpoint-1", store, hash ? hash : "x");
+        r->in_store = 1;
+        return 0;
+    }
+    char job[PATH_MAX];
+    snprintf(job, sizeof(job), "%s/job-ckpt", root);
+    snprintf(dest, dlen, "%s/checkpoint-1", job);
+    if (chmod(root, 0755) < 0 || mkdir(job, 0755) < 0 || chown(job, uid, gid) < 0) {
+        perror(job);
+        return -1;
+    }
+    r->as_user = 1;
+    r->uid = uid;
+    r->gid = gid;
+    return 0;
+}
+
 static int pull_once(const char *what, br_pull_req_t *r)
 {
     br_err_t err;
@@ -94,7 +130,7 @@ static int pull_once(const char *what, br_pull_req_t *r)
     json_int_t bytes = json_integer_value(json_object_get(res, "bytes"));
     json_int_t got = json_integer_value(json_object_get(res, "received"));
     printf(
-        "%-6s files %lld  bytes %lld  received %lld  deduped %lld  seconds %.3f  "
+        "%-7s files %lld  bytes %lld  received %lld  deduped %lld  seconds %.3f  "
         "MB/s %.1f  Mbit/s %.0f\n",
         what, (long long)json_integer_value(json_object_get(res, "files")),
         (long long)bytes, (long long)got,
@@ -116,10 +152,14 @@ int main(int argc, char **argv)
                                          {"listen", required_argument, NULL, 'l'},
                                          {"connect", required_argument, NULL, 'c'},
                                          {"keep", no_argument, NULL, 'k'},
+                                         {"restore", no_argument, NULL, 'R'},
+                                         {"user", required_argument, NULL, 'u'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     uint64_t size = 512ull << 20, rate = 0;
-    int files = 8, keep = 0, o;
+    int files = 8, keep = 0, restore = 0, o;
+    uid_t uid = geteuid() == 0 ? 65534 : geteuid();
+    gid_t gid = geteuid() == 0 ? 65534 : getegid();
     const char *dir = "/tmp", *serve = NULL, *pullf = NULL,
                *listen = "tcp://127.0.0.1:0", *connect = NULL;
     br_err_t err;
@@ -153,6 +193,19 @@ int main(int argc, char **argv)
         case 'k':
             keep = 1;
             break;
+        case 'R':
+            restore = 1;
+            break;
+        case 'u': {
+            unsigned long u, g;
+            if (sscanf(optarg, "%lu:%lu", &u, &g) != 2) {
+                usage(stderr);
+                return 2;
+            }
+            uid = (uid_t)u;
+            gid = (gid_t)g;
+            break;
+        }
         case 'h':
             usage(stdout);
             return 0;
@@ -167,7 +220,8 @@ int main(int argc, char **argv)
     }
     if (sodium_init() < 0)
         return 1;
-    char root[PATH_MAX], ckdir[PATH_MAX], ckpt[PATH_MAX], dest[PATH_MAX];
+    char root[PATH_MAX], ckdir[PATH_MAX], ckpt[PATH_MAX], dest[PATH_MAX],
+        store[PATH_MAX];
     snprintf(root, sizeof(root), "%s/bramble-bench-transfer.XXXXXX", dir);
     if (!mkdtemp(root)) {
         perror(root);
@@ -175,7 +229,6 @@ int main(int argc, char **argv)
     }
     snprintf(ckdir, sizeof(ckdir), "%s/ckpt", root);
     snprintf(ckpt, sizeof(ckpt), "%s/checkpoint-1", ckdir);
-    snprintf(dest, sizeof(dest), "%s/pulled/checkpoint-1", root);
     int rc = 1;
     br_holder_t *h = NULL;
     json_t *m = NULL, *info = NULL;
@@ -198,9 +251,10 @@ int main(int argc, char **argv)
                            .peer_name = "holder",
                            .grant = "bench",
                            .manifest = m,
-                           .dest = dest,
                            .limit = -1};
-        rc = pull_once("pull", &r) < 0;
+        rc = set_dest(&r, root, restore, uid, gid, dest, sizeof(dest), store,
+                      sizeof(store)) < 0 ||
+             pull_once(restore ? "restore" : "replica", &r) < 0;
         m = NULL; /* info's */
         goto done;
     }
@@ -253,9 +307,11 @@ int main(int argc, char **argv)
                        .peer_name = "holder",
                        .grant = "bench",
                        .manifest = m,
-                       .dest = dest,
                        .limit = -1};
-    rc = pull_once("pull", &r) < 0 || pull_once("again", &r) < 0;
+    rc = set_dest(&r, root, restore, uid, gid, dest, sizeof(dest), store,
+                  sizeof(store)) < 0 ||
+         pull_once(restore ? "restore" : "replica", &r) < 0 ||
+         pull_once("again", &r) < 0;
     br_holder_stats_t st;
     br_holder_stats(h, &st);
     printf("holder sent %llu bytes in %llu chunks\n", (unsigned long long)st.bytes_sent,
