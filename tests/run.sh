@@ -184,25 +184,41 @@ fi
 
 # ---- 5. integration tests
 # The test files run in SHARDS pytest processes at once (most of a test's time is
-# spent waiting on heartbeats and timeouts, not on the CPU): each file goes whole to
-# the shard with the fewest bytes of test files so far, biggest files first. Every
-# shard has its own junit file, log and --basetemp.
+# spent waiting on heartbeats and timeouts, not on the CPU), balanced by how long
+# each file took (tests/integration/durations.txt, "SECONDS FILE" lines, in the
+# manner of pytest-split; a file not listed is weighed by its size at the listed
+# files' seconds per byte): biggest first, each to the shard with the least so far.
+# Every shard has its own junit file, log and --basetemp. Each run writes what it
+# measured to build-test/durations.txt: copy it over the listed one when files
+# have come or grown.
 SHARDS=${INTEGRATION_SHARDS:-2}
 stage "integration tests (pytest, ${SHARDS} shards)"
 if [ "$BUILD_OK" -eq 1 ]; then
     rm -f build-test/pytest-junit*.xml build-test/pytest-shard-*.log
     TMP_ROOT=$(mktemp -d "${TMPDIR:-/tmp}/bramble-it.XXXXXX")
-    mapfile -t SHARD_FILES < <(/usr/bin/python3 - "$SHARDS" tests/integration/test_*.py <<'EOF'
+    mapfile -t SHARD_FILES < <(/usr/bin/python3 - "$SHARDS" tests/integration/durations.txt \
+                                   tests/integration/test_*.py <<'EOF'
 import os
 import sys
-n = max(1, int(sys.argv[1]))
-shards = [[0, []] for _ in range(n)]
-for f in sorted(sys.argv[2:], key=lambda f: (-os.path.getsize(f), f)):
+n, listed, files = max(1, int(sys.argv[1])), {}, sys.argv[3:]
+if os.path.exists(sys.argv[2]):
+    for line in open(sys.argv[2]):
+        secs, _, name = line.strip().partition(" ")
+        try:
+            listed[name] = float(secs)
+        except ValueError:
+            pass
+known = [f for f in files if os.path.basename(f) in listed]
+per_byte = (sum(listed[os.path.basename(f)] for f in known) /
+            max(1, sum(os.path.getsize(f) for f in known))) if known else 1.0
+weight = {f: listed.get(os.path.basename(f), os.path.getsize(f) * per_byte) for f in files}
+shards = [[0.0, []] for _ in range(n)]
+for f in sorted(files, key=lambda f: (-weight[f], f)):
     least = min(shards, key=lambda s: s[0])
-    least[0] += os.path.getsize(f)
+    least[0] += weight[f]
     least[1].append(f)
-for _, files in shards:
-    print(" ".join(sorted(files)))
+for _, chosen in shards:
+    print(" ".join(sorted(chosen)))
 EOF
 )
     PIDS=()
@@ -257,6 +273,19 @@ EOF
         fi
     done
     rmdir "$TMP_ROOT" 2>/dev/null || echo "the failed tests' files are kept under $TMP_ROOT"
+    # what each file took this time, for tests/integration/durations.txt
+    /usr/bin/python3 - build-test/pytest-junit-*.xml >build-test/durations.txt <<'EOF' || true
+import collections
+import sys
+import xml.etree.ElementTree as ET
+took = collections.Counter()
+for path in sys.argv[1:]:
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = case.get("classname", "").split(".")[-1]
+        took[name + ".py"] += float(case.get("time") or 0)
+for name in sorted(took):
+    print(f"{took[name]:.0f} {name}")
+EOF
 else
     echo "SKIP: integration tests (the build failed)"
 fi
