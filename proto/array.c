@@ -67,7 +67,7 @@ int br_array_parse(const char *text, br_array_t *a, br_err_t *err)
     const char *p = text;
     long count = 0;
     for (;;) {
-        int lo, hi;
+        int lo = 0, hi = 0; /* (set by piece, which gcc -O2 cannot always see) */
         if (a->npieces == BR_ARRAY_MAX_PIECES)
             return br_errf(err, EINVAL, "at most %d comma-separated pieces",
                            BR_ARRAY_MAX_PIECES);
