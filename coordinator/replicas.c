@@ -573,13 +573,17 @@ static int next_restore(br_coord_t *c, br_replicas_t *r, br_job_t *job, br_node_
                            "to %s (step %lld): restoring it on %s from %s",
                            why ? ": " : "", why ? why : "", job->attempt, path,
                            (long long)step, target->name,
-                           best == target ? "its own replica" : best->name);
+                           best != target ? best->name
+                           : best_store   ? "its own replica"
+                                          : "its own files (checked where they lie)");
         else
             br_coord_event(c, job->id, target->name, "restore",
                            "attempt %d waits for checkpoint %s (step %lld): restoring it on "
                            "%s from %s",
                            job->attempt, path, (long long)step, target->name,
-                           best == target ? "its own replica" : best->name);
+                           best != target ? best->name
+                           : best_store   ? "its own replica"
+                                          : "its own files (checked where they lie)");
         json_decref(section);
         json_decref(m);
         ordered = 1;
@@ -590,9 +594,10 @@ static int next_restore(br_coord_t *c, br_replicas_t *r, br_job_t *job, br_node_
 }
 
 /* job.run for rank 0 of a resuming attempt is about to go: hold it while the
- * newest checkpoint is restored on the node from a copy, unless the node wrote
- * it itself or no node that serves holds a copy of it (the agent then checks
- * what it sees, as without replicas: a shared file system). When the agent says
+ * newest checkpoint is restored on the node from a copy and verified, also when
+ * the node wrote it itself (then from a replica, else from its own files: they
+ * are hashed where they lie, and a damaged one is refused), unless no node that
+ * serves holds a copy of it (the agent then checks what it sees). When the agent says
  * it cannot see it (cause "not_here"), an older checkpoint that has a copy is
  * restored instead, once per attempt. */
 static void on_resuming(br_coord_t *c, br_hook_arg_t *a, void *ctx)
@@ -617,7 +622,7 @@ static void on_resuming(br_coord_t *c, br_hook_arg_t *a, void *ctx)
     const char *writer = json_string_value(json_object_get(latest, "node"));
     const char *hash =
         json_string_value(json_object_get(json_object_get(latest, "manifest"), "hash"));
-    if (hash && writer && (not_here || strcmp(writer, a->node->name) != 0)) {
+    if (hash && writer) { /* also on the writer's own node: verified before use */
         e = json_pack("{s:I, s:i, s:s, s:s, s:[], s:s}", "job", (json_int_t)job->id,
                       "attempt", job->attempt, "target", a->node->name, "pull", "", "tried",
                       "newest", hash);
@@ -671,7 +676,10 @@ static void restore_ended(br_coord_t *c, br_replicas_t *r, json_t *pull, const c
         br_coord_event(c, id, tname, "restore",
                        "checkpoint %s (step %lld, %.16s) restored and verified on %s from "
                        "%s%s: %s received (%s already there) in %.1f s, %s/s",
-                       path, (long long)step, hash, tname, own ? "its own replica" : holder,
+                       path, (long long)step, hash, tname,
+                       !own ? holder
+                       : json_is_true(json_object_get(pull, "store")) ? "its own replica"
+                                                                      : "its own files",
                        json_is_true(json_object_get(pull, "store")) || own ? ""
                                                                           : " (the writer)",
                        got, same, secs, rate);

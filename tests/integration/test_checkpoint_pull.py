@@ -203,3 +203,61 @@ def test_a_long_copy_shows_how_far_it_is(make_cluster, tmp_path):
              copies_of(c.job(jid), 1) == {other(names, writer)}, 60,
              "the copy to be done")
     c.cli("cancel", jid)
+
+
+# Saves checkpoint-1 and checkpoint-2, then (attempt 1 only) damages one byte of
+# checkpoint-2's weights, as a failing disk would, and crashes; a later attempt
+# says where it resumed from and ends.
+DAMAGED = r"""
+import os, sys, time
+d = os.environ["BRAMBLE_CHECKPOINT_DIR"]
+print("resume from", os.environ.get("BRAMBLE_RESUME_FROM") or "nothing", flush=True)
+if os.environ["BRAMBLE_ATTEMPT"] != "1":
+    sys.exit(0)
+for step in (1, 2):
+    c = os.path.join(d, f"checkpoint-{step}")
+    os.makedirs(c)
+    with open(os.path.join(c, "w.bin"), "wb") as f:
+        f.write(bytes([step]) * 100_000)
+    with open(os.path.join(c, "trainer_state.json"), "w") as f:
+        f.write('{"global_step": %d}\n' % step)
+    while not os.path.exists(os.path.join(os.environ["GATE"], f"counted-{step}")):
+        time.sleep(0.05)
+with open(os.path.join(d, "checkpoint-2", "w.bin"), "r+b") as f:
+    f.seek(5000)
+    f.write(b"\xff")
+sys.exit(3)
+"""
+
+
+def test_a_damaged_checkpoint_on_the_writers_own_node_is_not_resumed_from(make_cluster,
+                                                                          tmp_path):
+    c = make_cluster(heartbeat="200ms", node_timeout="2s")
+    c.add_agents(1, extra=["--replica-port", "0", "--probe-port", "0"])
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    script = tmp_path / "damaged.py"
+    script.write_text(DAMAGED)
+    ckpt = tmp_path / "ckpt"
+    jid = c.submit(f"name: damaged\n"
+                   f"command: /usr/bin/python3 {script}\n"
+                   f"env: {{GATE: {gate}}}\n"
+                   f"restart: {{on: [nonzero_exit], max: 2}}\n"
+                   f"checkpoint:\n  dir: {ckpt}\n")
+    for step in (1, 2):
+        wait_for(lambda: any(cp["step"] == step and cp["manifest"]
+                             for cp in c.job(jid)["checkpoints"]),
+                 what=f"checkpoint-{step} to be counted")
+        (gate / f"counted-{step}").touch()
+    j = c.wait_job(jid)
+    what = events_text(j)
+    assert (j["state"], j["attempt"]) == ("completed", 2), what
+    node = j["nodes"][0]
+    # checked on its own node before attempt 2 used it: refused, the older one taken
+    assert "restoring it on" in what and "falls back to" in what, what
+    assert f"{ckpt / 'checkpoint-1'}" in what, what
+    log = c.logs(jid)
+    assert f"resume from {ckpt / 'checkpoint-1'}" in log, log
+    assert f"resume from {ckpt / 'checkpoint-2'}" not in log, log
+    assert node in what
+    print(what)
