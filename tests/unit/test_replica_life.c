@@ -529,6 +529,57 @@ static void test_retention_and_purge(void **state)
 }
 
 /* replicas: 0, or a cluster of one: nothing is copied; a resume is not held. */
+/* An attempt that restarts on the node that wrote the checkpoint, with no replica
+ * anywhere: the checkpoint is restored from the node's own files (hashed where
+ * they lie) before job.run goes, and the events say so. */
+static void test_resume_on_writer_checked_from_its_own_files(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    json_t *s = json_pack("{s:s, s:{s:i}, s:{s:s, s:s, s:n, s:i}, s:{s:i, s:[s]}}",
+                          "command", "train", "resources", "cpus", 1, "checkpoint", "dir",
+                          "/ck", "pattern", "*", "complete_file", "replicas", 0, "restart",
+                          "max", 3, "on", "nonzero_exit");
+    json_t *row = json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:I, s:s, s:i}", "name", "t",
+                            "kind", "job", "owner", "ann", "owner_id", (json_int_t)2, "spec",
+                            s, "spec_yaml", "x: 1\n", "submitted", (json_int_t)br_now_ms(),
+                            "state", "pending", "attempt", 1);
+    br_err_t err;
+    br_job_t *job = br_jobs_add(c, row, &err);
+    json_decref(row);
+    assert_non_null(job);
+    int64_t id = job->id;
+    br_sched_run(c);
+    br_node_t *writer = job->ranks[0].node[0] == 'a' ? w->a : w->b;
+    br_node_t *other = writer == w->a ? w->b : w->a;
+    strcpy(other->state, "draining"); /* the restart can only go back to the writer */
+    br_jobs_started(c, id, 1, writer, 0);
+    checkpoint(c, id, writer, "/ck/s5", 5, H1);
+    fixture_drop_orders(c);
+
+    br_jobs_exited(c, id, 1, writer, 3, -1, "");
+    br_sched_run(c);
+    job = br_jobtab_find(c->jobs, id);
+    assert_int_equal(job->attempt, 2);
+    assert_int_equal(job->state, BR_JOB_STARTING);
+    assert_null(order(c, "job.run", writer)); /* held until checked */
+    json_t *fetch = order(c, "ckpt.fetch", writer);
+    assert_non_null(fetch);
+    assert_true(json_is_true(json_object_get(fetch, "restore")));
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(fetch, "from"), "node")),
+        writer->name);
+    assert_non_null(order(c, "ckpt.serve", writer));
+    assert_true(has_event(c, id, "restoring it on"));
+    assert_true(has_event(c, id, "its own files"));
+
+    fixture_drop_orders(c);
+    stored(c, writer, id, H1, "/ck/s5", 1, 0);
+    assert_int_equal(last_reply(c), 0);
+    assert_non_null(order(c, "job.run", writer));
+    assert_true(has_event(c, id, "restored and verified on"));
+}
+
 static void test_wanted(void **state)
 {
     (void)state;
@@ -558,6 +609,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_copies_ordered_again_after_restart, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_retention_and_purge, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resume_on_writer_checked_from_its_own_files,
+                                        setup, teardown),
         cmocka_unit_test(test_wanted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
