@@ -8,8 +8,9 @@
  * temporary file beside its place, is hashed as it comes, fsynced, and renamed into
  * place only when its hash matches. Every path is opened component by component
  * below the staging directory with O_NOFOLLOW, so a link the checkpoint holds is
- * recreated as a link and never written through. A pull that fails keeps what it
- * verified; the next pull of the same checkpoint goes on from it. */
+ * recreated as a link and never written through. When the node it reads from is
+ * lost, the pull is opened again on another copy and goes on; one that fails keeps
+ * what it verified, and the next pull of the same checkpoint goes on from it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -27,6 +28,7 @@
 #define READ_TIMEOUT_MS 60000 /* more than the coordinator's 30 s for a holder */
 #define BUSY_TRIES 40         /* answers of EAGAIN in a row before giving up */
 #define PART ".bramble-part"  /* a file on its way in: NAME.bramble-part */
+#define REOPEN_TRIES 2        /* holders lost in one pull before it gives up */
 
 typedef struct {
     cli_t *cli;
@@ -113,61 +115,76 @@ static int ask(pull_t *p, const char *path, const char *hex, int64_t off, uint32
                           seq, &p->err);
 }
 
+/* The reads of a file in flight on the connection, oldest first. */
+typedef struct {
+    uint32_t seq[BR_XFER_WINDOW];
+    int head, n;
+} window_t;
+
+/* Let the answers of the reads in flight go (waiting up to timeout_ms for each), so
+ * that the connection's window is empty again. */
+static void let_go(pull_t *p, window_t *w, int timeout_ms)
+{
+    for (; w->n; w->n--, w->head = (w->head + 1) % BR_XFER_WINDOW) {
+        br_msg_t *skip = NULL;
+        br_err_t e2;
+        br_client_recv(p->client, w->seq[w->head], timeout_ms, &skip, &e2);
+        br_msg_destroy(&skip);
+    }
+}
+
 /* Fetch file path (size, hash hex) into fd from the start; its bytes hashed into
- * hs. 0, or -1 with err. */
+ * hs. 0, or -1 with err (the reads still in flight then let go). */
 static int fetch(pull_t *p, int fd, const char *path, const char *hex, int64_t size,
                  crypto_generichash_state *hs)
 {
-    uint32_t seqs[BR_XFER_WINDOW];
-    int head = 0, inflight = 0, busy = 0;
+    window_t w = {.head = 0};
+    int busy = 0, rc = 0;
     int64_t asked = 0, got = 0;
-    while (got < size) {
-        while (inflight < BR_XFER_WINDOW && asked < size) {
-            if (ask(p, path, hex, asked, &seqs[(head + inflight) % BR_XFER_WINDOW]) < 0)
-                return -1;
-            inflight++;
+    while (rc == 0 && got < size) {
+        while (rc == 0 && w.n < BR_XFER_WINDOW && asked < size) {
+            rc = ask(p, path, hex, asked, &w.seq[(w.head + w.n) % BR_XFER_WINDOW]);
+            w.n += rc == 0;
             asked += BR_XFER_CHUNK;
         }
+        if (rc < 0)
+            break;
         br_msg_t *m = NULL;
-        int rc = br_client_recv(p->client, seqs[head], READ_TIMEOUT_MS, &m, &p->err);
-        head = (head + 1) % BR_XFER_WINDOW;
-        inflight--;
+        rc = br_client_recv(p->client, w.seq[w.head], READ_TIMEOUT_MS, &m, &p->err);
+        w.head = (w.head + 1) % BR_XFER_WINDOW;
+        w.n--;
         if (rc < 0 && p->err.errnum == EAGAIN && ++busy <= BUSY_TRIES) {
             /* busy: let what is in flight come, then ask again from what we hold */
-            for (; inflight; inflight--, head = (head + 1) % BR_XFER_WINDOW) {
-                br_msg_t *skip = NULL;
-                br_err_t e2;
-                br_client_recv(p->client, seqs[head], READ_TIMEOUT_MS, &skip, &e2);
-                br_msg_destroy(&skip);
-            }
+            let_go(p, &w, READ_TIMEOUT_MS);
             usleep(250000);
             asked = got;
+            rc = 0;
             continue;
         }
         if (rc < 0)
-            return -1;
+            break;
         busy = 0;
         size_t len = 0;
         const void *data = br_msg_data(m, &len);
         json_int_t off = -1;
         json_unpack(br_msg_body(m), "{s:I}", "offset", &off);
-        if (off != got || (int64_t)len > size - got || len == 0) {
-            br_msg_destroy(&m);
-            return br_errf(&p->err, EPROTO, "%s: %s sent a chunk that was not asked for",
-                           path, p->from);
+        if (off != got || (int64_t)len > size - got || len == 0)
+            rc = br_errf(&p->err, EPROTO, "%s: %s sent a chunk that was not asked for",
+                         path, p->from);
+        else if (br_write_all(fd, data, len) < 0)
+            rc = br_errf(&p->err, errno, "%s: %s", path, strerror(errno));
+        else {
+            crypto_generichash_update(hs, data, len);
+            got += (int64_t)len;
+            p->done += (int64_t)len;
+            p->fetched += (int64_t)len;
+            show(p, 0);
         }
-        if (br_write_all(fd, data, len) < 0) {
-            br_msg_destroy(&m);
-            return br_errf(&p->err, errno, "%s: %s", path, strerror(errno));
-        }
-        crypto_generichash_update(hs, data, len);
         br_msg_destroy(&m);
-        got += (int64_t)len;
-        p->done += (int64_t)len;
-        p->fetched += (int64_t)len;
-        show(p, 0);
     }
-    return 0;
+    if (rc < 0) /* a pull opened again then starts with the window empty */
+        let_go(p, &w, 2000);
+    return rc;
 }
 
 /* One file of the manifest into place below root (the staging dir, or for a
@@ -301,6 +318,7 @@ int cli_checkpoint_pull(cli_t *cli, int argc, char **argv)
     char stage[NAME_MAX + 1];
     struct stat st;
     int rc = CLI_FAIL;
+    json_t *reopened = NULL; /* the answer of a pull opened again (p's strings in it) */
     if (!p.xfer || !p.from || !name || br_manifest_verify(m, &p.err) < 0) {
         cli_fail(cli, "the coordinator's answer is not usable: %s",
                  p.err.errnum ? p.err.text : "no pull, path or holder");
@@ -313,7 +331,35 @@ int cli_checkpoint_pull(cli_t *cli, int argc, char **argv)
                  destdir, name);
     } else {
         p.total = json_integer_value(json_object_get(m, "bytes"));
-        if (build(&p, dest, stage, m) < 0) {
+        int built, tries = 0;
+        while ((built = build(&p, dest, stage, m)) < 0 && p.err.errnum == EHOSTUNREACH &&
+               tries++ < REOPEN_TRIES) {
+            /* the holder was lost mid-pull: on from another copy of the same
+             * checkpoint, keeping what was verified */
+            json_t *r2 = br_client_call(
+                p.client, "checkpoint.open",
+                json_pack("{s:I, s:O}", "job", (json_int_t)id, "step",
+                          json_object_get(r, "step")),
+                cli->timeout_ms, NULL);
+            const char *h2 =
+                json_string_value(json_object_get(json_object_get(r2, "manifest"), "hash"));
+            if (!h2 || strcmp(h2, json_string_value(json_object_get(m, "hash"))) != 0 ||
+                !json_string_value(json_object_get(r2, "xfer")) ||
+                !json_string_value(json_object_get(r2, "from"))) {
+                json_decref(r2);
+                break;
+            }
+            fprintf(stderr, "%sbramble: checkpoint: %s; going on from %s's copy\n",
+                    p.progress ? "\n" : "", p.err.text,
+                    json_string_value(json_object_get(r2, "from")));
+            json_decref(reopened);
+            reopened = r2;
+            p.xfer = json_string_value(json_object_get(r2, "xfer"));
+            p.from = json_string_value(json_object_get(r2, "from"));
+            p.done = p.kept = 0;
+            p.err = (br_err_t){0};
+        }
+        if (built < 0) {
             if (p.progress)
                 fputc('\n', stderr);
             cli_fail(cli, "%s (what was verified is kept in %s/%s; pulling again goes on "
@@ -354,6 +400,7 @@ int cli_checkpoint_pull(cli_t *cli, int argc, char **argv)
                    where, files, files == 1 ? "" : "s", size, rate);
         }
     }
+    json_decref(reopened);
     json_decref(r);
     close(dest);
     return rc;

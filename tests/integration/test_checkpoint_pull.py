@@ -10,6 +10,7 @@ into DEST. Needs root (mount namespaces and bind mounts).
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -261,3 +262,44 @@ def test_a_damaged_checkpoint_on_the_writers_own_node_is_not_resumed_from(make_c
     assert f"resume from {ckpt / 'checkpoint-2'}" not in log, log
     assert node in what
     print(what)
+
+
+def test_a_pull_whose_holder_is_lost_goes_on_from_the_replica(make_cluster, tmp_path):
+    """The writer is killed in the middle of a slow pull (its --replica-bandwidth
+    caps what it sends): the pull goes on from the other node's replica, keeping
+    the bytes it had, and the files are whole."""
+    c = make_cluster(heartbeat="200ms", node_timeout="2s")
+    names = ["gone-a", "gone-b"]
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    tok = c.token(uses=2)
+    for n in names:
+        (tmp_path / f"disk-{n}").mkdir()
+        c.start_agent(n, token=tok, extra=["--probe-port", "0", "--replica-port", "0",
+                                           "--replica-bandwidth", "4MB/s"],
+                      wrap=private_disk(tmp_path / f"disk-{n}", ckpt))
+    c.wait_ready(*names)
+    jid = c.submit("name: two-parts\n"
+                   "command: |\n"
+                   "  d=$BRAMBLE_CHECKPOINT_DIR/checkpoint-1; mkdir -p $d\n"
+                   "  for f in a b c d; do head -c 6000000 /dev/urandom > $d/$f.bin; done\n"
+                   "  echo '{}' > $d/trainer_state.json\n"
+                   "  exec sleep 600\n"
+                   f"checkpoint:\n  dir: {ckpt}\n")
+    j = wait_for(lambda: (lambda j: j if copies_of(j, 1) else None)(c.job(jid)), 60,
+                 "checkpoint-1 to be copied to the other node")
+    writer = j["nodes"][0]
+    holder = other(names, writer)
+    dest = tmp_path / "mine"
+    pull = subprocess.Popen([c.bin("bramble"), "--credential", str(c.credential),
+                             "checkpoint", "pull", str(jid), str(dest), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stage = dest / ".bramble-pull-checkpoint-1"
+    wait_for(lambda: stage.is_dir() and any(stage.iterdir()), what="the pull to begin")
+    c.kill_node(writer)
+    out, err = pull.communicate(timeout=120)
+    assert pull.returncode == 0, err
+    assert f"going on from {holder}'s copy" in err, err
+    r = json.loads(out)
+    assert (r["step"], r["from"]) == (1, holder), r
+    assert tree(dest / "checkpoint-1") == tree(tmp_path / f"disk-{writer}" / "checkpoint-1")
