@@ -99,6 +99,20 @@ static inline void fixture_close(coord_fixture_t *f)
     br_rm_tree(AT_FDCWD, f->dir);
 }
 
+/* A pending job of spec (stolen) owned by "ann" (id 2), added as a submission is. */
+static inline br_job_t *fixture_add_job(br_coord_t *c, json_t *spec)
+{
+    json_t *row = json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:I, s:s, s:i}", "name", "t",
+                            "kind", "job", "owner", "ann", "owner_id", (json_int_t)2,
+                            "spec", spec, "spec_yaml", "x: 1\n", "submitted",
+                            (json_int_t)br_now_ms(), "state", "pending", "attempt", 1);
+    br_err_t err;
+    br_job_t *j = br_jobs_add(c, row, &err);
+    json_decref(row);
+    assert_non_null(j);
+    return j;
+}
+
 /* The world most tests of the job core start from: nodes "a" and "b" of 4 CPUs
  * each (serving checkpoint files on port; 0: not) on a fixture of its own. */
 typedef struct {

@@ -45,14 +45,7 @@ static int64_t submit(br_coord_t *c, const char *spec)
     json_error_t e;
     json_t *s = json_loads(spec, 0, &e);
     assert_non_null(s);
-    json_t *row = json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:I, s:s, s:i}", "name", "t",
-                            "kind", "job", "owner", "ann", "owner_id", (json_int_t)2, "spec", s,
-                            "spec_yaml", "x: 1\n", "submitted", (json_int_t)br_now_ms(),
-                            "state", "pending", "attempt", 1);
-    br_err_t err;
-    br_job_t *j = br_jobs_add(c, row, &err);
-    json_decref(row);
-    assert_non_null(j);
+    br_job_t *j = fixture_add_job(c, s);
     assert_int_equal(j->state, BR_JOB_PENDING);
     return j->id;
 }

@@ -35,14 +35,7 @@ static br_job_t *submit(br_coord_t *c, int nodes)
                           "checkpoint", "dir", "/ck", "pattern", "checkpoint-*",
                           "complete_file", "DONE", "restart", "max", 3, "on",
                           "nonzero_exit");
-    json_t *row = json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:I, s:s, s:i}", "name", "t",
-                            "kind", "job", "owner", "ann", "owner_id", (json_int_t)2, "spec", s,
-                            "spec_yaml", "x: 1\n", "submitted", (json_int_t)br_now_ms(),
-                            "state", "pending", "attempt", 1);
-    br_err_t err;
-    br_job_t *j = br_jobs_add(c, row, &err);
-    json_decref(row);
-    assert_non_null(j);
+    br_job_t *j = fixture_add_job(c, s);
     return j;
 }
 
@@ -187,11 +180,10 @@ static void test_resume_after_not_with_fallback(void **state)
                         "/ck/checkpoint-5");
 }
 
-/* Rank 0 resumed from a newer one: the job's events say so and the other rank is
- * ordered to resume from it too. */
-static void test_resumed_gang(void **state)
+/* A two-node gang whose attempt 1 counted checkpoint-20 and then failed: attempt 2
+ * is placed, its orders not sent yet but rank 0's. */
+static br_job_t *gang_after_20(world_t *w)
 {
-    world_t *w = *state;
     br_coord_t *c = &w->f.c;
     br_job_t *j = submit(c, 2);
     br_sched_run(c);
@@ -202,6 +194,16 @@ static void test_resumed_gang(void **state)
                      0);
     fixture_drop_orders(c);
     end_attempt(w, j);
+    return j;
+}
+
+/* Rank 0 resumed from a newer one: the job's events say so and the other rank is
+ * ordered to resume from it too. */
+static void test_resumed_gang(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    br_job_t *j = gang_after_20(w);
     br_node_t *r0 = node_of(w, j, 0), *r1 = node_of(w, j, 1);
     assert_string_equal(run_env(c, r0, "BRAMBLE_RESUME_STEP"), "20");
     assert_null(last_run(c, r1)); /* once rank 0 has started */
@@ -215,6 +217,7 @@ static void test_resumed_gang(void **state)
                           "the newest counted (step 20): written by the previous attempt "
                           "after its last report"));
     /* its report counts it as attempt 2's */
+    br_err_t err;
     assert_int_equal(br_jobs_checkpoint(c, j->id, 2, r0, "/ck/checkpoint-30", 30, 10,
                                         br_now_ms(), NULL, NULL, &err),
                      0);
@@ -230,15 +233,7 @@ static void test_resumed_ignored_or_refused(void **state)
 {
     world_t *w = *state;
     br_coord_t *c = &w->f.c;
-    br_job_t *j = submit(c, 2);
-    br_sched_run(c);
-    run_attempt(w, j, 1);
-    br_err_t err;
-    assert_int_equal(br_jobs_checkpoint(c, j->id, 1, node_of(w, j, 0), "/ck/checkpoint-20",
-                                        20, 10, br_now_ms(), NULL, NULL, &err),
-                     0);
-    fixture_drop_orders(c);
-    end_attempt(w, j);
+    br_job_t *j = gang_after_20(w);
     br_node_t *r0 = node_of(w, j, 0), *r1 = node_of(w, j, 1);
     static const char *const bad[] = {
         "{\"path\": \"ck/checkpoint-30\", \"step\": 30}",

@@ -111,14 +111,7 @@ static int64_t submit_n(br_coord_t *c, int replicas)
                           "dir", "/ck", "pattern", "*", "complete_file", "replicas",
                           replicas < 0 ? json_null() : json_integer(replicas), "keep",
                           2, "restart", "max", 3, "on", "node_lost");
-    json_t *row = json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:I, s:s, s:i}", "name", "t",
-                            "kind", "job", "owner", "ann", "owner_id", (json_int_t)2, "spec", s,
-                            "spec_yaml", "x: 1\n", "submitted", (json_int_t)br_now_ms(),
-                            "state", "pending", "attempt", 1);
-    br_err_t err;
-    br_job_t *j = br_jobs_add(c, row, &err);
-    json_decref(row);
-    assert_non_null(j);
+    br_job_t *j = fixture_add_job(c, s);
     return j->id;
 }
 
@@ -540,14 +533,7 @@ static void test_resume_on_writer_checked_from_its_own_files(void **state)
                           "command", "train", "resources", "cpus", 1, "checkpoint", "dir",
                           "/ck", "pattern", "*", "complete_file", "replicas", 0, "restart",
                           "max", 3, "on", "nonzero_exit");
-    json_t *row = json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:I, s:s, s:i}", "name", "t",
-                            "kind", "job", "owner", "ann", "owner_id", (json_int_t)2, "spec",
-                            s, "spec_yaml", "x: 1\n", "submitted", (json_int_t)br_now_ms(),
-                            "state", "pending", "attempt", 1);
-    br_err_t err;
-    br_job_t *job = br_jobs_add(c, row, &err);
-    json_decref(row);
-    assert_non_null(job);
+    br_job_t *job = fixture_add_job(c, s);
     int64_t id = job->id;
     br_sched_run(c);
     br_node_t *writer = job->ranks[0].node[0] == 'a' ? w->a : w->b;
