@@ -179,13 +179,20 @@ def test_kill_50ms_after_marker_resumes_from_that_checkpoint(make_cluster, tmp_p
     assert (ck["attempt"], ck["node"], ck["path"]) == (2, survivor,
                                                        str(ckpt / f"checkpoint-{k}")), ck
 
+    j = ended_as_uninterrupted(c, jid, ckpt, k)
+    assert max(steps_of(j)) > k, j["checkpoints"]
+
+
+def ended_as_uninterrupted(c, jid, ckpt, step):
+    """The job completed in attempt 2, which resumed from checkpoint-STEP and ended
+    with the total an uninterrupted run computes; the job."""
     j = c.wait_job(jid, timeout=DEADLINE + TOTAL * STEP_TIME * 2)
     assert (j["state"], j["attempt"], j["exit_code"]) == ("completed", 2, 0), \
         f"{brief(j)}\n{events_text(j)}"
     log = c.wait_logs(jid, "final ")
-    assert f"attempt 2 resumed from step {k} ({ckpt / f'checkpoint-{k}'})" in log, log
+    assert f"attempt 2 resumed from step {step} ({ckpt / f'checkpoint-{step}'})" in log, log
     assert f"final step={TOTAL} total={EXPECTED_TOTAL}" in log, log
-    assert max(steps_of(j)) > k, j["checkpoints"]
+    return j
 
 
 def test_torn_newer_and_older_leftovers_are_never_used(make_cluster, tmp_path):
@@ -223,9 +230,4 @@ def test_torn_newer_and_older_leftovers_are_never_used(make_cluster, tmp_path):
             f"last report")
     assert any(e["reason"] == want for e in j["events"]), f"{want}\n{events_text(j)}"
 
-    j = c.wait_job(jid, timeout=DEADLINE + TOTAL * STEP_TIME * 2)
-    assert (j["state"], j["attempt"], j["exit_code"]) == ("completed", 2, 0), \
-        f"{brief(j)}\n{events_text(j)}"
-    log = c.wait_logs(jid, "final ")
-    assert f"attempt 2 resumed from step {took} ({ckpt / f'checkpoint-{took}'})" in log, log
-    assert f"final step={TOTAL} total={EXPECTED_TOTAL}" in log, log
+    ended_as_uninterrupted(c, jid, ckpt, took)
