@@ -927,6 +927,21 @@ static json_t *on_local(void *arg, br_task_t *task, const br_jobsock_req_t *req,
                      "attempt", br_attempt_number(t));
 }
 
+#define KILLED_ON_REQUEST "killed on request" /* the coordinator's kill: superseded */
+
+/* An ended attempt's checkpoint dir, looked at once more before its end is
+ * reported (br_ckpt_settle): a checkpoint finished just before the exit counts. */
+static int ckpt_settled(br_agent_t *a, br_attempt_t *t, int64_t now)
+{
+    br_ckpt_t *ck = br_attempt_ckpt(t);
+    if (!ck || br_attempt_frozen(t) || strcmp(br_attempt_reason(t), KILLED_ON_REQUEST) == 0)
+        return 1; /* its checkpoints cannot count any more (on_kill) */
+    int code, sig;
+    br_attempt_status(t, &code, &sig);
+    ckpt_ctx_t ctx = {a, t, br_ckpt_user(ck)};
+    return br_ckpt_settle(ck, now, code == 0 && sig < 0, on_checkpoint, &ctx);
+}
+
 static void report_exit(br_agent_t *a, br_attempt_t *t)
 {
     int code, sig;
@@ -1308,7 +1323,7 @@ static void on_kill(br_agent_t *a, br_msg_t *m)
     if (t && !br_attempt_done(t) && !br_attempt_reason(t)[0]) { /* not stopping yet */
         fprintf(stderr, "bramble-agent: job %lld attempt %d: killing it, as ordered\n",
                 (long long)br_attempt_job(t), br_attempt_number(t));
-        br_attempt_set_reason(t, "killed on request");
+        br_attempt_set_reason(t, KILLED_ON_REQUEST);
         if (br_attempt_kill(t, 5000) < 0)
             fprintf(stderr, "bramble-agent: job %lld: processes survived SIGKILL\n",
                     (long long)br_attempt_job(t));
@@ -1734,7 +1749,8 @@ static void timers(br_agent_t *a)
     for (int i = 0; i < a->natt; i++) {
         br_attempt_t *t = a->att[i];
         /* a checkpoint it completed is reported before its end, so that it counts */
-        if (br_attempt_finished(t) && !br_attempt_report_seq(t) && !hashing(a, t)) {
+        if (br_attempt_finished(t) && !br_attempt_report_seq(t) && ckpt_settled(a, t, now) &&
+            !hashing(a, t)) {
             br_attempt_flush(t, 1, ship_log, a);
             if (!br_attempt_log_pending(t)) { /* its output first, then its end */
                 report_exit(a, t);

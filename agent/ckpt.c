@@ -72,6 +72,7 @@ struct br_ckpt {
     int ifd, wd;
     int64_t next_scan, last_scan;
     int64_t done_step; /* highest step counted (or there before we started) */
+    int64_t settle_by; /* br_ckpt_settle: the attempt ended; 0 before */
     entry_t *e;
     int n;
 };
@@ -535,6 +536,45 @@ void br_ckpt_poll(br_ckpt_t *w, int64_t now_ms, br_ckpt_fn fn, void *arg)
         return; /* the pass goes on at the next poll */
     w->last_scan = now_ms;
     w->next_scan = now_ms + (w->pending ? RESCAN_BUSY_MS : RESCAN_IDLE_MS);
+}
+
+/* A whole pass now, whatever the gap since the last one: the rest of a pass in
+ * progress (it may have read past an entry before that entry was finished) and then
+ * a fresh one. 0, or -1 when the job's user could not be taken on. */
+static int full_pass(br_ckpt_t *w, int64_t now, br_ckpt_fn fn, void *arg)
+{
+    br_err_t err;
+    if (br_fsid_enter(w->fsid, &err) < 0) {
+        fprintf(stderr, "bramble-agent: checkpoint dir %s: %s\n", w->dir, err.text);
+        return -1;
+    }
+    for (int fresh = 0; fresh < 2; fresh++) {
+        if (fresh && !w->pass && !pass_open(w))
+            break;
+        while (w->pass && pass_step(w, now, fn, arg, SCAN_BUDGET))
+            ;
+    }
+    br_fsid_leave(w->fsid);
+    w->last_scan = now;
+    w->next_scan = now + (w->pending ? RESCAN_BUSY_MS : RESCAN_IDLE_MS);
+    return 0;
+}
+
+int br_ckpt_settle(br_ckpt_t *w, int64_t now_ms, int clean, br_ckpt_fn fn, void *arg)
+{
+    if (!w->settle_by) { /* the first call: look at everything now */
+        int64_t wait = w->stable_ms > MARKER_SETTLE_MS ? w->stable_ms : MARKER_SETTLE_MS;
+        w->settle_by = now_ms + (clean ? wait + MIN_SCAN_GAP_MS : 0);
+        drain_events(w); /* markers closed meanwhile: the pass considers them */
+        if (full_pass(w, now_ms, fn, arg) < 0)
+            return 1;
+    } else if (now_ms >= w->settle_by) { /* the last look */
+        full_pass(w, now_ms, fn, arg);
+        return 1;
+    } else {
+        br_ckpt_poll(w, now_ms, fn, arg);
+    }
+    return w->pass == NULL && (!w->pending || now_ms >= w->settle_by);
 }
 
 int br_ckpt_set_user(br_ckpt_t *w, uid_t uid, gid_t gid, br_err_t *err)

@@ -41,6 +41,15 @@ int br_ckpt_fd(const br_ckpt_t *w);
  * checkpoint. now_ms: monotonic milliseconds. */
 void br_ckpt_poll(br_ckpt_t *w, int64_t now_ms, br_ckpt_fn fn, void *arg);
 
+/* Once the attempt's processes have all ended, before its end is reported: the
+ * first call makes a whole pass at once (ignoring the gap between scans), so a
+ * checkpoint finished just before the exit is reported (fn) ahead of it. With clean
+ * (every task exited 0), an entry without a marker that is still short of its quiet
+ * time is waited for, up to stable_ms, as if the job were still running; after a
+ * failure only what is complete now counts (a crash may have torn it). 1 when
+ * nothing is left to wait for, 0 while something is: call again at the next tick. */
+int br_ckpt_settle(br_ckpt_t *w, int64_t now_ms, int clean, br_ckpt_fn fn, void *arg);
+
 /* Scan as this uid and gid from now on (fsid.h): the job's user. */
 int br_ckpt_set_user(br_ckpt_t *w, uid_t uid, gid_t gid, br_err_t *err);
 

@@ -107,3 +107,49 @@ def test_checkpoint_reported_with_manifest(make_cluster, tmp_path):
     j = c.wait_job(jid)
     assert j["state"] == "completed", j["events"]
     assert [ck["step"] for ck in j["checkpoints"]] == [1]
+
+
+LAST = r'''
+import os, sys
+d, code = os.environ["BRAMBLE_CHECKPOINT_DIR"], int(sys.argv[1])
+for name in sys.argv[2:]:  # "checkpoint-N": files, then the marker; "step-N": no marker
+    c = os.path.join(d, name)
+    os.makedirs(c)
+    with open(os.path.join(c, "w.bin"), "wb") as f:
+        f.write(os.urandom(4096))
+    if name.startswith("checkpoint-"):
+        with open(os.path.join(c, "DONE"), "w") as f:
+            f.write("ok")
+sys.exit(code)  # at once: no time for the watcher's next scan
+'''
+
+
+def test_last_checkpoint_before_exit_counts(make_cluster, tmp_path):
+    """A job that finishes its last checkpoint and exits at once has that checkpoint
+    counted (docs/checkpoints.md, "Off the agent's loop"): the agent looks at the
+    directory once more before it reports the exit. Without a marker it counts after
+    a clean exit once quiet for its stable time; after a failure it does not (it
+    may be torn)."""
+    c = make_cluster()
+    c.add_agents(1, names=[f"l{uuid.uuid4().hex[:6]}"])
+    script = tmp_path / "last.py"
+    script.write_text(LAST)
+
+    def submit(name, code, entries, marker):
+        spec = (f"name: {name}\ncommand: exec {PYTHON} -u {script} {code} {entries}\n"
+                f"checkpoint:\n  dir: {tmp_path / name}\n")
+        if marker:
+            spec += "  pattern: \"checkpoint-*\"\n  complete_file: DONE\n"
+        else:
+            spec += "  pattern: \"step-*\"\n"
+        return c.submit(spec)
+
+    marked = submit("marked", 0, "checkpoint-1 checkpoint-2 checkpoint-3", True)
+    quiet = submit("quiet", 0, "step-4", False)
+    failed = submit("failed", 1, "step-5", False)
+    want = {marked: ("completed", 3), quiet: ("completed", 4), failed: ("failed", None)}
+    for jid, (state, step) in want.items():
+        j = c.wait_job(jid)
+        assert j["state"] == state, j["events"]
+        steps = [ck["step"] for ck in j["checkpoints"]]
+        assert (steps[-1] if steps else None) == step, (j["name"], j["checkpoints"])

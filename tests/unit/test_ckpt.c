@@ -1150,6 +1150,66 @@ static void test_marker_report_delay(void **state)
                   (double)delay_us[ROUNDS - 1] / 1000.0);
 }
 
+/* br_ckpt_settle with clean, until it says nothing is left to wait for (at most
+ * limit ms of the fake clock, step ms apart): how long that took. */
+static int64_t settle(fix_t *f, int clean, int64_t step, int64_t limit)
+{
+    int64_t t0 = f->now;
+    while (!br_ckpt_settle(f->w, f->now, clean, on_ckpt, f)) {
+        if (f->now - t0 > limit)
+            fail_msg("still settling after %lld ms", (long long)limit);
+        f->now += step;
+    }
+    return f->now - t0;
+}
+
+/* A job that finishes a checkpoint and exits at once: the next scan is not due
+ * yet, so polling alone does not see it; settling (before the exit is reported)
+ * does, at once, whatever the exit. */
+static void test_settle_counts_the_last_one(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "checkpoint-*", "DONE", STABLE);
+    at(f, 0);
+    mk(f, "checkpoint-3");
+    put(f, "checkpoint-3/w.bin", 500);
+    put(f, "checkpoint-3/DONE", 1);
+    at(f, 1); /* the directory's event makes the next scan come 50 ms after the last */
+    assert_int_equal(f->n, 0);
+    assert_int_equal(settle(f, 0, 100, 0), 0);
+    assert_int_equal(f->n, 1);
+    assert_int_equal(report_of(f, "checkpoint-3")->size, 501);
+    assert_int_equal(settle(f, 0, 100, 0), 0); /* once */
+    assert_int_equal(f->n, 1);
+}
+
+/* Without a marker, an entry counts once quiet for stable_ms. After a clean exit
+ * that quiet time is waited for, as if the job still ran; after a failure the exit
+ * is not held for it (a crash may have torn it). */
+static void test_settle_waits_quiet_time_after_clean_exit(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "step-*", NULL, STABLE);
+    at(f, 0);
+    mk(f, "step-7");
+    put(f, "step-7/w.bin", 100);
+    int64_t took = settle(f, 1, 100, 2 * STABLE);
+    assert_true(took >= STABLE);
+    assert_int_equal(f->n, 1);
+    assert_int_equal(report_of(f, "step-7")->step, 7);
+}
+
+static void test_settle_after_failure_takes_only_complete(void **state)
+{
+    fix_t *f = *state;
+    watch(f, "step-*", NULL, STABLE);
+    at(f, 0);
+    mk(f, "step-7");
+    put(f, "step-7/w.bin", 100);
+    assert_int_equal(settle(f, 0, 100, 0), 0);
+    assert_int_equal(f->n, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1192,6 +1252,9 @@ int main(void)
         T(test_newer_marker_written),
         T(test_newer_links_and_old_markers),
         T(test_newer_bad_dirs),
+        T(test_settle_counts_the_last_one),
+        T(test_settle_waits_quiet_time_after_clean_exit),
+        T(test_settle_after_failure_takes_only_complete),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
