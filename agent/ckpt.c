@@ -563,7 +563,10 @@ static int full_pass(br_ckpt_t *w, int64_t now, br_ckpt_fn fn, void *arg)
 int br_ckpt_settle(br_ckpt_t *w, int64_t now_ms, int clean, br_ckpt_fn fn, void *arg)
 {
     if (!w->settle_by) { /* the first call: look at everything now */
-        int64_t wait = w->stable_ms > MARKER_SETTLE_MS ? w->stable_ms : MARKER_SETTLE_MS;
+        /* a marker is needed (set, or learned): only an empty one may still settle */
+        int64_t wait = w->complete_file[0] || w->learned || w->stable_ms < MARKER_SETTLE_MS
+                           ? MARKER_SETTLE_MS
+                           : w->stable_ms;
         w->settle_by = now_ms + (clean ? wait + MIN_SCAN_GAP_MS : 0);
         drain_events(w); /* markers closed meanwhile: the pass considers them */
         if (full_pass(w, now_ms, fn, arg) < 0)
