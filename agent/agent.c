@@ -28,6 +28,7 @@
 #include "keeper.h"
 #include "runstate.h"
 #include "localsock.h"
+#include "listing.h"
 #include "manifest.h"
 #include "power.h"
 #include "probe.h"
@@ -803,14 +804,22 @@ static void collect_manifests(br_agent_t *a)
         int attempt = (int)json_integer_value(json_object_get(body, "attempt"));
         long long step = (long long)json_integer_value(json_object_get(body, "step"));
         const char *path = json_string_value(json_object_get(body, "path"));
-        if (m) {
+        json_t *sent = NULL;
+        br_err_t lerr = {0};
+        if (m && !(sent = br_listings_report(br_replica_listings(a->replica), m, &lerr)))
+            err = lerr;
+        if (sent) {
             fprintf(stderr,
                     "bramble-agent: job %lld attempt %d: checkpoint step %lld at "
-                    "%s (%lld files, manifest %.16s)\n",
+                    "%s (%lld files, manifest %.16s)%s%s\n",
                     job, attempt, step, path,
                     (long long)json_integer_value(json_object_get(m, "files")),
-                    json_string_value(json_object_get(m, "hash")));
-            json_object_set_new(body, "manifest", m);
+                    json_string_value(json_object_get(m, "hash")),
+                    lerr.errnum ? "; its whole manifest cannot be kept, so it cannot be "
+                                  "copied: "
+                                : "",
+                    lerr.errnum ? lerr.text : "");
+            json_object_set_new(body, "manifest", sent);
         } else {
             fprintf(stderr,
                     "bramble-agent: job %lld attempt %d: checkpoint step %lld at "
@@ -818,6 +827,7 @@ static void collect_manifests(br_agent_t *a)
                     job, attempt, step, path, err.text);
             json_object_set_new(body, "refused", json_string(err.text));
         }
+        json_decref(m);
         report_checkpoint(a, body);
         json_decref(body);
     }

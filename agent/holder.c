@@ -32,6 +32,9 @@
 
 typedef struct {
     char *id, *peer_name, *dir, *path;
+    char *listing; /* the whole listing's file, or NULL */
+    char listing_hash[2 * BR_MANIFEST_HASH_LEN + 1];
+    int64_t listing_size;
     char key[BR_KEY_LEN + 1];
     json_t *manifest;
     br_fsid_t *fsid;
@@ -70,6 +73,7 @@ static void grant_free(grant_t *g)
         free(g->peer_name);
         free(g->dir);
         free(g->path);
+        free(g->listing);
         json_decref(g->manifest);
         br_fsid_destroy(&g->fsid);
         free(g);
@@ -167,6 +171,21 @@ static int open_file(const grant_t *g, const char *rel, json_int_t size, br_err_
     return fd;
 }
 
+/* The whole listing of grant g's manifest (as the agent: it is the agent's own
+ * file), checked to be its size. */
+static int open_listing(const grant_t *g, br_err_t *err)
+{
+    int fd = open(g->listing, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
+        return br_errf(err, errno, "the manifest's whole listing: %s", strerror(errno));
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != g->listing_size) {
+        close(fd);
+        return br_errf(err, ESTALE, "the manifest's whole listing changed");
+    }
+    return fd;
+}
+
 /* --- answering ------------------------------------------------------------------ */
 
 static void close_cached(br_holder_t *h)
@@ -209,23 +228,30 @@ static int read_chunk(br_holder_t *h, const br_msg_t *req, json_int_t *off, size
     }
     if (g)
         br_strlcpy(peer, g->peer_name, peer_len);
-    int rc = -1;
-    json_t *e = g ? br_manifest_find(g->manifest, path) : NULL;
+    int rc = -1, listing = path[0] == '\0'; /* "": the manifest's whole listing */
+    json_t *e = g && !listing ? br_manifest_find(g->manifest, path) : NULL;
+    json_int_t size = listing && g ? g->listing_size
+                      : e          ? json_integer_value(json_object_get(e, "size"))
+                                   : 0;
     if (!g || strcmp(g->key, br_msg_user(req)) != 0)
         br_errf(err, EACCES, "no grant %.64s for this key", gid);
-    else if (!br_manifest_path_ok(path))
-        br_errf(err, EINVAL, "path '%.64s' is not allowed", path);
-    else if (!e || !json_object_get(e, "hash") ||
-             strcmp(json_string_value(json_object_get(e, "hash")), hash) != 0)
+    else if (listing ? !g->listing || strcmp(g->listing_hash, hash) != 0
+                     : !br_manifest_path_ok(path))
+        br_errf(err, listing ? ENOENT : EINVAL,
+                listing ? "no whole listing with hash %.16s... in this grant"
+                        : "path '%.64s' is not allowed",
+                listing ? hash : path);
+    else if (!listing && (!e || !json_object_get(e, "hash") ||
+                          strcmp(json_string_value(json_object_get(e, "hash")), hash) != 0))
         br_errf(err, ENOENT, "%.64s with hash %.16s... is not in the checkpoint", path,
                 hash);
-    else if (*off < 0 || *off > json_integer_value(json_object_get(e, "size")))
+    else if (*off < 0 || *off > size)
         br_errf(err, ERANGE, "offset %lld is beyond %.64s", (long long)*off, path);
     else if (h->fd < 0 || h->fd_gen != h->gen || strcmp(h->fd_grant, gid) != 0 ||
              strcmp(h->fd_path, path) != 0) {
         close_cached(h);
         h->fd_gen = h->gen;
-        h->fd = open_file(g, path, json_integer_value(json_object_get(e, "size")), err);
+        h->fd = listing ? open_listing(g, err) : open_file(g, path, size, err);
         if (h->fd >= 0) {
             br_strlcpy(h->fd_grant, gid, sizeof(h->fd_grant));
             br_strlcpy(h->fd_path, path, sizeof(h->fd_path));
@@ -233,7 +259,6 @@ static int read_chunk(br_holder_t *h, const br_msg_t *req, json_int_t *off, size
         }
     } else
         rc = 0;
-    json_int_t size = e ? json_integer_value(json_object_get(e, "size")) : 0;
     pthread_mutex_unlock(&h->w.mu);
     if (rc < 0)
         return -1;
@@ -465,10 +490,14 @@ int br_holder_grant(br_holder_t *h, const br_grant_t *g, br_err_t *err)
         n->dir = g->dir ? strdup(g->dir) : NULL;
         n->path = strdup(g->path);
         n->manifest = json_deep_copy(g->manifest);
+        n->listing = g->listing ? strdup(g->listing) : NULL;
+        br_strlcpy(n->listing_hash, g->listing_hash ? g->listing_hash : "",
+                   sizeof(n->listing_hash));
+        n->listing_size = g->listing_size;
         br_strlcpy(n->key, g->peer_key, sizeof(n->key));
         n->expires = br_mono_ms() + g->ttl_ms;
-        bad =
-            !n->id || !n->peer_name || (g->dir && !n->dir) || !n->path || !n->manifest;
+        bad = !n->id || !n->peer_name || (g->dir && !n->dir) || !n->path ||
+              !n->manifest || (g->listing && !n->listing);
     }
     if (!bad && g->as_user && !(n->fsid = br_fsid_new(g->uid, g->gid, err))) {
         grant_free(n);
@@ -492,6 +521,20 @@ int br_holder_grant(br_holder_t *h, const br_grant_t *g, br_err_t *err)
     if (rc < 0)
         grant_free(n);
     return rc;
+}
+
+int br_holder_renew(br_holder_t *h, const char *id, const char *peer_key,
+                    const char *mhash, int64_t ttl_ms)
+{
+    pthread_mutex_lock(&h->w.mu);
+    int i = find_grant(h, id);
+    grant_t *g = i >= 0 ? h->grants[i] : NULL;
+    int held = g && g->expires > br_mono_ms() && strcmp(g->key, peer_key) == 0 &&
+               strcmp(json_string_value(json_object_get(g->manifest, "hash")), mhash) == 0;
+    if (held)
+        g->expires = br_mono_ms() + ttl_ms;
+    pthread_mutex_unlock(&h->w.mu);
+    return held;
 }
 
 void br_holder_revoke(br_holder_t *h, const char *id)

@@ -223,15 +223,14 @@ static int by_path(const void *a, const void *b)
     return strcmp(((const ent_t *)a)->path, ((const ent_t *)b)->path);
 }
 
-/* The manifest of the sorted entries: its hash, and the entries that fit listed. */
+/* The manifest of the sorted entries: its hash, and every entry listed (a report
+ * lists those that fit: listing.h). */
 static json_t *to_json(walk_t *w, const char *root)
 {
     crypto_generichash_state hs;
     unsigned char h[HASH_LEN];
     char hex[2 * HASH_LEN + 1];
     json_t *entries = json_array(), *m = NULL;
-    size_t listed = 0;
-    int full = 0;
     br_manifest_hash_begin(&hs, root);
     for (size_t i = 0; entries && i < w->n; i++) {
         const ent_t *e = &w->e[i];
@@ -239,18 +238,13 @@ static json_t *to_json(walk_t *w, const char *root)
             sodium_bin2hex(hex, sizeof(hex), e->hash, HASH_LEN);
         br_manifest_hash_entry(&hs, e->path, e->link != NULL, e->mode, e->size,
                                e->link ? e->link : hex);
-        if (full)
-            continue;
-        json_t *o = json_pack("{s:s, s:I, s:i, s:s}", "path", e->path, "size",
-                              (json_int_t)e->size, "mode", (int)e->mode,
-                              e->link ? "link" : "hash", e->link ? e->link : hex);
-        size_t len = o ? json_dumpb(o, NULL, 0, JSON_COMPACT) + 1 : 0;
-        if (o && listed + len <= BR_MANIFEST_LIST_MAX) {
-            json_array_append_new(entries, o);
-            listed += len;
-        } else {
-            json_decref(o);
-            full = 1;
+        if (json_array_append_new(entries,
+                                  json_pack("{s:s, s:I, s:i, s:s}", "path", e->path, "size",
+                                            (json_int_t)e->size, "mode", (int)e->mode,
+                                            e->link ? "link" : "hash",
+                                            e->link ? e->link : hex)) < 0) {
+            json_decref(entries);
+            entries = NULL;
         }
     }
     crypto_generichash_final(&hs, h, HASH_LEN);
@@ -259,8 +253,6 @@ static json_t *to_json(walk_t *w, const char *root)
         m = json_pack("{s:s, s:s, s:I, s:I, s:O}", "hash", hex, "root", root, "files",
                       (json_int_t)w->n, "bytes", (json_int_t)w->bytes, "entries",
                       entries);
-    if (m && full)
-        json_object_set_new(m, "truncated", json_true());
     json_decref(entries);
     return m ? m : br_errp(w->err, ENOMEM, "out of memory");
 }

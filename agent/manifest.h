@@ -17,8 +17,8 @@
 #include "fsid.h"
 #include "manifest_check.h"
 
-/* JSON bytes of entries listed in a manifest; the rest are counted and hashed,
- * not listed */
+/* JSON bytes of entries a report lists; the rest are counted and hashed, not
+ * listed, and the whole manifest is kept aside (listing.h) */
 #define BR_MANIFEST_LIST_MAX (256 * 1024)
 #define BR_MANIFEST_BUF (1 << 20)    /* bytes read and hashed at a time */
 #define BR_MANIFEST_MAX_FILES 100000 /* files and links in one checkpoint */
@@ -62,8 +62,8 @@ void br_manifest_cancel(br_manifest_t *h, const char *group);
 /* Build one manifest here and now, as the hasher thread does: as fsid (NULL: as
  * this process), stopping with ECANCELED when *cancel (may be NULL) becomes
  * non-zero. {"hash": hex, "root": "dir"|"file", "files": n, "bytes": n, "entries":
- * [{"path", "size", "mode", "hash"} or {"path", "size", "mode", "link"}],
- * "truncated"?: true}, entries in byte order of their paths; NULL with err. */
+ * [{"path", "size", "mode", "hash"} or {"path", "size", "mode", "link"}]}, every
+ * entry, in byte order of their paths; NULL with err. */
 json_t *br_manifest_build(const char *dir, const char *path, br_fsid_t *fsid,
                           const atomic_int *cancel, br_err_t *err);
 

@@ -15,6 +15,7 @@
 
 #include "fsid.h"
 #include "holder.h"
+#include "listing.h"
 #include "manifest.h"
 #include "msg.h"
 #include "sock.h"
@@ -55,6 +56,7 @@ typedef struct {
     char stage_path[PATH_MAX], tmp_path[PATH_MAX];
     uint32_t seq;
     int64_t written, stall_ms;
+    int listing; /* fetching the manifest's whole listing: not the checkpoint's bytes */
     unsigned char *buf;
     br_pull_stats_t st;
 } pull_t;
@@ -141,7 +143,7 @@ static int open_old(int dfd, const char *rel, json_int_t size)
 /* n more bytes of the checkpoint are in place: what br_pull_req_t.progress shows. */
 static void done(pull_t *p, uint64_t n)
 {
-    if (p->r->progress)
+    if (p->r->progress && !p->listing)
         atomic_fetch_add(p->r->progress, (long long)n);
 }
 
@@ -394,7 +396,7 @@ static int take_answer(pull_t *p, int fd, crypto_generichash_state *hs,
     else {
         crypto_generichash_update(hs, data, len);
         *got += (int64_t)len;
-        p->st.bytes_received += len;
+        p->st.bytes_received += p->listing ? 0 : len; /* the checkpoint's own bytes */
         done(p, len);
         rc = 1;
     }
@@ -482,7 +484,7 @@ static int fetch(pull_t *p, const char *path, const char *hex, json_int_t size, 
     if (rc == 1)
         return bad_peer(p, EBADMSG, "bytes that are not in the manifest (wrong hash)",
                         path);
-    p->st.files_fetched += rc == 0;
+    p->st.files_fetched += rc == 0 && !p->listing;
     return rc;
 }
 
@@ -693,6 +695,37 @@ static json_t *pull(pull_t *p, const json_t *m)
         "resumes", (json_int_t)p->st.resumes);
 }
 
+/* The whole manifest of a truncated one: the listing kept here already, else
+ * fetched from the holder (the path "" of the grant, PROTOCOL.md section 11) into
+ * the listings directory as the agent, checked by its hash, and kept there. */
+static json_t *fetch_listing(pull_t *p, const char *lhash, int64_t lsize)
+{
+    const char *dir = p->r->listings;
+    const char *mhash = json_string_value(json_object_get(p->r->manifest, "hash"));
+    br_err_t e2;
+    if (!dir)
+        return br_errp(p->err, ENOTSUP, "a truncated manifest, and no place to keep its "
+                                        "whole listing");
+    json_t *m = br_listings_whole(dir, p->r->manifest, NULL, 0, &e2);
+    if (m || (e2.errnum != ENOENT && e2.errnum != EBADMSG)) {
+        if (!m)
+            *p->err = e2;
+        return m;
+    }
+    char name[2 * HASH_LEN + 8];
+    snprintf(name, sizeof(name), "%s.json", mhash);
+    if ((p->tmp = open_dir(p, dir, 0, 0)) < 0)
+        return br_errp(p->err, errno, "%s: %s", dir, strerror(errno));
+    br_strlcpy(p->tmp_path, dir, sizeof(p->tmp_path));
+    p->listing = 1;
+    int rc = fetch(p, "", lhash, lsize, p->tmp, name, 0600);
+    p->listing = 0;
+    close(p->tmp);
+    p->tmp = -1;
+    p->tmp_path[0] = '\0';
+    return rc < 0 ? NULL : br_listings_whole(dir, p->r->manifest, NULL, 0, p->err);
+}
+
 json_t *br_pull_run(void *ctx, const br_pull_req_t *r, const atomic_int *cancel,
                     br_pull_stats_t *st, br_err_t *err)
 {
@@ -711,16 +744,20 @@ json_t *br_pull_run(void *ctx, const br_pull_req_t *r, const atomic_int *cancel,
         return br_errp(err, EINVAL,
                        "pull: a holder, keys, a grant and a destination "
                        "are needed");
-    if (br_manifest_verify(r->manifest, err) < 0)
+    const char *lhash;
+    int64_t lsize;
+    int lr = br_manifest_listing(r->manifest, &lhash, &lsize, err);
+    if (lr < 0 || (lr == 0 && br_manifest_verify(r->manifest, err) < 0))
         return NULL;
     br_fsid_t *as = r->as_user ? br_fsid_new(r->uid, r->gid, err) : NULL;
     if (r->as_user && !as)
         return NULL;
-    json_t *res = NULL;
+    json_t *res = NULL, *whole = NULL;
     if (!(p.buf = malloc(COPY_BUF)))
         br_errf(err, ENOMEM, "out of memory");
-    else if (br_fsid_enter(as, err) == 0) {
-        res = pull(&p, r->manifest);
+    else if ((lr == 0 || (whole = fetch_listing(&p, lhash, lsize))) &&
+             br_fsid_enter(as, err) == 0) {
+        res = pull(&p, whole ? whole : r->manifest);
         if (!res && is_full(err->errnum)) { /* leave nothing of it behind */
             rm_path(p.stage_path);
             rm_path(p.tmp_path);
@@ -733,6 +770,7 @@ json_t *br_pull_run(void *ctx, const br_pull_req_t *r, const atomic_int *cancel,
         if (fds[i] >= 0)
             close(fds[i]);
     free(p.buf);
+    json_decref(whole);
     br_fsid_destroy(&as);
     if (st) {
         st->bytes_received += p.st.bytes_received;

@@ -34,7 +34,10 @@ typedef struct {
     const char *public_key, *secret_key; /* this node's key pair (Z85) */
     const char *peer_name;               /* the holder's node name, for the log */
     const char *grant;                   /* the grant the holder was given for us */
-    const json_t *manifest;              /* what to build (br_manifest_verify'd here) */
+    const json_t *manifest; /* what to build (br_manifest_verify'd here); a truncated
+                               one (listing.h): its whole listing is fetched first */
+    const char *listings;   /* where this node keeps whole listings (listing.h): a
+                               fetched one is kept there, as the agent */
     const char *dest;  /* the checkpoint to create: a directory or one file */
     const char *store; /* the replica store to take files from, or NULL */
     int in_store;      /* dest is in the store: link files, index them by hash */

@@ -14,7 +14,7 @@
 typedef struct job {
     struct job *next;
     br_pull_req_t r; /* its strings and manifest are the job's own */
-    char *strs[10];
+    char *strs[10]; /* the request's strings */
     json_t *manifest, *tag, *result;
     br_err_t err;
 } job_t;
@@ -175,6 +175,7 @@ int br_puller_submit(br_puller_t *pl, const br_pull_req_t *r, br_err_t *err)
         j->r.grant = keep(j, 5, r->grant, &bad);
         j->r.dest = keep(j, 6, r->dest, &bad);
         j->r.store = keep(j, 7, r->store, &bad);
+        j->r.listings = keep(j, 8, r->listings, &bad);
         j->r.manifest = j->manifest = r->manifest ? json_deep_copy(r->manifest) : NULL;
         bad |= r->manifest && !j->manifest;
         j->r.tag = j->tag = json_incref(r->tag);

@@ -14,6 +14,7 @@
 
 #include "holder.h"
 #include "jobuser.h"
+#include "listing.h"
 #include "manifest.h"
 #include "puller.h"
 #include "util.h"
@@ -21,6 +22,7 @@
 
 struct br_replica {
     const br_settings_t *s;
+    br_listings_t *listings; /* whole manifests too big for a report */
     br_holder_t *holder; /* NULL: serves nothing (--replica-port off) */
     br_puller_t *puller;
     int64_t used;    /* bytes in the store, each file once */
@@ -181,8 +183,11 @@ br_replica_t *br_replica_new(const br_settings_t *s, br_err_t *err)
     if (!r)
         return br_errp(err, ENOMEM, "out of memory");
     r->s = s;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/manifests", s->data_dir);
     if (br_worker_init(&r->disk, "disk", err) < 0 ||
-        br_worker_start(&r->disk, disk_run, r, err) < 0)
+        br_worker_start(&r->disk, disk_run, r, err) < 0 ||
+        !(r->listings = br_listings_new(dir, err)))
         goto fail;
     if (s->replica_quota != 0 && br_mkdir_p(s->replica_dir, 0700, err) < 0)
         goto fail;
@@ -219,6 +224,7 @@ void br_replica_destroy(br_replica_t **rp)
     br_worker_fini(&r->disk);
     json_decref(r->disk_ask);
     json_decref(r->disk_got);
+    br_listings_destroy(&r->listings);
     free(r);
     *rp = NULL;
     errno = saved;
@@ -255,27 +261,40 @@ int br_replica_serve(br_replica_t *r, const br_msg_t *m, br_err_t *err)
         br_holder_revoke(r->holder, grant);
         return 0;
     }
-    char where[PATH_MAX];
+    const char *mhash = json_string_value(json_object_get(manifest, "hash"));
+    if (mhash && br_holder_renew(r->holder, grant, key, mhash, ttl))
+        return 0; /* held already: a big manifest is not read again */
+    char where[PATH_MAX], listing[PATH_MAX];
+    json_t *whole = br_listings_whole(br_listings_dir(r->listings), manifest, listing,
+                                      sizeof(listing), err);
+    if (!whole)
+        return -1;
     br_grant_t g = {.id = grant,
                     .peer_key = key,
                     .peer_name = peer,
                     .dir = dir,
                     .path = path,
-                    .manifest = manifest,
+                    .manifest = whole,
                     .ttl_ms = ttl};
+    if (listing[0]) { /* served as the path "" (PROTOCOL.md section 11) */
+        g.listing = listing;
+        br_manifest_listing(manifest, &g.listing_hash, &g.listing_size, err);
+    }
+    int rc = 0;
     if (replica) { /* our copy in the store, read as the agent */
-        if (replica_path(r, job, manifest, path, where, sizeof(where), err) < 0)
-            return -1;
+        rc = replica_path(r, job, manifest, path, where, sizeof(where), err);
         g.dir = r->s->replica_dir;
         g.path = where;
+    } else if (path[0] != '/' || (dir && dir[0] != '/')) {
+        rc = br_errf(err, EINVAL, "ckpt.serve: path and dir must be absolute");
     } else {
-        if (path[0] != '/' || (dir && dir[0] != '/'))
-            return br_errf(err, EINVAL, "ckpt.serve: path and dir must be absolute");
-        if (job_identity(r, owner_id, unix_user, &g.uid, &g.gid, err) < 0)
-            return -1;
+        rc = job_identity(r, owner_id, unix_user, &g.uid, &g.gid, err);
         g.as_user = 1;
     }
-    return br_holder_grant(r->holder, &g, err);
+    if (rc == 0)
+        rc = br_holder_grant(r->holder, &g, err);
+    json_decref(whole);
+    return rc;
 }
 
 int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err)
@@ -292,8 +311,11 @@ int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err)
             "restore", &restore, "dir", &dir, "owner_id", &owner_id, "unix_user",
             &unix_user) < 0)
         return -1;
-    if (br_manifest_verify(manifest, err) < 0)
-        return -1;
+    const char *lhash;
+    int64_t lsize;
+    int lr = br_manifest_listing(manifest, &lhash, &lsize, err);
+    if (lr < 0 || (lr == 0 && br_manifest_verify(manifest, err) < 0))
+        return -1; /* a truncated one is checked once its listing is here (pull.h) */
     char dest[PATH_MAX], ep[BR_ENDPOINT_MAX];
     if (port < 1 || port > 65535 || !*addr || strpbrk(addr, "/ ") ||
         (size_t)snprintf(ep, sizeof(ep),
@@ -307,6 +329,7 @@ int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err)
                        .peer_name = node,
                        .grant = grant,
                        .manifest = manifest,
+                       .listings = br_listings_dir(r->listings),
                        .dest = dest,
                        .limit = -1,
                        .store = r->s->replica_quota != 0 ? r->s->replica_dir : NULL};
@@ -342,6 +365,11 @@ int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err)
     int rc = br_puller_submit(r->puller, &q, err);
     json_decref(q.tag);
     return rc;
+}
+
+br_listings_t *br_replica_listings(br_replica_t *r)
+{
+    return r->listings;
 }
 
 json_t *br_replica_progress(br_replica_t *r)

@@ -7,6 +7,7 @@
  * reported with `ckpt.stored` (PROTOCOL.md sections 5 and 6). The store:
  *   DIR/<job>/<manifest hash>/<checkpoint's name>   one replica
  *   DIR/.by-hash/<file hash>                         each file once (hard links)
+ * and, in the agent's data dir, manifests/ (listing.h).
  */
 #ifndef BRAMBLE_REPLICA_H
 #define BRAMBLE_REPLICA_H
@@ -32,6 +33,10 @@ void br_replica_destroy(br_replica_t **r);
 int br_replica_port(const br_replica_t *r);
 /* Readable when a fetch has finished (br_replica_take). */
 int br_replica_fd(const br_replica_t *r);
+
+/* Where this node keeps the whole manifests of checkpoints too big for a report
+ * (DATA/manifests, listing.h): those it wrote and those it pulled. */
+struct br_listings *br_replica_listings(br_replica_t *r);
 
 /* The coordinator's orders: 0, or -1 with err (the words of the error reply). */
 int br_replica_serve(br_replica_t *r, const br_msg_t *m, br_err_t *err);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <sodium.h>
@@ -170,7 +171,7 @@ static int fetch(pull_t *p, int fd, const char *path, const char *hex, int64_t s
         json_unpack(br_msg_body(m), "{s:I}", "offset", &off);
         if (off != got || (int64_t)len > size - got || len == 0)
             rc = br_errf(&p->err, EPROTO, "%s: %s sent a chunk that was not asked for",
-                         path, p->from);
+                         path[0] ? path : "the manifest's listing", p->from);
         else if (br_write_all(fd, data, len) < 0)
             rc = br_errf(&p->err, errno, "%s: %s", path, strerror(errno));
         else {
@@ -185,6 +186,45 @@ static int fetch(pull_t *p, int fd, const char *path, const char *hex, int64_t s
     if (rc < 0) /* a pull opened again then starts with the window empty */
         let_go(p, &w, 2000);
     return rc;
+}
+
+/* The whole manifest that m (checkpoint.open's) stands for: m itself when it is
+ * whole, else its listing (PROTOCOL.md section 11, the path "") fetched through the
+ * coordinator and checked by its hash and against m. A new reference, or NULL with
+ * err. */
+static json_t *whole_manifest(pull_t *p, const json_t *m)
+{
+    const char *lhash;
+    int64_t lsize;
+    int lr = br_manifest_listing(m, &lhash, &lsize, &p->err);
+    if (lr <= 0)
+        return lr < 0 || br_manifest_verify(m, &p->err) < 0 ? NULL : json_incref((json_t *)m);
+    int fd = memfd_create("bramble-listing", MFD_CLOEXEC);
+    char *text = fd >= 0 ? malloc((size_t)lsize) : NULL;
+    json_t *whole = NULL;
+    crypto_generichash_state hs;
+    crypto_generichash_init(&hs, NULL, 0, BR_MANIFEST_HASH_LEN);
+    if (!text)
+        br_errf(&p->err, errno ? errno : ENOMEM, "the manifest's listing: %s",
+                strerror(errno ? errno : ENOMEM));
+    else if (fetch(p, fd, "", lhash, lsize, &hs) == 0) {
+        unsigned char h[BR_MANIFEST_HASH_LEN];
+        char got[2 * BR_MANIFEST_HASH_LEN + 1];
+        crypto_generichash_final(&hs, h, sizeof(h));
+        sodium_bin2hex(got, sizeof(got), h, sizeof(h));
+        if (strcmp(got, lhash) != 0)
+            br_errf(&p->err, EBADMSG, "the manifest's listing %s sent is not the one "
+                    "counted", p->from);
+        else if (pread(fd, text, (size_t)lsize, 0) != (ssize_t)lsize)
+            br_errf(&p->err, errno, "the manifest's listing: %s", strerror(errno));
+        else
+            whole = br_manifest_from_listing(m, text, (size_t)lsize, &p->err);
+    }
+    free(text);
+    if (fd >= 0)
+        close(fd);
+    p->done = p->fetched = 0; /* the checkpoint's own bytes from here */
+    return whole;
 }
 
 /* One file of the manifest into place below root (the staging dir, or for a
@@ -311,7 +351,8 @@ int cli_checkpoint_pull(cli_t *cli, int argc, char **argv)
                 .from = json_string_value(json_object_get(r, "from")),
                 .progress = !json && isatty(2),
                 .started = br_mono_ms()};
-    const json_t *m = json_object_get(r, "manifest");
+    const json_t *sum = json_object_get(r, "manifest");
+    json_t *m = NULL; /* the whole manifest */
     const char *path = json_string_value(json_object_get(r, "path"));
     const char *name = path ? strrchr(path, '/') : NULL;
     name = name ? name + 1 : path;
@@ -319,9 +360,11 @@ int cli_checkpoint_pull(cli_t *cli, int argc, char **argv)
     struct stat st;
     int rc = CLI_FAIL;
     json_t *reopened = NULL; /* the answer of a pull opened again (p's strings in it) */
-    if (!p.xfer || !p.from || !name || br_manifest_verify(m, &p.err) < 0) {
-        cli_fail(cli, "the coordinator's answer is not usable: %s",
-                 p.err.errnum ? p.err.text : "no pull, path or holder");
+    if (!p.xfer || !p.from || !name) {
+        cli_fail(cli, "the coordinator's answer is not usable: no pull, path or holder");
+    } else if (!(m = whole_manifest(&p, sum))) {
+        cli_fail(cli, "checkpoint step %lld of job %ld: %s",
+                 (long long)json_integer_value(json_object_get(r, "step")), id, p.err.text);
     } else if (!br_manifest_path_ok(name) ||
                (size_t)snprintf(stage, sizeof(stage), ".bramble-pull-%s", name) >=
                    sizeof(stage)) {
@@ -401,6 +444,7 @@ int cli_checkpoint_pull(cli_t *cli, int argc, char **argv)
         }
     }
     json_decref(reopened);
+    json_decref(m);
     json_decref(r);
     close(dest);
     return rc;

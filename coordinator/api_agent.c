@@ -9,6 +9,7 @@
 #include "gpulive.h"
 #include "jobs.h"
 #include "jobtab.h"
+#include "manifest_check.h"
 #include "nodelife.h"
 #include "replicas.h"
 #include "token.h"
@@ -411,10 +412,18 @@ int br_api_check_manifest(const json_t *mf, br_err_t *err)
     json_t *entries, *e;
     int truncated = 0;
     json_error_t je;
-    if (json_unpack_ex((json_t *)mf, &je, JSON_STRICT, "{s:s, s:s, s:I, s:I, s:o, s?b}",
+    json_t *listing = NULL;
+    if (json_unpack_ex((json_t *)mf, &je, JSON_STRICT, "{s:s, s:s, s:I, s:I, s:o, s?b, s?o}",
                        "hash", &hash, "root", &root, "files", &files, "bytes", &bytes,
-                       "entries", &entries, "truncated", &truncated) < 0)
+                       "entries", &entries, "truncated", &truncated, "listing",
+                       &listing) < 0)
         return br_errf(err, EPROTO, "job.checkpoint: manifest: %s", je.text);
+    const char *lhash;
+    int64_t lsize;
+    if (listing && (!truncated || br_manifest_listing(mf, &lhash, &lsize, err) < 0 ||
+                    json_object_size(listing) != 2))
+        return br_errf(err, EPROTO, "job.checkpoint: manifest: a bad listing (only a "
+                                    "truncated manifest names one: {\"hash\", \"size\"})");
     size_t listed = json_array_size(entries);
     if (!hash_hex(hash) || (strcmp(root, "dir") != 0 && strcmp(root, "file") != 0) ||
         files < 0 || bytes < 0 || !json_is_array(entries) ||

@@ -9,6 +9,7 @@
 #include <sodium.h>
 
 #include "coord.h"
+#include "manifest_check.h"
 #include "replicas.h"
 #include "sock.h"
 #include "util.h"
@@ -296,14 +297,17 @@ void br_api_checkpoint_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                 (long long)id);
         goto fail;
     }
-    if (json_is_true(json_object_get(sum, "truncated"))) {
-        br_errf(&err, ENOTSUP, "checkpoint step %lld of job %lld has more files (%lld) "
-                "than its manifest lists: it is not pulled", (long long)step,
-                (long long)id, (long long)json_integer_value(json_object_get(sum, "files")));
-        goto fail;
-    }
+    const char *lhash;
+    int64_t lsize;
     if (!(whole = br_store_checkpoint_manifest(c->store, id, hash, &err)))
         goto fail;
+    if (br_manifest_listing(whole, &lhash, &lsize, &err) < 0) { /* an older agent's */
+        br_errf(&err, ENOTSUP, "checkpoint step %lld of job %lld has more files (%lld) "
+                "than its manifest lists, and no whole listing was kept: it is not "
+                "pulled", (long long)step, (long long)id,
+                (long long)json_integer_value(json_object_get(sum, "files")));
+        goto fail;
+    }
     int from_store = 0;
     br_node_t *h = br_replicas_source(c, id, hash, writer ? writer : "", &from_store);
     if (!h) {

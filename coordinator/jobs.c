@@ -730,10 +730,13 @@ int br_jobs_checkpoint(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
     if (json_is_true(json_object_get(m, "truncated")))
         fprintf(stderr,
                 "brambled: job %lld: the manifest of checkpoint %s lists %zu of "
-                "its %lld files (the rest did not fit in the report); all are "
-                "in its hash\n",
+                "its %lld files (the rest did not fit in the report; all are in its "
+                "hash)%s\n",
                 (long long)id, path, json_array_size(json_object_get(m, "entries")),
-                (long long)json_integer_value(json_object_get(m, "files")));
+                (long long)json_integer_value(json_object_get(m, "files")),
+                json_object_get(m, "listing")
+                    ? ": its writer keeps the whole one, and its holders serve it"
+                    : ", and no whole one was kept: it cannot be copied or pulled");
     if (br_store_checkpoint_add(c->store, id, attempt, n->name, path, step, size, time_ms,
                                 manifest, err) < 0)
         return -1;

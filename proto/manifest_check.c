@@ -95,9 +95,11 @@ int br_manifest_verify(const json_t *mj, br_err_t *err)
     json_int_t files, bytes;
     int truncated = 0;
     json_error_t je;
-    if (!m || json_unpack_ex(m, &je, JSON_STRICT, "{s:s, s:s, s:I, s:I, s:o, s?b}",
+    json_t *listing = NULL;
+    if (!m || json_unpack_ex(m, &je, JSON_STRICT, "{s:s, s:s, s:I, s:I, s:o, s?b, s?o}",
                              "hash", &hash, "root", &root, "files", &files, "bytes",
-                             &bytes, "entries", &entries, "truncated", &truncated) < 0)
+                             &bytes, "entries", &entries, "truncated", &truncated,
+                             "listing", &listing) < 0)
         return br_errf(err, EPROTO, "manifest: %s", m ? je.text : "none");
     if (!json_is_array(entries) || !hex_ok(hash) ||
         (strcmp(root, "dir") != 0 && strcmp(root, "file") != 0))
@@ -140,6 +142,45 @@ int br_manifest_verify(const json_t *mj, br_err_t *err)
         return br_errf(err, EPROTO, "manifest: its entries do not hash to %.16s...",
                        hash);
     return 0;
+}
+
+int br_manifest_listing(const json_t *m, const char **hash, int64_t *size, br_err_t *err)
+{
+    if (!json_is_true(json_object_get(m, "truncated")))
+        return 0;
+    json_t *l = json_object_get(m, "listing");
+    json_int_t n = 0;
+    if (!l || json_unpack(l, "{s:s, s:I}", "hash", hash, "size", &n) < 0 ||
+        !hex_ok(*hash) || n < 2 || n > BR_MANIFEST_LISTING_MAX)
+        return br_errf(err, ENOTSUP, "manifest lists %zu of its %lld files, and names "
+                                     "no whole listing",
+                       json_array_size(json_object_get(m, "entries")),
+                       (long long)json_integer_value(json_object_get(m, "files")));
+    *size = n;
+    return 1;
+}
+
+json_t *br_manifest_from_listing(const json_t *summary, const char *text, size_t len,
+                                 br_err_t *err)
+{
+    json_error_t je;
+    json_t *m = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!m)
+        return br_errp(err, EPROTO, "manifest listing: %s", je.text);
+    static const char *const same[] = {"hash", "root", "files", "bytes"};
+    if (json_object_get(m, "truncated") || br_manifest_verify(m, err) < 0) {
+        if (json_object_get(m, "truncated"))
+            br_errf(err, EPROTO, "manifest listing: truncated itself");
+        json_decref(m);
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
+        if (!json_equal(json_object_get(m, same[i]), json_object_get(summary, same[i]))) {
+            json_decref(m);
+            return br_errp(err, EPROTO, "manifest listing: its %s is not the checkpoint's",
+                           same[i]);
+        }
+    return m;
 }
 
 json_t *br_manifest_find(const json_t *m, const char *path)

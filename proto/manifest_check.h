@@ -38,6 +38,22 @@ int br_manifest_path_ok(const char *path);
  * entries. 0, or -1 with err. */
 int br_manifest_verify(const json_t *m, br_err_t *err);
 
+/* A manifest whose entries do not all fit in a report is reported truncated, with
+ * "listing": {"hash", "size"}, the BLAKE2b-256 and length of the text of the whole
+ * manifest, which its writer keeps and every holder serves (PROTOCOL.md section 11).
+ * 1 with that hash (borrowed) and size when m is truncated and names one; 0 when m
+ * is whole; -1 with err (ENOTSUP) when it is truncated without a listing. */
+int br_manifest_listing(const json_t *m, const char **hash, int64_t *size, br_err_t *err);
+
+/* The whole manifest that the truncated summary stands for, from the text of its
+ * listing (already checked against the listing's hash): parsed, verified
+ * (br_manifest_verify) and the same checkpoint as summary (hash, root, files,
+ * bytes). A new reference, or NULL with err. */
+json_t *br_manifest_from_listing(const json_t *summary, const char *text, size_t len,
+                                 br_err_t *err);
+
+#define BR_MANIFEST_LISTING_MAX (128 << 20) /* bytes of a whole manifest's text */
+
 /* The entry for path in a verified manifest (borrowed), or NULL. */
 json_t *br_manifest_find(const json_t *m, const char *path);
 

@@ -94,6 +94,15 @@ static void test_check_manifest(void **state)
         {"{" HEAD "\"files\": 1, \"entries\": [" OK_ENTRY "]}", 1},
         {"{" HEAD "\"files\": 0, \"entries\": []}", 1},
         {"{" HEAD "\"files\": 2, \"entries\": [" OK_ENTRY "], \"truncated\": true}", 1},
+        /* a truncated one names the whole listing its writer keeps; only it does */
+        {"{" HEAD "\"files\": 2, \"entries\": [" OK_ENTRY "], \"truncated\": true, "
+         "\"listing\": {\"hash\": \"" H1 "\", \"size\": 300}}", 1},
+        {"{" HEAD "\"files\": 1, \"entries\": [" OK_ENTRY "], "
+         "\"listing\": {\"hash\": \"" H1 "\", \"size\": 300}}", 0},
+        {"{" HEAD "\"files\": 2, \"entries\": [" OK_ENTRY "], \"truncated\": true, "
+         "\"listing\": {\"hash\": \"xyz\", \"size\": 300}}", 0},
+        {"{" HEAD "\"files\": 2, \"entries\": [" OK_ENTRY "], \"truncated\": true, "
+         "\"listing\": {\"hash\": \"" H1 "\", \"size\": 300, \"x\": 1}}", 0},
         {"{" HEAD "\"files\": 1, \"entries\": [{\"path\": \"l\", \"size\": 3, "
          "\"mode\": 511, \"link\": \"/etc/passwd\"}]}", 1},
         {"{\"hash\": \"" H1 "\", \"root\": \"file\", \"bytes\": 3, \"files\": 1, "

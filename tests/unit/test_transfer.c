@@ -4,7 +4,8 @@
  * resumed from its offset, a corrupt byte on the holder caught, paths outside the
  * manifest refused, an unknown key refused by ZAP, an expired grant, a symlink
  * swapped in on the holder, a full disk leaving nothing visible, the thread (a
- * restore ahead of the replicas), and files read as the job's user. */
+ * restore ahead of the replicas), files read as the job's user, and a checkpoint
+ * whose manifest is too big for a report (its whole listing fetched first). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -31,6 +32,7 @@
 #include "cred.h"
 #include "err.h"
 #include "holder.h"
+#include "listing.h"
 #include "manifest.h"
 #include "msg.h"
 #include "puller.h"
@@ -591,6 +593,20 @@ static void test_unknown_key(void **state)
     assert_false(exists("%s", dest));
 }
 
+/* A renewal without the manifest read again: only of a grant held, unlapsed, for
+ * the same key and manifest; a lapsed one stays lapsed until granted anew. */
+static void test_renew(void **state)
+{
+    fix_t *f = *state;
+    const char *mhash = json_string_value(json_object_get(f->m, "hash"));
+    assert_int_equal(br_holder_renew(f->h, "g1", f->ppub, mhash, 60000), 1);
+    assert_int_equal(br_holder_renew(f->h, "g1", f->hpub, mhash, 60000), 0);
+    assert_int_equal(br_holder_renew(f->h, "g1", f->ppub, "00ff", 60000), 0);
+    assert_int_equal(br_holder_renew(f->h, "nope", f->ppub, mhash, 60000), 0);
+    assert_int_equal(br_holder_renew(f->h, "g1", f->ppub, mhash, 0), 1); /* lapses */
+    assert_int_equal(br_holder_renew(f->h, "g1", f->ppub, mhash, 60000), 0);
+}
+
 static void test_expired_grant(void **state)
 {
     fix_t *f = *state;
@@ -805,6 +821,86 @@ static void test_single_file(void **state)
     json_decref(m);
 }
 
+/* More files than a report lists: the writer keeps the whole listing and the
+ * holder serves it as the path ""; the puller, given the truncated report, fetches
+ * it first, checks it, keeps it, and builds the checkpoint from it. A listing that
+ * is not the one named (the holder's copy changed) is refused. */
+static void test_big_manifest(void **state)
+{
+    fix_t *f = *state;
+    enum { N = 2500 };
+    char src[PATH_MAX], p[PATH_MAX], dest[PATH_MAX], wdir[PATH_MAX], pdir[PATH_MAX];
+    br_err_t err;
+    snprintf(src, sizeof(src), "%s/checkpoint-300", f->dir);
+    assert_int_equal(br_mkdir_p(src, 0755, &err), 0);
+    for (int i = 0; i < N; i++) {
+        snprintf(p, sizeof(p), "%s/part-%05d-%0100d.bin", src, i, 0);
+        put(p, 10 + (size_t)i % 7, i);
+    }
+    json_t *whole = manifest_of(f->dir, src);
+    snprintf(wdir, sizeof(wdir), "%s/writer-manifests", f->root);
+    snprintf(pdir, sizeof(pdir), "%s/puller-manifests", f->root);
+    br_listings_t *wl = br_listings_new(wdir, &err), *pl = br_listings_new(pdir, &err);
+    assert_non_null(wl);
+    assert_non_null(pl);
+    json_t *cut = br_listings_report(wl, whole, &err);
+    assert_int_equal(err.errnum, 0);
+    assert_true(json_is_true(json_object_get(cut, "truncated")));
+    char lfile[PATH_MAX];
+    json_t *served = br_listings_whole(wdir, cut, lfile, sizeof(lfile), &err);
+    assert_non_null(served);
+    br_grant_t g = {.id = "big",
+                    .peer_key = f->ppub,
+                    .dir = f->dir,
+                    .path = src,
+                    .manifest = served,
+                    .listing = lfile,
+                    .ttl_ms = 60000};
+    br_manifest_listing(cut, &g.listing_hash, &g.listing_size, &err);
+    assert_int_equal(br_holder_grant(f->h, &g, &err), 0);
+
+    snprintf(dest, sizeof(dest), "%s/restore/checkpoint-300", f->root);
+    br_pull_req_t r = req(f, dest, cut);
+    r.grant = "big";
+    json_t *res = pull(f, &r, NULL, &err); /* no place to keep a listing */
+    assert_null(res);
+    assert_int_equal(err.errnum, ENOTSUP);
+    r.listings = pdir;
+    res = pull(f, &r, NULL, &err);
+    if (!res)
+        fail_msg("pull: %s", err.text);
+    assert_int_equal(num(res, "files"), N);
+    assert_int_equal(num(res, "received"), num(whole, "bytes"));
+    same_as(dest, whole);
+    json_t *kept = br_listings_whole(pdir, cut, NULL, 0, &err);
+    assert_non_null(kept);
+    assert_true(json_equal(kept, whole));
+    json_decref(kept);
+    json_decref(res);
+
+    /* the holder's listing no longer the one named: refused, nothing built */
+    snprintf(p, sizeof(p), "%s", lfile);
+    FILE *fp = fopen(p, "r+");
+    fseek(fp, 10, SEEK_SET);
+    fputc(' ', fp);
+    fclose(fp);
+    snprintf(dest, sizeof(dest), "%s/restore2/checkpoint-300", f->root);
+    br_pull_req_t r2 = req(f, dest, cut);
+    r2.grant = "big";
+    snprintf(pdir, sizeof(pdir), "%s/other-manifests", f->root);
+    assert_int_equal(br_mkdir_p(pdir, 0700, &err), 0);
+    r2.listings = pdir;
+    assert_null(pull(f, &r2, NULL, &err));
+    assert_int_equal(err.errnum, EBADMSG);
+    assert_false(exists("%s/restore2/checkpoint-300", f->root));
+
+    json_decref(served);
+    json_decref(cut);
+    json_decref(whole);
+    br_listings_destroy(&wl);
+    br_listings_destroy(&pl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -818,11 +914,13 @@ int main(void)
         T(test_symlink_swapped_in),
         T(test_unknown_key),
         T(test_expired_grant),
+        T(test_renew),
         T(test_full_disk),
         T(test_thread),
         T(test_single_file),
         T(test_job_user),
         T(test_busy_holder),
+        T(test_big_manifest),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
