@@ -352,6 +352,8 @@ static int ask(pull_t *p, const char *path, const char *hex, int64_t off)
 /* The holder broke the rules: say so in the log, with its name, and fail. */
 static int bad_peer(pull_t *p, int errnum, const char *what, const char *path)
 {
+    if (!path[0])
+        path = "the manifest's whole listing";
     fprintf(stderr, "bramble-agent: replica: refused %s (%s): %s in %s\n",
             p->r->peer_name ? p->r->peer_name : "the holder", p->r->endpoint, what,
             path);

@@ -53,7 +53,7 @@ int br_manifest_path_ok(const char *path)
 
 static int hex_ok(const char *s)
 {
-    if (strlen(s) != 2 * HASH_LEN)
+    if (!s || strlen(s) != 2 * HASH_LEN)
         return 0;
     for (; *s; s++)
         if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
@@ -151,7 +151,8 @@ int br_manifest_listing(const json_t *m, const char **hash, int64_t *size, br_er
     json_t *l = json_object_get(m, "listing");
     json_int_t n = 0;
     if (!l || json_unpack(l, "{s:s, s:I}", "hash", hash, "size", &n) < 0 ||
-        !hex_ok(*hash) || n < 2 || n > BR_MANIFEST_LISTING_MAX)
+        !hex_ok(*hash) || n < 2 || n > BR_MANIFEST_LISTING_MAX ||
+        !hex_ok(json_string_value(json_object_get(m, "hash")))) /* names its file */
         return br_errf(err, ENOTSUP, "manifest lists %zu of its %lld files, and names "
                                      "no whole listing",
                        json_array_size(json_object_get(m, "entries")),

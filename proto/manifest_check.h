@@ -42,7 +42,8 @@ int br_manifest_verify(const json_t *m, br_err_t *err);
  * "listing": {"hash", "size"}, the BLAKE2b-256 and length of the text of the whole
  * manifest, which its writer keeps and every holder serves (PROTOCOL.md section 11).
  * 1 with that hash (borrowed) and size when m is truncated and names one; 0 when m
- * is whole; -1 with err (ENOTSUP) when it is truncated without a listing. */
+ * is whole; -1 with err (ENOTSUP) when it is truncated without a good listing
+ * (or its own hash, which names the listing's file, is not hex). */
 int br_manifest_listing(const json_t *m, const char **hash, int64_t *size, br_err_t *err);
 
 /* The whole manifest that the truncated summary stands for, from the text of its

@@ -163,6 +163,9 @@ static void test_damaged_missing_unnamed(void **state)
     assert_int_equal(access(file, F_OK), -1);
     assert_null(br_listings_whole(f->dir, r, NULL, 0, &err));
     assert_int_equal(err.errnum, ENOENT);
+    json_object_set_new(r, "hash", json_string("../../etc/passwd")); /* names a file */
+    assert_null(br_listings_whole(f->dir, r, NULL, 0, &err));
+    assert_int_equal(err.errnum, ENOTSUP);
     json_object_del(r, "listing");
     assert_null(br_listings_whole(f->dir, r, NULL, 0, &err));
     assert_int_equal(err.errnum, ENOTSUP);
