@@ -34,7 +34,7 @@ typedef struct {
     char endpoint[BR_ENDPOINT_MAX];
     int from_store;   /* the holder's replica, not the files the job wrote */
     char *path;       /* where the job wrote it */
-    json_t *manifest; /* whole */
+    json_t *manifest; /* as stored: whole, or truncated naming its whole listing */
     char grant[160];
     void *sock, *mon;
     int64_t connected_at, used_at, granted_at;
@@ -277,7 +277,7 @@ void br_api_checkpoint_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_api_fail(c, m, &err);
         return;
     }
-    json_t *row = br_store_job_get(c->store, id, NULL), *cp = NULL, *whole = NULL;
+    json_t *row = br_store_job_get(c->store, id, NULL), *cp = NULL, *stored = NULL;
     pull_t *p = NULL;
     int slot = -1;
     if (!row || !br_api_may_see(who, row)) {
@@ -299,9 +299,9 @@ void br_api_checkpoint_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     const char *lhash;
     int64_t lsize;
-    if (!(whole = br_store_checkpoint_manifest(c->store, id, hash, &err)))
+    if (!(stored = br_store_checkpoint_manifest(c->store, id, hash, &err)))
         goto fail;
-    if (br_manifest_listing(whole, &lhash, &lsize, &err) < 0) { /* an older agent's */
+    if (br_manifest_listing(stored, &lhash, &lsize, &err) < 0) { /* an older agent's */
         br_errf(&err, ENOTSUP, "checkpoint step %lld of job %lld has more files (%lld) "
                 "than its manifest lists, and no whole listing was kept: it is not "
                 "pulled", (long long)step, (long long)id,
@@ -346,22 +346,22 @@ void br_api_checkpoint_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     p->job = id;
     p->step = step;
     p->from_store = from_store;
-    p->manifest = json_incref(whole);
+    p->manifest = json_incref(stored);
     p->used_at = p->granted_at = br_mono_ms();
-    br_replicas_lend(c, h, from_store, id, step, p->path, whole, p->grant,
+    br_replicas_lend(c, h, from_store, id, step, p->path, stored, p->grant,
                      "the coordinator", c->cfg.public_key, BR_CKPTPULL_GRANT_MS);
     c->ckptpull->pulls[slot] = p;
     br_api_ok(c, m,
               json_pack("{s:s, s:I, s:I, s:s, s:O, s:s, s:b}", "xfer", p->id, "job", id,
-                        "step", step, "path", p->path, "manifest", whole, "from", h->name,
+                        "step", step, "path", p->path, "manifest", stored, "from", h->name,
                         "replica", from_store));
-    json_decref(whole);
+    json_decref(stored);
     json_decref(cp);
     json_decref(row);
     return;
 fail:
     pull_free(p);
-    json_decref(whole);
+    json_decref(stored);
     json_decref(cp);
     json_decref(row);
     br_api_fail(c, m, &err);
