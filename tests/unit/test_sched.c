@@ -3,7 +3,8 @@
  * reserved, so the next job sees what is left; CPUs, memory, whole and shared
  * GPUs, arch and labels, the agent's attempt limit, lost and draining nodes,
  * excluded nodes, restart backoffs; gangs all or nothing; replicas spread; and
- * every wait says what each node lacks. */
+ * every wait says what each node lacks. Incremental passes (the planner's memory)
+ * look only at the jobs whose inputs changed and decide as a full pass. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
