@@ -1,6 +1,8 @@
 /* scheduler.c - placement of pending jobs onto nodes (first fit; gangs onto
  * several distinct nodes at once): br_sched_plan decides from the nodes and the
- * jobs alone; br_sched_run reads the pending jobs and carries the decisions out. */
+ * jobs alone (and, given a memory of the last pass, skips the jobs that fit
+ * nowhere while no node gained room); br_sched_run reads the pending jobs and
+ * carries the decisions out. */
 #include "scheduler.h"
 
 #include <stdio.h>

@@ -14,7 +14,9 @@
  * fit, onto the GPUs and the node left with the least VRAM to spare, so that
  * later big jobs still find whole GPUs.
  *
- * A job that fits nowhere stays pending with a reason that says why. A gang
+ * A job that fits nowhere stays pending with a reason that says why, and is not
+ * looked at again until some node may have more room or it changed (see
+ * br_sched_plan: incremental passes). A gang
  * restarted because a rank failed waits for each node to be heard from again (at
  * most one heartbeat) before it goes there: that rank's failure may be the first
  * sign of a peer's node dying. */
@@ -38,10 +40,12 @@ typedef struct {
     int64_t end_ms;
 } br_sched_end_t;
 
-/* The scheduler's own state: whether a pass is due. It learns so from the hooks
- * (hooks.h) it registers: something changed, a node is back, a job left, a
- * node was heard while a gang waits for fresh heartbeats; and from a backoff's
- * end. NULL when out of memory. */
+/* The scheduler's own state: whether a pass is due, and the planner's memory of
+ * the last pass (br_sched_memory_t), so that a pass looks again only at the jobs
+ * whose inputs changed. It learns that a pass is due from the hooks (hooks.h) it
+ * registers: something changed, a node is back, a job left, a node was heard
+ * while a gang waits for fresh heartbeats; and from a backoff's end. NULL when
+ * out of memory. */
 typedef struct br_sched br_sched_t;
 br_sched_t *br_sched_new(br_coord_t *c);
 void br_sched_destroy(br_sched_t **s);
