@@ -9,6 +9,13 @@
  * a store file made here; USERS 0: no ledger, priority then age alone. Half the
  * jobs have a time_limit, so the first that fits nowhere gets a reservation
  * (backfill) from the ends of those placed before it. No sockets: the pass alone.
+ *
+ * Then a pass after one new submission, with JOBS jobs waiting over NODES full
+ * nodes (each held whole by a running job with a time limit, so the first job
+ * that fits nowhere gets a reservation): a full pass (every job looked at) and
+ * an incremental one (the planner's memory: only what may have changed), for the
+ * four shapes above and for jobs each of its own shape (no shape memo to share),
+ * with how many jobs each looked at.
  *   bramble-bench-sched [JOBS [NODES [ROUNDS [USERS]]]]   (default 10000 1000 5 50) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +62,8 @@ static br_node_t *add_node(br_nodes_t *ns, int i)
     return n;
 }
 
-static br_job_t *make_job(int id, int64_t owner)
+/* own: a shape of its own (a memory need no other job has). */
+static br_job_t *make_job(int id, int64_t owner, int own)
 {
     const char *shapes[] = {
         "{\"cpus\": 2, \"memory\": 4294967296, \"nodes\": 1}",
@@ -65,6 +73,8 @@ static br_job_t *make_job(int id, int64_t owner)
     };
     json_error_t e;
     json_t *res = json_loads(shapes[id % 4], 0, &e);
+    if (own)
+        json_object_set_new(res, "memory", json_integer((json_int_t)id * 1024 * 1024));
     json_t *row = json_pack("{s:i, s:s, s:s, s:I, s:s, s:s, s:I, s:{s:s, s:i, s:o}}", "id",
                             id, "name", "j", "owner", "u", "owner_id", (json_int_t)owner,
                             "kind", "job", "state", "pending", "submitted",
@@ -77,6 +87,94 @@ static br_job_t *make_job(int id, int64_t owner)
     br_job_t *j = br_job_from_row(row, &err);
     json_decref(row);
     return j;
+}
+
+/* One pass over list[0..n-1] (memory m, or NULL: a full one): its decisions'
+ * verdicts into v, placements given back; the wall and CPU time, and how many
+ * jobs it looked at and kept. -1 when out of memory. */
+static int timed_pass(br_nodes_t *ns, br_netmap_t *netmap, br_usage_t *usage,
+                      br_jobtab_t *none, const br_sched_end_t *ends, size_t nends,
+                      br_sched_memory_t *m, br_job_t **list, size_t n, int *v,
+                      const char *what)
+{
+    br_sched_in_t in = {.nodes = ns, .netmap = netmap, .now_ms = br_now_ms(),
+                        .usage = usage, .backfill = 1, .ends = ends, .nends = nends,
+                        .memory = m};
+    int hb;
+    int64_t t0 = br_mono_us(), c0 = cpu_us();
+    if (usage)
+        br_usage_standing(usage, none, in.now_ms);
+    br_sched_decision_t *d = br_sched_plan(&in, list, n, &hb);
+    int64_t us = br_mono_us() - t0, cpu = cpu_us() - c0;
+    if (!d)
+        return -1;
+    size_t considered = n, kept = 0;
+    if (m)
+        br_sched_memory_counts(m, &considered, &kept);
+    int placed = 0;
+    for (size_t i = 0; i < n; i++) {
+        v[d[i].job->id - 1] = (int)d[i].verdict; /* (by job: ids from 1) */
+        placed += d[i].verdict == BR_SCHED_PLACE;
+        for (int r = 0; r < d[i].count; r++)
+            br_node_hold(d[i].nodes[r], d[i].assign[r], -1);
+    }
+    printf("  %s: %.3f s (CPU %.3f s), %zu jobs looked at, %zu kept, %d placed\n", what,
+           (double)us / 1e6, (double)cpu / 1e6, considered, kept, placed);
+    br_sched_decisions_free(d, n);
+    return 0;
+}
+
+/* JOBS waiting over full nodes, then one more: a full pass and an incremental
+ * one after it (own: each job of its own shape). */
+static int after_submission(br_nodes_t *ns, br_netmap_t *netmap, br_usage_t *usage,
+                            br_jobtab_t *none, const int64_t *owners, int users, int jobs,
+                            int own)
+{
+    size_t nn = 0;
+    for (br_node_t *n = br_nodes_first(ns); n; n = n->next)
+        nn++;
+    br_sched_end_t *ends = calloc(nn, sizeof(*ends));
+    json_t *whole = json_pack("{s:i, s:I, s:[i, i, i, i]}", "cpus", 16, "memory",
+                              (json_int_t)64 * GIB, "gpus", 0, 1, 2, 3);
+    br_job_t **list = calloc((size_t)jobs + 1, sizeof(*list));
+    int *v = calloc((size_t)jobs + 1, sizeof(*v)), *w = calloc((size_t)jobs + 1, sizeof(*w));
+    br_sched_memory_t *m = br_sched_memory_new();
+    if (!ends || !whole || !list || !v || !w || !m)
+        return -1;
+    size_t k = 0;
+    int64_t now = br_now_ms();
+    for (br_node_t *n = br_nodes_first(ns); n; n = n->next, k++) {
+        br_node_hold(n, whole, 1); /* a running job holds it all, up to an hour more */
+        ends[k] = (br_sched_end_t){n, whole, now + (int64_t)(k % 60 + 1) * 60000};
+    }
+    for (int i = 0; i <= jobs; i++)
+        if (!(list[i] = make_job(i + 1, users ? owners[i % users] : 0, own)))
+            return -1;
+    list[jobs]->submitted = now; /* the new one */
+    printf("%d jobs waiting over %zu full nodes (%s), then one more:\n", jobs, nn,
+           own ? "each of its own shape" : "four shapes");
+    int rc = 0;
+    rc |= timed_pass(ns, netmap, usage, none, ends, nn, m, list, (size_t)jobs, v,
+                     "first pass (all looked at)");
+    rc |= timed_pass(ns, netmap, usage, none, ends, nn, NULL, list, (size_t)jobs + 1, v,
+                     "after one more, full pass");
+    rc |= timed_pass(ns, netmap, usage, none, ends, nn, m, list, (size_t)jobs + 1, w,
+                     "after one more, incremental");
+    int same = 1;
+    for (int i = 0; i <= jobs; i++)
+        same &= v[i] == w[i];
+    printf("  same decisions: %s\n", same ? "yes" : "NO");
+    for (br_node_t *n = br_nodes_first(ns); n; n = n->next)
+        br_node_release_all(n);
+    for (int i = 0; i <= jobs; i++)
+        br_job_destroy(&list[i]);
+    br_sched_memory_destroy(&m);
+    json_decref(whole);
+    free(list);
+    free(ends);
+    free(v);
+    free(w);
+    return rc || !same ? -1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -131,7 +229,7 @@ int main(int argc, char **argv)
         if (!add_node(ns, i))
             return 1;
     for (int i = 0; i < jobs; i++)
-        if (!(list[i] = make_job(i + 1, users ? owners[i % users] : 0)))
+        if (!(list[i] = make_job(i + 1, users ? owners[i % users] : 0, 0)))
             return 1;
     printf("pending jobs %d, nodes %d, users %d (%s)\n", jobs, nodes, users,
            users ? "fair share" : "priority and age alone");
@@ -158,6 +256,9 @@ int main(int argc, char **argv)
         for (br_node_t *n = br_nodes_first(ns); n; n = n->next)
             br_node_release_all(n); /* the next pass starts from empty nodes again */
     }
+    for (int own = 0; own <= 1; own++)
+        if (after_submission(ns, netmap, usage, none, owners, users, jobs, own) < 0)
+            return 1;
     for (int i = 0; i < jobs; i++)
         br_job_destroy(&list[i]);
     free(list);

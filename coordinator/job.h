@@ -136,6 +136,12 @@ typedef struct br_job {
         double priority, fairshare, age, total;
         int64_t start_at; /* wall ms it starts by, as reserved (backfill); 0 */
     } queue;
+    /* in memory only: it fit nowhere when a pass last looked (scheduler.h): at that
+     * pass's capacity version, under reservation reserve (0: none in force then);
+     * at 0: the next pass decides it again */
+    struct {
+        uint64_t at, reserve;
+    } nowhere;
     /* jobtab.h's links */
     struct br_job *id_next;
     struct br_job *prev, *next;

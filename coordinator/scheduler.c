@@ -1,6 +1,8 @@
 /* scheduler.c - placement of pending jobs onto nodes (first fit; gangs onto
  * several distinct nodes at once): br_sched_plan decides from the nodes and the
- * jobs alone; br_sched_run reads the pending jobs and carries the decisions out. */
+ * jobs alone (and, given a memory of the last pass, skips the jobs that fit
+ * nowhere while no node gained room); br_sched_run reads the pending jobs and
+ * carries the decisions out. */
 #include "scheduler.h"
 
 #include <stdio.h>
@@ -579,6 +581,234 @@ static int choose_victims(const br_sched_in_t *in, br_job_t *job, br_sched_decis
     return 1;
 }
 
+/* ---- what a pass keeps for the next (br_sched_memory_t) -------------------------- */
+
+/* A node's room, as far as a fit depends on it (br_sched_fit, plan_scan). */
+typedef struct {
+    char name[64];
+    int ready;        /* ready and connected */
+    int cpus, attempts, ngpus;
+    int64_t memory;   /* free */
+    uint64_t attrs;   /* digest of its arch, labels and GPU models */
+    size_t gpu;       /* its first GPU in the snapshot's gpus */
+} node_room_t;
+
+typedef struct {
+    int jobs, whole;
+    int64_t vram; /* free VRAM less what sharing jobs reserved */
+} gpu_room_t;
+
+typedef struct {
+    node_room_t *nodes;
+    size_t n;
+    gpu_room_t *gpus;
+    size_t ngpus;
+} room_t;
+
+struct br_sched_memory {
+    room_t room;      /* the nodes as the last pass left them */
+    int have;         /* room holds a snapshot */
+    uint64_t version; /* capacity version (0: none yet) */
+    /* the last reservation made, and its generation */
+    uint64_t reserve;
+    int64_t rv_job, rv_until;
+    int rv_count;
+    char rv_nodes[BR_SCHED_RESERVE_MAX][64];
+    size_t considered, kept; /* of the last pass */
+};
+
+/* Capacity versions and reservation generations, never the same twice in this
+ * process: a job's note never matches another memory's numbers. */
+static uint64_t generations;
+
+static uint64_t mix(uint64_t h, const void *p, size_t len)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ b[i]) * 1099511628211ULL; /* FNV-1a */
+    return h;
+}
+
+/* A digest of v (objects whatever the order of their keys). */
+static uint64_t digest(const json_t *v, uint64_t h)
+{
+    int type = v ? (int)json_typeof(v) : -1;
+    h = mix(h, &type, sizeof(type));
+    if (json_is_string(v)) {
+        h = mix(h, json_string_value(v), json_string_length(v));
+    } else if (json_is_integer(v)) {
+        json_int_t i = json_integer_value(v);
+        h = mix(h, &i, sizeof(i));
+    } else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        h = mix(h, &d, sizeof(d));
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            h = digest(json_array_get(v, i), h);
+    } else if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        uint64_t sum = 0;
+        json_object_foreach((json_t *)v, k, x)
+            sum += digest(x, mix(14695981039346656037ULL, k, strlen(k)));
+        h = mix(h, &sum, sizeof(sum));
+    }
+    return h;
+}
+
+static void room_free(room_t *r)
+{
+    free(r->nodes);
+    free(r->gpus);
+    *r = (room_t){0};
+}
+
+/* Every node's room now, in name order. -1 when out of memory. */
+static int room_take(br_nodes_t *nodes, room_t *r)
+{
+    size_t cap = 0, gcap = 0;
+    *r = (room_t){0};
+    for (br_node_t *n = br_nodes_first(nodes); n; n = n->next) {
+        int ngpus = br_node_gpu_count(n);
+        if (ngpus > BR_NODE_MAX_GPUS)
+            ngpus = BR_NODE_MAX_GPUS;
+        if (r->n == cap) {
+            cap = cap ? 2 * cap : 64;
+            node_room_t *m = realloc(r->nodes, cap * sizeof(*m));
+            if (!m)
+                goto oom;
+            r->nodes = m;
+        }
+        if (r->ngpus + (size_t)ngpus > gcap) {
+            gcap = 2 * (r->ngpus + (size_t)ngpus) + 64;
+            gpu_room_t *g = realloc(r->gpus, gcap * sizeof(*g));
+            if (!g)
+                goto oom;
+            r->gpus = g;
+        }
+        node_room_t *x = &r->nodes[r->n++];
+        memset(x, 0, sizeof(*x));
+        snprintf(x->name, sizeof(x->name), "%s", n->name);
+        x->ready = strcmp(n->state, "ready") == 0 && n->route_len > 0;
+        x->cpus = br_node_cpus(n) - n->cpus_used;
+        x->memory = (int64_t)br_node_memory(n) - (int64_t)n->memory_used;
+        x->attempts = n->attempts;
+        x->ngpus = ngpus;
+        x->gpu = r->ngpus;
+        uint64_t h = 14695981039346656037ULL;
+        h = digest(json_object_get(n->info, "arch"), h);
+        h = digest(json_object_get(n->info, "labels"), h);
+        for (int i = 0; i < ngpus; i++) {
+            json_t *g = br_node_gpu(n, i);
+            json_t *fv = json_object_get(g, "vram_free");
+            int64_t free_vram = (int64_t)json_integer_value(
+                json_is_integer(fv) ? fv : json_object_get(g, "vram_total"));
+            h = digest(json_object_get(g, "model"), h);
+            r->gpus[r->ngpus++] = (gpu_room_t){n->gpu_jobs[i], n->gpu_whole[i],
+                                               free_vram - (int64_t)n->gpu_vram_used[i]};
+        }
+        x->attrs = h;
+    }
+    return 0;
+oom:
+    room_free(r);
+    return -1;
+}
+
+/* Has any node of now more room than in was (or is it new, or changed what it
+ * is)? A node gone, or one with less room, makes no job fit that did not. */
+static int room_grew(const room_t *was, const room_t *now)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < now->n; i++) {
+        const node_room_t *x = &now->nodes[i];
+        int c = 1;
+        while (k < was->n && (c = strcmp(was->nodes[k].name, x->name)) < 0)
+            k++; /* (gone since) */
+        if (c != 0)
+            return 1; /* new */
+        const node_room_t *o = &was->nodes[k++];
+        if ((x->ready && !o->ready) || x->cpus > o->cpus || x->memory > o->memory ||
+            x->attempts < o->attempts || x->attrs != o->attrs || x->ngpus != o->ngpus)
+            return 1;
+        for (int g = 0; g < x->ngpus; g++) {
+            const gpu_room_t *a = &now->gpus[x->gpu + (size_t)g],
+                             *b = &was->gpus[o->gpu + (size_t)g];
+            if (a->jobs < b->jobs || a->whole < b->whole || a->vram > b->vram)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+br_sched_memory_t *br_sched_memory_new(void)
+{
+    return calloc(1, sizeof(br_sched_memory_t));
+}
+
+void br_sched_memory_destroy(br_sched_memory_t **m)
+{
+    if (m && *m) {
+        room_free(&(*m)->room);
+        free(*m);
+        *m = NULL;
+    }
+}
+
+void br_sched_memory_counts(const br_sched_memory_t *m, size_t *considered, size_t *kept)
+{
+    *considered = m ? m->considered : 0;
+    *kept = m ? m->kept : 0;
+}
+
+/* At the start of a pass: a new capacity version unless no node can have more
+ * room than the last pass left it. */
+static void memory_begin(br_sched_memory_t *m, br_nodes_t *nodes)
+{
+    room_t now;
+    m->considered = m->kept = 0;
+    if (!m->have || room_take(nodes, &now) < 0) {
+        m->version = ++generations;
+        return;
+    }
+    if (room_grew(&m->room, &now))
+        m->version = ++generations;
+    room_free(&now);
+}
+
+/* At its end: the nodes as it leaves them (with what it placed held). */
+static void memory_end(br_sched_memory_t *m, br_nodes_t *nodes)
+{
+    room_free(&m->room);
+    m->have = room_take(nodes, &m->room) == 0;
+}
+
+/* The generation of the reservation rv made in this pass: the last one's when
+ * it is the same (job, time, nodes), else a new one. */
+static uint64_t memory_reserve(br_sched_memory_t *m, const reserve_t *rv)
+{
+    int same = m->reserve && m->rv_job == rv->job && m->rv_until == rv->until_ms &&
+               m->rv_count == rv->count;
+    for (int i = 0; same && i < rv->count; i++)
+        same = strcmp(m->rv_nodes[i], rv->nodes[i]->name) == 0;
+    if (same)
+        return m->reserve;
+    m->reserve = ++generations;
+    m->rv_job = rv->job;
+    m->rv_until = rv->until_ms;
+    m->rv_count = rv->count;
+    for (int i = 0; i < rv->count; i++)
+        snprintf(m->rv_nodes[i], sizeof(m->rv_nodes[i]), "%s", rv->nodes[i]->name);
+    return m->reserve;
+}
+
+/* Is job's placement a matter of its shape and the nodes' room alone, so that a
+ * note that it fit nowhere holds until some node has more room? */
+static int shape_alone(const br_job_t *job)
+{
+    return job->shape && !job->nexclude && !job->fresh_after && job->service == 0;
+}
+
 br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *jobs, size_t n,
                                    int *on_heartbeat)
 {
@@ -602,19 +832,43 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
     for (size_t k = 0; k < in->nends && !reserve_tried; k++)
         if (ends_add(&ends, in->ends[k].node, in->ends[k].share, in->ends[k].end_ms) < 0)
             reserve_tried = 1;
+    br_sched_memory_t *m = in->memory;
+    uint64_t rv_gen = 0; /* the generation of this pass's reservation, once made */
+    if (m)
+        memory_begin(m, in->nodes);
     for (size_t i = 0; i < n && (job = br_fairshare_next(order, &d[i].score, limit,
                                                          sizeof(limit))); i++) {
         if (limit[0]) { /* its owner's limit holds it back */
             d[i].job = job;
             d[i].verdict = BR_SCHED_WAIT;
             d[i].reason = strdup(limit);
+            job->nowhere.at = 0;
             continue;
         }
-        if (br_arrays_hold_back(in->arrays, job, d, i)) /* an array's "%N" */
+        if (br_arrays_hold_back(in->arrays, job, d, i)) { /* an array's "%N" */
+            job->nowhere.at = 0;
             continue;
+        }
+        if (m && reserve_tried && job->nowhere.at == m->version && shape_alone(job) &&
+            (job->nowhere.reserve == 0 || (rv.active && job->nowhere.reserve == rv_gen)) &&
+            job->not_before <= in->now_ms && !br_job_waits_for(job)) {
+            /* it fit nowhere, and no node has more room since (scheduler.h) */
+            d[i].job = job;
+            d[i].verdict = BR_SCHED_WAIT;
+            d[i].kept = 1;
+            m->kept++;
+            continue;
+        }
         int in_gap = rv.active && job->time_limit > 0 &&
                      in->now_ms + job->time_limit <= rv.until_ms;
         plan_one(in, job, &d[i], on_heartbeat, memo_of(in_gap ? &gap : &book, job), &rv);
+        if (m) { /* note whether it fit nowhere, and under which reservation */
+            m->considered++;
+            int nowhere = d[i].verdict == BR_SCHED_WAIT && shape_alone(job) &&
+                          !br_job_waits_for(job);
+            job->nowhere.at = nowhere ? m->version : 0;
+            job->nowhere.reserve = nowhere && rv.active ? rv_gen : 0;
+        }
         if (d[i].verdict == BR_SCHED_PLACE) {
             int gpus = 0, cpus = 0;
             for (int r = 0; r < d[i].count; r++) {
@@ -630,8 +884,11 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
         } else if (d[i].verdict == BR_SCHED_WAIT && !reserve_tried &&
                    !br_job_waits_for(job) && job->service == 0) {
             reserve_tried = 1; /* the highest job that fits nowhere, and it alone */
-            if (reserve(in, job, &ends, &rv))
+            if (reserve(in, job, &ends, &rv)) {
                 d[i].start_at = rv.until_ms;
+                if (m)
+                    rv_gen = memory_reserve(m, &rv);
+            }
             int64_t may = job->submitted + in->preempt_after_ms;
             if (job->preempting > may)
                 may = job->preempting; /* its last round's victims are still stopping */
@@ -642,6 +899,8 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
                 d[i].preempt_at = may;
         }
     }
+    if (m)
+        memory_end(m, in->nodes);
     free(ends.v);
     for (shape_book_t *b = &book; b; b = b == &book ? &gap : NULL) {
         for (size_t i = 0; i < b->n; i++)
@@ -671,6 +930,7 @@ struct br_sched {
     int needed;       /* a pass is due at the end of the wake */
     int on_heartbeat; /* a job waits for nodes to be heard from: pass again then */
     int64_t at;       /* wall ms when a restart backoff ends, or a job may preempt (0) */
+    br_sched_memory_t *memory; /* what the last pass leaves the next */
 };
 
 static void on_changed(br_coord_t *c, br_hook_arg_t *arg, void *ctx)
@@ -691,10 +951,15 @@ static void on_heard(br_coord_t *c, br_hook_arg_t *arg, void *ctx)
 br_sched_t *br_sched_new(br_coord_t *c)
 {
     br_sched_t *s = calloc(1, sizeof(*s));
+    if (s && !(s->memory = br_sched_memory_new())) {
+        free(s);
+        return NULL;
+    }
     if (s && (br_hooks_add(c->hooks, BR_HOOK_CHANGED, on_changed, s) < 0 ||
               br_hooks_add(c->hooks, BR_HOOK_NODE_BACK, on_changed, s) < 0 ||
               br_hooks_add(c->hooks, BR_HOOK_JOB_LEFT, on_changed, s) < 0 ||
               br_hooks_add(c->hooks, BR_HOOK_NODE_HEARD, on_heard, s) < 0)) {
+        br_sched_memory_destroy(&s->memory);
         free(s);
         return NULL;
     }
@@ -705,7 +970,8 @@ br_sched_t *br_sched_new(br_coord_t *c)
 
 void br_sched_destroy(br_sched_t **s)
 {
-    if (s) {
+    if (s && *s) {
+        br_sched_memory_destroy(&(*s)->memory);
         free(*s);
         *s = NULL;
     }
@@ -807,7 +1073,8 @@ void br_sched_run(br_coord_t *c)
                         .now_ms = br_now_ms(),
                         .replicas = replicas ? replica_counts(c) : NULL,
                         .usage = c->usage,
-                        .arrays = br_arrays_pass_new(c->jobs, list, n)};
+                        .arrays = br_arrays_pass_new(c->jobs, list, n),
+                        .memory = s->memory};
     if (c->usage)
         br_usage_standing(c->usage, c->jobs, in.now_ms);
     ends_t ends = running_ends(c, in.now_ms);
@@ -855,7 +1122,8 @@ void br_sched_run(br_coord_t *c)
                           d[i].count > 1 ? d[i].how : NULL);
             break;
         case BR_SCHED_WAIT:
-            set_reason(c, d[i].job, d[i].reason);
+            if (!d[i].kept) /* (a job kept waiting keeps its reason) */
+                set_reason(c, d[i].job, d[i].reason);
             break;
         case BR_SCHED_LATER:
             if (!s->at || d[i].not_before < s->at)

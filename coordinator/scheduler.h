@@ -14,7 +14,9 @@
  * fit, onto the GPUs and the node left with the least VRAM to spare, so that
  * later big jobs still find whole GPUs.
  *
- * A job that fits nowhere stays pending with a reason that says why. A gang
+ * A job that fits nowhere stays pending with a reason that says why, and is not
+ * looked at again until some node may have more room or it changed (see
+ * br_sched_plan: incremental passes). A gang
  * restarted because a rank failed waits for each node to be heard from again (at
  * most one heartbeat) before it goes there: that rank's failure may be the first
  * sign of a peer's node dying. */
@@ -38,10 +40,12 @@ typedef struct {
     int64_t end_ms;
 } br_sched_end_t;
 
-/* The scheduler's own state: whether a pass is due. It learns so from the hooks
- * (hooks.h) it registers: something changed, a node is back, a job left, a
- * node was heard while a gang waits for fresh heartbeats; and from a backoff's
- * end. NULL when out of memory. */
+/* The scheduler's own state: whether a pass is due, and the planner's memory of
+ * the last pass (br_sched_memory_t), so that a pass looks again only at the jobs
+ * whose inputs changed. It learns that a pass is due from the hooks (hooks.h) it
+ * registers: something changed, a node is back, a job left, a node was heard
+ * while a gang waits for fresh heartbeats; and from a backoff's end. NULL when
+ * out of memory. */
 typedef struct br_sched br_sched_t;
 br_sched_t *br_sched_new(br_coord_t *c);
 void br_sched_destroy(br_sched_t **s);
@@ -51,6 +55,18 @@ void br_sched_wake(br_coord_t *c);
 /* One pass: the pending jobs in memory, br_sched_plan, then each decision
  * carried out (br_jobs_place, the reason stored, the backoff's end remembered). */
 void br_sched_run(br_coord_t *c);
+
+/* What the planner keeps from one pass to the next, so that a pass decides again
+ * only the jobs whose inputs changed (br_sched_plan): each node's room as the last
+ * pass left it, a capacity version that grows when some node may have more room
+ * than that, and the last reservation. One memory per set of nodes and jobs.
+ * NULL when out of memory. */
+typedef struct br_sched_memory br_sched_memory_t;
+br_sched_memory_t *br_sched_memory_new(void);
+void br_sched_memory_destroy(br_sched_memory_t **m);
+/* Of the last pass with m: the jobs it decided by looking at the nodes (or at
+ * their backoff or the jobs they wait for), and those it kept waiting unlooked. */
+void br_sched_memory_counts(const br_sched_memory_t *m, size_t *considered, size_t *kept);
 
 /* What the planner sees. */
 typedef struct {
@@ -72,6 +88,8 @@ typedef struct {
     struct br_arrays_pass *arrays; /* running tasks of arrays with a "%N" limit
                                       (arrays.h), kept up to date as tasks are
                                       placed; NULL when no pending task has one */
+    br_sched_memory_t *memory; /* the last passes (above): skip the jobs nothing could
+                                  have made fit since; NULL: decide every job */
 } br_sched_in_t;
 
 typedef enum { BR_SCHED_PLACE, BR_SCHED_WAIT, BR_SCHED_LATER } br_sched_verdict_t;
@@ -94,6 +112,9 @@ typedef struct {
     int nvictims;
     int64_t preempt_at;   /* WAIT of the job that may preempt, not yet: when it may
                              (wall ms), so that a pass comes then; else 0 */
+    int kept;             /* WAIT not looked at again (in->memory): it fit nowhere the
+                             last time and nothing since can have made it fit; its
+                             reason stands as it was (reason NULL) */
 } br_sched_decision_t;
 
 /* The planner: every pending job (jobs[0..n-1], any order) gets a decision, in
@@ -114,8 +135,31 @@ typedef struct {
  * checkpoint, as a rule), then drops those that turn out not to be needed. Its
  * decision names them (victims); nothing is given back yet: they stop first.
  *
- * It reads nothing but its arguments and writes nothing but the decisions, the nodes' held counters (each placement is
- * reserved with br_node_hold, so that later jobs see it taken) and in->replicas.
+ * Incremental passes (in->memory): placing only takes room from nodes, so a job
+ * that fit nowhere keeps fitting nowhere until some node may have more room. The
+ * pass compares each node with how the last pass left it; when any node has more
+ * room in any respect (it is new, or ready and connected again; more CPUs or
+ * memory free, fewer attempts, a GPU with fewer jobs or more VRAM to spare) or
+ * changed what it is (arch, labels, GPU models or count), the capacity version
+ * grows. A job is then kept waiting without being looked at (its decision's kept)
+ * only when all of these hold: the last pass that looked at it found that it fit
+ * nowhere (not a limit, an array's "%N", a backoff or a job it waits for) at the
+ * current capacity version; it is decided on its shape alone (no excluded nodes,
+ * no wait for fresh heartbeats, not a service's replica); it is not new to the
+ * pass, was not placed since and has no backoff; the reservation is settled
+ * (backfill: the first job that fits nowhere is always looked at, as it gets the
+ * reservation and may preempt); and either no reservation was in force when it
+ * was looked at, or this pass's reservation is the same one (job, time, nodes).
+ * Everything else is decided as a full pass would: a new job, a job whose limit,
+ * "%N" or backoff no longer holds it, and every job once a node has more room.
+ * Limits and "%N" are weighed for every job in every pass, and the order is the
+ * full one. The decisions are those of a full pass; only the reasons of the jobs
+ * kept are those of the pass that last looked at them.
+ *
+ * It reads nothing but its arguments and writes nothing but the decisions, the
+ * nodes' held counters (each placement is reserved with br_node_hold, so that
+ * later jobs see it taken), in->replicas, and with in->memory, that and each
+ * job's nowhere note (job.h).
  * *on_heartbeat: a gang waits to hear from a node again. NULL when out of memory. */
 br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *jobs, size_t n,
                                    int *on_heartbeat);

@@ -2,7 +2,8 @@
  * real store file with real users: use decays by the half-life; limits are read
  * and refused by name; the order is priority, then fair share, then age; one
  * pass shares out what is free among users; a user's limits hold a job back with
- * that limit as its reason, and a hard limit refuses a submission. */
+ * that limit as its reason, and a hard limit refuses a submission; an
+ * incremental pass decides such a job again once its limit frees. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -16,6 +17,7 @@
 
 #include "cred.h"
 #include "fairshare.h"
+#include "jobtab.h"
 #include "scheduler.h"
 #include "store.h"
 #include "usage.h"
@@ -333,6 +335,66 @@ static void test_one_pass_places_one_job_per_user(void **state)
     br_nodes_destroy(&nodes);
 }
 
+/* With the planner's memory (scheduler.h): a job its owner's limit held back is
+ * decided again once the limit no longer holds, though no node gained room, while
+ * the jobs that fit nowhere are not looked at. */
+static void test_limit_freed_is_decided_again(void **state)
+{
+    world_t *w = *state;
+    set_limits(w, "ann", "{\"max_jobs\": 1}");
+    br_nodes_t *nodes = br_nodes_new();
+    br_netmap_t *netmap = br_netmap_new();
+    json_t *info = json_pack("{s:s, s:s, s:s, s:i, s:I, s:[], s:s, s:{}}", "name", "n",
+                             "pubkey", "k", "state", "ready", "cpus", 2, "memory",
+                             (json_int_t)1 << 34, "gpus", "arch", "x86_64", "labels");
+    br_node_t *n = br_nodes_add(nodes, info);
+    json_decref(info);
+    n->route_len = 1;
+    br_job_t *running = job(w, 1, 1, 0, 0, NOW - 60000); /* ann's, runs on n */
+    w->n--;                                               /* (the table owns it) */
+    json_t *share = json_pack("{s:i, s:I, s:[]}", "cpus", 1, "memory", (json_int_t)0, "gpus");
+    const char *names[] = {"n"};
+    assert_int_equal(br_job_set_ranks(running, names, &share, 1), 0);
+    running->state = BR_JOB_RUNNING;
+    br_jobtab_add(w->jobs, running);
+    br_node_hold(n, share, 1);
+    job(w, 2, 1, 0, 0, NOW);         /* ann's second: max-jobs holds it */
+    job(w, 3, 2, 0, 1, NOW - 30000); /* bob's: a GPU, and n has none */
+    job(w, 4, 2, 0, 1, NOW - 20000);
+    br_sched_memory_t *m = br_sched_memory_new();
+    br_sched_in_t in = {.nodes = nodes, .netmap = netmap, .now_ms = NOW, .usage = w->usage,
+                        .memory = m};
+    size_t considered, kept;
+    int hb;
+    for (int round = 0; round < 3; round++) {
+        if (round == 2) /* the admin raises ann's limit: no node has more room */
+            set_limits(w, "ann", "{\"max_jobs\": 2}");
+        br_usage_standing(w->usage, w->jobs, NOW);
+        br_sched_decision_t *d = br_sched_plan(&in, w->list, w->n, &hb);
+        assert_non_null(d);
+        br_sched_memory_counts(m, &considered, &kept);
+        for (size_t i = 0; i < w->n; i++) {
+            if (d[i].job->id == 2 && round < 2) {
+                assert_int_equal(d[i].verdict, BR_SCHED_WAIT);
+                assert_non_null(strstr(d[i].reason, "ann's limit max-jobs 1"));
+            } else if (d[i].job->id == 2) {
+                assert_int_equal(d[i].verdict, BR_SCHED_PLACE);
+                br_node_hold(n, d[i].assign[0], -1); /* (as it was) */
+            } else {
+                assert_int_equal(d[i].verdict, BR_SCHED_WAIT);
+                assert_int_equal(d[i].kept, round > 0);
+            }
+        }
+        br_sched_decisions_free(d, w->n);
+        assert_int_equal(considered, round == 0 ? 2 : round == 1 ? 0 : 1);
+        assert_int_equal(kept, round == 0 ? 0 : 2);
+    }
+    br_sched_memory_destroy(&m);
+    json_decref(share);
+    br_netmap_destroy(&netmap);
+    br_nodes_destroy(&nodes);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -344,6 +406,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_limits_hold_back_and_refuse, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_pass_places_one_job_per_user, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_limit_freed_is_decided_again, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,8 @@
  * the handlers make (placement by the scheduler, started, exited, not here, node
  * full, node lost, reconcile, cancel, time limit) with the modules' hooks as
  * brambled registers them (coord_fixture.h), and checks its state in memory
- * and in the store, what the nodes hold, and which orders went to which node. */
+ * and in the store, what the nodes hold, and which orders went to which node;
+ * and that jobs a pass does not look at again keep their reason. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -618,6 +619,45 @@ static void test_gang_failure_waits_for_a_silent_peer(void **state)
     br_jobtab_sweep(c->jobs);
 }
 
+/* A pass looks again only at what may have changed (scheduler.h): jobs that fit
+ * nowhere keep their reason, in memory and in the store, through passes that do
+ * not look at them; once a job ends, they are placed. */
+static void test_waiting_jobs_keep_their_reason(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    int64_t x = submit(c, "{\"command\": \"true\", \"resources\": {\"cpus\": 4}}");
+    submit(c, "{\"command\": \"true\", \"resources\": {\"cpus\": 4}}");
+    int64_t z1 = submit(c, "{\"command\": \"true\", \"resources\": {\"cpus\": 3}}");
+    int64_t z2 = submit(c, "{\"command\": \"true\", \"resources\": {\"cpus\": 2}}");
+    br_sched_run(c);
+    assert_state(c, z1, "pending");
+    br_job_t *j1 = br_jobtab_find(c->jobs, z1);
+    assert_non_null(j1->reason);
+    assert_non_null(strstr(j1->reason, "a has 0 CPUs free, the job needs 3"));
+    int64_t z3 = submit(c, "{\"command\": \"true\", \"resources\": {\"cpus\": 1}}");
+    br_sched_run(c); /* the new job alone is looked at */
+    br_sched_run(c); /* nothing at all */
+    for (int k = 0; k < 3; k++) {
+        int64_t id = k == 0 ? z1 : k == 1 ? z2 : z3;
+        br_job_t *j = br_jobtab_find(c->jobs, id);
+        assert_int_equal(j->state, BR_JOB_PENDING);
+        assert_non_null(j->reason);
+        assert_non_null(strstr(j->reason, "waiting: no ready node fits"));
+        json_t *row = br_store_job_get(c->store, id, NULL);
+        assert_string_equal(json_string_value(json_object_get(row, "reason")), j->reason);
+        json_decref(row);
+    }
+    br_jobs_started(c, x, 1, w->a, 0);
+    br_jobs_exited(c, x, 1, w->a, 0, -1, ""); /* a is free again */
+    br_sched_run(c);
+    assert_state(c, z1, "starting");
+    assert_state(c, z3, "starting"); /* beside it */
+    assert_state(c, z2, "pending");
+    assert_non_null(strstr(br_jobtab_find(c->jobs, z2)->reason, "a has 1 CPUs free"));
+    br_jobtab_sweep(c->jobs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -634,6 +674,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replica_restarts_through_the_services_hook, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_waits_on_other_jobs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_waiting_jobs_keep_their_reason, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_unhealthy_node_stops_its_gangs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gang_failure_waits_for_a_silent_peer, setup,
                                         teardown),

@@ -3,7 +3,8 @@
  * reserved, so the next job sees what is left; CPUs, memory, whole and shared
  * GPUs, arch and labels, the agent's attempt limit, lost and draining nodes,
  * excluded nodes, restart backoffs; gangs all or nothing; replicas spread; and
- * every wait says what each node lacks. */
+ * every wait says what each node lacks. Incremental passes (the planner's memory)
+ * look only at the jobs whose inputs changed and decide as a full pass. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -421,6 +422,277 @@ static void test_preemption_picks_victims(void **state)
         br_job_set_ranks(w->jobs[k], NULL, NULL, 0);
 }
 
+/* ---- incremental passes (in->memory) ------------------------------------------- */
+
+/* One pass with memory m over the jobs still pending, as br_sched_run makes it: the
+ * placed ones then run. *nd: its decisions' count. */
+static br_sched_decision_t *pass(world_t *w, br_sched_in_t *in, size_t *nd)
+{
+    br_job_t *pending[16];
+    size_t k = 0;
+    for (size_t i = 0; i < w->n; i++)
+        if (w->jobs[i]->state == BR_JOB_PENDING)
+            pending[k++] = w->jobs[i];
+    int hb;
+    br_sched_decision_t *d = br_sched_plan(in, pending, k, &hb);
+    assert_non_null(d);
+    for (size_t i = 0; i < k; i++)
+        if (d[i].verdict == BR_SCHED_PLACE)
+            d[i].job->state = BR_JOB_RUNNING;
+    *nd = k;
+    return d;
+}
+
+static br_sched_decision_t *decision(br_sched_decision_t *d, size_t nd, int id)
+{
+    for (size_t i = 0; i < nd; i++)
+        if (d[i].job->id == id)
+            return &d[i];
+    fail_msg("no decision for job %d", id);
+    return NULL;
+}
+
+static void assert_counts(br_sched_memory_t *m, size_t considered, size_t kept)
+{
+    size_t c, k;
+    br_sched_memory_counts(m, &c, &k);
+    if (c != considered || k != kept)
+        fail_msg("considered %zu and kept %zu, not %zu and %zu", c, k, considered, kept);
+}
+
+/* With every node full, a new job costs one look, not one per waiting job; once a
+ * rank ends, every waiting job is decided again and what fits is placed. */
+static void test_incremental_new_job_and_rank_end(void **state)
+{
+    world_t *w = *state;
+    br_node_t *a = node(w->nodes, "a", 4, 16, 0, 0, "ready");
+    json_t *held = json_pack("{s:i, s:I, s:[]}", "cpus", 4, "memory", (json_int_t)0, "gpus");
+    br_node_hold(a, held, 1); /* a running job holds all of a */
+    char res[64];
+    for (int i = 1; i <= 10; i++) { /* each of its own shape: no memo to share */
+        snprintf(res, sizeof(res), "{\"cpus\": 2, \"memory\": %d, \"nodes\": 1}", i);
+        add(w, job(i, 0, res));
+    }
+    br_sched_memory_t *m = br_sched_memory_new();
+    assert_non_null(m);
+    br_sched_in_t in = {.nodes = w->nodes, .netmap = w->netmap, .now_ms = 5000, .memory = m};
+    size_t nd;
+    br_sched_decision_t *d = pass(w, &in, &nd);
+    assert_counts(m, 10, 0);
+    for (int id = 1; id <= 10; id++)
+        assert_int_equal(decision(d, nd, id)->verdict, BR_SCHED_WAIT);
+    br_sched_decisions_free(d, nd);
+
+    add(w, job(11, 0, "{\"cpus\": 1, \"nodes\": 1}")); /* a new submission */
+    d = pass(w, &in, &nd);
+    assert_counts(m, 1, 10);
+    assert_int_equal(decision(d, nd, 11)->verdict, BR_SCHED_WAIT);
+    assert_non_null(strstr(decision(d, nd, 11)->reason, "a has 0 CPUs free"));
+    for (int id = 1; id <= 10; id++) {
+        assert_int_equal(decision(d, nd, id)->verdict, BR_SCHED_WAIT);
+        assert_true(decision(d, nd, id)->kept);
+        assert_null(decision(d, nd, id)->reason); /* its reason stands */
+    }
+    br_sched_decisions_free(d, nd);
+
+    d = pass(w, &in, &nd); /* nothing changed: nothing looked at */
+    assert_counts(m, 0, 11);
+    br_sched_decisions_free(d, nd);
+
+    br_node_hold(a, held, -1); /* the running job ended */
+    d = pass(w, &in, &nd);
+    assert_counts(m, 11, 0);
+    assert_int_equal(decision(d, nd, 1)->verdict, BR_SCHED_PLACE); /* oldest first */
+    assert_int_equal(decision(d, nd, 2)->verdict, BR_SCHED_PLACE);
+    for (int id = 3; id <= 11; id++)
+        assert_int_equal(decision(d, nd, id)->verdict, BR_SCHED_WAIT);
+    assert_int_equal(a->cpus_used, 4);
+    br_sched_decisions_free(d, nd);
+
+    /* what was placed holds a again: the rest fit nowhere, unlooked at */
+    d = pass(w, &in, &nd);
+    assert_counts(m, 0, 9);
+    br_sched_decisions_free(d, nd);
+
+    /* a node joins: everything is looked at again */
+    node(w->nodes, "b", 1, 16, 0, 0, "ready");
+    d = pass(w, &in, &nd);
+    assert_counts(m, 9, 0);
+    assert_int_equal(decision(d, nd, 11)->verdict, BR_SCHED_PLACE);
+    assert_string_equal(decision(d, nd, 11)->nodes[0]->name, "b");
+    br_sched_decisions_free(d, nd);
+
+    /* a node draining has less room; one that comes back ready, or whose labels
+     * change, counts as more */
+    br_node_set_state(a, "draining");
+    d = pass(w, &in, &nd);
+    assert_counts(m, 0, 8);
+    br_sched_decisions_free(d, nd);
+    br_node_set_state(a, "ready");
+    d = pass(w, &in, &nd);
+    assert_counts(m, 8, 0);
+    br_sched_decisions_free(d, nd);
+    json_object_set_new(json_object_get(a->info, "labels"), "zone", json_string("z"));
+    d = pass(w, &in, &nd);
+    assert_counts(m, 8, 0);
+    br_sched_decisions_free(d, nd);
+    br_sched_memory_destroy(&m);
+    json_decref(held);
+}
+
+/* A job in a restart backoff is looked at each pass and placed once it is over,
+ * while the jobs that fit nowhere are not looked at. */
+static void test_incremental_backoff_ends(void **state)
+{
+    world_t *w = *state;
+    br_node_t *a = node(w->nodes, "a", 4, 16, 0, 0, "ready");
+    json_t *held = json_pack("{s:i, s:I, s:[]}", "cpus", 2, "memory", (json_int_t)0, "gpus");
+    br_node_hold(a, held, 1);
+    for (int i = 1; i <= 5; i++)
+        add(w, job(i, 0, "{\"cpus\": 3, \"nodes\": 1}")); /* fit nowhere */
+    add(w, job(6, 0, "{\"cpus\": 1, \"nodes\": 1}"));
+    w->jobs[5]->not_before = 10000; /* restarted, in its backoff */
+    br_sched_memory_t *m = br_sched_memory_new();
+    br_sched_in_t in = {.nodes = w->nodes, .netmap = w->netmap, .now_ms = 5000, .memory = m};
+    size_t nd;
+    br_sched_decision_t *d = pass(w, &in, &nd);
+    assert_counts(m, 6, 0);
+    assert_int_equal(decision(d, nd, 6)->verdict, BR_SCHED_LATER);
+    assert_int_equal(decision(d, nd, 6)->not_before, 10000);
+    br_sched_decisions_free(d, nd);
+    in.now_ms = 9000;
+    d = pass(w, &in, &nd);
+    assert_counts(m, 1, 5);
+    assert_int_equal(decision(d, nd, 6)->verdict, BR_SCHED_LATER);
+    br_sched_decisions_free(d, nd);
+    in.now_ms = 11000; /* its backoff is over */
+    d = pass(w, &in, &nd);
+    assert_counts(m, 1, 5);
+    assert_int_equal(decision(d, nd, 6)->verdict, BR_SCHED_PLACE);
+    for (int id = 1; id <= 5; id++)
+        assert_int_equal(decision(d, nd, id)->verdict, BR_SCHED_WAIT);
+    br_sched_decisions_free(d, nd);
+    br_sched_memory_destroy(&m);
+    json_decref(held);
+}
+
+/* Backfill with memory: the job the reservation is for is looked at in every pass;
+ * a new job with a time limit past the reservation still keeps off its nodes, one
+ * that ends before goes there; and when a new job takes the reservation role and
+ * no reservation can be made, the jobs kept off the reserved nodes are looked at
+ * again and go there, as a full pass would place them. */
+static void test_incremental_reservation(void **state)
+{
+    world_t *w = *state;
+    br_node_t *a = node(w->nodes, "a", 4, 16, 1, 24, "ready");
+    br_node_t *b = node(w->nodes, "b", 4, 16, 1, 24, "ready");
+    json_t *held = json_pack("{s:i, s:I, s:[i]}", "cpus", 1, "memory", (json_int_t)0, "gpus", 0);
+    br_node_hold(b, held, 1); /* b's GPU runs a job that ends by its limit at 125 s */
+    br_sched_end_t ends[] = {{b, held, 125000}};
+    add(w, timed(1, "{\"gpus\": 1, \"cpus\": 1, \"nodes\": 2}", 0));      /* a gang */
+    add(w, timed(2, "{\"gpus\": 1, \"cpus\": 1, \"nodes\": 1}", 300000)); /* long */
+    add(w, timed(3, "{\"gpus\": 1, \"cpus\": 2, \"nodes\": 1}", 0));      /* none */
+    br_sched_memory_t *m = br_sched_memory_new();
+    br_sched_in_t in = {.nodes = w->nodes, .netmap = w->netmap, .now_ms = 5000,
+                        .backfill = 1, .ends = ends, .nends = 1, .memory = m};
+    size_t nd;
+    br_sched_decision_t *d = pass(w, &in, &nd);
+    assert_counts(m, 3, 0);
+    assert_int_equal(decision(d, nd, 1)->start_at, 125000);
+    assert_non_null(strstr(decision(d, nd, 2)->reason, "a is reserved for job 1"));
+    assert_non_null(strstr(decision(d, nd, 3)->reason, "a is reserved for job 1"));
+    br_sched_decisions_free(d, nd);
+
+    add(w, timed(4, "{\"gpus\": 1, \"cpus\": 3, \"nodes\": 1}", 400000)); /* long, new */
+    d = pass(w, &in, &nd);
+    assert_counts(m, 2, 2); /* job 1 (the reservation's) and job 4 */
+    assert_int_equal(decision(d, nd, 1)->start_at, 125000);
+    assert_int_equal(decision(d, nd, 4)->verdict, BR_SCHED_WAIT);
+    assert_non_null(strstr(decision(d, nd, 4)->reason, "a is reserved for job 1"));
+    assert_true(decision(d, nd, 2)->kept && decision(d, nd, 3)->kept);
+    br_sched_decisions_free(d, nd);
+
+    /* a higher job that fits nowhere, and for which no reservation can be made (no
+     * third node): job 1 no longer holds a, so the jobs kept off it are looked at */
+    json_t *big = timed(5, "{\"gpus\": 1, \"cpus\": 1, \"nodes\": 3}", 0);
+    json_object_set_new(json_object_get(big, "spec"), "priority", json_integer(9));
+    add(w, big);
+    d = pass(w, &in, &nd);
+    assert_int_equal(decision(d, nd, 5)->start_at, 0);
+    assert_int_equal(decision(d, nd, 1)->start_at, 0);
+    assert_int_equal(decision(d, nd, 2)->verdict, BR_SCHED_PLACE); /* the oldest */
+    assert_ptr_equal(decision(d, nd, 2)->nodes[0], a);
+    assert_int_equal(decision(d, nd, 3)->verdict, BR_SCHED_WAIT);
+    assert_int_equal(decision(d, nd, 4)->verdict, BR_SCHED_WAIT);
+    br_sched_decisions_free(d, nd);
+    br_sched_memory_destroy(&m);
+    json_decref(held);
+}
+
+/* The same passes with and without memory decide alike, pass after pass, as nodes
+ * fill and empty and jobs come. */
+static void test_incremental_decides_as_a_full_pass(void **state)
+{
+    world_t *w = *state;
+    node(w->nodes, "a", 4, 16, 2, 24, "ready");
+    node(w->nodes, "b", 8, 32, 0, 0, "ready");
+    const char *shapes[] = {"{\"cpus\": 3, \"nodes\": 1}",
+                            "{\"gpus\": 1, \"cpus\": 1, \"nodes\": 1}",
+                            "{\"gpus\": 1, \"cpus\": 1, \"vram\": 8589934592, \"nodes\": 1}",
+                            "{\"cpus\": 2, \"nodes\": 2}"};
+    for (int i = 1; i <= 16; i++)
+        add(w, timed(i, shapes[i % 4], i % 3 ? 60000 * i : 0));
+    br_sched_memory_t *m = br_sched_memory_new();
+    size_t first = 4, kept = 0; /* jobs submitted so far; the rest come one per pass */
+    for (int round = 0; round < 12; round++) {
+        br_job_t *pending[16];
+        size_t k = 0;
+        for (size_t i = 0; i < first && i < w->n; i++)
+            if (w->jobs[i]->state == BR_JOB_PENDING)
+                pending[k++] = w->jobs[i];
+        br_sched_in_t in = {.nodes = w->nodes, .netmap = w->netmap,
+                            .now_ms = 5000 + round * 1000, .backfill = 1};
+        int hb;
+        /* the full pass first, then everything given back, then the incremental */
+        br_sched_decision_t *full = br_sched_plan(&in, pending, k, &hb);
+        assert_non_null(full);
+        for (size_t i = 0; i < k; i++)
+            for (int r = 0; r < full[i].count; r++)
+                br_node_hold(full[i].nodes[r], full[i].assign[r], -1);
+        in.memory = m;
+        br_sched_decision_t *inc = br_sched_plan(&in, pending, k, &hb);
+        assert_non_null(inc);
+        size_t c, kk;
+        br_sched_memory_counts(m, &c, &kk);
+        kept += kk;
+        for (size_t i = 0; i < k; i++) {
+            assert_ptr_equal(full[i].job, inc[i].job);
+            assert_int_equal(full[i].verdict, inc[i].verdict);
+            assert_int_equal(full[i].count, inc[i].count);
+            for (int r = 0; r < full[i].count; r++)
+                assert_ptr_equal(full[i].nodes[r], inc[i].nodes[r]);
+            assert_int_equal(full[i].start_at, inc[i].start_at);
+            if (inc[i].verdict == BR_SCHED_PLACE)
+                inc[i].job->state = BR_JOB_RUNNING;
+        }
+        /* every third pass the oldest running job ends */
+        for (size_t i = 0; round % 3 == 2 && i < w->n; i++)
+            if (w->jobs[i]->state == BR_JOB_RUNNING) {
+                for (size_t j = 0; j < k; j++)
+                    if (inc[j].job == w->jobs[i])
+                        for (int r = 0; r < inc[j].count; r++)
+                            br_node_hold(inc[j].nodes[r], inc[j].assign[r], -1);
+                w->jobs[i]->state = BR_JOB_COMPLETED;
+                break;
+            }
+        br_sched_decisions_free(full, k);
+        br_sched_decisions_free(inc, k);
+        first++;
+    }
+    assert_true(kept > 0); /* (some passes did keep jobs unlooked at) */
+    br_sched_memory_destroy(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -436,6 +708,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_gang_on_many_nodes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backfill_reservation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_preemption_picks_victims, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_incremental_new_job_and_rank_end, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_incremental_backoff_ends, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_incremental_reservation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_incremental_decides_as_a_full_pass, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
