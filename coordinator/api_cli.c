@@ -381,10 +381,7 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     spec = br_spec_parse(text, strlen(text), setv, (int)json_array_size(sets), &err);
     if (!spec || supported(spec, &err) < 0)
         goto fail;
-    int active = br_store_job_name_active(c->store, spec->name, &err);
-    if (active < 0)
-        goto fail;
-    if (active) {
+    if (br_jobtab_named(c->jobs, spec->name)) { /* current jobs are all in memory */
         br_errf(&err, EEXIST, "a job named '%s' is already active", spec->name);
         goto fail;
     }

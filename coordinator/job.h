@@ -143,7 +143,7 @@ typedef struct br_job {
         uint64_t at, reserve;
     } nowhere;
     /* jobtab.h's links */
-    struct br_job *id_next;
+    struct br_job *id_next, *name_next;
     struct br_job *prev, *next;
     int in_table;
 } br_job_t;

@@ -1,4 +1,4 @@
-/* jobtab.c - current jobs by id and by node. */
+/* jobtab.c - current jobs by id, by name and by node. */
 #include "jobtab.h"
 
 #include <errno.h>
@@ -17,6 +17,8 @@ typedef struct node_slot {
 struct br_jobtab {
     br_job_t **ids; /* hash by id, chained through job->id_next */
     size_t nids;    /* buckets: a power of two */
+    br_job_t **names; /* hash by name (an array task's without its "[i]"), chained
+                         through job->name_next; as many buckets as ids */
     size_t count;
     br_job_t *first, *last; /* by id */
     node_slot_t **nodes;
@@ -26,12 +28,18 @@ struct br_jobtab {
     size_t ndead, capdead;
 };
 
-static uint64_t hash_text(const char *s)
+static uint64_t hash_text(const char *s, size_t len)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
     return h;
+}
+
+/* The bucket of a name: of its part before "[" (an array's tasks are "name[i]"). */
+static size_t name_bucket(const br_jobtab_t *t, const char *name, size_t len)
+{
+    return (size_t)hash_text(name, len) & (t->nids - 1);
 }
 
 static size_t id_bucket(const br_jobtab_t *t, int64_t id)
@@ -47,8 +55,9 @@ br_jobtab_t *br_jobtab_new(void)
     t->nids = 256;
     t->nnodes = 256;
     t->ids = calloc(t->nids, sizeof(*t->ids));
+    t->names = calloc(t->nids, sizeof(*t->names));
     t->nodes = calloc(t->nnodes, sizeof(*t->nodes));
-    if (!t->ids || !t->nodes)
+    if (!t->ids || !t->names || !t->nodes)
         br_jobtab_destroy(&t);
     return t;
 }
@@ -65,7 +74,7 @@ void br_jobtab_destroy(br_jobtab_t **tp)
     br_jobtab_t *t = tp ? *tp : NULL;
     if (!t)
         return;
-    if (t->ids)
+    if (t->ids && t->names)
         clear(t);
     for (size_t i = 0; t->nodes && i < t->nnodes; i++) {
         for (node_slot_t *s = t->nodes[i], *next; s; s = next) {
@@ -74,6 +83,7 @@ void br_jobtab_destroy(br_jobtab_t **tp)
         }
     }
     free(t->nodes);
+    free(t->names);
     free(t->ids);
     free(t->dead);
     free(t);
@@ -82,7 +92,7 @@ void br_jobtab_destroy(br_jobtab_t **tp)
 
 static node_slot_t *slot_of(br_jobtab_t *t, const char *node, int make)
 {
-    size_t b = (size_t)hash_text(node) & (t->nnodes - 1);
+    size_t b = (size_t)hash_text(node, strlen(node)) & (t->nnodes - 1);
     for (node_slot_t *s = t->nodes[b]; s; s = s->next)
         if (strcmp(s->name, node) == 0)
             return s;
@@ -95,7 +105,7 @@ static node_slot_t *slot_of(br_jobtab_t *t, const char *node, int make)
             for (size_t i = 0; i < t->nnodes; i++) {
                 for (node_slot_t *s = t->nodes[i], *next; s; s = next) {
                     next = s->next;
-                    size_t k = (size_t)hash_text(s->name) & (n - 1);
+                    size_t k = (size_t)hash_text(s->name, strlen(s->name)) & (n - 1);
                     s->next = nb[k];
                     nb[k] = s;
                 }
@@ -103,7 +113,7 @@ static node_slot_t *slot_of(br_jobtab_t *t, const char *node, int make)
             free(t->nodes);
             t->nodes = nb;
             t->nnodes = n;
-            b = (size_t)hash_text(node) & (n - 1);
+            b = (size_t)hash_text(node, strlen(node)) & (n - 1);
         }
     }
     node_slot_t *s = calloc(1, sizeof(*s));
@@ -150,15 +160,24 @@ void br_jobtab_unlink_ranks(br_jobtab_t *t, br_job_t *job)
     }
 }
 
+static size_t base_len(const char *name)
+{
+    return strcspn(name, "[");
+}
+
 static void grow_ids(br_jobtab_t *t)
 {
     size_t n = t->nids * 4;
-    br_job_t **nb = calloc(n, sizeof(*nb));
-    if (!nb)
+    br_job_t **nb = calloc(n, sizeof(*nb)), **nn = calloc(n, sizeof(*nn));
+    if (!nb || !nn) {
+        free(nb);
+        free(nn);
         return; /* longer chains, still correct */
-    br_job_t **old = t->ids;
+    }
+    br_job_t **old = t->ids, **oldnames = t->names;
     size_t oldn = t->nids;
     t->ids = nb;
+    t->names = nn;
     t->nids = n;
     for (size_t i = 0; i < oldn; i++) {
         for (br_job_t *j = old[i], *next; j; j = next) {
@@ -167,8 +186,15 @@ static void grow_ids(br_jobtab_t *t)
             j->id_next = nb[b];
             nb[b] = j;
         }
+        for (br_job_t *j = oldnames[i], *next; j; j = next) {
+            next = j->name_next;
+            size_t b = name_bucket(t, j->name, base_len(j->name));
+            j->name_next = nn[b];
+            nn[b] = j;
+        }
     }
     free(old);
+    free(oldnames);
 }
 
 void br_jobtab_add(br_jobtab_t *t, br_job_t *job)
@@ -178,6 +204,9 @@ void br_jobtab_add(br_jobtab_t *t, br_job_t *job)
     size_t b = id_bucket(t, job->id);
     job->id_next = t->ids[b];
     t->ids[b] = job;
+    b = name_bucket(t, job->name, base_len(job->name));
+    job->name_next = t->names[b];
+    t->names[b] = job;
     /* by id: new jobs come last, so look from the end */
     br_job_t *after = t->last;
     while (after && after->id > job->id)
@@ -207,6 +236,11 @@ void br_jobtab_remove(br_jobtab_t *t, br_job_t *job)
         pp = &(*pp)->id_next;
     if (*pp)
         *pp = job->id_next;
+    pp = &t->names[name_bucket(t, job->name, base_len(job->name))];
+    while (*pp && *pp != job)
+        pp = &(*pp)->name_next;
+    if (*pp)
+        *pp = job->name_next;
     if (job->prev)
         job->prev->next = job->next;
     else
@@ -215,7 +249,7 @@ void br_jobtab_remove(br_jobtab_t *t, br_job_t *job)
         job->next->prev = job->prev;
     else
         t->last = job->prev;
-    job->prev = job->next = job->id_next = NULL;
+    job->prev = job->next = job->id_next = job->name_next = NULL;
     job->in_table = 0;
     t->count--;
     if (t->ndead == t->capdead) {
@@ -242,6 +276,15 @@ br_job_t *br_jobtab_find(const br_jobtab_t *t, int64_t id)
 {
     for (br_job_t *j = t->ids[id_bucket(t, id)]; j; j = j->id_next)
         if (j->id == id)
+            return j;
+    return NULL;
+}
+
+br_job_t *br_jobtab_named(const br_jobtab_t *t, const char *name)
+{
+    size_t len = strlen(name);
+    for (br_job_t *j = t->names[name_bucket(t, name, len)]; j; j = j->name_next)
+        if (base_len(j->name) == len && strncmp(j->name, name, len) == 0)
             return j;
     return NULL;
 }

@@ -1,5 +1,5 @@
-/* jobtab.h - the coordinator's current jobs in memory (job.h), indexed by id and,
- * through their ranks, by node: what a heartbeat, a report or the scheduler
+/* jobtab.h - the coordinator's current jobs in memory (job.h), indexed by id, by
+ * name and, through their ranks, by node: what a heartbeat, a report or the scheduler
  * needs without reading the store. Loaded from the store at start and again
  * after a rollback undid what the wake had changed; the job core (jobs.c) keeps
  * it and the store in step. A job that ends leaves the indexes at once and is
@@ -34,6 +34,9 @@ void br_jobtab_remove(br_jobtab_t *t, br_job_t *job);
 void br_jobtab_sweep(br_jobtab_t *t);
 
 br_job_t *br_jobtab_find(const br_jobtab_t *t, int64_t id);
+/* A current job named name, or a task of a current array of that name
+ * ("name[i]"); NULL when there is none. */
+br_job_t *br_jobtab_named(const br_jobtab_t *t, const char *name);
 /* Every current job in id order (then job->next). */
 br_job_t *br_jobtab_first(const br_jobtab_t *t);
 size_t br_jobtab_count(const br_jobtab_t *t);

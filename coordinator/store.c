@@ -225,7 +225,6 @@ enum {
     ST_JOB_GET,
     ST_JOB_LIST,
     ST_JOB_LIST_STATES,
-    ST_JOB_ACTIVE,
     ST_JOB_SET_ARRAY,
     ST_JOB_ARRAY_TASK,
     ST_EVENT_ADD,
@@ -359,9 +358,6 @@ static const char *const sql_text[ST_COUNT] = {
                            " UNION ALL SELECT id FROM jobs WHERE ended >= ?1)"
                            " ORDER BY id DESC LIMIT ?2) ORDER BY id",
     /* (an array's tasks are named NAME[i]; '\\' follows '[' in byte order) */
-    [ST_JOB_ACTIVE] = "SELECT 1 FROM jobs WHERE (name = ?1 OR (name > ?1 || '['"
-                      " AND name < ?1 || '\\'))"
-                      " AND state IN ('pending', 'starting', 'running') LIMIT 1",
     [ST_JOB_SET_ARRAY] = "UPDATE jobs SET array_of = ?2, array_index = ?3 WHERE id = ?1",
     [ST_JOB_ARRAY_TASK] = "SELECT id FROM jobs WHERE array_of = ?1 AND array_index = ?2",
     [ST_EVENT_ADD] = "INSERT INTO events (time, job, node, state, reason)"
@@ -1639,19 +1635,6 @@ json_t *br_store_job_list_recent(br_store_t *s, int64_t ended_since_ms, int limi
         return NULL;
     }
     return list_rows(s, st, job_row_list, "list recent jobs", err);
-}
-
-int br_store_job_name_active(br_store_t *s, const char *name, br_err_t *err)
-{
-    if (check_text(name, SHORT_MAX, 0, "job name", err) < 0)
-        return -1;
-    sqlite3_stmt *st = s->st[ST_JOB_ACTIVE];
-    if (bind_text(st, 1, name))
-        return binderr(s, st, "find job", err);
-    int rc = sqlite3_step(st);
-    int ret = rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : dberr(s, err, "find job");
-    reset(st);
-    return ret;
 }
 
 int br_store_job_set_array(br_store_t *s, int64_t id, int64_t array_of, int index,

@@ -167,9 +167,6 @@ json_t *br_store_job_list(br_store_t *s, const char *const *states, int limit,
  * ended_since_ms, ordered by id: the newest limit of them (0: all). */
 json_t *br_store_job_list_recent(br_store_t *s, int64_t ended_since_ms, int limit,
                                  br_err_t *err);
-/* 1 if a job with this name, or an array task of it (NAME[i]), is pending,
- * starting or running, else 0 (-1 error). */
-int br_store_job_name_active(br_store_t *s, const char *name, br_err_t *err);
 /* Make job id a task of array array_of with this index (the array's first task,
  * whose id the array takes, is stored before it knows it). */
 int br_store_job_set_array(br_store_t *s, int64_t id, int64_t array_of, int index,

@@ -1,5 +1,6 @@
 /* test_jobtab.c - current jobs in memory (job.h, jobtab.h): a store row read into
- * typed fields and written back unchanged, rows it refuses, lookups by id through adds and removals, ranks by node as
+ * typed fields and written back unchanged, rows it refuses, lookups by id and by name
+ * (an array's tasks under the array's name) through adds, growth and removals, ranks by node as
  * placements change, removal deferred to the sweep, and loading from a real
  * store (ended jobs stay out). */
 #include <setjmp.h>
@@ -245,6 +246,45 @@ static void test_load_from_store(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* Whether a name is taken by a current job: by its own name, or by an array's
+ * tasks ("name[i]") under the array's name; not by a longer or shorter name; and
+ * no longer once it is removed. Enough jobs to grow the table on the way. */
+static void test_named(void **state)
+{
+    (void)state;
+    br_jobtab_t *t = br_jobtab_new();
+    enum { N = 3000 };
+    char name[32];
+    br_job_t *train = NULL;
+    for (int i = 1; i <= N; i++) {
+        json_t *r = row(i, "pending");
+        if (i == 7)
+            snprintf(name, sizeof(name), "train");
+        else if (i == 8)
+            snprintf(name, sizeof(name), "sweep[3]");
+        else
+            snprintf(name, sizeof(name), "job-%d", i);
+        json_object_set_new(r, "name", json_string(name));
+        br_job_t *j = job_of(r);
+        br_jobtab_add(t, j);
+        train = i == 7 ? j : train;
+    }
+    assert_ptr_equal(br_jobtab_named(t, "train"), train);
+    assert_int_equal(br_jobtab_named(t, "sweep")->id, 8);
+    assert_int_equal(br_jobtab_named(t, "job-2999")->id, 2999);
+    assert_null(br_jobtab_named(t, "trai"));
+    assert_null(br_jobtab_named(t, "training"));
+    assert_null(br_jobtab_named(t, "sweep[3"));
+    assert_null(br_jobtab_named(t, "job-3001"));
+    br_jobtab_remove(t, train);
+    assert_null(br_jobtab_named(t, "train"));
+    br_jobtab_remove(t, br_jobtab_find(t, 8));
+    assert_null(br_jobtab_named(t, "sweep"));
+    br_jobtab_sweep(t);
+    assert_int_equal(br_jobtab_named(t, "job-1")->id, 1);
+    br_jobtab_destroy(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +293,7 @@ int main(void)
         cmocka_unit_test(test_indexes),
         cmocka_unit_test(test_order_nodes_and_sweep),
         cmocka_unit_test(test_load_from_store),
+        cmocka_unit_test(test_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

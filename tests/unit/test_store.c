@@ -1008,24 +1008,6 @@ static void test_job_list(void **state)
     br_store_destroy(&s);
 }
 
-static void test_job_name_active(void **state)
-{
-    char path[PATH_MAX];
-    br_err_t err = {0};
-    path_for("job-active.db", path);
-    br_store_t *s = open_ok(path);
-    int64_t id = add_job(s, "train-a", "pending");
-    assert_int_equal(br_store_job_name_active(s, "train-a", &err), 1);
-    assert_int_equal(br_store_job_name_active(s, "train-b", &err), 0);
-    update_ok(s, id, "{\"state\": \"running\"}");
-    assert_int_equal(br_store_job_name_active(s, "train-a", &err), 1);
-    update_ok(s, id, "{\"state\": \"completed\"}");
-    assert_int_equal(br_store_job_name_active(s, "train-a", &err), 0);
-    add_job(s, "train-a", "starting");
-    assert_int_equal(br_store_job_name_active(s, "train-a", &err), 1);
-    br_store_destroy(&s);
-}
-
 /* --- events and logs ---------------------------------------------------------- */
 
 static void test_events(void **state)
@@ -1454,7 +1436,6 @@ int main(void)
         cmocka_unit_test(test_job_bookkeeping),
         cmocka_unit_test(test_job_refusals),
         cmocka_unit_test(test_job_list),
-        cmocka_unit_test(test_job_name_active),
         cmocka_unit_test(test_events),
         cmocka_unit_test(test_logs),
         cmocka_unit_test(test_checkpoints),
