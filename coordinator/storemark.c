@@ -2,14 +2,23 @@
 #include "storemark.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+/* The mark is one line of a fixed width, so that it is rewritten in place (one
+ * small write into the file's first block, never torn) after each commit: a new
+ * file renamed over it each time cost a block allocation and, on ext4, a wait
+ * for its writeback (a sixth of the coordinator's time under a burst of
+ * submissions). Only the first is written whole and renamed into place. */
+#define MARK_FMT "jobs %019" PRId64 " events %019" PRId64 "\n"
+
 struct br_storemark {
     char path[1100];
+    int fd;               /* the mark, open for writing in place; -1: none */
     int64_t jobs, events; /* what the mark says */
     int64_t changes;      /* the store's change count when it was last written */
 };
@@ -32,16 +41,26 @@ static int read_mark(const char *path, int64_t *jobs, int64_t *events, br_err_t 
 
 static void write_mark(br_storemark_t *m, int64_t jobs, int64_t events)
 {
-    char tmp[1200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", m->path);
-    FILE *f = fopen(tmp, "we");
-    int ok = f && fprintf(f, "jobs %" PRId64 " events %" PRId64 "\n", jobs, events) > 0;
-    if (f && fclose(f) != 0)
-        ok = 0;
-    if (!ok || rename(tmp, m->path) < 0) {
-        fprintf(stderr, "brambled: %s: %s\n", m->path, strerror(errno));
-        unlink(tmp);
-        return;
+    char line[80];
+    int n = snprintf(line, sizeof(line), MARK_FMT, jobs, events);
+    if (m->fd >= 0) { /* in place */
+        if (pwrite(m->fd, line, (size_t)n, 0) != n) {
+            fprintf(stderr, "brambled: %s: %s\n", m->path, strerror(errno));
+            return;
+        }
+    } else {
+        char tmp[1200];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", m->path);
+        FILE *f = fopen(tmp, "we");
+        int ok = f && fputs(line, f) >= 0;
+        if (f && fclose(f) != 0)
+            ok = 0;
+        if (!ok || rename(tmp, m->path) < 0) {
+            fprintf(stderr, "brambled: %s: %s\n", m->path, strerror(errno));
+            unlink(tmp);
+            return;
+        }
+        m->fd = open(m->path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
     }
     m->jobs = jobs;
     m->events = events;
@@ -53,6 +72,7 @@ br_storemark_t *br_storemark_new(const char *dir, br_store_t *store, br_err_t *e
     if (!m)
         return br_errp(err, ENOMEM, "out of memory");
     snprintf(m->path, sizeof(m->path), "%s/store.mark", dir);
+    m->fd = -1;
     int64_t jobs, events, mjobs = 0, mevents = 0;
     int had = read_mark(m->path, &mjobs, &mevents, err);
     if (had < 0 || br_store_high_ids(store, &jobs, &events, err) < 0)
@@ -83,6 +103,8 @@ fail:
 void br_storemark_destroy(br_storemark_t **m)
 {
     if (m && *m) {
+        if ((*m)->fd >= 0)
+            close((*m)->fd);
         free(*m);
         *m = NULL;
     }
