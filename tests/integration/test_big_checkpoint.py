@@ -71,7 +71,7 @@ def test_big_checkpoint_copied_pulled_and_restored(make_cluster, tmp_path):
     assert m["files"] == SHARDS + 1 and m["truncated"] and m["listed"] < m["files"], m
 
     # to the user's machine, through the coordinator, verified
-    r = c.cli_json("checkpoint", "pull", jid, tmp_path / "mine")
+    r = c.cli_json("checkpoint", "pull", jid, tmp_path / "mine", timeout=180)
     assert (r["step"], r["files"], r["bytes"]) == (1, SHARDS + 1, m["bytes"]), r
     assert r["received"] == m["bytes"], r
     want = tree(disk[writer] / "checkpoint-1")
@@ -81,7 +81,7 @@ def test_big_checkpoint_copied_pulled_and_restored(make_cluster, tmp_path):
     wait_for(lambda: time.monotonic() - c.coordinator_started > 2 * NT_S + 0.5,
              what="the coordinator's start-up grace to pass")
     c.kill_node(writer)
-    j = c.wait_job(jid)
+    j = c.wait_job(jid, timeout=180)  # a restore of 1,601 files, file by file
     assert (j["state"], j["attempt"], j["nodes"]) == ("completed", 2, [survivor]), brief(j)
     log = c.wait_logs(jid, "attempt 2 resumed")
     assert f"attempt 2 resumed from {ckpt / 'checkpoint-1'}: {SHARDS} shards, intact" \
