@@ -73,6 +73,7 @@ struct br_ckpt {
     int64_t next_scan, last_scan;
     int64_t done_step; /* highest step counted (or there before we started) */
     int64_t settle_by; /* br_ckpt_settle: the attempt ended; 0 before */
+    int settled;       /* br_ckpt_settle said so: nothing more to look at */
     entry_t *e;
     int n;
 };
@@ -562,6 +563,8 @@ static int full_pass(br_ckpt_t *w, int64_t now, br_ckpt_fn fn, void *arg)
 
 int br_ckpt_settle(br_ckpt_t *w, int64_t now_ms, int clean, br_ckpt_fn fn, void *arg)
 {
+    if (w->settled) /* (the exit waits for the hashing of what it found) */
+        return 1;
     if (!w->settle_by) { /* the first call: look at everything now */
         /* a marker is needed (set, or learned): only an empty one may still settle */
         int64_t wait = w->complete_file[0] || w->learned || w->stable_ms < MARKER_SETTLE_MS
@@ -570,14 +573,14 @@ int br_ckpt_settle(br_ckpt_t *w, int64_t now_ms, int clean, br_ckpt_fn fn, void 
         w->settle_by = now_ms + (clean ? wait + MIN_SCAN_GAP_MS : 0);
         drain_events(w); /* markers closed meanwhile: the pass considers them */
         if (full_pass(w, now_ms, fn, arg) < 0)
-            return 1;
+            return w->settled = 1;
     } else if (now_ms >= w->settle_by) { /* the last look */
         full_pass(w, now_ms, fn, arg);
-        return 1;
+        return w->settled = 1;
     } else {
         br_ckpt_poll(w, now_ms, fn, arg);
     }
-    return w->pass == NULL && (!w->pending || now_ms >= w->settle_by);
+    return w->settled = w->pass == NULL && (!w->pending || now_ms >= w->settle_by);
 }
 
 int br_ckpt_set_user(br_ckpt_t *w, uid_t uid, gid_t gid, br_err_t *err)

@@ -47,7 +47,9 @@ void br_ckpt_poll(br_ckpt_t *w, int64_t now_ms, br_ckpt_fn fn, void *arg);
  * (every task exited 0), an entry without a marker that is still short of its quiet
  * time is waited for, up to stable_ms, as if the job were still running; after a
  * failure only what is complete now counts (a crash may have torn it). 1 when
- * nothing is left to wait for, 0 while something is: call again at the next tick. */
+ * nothing is left to wait for, 0 while something is: call again at the next tick.
+ * Once it said 1 it says so again at once, looking at nothing (the caller may ask
+ * at every tick while what it found is hashed). */
 int br_ckpt_settle(br_ckpt_t *w, int64_t now_ms, int clean, br_ckpt_fn fn, void *arg);
 
 /* Scan as this uid and gid from now on (fsid.h): the job's user. */

@@ -1181,6 +1181,11 @@ static void test_settle_counts_the_last_one(void **state)
     assert_int_equal(report_of(f, "checkpoint-3")->size, 501);
     assert_int_equal(settle(f, 0, 100, 0), 0); /* once */
     assert_int_equal(f->n, 1);
+    mk(f, "checkpoint-4"); /* settled: nothing is looked at again */
+    put(f, "checkpoint-4/DONE", 1);
+    f->now += 5000;
+    assert_int_equal(settle(f, 0, 100, 0), 0);
+    assert_int_equal(f->n, 1);
 }
 
 /* Without a marker, an entry counts once quiet for stable_ms. After a clean exit
