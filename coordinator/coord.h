@@ -59,6 +59,7 @@ typedef struct br_coord {
     struct br_replicas *replicas; /* pulls of checkpoints in flight (replicas.h) */
     struct br_usage *usage;       /* what users used, and their limits (usage.h) */
     struct br_ckptpull *ckptpull; /* checkpoints pulled to users' machines (ckptpull.h) */
+    struct br_pace *pace;         /* messages gather before a wake when busy (pace.h) */
     int64_t ticked;         /* monotonic ms of the last BR_HOOK_TICK */
     br_netmap_t *netmap;    /* round trips between nodes, from their heartbeats */
     br_probeset_t *probeset; /* who probes whom, and the probes' key (probeset.h) */

@@ -22,6 +22,7 @@
 #include "httptls.h"
 #include "jobs.h"
 #include "nodelife.h"
+#include "pace.h"
 #include "replicas.h"
 #include "ckptpull.h"
 #include "scheduler.h"
@@ -166,7 +167,8 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
         goto fail;
     c->replicas = br_replicas_new();
     c->ckptpull = br_ckptpull_new();
-    if (c->hooks && c->replicas && c->ckptpull && br_jobs_init(c) == 0 &&
+    c->pace = br_pace_new();
+    if (c->hooks && c->replicas && c->ckptpull && c->pace && br_jobs_init(c) == 0 &&
         br_deps_init(c) == 0 && br_replicas_init(c) == 0 &&
         br_ckptpull_init(c) == 0) { /* modules hear of the core */
         c->services = br_services_new(c);
@@ -209,6 +211,7 @@ void br_coord_destroy(br_coord_t **cp)
     br_http_destroy(&c->http); /* its threads stop before what they were given goes */
     br_dash_destroy(&c->dash);
     br_ckptpull_destroy(&c->ckptpull); /* its sockets close before the context ends */
+    br_pace_destroy(&c->pace);
     br_sock_close(&c->sock);
     br_zap_destroy(&c->zap);
     if (c->ctx)
@@ -505,6 +508,7 @@ static int drain_messages(br_coord_t *c)
             br_msg_destroy(&m);
             continue;
         }
+        br_pace_count(c->pace, br_mono_us(), 1);
         int failed = dispatch_one(c, m);
         if (failed)
             return failed;
@@ -654,7 +658,11 @@ int br_coord_run(br_coord_t *c, br_err_t *err)
         if (n > 0 && (items[1].revents & ZMQ_POLLIN))
             br_zap_handle(c->zap);
         br_ckptpull_answer(c);
-        wake(c, n > 0 && (items[0].revents & ZMQ_POLLIN));
+        int readable = n > 0 && (items[0].revents & ZMQ_POLLIN);
+        int64_t gather = readable ? br_pace_gather_us(c->pace, br_mono_us()) : 0;
+        if (gather > 0 && !c->stop) /* busy: let more come, so that one wake reads many */
+            usleep((useconds_t)gather);
+        wake(c, readable);
         serve_http(c);
     }
     return 0;
