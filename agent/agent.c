@@ -1454,6 +1454,35 @@ static void rekeyed(br_agent_t *a, int failed, const br_err_t *why)
     sodium_memzero(a->rekey_sec, sizeof(a->rekey_sec));
 }
 
+/* A coordinator that predates a heartbeat field refuses the heartbeat (EPROTO
+ * naming the field): leave that field out from now on. 1 when err named one that
+ * was still sent. ("gpus": the GPUs from hello stand; "cost_per_hour": the rate
+ * from hello stands.) */
+static int drop_heartbeat_field(br_agent_t *a, const br_err_t *err)
+{
+    const struct {
+        const char *key, *also; /* either named in the error */
+        int *dropped;
+        const char *without;
+    } fields[] = {
+        {"gpus", NULL, &a->hb_plain, "GPU figures"},
+        {"cost_per_hour", "power_watts", &a->hb_nocost, "cost figures"},
+        {"disk", NULL, &a->hb_nodisk, "disk figures"},
+        {"pulling", NULL, &a->hb_nopulling, "the pulls' progress"},
+    };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        if (*fields[i].dropped || (!strstr(err->text, fields[i].key) &&
+                                   !(fields[i].also && strstr(err->text, fields[i].also))))
+            continue;
+        *fields[i].dropped = 1;
+        fprintf(stderr, "bramble-agent: the coordinator does not take \"%s\" in "
+                        "node.heartbeat; heartbeats go without %s\n",
+                fields[i].key, fields[i].without);
+        return 1;
+    }
+    return 0;
+}
+
 static void on_response(br_agent_t *a, br_msg_t *m)
 {
     br_err_t err;
@@ -1506,31 +1535,8 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         if (a->probe && json_is_array(peers))
             br_probe_set_peers(a->probe, peers);
     } else if (seq == a->hb_seq && failed && err.errnum == EPROTO &&
-               strstr(err.text, "gpus") && !a->hb_plain) {
-        /* a coordinator that predates the field: say it without, at once */
-        a->hb_plain = 1;
-        a->hb_sent = 0;
-        fprintf(stderr, "bramble-agent: the coordinator does not take \"gpus\" in "
-                        "node.heartbeat; heartbeats go without GPU figures\n");
-    } else if (seq == a->hb_seq && failed && err.errnum == EPROTO &&
-               (strstr(err.text, "cost_per_hour") || strstr(err.text, "power_watts")) &&
-               !a->hb_nocost) {
-        a->hb_nocost = 1; /* as for "gpus": the rate it had from hello stands */
-        a->hb_sent = 0;
-        fprintf(stderr, "bramble-agent: the coordinator does not take \"cost_per_hour\" "
-                        "in node.heartbeat; heartbeats go without cost figures\n");
-    } else if (seq == a->hb_seq && failed && err.errnum == EPROTO &&
-               strstr(err.text, "disk") && !a->hb_nodisk) {
-        a->hb_nodisk = 1; /* as for "gpus" */
-        a->hb_sent = 0;
-        fprintf(stderr, "bramble-agent: the coordinator does not take \"disk\" in "
-                        "node.heartbeat; heartbeats go without disk figures\n");
-    } else if (seq == a->hb_seq && failed && err.errnum == EPROTO &&
-               strstr(err.text, "pulling") && !a->hb_nopulling) {
-        a->hb_nopulling = 1; /* as for "gpus" */
-        a->hb_sent = 0;
-        fprintf(stderr, "bramble-agent: the coordinator does not take \"pulling\" in "
-                        "node.heartbeat; heartbeats go without the pulls' progress\n");
+               drop_heartbeat_field(a, &err)) {
+        a->hb_sent = 0; /* said again at once, without it */
     } else if (failed && err.errnum == ENOTCONN) {
         a->hello_acked = 0; /* the coordinator wants a hello (restarted, or we were lost) */
         send_hello(a);
