@@ -251,6 +251,21 @@ static json_t *spec_of(br_coord_t *c, int64_t id, int64_t *owner_id)
     return spec;
 }
 
+/* The key of a pull in pulls: its grant's name, after "r/" for a restore. */
+static void pull_key(const char *grant, int restore, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s%s", restore ? "r/" : "", grant);
+}
+
+/* Where a restore on target reads from, for its events. */
+static const char *restore_source(const br_node_t *holder, const br_node_t *target,
+                                  int from_store)
+{
+    return holder != target ? holder->name
+           : from_store     ? "its own replica"
+                            : "its own files (checked where they lie)";
+}
+
 /* Order holder to let target pull k, and target to pull it (restore: into its own
  * path); remembered under key until ckpt.stored says how it went. Its record in
  * pulls (borrowed), or NULL when out of memory. */
@@ -260,7 +275,7 @@ static json_t *order_pull(br_coord_t *c, br_replicas_t *r, const br_replica_ckpt
 {
     char grant[160];
     br_replicas_grant_id(k->job, hash, target->name, grant, sizeof(grant));
-    snprintf(key, keylen, "%s%s", restore ? "r/" : "", grant);
+    pull_key(grant, restore, key, keylen);
     json_t *serve = br_replicas_serve_order(k, grant, target->name, target->pubkey,
                                             BR_REPLICAS_GRANT_TTL_MS, from_store);
     const char *addr = json_string_value(json_object_get(holder->info, "address"));
@@ -573,17 +588,13 @@ static int next_restore(br_coord_t *c, br_replicas_t *r, br_job_t *job, br_node_
                            "to %s (step %lld): restoring it on %s from %s",
                            why ? ": " : "", why ? why : "", job->attempt, path,
                            (long long)step, target->name,
-                           best != target ? best->name
-                           : best_store   ? "its own replica"
-                                          : "its own files (checked where they lie)");
+                           restore_source(best, target, best_store));
         else
             br_coord_event(c, job->id, target->name, "restore",
                            "attempt %d waits for checkpoint %s (step %lld): restoring it on "
                            "%s from %s",
                            job->attempt, path, (long long)step, target->name,
-                           best != target ? best->name
-                           : best_store   ? "its own replica"
-                                          : "its own files (checked where they lie)");
+                           restore_source(best, target, best_store));
         json_decref(section);
         json_decref(m);
         ordered = 1;
@@ -980,7 +991,7 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_replicas_t *r = c->replicas;
     char grant[160], key[200];
     br_replicas_grant_id(job, hash, who->name, grant, sizeof(grant));
-    snprintf(key, sizeof(key), "%s%s", restore ? "r/" : "", grant);
+    pull_key(grant, restore, key, sizeof(key));
     json_t *pull = r ? json_object_get(r->pulls, key) : NULL;
     if (!pull || strcmp(json_string_value(json_object_get(pull, "hash")), hash) != 0) {
         if (r && !restore && !error) /* a copy nobody will know of: not to stay */
@@ -998,7 +1009,7 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
      * other kind of pull of the same checkpoint by the same node (a restore and a
      * replica share the grant's name) still reads from the same holder */
     char sibling[200];
-    snprintf(sibling, sizeof(sibling), "%s%s", restore ? "" : "r/", grant);
+    pull_key(grant, !restore, sibling, sizeof(sibling));
     const char *sib_holder =
         json_string_value(json_object_get(json_object_get(r->pulls, sibling), "holder"));
     if (!sib_holder || strcmp(sib_holder, holder) != 0)
@@ -1235,8 +1246,7 @@ void br_replicas_progress(br_coord_t *c, br_node_t *n, const json_t *p)
     const char *hash = json_string_value(json_object_get(p, "hash"));
     br_replicas_grant_id(json_integer_value(json_object_get(p, "job")), hash, n->name, grant,
                          sizeof(grant));
-    snprintf(key, sizeof(key), "%s%s", json_is_true(json_object_get(p, "restore")) ? "r/" : "",
-             grant);
+    pull_key(grant, json_is_true(json_object_get(p, "restore")), key, sizeof(key));
     json_t *e = c->replicas ? json_object_get(c->replicas->pulls, key) : NULL;
     if (!e || strcmp(json_string_value(json_object_get(e, "hash")), hash) != 0)
         return; /* not one this coordinator ordered */
