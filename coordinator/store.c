@@ -180,6 +180,9 @@ enum {
     ST_HIGH_IDS,
     ST_COMMIT,
     ST_ROLLBACK,
+    ST_SAVEPOINT,
+    ST_SAVEPOINT_UNDO,
+    ST_SAVEPOINT_RELEASE,
     ST_KEY_ADD,
     ST_KEY_LOOKUP,
     ST_KEY_REVOKE,
@@ -256,6 +259,10 @@ static const char *const sql_text[ST_COUNT] = {
                     " coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
+    /* one per message, prepared once (a parse costs more than the work of most) */
+    [ST_SAVEPOINT] = "SAVEPOINT msg",
+    [ST_SAVEPOINT_UNDO] = "ROLLBACK TO msg",
+    [ST_SAVEPOINT_RELEASE] = "RELEASE msg",
     [ST_KEY_ADD] = "INSERT INTO keys (pubkey, kind, name, created, principal)"
                    " VALUES (?1, ?2, ?3, ?4, ?5)",
     [ST_KEY_LOOKUP] = "SELECT kind, name, revoked, principal FROM keys WHERE pubkey = ?1",
@@ -912,7 +919,7 @@ int br_store_commit(br_store_t *s, br_err_t *err)
 int br_store_savepoint(br_store_t *s, br_err_t *err)
 {
     s->failed = 0;
-    return exec(s, "SAVEPOINT msg", "savepoint", err);
+    return run(s, s->st[ST_SAVEPOINT], "savepoint", err);
 }
 
 int br_store_release(br_store_t *s)
@@ -921,8 +928,8 @@ int br_store_release(br_store_t *s)
     if (!br_store_in_txn(s))
         return failed ? failed : EIO; /* SQLite rolled the whole transaction back */
     if (failed) /* undo this message's half, keep the wake's other messages */
-        sqlite3_exec(s->db, "ROLLBACK TO msg", NULL, NULL, NULL);
-    if (sqlite3_exec(s->db, "RELEASE msg", NULL, NULL, NULL) != SQLITE_OK && !failed)
+        run(s, s->st[ST_SAVEPOINT_UNDO], "roll back a message", NULL);
+    if (run(s, s->st[ST_SAVEPOINT_RELEASE], "release a message", NULL) < 0 && !failed)
         failed = EIO;
     s->failed = 0;
     return failed;
