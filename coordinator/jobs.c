@@ -91,7 +91,7 @@ br_job_t *br_jobs_add(br_coord_t *c, json_t *row, br_err_t *err)
     if (id < 0)
         return NULL;
     br_job_t *job = NULL;
-    if (br_jobtab_load_one(c->jobs, c->store, id, &job, err) < 0)
+    if (br_jobtab_add_stored(c->jobs, row, id, &job, err) < 0)
         return NULL;
     if (!job) {
         br_errf(err, EINVAL, "job %lld was stored ended", (long long)id);

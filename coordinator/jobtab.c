@@ -340,24 +340,21 @@ int br_jobtab_load(br_jobtab_t *t, br_store_t *store, br_err_t *err)
     return rc;
 }
 
-int br_jobtab_load_one(br_jobtab_t *t, br_store_t *store, int64_t id, br_job_t **out,
-                       br_err_t *err)
+int br_jobtab_add_stored(br_jobtab_t *t, const json_t *row, int64_t id, br_job_t **out,
+                         br_err_t *err)
 {
-    br_job_t *job = br_jobtab_find(t, id);
     if (out)
-        *out = job;
-    if (job)
-        return 1;
-    json_t *row = br_store_job_get(store, id, err);
-    if (!row)
-        return -1;
+        *out = NULL;
     int s = br_job_state_parse(json_string_value(json_object_get(row, "state")));
-    if (s < 0 || br_job_state_ended((br_job_state_t)s)) {
-        json_decref(row);
+    if (s < 0 || br_job_state_ended((br_job_state_t)s))
         return 0;
+    json_t *stored = json_copy((json_t *)row); /* shallow: the spec is shared, never changed */
+    if (!stored || json_object_set_new(stored, "id", json_integer(id)) < 0) {
+        json_decref(stored);
+        return br_errf(err, ENOMEM, "job %lld: out of memory", (long long)id);
     }
-    job = br_job_from_row(row, err);
-    json_decref(row);
+    br_job_t *job = br_job_from_row(stored, err);
+    json_decref(stored);
     if (!job)
         return -1;
     br_jobtab_add(t, job);

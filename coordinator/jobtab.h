@@ -22,10 +22,12 @@ void br_jobtab_destroy(br_jobtab_t **t);
 /* Replace what the table holds with every pending, starting and running job of
  * the store. On error the table is left empty. */
 int br_jobtab_load(br_jobtab_t *t, br_store_t *store, br_err_t *err);
-/* Read job id from the store and add it when it is current (1), else 0; -1 on
- * error. The job it added, or the one already there, in *out (may be NULL). */
-int br_jobtab_load_one(br_jobtab_t *t, br_store_t *store, int64_t id, br_job_t **out,
-                       br_err_t *err);
+/* A job just written to the store as row (what br_store_job_add took) under id:
+ * added when it is current (1), else 0; -1 on error. It is built from row, not
+ * read back (what the row leaves out, the store and br_job_from_row both take as
+ * unset). The job it added in *out (may be NULL). */
+int br_jobtab_add_stored(br_jobtab_t *t, const json_t *row, int64_t id, br_job_t **out,
+                         br_err_t *err);
 
 /* Take job (not in a table) into the table; its ranks are indexed by node. */
 void br_jobtab_add(br_jobtab_t *t, br_job_t *job);
