@@ -48,6 +48,23 @@ static int judge(int on, int state, int ran)
     }
 }
 
+/* Note on the job it waits for that waiter waits (on_progress finds it there). */
+static void note_waiter(br_coord_t *c, br_job_t *waiter, int64_t awaited)
+{
+    br_job_t *a = br_jobtab_find(c->jobs, awaited);
+    if (!a || (a->nwaiters && a->waiters[a->nwaiters - 1] == waiter->id))
+        return;
+    if (a->nwaiters == a->capwaiters) {
+        int cap = a->capwaiters ? 2 * a->capwaiters : 4;
+        int64_t *more = realloc(a->waiters, (size_t)cap * sizeof(*more));
+        if (!more) /* (out of memory: it is told at the next load) */
+            return;
+        a->waiters = more;
+        a->capwaiters = cap;
+    }
+    a->waiters[a->nwaiters++] = waiter->id;
+}
+
 /* Work out every wait of job again (after a load, or when it is new). */
 static void settle(br_coord_t *c, br_job_t *job)
 {
@@ -56,6 +73,8 @@ static void settle(br_coord_t *c, br_job_t *job)
         int64_t owner;
         int state = status_of(c, job->after[i].job, &ran, &owner);
         job->after[i].state = state < 0 ? BR_AFTER_NEVER : judge(job->after[i].on, state, ran);
+        if (job->after[i].state == BR_AFTER_WAITING)
+            note_waiter(c, job, job->after[i].job);
     }
 }
 
@@ -92,8 +111,9 @@ static void on_progress(br_coord_t *c, br_hook_arg_t *arg, void *ctx)
     size_t n = 0, cap = 0;
     br_job_t **failing = NULL;
     int met = 0;
-    for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next) {
-        if (j->state != BR_JOB_PENDING)
+    for (int w = 0; w < arg->job->nwaiters; w++) { /* (not every job: only its own) */
+        br_job_t *j = br_jobtab_find(c->jobs, arg->job->waiters[w]);
+        if (!j || j->state != BR_JOB_PENDING)
             continue;
         for (int i = 0; i < j->nafter; i++) {
             if (j->after[i].job != id || j->after[i].state != BR_AFTER_WAITING)

@@ -217,6 +217,7 @@ void br_job_destroy(br_job_t **jp)
     free(job->name);
     free(job->shape);
     free(job->after);
+    free(job->waiters);
     json_decref(job->spec);
     free(job);
     *jp = NULL;

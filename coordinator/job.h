@@ -109,6 +109,9 @@ typedef struct br_job {
     int array_max;      /* at most so many of them placed at once; 0: no limit */
     br_after_t *after;  /* the jobs it waits for (deps.c keeps their state) */
     int nafter;
+    int64_t *waiters;   /* ids of the jobs that wait for it (deps.c; some may have
+                           left since) */
+    int nwaiters, capwaiters;
     /* a gang rank's failure held until every other rank's node has spoken since
      * (jobs.c): it may be a peer's death the coordinator does not know yet; in
      * memory only */

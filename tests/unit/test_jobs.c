@@ -536,6 +536,15 @@ static void test_waits_on_other_jobs(void **state)
     int64_t late = submit(c, spec);
     assert_int_equal(br_jobs_restore(c, &err), 0);
     assert_null(br_job_waits_for(br_jobtab_find(c->jobs, late)));
+    /* and a wait on a job still current is told of it after a load as before */
+    int64_t b = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1}}");
+    snprintf(spec, sizeof(spec), "{\"command\": \"y\", \"resources\": {\"cpus\": 1},"
+             " \"after\": [{\"job\": %lld, \"on\": \"ended\"}]}", (long long)b);
+    int64_t after_b = submit(c, spec);
+    assert_int_equal(br_jobs_restore(c, &err), 0);
+    assert_non_null(br_job_waits_for(br_jobtab_find(c->jobs, after_b)));
+    json_decref(br_jobs_cancel(c, b, NULL));
+    assert_null(br_job_waits_for(br_jobtab_find(c->jobs, after_b)));
     br_jobtab_sweep(c->jobs);
 }
 
