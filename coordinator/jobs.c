@@ -21,6 +21,16 @@ void br_job_save(br_coord_t *c, br_job_t *job)
     json_decref(fields);
 }
 
+void br_job_save_reason(br_coord_t *c, br_job_t *job)
+{
+    br_err_t err;
+    json_t *fields = json_pack("{s:s?}", "reason", job->reason);
+    if (!fields || br_store_job_update(c->store, job->id, fields, &err) < 0)
+        fprintf(stderr, "brambled: job %lld: reason not saved: %s\n", (long long)job->id,
+                fields ? err.text : "out of memory");
+    json_decref(fields);
+}
+
 static br_node_t *rank_node(br_coord_t *c, const br_job_t *job, int r)
 {
     return r >= 0 && r < job->nranks ? br_nodes_find(c->nodes, job->ranks[r].node) : NULL;

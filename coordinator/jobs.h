@@ -30,6 +30,8 @@ void br_job_post(br_coord_t *c, br_job_t *job, br_job_state_t state, const char 
                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Write the job back to the store with no change of state. */
 void br_job_save(br_coord_t *c, br_job_t *job);
+/* Write job's reason alone (a waiting job's reason changes at many passes). */
+void br_job_save_reason(br_coord_t *c, br_job_t *job);
 
 /* Load the current jobs from the store and count what their ranks hold on nodes
  * again (at start, and after a rollback undid what a wake had changed). */

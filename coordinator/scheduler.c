@@ -923,7 +923,7 @@ void br_sched_decisions_free(br_sched_decision_t *d, size_t n)
 static void set_reason(br_coord_t *c, br_job_t *job, const char *reason)
 {
     if (br_job_set_reason(job, reason))
-        br_job_save(c, job);
+        br_job_save_reason(c, job);
 }
 
 struct br_sched {
