@@ -64,7 +64,8 @@ struct br_agent {
     int hello_acked;
     int64_t hello_sent, hb_sent, hb_ms;
     int64_t hb_sent_us;   /* when the heartbeat in flight left (monotonic) */
-    double coord_rtt_ms;  /* its last round trip; < 0 until one came back */
+    double coord_rtt_ms;  /* the round trip of the last answered heartbeat, until told
+                             (< 0: none new) */
     int64_t last_heard, fence_ms; /* fencing: freeze jobs when silent this long */
     json_t *unacked;              /* checkpoint reports not acknowledged yet */
     br_manifest_t *hasher;        /* hashes each checkpoint before it is reported */
@@ -1794,8 +1795,9 @@ static void timers(br_agent_t *a)
             json_object_set_new(hb, "pulling", pulling);
         json_t *rtt = json_pack("{s:o}", "peers", a->probe ? br_probe_report(a->probe, now)
                                                             : json_object());
-        if (a->coord_rtt_ms >= 0)
+        if (a->coord_rtt_ms >= 0) /* each round trip once: not every heartbeat is answered */
             json_object_set_new(rtt, "coordinator", json_real(a->coord_rtt_ms));
+        a->coord_rtt_ms = -1;
         json_object_set_new(hb, "rtt", rtt);
         a->hb_sent_us = br_mono_us();
         a->hb_seq = send_msg(a, BR_MSG_REQUEST, "node.heartbeat", hb, NULL, 0);

@@ -4,7 +4,10 @@
  * interval and answers job orders at once (started, then exited 0, or held running
  * with --hold). It prints, for the coordinator under test (--coordinator-pid): CPU
  * per heartbeat and in all, resident memory, and submit-to-start latency of a batch
- * of trivial jobs (p50, p99). Sockets are watched through their ZMQ_FD in one epoll
+ * of trivial jobs (p50, p99); and, since the coordinator answers a heartbeat only as
+ * often as the agent's fence time needs (PROTOCOL.md), the round trip of the
+ * answered ones (p50, p99) and the longest any agent went without an answer: a
+ * coordinator that falls behind shows there. Sockets are watched through their ZMQ_FD in one epoll
  * set, so 10,000 agents cost this process O(ready) work, not O(N), per wake. */
 #include <errno.h>
 #include <getopt.h>
@@ -30,6 +33,8 @@ typedef struct {
     char pub[BR_KEY_LEN + 1], sec[BR_KEY_LEN + 1];
     int joined;       /* its node.join was answered */
     int64_t next_hb;  /* monotonic ms */
+    uint32_t hb_seq;  /* of its last heartbeat */
+    int64_t hb_us, answered_us; /* when it went; when one was last answered */
     json_t *held;     /* tasks it reports running (--hold) */
 } sim_t;
 
@@ -51,11 +56,17 @@ static struct {
     void *ctx;
     int64_t hb_ms;
     uint64_t heartbeats, answered, runs, refusals;
+    int64_t *rtt_us; /* round trips of answered heartbeats (the last one sent) */
+    size_t nrtt;
+    uint64_t late;   /* answers to an earlier heartbeat than the last */
+    int64_t gap_us;  /* the longest an agent went without an answer */
     job_time_t *jobs;
     int njobs;
     run_seen_t *early;
     int nearly;
 } S;
+
+#define RTT_MAX 4000000
 
 static void die(const char *what, const char *why)
 {
@@ -161,7 +172,15 @@ static void drain(sim_t *a)
                 die("join", err.text);
             a->joined = 1;
         } else if (strcmp(br_msg_type(m), "node.heartbeat") == 0) {
+            int64_t now = br_mono_us();
             S.answered++;
+            if (br_msg_seq(m) != a->hb_seq)
+                S.late++;
+            else if (S.rtt_us && S.nrtt < RTT_MAX) /* (counted from answers_begin) */
+                S.rtt_us[S.nrtt++] = now - a->hb_us;
+            if (a->answered_us && now - a->answered_us > S.gap_us)
+                S.gap_us = now - a->answered_us;
+            a->answered_us = now;
         } else if (br_msg_check(m, &err) < 0 && !S.refusals++) {
             fprintf(stderr, "swarm: %s refused: %s\n", br_msg_type(m), err.text);
         }
@@ -244,6 +263,52 @@ static long rss_kib(int pid)
     return kib;
 }
 
+static int by_value(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* From here on, count the answers to heartbeats afresh. */
+static void answers_begin(void)
+{
+    if (!S.rtt_us && !(S.rtt_us = malloc(RTT_MAX * sizeof(*S.rtt_us))))
+        die("swarm", "out of memory");
+    S.nrtt = 0;
+    S.late = 0;
+    S.gap_us = 0;
+    S.answered = 0;
+}
+
+/* The answers since answers_begin, as "p50 p99 gap late" (us, us, us, count). */
+static int answers_line(char *line, size_t len)
+{
+    qsort(S.rtt_us, S.nrtt, sizeof(*S.rtt_us), by_value);
+    return snprintf(line, len, "%lld %lld %lld %llu",
+                    (long long)(S.nrtt ? S.rtt_us[S.nrtt / 2] : -1),
+                    (long long)(S.nrtt ? S.rtt_us[S.nrtt * 99 / 100] : -1),
+                    (long long)S.gap_us, (unsigned long long)S.late);
+}
+
+/* Print the answers' figures: lines from answers_line, one per process. */
+static void print_answers(char lines[][96], int n, int64_t hb_ms)
+{
+    long long p50 = -1, p99 = -1, gap = 0, v[3];
+    unsigned long long late = 0, l;
+    for (int k = 0; k < n; k++)
+        if (sscanf(lines[k], "%lld %lld %lld %llu", &v[0], &v[1], &v[2], &l) == 4) {
+            p50 = v[0] > p50 ? v[0] : p50;
+            p99 = v[1] > p99 ? v[1] : p99;
+            gap = v[2] > gap ? v[2] : gap;
+            late += l;
+        }
+    printf("answered heartbeats: round trip p50 %.1f ms, p99 %.1f ms (the worst of %d "
+           "process%s), %llu answered after a later heartbeat; the longest an agent went "
+           "without an answer: %.1f s (heartbeat %.1f s)\n",
+           p50 / 1000.0, p99 / 1000.0, n, n == 1 ? "" : "es", late, gap / 1e6,
+           hb_ms / 1000.0);
+}
+
 /* Heartbeat every agent on its own schedule for ms milliseconds. */
 static void run_for(int64_t ms)
 {
@@ -253,7 +318,9 @@ static void run_for(int64_t ms)
         for (int i = 0; i < S.n; i++) {
             sim_t *a = &S.sims[i];
             if (a->next_hb <= now) {
-                send_body(a, BR_MSG_REQUEST, "node.heartbeat", 4,
+                a->hb_seq = a->hb_seq < 1000 ? 1000 : a->hb_seq + 1;
+                a->hb_us = br_mono_us();
+                send_body(a, BR_MSG_REQUEST, "node.heartbeat", a->hb_seq,
                           json_pack("{s:O}", "tasks", a->held));
                 S.heartbeats++;
                 a->next_hb += S.hb_ms;
@@ -374,17 +441,21 @@ static void run_children(int total, int procs, int pid, int64_t measure_ms)
                 _exit(1);
             schedule();
             run_for(2 * S.hb_ms);
-            uint64_t hb0 = S.heartbeats, ans0 = S.answered;
+            uint64_t hb0 = S.heartbeats;
+            answers_begin();
             run_for(measure_ms);
-            char line[64];
-            int len = snprintf(line, sizeof(line), "%llu %llu\n",
+            char line[160], figures[96];
+            answers_line(figures, sizeof(figures));
+            int len = snprintf(line, sizeof(line), "%llu %llu %s\n",
                                (unsigned long long)(S.heartbeats - hb0),
-                               (unsigned long long)(S.answered - ans0));
+                               (unsigned long long)S.answered, figures);
             if (write(up[k][1], line, (size_t)len) != len)
                 _exit(1);
             free_sims();
             _exit(0);
         }
+        close(up[k][1]); /* (so that a child that dies reads as one) */
+        close(down[k][0]);
     }
     for (int k = 0; k < procs; k++) {
         char r;
@@ -400,12 +471,15 @@ static void run_children(int total, int procs, int pid, int64_t measure_ms)
     nanosleep(&settle, NULL);
     int64_t c0 = cpu_ticks(pid), w0 = br_mono_us();
     uint64_t hbs = 0, ans = 0;
+    char figures[64][96];
     for (int k = 0; k < procs; k++) {
-        char line[64] = "";
+        char line[160] = "";
         ssize_t n = read(up[k][0], line, sizeof(line) - 1);
         unsigned long long h = 0, a = 0;
-        if (n <= 0 || sscanf(line, "%llu %llu", &h, &a) != 2)
+        int at = 0;
+        if (n <= 0 || sscanf(line, "%llu %llu %n", &h, &a, &at) != 2)
             die("swarm", "a child sent no figures");
+        snprintf(figures[k], sizeof(figures[k]), "%s", line + at);
         hbs += h;
         ans += a;
     }
@@ -419,14 +493,9 @@ static void run_children(int total, int procs, int pid, int64_t measure_ms)
     printf("coordinator CPU: %.1f%% of one core, %.0f us per heartbeat; RSS %.1f MiB\n",
            100.0 * cpu_s / wall_s, hbs ? 1e6 * cpu_s / (double)hbs : 0.0,
            rss_kib(pid) / 1024.0);
+    print_answers(figures, procs, S.hb_ms);
     while (wait(NULL) > 0)
         ;
-}
-
-static int by_value(const void *x, const void *y)
-{
-    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-    return a < b ? -1 : a > b;
 }
 
 int main(int argc, char **argv)
@@ -516,7 +585,8 @@ int main(int argc, char **argv)
         free(lat);
         run_for(2 * S.hb_ms); /* the exits and starts settle */
     }
-    uint64_t hb0 = S.heartbeats, ans0 = S.answered;
+    uint64_t hb0 = S.heartbeats;
+    answers_begin();
     int64_t c0 = cpu_ticks(pid), w0 = br_mono_us();
     run_for(measure_ms);
     int64_t c1 = cpu_ticks(pid), w1 = br_mono_us();
@@ -526,11 +596,15 @@ int main(int argc, char **argv)
     printf("agents %d, heartbeat %lld ms, %s running: %llu heartbeats in %.1f s "
            "(%llu answered)\n",
            S.n, (long long)S.hb_ms, S.hold ? "jobs held" : "no jobs",
-           (unsigned long long)hbs, wall_s, (unsigned long long)(S.answered - ans0));
+           (unsigned long long)hbs, wall_s, (unsigned long long)S.answered);
     printf("coordinator CPU: %.1f%% of one core, %.0f us per heartbeat; RSS %.1f MiB\n",
            100.0 * cpu_s / wall_s, hbs ? 1e6 * cpu_s / (double)hbs : 0.0,
            rss_kib(pid) / 1024.0);
+    char figures[1][96];
+    answers_line(figures[0], sizeof(figures[0]));
+    print_answers(figures, 1, S.hb_ms);
     free_sims();
+    free(S.rtt_us);
     free(S.jobs);
     free(S.early);
     br_client_destroy(&cl);

@@ -5,7 +5,10 @@
 #   cmake --build build-rel --target brambled bramble-swarm
 # Usage: bench/swarm.sh AGENTS HEARTBEAT MEASURE [swarm flags: --jobs N --hold]
 #   e.g. bench/swarm.sh 10000 1s 20s
-# Environment: BIN (default build-rel/bin), PORT (default 27700).
+# Environment: BIN (default build-rel/bin), PORT (default 27700), NODE_TIMEOUT
+# (default 120s: longer than joining them all takes, so none is lost meanwhile;
+# the coordinator answers heartbeats as often as the agents' fence time needs,
+# which is every heartbeat for a node timeout under 7.5 heartbeat intervals).
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -24,8 +27,8 @@ cleanup() {
 }
 trap cleanup EXIT
 "$BIN/brambled" init --data-dir "$DIR/c" --listen "tcp://127.0.0.1:$PORT" >/dev/null
-# a node timeout longer than joining them all takes: none is lost meanwhile
-"$BIN/brambled" --data-dir "$DIR/c" --heartbeat-interval "$HB" --node-timeout 120s \
+"$BIN/brambled" --data-dir "$DIR/c" --heartbeat-interval "$HB" \
+    --node-timeout "${NODE_TIMEOUT:-120s}" \
     >"$DIR/brambled.log" 2>&1 &
 COORD=$!
 for _ in $(seq 100); do

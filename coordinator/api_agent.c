@@ -159,6 +159,7 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_replicas_hello(n, replica_port); /* where it serves checkpoint files */
     br_nodelife_hello(c, n);
     br_jobs_reconcile(c, n, tasks, 1);
+    n->answered_at = br_mono_ms();
     br_api_ok(c, m, json_pack("{s:s, s:I, s:I, s:I, s:s, s:I}", "name", n->name,
                               "heartbeat_interval", (json_int_t)c->cfg.heartbeat_ms,
                               "node_timeout", (json_int_t)c->cfg.node_timeout_ms,
@@ -190,6 +191,17 @@ static json_t *probe_peers(br_coord_t *c, br_node_t *n)
         n->peers_at = now;
     }
     return peers;
+}
+
+/* Is an answer to n's heartbeat due? Its agent freezes its jobs when it has heard
+ * nothing for the fence time, so it hears at least every third of it: the answer
+ * goes when waiting for one more heartbeat (with half an interval to spare) would
+ * take longer. At the default timing (heartbeats each second, a fence time of 3 s)
+ * that is every heartbeat; with a longer node timeout, fewer. */
+static int answer_due(const br_coord_t *c, const br_node_t *n, int64_t now)
+{
+    int64_t most = br_jobs_fence_ms(c) / 3, hb = c->cfg.heartbeat_ms;
+    return now - n->answered_at + hb + hb / 2 > most;
 }
 
 /* A heartbeat's optional figure key: absent, or a number of 0 or more. */
@@ -255,10 +267,15 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     br_nodelife_heard(c, n);
     br_jobs_reconcile(c, n, tasks, 0);
-    json_t *body = json_object(), *peers = probe_peers(c, n);
-    if (peers) /* the nodes to probe changed */
-        json_object_set_new(body, "peers", peers);
-    br_api_ok(c, m, body);
+    json_t *peers = probe_peers(c, n);
+    int64_t now = br_mono_ms();
+    if (peers || answer_due(c, n, now)) { /* (else not answered: nothing to say yet) */
+        json_t *body = json_object();
+        if (peers) /* the nodes to probe changed */
+            json_object_set_new(body, "peers", peers);
+        n->answered_at = now;
+        br_api_ok(c, m, body);
+    }
     br_stats_observe(c->stats, BR_STAT_HEARTBEAT_HANDLING,
                      (double)(br_mono_us() - began) / 1e6);
 }

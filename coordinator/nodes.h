@@ -32,6 +32,8 @@ typedef struct br_node {
     int peers_sent;                 /* probe set version its agent has heard of */
     uint64_t peers_hash;            /* digest of the peers last sent (0: none since hello) */
     int64_t peers_at;               /* monotonic ms they were sent */
+    int64_t answered_at; /* monotonic ms its agent last had an answer to a hello or a
+                            heartbeat (api_agent.c) */
     struct br_node *next;
     struct br_node *seen_prev, *seen_next; /* by last_seen_mono, oldest first */
     int seen_linked;
