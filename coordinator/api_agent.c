@@ -193,17 +193,6 @@ static json_t *probe_peers(br_coord_t *c, br_node_t *n)
     return peers;
 }
 
-/* Is an answer to n's heartbeat due? Its agent freezes its jobs when it has heard
- * nothing for the fence time, so it hears at least every third of it: the answer
- * goes when waiting for one more heartbeat (with half an interval to spare) would
- * take longer. At the default timing (heartbeats each second, a fence time of 3 s)
- * that is every heartbeat; with a longer node timeout, fewer. */
-static int answer_due(const br_coord_t *c, const br_node_t *n, int64_t now)
-{
-    int64_t most = br_jobs_fence_ms(c) / 3, hb = c->cfg.heartbeat_ms;
-    return now - n->answered_at + hb + hb / 2 > most;
-}
-
 /* A heartbeat's optional figure key: absent, or a number of 0 or more. */
 static int check_amount(const json_t *v, const char *key, br_err_t *err)
 {
@@ -269,7 +258,7 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_jobs_reconcile(c, n, tasks, 0);
     json_t *peers = probe_peers(c, n);
     int64_t now = br_mono_ms();
-    if (peers || answer_due(c, n, now)) { /* (else not answered: nothing to say yet) */
+    if (peers || br_nodelife_answer_due(c, n, now)) { /* (else not answered: nothing to say yet) */
         json_t *body = json_object();
         if (peers) /* the nodes to probe changed */
             json_object_set_new(body, "peers", peers);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobs.h"
 #include "util.h"
 
 br_node_t *br_nodelife_seen(br_coord_t *c, const char *name, const void *route, size_t len)
@@ -41,6 +42,12 @@ void br_nodelife_hello(br_coord_t *c, br_node_t *n)
     br_coord_save_node(c, n);
     br_hook_arg_t a = {.node = n};
     br_hooks_run(c, c->hooks, BR_HOOK_NODE_BACK, &a);
+}
+
+int br_nodelife_answer_due(const br_coord_t *c, const br_node_t *n, int64_t now)
+{
+    int64_t most = br_jobs_fence_ms(c) / 3, hb = c->cfg.heartbeat_ms;
+    return now - n->answered_at + hb + hb / 2 > most;
 }
 
 void br_nodelife_heard(br_coord_t *c, br_node_t *n)

@@ -20,6 +20,13 @@ br_node_t *br_nodelife_seen(br_coord_t *c, const char *name, const void *route, 
 void br_nodelife_hello(br_coord_t *c, br_node_t *n);
 /* Its heartbeat was taken. */
 void br_nodelife_heard(br_coord_t *c, br_node_t *n);
+/* Is an answer to n's heartbeat due at now (monotonic ms)? Its agent freezes its
+ * jobs when it has heard nothing for the fence time, so it hears at least every
+ * third of it: an answer goes when waiting for one more heartbeat, with half an
+ * interval to spare, would take longer since its last (n->answered_at). At the
+ * default timing (heartbeats each second, a fence time of 3 s) that is every
+ * heartbeat; with a longer node timeout, fewer. */
+int br_nodelife_answer_due(const br_coord_t *c, const br_node_t *n, int64_t now);
 /* No new jobs (ready -> draining), or again (draining or unhealthy -> ready, which
  * clears an unhealthy node); by: who. */
 void br_nodelife_drain(br_coord_t *c, br_node_t *n, const char *by);
