@@ -33,8 +33,19 @@ void br_netmap_destroy(br_netmap_t **mp)
 
 void br_netmap_report(br_netmap_t *m, const char *node, json_t *rtt)
 {
-    if (json_is_object(rtt))
-        json_object_set(m->reports, node, rtt);
+    if (!json_is_object(rtt))
+        return;
+    json_t *was = json_object_get(json_object_get(m->reports, node), "coordinator");
+    if (was && !json_object_get(rtt, "coordinator")) {
+        /* a round trip comes with the heartbeat after an answered one: keep the last */
+        json_t *keep = json_copy(rtt);
+        if (keep && json_object_set(keep, "coordinator", was) == 0)
+            json_object_set_new(m->reports, node, keep);
+        else
+            json_decref(keep);
+        return;
+    }
+    json_object_set(m->reports, node, rtt);
 }
 
 void br_netmap_forget(br_netmap_t *m, const char *node)

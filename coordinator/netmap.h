@@ -21,7 +21,8 @@ typedef struct br_netmap br_netmap_t;
 br_netmap_t *br_netmap_new(void);
 void br_netmap_destroy(br_netmap_t **m);
 
-/* Node's latest report: {"coordinator": ms, "peers": {"name": ms|null}}. */
+/* Node's latest report: {"coordinator": ms, "peers": {"name": ms|null}}; one
+ * without "coordinator" keeps the last round trip to the coordinator reported. */
 void br_netmap_report(br_netmap_t *m, const char *node, json_t *rtt);
 void br_netmap_forget(br_netmap_t *m, const char *node);
 

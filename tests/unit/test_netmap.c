@@ -83,6 +83,13 @@ static void test_rtt_both_directions(void **state)
     assert_true(br_netmap_rtt(f->map, "a", "c") == -2);
     assert_true(br_netmap_coordinator_rtt(f->map, "a") == 0.5);
     assert_true(br_netmap_coordinator_rtt(f->map, "c") == -1);
+    /* a report without a round trip to the coordinator keeps the last one */
+    json_t *rtt = json_pack("{s:{s:f}}", "peers", "b", 0.9);
+    br_netmap_report(f->map, "a", rtt);
+    json_decref(rtt);
+    assert_true(br_netmap_coordinator_rtt(f->map, "a") == 0.5);
+    assert_true(br_netmap_rtt(f->map, "a", "b") == 0.9);
+    measure(f, "a", "b", 0.3);
 
     json_t *m = br_netmap_matrix(f->map, f->nodes);
     assert_int_equal(json_array_size(json_object_get(m, "nodes")), 3);
