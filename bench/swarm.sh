@@ -8,7 +8,8 @@
 # Environment: BIN (default build-rel/bin), PORT (default 27700), NODE_TIMEOUT
 # (default 120s: longer than joining them all takes, so none is lost meanwhile;
 # the coordinator answers heartbeats as often as the agents' fence time needs,
-# which is every heartbeat for a node timeout under 7.5 heartbeat intervals).
+# which is every heartbeat for a node timeout of up to about 12 heartbeat
+# intervals).
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
