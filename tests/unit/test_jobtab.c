@@ -197,20 +197,44 @@ static void test_order_nodes_and_sweep(void **state)
     assert_null(t);
 }
 
+/* A new store in dir (a mkdtemp template, filled in). */
+static br_store_t *open_store(char *dir)
+{
+    char path[64];
+    br_err_t err;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/bramble.db", dir);
+    br_store_t *s = br_store_open(path, &err);
+    assert_non_null(s);
+    return s;
+}
+
+static void close_store(br_store_t **s, const char *dir)
+{
+    br_store_destroy(s);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* A row as br_store_job_add takes it: no id yet, its YAML. */
+static json_t *new_row(const char *state)
+{
+    json_t *r = row(0, state);
+    json_object_del(r, "id");
+    json_object_set_new(r, "spec_yaml", json_string("command: true\n"));
+    return r;
+}
+
 static void test_load_from_store(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/test_jobtab.XXXXXX", path[64];
-    assert_non_null(mkdtemp(dir));
-    snprintf(path, sizeof(path), "%s/bramble.db", dir);
+    char dir[] = "/tmp/test_jobtab.XXXXXX";
     br_err_t err;
-    br_store_t *s = br_store_open(path, &err);
-    assert_non_null(s);
+    br_store_t *s = open_store(dir);
     const char *states[] = {"pending", "running", "completed", "starting", "failed"};
     for (int i = 0; i < 5; i++) {
-        json_t *r = row(0, states[i]);
-        json_object_del(r, "id");
-        json_object_set_new(r, "spec_yaml", json_string("command: true\n"));
+        json_t *r = new_row(states[i]);
         assert_true(br_store_job_add(s, r, &err) > 0);
         json_decref(r);
     }
@@ -235,10 +259,7 @@ static void test_load_from_store(void **state)
     assert_int_equal(j->restarts, 3);
     assert_true(br_job_excluded(j, "x"));
     br_jobtab_destroy(&t);
-    br_store_destroy(&s);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    close_store(&s, dir);
 }
 
 static void same_job(const br_job_t *a, const br_job_t *b)
@@ -274,17 +295,12 @@ static void same_job(const br_job_t *a, const br_job_t *b)
 static void test_add_stored(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/test_jobtab.XXXXXX", path[64];
-    assert_non_null(mkdtemp(dir));
-    snprintf(path, sizeof(path), "%s/bramble.db", dir);
+    char dir[] = "/tmp/test_jobtab.XXXXXX";
     br_err_t err;
-    br_store_t *s = br_store_open(path, &err);
-    assert_non_null(s);
+    br_store_t *s = open_store(dir);
     json_t *rows[5];
     for (int i = 0; i < 5; i++) {
-        rows[i] = row(0, "pending");
-        json_object_del(rows[i], "id");
-        json_object_set_new(rows[i], "spec_yaml", json_string("command: true\n"));
+        rows[i] = new_row("pending");
     }
     json_object_set_new(rows[1], "state", json_string("running")); /* a service */
     json_object_set_new(rows[1], "kind", json_string("service"));
@@ -315,9 +331,7 @@ static void test_add_stored(void **state)
         json_decref(rows[i]);
     }
     assert_int_equal(br_jobtab_find(t, 5)->after[0].job, 1);
-    json_t *ended = row(0, "completed");
-    json_object_del(ended, "id");
-    json_object_set_new(ended, "spec_yaml", json_string("command: true\n"));
+    json_t *ended = new_row("completed");
     int64_t id = br_store_job_add(s, ended, &err);
     br_job_t *none = (br_job_t *)&none;
     assert_int_equal(br_jobtab_add_stored(t, ended, id, &none, &err), 0);
@@ -326,10 +340,7 @@ static void test_add_stored(void **state)
     json_decref(ended);
     assert_int_equal(br_jobtab_count(t), 5);
     br_jobtab_destroy(&t);
-    br_store_destroy(&s);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    close_store(&s, dir);
 }
 
 /* Whether a name is taken by a current job: by its own name, or by an array's
