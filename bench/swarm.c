@@ -7,8 +7,9 @@
  * of trivial jobs (p50, p99); and, since the coordinator answers a heartbeat only as
  * often as the agent's fence time needs (PROTOCOL.md), the round trip of the
  * answered ones (p50, p99) and the longest any agent went without an answer: a
- * coordinator that falls behind shows there. Sockets are watched through their ZMQ_FD in one epoll
- * set, so 10,000 agents cost this process O(ready) work, not O(N), per wake. */
+ * coordinator that falls behind shows there. Sockets are watched through their
+ * ZMQ_FD in one epoll set, so 10,000 agents cost this process O(ready) work, not
+ * O(N), per wake. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>

@@ -258,7 +258,7 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_jobs_reconcile(c, n, tasks, 0);
     json_t *peers = probe_peers(c, n);
     int64_t now = br_mono_ms();
-    if (peers || br_nodelife_answer_due(c, n, now)) { /* (else not answered: nothing to say yet) */
+    if (peers || br_nodelife_answer_due(c, n, now)) { /* (else left unanswered) */
         json_t *body = json_object();
         if (peers) /* the nodes to probe changed */
             json_object_set_new(body, "peers", peers);
