@@ -135,14 +135,14 @@ static const char *who_words(int who)
     return "another kind of key";
 }
 
-void br_api_dispatch(br_coord_t *c, br_msg_t *m)
+void br_api_dispatch(br_coord_t *c, br_msg_t *m, br_caller_t *who)
 {
-    br_caller_t who = {BR_PRINCIPAL_UNKNOWN, "", 0};
+    *who = (br_caller_t){BR_PRINCIPAL_UNKNOWN, "", 0};
     br_err_t err;
     if (br_msg_kind(m) == BR_MSG_RESPONSE)
         return; /* agents' receipts for job.run / job.kill: nothing to do */
-    if (br_store_key_who(c->store, br_msg_user(m), &who.kind, who.name, sizeof(who.name),
-                         &who.id, &err) < 0) {
+    if (br_store_key_who(c->store, br_msg_user(m), &who->kind, who->name, sizeof(who->name),
+                         &who->id, &err) < 0) {
         br_api_fail(c, m, &err);
         return;
     }
@@ -152,16 +152,16 @@ void br_api_dispatch(br_coord_t *c, br_msg_t *m)
         if (handlers[i].kind != br_msg_kind(m)) {
             br_errf(&err, EPROTO, "%s: wrong message kind", br_msg_type(m));
             br_api_fail(c, m, &err);
-        } else if (!(handlers[i].who & (1 << who.kind))) {
-            if (who.kind == BR_PRINCIPAL_UNKNOWN || who.kind == BR_PRINCIPAL_REVOKED)
+        } else if (!(handlers[i].who & (1 << who->kind))) {
+            if (who->kind == BR_PRINCIPAL_UNKNOWN || who->kind == BR_PRINCIPAL_REVOKED)
                 br_errf(&err, EACCES, "not allowed: %s: %s", action_words(br_msg_type(m)),
-                        principal_words(who.kind));
+                        principal_words(who->kind));
             else
                 br_errf(&err, EACCES, "not allowed: %s needs %s",
                         action_words(br_msg_type(m)), who_words(handlers[i].who));
             br_api_fail(c, m, &err);
         } else {
-            handlers[i].fn(c, m, &who);
+            handlers[i].fn(c, m, who);
         }
         return;
     }

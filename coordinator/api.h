@@ -16,6 +16,9 @@ typedef struct {
 
 typedef void (*br_handler_fn)(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 
+/* Handle one request or event; who it came from in *who (the audit log's too). */
+void br_api_dispatch(br_coord_t *c, br_msg_t *m, br_caller_t *who);
+
 /* The message type of handler i, in table order; NULL past the last. */
 const char *br_api_type(size_t i);
 

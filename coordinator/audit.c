@@ -40,17 +40,13 @@ static void target_of(const br_msg_t *req, const br_msg_t *resp, char *buf, size
         snprintf(buf, len, "token %s", json_string_value(rid));
 }
 
-void br_audit_note(br_coord_t *c, const br_msg_t *req, size_t from)
+void br_audit_note(br_coord_t *c, const br_msg_t *req, const br_caller_t *who, size_t from)
 {
-    if (br_msg_kind(req) != BR_MSG_REQUEST || !audited(br_msg_type(req)))
+    if (br_msg_kind(req) != BR_MSG_REQUEST || !audited(br_msg_type(req)) ||
+        who->kind != BR_PRINCIPAL_ADMIN) /* (known at dispatch: not looked up again) */
         return;
-    br_principal_t kind;
-    char who[64], target[160], result[200];
-    int64_t id;
+    char target[160], result[200];
     br_err_t err;
-    if (br_store_key_who(c->store, br_msg_user(req), &kind, who, sizeof(who), &id, &err) < 0 ||
-        kind != BR_PRINCIPAL_ADMIN)
-        return;
     const br_msg_t *resp = NULL;
     for (size_t i = from; i < c->outbox_len && !resp; i++) {
         const br_msg_t *m = c->outbox[i];
@@ -65,7 +61,7 @@ void br_audit_note(br_coord_t *c, const br_msg_t *req, size_t from)
     else
         snprintf(result, sizeof(result), "done");
     target_of(req, resp, target, sizeof(target));
-    if (br_store_audit_add(c->store, br_now_ms(), id, who, br_msg_type(req),
+    if (br_store_audit_add(c->store, br_now_ms(), who->id, who->name, br_msg_type(req),
                            target[0] ? target : NULL, result, &err) < 0)
         fprintf(stderr, "brambled: audit: %s\n", err.text);
 }

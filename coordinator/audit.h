@@ -6,10 +6,12 @@
 
 #include <stddef.h>
 
+#include "api.h"
 #include "coord.h"
 
-/* After req was handled: when it is an admin's action, record it, with the
- * result found among the messages the handler queued (c->outbox[from...]). */
-void br_audit_note(br_coord_t *c, const br_msg_t *req, size_t from);
+/* After req was handled: when it is an admin's action (who, as the dispatch found
+ * the sender), record it, with the result found among the messages the handler
+ * queued (c->outbox[from...]). */
+void br_audit_note(br_coord_t *c, const br_msg_t *req, const br_caller_t *who, size_t from);
 
 #endif

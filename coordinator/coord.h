@@ -95,8 +95,6 @@ void br_coord_changed(br_coord_t *c);
 /* Persist a node's info. */
 void br_coord_save_node(br_coord_t *c, br_node_t *n);
 
-/* api_cli.c / api_agent.c: handle one request or event. */
-void br_api_dispatch(br_coord_t *c, br_msg_t *m);
 
 /* Unix ms -> unix seconds as a JSON real (null for 0/null). */
 json_t *br_time_json(json_t *ms);

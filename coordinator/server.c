@@ -462,8 +462,9 @@ static int dispatch_one(br_coord_t *c, br_msg_t *m)
         return EIO;
     }
     size_t from = c->outbox_len, log_from = c->wake_log_len;
-    br_api_dispatch(c, m);
-    br_audit_note(c, m, from);
+    br_caller_t who;
+    br_api_dispatch(c, m, &who);
+    br_audit_note(c, m, &who, from);
     c->wake_reqs[c->wake_len++] = m; /* kept until the wake's answers are sent */
     int failed = br_store_release(c->store);
     if (failed && !br_store_in_txn(c->store))
