@@ -6,7 +6,8 @@ without the token, checked by Debian's `promtool check metrics`, and scraped by
 Debian's real `prometheus`, whose own query API must then give back what the
 cluster is: two ready nodes and one completed job. Bad flags, a taken port and
 hostile clients (idle connections, huge headers, a 100 MB body) get clear
-answers and never stall the coordinator.
+answers and never stall the coordinator. Its heartbeat counters show every
+heartbeat handled and, with a long node timeout, only some answered.
 """
 
 import http.client
@@ -262,6 +263,37 @@ def test_metrics_token_promtool_and_prometheus(make_cluster, prometheus):
     assert status == 401 and "revoked" in body, (status, body)
     if not PROMTOOL:
         pytest.skip(f"promtool not found {NEEDS}: the page's format went unchecked")
+
+
+def test_heartbeats_all_handled_some_answered(make_cluster):
+    """A node timeout of 50 heartbeat intervals: the coordinator handles every
+    heartbeat but answers about one in nine (PROTOCOL.md, node.heartbeat: at least
+    every third of the fence time). An answered heartbeat's round trip comes back
+    in the next one, so bramble_heartbeat_rtt_seconds counts the answers."""
+    c, port = http_cluster(make_cluster, agents=1, heartbeat="200ms", node_timeout="10s")
+    token = metrics_token(c)
+
+    def counts():
+        status, _, body = get(port, token=token)
+        assert status == 200, (status, body)
+        s = samples(body)
+        return (s.get("bramble_heartbeat_handling_seconds_count", 0),
+                s.get("bramble_heartbeat_rtt_seconds_count", 0))
+
+    def first_answer():
+        handled, answered = counts()
+        return (handled, answered) if answered > 0 else None
+
+    handled0, answered0 = wait_for(first_answer, what="a first answered heartbeat")
+
+    def since():
+        handled, answered = counts()
+        return (handled - handled0, answered - answered0) if handled - handled0 >= 45 else None
+
+    handled, answered = got = wait_for(since, timeout=60, what="45 more heartbeats handled")
+    # 45 heartbeats of 200 ms span 9 s: an answer at least every 2 s (a third of
+    # the 6 s fence time), about one in nine; never most of them
+    assert 2 <= answered <= handled / 3, got
 
 
 def test_http_flags_and_config(make_cluster):

@@ -693,6 +693,61 @@ def test_coordinator_stopped_jobs_freeze_then_thaw_or_restart(make_cluster, tmp_
     assert not mon.violations, f"two attempts ran at once: {mon.violations[:3]}"
 
 
+def test_sparse_heartbeat_answers_still_fence_in_time(make_cluster, tmp_path):
+    """With a node timeout of 50 heartbeat intervals the coordinator answers only
+    about one heartbeat in nine (PROTOCOL.md, node.heartbeat: at least every third
+    of the fence time). A coordinator stalled for less than half the fence time
+    freezes nothing; stalled longer, the job is frozen within the fence time and
+    thawed after, as when every heartbeat was answered."""
+    nt_s = 10.0
+    fence_s = nt_s * 3 / 5
+    c, names = make_nodes(make_cluster, n=1, node_timeout="10s")
+    script = write_script(tmp_path, "counter.py", COUNTER)
+    jid = c.submit(counter_spec("sparse", script, tmp_path))
+    j = c.wait_job(jid, "running")
+    tag1 = task_tag(j["nodes"][0], jid, 1)
+    wait_for(lambda: list(c.job_procs(jid).values()) == [tag1], what="the job's process")
+    c.wait_logs(jid, "count 2")
+
+    def stopped():
+        procs = c.task_procs(tag1)
+        return bool(procs) and any(proc_state(p) in STOPPED for p in procs)
+
+    # a stall of 2.5 s: at most a third of the fence time since the last answer,
+    # plus the stall, stays under the fence time (6 s)
+    os.kill(c.coordinator.pid, signal.SIGSTOP)
+    try:
+        end = time.monotonic() + 2.5
+        while time.monotonic() < end:
+            assert not stopped(), "the job was frozen while the coordinator was silent " \
+                                  "for less than half its fence time"
+            time.sleep(0.05)
+    finally:
+        os.kill(c.coordinator.pid, signal.SIGCONT)
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end:
+        assert not stopped(), "the job was frozen after a short stall of the coordinator"
+        time.sleep(0.05)
+    count = max_count(c.logs(jid))
+    c.wait_logs(jid, f"count {count + 2}")
+
+    # a longer stall: frozen within the fence time, thawed after
+    t0 = time.monotonic()
+    os.kill(c.coordinator.pid, signal.SIGSTOP)
+    try:
+        wait_for(stopped, timeout=fence_s + 5, what="the job's process to be frozen (fenced)")
+        frozen_after = time.monotonic() - t0
+    finally:
+        os.kill(c.coordinator.pid, signal.SIGCONT)
+    assert frozen_after <= fence_s + 2.0, \
+        f"frozen {frozen_after:.2f}s after the coordinator went silent (fence {fence_s}s)"
+    wait_for(lambda: c.task_procs(tag1) and not stopped(), what="the job to be thawed")
+    count = max_count(c.logs(jid))
+    c.wait_logs(jid, f"count {count + 2}")
+    j = c.job(jid)
+    assert (j["attempt"], j["state"]) == (1, "running"), brief(j)
+
+
 # ---------------------------------------------------------------------------
 # a real partition: network namespace, link down
 
