@@ -364,7 +364,6 @@ static const char *const sql_text[ST_COUNT] = {
                            " ('pending', 'starting', 'running')"
                            " UNION ALL SELECT id FROM jobs WHERE ended >= ?1)"
                            " ORDER BY id DESC LIMIT ?2) ORDER BY id",
-    /* (an array's tasks are named NAME[i]; '\\' follows '[' in byte order) */
     [ST_JOB_SET_ARRAY] = "UPDATE jobs SET array_of = ?2, array_index = ?3 WHERE id = ?1",
     [ST_JOB_ARRAY_TASK] = "SELECT id FROM jobs WHERE array_of = ?1 AND array_index = ?2",
     [ST_EVENT_ADD] = "INSERT INTO events (time, job, node, state, reason)"
