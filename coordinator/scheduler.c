@@ -18,12 +18,18 @@
  * whole GPU): the free VRAM it reported (NVML's figure, so memory that processes
  * outside bramble use counts; a declared GPU's total) less what sharing jobs
  * reserved there, less vram. -1 when it cannot take the job. */
-static int64_t gpu_left(const br_node_t *n, int i, uint64_t vram, json_t *models)
+static uint64_t gpu_vram_free(const br_node_t *n, int i)
 {
     json_t *g = br_node_gpu(n, i);
     json_t *fv = json_object_get(g, "vram_free");
-    uint64_t free_vram = (uint64_t)json_integer_value(
-        json_is_integer(fv) ? fv : json_object_get(g, "vram_total"));
+    return (uint64_t)json_integer_value(json_is_integer(fv) ? fv
+                                                            : json_object_get(g, "vram_total"));
+}
+
+static int64_t gpu_left(const br_node_t *n, int i, uint64_t vram, json_t *models)
+{
+    json_t *g = br_node_gpu(n, i);
+    uint64_t free_vram = gpu_vram_free(n, i);
     if (!br_spec_match_list(models, json_string_value(json_object_get(g, "model")), 1))
         return -1;
     if (vram == 0) /* a whole GPU: nobody else on it */
@@ -399,11 +405,19 @@ typedef struct {
     json_t *index; /* shape text -> position in memos */
 } shape_book_t;
 
+/* Is job's placement a matter of its shape and the nodes' room alone, so that what
+ * one scan learnt holds for the others of its shape, and a note that it fit
+ * nowhere holds until some node has more room? */
+static int shape_alone(const br_job_t *job)
+{
+    return job->shape && !job->nexclude && !job->fresh_after && job->service == 0;
+}
+
 /* The memo of job's shape, added when new; NULL when the job's placement depends
  * on more than its shape, or when out of memory. */
 static shape_memo_t *memo_of(shape_book_t *b, const br_job_t *job)
 {
-    if (!b->index || !job->shape || job->nexclude || job->fresh_after || job->service > 0)
+    if (!b->index || !shape_alone(job))
         return NULL;
     json_t *at = json_object_get(b->index, job->shape);
     if (at)
@@ -699,13 +713,10 @@ static int room_take(br_nodes_t *nodes, room_t *r)
         h = digest(json_object_get(n->info, "arch"), h);
         h = digest(json_object_get(n->info, "labels"), h);
         for (int i = 0; i < ngpus; i++) {
-            json_t *g = br_node_gpu(n, i);
-            json_t *fv = json_object_get(g, "vram_free");
-            int64_t free_vram = (int64_t)json_integer_value(
-                json_is_integer(fv) ? fv : json_object_get(g, "vram_total"));
-            h = digest(json_object_get(g, "model"), h);
-            r->gpus[r->ngpus++] = (gpu_room_t){n->gpu_jobs[i], n->gpu_whole[i],
-                                               free_vram - (int64_t)n->gpu_vram_used[i]};
+            h = digest(json_object_get(br_node_gpu(n, i), "model"), h);
+            r->gpus[r->ngpus++] = (gpu_room_t){
+                n->gpu_jobs[i], n->gpu_whole[i],
+                (int64_t)gpu_vram_free(n, i) - (int64_t)n->gpu_vram_used[i]};
         }
         x->attrs = h;
     }
@@ -762,21 +773,22 @@ void br_sched_memory_counts(const br_sched_memory_t *m, size_t *considered, size
 }
 
 /* At the start of a pass: a new capacity version unless no node can have more
- * room than the last pass left it. */
+ * room than the last pass left it. The nodes as they are now are kept: a pass
+ * that places nothing leaves them so (its trials give back what they hold). */
 static void memory_begin(br_sched_memory_t *m, br_nodes_t *nodes)
 {
     room_t now;
     m->considered = m->kept = 0;
-    if (!m->have || room_take(nodes, &now) < 0) {
+    int took = room_take(nodes, &now) == 0;
+    if (!m->have || !took || room_grew(&m->room, &now))
         m->version = ++generations;
-        return;
-    }
-    if (room_grew(&m->room, &now))
-        m->version = ++generations;
-    room_free(&now);
+    room_free(&m->room);
+    m->room = now; /* (empty when not took) */
+    m->have = took;
 }
 
-/* At its end: the nodes as it leaves them (with what it placed held). */
+/* At its end, when it placed something: the nodes as it leaves them (with what
+ * it placed held). */
 static void memory_end(br_sched_memory_t *m, br_nodes_t *nodes)
 {
     room_free(&m->room);
@@ -800,13 +812,6 @@ static uint64_t memory_reserve(br_sched_memory_t *m, const reserve_t *rv)
     for (int i = 0; i < rv->count; i++)
         snprintf(m->rv_nodes[i], sizeof(m->rv_nodes[i]), "%s", rv->nodes[i]->name);
     return m->reserve;
-}
-
-/* Is job's placement a matter of its shape and the nodes' room alone, so that a
- * note that it fit nowhere holds until some node has more room? */
-static int shape_alone(const br_job_t *job)
-{
-    return job->shape && !job->nexclude && !job->fresh_after && job->service == 0;
 }
 
 br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *jobs, size_t n,
@@ -834,6 +839,7 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
             reserve_tried = 1;
     br_sched_memory_t *m = in->memory;
     uint64_t rv_gen = 0; /* the generation of this pass's reservation, once made */
+    int placed = 0;      /* anything: the nodes' room changed */
     if (m)
         memory_begin(m, in->nodes);
     for (size_t i = 0; i < n && (job = br_fairshare_next(order, &d[i].score, limit,
@@ -870,6 +876,7 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
             job->nowhere.reserve = nowhere && rv.active ? rv_gen : 0;
         }
         if (d[i].verdict == BR_SCHED_PLACE) {
+            placed = 1;
             int gpus = 0, cpus = 0;
             for (int r = 0; r < d[i].count; r++) {
                 int g, k;
@@ -899,7 +906,7 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
                 d[i].preempt_at = may;
         }
     }
-    if (m)
+    if (m && placed)
         memory_end(m, in->nodes);
     free(ends.v);
     for (shape_book_t *b = &book; b; b = b == &book ? &gap : NULL) {
