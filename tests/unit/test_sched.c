@@ -100,14 +100,20 @@ static br_sched_decision_t *plan(world_t *w, int *hb)
     return w->d;
 }
 
-/* The decision for job id. */
-static br_sched_decision_t *of(world_t *w, int id)
+/* The decision for job id among the nd of d. */
+static br_sched_decision_t *decision(br_sched_decision_t *d, size_t nd, int id)
 {
-    for (size_t i = 0; i < w->n; i++)
-        if (w->d[i].job->id == id)
-            return &w->d[i];
+    for (size_t i = 0; i < nd; i++)
+        if (d[i].job->id == id)
+            return &d[i];
     fail_msg("no decision for job %d", id);
     return NULL;
+}
+
+/* The decision for job id in w's last plan. */
+static br_sched_decision_t *of(world_t *w, int id)
+{
+    return decision(w->d, w->n, id);
 }
 
 static void test_order_and_reservation(void **state)
@@ -443,21 +449,21 @@ static br_sched_decision_t *pass(world_t *w, br_sched_in_t *in, size_t *nd)
     return d;
 }
 
-static br_sched_decision_t *decision(br_sched_decision_t *d, size_t nd, int id)
-{
-    for (size_t i = 0; i < nd; i++)
-        if (d[i].job->id == id)
-            return &d[i];
-    fail_msg("no decision for job %d", id);
-    return NULL;
-}
-
 static void assert_counts(br_sched_memory_t *m, size_t considered, size_t kept)
 {
     size_t c, k;
     br_sched_memory_counts(m, &c, &k);
     if (c != considered || k != kept)
         fail_msg("considered %zu and kept %zu, not %zu and %zu", c, k, considered, kept);
+}
+
+/* A pass whose counts are all there is to check. */
+static void pass_counts(world_t *w, br_sched_in_t *in, size_t considered, size_t kept)
+{
+    size_t nd;
+    br_sched_decision_t *d = pass(w, in, &nd);
+    assert_counts(in->memory, considered, kept);
+    br_sched_decisions_free(d, nd);
 }
 
 /* With every node full, a new job costs one look, not one per waiting job; once a
@@ -495,9 +501,7 @@ static void test_incremental_new_job_and_rank_end(void **state)
     }
     br_sched_decisions_free(d, nd);
 
-    d = pass(w, &in, &nd); /* nothing changed: nothing looked at */
-    assert_counts(m, 0, 11);
-    br_sched_decisions_free(d, nd);
+    pass_counts(w, &in, 0, 11); /* nothing changed: nothing looked at */
 
     br_node_hold(a, held, -1); /* the running job ended */
     d = pass(w, &in, &nd);
@@ -510,9 +514,7 @@ static void test_incremental_new_job_and_rank_end(void **state)
     br_sched_decisions_free(d, nd);
 
     /* what was placed holds a again: the rest fit nowhere, unlooked at */
-    d = pass(w, &in, &nd);
-    assert_counts(m, 0, 9);
-    br_sched_decisions_free(d, nd);
+    pass_counts(w, &in, 0, 9);
 
     /* a node joins: everything is looked at again */
     node(w->nodes, "b", 1, 16, 0, 0, "ready");
@@ -525,17 +527,11 @@ static void test_incremental_new_job_and_rank_end(void **state)
     /* a node draining has less room; one that comes back ready, or whose labels
      * change, counts as more */
     br_node_set_state(a, "draining");
-    d = pass(w, &in, &nd);
-    assert_counts(m, 0, 8);
-    br_sched_decisions_free(d, nd);
+    pass_counts(w, &in, 0, 8);
     br_node_set_state(a, "ready");
-    d = pass(w, &in, &nd);
-    assert_counts(m, 8, 0);
-    br_sched_decisions_free(d, nd);
+    pass_counts(w, &in, 8, 0);
     json_object_set_new(json_object_get(a->info, "labels"), "zone", json_string("z"));
-    d = pass(w, &in, &nd);
-    assert_counts(m, 8, 0);
-    br_sched_decisions_free(d, nd);
+    pass_counts(w, &in, 8, 0);
     br_sched_memory_destroy(&m);
     json_decref(held);
 }
@@ -577,8 +573,7 @@ static void test_incremental_backoff_ends(void **state)
 }
 
 /* Backfill with memory: the job the reservation is for is looked at in every pass;
- * a new job with a time limit past the reservation still keeps off its nodes, one
- * that ends before goes there; and when a new job takes the reservation role and
+ * a new job with a time limit past the reservation still keeps off its nodes; and when a new job takes the reservation role and
  * no reservation can be made, the jobs kept off the reserved nodes are looked at
  * again and go there, as a full pass would place them. */
 static void test_incremental_reservation(void **state)
@@ -644,6 +639,13 @@ static void test_incremental_decides_as_a_full_pass(void **state)
         add(w, timed(i, shapes[i % 4], i % 3 ? 60000 * i : 0));
     br_sched_memory_t *m = br_sched_memory_new();
     size_t first = 4, kept = 0; /* jobs submitted so far; the rest come one per pass */
+    struct {
+        br_node_t *nodes[4];
+        json_t *shares[4];
+        int count;
+    } holds[16]; /* what each running job holds, by its index */
+    memset(holds, 0, sizeof(holds));
+    int ended = 0, looked_again = 0; /* a job ended before this pass; passes after one */
     for (int round = 0; round < 12; round++) {
         br_job_t *pending[16];
         size_t k = 0;
@@ -665,6 +667,11 @@ static void test_incremental_decides_as_a_full_pass(void **state)
         size_t c, kk;
         br_sched_memory_counts(m, &c, &kk);
         kept += kk;
+        if (ended && k > 0) { /* a node has room again: every job is looked at */
+            assert_int_equal(c, k);
+            assert_int_equal(kk, 0);
+            looked_again++;
+        }
         for (size_t i = 0; i < k; i++) {
             assert_ptr_equal(full[i].job, inc[i].job);
             assert_int_equal(full[i].verdict, inc[i].verdict);
@@ -672,24 +679,39 @@ static void test_incremental_decides_as_a_full_pass(void **state)
             for (int r = 0; r < full[i].count; r++)
                 assert_ptr_equal(full[i].nodes[r], inc[i].nodes[r]);
             assert_int_equal(full[i].start_at, inc[i].start_at);
-            if (inc[i].verdict == BR_SCHED_PLACE)
-                inc[i].job->state = BR_JOB_RUNNING;
+            if (inc[i].verdict != BR_SCHED_PLACE)
+                continue;
+            inc[i].job->state = BR_JOB_RUNNING;
+            size_t at = (size_t)(inc[i].job->id - 1);
+            assert_true(inc[i].count <= 4);
+            for (int r = 0; r < inc[i].count; r++) {
+                holds[at].nodes[r] = inc[i].nodes[r];
+                holds[at].shares[r] = json_incref(inc[i].assign[r]);
+            }
+            holds[at].count = inc[i].count;
         }
-        /* every third pass the oldest running job ends */
+        /* every third pass the oldest running job ends, giving back what it holds */
+        ended = 0;
         for (size_t i = 0; round % 3 == 2 && i < w->n; i++)
             if (w->jobs[i]->state == BR_JOB_RUNNING) {
-                for (size_t j = 0; j < k; j++)
-                    if (inc[j].job == w->jobs[i])
-                        for (int r = 0; r < inc[j].count; r++)
-                            br_node_hold(inc[j].nodes[r], inc[j].assign[r], -1);
+                for (int r = 0; r < holds[i].count; r++) {
+                    br_node_hold(holds[i].nodes[r], holds[i].shares[r], -1);
+                    json_decref(holds[i].shares[r]);
+                }
+                holds[i].count = 0;
                 w->jobs[i]->state = BR_JOB_COMPLETED;
+                ended = 1;
                 break;
             }
         br_sched_decisions_free(full, k);
         br_sched_decisions_free(inc, k);
         first++;
     }
-    assert_true(kept > 0); /* (some passes did keep jobs unlooked at) */
+    assert_true(kept > 0);         /* (some passes did keep jobs unlooked at) */
+    assert_true(looked_again > 0); /* (and some came after a node gained room) */
+    for (int i = 0; i < 16; i++)
+        for (int r = 0; r < holds[i].count; r++)
+            json_decref(holds[i].shares[r]);
     br_sched_memory_destroy(&m);
 }
 
