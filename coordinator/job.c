@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsontext.h"
 #include "spec.h"
 #include "util.h"
 
@@ -175,8 +176,7 @@ br_job_t *br_job_from_row(const json_t *row, br_err_t *err)
     job->preempt_signal = (int)int_or(pre, "signal", SIGUSR1);
     job->preempt_grace = int_or(pre, "grace", 120000);
     json_t *res = json_object_get(spec, "resources");
-    job->shape = json_dumps(res ? res : json_null(),
-                            JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    job->shape = br_jsontext(res ? res : json_null(), BR_JSONTEXT_SORT_KEYS, NULL);
     read_bookkeeping(job, row);
     job->array_of = int_or(row, "array_of", 0);
     job->array_index = job->array_of > 0 ? (int)int_or(row, "array_index", 0) : -1;

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "jsontext.h"
 #include "util.h"
 
 #define BR_STORE_APP_ID 0x42524d42 /* "BRMB": PRAGMA application_id of a store */
@@ -210,6 +211,7 @@ enum {
     ST_ATTEMPT_NODE_RAN,
     ST_ATTEMPT_EXITED,
     ST_JOB_SET_OWNER,
+    ST_JOB_SET_REASON,
     ST_KEY_USERS,
     ST_TOKEN_ADD,
     ST_TOKEN_FIND,
@@ -274,6 +276,7 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_PRINCIPAL_REMOVE] = "UPDATE principals SET removed = ?3"
                             " WHERE kind = ?1 AND name = ?2 AND removed IS NULL",
     [ST_JOB_SET_OWNER] = "UPDATE jobs SET owner = ?2, owner_id = ?3 WHERE id = ?1",
+    [ST_JOB_SET_REASON] = "UPDATE jobs SET reason = ?2 WHERE id = ?1",
     [ST_ATTEMPT_NODE_ADD] = "INSERT OR IGNORE INTO attempt_nodes (job, attempt, node)"
                             " VALUES (?1, ?2, ?3)",
     [ST_ATTEMPT_NODE_RAN] = "SELECT 1 FROM attempt_nodes"
@@ -588,10 +591,10 @@ static int bind_text(sqlite3_stmt *st, int i, const char *v)
 static int bind_dump(br_store_t *s, sqlite3_stmt *st, int i, const json_t *v,
                      const char *what, br_err_t *err)
 {
-    char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    size_t len;
+    char *text = br_jsontext(v, 0, &len);
     if (!text)
         return br_errf(err, ENOMEM, "store: %s: cannot encode JSON", what);
-    size_t len = strlen(text);
     int rc = SQLITE_TOOBIG;
     if (len <= BLOB_MAX)
         rc = sqlite3_bind_text(st, i, text, (int)len, SQLITE_TRANSIENT);
@@ -1127,6 +1130,22 @@ int br_store_job_set_owner(br_store_t *s, int64_t job, const char *owner, int64_
         sqlite3_bind_int64(st, 3, owner_id))
         return binderr(s, st, "set owner", err);
     return run(s, st, "set owner", err);
+}
+
+int br_store_job_set_reason(br_store_t *s, int64_t job, const char *reason, br_err_t *err)
+{
+    size_t len = reason ? strnlen(reason, TEXT_MAX + 1) : 0;
+    if (len > TEXT_MAX || (reason && !valid_utf8(reason, len)))
+        return br_errf(err, EINVAL, "job field 'reason' must be UTF-8 of at most %d bytes",
+                       TEXT_MAX);
+    sqlite3_stmt *st = s->st[ST_JOB_SET_REASON];
+    if (sqlite3_bind_int64(st, 1, job) || bind_text(st, 2, reason))
+        return binderr(s, st, "set reason", err);
+    if (run(s, st, "set reason", err) < 0)
+        return -1;
+    if (sqlite3_changes(s->db) == 0)
+        return br_errf(err, ENOENT, "no job %lld", (long long)job);
+    return 0;
 }
 
 int br_store_attempt_node_add(br_store_t *s, int64_t job, int attempt, const char *node,

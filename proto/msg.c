@@ -8,6 +8,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "jsontext.h"
 #include "util.h"
 
 #define MAGIC0 'B'
@@ -341,10 +342,10 @@ int br_msg_send(void *sock, const br_msg_t *m, br_err_t *err)
 {
     unsigned char hdr[BR_MSG_HEADER_MIN + BR_MSG_TYPE_MAX];
     size_t hlen = br_msg_encode_header(m, hdr);
-    char *body = json_dumps(m->body, JSON_COMPACT);
+    size_t blen;
+    char *body = br_jsontext(m->body, 0, &blen);
     if (!body)
         return br_errf(err, ENOMEM, "%s: cannot encode body", m->type);
-    size_t blen = strlen(body);
     int rc = -1;
     if (blen > BR_MSG_BODY_MAX) {
         br_errf(err, EMSGSIZE, "%s: body too large (%zu bytes)", m->type, blen);
