@@ -24,11 +24,9 @@ void br_job_save(br_coord_t *c, br_job_t *job)
 void br_job_save_reason(br_coord_t *c, br_job_t *job)
 {
     br_err_t err;
-    json_t *fields = json_pack("{s:s?}", "reason", job->reason);
-    if (!fields || br_store_job_update(c->store, job->id, fields, &err) < 0)
+    if (br_store_job_set_reason(c->store, job->id, job->reason, &err) < 0)
         fprintf(stderr, "brambled: job %lld: reason not saved: %s\n", (long long)job->id,
-                fields ? err.text : "out of memory");
-    json_decref(fields);
+                err.text);
 }
 
 static br_node_t *rank_node(br_coord_t *c, const br_job_t *job, int r)

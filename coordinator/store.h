@@ -97,6 +97,9 @@ int br_store_principal_id(br_store_t *s, br_principal_t kind, const char *name,
 /* Hand a job to another owner (name and principal id). */
 int br_store_job_set_owner(br_store_t *s, int64_t job, const char *owner, int64_t owner_id,
                            br_err_t *err);
+/* Set (or clear, reason NULL) why a job is where it is: br_store_job_update of
+ * "reason" alone, without going through every other column. */
+int br_store_job_set_reason(br_store_t *s, int64_t job, const char *reason, br_err_t *err);
 /* [{"name","kind":"admin"|"user","created"}] for admin and user keys. */
 json_t *br_store_key_list_users(br_store_t *s, br_err_t *err);
 

@@ -973,6 +973,47 @@ static void test_job_refusals(void **state)
     br_store_destroy(&s);
 }
 
+/* The reason alone is set, kept across a reopen, cleared; what is not UTF-8, too
+ * long, or of no job is refused and changes nothing. */
+static void test_job_set_reason(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    br_err_t err = {0};
+    path_for("job-reason.db", path);
+    br_store_t *s = open_ok(path);
+    int64_t id = add_job(s, "train-r", "pending");
+    update_ok(s, id, "{\"attempt\": 2}");
+    assert_int_equal(br_store_job_set_reason(s, id, "waiting: no node has 8 GPUs", &err), 0);
+    br_store_destroy(&s);
+    s = open_ok(path);
+    json_t *job = br_store_job_get(s, id, &err);
+    assert_string_equal(jstr(job, "reason"), "waiting: no node has 8 GPUs");
+    assert_string_equal(jstr(job, "state"), "pending");
+    assert_int_equal(jint(job, "attempt"), 2);
+    assert_string_equal(jstr(json_object_get(job, "spec"), "command"), "python3 train.py");
+    json_decref(job);
+
+    char big[4098];
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    assert_int_equal(br_store_job_set_reason(s, id, big, &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    assert_int_equal(br_store_job_set_reason(s, id, "bad \xff byte", &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    assert_int_equal(br_store_job_set_reason(s, id + 100, "gone", &err), -1);
+    assert_int_equal(err.errnum, ENOENT);
+    job = br_store_job_get(s, id, &err);
+    assert_string_equal(jstr(job, "reason"), "waiting: no node has 8 GPUs");
+    json_decref(job);
+
+    assert_int_equal(br_store_job_set_reason(s, id, NULL, &err), 0);
+    job = br_store_job_get(s, id, &err);
+    assert_jnull(job, "reason");
+    json_decref(job);
+    br_store_destroy(&s);
+}
+
 static void test_job_list(void **state)
 {
     char path[PATH_MAX];
@@ -1446,6 +1487,7 @@ int main(void)
         cmocka_unit_test(test_nodes),
         cmocka_unit_test(test_metrics_tokens),
         cmocka_unit_test(test_metrics_figures),
+        cmocka_unit_test(test_job_set_reason),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
