@@ -938,6 +938,7 @@ struct br_sched {
     int on_heartbeat; /* a job waits for nodes to be heard from: pass again then */
     int64_t at;       /* wall ms when a restart backoff ends, or a job may preempt (0) */
     br_sched_memory_t *memory; /* what the last pass leaves the next */
+    int64_t paced_us; /* monotonic us before which no pass starts (br_sched_wake) */
 };
 
 static void on_changed(br_coord_t *c, br_hook_arg_t *arg, void *ctx)
@@ -991,10 +992,24 @@ void br_sched_wake(br_coord_t *c)
         s->at = 0;
         s->needed = 1;
     }
-    if (s->needed) {
-        s->needed = 0;
-        br_sched_run(c);
-    }
+    if (!s->needed)
+        return;
+    int64_t start = br_mono_us();
+    if (start < s->paced_us)
+        return; /* (br_sched_wait_ms: the loop wakes for it) */
+    s->needed = 0;
+    br_sched_run(c);
+    int64_t end = br_mono_us();
+    s->paced_us = end + BR_SCHED_PACE * (end - start);
+}
+
+int64_t br_sched_wait_ms(const br_coord_t *c)
+{
+    const br_sched_t *s = c->sched;
+    if (!s->needed)
+        return -1;
+    int64_t left = s->paced_us - br_mono_us();
+    return left > 0 ? (left + 999) / 1000 : 0;
 }
 
 /* The running ranks that end by their jobs' time limits. */

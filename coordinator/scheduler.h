@@ -49,8 +49,18 @@ typedef struct {
 typedef struct br_sched br_sched_t;
 br_sched_t *br_sched_new(br_coord_t *c);
 void br_sched_destroy(br_sched_t **s);
-/* At the end of a wake: a pass when one is due. */
+/* At the end of a wake: a pass when one is due, and not sooner than
+ * BR_SCHED_PACE times the last pass's own time after its end. A pass looks at
+ * every pending job, so with a long queue and a stream of submissions a pass per
+ * wake would take most of the coordinator; paced, passes take at most
+ * 1 / (1 + BR_SCHED_PACE) of it, and a change waits at most that many times one
+ * pass (tens of microseconds with a short queue, a few milliseconds with
+ * 10,000 jobs). */
+#define BR_SCHED_PACE 3
 void br_sched_wake(br_coord_t *c);
+/* Milliseconds until a pass held back by pacing is due (0: now); -1 when none
+ * waits. The loop polls no longer than that. */
+int64_t br_sched_wait_ms(const br_coord_t *c);
 
 /* One pass: the pending jobs in memory, br_sched_plan, then each decision
  * carried out (br_jobs_place, the reason stored, the backoff's end remembered). */

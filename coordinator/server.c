@@ -645,9 +645,10 @@ int br_coord_run(br_coord_t *c, br_err_t *err)
             {NULL, c->http ? br_http_fd(c->http) : -1, ZMQ_POLLIN, 0},
             {NULL, c->dash ? br_dash_fd(c->dash) : -1, ZMQ_POLLIN, 0}};
         int base = c->dash ? 5 : c->http ? 4 : 3; /* then the holders of users' pulls */
+        int64_t paced = br_sched_wait_ms(c); /* a pass held back (scheduler.h) */
         int n = zmq_poll(items, base + br_ckptpull_items(c->ckptpull, items + base,
                                                           BR_CKPTPULL_MAX),
-                         tick);
+                         paced >= 0 && paced < tick ? paced : tick);
         if (n < 0 && errno != EINTR)
             return br_errf(err, errno, "poll: %s", zmq_strerror(errno));
         if (n > 0 && (items[2].revents & ZMQ_POLLIN)) {

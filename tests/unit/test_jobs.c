@@ -667,6 +667,32 @@ static void test_waiting_jobs_keep_their_reason(void **state)
     br_jobtab_sweep(c->jobs);
 }
 
+/* A pass due right after another is held back at most BR_SCHED_PACE times the
+ * last pass (br_sched_wait_ms tells the loop how long), and the change it is for
+ * is placed once the loop wakes then: pacing delays, it never loses. */
+static void test_passes_paced(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    assert_int_equal(br_sched_wait_ms(c), 0); /* the first wake's pass, at once */
+    int64_t t0 = br_mono_us();
+    br_sched_wake(c);
+    int64_t pass_us = br_mono_us() - t0;
+    assert_int_equal(br_sched_wait_ms(c), -1); /* nothing more to do */
+    int64_t id = submit(c, "{\"command\": \"true\", \"resources\": {\"cpus\": 1}}");
+    int64_t bound = (BR_SCHED_PACE * pass_us + 999) / 1000 + 1;
+    int64_t deadline = br_mono_ms() + 5000;
+    char buf[32];
+    while (strcmp(stored_state(c, id, buf, sizeof(buf)), "pending") == 0) {
+        int64_t ms = br_sched_wait_ms(c);
+        assert_true(ms >= 0 && ms <= bound);
+        assert_true(br_mono_ms() < deadline);
+        usleep((useconds_t)ms * 1000);
+        br_sched_wake(c);
+    }
+    assert_state(c, id, "starting");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -686,6 +712,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_waiting_jobs_keep_their_reason, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_unhealthy_node_stops_its_gangs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_passes_paced, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gang_failure_waits_for_a_silent_peer, setup,
                                         teardown),
     };
