@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "specparts.h"
 #include "util.h"
 
 /* The ranks on one node. Kept while the table lives (one per node name seen). */
@@ -26,6 +27,7 @@ struct br_jobtab {
     size_t slots;
     br_job_t **dead; /* removed, freed at the sweep */
     size_t ndead, capdead;
+    br_specparts_t *parts; /* what the jobs' specs have alike, kept once */
 };
 
 static uint64_t hash_text(const char *s, size_t len)
@@ -57,7 +59,8 @@ br_jobtab_t *br_jobtab_new(void)
     t->ids = calloc(t->nids, sizeof(*t->ids));
     t->names = calloc(t->nids, sizeof(*t->names));
     t->nodes = calloc(t->nnodes, sizeof(*t->nodes));
-    if (!t->ids || !t->names || !t->nodes)
+    t->parts = br_specparts_new();
+    if (!t->ids || !t->names || !t->nodes || !t->parts)
         br_jobtab_destroy(&t);
     return t;
 }
@@ -86,6 +89,7 @@ void br_jobtab_destroy(br_jobtab_t **tp)
     free(t->names);
     free(t->ids);
     free(t->dead);
+    br_specparts_destroy(&t->parts);
     free(t);
     *tp = NULL;
 }
@@ -199,6 +203,7 @@ static void grow_ids(br_jobtab_t *t)
 
 void br_jobtab_add(br_jobtab_t *t, br_job_t *job)
 {
+    br_specparts_share(t->parts, job->spec);
     if (t->count >= 2 * t->nids)
         grow_ids(t);
     size_t b = id_bucket(t, job->id);
@@ -297,6 +302,11 @@ br_job_t *br_jobtab_first(const br_jobtab_t *t)
 size_t br_jobtab_count(const br_jobtab_t *t)
 {
     return t->count;
+}
+
+size_t br_jobtab_spec_parts(const br_jobtab_t *t)
+{
+    return br_specparts_count(t->parts);
 }
 
 br_job_t **br_jobtab_pending(const br_jobtab_t *t, size_t *n)

@@ -29,7 +29,9 @@ int br_jobtab_load(br_jobtab_t *t, br_store_t *store, br_err_t *err);
 int br_jobtab_add_stored(br_jobtab_t *t, const json_t *row, int64_t id, br_job_t **out,
                          br_err_t *err);
 
-/* Take job (not in a table) into the table; its ranks are indexed by node. */
+/* Take job (not in a table) into the table; its ranks are indexed by node, and
+ * its spec's parts that other jobs have alike are shared with them
+ * (specparts.h). */
 void br_jobtab_add(br_jobtab_t *t, br_job_t *job);
 /* Out of the indexes now, freed at the next sweep. */
 void br_jobtab_remove(br_jobtab_t *t, br_job_t *job);
@@ -42,6 +44,8 @@ br_job_t *br_jobtab_named(const br_jobtab_t *t, const char *name);
 /* Every current job in id order (then job->next). */
 br_job_t *br_jobtab_first(const br_jobtab_t *t);
 size_t br_jobtab_count(const br_jobtab_t *t);
+/* The distinct spec parts the jobs share (specparts.h). */
+size_t br_jobtab_spec_parts(const br_jobtab_t *t);
 
 /* The pending jobs, in id order: a new array (free it) with *n of them; NULL when
  * out of memory. */
