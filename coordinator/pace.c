@@ -9,6 +9,7 @@ struct br_pace {
     int64_t window_at; /* when the current second began (monotonic us) */
     int64_t n;         /* messages read in it */
     int busy;          /* the last whole second had more than BR_PACE_BUSY */
+    int64_t last_wake; /* messages the last wake read */
 };
 
 br_pace_t *br_pace_new(void)
@@ -42,8 +43,13 @@ void br_pace_count(br_pace_t *p, int64_t now_us, int64_t n)
     p->n += n;
 }
 
+void br_pace_woke(br_pace_t *p, int64_t n)
+{
+    p->last_wake = n;
+}
+
 int64_t br_pace_gather_us(br_pace_t *p, int64_t now_us)
 {
     roll(p, now_us);
-    return p->busy ? BR_PACE_GATHER_US : 0;
+    return p->busy && p->last_wake < BR_PACE_BACKLOG ? BR_PACE_GATHER_US : 0;
 }

@@ -491,13 +491,14 @@ static int dispatch_one(br_coord_t *c, br_msg_t *m)
  * errno of a store failure that rolled the whole transaction back. */
 static int drain_messages(br_coord_t *c)
 {
-    for (int i = 0; i < BATCH_MAX; i++) {
+    int i;
+    for (i = 0; i < BATCH_MAX; i++) {
         br_msg_t *m = NULL;
         br_err_t err;
         if (br_msg_recv(c->sock, 1, ZMQ_DONTWAIT, &m, &err) < 0) {
             if (errno == EAGAIN || errno == EINTR) {
                 br_msg_destroy(&m);
-                return 0;
+                break;
             }
             if (m && br_msg_kind(m) == BR_MSG_REQUEST) /* malformed: say why */
                 br_coord_post(c, br_msg_reply_error(m, EPROTO, "%s", err.text));
@@ -511,9 +512,12 @@ static int drain_messages(br_coord_t *c)
         }
         br_pace_count(c->pace, br_mono_us(), 1);
         int failed = dispatch_one(c, m);
-        if (failed)
+        if (failed) {
+            br_pace_woke(c->pace, i + 1);
             return failed;
+        }
     }
+    br_pace_woke(c->pace, i);
     return 0;
 }
 
