@@ -142,19 +142,24 @@ static void read_bookkeeping(br_job_t *job, const json_t *row)
 
 br_job_t *br_job_from_row(const json_t *row, br_err_t *err)
 {
+    return br_job_from_row_id(row, int_or(row, "id", 0), err);
+}
+
+br_job_t *br_job_from_row_id(const json_t *row, int64_t id, br_err_t *err)
+{
     br_job_t *job = calloc(1, sizeof(*job));
     if (!job)
         return br_errp(err, ENOMEM, "job: out of memory");
     const char *state = json_string_value(json_object_get(row, "state"));
     int s = br_job_state_parse(state);
     json_t *spec = json_object_get(row, "spec");
-    job->id = int_or(row, "id", 0);
+    job->id = id;
     job->held.rank = -1;
     if (s < 0 || job->id <= 0 || !json_is_object(spec)) {
         const char *what = s < 0 ? "a known state" : job->id <= 0 ? "an id" : "a spec";
         free(job);
         return br_errp(err, EINVAL, "job %lld: a stored row without %s",
-                       (long long)int_or(row, "id", 0), what);
+                       (long long)id, what);
     }
     job->state = (br_job_state_t)s;
     job->name = strdup(str_or(row, "name"));

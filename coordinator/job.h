@@ -153,6 +153,9 @@ typedef struct br_job {
 
 /* A job from its store row (br_store_job_get/list's object). */
 br_job_t *br_job_from_row(const json_t *row, br_err_t *err);
+/* The same for a row without its id (as br_store_job_add takes it), stored
+ * under id. */
+br_job_t *br_job_from_row_id(const json_t *row, int64_t id, br_err_t *err);
 void br_job_destroy(br_job_t **job);
 
 /* The store update that writes back every field the core changes (state,

@@ -358,13 +358,7 @@ int br_jobtab_add_stored(br_jobtab_t *t, const json_t *row, int64_t id, br_job_t
     int s = br_job_state_parse(json_string_value(json_object_get(row, "state")));
     if (s < 0 || br_job_state_ended((br_job_state_t)s))
         return 0;
-    json_t *stored = json_copy((json_t *)row); /* shallow: the spec is shared, never changed */
-    if (!stored || json_object_set_new(stored, "id", json_integer(id)) < 0) {
-        json_decref(stored);
-        return br_errf(err, ENOMEM, "job %lld: out of memory", (long long)id);
-    }
-    br_job_t *job = br_job_from_row(stored, err);
-    json_decref(stored);
+    br_job_t *job = br_job_from_row_id(row, id, err);
     if (!job)
         return -1;
     br_jobtab_add(t, job);
