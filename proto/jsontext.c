@@ -85,27 +85,33 @@ static const char escape[128] = {
     ['"'] = '"',  ['\\'] = '\\',
 };
 
+/* The bytes a string cannot copy as they are: escaped, or the start of UTF-8 to
+ * check. */
+#define SPECIAL(c) ((c) < 0x20 || (c) >= 0x80 || (c) == '"' || (c) == '\\')
+
 static void put_string(out_t *o, const char *str, size_t n)
 {
     static const char hex[] = "0123456789ABCDEF";
     const unsigned char *s = (const unsigned char *)str;
     put_c(o, '"');
     size_t run = 0; /* the start of the bytes that go as they are */
-    for (size_t i = 0; i < n && !o->bad;) {
+    for (size_t i = 0;;) {
+        while (i < n && !SPECIAL(s[i]))
+            i++;
+        if (i == n || o->bad)
+            break;
         unsigned char c = s[i];
         if (c >= 0x80) {
             size_t k = utf8_len(s + i, n - i);
-            if (!k)
+            if (!k) {
                 o->bad = 1;
+                break;
+            }
             i += k;
             continue;
         }
-        if (c >= 0x20 && !escape[c]) {
-            i++;
-            continue;
-        }
         put(o, str + run, i - run);
-        char e = c < 0x20 && !escape[c] ? 'u' : escape[c];
+        char e = escape[c] ? escape[c] : 'u';
         if (e == 'u') {
             char seq[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 0xF]};
             put(o, seq, sizeof(seq));
