@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "textbuf.h"
+
 struct br_metrics {
-    char *buf;
-    size_t len, cap;
-    int failed; /* out of memory while writing this page */
+    br_textbuf_t text; /* the page (failed: out of memory while writing it) */
 };
 
 void br_histogram_init(br_histogram_t *h, const double *bounds, int n)
@@ -46,54 +46,28 @@ void br_metrics_destroy(br_metrics_t **mp)
 {
     if (!mp || !*mp)
         return;
-    free((*mp)->buf);
+    br_textbuf_free(&(*mp)->text);
     free(*mp);
     *mp = NULL;
 }
 
 void br_metrics_reset(br_metrics_t *m)
 {
-    m->len = 0;
-    m->failed = 0;
-    if (m->buf)
-        m->buf[0] = '\0';
+    br_textbuf_reset(&m->text);
 }
 
 const char *br_metrics_text(const br_metrics_t *m, size_t *len)
 {
-    if (m->failed)
+    if (m->text.failed)
         return NULL;
     if (len)
-        *len = m->len;
-    return m->buf ? m->buf : "";
-}
-
-static int grow(br_metrics_t *m, size_t more)
-{
-    if (m->failed)
-        return -1;
-    if (m->len + more + 1 <= m->cap)
-        return 0;
-    size_t cap = m->cap ? m->cap : 4096;
-    while (cap < m->len + more + 1)
-        cap *= 2;
-    char *nb = realloc(m->buf, cap);
-    if (!nb) {
-        m->failed = 1;
-        return -1;
-    }
-    m->buf = nb;
-    m->cap = cap;
-    return 0;
+        *len = m->text.len;
+    return m->text.p ? m->text.p : "";
 }
 
 static void put(br_metrics_t *m, const char *s, size_t n)
 {
-    if (grow(m, n) < 0)
-        return;
-    memcpy(m->buf + m->len, s, n);
-    m->len += n;
-    m->buf[m->len] = '\0';
+    br_textbuf_put(&m->text, s, n);
 }
 
 static void puts_(br_metrics_t *m, const char *s)

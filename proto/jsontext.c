@@ -6,43 +6,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int bad; /* out of memory, invalid UTF-8 or too deep: the text is given up */
-} out_t;
+#include "textbuf.h"
 
-static int grow(out_t *o, size_t more)
-{
-    if (o->bad)
-        return -1;
-    if (o->len + more + 1 <= o->cap)
-        return 0;
-    size_t cap = o->cap ? o->cap : 256;
-    while (cap < o->len + more + 1)
-        cap *= 2;
-    char *p = realloc(o->p, cap);
-    if (!p) {
-        o->bad = 1;
-        return -1;
-    }
-    o->p = p;
-    o->cap = cap;
-    return 0;
-}
+typedef br_textbuf_t out_t; /* failed also for invalid UTF-8 or too deep */
 
 static void put(out_t *o, const char *s, size_t n)
 {
-    if (n && grow(o, n) == 0) {
-        memcpy(o->p + o->len, s, n);
-        o->len += n;
-    }
+    br_textbuf_put(o, s, n);
 }
 
 static void put_c(out_t *o, char c)
 {
-    if (grow(o, 1) == 0)
-        o->p[o->len++] = c;
+    br_textbuf_putc(o, c);
 }
 
 /* The length of the valid UTF-8 sequence at s (of at most n bytes) whose first
@@ -98,13 +73,13 @@ static void put_string(out_t *o, const char *str, size_t n)
     for (size_t i = 0;;) {
         while (i < n && !SPECIAL(s[i]))
             i++;
-        if (i == n || o->bad)
+        if (i == n || o->failed)
             break;
         unsigned char c = s[i];
         if (c >= 0x80) {
             size_t k = utf8_len(s + i, n - i);
             if (!k) {
-                o->bad = 1;
+                o->failed = 1;
                 break;
             }
             i += k;
@@ -145,7 +120,7 @@ static void put_real(out_t *o, const json_t *v)
 {
     char *text = json_dumps(v, JSON_ENCODE_ANY);
     if (!text) {
-        o->bad = 1;
+        o->failed = 1;
         return;
     }
     put(o, text, strlen(text));
@@ -173,7 +148,7 @@ static void put_object(out_t *o, const json_t *v, int flags, int depth)
     size_t n = json_object_size(v), i = 0;
     put_c(o, '{');
     if (!(flags & BR_JSONTEXT_SORT_KEYS) || n < 2) {
-        for (void *it = json_object_iter((json_t *)v); it && !o->bad;
+        for (void *it = json_object_iter((json_t *)v); it && !o->failed;
              it = json_object_iter_next((json_t *)v, it)) {
             if (i++)
                 put_c(o, ',');
@@ -184,7 +159,7 @@ static void put_object(out_t *o, const json_t *v, int flags, int depth)
     } else {
         member_t *m = malloc(n * sizeof(*m));
         if (!m) {
-            o->bad = 1;
+            o->failed = 1;
             return;
         }
         for (void *it = json_object_iter((json_t *)v); it && i < n;
@@ -192,7 +167,7 @@ static void put_object(out_t *o, const json_t *v, int flags, int depth)
             m[i++] = (member_t){json_object_iter_key(it), json_object_iter_key_len(it),
                                 json_object_iter_value(it)};
         qsort(m, i, sizeof(*m), by_key);
-        for (size_t k = 0; k < i && !o->bad; k++) {
+        for (size_t k = 0; k < i && !o->failed; k++) {
             if (k)
                 put_c(o, ',');
             put_string(o, m[k].key, m[k].len);
@@ -206,10 +181,10 @@ static void put_object(out_t *o, const json_t *v, int flags, int depth)
 
 static void put_value(out_t *o, const json_t *v, int flags, int depth)
 {
-    if (o->bad)
+    if (o->failed)
         return;
     if (depth > BR_JSONTEXT_MAX_DEPTH) {
-        o->bad = 1;
+        o->failed = 1;
         return;
     }
     switch (json_typeof(v)) {
@@ -219,7 +194,7 @@ static void put_value(out_t *o, const json_t *v, int flags, int depth)
     case JSON_ARRAY: {
         size_t n = json_array_size(v);
         put_c(o, '[');
-        for (size_t i = 0; i < n && !o->bad; i++) {
+        for (size_t i = 0; i < n && !o->failed; i++) {
             if (i)
                 put_c(o, ',');
             put_value(o, json_array_get(v, i), flags, depth + 1);
@@ -254,12 +229,12 @@ char *br_jsontext(const json_t *v, int flags, size_t *len)
         return NULL;
     out_t o = {0};
     put_value(&o, v, flags, 0);
-    if (!o.bad && grow(&o, 0) == 0) {
+    if (!o.failed && br_textbuf_grow(&o, 0) == 0) {
         o.p[o.len] = '\0';
         if (len)
             *len = o.len;
         return o.p;
     }
-    free(o.p);
+    br_textbuf_free(&o);
     return NULL;
 }
