@@ -11,6 +11,7 @@
 struct br_specparts {
     json_t *by_text; /* {"text": the part} */
     size_t sweep_at; /* sweep when the pool holds this many */
+    json_t *last;    /* the spec shared last (held): an array's tasks share one */
 };
 
 br_specparts_t *br_specparts_new(void)
@@ -28,6 +29,7 @@ br_specparts_t *br_specparts_new(void)
 void br_specparts_destroy(br_specparts_t **p)
 {
     if (p && *p) {
+        json_decref((*p)->last);
         json_decref((*p)->by_text);
         free(*p);
         *p = NULL;
@@ -50,8 +52,8 @@ static void sweep(br_specparts_t *p)
 
 void br_specparts_share(br_specparts_t *p, json_t *spec)
 {
-    if (!p || !json_is_object(spec))
-        return;
+    if (!p || !json_is_object(spec) || spec == p->last)
+        return; /* (the last one's parts are the pool's already) */
     if (json_object_size(p->by_text) >= p->sweep_at)
         sweep(p);
     void *it = json_object_iter(spec);
@@ -69,6 +71,8 @@ void br_specparts_share(br_specparts_t *p, json_t *spec)
         if (same && same != v) /* (the value of the member iterated: set in place) */
             json_object_iter_set(spec, it, same);
     }
+    json_decref(p->last);
+    p->last = json_incref(spec);
 }
 
 size_t br_specparts_count(const br_specparts_t *p)

@@ -19,7 +19,9 @@ void br_specparts_destroy(br_specparts_t **p);
 
 /* Point spec's object and array members at the pool's alike parts, in place (the
  * spec's text is unchanged); a part the pool lacks joins it. Parts no spec holds
- * any longer leave the pool as it grows. Out of memory, a part stays unshared. */
+ * any longer leave the pool as it grows. Out of memory, a part stays unshared.
+ * The spec shared last is held, and sharing it again does nothing (the tasks of
+ * one array share one spec). */
 void br_specparts_share(br_specparts_t *p, json_t *spec);
 
 /* The distinct parts the pool holds now. */
