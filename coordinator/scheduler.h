@@ -54,8 +54,11 @@ void br_sched_destroy(br_sched_t **s);
  * every pending job, so with a long queue and a stream of submissions a pass per
  * wake would take most of the coordinator; paced, passes take at most
  * 1 / (1 + BR_SCHED_PACE) of it, and a change waits at most that many times one
- * pass (tens of microseconds with a short queue, a few milliseconds with
- * 10,000 jobs). */
+ * pass: tens of microseconds with a short queue; with 10,000 jobs over 1,000
+ * nodes, 50-70 ms after a pass that reconsidered only new jobs (16-22 ms), and
+ * about 2 s after one that looked at every job because some node's room grew
+ * (0.69 s: docs/benchmarks.md), which unpaced held the loop, heartbeats and all,
+ * almost without a break. */
 #define BR_SCHED_PACE 3
 void br_sched_wake(br_coord_t *c);
 /* Milliseconds until a pass held back by pacing is due (0: now); -1 when none
