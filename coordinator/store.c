@@ -541,6 +541,17 @@ static int run(br_store_t *s, sqlite3_stmt *st, const char *what, br_err_t *err)
     return rc;
 }
 
+/* run, for a statement on job id: ENOENT when it changed no row. */
+static int run_on_job(br_store_t *s, sqlite3_stmt *st, const char *what, int64_t id,
+                      br_err_t *err)
+{
+    if (run(s, st, what, err) < 0)
+        return -1;
+    if (sqlite3_changes(s->db) == 0)
+        return br_errf(err, ENOENT, "no job %lld", (long long)id);
+    return 0;
+}
+
 /* A bind failure (out of memory, misuse): report it and reset the statement. */
 static int binderr(br_store_t *s, sqlite3_stmt *st, const char *what, br_err_t *err)
 {
@@ -1141,11 +1152,7 @@ int br_store_job_set_reason(br_store_t *s, int64_t job, const char *reason, br_e
     sqlite3_stmt *st = s->st[ST_JOB_SET_REASON];
     if (sqlite3_bind_int64(st, 1, job) || bind_text(st, 2, reason))
         return binderr(s, st, "set reason", err);
-    if (run(s, st, "set reason", err) < 0)
-        return -1;
-    if (sqlite3_changes(s->db) == 0)
-        return br_errf(err, ENOENT, "no job %lld", (long long)job);
-    return 0;
+    return run_on_job(s, st, "set reason", job, err);
 }
 
 int br_store_attempt_node_add(br_store_t *s, int64_t job, int attempt, const char *node,
@@ -1551,11 +1558,7 @@ int br_store_job_update(br_store_t *s, int64_t id, const json_t *fields, br_err_
     }
     if (sqlite3_bind_int64(st, 2 * (int)NFIELDS(job_fields) + 1, id))
         return binderr(s, st, "update job", err);
-    if (run(s, st, "update job", err) < 0)
-        return -1;
-    if (sqlite3_changes(s->db) == 0)
-        return br_errf(err, ENOENT, "no job %lld", (long long)id);
-    return 0;
+    return run_on_job(s, st, "update job", id, err);
 }
 
 /* A job row (JOB_COLS, then spec_yaml when with_yaml) as the CLI's object. */
@@ -1669,11 +1672,7 @@ int br_store_job_set_array(br_store_t *s, int64_t id, int64_t array_of, int inde
     if (sqlite3_bind_int64(st, 1, id) || sqlite3_bind_int64(st, 2, array_of) ||
         sqlite3_bind_int(st, 3, index))
         return binderr(s, st, "set job array", err);
-    if (run(s, st, "set job array", err) < 0)
-        return -1;
-    if (sqlite3_changes(s->db) == 0)
-        return br_errf(err, ENOENT, "no job %lld", (long long)id);
-    return 0;
+    return run_on_job(s, st, "set job array", id, err);
 }
 
 int64_t br_store_job_array_task(br_store_t *s, int64_t array_of, int index, br_err_t *err)
