@@ -8,17 +8,8 @@
 
 #include "textbuf.h"
 
-typedef br_textbuf_t out_t; /* failed also for invalid UTF-8 or too deep */
-
-static void put(out_t *o, const char *s, size_t n)
-{
-    br_textbuf_put(o, s, n);
-}
-
-static void put_c(out_t *o, char c)
-{
-    br_textbuf_putc(o, c);
-}
+/* The text is written into a br_textbuf_t; its failed flag also stands for
+ * invalid UTF-8 and for nesting too deep. */
 
 /* The length of the valid UTF-8 sequence at s (of at most n bytes) whose first
  * byte is 0x80 or more; 0 when it is not one (overlong, a surrogate, above
@@ -64,11 +55,11 @@ static const char escape[128] = {
  * check. */
 #define SPECIAL(c) ((c) < 0x20 || (c) >= 0x80 || (c) == '"' || (c) == '\\')
 
-static void put_string(out_t *o, const char *str, size_t n)
+static void put_string(br_textbuf_t *o, const char *str, size_t n)
 {
     static const char hex[] = "0123456789ABCDEF";
     const unsigned char *s = (const unsigned char *)str;
-    put_c(o, '"');
+    br_textbuf_putc(o, '"');
     size_t run = 0; /* the start of the bytes that go as they are */
     for (size_t i = 0;;) {
         while (i < n && !SPECIAL(s[i]))
@@ -85,22 +76,22 @@ static void put_string(out_t *o, const char *str, size_t n)
             i += k;
             continue;
         }
-        put(o, str + run, i - run);
+        br_textbuf_put(o, str + run, i - run);
         char e = escape[c] ? escape[c] : 'u';
         if (e == 'u') {
             char seq[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 0xF]};
-            put(o, seq, sizeof(seq));
+            br_textbuf_put(o, seq, sizeof(seq));
         } else {
             char seq[2] = {'\\', e};
-            put(o, seq, sizeof(seq));
+            br_textbuf_put(o, seq, sizeof(seq));
         }
         run = ++i;
     }
-    put(o, str + run, n - run);
-    put_c(o, '"');
+    br_textbuf_put(o, str + run, n - run);
+    br_textbuf_putc(o, '"');
 }
 
-static void put_integer(out_t *o, json_int_t v)
+static void put_integer(br_textbuf_t *o, json_int_t v)
 {
     char buf[24], *p = buf + sizeof(buf);
     /* (through unsigned: the lowest value has no positive twin) */
@@ -111,19 +102,19 @@ static void put_integer(out_t *o, json_int_t v)
     } while (u);
     if (v < 0)
         *--p = '-';
-    put(o, p, (size_t)(buf + sizeof(buf) - p));
+    br_textbuf_put(o, p, (size_t)(buf + sizeof(buf) - p));
 }
 
 /* A real as jansson writes it (shortest digits that read back the same): rare in
  * what bramble keeps, so jansson's own writer does it. */
-static void put_real(out_t *o, const json_t *v)
+static void put_real(br_textbuf_t *o, const json_t *v)
 {
     char *text = json_dumps(v, JSON_ENCODE_ANY);
     if (!text) {
         o->failed = 1;
         return;
     }
-    put(o, text, strlen(text));
+    br_textbuf_put(o, text, strlen(text));
     free(text);
 }
 
@@ -141,19 +132,19 @@ static int by_key(const void *x, const void *y)
     return c ? c : (a->len > b->len) - (a->len < b->len);
 }
 
-static void put_value(out_t *o, const json_t *v, int flags, int depth);
+static void put_value(br_textbuf_t *o, const json_t *v, int flags, int depth);
 
-static void put_object(out_t *o, const json_t *v, int flags, int depth)
+static void put_object(br_textbuf_t *o, const json_t *v, int flags, int depth)
 {
     size_t n = json_object_size(v), i = 0;
-    put_c(o, '{');
+    br_textbuf_putc(o, '{');
     if (!(flags & BR_JSONTEXT_SORT_KEYS) || n < 2) {
         for (void *it = json_object_iter((json_t *)v); it && !o->failed;
              it = json_object_iter_next((json_t *)v, it)) {
             if (i++)
-                put_c(o, ',');
+                br_textbuf_putc(o, ',');
             put_string(o, json_object_iter_key(it), json_object_iter_key_len(it));
-            put_c(o, ':');
+            br_textbuf_putc(o, ':');
             put_value(o, json_object_iter_value(it), flags, depth + 1);
         }
     } else {
@@ -169,17 +160,17 @@ static void put_object(out_t *o, const json_t *v, int flags, int depth)
         qsort(m, i, sizeof(*m), by_key);
         for (size_t k = 0; k < i && !o->failed; k++) {
             if (k)
-                put_c(o, ',');
+                br_textbuf_putc(o, ',');
             put_string(o, m[k].key, m[k].len);
-            put_c(o, ':');
+            br_textbuf_putc(o, ':');
             put_value(o, m[k].value, flags, depth + 1);
         }
         free(m);
     }
-    put_c(o, '}');
+    br_textbuf_putc(o, '}');
 }
 
-static void put_value(out_t *o, const json_t *v, int flags, int depth)
+static void put_value(br_textbuf_t *o, const json_t *v, int flags, int depth)
 {
     if (o->failed)
         return;
@@ -193,13 +184,13 @@ static void put_value(out_t *o, const json_t *v, int flags, int depth)
         break;
     case JSON_ARRAY: {
         size_t n = json_array_size(v);
-        put_c(o, '[');
+        br_textbuf_putc(o, '[');
         for (size_t i = 0; i < n && !o->failed; i++) {
             if (i)
-                put_c(o, ',');
+                br_textbuf_putc(o, ',');
             put_value(o, json_array_get(v, i), flags, depth + 1);
         }
-        put_c(o, ']');
+        br_textbuf_putc(o, ']');
         break;
     }
     case JSON_STRING:
@@ -212,13 +203,13 @@ static void put_value(out_t *o, const json_t *v, int flags, int depth)
         put_real(o, v);
         break;
     case JSON_TRUE:
-        put(o, "true", 4);
+        br_textbuf_put(o, "true", 4);
         break;
     case JSON_FALSE:
-        put(o, "false", 5);
+        br_textbuf_put(o, "false", 5);
         break;
     case JSON_NULL:
-        put(o, "null", 4);
+        br_textbuf_put(o, "null", 4);
         break;
     }
 }
@@ -227,10 +218,9 @@ char *br_jsontext(const json_t *v, int flags, size_t *len)
 {
     if (!v)
         return NULL;
-    out_t o = {0};
+    br_textbuf_t o = {0};
     put_value(&o, v, flags, 0);
-    if (!o.failed && br_textbuf_grow(&o, 0) == 0) {
-        o.p[o.len] = '\0';
+    if (!o.failed && o.p) { /* (NUL-terminated as it was written) */
         if (len)
             *len = o.len;
         return o.p;
