@@ -95,7 +95,6 @@ void br_coord_changed(br_coord_t *c);
 /* Persist a node's info. */
 void br_coord_save_node(br_coord_t *c, br_node_t *n);
 
-
 /* Unix ms -> unix seconds as a JSON real (null for 0/null). */
 json_t *br_time_json(json_t *ms);
 

@@ -346,23 +346,6 @@ static void test_add_stored(void **state)
 /* Whether a name is taken by a current job: by its own name, or by an array's
  * tasks ("name[i]") under the array's name; not by a longer or shorter name; and
  * no longer once it is removed. Enough jobs to grow the table on the way. */
-/* Jobs in the table share their specs' alike parts (specparts.h). */
-static void test_jobs_share_spec_parts(void **state)
-{
-    (void)state;
-    br_jobtab_t *t = br_jobtab_new();
-    assert_non_null(t);
-    json_t *r1 = row(1, "pending"), *r2 = row(2, "pending");
-    json_object_set_new(json_object_get(r1, "spec"), "resources", json_pack("{s:i}", "cpus", 2));
-    json_object_set_new(json_object_get(r2, "spec"), "resources", json_pack("{s:i}", "cpus", 2));
-    br_job_t *a = job_of(r1), *b = job_of(r2);
-    br_jobtab_add(t, a);
-    br_jobtab_add(t, b);
-    assert_ptr_equal(json_object_get(a->spec, "resources"), json_object_get(b->spec, "resources"));
-    assert_int_equal(br_jobtab_spec_parts(t), 1);
-    br_jobtab_destroy(&t);
-}
-
 static void test_named(void **state)
 {
     (void)state;
@@ -396,6 +379,23 @@ static void test_named(void **state)
     assert_null(br_jobtab_named(t, "sweep"));
     br_jobtab_sweep(t);
     assert_int_equal(br_jobtab_named(t, "job-1")->id, 1);
+    br_jobtab_destroy(&t);
+}
+
+/* Jobs in the table share their specs' alike parts (specparts.h). */
+static void test_jobs_share_spec_parts(void **state)
+{
+    (void)state;
+    br_jobtab_t *t = br_jobtab_new();
+    assert_non_null(t);
+    json_t *r1 = row(1, "pending"), *r2 = row(2, "pending");
+    json_object_set_new(json_object_get(r1, "spec"), "resources", json_pack("{s:i}", "cpus", 2));
+    json_object_set_new(json_object_get(r2, "spec"), "resources", json_pack("{s:i}", "cpus", 2));
+    br_job_t *a = job_of(r1), *b = job_of(r2);
+    br_jobtab_add(t, a);
+    br_jobtab_add(t, b);
+    assert_ptr_equal(json_object_get(a->spec, "resources"), json_object_get(b->spec, "resources"));
+    assert_int_equal(br_jobtab_spec_parts(t), 1);
     br_jobtab_destroy(&t);
 }
 

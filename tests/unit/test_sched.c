@@ -573,9 +573,10 @@ static void test_incremental_backoff_ends(void **state)
 }
 
 /* Backfill with memory: the job the reservation is for is looked at in every pass;
- * a new job with a time limit past the reservation still keeps off its nodes; and when a new job takes the reservation role and
- * no reservation can be made, the jobs kept off the reserved nodes are looked at
- * again and go there, as a full pass would place them. */
+ * a new job with a time limit past the reservation still keeps off its nodes; and
+ * when a new job takes the reservation role and no reservation can be made, the
+ * jobs kept off the reserved nodes are looked at again and go there, as a full
+ * pass would place them. */
 static void test_incremental_reservation(void **state)
 {
     world_t *w = *state;
