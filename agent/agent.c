@@ -1737,6 +1737,7 @@ static void timers(br_agent_t *a)
     for (int i = 0; i < a->natt; i++) {
         br_attempt_t *t = a->att[i];
         br_attempt_check_adopted(t);
+        br_attempt_check_lingering(t); /* a stopped job's handlers that have finished */
         br_attempt_flush(t, 0, ship_log, a);
         check_health(t, now);
         if (br_attempt_ckpt(t) && !br_attempt_frozen(t)) {

@@ -15,6 +15,9 @@ typedef struct {
     int rank;
     br_task_t *task;
     int64_t seq[2]; /* next log chunk number of stdout, stderr */
+    int lingering;  /* its leader ended while the attempt was asked to stop, and
+                       processes of its tree still run their handlers */
+    int64_t leader_ended; /* monotonic ms its leader ended then (0: it did not) */
 } proc_t;
 
 struct br_attempt {
@@ -279,12 +282,11 @@ int br_attempt_has_tag(const br_attempt_t *a, const char *tag)
     return 0;
 }
 
-/* Task i's process ended: what it left running goes too, and when it failed, the
- * node's part of the gang ends with it. */
-static void task_ended(br_attempt_t *a, int i)
+/* Task i is over, its whole tree: when it failed, the node's part of the gang ends
+ * with it. */
+static void task_gone(br_attempt_t *a, int i)
 {
     br_task_t *t = a->procs[i].task;
-    br_task_kill_tree(t, 2000);
     int code = -1, sig = -1;
     br_task_done(t, &code, &sig);
     if (a->n > 1 && (code != 0 || sig >= 0) && !a->reason[0]) {
@@ -297,6 +299,46 @@ static void task_ended(br_attempt_t *a, int i)
         br_attempt_set_reason(a, why);
         br_attempt_kill(a, 5000);
     }
+}
+
+/* Task i's process ended: what it left running goes too, unless the attempt was
+ * asked to stop and is in its grace. Then the leader is often only the wrapping
+ * shell, which the signal ended while the job's own processes handle it: they get
+ * the rest of the grace, and the task is over once the last of them ended. */
+static void task_ended(br_attempt_t *a, int i)
+{
+    br_task_t *t = a->procs[i].task;
+    if (a->kill_at && !a->frozen && br_task_tree_count(t) > 0) {
+        a->procs[i].lingering = 1;
+        a->procs[i].leader_ended = br_mono_ms();
+        return;
+    }
+    br_task_kill_tree(t, 2000);
+    task_gone(a, i);
+}
+
+int br_attempt_check_lingering(br_attempt_t *a)
+{
+    int n = 0;
+    for (int i = 0; i < a->n; i++)
+        if (a->procs[i].lingering && br_task_tree_count(a->procs[i].task) == 0) {
+            a->procs[i].lingering = 0;
+            int code = -1, sig = -1;
+            br_task_done(a->procs[i].task, &code, &sig);
+            char why[160], how[48];
+            if (sig >= 0)
+                snprintf(how, sizeof(how), "killed by signal %d", sig);
+            else
+                snprintf(how, sizeof(how), "exit code %d", code);
+            snprintf(why, sizeof(why), "/bin/sh ended (%s) and its processes %.1fs later, "
+                                       "within the grace",
+                     how, (double)(br_mono_ms() - a->procs[i].leader_ended) / 1000.0);
+            if (br_attempt_done(a)) /* (not before: the grace's kill waits on no reason) */
+                br_attempt_set_reason(a, why);
+            task_gone(a, i);
+            n++;
+        }
+    return n;
 }
 
 int br_attempt_reaped(br_attempt_t *a, pid_t pid, int status)
@@ -409,7 +451,7 @@ int br_attempt_log_dropped_news(br_attempt_t *a)
 int br_attempt_done(const br_attempt_t *a)
 {
     for (int i = 0; i < a->n; i++)
-        if (!br_task_done(a->procs[i].task, NULL, NULL))
+        if (!br_task_done(a->procs[i].task, NULL, NULL) || a->procs[i].lingering)
             return 0;
     return 1;
 }
@@ -439,10 +481,20 @@ void br_attempt_status(const br_attempt_t *a, int *exit_code, int *signal)
 int br_attempt_kill(br_attempt_t *a, int timeout_ms)
 {
     int rc = 0;
-    for (int i = 0; i < a->n; i++)
+    for (int i = 0; i < a->n; i++) {
         if (br_task_kill_tree(a->procs[i].task, timeout_ms) < 0)
             rc = -1;
+        a->procs[i].lingering = 0; /* its tree is gone: nothing is left to wait for */
+    }
     return rc;
+}
+
+int br_attempt_lingering(const br_attempt_t *a)
+{
+    for (int i = 0; i < a->n; i++)
+        if (a->procs[i].lingering)
+            return 1;
+    return 0;
 }
 
 int br_attempt_stop(br_attempt_t *a, int sig, int64_t grace_ms, int64_t now)

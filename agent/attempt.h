@@ -94,6 +94,13 @@ int br_attempt_has_tag(const br_attempt_t *a, const char *tag);
  * failed, the other tasks too), else 0. */
 int br_attempt_reaped(br_attempt_t *a, pid_t pid, int status);
 
+/* Tasks whose leader ended in a stop's grace while their tree still ran (see
+ * br_attempt_stop): those whose tree has ended since are over now, as
+ * br_attempt_reaped would have ended them; returns how many. */
+int br_attempt_check_lingering(br_attempt_t *a);
+/* 1 while some task's leader ended in the grace and its tree still runs. */
+int br_attempt_lingering(const br_attempt_t *a);
+
 /* Adopted tasks whose waiter ended are handled as br_attempt_reaped does; returns
  * how many ended. */
 int br_attempt_check_adopted(br_attempt_t *a);
@@ -116,7 +123,7 @@ int64_t br_attempt_log_dropped(const br_attempt_t *a);
 /* 1 when more was dropped since the previous call (to say so once in a while). */
 int br_attempt_log_dropped_news(br_attempt_t *a);
 
-/* 1 once every task leader has exited. */
+/* 1 once every task leader has exited (and, in a stop's grace, its whole tree). */
 int br_attempt_done(const br_attempt_t *a);
 /* 1 once done and every pipe reached EOF: ready to report. */
 int br_attempt_finished(const br_attempt_t *a);
@@ -128,8 +135,11 @@ void br_attempt_status(const br_attempt_t *a, int *exit_code, int *signal);
 int br_attempt_kill(br_attempt_t *a, int timeout_ms);
 /* Ask every task's whole tree to stop: sig to each process (SIGTERM, or the job's
  * own preemption signal), then, once grace_ms have passed from now (monotonic
- * ms), br_attempt_stop_due says it is time for br_attempt_kill. The number of
- * processes signalled. */
+ * ms), br_attempt_stop_due says it is time for br_attempt_kill. Meanwhile a task
+ * whose leader ends (the wrapping /bin/sh, which does not exec the command and dies
+ * of a signal it does not trap) is not over while its tree still runs: the job's own
+ * processes get the whole grace to handle the signal (br_attempt_check_lingering).
+ * The number of processes signalled. */
 int br_attempt_stop(br_attempt_t *a, int sig, int64_t grace_ms, int64_t now);
 int br_attempt_stop_due(const br_attempt_t *a, int64_t now);
 

@@ -1189,6 +1189,20 @@ int br_task_signal(br_task_t *task, int sig)
     return rc;
 }
 
+int br_task_tree_count(br_task_t *task)
+{
+    if (!task) {
+        errno = EINVAL;
+        return -1;
+    }
+    proc_list_t l = {0};
+    int rc = task_scan(task, &l);
+    if (rc == 0)
+        rc = (int)l.n;
+    free(l.v);
+    return rc;
+}
+
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};

@@ -124,6 +124,9 @@ int br_task_signal(br_task_t *task, int sig);
  * meanwhile), SIGKILL it, and repeat until no process carries the tag or timeout_ms
  * passes. Returns 0 when none is left, -1 (errno ETIMEDOUT) otherwise. */
 int br_task_kill_tree(br_task_t *task, int timeout_ms);
+/* How many live processes the task's tree holds now (its leader included while it
+ * runs), or -1 when /proc cannot be read. */
+int br_task_tree_count(br_task_t *task);
 
 /* Freeze (SIGSTOP) and thaw (SIGCONT) the whole tree. */
 int br_task_freeze(br_task_t *task);

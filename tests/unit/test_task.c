@@ -403,6 +403,49 @@ static void test_kill_tree(void **state)
     assert_int_equal(br_task_count_tagged(tag), 0);
 }
 
+/* The wrapping shell dies of a signal that its child traps: the tree still counts
+ * the child until it has handled the signal and exited (attempt.c waits on this in
+ * a stop's grace). */
+static void test_tree_outlives_its_shell(void **state)
+{
+    char dir[] = "/tmp/bramble-tree-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char cmd[512], done[600];
+    snprintf(done, sizeof(done), "%s/handled", dir);
+    snprintf(cmd, sizeof(cmd),
+             "X=1 /bin/bash -c 'trap \"sleep 0.3; touch %s; exit 0\" TERM; "
+             "while :; do sleep 0.05; done'", done);
+    br_task_t *t = start_ok(cmd, NULL, NULL);
+    const char *tag = br_task_tag(t);
+    assert_int_equal(wait_count_at_least(tag, 3), 0); /* sh, bash, sleep */
+    assert_true(br_task_tree_count(t) >= 3);
+    /* as a stop does: the signal to every process, the shell first */
+    kill(br_task_pid(t), SIGTERM);
+    assert_true(br_task_signal(t, SIGTERM) >= 1);
+    int64_t deadline = br_mono_ms() + DEADLINE_MS;
+    int st;
+    while (!br_task_done(t, NULL, NULL) && br_mono_ms() < deadline) {
+        pid_t p = waitpid(-1, &st, WNOHANG);
+        if (p > 0)
+            br_task_reaped(t, p, st);
+        else
+            sleep_ms(5);
+    }
+    int sig = -1;
+    assert_int_equal(br_task_done(t, NULL, &sig), 1);
+    assert_int_equal(sig, SIGTERM); /* the shell died of it */
+    /* its child still runs its handler, or has just finished it */
+    while (br_task_tree_count(t) > 0 && br_mono_ms() < deadline) {
+        waitpid(-1, &st, WNOHANG);
+        sleep_ms(5);
+    }
+    assert_int_equal(br_task_tree_count(t), 0);
+    assert_int_equal(access(done, F_OK), 0); /* the handler ran to its end */
+    reap_all(NULL);
+    unlink(done);
+    rmdir(dir);
+}
+
 /* A fork bomb-ish tree that keeps spawning is still brought down. */
 static void test_kill_forking_tree(void **state)
 {
@@ -707,6 +750,7 @@ int main(void)
         cmocka_unit_test_teardown(test_switch_needs_root, teardown),
         cmocka_unit_test_teardown(test_switch_user, teardown),
         cmocka_unit_test_teardown(test_kill_tree, teardown),
+        cmocka_unit_test_teardown(test_tree_outlives_its_shell, teardown),
         cmocka_unit_test_teardown(test_kill_forking_tree, teardown),
         cmocka_unit_test_teardown(test_freeze_thaw, teardown),
         cmocka_unit_test_teardown(test_kill_frozen_tree, teardown),
