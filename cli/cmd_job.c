@@ -150,11 +150,15 @@ static void cut_timeout(cli_t *cli, int saved)
     }
 }
 
-/* Fetch job id until it has ended (or, with until_started, left pending), saying
- * why it is pending and giving up at the deadline. CLI_OK / CLI_FAIL; -1 with
- * until_started when the job has started (or ended). */
-static int wait_loop(cli_t *cli, int64_t id, int until_started)
+enum { WAIT_END, WAIT_START, WAIT_GONE };
+
+/* Fetch job id until it has ended (WAIT_START: left pending), saying why it is
+ * pending and giving up at the deadline. CLI_OK / CLI_FAIL (WAIT_END: CLI_OK only
+ * when it completed; WAIT_GONE: CLI_OK however it ended, *final its row then when
+ * final is given); -1 with WAIT_START when the job has started (or ended). */
+static int wait_loop(cli_t *cli, int64_t id, int mode, json_t **final)
 {
+    int until_started = mode == WAIT_START;
     int64_t silent_since = 0;
     int saved = cli->timeout_ms;
     char last[BR_ERR_TEXT + 64] = "";
@@ -176,8 +180,11 @@ static int wait_loop(cli_t *cli, int64_t id, int until_started)
         const char *state = json_string_value(json_object_get(job, "state"));
         note_pending(cli, id, job, last, sizeof(last));
         int rc = until_started && state && strcmp(state, "pending") != 0 ? -1
+                 : is_ended(state) && mode == WAIT_GONE                ? CLI_OK
                  : is_ended(state)                                    ? job_outcome(cli, id, job)
                                                                       : -2;
+        if (rc == CLI_OK && final)
+            *final = json_incref(job);
         br_msg_destroy(&m);
         if (rc != -2)
             return rc;
@@ -188,7 +195,7 @@ static int wait_loop(cli_t *cli, int64_t id, int until_started)
 
 int cli_wait_job(cli_t *cli, int64_t id)
 {
-    return wait_loop(cli, id, 0);
+    return wait_loop(cli, id, WAIT_END, NULL);
 }
 
 /* ---- submit */
@@ -399,7 +406,7 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
     }
     if (o.follow) {
         /* say why it waits until it starts, then show what it prints */
-        rc = wait_loop(cli, id, 1);
+        rc = wait_loop(cli, id, WAIT_START, NULL);
         if (rc >= 0)
             return rc;
         if (cli_stream_logs(cli, id, -1, 1, NULL) != CLI_OK)
@@ -883,32 +890,141 @@ static int job_show(cli_t *cli, int argc, char **argv)
 
 /* ---- cancel */
 
-static int cmd_cancel(cli_t *cli, int argc, char **argv)
+typedef struct {
+    int now, wait;
+    const char *names[64];
+    int nnames;
+} cancel_opts_t;
+
+/* The id of the active job called name (names are unique among active jobs). */
+static int active_named(cli_t *cli, const char *name, int64_t *id)
 {
-    static const char *names[] = {"job ID"};
-    const char *arg;
-    int64_t id = 0;
-    int index;
-    if (cli_args(cli, argc, argv, NULL, 1, names, &arg) != 0 ||
-        parse_ref(cli, arg, &id, &index))
-        return CLI_USAGE;
-    json_t *r = cli_call(cli, "job.cancel", ref_body(id, index));
+    json_t *r = cli_call(cli, "job.list", json_pack("{s:b}", "all", 0));
     if (!r)
         return CLI_FAIL;
-    char state[32];
-    json_t *array = json_object_get(r, "array");
+    size_t i;
+    json_t *j;
+    int found = 0;
+    json_array_foreach(json_object_get(r, "jobs"), i, j) {
+        const char *n = json_string_value(json_object_get(j, "name"));
+        const char *state = json_string_value(json_object_get(j, "state"));
+        if (n && strcmp(n, name) == 0 && !is_ended(state)) {
+            *id = json_integer_value(json_object_get(j, "id"));
+            found = 1;
+            break;
+        }
+    }
+    json_decref(r);
+    return found ? CLI_OK : cli_fail(cli, "no active job named '%s' (bramble jobs lists them)",
+                                     name);
+}
+
+/* A job whose cancel began its grace: wait for its end, and print it. */
+static int cancel_wait(cli_t *cli, int64_t id, const char *label)
+{
+    json_t *job = NULL;
+    int rc = wait_loop(cli, id, WAIT_GONE, &job);
+    if (rc == CLI_OK) { /* how it ended on stderr; stdout says the state alone */
+        char state[32], why[BR_ERR_TEXT + 64];
+        cli_fmt_value(json_object_get(job, "state"), state, sizeof(state));
+        cli_err(cli, "%s: %s", label, end_reason(job, why, sizeof(why)));
+        printf("%s: %s\n", label, state);
+    }
+    json_decref(job);
+    return rc;
+}
+
+static int cancel_one(cli_t *cli, const cancel_opts_t *o, int64_t id, int index)
+{
+    json_t *body = ref_body(id, index);
+    if (o->now)
+        json_object_set_new(body, "now", json_true());
+    json_t *r = cli_call(cli, "job.cancel", body);
+    if (!r)
+        return CLI_FAIL;
+    char state[32], label[64];
+    json_t *array = json_object_get(r, "array"), *job = json_object_get(r, "job");
     json_int_t n = json_integer_value(json_object_get(array, "cancelled"));
-    cli_fmt_value(json_object_get(json_object_get(r, "job"), "state"), state,
-                  sizeof(state));
-    if (array)
+    cli_fmt_value(json_object_get(job, "state"), state, sizeof(state));
+    if (index >= 0)
+        snprintf(label, sizeof(label), "job %lld[%d]", (long long)id, index);
+    else
+        snprintf(label, sizeof(label), "job %lld", (long long)id);
+    int rc = CLI_OK;
+    if (array) {
+        json_t *stopping = json_object_get(array, "stopping");
+        size_t k, left = json_array_size(stopping);
+        json_t *v;
+        if (left && o->wait)
+            cli_err(cli, "array %lld: %zu running task%s sent SIGTERM; waiting for them to "
+                         "end (--now kills at once)",
+                    (long long)id, left, left == 1 ? "" : "s");
+        json_array_foreach(stopping, k, v) {
+            if (o->wait && wait_loop(cli, json_integer_value(v), WAIT_GONE, NULL) != CLI_OK)
+                rc = CLI_FAIL;
+        }
         printf("array %lld: %lld task%s cancelled\n", (long long)id, (long long)n,
                n == 1 ? "" : "s");
-    else if (index >= 0)
-        printf("job %lld[%d]: %s\n", (long long)id, index, state);
-    else
-        printf("job %lld: %s\n", (long long)id, state);
+    } else if (strcmp(state, "cancelled") != 0 && o->wait) { /* in its grace */
+        int64_t jid = json_integer_value(json_object_get(job, "id"));
+        const char *reason = json_string_value(json_object_get(job, "reason"));
+        cli_err(cli, "%s: %s; waiting for it to end", label, reason ? reason : state);
+        rc = cancel_wait(cli, jid, label);
+    } else if (strcmp(state, "cancelled") != 0) {
+        const char *reason = json_string_value(json_object_get(job, "reason"));
+        printf("%s: %s (%s)\n", label, state, reason ? reason : "");
+    } else {
+        printf("%s: %s\n", label, state);
+    }
     json_decref(r);
-    return CLI_OK;
+    return rc;
+}
+
+static int cmd_cancel(cli_t *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {{"now", no_argument, NULL, 'k'},
+                                         {"no-wait", no_argument, NULL, 'W'},
+                                         {"name", required_argument, NULL, 'n'},
+                                         {0}};
+    cancel_opts_t o = {.wait = 1};
+    int c;
+    while ((c = getopt_long(argc, argv, ":n:", opts, NULL)) != -1) {
+        if (c == 'k') {
+            o.now = 1;
+        } else if (c == 'W') {
+            o.wait = 0;
+        } else if (c == 'n') {
+            if (o.nnames == (int)(sizeof(o.names) / sizeof(o.names[0])))
+                return cli_usage(cli, "at most %zu --name options",
+                                 sizeof(o.names) / sizeof(o.names[0]));
+            o.names[o.nnames++] = optarg;
+        } else {
+            return cli_bad_option(cli, c, argv);
+        }
+    }
+    if (optind >= argc && !o.nnames)
+        return cli_usage(cli, "missing job ID (or --name NAME)");
+    int64_t ids[256];
+    int idx[256], n = 0;
+    if (argc - optind > (int)(sizeof(ids) / sizeof(ids[0])))
+        return cli_usage(cli, "at most %zu job IDs at once", sizeof(ids) / sizeof(ids[0]));
+    for (int i = optind; i < argc; i++) /* every ID checked before any is cancelled */
+        if (parse_ref(cli, argv[i], &ids[n], &idx[n]) != 0)
+            return CLI_USAGE;
+        else
+            n++;
+    int rc = CLI_OK;
+    for (int i = 0; i < o.nnames; i++) {
+        int64_t id;
+        if (active_named(cli, o.names[i], &id) != CLI_OK)
+            rc = CLI_FAIL;
+        else if (cancel_one(cli, &o, id, -1) != CLI_OK)
+            rc = CLI_FAIL;
+    }
+    for (int i = 0; i < n; i++) /* one that cannot be cancelled does not stop the rest */
+        if (cancel_one(cli, &o, ids[i], idx[i]) != CLI_OK)
+            rc = CLI_FAIL;
+    return rc;
 }
 
 const cli_cmd_t cli_job_cmds[] = {
@@ -966,8 +1082,22 @@ const cli_cmd_t cli_job_cmds[] = {
      "ID is a job's id, or ARRAY[INDEX] for a task of a job array (12[3]).\n"
      "\nOptions:\n"
      "  --json   print the job object with spec, checkpoints and events\n"},
-    {NULL, "cancel", cmd_cancel, "ID", "cancel a job; prints its new state",
+    {NULL, "cancel", cmd_cancel, "ID... [--name NAME]... [--now] [--no-wait]",
+     "cancel jobs; prints each one's new state",
      "ID is a job's id, or ARRAY[INDEX] for one task of a job array (12[3]). The id\n"
-     "of an array (12) cancels every task of it still pending or running.\n"},
+     "of an array (12) cancels every task of it still pending or running.\n"
+     "\nA running job gets SIGTERM on every one of its processes, and SIGKILL once\n"
+     "brambled's --kill-grace (default 30s) has passed, as Slurm's scancel does: a\n"
+     "job that traps the signal may save its state first. The job stays running\n"
+     "until its processes have ended, then it is cancelled; this command waits for\n"
+     "that and prints how it ended. A pending job is cancelled at once.\n"
+     "\nOptions:\n"
+     "  -n, --name NAME  the active job called NAME (repeatable)\n"
+     "  --now            SIGKILL at once, no grace (also for a job already in its\n"
+     "                   grace)\n"
+     "  --no-wait        return once SIGTERM is sent; the job is cancelled when its\n"
+     "                   processes have ended\n"
+     "\nEvery ID is cancelled even when one of them cannot be; the exit status is 1\n"
+     "when any could not.\n"},
     {0},
 };

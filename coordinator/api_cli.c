@@ -560,12 +560,17 @@ static json_t *visible_job(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
 
 /* The job named by a body {"id": n} or {"id": n, "index": i} (task i of array n),
  * or NULL (answered). *index: i, or -1 when not given. */
-static json_t *named_job(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
-                         json_int_t *id, int *index)
+/* The job a request names by "id" (and "index" for an array's task), when the
+ * caller may see it; now: where not NULL, the request's "now" too (job.cancel). */
+static json_t *named_job_now(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
+                             json_int_t *id, int *index, int *now)
 {
     br_err_t err;
     *index = -1;
-    if (br_msg_unpack(m, &err, "{s:I, s?i}", "id", id, "index", index) < 0) {
+    int rc = now ? br_msg_unpack(m, &err, "{s:I, s?i, s?b}", "id", id, "index", index,
+                                 "now", now)
+                 : br_msg_unpack(m, &err, "{s:I, s?i}", "id", id, "index", index);
+    if (rc < 0) {
         br_api_fail(c, m, &err);
         return NULL;
     }
@@ -587,6 +592,12 @@ static json_t *named_job(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
         *id = task;
     }
     return visible_job(c, m, who, *id);
+}
+
+static json_t *named_job(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
+                         json_int_t *id, int *index)
+{
+    return named_job_now(c, m, who, id, index, NULL);
 }
 
 void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -623,14 +634,20 @@ void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_int_t id;
-    int index;
+    int index, now = 0;
     br_err_t err;
-    json_t *job = named_job(c, m, who, &id, &index);
+    json_t *job = named_job_now(c, m, who, &id, &index, &now);
     if (!job)
         return;
     if (index < 0 && br_arrays_is_array(c, id)) { /* the whole array */
-        int n = br_arrays_cancel(c, id);
+        int n = br_arrays_cancel(c, id, now);
         json_decref(job);
+        if (n == 0) {
+            br_errf(&err, EINVAL, "array %lld has no task pending, starting or running; "
+                                  "nothing to cancel", (long long)id);
+            br_api_fail(c, m, &err);
+            return;
+        }
         job = br_store_job_get(c->store, id, &err); /* its first task, as it is now */
         if (!job) {
             br_api_fail(c, m, &err);
@@ -639,8 +656,12 @@ void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_t *p = br_jobs_public(job);
         br_arrays_annotate(job, p);
         json_decref(job);
-        br_api_ok(c, m, json_pack("{s:o, s:{s:I, s:i}}", "job", p, "array", "id",
-                                  (json_int_t)id, "cancelled", n));
+        json_t *stopping = json_array(); /* the tasks in their grace, for a waiter */
+        for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next)
+            if (j->array_of == id && j->stop.cancel)
+                json_array_append_new(stopping, json_integer((json_int_t)j->id));
+        br_api_ok(c, m, json_pack("{s:o, s:{s:I, s:i, s:o}}", "job", p, "array", "id",
+                                  (json_int_t)id, "cancelled", n, "stopping", stopping));
         return;
     }
     if (br_services_is_replica(job)) {
@@ -658,7 +679,7 @@ void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         strcmp(json_string_value(json_object_get(job, "state")), "running") == 0)
         br_services_cancel(c, job); /* its replicas first */
     json_decref(job);
-    job = br_jobs_cancel(c, id, &err);
+    job = br_jobs_cancel(c, id, now, &err);
     if (!job) {
         br_api_fail(c, m, &err);
         return;
@@ -1089,7 +1110,7 @@ static int removed_users_jobs(br_coord_t *c, int64_t owner_id, int to_admin,
             br_coord_event(c, id, NULL, json_string_value(json_object_get(job, "state")),
                            "handed to %s: its owner was removed", who->name);
         } else {
-            json_t *done = br_jobs_cancel(c, id, err);
+            json_t *done = br_jobs_cancel(c, id, 0, err);
             if (!done && err->errnum != EINVAL) /* EINVAL: a replica ended with it */
                 break;
             json_decref(done);

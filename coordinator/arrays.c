@@ -52,7 +52,7 @@ int64_t br_arrays_submit(br_coord_t *c, json_t *job, const br_array_t *a,
     return first;
 }
 
-int br_arrays_cancel(br_coord_t *c, int64_t id)
+int br_arrays_cancel(br_coord_t *c, int64_t id, int now)
 {
     size_t cap = br_jobtab_count(c->jobs), n = 0;
     int64_t *ids = malloc((cap ? cap : 1) * sizeof(*ids));
@@ -64,7 +64,7 @@ int br_arrays_cancel(br_coord_t *c, int64_t id)
             ids[n++] = j->id;
     int done = 0;
     for (size_t i = 0; i < n; i++) {
-        json_t *job = br_jobs_cancel(c, ids[i], NULL);
+        json_t *job = br_jobs_cancel(c, ids[i], now, NULL);
         done += job != NULL;
         json_decref(job);
     }

@@ -23,9 +23,9 @@
 int64_t br_arrays_submit(br_coord_t *c, json_t *job, const br_array_t *a,
                          const char *who, int64_t *last, br_err_t *err);
 
-/* Cancel every task of array id that is pending, starting or running; the number
- * cancelled. */
-int br_arrays_cancel(br_coord_t *c, int64_t id);
+/* Cancel every task of array id that is pending, starting or running (a running one
+ * gracefully unless now, as br_jobs_cancel does); the number cancelled. */
+int br_arrays_cancel(br_coord_t *c, int64_t id, int now);
 
 /* 1 when id is the id of an array of more than one task (its first task). */
 int br_arrays_is_array(br_coord_t *c, int64_t id);

@@ -122,11 +122,13 @@ typedef struct br_job {
         char why[300];
     } held;
     /* in memory only: the attempt is being stopped on purpose, its time limit
-     * reached (it then fails) or preempted (it then waits to resume): since at_mono
-     * (0: not), SIGKILL after grace_ms; why says why (and for whom) */
+     * reached (it then fails), preempted (it then waits to resume) or cancelled (it
+     * then is cancelled): since at_mono (0: not), SIGKILL after grace_ms; why says
+     * why (and for whom) */
     struct {
         int64_t at_mono, grace_ms;
         int preempt;
+        int cancel;
         char why[200];
     } stop;
     int64_t preempted_at; /* wall ms it was last asked to make room (memory only) */

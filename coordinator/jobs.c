@@ -60,6 +60,7 @@ void br_job_post(br_coord_t *c, br_job_t *job, br_job_state_t state, const char 
         release_ranks(c, job, state == BR_JOB_PENDING);
         job->charged = 0; /* it holds nothing from now (usage.h) */
         job->stop.at_mono = 0; /* (a stop ends with its attempt) */
+        job->stop.cancel = 0;
         job->held.rank = -1; /* the attempt is over, however it ended */
     }
     if (br_job_state_ended(state) && !br_job_state_ended(job->state))
@@ -548,7 +549,9 @@ static void end_attempt(br_coord_t *c, br_job_t *job, br_node_t *n, const char *
                  !cause ? "it exited 0 when asked to stop" : why[0] ? why : cause);
         stop_ranks(c, job, n);
         set_exit(job, exit_code, signal, was);
-        if (job->stop.preempt) { /* it waits to resume, from its newest checkpoint */
+        if (job->stop.cancel) {
+            br_job_post(c, job, BR_JOB_CANCELLED, node, "%s", was);
+        } else if (job->stop.preempt) { /* it waits to resume, from its newest checkpoint */
             snprintf(text, sizeof(text), "%s; back to pending as attempt %d, to resume from "
                                          "its newest checkpoint",
                      was, attempt + 1);
@@ -803,7 +806,36 @@ int64_t br_jobs_fence_ms(const br_coord_t *c)
     return c->cfg.node_timeout_ms * 3 / 5;
 }
 
-json_t *br_jobs_cancel(br_coord_t *c, int64_t id, br_err_t *err)
+/* A running job asked to stop by its cancel: SIGTERM to every process now, SIGKILL
+ * once --kill-grace has passed; its exit then cancels it (end_attempt). A job
+ * already stopping (time limit, preemption) keeps the grace it has, and now ends
+ * as cancelled. */
+static void cancel_gracefully(br_coord_t *c, br_job_t *job)
+{
+    br_node_t *n = rank_node(c, job, 0);
+    char grace_text[32], text[300];
+    int stopping = job->stop.at_mono != 0;
+    snprintf(job->stop.why, sizeof(job->stop.why), "cancelled by request");
+    job->stop.cancel = 1;
+    job->stop.preempt = 0;
+    if (!stopping)
+        begin_stop(c, job, 0, SIGTERM, c->cfg.kill_grace_ms);
+    int64_t left = job->stop.grace_ms - (br_mono_ms() - job->stop.at_mono);
+    br_format_duration(left > 0 ? left : 0, grace_text, sizeof(grace_text));
+    if (stopping)
+        snprintf(text, sizeof(text), "cancel requested while it was being stopped: SIGKILL "
+                                     "in %s if still running (bramble cancel --now kills it "
+                                     "at once)", grace_text);
+    else
+        snprintf(text, sizeof(text), "cancel requested: SIGTERM sent, SIGKILL in %s if "
+                                     "still running (bramble cancel --now kills it at once)",
+                 grace_text);
+    br_job_set_reason(job, text);
+    br_job_save(c, job);
+    br_coord_event(c, job->id, n ? n->name : NULL, br_job_state_name(job->state), "%s", text);
+}
+
+json_t *br_jobs_cancel(br_coord_t *c, int64_t id, int now, br_err_t *err)
 {
     br_job_t *job = br_jobtab_find(c->jobs, id);
     if (!job) {
@@ -814,11 +846,19 @@ json_t *br_jobs_cancel(br_coord_t *c, int64_t id, br_err_t *err)
         json_decref(row);
         return NULL;
     }
+    if (!now && job->state == BR_JOB_RUNNING && br_job_ranks_left(job) > 0) {
+        if (!job->stop.cancel) /* (a second cancel leaves the first one's grace) */
+            cancel_gracefully(c, job);
+        return br_store_job_get(c->store, id, err);
+    }
     br_node_t *n = br_job_state_live(job->state) ? rank_node(c, job, 0) : NULL;
     if (br_job_state_live(job->state))
         stop_ranks(c, job, NULL);
-    br_job_set_reason(job, "cancelled by request");
-    br_job_post(c, job, BR_JOB_CANCELLED, n ? n->name : NULL, "cancelled by request");
+    const char *why = job->stop.cancel ? "cancelled by request (killed at once, in its grace)"
+                      : job->state == BR_JOB_RUNNING ? "cancelled by request (killed at once)"
+                                                     : "cancelled by request";
+    br_job_set_reason(job, why);
+    br_job_post(c, job, BR_JOB_CANCELLED, n ? n->name : NULL, "%s", why);
     return br_store_job_get(c->store, id, err);
 }
 

@@ -90,8 +90,11 @@ int br_jobs_checkpoint(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
  * inside node_timeout, so it is frozen before we could start them elsewhere. */
 int64_t br_jobs_fence_ms(const br_coord_t *c);
 
-/* Cancel: pending -> cancelled; starting/running -> cancelled + job.kill. */
-json_t *br_jobs_cancel(br_coord_t *c, int64_t id, br_err_t *err);
+/* Cancel: pending or starting -> cancelled (+ job.kill); running -> SIGTERM to every
+ * process, SIGKILL after --kill-grace, and cancelled once its exit is reported (or
+ * with now: cancelled + job.kill at once, as for a job stopping in its grace).
+ * Returns the job's row as it is now. */
+json_t *br_jobs_cancel(br_coord_t *c, int64_t id, int now, br_err_t *err);
 
 /* Every current attempt on node n ends with cause node_lost and this reason. */
 void br_jobs_node_gone(br_coord_t *c, br_node_t *n, const char *reason);

@@ -129,7 +129,7 @@ int br_services_scale(br_coord_t *c, json_t *service, int replicas, br_err_t *er
         return br_errf(err, ENOMEM, "service %lld: out of memory", (long long)id);
     int next = count ? have[count - 1]->replica + 1 : 0;
     for (size_t k = count; k > (size_t)replicas; k--) /* the highest numbered go first */
-        json_decref(br_jobs_cancel(c, have[k - 1]->id, err));
+        json_decref(br_jobs_cancel(c, have[k - 1]->id, 1, err));
     free(have); /* (the cancelled ones are freed only at the end of the wake) */
     for (size_t k = count; k < (size_t)replicas; k++)
         if (add_replica(c, service, id, next++, err) < 0)
@@ -154,7 +154,7 @@ void br_services_cancel(br_coord_t *c, json_t *service)
     br_job_t **have = replicas_of(c, json_integer_value(json_object_get(service, "id")), &n);
     for (size_t i = 0; i < n; i++) {
         br_err_t err;
-        json_decref(br_jobs_cancel(c, have[i]->id, &err));
+        json_decref(br_jobs_cancel(c, have[i]->id, 1, &err));
     }
     free(have);
 }

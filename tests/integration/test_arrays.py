@@ -194,9 +194,10 @@ def test_folded_listing_and_cancel(cluster2):
     tasks = tasks_of(c, aid)
     assert {t["state"] for t in tasks.values()} == {"cancelled"}, tasks
     wait_for(lambda: not c.job_procs(aid + 4), what="the cancelled tasks' processes to end")
-    # nothing left to cancel: said so, not an error
-    _, out, _ = c.cli("cancel", aid)
-    assert out.strip() == f"array {aid}: 0 tasks cancelled", out
+    # nothing left to cancel: refused, saying so
+    rc, out, err = c.cli("cancel", aid, check=False)
+    assert rc == 1, (rc, out, err)
+    assert f"array {aid} has no task pending, starting or running; nothing to cancel" in err, err
 
 
 def test_bad_ranges_refused(cluster2):

@@ -7,6 +7,7 @@
  * and in the store, what the nodes hold, and which orders went to which node;
  * and that jobs a pass does not look at again keep their reason. */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -333,19 +334,19 @@ static void test_cancel_and_time_limit(void **state)
     json_t *row = br_store_job_get(c->store, p, NULL);
     assert_non_null(strstr(json_string_value(json_object_get(row, "reason")), "waiting"));
     json_decref(row);
-    json_decref(br_jobs_cancel(c, p, &err));
+    json_decref(br_jobs_cancel(c, p, 1, &err));
     assert_state(c, p, "cancelled");
     br_job_t *j = br_jobtab_find(c->jobs, r);
     br_node_t *n = rank0_node(c, j);
     fixture_drop_orders(c);
-    json_t *done = br_jobs_cancel(c, r, &err);
+    json_t *done = br_jobs_cancel(c, r, 1, &err);
     assert_non_null(done);
     assert_string_equal(json_string_value(json_object_get(done, "state")), "cancelled");
     json_decref(done);
     assert_int_equal(orders(c, "job.kill", n), 1);
-    assert_null(br_jobs_cancel(c, r, &err)); /* twice: it has ended */
+    assert_null(br_jobs_cancel(c, r, 1, &err)); /* twice: it has ended */
     assert_non_null(strstr(err.text, "already ended"));
-    assert_null(br_jobs_cancel(c, 999, &err));
+    assert_null(br_jobs_cancel(c, 999, 1, &err));
     j = br_jobtab_find(c->jobs, t);
     n = rank0_node(c, j);
     br_jobs_started(c, t, 1, n, 0);
@@ -380,6 +381,79 @@ static void test_cancel_and_time_limit(void **state)
 
 /* Estimated starts: each time a job ends by its time limit, what then fits starts,
  * in queue order; a job that no time limit frees has none; nothing is kept. */
+/* The body of the newest order of type to n, or NULL. */
+static json_t *last_order(br_coord_t *c, const char *type, const br_node_t *n)
+{
+    json_t *body = NULL;
+    for (size_t i = 0; i < c->outbox_len; i++) {
+        size_t len;
+        const unsigned char *route = br_msg_route(c->outbox[i], &len);
+        if (strcmp(br_msg_type(c->outbox[i]), type) == 0 && len == 1 &&
+            route[0] == (unsigned char)n->name[0])
+            body = br_msg_body(c->outbox[i]);
+    }
+    return body;
+}
+
+/* A running job's cancel is SIGTERM with --kill-grace; its exit then cancels it.
+ * --now kills it at once, in the grace too. */
+static void test_cancel_is_graceful(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    br_err_t err;
+    int64_t id = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1}}");
+    br_sched_run(c);
+    br_node_t *n = rank0_node(c, br_jobtab_find(c->jobs, id));
+    br_jobs_started(c, id, 1, n, 0);
+    assert_state(c, id, "running");
+    fixture_drop_orders(c);
+    json_t *row = br_jobs_cancel(c, id, 0, &err);
+    assert_non_null(row);
+    assert_string_equal(json_string_value(json_object_get(row, "state")), "running");
+    json_decref(row);
+    json_t *kill = last_order(c, "job.kill", n);
+    assert_non_null(kill);
+    assert_int_equal(json_integer_value(json_object_get(kill, "signal")), SIGTERM);
+    assert_int_equal(json_integer_value(json_object_get(kill, "grace")), c->cfg.kill_grace_ms);
+    assert_event(c, id, "cancel requested: SIGTERM sent, SIGKILL in 30s");
+    json_decref(br_jobs_cancel(c, id, 0, &err)); /* a second cancel: nothing new */
+    assert_int_equal(orders(c, "job.kill", n), 1);
+    assert_int_equal(w->a->cpus_used + w->b->cpus_used, 1); /* held until it ends */
+    br_jobs_exited(c, id, 1, n, -1, 15, "/bin/sh ended (killed by signal 15) and its "
+                                        "processes 1.0s later, within the grace");
+    assert_state(c, id, "cancelled");
+    assert_event(c, id, "cancelled by request (/bin/sh ended (killed by signal 15)");
+    assert_int_equal(w->a->cpus_used + w->b->cpus_used, 0);
+
+    /* --now in the grace: killed at once (an order without a signal) */
+    int64_t slow = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1}}");
+    br_sched_run(c);
+    n = rank0_node(c, br_jobtab_find(c->jobs, slow));
+    br_jobs_started(c, slow, 1, n, 0);
+    json_decref(br_jobs_cancel(c, slow, 0, &err));
+    fixture_drop_orders(c);
+    json_decref(br_jobs_cancel(c, slow, 1, &err));
+    assert_state(c, slow, "cancelled");
+    assert_event(c, slow, "cancelled by request (killed at once, in its grace)");
+    kill = last_order(c, "job.kill", n);
+    assert_non_null(kill);
+    assert_null(json_object_get(kill, "signal"));
+    assert_int_equal(w->a->cpus_used + w->b->cpus_used, 0);
+
+    /* a deaf agent: cancelled once the grace and node_timeout passed */
+    int64_t deaf = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1}}");
+    br_sched_run(c);
+    br_job_t *j = br_jobtab_find(c->jobs, deaf);
+    br_jobs_started(c, deaf, 1, rank0_node(c, j), 0);
+    json_decref(br_jobs_cancel(c, deaf, 0, &err));
+    j->stop.at_mono -= c->cfg.kill_grace_ms + c->cfg.node_timeout_ms + 1;
+    br_jobs_check_limits(c);
+    assert_state(c, deaf, "cancelled");
+    assert_event(c, deaf, "cancelled by request (no exit reported after signal 15: killed)");
+    br_jobtab_sweep(c->jobs);
+}
+
 static void test_estimated_starts(void **state)
 {
     world_t *w = *state;
@@ -471,7 +545,7 @@ static void test_replica_restarts_through_the_services_hook(void **state)
     br_hook_arg_t lost = {.node = n, .reason = "node lost (silent for 5.0s)"};
     br_hooks_run(c, c->hooks, BR_HOOK_NODE_LOST, &lost);
     assert_event(c, id, "starting it again as attempt 4 in 0.0s");
-    json_decref(br_jobs_cancel(c, id, &err));
+    json_decref(br_jobs_cancel(c, id, 1, &err));
     assert_state(c, id, "cancelled");
     br_jobtab_sweep(c->jobs);
 }
@@ -543,7 +617,7 @@ static void test_waits_on_other_jobs(void **state)
     int64_t after_b = submit(c, spec);
     assert_int_equal(br_jobs_restore(c, &err), 0);
     assert_non_null(br_job_waits_for(br_jobtab_find(c->jobs, after_b)));
-    json_decref(br_jobs_cancel(c, b, NULL));
+    json_decref(br_jobs_cancel(c, b, 1, NULL));
     assert_null(br_job_waits_for(br_jobtab_find(c->jobs, after_b)));
     br_jobtab_sweep(c->jobs);
 }
@@ -704,6 +778,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_node_lost_requeues_and_reconcile, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cancel_and_time_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_is_graceful, setup, teardown),
         cmocka_unit_test_setup_teardown(test_estimated_starts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restore_after_rollback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replica_restarts_through_the_services_hook, setup,

@@ -464,7 +464,7 @@ static void test_retention_and_purge(void **state)
     assert_int_equal(purge(c, 999, BR_PRINCIPAL_ADMIN, 1, NULL), ENOENT);
 
     /* the retention is off (0): an ended job's copies stay */
-    json_t *cancelled = br_jobs_cancel(c, id, &err);
+    json_t *cancelled = br_jobs_cancel(c, id, 1, &err);
     assert_non_null(cancelled);
     json_decref(cancelled);
     fixture_drop_orders(c);
@@ -495,7 +495,7 @@ static void test_retention_and_purge(void **state)
     stored(c, other, id2, H2, "/ck/s5", 0, 0);
     checkpoint(c, id2, writer, "/ck/s10", 10, H3);
     fetch_due(c);
-    cancelled = br_jobs_cancel(c, id2, &err);
+    cancelled = br_jobs_cancel(c, id2, 1, &err);
     json_decref(cancelled);
     c->cfg.replica_retention_ms = 1;
     other->route_len = 0; /* not connected */
