@@ -685,10 +685,18 @@ void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
         return;
     br_hook_arg_t a = {.job = job, .node = n, .cause = "not_here", .reason = reason};
     br_hooks_run(c, c->hooks, BR_HOOK_RESUMING, &a); /* a copy may be brought there */
-    if (a.hold)
+    if (a.hold) {
         job->ranks[0].sent = 0; /* br_jobs_release sends it again */
-    else
+        /* and the exit of the run it then starts is its own, not a resend of the
+         * report just taken: else it would be dropped as one, and the attempt taken
+         * for lost once the node no longer lists it */
+        br_err_t err;
+        if (br_store_attempt_reopen(c->store, id, attempt, n->name, &err) < 0)
+            fprintf(stderr, "brambled: job %lld attempt %d: %s\n", (long long)id, attempt,
+                    err.text);
+    } else {
         end_attempt(c, job, n, "not_here", -1, -1, reason, 1);
+    }
 }
 
 void br_jobs_release(br_coord_t *c, int64_t id, int attempt)

@@ -210,6 +210,7 @@ enum {
     ST_ATTEMPT_NODE_ADD,
     ST_ATTEMPT_NODE_RAN,
     ST_ATTEMPT_EXITED,
+    ST_ATTEMPT_REOPEN,
     ST_JOB_SET_OWNER,
     ST_JOB_SET_REASON,
     ST_KEY_USERS,
@@ -283,6 +284,8 @@ static const char *const sql_text[ST_COUNT] = {
                             " WHERE job = ?1 AND attempt = ?2 AND node = ?3",
     [ST_ATTEMPT_EXITED] = "UPDATE attempt_nodes SET exited = 1"
                           " WHERE job = ?1 AND attempt = ?2 AND node = ?3 AND exited = 0",
+    [ST_ATTEMPT_REOPEN] = "UPDATE attempt_nodes SET exited = 0"
+                          " WHERE job = ?1 AND attempt = ?2 AND node = ?3",
     [ST_LOG_COUNT] = "UPDATE jobs SET log_bytes = log_bytes + ?2 WHERE id = ?1"
                      " RETURNING log_bytes",
     [ST_LOG_BYTES] = "SELECT log_bytes FROM jobs WHERE id = ?1",
@@ -1175,6 +1178,16 @@ int br_store_attempt_exited(br_store_t *s, int64_t job, int attempt, const char 
     if (run(s, st, "record exit", err) < 0)
         return -1;
     return sqlite3_changes(s->db) == 1;
+}
+
+int br_store_attempt_reopen(br_store_t *s, int64_t job, int attempt, const char *node,
+                            br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_ATTEMPT_REOPEN];
+    if (sqlite3_bind_int64(st, 1, job) || sqlite3_bind_int(st, 2, attempt) ||
+        bind_text(st, 3, node))
+        return binderr(s, st, "reopen attempt", err);
+    return run(s, st, "reopen attempt", err);
 }
 
 int br_store_attempt_node_ran(br_store_t *s, int64_t job, int attempt, const char *node,

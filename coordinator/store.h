@@ -44,6 +44,11 @@ int br_store_attempt_node_ran(br_store_t *s, int64_t job, int attempt, const cha
  * (its acknowledgement was lost or late), -1 on error. */
 int br_store_attempt_exited(br_store_t *s, int64_t job, int attempt, const char *node,
                             br_err_t *err);
+/* The node's exit report of the attempt was taken, yet the same attempt is sent to
+ * it again (it could not start there, and waits for a checkpoint to be brought): its
+ * next report is a new one, to be taken too. 0, or -1 on error. */
+int br_store_attempt_reopen(br_store_t *s, int64_t job, int attempt, const char *node,
+                            br_err_t *err);
 /* Output of an attempt that its node's agent had to drop (bytes, as the agent
  * counts them: the largest report wins); the sum over the job's attempts. */
 int br_store_log_lost_set(br_store_t *s, int64_t job, int attempt, const char *node,

@@ -17,7 +17,9 @@
 
 #include <cmocka.h>
 
+#include "api.h"
 #include "coord_fixture.h"
+#include "hooks.h"
 #include "nodelife.h"
 
 typedef fixture_two_t world_t;
@@ -454,6 +456,66 @@ static void test_cancel_is_graceful(void **state)
     br_jobtab_sweep(c->jobs);
 }
 
+/* node's agent reports the attempt's exit as agent.c does: exit code code, or with
+ * fault (a start that could not be made) none. */
+static void report_exited(br_coord_t *c, br_node_t *n, int64_t id, int attempt, int code,
+                          const char *fault)
+{
+    br_msg_t *m = br_msg_new(BR_MSG_REQUEST, "job.exited", 9);
+    json_t *b = json_pack("{s:I, s:i, s:o, s:n, s:s}", "job", (json_int_t)id, "attempt",
+                          attempt, "exit_code", fault ? json_null() : json_integer(code),
+                          "signal", "reason",
+                          fault ? "could not start: checkpoint /ck/s5 is not visible on this "
+                                  "node"
+                                : "");
+    if (fault)
+        json_object_set_new(b, "fault", json_string(fault));
+    br_msg_set_body(m, b);
+    br_msg_set_route(m, n->name, 1);
+    br_caller_t who = {BR_PRINCIPAL_NODE, "", 0};
+    br_strlcpy(who.name, n->name, sizeof(who.name));
+    br_api_job_exited(c, m, &who);
+    br_msg_destroy(&m);
+}
+
+/* As the replicas module does when the checkpoint can be brought there: hold the
+ * attempt's start (the first time only). */
+static void hold_once(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)c;
+    int *held = ctx;
+    if (a->cause && strcmp(a->cause, "not_here") == 0 && (*held)++ == 0)
+        a->hold = 1;
+}
+
+/* An attempt that could not start for want of its checkpoint, held until a copy is
+ * brought, and sent to the same node again: the exit of the run it then makes is
+ * taken (not dropped as a resend of the first report), once. */
+static void test_exit_after_a_held_start_is_taken(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    int held = 0;
+    assert_int_equal(br_hooks_add(c->hooks, BR_HOOK_RESUMING, hold_once, &held), 0);
+    int64_t id = submit(c, "{\"command\": \"x\", \"resources\": {\"cpus\": 1}}");
+    br_sched_run(c);
+    br_job_t *j = br_jobtab_find(c->jobs, id);
+    br_node_t *n = rank0_node(c, j);
+    report_exited(c, n, id, 1, -1, "checkpoint_not_visible");
+    assert_int_equal(held, 1);
+    assert_state(c, id, "starting"); /* held, not ended */
+    fixture_drop_orders(c);
+    br_jobs_release(c, id, 1);
+    assert_int_equal(orders(c, "job.run", n), 1);
+    br_jobs_started(c, id, 1, n, 0);
+    assert_state(c, id, "running");
+    report_exited(c, n, id, 1, 0, NULL);
+    assert_state(c, id, "completed");
+    report_exited(c, n, id, 1, 0, NULL); /* a resend: nothing more */
+    assert_state(c, id, "completed");
+    br_jobtab_sweep(c->jobs);
+}
+
 static void test_estimated_starts(void **state)
 {
     world_t *w = *state;
@@ -779,6 +841,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cancel_and_time_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_is_graceful, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_exit_after_a_held_start_is_taken, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_estimated_starts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restore_after_rollback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replica_restarts_through_the_services_hook, setup,
