@@ -127,6 +127,29 @@ fail:
     br_api_fail(c, m, &err);
 }
 
+/* A hello's or heartbeat's task list, as PROTOCOL.md section 4 has it: objects
+ * with a job id, an attempt number and a state the agent knows. 0, or -1 with err
+ * naming the entry. */
+static int check_tasks(const char *type, const json_t *tasks, br_err_t *err)
+{
+    if (!json_is_array(tasks))
+        return br_errf(err, EPROTO, "%s: tasks must be an array", type);
+    size_t i;
+    json_t *t;
+    json_array_foreach(tasks, i, t) {
+        const char *st = json_string_value(json_object_get(t, "state"));
+        if (!json_is_object(t) || !json_is_integer(json_object_get(t, "job")) ||
+            !json_is_integer(json_object_get(t, "attempt")))
+            return br_errf(err, EPROTO, "%s: tasks[%zu] must be an object with an integer "
+                                        "job and attempt", type, i);
+        if (!st || (strcmp(st, "running") != 0 && strcmp(st, "frozen") != 0 &&
+                    strcmp(st, "exited") != 0))
+            return br_errf(err, EPROTO, "%s: tasks[%zu].state must be running, frozen or "
+                                        "exited", type, i);
+    }
+    return 0;
+}
+
 void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_t *inv, *gpus, *labels, *tasks;
@@ -139,7 +162,7 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                       "tasks", &tasks, "advertise_addr", &adv, "probe_port", &probe_port,
                       "replica_port", &replica_port) < 0 ||
         !json_is_object(inv) || !json_is_array(gpus) || !json_is_object(labels) ||
-        !json_is_array(tasks)) {
+        check_tasks("node.hello", tasks, &err) < 0) {
         if (!err.text[0])
             br_errf(&err, EPROTO, "node.hello: bad body");
         br_api_fail(c, m, &err);
@@ -213,7 +236,7 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                       "cost_per_hour", &cost, "power_watts", &watts, "pulling",
                       &pulling) < 0 ||
         (pulling && br_replicas_check_pulling(pulling, &err) < 0) ||
-        !json_is_array(tasks) || (rtt && !json_is_object(rtt)) ||
+        check_tasks("node.heartbeat", tasks, &err) < 0 || (rtt && !json_is_object(rtt)) ||
         check_amount(cost, "cost_per_hour", &err) < 0 ||
         check_amount(watts, "power_watts", &err) < 0 ||
         (gpus && br_gpulive_check(gpus, &err) < 0) ||
@@ -332,6 +355,15 @@ void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     br_node_t *n = caller_node(c, m, who);
+    if (n && br_store_attempt_node_ran(c->store, job, attempt, n->name, NULL) != 1) {
+        /* as for job.exited: a node that was never given this attempt changes nothing */
+        fprintf(stderr, "brambled: job.started from %s for job %lld attempt %d: not its "
+                        "attempt, refused\n", n->name, (long long)job, attempt);
+        br_errf(&err, EPERM, "job %lld attempt %d was never given to %s", (long long)job,
+                attempt, n->name);
+        br_api_fail(c, m, &err);
+        return;
+    }
     if (n && path) /* before the start: it sends the other ranks' orders */
         resumed_newer(c, n, job, attempt, path, step);
     if (n)

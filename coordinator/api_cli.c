@@ -29,6 +29,14 @@
 void br_api_ping(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     static const char *kinds[] = {"unknown", "admin", "user", "node", "revoked"};
+    json_t *in = br_msg_body(m);
+    if (in && (!json_is_object(in) || json_object_size(in) > 0)) { /* bodies are strict */
+        br_err_t err;
+        br_errf(&err, EPROTO, "ping: bad body: it takes no fields, got %s",
+                json_is_object(in) ? "some" : "no object");
+        br_api_fail(c, m, &err);
+        return;
+    }
     json_t *body = json_pack("{s:s, s:s, s:s}", "version", BRAMBLE_VERSION, "principal",
                              kinds[who->kind], "name", who->name);
     if (who->kind == BR_PRINCIPAL_ADMIN) /* the coordinator's own health */
@@ -354,6 +362,10 @@ static json_t *sets_array(json_t *sets, const char **out, int max, br_err_t *err
 {
     size_t i;
     json_t *v;
+    if (!json_is_array(sets)) {
+        br_errf(err, EPROTO, "job.submit: bad body: 'sets' must be an array of strings");
+        return NULL;
+    }
     if (json_array_size(sets) > (size_t)max) {
         br_errf(err, EINVAL, "too many --set values (at most %d)", max);
         return NULL;
@@ -559,9 +571,8 @@ static json_t *visible_job(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
 }
 
 /* The job named by a body {"id": n} or {"id": n, "index": i} (task i of array n),
- * or NULL (answered). *index: i, or -1 when not given. */
-/* The job a request names by "id" (and "index" for an array's task), when the
- * caller may see it; now: where not NULL, the request's "now" too (job.cancel). */
+ * or NULL (answered). *index: i, or -1 when not given; now: where not NULL, the
+ * body's "now" too (job.cancel). */
 static json_t *named_job_now(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
                              json_int_t *id, int *index, int *now)
 {
@@ -773,17 +784,29 @@ static int event_visible(br_coord_t *c, const br_caller_t *who, json_t *e, json_
 
 void br_api_event_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    json_int_t after, job;
-    int limit;
+    json_int_t after, job, limit;
     br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:I, s:I, s:i}", "after", &after, "job", &job, "limit",
+    if (br_msg_unpack(m, &err, "{s:I, s:I, s:I}", "after", &after, "job", &job, "limit",
                       &limit) < 0) {
         br_api_fail(c, m, &err);
         return;
     }
-    if (limit <= 0 || limit > 10000)
+    if (limit < 0 || limit > 10000 || after < 0 || job < 0) {
+        br_errf(&err, EINVAL, "event.list: %s", limit < 0 || limit > 10000
+                                                    ? "limit is 0 (the most, 10000) to 10000"
+                                                    : "after and job are ids, 0 or more");
+        br_api_fail(c, m, &err);
+        return;
+    }
+    if (limit == 0)
         limit = 10000;
-    json_t *events = br_store_event_list(c->store, job, after, limit, &err);
+    if (job > 0) { /* one job's: one the caller may see, or no such job */
+        json_t *row = visible_job(c, m, who, job);
+        if (!row)
+            return; /* (answered) */
+        json_decref(row);
+    }
+    json_t *events = br_store_event_list(c->store, job, after, (int)limit, &err);
     if (!events) {
         br_api_fail(c, m, &err);
         return;
