@@ -143,8 +143,16 @@ char *cli_fmt_value(const json_t *v, char *buf, size_t len);
 /* Join the strings (or numbers) of an array with sep; "-" when empty. */
 char *cli_fmt_list(const json_t *arr, const char *sep, char *buf, size_t len);
 
+/* Text from the coordinator (a job's name, command, reason...) made safe for a
+ * terminal: control characters (C0, DEL, C1) written as \n, \t, \r or \xNN, so
+ * that nobody can write escape sequences onto another user's terminal. Malloc'd
+ * (NULL when out of memory); _put writes it to out. */
+char *cli_escape(const char *s, size_t n);
+void cli_put_text(FILE *out, const char *s, size_t n);
+
 /* "name       value" lines of a show command, names padded to width; "-" for an
- * empty value. _json takes the value at key, _time a time with how long ago. */
+ * empty value, control characters escaped (cli_escape). _json takes the value at
+ * key, _time a time with how long ago. */
 void cli_field(int width, const char *name, const char *value);
 void cli_field_json(int width, const json_t *obj, const char *key, const char *name);
 void cli_field_time(int width, const json_t *obj, const char *key, const char *name);

@@ -262,8 +262,11 @@ static int submit_args(cli_t *cli, int argc, char **argv, submit_opts_t *o)
             int64_t ms;
             if (cli_parse_ms(cli, "--timeout", optarg, &ms) != 0)
                 return CLI_USAGE;
+            if (ms <= 0)
+                return cli_usage(cli, "--timeout %s: give how long to wait, more than 0 "
+                                      "(e.g. 30s)", optarg);
             o->timeout = optarg;
-            cli->wait_ms = ms > 0 ? ms : 1;
+            cli->wait_ms = ms;
         } else if (c == 'w' || c == 'f' || c == 'j') {
             *(c == 'w' ? &o->wait : c == 'f' ? &o->follow : &o->json) = 1;
         } else {
@@ -761,7 +764,9 @@ static void print_spec_text(const char *text)
     printf("spec:\n");
     while (*text) {
         size_t n = strcspn(text, "\n");
-        printf("  %.*s\n", (int)n, text);
+        fputs("  ", stdout);
+        cli_put_text(stdout, text, n);
+        putchar('\n');
         text += n + (text[n] == '\n');
     }
 }
@@ -770,11 +775,15 @@ static void print_spec_text(const char *text)
 static void field_lines(const char *name, const char *text)
 {
     size_t n = strcspn(text, "\n");
-    printf("%-11s %.*s\n", name, (int)n, text);
+    printf("%-11s ", name);
+    cli_put_text(stdout, text, n);
+    putchar('\n');
     for (text += n; *text == '\n' && text[1]; text += n) {
         text++;
         n = strcspn(text, "\n");
-        printf("%-11s %.*s\n", "", (int)n, text);
+        printf("%-11s ", "");
+        cli_put_text(stdout, text, n);
+        putchar('\n');
     }
 }
 

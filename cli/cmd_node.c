@@ -321,12 +321,14 @@ static int node_remove(cli_t *cli, int argc, char **argv)
     return node_act(cli, argc, argv, "node.remove");
 }
 
-/* When the node's key was last rotated (a time, or null), as node.show says. */
+/* When the node's key was last rotated (a time, or null), as node.show says; NULL
+ * when it could not be asked (said on stderr). */
 static json_t *key_rotated(cli_t *cli, const char *name)
 {
     json_t *r = cli_call(cli, "node.show", json_pack("{s:s}", "name", name));
-    json_t *t = r ? json_incref(json_object_get(json_object_get(r, "node"), "key_rotated"))
-                  : NULL;
+    if (!r)
+        return NULL;
+    json_t *t = json_incref(json_object_get(json_object_get(r, "node"), "key_rotated"));
     json_decref(r);
     return t ? t : json_null();
 }
@@ -343,6 +345,8 @@ static int node_rotate_key(cli_t *cli, int argc, char **argv)
     if (!cli_client(cli))
         return CLI_FAIL;
     json_t *before = key_rotated(cli, name);
+    if (!before)
+        return CLI_FAIL; /* (no such node: said once) */
     json_t *r = cli_call(cli, "node.rotate_key", json_pack("{s:s}", "name", name));
     if (!r) {
         json_decref(before);
@@ -353,7 +357,7 @@ static int node_rotate_key(cli_t *cli, int argc, char **argv)
     int done = 0;
     while (!done && br_mono_ms() < deadline) {
         json_t *now = key_rotated(cli, name);
-        done = json_is_real(now) && !json_equal(now, before);
+        done = now && json_is_real(now) && !json_equal(now, before);
         json_decref(now);
         if (!done)
             cli_sleep_ms(100);

@@ -151,7 +151,10 @@ static int take_global(cli_t *cli, int argc, char **argv, int *i)
         int64_t ms;
         if (cli_parse_ms(cli, "--timeout", val, &ms) != 0)
             return -1;
-        cli->timeout_ms = ms > 0 ? (int)ms : 1;
+        if (ms <= 0)
+            return cli_usage(cli, "--timeout %s: give a time to wait for each answer, more "
+                                  "than 0 (e.g. 5s)", val), -1;
+        cli->timeout_ms = (int)ms;
         return 1;
     }
     return 0;

@@ -246,6 +246,36 @@ void cli_table_destroy(cli_table_t **t)
     *t = NULL;
 }
 
+char *cli_escape(const char *s, size_t n)
+{
+    size_t cap = n * 4 + 1, o = 0; /* every byte at most 4: \xNN */
+    char *out = malloc(cap);
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 &&
+            (unsigned char)s[i + 1] <= 0x9F) { /* a C1 control (U+0080..U+009F) */
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", (unsigned char)s[++i]);
+        } else if (ch < 0x20 || ch == 0x7F) {
+            const char *named = ch == '\n' ? "\\n" : ch == '\t' ? "\\t" : ch == '\r' ? "\\r" : NULL;
+            o += named ? (size_t)snprintf(out + o, cap - o, "%s", named)
+                       : (size_t)snprintf(out + o, cap - o, "\\x%02x", ch);
+        } else {
+            out[o++] = (char)ch;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+void cli_put_text(FILE *out, const char *s, size_t n)
+{
+    char *safe = cli_escape(s, n);
+    fputs(safe ? safe : "?", out);
+    free(safe);
+}
+
 int cli_table_add(cli_table_t *t, const char *const *cells)
 {
     if (t->nrows == t->cap) {
@@ -257,8 +287,9 @@ int cli_table_add(cli_table_t *t, const char *const *cells)
         t->cap = cap;
     }
     char **row = t->cells + t->nrows * (size_t)t->ncols;
-    for (int i = 0; i < t->ncols; i++) {
-        row[i] = strdup(cells[i] ? cells[i] : "-");
+    for (int i = 0; i < t->ncols; i++) { /* (no cell writes escapes on the terminal) */
+        const char *cell = cells[i] ? cells[i] : "-";
+        row[i] = cli_escape(cell, strlen(cell));
         if (!row[i]) {
             while (i-- > 0)
                 free(row[i]);
@@ -303,7 +334,10 @@ void cli_table_print(const cli_table_t *t, FILE *out)
 
 void cli_field(int width, const char *name, const char *value)
 {
-    printf("%-*s %s\n", width, name, value && *value ? value : "-");
+    const char *v = value && *value ? value : "-";
+    printf("%-*s ", width, name);
+    cli_put_text(stdout, v, strlen(v));
+    putchar('\n');
 }
 
 void cli_field_json(int width, const json_t *obj, const char *key, const char *name)
