@@ -95,7 +95,11 @@ int br_array_parse(const char *text, br_array_t *a, br_err_t *err)
             return br_errf(err, EINVAL,
                            "%%0: at most 0 running at once would run nothing "
                            "(N is at least 1)");
-        a->max = m == -2 || m > BR_ARRAY_MAX_TASKS ? BR_ARRAY_MAX_TASKS : (int)m;
+        if (m == -2 || m > BR_ARRAY_MAX_TASKS)
+            return br_errf(err, ERANGE,
+                           "%%N: N is 1 to %d (the most tasks in one array), got '%.*s'",
+                           BR_ARRAY_MAX_TASKS, SHOW, text);
+        a->max = (int)m;
     }
     if (*p)
         return bad_form(text, err);

@@ -311,6 +311,11 @@ static int get_size(const sect_t *s, const char *key, uint64_t *out)
     br_err_t perr = {0};
     if (br_parse_size(n->text, out, &perr) < 0 && strstr(perr.text, "too large"))
         *out = MAX_BYTES + 1;
+    else if (perr.errnum && strstr(perr.text, "less than a byte")) /* 0.5: no size */
+        return spec_fail_at(s->err, n->line,
+                            "%s: size '%s' is less than a byte (give whole bytes or a "
+                            "unit, e.g. 512MiB)",
+                            field(s, key, f), spec_show(n->text, b));
     else if (perr.errnum)
         return spec_fail_at(s->err, n->line,
                             "%s: bad size '%s' (use e.g. 512MiB, 24GiB)",

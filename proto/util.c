@@ -82,6 +82,8 @@ int br_parse_size(const char *s, uint64_t *bytes, br_err_t *err)
                                    "bad size '%s': too large (less than 8EiB, 2^63 "
                                    "bytes)",
                                    s);
+                if (r > 0 && r < 1) /* (llround would make 0.5 one byte, 0.4 none) */
+                    return br_errf(err, EINVAL, "bad size '%s': less than a byte", s);
                 *bytes = (uint64_t)llround(r);
                 return 0;
             }

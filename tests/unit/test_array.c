@@ -71,6 +71,8 @@ static void test_bad(void **state)
         {"0-999999", "more than 10000"},
         {"0-1000000", "at most 999999"},
         {"99999999999999999999", "at most 999999"},
+        {"0-9%99999999999999999999", "N is 1 to 10000"},
+        {"0-9%10001", "N is 1 to 10000"},
         {"5,3", "must rise"},
         {"0-5,5-9", "must rise"},
         {"1,", "expected a range"},
