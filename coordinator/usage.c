@@ -308,8 +308,18 @@ int br_usage_admit(br_usage_t *u, br_jobtab_t *jobs, int64_t owner, const json_t
                                     "it could never start", gpus, x->lim.max_gpus);
     if (x->lim.max_pending >= 0) {
         int pending = 0;
+        /* an array adds a pending job per task */
+        json_int_t adding = json_integer_value(
+            json_object_get(json_object_get(spec, "array"), "count"));
+        if (adding < 1)
+            adding = 1;
         for (br_job_t *job = br_jobtab_first(jobs); job; job = job->next)
             pending += job->owner_id == owner && job->state == BR_JOB_PENDING;
+        if (adding > 1 && pending + adding > x->lim.max_pending)
+            return br_errf(err, EDQUOT, "the array adds %lld pending jobs to your %d, over "
+                                        "your limit max-pending %d: submit fewer tasks, or "
+                                        "wait for some to start",
+                           (long long)adding, pending, x->lim.max_pending);
         if (pending >= x->lim.max_pending)
             return br_errf(err, EDQUOT, "you have %d jobs pending, your limit max-pending is "
                                         "%d: wait for some to start or cancel some",

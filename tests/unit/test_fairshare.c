@@ -294,6 +294,17 @@ static void test_limits_hold_back_and_refuse(void **state)
     assert_int_equal(br_usage_admit(w->usage, w->jobs, w->ids[0], spec, &err), 0);
     assert_int_equal(br_usage_admit(w->usage, w->jobs, w->ids[3], spec, &err), 0);
     json_decref(spec);
+
+    /* an array counts a pending job per task: 10 tasks over a max-pending of 9 */
+    set_limits(w, "cat", "{\"max_pending\": 9}");
+    spec = json_pack("{s:i, s:{s:i}, s:{s:s, s:i, s:i}}", "priority", 0, "resources", "nodes",
+                     1, "array", "range", "0-9", "count", 10, "max", 0);
+    assert_int_equal(br_usage_admit(w->usage, w->jobs, w->ids[3], spec, &err), -1);
+    assert_non_null(strstr(err.text, "the array adds 10 pending jobs to your 0, over your "
+                                     "limit max-pending 9"));
+    json_object_set_new(json_object_get(spec, "array"), "count", json_integer(9));
+    assert_int_equal(br_usage_admit(w->usage, w->jobs, w->ids[3], spec, &err), 0);
+    json_decref(spec);
 }
 
 /* The planner with the ledger: two GPUs free at once go to two users who wait,
