@@ -379,3 +379,63 @@ def test_many_connections_churn(loaded):
     finally:
         raw.close()
     assert_intact(loaded)
+
+
+# ---- loose bodies and what reaches a terminal
+
+
+def test_loose_bodies_are_refused_naming_the_field(loaded):
+    """PROTOCOL.md says bodies are strict: each of these is refused with the field
+    it got wrong, and nothing is stored or run."""
+    c = loaded
+    raw = c.raw_client()
+    try:
+        _, body, _ = raw.request("ping", {"x": 1})
+        assert body.get("errnum") == errno.EPROTO and "ping" in body["error"], body
+        _, body, _ = raw.request("job.submit", {"spec": "name: loose\ncommand: 'true'\n",
+                                                "sets": "x"})
+        assert body.get("errnum") == errno.EPROTO and "'sets'" in body["error"], body
+        for limit in (-1, 2 ** 62):
+            _, body, _ = raw.request("event.list", {"after": 0, "job": 0, "limit": limit})
+            assert body.get("errnum") == errno.EINVAL and "limit" in body["error"], body
+        _, body, _ = raw.request("event.list", {"after": 0, "job": 99999, "limit": 10})
+        assert body.get("errnum") == errno.ENOENT and "no job 99999" in body["error"], body
+        _, body, _ = raw.request("ping")
+        assert body.get("principal") == "admin", body
+    finally:
+        raw.close()
+    assert not any(j["name"] == "loose" for j in c.jobs())
+    rc, out, err = c.cli("events", "--job", 99999, check=False)
+    assert rc == 1 and "no job 99999" in err, (rc, out, err)
+    assert_intact(c)
+
+
+def test_job_fields_reach_the_terminal_escaped(loaded):
+    """A command holding terminal escapes is shown with them spelled out, so that a
+    user cannot write escape sequences onto the admin's terminal."""
+    c = loaded
+    spec = c.write_spec('name: colours\ncommand: "printf \\"\\\\033[31m\\"; echo \\x1b[2Jred"\n')
+    jid = c.cli_json("submit", spec)["id"]
+    c.wait_job(jid)
+    rc, out, err = c.cli("job", "show", jid)
+    assert rc == 0, (rc, out, err)
+    assert "\x1b" not in out, repr(out)
+    assert "\\x1b[2Jred" in out, out
+    rc, out, err = c.cli("jobs")
+    assert "\x1b" not in out, repr(out)
+    assert_intact(c)
+
+
+def test_cli_words_for_bad_flags(loaded):
+    c = loaded
+    rc, out, err = c.cli("--timeout", "0", "nodes", check=False)
+    assert rc == 2 and "--timeout 0" in err and "more than 0" in err, (rc, out, err)
+    rc, out, err = c.cli("node", "rotate-key", "ghost", check=False)
+    assert rc == 1 and err.count("ghost") == 1, (rc, out, err)
+    # an array of N% more than an array can hold is refused, not clamped
+    spec = c.write_spec("name: many\ncommand: 'true'\narray: \"0-9%99999999999999999999\"\n")
+    rc, out, err = c.cli("submit", spec, check=False)
+    assert rc == 1 and "N is 1 to 10000" in err, (rc, out, err)
+    spec = c.write_spec("name: half\ncommand: 'true'\nresources: {gpus: 1, vram: 0.5}\n")
+    rc, out, err = c.cli("submit", spec, check=False)
+    assert rc == 1 and "less than a byte" in err, (rc, out, err)

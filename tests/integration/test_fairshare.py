@@ -121,6 +121,11 @@ def test_limits_refuse_or_hold_back_and_say_which(make_cluster):
     c.wait_job(second, "completed")
     wait_for(lambda: "max-gpus 1 (1 held, this job needs 1)" in (c.job(third)["reason"] or ""),
              what="the GPU job to wait on max-gpus")
+    # the gpu-hours-week check below sets a limit of 0.0001 GPU-hours (0.36 s):
+    # quinn's first job holds its GPU until it has used more than that, also on a
+    # machine fast enough to get here sooner
+    wait_for(lambda: c.job(first)["usage"]["gpu_hours"] > 0.0002,
+             what="quinn's first job to use more than 0.0002 GPU-hours")
     gate.touch()
     c.wait_job(third, "completed")
     job = c.wait_job(first, "completed")

@@ -183,6 +183,15 @@ def test_metrics_token_promtool_and_prometheus(make_cluster, prometheus):
         'bramble_http_unauthorized_total{reason="unknown_token"}': 2,
         'bramble_http_unauthorized_total{reason="not_bearer"}': 1,
     }, "the page to count the cluster and the refused requests")
+
+    def heartbeat_measured():
+        # a round trip is reported with the heartbeat after an answered one: on a
+        # fast machine the page above can come before the first such report
+        _, _, body = get(port, token=token)
+        return body if samples(body).get("bramble_heartbeat_rtt_seconds_count", 0) > 0 \
+            else None
+
+    page = wait_for(heartbeat_measured, what="a heartbeat round trip on the page")
     s = samples(page)
     assert s["bramble_heartbeat_rtt_seconds_count"] > 0, page
     assert s["bramble_heartbeat_handling_seconds_count"] > 0, page
