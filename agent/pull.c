@@ -42,6 +42,10 @@
 #define BUSY_WAIT_MS 250 /* a busy holder is asked again after this */
 #define BUSY_MAX 1200    /* ... this many times for one file (5 minutes), at most */
 #define HASH_LEN crypto_generichash_BYTES
+/* The coordinator sends the holder its grant and this node its order at once, on
+ * two links: a holder that refuses our key this soon after we first connected may
+ * not have the grant yet, and libzmq connects again on its own. */
+#define GRANT_WAIT_MS 1000
 #define MON_EVENTS                                              \
     (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | \
      ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
@@ -56,6 +60,7 @@ typedef struct {
     char stage_path[PATH_MAX], tmp_path[PATH_MAX];
     uint32_t seq;
     int64_t written, stall_ms;
+    int64_t connected_ms; /* monotonic ms of the first connect (0: none yet) */
     int listing; /* fetching the manifest's whole listing: not the checkpoint's bytes */
     unsigned char *buf;
     br_pull_stats_t st;
@@ -320,6 +325,8 @@ static int connect_holder(pull_t *p)
     if (!p->sock)
         return -1;
     p->mon = br_sock_monitor_events(p->ctx, p->sock, MON_EVENTS);
+    if (!p->connected_ms)
+        p->connected_ms = br_mono_ms();
     /* a send never blocks: with the link down libzmq may have no pipe to queue a
      * request in, and a send that waits for one would hold this thread (and whoever
      * joins it: the agent stopping) for as long as the holder is out of reach */
@@ -439,8 +446,11 @@ static int fetch(pull_t *p, const char *path, const char *hex, json_int_t size, 
         if (rc == 0 && zmq_poll(it, p->mon ? 2 : 1, 100) < 0 && errno != EINTR)
             rc = br_errf(p->err, errno, "poll: %s", zmq_strerror(errno));
         int ev = rc == 0 ? br_sock_monitor_take(p->mon) : 0;
-        if (ev &
-            (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL))
+        /* refused in the first second: the grant may be on its way (see there) */
+        int early = (ev & ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) &&
+                    br_mono_ms() - p->connected_ms < GRANT_WAIT_MS;
+        if ((ev & ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) ||
+            ((ev & ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) && !early))
             rc = br_errf(p->err, EACCES, "%s refused this node's key (no grant?)",
                          p->r->peer_name ? p->r->peer_name : p->r->endpoint);
         int busy = 0;
@@ -459,13 +469,13 @@ static int fetch(pull_t *p, const char *path, const char *hex, json_int_t size, 
             close(fd);
             return -1;
         }
-        if (busy) /* come back a little later, asking afresh from what we hold */
-            for (int ms = 0; ms < BUSY_WAIT_MS && !cancelled(p); ms += 10)
+        if (busy || early) /* come back a little later, asking afresh from what we hold */
+            for (int ms = 0; ms < (busy ? BUSY_WAIT_MS : 50) && !cancelled(p); ms += 10)
                 usleep(10000);
-        if (busy || (ev & ZMQ_EVENT_DISCONNECTED) ||
+        if (busy || early || (ev & ZMQ_EVENT_DISCONNECTED) ||
             br_mono_ms() - last > SILENT_TIMES * p->stall_ms) {
             /* a dropped or silent link: a fresh connection, asking from what we hold */
-            if (!busy && ++tries > BR_PULL_RETRIES) {
+            if (!busy && !early && ++tries > BR_PULL_RETRIES) {
                 close(fd);
                 return br_errf(p->err, ETIMEDOUT, "%s does not answer",
                                p->r->peer_name ? p->r->peer_name : p->r->endpoint);
@@ -475,7 +485,7 @@ static int fetch(pull_t *p, const char *path, const char *hex, json_int_t size, 
                 close(fd);
                 return -1;
             }
-            p->st.resumes += !busy;
+            p->st.resumes += !busy && !early;
             asked = got;
             inflight = 0;
             first_seq = p->seq + 1;

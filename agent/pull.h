@@ -48,6 +48,9 @@ typedef struct {
     int64_t stall_ms; /* 0: BR_PULL_STALL_MS */
     int urgent;       /* br_puller_submit: before the pulls waiting (a restore:
                          a job waits for it) */
+    int64_t group, order; /* br_puller_submit: a pull that is not urgent supersedes
+                             those of its group (> 0) waiting with a lower order (a
+                             replica: the job, and its checkpoint's step) */
     json_t *tag;      /* handed back with the result (a reference is taken) */
     _Atomic long long *progress; /* NULL, or bytes done so far (received, or found
                                     here by hash), added to as the pull goes */

@@ -161,6 +161,30 @@ static const char *keep(job_t *j, int i, const char *s, int *bad)
     return j->strs[i];
 }
 
+/* Under pl->w.mu: end the waiting pulls that j supersedes (see br_puller_submit). */
+static void supersede(br_puller_t *pl, const job_t *j)
+{
+    if (j->r.urgent || j->r.group <= 0)
+        return;
+    int ended = 0;
+    for (job_t **at = &pl->todo; *at;) {
+        job_t *o = *at;
+        if (o->r.urgent || o->r.group != j->r.group || o->r.order >= j->r.order) {
+            at = &o->next;
+            continue;
+        }
+        *at = o->next;
+        pl->ntodo--;
+        br_errf(&o->err, ECANCELED, "superseded: a newer checkpoint (step %lld) is to be "
+                                    "pulled instead, and was queued before this began",
+                (long long)j->r.order);
+        append(&pl->done, o);
+        ended++;
+    }
+    if (ended)
+        br_worker_post(&pl->w);
+}
+
 int br_puller_submit(br_puller_t *pl, const br_pull_req_t *r, br_err_t *err)
 {
     job_t *j = calloc(1, sizeof(*j));
@@ -199,6 +223,7 @@ int br_puller_submit(br_puller_t *pl, const br_pull_req_t *r, br_err_t *err)
         }
         pthread_cond_signal(&pl->w.cv);
     } else if (!full) {
+        supersede(pl, j);
         append(&pl->todo, j);
         pl->ntodo++;
         pthread_cond_signal(&pl->w.cv);

@@ -1,5 +1,5 @@
 /* puller.h - pulls (pull.h) run one at a time, oldest first (a restore ahead of
- * replicas), on a thread of their own with their own ZeroMQ context, so the
+ * replicas, an older checkpoint's left out once a newer one of its job waits), on a thread of their own with their own ZeroMQ context, so the
  * agent's loop never waits for one: it polls br_puller_fd and takes what is
  * finished. A restore stops a replica's pull in progress (which may be stuck on
  * a holder that died), and that pull waits again, first of the replicas. */
@@ -22,7 +22,10 @@ void br_puller_destroy(br_puller_t **p);
 
 /* Readable (an eventfd) when a result can be taken. */
 int br_puller_fd(const br_puller_t *p);
-/* Queue a pull (everything in r is copied). -1 with err when BR_PULL_QUEUE wait. */
+/* Queue a pull (everything in r is copied). -1 with err when BR_PULL_QUEUE wait.
+ * The waiting pulls it supersedes (r->group, r->order: an older checkpoint of the
+ * same job, whose copy is no use once a newer one is counted) end at once, with
+ * ECANCELED and "superseded" in their error. */
 int br_puller_submit(br_puller_t *p, const br_pull_req_t *r, br_err_t *err);
 /* Take one finished pull, oldest first: 1 with *tag and *result (the caller's), or
  * *result NULL and err saying why it failed; 0 when none is finished. */

@@ -359,6 +359,10 @@ int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err)
         q.as_user = 1;
         q.urgent = 1; /* a job waits for it */
     }
+    if (!restore) { /* a newer checkpoint's copy leaves out the older ones waiting */
+        q.group = job;
+        q.order = step;
+    }
     q.tag = json_pack("{s:I, s:I, s:s, s:s, s:b}", "job", job, "step", step, "hash",
                       json_string_value(json_object_get(manifest, "hash")), "path",
                       path, "restore", restore);

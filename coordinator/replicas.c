@@ -142,7 +142,10 @@ json_t *br_replicas_fetch_order(const br_replica_ckpt_t *k, const char *grant,
 
 /* --- the module ----------------------------------------------------------------- */
 
-#define FETCH_DELAY_MS 1000           /* a grant reaches its holder before the pull */
+/* How long a pull's order waits after its grant went to the holder: none, since
+ * the puller takes a refusal in its first seconds for a grant still on its way
+ * (agent/pull.c), so that copying starts as soon as a checkpoint is counted. */
+#define FETCH_DELAY_MS 0
 #define RESTORE_SILENT_MS (10 * 60000) /* a restore with no word for this long failed */
 #define REPAIR_BITE 32   /* jobs the repair after a start looks at per tick */
 #define EXPIRE_MS 60000  /* expired replicas are looked for this often at most */
@@ -294,7 +297,9 @@ static json_t *order_pull(br_coord_t *c, br_replicas_t *r, const br_replica_ckpt
                           "path", k->path, "holder", holder->name, "target", target->name,
                           "store", from_store, "at", (json_int_t)now, "bytes",
                           json_integer_value(json_object_get(k->manifest, "bytes")));
-    if (holder == target) { /* the same connection keeps them in order */
+    if (holder == target || r->fetch_delay_ms <= 0) {
+        /* the same connection keeps them in order, or the puller waits a little
+         * for its grant */
         br_coord_send_node(c, target, "ckpt.fetch", fetch);
     } else { /* the grant must be there when the puller knocks */
         json_object_set_new(e, "fetch", fetch);
@@ -854,6 +859,14 @@ static void replica_failed(br_coord_t *c, br_replicas_t *r, const json_t *pull,
     int tries = json_is_integer(tries_v) ? (int)json_integer_value(tries_v) : 1;
     int elsewhere = errnum == ENOSPC || errnum == EDQUOT || errnum == EFBIG ||
                     errnum == TARGET_GONE;
+    if (errnum == ECANCELED && error && strstr(error, "superseded")) {
+        /* its puller left it out for a newer checkpoint's copy (agent/puller.h) */
+        br_coord_event(c, id, tname, "replica",
+                       "replica of checkpoint %s (step %lld) skipped on %s: a newer "
+                       "checkpoint's copy was queued there before it began",
+                       path, (long long)step, tname);
+        return;
+    }
     json_t *tried = json_deep_copy(json_object_get(pull, "tried"));
     if (!tried)
         tried = json_array();

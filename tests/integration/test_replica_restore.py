@@ -11,6 +11,7 @@ Needs root (mount namespaces and bind mounts).
 """
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -202,3 +203,41 @@ def test_corrupt_replica_falls_back_to_previous_checkpoint(make_cluster, tmp_pat
         if ref.poll() is None:
             ref.kill()
             ref.wait()
+
+
+def test_fast_writer_resumes_from_a_checkpoint_counted_a_second_before(make_cluster,
+                                                                      tmp_path):
+    """Replicas keep up with a job that checkpoints every 0.3 s: each counted
+    checkpoint is copied at once (no wait for a tick), older copies still waiting are
+    left out for the newer one, so the writer killed 1 s after a checkpoint was
+    counted resumes from that checkpoint or a newer one, never an older one."""
+    steps, every, step_time = 200, 3, 0.1
+    args = ["--steps", str(steps), "--every", str(every), "--step-time", str(step_time)]
+    c, names, ckpt, disk = two_private_nodes(make_cluster, tmp_path)
+    jid = submit_training(c, ckpt, args)
+    j = c.wait_job(jid, "running")
+    victim = j["nodes"][0]
+    survivor = other(names, victim)
+    wait_for(lambda: time.monotonic() - c.coordinator_started > 2 * NT_S + 0.5,
+             what="the coordinator's start-up grace to pass")
+    wait_for(lambda: (steps_of(c.job(jid), 1) or [0])[-1] >= 10 * every, 60,
+             "attempt 1 to report ten checkpoints")
+    counted = steps_of(c.job(jid), 1)[-1]
+    seen = time.monotonic()
+    # the writer goes on checkpointing meanwhile; its node dies a second later
+    time.sleep(max(0.0, seen + 1.0 - time.monotonic()))
+    c.kill_node(victim)
+    j = wait_attempt_running(c, jid, 2, timeout=DEADLINE)
+    assert j["nodes"] == [survivor], brief(j)
+    log = c.wait_logs(jid, "attempt 2 on")
+    m = re.search(rf"attempt 2 on {survivor}: resumed from step (\d+)", log)
+    assert m, log + "\n" + events_text(c.job(jid))
+    resumed = int(m.group(1))
+    assert resumed >= counted, (resumed, counted, events_text(c.job(jid)))
+    skipped = [e for e in c.job(jid)["events"] if "skipped on" in (e["reason"] or "")]
+    print(f"\nkilled 1 s after step {counted} was counted; resumed from step {resumed}; "
+          f"{len(skipped)} older copies left out for newer ones")
+    j = c.wait_job(jid, timeout=120)
+    assert (j["state"], j["attempt"]) == ("completed", 2), brief(j)
+    assert not any("no longer runs it" in (e["reason"] or "") for e in j["events"]), \
+        events_text(j)

@@ -582,15 +582,128 @@ static void test_unknown_key(void **state)
     br_pull_req_t r = req(f, dest, f->m);
     r.public_key = pub;
     r.secret_key = sec;
+    r.stall_ms = 20000;
     int64_t t0 = br_mono_ms();
     assert_null(pull(f, &r, NULL, &err));
     assert_int_equal(err.errnum, EACCES);
-    assert_true(br_mono_ms() - t0 < 1500); /* refused, not timed out */
+    /* refused once the wait for a grant on its way (1 s) is over, not timed out */
+    assert_true(br_mono_ms() - t0 < 10000);
     br_holder_stats_t hs;
     br_holder_stats(f->h, &hs);
     assert_true(hs.zap_refused >= 1);
     assert_int_equal(hs.bytes_sent, 0);
     assert_false(exists("%s", dest));
+}
+
+/* The coordinator sends the holder its grant and the puller its order at once:
+ * a puller that knocks before the grant arrived is refused, and gets in once it
+ * is there (within its first second). */
+static void test_grant_on_its_way(void **state)
+{
+    fix_t *f = *state;
+    char dest[PATH_MAX];
+    br_err_t err;
+    br_puller_t *pl = br_puller_new(&err);
+    assert_non_null(pl);
+    snprintf(dest, sizeof(dest), "%s/restore/late", f->root);
+    char pub[41], sec[41];
+    assert_int_equal(br_keypair(pub, sec, &err), 0);
+    br_pull_req_t r = req(f, dest, f->m);
+    r.public_key = pub;
+    r.secret_key = sec;
+    r.grant = "g-late";
+    r.tag = json_string("late");
+    assert_int_equal(br_puller_submit(pl, &r, &err), 0);
+    json_decref(r.tag);
+    /* refused first: no grant names its key yet */
+    br_holder_stats_t hs = {0};
+    int64_t deadline = br_mono_ms() + 10000;
+    while (br_mono_ms() < deadline) {
+        br_holder_stats(f->h, &hs);
+        if (hs.zap_refused >= 1)
+            break;
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    assert_true(hs.zap_refused >= 1);
+    br_grant_t g = {.id = "g-late", .peer_key = pub, .peer_name = "node-b", .dir = f->dir,
+                    .path = f->src, .manifest = f->m, .ttl_ms = 60000};
+    assert_int_equal(br_holder_grant(f->h, &g, &err), 0);
+    json_t *tag = NULL, *res = NULL;
+    int got;
+    while ((got = br_puller_take(pl, &tag, &res, &err)) == 0) {
+        struct pollfd p = {br_puller_fd(pl), POLLIN, 0};
+        assert_int_equal(poll(&p, 1, 30000), 1);
+    }
+    if (!res)
+        fail_msg("the pull failed: %s", err.text);
+    json_decref(tag);
+    json_decref(res);
+    same_as(dest, f->m);
+    br_puller_destroy(&pl);
+}
+
+/* A replica's pull waiting in the queue is left out once a newer checkpoint of the
+ * same job is queued (it would be dropped as soon as it is there); the one in
+ * progress, and other jobs' pulls, are not. */
+static void test_superseded(void **state)
+{
+    fix_t *f = *state;
+    br_err_t err;
+    br_puller_t *pl = br_puller_new(&err);
+    assert_non_null(pl);
+    /* the first pull stays in progress: its holder never answers */
+    int port;
+    int lfd = listen_any(&port);
+    char ep[64], dest[5][PATH_MAX];
+    snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", port);
+    static const struct {
+        const char *name;
+        int64_t group, order;
+    } pulls[] = {{"running", 7, 1}, {"older", 7, 5}, {"other-job", 8, 2},
+                 {"newest", 7, 9}};
+    for (int i = 0; i < 4; i++) {
+        snprintf(dest[i], sizeof(dest[i]), "%s/restore/%s", f->root, pulls[i].name);
+        br_pull_req_t r = req(f, dest[i], f->m);
+        if (i == 0)
+            r.endpoint = ep;
+        r.stall_ms = 60000;
+        r.group = pulls[i].group;
+        r.order = pulls[i].order;
+        r.tag = json_string(pulls[i].name);
+        assert_int_equal(br_puller_submit(pl, &r, &err), 0);
+        json_decref(r.tag);
+        if (i == 0) { /* in progress before the others come */
+            long long done;
+            json_t *cur = NULL;
+            for (int k = 0; k < 5000 && !(cur = br_puller_progress(pl, &done)); k++) {
+                struct timespec ts = {0, 2000000};
+                nanosleep(&ts, NULL);
+            }
+            assert_non_null(cur);
+            json_decref(cur);
+        }
+    }
+    /* "older" ends at once, superseded by "newest"; nothing else has ended */
+    json_t *tag = NULL, *res = NULL;
+    int got;
+    while ((got = br_puller_take(pl, &tag, &res, &err)) == 0) {
+        struct pollfd p = {br_puller_fd(pl), POLLIN, 0};
+        assert_int_equal(poll(&p, 1, 30000), 1);
+    }
+    assert_string_equal(json_string_value(tag), "older");
+    assert_null(res);
+    assert_int_equal(err.errnum, ECANCELED);
+    assert_non_null(strstr(err.text, "superseded"));
+    assert_non_null(strstr(err.text, "step 9"));
+    json_decref(tag);
+    assert_int_equal(br_puller_take(pl, &tag, &res, &err), 0);
+    long long done;
+    json_t *cur = br_puller_progress(pl, &done);
+    assert_string_equal(json_string_value(cur), "running");
+    json_decref(cur);
+    br_puller_destroy(&pl); /* (stops the one in progress, drops the rest) */
+    close(lfd);
 }
 
 /* A renewal without the manifest read again: only of a grant held, unlapsed, for
@@ -913,6 +1026,8 @@ int main(void)
         T(test_bad_paths),
         T(test_symlink_swapped_in),
         T(test_unknown_key),
+        T(test_grant_on_its_way),
+        T(test_superseded),
         T(test_expired_grant),
         T(test_renew),
         T(test_full_disk),
