@@ -150,15 +150,11 @@ static void cut_timeout(cli_t *cli, int saved)
     }
 }
 
-enum { WAIT_END, WAIT_START, WAIT_GONE };
-
-/* Fetch job id until it has ended (WAIT_START: left pending), saying why it is
- * pending and giving up at the deadline. CLI_OK / CLI_FAIL (WAIT_END: CLI_OK only
- * when it completed; WAIT_GONE: CLI_OK however it ended, *final its row then when
- * final is given); -1 with WAIT_START when the job has started (or ended). */
-static int wait_loop(cli_t *cli, int64_t id, int mode, json_t **final)
+/* Fetch job id until it has ended (or, with until_started, left pending), saying
+ * why it is pending and giving up at the deadline. CLI_OK / CLI_FAIL; -1 with
+ * until_started when the job has started (or ended). */
+static int wait_loop(cli_t *cli, int64_t id, int until_started)
 {
-    int until_started = mode == WAIT_START;
     int64_t silent_since = 0;
     int saved = cli->timeout_ms;
     char last[BR_ERR_TEXT + 64] = "";
@@ -180,11 +176,8 @@ static int wait_loop(cli_t *cli, int64_t id, int mode, json_t **final)
         const char *state = json_string_value(json_object_get(job, "state"));
         note_pending(cli, id, job, last, sizeof(last));
         int rc = until_started && state && strcmp(state, "pending") != 0 ? -1
-                 : is_ended(state) && mode == WAIT_GONE                ? CLI_OK
                  : is_ended(state)                                    ? job_outcome(cli, id, job)
                                                                       : -2;
-        if (rc == CLI_OK && final)
-            *final = json_incref(job);
         br_msg_destroy(&m);
         if (rc != -2)
             return rc;
@@ -195,7 +188,7 @@ static int wait_loop(cli_t *cli, int64_t id, int mode, json_t **final)
 
 int cli_wait_job(cli_t *cli, int64_t id)
 {
-    return wait_loop(cli, id, WAIT_END, NULL);
+    return wait_loop(cli, id, 0);
 }
 
 /* ---- submit */
@@ -409,7 +402,7 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
     }
     if (o.follow) {
         /* say why it waits until it starts, then show what it prints */
-        rc = wait_loop(cli, id, WAIT_START, NULL);
+        rc = wait_loop(cli, id, 1);
         if (rc >= 0)
             return rc;
         if (cli_stream_logs(cli, id, -1, 1, NULL) != CLI_OK)
@@ -928,11 +921,30 @@ static int active_named(cli_t *cli, const char *name, int64_t *id)
                                      name);
 }
 
+/* Ask for job id until it has ended (a task of an array in its grace: many such
+ * are waited for one after another, without a watch each). */
+static int wait_ended(cli_t *cli, int64_t id, json_t **final)
+{
+    for (;;) {
+        json_t *r = cli_call(cli, "job.show", json_pack("{s:I}", "id", (json_int_t)id));
+        if (!r)
+            return CLI_FAIL;
+        json_t *job = json_object_get(r, "job");
+        int ended = is_ended(json_string_value(json_object_get(job, "state")));
+        if (ended && final)
+            *final = json_incref(job);
+        json_decref(r);
+        if (ended)
+            return CLI_OK;
+        cli_sleep_ms(WAIT_POLL_MS);
+    }
+}
+
 /* A job whose cancel began its grace: wait for its end, and print it. */
 static int cancel_wait(cli_t *cli, int64_t id, const char *label)
 {
     json_t *job = NULL;
-    int rc = wait_loop(cli, id, WAIT_GONE, &job);
+    int rc = wait_ended(cli, id, &job);
     if (rc == CLI_OK) { /* how it ended on stderr; stdout says the state alone */
         char state[32], why[BR_ERR_TEXT + 64];
         cli_fmt_value(json_object_get(job, "state"), state, sizeof(state));
@@ -969,7 +981,7 @@ static int cancel_one(cli_t *cli, const cancel_opts_t *o, int64_t id, int index)
                          "end (--now kills at once)",
                     (long long)id, left, left == 1 ? "" : "s");
         json_array_foreach(stopping, k, v) {
-            if (o->wait && wait_loop(cli, json_integer_value(v), WAIT_GONE, NULL) != CLI_OK)
+            if (o->wait && wait_ended(cli, json_integer_value(v), NULL) != CLI_OK)
                 rc = CLI_FAIL;
         }
         printf("array %lld: %lld task%s cancelled\n", (long long)id, (long long)n,
