@@ -46,12 +46,13 @@ def main():
     ap.add_argument("--every", type=int, default=50)
     ap.add_argument("--work", type=int, default=2000000)
     ap.add_argument("--mib", type=int, default=128)
+    ap.add_argument("--kib", type=int, default=0, help="the size in KiB instead")
     ap.add_argument("--files", type=int, default=4)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     ckpt_dir = os.environ.get("BRAMBLE_CHECKPOINT_DIR") or "./ckpt"
     os.makedirs(ckpt_dir, exist_ok=True)
-    per = (args.mib << 20) // args.files
+    per = ((args.kib << 10) if args.kib else (args.mib << 20)) // args.files
     blobs = [bytearray(os.urandom(per)) for _ in range(args.files)]
     with open(args.out, "w") as out:
         for step in range(1, args.steps + 1):
