@@ -458,6 +458,9 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
         goto fail;
     }
     json_object_set_new(a->inventory, "gpu_source", json_string(br_gpus_source(a->gpus)));
+    const char *refuses = br_settings_refuses_all(s);
+    if (refuses) /* the coordinator places nothing here, and says why */
+        json_object_set_new(a->inventory, "refuses", json_string(refuses));
     json_object_set_new(a->inventory, "gpu_driver",
                         json_string(br_gpus_driver_version(a->gpus)));
     json_object_set_new(a->inventory, "cuda_version",

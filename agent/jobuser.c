@@ -150,6 +150,10 @@ int br_jobusers_resolve(const br_jobusers_t *u, int64_t owner_id, const char *un
     return 0;
 }
 
+#define REFUSES_ALL                                                                     \
+    "running as root without --job-uids or --job-user: every job is refused rather "      \
+    "than run as root (give --job-uids FIRST-LAST, --job-user USER or --allow-root-jobs)"
+
 const char *br_jobusers_warning(const br_jobusers_t *u)
 {
     if (u->agent_uid != 0 || u->allow_root)
@@ -161,7 +165,11 @@ const char *br_jobusers_warning(const br_jobusers_t *u)
     if (u->last)
         return "jobs without an owner from the coordinator would run as root and are "
                "refused (give --job-user too, or --allow-root-jobs)";
-    return "running as root without --job-uids or --job-user: every job is refused "
-           "rather than run as root (give --job-uids FIRST-LAST, --job-user USER or "
-           "--allow-root-jobs)";
+    return REFUSES_ALL;
+}
+
+const char *br_jobusers_refuses_all(const br_jobusers_t *u)
+{
+    const char *w = br_jobusers_warning(u);
+    return w && strcmp(w, REFUSES_ALL) == 0 ? w : NULL;
 }

@@ -50,6 +50,9 @@ int br_jobusers_resolve(const br_jobusers_t *u, int64_t owner_id, const char *un
 /* A warning for the agent's start, or NULL: a root agent with no way to run jobs
  * as anyone but root. */
 const char *br_jobusers_warning(const br_jobusers_t *u);
+/* That warning when it means that this agent refuses every job, or NULL: the
+ * coordinator is told, so that it places nothing here and says why. */
+const char *br_jobusers_refuses_all(const br_jobusers_t *u);
 
 /* Parse "FIRST-LAST" (1 <= FIRST <= LAST < 2^31). */
 int br_jobusers_parse_range(const char *text, uint32_t *first, uint32_t *last,

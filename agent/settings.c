@@ -113,7 +113,8 @@ int br_settings_job_uids(br_settings_t *s, const char *text, br_err_t *err)
     return br_jobusers_parse_range(text, &s->job_uid_first, &s->job_uid_last, err);
 }
 
-void br_settings_warn(const br_settings_t *s)
+/* The settings' job users (jobuser.h), or NULL when out of memory. */
+static br_jobusers_t *job_users(const br_settings_t *s)
 {
     br_jobusers_opts_t o = {.job_user = s->job_user,
                             .first = s->job_uid_first,
@@ -121,11 +122,24 @@ void br_settings_warn(const br_settings_t *s)
                             .allow_root = s->allow_root_jobs,
                             .data_dir = s->data_dir,
                             .agent_uid = geteuid()};
-    br_jobusers_t *u = br_jobusers_new(&o, NULL);
+    return br_jobusers_new(&o, NULL);
+}
+
+void br_settings_warn(const br_settings_t *s)
+{
+    br_jobusers_t *u = job_users(s);
     const char *warning = u ? br_jobusers_warning(u) : NULL;
     if (warning)
         fprintf(stderr, "bramble-agent: warning: %s\n", warning);
     br_jobusers_destroy(&u);
+}
+
+const char *br_settings_refuses_all(const br_settings_t *s)
+{
+    br_jobusers_t *u = job_users(s);
+    const char *why = u ? br_jobusers_refuses_all(u) : NULL; /* (static text) */
+    br_jobusers_destroy(&u);
+    return why;
 }
 
 void br_settings_free(br_settings_t *s)

@@ -75,6 +75,9 @@ int br_settings_job_uids(br_settings_t *s, const char *text, br_err_t *err);
 
 /* Say on stderr when the job user settings leave jobs nobody but root to run as. */
 void br_settings_warn(const br_settings_t *s);
+/* Why these settings refuse every job (a root agent with no one else to run them
+ * as), or NULL: sent in the hello's inventory as "refuses". */
+const char *br_settings_refuses_all(const br_settings_t *s);
 
 /* Parse --label k=v into s->labels. */
 int br_settings_add_label(br_settings_t *s, const char *kv, br_err_t *err);

@@ -184,6 +184,8 @@ static void node_row(cli_table_t *t, const json_t *node)
     char jobs[256], seen[32], cost[32];
     cli_fmt_value(json_object_get(node, "name"), name, sizeof(name));
     cli_fmt_value(json_object_get(node, "state"), state, sizeof(state));
+    if (json_is_string(json_object_get(node, "refuses")) && strcmp(state, "ready") == 0)
+        snprintf(state, sizeof(state), "refusing"); /* node show says why */
     cli_fmt_value(json_object_get(node, "arch"), arch, sizeof(arch));
     cli_fmt_value(json_object_get(node, "cpus"), cpus, sizeof(cpus));
     cli_fmt_size(json_object_get(node, "memory"), mem, sizeof(mem));
@@ -241,6 +243,8 @@ static void print_node(const json_t *node)
     char buf[512];
     cli_field_json(FIELD_WIDTH, node, "name", "name:");
     cli_field_json(FIELD_WIDTH, node, "state", "state:");
+    if (json_is_string(json_object_get(node, "refuses")))
+        cli_field_json(FIELD_WIDTH, node, "refuses", "refuses jobs:");
     cli_field_json(FIELD_WIDTH, node, "hostname", "hostname:");
     cli_field_json(FIELD_WIDTH, node, "address", "address:");
     cli_field_json(FIELD_WIDTH, node, "arch", "arch:");

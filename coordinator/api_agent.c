@@ -76,10 +76,14 @@ static void take_inventory(br_node_t *n, br_msg_t *m, json_t *inv, json_t *gpus,
 {
     const char *k;
     json_t *v;
+    json_object_del(n->info, "refuses"); /* (said again at each hello, while it holds) */
     json_object_foreach(inv, k, v) {
         if (strcmp(k, "name") != 0 && strcmp(k, "pubkey") != 0 && strcmp(k, "state") != 0)
             json_object_set(n->info, k, v);
     }
+    v = json_object_get(n->info, "refuses");
+    if (v && (!json_is_string(v) || strlen(json_string_value(v)) > 400))
+        json_object_set_new(n->info, "refuses", json_string("its agent refuses every job"));
     json_object_set(n->info, "gpus", gpus);
     json_object_set(n->info, "labels", labels);
     json_object_set_new(n->info, "cost_per_hour", json_real(cost));

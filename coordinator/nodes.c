@@ -221,6 +221,11 @@ double br_node_cost_per_hour(const br_node_t *n)
     return json_number_value(json_object_get(n->info, "cost_per_hour"));
 }
 
+const char *br_node_refuses(const br_node_t *n)
+{
+    return json_string_value(json_object_get(n->info, "refuses"));
+}
+
 uint64_t br_node_memory(const br_node_t *n)
 {
     return (uint64_t)json_integer_value(json_object_get(n->info, "memory"));

@@ -64,6 +64,9 @@ void br_nodes_unseen(br_nodes_t *nodes, br_node_t *n);
 int br_node_cpus(const br_node_t *n);
 uint64_t br_node_memory(const br_node_t *n);
 int br_node_gpu_count(const br_node_t *n);
+/* Why the node's agent refuses every job (its hello said so: a root agent with no
+ * one else to run jobs as), or NULL. Nothing is placed there meanwhile. */
+const char *br_node_refuses(const br_node_t *n);
 /* What the node costs per hour now, as its agent last said (0: free). */
 double br_node_cost_per_hour(const br_node_t *n);
 json_t *br_node_gpu(const br_node_t *n, int i); /* borrowed, or NULL */

@@ -454,11 +454,12 @@ class Cluster:
     def agent_dir(self, name):
         return self.root / "agents" / name
 
-    def start_agent(self, name, token=None, extra=(), join=True, wrap=()):
+    def start_agent(self, name, token=None, extra=(), join=True, wrap=(), root_jobs=True):
         """Start bramble-agent for node `name`: the first time with --join TOKEN
         --name NAME (a fresh one-use token unless given), later starts (join=False)
         with --data-dir only. wrap: argv to run it under (it must exec the agent,
-        as `ip netns exec NS` does)."""
+        as `ip netns exec NS` does). root_jobs=False: a root agent is left without
+        --allow-root-jobs, as an admin who forgot it would start one."""
         argv = list(wrap) + [self.bin("bramble-agent"), "--data-dir", self.agent_dir(name)]
         if join:
             argv += ["--join", token or self.token(1), "--name", name]
@@ -466,8 +467,8 @@ class Cluster:
                 # and serves checkpoints on its own
                 argv += ["--probe-port", "0", "--replica-port", "0"]
         argv += list(extra)
-        if os.geteuid() == 0 and not {"--job-user", "--job-uids", "--allow-root-jobs"} & {
-                str(x) for x in extra}:
+        if root_jobs and os.geteuid() == 0 and not {
+                "--job-user", "--job-uids", "--allow-root-jobs"} & {str(x) for x in extra}:
             # a root agent runs jobs as root only when told so by name; the tests'
             # jobs are the tester's own
             argv.append("--allow-root-jobs")

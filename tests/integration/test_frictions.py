@@ -273,3 +273,29 @@ def test_name_clash_suggests_name_and_rejoin_after_remove(cluster):
         (c.agent_dir("node-1") / f).unlink()
     c.start_agent("node-1")
     c.wait_ready("node-1")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs a root agent")
+def test_a_node_that_refuses_every_job_says_so(cluster):
+    """A root agent with no one else to run jobs as (no --job-uids, --job-user or
+    --allow-root-jobs) refuses every job: `bramble nodes` shows it, nothing is placed
+    there, and a waiting job's reason names the cause, not an earlier failure."""
+    c = cluster
+    c.start_agent("strict", root_jobs=False)
+    c.wait_ready("strict")
+    node = c.nodes()["strict"]
+    assert "running as root without --job-uids or --job-user" in node["refuses"], node
+    _, table, _ = c.cli("nodes")
+    row = next(ln for ln in table.splitlines() if ln.startswith("strict "))
+    assert row.split()[1] == "refusing", table
+    _, out, _ = c.cli("node", "show", "strict")
+    assert "refuses jobs:" in out and "--allow-root-jobs" in out, out
+    jid = c.submit("name: waits\ncommand: \"true\"\n")
+    wait_for(lambda: "strict refuses every job: running as root" in
+             (c.job(jid)["reason"] or ""), what="the job's reason to name the cause")
+    assert c.job(jid)["state"] == "pending"
+    assert "earlier attempt failed" not in c.job(jid)["reason"]
+    c.start_agent("open")  # (with --allow-root-jobs)
+    c.wait_ready("open")
+    j = c.wait_job(jid)
+    assert (j["state"], j["nodes"]) == ("completed", ["open"]), j
