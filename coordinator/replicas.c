@@ -961,8 +961,9 @@ static void drop_unordered(br_coord_t *c, br_replicas_t *r)
         json_t *row = br_store_job_get(c->store, job, NULL);
         if (row) /* (a job this store knows) */
             br_coord_event(c, job, node, "replica",
-                           "replica of checkpoint %s (step %lld) dropped from %s: its pull "
-                           "was ordered before the coordinator restarted, and is not needed",
+                           "replica of checkpoint %s (step %lld) dropped from %s: it is not "
+                           "needed, and its pull is none this coordinator waits for (one "
+                           "ordered before a restart, or given up on since)",
                            json_string_value(json_object_get(u, "path")),
                            (long long)json_integer_value(json_object_get(u, "step")), node);
         json_decref(row);
