@@ -1,11 +1,15 @@
 /* cmd_cluster.c - a whole cluster on this machine for trying and teaching:
  * `bramble up` starts a coordinator and N agents on loopback, `bramble down`
  * stops them. The processes themselves are handled by local.c. */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +27,7 @@
 typedef struct {
     long agents, port;
     const char *dir_flag, *heartbeat, *node_timeout, *gpus, *http;
+    char http_auto[32]; /* the free loopback port chosen when --http is not given */
     char dir[CLI_PATH_MAX];
     char brambled[CLI_PATH_MAX], agent_bin[CLI_PATH_MAX];
     char endpoint[64];
@@ -229,6 +234,25 @@ static int up_init(cli_t *cli, up_t *u, const char *coord_dir, const char *log)
     return load_admin(cli, u);
 }
 
+#ifdef BRAMBLE_HAVE_MHD
+/* "127.0.0.1:PORT" of a TCP port free on loopback now, into buf. 0, or -1. */
+static int free_loopback_port(char *buf, size_t len)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t n = sizeof(sa);
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+             getsockname(fd, (struct sockaddr *)&sa, &n) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!ok)
+        return -1;
+    snprintf(buf, len, "127.0.0.1:%d", ntohs(sa.sin_port));
+    return 0;
+}
+#endif
+
 static int up_coordinator(cli_t *cli, up_t *u)
 {
     char coord_dir[CLI_PATH_MAX], log[CLI_PATH_MAX], pidfile[CLI_PATH_MAX];
@@ -253,6 +277,12 @@ static int up_coordinator(cli_t *cli, up_t *u)
         argv[n++] = "--node-timeout";
         argv[n++] = (char *)u->node_timeout;
     }
+#ifdef BRAMBLE_HAVE_MHD
+    if (!u->http && free_loopback_port(u->http_auto, sizeof(u->http_auto)) == 0)
+        u->http = u->http_auto; /* the dashboard is where a newcomer looks first */
+#endif
+    if (u->http && strcmp(u->http, "off") == 0)
+        u->http = NULL;
     if (u->http) { /* the dashboard and /metrics (docs/dashboard.md) */
         argv[n++] = "--http";
         argv[n++] = (char *)u->http;
@@ -524,6 +554,9 @@ static void up_summary(const cli_t *cli, const up_t *u, const char *cred_path)
     const char *cred_file = cli->cred_flag ? cli->cred_flag : "";
     printf("  bramble%s%s nodes\n", cred, cred_file);
     printf("  bramble%s%s submit examples/hello.yaml --follow\n", cred, cred_file);
+    if (u->http) /* brambled serves the dashboard: a one-time link logs in */
+        printf("  bramble%s%s dashboard      (the web dashboard, at http://%s)\n", cred,
+               cred_file, u->http);
     printf("  bramble down%s%s\n", u->dir_flag ? " --dir " : "",
            u->dir_flag ? u->dir : "");
 }
@@ -626,7 +659,7 @@ static int cmd_down(cli_t *cli, int argc, char **argv)
 const cli_cmd_t cli_cluster_cmds[] = {
     {NULL, "up", cmd_up,
      "[--agents N] [--dir DIR] [--port P] [--heartbeat-interval D] "
-     "[--node-timeout D] [--gpus LIST] [--http ADDR]",
+     "[--node-timeout D] [--gpus LIST] [--http ADDR|off]",
      "start a local cluster (a coordinator and N agents) on loopback",
      "Starts brambled and N bramble-agent processes (found next to bramble, else on\n"
      "PATH) in the background, waits until every node is ready, and writes the\n"
@@ -643,8 +676,10 @@ const cli_cmd_t cli_cluster_cmds[] = {
      "  --heartbeat-interval D    passed to brambled (default 1s)\n"
      "  --node-timeout D          passed to brambled (default 5s)\n"
      "  --gpus LIST               passed to every agent, e.g. \"RTX 4090:24GiB\"\n"
-     "  --http ADDR               passed to brambled: its HTTP side (the dashboard,\n"
-     "                            /metrics), e.g. 7780 for 127.0.0.1:7780\n"},
+     "  --http ADDR|off           passed to brambled: its HTTP side (the dashboard,\n"
+     "                            /metrics), e.g. 7780 for 127.0.0.1:7780; default:\n"
+     "                            a free port on 127.0.0.1 (bramble dashboard prints\n"
+     "                            a login link); off: none\n"},
     {NULL, "down", cmd_down, "[--dir DIR]",
      "stop the local cluster started by bramble up",
      "Stops the agents, then the coordinator (SIGTERM, and SIGKILL after 10s); the\n"

@@ -3,10 +3,11 @@
 import http.client
 import json
 import os
+import re
 import subprocess
 import urllib.parse
 
-from conftest import BIN, CLI_TIMEOUT, free_port, pid_alive, sanitizer_lines, tail, wait_for
+from conftest import BIN, CLI_TIMEOUT, pid_alive, sanitizer_lines, tail, wait_for
 
 
 def test_up_and_down(tmp_path):
@@ -33,8 +34,11 @@ def test_up_and_down(tmp_path):
 
     pids = []
     try:
-        r = run("up", "--agents", 2, "--dir", d, "--http", free_port(), check=False)
+        r = run("up", "--agents", 2, "--dir", d, check=False)
         assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{logs()}"
+        # the dashboard is on by default, on a free loopback port, and said so
+        shown = re.search(r"bramble dashboard .*at (http://127\.0\.0\.1:\d+)\)", r.stdout)
+        assert shown, r.stdout
         cred = home / ".config" / "bramble" / "credential"
         assert cred.exists(), f"no credential at {cred}"
         assert (cred.stat().st_mode & 0o077) == 0, oct(cred.stat().st_mode)
@@ -54,9 +58,9 @@ def test_up_and_down(tmp_path):
         wait_for(lambda: "hi from node-" in run("logs", jid).stdout,
                  what="the job's output in bramble logs")
 
-        # --http reached brambled: the dashboard's login link works
+        # the dashboard's login link works, at the address up printed
         link = run("dashboard").stdout.strip().splitlines()[0]
-        assert link.startswith("http://127.0.0.1:") and "/login?t=" in link, link
+        assert link.startswith(shown.group(1) + "/login?t="), (link, shown.group(1))
         conn = http.client.HTTPConnection(*urllib.parse.urlsplit(link).netloc.split(":"))
         conn.request("GET", link[link.index("/login"):])
         resp = conn.getresponse()
