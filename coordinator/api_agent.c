@@ -335,6 +335,22 @@ static void resumed_newer(br_coord_t *c, br_node_t *n, int64_t id, int attempt,
                    attempt, path, (long long)step, was);
 }
 
+/* Whether node n was given the job's attempt; when not, m (its job.started or
+ * job.exited) is refused with EPERM and logged: such a node writes nothing into
+ * the job. */
+static int given(br_coord_t *c, br_msg_t *m, const br_node_t *n, json_int_t job, int attempt)
+{
+    if (br_store_attempt_node_ran(c->store, job, attempt, n->name, NULL) == 1)
+        return 1;
+    br_err_t err;
+    fprintf(stderr, "brambled: %s from %s for job %lld attempt %d: not its attempt, "
+                    "refused\n", br_msg_type(m), n->name, (long long)job, attempt);
+    br_errf(&err, EPERM, "job %lld attempt %d never ran on %s", (long long)job, attempt,
+            n->name);
+    br_api_fail(c, m, &err);
+    return 0;
+}
+
 void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_int_t job, pid, step = -1;
@@ -359,15 +375,8 @@ void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     br_node_t *n = caller_node(c, m, who);
-    if (n && br_store_attempt_node_ran(c->store, job, attempt, n->name, NULL) != 1) {
-        /* as for job.exited: a node that was never given this attempt changes nothing */
-        fprintf(stderr, "brambled: job.started from %s for job %lld attempt %d: not its "
-                        "attempt, refused\n", n->name, (long long)job, attempt);
-        br_errf(&err, EPERM, "job %lld attempt %d was never given to %s", (long long)job,
-                attempt, n->name);
-        br_api_fail(c, m, &err);
-        return;
-    }
+    if (n && !given(c, m, n, job, attempt))
+        return; /* (answered) */
     if (n && path) /* before the start: it sends the other ranks' orders */
         resumed_newer(c, n, job, attempt, path, step);
     if (n)
@@ -390,15 +399,8 @@ void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     br_node_t *n = caller_node(c, m, who);
-    if (n && br_store_attempt_node_ran(c->store, job, attempt, n->name, NULL) != 1) {
-        /* a node that was never given this attempt writes nothing into the job */
-        fprintf(stderr, "brambled: job.exited from %s for job %lld attempt %d: not its "
-                        "attempt, refused\n", n->name, (long long)job, attempt);
-        br_errf(&err, EPERM, "job %lld attempt %d never ran on %s", (long long)job,
-                attempt, n->name);
-        br_api_fail(c, m, &err);
-        return;
-    }
+    if (n && !given(c, m, n, job, attempt))
+        return; /* (answered) */
     if (n && lost > 0)
         br_store_log_lost_set(c->store, job, attempt, n->name, lost, NULL);
     if (n && br_store_attempt_exited(c->store, job, attempt, n->name, NULL) == 0) {

@@ -285,9 +285,9 @@ def test_full_disk_gives_refusals_and_service_resumes(make_cluster):
 
 
 def test_rogue_node_cannot_write_into_other_nodes_attempts(make_cluster):
-    """A node may ship output and exits only for attempts it was given: node-2,
-    which never ran the job, gets its log chunks dropped and its exit refused,
-    for the current attempt and for an older one."""
+    """A node may ship output, starts and exits only for attempts it was given:
+    node-2, which never ran the job, gets its log chunks dropped and its start and
+    exit refused, for the current attempt and for an older one."""
     c = make_cluster()
     c.add_agents(1, extra=("--label", "role=worker"), names=["node-1"])
     c.add_agents(1, names=["node-2"])
@@ -308,6 +308,10 @@ def test_rogue_node_cannot_write_into_other_nodes_attempts(make_cluster):
             _, r, _ = rogue.request("job.exited", {"job": jid, "attempt": attempt,
                                                    "exit_code": 0, "signal": None,
                                                    "reason": ""})
+            assert r.get("errnum") and "never ran on node-2" in r.get("error", ""), r
+            # its start is refused the same way, not answered {}
+            _, r, _ = rogue.request("job.started", {"job": jid, "attempt": attempt,
+                                                    "pid": 4242, "port": 1234})
             assert r.get("errnum") and "never ran on node-2" in r.get("error", ""), r
     finally:
         rogue.close()

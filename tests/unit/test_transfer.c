@@ -595,6 +595,15 @@ static void test_unknown_key(void **state)
     assert_false(exists("%s", dest));
 }
 
+/* The puller's next finished pull, waited for (30 s at most). */
+static void take_next(br_puller_t *pl, json_t **tag, json_t **res, br_err_t *err)
+{
+    while (br_puller_take(pl, tag, res, err) == 0) {
+        struct pollfd p = {br_puller_fd(pl), POLLIN, 0};
+        assert_int_equal(poll(&p, 1, 30000), 1);
+    }
+}
+
 /* The coordinator sends the holder its grant and the puller its order at once:
  * a puller that knocks before the grant arrived is refused, and gets in once it
  * is there (within its first second). */
@@ -630,11 +639,7 @@ static void test_grant_on_its_way(void **state)
                     .path = f->src, .manifest = f->m, .ttl_ms = 60000};
     assert_int_equal(br_holder_grant(f->h, &g, &err), 0);
     json_t *tag = NULL, *res = NULL;
-    int got;
-    while ((got = br_puller_take(pl, &tag, &res, &err)) == 0) {
-        struct pollfd p = {br_puller_fd(pl), POLLIN, 0};
-        assert_int_equal(poll(&p, 1, 30000), 1);
-    }
+    take_next(pl, &tag, &res, &err);
     if (!res)
         fail_msg("the pull failed: %s", err.text);
     json_decref(tag);
@@ -686,11 +691,7 @@ static void test_superseded(void **state)
     }
     /* "older" ends at once, superseded by "newest"; nothing else has ended */
     json_t *tag = NULL, *res = NULL;
-    int got;
-    while ((got = br_puller_take(pl, &tag, &res, &err)) == 0) {
-        struct pollfd p = {br_puller_fd(pl), POLLIN, 0};
-        assert_int_equal(poll(&p, 1, 30000), 1);
-    }
+    take_next(pl, &tag, &res, &err);
     assert_string_equal(json_string_value(tag), "older");
     assert_null(res);
     assert_int_equal(err.errnum, ECANCELED);
