@@ -170,6 +170,9 @@ const char *br_jobusers_warning(const br_jobusers_t *u)
 
 const char *br_jobusers_refuses_all(const br_jobusers_t *u)
 {
-    const char *w = br_jobusers_warning(u);
-    return w && strcmp(w, REFUSES_ALL) == 0 ? w : NULL;
+    /* (a --job-user that does not exist fails each start instead, naming it: the
+     * node is then excluded for that job, a fault of the node's setup) */
+    return u->agent_uid == 0 && !u->allow_root && !u->job_user[0] && !u->last
+               ? REFUSES_ALL
+               : NULL;
 }
