@@ -234,6 +234,29 @@ EOF
         PIDS[$i]=$!
         echo "shard $i: ${SHARD_FILES[$i]}"
     done
+    # while they run: each shard's progress (pytest's percentage) once a minute
+    last_said=$(date +%s)
+    while :; do
+        running=0
+        for i in "${!PIDS[@]}"; do
+            kill -0 "${PIDS[$i]}" 2>/dev/null && running=$((running + 1))
+        done
+        [ "$running" -gt 0 ] || break
+        if [ $(( $(date +%s) - last_said )) -ge 60 ]; then
+            last_said=$(date +%s)
+            line="integration (at $((last_said - START))s):"
+            for i in "${!PIDS[@]}"; do
+                pct=$({ grep -o '\[ *[0-9]*%\]' "build-test/pytest-shard-$i.log" 2>/dev/null ||
+                        true; } | tail -1 | tr -d '[] ')
+                fails=$(grep -cE '^[.sxXFE]*[FE][.sxXFE]*( +\[ *[0-9]+%\])?$' \
+                        "build-test/pytest-shard-$i.log" 2>/dev/null || true)
+                line="$line shard $i ${pct:-0%}"
+                [ "${fails:-0}" -gt 0 ] && line="$line (a failure so far)"
+            done
+            echo "$line"
+        fi
+        sleep 5
+    done
     for i in "${!PIDS[@]}"; do
         set +e
         wait "${PIDS[$i]}"
