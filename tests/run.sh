@@ -234,7 +234,7 @@ EOF
         PIDS[$i]=$!
         echo "shard $i: ${SHARD_FILES[$i]}"
     done
-    # while they run: each shard's progress (pytest's percentage) once a minute
+    # while they run: how many tests each shard has done, once a minute
     last_said=$(date +%s)
     while :; do
         running=0
@@ -246,12 +246,12 @@ EOF
             last_said=$(date +%s)
             line="integration (at $((last_said - START))s):"
             for i in "${!PIDS[@]}"; do
-                pct=$({ grep -o '\[ *[0-9]*%\]' "build-test/pytest-shard-$i.log" 2>/dev/null ||
-                        true; } | tail -1 | tr -d '[] ')
-                fails=$(grep -cE '^[.sxXFE]*[FE][.sxXFE]*( +\[ *[0-9]+%\])?$' \
-                        "build-test/pytest-shard-$i.log" 2>/dev/null || true)
-                line="$line shard $i ${pct:-0%}"
-                [ "${fails:-0}" -gt 0 ] && line="$line (a failure so far)"
+                # pytest -q: a character a test (. F E s x X) on its progress lines
+                marks=$({ grep -oE '^[.sxXFE]+' "build-test/pytest-shard-$i.log" 2>/dev/null ||
+                          true; } | tr -d '\n')
+                fails=$(printf '%s' "$marks" | tr -cd 'FE' | wc -c)
+                line="$line shard $i: ${#marks} tests done"
+                [ "$fails" -gt 0 ] && line="$line, $fails failed"
             done
             echo "$line"
         fi
