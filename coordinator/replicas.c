@@ -142,10 +142,6 @@ json_t *br_replicas_fetch_order(const br_replica_ckpt_t *k, const char *grant,
 
 /* --- the module ----------------------------------------------------------------- */
 
-/* How long a pull's order waits after its grant went to the holder: none, since
- * the puller takes a refusal in its first seconds for a grant still on its way
- * (agent/pull.c), so that copying starts as soon as a checkpoint is counted. */
-#define FETCH_DELAY_MS 0
 #define RESTORE_SILENT_MS (10 * 60000) /* a restore with no word for this long failed */
 #define REPAIR_BITE 32   /* jobs the repair after a start looks at per tick */
 #define EXPIRE_MS 60000  /* expired replicas are looked for this often at most */
@@ -156,8 +152,8 @@ json_t *br_replicas_fetch_order(const br_replica_ckpt_t *k, const char *grant,
 struct br_replicas {
     /* pulls ordered and not yet reported, by grant ("r/" + grant for restores):
      * {"job", "hash", "step", "path", "holder", "target", "store": bool (the
-     * holder serves its replica), "at": mono ms, "fetch"?: the order held back
-     * until "fetch_at"; replicas also "tries": pulls of this copy so far (1 the
+     * holder serves its replica), "at": mono ms; replicas also "tries": pulls of
+     * this copy so far (1 the
      * first), "tried": ["HOLDER>TARGET"...] that failed, "drop"?: true when the job
      * was purged meanwhile (its copy is dropped once it arrives)} */
     json_t *pulls;
@@ -165,7 +161,6 @@ struct br_replicas {
      * "target", "pull" (its key in pulls, "" when released), "tried": ["HASH16
      * NODE"...], "why": what failed last, "newest": the newest checkpoint's hash} */
     json_t *restores;
-    int64_t fetch_delay_ms; /* FETCH_DELAY_MS */
     /* measured by the pulls themselves: "HOLDER>PULLER" -> MB/s of the last pull
      * of at least RATE_MIN_BYTES (the netmap measures round trips only) */
     json_t *rates;
@@ -192,7 +187,6 @@ br_replicas_t *br_replicas_new(void)
     r->restores = json_object();
     r->rates = json_object();
     r->unordered = json_array();
-    r->fetch_delay_ms = FETCH_DELAY_MS;
     if (!r->pulls || !r->restores || !r->rates || !r->unordered)
         br_replicas_destroy(&r);
     return r;
@@ -209,11 +203,6 @@ void br_replicas_destroy(br_replicas_t **rp)
     json_decref(r->unordered);
     free(r);
     *rp = NULL;
-}
-
-void br_replicas_set_fetch_delay(br_replicas_t *r, int64_t ms)
-{
-    r->fetch_delay_ms = ms;
 }
 
 int br_replicas_wanted(const json_t *spec, int cluster_nodes)
@@ -270,8 +259,11 @@ static const char *restore_source(const br_node_t *holder, const br_node_t *targ
 }
 
 /* Order holder to let target pull k, and target to pull it (restore: into its own
- * path); remembered under key until ckpt.stored says how it went. Its record in
- * pulls (borrowed), or NULL when out of memory. */
+ * path), both at once: the two orders go on two links, and the puller takes a
+ * refusal of its key in its first second for a grant still on its way
+ * (agent/pull.c), so that copying starts as soon as a checkpoint is counted.
+ * Remembered under key until ckpt.stored says how it went. Its record in pulls
+ * (borrowed), or NULL when out of memory. */
 static json_t *order_pull(br_coord_t *c, br_replicas_t *r, const br_replica_ckpt_t *k,
                           const char *hash, br_node_t *holder, int from_store,
                           br_node_t *target, int restore, char *key, size_t keylen)
@@ -291,20 +283,13 @@ static json_t *order_pull(br_coord_t *c, br_replicas_t *r, const br_replica_ckpt
         return NULL;
     }
     br_coord_send_node(c, holder, "ckpt.serve", serve);
+    br_coord_send_node(c, target, "ckpt.fetch", fetch);
     int64_t now = br_mono_ms();
     json_t *e = json_pack("{s:I, s:s, s:I, s:s, s:s, s:s, s:b, s:I, s:I}", "job",
                           (json_int_t)k->job, "hash", hash, "step", (json_int_t)k->step,
                           "path", k->path, "holder", holder->name, "target", target->name,
                           "store", from_store, "at", (json_int_t)now, "bytes",
                           json_integer_value(json_object_get(k->manifest, "bytes")));
-    if (holder == target || r->fetch_delay_ms <= 0) {
-        /* the same connection keeps them in order, or the puller waits a little
-         * for its grant */
-        br_coord_send_node(c, target, "ckpt.fetch", fetch);
-    } else { /* the grant must be there when the puller knocks */
-        json_object_set_new(e, "fetch", fetch);
-        json_object_set_new(e, "fetch_at", json_integer(now + r->fetch_delay_ms));
-    }
     json_object_set_new(r->pulls, key, e);
     return e;
 }
@@ -1101,8 +1086,7 @@ static void repair(br_coord_t *c, br_replicas_t *r)
     }
 }
 
-/* Once a second: held fetches whose grant has had time to arrive go out; a pull
- * whose target went away, or that has been silent too long, has failed (a restore
+/* Once a second: a pull whose target went away, or that has been silent too long, has failed (a restore
  * tries the next copy, a replica another node), as has a restore whose holder went
  * away (a replica's target reports that itself when its pull stops). Then, once
  * the nodes had time to come back after a start, the copies forgotten at start are
@@ -1122,16 +1106,8 @@ static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
         const char *tname = json_string_value(json_object_get(e, "target"));
         br_node_t *holder = br_nodes_find(c->nodes, hname);
         br_node_t *target = br_nodes_find(c->nodes, tname);
-        json_t *fetch = json_object_get(e, "fetch");
         int hgone = !holder || strcmp(holder->state, "lost") == 0;
         int tgone = !target || strcmp(target->state, "lost") == 0;
-        if (fetch && now >= json_integer_value(json_object_get(e, "fetch_at")) &&
-            !tgone && !hgone) {
-            br_coord_send_node(c, target, "ckpt.fetch", json_incref(fetch));
-            json_object_del(e, "fetch");
-            fetch = NULL;
-            json_object_set_new(e, "at", json_integer(now)); /* the pull's time from here */
-        }
         int64_t age = now - json_integer_value(json_object_get(e, "at"));
         int restore = strncmp(key, "r/", 2) == 0;
         char why[300] = "";
@@ -1141,9 +1117,7 @@ static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
         else if (tgone) {
             snprintf(why, sizeof(why), "%s went away", tname);
             errnum = TARGET_GONE;
-        } else if (hgone && fetch)
-            snprintf(why, sizeof(why), "%s went away before the pull began", hname);
-        else if (restore && age > RESTORE_SILENT_MS)
+        } else if (restore && age > RESTORE_SILENT_MS)
             snprintf(why, sizeof(why), "no word");
         else if (!restore && age > BR_REPLICAS_GRANT_TTL_MS)
             snprintf(why, sizeof(why), "no word from %s for %lld min", tname,

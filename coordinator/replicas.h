@@ -94,9 +94,6 @@ typedef struct br_replicas br_replicas_t;
 
 br_replicas_t *br_replicas_new(void);
 void br_replicas_destroy(br_replicas_t **r);
-/* How long a pull's fetch waits after its grant went to the holder: 0 (the
- * default) sends it at once, a delay holds it until the first tick after. */
-void br_replicas_set_fetch_delay(br_replicas_t *r, int64_t ms);
 /* Register the module's hooks on c (c->replicas must be set). 0, or -1. */
 int br_replicas_init(struct br_coord *c);
 

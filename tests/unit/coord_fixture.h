@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "deps.h"
 #include "jobs.h"
@@ -42,7 +43,7 @@ static inline br_node_t *fixture_node(br_coord_t *c, const char *name, int cpus,
 }
 
 /* Open f's coordinator in a new directory named after test; with_replicas: the
- * replicas module too, with no fetch delay. 0, or -1. */
+ * replicas module too. 0, or -1. */
 static inline int fixture_open(coord_fixture_t *f, const char *test, int with_replicas)
 {
     snprintf(f->dir, sizeof(f->dir), "/tmp/%s.XXXXXX", test);
@@ -60,8 +61,8 @@ static inline int fixture_open(coord_fixture_t *f, const char *test, int with_re
     c->netmap = br_netmap_new();
     c->stats = br_stats_new();
     c->hooks = br_hooks_new();
-    if (with_replicas && (c->replicas = br_replicas_new()))
-        br_replicas_set_fetch_delay(c->replicas, 0);
+    if (with_replicas)
+        c->replicas = br_replicas_new();
     c->seq = 1;
     if (!c->store || !c->nodes || !c->jobs || !c->stats || !c->hooks ||
         (with_replicas && !c->replicas) || br_jobs_init(c) < 0 || br_deps_init(c) < 0 ||
@@ -73,6 +74,20 @@ static inline int fixture_open(coord_fixture_t *f, const char *test, int with_re
 }
 
 /* Forget the orders queued so far. */
+/* The body of the last order of type queued for node n (borrowed), or NULL. */
+static inline json_t *fixture_order(br_coord_t *c, const char *type, const br_node_t *n)
+{
+    json_t *found = NULL;
+    for (size_t i = 0; i < c->outbox_len; i++) {
+        size_t len;
+        const unsigned char *route = br_msg_route(c->outbox[i], &len);
+        if (strcmp(br_msg_type(c->outbox[i]), type) == 0 && len == 1 &&
+            route[0] == (unsigned char)n->name[0])
+            found = br_msg_body(c->outbox[i]);
+    }
+    return found;
+}
+
 static inline void fixture_drop_orders(br_coord_t *c)
 {
     for (size_t i = 0; i < c->outbox_len; i++)

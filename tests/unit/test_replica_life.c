@@ -34,20 +34,6 @@ static int teardown(void **state)
     return fixture_two_teardown(state);
 }
 
-/* The body of the last order of type to node n (borrowed), or NULL. */
-static json_t *order(br_coord_t *c, const char *type, const br_node_t *n)
-{
-    json_t *found = NULL;
-    for (size_t i = 0; i < c->outbox_len; i++) {
-        size_t len;
-        const unsigned char *route = br_msg_route(c->outbox[i], &len);
-        if (strcmp(br_msg_type(c->outbox[i]), type) == 0 && len == 1 &&
-            route[0] == (unsigned char)n->name[0])
-            found = br_msg_body(c->outbox[i]);
-    }
-    return found;
-}
-
 /* The error number of the last reply in the outbox (0: success). */
 static int last_reply(br_coord_t *c)
 {
@@ -130,8 +116,9 @@ static void checkpoint(br_coord_t *c, int64_t id, br_node_t *n, const char *path
     json_decref(m);
 }
 
-/* The grant's fetch goes out on the next tick (no delay in these tests). */
-static void fetch_due(br_coord_t *c)
+/* A tick of the modules (once a second in brambled): the replicas' repair after a
+ * start, failed and silent pulls, retention. */
+static void tick(br_coord_t *c)
 {
     br_hooks_run(c, c->hooks, BR_HOOK_TICK, NULL);
 }
@@ -152,16 +139,16 @@ static void test_replicate_keep_restore_fallback(void **state)
     /* a counted checkpoint: a grant on the writer, and the other node pulls at once
      * (its puller waits a little for a grant still on its way) */
     checkpoint(c, id, writer, "/ck/s5", 5, H1);
-    json_t *serve = order(c, "ckpt.serve", writer);
+    json_t *serve = fixture_order(c, "ckpt.serve", writer);
     assert_non_null(serve);
     assert_string_equal(json_string_value(json_object_get(serve, "peer")), other->name);
-    json_t *fetch = order(c, "ckpt.fetch", other);
+    json_t *fetch = fixture_order(c, "ckpt.fetch", other);
     assert_non_null(fetch);
     assert_null(json_object_get(fetch, "restore"));
     /* reported again by the agent: no second pull */
     fixture_drop_orders(c);
     checkpoint(c, id, writer, "/ck/s5", 5, H1);
-    assert_null(order(c, "ckpt.serve", writer));
+    assert_null(fixture_order(c, "ckpt.serve", writer));
 
     /* a report nobody ordered is refused; the one ordered is taken once */
     stored(c, writer, id, H1, "/ck/s5", 0, 0);
@@ -170,7 +157,7 @@ static void test_replicate_keep_restore_fallback(void **state)
     stored(c, other, id, H1, "/ck/s5", 0, 0);
     assert_int_equal(last_reply(c), 0);
     /* the pull is over: its grant is withdrawn from the writer at once */
-    json_t *gone = order(c, "ckpt.serve", writer);
+    json_t *gone = fixture_order(c, "ckpt.serve", writer);
     assert_non_null(gone);
     assert_int_equal(json_integer_value(json_object_get(gone, "ttl")), 0);
     char grant[160];
@@ -186,11 +173,11 @@ static void test_replicate_keep_restore_fallback(void **state)
     /* two more: keep 2 drops the oldest */
     checkpoint(c, id, writer, "/ck/s10", 10, H2);
     checkpoint(c, id, writer, "/ck/s15", 15, H3);
-    fetch_due(c);
+    tick(c);
     stored(c, other, id, H2, "/ck/s10", 0, 0);
     fixture_drop_orders(c);
     stored(c, other, id, H3, "/ck/s15", 0, 0);
-    assert_non_null(order(c, "ckpt.drop", other));
+    assert_non_null(fixture_order(c, "ckpt.drop", other));
     reps = br_store_replica_list(c->store, id, NULL);
     assert_int_equal(json_array_size(reps), 2);
     assert_string_equal(json_string_value(json_object_get(json_array_get(reps, 0), "hash")), H3);
@@ -209,8 +196,8 @@ static void test_replicate_keep_restore_fallback(void **state)
     job = br_jobtab_find(c->jobs, id);
     assert_int_equal(job->attempt, 2);
     assert_int_equal(job->state, BR_JOB_STARTING);
-    assert_null(order(c, "job.run", other));
-    fetch = order(c, "ckpt.fetch", other);
+    assert_null(fixture_order(c, "job.run", other));
+    fetch = fixture_order(c, "ckpt.fetch", other);
     assert_non_null(fetch);
     assert_true(json_is_true(json_object_get(fetch, "restore")));
     assert_string_equal(json_string_value(json_object_get(fetch, "path")), "/ck/s15");
@@ -218,17 +205,17 @@ static void test_replicate_keep_restore_fallback(void **state)
     json_t *none = json_array();
     br_jobs_reconcile(c, other, none, 0);
     json_decref(none);
-    assert_null(order(c, "job.run", other));
+    assert_null(fixture_order(c, "job.run", other));
 
     /* the copy is bad: the older checkpoint is restored instead */
     stored(c, other, id, H3, "/ck/s15", 1, EBADMSG);
     assert_int_equal(last_reply(c), 0);
     assert_true(has_event(c, id, "falls back to /ck/s10"));
-    assert_null(order(c, "job.run", other));
+    assert_null(fixture_order(c, "job.run", other));
     fixture_drop_orders(c);
     stored(c, other, id, H2, "/ck/s10", 1, 0);
     assert_true(has_event(c, id, "restored and verified"));
-    json_t *run = order(c, "job.run", other);
+    json_t *run = fixture_order(c, "job.run", other);
     assert_non_null(run);
     assert_string_equal(json_string_value(json_object_get(json_object_get(run, "env"),
                                                           "BRAMBLE_RESUME_FROM")),
@@ -286,8 +273,8 @@ static void test_failed_pull_tried_again(void **state)
     br_node_t *t1 = granted(c, &holder);
     assert_non_null(t1);
     assert_ptr_equal(holder, writer);
-    fetch_due(c);
-    assert_non_null(order(c, "ckpt.fetch", t1));
+    tick(c);
+    assert_non_null(fixture_order(c, "ckpt.fetch", t1));
 
     /* no room on the first: another node pulls it, from the writer */
     fixture_drop_orders(c);
@@ -299,8 +286,8 @@ static void test_failed_pull_tried_again(void **state)
     assert_ptr_not_equal(t2, writer);
     assert_ptr_equal(holder, writer);
     assert_true(has_event(c, id, "(try 2 of 3)"));
-    fetch_due(c);
-    assert_non_null(order(c, "ckpt.fetch", t2));
+    tick(c);
+    assert_non_null(fixture_order(c, "ckpt.fetch", t2));
     /* ... the first's report again is not taken */
     stored(c, t1, id, H1, "/ck/s5", 0, ENOSPC);
     assert_int_equal(last_reply(c), EPERM);
@@ -331,11 +318,11 @@ static void test_holder_died_pull_from_replica(void **state)
     br_node_t *writer, *holder = NULL;
     int64_t id = running(c, 2, &writer);
     checkpoint(c, id, writer, "/ck/s5", 5, H1);
-    fetch_due(c);
+    tick(c);
     br_node_t *t[2];
     int nt = 0;
     for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)
-        if (order(c, "ckpt.fetch", n))
+        if (fixture_order(c, "ckpt.fetch", n))
             t[nt++] = n;
     assert_int_equal(nt, 2);
     stored(c, t[0], id, H1, "/ck/s5", 0, 0);
@@ -345,10 +332,10 @@ static void test_holder_died_pull_from_replica(void **state)
     assert_int_equal(last_reply(c), 0);
     assert_ptr_equal(granted(c, &holder), t[1]);
     assert_ptr_equal(holder, t[0]);
-    json_t *serve = order(c, "ckpt.serve", t[0]);
+    json_t *serve = fixture_order(c, "ckpt.serve", t[0]);
     assert_true(json_is_true(json_object_get(serve, "replica"))); /* from its store */
-    fetch_due(c);
-    json_t *fetch = order(c, "ckpt.fetch", t[1]);
+    tick(c);
+    json_t *fetch = fixture_order(c, "ckpt.fetch", t[1]);
     assert_non_null(fetch);
     assert_string_equal(
         json_string_value(json_object_get(json_object_get(fetch, "from"), "node")),
@@ -371,10 +358,10 @@ static void test_target_lost_other_node(void **state)
     checkpoint(c, id, writer, "/ck/s5", 5, H1);
     br_node_t *t1 = granted(c, &holder);
     assert_non_null(t1);
-    fetch_due(c);
+    tick(c);
     fixture_drop_orders(c);
     strcpy(t1->state, "lost");
-    fetch_due(c);
+    tick(c);
     br_node_t *t2 = granted(c, &holder);
     assert_non_null(t2);
     assert_true(t2 != t1 && t2 != writer);
@@ -391,35 +378,35 @@ static void test_copies_ordered_again_after_restart(void **state)
     br_node_t *writer;
     int64_t id = running(c, -1, &writer);
     br_node_t *other = writer == w->a ? w->b : w->a;
-    fetch_due(c); /* (the repair after the start: nothing to do yet) */
+    tick(c); /* (the repair after the start: nothing to do yet) */
     checkpoint(c, id, writer, "/ck/s5", 5, H1);
-    fetch_due(c);
-    assert_non_null(order(c, "ckpt.fetch", other));
+    tick(c);
+    assert_non_null(fixture_order(c, "ckpt.fetch", other));
     br_hooks_run(c, c->hooks, BR_HOOK_LOADED, NULL); /* as a restart leaves it */
     fixture_drop_orders(c);
     stored(c, other, id, H1, "/ck/s5", 0, 0);
     assert_int_equal(last_reply(c), EPERM);
-    fetch_due(c); /* the repair: a grant now, the fetch at the next tick */
-    assert_non_null(order(c, "ckpt.serve", writer));
-    fetch_due(c);
-    assert_non_null(order(c, "ckpt.fetch", other));
+    tick(c); /* the repair: a grant and its fetch now */
+    assert_non_null(fixture_order(c, "ckpt.serve", writer));
+    tick(c);
+    assert_non_null(fixture_order(c, "ckpt.fetch", other));
     assert_true(has_event(c, id, "the coordinator restarted"));
     stored(c, other, id, H1, "/ck/s5", 0, 0);
     assert_int_equal(last_reply(c), 0);
     json_t *reps = br_store_replica_list(c->store, id, NULL);
     assert_int_equal(json_array_size(reps), 1);
     json_decref(reps);
-    assert_null(order(c, "ckpt.drop", other)); /* (the report before: taken in) */
+    assert_null(fixture_order(c, "ckpt.drop", other)); /* (the report before: taken in) */
     /* held now: a later tick orders nothing more */
     fixture_drop_orders(c);
     br_hooks_run(c, c->hooks, BR_HOOK_LOADED, NULL);
-    fetch_due(c);
-    assert_null(order(c, "ckpt.serve", writer));
+    tick(c);
+    assert_null(fixture_order(c, "ckpt.serve", writer));
     /* a copy nobody ordered again: dropped from its node */
     br_node_t *third = fixture_node(c, "c", 4, 7704);
     stored(c, third, id, H1, "/ck/s5", 0, 0);
     assert_int_equal(last_reply(c), EPERM);
-    assert_non_null(order(c, "ckpt.drop", third));
+    assert_non_null(fixture_order(c, "ckpt.drop", third));
     assert_true(has_event(c, id, "is not needed"));
     json_t *reps2 = br_store_replica_list(c->store, id, NULL);
     assert_int_equal(json_array_size(reps2), 1);
@@ -453,7 +440,7 @@ static void test_retention_and_purge(void **state)
     int64_t id = running(c, -1, &writer);
     br_node_t *other = writer == w->a ? w->b : w->a;
     checkpoint(c, id, writer, "/ck/s5", 5, H1);
-    fetch_due(c);
+    tick(c);
     stored(c, other, id, H1, "/ck/s5", 0, 0);
     assert_int_equal(last_reply(c), 0);
 
@@ -467,7 +454,7 @@ static void test_retention_and_purge(void **state)
     assert_non_null(cancelled);
     json_decref(cancelled);
     fixture_drop_orders(c);
-    fetch_due(c);
+    tick(c);
     json_t *reps = br_store_replica_list(c->store, id, NULL);
     assert_int_equal(json_array_size(reps), 1);
     json_decref(reps);
@@ -477,7 +464,7 @@ static void test_retention_and_purge(void **state)
     assert_int_equal(purge(c, id, BR_PRINCIPAL_USER, 2, &body), 0);
     assert_int_equal(json_integer_value(json_object_get(body, "dropped")), 1);
     assert_int_equal(json_integer_value(json_object_get(body, "forgotten")), 0);
-    json_t *drop = order(c, "ckpt.drop", other);
+    json_t *drop = fixture_order(c, "ckpt.drop", other);
     assert_non_null(drop);
     assert_string_equal(json_string_value(json_object_get(drop, "hash")), H1);
     reps = br_store_replica_list(c->store, id, NULL);
@@ -490,18 +477,18 @@ static void test_retention_and_purge(void **state)
     int64_t id2 = running(c, -1, &writer);
     other = writer == w->a ? w->b : w->a;
     checkpoint(c, id2, writer, "/ck/s5", 5, H2);
-    fetch_due(c);
+    tick(c);
     stored(c, other, id2, H2, "/ck/s5", 0, 0);
     checkpoint(c, id2, writer, "/ck/s10", 10, H3);
-    fetch_due(c);
+    tick(c);
     cancelled = br_jobs_cancel(c, id2, 1, &err);
     json_decref(cancelled);
     c->cfg.replica_retention_ms = 1;
     other->route_len = 0; /* not connected */
     usleep(20000);
     fixture_drop_orders(c);
-    fetch_due(c);
-    assert_null(order(c, "ckpt.drop", other));
+    tick(c);
+    assert_null(fixture_order(c, "ckpt.drop", other));
     assert_true(has_event(c, id2, "forgotten on"));
     assert_true(has_event(c, id2, "--replica-retention"));
     reps = br_store_replica_list(c->store, id2, NULL);
@@ -514,7 +501,7 @@ static void test_retention_and_purge(void **state)
     fixture_drop_orders(c);
     stored(c, other, id2, H3, "/ck/s10", 0, 0);
     assert_int_equal(last_reply(c), 0);
-    assert_non_null(order(c, "ckpt.drop", other));
+    assert_non_null(fixture_order(c, "ckpt.drop", other));
     reps = br_store_replica_list(c->store, id2, NULL);
     assert_int_equal(json_array_size(reps), 0);
     json_decref(reps);
@@ -547,21 +534,21 @@ static void test_resume_on_writer_checked_from_its_own_files(void **state)
     job = br_jobtab_find(c->jobs, id);
     assert_int_equal(job->attempt, 2);
     assert_int_equal(job->state, BR_JOB_STARTING);
-    assert_null(order(c, "job.run", writer)); /* held until checked */
-    json_t *fetch = order(c, "ckpt.fetch", writer);
+    assert_null(fixture_order(c, "job.run", writer)); /* held until checked */
+    json_t *fetch = fixture_order(c, "ckpt.fetch", writer);
     assert_non_null(fetch);
     assert_true(json_is_true(json_object_get(fetch, "restore")));
     assert_string_equal(
         json_string_value(json_object_get(json_object_get(fetch, "from"), "node")),
         writer->name);
-    assert_non_null(order(c, "ckpt.serve", writer));
+    assert_non_null(fixture_order(c, "ckpt.serve", writer));
     assert_true(has_event(c, id, "restoring it on"));
     assert_true(has_event(c, id, "its own files"));
 
     fixture_drop_orders(c);
     stored(c, writer, id, H1, "/ck/s5", 1, 0);
     assert_int_equal(last_reply(c), 0);
-    assert_non_null(order(c, "job.run", writer));
+    assert_non_null(fixture_order(c, "job.run", writer));
     assert_true(has_event(c, id, "restored and verified on"));
 }
 
