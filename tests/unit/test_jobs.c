@@ -381,22 +381,6 @@ static void test_cancel_and_time_limit(void **state)
     br_jobtab_sweep(c->jobs);
 }
 
-/* Estimated starts: each time a job ends by its time limit, what then fits starts,
- * in queue order; a job that no time limit frees has none; nothing is kept. */
-/* The body of the newest order of type to n, or NULL. */
-static json_t *last_order(br_coord_t *c, const char *type, const br_node_t *n)
-{
-    json_t *body = NULL;
-    for (size_t i = 0; i < c->outbox_len; i++) {
-        size_t len;
-        const unsigned char *route = br_msg_route(c->outbox[i], &len);
-        if (strcmp(br_msg_type(c->outbox[i]), type) == 0 && len == 1 &&
-            route[0] == (unsigned char)n->name[0])
-            body = br_msg_body(c->outbox[i]);
-    }
-    return body;
-}
-
 /* A running job's cancel is SIGTERM with --kill-grace; its exit then cancels it.
  * --now kills it at once, in the grace too. */
 static void test_cancel_is_graceful(void **state)
@@ -414,7 +398,7 @@ static void test_cancel_is_graceful(void **state)
     assert_non_null(row);
     assert_string_equal(json_string_value(json_object_get(row, "state")), "running");
     json_decref(row);
-    json_t *kill = last_order(c, "job.kill", n);
+    json_t *kill = fixture_order(c, "job.kill", n);
     assert_non_null(kill);
     assert_int_equal(json_integer_value(json_object_get(kill, "signal")), SIGTERM);
     assert_int_equal(json_integer_value(json_object_get(kill, "grace")), c->cfg.kill_grace_ms);
@@ -438,7 +422,7 @@ static void test_cancel_is_graceful(void **state)
     json_decref(br_jobs_cancel(c, slow, 1, &err));
     assert_state(c, slow, "cancelled");
     assert_event(c, slow, "cancelled by request (killed at once, in its grace)");
-    kill = last_order(c, "job.kill", n);
+    kill = fixture_order(c, "job.kill", n);
     assert_non_null(kill);
     assert_null(json_object_get(kill, "signal"));
     assert_int_equal(w->a->cpus_used + w->b->cpus_used, 0);
@@ -516,6 +500,8 @@ static void test_exit_after_a_held_start_is_taken(void **state)
     br_jobtab_sweep(c->jobs);
 }
 
+/* Estimated starts: each time a job ends by its time limit, what then fits starts,
+ * in queue order; a job that no time limit frees has none; nothing is kept. */
 static void test_estimated_starts(void **state)
 {
     world_t *w = *state;

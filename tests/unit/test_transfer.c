@@ -660,7 +660,7 @@ static void test_superseded(void **state)
     /* the first pull stays in progress: its holder never answers */
     int port;
     int lfd = listen_any(&port);
-    char ep[64], dest[5][PATH_MAX];
+    char ep[64], dest[4][PATH_MAX];
     snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", port);
     static const struct {
         const char *name;
