@@ -489,14 +489,6 @@ int br_attempt_kill(br_attempt_t *a, int timeout_ms)
     return rc;
 }
 
-int br_attempt_lingering(const br_attempt_t *a)
-{
-    for (int i = 0; i < a->n; i++)
-        if (a->procs[i].lingering)
-            return 1;
-    return 0;
-}
-
 int br_attempt_stop(br_attempt_t *a, int sig, int64_t grace_ms, int64_t now)
 {
     int sent = 0;

@@ -98,8 +98,6 @@ int br_attempt_reaped(br_attempt_t *a, pid_t pid, int status);
  * br_attempt_stop): those whose tree has ended since are over now, as
  * br_attempt_reaped would have ended them; returns how many. */
 int br_attempt_check_lingering(br_attempt_t *a);
-/* 1 while some task's leader ended in the grace and its tree still runs. */
-int br_attempt_lingering(const br_attempt_t *a);
 
 /* Adopted tasks whose waiter ended are handled as br_attempt_reaped does; returns
  * how many ended. */

@@ -44,7 +44,8 @@
 #define HASH_LEN crypto_generichash_BYTES
 /* The coordinator sends the holder its grant and this node its order at once, on
  * two links: a holder that refuses our key this soon after we first connected may
- * not have the grant yet, and libzmq connects again on its own. */
+ * not have the grant yet, so the pull connects again 50 ms later instead of
+ * failing. */
 #define GRANT_WAIT_MS 1000
 #define MON_EVENTS                                              \
     (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | \

@@ -1,6 +1,7 @@
 /* puller.h - pulls (pull.h) run one at a time, oldest first (a restore ahead of
- * replicas, an older checkpoint's left out once a newer one of its job waits), on a thread of their own with their own ZeroMQ context, so the
- * agent's loop never waits for one: it polls br_puller_fd and takes what is
+ * replicas, an older checkpoint's left out once a newer one of its job waits), on
+ * a thread of their own with their own ZeroMQ context, so the agent's loop never
+ * waits for one: it polls br_puller_fd and takes what is
  * finished. A restore stops a replica's pull in progress (which may be stuck on
  * a holder that died), and that pull waits again, first of the replicas. */
 #ifndef BRAMBLE_PULLER_H
