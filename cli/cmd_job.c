@@ -1029,11 +1029,9 @@ static int cmd_cancel(cli_t *cli, int argc, char **argv)
     int idx[256], n = 0;
     if (argc - optind > (int)(sizeof(ids) / sizeof(ids[0])))
         return cli_usage(cli, "at most %zu job IDs at once", sizeof(ids) / sizeof(ids[0]));
-    for (int i = optind; i < argc; i++) /* every ID checked before any is cancelled */
+    for (int i = optind; i < argc; i++, n++) /* every ID checked before any is cancelled */
         if (parse_ref(cli, argv[i], &ids[n], &idx[n]) != 0)
             return CLI_USAGE;
-        else
-            n++;
     int rc = CLI_OK;
     for (int i = 0; i < o.nnames; i++) {
         int64_t id;

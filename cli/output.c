@@ -258,7 +258,10 @@ char *cli_escape(const char *s, size_t n)
             (unsigned char)s[i + 1] <= 0x9F) { /* a C1 control (U+0080..U+009F) */
             o += (size_t)snprintf(out + o, cap - o, "\\x%02x", (unsigned char)s[++i]);
         } else if (ch < 0x20 || ch == 0x7F) {
-            const char *named = ch == '\n' ? "\\n" : ch == '\t' ? "\\t" : ch == '\r' ? "\\r" : NULL;
+            const char *named = ch == '\n'   ? "\\n"
+                                : ch == '\t' ? "\\t"
+                                : ch == '\r' ? "\\r"
+                                              : NULL;
             o += named ? (size_t)snprintf(out + o, cap - o, "%s", named)
                        : (size_t)snprintf(out + o, cap - o, "\\x%02x", ch);
         } else {

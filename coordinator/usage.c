@@ -315,12 +315,12 @@ int br_usage_admit(br_usage_t *u, br_jobtab_t *jobs, int64_t owner, const json_t
             adding = 1;
         for (br_job_t *job = br_jobtab_first(jobs); job; job = job->next)
             pending += job->owner_id == owner && job->state == BR_JOB_PENDING;
-        if (adding > 1 && pending + adding > x->lim.max_pending)
+        if (pending + adding > x->lim.max_pending && adding > 1)
             return br_errf(err, EDQUOT, "the array adds %lld pending jobs to your %d, over "
                                         "your limit max-pending %d: submit fewer tasks, or "
                                         "wait for some to start",
                            (long long)adding, pending, x->lim.max_pending);
-        if (pending >= x->lim.max_pending)
+        if (pending + adding > x->lim.max_pending)
             return br_errf(err, EDQUOT, "you have %d jobs pending, your limit max-pending is "
                                         "%d: wait for some to start or cancel some",
                            pending, x->lim.max_pending);
