@@ -533,14 +533,17 @@ static void end_attempt(br_coord_t *c, br_job_t *job, br_node_t *n, const char *
     int others = 0;
     for (int r = 0; r < job->nranks; r++)
         others += rank_node(c, job, r) != n && job->ranks[r].state != BR_RANK_DONE;
+    char stopped[64] = ""; /* (none when it was the gang's last rank) */
+    if (others)
+        snprintf(stopped, sizeof(stopped), "; stopped the %s %d %s%s",
+                 br_job_tasks_per_node(job->spec) > 1 ? "gang on the other" : "other", others,
+                 br_job_tasks_per_node(job->spec) > 1 ? "node" : "rank", others == 1 ? "" : "s");
     if (cause && job->nranks > 1 && br_job_tasks_per_node(job->spec) > 1)
         /* the agent's reason names the process's rank */
-        snprintf(why, sizeof(why), "on %s: %s; stopped the gang on the other %d node%s",
-                 node ? node : "?", reason, others, others == 1 ? "" : "s");
+        snprintf(why, sizeof(why), "on %s: %s%s", node ? node : "?", reason, stopped);
     else if (cause && job->nranks > 1)
-        snprintf(why, sizeof(why), "rank %d on %s: %s; stopped the other %d rank%s",
-                 n ? br_job_rank_on(job, n->name, 0) : -1, node ? node : "?", reason, others,
-                 others == 1 ? "" : "s");
+        snprintf(why, sizeof(why), "rank %d on %s: %s%s",
+                 n ? br_job_rank_on(job, n->name, 0) : -1, node ? node : "?", reason, stopped);
     else
         snprintf(why, sizeof(why), "%s", reason ? reason : "");
     if (job->stop.at_mono) { /* it was being stopped on purpose: that is its end */
@@ -636,7 +639,10 @@ void br_jobs_exited(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int ex
         snprintf(why, sizeof(why), "killed by signal %d (%s)", signal, strsignal(signal));
     else
         snprintf(why, sizeof(why), "exit code %d", exit_code);
-    if (exit_code != 0 || signal >= 0 || (reason && *reason)) {
+    int failed = exit_code != 0 || signal >= 0 || (reason && *reason);
+    /* a rank of a job asked to stop has its whole grace, whatever the others do: it
+     * is done, and the attempt ends with the last one (below) */
+    if (failed && !job->stop.at_mono) {
         if (job->nranks > 1 && job->held.rank < 0) {
             /* a gang's rank that fails may fail because a peer's node just died
              * (gloo errors out at once): the verdict waits until every other
@@ -660,11 +666,17 @@ void br_jobs_exited(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int ex
     job->ranks[r].state = BR_RANK_DONE;
     int left = br_job_ranks_left(job);
     if (left == 0) {
-        end_attempt(c, job, n, NULL, 0, -1, NULL, 0);
+        end_attempt(c, job, n, failed ? "nonzero_exit" : NULL, exit_code, signal,
+                    failed ? why : NULL, 0);
     } else {
         br_job_save(c, job);
-        br_coord_event(c, id, n->name, br_job_state_name(job->state),
-                       "rank %d exited 0 on %s; %d to go", r, n->name, left);
+        if (failed) /* (in a stop's grace) */
+            br_coord_event(c, id, n->name, br_job_state_name(job->state),
+                           "rank %d on %s ended in its grace (%s); %d to go", r, n->name, why,
+                           left);
+        else
+            br_coord_event(c, id, n->name, br_job_state_name(job->state),
+                           "rank %d exited 0 on %s; %d to go", r, n->name, left);
         br_coord_changed(c);
     }
 }

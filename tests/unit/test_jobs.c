@@ -440,6 +440,40 @@ static void test_cancel_is_graceful(void **state)
     br_jobtab_sweep(c->jobs);
 }
 
+/* A gang asked to stop: each rank has its whole grace. The rank that ends first
+ * (its handler done) does not cut the others short; the attempt ends with the
+ * last rank, and the cancel then says how. */
+static void test_gang_ranks_each_have_their_grace(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    br_err_t err;
+    int64_t id = submit(c, "{\"command\": \"train\", \"resources\": {\"cpus\": 2, "
+                           "\"nodes\": 2}}");
+    br_sched_run(c);
+    br_job_t *j = br_jobtab_find(c->jobs, id);
+    br_node_t *r0 = rank0_node(c, j);
+    br_node_t *r1 = r0 == w->a ? w->b : w->a;
+    br_jobs_started(c, id, 1, r0, 29555);
+    br_jobs_started(c, id, 1, r1, 0);
+    assert_state(c, id, "running");
+    json_decref(br_jobs_cancel(c, id, 0, &err));
+    assert_int_equal(orders(c, "job.kill", r0) + orders(c, "job.kill", r1), 2); /* SIGTERM */
+    fixture_drop_orders(c);
+    br_jobs_exited(c, id, 1, r0, -1, 15, "/bin/sh ended (killed by signal 15) and its "
+                                         "processes 1.0s later, within the grace");
+    assert_state(c, id, "running"); /* rank 1 still saves */
+    assert_int_equal(orders(c, "job.kill", r1), 0);
+    assert_event(c, id, "rank 0 on");
+    assert_event(c, id, "ended in its grace");
+    assert_int_equal(r0->cpus_used, 0); /* rank 0's node is free already */
+    br_jobs_exited(c, id, 1, r1, 0, -1, "");
+    assert_state(c, id, "cancelled");
+    assert_event(c, id, "cancelled by request (it exited 0 when asked to stop)");
+    assert_int_equal(w->a->cpus_used + w->b->cpus_used, 0);
+    br_jobtab_sweep(c->jobs);
+}
+
 /* node's agent reports the attempt's exit as agent.c does: exit code code, or with
  * fault (a start that could not be made) none. */
 static void report_exited(br_coord_t *c, br_node_t *n, int64_t id, int attempt, int code,
@@ -827,6 +861,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cancel_and_time_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_is_graceful, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gang_ranks_each_have_their_grace, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_exit_after_a_held_start_is_taken, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_estimated_starts, setup, teardown),
