@@ -872,11 +872,13 @@ json_t *br_jobs_cancel(br_coord_t *c, int64_t id, int now, br_err_t *err)
         return br_store_job_get(c->store, id, err);
     }
     br_node_t *n = br_job_state_live(job->state) ? rank_node(c, job, 0) : NULL;
+    int killed = job->state == BR_JOB_RUNNING && br_job_ranks_left(job) > 0;
     if (br_job_state_live(job->state))
         stop_ranks(c, job, NULL);
+    /* (a service's own job runs no process: nothing of it is killed) */
     const char *why = job->stop.cancel ? "cancelled by request (killed at once, in its grace)"
-                      : job->state == BR_JOB_RUNNING ? "cancelled by request (killed at once)"
-                                                     : "cancelled by request";
+                      : killed         ? "cancelled by request (killed at once)"
+                                       : "cancelled by request";
     br_job_set_reason(job, why);
     br_job_post(c, job, BR_JOB_CANCELLED, n ? n->name : NULL, "%s", why);
     return br_store_job_get(c->store, id, err);

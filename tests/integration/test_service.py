@@ -221,6 +221,9 @@ def test_scale_and_cancel(cluster, tmp_path):
     wait_for(lambda: not cluster.task_procs(), what="every replica process gone")
     assert cluster.job(sid)["state"] == "cancelled"
     assert cluster.job(rid)["state"] == "cancelled"
+    # the service's own job runs no process: nothing of it was killed
+    assert cluster.job(sid)["reason"] == "cancelled by request", cluster.job(sid)
+    assert cluster.job(rid)["reason"] == "cancelled by request (killed at once)"
     rc, _, err = cluster.cli("endpoints", "web", check=False)
     assert rc == 1 and "no running service named 'web'" in err, err
 
