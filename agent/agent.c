@@ -45,6 +45,7 @@
 #define GPU_READ_MS 1000 /* NVML is read this often (the loop wakes at least as often) */
 #define MAX_UNACKED 256 /* checkpoint reports kept for resending */
 #define SEND_QUEUE 256  /* messages queued for the coordinator before sends fail */
+#define LOG_HOLD_MS (10 * 60 * 1000) /* an end waits this long for its output taken */
 
 struct br_agent {
     const br_settings_t *s;
@@ -78,6 +79,8 @@ struct br_agent {
     int64_t send_failed;          /* sends that found the queue full, in all */
     int64_t send_failed_run;      /* ... since the last one that went through */
     int exit_plain;               /* the coordinator refuses "log_dropped" in exits */
+    int log_plain;                /* ... or job.log as a request: output goes as events */
+    int64_t log_refused;          /* chunks of output refused since one was stored */
     int hb_plain;                 /* ... or "gpus" in heartbeats */
     int hb_nocost;                /* ... or "cost_per_hour" and "power_watts" */
     int64_t gpus_read;            /* when NVML was last read (monotonic ms) */
@@ -695,19 +698,24 @@ static void send_hello(br_agent_t *a)
     a->hello_sent = br_mono_ms();
 }
 
-static int ship_log(void *arg, br_attempt_t *t, int rank, int stream, int64_t seq,
-                    const void *data, size_t len)
+/* A chunk of output goes as a request, kept until the coordinator answers that it
+ * stored it; to a coordinator that takes job.log only as an event, as an event. */
+static int64_t ship_log(void *arg, br_attempt_t *t, int rank, int stream, int64_t seq,
+                        const void *data, size_t len)
 {
     br_agent_t *a = arg;
     int sent;
     if (a->send_failed_run)
         return -1; /* the queue is full: try again on the next timer */
-    send_msg_ok(a, BR_MSG_EVENT, "job.log",
-                json_pack("{s:I, s:i, s:i, s:i, s:I}", "job", (json_int_t)br_attempt_job(t),
-                          "attempt", br_attempt_number(t), "rank", rank,
-                          "stream", stream, "seq", (json_int_t)seq),
-                data, len, &sent);
-    return sent ? 0 : -1;
+    uint32_t tag = send_msg_ok(
+        a, a->log_plain ? BR_MSG_EVENT : BR_MSG_REQUEST, "job.log",
+        json_pack("{s:I, s:i, s:i, s:i, s:I}", "job", (json_int_t)br_attempt_job(t),
+                  "attempt", br_attempt_number(t), "rank", rank, "stream", stream, "seq",
+                  (json_int_t)seq),
+        data, len, &sent);
+    if (!sent)
+        return -1;
+    return a->log_plain ? 0 : (int64_t)tag;
 }
 
 /* A checkpoint report is resent with each heartbeat until it is acknowledged. */
@@ -971,6 +979,22 @@ static void report_exit(br_agent_t *a, br_attempt_t *t)
     if (br_hang_fired(br_attempt_hang(t))) /* ended by hang detection: cause "hung" */
         json_object_set_new(body, "fault", json_string("hung"));
     br_attempt_set_report_seq(t, send_msg(a, BR_MSG_REQUEST, "job.exited", body, NULL, 0));
+}
+
+/* Report an attempt's end once it is ready: its processes and pipes are done, a
+ * checkpoint it completed was reported first (so that it counts), and the
+ * coordinator took all its output (or LOG_HOLD_MS passed, and what is left is
+ * counted as dropped). 1 when reported now. */
+static int exit_if_ready(br_agent_t *a, br_attempt_t *t, int64_t now)
+{
+    if (!a->hello_acked || !br_attempt_finished(t) || br_attempt_report_seq(t) ||
+        !ckpt_settled(a, t, now) || hashing(a, t))
+        return 0;
+    br_attempt_flush(t, 1, ship_log, a);
+    if (br_attempt_log_holds_exit(t, now, LOG_HOLD_MS))
+        return 0;
+    report_exit(a, t);
+    return 1;
 }
 
 /* --- attempts ------------------------------------------------------------------ */
@@ -1487,6 +1511,34 @@ static int drop_heartbeat_field(br_agent_t *a, const br_err_t *err)
     return 0;
 }
 
+/* The answer to a chunk of output (ship_log): taken, or kept to be sent again. Its
+ * attempt's end, which waited for it, is reported at once when it was the last. */
+static void log_answered(br_agent_t *a, uint32_t seq, const br_err_t *err)
+{
+    int errnum = err ? err->errnum : 0;
+    if (errnum == EPROTO && strstr(err->text, "wrong message kind") && !a->log_plain) {
+        a->log_plain = 1; /* a coordinator that predates the answer */
+        fprintf(stderr, "bramble-agent: the coordinator takes job.log only as an event; "
+                        "output that cannot be stored there is lost\n");
+    } else if (errnum && errnum != EPERM && errnum != ENOENT) {
+        if (!a->log_refused++) /* once for a run of refusals */
+            fprintf(stderr, "bramble-agent: output not stored by the coordinator (%s); "
+                            "kept, and sent again every %d ms\n",
+                    err->text, BR_LOG_RETRY_MS);
+    } else if (!errnum && a->log_refused) {
+        fprintf(stderr, "bramble-agent: the coordinator stores output again, after %lld "
+                        "refusals\n",
+                (long long)a->log_refused);
+        a->log_refused = 0;
+    }
+    int64_t now = br_mono_ms();
+    for (int i = 0; i < a->natt; i++)
+        if (br_attempt_log_answered(a->att[i], seq, errnum, now)) {
+            exit_if_ready(a, a->att[i], now);
+            return;
+        }
+}
+
 static void on_response(br_agent_t *a, br_msg_t *m)
 {
     br_err_t err;
@@ -1525,6 +1577,8 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         br_keeper_set_times(a->keeper, a->fence_ms,
                             json_integer_value(json_object_get(b, "node_timeout")));
         a->hello_acked = 1;
+        for (int i = 0; i < a->natt; i++) /* answers to output sent before will not come */
+            br_attempt_log_resend(a->att[i]);
         const char *key = json_string_value(json_object_get(b, "probe_key"));
         if (a->probe && key &&
             br_probe_set_key(a->probe, key,
@@ -1549,6 +1603,8 @@ static void on_response(br_agent_t *a, br_msg_t *m)
     } else if (strcmp(br_msg_type(m), "job.checkpoint") == 0) {
         /* refused (superseded attempt): do not resend */
         checkpoint_acked(a, seq, failed ? &err : NULL);
+    } else if (strcmp(br_msg_type(m), "job.log") == 0) {
+        log_answered(a, seq, failed ? &err : NULL);
     } else if (strcmp(br_msg_type(m), "job.exited") == 0) {
         for (int i = 0; i < a->natt; i++)
             if (br_attempt_report_seq(a->att[i]) != seq) {
@@ -1767,18 +1823,8 @@ static void timers(br_agent_t *a)
         return;
     }
     unsigned char reported_now[MAX_ATTEMPTS] = {0};
-    for (int i = 0; i < a->natt; i++) {
-        br_attempt_t *t = a->att[i];
-        /* a checkpoint it completed is reported before its end, so that it counts */
-        if (br_attempt_finished(t) && !br_attempt_report_seq(t) && ckpt_settled(a, t, now) &&
-            !hashing(a, t)) {
-            br_attempt_flush(t, 1, ship_log, a);
-            if (!br_attempt_log_pending(t)) { /* its output first, then its end */
-                report_exit(a, t);
-                reported_now[i] = 1;
-            }
-        }
-    }
+    for (int i = 0; i < a->natt; i++)
+        reported_now[i] = (unsigned char)exit_if_ready(a, a->att[i], now);
     if (now - a->hb_sent >= a->hb_ms) {
         a->hb_sent = now;
         double load[1];

@@ -26,7 +26,9 @@ struct br_attempt {
     int n;
     proc_t *procs;
     br_ckpt_t *ckpt;
-    br_logbuf_t *log; /* output not shipped yet */
+    br_logbuf_t *log; /* output not taken yet */
+    int64_t log_retry_at; /* no output is sent before (monotonic ms) */
+    int64_t log_held_since; /* its end waits for its output since, or 0 */
     int64_t log_said; /* dropped bytes last said */
     int frozen;
     int port;
@@ -418,20 +420,62 @@ void br_attempt_read(br_attempt_t *a, br_attempt_log_fn fn, void *arg)
 void br_attempt_flush(br_attempt_t *a, int force, br_attempt_log_fn fn, void *arg)
 {
     br_logchunk_t c;
-    /* once the pipes closed, nothing more will join a chunk: ship it now */
     int64_t now = br_mono_ms();
+    if (now < a->log_retry_at)
+        return; /* the coordinator could not store it: not yet again */
+    int64_t sent = br_logbuf_oldest_sent(a->log);
+    if (sent >= 0 && now - sent >= BR_LOG_ANSWER_MS)
+        br_logbuf_resend(a->log); /* lost on the way, or the coordinator restarted */
+    /* once the pipes closed, nothing more will join a chunk: ship it now */
     while (br_logbuf_peek(a->log, now, BR_LOG_DELAY_MS, force || pipes_closed(a), &c)) {
         proc_t *p = &a->procs[c.task];
-        if (fn(arg, a, p->rank, c.stream, p->seq[c.stream - 1], c.data, c.len) < 0)
+        int64_t seq = c.seq >= 0 ? c.seq : p->seq[c.stream - 1];
+        int64_t tag = fn(arg, a, p->rank, c.stream, seq, c.data, c.len);
+        if (tag < 0)
             return;
-        p->seq[c.stream - 1]++;
-        br_logbuf_pop(a->log);
+        if (c.seq < 0)
+            p->seq[c.stream - 1]++;
+        if (tag == 0)
+            br_logbuf_pop(a->log);
+        else
+            br_logbuf_sent(a->log, seq, (uint32_t)tag, now);
     }
+}
+
+int br_attempt_log_answered(br_attempt_t *a, uint32_t tag, int errnum, int64_t now)
+{
+    if (!br_logbuf_holds(a->log, tag))
+        return 0;
+    if (errnum == 0 || errnum == EPERM || errnum == ENOENT) {
+        br_logbuf_taken(a->log, tag);
+    } else {
+        br_logbuf_resend(a->log);
+        a->log_retry_at = now + BR_LOG_RETRY_MS;
+    }
+    return 1;
+}
+
+void br_attempt_log_resend(br_attempt_t *a)
+{
+    br_logbuf_resend(a->log);
+    a->log_retry_at = 0;
 }
 
 size_t br_attempt_log_pending(const br_attempt_t *a)
 {
     return br_logbuf_bytes(a->log);
+}
+
+int br_attempt_log_holds_exit(br_attempt_t *a, int64_t now, int64_t max_ms)
+{
+    if (!br_logbuf_bytes(a->log))
+        return 0;
+    if (!a->log_held_since)
+        a->log_held_since = now;
+    if (now - a->log_held_since < max_ms)
+        return 1;
+    br_logbuf_drop_all(a->log);
+    return 0;
 }
 
 int64_t br_attempt_log_dropped(const br_attempt_t *a)

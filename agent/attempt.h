@@ -27,11 +27,16 @@
 
 typedef struct br_attempt br_attempt_t;
 
-/* Called with each chunk ready to ship: rank is the task's rank in the job. Returns
- * 0 when it was sent, -1 when it could not be (the queue to the coordinator is
+#define BR_LOG_RETRY_MS 1000  /* output the coordinator could not store goes again */
+#define BR_LOG_ANSWER_MS 5000 /* ... as does output it did not answer for this long */
+
+/* Called with each chunk ready to ship: rank is the task's rank in the job, seq its
+ * number (the same when it is sent again). Returns the tag its answer will carry
+ * (> 0), 0 when it went with no answer to wait for (an event, to a coordinator that
+ * takes no other), or -1 when it could not be sent (the queue to the coordinator is
  * full): the chunk then waits for the next try, as does everything after it. */
-typedef int (*br_attempt_log_fn)(void *arg, br_attempt_t *a, int rank, int stream,
-                                 int64_t seq, const void *data, size_t len);
+typedef int64_t (*br_attempt_log_fn)(void *arg, br_attempt_t *a, int rank, int stream,
+                                     int64_t seq, const void *data, size_t len);
 
 typedef struct {
     int64_t job;
@@ -112,12 +117,25 @@ int br_attempt_fds(const br_attempt_t *a, int *fds, int max);
  * then ship what is ready. */
 void br_attempt_read(br_attempt_t *a, br_attempt_log_fn fn, void *arg);
 /* Ship full chunks and output older than BR_LOG_DELAY_MS (all of it when force),
- * oldest first, until fn cannot send. */
+ * oldest first, until fn cannot send. A chunk is kept until its answer says it was
+ * taken (br_attempt_log_answered); chunks that got no answer in BR_LOG_ANSWER_MS go
+ * again. */
 void br_attempt_flush(br_attempt_t *a, int force, br_attempt_log_fn fn, void *arg);
-/* Output bytes waiting to be shipped, and dropped so far (the oldest, when the
- * buffer was full). */
+/* The answer to the chunk sent with tag: errnum 0 (stored), EPERM or ENOENT (not
+ * wanted: never sent again), or another (not stored: every chunk not taken goes again
+ * after BR_LOG_RETRY_MS from now). 1 when the chunk was this attempt's. */
+int br_attempt_log_answered(br_attempt_t *a, uint32_t tag, int errnum, int64_t now);
+/* Every chunk sent and not answered goes again at the next flush (the coordinator
+ * restarted: its answers will not come). */
+void br_attempt_log_resend(br_attempt_t *a);
+/* Output bytes kept until taken (waiting to be shipped, or shipped and not answered
+ * yet), and dropped so far (the oldest, when the buffer was full). */
 size_t br_attempt_log_pending(const br_attempt_t *a);
 int64_t br_attempt_log_dropped(const br_attempt_t *a);
+/* An ended attempt's output not taken yet holds its exit report back, for at most
+ * max_ms from the first call: then what is kept is dropped, counted. 1 while it
+ * holds. */
+int br_attempt_log_holds_exit(br_attempt_t *a, int64_t now, int64_t max_ms);
 /* 1 when more was dropped since the previous call (to say so once in a while). */
 int br_attempt_log_dropped_news(br_attempt_t *a);
 

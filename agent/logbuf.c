@@ -1,4 +1,5 @@
-/* logbuf.c - a bounded queue of output chunks that drops the oldest bytes. */
+/* logbuf.c - a bounded queue of output chunks that drops the oldest bytes, and
+ * keeps each chunk sent until it is taken. */
 #include "logbuf.h"
 
 #include <errno.h>
@@ -9,12 +10,18 @@ typedef struct chunk {
     struct chunk *prev, *next; /* prev: older */
     int task, stream;
     int64_t first_ms; /* when its first byte was read */
-    size_t off, len, size; /* bytes [off, len) of data wait; size allocated */
+    size_t off, len, size; /* bytes [off, len) of data are kept; size allocated */
     char *data;
+    int64_t seq;     /* the number it was sent under, -1 before; closed once set */
+    int sent;        /* sent, and its answer not heard yet */
+    uint32_t tag;    /* what the answer carries */
+    int64_t sent_ms; /* when it was sent */
 } chunk_t;
 
+/* Chunks from head to unsent (excluded) were sent and wait for their answer; from
+ * unsent on, none was sent since it was put back in line. */
 struct br_logbuf {
-    chunk_t *head, *tail; /* oldest, newest */
+    chunk_t *head, *tail, *unsent; /* oldest, newest, oldest not sent */
     size_t cap, chunk, bytes;
     int64_t dropped;
 };
@@ -29,14 +36,18 @@ br_logbuf_t *br_logbuf_new(size_t cap, size_t chunk)
     return b;
 }
 
-static void free_head(br_logbuf_t *b)
+static void unlink_chunk(br_logbuf_t *b, chunk_t *c)
 {
-    chunk_t *c = b->head;
-    b->head = c->next;
-    if (b->head)
-        b->head->prev = NULL;
+    if (b->unsent == c)
+        b->unsent = c->next;
+    if (c->prev)
+        c->prev->next = c->next;
     else
-        b->tail = NULL;
+        b->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    else
+        b->tail = c->prev;
     b->bytes -= c->len - c->off;
     free(c->data);
     free(c);
@@ -48,12 +59,12 @@ void br_logbuf_destroy(br_logbuf_t **bp)
     if (!b)
         return;
     while (b->head)
-        free_head(b);
+        unlink_chunk(b, b->head);
     free(b);
     *bp = NULL;
 }
 
-/* Drop the oldest bytes until at most cap wait. */
+/* Drop the oldest bytes until at most cap are kept. */
 static void trim(br_logbuf_t *b)
 {
     while (b->bytes > b->cap && b->head) {
@@ -64,16 +75,16 @@ static void trim(br_logbuf_t *b)
         b->bytes -= n;
         b->dropped += (int64_t)n;
         if (c->off == c->len)
-            free_head(b);
+            unlink_chunk(b, c);
     }
 }
 
-/* The open (newest, not full) chunk of (task, stream), or NULL. */
+/* The open (newest, never sent, not full) chunk of (task, stream), or NULL. */
 static chunk_t *open_chunk(br_logbuf_t *b, int task, int stream)
 {
     for (chunk_t *c = b->tail; c; c = c->prev)
         if (c->task == task && c->stream == stream)
-            return c->len < b->chunk ? c : NULL;
+            return c->len < b->chunk && c->seq < 0 ? c : NULL;
     return NULL;
 }
 
@@ -94,26 +105,34 @@ static int grow(chunk_t *c, size_t want, size_t max)
     return 0;
 }
 
+static chunk_t *append_chunk(br_logbuf_t *b, int task, int stream, int64_t now_ms)
+{
+    chunk_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->task = task;
+    c->stream = stream;
+    c->first_ms = now_ms;
+    c->seq = -1;
+    c->prev = b->tail;
+    if (b->tail)
+        b->tail->next = c;
+    else
+        b->head = c;
+    b->tail = c;
+    if (!b->unsent)
+        b->unsent = c;
+    return c;
+}
+
 int br_logbuf_put(br_logbuf_t *b, int task, int stream, const void *data, size_t len,
                   int64_t now_ms)
 {
     const char *p = data;
     while (len > 0) {
         chunk_t *c = open_chunk(b, task, stream);
-        if (!c) {
-            c = calloc(1, sizeof(*c));
-            if (!c)
-                goto nomem;
-            c->task = task;
-            c->stream = stream;
-            c->first_ms = now_ms;
-            c->prev = b->tail;
-            if (b->tail)
-                b->tail->next = c;
-            else
-                b->head = c;
-            b->tail = c;
-        }
+        if (!c && !(c = append_chunk(b, task, stream, now_ms)))
+            goto nomem;
         size_t n = b->chunk - c->len < len ? b->chunk - c->len : len;
         if (grow(c, c->len + n, b->chunk) < 0)
             goto nomem;
@@ -134,19 +153,77 @@ nomem:
 int br_logbuf_peek(const br_logbuf_t *b, int64_t now_ms, int64_t delay_ms, int force,
                    br_logchunk_t *out)
 {
-    const chunk_t *c = b->head;
+    const chunk_t *c = b->unsent;
     if (!c || c->len == c->off)
         return 0;
-    if (!force && c->len < b->chunk && now_ms - c->first_ms < delay_ms)
+    if (!force && c->seq < 0 && c->len < b->chunk && now_ms - c->first_ms < delay_ms)
         return 0;
-    *out = (br_logchunk_t){c->task, c->stream, c->data + c->off, c->len - c->off};
+    *out = (br_logchunk_t){c->task, c->stream, c->data + c->off, c->len - c->off, c->seq};
     return 1;
+}
+
+void br_logbuf_sent(br_logbuf_t *b, int64_t seq, uint32_t tag, int64_t now_ms)
+{
+    chunk_t *c = b->unsent;
+    if (!c)
+        return;
+    c->seq = seq;
+    c->sent = 1;
+    c->tag = tag;
+    c->sent_ms = now_ms;
+    b->unsent = c->next;
+}
+
+static chunk_t *find_sent(const br_logbuf_t *b, uint32_t tag)
+{
+    for (chunk_t *c = b->head; c && c != b->unsent; c = c->next)
+        if (c->sent && c->tag == tag)
+            return c;
+    return NULL;
+}
+
+int br_logbuf_taken(br_logbuf_t *b, uint32_t tag)
+{
+    chunk_t *c = find_sent(b, tag);
+    if (!c)
+        return 0;
+    unlink_chunk(b, c);
+    return 1;
+}
+
+int br_logbuf_holds(const br_logbuf_t *b, uint32_t tag)
+{
+    return find_sent(b, tag) != NULL;
+}
+
+void br_logbuf_resend(br_logbuf_t *b)
+{
+    for (chunk_t *c = b->head; c && c != b->unsent; c = c->next)
+        c->sent = 0;
+    b->unsent = b->head;
+}
+
+int64_t br_logbuf_oldest_sent(const br_logbuf_t *b)
+{
+    int64_t oldest = -1;
+    for (chunk_t *c = b->head; c && c != b->unsent; c = c->next)
+        if (c->sent && (oldest < 0 || c->sent_ms < oldest))
+            oldest = c->sent_ms;
+    return oldest;
 }
 
 void br_logbuf_pop(br_logbuf_t *b)
 {
-    if (b->head)
-        free_head(b);
+    if (b->unsent)
+        unlink_chunk(b, b->unsent);
+}
+
+void br_logbuf_drop_all(br_logbuf_t *b)
+{
+    while (b->head) {
+        b->dropped += (int64_t)(b->head->len - b->head->off);
+        unlink_chunk(b, b->head);
+    }
 }
 
 size_t br_logbuf_bytes(const br_logbuf_t *b)

@@ -12,55 +12,58 @@
 #define P_ADMIN (1 << BR_PRINCIPAL_ADMIN)
 #define P_USER (1 << BR_PRINCIPAL_USER)
 #define P_NODE (1 << BR_PRINCIPAL_NODE)
+#define K_REQUEST (1 << BR_MSG_REQUEST)
+#define K_EVENT (1 << BR_MSG_EVENT)
 
 static const struct {
     const char *type;
-    br_msg_kind_t kind;
+    int kinds; /* K_REQUEST, K_EVENT: the kinds it is taken as */
     int who;
     br_handler_fn fn;
 } handlers[] = {
-    {"ping", BR_MSG_REQUEST, P_ADMIN | P_USER | P_NODE, br_api_ping},
-    {"node.join", BR_MSG_REQUEST, P_UNKNOWN, br_api_node_join},
-    {"node.hello", BR_MSG_REQUEST, P_NODE, br_api_node_hello},
-    {"node.heartbeat", BR_MSG_REQUEST, P_NODE, br_api_node_heartbeat},
-    {"job.started", BR_MSG_REQUEST, P_NODE, br_api_job_started},
-    {"job.exited", BR_MSG_REQUEST, P_NODE, br_api_job_exited},
-    {"job.log", BR_MSG_EVENT, P_NODE, br_api_job_log},
-    {"job.checkpoint", BR_MSG_REQUEST, P_NODE, br_api_job_checkpoint},
-    {"ckpt.stored", BR_MSG_REQUEST, P_NODE, br_api_ckpt_stored},
-    {"token.create", BR_MSG_REQUEST, P_ADMIN, br_api_token_create},
-    {"token.list", BR_MSG_REQUEST, P_ADMIN, br_api_token_list},
-    {"token.revoke", BR_MSG_REQUEST, P_ADMIN, br_api_token_revoke},
-    {"node.list", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_node_list},
-    {"node.show", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_node_show},
-    {"node.drain", BR_MSG_REQUEST, P_ADMIN, br_api_node_drain},
-    {"node.undrain", BR_MSG_REQUEST, P_ADMIN, br_api_node_undrain},
-    {"node.remove", BR_MSG_REQUEST, P_ADMIN, br_api_node_remove},
-    {"node.probe", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_node_probe},
-    {"job.submit", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_submit},
-    {"job.list", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_list},
-    {"job.show", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_show},
-    {"job.queue", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_queue},
-    {"job.cancel", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_cancel},
-    {"job.purge", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_purge},
-    {"job.logs", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_job_logs},
-    {"event.list", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_event_list},
-    {"event.watch", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_event_watch},
-    {"user.add", BR_MSG_REQUEST, P_ADMIN, br_api_user_add},
-    {"user.list", BR_MSG_REQUEST, P_ADMIN, br_api_user_list},
-    {"user.remove", BR_MSG_REQUEST, P_ADMIN, br_api_user_remove},
-    {"audit.list", BR_MSG_REQUEST, P_ADMIN, br_api_audit_list},
-    {"user.rotate_key", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_user_rotate_key},
-    {"user.set", BR_MSG_REQUEST, P_ADMIN, br_api_user_set},
-    {"usage.show", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_usage},
-    {"node.rotate_key", BR_MSG_REQUEST, P_ADMIN, br_api_node_rotate_key},
-    {"node.key", BR_MSG_REQUEST, P_NODE, br_api_node_key},
-    {"service.endpoints", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_service_endpoints},
-    {"service.scale", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_service_scale},
-    {"dashboard.login", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_dashboard_login},
-    {"checkpoint.open", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_open},
-    {"checkpoint.read", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_read},
-    {"checkpoint.close", BR_MSG_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_close},
+    {"ping", K_REQUEST, P_ADMIN | P_USER | P_NODE, br_api_ping},
+    {"node.join", K_REQUEST, P_UNKNOWN, br_api_node_join},
+    {"node.hello", K_REQUEST, P_NODE, br_api_node_hello},
+    {"node.heartbeat", K_REQUEST, P_NODE, br_api_node_heartbeat},
+    {"job.started", K_REQUEST, P_NODE, br_api_job_started},
+    {"job.exited", K_REQUEST, P_NODE, br_api_job_exited},
+    {"job.log", K_REQUEST | K_EVENT, /* an event from agents that predate its answer */
+      P_NODE, br_api_job_log},
+    {"job.checkpoint", K_REQUEST, P_NODE, br_api_job_checkpoint},
+    {"ckpt.stored", K_REQUEST, P_NODE, br_api_ckpt_stored},
+    {"token.create", K_REQUEST, P_ADMIN, br_api_token_create},
+    {"token.list", K_REQUEST, P_ADMIN, br_api_token_list},
+    {"token.revoke", K_REQUEST, P_ADMIN, br_api_token_revoke},
+    {"node.list", K_REQUEST, P_ADMIN | P_USER, br_api_node_list},
+    {"node.show", K_REQUEST, P_ADMIN | P_USER, br_api_node_show},
+    {"node.drain", K_REQUEST, P_ADMIN, br_api_node_drain},
+    {"node.undrain", K_REQUEST, P_ADMIN, br_api_node_undrain},
+    {"node.remove", K_REQUEST, P_ADMIN, br_api_node_remove},
+    {"node.probe", K_REQUEST, P_ADMIN | P_USER, br_api_node_probe},
+    {"job.submit", K_REQUEST, P_ADMIN | P_USER, br_api_job_submit},
+    {"job.list", K_REQUEST, P_ADMIN | P_USER, br_api_job_list},
+    {"job.show", K_REQUEST, P_ADMIN | P_USER, br_api_job_show},
+    {"job.queue", K_REQUEST, P_ADMIN | P_USER, br_api_job_queue},
+    {"job.cancel", K_REQUEST, P_ADMIN | P_USER, br_api_job_cancel},
+    {"job.purge", K_REQUEST, P_ADMIN | P_USER, br_api_job_purge},
+    {"job.logs", K_REQUEST, P_ADMIN | P_USER, br_api_job_logs},
+    {"event.list", K_REQUEST, P_ADMIN | P_USER, br_api_event_list},
+    {"event.watch", K_REQUEST, P_ADMIN | P_USER, br_api_event_watch},
+    {"user.add", K_REQUEST, P_ADMIN, br_api_user_add},
+    {"user.list", K_REQUEST, P_ADMIN, br_api_user_list},
+    {"user.remove", K_REQUEST, P_ADMIN, br_api_user_remove},
+    {"audit.list", K_REQUEST, P_ADMIN, br_api_audit_list},
+    {"user.rotate_key", K_REQUEST, P_ADMIN | P_USER, br_api_user_rotate_key},
+    {"user.set", K_REQUEST, P_ADMIN, br_api_user_set},
+    {"usage.show", K_REQUEST, P_ADMIN | P_USER, br_api_usage},
+    {"node.rotate_key", K_REQUEST, P_ADMIN, br_api_node_rotate_key},
+    {"node.key", K_REQUEST, P_NODE, br_api_node_key},
+    {"service.endpoints", K_REQUEST, P_ADMIN | P_USER, br_api_service_endpoints},
+    {"service.scale", K_REQUEST, P_ADMIN | P_USER, br_api_service_scale},
+    {"dashboard.login", K_REQUEST, P_ADMIN | P_USER, br_api_dashboard_login},
+    {"checkpoint.open", K_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_open},
+    {"checkpoint.read", K_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_read},
+    {"checkpoint.close", K_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_close},
 };
 
 void br_api_fail(br_coord_t *c, br_msg_t *m, const br_err_t *err)
@@ -149,7 +152,7 @@ void br_api_dispatch(br_coord_t *c, br_msg_t *m, br_caller_t *who)
     for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++) {
         if (strcmp(handlers[i].type, br_msg_type(m)) != 0)
             continue;
-        if (handlers[i].kind != br_msg_kind(m)) {
+        if (!(handlers[i].kinds & (1 << br_msg_kind(m)))) {
             br_errf(&err, EPROTO, "%s: wrong message kind", br_msg_type(m));
             br_api_fail(c, m, &err);
         } else if (!(handlers[i].who & (1 << who->kind))) {

@@ -401,8 +401,8 @@ void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_node_t *n = caller_node(c, m, who);
     if (n && !given(c, m, n, job, attempt))
         return; /* (answered) */
-    if (n && lost > 0)
-        br_store_log_lost_set(c->store, job, attempt, n->name, lost, NULL);
+    if (n)
+        br_jobs_log_lost(c, job, attempt, n->name, lost);
     if (n && br_store_attempt_exited(c->store, job, attempt, n->name, NULL) == 0) {
         br_api_ok(c, m, json_object()); /* a resend: taken already */
         return;
@@ -523,6 +523,9 @@ void br_api_job_checkpoint(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_api_ok(c, m, json_object());
 }
 
+/* A chunk of output: answered {} once stored (or seen before), so that the agent
+ * keeps it until then; a store that cannot take it (the disk is full) refuses it,
+ * and the agent sends it again. An agent that predates the answer sends events. */
 void br_api_job_log(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_int_t job, seq;
@@ -534,19 +537,29 @@ void br_api_job_log(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                       &attempt, "rank", &rank, "stream", &stream, "seq", &seq) < 0 ||
         !data || (stream != 1 && stream != 2)) {
         fprintf(stderr, "brambled: bad job.log from %s\n", who->name);
+        if (!data || (stream != 1 && stream != 2))
+            br_errf(&err, EPROTO, "job.log: %s", !data ? "no data frame" : "stream is 1 or 2");
+        br_api_fail(c, m, &err);
         return;
     }
     if (!br_jobs_log_allowed(c, job, attempt, who->name)) {
         fprintf(stderr, "brambled: job.log from %s for job %lld attempt %d: not its "
                         "attempt, dropped\n",
                 who->name, (long long)job, attempt);
+        br_errf(&err, EPERM, "job.log: job %lld attempt %d never ran on %s", (long long)job,
+                attempt, who->name);
+        br_api_fail(c, m, &err);
         return;
     }
     if (br_store_log_add(c->store, job, attempt, rank, stream, seq, br_now_ms(), data, len,
                          &err) < 0 ||
-        br_store_log_cap(c->store, job, c->cfg.log_max_per_job, &err) < 0)
+        br_store_log_cap(c->store, job, c->cfg.log_max_per_job, &err) < 0) {
         fprintf(stderr, "brambled: log of job %lld not stored: %s\n", (long long)job,
                 err.text);
-    else if (br_watchers_count(c->watchers))
+        br_api_fail(c, m, &err);
+        return;
+    }
+    if (br_watchers_count(c->watchers))
         br_coord_news(c, job, 1);
+    br_api_ok(c, m, json_object());
 }

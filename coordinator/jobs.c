@@ -359,6 +359,21 @@ int br_jobs_place(br_coord_t *c, br_job_t *job, br_node_t *const *nodes,
     return 0;
 }
 
+void br_jobs_log_lost(br_coord_t *c, int64_t id, int attempt, const char *node,
+                      int64_t bytes)
+{
+    char size[32];
+    if (bytes <= 0)
+        return;
+    int64_t before = br_store_log_lost_set(c->store, id, attempt, node, bytes, NULL);
+    if (before == 0) /* the first: job show counts the rest */
+        br_coord_event(c, id, node, "log",
+                       "output dropped on %s: %s of attempt %d's oldest output did not "
+                       "fit in its agent's buffer while the coordinator could not take it "
+                       "(log_dropped; job show counts it)",
+                       node, br_format_size((uint64_t)bytes, size, sizeof(size)), attempt);
+}
+
 int br_jobs_log_allowed(br_coord_t *c, int64_t id, int attempt, const char *node)
 {
     br_job_t *job = br_jobtab_find(c->jobs, id);
@@ -1040,9 +1055,9 @@ void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full)
         if (r < 0 || !br_job_state_live(job->state))
             continue; /* (ended by an earlier one of this list: a gang's other rank) */
         json_t *t = find_task(tasks, job->id, job->attempt);
-        json_int_t lost = json_integer_value(json_object_get(t, "log_dropped"));
-        if (lost > 0) /* output its agent could not ship */
-            br_store_log_lost_set(c->store, job->id, job->attempt, n->name, lost, NULL);
+        /* output its agent could not ship */
+        br_jobs_log_lost(c, job->id, job->attempt, n->name,
+                         json_integer_value(json_object_get(t, "log_dropped")));
         br_rank_state_t rs = job->ranks[r].state;
         if (job->held.rank == r)
             continue; /* its failure is held: its verdict comes (settle_held) */

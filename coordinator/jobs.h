@@ -125,6 +125,10 @@ void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full);
 /* 1 when a log chunk of attempt may come from node: the current attempt's from its
  * own nodes, a superseded attempt's from any (its output arrives after a partition). */
 int br_jobs_log_allowed(br_coord_t *c, int64_t id, int attempt, const char *node);
+/* bytes of attempt's output dropped on node so far, as its agent counts them: kept
+ * (the largest count wins), with an event when the first are. */
+void br_jobs_log_lost(br_coord_t *c, int64_t id, int attempt, const char *node,
+                      int64_t bytes);
 
 /* The job object as the CLI shows it: times in seconds, internals dropped. It
  * shares its values with job: change its top-level keys only. */

@@ -199,6 +199,7 @@ enum {
     ST_AUDIT_LIST,
     ST_LOG_LOST_SET,
     ST_LOG_LOST_SUM,
+    ST_LOG_LOST_GET,
     ST_LOG_COUNT,
     ST_LOG_OLDEST,
     ST_LOG_BYTES,
@@ -306,6 +307,8 @@ static const char *const sql_text[ST_COUNT] = {
                         " WHERE job = ?1 AND attempt = ?2 AND node = ?3",
     [ST_LOG_LOST_SUM] = "SELECT coalesce(sum(log_lost), 0) FROM attempt_nodes"
                         " WHERE job = ?1",
+    [ST_LOG_LOST_GET] = "SELECT log_lost FROM attempt_nodes"
+                        " WHERE job = ?1 AND attempt = ?2 AND node = ?3",
     [ST_AUDIT_ADD] = "INSERT INTO audit (time, principal, who, action, target, result)"
                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [ST_AUDIT_LIST] = "SELECT id, time, who, action, target, result FROM audit"
@@ -1204,14 +1207,25 @@ int br_store_attempt_node_ran(br_store_t *s, int64_t job, int attempt, const cha
     return rc == SQLITE_ROW;
 }
 
-int br_store_log_lost_set(br_store_t *s, int64_t job, int attempt, const char *node,
-                          int64_t bytes, br_err_t *err)
+int64_t br_store_log_lost_set(br_store_t *s, int64_t job, int attempt, const char *node,
+                              int64_t bytes, br_err_t *err)
 {
-    sqlite3_stmt *st = s->st[ST_LOG_LOST_SET];
+    int64_t before = 0;
+    sqlite3_stmt *st = s->st[ST_LOG_LOST_GET];
+    if (sqlite3_bind_int64(st, 1, job) || sqlite3_bind_int(st, 2, attempt) ||
+        bind_text(st, 3, node))
+        return binderr(s, st, "read lost output", err);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        before = sqlite3_column_int64(st, 0);
+    reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return dberr(s, err, "read lost output");
+    st = s->st[ST_LOG_LOST_SET];
     if (sqlite3_bind_int64(st, 1, job) || sqlite3_bind_int(st, 2, attempt) ||
         bind_text(st, 3, node) || sqlite3_bind_int64(st, 4, bytes))
         return binderr(s, st, "count lost output", err);
-    return run(s, st, "count lost output", err);
+    return run(s, st, "count lost output", err) < 0 ? -1 : before;
 }
 
 int64_t br_store_log_lost(br_store_t *s, int64_t job, br_err_t *err)

@@ -50,9 +50,10 @@ int br_store_attempt_exited(br_store_t *s, int64_t job, int attempt, const char 
 int br_store_attempt_reopen(br_store_t *s, int64_t job, int attempt, const char *node,
                             br_err_t *err);
 /* Output of an attempt that its node's agent had to drop (bytes, as the agent
- * counts them: the largest report wins); the sum over the job's attempts. */
-int br_store_log_lost_set(br_store_t *s, int64_t job, int attempt, const char *node,
-                          int64_t bytes, br_err_t *err);
+ * counts them: the largest report wins), returning the count before (or -1); the
+ * sum over the job's attempts. */
+int64_t br_store_log_lost_set(br_store_t *s, int64_t job, int attempt, const char *node,
+                              int64_t bytes, br_err_t *err);
 int64_t br_store_log_lost(br_store_t *s, int64_t job, br_err_t *err);
 /* The audit log: one row per admin action. list: [{"id","time" (ms),"who","action",
  * "target" (or null),"result"}] after id `after`, at most limit (0: all). */

@@ -284,10 +284,88 @@ def test_full_disk_gives_refusals_and_service_resumes(make_cluster):
         subprocess.run(["umount", "-l", str(c.data)], check=False)
 
 
+def test_output_shipped_while_the_disk_is_full_is_kept(make_cluster):
+    """Output a job prints while the coordinator's disk is full is kept by its agent
+    and stored once there is room: nothing of a running job's output and nothing of
+    a job that ended meanwhile is lost, and the lines stay in order. What the agent's
+    bounded buffer cannot hold is counted (log_dropped), with an event."""
+    import shutil
+    c = make_cluster(start=False)
+    saved = c.root / "data-copy"
+    shutil.copytree(c.data, saved)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m,mode=0700", "tmpfs", str(c.data)],
+                   check=True)
+    flags = c.root / "flags"
+    flags.mkdir()
+    f1, f2 = flags / "full", flags / "room"
+    wait = "while [ ! -e {0} ]; do sleep 0.05; done"
+    try:
+        for f in saved.iterdir():
+            shutil.copy2(f, c.data / f.name)
+        c.start_coordinator()
+        c.add_agents(1)
+        steady = c.submit(
+            "name: steady\nresources: {cpus: 0}\ncommand: \"for i in 1 2 3 4; do echo A-$i; "
+            f"done; {wait.format(f1)}; for i in 5 6 7 8; do echo A-$i; done; "
+            f"touch {flags}/a-mid; {wait.format(f2)}; "
+            "for i in 9 10 11 12; do echo A-$i; done\"\n")
+        ended = c.submit(
+            f"name: ends-meanwhile\nresources: {{cpus: 0}}\ncommand: \"{wait.format(f1)}; "
+            f"for i in 1 2 3 4; do echo B-$i; done; touch {flags}/b-done\"\n")
+        flood = c.submit(
+            f"name: floods-meanwhile\nresources: {{cpus: 0}}\ncommand: \"{wait.format(f1)}; "
+            f"yes C-flood | head -c 3000000; echo C-END; touch {flags}/c-done\"\n")
+        for j in (steady, ended, flood):
+            c.wait_job(j, "running")
+        c.wait_logs(steady, "A-4")
+        filler = c.data / "filler"
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        f1.touch()  # the jobs print while nothing can be stored
+        agent = c.agents["node-1"]
+        wait_for(lambda: all((flags / n).exists() for n in ("a-mid", "b-done", "c-done")),
+                 what="the jobs to print while the disk is full")
+        wait_for(lambda: "output not stored by the coordinator" in agent.output(),
+                 what="the agent to be told its output was not stored")
+        filler.unlink()
+        j = c.wait_job(ended)
+        assert j["state"] == "completed", j
+        f2.touch()
+        assert c.wait_job(steady)["state"] == "completed"
+        assert c.wait_job(flood)["state"] == "completed"
+        c.assert_alive()
+        # everything of the steady job and of the one that ended meanwhile, in order
+        assert c.logs(steady).split() == [f"A-{i}" for i in range(1, 13)], c.logs(steady)
+        assert c.logs(ended).split() == [f"B-{i}" for i in range(1, 5)], c.logs(ended)
+        for jid in (steady, ended):
+            assert c.job(jid).get("log_lost", 0) == 0, c.job(jid)
+            _, out, _ = c.cli("job", "show", jid)
+            assert "dropped" not in out, out
+        # the flood did not fit the agent's 1 MiB: its newest part is there, the rest
+        # counted, and an event says so
+        out = c.logs(flood)
+        assert out.endswith("C-END\n") and len(out) <= 1024 * 1024 + 64, len(out)
+        _, show, _ = c.cli("job", "show", flood)
+        assert "dropped on its node" in show, show
+        events = [e["reason"] for e in c.job(flood)["events"]]
+        assert any("output dropped on node-1" in t for t in events), events
+        assert "the coordinator stores output again" in agent.output()
+    finally:
+        if c.coordinator and c.coordinator.alive():
+            c.coordinator.kill(signal.SIGTERM)
+        subprocess.run(["umount", "-l", str(c.data)], check=False)
+
+
 def test_rogue_node_cannot_write_into_other_nodes_attempts(make_cluster):
     """A node may ship output, starts and exits only for attempts it was given:
-    node-2, which never ran the job, gets its log chunks dropped and its start and
-    exit refused, for the current attempt and for an older one."""
+    node-2, which never ran the job, gets its log chunks dropped (refused, when sent
+    as requests) and its start and exit refused, for the current attempt and for an
+    older one."""
     c = make_cluster()
     c.add_agents(1, extra=("--label", "role=worker"), names=["node-1"])
     c.add_agents(1, names=["node-2"])
@@ -305,6 +383,9 @@ def test_rogue_node_cannot_write_into_other_nodes_attempts(make_cluster):
             body = {"job": jid, "attempt": attempt, "rank": 0, "stream": 1, "seq": 99}
             rogue.send([header("job.log", 7, kind=KIND_EVENT, flags=FLAG_DATA),
                         json.dumps(body).encode(), b"FORGED-OUTPUT\n"])
+            # as a request (what agents send now), it is refused, naming why
+            _, r, _ = rogue.request("job.log", dict(body, seq=100), data=b"FORGED-OUTPUT\n")
+            assert r.get("errnum") and "never ran on node-2" in r.get("error", ""), r
             _, r, _ = rogue.request("job.exited", {"job": jid, "attempt": attempt,
                                                    "exit_code": 0, "signal": None,
                                                    "reason": ""})

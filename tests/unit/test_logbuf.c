@@ -1,5 +1,6 @@
 /* test_logbuf.c - the bounded output queue: chunking per (task, stream), readiness
- * (full, aged, forced), and dropping the OLDEST bytes with an exact count. */
+ * (full, aged, forced), dropping the OLDEST bytes with an exact count, and chunks
+ * kept from their sending until taken, sent again under their numbers when not. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -103,12 +104,79 @@ static void test_drops_across_streams_oldest_first(void **state)
     br_logbuf_destroy(&b); /* NULL: nothing */
 }
 
+/* A chunk sent stays until it is taken; put back in line, it goes again first,
+ * under the number it had, and nothing more joins it. */
+static void test_sent_chunks_wait_to_be_taken(void **state)
+{
+    (void)state;
+    br_logbuf_t *b = br_logbuf_new(1024, 8);
+    br_logchunk_t c;
+    assert_int_equal(br_logbuf_put(b, 0, 1, "one", 3, 0), 0);
+    assert_int_equal(br_logbuf_peek(b, 0, 100, 1, &c), 1);
+    assert_int_equal(c.seq, -1);
+    br_logbuf_sent(b, 0, 41, 10);
+    assert_int_equal(br_logbuf_peek(b, 0, 100, 1, &c), 0); /* nothing else waits */
+    assert_int_equal(br_logbuf_bytes(b), 3);               /* but it is kept */
+    assert_int_equal(br_logbuf_oldest_sent(b), 10);
+    /* what follows does not join the chunk sent: it gets one of its own */
+    assert_int_equal(br_logbuf_put(b, 0, 1, "two", 3, 20), 0);
+    assert_int_equal(br_logbuf_peek(b, 20, 100, 1, &c), 1);
+    assert_memory_equal(c.data, "two", 3);
+    br_logbuf_sent(b, 1, 42, 30);
+    assert_true(br_logbuf_holds(b, 41) && br_logbuf_holds(b, 42));
+    /* refused: both go again, oldest first, as 0 and 1 */
+    br_logbuf_resend(b);
+    assert_int_equal(br_logbuf_oldest_sent(b), -1);
+    assert_int_equal(br_logbuf_holds(b, 41), 0);
+    assert_int_equal(br_logbuf_peek(b, 30, 100, 0, &c), 1); /* young, but sent before */
+    assert_int_equal(c.seq, 0);
+    assert_memory_equal(c.data, "one", 3);
+    br_logbuf_sent(b, c.seq, 43, 40);
+    assert_int_equal(br_logbuf_peek(b, 40, 100, 0, &c), 1);
+    assert_int_equal(c.seq, 1);
+    br_logbuf_sent(b, c.seq, 44, 40);
+    /* answers out of order are taken each; an unknown tag changes nothing */
+    assert_int_equal(br_logbuf_taken(b, 44), 1);
+    assert_int_equal(br_logbuf_taken(b, 41), 0);
+    assert_int_equal(br_logbuf_bytes(b), 3);
+    assert_int_equal(br_logbuf_taken(b, 43), 1);
+    assert_int_equal(br_logbuf_bytes(b), 0);
+    assert_int_equal(br_logbuf_dropped(b), 0);
+    br_logbuf_destroy(&b);
+}
+
+/* The bound counts chunks sent and not taken: beyond it the oldest go, counted, and
+ * giving up drops (and counts) the rest. */
+static void test_bound_holds_chunks_not_taken(void **state)
+{
+    (void)state;
+    br_logbuf_t *b = br_logbuf_new(6, 4);
+    br_logchunk_t c;
+    br_logbuf_put(b, 0, 1, "abcd", 4, 0);
+    assert_int_equal(br_logbuf_peek(b, 0, 100, 0, &c), 1);
+    br_logbuf_sent(b, 0, 7, 0);
+    br_logbuf_put(b, 0, 1, "efgh", 4, 0); /* "ab" of the chunk sent go */
+    assert_int_equal(br_logbuf_dropped(b), 2);
+    br_logbuf_resend(b);
+    assert_int_equal(br_logbuf_peek(b, 0, 100, 0, &c), 1);
+    assert_int_equal(c.seq, 0);
+    assert_int_equal(c.len, 2);
+    assert_memory_equal(c.data, "cd", 2);
+    br_logbuf_drop_all(b);
+    assert_int_equal(br_logbuf_bytes(b), 0);
+    assert_int_equal(br_logbuf_dropped(b), 8);
+    assert_int_equal(br_logbuf_peek(b, 0, 100, 1, &c), 0);
+    br_logbuf_destroy(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunks_and_readiness),
         cmocka_unit_test(test_drops_oldest_and_counts),
         cmocka_unit_test(test_drops_across_streams_oldest_first),
+        cmocka_unit_test(test_sent_chunks_wait_to_be_taken),
+        cmocka_unit_test(test_bound_holds_chunks_not_taken),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
