@@ -215,27 +215,56 @@ static int nodes_list(cli_t *cli, int argc, char **argv)
 
 #define FIELD_WIDTH 15
 
+/* Who holds one GPU: "job 12 (train): whole GPU", "job 13 (infer): 7.0GiB" (no
+ * name: a user's view of another's job), joined by ", "; "-" for none. Cut with
+ * "..." when it does not fit (the table escapes what it prints). */
+static char *fmt_holders(const json_t *held, char *buf, size_t len)
+{
+    size_t used = 0, i;
+    json_t *h;
+    buf[0] = '\0';
+    json_array_foreach(held, i, h) {
+        char name[128] = "", size[32] = "whole GPU";
+        const char *nm = json_string_value(json_object_get(h, "name"));
+        if (nm)
+            snprintf(name, sizeof(name), " (%s)", nm);
+        if (!json_is_true(json_object_get(h, "whole")))
+            cli_fmt_size(json_object_get(h, "vram"), size, sizeof(size));
+        int n = snprintf(buf + used, len - used, "%sjob %lld%s: %s", i ? ", " : "",
+                         (long long)json_integer_value(json_object_get(h, "job")), name, size);
+        if (n < 0 || (size_t)n >= len - used) {
+            snprintf(buf + (len > 4 ? len - 4 : 0), len > 4 ? 4 : len, "...");
+            break;
+        }
+        used += (size_t)n;
+    }
+    if (!buf[0])
+        br_strlcpy(buf, "-", len);
+    return buf;
+}
+
 static void gpu_row(cli_table_t *t, const json_t *g)
 {
-    char idx[40], model[128], total[32], avail[32];
+    char idx[40], model[128], total[32], avail[32], held[512];
     snprintf(idx, sizeof(idx), "  %s",
              cli_fmt_value(json_object_get(g, "index"), model, sizeof(model)));
     cli_fmt_value(json_object_get(g, "model"), model, sizeof(model));
     cli_fmt_size(json_object_get(g, "vram_total"), total, sizeof(total));
     cli_fmt_size(json_object_get(g, "vram_free"), avail, sizeof(avail));
-    const char *cells[] = {idx, model, total, avail};
+    fmt_holders(json_object_get(g, "held_by"), held, sizeof(held));
+    const char *cells[] = {idx, model, total, avail, held};
     cli_table_add(t, cells);
 }
 
 static void print_gpus(const json_t *gpus)
 {
-    static const char *head[] = {"  INDEX", "MODEL", "VRAM TOTAL", "VRAM FREE"};
+    static const char *head[] = {"  INDEX", "MODEL", "VRAM TOTAL", "VRAM FREE", "HELD BY"};
     if (json_array_size(gpus) == 0) {
         cli_field(FIELD_WIDTH, "gpus:", "-");
         return;
     }
     printf("gpus:\n");
-    cli_print_rows(gpus, 4, head, gpu_row);
+    cli_print_rows(gpus, 5, head, gpu_row);
 }
 
 static void print_node(const json_t *node)

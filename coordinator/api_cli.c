@@ -181,7 +181,107 @@ static json_t *node_jobs(br_coord_t *c, const br_node_t *n)
     return out;
 }
 
-static json_t *node_public(br_coord_t *c, br_node_t *n)
+static int by_job_rank(const void *x, const void *y)
+{
+    const br_rank_t *a = *(br_rank_t *const *)x, *b = *(br_rank_t *const *)y;
+    if (a->job->id != b->job->id)
+        return a->job->id < b->job->id ? -1 : 1;
+    return a->index < b->index ? -1 : a->index > b->index;
+}
+
+/* The ranks on n that hold GPUs now (of a starting or running job, not done: a
+ * rank done gave its share back), by job id then rank; a new array (free it) of
+ * *len, NULL when there are none (or no memory). */
+static br_rank_t **gpu_ranks(br_coord_t *c, const br_node_t *n, size_t *len)
+{
+    size_t cap = 0;
+    br_rank_t **out = NULL;
+    *len = 0;
+    for (br_rank_t *rk = br_jobtab_on_node(c->jobs, n->name); rk; rk = rk->node_next) {
+        if (!br_job_state_live(rk->job->state) || rk->state == BR_RANK_DONE ||
+            json_array_size(json_object_get(rk->share, "gpus")) == 0)
+            continue;
+        if (*len == cap) {
+            br_rank_t **more = realloc(out, (cap = cap ? 2 * cap : 8) * sizeof(*more));
+            if (!more)
+                break;
+            out = more;
+        }
+        out[(*len)++] = rk;
+    }
+    if (*len > 1)
+        qsort(out, *len, sizeof(*out), by_job_rank);
+    return out;
+}
+
+/* One holder of a GPU: {"job", "name" (null to a user for another's job),
+ * "whole" (no VRAM need: the GPU is the job's alone), "vram" (bytes; null when
+ * whole)}. */
+static json_t *holder_new(const br_job_t *job, const br_caller_t *who, json_int_t vram)
+{
+    int sees = who->kind == BR_PRINCIPAL_ADMIN || job->owner_id == who->id;
+    json_t *name = sees && job->name ? json_string(job->name) : NULL;
+    return json_pack("{s:I, s:o, s:b, s:o}", "job", (json_int_t)job->id, "name",
+                     name ? name : json_null(), "whole", vram <= 0, "vram",
+                     vram > 0 ? json_integer(vram) : json_null());
+}
+
+/* Rank rk's hold into the "held_by" of each of its GPUs (GPU i at position i of
+ * gpus); a job's ranks come together, so a second rank on a GPU adds to the last. */
+static void holders_add(json_t *gpus, const br_rank_t *rk, const br_caller_t *who)
+{
+    json_int_t vram = json_integer_value(json_object_get(rk->share, "vram"));
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(rk->share, "gpus"), i, x) {
+        json_int_t idx = json_integer_value(x);
+        json_t *g = idx >= 0 ? json_array_get(gpus, (size_t)idx) : NULL;
+        json_t *held = json_object_get(g, "held_by");
+        if (!json_is_array(held) || json_integer_value(json_object_get(g, "index")) != idx)
+            continue;
+        json_t *last = json_array_get(held, json_array_size(held) - 1);
+        json_t *was = json_object_get(last, "vram");
+        if (!last || json_integer_value(json_object_get(last, "job")) != rk->job->id)
+            json_array_append_new(held, holder_new(rk->job, who, vram));
+        else if (vram > 0 && json_is_integer(was))
+            json_object_set_new(last, "vram", json_integer(json_integer_value(was) + vram));
+    }
+}
+
+/* What bramble's jobs hold of GPU g: all of it when one holds it whole. */
+static json_int_t held_bytes(const json_t *g)
+{
+    json_int_t sum = 0;
+    size_t i;
+    json_t *h;
+    json_array_foreach(json_object_get(g, "held_by"), i, h) {
+        if (json_is_true(json_object_get(h, "whole")))
+            return json_integer_value(json_object_get(g, "vram_total"));
+        sum += json_integer_value(json_object_get(h, "vram"));
+    }
+    return sum;
+}
+
+/* Each GPU of the node's public object gains "held_by" (the jobs holding it, in
+ * id order) and "vram_held" (what they hold, now, with or without NVML). */
+static void gpu_holders(br_coord_t *c, const br_node_t *n, json_t *gpus,
+                        const br_caller_t *who)
+{
+    size_t i, len;
+    json_t *g;
+    json_array_foreach(gpus, i, g)
+        if (json_is_object(g))
+            json_object_set_new(g, "held_by", json_array());
+    br_rank_t **ranks = gpu_ranks(c, n, &len);
+    for (size_t k = 0; k < len; k++)
+        holders_add(gpus, ranks[k], who);
+    free(ranks);
+    json_array_foreach(gpus, i, g)
+        if (json_is_object(g))
+            json_object_set_new(g, "vram_held", json_integer(held_bytes(g)));
+}
+
+static json_t *node_public(br_coord_t *c, br_node_t *n, const br_caller_t *who)
 {
     json_t *o = json_deep_copy(n->info);
     json_object_del(o, "pubkey");
@@ -202,6 +302,7 @@ static json_t *node_public(br_coord_t *c, br_node_t *n)
         if (!json_object_get(o, want[i]))
             json_object_set_new(o, want[i], json_null());
     json_object_set_new(o, "jobs", node_jobs(c, n));
+    gpu_holders(c, n, json_object_get(o, "gpus"), who);
     json_object_set_new(o, "free", json_pack("{s:i, s:I}", "cpus",
                                              br_node_cpus(n) - n->cpus_used, "memory",
                                              (json_int_t)(br_node_memory(n) - n->memory_used)));
@@ -212,7 +313,7 @@ void br_api_node_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_t *list = json_array();
     for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)
-        json_array_append_new(list, node_public(c, n));
+        json_array_append_new(list, node_public(c, n, who));
     br_api_ok(c, m, json_pack("{s:o}", "nodes", list));
 }
 
@@ -231,16 +332,16 @@ static br_node_t *named_node(br_coord_t *c, br_msg_t *m)
     return n;
 }
 
-static void reply_node(br_coord_t *c, br_msg_t *m, br_node_t *n)
+static void reply_node(br_coord_t *c, br_msg_t *m, br_node_t *n, const br_caller_t *who)
 {
-    br_api_ok(c, m, json_pack("{s:o}", "node", node_public(c, n)));
+    br_api_ok(c, m, json_pack("{s:o}", "node", node_public(c, n, who)));
 }
 
 void br_api_node_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     br_node_t *n = named_node(c, m);
     if (n)
-        reply_node(c, m, n);
+        reply_node(c, m, n, who);
 }
 
 void br_api_node_drain(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -249,7 +350,7 @@ void br_api_node_drain(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (!n)
         return;
     br_nodelife_drain(c, n, who->name);
-    reply_node(c, m, n);
+    reply_node(c, m, n, who);
 }
 
 void br_api_node_undrain(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -258,7 +359,7 @@ void br_api_node_undrain(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (!n)
         return;
     br_nodelife_undrain(c, n, who->name);
-    reply_node(c, m, n);
+    reply_node(c, m, n, who);
 }
 
 void br_api_node_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)

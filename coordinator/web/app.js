@@ -131,25 +131,41 @@ function sparkline(vals, max, label, unit, digits) {
             last === null ? "–" : last.toFixed(digits) + unit);
 }
 
+// The jobs holding a GPU (held_by: node.list), each linked to its page: "job 12
+// (train): whole GPU", "job 13 (infer): 7.0 GiB", as bramble node show says it;
+// null when none does.
+function holdersView(holders) {
+  if (!holders.length) return null;
+  const items = holders.map((h, i) => el("span", {class: "holder", "data-job": h.job},
+    i ? " · " : "", el("a", {href: "/job/" + h.job}, "job " + h.job),
+    h.name ? " (" + h.name + ")" : "", ": " + (h.whole ? "whole GPU" : bytes(h.vram))));
+  return el("div", {class: "kv holders"}, "held by ", ...items);
+}
+
 function gpuView(node, g) {
   // as the scheduler counts: vram_free is what NVML says is free plus what
   // bramble's jobs hold (they may not use it all yet); a new job gets the rest
   const total = g.vram_total || 0;
   const used = typeof g.vram_used === "number" ? g.vram_used : null;
-  const held = typeof g.vram_held === "number" ? g.vram_held : 0;
+  const holders = Array.isArray(g.held_by) ? g.held_by : [];
+  const whole = holders.some((h) => h.whole);
+  const held = whole ? total : typeof g.vram_held === "number" ? g.vram_held : 0;
+  const heldText = whole ? "held by bramble: whole GPU"
+    : held || holders.length ? "held by bramble " + bytes(held) : "held by bramble: none";
   const free = typeof g.vram_free === "number" ? Math.max(0, g.vram_free - held) : null;
   const pct = (v) => (total ? Math.max(0, Math.min(100, v / total * 100)) : 0).toFixed(1) + "%";
   const other = free === null ? 0 : Math.max(0, total - free - held); // used outside bramble
   const bar = el("div", {class: "bar", title: "VRAM"},
                  el("span", {class: "used", style: "width:" + pct(other)}),
                  el("span", {class: "held", style: "width:" + pct(held)}));
-  return el("div", {class: "gpu"},
+  return el("div", {class: "gpu", "data-gpu": g.index},
     el("div", {}, el("b", {}, "GPU " + g.index), " ", g.model || ""),
     bar,
     el("div", {class: "legend kv"},
        el("i", {style: "background:var(--info)"}), "used " + (used === null ? "?" : bytes(used)),
-       el("i", {style: "background:var(--held)"}), "held by bramble " + bytes(held),
+       el("i", {style: "background:var(--held)"}), heldText,
        el("i", {style: "background:#e7eaf0"}), "free " + bytes(free), " of " + bytes(total)),
+    holdersView(holders),
     el("div", {class: "kv"}, sparkline(series(node, g, "util"), 100, "util ", "%", 0), " ",
        sparkline(series(node, g, "power"), 0, "power ", " W", 0)));
 }
@@ -247,14 +263,16 @@ async function overview(me) {
     if (!r.nodes.length) nodesBox.append(el("p", {class: "muted"}, "No nodes have joined yet."));
   };
   const refreshJobs = async () => {
-    const r = await api("/api/jobs");
-    const active = r.jobs.filter((j) => steps[j.id] === undefined ||
-                                 ["pending", "starting", "running"].includes(j.state));
+    // newest first (highest id): running and new jobs at the top; the list is the
+    // coordinator's newest jobs, and the checkpoint steps are asked for the newest 25
+    const jobs = (await api("/api/jobs")).jobs.slice().sort((a, b) => b.id - a.id);
+    const active = jobs.filter((j) => steps[j.id] === undefined ||
+                               ["pending", "starting", "running"].includes(j.state));
     await Promise.all(active.slice(0, 25).map(async (j) => {
       try { steps[j.id] = newestStep((await api("/api/jobs/" + j.id)).job); } catch (e) {}
     }));
-    jobsBox.replaceChildren(r.jobs.length ? jobsTable(r.jobs)
-                                          : el("p", {class: "muted"}, "No recent jobs."));
+    jobsBox.replaceChildren(jobs.length ? jobsTable(jobs)
+                                        : el("p", {class: "muted"}, "No recent jobs."));
   };
   const refreshEvents = async () => {
     if (after === null) after = Math.max(0, (await newestId()) - 200);

@@ -488,6 +488,60 @@ def test_browser_nodes_jobs_and_a_node_lost(make_cluster, browser, tmp_path):
     c.assert_alive()
 
 
+GPU_JOB = "name: {name}\ncommand: sleep 300\nresources: {{gpus: 1, cpus: 0{vram}}}\n"
+
+
+def test_browser_gpu_holders_and_newest_jobs_first(make_cluster, browser, tmp_path):
+    """Each GPU says which jobs hold it: a whole-GPU job (no VRAM need) the whole
+    of it, a packed one its VRAM; the job list has the newest job at the top."""
+    from selenium.webdriver.common.by import By
+    c, port = dash_cluster(make_cluster, agents=0)
+    c.start_agent("gpu", extra=["--gpus", "RTX 4090:24GiB,RTX 4090:24GiB"])
+    c.wait_ready("gpu")
+    first = c.submit(SLEEPER.format(name="cpu-only"))
+    packed = c.submit(GPU_JOB.format(name="packed", vram=", vram: 8GiB"))
+    whole = c.submit(GPU_JOB.format(name="whole-gpu", vram=""))
+    for jid in (first, packed, whole):
+        c.wait_job(jid, "running")
+
+    # the data the page reads: each GPU's holders, and what they hold
+    cookie = login(port, login_url(c))
+    _, nodes = get_json(port, "/api/nodes", cookie)
+    (gpus,) = [n["gpus"] for n in nodes["nodes"] if n["name"] == "gpu"]
+    by_job = {h["job"]: (g["index"], h) for g in gpus for h in g["held_by"]}
+    assert sorted(by_job) == [packed, whole], gpus
+    w, held = by_job[whole]
+    assert held == {"job": whole, "name": "whole-gpu", "whole": True, "vram": None}, held
+    assert gpus[w]["vram_held"] == 24 * GIB and gpus[w]["held_by"] == [held], gpus
+    p, held = by_job[packed]
+    assert held == {"job": packed, "name": "packed", "whole": False, "vram": 8 * GIB}, held
+    assert p != w and gpus[p]["vram_held"] == 8 * GIB, gpus
+
+    # the page says so, and lists the newest job first
+    d = browser
+    d.get(login_url(c))
+    card = '.node[data-node="gpu"]'
+    wait_for(lambda: f"held by job {whole} (whole-gpu): whole GPU" in text_of(d, card) and
+             f"held by job {packed} (packed): 8.0 GiB" in text_of(d, card),
+             what="each GPU's holding job on the page")
+    gpu_text = [text_of(d, f'{card} .gpu[data-gpu="{i}"]') for i in range(2)]
+    assert "held by bramble: whole GPU" in gpu_text[w], gpu_text
+    assert "held by bramble 8.0 GiB" in gpu_text[p], gpu_text
+    assert "held by bramble 0 B" not in text_of(d, card), gpu_text
+    link = d.find_element(By.CSS_SELECTOR, f'{card} .holder[data-job="{whole}"] a')
+    assert link.get_attribute("href").endswith(f"/job/{whole}")
+
+    def order():  # the ids of the list's rows, top down
+        return [int(row.split()[0]) for row in text_of(d, "#jobs tbody tr").splitlines()]
+
+    wait_for(lambda: order() == [whole, packed, first], what="the jobs, newest first")
+    later = c.submit(SLEEPER.format(name="later"))
+    wait_for(lambda: order() == [later, whole, packed, first],
+             what="a new job at the top of the list")
+    shot(d, tmp_path, "gpu-holders")
+    c.assert_alive()
+
+
 def test_dashboard_off_without_http(cluster):
     rc, out, err = cluster.cli("dashboard", check=False)
     assert rc == 1 and out == "", (rc, out, err)

@@ -95,3 +95,75 @@ def test_whole_gpu_jobs_and_sharing_keep_apart(cluster):
     cluster.cli("cancel", str(whole))
     cluster.wait_job(big, "running")
     assert placed_on(cluster, big) == ("n", 1)
+
+
+def gpu_rows(c, node, credential=None):
+    """{index: the row of `bramble node show` for that GPU}, and the header."""
+    _, out, _ = c.cli("node", "show", node, credential=credential)
+    lines = out.splitlines()
+    start = lines.index("gpus:") + 1
+    head, rows = lines[start], {}
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        rows[int(line.split()[0])] = line.rstrip()
+    return head, rows
+
+
+def holders(c, node, credential=None):
+    """{index: held_by} of `bramble node show --json`, and {index: vram_held}."""
+    n = c.cli_json("node", "show", node, credential=credential)
+    return ({g["index"]: g["held_by"] for g in n["gpus"]},
+            {g["index"]: g["vram_held"] for g in n["gpus"]})
+
+
+def test_node_show_names_the_jobs_holding_each_gpu(cluster):
+    gib = 1 << 30
+    cluster.start_agent("n", extra=["--gpus", "A:24GiB,A:24GiB,A:24GiB"])
+    cluster.wait_ready("n")
+    shared = submit(cluster, "shared", 7)
+    assert placed_on(cluster, shared) == ("n", 0)
+    whole = submit(cluster, "whole")
+    node, w = placed_on(cluster, whole)  # a GPU nobody holds: 1 or 2
+    assert node == "n" and w in (1, 2)
+    idle = 3 - w
+    second = submit(cluster, "second", 7)
+    assert placed_on(cluster, second) == ("n", 0)
+
+    held, vram = holders(cluster, "n")
+    assert held == {
+        0: [{"job": shared, "name": "shared", "whole": False, "vram": 7 * gib},
+            {"job": second, "name": "second", "whole": False, "vram": 7 * gib}],
+        w: [{"job": whole, "name": "whole", "whole": True, "vram": None}],
+        idle: []}, held
+    assert vram == {0: 14 * gib, w: 24 * gib, idle: 0}, vram
+    head, rows = gpu_rows(cluster, "n")
+    assert head.split() == ["INDEX", "MODEL", "VRAM", "TOTAL", "VRAM", "FREE", "HELD", "BY"]
+    assert rows[0].endswith(f"  job {shared} (shared): 7.0GiB, job {second} (second): 7.0GiB")
+    assert rows[w].endswith(f"  job {whole} (whole): whole GPU"), rows
+    assert rows[idle].endswith("  -"), rows
+    # node.list's nodes carry the same
+    assert cluster.nodes()["n"]["gpus"][w]["held_by"] == held[w]
+
+    # a user sees who holds a GPU, but not the names of others' jobs
+    cred = cluster.root / "alice.credential"
+    cluster.cli("user", "add", "alice", "--out", str(cred))
+    spec = cluster.write_spec(JOB.format(name="alices", vram=", vram: 2GiB"), name="a.yaml")
+    _, out, _ = cluster.cli("submit", str(spec), credential=cred)
+    alices = int(out.strip())
+    assert placed_on(cluster, alices) == ("n", 0)
+    held, _ = holders(cluster, "n", credential=cred)
+    assert [(h["job"], h["name"]) for h in held[0]] == [
+        (shared, None), (second, None), (alices, "alices")], held
+    assert held[w] == [{"job": whole, "name": None, "whole": True, "vram": None}], held
+    _, rows = gpu_rows(cluster, "n", credential=cred)
+    assert rows[0].endswith(f"  job {shared}: 7.0GiB, job {second}: 7.0GiB, "
+                            f"job {alices} (alices): 2.0GiB"), rows
+    assert rows[w].endswith(f"  job {whole}: whole GPU"), rows
+
+    # a job that ends lets go of its GPU at once
+    cluster.cli("cancel", str(whole))
+    cluster.wait_job(whole)
+    held, vram = holders(cluster, "n")
+    assert held[w] == [] and vram[w] == 0, (held, vram)
+    assert gpu_rows(cluster, "n")[1][w].endswith("  -")
