@@ -170,6 +170,7 @@ struct br_replicas {
      * jobs per tick from repair_from on (pulls in flight were not kept) */
     int repaired;
     int64_t repair_from;
+    int loads; /* the jobs read: 1 after the start, more after rollbacks */
     /* verified copies that nodes reported without an order of this coordinator's
      * (it restarted meanwhile): [{"job", "hash", "node", "path", "step"}], dropped
      * from their nodes after the repair unless it ordered them again */
@@ -948,7 +949,7 @@ static void drop_unordered(br_coord_t *c, br_replicas_t *r)
             br_coord_event(c, job, node, "replica",
                            "replica of checkpoint %s (step %lld) dropped from %s: it is not "
                            "needed, and its pull is none this coordinator waits for (one "
-                           "ordered before a restart, or given up on since)",
+                           "ordered before a restart or a store rollback, or given up on since)",
                            json_string_value(json_object_get(u, "path")),
                            (long long)json_integer_value(json_object_get(u, "step")), node);
         json_decref(row);
@@ -1075,8 +1076,10 @@ static void repair(br_coord_t *c, br_replicas_t *r)
             replicate(
                 c, r, j, w, json_string_value(json_object_get(latest, "path")),
                 json_integer_value(json_object_get(latest, "step")), m,
-                " (again: the coordinator restarted, and copies under way then were "
-                "forgotten)");
+                r->loads > 1 ? " (again: the store rolled a wake back, and copies under way "
+                               "then were forgotten)"
+                             : " (again: the coordinator restarted, and copies under way "
+                               "then were forgotten)");
         json_decref(m);
         json_decref(latest);
     }
@@ -1176,6 +1179,7 @@ static void on_loaded(br_coord_t *c, br_hook_arg_t *a, void *ctx)
     br_replicas_t *r = ctx;
     json_object_clear(r->pulls);
     json_object_clear(r->restores);
+    r->loads++;
     r->repaired = 0; /* the copies of that wake are ordered again */
     r->repair_from = 0;
 }

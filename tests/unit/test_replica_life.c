@@ -413,6 +413,30 @@ static void test_copies_ordered_again_after_restart(void **state)
     json_decref(reps2);
 }
 
+/* A rollback forgets the pulls in flight as a restart does, and the event says
+ * which of the two it was. */
+static void test_copies_ordered_again_after_rollback(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    br_node_t *writer;
+    int64_t id = running(c, -1, &writer);
+    br_node_t *other = writer == w->a ? w->b : w->a;
+    br_hooks_run(c, c->hooks, BR_HOOK_LOADED, NULL); /* the start's reading */
+    tick(c);
+    checkpoint(c, id, writer, "/ck/s5", 5, H1);
+    tick(c);
+    assert_non_null(fixture_order(c, "ckpt.fetch", other));
+    br_hooks_run(c, c->hooks, BR_HOOK_LOADED, NULL); /* as a rollback leaves it */
+    fixture_drop_orders(c);
+    tick(c);
+    assert_non_null(fixture_order(c, "ckpt.serve", writer));
+    tick(c);
+    assert_non_null(fixture_order(c, "ckpt.fetch", other));
+    assert_true(has_event(c, id, "the store rolled a wake back"));
+    assert_false(has_event(c, id, "the coordinator restarted"));
+}
+
 /* job.purge by who for job id: the reply's error number (0: done) and body. */
 static int purge(br_coord_t *c, int64_t id, br_principal_t kind, int64_t who_id,
                  json_t **body)
@@ -578,6 +602,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_holder_died_pull_from_replica, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_target_lost_other_node, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copies_ordered_again_after_rollback, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_copies_ordered_again_after_restart, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_retention_and_purge, setup, teardown),
