@@ -25,8 +25,8 @@ struct br_jobtab {
     node_slot_t **nodes;
     size_t nnodes; /* buckets: a power of two */
     size_t slots;
-    br_job_t **dead; /* removed, freed at the sweep */
-    size_t ndead, capdead;
+    br_job_t *dead; /* removed, freed at the sweep: a list through id_next (the job is
+                       in no index then), so that removing never needs memory */
     br_specparts_t *parts; /* what the jobs' specs have alike, kept once */
 };
 
@@ -88,7 +88,6 @@ void br_jobtab_destroy(br_jobtab_t **tp)
     free(t->nodes);
     free(t->names);
     free(t->ids);
-    free(t->dead);
     br_specparts_destroy(&t->parts);
     free(t);
     *tp = NULL;
@@ -254,27 +253,20 @@ void br_jobtab_remove(br_jobtab_t *t, br_job_t *job)
         job->next->prev = job->prev;
     else
         t->last = job->prev;
-    job->prev = job->next = job->id_next = job->name_next = NULL;
+    job->prev = job->next = job->name_next = NULL;
     job->in_table = 0;
     t->count--;
-    if (t->ndead == t->capdead) {
-        size_t cap = t->capdead ? 2 * t->capdead : 16;
-        br_job_t **d = realloc(t->dead, cap * sizeof(*d));
-        if (!d) { /* cannot defer: free now (nobody should hold it past this) */
-            br_job_destroy(&job);
-            return;
-        }
-        t->dead = d;
-        t->capdead = cap;
-    }
-    t->dead[t->ndead++] = job;
+    job->id_next = t->dead;
+    t->dead = job;
 }
 
 void br_jobtab_sweep(br_jobtab_t *t)
 {
-    for (size_t i = 0; i < t->ndead; i++)
-        br_job_destroy(&t->dead[i]);
-    t->ndead = 0;
+    while (t->dead) {
+        br_job_t *job = t->dead;
+        t->dead = job->id_next;
+        br_job_destroy(&job);
+    }
 }
 
 br_job_t *br_jobtab_find(const br_jobtab_t *t, int64_t id)
