@@ -1,5 +1,6 @@
 /* holder.c - serves checkpoint files to the peers that grants name (holder.h). */
 #include "holder.h"
+#include "beneath.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -119,33 +120,6 @@ static int zap_check(void *arg, const char *key)
 
 /* --- opening a file of a checkpoint --------------------------------------------- */
 
-/* Open rel (an allowed manifest path) beneath the checkpoint dir fd root, taken
- * over: every directory on the way with O_NOFOLLOW, the file too. */
-static int open_beneath(int root, const char *rel, br_err_t *err)
-{
-    char part[PATH_MAX];
-    const char *c = rel;
-    int dfd = root;
-    for (;;) {
-        size_t k = strcspn(c, "/");
-        memcpy(part, c, k);
-        part[k] = '\0';
-        int last = c[k] == '\0';
-        int fd = openat(dfd, part,
-                        last ? O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC
-                             : O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        int e = errno;
-        close(dfd);
-        if (fd < 0)
-            return br_errf(err, e == ELOOP ? EACCES : e, "%s: %s", rel,
-                           e == ELOOP ? "a symlink on the way" : strerror(e));
-        if (last)
-            return fd;
-        dfd = fd;
-        c += k + 1;
-    }
-}
-
 /* Open the file rel of grant g as its user, and check it is the manifest's size. */
 static int open_file(const grant_t *g, const char *rel, json_int_t size, br_err_t *err)
 {
@@ -156,7 +130,7 @@ static int open_file(const grant_t *g, const char *rel, json_int_t size, br_err_
     int fd =
         br_ckpt_open(g->dir, g->path, dir ? O_RDONLY | O_DIRECTORY : O_RDONLY, err);
     if (fd >= 0 && dir)
-        fd = open_beneath(fd, rel, err);
+        fd = br_open_beneath(fd, rel, err);
     br_fsid_leave(g->fsid);
     if (fd < 0)
         return -1;

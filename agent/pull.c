@@ -1,5 +1,6 @@
 /* pull.c - builds a checkpoint from a holder's files and local copies (pull.h). */
 #include "pull.h"
+#include "beneath.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -118,22 +119,8 @@ static int parent_of(pull_t *p, const char *rel, const char **name)
  * size bytes, never through a symlink; -1 when there is none such. */
 static int open_old(int dfd, const char *rel, json_int_t size)
 {
-    char part[PATH_MAX];
-    int cur = dup(dfd);
-    for (const char *c = rel; cur >= 0;) {
-        size_t k = strcspn(c, "/");
-        memcpy(part, c, k);
-        part[k] = '\0';
-        int last = c[k] == '\0';
-        int fd = openat(cur, part,
-                        last ? O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC
-                             : O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        close(cur);
-        cur = fd;
-        if (last)
-            break;
-        c += k + 1;
-    }
+    int dup_fd = dup(dfd);
+    int cur = dup_fd >= 0 ? br_open_beneath(dup_fd, rel, NULL) : -1;
     struct stat st;
     if (cur >= 0 &&
         (fstat(cur, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != size)) {
