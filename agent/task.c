@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "procstat.h"
 #include "util.h"
 
 /*
@@ -861,37 +862,12 @@ static int read_exit_file(const char *path, int *status)
 
 int br_proc_start(pid_t pid, uint64_t *start, char *comm, size_t commlen)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    br_procstat_t ps;
+    if (br_procstat_read(-1, pid, &ps) < 0)
         return -1;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    char *open_paren = strchr(buf, '('), *p = strrchr(buf, ')');
-    if (!open_paren || !p || p < open_paren)
-        return -1;
-    size_t len = (size_t)(p - open_paren - 1);
-    if (comm && commlen) {
-        if (len >= commlen)
-            len = commlen - 1;
-        memcpy(comm, open_paren + 1, len);
-        comm[len] = '\0';
-    }
-    /* after ") ": state is field 3; start time is field 22 */
-    p += 2;
-    for (int field = 3; field < 22 && p; field++) {
-        p = strchr(p, ' ');
-        if (p)
-            p++;
-    }
-    unsigned long long v;
-    if (!p || sscanf(p, "%llu", &v) != 1)
-        return -1;
-    *start = v;
+    if (comm && commlen)
+        br_strlcpy(comm, ps.comm, commlen);
+    *start = ps.start;
     return 0;
 }
 
@@ -1048,20 +1024,11 @@ static int proc_add(proc_list_t *l, pid_t pid, char state)
 /* State and process group from /proc/PID/stat. */
 static int read_stat(int dirfd, char *state, pid_t *pgrp)
 {
-    char buf[512];
-    int fd = openat(dirfd, "stat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    br_procstat_t ps;
+    if (br_procstat_read(dirfd, 0, &ps) < 0)
         return -1;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
-    int ppid, pg;
-    if (!p || sscanf(p + 1, " %c %d %d", state, &ppid, &pg) != 3)
-        return -1;
-    *pgrp = pg;
+    *state = ps.state;
+    *pgrp = ps.pgrp;
     return 0;
 }
 
@@ -1374,24 +1341,12 @@ int br_task_kill_tag_prefix(const char *prefix, const char *also, const char *co
 /* Parent, process group and session of pid from /proc/PID/stat. */
 static int read_ids(pid_t pid, pid_t *ppid, pid_t *pgrp, pid_t *sid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    br_procstat_t ps;
+    if (br_procstat_read(-1, pid, &ps) < 0)
         return -1;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    char state;
-    int pp, pg, ss;
-    if (!p || sscanf(p + 1, " %c %d %d %d", &state, &pp, &pg, &ss) != 4)
-        return -1;
-    *ppid = pp;
-    *pgrp = pg;
-    *sid = ss;
+    *ppid = ps.ppid;
+    *pgrp = ps.pgrp;
+    *sid = ps.sid;
     return 0;
 }
 

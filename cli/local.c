@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "procstat.h"
 #include "util.h"
 
 int local_path(char *out, size_t len, const char *dir, const char *name, br_err_t *err)
@@ -134,16 +135,8 @@ pid_t local_read_pid(const char *path)
 /* The state letter of /proc/PID/stat ('R', 'S', 'Z', ...), 0 when gone. */
 static char proc_state(pid_t pid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *paren = strrchr(buf, ')'); /* the command name may hold spaces */
-    return paren && paren[1] == ' ' ? paren[2] : 0;
+    br_procstat_t ps;
+    return br_procstat_read(-1, pid, &ps) == 0 ? ps.state : 0;
 }
 
 static int is_bramble(pid_t pid)
