@@ -10,7 +10,10 @@
  * below the staging directory with O_NOFOLLOW, so a link the checkpoint holds is
  * recreated as a link and never written through. When the node it reads from is
  * lost, the pull is opened again on another copy and goes on; one that fails keeps
- * what it verified, and the next pull of the same checkpoint goes on from it. */
+ * what it verified, and the next pull of the same checkpoint goes on from it. When
+ * the copy read from is gone (its node answers ENOENT, or ESTALE: changed since it
+ * was counted), the job's list of checkpoints says whether any other copy is left,
+ * and the error says so. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -36,6 +39,7 @@ typedef struct {
     br_client_t *client;
     const char *xfer, *from;
     int progress;     /* stderr is a terminal: show how far it is */
+    int gone;         /* a read was answered ENOENT or ESTALE: that copy is gone */
     int64_t total, done, fetched, kept;
     int64_t started, shown;
     br_err_t err;
@@ -169,8 +173,10 @@ static int fetch(pull_t *p, int fd, const char *path, const char *hex, int64_t s
             rc = 0;
             continue;
         }
-        if (rc < 0)
+        if (rc < 0) {
+            p->gone = p->err.errnum == ENOENT || p->err.errnum == ESTALE;
             break;
+        }
         busy = 0;
         size_t len = 0;
         const void *data = br_msg_data(m, &len);
@@ -321,6 +327,113 @@ static int build(pull_t *p, int dest, const char *stage, const json_t *m)
     return rc;
 }
 
+/* The nodes other than from that hold a copy of cp ("node-1 (wrote it), node-3")
+ * into buf; how many. */
+static int other_copies(const json_t *cp, const char *from, char *buf, size_t len)
+{
+    size_t i, used = 0;
+    int n = 0;
+    json_t *c;
+    buf[0] = 0;
+    json_array_foreach (json_object_get(cp, "copies"), i, c) {
+        const char *node = json_string_value(json_object_get(c, "node"));
+        if (!node || strcmp(node, from) == 0)
+            continue;
+        int k = snprintf(buf + used, len - used, "%s%s%s", n ? ", " : "", node,
+                         json_is_true(json_object_get(c, "writer")) ? " (wrote it)" : "");
+        if (k < 0 || (size_t)k >= len - used)
+            break;
+        used += (size_t)k;
+        n++;
+    }
+    return n;
+}
+
+/* Older checkpoints than step that a replica holds ("step 25 on node-2, ...") into
+ * buf; how many. */
+static int older_replicas(const json_t *cps, json_int_t step, char *buf, size_t len)
+{
+    size_t i, j, used = 0;
+    int n = 0;
+    json_t *cp, *c;
+    buf[0] = 0;
+    json_array_foreach (cps, i, cp) {
+        json_int_t s = json_integer_value(json_object_get(cp, "step"));
+        if (s >= step)
+            continue;
+        json_array_foreach (json_object_get(cp, "copies"), j, c) {
+            if (json_is_true(json_object_get(c, "writer")))
+                continue;
+            int k = snprintf(buf + used, len - used, "%sstep %lld on %s", n ? ", " : "",
+                             (long long)s, json_string_value(json_object_get(c, "node")));
+            if (k < 0 || (size_t)k >= len - used)
+                return n;
+            used += (size_t)k;
+            n++;
+            break;
+        }
+    }
+    return n;
+}
+
+/* The checkpoint at step with manifest hash in cps (job.show's), or NULL. */
+static const json_t *listed(const json_t *cps, json_int_t step, const char *hash)
+{
+    size_t i;
+    json_t *cp;
+    json_array_foreach (cps, i, cp) {
+        const char *h =
+            json_string_value(json_object_get(json_object_get(cp, "manifest"), "hash"));
+        if (json_integer_value(json_object_get(cp, "step")) == step && h && hash &&
+            strcmp(h, hash) == 0)
+            return cp;
+    }
+    return NULL;
+}
+
+/* The copy the pull read from (open: checkpoint.open's answer) is gone or changed:
+ * the error says so, and whether the job's list of checkpoints has another copy. */
+static int fail_gone(pull_t *p, long id, const json_t *open)
+{
+    json_int_t step = json_integer_value(json_object_get(open, "step"));
+    const char *path = json_string_value(json_object_get(open, "path"));
+    const char *hash = json_string_value(json_object_get(json_object_get(open, "manifest"),
+                                                         "hash"));
+    int replica = json_is_true(json_object_get(open, "replica"));
+    int changed = p->err.errnum == ESTALE;
+    char what[PATH_MAX + 256], others[1024], older[1024];
+    if (replica)
+        snprintf(what, sizeof(what), "%s's replica %s", p->from,
+                 changed ? "has changed since it was counted" : "is gone");
+    else
+        snprintf(what, sizeof(what), "%s %s on %s, which wrote it%s", path ? path : "?",
+                 changed ? "has changed" : "is gone", p->from,
+                 changed ? ", since it was counted" : "");
+    json_t *show = br_client_call(p->client, "job.show",
+                                  json_pack("{s:I}", "id", (json_int_t)id),
+                                  p->cli->timeout_ms, NULL);
+    const json_t *cps = json_object_get(json_object_get(show, "job"), "checkpoints");
+    const json_t *mine = listed(cps, step, hash);
+    int n = mine ? other_copies(mine, p->from, others, sizeof(others)) : 0;
+    if (!show || n)
+        cli_fail(p->cli, "job %ld's checkpoint step %lld: %s\n  (%s: %s)%s%s", id,
+                 (long long)step, what, p->from, p->err.text, n ? "\n  other copies: " : "",
+                 n ? others : "");
+    else
+        cli_fail(p->cli, "no copy of job %ld's checkpoint step %lld is left: %s, and no "
+                 "other node holds a replica\n  (%s: %s)", id, (long long)step, what,
+                 p->from, p->err.text);
+    if (n && !replica) /* the coordinator reads the writer first while it is ready */
+        fprintf(stderr, "  a pull reads %s's copy while %s is ready: drain it for the "
+                "pull (bramble node drain %s; pull again; bramble node undrain %s)\n",
+                p->from, p->from, p->from, p->from);
+    else if (show && older_replicas(cps, step, older, sizeof(older)))
+        fprintf(stderr, "  older checkpoints with a replica: %s (pull one with --step "
+                "STEP)\n", older);
+    json_decref(show);
+    return CLI_FAIL;
+}
+
 int cli_checkpoint_pull(cli_t *cli, int argc, char **argv)
 {
     static const char *names[] = {"job ID", "DEST"};
@@ -331,8 +444,9 @@ int cli_checkpoint_pull(cli_t *cli, int argc, char **argv)
         cli_parse_long(cli, "job ID", pos[0], 1, LONG_MAX, &id) != 0)
         return CLI_USAGE;
     const char *destdir = pos[1];
-    if (mkdir(destdir, 0755) < 0 && errno != EEXIST)
-        return cli_fail(cli, "%s: %s", destdir, strerror(errno));
+    br_err_t merr = {0};
+    if (br_mkdir_p(destdir, 0755, &merr) < 0) /* with its parents, as mkdir -p */
+        return cli_fail(cli, "%s", merr.text);
     int dest = open(destdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dest < 0)
         return cli_fail(cli, "%s: %s", destdir, strerror(errno));
@@ -362,8 +476,12 @@ int cli_checkpoint_pull(cli_t *cli, int argc, char **argv)
     if (!p.xfer || !p.from || !name) {
         cli_fail(cli, "the coordinator's answer is not usable: no pull, path or holder");
     } else if (!(m = whole_manifest(&p, sum))) {
-        cli_fail(cli, "checkpoint step %lld of job %ld: %s",
-                 (long long)json_integer_value(json_object_get(r, "step")), id, p.err.text);
+        if (p.gone)
+            fail_gone(&p, id, r);
+        else
+            cli_fail(cli, "checkpoint step %lld of job %ld: %s",
+                     (long long)json_integer_value(json_object_get(r, "step")), id,
+                     p.err.text);
     } else if (!br_manifest_path_ok(name) ||
                (size_t)snprintf(stage, sizeof(stage), ".bramble-pull-%s", name) >=
                    sizeof(stage)) {
@@ -404,8 +522,12 @@ int cli_checkpoint_pull(cli_t *cli, int argc, char **argv)
         if (built < 0) {
             if (p.progress)
                 fputc('\n', stderr);
-            cli_fail(cli, "%s (what was verified is kept in %s/%s; pulling again goes on "
-                     "from it)", p.err.text, destdir, stage);
+            if (p.gone) { /* (an empty staging dir is no help to anyone) */
+                unlinkat(dest, stage, AT_REMOVEDIR);
+                fail_gone(&p, id, r);
+            } else
+                cli_fail(cli, "%s (what was verified is kept in %s/%s; pulling again goes "
+                         "on from it)", p.err.text, destdir, stage);
         } else if (renameat(dest, stage, dest, name) < 0 || fsync(dest) < 0) {
             cli_fail(cli, "%s/%s: %s", destdir, name, strerror(errno));
         } else {

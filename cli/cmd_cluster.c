@@ -1,6 +1,9 @@
 /* cmd_cluster.c - a whole cluster on this machine for trying and teaching:
  * `bramble up` starts a coordinator and N agents on loopback, `bramble down`
- * stops them. The processes themselves are handled by local.c. */
+ * stops them. ~/.config/bramble/local-cluster names the one that `bramble down`
+ * stops by default and the credential it wrote: another `up` never takes either
+ * over while that one runs (it is refused, or runs beside it with its own
+ * credential and node names). The processes themselves are handled by local.c. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -14,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "conf.h"
 #include "local.h"
 #include "util.h"
 
@@ -24,11 +28,17 @@
 #define DOWN_WAIT_MS 10000
 #define TAIL_LINES 20
 
+#define NODE_NAME_MAX 64
+
 typedef struct {
     long agents, port;
     const char *dir_flag, *heartbeat, *node_timeout, *gpus, *http;
+    const char *prefix; /* --node-prefix: new nodes are PREFIX-1 .. PREFIX-N */
     char http_auto[32]; /* the free loopback port chosen when --http is not given */
     char dir[CLI_PATH_MAX];
+    char cred[CLI_PATH_MAX]; /* where the admin credential goes, absolute */
+    char names[UP_MAX_AGENTS][NODE_NAME_MAX]; /* of node-1 .. node-N, as they join */
+    int beside; /* another local cluster runs and keeps `bramble down` */
     char brambled[CLI_PATH_MAX], agent_bin[CLI_PATH_MAX];
     char endpoint[64];
     int reuse; /* DIR/coordinator was made before: no init */
@@ -41,7 +51,7 @@ typedef struct {
 
 /* One pid file of a local cluster. */
 typedef struct {
-    char name[64]; /* "coordinator", "node-1" */
+    char name[NODE_NAME_MAX]; /* "coordinator", "node-1" */
     char pidfile[CLI_PATH_MAX];
     pid_t pid;
 } proc_t;
@@ -64,7 +74,44 @@ static int record_path(char *buf, size_t len)
     return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
-/* dir made absolute into out (the daemons and `down` must find it anywhere). */
+/* The local cluster `bramble down` stops by default: the last `up` that did not
+ * run beside another (line 1 of the record), and the credential it wrote (line 2;
+ * a record from before has none: the default path). */
+typedef struct {
+    char dir[CLI_PATH_MAX];
+    char cred[CLI_PATH_MAX];
+} record_t;
+
+static int record_read(record_t *rec)
+{
+    char path[CLI_PATH_MAX];
+    char *text = record_path(path, sizeof(path)) == 0
+                     ? br_read_file(path, 2 * CLI_PATH_MAX + 2, NULL, NULL)
+                     : NULL;
+    if (!text)
+        return -1;
+    size_t k = strcspn(text, "\n");
+    snprintf(rec->dir, sizeof(rec->dir), "%.*s", (int)k, text);
+    const char *second = text[k] ? text + k + 1 : "";
+    snprintf(rec->cred, sizeof(rec->cred), "%.*s", (int)strcspn(second, "\n"), second);
+    free(text);
+    const char *home = getenv("HOME");
+    if (!rec->cred[0])
+        snprintf(rec->cred, sizeof(rec->cred), "%s/.config/bramble/credential",
+                 home ? home : "");
+    return rec->dir[0] == '/' ? 0 : -1;
+}
+
+/* 1 when a and b name one file: the same inode, or (not both there) the same path. */
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return strcmp(a, b) == 0;
+}
+
+/* path made absolute into out (the daemons and `down` must find it anywhere). */
 static int absolute_dir(const cli_t *cli, const char *dir, char *out, size_t len)
 {
     char cwd[CLI_PATH_MAX];
@@ -86,6 +133,21 @@ static int exists(const char *dir, const char *name)
     return local_path(path, sizeof(path), dir, name, NULL) == 0 && stat(path, &st) == 0;
 }
 
+/* The name node-i of the cluster in dir joined with (DIR/node-i/agent.yaml) into
+ * out; 0, or -1 when it has not joined. */
+static int joined_name(const char *dir, long i, char *out, size_t len)
+{
+    char path[CLI_PATH_MAX];
+    int n = snprintf(path, sizeof(path), "%s/node-%ld/agent.yaml", dir, i);
+    json_t *conf = n > 0 && (size_t)n < sizeof(path) ? br_conf_load(path, NULL) : NULL;
+    const char *name = br_conf_str(conf, "name");
+    int rc = name && *name ? 0 : -1;
+    if (rc == 0)
+        br_strlcpy(out, name, len);
+    json_decref(conf);
+    return rc;
+}
+
 static int node_pidfile_cmp(const void *a, const void *b)
 {
     return strverscmp(((const proc_t *)a)->name, ((const proc_t *)b)->name);
@@ -100,8 +162,8 @@ static int find_procs(const char *dir, proc_t *procs, int max)
     struct dirent *e;
     while (d && (e = readdir(d)) && n < max - 1) {
         size_t len = strlen(e->d_name);
-        if (strncmp(e->d_name, "node-", 5) != 0 || len < 9 || len >= 64 + 4 ||
-            strcmp(e->d_name + len - 4, ".pid") != 0)
+        if (strncmp(e->d_name, "node-", 5) != 0 || len < 9 ||
+            len >= NODE_NAME_MAX + 4 || strcmp(e->d_name + len - 4, ".pid") != 0)
             continue;
         snprintf(procs[n].name, sizeof(procs[n].name), "%.*s", (int)(len - 4),
                  e->d_name);
@@ -118,9 +180,27 @@ static int find_procs(const char *dir, proc_t *procs, int max)
         strcpy(procs[n].name, "coordinator");
         n++;
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         procs[i].pid = local_read_pid(procs[i].pidfile);
+        if (strcmp(procs[i].name, "coordinator") != 0) /* shown as the node's name */
+            joined_name(dir, atol(procs[i].name + 5), procs[i].name,
+                        sizeof(procs[i].name));
+    }
     return n;
+}
+
+/* A live process of the cluster in dir (its coordinator when it runs) into who,
+ * "coordinator pid 123"; 0 when none runs there. */
+static pid_t running_in(const char *dir, char *who, size_t len)
+{
+    proc_t procs[UP_MAX_AGENTS + 8];
+    int n = find_procs(dir, procs, UP_MAX_AGENTS + 8);
+    for (int i = n - 1; i >= 0; i--) /* the coordinator is last */
+        if (local_alive(procs[i].pid)) {
+            snprintf(who, len, "%s pid %ld", procs[i].name, (long)procs[i].pid);
+            return procs[i].pid;
+        }
+    return 0;
 }
 
 /* ---- bramble up */
@@ -135,6 +215,7 @@ static int up_args(cli_t *cli, int argc, char **argv, up_t *u)
         {"node-timeout", required_argument, NULL, 'T'},
         {"gpus", required_argument, NULL, 'g'},
         {"http", required_argument, NULL, 'w'},
+        {"node-prefix", required_argument, NULL, 'n'},
         {0}};
     int64_t ms;
     int c;
@@ -158,9 +239,18 @@ static int up_args(cli_t *cli, int argc, char **argv, up_t *u)
             u->gpus = optarg;
         else if (c == 'w')
             u->http = optarg;
+        else if (c == 'n')
+            u->prefix = optarg;
         else if (c != 'a' && c != 'p')
             return cli_bad_option(cli, c, argv);
     }
+    char longest[NODE_NAME_MAX + 16];
+    snprintf(longest, sizeof(longest), "%s-%d", u->prefix, UP_MAX_AGENTS);
+    if (!br_valid_name(longest))
+        return cli_usage(cli,
+                         "--node-prefix %s: nodes are named PREFIX-1 .. PREFIX-N, of "
+                         "a-z, 0-9 and '-' (not first), up to 63 characters",
+                         u->prefix);
     return cli_positional(cli, argc, argv, 0, NULL, NULL);
 }
 
@@ -180,26 +270,113 @@ static int load_admin(cli_t *cli, up_t *u)
     return 0;
 }
 
+/* The names of node-1 .. node-N: the one each joined with, else PREFIX-i. */
+static void up_names(up_t *u)
+{
+    for (long i = 1; i <= u->agents; i++)
+        if (joined_name(u->dir, i, u->names[i - 1], sizeof(u->names[i - 1])) < 0)
+            snprintf(u->names[i - 1], sizeof(u->names[i - 1]), "%s-%ld", u->prefix, i);
+}
+
+/* A name for the nodes of a cluster in dir, from its last component: "c2" for
+ * /tmp/c2 (PREFIX of the command that runs one beside another). */
+static void prefix_from(const char *dir, char *out, size_t len)
+{
+    const char *base = strrchr(dir, '/');
+    size_t n = 0;
+    for (base = base ? base + 1 : dir; *base && n + 1 < len && n < 40; base++) {
+        char ch = *base >= 'A' && *base <= 'Z' ? (char)(*base - 'A' + 'a') : *base;
+        if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || (ch == '-' && n))
+            out[n++] = ch;
+    }
+    out[n] = 0;
+    if (!n || strcmp(out, "node") == 0)
+        snprintf(out, len, "beside");
+}
+
+/* The running cluster rec keeps its credential: refused, with the two ways on. */
+static int refuse_replace(cli_t *cli, const up_t *u, const record_t *rec,
+                          const char *who)
+{
+    char prefix[48];
+    prefix_from(u->dir, prefix, sizeof(prefix));
+    return cli_fail(
+        cli,
+        "a local cluster is already running in %s (%s), and %s is its "
+        "admin credential: another bramble up would replace it.\n"
+        "  stop that one first:   bramble down\n"
+        "  or run one beside it:  bramble --credential %s/admin.credential up "
+        "--dir %s --node-prefix %s",
+        rec->dir, who, rec->cred, u->dir, u->dir, prefix);
+}
+
+/* Beside the cluster running in dir, this one's node names must be others: jobs
+ * are found by node name and job id, so two nodes of one name on one machine can
+ * stop each other's jobs. */
+static int names_clash(cli_t *cli, const up_t *u, const char *dir, const char *who)
+{
+    char theirs[NODE_NAME_MAX];
+    for (long k = 1; k <= UP_MAX_AGENTS; k++) {
+        if (joined_name(dir, k, theirs, sizeof(theirs)) < 0)
+            continue;
+        for (long i = 0; i < u->agents; i++) {
+            if (strcmp(theirs, u->names[i]) != 0)
+                continue;
+            char file[64];
+            snprintf(file, sizeof(file), "node-%ld/agent.yaml", i + 1);
+            return cli_fail(cli,
+                            "the local cluster running in %s (%s) has a node named "
+                            "%s too, and two nodes of one name on one machine can stop "
+                            "each other's jobs: %s",
+                            dir, who, theirs,
+                            exists(u->dir, file)
+                                ? "this one joined under that name before: use a new "
+                                  "--dir"
+                                : "name this one's nodes with --node-prefix NAME");
+        }
+    }
+    return 0;
+}
+
+/* Not over a running cluster: not in a DIR where one runs, and not replacing the
+ * credential of the one `bramble down` stops. Beside that one, with a credential
+ * of its own and other node names: u->beside. */
+static int up_not_twice(cli_t *cli, up_t *u)
+{
+    record_t rec;
+    char who[NODE_NAME_MAX + 32];
+    int have = record_read(&rec) == 0;
+    int recorded = have && strcmp(rec.dir, u->dir) == 0;
+    if (running_in(u->dir, who, sizeof(who)))
+        return cli_fail(cli,
+                        "a local cluster is already running in %s (%s); stop it with: "
+                        "bramble down%s%s",
+                        u->dir, who, recorded ? "" : " --dir ", recorded ? "" : u->dir);
+    if (!have || recorded || !running_in(rec.dir, who, sizeof(who)))
+        return 0;
+    if (same_file(rec.cred, u->cred))
+        return refuse_replace(cli, u, &rec, who);
+    u->beside = 1;
+    return names_clash(cli, u, rec.dir, who);
+}
+
 /* Where, which binaries, not twice, which port. */
 static int up_prepare(cli_t *cli, up_t *u)
 {
-    char dflt[CLI_PATH_MAX];
-    proc_t procs[UP_MAX_AGENTS + 8];
+    char dflt[CLI_PATH_MAX], cred[CLI_PATH_MAX];
     br_err_t err = {0};
     if (!u->dir_flag && default_dir(dflt, sizeof(dflt)) < 0)
         return cli_fail(cli, "$HOME or $XDG_DATA_HOME is too long");
-    if (absolute_dir(cli, u->dir_flag ? u->dir_flag : dflt, u->dir, sizeof(u->dir)))
+    if (absolute_dir(cli, u->dir_flag ? u->dir_flag : dflt, u->dir, sizeof(u->dir)) ||
+        absolute_dir(cli, br_cred_path(cli->cred_flag, cred, sizeof(cred)), u->cred,
+                     sizeof(u->cred)))
         return CLI_FAIL;
     if (local_find_bin("brambled", u->brambled, sizeof(u->brambled), &err) < 0 ||
         local_find_bin("bramble-agent", u->agent_bin, sizeof(u->agent_bin), &err) < 0)
         return cli_fail(cli, "%s", err.text);
-    int n = find_procs(u->dir, procs, UP_MAX_AGENTS + 8);
-    for (int i = 0; i < n; i++)
-        if (local_alive(procs[i].pid))
-            return cli_fail(cli,
-                            "a local cluster is already running in %s; run "
-                            "bramble down first",
-                            u->dir);
+    up_names(u);
+    if (up_not_twice(cli, u))
+        return CLI_FAIL;
     if (br_mkdir_p(u->dir, 0700, &err) < 0)
         return cli_fail(cli, "%s", err.text);
     u->reuse = exists(u->dir, "coordinator/coordinator.yaml");
@@ -380,7 +557,7 @@ static int up_agent(cli_t *cli, up_t *u, long i, const char *token)
         argv[n++] = "--join";
         argv[n++] = (char *)token;
         argv[n++] = "--name";
-        argv[n++] = name;
+        argv[n++] = u->names[i - 1];
         argv[n++] = "--probe-port"; /* all on one host: each answers on its own */
         argv[n++] = "0";
     }
@@ -414,8 +591,8 @@ static int up_agents(cli_t *cli, up_t *u)
     return rc;
 }
 
-/* How many of node-1..node-N node.list shows ready (ready[i] for node-(i+1));
- * -1 on a refused request. */
+/* How many of node-1..node-N node.list shows ready (ready[i] for node-(i+1), by
+ * the name it joined with); -1 on a refused request. */
 static int count_ready(cli_t *cli, const up_t *u, char *ready)
 {
     br_err_t err = {0};
@@ -429,7 +606,10 @@ static int count_ready(cli_t *cli, const up_t *u, char *ready)
     json_array_foreach(json_object_get(r, "nodes"), i, node) {
         const char *name = json_string_value(json_object_get(node, "name"));
         const char *state = json_string_value(json_object_get(node, "state"));
-        long k = name && strncmp(name, "node-", 5) == 0 ? atol(name + 5) : 0;
+        long k = 0;
+        while (name && k < u->agents && strcmp(u->names[k], name) != 0)
+            k++;
+        k = name && k < u->agents ? k + 1 : 0;
         /* Seen since its agent started: a restarted coordinator may still show
          * the state it had stored. */
         double seen = json_number_value(json_object_get(node, "last_seen"));
@@ -446,8 +626,8 @@ static int count_ready(cli_t *cli, const up_t *u, char *ready)
 static int agents_alive(cli_t *cli, const up_t *u)
 {
     for (int i = 0; i < u->nstarted; i++) {
-        char who[48], log[48];
-        snprintf(who, sizeof(who), "bramble-agent node-%d", i + 1);
+        char who[NODE_NAME_MAX + 32], log[48];
+        snprintf(who, sizeof(who), "bramble-agent %s", u->names[i]);
         snprintf(log, sizeof(log), "node-%d.log", i + 1);
         if (!local_alive(u->agents_pid[i]))
             return died(cli, u, who, log);
@@ -520,9 +700,9 @@ static int up_finish(cli_t *cli, up_t *u, char *cred_path, size_t len)
     }
     if (br_cred_save(cred_path, &u->admin, &err) < 0)
         return cli_fail(cli, "%s", err.text);
-    if (record_path(rec, sizeof(rec)) == 0) {
-        char line[CLI_PATH_MAX + 1];
-        int n = snprintf(line, sizeof(line), "%s\n", u->dir);
+    if (!u->beside && record_path(rec, sizeof(rec)) == 0) { /* beside: the other's */
+        char line[2 * CLI_PATH_MAX + 2];
+        int n = snprintf(line, sizeof(line), "%s\n%s\n", u->dir, u->cred);
         br_strlcpy(parent, rec, sizeof(parent));
         *strrchr(parent, '/') = 0;
         if (br_mkdir_p(parent, 0700, &err) < 0 ||
@@ -535,13 +715,16 @@ static int up_finish(cli_t *cli, up_t *u, char *cred_path, size_t len)
 static void up_summary(const cli_t *cli, const up_t *u, const char *cred_path)
 {
     static const char *head[] = {"  PROCESS", "PID", "ENDPOINT/STATE", "LOG"};
-    char name[32], pid[32], log[CLI_PATH_MAX + 16];
+    char name[NODE_NAME_MAX + 2], pid[32], log[CLI_PATH_MAX + 16];
     cli_table_t *t = cli_table_new(4, head);
     for (int i = -1; t && i < u->nstarted; i++) {
         pid_t p = i < 0 ? u->coord : u->agents_pid[i];
-        snprintf(name, sizeof(name), i < 0 ? "  coordinator" : "  node-%d", i + 1);
+        snprintf(name, sizeof(name), "  %s", i < 0 ? "coordinator" : u->names[i]);
         snprintf(pid, sizeof(pid), "%ld", (long)p);
-        snprintf(log, sizeof(log), "%s/%s.log", u->dir, name + 2);
+        if (i < 0)
+            snprintf(log, sizeof(log), "%s/coordinator.log", u->dir);
+        else
+            snprintf(log, sizeof(log), "%s/node-%d.log", u->dir, i + 1);
         const char *cells[] = {name, pid, i < 0 ? u->endpoint : "ready", log};
         cli_table_add(t, cells);
     }
@@ -549,7 +732,12 @@ static void up_summary(const cli_t *cli, const up_t *u, const char *cred_path)
     if (t)
         cli_table_print(t, stdout);
     cli_table_destroy(&t);
-    printf("\nadmin credential: %s\n\nTry:\n", cred_path);
+    printf("\nadmin credential: %s\n", cred_path);
+    record_t rec;
+    if (u->beside && record_read(&rec) == 0)
+        printf("beside the local cluster in %s (plain bramble down stops that one)\n",
+               rec.dir);
+    printf("\nTry:\n");
     const char *cred = cli->cred_flag ? " --credential " : "";
     const char *cred_file = cli->cred_flag ? cli->cred_flag : "";
     printf("  bramble%s%s nodes\n", cred, cred_file);
@@ -557,13 +745,13 @@ static void up_summary(const cli_t *cli, const up_t *u, const char *cred_path)
     if (u->http) /* brambled serves the dashboard: a one-time link logs in */
         printf("  bramble%s%s dashboard      (the web dashboard, at http://%s)\n", cred,
                cred_file, u->http);
-    printf("  bramble down%s%s\n", u->dir_flag ? " --dir " : "",
-           u->dir_flag ? u->dir : "");
+    int dir = u->dir_flag || u->beside;
+    printf("  bramble down%s%s\n", dir ? " --dir " : "", dir ? u->dir : "");
 }
 
 static int cmd_up(cli_t *cli, int argc, char **argv)
 {
-    up_t u = {.agents = 2};
+    up_t u = {.agents = 2, .prefix = "node"};
     char cred_path[CLI_PATH_MAX];
     if (up_args(cli, argc, argv, &u) != 0)
         return CLI_USAGE;
@@ -586,19 +774,14 @@ static int cmd_up(cli_t *cli, int argc, char **argv)
 
 static int down_dir(cli_t *cli, const char *flag, char *dir, size_t len)
 {
-    char buf[CLI_PATH_MAX], rec[CLI_PATH_MAX];
-    char *text = NULL;
-    if (!flag && record_path(rec, sizeof(rec)) == 0)
-        text = br_read_file(rec, CLI_PATH_MAX, NULL, NULL);
-    if (text)
-        text[strcspn(text, "\n")] = 0;
+    char buf[CLI_PATH_MAX];
+    record_t rec;
     if (flag)
         br_strlcpy(buf, flag, sizeof(buf));
-    else if (text && *text)
-        br_strlcpy(buf, text, sizeof(buf));
+    else if (record_read(&rec) == 0)
+        br_strlcpy(buf, rec.dir, sizeof(buf));
     else if (default_dir(buf, sizeof(buf)) < 0)
         buf[0] = 0;
-    free(text);
     if (!buf[0])
         return cli_fail(cli, "cannot tell where the local cluster is; give --dir");
     return absolute_dir(cli, buf, dir, len);
@@ -659,13 +842,17 @@ static int cmd_down(cli_t *cli, int argc, char **argv)
 const cli_cmd_t cli_cluster_cmds[] = {
     {NULL, "up", cmd_up,
      "[--agents N] [--dir DIR] [--port P] [--heartbeat-interval D] "
-     "[--node-timeout D] [--gpus LIST] [--http ADDR|off]",
+     "[--node-timeout D] [--gpus LIST] [--http ADDR|off] [--node-prefix NAME]",
      "start a local cluster (a coordinator and N agents) on loopback",
      "Starts brambled and N bramble-agent processes (found next to bramble, else on\n"
      "PATH) in the background, waits until every node is ready, and writes the\n"
      "admin credential where bramble finds it (--credential, $BRAMBLE_CREDENTIAL or\n"
      "~/.config/bramble/credential). Logs and pid files are kept in DIR; a DIR\n"
      "used before is started again with its data.\n"
+     "\nWhile a local cluster runs, another bramble up is refused when it would\n"
+     "replace that one's credential; one with its own credential, DIR and node\n"
+     "names runs beside it, and bramble down --dir DIR stops it:\n"
+     "  bramble --credential DIR/admin.credential up --dir DIR --node-prefix NAME\n"
      "\nOptions:\n"
      "  --agents N                how many agents (default 2): node-1 .. node-N\n"
      "  --dir DIR                 where the cluster lives (default\n"
@@ -679,13 +866,16 @@ const cli_cmd_t cli_cluster_cmds[] = {
      "  --http ADDR|off           passed to brambled: its HTTP side (the dashboard,\n"
      "                            /metrics), e.g. 7780 for 127.0.0.1:7780; default:\n"
      "                            a free port on 127.0.0.1 (bramble dashboard prints\n"
-     "                            a login link); off: none\n"},
+     "                            a login link); off: none\n"
+     "  --node-prefix NAME        new nodes are NAME-1 .. NAME-N (default node);\n"
+     "                            nodes that joined before keep their names\n"},
     {NULL, "down", cmd_down, "[--dir DIR]",
      "stop the local cluster started by bramble up",
      "Stops the agents, then the coordinator (SIGTERM, and SIGKILL after 10s); the\n"
      "data in DIR is kept for the next bramble up.\n"
      "\nOptions:\n"
-     "  --dir DIR   the cluster's directory (default: the one bramble up used last,\n"
-     "              else the default of bramble up)\n"},
+     "  --dir DIR   the cluster's directory (default: the one the last bramble up\n"
+     "              that ran on its own used, else the default of bramble up; not\n"
+     "              one started beside another)\n"},
     {0},
 };

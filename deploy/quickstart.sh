@@ -4,29 +4,37 @@
 # starts a local cluster (a coordinator and 2 agents on loopback) with
 # `bramble up`, runs examples/hello.yaml on it, then runs a training job that
 # checkpoints, kills the node under it and shows it resume on the other node.
+# It ends by printing the next commands with the ids its jobs got (a cluster used
+# before goes on counting). The training job's checkpoints stay in the cluster's
+# directory, so that `bramble checkpoint pull` works after it.
 #
 # Usage: deploy/quickstart.sh        (stop the cluster with: build/bin/bramble down)
+#        QUICKSTART_BIN=DIR deploy/quickstart.sh
+#                                    (the binaries in DIR: no install, no build)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# shellcheck source=deploy/install-deps.sh
-. deploy/install-deps.sh
-br_install_deps "${BR_BUILD_DEPS[@]}"
+if [ -n "${QUICKSTART_BIN:-}" ]; then
+    BIN=$QUICKSTART_BIN
+else
+    # shellcheck source=deploy/install-deps.sh
+    . deploy/install-deps.sh
+    br_install_deps "${BR_BUILD_DEPS[@]}"
 
-echo "==> building (release) into build/"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBRAMBLE_TESTS=OFF -DBRAMBLE_SANITIZE=OFF \
-    -DBRAMBLE_FUZZ=OFF >/dev/null
-cmake --build build -j "$(nproc 2>/dev/null || echo 2)"
-
-BRAMBLE=build/bin/bramble
+    echo "==> building (release) into build/"
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBRAMBLE_TESTS=OFF \
+        -DBRAMBLE_SANITIZE=OFF -DBRAMBLE_FUZZ=OFF >/dev/null
+    cmake --build build -j "$(nproc 2>/dev/null || echo 2)"
+    BIN=build/bin
+fi
+BRAMBLE=$BIN/bramble
 
 echo
 echo "==> starting a local cluster: $BRAMBLE up --agents 2"
 if ! "$BRAMBLE" up --agents 2; then
     echo
-    echo "quickstart: 'bramble up' failed (see above). If a local cluster is already"
-    echo "running, stop it first with: $BRAMBLE down"
+    echo "quickstart: 'bramble up' failed (see above)."
     exit 1
 fi
 
@@ -102,13 +110,16 @@ wait_until() { # wait_until SECONDS WHAT COMMAND...
 CLUSTER_DIR=$(head -n1 "$HOME/.config/bramble/local-cluster")
 QS_TMP=$(mktemp -d /tmp/bramble-quickstart.XXXXXX)
 # shellcheck disable=SC2317 # (run by the trap)
-cleanup() { rm -rf "$QS_TMP"; } # the checkpoints and the comparison run's files
+cleanup() { rm -rf "$QS_TMP"; } # the comparison run's files and this run's pull
 trap cleanup EXIT
-CKPT=$QS_TMP/ckpt
+# the job's checkpoints: kept with the cluster, one dir per job (the coordinator
+# puts the job's id in), for `bramble checkpoint pull` after the quickstart
+# shellcheck disable=SC2016 # (the coordinator expands it, not the shell)
+CKPT=$CLUSTER_DIR/checkpoints/'train-${BRAMBLE_JOB_ID}'
 echo
 echo "==> a training job that survives the loss of its node"
 echo "    $BRAMBLE submit examples/train-checkpoint.yaml --set workdir=$PWD \\"
-echo "        --set checkpoint.dir=$CKPT"
+echo "        --set 'checkpoint.dir=$CKPT'"
 TRAIN=$("$BRAMBLE" submit examples/train-checkpoint.yaml --set "workdir=$PWD" \
         --set "checkpoint.dir=$CKPT")
 # shellcheck disable=SC2317 # (run by wait_until)
@@ -143,18 +154,26 @@ if [ "$TRAIN_STATE" != completed ]; then
     echo "quickstart: the training job ended $TRAIN_STATE" >&2
     RC=1
 fi
-echo "    $NODE is lost; restart its agent with:"
+echo "    $NODE is lost; restart its agent (with its pid where bramble down finds it):"
 # a root agent runs jobs as root only when told so (bramble up tells its agents)
 ROOT_JOBS=
 [ "$(id -u)" -eq 0 ] && ROOT_JOBS=" --allow-root-jobs"
-echo "    build/bin/bramble-agent --data-dir $CLUSTER_DIR/$NODE$ROOT_JOBS &"
+echo "    $BIN/bramble-agent --data-dir $CLUSTER_DIR/$NODE$ROOT_JOBS \\"
+echo "        >>$CLUSTER_DIR/$NODE.log 2>&1 & echo \$! >$CLUSTER_DIR/$NODE.pid"
 
 echo
 if [ "$RC" -eq 0 ]; then
-    echo "The job completed. The cluster keeps running: try '$BRAMBLE submit SPEC --follow',"
-    echo "'$BRAMBLE jobs', '$BRAMBLE events'."
+    echo "Both jobs completed."
 else
-    echo "The job did not complete (bramble submit --wait exited $RC)."
+    echo "Something did not work: see the lines above."
 fi
-echo "Stop the local cluster with: $BRAMBLE down"
+echo
+echo "Next steps (the cluster keeps running; job $TRAIN is the training job):"
+echo "  $BRAMBLE nodes"
+echo "  $BRAMBLE submit examples/hello.yaml --follow"
+echo "  $BRAMBLE jobs --all"
+echo "  $BRAMBLE logs $TRAIN"
+echo "  $BRAMBLE checkpoint list $TRAIN    # its checkpoints, and their copies"
+echo "  $BRAMBLE checkpoint pull $TRAIN weights/job-$TRAIN    # its newest one, here, verified"
+echo "  $BRAMBLE down    # stop the cluster (its data is kept for the next bramble up)"
 exit "$RC"
