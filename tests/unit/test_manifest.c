@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -461,6 +462,44 @@ static void *keep_writing(void *arg)
     return NULL;
 }
 
+/* Wait (up to 20 s) until cond(arg) holds; 1 when it did. */
+static int wait_until(int (*cond)(const void *), const void *arg)
+{
+    for (int waited = 0; waited < 20000; waited += 5) {
+        if (cond(arg))
+            return 1;
+        usleep(5000);
+    }
+    return 0;
+}
+
+/* 1 when the file at path has some bytes (a writer wrote it). */
+static int written(const void *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && st.st_size > 0;
+}
+
+/* 1 when a descriptor of this process is open on path (the hasher reads it). */
+static int open_here(const void *path)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int found = 0;
+    while (d && !found && (e = readdir(d))) {
+        char link[64], target[PATH_MAX];
+        snprintf(link, sizeof(link), "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(link, target, sizeof(target) - 1);
+        if (n > 0) {
+            target[n] = '\0';
+            found = strcmp(target, (const char *)path) == 0;
+        }
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
 /* A checkpoint that changes while it is hashed gets no manifest (EAGAIN: the
  * hasher thread tries again a little later). */
 static void test_changed_while_hashed(void **state)
@@ -472,7 +511,7 @@ static void test_changed_while_hashed(void **state)
     path_of(f, "cp/log.txt", wr.path, sizeof(wr.path));
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, keep_writing, &wr), 0);
-    usleep(20000);
+    assert_true(wait_until(written, wr.path)); /* the writer is at work */
     br_err_t err;
     json_t *m = build(f, "cp", NULL, &err);
     atomic_store(&wr.stop, 1);
@@ -569,7 +608,7 @@ static void test_cancel(void **state)
     br_manifest_req_t r = {.dir = f->dir, .path = big, .group = "1.1", .tag = tag};
     assert_int_equal(br_manifest_submit(h, &r, &err), 0);
     assert_int_equal(br_manifest_submit(h, &r, &err), 0);
-    usleep(100000);
+    assert_true(wait_until(open_here, p)); /* in the middle of the big file */
     int64_t t0 = br_mono_ms();
     br_manifest_cancel(h, "1.1");
     assert_int_equal(br_manifest_pending(h, "1.1"), 0);
@@ -589,7 +628,8 @@ static void test_cancel(void **state)
     json_decref(m);
     json_decref(small);
     assert_int_equal(br_manifest_submit(h, &r, &err), 0); /* another 64 GiB */
-    usleep(100000);
+    path_of(f, "big/sparse", p, sizeof(p));
+    assert_true(wait_until(open_here, p));
     t0 = br_mono_ms();
     br_manifest_destroy(&h);
     assert_true(br_mono_ms() - t0 < 2000);
