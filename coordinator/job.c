@@ -40,6 +40,24 @@ int br_job_state_ended(br_job_state_t s)
     return s == BR_JOB_COMPLETED || s == BR_JOB_FAILED || s == BR_JOB_CANCELLED;
 }
 
+#define TO(s) (1u << (s))
+static const unsigned moves[BR_JOB_STATES] = {
+    [BR_JOB_PENDING] = TO(BR_JOB_STARTING) | TO(BR_JOB_FAILED) | TO(BR_JOB_CANCELLED),
+    [BR_JOB_STARTING] = TO(BR_JOB_RUNNING) | TO(BR_JOB_PENDING) | TO(BR_JOB_COMPLETED) |
+                        TO(BR_JOB_FAILED) | TO(BR_JOB_CANCELLED),
+    [BR_JOB_RUNNING] = TO(BR_JOB_PENDING) | TO(BR_JOB_COMPLETED) | TO(BR_JOB_FAILED) |
+                       TO(BR_JOB_CANCELLED),
+};
+
+int br_job_state_move_ok(br_job_state_t from, br_job_state_t to, int runs_nothing)
+{
+    if ((unsigned)from >= BR_JOB_STATES || (unsigned)to >= BR_JOB_STATES)
+        return 0;
+    if (from == BR_JOB_PENDING && to == BR_JOB_RUNNING)
+        return runs_nothing;
+    return (moves[from] & TO(to)) != 0;
+}
+
 static int64_t int_or(const json_t *o, const char *key, int64_t dflt)
 {
     json_t *v = json_object_get(o, key);

@@ -34,6 +34,12 @@ int br_job_state_parse(const char *name);
 int br_job_state_live(br_job_state_t s);
 /* Completed, failed or cancelled: it is over and leaves memory. */
 int br_job_state_ended(br_job_state_t s);
+/* 1 when a job may go from state from to state to (the one table of allowed moves:
+ * pending -> starting -> running -> an end, back to pending from starting or
+ * running, cancelled or failed from any state not ended, and nothing from an end).
+ * Only a job that runs no process of its own (a service's, runs_nothing) goes from
+ * pending to running directly. */
+int br_job_state_move_ok(br_job_state_t from, br_job_state_t to, int runs_nothing);
 
 typedef enum { BR_RANK_PLACED, BR_RANK_STARTED, BR_RANK_DONE } br_rank_state_t;
 

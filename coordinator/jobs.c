@@ -46,14 +46,22 @@ static void release_ranks(br_coord_t *c, br_job_t *job, int drop)
         br_job_set_ranks(job, NULL, NULL, 0);
 }
 
-void br_job_post(br_coord_t *c, br_job_t *job, br_job_state_t state, const char *node,
-                 const char *fmt, ...)
+int br_job_post(br_coord_t *c, br_job_t *job, br_job_state_t state, const char *node,
+                const char *fmt, ...)
 {
     char text[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
+    if (!br_job_state_move_ok(job->state, state, job->replicas >= 0)) {
+        fprintf(stderr, "brambled: job %lld: no move from %s to %s (%s): not made\n",
+                (long long)job->id, br_job_state_name(job->state), br_job_state_name(state),
+                text);
+        return -1;
+    }
+    if (state == BR_JOB_RUNNING && !job->started)
+        job->started = br_now_ms();
     if (!br_job_state_live(state) && br_job_state_live(job->state)) {
         br_hook_arg_t a = {.job = job};
         br_hooks_run(c, c->hooks, BR_HOOK_RELEASING, &a);
@@ -78,6 +86,7 @@ void br_job_post(br_coord_t *c, br_job_t *job, br_job_state_t state, const char 
     }
     if (state != BR_JOB_RUNNING)
         br_coord_changed(c); /* something was freed, or waits to be placed */
+    return 0;
 }
 
 int br_jobs_restore(br_coord_t *c, br_err_t *err)

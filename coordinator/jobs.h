@@ -21,12 +21,14 @@
 #include "job.h"
 
 /* The one path of a job's state changes (in the manner of flux-core's
- * event_job_post_pack): the new state, its end time when it ends, the whole job
- * written back to the store, and the event with this text. A job that leaves
- * starting/running gives back what its ranks still hold (and drops them when it
- * goes back to pending; an ended job keeps them as where it ran); one that ends
- * leaves memory (jobtab.h). Anything but running asks for a scheduling pass. */
-void br_job_post(br_coord_t *c, br_job_t *job, br_job_state_t state, const char *node,
+ * event_job_post_pack): the new state, its start time when it first runs and its
+ * end time when it ends, the whole job written back to the store, and the event
+ * with this text. A job that leaves starting/running gives back what its ranks
+ * still hold (and drops them when it goes back to pending; an ended job keeps them
+ * as where it ran); one that ends leaves memory (jobtab.h). Anything but running
+ * asks for a scheduling pass. A move br_job_state_move_ok refuses is not made: -1,
+ * and brambled's log names both states (a fault of the caller's); else 0. */
+int br_job_post(br_coord_t *c, br_job_t *job, br_job_state_t state, const char *node,
                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Write the job back to the store with no change of state. */
 void br_job_save(br_coord_t *c, br_job_t *job);

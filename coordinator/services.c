@@ -64,16 +64,19 @@ static int64_t add_replica(br_coord_t *c, json_t *service, int64_t service_id, i
 int64_t br_services_submit(br_coord_t *c, json_t *job, int replicas, br_err_t *err)
 {
     json_t *service = json_deep_copy(job);
-    json_object_set_new(service, "state", json_string("running"));
+    json_object_set_new(service, "state", json_string("pending"));
     json_object_set_new(service, "reason", json_sprintf("a service of %d replica%s", replicas,
                                                         replicas == 1 ? "" : "s"));
     json_object_set_new(service, "replicas", json_integer(replicas));
     br_job_t *added = br_jobs_add(c, service, err);
     int64_t id = added ? added->id : -1;
+    /* it runs no process: it runs once its replicas are asked for */
+    if (id > 0 &&
+        br_job_post(c, added, BR_JOB_RUNNING, NULL, "service of %d replica%s submitted by %s",
+                    replicas, replicas == 1 ? "" : "s",
+                    json_string_value(json_object_get(job, "owner"))) < 0)
+        id = br_errf(err, EINVAL, "service %lld could not be started", (long long)id);
     if (id > 0) {
-        br_coord_event(c, id, NULL, "running", "service of %d replica%s submitted by %s",
-                       replicas, replicas == 1 ? "" : "s",
-                       json_string_value(json_object_get(job, "owner")));
         for (int k = 0; k < replicas && id > 0; k++)
             if (add_replica(c, service, id, k, err) < 0)
                 id = -1;

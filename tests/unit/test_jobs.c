@@ -21,6 +21,7 @@
 #include "coord_fixture.h"
 #include "hooks.h"
 #include "nodelife.h"
+#include "services.h"
 
 typedef fixture_two_t world_t;
 
@@ -632,6 +633,65 @@ static void test_replica_restarts_through_the_services_hook(void **state)
     br_jobtab_sweep(c->jobs);
 }
 
+/* Every state change passes the one table: a move it refuses is not made (no
+ * event, nothing stored), and a service's own job, which runs no process, goes
+ * from pending to running through it, with its start time and its event. */
+static void test_state_moves_are_checked(void **state)
+{
+    world_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    br_err_t err;
+    assert_true(br_job_state_move_ok(BR_JOB_PENDING, BR_JOB_STARTING, 0));
+    assert_true(br_job_state_move_ok(BR_JOB_RUNNING, BR_JOB_PENDING, 0));
+    assert_true(br_job_state_move_ok(BR_JOB_STARTING, BR_JOB_COMPLETED, 0));
+    assert_true(br_job_state_move_ok(BR_JOB_PENDING, BR_JOB_CANCELLED, 0));
+    assert_false(br_job_state_move_ok(BR_JOB_PENDING, BR_JOB_RUNNING, 0));
+    assert_true(br_job_state_move_ok(BR_JOB_PENDING, BR_JOB_RUNNING, 1));
+    assert_false(br_job_state_move_ok(BR_JOB_PENDING, BR_JOB_COMPLETED, 0));
+    assert_false(br_job_state_move_ok(BR_JOB_RUNNING, BR_JOB_STARTING, 0));
+    assert_false(br_job_state_move_ok(BR_JOB_RUNNING, BR_JOB_RUNNING, 0));
+    for (int from = BR_JOB_COMPLETED; from <= BR_JOB_CANCELLED; from++)
+        for (int to = 0; to < BR_JOB_STATES; to++)
+            assert_false(br_job_state_move_ok(from, to, 1)); /* nothing after an end */
+    assert_false(br_job_state_move_ok(BR_JOB_STATES, BR_JOB_PENDING, 0));
+
+    int64_t id = submit(c, "{\"command\": \"true\"}");
+    br_job_t *j = br_jobtab_find(c->jobs, id);
+    json_t *before = br_store_event_list(c->store, id, 0, 0, NULL);
+    assert_int_equal(br_job_post(c, j, BR_JOB_COMPLETED, NULL, "by hand"), -1);
+    assert_int_equal(br_job_post(c, j, BR_JOB_RUNNING, NULL, "by hand"), -1);
+    assert_state(c, id, "pending");
+    json_t *after = br_store_event_list(c->store, id, 0, 0, NULL);
+    assert_int_equal(json_array_size(after), json_array_size(before));
+    json_decref(before);
+    json_decref(after);
+
+    json_t *row = json_pack("{s:s, s:s, s:s, s:s, s:I, s:{s:s}, s:s, s:I, s:i}", "name",
+                            "web", "kind", "service", "state", "pending", "owner", "ann",
+                            "owner_id", (json_int_t)2, "spec", "command", "serve",
+                            "spec_yaml", "x: 1\n", "submitted", (json_int_t)br_now_ms(),
+                            "attempt", 1);
+    int64_t svc = br_services_submit(c, row, 2, &err);
+    json_decref(row);
+    assert_true(svc > 0);
+    br_job_t *parent = br_jobtab_find(c->jobs, svc);
+    assert_non_null(parent);
+    assert_int_equal(parent->state, BR_JOB_RUNNING);
+    assert_true(parent->started > 0);
+    json_t *ev = br_store_event_list(c->store, svc, 0, 0, NULL);
+    json_t *first = json_array_get(ev, 0);
+    assert_string_equal(json_string_value(json_object_get(first, "state")), "running");
+    assert_non_null(strstr(json_string_value(json_object_get(first, "reason")),
+                           "service of 2 replicas submitted by ann"));
+    json_decref(ev);
+    json_t *stored = br_store_job_get(c->store, svc, NULL);
+    assert_true(json_integer_value(json_object_get(stored, "started")) > 0);
+    json_decref(stored);
+    json_decref(br_jobs_cancel(c, svc, 1, &err));
+    assert_state(c, svc, "cancelled");
+    br_jobtab_sweep(c->jobs);
+}
+
 /* Jobs that wait for others (deps.h): placed only once the wait came true; one
  * whose wait can never come true fails at once, saying why; a load works the
  * waits out again from the store. */
@@ -874,6 +934,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_unhealthy_node_stops_its_gangs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_passes_paced, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_state_moves_are_checked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gang_failure_waits_for_a_silent_peer, setup,
                                         teardown),
     };
