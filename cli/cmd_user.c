@@ -211,12 +211,15 @@ static int user_rotate_key(cli_t *cli, int argc, char **argv)
 
 static void usage_row(cli_table_t *t, const json_t *u)
 {
-    char name[64], gpu[32], cpu[32], cost[32];
+    char name[64], gpu[32], cpu[32], cost[32], running[32] = "-";
     cli_fmt_value(json_object_get(u, "user"), name, sizeof(name));
     snprintf(gpu, sizeof(gpu), "%.3f", json_number_value(json_object_get(u, "gpu_hours")));
     snprintf(cpu, sizeof(cpu), "%.3f", json_number_value(json_object_get(u, "cpu_hours")));
     snprintf(cost, sizeof(cost), "%.4f", json_number_value(json_object_get(u, "cost")));
-    const char *row[] = {name, gpu, cpu, cost};
+    json_int_t live = json_integer_value(json_object_get(u, "running"));
+    if (live > 0) /* counted up to now */
+        snprintf(running, sizeof(running), "%lld", (long long)live);
+    const char *row[] = {name, gpu, cpu, cost, running};
     cli_table_add(t, row);
 }
 
@@ -251,8 +254,8 @@ static int cmd_usage(cli_t *cli, int argc, char **argv)
     json_t *r = cli_call(cli, "usage.show", body);
     if (!r)
         return CLI_FAIL;
-    static const char *head[] = {"USER", "GPU-HOURS", "CPU-HOURS", "COST"};
-    cli_print_list(json_object_get(r, "users"), json, 4, head, usage_row);
+    static const char *head[] = {"USER", "GPU-HOURS", "CPU-HOURS", "COST", "RUNNING"};
+    cli_print_list(json_object_get(r, "users"), json, 5, head, usage_row);
     json_decref(r);
     return CLI_OK;
 }
@@ -289,9 +292,10 @@ const cli_cmd_t cli_user_cmds[] = {
      "What each user's jobs held and cost since --since ago (default 7d), summed by\n"
      "the hour. A user sees their own; the admin everyone's, or one with --user.\n"
      "A job's cost is its nodes' cost per hour times the larger of its part of each\n"
-     "node's GPUs and of its CPUs.\n"
+     "node's GPUs and of its CPUs. Jobs still running count up to now; RUNNING\n"
+     "says how many of the user's jobs are running.\n"
      "\nOptions:\n"
-     "  --json   print the array: user, gpu_hours, cpu_hours, cost\n"},
+     "  --json   print the array: user, gpu_hours, cpu_hours, cost, running\n"},
     {"user", "list", user_list, "[--json]", "list the admin and the users (admin)",
      "Options:\n"
      "  --json   print the array of users: name, kind, created, limits\n"},

@@ -1203,7 +1203,7 @@ void br_api_usage(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_errf(&err, EPERM, "only the admin sees another user's usage");
         goto fail;
     }
-    json_t *rows = br_usage_report(c->store, since, id, &err);
+    json_t *rows = br_usage_show(c, since, id, br_now_ms(), &err);
     if (!rows)
         goto fail;
     br_api_ok(c, m, json_pack("{s:o, s:I}", "users", rows, "since", since));

@@ -221,19 +221,20 @@ int br_usage_load(br_usage_t *u, br_store_t *store, int64_t now_ms, br_err_t *er
     return load_users(u, store, err) < 0 || load_use(u, store, now_ms, err) < 0 ? -1 : 0;
 }
 
-void br_usage_charge(br_coord_t *c, br_job_t *job, int64_t now_ms)
+/* What job's ranks held from from_ms to to_ms: GPU and CPU ms, cost in millionths. */
+static void held(br_coord_t *c, const br_job_t *job, int64_t from_ms, int64_t to_ms,
+                 int64_t *gpu_ms, int64_t *cpu_ms, double *cost)
 {
-    if (!job->charged || !br_job_state_live(job->state) || now_ms <= job->charged)
-        return;
-    int64_t dt = now_ms - job->charged, gpu_ms = 0, cpu_ms = 0;
-    double cost = 0; /* millionths */
+    int64_t dt = to_ms > from_ms ? to_ms - from_ms : 0;
+    *gpu_ms = *cpu_ms = 0;
+    *cost = 0;
     for (int r = 0; r < job->nranks; r++) {
         if (job->ranks[r].state == BR_RANK_DONE)
             continue;
         int gpus, cpus;
         br_node_share_size(job->ranks[r].share, &gpus, &cpus);
-        gpu_ms += dt * gpus;
-        cpu_ms += dt * cpus;
+        *gpu_ms += dt * gpus;
+        *cpu_ms += dt * cpus;
         br_node_t *n = br_nodes_find(c->nodes, job->ranks[r].node);
         double rate = n ? br_node_cost_per_hour(n) : 0;
         if (rate > 0) {
@@ -241,9 +242,18 @@ void br_usage_charge(br_coord_t *c, br_job_t *job, int64_t now_ms)
             double part = ng > 0 ? (double)gpus / ng : 0;
             if (nc > 0 && (double)cpus / nc > part)
                 part = (double)cpus / nc;
-            cost += rate * (part > 1 ? 1 : part) * (double)dt / BR_USAGE_HOUR_MS * 1e6;
+            *cost += rate * (part > 1 ? 1 : part) * (double)dt / BR_USAGE_HOUR_MS * 1e6;
         }
     }
+}
+
+void br_usage_charge(br_coord_t *c, br_job_t *job, int64_t now_ms)
+{
+    if (!job->charged || !br_job_state_live(job->state) || now_ms <= job->charged)
+        return;
+    int64_t gpu_ms, cpu_ms;
+    double cost; /* millionths */
+    held(c, job, job->charged, now_ms, &gpu_ms, &cpu_ms, &cost);
     job->charged = now_ms;
     job->gpu_ms += gpu_ms;
     job->cpu_ms += cpu_ms;
@@ -328,7 +338,30 @@ int br_usage_admit(br_usage_t *u, br_jobtab_t *jobs, int64_t owner, const json_t
     return 0;
 }
 
-json_t *br_usage_report(br_store_t *store, int64_t since_ms, int64_t only_id, br_err_t *err)
+/* A report's row: the user's name and id (taken out before it is sent), nothing
+ * used yet. NULL when out of memory. */
+static json_t *report_row(json_t *name, int64_t id)
+{
+    return json_pack("{s:O, s:I, s:f, s:f, s:f, s:i}", "user", name, "principal",
+                     (json_int_t)id, "gpu_hours", 0.0, "cpu_hours", 0.0, "cost", 0.0,
+                     "running", 0);
+}
+
+/* Add ms GPU, ms CPU and millionths of cost to row's hours and cost. */
+static void report_add(json_t *row, double gpu_ms, double cpu_ms, double cost_micros)
+{
+    static const char *const to[] = {"gpu_hours", "cpu_hours", "cost"};
+    const double add[] = {gpu_ms / BR_USAGE_HOUR_MS, cpu_ms / BR_USAGE_HOUR_MS,
+                          cost_micros / 1e6};
+    for (int k = 0; k < 3; k++)
+        json_object_set_new(
+            row, to[k],
+            json_real(json_real_value(json_object_get(row, to[k])) + add[k]));
+}
+
+/* The store's hours since since_ms, summed by user (rows keep "principal"). */
+static json_t *report_hours(br_store_t *store, int64_t since_ms, int64_t only_id,
+                            br_err_t *err)
 {
     json_t *rows = br_store_usage_since(store, since_ms / BR_USAGE_HOUR_MS, err);
     if (!rows)
@@ -342,8 +375,7 @@ json_t *br_usage_report(br_store_t *store, int64_t since_ms, int64_t only_id, br
         if (only_id > 0 && id != only_id)
             continue;
         if (!last || id != last_id) {
-            last = json_pack("{s:O, s:f, s:f, s:f}", "user", json_object_get(row, "name"),
-                             "gpu_hours", 0.0, "cpu_hours", 0.0, "cost", 0.0);
+            last = report_row(json_object_get(row, "name"), id);
             if (!last || json_array_append_new(out, last) < 0) {
                 json_decref(rows);
                 json_decref(out);
@@ -351,17 +383,75 @@ json_t *br_usage_report(br_store_t *store, int64_t since_ms, int64_t only_id, br
             }
             last_id = id;
         }
-        static const char *const from[] = {"gpu_ms", "cpu_ms", "cost_micros"};
-        static const char *const to[] = {"gpu_hours", "cpu_hours", "cost"};
-        static const double scale[] = {BR_USAGE_HOUR_MS, BR_USAGE_HOUR_MS, 1e6};
-        for (int k = 0; k < 3; k++)
-            json_object_set_new(last, to[k],
-                                json_real(json_real_value(json_object_get(last, to[k])) +
-                                          (double)json_integer_value(
-                                              json_object_get(row, from[k])) / scale[k]));
+        report_add(last, (double)json_integer_value(json_object_get(row, "gpu_ms")),
+                   (double)json_integer_value(json_object_get(row, "cpu_ms")),
+                   (double)json_integer_value(json_object_get(row, "cost_micros")));
     }
     json_decref(rows);
     return out;
+}
+
+/* rows, their ids taken out: the report as sent. */
+static json_t *report_done(json_t *rows)
+{
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+        json_object_del(row, "principal");
+    return rows;
+}
+
+json_t *br_usage_report(br_store_t *store, int64_t since_ms, int64_t only_id,
+                        br_err_t *err)
+{
+    json_t *rows = report_hours(store, since_ms, only_id, err);
+    return rows ? report_done(rows) : NULL;
+}
+
+/* The row of user id in rows (by id), added with name when there is none yet. */
+static json_t *report_row_of(json_t *rows, int64_t id, const char *name)
+{
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row) {
+        int64_t at = json_integer_value(json_object_get(row, "principal"));
+        if (at == id)
+            return row;
+        if (at > id)
+            break;
+    }
+    json_t *who = json_string(name ? name : "?");
+    json_t *fresh = who ? report_row(who, id) : NULL;
+    json_decref(who);
+    return fresh && json_array_insert_new(rows, i, fresh) == 0 ? fresh : NULL;
+}
+
+json_t *br_usage_show(br_coord_t *c, int64_t since_ms, int64_t only_id, int64_t now_ms,
+                      br_err_t *err)
+{
+    json_t *rows = report_hours(c->store, since_ms, only_id, err);
+    if (!rows)
+        return NULL;
+    for (br_job_t *job = br_jobtab_first(c->jobs); job; job = job->next) {
+        if (!job->charged || !br_job_state_live(job->state) || job->owner_id <= 0 ||
+            (only_id > 0 && job->owner_id != only_id))
+            continue;
+        const br_user_use_t *x =
+            c->usage ? br_usage_user(c->usage, job->owner_id) : NULL;
+        json_t *row = report_row_of(rows, job->owner_id, x ? x->name : job->owner);
+        if (!row) {
+            json_decref(rows);
+            return br_errp(err, ENOMEM, "out of memory");
+        }
+        int64_t gpu_ms, cpu_ms;
+        double cost;
+        held(c, job, job->charged > since_ms ? job->charged : since_ms, now_ms, &gpu_ms,
+             &cpu_ms, &cost);
+        report_add(row, (double)gpu_ms, (double)cpu_ms, cost);
+        json_int_t running = json_integer_value(json_object_get(row, "running"));
+        json_object_set_new(row, "running", json_integer(running + 1));
+    }
+    return report_done(rows);
 }
 
 /* --- with the coordinator ------------------------------------------------------- */

@@ -106,9 +106,16 @@ void br_usage_standing(br_usage_t *u, br_jobtab_t *jobs, int64_t now_ms);
 int br_usage_admit(br_usage_t *u, br_jobtab_t *jobs, int64_t owner, const json_t *spec,
                    br_err_t *err);
 
-/* What users used since since_ms, for `bramble usage`: [{"user", "gpu_hours",
- * "cpu_hours", "cost"}] by user; only_id > 0: that user alone. */
+/* What users used since since_ms, as the store's hours have it: [{"user",
+ * "gpu_hours", "cpu_hours", "cost", "running": 0}] by user; only_id > 0: that user
+ * alone. */
 json_t *br_usage_report(br_store_t *store, int64_t since_ms, int64_t only_id,
                         br_err_t *err);
+/* The same for `bramble usage`, with what live jobs held since they were last
+ * charged, up to now_ms, added (without charging them): "running" is how many of
+ * the user's jobs are starting or running now, and a user with such jobs has a row
+ * even before their first charge. */
+json_t *br_usage_show(struct br_coord *c, int64_t since_ms, int64_t only_id,
+                      int64_t now_ms, br_err_t *err);
 
 #endif

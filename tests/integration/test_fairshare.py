@@ -75,7 +75,7 @@ def test_three_users_share_two_gpus_in_turn(make_cluster):
         assert 30 * 0.1 / 3600 <= use[u]["gpu_hours"] < 30 * 5 / 3600, use
     _, out, _ = c.cli("usage", credential=creds["bob"])
     lines = out.splitlines()
-    assert lines[0].split() == ["USER", "GPU-HOURS", "CPU-HOURS", "COST"], out
+    assert lines[0].split() == ["USER", "GPU-HOURS", "CPU-HOURS", "COST", "RUNNING"], out
     assert [ln.split()[0] for ln in lines[1:]] == ["bob"], out
 
 
