@@ -1,7 +1,10 @@
 /* client.c - a request/response client over one CURVE DEALER. A monitor on the
- * socket tells a refused key, a connection whose handshake never completes (a
- * wrong server key: the server cannot read our hello and hangs up) and no
- * connection at all apart, so a timeout can say which. */
+ * socket follows each connection's life, so that a request that got no answer can
+ * say why: a refused key; a coordinator that went away (a connection lost, or
+ * connections refused where one was made before); a server that hangs up in each
+ * handshake while it keeps taking connections (a wrong server key: it cannot read
+ * our hello); a connection whose handshake hangs (a stopped coordinator); or
+ * nothing that answers at all. */
 #include "client.h"
 
 #include <errno.h>
@@ -23,10 +26,16 @@ struct br_client {
     int connected;   /* a TCP connection was made at least once */
     int handshaked;  /* a CURVE handshake completed at least once */
     int auth_failed; /* the server refused our key */
+    /* the latest connection: up now; its handshake completed. hs_dropped: one was
+     * dropped in its handshake since the last that completed. refused: the latest
+     * try made no connection */
+    int up, ready, hs_dropped, refused;
+    unsigned lost;   /* connections lost after their handshake completed */
     int news;        /* an "event.news" came (event.watch) and was not waited for */
     /* requests sent and not yet received (br_client_send), and the answers to them
      * that came while another was waited for */
     uint32_t pending[BR_CLIENT_PENDING];
+    unsigned pending_lost[BR_CLIENT_PENDING]; /* lost when each was sent */
     size_t npending;
     br_msg_t *kept[BR_CLIENT_PENDING];
     size_t nkept;
@@ -46,7 +55,9 @@ static void forget_seq(br_client_t *c, uint32_t seq)
 {
     for (size_t i = 0; i < c->npending; i++)
         if (c->pending[i] == seq) {
-            c->pending[i] = c->pending[--c->npending];
+            c->npending--;
+            c->pending[i] = c->pending[c->npending];
+            c->pending_lost[i] = c->pending_lost[c->npending];
             return;
         }
 }
@@ -114,14 +125,44 @@ int br_client_check_host(const char *endpoint, br_err_t *err)
     return 0; /* anything else: let libzmq try */
 }
 
-/* Watch the connection's life: connected, handshake done or failed. */
-static void *open_monitor(void *ctx, void *sock)
+/* What the monitor watches: a connection made, its handshake done or failed, a
+ * connection lost, or a try that made no connection (libzmq closes its socket:
+ * CLOSED, with no CONNECTED before). */
+#define WATCHED                                                              \
+    (ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |                   \
+     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | \
+     ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED)
+
+/* One monitor event into c's flags. */
+static void took_event(br_client_t *c, uint16_t id)
 {
-    return br_sock_monitor_events(ctx, sock,
-                                  ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                                      ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                                      ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                      ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
+    switch (id) {
+    case ZMQ_EVENT_CONNECTED:
+        c->connected = c->up = 1;
+        c->ready = c->refused = 0;
+        break;
+    case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+        c->handshaked = c->ready = 1;
+        c->hs_dropped = 0;
+        break;
+    case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+    case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        c->auth_failed = c->connected = 1;
+        break;
+    case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL: /* hung up on, or reset, mid-handshake */
+        c->hs_dropped = 1;
+        break;
+    case ZMQ_EVENT_DISCONNECTED:
+        c->lost += c->ready;
+        c->up = c->ready = 0;
+        break;
+    case ZMQ_EVENT_CLOSED:
+        if (!c->up)
+            c->refused = 1;
+        break;
+    default:
+        break;
+    }
 }
 
 /* Read the monitor's queued events into c's flags. */
@@ -137,13 +178,7 @@ static void read_monitor(br_client_t *c)
         if (zmq_msg_size(&ev) >= 2) {
             uint16_t id;
             memcpy(&id, zmq_msg_data(&ev), 2);
-            if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
-                id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
-                c->auth_failed = 1;
-            else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
-                c->handshaked = 1;
-            if (id != ZMQ_EVENT_HANDSHAKE_SUCCEEDED) /* each needs a connection */
-                c->connected = 1;
+            took_event(c, id);
         }
         int more = zmq_msg_more(&ev);
         zmq_msg_close(&ev);
@@ -165,13 +200,13 @@ br_client_t *br_client_new(const char *endpoint, const char *server_public_key,
     br_strlcpy(c->endpoint, endpoint, sizeof(c->endpoint));
     c->ctx = zmq_ctx_new();
     if (c->ctx)
-        c->sock = br_sock_client(c->ctx, endpoint, server_public_key, public_key,
-                                 secret_key, err);
+        c->sock =
+            br_sock_client_watched(c->ctx, endpoint, server_public_key, public_key,
+                                   secret_key, WATCHED, &c->monitor, err);
     if (!c->sock) {
         br_client_destroy(&c);
         return NULL;
     }
-    c->monitor = open_monitor(c->ctx, c->sock);
     c->seq = (uint32_t)br_mono_ms();
     return c;
 }
@@ -198,10 +233,54 @@ void br_client_destroy(br_client_t **c)
     }
 }
 
+/* c->lost when seq was sent (now, for a seq not pending). */
+static unsigned lost_at_send(const br_client_t *c, uint32_t seq)
+{
+    for (size_t i = 0; i < c->npending; i++)
+        if (c->pending[i] == seq)
+            return c->pending_lost[i];
+    return c->lost;
+}
+
+/* Why no answer came within timeout_ms, from what the monitor saw; lost_before: c->lost
+ * when the request was sent. Always ETIMEDOUT (a caller may ride out an outage). */
+static int no_answer(br_client_t *c, unsigned lost_before, int timeout_ms,
+                     br_err_t *err)
+{
+    double s = timeout_ms / 1000.0;
+    if (c->lost != lost_before || (c->refused && c->connected))
+        return br_errf(err, ETIMEDOUT,
+                       "the coordinator at %s went away before answering (is brambled "
+                       "still running?)",
+                       c->endpoint);
+    if (c->hs_dropped && !c->handshaked)
+        return br_errf(err, ETIMEDOUT,
+                       "no answer from the coordinator at %s within %.1fs: it takes "
+                       "connections but hangs up in the encrypted handshake (is "
+                       "server_public_key in the credential this coordinator's key? a "
+                       "wrong server key looks like this)",
+                       c->endpoint, s);
+    if (c->up && !c->ready)
+        return br_errf(err, ETIMEDOUT,
+                       "no answer from the coordinator at %s within %.1fs: it took the "
+                       "connection but did not complete the handshake (is brambled "
+                       "stopped, or too busy to answer?)",
+                       c->endpoint, s);
+    if (c->up)
+        return br_errf(
+            err, ETIMEDOUT,
+            "no answer from the coordinator at %s within %.1fs: connected, but "
+            "it did not answer in time (busy? --timeout waits longer)",
+            c->endpoint, s);
+    return br_errf(err, ETIMEDOUT, "nothing answers at %s (is brambled running?)",
+                   c->endpoint);
+}
+
 static int wait_response(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t **out,
                          br_err_t *err)
 {
     int64_t deadline = br_mono_ms() + timeout_ms;
+    unsigned lost_before = lost_at_send(c, seq);
     for (;;) {
         int64_t left = deadline - br_mono_ms();
         if (left <= 0)
@@ -235,17 +314,7 @@ static int wait_response(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t 
     }
     if (c->monitor)
         read_monitor(c);
-    if (c->connected && !c->handshaked)
-        return br_errf(err, ETIMEDOUT,
-                       "no answer from the coordinator at %s within %.1fs: a connection "
-                       "was made but the encrypted handshake never completed (is "
-                       "server_public_key in the credential this coordinator's key? a "
-                       "wrong server key looks like this)",
-                       c->endpoint, timeout_ms / 1000.0);
-    return br_errf(err, ETIMEDOUT,
-                   "no answer from the coordinator at %s within %.1fs (is brambled "
-                   "running there?)",
-                   c->endpoint, timeout_ms / 1000.0);
+    return no_answer(c, lost_before, timeout_ms, err);
 }
 
 int br_client_send(br_client_t *c, const char *type, json_t *body, uint32_t *seq,
@@ -264,10 +333,14 @@ int br_client_send(br_client_t *c, const char *type, json_t *body, uint32_t *seq
     }
     if (body)
         br_msg_set_body(req, body);
+    if (c->monitor) /* what happened before it was sent is not about it */
+        read_monitor(c);
+    unsigned lost = c->lost;
     int rc = br_msg_send(c->sock, req, err);
     br_msg_destroy(&req);
     if (rc < 0)
         return -1;
+    c->pending_lost[c->npending] = lost;
     c->pending[c->npending++] = s;
     *seq = s;
     return 0;

@@ -54,9 +54,10 @@ void *br_sock_client(void *ctx, const char *endpoint, const char *server_public_
                              0, err);
 }
 
-void *br_sock_client_hb(void *ctx, const char *endpoint, const char *server_public_key,
-                        const char *public_key, const char *secret_key, int ivl_ms,
-                        int timeout_ms, br_err_t *err)
+/* A CURVE DEALER with its options, not connected yet. */
+static void *client_socket(void *ctx, const char *server_public_key,
+                           const char *public_key, const char *secret_key, int ivl_ms,
+                           int timeout_ms, br_err_t *err)
 {
     void *s = zmq_socket(ctx, ZMQ_DEALER);
     if (!s)
@@ -76,11 +77,42 @@ void *br_sock_client_hb(void *ctx, const char *endpoint, const char *server_publ
         zmq_close(s);
         return br_errp(err, e, "socket options: %s", zmq_strerror(e));
     }
+    return s;
+}
+
+/* Connect s to endpoint: s, or NULL (s closed) with err. */
+static void *client_connect(void *s, const char *endpoint, br_err_t *err)
+{
     if (zmq_connect(s, endpoint) < 0) {
         int e = errno;
         zmq_close(s);
         return br_errp(err, e, "connect %s: %s", endpoint, zmq_strerror(e));
     }
+    return s;
+}
+
+void *br_sock_client_hb(void *ctx, const char *endpoint, const char *server_public_key,
+                        const char *public_key, const char *secret_key, int ivl_ms,
+                        int timeout_ms, br_err_t *err)
+{
+    void *s = client_socket(ctx, server_public_key, public_key, secret_key, ivl_ms,
+                            timeout_ms, err);
+    return s ? client_connect(s, endpoint, err) : NULL;
+}
+
+void *br_sock_client_watched(void *ctx, const char *endpoint,
+                             const char *server_public_key, const char *public_key,
+                             const char *secret_key, int events, void **monitor,
+                             br_err_t *err)
+{
+    *monitor = NULL;
+    void *s = client_socket(ctx, server_public_key, public_key, secret_key, 0, 0, err);
+    if (!s)
+        return NULL;
+    *monitor = br_sock_monitor_events(ctx, s, events);
+    s = client_connect(s, endpoint, err);
+    if (!s)
+        br_sock_close(monitor);
     return s;
 }
 

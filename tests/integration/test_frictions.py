@@ -4,12 +4,13 @@ missing. Each test holds one of those to a clear answer."""
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 
 import pytest
 
-from conftest import BIN, DEADLINE, free_port, wait_for, write_credential
+from conftest import BIN, CLI_TIMEOUT, DEADLINE, free_port, wait_for, write_credential
 
 BIG_CPUS = 4096  # more CPUs than any test machine has
 
@@ -129,11 +130,73 @@ def test_wrong_server_key_is_named(cluster):
     write_credential(cred, c.endpoint, wrong_pub, "admin", pub, sec)
     rc, _, err = c.cli("jobs", credential=cred, check=False, timeout_flag="1s")
     assert rc == 1 and "server_public_key" in err and "handshake" in err, err
-    # nothing listens: the old words
+    # nothing listens
     cred2 = c.root / "closed.credential"
-    write_credential(cred2, f"tcp://127.0.0.1:{free_port()}", server, "admin", pub, sec)
+    nowhere = f"tcp://127.0.0.1:{free_port()}"
+    write_credential(cred2, nowhere, server, "admin", pub, sec)
     rc, _, err = c.cli("jobs", credential=cred2, check=False, timeout_flag="1s")
-    assert rc == 1 and "is brambled running there?" in err, err
+    assert rc == 1 and f"nothing answers at {nowhere} (is brambled running?)" in err, err
+    assert "server_public_key" not in err, err
+
+
+def tcp_connected(pid, port):
+    """Whether process pid holds an established TCP connection to port (the kernel
+    completes it from the listener's backlog even while the listener is stopped)."""
+    mine = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            mine.add(link[len("socket:["):-1])
+    with open(f"/proc/{pid}/net/tcp") as f:
+        rows = [line.split() for line in f.readlines()[1:]]
+    return any(r[3] == "01" and int(r[2].split(":")[1], 16) == port and r[9] in mine
+               for r in rows)
+
+
+def bramble_bg(c, err_path, *args):
+    with open(err_path, "w") as err:
+        return subprocess.Popen([str(BIN / "bramble"), "--credential", str(c.credential),
+                                 *map(str, args)], stdout=subprocess.DEVNULL, stderr=err,
+                                env=c.env, cwd=c.root)
+
+
+def test_a_coordinator_killed_under_waiting_requests_is_named(cluster):
+    """brambled SIGKILLed while requests wait for its answers: one whose connection
+    had completed its handshake (a submit --wait, its job pending: no node), and one
+    whose handshake never completed (sent while brambled was stopped). Both say the
+    coordinator went away, not that the server key may be wrong; after that,
+    nothing answers there."""
+    c = cluster
+    gone = f"the coordinator at {c.endpoint} went away before answering " \
+           "(is brambled still running?)"
+    waiter_err, submit_err = c.root / "waiter.err", c.root / "submit.err"
+    waiter = bramble_bg(c, waiter_err, "--timeout", "5s", "submit",
+                        c.write_spec("name: waits\ncommand: 'true'\n"), "--wait")
+    submit = None
+    try:
+        wait_for(lambda: "is pending" in waiter_err.read_text(),
+                 what="the submit --wait to be answered and wait")
+        c.coordinator.send_signal(signal.SIGSTOP)  # takes connections, answers nothing
+        submit = bramble_bg(c, submit_err, "--timeout", "5s", "submit",
+                            c.write_spec("name: orphan\ncommand: 'true'\n"))
+        wait_for(lambda: tcp_connected(submit.pid, c.port), what="the submit to connect")
+        c.coordinator.kill(signal.SIGKILL)
+        assert submit.wait(CLI_TIMEOUT) == 1
+        text = submit_err.read_text()
+        assert gone in text and "server_public_key" not in text, text
+        wait_for(lambda: gone in waiter_err.read_text(),
+                 what="the submit --wait to say the coordinator went away")
+        assert "server_public_key" not in waiter_err.read_text()
+    finally:
+        for p in (waiter, submit):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait(CLI_TIMEOUT)
+    rc, _, err = c.cli("jobs", check=False, timeout_flag="1s")
+    assert rc == 1 and f"nothing answers at {c.endpoint} (is brambled running?)" in err, err
 
 
 def _keypair():
