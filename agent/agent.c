@@ -1229,6 +1229,9 @@ static void on_run(br_agent_t *a, br_msg_t *m)
         br_errf(&err, EADDRINUSE, "port %lld is in use on this node",
                 (long long)json_integer_value(want_port));
         fault = "port_busy";
+    } else if (br_jobuser_make_dir(
+                   &who, json_string_value(json_object_get(ckpt, "dir")), &err) < 0) {
+        /* its checkpoint dir cannot be had by its uid: said now, not deep in the job */
     } else {
         json_object_set_new(env, "BRAMBLE_AGENT_SOCK",
                             json_string(br_localsock_address(a->local)));

@@ -47,6 +47,17 @@ void br_jobusers_destroy(br_jobusers_t **u);
 int br_jobusers_resolve(const br_jobusers_t *u, int64_t owner_id, const char *unix_user,
                         br_jobuser_t *out, br_err_t *err);
 
+/* Make a job's checkpoint dir (mkdir -p) before it starts, so that a job whose uid
+ * may not create it is not left to fail on its own. First as the job's uid and
+ * gid (fsid.h: what the job itself could make, symlinks followed with its rights);
+ * when that is refused and the agent is root, by root, each dir it makes handed to
+ * the job's uid, only along real directories (or root's own symlinks in dirs only
+ * root may write), only below a directory that is root's and not writable by
+ * others, and never in the system's trees (/etc, /usr, /var, ..., nor / itself).
+ * A dir that is there already is left as it is. NULL or "": nothing to make. 0,
+ * or -1 with err "checkpoint.dir DIR: cannot be made for uid U: why". */
+int br_jobuser_make_dir(const br_jobuser_t *who, const char *dir, br_err_t *err);
+
 /* A warning for the agent's start, or NULL: a root agent with no way to run jobs
  * as anyone but root. */
 const char *br_jobusers_warning(const br_jobusers_t *u);

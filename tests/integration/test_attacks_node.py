@@ -330,6 +330,44 @@ def test_two_users_jobs_run_as_different_uids(make_cluster, scratch, tmp_path):
         c.cli("cancel", jid)
 
 
+def test_checkpoint_dir_is_made_for_the_jobs_uid(make_cluster, scratch, tmp_path):
+    """--job-uids: a checkpoint.dir below a dir the job's uid may not write (root's,
+    0755) is made by the agent and handed to that uid, so the job writes its
+    checkpoints there; one the agent may not make for it (below another uid's dir)
+    fails the attempt at its start, naming the dir and the uid."""
+    c = one_node(make_cluster, ["--job-uids", "70000-79999"])
+    cred = make_user(c, "carol", tmp_path)
+    ckroot = scratch / "ckpts"
+    ckroot.mkdir()
+    os.chmod(ckroot, 0o755)  # root's: carol's uid may not write it
+    ckdir = ckroot / "carol" / "run-1"
+    ck = ckdir / "checkpoint-5"
+    spec = c.write_spec(f"name: ck\n"
+                        f"command: mkdir {ck} && echo '{{}}' > {ck}/trainer_state.json\n"
+                        f"checkpoint:\n  dir: {ckdir}\n  pattern: \"checkpoint-*\"\n")
+    _, out, _ = c.cli("submit", spec, "--json", credential=cred)
+    jid = json.loads(out)["id"]
+    job = c.wait_job(jid)
+    assert job["state"] == "completed", job
+    wait_for(lambda: steps(c, jid) == [5], what="its checkpoint to be counted")
+    uid = os.stat(ck).st_uid
+    assert 70000 < uid <= 79999, uid
+    for d in (ckroot / "carol", ckdir):
+        st = os.stat(d)
+        assert (st.st_uid, st.st_gid) == (uid, uid), (d, st)
+    assert os.stat(ckroot).st_uid == 0
+    # below a dir of another uid: neither the job's uid nor the agent may make it
+    nobodys = owned_dir(scratch / "nobodys", NOBODY)
+    bad = nobodys / "run-2"
+    spec = c.write_spec(f"name: ck-bad\ncommand: \"true\"\ncheckpoint:\n  dir: {bad}\n")
+    _, out, _ = c.cli("submit", spec, "--json", credential=cred)
+    job = c.wait_job(json.loads(out)["id"])
+    assert job["state"] == "failed", job
+    assert f"checkpoint.dir {bad}: cannot be made for uid {uid}: Permission denied" in \
+        job["reason"], job["reason"]
+    assert not bad.exists()
+
+
 def start_bare_agent(c, name):
     """An agent as root with no job user flag at all (Cluster.start_agent would add
     --allow-root-jobs for a root tester)."""
