@@ -43,7 +43,7 @@ def test_job_submitted_right_after_restart_runs(cluster2):
     c.coordinator.kill(signal.SIGKILL)
     # while it is down the CLI says so (and the agents' reconnect back-off grows)
     rc, out, err = c.cli("nodes", check=False, timeout_flag="2s")
-    assert rc == 1 and "no answer" in err, (rc, out, err)
+    assert rc == 1 and "nothing answers at" in err and "brambled running" in err, (rc, out, err)
     c.start_coordinator()
     jid = c.submit("name: early-bird\ncommand: echo early\n")
     assert c.wait_job(jid)["state"] == "completed"
