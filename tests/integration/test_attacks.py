@@ -4,8 +4,10 @@ The node-side attacks (job socket, uids, environment) and the fencing attacks
 (noisy jobs, a crashed or paused agent) are in test_attacks_node.py and
 test_attacks_fence.py."""
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -234,12 +236,10 @@ def test_store_that_lost_commits_is_refused(make_cluster):
     assert c.submit("name: after\ncommand: \"true\"\n") == max(ids) + 1
 
 
-def test_full_disk_gives_refusals_and_service_resumes(make_cluster):
-    """With the coordinator's disk full, requests that would change the store are
-    refused with "store full" (not a timeout), nothing half-written stays, the
-    coordinator keeps running, and it takes requests again once space is freed."""
-    import shutil
-    import subprocess
+@contextlib.contextmanager
+def _small_disk(make_cluster):
+    """A cluster whose coordinator's data dir is a tmpfs of 6 MiB (started, its
+    coordinator running), unmounted after."""
     c = make_cluster(start=False)
     saved = c.root / "data-copy"
     shutil.copytree(c.data, saved)
@@ -249,15 +249,32 @@ def test_full_disk_gives_refusals_and_service_resumes(make_cluster):
         for f in saved.iterdir():
             shutil.copy2(f, c.data / f.name)
         c.start_coordinator()
+        yield c
+    finally:
+        if c.coordinator and c.coordinator.alive():
+            c.coordinator.kill(signal.SIGTERM)
+        subprocess.run(["umount", "-l", str(c.data)], check=False)
+
+
+def _fill(path):
+    """Write zeros to path until the disk under it is full; the file."""
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return path
+
+
+def test_full_disk_gives_refusals_and_service_resumes(make_cluster):
+    """With the coordinator's disk full, requests that would change the store are
+    refused with "store full" (not a timeout), nothing half-written stays, the
+    coordinator keeps running, and it takes requests again once space is freed."""
+    with _small_disk(make_cluster) as c:
         first = c.submit("name: before\ncommand: \"true\"\n")
-        filler = c.data / "filler"
-        with open(filler, "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+        filler = _fill(c.data / "filler")
         big = "x" * 60000  # each env entry under the kernel's limit for one
         refused = 0
         for i in range(5):
@@ -278,10 +295,6 @@ def test_full_disk_gives_refusals_and_service_resumes(make_cluster):
         assert "before" in names and "after" in names, names
         assert after > first
         c.assert_alive()
-    finally:
-        if c.coordinator and c.coordinator.alive():
-            c.coordinator.kill(signal.SIGTERM)
-        subprocess.run(["umount", "-l", str(c.data)], check=False)
 
 
 def test_output_shipped_while_the_disk_is_full_is_kept(make_cluster):
@@ -289,20 +302,11 @@ def test_output_shipped_while_the_disk_is_full_is_kept(make_cluster):
     and stored once there is room: nothing of a running job's output and nothing of
     a job that ended meanwhile is lost, and the lines stay in order. What the agent's
     bounded buffer cannot hold is counted (log_dropped), with an event."""
-    import shutil
-    c = make_cluster(start=False)
-    saved = c.root / "data-copy"
-    shutil.copytree(c.data, saved)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m,mode=0700", "tmpfs", str(c.data)],
-                   check=True)
-    flags = c.root / "flags"
-    flags.mkdir()
-    f1, f2 = flags / "full", flags / "room"
-    wait = "while [ ! -e {0} ]; do sleep 0.05; done"
-    try:
-        for f in saved.iterdir():
-            shutil.copy2(f, c.data / f.name)
-        c.start_coordinator()
+    with _small_disk(make_cluster) as c:
+        flags = c.root / "flags"
+        flags.mkdir()
+        f1, f2 = flags / "full", flags / "room"
+        wait = "while [ ! -e {0} ]; do sleep 0.05; done"
         c.add_agents(1)
         steady = c.submit(
             "name: steady\nresources: {cpus: 0}\ncommand: \"for i in 1 2 3 4; do echo A-$i; "
@@ -318,14 +322,7 @@ def test_output_shipped_while_the_disk_is_full_is_kept(make_cluster):
         for j in (steady, ended, flood):
             c.wait_job(j, "running")
         c.wait_logs(steady, "A-4")
-        filler = c.data / "filler"
-        with open(filler, "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+        filler = _fill(c.data / "filler")
         f1.touch()  # the jobs print while nothing can be stored
         agent = c.agents["node-1"]
         wait_for(lambda: all((flags / n).exists() for n in ("a-mid", "b-done", "c-done")),
@@ -355,10 +352,6 @@ def test_output_shipped_while_the_disk_is_full_is_kept(make_cluster):
         events = [e["reason"] for e in c.job(flood)["events"]]
         assert any("output dropped on node-1" in t for t in events), events
         assert "the coordinator stores output again" in agent.output()
-    finally:
-        if c.coordinator and c.coordinator.alive():
-            c.coordinator.kill(signal.SIGTERM)
-        subprocess.run(["umount", "-l", str(c.data)], check=False)
 
 
 def test_rogue_node_cannot_write_into_other_nodes_attempts(make_cluster):
