@@ -59,11 +59,13 @@ void br_api_node_join(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                              "token", id);
     br_node_t *n = br_nodes_add(c->nodes, info);
     json_decref(info);
-    if (n) {
+    br_node_move_t mv = {BR_NODE_LOST, "joined", BR_NODE_NO_HOOK, NULL, 0};
+    if (n) { /* lost (not connected) until its agent says hello */
         br_nodes_seen(c->nodes, n, br_mono_ms());
-        br_coord_save_node(c, n);
+        br_node_post(c, n, &mv, "joined with token %s", id);
+    } else {
+        br_coord_event(c, 0, name, "joined", "joined with token %s", id);
     }
-    br_coord_event(c, 0, name, "joined", "joined with token %s", id);
     br_api_ok(c, m, json_pack("{s:s}", "name", name));
     return;
 fail:
@@ -122,9 +124,8 @@ void br_api_node_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_strlcpy(n->pubkey, key, sizeof(n->pubkey));
     json_object_set_new(n->info, "pubkey", json_string(key));
     json_object_set_new(n->info, "key_rotated", json_integer(br_now_ms()));
-    br_coord_save_node(c, n);
-    br_coord_event(c, 0, n->name, n->state, "node %s has a new key; the old one is revoked",
-                   n->name);
+    br_node_move_t mv = {n->state, NULL, BR_NODE_NO_HOOK, NULL, 0};
+    br_node_post(c, n, &mv, "node %s has a new key; the old one is revoked", n->name);
     br_api_ok(c, m, json_object());
     return;
 fail:
@@ -251,7 +252,7 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     br_node_t *n = caller_node(c, m, who);
-    if (!n || strcmp(n->state, "lost") == 0) {
+    if (!n || n->state == BR_NODE_LOST) {
         /* lost while silent: it must say hello again so its tasks are reconciled */
         br_errf(&err, ENOTCONN, "node is not connected: send node.hello");
         br_api_fail(c, m, &err);

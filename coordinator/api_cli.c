@@ -286,7 +286,7 @@ static json_t *node_public(br_coord_t *c, br_node_t *n, const br_caller_t *who)
     json_t *o = json_deep_copy(n->info);
     json_object_del(o, "pubkey");
     json_object_del(o, "token");
-    json_object_set_new(o, "state", json_string(n->state));
+    json_object_set_new(o, "state", json_string(br_node_state_name(n->state)));
     json_object_set_new(o, "connected", json_boolean(n->route_len > 0));
     json_t *seen = n->last_seen_ms ? json_integer(n->last_seen_ms)
                                    : json_incref(json_object_get(n->info, "last_seen"));
@@ -383,7 +383,7 @@ void br_api_node_rotate_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     (void)who;
     if (!n)
         return;
-    if (!n->route_len || strcmp(n->state, "lost") == 0) {
+    if (!n->route_len || n->state == BR_NODE_LOST) {
         br_errf(&err, ENOTCONN, "node %s is not connected: a node makes its new key "
                                 "itself, so it must be up (or remove it and join it again)",
                 n->name);

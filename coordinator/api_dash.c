@@ -93,7 +93,7 @@ void br_dash_loop_sample(br_coord_t *c)
             json_t *idx = json_object_get(g, "index"), *u = json_object_get(g, "util"),
                    *p = json_object_get(g, "power_w");
             if (json_is_integer(idx) && (json_is_number(u) || json_is_number(p)) &&
-                strcmp(n->state, "lost") != 0)
+                n->state != BR_NODE_LOST)
                 br_gpuhist_sample(h, n->name, (int)json_integer_value(idx),
                                   json_is_number(u) ? json_number_value(u) : NAN,
                                   json_is_number(p) ? json_number_value(p) : NAN, now);

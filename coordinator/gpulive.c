@@ -176,7 +176,7 @@ static const struct {
 
 static int connected(const br_node_t *n)
 {
-    return n->route_len > 0 && strcmp(n->state, "lost") != 0;
+    return n->route_len > 0 && n->state != BR_NODE_LOST;
 }
 
 void br_gpulive_page(br_metrics_t *m, br_nodes_t *nodes)

@@ -1,6 +1,7 @@
 /* nodelife.c - a node's life: heard from, hello, drain, removal, lost. */
 #include "nodelife.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,21 +26,46 @@ br_node_t *br_nodelife_seen(br_coord_t *c, const char *name, const void *route, 
     return n;
 }
 
+int br_node_post(br_coord_t *c, br_node_t *n, const br_node_move_t *mv, const char *fmt,
+                 ...)
+{
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (!br_node_state_move_ok(n->state, mv->state)) {
+        fprintf(stderr, "brambled: node %s: no move from %s to %s (%s): not made\n", n->name,
+                br_node_state_name(n->state), br_node_state_name(mv->state), text);
+        return -1;
+    }
+    br_node_set_state(n, mv->state);
+    if (!mv->nosave)
+        br_coord_save_node(c, n);
+    br_coord_event(c, 0, n->name, mv->kind ? mv->kind : br_node_state_name(mv->state), "%s",
+                   text);
+    if (mv->hook != BR_NODE_NO_HOOK) {
+        br_hook_arg_t a = {.node = n, .reason = mv->reason};
+        br_hooks_run(c, c->hooks, mv->hook, &a);
+    }
+    return 0;
+}
+
 void br_nodelife_hello(br_coord_t *c, br_node_t *n)
 {
     br_probeset_changed(c->probeset); /* its address or port may be new: all hear */
     n->peers_sent = br_probeset_wanted(c->probeset) - 1;
     n->peers_hash = 0; /* a new agent, or one that reconnected: its next heartbeat says */
-    const char *was = n->state;
+    br_node_state_t was = n->state;
     /* hellos an agent queued while cut off arrive together on one connection: one
-     * event for them */
-    if (strcmp(was, "draining") != 0 && strcmp(was, "unhealthy") != 0 &&
-        (n->new_route || strcmp(was, "ready") != 0)) {
-        br_coord_event(c, 0, n->name, "ready", "%s",
-                       strcmp(was, "lost") == 0 ? "connected" : "reconnected");
-        br_node_set_state(n, "ready");
+     * event for them; a drained or unhealthy node stays so */
+    br_node_move_t mv = {BR_NODE_READY, NULL, BR_HOOK_NODE_BACK, NULL, 0};
+    if (was != BR_NODE_DRAINING && was != BR_NODE_UNHEALTHY &&
+        (n->new_route || was != BR_NODE_READY)) {
+        br_node_post(c, n, &mv, "%s", was == BR_NODE_LOST ? "connected" : "reconnected");
+        return;
     }
-    br_coord_save_node(c, n);
+    br_coord_save_node(c, n); /* (what its hello said) */
     br_hook_arg_t a = {.node = n};
     br_hooks_run(c, c->hooks, BR_HOOK_NODE_BACK, &a);
 }
@@ -58,36 +84,29 @@ void br_nodelife_heard(br_coord_t *c, br_node_t *n)
 
 void br_nodelife_drain(br_coord_t *c, br_node_t *n, const char *by)
 {
-    if (strcmp(n->state, "ready") != 0)
-        return;
-    br_node_set_state(n, "draining");
-    br_coord_save_node(c, n);
-    br_coord_event(c, 0, n->name, "draining", "drained by %s: no new jobs", by);
+    br_node_move_t mv = {BR_NODE_DRAINING, NULL, BR_NODE_NO_HOOK, NULL, 0};
+    if (n->state == BR_NODE_READY)
+        br_node_post(c, n, &mv, "drained by %s: no new jobs", by);
 }
 
 void br_nodelife_undrain(br_coord_t *c, br_node_t *n, const char *by)
 {
-    int unhealthy = strcmp(n->state, "unhealthy") == 0;
-    if (strcmp(n->state, "draining") != 0 && !unhealthy)
+    int unhealthy = n->state == BR_NODE_UNHEALTHY;
+    if (n->state != BR_NODE_DRAINING && !unhealthy)
         return;
-    br_node_set_state(n, "ready");
-    br_coord_save_node(c, n); /* with the GPUs' error counts it was cleared at */
-    br_coord_event(c, 0, n->name, "ready", "%s by %s", unhealthy ? "cleared" : "undrained",
-                   by);
-    br_coord_changed(c);
+    /* saved with the GPUs' error counts it was cleared at */
+    br_node_move_t mv = {BR_NODE_READY, NULL, BR_HOOK_CHANGED, NULL, 0};
+    br_node_post(c, n, &mv, "%s by %s", unhealthy ? "cleared" : "undrained", by);
 }
 
 void br_nodelife_unhealthy(br_coord_t *c, br_node_t *n, const char *fault)
 {
-    if (strcmp(n->state, "lost") == 0 || strcmp(n->state, "unhealthy") == 0)
+    if (n->state == BR_NODE_LOST || n->state == BR_NODE_UNHEALTHY)
         return;
-    br_node_set_state(n, "unhealthy");
-    br_coord_save_node(c, n); /* with the error counts seen: told once */
-    br_coord_event(c, 0, n->name, "unhealthy",
-                   "%s; no new jobs until an admin clears it (bramble node undrain %s)",
-                   fault, n->name);
-    br_hook_arg_t a = {.node = n, .reason = fault};
-    br_hooks_run(c, c->hooks, BR_HOOK_NODE_UNHEALTHY, &a);
+    /* saved with the error counts seen: told once */
+    br_node_move_t mv = {BR_NODE_UNHEALTHY, NULL, BR_HOOK_NODE_UNHEALTHY, fault, 0};
+    br_node_post(c, n, &mv, "%s; no new jobs until an admin clears it (bramble node undrain %s)",
+                 fault, n->name);
 }
 
 int br_nodelife_remove(br_coord_t *c, br_node_t *n, const char *by, br_err_t *err)
@@ -97,9 +116,8 @@ int br_nodelife_remove(br_coord_t *c, br_node_t *n, const char *by, br_err_t *er
     if (br_store_key_revoke(c->store, BR_PRINCIPAL_NODE, name, err) < 0 ||
         br_store_node_delete(c->store, name, err) < 0)
         return -1;
-    br_hook_arg_t a = {.node = n, .reason = "node removed"};
-    br_hooks_run(c, c->hooks, BR_HOOK_NODE_LOST, &a);
-    br_coord_event(c, 0, name, "removed", "removed by %s; its key is revoked", by);
+    br_node_move_t mv = {n->state, "removed", BR_HOOK_NODE_LOST, "node removed", 1};
+    br_node_post(c, n, &mv, "removed by %s; its key is revoked", by);
     br_nodes_remove(c->nodes, name);
     br_netmap_forget(c->netmap, name);
     br_probeset_changed(c->probeset);
@@ -119,7 +137,7 @@ static br_node_t **silent_nodes(br_coord_t *c, int64_t now, size_t *count)
     size_t len = 0, cap = 0;
     for (n = br_nodes_oldest(c->nodes); n; n = next) {
         next = n->seen_next;
-        if (strcmp(n->state, "lost") == 0) { /* out of the order until heard from */
+        if (n->state == BR_NODE_LOST) { /* out of the order until heard from */
             br_nodes_unseen(c->nodes, n);
             continue;
         }
@@ -151,15 +169,12 @@ void br_nodelife_check(br_coord_t *c)
         char reason[128];
         snprintf(reason, sizeof(reason), "node %s lost (silent for %.1fs)", n->name,
                  (double)(now - n->last_seen_mono) / 1000.0);
-        br_node_set_state(n, "lost");
         br_nodes_unseen(c->nodes, n);
         n->route_len = 0;
         br_probeset_changed(c->probeset); /* no one probes it any more */
         br_netmap_forget(c->netmap, n->name);
-        br_coord_save_node(c, n);
-        br_coord_event(c, 0, n->name, "lost", "%s", reason);
-        br_hook_arg_t a = {.node = n, .reason = reason};
-        br_hooks_run(c, c->hooks, BR_HOOK_NODE_LOST, &a);
+        br_node_move_t mv = {BR_NODE_LOST, NULL, BR_HOOK_NODE_LOST, reason, 0};
+        br_node_post(c, n, &mv, "%s", reason);
     }
     free(due);
 }

@@ -12,6 +12,24 @@
 
 #include "coord.h"
 
+/* What br_node_post does besides the state: the event's kind (NULL: the new
+ * state's name), the hook to run after (BR_HOOK_NODE_LOST, _UNHEALTHY, _BACK; or
+ * BR_NODE_NO_HOOK) with its reason, and nosave (the node is about to be deleted). */
+#define BR_NODE_NO_HOOK BR_HOOKS
+typedef struct {
+    br_node_state_t state;
+    const char *kind;
+    br_hook_point_t hook;
+    const char *reason;
+    int nosave;
+} br_node_move_t;
+
+/* The one path of a node's changes: the move checked (br_node_state_move_ok; a
+ * refused one is not made: -1, and brambled's log names both states), then, in this
+ * order, its state, the node saved, its event with this text, and its hook. */
+int br_node_post(br_coord_t *c, br_node_t *n, const br_node_move_t *mv, const char *fmt,
+                 ...) __attribute__((format(printf, 4, 5)));
+
 /* A message from node name's agent came on route: its node, now last heard from
  * (NULL when no such node is registered). A new route (a new connection) is
  * BR_HOOK_NODE_BACK: it may take pending jobs. */

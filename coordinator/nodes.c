@@ -120,7 +120,8 @@ br_node_t *br_nodes_add(br_nodes_t *nodes, json_t *info)
     br_strlcpy(n->name, name, sizeof(n->name));
     br_strlcpy(n->pubkey, key, sizeof(n->pubkey));
     n->info = json_deep_copy(info);
-    br_node_set_state(n, state ? state : "lost");
+    int known = br_node_state_parse(state);
+    br_node_set_state(n, known >= 0 ? (br_node_state_t)known : BR_NODE_LOST);
     br_node_t **pp = &nodes->head;
     while (*pp && strcmp((*pp)->name, name) < 0)
         pp = &(*pp)->next;
@@ -242,10 +243,45 @@ json_t *br_node_gpu(const br_node_t *n, int i)
     return json_array_get(json_object_get(n->info, "gpus"), (size_t)i);
 }
 
-void br_node_set_state(br_node_t *n, const char *state)
+static const char *const state_names[BR_NODE_STATES] = {
+    [BR_NODE_READY] = "ready",
+    [BR_NODE_DRAINING] = "draining",
+    [BR_NODE_UNHEALTHY] = "unhealthy",
+    [BR_NODE_LOST] = "lost",
+};
+
+const char *br_node_state_name(br_node_state_t s)
 {
-    br_strlcpy(n->state, state, sizeof(n->state));
-    json_object_set_new(n->info, "state", json_string(state));
+    return (unsigned)s < BR_NODE_STATES ? state_names[s] : "unknown";
+}
+
+int br_node_state_parse(const char *name)
+{
+    for (int i = 0; name && i < BR_NODE_STATES; i++)
+        if (strcmp(name, state_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+#define TO(s) (1u << (s))
+static const unsigned moves[BR_NODE_STATES] = {
+    [BR_NODE_READY] = TO(BR_NODE_DRAINING) | TO(BR_NODE_UNHEALTHY) | TO(BR_NODE_LOST),
+    [BR_NODE_DRAINING] = TO(BR_NODE_READY) | TO(BR_NODE_UNHEALTHY) | TO(BR_NODE_LOST),
+    [BR_NODE_UNHEALTHY] = TO(BR_NODE_READY) | TO(BR_NODE_LOST),
+    [BR_NODE_LOST] = TO(BR_NODE_READY),
+};
+
+int br_node_state_move_ok(br_node_state_t from, br_node_state_t to)
+{
+    if ((unsigned)from >= BR_NODE_STATES || (unsigned)to >= BR_NODE_STATES)
+        return 0;
+    return from == to || (moves[from] & TO(to)) != 0;
+}
+
+void br_node_set_state(br_node_t *n, br_node_state_t state)
+{
+    n->state = state;
+    json_object_set_new(n->info, "state", json_string(br_node_state_name(state)));
 }
 
 void br_node_hold(br_node_t *n, json_t *share, int sign)

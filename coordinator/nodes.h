@@ -13,10 +13,30 @@
 
 #define BR_NODE_MAX_GPUS 64
 
+/* A node's state: ready (takes jobs), draining (an admin said no new jobs),
+ * unhealthy (a GPU failed: no new jobs until an admin clears it), lost (silent
+ * past the node timeout, or never heard from since it joined). */
+typedef enum {
+    BR_NODE_READY,
+    BR_NODE_DRAINING,
+    BR_NODE_UNHEALTHY,
+    BR_NODE_LOST,
+    BR_NODE_STATES
+} br_node_state_t;
+
+/* "ready" ... "lost"; the state of a name (-1: none such). */
+const char *br_node_state_name(br_node_state_t s);
+int br_node_state_parse(const char *name);
+/* 1 when a node may go from state from to state to (nodelife.h's br_node_post):
+ * ready <-> draining, unhealthy from ready or draining, back to ready from
+ * unhealthy (cleared) or lost (heard again), lost from any, and any state to itself
+ * (an event that changes nothing, as a reconnect or a new key). */
+int br_node_state_move_ok(br_node_state_t from, br_node_state_t to);
+
 typedef struct br_node {
     char name[64];
     char pubkey[BR_KEY_LEN + 1];
-    char state[16];        /* ready, draining, lost */
+    br_node_state_t state;
     json_t *info;          /* stored object: inventory, gpus, labels, cost... */
     unsigned char route[256];
     size_t route_len;      /* 0 until the agent says hello */
@@ -82,7 +102,8 @@ void br_node_share_size(const json_t *share, int *gpus, int *cpus);
 /* Give back everything n holds (before holds are counted again from the store). */
 void br_node_release_all(br_node_t *n);
 
-/* Set state and mirror it into info. */
-void br_node_set_state(br_node_t *n, const char *state);
+/* Set state and mirror it into info (nodelife.h's br_node_post does, on the one
+ * path of a node's changes). */
+void br_node_set_state(br_node_t *n, br_node_state_t state);
 
 #endif

@@ -225,7 +225,7 @@ int br_replicas_keep(const json_t *spec)
 
 static int node_serves(const br_node_t *n)
 {
-    return n && strcmp(n->state, "ready") == 0 && n->route_len > 0 &&
+    return n && n->state == BR_NODE_READY && n->route_len > 0 &&
            json_integer_value(json_object_get(n->info, "replica_port")) > 0;
 }
 
@@ -350,7 +350,7 @@ static int candidates(br_coord_t *c, br_replicas_t *r, const char *writer,
         (*of)[nc] = n;
         (*cand)[nc] = (br_replica_cand_t){
             .node = n->name,
-            .ready = strcmp(n->state, "ready") == 0 && n->route_len > 0,
+            .ready = n->state == BR_NODE_READY && n->route_len > 0,
             .port = (int)json_integer_value(json_object_get(n->info, "replica_port")),
             .quota = json_is_integer(q) ? json_integer_value(q) : -1,
             .used = json_integer_value(json_object_get(rep, "used")),
@@ -1109,8 +1109,8 @@ static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
         const char *tname = json_string_value(json_object_get(e, "target"));
         br_node_t *holder = br_nodes_find(c->nodes, hname);
         br_node_t *target = br_nodes_find(c->nodes, tname);
-        int hgone = !holder || strcmp(holder->state, "lost") == 0;
-        int tgone = !target || strcmp(target->state, "lost") == 0;
+        int hgone = !holder || holder->state == BR_NODE_LOST;
+        int tgone = !target || target->state == BR_NODE_LOST;
         int64_t age = now - json_integer_value(json_object_get(e, "at"));
         int restore = strncmp(key, "r/", 2) == 0;
         char why[300] = "";

@@ -267,9 +267,9 @@ static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_
         } else if (fresh && n->last_seen_ms <= fresh) {
             snprintf(last, sizeof(last), "%s not heard from since the gang stopped", n->name);
             *on_heartbeat = 1;
-        } else if (strcmp(n->state, "ready") != 0 || !n->route_len) {
+        } else if (n->state != BR_NODE_READY || !n->route_len) {
             snprintf(last, sizeof(last), "%s is %s", n->name,
-                     n->route_len ? n->state : "not connected");
+                     n->route_len ? br_node_state_name(n->state) : "not connected");
         } else if (br_node_refuses(n)) {
             snprintf(last, sizeof(last), "%s refuses every job: %s", n->name,
                      br_node_refuses(n));
@@ -706,7 +706,7 @@ static int room_take(br_nodes_t *nodes, room_t *r)
         node_room_t *x = &r->nodes[r->n++];
         memset(x, 0, sizeof(*x));
         snprintf(x->name, sizeof(x->name), "%s", n->name);
-        x->ready = strcmp(n->state, "ready") == 0 && n->route_len > 0 && !br_node_refuses(n);
+        x->ready = n->state == BR_NODE_READY && n->route_len > 0 && !br_node_refuses(n);
         x->cpus = br_node_cpus(n) - n->cpus_used;
         x->memory = (int64_t)br_node_memory(n) - (int64_t)n->memory_used;
         x->attempts = n->attempts;

@@ -257,7 +257,7 @@ static void page_node_cost(br_metrics_t *m, br_coord_t *c)
     for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
         const char *labels[] = {"node", n->name, NULL};
         json_t *w = json_object_get(n->info, "power_watts");
-        if (json_is_number(w) && n->route_len > 0 && strcmp(n->state, "lost") != 0)
+        if (json_is_number(w) && n->route_len > 0 && n->state != BR_NODE_LOST)
             br_metrics_sample(m, "bramble_node_power_watts", labels, json_number_value(w));
     }
 }
@@ -268,7 +268,7 @@ static void page_nodes(br_metrics_t *m, br_coord_t *c)
     tally_t t;
     tally_init(&t, always);
     for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)
-        tally_add(&t, n->state, 1);
+        tally_add(&t, br_node_state_name(n->state), 1);
     br_metrics_family(m, "bramble_nodes", "gauge",
                       "Nodes known to the coordinator, by state.");
     tally_write(m, "bramble_nodes", &t);

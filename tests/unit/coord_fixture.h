@@ -61,10 +61,11 @@ static inline int fixture_open(coord_fixture_t *f, const char *test, int with_re
     c->netmap = br_netmap_new();
     c->stats = br_stats_new();
     c->hooks = br_hooks_new();
+    c->probeset = br_probeset_new("a test's probe secret");
     if (with_replicas)
         c->replicas = br_replicas_new();
     c->seq = 1;
-    if (!c->store || !c->nodes || !c->jobs || !c->stats || !c->hooks ||
+    if (!c->store || !c->nodes || !c->jobs || !c->stats || !c->hooks || !c->probeset ||
         (with_replicas && !c->replicas) || br_jobs_init(c) < 0 || br_deps_init(c) < 0 ||
         (with_replicas && br_replicas_init(c) < 0) ||
         !(c->services = br_services_new(c)) || !(c->sched = br_sched_new(c)) ||
@@ -111,6 +112,7 @@ static inline void fixture_close(coord_fixture_t *f)
     br_services_destroy(&c->services);
     br_replicas_destroy(&c->replicas);
     br_hooks_destroy(&c->hooks);
+    br_probeset_destroy(&c->probeset);
     br_rm_tree(AT_FDCWD, f->dir);
 }
 

@@ -168,7 +168,7 @@ static void test_page(void **state)
     br_nodes_t *ns = br_nodes_new();
     br_node_t *n = two_gpus(ns, "a");
     br_node_t *lost = two_gpus(ns, "b");
-    br_node_set_state(lost, "lost");
+    br_node_set_state(lost, BR_NODE_LOST);
     json_t *hb =
         json_pack("[{s:i, s:I, s:i, s:f, s:i}]", "index", 1, "vram_used",
                   (json_int_t)(22 * GIB), "util", 37, "power_w", 85.5, "temp_c", 41);

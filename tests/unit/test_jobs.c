@@ -785,7 +785,7 @@ static void test_unhealthy_node_stops_its_gangs(void **state)
     assert_state(c, alone, "running");
     fixture_drop_orders(c);
     br_nodelife_unhealthy(c, w->a, "GPU 0: XID 79 (1 since its agent started)");
-    assert_string_equal(w->a->state, "unhealthy");
+    assert_int_equal(w->a->state, BR_NODE_UNHEALTHY);
     assert_state(c, gang, "pending");
     assert_int_equal(g->attempt, 2);
     assert_int_equal(orders(c, "job.kill", w->a), 1); /* its rank there too */
@@ -795,7 +795,7 @@ static void test_unhealthy_node_stops_its_gangs(void **state)
     br_sched_run(c); /* a gang of 2 and only b ready: it waits */
     assert_state(c, gang, "pending");
     br_nodelife_undrain(c, w->a, "admin"); /* cleared */
-    assert_string_equal(w->a->state, "ready");
+    assert_int_equal(w->a->state, BR_NODE_READY);
     br_sched_run(c);
     assert_state(c, gang, "starting");
 }

@@ -2,14 +2,17 @@
  * br_nodelife_answer_due): every one at the default timing and whenever the fence
  * time is short next to the interval; with a longer node timeout, fewer, but never
  * so few that an agent goes a third of its fence time without one, however its
- * heartbeats are late or early. */
+ * heartbeats are late or early. And a node's state machine: the moves allowed,
+ * each change saved with its event and hook in one order, a refused one not made. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
+#include "coord_fixture.h"
 #include "nodelife.h"
 
 /* Heartbeats of node n every hb_ms for the given time, each up to jitter ms late
@@ -110,12 +113,117 @@ static void test_never_too_long_without_one(void **state)
         }
 }
 
+/* The newest event: node, kind and text (which must contain want). */
+static void assert_last_event(br_coord_t *c, const char *node, const char *kind,
+                              const char *want)
+{
+    json_t *ev = br_store_event_list(c->store, 0, 0, 0, NULL);
+    json_t *last = json_array_get(ev, json_array_size(ev) - 1);
+    assert_string_equal(json_string_value(json_object_get(last, "node")), node);
+    assert_string_equal(json_string_value(json_object_get(last, "state")), kind);
+    const char *reason = json_string_value(json_object_get(last, "reason"));
+    if (!reason || !strstr(reason, want))
+        fail_msg("newest event '%s', wanted '%s'", reason ? reason : "(none)", want);
+    json_decref(ev);
+}
+
+/* The state the store holds for node name. */
+static void assert_stored(br_coord_t *c, const char *name, const char *want)
+{
+    json_t *list = br_store_node_list(c->store, NULL);
+    size_t i;
+    json_t *row;
+    int found = 0;
+    json_array_foreach(list, i, row) {
+        if (strcmp(json_string_value(json_object_get(row, "name")), name) == 0) {
+            assert_string_equal(json_string_value(json_object_get(row, "state")), want);
+            found = 1;
+        }
+    }
+    assert_true(found);
+    json_decref(list);
+}
+
+static int lost_heard;
+
+static void on_lost(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)ctx;
+    /* the hook runs after the node was saved (a removed one is deleted first) */
+    if (strcmp(a->reason, "node removed") != 0)
+        assert_stored(c, a->node->name, br_node_state_name(a->node->state));
+    lost_heard++;
+}
+
+static void test_node_moves(void **state)
+{
+    (void)state;
+    assert_true(br_node_state_move_ok(BR_NODE_READY, BR_NODE_DRAINING));
+    assert_true(br_node_state_move_ok(BR_NODE_DRAINING, BR_NODE_READY));
+    assert_true(br_node_state_move_ok(BR_NODE_UNHEALTHY, BR_NODE_READY));
+    assert_true(br_node_state_move_ok(BR_NODE_LOST, BR_NODE_READY));
+    assert_true(br_node_state_move_ok(BR_NODE_DRAINING, BR_NODE_LOST));
+    assert_true(br_node_state_move_ok(BR_NODE_READY, BR_NODE_READY));
+    assert_false(br_node_state_move_ok(BR_NODE_LOST, BR_NODE_DRAINING));
+    assert_false(br_node_state_move_ok(BR_NODE_LOST, BR_NODE_UNHEALTHY));
+    assert_false(br_node_state_move_ok(BR_NODE_UNHEALTHY, BR_NODE_DRAINING));
+    assert_false(br_node_state_move_ok(BR_NODE_STATES, BR_NODE_READY));
+    assert_int_equal(br_node_state_parse("draining"), BR_NODE_DRAINING);
+    assert_int_equal(br_node_state_parse("gone"), -1);
+
+    coord_fixture_t *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    assert_int_equal(fixture_open(f, "test_nodelife", 0), 0);
+    br_coord_t *c = &f->c;
+    assert_int_equal(br_hooks_add(c->hooks, BR_HOOK_NODE_LOST, on_lost, NULL), 0);
+    br_node_t *n = fixture_node(c, "a", 4, 0);
+    br_nodelife_drain(c, n, "ann");
+    assert_int_equal(n->state, BR_NODE_DRAINING);
+    assert_stored(c, "a", "draining");
+    assert_last_event(c, "a", "draining", "drained by ann: no new jobs");
+    br_nodelife_undrain(c, n, "ann");
+    assert_int_equal(n->state, BR_NODE_READY);
+    assert_last_event(c, "a", "ready", "undrained by ann");
+    br_nodelife_unhealthy(c, n, "GPU 0: XID 79");
+    assert_int_equal(n->state, BR_NODE_UNHEALTHY);
+    assert_stored(c, "a", "unhealthy");
+    br_nodelife_drain(c, n, "ann"); /* not ready: nothing */
+    assert_int_equal(n->state, BR_NODE_UNHEALTHY);
+    br_nodelife_undrain(c, n, "bob");
+    assert_last_event(c, "a", "ready", "cleared by bob");
+    /* lost, then a refused move: not made, no event, nothing saved */
+    br_node_move_t lost = {BR_NODE_LOST, NULL, BR_HOOK_NODE_LOST, "silent", 0};
+    assert_int_equal(br_node_post(c, n, &lost, "node a lost (silent)"), 0);
+    assert_int_equal(lost_heard, 1);
+    assert_last_event(c, "a", "lost", "node a lost (silent)");
+    json_t *before = br_store_event_list(c->store, 0, 0, 0, NULL);
+    br_node_move_t drain = {BR_NODE_DRAINING, NULL, BR_NODE_NO_HOOK, NULL, 0};
+    assert_int_equal(br_node_post(c, n, &drain, "by hand"), -1);
+    assert_int_equal(n->state, BR_NODE_LOST);
+    assert_stored(c, "a", "lost");
+    json_t *after = br_store_event_list(c->store, 0, 0, 0, NULL);
+    assert_int_equal(json_array_size(after), json_array_size(before));
+    json_decref(before);
+    json_decref(after);
+    br_nodelife_hello(c, n);
+    assert_int_equal(n->state, BR_NODE_READY);
+    assert_last_event(c, "a", "ready", "connected");
+    br_err_t err;
+    assert_int_equal(br_nodelife_remove(c, n, "ann", &err), 0);
+    assert_int_equal(lost_heard, 2);
+    assert_last_event(c, "a", "removed", "removed by ann; its key is revoked");
+    assert_null(br_nodes_find(c->nodes, "a"));
+    fixture_close(f);
+    free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_answers_every_heartbeat),
         cmocka_unit_test(test_longer_timeout_fewer_answers),
         cmocka_unit_test(test_never_too_long_without_one),
+        cmocka_unit_test(test_node_moves),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

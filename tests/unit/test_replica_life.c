@@ -191,7 +191,7 @@ static void test_replicate_keep_restore_fallback(void **state)
     /* the writer is lost: attempt 2 on the other node waits for the restore */
     fixture_drop_orders(c);
     br_jobs_node_gone(c, writer, "lost");
-    strcpy(writer->state, "lost");
+    br_node_set_state(writer, BR_NODE_LOST);
     br_sched_run(c);
     job = br_jobtab_find(c->jobs, id);
     assert_int_equal(job->attempt, 2);
@@ -360,7 +360,7 @@ static void test_target_lost_other_node(void **state)
     assert_non_null(t1);
     tick(c);
     fixture_drop_orders(c);
-    strcpy(t1->state, "lost");
+    br_node_set_state(t1, BR_NODE_LOST);
     tick(c);
     br_node_t *t2 = granted(c, &holder);
     assert_non_null(t2);
@@ -549,7 +549,7 @@ static void test_resume_on_writer_checked_from_its_own_files(void **state)
     br_sched_run(c);
     br_node_t *writer = job->ranks[0].node[0] == 'a' ? w->a : w->b;
     br_node_t *other = writer == w->a ? w->b : w->a;
-    strcpy(other->state, "draining"); /* the restart can only go back to the writer */
+    br_node_set_state(other, BR_NODE_DRAINING); /* the restart can only go back to the writer */
     br_jobs_started(c, id, 1, writer, 0);
     checkpoint(c, id, writer, "/ck/s5", 5, H1);
     fixture_drop_orders(c);

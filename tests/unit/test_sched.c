@@ -526,9 +526,9 @@ static void test_incremental_new_job_and_rank_end(void **state)
 
     /* a node draining has less room; one that comes back ready, or whose labels
      * change, counts as more */
-    br_node_set_state(a, "draining");
+    br_node_set_state(a, BR_NODE_DRAINING);
     pass_counts(w, &in, 0, 8);
-    br_node_set_state(a, "ready");
+    br_node_set_state(a, BR_NODE_READY);
     pass_counts(w, &in, 8, 0);
     json_object_set_new(json_object_get(a->info, "labels"), "zone", json_string("z"));
     pass_counts(w, &in, 8, 0);
