@@ -1630,19 +1630,34 @@ static void on_response(br_agent_t *a, br_msg_t *m)
     }
 }
 
-/* ckpt.serve, ckpt.fetch, ckpt.drop (replica.h): carried out off the loop. */
-static void on_replica_order(br_agent_t *a, br_msg_t *m)
+/* ckpt.serve, ckpt.fetch, ckpt.drop (replica.h): carried out off the loop; rc and
+ * err are what the replica module said of the order. */
+static void replica_answer(br_agent_t *a, br_msg_t *m, int rc, const br_err_t *err)
 {
-    const char *type = br_msg_type(m);
-    br_err_t err = {0};
-    int rc = strcmp(type, "ckpt.serve") == 0   ? br_replica_serve(a->replica, m, &err)
-             : strcmp(type, "ckpt.fetch") == 0 ? br_replica_fetch(a->replica, m, &err)
-             : strcmp(type, "ckpt.drop") == 0  ? br_replica_drop(a->replica, m, &err)
-                                               : br_errf(&err, EPROTO, "unknown request "
-                                                                       "for an agent");
     if (rc < 0)
-        fprintf(stderr, "bramble-agent: %s refused: %s\n", type, err.text);
-    reply(a, m, rc < 0 ? (err.errnum ? err.errnum : EINVAL) : 0, err.text);
+        fprintf(stderr, "bramble-agent: %s refused: %s\n", br_msg_type(m), err->text);
+    reply(a, m, rc < 0 ? (err->errnum ? err->errnum : EINVAL) : 0, err->text);
+}
+
+static void on_serve(br_agent_t *a, br_msg_t *m)
+{
+    br_err_t err = {0};
+    int rc = br_replica_serve(a->replica, m, &err);
+    replica_answer(a, m, rc, &err);
+}
+
+static void on_fetch(br_agent_t *a, br_msg_t *m)
+{
+    br_err_t err = {0};
+    int rc = br_replica_fetch(a->replica, m, &err);
+    replica_answer(a, m, rc, &err);
+}
+
+static void on_drop(br_agent_t *a, br_msg_t *m)
+{
+    br_err_t err = {0};
+    int rc = br_replica_drop(a->replica, m, &err);
+    replica_answer(a, m, rc, &err);
 }
 
 /* Finished fetches, reported to the coordinator (once connected). */
@@ -1664,24 +1679,61 @@ static void report_stored(br_agent_t *a)
     }
 }
 
+#define K_REQUEST (1 << BR_MSG_REQUEST)
+#define K_EVENT (1 << BR_MSG_EVENT)
+
+/* The orders the agent takes from the coordinator (proto/PROTOCOL.md section 6;
+ * tests/unit/test_agent_orders.c holds the two to each other): type -> the kinds
+ * it is taken as -> handler. Answers to the agent's own requests go to
+ * on_response. */
+static const struct {
+    const char *type;
+    int kinds; /* K_REQUEST, K_EVENT */
+    void (*fn)(br_agent_t *a, br_msg_t *m);
+} orders[] = {
+    {"job.run", K_REQUEST, on_run},
+    {"job.kill", K_REQUEST, on_kill},
+    {"job.thaw", K_REQUEST, on_thaw},
+    {"node.rekey", K_REQUEST, on_rekey},
+    {"ckpt.serve", K_REQUEST, on_serve},
+    {"ckpt.fetch", K_REQUEST, on_fetch},
+    {"ckpt.drop", K_REQUEST, on_drop},
+};
+
+#define NORDERS (sizeof(orders) / sizeof(orders[0]))
+
+const char *br_agent_order_type(size_t i)
+{
+    return i < NORDERS ? orders[i].type : NULL;
+}
+
+int br_agent_order_kinds(size_t i)
+{
+    return i < NORDERS ? orders[i].kinds : 0;
+}
+
 static void on_message(br_agent_t *a, br_msg_t *m)
 {
-    if (br_msg_kind(m) == BR_MSG_RESPONSE)
+    const char *type = br_msg_type(m);
+    if (br_msg_kind(m) == BR_MSG_RESPONSE) {
         on_response(a, m);
-    else if (br_msg_kind(m) != BR_MSG_REQUEST)
         return;
-    else if (strcmp(br_msg_type(m), "job.run") == 0)
-        on_run(a, m);
-    else if (strcmp(br_msg_type(m), "job.kill") == 0)
-        on_kill(a, m);
-    else if (strcmp(br_msg_type(m), "job.thaw") == 0)
-        on_thaw(a, m);
-    else if (strcmp(br_msg_type(m), "node.rekey") == 0)
-        on_rekey(a, m);
-    else if (strncmp(br_msg_type(m), "ckpt.", 5) == 0)
-        on_replica_order(a, m);
-    else
-        reply(a, m, EPROTO, "unknown request for an agent");
+    }
+    int kind = 1 << br_msg_kind(m);
+    for (size_t i = 0; i < NORDERS; i++) {
+        if (strcmp(orders[i].type, type) == 0 && (orders[i].kinds & kind)) {
+            orders[i].fn(a, m);
+            return;
+        }
+    }
+    /* not an order the agent takes, or not as this kind: an event is dropped, a
+     * request refused (a ckpt.* one logged as well, as the replica orders are) */
+    if (br_msg_kind(m) != BR_MSG_REQUEST)
+        return;
+    if (strncmp(type, "ckpt.", 5) == 0)
+        fprintf(stderr, "bramble-agent: %s refused: unknown request for an agent\n",
+                type);
+    reply(a, m, EPROTO, "unknown request for an agent");
 }
 
 /* Handle what the coordinator sent, a bounded number per wake: a batch of job.run

@@ -6,6 +6,8 @@
 #ifndef BRAMBLE_AGENT_H
 #define BRAMBLE_AGENT_H
 
+#include <stddef.h>
+
 #include "err.h"
 #include "settings.h"
 
@@ -20,5 +22,11 @@ void br_agent_destroy(br_agent_t **a);
 
 /* Run until SIGTERM/SIGINT (0) or a fatal refusal such as a revoked key (-1). */
 int br_agent_run(br_agent_t *a, br_err_t *err);
+
+/* The orders the agent takes from the coordinator (proto/PROTOCOL.md section 6), in
+ * table order: order i's message type (NULL past the last), and the kinds it is
+ * taken as, a mask of (1 << br_msg_kind_t) (0 past the last). */
+const char *br_agent_order_type(size_t i);
+int br_agent_order_kinds(size_t i);
 
 #endif
