@@ -66,23 +66,6 @@ static const struct {
     {"checkpoint.close", K_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_close},
 };
 
-void br_api_fail(br_coord_t *c, br_msg_t *m, const br_err_t *err)
-{
-    if (br_msg_kind(m) == BR_MSG_REQUEST)
-        br_coord_post(c, br_msg_reply_error(m, err->errnum ? err->errnum : EINVAL, "%s",
-                                            err->text));
-}
-
-void br_api_ok(br_coord_t *c, br_msg_t *m, json_t *body)
-{
-    br_msg_t *r = br_msg_reply(m);
-    if (r)
-        br_msg_set_body(r, body);
-    else
-        json_decref(body);
-    br_coord_post(c, r);
-}
-
 static const char *principal_words(br_principal_t k)
 {
     switch (k) {
@@ -146,7 +129,7 @@ void br_api_dispatch(br_coord_t *c, br_msg_t *m, br_caller_t *who)
         return; /* agents' receipts for job.run / job.kill: nothing to do */
     if (br_store_key_who(c->store, br_msg_user(m), &who->kind, who->name, sizeof(who->name),
                          &who->id, &err) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++) {
@@ -154,7 +137,7 @@ void br_api_dispatch(br_coord_t *c, br_msg_t *m, br_caller_t *who)
             continue;
         if (!(handlers[i].kinds & (1 << br_msg_kind(m)))) {
             br_errf(&err, EPROTO, "%s: wrong message kind", br_msg_type(m));
-            br_api_fail(c, m, &err);
+            br_reply_fail(c, m, &err);
         } else if (!(handlers[i].who & (1 << who->kind))) {
             if (who->kind == BR_PRINCIPAL_UNKNOWN || who->kind == BR_PRINCIPAL_REVOKED)
                 br_errf(&err, EACCES, "not allowed: %s: %s", action_words(br_msg_type(m)),
@@ -162,14 +145,14 @@ void br_api_dispatch(br_coord_t *c, br_msg_t *m, br_caller_t *who)
             else
                 br_errf(&err, EACCES, "not allowed: %s needs %s",
                         action_words(br_msg_type(m)), who_words(handlers[i].who));
-            br_api_fail(c, m, &err);
+            br_reply_fail(c, m, &err);
         } else {
             handlers[i].fn(c, m, who);
         }
         return;
     }
     br_errf(&err, EPROTO, "unknown message type '%s'", br_msg_type(m));
-    br_api_fail(c, m, &err);
+    br_reply_fail(c, m, &err);
 }
 
 const char *br_api_type(size_t i)

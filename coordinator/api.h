@@ -8,12 +8,6 @@
 #include "dashboard.h"
 #include "store.h"
 
-typedef struct {
-    br_principal_t kind;
-    char name[64];
-    int64_t id; /* the principal's id: never reused, so jobs belong to it, not the name */
-} br_caller_t;
-
 typedef void (*br_handler_fn)(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 
 /* Handle one request or event; who it came from in *who (the audit log's too). */
@@ -21,11 +15,6 @@ void br_api_dispatch(br_coord_t *c, br_msg_t *m, br_caller_t *who);
 
 /* The message type of handler i, in table order; NULL past the last. */
 const char *br_api_type(size_t i);
-
-/* Answer m with an error (EINVAL etc.) from err. */
-void br_api_fail(br_coord_t *c, br_msg_t *m, const br_err_t *err);
-/* Answer m with body (stolen). */
-void br_api_ok(br_coord_t *c, br_msg_t *m, json_t *body);
 
 /* api_agent.c */
 void br_api_node_join(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
@@ -44,8 +33,6 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_purge(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 
 /* api_cli.c */
-/* Whether who may see job (a store row): the admin every job, a user their own. */
-int br_api_may_see(const br_caller_t *who, const json_t *job);
 void br_api_ping(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_token_create(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_token_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

@@ -66,10 +66,10 @@ void br_api_node_join(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     } else {
         br_coord_event(c, 0, name, "joined", "joined with token %s", id);
     }
-    br_api_ok(c, m, json_pack("{s:s}", "name", name));
+    br_reply_ok(c, m, json_pack("{s:s}", "name", name));
     return;
 fail:
-    br_api_fail(c, m, &err);
+    br_reply_fail(c, m, &err);
 }
 
 /* Copy what an agent reports about itself into the node's stored info. */
@@ -126,10 +126,10 @@ void br_api_node_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_object_set_new(n->info, "key_rotated", json_integer(br_now_ms()));
     br_node_move_t mv = {n->state, NULL, BR_NODE_NO_HOOK, NULL, 0};
     br_node_post(c, n, &mv, "node %s has a new key; the old one is revoked", n->name);
-    br_api_ok(c, m, json_object());
+    br_reply_ok(c, m, json_object());
     return;
 fail:
-    br_api_fail(c, m, &err);
+    br_reply_fail(c, m, &err);
 }
 
 /* A hello's or heartbeat's task list, as PROTOCOL.md section 4 has it: objects
@@ -170,13 +170,13 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         check_tasks("node.hello", tasks, &err) < 0) {
         if (!err.text[0])
             br_errf(&err, EPROTO, "node.hello: bad body");
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     br_node_t *n = caller_node(c, m, who);
     if (!n) {
         br_errf(&err, ENOENT, "node '%s' is not registered", who->name);
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     take_inventory(n, m, inv, gpus, labels, cost, adv);
@@ -188,7 +188,7 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_nodelife_hello(c, n);
     br_jobs_reconcile(c, n, tasks, 1);
     n->answered_at = br_mono_ms();
-    br_api_ok(c, m, json_pack("{s:s, s:I, s:I, s:I, s:s, s:I}", "name", n->name,
+    br_reply_ok(c, m, json_pack("{s:s, s:I, s:I, s:I, s:s, s:I}", "name", n->name,
                               "heartbeat_interval", (json_int_t)c->cfg.heartbeat_ms,
                               "node_timeout", (json_int_t)c->cfg.node_timeout_ms,
                               "fence_timeout", (json_int_t)br_jobs_fence_ms(c), "probe_key",
@@ -248,14 +248,14 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         (disk && br_replicas_check_disk(disk, &err) < 0)) {
         if (!err.text[0])
             br_errf(&err, EPROTO, "node.heartbeat: tasks must be an array");
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     br_node_t *n = caller_node(c, m, who);
     if (!n || n->state == BR_NODE_LOST) {
         /* lost while silent: it must say hello again so its tasks are reconciled */
         br_errf(&err, ENOTCONN, "node is not connected: send node.hello");
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     if (load >= 0) /* kept in memory, shown by nodes and top; not worth a write */
@@ -291,7 +291,7 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         if (peers) /* the nodes to probe changed */
             json_object_set_new(body, "peers", peers);
         n->answered_at = now;
-        br_api_ok(c, m, body);
+        br_reply_ok(c, m, body);
     }
     br_stats_observe(c->stats, BR_STAT_HEARTBEAT_HANDLING,
                      (double)(br_mono_us() - began) / 1e6);
@@ -348,7 +348,7 @@ static int given(br_coord_t *c, br_msg_t *m, const br_node_t *n, json_int_t job,
                     "refused\n", br_msg_type(m), n->name, (long long)job, attempt);
     br_errf(&err, EPERM, "job %lld attempt %d never ran on %s", (long long)job, attempt,
             n->name);
-    br_api_fail(c, m, &err);
+    br_reply_fail(c, m, &err);
     return 0;
 }
 
@@ -361,18 +361,18 @@ void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (br_msg_unpack(m, &err, "{s:I, s:i, s:I, s?i, s?{s:s, s:I}}", "job", &job, "attempt",
                       &attempt, "pid", &pid, "port", &port, "resumed", "path", &path,
                       "step", &step) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     if (port < 0 || port > 65535) {
         br_errf(&err, EINVAL, "job.started: port %d is not a TCP port", port);
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     if (path && (path[0] != '/' || strlen(path) > 4096 || step < 0)) {
         br_errf(&err, EINVAL, "job.started: resumed needs an absolute path (at most 4096 "
                               "bytes) and a step of 0 or more");
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     br_node_t *n = caller_node(c, m, who);
@@ -382,7 +382,7 @@ void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         resumed_newer(c, n, job, attempt, path, step);
     if (n)
         br_jobs_started(c, job, attempt, n, port);
-    br_api_ok(c, m, json_object());
+    br_reply_ok(c, m, json_object());
 }
 
 void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -396,7 +396,7 @@ void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (br_msg_unpack(m, &err, "{s:I, s:i, s:o, s:o, s:s, s?s, s?I}", "job", &job, "attempt",
                       &attempt, "exit_code", &code, "signal", &sig, "reason", &reason,
                       "fault", &fault, "log_dropped", &lost) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     br_node_t *n = caller_node(c, m, who);
@@ -405,7 +405,7 @@ void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (n)
         br_jobs_log_lost(c, job, attempt, n->name, lost);
     if (n && br_store_attempt_exited(c->store, job, attempt, n->name, NULL) == 0) {
-        br_api_ok(c, m, json_object()); /* a resend: taken already */
+        br_reply_ok(c, m, json_object()); /* a resend: taken already */
         return;
     }
     if (n && fault && strcmp(fault, "node_full") == 0)
@@ -423,7 +423,7 @@ void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_jobs_exited(c, job, attempt, n,
                        json_is_integer(code) ? (int)json_integer_value(code) : -1,
                        json_is_integer(sig) ? (int)json_integer_value(sig) : -1, reason);
-    br_api_ok(c, m, json_object());
+    br_reply_ok(c, m, json_object());
 }
 
 /* 64 lowercase hex digits: a BLAKE2b-256 hash. */
@@ -509,7 +509,7 @@ void br_api_job_checkpoint(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                       "attempt", &attempt, "path", &path, "step", &step, "size", &size,
                       "time", &time, "manifest", &manifest, "refused", &refused) < 0 ||
         (manifest && br_api_check_manifest(manifest, &err) < 0)) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     br_node_t *n = caller_node(c, m, who);
@@ -518,10 +518,10 @@ void br_api_job_checkpoint(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                            (int64_t)(time * 1000.0), manifest, refused, &err) < 0) {
         if (!n)
             br_errf(&err, ENOENT, "node '%s' is not registered", who->name);
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
-    br_api_ok(c, m, json_object());
+    br_reply_ok(c, m, json_object());
 }
 
 /* A chunk of output: answered {} once stored (or seen before), so that the agent
@@ -540,7 +540,7 @@ void br_api_job_log(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         fprintf(stderr, "brambled: bad job.log from %s\n", who->name);
         if (!data || (stream != 1 && stream != 2))
             br_errf(&err, EPROTO, "job.log: %s", !data ? "no data frame" : "stream is 1 or 2");
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     if (!br_jobs_log_allowed(c, job, attempt, who->name)) {
@@ -549,7 +549,7 @@ void br_api_job_log(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                 who->name, (long long)job, attempt);
         br_errf(&err, EPERM, "job.log: job %lld attempt %d never ran on %s", (long long)job,
                 attempt, who->name);
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     if (br_store_log_add(c->store, job, attempt, rank, stream, seq, br_now_ms(), data, len,
@@ -557,10 +557,10 @@ void br_api_job_log(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_store_log_cap(c->store, job, c->cfg.log_max_per_job, &err) < 0) {
         fprintf(stderr, "brambled: log of job %lld not stored: %s\n", (long long)job,
                 err.text);
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     if (br_watchers_count(c->watchers))
         br_coord_news(c, job, 1);
-    br_api_ok(c, m, json_object());
+    br_reply_ok(c, m, json_object());
 }

@@ -34,14 +34,15 @@ void br_api_ping(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_err_t err;
         br_errf(&err, EPROTO, "ping: bad body: it takes no fields, got %s",
                 json_is_object(in) ? "some" : "no object");
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     json_t *body = json_pack("{s:s, s:s, s:s}", "version", BRAMBLE_VERSION, "principal",
                              kinds[who->kind], "name", who->name);
     if (who->kind == BR_PRINCIPAL_ADMIN) /* the coordinator's own health */
-        json_object_set_new(body, "sends_dropped", json_integer((json_int_t)c->sends_dropped));
-    br_api_ok(c, m, body);
+        json_object_set_new(body, "sends_dropped",
+                            json_integer((json_int_t)br_stats_sends_dropped(c->stats)));
+    br_reply_ok(c, m, body);
 }
 
 /* A metrics token (the bearer token of /metrics): never used up; ttl 0 never
@@ -63,14 +64,14 @@ static void metrics_token_create(br_coord_t *c, br_msg_t *m, json_int_t ttl, int
     if (br_store_token_add_metrics(c->store, id, hash, now, ttl ? now + ttl : 0, &err) < 0)
         goto fail;
     c->http_tokens_dirty = 1;
-    br_api_ok(c, m, json_pack("{s:s, s:s, s:o, s:s, s:o}", "token", text, "id", id, "expires",
+    br_reply_ok(c, m, json_pack("{s:s, s:s, s:o, s:s, s:o}", "token", text, "id", id, "expires",
                               ttl ? json_real((double)(now + ttl) / 1000.0) : json_null(),
                               "kind", "metrics", "http",
                               c->http ? json_string(c->cfg.http) : json_null()));
     sodium_memzero(text, sizeof(text));
     return;
 fail:
-    br_api_fail(c, m, &err);
+    br_reply_fail(c, m, &err);
 }
 
 void br_api_token_create(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -109,11 +110,11 @@ void br_api_token_create(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_token_join_keypair(t.secret, join_key, NULL);
     if (br_store_token_add(c->store, id, hash, now, now + ttl, uses, join_key, &err) < 0)
         goto fail;
-    br_api_ok(c, m, json_pack("{s:s, s:s, s:f, s:s}", "token", text, "id", id, "expires",
+    br_reply_ok(c, m, json_pack("{s:s, s:s, s:f, s:s}", "token", text, "id", id, "expires",
                               (double)(now + ttl) / 1000.0, "kind", "join"));
     return;
 fail:
-    br_api_fail(c, m, &err);
+    br_reply_fail(c, m, &err);
 }
 
 void br_api_token_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -121,7 +122,7 @@ void br_api_token_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_err_t err;
     json_t *list = br_store_token_list(c->store, &err);
     if (!list) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     size_t i;
@@ -130,7 +131,7 @@ void br_api_token_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_object_set_new(t, "created", br_time_json(json_object_get(t, "created")));
         json_object_set_new(t, "expires", br_time_json(json_object_get(t, "expires")));
     }
-    br_api_ok(c, m, json_pack("{s:o}", "tokens", list));
+    br_reply_ok(c, m, json_pack("{s:o}", "tokens", list));
 }
 
 void br_api_token_revoke(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -139,11 +140,11 @@ void br_api_token_revoke(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_err_t err;
     if (br_msg_unpack(m, &err, "{s:s}", "id", &id) < 0 ||
         br_store_token_revoke(c->store, id, &err) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     c->http_tokens_dirty = 1; /* a metrics token is refused from the next request on */
-    br_api_ok(c, m, json_object());
+    br_reply_ok(c, m, json_object());
 }
 
 /* --- nodes ------------------------------------------------------------------ */
@@ -314,7 +315,7 @@ void br_api_node_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_t *list = json_array();
     for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)
         json_array_append_new(list, node_public(c, n, who));
-    br_api_ok(c, m, json_pack("{s:o}", "nodes", list));
+    br_reply_ok(c, m, json_pack("{s:o}", "nodes", list));
 }
 
 static br_node_t *named_node(br_coord_t *c, br_msg_t *m)
@@ -328,13 +329,13 @@ static br_node_t *named_node(br_coord_t *c, br_msg_t *m)
             br_errf(&err, ENOENT, "no node named '%s'", name);
     }
     if (!n)
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
     return n;
 }
 
 static void reply_node(br_coord_t *c, br_msg_t *m, br_node_t *n, const br_caller_t *who)
 {
-    br_api_ok(c, m, json_pack("{s:o}", "node", node_public(c, n, who)));
+    br_reply_ok(c, m, json_pack("{s:o}", "node", node_public(c, n, who)));
 }
 
 void br_api_node_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -369,10 +370,10 @@ void br_api_node_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (!n)
         return;
     if (br_nodelife_remove(c, n, who->name, &err) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
-    br_api_ok(c, m, json_object());
+    br_reply_ok(c, m, json_object());
 }
 
 /* Ask a node's agent to make a new key pair (node.rekey); it sends node.key. */
@@ -387,16 +388,16 @@ void br_api_node_rotate_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_errf(&err, ENOTCONN, "node %s is not connected: a node makes its new key "
                                 "itself, so it must be up (or remove it and join it again)",
                 n->name);
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     br_coord_send_node(c, n, "node.rekey", json_object());
-    br_api_ok(c, m, json_pack("{s:s, s:b}", "name", n->name, "ordered", 1));
+    br_reply_ok(c, m, json_pack("{s:s, s:b}", "name", n->name, "ordered", 1));
 }
 
 void br_api_node_probe(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    br_api_ok(c, m, br_netmap_matrix(c->netmap, c->nodes));
+    br_reply_ok(c, m, br_netmap_matrix(c->netmap, c->nodes));
 }
 
 /* --- jobs ------------------------------------------------------------------- */
@@ -539,25 +540,18 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                                       "first", (json_int_t)id, "last", (json_int_t)last));
     }
     br_spec_destroy(&spec);
-    br_api_ok(c, m, answer);
+    br_reply_ok(c, m, answer);
     return;
 fail:
     br_spec_destroy(&spec);
-    br_api_fail(c, m, &err);
+    br_reply_fail(c, m, &err);
 }
 
 /* The admin sees every job; a user only the jobs of their own principal id (a
  * new user under a removed user's name is someone else). */
-int br_api_may_see(const br_caller_t *who, const json_t *job)
-{
-    json_t *owner = json_object_get(job, "owner_id");
-    return who->kind == BR_PRINCIPAL_ADMIN ||
-           (json_is_integer(owner) && json_integer_value(owner) == who->id);
-}
-
 static int may_see(const br_caller_t *who, json_t *job)
 {
-    return br_api_may_see(who, job);
+    return br_coord_may_see(who, job);
 }
 
 void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -565,14 +559,14 @@ void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     int all = 0;
     br_err_t err;
     if (br_msg_unpack(m, &err, "{s:b}", "all", &all) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     json_t *jobs = all ? br_store_job_list(c->store, NULL, 0, &err)
                        : br_store_job_list_recent(c->store, br_now_ms() - RECENT_MS, 2000,
                                                   &err);
     if (!jobs) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     json_t *out = json_array();
@@ -592,7 +586,7 @@ void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_array_append_new(out, p);
     }
     json_decref(jobs);
-    br_api_ok(c, m, json_pack("{s:o}", "jobs", out));
+    br_reply_ok(c, m, json_pack("{s:o}", "jobs", out));
 }
 
 #define BR_QUEUE_ESTIMATED 200 /* the first pending jobs given an estimated start */
@@ -619,7 +613,7 @@ void br_api_job_queue(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (!list) {
         br_err_t err;
         br_errf(&err, ENOMEM, "job.queue: out of memory");
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     qsort(list, n, sizeof(*list), by_place);
@@ -651,7 +645,7 @@ void br_api_job_queue(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     free(start);
     free(list);
-    br_api_ok(c, m, json_pack("{s:o, s:I}", "jobs", out, "pending", (json_int_t)n));
+    br_reply_ok(c, m, json_pack("{s:o, s:I}", "jobs", out, "pending", (json_int_t)n));
 }
 
 /* Job id if the caller may see it, else NULL (answered with ENOENT). */
@@ -666,7 +660,7 @@ static json_t *visible_job(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
     }
     if (!job) {
         br_errf(&err, ENOENT, "no job %lld", (long long)id);
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
     }
     return job;
 }
@@ -683,12 +677,12 @@ static json_t *named_job_now(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
                                  "now", now)
                  : br_msg_unpack(m, &err, "{s:I, s?i}", "id", id, "index", index);
     if (rc < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return NULL;
     }
     if (*index < -1) {
         br_errf(&err, EINVAL, "index: an array task's index is not negative");
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return NULL;
     }
     if (*index >= 0) { /* the array must be the caller's to see, then its task */
@@ -698,7 +692,7 @@ static json_t *named_job_now(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
         json_decref(array);
         int64_t task = br_store_job_array_task(c->store, *id, *index, &err);
         if (task < 0) {
-            br_api_fail(c, m, &err);
+            br_reply_fail(c, m, &err);
             return NULL;
         }
         *id = task;
@@ -740,7 +734,7 @@ void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_object_set_new(p, "log_lost", json_integer(lost > 0 ? lost : 0));
     br_services_annotate(c, job, p);
     json_decref(job);
-    br_api_ok(c, m, json_pack("{s:o}", "job", p));
+    br_reply_ok(c, m, json_pack("{s:o}", "job", p));
 }
 
 void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -757,12 +751,12 @@ void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         if (n == 0) {
             br_errf(&err, EINVAL, "array %lld has no task pending, starting or running; "
                                   "nothing to cancel", (long long)id);
-            br_api_fail(c, m, &err);
+            br_reply_fail(c, m, &err);
             return;
         }
         job = br_store_job_get(c->store, id, &err); /* its first task, as it is now */
         if (!job) {
-            br_api_fail(c, m, &err);
+            br_reply_fail(c, m, &err);
             return;
         }
         json_t *p = br_jobs_public(job);
@@ -772,7 +766,7 @@ void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next)
             if (j->array_of == id && j->stop.cancel)
                 json_array_append_new(stopping, json_integer((json_int_t)j->id));
-        br_api_ok(c, m, json_pack("{s:o, s:{s:I, s:i, s:o}}", "job", p, "array", "id",
+        br_reply_ok(c, m, json_pack("{s:o, s:{s:I, s:i, s:o}}", "job", p, "array", "id",
                                   (json_int_t)id, "cancelled", n, "stopping", stopping));
         return;
     }
@@ -784,7 +778,7 @@ void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                 (long long)json_integer_value(json_object_get(job, "replica")),
                 (long long)json_integer_value(json_object_get(job, "service")));
         json_decref(job);
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     if (br_services_is_service(job) &&
@@ -793,12 +787,12 @@ void br_api_job_cancel(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_decref(job);
     job = br_jobs_cancel(c, id, now, &err);
     if (!job) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     json_t *p = br_jobs_public(job);
     br_arrays_annotate(job, p);
-    br_api_ok(c, m, json_pack("{s:o}", "job", p));
+    br_reply_ok(c, m, json_pack("{s:o}", "job", p));
     json_decref(job);
 }
 
@@ -834,7 +828,7 @@ void br_api_job_logs(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_err_t err;
     if (br_msg_unpack(m, &err, "{s:I, s:I, s:i}", "id", &id, "after", &after, "rank",
                       &rank) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     json_t *job = visible_job(c, m, who, id);
@@ -847,7 +841,7 @@ void br_api_job_logs(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_decref(page.chunks);
         free(page.buf);
         json_decref(job);
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     const char *state = json_string_value(json_object_get(job, "state"));
@@ -889,14 +883,14 @@ void br_api_event_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_err_t err;
     if (br_msg_unpack(m, &err, "{s:I, s:I, s:I}", "after", &after, "job", &job, "limit",
                       &limit) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     if (limit < 0 || limit > 10000 || after < 0 || job < 0) {
         br_errf(&err, EINVAL, "event.list: %s", limit < 0 || limit > 10000
                                                     ? "limit is 0 (the most, 10000) to 10000"
                                                     : "after and job are ids, 0 or more");
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     if (limit == 0)
@@ -909,7 +903,7 @@ void br_api_event_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     json_t *events = br_store_event_list(c->store, job, after, (int)limit, &err);
     if (!events) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     json_int_t next = after;
@@ -924,7 +918,7 @@ void br_api_event_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     json_decref(seen);
     json_decref(events);
-    br_api_ok(c, m, json_pack("{s:o, s:I}", "events", out, "next", next));
+    br_reply_ok(c, m, json_pack("{s:o, s:I}", "events", out, "next", next));
 }
 
 void br_api_event_watch(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -938,7 +932,7 @@ void br_api_event_watch(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
             br_errf(&err, EINVAL, "event.watch: %s",
                     job < 0 ? "job must be an id, or 0 for every job"
                             : "logs needs one job, not 0");
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     if (job > 0) {
@@ -947,7 +941,7 @@ void br_api_event_watch(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_decref(j);
         if (!visible) {
             br_errf(&err, ENOENT, "no job %lld", (long long)job);
-            br_api_fail(c, m, &err);
+            br_reply_fail(c, m, &err);
             return;
         }
     }
@@ -956,10 +950,10 @@ void br_api_event_watch(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_watch_who_t ww = {.admin = who->kind == BR_PRINCIPAL_ADMIN, .owner = who->id};
     if (br_watchers_add(c->watchers, route, route_len, job, logs, &ww, br_mono_ms(),
                         &err) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
-    br_api_ok(c, m, json_pack("{s:I}", "ttl_ms", (json_int_t)BR_WATCH_TTL_MS));
+    br_reply_ok(c, m, json_pack("{s:I}", "ttl_ms", (json_int_t)BR_WATCH_TTL_MS));
 }
 
 /* --- users ------------------------------------------------------------------ */
@@ -1097,10 +1091,10 @@ void br_api_user_set(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_object_set_new(out, "unix_user", u ? json_string(u) : json_null());
     if (now)
         json_object_set_new(out, "limits", now);
-    br_api_ok(c, m, out);
+    br_reply_ok(c, m, out);
     return;
 fail:
-    br_api_fail(c, m, &err);
+    br_reply_fail(c, m, &err);
 }
 
 void br_api_user_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -1151,10 +1145,10 @@ void br_api_user_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                    unix_user ? unix_user : "", now ? limits_text(now, text, sizeof(text))
                                                    : "none");
     json_decref(now);
-    br_api_ok(c, m, json_pack("{s:s, s:s}", "name", name, "endpoint", c->cfg.advertise));
+    br_reply_ok(c, m, json_pack("{s:s, s:s}", "name", name, "endpoint", c->cfg.advertise));
     return;
 fail:
-    br_api_fail(c, m, &err);
+    br_reply_fail(c, m, &err);
 }
 
 void br_api_user_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -1162,7 +1156,7 @@ void br_api_user_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_err_t err;
     json_t *users = br_store_key_list_users(c->store, &err);
     if (!users) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     size_t i;
@@ -1178,7 +1172,7 @@ void br_api_user_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         const br_user_use_t *x = br_usage_user(c->usage, id);
         json_object_set_new(u, "limits", x ? br_limits_json(&x->lim) : json_object());
     }
-    br_api_ok(c, m, json_pack("{s:o}", "users", users));
+    br_reply_ok(c, m, json_pack("{s:o}", "users", users));
 }
 
 /* What users used since a time: a user sees their own, the admin anyone's. */
@@ -1206,10 +1200,10 @@ void br_api_usage(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_t *rows = br_usage_show(c, since, id, br_now_ms(), &err);
     if (!rows)
         goto fail;
-    br_api_ok(c, m, json_pack("{s:o, s:I}", "users", rows, "since", since));
+    br_reply_ok(c, m, json_pack("{s:o, s:I}", "users", rows, "since", since));
     return;
 fail:
-    br_api_fail(c, m, &err);
+    br_reply_fail(c, m, &err);
 }
 
 /* A removed user's active jobs: cancelled, or handed to the caller (the admin).
@@ -1275,12 +1269,12 @@ void br_api_user_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         goto fail;
     br_coord_event(c, 0, NULL, "user", "user %s removed by %s; %d active job(s) %s", name,
                    who->name, n, strcmp(jobs, "admin") == 0 ? "handed to them" : "cancelled");
-    br_api_ok(c, m, json_pack("{s:i, s:s}", "jobs", n, "jobs_were",
+    br_reply_ok(c, m, json_pack("{s:i, s:s}", "jobs", n, "jobs_were",
                               strcmp(jobs, "admin") == 0 ? "handed to the admin"
                                                          : "cancelled"));
     return;
 fail:
-    br_api_fail(c, m, &err);
+    br_reply_fail(c, m, &err);
 }
 
 /* A user (or the admin) replaces its own key: the new one belongs to the same
@@ -1300,10 +1294,10 @@ void br_api_user_rotate_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         goto fail;
     br_coord_event(c, 0, NULL, "user", "%s %s rotated its key",
                    who->kind == BR_PRINCIPAL_ADMIN ? "admin" : "user", who->name);
-    br_api_ok(c, m, json_object());
+    br_reply_ok(c, m, json_object());
     return;
 fail:
-    br_api_fail(c, m, &err);
+    br_reply_fail(c, m, &err);
 }
 
 void br_api_audit_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -1325,10 +1319,10 @@ void br_api_audit_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_t *e;
     json_array_foreach(entries, i, e)
         json_object_set_new(e, "time", br_time_json(json_object_get(e, "time")));
-    br_api_ok(c, m, json_pack("{s:o}", "entries", entries));
+    br_reply_ok(c, m, json_pack("{s:o}", "entries", entries));
     return;
 fail:
-    br_api_fail(c, m, &err);
+    br_reply_fail(c, m, &err);
 }
 
 /* --- services ---------------------------------------------------------------- */
@@ -1342,7 +1336,7 @@ static json_t *named_service(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
     json_t *s = br_services_find(c, name, who->kind == BR_PRINCIPAL_ADMIN ? 0 : who->id,
                                  &err);
     if (!s)
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
     return s;
 }
 
@@ -1351,13 +1345,13 @@ void br_api_service_endpoints(br_coord_t *c, br_msg_t *m, const br_caller_t *who
     const char *name;
     br_err_t err;
     if (br_msg_unpack(m, &err, "{s:s}", "name", &name) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     json_t *s = named_service(c, m, who, name);
     if (!s)
         return;
-    br_api_ok(c, m, json_pack("{s:o, s:I}", "endpoints", br_services_endpoints(c, s),
+    br_reply_ok(c, m, json_pack("{s:o, s:I}", "endpoints", br_services_endpoints(c, s),
                               "replicas",
                               json_integer_value(json_object_get(s, "replicas"))));
     json_decref(s);
@@ -1369,12 +1363,12 @@ void br_api_service_scale(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     int replicas;
     br_err_t err;
     if (br_msg_unpack(m, &err, "{s:s, s:i}", "name", &name, "replicas", &replicas) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     if (replicas < 0 || replicas > 1000) {
         br_errf(&err, EINVAL, "replicas: %d is out of range (0..1000)", replicas);
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     json_t *s = named_service(c, m, who, name);
@@ -1382,9 +1376,9 @@ void br_api_service_scale(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     int was = (int)json_integer_value(json_object_get(s, "replicas"));
     if (br_services_scale(c, s, replicas, &err) < 0)
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
     else
-        br_api_ok(c, m, json_pack("{s:I, s:i, s:i}", "id", json_integer_value(
+        br_reply_ok(c, m, json_pack("{s:I, s:i, s:i}", "id", json_integer_value(
                                                              json_object_get(s, "id")),
                                   "replicas", replicas, "was", was));
     json_decref(s);

@@ -18,25 +18,25 @@ void br_api_dashboard_login(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     char url[BR_HTTP_ADDR_MAX + BR_DASH_SECRET_HEX + 32];
     int64_t expires = 0;
     if (br_msg_unpack(m, &err, "{}") < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     if (!c->dash) {
         br_errf(&err, ENOTSUP,
                 "the dashboard is off: start brambled with --http "
                 "ADDR:PORT (docs/dashboard.md)");
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     if (br_dash_login_new(c->dash, br_msg_user(m), who->name,
                           who->kind == BR_PRINCIPAL_ADMIN, url, sizeof(url),
                           &expires) < 0) {
         br_errf(&err, ENOMEM, "out of memory");
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
-    br_api_ok(c, m,
-              json_pack("{s:s, s:s, s:s, s:f}", "url", url, "http", c->cfg.http,
+    br_reply_ok(c, m,
+                json_pack("{s:s, s:s, s:s, s:f}", "url", url, "http", c->cfg.http,
                         "scheme", c->cfg.http_cert[0] ? "https" : "http", "expires",
                         (double)expires / 1000.0));
     memset(url, 0, sizeof(url));

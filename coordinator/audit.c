@@ -48,8 +48,8 @@ void br_audit_note(br_coord_t *c, const br_msg_t *req, const br_caller_t *who, s
     char target[160], result[200];
     br_err_t err;
     const br_msg_t *resp = NULL;
-    for (size_t i = from; i < c->outbox_len && !resp; i++) {
-        const br_msg_t *m = c->outbox[i];
+    for (size_t i = from; i < br_outbox_count(c->out) && !resp; i++) {
+        const br_msg_t *m = br_outbox_msg(c->out, i);
         if (br_msg_kind(m) == BR_MSG_RESPONSE && br_msg_seq(m) == br_msg_seq(req) &&
             strcmp(br_msg_type(m), br_msg_type(req)) == 0)
             resp = m;

@@ -6,7 +6,6 @@
 
 #include <stddef.h>
 
-#include "api.h"
 #include "coord.h"
 
 /* After req was handled: when it is an admin's action (who, as the dispatch found

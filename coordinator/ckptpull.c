@@ -44,12 +44,16 @@ typedef struct {
 } pull_t;
 
 struct br_ckptpull {
+    void *ctx; /* the coordinator's ZeroMQ context: the links to holders are made in it */
     pull_t *pulls[BR_CKPTPULL_MAX];
 };
 
-br_ckptpull_t *br_ckptpull_new(void)
+br_ckptpull_t *br_ckptpull_new(void *ctx)
 {
-    return calloc(1, sizeof(br_ckptpull_t));
+    br_ckptpull_t *cp = calloc(1, sizeof(br_ckptpull_t));
+    if (cp)
+        cp->ctx = ctx;
+    return cp;
 }
 
 static void disconnect(pull_t *p)
@@ -85,9 +89,9 @@ void br_ckptpull_destroy(br_ckptpull_t **pp)
 
 /* --- the reads in flight ------------------------------------------------------ */
 
-/* Answer the oldest read waiting with an error, sent now (send: on the
- * coordinator's socket, outside a wake) or after the wake commits. */
-static void fail_oldest(br_coord_t *c, pull_t *p, int send, int errnum, const char *text)
+/* Answer the oldest read waiting with an error, queued in the outbox (outside a
+ * wake the loop sends it right after br_ckptpull_answer). */
+static void fail_oldest(br_coord_t *c, pull_t *p, int errnum, const char *text)
 {
     read_t *r = &p->win[p->head];
     br_msg_t *e = br_msg_reply_error(r->reply, errnum, "%s", text);
@@ -96,27 +100,20 @@ static void fail_oldest(br_coord_t *c, pull_t *p, int send, int errnum, const ch
     r->ask = NULL;
     p->head = (p->head + 1) % WINDOW;
     p->n--;
-    if (send) {
-        br_err_t err;
-        if (e)
-            br_msg_send(c->sock, e, &err);
-        br_msg_destroy(&e);
-    } else {
-        br_coord_post(c, e);
-    }
+    br_coord_post(c, e);
 }
 
-static void fail_all(br_coord_t *c, pull_t *p, int send, int errnum, const char *text)
+static void fail_all(br_coord_t *c, pull_t *p, int errnum, const char *text)
 {
     while (p->n)
-        fail_oldest(c, p, send, errnum, text);
+        fail_oldest(c, p, errnum, text);
 }
 
 /* Close pull i: its reads are told why, its grant is withdrawn. In a wake. */
 static void close_pull(br_coord_t *c, int i, int errnum, const char *why)
 {
     pull_t *p = c->ckptpull->pulls[i];
-    fail_all(c, p, 0, errnum, why);
+    fail_all(c, p, errnum, why);
     br_replicas_withdraw(c, br_nodes_find(c->nodes, p->holder), p->job, p->grant,
                          p->path);
     pull_free(p);
@@ -139,7 +136,7 @@ static void pass_back(br_coord_t *c, pull_t *p, br_msg_t *m)
         return;
     /* answers come in the order asked; older reads with none were lost with a link */
     while (p->n && p->win[p->head].seq < br_msg_seq(m))
-        fail_oldest(c, p, 1, ETIMEDOUT, "the holder's answer was lost; ask again");
+        fail_oldest(c, p, ETIMEDOUT, "the holder's answer was lost; ask again");
     if (!p->n || p->win[p->head].seq != br_msg_seq(m))
         return; /* an answer to a read already failed */
     read_t *r = &p->win[p->head];
@@ -152,11 +149,10 @@ static void pass_back(br_coord_t *c, pull_t *p, br_msg_t *m)
     size_t len = 0;
     const void *data = br_msg_data(m, &len);
     br_msg_set_body(reply, json_incref(br_msg_body(m)));
-    br_err_t err;
-    if ((!data || br_msg_set_data(reply, data, len) == 0) &&
-        br_msg_send(c->sock, reply, &err) < 0 && errno != EAGAIN && errno != EHOSTUNREACH)
-        fprintf(stderr, "brambled: checkpoint pull %s: %s\n", p->id, err.text);
-    br_msg_destroy(&reply);
+    if (!data || br_msg_set_data(reply, data, len) == 0)
+        br_coord_post(c, reply); /* sent by the loop after br_ckptpull_answer */
+    else
+        br_msg_destroy(&reply);
 }
 
 static int connect_holder(br_coord_t *c, pull_t *p, br_err_t *err);
@@ -224,12 +220,12 @@ void br_ckptpull_answer(br_coord_t *c)
                 continue;
             snprintf(text, sizeof(text), "%s refused the coordinator's key (its grant for "
                      "this checkpoint did not reach it)", p->holder);
-            fail_all(c, p, 1, EACCES, text);
+            fail_all(c, p, EACCES, text);
             disconnect(p);
         } else if (p->n && now - p->win[p->head].at > BR_CKPTPULL_ANSWER_MS) {
             snprintf(text, sizeof(text), "%s did not answer within %d s", p->holder,
                      BR_CKPTPULL_ANSWER_MS / 1000);
-            fail_all(c, p, 1, ETIMEDOUT, text);
+            fail_all(c, p, ETIMEDOUT, text);
             disconnect(p); /* a fresh link for the next read */
         }
     }
@@ -274,13 +270,13 @@ void br_api_checkpoint_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_int_t id, step = -1;
     br_err_t err;
     if (br_msg_unpack(m, &err, "{s:I, s?I}", "job", &id, "step", &step) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     json_t *row = br_store_job_get(c->store, id, NULL), *cp = NULL, *stored = NULL;
     pull_t *p = NULL;
     int slot = -1;
-    if (!row || !br_api_may_see(who, row)) {
+    if (!row || !br_coord_may_see(who, row)) {
         br_errf(&err, ENOENT, "no job %lld", (long long)id);
         goto fail;
     }
@@ -351,8 +347,8 @@ void br_api_checkpoint_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_replicas_lend(c, h, from_store, id, step, p->path, stored, p->grant,
                      "the coordinator", c->cfg.public_key, BR_CKPTPULL_GRANT_MS);
     c->ckptpull->pulls[slot] = p;
-    br_api_ok(c, m,
-              json_pack("{s:s, s:I, s:I, s:s, s:O, s:s, s:b}", "xfer", p->id, "job", id,
+    br_reply_ok(c, m,
+                json_pack("{s:s, s:I, s:I, s:s, s:O, s:s, s:b}", "xfer", p->id, "job", id,
                         "step", step, "path", p->path, "manifest", stored, "from", h->name,
                         "replica", from_store));
     json_decref(stored);
@@ -364,18 +360,18 @@ fail:
     json_decref(stored);
     json_decref(cp);
     json_decref(row);
-    br_api_fail(c, m, &err);
+    br_reply_fail(c, m, &err);
 }
 
 static int connect_holder(br_coord_t *c, pull_t *p, br_err_t *err)
 {
-    p->sock = br_sock_client_hb(c->ctx, p->endpoint, p->holder_key, c->cfg.public_key,
+    p->sock = br_sock_client_hb(c->ckptpull->ctx, p->endpoint, p->holder_key, c->cfg.public_key,
                                 c->cfg.secret_key, 1000, 10000, err);
     if (!p->sock)
         return -1;
     int zero = 0; /* a read that cannot go now is refused, never waited for */
     zmq_setsockopt(p->sock, ZMQ_SNDTIMEO, &zero, sizeof(zero));
-    p->mon = br_sock_monitor_events(c->ctx, p->sock,
+    p->mon = br_sock_monitor_events(c->ckptpull->ctx, p->sock,
                                     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                                         ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL);
     p->connected_at = br_mono_ms();
@@ -390,7 +386,7 @@ void br_api_checkpoint_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_err_t err;
     if (br_msg_unpack(m, &err, "{s:s, s:s, s:s, s:I}", "xfer", &xfer, "path", &path,
                       "hash", &hash, "offset", &off) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     int i = find(c, xfer, m);
@@ -432,7 +428,7 @@ void br_api_checkpoint_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_decref(ask);
     br_msg_destroy(&reply);
     if (!p || err.errnum)
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
 }
 
 void br_api_checkpoint_close(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -441,13 +437,13 @@ void br_api_checkpoint_close(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     const char *xfer;
     br_err_t err;
     if (br_msg_unpack(m, &err, "{s:s}", "xfer", &xfer) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     int i = find(c, xfer, m);
     if (i >= 0)
         close_pull(c, i, ECANCELED, "the pull was closed");
-    br_api_ok(c, m, json_object()); /* closing one that is gone is no fault */
+    br_reply_ok(c, m, json_object()); /* closing one that is gone is no fault */
 }
 
 /* --- hooks ---------------------------------------------------------------------- */

@@ -17,7 +17,7 @@
 
 #include <zmq.h>
 
-#include "api.h"
+#include "coord.h"
 
 #define BR_CKPTPULL_MAX 8              /* pulls open at once */
 #define BR_CKPTPULL_IDLE_MS 60000      /* a pull not read from for this long is closed */
@@ -28,7 +28,8 @@
 struct br_coord;
 typedef struct br_ckptpull br_ckptpull_t;
 
-br_ckptpull_t *br_ckptpull_new(void);
+/* Links to holders are made in ctx (the coordinator's ZeroMQ context). */
+br_ckptpull_t *br_ckptpull_new(void *ctx);
 /* Closes every socket; grants lapse on their own. */
 void br_ckptpull_destroy(br_ckptpull_t **p);
 /* Register its hooks on c (c->ckptpull must be set): pulls idle too long are
@@ -37,8 +38,9 @@ int br_ckptpull_init(struct br_coord *c);
 
 /* The holders' sockets to poll, up to max into items; how many. */
 int br_ckptpull_items(br_ckptpull_t *p, zmq_pollitem_t *items, int max);
-/* Pass the answers that came from holders back to their clients, on the
- * coordinator's socket, and fail the reads waiting past BR_CKPTPULL_ANSWER_MS. */
+/* Pass the answers that came from holders back to their clients, and fail the
+ * reads waiting past BR_CKPTPULL_ANSWER_MS: queued in the outbox (outbox.h), which
+ * the loop sends at once. */
 void br_ckptpull_answer(struct br_coord *c);
 
 void br_api_checkpoint_open(struct br_coord *c, br_msg_t *m, const br_caller_t *who);

@@ -1,12 +1,13 @@
-/* coord.h - the coordinator object shared by its modules: the socket loop
- * (server.c), the request handlers (api_cli.c, api_agent.c), the modules (node
- * life, services, placement: nodelife.c, services.c, scheduler.c), the job core
- * (jobs.c, over the jobs in memory of jobtab.c) and the store. Calls go one way,
- * in that order; the core tells the modules what happened through hooks
- * (hooks.h), and each module keeps its own state. One thread (the HTTP side's
- * threads, http.h, get only copies of what it publishes); every wake of the loop
- * runs in one store transaction, and replies and orders to agents leave only
- * after it commits. */
+/* coord.h - the coordinator object, and what every module uses of it (coord.c).
+ * Calls go one way: the loop (server.c) -> the handler table and handlers (api*.c)
+ * -> the modules (node life, services, placement, usage, replicas...) -> the job
+ * core (jobs.c, over the jobs in memory of jobtab.c) -> this file's functions ->
+ * the outbox (outbox.h), the hooks and the store. tests/layers/check_layers.py
+ * holds the objects to it: no call circle between files, and nothing calls up into
+ * the loop. The core tells the modules what happened through hooks (hooks.h), and
+ * each module keeps its own state. One thread (the HTTP side's threads, http.h,
+ * get only copies of what it publishes); every wake of the loop runs in one store
+ * transaction, and replies and orders to agents leave only after it commits. */
 #ifndef BRAMBLE_COORD_H
 #define BRAMBLE_COORD_H
 
@@ -21,6 +22,7 @@
 #include "msg.h"
 #include "netmap.h"
 #include "nodes.h"
+#include "outbox.h"
 #include "probeset.h"
 #include "stats.h"
 #include "store.h"
@@ -46,17 +48,14 @@ typedef struct br_coord {
     br_jobtab_t *jobs; /* the current jobs in memory (jobtab.h), kept by jobs.c */
     int sigfd;
     int64_t started_mono;
-    uint32_t seq;
-    br_msg_t **outbox;
-    size_t outbox_len, outbox_cap;
+    br_outbox_t *out; /* what this wake sends and logs, once committed (outbox.h) */
     br_msg_t *wake_reqs[BR_COORD_BATCH_MAX]; /* what this wake read: told if undone */
     size_t wake_len;
-    char *wake_log; /* event lines of this wake, printed once it is committed */
-    size_t wake_log_len, wake_log_cap;
     br_hooks_t *hooks;      /* what the modules hear of the core (hooks.h) */
     struct br_sched *sched; /* the scheduler's own state (scheduler.h) */
     struct br_services *services; /* the services' own state (services.h) */
     struct br_replicas *replicas; /* pulls of checkpoints in flight (replicas.h) */
+    struct br_replkeep *replkeep; /* how long ended jobs' replicas stay (replkeep.h) */
     struct br_usage *usage;       /* what users used, and their limits (usage.h) */
     struct br_ckptpull *ckptpull; /* checkpoints pulled to users' machines (ckptpull.h) */
     struct br_pace *pace;         /* messages gather before a wake when busy (pace.h) */
@@ -79,8 +78,22 @@ void br_coord_destroy(br_coord_t **c);
 /* Serve until SIGTERM/SIGINT. */
 int br_coord_run(br_coord_t *c, br_err_t *err);
 
+/* Who sent a message: the principal its CURVE key belongs to (api.c finds it). */
+typedef struct {
+    br_principal_t kind;
+    char name[64];
+    int64_t id; /* the principal's id: never reused, so jobs belong to it, not the name */
+} br_caller_t;
+
+/* Whether who may see job (a store row): the admin every job, a user their own. */
+int br_coord_may_see(const br_caller_t *who, const json_t *job);
+
 /* Queue a message to send after the current transaction commits (takes it). */
 void br_coord_post(br_coord_t *c, br_msg_t *m);
+/* Answer m with body (taken), or with an error (EINVAL when err has none); an
+ * event gets no answer. */
+void br_reply_ok(br_coord_t *c, br_msg_t *m, json_t *body);
+void br_reply_fail(br_coord_t *c, br_msg_t *m, const br_err_t *err);
 /* Queue a request to a node's agent (body stolen). No-op if it is not connected. */
 void br_coord_send_node(br_coord_t *c, br_node_t *n, const char *type, json_t *body);
 /* Record an event (store + daemon log). */

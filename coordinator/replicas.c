@@ -11,7 +11,6 @@
 #include "hooks.h"
 #include "jobs.h"
 #include "jobtab.h"
-#include "replkeep.h"
 #include "util.h"
 
 void br_replicas_hello(br_node_t *n, int port)
@@ -144,8 +143,6 @@ json_t *br_replicas_fetch_order(const br_replica_ckpt_t *k, const char *grant,
 
 #define RESTORE_SILENT_MS (10 * 60000) /* a restore with no word for this long failed */
 #define REPAIR_BITE 32   /* jobs the repair after a start looks at per tick */
-#define EXPIRE_MS 60000  /* expired replicas are looked for this often at most */
-#define EXPIRE_BITE 64   /* ... and at most this many dropped per tick */
 #define TARGET_GONE (-1) /* (a pull's "errnum" when its target was lost) */
 #define UNORDERED_MAX 4096 /* unordered copies remembered until the repair */
 
@@ -164,7 +161,6 @@ struct br_replicas {
     /* measured by the pulls themselves: "HOLDER>PULLER" -> MB/s of the last pull
      * of at least RATE_MIN_BYTES (the netmap measures round trips only) */
     json_t *rates;
-    int64_t expire_at; /* monotonic ms of the next look for expired replicas */
     /* after a start (or a rollback), once the nodes had time to come back: the
      * running jobs' newest checkpoints that lack copies are copied again, a few
      * jobs per tick from repair_from on (pulls in flight were not kept) */
@@ -985,7 +981,7 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                       &job, "step", &step, "hash", &hash, "path", &path, "restore",
                       &restore, "received", &received, "deduped", &deduped, "errnum",
                       &errnum, "error", &error) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     br_replicas_t *r = c->replicas;
@@ -998,7 +994,7 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
             unordered(c, r, job, hash, who->name, path, step);
         br_errf(&err, EPERM, "no %s of checkpoint %.16s of job %lld to %s was ordered",
                 restore ? "restore" : "replica", hash, (long long)job, who->name);
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     json_incref(pull);
@@ -1046,7 +1042,7 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_decref(spec);
     }
     json_decref(pull);
-    br_api_ok(c, m, json_object());
+    br_reply_ok(c, m, json_object());
 }
 
 /* After a start or a rollback the pulls in flight are forgotten, and the agents'
@@ -1147,14 +1143,6 @@ static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
         return; /* the nodes are not all back: hold both until they had time */
     if (!r->repaired)
         repair(c, r);
-    int64_t keep = c->cfg.replica_retention_ms;
-    if (keep > 0 && now >= r->expire_at) {
-        int64_t every = keep / 2 < 1000        ? 1000
-                        : keep / 2 > EXPIRE_MS ? EXPIRE_MS
-                                               : keep / 2;
-        int n = br_replkeep_expire(c, keep, EXPIRE_BITE);
-        r->expire_at = n >= EXPIRE_BITE ? now : now + every; /* more left: next tick */
-    }
 }
 
 /* A job left: nothing waits for its restores. Its replicas stay until

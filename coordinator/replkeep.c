@@ -3,11 +3,52 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
 #include "replicas.h"
 #include "util.h"
+
+#define EXPIRE_MS 60000 /* expired replicas are looked for this often at most */
+#define EXPIRE_BITE 64  /* ... and at most this many dropped per tick */
+
+struct br_replkeep {
+    int64_t expire_at; /* monotonic ms of the next look for expired replicas */
+};
+
+br_replkeep_t *br_replkeep_new(void)
+{
+    return calloc(1, sizeof(br_replkeep_t));
+}
+
+void br_replkeep_destroy(br_replkeep_t **kp)
+{
+    if (kp) {
+        free(*kp);
+        *kp = NULL;
+    }
+}
+
+/* Once a second, after the start-up grace: a bite of the expired replicas. */
+static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)a;
+    br_replkeep_t *k = ctx;
+    int64_t now = br_mono_ms(), keep = c->cfg.replica_retention_ms;
+    if (now - c->started_mono < c->cfg.grace_ms || keep <= 0 || now < k->expire_at)
+        return;
+    int64_t every = keep / 2 < 1000        ? 1000
+                    : keep / 2 > EXPIRE_MS ? EXPIRE_MS
+                                           : keep / 2;
+    int n = br_replkeep_expire(c, keep, EXPIRE_BITE);
+    k->expire_at = n >= EXPIRE_BITE ? now : now + every; /* more left: next tick */
+}
+
+int br_replkeep_init(br_coord_t *c)
+{
+    return br_hooks_add(c->hooks, BR_HOOK_TICK, on_tick, c->replkeep);
+}
 
 int br_replkeep_expire(br_coord_t *c, int64_t retention_ms, int bite)
 {
@@ -40,14 +81,14 @@ void br_api_job_purge(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_int_t id;
     br_err_t err;
     if (br_msg_unpack(m, &err, "{s:I}", "id", &id) < 0) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     json_t *job = br_store_job_get(c->store, id, NULL);
-    if (!job || !br_api_may_see(who, job)) {
+    if (!job || !br_coord_may_see(who, job)) {
         json_decref(job);
         br_errf(&err, ENOENT, "no job %lld", (long long)id);
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     if (!json_is_integer(json_object_get(job, "ended"))) {
@@ -57,13 +98,13 @@ void br_api_job_purge(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                 (long long)id, json_string_value(json_object_get(job, "state")),
                 (long long)id);
         json_decref(job);
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     json_decref(job);
     json_t *rows = br_store_replica_list(c->store, id, &err);
     if (!rows) {
-        br_api_fail(c, m, &err);
+        br_reply_fail(c, m, &err);
         return;
     }
     int told = 0;
@@ -72,8 +113,8 @@ void br_api_job_purge(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_array_foreach (rows, i, row)
         told += br_replicas_drop(c, id, row, "the job was purged (bramble job purge)");
     br_replicas_purged(c, id);
-    br_api_ok(c, m,
-              json_pack("{s:I, s:i, s:i}", "id", id, "dropped", told, "forgotten",
+    br_reply_ok(c, m,
+                json_pack("{s:I, s:i, s:i}", "id", id, "dropped", told, "forgotten",
                         (int)json_array_size(rows) - told));
     json_decref(rows);
 }

@@ -24,6 +24,7 @@
 #include "nodelife.h"
 #include "pace.h"
 #include "replicas.h"
+#include "replkeep.h"
 #include "ckptpull.h"
 #include "scheduler.h"
 #include "services.h"
@@ -136,7 +137,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->cfg = *cfg;
     c->sigfd = -1;
     c->started_mono = br_mono_ms();
-    c->seq = 1;
+    c->out = br_outbox_new();
     c->jobs = br_jobtab_new();
     c->hooks = br_hooks_new();
     c->netmap = br_netmap_new();
@@ -165,11 +166,16 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->nodes = br_nodes_new();
     if (!c->store)
         goto fail;
+    c->ctx = zmq_ctx_new();
+    if (c->ctx)
+        zmq_ctx_set(c->ctx, ZMQ_IO_THREADS, BR_COORD_IO_THREADS); /* before any socket */
     c->replicas = br_replicas_new();
-    c->ckptpull = br_ckptpull_new();
+    c->replkeep = br_replkeep_new();
+    c->ckptpull = c->ctx ? br_ckptpull_new(c->ctx) : NULL;
     c->pace = br_pace_new();
-    if (c->hooks && c->replicas && c->ckptpull && c->pace && br_jobs_init(c) == 0 &&
-        br_deps_init(c) == 0 && br_replicas_init(c) == 0 &&
+    if (c->out && c->hooks && c->replicas && c->replkeep && c->ckptpull && c->pace &&
+        br_jobs_init(c) == 0 && br_deps_init(c) == 0 && br_replicas_init(c) == 0 &&
+        br_replkeep_init(c) == 0 &&
         br_ckptpull_init(c) == 0) { /* modules hear of the core */
         c->services = br_services_new(c);
         c->sched = br_sched_new(c);
@@ -183,9 +189,6 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->mark = br_storemark_new(cfg->data_dir, c->store, err);
     if (!c->mark || load_nodes(c, err) < 0)
         goto fail;
-    c->ctx = zmq_ctx_new();
-    if (c->ctx)
-        zmq_ctx_set(c->ctx, ZMQ_IO_THREADS, BR_COORD_IO_THREADS); /* before any socket */
     c->zap = br_zap_new(c->ctx, zap_check, c, err);
     if (!c->zap)
         goto fail;
@@ -203,11 +206,8 @@ void br_coord_destroy(br_coord_t **cp)
     br_coord_t *c = cp ? *cp : NULL;
     if (!c)
         return;
-    for (size_t i = 0; i < c->outbox_len; i++)
-        br_msg_destroy(&c->outbox[i]);
-    free(c->outbox);
+    br_outbox_destroy(&c->out);
     forget_wake(c);
-    free(c->wake_log);
     br_http_destroy(&c->http); /* its threads stop before what they were given goes */
     br_dash_destroy(&c->dash);
     br_ckptpull_destroy(&c->ckptpull); /* its sockets close before the context ends */
@@ -225,6 +225,7 @@ void br_coord_destroy(br_coord_t **cp)
     br_usage_destroy(&c->usage);
     br_services_destroy(&c->services);
     br_replicas_destroy(&c->replicas);
+    br_replkeep_destroy(&c->replkeep);
     br_hooks_destroy(&c->hooks);
     br_storemark_destroy(&c->mark);
     br_store_destroy(&c->store);
@@ -234,91 +235,6 @@ void br_coord_destroy(br_coord_t **cp)
         close(c->sigfd);
     free(c);
     *cp = NULL;
-}
-
-void br_coord_post(br_coord_t *c, br_msg_t *m)
-{
-    if (!m)
-        return;
-    if (c->outbox_len == c->outbox_cap) {
-        size_t cap = c->outbox_cap ? c->outbox_cap * 2 : 64;
-        br_msg_t **nb = realloc(c->outbox, cap * sizeof(*nb));
-        if (!nb) {
-            br_msg_destroy(&m);
-            return;
-        }
-        c->outbox = nb;
-        c->outbox_cap = cap;
-    }
-    c->outbox[c->outbox_len++] = m;
-}
-
-void br_coord_send_node(br_coord_t *c, br_node_t *n, const char *type, json_t *body)
-{
-    if (!n->route_len) {
-        json_decref(body);
-        return;
-    }
-    br_msg_t *m = br_msg_new(BR_MSG_REQUEST, type, c->seq++);
-    if (!m) {
-        json_decref(body);
-        return;
-    }
-    br_msg_set_body(m, body);
-    br_msg_set_route(m, n->route, n->route_len);
-    br_coord_post(c, m);
-}
-
-void br_coord_event(br_coord_t *c, int64_t job, const char *node, const char *state,
-                    const char *fmt, ...)
-{
-    char reason[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(reason, sizeof(reason), fmt, ap);
-    va_end(ap);
-    br_err_t err;
-    if (br_store_event_add(c->store, br_now_ms(), job, node, state, reason, &err) < 0)
-        fprintf(stderr, "brambled: event not stored: %s\n", err.text);
-    else if (c->watchers && br_watchers_count(c->watchers))
-        br_coord_news(c, job, 0);
-    /* logged once the wake is on disk: the log never claims what was not stored */
-    char line[768];
-    int n = job ? snprintf(line, sizeof(line), "brambled: job %lld %s%s%s: %s\n",
-                           (long long)job, state, node ? " on " : "", node ? node : "",
-                           reason)
-                : snprintf(line, sizeof(line), "brambled: node %s %s: %s\n",
-                           node ? node : "-", state, reason);
-    size_t len = n < 0 ? 0 : (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
-    if (c->wake_log_len + len + 1 > c->wake_log_cap) {
-        size_t cap = (c->wake_log_cap ? c->wake_log_cap * 2 : 4096) + len;
-        char *nb = realloc(c->wake_log, cap);
-        if (!nb) {
-            fputs(line, stderr);
-            return;
-        }
-        c->wake_log = nb;
-        c->wake_log_cap = cap;
-    }
-    memcpy(c->wake_log + c->wake_log_len, line, len);
-    c->wake_log_len += len;
-}
-
-void br_coord_news(br_coord_t *c, int64_t job, int is_log)
-{
-    int64_t owner = -1;
-    if (job > 0 && br_watchers_need_owner(c->watchers)) {
-        br_job_t *j = br_jobtab_find(c->jobs, job);
-        if (j) {
-            owner = j->owner_id > 0 ? j->owner_id : -1;
-        } else { /* ended: only in the store */
-            json_t *row = br_store_job_get(c->store, job, NULL);
-            json_t *o = json_object_get(row, "owner_id");
-            owner = json_is_integer(o) ? json_integer_value(o) : -1;
-            json_decref(row);
-        }
-    }
-    br_watchers_note(c->watchers, job, owner, is_log);
 }
 
 /* Tell a watcher there is news (watchers.h); -1 when its client is gone or does not
@@ -346,56 +262,30 @@ static int send_news(void *arg, const void *route, size_t route_len, int64_t job
     return rc;
 }
 
-/* Print (committed) or drop (undone) the event lines of this wake. */
-static void wake_log_end(br_coord_t *c, int committed)
-{
-    if (committed && c->wake_log_len)
-        fwrite(c->wake_log, 1, c->wake_log_len, stderr);
-    c->wake_log_len = 0;
-}
-
-void br_coord_changed(br_coord_t *c)
-{
-    br_hooks_run(c, c->hooks, BR_HOOK_CHANGED, NULL);
-}
-
-void br_coord_save_node(br_coord_t *c, br_node_t *n)
-{
-    br_err_t err;
-    json_object_set_new(n->info, "last_seen", json_integer(n->last_seen_ms));
-    if (br_store_node_save(c->store, n->info, &err) < 0)
-        fprintf(stderr, "brambled: node %s not saved: %s\n", n->name, err.text);
-}
-
-json_t *br_time_json(json_t *ms)
-{
-    if (!json_is_integer(ms) || json_integer_value(ms) == 0)
-        return json_null();
-    return json_real((double)json_integer_value(ms) / 1000.0);
-}
-
 /* Send what the wake queued. Nothing here blocks: a message to a peer that does
  * not read what it is sent (its queue is full) is dropped and counted, and the
  * count is logged at most once a second. */
-static void flush_outbox(br_coord_t *c)
+static void send_one(void *arg, br_msg_t *m)
 {
-    uint64_t dropped = 0;
-    for (size_t i = 0; i < c->outbox_len; i++) {
-        br_err_t err;
-        json_t *errnum = json_object_get(br_msg_body(c->outbox[i]), "errnum");
-        if (br_msg_kind(c->outbox[i]) == BR_MSG_RESPONSE && json_is_integer(errnum))
-            br_stats_refused(c->stats, (int)json_integer_value(errnum));
-        if (!br_dash_catch(c, c->outbox[i]) && /* (an answer to the dashboard stays) */
-            br_msg_send(c->sock, c->outbox[i], &err) < 0) {
-            if (errno == EAGAIN)
-                dropped++;
-            else if (errno != EHOSTUNREACH)
-                fprintf(stderr, "brambled: %s\n", err.text);
-        }
-        br_msg_destroy(&c->outbox[i]);
+    br_coord_t *c = arg;
+    br_err_t err;
+    json_t *errnum = json_object_get(br_msg_body(m), "errnum");
+    if (br_msg_kind(m) == BR_MSG_RESPONSE && json_is_integer(errnum))
+        br_stats_refused(c->stats, (int)json_integer_value(errnum));
+    if (!br_dash_catch(c, m) && /* (an answer to the dashboard stays) */
+        br_msg_send(c->sock, m, &err) < 0) {
+        if (errno == EAGAIN)
+            c->sends_dropped++;
+        else if (errno != EHOSTUNREACH)
+            fprintf(stderr, "brambled: %s\n", err.text);
     }
-    c->outbox_len = 0;
-    c->sends_dropped += dropped;
+    br_msg_destroy(&m);
+}
+
+static void flush_outbox(br_coord_t *c, int committed)
+{
+    br_outbox_end(c->out, committed, send_one, c);
+    br_stats_set_sends_dropped(c->stats, c->sends_dropped);
     int64_t now = br_mono_ms();
     if (c->sends_dropped > c->sends_dropped_logged && now - c->drops_logged_at >= 1000) {
         fprintf(stderr, "brambled: dropped %llu message(s) to peers that do not read "
@@ -412,8 +302,7 @@ static void flush_outbox(br_coord_t *c)
  * undone wake: it only makes a client ask again. */
 static void end_wake(br_coord_t *c, int committed)
 {
-    wake_log_end(c, committed);
-    flush_outbox(c);
+    flush_outbox(c, committed);
     br_watchers_flush(c->watchers, br_mono_ms(), send_news, c);
     forget_wake(c);
     br_jobtab_sweep(c->jobs); /* the jobs that ended in it */
@@ -435,9 +324,7 @@ static void abort_wake(br_coord_t *c, int errnum)
 {
     br_store_rollback(c->store);
     rehold(c);
-    for (size_t i = 0; i < c->outbox_len; i++)
-        br_msg_destroy(&c->outbox[i]);
-    c->outbox_len = 0;
+    br_outbox_undo(c->out, (br_outbox_mark_t){0, 0});
     for (size_t i = 0; i < c->wake_len; i++) {
         br_msg_t *req = c->wake_reqs[i];
         if (br_msg_kind(req) == BR_MSG_REQUEST)
@@ -461,20 +348,17 @@ static int dispatch_one(br_coord_t *c, br_msg_t *m)
         c->wake_reqs[c->wake_len++] = m;
         return EIO;
     }
-    size_t from = c->outbox_len, log_from = c->wake_log_len;
+    br_outbox_mark_t from = br_outbox_mark(c->out);
     br_caller_t who;
     br_api_dispatch(c, m, &who);
-    br_audit_note(c, m, &who, from);
+    br_audit_note(c, m, &who, from.msgs);
     c->wake_reqs[c->wake_len++] = m; /* kept until the wake's answers are sent */
     int failed = br_store_release(c->store);
     if (failed && !br_store_in_txn(c->store))
         return failed;
     if (failed) { /* its changes were undone: so is what it queued and logged */
         rehold(c);
-        for (size_t k = from; k < c->outbox_len; k++)
-            br_msg_destroy(&c->outbox[k]);
-        c->outbox_len = from;
-        c->wake_log_len = log_from;
+        br_outbox_undo(c->out, from);
         if (br_msg_kind(m) == BR_MSG_REQUEST)
             br_coord_post(c, br_msg_reply_error(
                                  m, failed, "%s: store %s; nothing was changed",
@@ -664,6 +548,7 @@ int br_coord_run(br_coord_t *c, br_err_t *err)
         if (n > 0 && (items[1].revents & ZMQ_POLLIN))
             br_zap_handle(c->zap);
         br_ckptpull_answer(c);
+        flush_outbox(c, 1); /* what it queued leaves now, not with the next wake */
         int readable = n > 0 && (items[0].revents & ZMQ_POLLIN);
         int64_t gather = readable ? br_pace_gather_us(c->pace, br_mono_us()) : 0;
         if (gather > 0 && !c->stop) /* busy: let more come, so that one wake reads many */

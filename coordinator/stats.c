@@ -47,6 +47,7 @@ struct br_stats {
     uint64_t refused[NREFUSALS + 1];
     uint64_t handshakes_refused;
     uint64_t hung; /* attempts agents ended as hung since this brambled started */
+    uint64_t sends_dropped; /* messages the loop dropped: their peer did not read */
     double pulled[2][2]; /* [replica, restore][received, deduplicated] bytes */
     int64_t started_ms; /* wall clock */
     br_metrics_t *page;
@@ -118,6 +119,17 @@ void br_stats_hung(br_stats_t *s)
 {
     if (s)
         s->hung++;
+}
+
+void br_stats_set_sends_dropped(br_stats_t *s, uint64_t n)
+{
+    if (s)
+        s->sends_dropped = n;
+}
+
+uint64_t br_stats_sends_dropped(const br_stats_t *s)
+{
+    return s ? s->sends_dropped : 0;
 }
 
 void br_stats_pulled(br_stats_t *s, int restore, long long received, long long deduped)
@@ -382,7 +394,7 @@ static void page_refusals(br_metrics_t *m, br_stats_t *s, br_coord_t *c)
                       (double)s->handshakes_refused);
     br_metrics_family(m, "bramble_sends_dropped_total", "counter",
                       "Messages dropped because their peer's queue was full.");
-    br_metrics_sample(m, "bramble_sends_dropped_total", NULL, (double)c->sends_dropped);
+    br_metrics_sample(m, "bramble_sends_dropped_total", NULL, (double)s->sends_dropped);
 }
 
 static void page_http(br_metrics_t *m, br_coord_t *c)

@@ -7,6 +7,7 @@
 #define BRAMBLE_STATS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct br_coord;
 typedef struct br_stats br_stats_t;
@@ -30,6 +31,10 @@ void br_stats_refused(br_stats_t *s, int errnum);
 void br_stats_handshake_refused(br_stats_t *s);
 /* An agent ended an attempt as hung (the spec's progress.timeout passed). */
 void br_stats_hung(br_stats_t *s);
+/* Messages the loop dropped so far (their peer's queue was full): the loop says,
+ * the ping and the metrics read it. */
+void br_stats_set_sends_dropped(br_stats_t *s, uint64_t n);
+uint64_t br_stats_sends_dropped(const br_stats_t *s);
 /* A checkpoint pull ended well: bytes that came over the network and bytes the
  * node had already (by hash); restore: to resume a job, else a replica. */
 void br_stats_pulled(br_stats_t *s, int restore, long long received, long long deduped);

@@ -14,6 +14,7 @@
 #include "deps.h"
 #include "jobs.h"
 #include "replicas.h"
+#include "replkeep.h"
 #include "scheduler.h"
 #include "services.h"
 #include "util.h"
@@ -62,12 +63,15 @@ static inline int fixture_open(coord_fixture_t *f, const char *test, int with_re
     c->stats = br_stats_new();
     c->hooks = br_hooks_new();
     c->probeset = br_probeset_new("a test's probe secret");
-    if (with_replicas)
+    if (with_replicas) {
         c->replicas = br_replicas_new();
-    c->seq = 1;
-    if (!c->store || !c->nodes || !c->jobs || !c->stats || !c->hooks || !c->probeset ||
+        c->replkeep = br_replkeep_new();
+    }
+    c->out = br_outbox_new();
+    if (!c->out || !c->store || !c->nodes || !c->jobs || !c->stats || !c->hooks || !c->probeset ||
         (with_replicas && !c->replicas) || br_jobs_init(c) < 0 || br_deps_init(c) < 0 ||
-        (with_replicas && br_replicas_init(c) < 0) ||
+        (with_replicas && (!c->replkeep || br_replicas_init(c) < 0 ||
+                           br_replkeep_init(c) < 0)) ||
         !(c->services = br_services_new(c)) || !(c->sched = br_sched_new(c)) ||
         br_store_begin(c->store, &err) < 0)
         return -1;
@@ -79,30 +83,27 @@ static inline int fixture_open(coord_fixture_t *f, const char *test, int with_re
 static inline json_t *fixture_order(br_coord_t *c, const char *type, const br_node_t *n)
 {
     json_t *found = NULL;
-    for (size_t i = 0; i < c->outbox_len; i++) {
+    for (size_t i = 0; i < br_outbox_count(c->out); i++) {
+        const br_msg_t *m = br_outbox_msg(c->out, i);
         size_t len;
-        const unsigned char *route = br_msg_route(c->outbox[i], &len);
-        if (strcmp(br_msg_type(c->outbox[i]), type) == 0 && len == 1 &&
+        const unsigned char *route = br_msg_route(m, &len);
+        if (strcmp(br_msg_type(m), type) == 0 && len == 1 &&
             route[0] == (unsigned char)n->name[0])
-            found = br_msg_body(c->outbox[i]);
+            found = br_msg_body(m);
     }
     return found;
 }
 
 static inline void fixture_drop_orders(br_coord_t *c)
 {
-    for (size_t i = 0; i < c->outbox_len; i++)
-        br_msg_destroy(&c->outbox[i]);
-    c->outbox_len = 0;
+    br_outbox_undo(c->out, (br_outbox_mark_t){0, 0});
 }
 
 /* Free everything fixture_open made, and remove its directory. */
 static inline void fixture_close(coord_fixture_t *f)
 {
     br_coord_t *c = &f->c;
-    fixture_drop_orders(c);
-    free(c->outbox);
-    free(c->wake_log);
+    br_outbox_destroy(&c->out);
     br_jobtab_destroy(&c->jobs);
     br_store_destroy(&c->store);
     br_nodes_destroy(&c->nodes);
@@ -111,6 +112,7 @@ static inline void fixture_close(coord_fixture_t *f)
     br_sched_destroy(&c->sched);
     br_services_destroy(&c->services);
     br_replicas_destroy(&c->replicas);
+    br_replkeep_destroy(&c->replkeep);
     br_hooks_destroy(&c->hooks);
     br_probeset_destroy(&c->probeset);
     br_rm_tree(AT_FDCWD, f->dir);

@@ -43,12 +43,12 @@ static br_job_t *submit(br_coord_t *c, int nodes)
 static json_t *last_run(br_coord_t *c, const br_node_t *n)
 {
     json_t *body = NULL;
-    for (size_t i = 0; i < c->outbox_len; i++) {
+    for (size_t i = 0; i < br_outbox_count(c->out); i++) {
         size_t len;
-        const unsigned char *route = br_msg_route(c->outbox[i], &len);
-        if (strcmp(br_msg_type(c->outbox[i]), "job.run") == 0 && len == 1 &&
+        const unsigned char *route = br_msg_route(br_outbox_msg(c->out, i), &len);
+        if (strcmp(br_msg_type(br_outbox_msg(c->out, i)), "job.run") == 0 && len == 1 &&
             route[0] == (unsigned char)n->name[0])
-            body = br_msg_body(c->outbox[i]);
+            body = br_msg_body(br_outbox_msg(c->out, i));
     }
     return body;
 }
@@ -114,10 +114,10 @@ static int started(br_coord_t *c, br_node_t *n, const br_job_t *j, json_t *resum
     br_api_job_started(c, m, &who);
     br_msg_destroy(&m);
     /* the answer is the newest response in the outbox */
-    for (size_t i = c->outbox_len; i-- > 0;)
-        if (br_msg_kind(c->outbox[i]) == BR_MSG_RESPONSE &&
-            strcmp(br_msg_type(c->outbox[i]), "job.started") == 0)
-            return (int)json_integer_value(json_object_get(br_msg_body(c->outbox[i]),
+    for (size_t i = br_outbox_count(c->out); i-- > 0;)
+        if (br_msg_kind(br_outbox_msg(c->out, i)) == BR_MSG_RESPONSE &&
+            strcmp(br_msg_type(br_outbox_msg(c->out, i)), "job.started") == 0)
+            return (int)json_integer_value(json_object_get(br_msg_body(br_outbox_msg(c->out, i)),
                                                            "errnum"));
     fail_msg("job.started was not answered");
     return -1;

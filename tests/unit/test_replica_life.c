@@ -37,8 +37,8 @@ static int teardown(void **state)
 /* The error number of the last reply in the outbox (0: success). */
 static int last_reply(br_coord_t *c)
 {
-    assert_true(c->outbox_len > 0);
-    json_t *b = br_msg_body(c->outbox[c->outbox_len - 1]);
+    assert_true(br_outbox_count(c->out) > 0);
+    json_t *b = br_msg_body(br_outbox_msg(c->out, br_outbox_count(c->out) - 1));
     return (int)json_integer_value(json_object_get(b, "errnum"));
 }
 
@@ -244,12 +244,12 @@ static int64_t running(br_coord_t *c, int replicas, br_node_t **writer)
 static br_node_t *granted(br_coord_t *c, br_node_t **holder)
 {
     br_node_t *peer = NULL;
-    for (size_t i = 0; i < c->outbox_len; i++) {
+    for (size_t i = 0; i < br_outbox_count(c->out); i++) {
         size_t len;
-        const unsigned char *route = br_msg_route(c->outbox[i], &len);
-        if (strcmp(br_msg_type(c->outbox[i]), "ckpt.serve") != 0)
+        const unsigned char *route = br_msg_route(br_outbox_msg(c->out, i), &len);
+        if (strcmp(br_msg_type(br_outbox_msg(c->out, i)), "ckpt.serve") != 0)
             continue;
-        json_t *b = br_msg_body(c->outbox[i]);
+        json_t *b = br_msg_body(br_outbox_msg(c->out, i));
         peer = br_nodes_find(c->nodes, json_string_value(json_object_get(b, "peer")));
         for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)
             if (len == 1 && route[0] == (unsigned char)n->name[0])
@@ -447,7 +447,7 @@ static int purge(br_coord_t *c, int64_t id, br_principal_t kind, int64_t who_id,
     br_caller_t who = {kind, "ann", who_id};
     br_api_job_purge(c, m, &who);
     br_msg_destroy(&m);
-    json_t *b = br_msg_body(c->outbox[c->outbox_len - 1]);
+    json_t *b = br_msg_body(br_outbox_msg(c->out, br_outbox_count(c->out) - 1));
     if (body)
         *body = b;
     return (int)json_integer_value(json_object_get(b, "errnum"));
