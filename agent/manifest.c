@@ -14,7 +14,7 @@
 
 #include "ckpt.h"
 #include "util.h"
-#include "worker.h"
+#include "workq.h"
 
 /*
  * The walk opens everything relative to its parent's descriptor with O_NOFOLLOW:
@@ -320,7 +320,7 @@ json_t *br_manifest_build(const char *dir, const char *path, br_fsid_t *fsid,
 /* --- the hasher thread --------------------------------------------------------- */
 
 typedef struct job {
-    struct job *next;
+    br_wqnode_t node;
     char *dir, *path, *group;
     int as_user;
     uid_t uid;
@@ -331,30 +331,13 @@ typedef struct job {
     int dropped; /* cancelled: taken silently */
 } job_t;
 
-typedef struct {
-    job_t *head, **tail;
-} list_t;
-
 struct br_manifest {
-    br_worker_t w; /* its cancel stops building busy */
-    list_t todo, done;
-    int ntodo;
-    job_t *busy; /* being built */
+    br_workq_t q; /* its w.cancel stops building q.busy */
 };
 
-static void push(list_t *l, job_t *j)
+static job_t *job_of(br_wqnode_t *n)
 {
-    j->next = NULL;
-    *l->tail = j;
-    l->tail = &j->next;
-}
-
-static job_t *pop(list_t *l)
-{
-    job_t *j = l->head;
-    if (j && !(l->head = j->next))
-        l->tail = &l->head;
-    return j;
+    return n ? BR_WQ_JOB(n, job_t, node) : NULL;
 }
 
 static void job_free(job_t *j)
@@ -387,30 +370,35 @@ static void build_job(job_t *j, const atomic_int *cancel)
     br_fsid_destroy(&as);
 }
 
-static void *run(void *arg)
+/* The queue's callbacks (workq.h): a dropped job is not built, and one dropped while
+ * it is built is taken silently too. */
+static void job_begin(void *owner, br_wqnode_t *n)
 {
-    br_manifest_t *h = arg;
-    pthread_mutex_lock(&h->w.mu);
-    for (;;) {
-        while (!h->w.stop && !h->todo.head)
-            pthread_cond_wait(&h->w.cv, &h->w.mu);
-        if (h->w.stop)
-            break;
-        job_t *j = h->busy = pop(&h->todo);
-        h->ntodo--;
-        atomic_store(&h->w.cancel, j->dropped);
-        pthread_mutex_unlock(&h->w.mu);
-        if (!atomic_load(&h->w.cancel))
-            build_job(j, &h->w.cancel);
-        pthread_mutex_lock(&h->w.mu);
-        h->busy = NULL;
-        j->dropped |= atomic_load(&h->w.cancel);
-        push(&h->done, j);
-        br_worker_post(&h->w);
-    }
-    pthread_mutex_unlock(&h->w.mu);
-    return NULL;
+    br_manifest_t *h = owner;
+    if (job_of(n)->dropped)
+        atomic_store(&h->q.w.cancel, 1);
 }
+
+static void job_work(void *owner, br_wqnode_t *n)
+{
+    br_manifest_t *h = owner;
+    if (!atomic_load(&h->q.w.cancel))
+        build_job(job_of(n), &h->q.w.cancel);
+}
+
+static int job_finish(void *owner, br_wqnode_t *n)
+{
+    br_manifest_t *h = owner;
+    job_of(n)->dropped |= atomic_load(&h->q.w.cancel);
+    return 1;
+}
+
+static void job_drop(br_wqnode_t *n)
+{
+    job_free(job_of(n));
+}
+
+static const br_workq_ops_t ops = {job_begin, job_work, job_finish, job_drop};
 
 br_manifest_t *br_manifest_new(br_err_t *err)
 {
@@ -420,10 +408,8 @@ br_manifest_t *br_manifest_new(br_err_t *err)
     br_manifest_t *h = calloc(1, sizeof(*h));
     if (!h)
         return br_errp(err, ENOMEM, "out of memory");
-    h->todo.tail = &h->todo.head;
-    h->done.tail = &h->done.head;
-    if (br_worker_init(&h->w, "manifest", err) < 0 ||
-        br_worker_start(&h->w, run, h, err) < 0) {
+    if (br_workq_init(&h->q, "manifest", &ops, h, err) < 0 ||
+        br_workq_start(&h->q, err) < 0) {
         br_manifest_destroy(&h);
         return NULL;
     }
@@ -436,13 +422,7 @@ void br_manifest_destroy(br_manifest_t **hp)
     if (!h)
         return;
     int saved = errno;
-    br_worker_stop(&h->w);
-    job_t *j;
-    while ((j = pop(&h->todo)))
-        job_free(j);
-    while ((j = pop(&h->done)))
-        job_free(j);
-    br_worker_fini(&h->w);
+    br_workq_fini(&h->q);
     free(h);
     *hp = NULL;
     errno = saved;
@@ -450,7 +430,7 @@ void br_manifest_destroy(br_manifest_t **hp)
 
 int br_manifest_fd(const br_manifest_t *h)
 {
-    return h->w.efd;
+    return br_workq_fd(&h->q);
 }
 
 static char *dup_or_null(const char *s, int *bad)
@@ -477,14 +457,11 @@ int br_manifest_submit(br_manifest_t *h, const br_manifest_req_t *r, br_err_t *e
         job_free(j);
         return br_errf(err, bad ? ENOMEM : EINVAL, bad ? "out of memory" : "no path");
     }
-    pthread_mutex_lock(&h->w.mu);
-    int full = h->ntodo >= BR_MANIFEST_QUEUE;
-    if (!full) {
-        push(&h->todo, j);
-        h->ntodo++;
-        pthread_cond_signal(&h->w.cv);
-    }
-    pthread_mutex_unlock(&h->w.mu);
+    pthread_mutex_lock(&h->q.w.mu);
+    int full = h->q.todo.n >= BR_MANIFEST_QUEUE;
+    if (!full)
+        br_workq_add(&h->q, NULL, &j->node);
+    pthread_mutex_unlock(&h->q.w.mu);
     if (full) {
         job_free(j);
         return br_errf(err, EAGAIN, "%d checkpoints are waiting to be hashed already",
@@ -495,16 +472,9 @@ int br_manifest_submit(br_manifest_t *h, const br_manifest_req_t *r, br_err_t *e
 
 int br_manifest_take(br_manifest_t *h, json_t **tag, json_t **manifest, br_err_t *err)
 {
-    br_worker_clear(&h->w);
     job_t *j;
-    for (;;) {
-        pthread_mutex_lock(&h->w.mu);
-        j = pop(&h->done);
-        pthread_mutex_unlock(&h->w.mu);
-        if (!j || !j->dropped)
-            break;
+    while ((j = job_of(br_workq_take(&h->q))) && j->dropped)
         job_free(j);
-    }
     if (!j)
         return 0;
     *tag = j->tag;
@@ -516,33 +486,43 @@ int br_manifest_take(br_manifest_t *h, json_t **tag, json_t **manifest, br_err_t
     return 1;
 }
 
-static int count(const list_t *l, const char *group)
+static int count(const br_wqlist_t *l, const char *group)
 {
     int n = 0;
-    for (const job_t *j = l->head; j; j = j->next)
+    for (br_wqnode_t *at = l->head; at; at = at->next) {
+        const job_t *j = job_of(at);
         n += !j->dropped && strcmp(j->group, group) == 0;
+    }
     return n;
+}
+
+static void drop(br_wqlist_t *l, const char *group)
+{
+    for (br_wqnode_t *at = l->head; at; at = at->next) {
+        job_t *j = job_of(at);
+        j->dropped |= strcmp(j->group, group) == 0;
+    }
 }
 
 int br_manifest_pending(br_manifest_t *h, const char *group)
 {
-    pthread_mutex_lock(&h->w.mu);
-    int n = count(&h->todo, group) + count(&h->done, group) +
-            (h->busy && !h->busy->dropped && strcmp(h->busy->group, group) == 0);
-    pthread_mutex_unlock(&h->w.mu);
+    pthread_mutex_lock(&h->q.w.mu);
+    const job_t *busy = job_of(h->q.busy);
+    int n = count(&h->q.todo, group) + count(&h->q.done, group) +
+            (busy && !busy->dropped && strcmp(busy->group, group) == 0);
+    pthread_mutex_unlock(&h->q.w.mu);
     return n;
 }
 
 void br_manifest_cancel(br_manifest_t *h, const char *group)
 {
-    pthread_mutex_lock(&h->w.mu);
-    for (job_t *j = h->todo.head; j; j = j->next)
-        j->dropped |= strcmp(j->group, group) == 0;
-    for (job_t *j = h->done.head; j; j = j->next)
-        j->dropped |= strcmp(j->group, group) == 0;
-    if (h->busy && strcmp(h->busy->group, group) == 0) {
-        h->busy->dropped = 1;
-        atomic_store(&h->w.cancel, 1);
+    pthread_mutex_lock(&h->q.w.mu);
+    drop(&h->q.todo, group);
+    drop(&h->q.done, group);
+    job_t *busy = job_of(h->q.busy);
+    if (busy && strcmp(busy->group, group) == 0) {
+        busy->dropped = 1;
+        atomic_store(&h->q.w.cancel, 1);
     }
-    pthread_mutex_unlock(&h->w.mu);
+    pthread_mutex_unlock(&h->q.w.mu);
 }

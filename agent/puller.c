@@ -7,29 +7,32 @@
 #include <sodium.h>
 #include <zmq.h>
 
-#include "worker.h"
+#include "workq.h"
 
 /* --- the pulling thread ----------------------------------------------------------- */
 
 typedef struct job {
-    struct job *next;
+    br_wqnode_t node;
     br_pull_req_t r; /* its strings and manifest are the job's own */
-    char *strs[10]; /* the request's strings */
+    char *strs[10];  /* the request's strings */
     json_t *manifest, *tag, *result;
     br_err_t err;
+    br_pull_stats_t st; /* of its last run */
 } job_t;
 
 struct br_puller {
     void *ctx;
-    br_worker_t w; /* its cancel stops the pull in progress (destroy, or preempted) */
-    int ntodo;
-    job_t *todo, *done; /* FIFO lists (appended at the tail) */
-    int running;        /* a pull is in progress: 1 a replica's, 2 a restore's */
-    int preempted;     /* it was stopped for a restore: it waits again */
-    br_pull_stats_t st;
-    job_t *current;            /* the pull in progress (under w.mu), or NULL */
-    _Atomic long long progress; /* its bytes in place so far */
+    br_workq_t q;  /* q.busy: the pull in progress; q.w.cancel stops it (destroy, or
+                    * preempted) */
+    int preempted; /* under q.w.mu: q.busy was stopped for a restore: it waits again */
+    br_pull_stats_t st;         /* under q.w.mu */
+    _Atomic long long progress; /* q.busy's bytes in place so far */
 };
+
+static job_t *job_of(br_wqnode_t *n)
+{
+    return n ? BR_WQ_JOB(n, job_t, node) : NULL;
+}
 
 static void job_free(job_t *j)
 {
@@ -46,69 +49,57 @@ static void job_free(job_t *j)
     }
 }
 
-static void append(job_t **l, job_t *j)
+/* Under q.w.mu: the place in todo after the urgent pulls waiting (restores). */
+static br_wqnode_t **after_urgent(br_puller_t *pl)
 {
-    while (*l)
-        l = &(*l)->next;
-    j->next = NULL;
-    *l = j;
+    br_wqnode_t **at = &pl->q.todo.head;
+    while (*at && job_of(*at)->r.urgent)
+        at = &(*at)->next;
+    return at;
 }
 
-static job_t *take_first(job_t **l)
+/* The queue's callbacks (workq.h). */
+static void job_begin(void *owner, br_wqnode_t *n)
 {
-    job_t *j = *l;
-    if (j)
-        *l = j->next;
-    return j;
+    br_puller_t *pl = owner;
+    pl->preempted = 0;
+    atomic_store(&pl->progress, 0);
+    job_of(n)->r.progress = &pl->progress;
 }
 
-static void *run(void *arg)
+static void job_work(void *owner, br_wqnode_t *n)
 {
-    br_puller_t *pl = arg;
-    pthread_mutex_lock(&pl->w.mu);
-    for (;;) {
-        while (!pl->w.stop && !pl->todo)
-            pthread_cond_wait(&pl->w.cv, &pl->w.mu);
-        if (pl->w.stop)
-            break;
-        job_t *j = take_first(&pl->todo);
-        pl->ntodo--;
-        pl->running = j->r.urgent ? 2 : 1;
-        pl->preempted = 0;
-        pl->current = j;
-        atomic_store(&pl->progress, 0);
-        j->r.progress = &pl->progress;
-        atomic_store(&pl->w.cancel, 0);
-        pthread_mutex_unlock(&pl->w.mu);
-        br_pull_stats_t st = {0};
-        j->result = br_pull_run(pl->ctx, &j->r, &pl->w.cancel, &st, &j->err);
-        pthread_mutex_lock(&pl->w.mu);
-        pl->running = 0;
-        pl->current = NULL;
-        /* what came over the link counts, also for a run a restore stopped */
-        pl->st.bytes_received += st.bytes_received;
-        pl->st.bytes_deduped += st.bytes_deduped;
-        pl->st.files_fetched += st.files_fetched;
-        pl->st.files_deduped += st.files_deduped;
-        pl->st.resumes += st.resumes;
-        if (!j->result && pl->preempted && !pl->w.stop) {
-            /* a restore came (a job waits for it): this replica's pull waits again,
-             * first of the others, and picks up from the bytes it has */
-            job_t **at = &pl->todo;
-            while (*at && (*at)->r.urgent)
-                at = &(*at)->next;
-            j->next = *at;
-            *at = j;
-            pl->ntodo++;
-            j->err = (br_err_t){0};
-            continue;
-        }
-        append(&pl->done, j);
-        br_worker_post(&pl->w);
-    }
-    pthread_mutex_unlock(&pl->w.mu);
-    return NULL;
+    br_puller_t *pl = owner;
+    job_t *j = job_of(n);
+    j->st = (br_pull_stats_t){0};
+    j->result = br_pull_run(pl->ctx, &j->r, &pl->q.w.cancel, &j->st, &j->err);
 }
+
+static int job_finish(void *owner, br_wqnode_t *n)
+{
+    br_puller_t *pl = owner;
+    job_t *j = job_of(n);
+    /* what came over the link counts, also for a run a restore stopped */
+    pl->st.bytes_received += j->st.bytes_received;
+    pl->st.bytes_deduped += j->st.bytes_deduped;
+    pl->st.files_fetched += j->st.files_fetched;
+    pl->st.files_deduped += j->st.files_deduped;
+    pl->st.resumes += j->st.resumes;
+    if (j->result || !pl->preempted || pl->q.w.stop)
+        return 1;
+    /* a restore came (a job waits for it): this replica's pull waits again, first
+     * of the others, and picks up from the bytes it has */
+    br_wqlist_insert(&pl->q.todo, after_urgent(pl), n);
+    j->err = (br_err_t){0};
+    return 0;
+}
+
+static void job_drop(br_wqnode_t *n)
+{
+    job_free(job_of(n));
+}
+
+static const br_workq_ops_t ops = {job_begin, job_work, job_finish, job_drop};
 
 br_puller_t *br_puller_new(br_err_t *err)
 {
@@ -117,10 +108,10 @@ br_puller_t *br_puller_new(br_err_t *err)
     br_puller_t *pl = calloc(1, sizeof(*pl));
     if (!pl)
         return br_errp(err, ENOMEM, "out of memory");
-    int rc = br_worker_init(&pl->w, "puller", err);
+    int rc = br_workq_init(&pl->q, "puller", &ops, pl, err);
     if (rc == 0 && !(pl->ctx = zmq_ctx_new()))
         rc = br_errf(err, errno, "puller: %s", strerror(errno));
-    if (rc < 0 || br_worker_start(&pl->w, run, pl, err) < 0) {
+    if (rc < 0 || br_workq_start(&pl->q, err) < 0) {
         br_puller_destroy(&pl);
         return NULL;
     }
@@ -133,15 +124,9 @@ void br_puller_destroy(br_puller_t **pp)
     if (!pl)
         return;
     int saved = errno;
-    br_worker_stop(&pl->w);
-    job_t *j;
-    while ((j = take_first(&pl->todo)))
-        job_free(j);
-    while ((j = take_first(&pl->done)))
-        job_free(j);
+    br_workq_fini(&pl->q);
     if (pl->ctx)
         zmq_ctx_term(pl->ctx);
-    br_worker_fini(&pl->w);
     free(pl);
     *pp = NULL;
     errno = saved;
@@ -149,7 +134,7 @@ void br_puller_destroy(br_puller_t **pp)
 
 int br_puller_fd(const br_puller_t *pl)
 {
-    return pl->w.efd;
+    return br_workq_fd(&pl->q);
 }
 
 static const char *keep(job_t *j, int i, const char *s, int *bad)
@@ -161,28 +146,27 @@ static const char *keep(job_t *j, int i, const char *s, int *bad)
     return j->strs[i];
 }
 
-/* Under pl->w.mu: end the waiting pulls that j supersedes (see br_puller_submit). */
+/* Under q.w.mu: end the waiting pulls that j supersedes (see br_puller_submit). */
 static void supersede(br_puller_t *pl, const job_t *j)
 {
     if (j->r.urgent || j->r.group <= 0)
         return;
     int ended = 0;
-    for (job_t **at = &pl->todo; *at;) {
-        job_t *o = *at;
+    for (br_wqnode_t **at = &pl->q.todo.head; *at;) {
+        job_t *o = job_of(*at);
         if (o->r.urgent || o->r.group != j->r.group || o->r.order >= j->r.order) {
-            at = &o->next;
+            at = &(*at)->next;
             continue;
         }
-        *at = o->next;
-        pl->ntodo--;
+        br_wqlist_unlink(&pl->q.todo, at);
         br_errf(&o->err, ECANCELED, "superseded: a newer checkpoint (step %lld) is to be "
                                     "pulled instead, and was queued before this began",
                 (long long)j->r.order);
-        append(&pl->done, o);
+        br_wqlist_push(&pl->q.done, &o->node);
         ended++;
     }
     if (ended)
-        br_worker_post(&pl->w);
+        br_worker_post(&pl->q.w);
 }
 
 int br_puller_submit(br_puller_t *pl, const br_pull_req_t *r, br_err_t *err)
@@ -208,27 +192,20 @@ int br_puller_submit(br_puller_t *pl, const br_pull_req_t *r, br_err_t *err)
         job_free(j);
         return br_errf(err, ENOMEM, "out of memory");
     }
-    pthread_mutex_lock(&pl->w.mu);
-    int full = pl->ntodo >= BR_PULL_QUEUE;
+    pthread_mutex_lock(&pl->q.w.mu);
+    int full = pl->q.todo.n >= BR_PULL_QUEUE;
+    job_t *busy = job_of(pl->q.busy);
     if (!full && r->urgent) { /* after the urgent ones already waiting */
-        job_t **at = &pl->todo;
-        while (*at && (*at)->r.urgent)
-            at = &(*at)->next;
-        j->next = *at;
-        *at = j;
-        pl->ntodo++;
-        if (pl->running == 1) { /* a replica's pull must not hold a job up */
+        br_workq_add(&pl->q, after_urgent(pl), &j->node);
+        if (busy && !busy->r.urgent) { /* a replica's pull must not hold a job up */
             pl->preempted = 1;
-            atomic_store(&pl->w.cancel, 1);
+            atomic_store(&pl->q.w.cancel, 1);
         }
-        pthread_cond_signal(&pl->w.cv);
     } else if (!full) {
         supersede(pl, j);
-        append(&pl->todo, j);
-        pl->ntodo++;
-        pthread_cond_signal(&pl->w.cv);
+        br_workq_add(&pl->q, NULL, &j->node);
     }
-    pthread_mutex_unlock(&pl->w.mu);
+    pthread_mutex_unlock(&pl->q.w.mu);
     if (full) {
         job_free(j);
         return br_errf(err, EAGAIN, "%d pulls are waiting already", BR_PULL_QUEUE);
@@ -238,10 +215,7 @@ int br_puller_submit(br_puller_t *pl, const br_pull_req_t *r, br_err_t *err)
 
 int br_puller_take(br_puller_t *pl, json_t **tag, json_t **result, br_err_t *err)
 {
-    br_worker_clear(&pl->w);
-    pthread_mutex_lock(&pl->w.mu);
-    job_t *j = take_first(&pl->done);
-    pthread_mutex_unlock(&pl->w.mu);
+    job_t *j = job_of(br_workq_take(&pl->q));
     if (!j)
         return 0;
     *tag = j->tag;
@@ -255,16 +229,17 @@ int br_puller_take(br_puller_t *pl, json_t **tag, json_t **result, br_err_t *err
 
 void br_puller_stats(br_puller_t *pl, br_pull_stats_t *st)
 {
-    pthread_mutex_lock(&pl->w.mu);
+    pthread_mutex_lock(&pl->q.w.mu);
     *st = pl->st;
-    pthread_mutex_unlock(&pl->w.mu);
+    pthread_mutex_unlock(&pl->q.w.mu);
 }
 
 json_t *br_puller_progress(br_puller_t *pl, long long *done)
 {
-    pthread_mutex_lock(&pl->w.mu);
-    json_t *tag = pl->current ? json_incref(pl->current->tag) : NULL;
+    pthread_mutex_lock(&pl->q.w.mu);
+    job_t *busy = job_of(pl->q.busy);
+    json_t *tag = busy ? json_incref(busy->tag) : NULL;
     *done = atomic_load(&pl->progress);
-    pthread_mutex_unlock(&pl->w.mu);
+    pthread_mutex_unlock(&pl->q.w.mu);
     return tag;
 }

@@ -3,8 +3,8 @@
  * owner's queues, a stop flag and a cancel flag, an eventfd that the side which
  * waits polls (manifest, puller: the agent's loop, for results; holder: its own
  * thread, for changed grants), and a thread that takes no signal, since the agent
- * reads its own from a signalfd. The queues stay the owner's: what waits, in which
- * order, and what a cancel drops differ from one to the other. */
+ * reads its own from a signalfd. The hasher's and the puller's queue of jobs is
+ * workq.h, on top of this; holder.h has none. */
 #ifndef BRAMBLE_WORKER_H
 #define BRAMBLE_WORKER_H
 
