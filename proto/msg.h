@@ -57,7 +57,7 @@ const void *br_msg_route(const br_msg_t *msg, size_t *len);
 const char *br_msg_user(const br_msg_t *msg);
 const char *br_msg_peer_addr(const br_msg_t *msg);
 /* For a request made inside the coordinator on a client's behalf (the dashboard,
- * coordinator/dashboard.h): the key it acts as, as if ZAP had proved it. */
+ * coordinator/http/dashboard.h): the key it acts as, as if ZAP had proved it. */
 void br_msg_set_user(br_msg_t *msg, const char *user);
 
 /* Decode one message from its frames (no routing id). Pure: used by br_msg_recv and

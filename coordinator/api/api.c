@@ -3,6 +3,8 @@
  * proved) for every message, so a key revoked mid-connection stops at once. */
 #include "api.h"
 #include "ckptpull.h"
+#include "replicas.h"
+#include "replkeep.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -28,9 +28,7 @@ void br_api_job_checkpoint(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
  * entries with relative paths): 0, or -1 with EPROTO and err saying what is wrong. */
 int br_api_check_manifest(const json_t *manifest, br_err_t *err);
 
-/* replicas.c */
-void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
-void br_api_job_purge(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+/* replicas.h: ckpt.stored; replkeep.h: job.purge; ckptpull.h: checkpoint.* */
 
 /* api_cli.c */
 void br_api_ping(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
 #include "ckptdir.h"
 #include "hooks.h"
 #include "jobs.h"

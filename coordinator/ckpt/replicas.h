@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coord.h"
 #include "err.h"
 #include "nodes.h"
 
@@ -147,5 +148,9 @@ json_t *br_replicas_transfers(struct br_coord *c, int64_t job);
  * with "copies": [{"node", "time"}] of the verified replicas (and the writer's
  * own, as {"node", "writer": true}). */
 void br_replicas_annotate(struct br_coord *c, int64_t job, json_t *checkpoints);
+
+/* ckpt.stored (PROTOCOL.md section 5): a node says how a pull it was ordered went;
+ * in the handler table (api.c). */
+void br_api_ckpt_stored(struct br_coord *c, br_msg_t *m, const br_caller_t *who);
 
 #endif

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
 #include "replicas.h"
 #include "util.h"
 

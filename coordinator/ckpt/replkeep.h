@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include "coord.h"
+
 struct br_coord;
 typedef struct br_replkeep br_replkeep_t;
 
@@ -20,5 +22,9 @@ int br_replkeep_init(struct br_coord *c);
 /* Drop at most bite replicas of jobs that ended more than retention_ms ago. How
  * many were dropped (bite: there may be more), or -1 when the store failed. */
 int br_replkeep_expire(struct br_coord *c, int64_t retention_ms, int bite);
+
+/* job.purge {"id"}: drop the replicas of a job that has ended, now; in the handler
+ * table (api.c). */
+void br_api_job_purge(struct br_coord *c, br_msg_t *m, const br_caller_t *who);
 
 #endif

@@ -155,7 +155,7 @@ json_t *br_store_node_list(br_store_t *s, br_err_t *err);
 int64_t br_store_job_add(br_store_t *s, const json_t *job, br_err_t *err);
 /* Update some fields of a job: any of "state", "attempt", "nodes" (array),
  * "assign" (any JSON), "started", "ended", "exit_code", "signal", "reason", and
- * the job core's bookkeeping (coordinator/job.h): "restarts", "not_before",
+ * the job core's bookkeeping (coordinator/core/job.h): "restarts", "not_before",
  * "fresh_after", "lost_at", "exclude" (an array of node names), "placement",
  * "service", "replica", "replicas"; null clears. Other keys are an error
  * (EINVAL). ENOENT when no such job. */
@@ -287,7 +287,7 @@ int br_store_totals(br_store_t *s, int64_t totals[4], br_err_t *err);
 /* What each user used, ever: [{"name","gpu_ms","cpu_ms","cost_micros"}], by name. */
 json_t *br_store_usage_totals(br_store_t *s, br_err_t *err);
 
-/* --- figures for the metrics (coordinator/stats.c) ----------------------------- */
+/* --- figures for the metrics (coordinator/core/stats.c) ----------------------------- */
 /* [{"state","owner","count","log_dropped" (bytes a cap dropped)}], one per state
  * and owner that has jobs. */
 json_t *br_store_job_counts(br_store_t *s, br_err_t *err);

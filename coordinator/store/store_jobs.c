@@ -16,7 +16,7 @@ static const jfield_t job_fields[] = {
     {"state", F_STR},          {"attempt", F_INT},      {"nodes", F_ARRAY},
     {"assign", F_ANY},         {"started", F_INT_NULL}, {"ended", F_INT_NULL},
     {"exit_code", F_INT_NULL}, {"signal", F_INT_NULL},  {"reason", F_STR_NULL},
-    /* the job core's bookkeeping (coordinator/job.h) */
+    /* the job core's bookkeeping (coordinator/core/job.h) */
     {"restarts", F_INT},       {"not_before", F_INT_NULL}, {"fresh_after", F_INT_NULL},
     {"lost_at", F_INT_NULL},   {"exclude", F_ANY},         {"placement", F_STR_NULL},
     {"service", F_INT_NULL},   {"replica", F_INT_NULL},    {"replicas", F_INT_NULL},

@@ -1,5 +1,5 @@
 """An attempt whose processes ended has its exit reported and taken exactly once
-(coordinator/jobs.c br_jobs_not_here, br_store_attempt_reopen), also after a node
+(coordinator/core/jobs.c br_jobs_not_here, br_store_attempt_reopen), also after a node
 loss that makes the job resume on a node where its newest checkpoint is not
 visible, its start held while an older one is restored there, and sent again.
 

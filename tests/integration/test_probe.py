@@ -115,7 +115,7 @@ def full(c, names):
     return wait_for(ready, what="a full round-trip matrix")
 
 
-SITE_RTT_MS = 10.0  # coordinator/netmap.h BR_SITE_RTT_MS: a pair farther apart is two sites
+SITE_RTT_MS = 10.0  # coordinator/core/netmap.h BR_SITE_RTT_MS: a pair farther apart is two sites
 
 
 def near(c, names):

@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
-"""Hold the coordinator to its layers, from its objects (nm): no call circle between
-files, and nothing calls up into the loop (server.c), which only calls down.
+"""Hold the coordinator to its layers: from its objects (nm), no call circle between
+files, and nothing calls up into the loop (server.c), which only calls down; from
+its folders, a file includes headers of its own folder or of lower ones only, and
+calls only into those.
 
-Usage: check_layers.py LIBRARY.a [TOP]   (TOP: the loop's object, default server)
-Prints each circle, or each object that calls into TOP, and exits 1 when there is
-one; exits 0 when the calls go one way."""
+Usage: check_layers.py LIBRARY.a [SRC_DIR LAYER...]
+  SRC_DIR: the coordinator's sources, whose files directly in it (the loop) are the
+  top; LAYER...: its folders, lowest first.
+Prints each fault and exits 1 when there is one; exits 0 when all goes one way."""
 
 import collections
+import os
+import re
 import subprocess
 import sys
+
+TOP = "server"  # the loop's object
 
 
 def objects(archive):
@@ -87,14 +94,53 @@ def circles(nodes, edges):
     return out
 
 
+def folders(src, layers):
+    """{file name without its suffix: its folder's rank} (the top: len(layers)),
+    and {folder rank: folder name}."""
+    where, names = {}, {len(layers): "the top (" + os.path.basename(src) + "/)"}
+    for rank, layer in enumerate([None] + layers):
+        d = src if layer is None else os.path.join(src, layer)
+        r = len(layers) if layer is None else rank - 1
+        if layer is not None:
+            names[r] = layer + "/"
+        for f in sorted(os.listdir(d)):
+            if f.endswith((".c", ".h")) and os.path.isfile(os.path.join(d, f)):
+                where.setdefault(f.rsplit(".", 1)[0], r)
+    return where, names
+
+
+def folder_faults(src, layers, objs, edges):
+    """Includes and calls that go up: into a folder above the file's own."""
+    where, names = folders(src, layers)
+    out = []
+    for rank, layer in [(len(layers), None)] + list(enumerate(layers)):
+        d = src if layer is None else os.path.join(src, layer)
+        for f in sorted(os.listdir(d)):
+            if not f.endswith((".c", ".h")):
+                continue
+            text = open(os.path.join(d, f), encoding="utf-8", errors="replace").read()
+            for inc in re.findall(r'^#include "([^"]+)\.h"', text, re.M):
+                r = where.get(inc)
+                if r is not None and r > rank:
+                    out.append(f"{names[rank]}{f} includes {inc}.h of {names[r]}, above it")
+    for o, ds in sorted(edges.items()):
+        ro = where.get(o)
+        for dst in sorted(ds):
+            rd = where.get(dst)
+            if ro is not None and rd is not None and rd > ro:
+                used = sorted(objs[o][1] & objs[dst][0])
+                out.append(f"{o} ({names[ro]}) calls up into {dst} ({names[rd]}): "
+                           f"{' '.join(used)}")
+    return out
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    top = argv[2] if len(argv) > 2 else "server"
     objs = objects(argv[1])
-    if top not in objs:
-        print(f"check_layers: no object {top} in {argv[1]}", file=sys.stderr)
+    if TOP not in objs:
+        print(f"check_layers: no object {TOP} in {argv[1]}", file=sys.stderr)
         return 2
     edges = calls(objs)
     bad = 0
@@ -105,13 +151,18 @@ def main(argv):
             inside = sorted(edges[o] & set(comp))
             print(f"  {o} calls {' '.join(inside)}")
     for o in sorted(objs):
-        if o != top and top in edges[o]:
+        if o != TOP and TOP in edges[o]:
             bad += 1
-            used = sorted(objs[o][1] & objs[top][0])
-            print(f"{o} calls up into the loop ({top}): {' '.join(used)}")
+            used = sorted(objs[o][1] & objs[TOP][0])
+            print(f"{o} calls up into the loop ({TOP}): {' '.join(used)}")
+    if len(argv) > 3:
+        for fault in folder_faults(argv[2], argv[3:], objs, edges):
+            bad += 1
+            print(fault)
     if not bad:
         print(f"{len(objs)} objects, {sum(len(e) for e in edges.values())} calls between "
-              "them, all one way")
+              "them, all one way" + (f", down through {' '.join(argv[3:])}"
+                                     if len(argv) > 3 else ""))
     return 1 if bad else 0
 
 

@@ -1,4 +1,4 @@
-/* test_arrays.c - the "%N" rule of job arrays (coordinator/arrays.c) inside the
+/* test_arrays.c - the "%N" rule of job arrays (coordinator/policy/arrays.c) inside the
  * planner (scheduler.h): tasks that run count, and so do tasks placed earlier in
  * the same pass; a task held back waits with the array's reason; other jobs and
  * other arrays are not held back. No store, no sockets. */

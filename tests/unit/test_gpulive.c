@@ -1,4 +1,4 @@
-/* test_gpulive.c - heartbeats' GPU figures (coordinator/gpulive.c): what is taken,
+/* test_gpulive.c - heartbeats' GPU figures (coordinator/core/gpulive.c): what is taken,
  * what is refused, free VRAM as the scheduler counts it, and the gauges. */
 #include <stdarg.h>
 #include <stddef.h>

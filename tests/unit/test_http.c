@@ -1,4 +1,4 @@
-/* test_http.c - the HTTP side's pure parts (coordinator/http.c): the --http
+/* test_http.c - the HTTP side's pure parts (coordinator/http/http.c): the --http
  * address forms and metrics tokens, table-driven; and that a build without
  * libmicrohttpd says so instead of serving. */
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* test_httptls.c - the HTTP side's certificate and key files (coordinator/httptls.c),
+/* test_httptls.c - the HTTP side's certificate and key files (coordinator/http/httptls.c),
  * table-driven: what loads, and what is refused with the file named. The files
  * hold PEM-shaped text only; whether libmicrohttpd takes a real pair is for the
  * integration test (tests/integration/test_tls.py). */

@@ -1,4 +1,4 @@
-/* test_metrics.c - the Prometheus text page (coordinator/metrics.c): numbers,
+/* test_metrics.c - the Prometheus text page (coordinator/http/metrics.c): numbers,
  * escaping, families and histograms, table-driven. */
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /* test_newer_resume.c - the coordinator's side of a resume from a newer checkpoint
  * than the newest counted (docs/checkpoints.md, "Nothing newer is lost"): job.run's
- * checkpoint.resume_after (coordinator/jobs.c) and job.started's resumed
- * (coordinator/api_agent.c), on a coordinator made here (coord_fixture.h). */
+ * checkpoint.resume_after (coordinator/core/jobs.c) and job.started's resumed
+ * (coordinator/api/api_agent.c), on a coordinator made here (coord_fixture.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

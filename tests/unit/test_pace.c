@@ -1,4 +1,4 @@
-/* test_pace.c - the coordinator's pace (coordinator/pace.c) on a fake clock: a
+/* test_pace.c - the coordinator's pace (coordinator/core/pace.c) on a fake clock: a
  * loop that reads fewer than BR_PACE_BUSY messages a second reads at once; one
  * that read more in the last whole second lets messages gather, unless its last
  * wake read a backlog; quiet again (or a gap with nothing), it reads at once

@@ -1,4 +1,4 @@
-/* test_replicas.c - the coordinator's replica orders (coordinator/replicas.c) carried
+/* test_replicas.c - the coordinator's replica orders (coordinator/ckpt/replicas.c) carried
  * out by two agents' replica sides (agent/replica.c) over real CURVE sockets: a
  * checkpoint granted on its writer, pulled into another node's store and reported,
  * deduplicated on the next step, restored into the checkpoint's own path, dropped;

@@ -1,4 +1,4 @@
-/* test_specparts.c - the pool of spec parts (coordinator/specparts.c): alike parts
+/* test_specparts.c - the pool of spec parts (coordinator/core/specparts.c): alike parts
  * of different specs become one, unlike ones stay apart, a spec's text is the
  * same after sharing, and parts no spec holds leave the pool as it grows. */
 #include <setjmp.h>
