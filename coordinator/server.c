@@ -128,6 +128,24 @@ static int open_signals(br_coord_t *c)
     return c->sigfd < 0 ? -1 : 0;
 }
 
+int br_coord_wire(br_coord_t *c)
+{
+    c->replicas = br_replicas_new();
+    c->replkeep = br_replkeep_new();
+    c->ckptpull = br_ckptpull_new(c->ctx);
+    c->pace = br_pace_new();
+    if (!c->replicas || !c->replkeep || !c->ckptpull || !c->pace)
+        return -1;
+    /* the modules hear of the core in this order: the core's own hooks first */
+    if (br_jobs_init(c) < 0 || br_deps_init(c) < 0 || br_replicas_init(c) < 0 ||
+        br_replkeep_init(c) < 0 || br_ckptpull_init(c) < 0)
+        return -1;
+    c->services = br_services_new(c);
+    c->sched = br_sched_new(c);
+    c->usage = br_usage_new(c, c->cfg.half_life_ms);
+    return c->services && c->sched && c->usage ? 0 : -1;
+}
+
 br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
 {
     char path[1100];
@@ -169,20 +187,8 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->ctx = zmq_ctx_new();
     if (c->ctx)
         zmq_ctx_set(c->ctx, ZMQ_IO_THREADS, BR_COORD_IO_THREADS); /* before any socket */
-    c->replicas = br_replicas_new();
-    c->replkeep = br_replkeep_new();
-    c->ckptpull = c->ctx ? br_ckptpull_new(c->ctx) : NULL;
-    c->pace = br_pace_new();
-    if (c->out && c->hooks && c->replicas && c->replkeep && c->ckptpull && c->pace &&
-        br_jobs_init(c) == 0 && br_deps_init(c) == 0 && br_replicas_init(c) == 0 &&
-        br_replkeep_init(c) == 0 &&
-        br_ckptpull_init(c) == 0) { /* modules hear of the core */
-        c->services = br_services_new(c);
-        c->sched = br_sched_new(c);
-        c->usage = br_usage_new(c, cfg->half_life_ms);
-    }
-    if (!c->nodes || !c->jobs || !c->netmap || !c->probeset || !c->stats || !c->services ||
-        !c->sched || !c->usage) {
+    if (!c->out || !c->nodes || !c->jobs || !c->hooks || !c->netmap || !c->probeset ||
+        !c->stats || !c->ctx || br_coord_wire(c) < 0) {
         br_errf(err, ENOMEM, "out of memory");
         goto fail;
     }

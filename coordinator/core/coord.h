@@ -74,6 +74,11 @@ typedef struct br_coord {
 } br_coord_t;
 
 br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err);
+/* Make the modules and wire them to c (its store, nodes, jobs, hooks and ctx made;
+ * ctx may be NULL where nothing is pulled): each registers its hooks, in the order
+ * they run. The daemon and the unit tests' fixture both use it (server.c). 0, or
+ * -1 (out of memory). */
+int br_coord_wire(br_coord_t *c);
 void br_coord_destroy(br_coord_t **c);
 /* Serve until SIGTERM/SIGINT. */
 int br_coord_run(br_coord_t *c, br_err_t *err);

@@ -10,8 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zmq.h>
 
+#include "ckptpull.h"
 #include "deps.h"
+#include "pace.h"
+#include "usage.h"
 #include "jobs.h"
 #include "replicas.h"
 #include "replkeep.h"
@@ -43,8 +47,9 @@ static inline br_node_t *fixture_node(br_coord_t *c, const char *name, int cpus,
     return n;
 }
 
-/* Open f's coordinator in a new directory named after test; with_replicas: the
- * replicas module too. 0, or -1. */
+/* Open f's coordinator in a new directory named after test, with every module
+ * wired as brambled wires them (br_coord_wire); with_replicas is no longer read.
+ * 0, or -1. */
 static inline int fixture_open(coord_fixture_t *f, const char *test, int with_replicas)
 {
     snprintf(f->dir, sizeof(f->dir), "/tmp/%s.XXXXXX", test);
@@ -63,17 +68,11 @@ static inline int fixture_open(coord_fixture_t *f, const char *test, int with_re
     c->stats = br_stats_new();
     c->hooks = br_hooks_new();
     c->probeset = br_probeset_new("a test's probe secret");
-    if (with_replicas) {
-        c->replicas = br_replicas_new();
-        c->replkeep = br_replkeep_new();
-    }
     c->out = br_outbox_new();
-    if (!c->out || !c->store || !c->nodes || !c->jobs || !c->stats || !c->hooks || !c->probeset ||
-        (with_replicas && !c->replicas) || br_jobs_init(c) < 0 || br_deps_init(c) < 0 ||
-        (with_replicas && (!c->replkeep || br_replicas_init(c) < 0 ||
-                           br_replkeep_init(c) < 0)) ||
-        !(c->services = br_services_new(c)) || !(c->sched = br_sched_new(c)) ||
-        br_store_begin(c->store, &err) < 0)
+    c->ctx = zmq_ctx_new(); /* for the links a checkpoint pull makes, as brambled's */
+    (void)with_replicas; /* every module is wired, as brambled wires them */
+    if (!c->out || !c->ctx || !c->store || !c->nodes || !c->jobs || !c->stats || !c->hooks ||
+        !c->probeset || br_coord_wire(c) < 0 || br_store_begin(c->store, &err) < 0)
         return -1;
     return 0;
 }
@@ -110,7 +109,12 @@ static inline void fixture_close(coord_fixture_t *f)
     br_netmap_destroy(&c->netmap);
     br_stats_destroy(&c->stats);
     br_sched_destroy(&c->sched);
+    br_usage_destroy(&c->usage);
     br_services_destroy(&c->services);
+    br_ckptpull_destroy(&c->ckptpull); /* its sockets close before the context ends */
+    br_pace_destroy(&c->pace);
+    if (c->ctx)
+        zmq_ctx_term(c->ctx);
     br_replicas_destroy(&c->replicas);
     br_replkeep_destroy(&c->replkeep);
     br_hooks_destroy(&c->hooks);
