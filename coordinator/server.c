@@ -31,6 +31,17 @@
 #include "sock.h"
 #include "usage.h"
 #include "util.h"
+#include "hooks.h"
+#include "jobtab.h"
+#include "outbox.h"
+#include "netmap.h"
+#include "probeset.h"
+#include "watchers.h"
+#include "stats.h"
+#include "http.h"
+#include "zap.h"
+#include "storemark.h"
+#include "dirlock.h"
 
 #define BATCH_MAX BR_COORD_BATCH_MAX
 

@@ -14,6 +14,10 @@
 #include "replicas.h"
 #include "token.h"
 #include "util.h"
+#include "netmap.h"
+#include "probeset.h"
+#include "watchers.h"
+#include "stats.h"
 
 void br_api_node_join(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {

@@ -22,6 +22,10 @@
 #include "usage.h"
 #include "token.h"
 #include "util.h"
+#include "jobtab.h"
+#include "netmap.h"
+#include "watchers.h"
+#include "stats.h"
 
 #define LOG_PAGE (256 * 1024) /* a chunk is at most BR_MSG_DATA_MAX: so is a page */
 #define RECENT_MS (10 * 60 * 1000)

@@ -11,6 +11,7 @@
 #include "dashboard.h"
 #include "gpuhist.h"
 #include "util.h"
+#include "http.h"
 
 void br_api_dashboard_login(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "util.h"
+#include "outbox.h"
 
 /* The requests that change something: everything else the admin sends only reads. */
 static const char *const actions[] = {

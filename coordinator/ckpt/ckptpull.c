@@ -13,6 +13,7 @@
 #include "replicas.h"
 #include "sock.h"
 #include "util.h"
+#include "hooks.h"
 
 #define WINDOW (2 * BR_XFER_WINDOW) /* reads in flight per pull */
 #define AUTH_GRACE_MS 5000 /* a handshake refused sooner than this after the grant was

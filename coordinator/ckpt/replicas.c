@@ -11,6 +11,8 @@
 #include "jobs.h"
 #include "jobtab.h"
 #include "util.h"
+#include "netmap.h"
+#include "stats.h"
 
 void br_replicas_hello(br_node_t *n, int port)
 {

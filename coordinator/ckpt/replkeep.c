@@ -8,6 +8,7 @@
 
 #include "replicas.h"
 #include "util.h"
+#include "hooks.h"
 
 #define EXPIRE_MS 60000 /* expired replicas are looked for this often at most */
 #define EXPIRE_BITE 64  /* ... and at most this many dropped per tick */

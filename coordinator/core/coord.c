@@ -9,7 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hooks.h"
+#include "jobtab.h"
+#include "outbox.h"
 #include "util.h"
+#include "watchers.h"
 
 void br_coord_post(br_coord_t *c, br_msg_t *m)
 {

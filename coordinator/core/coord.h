@@ -14,21 +14,10 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "dirlock.h"
-#include "hooks.h"
-#include "http.h"
-#include "jobtab.h"
+#include "config.h" /* (the configuration is kept by value) */
 #include "msg.h"
-#include "netmap.h"
 #include "nodes.h"
-#include "outbox.h"
-#include "probeset.h"
-#include "stats.h"
-#include "store.h"
-#include "storemark.h"
-#include "watchers.h"
-#include "zap.h"
+#include "store.h" /* (br_principal_t, and what nearly every module calls) */
 
 #define BR_COORD_BATCH_MAX 512 /* messages read in one wake (one transaction) */
 /* ZeroMQ I/O threads: each connection's CURVE work (handshake, every message's
@@ -38,20 +27,20 @@
 
 typedef struct br_coord {
     br_config_t cfg;
-    br_dirlock_t *lock; /* DIR/brambled.lock: one coordinator per data dir */
+    struct br_dirlock *lock; /* DIR/brambled.lock: one coordinator per data dir */
     void *ctx;
     void *sock;
-    br_zap_t *zap;
+    struct br_zap *zap;
     br_store_t *store;
-    br_storemark_t *mark; /* DIR/store.mark: refuses a store that lost commits */
+    struct br_storemark *mark; /* DIR/store.mark: refuses a store that lost commits */
     br_nodes_t *nodes;
-    br_jobtab_t *jobs; /* the current jobs in memory (jobtab.h), kept by jobs.c */
+    struct br_jobtab *jobs; /* the current jobs in memory (jobtab.h), kept by jobs.c */
     int sigfd;
     int64_t started_mono;
-    br_outbox_t *out; /* what this wake sends and logs, once committed (outbox.h) */
+    struct br_outbox *out; /* what this wake sends and logs, once committed (outbox.h) */
     br_msg_t *wake_reqs[BR_COORD_BATCH_MAX]; /* what this wake read: told if undone */
     size_t wake_len;
-    br_hooks_t *hooks;      /* what the modules hear of the core (hooks.h) */
+    struct br_hooks *hooks;      /* what the modules hear of the core (hooks.h) */
     struct br_sched *sched; /* the scheduler's own state (scheduler.h) */
     struct br_services *services; /* the services' own state (services.h) */
     struct br_replicas *replicas; /* pulls of checkpoints in flight (replicas.h) */
@@ -60,14 +49,14 @@ typedef struct br_coord {
     struct br_ckptpull *ckptpull; /* checkpoints pulled to users' machines (ckptpull.h) */
     struct br_pace *pace;         /* messages gather before a wake when busy (pace.h) */
     int64_t ticked;         /* monotonic ms of the last BR_HOOK_TICK */
-    br_netmap_t *netmap;    /* round trips between nodes, from their heartbeats */
-    br_probeset_t *probeset; /* who probes whom, and the probes' key (probeset.h) */
-    br_watchers_t *watchers; /* clients waiting for news (event.watch) */
+    struct br_netmap *netmap;    /* round trips between nodes, from their heartbeats */
+    struct br_probeset *probeset; /* who probes whom, and the probes' key (probeset.h) */
+    struct br_watchers *watchers; /* clients waiting for news (event.watch) */
     uint64_t sends_dropped;        /* messages dropped: their peer's queue was full */
     uint64_t sends_dropped_logged; /* ... of which the log has told */
     int64_t drops_logged_at;       /* monotonic ms of that log line */
-    br_stats_t *stats;             /* what /metrics shows (stats.h) */
-    br_http_t *http;               /* the HTTP side, NULL when off (http.h) */
+    struct br_stats *stats;             /* what /metrics shows (stats.h) */
+    struct br_http *http;               /* the HTTP side, NULL when off (http.h) */
     int http_tokens_dirty;         /* the metrics tokens changed: hand them over */
     struct br_dash *dash;          /* the dashboard, with the HTTP side (dashboard.h) */
     int stop;

@@ -10,6 +10,9 @@
 
 #include "ckptdir.h"
 #include "util.h"
+#include "hooks.h"
+#include "jobtab.h"
+#include "stats.h"
 
 void br_job_save(br_coord_t *c, br_job_t *job)
 {

@@ -8,6 +8,8 @@
 
 #include "jobs.h"
 #include "util.h"
+#include "netmap.h"
+#include "probeset.h"
 
 br_node_t *br_nodelife_seen(br_coord_t *c, const char *name, const void *route, size_t len)
 {

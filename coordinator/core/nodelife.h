@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "coord.h"
+#include "hooks.h"
 
 /* What br_node_post does besides the state: the event's kind (NULL: the new
  * state's name), the hook to run after (BR_HOOK_NODE_LOST, _UNHEALTHY, _BACK; or

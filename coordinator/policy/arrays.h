@@ -16,6 +16,7 @@
 #include "coord.h"
 #include "job.h"
 #include "scheduler.h"
+#include "jobtab.h"
 
 /* Store one task per index of a (job: the usual new-job object, named after the
  * spec), all in the caller's transaction, each with an event. Returns the array's

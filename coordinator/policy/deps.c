@@ -10,6 +10,8 @@
 #include "arrays.h"
 #include "jobs.h"
 #include "spec.h"
+#include "hooks.h"
+#include "jobtab.h"
 
 /* How far job id has got: its state, and whether it ever ran. -1: no such job. */
 static int status_of(br_coord_t *c, int64_t id, int *ran, int64_t *owner)

@@ -13,6 +13,9 @@
 #include "jobs.h"
 #include "spec.h"
 #include "util.h"
+#include "hooks.h"
+#include "jobtab.h"
+#include "netmap.h"
 
 /* What GPU i of n would have left after taking a job that needs vram on it (0: a
  * whole GPU): the free VRAM it reported (NVML's figure, so memory that processes

@@ -29,6 +29,7 @@
 #include "fairshare.h"
 #include "job.h"
 #include "usage.h"
+#include "netmap.h"
 
 #define BR_SCHED_GANG_CANDIDATES 64
 #define BR_SCHED_RESERVE_MAX 64 /* the largest gang a reservation is made for */

@@ -8,6 +8,8 @@
 
 #include "jobs.h"
 #include "util.h"
+#include "hooks.h"
+#include "jobtab.h"
 
 /* A bookkeeping column of a job's store row, or -1 when it has none. */
 static json_int_t row_int(json_t *job, const char *key)

@@ -22,6 +22,12 @@
 #include "scheduler.h"
 #include "services.h"
 #include "util.h"
+#include "hooks.h"
+#include "jobtab.h"
+#include "outbox.h"
+#include "netmap.h"
+#include "probeset.h"
+#include "stats.h"
 
 typedef struct {
     char dir[64];

@@ -15,6 +15,7 @@
 #include "arrays.h"
 #include "jobtab.h"
 #include "scheduler.h"
+#include "netmap.h"
 
 #define GIB (1024LL * 1024 * 1024)
 

@@ -21,6 +21,7 @@
 #include "scheduler.h"
 #include "store.h"
 #include "usage.h"
+#include "netmap.h"
 
 #define HOUR 3600000LL
 #define HALF (7 * 24 * HOUR)

@@ -22,6 +22,8 @@
 #include "hooks.h"
 #include "nodelife.h"
 #include "services.h"
+#include "jobtab.h"
+#include "outbox.h"
 
 typedef fixture_two_t world_t;
 

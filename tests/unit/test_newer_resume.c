@@ -14,6 +14,8 @@
 
 #include "api.h"
 #include "coord_fixture.h"
+#include "hooks.h"
+#include "outbox.h"
 
 typedef fixture_two_t world_t;
 

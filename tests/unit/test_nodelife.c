@@ -14,6 +14,7 @@
 
 #include "coord_fixture.h"
 #include "nodelife.h"
+#include "hooks.h"
 
 /* Heartbeats of node n every hb_ms for the given time, each up to jitter ms late
  * or early (a fixed pseudo-random walk), answered as the coordinator would: how

@@ -21,6 +21,9 @@
 
 #include "api.h"
 #include "coord_fixture.h"
+#include "hooks.h"
+#include "jobtab.h"
+#include "outbox.h"
 
 typedef fixture_two_t world_t;
 

@@ -17,6 +17,7 @@
 
 #include "msg.h"
 #include "scheduler.h"
+#include "netmap.h"
 
 #define GIB (1024LL * 1024 * 1024)
 
