@@ -8,11 +8,28 @@
 #include <stdio.h>
 #include <string.h>
 
+void br_utf8_trim(char *s)
+{
+    size_t len = strlen(s), i = len;
+    /* back over continuation bytes to the last lead byte, at most 3 */
+    while (i > 0 && len - i < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80)
+        i--;
+    if (i == 0)
+        return;
+    unsigned char lead = (unsigned char)s[i - 1];
+    size_t need = lead < 0x80 ? 1 : (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3
+                                   : (lead & 0xF8) == 0xF0                ? 4
+                                                                           : 1;
+    if (len - (i - 1) < need) /* the last character was cut: drop what is left of it */
+        s[i - 1] = '\0';
+}
+
 static void vfill(br_err_t *err, int errnum, const char *fmt, va_list ap)
 {
     if (err) {
         err->errnum = errnum;
-        vsnprintf(err->text, sizeof(err->text), fmt, ap);
+        if (vsnprintf(err->text, sizeof(err->text), fmt, ap) >= (int)sizeof(err->text))
+            br_utf8_trim(err->text); /* cut where a character ends, not inside one */
     }
     errno = errnum;
 }

@@ -21,4 +21,8 @@ void *br_errp(br_err_t *err, int errnum, const char *fmt, ...)
 /* Prefix err->text with "prefix: " (keeps errnum). */
 void br_err_prefix(br_err_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* s was cut at a byte count: drop a last character left incomplete, so that what
+ * remains is as valid UTF-8 as it was before the cut. */
+void br_utf8_trim(char *s);
+
 #endif

@@ -383,19 +383,27 @@ br_msg_t *br_msg_reply_error(const br_msg_t *req, int errnum, const char *fmt, .
     char text[BR_ERR_TEXT];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
+    if (vsnprintf(text, sizeof(text), fmt, ap) >= (int)sizeof(text))
+        br_utf8_trim(text);
     va_end(ap);
+    json_t *words = json_string(text);
+    if (!words) { /* not UTF-8 even so: the bytes that are not ASCII as '?' */
+        for (char *p = text; *p; p++)
+            if ((unsigned char)*p >= 0x80)
+                *p = '?';
+        words = json_string(text);
+    }
     json_object_set_new(r->body, "errnum", json_integer(errnum ? errnum : EINVAL));
-    json_object_set_new(r->body, "error", json_string(text));
+    json_object_set_new(r->body, "error", words ? words : json_string("request failed"));
     return r;
 }
 
 int br_msg_check(const br_msg_t *resp, br_err_t *err)
 {
     json_t *e = json_object_get(resp->body, "error");
-    if (!e)
-        return 0;
     json_t *n = json_object_get(resp->body, "errnum");
+    if (!e && !(json_is_integer(n) && json_integer_value(n) != 0))
+        return 0; /* (an errnum alone is a refusal too) */
     int errnum = json_is_integer(n) ? (int)json_integer_value(n) : EPROTO;
     return br_errf(err, errnum > 0 ? errnum : EPROTO, "%s",
                    json_is_string(e) ? json_string_value(e) : "request failed");

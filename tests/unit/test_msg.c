@@ -350,6 +350,41 @@ static void test_largest_body(void **state)
 
 /* ---- replies ---- */
 
+/* A refusal whose words were cut at the limit inside a character, or that hold
+ * bytes that are not UTF-8, is still a refusal with its words: it never reads as
+ * a success. An answer with an errnum alone is a refusal too. */
+static void test_reply_error_cut_inside_a_character(void **state)
+{
+    (void)state;
+    br_msg_t *req = br_msg_new(BR_MSG_REQUEST, "node.drain", 9);
+    char name[400] = "x";
+    for (int i = 0; i < 150; i++)
+        strcat(name, "\xc3\xa9"); /* é */
+    br_err_t err;
+    br_errf(&err, ENOENT, "no node named '%s'", name);
+    assert_true(strlen(err.text) < BR_ERR_TEXT);
+    json_t *s = json_string(err.text);
+    assert_non_null(s); /* br_errf cut where a character ends */
+    json_decref(s);
+    br_msg_t *r = br_msg_reply_error(req, ENOENT, "no node named '%s'", name);
+    assert_non_null(json_object_get(br_msg_body(r), "error"));
+    br_err_t got = {0};
+    assert_int_equal(br_msg_check(r, &got), -1);
+    assert_int_equal(got.errnum, ENOENT);
+    assert_non_null(strstr(got.text, "no node named 'x\xc3\xa9"));
+    br_msg_destroy(&r);
+    r = br_msg_reply_error(req, EINVAL, "bad \xff byte");
+    assert_int_equal(br_msg_check(r, &got), -1);
+    assert_string_equal(got.text, "bad ? byte");
+    br_msg_destroy(&r);
+    r = br_msg_reply(req);
+    br_msg_set_body(r, json_pack("{s:i}", "errnum", EPERM));
+    assert_int_equal(br_msg_check(r, &got), -1);
+    assert_int_equal(got.errnum, EPERM);
+    br_msg_destroy(&r);
+    br_msg_destroy(&req);
+}
+
 static void test_reply(void **state)
 {
     br_msg_t *req = br_msg_new(BR_MSG_REQUEST, "job.show", 77);
@@ -408,7 +443,8 @@ static void test_check(void **state)
     } cases[] = {
         {"{}", 0, 0, NULL},
         {"{\"id\": 3}", 0, 0, NULL},
-        {"{\"errnum\": 13}", 0, 0, NULL}, /* no "error": success */
+        {"{\"errnum\": 13}", -1, EACCES, "request failed"}, /* no "error": still refused */
+        {"{\"errnum\": 0}", 0, 0, NULL},
         {"{\"errnum\": 13, \"error\": \"not allowed\"}", -1, EACCES, "not allowed"},
         {"{\"error\": \"x\"}", -1, EPROTO, "x"},
         {"{\"errnum\": 0, \"error\": \"x\"}", -1, EPROTO, "x"},
@@ -1120,6 +1156,7 @@ int main(void)
         cmocka_unit_test(test_new_and_accessors),
         cmocka_unit_test(test_largest_body),
         cmocka_unit_test(test_reply),
+        cmocka_unit_test(test_reply_error_cut_inside_a_character),
         cmocka_unit_test(test_check),
         cmocka_unit_test(test_unpack),
         cmocka_unit_test(test_unpack_wrong_type_names_field),
