@@ -54,7 +54,7 @@ static void usage(FILE *f)
             "init creates the coordinator key pair, the store (DIR/bramble.db) and the\n"
             "admin credential (DIR/admin.credential), and records the endpoints.\n"
             "Without init, serve: agents and the CLI connect to --listen\n"
-            "(default %s). Durations take ms, s, m, h.\n"
+            "(default %s). Durations take ms, s, m, h, d.\n"
             "--announce broadcasts this coordinator's endpoint and public key on the\n"
             "LAN (UDP port %d, every 2s) so agents whose join token names a stale\n"
             "address find it; off unless --announce or --teaching (teaching mode) is\n"
@@ -125,7 +125,8 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
             if (br_parse_duration(optarg, o == 'H' ? &cfg->heartbeat_ms
                                                    : &cfg->node_timeout_ms,
                                   &err) < 0) {
-                fprintf(stderr, "brambled: %s\n", err.text);
+                fprintf(stderr, "brambled: --%s %s: %s\n",
+                        o == 'H' ? "heartbeat-interval" : "node-timeout", optarg, err.text);
                 return 2;
             }
             break;
@@ -143,10 +144,11 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
             }
             break;
         case 'L': {
-            uint64_t bytes;
-            if (br_parse_size(optarg, &bytes, &err) < 0 || bytes > (1ULL << 40)) {
+            uint64_t bytes = 0;
+            int bad = br_parse_size(optarg, &bytes, &err) < 0;
+            if (bad || bytes > (1ULL << 40)) {
                 fprintf(stderr, "brambled: --log-max-per-job %s: %s\n", optarg,
-                        bytes > (1ULL << 40) ? "at most 1TiB" : err.text);
+                        bad ? err.text : "at most 1TiB");
                 return 2;
             }
             cfg->log_max_per_job = (int64_t)bytes;
