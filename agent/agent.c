@@ -397,8 +397,12 @@ static int open_signals(br_agent_t *a)
 static int open_socket(br_agent_t *a, br_err_t *err)
 {
     const br_cred_t *c = &a->s->cred;
-    a->sock = br_sock_client(a->ctx, c->endpoint, c->server_public_key, a->key_pub,
-                             a->key_sec, err);
+    /* watched from before it connects: a refusal of the first handshake is seen */
+    a->sock = br_sock_client_watched(a->ctx, c->endpoint, c->server_public_key, a->key_pub,
+                                     a->key_sec, 0, 0,
+                                     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                                         ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL,
+                                     &a->monitor, err);
     if (!a->sock)
         return -1;
     /* no send may block the loop (fencing runs in it): a bounded queue, and what
@@ -407,7 +411,6 @@ static int open_socket(br_agent_t *a, br_err_t *err)
     if (zmq_setsockopt(a->sock, ZMQ_SNDTIMEO, &zero, sizeof(zero)) < 0 ||
         zmq_setsockopt(a->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm)) < 0)
         return br_errf(err, errno, "socket options: %s", zmq_strerror(errno));
-    a->monitor = br_sock_monitor(a->ctx, a->sock);
     if (!a->monitor)
         return br_errf(err, errno, "socket monitor: %s", zmq_strerror(errno));
     return 0;

@@ -308,11 +308,12 @@ static int connect_holder(pull_t *p)
 {
     const br_pull_req_t *r = p->r;
     /* the link's life by ZMTP heartbeats; a slow holder is not a dead one */
-    p->sock = br_sock_client_hb(p->ctx, r->endpoint, r->server_key, r->public_key,
-                                r->secret_key, HEARTBEAT_MS, (int)p->stall_ms, p->err);
+    /* watched from before it connects: a refusal of the first handshake is seen */
+    p->sock = br_sock_client_watched(p->ctx, r->endpoint, r->server_key, r->public_key,
+                                     r->secret_key, HEARTBEAT_MS, (int)p->stall_ms,
+                                     MON_EVENTS, &p->mon, p->err);
     if (!p->sock)
         return -1;
-    p->mon = br_sock_monitor_events(p->ctx, p->sock, MON_EVENTS);
     if (!p->connected_ms)
         p->connected_ms = br_mono_ms();
     /* a send never blocks: with the link down libzmq may have no pipe to queue a

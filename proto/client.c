@@ -202,7 +202,7 @@ br_client_t *br_client_new(const char *endpoint, const char *server_public_key,
     if (c->ctx)
         c->sock =
             br_sock_client_watched(c->ctx, endpoint, server_public_key, public_key,
-                                   secret_key, WATCHED, &c->monitor, err);
+                                   secret_key, 0, 0, WATCHED, &c->monitor, err);
     if (!c->sock) {
         br_client_destroy(&c);
         return NULL;

@@ -102,11 +102,12 @@ void *br_sock_client_hb(void *ctx, const char *endpoint, const char *server_publ
 
 void *br_sock_client_watched(void *ctx, const char *endpoint,
                              const char *server_public_key, const char *public_key,
-                             const char *secret_key, int events, void **monitor,
-                             br_err_t *err)
+                             const char *secret_key, int ivl_ms, int timeout_ms,
+                             int events, void **monitor, br_err_t *err)
 {
     *monitor = NULL;
-    void *s = client_socket(ctx, server_public_key, public_key, secret_key, 0, 0, err);
+    void *s = client_socket(ctx, server_public_key, public_key, secret_key, ivl_ms,
+                            timeout_ms, err);
     if (!s)
         return NULL;
     *monitor = br_sock_monitor_events(ctx, s, events);

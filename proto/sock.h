@@ -29,13 +29,14 @@ void *br_sock_client_hb(void *ctx, const char *endpoint, const char *server_publ
                         const char *public_key, const char *secret_key, int ivl_ms,
                         int timeout_ms, br_err_t *err);
 
-/* br_sock_client with a monitor of events (br_sock_monitor_events' PAIR socket, in
- * *monitor; NULL when it could not be made) that watches from before the connect,
- * so that none of the first connection's events is missed. */
+/* br_sock_client (ivl_ms 0), or br_sock_client_hb, with a monitor of events
+ * (br_sock_monitor_events' PAIR socket, in *monitor; NULL when it could not be
+ * made) that watches from before the connect, so that none of the first
+ * connection's events (a refused handshake) is missed. */
 void *br_sock_client_watched(void *ctx, const char *endpoint,
                              const char *server_public_key, const char *public_key,
-                             const char *secret_key, int events, void **monitor,
-                             br_err_t *err);
+                             const char *secret_key, int ivl_ms, int timeout_ms,
+                             int events, void **monitor, br_err_t *err);
 
 /* Start monitoring sock for handshake failures; returns a PAIR socket to poll, or
  * NULL. Each monitor needs a unique inproc name, made from sock's address. */

@@ -366,15 +366,15 @@ fail:
 
 static int connect_holder(br_coord_t *c, pull_t *p, br_err_t *err)
 {
-    p->sock = br_sock_client_hb(c->ckptpull->ctx, p->endpoint, p->holder_key, c->cfg.public_key,
-                                c->cfg.secret_key, 1000, 10000, err);
+    /* watched from before it connects: a refusal of the first handshake is seen */
+    p->sock = br_sock_client_watched(
+        c->ckptpull->ctx, p->endpoint, p->holder_key, c->cfg.public_key, c->cfg.secret_key,
+        1000, 10000, ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL,
+        &p->mon, err);
     if (!p->sock)
         return -1;
     int zero = 0; /* a read that cannot go now is refused, never waited for */
     zmq_setsockopt(p->sock, ZMQ_SNDTIMEO, &zero, sizeof(zero));
-    p->mon = br_sock_monitor_events(c->ckptpull->ctx, p->sock,
-                                    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                                        ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL);
     p->connected_at = br_mono_ms();
     return 0;
 }
