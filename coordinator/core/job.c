@@ -224,6 +224,35 @@ br_job_t *br_job_from_row_id(const json_t *row, int64_t id, br_err_t *err)
     return job;
 }
 
+static const char *aux_owners[BR_JOB_AUX_MAX]; /* the modules' names, by slot */
+
+int br_job_aux_slot(const char *owner)
+{
+    for (int i = 0; i < BR_JOB_AUX_MAX; i++) {
+        if (!aux_owners[i])
+            aux_owners[i] = owner; /* (owners are string literals: kept as given) */
+        if (strcmp(aux_owners[i], owner) == 0)
+            return i;
+    }
+    return -1;
+}
+
+void *br_job_aux_get(const br_job_t *job, int slot)
+{
+    return slot >= 0 && slot < BR_JOB_AUX_MAX ? job->aux[slot].data : NULL;
+}
+
+void br_job_aux_set(br_job_t *job, int slot, void *data, void (*free_fn)(void *data))
+{
+    if (slot < 0 || slot >= BR_JOB_AUX_MAX)
+        return;
+    br_job_aux_t *a = &job->aux[slot];
+    if (a->data && a->free)
+        a->free(a->data);
+    a->data = data;
+    a->free = free_fn;
+}
+
 void br_job_destroy(br_job_t **jp)
 {
     br_job_t *job = jp ? *jp : NULL;
@@ -240,7 +269,8 @@ void br_job_destroy(br_job_t **jp)
     free(job->name);
     free(job->shape);
     free(job->after);
-    free(job->waiters);
+    for (int i = 0; i < BR_JOB_AUX_MAX; i++)
+        br_job_aux_set(job, i, NULL, NULL);
     json_decref(job->spec);
     free(job);
     *jp = NULL;

@@ -66,6 +66,16 @@ typedef struct br_rank {
     int linked;
 } br_rank_t;
 
+/* A module's own data on a job, in the manner of flux-core's
+ * flux_jobtap_job_aux_set: the module takes a slot once (br_job_aux_slot), then
+ * hangs what it keeps of each job there, with the function that frees it when the
+ * job goes. The core never looks inside. */
+#define BR_JOB_AUX_MAX 8
+typedef struct {
+    void *data;
+    void (*free)(void *data);
+} br_job_aux_t;
+
 typedef struct br_job {
     int64_t id;
     char *name;
@@ -115,9 +125,6 @@ typedef struct br_job {
     int array_max;      /* at most so many of them placed at once; 0: no limit */
     br_after_t *after;  /* the jobs it waits for (deps.c keeps their state) */
     int nafter;
-    int64_t *waiters;   /* ids of the jobs that wait for it (deps.c; some may have
-                           left since) */
-    int nwaiters, capwaiters;
     /* a gang rank's failure held until every other rank's node has spoken since
      * (jobs.c): it may be a peer's death the coordinator does not know yet; in
      * memory only */
@@ -147,17 +154,20 @@ typedef struct br_job {
         double priority, fairshare, age, total;
         int64_t start_at; /* wall ms it starts by, as reserved (backfill); 0 */
     } queue;
-    /* in memory only: it fit nowhere when a pass last looked (scheduler.h): at that
-     * pass's capacity version, under reservation reserve (0: none in force then);
-     * at 0: the next pass decides it again */
-    struct {
-        uint64_t at, reserve;
-    } nowhere;
+    br_job_aux_t aux[BR_JOB_AUX_MAX]; /* the modules' own data (br_job_aux_slot) */
     /* jobtab.h's links */
     struct br_job *id_next, *name_next;
     struct br_job *prev, *next;
     int in_table;
 } br_job_t;
+
+/* The slot of the module named owner (the same one each time it asks; -1 when all
+ * BR_JOB_AUX_MAX are taken). */
+int br_job_aux_slot(const char *owner);
+/* What the module of slot keeps of job (NULL: nothing yet); set it, freeing what
+ * was there (free may be NULL). */
+void *br_job_aux_get(const br_job_t *job, int slot);
+void br_job_aux_set(br_job_t *job, int slot, void *data, void (*free)(void *data));
 
 /* A job from its store row (br_store_job_get/list's object). */
 br_job_t *br_job_from_row(const json_t *row, br_err_t *err);

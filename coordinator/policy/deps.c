@@ -50,21 +50,40 @@ static int judge(int on, int state, int ran)
     }
 }
 
+/* What this module keeps of a job that others wait for, in its slot on the job
+ * (job.h): the ids of the jobs that wait for it (some may have left since). */
+typedef struct {
+    int64_t *ids;
+    int n, cap;
+} waiters_t;
+
+static int slot = -1; /* this module's slot on each job */
+
+static void waiters_free(void *data)
+{
+    waiters_t *w = data;
+    free(w->ids);
+    free(w);
+}
+
 /* Note on the job it waits for that waiter waits (on_progress finds it there). */
 static void note_waiter(br_coord_t *c, br_job_t *waiter, int64_t awaited)
 {
     br_job_t *a = br_jobtab_find(c->jobs, awaited);
-    if (!a || (a->nwaiters && a->waiters[a->nwaiters - 1] == waiter->id))
-        return;
-    if (a->nwaiters == a->capwaiters) {
-        int cap = a->capwaiters ? 2 * a->capwaiters : 4;
-        int64_t *more = realloc(a->waiters, (size_t)cap * sizeof(*more));
-        if (!more) /* (out of memory: it is told at the next load) */
+    waiters_t *w = a ? br_job_aux_get(a, slot) : NULL;
+    if (a && !w && (w = calloc(1, sizeof(*w))))
+        br_job_aux_set(a, slot, w, waiters_free);
+    if (!w || (w->n && w->ids[w->n - 1] == waiter->id))
+        return; /* (out of memory: it is told at the next load) */
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 4;
+        int64_t *more = realloc(w->ids, (size_t)cap * sizeof(*more));
+        if (!more)
             return;
-        a->waiters = more;
-        a->capwaiters = cap;
+        w->ids = more;
+        w->cap = cap;
     }
-    a->waiters[a->nwaiters++] = waiter->id;
+    w->ids[w->n++] = waiter->id;
 }
 
 /* Work out every wait of job again (after a load, or when it is new). */
@@ -113,8 +132,9 @@ static void on_progress(br_coord_t *c, br_hook_arg_t *arg, void *ctx)
     size_t n = 0, cap = 0;
     br_job_t **failing = NULL;
     int met = 0;
-    for (int w = 0; w < arg->job->nwaiters; w++) { /* (not every job: only its own) */
-        br_job_t *j = br_jobtab_find(c->jobs, arg->job->waiters[w]);
+    const waiters_t *waiting = br_job_aux_get(arg->job, slot);
+    for (int w = 0; waiting && w < waiting->n; w++) { /* (only its own, not every job) */
+        br_job_t *j = br_jobtab_find(c->jobs, waiting->ids[w]);
         if (!j || j->state != BR_JOB_PENDING)
             continue;
         for (int i = 0; i < j->nafter; i++) {
@@ -176,6 +196,8 @@ static void on_tick(br_coord_t *c, br_hook_arg_t *arg, void *ctx)
 
 int br_deps_init(br_coord_t *c)
 {
+    if ((slot = br_job_aux_slot("deps")) < 0)
+        return -1;
     return br_hooks_add(c->hooks, BR_HOOK_JOB_RUNNING, on_progress, NULL) < 0 ||
                    br_hooks_add(c->hooks, BR_HOOK_JOB_LEFT, on_progress, NULL) < 0 ||
                    br_hooks_add(c->hooks, BR_HOOK_JOB_ADDED, on_added, NULL) < 0 ||

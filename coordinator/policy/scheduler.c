@@ -504,6 +504,37 @@ static int fits_after(const br_sched_in_t *in, br_job_t *job, const ends_t *e, s
     return fits;
 }
 
+/* What the planner keeps of a job, in its slot on the job (job.h): that it fit
+ * nowhere when a pass last looked, at that pass's capacity version, under
+ * reservation reserve (0: none in force then); at 0 the next pass decides it
+ * again (scheduler.h). */
+typedef struct {
+    uint64_t at, reserve;
+} nowhere_t;
+
+static int nowhere_slot(void)
+{
+    static int slot = -1;
+    if (slot < 0)
+        slot = br_job_aux_slot("scheduler");
+    return slot;
+}
+
+static nowhere_t nowhere_get(const br_job_t *job)
+{
+    const nowhere_t *w = br_job_aux_get(job, nowhere_slot());
+    return w ? *w : (nowhere_t){0, 0};
+}
+
+static void nowhere_set(br_job_t *job, uint64_t at, uint64_t reserve)
+{
+    nowhere_t *w = br_job_aux_get(job, nowhere_slot());
+    if (!w && at && (w = malloc(sizeof(*w))))
+        br_job_aux_set(job, nowhere_slot(), w, free);
+    if (w)
+        *w = (nowhere_t){at, reserve};
+}
+
 /* Reserve for job, which fits nowhere now: the fewest ranks to end (by time) that
  * make it fit, found by halving. 1 when rv now holds its nodes and time. */
 static int reserve(const br_sched_in_t *in, br_job_t *job, ends_t *e, reserve_t *rv)
@@ -854,15 +885,16 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
             d[i].job = job;
             d[i].verdict = BR_SCHED_WAIT;
             d[i].reason = strdup(limit);
-            job->nowhere.at = 0;
+            nowhere_set(job, 0, 0);
             continue;
         }
         if (br_arrays_hold_back(in->arrays, job, d, i)) { /* an array's "%N" */
-            job->nowhere.at = 0;
+            nowhere_set(job, 0, 0);
             continue;
         }
-        if (m && reserve_tried && job->nowhere.at == m->version && shape_alone(job) &&
-            (job->nowhere.reserve == 0 || (rv.active && job->nowhere.reserve == rv_gen)) &&
+        nowhere_t was = nowhere_get(job);
+        if (m && reserve_tried && was.at == m->version && shape_alone(job) &&
+            (was.reserve == 0 || (rv.active && was.reserve == rv_gen)) &&
             job->not_before <= in->now_ms && !br_job_waits_for(job)) {
             /* it fit nowhere, and no node has more room since (scheduler.h) */
             d[i].job = job;
@@ -878,8 +910,7 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
             m->considered++;
             int nowhere = d[i].verdict == BR_SCHED_WAIT && shape_alone(job) &&
                           !br_job_waits_for(job);
-            job->nowhere.at = nowhere ? m->version : 0;
-            job->nowhere.reserve = nowhere && rv.active ? rv_gen : 0;
+            nowhere_set(job, nowhere ? m->version : 0, nowhere && rv.active ? rv_gen : 0);
         }
         if (d[i].verdict == BR_SCHED_PLACE) {
             placed = 1;

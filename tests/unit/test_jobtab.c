@@ -34,6 +34,38 @@ static br_job_t *job_of(json_t *r)
     return j;
 }
 
+static int freed;
+
+static void count_free(void *data)
+{
+    freed++;
+    free(data);
+}
+
+/* A module's slot on a job: one per module name, its data freed when replaced and
+ * when the job goes. */
+static void test_aux_slots(void **state)
+{
+    (void)state;
+    int a = br_job_aux_slot("test-a"), b = br_job_aux_slot("test-b");
+    assert_true(a >= 0 && b >= 0 && a != b);
+    assert_int_equal(br_job_aux_slot("test-a"), a);
+    assert_int_equal(br_job_aux_slot("test-b"), b);
+    br_job_t *j = job_of(row(1, "pending"));
+    assert_null(br_job_aux_get(j, a));
+    freed = 0;
+    br_job_aux_set(j, a, strdup("one"), count_free);
+    br_job_aux_set(j, b, strdup("two"), count_free);
+    assert_string_equal(br_job_aux_get(j, a), "one");
+    br_job_aux_set(j, a, strdup("three"), count_free); /* the old one is freed */
+    assert_int_equal(freed, 1);
+    assert_string_equal(br_job_aux_get(j, a), "three");
+    assert_null(br_job_aux_get(j, -1));
+    br_job_aux_set(j, BR_JOB_AUX_MAX, NULL, NULL); /* no such slot: nothing */
+    br_job_destroy(&j);
+    assert_int_equal(freed, 3);
+}
+
 static void test_row_round_trip(void **state)
 {
     (void)state;
@@ -403,6 +435,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_row_round_trip),
+        cmocka_unit_test(test_aux_slots),
         cmocka_unit_test(test_bad_rows),
         cmocka_unit_test(test_indexes),
         cmocka_unit_test(test_order_nodes_and_sweep),
