@@ -599,8 +599,9 @@ void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 static int by_place(const void *x, const void *y)
 {
     const br_job_t *a = *(br_job_t *const *)x, *b = *(br_job_t *const *)y;
-    int64_t pa = a->queue.place ? a->queue.place : INT64_MAX;
-    int64_t pb = b->queue.place ? b->queue.place : INT64_MAX;
+    int64_t pa = br_sched_queue_of(a).place, pb = br_sched_queue_of(b).place;
+    pa = pa ? pa : INT64_MAX;
+    pb = pb ? pb : INT64_MAX;
     if (pa != pb)
         return pa < pb ? -1 : 1;
     return a->id < b->id ? -1 : a->id > b->id;
@@ -632,6 +633,7 @@ void br_api_job_queue(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_job_t *j = list[i];
         if (who->kind != BR_PRINCIPAL_ADMIN && j->owner_id != who->id)
             continue;
+        br_sched_queue_t q = br_sched_queue_of(j);
         json_array_append_new(
             out, json_pack("{s:I, s:I, s:s, s:s, s:i, s:i, s:f, s:f, s:s*,"
                            " s:{s:f, s:f, s:f, s:f}}", "position",
@@ -639,10 +641,9 @@ void br_api_job_queue(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                            "owner", j->owner, "priority", j->priority, "attempt", j->attempt,
                            "submitted", (double)j->submitted / 1000.0, "waited",
                            (double)(now - j->submitted) / 1000.0, "reason", j->reason,
-                           "score", "total", j->queue.total, "priority",
-                           j->queue.priority, "fairshare", j->queue.fairshare, "age",
-                           j->queue.age));
-        int64_t at = start && i < ne && start[i] ? start[i] : j->queue.start_at;
+                           "score", "total", q.total, "priority", q.priority, "fairshare",
+                           q.fairshare, "age", q.age));
+        int64_t at = start && i < ne && start[i] ? start[i] : q.start_at;
         if (at) /* by then at the latest */
             json_object_set_new(json_array_get(out, json_array_size(out) - 1), "start",
                                 json_real((double)at / 1000.0));

@@ -147,13 +147,6 @@ typedef struct br_job {
     int64_t preempted_at; /* wall ms it was last asked to make room (memory only) */
     int64_t preempting;   /* monotonic ms until which the jobs stopping to make room
                            * for this one may take (memory only; 0: none) */
-    /* in memory only: its place in the last scheduling pass (1: considered first;
-     * 0: none yet), its score there (fairshare.h) and its reservation */
-    struct {
-        int64_t place;
-        double priority, fairshare, age, total;
-        int64_t start_at; /* wall ms it starts by, as reserved (backfill); 0 */
-    } queue;
     br_job_aux_t aux[BR_JOB_AUX_MAX]; /* the modules' own data (br_job_aux_slot) */
     /* jobtab.h's links */
     struct br_job *id_next, *name_next;

@@ -506,13 +506,18 @@ static int fits_after(const br_sched_in_t *in, br_job_t *job, const ends_t *e, s
 
 /* What the planner keeps of a job, in its slot on the job (job.h): that it fit
  * nowhere when a pass last looked, at that pass's capacity version, under
- * reservation reserve (0: none in force then); at 0 the next pass decides it
- * again (scheduler.h). */
+ * reservation reserve (0: none in force then; at 0 the next pass decides it
+ * again, scheduler.h), and its place in the last pass. */
 typedef struct {
     uint64_t at, reserve;
 } nowhere_t;
 
-static int nowhere_slot(void)
+typedef struct {
+    nowhere_t nowhere;
+    br_sched_queue_t queue;
+} sched_job_t;
+
+static int sched_slot(void)
 {
     static int slot = -1;
     if (slot < 0)
@@ -520,19 +525,32 @@ static int nowhere_slot(void)
     return slot;
 }
 
+/* The planner's data of job; made (zeroed) when make, else NULL when it has none. */
+static sched_job_t *sched_of(br_job_t *job, int make)
+{
+    sched_job_t *s = br_job_aux_get(job, sched_slot());
+    if (!s && make && (s = calloc(1, sizeof(*s))))
+        br_job_aux_set(job, sched_slot(), s, free);
+    return s;
+}
+
 static nowhere_t nowhere_get(const br_job_t *job)
 {
-    const nowhere_t *w = br_job_aux_get(job, nowhere_slot());
-    return w ? *w : (nowhere_t){0, 0};
+    const sched_job_t *s = br_job_aux_get(job, sched_slot());
+    return s ? s->nowhere : (nowhere_t){0, 0};
 }
 
 static void nowhere_set(br_job_t *job, uint64_t at, uint64_t reserve)
 {
-    nowhere_t *w = br_job_aux_get(job, nowhere_slot());
-    if (!w && at && (w = malloc(sizeof(*w))))
-        br_job_aux_set(job, nowhere_slot(), w, free);
-    if (w)
-        *w = (nowhere_t){at, reserve};
+    sched_job_t *s = sched_of(job, at != 0);
+    if (s)
+        s->nowhere = (nowhere_t){at, reserve};
+}
+
+br_sched_queue_t br_sched_queue_of(const br_job_t *job)
+{
+    const sched_job_t *s = br_job_aux_get(job, sched_slot());
+    return s ? s->queue : (br_sched_queue_t){0};
 }
 
 /* Reserve for job, which fits nowhere now: the fewest ranks to end (by time) that
@@ -1165,12 +1183,11 @@ void br_sched_run(br_coord_t *c)
         br_job_t *job = d[i].job;
         if (!job)
             continue;
-        job->queue.place = (int64_t)i + 1;
-        job->queue.priority = d[i].score.priority;
-        job->queue.fairshare = d[i].score.fairshare;
-        job->queue.age = d[i].score.age;
-        job->queue.total = d[i].score.total;
-        job->queue.start_at = d[i].start_at;
+        sched_job_t *sj = sched_of(job, 1);
+        if (sj)
+            sj->queue = (br_sched_queue_t){(int64_t)i + 1, d[i].score.priority,
+                                           d[i].score.fairshare, d[i].score.age,
+                                           d[i].score.total, d[i].start_at};
         if (d[i].nvictims) /* it makes room by preemption */
             br_jobs_preempt(c, job, d[i].victims, d[i].nvictims);
         if (d[i].preempt_at && (!s->at || d[i].preempt_at < s->at))

@@ -197,4 +197,15 @@ void br_sched_estimate(br_coord_t *c, br_job_t *const *queue, size_t n, int64_t 
 int br_sched_fit(const br_node_t *n, json_t *spec, json_t **assign, int64_t *left,
                  char *why, size_t whylen);
 
+/* Where a pending job stood in the last scheduling pass (the planner keeps it in its
+ * slot on the job, job.h): its place (1: considered first; 0: not in a pass yet),
+ * its score there and the score's parts (fairshare.h), and when its reservation
+ * promises it starts (wall ms; 0: none). */
+typedef struct {
+    int64_t place;
+    double priority, fairshare, age, total;
+    int64_t start_at;
+} br_sched_queue_t;
+br_sched_queue_t br_sched_queue_of(const br_job_t *job);
+
 #endif
