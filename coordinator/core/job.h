@@ -144,9 +144,6 @@ typedef struct br_job {
         int cancel;
         char why[200];
     } stop;
-    int64_t preempted_at; /* wall ms it was last asked to make room (memory only) */
-    int64_t preempting;   /* monotonic ms until which the jobs stopping to make room
-                           * for this one may take (memory only; 0: none) */
     br_job_aux_t aux[BR_JOB_AUX_MAX]; /* the modules' own data (br_job_aux_slot) */
     /* jobtab.h's links */
     struct br_job *id_next, *name_next;

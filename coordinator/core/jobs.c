@@ -811,7 +811,7 @@ int br_jobs_checkpoint(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
     return 0;
 }
 
-void br_jobs_preempt(br_coord_t *c, br_job_t *job, br_job_t *const *victims, int n)
+int64_t br_jobs_preempt(br_coord_t *c, br_job_t *job, br_job_t *const *victims, int n)
 {
     int64_t longest = 0;
     char names[300] = "", grace[32];
@@ -823,7 +823,6 @@ void br_jobs_preempt(br_coord_t *c, br_job_t *job, br_job_t *const *victims, int
                  "preempted by job %lld (priority %d, over its %d)", (long long)job->id,
                  job->priority, v->priority);
         begin_stop(c, v, 1, v->preempt_signal, v->preempt_grace);
-        v->preempted_at = br_now_ms();
         br_coord_event(c, v->id, at ? at->name : NULL, "running",
                        "%s: signal %d sent; it has %s to write a checkpoint, then it is "
                        "stopped and resumes later",
@@ -835,8 +834,6 @@ void br_jobs_preempt(br_coord_t *c, br_job_t *job, br_job_t *const *victims, int
             off += (size_t)snprintf(names + off, sizeof(names) - off, "%s%lld",
                                     off ? ", " : "", (long long)v->id);
     }
-    /* no second round until these had their grace and time to report */
-    job->preempting = br_now_ms() + longest + c->cfg.node_timeout_ms;
     char reason[400];
     snprintf(reason, sizeof(reason), "waiting: job%s %s asked to make room (preempted, "
                                      "they checkpoint first)",
@@ -846,6 +843,8 @@ void br_jobs_preempt(br_coord_t *c, br_job_t *job, br_job_t *const *victims, int
     br_coord_event(c, job->id, NULL, "pending", "preempting job%s %s to start: each gets "
                                                "its own grace to write a checkpoint",
                    n > 1 ? "s" : "", names);
+    /* no second round until these had their grace and time to report */
+    return br_now_ms() + longest + c->cfg.node_timeout_ms;
 }
 
 int64_t br_jobs_fence_ms(const br_coord_t *c)

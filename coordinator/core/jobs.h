@@ -111,9 +111,10 @@ void br_jobs_check_limits(br_coord_t *c);
  * spec's preempt.signal and preempt.grace to write a checkpoint; once one is
  * counted, or the grace is over, it is stopped and goes back to pending as its
  * next attempt (no restart counted), to resume from its newest checkpoint. Events
- * on both sides say who made room for whom; job waits meanwhile, and preempts no
- * more until then. */
-void br_jobs_preempt(br_coord_t *c, br_job_t *job, br_job_t *const *victims, int n);
+ * on both sides say who made room for whom. Returns the wall ms until which job
+ * waits for them (their longest grace and a node timeout to report): the planner
+ * lets it preempt no more until then. */
+int64_t br_jobs_preempt(br_coord_t *c, br_job_t *job, br_job_t *const *victims, int n);
 
 /* Register the job core's own hooks (hooks.h): a lost or removed node's ranks
  * are over (br_jobs_node_gone); the time-limit sweep, once a second. */

@@ -515,6 +515,9 @@ typedef struct {
 typedef struct {
     nowhere_t nowhere;
     br_sched_queue_t queue;
+    int64_t preempting;   /* wall ms until which the jobs stopping to make room for
+                           * this one may take (0: none) */
+    int64_t preempted_at; /* wall ms it was last asked to make room (0: never) */
 } sched_job_t;
 
 static int sched_slot(void)
@@ -545,6 +548,19 @@ static void nowhere_set(br_job_t *job, uint64_t at, uint64_t reserve)
     sched_job_t *s = sched_of(job, at != 0);
     if (s)
         s->nowhere = (nowhere_t){at, reserve};
+}
+
+/* When job's victims may still take, and when it last made room itself (0: none). */
+static int64_t preempting_of(const br_job_t *job)
+{
+    const sched_job_t *s = br_job_aux_get(job, sched_slot());
+    return s ? s->preempting : 0;
+}
+
+static int64_t preempted_at_of(const br_job_t *job)
+{
+    const sched_job_t *s = br_job_aux_get(job, sched_slot());
+    return s ? s->preempted_at : 0;
 }
 
 br_sched_queue_t br_sched_queue_of(const br_job_t *job)
@@ -952,8 +968,8 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
                     rv_gen = memory_reserve(m, &rv);
             }
             int64_t may = job->submitted + in->preempt_after_ms;
-            if (job->preempting > may)
-                may = job->preempting; /* its last round's victims are still stopping */
+            if (preempting_of(job) > may)
+                may = preempting_of(job); /* its last round's victims are still stopping */
             int soon = d[i].start_at && d[i].start_at <= in->now_ms + in->preempt_after_ms;
             if (in->preempt_after_ms > 0 && !soon && may <= in->now_ms)
                 choose_victims(in, job, &d[i]);
@@ -1167,7 +1183,8 @@ void br_sched_run(br_coord_t *c)
          j = j->next) {
         if (j->state != BR_JOB_RUNNING || !j->preemptible || j->stop.at_mono ||
             !j->started || in.now_ms - j->started < min_run ||
-            (j->preempted_at && in.now_ms - j->preempted_at < j->preempt_grace + min_run))
+            (preempted_at_of(j) &&
+             in.now_ms - preempted_at_of(j) < j->preempt_grace + min_run))
             continue;
         br_job_t **more = realloc(victims, (nv + 1) * sizeof(*victims));
         if (!more)
@@ -1188,8 +1205,16 @@ void br_sched_run(br_coord_t *c)
             sj->queue = (br_sched_queue_t){(int64_t)i + 1, d[i].score.priority,
                                            d[i].score.fairshare, d[i].score.age,
                                            d[i].score.total, d[i].start_at};
-        if (d[i].nvictims) /* it makes room by preemption */
-            br_jobs_preempt(c, job, d[i].victims, d[i].nvictims);
+        if (d[i].nvictims) { /* it makes room by preemption */
+            int64_t until = br_jobs_preempt(c, job, d[i].victims, d[i].nvictims);
+            if (sj)
+                sj->preempting = until;
+            for (int v = 0; v < d[i].nvictims; v++) {
+                sched_job_t *vj = sched_of(d[i].victims[v], 1);
+                if (vj)
+                    vj->preempted_at = br_now_ms();
+            }
+        }
         if (d[i].preempt_at && (!s->at || d[i].preempt_at < s->at))
             s->at = d[i].preempt_at; /* a pass then, to see whether it may preempt */
         switch (d[i].verdict) {
