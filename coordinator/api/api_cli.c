@@ -854,11 +854,18 @@ void br_api_job_logs(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                 strcmp(state, "cancelled") == 0;
     int end = ended && json_array_size(page.chunks) == 0;
     br_msg_t *resp = br_msg_reply(m);
-    br_msg_set_body(resp, json_pack("{s:I, s:b, s:o, s:i}", "next", (json_int_t)next, "end",
-                                    end, "chunks", page.chunks, "ranks",
-                                    br_job_world_size(json_object_get(job, "spec"))));
-    br_msg_set_data(resp, page.buf ? page.buf : "", page.len);
-    br_coord_post(c, resp);
+    json_t *body = json_pack("{s:I, s:b, s:o, s:i}", "next", (json_int_t)next, "end", end,
+                             "chunks", page.chunks, "ranks",
+                             br_job_world_size(json_object_get(job, "spec")));
+    if (!resp || !body || br_msg_set_data(resp, page.buf ? page.buf : "", page.len) < 0) {
+        json_decref(body);
+        br_msg_destroy(&resp);
+        br_errf(&err, ENOMEM, "job.logs: out of memory");
+        br_reply_fail(c, m, &err);
+    } else {
+        br_msg_set_body(resp, body);
+        br_coord_post(c, resp);
+    }
     free(page.buf);
     json_decref(job);
 }
@@ -1172,8 +1179,13 @@ void br_api_user_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_principal_t kind = strcmp(json_string_value(json_object_get(u, "kind")), "admin")
                                   ? BR_PRINCIPAL_USER
                                   : BR_PRINCIPAL_ADMIN;
-        br_store_principal_id(c->store, kind, json_string_value(json_object_get(u, "name")),
-                              &id, &err);
+        if (br_store_principal_id(c->store, kind,
+                                  json_string_value(json_object_get(u, "name")), &id,
+                                  &err) < 0) {
+            json_decref(users);
+            br_reply_fail(c, m, &err);
+            return;
+        }
         const br_user_use_t *x = br_usage_user(c->usage, id);
         json_object_set_new(u, "limits", x ? br_limits_json(&x->lim) : json_object());
     }

@@ -27,10 +27,14 @@ static void target_of(const br_msg_t *req, const br_msg_t *resp, char *buf, size
 {
     json_t *b = br_msg_body(req);
     json_t *name = json_object_get(b, "name"), *id = json_object_get(b, "id");
+    json_t *index = json_object_get(b, "index"); /* a task of a job array */
     json_t *rid = resp ? json_object_get(br_msg_body(resp), "id") : NULL;
     buf[0] = '\0';
     if (json_is_string(name))
         snprintf(buf, len, "%s", json_string_value(name));
+    else if (json_is_integer(id) && json_is_integer(index))
+        snprintf(buf, len, "job %lld[%lld]", (long long)json_integer_value(id),
+                 (long long)json_integer_value(index));
     else if (json_is_integer(id))
         snprintf(buf, len, "job %lld", (long long)json_integer_value(id));
     else if (json_is_string(id))

@@ -124,6 +124,7 @@ static void test_admin_actions_are_recorded(void **state)
         {"job.submit", "{\"spec\": \"command: x\\n\", \"sets\": []}", "{\"id\": 7}",
          "job 7"},
         {"job.cancel", "{\"id\": 7}", "{}", "job 7"},
+        {"job.cancel", "{\"id\": 7, \"index\": 3}", "{}", "job 7[3]"},
         {"job.purge", "{\"id\": 7}", "{}", "job 7"},
         {"service.scale", "{\"name\": \"web\", \"replicas\": 2}", "{}", "web"},
     };
