@@ -537,10 +537,12 @@ static sched_job_t *sched_of(br_job_t *job, int make)
     return s;
 }
 
-static nowhere_t nowhere_get(const br_job_t *job)
+/* The planner's data of job to read: all zero when it has none yet. */
+static const sched_job_t *sched_peek(const br_job_t *job)
 {
+    static const sched_job_t none;
     const sched_job_t *s = br_job_aux_get(job, sched_slot());
-    return s ? s->nowhere : (nowhere_t){0, 0};
+    return s ? s : &none;
 }
 
 static void nowhere_set(br_job_t *job, uint64_t at, uint64_t reserve)
@@ -550,23 +552,9 @@ static void nowhere_set(br_job_t *job, uint64_t at, uint64_t reserve)
         s->nowhere = (nowhere_t){at, reserve};
 }
 
-/* When job's victims may still take, and when it last made room itself (0: none). */
-static int64_t preempting_of(const br_job_t *job)
-{
-    const sched_job_t *s = br_job_aux_get(job, sched_slot());
-    return s ? s->preempting : 0;
-}
-
-static int64_t preempted_at_of(const br_job_t *job)
-{
-    const sched_job_t *s = br_job_aux_get(job, sched_slot());
-    return s ? s->preempted_at : 0;
-}
-
 br_sched_queue_t br_sched_queue_of(const br_job_t *job)
 {
-    const sched_job_t *s = br_job_aux_get(job, sched_slot());
-    return s ? s->queue : (br_sched_queue_t){0};
+    return sched_peek(job)->queue;
 }
 
 /* Reserve for job, which fits nowhere now: the fewest ranks to end (by time) that
@@ -926,7 +914,7 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
             nowhere_set(job, 0, 0);
             continue;
         }
-        nowhere_t was = nowhere_get(job);
+        nowhere_t was = sched_peek(job)->nowhere;
         if (m && reserve_tried && was.at == m->version && shape_alone(job) &&
             (was.reserve == 0 || (rv.active && was.reserve == rv_gen)) &&
             job->not_before <= in->now_ms && !br_job_waits_for(job)) {
@@ -968,8 +956,9 @@ br_sched_decision_t *br_sched_plan(const br_sched_in_t *in, br_job_t *const *job
                     rv_gen = memory_reserve(m, &rv);
             }
             int64_t may = job->submitted + in->preempt_after_ms;
-            if (preempting_of(job) > may)
-                may = preempting_of(job); /* its last round's victims are still stopping */
+            int64_t stopping = sched_peek(job)->preempting;
+            if (stopping > may)
+                may = stopping; /* its last round's victims are still stopping */
             int soon = d[i].start_at && d[i].start_at <= in->now_ms + in->preempt_after_ms;
             if (in->preempt_after_ms > 0 && !soon && may <= in->now_ms)
                 choose_victims(in, job, &d[i]);
@@ -1181,10 +1170,10 @@ void br_sched_run(br_coord_t *c)
     int64_t min_run = c->cfg.preempt_min_run_ms;
     for (br_job_t *j = br_jobtab_first(c->jobs); c->cfg.preempt_after_ms > 0 && j;
          j = j->next) {
+        int64_t made_room = sched_peek(j)->preempted_at;
         if (j->state != BR_JOB_RUNNING || !j->preemptible || j->stop.at_mono ||
             !j->started || in.now_ms - j->started < min_run ||
-            (preempted_at_of(j) &&
-             in.now_ms - preempted_at_of(j) < j->preempt_grace + min_run))
+            (made_room && in.now_ms - made_room < j->preempt_grace + min_run))
             continue;
         br_job_t **more = realloc(victims, (nv + 1) * sizeof(*victims));
         if (!more)
