@@ -4,7 +4,6 @@
  * then sends what it queued, and hands the HTTP side what it asked for. */
 #include <errno.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,7 +271,7 @@ static int send_news(void *arg, const void *route, size_t route_len, int64_t job
     br_msg_set_body(m, json_pack("{s:I}", "job", (json_int_t)job));
     if (br_msg_send(c->sock, m, &err) < 0) {
         if (errno == EAGAIN)
-            c->sends_dropped++;
+            br_stats_send_dropped(c->stats);
         rc = errno == EHOSTUNREACH || errno == EAGAIN ? -1 : 0;
     }
     br_msg_destroy(&m);
@@ -292,7 +291,7 @@ static void send_one(void *arg, br_msg_t *m)
     if (!br_dash_catch(c, m) && /* (an answer to the dashboard stays) */
         br_msg_send(c->sock, m, &err) < 0) {
         if (errno == EAGAIN)
-            c->sends_dropped++;
+            br_stats_send_dropped(c->stats);
         else if (errno != EHOSTUNREACH)
             fprintf(stderr, "brambled: %s\n", err.text);
     }
@@ -302,14 +301,14 @@ static void send_one(void *arg, br_msg_t *m)
 static void flush_outbox(br_coord_t *c, int committed)
 {
     br_outbox_end(c->out, committed, send_one, c);
-    br_stats_set_sends_dropped(c->stats, c->sends_dropped);
+    uint64_t dropped = br_stats_sends_dropped(c->stats);
     int64_t now = br_mono_ms();
-    if (c->sends_dropped > c->sends_dropped_logged && now - c->drops_logged_at >= 1000) {
+    if (dropped > c->sends_dropped_logged && now - c->drops_logged_at >= 1000) {
         fprintf(stderr, "brambled: dropped %llu message(s) to peers that do not read "
                         "(queue of %d full); %llu in all\n",
-                (unsigned long long)(c->sends_dropped - c->sends_dropped_logged),
-                BR_SOCK_PEER_QUEUE, (unsigned long long)c->sends_dropped);
-        c->sends_dropped_logged = c->sends_dropped;
+                (unsigned long long)(dropped - c->sends_dropped_logged),
+                BR_SOCK_PEER_QUEUE, (unsigned long long)dropped);
+        c->sends_dropped_logged = dropped;
         c->drops_logged_at = now;
     }
 }

@@ -52,8 +52,8 @@ typedef struct br_coord {
     struct br_netmap *netmap;    /* round trips between nodes, from their heartbeats */
     struct br_probeset *probeset; /* who probes whom, and the probes' key (probeset.h) */
     struct br_watchers *watchers; /* clients waiting for news (event.watch) */
-    uint64_t sends_dropped;        /* messages dropped: their peer's queue was full */
-    uint64_t sends_dropped_logged; /* ... of which the log has told */
+    uint64_t sends_dropped_logged; /* messages dropped (stats.h counts them) of which
+                                    * the log has told */
     int64_t drops_logged_at;       /* monotonic ms of that log line */
     struct br_stats *stats;             /* what /metrics shows (stats.h) */
     struct br_http *http;               /* the HTTP side, NULL when off (http.h) */

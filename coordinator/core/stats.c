@@ -121,6 +121,12 @@ void br_stats_hung(br_stats_t *s)
         s->hung++;
 }
 
+void br_stats_send_dropped(br_stats_t *s)
+{
+    if (s)
+        s->sends_dropped++;
+}
+
 void br_stats_set_sends_dropped(br_stats_t *s, uint64_t n)
 {
     if (s)

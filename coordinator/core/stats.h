@@ -31,8 +31,9 @@ void br_stats_refused(br_stats_t *s, int errnum);
 void br_stats_handshake_refused(br_stats_t *s);
 /* An agent ended an attempt as hung (the spec's progress.timeout passed). */
 void br_stats_hung(br_stats_t *s);
-/* Messages the loop dropped so far (their peer's queue was full): the loop says,
- * the ping and the metrics read it. */
+/* Messages the loop dropped so far (their peer's queue was full): the loop counts
+ * each (or sets the count), the ping and the metrics read it. */
+void br_stats_send_dropped(br_stats_t *s);
 void br_stats_set_sends_dropped(br_stats_t *s, uint64_t n);
 uint64_t br_stats_sends_dropped(const br_stats_t *s);
 /* A checkpoint pull ended well: bytes that came over the network and bytes the
