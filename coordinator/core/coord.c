@@ -3,11 +3,8 @@
  * a scheduling pass, saving a node, and who may see a job. */
 #include "coord.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "hooks.h"
 #include "jobtab.h"

@@ -24,7 +24,8 @@ typedef enum {
                             * its attempt is over (it ended, or goes back to
                             * pending), or one rank exited 0 (node) */
     BR_HOOK_JOB_LEFT,      /* job ended for good (cancelled, completed, failed) */
-    BR_HOOK_JOB_ADDED,     /* job was submitted (it is pending, or a service) */
+    BR_HOOK_JOB_ADDED,     /* job was submitted (it is pending; a service's own job
+                            * too, until it is posted running) */
     BR_HOOK_JOB_RUNNING,   /* job runs: every rank of its attempt started */
     BR_HOOK_LOADED,        /* the current jobs were read from the store again (at
                             * start, after a rollback): state kept beside them is

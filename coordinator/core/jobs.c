@@ -539,7 +539,8 @@ static void stop_ranks(br_coord_t *c, br_job_t *job, const br_node_t *skip)
 
 /* Ask every rank of job to stop on purpose (job->stop.why says why): sig now,
  * SIGKILL from its agent grace_ms later; however the attempt then ends is the
- * stop's end (end_attempt): requeued when preempted, else failed. */
+ * stop's end (end_attempt): cancelled when a cancel asked, requeued when preempted,
+ * else failed. */
 static void begin_stop(br_coord_t *c, br_job_t *job, int preempt, int sig, int64_t grace_ms)
 {
     job->stop.at_mono = br_mono_ms();
@@ -560,12 +561,13 @@ static void end_attempt(br_coord_t *c, br_job_t *job, br_node_t *n, const char *
     int others = 0;
     for (int r = 0; r < job->nranks; r++)
         others += rank_node(c, job, r) != n && job->ranks[r].state != BR_RANK_DONE;
+    int per_node = br_job_tasks_per_node(job->spec) > 1; /* processes per node */
     char stopped[64] = ""; /* (none when it was the gang's last rank) */
     if (others)
         snprintf(stopped, sizeof(stopped), "; stopped the %s %d %s%s",
-                 br_job_tasks_per_node(job->spec) > 1 ? "gang on the other" : "other", others,
-                 br_job_tasks_per_node(job->spec) > 1 ? "node" : "rank", others == 1 ? "" : "s");
-    if (cause && job->nranks > 1 && br_job_tasks_per_node(job->spec) > 1)
+                 per_node ? "gang on the other" : "other", others,
+                 per_node ? "node" : "rank", others == 1 ? "" : "s");
+    if (cause && job->nranks > 1 && per_node)
         /* the agent's reason names the process's rank */
         snprintf(why, sizeof(why), "on %s: %s%s", node ? node : "?", reason, stopped);
     else if (cause && job->nranks > 1)

@@ -1,4 +1,5 @@
-/* nodelife.c - a node's life: heard from, hello, drain, removal, lost. */
+/* nodelife.c - a node's life: heard from, hello, drain, unhealthy, removal, lost,
+ * each change through br_node_post. */
 #include "nodelife.h"
 
 #include <stdarg.h>

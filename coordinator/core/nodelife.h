@@ -14,8 +14,9 @@
 #include "hooks.h"
 
 /* What br_node_post does besides the state: the event's kind (NULL: the new
- * state's name), the hook to run after (BR_HOOK_NODE_LOST, _UNHEALTHY, _BACK; or
- * BR_NODE_NO_HOOK) with its reason, and nosave (the node is about to be deleted). */
+ * state's name), the hook to run after (BR_HOOK_NODE_LOST, _UNHEALTHY, _BACK,
+ * BR_HOOK_CHANGED; or BR_NODE_NO_HOOK) with its reason, and nosave (the node is
+ * about to be deleted). */
 #define BR_NODE_NO_HOOK BR_HOOKS
 typedef struct {
     br_node_state_t state;
@@ -35,7 +36,7 @@ int br_node_post(br_coord_t *c, br_node_t *n, const br_node_move_t *mv, const ch
  * (NULL when no such node is registered). A new route (a new connection) is
  * BR_HOOK_NODE_BACK: it may take pending jobs. */
 br_node_t *br_nodelife_seen(br_coord_t *c, const char *name, const void *route, size_t len);
-/* Its agent said hello: ready (with an event) unless an admin drained it. */
+/* Its agent said hello: ready (with an event) unless it is draining or unhealthy. */
 void br_nodelife_hello(br_coord_t *c, br_node_t *n);
 /* Its heartbeat was taken. */
 void br_nodelife_heard(br_coord_t *c, br_node_t *n);
