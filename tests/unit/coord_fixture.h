@@ -1,7 +1,8 @@
-/* coord_fixture.h - a coordinator made in a unit test, for the tests of job life
- * (test_jobs.c, test_replica_life.c): a real store in a temporary
+/* coord_fixture.h - a coordinator made in a unit test, for the tests of job and
+ * node life and of what reads the coordinator (test_jobs.c, test_nodelife.c,
+ * test_replica_life.c, test_api_cli.c...): a real store in a temporary
  * directory, nodes in memory with a one-byte route (so orders to them are queued
- * in the outbox, never sent), the job modules' hooks as brambled registers them.
+ * in the outbox, never sent), every module wired as brambled wires them.
  * Include after cmocka.h. */
 #ifndef BRAMBLE_TEST_COORD_FIXTURE_H
 #define BRAMBLE_TEST_COORD_FIXTURE_H
@@ -83,22 +84,27 @@ static inline int fixture_open(coord_fixture_t *f, const char *test, int with_re
     return 0;
 }
 
-/* Forget the orders queued so far. */
+/* Whether m is an order of type to node n (its one-byte route, fixture_node). */
+static inline int fixture_is_order(const br_msg_t *m, const char *type,
+                                   const br_node_t *n)
+{
+    size_t len;
+    const unsigned char *route = br_msg_route(m, &len);
+    return strcmp(br_msg_type(m), type) == 0 && len == 1 &&
+           route[0] == (unsigned char)n->name[0];
+}
+
 /* The body of the last order of type queued for node n (borrowed), or NULL. */
 static inline json_t *fixture_order(br_coord_t *c, const char *type, const br_node_t *n)
 {
     json_t *found = NULL;
-    for (size_t i = 0; i < br_outbox_count(c->out); i++) {
-        const br_msg_t *m = br_outbox_msg(c->out, i);
-        size_t len;
-        const unsigned char *route = br_msg_route(m, &len);
-        if (strcmp(br_msg_type(m), type) == 0 && len == 1 &&
-            route[0] == (unsigned char)n->name[0])
-            found = br_msg_body(m);
-    }
+    for (size_t i = 0; i < br_outbox_count(c->out); i++)
+        if (fixture_is_order(br_outbox_msg(c->out, i), type, n))
+            found = br_msg_body(br_outbox_msg(c->out, i));
     return found;
 }
 
+/* Forget the orders queued so far. */
 static inline void fixture_drop_orders(br_coord_t *c)
 {
     br_outbox_undo(c->out, (br_outbox_mark_t){0, 0});

@@ -83,13 +83,8 @@ static void assert_state(br_coord_t *c, int64_t id, const char *want)
 static int orders(br_coord_t *c, const char *type, const br_node_t *n)
 {
     int count = 0;
-    for (size_t i = 0; i < br_outbox_count(c->out); i++) {
-        size_t len;
-        const unsigned char *route = br_msg_route(br_outbox_msg(c->out, i), &len);
-        if (strcmp(br_msg_type(br_outbox_msg(c->out, i)), type) == 0 && len == 1 &&
-            route[0] == (unsigned char)n->name[0])
-            count++;
-    }
+    for (size_t i = 0; i < br_outbox_count(c->out); i++)
+        count += fixture_is_order(br_outbox_msg(c->out, i), type, n);
     return count;
 }
 
@@ -200,13 +195,9 @@ static void test_gang_port_and_failure_stops_all(void **state)
 /* The progress field of the job.run order that went to node n (NULL: none). */
 static json_t *run_progress(br_coord_t *c, const br_node_t *n)
 {
-    for (size_t i = 0; i < br_outbox_count(c->out); i++) {
-        size_t len;
-        const unsigned char *route = br_msg_route(br_outbox_msg(c->out, i), &len);
-        if (strcmp(br_msg_type(br_outbox_msg(c->out, i)), "job.run") == 0 && len == 1 &&
-            route[0] == (unsigned char)n->name[0])
+    for (size_t i = 0; i < br_outbox_count(c->out); i++)
+        if (fixture_is_order(br_outbox_msg(c->out, i), "job.run", n))
             return json_object_get(br_msg_body(br_outbox_msg(c->out, i)), "progress");
-    }
     return NULL;
 }
 
