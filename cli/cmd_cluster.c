@@ -4,15 +4,12 @@
  * stops by default and the credential it wrote: another `up` never takes either
  * over while that one runs (it is refused, or runs beside it with its own
  * credential and node names). The processes themselves are handled by local.c. */
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -411,25 +408,6 @@ static int up_init(cli_t *cli, up_t *u, const char *coord_dir, const char *log)
     return load_admin(cli, u);
 }
 
-#ifdef BRAMBLE_HAVE_MHD
-/* "127.0.0.1:PORT" of a TCP port free on loopback now, into buf. 0, or -1. */
-static int free_loopback_port(char *buf, size_t len)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t n = sizeof(sa);
-    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-             getsockname(fd, (struct sockaddr *)&sa, &n) == 0;
-    if (fd >= 0)
-        close(fd);
-    if (!ok)
-        return -1;
-    snprintf(buf, len, "127.0.0.1:%d", ntohs(sa.sin_port));
-    return 0;
-}
-#endif
-
 static int up_coordinator(cli_t *cli, up_t *u)
 {
     char coord_dir[CLI_PATH_MAX], log[CLI_PATH_MAX], pidfile[CLI_PATH_MAX];
@@ -455,8 +433,11 @@ static int up_coordinator(cli_t *cli, up_t *u)
         argv[n++] = (char *)u->node_timeout;
     }
 #ifdef BRAMBLE_HAVE_MHD
-    if (!u->http && free_loopback_port(u->http_auto, sizeof(u->http_auto)) == 0)
-        u->http = u->http_auto; /* the dashboard is where a newcomer looks first */
+    int http_port = u->http ? 0 : local_free_port(NULL);
+    if (http_port > 0) { /* the dashboard is where a newcomer looks first */
+        snprintf(u->http_auto, sizeof(u->http_auto), "127.0.0.1:%d", http_port);
+        u->http = u->http_auto;
+    }
 #endif
     if (u->http && strcmp(u->http, "off") == 0)
         u->http = NULL;
