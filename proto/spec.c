@@ -989,7 +989,7 @@ br_spec_t *br_spec_parse(const char *yaml, size_t len, const char *const *sets,
             br_spec_destroy(&spec);
     }
     if (!spec && err)
-        spec_trim_utf8(err->text);
+        br_utf8_trim(err->text); /* (a character the length limit split) */
     spec_node_free(root);
     return spec;
 }

@@ -136,19 +136,6 @@ const char *spec_show(const char *s, char *buf)
     return buf;
 }
 
-/* Cut a character that the length limit of err->text split at its end. */
-void spec_trim_utf8(char *text)
-{
-    for (unsigned char *p = (unsigned char *)text; *p;) {
-        size_t n = utf8_len(p);
-        if (n == 0 && strlen((char *)p) < 4) {
-            *p = '\0';
-            break;
-        }
-        p += n ? n : 1;
-    }
-}
-
 /* "line 7: msg" for spec text, "--set: msg" for --set values, else just msg. */
 int spec_fail_at(br_err_t *err, int line, const char *fmt, ...)
 {

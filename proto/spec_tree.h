@@ -43,8 +43,6 @@ const char *spec_type_name(const node_t *n);
 /* A value made safe to quote in an error: printable, valid UTF-8, cut with "..."
  * to fit buf of SPEC_SHOW_LEN bytes. */
 const char *spec_show(const char *s, char *buf);
-/* Cut a character that a length limit split at the end of text. */
-void spec_trim_utf8(char *text);
 /* "line 7: msg" for spec text, "--set: msg" for --set values (line 0), else msg;
  * returns -1. */
 int spec_fail_at(br_err_t *err, int line, const char *fmt, ...)
