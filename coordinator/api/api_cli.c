@@ -551,13 +551,6 @@ fail:
     br_reply_fail(c, m, &err);
 }
 
-/* The admin sees every job; a user only the jobs of their own principal id (a
- * new user under a removed user's name is someone else). */
-static int may_see(const br_caller_t *who, json_t *job)
-{
-    return br_coord_may_see(who, job);
-}
-
 void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     int all = 0;
@@ -579,7 +572,7 @@ void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_t *job;
     json_array_foreach(jobs, i, job) {
         json_t *ended = json_object_get(job, "ended");
-        if (!may_see(who, job) ||
+        if (!br_coord_may_see(who, job) ||
             (!all && json_is_integer(ended) && json_integer_value(ended) < recent))
             continue;
         json_t *p = br_jobs_public(job);
@@ -659,7 +652,7 @@ static json_t *visible_job(br_coord_t *c, br_msg_t *m, const br_caller_t *who,
 {
     br_err_t err;
     json_t *job = br_store_job_get(c->store, id, &err);
-    if (job && !may_see(who, job)) {
+    if (job && !br_coord_may_see(who, job)) {
         json_decref(job);
         job = NULL;
     }
@@ -882,7 +875,7 @@ static int event_visible(br_coord_t *c, const br_caller_t *who, json_t *e, json_
     json_t *known = json_object_get(seen, key);
     if (!known) {
         json_t *j = br_store_job_get(c->store, json_integer_value(job), NULL);
-        known = json_boolean(j && may_see(who, j));
+        known = json_boolean(j && br_coord_may_see(who, j));
         json_object_set_new(seen, key, known);
         json_decref(j);
     }
@@ -920,6 +913,11 @@ void br_api_event_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     json_int_t next = after;
     json_t *out = json_array(), *seen = json_object(); /* job id -> may see */
+    if (job > 0) { /* seen just now: not read again for each of its events */
+        char key[32];
+        snprintf(key, sizeof(key), "%lld", (long long)job);
+        json_object_set_new(seen, key, json_true());
+    }
     size_t i;
     json_t *e;
     json_array_foreach(events, i, e) {
@@ -949,7 +947,7 @@ void br_api_event_watch(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     if (job > 0) {
         json_t *j = br_store_job_get(c->store, job, NULL);
-        int visible = j && may_see(who, j);
+        int visible = j && br_coord_may_see(who, j);
         json_decref(j);
         if (!visible) {
             br_errf(&err, ENOENT, "no job %lld", (long long)job);
