@@ -461,15 +461,10 @@ void br_attempt_log_resend(br_attempt_t *a)
     a->log_retry_at = 0;
 }
 
-size_t br_attempt_log_pending(const br_attempt_t *a)
-{
-    return br_logbuf_bytes(a->log);
-}
-
 int br_attempt_log_holds_exit(br_attempt_t *a, int64_t now, int64_t max_ms)
 {
-    if (!br_logbuf_bytes(a->log))
-        return 0;
+    if (!br_logbuf_bytes(a->log) && !br_logbuf_let_go(a->log))
+        return 0; /* nothing kept, no answer awaited */
     if (!a->log_held_since)
         a->log_held_since = now;
     if (now - a->log_held_since < max_ms)

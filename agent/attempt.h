@@ -128,9 +128,8 @@ int br_attempt_log_answered(br_attempt_t *a, uint32_t tag, int errnum, int64_t n
 /* Every chunk sent and not answered goes again at the next flush (the coordinator
  * restarted: its answers will not come). */
 void br_attempt_log_resend(br_attempt_t *a);
-/* Output bytes kept until taken (waiting to be shipped, or shipped and not answered
- * yet), and dropped so far (the oldest, when the buffer was full). */
-size_t br_attempt_log_pending(const br_attempt_t *a);
+/* Output bytes dropped so far (the oldest, when the buffer was full, and not stored
+ * by the coordinator). */
 int64_t br_attempt_log_dropped(const br_attempt_t *a);
 /* An ended attempt's output not taken yet holds its exit report back, for at most
  * max_ms from the first call: then what is kept is dropped, counted. 1 while it

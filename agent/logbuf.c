@@ -16,13 +16,16 @@ typedef struct chunk {
     int sent;        /* sent, and its answer not heard yet */
     uint32_t tag;    /* what the answer carries */
     int64_t sent_ms; /* when it was sent */
+    size_t let_go;   /* bytes of a chunk sent whose copy the bound let go: its answer
+                        says whether they were stored, else they count as dropped */
 } chunk_t;
 
 /* Chunks from head to unsent (excluded) were sent and wait for their answer; from
  * unsent on, none was sent since it was put back in line. */
 struct br_logbuf {
     chunk_t *head, *tail, *unsent; /* oldest, newest, oldest not sent */
-    size_t cap, chunk, bytes;
+    size_t cap, chunk, bytes; /* bytes: kept in memory */
+    size_t let_go;            /* sent, not kept, not answered */
     int64_t dropped;
 };
 
@@ -49,6 +52,7 @@ static void unlink_chunk(br_logbuf_t *b, chunk_t *c)
     else
         b->tail = c->prev;
     b->bytes -= c->len - c->off;
+    b->let_go -= c->let_go;
     free(c->data);
     free(c);
 }
@@ -64,13 +68,27 @@ void br_logbuf_destroy(br_logbuf_t **bp)
     *bp = NULL;
 }
 
-/* Drop the oldest bytes until at most cap are kept. */
+/* Let the oldest bytes go until at most cap are kept. A chunk sent is already on
+ * its way: its copy goes whole, and whether its bytes count as dropped waits for its
+ * answer (taken: stored; sent again: dropped). Bytes never sent are dropped. */
 static void trim(br_logbuf_t *b)
 {
-    while (b->bytes > b->cap && b->head) {
-        chunk_t *c = b->head;
-        size_t excess = b->bytes - b->cap, held = c->len - c->off;
-        size_t n = excess < held ? excess : held;
+    for (chunk_t *c = b->head, *next; c && b->bytes > b->cap; c = next) {
+        next = c->next;
+        size_t held = c->len - c->off;
+        if (held == 0)
+            continue; /* (its copy went before) */
+        if (c->sent) {
+            c->let_go = held;
+            b->let_go += held;
+            c->off = c->len;
+            b->bytes -= held;
+            free(c->data);
+            c->data = NULL;
+            c->size = 0;
+            continue;
+        }
+        size_t excess = b->bytes - b->cap, n = excess < held ? excess : held;
         c->off += n;
         b->bytes -= n;
         b->dropped += (int64_t)n;
@@ -198,8 +216,14 @@ int br_logbuf_holds(const br_logbuf_t *b, uint32_t tag)
 
 void br_logbuf_resend(br_logbuf_t *b)
 {
-    for (chunk_t *c = b->head; c && c != b->unsent; c = c->next)
+    for (chunk_t *c = b->head, *next; c && c != b->unsent; c = next) {
+        next = c->next;
         c->sent = 0;
+        if (c->let_go) { /* nothing left to send again: lost */
+            b->dropped += (int64_t)c->let_go;
+            unlink_chunk(b, c);
+        }
+    }
     b->unsent = b->head;
 }
 
@@ -221,7 +245,7 @@ void br_logbuf_pop(br_logbuf_t *b)
 void br_logbuf_drop_all(br_logbuf_t *b)
 {
     while (b->head) {
-        b->dropped += (int64_t)(b->head->len - b->head->off);
+        b->dropped += (int64_t)(b->head->len - b->head->off + b->head->let_go);
         unlink_chunk(b, b->head);
     }
 }
@@ -229,6 +253,11 @@ void br_logbuf_drop_all(br_logbuf_t *b)
 size_t br_logbuf_bytes(const br_logbuf_t *b)
 {
     return b->bytes;
+}
+
+size_t br_logbuf_let_go(const br_logbuf_t *b)
+{
+    return b->let_go;
 }
 
 int64_t br_logbuf_dropped(const br_logbuf_t *b)

@@ -3,7 +3,9 @@
  * was sent, until the coordinator says it stored it (br_logbuf_taken); a refusal (its
  * disk was full) or no answer puts every chunk not taken back in line, to be sent
  * again under the same numbers. When what is kept exceeds the bound, the OLDEST bytes
- * are dropped and counted, so a job that prints faster than the coordinator takes
+ * are let go: bytes not sent are dropped and counted at once; a chunk sent and not
+ * answered yet loses its copy, and its bytes count as dropped only when no answer
+ * says they were stored (so stored + dropped is what the job wrote). So a job that prints faster than the coordinator takes
  * its output never blocks the agent nor grows it without limit; the count goes to
  * the coordinator as the attempt's "log_dropped". */
 #ifndef BRAMBLE_LOGBUF_H
@@ -57,6 +59,7 @@ void br_logbuf_pop(br_logbuf_t *b);
 void br_logbuf_drop_all(br_logbuf_t *b);
 
 size_t br_logbuf_bytes(const br_logbuf_t *b);  /* kept: waiting or not taken yet */
+size_t br_logbuf_let_go(const br_logbuf_t *b); /* sent, not kept, answer not heard */
 int64_t br_logbuf_dropped(const br_logbuf_t *b); /* dropped so far, in bytes */
 
 #endif

@@ -145,9 +145,9 @@ static void test_sent_chunks_wait_to_be_taken(void **state)
     br_logbuf_destroy(&b);
 }
 
-/* The bound counts chunks sent and not taken: beyond it the oldest go, counted, and
- * giving up drops (and counts) the rest. */
-static void test_bound_holds_chunks_not_taken(void **state)
+/* Beyond the bound the oldest go first. A chunk sent is on its way already: its copy
+ * goes whole, uncounted until its answer, and stored + dropped stays what was put. */
+static void test_bound_lets_sent_chunks_go(void **state)
 {
     (void)state;
     br_logbuf_t *b = br_logbuf_new(6, 4);
@@ -155,17 +155,88 @@ static void test_bound_holds_chunks_not_taken(void **state)
     br_logbuf_put(b, 0, 1, "abcd", 4, 0);
     assert_int_equal(br_logbuf_peek(b, 0, 100, 0, &c), 1);
     br_logbuf_sent(b, 0, 7, 0);
-    br_logbuf_put(b, 0, 1, "efgh", 4, 0); /* "ab" of the chunk sent go */
-    assert_int_equal(br_logbuf_dropped(b), 2);
-    br_logbuf_resend(b);
+    br_logbuf_put(b, 0, 1, "efgh", 4, 0); /* the copy of "abcd" goes */
+    assert_int_equal(br_logbuf_bytes(b), 4);
+    assert_int_equal(br_logbuf_let_go(b), 4);
+    assert_int_equal(br_logbuf_dropped(b), 0); /* not yet known */
+    assert_true(br_logbuf_holds(b, 7));
+    /* stored after all: nothing was dropped */
+    assert_int_equal(br_logbuf_taken(b, 7), 1);
+    assert_int_equal(br_logbuf_let_go(b), 0);
+    assert_int_equal(br_logbuf_dropped(b), 0);
     assert_int_equal(br_logbuf_peek(b, 0, 100, 0, &c), 1);
-    assert_int_equal(c.seq, 0);
-    assert_int_equal(c.len, 2);
-    assert_memory_equal(c.data, "cd", 2);
+    assert_memory_equal(c.data, "efgh", 4);
+    br_logbuf_sent(b, 1, 8, 0);
+    /* never answered: on resending it counts as dropped and does not go again */
+    br_logbuf_put(b, 0, 1, "ijklmn", 6, 0); /* "efgh"'s copy goes */
+    assert_int_equal(br_logbuf_let_go(b), 4);
+    assert_int_equal(br_logbuf_oldest_sent(b), 0);
+    br_logbuf_resend(b);
+    assert_int_equal(br_logbuf_let_go(b), 0);
+    assert_int_equal(br_logbuf_dropped(b), 4);
+    assert_false(br_logbuf_holds(b, 8));
+    assert_int_equal(br_logbuf_peek(b, 0, 100, 1, &c), 1);
+    assert_int_equal(c.seq, -1);
+    assert_memory_equal(c.data, "ijkl", 4);
+    /* giving up drops (and counts) what is kept and what waits for an answer */
+    br_logbuf_sent(b, 2, 9, 0);
+    br_logbuf_put(b, 0, 1, "opqrs", 5, 0); /* "ijkl" let go, "mn" not sent yet */
     br_logbuf_drop_all(b);
     assert_int_equal(br_logbuf_bytes(b), 0);
-    assert_int_equal(br_logbuf_dropped(b), 8);
+    assert_int_equal(br_logbuf_let_go(b), 0);
+    assert_int_equal(br_logbuf_dropped(b), 4 + 4 + 2 + 5);
     assert_int_equal(br_logbuf_peek(b, 0, 100, 1, &c), 0);
+    br_logbuf_destroy(&b);
+}
+
+/* Random puts, sends, answers and losses: every byte put ends up taken or dropped,
+ * exactly once, and what is kept never exceeds the bound. */
+static void test_every_byte_taken_or_dropped(void **state)
+{
+    (void)state;
+    br_logbuf_t *b = br_logbuf_new(100, 16);
+    unsigned r = 12345;
+    int64_t put = 0, taken = 0;
+    uint32_t tags[64];
+    size_t lens[64];
+    int ntags = 0;
+    char data[40];
+    memset(data, 'x', sizeof(data));
+    for (int step = 0; step < 20000; step++) {
+        r = r * 1103515245u + 12345u;
+        unsigned op = (r >> 16) % 10;
+        if (op < 4) {
+            size_t n = 1 + (r >> 8) % sizeof(data);
+            br_logbuf_put(b, (int)(r % 3), 1 + (int)((r >> 4) % 2), data, n, step);
+            put += (int64_t)n;
+        } else if (op < 7 && ntags < 64) {
+            br_logchunk_t c;
+            if (br_logbuf_peek(b, step, 5, 0, &c)) {
+                tags[ntags] = (uint32_t)step + 1;
+                lens[ntags++] = c.len;
+                br_logbuf_sent(b, c.seq >= 0 ? c.seq : step, (uint32_t)step + 1, step);
+            }
+        } else if (op < 9 && ntags > 0) {
+            int k = (int)((r >> 8) % (unsigned)ntags);
+            if (br_logbuf_taken(b, tags[k]))
+                taken += (int64_t)lens[k];
+            tags[k] = tags[--ntags];
+            lens[k] = lens[ntags];
+        } else {
+            br_logbuf_resend(b);
+            ntags = 0;
+        }
+        assert_true(br_logbuf_bytes(b) <= 100);
+    }
+    /* the rest is sent and taken */
+    br_logbuf_resend(b);
+    br_logchunk_t c;
+    while (br_logbuf_peek(b, 1 << 30, 5, 1, &c)) {
+        taken += (int64_t)c.len;
+        br_logbuf_pop(b);
+    }
+    assert_int_equal(br_logbuf_bytes(b), 0);
+    assert_int_equal(taken + br_logbuf_dropped(b), put);
     br_logbuf_destroy(&b);
 }
 
@@ -176,7 +247,8 @@ int main(void)
         cmocka_unit_test(test_drops_oldest_and_counts),
         cmocka_unit_test(test_drops_across_streams_oldest_first),
         cmocka_unit_test(test_sent_chunks_wait_to_be_taken),
-        cmocka_unit_test(test_bound_holds_chunks_not_taken),
+        cmocka_unit_test(test_bound_lets_sent_chunks_go),
+        cmocka_unit_test(test_every_byte_taken_or_dropped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
