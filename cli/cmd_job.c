@@ -1034,7 +1034,7 @@ static int cmd_cancel(cli_t *cli, int argc, char **argv)
             return CLI_USAGE;
     int rc = CLI_OK;
     for (int i = 0; i < o.nnames; i++) {
-        int64_t id;
+        int64_t id = 0;
         if (active_named(cli, o.names[i], &id) != CLI_OK)
             rc = CLI_FAIL;
         else if (cancel_one(cli, &o, id, -1) != CLI_OK)

@@ -73,7 +73,7 @@ static void end_attempt(world_t *w, br_job_t *j)
 {
     br_coord_t *c = &w->f.c;
     int attempt = j->attempt, nranks = j->nranks;
-    br_node_t *nodes[2];
+    br_node_t *nodes[2] = {NULL, NULL};
     assert_true(nranks <= 2);
     for (int r = 0; r < nranks; r++)
         nodes[r] = node_of(w, j, r);
