@@ -25,25 +25,12 @@
  * job's user (fsid.h, per thread), so a checkpoint never makes the agent read what
  * the job could not.
  *
- * The manifest hash and the checks of a manifest from elsewhere are in
- * proto/manifest_check.h.
+ * The entries, their hashes and the manifest's JSON are proto/mfbuild.h's; the
+ * manifest hash and the checks of a manifest from elsewhere proto/manifest_check.h's.
  */
 
-#define HASH_LEN BR_MANIFEST_HASH_LEN
-
 typedef struct {
-    char *path; /* relative to the checkpoint */
-    char *link; /* a symlink's target, or NULL for a regular file */
-    int64_t size;
-    unsigned mode;
-    unsigned char hash[HASH_LEN];
-} ent_t;
-
-typedef struct {
-    ent_t *e;
-    size_t n, cap;
-    int64_t bytes;
-    unsigned char *buf;
+    br_mfbuild_t *b;
     const atomic_int *cancel;
     br_err_t *err;
 } walk_t;
@@ -55,72 +42,6 @@ static int cancelled(const walk_t *w)
     return w->cancel && atomic_load(w->cancel);
 }
 
-static int valid_text(const char *s)
-{
-    json_t *j = json_string(s); /* NULL for text that is not UTF-8 */
-    json_decref(j);
-    return j != NULL;
-}
-
-static ent_t *add_entry(walk_t *w, const char *rel, const struct stat *st)
-{
-    if (w->n == BR_MANIFEST_MAX_FILES)
-        return br_errp(w->err, EFBIG, "more than %d files", BR_MANIFEST_MAX_FILES);
-    if (!valid_text(rel))
-        return br_errp(w->err, EILSEQ, "file name %s is not UTF-8", rel);
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? 2 * w->cap : 64;
-        ent_t *e = realloc(w->e, cap * sizeof(*e));
-        if (!e)
-            return br_errp(w->err, ENOMEM, "out of memory");
-        w->e = e;
-        w->cap = cap;
-    }
-    ent_t *e = &w->e[w->n];
-    memset(e, 0, sizeof(*e));
-    if (!(e->path = strdup(rel)))
-        return br_errp(w->err, ENOMEM, "out of memory");
-    w->n++;
-    e->size = st->st_size;
-    e->mode = st->st_mode & 07777;
-    return e;
-}
-
-/* Hash the open regular file fd (st: its fstat) into e. */
-static int hash_file(walk_t *w, int fd, const struct stat *st, const char *rel,
-                     ent_t *e)
-{
-    crypto_generichash_state hs;
-    crypto_generichash_init(&hs, NULL, 0, HASH_LEN);
-    int fl =
-        fcntl(fd, F_GETFL); /* opened without waiting: a regular file reads plainly */
-    if (fl >= 0 && (fl & O_NONBLOCK))
-        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    int64_t got = 0;
-    for (;;) {
-        if (cancelled(w))
-            return br_errf(w->err, ECANCELED, "cancelled");
-        ssize_t k = read(fd, w->buf, BR_MANIFEST_BUF);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return br_errf(w->err, errno, "%s: %s", rel, strerror(errno));
-        if (k == 0)
-            break;
-        crypto_generichash_update(&hs, w->buf, (unsigned long long)k);
-        got += k;
-    }
-    struct stat after;
-    if (fstat(fd, &after) < 0 || got != st->st_size || after.st_size != st->st_size ||
-        after.st_mtim.tv_sec != st->st_mtim.tv_sec ||
-        after.st_mtim.tv_nsec != st->st_mtim.tv_nsec)
-        return br_errf(w->err, EAGAIN, "%s changed while it was hashed", rel);
-    crypto_generichash_final(&hs, e->hash, HASH_LEN);
-    w->bytes += got;
-    return 0;
-}
-
 /* Open name in dfd as a regular file, check it is the one fstatat saw, hash it. */
 static int add_file(walk_t *w, int dfd, const char *name, const char *rel,
                     const struct stat *seen)
@@ -130,15 +51,14 @@ static int add_file(walk_t *w, int dfd, const char *name, const char *rel,
     if (fd < 0)
         return br_errf(w->err, errno, "%s: %s", rel, strerror(errno));
     struct stat st;
-    ent_t *e = NULL;
     int rc = -1;
     if (fstat(fd, &st) < 0)
         br_errf(w->err, errno, "%s: %s", rel, strerror(errno));
     else if (!S_ISREG(st.st_mode) || st.st_ino != seen->st_ino ||
              st.st_dev != seen->st_dev)
         br_errf(w->err, EAGAIN, "%s was replaced while it was hashed", rel);
-    else if ((e = add_entry(w, rel, &st)))
-        rc = hash_file(w, fd, &st, rel, e);
+    else
+        rc = br_mfbuild_file(w->b, fd, &st, rel, NULL, w->err);
     close(fd);
     return rc;
 }
@@ -151,15 +71,7 @@ static int add_link(walk_t *w, int dfd, const char *name, const char *rel,
     if (k < 0)
         return br_errf(w->err, errno, "%s: %s", rel, strerror(errno));
     target[k] = '\0';
-    if (!valid_text(target))
-        return br_errf(w->err, EILSEQ, "the target of link %s is not UTF-8", rel);
-    ent_t *e = add_entry(w, rel, st);
-    if (!e)
-        return -1;
-    e->size = k; /* what was read, should the link change meanwhile */
-    if (!(e->link = strdup(target)))
-        return br_errf(w->err, ENOMEM, "out of memory");
-    return 0;
+    return br_mfbuild_link(w->b, rel, target, st, NULL, w->err);
 }
 
 static const char *special_kind(mode_t m)
@@ -218,45 +130,6 @@ static int walk_dir(walk_t *w, int dfd, const char *rel, int depth)
     return rc;
 }
 
-static int by_path(const void *a, const void *b)
-{
-    return strcmp(((const ent_t *)a)->path, ((const ent_t *)b)->path);
-}
-
-/* The manifest of the sorted entries: its hash, and every entry listed (a report
- * lists those that fit: listing.h). */
-static json_t *to_json(walk_t *w, const char *root)
-{
-    crypto_generichash_state hs;
-    unsigned char h[HASH_LEN];
-    char hex[2 * HASH_LEN + 1];
-    json_t *entries = json_array(), *m = NULL;
-    br_manifest_hash_begin(&hs, root);
-    for (size_t i = 0; entries && i < w->n; i++) {
-        const ent_t *e = &w->e[i];
-        if (!e->link)
-            sodium_bin2hex(hex, sizeof(hex), e->hash, HASH_LEN);
-        br_manifest_hash_entry(&hs, e->path, e->link != NULL, e->mode, e->size,
-                               e->link ? e->link : hex);
-        if (json_array_append_new(entries,
-                                  json_pack("{s:s, s:I, s:i, s:s}", "path", e->path, "size",
-                                            (json_int_t)e->size, "mode", (int)e->mode,
-                                            e->link ? "link" : "hash",
-                                            e->link ? e->link : hex)) < 0) {
-            json_decref(entries);
-            entries = NULL;
-        }
-    }
-    crypto_generichash_final(&hs, h, HASH_LEN);
-    sodium_bin2hex(hex, sizeof(hex), h, HASH_LEN);
-    if (entries)
-        m = json_pack("{s:s, s:s, s:I, s:I, s:O}", "hash", hex, "root", root, "files",
-                      (json_int_t)w->n, "bytes", (json_int_t)w->bytes, "entries",
-                      entries);
-    json_decref(entries);
-    return m ? m : br_errp(w->err, ENOMEM, "out of memory");
-}
-
 static json_t *build_open(walk_t *w, const char *dir, const char *path)
 {
     /* O_NONBLOCK: a fifo is opened without waiting for a writer, then refused */
@@ -272,28 +145,25 @@ static json_t *build_open(walk_t *w, const char *dir, const char *path)
     if (S_ISDIR(st.st_mode)) { /* walk_dir takes fd over */
         if (walk_dir(w, fd, "", 0) < 0)
             return NULL;
-        if (w->n) /* an empty checkpoint has no array to sort */
-            qsort(w->e, w->n, sizeof(ent_t), by_path);
-        return to_json(w, "dir");
+        return br_mfbuild_json(w->b, "dir", w->err);
     }
     const char *base = strrchr(path, '/');
     base = base && base[1] ? base + 1 : path;
-    ent_t *e = NULL;
     int rc = -1;
     if (!S_ISREG(st.st_mode))
         br_errf(w->err, EINVAL, "special file %s (%s)", path, special_kind(st.st_mode));
-    else if ((e = add_entry(w, base, &st)))
-        rc = hash_file(w, fd, &st, base, e);
+    else
+        rc = br_mfbuild_file(w->b, fd, &st, base, NULL, w->err);
     close(fd);
-    return rc < 0 ? NULL : to_json(w, "file");
+    return rc < 0 ? NULL : br_mfbuild_json(w->b, "file", w->err);
 }
 
 json_t *br_manifest_build(const char *dir, const char *path, br_fsid_t *fsid,
                           const atomic_int *cancel, br_err_t *err)
 {
     walk_t w = {.cancel = cancel, .err = err};
-    if (!(w.buf = malloc(BR_MANIFEST_BUF)))
-        return br_errp(err, ENOMEM, "out of memory");
+    if (!(w.b = br_mfbuild_new(cancel, err)))
+        return NULL;
     json_t *m = NULL;
     if (br_fsid_enter(fsid, err) == 0) {
         /* a file created or changed meanwhile (written after the marker) would be
@@ -308,12 +178,7 @@ json_t *br_manifest_build(const char *dir, const char *path, br_fsid_t *fsid,
         }
         br_fsid_leave(fsid);
     }
-    for (size_t i = 0; i < w.n; i++) {
-        free(w.e[i].path);
-        free(w.e[i].link);
-    }
-    free(w.e);
-    free(w.buf);
+    br_mfbuild_destroy(&w.b);
     return m;
 }
 

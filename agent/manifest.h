@@ -16,13 +16,11 @@
 #include "err.h"
 #include "fsid.h"
 #include "manifest_check.h"
+#include "mfbuild.h"
 
 /* JSON bytes of entries a report lists; the rest are counted and hashed, not
  * listed, and the whole manifest is kept aside (listing.h) */
 #define BR_MANIFEST_LIST_MAX (256 * 1024)
-#define BR_MANIFEST_BUF (1 << 20)    /* bytes read and hashed at a time */
-#define BR_MANIFEST_MAX_FILES 100000 /* files and links in one checkpoint */
-#define BR_MANIFEST_MAX_DEPTH 64     /* directory levels below the checkpoint */
 #define BR_MANIFEST_QUEUE 1024       /* requests waiting at once */
 
 typedef struct br_manifest br_manifest_t;
