@@ -17,7 +17,8 @@ BR_BUILD_DEPS=(build-essential cmake pkg-config libzmq3-dev libsodium-dev
 # prometheus: a real Prometheus (and its promtool) scrapes /metrics in the tests
 # chromium, chromium-driver, python3-selenium: a real browser uses the dashboard
 # openssl: self-signed certificates for the HTTP side's TLS (test_tls.py)
-BR_TEST_DEPS=("${BR_BUILD_DEPS[@]}" libcmocka-dev python3-pytest python3-zmq clang
+# git: the packer is checked against git's own list of a work tree (test_pack)
+BR_TEST_DEPS=("${BR_BUILD_DEPS[@]}" libcmocka-dev python3-pytest python3-zmq clang git
               libclang-rt-14-dev iproute2 procps sqlite3
               systemd dpkg-dev tmux python3-torch prometheus
               chromium chromium-driver python3-selenium openssl)
