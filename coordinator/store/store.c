@@ -151,6 +151,21 @@ static const char *const migrations[] = {
     "ALTER TABLE jobs ADD COLUMN array_of INTEGER;"
     "ALTER TABLE jobs ADD COLUMN array_index INTEGER;"
     "CREATE INDEX jobs_array ON jobs (array_of, array_index) WHERE array_of IS NOT NULL;",
+    /* 11: data sets (docs/files.md): each version of a user's named tree, its manifest
+     * (kept in the content store by its hash), its tag (immutable) and who else may
+     * use it; and what refers to each content of the store ("data:ID"), with its
+     * size and whose it is, for the quotas and for removing what nothing holds */
+    "CREATE TABLE datasets (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " owner INTEGER NOT NULL REFERENCES principals (id), name TEXT NOT NULL,"
+    " tag TEXT NOT NULL, version INTEGER NOT NULL, manifest TEXT NOT NULL,"
+    " files INTEGER NOT NULL, bytes INTEGER NOT NULL, created INTEGER NOT NULL,"
+    " public INTEGER NOT NULL DEFAULT 0, shares TEXT NOT NULL DEFAULT '[]',"
+    " UNIQUE (owner, name, tag), UNIQUE (owner, name, version));"
+    "CREATE TABLE content_refs (ref TEXT NOT NULL, hash TEXT NOT NULL,"
+    " size INTEGER NOT NULL, principal INTEGER NOT NULL,"
+    " PRIMARY KEY (ref, hash)) WITHOUT ROWID;"
+    "CREATE INDEX content_refs_hash ON content_refs (hash);"
+    "CREATE INDEX content_refs_principal ON content_refs (principal, hash);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -323,6 +338,26 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_USAGE_TOTALS] = "SELECT p.name, sum(u.gpu_ms), sum(u.cpu_ms), sum(u.cost_micros)"
                         " FROM usage u JOIN principals p ON p.id = u.principal"
                         " GROUP BY u.principal ORDER BY p.name",
+    [ST_DATA_ADD] = "INSERT INTO datasets (owner, name, tag, version, manifest, files,"
+                    " bytes, created, public, shares)"
+                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    [ST_DATA_VERSION] = "SELECT coalesce(max(version), 0) + 1 FROM datasets"
+                        " WHERE owner = ?1 AND name = ?2",
+    [ST_DATA_LIST] = "SELECT d.id, p.name, d.owner, d.name, d.tag, d.version, d.manifest,"
+                     " d.files, d.bytes, d.created, d.public, d.shares"
+                     " FROM datasets d JOIN principals p ON p.id = d.owner"
+                     " ORDER BY p.name, d.name, d.version",
+    [ST_DATA_DEL] = "DELETE FROM datasets WHERE id = ?1",
+    [ST_DATA_MANIFEST_USED] = "SELECT count(*) FROM datasets WHERE manifest = ?1",
+    [ST_REF_ADD] = "INSERT OR IGNORE INTO content_refs (ref, hash, size, principal)"
+                   " VALUES (?1, ?2, ?3, ?4)",
+    [ST_REF_HASHES] = "SELECT hash FROM content_refs WHERE ref = ?1",
+    [ST_REF_DEL] = "DELETE FROM content_refs WHERE ref = ?1",
+    [ST_REF_COUNT] = "SELECT count(*) FROM content_refs WHERE hash = ?1",
+    [ST_REF_USER_HAS] = "SELECT count(*) FROM content_refs WHERE principal = ?1"
+                        " AND hash = ?2",
+    [ST_REF_USER_BYTES] = "SELECT coalesce(sum(size), 0) FROM (SELECT DISTINCT hash, size"
+                          " FROM content_refs WHERE principal = ?1)",
     [ST_SHARERS] = "SELECT id, kind, name, limits FROM principals"
                    " WHERE kind IN ('admin', 'user') AND removed IS NULL ORDER BY id",
 };

@@ -287,6 +287,32 @@ int br_store_totals(br_store_t *s, int64_t totals[4], br_err_t *err);
 /* What each user used, ever: [{"name","gpu_ms","cpu_ms","cost_micros"}], by name. */
 json_t *br_store_usage_totals(br_store_t *s, br_err_t *err);
 
+/* --- data sets and what refers to the content store (store_data.c) ---------------- */
+/* A new version of owner's data set name, of the manifest summarised by mhash,
+ * files and bytes; tag NULL: "vN" for its version N. Every content the manifest
+ * names (entries with a hash) is referenced as "data:ID" for owner. shares: the
+ * user names that may use it (an array). The new row (br_store_data_list's form),
+ * or NULL with err (EEXIST: that tag exists). */
+json_t *br_store_data_add(br_store_t *s, int64_t owner, const char *name, const char *tag,
+                          const json_t *manifest, int public_, const json_t *shares,
+                          br_err_t *err);
+/* Every version of every data set: [{"id", "owner", "owner_id", "name", "tag",
+ * "version", "manifest", "files", "bytes", "created", "public", "shares"}], by owner,
+ * name and version. */
+json_t *br_store_data_list(br_store_t *s, br_err_t *err);
+/* Remove data set version id and its references; *hashes (may be NULL) gets the
+ * contents it referred to (a new array), which may now be unreferenced. */
+int br_store_data_remove(br_store_t *s, int64_t id, json_t **hashes, br_err_t *err);
+/* How many data set versions name the manifest mhash (-1 with err). */
+int br_store_data_manifest_used(br_store_t *s, const char *mhash, br_err_t *err);
+/* How many references the content hash has (-1 with err). */
+int br_store_content_refs(br_store_t *s, const char *hash, br_err_t *err);
+/* Whether principal refers to hash already (-1 with err). */
+int br_store_content_user_has(br_store_t *s, int64_t principal, const char *hash,
+                              br_err_t *err);
+/* Bytes of the distinct contents principal refers to (-1 with err). */
+int64_t br_store_content_user_bytes(br_store_t *s, int64_t principal, br_err_t *err);
+
 /* --- figures for the metrics (coordinator/core/stats.c) ----------------------------- */
 /* [{"state","owner","count","log_dropped" (bytes a cap dropped)}], one per state
  * and owner that has jobs. */

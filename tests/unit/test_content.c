@@ -1,0 +1,407 @@
+/* test_content.c - the coordinator's content store on real files, and the data set
+ * rows and references of the SQL store that decide what it keeps. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "content.h"
+#include "store.h"
+#include "util.h"
+
+static char tmpdir[] = "/tmp/test_content.XXXXXX";
+static int serial;
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+static int group_setup(void **state)
+{
+    return sodium_init() < 0 || !mkdtemp(tmpdir) ? -1 : 0;
+}
+
+static int group_teardown(void **state)
+{
+    return nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A fresh store directory for one test. */
+static void fresh_dir(char *dir)
+{
+    snprintf(dir, PATH_MAX, "%s/s%d", tmpdir, ++serial);
+}
+
+static br_content_t *open_ok(const char *dir, uint64_t quota)
+{
+    br_err_t err = {0};
+    br_content_t *c = br_content_open(dir, quota, &err);
+    if (!c)
+        print_error("open %s: %s\n", dir, err.text);
+    assert_non_null(c);
+    return c;
+}
+
+static void hash_hex(const void *data, size_t len, char hex[65])
+{
+    unsigned char h[32];
+    crypto_generichash(h, sizeof(h), data, len, NULL, 0);
+    sodium_bin2hex(hex, 65, h, sizeof(h));
+}
+
+/* n bytes of a pattern that differs with seed. */
+static unsigned char *bytes(size_t n, unsigned seed)
+{
+    unsigned char *b = malloc(n ? n : 1);
+    assert_non_null(b);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)((i * 131 + seed * 7 + (i >> 9)) & 0xff);
+    return b;
+}
+
+/* Send all of data to the store in chunks of chunk bytes, from offset from. */
+static void send_all(br_content_t *c, const char *hash, const unsigned char *data,
+                     size_t len, size_t from, size_t chunk)
+{
+    size_t off = from;
+    int whole = 0;
+    while (!whole) {
+        size_t k = len - off < chunk ? len - off : chunk;
+        int64_t held = -1;
+        br_err_t err = {0};
+        int rc = br_content_write(c, hash, (int64_t)len, (int64_t)off, data + off, k, &held,
+                                  &whole, &err);
+        if (rc < 0)
+            print_error("write at %zu: %s\n", off, err.text);
+        assert_int_equal(rc, 0);
+        off += k;
+        assert_int_equal(held, (int64_t)off);
+    }
+    assert_int_equal(off, len);
+}
+
+static void object_bytes_are(const char *dir, const char *hash, const unsigned char *data,
+                             size_t len)
+{
+    char path[PATH_MAX + 200];
+    snprintf(path, sizeof(path), "%s/objects/%.2s/%s", dir, hash, hash);
+    br_err_t err = {0};
+    size_t got = 0;
+    char *text = br_read_file(path, len + 1, &got, &err);
+    assert_non_null(text);
+    assert_int_equal(got, len);
+    assert_memory_equal(text, data, len);
+    free(text);
+}
+
+/* A content sent in chunks is whole only after its last one, and is then exactly
+ * its bytes under objects/, counted in the store's use. */
+static void test_whole_after_last_chunk(void **state)
+{
+    char dir[PATH_MAX], hash[65];
+    fresh_dir(dir);
+    br_content_t *c = open_ok(dir, 0);
+    size_t len = 3 * BR_CONTENT_CHUNK + 17;
+    unsigned char *data = bytes(len, 1);
+    hash_hex(data, len, hash);
+    assert_int_equal(br_content_has(c, hash), 0);
+    int64_t held;
+    int whole;
+    br_err_t err = {0};
+    assert_int_equal(br_content_write(c, hash, (int64_t)len, 0, data, BR_CONTENT_CHUNK,
+                                      &held, &whole, &err), 0);
+    assert_int_equal(whole, 0);
+    assert_int_equal(br_content_has(c, hash), 0); /* a partial never counts */
+    assert_int_equal(br_content_partial(c, hash), BR_CONTENT_CHUNK);
+    send_all(c, hash, data, len, BR_CONTENT_CHUNK, BR_CONTENT_CHUNK);
+    assert_int_equal(br_content_has(c, hash), 1);
+    assert_int_equal(br_content_partial(c, hash), 0);
+    assert_int_equal(br_content_used(c), len);
+    object_bytes_are(dir, hash, data, len);
+    /* sending it again is a no-op that says it is whole */
+    assert_int_equal(br_content_write(c, hash, (int64_t)len, 0, data, 10, &held, &whole, &err),
+                     0);
+    assert_int_equal(whole, 1);
+    assert_int_equal(held, (int64_t)len);
+    assert_int_equal(br_content_used(c), len);
+    /* an empty file is whole at once */
+    char empty[65];
+    hash_hex("", 0, empty);
+    assert_int_equal(br_content_write(c, empty, 0, 0, "", 0, &held, &whole, &err), 0);
+    assert_int_equal(whole, 1);
+    assert_int_equal(br_content_has(c, empty), 1);
+    br_content_destroy(&c);
+    /* reopened, the store adds up what it holds */
+    c = open_ok(dir, 0);
+    assert_int_equal(br_content_used(c), len);
+    assert_int_equal(br_content_has(c, hash), 1);
+    br_content_destroy(&c);
+    free(data);
+}
+
+/* An upload cut off goes on from what is held, also after a restart; a chunk at
+ * another offset is refused and says what is held. */
+static void test_resume_after_restart(void **state)
+{
+    char dir[PATH_MAX], hash[65];
+    fresh_dir(dir);
+    br_content_t *c = open_ok(dir, 0);
+    size_t len = 2 * BR_CONTENT_CHUNK + 5;
+    unsigned char *data = bytes(len, 2);
+    hash_hex(data, len, hash);
+    int64_t held;
+    int whole;
+    br_err_t err = {0};
+    assert_int_equal(br_content_write(c, hash, (int64_t)len, 0, data, BR_CONTENT_CHUNK,
+                                      &held, &whole, &err), 0);
+    /* a chunk past what is held */
+    assert_int_equal(br_content_write(c, hash, (int64_t)len, 2 * BR_CONTENT_CHUNK,
+                                      data + 2 * BR_CONTENT_CHUNK, 5, &held, &whole, &err),
+                     -1);
+    assert_int_equal(err.errnum, ERANGE);
+    assert_int_equal(held, BR_CONTENT_CHUNK);
+    br_content_destroy(&c);
+    c = open_ok(dir, 0);
+    assert_int_equal(br_content_used(c), BR_CONTENT_CHUNK);
+    assert_int_equal(br_content_partial(c, hash), BR_CONTENT_CHUNK);
+    send_all(c, hash, data, len, BR_CONTENT_CHUNK, 100000);
+    object_bytes_are(dir, hash, data, len);
+    assert_int_equal(br_content_used(c), len);
+    br_content_destroy(&c);
+    free(data);
+}
+
+/* Bytes that do not hash to their name never count: the partial is dropped and the
+ * use given back. */
+static void test_wrong_bytes_refused(void **state)
+{
+    char dir[PATH_MAX], hash[65];
+    fresh_dir(dir);
+    br_content_t *c = open_ok(dir, 0);
+    size_t len = 1000;
+    unsigned char *data = bytes(len, 3);
+    hash_hex(data, len, hash);
+    data[500] ^= 1;
+    int64_t held;
+    int whole = 1;
+    br_err_t err = {0};
+    assert_int_equal(br_content_write(c, hash, (int64_t)len, 0, data, len, &held, &whole,
+                                      &err), -1);
+    assert_int_equal(err.errnum, EBADMSG);
+    assert_int_equal(whole, 0);
+    assert_int_equal(br_content_has(c, hash), 0);
+    assert_int_equal(br_content_partial(c, hash), 0);
+    assert_int_equal(br_content_used(c), 0);
+    /* then the right bytes go in from the start */
+    data[500] ^= 1;
+    send_all(c, hash, data, len, 0, len);
+    assert_int_equal(br_content_has(c, hash), 1);
+    /* a name that is not a hash, and bytes past the size */
+    assert_int_equal(br_content_write(c, "../etc/passwd", 4, 0, "abcd", 4, &held, &whole,
+                                      &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    char other[65];
+    hash_hex("x", 1, other);
+    assert_int_equal(br_content_write(c, other, 1, 0, "xy", 2, &held, &whole, &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    br_content_destroy(&c);
+    free(data);
+}
+
+/* Past --store-quota a write is refused (EDQUOT, naming the flag) and adds nothing. */
+static void test_quota(void **state)
+{
+    char dir[PATH_MAX], a[65], b[65];
+    fresh_dir(dir);
+    br_content_t *c = open_ok(dir, 1500);
+    unsigned char *da = bytes(1000, 4), *db = bytes(1000, 5);
+    hash_hex(da, 1000, a);
+    hash_hex(db, 1000, b);
+    send_all(c, a, da, 1000, 0, 1000);
+    int64_t held;
+    int whole;
+    br_err_t err = {0};
+    assert_int_equal(br_content_write(c, b, 1000, 0, db, 400, &held, &whole, &err), 0);
+    assert_int_equal(br_content_write(c, b, 1000, 400, db + 400, 600, &held, &whole, &err),
+                     -1);
+    assert_int_equal(err.errnum, EDQUOT);
+    assert_non_null(strstr(err.text, "--store-quota"));
+    assert_int_equal(br_content_used(c), 1400);
+    assert_int_equal(br_content_partial(c, b), 400);
+    br_content_destroy(&c);
+    free(da);
+    free(db);
+}
+
+static br_store_t *store_ok(const char *dir, int64_t *alice, int64_t *bob)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s.db", dir);
+    br_err_t err = {0};
+    br_store_t *s = br_store_open(path, &err);
+    assert_non_null(s);
+    assert_int_equal(br_store_key_add(s, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+                                      BR_PRINCIPAL_USER, "alice", &err), 0);
+    assert_int_equal(br_store_key_add(s, "BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB",
+                                      BR_PRINCIPAL_USER, "bob", &err), 0);
+    br_principal_t kind;
+    char name[64];
+    assert_int_equal(br_store_key_who(s, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", &kind,
+                                      name, sizeof(name), alice, &err), 0);
+    assert_int_equal(br_store_key_who(s, "BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB", &kind,
+                                      name, sizeof(name), bob, &err), 0);
+    return s;
+}
+
+/* A manifest of the given contents (paths f0, f1, ...), its hash made up: the store
+ * trusts the API to have verified it. */
+static json_t *manifest_of(const char *mhash, char hashes[][65], const int64_t *sizes,
+                           int n)
+{
+    json_t *entries = json_array();
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        char path[16];
+        snprintf(path, sizeof(path), "f%d", i);
+        json_array_append_new(entries, json_pack("{s:s, s:s, s:i, s:I, s:s}", "path", path,
+                                                 "type", "f", "mode", 0644,
+                                                 "size", (json_int_t)sizes[i], "hash",
+                                                 hashes[i]));
+        total += sizes[i];
+    }
+    return json_pack("{s:s, s:s, s:i, s:I, s:o}", "hash", mhash, "root", "dir", "files", n,
+                     "bytes", (json_int_t)total, "entries", entries);
+}
+
+/* Versions and tags of a data set: "vN" when none is given, a tag names one version
+ * for good, and each user's names are their own. */
+static void test_data_versions_and_tags(void **state)
+{
+    char dir[PATH_MAX];
+    fresh_dir(dir);
+    int64_t alice, bob;
+    br_store_t *s = store_ok(dir, &alice, &bob);
+    char h[1][65];
+    hash_hex("one", 3, h[0]);
+    int64_t sz[1] = {3};
+    json_t *m = manifest_of("aa", h, sz, 1);
+    br_err_t err = {0};
+    json_t *r1 = br_store_data_add(s, alice, "llama", NULL, m, 0, NULL, &err);
+    assert_non_null(r1);
+    assert_string_equal(json_string_value(json_object_get(r1, "tag")), "v1");
+    json_t *r2 = br_store_data_add(s, alice, "llama", "fp16", m, 1, NULL, &err);
+    assert_non_null(r2);
+    assert_int_equal(json_integer_value(json_object_get(r2, "version")), 2);
+    assert_null(br_store_data_add(s, alice, "llama", "fp16", m, 0, NULL, &err));
+    assert_int_equal(err.errnum, EEXIST);
+    assert_non_null(strstr(err.text, "llama:fp16"));
+    json_t *r3 = br_store_data_add(s, bob, "llama", "fp16", m, 0, NULL, &err);
+    assert_non_null(r3); /* bob's llama is another data set */
+    assert_int_equal(json_integer_value(json_object_get(r3, "version")), 1);
+    json_t *list = br_store_data_list(s, &err);
+    assert_int_equal(json_array_size(list), 3);
+    json_t *first = json_array_get(list, 0);
+    assert_string_equal(json_string_value(json_object_get(first, "owner")), "alice");
+    assert_string_equal(json_string_value(json_object_get(first, "tag")), "v1");
+    assert_int_equal(json_integer_value(json_object_get(first, "bytes")), 3);
+    assert_true(json_is_true(json_object_get(json_array_get(list, 1), "public")));
+    json_decref(list);
+    json_decref(r1);
+    json_decref(r2);
+    json_decref(r3);
+    json_decref(m);
+    br_store_destroy(&s);
+}
+
+/* What the sweep removes: only contents and manifests nothing refers to any more,
+ * and only those doubted. */
+static void test_sweep_keeps_referenced(void **state)
+{
+    char dir[PATH_MAX];
+    fresh_dir(dir);
+    int64_t alice, bob;
+    br_store_t *s = store_ok(dir, &alice, &bob);
+    br_content_t *c = open_ok(dir, 0);
+    char h[2][65];
+    unsigned char *d0 = bytes(300, 6), *d1 = bytes(500, 7);
+    hash_hex(d0, 300, h[0]);
+    hash_hex(d1, 500, h[1]);
+    send_all(c, h[0], d0, 300, 0, 300);
+    send_all(c, h[1], d1, 500, 0, 500);
+    int64_t sz[2] = {300, 500};
+    char mh1[65], mh2[65];
+    hash_hex("m1", 2, mh1);
+    hash_hex("m2", 2, mh2);
+    json_t *m1 = manifest_of(mh1, h, sz, 2), *m2 = manifest_of(mh2, h, sz, 1);
+    br_err_t err = {0};
+    assert_int_equal(br_content_put_manifest(c, m1, &err), 0);
+    assert_int_equal(br_content_put_manifest(c, m2, &err), 0);
+    json_t *a = br_store_data_add(s, alice, "set", NULL, m1, 0, NULL, &err);
+    json_t *b = br_store_data_add(s, bob, "set", NULL, m2, 0, NULL, &err);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(br_store_content_refs(s, h[0], &err), 2);
+    assert_int_equal(br_store_content_user_has(s, bob, h[1], &err), 0);
+    assert_int_equal(br_store_content_user_has(s, alice, h[1], &err), 1);
+    assert_int_equal(br_store_content_user_bytes(s, alice, &err), 800);
+    assert_int_equal(br_store_content_user_bytes(s, bob, &err), 300);
+    uint64_t before = br_content_used(c);
+    /* alice's set goes: h[1] and m1 are no longer held, h[0] is bob's too */
+    json_t *hashes = NULL;
+    assert_int_equal(br_store_data_remove(s, json_integer_value(json_object_get(a, "id")),
+                                          &hashes, &err), 0);
+    assert_int_equal(json_array_size(hashes), 2);
+    size_t i;
+    json_t *v;
+    json_array_foreach(hashes, i, v)
+        br_content_doubt(c, json_string_value(v), 0);
+    br_content_doubt(c, mh1, 1);
+    br_content_doubt(c, mh2, 1);
+    assert_int_equal(br_content_sweep(c, s), 2);
+    assert_int_equal(br_content_has(c, h[0]), 1);
+    assert_int_equal(br_content_has(c, h[1]), 0);
+    assert_null(br_content_get_manifest(c, mh1, &err));
+    assert_int_equal(err.errnum, ENOENT);
+    json_t *back = br_content_get_manifest(c, mh2, &err);
+    assert_non_null(back);
+    assert_true(json_equal(back, m2));
+    assert_true(br_content_used(c) < before - 500 + 1);
+    assert_int_equal(br_store_content_user_bytes(s, alice, &err), 0);
+    /* a sweep with nothing doubted removes nothing */
+    assert_int_equal(br_content_sweep(c, s), 0);
+    json_decref(back);
+    json_decref(hashes);
+    json_decref(a);
+    json_decref(b);
+    json_decref(m1);
+    json_decref(m2);
+    free(d0);
+    free(d1);
+    br_content_destroy(&c);
+    br_store_destroy(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_whole_after_last_chunk),
+        cmocka_unit_test(test_resume_after_restart),
+        cmocka_unit_test(test_wrong_bytes_refused),
+        cmocka_unit_test(test_quota),
+        cmocka_unit_test(test_data_versions_and_tags),
+        cmocka_unit_test(test_sweep_keeps_referenced),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
