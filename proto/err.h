@@ -2,7 +2,7 @@
 #ifndef BRAMBLE_ERR_H
 #define BRAMBLE_ERR_H
 
-#define BR_ERR_TEXT 160
+#define BR_ERR_TEXT 512 /* room for a refusal that names five files */
 
 typedef struct {
     int errnum;              /* errno-style code, 0 when unset */

@@ -357,8 +357,8 @@ static void test_reply_error_cut_inside_a_character(void **state)
 {
     (void)state;
     br_msg_t *req = br_msg_new(BR_MSG_REQUEST, "node.drain", 9);
-    char name[400] = "x";
-    for (int i = 0; i < 150; i++)
+    char name[2 * BR_ERR_TEXT] = "x";
+    for (int i = 0; i < BR_ERR_TEXT / 2 - 5; i++)
         strcat(name, "\xc3\xa9"); /* é */
     br_err_t err;
     br_errf(&err, ENOENT, "no node named '%s'", name);
@@ -423,7 +423,7 @@ static void test_reply(void **state)
     br_msg_destroy(&r);
 
     /* errnum 0 becomes EINVAL; long texts are cut, not overrun */
-    char lng[400];
+    char lng[2 * BR_ERR_TEXT];
     memset(lng, 'w', sizeof(lng) - 1);
     lng[sizeof(lng) - 1] = '\0';
     r = br_msg_reply_error(req, 0, "%s", lng);

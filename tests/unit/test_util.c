@@ -539,7 +539,7 @@ static void test_err(void **state)
     assert_int_equal(errno, EPERM);
     br_err_prefix(NULL, "x");
     /* long texts are cut, never overrun */
-    char lng[400];
+    char lng[2 * BR_ERR_TEXT];
     memset(lng, 'y', sizeof(lng) - 1);
     lng[sizeof(lng) - 1] = '\0';
     br_errf(&err, EIO, "%s", lng);
