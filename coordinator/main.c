@@ -50,6 +50,7 @@ static void usage(FILE *f)
             "                [--kill-grace 30s] [--preempt-after 10m] [--preempt-min-run 5m]\n"
             "                [--replica-retention 7d]\n"
             "                [--http-cert FILE --http-key FILE]\n"
+            "                [--store-dir DIR] [--store-quota SIZE] [--user-store-quota SIZE]\n"
             "\n"
             "init creates the coordinator key pair, the store (DIR/bramble.db) and the\n"
             "admin credential (DIR/admin.credential), and records the endpoints.\n"
@@ -77,7 +78,11 @@ static void usage(FILE *f)
             "or :PORT listens on 127.0.0.1 only; reach it from afar through an SSH\n"
             "tunnel (docs/metrics.md).\n"
             "--http-cert and --http-key (PEM files, both or neither; the key readable by\n"
-            "its owner only) make the HTTP side serve HTTPS only; init records them.%s\n",
+            "its owner only) make the HTTP side serve HTTPS only; init records them.\n"
+            "--store-dir keeps the files of data sets (`bramble data push`), each once by\n"
+            "its hash (default DIR/store); --store-quota caps what it holds in all, and\n"
+            "--user-store-quota what each user's data sets take (0: no limit, the\n"
+            "default; docs/files.md).%s\n",
             BR_ANNOUNCE_PORT, BR_DEFAULT_LISTEN, BR_ANNOUNCE_PORT,
             br_http_available() ? "" : "\nThis build has no HTTP: libmicrohttpd-dev was "
                                        "missing when it was built.");
@@ -105,6 +110,9 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
         {"replica-retention", required_argument, NULL, 'X'},
         {"http-cert", required_argument, NULL, 'c'},
         {"http-key", required_argument, NULL, 'k'},
+        {"store-dir", required_argument, NULL, 'S'},
+        {"store-quota", required_argument, NULL, 'Q'},
+        {"user-store-quota", required_argument, NULL, 'U'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int o;
@@ -175,6 +183,26 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
                 return 2;
             }
             break;
+        case 'S':
+            if (!optarg[0] || strlen(optarg) >= sizeof(cfg->store_dir)) {
+                fprintf(stderr, "brambled: --store-dir: %s\n",
+                        optarg[0] ? "too long a path" : "an empty path");
+                return 2;
+            }
+            br_strlcpy(cfg->store_dir, optarg, sizeof(cfg->store_dir));
+            break;
+        case 'Q':
+        case 'U': {
+            uint64_t bytes = 0;
+            if (br_parse_size(optarg, &bytes, &err) < 0 || bytes > (1ULL << 60)) {
+                fprintf(stderr, "brambled: --%s %s: %s\n",
+                        o == 'Q' ? "store-quota" : "user-store-quota", optarg,
+                        bytes > (1ULL << 60) ? "too large" : err.text);
+                return 2;
+            }
+            *(o == 'Q' ? &cfg->store_quota : &cfg->user_store_quota) = (int64_t)bytes;
+            break;
+        }
         case 'R':
             if (br_parse_duration(optarg, &cfg->log_retention_ms, &err) < 0) {
                 fprintf(stderr, "brambled: --log-retention %s\n", err.text);

@@ -40,6 +40,7 @@
 #include "http.h"
 #include "zap.h"
 #include "storemark.h"
+#include "content.h"
 #include "dirlock.h"
 
 #define BATCH_MAX BR_COORD_BATCH_MAX
@@ -194,6 +195,15 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->nodes = br_nodes_new();
     if (!c->store)
         goto fail;
+    if (!c->cfg.store_dir[0])
+        br_config_path(cfg, "store", c->cfg.store_dir, sizeof(c->cfg.store_dir));
+    c->content = br_content_open(c->cfg.store_dir, (uint64_t)c->cfg.store_quota, err);
+    if (!c->content)
+        goto fail;
+    int left = br_content_collect(c->content, c->store, 24 * 3600);
+    if (left > 0)
+        fprintf(stderr, "brambled: removed %d stored file(s) that uploads left a day ago or "
+                        "more and nothing refers to\n", left);
     c->ctx = zmq_ctx_new();
     if (c->ctx)
         zmq_ctx_set(c->ctx, ZMQ_IO_THREADS, BR_COORD_IO_THREADS); /* before any socket */
@@ -245,6 +255,7 @@ void br_coord_destroy(br_coord_t **cp)
     br_hooks_destroy(&c->hooks);
     br_storemark_destroy(&c->mark);
     br_store_destroy(&c->store);
+    br_content_destroy(&c->content);
     br_dirlock_destroy(&c->lock);
     br_stats_destroy(&c->stats);
     if (c->sigfd >= 0)
@@ -511,6 +522,7 @@ static void wake(br_coord_t *c, int readable)
         return;
     }
     br_storemark_update(c->mark, c->store);
+    br_content_sweep(c->content, c->store); /* what the wake let go of, now that it is */
     if (c->http && c->http_tokens_dirty) /* before the answers: a revoke holds once told */
         give_tokens(c);
     end_wake(c, 1);

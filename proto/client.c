@@ -320,6 +320,12 @@ static int wait_response(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t 
 int br_client_send(br_client_t *c, const char *type, json_t *body, uint32_t *seq,
                    br_err_t *err)
 {
+    return br_client_send_data(c, type, body, NULL, 0, seq, err);
+}
+
+int br_client_send_data(br_client_t *c, const char *type, json_t *body, const void *data,
+                        size_t len, uint32_t *seq, br_err_t *err)
+{
     if (c->npending == BR_CLIENT_PENDING) {
         json_decref(body);
         return br_errf(err, EBUSY, "too many requests in flight (at most %d)",
@@ -333,6 +339,10 @@ int br_client_send(br_client_t *c, const char *type, json_t *body, uint32_t *seq
     }
     if (body)
         br_msg_set_body(req, body);
+    if (data && br_msg_set_data(req, data, len) < 0) {
+        br_msg_destroy(&req);
+        return br_errf(err, ENOMEM, "out of memory");
+    }
     if (c->monitor) /* what happened before it was sent is not about it */
         read_monitor(c);
     unsigned lost = c->lost;

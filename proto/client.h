@@ -46,6 +46,9 @@ int br_client_send(br_client_t *c, const char *type, json_t *body, uint32_t *seq
                    br_err_t *err);
 int br_client_recv(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t **resp,
                    br_err_t *err);
+/* br_client_send with a data frame of len bytes (copied; data NULL: none). */
+int br_client_send_data(br_client_t *c, const char *type, json_t *body, const void *data,
+                        size_t len, uint32_t *seq, br_err_t *err);
 
 /* Like br_client_rpc, but the response body is returned (new reference) and the
  * message dropped. */

@@ -66,6 +66,12 @@ static const struct {
     {"checkpoint.open", K_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_open},
     {"checkpoint.read", K_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_read},
     {"checkpoint.close", K_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_close},
+    {"content.lack", K_REQUEST, P_ADMIN | P_USER, br_api_content_lack},
+    {"content.put", K_REQUEST, P_ADMIN | P_USER, br_api_content_put},
+    {"data.push", K_REQUEST, P_ADMIN | P_USER, br_api_data_push},
+    {"data.list", K_REQUEST, P_ADMIN | P_USER, br_api_data_list},
+    {"data.show", K_REQUEST, P_ADMIN | P_USER, br_api_data_show},
+    {"data.rm", K_REQUEST, P_ADMIN | P_USER, br_api_data_rm},
 };
 
 static const char *principal_words(br_principal_t k)
@@ -102,6 +108,7 @@ static const char *action_words(const char *type)
         {"user.", "managing users"},          {"service.", "managing services"},
         {"dashboard.", "logging in to the dashboard"},
         {"checkpoint.", "pulling checkpoints"},
+        {"content.", "uploading files"},      {"data.", "managing data sets"},
     };
     for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
         if (strncmp(type, actions[i].type, strlen(actions[i].type)) == 0)

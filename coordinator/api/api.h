@@ -61,6 +61,14 @@ void br_api_node_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_service_endpoints(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_service_scale(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 
+/* api_data.c: uploads into the content store, and data sets */
+void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_content_put(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_data_push(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_data_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_data_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_data_rm(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+
 /* api_dash.c: the dashboard (dashboard.h) */
 void br_api_dashboard_login(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 /* A dashboard request as a message of its session's key (takes r's body); NULL

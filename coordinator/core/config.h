@@ -30,6 +30,10 @@ typedef struct {
                                    * kept until `bramble job purge`) */
     char http_cert[1024];       /* --http-cert FILE: serve HTTPS ("" as recorded) */
     char http_key[1024];        /* --http-key FILE: its private key */
+    char store_dir[1024];       /* --store-dir: the content store ("": DATA_DIR/store) */
+    int64_t store_quota;        /* --store-quota: bytes it may hold (0: no limit) */
+    int64_t user_store_quota;   /* --user-store-quota: bytes each user's data may
+                                 * take in it (0: no limit) */
 } br_config_t;
 
 #define BR_DEFAULT_LOG_MAX_PER_JOB (64LL << 20)

@@ -32,6 +32,7 @@ typedef struct br_coord {
     void *sock;
     struct br_zap *zap;
     br_store_t *store;
+    struct br_content *content; /* files by hash: data sets' (content.h, --store-dir) */
     struct br_storemark *mark; /* DIR/store.mark: refuses a store that lost commits */
     br_nodes_t *nodes;
     struct br_jobtab *jobs; /* the current jobs in memory (jobtab.h), kept by jobs.c */

@@ -413,3 +413,40 @@ int br_content_sweep(br_content_t *c, br_store_t *s)
     c->ndoubts = 0;
     return n;
 }
+
+int br_content_collect(br_content_t *c, br_store_t *s, int64_t max_age_s)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/objects", c->dir);
+    DIR *top = opendir(path);
+    if (!top)
+        return 0;
+    int n = 0;
+    time_t now = time(NULL);
+    struct dirent *de;
+    while ((de = readdir(top))) {
+        if (strlen(de->d_name) != 2)
+            continue;
+        char sub[PATH_MAX + 32];
+        snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
+        DIR *d = opendir(sub);
+        struct dirent *fe;
+        while (d && (fe = readdir(d))) {
+            struct stat st;
+            br_err_t err;
+            if (!hex_ok(fe->d_name) ||
+                fstatat(dirfd(d), fe->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                !S_ISREG(st.st_mode) || now - st.st_mtime < max_age_s ||
+                br_store_content_refs(s, fe->d_name, &err) != 0)
+                continue;
+            if (unlinkat(dirfd(d), fe->d_name, 0) == 0) {
+                c->used -= (uint64_t)st.st_size < c->used ? (uint64_t)st.st_size : c->used;
+                n++;
+            }
+        }
+        if (d)
+            closedir(d);
+    }
+    closedir(top);
+    return n;
+}

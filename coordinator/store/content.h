@@ -58,5 +58,8 @@ int br_content_doubt(br_content_t *c, const char *hash, int manifest);
  * manifests no data set names (br_store_content_refs, br_store_data_manifest_used).
  * The number removed. */
 int br_content_sweep(br_content_t *c, br_store_t *s);
+/* Remove the contents nothing in s refers to that are older than max_age_s: what
+ * uploads that never became a data set left (at a start). The number removed. */
+int br_content_collect(br_content_t *c, br_store_t *s, int64_t max_age_s);
 
 #endif

@@ -1,0 +1,565 @@
+/* api_data.c - data sets (`bramble data`, docs/files.md) and the uploads into the
+ * content store that bring their files (PROTOCOL.md section 12): content.lack says
+ * what a tree's upload must still send, content.put stores one chunk, data.push
+ * names a tree whose files are all stored, data.list/show/rm. A user sees and
+ * removes their own data sets and uses those shared with them or public; the admin
+ * all of them. */
+#include "api.h"
+#include "content.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "manifest_check.h"
+#include "util.h"
+
+#define LACK_MAX 20000     /* entries one content.lack answer names ("more" after) */
+#define CONTENTS_MAX 1000  /* contents one content.lack asks about by hash */
+#define NAME_MAX_LEN 64    /* of a data set's name and of a tag */
+#define LARGEST_SHOWN 5    /* files a quota refusal names */
+#define SHOW_LARGEST 10    /* files data.show lists */
+
+/* [a-z0-9][a-z0-9._-]*, at most NAME_MAX_LEN: what a data set's name and a tag are. */
+static int word_ok(const char *s, const char *what, br_err_t *err)
+{
+    size_t n = s ? strlen(s) : 0;
+    int ok = n > 0 && n <= NAME_MAX_LEN && ((s[0] >= 'a' && s[0] <= 'z') ||
+                                            (s[0] >= '0' && s[0] <= '9'));
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '.' ||
+             s[i] == '_' || s[i] == '-';
+    if (!ok)
+        return br_errf(err, EINVAL, "'%.80s' is not a data set %s: lowercase letters, "
+                                    "digits, '.', '_' and '-', first a letter or digit, "
+                                    "at most %d",
+                       s ? s : "", what, NAME_MAX_LEN);
+    return 0;
+}
+
+/* The whole manifest an upload names: its listing (the manifest's own text, stored
+ * as a content first) read from the store and checked against the summary. NULL
+ * with err (ENOENT: the listing is not stored yet). */
+static json_t *listed_manifest(br_coord_t *c, const json_t *listing, const json_t *summary,
+                               br_err_t *err)
+{
+    const char *lhash;
+    json_int_t lsize;
+    if (json_unpack((json_t *)listing, "{s:s, s:I}", "hash", &lhash, "size", &lsize) < 0 ||
+        lsize < 2 || lsize > BR_MANIFEST_LISTING_MAX)
+        return br_errp(err, EINVAL, "listing must be {\"hash\", \"size\"} of at most %d bytes",
+                       BR_MANIFEST_LISTING_MAX);
+    if (!br_content_has(c->content, lhash))
+        return br_errp(err, ENOENT, "the manifest's listing %.16s... is not stored: send it "
+                                    "first (content.put)",
+                       lhash);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/objects/%.2s/%s", br_content_dir(c->content), lhash,
+             lhash);
+    size_t len = 0;
+    char *text = br_read_file(path, BR_MANIFEST_LISTING_MAX, &len, err);
+    if (!text)
+        return NULL;
+    json_t *m = len == (size_t)lsize ? br_manifest_from_listing(summary, text, len, err)
+                                     : br_errp(err, EPROTO, "the listing is not its size");
+    free(text);
+    if (m && strcmp(json_string_value(json_object_get(m, "root")), "dir") != 0) {
+        json_decref(m);
+        return br_errp(err, EINVAL, "a data set is a directory (its manifest's root is "
+                                    "not \"dir\")");
+    }
+    if (!m)
+        br_err_prefix(err, "the manifest");
+    return m;
+}
+
+/* Every content a manifest names: {hash: size}, each once (links hold none). */
+static json_t *distinct_contents(const json_t *m)
+{
+    json_t *seen = json_object();
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(m, "entries"), i, e) {
+        const char *h = json_string_value(json_object_get(e, "hash"));
+        if (h && seen)
+            json_object_set(seen, h, json_object_get(e, "size"));
+    }
+    return seen;
+}
+
+/* The paths of the n largest files of m into buf, "a (1.2 GiB), b (3 MiB)". */
+static const char *largest_text(const json_t *m, size_t n, char *buf, size_t len)
+{
+    const json_t *top[LARGEST_SHOWN] = {0};
+    size_t i, k = 0;
+    json_t *e;
+    if (n > LARGEST_SHOWN)
+        n = LARGEST_SHOWN;
+    json_array_foreach(json_object_get(m, "entries"), i, e) {
+        json_int_t sz = json_integer_value(json_object_get(e, "size"));
+        if (!json_object_get(e, "hash"))
+            continue;
+        size_t at = k < n ? k++ : n;
+        while (at > 0 && json_integer_value(json_object_get(top[at - 1], "size")) < sz) {
+            if (at < n)
+                top[at] = top[at - 1];
+            at--;
+        }
+        if (at < n)
+            top[at] = e;
+    }
+    size_t used = 0;
+    buf[0] = 0;
+    for (i = 0; i < k && used < len; i++) {
+        char sz[32];
+        br_format_size((uint64_t)json_integer_value(json_object_get(top[i], "size")), sz,
+                       sizeof(sz));
+        int w = snprintf(buf + used, len - used, "%s%s (%s)", i ? ", " : "",
+                         json_string_value(json_object_get(top[i], "path")), sz);
+        used += w > 0 ? (size_t)w : 0;
+    }
+    return buf;
+}
+
+/* Refuse (EDQUOT) when m's contents the caller does not refer to yet would take
+ * them past --user-store-quota. The admin has no such quota. */
+static int check_user_quota(br_coord_t *c, const br_caller_t *who, const json_t *m,
+                            br_err_t *err)
+{
+    int64_t quota = c->cfg.user_store_quota;
+    if (quota <= 0 || who->kind == BR_PRINCIPAL_ADMIN)
+        return 0;
+    int64_t used = br_store_content_user_bytes(c->store, who->id, err);
+    if (used < 0)
+        return -1;
+    json_t *all = distinct_contents(m);
+    if (!all)
+        return br_errf(err, ENOMEM, "out of memory");
+    int64_t more = 0;
+    const char *h;
+    json_t *v;
+    json_object_foreach(all, h, v) {
+        int has = br_store_content_user_has(c->store, who->id, h, err);
+        if (has < 0) {
+            json_decref(all);
+            return -1;
+        }
+        more += has ? 0 : json_integer_value(v);
+    }
+    json_decref(all);
+    if (used + more <= quota)
+        return 0;
+    char q[32], u[32], n[32], big[600];
+    return br_errf(err, EDQUOT, "over your quota: this tree adds %s to the %s you hold, and "
+                                "each user may hold %s (--user-store-quota); its largest "
+                                "files: %s. Leave out what the job does not need with "
+                                ".brambleignore",
+                   br_format_size((uint64_t)more, n, sizeof(n)),
+                   br_format_size((uint64_t)used, u, sizeof(u)),
+                   br_format_size((uint64_t)quota, q, sizeof(q)),
+                   largest_text(m, LARGEST_SHOWN, big, sizeof(big)));
+}
+
+/* [[i, offset], ...] for the entries of m from `from` on whose content is not whole
+ * in the store (offset: what a partial of it holds), each content once; *more when
+ * the answer stopped at LACK_MAX. */
+static json_t *lacking(br_coord_t *c, const json_t *entries, size_t from, int *more,
+                       json_int_t *bytes)
+{
+    json_t *out = json_array(), *seen = json_object();
+    size_t i;
+    json_t *e;
+    *more = 0;
+    *bytes = 0;
+    if (!out || !seen)
+        goto oom;
+    for (i = from; i < json_array_size(entries); i++) {
+        e = json_array_get(entries, i);
+        const char *h = json_string_value(json_object_get(e, "hash"));
+        if (!h || json_object_get(seen, h) || br_content_has(c->content, h))
+            continue;
+        if (json_array_size(out) == LACK_MAX) {
+            *more = 1;
+            break;
+        }
+        int64_t off = br_content_partial(c->content, h);
+        json_int_t size = json_integer_value(json_object_get(e, "size"));
+        if (off > size)
+            off = 0;
+        *bytes += size - off;
+        if (json_object_set_new(seen, h, json_true()) < 0 ||
+            json_array_append_new(out, json_pack("[I, I]", (json_int_t)i, (json_int_t)off)) < 0)
+            goto oom;
+    }
+    json_decref(seen);
+    return out;
+oom:
+    json_decref(out);
+    json_decref(seen);
+    return NULL;
+}
+
+void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_t *contents = NULL, *listing = NULL, *summary = NULL, *full = NULL, *out = NULL;
+    json_int_t from = 0;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s?o, s?o, s?o, s?I}", "contents", &contents, "listing",
+                      &listing, "manifest", &summary, "from", &from) < 0)
+        goto fail;
+    if (!contents == !listing || !listing != !summary || from < 0) {
+        br_errf(&err, EINVAL, "content.lack: give contents, or listing with manifest");
+        goto fail;
+    }
+    if (contents) { /* by hash: [{"hash","size"}] */
+        size_t i;
+        json_t *e;
+        if (!json_is_array(contents) || json_array_size(contents) > CONTENTS_MAX) {
+            br_errf(&err, EINVAL, "contents: an array of at most %d", CONTENTS_MAX);
+            goto fail;
+        }
+        json_array_foreach(contents, i, e) {
+            const char *h = json_string_value(json_object_get(e, "hash"));
+            if (!h || !json_is_integer(json_object_get(e, "size"))) {
+                br_errf(&err, EINVAL, "contents[%zu]: {\"hash\", \"size\"}", i);
+                goto fail;
+            }
+        }
+        int more;
+        json_int_t bytes;
+        json_t *lack = lacking(c, contents, 0, &more, &bytes);
+        if (!lack)
+            goto oom;
+        br_reply_ok(c, m, json_pack("{s:o, s:b, s:I}", "lack", lack, "more", 0, "bytes", bytes));
+        return;
+    }
+    if (!(full = listed_manifest(c, listing, summary, &err)) ||
+        check_user_quota(c, who, full, &err) < 0)
+        goto fail;
+    int more;
+    json_int_t bytes;
+    json_t *lack = lacking(c, json_object_get(full, "entries"), (size_t)from, &more, &bytes);
+    if (!lack)
+        goto oom;
+    out = json_pack("{s:o, s:b, s:I}", "lack", lack, "more", more, "bytes", bytes);
+    json_decref(full);
+    br_reply_ok(c, m, out);
+    return;
+oom:
+    br_errf(&err, ENOMEM, "out of memory");
+fail:
+    if (listing && json_is_string(json_object_get(listing, "hash"))) /* not kept for it */
+        br_content_doubt(c->content, json_string_value(json_object_get(listing, "hash")), 0);
+    json_decref(full);
+    br_reply_fail(c, m, &err);
+}
+
+void br_api_content_put(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *hash;
+    json_int_t size, offset;
+    br_err_t err;
+    size_t len = 0;
+    const void *data = br_msg_data(m, &len);
+    (void)who;
+    if (br_msg_unpack(m, &err, "{s:s, s:I, s:I}", "hash", &hash, "size", &size, "offset",
+                      &offset) < 0)
+        goto fail;
+    if (len > BR_CONTENT_CHUNK) {
+        br_errf(&err, EINVAL, "content.put: at most %d bytes at a time", BR_CONTENT_CHUNK);
+        goto fail;
+    }
+    int64_t held = 0;
+    int whole = 0;
+    if (br_content_write(c->content, hash, size, offset, data ? data : "", data ? len : 0,
+                         &held, &whole, &err) < 0)
+        goto fail;
+    br_reply_ok(c, m, json_pack("{s:I, s:b}", "held", (json_int_t)held, "whole", whole));
+    return;
+fail:
+    br_reply_fail(c, m, &err);
+}
+
+/* Split "OWNER/NAME" (or a bare NAME: the caller's) into *owner (NULL when bare) and
+ * name; both checked. */
+static int split_name(const char *full, char *owner, size_t olen, const char **name,
+                      br_err_t *err)
+{
+    const char *slash = strchr(full, '/');
+    owner[0] = 0;
+    *name = full;
+    if (slash) {
+        size_t n = (size_t)(slash - full);
+        if (n == 0 || n >= olen)
+            return br_errf(err, EINVAL, "'%.80s': OWNER/NAME with a user's name", full);
+        memcpy(owner, full, n);
+        owner[n] = 0;
+        *name = slash + 1;
+    }
+    return word_ok(*name, "name", err);
+}
+
+/* Whether who may use data set row d: its owner, the admin, a user it is shared
+ * with, anyone when it is public. */
+static int may_use(const br_caller_t *who, const json_t *d)
+{
+    if (who->kind == BR_PRINCIPAL_ADMIN ||
+        json_integer_value(json_object_get(d, "owner_id")) == who->id ||
+        json_is_true(json_object_get(d, "public")))
+        return 1;
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(d, "shares"), i, s)
+        if (json_integer_value(json_object_get(s, "id")) == who->id)
+            return 1;
+    return 0;
+}
+
+/* The versions of a data set the caller names ("NAME" theirs, "OWNER/NAME" another's
+ * they may use), tag NULL: all; a new array (empty: none), or NULL with err. */
+static json_t *find_versions(br_coord_t *c, const br_caller_t *who, const char *full,
+                             const char *tag, br_err_t *err)
+{
+    char owner[64];
+    const char *name;
+    if (split_name(full, owner, sizeof(owner), &name, err) < 0 ||
+        (tag && word_ok(tag, "tag", err) < 0))
+        return NULL;
+    json_t *all = br_store_data_list(c->store, err), *out = json_array();
+    if (!all || !out) {
+        json_decref(all);
+        json_decref(out);
+        return all ? br_errp(err, ENOMEM, "out of memory") : NULL;
+    }
+    size_t i;
+    json_t *d;
+    json_array_foreach(all, i, d) {
+        int mine = owner[0] ? strcmp(json_string_value(json_object_get(d, "owner")), owner) == 0
+                            : json_integer_value(json_object_get(d, "owner_id")) == who->id;
+        if (mine && strcmp(json_string_value(json_object_get(d, "name")), name) == 0 &&
+            (!tag || strcmp(json_string_value(json_object_get(d, "tag")), tag) == 0) &&
+            may_use(who, d))
+            json_array_append(out, d);
+    }
+    json_decref(all);
+    return out;
+}
+
+/* The users named to share with: [{"id","name"}], each a live user. */
+static json_t *share_list(br_coord_t *c, const json_t *names, br_err_t *err)
+{
+    json_t *out = json_array();
+    size_t i;
+    json_t *v;
+    if (names && !json_is_array(names)) {
+        json_decref(out);
+        return br_errp(err, EINVAL, "shares: an array of user names");
+    }
+    json_array_foreach(names, i, v) {
+        int64_t id = 0;
+        const char *n = json_string_value(v);
+        if (!n || br_store_principal_id(c->store, BR_PRINCIPAL_USER, n, &id, err) < 0 || !id) {
+            if (!n || !id)
+                br_errf(err, ENOENT, "--share %s: no such user", n ? n : "(not a name)");
+            json_decref(out);
+            return NULL;
+        }
+        json_array_append_new(out, json_pack("{s:I, s:s}", "id", (json_int_t)id, "name", n));
+    }
+    return out;
+}
+
+/* The summary of a row the caller sees: shares by name, ids left out. */
+static json_t *row_out(const json_t *d)
+{
+    json_t *o = json_deep_copy(d), *names = json_array();
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(d, "shares"), i, s)
+        json_array_append(names, json_object_get(s, "name"));
+    json_object_set_new(o, "shares", names);
+    json_object_del(o, "owner_id");
+    json_object_set_new(o, "created", br_time_json(json_object_get(d, "created")));
+    return o;
+}
+
+void br_api_data_push(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *name, *tag = NULL;
+    json_t *listing = NULL, *summary, *names = NULL, *full = NULL, *shares = NULL, *row = NULL;
+    int public_ = 0;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:s, s?s, s:o, s:o, s?b, s?o}", "name", &name, "tag", &tag,
+                      "listing", &listing, "manifest", &summary, "public", &public_,
+                      "shares", &names) < 0)
+        goto fail;
+    if (word_ok(name, "name", &err) < 0 || (tag && word_ok(tag, "tag", &err) < 0))
+        goto fail;
+    if (tag && tag[0] == 'v' && tag[1] && strspn(tag + 1, "0123456789") == strlen(tag + 1)) {
+        br_errf(&err, EINVAL, "tag '%s': tags v1, v2... are the versions' own", tag);
+        goto fail;
+    }
+    if (!(shares = share_list(c, names, &err)) || !(full = listed_manifest(c, listing, summary, &err)) ||
+        check_user_quota(c, who, full, &err) < 0)
+        goto fail;
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(full, "entries"), i, e) {
+        const char *h = json_string_value(json_object_get(e, "hash"));
+        if (h && !br_content_has(c->content, h)) {
+            br_errf(&err, ENOENT, "%s is not stored yet: send every file first",
+                    json_string_value(json_object_get(e, "path")));
+            goto fail;
+        }
+    }
+    if (br_content_put_manifest(c->content, full, &err) < 0 ||
+        !(row = br_store_data_add(c->store, who->id, name, tag, full, public_, shares, &err)))
+        goto fail;
+    /* the listing was only the way in: the manifest is kept by its own hash now */
+    br_content_doubt(c->content, json_string_value(json_object_get(listing, "hash")), 0);
+    json_object_set_new(row, "owner", json_string(who->name));
+    char sz[32];
+    br_coord_event(c, 0, NULL, "data", "data set %s/%s:%s pushed: %lld files, %s", who->name,
+                   name, json_string_value(json_object_get(row, "tag")),
+                   (long long)json_integer_value(json_object_get(row, "files")),
+                   br_format_size((uint64_t)json_integer_value(json_object_get(row, "bytes")),
+                                  sz, sizeof(sz)));
+    br_reply_ok(c, m, row_out(row));
+    json_decref(row);
+    json_decref(full);
+    json_decref(shares);
+    return;
+fail:
+    if (listing) /* a refused push leaves no listing behind (a retry sends it again) */
+        br_content_doubt(c->content, json_string_value(json_object_get(listing, "hash")), 0);
+    json_decref(full);
+    json_decref(shares);
+    br_reply_fail(c, m, &err);
+}
+
+void br_api_data_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    br_err_t err;
+    json_t *all = NULL, *out = json_array();
+    if (br_msg_unpack(m, &err, "{}") < 0 || !(all = br_store_data_list(c->store, &err))) {
+        json_decref(out);
+        br_reply_fail(c, m, &err);
+        return;
+    }
+    size_t i;
+    json_t *d;
+    json_array_foreach(all, i, d)
+        if (may_use(who, d))
+            json_array_append_new(out, row_out(d));
+    json_decref(all);
+    br_reply_ok(c, m, json_pack("{s:o}", "data", out));
+}
+
+void br_api_data_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *name, *tag = NULL;
+    br_err_t err;
+    json_t *found = NULL, *mf = NULL;
+    if (br_msg_unpack(m, &err, "{s:s, s?s}", "name", &name, "tag", &tag) < 0 ||
+        (tag && word_ok(tag, "tag", &err) < 0) ||
+        !(found = find_versions(c, who, name, NULL, &err)))
+        goto fail;
+    json_t *d = NULL, *v;
+    size_t i;
+    json_array_foreach(found, i, v) /* the tagged one, else the newest */
+        if (!tag || strcmp(json_string_value(json_object_get(v, "tag")), tag) == 0)
+            d = v;
+    if (!d) {
+        br_errf(&err, ENOENT, "no data set %s%s%s", name, tag ? ":" : "", tag ? tag : "");
+        goto fail;
+    }
+    if (!(mf = br_content_get_manifest(c->content,
+                                       json_string_value(json_object_get(d, "manifest")), &err)))
+        goto fail;
+    json_t *out = row_out(d), *tags = json_array(), *largest = json_array();
+    json_array_foreach(found, i, v)
+        json_array_append(tags, json_object_get(v, "tag"));
+    /* the largest files, largest first */
+    json_t *entries = json_object_get(mf, "entries");
+    size_t n = json_array_size(entries), taken[SHOW_LARGEST], k = 0;
+    for (; k < SHOW_LARGEST && k < n; k++) {
+        size_t best = n;
+        for (i = 0; i < n; i++) {
+            int used = 0;
+            for (size_t j = 0; j < k; j++)
+                used |= taken[j] == i;
+            if (!used && json_object_get(json_array_get(entries, i), "hash") &&
+                (best == n || json_integer_value(json_object_get(json_array_get(entries, i),
+                                                                 "size")) >
+                                  json_integer_value(json_object_get(
+                                      json_array_get(entries, best), "size"))))
+                best = i;
+        }
+        if (best == n)
+            break;
+        taken[k] = best;
+        json_t *e = json_array_get(entries, best);
+        json_array_append_new(largest, json_pack("{s:O, s:O}", "path", json_object_get(e, "path"),
+                                                 "size", json_object_get(e, "size")));
+    }
+    json_object_set_new(out, "versions", tags);
+    json_object_set_new(out, "largest", largest);
+    json_decref(mf);
+    json_decref(found);
+    br_reply_ok(c, m, out);
+    return;
+fail:
+    json_decref(found);
+    br_reply_fail(c, m, &err);
+}
+
+void br_api_data_rm(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *name, *tag = NULL;
+    br_err_t err;
+    json_t *found = NULL, *removed = json_array();
+    if (br_msg_unpack(m, &err, "{s:s, s?s}", "name", &name, "tag", &tag) < 0 ||
+        !(found = find_versions(c, who, name, tag, &err)))
+        goto fail;
+    if (!json_array_size(found)) {
+        br_errf(&err, ENOENT, "no data set %s%s%s", name, tag ? ":" : "", tag ? tag : "");
+        goto fail;
+    }
+    size_t i;
+    json_t *d;
+    json_array_foreach(found, i, d) { /* the owner's or the admin's to remove */
+        if (who->kind != BR_PRINCIPAL_ADMIN &&
+            json_integer_value(json_object_get(d, "owner_id")) != who->id) {
+            br_errf(&err, EACCES, "not allowed: %s/%s is %s's, shared with you to use",
+                    json_string_value(json_object_get(d, "owner")), json_string_value(
+                        json_object_get(d, "name")),
+                    json_string_value(json_object_get(d, "owner")));
+            goto fail;
+        }
+    }
+    json_array_foreach(found, i, d) {
+        json_t *hashes = NULL;
+        if (br_store_data_remove(c->store, json_integer_value(json_object_get(d, "id")),
+                                 &hashes, &err) < 0)
+            goto fail;
+        size_t k;
+        json_t *h;
+        json_array_foreach(hashes, k, h)
+            br_content_doubt(c->content, json_string_value(h), 0);
+        json_decref(hashes);
+        br_content_doubt(c->content, json_string_value(json_object_get(d, "manifest")), 1);
+        json_array_append(removed, json_object_get(d, "tag"));
+        br_coord_event(c, 0, NULL, "data", "data set %s/%s:%s removed by %s",
+                       json_string_value(json_object_get(d, "owner")),
+                       json_string_value(json_object_get(d, "name")),
+                       json_string_value(json_object_get(d, "tag")), who->name);
+    }
+    json_decref(found);
+    br_reply_ok(c, m, json_pack("{s:s, s:o}", "name", name, "removed", removed));
+    return;
+fail:
+    json_decref(found);
+    json_decref(removed);
+    br_reply_fail(c, m, &err);
+}

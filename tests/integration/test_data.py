@@ -1,0 +1,280 @@
+"""Data sets: `bramble data push DIR NAME[:TAG]` packs a directory as git would list
+it, sends the coordinator's content store only the files it lacks, verified by hash
+and fsynced before the push is acknowledged; tags are immutable; data sets are their
+owner's unless shared; quotas refuse naming the largest files; an upload cut off (the
+CLI killed, the coordinator killed with kill -9) goes on from what was stored, and
+nothing half-sent ever counts."""
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import wait_for
+
+
+def write(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def blob(n, seed):
+    """n bytes that differ with seed (and compress badly)."""
+    out = bytearray()
+    h = hashlib.blake2b(str(seed).encode(), digest_size=64).digest()
+    while len(out) < n:
+        h = hashlib.blake2b(h, digest_size=64).digest()
+        out += h
+    return bytes(out[:n])
+
+
+def store_dir(c):
+    return c.data / "store"
+
+
+def objects(c):
+    """{hash: bytes} of every whole content in the store."""
+    found = {}
+    top = store_dir(c) / "objects"
+    for sub in top.iterdir():
+        for f in sub.iterdir():
+            found[f.name] = f.read_bytes()
+    return found
+
+
+def partials(c):
+    return {f.name: f.stat().st_size for f in (store_dir(c) / "partial").iterdir()}
+
+
+def push(c, *args, credential=None, check=True):
+    rc, out, err = c.cli("data", "push", *args, "--json", credential=credential, check=check)
+    return (json.loads(out) if rc == 0 else None), rc, err
+
+
+def add_user(c, name):
+    cred = c.root / f"{name}.credential"
+    c.cli("user", "add", name, "--out", cred)
+    return cred
+
+
+def test_push_sends_only_what_the_store_lacks(cluster):
+    c = cluster
+    tree = c.root / "laptop" / "model"
+    write(tree / "weights.bin", blob(3 << 20, 1))
+    write(tree / "config.json", b'{"layers": 2}\n')
+    write(tree / "tok" / "vocab.txt", b"a\nb\n")
+    write(tree / "scratch.tmp", b"never sent")
+    (tree / ".brambleignore").write_text("*.tmp\n")
+    os.symlink("tok/vocab.txt", tree / "vocab")
+
+    d, _, _ = push(c, tree, "llama")
+    assert (d["name"], d["tag"], d["version"]) == ("llama", "v1", 1)
+    # weights, config, vocab, .brambleignore and the link; not scratch.tmp
+    assert d["files"] == 5, d
+    assert d["sent_bytes"] == d["bytes"] == (3 << 20) + 14 + 4 + 6, d
+    stored = objects(c)
+    for f in ("weights.bin", "config.json", "tok/vocab.txt"):
+        data = (tree / f).read_bytes()
+        assert stored[hashlib.blake2b(data, digest_size=32).hexdigest()] == data, f
+    assert not any(v == b"never sent" for v in stored.values())
+
+    # the same tree again: a new version, nothing sent
+    d2, _, _ = push(c, tree, "llama:base")
+    assert (d2["tag"], d2["version"], d2["sent_bytes"], d2["sent_files"]) == ("base", 2, 0, 0)
+    # one file changed: only it is sent
+    write(tree / "config.json", b'{"layers": 3}\n')
+    d3, _, _ = push(c, tree, "llama")
+    assert (d3["tag"], d3["sent_files"], d3["sent_bytes"]) == ("v3", 1, 14), d3
+
+    # a tag names one version for good; v1, v2... are the versions' own
+    _, rc, err = push(c, tree, "llama:base", check=False)
+    assert rc == 1 and "llama:base exists" in err, err
+    _, rc, err = push(c, tree, "llama:v9", check=False)
+    assert rc == 1 and "v9" in err, err
+    _, rc, err = push(c, tree, "Llama!", check=False)
+    assert rc == 1 and "'llama!'" in err.lower() and "not a data set name" in err, err
+
+    listed = c.cli_json("data", "list")
+    assert [(x["name"], x["tag"]) for x in listed] == [("llama", "v1"), ("llama", "base"),
+                                                       ("llama", "v3")]
+    shown = c.cli_json("data", "show", "llama:base")
+    assert shown["version"] == 2 and shown["versions"] == ["v1", "base", "v3"]
+    assert shown["largest"][0] == {"path": "weights.bin", "size": 3 << 20}
+    _, out, _ = c.cli("data", "show", "llama")
+    assert "tag:       v3" in out and "weights.bin" in out, out
+
+    # removing versions frees only what no other version holds
+    before = objects(c)
+    c.cli("data", "rm", "llama:v3")
+    after = objects(c)
+    gone = set(before) - set(after)
+    assert [before[h] for h in gone] == [b'{"layers": 3}\n'], gone
+    c.cli("data", "rm", "llama")
+    assert objects(c) == {}, "the store keeps files no data set holds"
+    assert c.cli_json("data", "list") == []
+    rc, _, err = c.cli("data", "show", "llama", check=False)
+    assert rc == 1 and "no data set llama" in err, err
+
+
+def test_left_out_and_refused_files_are_named(cluster):
+    c = cluster
+    tree = c.root / "repo"
+    write(tree / "train.py", b"print(1)\n")
+    write(tree / "data" / "big.npy", b"x" * 100)
+    (tree / ".gitignore").write_text("data/\n")
+    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    _, out, err = c.cli("data", "push", tree, "repo")
+    assert "left out by .gitignore/.brambleignore: data/" in err, err
+    assert c.cli_json("data", "show", "repo")["files"] == 2  # train.py, .gitignore
+    # a git-ignored directory sent on purpose
+    (tree / ".brambleignore").write_text("!data/\n")
+    d, _, _ = push(c, tree, "repo")
+    assert d["files"] == 4 and d["sent_files"] == 2, d  # data/big.npy, .brambleignore
+
+    # a socket in the tree is refused, named, and nothing is pushed
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tree / "agent.sock"))
+    try:
+        _, rc, err = push(c, tree, "repo", check=False)
+    finally:
+        sock.close()
+    assert rc == 1 and "agent.sock" in err and "socket" in err, err
+    os.unlink(tree / "agent.sock")
+    os.symlink("/etc/passwd", tree / "passwd")
+    _, rc, err = push(c, tree, "repo", check=False)
+    assert rc == 1 and "passwd" in err and "out of the tree" in err, err
+    assert len(c.cli_json("data", "list")) == 2
+
+
+def test_data_sets_are_their_owners_unless_shared(cluster):
+    c = cluster
+    alice, bob, carol = (add_user(c, n) for n in ("alice", "bob", "carol"))
+    tree = c.root / "w"
+    write(tree / "w.bin", blob(1000, 2))
+    push(c, tree, "weights", credential=alice)
+    assert c.cli_json("data", "list", credential=bob) == []
+    rc, _, err = c.cli("data", "show", "alice/weights", credential=bob, check=False)
+    assert rc == 1 and "no data set alice/weights" in err, err
+    # bob's own data set of the same name is another one; its bytes are stored once
+    d, _, _ = push(c, tree, "weights", credential=bob)
+    assert d["version"] == 1 and d["owner"] == "bob"
+    assert len(objects(c)) == 1
+
+    write(tree / "w2.bin", blob(500, 3))
+    d, _, _ = push(c, tree, "weights:shared", "--share", "bob", credential=alice)
+    assert d["shares"] == ["bob"]
+    seen = {(x["owner"], x["tag"]) for x in c.cli_json("data", "list", credential=bob)}
+    assert seen == {("bob", "v1"), ("alice", "shared")}, seen
+    assert c.cli_json("data", "show", "alice/weights", credential=bob)["tag"] == "shared"
+    assert c.cli_json("data", "list", credential=carol) == []
+    # using is not owning
+    rc, _, err = c.cli("data", "rm", "alice/weights:shared", credential=bob, check=False)
+    assert rc == 1 and "not allowed" in err, err
+    rc, _, err = c.cli("data", "rm", "weights:shared", credential=bob, check=False)
+    assert rc == 1 and "no data set weights:shared" in err, err
+    _, rc, err = push(c, tree, "x", "--share", "nobody", credential=alice, check=False)
+    assert rc == 1 and "--share nobody: no such user" in err, err
+
+    push(c, tree, "open", "--public", credential=alice)
+    assert [x["name"] for x in c.cli_json("data", "list", credential=carol)] == ["open"]
+    # the admin sees and removes anyone's
+    assert len(c.cli_json("data", "list")) == 4
+    c.cli("data", "rm", "alice/open")
+    assert c.cli_json("data", "list", credential=carol) == []
+
+
+def test_over_quota_names_the_largest_files(make_cluster):
+    c = make_cluster(start=False)
+    c.start_coordinator(extra=["--user-store-quota", "1MiB"])
+    alice = add_user(c, "alice")
+    tree = c.root / "t"
+    sizes = {"a.bin": 400_000, "b.bin": 300_000, "c.bin": 200_000, "d.bin": 150_000,
+             "e.bin": 120_000, "f.bin": 1_000, "g.bin": 10}
+    for i, (name, n) in enumerate(sizes.items()):
+        write(tree / name, blob(n, 10 + i))
+    _, rc, err = push(c, tree, "big", credential=alice, check=False)
+    assert rc == 1 and "over your quota" in err and "--user-store-quota" in err, err
+    for name in ("a.bin", "b.bin", "c.bin", "d.bin", "e.bin"):
+        assert name in err, (name, err)
+    assert "f.bin" not in err and ".brambleignore" in err, err
+    assert c.cli_json("data", "list", credential=alice) == []
+    assert objects(c) == {} and partials(c) == {}, "a refused push stored its files"
+    # what fits goes; the admin has no such quota
+    (tree / ".brambleignore").write_text("a.bin\nb.bin\n")
+    d, _, _ = push(c, tree, "small", credential=alice)
+    assert d["files"] == 6
+    push(c, tree.parent / "t", "admins")
+
+
+def start_push(c, tree, name, credential=None):
+    argv = [c.bin("bramble"), "--credential", str(credential or c.credential), "data", "push",
+            str(tree), name, "--json"]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=c.env,
+                            cwd=c.root)
+
+
+def stop_mid_upload(c, proc, what):
+    """SIGSTOP proc once the store holds part (not all) of a file; its size then."""
+    held = {}
+
+    def partway():
+        if proc.poll() is not None:
+            raise AssertionError(f"the push ended before {what}: {proc.communicate()}")
+        held.update(partials(c))
+        return any(v > 0 for v in held.values())
+
+    wait_for(partway, what=f"part of a file stored ({what})", interval=0.002)
+    proc.send_signal(signal.SIGSTOP)
+    return max(held.values())
+
+
+def test_cli_killed_mid_upload_resumes(cluster):
+    c = cluster
+    tree = c.root / "big"
+    size = 64 << 20
+    write(tree / "huge.bin", blob(size, 20))
+    write(tree / "small.txt", b"small\n")
+    proc = start_push(c, tree, "big")
+    held = stop_mid_upload(c, proc, "the CLI is killed")
+    assert 0 < held < size
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert c.cli_json("data", "list") == [], "a push cut off counted"
+    h = hashlib.blake2b((tree / "huge.bin").read_bytes(), digest_size=32).hexdigest()
+    assert h not in objects(c), "a partial file was counted whole"
+    d, _, _ = push(c, tree, "big")
+    assert 0 < d["sent_bytes"] <= size - held + 6, (d, held)
+    assert objects(c)[h] == (tree / "huge.bin").read_bytes()
+    assert partials(c) == {}
+
+
+def test_coordinator_killed_mid_upload_keeps_what_it_acknowledged(cluster):
+    c = cluster
+    first = c.root / "first"
+    for i in range(20):
+        write(first / f"f{i:02}.bin", blob(5000 + i, 30 + i))
+    acked, _, _ = push(c, first, "first")
+    tree = c.root / "second"
+    write(tree / "huge.bin", blob(48 << 20, 40))
+    proc = start_push(c, tree, "second")
+    stop_mid_upload(c, proc, "the coordinator is killed")
+    c.coordinator.kill(signal.SIGKILL)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    c.start_coordinator()
+    listed = c.cli_json("data", "list")
+    assert [(x["name"], x["tag"], x["files"]) for x in listed] == [("first", "v1", 20)]
+    stored = objects(c)
+    for f in sorted(first.iterdir()):
+        data = f.read_bytes()
+        assert stored.get(hashlib.blake2b(data, digest_size=32).hexdigest()) == data, f
+    again, _, _ = push(c, first, "first")
+    assert again["sent_bytes"] == 0 and again["manifest"] == acked["manifest"]
+    d, _, _ = push(c, tree, "second")
+    assert 0 < d["sent_bytes"] < 48 << 20, d  # went on from what the store held
+    data = (tree / "huge.bin").read_bytes()
+    assert objects(c)[hashlib.blake2b(data, digest_size=32).hexdigest()] == data
