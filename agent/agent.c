@@ -21,6 +21,7 @@
 
 #include "announce.h"
 #include "attempt.h"
+#include "cache.h"
 #include "client.h"
 #include "gpu.h"
 #include "inventory.h"
@@ -46,6 +47,7 @@
 #define MAX_UNACKED 256 /* checkpoint reports kept for resending */
 #define SEND_QUEUE 256  /* messages queued for the coordinator before sends fail */
 #define LOG_HOLD_MS (10 * 60 * 1000) /* an end waits this long for its output taken */
+#define CACHE_WORK_KEEP_S (24 * 3600) /* ended attempts' working dirs, removed at a start */
 
 struct br_agent {
     const br_settings_t *s;
@@ -71,6 +73,9 @@ struct br_agent {
     json_t *unacked;              /* checkpoint reports not acknowledged yet */
     br_manifest_t *hasher;        /* hashes each checkpoint before it is reported */
     br_replica_t *replica;        /* checkpoints to and from other nodes */
+    br_cache_t *cache;            /* jobs' code, pulled once (--cache-dir) */
+    json_t *fetching;             /* job.run orders waiting for their code: [{"job",
+                                     "attempt", "body"}] */
     json_t *stored;               /* ckpt.stored reports not answered yet */
     int hello_plain;              /* the coordinator refuses "replica_port" in hellos */
     int hb_nodisk;                /* ... or "disk" in heartbeats */
@@ -487,6 +492,11 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
         goto fail;
     if (!(a->replica = br_replica_new(s, err))) /* threads too */
         goto fail;
+    if (!(a->cache = br_cache_new(s->cache_dir, br_listings_dir(br_replica_listings(a->replica)),
+                                  s->data_dir, err)) ||
+        !(a->fetching = json_array()))
+        goto fail;
+    br_cache_sweep_work(a->cache, CACHE_WORK_KEEP_S);
     a->ctx = zmq_ctx_new();
     br_strlcpy(a->key_pub, s->cred.public_key, sizeof(a->key_pub));
     br_strlcpy(a->key_sec, s->cred.secret_key, sizeof(a->key_sec));
@@ -521,6 +531,8 @@ void br_agent_destroy(br_agent_t **ap)
     br_probe_destroy(&a->probe);
     br_manifest_destroy(&a->hasher);
     br_replica_destroy(&a->replica);
+    br_cache_destroy(&a->cache);
+    json_decref(a->fetching);
     free(a->items);
     free(a->owner);
     json_decref(a->inventory);
@@ -1183,41 +1195,102 @@ static const char *resume_from(json_t *ckpt, json_int_t job, int attempt, json_t
     return json_string_value(json_object_get(env, "BRAMBLE_RESUME_FROM"));
 }
 
+/* The order waiting for its code at i in a->fetching, or -1. */
+static int fetching_at(br_agent_t *a, json_int_t job, int attempt)
+{
+    size_t i;
+    json_t *f;
+    json_array_foreach(a->fetching, i, f) {
+        if (json_integer_value(json_object_get(f, "job")) == job &&
+            json_integer_value(json_object_get(f, "attempt")) == attempt)
+            return (int)i;
+    }
+    return -1;
+}
+
+/* Whether the order's code is here (0), is now being pulled and the order waits for
+ * it (1), or cannot be had (-1 with err). */
+static int code_here(br_agent_t *a, br_msg_t *m, json_int_t job, int attempt, json_t *code,
+                     br_err_t *err)
+{
+    json_t *mf = json_object_get(code, "manifest");
+    const char *grant = json_string_value(json_object_get(code, "grant"));
+    const char *mhash = json_string_value(json_object_get(mf, "hash"));
+    if (br_cache_has(a->cache, mhash))
+        return 0;
+    if (fetching_at(a, job, attempt) >= 0)
+        return 1; /* (a resent order) */
+    char dest[4200];
+    br_cache_tree_path(a->cache, mhash, dest, sizeof(dest));
+    if (br_replica_pull_tree(a->replica, job, attempt, mf, grant, dest,
+                             br_cache_dir(a->cache), err) < 0)
+        return -1;
+    json_array_append_new(a->fetching,
+                          json_pack("{s:I, s:i, s:O, s:I}", "job", job, "attempt", attempt,
+                                    "body", br_msg_body(m), "since", (json_int_t)br_mono_ms()));
+    fprintf(stderr, "bramble-agent: job %lld attempt %d: fetching its code (%lld files)\n",
+            (long long)job, attempt, (long long)json_integer_value(json_object_get(mf, "files")));
+    return 1;
+}
+
+static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched);
+
 static void on_run(br_agent_t *a, br_msg_t *m)
+{
+    run_order(a, m, 1, NULL);
+}
+
+/* job.run: the order m, answered when answer (not when it is taken up again once its
+ * code came; fetched then says how: {"received", "deduped", "seconds"}). */
+static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
 {
     json_int_t job;
     int attempt, rank;
     const char *name, *command;
     json_t *workdir, *env, *ckpt = NULL, *tasks = NULL, *service = NULL, *progress = NULL;
+    json_t *code = NULL; /* {"grant", "manifest"}: the job's code, from the coordinator */
+    char code_dir[4200] = "";
     json_int_t owner_id = 0; /* whose job (PROTOCOL.md section 6) */
     const char *unix_user = NULL; /* the local account the admin mapped the owner to */
     br_err_t err = {0};
     const char *fault = "";
     const char *node_address = NULL;
     if (br_msg_unpack(m, &err,
-                      "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?I, s?s, s?o, s?o, s?o, s?o, s?s}",
+                      "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?I, s?s, s?o, s?o, s?o, s?o, s?s,"
+                      " s?o}",
                       "job", &job, "attempt", &attempt, "name", &name, "rank", &rank,
                       "command", &command, "workdir", &workdir, "env", &env, "owner_id",
                       &owner_id, "unix_user", &unix_user, "checkpoint", &ckpt, "tasks",
                       &tasks, "service", &service, "progress", &progress, "node_address",
-                      &node_address) < 0 ||
+                      &node_address, "code", &code) < 0 ||
         !json_is_object(env) || (tasks && !json_is_array(tasks)) ||
+        (code && (!json_is_string(json_object_get(code, "grant")) ||
+                  !json_is_string(json_object_get(json_object_get(code, "manifest"),
+                                                  "hash")))) ||
         (service && !json_is_object(service)) ||
         (progress && !json_is_integer(json_object_get(progress, "timeout"))) ||
         br_resume_check(ckpt, &err) < 0) {
-        reply(a, m, EPROTO, err.text[0] ? err.text : "job.run: env and service must be "
-                                                     "objects, tasks an array and progress "
-                                                     "{\"timeout\": ms}");
+        if (answer)
+            reply(a, m, EPROTO, err.text[0] ? err.text : "job.run: env and service must be "
+                                                         "objects, tasks an array, progress "
+                                                         "{\"timeout\": ms} and code "
+                                                         "{\"grant\", \"manifest\"}");
         return;
     }
     json_t *want_port = json_object_get(service, "port");
-    reply(a, m, 0, NULL);
+    if (answer)
+        reply(a, m, 0, NULL);
     if (find_attempt(a, job, attempt))
         return; /* a resent order: already running */
+    int here = 0;
+    if (code && (here = code_here(a, m, job, attempt, code, &err)) == 1)
+        return; /* taken up again once its code is here (code_fetched) */
     const char *resume = NULL;
     br_jobuser_t who;
     br_ckpt_found_t newer = {.step = -1};
-    if (a->natt == MAX_ATTEMPTS) {
+    if (here < 0) {
+        br_err_prefix(&err, "its code");
+    } else if (a->natt == MAX_ATTEMPTS) {
         br_errf(&err, EBUSY, "this node runs %d attempts already", MAX_ATTEMPTS);
         fault = "node_full"; /* not the job's failure: it is placed again */
     } else if (job_user(a, owner_id, unix_user, &who, &err) < 0) {
@@ -1235,7 +1308,13 @@ static void on_run(br_agent_t *a, br_msg_t *m)
     } else if (br_jobuser_make_dir(
                    &who, json_string_value(json_object_get(ckpt, "dir")), &err) < 0) {
         /* its checkpoint dir cannot be had by its uid: said now, not deep in the job */
+    } else if (code && br_cache_workdir(a->cache, job, attempt, json_object_get(code, "manifest"),
+                                        who.uid, who.gid, code_dir, sizeof(code_dir),
+                                        &err) < 0) {
+        /* its own copy of the code could not be made (a full disk) */
     } else {
+        if (code_dir[0]) /* the attempt's own copy of the code, its working dir */
+            json_object_set_new(env, "BRAMBLE_CODE_DIR", json_string(code_dir));
         json_object_set_new(env, "BRAMBLE_AGENT_SOCK",
                             json_string(br_localsock_address(a->local)));
         json_object_set_new(env, "BRAMBLE_AGENT_ID", json_string(a->agent_id));
@@ -1272,7 +1351,9 @@ static void on_run(br_agent_t *a, br_msg_t *m)
             .job = job,
             .attempt = attempt,
             .command = command,
-            .workdir = json_is_string(workdir) ? json_string_value(workdir) : NULL,
+            .workdir = json_is_string(workdir) ? json_string_value(workdir)
+                       : code_dir[0]          ? code_dir
+                                              : NULL,
             .env = env,
             .tasks = tasks,
             .default_rank = rank,
@@ -1297,6 +1378,11 @@ static void on_run(br_agent_t *a, br_msg_t *m)
                                      "pid", (int)br_attempt_pid(t));
             if (port)
                 json_object_set_new(body, "port", json_integer(port));
+            if (code) /* where its code came from: the coordinator says so in an event */
+                json_object_set_new(body, "code",
+                                    fetched ? json_incref(fetched)
+                                            : json_pack("{s:i, s:i, s:f}", "received", 0,
+                                                        "deduped", 0, "seconds", 0.0));
             if (newer.step >= 0) { /* said first: the gang's other ranks resume from it */
                 json_object_set_new(body, "resumed",
                                     json_pack("{s:s, s:I}", "path", newer.path, "step",
@@ -1348,6 +1434,17 @@ static void on_kill(br_agent_t *a, br_msg_t *m)
         return;
     }
     t = find_attempt(a, job, attempt);
+    int waiting = fetching_at(a, job, attempt);
+    if (waiting >= 0) { /* it never started: it ends here (its code still comes) */
+        json_array_remove(a->fetching, (size_t)waiting);
+        fprintf(stderr, "bramble-agent: job %lld attempt %d: killed, as ordered, while "
+                        "its code came\n", (long long)job, attempt);
+        send_msg(a, BR_MSG_REQUEST, "job.exited",
+                 json_pack("{s:I, s:i, s:n, s:n, s:s}", "job", job, "attempt", attempt,
+                           "exit_code", "signal", "reason",
+                           "killed, as ordered, before it started (its code was coming)"),
+                 NULL, 0);
+    }
     if (t && sig > 0) { /* asked to stop: the signal now, SIGKILL when the grace is over */
         if (!br_attempt_done(t)) {
             int n = br_attempt_stop(t, sig, grace, br_mono_ms());
@@ -1664,10 +1761,55 @@ static void on_drop(br_agent_t *a, br_msg_t *m)
 }
 
 /* Finished fetches, reported to the coordinator (once connected). */
+/* A code pull ended: its order starts now, or ends as not started. */
+static void code_fetched(br_agent_t *a, json_t *res)
+{
+    json_int_t job = json_integer_value(json_object_get(res, "job"));
+    int attempt = (int)json_integer_value(json_object_get(res, "attempt"));
+    const char *error = json_string_value(json_object_get(res, "error"));
+    int i = fetching_at(a, job, attempt);
+    if (i < 0)
+        return; /* killed while it waited */
+    json_t *f = json_incref(json_array_get(a->fetching, (size_t)i));
+    json_array_remove(a->fetching, (size_t)i);
+    double s = (double)(br_mono_ms() - json_integer_value(json_object_get(f, "since"))) / 1e3;
+    if (error) {
+        char reason[BR_ERR_TEXT + 64];
+        snprintf(reason, sizeof(reason), "could not start: its code: %s", error);
+        fprintf(stderr, "bramble-agent: job %lld attempt %d: %s\n", (long long)job, attempt,
+                reason);
+        send_msg(a, BR_MSG_REQUEST, "job.exited",
+                 json_pack("{s:I, s:i, s:n, s:n, s:s}", "job", job, "attempt", attempt,
+                           "exit_code", "signal", "reason", reason),
+                 NULL, 0);
+    } else {
+        fprintf(stderr, "bramble-agent: job %lld attempt %d: code in place (%lld bytes "
+                        "fetched, %lld found here) in %.1f s\n",
+                (long long)job, attempt,
+                (long long)json_integer_value(json_object_get(res, "received")),
+                (long long)json_integer_value(json_object_get(res, "deduped")), s);
+        br_msg_t *m = br_msg_new(BR_MSG_REQUEST, "job.run", 0);
+        json_t *how = json_pack("{s:O, s:O, s:f}", "received", json_object_get(res, "received"),
+                                "deduped", json_object_get(res, "deduped"), "seconds", s);
+        if (m) {
+            br_msg_set_body(m, json_incref(json_object_get(f, "body")));
+            run_order(a, m, 0, how);
+        }
+        json_decref(how);
+        br_msg_destroy(&m);
+    }
+    json_decref(f);
+}
+
 static void report_stored(br_agent_t *a)
 {
     json_t *body;
     while (a->hello_acked && (body = br_replica_take(a->replica))) {
+        if (json_is_true(json_object_get(body, "code"))) {
+            code_fetched(a, body);
+            json_decref(body);
+            continue;
+        }
         const char *error = json_string_value(json_object_get(body, "error"));
         fprintf(stderr, "bramble-agent: job %lld: checkpoint %s %s%s%s\n",
                 (long long)json_integer_value(json_object_get(body, "job")),

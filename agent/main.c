@@ -25,6 +25,7 @@ static void usage(FILE *f)
             "                     [--job-uids FIRST-LAST] [--allow-root-jobs]\n"
             "                     [--replica-dir DIR] [--replica-quota SIZE|0|none]\n"
             "                     [--replica-bandwidth RATE] [--replica-port 7704|0|off]\n"
+            "                     [--cache-dir DIR]\n"
             "\n"
             "The first start joins with the token from `bramble token create`, read\n"
             "from --join-file FILE (or standard input with `-`; `--join TOKEN` also\n"
@@ -53,6 +54,9 @@ static void usage(FILE *f)
             "as the disk takes), and what this node sends is capped at\n"
             "--replica-bandwidth (e.g. 40MB/s; 0, the default: no cap).\n"
             "docs/checkpoints.md, \"Replicas\".\n"
+            "Jobs' code, fetched from the coordinator once, is kept in --cache-dir\n"
+            "(default DIR/cache), and each attempt runs in its own copy of it\n"
+            "(docs/files.md).\n"
             "SIGTERM or SIGINT stops the agent and its jobs. SIGUSR2 stops the agent\n"
             "alone: its jobs go on, and the next agent started on DIR adopts them (as\n"
             "does one started after a crash).\n");
@@ -120,6 +124,7 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
         {"job-uids", required_argument, NULL, 'U'},
         {"allow-root-jobs", no_argument, NULL, 'R'},
         {"replica-dir", required_argument, NULL, 'r'},
+        {"cache-dir", required_argument, NULL, 'C'},
         {"replica-quota", required_argument, NULL, 'q'},
         {"replica-bandwidth", required_argument, NULL, 'b'},
         {"replica-port", required_argument, NULL, 'o'},
@@ -200,6 +205,14 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
                 return 2;
             }
             br_strlcpy(s->replica_dir, optarg, sizeof(s->replica_dir));
+            break;
+        case 'C':
+            if (optarg[0] != '/' || strlen(optarg) >= sizeof(s->cache_dir)) {
+                fprintf(stderr, "bramble-agent: --cache-dir '%s': an absolute path is "
+                                "needed\n", optarg);
+                return 2;
+            }
+            br_strlcpy(s->cache_dir, optarg, sizeof(s->cache_dir));
             break;
         case 'q':
         case 'b':

@@ -371,6 +371,33 @@ int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err)
     return rc;
 }
 
+int br_replica_pull_tree(br_replica_t *r, int64_t job, int attempt, const json_t *manifest,
+                         const char *grant, const char *dest, const char *store,
+                         br_err_t *err)
+{
+    const br_cred_t *cred = &r->s->cred;
+    br_pull_req_t q = {.endpoint = cred->endpoint,
+                       .server_key = cred->server_public_key,
+                       .public_key = cred->public_key,
+                       .secret_key = cred->secret_key,
+                       .peer_name = "the coordinator",
+                       .grant = grant,
+                       .manifest = manifest,
+                       .listings = br_listings_dir(r->listings),
+                       .dest = dest,
+                       .store = store,
+                       .in_store = 1,
+                       .limit = -1,
+                       .urgent = 1}; /* a job waits for it */
+    q.tag = json_pack("{s:b, s:I, s:i, s:s, s:s, s:b}", "code", 1, "job", (json_int_t)job,
+                      "attempt", attempt, "hash",
+                      json_string_value(json_object_get(manifest, "hash")), "path", dest,
+                      "restore", 0);
+    int rc = br_puller_submit(r->puller, &q, err);
+    json_decref(q.tag);
+    return rc;
+}
+
 br_listings_t *br_replica_listings(br_replica_t *r)
 {
     return r->listings;
@@ -429,7 +456,8 @@ json_t *br_replica_take(br_replica_t *r)
         const char *hash = json_string_value(json_object_get(body, "hash"));
         json_int_t job = json_integer_value(json_object_get(body, "job"));
         char d[PATH_MAX];
-        if (!json_is_true(json_object_get(body, "restore")) && hex64(hash) && job > 0 &&
+        if (!json_is_true(json_object_get(body, "restore")) &&
+            !json_is_true(json_object_get(body, "code")) && hex64(hash) && job > 0 &&
             (size_t)snprintf(d, sizeof(d), "%s/%lld/%s", r->s->replica_dir,
                              (long long)job, hash) < sizeof(d) &&
             rmdir(d) == 0) { /* the replica's directories the failed pull made, empty */
@@ -438,7 +466,8 @@ json_t *br_replica_take(br_replica_t *r)
         }
     }
     json_decref(res);
-    if (!json_is_true(json_object_get(body, "restore")) && r->s->replica_quota != 0)
+    if (!json_is_true(json_object_get(body, "restore")) &&
+        !json_is_true(json_object_get(body, "code")) && r->s->replica_quota != 0)
         r->used = store_used(r->s->replica_dir, 0);
     return body;
 }

@@ -200,6 +200,7 @@ int br_settings_load(br_settings_t *s, int *joined, br_err_t *err)
         return -1;
     }
     take_str(obj, "replica_dir", s->replica_dir, sizeof(s->replica_dir));
+    take_str(obj, "cache_dir", s->cache_dir, sizeof(s->cache_dir));
     struct {
         const char *key;
         int unset;
@@ -250,6 +251,8 @@ int br_settings_finish(br_settings_t *s)
         s->probe_port = BR_PROBE_PORT;
     if (!s->replica_dir[0])
         snprintf(s->replica_dir, sizeof(s->replica_dir), "%s/replicas", s->data_dir);
+    if (!s->cache_dir[0])
+        snprintf(s->cache_dir, sizeof(s->cache_dir), "%s/cache", s->data_dir);
     if (s->replica_quota == REPLICA_UNSET)
         s->replica_quota = -1;
     if (s->replica_bandwidth == REPLICA_UNSET)
@@ -297,6 +300,8 @@ int br_settings_save(const br_settings_t *s, br_err_t *err)
     }
     if (s->replica_dir[0])
         json_object_set_new(obj, "replica_dir", json_string(s->replica_dir));
+    if (s->cache_dir[0])
+        json_object_set_new(obj, "cache_dir", json_string(s->cache_dir));
     if (s->replica_port != REPLICA_UNSET) {
         if (s->replica_port < 0)
             snprintf(num, sizeof(num), "off");

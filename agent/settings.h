@@ -34,6 +34,8 @@ typedef struct {
     int discover_port;           /* its UDP port (BR_ANNOUNCE_PORT); not saved */
     int probe_port;              /* UDP port answering round-trip probes from other
                                     nodes (BR_PROBE_PORT), 0 any free one, -1 off */
+    char cache_dir[1024];        /* --cache-dir: jobs' code ("" until finished:
+                                    DATA_DIR/cache; cache.h) */
     char replica_dir[1024];      /* --replica-dir: the replica store ("" until
                                     finished: DATA_DIR/replicas) */
     int64_t replica_quota;       /* --replica-quota: bytes of replicas held, 0 none

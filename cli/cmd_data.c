@@ -23,20 +23,6 @@ static json_t *name_body(const char *arg)
     return json_pack("{s:s#, s:s}", "name", arg, (int)(colon - arg), "tag", colon + 1);
 }
 
-static void say_left_out(const br_pack_t *p)
-{
-    const char *const *names;
-    size_t n = br_pack_left_out(p, &names);
-    if (!n)
-        return;
-    fprintf(stderr, "left out by %s: ", br_pack_in_git(p) ? ".gitignore/.brambleignore"
-                                                           : ".brambleignore");
-    for (size_t i = 0; i < n && i < BR_PACK_LEFT_OUT; i++)
-        fprintf(stderr, "%s%s", i ? ", " : "", names[i]);
-    fprintf(stderr, n > BR_PACK_LEFT_OUT ? " and %zu more\n" : "\n",
-            n - BR_PACK_LEFT_OUT);
-}
-
 static int push_run(cli_t *cli, int argc, char **argv)
 {
     static const struct option opts[] = {{"share", required_argument, NULL, 's'},
@@ -70,7 +56,7 @@ static int push_run(cli_t *cli, int argc, char **argv)
         return cli_fail(cli, "%s", err.text);
     }
     if (!json)
-        say_left_out(p);
+        cli_upload_say_left_out(p);
     json_t *listing, *summary;
     cli_upload_t st;
     if (cli_upload(cli, p, !json && isatty(2), &listing, &summary, &st) != CLI_OK) {

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "pack.h"
 #include "spec.h"
+#include "upload.h"
 #include "util.h"
 
 #define WAIT_POLL_MS 200 /* without news from the coordinator */
@@ -234,6 +236,7 @@ typedef struct {
     int nsets;
     int wait, follow, json;
     const char *timeout; /* --timeout: the most --wait/--follow wait */
+    const char *code;    /* --code DIR: in place of the spec's code: */
 } submit_opts_t;
 
 static int submit_args(cli_t *cli, int argc, char **argv, submit_opts_t *o)
@@ -243,6 +246,7 @@ static int submit_args(cli_t *cli, int argc, char **argv, submit_opts_t *o)
                                          {"follow", no_argument, NULL, 'f'},
                                          {"json", no_argument, NULL, 'j'},
                                          {"timeout", required_argument, NULL, 't'},
+                                         {"code", required_argument, NULL, 'c'},
                                          {0}};
     static const char *names[] = {"SPEC (a YAML file, or - for stdin)"};
     int c;
@@ -260,6 +264,10 @@ static int submit_args(cli_t *cli, int argc, char **argv, submit_opts_t *o)
                                       "(e.g. 30s)", optarg);
             o->timeout = optarg;
             cli->wait_ms = ms;
+        } else if (c == 'c') {
+            if (!*optarg)
+                return cli_usage(cli, "--code: name a directory");
+            o->code = optarg;
         } else if (c == 'w' || c == 'f' || c == 'j') {
             *(c == 'w' ? &o->wait : c == 'f' ? &o->follow : &o->json) = 1;
         } else {
@@ -295,6 +303,47 @@ static char *load_spec(cli_t *cli, const submit_opts_t *o, size_t *len, json_t *
     return text;
 }
 
+/* The job's code (--code DIR, else the spec's code: DIR, relative to the spec
+ * file's directory) packed and sent into the content store: {"listing",
+ * "manifest"} for job.submit, NULL in *code when the job has none. CLI_OK, or
+ * CLI_FAIL after saying why. */
+static int send_code(cli_t *cli, const submit_opts_t *o, const json_t *norm, json_t **code)
+{
+    *code = NULL;
+    const char *dir = o->code ? o->code : json_string_value(json_object_get(norm, "code"));
+    if (!dir)
+        return CLI_OK;
+    char path[PATH_MAX];
+    const char *slash = strrchr(o->path, '/');
+    if (!o->code && dir[0] != '/' && slash && strcmp(o->path, "-") != 0)
+        snprintf(path, sizeof(path), "%.*s%s%s", (int)(slash - o->path), o->path,
+                 strcmp(dir, ".") == 0 ? "" : "/", strcmp(dir, ".") == 0 ? "" : dir);
+    else
+        br_strlcpy(path, dir, sizeof(path));
+    br_err_t err;
+    br_pack_t *p = br_pack_new(NULL, &err);
+    if (!p || br_pack_dir(p, path, "", &err) < 0 || !br_pack_manifest(p, &err)) {
+        br_pack_destroy(&p);
+        return cli_fail(cli, "code: %s", err.text);
+    }
+    if (!o->json)
+        cli_upload_say_left_out(p);
+    json_t *listing, *summary;
+    cli_upload_t st;
+    int rc = cli_upload(cli, p, !o->json && isatty(2), &listing, &summary, &st);
+    br_pack_destroy(&p);
+    if (rc != CLI_OK)
+        return rc;
+    if (!o->json) {
+        char all[32], sent[32];
+        fprintf(stderr, "code: %s, %lld files, %s; sent %lld files, %s\n", path,
+                (long long)st.files, br_format_size((uint64_t)st.bytes, all, sizeof(all)),
+                (long long)st.sent_files, br_format_size((uint64_t)st.sent, sent, sizeof(sent)));
+    }
+    *code = json_pack("{s:o, s:o, s:s}", "listing", listing, "manifest", summary, "dir", dir);
+    return *code ? CLI_OK : cli_fail(cli, "out of memory");
+}
+
 static json_t *submit_body(const char *text, size_t len, const submit_opts_t *o)
 {
     json_t *sets = json_array();
@@ -313,12 +362,16 @@ static json_t *submit_body(const char *text, size_t len, const submit_opts_t *o)
 /* Submit, and ask for the nodes (the fit warning) in the same breath: both are in
  * flight together, so the second costs no round trip of its own. */
 static int submit_send(cli_t *cli, const submit_opts_t *o, const char *text, size_t len,
-                       int64_t *id, json_t **array, uint32_t *fit_seq)
+                       json_t *code, int64_t *id, json_t **array, uint32_t *fit_seq)
 {
     json_t *body = submit_body(text, len, o);
     uint32_t seq = 0;
-    if (!body)
+    if (!body) {
+        json_decref(code);
         return cli_fail(cli, "%s: the spec or a --set is not UTF-8 text", o->path);
+    }
+    if (code)
+        json_object_set_new(body, "code", code);
     if (cli_send(cli, "job.submit", body, &seq) < 0)
         return CLI_FAIL;
     *fit_seq = cli_fit_ask(cli);
@@ -372,7 +425,10 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
         return cli_usage(cli, "--follow shows one job's output, and an array has many "
                               "tasks: use --wait, then 'bramble logs ID[INDEX]'");
     }
-    int rc = submit_send(cli, &o, text, len, &id, &array, &fit_seq);
+    json_t *code = NULL;
+    int rc = send_code(cli, &o, norm, &code);
+    if (rc == CLI_OK)
+        rc = submit_send(cli, &o, text, len, code, &id, &array, &fit_seq);
     free(text);
     if (rc != CLI_OK) {
         json_decref(norm);
@@ -1048,7 +1104,7 @@ static int cmd_cancel(cli_t *cli, int argc, char **argv)
 
 const cli_cmd_t cli_job_cmds[] = {
     {NULL, "submit", cmd_submit,
-     "SPEC [--set KEY=VALUE]... [--wait] [--follow] [--timeout DURATION] [--json]",
+     "SPEC [--set KEY=VALUE]... [--code DIR] [--wait] [--follow] [--timeout DURATION] [--json]",
      "submit a job",
      "SPEC is a YAML job spec (ARCHITECTURE.md, \"The job spec\"), or - to read it\n"
      "from stdin. It is checked here first; an error names its line. Prints the new\n"
@@ -1056,6 +1112,9 @@ const cli_cmd_t cli_job_cmds[] = {
      "\nOptions:\n"
      "  --set KEY=VALUE  override a field of the spec, e.g. --set resources.gpus=2\n"
      "                   (repeatable)\n"
+     "  --code DIR       send DIR as the job's code (in place of the spec's code:),\n"
+     "                   packed as git would list it, less .brambleignore; only the\n"
+     "                   files the coordinator lacks are sent (docs/files.md)\n"
      "  --wait           return when the job has ended: exit 0 only if it completed\n"
      "  --follow         print the job's output while it runs (the id then goes to\n"
      "                   stderr), then exit as --wait does\n"

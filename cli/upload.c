@@ -290,3 +290,17 @@ int cli_upload(cli_t *cli, br_pack_t *p, int progress, json_t **listing, json_t 
     }
     return CLI_OK;
 }
+
+void cli_upload_say_left_out(const br_pack_t *p)
+{
+    const char *const *names;
+    size_t n = br_pack_left_out(p, &names);
+    if (!n)
+        return;
+    fprintf(stderr, "left out by %s: ", br_pack_in_git(p) ? ".gitignore/.brambleignore"
+                                                           : ".brambleignore");
+    for (size_t i = 0; i < n && i < BR_PACK_LEFT_OUT; i++)
+        fprintf(stderr, "%s%s", i ? ", " : "", names[i]);
+    fprintf(stderr, n > BR_PACK_LEFT_OUT ? " and %zu more\n" : "\n",
+            n - BR_PACK_LEFT_OUT);
+}

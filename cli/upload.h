@@ -29,4 +29,7 @@ typedef struct {
 int cli_upload(cli_t *cli, br_pack_t *p, int progress, json_t **listing, json_t **summary,
                cli_upload_t *st);
 
+/* Tell stderr what the ignore rules left out of p (nothing when nothing). */
+void cli_upload_say_left_out(const br_pack_t *p);
+
 #endif

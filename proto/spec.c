@@ -22,7 +22,7 @@
 static const char *const top_keys[] = {
     "name",    "kind",     "command",    "workdir", "env",   "resources", "model", "checkpoint",
     "restart", "priority", "time_limit", "service", "after", "progress", "array",
-    "preemptible", "preempt", NULL};
+    "preemptible", "preempt", "code", NULL};
 static const char *const after_keys[] = {"job", "on", NULL};
 static const char *const after_names[] = {"ok", "failed", "ended", "started", NULL};
 static const char *const resources_keys[] = {
@@ -527,6 +527,18 @@ static int check_workdir(const sect_t *top, br_spec_t *spec)
     return rc < 0 ? -1 : 0;
 }
 
+/* code: DIR, a local directory (relative to the spec file) that bramble submit
+ * packs and sends; the node unpacks it as the job's working directory. */
+static int check_code(const sect_t *top, br_spec_t *spec)
+{
+    int rc = get_str(top, "code", &spec->code);
+    if (rc > 0 && (!spec->code[0] || strlen(spec->code) >= BR_SPEC_MAX_PATH))
+        return spec_fail_at(top->err, value_line(top, "code"),
+                            "code: %s", spec->code[0] ? "too long a path"
+                                                      : "must name a directory");
+    return rc < 0 ? -1 : 0;
+}
+
 static int check_tasks(const sect_t *r, br_spec_t *spec)
 {
     const char *what = "a positive integer or 'gpus'";
@@ -913,7 +925,7 @@ static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
         return -1;
     spec->kind = kind ? BR_JOB_SERVICE : BR_JOB_TRAIN;
     if (check_command(&top, spec) < 0 || check_workdir(&top, spec) < 0 ||
-        get_strmap(&top, "env", 1, &spec->env) < 0 || check_resources(&top, spec) < 0 ||
+        check_code(&top, spec) < 0 || get_strmap(&top, "env", 1, &spec->env) < 0 || check_resources(&top, spec) < 0 ||
         check_model(&top, spec) < 0 || check_checkpoint(&top, spec) < 0 ||
         check_restart(&top, spec) < 0 || check_progress(&top, spec) < 0 ||
         get_int(&top, "priority", -1000, 1000, &spec->priority) < 0 ||
@@ -1002,6 +1014,7 @@ void br_spec_destroy(br_spec_t **spec)
     free(s->name);
     free(s->command);
     free(s->workdir);
+    free(s->code);
     json_decref(s->env);
     for (int i = 0; i < s->resources.n_arch; i++)
         free(s->resources.arch[i]);
@@ -1156,6 +1169,8 @@ json_t *br_spec_to_json(const br_spec_t *s)
     json_object_set_new(j, "kind", json_string(br_job_kind_name(s->kind)));
     json_object_set_new(j, "command", str_or_null(s->command));
     json_object_set_new(j, "workdir", str_or_null(s->workdir));
+    if (s->code) /* bramble submit's upload (the coordinator puts its tree here) */
+        json_object_set_new(j, "code", json_string(s->code));
     json_object_set_new(j, "env", s->env ? json_deep_copy(s->env) : json_object());
     json_object_set_new(j, "resources", resources_json(s));
     json_object_set_new(j, "model", model_json(s));

@@ -66,6 +66,7 @@ static const struct {
     {"checkpoint.open", K_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_open},
     {"checkpoint.read", K_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_read},
     {"checkpoint.close", K_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_close},
+    {"ckpt.read", K_REQUEST, P_NODE, br_api_content_read},
     {"content.lack", K_REQUEST, P_ADMIN | P_USER, br_api_content_lack},
     {"content.put", K_REQUEST, P_ADMIN | P_USER, br_api_content_put},
     {"data.push", K_REQUEST, P_ADMIN | P_USER, br_api_data_push},

@@ -64,6 +64,19 @@ void br_api_service_scale(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 /* api_data.c: uploads into the content store, and data sets */
 void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_content_put(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+/* ckpt.read from a node: a chunk of a content of the code of a job it runs
+ * (PROTOCOL.md sections 5 and 11) */
+void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+/* The whole manifest of an uploaded tree a request names by its listing and
+ * summary (section 12), checked: within who's --user-store-quota, every file
+ * stored. A new reference, or NULL with err. */
+json_t *br_api_uploaded_tree(br_coord_t *c, const br_caller_t *who, const json_t *listing,
+                             const json_t *summary, br_err_t *err);
+/* job.submit's code ({"listing", "manifest", "dir"}): the tree checked, kept by
+ * the references "code:MANIFEST" (its files and listing), and named in spec_json's
+ * "code" as {"dir", "hash", "files", "bytes", "listing"}. 0, or -1 with err. */
+int br_api_code_keep(br_coord_t *c, const br_caller_t *who, const json_t *code,
+                     json_t *spec_json, br_err_t *err);
 void br_api_data_push(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_data_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_data_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

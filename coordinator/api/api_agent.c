@@ -361,10 +361,13 @@ void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_int_t job, pid, step = -1;
     int attempt, port = 0;
     const char *path = NULL;
+    json_int_t received = -1, deduped = 0;
+    double seconds = 0;
     br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:I, s:i, s:I, s?i, s?{s:s, s:I}}", "job", &job, "attempt",
-                      &attempt, "pid", &pid, "port", &port, "resumed", "path", &path,
-                      "step", &step) < 0) {
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:I, s?i, s?{s:s, s:I}, s?{s:I, s:I, s:F}}", "job",
+                      &job, "attempt", &attempt, "pid", &pid, "port", &port, "resumed", "path",
+                      &path, "step", &step, "code", "received", &received, "deduped",
+                      &deduped, "seconds", &seconds) < 0) {
         br_reply_fail(c, m, &err);
         return;
     }
@@ -384,6 +387,18 @@ void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return; /* (answered) */
     if (n && path) /* before the start: it sends the other ranks' orders */
         resumed_newer(c, n, job, attempt, path, step);
+    if (n && received >= 0) { /* where its code came from */
+        char r[32], d[32];
+        br_format_size((uint64_t)received, r, sizeof(r));
+        br_format_size((uint64_t)(deduped > 0 ? deduped : 0), d, sizeof(d));
+        if (received == 0 && deduped == 0 && seconds == 0)
+            br_coord_event(c, job, n->name, "starting", "attempt %d: its code was in %s's "
+                           "cache", attempt, n->name);
+        else
+            br_coord_event(c, job, n->name, "starting", "attempt %d: its code fetched to "
+                           "%s in %.1f s: %s sent, %s found there", attempt, n->name,
+                           seconds, r, d);
+    }
     if (n)
         br_jobs_started(c, job, attempt, n, port);
     br_reply_ok(c, m, json_object());

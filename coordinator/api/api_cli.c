@@ -489,11 +489,12 @@ static json_t *sets_array(json_t *sets, const char **out, int max, br_err_t *err
 void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     const char *text;
-    json_t *sets;
+    json_t *sets, *code = NULL;
     const char *setv[64];
     br_err_t err;
     br_spec_t *spec = NULL;
-    if (br_msg_unpack(m, &err, "{s:s, s:o}", "spec", &text, "sets", &sets) < 0 ||
+    if (br_msg_unpack(m, &err, "{s:s, s:o, s?o}", "spec", &text, "sets", &sets, "code",
+                      &code) < 0 ||
         !sets_array(sets, setv, 64, &err))
         goto fail;
     spec = br_spec_parse(text, strlen(text), setv, (int)json_array_size(sets), &err);
@@ -503,8 +504,14 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_errf(&err, EEXIST, "a job named '%s' is already active", spec->name);
         goto fail;
     }
+    if (spec->code && !code) {
+        br_errf(&err, EINVAL, "code: %s: the job's code is packed and sent by bramble "
+                              "submit, and this request brought none", spec->code);
+        goto fail;
+    }
     json_t *spec_json = br_spec_to_json(spec);
-    if ((spec->model.given && size_from_model(spec, spec_json, &err) < 0) ||
+    if ((code && br_api_code_keep(c, who, code, spec_json, &err) < 0) ||
+        (spec->model.given && size_from_model(spec, spec_json, &err) < 0) ||
         br_deps_check(c, spec_json, who->kind == BR_PRINCIPAL_ADMIN ? 0 : who->id, &err) < 0 ||
         br_usage_admit(c->usage, c->jobs, who->id, spec_json, &err) < 0) {
         json_decref(spec_json);

@@ -6,6 +6,8 @@
  * all of them. */
 #include "api.h"
 #include "content.h"
+#include "job.h"
+#include "jobtab.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -198,6 +200,108 @@ oom:
     json_decref(out);
     json_decref(seen);
     return NULL;
+}
+
+json_t *br_api_uploaded_tree(br_coord_t *c, const br_caller_t *who, const json_t *listing,
+                             const json_t *summary, br_err_t *err)
+{
+    json_t *full = listed_manifest(c, listing, summary, err);
+    if (!full || check_user_quota(c, who, full, err) < 0) {
+        json_decref(full);
+        return NULL;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(full, "entries"), i, e) {
+        const char *h = json_string_value(json_object_get(e, "hash"));
+        if (h && !br_content_has(c->content, h)) {
+            br_errf(err, ENOENT, "%s is not stored yet: send every file first",
+                    json_string_value(json_object_get(e, "path")));
+            json_decref(full);
+            return NULL;
+        }
+    }
+    return full;
+}
+
+int br_api_code_keep(br_coord_t *c, const br_caller_t *who, const json_t *code,
+                     json_t *spec_json, br_err_t *err)
+{
+    json_t *listing = json_object_get(code, "listing"), *summary = json_object_get(code, "manifest");
+    const char *dir = json_string_value(json_object_get(code, "dir"));
+    if (!json_is_object(code) || !listing || !summary || !dir ||
+        json_object_size(code) != 3 || strlen(dir) >= 4096)
+        return br_errf(err, EPROTO, "job.submit: code: {\"listing\", \"manifest\", \"dir\"}");
+    json_t *full = br_api_uploaded_tree(c, who, listing, summary, err);
+    if (!full)
+        return -1;
+    const char *mhash = json_string_value(json_object_get(full, "hash"));
+    char ref[80];
+    snprintf(ref, sizeof(ref), "code:%s", mhash);
+    /* the files, and the listing the nodes read the tree's entries from */
+    int rc = br_store_content_ref_tree(c->store, ref, full, who->id, err);
+    if (rc == 0)
+        rc = br_store_content_ref(c->store, ref,
+                                  json_string_value(json_object_get(listing, "hash")),
+                                  json_integer_value(json_object_get(listing, "size")),
+                                  who->id, err);
+    if (rc == 0)
+        json_object_set_new(spec_json, "code",
+                            json_pack("{s:s, s:O, s:O, s:O, s:O}", "dir", dir, "hash",
+                                      json_object_get(full, "hash"), "files",
+                                      json_object_get(full, "files"), "bytes",
+                                      json_object_get(full, "bytes"), "listing", listing));
+    json_decref(full);
+    return rc;
+}
+
+void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *grant, *path, *hash;
+    json_int_t offset;
+    br_err_t err;
+    long long id = 0;
+    int used = 0;
+    if (br_msg_unpack(m, &err, "{s:s, s:s, s:s, s:I}", "grant", &grant, "path", &path,
+                      "hash", &hash, "offset", &offset) < 0)
+        goto fail;
+    /* code:JOB: the code of a job this node is given a rank of */
+    br_job_t *job = sscanf(grant, "code:%lld%n", &id, &used) == 1 && !grant[used]
+                        ? br_jobtab_find(c->jobs, id) : NULL;
+    json_t *code = job ? json_object_get(job->spec, "code") : NULL;
+    if (!json_is_object(code) || !br_job_state_live(job->state) ||
+        br_job_rank_on(job, who->name, 1) < 0) {
+        br_errf(&err, EACCES, "grant '%.40s' is not this node's: no code of a job it runs",
+                grant);
+        goto fail;
+    }
+    char ref[80];
+    snprintf(ref, sizeof(ref), "code:%s", json_string_value(json_object_get(code, "hash")));
+    int has = strcmp(hash, json_string_value(json_object_get(json_object_get(code, "listing"),
+                                                             "hash"))) == 0
+                  ? 1 : br_store_content_ref_has(c->store, ref, hash, &err);
+    if (has <= 0) {
+        if (has == 0)
+            br_errf(&err, ENOENT, "%.200s (%.16s...) is not in job %lld's code", path, hash,
+                    id);
+        goto fail;
+    }
+    static unsigned char buf[BR_CONTENT_CHUNK];
+    int64_t size = 0;
+    ssize_t k = br_content_read(c->content, hash, offset, buf, sizeof(buf), &size, &err);
+    if (k < 0)
+        goto fail;
+    br_msg_t *resp = br_msg_reply(m);
+    if (!resp || br_msg_set_data(resp, buf, (size_t)k) < 0) {
+        br_msg_destroy(&resp);
+        br_errf(&err, ENOMEM, "out of memory");
+        goto fail;
+    }
+    br_msg_set_body(resp, json_pack("{s:I}", "offset", offset));
+    br_coord_post(c, resp);
+    return;
+fail:
+    br_reply_fail(c, m, &err);
 }
 
 void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
@@ -400,19 +504,9 @@ void br_api_data_push(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_errf(&err, EINVAL, "tag '%s': tags v1, v2... are the versions' own", tag);
         goto fail;
     }
-    if (!(shares = share_list(c, names, &err)) || !(full = listed_manifest(c, listing, summary, &err)) ||
-        check_user_quota(c, who, full, &err) < 0)
+    if (!(shares = share_list(c, names, &err)) ||
+        !(full = br_api_uploaded_tree(c, who, listing, summary, &err)))
         goto fail;
-    size_t i;
-    json_t *e;
-    json_array_foreach(json_object_get(full, "entries"), i, e) {
-        const char *h = json_string_value(json_object_get(e, "hash"));
-        if (h && !br_content_has(c->content, h)) {
-            br_errf(&err, ENOENT, "%s is not stored yet: send every file first",
-                    json_string_value(json_object_get(e, "path")));
-            goto fail;
-        }
-    }
     if (br_content_put_manifest(c->content, full, &err) < 0 ||
         !(row = br_store_data_add(c->store, who->id, name, tag, full, public_, shares, &err)))
         goto fail;

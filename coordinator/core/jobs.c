@@ -334,6 +334,18 @@ static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
                                       json_object_get(service, "health"), "interval",
                                       json_object_get(service, "interval"), "grace",
                                       json_object_get(service, "grace")));
+    json_t *code = json_object_get(spec, "code");
+    if (json_is_object(code)) { /* the node reads its files from us (PROTOCOL.md 11) */
+        char grant[32];
+        snprintf(grant, sizeof(grant), "code:%lld", (long long)job->id);
+        json_object_set_new(
+            body, "code",
+            json_pack("{s:s, s:{s:O, s:s, s:O, s:O, s:[], s:b, s:O}}", "grant", grant,
+                      "manifest", "hash", json_object_get(code, "hash"), "root", "dir",
+                      "files", json_object_get(code, "files"), "bytes",
+                      json_object_get(code, "bytes"), "entries", "truncated", 1, "listing",
+                      json_object_get(code, "listing")));
+    }
     br_coord_send_node(c, n, "job.run", body);
     job->ranks[r].sent = 1;
 }

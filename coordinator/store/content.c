@@ -181,6 +181,33 @@ int br_content_has(br_content_t *c, const char *hash)
     return access(path, F_OK) == 0;
 }
 
+ssize_t br_content_read(br_content_t *c, const char *hash, int64_t offset, void *buf,
+                        size_t len, int64_t *size, br_err_t *err)
+{
+    char path[PATH_MAX + 160];
+    struct stat st;
+    if (!hex_ok(hash))
+        return br_errf(err, EINVAL, "'%.70s' is not a content hash", hash);
+    object_path(c, hash, path, sizeof(path));
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return br_errf(err, errno == ENOENT ? ENOENT : EIO, "content %.16s...: %s", hash,
+                       strerror(errno));
+    ssize_t k = -1;
+    if (fstat(fd, &st) < 0)
+        br_errf(err, EIO, "content %.16s...: %s", hash, strerror(errno));
+    else if (offset < 0 || offset > st.st_size)
+        br_errf(err, ERANGE, "offset %lld is past the %lld bytes of %.16s...",
+                (long long)offset, (long long)st.st_size, hash);
+    else if ((k = pread(fd, buf, len < (size_t)(st.st_size - offset)
+                                       ? len : (size_t)(st.st_size - offset),
+                        offset)) < 0)
+        br_errf(err, EIO, "content %.16s...: %s", hash, strerror(errno));
+    *size = st.st_size;
+    close(fd);
+    return k;
+}
+
 int64_t br_content_partial(br_content_t *c, const char *hash)
 {
     char path[PATH_MAX + 160];

@@ -14,6 +14,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "err.h"
 #include "store.h"
@@ -34,6 +35,11 @@ uint64_t br_content_used(const br_content_t *c);
 
 /* 1 when the content hash (lowercase hex) is whole here, 0 when not. */
 int br_content_has(br_content_t *c, const char *hash);
+/* Up to len bytes of the whole content hash from offset into buf, *size its
+ * length: the count read, or -1 with err (ENOENT: not here; ERANGE: offset past
+ * its end). */
+ssize_t br_content_read(br_content_t *c, const char *hash, int64_t offset, void *buf,
+                        size_t len, int64_t *size, br_err_t *err);
 /* Bytes of hash's partial held so far (0: none). */
 int64_t br_content_partial(br_content_t *c, const char *hash);
 

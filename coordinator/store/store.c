@@ -354,6 +354,7 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_REF_HASHES] = "SELECT hash FROM content_refs WHERE ref = ?1",
     [ST_REF_DEL] = "DELETE FROM content_refs WHERE ref = ?1",
     [ST_REF_COUNT] = "SELECT count(*) FROM content_refs WHERE hash = ?1",
+    [ST_REF_HAS] = "SELECT count(*) FROM content_refs WHERE ref = ?1 AND hash = ?2",
     [ST_REF_USER_HAS] = "SELECT count(*) FROM content_refs WHERE principal = ?1"
                         " AND hash = ?2",
     [ST_REF_USER_BYTES] = "SELECT coalesce(sum(size), 0) FROM (SELECT DISTINCT hash, size"

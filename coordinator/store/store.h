@@ -307,6 +307,16 @@ int br_store_data_remove(br_store_t *s, int64_t id, json_t **hashes, br_err_t *e
 int br_store_data_manifest_used(br_store_t *s, const char *mhash, br_err_t *err);
 /* How many references the content hash has (-1 with err). */
 int br_store_content_refs(br_store_t *s, const char *hash, br_err_t *err);
+/* ref (e.g. "data:ID", "code:MANIFEST") refers to the content hash of size bytes,
+ * held by principal (for the quotas); once is enough. */
+int br_store_content_ref(br_store_t *s, const char *ref, const char *hash, int64_t size,
+                         int64_t principal, br_err_t *err);
+/* ... to every content a manifest's entries name. */
+int br_store_content_ref_tree(br_store_t *s, const char *ref, const json_t *manifest,
+                              int64_t principal, br_err_t *err);
+/* 1 when ref refers to hash, 0 when not. */
+int br_store_content_ref_has(br_store_t *s, const char *ref, const char *hash,
+                             br_err_t *err);
 /* Whether principal refers to hash already (-1 with err). */
 int br_store_content_user_has(br_store_t *s, int64_t principal, const char *hash,
                               br_err_t *err);

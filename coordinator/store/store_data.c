@@ -85,22 +85,8 @@ json_t *br_store_data_add(br_store_t *s, int64_t owner, const char *name, const 
     int64_t id = sqlite3_last_insert_rowid(s->db);
     char ref[32];
     snprintf(ref, sizeof(ref), "data:%lld", (long long)id);
-    size_t i;
-    json_t *e;
-    st = s->st[ST_REF_ADD];
-    json_array_foreach(json_object_get(manifest, "entries"), i, e) {
-        const char *h = json_string_value(json_object_get(e, "hash"));
-        if (!h)
-            continue; /* a link holds no content */
-        if (br_st_bind_text(st, 1, ref) || br_st_bind_text(st, 2, h) ||
-            sqlite3_bind_int64(st, 3, json_integer_value(json_object_get(e, "size"))) ||
-            sqlite3_bind_int64(st, 4, owner)) {
-            br_st_binderr(s, st, "refer to a content", err);
-            return NULL;
-        }
-        if (br_st_run(s, st, "refer to a content", err) < 0)
-            return NULL;
-    }
+    if (br_store_content_ref_tree(s, ref, manifest, owner, err) < 0)
+        return NULL;
     return json_pack("{s:I, s:I, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:b, s:o}", "id",
                      (json_int_t)id, "owner_id", (json_int_t)owner, "name", name, "tag",
                      tag ? tag : auto_tag, "version", (json_int_t)version, "manifest",
@@ -141,6 +127,40 @@ int br_store_data_remove(br_store_t *s, int64_t id, json_t **hashes, br_err_t *e
     if (sqlite3_bind_int64(st, 1, id))
         return br_st_binderr(s, st, "remove a data set", err);
     return br_st_run(s, st, "remove a data set", err);
+}
+
+int br_store_content_ref(br_store_t *s, const char *ref, const char *hash, int64_t size,
+                         int64_t principal, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_REF_ADD];
+    if (br_st_bind_text(st, 1, ref) || br_st_bind_text(st, 2, hash) ||
+        sqlite3_bind_int64(st, 3, size) || sqlite3_bind_int64(st, 4, principal))
+        return br_st_binderr(s, st, "refer to a content", err);
+    return br_st_run(s, st, "refer to a content", err);
+}
+
+int br_store_content_ref_tree(br_store_t *s, const char *ref, const json_t *manifest,
+                              int64_t principal, br_err_t *err)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(manifest, "entries"), i, e) {
+        const char *h = json_string_value(json_object_get(e, "hash"));
+        if (h && br_store_content_ref(s, ref, h,
+                                      json_integer_value(json_object_get(e, "size")),
+                                      principal, err) < 0)
+            return -1; /* (a link holds no content) */
+    }
+    return 0;
+}
+
+int br_store_content_ref_has(br_store_t *s, const char *ref, const char *hash, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_REF_HAS];
+    if (br_st_bind_text(st, 1, ref) || br_st_bind_text(st, 2, hash))
+        return br_st_binderr(s, st, "look a reference up", err);
+    int64_t n = one_int(s, st, "look a reference up", err);
+    return n < 0 ? -1 : n > 0;
 }
 
 int br_store_data_manifest_used(br_store_t *s, const char *mhash, br_err_t *err)

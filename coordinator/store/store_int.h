@@ -120,6 +120,7 @@ enum {
     ST_REF_HASHES,
     ST_REF_DEL,
     ST_REF_COUNT,
+    ST_REF_HAS,
     ST_REF_USER_HAS,
     ST_REF_USER_BYTES,
     ST_TOTALS,

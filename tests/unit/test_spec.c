@@ -99,12 +99,31 @@ static void assert_json(const br_spec_t *s, const char *want)
 
 /* ---- good specs ------------------------------------------------------------------ */
 
+/* code: DIR is kept as written (the CLI resolves it) and shows in the JSON form only
+ * when given. */
+static void test_code(void **state)
+{
+    (void)state;
+    br_spec_t *s = parse_ok("name: a\ncommand: run\ncode: ../proj\n", NULL, 0);
+    assert_string_equal(s->code, "../proj");
+    json_t *j = br_spec_to_json(s);
+    assert_string_equal(json_string_value(json_object_get(j, "code")), "../proj");
+    json_decref(j);
+    br_spec_destroy(&s);
+    s = parse_ok("name: a\ncommand: run\n", NULL, 0);
+    j = br_spec_to_json(s);
+    assert_null(json_object_get(j, "code"));
+    json_decref(j);
+    br_spec_destroy(&s);
+}
+
 static void test_defaults(void **state)
 {
     br_spec_t *s = parse_ok("name: a\ncommand: run\n", NULL, 0);
     assert_string_equal(s->name, "a");
     assert_int_equal(s->kind, BR_JOB_TRAIN);
     assert_null(s->workdir);
+    assert_null(s->code);
     assert_int_equal(json_object_size(s->env), 0);
     assert_int_equal(s->resources.nodes, 1);
     assert_int_equal(s->resources.tasks_per_node, 1);
@@ -907,6 +926,8 @@ static const bad_case_t bad_cases[] = {
      "?: unknown key '?"
      "?' in resources"},
     {"set removes name", BASE, {"name="}, "=name: required"},
+    {"code empty", BASE "code: ''\n", {0}, "code: must name a directory"},
+    {"code not a string", BASE "code: [a]\n", {0}, "code: "},
 };
 
 static void run_bad_case(void **state)
@@ -1099,6 +1120,7 @@ int main(void)
 {
     static const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_code),
         cmocka_unit_test(test_example_train),
         cmocka_unit_test(test_example_refused),
         cmocka_unit_test(test_service),

@@ -1,0 +1,247 @@
+/* cache.c - the node's cache of trees, and the attempts' working dirs built from it. */
+#include "cache.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "listing.h"
+#include "manifest_check.h"
+#include "util.h"
+
+#define COPY_BUF (1 << 20)
+
+struct br_cache {
+    char dir[PATH_MAX];
+    char listings[PATH_MAX];
+    char data_dir[PATH_MAX];
+};
+
+/* path made when missing, then given mode (and kept the agent's). */
+static int own_dir(const char *path, mode_t mode, br_err_t *err)
+{
+    struct stat st;
+    if (br_mkdir_p(path, mode, err) < 0)
+        return -1;
+    if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+        return br_errf(err, EPERM, "%s: not a directory of the agent's own", path);
+    if ((st.st_mode & 07777) != mode && chmod(path, mode) < 0)
+        return br_errf(err, errno, "%s: %s", path, strerror(errno));
+    return 0;
+}
+
+br_cache_t *br_cache_new(const char *dir, const char *listings, const char *data_dir,
+                         br_err_t *err)
+{
+    if (!dir || dir[0] != '/' || strlen(dir) >= PATH_MAX - 200)
+        return br_errp(err, EINVAL, "--cache-dir '%s': an absolute path is needed",
+                       dir ? dir : "");
+    br_cache_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return br_errp(err, ENOMEM, "out of memory");
+    br_strlcpy(c->dir, dir, sizeof(c->dir));
+    br_strlcpy(c->listings, listings, sizeof(c->listings));
+    br_strlcpy(c->data_dir, data_dir ? data_dir : "", sizeof(c->data_dir));
+    char sub[PATH_MAX];
+    int rc = own_dir(dir, 0711, err);
+    static const struct {
+        const char *name;
+        mode_t mode;
+    } subs[] = {{"trees", 0700}, {".by-hash", 0700}, {"work", 0711}};
+    for (size_t i = 0; rc == 0 && i < sizeof(subs) / sizeof(subs[0]); i++) {
+        snprintf(sub, sizeof(sub), "%s/%s", dir, subs[i].name);
+        rc = own_dir(sub, subs[i].mode, err);
+    }
+    if (rc < 0) {
+        br_err_prefix(err, "the cache");
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void br_cache_destroy(br_cache_t **cp)
+{
+    if (!cp || !*cp)
+        return;
+    free(*cp);
+    *cp = NULL;
+}
+
+const char *br_cache_dir(const br_cache_t *c)
+{
+    return c->dir;
+}
+
+void br_cache_tree_path(const br_cache_t *c, const char *mhash, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/trees/%s", c->dir, mhash);
+}
+
+int br_cache_has(const br_cache_t *c, const char *mhash)
+{
+    char path[PATH_MAX + 100];
+    struct stat st;
+    if (!mhash || strlen(mhash) != 2 * BR_MANIFEST_HASH_LEN || strchr(mhash, '/'))
+        return 0;
+    br_cache_tree_path(c, mhash, path, sizeof(path));
+    return lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The dirs above a job's working dir searchable by its user: the data dir, when the
+ * cache is inside it (as jobuser.c does for homes). */
+static void searchable(const br_cache_t *c, uid_t uid)
+{
+    size_t n = strlen(c->data_dir);
+    struct stat st;
+    if (uid == geteuid() || !n || strncmp(c->dir, c->data_dir, n) != 0 || c->dir[n] != '/')
+        return;
+    if (stat(c->data_dir, &st) == 0 && (st.st_mode & S_IXOTH) == 0)
+        chmod(c->data_dir, (st.st_mode & 07777) | S_IXGRP | S_IXOTH);
+}
+
+/* Make the parents of rel (a checked manifest path) below the directory dfd. */
+static int parents(int dfd, const char *rel, uid_t uid, gid_t gid, br_err_t *err)
+{
+    char part[PATH_MAX];
+    for (const char *s = strchr(rel, '/'); s; s = strchr(s + 1, '/')) {
+        snprintf(part, sizeof(part), "%.*s", (int)(s - rel), rel);
+        if (mkdirat(dfd, part, 0755) < 0 && errno != EEXIST)
+            return br_errf(err, errno, "%s: %s", part, strerror(errno));
+        if (fchownat(dfd, part, uid, gid, AT_SYMLINK_NOFOLLOW) < 0 && errno != EPERM)
+            return br_errf(err, errno, "%s: %s", part, strerror(errno));
+    }
+    return 0;
+}
+
+/* Copy the regular file src (open) into a new file rel below dfd. */
+static int copy_file(int src, int dfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
+                     char *buf, br_err_t *err)
+{
+    int out = openat(dfd, rel, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (out < 0)
+        return br_errf(err, errno, "%s: %s", rel, strerror(errno));
+    int rc = 0;
+    for (;;) {
+        ssize_t k = read(src, buf, COPY_BUF);
+        if (k == 0)
+            break;
+        if (k < 0 || write(out, buf, (size_t)k) != k) {
+            rc = br_errf(err, errno ? errno : EIO, "%s: %s", rel, strerror(errno ? errno : EIO));
+            break;
+        }
+    }
+    if (rc == 0 && (fchown(out, uid, gid) < 0 && errno != EPERM))
+        rc = br_errf(err, errno, "%s: %s", rel, strerror(errno));
+    if (rc == 0 && fchmod(out, mode & 0777) < 0)
+        rc = br_errf(err, errno, "%s: %s", rel, strerror(errno));
+    close(out);
+    return rc;
+}
+
+int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summary,
+                     uid_t uid, gid_t gid, char *out, size_t len, br_err_t *err)
+{
+    const char *mhash = json_string_value(json_object_get(summary, "hash"));
+    char tree[PATH_MAX + 100], name[64], work[PATH_MAX];
+    if (!br_cache_has(c, mhash))
+        return br_errf(err, ENOENT, "the code %.16s... is not in the cache", mhash);
+    json_t *m = br_listings_whole(c->listings, summary, NULL, 0, err);
+    if (!m)
+        return -1;
+    br_cache_tree_path(c, mhash, tree, sizeof(tree));
+    snprintf(name, sizeof(name), "%lld.%d", (long long)job, attempt);
+    snprintf(work, sizeof(work), "%s/work", c->dir);
+    int wfd = open(work, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int tfd = open(tree, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    char *buf = malloc(COPY_BUF);
+    int rc = -1, dfd = -1;
+    if (wfd < 0 || tfd < 0 || !buf) {
+        br_errf(err, buf ? errno : ENOMEM, "the cache: %s", strerror(buf ? errno : ENOMEM));
+        goto out;
+    }
+    br_rm_tree(wfd, name); /* an earlier try's, never reused */
+    /* made the agent's and closed to others until it is whole, then handed over */
+    if (mkdirat(wfd, name, 0700) < 0 ||
+        (dfd = openat(wfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+        br_errf(err, errno, "%s/%s: %s", work, name, strerror(errno));
+        goto out;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(m, "entries"), i, e) {
+        const char *path = json_string_value(json_object_get(e, "path"));
+        const char *link = json_string_value(json_object_get(e, "link"));
+        mode_t mode = (mode_t)json_integer_value(json_object_get(e, "mode"));
+        if (parents(dfd, path, uid, gid, err) < 0)
+            goto out;
+        if (link) {
+            if (symlinkat(link, dfd, path) < 0 ||
+                (fchownat(dfd, path, uid, gid, AT_SYMLINK_NOFOLLOW) < 0 && errno != EPERM)) {
+                br_errf(err, errno, "%s: %s", path, strerror(errno));
+                goto out;
+            }
+            continue;
+        }
+        int src = openat(tfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (src < 0) {
+            br_errf(err, errno, "the cached %s: %s", path, strerror(errno));
+            goto out;
+        }
+        int k = copy_file(src, dfd, path, mode, uid, gid, buf, err);
+        close(src);
+        if (k < 0)
+            goto out;
+    }
+    searchable(c, uid);
+    if ((fchown(dfd, uid, gid) < 0 && errno != EPERM) || fchmod(dfd, 0700) < 0) {
+        br_errf(err, errno, "%s/%s: %s", work, name, strerror(errno));
+        goto out;
+    }
+    snprintf(out, len, "%s/%s", work, name);
+    rc = 0;
+out:
+    if (rc < 0 && wfd >= 0)
+        br_rm_tree(wfd, name);
+    if (rc < 0)
+        br_err_prefix(err, "job %lld's code", (long long)job);
+    if (dfd >= 0)
+        close(dfd);
+    if (wfd >= 0)
+        close(wfd);
+    if (tfd >= 0)
+        close(tfd);
+    free(buf);
+    json_decref(m);
+    return rc;
+}
+
+int br_cache_sweep_work(br_cache_t *c, int64_t max_age_s)
+{
+    char work[PATH_MAX];
+    snprintf(work, sizeof(work), "%s/work", c->dir);
+    DIR *d = opendir(work);
+    if (!d)
+        return 0;
+    int n = 0;
+    time_t now = time(NULL);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        struct stat st;
+        if (de->d_name[0] == '.' ||
+            fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISDIR(st.st_mode) || now - st.st_mtime < max_age_s)
+            continue;
+        br_rm_tree(dirfd(d), de->d_name);
+        n++;
+    }
+    closedir(d);
+    return n;
+}

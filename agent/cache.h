@@ -1,0 +1,46 @@
+/* cache.h - the node's cache of the trees jobs bring (--cache-dir, docs/files.md):
+ * a job's code, pulled once from the coordinator's content store (pull.h, with the
+ * coordinator as the holder) and kept by its manifest hash, and the working
+ * directories of attempts built from it. The layout:
+ *   DIR/trees/<manifest hash>/   a whole tree, verified file by file (0700)
+ *   DIR/.by-hash/<file hash>     each file once, shared by the trees (0700)
+ *   DIR/work/<job>.<attempt>/    an attempt's own copy, the job user's (0700)
+ * DIR and DIR/work are searchable but not listable (0711), so a job reaches its own
+ * working directory and nothing else: it can neither change the cache nor see
+ * another job's files. A tree is renamed into place only once all of it is there
+ * (pull.h), so a tree that is present is whole. */
+#ifndef BRAMBLE_CACHE_H
+#define BRAMBLE_CACHE_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "err.h"
+
+typedef struct br_cache br_cache_t;
+
+/* The cache at dir (made when missing); listings: where the node keeps whole
+ * manifests (listing.h), where a pulled tree's listing is. data_dir: the agent's
+ * data dir, made searchable when dir is in it and a job user must reach its work. */
+br_cache_t *br_cache_new(const char *dir, const char *listings, const char *data_dir,
+                         br_err_t *err);
+void br_cache_destroy(br_cache_t **c);
+
+const char *br_cache_dir(const br_cache_t *c);
+/* DIR/trees/<mhash> into buf. */
+void br_cache_tree_path(const br_cache_t *c, const char *mhash, char *buf, size_t len);
+/* 1 when the tree of the manifest hash mhash is here, whole; 0 when not. */
+int br_cache_has(const br_cache_t *c, const char *mhash);
+
+/* Build the working directory of attempt `attempt` of job `job` from the cached
+ * tree that summary (the job.run order's code manifest) names: a fresh copy of every
+ * file and link, owned by uid:gid, at DIR/work/<job>.<attempt> (an old one there is
+ * removed first); its path into out. 0, or -1 with err. */
+int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summary,
+                     uid_t uid, gid_t gid, char *out, size_t len, br_err_t *err);
+
+/* Remove working directories not touched for max_age_s (at a start). */
+int br_cache_sweep_work(br_cache_t *c, int64_t max_age_s);
+
+#endif

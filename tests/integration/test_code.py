@@ -1,0 +1,204 @@
+"""Code that travels with the job: `code: DIR` (or `submit --code DIR`) is packed on
+the submitting machine as git would list it, only the files the coordinator lacks
+are sent, and each node fetches the tree from the coordinator into its cache, once,
+verified, and runs every attempt in a fresh copy of it. The agents run in mount
+namespaces where the "laptop" directory is an empty tmpfs: they see only what was
+sent. A resumed attempt runs the code as submitted, whatever the laptop holds now."""
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+
+import pytest
+
+from conftest import wait_for
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for mount namespaces")
+
+
+def hidden(laptop):
+    """wrap= argv: the agent (and its jobs) in a mount namespace where laptop is an
+    empty tmpfs."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mount -t tmpfs none "{laptop}" && exec "$@"', "sh"]
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def git(repo, *args):
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
+                    *args], check=True, capture_output=True)
+
+
+def laptop_cluster(make_cluster, tmp_path, n=2, extra=(), **kw):
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    c = make_cluster(**kw)
+    tok = c.token(uses=n)
+    names = [f"node-{i}" for i in range(1, n + 1)]
+    for name in names:
+        c.start_agent(name, token=tok, wrap=hidden(laptop),
+                      extra=("--probe-port", "0", "--replica-port", "0") + tuple(extra))
+    c.wait_ready(*names)
+    return c, laptop, names
+
+
+def submit(c, spec_path, *args):
+    """bramble submit as a user types it: the id, and what it said on stderr."""
+    rc, out, err = c.cli("submit", spec_path, *args)
+    return int(out.strip()), err
+
+
+def events(c, job_id):
+    return [e["reason"] or "" for e in c.cli_json("job", "show", str(job_id))["events"]]
+
+
+def test_code_from_a_git_repo_runs_where_it_was_never_copied(make_cluster, tmp_path):
+    c, laptop, _ = laptop_cluster(make_cluster, tmp_path)
+    repo = laptop / "proj"
+    write(repo / "train.py", 'print("train.py says", open("VERSION").read().strip())\n')
+    write(repo / "VERSION", "v1\n")
+    write(repo / "pkg" / "util.py", "X = 41\n")
+    write(repo / "data" / "big.bin", "git-ignored\n")
+    write(repo / ".gitignore", "data/\n*.log\n")
+    write(repo / "run.log", "ignored too\n")
+    os.symlink("pkg/util.py", repo / "util_link.py")
+    git(repo, "init", "-q")
+    git(repo, "add", "train.py", "VERSION", ".gitignore")
+    git(repo, "commit", "-qm", "first")
+    write(repo / "job.yaml", f"""name: trainer
+code: .
+resources: {{nodelist: [node-1]}}
+command: |
+  test -e "{repo}/train.py" && echo "the laptop is visible" || echo "laptop hidden"
+  test "$PWD" = "$BRAMBLE_CODE_DIR" && echo "runs in its code dir"
+  python3 train.py
+  python3 -c 'import sys; sys.path.insert(0, "pkg"); import util; print("util", util.X + 1)'
+  readlink util_link.py
+  ls data run.log .git 2>&1 | sed 's/.*cannot access/missing/'
+  echo scribble > train.py && echo "its own copy is writable"
+""")
+    job, err = submit(c, repo / "job.yaml", "--wait")
+    left = re.search(r"left out by .gitignore/.brambleignore: (.*)", err)
+    assert left and sorted(left.group(1).split(", ")) == ["data/", "run.log"], err
+    # train.py, VERSION, .gitignore, job.yaml, pkg/util.py and the link (untracked,
+    # not ignored: git ls-files --others lists them)
+    assert re.search(r"code: \S+, 6 files, .*; sent 5 files", err), err
+    out = c.logs(job)
+    for line in ("laptop hidden", "runs in its code dir", "train.py says v1", "util 42",
+                 "pkg/util.py", "its own copy is writable"):
+        assert line in out, (line, out)
+    assert out.count("missing") == 3, out  # data, run.log and .git never sent
+    assert any("its code fetched to node-1" in e for e in events(c, job)), events(c, job)
+
+    # the same code again on the same node: nothing sent, nothing fetched, and a
+    # fresh copy (the scribble of the first run is not there)
+    job2, err = submit(c, repo / "job.yaml", "--wait")
+    assert "sent 0 files, 0B" in err, err
+    assert "train.py says v1" in c.logs(job2)
+    assert any("its code was in node-1's cache" in e for e in events(c, job2)), events(c, job2)
+
+    # one file changed: only it is sent, and the node fetches only it
+    write(repo / "VERSION", "v2\n")
+    job3, err = submit(c, repo / "job.yaml", "--wait")
+    assert "sent 1 files, 3B" in err, err
+    assert "train.py says v2" in c.logs(job3)
+    fetched = [e for e in events(c, job3) if "its code fetched" in e]
+    assert fetched and ": 3B sent" in fetched[0], fetched
+
+    # --code names another directory, in place of the spec's
+    other = laptop / "other"
+    write(other / "hello.sh", "echo hello from other\n")
+    spec = laptop / "plain.yaml"
+    write(spec, "name: plain\ncommand: sh hello.sh\n")
+    rc, out, err = c.cli("submit", spec, "--code", other, "--wait")
+    assert "hello from other" in c.logs(int(out.strip()))
+
+
+def test_a_resumed_attempt_runs_the_code_as_submitted(make_cluster, tmp_path):
+    c, laptop, names = laptop_cluster(make_cluster, tmp_path, heartbeat="250ms",
+                                      node_timeout="2s")
+    proj = laptop / "proj"
+    write(proj / "VERSION", "as submitted\n")
+    write(proj / "job.yaml", """name: resumed
+code: .
+restart: {max: 2, on: [node_lost]}
+command: |
+  echo "attempt $BRAMBLE_ATTEMPT on $BRAMBLE_NODE_NAME: $(cat VERSION)"
+  if [ "$BRAMBLE_ATTEMPT" = 1 ]; then sleep 600; fi
+""")
+    job, _ = submit(c, proj / "job.yaml")
+    first = c.wait_logs(job, "attempt 1 on")
+    node = re.search(r"attempt 1 on (\S+):", first).group(1)
+    write(proj / "VERSION", "changed on the laptop since\n")
+    c.kill_node(node)
+    done = c.wait_job(job)
+    assert done["state"] == "completed" and done["attempt"] == 2, done
+    out = c.logs(job)
+    other = [n for n in names if n != node][0]
+    assert f"attempt 2 on {other}: as submitted" in out, out
+    assert "changed on the laptop" not in out
+
+
+def test_jobs_of_other_uids_reach_their_code_and_nothing_else(make_cluster, tmp_path, request):
+    # the cache where other uids may pass (pytest's own tmp dirs are root's alone)
+    cache = tempfile.mkdtemp(prefix="bramble-cache-")
+    os.chmod(cache, 0o711)
+    request.addfinalizer(lambda: shutil.rmtree(cache, ignore_errors=True))
+    c, laptop, _ = laptop_cluster(make_cluster, tmp_path, n=1,
+                                  extra=("--job-uids", "70000-79999", "--cache-dir",
+                                         f"{cache}/c"))
+    alice = c.root / "alice.credential"
+    c.cli("user", "add", "alice", "--out", alice)
+    proj = laptop / "proj"
+    write(proj / "secret.txt", "alice's\n")
+    write(proj / "job.yaml", """name: mine
+code: .
+command: |
+  echo "uid $(id -u)"
+  cat secret.txt
+  touch made-here && echo "made a file"
+  ls .. 2>&1 | head -1
+  ls ../../trees 2>&1 | head -1
+""")
+    rc, out, err = c.cli("submit", proj / "job.yaml", "--wait", credential=alice)
+    job = int(out.strip())
+    log = c.logs(job)
+    assert re.search(r"uid 7\d{4}", log) and "alice's" in log and "made a file" in log, log
+    assert log.count("Permission denied") == 2, log  # work/ is not listable, trees/ closed
+
+
+def test_code_that_cannot_travel_is_refused_naming_it(cluster, tmp_path):
+    c = cluster
+    proj = tmp_path / "proj"
+    write(proj / "ok.py", "print(1)\n")
+    spec = proj / "job.yaml"
+    write(spec, "name: bad\ncode: nowhere\ncommand: true\n")
+    rc, _, err = c.cli("submit", spec, check=False)
+    assert rc == 1 and "nowhere" in err, err
+    write(spec, "name: bad\ncode: .\ncommand: true\n")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(proj / "agent.sock"))
+    try:
+        rc, _, err = c.cli("submit", spec, check=False)
+    finally:
+        sock.close()
+    assert rc == 1 and "agent.sock" in err and "socket" in err, err
+    os.unlink(proj / "agent.sock")
+    os.symlink("/etc/passwd", proj / "passwd")
+    rc, _, err = c.cli("submit", spec, check=False)
+    assert rc == 1 and "passwd" in err and "out of the tree" in err, err
+    assert c.jobs() == [], "a refused job was stored"
+    # a client that sends the spec's code: without the tree is refused
+    cl = c.raw_client()
+    try:
+        _, r, _ = cl.request("job.submit", {"spec": "name: bad\ncode: .\ncommand: true\n",
+                                            "sets": []})
+    finally:
+        cl.close()
+    assert r["errnum"] == 22 and "brought none" in r["error"], r
