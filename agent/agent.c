@@ -1311,7 +1311,14 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
     } else if (code && br_cache_workdir(a->cache, job, attempt, json_object_get(code, "manifest"),
                                         who.uid, who.gid, code_dir, sizeof(code_dir),
                                         &err) < 0) {
-        /* its own copy of the code could not be made (a full disk) */
+        /* its own copy of the code could not be made (a full disk), or the cache's
+         * copy is damaged: then it is fetched again (once), and never run */
+        if (err.errnum == EBADMSG && !fetched) {
+            fprintf(stderr, "bramble-agent: job %lld attempt %d: %s: fetching it again\n",
+                    (long long)job, attempt, err.text);
+            if (code_here(a, m, job, attempt, code, &err) == 1)
+                return;
+        }
     } else {
         if (code_dir[0]) /* the attempt's own copy of the code, its working dir */
             json_object_set_new(env, "BRAMBLE_CODE_DIR", json_string(code_dir));

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,14 +122,17 @@ static int parents(int dfd, const char *rel, uid_t uid, gid_t gid, br_err_t *err
     return 0;
 }
 
-/* Copy the regular file src (open) into a new file rel below dfd. */
-static int copy_file(int src, int dfd, const char *rel, mode_t mode, uid_t uid, gid_t gid,
-                     char *buf, br_err_t *err)
+/* Copy the regular file src (open) into a new file rel below dfd, hashed on the
+ * way: bytes that are not the manifest's hash are EBADMSG (a damaged cache). */
+static int copy_file(int src, int dfd, const char *rel, const char *hash, mode_t mode,
+                     uid_t uid, gid_t gid, char *buf, br_err_t *err)
 {
     int out = openat(dfd, rel, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (out < 0)
         return br_errf(err, errno, "%s: %s", rel, strerror(errno));
     int rc = 0;
+    crypto_generichash_state hs;
+    crypto_generichash_init(&hs, NULL, 0, BR_MANIFEST_HASH_LEN);
     for (;;) {
         ssize_t k = read(src, buf, COPY_BUF);
         if (k == 0)
@@ -137,7 +141,15 @@ static int copy_file(int src, int dfd, const char *rel, mode_t mode, uid_t uid, 
             rc = br_errf(err, errno ? errno : EIO, "%s: %s", rel, strerror(errno ? errno : EIO));
             break;
         }
+        crypto_generichash_update(&hs, (const unsigned char *)buf, (unsigned long long)k);
     }
+    unsigned char h[BR_MANIFEST_HASH_LEN];
+    char hex[2 * BR_MANIFEST_HASH_LEN + 1];
+    crypto_generichash_final(&hs, h, sizeof(h));
+    sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
+    if (rc == 0 && strcmp(hex, hash) != 0)
+        rc = br_errf(err, EBADMSG, "%s is damaged in the cache (it hashes to %.16s..., "
+                                   "not %.16s...)", rel, hex, hash);
     if (rc == 0 && (fchown(out, uid, gid) < 0 && errno != EPERM))
         rc = br_errf(err, errno, "%s: %s", rel, strerror(errno));
     if (rc == 0 && fchmod(out, mode & 0777) < 0)
@@ -195,7 +207,15 @@ int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summ
             br_errf(err, errno, "the cached %s: %s", path, strerror(errno));
             goto out;
         }
-        int k = copy_file(src, dfd, path, mode, uid, gid, buf, err);
+        int k = copy_file(src, dfd, path, json_string_value(json_object_get(e, "hash")), mode,
+                          uid, gid, buf, err);
+        if (k < 0 && err->errnum == EBADMSG) { /* never run, fetched again */
+            char idx[PATH_MAX];
+            snprintf(idx, sizeof(idx), "%s/.by-hash/%s", c->dir,
+                     json_string_value(json_object_get(e, "hash")));
+            unlink(idx);
+            br_cache_forget(c, mhash);
+        }
         close(src);
         if (k < 0)
             goto out;
@@ -221,6 +241,17 @@ out:
     free(buf);
     json_decref(m);
     return rc;
+}
+
+void br_cache_forget(br_cache_t *c, const char *mhash)
+{
+    char trees[PATH_MAX];
+    snprintf(trees, sizeof(trees), "%s/trees", c->dir);
+    int fd = open(trees, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && mhash && !strchr(mhash, '/') && mhash[0] != '.')
+        br_rm_tree(fd, mhash);
+    if (fd >= 0)
+        close(fd);
 }
 
 int br_cache_sweep_work(br_cache_t *c, int64_t max_age_s)

@@ -36,9 +36,14 @@ int br_cache_has(const br_cache_t *c, const char *mhash);
 /* Build the working directory of attempt `attempt` of job `job` from the cached
  * tree that summary (the job.run order's code manifest) names: a fresh copy of every
  * file and link, owned by uid:gid, at DIR/work/<job>.<attempt> (an old one there is
- * removed first); its path into out. 0, or -1 with err. */
+ * removed first); its path into out. Each file is hashed as it is copied: one that
+ * is not what the manifest says (a damaged cache) fails with EBADMSG, and the tree
+ * and that file leave the cache, to be fetched again. 0, or -1 with err. */
 int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summary,
                      uid_t uid, gid_t gid, char *out, size_t len, br_err_t *err);
+
+/* Drop the tree of manifest hash mhash from the cache. */
+void br_cache_forget(br_cache_t *c, const char *mhash);
 
 /* Remove working directories not touched for max_age_s (at a start). */
 int br_cache_sweep_work(br_cache_t *c, int64_t max_age_s);

@@ -844,6 +844,16 @@ static void print_spec_summary(const json_t *spec)
     char mem[32], vram[32], buf[256], tasks[32];
     field_lines("command:", cmd ? cmd : "-");
     cli_field_json(FIELD_WIDTH, spec, "workdir", "workdir:");
+    const json_t *code = json_object_get(spec, "code");
+    if (json_is_object(code)) { /* code: the tree it brought, as submitted */
+        char size[32], line[400];
+        cli_fmt_size(json_object_get(code, "bytes"), size, sizeof(size));
+        snprintf(line, sizeof(line), "%s: %lld files, %s (manifest %.12s)",
+                 json_string_value(json_object_get(code, "dir")),
+                 (long long)json_integer_value(json_object_get(code, "files")), size,
+                 json_string_value(json_object_get(code, "hash")));
+        cli_field(FIELD_WIDTH, "code:", line);
+    }
     cli_fmt_value(json_object_get(res, "tasks_per_node"), tasks, sizeof(tasks));
     cli_fmt_size(json_object_get(res, "memory"), mem, sizeof(mem));
     cli_fmt_size(json_object_get(res, "vram"), vram, sizeof(vram));

@@ -188,14 +188,19 @@ static int send_listing(up_t *u, const char *text, size_t len, const char *hash)
     if (!r)
         return -1;
     json_t *lack = json_array_get(json_object_get(r, "lack"), 0);
+    int lacks = lack != NULL;
     int64_t off = lack ? json_integer_value(json_array_get(lack, 1)) : (int64_t)len;
     json_decref(r);
-    while (off < (int64_t)len) {
+    /* (a partial that holds every byte, from a store stopped before it put it in
+     * place, is finished by a put of nothing at its end) */
+    while (lacks && off <= (int64_t)len) {
         size_t k = len - (size_t)off < CHUNK ? len - (size_t)off : CHUNK;
         if (put(u, hash, (int64_t)len, off, text + off, k, NULL) < 0)
             return -1;
         off += (int64_t)k;
         u->st->listing += (int64_t)k;
+        if (off == (int64_t)len)
+            break;
     }
     drain(u);
     return u->failed ? -1 : 0;

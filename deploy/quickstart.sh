@@ -118,10 +118,9 @@ trap cleanup EXIT
 CKPT=$CLUSTER_DIR/checkpoints/'train-${BRAMBLE_JOB_ID}'
 echo
 echo "==> a training job that survives the loss of its node"
-echo "    $BRAMBLE submit examples/train-checkpoint.yaml --set workdir=$PWD \\"
-echo "        --set 'checkpoint.dir=$CKPT'"
-TRAIN=$("$BRAMBLE" submit examples/train-checkpoint.yaml --set "workdir=$PWD" \
-        --set "checkpoint.dir=$CKPT")
+echo "    (its code, examples/, travels with it: code: . in the spec)"
+echo "    $BRAMBLE submit examples/train-code.yaml --set 'checkpoint.dir=$CKPT'"
+TRAIN=$("$BRAMBLE" submit examples/train-code.yaml --set "checkpoint.dir=$CKPT")
 # shellcheck disable=SC2317 # (run by wait_until)
 has_checkpoint() { [ "$(field "$TRAIN" "len(j['checkpoints'])")" -ge 2 ]; }
 wait_until 60 "the job's first checkpoints" has_checkpoint

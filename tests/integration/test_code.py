@@ -95,6 +95,8 @@ command: |
         assert line in out, (line, out)
     assert out.count("missing") == 3, out  # data, run.log and .git never sent
     assert any("its code fetched to node-1" in e for e in events(c, job)), events(c, job)
+    _, shown, _ = c.cli("job", "show", job)
+    assert re.search(r"code:\s+\.: 6 files, \d+B \(manifest [0-9a-f]{12}\)", shown), shown
 
     # the same code again on the same node: nothing sent, nothing fetched, and a
     # fresh copy (the scribble of the first run is not there)
@@ -202,3 +204,21 @@ def test_code_that_cannot_travel_is_refused_naming_it(cluster, tmp_path):
     finally:
         cl.close()
     assert r["errnum"] == 22 and "brought none" in r["error"], r
+
+
+def test_a_damaged_cached_file_is_fetched_again_never_run(make_cluster, tmp_path):
+    c, laptop, _ = laptop_cluster(make_cluster, tmp_path, n=1)
+    proj = laptop / "proj"
+    write(proj / "run.sh", "echo the real script\n")
+    write(proj / "job.yaml", "name: cached\ncode: .\ncommand: sh run.sh\n")
+    first, _ = submit(c, proj / "job.yaml", "--wait")
+    assert "the real script" in c.logs(first)
+    trees = list((c.agent_dir("node-1") / "cache" / "trees").iterdir())
+    assert len(trees) == 1, trees
+    (trees[0] / "run.sh").write_text("echo DAMAGED\n")  # the disk, or a hand, changed it
+    again, _ = submit(c, proj / "job.yaml", "--wait")
+    out = c.logs(again)
+    assert "the real script" in out and "DAMAGED" not in out, out
+    said = events(c, again)
+    assert any("its code fetched to node-1" in e for e in said), said
+    assert (trees[0] / "run.sh").read_text() == "echo the real script\n"

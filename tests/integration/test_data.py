@@ -217,19 +217,21 @@ def start_push(c, tree, name, credential=None):
                             cwd=c.root)
 
 
-def stop_mid_upload(c, proc, what):
-    """SIGSTOP proc once the store holds part (not all) of a file; its size then."""
+def stop_mid_upload(c, proc, data, what):
+    """SIGSTOP proc once the store holds part (not all) of the file of bytes data (not
+    of the manifest's listing, which goes first); its size then."""
+    name = hashlib.blake2b(data, digest_size=32).hexdigest()
     held = {}
 
     def partway():
         if proc.poll() is not None:
             raise AssertionError(f"the push ended before {what}: {proc.communicate()}")
         held.update(partials(c))
-        return any(v > 0 for v in held.values())
+        return held.get(name, 0) > 0
 
     wait_for(partway, what=f"part of a file stored ({what})", interval=0.002)
     proc.send_signal(signal.SIGSTOP)
-    return max(held.values())
+    return held[name]
 
 
 def test_cli_killed_mid_upload_resumes(cluster):
@@ -239,7 +241,7 @@ def test_cli_killed_mid_upload_resumes(cluster):
     write(tree / "huge.bin", blob(size, 20))
     write(tree / "small.txt", b"small\n")
     proc = start_push(c, tree, "big")
-    held = stop_mid_upload(c, proc, "the CLI is killed")
+    held = stop_mid_upload(c, proc, (tree / "huge.bin").read_bytes(), "the CLI is killed")
     assert 0 < held < size
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -261,7 +263,7 @@ def test_coordinator_killed_mid_upload_keeps_what_it_acknowledged(cluster):
     tree = c.root / "second"
     write(tree / "huge.bin", blob(48 << 20, 40))
     proc = start_push(c, tree, "second")
-    stop_mid_upload(c, proc, "the coordinator is killed")
+    stop_mid_upload(c, proc, (tree / "huge.bin").read_bytes(), "the coordinator is killed")
     c.coordinator.kill(signal.SIGKILL)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
