@@ -1221,9 +1221,12 @@ static int code_here(br_agent_t *a, br_msg_t *m, json_int_t job, int attempt, js
     if (fetching_at(a, job, attempt) >= 0)
         return 1; /* (a resent order) */
     char dest[4200];
+    int64_t limit;
     br_cache_tree_path(a->cache, mhash, dest, sizeof(dest));
-    if (br_replica_pull_tree(a->replica, job, attempt, mf, grant, dest,
-                             br_cache_dir(a->cache), err) < 0)
+    if (br_cache_room(a->cache, a->s->cache_quota,
+                      json_integer_value(json_object_get(mf, "bytes")), &limit, err) < 0 ||
+        br_replica_pull_tree(a->replica, job, attempt, mf, grant, dest,
+                             br_cache_dir(a->cache), limit, err) < 0)
         return -1;
     json_array_append_new(a->fetching,
                           json_pack("{s:I, s:i, s:O, s:I}", "job", job, "attempt", attempt,

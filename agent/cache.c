@@ -169,6 +169,7 @@ int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summ
     if (!m)
         return -1;
     br_cache_tree_path(c, mhash, tree, sizeof(tree));
+    utimensat(AT_FDCWD, tree, NULL, AT_SYMLINK_NOFOLLOW); /* used now: the last to leave */
     snprintf(name, sizeof(name), "%lld.%d", (long long)job, attempt);
     snprintf(work, sizeof(work), "%s/work", c->dir);
     int wfd = open(work, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -252,6 +253,96 @@ void br_cache_forget(br_cache_t *c, const char *mhash)
         br_rm_tree(fd, mhash);
     if (fd >= 0)
         close(fd);
+}
+
+/* Sum the sizes in DIR/.by-hash; with drop, remove the files there that no tree
+ * holds any more (a link count of 1: only the index). */
+static int64_t by_hash(const br_cache_t *c, int drop)
+{
+    char idx[PATH_MAX];
+    snprintf(idx, sizeof(idx), "%s/.by-hash", c->dir);
+    DIR *d = opendir(idx);
+    if (!d)
+        return 0;
+    int64_t sum = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        struct stat st;
+        if (de->d_name[0] == '.' ||
+            fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (drop && st.st_nlink == 1 && unlinkat(dirfd(d), de->d_name, 0) == 0)
+            continue;
+        sum += st.st_size;
+    }
+    closedir(d);
+    return sum;
+}
+
+int64_t br_cache_used(const br_cache_t *c)
+{
+    return by_hash(c, 0);
+}
+
+typedef struct {
+    char name[2 * BR_MANIFEST_HASH_LEN + 1];
+    struct timespec used;
+} tree_t;
+
+static int older(const void *x, const void *y)
+{
+    const tree_t *a = x, *b = y;
+    if (a->used.tv_sec != b->used.tv_sec)
+        return a->used.tv_sec < b->used.tv_sec ? -1 : 1;
+    return (a->used.tv_nsec > b->used.tv_nsec) - (a->used.tv_nsec < b->used.tv_nsec);
+}
+
+int br_cache_room(br_cache_t *c, int64_t quota, int64_t need, int64_t *limit, br_err_t *err)
+{
+    *limit = -1;
+    if (quota < 0)
+        return 0;
+    char qs[32], ns[32];
+    if (need > quota)
+        return br_errf(err, ENOSPC, "%s do not fit in the node's cache (--cache-quota %s)",
+                       br_format_size((uint64_t)need, ns, sizeof(ns)),
+                       br_format_size((uint64_t)quota, qs, sizeof(qs)));
+    int64_t used = by_hash(c, 1);
+    if (used + need > quota) { /* the trees used longest ago leave first */
+        char trees[PATH_MAX];
+        snprintf(trees, sizeof(trees), "%s/trees", c->dir);
+        DIR *d = opendir(trees);
+        tree_t *list = NULL;
+        size_t n = 0, cap = 0;
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+            struct stat st;
+            if (de->d_name[0] == '.' || strlen(de->d_name) >= sizeof(list->name) ||
+                fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                !S_ISDIR(st.st_mode))
+                continue; /* (a pull's staging dir is hidden) */
+            if (n == cap) {
+                tree_t *l = realloc(list, (cap = cap ? cap * 2 : 16) * sizeof(*list));
+                if (!l)
+                    break;
+                list = l;
+            }
+            br_strlcpy(list[n].name, de->d_name, sizeof(list[n].name));
+            list[n++].used = st.st_mtim;
+        }
+        if (d)
+            closedir(d);
+        qsort(list, n, sizeof(*list), older);
+        for (size_t i = 0; i < n && used + need > quota; i++) {
+            fprintf(stderr, "bramble-agent: cache: the code %.16s... leaves the cache "
+                            "(used longest ago) to make room\n", list[i].name);
+            br_cache_forget(c, list[i].name);
+            used = by_hash(c, 1);
+        }
+        free(list);
+    }
+    *limit = quota > used ? quota - used : 0;
+    return 0;
 }
 
 int br_cache_sweep_work(br_cache_t *c, int64_t max_age_s)

@@ -42,6 +42,16 @@ int br_cache_has(const br_cache_t *c, const char *mhash);
 int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summary,
                      uid_t uid, gid_t gid, char *out, size_t len, br_err_t *err);
 
+/* Bytes the cache holds: its files by hash, each counted once. */
+int64_t br_cache_used(const br_cache_t *c);
+/* Room for a tree of need bytes within quota (< 0: no cap): the trees used longest
+ * ago leave the cache first (with the files no other tree holds; the attempts'
+ * own copies are never touched), until need fits or none is left. *limit gets
+ * the bytes a pull may then write (-1: no cap). 0, or -1 with err (ENOSPC: the
+ * tree is bigger than the quota). */
+int br_cache_room(br_cache_t *c, int64_t quota, int64_t need, int64_t *limit,
+                  br_err_t *err);
+
 /* Drop the tree of manifest hash mhash from the cache. */
 void br_cache_forget(br_cache_t *c, const char *mhash);
 

@@ -25,7 +25,7 @@ static void usage(FILE *f)
             "                     [--job-uids FIRST-LAST] [--allow-root-jobs]\n"
             "                     [--replica-dir DIR] [--replica-quota SIZE|0|none]\n"
             "                     [--replica-bandwidth RATE] [--replica-port 7704|0|off]\n"
-            "                     [--cache-dir DIR]\n"
+            "                     [--cache-dir DIR] [--cache-quota SIZE|none]\n"
             "\n"
             "The first start joins with the token from `bramble token create`, read\n"
             "from --join-file FILE (or standard input with `-`; `--join TOKEN` also\n"
@@ -55,8 +55,9 @@ static void usage(FILE *f)
             "--replica-bandwidth (e.g. 40MB/s; 0, the default: no cap).\n"
             "docs/checkpoints.md, \"Replicas\".\n"
             "Jobs' code, fetched from the coordinator once, is kept in --cache-dir\n"
-            "(default DIR/cache), and each attempt runs in its own copy of it\n"
-            "(docs/files.md).\n"
+            "(default DIR/cache), at most --cache-quota bytes (none, the default: no\n"
+            "cap; the trees used longest ago leave first), and each attempt runs in\n"
+            "its own copy of it (docs/files.md).\n"
             "SIGTERM or SIGINT stops the agent and its jobs. SIGUSR2 stops the agent\n"
             "alone: its jobs go on, and the next agent started on DIR adopts them (as\n"
             "does one started after a crash).\n");
@@ -125,6 +126,7 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
         {"allow-root-jobs", no_argument, NULL, 'R'},
         {"replica-dir", required_argument, NULL, 'r'},
         {"cache-dir", required_argument, NULL, 'C'},
+        {"cache-quota", required_argument, NULL, 'K'},
         {"replica-quota", required_argument, NULL, 'q'},
         {"replica-bandwidth", required_argument, NULL, 'b'},
         {"replica-port", required_argument, NULL, 'o'},
@@ -213,6 +215,12 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
                 return 2;
             }
             br_strlcpy(s->cache_dir, optarg, sizeof(s->cache_dir));
+            break;
+        case 'K':
+            if (br_settings_cache_quota(s, optarg, &err) < 0) {
+                fprintf(stderr, "bramble-agent: --cache-quota %s\n", err.text);
+                return 2;
+            }
             break;
         case 'q':
         case 'b':

@@ -669,9 +669,11 @@ static json_t *pull(pull_t *p, const json_t *m)
     int64_t need = to_write(p, entries);
     if (p->r->limit >= 0 && need > p->r->limit)
         return br_errp(p->err, ENOSPC,
-                       "%lld bytes do not fit in the replica quota "
+                       "%lld bytes do not fit in %s "
                        "(%lld bytes left)",
-                       (long long)need, (long long)p->r->limit);
+                       (long long)need,
+                       p->r->quota_name ? p->r->quota_name : "the replica quota",
+                       (long long)p->r->limit);
     for (size_t i = 0; i < json_array_size(entries); i++)
         if (cancelled(p))
             return br_errp(p->err, ECANCELED, "cancelled");

@@ -45,6 +45,7 @@ typedef struct {
     uid_t uid;
     gid_t gid;
     int64_t limit;    /* bytes it may write (a quota), -1: no limit */
+    const char *quota_name; /* that quota, for the error (NULL: the replica quota) */
     int64_t stall_ms; /* 0: BR_PULL_STALL_MS */
     int urgent;       /* br_puller_submit: before the pulls waiting (a restore:
                          a job waits for it) */

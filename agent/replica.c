@@ -373,7 +373,7 @@ int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err)
 
 int br_replica_pull_tree(br_replica_t *r, int64_t job, int attempt, const json_t *manifest,
                          const char *grant, const char *dest, const char *store,
-                         br_err_t *err)
+                         int64_t limit, br_err_t *err)
 {
     const br_cred_t *cred = &r->s->cred;
     br_pull_req_t q = {.endpoint = cred->endpoint,
@@ -387,7 +387,8 @@ int br_replica_pull_tree(br_replica_t *r, int64_t job, int attempt, const json_t
                        .dest = dest,
                        .store = store,
                        .in_store = 1,
-                       .limit = -1,
+                       .limit = limit,
+                       .quota_name = "the node's cache (--cache-quota)",
                        .urgent = 1}; /* a job waits for it */
     q.tag = json_pack("{s:b, s:I, s:i, s:s, s:s, s:b}", "code", 1, "job", (json_int_t)job,
                       "attempt", attempt, "hash",

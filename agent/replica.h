@@ -49,7 +49,7 @@ int br_replica_drop(br_replica_t *r, const br_msg_t *m, br_err_t *err);
  * with "code": true, "job", "attempt", "hash", "path". */
 int br_replica_pull_tree(br_replica_t *r, int64_t job, int attempt, const json_t *manifest,
                          const char *grant, const char *dest, const char *store,
-                         br_err_t *err);
+                         int64_t limit, br_err_t *err);
 /* A finished fetch, as the body of its ckpt.stored report (the caller's), or NULL
  * when none has finished. */
 json_t *br_replica_take(br_replica_t *r);

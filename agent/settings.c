@@ -24,6 +24,7 @@ void br_settings_init(br_settings_t *s)
     s->discover_port = BR_ANNOUNCE_PORT;
     s->probe_port = PROBE_PORT_UNSET;
     s->replica_quota = s->replica_bandwidth = REPLICA_UNSET;
+    s->cache_quota = REPLICA_UNSET;
     s->replica_port = REPLICA_UNSET;
     s->power_price = s->idle_watts = POWER_UNSET;
 }
@@ -79,6 +80,19 @@ int br_settings_replica_quota(br_settings_t *s, const char *text, br_err_t *err)
     if (br_parse_size(text, &n, err) < 0)
         return br_errf(err, EINVAL, "'%s': expected a size (200GiB), 0 or none", text);
     s->replica_quota = (int64_t)n;
+    return 0;
+}
+
+int br_settings_cache_quota(br_settings_t *s, const char *text, br_err_t *err)
+{
+    uint64_t n;
+    if (strcmp(text, "none") == 0) {
+        s->cache_quota = -1;
+        return 0;
+    }
+    if (br_parse_size(text, &n, err) < 0 || n == 0 || n > (1ULL << 60))
+        return br_errf(err, EINVAL, "'%s': expected a size (20GiB) or none", text);
+    s->cache_quota = (int64_t)n;
     return 0;
 }
 
@@ -209,7 +223,8 @@ int br_settings_load(br_settings_t *s, int *joined, br_err_t *err)
                {"replica_quota", s->replica_quota == REPLICA_UNSET,
                 br_settings_replica_quota},
                {"replica_bandwidth", s->replica_bandwidth == REPLICA_UNSET,
-                br_settings_replica_bandwidth}};
+                br_settings_replica_bandwidth},
+               {"cache_quota", s->cache_quota == REPLICA_UNSET, br_settings_cache_quota}};
     for (size_t i = 0; i < sizeof(rep) / sizeof(rep[0]); i++) {
         const char *v = br_conf_str(obj, rep[i].key);
         if (v && rep[i].unset && rep[i].parse(s, v, err) < 0) {
@@ -255,6 +270,8 @@ int br_settings_finish(br_settings_t *s)
         snprintf(s->cache_dir, sizeof(s->cache_dir), "%s/cache", s->data_dir);
     if (s->replica_quota == REPLICA_UNSET)
         s->replica_quota = -1;
+    if (s->cache_quota == REPLICA_UNSET)
+        s->cache_quota = -1;
     if (s->replica_bandwidth == REPLICA_UNSET)
         s->replica_bandwidth = 0;
     if (s->replica_port == REPLICA_UNSET)
@@ -315,6 +332,13 @@ int br_settings_save(const br_settings_t *s, br_err_t *err)
         else
             snprintf(num, sizeof(num), "%lld", (long long)s->replica_quota);
         json_object_set_new(obj, "replica_quota", json_string(num));
+    }
+    if (s->cache_quota != REPLICA_UNSET) {
+        if (s->cache_quota < 0)
+            snprintf(num, sizeof(num), "none");
+        else
+            snprintf(num, sizeof(num), "%lld", (long long)s->cache_quota);
+        json_object_set_new(obj, "cache_quota", json_string(num));
     }
     if (s->replica_bandwidth != REPLICA_UNSET) {
         snprintf(num, sizeof(num), "%lld", (long long)s->replica_bandwidth);

@@ -36,6 +36,7 @@ typedef struct {
                                     nodes (BR_PROBE_PORT), 0 any free one, -1 off */
     char cache_dir[1024];        /* --cache-dir: jobs' code ("" until finished:
                                     DATA_DIR/cache; cache.h) */
+    int64_t cache_quota;         /* --cache-quota: bytes the cache keeps, -1 no cap */
     char replica_dir[1024];      /* --replica-dir: the replica store ("" until
                                     finished: DATA_DIR/replicas) */
     int64_t replica_quota;       /* --replica-quota: bytes of replicas held, 0 none
@@ -56,6 +57,8 @@ void br_settings_free(br_settings_t *s);
 /* Parse --replica-port N|off, --replica-quota SIZE|none, --replica-bandwidth RATE. */
 int br_settings_replica_port(br_settings_t *s, const char *text, br_err_t *err);
 int br_settings_replica_quota(br_settings_t *s, const char *text, br_err_t *err);
+/* "20GiB" or "none" -> cache_quota. */
+int br_settings_cache_quota(br_settings_t *s, const char *text, br_err_t *err);
 int br_settings_replica_bandwidth(br_settings_t *s, const char *text, br_err_t *err);
 
 #define POWER_UNSET (-1.0) /* power_price, idle_watts */

@@ -64,6 +64,10 @@ void br_api_service_scale(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 /* api_data.c: uploads into the content store, and data sets */
 void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_content_put(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+/* A node's heartbeat says how far its pull of a job's code is (its "pulling"),
+ * kept with the job while it starts; job.show's transfers of kind "code". */
+void br_api_code_progress(br_coord_t *c, br_node_t *n, const json_t *pulling);
+json_t *br_api_code_transfers(br_coord_t *c, int64_t id);
 /* ckpt.read from a node: a chunk of a content of the code of a job it runs
  * (PROTOCOL.md sections 5 and 11) */
 void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

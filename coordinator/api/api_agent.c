@@ -266,8 +266,10 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_object_set_new(n->info, "load", json_real(load));
     if (disk) /* in memory too: where replicas may go */
         json_object_set(n->info, "disk", disk);
-    if (pulling) /* how far a copy of a checkpoint is: job show says */
+    if (pulling) { /* how far a copy of a checkpoint, or a job's code, is: job show */
         br_replicas_progress(c, n, pulling);
+        br_api_code_progress(c, n, pulling);
+    }
     if (cost) /* in memory: the rate now, fixed part and electricity (docs/cli.md) */
         json_object_set_new(n->info, "cost_per_hour", json_real(json_number_value(cost)));
     if (watts)

@@ -734,7 +734,10 @@ void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_object_set_new(cp, "time", br_time_json(json_object_get(cp, "time")));
     }
     json_object_set_new(p, "checkpoints", cps ? cps : json_array());
-    json_object_set_new(p, "transfers", br_replicas_transfers(c, id));
+    json_t *xfers = br_replicas_transfers(c, id), *code_x = br_api_code_transfers(c, id);
+    json_array_extend(xfers, code_x); /* and its code's fetches */
+    json_decref(code_x);
+    json_object_set_new(p, "transfers", xfers);
     int64_t lost = br_store_log_lost(c->store, id, NULL);
     json_object_set_new(p, "log_lost", json_integer(lost > 0 ? lost : 0));
     br_services_annotate(c, job, p);

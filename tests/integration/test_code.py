@@ -14,6 +14,7 @@ import tempfile
 import pytest
 
 from conftest import wait_for
+from netlan import free_prefix, veth_ns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for mount namespaces")
 
@@ -222,3 +223,62 @@ def test_a_damaged_cached_file_is_fetched_again_never_run(make_cluster, tmp_path
     said = events(c, again)
     assert any("its code fetched to node-1" in e for e in said), said
     assert (trees[0] / "run.sh").read_text() == "echo the real script\n"
+
+
+def test_the_cache_keeps_to_its_quota(make_cluster, tmp_path):
+    c, laptop, _ = laptop_cluster(make_cluster, tmp_path, n=1, extra=("--cache-quota", "1MiB"))
+    trees = c.agent_dir("node-1") / "cache" / "trees"
+
+    def project(name, size):
+        proj = laptop / name
+        (proj / "blob.bin").parent.mkdir(parents=True, exist_ok=True)
+        (proj / "blob.bin").write_bytes(os.urandom(size))
+        write(proj / "job.yaml", f"name: {name}\ncode: .\ncommand: wc -c blob.bin\n")
+        return proj / "job.yaml"
+
+    a, _ = submit(c, project("first", 600_000), "--wait")
+    assert "600000 blob.bin" in c.logs(a)
+    assert len(list(trees.iterdir())) == 1
+    # a second tree does not fit beside the first, which leaves the cache
+    b, _ = submit(c, project("second", 600_000), "--wait")
+    assert "600000 blob.bin" in c.logs(b)
+    assert len(list(trees.iterdir())) == 1
+    # one bigger than the whole quota cannot start, and says why
+    rc, out, err = c.cli("submit", project("third", 2_000_000), "--wait", check=False)
+    assert rc == 1 and "do not fit in the node's cache (--cache-quota 1.0MiB)" in err, err
+
+
+def test_job_show_says_how_far_its_code_is(make_cluster, tmp_path, request):
+    """A node behind a 16 Mbit/s link: while it fetches 6 MB of code, the job is
+    starting and job show lists the fetch, with the bytes in place so far."""
+    net = free_prefix(200, 249)
+    v = veth_ns(request, [f"{net}.1/24"], [f"{net}.2/24"], prefix="brc", what="the far node")
+    subprocess.run(["tc", "qdisc", "add", "dev", v.host_veth, "root", "tbf", "rate", "16mbit",
+                    "burst", "32kbit", "latency", "400ms"], check=True)
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    c = make_cluster(host=f"{net}.1")
+    c.start_agent("far", wrap=v.wrap() + hidden(laptop))
+    c.wait_ready("far")
+    proj = laptop / "proj"
+    proj.mkdir()
+    (proj / "weights.bin").write_bytes(os.urandom(6_000_000))
+    write(proj / "job.yaml", "name: far\ncode: .\ncommand: wc -c weights.bin\n")
+    job, _ = submit(c, proj / "job.yaml")
+    seen = []
+
+    def partway():
+        j = c.cli_json("job", "show", str(job))
+        assert j["state"] in ("pending", "starting"), ("it ran before a fetch was seen", seen)
+        xs = [x for x in j.get("transfers", []) if x["kind"] == "code"]
+        seen.extend(xs)
+        return any(0 < x["done"] < x["bytes"] and x["to"] == "far" for x in xs)
+
+    wait_for(partway, what="job show to list the code's fetch part way")
+    _, shown, _ = c.cli("job", "show", job)
+    assert "copies under way" in shown and "the coordinator" in shown, shown
+    done = c.wait_job(job)
+    assert done["state"] == "completed", done
+    assert "6000000 weights.bin" in c.logs(job)
+    assert [x for x in c.cli_json("job", "show", str(job))["transfers"]
+            if x["kind"] == "code"] == []
