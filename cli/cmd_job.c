@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -303,29 +304,61 @@ static char *load_spec(cli_t *cli, const submit_opts_t *o, size_t *len, json_t *
     return text;
 }
 
+/* path, relative to the spec file's directory (spec "-": to this one), into out. */
+static void spec_relative(const char *spec, const char *path, char *out, size_t len)
+{
+    const char *slash = strrchr(spec, '/');
+    if (path[0] == '/' || !slash || strcmp(spec, "-") == 0)
+        snprintf(out, len, "%s", path);
+    else if (strcmp(path, ".") == 0)
+        snprintf(out, len, "%.*s", (int)(slash - spec), spec);
+    else
+        snprintf(out, len, "%.*s/%s", (int)(slash - spec), spec, path);
+}
+
 /* The job's code (--code DIR, else the spec's code: DIR, relative to the spec
- * file's directory) packed and sent into the content store: {"listing",
+ * file's directory, and its files:) packed and sent into the content store: {"listing",
  * "manifest"} for job.submit, NULL in *code when the job has none. CLI_OK, or
  * CLI_FAIL after saying why. */
 static int send_code(cli_t *cli, const submit_opts_t *o, const json_t *norm, json_t **code)
 {
     *code = NULL;
     const char *dir = o->code ? o->code : json_string_value(json_object_get(norm, "code"));
-    if (!dir)
+    const json_t *files = json_object_get(norm, "files");
+    if (!dir && !json_array_size(files))
         return CLI_OK;
-    char path[PATH_MAX];
-    const char *slash = strrchr(o->path, '/');
-    if (!o->code && dir[0] != '/' && slash && strcmp(o->path, "-") != 0)
-        snprintf(path, sizeof(path), "%.*s%s%s", (int)(slash - o->path), o->path,
-                 strcmp(dir, ".") == 0 ? "" : "/", strcmp(dir, ".") == 0 ? "" : dir);
-    else
+    char path[PATH_MAX] = "", from[PATH_MAX];
+    if (dir && !o->code)
+        spec_relative(o->path, dir, path, sizeof(path));
+    else if (dir)
         br_strlcpy(path, dir, sizeof(path));
     br_err_t err;
     br_pack_t *p = br_pack_new(NULL, &err);
-    if (!p || br_pack_dir(p, path, "", &err) < 0 || !br_pack_manifest(p, &err)) {
+    if (!p || (dir && br_pack_dir(p, path, "", &err) < 0)) {
         br_pack_destroy(&p);
         return cli_fail(cli, "code: %s", err.text);
     }
+    size_t i;
+    json_t *f;
+    json_array_foreach(files, i, f) { /* files: more paths into the same tree */
+        struct stat st;
+        const char *to = json_string_value(json_object_get(f, "to"));
+        spec_relative(o->path, json_string_value(json_object_get(f, "from")), from,
+                      sizeof(from));
+        int rc = stat(from, &st) < 0 ? br_errf(&err, errno, "%s: %s", from, strerror(errno))
+                 : S_ISDIR(st.st_mode) ? br_pack_dir(p, from, to, &err)
+                                       : br_pack_file(p, from, to, &err);
+        if (rc < 0) {
+            br_pack_destroy(&p);
+            return cli_fail(cli, "files[%zu]: %s", i, err.text);
+        }
+    }
+    if (!br_pack_manifest(p, &err)) {
+        br_pack_destroy(&p);
+        return cli_fail(cli, "code: %s", err.text);
+    }
+    if (!dir)
+        br_strlcpy(path, "(files)", sizeof(path));
     if (!o->json)
         cli_upload_say_left_out(p);
     json_t *listing, *summary;
@@ -340,7 +373,8 @@ static int send_code(cli_t *cli, const submit_opts_t *o, const json_t *norm, jso
                 (long long)st.files, br_format_size((uint64_t)st.bytes, all, sizeof(all)),
                 (long long)st.sent_files, br_format_size((uint64_t)st.sent, sent, sizeof(sent)));
     }
-    *code = json_pack("{s:o, s:o, s:s}", "listing", listing, "manifest", summary, "dir", dir);
+    *code = json_pack("{s:o, s:o, s:s}", "listing", listing, "manifest", summary, "dir",
+                      dir ? dir : "(files)");
     return *code ? CLI_OK : cli_fail(cli, "out of memory");
 }
 

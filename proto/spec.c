@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "manifest_check.h"
 #include "spec_tree.h"
 #include "util.h"
 
@@ -22,7 +23,8 @@
 static const char *const top_keys[] = {
     "name",    "kind",     "command",    "workdir", "env",   "resources", "model", "checkpoint",
     "restart", "priority", "time_limit", "service", "after", "progress", "array",
-    "preemptible", "preempt", "code", NULL};
+    "preemptible", "preempt", "code", "files", NULL};
+static const char *const files_keys[] = {"from", "to", NULL};
 static const char *const after_keys[] = {"job", "on", NULL};
 static const char *const after_names[] = {"ok", "failed", "ended", "started", NULL};
 static const char *const resources_keys[] = {
@@ -539,6 +541,56 @@ static int check_code(const sect_t *top, br_spec_t *spec)
     return rc < 0 ? -1 : 0;
 }
 
+/* files: [{from: LOCAL, to: RELATIVE}]: more local paths put into the code dir. */
+static int check_files(const sect_t *top, br_spec_t *spec)
+{
+    const node_t *n = get(top, "files");
+    char b[SPEC_SHOW_LEN];
+    if (!n)
+        return 0;
+    if (n->type != N_SEQ)
+        return spec_fail_at(top->err, n->line,
+                            "files: expected a list like [{from: ../data, to: data}], got %s",
+                            spec_type_name(n));
+    if (n->n > BR_SPEC_MAX_FILES)
+        return spec_fail_at(top->err, n->line, "files: at most %d entries, got %zu",
+                            BR_SPEC_MAX_FILES, n->n);
+    if (!(spec->files = json_array()))
+        return spec_oom(top->err);
+    for (size_t i = 0; i < n->n; i++) {
+        const node_t *e = n->kids[i];
+        char name[32];
+        snprintf(name, sizeof(name), "files[%zu]", i);
+        if (e->type != N_MAP)
+            return spec_fail_at(top->err, e->line,
+                                "%s: expected a mapping like {from: ../data, to: data}, got %s",
+                                name, spec_type_name(e));
+        sect_t f = {.map = e, .name = name, .line = e->line, .err = top->err};
+        char *from = NULL, *to = NULL;
+        int rc = check_keys(&f, files_keys);
+        if (rc == 0 && get_str(&f, "from", &from) < 0)
+            rc = -1;
+        if (rc == 0 && get_str(&f, "to", &to) < 0)
+            rc = -1;
+        if (rc == 0 && (!from || !*from || strlen(from) >= BR_SPEC_MAX_PATH))
+            rc = spec_fail_at(top->err, e->line, "%s.from: %s", name,
+                              from && *from ? "too long a path" : "required: a local path");
+        else if (rc == 0 && (!to || !br_manifest_path_ok(to)))
+            rc = spec_fail_at(top->err, e->line,
+                              "%s.to: '%s' is not a path inside the code dir (relative, no "
+                              "'..', '.' or empty part)",
+                              name, spec_show(to ? to : "", b));
+        if (rc == 0 && json_array_append_new(spec->files,
+                                             json_pack("{s:s, s:s}", "from", from, "to", to)) < 0)
+            rc = spec_oom(top->err);
+        free(from);
+        free(to);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int check_tasks(const sect_t *r, br_spec_t *spec)
 {
     const char *what = "a positive integer or 'gpus'";
@@ -925,7 +977,7 @@ static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
         return -1;
     spec->kind = kind ? BR_JOB_SERVICE : BR_JOB_TRAIN;
     if (check_command(&top, spec) < 0 || check_workdir(&top, spec) < 0 ||
-        check_code(&top, spec) < 0 || get_strmap(&top, "env", 1, &spec->env) < 0 || check_resources(&top, spec) < 0 ||
+        check_code(&top, spec) < 0 || check_files(&top, spec) < 0 || get_strmap(&top, "env", 1, &spec->env) < 0 || check_resources(&top, spec) < 0 ||
         check_model(&top, spec) < 0 || check_checkpoint(&top, spec) < 0 ||
         check_restart(&top, spec) < 0 || check_progress(&top, spec) < 0 ||
         get_int(&top, "priority", -1000, 1000, &spec->priority) < 0 ||
@@ -1015,6 +1067,7 @@ void br_spec_destroy(br_spec_t **spec)
     free(s->command);
     free(s->workdir);
     free(s->code);
+    json_decref(s->files);
     json_decref(s->env);
     for (int i = 0; i < s->resources.n_arch; i++)
         free(s->resources.arch[i]);
@@ -1171,6 +1224,8 @@ json_t *br_spec_to_json(const br_spec_t *s)
     json_object_set_new(j, "workdir", str_or_null(s->workdir));
     if (s->code) /* bramble submit's upload (the coordinator puts its tree here) */
         json_object_set_new(j, "code", json_string(s->code));
+    if (s->files) /* (sent in the same tree) */
+        json_object_set_new(j, "files", json_deep_copy(s->files));
     json_object_set_new(j, "env", s->env ? json_deep_copy(s->env) : json_object());
     json_object_set_new(j, "resources", resources_json(s));
     json_object_set_new(j, "model", model_json(s));

@@ -317,6 +317,23 @@ int br_pack_dir(br_pack_t *p, const char *dir, const char *to, br_err_t *err)
     return rc;
 }
 
+int br_pack_file(br_pack_t *p, const char *file, const char *to, br_err_t *err)
+{
+    json_decref(p->manifest);
+    p->manifest = NULL;
+    char real[PATH_MAX];
+    struct stat st;
+    int fd = realpath(file, real) ? open(real, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (fd < 0)
+        return br_errf(err, errno, "%s: %s", file, strerror(errno));
+    int rc = fstat(fd, &st) < 0 ? br_errf(err, errno, "%s: %s", file, strerror(errno))
+             : !S_ISREG(st.st_mode)
+                 ? br_errf(err, EINVAL, "%s: not a regular file or a directory", file)
+                 : br_mfbuild_file(p->b, fd, &st, to, real, err);
+    close(fd);
+    return rc;
+}
+
 /* --- what was packed -------------------------------------------------------------- */
 
 const json_t *br_pack_manifest(br_pack_t *p, br_err_t *err)

@@ -34,6 +34,9 @@ void br_pack_destroy(br_pack_t **p);
  * manifest, else a relative path). -1 with err naming the path that is wrong. */
 int br_pack_dir(br_pack_t *p, const char *dir, const char *to, br_err_t *err);
 
+/* Add the regular file file (a link to one is followed: it was named) as to. */
+int br_pack_file(br_pack_t *p, const char *file, const char *to, br_err_t *err);
+
 /* The manifest of everything added (mfbuild.h's JSON, root "dir"); the pack keeps
  * it (borrowed). NULL with err (a path added twice). */
 const json_t *br_pack_manifest(br_pack_t *p, br_err_t *err);

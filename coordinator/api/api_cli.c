@@ -504,9 +504,10 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_errf(&err, EEXIST, "a job named '%s' is already active", spec->name);
         goto fail;
     }
-    if (spec->code && !code) {
-        br_errf(&err, EINVAL, "code: %s: the job's code is packed and sent by bramble "
-                              "submit, and this request brought none", spec->code);
+    if ((spec->code || spec->files) && !code) {
+        br_errf(&err, EINVAL, "%s%s: the job's code is packed and sent by bramble "
+                              "submit, and this request brought none",
+                spec->code ? "code: " : "files:", spec->code ? spec->code : "");
         goto fail;
     }
     json_t *spec_json = br_spec_to_json(spec);

@@ -282,3 +282,39 @@ def test_job_show_says_how_far_its_code_is(make_cluster, tmp_path, request):
     assert "6000000 weights.bin" in c.logs(job)
     assert [x for x in c.cli_json("job", "show", str(job))["transfers"]
             if x["kind"] == "code"] == []
+
+
+def test_files_put_more_paths_into_the_code_dir(make_cluster, tmp_path):
+    c, laptop, _ = laptop_cluster(make_cluster, tmp_path, n=1)
+    write(laptop / "proj" / "main.sh", "cat data/a.txt notes/n.txt\n")
+    write(laptop / "shared" / "data" / "a.txt", "from the shared data dir\n")
+    write(laptop / "notes.txt", "a note from elsewhere\n")
+    spec = laptop / "proj" / "job.yaml"
+    write(spec, """name: with-files
+code: .
+files:
+  - {from: ../shared/data, to: data}
+  - {from: ../notes.txt, to: notes/n.txt}
+command: sh main.sh
+""")
+    job, err = submit(c, spec, "--wait")
+    out = c.logs(job)
+    assert "from the shared data dir" in out and "a note from elsewhere" in out, out
+    # files alone make the tree
+    write(laptop / "only.yaml", """name: only-files
+files: [{from: notes.txt, to: n.txt}]
+command: cat n.txt
+""")
+    job, _ = submit(c, laptop / "only.yaml", "--wait")
+    assert "a note from elsewhere" in c.logs(job)
+    # a destination outside the code dir, or a path in it twice, is refused
+    write(laptop / "bad.yaml", "name: bad\nfiles: [{from: notes.txt, to: ../n}]\ncommand: x\n")
+    rc, _, err = c.cli("submit", laptop / "bad.yaml", check=False)
+    assert rc == 1 and "files[0].to: '../n' is not a path inside the code dir" in err, err
+    write(laptop / "twice.yaml", """name: twice
+code: proj
+files: [{from: notes.txt, to: main.sh}]
+command: x
+""")
+    rc, _, err = c.cli("submit", laptop / "twice.yaml", check=False)
+    assert rc == 1 and "main.sh" in err, err

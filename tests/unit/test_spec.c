@@ -928,6 +928,11 @@ static const bad_case_t bad_cases[] = {
     {"set removes name", BASE, {"name="}, "=name: required"},
     {"code empty", BASE "code: ''\n", {0}, "code: must name a directory"},
     {"code not a string", BASE "code: [a]\n", {0}, "code: "},
+    {"files not a list", BASE "files: a\n", {0}, "files: expected a list"},
+    {"files to escapes", BASE "files: [{from: a, to: ../b}]\n", {0},
+     "files[0].to: '../b' is not a path inside the code dir"},
+    {"files no from", BASE "files: [{to: b}]\n", {0}, "files[0].from: required"},
+    {"files unknown key", BASE "files: [{from: a, to: b, mode: 1}]\n", {0}, "unknown key 'mode'"},
 };
 
 static void run_bad_case(void **state)
