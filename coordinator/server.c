@@ -512,6 +512,13 @@ static void wake(br_coord_t *c, int readable)
             br_store_log_expire(c->store, br_now_ms() - c->cfg.log_retention_ms, 2000,
                                 &err) < 0)
             fprintf(stderr, "brambled: expiring old logs: %s\n", err.text);
+        /* jobs' code outlives them as long as their output does */
+        int64_t every = c->cfg.log_retention_ms / 2;
+        every = every < 1000 ? 1000 : every > 60000 ? 60000 : every;
+        if (c->cfg.log_retention_ms > 0 && now - c->code_expired >= every) {
+            c->code_expired = now;
+            br_api_code_expire(c, br_now_ms() - c->cfg.log_retention_ms);
+        }
     }
     br_sched_wake(c);
     if (br_store_commit(c->store, &err) < 0) {

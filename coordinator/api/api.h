@@ -68,6 +68,9 @@ void br_api_content_put(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
  * kept with the job while it starts; job.show's transfers of kind "code". */
 void br_api_code_progress(br_coord_t *c, br_node_t *n, const json_t *pulling);
 json_t *br_api_code_transfers(br_coord_t *c, int64_t id);
+/* Let go of the code trees no job needs any more: none that names one is active
+ * or ended at or after before_ms (the ended jobs' retention). */
+void br_api_code_expire(br_coord_t *c, int64_t before_ms);
 /* ckpt.read from a node: a chunk of a content of the code of a job it runs
  * (PROTOCOL.md sections 5 and 11) */
 void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

@@ -16,6 +16,7 @@
 
 #include "manifest_check.h"
 #include "nodes.h"
+#include "outbox.h"
 #include "util.h"
 
 #define LACK_MAX 20000     /* entries one content.lack answer names ("more" after) */
@@ -313,6 +314,34 @@ json_t *br_api_code_transfers(br_coord_t *c, int64_t id)
         json_array_append_new(out, t);
     }
     return out;
+}
+
+void br_api_code_expire(br_coord_t *c, int64_t before_ms)
+{
+    br_err_t err;
+    json_t *refs = br_store_code_unneeded(c->store, before_ms, 64, &err);
+    if (!refs) {
+        fprintf(stderr, "brambled: looking for code no job needs: %s\n", err.text);
+        return;
+    }
+    size_t i, k;
+    json_t *r, *h;
+    json_array_foreach(refs, i, r) {
+        json_t *hashes = NULL;
+        if (br_store_content_unref(c->store, json_string_value(r), &hashes, &err) < 0) {
+            fprintf(stderr, "brambled: %s: %s\n", json_string_value(r), err.text);
+            break;
+        }
+        json_array_foreach(hashes, k, h) /* gone after the commit, if nothing else holds */
+            br_content_doubt(c->content, json_string_value(h), 0);
+        char line[200];
+        snprintf(line, sizeof(line), "brambled: code %.21s... is no job's any more: its %zu "
+                                     "file(s) let go\n",
+                 json_string_value(r), json_array_size(hashes));
+        br_outbox_log(c->out, line);
+        json_decref(hashes);
+    }
+    json_decref(refs);
 }
 
 void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)

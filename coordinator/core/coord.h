@@ -50,6 +50,7 @@ typedef struct br_coord {
     struct br_ckptpull *ckptpull; /* checkpoints pulled to users' machines (ckptpull.h) */
     struct br_pace *pace;         /* messages gather before a wake when busy (pace.h) */
     int64_t ticked;         /* monotonic ms of the last BR_HOOK_TICK */
+    int64_t code_expired;   /* monotonic ms code no job needs was last let go */
     struct br_netmap *netmap;    /* round trips between nodes, from their heartbeats */
     struct br_probeset *probeset; /* who probes whom, and the probes' key (probeset.h) */
     struct br_watchers *watchers; /* clients waiting for news (event.watch) */

@@ -349,6 +349,12 @@ static const char *const sql_text[ST_COUNT] = {
                      " ORDER BY p.name, d.name, d.version",
     [ST_DATA_DEL] = "DELETE FROM datasets WHERE id = ?1",
     [ST_DATA_MANIFEST_USED] = "SELECT count(*) FROM datasets WHERE manifest = ?1",
+    /* the code trees no job needs any more: none that names one is active, or
+     * ended at or after ?1 */
+    [ST_CODE_UNNEEDED] = "SELECT DISTINCT r.ref FROM content_refs r WHERE r.ref GLOB 'code:*'"
+                         " AND NOT EXISTS (SELECT 1 FROM jobs j"
+                         " WHERE json_extract(j.spec, '$.code.hash') = substr(r.ref, 6)"
+                         " AND (j.ended IS NULL OR j.ended >= ?1)) LIMIT ?2",
     [ST_REF_ADD] = "INSERT OR IGNORE INTO content_refs (ref, hash, size, principal)"
                    " VALUES (?1, ?2, ?3, ?4)",
     [ST_REF_HASHES] = "SELECT hash FROM content_refs WHERE ref = ?1",

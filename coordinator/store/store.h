@@ -304,6 +304,13 @@ json_t *br_store_data_list(br_store_t *s, br_err_t *err);
  * contents it referred to (a new array), which may now be unreferenced. */
 int br_store_data_remove(br_store_t *s, int64_t id, json_t **hashes, br_err_t *err);
 /* How many data set versions name the manifest mhash (-1 with err). */
+/* Drop every reference ref makes; *hashes (may be NULL) gets what it referred to
+ * (a new array), for the content store to look at. */
+int br_store_content_unref(br_store_t *s, const char *ref, json_t **hashes, br_err_t *err);
+/* The "code:MANIFEST" references of trees no job needs any more: no job that names
+ * that code is active or ended at or after before_ms (wall ms). A new array of at
+ * most max refs. */
+json_t *br_store_code_unneeded(br_store_t *s, int64_t before_ms, int max, br_err_t *err);
 int br_store_data_manifest_used(br_store_t *s, const char *mhash, br_err_t *err);
 /* How many references the content hash has (-1 with err). */
 int br_store_content_refs(br_store_t *s, const char *hash, br_err_t *err);

@@ -111,6 +111,26 @@ int br_store_data_remove(br_store_t *s, int64_t id, json_t **hashes, br_err_t *e
 {
     char ref[32];
     snprintf(ref, sizeof(ref), "data:%lld", (long long)id);
+    if (br_store_content_unref(s, ref, hashes, err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_DATA_DEL];
+    if (sqlite3_bind_int64(st, 1, id))
+        return br_st_binderr(s, st, "remove a data set", err);
+    return br_st_run(s, st, "remove a data set", err);
+}
+
+json_t *br_store_code_unneeded(br_store_t *s, int64_t before_ms, int max, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_CODE_UNNEEDED];
+    if (sqlite3_bind_int64(st, 1, before_ms) || sqlite3_bind_int(st, 2, max)) {
+        br_st_binderr(s, st, "find code no job needs", err);
+        return NULL;
+    }
+    return br_st_list_rows(s, st, hash_row, "find code no job needs", err);
+}
+
+int br_store_content_unref(br_store_t *s, const char *ref, json_t **hashes, br_err_t *err)
+{
     if (hashes) {
         sqlite3_stmt *st = s->st[ST_REF_HASHES];
         if (br_st_bind_text(st, 1, ref))
@@ -120,13 +140,8 @@ int br_store_data_remove(br_store_t *s, int64_t id, json_t **hashes, br_err_t *e
     }
     sqlite3_stmt *st = s->st[ST_REF_DEL];
     if (br_st_bind_text(st, 1, ref))
-        return br_st_binderr(s, st, "drop a data set's references", err);
-    if (br_st_run(s, st, "drop a data set's references", err) < 0)
-        return -1;
-    st = s->st[ST_DATA_DEL];
-    if (sqlite3_bind_int64(st, 1, id))
-        return br_st_binderr(s, st, "remove a data set", err);
-    return br_st_run(s, st, "remove a data set", err);
+        return br_st_binderr(s, st, "drop references", err);
+    return br_st_run(s, st, "drop references", err);
 }
 
 int br_store_content_ref(br_store_t *s, const char *ref, const char *hash, int64_t size,

@@ -4,6 +4,7 @@ are sent, and each node fetches the tree from the coordinator into its cache, on
 verified, and runs every attempt in a fresh copy of it. The agents run in mount
 namespaces where the "laptop" directory is an empty tmpfs: they see only what was
 sent. A resumed attempt runs the code as submitted, whatever the laptop holds now."""
+import hashlib
 import os
 import re
 import shutil
@@ -318,3 +319,34 @@ command: x
 """)
     rc, _, err = c.cli("submit", laptop / "twice.yaml", check=False)
     assert rc == 1 and "main.sh" in err, err
+
+
+def test_code_no_job_needs_leaves_the_store(make_cluster, tmp_path):
+    """Past the ended jobs' retention (--log-retention) a job's code leaves the
+    coordinator's store; a waiting job's code stays."""
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    c = make_cluster(start=False)
+    c.start_coordinator(extra=["--log-retention", "2s"])
+    c.start_agent("node-1", wrap=hidden(laptop),
+                  extra=("--probe-port", "0", "--replica-port", "0"))
+    c.wait_ready("node-1")
+    objects = c.data / "store" / "objects"
+
+    def stored(data):
+        h = hashlib.blake2b(data, digest_size=32).hexdigest()
+        return (objects / h[:2] / h).exists()
+
+    done_data, wait_data = os.urandom(5000), os.urandom(5000)
+    (laptop / "done").mkdir()
+    (laptop / "done" / "f.bin").write_bytes(done_data)
+    write(laptop / "done" / "job.yaml", "name: done\ncode: .\ncommand: wc -c f.bin\n")
+    (laptop / "waits").mkdir()
+    (laptop / "waits" / "f.bin").write_bytes(wait_data)
+    write(laptop / "waits" / "job.yaml",
+          "name: waits\ncode: .\ncommand: 'true'\nresources: {nodelist: [nowhere]}\n")
+    submit(c, laptop / "done" / "job.yaml", "--wait")
+    submit(c, laptop / "waits" / "job.yaml")
+    assert stored(done_data) and stored(wait_data)
+    wait_for(lambda: not stored(done_data), what="the ended job's code to leave the store")
+    assert stored(wait_data), "a waiting job's code left the store"
