@@ -9,7 +9,7 @@
 
 #include "cli.h"
 #include "pack.h"
-#include "upload.h"
+#include "sendtree.h"
 #include "util.h"
 
 #define SHARES_MAX 64

@@ -10,7 +10,7 @@
 #include "cli.h"
 #include "pack.h"
 #include "spec.h"
-#include "upload.h"
+#include "sendtree.h"
 #include "util.h"
 
 #define WAIT_POLL_MS 200 /* without news from the coordinator */
