@@ -22,6 +22,7 @@
 #include "announce.h"
 #include "attempt.h"
 #include "cache.h"
+#include "outputs.h"
 #include "client.h"
 #include "gpu.h"
 #include "inventory.h"
@@ -76,6 +77,9 @@ struct br_agent {
     br_cache_t *cache;            /* jobs' code, pulled once (--cache-dir) */
     json_t *fetching;             /* job.run orders waiting for their code: [{"job",
                                      "attempt", "body"}] */
+    br_outputs_t *outputs;        /* attempts' outputs kept at their end */
+    json_t *keep;                 /* "JOB.ATTEMPT": {"dir", "patterns", "uid", "gid",
+                                     "state": wait|busy|done}: outputs to keep */
     json_t *stored;               /* ckpt.stored reports not answered yet */
     int hello_plain;              /* the coordinator refuses "replica_port" in hellos */
     int hb_nodisk;                /* ... or "disk" in heartbeats */
@@ -494,7 +498,8 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
         goto fail;
     if (!(a->cache = br_cache_new(s->cache_dir, br_listings_dir(br_replica_listings(a->replica)),
                                   s->data_dir, err)) ||
-        !(a->fetching = json_array()))
+        !(a->fetching = json_array()) || !(a->keep = json_object()) ||
+        !(a->outputs = br_outputs_new(&s->cred, err)))
         goto fail;
     br_cache_sweep_work(a->cache, CACHE_WORK_KEEP_S);
     a->ctx = zmq_ctx_new();
@@ -533,6 +538,8 @@ void br_agent_destroy(br_agent_t **ap)
     br_replica_destroy(&a->replica);
     br_cache_destroy(&a->cache);
     json_decref(a->fetching);
+    br_outputs_destroy(&a->outputs);
+    json_decref(a->keep);
     free(a->items);
     free(a->owner);
     json_decref(a->inventory);
@@ -1000,10 +1007,62 @@ static void report_exit(br_agent_t *a, br_attempt_t *t)
  * checkpoint it completed was reported first (so that it counts), and the
  * coordinator took all its output (or LOG_HOLD_MS passed, and what is left is
  * counted as dropped). 1 when reported now. */
+/* Whether the attempt's outputs are kept (or it has none): its exit waits till then.
+ * The first ask starts keeping them. */
+static int outputs_kept(br_agent_t *a, br_attempt_t *t)
+{
+    char key[48];
+    snprintf(key, sizeof(key), "%lld.%d", (long long)br_attempt_job(t), br_attempt_number(t));
+    json_t *k = json_object_get(a->keep, key);
+    const char *state = json_string_value(json_object_get(k, "state"));
+    if (!k || strcmp(state, "done") == 0) {
+        json_object_del(a->keep, key);
+        return 1;
+    }
+    if (strcmp(state, "wait") == 0) {
+        br_err_t err;
+        if (br_outputs_submit(a->outputs, br_attempt_job(t), br_attempt_number(t),
+                              json_string_value(json_object_get(k, "dir")),
+                              json_object_get(k, "patterns"),
+                              (uid_t)json_integer_value(json_object_get(k, "uid")),
+                              (gid_t)json_integer_value(json_object_get(k, "gid")), &err) < 0) {
+            fprintf(stderr, "bramble-agent: job %s: outputs not kept: %s\n", key, err.text);
+            json_object_del(a->keep, key);
+            return 1;
+        }
+        json_object_set_new(k, "state", json_string("busy"));
+    }
+    return 0;
+}
+
+/* Outputs kept (or not): their attempts' exits may go. */
+static void outputs_taken(br_agent_t *a)
+{
+    json_t *r;
+    while ((r = br_outputs_take(a->outputs))) {
+        char key[48];
+        snprintf(key, sizeof(key), "%lld.%d",
+                 (long long)json_integer_value(json_object_get(r, "job")),
+                 (int)json_integer_value(json_object_get(r, "attempt")));
+        const char *error = json_string_value(json_object_get(r, "error"));
+        if (error)
+            fprintf(stderr, "bramble-agent: job %s: outputs not kept: %s\n", key, error);
+        else
+            fprintf(stderr, "bramble-agent: job %s: %lld output file(s) kept, %lld bytes "
+                            "sent\n", key,
+                    (long long)json_integer_value(json_object_get(r, "files")),
+                    (long long)json_integer_value(json_object_get(r, "sent")));
+        json_t *k = json_object_get(a->keep, key);
+        if (k)
+            json_object_set_new(k, "state", json_string("done"));
+        json_decref(r);
+    }
+}
+
 static int exit_if_ready(br_agent_t *a, br_attempt_t *t, int64_t now)
 {
     if (!a->hello_acked || !br_attempt_finished(t) || br_attempt_report_seq(t) ||
-        !ckpt_settled(a, t, now) || hashing(a, t))
+        !ckpt_settled(a, t, now) || hashing(a, t) || !outputs_kept(a, t))
         return 0;
     br_attempt_flush(t, 1, ship_log, a);
     if (br_attempt_log_holds_exit(t, now, LOG_HOLD_MS))
@@ -1252,6 +1311,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
     const char *name, *command;
     json_t *workdir, *env, *ckpt = NULL, *tasks = NULL, *service = NULL, *progress = NULL;
     json_t *code = NULL; /* {"grant", "manifest"}: the job's code, from the coordinator */
+    json_t *outputs = NULL; /* [pattern...]: kept from the working dir at the end */
     char code_dir[4200] = "";
     json_int_t owner_id = 0; /* whose job (PROTOCOL.md section 6) */
     const char *unix_user = NULL; /* the local account the admin mapped the owner to */
@@ -1260,12 +1320,13 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
     const char *node_address = NULL;
     if (br_msg_unpack(m, &err,
                       "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?I, s?s, s?o, s?o, s?o, s?o, s?s,"
-                      " s?o}",
+                      " s?o, s?o}",
                       "job", &job, "attempt", &attempt, "name", &name, "rank", &rank,
                       "command", &command, "workdir", &workdir, "env", &env, "owner_id",
                       &owner_id, "unix_user", &unix_user, "checkpoint", &ckpt, "tasks",
                       &tasks, "service", &service, "progress", &progress, "node_address",
-                      &node_address, "code", &code) < 0 ||
+                      &node_address, "code", &code, "outputs", &outputs) < 0 ||
+        (outputs && !json_is_array(outputs)) ||
         !json_is_object(env) || (tasks && !json_is_array(tasks)) ||
         (code && (!json_is_string(json_object_get(code, "grant")) ||
                   !json_is_string(json_object_get(json_object_get(code, "manifest"),
@@ -1377,6 +1438,15 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
             br_ckpt_set_user(br_attempt_ckpt(t), who.uid, who.gid, &cerr) < 0)
             fprintf(stderr, "bramble-agent: job %lld: checkpoint watcher: %s\n",
                     (long long)job, cerr.text);
+        const char *dir = o.workdir ? o.workdir : NULL;
+        if (t && json_array_size(outputs) && dir) { /* kept at its end (outputs_kept) */
+            char key[48];
+            snprintf(key, sizeof(key), "%lld.%d", (long long)job, attempt);
+            json_object_set_new(a->keep, key,
+                                json_pack("{s:s, s:O, s:I, s:I, s:s}", "dir", dir, "patterns",
+                                          outputs, "uid", (json_int_t)who.uid, "gid",
+                                          (json_int_t)who.gid, "state", "wait"));
+        }
         if (t) {
             a->att[a->natt++] = t;
             br_attempt_set_port(t, port);
@@ -2026,6 +2096,7 @@ static void timers(br_agent_t *a)
     }
     collect_manifests(a);
     report_stored(a);
+    outputs_taken(a);
     read_gpus(a, now);
     if (!a->hello_acked) {
         if (now - a->hello_sent >= HELLO_RETRY_MS)
@@ -2084,7 +2155,7 @@ static void timers(br_agent_t *a)
  * whose). Returns the count, or -1 when out of memory. */
 static int build_poll(br_agent_t *a)
 {
-    int max = FIXED_ITEMS + BR_LOCALSOCK_MAX_CONNS + 2;
+    int max = FIXED_ITEMS + BR_LOCALSOCK_MAX_CONNS + 3;
     for (int i = 0; i < a->natt; i++)
         max += 1 + 3 * br_attempt_ntasks(a->att[i]);
     if (max > a->items_cap) {
@@ -2117,6 +2188,8 @@ static int build_poll(br_agent_t *a)
     items[n++] = (zmq_pollitem_t){NULL, br_manifest_fd(a->hasher), ZMQ_POLLIN, 0};
     owner[n] = NULL; /* a fetch has finished: timers() reports it */
     items[n++] = (zmq_pollitem_t){NULL, br_replica_fd(a->replica), ZMQ_POLLIN, 0};
+    owner[n] = NULL; /* outputs are kept: timers() lets the exit go */
+    items[n++] = (zmq_pollitem_t){NULL, br_outputs_fd(a->outputs), ZMQ_POLLIN, 0};
     for (int i = 0; i < a->natt; i++) {
         br_ckpt_t *ck = br_attempt_ckpt(a->att[i]);
         if (ck && br_ckpt_fd(ck) >= 0) {

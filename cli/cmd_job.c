@@ -808,6 +808,24 @@ static void print_transfers(const json_t *xs)
         print_section("copies under way", xs, 7, head, transfer_row);
 }
 
+static void output_row(cli_table_t *t, const json_t *o)
+{
+    char att[24], files[24], size[32], tmp[24];
+    snprintf(att, sizeof(att), "  %s", cli_fmt_value(json_object_get(o, "attempt"), tmp, sizeof(tmp)));
+    cli_fmt_value(json_object_get(o, "files"), files, sizeof(files));
+    cli_fmt_size(json_object_get(o, "bytes"), size, sizeof(size));
+    const char *cells[] = {att, json_string_value(json_object_get(o, "node")), files, size};
+    cli_table_add(t, cells);
+}
+
+/* What its attempts left (outputs:), fetched with bramble outputs. */
+static void print_outputs(const json_t *outs)
+{
+    static const char *head[] = {"  ATTEMPT", "NODE", "FILES", "SIZE"};
+    if (json_array_size(outs)) /* (none: no section at all) */
+        print_section("outputs (bramble outputs JOB DEST)", outs, 4, head, output_row);
+}
+
 static void print_checkpoints(const json_t *cps)
 {
     static const char *head[] = {"  STEP", "ATTEMPT",  "TIME", "FILES",
@@ -966,6 +984,7 @@ static void print_job(const json_t *job)
         print_replicas(json_object_get(job, "replicas"));
     print_checkpoints(json_object_get(job, "checkpoints"));
     print_transfers(json_object_get(job, "transfers"));
+    print_outputs(json_object_get(job, "outputs"));
     print_timeline(json_object_get(job, "events"));
 }
 

@@ -79,9 +79,9 @@ static void usage(FILE *f)
             "tunnel (docs/metrics.md).\n"
             "--http-cert and --http-key (PEM files, both or neither; the key readable by\n"
             "its owner only) make the HTTP side serve HTTPS only; init records them.\n"
-            "--store-dir keeps the files of data sets (`bramble data push`), each once by\n"
+            "--store-dir keeps the files of data sets, code and outputs, each once by\n"
             "its hash (default DIR/store); --store-quota caps what it holds in all, and\n"
-            "--user-store-quota what each user's data sets take (0: no limit, the\n"
+            "--user-store-quota what each user's files take (0: no limit, the\n"
             "default; docs/files.md).%s\n",
             BR_ANNOUNCE_PORT, BR_DEFAULT_LISTEN, BR_ANNOUNCE_PORT,
             br_http_available() ? "" : "\nThis build has no HTTP: libmicrohttpd-dev was "

@@ -23,7 +23,7 @@
 static const char *const top_keys[] = {
     "name",    "kind",     "command",    "workdir", "env",   "resources", "model", "checkpoint",
     "restart", "priority", "time_limit", "service", "after", "progress", "array",
-    "preemptible", "preempt", "code", "files", NULL};
+    "preemptible", "preempt", "code", "files", "outputs", NULL};
 static const char *const files_keys[] = {"from", "to", NULL};
 static const char *const after_keys[] = {"job", "on", NULL};
 static const char *const after_names[] = {"ok", "failed", "ended", "started", NULL};
@@ -591,6 +591,38 @@ static int check_files(const sect_t *top, br_spec_t *spec)
     return 0;
 }
 
+/* outputs: [PATTERN, ...]: files of the attempt's working dir kept at its end,
+ * matched as .gitignore lines match (`results/`, `*.json`, `!tmp.json`). */
+static int check_outputs(const sect_t *top, br_spec_t *spec)
+{
+    const node_t *n = get(top, "outputs");
+    char b[SPEC_SHOW_LEN];
+    if (!n)
+        return 0;
+    if (n->type != N_SEQ)
+        return spec_fail_at(top->err, n->line,
+                            "outputs: expected a list like [results/, \"*.json\"], got %s",
+                            spec_type_name(n));
+    if (n->n > BR_SPEC_MAX_OUTPUTS)
+        return spec_fail_at(top->err, n->line, "outputs: at most %d patterns, got %zu",
+                            BR_SPEC_MAX_OUTPUTS, n->n);
+    if (!(spec->outputs = json_array()))
+        return spec_oom(top->err);
+    for (size_t i = 0; i < n->n; i++) {
+        const node_t *e = n->kids[i];
+        if (e->type != N_SCALAR || !e->text[0] || strlen(e->text) > 256 ||
+            strchr(e->text, '\n'))
+            return spec_fail_at(top->err, e->line,
+                                "outputs[%zu]: expected a pattern (a path or a glob, at most "
+                                "256 bytes), got %s",
+                                i, e->type == N_SCALAR ? spec_show(e->text, b)
+                                                       : spec_type_name(e));
+        if (json_array_append_new(spec->outputs, json_string(e->text)) < 0)
+            return spec_oom(top->err);
+    }
+    return 0;
+}
+
 static int check_tasks(const sect_t *r, br_spec_t *spec)
 {
     const char *what = "a positive integer or 'gpus'";
@@ -977,7 +1009,8 @@ static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
         return -1;
     spec->kind = kind ? BR_JOB_SERVICE : BR_JOB_TRAIN;
     if (check_command(&top, spec) < 0 || check_workdir(&top, spec) < 0 ||
-        check_code(&top, spec) < 0 || check_files(&top, spec) < 0 || get_strmap(&top, "env", 1, &spec->env) < 0 || check_resources(&top, spec) < 0 ||
+        check_code(&top, spec) < 0 || check_files(&top, spec) < 0 ||
+        check_outputs(&top, spec) < 0 || get_strmap(&top, "env", 1, &spec->env) < 0 || check_resources(&top, spec) < 0 ||
         check_model(&top, spec) < 0 || check_checkpoint(&top, spec) < 0 ||
         check_restart(&top, spec) < 0 || check_progress(&top, spec) < 0 ||
         get_int(&top, "priority", -1000, 1000, &spec->priority) < 0 ||
@@ -1068,6 +1101,7 @@ void br_spec_destroy(br_spec_t **spec)
     free(s->workdir);
     free(s->code);
     json_decref(s->files);
+    json_decref(s->outputs);
     json_decref(s->env);
     for (int i = 0; i < s->resources.n_arch; i++)
         free(s->resources.arch[i]);
@@ -1226,6 +1260,8 @@ json_t *br_spec_to_json(const br_spec_t *s)
         json_object_set_new(j, "code", json_string(s->code));
     if (s->files) /* (sent in the same tree) */
         json_object_set_new(j, "files", json_deep_copy(s->files));
+    if (s->outputs)
+        json_object_set_new(j, "outputs", json_deep_copy(s->outputs));
     json_object_set_new(j, "env", s->env ? json_deep_copy(s->env) : json_object());
     json_object_set_new(j, "resources", resources_json(s));
     json_object_set_new(j, "model", model_json(s));

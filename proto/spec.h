@@ -31,6 +31,7 @@ int br_after_on_parse(const char *name);
 #define BR_SPEC_MAX_COMMAND (32 * 4096 - 1)
 #define BR_SPEC_MAX_PATH 4096 /* code: DIR, files' from */
 #define BR_SPEC_MAX_FILES 64  /* files: entries */
+#define BR_SPEC_MAX_OUTPUTS 64 /* outputs: patterns */
 
 typedef enum { BR_JOB_TRAIN = 0, BR_JOB_SERVICE = 1 } br_job_kind_t;
 
@@ -47,6 +48,7 @@ typedef struct {
     char *workdir;       /* NULL when not given */
     char *code;          /* code: DIR (local to the submitter), NULL when not given */
     json_t *files;       /* files: [{"from", "to"}], NULL when not given */
+    json_t *outputs;     /* outputs: [pattern...], NULL when not given */
     json_t *env;         /* object of string -> string; never NULL (maybe empty) */
     struct {
         int nodes;          /* default 1, 1..1024 */

@@ -71,6 +71,11 @@ json_t *br_api_code_transfers(br_coord_t *c, int64_t id);
 /* Let go of the code trees no job needs any more: none that names one is active
  * or ended at or after before_ms (the ended jobs' retention). */
 void br_api_code_expire(br_coord_t *c, int64_t before_ms);
+/* content.read from a user: a chunk of a content of a job's outputs that the caller
+ * may see (bramble outputs) */
+void br_api_content_read_user(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+/* job.outputs from a node: what an attempt left there, uploaded (api_agent.c) */
+void br_api_job_outputs(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 /* ckpt.read from a node: a chunk of a content of the code of a job it runs
  * (PROTOCOL.md sections 5 and 11) */
 void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

@@ -358,6 +358,56 @@ static int given(br_coord_t *c, br_msg_t *m, const br_node_t *n, json_int_t job,
     return 0;
 }
 
+void br_api_job_outputs(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t id;
+    int attempt;
+    json_t *listing, *summary, *job = NULL, *full = NULL;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:o, s:o}", "job", &id, "attempt", &attempt,
+                      "listing", &listing, "manifest", &summary) < 0)
+        goto fail;
+    br_node_t *n = caller_node(c, m, who);
+    if (!n) {
+        br_errf(&err, ENOENT, "no node named '%s'", who->name);
+        goto fail;
+    }
+    if (!given(c, m, n, id, attempt))
+        return; /* (answered) */
+    if (!(job = br_store_job_get(c->store, id, &err)))
+        goto fail;
+    /* the owner's: within their --user-store-quota, held in their name */
+    const char *owner = json_string_value(json_object_get(job, "owner"));
+    br_caller_t as = {BR_PRINCIPAL_ADMIN, "", json_integer_value(json_object_get(job, "owner_id"))};
+    int64_t uid = 0;
+    if (owner && br_store_principal_id(c->store, BR_PRINCIPAL_USER, owner, &uid, NULL) == 0 &&
+        uid == as.id)
+        as.kind = BR_PRINCIPAL_USER;
+    br_strlcpy(as.name, owner ? owner : "", sizeof(as.name));
+    if (!(full = br_api_uploaded_tree(c, &as, listing, summary, &err)) ||
+        br_store_output_add(c->store, id, attempt, n->name, full, listing, as.id, &err) < 0) {
+        if (err.errnum != ENOMEM) /* the owner hears why */
+            br_coord_event(c, id, n->name, json_string_value(json_object_get(job, "state")),
+                           "the outputs attempt %d left on %s are not kept: %s", attempt,
+                           n->name, err.text);
+        goto fail;
+    }
+    char sz[32];
+    br_coord_event(c, id, n->name, json_string_value(json_object_get(job, "state")),
+                   "attempt %d left %lld output file(s) on %s, %s, kept", attempt,
+                   (long long)json_integer_value(json_object_get(full, "files")), n->name,
+                   br_format_size((uint64_t)json_integer_value(json_object_get(full, "bytes")),
+                                  sz, sizeof(sz)));
+    json_decref(full);
+    json_decref(job);
+    br_reply_ok(c, m, json_object());
+    return;
+fail:
+    json_decref(full);
+    json_decref(job);
+    br_reply_fail(c, m, &err);
+}
+
 void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_int_t job, pid, step = -1;

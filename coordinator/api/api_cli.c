@@ -510,6 +510,11 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                 spec->code ? "code: " : "files:", spec->code ? spec->code : "");
         goto fail;
     }
+    if (spec->outputs && !code && !spec->workdir) {
+        br_errf(&err, EINVAL, "outputs: are looked for in the job's working dir: give it "
+                              "code: or workdir:");
+        goto fail;
+    }
     json_t *spec_json = br_spec_to_json(spec);
     if ((code && br_api_code_keep(c, who, code, spec_json, &err) < 0) ||
         (spec->model.given && size_from_model(spec, spec_json, &err) < 0) ||
@@ -739,6 +744,12 @@ void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_array_extend(xfers, code_x); /* and its code's fetches */
     json_decref(code_x);
     json_object_set_new(p, "transfers", xfers);
+    json_t *outs = br_store_output_list(c->store, id, NULL); /* what its attempts left */
+    size_t oi;
+    json_t *o;
+    json_array_foreach(outs, oi, o)
+        json_object_set_new(o, "time", br_time_json(json_object_get(o, "time")));
+    json_object_set_new(p, "outputs", outs ? outs : json_array());
     int64_t lost = br_store_log_lost(c->store, id, NULL);
     json_object_set_new(p, "log_lost", json_integer(lost > 0 ? lost : 0));
     br_services_annotate(c, job, p);

@@ -132,7 +132,7 @@ static int check_user_quota(br_coord_t *c, const br_caller_t *who, const json_t 
                             br_err_t *err)
 {
     int64_t quota = c->cfg.user_store_quota;
-    if (quota <= 0 || who->kind == BR_PRINCIPAL_ADMIN)
+    if (quota <= 0 || who->kind != BR_PRINCIPAL_USER) /* (a node: its job's owner's, later) */
         return 0;
     int64_t used = br_store_content_user_bytes(c->store, who->id, err);
     if (used < 0)
@@ -344,6 +344,27 @@ void br_api_code_expire(br_coord_t *c, int64_t before_ms)
     json_decref(refs);
 }
 
+/* The answer to a read: {"offset"} and up to BR_CONTENT_CHUNK bytes of the content
+ * hash from offset. */
+static void reply_chunk(br_coord_t *c, br_msg_t *m, const char *hash, int64_t offset)
+{
+    static unsigned char buf[BR_CONTENT_CHUNK];
+    int64_t size = 0;
+    br_err_t err;
+    ssize_t k = br_content_read(c->content, hash, offset, buf, sizeof(buf), &size, &err);
+    br_msg_t *resp = k < 0 ? NULL : br_msg_reply(m);
+    if (k >= 0 && (!resp || br_msg_set_data(resp, buf, (size_t)k) < 0)) {
+        br_msg_destroy(&resp);
+        br_errf(&err, ENOMEM, "out of memory");
+    }
+    if (!resp) {
+        br_reply_fail(c, m, &err);
+        return;
+    }
+    br_msg_set_body(resp, json_pack("{s:I}", "offset", (json_int_t)offset));
+    br_coord_post(c, resp);
+}
+
 void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     const char *grant, *path, *hash;
@@ -375,21 +396,38 @@ void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                     id);
         goto fail;
     }
-    static unsigned char buf[BR_CONTENT_CHUNK];
-    int64_t size = 0;
-    ssize_t k = br_content_read(c->content, hash, offset, buf, sizeof(buf), &size, &err);
-    if (k < 0)
-        goto fail;
-    br_msg_t *resp = br_msg_reply(m);
-    if (!resp || br_msg_set_data(resp, buf, (size_t)k) < 0) {
-        br_msg_destroy(&resp);
-        br_errf(&err, ENOMEM, "out of memory");
-        goto fail;
-    }
-    br_msg_set_body(resp, json_pack("{s:I}", "offset", offset));
-    br_coord_post(c, resp);
+    reply_chunk(c, m, hash, offset);
     return;
 fail:
+    br_reply_fail(c, m, &err);
+}
+
+void br_api_content_read_user(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *hash;
+    json_int_t id, offset;
+    br_err_t err;
+    json_t *job = NULL;
+    if (br_msg_unpack(m, &err, "{s:I, s:s, s:I}", "job", &id, "hash", &hash, "offset",
+                      &offset) < 0)
+        goto fail;
+    job = br_store_job_get(c->store, id, &err);
+    if (!job || !br_coord_may_see(who, job)) {
+        br_errf(&err, ENOENT, "no job %lld", (long long)id);
+        goto fail;
+    }
+    int has = br_store_output_has(c->store, id, hash, &err);
+    if (has <= 0) { /* knowing a hash grants nothing */
+        if (has == 0)
+            br_errf(&err, ENOENT, "%.16s... is none of job %lld's outputs", hash,
+                    (long long)id);
+        goto fail;
+    }
+    json_decref(job);
+    reply_chunk(c, m, hash, offset);
+    return;
+fail:
+    json_decref(job);
     br_reply_fail(c, m, &err);
 }
 

@@ -346,6 +346,9 @@ static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
                       json_object_get(code, "bytes"), "entries", "truncated", 1, "listing",
                       json_object_get(code, "listing")));
     }
+    json_t *outputs = json_object_get(spec, "outputs");
+    if (json_array_size(outputs)) /* kept from the working dir at the attempt's end */
+        json_object_set(body, "outputs", outputs);
     br_coord_send_node(c, n, "job.run", body);
     job->ranks[r].sent = 1;
 }

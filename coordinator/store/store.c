@@ -166,6 +166,12 @@ static const char *const migrations[] = {
     " PRIMARY KEY (ref, hash)) WITHOUT ROWID;"
     "CREATE INDEX content_refs_hash ON content_refs (hash);"
     "CREATE INDEX content_refs_principal ON content_refs (principal, hash);",
+    /* 12: the outputs each attempt left on each node (docs/files.md): the tree's
+     * manifest and listing in the content store, referred to as "out:JOB:ATTEMPT:NODE" */
+    "CREATE TABLE outputs (job INTEGER NOT NULL, attempt INTEGER NOT NULL,"
+    " node TEXT NOT NULL, manifest TEXT NOT NULL, listing TEXT NOT NULL,"
+    " listing_size INTEGER NOT NULL, files INTEGER NOT NULL, bytes INTEGER NOT NULL,"
+    " time INTEGER NOT NULL, PRIMARY KEY (job, attempt, node));",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -351,6 +357,11 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_DATA_MANIFEST_USED] = "SELECT count(*) FROM datasets WHERE manifest = ?1",
     /* the code trees no job needs any more: none that names one is active, or
      * ended at or after ?1 */
+    [ST_OUT_ADD] = "INSERT OR REPLACE INTO outputs (job, attempt, node, manifest, listing,"
+                   " listing_size, files, bytes, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    [ST_OUT_LIST] = "SELECT attempt, node, manifest, listing, listing_size, files, bytes, time"
+                    " FROM outputs WHERE job = ?1 ORDER BY attempt, node",
+    [ST_REF_HAS_GLOB] = "SELECT count(*) FROM content_refs WHERE ref GLOB ?1 AND hash = ?2",
     [ST_CODE_UNNEEDED] = "SELECT DISTINCT r.ref FROM content_refs r WHERE r.ref GLOB 'code:*'"
                          " AND NOT EXISTS (SELECT 1 FROM jobs j"
                          " WHERE json_extract(j.spec, '$.code.hash') = substr(r.ref, 6)"

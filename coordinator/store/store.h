@@ -311,6 +311,17 @@ int br_store_content_unref(br_store_t *s, const char *ref, json_t **hashes, br_e
  * that code is active or ended at or after before_ms (wall ms). A new array of at
  * most max refs. */
 json_t *br_store_code_unneeded(br_store_t *s, int64_t before_ms, int max, br_err_t *err);
+/* What attempt `attempt` of job left on node: its outputs' manifest (whole) and
+ * listing ({"hash", "size"}), referred to for owner; a report made again replaces
+ * the one before. */
+int br_store_output_add(br_store_t *s, int64_t job, int attempt, const char *node,
+                        const json_t *manifest, const json_t *listing, int64_t owner,
+                        br_err_t *err);
+/* The job's outputs, by attempt and node: [{"attempt", "node", "manifest",
+ * "listing", "listing_size", "files", "bytes", "time" (ms)}]. */
+json_t *br_store_output_list(br_store_t *s, int64_t job, br_err_t *err);
+/* 1 when an output of job refers to the content hash (or is its listing). */
+int br_store_output_has(br_store_t *s, int64_t job, const char *hash, br_err_t *err);
 int br_store_data_manifest_used(br_store_t *s, const char *mhash, br_err_t *err);
 /* How many references the content hash has (-1 with err). */
 int br_store_content_refs(br_store_t *s, const char *hash, br_err_t *err);

@@ -178,6 +178,63 @@ int br_store_content_ref_has(br_store_t *s, const char *ref, const char *hash, b
     return n < 0 ? -1 : n > 0;
 }
 
+int br_store_output_add(br_store_t *s, int64_t job, int attempt, const char *node,
+                        const json_t *manifest, const json_t *listing, int64_t owner,
+                        br_err_t *err)
+{
+    char ref[160];
+    snprintf(ref, sizeof(ref), "out:%lld:%d:%s", (long long)job, attempt, node);
+    const char *lhash = json_string_value(json_object_get(listing, "hash"));
+    json_int_t lsize = json_integer_value(json_object_get(listing, "size"));
+    if (br_store_content_unref(s, ref, NULL, err) < 0 || /* (a report made again) */
+        br_store_content_ref_tree(s, ref, manifest, owner, err) < 0 ||
+        br_store_content_ref(s, ref, lhash, lsize, owner, err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_OUT_ADD];
+    if (sqlite3_bind_int64(st, 1, job) || sqlite3_bind_int(st, 2, attempt) ||
+        br_st_bind_text(st, 3, node) ||
+        br_st_bind_text(st, 4, json_string_value(json_object_get(manifest, "hash"))) ||
+        br_st_bind_text(st, 5, lhash) || sqlite3_bind_int64(st, 6, lsize) ||
+        sqlite3_bind_int64(st, 7, json_integer_value(json_object_get(manifest, "files"))) ||
+        sqlite3_bind_int64(st, 8, json_integer_value(json_object_get(manifest, "bytes"))) ||
+        sqlite3_bind_int64(st, 9, br_now_ms()))
+        return br_st_binderr(s, st, "record outputs", err);
+    return br_st_run(s, st, "record outputs", err);
+}
+
+static json_t *output_row(sqlite3_stmt *st, br_err_t *err)
+{
+    static const char *const names[] = {"attempt", "node", "manifest", "listing",
+                                        "listing_size", "files", "bytes", "time"};
+    json_t *o = json_object();
+    int bad = 0;
+    for (int i = 0; i < 8; i++)
+        bad |= br_st_put(o, names[i],
+                         i == 1 || i == 2 || i == 3 ? br_st_col_text(st, i) : br_st_col_int(st, i));
+    return br_st_row_done(o, bad, "outputs", err);
+}
+
+json_t *br_store_output_list(br_store_t *s, int64_t job, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_OUT_LIST];
+    if (sqlite3_bind_int64(st, 1, job)) {
+        br_st_binderr(s, st, "list outputs", err);
+        return NULL;
+    }
+    return br_st_list_rows(s, st, output_row, "list outputs", err);
+}
+
+int br_store_output_has(br_store_t *s, int64_t job, const char *hash, br_err_t *err)
+{
+    char glob[64];
+    snprintf(glob, sizeof(glob), "out:%lld:*", (long long)job);
+    sqlite3_stmt *st = s->st[ST_REF_HAS_GLOB];
+    if (br_st_bind_text(st, 1, glob) || br_st_bind_text(st, 2, hash))
+        return br_st_binderr(s, st, "look an output up", err);
+    int64_t n = one_int(s, st, "look an output up", err);
+    return n < 0 ? -1 : n > 0;
+}
+
 int br_store_data_manifest_used(br_store_t *s, const char *mhash, br_err_t *err)
 {
     sqlite3_stmt *st = s->st[ST_DATA_MANIFEST_USED];

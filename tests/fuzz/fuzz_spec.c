@@ -31,10 +31,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *text = json_dumps(j, JSON_COMPACT);
         /* name kind command workdir env resources model checkpoint restart
          * priority time_limit service after progress preemptible preempt, and
-         * array for a job array, code and files when given */
+         * array for a job array, code, files and outputs when given */
         size_t keys = 16 + (json_object_get(j, "array") != NULL) +
                       (json_object_get(j, "code") != NULL) +
-                      (json_object_get(j, "files") != NULL);
+                      (json_object_get(j, "files") != NULL) +
+                      (json_object_get(j, "outputs") != NULL);
         if (!j || !text || json_object_size(j) != keys ||
             !json_is_string(json_object_get(j, "name")))
             abort(); /* a parsed spec always has its whole JSON form */
