@@ -933,6 +933,9 @@ static const bad_case_t bad_cases[] = {
      "files[0].to: '../b' is not a path inside the code dir"},
     {"files no from", BASE "files: [{to: b}]\n", {0}, "files[0].from: required"},
     {"files unknown key", BASE "files: [{from: a, to: b, mode: 1}]\n", {0}, "unknown key 'mode'"},
+    {"outputs not a list", BASE "outputs: results/\n", {0}, "outputs: expected a list"},
+    {"outputs not a pattern", BASE "outputs: [[a]]\n", {0}, "outputs[0]: expected a pattern"},
+    {"outputs empty pattern", BASE "outputs: ['']\n", {0}, "outputs[0]: expected a pattern"},
 };
 
 static void run_bad_case(void **state)
