@@ -143,13 +143,9 @@ static int copy_file(int src, int dfd, const char *rel, const char *hash, mode_t
         }
         crypto_generichash_update(&hs, (const unsigned char *)buf, (unsigned long long)k);
     }
-    unsigned char h[BR_MANIFEST_HASH_LEN];
-    char hex[2 * BR_MANIFEST_HASH_LEN + 1];
-    crypto_generichash_final(&hs, h, sizeof(h));
-    sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
-    if (rc == 0 && strcmp(hex, hash) != 0)
-        rc = br_errf(err, EBADMSG, "%s is damaged in the cache (it hashes to %.16s..., "
-                                   "not %.16s...)", rel, hex, hash);
+    if (!br_manifest_hashes_to(&hs, hash) && rc == 0)
+        rc = br_errf(err, EBADMSG, "%s is damaged in the cache (it does not hash to "
+                                   "%.16s...)", rel, hash);
     if (rc == 0 && (fchown(out, uid, gid) < 0 && errno != EPERM))
         rc = br_errf(err, errno, "%s: %s", rel, strerror(errno));
     if (rc == 0 && fchmod(out, mode & 0777) < 0)

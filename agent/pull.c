@@ -195,11 +195,7 @@ static int open_tmp(pull_t *p, const char *hex, json_int_t size, int64_t *have,
 static int install(pull_t *p, int fd, crypto_generichash_state *hs, const char *hex,
                    int pfd, const char *name, int mode)
 {
-    unsigned char h[HASH_LEN];
-    char got[2 * HASH_LEN + 1];
-    crypto_generichash_final(hs, h, HASH_LEN);
-    sodium_bin2hex(got, sizeof(got), h, HASH_LEN);
-    if (strcmp(got, hex) != 0) {
+    if (!br_manifest_hashes_to(hs, hex)) {
         close(fd);
         unlinkat(p->tmp, hex, 0);
         return 1;
@@ -262,8 +258,7 @@ static int adopt_old(pull_t *p, int src, const char *hex, json_int_t size, int p
                      const char *name, int mode)
 {
     crypto_generichash_state hs;
-    unsigned char h[HASH_LEN];
-    char got[2 * HASH_LEN + 1], proc[64];
+    char proc[64];
     json_int_t off = 0;
     crypto_generichash_init(&hs, NULL, 0, HASH_LEN);
     while (off < size) {
@@ -275,9 +270,7 @@ static int adopt_old(pull_t *p, int src, const char *hex, json_int_t size, int p
         crypto_generichash_update(&hs, p->buf, (unsigned long long)k);
         off += k;
     }
-    crypto_generichash_final(&hs, h, HASH_LEN);
-    sodium_bin2hex(got, sizeof(got), h, HASH_LEN);
-    if (off != size || strcmp(got, hex) != 0) {
+    if (!br_manifest_hashes_to(&hs, hex) || off != size) {
         close(src);
         return 1;
     }

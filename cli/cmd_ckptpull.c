@@ -90,34 +90,6 @@ static int parent_of(pull_t *p, int root, const char *path, char *buf, const cha
     return dfd;
 }
 
-/* 1 when what went into hs hashes to hex (hs is finished). */
-static int hashes_to(crypto_generichash_state *hs, const char *hex)
-{
-    unsigned char h[BR_MANIFEST_HASH_LEN];
-    char got[2 * BR_MANIFEST_HASH_LEN + 1];
-    crypto_generichash_final(hs, h, sizeof(h));
-    sodium_bin2hex(got, sizeof(got), h, sizeof(h));
-    return strcmp(got, hex) == 0;
-}
-
-/* 1 when the regular file leaf in dfd already holds size bytes hashing to hex. */
-static int already_there(int dfd, const char *leaf, int64_t size, const char *hex)
-{
-    int fd = openat(dfd, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0)
-        return 0;
-    int same = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == size;
-    crypto_generichash_state hs;
-    crypto_generichash_init(&hs, NULL, 0, BR_MANIFEST_HASH_LEN);
-    unsigned char buf[65536];
-    ssize_t n;
-    while (same && (n = read(fd, buf, sizeof(buf))) > 0)
-        crypto_generichash_update(&hs, buf, (size_t)n);
-    close(fd);
-    return hashes_to(&hs, hex) && same;
-}
-
 /* Ask for the chunk of path at off: its seq. */
 static int ask(pull_t *p, const char *path, const char *hex, int64_t off, uint32_t *seq)
 {
@@ -221,7 +193,7 @@ static json_t *whole_manifest(pull_t *p, const json_t *m)
         br_errf(&p->err, errno ? errno : ENOMEM, "the manifest's listing: %s",
                 strerror(errno ? errno : ENOMEM));
     else if (fetch(p, fd, "", lhash, lsize, &hs) == 0) {
-        if (!hashes_to(&hs, lhash))
+        if (!br_manifest_hashes_to(&hs, lhash))
             br_errf(&p->err, EBADMSG, "the manifest's listing %s sent is not the one "
                     "counted", p->from);
         else if (pread(fd, text, (size_t)lsize, 0) != (ssize_t)lsize)
@@ -246,7 +218,7 @@ static int add_file(pull_t *p, int root, const char *path, const char *hex, int6
     int dfd = parent_of(p, root, path, buf, &leaf);
     if (dfd < 0)
         return -1;
-    if (already_there(dfd, leaf, size, hex)) { /* from a pull that stopped */
+    if (br_manifest_file_holds(dfd, leaf, size, hex)) { /* from a pull that stopped */
         p->done += size;
         p->kept += size;
         close(dfd);
@@ -265,7 +237,7 @@ static int add_file(pull_t *p, int root, const char *path, const char *hex, int6
     crypto_generichash_state hs;
     crypto_generichash_init(&hs, NULL, 0, BR_MANIFEST_HASH_LEN);
     int rc = fetch(p, fd, path, hex, size, &hs);
-    if (rc == 0 && !hashes_to(&hs, hex))
+    if (rc == 0 && !br_manifest_hashes_to(&hs, hex))
         rc = br_errf(&p->err, EBADMSG, "%s: the bytes %s sent do not match the manifest's "
                      "hash (its copy is damaged): nothing of it was kept", path, p->from);
     if (rc == 0 && (fchmod(fd, (mode_t)mode & 07777) < 0 || fsync(fd) < 0))

@@ -65,33 +65,6 @@ static int read_content(get_t *g, const char *hash, int64_t size, int fd, char *
     return 0;
 }
 
-static int hash_equal(crypto_generichash_state *hs, const char *want)
-{
-    unsigned char h[BR_MANIFEST_HASH_LEN];
-    char hex[2 * BR_MANIFEST_HASH_LEN + 1];
-    crypto_generichash_final(hs, h, sizeof(h));
-    sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
-    return strcmp(hex, want) == 0;
-}
-
-/* Whether the file at path holds the content hash already. */
-static int holds(const char *path, const char *hash, int64_t size)
-{
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0)
-        return 0;
-    crypto_generichash_state hs;
-    crypto_generichash_init(&hs, NULL, 0, BR_MANIFEST_HASH_LEN);
-    char buf[65536];
-    ssize_t k;
-    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == size;
-    while (ok && (k = read(fd, buf, sizeof(buf))) > 0)
-        crypto_generichash_update(&hs, (unsigned char *)buf, (unsigned long long)k);
-    close(fd);
-    return ok && hash_equal(&hs, hash);
-}
-
 /* One node's outputs (row of job.show's outputs) into dir. */
 static int fetch_tree(get_t *g, const json_t *row, const char *dir)
 {
@@ -103,7 +76,7 @@ static int fetch_tree(get_t *g, const json_t *row, const char *dir)
     crypto_generichash_state hs;
     crypto_generichash_init(&hs, NULL, 0, BR_MANIFEST_HASH_LEN);
     int rc = text ? read_content(g, lhash, lsize, -1, text, &hs, "the outputs' listing") : -1;
-    if (rc < 0 || !hash_equal(&hs, lhash)) {
+    if (rc < 0 || !br_manifest_hashes_to(&hs, lhash)) {
         free(text);
         return rc < 0 ? CLI_FAIL : cli_fail(g->cli, "the outputs' listing is damaged");
     }
@@ -132,7 +105,7 @@ static int fetch_tree(get_t *g, const json_t *row, const char *dir)
         *strrchr(parent, '/') = '\0';
         g->files++;
         g->bytes += size;
-        if (holds(to, hash, size))
+        if (br_manifest_file_holds(AT_FDCWD, to, size, hash))
             continue; /* there already */
         struct stat st;
         if (lstat(to, &st) == 0) {
@@ -150,7 +123,7 @@ static int fetch_tree(get_t *g, const json_t *row, const char *dir)
         }
         crypto_generichash_init(&hs, NULL, 0, BR_MANIFEST_HASH_LEN);
         int ok = read_content(g, hash, size, fd, NULL, &hs, path) == 0;
-        if (ok && !hash_equal(&hs, hash)) {
+        if (ok && !br_manifest_hashes_to(&hs, hash)) {
             cli_err(g->cli, "%s: the bytes that came are not the file's (damaged)", path);
             ok = 0;
         }

@@ -3,9 +3,12 @@
 #include "manifest_check.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define HASH_LEN BR_MANIFEST_HASH_LEN
 #define MAGIC "bramble-manifest-1"
@@ -202,3 +205,29 @@ json_t *br_manifest_find(const json_t *m, const char *path)
     return NULL;
 }
 
+
+int br_manifest_hashes_to(crypto_generichash_state *hs, const char *hex)
+{
+    unsigned char h[BR_MANIFEST_HASH_LEN];
+    char got[2 * BR_MANIFEST_HASH_LEN + 1];
+    crypto_generichash_final(hs, h, sizeof(h));
+    sodium_bin2hex(got, sizeof(got), h, sizeof(h));
+    return strcmp(got, hex) == 0;
+}
+
+int br_manifest_file_holds(int dfd, const char *leaf, int64_t size, const char *hex)
+{
+    int fd = openat(dfd, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
+        return 0;
+    int same = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == size;
+    crypto_generichash_state hs;
+    crypto_generichash_init(&hs, NULL, 0, BR_MANIFEST_HASH_LEN);
+    unsigned char buf[65536];
+    ssize_t n;
+    while (same && (n = read(fd, buf, sizeof(buf))) > 0)
+        crypto_generichash_update(&hs, buf, (size_t)n);
+    close(fd);
+    return br_manifest_hashes_to(&hs, hex) && same;
+}

@@ -27,6 +27,13 @@ void br_manifest_hash_begin(crypto_generichash_state *hs, const char *root);
 void br_manifest_hash_entry(crypto_generichash_state *hs, const char *path, int link,
                             unsigned mode, int64_t size, const char *content);
 
+/* 1 when what went into hs hashes to hex (lowercase); hs is finished. */
+int br_manifest_hashes_to(crypto_generichash_state *hs, const char *hex);
+/* 1 when the regular file leaf in the directory dfd (AT_FDCWD: leaf a path, its last
+ * component not followed) holds size bytes hashing to hex: one a pull or a fetch
+ * need not bring again. */
+int br_manifest_file_holds(int dfd, const char *leaf, int64_t size, const char *hex);
+
 /* 1 when path is one a manifest may list: relative, not empty, shorter than
  * PATH_MAX, with no empty, "." or ".." component. */
 int br_manifest_path_ok(const char *path);
