@@ -92,14 +92,14 @@ static json_t *distinct_contents(const json_t *m)
     return seen;
 }
 
-/* The paths of the n largest files of m into buf, "a (1.2 GiB), b (3 MiB)". */
-static const char *largest_text(const json_t *m, size_t n, char *buf, size_t len)
+/* The n (at most SHOW_LARGEST) largest files of manifest m into top, largest first
+ * (of equal ones, the first listed); how many. */
+static size_t largest(const json_t *m, size_t n, const json_t **top)
 {
-    const json_t *top[LARGEST_SHOWN] = {0};
     size_t i, k = 0;
     json_t *e;
-    if (n > LARGEST_SHOWN)
-        n = LARGEST_SHOWN;
+    if (n > SHOW_LARGEST)
+        n = SHOW_LARGEST;
     json_array_foreach(json_object_get(m, "entries"), i, e) {
         json_int_t sz = json_integer_value(json_object_get(e, "size"));
         if (!json_object_get(e, "hash"))
@@ -113,7 +113,14 @@ static const char *largest_text(const json_t *m, size_t n, char *buf, size_t len
         if (at < n)
             top[at] = e;
     }
-    size_t used = 0;
+    return k;
+}
+
+/* The paths of the n largest files of m into buf, "a (1.2 GiB), b (3 MiB)". */
+static const char *largest_text(const json_t *m, size_t n, char *buf, size_t len)
+{
+    const json_t *top[SHOW_LARGEST];
+    size_t i, k = largest(m, n, top), used = 0;
     buf[0] = 0;
     for (i = 0; i < k && used < len; i++) {
         char sz[32];
@@ -698,34 +705,17 @@ void br_api_data_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (!(mf = br_content_get_manifest(c->content,
                                        json_string_value(json_object_get(d, "manifest")), &err)))
         goto fail;
-    json_t *out = row_out(d), *tags = json_array(), *largest = json_array();
+    json_t *out = row_out(d), *tags = json_array(), *biggest = json_array();
     json_array_foreach(found, i, v)
         json_array_append(tags, json_object_get(v, "tag"));
-    /* the largest files, largest first */
-    json_t *entries = json_object_get(mf, "entries");
-    size_t n = json_array_size(entries), taken[SHOW_LARGEST], k = 0;
-    for (; k < SHOW_LARGEST && k < n; k++) {
-        size_t best = n;
-        for (i = 0; i < n; i++) {
-            int used = 0;
-            for (size_t j = 0; j < k; j++)
-                used |= taken[j] == i;
-            if (!used && json_object_get(json_array_get(entries, i), "hash") &&
-                (best == n || json_integer_value(json_object_get(json_array_get(entries, i),
-                                                                 "size")) >
-                                  json_integer_value(json_object_get(
-                                      json_array_get(entries, best), "size"))))
-                best = i;
-        }
-        if (best == n)
-            break;
-        taken[k] = best;
-        json_t *e = json_array_get(entries, best);
-        json_array_append_new(largest, json_pack("{s:O, s:O}", "path", json_object_get(e, "path"),
-                                                 "size", json_object_get(e, "size")));
-    }
+    const json_t *top[SHOW_LARGEST]; /* the largest files, largest first */
+    size_t k = largest(mf, SHOW_LARGEST, top);
+    for (i = 0; i < k; i++)
+        json_array_append_new(biggest, json_pack("{s:O, s:O}", "path",
+                                                 json_object_get(top[i], "path"), "size",
+                                                 json_object_get(top[i], "size")));
     json_object_set_new(out, "versions", tags);
-    json_object_set_new(out, "largest", largest);
+    json_object_set_new(out, "largest", biggest);
     json_decref(mf);
     json_decref(found);
     br_reply_ok(c, m, out);
