@@ -1,9 +1,11 @@
-/* api_data.c - data sets (`bramble data`, docs/files.md) and the uploads into the
- * content store that bring their files (PROTOCOL.md section 12): content.lack says
- * what a tree's upload must still send, content.put stores one chunk, data.push
- * names a tree whose files are all stored, data.list/show/rm. A user sees and
- * removes their own data sets and uses those shared with them or public; the admin
- * all of them. */
+/* api_data.c - the files users send and get back (docs/files.md) through the
+ * content store (PROTOCOL.md section 12): content.lack says what a tree's upload
+ * must still send, content.put stores one chunk, content.read gives a job's outputs
+ * back; data.push names a tree whose files are all stored, data.list/show/rm. A
+ * job's code: kept at submit (br_api_code_keep), served to the nodes that run it
+ * (ckpt.read with the grant code:JOB), its fetches' progress kept for job.show, and
+ * let go after the ended jobs' retention. A user sees and removes their own data
+ * sets and uses those shared with them or public; the admin all of them. */
 #include "api.h"
 #include "content.h"
 #include "job.h"

@@ -1,5 +1,5 @@
-/* content.h - the coordinator's content store (--store-dir): the files of data sets
- * (and next, of jobs' code and outputs), each kept once by its BLAKE2b-256 as
+/* content.h - the coordinator's content store (--store-dir): the files of data sets,
+ * jobs' code and their outputs, each kept once by its BLAKE2b-256 as
  * DIR/objects/HH/HASH, and the manifests that name them as DIR/manifests/HASH.json.
  * A file comes in chunk by chunk, in order, into DIR/partial/HASH (so an upload cut
  * off goes on from what is there); it counts only once it is whole, hashes to its
