@@ -29,6 +29,7 @@
 #include "jobuser.h"
 #include "keeper.h"
 #include "runstate.h"
+#include "spec.h"
 #include "localsock.h"
 #include "listing.h"
 #include "manifest.h"
@@ -75,8 +76,12 @@ struct br_agent {
     br_manifest_t *hasher;        /* hashes each checkpoint before it is reported */
     br_replica_t *replica;        /* checkpoints to and from other nodes */
     br_cache_t *cache;            /* jobs' code, pulled once (--cache-dir) */
-    json_t *fetching;             /* job.run orders waiting for their code: [{"job",
-                                     "attempt", "body"}] */
+    json_t *fetching;             /* job.run orders waiting for their trees (code, data
+                                     sets): [{"job", "attempt", "body", "since", "wait":
+                                     [manifest hash...], "received", "deduped"}] */
+    json_t *pulls;                /* manifest hash: the trees being pulled now */
+    json_t *mounted;              /* "JOB.ATTEMPT": [manifest hash...], the data sets
+                                     a running attempt mounts (kept in the cache) */
     br_outputs_t *outputs;        /* attempts' outputs kept at their end */
     json_t *keep;                 /* "JOB.ATTEMPT": {"dir", "patterns", "uid", "gid",
                                      "state": wait|busy|done}: outputs to keep */
@@ -499,6 +504,7 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
     if (!(a->cache = br_cache_new(s->cache_dir, br_listings_dir(br_replica_listings(a->replica)),
                                   s->data_dir, err)) ||
         !(a->fetching = json_array()) || !(a->keep = json_object()) ||
+        !(a->pulls = json_object()) || !(a->mounted = json_object()) ||
         !(a->outputs = br_outputs_new(&s->cred, err)))
         goto fail;
     br_cache_sweep_work(a->cache, CACHE_WORK_KEEP_S);
@@ -538,6 +544,8 @@ void br_agent_destroy(br_agent_t **ap)
     br_replica_destroy(&a->replica);
     br_cache_destroy(&a->cache);
     json_decref(a->fetching);
+    json_decref(a->pulls);
+    json_decref(a->mounted);
     br_outputs_destroy(&a->outputs);
     json_decref(a->keep);
     free(a->items);
@@ -1129,8 +1137,17 @@ static br_attempt_t *find_attempt(br_agent_t *a, int64_t job, int attempt)
     return NULL;
 }
 
+/* "JOB.ATTEMPT" into key. */
+static void attempt_key(int64_t job, int attempt, char *key, size_t len)
+{
+    snprintf(key, len, "%lld.%d", (long long)job, attempt);
+}
+
 static void remove_attempt(br_agent_t *a, int i)
 {
+    char key[48];
+    attempt_key(br_attempt_job(a->att[i]), br_attempt_number(a->att[i]), key, sizeof(key));
+    json_object_del(a->mounted, key); /* its data sets may leave the cache now */
     br_runstate_forget(a->runstate, br_attempt_job(a->att[i]), br_attempt_number(a->att[i]));
     br_attempt_destroy(&a->att[i]);
     a->att[i] = a->att[--a->natt];
@@ -1149,6 +1166,11 @@ static void save_attempt(br_agent_t *a, br_attempt_t *t, json_t *ckpt, json_t *s
         json_object_set(rec, "checkpoint", ckpt);
     if (json_is_object(service))
         json_object_set(rec, "service", service);
+    char key[48];
+    attempt_key(br_attempt_job(t), br_attempt_number(t), key, sizeof(key));
+    json_t *mounts = json_object_get(a->mounted, key);
+    if (mounts) /* kept in the cache while it runs, under the next agent too */
+        json_object_set(rec, "data", mounts);
     br_err_t err;
     if (br_runstate_save(a->runstate, br_attempt_job(t), br_attempt_number(t), rec, &err) < 0)
         fprintf(stderr, "bramble-agent: job %lld: %s: an agent started after this one "
@@ -1187,6 +1209,11 @@ static const char **adopt_all(br_agent_t *a)
             continue;
         }
         a->att[a->natt++] = t;
+        if (json_is_array(json_object_get(rec, "data"))) {
+            char key[48];
+            attempt_key(job, attempt, key, sizeof(key));
+            json_object_set(a->mounted, key, json_object_get(rec, "data"));
+        }
         int port = (int)json_integer_value(json_object_get(rec, "port"));
         br_attempt_set_port(t, port);
         json_t *service = json_object_get(rec, "service");
@@ -1267,32 +1294,146 @@ static int fetching_at(br_agent_t *a, json_int_t job, int attempt)
     return -1;
 }
 
-/* Whether the order's code is here (0), is now being pulled and the order waits for
- * it (1), or cannot be had (-1 with err). */
-static int code_here(br_agent_t *a, br_msg_t *m, json_int_t job, int attempt, json_t *code,
-                     br_err_t *err)
+/* The trees running attempts mount, which the cache keeps: {manifest hash: true}. */
+static json_t *trees_in_use(br_agent_t *a)
 {
-    json_t *mf = json_object_get(code, "manifest");
-    const char *grant = json_string_value(json_object_get(code, "grant"));
+    json_t *keep = json_object(), *list, *h;
+    const char *k;
+    size_t i;
+    json_object_foreach(a->mounted, k, list)
+        json_array_foreach(list, i, h)
+            json_object_set_new(keep, json_string_value(h), json_true());
+    return keep;
+}
+
+/* Pull the tree mf (a truncated manifest: its summary and listing) into the cache,
+ * unless it is being pulled already. 0, or -1 with err. */
+static int pull_tree(br_agent_t *a, json_int_t job, int attempt, const json_t *mf,
+                     const char *grant, br_err_t *err)
+{
     const char *mhash = json_string_value(json_object_get(mf, "hash"));
-    if (br_cache_has(a->cache, mhash))
-        return 0;
-    if (fetching_at(a, job, attempt) >= 0)
-        return 1; /* (a resent order) */
+    if (json_object_get(a->pulls, mhash))
+        return 0; /* another order asked for it first: it comes once */
     char dest[4200];
     int64_t limit;
+    json_t *keep = trees_in_use(a);
     br_cache_tree_path(a->cache, mhash, dest, sizeof(dest));
-    if (br_cache_room(a->cache, a->s->cache_quota,
-                      json_integer_value(json_object_get(mf, "bytes")), &limit, err) < 0 ||
-        br_replica_pull_tree(a->replica, job, attempt, mf, grant, dest,
-                             br_cache_dir(a->cache), limit, err) < 0)
+    int rc = br_cache_room(a->cache, a->s->cache_quota,
+                           json_integer_value(json_object_get(mf, "bytes")), keep, &limit,
+                           err);
+    json_decref(keep);
+    if (rc < 0 || br_replica_pull_tree(a->replica, job, attempt, mf, grant, dest,
+                                       br_cache_dir(a->cache), limit, err) < 0)
         return -1;
-    json_array_append_new(a->fetching,
-                          json_pack("{s:I, s:i, s:O, s:I}", "job", job, "attempt", attempt,
-                                    "body", br_msg_body(m), "since", (json_int_t)br_mono_ms()));
-    fprintf(stderr, "bramble-agent: job %lld attempt %d: fetching its code (%lld files)\n",
-            (long long)job, attempt, (long long)json_integer_value(json_object_get(mf, "files")));
-    return 1;
+    json_object_set_new(a->pulls, mhash, json_true());
+    return 0;
+}
+
+/* The trees an order needs: {"grant", "manifest", "what"} for its code and each data
+ * set. A new array. */
+static json_t *order_trees(json_t *code, json_t *data)
+{
+    json_t *out = json_array(), *d;
+    size_t i;
+    if (code)
+        json_array_append_new(out, json_pack("{s:O, s:O, s:s}", "grant",
+                                             json_object_get(code, "grant"), "manifest",
+                                             json_object_get(code, "manifest"), "what",
+                                             "its code"));
+    json_array_foreach(json_object_get(data, "sets"), i, d) {
+        char what[200];
+        snprintf(what, sizeof(what), "data set %s",
+                 json_string_value(json_object_get(d, "set")));
+        json_array_append_new(out, json_pack("{s:O, s:O, s:s}", "grant",
+                                             json_object_get(data, "grant"), "manifest",
+                                             json_object_get(d, "manifest"), "what", what));
+    }
+    return out;
+}
+
+/* Whether every tree the order needs is here (0), some are now being pulled and the
+ * order waits for them (1), or one cannot be had (-1 with err, naming it). */
+static int trees_here(br_agent_t *a, br_msg_t *m, json_int_t job, int attempt, json_t *code,
+                      json_t *data, br_err_t *err)
+{
+    if (fetching_at(a, job, attempt) >= 0)
+        return 1; /* (a resent order) */
+    json_t *trees = order_trees(code, data), *wait = json_array(), *t;
+    size_t i;
+    int rc = 0;
+    json_int_t files = 0;
+    json_array_foreach(trees, i, t) {
+        json_t *mf = json_object_get(t, "manifest");
+        const char *mhash = json_string_value(json_object_get(mf, "hash"));
+        if (br_cache_has(a->cache, mhash))
+            continue;
+        if (pull_tree(a, job, attempt, mf, json_string_value(json_object_get(t, "grant")),
+                      err) < 0) {
+            br_err_prefix(err, "%s", json_string_value(json_object_get(t, "what")));
+            rc = -1;
+            break;
+        }
+        json_array_append_new(wait, json_pack("{s:O, s:O}", "hash", json_object_get(mf, "hash"),
+                                              "what", json_object_get(t, "what")));
+        files += json_integer_value(json_object_get(mf, "files"));
+    }
+    json_decref(trees);
+    if (rc == 0 && json_array_size(wait)) {
+        json_array_append_new(a->fetching,
+                              json_pack("{s:I, s:i, s:O, s:I, s:O, s:i, s:i}", "job", job,
+                                        "attempt", attempt, "body", br_msg_body(m), "since",
+                                        (json_int_t)br_mono_ms(), "wait", wait, "received", 0,
+                                        "deduped", 0));
+        fprintf(stderr, "bramble-agent: job %lld attempt %d: fetching %zu tree(s) (%lld "
+                        "files)\n", (long long)job, attempt, json_array_size(wait),
+                (long long)files);
+        rc = 1;
+    }
+    json_decref(wait);
+    return rc;
+}
+
+/* job.run's "data": {"grant", "sets": [{"name", "set", "path", "manifest": {"hash"}}]},
+ * at most BR_SPEC_MAX_DATA sets, each at a path a data set may be mounted at. */
+static int data_check(const json_t *data, br_err_t *err)
+{
+    json_t *sets = json_object_get(data, "sets"), *d;
+    size_t i;
+    if (!json_is_string(json_object_get(data, "grant")) || !json_is_array(sets) ||
+        json_array_size(sets) > BR_SPEC_MAX_DATA)
+        return br_errf(err, EPROTO, "job.run: data: {\"grant\", \"sets\": [at most %d]}",
+                       BR_SPEC_MAX_DATA);
+    json_array_foreach(sets, i, d) {
+        const char *path = json_string_value(json_object_get(d, "path")), *why = NULL;
+        if (!json_is_string(json_object_get(d, "set")) ||
+            !json_is_string(json_object_get(json_object_get(d, "manifest"), "hash")) ||
+            !br_spec_mount_ok(path, &why))
+            return br_errf(err, EPROTO, "job.run: data.sets[%zu]: {\"set\", \"path\", "
+                                        "\"manifest\"}%s%s", i, why ? ": path " : "",
+                           why ? why : "");
+    }
+    return 0;
+}
+
+/* The mounts of an order's data sets, each tree's path in the cache in from[i]: pairs
+ * into mounts (NULL-terminated). 0, or -1 with err. */
+static int data_mounts(br_agent_t *a, json_t *data, const char **mounts,
+                       char (*from)[4200], br_err_t *err)
+{
+    json_t *d;
+    size_t i, n = 0;
+    json_array_foreach(json_object_get(data, "sets"), i, d) {
+        const char *mhash = json_string_value(json_object_get(json_object_get(d, "manifest"),
+                                                              "hash"));
+        if (br_cache_mount_path(a->cache, mhash, from[i], sizeof(from[i]), err) < 0) {
+            br_err_prefix(err, "data set %s", json_string_value(json_object_get(d, "set")));
+            return -1;
+        }
+        mounts[n++] = from[i];
+        mounts[n++] = json_string_value(json_object_get(d, "path"));
+    }
+    mounts[n] = NULL;
+    return 0;
 }
 
 static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched);
@@ -1311,6 +1452,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
     const char *name, *command;
     json_t *workdir, *env, *ckpt = NULL, *tasks = NULL, *service = NULL, *progress = NULL;
     json_t *code = NULL; /* {"grant", "manifest"}: the job's code, from the coordinator */
+    json_t *data = NULL; /* {"grant", "sets": [{"name", "set", "path", "manifest"}]} */
     json_t *outputs = NULL; /* [pattern...]: kept from the working dir at the end */
     char code_dir[4200] = "";
     json_int_t owner_id = 0; /* whose job (PROTOCOL.md section 6) */
@@ -1320,12 +1462,13 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
     const char *node_address = NULL;
     if (br_msg_unpack(m, &err,
                       "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?I, s?s, s?o, s?o, s?o, s?o, s?s,"
-                      " s?o, s?o}",
+                      " s?o, s?o, s?o}",
                       "job", &job, "attempt", &attempt, "name", &name, "rank", &rank,
                       "command", &command, "workdir", &workdir, "env", &env, "owner_id",
                       &owner_id, "unix_user", &unix_user, "checkpoint", &ckpt, "tasks",
                       &tasks, "service", &service, "progress", &progress, "node_address",
-                      &node_address, "code", &code, "outputs", &outputs) < 0 ||
+                      &node_address, "code", &code, "outputs", &outputs, "data", &data) < 0 ||
+        (data && data_check(data, &err) < 0) ||
         (outputs && !json_is_array(outputs)) ||
         !json_is_object(env) || (tasks && !json_is_array(tasks)) ||
         (code && (!json_is_string(json_object_get(code, "grant")) ||
@@ -1347,13 +1490,17 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
     if (find_attempt(a, job, attempt))
         return; /* a resent order: already running */
     int here = 0;
-    if (code && (here = code_here(a, m, job, attempt, code, &err)) == 1)
-        return; /* taken up again once its code is here (code_fetched) */
+    if ((code || data) && (here = trees_here(a, m, job, attempt, code, data, &err)) == 1)
+        return; /* taken up again once its trees are here (tree_fetched) */
+    const char *mounts[2 * BR_SPEC_MAX_DATA + 1] = {NULL};
+    char mount_from[BR_SPEC_MAX_DATA][4200];
     const char *resume = NULL;
     br_jobuser_t who;
     br_ckpt_found_t newer = {.step = -1};
     if (here < 0) {
-        br_err_prefix(&err, "its code");
+        /* (err names the tree) */
+    } else if (data && data_mounts(a, data, mounts, mount_from, &err) < 0) {
+        /* a tree that left the cache meanwhile, or one it cannot open to the job */
     } else if (a->natt == MAX_ATTEMPTS) {
         br_errf(&err, EBUSY, "this node runs %d attempts already", MAX_ATTEMPTS);
         fault = "node_full"; /* not the job's failure: it is placed again */
@@ -1380,7 +1527,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
         if (err.errnum == EBADMSG && !fetched) {
             fprintf(stderr, "bramble-agent: job %lld attempt %d: %s: fetching it again\n",
                     (long long)job, attempt, err.text);
-            if (code_here(a, m, job, attempt, code, &err) == 1)
+            if (trees_here(a, m, job, attempt, code, data, &err) == 1)
                 return;
         }
     } else {
@@ -1431,8 +1578,21 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
             .user = who.user[0] ? who.user : NULL,
             .node = a->s->name,
             .checkpoint = json_is_object(ckpt) ? ckpt : NULL,
-            .exit_dir = br_runstate_dir(a->runstate)};
+            .exit_dir = br_runstate_dir(a->runstate),
+            .mounts = mounts[0] ? mounts : NULL};
+        char key[48];
+        attempt_key(job, attempt, key, sizeof(key));
+        if (data) { /* its data sets stay in the cache while it runs */
+            json_t *hashes = json_array(), *d;
+            size_t i;
+            json_array_foreach(json_object_get(data, "sets"), i, d)
+                json_array_append(hashes, json_object_get(json_object_get(d, "manifest"),
+                                                          "hash"));
+            json_object_set_new(a->mounted, key, hashes);
+        }
         br_attempt_t *t = br_attempt_start(&o, &err);
+        if (!t)
+            json_object_del(a->mounted, key);
         br_err_t cerr;
         if (t && br_attempt_ckpt(t) &&
             br_ckpt_set_user(br_attempt_ckpt(t), who.uid, who.gid, &cerr) < 0)
@@ -1440,8 +1600,6 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
                     (long long)job, cerr.text);
         const char *dir = o.workdir ? o.workdir : NULL;
         if (t && json_array_size(outputs) && dir) { /* kept at its end (outputs_kept) */
-            char key[48];
-            snprintf(key, sizeof(key), "%lld.%d", (long long)job, attempt);
             json_object_set_new(a->keep, key,
                                 json_pack("{s:s, s:O, s:I, s:I, s:s}", "dir", dir, "patterns",
                                           outputs, "uid", (json_int_t)who.uid, "gid",
@@ -1458,7 +1616,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
                                      "pid", (int)br_attempt_pid(t));
             if (port)
                 json_object_set_new(body, "port", json_integer(port));
-            if (code) /* where its code came from: the coordinator says so in an event */
+            if (code || data) /* what had to be fetched: the coordinator says so */
                 json_object_set_new(body, "code",
                                     fetched ? json_incref(fetched)
                                             : json_pack("{s:i, s:i, s:f}", "received", 0,
@@ -1840,45 +1998,72 @@ static void on_drop(br_agent_t *a, br_msg_t *m)
     replica_answer(a, m, rc, &err);
 }
 
-/* Finished fetches, reported to the coordinator (once connected). */
-/* A code pull ended: its order starts now, or ends as not started. */
-static void code_fetched(br_agent_t *a, json_t *res)
+/* A tree's pull ended: each order that waited for it, failing with it or, once the
+ * last tree it waits for is here, taken up again. */
+static void tree_fetched(br_agent_t *a, json_t *res)
 {
-    json_int_t job = json_integer_value(json_object_get(res, "job"));
-    int attempt = (int)json_integer_value(json_object_get(res, "attempt"));
+    const char *mhash = json_string_value(json_object_get(res, "hash"));
     const char *error = json_string_value(json_object_get(res, "error"));
-    int i = fetching_at(a, job, attempt);
-    if (i < 0)
-        return; /* killed while it waited */
-    json_t *f = json_incref(json_array_get(a->fetching, (size_t)i));
-    json_array_remove(a->fetching, (size_t)i);
-    double s = (double)(br_mono_ms() - json_integer_value(json_object_get(f, "since"))) / 1e3;
-    if (error) {
-        char reason[BR_ERR_TEXT + 64];
-        snprintf(reason, sizeof(reason), "could not start: its code: %s", error);
-        fprintf(stderr, "bramble-agent: job %lld attempt %d: %s\n", (long long)job, attempt,
-                reason);
-        send_msg(a, BR_MSG_REQUEST, "job.exited",
-                 json_pack("{s:I, s:i, s:n, s:n, s:s}", "job", job, "attempt", attempt,
-                           "exit_code", "signal", "reason", reason),
-                 NULL, 0);
-    } else {
-        fprintf(stderr, "bramble-agent: job %lld attempt %d: code in place (%lld bytes "
+    if (!mhash)
+        return;
+    json_object_del(a->pulls, mhash);
+    for (size_t i = 0; i < json_array_size(a->fetching);) {
+        json_t *f = json_array_get(a->fetching, i), *wait = json_object_get(f, "wait"), *w;
+        size_t k;
+        const char *what = NULL;
+        json_array_foreach(wait, k, w)
+            if (strcmp(json_string_value(json_object_get(w, "hash")), mhash) == 0) {
+                what = json_string_value(json_object_get(w, "what"));
+                break;
+            }
+        if (!what) {
+            i++;
+            continue;
+        }
+        json_int_t job = json_integer_value(json_object_get(f, "job"));
+        int attempt = (int)json_integer_value(json_object_get(f, "attempt"));
+        if (error) {
+            char reason[BR_ERR_TEXT + 300];
+            snprintf(reason, sizeof(reason), "could not start: %s: %s", what, error);
+            fprintf(stderr, "bramble-agent: job %lld attempt %d: %s\n", (long long)job,
+                    attempt, reason);
+            send_msg(a, BR_MSG_REQUEST, "job.exited",
+                     json_pack("{s:I, s:i, s:n, s:n, s:s}", "job", job, "attempt", attempt,
+                               "exit_code", "signal", "reason", reason),
+                     NULL, 0);
+            json_array_remove(a->fetching, i);
+            continue;
+        }
+        json_array_remove(wait, k);
+        for (int s = 0; s < 2; s++) {
+            const char *n = s ? "deduped" : "received";
+            json_object_set_new(f, n, json_integer(json_integer_value(json_object_get(f, n)) +
+                                                   json_integer_value(json_object_get(res, n))));
+        }
+        if (json_array_size(wait)) {
+            i++;
+            continue;
+        }
+        f = json_incref(f);
+        json_array_remove(a->fetching, i);
+        double secs =
+            (double)(br_mono_ms() - json_integer_value(json_object_get(f, "since"))) / 1e3;
+        fprintf(stderr, "bramble-agent: job %lld attempt %d: its trees are here (%lld bytes "
                         "fetched, %lld found here) in %.1f s\n",
                 (long long)job, attempt,
-                (long long)json_integer_value(json_object_get(res, "received")),
-                (long long)json_integer_value(json_object_get(res, "deduped")), s);
+                (long long)json_integer_value(json_object_get(f, "received")),
+                (long long)json_integer_value(json_object_get(f, "deduped")), secs);
         br_msg_t *m = br_msg_new(BR_MSG_REQUEST, "job.run", 0);
-        json_t *how = json_pack("{s:O, s:O, s:f}", "received", json_object_get(res, "received"),
-                                "deduped", json_object_get(res, "deduped"), "seconds", s);
+        json_t *how = json_pack("{s:O, s:O, s:f}", "received", json_object_get(f, "received"),
+                                "deduped", json_object_get(f, "deduped"), "seconds", secs);
         if (m) {
             br_msg_set_body(m, json_incref(json_object_get(f, "body")));
             run_order(a, m, 0, how);
         }
         json_decref(how);
         br_msg_destroy(&m);
+        json_decref(f);
     }
-    json_decref(f);
 }
 
 static void report_stored(br_agent_t *a)
@@ -1886,7 +2071,7 @@ static void report_stored(br_agent_t *a)
     json_t *body;
     while (a->hello_acked && (body = br_replica_take(a->replica))) {
         if (json_is_true(json_object_get(body, "code"))) {
-            code_fetched(a, body);
+            tree_fetched(a, body);
             json_decref(body);
             continue;
         }

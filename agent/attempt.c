@@ -89,7 +89,8 @@ static int start_task(const br_attempt_opts_t *o, proc_t *p, json_t *own_env,
                          .user = o->user,
                          .tag = tag,
                          .also = also[0] ? also : NULL,
-                         .exit_path = exit_path[0] ? exit_path : NULL};
+                         .exit_path = exit_path[0] ? exit_path : NULL,
+                         .mounts = o->mounts};
     p->task = br_task_start(&to, err);
     env_free(env);
     return p->task ? 0 : -1;

@@ -52,6 +52,8 @@ typedef struct {
     json_t *checkpoint; /* {"dir","pattern","complete_file"} or NULL: what to watch */
     const char *exit_dir; /* NULL, or where each task's waiter writes its exit status
                              (JOB.ATTEMPT.RANK.exit), for an agent started again */
+    const char *const *mounts; /* NULL, or pairs from, to shown read-only to every
+                                  task (br_task_opts_t) */
 } br_attempt_opts_t;
 
 #define BR_CKPT_STABLE_MS 2000 /* an unmarked checkpoint is complete after this quiet */

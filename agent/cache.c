@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -293,7 +294,47 @@ static int older(const void *x, const void *y)
     return (a->used.tv_nsec > b->used.tv_nsec) - (a->used.tv_nsec < b->used.tv_nsec);
 }
 
-int br_cache_room(br_cache_t *c, int64_t quota, int64_t need, int64_t *limit, br_err_t *err)
+/* nftw: directories searchable and files readable by all (modes kept otherwise). */
+static int open_up(const char *path, const struct stat *st, int type, struct FTW *f)
+{
+    (void)f;
+    if (type == FTW_D)
+        return chmod(path, 0755) < 0 ? -1 : 0;
+    if (type == FTW_F && (st->st_mode & 0444) != 0444)
+        return chmod(path, (st->st_mode & 07777 & ~(mode_t)06000) | 0444) < 0 ? -1 : 0;
+    return 0;
+}
+
+int br_cache_mount_path(br_cache_t *c, const char *mhash, char *out, size_t len, br_err_t *err)
+{
+    if (!br_cache_has(c, mhash))
+        return br_errf(err, ENOENT, "tree %.16s... is not in the node's cache", mhash);
+    br_cache_tree_path(c, mhash, out, len);
+    /* the tree is reached only through its mount (DIR/trees stays 0700) */
+    if (nftw(out, open_up, 16, FTW_PHYS) != 0)
+        return br_errf(err, errno, "cache: cannot open %s to readers: %s", out,
+                       strerror(errno));
+    utimensat(AT_FDCWD, out, NULL, AT_SYMLINK_NOFOLLOW); /* used now: the last to leave */
+    return 0;
+}
+
+json_t *br_cache_trees(const br_cache_t *c)
+{
+    char trees[PATH_MAX];
+    snprintf(trees, sizeof(trees), "%s/trees", c->dir);
+    json_t *out = json_array();
+    DIR *d = opendir(trees);
+    struct dirent *de;
+    while (out && d && (de = readdir(d)))
+        if (de->d_name[0] != '.' && strlen(de->d_name) == 2 * BR_MANIFEST_HASH_LEN)
+            json_array_append_new(out, json_string(de->d_name));
+    if (d)
+        closedir(d);
+    return out;
+}
+
+int br_cache_room(br_cache_t *c, int64_t quota, int64_t need, const json_t *keep,
+                  int64_t *limit, br_err_t *err)
 {
     *limit = -1;
     if (quota < 0)
@@ -330,7 +371,9 @@ int br_cache_room(br_cache_t *c, int64_t quota, int64_t need, int64_t *limit, br
             closedir(d);
         qsort(list, n, sizeof(*list), older);
         for (size_t i = 0; i < n && used + need > quota; i++) {
-            fprintf(stderr, "bramble-agent: cache: the code %.16s... leaves the cache "
+            if (json_object_get(keep, list[i].name))
+                continue; /* a running job's mount */
+            fprintf(stderr, "bramble-agent: cache: the tree %.16s... leaves the cache "
                             "(used longest ago) to make room\n", list[i].name);
             br_cache_forget(c, list[i].name);
             used = by_hash(c, 1);

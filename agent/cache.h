@@ -42,15 +42,25 @@ int br_cache_has(const br_cache_t *c, const char *mhash);
 int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summary,
                      uid_t uid, gid_t gid, char *out, size_t len, br_err_t *err);
 
+/* The cached tree of manifest hash mhash, made readable to every user inside (its
+ * directories 0755, its files a+r: DIR/trees itself stays closed, so only a mount
+ * reaches it) to be mounted read-only in a job (a data set), its path into out and
+ * marked used now. 0, or -1 with err (ENOENT: it is not here). */
+int br_cache_mount_path(br_cache_t *c, const char *mhash, char *out, size_t len,
+                        br_err_t *err);
+/* The manifest hashes of the trees here, whole: a new array. */
+json_t *br_cache_trees(const br_cache_t *c);
+
 /* Bytes the cache holds: its files by hash, each counted once. */
 int64_t br_cache_used(const br_cache_t *c);
 /* Room for a tree of need bytes within quota (< 0: no cap): the trees used longest
  * ago leave the cache first (with the files no other tree holds; the attempts'
- * own copies are never touched), until need fits or none is left. *limit gets
+ * own copies and the trees keep names as keys, mounted in running jobs, are never
+ * touched), until need fits or none is left. *limit gets
  * the bytes a pull may then write (-1: no cap). 0, or -1 with err (ENOSPC: the
  * tree is bigger than the quota). */
-int br_cache_room(br_cache_t *c, int64_t quota, int64_t need, int64_t *limit,
-                  br_err_t *err);
+int br_cache_room(br_cache_t *c, int64_t quota, int64_t need, const json_t *keep,
+                  int64_t *limit, br_err_t *err);
 
 /* Drop the tree of manifest hash mhash from the cache. */
 void br_cache_forget(br_cache_t *c, const char *mhash);

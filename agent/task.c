@@ -8,11 +8,13 @@
 #include <limits.h>
 #include <poll.h>
 #include <pwd.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -57,6 +59,7 @@ enum child_stage {
     STAGE_SETUID,
     STAGE_CHDIR,
     STAGE_EXEC,
+    STAGE_MOUNT, /* + the mount's index */
 };
 
 struct child_report {
@@ -97,6 +100,7 @@ struct child_plan {
     int out_w, err_w, report_w;
     int out_r, err_r;       /* the read ends the waiter keeps (at fds 3 and 4) */
     const char *exit_path;  /* where the waiter writes the exit status, or NULL */
+    const char *const *mounts; /* pairs from, to (br_task_opts_t), or NULL */
 };
 
 /* ---- environment ---------------------------------------------------------------- */
@@ -447,11 +451,32 @@ static void child_identity(const struct child_plan *plan)
         child_fail(plan, STAGE_SETUID);
 }
 
+/* The task's own mount namespace, where nothing it mounts reaches the host (and
+ * the host's later mounts still reach it), with each tree read-only at its place;
+ * and no privileges to gain from then on. */
+static void child_mounts(const struct child_plan *plan)
+{
+    if (!plan->mounts || !plan->mounts[0])
+        return;
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
+        child_fail(plan, STAGE_MOUNT);
+    for (int i = 0; plan->mounts[2 * i]; i++) {
+        const char *from = plan->mounts[2 * i], *to = plan->mounts[2 * i + 1];
+        if (mount(from, to, NULL, MS_BIND | MS_REC, NULL) < 0 ||
+            mount(NULL, to, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                  NULL) < 0)
+            child_fail(plan, STAGE_MOUNT + i);
+    }
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        child_fail(plan, STAGE_MOUNT);
+}
+
 static __attribute__((noreturn)) void child_run(struct child_plan *plan)
 {
     if (setsid() < 0)
         child_fail(plan, STAGE_SETUP);
     child_stdio(plan);
+    child_mounts(plan);
     child_identity(plan);
     if (plan->workdir) {
         if (chdir(plan->workdir) < 0)
@@ -571,6 +596,15 @@ static int report_error(const struct child_report *r, const br_task_opts_t *opts
         return br_errf(err, r->errnum, "switching to job user '%s': %s", opts->user,
                        what);
     default:
+        if (r->stage >= STAGE_MOUNT && opts->mounts) {
+            int i = r->stage - STAGE_MOUNT;
+            for (int k = 0; k <= i; k++)
+                if (!opts->mounts[2 * k])
+                    i = -1;
+            if (i >= 0)
+                return br_errf(err, r->errnum, "mounting %s read-only: %s",
+                               opts->mounts[2 * i + 1], what);
+        }
         return br_errf(err, r->errnum, "setting up the task process: %s", what);
     }
 }
@@ -699,16 +733,52 @@ out:
 
 static br_task_t *live_tasks; /* every task started and not destroyed yet */
 
+/* Where the mounts go: made (0755, as the agent) when missing, and each a directory;
+ * a root agent's alone, since mounting needs one. */
+static int mount_points(const br_task_opts_t *opts, br_err_t *err)
+{
+    if (!opts->mounts || !opts->mounts[0])
+        return 0;
+    if (geteuid() != 0)
+        return br_errf(err, EPERM, "mounting %s read-only needs an agent running as root",
+                       opts->mounts[1]);
+    for (int i = 0; opts->mounts[2 * i]; i++) {
+        const char *to = opts->mounts[2 * i + 1];
+        char path[PATH_MAX];
+        struct stat st;
+        if (strlen(to) >= sizeof(path) || to[0] != '/')
+            return br_errf(err, EINVAL, "mount point '%.80s': not an absolute path", to);
+        strcpy(path, to);
+        for (char *p = path + 1;; p++) { /* each parent, then the point itself */
+            int last = !*p;
+            if (*p != '/' && !last)
+                continue;
+            *p = 0;
+            if (mkdir(path, 0755) < 0 && errno != EEXIST)
+                return br_errf(err, errno, "mount point %s: cannot make %s: %s", to, path,
+                               strerror(errno));
+            if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+                return br_errf(err, ENOTDIR, "mount point %s: %s is not a directory", to,
+                               path);
+            if (last)
+                break;
+            *p = '/';
+        }
+    }
+    return 0;
+}
+
 br_task_t *br_task_start(const br_task_opts_t *opts, br_err_t *err)
 {
     if (!opts || !opts->command || !opts->tag || !*opts->tag)
         return br_errp(err, EINVAL, "a task needs a command and a tag");
     struct child_plan plan = {.argv = {"/bin/sh", "-c", opts->command, NULL},
-                              .workdir = opts->workdir};
+                              .workdir = opts->workdir,
+                              .mounts = opts->mounts};
     pw_entry_t pw = {0};
     env_list_t env = {0};
     br_task_t *t = NULL;
-    if (plan_user(&plan, opts, &pw, err) < 0 ||
+    if (mount_points(opts, err) < 0 || plan_user(&plan, opts, &pw, err) < 0 ||
         env_build(&env, opts, pw.found ? &pw.pw : NULL, plan.run_uid, err) < 0)
         goto out;
     plan.envp = env.v;

@@ -43,6 +43,12 @@ typedef struct {
                                 cluster's job on this host is not ours */
     const char *exit_path;   /* NULL, or the file the waiter writes the job's wait
                                 status to ("%d\n"), for an agent started again */
+    const char *const *mounts; /* NULL, or NULL-terminated pairs "from", "to": each
+                                directory from shown read-only at to (made when
+                                missing), in a mount namespace of the task's own;
+                                the task can then gain no privileges (no setuid),
+                                so a tree it is shown cannot lend it any. Needs a
+                                root agent */
 } br_task_opts_t;
 
 /* Start the task. Fails (no child left behind) with a clear reason when the user

@@ -23,7 +23,7 @@
 static const char *const top_keys[] = {
     "name",    "kind",     "command",    "workdir", "env",   "resources", "model", "checkpoint",
     "restart", "priority", "time_limit", "service", "after", "progress", "array",
-    "preemptible", "preempt", "code", "files", "outputs", NULL};
+    "preemptible", "preempt", "code", "files", "outputs", "data", NULL};
 static const char *const files_keys[] = {"from", "to", NULL};
 static const char *const after_keys[] = {"job", "on", NULL};
 static const char *const after_names[] = {"ok", "failed", "ended", "started", NULL};
@@ -623,6 +623,98 @@ static int check_outputs(const sect_t *top, br_spec_t *spec)
     return 0;
 }
 
+int br_spec_mount_ok(const char *path, const char **why)
+{
+    static const char *const system[] = {"/bin", "/boot", "/dev", "/etc", "/lib",
+                                         "/proc", "/run", "/sbin", "/sys", "/usr",
+                                         "/var", NULL};
+    size_t n = path ? strlen(path) : 0;
+    *why = NULL;
+    if (!n || path[0] != '/')
+        *why = "not an absolute path";
+    else if (n > BR_SPEC_MAX_MOUNT)
+        *why = "too long a path";
+    else if (n == 1)
+        *why = "the root directory";
+    else if (path[n - 1] == '/' || !br_manifest_path_ok(path + 1))
+        *why = "not a plain path (a '.', '..' or empty part, or a trailing '/')";
+    for (int i = 0; !*why && system[i]; i++) {
+        size_t k = strlen(system[i]);
+        /* /lib covers /lib32, /lib64 and /libx32 too */
+        if (strncmp(path, system[i], k) == 0 &&
+            (!path[k] || path[k] == '/' || strcmp(system[i], "/lib") == 0))
+            *why = "inside a directory of the system's own";
+    }
+    return *why == NULL;
+}
+
+/* [a-z0-9][a-z0-9._-]*: a data set's name, its owner's or a tag (the coordinator
+ * checks the rest: lengths, and that it exists). */
+static int data_word(const char *s, size_t n)
+{
+    if (!n || !((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= '0' && s[0] <= '9')))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '.' ||
+              s[i] == '_' || s[i] == '-'))
+            return 0;
+    return 1;
+}
+
+/* data: {[OWNER/]NAME[:TAG]: /mount/path}: named data sets, read-only in the job. */
+static int check_data(const sect_t *top, br_spec_t *spec)
+{
+    const node_t *n = get(top, "data");
+    char b[SPEC_SHOW_LEN];
+    if (!n)
+        return 0;
+    if (n->type != N_MAP)
+        return spec_fail_at(top->err, n->line,
+                            "data: expected a mapping like {llama-8b: /models/llama}, got %s",
+                            spec_type_name(n));
+    if (n->n > BR_SPEC_MAX_DATA)
+        return spec_fail_at(top->err, n->line, "data: at most %d data sets, got %zu",
+                            BR_SPEC_MAX_DATA, n->n);
+    if (!(spec->data = json_object()))
+        return spec_oom(top->err);
+    for (size_t i = 0; i < n->n; i++) {
+        const node_t *e = n->kids[i];
+        const char *key = e->key, *slash = strchr(key, '/');
+        const char *name = slash ? slash + 1 : key, *colon = strchr(name, ':');
+        size_t nlen = colon ? (size_t)(colon - name) : strlen(name);
+        if ((slash && !data_word(key, (size_t)(slash - key))) || !data_word(name, nlen) ||
+            (colon && !data_word(colon + 1, strlen(colon + 1))))
+            return spec_fail_at(top->err, e->key_line,
+                                "data: '%s' is not a data set: [OWNER/]NAME[:TAG], each of "
+                                "lowercase letters, digits, '.', '_' and '-'",
+                                spec_show(key, b));
+        const char *why;
+        if (e->type != N_SCALAR)
+            return spec_fail_at(top->err, e->line,
+                                "data.%s: expected the path to mount it at, got %s",
+                                spec_show(key, b), spec_type_name(e));
+        if (!br_spec_mount_ok(e->text, &why))
+            return spec_fail_at(top->err, e->line, "data.%s: '%s' is %s", spec_show(key, b),
+                                e->text, why);
+        const char *k2;
+        json_t *other;
+        json_object_foreach(spec->data, k2, other) {
+            const char *p = json_string_value(other), *q = e->text;
+            size_t lp = strlen(p), lq = strlen(q);
+            size_t m = lp < lq ? lp : lq;
+            if (strncmp(p, q, m) == 0 && (lp == lq || (lp < lq ? q : p)[m] == '/'))
+                return spec_fail_at(top->err, e->line, "data.%s: %s and %s's %s overlap",
+                                    spec_show(key, b), q, k2, p);
+        }
+        if (json_object_get(spec->data, key))
+            return spec_fail_at(top->err, e->key_line, "data: %s is named twice",
+                                spec_show(key, b));
+        if (json_object_set_new(spec->data, key, json_string(e->text)) < 0)
+            return spec_oom(top->err);
+    }
+    return 0;
+}
+
 static int check_tasks(const sect_t *r, br_spec_t *spec)
 {
     const char *what = "a positive integer or 'gpus'";
@@ -1010,7 +1102,7 @@ static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
     spec->kind = kind ? BR_JOB_SERVICE : BR_JOB_TRAIN;
     if (check_command(&top, spec) < 0 || check_workdir(&top, spec) < 0 ||
         check_code(&top, spec) < 0 || check_files(&top, spec) < 0 ||
-        check_outputs(&top, spec) < 0 || get_strmap(&top, "env", 1, &spec->env) < 0 || check_resources(&top, spec) < 0 ||
+        check_outputs(&top, spec) < 0 || check_data(&top, spec) < 0 || get_strmap(&top, "env", 1, &spec->env) < 0 || check_resources(&top, spec) < 0 ||
         check_model(&top, spec) < 0 || check_checkpoint(&top, spec) < 0 ||
         check_restart(&top, spec) < 0 || check_progress(&top, spec) < 0 ||
         get_int(&top, "priority", -1000, 1000, &spec->priority) < 0 ||
@@ -1102,6 +1194,7 @@ void br_spec_destroy(br_spec_t **spec)
     free(s->code);
     json_decref(s->files);
     json_decref(s->outputs);
+    json_decref(s->data);
     json_decref(s->env);
     for (int i = 0; i < s->resources.n_arch; i++)
         free(s->resources.arch[i]);
@@ -1262,6 +1355,8 @@ json_t *br_spec_to_json(const br_spec_t *s)
         json_object_set_new(j, "files", json_deep_copy(s->files));
     if (s->outputs)
         json_object_set_new(j, "outputs", json_deep_copy(s->outputs));
+    if (s->data) /* (the coordinator names the versions: api_data.c) */
+        json_object_set_new(j, "data", json_deep_copy(s->data));
     json_object_set_new(j, "env", s->env ? json_deep_copy(s->env) : json_object());
     json_object_set_new(j, "resources", resources_json(s));
     json_object_set_new(j, "model", model_json(s));

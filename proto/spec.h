@@ -32,6 +32,8 @@ int br_after_on_parse(const char *name);
 #define BR_SPEC_MAX_PATH 4096 /* code: DIR, files' from */
 #define BR_SPEC_MAX_FILES 64  /* files: entries */
 #define BR_SPEC_MAX_OUTPUTS 64 /* outputs: patterns */
+#define BR_SPEC_MAX_DATA 16    /* data: data sets */
+#define BR_SPEC_MAX_MOUNT 1024 /* data: a mount path */
 
 typedef enum { BR_JOB_TRAIN = 0, BR_JOB_SERVICE = 1 } br_job_kind_t;
 
@@ -49,6 +51,8 @@ typedef struct {
     char *code;          /* code: DIR (local to the submitter), NULL when not given */
     json_t *files;       /* files: [{"from", "to"}], NULL when not given */
     json_t *outputs;     /* outputs: [pattern...], NULL when not given */
+    json_t *data;        /* data: {"[OWNER/]NAME[:TAG]": "/mount/path"}, NULL when not
+                            given (br_spec_mount_ok: each path) */
     json_t *env;         /* object of string -> string; never NULL (maybe empty) */
     struct {
         int nodes;          /* default 1, 1..1024 */
@@ -134,5 +138,12 @@ int br_spec_match_list(const json_t *list, const char *s, int substring);
 /* The first label of want (an object of strings) that have lacks or holds with
  * another value; NULL when have carries them all. */
 const char *br_spec_label_missing(const json_t *want, const json_t *have);
+
+/* Whether path is where a data set may be mounted read-only in a job: absolute,
+ * normalised (no '.', '..' or empty part, no trailing '/'), at most
+ * BR_SPEC_MAX_MOUNT bytes, and outside the system's own directories (/, /bin,
+ * /boot, /dev, /etc, /lib*, /proc, /run, /sbin, /sys, /usr, /var): 1, or 0 with
+ * why (a phrase) in *why. */
+int br_spec_mount_ok(const char *path, const char **why);
 
 #endif

@@ -89,6 +89,12 @@ json_t *br_api_uploaded_tree(br_coord_t *c, const br_caller_t *who, const json_t
  * "code" as {"dir", "hash", "files", "bytes", "listing"}. 0, or -1 with err. */
 int br_api_code_keep(br_coord_t *c, const br_caller_t *who, const json_t *code,
                      json_t *spec_json, br_err_t *err);
+/* job.submit's data sets (spec_json's "data": {"[OWNER/]NAME[:TAG]": "/path"}), each
+ * the version the caller may use that the tag names, else the newest, fixed for
+ * every attempt: its value becomes {"path", "set" ("OWNER/NAME:TAG"), "id", "hash",
+ * "files", "bytes", "listing"}. 0, or -1 with err naming the one not found. */
+int br_api_data_resolve(br_coord_t *c, const br_caller_t *who, json_t *spec_json,
+                        br_err_t *err);
 void br_api_data_push(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_data_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_data_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

@@ -439,16 +439,22 @@ void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return; /* (answered) */
     if (n && path) /* before the start: it sends the other ranks' orders */
         resumed_newer(c, n, job, attempt, path, step);
-    if (n && received >= 0) { /* where its code came from */
+    if (n && received >= 0) { /* where its code and data sets came from */
         char r[32], d[32];
+        br_job_t *j = br_jobtab_find(c->jobs, job);
+        int has_code = j && json_is_object(json_object_get(j->spec, "code"));
+        int has_data = j && json_object_size(json_object_get(j->spec, "data")) > 0;
+        const char *what = has_code && has_data ? "its code and data sets"
+                           : has_data           ? "its data sets"
+                                                : "its code";
         br_format_size((uint64_t)received, r, sizeof(r));
         br_format_size((uint64_t)(deduped > 0 ? deduped : 0), d, sizeof(d));
         if (received == 0 && deduped == 0 && seconds == 0)
-            br_coord_event(c, job, n->name, "starting", "attempt %d: its code was in %s's "
-                           "cache", attempt, n->name);
+            br_coord_event(c, job, n->name, "starting", "attempt %d: %s %s in %s's cache",
+                           attempt, what, has_data ? "were" : "was", n->name);
         else
-            br_coord_event(c, job, n->name, "starting", "attempt %d: its code fetched to "
-                           "%s in %.1f s: %s sent, %s found there", attempt, n->name,
+            br_coord_event(c, job, n->name, "starting", "attempt %d: %s fetched to "
+                           "%s in %.1f s: %s sent, %s found there", attempt, what, n->name,
                            seconds, r, d);
     }
     if (n)

@@ -374,6 +374,118 @@ static void reply_chunk(br_coord_t *c, br_msg_t *m, const char *hash, int64_t of
     br_coord_post(c, resp);
 }
 
+static json_t *find_versions(br_coord_t *c, const br_caller_t *who, const char *full,
+                             const char *tag, br_err_t *err);
+
+/* The current job that mounts data set version id, or NULL. */
+static br_job_t *data_user(br_coord_t *c, json_int_t id)
+{
+    for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next) {
+        if (br_job_state_ended(j->state))
+            continue;
+        const char *k;
+        json_t *v;
+        json_object_foreach(json_object_get(j->spec, "data"), k, v)
+            if (json_integer_value(json_object_get(v, "id")) == id)
+                return j;
+    }
+    return NULL;
+}
+
+/* ckpt.read with grant data:JOB: a content of one of the data sets job JOB mounts,
+ * read by a node that runs a rank of it. */
+static void data_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who, const char *grant,
+                      const char *path, const char *hash, int64_t offset)
+{
+    br_err_t err;
+    long long id = 0;
+    int used = 0;
+    br_job_t *job = sscanf(grant, "data:%lld%n", &id, &used) == 1 && !grant[used]
+                        ? br_jobtab_find(c->jobs, id) : NULL;
+    json_t *data = job ? json_object_get(job->spec, "data") : NULL;
+    if (!json_is_object(data) || !br_job_state_live(job->state) ||
+        br_job_rank_on(job, who->name, 1) < 0) {
+        br_errf(&err, EACCES, "grant '%.40s' is not this node's: no data of a job it runs",
+                grant);
+        br_reply_fail(c, m, &err);
+        return;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(data, k, v) {
+        char ref[32];
+        snprintf(ref, sizeof(ref), "data:%lld",
+                 (long long)json_integer_value(json_object_get(v, "id")));
+        int has = br_store_content_ref_has(c->store, ref, hash, &err);
+        if (has < 0) {
+            br_reply_fail(c, m, &err);
+            return;
+        }
+        if (has) {
+            reply_chunk(c, m, hash, offset);
+            return;
+        }
+    }
+    br_errf(&err, ENOENT, "%.200s (%.16s...) is in none of job %lld's data sets", path, hash,
+            id);
+    br_reply_fail(c, m, &err);
+}
+
+int br_api_data_resolve(br_coord_t *c, const br_caller_t *who, json_t *spec_json,
+                        br_err_t *err)
+{
+    json_t *data = json_object_get(spec_json, "data"), *named = json_object();
+    const char *key;
+    json_t *path;
+    if (!named)
+        return br_errf(err, ENOMEM, "out of memory");
+    json_object_foreach(data, key, path) {
+        char full[160];
+        const char *colon = strchr(key, ':');
+        size_t n = colon ? (size_t)(colon - key) : strlen(key);
+        if (n >= sizeof(full)) {
+            br_errf(err, EINVAL, "data: '%.80s': too long a name", key);
+            goto fail;
+        }
+        memcpy(full, key, n);
+        full[n] = 0;
+        json_t *found = find_versions(c, who, full, colon ? colon + 1 : NULL, err);
+        if (!found) {
+            br_err_prefix(err, "data");
+            goto fail;
+        }
+        /* the tag named, else the newest: fixed now, for every attempt of the job */
+        json_t *d = json_array_get(found, json_array_size(found) - 1);
+        json_t *listing = json_object_get(d, "listing");
+        if (!d || !json_is_object(listing)) {
+            if (d)
+                br_errf(err, ENOENT, "data: %s: pushed before data sets could be mounted: "
+                                     "push it again", key);
+            else
+                br_errf(err, ENOENT, "data: no data set %s that you may use (bramble data "
+                                     "list shows those you may)", key);
+            json_decref(found);
+            goto fail;
+        }
+        char set[200];
+        snprintf(set, sizeof(set), "%s/%s:%s", json_string_value(json_object_get(d, "owner")),
+                 json_string_value(json_object_get(d, "name")),
+                 json_string_value(json_object_get(d, "tag")));
+        json_object_set_new(named, key,
+                            json_pack("{s:O, s:s, s:O, s:O, s:O, s:O, s:O}", "path", path,
+                                      "set", set, "id", json_object_get(d, "id"), "hash",
+                                      json_object_get(d, "manifest"), "files",
+                                      json_object_get(d, "files"), "bytes",
+                                      json_object_get(d, "bytes"), "listing", listing));
+        json_decref(found);
+    }
+    json_object_set_new(spec_json, "data", named);
+    return 0;
+fail:
+    json_decref(named);
+    return -1;
+}
+
 void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     const char *grant, *path, *hash;
@@ -384,6 +496,10 @@ void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (br_msg_unpack(m, &err, "{s:s, s:s, s:s, s:I}", "grant", &grant, "path", &path,
                       "hash", &hash, "offset", &offset) < 0)
         goto fail;
+    if (strncmp(grant, "data:", 5) == 0) { /* the data sets of a job it runs */
+        data_read(c, m, who, grant, path, hash, offset);
+        return;
+    }
     /* code:JOB: the code of a job this node is given a rank of */
     br_job_t *job = sscanf(grant, "code:%lld%n", &id, &used) == 1 && !grant[used]
                         ? br_jobtab_find(c->jobs, id) : NULL;
@@ -620,6 +736,7 @@ static json_t *row_out(const json_t *d)
         json_array_append(names, json_object_get(s, "name"));
     json_object_set_new(o, "shares", names);
     json_object_del(o, "owner_id");
+    json_object_del(o, "listing");
     json_object_set_new(o, "created", br_time_json(json_object_get(d, "created")));
     return o;
 }
@@ -644,10 +761,9 @@ void br_api_data_push(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         !(full = br_api_uploaded_tree(c, who, listing, summary, &err)))
         goto fail;
     if (br_content_put_manifest(c->content, full, &err) < 0 ||
-        !(row = br_store_data_add(c->store, who->id, name, tag, full, public_, shares, &err)))
+        !(row = br_store_data_add(c->store, who->id, name, tag, full, listing, public_,
+                                  shares, &err)))
         goto fail;
-    /* the listing was only the way in: the manifest is kept by its own hash now */
-    br_content_doubt(c->content, json_string_value(json_object_get(listing, "hash")), 0);
     json_object_set_new(row, "owner", json_string(who->name));
     char sz[32];
     br_coord_event(c, 0, NULL, "data", "data set %s/%s:%s pushed: %lld files, %s", who->name,
@@ -748,6 +864,18 @@ void br_api_data_rm(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                     json_string_value(json_object_get(d, "owner")), json_string_value(
                         json_object_get(d, "name")),
                     json_string_value(json_object_get(d, "owner")));
+            goto fail;
+        }
+    }
+    json_array_foreach(found, i, d) { /* a job that will still mount it keeps it */
+        br_job_t *user = data_user(c, json_integer_value(json_object_get(d, "id")));
+        if (user) {
+            br_errf(&err, EBUSY, "%s/%s:%s is used by job %lld (%s, %s): cancel it or let "
+                                 "it end first",
+                    json_string_value(json_object_get(d, "owner")),
+                    json_string_value(json_object_get(d, "name")),
+                    json_string_value(json_object_get(d, "tag")), (long long)user->id,
+                    user->name, br_job_state_name(user->state));
             goto fail;
         }
     }

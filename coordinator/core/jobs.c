@@ -346,6 +346,23 @@ static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
                       json_object_get(code, "bytes"), "entries", "truncated", 1, "listing",
                       json_object_get(code, "listing")));
     }
+    json_t *data = json_object_get(spec, "data");
+    if (json_object_size(data)) { /* its data sets, read-only at their paths */
+        char grant[32];
+        const char *k;
+        json_t *d, *list = json_array();
+        snprintf(grant, sizeof(grant), "data:%lld", (long long)job->id);
+        json_object_foreach(data, k, d)
+            json_array_append_new(
+                list, json_pack("{s:s, s:O, s:O, s:{s:O, s:s, s:O, s:O, s:[], s:b, s:O}}",
+                                "name", k, "set", json_object_get(d, "set"), "path",
+                                json_object_get(d, "path"), "manifest", "hash",
+                                json_object_get(d, "hash"), "root", "dir", "files",
+                                json_object_get(d, "files"), "bytes",
+                                json_object_get(d, "bytes"), "entries", "truncated", 1,
+                                "listing", json_object_get(d, "listing")));
+        json_object_set_new(body, "data", json_pack("{s:s, s:o}", "grant", grant, "sets", list));
+    }
     json_t *outputs = json_object_get(spec, "outputs");
     if (json_array_size(outputs)) /* kept from the working dir at the attempt's end */
         json_object_set(body, "outputs", outputs);

@@ -172,6 +172,9 @@ static const char *const migrations[] = {
     " node TEXT NOT NULL, manifest TEXT NOT NULL, listing TEXT NOT NULL,"
     " listing_size INTEGER NOT NULL, files INTEGER NOT NULL, bytes INTEGER NOT NULL,"
     " time INTEGER NOT NULL, PRIMARY KEY (job, attempt, node));",
+    /* 13: a data set's listing ({"hash", "size"} of its manifest's text in the
+     * content store), which the nodes that mount it read its entries from */
+    "ALTER TABLE datasets ADD COLUMN listing TEXT NOT NULL DEFAULT 'null';",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -345,12 +348,12 @@ static const char *const sql_text[ST_COUNT] = {
                         " FROM usage u JOIN principals p ON p.id = u.principal"
                         " GROUP BY u.principal ORDER BY p.name",
     [ST_DATA_ADD] = "INSERT INTO datasets (owner, name, tag, version, manifest, files,"
-                    " bytes, created, public, shares)"
-                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    " bytes, created, public, shares, listing)"
+                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     [ST_DATA_VERSION] = "SELECT coalesce(max(version), 0) + 1 FROM datasets"
                         " WHERE owner = ?1 AND name = ?2",
     [ST_DATA_LIST] = "SELECT d.id, p.name, d.owner, d.name, d.tag, d.version, d.manifest,"
-                     " d.files, d.bytes, d.created, d.public, d.shares"
+                     " d.files, d.bytes, d.created, d.public, d.shares, d.listing"
                      " FROM datasets d JOIN principals p ON p.id = d.owner"
                      " ORDER BY p.name, d.name, d.version",
     [ST_DATA_DEL] = "DELETE FROM datasets WHERE id = ?1",

@@ -290,14 +290,15 @@ json_t *br_store_usage_totals(br_store_t *s, br_err_t *err);
 /* --- data sets and what refers to the content store (store_data.c) ---------------- */
 /* A new version of owner's data set name, of the manifest summarised by mhash,
  * files and bytes; tag NULL: "vN" for its version N. Every content the manifest
- * names (entries with a hash) is referenced as "data:ID" for owner. shares: the
+ * names (entries with a hash) is referenced as "data:ID" for owner, and so is
+ * listing ({"hash", "size"}: the manifest's text, which nodes read; may be NULL). shares: the
  * user names that may use it (an array). The new row (br_store_data_list's form),
  * or NULL with err (EEXIST: that tag exists). */
 json_t *br_store_data_add(br_store_t *s, int64_t owner, const char *name, const char *tag,
-                          const json_t *manifest, int public_, const json_t *shares,
-                          br_err_t *err);
+                          const json_t *manifest, const json_t *listing, int public_,
+                          const json_t *shares, br_err_t *err);
 /* Every version of every data set: [{"id", "owner", "owner_id", "name", "tag",
- * "version", "manifest", "files", "bytes", "created", "public", "shares"}], by owner,
+ * "version", "manifest", "files", "bytes", "created", "public", "shares", "listing"}], by owner,
  * name and version. */
 json_t *br_store_data_list(br_store_t *s, br_err_t *err);
 /* Remove data set version id and its references; *hashes (may be NULL) gets the

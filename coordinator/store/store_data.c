@@ -10,13 +10,14 @@ static json_t *data_row(sqlite3_stmt *st, br_err_t *err)
 {
     static const char *const names[] = {"id",       "owner", "owner_id", "name",
                                         "tag",      "version", "manifest", "files",
-                                        "bytes",    "created", "public",  "shares"};
+                                        "bytes",    "created", "public",  "shares",
+                                        "listing"};
     json_t *o = json_object();
     int bad = 0;
-    for (int i = 0; i < 12; i++) {
+    for (int i = 0; i < 13; i++) {
         json_t *v = i == 1 || i == 3 || i == 4 || i == 6 ? br_st_col_text(st, i)
                     : i == 10 ? json_boolean(sqlite3_column_int(st, i))
-                    : i == 11 ? br_st_col_json(st, i)
+                    : i >= 11 ? br_st_col_json(st, i)
                               : br_st_col_int(st, i);
         bad |= br_st_put(o, names[i], v);
     }
@@ -35,8 +36,8 @@ static int64_t one_int(br_store_t *s, sqlite3_stmt *st, const char *what, br_err
 }
 
 json_t *br_store_data_add(br_store_t *s, int64_t owner, const char *name, const char *tag,
-                          const json_t *manifest, int public_, const json_t *shares,
-                          br_err_t *err)
+                          const json_t *manifest, const json_t *listing, int public_,
+                          const json_t *shares, br_err_t *err)
 {
     const char *mhash = json_string_value(json_object_get(manifest, "hash"));
     if (br_st_check_text(name, SHORT_MAX, 0, "data set name", err) < 0 ||
@@ -67,6 +68,8 @@ json_t *br_store_data_add(br_store_t *s, int64_t owner, const char *name, const 
     json_t *none = json_array();
     int rc = br_st_bind_dump(s, st, 10, shares ? shares : none, "add a data set", err);
     json_decref(none);
+    if (rc == 0)
+        rc = br_st_bind_dump(s, st, 11, listing ? listing : json_null(), "add a data set", err);
     if (rc < 0) {
         br_st_reset(st);
         return NULL;
@@ -85,15 +88,20 @@ json_t *br_store_data_add(br_store_t *s, int64_t owner, const char *name, const 
     int64_t id = sqlite3_last_insert_rowid(s->db);
     char ref[32];
     snprintf(ref, sizeof(ref), "data:%lld", (long long)id);
-    if (br_store_content_ref_tree(s, ref, manifest, owner, err) < 0)
+    if (br_store_content_ref_tree(s, ref, manifest, owner, err) < 0 ||
+        (listing && br_store_content_ref(s, ref,
+                                         json_string_value(json_object_get(listing, "hash")),
+                                         json_integer_value(json_object_get(listing, "size")),
+                                         owner, err) < 0))
         return NULL;
-    return json_pack("{s:I, s:I, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:b, s:o}", "id",
+    return json_pack("{s:I, s:I, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:b, s:o, s:O}", "id",
                      (json_int_t)id, "owner_id", (json_int_t)owner, "name", name, "tag",
                      tag ? tag : auto_tag, "version", (json_int_t)version, "manifest",
                      mhash, "files", json_integer_value(json_object_get(manifest, "files")),
                      "bytes", json_integer_value(json_object_get(manifest, "bytes")),
                      "created", (json_int_t)now, "public", public_,
-                     "shares", shares ? json_copy((json_t *)shares) : json_array());
+                     "shares", shares ? json_copy((json_t *)shares) : json_array(),
+                     "listing", listing ? (json_t *)listing : json_null());
 }
 
 json_t *br_store_data_list(br_store_t *s, br_err_t *err)

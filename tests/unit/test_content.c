@@ -298,16 +298,16 @@ static void test_data_versions_and_tags(void **state)
     int64_t sz[1] = {3};
     json_t *m = manifest_of("aa", h, sz, 1);
     br_err_t err = {0};
-    json_t *r1 = br_store_data_add(s, alice, "llama", NULL, m, 0, NULL, &err);
+    json_t *r1 = br_store_data_add(s, alice, "llama", NULL, m, NULL, 0, NULL, &err);
     assert_non_null(r1);
     assert_string_equal(json_string_value(json_object_get(r1, "tag")), "v1");
-    json_t *r2 = br_store_data_add(s, alice, "llama", "fp16", m, 1, NULL, &err);
+    json_t *r2 = br_store_data_add(s, alice, "llama", "fp16", m, NULL, 1, NULL, &err);
     assert_non_null(r2);
     assert_int_equal(json_integer_value(json_object_get(r2, "version")), 2);
-    assert_null(br_store_data_add(s, alice, "llama", "fp16", m, 0, NULL, &err));
+    assert_null(br_store_data_add(s, alice, "llama", "fp16", m, NULL, 0, NULL, &err));
     assert_int_equal(err.errnum, EEXIST);
     assert_non_null(strstr(err.text, "llama:fp16"));
-    json_t *r3 = br_store_data_add(s, bob, "llama", "fp16", m, 0, NULL, &err);
+    json_t *r3 = br_store_data_add(s, bob, "llama", "fp16", m, NULL, 0, NULL, &err);
     assert_non_null(r3); /* bob's llama is another data set */
     assert_int_equal(json_integer_value(json_object_get(r3, "version")), 1);
     json_t *list = br_store_data_list(s, &err);
@@ -348,8 +348,8 @@ static void test_sweep_keeps_referenced(void **state)
     br_err_t err = {0};
     assert_int_equal(br_content_put_manifest(c, m1, &err), 0);
     assert_int_equal(br_content_put_manifest(c, m2, &err), 0);
-    json_t *a = br_store_data_add(s, alice, "set", NULL, m1, 0, NULL, &err);
-    json_t *b = br_store_data_add(s, bob, "set", NULL, m2, 0, NULL, &err);
+    json_t *a = br_store_data_add(s, alice, "set", NULL, m1, NULL, 0, NULL, &err);
+    json_t *b = br_store_data_add(s, bob, "set", NULL, m2, NULL, 0, NULL, &err);
     assert_non_null(a);
     assert_non_null(b);
     assert_int_equal(br_store_content_refs(s, h[0], &err), 2);

@@ -1,0 +1,199 @@
+"""Data sets in jobs: `data: {NAME[:TAG]: /path}` shows a pushed data set read-only at
+that path, in the job's own mount namespace, on a node that never saw the pushing
+machine's disk: the node fetches it from the coordinator's store into its cache once,
+verified, and later jobs mount the cached tree. The version is fixed at submit; a
+data set another user did not share is refused; one a job uses cannot be removed.
+The agents run in mount namespaces where the "laptop" directory is an empty tmpfs,
+and run jobs as per-user uids (--job-uids), as a shared node would."""
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_for
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for mount namespaces")
+
+
+def hidden(laptop):
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mount -t tmpfs none "{laptop}" && exec "$@"', "sh"]
+
+
+def write(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def blob(n, seed):
+    out = bytearray()
+    h = hashlib.blake2b(str(seed).encode(), digest_size=64).digest()
+    while len(out) < n:
+        h = hashlib.blake2b(h, digest_size=64).digest()
+        out += h
+    return bytes(out[:n])
+
+
+@pytest.fixture
+def open_dir():
+    """A directory every uid may pass through (pytest's own tmp is root's alone), for
+    the mount points: the jobs run as per-user uids."""
+    d = tempfile.mkdtemp(prefix="brt-mnt-", dir="/tmp")
+    os.chmod(d, 0o755)
+    yield Path(d)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def events(c, job_id):
+    return [e["reason"] or "" for e in c.cli_json("job", "show", str(job_id))["events"]]
+
+
+def node_cluster(make_cluster, tmp_path, n=1, **kw):
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    c = make_cluster(**kw)
+    tok = c.token(uses=n)
+    names = [f"node-{i}" for i in range(1, n + 1)]
+    for name in names:
+        c.start_agent(name, token=tok, wrap=hidden(laptop),
+                      extra=("--probe-port", "0", "--replica-port", "0",
+                             "--job-uids", "70000-79999"))
+    c.wait_ready(*names)
+    return c, laptop, names
+
+
+def add_user(c, name):
+    cred = c.root / f"{name}.credential"
+    c.cli("user", "add", name, "--out", cred)
+    return cred
+
+
+def submit(c, text, credential=None, check=True):
+    spec = c.write_spec(text)
+    rc, out, err = c.cli("submit", spec, "--json", credential=credential, check=check)
+    return (json.loads(out)["id"] if rc == 0 else None), err
+
+
+def test_a_data_set_is_read_only_at_its_path_and_fetched_once(make_cluster, tmp_path,
+                                                             open_dir):
+    c, laptop, _ = node_cluster(make_cluster, tmp_path)
+    alice = add_user(c, "alice")
+    model = laptop / "model"
+    write(model / "weights.bin", blob(2 << 20, 7))
+    write(model / "tok" / "vocab.txt", b"alpha\nbeta\n")
+    (model / "tok" / "vocab.txt").chmod(0o600)  # private on the laptop: readable in jobs
+    c.cli("data", "push", model, "llama:fp16", credential=alice)
+    want = hashlib.sha256((model / "weights.bin").read_bytes()).hexdigest()
+    mnt = open_dir / "models" / "llama"
+    cache = c.agent_dir("node-1") / "cache"
+    spec = f"""name: reader
+data: {{llama:fp16: {mnt}}}
+command: |
+  echo "uid $(id -u)"
+  sha256sum {mnt}/weights.bin
+  cat {mnt}/tok/vocab.txt
+  touch {mnt}/new 2>&1 || true
+  rm -f {mnt}/weights.bin 2>&1 || true
+  ls {cache}/trees 2>&1 || true
+"""
+    job, _ = submit(c, spec, credential=alice)
+    assert c.wait_job(job)["state"] == "completed", c.logs(job, stream="both")
+    out = c.logs(job, stream="both")
+    assert "uid 70" in out, out  # alice's own uid, not root
+    assert f"{want}  {mnt}/weights.bin" in out, out
+    assert "alpha\nbeta" in out, out
+    assert out.count("Read-only file system") == 2, out  # no new file, nothing removed
+    assert "Permission denied" in out, out  # the cache itself stays out of reach
+    # the mount was the job's own: the node's own view of the path is empty
+    assert mnt.is_dir() and not any(mnt.iterdir())
+    ev = events(c, job)
+    assert any("its data sets fetched to node-1" in e for e in ev), ev
+
+    # a second job mounts the cached tree: nothing fetched again
+    job2, _ = submit(c, spec.replace("name: reader", "name: reader-2"), credential=alice)
+    assert c.wait_job(job2)["state"] == "completed", c.logs(job2, stream="both")
+    assert f"{want}  {mnt}/weights.bin" in c.logs(job2)
+    ev = events(c, job2)
+    assert any("its data sets were in node-1's cache" in e for e in ev), ev
+
+
+def test_the_version_is_fixed_at_submit_and_a_used_one_stays(make_cluster, tmp_path,
+                                                            open_dir):
+    c, laptop, _ = node_cluster(make_cluster, tmp_path)
+    d = laptop / "d"
+    write(d / "VERSION", b"one\n")
+    c.cli("data", "push", d, "ds")
+    mnt = open_dir / "ds"
+    go = open_dir / "go"
+    job, _ = submit(c, f"""name: held
+data: {{ds: {mnt}}}
+command: |
+  while [ ! -e {go} ]; do sleep 0.1; done
+  cat {mnt}/VERSION
+""")
+    c.wait_job(job, "running")
+    # a new version pushed meanwhile changes nothing for the job
+    write(d / "VERSION", b"two\n")
+    c.cli("data", "push", d, "ds")
+    # nor can the version it mounts be removed from under it
+    rc, _, err = c.cli("data", "rm", "ds", check=False)
+    assert rc != 0 and "used by job" in err and "held" in err, err
+    assert {x["tag"] for x in c.cli_json("data", "list")} == {"v1", "v2"}
+    go.touch()
+    assert c.wait_job(job)["state"] == "completed"
+    assert c.logs(job).strip() == "one"
+    c.cli("data", "rm", "ds:v1")  # once it ended, it goes
+    job2, _ = submit(c, f"name: newest\ndata: {{ds: {mnt}}}\ncommand: cat {mnt}/VERSION\n")
+    c.wait_job(job2)
+    assert c.logs(job2).strip() == "two"
+
+
+def test_refusals_name_what_was_wrong(make_cluster, tmp_path, open_dir):
+    c, laptop, _ = node_cluster(make_cluster, tmp_path)
+    alice, bob = add_user(c, "alice"), add_user(c, "bob")
+    d = laptop / "w"
+    write(d / "f", b"x\n")
+    c.cli("data", "push", d, "weights", credential=alice)
+    mnt = open_dir / "w"
+    job, err = submit(c, f"name: nosy\ndata: {{alice/weights: {mnt}}}\ncommand: ls {mnt}\n",
+                      credential=bob, check=False)
+    assert job is None and "no data set alice/weights that you may use" in err, err
+    job, err = submit(c, f"name: typo\ndata: {{weights:v9: {mnt}}}\ncommand: true\n",
+                      credential=alice, check=False)
+    assert job is None and "weights:v9" in err, err
+    for path, why in (("/etc/ssl", "inside a directory of the system's own"),
+                      ("models", "not an absolute path"), ("/data/../etc", "not a plain path"),
+                      ("/", "the root directory")):
+        job, err = submit(c, f"name: bad\ndata: {{weights: {path}}}\ncommand: true\n",
+                          credential=alice, check=False)
+        assert job is None and why in err and "data.weights" in err, (path, err)
+    job, err = submit(c, f"name: twice\ndata: {{weights: {mnt}, weights:v1: {mnt}/sub}}\n"
+                         f"command: true\n", credential=alice, check=False)
+    assert job is None and "overlap" in err, err
+    # shared with bob: his job mounts it
+    c.cli("data", "push", d, "weights:shared", "--share", "bob", credential=alice)
+    job, err = submit(c, f"name: shared\ndata: {{alice/weights:shared: {mnt}}}\n"
+                         f"command: cat {mnt}/f\n", credential=bob)
+    assert c.wait_job(job)["state"] == "completed", c.logs(job, stream="both")
+    assert c.logs(job).strip() == "x"
+
+
+def test_a_node_without_room_says_so(make_cluster, tmp_path):
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    c = make_cluster()
+    c.start_agent("node-1", wrap=hidden(laptop),
+                  extra=("--probe-port", "0", "--replica-port", "0", "--cache-quota", "1M"))
+    c.wait_ready("node-1")
+    d = laptop / "big"
+    write(d / "big.bin", blob(3 << 20, 3))
+    c.cli("data", "push", d, "big")
+    job, _ = submit(c, f"name: toobig\ndata: {{big: {tmp_path / 'big'}}}\ncommand: true\n")
+    j = c.wait_job(job)
+    assert j["state"] == "failed", j
+    text = json.dumps(j)
+    assert "data set" in text and "big" in text and "--cache-quota" in text, text
