@@ -89,6 +89,8 @@ struct br_agent {
     int hello_plain;              /* the coordinator refuses "replica_port" in hellos */
     int hb_nodisk;                /* ... or "disk" in heartbeats */
     int hb_nopulling;             /* ... or "pulling" */
+    int hb_notrees;               /* ... or "trees" */
+    int trees_told;               /* the coordinator knows what the cache holds now */
     int ckpt_plain;               /* the coordinator refuses "manifest" in reports */
     int64_t send_failed;          /* sends that found the queue full, in all */
     int64_t send_failed_run;      /* ... since the last one that went through */
@@ -1838,6 +1840,7 @@ static int drop_heartbeat_field(br_agent_t *a, const br_err_t *err)
         {"cost_per_hour", "power_watts", &a->hb_nocost, "cost figures"},
         {"disk", NULL, &a->hb_nodisk, "disk figures"},
         {"pulling", NULL, &a->hb_nopulling, "the pulls' progress"},
+        {"trees", NULL, &a->hb_notrees, "the cache's trees"},
     };
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
         if (*fields[i].dropped || (!strstr(err->text, fields[i].key) &&
@@ -1918,6 +1921,7 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         br_keeper_set_times(a->keeper, a->fence_ms,
                             json_integer_value(json_object_get(b, "node_timeout")));
         a->hello_acked = 1;
+        a->trees_told = 0; /* a coordinator that (re)met us: tell it the cache again */
         for (int i = 0; i < a->natt; i++) /* answers to output sent before will not come */
             br_attempt_log_resend(a->att[i]);
         const char *key = json_string_value(json_object_get(b, "probe_key"));
@@ -2007,6 +2011,7 @@ static void tree_fetched(br_agent_t *a, json_t *res)
     if (!mhash)
         return;
     json_object_del(a->pulls, mhash);
+    a->trees_told = 0; /* one more tree here (or some left to make room) */
     for (size_t i = 0; i < json_array_size(a->fetching);) {
         json_t *f = json_array_get(a->fetching, i), *wait = json_object_get(f, "wait"), *w;
         size_t k;
@@ -2309,6 +2314,13 @@ static void timers(br_agent_t *a)
                                                          : br_replica_progress(a->replica);
         if (pulling)
             json_object_set_new(hb, "pulling", pulling);
+        if (!a->trees_told && !a->hb_notrees) { /* where a job's data sets are already */
+            json_t *trees = br_cache_trees(a->cache);
+            while (json_array_size(trees) > BR_CACHE_TREES_TOLD)
+                json_array_remove(trees, json_array_size(trees) - 1);
+            json_object_set_new(hb, "trees", trees);
+            a->trees_told = 1;
+        }
         json_t *rtt = json_pack("{s:o}", "peers", a->probe ? br_probe_report(a->probe, now)
                                                             : json_object());
         if (a->coord_rtt_ms >= 0) /* each round trip once: not every heartbeat is answered */

@@ -48,6 +48,8 @@ int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summ
  * marked used now. 0, or -1 with err (ENOENT: it is not here). */
 int br_cache_mount_path(br_cache_t *c, const char *mhash, char *out, size_t len,
                         br_err_t *err);
+#define BR_CACHE_TREES_TOLD 4096 /* trees a heartbeat names at most */
+
 /* The manifest hashes of the trees here, whole: a new array. */
 json_t *br_cache_trees(const br_cache_t *c);
 

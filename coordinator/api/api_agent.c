@@ -225,6 +225,21 @@ static json_t *probe_peers(br_coord_t *c, br_node_t *n)
     return peers;
 }
 
+/* A heartbeat's "trees": the manifest hashes of the trees in the node's cache. */
+static int check_trees(const json_t *trees, br_err_t *err)
+{
+    size_t i;
+    json_t *h;
+    if (!json_is_array(trees) || json_array_size(trees) > BR_NODE_TREES_MAX)
+        return br_errf(err, EPROTO, "node.heartbeat: trees must be an array of at most %d "
+                                    "manifest hashes", BR_NODE_TREES_MAX);
+    json_array_foreach(trees, i, h)
+        if (!json_is_string(h) || json_string_length(h) != 64)
+            return br_errf(err, EPROTO, "node.heartbeat: trees[%zu] is not a manifest hash",
+                           i);
+    return 0;
+}
+
 /* A heartbeat's optional figure key: absent, or a number of 0 or more. */
 static int check_amount(const json_t *v, const char *key, br_err_t *err)
 {
@@ -236,14 +251,15 @@ static int check_amount(const json_t *v, const char *key, br_err_t *err)
 void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_t *tasks, *rtt = NULL, *gpus = NULL, *disk = NULL, *cost = NULL, *watts = NULL,
-           *pulling = NULL;
+           *pulling = NULL, *trees = NULL;
     double load = -1;
     br_err_t err = {0};
     int64_t began = br_mono_us();
-    if (br_msg_unpack(m, &err, "{s:o, s?F, s?o, s?o, s?o, s?o, s?o, s?o}", "tasks", &tasks,
-                      "load", &load, "rtt", &rtt, "gpus", &gpus, "disk", &disk,
+    if (br_msg_unpack(m, &err, "{s:o, s?F, s?o, s?o, s?o, s?o, s?o, s?o, s?o}", "tasks",
+                      &tasks, "load", &load, "rtt", &rtt, "gpus", &gpus, "disk", &disk,
                       "cost_per_hour", &cost, "power_watts", &watts, "pulling",
-                      &pulling) < 0 ||
+                      &pulling, "trees", &trees) < 0 ||
+        (trees && check_trees(trees, &err) < 0) ||
         (pulling && br_replicas_check_pulling(pulling, &err) < 0) ||
         check_tasks("node.heartbeat", tasks, &err) < 0 || (rtt && !json_is_object(rtt)) ||
         check_amount(cost, "cost_per_hour", &err) < 0 ||
@@ -266,6 +282,14 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_object_set_new(n->info, "load", json_real(load));
     if (disk) /* in memory too: where replicas may go */
         json_object_set(n->info, "disk", disk);
+    if (trees) { /* what its cache holds: where a job's data sets are (scheduler.h) */
+        json_t *held = json_object();
+        size_t i;
+        json_t *h;
+        json_array_foreach(trees, i, h)
+            json_object_set_new(held, json_string_value(h), json_true());
+        json_object_set_new(n->info, "trees", held);
+    }
     if (pulling) { /* how far a copy of a checkpoint, or a job's code, is: job show */
         br_replicas_progress(c, n, pulling);
         br_api_code_progress(c, n, pulling);

@@ -395,10 +395,22 @@ int br_jobs_place(br_coord_t *c, br_job_t *job, br_node_t *const *nodes,
     br_job_set_reason(job, NULL);
     if (job->attempt == 1) /* a fresh job: does its checkpoint dir hold another's steps? */
         br_ckptdir_check_shared(c, job->id, job->spec);
-    char list[1024];
-    br_job_post(c, job, BR_JOB_STARTING, nodes[0]->name, "attempt %d placed on %s%s%s%s",
+    char list[1024], data[96] = "";
+    json_t *sets = json_object_get(job->spec, "data");
+    if (json_object_size(sets)) { /* what its data sets cost to bring there */
+        uint64_t missing = 0;
+        char sz[32];
+        for (int r = 0; r < count; r++)
+            missing += br_node_trees_missing(nodes[r], sets);
+        if (missing)
+            snprintf(data, sizeof(data), "; its data sets: %s to fetch",
+                     br_format_size(missing, sz, sizeof(sz)));
+        else
+            snprintf(data, sizeof(data), "; its data sets are there already");
+    }
+    br_job_post(c, job, BR_JOB_STARTING, nodes[0]->name, "attempt %d placed on %s%s%s%s%s",
                 job->attempt, node_list(job, ", ", list, sizeof(list)),
-                how && *how ? " (" : "", how && *how ? how : "", how && *how ? ")" : "");
+                how && *how ? " (" : "", how && *how ? how : "", how && *how ? ")" : "", data);
     send_run(c, job, 0, 1);
     return 0;
 }

@@ -227,6 +227,17 @@ const char *br_node_refuses(const br_node_t *n)
     return json_string_value(json_object_get(n->info, "refuses"));
 }
 
+uint64_t br_node_trees_missing(const br_node_t *n, const json_t *data)
+{
+    json_t *held = json_object_get(n->info, "trees"), *d;
+    const char *k;
+    uint64_t sum = 0;
+    json_object_foreach((json_t *)data, k, d)
+        if (!json_object_get(held, json_string_value(json_object_get(d, "hash"))))
+            sum += (uint64_t)json_integer_value(json_object_get(d, "bytes"));
+    return sum;
+}
+
 uint64_t br_node_memory(const br_node_t *n)
 {
     return (uint64_t)json_integer_value(json_object_get(n->info, "memory"));

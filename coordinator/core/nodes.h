@@ -33,6 +33,8 @@ int br_node_state_parse(const char *name);
  * (an event that changes nothing, as a reconnect or a new key). */
 int br_node_state_move_ok(br_node_state_t from, br_node_state_t to);
 
+#define BR_NODE_TREES_MAX 4096 /* trees a heartbeat says the node's cache holds */
+
 typedef struct br_node {
     char name[64];
     char pubkey[BR_KEY_LEN + 1];
@@ -87,6 +89,10 @@ int br_node_gpu_count(const br_node_t *n);
 /* Why the node's agent refuses every job (its hello said so: a root agent with no
  * one else to run jobs as), or NULL. Nothing is placed there meanwhile. */
 const char *br_node_refuses(const br_node_t *n);
+/* Bytes of the trees data (a job spec's "data": {name: {"hash", "bytes"...}}) that
+ * are not in the node's cache, as its agent last listed them ("trees" in its info:
+ * {manifest hash: true}): what placing the job there has to fetch. */
+uint64_t br_node_trees_missing(const br_node_t *n, const json_t *data);
 /* What the node costs per hour now, as its agent last said (0: free). */
 double br_node_cost_per_hour(const br_node_t *n);
 json_t *br_node_gpu(const br_node_t *n, int i); /* borrowed, or NULL */

@@ -256,8 +256,13 @@ static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_
     char svc[24];
     if (spread)
         siblings = json_object_get(in->replicas, service_key(job, svc, sizeof(svc)));
+    /* a job with data sets goes, among nodes otherwise equal, where the fewest of
+     * their bytes have to be fetched (the nodes' caches, as their agents list them) */
+    json_t *data = json_object_size(json_object_get(spec, "data")) ? json_object_get(spec, "data")
+                                                                   : NULL;
     int best = 0;
     int64_t best_left = -1;
+    uint64_t best_miss = UINT64_MAX;
     for (br_node_t *n = start ? start : br_nodes_first(in->nodes); n && fit && assign;
          n = n->next) {
         json_t *a = NULL;
@@ -279,16 +284,20 @@ static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_
         } else if (reserved_off(rv, job, n, last, sizeof(last))) {
             /* (backfill: why is in last) */
         } else if (br_sched_fit(n, spec, &a, &left, last, sizeof(last))) {
+            uint64_t miss = data ? br_node_trees_missing(n, data) : 0;
+            /* (fewer bytes to fetch first, then the tighter fit) */
+            int better = miss < best_miss || (miss == best_miss && left < best_left);
             if (want == 1 && sharing && count == 1) { /* keep only the best so far */
-                if (left < best_left) {
+                if (better) {
                     json_decref(assign[0]);
                     fit[0] = n;
                     assign[0] = a;
                     best_left = left;
+                    best_miss = miss;
                 } else {
                     json_decref(a);
                 }
-                if (best_left == 0)
+                if (best_left == 0 && best_miss == 0)
                     break; /* nothing fits tighter */
                 continue;
             }
@@ -303,13 +312,14 @@ static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_
                     break;
                 }
             }
-            if (best_left < 0 || left < best_left) {
+            if (best_left < 0 || better) {
                 best = count;
                 best_left = left;
+                best_miss = miss;
             }
             fit[count] = n;
             assign[count++] = a;
-            if (count == want && want == 1 && !sharing && !spread) /* first fit */
+            if (count == want && want == 1 && !sharing && !spread && miss == 0) /* first fit */
                 break;
             if (want > 1 && count >= BR_SCHED_GANG_CANDIDATES && count >= 4 * want)
                 break; /* enough to choose the nearest set from */
@@ -328,7 +338,7 @@ static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_
     d->nodes = chosen ? calloc((size_t)want, sizeof(*d->nodes)) : NULL;
     d->assign = d->nodes ? calloc((size_t)want, sizeof(*d->assign)) : NULL;
     if (d->assign && want == 1) {
-        chosen[0] = sharing || spread ? best : 0;
+        chosen[0] = sharing || spread || data ? best : 0;
     } else if (d->assign) { /* a gang: the nearest set of those that fit */
         const char *sites = json_string_value(json_object_get(res, "spread"));
         br_netmap_choose(in->netmap, fit, count, want, sites && strcmp(sites, "any") == 0,
@@ -416,7 +426,8 @@ typedef struct {
  * nowhere holds until some node has more room? */
 static int shape_alone(const br_job_t *job)
 {
-    return job->shape && !job->nexclude && !job->fresh_after && job->service == 0;
+    return job->shape && !job->nexclude && !job->fresh_after && job->service == 0 &&
+           !json_object_size(json_object_get(job->spec, "data")); /* (where data is) */
 }
 
 /* The memo of job's shape, added when new; NULL when the job's placement depends

@@ -8,6 +8,7 @@ and run jobs as per-user uids (--job-uids), as a shared node would."""
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -197,3 +198,31 @@ def test_a_node_without_room_says_so(make_cluster, tmp_path):
     assert j["state"] == "failed", j
     text = json.dumps(j)
     assert "data set" in text and "big" in text and "--cache-quota" in text, text
+
+
+def test_the_node_that_holds_the_data_is_preferred(make_cluster, tmp_path, open_dir):
+    c, laptop, _ = node_cluster(make_cluster, tmp_path, n=2)
+    d = laptop / "ds"
+    write(d / "weights.bin", blob(1 << 20, 5))
+    c.cli("data", "push", d, "weights")
+    mnt = open_dir / "w"
+    first, _ = submit(c, f"name: warm\nresources: {{nodelist: [node-2]}}\n"
+                         f"data: {{weights: {mnt}}}\ncommand: wc -c < {mnt}/weights.bin\n")
+    assert c.wait_job(first)["state"] == "completed"
+    assert c.logs(first).strip() == str(1 << 20)
+    assert any("placed on node-2; its data sets: 1.0MiB to fetch" in e
+               for e in events(c, first)), events(c, first)
+
+    # node-1 comes first by name and is as free; node-2 holds the data set
+    def told():
+        job, _ = submit(c, f"name: probe-{secrets.token_hex(2)}\n"
+                           f"data: {{weights: {mnt}}}\ncommand: true\n")
+        c.wait_job(job)
+        return c.job(job)["nodes"] == ["node-2"] and job
+    job = wait_for(told, what="a job with the data set to go where it is cached")
+    assert any("placed on node-2; its data sets are there already" in e
+               for e in events(c, job)), events(c, job)
+    # without data sets, the first node that fits
+    plain, _ = submit(c, "name: plain\ncommand: true\n")
+    c.wait_job(plain)
+    assert c.job(plain)["nodes"] == ["node-1"]
