@@ -1310,8 +1310,8 @@ static json_t *trees_in_use(br_agent_t *a)
 
 /* Pull the tree mf (a truncated manifest: its summary and listing) into the cache,
  * unless it is being pulled already. 0, or -1 with err. */
-static int pull_tree(br_agent_t *a, json_int_t job, int attempt, const json_t *mf,
-                     const char *grant, br_err_t *err)
+static int pull_tree(br_agent_t *a, json_int_t job, int attempt, json_t *mf,
+                     const char *grant, json_t *from, br_err_t *err)
 {
     const char *mhash = json_string_value(json_object_get(mf, "hash"));
     if (json_object_get(a->pulls, mhash))
@@ -1324,10 +1324,13 @@ static int pull_tree(br_agent_t *a, json_int_t job, int attempt, const json_t *m
                            json_integer_value(json_object_get(mf, "bytes")), keep, &limit,
                            err);
     json_decref(keep);
-    if (rc < 0 || br_replica_pull_tree(a->replica, job, attempt, mf, grant, dest,
+    if (rc < 0 || br_replica_pull_tree(a->replica, job, attempt, mf, grant, from, dest,
                                        br_cache_dir(a->cache), limit, err) < 0)
         return -1;
-    json_object_set_new(a->pulls, mhash, json_true());
+    /* (what a pull from another node needs to be made again from the coordinator) */
+    json_object_set_new(a->pulls, mhash,
+                        json_pack("{s:I, s:i, s:O, s:s}", "job", job, "attempt", attempt,
+                                  "manifest", mf, "grant", grant));
     return 0;
 }
 
@@ -1346,9 +1349,11 @@ static json_t *order_trees(json_t *code, json_t *data)
         char what[200];
         snprintf(what, sizeof(what), "data set %s",
                  json_string_value(json_object_get(d, "set")));
-        json_array_append_new(out, json_pack("{s:O, s:O, s:s}", "grant",
-                                             json_object_get(data, "grant"), "manifest",
-                                             json_object_get(d, "manifest"), "what", what));
+        json_t *t = json_pack("{s:O, s:O, s:s}", "grant", json_object_get(data, "grant"),
+                              "manifest", json_object_get(d, "manifest"), "what", what);
+        if (json_is_object(json_object_get(d, "from"))) /* a node that holds it, nearby */
+            json_object_set(t, "from", json_object_get(d, "from"));
+        json_array_append_new(out, t);
     }
     return out;
 }
@@ -1370,7 +1375,7 @@ static int trees_here(br_agent_t *a, br_msg_t *m, json_int_t job, int attempt, j
         if (br_cache_has(a->cache, mhash))
             continue;
         if (pull_tree(a, job, attempt, mf, json_string_value(json_object_get(t, "grant")),
-                      err) < 0) {
+                      json_object_get(t, "from"), err) < 0) {
             br_err_prefix(err, "%s", json_string_value(json_object_get(t, "what")));
             rc = -1;
             break;
@@ -1984,7 +1989,7 @@ static void replica_answer(br_agent_t *a, br_msg_t *m, int rc, const br_err_t *e
 static void on_serve(br_agent_t *a, br_msg_t *m)
 {
     br_err_t err = {0};
-    int rc = br_replica_serve(a->replica, m, &err);
+    int rc = br_replica_serve(a->replica, m, a->cache, &err);
     replica_answer(a, m, rc, &err);
 }
 
@@ -2002,44 +2007,62 @@ static void on_drop(br_agent_t *a, br_msg_t *m)
     replica_answer(a, m, rc, &err);
 }
 
-/* A tree's pull ended: each order that waited for it, failing with it or, once the
- * last tree it waits for is here, taken up again. */
-static void tree_fetched(br_agent_t *a, json_t *res)
+/* The position in f's "wait" of the tree mhash, its "what" into *what; -1: none. */
+static int waits_for(json_t *f, const char *mhash, const char **what)
 {
-    const char *mhash = json_string_value(json_object_get(res, "hash"));
-    const char *error = json_string_value(json_object_get(res, "error"));
-    if (!mhash)
-        return;
-    json_object_del(a->pulls, mhash);
-    a->trees_told = 0; /* one more tree here (or some left to make room) */
+    size_t k;
+    json_t *w;
+    json_array_foreach(json_object_get(f, "wait"), k, w)
+        if (strcmp(json_string_value(json_object_get(w, "hash")), mhash) == 0) {
+            *what = json_string_value(json_object_get(w, "what"));
+            return (int)k;
+        }
+    return -1;
+}
+
+/* The tree mhash cannot be had: every order that waited for it ends, not started. */
+static void orders_fail(br_agent_t *a, const char *mhash, const char *error)
+{
     for (size_t i = 0; i < json_array_size(a->fetching);) {
-        json_t *f = json_array_get(a->fetching, i), *wait = json_object_get(f, "wait"), *w;
-        size_t k;
-        const char *what = NULL;
-        json_array_foreach(wait, k, w)
-            if (strcmp(json_string_value(json_object_get(w, "hash")), mhash) == 0) {
-                what = json_string_value(json_object_get(w, "what"));
-                break;
-            }
-        if (!what) {
+        json_t *f = json_array_get(a->fetching, i);
+        const char *what;
+        if (waits_for(f, mhash, &what) < 0) {
             i++;
             continue;
         }
         json_int_t job = json_integer_value(json_object_get(f, "job"));
         int attempt = (int)json_integer_value(json_object_get(f, "attempt"));
-        if (error) {
-            char reason[BR_ERR_TEXT + 300];
-            snprintf(reason, sizeof(reason), "could not start: %s: %s", what, error);
-            fprintf(stderr, "bramble-agent: job %lld attempt %d: %s\n", (long long)job,
-                    attempt, reason);
-            send_msg(a, BR_MSG_REQUEST, "job.exited",
-                     json_pack("{s:I, s:i, s:n, s:n, s:s}", "job", job, "attempt", attempt,
-                               "exit_code", "signal", "reason", reason),
-                     NULL, 0);
-            json_array_remove(a->fetching, i);
+        char reason[BR_ERR_TEXT + 300];
+        snprintf(reason, sizeof(reason), "could not start: %s: %s", what, error);
+        fprintf(stderr, "bramble-agent: job %lld attempt %d: %s\n", (long long)job, attempt,
+                reason);
+        send_msg(a, BR_MSG_REQUEST, "job.exited",
+                 json_pack("{s:I, s:i, s:n, s:n, s:s}", "job", job, "attempt", attempt,
+                           "exit_code", "signal", "reason", reason),
+                 NULL, 0);
+        json_array_remove(a->fetching, i);
+    }
+}
+
+/* The tree mhash is here (res: how it came): every order that waited for it, once the
+ * last tree it waits for is here, is taken up again. */
+static void orders_go(br_agent_t *a, const char *mhash, const json_t *res)
+{
+    for (size_t i = 0; i < json_array_size(a->fetching);) {
+        json_t *f = json_array_get(a->fetching, i), *wait = json_object_get(f, "wait");
+        const char *what;
+        int k = waits_for(f, mhash, &what);
+        if (k < 0) {
+            i++;
             continue;
         }
-        json_array_remove(wait, k);
+        json_array_remove(wait, (size_t)k);
+        const char *peer = json_string_value(json_object_get(res, "from"));
+        if (peer) { /* read from another node: said in the start's event */
+            if (!json_object_get(f, "from"))
+                json_object_set_new(f, "from", json_array());
+            json_array_append_new(json_object_get(f, "from"), json_string(peer));
+        }
         for (int s = 0; s < 2; s++) {
             const char *n = s ? "deduped" : "received";
             json_object_set_new(f, n, json_integer(json_integer_value(json_object_get(f, n)) +
@@ -2051,6 +2074,8 @@ static void tree_fetched(br_agent_t *a, json_t *res)
         }
         f = json_incref(f);
         json_array_remove(a->fetching, i);
+        json_int_t job = json_integer_value(json_object_get(f, "job"));
+        int attempt = (int)json_integer_value(json_object_get(f, "attempt"));
         double secs =
             (double)(br_mono_ms() - json_integer_value(json_object_get(f, "since"))) / 1e3;
         fprintf(stderr, "bramble-agent: job %lld attempt %d: its trees are here (%lld bytes "
@@ -2061,6 +2086,8 @@ static void tree_fetched(br_agent_t *a, json_t *res)
         br_msg_t *m = br_msg_new(BR_MSG_REQUEST, "job.run", 0);
         json_t *how = json_pack("{s:O, s:O, s:f}", "received", json_object_get(f, "received"),
                                 "deduped", json_object_get(f, "deduped"), "seconds", secs);
+        if (json_object_get(f, "from"))
+            json_object_set(how, "from", json_object_get(f, "from"));
         if (m) {
             br_msg_set_body(m, json_incref(json_object_get(f, "body")));
             run_order(a, m, 0, how);
@@ -2069,6 +2096,39 @@ static void tree_fetched(br_agent_t *a, json_t *res)
         br_msg_destroy(&m);
         json_decref(f);
     }
+}
+
+/* A tree's pull ended. One from another node that failed is made again from the
+ * coordinator; else the orders that waited for it fail with it, or go on. */
+static void tree_fetched(br_agent_t *a, json_t *res)
+{
+    const char *mhash = json_string_value(json_object_get(res, "hash"));
+    const char *error = json_string_value(json_object_get(res, "error"));
+    const char *peer = json_string_value(json_object_get(res, "from"));
+    if (!mhash)
+        return;
+    a->trees_told = 0; /* one more tree here (or some left to make room) */
+    json_t *pull = json_incref(json_object_get(a->pulls, mhash));
+    json_object_del(a->pulls, mhash);
+    br_err_t err = {0};
+    int again = -1;
+    if (error && peer && pull) { /* that node could not serve it: the coordinator can */
+        fprintf(stderr, "bramble-agent: tree %.16s... not pulled from %s (%s): from the "
+                        "coordinator instead\n", mhash, peer, error);
+        again = pull_tree(a, json_integer_value(json_object_get(pull, "job")),
+                          (int)json_integer_value(json_object_get(pull, "attempt")),
+                          json_object_get(pull, "manifest"),
+                          json_string_value(json_object_get(pull, "grant")), NULL, &err);
+    }
+    json_decref(pull);
+    if (again == 0)
+        return; /* the orders wait on */
+    if (again < 0 && err.text[0])
+        orders_fail(a, mhash, err.text);
+    else if (error)
+        orders_fail(a, mhash, error);
+    else
+        orders_go(a, mhash, res);
 }
 
 static void report_stored(br_agent_t *a)

@@ -12,6 +12,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "holder.h"
 #include "jobuser.h"
 #include "listing.h"
@@ -242,17 +243,18 @@ int br_replica_fd(const br_replica_t *r)
 
 /* --- orders --------------------------------------------------------------------- */
 
-int br_replica_serve(br_replica_t *r, const br_msg_t *m, br_err_t *err)
+int br_replica_serve(br_replica_t *r, const br_msg_t *m, struct br_cache *cache,
+                     br_err_t *err)
 {
     const char *grant, *peer, *key, *path, *dir = NULL, *unix_user = NULL;
     json_int_t job, ttl, owner_id = 0;
     json_t *manifest;
-    int replica = 0;
-    if (br_msg_unpack(m, err, "{s:s, s:I, s:s, s:s, s:I, s:o, s:s, s?s, s?I, s?s, s?b}",
+    int replica = 0, cached = 0;
+    if (br_msg_unpack(m, err, "{s:s, s:I, s:s, s:s, s:I, s:o, s:s, s?s, s?I, s?s, s?b, s?b}",
                       "grant", &grant, "job", &job, "peer", &peer, "peer_key", &key,
                       "ttl", &ttl, "manifest", &manifest, "path", &path, "dir", &dir,
                       "owner_id", &owner_id, "unix_user", &unix_user, "replica",
-                      &replica) < 0)
+                      &replica, "cache", &cached) < 0)
         return -1;
     if (!r->holder)
         return br_errf(err, ENOTSUP,
@@ -281,7 +283,16 @@ int br_replica_serve(br_replica_t *r, const br_msg_t *m, br_err_t *err)
         br_manifest_listing(manifest, &g.listing_hash, &g.listing_size, err);
     }
     int rc = 0;
-    if (replica) { /* our copy in the store, read as the agent */
+    char trees[PATH_MAX];
+    if (cached) { /* a tree in the cache, whole (cache.h), read as the agent */
+        if (!cache || !br_cache_has(cache, mhash))
+            rc = br_errf(err, ENOENT, "tree %.16s... is not in this node's cache",
+                         mhash ? mhash : "?");
+        br_cache_tree_path(cache, mhash ? mhash : "", where, sizeof(where));
+        snprintf(trees, sizeof(trees), "%s/trees", br_cache_dir(cache));
+        g.dir = trees;
+        g.path = where;
+    } else if (replica) { /* our copy in the store, read as the agent */
         rc = replica_path(r, job, manifest, path, where, sizeof(where), err);
         g.dir = r->s->replica_dir;
         g.path = where;
@@ -372,16 +383,28 @@ int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err)
 }
 
 int br_replica_pull_tree(br_replica_t *r, int64_t job, int attempt, const json_t *manifest,
-                         const char *grant, const char *dest, const char *store,
-                         int64_t limit, br_err_t *err)
+                         const char *grant, const json_t *from, const char *dest,
+                         const char *store, int64_t limit, br_err_t *err)
 {
     const br_cred_t *cred = &r->s->cred;
-    br_pull_req_t q = {.endpoint = cred->endpoint,
-                       .server_key = cred->server_public_key,
+    char ep[BR_ENDPOINT_MAX];
+    const char *node = json_string_value(json_object_get(from, "node"));
+    const char *addr = json_string_value(json_object_get(from, "addr"));
+    const char *key = json_string_value(json_object_get(from, "key"));
+    int port = (int)json_integer_value(json_object_get(from, "port"));
+    if (from && (!node || !addr || !key || !json_is_string(json_object_get(from, "grant")) ||
+                 port < 1 || port > 65535 || !*addr || strpbrk(addr, "/ ") ||
+                 (size_t)snprintf(ep, sizeof(ep),
+                                  strchr(addr, ':') ? "tcp://[%s]:%d" : "tcp://%s:%d", addr,
+                                  port) >= sizeof(ep)))
+        return br_errf(err, EINVAL, "from: {\"node\", \"addr\", \"port\", \"key\", "
+                                    "\"grant\"}");
+    br_pull_req_t q = {.endpoint = from ? ep : cred->endpoint,
+                       .server_key = from ? key : cred->server_public_key,
                        .public_key = cred->public_key,
                        .secret_key = cred->secret_key,
-                       .peer_name = "the coordinator",
-                       .grant = grant,
+                       .peer_name = from ? node : "the coordinator",
+                       .grant = from ? json_string_value(json_object_get(from, "grant")) : grant,
                        .manifest = manifest,
                        .listings = br_listings_dir(r->listings),
                        .dest = dest,
@@ -394,6 +417,8 @@ int br_replica_pull_tree(br_replica_t *r, int64_t job, int attempt, const json_t
                       "attempt", attempt, "hash",
                       json_string_value(json_object_get(manifest, "hash")), "path", dest,
                       "restore", 0);
+    if (from)
+        json_object_set_new(q.tag, "from", json_string(node));
     int rc = br_puller_submit(r->puller, &q, err);
     json_decref(q.tag);
     return rc;

@@ -22,6 +22,7 @@
 #define BR_REPLICA_DISK_MS 10000 /* free disk is looked at this often */
 
 typedef struct br_replica br_replica_t;
+struct br_cache;
 
 /* From the agent's settings (kept, not copied: they outlive it): the store, its
  * quota, the send cap, the port, the node's key pair, and its job users. Starts the
@@ -38,18 +39,24 @@ int br_replica_fd(const br_replica_t *r);
  * (DATA/manifests, listing.h): those it wrote and those it pulled. */
 struct br_listings *br_replica_listings(br_replica_t *r);
 
-/* The coordinator's orders: 0, or -1 with err (the words of the error reply). */
-int br_replica_serve(br_replica_t *r, const br_msg_t *m, br_err_t *err);
+/* The coordinator's orders: 0, or -1 with err (the words of the error reply).
+ * ckpt.serve with "cache": true serves the tree of the manifest's hash from the
+ * node's cache (cache.h, read as the agent): a data set another node fetches from
+ * this one. */
+int br_replica_serve(br_replica_t *r, const br_msg_t *m, struct br_cache *cache,
+                     br_err_t *err);
 int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err);
 int br_replica_drop(br_replica_t *r, const br_msg_t *m, br_err_t *err);
 
-/* Pull a tree the coordinator serves (a job's code: grant "code:JOB", PROTOCOL.md
- * section 11) into dest, its files linked into store's .by-hash, ahead of the
- * replicas' pulls (a job waits for it). Its result comes from br_replica_take
- * with "code": true, "job", "attempt", "hash", "path". */
+/* Pull a tree the coordinator serves (a job's code: grant "code:JOB", its data sets:
+ * "data:JOB", PROTOCOL.md section 11), or from another node that holds it in its
+ * cache (from: {"node", "addr", "port", "key", "grant"}; NULL: the coordinator), into
+ * dest, its files linked into store's .by-hash, ahead of the replicas' pulls (a job
+ * waits for it). Its result comes from br_replica_take with "code": true, "job",
+ * "attempt", "hash", "path", "from" (the node's name, when it was one). */
 int br_replica_pull_tree(br_replica_t *r, int64_t job, int attempt, const json_t *manifest,
-                         const char *grant, const char *dest, const char *store,
-                         int64_t limit, br_err_t *err);
+                         const char *grant, const json_t *from, const char *dest,
+                         const char *store, int64_t limit, br_err_t *err);
 /* A finished fetch, as the body of its ckpt.stored report (the caller's), or NULL
  * when none has finished. */
 json_t *br_replica_take(br_replica_t *r);

@@ -439,11 +439,12 @@ void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     const char *path = NULL;
     json_int_t received = -1, deduped = 0;
     double seconds = 0;
+    json_t *peers = NULL; /* the nodes its trees were read from */
     br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:I, s:i, s:I, s?i, s?{s:s, s:I}, s?{s:I, s:I, s:F}}", "job",
-                      &job, "attempt", &attempt, "pid", &pid, "port", &port, "resumed", "path",
-                      &path, "step", &step, "code", "received", &received, "deduped",
-                      &deduped, "seconds", &seconds) < 0) {
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:I, s?i, s?{s:s, s:I}, s?{s:I, s:I, s:F, s?o}}",
+                      "job", &job, "attempt", &attempt, "pid", &pid, "port", &port, "resumed",
+                      "path", &path, "step", &step, "code", "received", &received, "deduped",
+                      &deduped, "seconds", &seconds, "from", &peers) < 0) {
         br_reply_fail(c, m, &err);
         return;
     }
@@ -468,6 +469,15 @@ void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_job_t *j = br_jobtab_find(c->jobs, job);
         int has_code = j && json_is_object(json_object_get(j->spec, "code"));
         int has_data = j && json_object_size(json_object_get(j->spec, "data")) > 0;
+        if (has_data) { /* the node holds them now: others may read them there */
+            const char *k;
+            json_t *set, *held = json_object_get(n->info, "trees");
+            if (!held)
+                json_object_set_new(n->info, "trees", held = json_object());
+            json_object_foreach(json_object_get(j->spec, "data"), k, set)
+                json_object_set_new(held, json_string_value(json_object_get(set, "hash")),
+                                    json_true());
+        }
         const char *what = has_code && has_data ? "its code and data sets"
                            : has_data           ? "its data sets"
                                                 : "its code";
@@ -476,10 +486,18 @@ void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         if (received == 0 && deduped == 0 && seconds == 0)
             br_coord_event(c, job, n->name, "starting", "attempt %d: %s %s in %s's cache",
                            attempt, what, has_data ? "were" : "was", n->name);
-        else
+        else {
+            char src[200] = "";
+            size_t i;
+            json_t *p;
+            json_array_foreach(json_is_array(peers) ? peers : NULL, i, p)
+                if (json_is_string(p) && strlen(src) + json_string_length(p) + 8 < sizeof(src))
+                    snprintf(src + strlen(src), sizeof(src) - strlen(src), "%s%s",
+                             i ? ", " : " from ", json_string_value(p));
             br_coord_event(c, job, n->name, "starting", "attempt %d: %s fetched to "
-                           "%s in %.1f s: %s sent, %s found there", attempt, what, n->name,
-                           seconds, r, d);
+                           "%s%s in %.1f s: %s sent, %s found there", attempt, what, n->name,
+                           src, seconds, r, d);
+        }
     }
     if (n)
         br_jobs_started(c, job, attempt, n, port);

@@ -12,6 +12,7 @@
 #include "util.h"
 #include "hooks.h"
 #include "jobtab.h"
+#include "netmap.h"
 #include "stats.h"
 
 void br_job_save(br_coord_t *c, br_job_t *job)
@@ -275,6 +276,55 @@ static json_t *rank_tasks(const br_job_t *job, int r)
     return tasks;
 }
 
+#define DATA_GRANT_TTL_MS (60 * 60 * 1000) /* a node's leave to read a tree from another */
+
+/* The node nearest target (by the network map) that holds the tree of manifest hash
+ * in its cache and serves trees, unless the coordinator is nearer by half: NULL for
+ * the coordinator. A holder is preferred when in doubt: the coordinator's link is
+ * often a home uplink, which every node that fetches from it shares. */
+static br_node_t *tree_holder(br_coord_t *c, const br_node_t *target, const char *hash)
+{
+    br_node_t *best = NULL;
+    double best_rtt = 0;
+    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
+        if (n == target || n->state != BR_NODE_READY || !n->route_len ||
+            json_integer_value(json_object_get(n->info, "replica_port")) <= 0 ||
+            !json_object_get(json_object_get(n->info, "trees"), hash))
+            continue;
+        double rtt = br_netmap_rtt(c->netmap, target->name, n->name);
+        if (rtt >= 0 && (!best || rtt < best_rtt)) { /* (unmeasured or lost: not asked) */
+            best = n;
+            best_rtt = rtt;
+        }
+    }
+    double coord = br_netmap_coordinator_rtt(c->netmap, target->name);
+    return best && !(coord >= 0 && coord < best_rtt / 2) ? best : NULL;
+}
+
+/* Where rank r's node reads data set d (a spec's data entry) from: a nearby node that
+ * holds it, which is given leave to serve it (ckpt.serve, "cache": true), as
+ * {"node", "addr", "port", "key", "grant"}; or NULL: the coordinator. */
+static json_t *data_source(br_coord_t *c, br_job_t *job, br_node_t *target, json_t *d,
+                           json_t *manifest)
+{
+    const char *hash = json_string_value(json_object_get(d, "hash"));
+    br_node_t *h = hash ? tree_holder(c, target, hash) : NULL;
+    const char *addr = h ? json_string_value(json_object_get(h->info, "address")) : NULL;
+    if (!addr || !*addr)
+        return NULL;
+    char grant[200];
+    snprintf(grant, sizeof(grant), "data:%lld:%.16s:%s", (long long)job->id, hash,
+             target->name);
+    br_coord_send_node(c, h, "ckpt.serve",
+                       json_pack("{s:s, s:I, s:s, s:s, s:I, s:O, s:s, s:b}", "grant", grant,
+                                 "job", (json_int_t)job->id, "peer", target->name, "peer_key",
+                                 target->pubkey, "ttl", (json_int_t)DATA_GRANT_TTL_MS,
+                                 "manifest", manifest, "path", "", "cache", 1));
+    return json_pack("{s:s, s:s, s:I, s:s, s:s}", "node", h->name, "addr", addr, "port",
+                     json_integer_value(json_object_get(h->info, "replica_port")), "key",
+                     h->pubkey, "grant", grant);
+}
+
 /* Send the job.run order for rank r of job's current attempt (announce: say in the
  * job's events where it resumes from). The rank remembers it was sent (job.h). */
 static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
@@ -352,15 +402,22 @@ static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
         const char *k;
         json_t *d, *list = json_array();
         snprintf(grant, sizeof(grant), "data:%lld", (long long)job->id);
-        json_object_foreach(data, k, d)
-            json_array_append_new(
-                list, json_pack("{s:s, s:O, s:O, s:{s:O, s:s, s:O, s:O, s:[], s:b, s:O}}",
-                                "name", k, "set", json_object_get(d, "set"), "path",
-                                json_object_get(d, "path"), "manifest", "hash",
-                                json_object_get(d, "hash"), "root", "dir", "files",
-                                json_object_get(d, "files"), "bytes",
-                                json_object_get(d, "bytes"), "entries", "truncated", 1,
-                                "listing", json_object_get(d, "listing")));
+        json_object_foreach(data, k, d) {
+            json_t *e = json_pack("{s:s, s:O, s:O, s:{s:O, s:s, s:O, s:O, s:[], s:b, s:O}}",
+                                  "name", k, "set", json_object_get(d, "set"), "path",
+                                  json_object_get(d, "path"), "manifest", "hash",
+                                  json_object_get(d, "hash"), "root", "dir", "files",
+                                  json_object_get(d, "files"), "bytes",
+                                  json_object_get(d, "bytes"), "entries", "truncated", 1,
+                                  "listing", json_object_get(d, "listing"));
+            int held = json_object_get(json_object_get(n->info, "trees"),
+                                       json_string_value(json_object_get(d, "hash"))) != NULL;
+            json_t *src = held ? NULL
+                               : data_source(c, job, n, d, json_object_get(e, "manifest"));
+            if (src) /* a node nearby has it: read from there, the coordinator else */
+                json_object_set_new(e, "from", src);
+            json_array_append_new(list, e);
+        }
         json_object_set_new(body, "data", json_pack("{s:s, s:o}", "grant", grant, "sets", list));
     }
     json_t *outputs = json_object_get(spec, "outputs");

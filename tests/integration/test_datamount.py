@@ -226,3 +226,46 @@ def test_the_node_that_holds_the_data_is_preferred(make_cluster, tmp_path, open_
     plain, _ = submit(c, "name: plain\ncommand: true\n")
     c.wait_job(plain)
     assert c.job(plain)["nodes"] == ["node-1"]
+
+
+def probed(c, a, b):
+    """Whether the network map has a round trip between nodes a and b."""
+    m = c.cli_json("probe")
+    i, j = m["nodes"].index(a), m["nodes"].index(b)
+    return m["rtt_ms"][i][j] is not None and m["rtt_ms"][i][j] >= 0
+
+
+def test_a_node_reads_a_data_set_from_a_node_that_holds_it(make_cluster, tmp_path, open_dir):
+    c, laptop, _ = node_cluster(make_cluster, tmp_path, n=3, heartbeat="250ms")
+    d = laptop / "ds"
+    write(d / "weights.bin", blob(2 << 20, 9))
+    c.cli("data", "push", d, "weights")
+    want = hashlib.sha256((d / "weights.bin").read_bytes()).hexdigest()
+    mnt = open_dir / "w"
+    spec = (f"resources: {{nodelist: [NODE]}}\ndata: {{weights: {mnt}}}\n"
+            f"command: sha256sum {mnt}/weights.bin\n")
+
+    def run(name, node):
+        job, _ = submit(c, f"name: {name}\n" + spec.replace("NODE", node))
+        assert c.wait_job(job)["state"] == "completed", c.logs(job, stream="both")
+        assert want in c.logs(job)
+        return [e for e in events(c, job) if "fetched to" in e]
+
+    first = run("first", "node-1")
+    assert first and " from " not in first[0], first  # from the coordinator's store
+    wait_for(lambda: probed(c, "node-1", "node-2"), what="node-1 and node-2 to probe")
+    second = run("second", "node-2")
+    assert second and "fetched to node-2 from node-1" in second[0] and "2.0MiB sent" in \
+        second[0], second
+
+    # a holder that lost its copy (its cache emptied by hand): the node reads from the
+    # coordinator instead, and the job runs all the same
+    wait_for(lambda: probed(c, "node-3", "node-1") and probed(c, "node-3", "node-2"),
+             what="node-3 to probe the others")
+    for name in ("node-1", "node-2"):
+        shutil.rmtree(c.agent_dir(name) / "cache" / "trees")
+        (c.agent_dir(name) / "cache" / "trees").mkdir(mode=0o700)
+    third = run("third", "node-3")
+    assert third and " from " not in third[0], third
+    log = (c.root / "logs" / "agent-node-3.log").read_text()
+    assert "from the coordinator instead" in log, log

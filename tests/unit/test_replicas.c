@@ -108,7 +108,7 @@ static int order(br_replica_t *r, const char *type, json_t *body, br_err_t *err)
     br_msg_t *m = br_msg_new(BR_MSG_REQUEST, type, 1);
     br_msg_set_body(m, body);
     *err = (br_err_t){0};
-    int rc = strcmp(type, "ckpt.serve") == 0   ? br_replica_serve(r, m, err)
+    int rc = strcmp(type, "ckpt.serve") == 0   ? br_replica_serve(r, m, NULL, err)
              : strcmp(type, "ckpt.fetch") == 0 ? br_replica_fetch(r, m, err)
                                                : br_replica_drop(r, m, err);
     br_msg_destroy(&m);
