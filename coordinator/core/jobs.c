@@ -278,10 +278,13 @@ static json_t *rank_tasks(const br_job_t *job, int r)
 
 #define DATA_GRANT_TTL_MS (60 * 60 * 1000) /* a node's leave to read a tree from another */
 
+#define DATA_NEARER_MS 5.0 /* round trips closer than this are one site's */
+
 /* The node nearest target (by the network map) that holds the tree of manifest hash
- * in its cache and serves trees, unless the coordinator is nearer by half: NULL for
- * the coordinator. A holder is preferred when in doubt: the coordinator's link is
- * often a home uplink, which every node that fetches from it shares. */
+ * in its cache and serves trees, unless the coordinator is nearer by half and by
+ * DATA_NEARER_MS (another site): NULL for the coordinator. A holder is preferred
+ * when in doubt: the coordinator's link is often a home uplink, which every node
+ * that fetches from it shares, and within a site round trips say little. */
 static br_node_t *tree_holder(br_coord_t *c, const br_node_t *target, const char *hash)
 {
     br_node_t *best = NULL;
@@ -298,7 +301,8 @@ static br_node_t *tree_holder(br_coord_t *c, const br_node_t *target, const char
         }
     }
     double coord = br_netmap_coordinator_rtt(c->netmap, target->name);
-    return best && !(coord >= 0 && coord < best_rtt / 2) ? best : NULL;
+    return best && !(coord >= 0 && coord < best_rtt / 2 && best_rtt - coord > DATA_NEARER_MS)
+               ? best : NULL;
 }
 
 /* Where rank r's node reads data set d (a spec's data entry) from: a nearby node that

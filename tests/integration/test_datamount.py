@@ -269,3 +269,25 @@ def test_a_node_reads_a_data_set_from_a_node_that_holds_it(make_cluster, tmp_pat
     assert third and " from " not in third[0], third
     log = (c.root / "logs" / "agent-node-3.log").read_text()
     assert "from the coordinator instead" in log, log
+
+
+def test_a_gangs_ranks_read_the_data_set_from_the_first_ones_node(make_cluster, tmp_path,
+                                                                  open_dir):
+    c, laptop, names = node_cluster(make_cluster, tmp_path, n=3, heartbeat="250ms")
+    d = laptop / "ds"
+    write(d / "weights.bin", blob(1 << 20, 4))
+    c.cli("data", "push", d, "weights")
+    for a in names:
+        for b in names:
+            if a < b:
+                wait_for(lambda: probed(c, a, b), what=f"{a} and {b} to probe each other")
+    mnt = open_dir / "w"
+    job, _ = submit(c, f"name: gang\nresources: {{nodes: 3}}\ndata: {{weights: {mnt}}}\n"
+                       f"command: wc -c < {mnt}/weights.bin\n")
+    assert c.wait_job(job)["state"] == "completed", c.logs(job, stream="both")
+    fetched = [e for e in events(c, job) if "fetched to" in e]
+    assert len(fetched) == 3, fetched
+    # one read the store, the two others the node that had it by then
+    assert sum(" from " not in e for e in fetched) == 1, fetched
+    first = next(e for e in fetched if " from " not in e).split("fetched to ")[1].split()[0]
+    assert sum(f" from {first} " in e for e in fetched) == 2, fetched
