@@ -734,7 +734,8 @@ out:
 static br_task_t *live_tasks; /* every task started and not destroyed yet */
 
 /* Where the mounts go: made (0755, as the agent) when missing, and each a directory;
- * a root agent's alone, since mounting needs one. */
+ * a root agent's alone, since mounting needs one. Walked a part at a time without
+ * following symlinks, so that no link sends the making of a directory elsewhere. */
 static int mount_points(const br_task_opts_t *opts, br_err_t *err)
 {
     if (!opts->mounts || !opts->mounts[0])
@@ -745,25 +746,29 @@ static int mount_points(const br_task_opts_t *opts, br_err_t *err)
     for (int i = 0; opts->mounts[2 * i]; i++) {
         const char *to = opts->mounts[2 * i + 1];
         char path[PATH_MAX];
-        struct stat st;
         if (strlen(to) >= sizeof(path) || to[0] != '/')
             return br_errf(err, EINVAL, "mount point '%.80s': not an absolute path", to);
         strcpy(path, to);
-        for (char *p = path + 1;; p++) { /* each parent, then the point itself */
-            int last = !*p;
-            if (*p != '/' && !last)
-                continue;
-            *p = 0;
-            if (mkdir(path, 0755) < 0 && errno != EEXIST)
-                return br_errf(err, errno, "mount point %s: cannot make %s: %s", to, path,
-                               strerror(errno));
-            if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
-                return br_errf(err, ENOTDIR, "mount point %s: %s is not a directory", to,
-                               path);
-            if (last)
-                break;
-            *p = '/';
+        int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        char *save = NULL;
+        for (char *part = strtok_r(path, "/", &save); part && fd >= 0;
+             part = strtok_r(NULL, "/", &save)) {
+            if (mkdirat(fd, part, 0755) < 0 && errno != EEXIST) {
+                int e = errno;
+                close(fd);
+                return br_errf(err, e, "mount point %s: cannot make %s: %s", to, part,
+                               strerror(e));
+            }
+            int next = openat(fd, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            close(fd);
+            if (next < 0)
+                return br_errf(err, ENOTDIR, "mount point %s: %s is not a directory (or is "
+                                             "a symlink)", to, part);
+            fd = next;
         }
+        if (fd < 0)
+            return br_errf(err, errno, "mount point %s: %s", to, strerror(errno));
+        close(fd);
     }
     return 0;
 }

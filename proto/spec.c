@@ -627,7 +627,7 @@ int br_spec_mount_ok(const char *path, const char **why)
 {
     static const char *const system[] = {"/bin", "/boot", "/dev", "/etc", "/lib",
                                          "/proc", "/run", "/sbin", "/sys", "/usr",
-                                         "/var", NULL};
+                                         "/var/lib", "/var/run", NULL};
     size_t n = path ? strlen(path) : 0;
     *why = NULL;
     if (!n || path[0] != '/')

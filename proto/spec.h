@@ -142,7 +142,8 @@ const char *br_spec_label_missing(const json_t *want, const json_t *have);
 /* Whether path is where a data set may be mounted read-only in a job: absolute,
  * normalised (no '.', '..' or empty part, no trailing '/'), at most
  * BR_SPEC_MAX_MOUNT bytes, and outside the system's own directories (/, /bin,
- * /boot, /dev, /etc, /lib*, /proc, /run, /sbin, /sys, /usr, /var): 1, or 0 with
+ * /boot, /dev, /etc, /lib*, /proc, /run, /sbin, /sys, /usr, /var/lib, /var/run):
+ * 1, or 0 with
  * why (a phrase) in *why. */
 int br_spec_mount_ok(const char *path, const char **why);
 

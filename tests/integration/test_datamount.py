@@ -175,6 +175,16 @@ def test_refusals_name_what_was_wrong(make_cluster, tmp_path, open_dir):
     job, err = submit(c, f"name: twice\ndata: {{weights: {mnt}, weights:v1: {mnt}/sub}}\n"
                          f"command: true\n", credential=alice, check=False)
     assert job is None and "overlap" in err, err
+    # a symlink on the way to the mount point is never followed, on the node either
+    elsewhere = open_dir / "elsewhere"
+    elsewhere.mkdir()
+    (open_dir / "link").symlink_to(elsewhere)
+    job, _ = submit(c, f"name: linked\ndata: {{weights: {open_dir}/link/models}}\n"
+                       f"command: true\n", credential=alice)
+    j = c.wait_job(job)
+    assert j["state"] == "failed" and "link is not a directory (or is a symlink)" in \
+        json.dumps(j), j
+    assert not any(elsewhere.iterdir())
     # shared with bob: his job mounts it
     c.cli("data", "push", d, "weights:shared", "--share", "bob", credential=alice)
     job, err = submit(c, f"name: shared\ndata: {{alice/weights:shared: {mnt}}}\n"

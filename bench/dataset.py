@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""dataset.py BIN [SIZE_MIB] [RATE] - one data set to three nodes: what the
+coordinator's link (the "home uplink", a veth shaped to RATE, default 200mbit, out
+of the coordinator's own network namespace) carries, side by side in one run:
+
+  * a gang of 3 that mounts it (`data:`): its first rank's node reads it from the
+    coordinator, the two others from that node (the nearest holder);
+  * three separate jobs placed at the same moment on three other nodes, before
+    any holds it: each reads it from the coordinator.
+
+The uplink's bytes are the kernel's count of what left the coordinator's end of
+the veth (tx_bytes), not bramble's reports; the nodes reach each other on the
+host, off the uplink.
+Each case runs on three fresh agents (empty caches). Needs root (the agents
+mount the data set) and SIZE_MIB of disk four times over (the store, and a cache
+per node). Default 1024 MiB, in 64 MiB files."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/bin")
+SIZE_MIB = int(sys.argv[2]) if len(sys.argv) > 2 else 1024
+RATE = sys.argv[3] if len(sys.argv) > 3 else "200mbit"
+FILE_MIB = 64
+
+
+def wait(pred, timeout=600, what="a condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def sh(*argv):
+    subprocess.run(argv, check=True, capture_output=True)
+
+
+class Uplink:
+    """A namespace for the coordinator, joined to the host by a veth pair whose
+    namespace end sends at most RATE."""
+
+    def __init__(self):
+        tag = os.urandom(3).hex()
+        self.ns, self.host, self.far = f"brup-{tag}", f"bruh{tag}", f"brun{tag}"
+        b = int(tag[:2], 16) % 250
+        self.host_ip, self.ns_ip = f"10.251.{b}.1", f"10.251.{b}.2"
+        sh("ip", "netns", "add", self.ns)
+        sh("ip", "link", "add", self.host, "type", "veth", "peer", "name", self.far)
+        sh("ip", "link", "set", self.far, "netns", self.ns)
+        sh("ip", "addr", "add", f"{self.host_ip}/24", "dev", self.host)
+        sh("ip", "link", "set", self.host, "up")
+        for cmd in (["ip", "addr", "add", f"{self.ns_ip}/24", "dev", self.far],
+                    ["ip", "link", "set", self.far, "up"], ["ip", "link", "set", "lo", "up"],
+                    ["tc", "qdisc", "add", "dev", self.far, "root", "tbf", "rate", RATE,
+                     "burst", "256kb", "latency", "100ms"]):
+            sh("ip", "netns", "exec", self.ns, *cmd)
+
+    def sent(self):
+        """Bytes the coordinator's end has sent."""
+        r = subprocess.run(["ip", "netns", "exec", self.ns, "cat",
+                            f"/sys/class/net/{self.far}/statistics/tx_bytes"],
+                           capture_output=True, text=True, check=True)
+        return int(r.stdout)
+
+    def remove(self):
+        subprocess.run(["ip", "link", "del", self.host], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+
+
+class Cluster:
+    def __init__(self, tmp, up):
+        self.tmp = tmp
+        self.up = up
+        self.procs = []
+        self.env = dict(os.environ,
+                        BRAMBLE_CREDENTIAL=f"{tmp}/coord/admin.credential")
+        subprocess.run([f"{BIN}/brambled", "init", "--data-dir", f"{tmp}/coord", "--listen",
+                        f"tcp://{up.ns_ip}:7700"], check=True, capture_output=True)
+        self.coord = self.spawn("brambled", ["ip", "netns", "exec", up.ns, f"{BIN}/brambled",
+                                             "--data-dir", f"{tmp}/coord",
+                                             "--heartbeat-interval", "250ms"])
+        wait(lambda: self.cli("nodes", "--json", check=False) is not None, 30,
+             "the coordinator")
+
+    def spawn(self, name, argv):
+        log = open(f"{self.tmp}/{name}.log", "w")
+        p = subprocess.Popen(argv, stdout=log, stderr=log)
+        self.procs.append(p)
+        return p
+
+    def cli(self, *args, check=True):
+        r = subprocess.run([f"{BIN}/bramble", *map(str, args)], capture_output=True,
+                           text=True, env=self.env, timeout=600)
+        if r.returncode != 0:
+            if check:
+                raise RuntimeError(f"bramble {' '.join(map(str, args))}: {r.stderr}")
+            return None
+        return r.stdout
+
+    def agents(self, names):
+        tok = self.cli("token", "create", "--uses", len(names)).strip()
+        for n in names:
+            self.spawn(n, [f"{BIN}/bramble-agent", "--data-dir", f"{self.tmp}/{n}", "--join",
+                           tok, "--name", n, "--probe-port", "0", "--replica-port", "0",
+                           "--allow-root-jobs"])
+        wait(lambda: all(x["state"] == "ready" for x in json.loads(self.cli("nodes", "--json"))
+                         if x["name"] in names) and
+             len([x for x in json.loads(self.cli("nodes", "--json"))
+                  if x["name"] in names]) == len(names), 60, "the agents")
+
+    def probed(self, names):
+        m = json.loads(self.cli("probe", "--json"))
+        idx = [m["nodes"].index(n) for n in names]
+        return all(m["rtt_ms"][i][j] is not None and m["rtt_ms"][i][j] >= 0
+                   for i in idx for j in idx if i != j)
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def run_case(c, spec_text, ids_wanted):
+    """Submit what spec_text (one or more specs) says; (uplink bytes, seconds)."""
+    before, t0 = c.up.sent(), time.monotonic()
+    ids = []
+    for i, text in enumerate(spec_text):
+        path = f"{c.tmp}/spec{i}-{time.monotonic_ns()}.yaml"
+        with open(path, "w") as f:
+            f.write(text)
+        ids.append(json.loads(c.cli("submit", path, "--json"))["id"])
+    for jid in ids:
+        j = wait(lambda: (lambda x: x if x["state"] in ("completed", "failed") else None)(
+            json.loads(c.cli("job", "show", jid, "--json"))), 1800, f"job {jid}")
+        assert j["state"] == "completed", j
+    return c.up.sent() - before, time.monotonic() - t0, ids
+
+
+def main():
+    if os.geteuid() != 0:
+        print("dataset.py: needs root (agents mount data sets); skipped")
+        return
+    tmp = tempfile.mkdtemp(prefix="bramble-bench-data-", dir="/var/tmp")
+    c = None
+    up = Uplink()
+    try:
+        ds = f"{tmp}/weights"
+        os.makedirs(ds)
+        for i in range(SIZE_MIB // FILE_MIB):
+            with open(f"{ds}/shard-{i:03d}.bin", "wb") as f:
+                for _ in range(FILE_MIB):
+                    f.write(os.urandom(1 << 20))
+        size = SIZE_MIB << 20
+        c = Cluster(tmp, up)
+        t0 = time.monotonic()
+        c.cli("data", "push", ds, "weights")
+        push_s = time.monotonic() - t0
+        mnt = f"{tmp}/mnt"
+        os.makedirs(mnt, exist_ok=True)
+        cmd = f"cat {mnt}/shard-000.bin > /dev/null"
+
+        gang = ["g1", "g2", "g3"]
+        c.agents(gang)
+        wait(lambda: c.probed(gang), 60, "the gang's nodes to probe each other")
+        g_bytes, g_s, gids = run_case(
+            c, [f"name: gang\nresources: {{nodes: 3, cpus: 0}}\n"
+                f"data: {{weights: {mnt}}}\ncommand: {cmd}\n"], 1)
+        sources = [e["reason"] for e in json.loads(c.cli("job", "show", gids[0], "--json"))
+                   ["events"] if "fetched to" in (e["reason"] or "")]
+
+        solo = ["s1", "s2", "s3"]
+        c.agents(solo)
+        s_bytes, s_s, _ = run_case(
+            c, [f"name: solo{i}\nresources: {{nodelist: [{n}], cpus: 0}}\n"
+                f"data: {{weights: {mnt}}}\ncommand: {cmd}\n" for i, n in enumerate(solo)], 3)
+
+        mib = lambda b: b / (1 << 20)
+        print(f"data set: {SIZE_MIB} MiB in {SIZE_MIB // FILE_MIB} files; push {push_s:.1f} s; "
+              f"uplink {RATE}")
+        print(f"gang of 3 (nodes read from the nearest holder): uplink {mib(g_bytes):.0f} MiB "
+              f"= {g_bytes / size:.2f}x the data set, submit -> done {g_s:.1f} s")
+        for s in sources:
+            print(f"  {s}")
+        print(f"3 jobs placed at once (each reads the coordinator): uplink "
+              f"{mib(s_bytes):.0f} MiB = {s_bytes / size:.2f}x, submit -> done {s_s:.1f} s")
+    finally:
+        if c:
+            c.stop()
+        up.remove()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
