@@ -1445,6 +1445,54 @@ static int data_mounts(br_agent_t *a, json_t *data, const char **mounts,
 
 static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched);
 
+/* job.fetched: the trees a gang's rank needs are here (how: {"received", "deduped",
+ * "seconds", "from"?}). */
+static void say_fetched(br_agent_t *a, json_int_t job, int attempt, json_t *how)
+{
+    send_msg(a, BR_MSG_REQUEST, "job.fetched",
+             json_pack("{s:I, s:i, s:O}", "job", job, "attempt", attempt, "code", how), NULL,
+             0);
+}
+
+/* job.fetch: a gang's rank fetches its trees before any rank starts (the
+ * coordinator's barrier); job.fetched says they are here. */
+static void on_fetch_trees(br_agent_t *a, br_msg_t *m)
+{
+    json_int_t job;
+    int attempt, rank;
+    json_t *code = NULL, *data = NULL;
+    br_err_t err = {0};
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:i, s?o, s?o}", "job", &job, "attempt", &attempt,
+                      "rank", &rank, "code", &code, "data", &data) < 0 ||
+        (code && (!json_is_string(json_object_get(code, "grant")) ||
+                  !json_is_string(json_object_get(json_object_get(code, "manifest"),
+                                                  "hash")))) ||
+        (data && data_check(data, &err) < 0)) {
+        reply(a, m, EPROTO, err.text[0] ? err.text : "job.fetch: code {\"grant\", "
+                                                     "\"manifest\"}");
+        return;
+    }
+    reply(a, m, 0, NULL);
+    int here = trees_here(a, m, job, attempt, code, data, &err);
+    if (here == 1) { /* (a resent order waits with the first) */
+        int i = fetching_at(a, job, attempt);
+        json_object_set_new(json_array_get(a->fetching, (size_t)i), "prefetch", json_true());
+    } else if (here == 0) {
+        json_t *how = json_pack("{s:i, s:i, s:f}", "received", 0, "deduped", 0, "seconds", 0.0);
+        say_fetched(a, job, attempt, how);
+        json_decref(how);
+    } else {
+        char reason[BR_ERR_TEXT + 32];
+        snprintf(reason, sizeof(reason), "could not start: %s", err.text);
+        fprintf(stderr, "bramble-agent: job %lld attempt %d: %s\n", (long long)job, attempt,
+                reason);
+        send_msg(a, BR_MSG_REQUEST, "job.exited",
+                 json_pack("{s:I, s:i, s:n, s:n, s:s}", "job", job, "attempt", attempt,
+                           "exit_code", "signal", "reason", reason),
+                 NULL, 0);
+    }
+}
+
 static void on_run(br_agent_t *a, br_msg_t *m)
 {
     run_order(a, m, 1, NULL);
@@ -2088,7 +2136,9 @@ static void orders_go(br_agent_t *a, const char *mhash, const json_t *res)
                                 "deduped", json_object_get(f, "deduped"), "seconds", secs);
         if (json_object_get(f, "from"))
             json_object_set(how, "from", json_object_get(f, "from"));
-        if (m) {
+        if (json_is_true(json_object_get(f, "prefetch"))) /* a gang's: the start waits */
+            say_fetched(a, job, attempt, how);
+        else if (m) {
             br_msg_set_body(m, json_incref(json_object_get(f, "body")));
             run_order(a, m, 0, how);
         }
@@ -2172,6 +2222,7 @@ static const struct {
     {"node.rekey", K_REQUEST, on_rekey},
     {"ckpt.serve", K_REQUEST, on_serve},
     {"ckpt.fetch", K_REQUEST, on_fetch},
+    {"job.fetch", K_REQUEST, on_fetch_trees},
     {"ckpt.drop", K_REQUEST, on_drop},
 };
 

@@ -28,6 +28,7 @@ static const struct {
     {"node.hello", K_REQUEST, P_NODE, br_api_node_hello},
     {"node.heartbeat", K_REQUEST, P_NODE, br_api_node_heartbeat},
     {"job.started", K_REQUEST, P_NODE, br_api_job_started},
+    {"job.fetched", K_REQUEST, P_NODE, br_api_job_fetched},
     {"job.exited", K_REQUEST, P_NODE, br_api_job_exited},
     {"job.log", K_REQUEST | K_EVENT, /* an event from agents that predate its answer */
       P_NODE, br_api_job_log},

@@ -21,6 +21,8 @@ void br_api_node_join(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+/* job.fetched: a gang's rank has its trees in its node's cache (jobs.h) */
+void br_api_job_fetched(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_log(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_job_checkpoint(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

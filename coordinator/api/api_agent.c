@@ -432,6 +432,72 @@ fail:
     br_reply_fail(c, m, &err);
 }
 
+/* The event that says where a rank's trees (code, data sets) came from, and the
+ * job's data sets counted as held by n from now. All 0: they were in n's cache
+ * (not said again for a gang's rank whose fetch was said already: prefetched). */
+static void trees_event(br_coord_t *c, br_node_t *n, json_int_t job, int attempt,
+                        json_int_t received, json_int_t deduped, double seconds,
+                        const json_t *peers, int prefetch)
+{
+    char r[32], d[32];
+    br_job_t *j = br_jobtab_find(c->jobs, job);
+    int has_code = j && json_is_object(json_object_get(j->spec, "code"));
+    int has_data = j && json_object_size(json_object_get(j->spec, "data")) > 0;
+    if (has_data) { /* the node holds them now: others may read them there */
+        const char *k;
+        json_t *set, *held = json_object_get(n->info, "trees");
+        if (!held)
+            json_object_set_new(n->info, "trees", held = json_object());
+        json_object_foreach(json_object_get(j->spec, "data"), k, set)
+            json_object_set_new(held, json_string_value(json_object_get(set, "hash")),
+                                json_true());
+    }
+    const char *what = has_code && has_data ? "its code and data sets"
+                       : has_data           ? "its data sets"
+                                            : "its code";
+    br_format_size((uint64_t)received, r, sizeof(r));
+    br_format_size((uint64_t)(deduped > 0 ? deduped : 0), d, sizeof(d));
+    int rank = j ? br_job_rank_on(j, n->name, 1) : -1;
+    if (received == 0 && deduped == 0 && seconds == 0) {
+        if (prefetch || !j || !br_jobs_prefetched(j, rank))
+            br_coord_event(c, job, n->name, "starting", "attempt %d: %s %s in %s's cache",
+                           attempt, what, has_data ? "were" : "was", n->name);
+        return;
+    }
+    char src[200] = "";
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_is_array(peers) ? peers : NULL, i, p)
+        if (json_is_string(p) && strlen(src) + json_string_length(p) + 8 < sizeof(src))
+            snprintf(src + strlen(src), sizeof(src) - strlen(src), "%s%s", i ? ", " : " from ",
+                     json_string_value(p));
+    br_coord_event(c, job, n->name, "starting", "attempt %d: %s fetched to %s%s in %.1f s: "
+                   "%s sent, %s found there", attempt, what, n->name, src, seconds, r, d);
+}
+
+void br_api_job_fetched(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t job, received = 0, deduped = 0;
+    int attempt;
+    double seconds = 0;
+    json_t *peers = NULL;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:{s:I, s:I, s:F, s?o}}", "job", &job, "attempt",
+                      &attempt, "code", "received", &received, "deduped", &deduped, "seconds",
+                      &seconds, "from", &peers) < 0) {
+        br_reply_fail(c, m, &err);
+        return;
+    }
+    br_node_t *n = caller_node(c, m, who);
+    if (n && !given(c, m, n, job, attempt))
+        return; /* (answered) */
+    if (n) {
+        trees_event(c, n, job, attempt, received, deduped, seconds, peers, 1);
+        br_jobs_fetched(c, job, attempt, n);
+    }
+    br_reply_ok(c, m, json_object());
+}
+
 void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_int_t job, pid, step = -1;
@@ -464,41 +530,8 @@ void br_api_job_started(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return; /* (answered) */
     if (n && path) /* before the start: it sends the other ranks' orders */
         resumed_newer(c, n, job, attempt, path, step);
-    if (n && received >= 0) { /* where its code and data sets came from */
-        char r[32], d[32];
-        br_job_t *j = br_jobtab_find(c->jobs, job);
-        int has_code = j && json_is_object(json_object_get(j->spec, "code"));
-        int has_data = j && json_object_size(json_object_get(j->spec, "data")) > 0;
-        if (has_data) { /* the node holds them now: others may read them there */
-            const char *k;
-            json_t *set, *held = json_object_get(n->info, "trees");
-            if (!held)
-                json_object_set_new(n->info, "trees", held = json_object());
-            json_object_foreach(json_object_get(j->spec, "data"), k, set)
-                json_object_set_new(held, json_string_value(json_object_get(set, "hash")),
-                                    json_true());
-        }
-        const char *what = has_code && has_data ? "its code and data sets"
-                           : has_data           ? "its data sets"
-                                                : "its code";
-        br_format_size((uint64_t)received, r, sizeof(r));
-        br_format_size((uint64_t)(deduped > 0 ? deduped : 0), d, sizeof(d));
-        if (received == 0 && deduped == 0 && seconds == 0)
-            br_coord_event(c, job, n->name, "starting", "attempt %d: %s %s in %s's cache",
-                           attempt, what, has_data ? "were" : "was", n->name);
-        else {
-            char src[200] = "";
-            size_t i;
-            json_t *p;
-            json_array_foreach(json_is_array(peers) ? peers : NULL, i, p)
-                if (json_is_string(p) && strlen(src) + json_string_length(p) + 8 < sizeof(src))
-                    snprintf(src + strlen(src), sizeof(src) - strlen(src), "%s%s",
-                             i ? ", " : " from ", json_string_value(p));
-            br_coord_event(c, job, n->name, "starting", "attempt %d: %s fetched to "
-                           "%s%s in %.1f s: %s sent, %s found there", attempt, what, n->name,
-                           src, seconds, r, d);
-        }
-    }
+    if (n && received >= 0) /* where its code and data sets came from */
+        trees_event(c, n, job, attempt, received, deduped, seconds, peers, 0);
     if (n)
         br_jobs_started(c, job, attempt, n, port);
     br_reply_ok(c, m, json_object());

@@ -59,6 +59,8 @@ typedef struct br_rank {
     br_rank_state_t state;
     int sent;      /* this coordinator sent its job.run (memory only: after a restart
                     * or a rollback, reconcile sends it if the node does not run it) */
+    int fetch;     /* a gang with code or data sets: its node was asked to fetch them
+                    * (1), and has them (2); memory only (asked again after a restart) */
     json_t *share; /* {"cpus","memory","gpus":[index...],"vram"?}: held on the node */
     struct br_job *job;
     int index;

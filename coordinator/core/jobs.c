@@ -329,6 +329,106 @@ static json_t *data_source(br_coord_t *c, br_job_t *job, br_node_t *target, json
                      h->pubkey, "grant", grant);
 }
 
+/* The trees rank r's node n needs (the job's code and data sets), into body as
+ * job.run has them (PROTOCOL.md section 6): "code" and "data". */
+static void add_trees(br_coord_t *c, br_job_t *job, br_node_t *n, json_t *body)
+{
+    json_t *spec = job->spec;
+    json_t *code = json_object_get(spec, "code");
+    if (json_is_object(code)) { /* the node reads its files from us (PROTOCOL.md 11) */
+        char grant[32];
+        snprintf(grant, sizeof(grant), "code:%lld", (long long)job->id);
+        json_object_set_new(
+            body, "code",
+            json_pack("{s:s, s:{s:O, s:s, s:O, s:O, s:[], s:b, s:O}}", "grant", grant,
+                      "manifest", "hash", json_object_get(code, "hash"), "root", "dir",
+                      "files", json_object_get(code, "files"), "bytes",
+                      json_object_get(code, "bytes"), "entries", "truncated", 1, "listing",
+                      json_object_get(code, "listing")));
+    }
+    json_t *data = json_object_get(spec, "data");
+    if (json_object_size(data)) { /* its data sets, read-only at their paths */
+        char grant[32];
+        const char *k;
+        json_t *d, *list = json_array();
+        snprintf(grant, sizeof(grant), "data:%lld", (long long)job->id);
+        json_object_foreach(data, k, d) {
+            json_t *e = json_pack("{s:s, s:O, s:O, s:{s:O, s:s, s:O, s:O, s:[], s:b, s:O}}",
+                                  "name", k, "set", json_object_get(d, "set"), "path",
+                                  json_object_get(d, "path"), "manifest", "hash",
+                                  json_object_get(d, "hash"), "root", "dir", "files",
+                                  json_object_get(d, "files"), "bytes",
+                                  json_object_get(d, "bytes"), "entries", "truncated", 1,
+                                  "listing", json_object_get(d, "listing"));
+            int held = json_object_get(json_object_get(n->info, "trees"),
+                                       json_string_value(json_object_get(d, "hash"))) != NULL;
+            json_t *src = held ? NULL
+                               : data_source(c, job, n, d, json_object_get(e, "manifest"));
+            if (src) /* a node nearby has it: read from there, the coordinator else */
+                json_object_set_new(e, "from", src);
+            json_array_append_new(list, e);
+        }
+        json_object_set_new(body, "data", json_pack("{s:s, s:o}", "grant", grant, "sets", list));
+    }
+}
+
+static br_job_t *current_job(br_coord_t *c, int64_t id, int attempt, const br_node_t *n);
+static void send_run(br_coord_t *c, br_job_t *job, int r, int announce);
+
+/* A gang whose nodes fetch trees (code, data sets) before any rank starts. */
+static int gang_fetches(const br_job_t *job)
+{
+    return job->nranks > 1 && (json_is_object(json_object_get(job->spec, "code")) ||
+                               json_object_size(json_object_get(job->spec, "data")));
+}
+
+int br_jobs_prefetched(const br_job_t *job, int r)
+{
+    return r >= 0 && r < job->nranks && job->ranks[r].fetch > 0;
+}
+
+/* Ask rank r's node to fetch its trees (job.fetch), once. */
+static void send_fetch(br_coord_t *c, br_job_t *job, int r)
+{
+    br_node_t *n = rank_node(c, job, r);
+    if (!n || job->ranks[r].fetch)
+        return;
+    json_t *body = json_pack("{s:I, s:i, s:i}", "job", (json_int_t)job->id, "attempt",
+                             job->attempt, "rank", r);
+    add_trees(c, job, n, body);
+    br_coord_send_node(c, n, "job.fetch", body);
+    job->ranks[r].fetch = 1;
+}
+
+/* A gang's barrier: 1 while some rank's node still fetches its trees (rank 0's first,
+ * then the others, which may read them from it), 0 once all have them. */
+static int fetching(br_coord_t *c, br_job_t *job)
+{
+    if (!gang_fetches(job))
+        return 0;
+    if (job->ranks[0].fetch < 2) {
+        send_fetch(c, job, 0);
+        return 1;
+    }
+    int waiting = 0;
+    for (int r = 1; r < job->nranks; r++) {
+        send_fetch(c, job, r);
+        waiting |= job->ranks[r].fetch < 2;
+    }
+    return waiting;
+}
+
+void br_jobs_fetched(br_coord_t *c, int64_t id, int attempt, br_node_t *n)
+{
+    br_job_t *job = current_job(c, id, attempt, n);
+    int r = job ? br_job_rank_on(job, n->name, 1) : -1;
+    if (r < 0 || job->ranks[r].fetch == 2)
+        return;
+    job->ranks[r].fetch = 2; /* (its data sets count as held there: api_agent.c) */
+    if (job->state == BR_JOB_STARTING && !job->ranks[0].sent)
+        send_run(c, job, 0, 1); /* (the next step of the barrier, or the start) */
+}
+
 /* Send the job.run order for rank r of job's current attempt (announce: say in the
  * job's events where it resumes from). The rank remembers it was sent (job.h). */
 static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
@@ -339,6 +439,8 @@ static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
     json_t *ckpt = json_object_get(spec, "checkpoint");
     if (!n)
         return;
+    if (r == 0 && fetching(c, job))
+        return; /* br_jobs_fetched sends it once every rank's node has its trees */
     if (r == 0 && job->attempt > 1) { /* a module may first bring the checkpoint there */
         br_hook_arg_t a = {.job = job, .node = n};
         br_hooks_run(c, c->hooks, BR_HOOK_RESUMING, &a);
@@ -388,42 +490,7 @@ static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
                                       json_object_get(service, "health"), "interval",
                                       json_object_get(service, "interval"), "grace",
                                       json_object_get(service, "grace")));
-    json_t *code = json_object_get(spec, "code");
-    if (json_is_object(code)) { /* the node reads its files from us (PROTOCOL.md 11) */
-        char grant[32];
-        snprintf(grant, sizeof(grant), "code:%lld", (long long)job->id);
-        json_object_set_new(
-            body, "code",
-            json_pack("{s:s, s:{s:O, s:s, s:O, s:O, s:[], s:b, s:O}}", "grant", grant,
-                      "manifest", "hash", json_object_get(code, "hash"), "root", "dir",
-                      "files", json_object_get(code, "files"), "bytes",
-                      json_object_get(code, "bytes"), "entries", "truncated", 1, "listing",
-                      json_object_get(code, "listing")));
-    }
-    json_t *data = json_object_get(spec, "data");
-    if (json_object_size(data)) { /* its data sets, read-only at their paths */
-        char grant[32];
-        const char *k;
-        json_t *d, *list = json_array();
-        snprintf(grant, sizeof(grant), "data:%lld", (long long)job->id);
-        json_object_foreach(data, k, d) {
-            json_t *e = json_pack("{s:s, s:O, s:O, s:{s:O, s:s, s:O, s:O, s:[], s:b, s:O}}",
-                                  "name", k, "set", json_object_get(d, "set"), "path",
-                                  json_object_get(d, "path"), "manifest", "hash",
-                                  json_object_get(d, "hash"), "root", "dir", "files",
-                                  json_object_get(d, "files"), "bytes",
-                                  json_object_get(d, "bytes"), "entries", "truncated", 1,
-                                  "listing", json_object_get(d, "listing"));
-            int held = json_object_get(json_object_get(n->info, "trees"),
-                                       json_string_value(json_object_get(d, "hash"))) != NULL;
-            json_t *src = held ? NULL
-                               : data_source(c, job, n, d, json_object_get(e, "manifest"));
-            if (src) /* a node nearby has it: read from there, the coordinator else */
-                json_object_set_new(e, "from", src);
-            json_array_append_new(list, e);
-        }
-        json_object_set_new(body, "data", json_pack("{s:s, s:o}", "grant", grant, "sets", list));
-    }
+    add_trees(c, job, n, body);
     json_t *outputs = json_object_get(spec, "outputs");
     if (json_array_size(outputs)) /* kept from the working dir at the attempt's end */
         json_object_set(body, "outputs", outputs);
@@ -1189,9 +1256,14 @@ void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full)
         if (rs == BR_RANK_PLACED && !job->ranks[r].sent) {
             /* placed by a coordinator that died before its order left (or, for ranks
              * above 0, rank 0 has not said its port yet): send it when it can go
-             * (never twice: the agent ignores an order for an attempt it runs) */
+             * (never twice: the agent ignores an order for an attempt it runs); a
+             * gang's fetch a restarted agent forgot is asked for again */
+            if (full && job->ranks[r].fetch == 1)
+                job->ranks[r].fetch = 0;
             if (r == 0 || job->port > 0)
                 send_run(c, job, r, 0);
+            else if (gang_fetches(job))
+                fetching(c, job);
         } else if (full || rs == BR_RANK_STARTED) {
             end_attempt(c, job, n, "node_lost", -1, -1, "the agent no longer runs it", 0);
         }

@@ -53,6 +53,12 @@ int br_jobs_set_owner(br_coord_t *c, int64_t id, const char *owner, int64_t owne
 int br_jobs_place(br_coord_t *c, br_job_t *job, br_node_t *const *nodes,
                   json_t *const *assign, int count, const char *how);
 
+/* Node n has the trees (code, data sets) of its rank of a gang's attempt in its cache
+ * (job.fetched): once rank 0's node has them the others are asked for theirs (read
+ * from it when nearest), and once every rank's node has them rank 0 starts. */
+void br_jobs_fetched(br_coord_t *c, int64_t id, int attempt, br_node_t *n);
+/* Whether rank r of job was asked to fetch its trees before its start (a gang's). */
+int br_jobs_prefetched(const br_job_t *job, int r);
 /* Node n started its rank of the attempt (port: the rendezvous port, rank 0 only). */
 void br_jobs_started(br_coord_t *c, int64_t id, int attempt, br_node_t *n, int port);
 /* An attempt ended on node n. exit_code/signal < 0 when not applicable; reason

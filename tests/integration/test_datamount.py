@@ -293,10 +293,18 @@ def test_a_gangs_ranks_read_the_data_set_from_the_first_ones_node(make_cluster, 
                 wait_for(lambda: probed(c, a, b), what=f"{a} and {b} to probe each other")
     mnt = open_dir / "w"
     job, _ = submit(c, f"name: gang\nresources: {{nodes: 3}}\ndata: {{weights: {mnt}}}\n"
-                       f"command: wc -c < {mnt}/weights.bin\n")
+                       f"command: /usr/bin/python3 -c 'import time; print(time.time())'\n")
     assert c.wait_job(job)["state"] == "completed", c.logs(job, stream="both")
-    fetched = [e for e in events(c, job) if "fetched to" in e]
+    evs = c.cli_json("job", "show", str(job))["events"]
+    fetched = [e["reason"] for e in evs if "fetched to" in (e["reason"] or "")]
     assert len(fetched) == 3, fetched
+    # no rank starts before every node has the data set: the first rank's process
+    # began after the coordinator heard the last node had it
+    starts = [float(line.split()[-1]) for line in c.logs(job).splitlines() if line.strip()]
+    last_fetch = max(e["time"] for e in evs if "fetched to" in (e["reason"] or ""))
+    assert len(starts) == 3 and min(starts) >= last_fetch, (starts, evs)
+    assert not any("in node-" in (e["reason"] or "") and "cache" in (e["reason"] or "")
+                   for e in evs), evs
     # one read the store, the two others the node that had it by then
     assert sum(" from " not in e for e in fetched) == 1, fetched
     first = next(e for e in fetched if " from " not in e).split("fetched to ")[1].split()[0]
