@@ -1445,6 +1445,17 @@ static int data_mounts(br_agent_t *a, json_t *data, const char **mounts,
 
 static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched);
 
+/* The attempt ends before it started: job.exited with reason (and the log says so). */
+static void end_unstarted(br_agent_t *a, json_int_t job, int attempt, const char *reason)
+{
+    fprintf(stderr, "bramble-agent: job %lld attempt %d: %s\n", (long long)job, attempt,
+            reason);
+    send_msg(a, BR_MSG_REQUEST, "job.exited",
+             json_pack("{s:I, s:i, s:n, s:n, s:s}", "job", job, "attempt", attempt,
+                       "exit_code", "signal", "reason", reason),
+             NULL, 0);
+}
+
 /* job.fetched: the trees a gang's rank needs are here (how: {"received", "deduped",
  * "seconds", "from"?}). */
 static void say_fetched(br_agent_t *a, json_int_t job, int attempt, json_t *how)
@@ -1484,12 +1495,7 @@ static void on_fetch_trees(br_agent_t *a, br_msg_t *m)
     } else {
         char reason[BR_ERR_TEXT + 32];
         snprintf(reason, sizeof(reason), "could not start: %s", err.text);
-        fprintf(stderr, "bramble-agent: job %lld attempt %d: %s\n", (long long)job, attempt,
-                reason);
-        send_msg(a, BR_MSG_REQUEST, "job.exited",
-                 json_pack("{s:I, s:i, s:n, s:n, s:s}", "job", job, "attempt", attempt,
-                           "exit_code", "signal", "reason", reason),
-                 NULL, 0);
+        end_unstarted(a, job, attempt, reason);
     }
 }
 
@@ -2082,12 +2088,7 @@ static void orders_fail(br_agent_t *a, const char *mhash, const char *error)
         int attempt = (int)json_integer_value(json_object_get(f, "attempt"));
         char reason[BR_ERR_TEXT + 300];
         snprintf(reason, sizeof(reason), "could not start: %s: %s", what, error);
-        fprintf(stderr, "bramble-agent: job %lld attempt %d: %s\n", (long long)job, attempt,
-                reason);
-        send_msg(a, BR_MSG_REQUEST, "job.exited",
-                 json_pack("{s:I, s:i, s:n, s:n, s:s}", "job", job, "attempt", attempt,
-                           "exit_code", "signal", "reason", reason),
-                 NULL, 0);
+        end_unstarted(a, job, attempt, reason);
         json_array_remove(a->fetching, i);
     }
 }

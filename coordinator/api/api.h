@@ -70,8 +70,9 @@ void br_api_content_put(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
  * kept with the job while it starts; job.show's transfers of kind "code". */
 void br_api_code_progress(br_coord_t *c, br_node_t *n, const json_t *pulling);
 json_t *br_api_code_transfers(br_coord_t *c, int64_t id);
-/* Let go of the code trees no job needs any more: none that names one is active
- * or ended at or after before_ms (the ended jobs' retention). */
+/* Let go of the code trees no job needs any more (none that names one is active or
+ * ended at or after before_ms: the ended jobs' retention), and of the outputs of
+ * jobs that ended before before_ms or were purged. */
 void br_api_code_expire(br_coord_t *c, int64_t before_ms);
 /* content.read from a user: a chunk of a content of a job's outputs that the caller
  * may see (bramble outputs) */

@@ -325,32 +325,47 @@ json_t *br_api_code_transfers(br_coord_t *c, int64_t id)
     return out;
 }
 
-void br_api_code_expire(br_coord_t *c, int64_t before_ms)
+/* Let go of refs (code trees, or outputs: out), their contents removed after the
+ * commit if nothing else holds them. */
+static void let_go(br_coord_t *c, json_t *refs, int out)
 {
     br_err_t err;
-    json_t *refs = br_store_code_unneeded(c->store, before_ms, 64, &err);
-    if (!refs) {
-        fprintf(stderr, "brambled: looking for code no job needs: %s\n", err.text);
-        return;
-    }
     size_t i, k;
     json_t *r, *h;
     json_array_foreach(refs, i, r) {
         json_t *hashes = NULL;
-        if (br_store_content_unref(c->store, json_string_value(r), &hashes, &err) < 0) {
-            fprintf(stderr, "brambled: %s: %s\n", json_string_value(r), err.text);
+        const char *ref = json_string_value(r);
+        if ((out ? br_store_output_remove(c->store, ref, &hashes, &err)
+                 : br_store_content_unref(c->store, ref, &hashes, &err)) < 0) {
+            fprintf(stderr, "brambled: %s: %s\n", ref, err.text);
             break;
         }
         json_array_foreach(hashes, k, h) /* gone after the commit, if nothing else holds */
             br_content_doubt(c->content, json_string_value(h), 0);
-        char line[200];
-        snprintf(line, sizeof(line), "brambled: code %.21s... is no job's any more: its %zu "
-                                     "file(s) let go\n",
-                 json_string_value(r), json_array_size(hashes));
+        char line[300];
+        snprintf(line, sizeof(line), "brambled: %s %.*s... %s: its %zu file(s) let go\n",
+                 out ? "outputs" : "code", out ? 120 : 21, ref,
+                 out ? "are past the ended jobs' retention" : "is no job's any more",
+                 json_array_size(hashes));
         br_outbox_log(c->out, line);
         json_decref(hashes);
     }
-    json_decref(refs);
+}
+
+void br_api_code_expire(br_coord_t *c, int64_t before_ms)
+{
+    br_err_t err;
+    for (int out = 0; out < 2; out++) {
+        json_t *refs = out ? br_store_outputs_unneeded(c->store, before_ms, 64, &err)
+                           : br_store_code_unneeded(c->store, before_ms, 64, &err);
+        if (!refs) {
+            fprintf(stderr, "brambled: looking for %s no job needs: %s\n",
+                    out ? "outputs" : "code", err.text);
+            continue;
+        }
+        let_go(c, refs, out);
+        json_decref(refs);
+    }
 }
 
 /* The answer to a read: {"offset"} and up to BR_CONTENT_CHUNK bytes of the content

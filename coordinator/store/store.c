@@ -364,6 +364,13 @@ static const char *const sql_text[ST_COUNT] = {
                    " listing_size, files, bytes, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     [ST_OUT_LIST] = "SELECT attempt, node, manifest, listing, listing_size, files, bytes, time"
                     " FROM outputs WHERE job = ?1 ORDER BY attempt, node",
+    /* the outputs of jobs that ended before ?1, or are gone (purged) */
+    [ST_OUT_UNNEEDED] = "SELECT 'out:' || o.job || ':' || o.attempt || ':' || o.node"
+                        " FROM outputs o LEFT JOIN jobs j ON j.id = o.job"
+                        " WHERE j.id IS NULL OR (j.ended IS NOT NULL AND j.ended < ?1)"
+                        " LIMIT ?2",
+    [ST_OUT_DEL] = "DELETE FROM outputs"
+                   " WHERE 'out:' || job || ':' || attempt || ':' || node = ?1",
     [ST_REF_HAS_GLOB] = "SELECT count(*) FROM content_refs WHERE ref GLOB ?1 AND hash = ?2",
     [ST_CODE_UNNEEDED] = "SELECT DISTINCT r.ref FROM content_refs r WHERE r.ref GLOB 'code:*'"
                          " AND NOT EXISTS (SELECT 1 FROM jobs j"

@@ -318,6 +318,12 @@ json_t *br_store_code_unneeded(br_store_t *s, int64_t before_ms, int max, br_err
 int br_store_output_add(br_store_t *s, int64_t job, int attempt, const char *node,
                         const json_t *manifest, const json_t *listing, int64_t owner,
                         br_err_t *err);
+/* The references ("out:JOB:ATTEMPT:NODE") of the outputs of jobs that ended before
+ * before_ms (wall ms) or are purged: a new array of at most max. */
+json_t *br_store_outputs_unneeded(br_store_t *s, int64_t before_ms, int max, br_err_t *err);
+/* Drop an attempt's outputs (ref as br_store_outputs_unneeded names them) and what
+ * they refer to; *hashes (may be NULL) gets those contents (a new array). */
+int br_store_output_remove(br_store_t *s, const char *ref, json_t **hashes, br_err_t *err);
 /* The job's outputs, by attempt and node: [{"attempt", "node", "manifest",
  * "listing", "listing_size", "files", "bytes", "time" (ms)}]. */
 json_t *br_store_output_list(br_store_t *s, int64_t job, br_err_t *err);

@@ -210,6 +210,26 @@ int br_store_output_add(br_store_t *s, int64_t job, int attempt, const char *nod
     return br_st_run(s, st, "record outputs", err);
 }
 
+json_t *br_store_outputs_unneeded(br_store_t *s, int64_t before_ms, int max, br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_OUT_UNNEEDED];
+    if (sqlite3_bind_int64(st, 1, before_ms) || sqlite3_bind_int(st, 2, max)) {
+        br_st_binderr(s, st, "find outputs no job keeps", err);
+        return NULL;
+    }
+    return br_st_list_rows(s, st, hash_row, "find outputs no job keeps", err);
+}
+
+int br_store_output_remove(br_store_t *s, const char *ref, json_t **hashes, br_err_t *err)
+{
+    if (br_store_content_unref(s, ref, hashes, err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_OUT_DEL];
+    if (br_st_bind_text(st, 1, ref))
+        return br_st_binderr(s, st, "remove outputs", err);
+    return br_st_run(s, st, "remove outputs", err);
+}
+
 static json_t *output_row(sqlite3_stmt *st, br_err_t *err)
 {
     static const char *const names[] = {"attempt", "node", "manifest", "listing",

@@ -119,6 +119,8 @@ enum {
     ST_CODE_UNNEEDED,
     ST_OUT_ADD,
     ST_OUT_LIST,
+    ST_OUT_UNNEEDED,
+    ST_OUT_DEL,
     ST_REF_HAS_GLOB,
     ST_REF_ADD,
     ST_REF_HASHES,

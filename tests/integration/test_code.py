@@ -15,21 +15,12 @@ import tempfile
 import pytest
 
 from conftest import wait_for
+from treefiles import hidden, write
 from netlan import free_prefix, veth_ns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for mount namespaces")
 
 
-def hidden(laptop):
-    """wrap= argv: the agent (and its jobs) in a mount namespace where laptop is an
-    empty tmpfs."""
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            f'mount -t tmpfs none "{laptop}" && exec "$@"', "sh"]
-
-
-def write(path, text):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
 
 
 def git(repo, *args):
@@ -322,8 +313,8 @@ command: x
 
 
 def test_code_no_job_needs_leaves_the_store(make_cluster, tmp_path):
-    """Past the ended jobs' retention (--log-retention) a job's code leaves the
-    coordinator's store; a waiting job's code stays."""
+    """Past the ended jobs' retention (--log-retention) a job's code and outputs
+    leave the coordinator's store; a waiting job's code stays."""
     laptop = tmp_path / "laptop"
     laptop.mkdir()
     c = make_cluster(start=False)
@@ -340,13 +331,20 @@ def test_code_no_job_needs_leaves_the_store(make_cluster, tmp_path):
     done_data, wait_data = os.urandom(5000), os.urandom(5000)
     (laptop / "done").mkdir()
     (laptop / "done" / "f.bin").write_bytes(done_data)
-    write(laptop / "done" / "job.yaml", "name: done\ncode: .\ncommand: wc -c f.bin\n")
+    token = os.urandom(8).hex()
+    write(laptop / "done" / "job.yaml", "name: done\ncode: .\noutputs: [out.txt]\n"
+                                        f"command: wc -c f.bin; echo {token} > out.txt\n")
     (laptop / "waits").mkdir()
     (laptop / "waits" / "f.bin").write_bytes(wait_data)
     write(laptop / "waits" / "job.yaml",
           "name: waits\ncode: .\ncommand: 'true'\nresources: {nodelist: [nowhere]}\n")
-    submit(c, laptop / "done" / "job.yaml", "--wait")
+    done, _ = submit(c, laptop / "done" / "job.yaml", "--wait")
     submit(c, laptop / "waits" / "job.yaml")
+    out_data = f"{token}\n".encode()
     assert stored(done_data) and stored(wait_data)
+    assert c.cli_json("outputs", done, tmp_path / "got")  # kept while retained
     wait_for(lambda: not stored(done_data), what="the ended job's code to leave the store")
+    wait_for(lambda: not stored(out_data), what="the ended job's outputs to leave the store")
     assert stored(wait_data), "a waiting job's code left the store"
+    rc, _, err = c.cli("outputs", done, tmp_path / "again", check=False)
+    assert rc != 0 or not (tmp_path / "again" / "out.txt").exists(), err

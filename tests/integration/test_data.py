@@ -15,21 +15,9 @@ import time
 import pytest
 
 from conftest import wait_for
+from treefiles import blob, write
 
 
-def write(path, data):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-
-
-def blob(n, seed):
-    """n bytes that differ with seed (and compress badly)."""
-    out = bytearray()
-    h = hashlib.blake2b(str(seed).encode(), digest_size=64).digest()
-    while len(out) < n:
-        h = hashlib.blake2b(h, digest_size=64).digest()
-        out += h
-    return bytes(out[:n])
 
 
 def store_dir(c):

@@ -16,27 +16,12 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
+from treefiles import blob, hidden, write
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for mount namespaces")
 
 
-def hidden(laptop):
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            f'mount -t tmpfs none "{laptop}" && exec "$@"', "sh"]
 
-
-def write(path, data):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-
-
-def blob(n, seed):
-    out = bytearray()
-    h = hashlib.blake2b(str(seed).encode(), digest_size=64).digest()
-    while len(out) < n:
-        h = hashlib.blake2b(h, digest_size=64).digest()
-        out += h
-    return bytes(out[:n])
 
 
 @pytest.fixture
