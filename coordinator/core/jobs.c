@@ -375,11 +375,17 @@ static void add_trees(br_coord_t *c, br_job_t *job, br_node_t *n, json_t *body)
 static br_job_t *current_job(br_coord_t *c, int64_t id, int attempt, const br_node_t *n);
 static void send_run(br_coord_t *c, br_job_t *job, int r, int announce);
 
-/* A gang whose nodes fetch trees (code, data sets) before any rank starts. */
+/* A job whose nodes fetch trees (code, data sets) before its ranks start. */
+static int has_trees(const br_job_t *job)
+{
+    return json_is_object(json_object_get(job->spec, "code")) ||
+           json_object_size(json_object_get(job->spec, "data"));
+}
+
+/* A gang whose nodes fetch trees before any rank starts. */
 static int gang_fetches(const br_job_t *job)
 {
-    return job->nranks > 1 && (json_is_object(json_object_get(job->spec, "code")) ||
-                               json_object_size(json_object_get(job->spec, "data")));
+    return job->nranks > 1 && has_trees(job);
 }
 
 int br_jobs_prefetched(const br_job_t *job, int r)
@@ -1253,11 +1259,12 @@ void br_jobs_reconcile(br_coord_t *c, br_node_t *n, json_t *tasks, int full)
             br_hooks_run(c, c->hooks, BR_HOOK_TASK_REPORTED, &a);
             continue;
         }
-        if (rs == BR_RANK_PLACED && !job->ranks[r].sent) {
+        if (rs == BR_RANK_PLACED && (!job->ranks[r].sent || (full && has_trees(job)))) {
             /* placed by a coordinator that died before its order left (or, for ranks
              * above 0, rank 0 has not said its port yet): send it when it can go
-             * (never twice: the agent ignores an order for an attempt it runs); a
-             * gang's fetch a restarted agent forgot is asked for again */
+             * (never twice: the agent ignores an order for an attempt it runs); an
+             * order whose code or data sets an agent that started again was still
+             * fetching (it forgot them) is sent again, as is a gang's fetch */
             if (full && job->ranks[r].fetch == 1)
                 job->ranks[r].fetch = 0;
             if (r == 0 || job->port > 0)

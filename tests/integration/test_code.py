@@ -242,7 +242,9 @@ def test_the_cache_keeps_to_its_quota(make_cluster, tmp_path):
 
 def test_job_show_says_how_far_its_code_is(make_cluster, tmp_path, request):
     """A node behind a 16 Mbit/s link: while it fetches 6 MB of code, the job is
-    starting and job show lists the fetch, with the bytes in place so far."""
+    starting and job show lists the fetch, with the bytes in place so far. The
+    agent killed part way and started again fetches on from there, and the job
+    starts (its first attempt: nothing was lost)."""
     net = free_prefix(200, 249)
     v = veth_ns(request, [f"{net}.1/24"], [f"{net}.2/24"], prefix="brc", what="the far node")
     subprocess.run(["tc", "qdisc", "add", "dev", v.host_veth, "root", "tbf", "rate", "16mbit",
@@ -269,8 +271,10 @@ def test_job_show_says_how_far_its_code_is(make_cluster, tmp_path, request):
     wait_for(partway, what="job show to list the code's fetch part way")
     _, shown, _ = c.cli("job", "show", job)
     assert "copies under way" in shown and "the coordinator" in shown, shown
+    c.agents["far"].kill()
+    c.start_agent("far", join=False, wrap=v.wrap() + hidden(laptop))
     done = c.wait_job(job)
-    assert done["state"] == "completed", done
+    assert done["state"] == "completed" and done["attempt"] == 1, done
     assert "6000000 weights.bin" in c.logs(job)
     assert [x for x in c.cli_json("job", "show", str(job))["transfers"]
             if x["kind"] == "code"] == []
