@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+from benchnet import Uplink  # noqa: E402 (beside this file)
+
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/bin")
 SIZE_MIB = int(sys.argv[2]) if len(sys.argv) > 2 else 1024
 RATE = sys.argv[3] if len(sys.argv) > 3 else "200mbit"
@@ -38,42 +40,6 @@ def wait(pred, timeout=600, what="a condition"):
             return v
         time.sleep(0.05)
     raise RuntimeError(f"timed out waiting for {what}")
-
-
-def sh(*argv):
-    subprocess.run(argv, check=True, capture_output=True)
-
-
-class Uplink:
-    """A namespace for the coordinator, joined to the host by a veth pair whose
-    namespace end sends at most RATE."""
-
-    def __init__(self):
-        tag = os.urandom(3).hex()
-        self.ns, self.host, self.far = f"brup-{tag}", f"bruh{tag}", f"brun{tag}"
-        b = int(tag[:2], 16) % 250
-        self.host_ip, self.ns_ip = f"10.251.{b}.1", f"10.251.{b}.2"
-        sh("ip", "netns", "add", self.ns)
-        sh("ip", "link", "add", self.host, "type", "veth", "peer", "name", self.far)
-        sh("ip", "link", "set", self.far, "netns", self.ns)
-        sh("ip", "addr", "add", f"{self.host_ip}/24", "dev", self.host)
-        sh("ip", "link", "set", self.host, "up")
-        for cmd in (["ip", "addr", "add", f"{self.ns_ip}/24", "dev", self.far],
-                    ["ip", "link", "set", self.far, "up"], ["ip", "link", "set", "lo", "up"],
-                    ["tc", "qdisc", "add", "dev", self.far, "root", "tbf", "rate", RATE,
-                     "burst", "256kb", "latency", "100ms"]):
-            sh("ip", "netns", "exec", self.ns, *cmd)
-
-    def sent(self):
-        """Bytes the coordinator's end has sent."""
-        r = subprocess.run(["ip", "netns", "exec", self.ns, "cat",
-                            f"/sys/class/net/{self.far}/statistics/tx_bytes"],
-                           capture_output=True, text=True, check=True)
-        return int(r.stdout)
-
-    def remove(self):
-        subprocess.run(["ip", "link", "del", self.host], capture_output=True)
-        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
 
 
 class Cluster:
@@ -156,7 +122,7 @@ def main():
         return
     tmp = tempfile.mkdtemp(prefix="bramble-bench-data-", dir="/var/tmp")
     c = None
-    up = Uplink()
+    up = Uplink(RATE, shape="far")
     try:
         ds = f"{tmp}/weights"
         os.makedirs(ds)
