@@ -96,9 +96,12 @@ def main():
             f.write("name: code\ncommand: 'true'\nresources: {cpus: 0}\n")
         before, t0 = up.sent("host"), time.monotonic()
         jid = json.loads(cli("submit", spec, "--code", tree, "--json"))["id"]
+        up_s = time.monotonic() - t0  # uploaded and acknowledged
         wait(lambda: json.loads(cli("job", "show", jid, "--json"))["started"], 3600,
              "the job to run")
         b_s, b_bytes = time.monotonic() - t0, up.sent("host") - before
+        fetched = [e["reason"] for e in json.loads(cli("job", "show", jid, "--json"))["events"]
+                   if "fetched to" in (e["reason"] or "")]
 
         os.makedirs(f"{tmp}/dest")
         with open(f"{tmp}/rsyncd.conf", "w") as f:
@@ -116,9 +119,12 @@ def main():
         print(f"tree: {FILES} files, {size / (1 << 20):.0f} MiB; link {RATE} "
               f"({link / (1 << 20):.1f} MiB/s), the ideal {size / link:.1f} s")
         for name, s, b in (("bramble submit --code, to running", b_s, b_bytes),
+                           ("  of which the upload, to the submit's answer", up_s, b_bytes),
                            ("rsync -a to an empty dir", r_s, r_bytes)):
             print(f"{name}: {s:.1f} s, link carried {b / (1 << 20):.0f} MiB, "
                   f"{size / s / link * 100:.1f} % of the link's rate for the tree's bytes")
+        for e in fetched:
+            print(f"  then {e}")
     finally:
         for p in procs:
             if p.poll() is None:
