@@ -15,7 +15,7 @@ import tempfile
 import pytest
 
 from conftest import wait_for
-from treefiles import hidden, write
+from treefiles import events, hidden, laptop_cluster, write
 from netlan import free_prefix, veth_ns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for mount namespaces")
@@ -28,27 +28,12 @@ def git(repo, *args):
                     *args], check=True, capture_output=True)
 
 
-def laptop_cluster(make_cluster, tmp_path, n=2, extra=(), **kw):
-    laptop = tmp_path / "laptop"
-    laptop.mkdir()
-    c = make_cluster(**kw)
-    tok = c.token(uses=n)
-    names = [f"node-{i}" for i in range(1, n + 1)]
-    for name in names:
-        c.start_agent(name, token=tok, wrap=hidden(laptop),
-                      extra=("--probe-port", "0", "--replica-port", "0") + tuple(extra))
-    c.wait_ready(*names)
-    return c, laptop, names
-
 
 def submit(c, spec_path, *args):
     """bramble submit as a user types it: the id, and what it said on stderr."""
     rc, out, err = c.cli("submit", spec_path, *args)
     return int(out.strip()), err
 
-
-def events(c, job_id):
-    return [e["reason"] or "" for e in c.cli_json("job", "show", str(job_id))["events"]]
 
 
 def test_code_from_a_git_repo_runs_where_it_was_never_copied(make_cluster, tmp_path):

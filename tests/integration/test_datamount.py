@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
-from treefiles import blob, hidden, write
+from treefiles import blob, events, hidden, laptop_cluster, write
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for mount namespaces")
 
@@ -34,22 +34,11 @@ def open_dir():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def events(c, job_id):
-    return [e["reason"] or "" for e in c.cli_json("job", "show", str(job_id))["events"]]
-
 
 def node_cluster(make_cluster, tmp_path, n=1, **kw):
-    laptop = tmp_path / "laptop"
-    laptop.mkdir()
-    c = make_cluster(**kw)
-    tok = c.token(uses=n)
-    names = [f"node-{i}" for i in range(1, n + 1)]
-    for name in names:
-        c.start_agent(name, token=tok, wrap=hidden(laptop),
-                      extra=("--probe-port", "0", "--replica-port", "0",
-                             "--job-uids", "70000-79999"))
-    c.wait_ready(*names)
-    return c, laptop, names
+    """laptop_cluster, its agents running each user's jobs as their own uid."""
+    return laptop_cluster(make_cluster, tmp_path, n=n, extra=("--job-uids", "70000-79999"),
+                          **kw)
 
 
 def add_user(c, name):

@@ -1,8 +1,9 @@
 """Trees of files for the tests of files that travel (code, data sets, outputs):
-writing files, bytes that compress badly, and an agent that cannot see the
+writing files, bytes that compress badly, and agents that cannot see the
 submitting machine's directory.
 
     c.start_agent(name, wrap=hidden(laptop))   # laptop: an empty tmpfs for it
+    c, laptop, names = laptop_cluster(make_cluster, tmp_path, n=2)
 """
 import hashlib
 
@@ -31,3 +32,23 @@ def hidden(laptop):
     empty tmpfs."""
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
             f'mount -t tmpfs none "{laptop}" && exec "$@"', "sh"]
+
+
+def laptop_cluster(make_cluster, tmp_path, n=2, extra=(), **kw):
+    """A cluster of n agents (node-1...) that cannot see tmp_path/laptop, which the
+    CLI sees: (cluster, laptop, names)."""
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    c = make_cluster(**kw)
+    tok = c.token(uses=n)
+    names = [f"node-{i}" for i in range(1, n + 1)]
+    for name in names:
+        c.start_agent(name, token=tok, wrap=hidden(laptop),
+                      extra=("--probe-port", "0", "--replica-port", "0") + tuple(extra))
+    c.wait_ready(*names)
+    return c, laptop, names
+
+
+def events(c, job_id):
+    """The reasons of a job's events, oldest first."""
+    return [e["reason"] or "" for e in c.cli_json("job", "show", str(job_id))["events"]]
