@@ -1400,6 +1400,15 @@ static int trees_here(br_agent_t *a, br_msg_t *m, json_int_t job, int attempt, j
     return rc;
 }
 
+/* job.run's (and job.fetch's) "code": {"grant", "manifest": {"hash"...}}. */
+static int code_check(const json_t *code, br_err_t *err)
+{
+    if (!json_is_string(json_object_get(code, "grant")) ||
+        !json_is_string(json_object_get(json_object_get(code, "manifest"), "hash")))
+        return br_errf(err, EPROTO, "code must be {\"grant\", \"manifest\"}");
+    return 0;
+}
+
 /* job.run's "data": {"grant", "sets": [{"name", "set", "path", "manifest": {"hash"}}]},
  * at most BR_SPEC_MAX_DATA sets, each at a path a data set may be mounted at. */
 static int data_check(const json_t *data, br_err_t *err)
@@ -1475,12 +1484,8 @@ static void on_fetch_trees(br_agent_t *a, br_msg_t *m)
     br_err_t err = {0};
     if (br_msg_unpack(m, &err, "{s:I, s:i, s:i, s?o, s?o}", "job", &job, "attempt", &attempt,
                       "rank", &rank, "code", &code, "data", &data) < 0 ||
-        (code && (!json_is_string(json_object_get(code, "grant")) ||
-                  !json_is_string(json_object_get(json_object_get(code, "manifest"),
-                                                  "hash")))) ||
-        (data && data_check(data, &err) < 0)) {
-        reply(a, m, EPROTO, err.text[0] ? err.text : "job.fetch: code {\"grant\", "
-                                                     "\"manifest\"}");
+        (code && code_check(code, &err) < 0) || (data && data_check(data, &err) < 0)) {
+        reply(a, m, EPROTO, err.text);
         return;
     }
     reply(a, m, 0, NULL);
@@ -1532,10 +1537,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
         (data && data_check(data, &err) < 0) ||
         (outputs && !json_is_array(outputs)) ||
         !json_is_object(env) || (tasks && !json_is_array(tasks)) ||
-        (code && (!json_is_string(json_object_get(code, "grant")) ||
-                  !json_is_string(json_object_get(json_object_get(code, "manifest"),
-                                                  "hash")))) ||
-        (service && !json_is_object(service)) ||
+        (code && code_check(code, &err) < 0) || (service && !json_is_object(service)) ||
         (progress && !json_is_integer(json_object_get(progress, "timeout"))) ||
         br_resume_check(ckpt, &err) < 0) {
         if (answer)

@@ -298,7 +298,7 @@ static int older(const void *x, const void *y)
 static int open_up(const char *path, const struct stat *st, int type, struct FTW *f)
 {
     (void)f;
-    if (type == FTW_D)
+    if (type == FTW_D && (st->st_mode & 07777) != 0755)
         return chmod(path, 0755) < 0 ? -1 : 0;
     if (type == FTW_F && (st->st_mode & 0444) != 0444)
         return chmod(path, (st->st_mode & 07777 & ~(mode_t)06000) | 0444) < 0 ? -1 : 0;

@@ -443,15 +443,8 @@ static void trees_event(br_coord_t *c, br_node_t *n, json_int_t job, int attempt
     br_job_t *j = br_jobtab_find(c->jobs, job);
     int has_code = j && json_is_object(json_object_get(j->spec, "code"));
     int has_data = j && json_object_size(json_object_get(j->spec, "data")) > 0;
-    if (has_data) { /* the node holds them now: others may read them there */
-        const char *k;
-        json_t *set, *held = json_object_get(n->info, "trees");
-        if (!held)
-            json_object_set_new(n->info, "trees", held = json_object());
-        json_object_foreach(json_object_get(j->spec, "data"), k, set)
-            json_object_set_new(held, json_string_value(json_object_get(set, "hash")),
-                                json_true());
-    }
+    if (has_data) /* the node holds them now: others may read them there */
+        br_node_trees_add(n, json_object_get(j->spec, "data"));
     const char *what = has_code && has_data ? "its code and data sets"
                        : has_data           ? "its data sets"
                                             : "its code";

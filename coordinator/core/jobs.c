@@ -292,7 +292,7 @@ static br_node_t *tree_holder(br_coord_t *c, const br_node_t *target, const char
     for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
         if (n == target || n->state != BR_NODE_READY || !n->route_len ||
             json_integer_value(json_object_get(n->info, "replica_port")) <= 0 ||
-            !json_object_get(json_object_get(n->info, "trees"), hash))
+            !br_node_holds_tree(n, hash))
             continue;
         double rtt = br_netmap_rtt(c->netmap, target->name, n->name);
         if (rtt >= 0 && (!best || rtt < best_rtt)) { /* (unmeasured or lost: not asked) */
@@ -360,10 +360,9 @@ static void add_trees(br_coord_t *c, br_job_t *job, br_node_t *n, json_t *body)
                                   json_object_get(d, "files"), "bytes",
                                   json_object_get(d, "bytes"), "entries", "truncated", 1,
                                   "listing", json_object_get(d, "listing"));
-            int held = json_object_get(json_object_get(n->info, "trees"),
-                                       json_string_value(json_object_get(d, "hash"))) != NULL;
-            json_t *src = held ? NULL
-                               : data_source(c, job, n, d, json_object_get(e, "manifest"));
+            json_t *src = br_node_holds_tree(n, json_string_value(json_object_get(d, "hash")))
+                              ? NULL
+                              : data_source(c, job, n, d, json_object_get(e, "manifest"));
             if (src) /* a node nearby has it: read from there, the coordinator else */
                 json_object_set_new(e, "from", src);
             json_array_append_new(list, e);

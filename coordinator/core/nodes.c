@@ -227,13 +227,28 @@ const char *br_node_refuses(const br_node_t *n)
     return json_string_value(json_object_get(n->info, "refuses"));
 }
 
-uint64_t br_node_trees_missing(const br_node_t *n, const json_t *data)
+int br_node_holds_tree(const br_node_t *n, const char *hash)
+{
+    return hash && json_object_get(json_object_get(n->info, "trees"), hash) != NULL;
+}
+
+void br_node_trees_add(br_node_t *n, const json_t *data)
 {
     json_t *held = json_object_get(n->info, "trees"), *d;
     const char *k;
+    if (!held)
+        json_object_set_new(n->info, "trees", held = json_object());
+    json_object_foreach((json_t *)data, k, d)
+        json_object_set_new(held, json_string_value(json_object_get(d, "hash")), json_true());
+}
+
+uint64_t br_node_trees_missing(const br_node_t *n, const json_t *data)
+{
+    json_t *d;
+    const char *k;
     uint64_t sum = 0;
     json_object_foreach((json_t *)data, k, d)
-        if (!json_object_get(held, json_string_value(json_object_get(d, "hash"))))
+        if (!br_node_holds_tree(n, json_string_value(json_object_get(d, "hash"))))
             sum += (uint64_t)json_integer_value(json_object_get(d, "bytes"));
     return sum;
 }

@@ -89,9 +89,14 @@ int br_node_gpu_count(const br_node_t *n);
 /* Why the node's agent refuses every job (its hello said so: a root agent with no
  * one else to run jobs as), or NULL. Nothing is placed there meanwhile. */
 const char *br_node_refuses(const br_node_t *n);
-/* Bytes of the trees data (a job spec's "data": {name: {"hash", "bytes"...}}) that
- * are not in the node's cache, as its agent last listed them ("trees" in its info:
- * {manifest hash: true}): what placing the job there has to fetch. */
+/* Whether the node's cache holds the tree of manifest hash, as its agent last listed
+ * them ("trees" in its info: {manifest hash: true}) or as it said since. */
+int br_node_holds_tree(const br_node_t *n, const char *hash);
+/* The trees of data (a job spec's "data": {name: {"hash", "bytes"...}}) are in the
+ * node's cache now (it said it has them), until its agent lists its cache again. */
+void br_node_trees_add(br_node_t *n, const json_t *data);
+/* Bytes of the trees data names that are not in the node's cache: what placing the
+ * job there has to fetch. */
 uint64_t br_node_trees_missing(const br_node_t *n, const json_t *data);
 /* What the node costs per hour now, as its agent last said (0: free). */
 double br_node_cost_per_hour(const br_node_t *n);
