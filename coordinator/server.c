@@ -35,6 +35,7 @@
 #include "outbox.h"
 #include "netmap.h"
 #include "probeset.h"
+#include "uploads.h"
 #include "watchers.h"
 #include "stats.h"
 #include "http.h"
@@ -145,7 +146,8 @@ int br_coord_wire(br_coord_t *c)
     c->replkeep = br_replkeep_new();
     c->ckptpull = br_ckptpull_new(c->ctx);
     c->pace = br_pace_new();
-    if (!c->replicas || !c->replkeep || !c->ckptpull || !c->pace)
+    c->uploads = br_uploads_new();
+    if (!c->replicas || !c->replkeep || !c->ckptpull || !c->pace || !c->uploads)
         return -1;
     /* the modules hear of the core in this order: the core's own hooks first */
     if (br_jobs_init(c) < 0 || br_deps_init(c) < 0 || br_replicas_init(c) < 0 ||
@@ -238,6 +240,7 @@ void br_coord_destroy(br_coord_t **cp)
     br_dash_destroy(&c->dash);
     br_ckptpull_destroy(&c->ckptpull); /* its sockets close before the context ends */
     br_pace_destroy(&c->pace);
+    br_uploads_destroy(&c->uploads);
     br_sock_close(&c->sock);
     br_zap_destroy(&c->zap);
     if (c->ctx)
@@ -485,6 +488,21 @@ static void give_tokens(br_coord_t *c)
     json_decref(list);
 }
 
+/* Uploads given up a day ago: no longer charged to their user, and out of the store
+ * at this wake's sweep unless something refers to them by now (uploads.h). */
+static void expire_uploads(br_coord_t *c, int64_t now)
+{
+    if (now - c->uploads_expired < 60000)
+        return;
+    c->uploads_expired = now;
+    json_t *gone = br_uploads_expire(c->uploads, now);
+    size_t i;
+    json_t *h;
+    json_array_foreach(gone, i, h)
+        br_content_doubt(c->content, json_string_value(h), 0);
+    json_decref(gone);
+}
+
 /* One wake: everything it changes is one transaction, committed before replies. */
 static void wake(br_coord_t *c, int readable)
 {
@@ -519,6 +537,7 @@ static void wake(br_coord_t *c, int readable)
             c->code_expired = now;
             br_api_code_expire(c, br_now_ms() - c->cfg.log_retention_ms);
         }
+        expire_uploads(c, now);
     }
     br_sched_wake(c);
     if (br_store_commit(c->store, &err) < 0) {

@@ -8,6 +8,7 @@
  * sets and uses those shared with them or public; the admin all of them. */
 #include "api.h"
 #include "content.h"
+#include "uploads.h"
 #include "job.h"
 #include "jobtab.h"
 
@@ -149,7 +150,7 @@ static int check_user_quota(br_coord_t *c, const br_caller_t *who, const json_t 
     json_t *all = distinct_contents(m);
     if (!all)
         return br_errf(err, ENOMEM, "out of memory");
-    int64_t more = 0;
+    int64_t more = 0, own = 0; /* own: of more, what the caller's uploads hold */
     const char *h;
     json_t *v;
     json_object_foreach(all, h, v) {
@@ -159,19 +160,78 @@ static int check_user_quota(br_coord_t *c, const br_caller_t *who, const json_t 
             return -1;
         }
         more += has ? 0 : json_integer_value(v);
+        own += !has && br_uploads_size(c->uploads, who->id, h) > 0 ? json_integer_value(v) : 0;
     }
     json_decref(all);
-    if (used + more <= quota)
+    /* the caller's other stored files that nothing refers to yet count as well */
+    int64_t loose = br_uploads_pending(c->uploads, who->id) - own;
+    loose = loose < 0 ? 0 : loose;
+    if (used + loose + more <= quota)
         return 0;
-    char q[32], u[32], n[32], big[600];
-    return br_errf(err, EDQUOT, "over your quota: this tree adds %s to the %s you hold, and "
-                                "each user may hold %s (--user-store-quota); its largest "
+    char q[32], u[32], n[32], l[32], big[600], also[200] = "";
+    if (loose > 0)
+        snprintf(also, sizeof(also), " and %s of files uploaded but not (yet) submitted, "
+                                     "let go a day after their upload stopped",
+                 br_format_size((uint64_t)loose, l, sizeof(l)));
+    return br_errf(err, EDQUOT, "over your quota: this tree adds %s to the %s you hold%s, "
+                                "and each user may hold %s (--user-store-quota); its largest "
                                 "files: %s. Leave out what the job does not need with "
                                 ".brambleignore",
                    br_format_size((uint64_t)more, n, sizeof(n)),
-                   br_format_size((uint64_t)used, u, sizeof(u)),
+                   br_format_size((uint64_t)used, u, sizeof(u)), also,
                    br_format_size((uint64_t)quota, q, sizeof(q)),
                    largest_text(m, LARGEST_SHOWN, big, sizeof(big)));
+}
+
+/* The contents of tree full (and its listing) are referenced by the caller's job or
+ * data set now: no longer charged as uploads. */
+static void settle_tree(br_coord_t *c, const br_caller_t *who, const json_t *full,
+                        const json_t *listing)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(full, "entries"), i, e) {
+        const char *h = json_string_value(json_object_get(e, "hash"));
+        if (h)
+            br_uploads_settle(c->uploads, who->id, h);
+    }
+    const char *lh = json_string_value(json_object_get(listing, "hash"));
+    if (lh)
+        br_uploads_settle(c->uploads, who->id, lh);
+}
+
+/* Refuse (EDQUOT) a chunk of a file the caller has not begun to store yet when,
+ * with its size, what they hold and their uploads nothing refers to yet would pass
+ * --user-store-quota; else charge the file to their uploads. Whether they asked
+ * content.lack first or not: the quota holds either way. */
+static int charge_upload(br_coord_t *c, const br_caller_t *who, const char *hash,
+                         int64_t size, br_err_t *err)
+{
+    int64_t quota = c->cfg.user_store_quota, now = br_mono_ms();
+    if (quota <= 0 || who->kind != BR_PRINCIPAL_USER || br_content_has(c->content, hash) ||
+        br_uploads_touch(c->uploads, who->id, hash, now))
+        return 0;
+    int64_t used = br_uploads_used(c->uploads, who->id, now);
+    if (used < 0) {
+        if ((used = br_store_content_user_bytes(c->store, who->id, err)) < 0)
+            return -1;
+        br_uploads_set_used(c->uploads, who->id, used, now);
+    }
+    int64_t pending = br_uploads_pending(c->uploads, who->id);
+    if (used + pending + size > quota) {
+        char q[32], u[32], p[32], n[32];
+        return br_errf(err, EDQUOT, "over your quota: a file of %s on top of the %s you hold "
+                                    "and %s of files uploaded but not (yet) submitted (let "
+                                    "go a day after their upload stopped); each user may "
+                                    "hold %s (--user-store-quota)",
+                       br_format_size((uint64_t)size, n, sizeof(n)),
+                       br_format_size((uint64_t)used, u, sizeof(u)),
+                       br_format_size((uint64_t)pending, p, sizeof(p)),
+                       br_format_size((uint64_t)quota, q, sizeof(q)));
+    }
+    return br_uploads_add(c->uploads, who->id, hash, size, now) < 0
+               ? br_errf(err, ENOMEM, "out of memory")
+               : 0;
 }
 
 /* [[i, offset], ...] for the entries of m from `from` on whose content is not whole
@@ -256,12 +316,14 @@ int br_api_code_keep(br_coord_t *c, const br_caller_t *who, const json_t *code,
                                   json_string_value(json_object_get(listing, "hash")),
                                   json_integer_value(json_object_get(listing, "size")),
                                   who->id, err);
-    if (rc == 0)
+    if (rc == 0) {
+        settle_tree(c, who, full, listing);
         json_object_set_new(spec_json, "code",
                             json_pack("{s:s, s:O, s:O, s:O, s:O}", "dir", dir, "hash",
                                       json_object_get(full, "hash"), "files",
                                       json_object_get(full, "files"), "bytes",
                                       json_object_get(full, "bytes"), "listing", listing));
+    }
     json_decref(full);
     return rc;
 }
@@ -633,7 +695,6 @@ void br_api_content_put(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_err_t err;
     size_t len = 0;
     const void *data = br_msg_data(m, &len);
-    (void)who;
     if (br_msg_unpack(m, &err, "{s:s, s:I, s:I}", "hash", &hash, "size", &size, "offset",
                       &offset) < 0)
         goto fail;
@@ -641,6 +702,8 @@ void br_api_content_put(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_errf(&err, EINVAL, "content.put: at most %d bytes at a time", BR_CONTENT_CHUNK);
         goto fail;
     }
+    if (charge_upload(c, who, hash, size, &err) < 0)
+        goto fail;
     int64_t held = 0;
     int whole = 0;
     if (br_content_write(c->content, hash, size, offset, data ? data : "", data ? len : 0,
@@ -779,6 +842,7 @@ void br_api_data_push(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         !(row = br_store_data_add(c->store, who->id, name, tag, full, listing, public_,
                                   shares, &err)))
         goto fail;
+    settle_tree(c, who, full, listing);
     json_object_set_new(row, "owner", json_string(who->name));
     char sz[32];
     br_coord_event(c, 0, NULL, "data", "data set %s/%s:%s pushed: %lld files, %s", who->name,

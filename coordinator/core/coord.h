@@ -33,6 +33,7 @@ typedef struct br_coord {
     struct br_zap *zap;
     br_store_t *store;
     struct br_content *content; /* files by hash: data sets' (content.h, --store-dir) */
+    struct br_uploads *uploads; /* stored files no job of their user's refers to yet */
     struct br_storemark *mark; /* DIR/store.mark: refuses a store that lost commits */
     br_nodes_t *nodes;
     struct br_jobtab *jobs; /* the current jobs in memory (jobtab.h), kept by jobs.c */
@@ -51,6 +52,7 @@ typedef struct br_coord {
     struct br_pace *pace;         /* messages gather before a wake when busy (pace.h) */
     int64_t ticked;         /* monotonic ms of the last BR_HOOK_TICK */
     int64_t code_expired;   /* monotonic ms code no job needs was last let go */
+    int64_t uploads_expired; /* monotonic ms uploads given up were last let go */
     struct br_netmap *netmap;    /* round trips between nodes, from their heartbeats */
     struct br_probeset *probeset; /* who probes whom, and the probes' key (probeset.h) */
     struct br_watchers *watchers; /* clients waiting for news (event.watch) */

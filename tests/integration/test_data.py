@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import wait_for
+from conftest import read_yaml_flat, wait_for
 from treefiles import blob, write
 
 
@@ -200,6 +200,56 @@ def test_over_quota_names_the_largest_files(make_cluster):
     d, _, _ = push(c, tree, "small", credential=alice)
     assert d["files"] == 6
     push(c, tree.parent / "t", "admins")
+
+
+def put_file(client, data):
+    """content.put every chunk of data, as a client that never asked content.lack; the
+    first refusal's body, or None when it is all stored."""
+    h = hashlib.blake2b(data, digest_size=32).hexdigest()
+    for off in range(0, len(data), 256 * 1024):
+        _, r, _ = client.request("content.put", {"hash": h, "size": len(data), "offset": off},
+                                 data=data[off:off + 256 * 1024])
+        if r.get("errnum"):
+            return r
+    assert r.get("whole") is True, r
+    return None
+
+
+def test_quota_holds_for_a_client_that_skips_content_lack(make_cluster):
+    """Storing files by content.put alone, never submitting them, counts against the
+    user's quota from the first chunk: a client cannot fill the store past it."""
+    c = make_cluster(start=False)
+    c.start_coordinator(extra=["--user-store-quota", "1MiB"])
+    alice = add_user(c, "alice")
+    y = read_yaml_flat(alice)
+    raw = c.raw_client(y["public_key"], y["secret_key"])
+    try:
+        assert put_file(raw, blob(400_000, 1)) is None
+        assert put_file(raw, blob(400_000, 2)) is None
+        again = put_file(raw, blob(400_000, 1))  # the same file again: not charged twice
+        assert again is None, again
+        r = put_file(raw, blob(400_000, 3))
+        assert r and "over your quota" in r["error"] and "not (yet) submitted" in r["error"], r
+        assert "--user-store-quota" in r["error"], r
+    finally:
+        raw.close()
+    held = objects(c)
+    assert len(held) == 2 and partials(c) == {}, "a refused file was stored"
+    # the CLI's push is told what holds the quota, before it sends anything
+    tree = c.root / "t"
+    write(tree / "w.bin", blob(300_000, 4))
+    _, rc, err = push(c, tree, "w", credential=alice, check=False)
+    assert rc == 1 and "over your quota" in err and "not (yet) submitted" in err, err
+    assert objects(c).keys() == held.keys()
+    # what it stored counts as its own once a push refers to it: no longer twice
+    write(tree / "a.bin", blob(400_000, 1))
+    (tree / "w.bin").unlink()
+    d, _, _ = push(c, tree, "a", credential=alice)
+    assert d["files"] == 1
+    # another user is not held back by alice's uploads
+    bob = add_user(c, "bob")
+    write(c.root / "b" / "x.bin", blob(900_000, 5))
+    push(c, c.root / "b", "x", credential=bob)
 
 
 def start_push(c, tree, name, credential=None):
