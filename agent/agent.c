@@ -2176,9 +2176,16 @@ static void tree_fetched(br_agent_t *a, json_t *res)
     json_decref(pull);
     if (again == 0)
         return; /* the orders wait on */
+    int e = (int)json_integer_value(json_object_get(res, "errnum"));
     if (again < 0 && err.text[0])
         orders_fail(a, mhash, err.text);
-    else if (error)
+    else if (error && (e == ENOSPC || e == EDQUOT || e == EFBIG) && !strstr(error, "quota")) {
+        char said[BR_ERR_TEXT + 100]; /* the disk, not --cache-quota: where it is */
+        snprintf(said, sizeof(said), "the node's cache (--cache-dir) has no room on its "
+                                     "disk: %s",
+                 error);
+        orders_fail(a, mhash, said);
+    } else if (error)
         orders_fail(a, mhash, error);
     else
         orders_go(a, mhash, res);

@@ -329,6 +329,19 @@ int br_content_write(br_content_t *c, const char *hash, int64_t size, int64_t of
         ssize_t k = pwrite(o->fd, data, len, offset);
         if (k != (ssize_t)len) {
             int e = k < 0 ? errno : ENOSPC;
+            if (e == ENOSPC || e == EDQUOT || e == EFBIG) {
+                /* the disk is full: the file cannot be finished, and what it holds of
+                 * it would keep every other upload out too; it goes */
+                char part[PATH_MAX + 160];
+                partial_path(c, hash, part, sizeof(part));
+                c->used -= (uint64_t)o->held < c->used ? (uint64_t)o->held : c->used;
+                close_open(o);
+                unlink(part);
+                return br_errf(err, e, "the coordinator's store (--store-dir) has no room "
+                                       "on its disk: %s (what was sent of this file is let "
+                                       "go; free space there and send it again)",
+                               strerror(e));
+            }
             if (ftruncate(o->fd, offset) < 0) /* no half chunk stays */
                 close_open(o);
             return br_errf(err, e, "the store could not write: %s", strerror(e));

@@ -15,7 +15,7 @@ import tempfile
 import pytest
 
 from conftest import wait_for
-from treefiles import events, hidden, laptop_cluster, write
+from treefiles import blob, events, hidden, laptop_cluster, write
 from netlan import free_prefix, veth_ns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for mount namespaces")
@@ -337,3 +337,45 @@ def test_code_no_job_needs_leaves_the_store(make_cluster, tmp_path):
     assert stored(wait_data), "a waiting job's code left the store"
     rc, _, err = c.cli("outputs", done, tmp_path / "again", check=False)
     assert rc != 0 or not (tmp_path / "again" / "out.txt").exists(), err
+
+
+def small_disk(path, size, then=()):
+    """wrap= argv: run in a mount namespace where path is a tmpfs of size (a disk that
+    fills up), after the mounts of then (another wrap's sh -c script, or none)."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mkdir -p "{path}" && mount -t tmpfs -o size={size} none "{path}" && '
+            f'{then or ""}exec "$@"', "sh"]
+
+
+def test_a_full_disk_refuses_saying_so(make_cluster, tmp_path):
+    """The coordinator's store on a full disk refuses the submit, naming the disk,
+    and keeps nothing of it; a node whose cache is on a full disk ends the attempt
+    saying so. In both, what fits still goes afterwards."""
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    store, cache = tmp_path / "store", tmp_path / "nodecache"
+    c = make_cluster(start=False)
+    c.start_coordinator(extra=["--store-dir", str(store)], wrap=small_disk(store, "3m"))
+    c.start_agent("node-1", extra=("--cache-dir", str(cache)),
+                  wrap=small_disk(cache, "1m", f'mount -t tmpfs none "{laptop}" && '))
+    c.wait_ready("node-1")
+    big, small = laptop / "big", laptop / "small"
+    write(big / "weights.bin", blob(5 << 20, 1))
+    write(big / "job.yaml", "name: big\ncode: .\ncommand: true\n")
+    rc, _, err = c.cli("submit", big / "job.yaml", check=False)
+    assert rc == 1 and "No space left on device" in err and "store" in err, err
+    assert c.jobs() == [], "a refused job was stored"
+    # nothing of it holds the disk: a tree of 2 MB fits in the store's 3 MB after it
+    write(small / "a.bin", blob(2 << 20, 2))
+    write(small / "job.yaml", "name: small\ncode: .\ncommand: cat a.bin > /dev/null\n")
+    rc, out, err = c.cli("submit", small / "job.yaml", check=False)
+    assert rc == 0, err
+    job = int(out.strip())
+    # but not in the node's cache of 1 MB: the attempt ends, saying why
+    j = c.wait_job(job, "failed")
+    assert "could not start" in j["reason"] and "No space left on device" in j["reason"], j
+    assert "node-1" in j["reason"] or "cache" in j["reason"], j
+    # and a tree that fits runs there
+    write(small / "a.bin", b"x" * 1000)
+    rc, out, err = c.cli("submit", small / "job.yaml", "--wait", check=False)
+    assert rc == 0, err
