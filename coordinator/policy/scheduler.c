@@ -110,6 +110,14 @@ int br_sched_fit(const br_node_t *n, json_t *spec, json_t **assign, int64_t *lef
         snprintf(why, whylen, "%s: labels do not match", n->name);
         return 0;
     }
+    if (!json_object_get(n->info, "trees") &&
+        (json_object_get(spec, "code") || json_object_size(json_object_get(spec, "data")))) {
+        /* an agent that says nothing of a cache cannot fetch a tree: it would run the
+         * job with whatever the node holds */
+        snprintf(why, whylen, "%s: its agent fetches no code or data sets (it predates "
+                              "them, or has not said what its cache holds yet)", n->name);
+        return 0;
+    }
     if (n->attempts >= BR_NODE_MAX_ATTEMPTS) { /* what its agent would refuse */
         snprintf(why, whylen, "%s runs %d attempts, the most an agent runs", n->name,
                  n->attempts);
@@ -782,6 +790,7 @@ static int room_take(br_nodes_t *nodes, room_t *r)
         uint64_t h = 14695981039346656037ULL;
         h = digest(json_object_get(n->info, "arch"), h);
         h = digest(json_object_get(n->info, "labels"), h);
+        h = digest(json_object_get(n->info, "trees") ? json_true() : json_false(), h);
         for (int i = 0; i < ngpus; i++) {
             h = digest(json_object_get(br_node_gpu(n, i), "model"), h);
             r->gpus[r->ngpus++] = (gpu_room_t){

@@ -205,6 +205,34 @@ static void test_labels_arch_and_attempt_limit(void **state)
     assert_non_null(strstr(of(w, 2)->reason, "arch x86_64 not wanted"));
 }
 
+/* A job that brings code or data sets goes only to a node whose agent says what its
+ * cache holds (heartbeat "trees"): an older agent would run it with whatever the
+ * node happens to hold. Once the agent tells its cache, the job goes there. */
+static void test_code_needs_an_agent_with_a_cache(void **state)
+{
+    world_t *w = *state;
+    br_node_t *old = node(w->nodes, "home1", 4, 8, 0, 0, "ready");
+    json_t *r = job(1, 0, "{\"cpus\": 1, \"nodes\": 1}");
+    json_object_set_new(json_object_get(r, "spec"), "code",
+                        json_pack("{s:s, s:s}", "dir", "/p", "hash", "ab"));
+    add(w, r);
+    r = job(2, 0, "{\"cpus\": 1, \"nodes\": 1}");
+    json_object_set_new(json_object_get(r, "spec"), "data",
+                        json_pack("{s:{s:s}}", "w", "path", "/m"));
+    add(w, r);
+    add(w, job(3, 5, "{\"cpus\": 1, \"nodes\": 1}")); /* none: runs anywhere */
+    plan(w, NULL);
+    for (int id = 1; id <= 2; id++) {
+        assert_int_equal(of(w, id)->verdict, BR_SCHED_WAIT);
+        assert_non_null(strstr(of(w, id)->reason, "home1: its agent fetches no code"));
+    }
+    assert_int_equal(of(w, 3)->verdict, BR_SCHED_PLACE);
+    br_sched_decisions_free(w->d, w->n);
+    json_object_set_new(old->info, "trees", json_object()); /* its first heartbeat */
+    plan(w, NULL);
+    assert_int_equal(of(w, 1)->verdict, BR_SCHED_PLACE);
+}
+
 static void test_gang_all_or_nothing(void **state)
 {
     world_t *w = *state;
@@ -724,6 +752,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_node_states_and_exclusions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gpus_whole_and_shared, setup, teardown),
         cmocka_unit_test_setup_teardown(test_labels_arch_and_attempt_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_code_needs_an_agent_with_a_cache, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_gang_all_or_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gang_waits_for_fresh_heartbeats, setup,
                                         teardown),
