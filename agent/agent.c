@@ -2165,6 +2165,8 @@ static void tree_fetched(br_agent_t *a, json_t *res)
     json_object_del(a->pulls, mhash);
     br_err_t err = {0};
     int again = -1;
+    if (!error && pull) /* verified file by file just now: its copies need not hash */
+        br_cache_seal(a->cache, json_object_get(pull, "manifest"));
     if (error && peer && pull) { /* that node could not serve it: the coordinator can */
         fprintf(stderr, "bramble-agent: tree %.16s... not pulled from %s (%s): from the "
                         "coordinator instead\n", mhash, peer, error);

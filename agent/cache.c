@@ -19,11 +19,14 @@
 #include "util.h"
 
 #define COPY_BUF (1 << 20)
+#define SEALED_TREES 8 /* trees whose files' seals are kept (the newest) */
 
 struct br_cache {
     char dir[PATH_MAX];
     char listings[PATH_MAX];
     char data_dir[PATH_MAX];
+    json_t *seals;  /* manifest hash -> {path: seal}: files verified, as they were then */
+    json_t *sealed; /* those manifest hashes, oldest first */
 };
 
 /* path made when missing, then given mode (and kept the agent's). */
@@ -51,6 +54,8 @@ br_cache_t *br_cache_new(const char *dir, const char *listings, const char *data
     br_strlcpy(c->dir, dir, sizeof(c->dir));
     br_strlcpy(c->listings, listings, sizeof(c->listings));
     br_strlcpy(c->data_dir, data_dir ? data_dir : "", sizeof(c->data_dir));
+    c->seals = json_object();
+    c->sealed = json_array();
     char sub[PATH_MAX];
     int rc = own_dir(dir, 0711, err);
     static const struct {
@@ -61,8 +66,12 @@ br_cache_t *br_cache_new(const char *dir, const char *listings, const char *data
         snprintf(sub, sizeof(sub), "%s/%s", dir, subs[i].name);
         rc = own_dir(sub, subs[i].mode, err);
     }
+    if (rc == 0 && (!c->seals || !c->sealed))
+        rc = br_errf(err, ENOMEM, "out of memory");
     if (rc < 0) {
         br_err_prefix(err, "the cache");
+        json_decref(c->seals);
+        json_decref(c->sealed);
         free(c);
         return NULL;
     }
@@ -73,6 +82,8 @@ void br_cache_destroy(br_cache_t **cp)
 {
     if (!cp || !*cp)
         return;
+    json_decref((*cp)->seals);
+    json_decref((*cp)->sealed);
     free(*cp);
     *cp = NULL;
 }
@@ -123,10 +134,99 @@ static int parents(int dfd, const char *rel, uid_t uid, gid_t gid, br_err_t *err
     return 0;
 }
 
-/* Copy the regular file src (open) into a new file rel below dfd, hashed on the
- * way: bytes that are not the manifest's hash are EBADMSG (a damaged cache). */
-static int copy_file(int src, int dfd, const char *rel, const char *hash, mode_t mode,
-                     uid_t uid, gid_t gid, char *buf, br_err_t *err)
+/* A file's seal: what changes when anything writes to it or replaces it (its inode,
+ * size, and its modification and change times to the nanosecond). */
+static void seal_of(const struct stat *st, char *buf, size_t len)
+{
+    snprintf(buf, len, "%llx:%llx:%llx.%lx:%llx.%lx", (unsigned long long)st->st_ino,
+             (unsigned long long)st->st_size, (unsigned long long)st->st_mtim.tv_sec,
+             st->st_mtim.tv_nsec, (unsigned long long)st->st_ctim.tv_sec, st->st_ctim.tv_nsec);
+}
+
+/* The seals of tree mhash (made when missing and make; the oldest tree's go past
+ * SEALED_TREES), or NULL. */
+static json_t *seals_of(br_cache_t *c, const char *mhash, int make)
+{
+    json_t *t = json_object_get(c->seals, mhash);
+    if (t || !make)
+        return t;
+    while (json_array_size(c->sealed) >= SEALED_TREES) {
+        json_object_del(c->seals, json_string_value(json_array_get(c->sealed, 0)));
+        json_array_remove(c->sealed, 0);
+    }
+    t = json_object();
+    if (!t || json_object_set_new(c->seals, mhash, t) < 0 ||
+        json_array_append_new(c->sealed, json_string(mhash)) < 0) {
+        json_object_del(c->seals, mhash);
+        return NULL;
+    }
+    return t;
+}
+
+static void unseal(br_cache_t *c, const char *mhash)
+{
+    json_object_del(c->seals, mhash);
+    for (size_t i = 0; i < json_array_size(c->sealed); i++)
+        if (strcmp(json_string_value(json_array_get(c->sealed, i)), mhash) == 0)
+            json_array_remove(c->sealed, i--);
+}
+
+void br_cache_seal(br_cache_t *c, const json_t *summary)
+{
+    const char *mhash = json_string_value(json_object_get(summary, "hash"));
+    char tree[PATH_MAX + 100];
+    br_err_t err;
+    if (!br_cache_has(c, mhash))
+        return;
+    json_t *m = br_listings_whole(c->listings, summary, NULL, 0, &err), *seals;
+    br_cache_tree_path(c, mhash, tree, sizeof(tree));
+    int tfd = m ? open(tree, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (tfd >= 0 && (seals = seals_of(c, mhash, 1))) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(m, "entries"), i, e) {
+            const char *path = json_string_value(json_object_get(e, "path"));
+            struct stat st;
+            char seal[96];
+            if (json_object_get(e, "link") ||
+                fstatat(tfd, path, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+                continue;
+            seal_of(&st, seal, sizeof(seal));
+            json_object_set_new(seals, path, json_string(seal));
+        }
+    }
+    if (tfd >= 0)
+        close(tfd);
+    json_decref(m);
+}
+
+/* Copy all of src into out in the kernel (no bytes through here), else by read and
+ * write through buf. 0, or -1 with errno. */
+static int plain_copy(int src, int out, char *buf)
+{
+    for (int in_kernel = 1;;) {
+        ssize_t k = in_kernel ? copy_file_range(src, NULL, out, NULL, 1 << 30, 0) : 0;
+        if (in_kernel && k < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+                                   errno == EOPNOTSUPP)) {
+            in_kernel = 0; /* (a file system that cannot: the slow way) */
+            continue;
+        }
+        if (!in_kernel) {
+            k = read(src, buf, COPY_BUF);
+            if (k > 0 && write(out, buf, (size_t)k) != k)
+                return -1;
+        }
+        if (k <= 0)
+            return k < 0 ? -1 : 0;
+    }
+}
+
+/* Copy the regular file src (open) into a new file rel below dfd. sealed: its seal
+ * is the one it had when its bytes were last verified, so they are copied as they
+ * are; else they are hashed on the way, and bytes that are not the manifest's hash
+ * are EBADMSG (a damaged cache). */
+static int copy_file(int src, int sealed, int dfd, const char *rel, const char *hash,
+                     mode_t mode, uid_t uid, gid_t gid, char *buf, br_err_t *err)
 {
     int out = openat(dfd, rel, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (out < 0)
@@ -134,7 +234,7 @@ static int copy_file(int src, int dfd, const char *rel, const char *hash, mode_t
     int rc = 0;
     crypto_generichash_state hs;
     crypto_generichash_init(&hs, NULL, 0, BR_MANIFEST_HASH_LEN);
-    for (;;) {
+    for (; !sealed;) {
         ssize_t k = read(src, buf, COPY_BUF);
         if (k == 0)
             break;
@@ -144,7 +244,9 @@ static int copy_file(int src, int dfd, const char *rel, const char *hash, mode_t
         }
         crypto_generichash_update(&hs, (const unsigned char *)buf, (unsigned long long)k);
     }
-    if (!br_manifest_hashes_to(&hs, hash) && rc == 0)
+    if (sealed && plain_copy(src, out, buf) < 0)
+        rc = br_errf(err, errno ? errno : EIO, "%s: %s", rel, strerror(errno ? errno : EIO));
+    if (!sealed && rc == 0 && !br_manifest_hashes_to(&hs, hash))
         rc = br_errf(err, EBADMSG, "%s is damaged in the cache (it does not hash to "
                                    "%.16s...)", rel, hash);
     if (rc == 0 && (fchown(out, uid, gid) < 0 && errno != EPERM))
@@ -201,18 +303,29 @@ int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summ
             continue;
         }
         int src = openat(tfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-        if (src < 0) {
+        struct stat st;
+        if (src < 0 || fstat(src, &st) < 0) {
             br_errf(err, errno, "the cached %s: %s", path, strerror(errno));
+            if (src >= 0)
+                close(src);
             goto out;
         }
-        int k = copy_file(src, dfd, path, json_string_value(json_object_get(e, "hash")), mode,
-                          uid, gid, buf, err);
+        char seal[96];
+        seal_of(&st, seal, sizeof(seal));
+        json_t *seals = seals_of(c, mhash, 0);
+        const char *was = json_string_value(json_object_get(seals, path));
+        int sealed = was && strcmp(was, seal) == 0;
+        int k = copy_file(src, sealed, dfd, path, json_string_value(json_object_get(e, "hash")),
+                          mode, uid, gid, buf, err);
+        if (k == 0 && !sealed && (seals = seals_of(c, mhash, 1))) /* verified now */
+            json_object_set_new(seals, path, json_string(seal));
         if (k < 0 && err->errnum == EBADMSG) { /* never run, fetched again */
             char idx[PATH_MAX];
             snprintf(idx, sizeof(idx), "%s/.by-hash/%s", c->dir,
                      json_string_value(json_object_get(e, "hash")));
             unlink(idx);
             br_cache_forget(c, mhash);
+            mhash = NULL; /* (gone: nothing of it is sealed) */
         }
         close(src);
         if (k < 0)
@@ -243,6 +356,8 @@ out:
 
 void br_cache_forget(br_cache_t *c, const char *mhash)
 {
+    if (mhash)
+        unseal(c, mhash);
     char trees[PATH_MAX];
     snprintf(trees, sizeof(trees), "%s/trees", c->dir);
     int fd = open(trees, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

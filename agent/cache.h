@@ -36,11 +36,19 @@ int br_cache_has(const br_cache_t *c, const char *mhash);
 /* Build the working directory of attempt `attempt` of job `job` from the cached
  * tree that summary (the job.run order's code manifest) names: a fresh copy of every
  * file and link, owned by uid:gid, at DIR/work/<job>.<attempt> (an old one there is
- * removed first); its path into out. Each file is hashed as it is copied: one that
- * is not what the manifest says (a damaged cache) fails with EBADMSG, and the tree
- * and that file leave the cache, to be fetched again. 0, or -1 with err. */
+ * removed first); its path into out. Each file is hashed as it is copied, unless
+ * it is sealed as verified and unchanged since (br_cache_seal): one that is not
+ * what the manifest says (a damaged cache) fails with EBADMSG, and the tree and that
+ * file leave the cache, to be fetched again. 0, or -1 with err. */
 int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summary,
                      uid_t uid, gid_t gid, char *out, size_t len, br_err_t *err);
+
+/* The tree that summary (a manifest's summary) names was verified file by file just
+ * now (a pull put it in place): remember each file's seal (its inode, size and
+ * times), so that br_cache_workdir copies a file whose seal is unchanged without
+ * hashing it again, in the kernel. A file written to or replaced since has another
+ * seal and is hashed as it is copied. The newest few trees' seals are kept. */
+void br_cache_seal(br_cache_t *c, const json_t *summary);
 
 /* The cached tree of manifest hash mhash, made readable to every user inside (its
  * directories 0755, its files a+r: DIR/trees itself stays closed, so only a mount
