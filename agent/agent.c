@@ -1314,12 +1314,23 @@ static int pull_tree(br_agent_t *a, json_int_t job, int attempt, json_t *mf,
                      const char *grant, json_t *from, br_err_t *err)
 {
     const char *mhash = json_string_value(json_object_get(mf, "hash"));
-    if (json_object_get(a->pulls, mhash))
-        return 0; /* another order asked for it first: it comes once */
+    json_t *going = json_object_get(a->pulls, mhash);
     char dest[4200];
+    br_cache_tree_path(a->cache, mhash, dest, sizeof(dest));
+    if (going && job > 0 && json_integer_value(json_object_get(going, "job")) == 0) {
+        /* fetched as it is uploaded (tree.stage): a job waits for it now, ahead of
+         * the pulls no job waits for; should it fail (its stage ended), this job's
+         * own grant fetches the rest */
+        json_object_set_new(going, "job", json_integer(job));
+        json_object_set_new(going, "attempt", json_integer(attempt));
+        json_object_set_new(going, "grant", json_string(grant));
+        json_object_set_new(going, "staged", json_true());
+        br_replica_hurry_tree(a->replica, dest);
+    }
+    if (going)
+        return 0; /* another order asked for it first: it comes once */
     int64_t limit;
     json_t *keep = trees_in_use(a);
-    br_cache_tree_path(a->cache, mhash, dest, sizeof(dest));
     int rc = br_cache_room(a->cache, a->s->cache_quota,
                            json_integer_value(json_object_get(mf, "bytes")), keep, &limit,
                            err);
@@ -1502,6 +1513,27 @@ static void on_fetch_trees(br_agent_t *a, br_msg_t *m)
         snprintf(reason, sizeof(reason), "could not start: %s", err.text);
         end_unstarted(a, job, attempt, reason);
     }
+}
+
+/* tree.stage: a job's code is being uploaded, and this node is where the job would
+ * go: fetch it as it comes (the coordinator answers EINPROGRESS for files still on
+ * their way), so that the job finds it here. No job waits for it yet: a job.run for
+ * the same tree waits on this pull, and takes it over (pull_tree). */
+static void on_stage_tree(br_agent_t *a, br_msg_t *m)
+{
+    json_t *mf;
+    const char *grant;
+    br_err_t err = {0};
+    if (br_msg_unpack(m, &err, "{s:s, s:o}", "grant", &grant, "manifest", &mf) < 0 ||
+        !json_is_string(json_object_get(mf, "hash"))) {
+        reply(a, m, EPROTO, err.text[0] ? err.text : "tree.stage: {\"grant\", \"manifest\"}");
+        return;
+    }
+    reply(a, m, 0, NULL);
+    if (br_cache_has(a->cache, json_string_value(json_object_get(mf, "hash"))))
+        return;
+    if (pull_tree(a, 0, 0, mf, grant, NULL, &err) < 0)
+        fprintf(stderr, "bramble-agent: a tree staged while it is uploaded: %s\n", err.text);
 }
 
 static void on_run(br_agent_t *a, br_msg_t *m)
@@ -2167,9 +2199,18 @@ static void tree_fetched(br_agent_t *a, json_t *res)
     int again = -1;
     if (!error && pull) /* verified file by file just now: its copies need not hash */
         br_cache_seal(a->cache, json_object_get(pull, "manifest"));
-    if (error && peer && pull) { /* that node could not serve it: the coordinator can */
+    int staged = pull && json_is_true(json_object_get(pull, "staged"));
+    if (error && pull && !peer && json_integer_value(json_object_get(pull, "job")) == 0) {
+        fprintf(stderr, "bramble-agent: tree %.16s..., staged while it was uploaded, not "
+                        "pulled: %s\n", mhash, error);
+        json_decref(pull);
+        return; /* no order waits for it */
+    }
+    if (error && (peer || staged) && pull) {
+        /* that node could not serve it, or its upload stopped being served as it
+         * came: the coordinator can, for the job that waits */
         fprintf(stderr, "bramble-agent: tree %.16s... not pulled from %s (%s): from the "
-                        "coordinator instead\n", mhash, peer, error);
+                        "coordinator instead\n", mhash, peer ? peer : "its upload", error);
         again = pull_tree(a, json_integer_value(json_object_get(pull, "job")),
                           (int)json_integer_value(json_object_get(pull, "attempt")),
                           json_object_get(pull, "manifest"),
@@ -2235,6 +2276,7 @@ static const struct {
     {"ckpt.serve", K_REQUEST, on_serve},
     {"ckpt.fetch", K_REQUEST, on_fetch},
     {"job.fetch", K_REQUEST, on_fetch_trees},
+    {"tree.stage", K_REQUEST, on_stage_tree},
     {"ckpt.drop", K_REQUEST, on_drop},
 };
 
@@ -2435,6 +2477,16 @@ static void timers(br_agent_t *a)
         /* how far the checkpoint pull in progress is, for the job's owner to see */
         json_t *pulling = a->hb_nopulling || !a->replica ? NULL
                                                          : br_replica_progress(a->replica);
+        if (pulling && json_integer_value(json_object_get(pulling, "job")) == 0) {
+            /* a tree staged as it is uploaded: the job that waits for it now, if any */
+            json_int_t job = json_integer_value(json_object_get(
+                json_object_get(a->pulls, json_string_value(json_object_get(pulling, "hash"))),
+                "job"));
+            if (job > 0)
+                json_object_set_new(pulling, "job", json_integer(job));
+            else
+                json_decref(pulling), pulling = NULL;
+        }
         if (pulling)
             json_object_set_new(hb, "pulling", pulling);
         if (!a->trees_told && !a->hb_notrees) { /* where a job's data sets are already */

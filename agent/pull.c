@@ -42,6 +42,7 @@
 #define SILENT_TIMES 12  /* a live link with no answer for 12 stall_ms: dropped too */
 #define BUSY_WAIT_MS 250 /* a busy holder is asked again after this */
 #define BUSY_MAX 1200    /* ... this many times for one file (5 minutes), at most */
+#define NOT_YET_MS 20    /* a file still on its way to the holder: asked again after */
 #define HASH_LEN crypto_generichash_BYTES
 /* The coordinator sends the holder its grant and this node its order at once, on
  * two links: a holder that refuses our key this soon after we first connected may
@@ -350,8 +351,9 @@ static int bad_peer(pull_t *p, int errnum, const char *what, const char *path)
                    p->r->peer_name ? p->r->peer_name : "the holder", what, path);
 }
 
-/* One answer: 1 taken (its bytes written), 2 the holder is busy, 0 stale or none,
- * -1 with err. */
+/* One answer: 1 taken (its bytes written), 2 the holder is busy, 3 the holder has
+ * not all of the file yet (EINPROGRESS: an upload it serves as it comes), 0 stale
+ * or none, -1 with err. */
 static int take_answer(pull_t *p, int fd, crypto_generichash_state *hs,
                        const char *path, json_int_t size, int64_t *got,
                        uint32_t first_seq)
@@ -372,6 +374,8 @@ static int take_answer(pull_t *p, int fd, crypto_generichash_state *hs,
         rc = -1;
         if (p->err->errnum == EAGAIN) /* busy: ask again later */
             rc = 2, *p->err = (br_err_t){0};
+        else if (p->err->errnum == EINPROGRESS) /* on its way: ask again soon */
+            rc = 3, *p->err = (br_err_t){0};
         else
             br_err_prefix(p->err, "%s", p->r->peer_name ? p->r->peer_name : "holder");
     } else if (json_unpack(br_msg_body(m), "{s:I}", "offset", &off) < 0 || off != *got)
@@ -435,10 +439,13 @@ static int fetch(pull_t *p, const char *path, const char *hex, json_int_t size, 
             ((ev & ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) && !early))
             rc = br_errf(p->err, EACCES, "%s refused this node's key (no grant?)",
                          p->r->peer_name ? p->r->peer_name : p->r->endpoint);
-        int busy = 0;
+        int busy = 0, not_yet = 0;
         while (rc == 0 &&
                (rc = take_answer(p, fd, &hs, path, size, &got, first_seq)) > 0) {
             busy |= rc == 2;
+            not_yet |= rc == 3;
+            if (rc == 3) /* the answers still in flight may be of later bytes: let go */
+                first_seq = p->seq + 1;
             inflight -= rc == 1;
             last = br_mono_ms();
             tries = rc == 1 ? 0 : tries;
@@ -450,6 +457,16 @@ static int fetch(pull_t *p, const char *path, const char *hex, json_int_t size, 
         if (rc < 0) {
             close(fd);
             return -1;
+        }
+        if (not_yet && !busy && !early) {
+            /* the holder has not all of it yet: on the same link, ask afresh from what
+             * we hold in a moment (the answers to what is in flight are let go) */
+            for (int ms = 0; ms < NOT_YET_MS && !cancelled(p); ms += 10)
+                usleep(10000);
+            asked = got;
+            inflight = 0;
+            first_seq = p->seq + 1;
+            continue;
         }
         if (busy || early) /* come back a little later, asking afresh from what we hold */
             for (int ms = 0; ms < (busy ? BUSY_WAIT_MS : 50) && !cancelled(p); ms += 10)

@@ -213,6 +213,31 @@ int br_puller_submit(br_puller_t *pl, const br_pull_req_t *r, br_err_t *err)
     return 0;
 }
 
+void br_puller_hurry(br_puller_t *pl, const char *dest)
+{
+    pthread_mutex_lock(&pl->q.w.mu);
+    job_t *busy = job_of(pl->q.busy);
+    int here = busy && strcmp(busy->r.dest, dest) == 0;
+    for (br_wqnode_t **at = &pl->q.todo.head; *at && !here;) {
+        job_t *o = job_of(*at);
+        if (o->r.urgent || strcmp(o->r.dest, dest) != 0) {
+            at = &(*at)->next;
+            continue;
+        }
+        br_wqlist_unlink(&pl->q.todo, at);
+        o->r.urgent = 1;
+        br_wqlist_insert(&pl->q.todo, after_urgent(pl), &o->node);
+        if (busy && !busy->r.urgent) { /* as an urgent pull submitted now would */
+            pl->preempted = 1;
+            atomic_store(&pl->q.w.cancel, 1);
+        }
+        break;
+    }
+    if (here)
+        busy->r.urgent = 1; /* (no restore stops it now) */
+    pthread_mutex_unlock(&pl->q.w.mu);
+}
+
 int br_puller_take(br_puller_t *pl, json_t **tag, json_t **result, br_err_t *err)
 {
     job_t *j = job_of(br_workq_take(&pl->q));

@@ -28,6 +28,10 @@ int br_puller_fd(const br_puller_t *p);
  * same job, whose copy is no use once a newer one is counted) end at once, with
  * ECANCELED and "superseded" in their error. */
 int br_puller_submit(br_puller_t *p, const br_pull_req_t *r, br_err_t *err);
+/* A job waits for the pull into dest now (one that was queued behind others, not
+ * urgent): it goes before the pulls that are not urgent, stopping the one in
+ * progress as br_puller_submit does for an urgent pull. */
+void br_puller_hurry(br_puller_t *p, const char *dest);
 /* Take one finished pull, oldest first: 1 with *tag and *result (the caller's), or
  * *result NULL and err saying why it failed; 0 when none is finished. */
 int br_puller_take(br_puller_t *p, json_t **tag, json_t **result, br_err_t *err);

@@ -412,7 +412,9 @@ int br_replica_pull_tree(br_replica_t *r, int64_t job, int attempt, const json_t
                        .in_store = 1,
                        .limit = limit,
                        .quota_name = "the node's cache (--cache-quota)",
-                       .urgent = 1}; /* a job waits for it */
+                       /* a job waits for it; a tree staged while it is uploaded
+                        * (job 0) waits for the upload, and must hold up no restore */
+                       .urgent = job > 0};
     q.tag = json_pack("{s:b, s:I, s:i, s:s, s:s, s:b}", "code", 1, "job", (json_int_t)job,
                       "attempt", attempt, "hash",
                       json_string_value(json_object_get(manifest, "hash")), "path", dest,
@@ -422,6 +424,11 @@ int br_replica_pull_tree(br_replica_t *r, int64_t job, int attempt, const json_t
     int rc = br_puller_submit(r->puller, &q, err);
     json_decref(q.tag);
     return rc;
+}
+
+void br_replica_hurry_tree(br_replica_t *r, const char *dest)
+{
+    br_puller_hurry(r->puller, dest);
 }
 
 br_listings_t *br_replica_listings(br_replica_t *r)

@@ -52,11 +52,15 @@ int br_replica_drop(br_replica_t *r, const br_msg_t *m, br_err_t *err);
  * "data:JOB", PROTOCOL.md section 11), or from another node that holds it in its
  * cache (from: {"node", "addr", "port", "key", "grant"}; NULL: the coordinator), into
  * dest, its files linked into store's .by-hash, ahead of the replicas' pulls (a job
- * waits for it). Its result comes from br_replica_take with "code": true, "job",
+ * waits for it); job 0: a tree staged while it is uploaded ("stage:ID"), which no
+ * job waits for yet, in turn with the replicas' pulls. Its result comes from br_replica_take with "code": true, "job",
  * "attempt", "hash", "path", "from" (the node's name, when it was one). */
 int br_replica_pull_tree(br_replica_t *r, int64_t job, int attempt, const json_t *manifest,
                          const char *grant, const json_t *from, const char *dest,
                          const char *store, int64_t limit, br_err_t *err);
+/* A job waits for the tree being pulled into dest (one staged, job 0): ahead of the
+ * pulls no job waits for. */
+void br_replica_hurry_tree(br_replica_t *r, const char *dest);
 /* A finished fetch, as the body of its ckpt.stored report (the caller's), or NULL
  * when none has finished. */
 json_t *br_replica_take(br_replica_t *r);

@@ -59,7 +59,7 @@ static int push_run(cli_t *cli, int argc, char **argv)
         cli_upload_say_left_out(p);
     json_t *listing, *summary;
     cli_upload_t st;
-    if (cli_upload(cli, p, !json && isatty(2), &listing, &summary, &st) != CLI_OK) {
+    if (cli_upload(cli, p, !json && isatty(2), NULL, &listing, &summary, &st) != CLI_OK) {
         br_pack_destroy(&p);
         json_decref(shares);
         return CLI_FAIL;

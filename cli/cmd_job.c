@@ -316,11 +316,15 @@ static void spec_relative(const char *spec, const char *path, char *out, size_t 
         snprintf(out, len, "%.*s/%s", (int)(slash - spec), spec, path);
 }
 
+static json_t *submit_body(const char *text, size_t len, const submit_opts_t *o);
+
 /* The job's code (--code DIR, else the spec's code: DIR, relative to the spec
  * file's directory, and its files:) packed and sent into the content store: {"listing",
- * "manifest"} for job.submit, NULL in *code when the job has none. CLI_OK, or
- * CLI_FAIL after saying why. */
-static int send_code(cli_t *cli, const submit_opts_t *o, const json_t *norm, json_t **code)
+ * "manifest"} for job.submit, NULL in *code when the job has none; a big upload has
+ * the code fetched by the node the job would go to as it is sent (the spec text and
+ * sets go with code.stage). CLI_OK, or CLI_FAIL after saying why. */
+static int send_code(cli_t *cli, const submit_opts_t *o, const json_t *norm, const char *text,
+                     size_t len, json_t **code)
 {
     *code = NULL;
     const char *dir = o->code ? o->code : json_string_value(json_object_get(norm, "code"));
@@ -363,7 +367,9 @@ static int send_code(cli_t *cli, const submit_opts_t *o, const json_t *norm, jso
         cli_upload_say_left_out(p);
     json_t *listing, *summary;
     cli_upload_t st;
-    int rc = cli_upload(cli, p, !o->json && isatty(2), &listing, &summary, &st);
+    json_t *stage = submit_body(text, len, o); /* (NULL: none staged) */
+    int rc = cli_upload(cli, p, !o->json && isatty(2), stage, &listing, &summary, &st);
+    json_decref(stage);
     br_pack_destroy(&p);
     if (rc != CLI_OK)
         return rc;
@@ -460,7 +466,7 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
                               "tasks: use --wait, then 'bramble logs ID[INDEX]'");
     }
     json_t *code = NULL;
-    int rc = send_code(cli, &o, norm, &code);
+    int rc = send_code(cli, &o, norm, text, len, &code);
     if (rc == CLI_OK)
         rc = submit_send(cli, &o, text, len, code, &id, &array, &fit_seq);
     free(text);

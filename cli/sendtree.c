@@ -17,11 +17,15 @@
 #define UPLOAD_TIMEOUT_MS 60000 /* an answer to one chunk (the store fsyncs) */
 #define SHOW_AFTER_MS 1000      /* a progress line for uploads longer than this */
 #define LARGEST 5
+#define STAGE_MIN (1 << 20)     /* an upload this big has its job's code staged */
+#define STAGE_TIMEOUT_MS 5000   /* (best effort: the upload goes on without) */
 
 typedef struct {
     br_pack_t *p;
     int progress, shown_any;
     int64_t started, shown, done, total;
+    br_client_t *client;
+    const json_t *stage; /* {"spec", "sets"} of the job, or NULL */
 } show_t;
 
 static void show(show_t *s, int last)
@@ -52,6 +56,25 @@ static void progress(void *arg, int64_t done, int64_t total)
     show(s, 0);
 }
 
+/* What the store lacks is known: when it is much, the node the job would go to now
+ * fetches the files as they are stored (code.stage), so that little is left to
+ * fetch once the job is submitted. Best effort: a coordinator that predates it, or
+ * no node that fits now, and the node fetches the code once the job is placed. */
+static void lacking(void *arg, const json_t *listing, const json_t *summary, int64_t bytes)
+{
+    show_t *s = arg;
+    if (!s->stage || bytes < STAGE_MIN)
+        return;
+    json_t *body = json_deep_copy(s->stage);
+    br_err_t err;
+    if (!body || json_object_set(body, "listing", (json_t *)listing) < 0 ||
+        json_object_set(body, "manifest", (json_t *)summary) < 0) {
+        json_decref(body);
+        return;
+    }
+    json_decref(br_client_call(s->client, "code.stage", body, STAGE_TIMEOUT_MS, &err));
+}
+
 static const char *source(void *arg, const char *path)
 {
     return br_pack_source(((show_t *)arg)->p, path);
@@ -73,8 +96,8 @@ static const char *largest(br_pack_t *p, char *buf, size_t len)
     return buf;
 }
 
-int cli_upload(cli_t *cli, br_pack_t *p, int progress_shown, json_t **listing,
-               json_t **summary, cli_upload_t *st)
+int cli_upload(cli_t *cli, br_pack_t *p, int progress_shown, const json_t *stage,
+               json_t **listing, json_t **summary, cli_upload_t *st)
 {
     br_err_t err;
     *listing = *summary = NULL;
@@ -84,9 +107,10 @@ int cli_upload(cli_t *cli, br_pack_t *p, int progress_shown, json_t **listing,
     br_client_t *client = cli_client(cli);
     if (!client)
         return CLI_FAIL;
-    show_t s = {.p = p, .progress = progress_shown, .started = br_mono_ms()};
+    show_t s = {.p = p, .progress = progress_shown, .started = br_mono_ms(),
+                .client = client, .stage = stage};
     br_upload_t u = {.client = client, .timeout_ms = UPLOAD_TIMEOUT_MS, .manifest = m,
-                     .source = source, .progress = progress, .arg = &s};
+                     .source = source, .progress = progress, .lacking = lacking, .arg = &s};
     char path[4200];
     if (br_upload_run(&u, listing, summary, st, path, sizeof(path), &err) == 0) {
         show(&s, 1);

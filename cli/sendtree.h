@@ -16,11 +16,12 @@
 typedef br_upload_stats_t cli_upload_t;
 
 /* Send what the store lacks of p's manifest. progress: a progress line may be
- * shown. On success *listing is {"hash", "size"} of the manifest's text and
+ * shown. stage: {"spec", "sets"} of the job whose code it is, to have it fetched
+ * by the node the job would go to while it is sent (code.stage), or NULL. On success *listing is {"hash", "size"} of the manifest's text and
  * *summary {"hash", "root", "files", "bytes"} (new references). CLI_OK, or
  * CLI_FAIL after saying why (over a quota: naming the largest files). */
-int cli_upload(cli_t *cli, br_pack_t *p, int progress, json_t **listing, json_t **summary,
-               cli_upload_t *st);
+int cli_upload(cli_t *cli, br_pack_t *p, int progress, const json_t *stage,
+               json_t **listing, json_t **summary, cli_upload_t *st);
 
 /* Tell stderr what the ignore rules left out of p (nothing when nothing). */
 void cli_upload_say_left_out(const br_pack_t *p);

@@ -35,6 +35,7 @@
 #include "outbox.h"
 #include "netmap.h"
 #include "probeset.h"
+#include "stages.h"
 #include "uploads.h"
 #include "watchers.h"
 #include "stats.h"
@@ -147,7 +148,9 @@ int br_coord_wire(br_coord_t *c)
     c->ckptpull = br_ckptpull_new(c->ctx);
     c->pace = br_pace_new();
     c->uploads = br_uploads_new();
-    if (!c->replicas || !c->replkeep || !c->ckptpull || !c->pace || !c->uploads)
+    c->stages = br_stages_new();
+    if (!c->replicas || !c->replkeep || !c->ckptpull || !c->pace || !c->uploads ||
+        !c->stages)
         return -1;
     /* the modules hear of the core in this order: the core's own hooks first */
     if (br_jobs_init(c) < 0 || br_deps_init(c) < 0 || br_replicas_init(c) < 0 ||
@@ -241,6 +244,7 @@ void br_coord_destroy(br_coord_t **cp)
     br_ckptpull_destroy(&c->ckptpull); /* its sockets close before the context ends */
     br_pace_destroy(&c->pace);
     br_uploads_destroy(&c->uploads);
+    br_stages_destroy(&c->stages);
     br_sock_close(&c->sock);
     br_zap_destroy(&c->zap);
     if (c->ctx)
@@ -488,6 +492,13 @@ static void give_tokens(br_coord_t *c)
     json_decref(list);
 }
 
+/* Whether node name is ready and connected (a stage's node, stages.h). */
+static int node_ready(void *arg, const char *name)
+{
+    br_node_t *n = br_nodes_find(((br_coord_t *)arg)->nodes, name);
+    return n && n->state == BR_NODE_READY && n->route_len > 0;
+}
+
 /* Uploads given up a day ago: no longer charged to their user, and out of the store
  * at this wake's sweep unless something refers to them by now (uploads.h). */
 static void expire_uploads(br_coord_t *c, int64_t now)
@@ -538,6 +549,7 @@ static void wake(br_coord_t *c, int readable)
             br_api_code_expire(c, br_now_ms() - c->cfg.log_retention_ms);
         }
         expire_uploads(c, now);
+        br_stages_expire(c->stages, now, node_ready, c);
     }
     br_sched_wake(c);
     if (br_store_commit(c->store, &err) < 0) {

@@ -27,6 +27,7 @@ typedef struct {
     flight_t fl[BR_CLIENT_PENDING];
     size_t head, n;
     int moved;  /* a chunk was refused: not at what the store holds (ERANGE) */
+    int told;   /* o->lacking was called */
     int failed; /* the first refusal is in err, its path in path */
     br_err_t *err;
     char *path;
@@ -180,6 +181,8 @@ static int send_lacking(up_t *u, const json_t *listing, const json_t *summary)
             return -1;
         u->total += json_integer_value(json_object_get(r, "bytes"));
         more = json_is_true(json_object_get(r, "more"));
+        if (!u->told++ && u->o->lacking)
+            u->o->lacking(u->o->arg, listing, summary, u->total);
         size_t i;
         json_t *l;
         int rc = 0;

@@ -70,6 +70,7 @@ static const struct {
     {"ckpt.read", K_REQUEST, P_NODE, br_api_content_read},
     {"content.lack", K_REQUEST, P_ADMIN | P_USER | P_NODE, br_api_content_lack},
     {"content.put", K_REQUEST, P_ADMIN | P_USER | P_NODE, br_api_content_put},
+    {"code.stage", K_REQUEST, P_ADMIN | P_USER, br_api_code_stage},
     {"content.read", K_REQUEST, P_ADMIN | P_USER, br_api_content_read_user},
     {"job.outputs", K_REQUEST, P_NODE, br_api_job_outputs},
     {"data.push", K_REQUEST, P_ADMIN | P_USER, br_api_data_push},
@@ -113,6 +114,7 @@ static const char *action_words(const char *type)
         {"dashboard.", "logging in to the dashboard"},
         {"checkpoint.", "pulling checkpoints"},
         {"content.", "uploading files"},      {"data.", "managing data sets"},
+        {"code.", "uploading files"},
     };
     for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
         if (strncmp(type, actions[i].type, strlen(actions[i].type)) == 0)

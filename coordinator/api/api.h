@@ -85,6 +85,13 @@ void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 /* The whole manifest of an uploaded tree a request names by its listing and
  * summary (section 12), checked: within who's --user-store-quota, every file
  * stored. A new reference, or NULL with err. */
+/* {hash: true} of the files of the tree a stored listing names (and the listing's
+ * own), or NULL with err. */
+json_t *br_api_tree_files(br_coord_t *c, const json_t *listing, const json_t *summary,
+                          br_err_t *err);
+/* code.stage (U): the node a job would go to now fetches its code while it is
+ * uploaded (stages.h). */
+void br_api_code_stage(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 json_t *br_api_uploaded_tree(br_coord_t *c, const br_caller_t *who, const json_t *listing,
                              const json_t *summary, br_err_t *err);
 /* job.submit's code ({"listing", "manifest", "dir"}): the tree checked, kept by

@@ -12,6 +12,7 @@
 #include "manifest_check.h"
 #include "nodelife.h"
 #include "replicas.h"
+#include "stages.h"
 #include "token.h"
 #include "util.h"
 #include "netmap.h"
@@ -286,8 +287,10 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_t *held = json_object();
         size_t i;
         json_t *h;
-        json_array_foreach(trees, i, h)
+        json_array_foreach(trees, i, h) {
             json_object_set_new(held, json_string_value(h), json_true());
+            br_stages_held(c->stages, n->name, json_string_value(h), br_mono_ms());
+        }
         json_object_set_new(n->info, "trees", held);
     }
     if (pulling) { /* how far a copy of a checkpoint, or a job's code, is: job show */
@@ -464,8 +467,14 @@ static void trees_event(br_coord_t *c, br_node_t *n, json_int_t job, int attempt
         if (json_is_string(p) && strlen(src) + json_string_length(p) + 8 < sizeof(src))
             snprintf(src + strlen(src), sizeof(src) - strlen(src), "%s%s", i ? ", " : " from ",
                      json_string_value(p));
-    br_coord_event(c, job, n->name, "starting", "attempt %d: %s fetched to %s%s in %.1f s: "
-                   "%s sent, %s found there", attempt, what, n->name, src, seconds, r, d);
+    /* (its code staged there while it was uploaded: most of it came before the job) */
+    const char *stage = has_code ? br_stages_node_of(c->stages, json_string_value(json_object_get(
+                                       json_object_get(j->spec, "code"), "hash")))
+                                 : NULL;
+    int staged = stage && strcmp(stage, n->name) == 0;
+    br_coord_event(c, job, n->name, "starting", "attempt %d: %s fetched to %s%s in %.1f s%s: "
+                   "%s sent, %s found there", attempt, what, n->name, src, seconds,
+                   staged ? ", most of it as it was uploaded" : "", r, d);
 }
 
 void br_api_job_fetched(br_coord_t *c, br_msg_t *m, const br_caller_t *who)

@@ -18,6 +18,7 @@
 #include "plan.h"
 #include "replicas.h"
 #include "services.h"
+#include "stages.h"
 #include "spec.h"
 #include "usage.h"
 #include "token.h"
@@ -563,6 +564,62 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 fail:
     br_spec_destroy(&spec);
     br_reply_fail(c, m, &err);
+}
+
+void br_api_code_stage(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *text, *setv[64];
+    json_t *sets, *listing, *summary, *files = NULL, *spec_json = NULL;
+    br_err_t err;
+    br_spec_t *spec = NULL;
+    if (br_msg_unpack(m, &err, "{s:s, s:o, s:o, s:o}", "spec", &text, "sets", &sets,
+                      "listing", &listing, "manifest", &summary) < 0 ||
+        !sets_array(sets, setv, 64, &err) ||
+        !json_is_string(json_object_get(summary, "hash")))
+        goto fail;
+    /* a spec the submit would refuse stages nothing: the submit will say why */
+    spec = br_spec_parse(text, strlen(text), setv, (int)json_array_size(sets), &err);
+    if (!spec || !(spec->code || spec->files) || spec->kind == BR_JOB_SERVICE ||
+        !(spec_json = br_spec_to_json(spec))) {
+        br_spec_destroy(&spec);
+        br_reply_ok(c, m, json_object());
+        return;
+    }
+    br_node_t *n = br_sched_first_fit(c, spec_json);
+    const char *mhash = json_string_value(json_object_get(summary, "hash"));
+    if (!n || br_node_holds_tree(n, mhash)) { /* nowhere now, or there already */
+        br_reply_ok(c, m, n ? json_pack("{s:s, s:b}", "node", n->name, "held", 1)
+                            : json_object());
+        goto out;
+    }
+    if (!(files = br_api_tree_files(c, listing, summary, &err)))
+        goto fail;
+    int fresh;
+    br_stage_t *x = br_stages_add(c->stages, who->id, n->name, mhash, files, br_mono_ms(),
+                                  &fresh);
+    if (!x) {
+        br_errf(&err, ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (fresh) { /* the node pulls it as a job's code, from us, reading as it comes */
+        char grant[40];
+        snprintf(grant, sizeof(grant), "stage:%lld", (long long)x->id);
+        br_coord_send_node(
+            c, n, "tree.stage",
+            json_pack("{s:s, s:{s:s, s:s, s:O, s:O, s:[], s:b, s:O}}", "grant", grant,
+                      "manifest", "hash", mhash, "root", "dir", "files",
+                      json_object_get(summary, "files"), "bytes",
+                      json_object_get(summary, "bytes"), "entries", "truncated", 1,
+                      "listing", listing));
+    }
+    br_reply_ok(c, m, json_pack("{s:s}", "node", n->name));
+    goto out;
+fail:
+    br_reply_fail(c, m, &err);
+out:
+    json_decref(files);
+    json_decref(spec_json);
+    br_spec_destroy(&spec);
 }
 
 void br_api_job_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)

@@ -8,6 +8,7 @@
  * sets and uses those shared with them or public; the admin all of them. */
 #include "api.h"
 #include "content.h"
+#include "stages.h"
 #include "uploads.h"
 #include "job.h"
 #include "jobtab.h"
@@ -79,6 +80,24 @@ static json_t *listed_manifest(br_coord_t *c, const json_t *listing, const json_
     if (!m)
         br_err_prefix(err, "the manifest");
     return m;
+}
+
+json_t *br_api_tree_files(br_coord_t *c, const json_t *listing, const json_t *summary,
+                          br_err_t *err)
+{
+    json_t *full = listed_manifest(c, listing, summary, err), *out = full ? json_object() : NULL;
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(full, "entries"), i, e) {
+        const char *h = json_string_value(json_object_get(e, "hash"));
+        if (h)
+            json_object_set_new(out, h, json_true());
+    }
+    if (out)
+        json_object_set_new(out, json_string_value(json_object_get(listing, "hash")),
+                            json_true());
+    json_decref(full);
+    return out;
 }
 
 /* Every content a manifest names: {hash: size}, each once (links hold none). */
@@ -563,6 +582,31 @@ fail:
     return -1;
 }
 
+/* ckpt.read with grant stage:ID: a file of a tree being uploaded, read by the node it
+ * is staged on (stages.h); one not stored yet is EINPROGRESS, to be asked again. */
+static void stage_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who, const char *grant,
+                       const char *path, const char *hash, int64_t offset)
+{
+    long long id = 0;
+    int used = 0;
+    br_err_t err;
+    br_stage_t *x = sscanf(grant, "stage:%lld%n", &id, &used) == 1 && !grant[used]
+                        ? br_stages_find(c->stages, id) : NULL;
+    if (!x || strcmp(x->node, who->name) != 0)
+        br_errf(&err, EACCES, "grant '%.40s' is not this node's: no upload staged on it (it "
+                              "stopped, or the node holds the tree)", grant);
+    else if (!json_object_get(x->files, hash))
+        br_errf(&err, ENOENT, "%.200s (%.16s...) is not in the tree staged", path, hash);
+    else if (!br_content_has(c->content, hash))
+        br_errf(&err, EINPROGRESS, "%.200s is not stored yet: its upload goes on", path);
+    else {
+        x->last_ms = br_mono_ms(); /* read from: the stage is in use */
+        reply_chunk(c, m, hash, offset);
+        return;
+    }
+    br_reply_fail(c, m, &err);
+}
+
 void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     const char *grant, *path, *hash;
@@ -575,6 +619,10 @@ void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         goto fail;
     if (strncmp(grant, "data:", 5) == 0) { /* the data sets of a job it runs */
         data_read(c, m, who, grant, path, hash, offset);
+        return;
+    }
+    if (strncmp(grant, "stage:", 6) == 0) { /* code on its way to the store */
+        stage_read(c, m, who, grant, path, hash, offset);
         return;
     }
     /* code:JOB: the code of a job this node is given a rank of */
@@ -704,6 +752,8 @@ void br_api_content_put(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     if (charge_upload(c, who, hash, size, &err) < 0)
         goto fail;
+    if (who->kind != BR_PRINCIPAL_NODE) /* an upload that a node fetches as it comes */
+        br_stages_touch(c->stages, who->id, br_mono_ms());
     int64_t held = 0;
     int whole = 0;
     if (br_content_write(c->content, hash, size, offset, data ? data : "", data ? len : 0,

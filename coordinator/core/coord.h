@@ -34,6 +34,7 @@ typedef struct br_coord {
     br_store_t *store;
     struct br_content *content; /* files by hash: data sets' (content.h, --store-dir) */
     struct br_uploads *uploads; /* stored files no job of their user's refers to yet */
+    struct br_stages *stages;   /* code fetched by a node while it is uploaded */
     struct br_storemark *mark; /* DIR/store.mark: refuses a store that lost commits */
     br_nodes_t *nodes;
     struct br_jobtab *jobs; /* the current jobs in memory (jobtab.h), kept by jobs.c */

@@ -16,6 +16,7 @@
 #include "hooks.h"
 #include "jobtab.h"
 #include "netmap.h"
+#include "stages.h"
 
 /* What GPU i of n would have left after taking a job that needs vram on it (0: a
  * whole GPU): the free VRAM it reported (NVML's figure, so memory that processes
@@ -90,6 +91,22 @@ static json_t *pick_gpus(const br_node_t *n, json_t *res, int want, int64_t *lef
         *left += fit[k].left;
     }
     return gpus;
+}
+
+static int listed(json_t *spec, const char *node);
+
+br_node_t *br_sched_first_fit(br_coord_t *c, json_t *spec)
+{
+    char why[200];
+    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
+        json_t *a = NULL;
+        if (!listed(spec, n->name) || n->state != BR_NODE_READY || !n->route_len ||
+            br_node_refuses(n) || !br_sched_fit(n, spec, &a, NULL, why, sizeof(why)))
+            continue;
+        json_decref(a);
+        return n;
+    }
+    return NULL;
 }
 
 int br_sched_fit(const br_node_t *n, json_t *spec, json_t **assign, int64_t *left_out,
@@ -268,6 +285,14 @@ static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_
      * their bytes have to be fetched (the nodes' caches, as their agents list them) */
     json_t *data = json_object_size(json_object_get(spec, "data")) ? json_object_get(spec, "data")
                                                                    : NULL;
+    /* a job whose code a node fetched while it was uploaded goes there, among nodes
+     * otherwise equal (stages.h) */
+    json_t *code = json_object_get(spec, "code");
+    const char *staged = in->stages && json_is_object(code)
+                             ? br_stages_node_of(in->stages,
+                                                 json_string_value(json_object_get(code, "hash")))
+                             : NULL;
+    uint64_t code_bytes = (uint64_t)json_integer_value(json_object_get(code, "bytes"));
     int best = 0;
     int64_t best_left = -1;
     uint64_t best_miss = UINT64_MAX;
@@ -292,7 +317,8 @@ static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_
         } else if (reserved_off(rv, job, n, last, sizeof(last))) {
             /* (backfill: why is in last) */
         } else if (br_sched_fit(n, spec, &a, &left, last, sizeof(last))) {
-            uint64_t miss = data ? br_node_trees_missing(n, data) : 0;
+            uint64_t miss = (data ? br_node_trees_missing(n, data) : 0) +
+                            (staged && strcmp(n->name, staged) != 0 ? code_bytes + 1 : 0);
             /* (fewer bytes to fetch first, then the tighter fit) */
             int better = miss < best_miss || (miss == best_miss && left < best_left);
             if (want == 1 && sharing && count == 1) { /* keep only the best so far */
@@ -346,7 +372,7 @@ static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_
     d->nodes = chosen ? calloc((size_t)want, sizeof(*d->nodes)) : NULL;
     d->assign = d->nodes ? calloc((size_t)want, sizeof(*d->assign)) : NULL;
     if (d->assign && want == 1) {
-        chosen[0] = sharing || spread || data ? best : 0;
+        chosen[0] = sharing || spread || data || staged ? best : 0;
     } else if (d->assign) { /* a gang: the nearest set of those that fit */
         const char *sites = json_string_value(json_object_get(res, "spread"));
         br_netmap_choose(in->netmap, fit, count, want, sites && strcmp(sites, "any") == 0,
@@ -1172,6 +1198,7 @@ void br_sched_run(br_coord_t *c)
         replicas |= list[i]->service > 0;
     br_sched_in_t in = {.nodes = c->nodes,
                         .netmap = c->netmap,
+                        .stages = c->stages,
                         .now_ms = br_now_ms(),
                         .replicas = replicas ? replica_counts(c) : NULL,
                         .usage = c->usage,

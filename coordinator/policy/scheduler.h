@@ -104,6 +104,9 @@ typedef struct {
                                       placed; NULL when no pending task has one */
     br_sched_memory_t *memory; /* the last passes (above): skip the jobs nothing could
                                   have made fit since; NULL: decide every job */
+    const struct br_stages *stages; /* code being fetched while it is uploaded: a job
+                                       whose code is staged on a node prefers it, among
+                                       nodes otherwise equal (stages.h); or NULL */
 } br_sched_in_t;
 
 typedef enum { BR_SCHED_PLACE, BR_SCHED_WAIT, BR_SCHED_LATER } br_sched_verdict_t;
@@ -189,6 +192,11 @@ void br_sched_decisions_free(br_sched_decision_t *d, size_t n);
  * beyond BR_SCHED_ESTIMATE_EVENTS ends). It leaves the nodes' counters as they
  * were. */
 void br_sched_estimate(br_coord_t *c, br_job_t *const *queue, size_t n, int64_t *start);
+
+/* The first node (in the scheduler's order) that is ready and that job spec fits now
+ * and may go to (its nodelist), or NULL: where the job would most likely go, were
+ * it submitted now. */
+br_node_t *br_sched_first_fit(br_coord_t *c, json_t *spec);
 
 /* Does job spec fit node n now? On success returns 1, *assign (new reference)
  * holds {"cpus","memory","gpus":[...]} plus "vram" (reserved per GPU) when the

@@ -8,6 +8,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -379,3 +380,58 @@ def test_a_full_disk_refuses_saying_so(make_cluster, tmp_path):
     write(small / "a.bin", b"x" * 1000)
     rc, out, err = c.cli("submit", small / "job.yaml", "--wait", check=False)
     assert rc == 0, err
+
+
+def test_code_is_fetched_while_it_is_uploaded(make_cluster, tmp_path):
+    """A big upload has the node the job would go to fetch the code as it is stored
+    (code.stage): while the CLI is stopped halfway, no job exists, yet that node
+    already holds every file stored so far. Once the upload ends the job runs
+    there, on the code as sent."""
+    c, laptop, _ = laptop_cluster(make_cluster, tmp_path, n=2)
+    proj = laptop / "proj"
+    small = {f"a-{i:02d}.bin": blob(64 << 10, 100 + i) for i in range(20)}
+    for name, data in small.items():
+        write(proj / name, data)
+    huge = blob(64 << 20, 7)
+    write(proj / "z-huge.bin", huge)  # (the manifest's order: after the small ones)
+    want = hashlib.sha256(huge).hexdigest()
+    write(proj / "job.yaml", "name: staged\ncode: .\ncommand: sha256sum z-huge.bin; "
+                             "cat a-*.bin | wc -c\n")
+    proc = subprocess.Popen([c.bin("bramble"), "--credential", str(c.credential), "submit",
+                             str(proj / "job.yaml")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=c.env, cwd=c.root, text=True)
+    name = hashlib.blake2b(huge, digest_size=32).hexdigest()
+    partial = c.data / "store" / "partial" / name
+
+    def partway():
+        if proc.poll() is not None:
+            raise AssertionError(f"the submit ended before it was stopped: {proc.communicate()}")
+        return partial.exists() and partial.stat().st_size > 0
+
+    wait_for(partway, what="part of the big file stored", interval=0.002)
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        assert partial.stat().st_size < len(huge)
+        assert c.jobs() == [], "a job exists before its upload ended"
+        cache = {n: c.agent_dir(n) / "cache" / ".by-hash" for n in ("node-1", "node-2")}
+        hashes = {hashlib.blake2b(d, digest_size=32).hexdigest() for d in small.values()}
+
+        def staged():
+            return [n for n, d in cache.items()
+                    if d.exists() and hashes <= {f.name for f in d.iterdir()}]
+
+        where = wait_for(staged, what="a node to fetch the files stored so far")
+        assert len(where) == 1, where
+        assert name not in {f.name for f in cache[where[0]].iterdir()}, \
+            "a file was fetched before it was whole"
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    job = int(out.strip())
+    j = c.wait_job(job, "completed")
+    assert j["nodes"] == where, (j["nodes"], where)
+    said = [e for e in events(c, job) if "its code fetched" in e]
+    assert len(said) == 1 and "as it was uploaded" in said[0], said
+    log = c.logs(job)
+    assert want in log and str(20 * (64 << 10)) in log, log

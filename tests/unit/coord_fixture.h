@@ -16,6 +16,7 @@
 #include "ckptpull.h"
 #include "deps.h"
 #include "pace.h"
+#include "stages.h"
 #include "uploads.h"
 #include "usage.h"
 #include "jobs.h"
@@ -127,6 +128,7 @@ static inline void fixture_close(coord_fixture_t *f)
     br_ckptpull_destroy(&c->ckptpull); /* its sockets close before the context ends */
     br_pace_destroy(&c->pace);
     br_uploads_destroy(&c->uploads);
+    br_stages_destroy(&c->stages);
     if (c->ctx)
         zmq_ctx_term(c->ctx);
     br_replicas_destroy(&c->replicas);
