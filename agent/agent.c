@@ -1311,7 +1311,7 @@ static json_t *trees_in_use(br_agent_t *a)
 /* Pull the tree mf (a truncated manifest: its summary and listing) into the cache,
  * unless it is being pulled already. 0, or -1 with err. */
 static int pull_tree(br_agent_t *a, json_int_t job, int attempt, json_t *mf,
-                     const char *grant, json_t *from, br_err_t *err)
+                     const char *grant, json_t *from, int code, br_err_t *err)
 {
     const char *mhash = json_string_value(json_object_get(mf, "hash"));
     json_t *going = json_object_get(a->pulls, mhash);
@@ -1335,13 +1335,16 @@ static int pull_tree(br_agent_t *a, json_int_t job, int attempt, json_t *mf,
                            json_integer_value(json_object_get(mf, "bytes")), keep, &limit,
                            err);
     json_decref(keep);
+    char spare[4300]; /* a job's code: its first working dir is made as it comes */
+    br_cache_spare_path(a->cache, mhash, spare, sizeof(spare));
     if (rc < 0 || br_replica_pull_tree(a->replica, job, attempt, mf, grant, from, dest,
-                                       br_cache_dir(a->cache), limit, err) < 0)
+                                       code ? spare : NULL, br_cache_dir(a->cache), limit,
+                                       err) < 0)
         return -1;
     /* (what a pull from another node needs to be made again from the coordinator) */
     json_object_set_new(a->pulls, mhash,
-                        json_pack("{s:I, s:i, s:O, s:s}", "job", job, "attempt", attempt,
-                                  "manifest", mf, "grant", grant));
+                        json_pack("{s:I, s:i, s:O, s:s, s:b}", "job", job, "attempt", attempt,
+                                  "manifest", mf, "grant", grant, "code", code));
     return 0;
 }
 
@@ -1352,10 +1355,10 @@ static json_t *order_trees(json_t *code, json_t *data)
     json_t *out = json_array(), *d;
     size_t i;
     if (code)
-        json_array_append_new(out, json_pack("{s:O, s:O, s:s}", "grant",
+        json_array_append_new(out, json_pack("{s:O, s:O, s:s, s:b}", "grant",
                                              json_object_get(code, "grant"), "manifest",
                                              json_object_get(code, "manifest"), "what",
-                                             "its code"));
+                                             "its code", "code", 1));
     json_array_foreach(json_object_get(data, "sets"), i, d) {
         char what[200];
         snprintf(what, sizeof(what), "data set %s",
@@ -1386,7 +1389,8 @@ static int trees_here(br_agent_t *a, br_msg_t *m, json_int_t job, int attempt, j
         if (br_cache_has(a->cache, mhash))
             continue;
         if (pull_tree(a, job, attempt, mf, json_string_value(json_object_get(t, "grant")),
-                      json_object_get(t, "from"), err) < 0) {
+                      json_object_get(t, "from"), json_is_true(json_object_get(t, "code")),
+                      err) < 0) {
             br_err_prefix(err, "%s", json_string_value(json_object_get(t, "what")));
             rc = -1;
             break;
@@ -1532,7 +1536,7 @@ static void on_stage_tree(br_agent_t *a, br_msg_t *m)
     reply(a, m, 0, NULL);
     if (br_cache_has(a->cache, json_string_value(json_object_get(mf, "hash"))))
         return;
-    if (pull_tree(a, 0, 0, mf, grant, NULL, &err) < 0)
+    if (pull_tree(a, 0, 0, mf, grant, NULL, 1, &err) < 0)
         fprintf(stderr, "bramble-agent: a tree staged while it is uploaded: %s\n", err.text);
 }
 
@@ -2214,7 +2218,8 @@ static void tree_fetched(br_agent_t *a, json_t *res)
         again = pull_tree(a, json_integer_value(json_object_get(pull, "job")),
                           (int)json_integer_value(json_object_get(pull, "attempt")),
                           json_object_get(pull, "manifest"),
-                          json_string_value(json_object_get(pull, "grant")), NULL, &err);
+                          json_string_value(json_object_get(pull, "grant")), NULL,
+                          json_is_true(json_object_get(pull, "code")), &err);
     }
     json_decref(pull);
     if (again == 0)

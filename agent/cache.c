@@ -98,6 +98,11 @@ void br_cache_tree_path(const br_cache_t *c, const char *mhash, char *buf, size_
     snprintf(buf, len, "%s/trees/%s", c->dir, mhash);
 }
 
+void br_cache_spare_path(const br_cache_t *c, const char *mhash, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/work/spare-%s", c->dir, mhash);
+}
+
 int br_cache_has(const br_cache_t *c, const char *mhash)
 {
     char path[PATH_MAX + 100];
@@ -200,27 +205,6 @@ void br_cache_seal(br_cache_t *c, const json_t *summary)
     json_decref(m);
 }
 
-/* Copy all of src into out in the kernel (no bytes through here), else by read and
- * write through buf. 0, or -1 with errno. */
-static int plain_copy(int src, int out, char *buf)
-{
-    for (int in_kernel = 1;;) {
-        ssize_t k = in_kernel ? copy_file_range(src, NULL, out, NULL, 1 << 30, 0) : 0;
-        if (in_kernel && k < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
-                                   errno == EOPNOTSUPP)) {
-            in_kernel = 0; /* (a file system that cannot: the slow way) */
-            continue;
-        }
-        if (!in_kernel) {
-            k = read(src, buf, COPY_BUF);
-            if (k > 0 && write(out, buf, (size_t)k) != k)
-                return -1;
-        }
-        if (k <= 0)
-            return k < 0 ? -1 : 0;
-    }
-}
-
 /* Copy the regular file src (open) into a new file rel below dfd. sealed: its seal
  * is the one it had when its bytes were last verified, so they are copied as they
  * are; else they are hashed on the way, and bytes that are not the manifest's hash
@@ -244,7 +228,7 @@ static int copy_file(int src, int sealed, int dfd, const char *rel, const char *
         }
         crypto_generichash_update(&hs, (const unsigned char *)buf, (unsigned long long)k);
     }
-    if (sealed && plain_copy(src, out, buf) < 0)
+    if (sealed && br_copy_all(src, out, buf, COPY_BUF) < 0)
         rc = br_errf(err, errno ? errno : EIO, "%s: %s", rel, strerror(errno ? errno : EIO));
     if (!sealed && rc == 0 && !br_manifest_hashes_to(&hs, hash))
         rc = br_errf(err, EBADMSG, "%s is damaged in the cache (it does not hash to "
@@ -254,6 +238,29 @@ static int copy_file(int src, int sealed, int dfd, const char *rel, const char *
     if (rc == 0 && fchmod(out, mode & 0777) < 0)
         rc = br_errf(err, errno, "%s: %s", rel, strerror(errno));
     close(out);
+    return rc;
+}
+
+/* Make name (below dfd) and everything in it uid:gid's, links too. 0, or -1 with
+ * errno. */
+static int give_tree(int dfd, const char *name, uid_t uid, gid_t gid)
+{
+    if (fchownat(dfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0 && errno != EPERM)
+        return -1;
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOTDIR || errno == ELOOP ? 0 : -1;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return -1;
+    }
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            rc = give_tree(dirfd(d), de->d_name, uid, gid);
+    closedir(d);
     return rc;
 }
 
@@ -280,6 +287,18 @@ int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summ
         goto out;
     }
     br_rm_tree(wfd, name); /* an earlier try's, never reused */
+    char spare[100];
+    snprintf(spare, sizeof(spare), "spare-%s", mhash);
+    if (renameat(wfd, spare, wfd, name) == 0) { /* made as the tree came: the job's now */
+        if (uid != geteuid() && give_tree(wfd, name, uid, gid) < 0) {
+            br_errf(err, errno, "%s/%s: %s", work, name, strerror(errno));
+            goto out;
+        }
+        searchable(c, uid);
+        snprintf(out, len, "%s/%s", work, name);
+        rc = 0;
+        goto out;
+    }
     /* made the agent's and closed to others until it is whole, then handed over */
     if (mkdirat(wfd, name, 0700) < 0 ||
         (dfd = openat(wfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
@@ -356,8 +375,12 @@ out:
 
 void br_cache_forget(br_cache_t *c, const char *mhash)
 {
-    if (mhash)
+    char spare[PATH_MAX + 100];
+    if (mhash && !strchr(mhash, '/')) {
         unseal(c, mhash);
+        br_cache_spare_path(c, mhash, spare, sizeof(spare));
+        br_rm_tree(AT_FDCWD, spare);
+    }
     char trees[PATH_MAX];
     snprintf(trees, sizeof(trees), "%s/trees", c->dir);
     int fd = open(trees, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

@@ -30,13 +30,18 @@ void br_cache_destroy(br_cache_t **c);
 const char *br_cache_dir(const br_cache_t *c);
 /* DIR/trees/<mhash> into buf. */
 void br_cache_tree_path(const br_cache_t *c, const char *mhash, char *buf, size_t len);
+/* DIR/work/spare-<mhash> into buf: the working dir a pull of the code mhash builds
+ * as it goes (pull.h), which br_cache_workdir hands to the first attempt whole. */
+void br_cache_spare_path(const br_cache_t *c, const char *mhash, char *buf, size_t len);
 /* 1 when the tree of the manifest hash mhash is here, whole; 0 when not. */
 int br_cache_has(const br_cache_t *c, const char *mhash);
 
 /* Build the working directory of attempt `attempt` of job `job` from the cached
  * tree that summary (the job.run order's code manifest) names: a fresh copy of every
  * file and link, owned by uid:gid, at DIR/work/<job>.<attempt> (an old one there is
- * removed first); its path into out. Each file is hashed as it is copied, unless
+ * removed first); its path into out. The spare copy a pull made as it went
+ * (br_cache_spare_path), when there is one, becomes it (made uid:gid's), and no
+ * file is copied; else each file is hashed as it is copied, unless
  * it is sealed as verified and unchanged since (br_cache_seal): one that is not
  * what the manifest says (a damaged cache) fails with EBADMSG, and the tree and that
  * file leave the cache, to be fetched again. 0, or -1 with err. */

@@ -60,7 +60,8 @@ typedef struct {
     br_err_t *err;
     int stage, tmp, old, index; /* directory fds, -1 when none */
     int old_file;               /* a one-file checkpoint's old copy, or -1 */
-    char stage_path[PATH_MAX], tmp_path[PATH_MAX];
+    int spare;                  /* the spare copy being built (r->spare), or -1 */
+    char stage_path[PATH_MAX], tmp_path[PATH_MAX], spare_path[PATH_MAX];
     uint32_t seq;
     int64_t written, stall_ms;
     int64_t connected_ms; /* monotonic ms of the first connect (0: none yet) */
@@ -566,6 +567,48 @@ static int add_file(pull_t *p, const char *path, int pfd, const char *name,
     return fetch(p, path, hex, size, pfd, name, mode);
 }
 
+/* The spare copy cannot be made: let it go (the pull goes on). */
+static void spare_lost(pull_t *p, const char *path)
+{
+    fprintf(stderr, "bramble-agent: a working copy of %s, made as it is fetched: %s: %s "
+                    "(it is made once the tree is here)\n",
+            p->r->dest, path, strerror(errno));
+    close(p->spare);
+    p->spare = -1;
+    rm_path(p->spare_path);
+}
+
+/* Entry e (path) is in place in the staging dir (its file name in pfd): into the
+ * spare copy too, while its bytes are in the page cache. */
+static void spare_add(pull_t *p, json_t *e, const char *path, int pfd, const char *name)
+{
+    char part[PATH_MAX];
+    for (const char *s = strchr(path, '/'); s; s = strchr(s + 1, '/')) {
+        snprintf(part, sizeof(part), "%.*s", (int)(s - path), path);
+        if (mkdirat(p->spare, part, 0755) < 0 && errno != EEXIST)
+            return spare_lost(p, part);
+    }
+    const char *link = json_string_value(json_object_get(e, "link"));
+    if (link) {
+        if (symlinkat(link, p->spare, path) < 0)
+            spare_lost(p, path);
+        return;
+    }
+    int src = openat(pfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int out = openat(p->spare, path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                     0600);
+    int ok = src >= 0 && out >= 0 && br_copy_all(src, out, p->buf, COPY_BUF) == 0 &&
+             fchmod(out, (mode_t)json_integer_value(json_object_get(e, "mode")) & 0777) == 0;
+    int saved = errno;
+    if (src >= 0)
+        close(src);
+    if (out >= 0)
+        close(out);
+    errno = saved;
+    if (!ok)
+        spare_lost(p, path);
+}
+
 static int add_entry(pull_t *p, json_t *e)
 {
     const char *path = json_string_value(json_object_get(e, "path")), *name = NULL;
@@ -580,6 +623,8 @@ static int add_entry(pull_t *p, json_t *e)
              : add_link(p, pfd, name, json_string_value(json_object_get(e, "link")));
     if (rc == 0 && hash && fsync(pfd) < 0)
         rc = br_errf(p->err, errno, "%s: %s", path, strerror(errno));
+    if (rc == 0 && p->spare >= 0)
+        spare_add(p, e, path, pfd, name);
     close(pfd);
     return rc;
 }
@@ -657,9 +702,14 @@ static int setup(pull_t *p, const json_t *m)
         (p->stage = open_dir(p, p->stage_path, 1, mode)) < 0 ||
         (p->tmp = open_dir(p, p->tmp_path, 1, 0700)) < 0)
         return -1;
-    if (strcmp(json_string_value(json_object_get(m, "root")), "dir") == 0)
+    if (strcmp(json_string_value(json_object_get(m, "root")), "dir") == 0) {
         p->old = open_dir(p, r->dest, 0, 0);
-    else
+        if (r->spare && (size_t)snprintf(p->spare_path, sizeof(p->spare_path), "%s.part",
+                                         r->spare) < sizeof(p->spare_path)) {
+            rm_path(p->spare_path); /* made afresh: what a stopped run left is not known */
+            p->spare = mkdir(p->spare_path, 0700) == 0 ? open_dir(p, p->spare_path, 0, 0) : -1;
+        }
+    } else
         p->old_file = open(r->dest, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (r->store) {
         char idx[PATH_MAX];
@@ -691,6 +741,13 @@ static json_t *pull(pull_t *p, const json_t *m)
             return NULL;
     if (publish(p, m) < 0)
         return NULL;
+    if (p->spare >= 0) { /* whole: it may be a working dir now */
+        close(p->spare);
+        p->spare = -1;
+        rm_path(p->r->spare);
+        if (rename(p->spare_path, p->r->spare) < 0)
+            rm_path(p->spare_path);
+    }
     rm_path(p->tmp_path);
     char parent[PATH_MAX];
     snprintf(parent, sizeof(parent), "%s/..", p->stage_path);
@@ -751,6 +808,7 @@ json_t *br_pull_run(void *ctx, const br_pull_req_t *r, const atomic_int *cancel,
                 .old = -1,
                 .index = -1,
                 .old_file = -1,
+                .spare = -1,
                 .stall_ms = r->stall_ms > 0 ? r->stall_ms : BR_PULL_STALL_MS};
     if (!r->endpoint || !r->server_key || !r->public_key || !r->secret_key ||
         !r->grant || !r->dest)
@@ -778,7 +836,9 @@ json_t *br_pull_run(void *ctx, const br_pull_req_t *r, const atomic_int *cancel,
         br_fsid_leave(as);
     }
     disconnect(&p);
-    int fds[] = {p.stage, p.tmp, p.old, p.index, p.old_file};
+    if (!res && p.spare_path[0]) /* a spare only whole trees leave */
+        rm_path(p.spare_path);
+    int fds[] = {p.stage, p.tmp, p.old, p.index, p.old_file, p.spare};
     for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
         if (fds[i] >= 0)
             close(fds[i]);

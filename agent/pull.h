@@ -39,6 +39,11 @@ typedef struct {
     const char *listings;   /* where this node keeps whole listings (listing.h): a
                                fetched one is kept there, as the agent */
     const char *dest;  /* the checkpoint to create: a directory or one file */
+    const char *spare; /* a tree: also build a copy of it here, each file copied (in
+                          the kernel) as soon as it is in place, to be a working dir
+                          at once (cache.h); made afresh as SPARE.part and renamed to
+                          SPARE once whole; the agent's, 0700. Should it fail, only
+                          the spare is lost. NULL: none */
     const char *store; /* the replica store to take files from, or NULL */
     int in_store;      /* dest is in the store: link files, index them by hash */
     int as_user;       /* write as uid/gid (fsid.h); 0: as the agent */

@@ -184,6 +184,7 @@ int br_puller_submit(br_puller_t *pl, const br_pull_req_t *r, br_err_t *err)
         j->r.dest = keep(j, 6, r->dest, &bad);
         j->r.store = keep(j, 7, r->store, &bad);
         j->r.listings = keep(j, 8, r->listings, &bad);
+        j->r.spare = keep(j, 9, r->spare, &bad);
         j->r.manifest = j->manifest = r->manifest ? json_deep_copy(r->manifest) : NULL;
         bad |= r->manifest && !j->manifest;
         j->r.tag = j->tag = json_incref(r->tag);

@@ -384,7 +384,7 @@ int br_replica_fetch(br_replica_t *r, const br_msg_t *m, br_err_t *err)
 
 int br_replica_pull_tree(br_replica_t *r, int64_t job, int attempt, const json_t *manifest,
                          const char *grant, const json_t *from, const char *dest,
-                         const char *store, int64_t limit, br_err_t *err)
+                         const char *spare, const char *store, int64_t limit, br_err_t *err)
 {
     const br_cred_t *cred = &r->s->cred;
     char ep[BR_ENDPOINT_MAX];
@@ -408,6 +408,7 @@ int br_replica_pull_tree(br_replica_t *r, int64_t job, int attempt, const json_t
                        .manifest = manifest,
                        .listings = br_listings_dir(r->listings),
                        .dest = dest,
+                       .spare = spare,
                        .store = store,
                        .in_store = 1,
                        .limit = limit,

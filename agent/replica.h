@@ -54,10 +54,11 @@ int br_replica_drop(br_replica_t *r, const br_msg_t *m, br_err_t *err);
  * dest, its files linked into store's .by-hash, ahead of the replicas' pulls (a job
  * waits for it); job 0: a tree staged while it is uploaded ("stage:ID"), which no
  * job waits for yet, in turn with the replicas' pulls. Its result comes from br_replica_take with "code": true, "job",
- * "attempt", "hash", "path", "from" (the node's name, when it was one). */
+ * "attempt", "hash", "path", "from" (the node's name, when it was one). spare: a
+ * job's code, also copied as it comes into this working dir to be (pull.h), or NULL. */
 int br_replica_pull_tree(br_replica_t *r, int64_t job, int attempt, const json_t *manifest,
                          const char *grant, const json_t *from, const char *dest,
-                         const char *store, int64_t limit, br_err_t *err);
+                         const char *spare, const char *store, int64_t limit, br_err_t *err);
 /* A job waits for the tree being pulled into dest (one staged, job 0): ahead of the
  * pulls no job waits for. */
 void br_replica_hurry_tree(br_replica_t *r, const char *dest);

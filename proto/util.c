@@ -338,6 +338,29 @@ char *br_strlcpy(char *dst, const char *src, size_t n)
     return dst;
 }
 
+int br_copy_all(int src, int out, void *buf, size_t len)
+{
+    for (int in_kernel = 1;;) {
+        ssize_t k = in_kernel ? copy_file_range(src, NULL, out, NULL, 1 << 30, 0) : 0;
+        if (in_kernel && k < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+                                   errno == EOPNOTSUPP || errno == EBADF)) {
+            in_kernel = 0; /* (a file system that cannot: the slow way) */
+            continue;
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (!in_kernel) {
+            k = read(src, buf, len);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k > 0 && br_write_all(out, buf, (size_t)k) < 0)
+                return -1;
+        }
+        if (k <= 0)
+            return k < 0 ? -1 : 0;
+    }
+}
+
 int br_write_all(int fd, const void *b, size_t n)
 {
     const unsigned char *c = b;

@@ -62,4 +62,9 @@ char *br_strlcpy(char *dst, const char *src, size_t n);
  * errno. */
 int br_write_all(int fd, const void *b, size_t n);
 
+/* Copy what is left of src (from its offset) to out: in the kernel where the file
+ * systems can (copy_file_range, no bytes through here), else by read and write
+ * through buf (len bytes). 0, or -1 with errno. */
+int br_copy_all(int src, int out, void *buf, size_t len);
+
 #endif

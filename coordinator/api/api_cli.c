@@ -579,14 +579,16 @@ void br_api_code_stage(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         goto fail;
     /* a spec the submit would refuse stages nothing: the submit will say why */
     spec = br_spec_parse(text, strlen(text), setv, (int)json_array_size(sets), &err);
-    if (!spec || !(spec->code || spec->files) || spec->kind == BR_JOB_SERVICE ||
-        !(spec_json = br_spec_to_json(spec))) {
+    if (!spec || spec->kind == BR_JOB_SERVICE || !(spec_json = br_spec_to_json(spec))) {
         br_spec_destroy(&spec);
         br_reply_ok(c, m, json_object());
         return;
     }
-    br_node_t *n = br_sched_first_fit(c, spec_json);
     const char *mhash = json_string_value(json_object_get(summary, "hash"));
+    /* the job brings this tree (its spec's code:, or submit --code) */
+    json_object_set_new(spec_json, "code", json_pack("{s:s, s:O}", "hash", mhash, "bytes",
+                                                     json_object_get(summary, "bytes")));
+    br_node_t *n = br_sched_first_fit(c, spec_json);
     if (!n || br_node_holds_tree(n, mhash)) { /* nowhere now, or there already */
         br_reply_ok(c, m, n ? json_pack("{s:s, s:b}", "node", n->name, "held", 1)
                             : json_object());
