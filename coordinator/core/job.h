@@ -61,6 +61,9 @@ typedef struct br_rank {
                     * or a rollback, reconcile sends it if the node does not run it) */
     int fetch;     /* a gang with code or data sets: its node was asked to fetch them
                     * (1), and has them (2); memory only (asked again after a restart) */
+    int64_t wait_near; /* its job.run waits (since this monotonic ms) for a nearby node
+                        * to finish fetching a data set, to read it there (jobs.c); -1:
+                        * waited long enough; memory only */
     json_t *share; /* {"cpus","memory","gpus":[index...],"vram"?}: held on the node */
     struct br_job *job;
     int index;

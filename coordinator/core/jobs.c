@@ -279,6 +279,17 @@ static json_t *rank_tasks(const br_job_t *job, int r)
 #define DATA_GRANT_TTL_MS (60 * 60 * 1000) /* a node's leave to read a tree from another */
 
 #define DATA_NEARER_MS 5.0 /* round trips closer than this are one site's */
+#define NEAR_WAIT_MAX_MS (30 * 60 * 1000) /* a job waits this long for a node nearby to
+                                           * fetch a data set it can then read there */
+
+/* Whether target is nearer to node n (round trip rtt) than to the coordinator, as
+ * tree_holder judges it: the coordinator wins only when nearer by half and by more
+ * than DATA_NEARER_MS. */
+static int nearer_than_coordinator(br_coord_t *c, const br_node_t *target, double rtt)
+{
+    double coord = br_netmap_coordinator_rtt(c->netmap, target->name);
+    return rtt >= 0 && !(coord >= 0 && coord < rtt / 2 && rtt - coord > DATA_NEARER_MS);
+}
 
 /* The node nearest target (by the network map) that holds the tree of manifest hash
  * in its cache and serves trees, unless the coordinator is nearer by half and by
@@ -300,9 +311,69 @@ static br_node_t *tree_holder(br_coord_t *c, const br_node_t *target, const char
             best_rtt = rtt;
         }
     }
-    double coord = br_netmap_coordinator_rtt(c->netmap, target->name);
-    return best && !(coord >= 0 && coord < best_rtt / 2 && best_rtt - coord > DATA_NEARER_MS)
-               ? best : NULL;
+    return best && nearer_than_coordinator(c, target, best_rtt) ? best : NULL;
+}
+
+/* A node near target (nearer than the coordinator) that is fetching tree hash now
+ * (another job's rank whose order went there is starting, and the node does not
+ * hold the tree yet), or NULL. */
+static br_node_t *near_fetcher(br_coord_t *c, const br_job_t *self, const br_node_t *target,
+                               const char *hash)
+{
+    for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next) {
+        if (j == self || j->state != BR_JOB_STARTING)
+            continue;
+        const char *k;
+        json_t *d;
+        int uses = 0;
+        json_object_foreach(json_object_get(j->spec, "data"), k, d)
+            uses |= strcmp(json_string_value(json_object_get(d, "hash")), hash) == 0;
+        for (int r = 0; uses && r < j->nranks; r++) {
+            br_node_t *n = rank_node(c, j, r);
+            if (n && n != target && (j->ranks[r].sent || j->ranks[r].fetch == 1) &&
+                n->state == BR_NODE_READY && n->route_len &&
+                json_integer_value(json_object_get(n->info, "replica_port")) > 0 &&
+                !br_node_holds_tree(n, hash) &&
+                nearer_than_coordinator(c, target,
+                                        br_netmap_rtt(c->netmap, target->name, n->name)))
+                return n;
+        }
+    }
+    return NULL;
+}
+
+/* Whether rank 0 of job (one rank, with data sets) waits before its job.run for a
+ * node nearby that is fetching one of its data sets from the coordinator, to read it
+ * there rather than over the coordinator's link a second time (on_tick asks
+ * again); at most NEAR_WAIT_MAX_MS. */
+static int wait_near(br_coord_t *c, br_job_t *job, br_node_t *n)
+{
+    br_rank_t *rk = &job->ranks[0];
+    int64_t now = br_mono_ms();
+    if (job->nranks != 1 || rk->wait_near < 0)
+        return 0;
+    if (rk->wait_near > 0 && now - rk->wait_near > NEAR_WAIT_MAX_MS) {
+        rk->wait_near = -1;
+        return 0;
+    }
+    const char *k;
+    json_t *d;
+    json_object_foreach(json_object_get(job->spec, "data"), k, d) {
+        const char *hash = json_string_value(json_object_get(d, "hash"));
+        br_node_t *f = hash && !br_node_holds_tree(n, hash) ? near_fetcher(c, job, n, hash)
+                                                            : NULL;
+        if (!f)
+            continue;
+        if (!rk->wait_near)
+            br_coord_event(c, job->id, n->name, "starting",
+                           "attempt %d waits for %s, nearer than the coordinator, to fetch "
+                           "data set %s, to read it there", job->attempt, f->name,
+                           json_string_value(json_object_get(d, "set")));
+        rk->wait_near = rk->wait_near ? rk->wait_near : now;
+        return 1;
+    }
+    rk->wait_near = 0;
+    return 0;
 }
 
 /* Where rank r's node reads data set d (a spec's data entry) from: a nearby node that
@@ -446,6 +517,8 @@ static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
         return;
     if (r == 0 && fetching(c, job))
         return; /* br_jobs_fetched sends it once every rank's node has its trees */
+    if (r == 0 && wait_near(c, job, n))
+        return; /* on_tick sends it once that node holds the data set */
     if (r == 0 && job->attempt > 1) { /* a module may first bring the checkpoint there */
         br_hook_arg_t a = {.job = job, .node = n};
         br_hooks_run(c, c->hooks, BR_HOOK_RESUMING, &a);
@@ -1206,6 +1279,9 @@ static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
         next = job->next;
         if (job->held.rank >= 0)
             settle_held(c, job);
+        else if (job->state == BR_JOB_STARTING && job->nranks == 1 &&
+                 job->ranks[0].wait_near > 0 && !job->ranks[0].sent)
+            send_run(c, job, 0, 1); /* (waits on while that node still fetches) */
     }
 }
 

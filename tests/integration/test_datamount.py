@@ -283,3 +283,34 @@ def test_a_gangs_ranks_read_the_data_set_from_the_first_ones_node(make_cluster, 
     assert sum(" from " not in e for e in fetched) == 1, fetched
     first = next(e for e in fetched if " from " not in e).split("fetched to ")[1].split()[0]
     assert sum(f" from {first} " in e for e in fetched) == 2, fetched
+
+
+def test_jobs_placed_at_once_read_a_data_set_from_the_first_ones_node(make_cluster, tmp_path,
+                                                                     open_dir):
+    """Two jobs placed in one pass on two nodes, before either holds their data set:
+    the second waits for the first one's node to fetch it from the coordinator, and
+    then reads it there, so the coordinator's link carries it once."""
+    c, laptop, names = node_cluster(make_cluster, tmp_path, n=2, heartbeat="250ms")
+    d = laptop / "ds"
+    write(d / "weights.bin", blob(2 << 20, 11))
+    c.cli("data", "push", d, "weights")
+    want = hashlib.sha256((d / "weights.bin").read_bytes()).hexdigest()
+    wait_for(lambda: probed(c, "node-1", "node-2"), what="node-1 and node-2 to probe")
+    cpus = min(n["cpus"] for n in c.cli_json("nodes"))  # one task fills a node
+    mnt = open_dir / "w"
+    job, _ = submit(c, f"name: pair\narray: 0-1\nresources: {{cpus: {cpus}}}\n"
+                       f"data: {{weights: {mnt}}}\ncommand: sha256sum {mnt}/weights.bin\n")
+    tasks = [job, job + 1]
+    said = []
+    for t in tasks:
+        assert c.wait_job(t)["state"] == "completed", c.logs(t, stream="both")
+        assert want in c.logs(t)
+        said.append(events(c, t))
+    fetched = [e for evs in said for e in evs if "fetched to" in e]
+    assert len(fetched) == 2, said
+    assert sum(" from " not in e for e in fetched) == 1, fetched  # one read the store
+    first = next(e for e in fetched if " from " not in e).split("fetched to ")[1].split()[0]
+    other = next(n for n in names if n != first)
+    assert any(f"fetched to {other} from {first}" in e for e in fetched), fetched
+    assert any(f"waits for {first}, nearer than the coordinator" in e
+               for evs in said for e in evs), said
