@@ -360,8 +360,10 @@ static int wait_near(br_coord_t *c, br_job_t *job, br_node_t *n)
     json_t *d;
     json_object_foreach(json_object_get(job->spec, "data"), k, d) {
         const char *hash = json_string_value(json_object_get(d, "hash"));
-        br_node_t *f = hash && !br_node_holds_tree(n, hash) ? near_fetcher(c, job, n, hash)
-                                                            : NULL;
+        /* (a node that holds it already serves it: no need to wait for another) */
+        br_node_t *f = hash && !br_node_holds_tree(n, hash) && !tree_holder(c, n, hash)
+                           ? near_fetcher(c, job, n, hash)
+                           : NULL;
         if (!f)
             continue;
         if (!rk->wait_near)
