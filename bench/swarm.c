@@ -465,6 +465,7 @@ static void run_children(int total, int procs, int pid, int64_t measure_ms)
     }
     printf("joined %d agents in %.1f s (%d processes)\n", total,
            (double)(br_mono_ms() - t0) / 1000.0, procs);
+    fflush(stdout); /* (swarm.sh starts what runs beside on this line) */
     for (int k = 0; k < procs; k++)
         if (write(down[k][1], "G", 1) != 1)
             die("swarm", "a child is gone");
@@ -567,6 +568,7 @@ int main(int argc, char **argv)
     int64_t t0 = br_mono_ms();
     join_all(200);
     printf("joined %d agents in %.1f s\n", S.n, (double)(br_mono_ms() - t0) / 1000.0);
+    fflush(stdout); /* (swarm.sh starts what runs beside on this line) */
     schedule();
     run_for(2 * S.hb_ms); /* settle: every hello answered */
     if (jobs > 0) {

@@ -5,7 +5,10 @@
 #   cmake --build build-rel --target brambled bramble-swarm
 # Usage: bench/swarm.sh AGENTS HEARTBEAT MEASURE [swarm flags: --jobs N --hold]
 #   e.g. bench/swarm.sh 10000 1s 20s
-# Environment: BIN (default build-rel/bin), PORT (default 27700), NODE_TIMEOUT
+# Environment: BESIDE, a shell command run once the agents have joined, while the
+# swarm is measured (its output in the coordinator's dir; BRAMBLE_CREDENTIAL is the
+# admin's), e.g. BESIDE='bramble data push TREE w' for an upload beside the swarm;
+# BIN (default build-rel/bin), PORT (default 27700), NODE_TIMEOUT
 # (default 120s: longer than joining them all takes, so none is lost meanwhile;
 # the coordinator answers heartbeats as often as the agents' fence time needs,
 # which is every heartbeat for a node timeout of up to about 12 heartbeat
@@ -36,5 +39,21 @@ for _ in $(seq 100); do
     "$BIN/bramble" --credential "$DIR/c/admin.credential" nodes --json >/dev/null 2>&1 && break
     sleep 0.1
 done
+beside() { # once the agents have joined: BESIDE, timed
+    while IFS= read -r line; do
+        printf '%s\n' "$line"
+        case $line in joined*)
+            [ -n "${BESIDE:-}" ] && (
+                t0=$(date +%s.%N)
+                PATH=$BIN:$PATH BRAMBLE_CREDENTIAL=$DIR/c/admin.credential \
+                    bash -c "$BESIDE" >"$DIR/beside.log" 2>&1 && rc=0 || rc=$?
+                echo "beside (exit $rc): $BESIDE: $(awk -v a="$t0" -v b="$(date +%s.%N)" \
+                    'BEGIN { printf "%.1f", b - a }') s from the join" >&2
+            ) &
+            ;;
+        esac
+    done
+    wait
+}
 "$BIN/bramble-swarm" --credential "$DIR/c/admin.credential" --coordinator-pid "$COORD" \
-    --agents "$AGENTS" --heartbeat "$HB" --measure "$MEASURE" "$@"
+    --agents "$AGENTS" --heartbeat "$HB" --measure "$MEASURE" "$@" | beside
