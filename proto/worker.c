@@ -1,4 +1,4 @@
-/* worker.c - the agent's helper threads' common parts (worker.h). */
+/* worker.c - the daemons' helper threads' common parts (worker.h). */
 #include "worker.h"
 
 #include <errno.h>

@@ -1,7 +1,8 @@
-/* workq.h - a work queue on a helper thread (worker.h), shared by the hasher
- * (manifest.h) and the puller (puller.h): jobs wait on a FIFO list (todo), the
- * thread does them one at a time, always the head of todo first, and puts each on a
- * second FIFO list (done), posting the eventfd, for the agent's loop to take. Jobs
+/* workq.h - a work queue on a helper thread (worker.h), shared by the agent's hasher
+ * (manifest.h) and puller (puller.h) and the coordinator's content writer
+ * (contentw.h): jobs wait on a FIFO list (todo), the thread does them one at a
+ * time, always the head of todo first, and puts each on a second FIFO list (done),
+ * posting the eventfd, for the daemon's loop to take. Jobs
  * are the owner's structs, linked through a br_wqnode_t inside them. What stays the
  * owner's: where in todo a job goes (it inserts under w.mu), what it does around
  * each job (the callbacks, br_workq_ops_t), what a cancel drops, and the limits. */

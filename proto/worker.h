@@ -1,10 +1,12 @@
-/* worker.h - what the agent's helper threads share (manifest.h hashes checkpoints,
- * puller.h pulls them, holder.h serves them): a mutex and a condition for the
- * owner's queues, a stop flag and a cancel flag, an eventfd that the side which
- * waits polls (manifest, puller: the agent's loop, for results; holder: its own
- * thread, for changed grants), and a thread that takes no signal, since the agent
- * reads its own from a signalfd. The hasher's and the puller's queue of jobs is
- * workq.h, on top of this; holder.h has none. */
+/* worker.h - what the helper threads of the agent and the coordinator share (the
+ * agent's manifest.h hashes checkpoints, puller.h pulls them, holder.h serves them;
+ * the coordinator's contentw.h writes uploads into the content store): a mutex and
+ * a condition for the owner's queues, a stop flag and a cancel flag, an eventfd
+ * that the side which waits polls (manifest, puller, contentw: the daemon's loop,
+ * for results; holder: its own thread, for changed grants), and a thread that
+ * takes no signal, since both daemons read their own from a signalfd. The queue of
+ * jobs of the hasher, the puller and the content writer is workq.h, on top of
+ * this; holder.h has none. */
 #ifndef BRAMBLE_WORKER_H
 #define BRAMBLE_WORKER_H
 
