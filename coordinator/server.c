@@ -35,6 +35,7 @@
 #include "outbox.h"
 #include "netmap.h"
 #include "probeset.h"
+#include "contentw.h"
 #include "stages.h"
 #include "uploads.h"
 #include "watchers.h"
@@ -203,7 +204,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     if (!c->cfg.store_dir[0])
         br_config_path(cfg, "store", c->cfg.store_dir, sizeof(c->cfg.store_dir));
     c->content = br_content_open(c->cfg.store_dir, (uint64_t)c->cfg.store_quota, err);
-    if (!c->content)
+    if (!c->content || !(c->contentw = br_contentw_new(c->content, err)))
         goto fail;
     int left = br_content_collect(c->content, c->store, 24 * 3600);
     if (left > 0)
@@ -262,6 +263,7 @@ void br_coord_destroy(br_coord_t **cp)
     br_hooks_destroy(&c->hooks);
     br_storemark_destroy(&c->mark);
     br_store_destroy(&c->store);
+    br_contentw_destroy(&c->contentw); /* (its thread writes into the store) */
     br_content_destroy(&c->content);
     br_dirlock_destroy(&c->lock);
     br_stats_destroy(&c->stats);
@@ -592,13 +594,14 @@ int br_coord_run(br_coord_t *c, br_err_t *err)
     if (tick > 250)
         tick = 250;
     while (!c->stop) {
-        zmq_pollitem_t items[5 + BR_CKPTPULL_MAX] = {
+        zmq_pollitem_t items[6 + BR_CKPTPULL_MAX] = {
             {c->sock, 0, ZMQ_POLLIN, 0},
             {br_zap_socket(c->zap), 0, ZMQ_POLLIN, 0},
             {NULL, c->sigfd, ZMQ_POLLIN, 0},
+            {NULL, br_contentw_fd(c->contentw), ZMQ_POLLIN, 0},
             {NULL, c->http ? br_http_fd(c->http) : -1, ZMQ_POLLIN, 0},
             {NULL, c->dash ? br_dash_fd(c->dash) : -1, ZMQ_POLLIN, 0}};
-        int base = c->dash ? 5 : c->http ? 4 : 3; /* then the holders of users' pulls */
+        int base = c->dash ? 6 : c->http ? 5 : 4; /* then the holders of users' pulls */
         int64_t paced = br_sched_wait_ms(c); /* a pass held back (scheduler.h) */
         int n = zmq_poll(items, base + br_ckptpull_items(c->ckptpull, items + base,
                                                           BR_CKPTPULL_MAX),
@@ -614,7 +617,9 @@ int br_coord_run(br_coord_t *c, br_err_t *err)
         if (n > 0 && (items[1].revents & ZMQ_POLLIN))
             br_zap_handle(c->zap);
         br_ckptpull_answer(c);
-        flush_outbox(c, 1); /* what it queued leaves now, not with the next wake */
+        for (br_msg_t *done; (done = br_contentw_take(c->contentw));)
+            br_coord_post(c, done); /* chunks of uploads written, fsynced when whole */
+        flush_outbox(c, 1); /* what they queued leaves now, not with the next wake */
         int readable = n > 0 && (items[0].revents & ZMQ_POLLIN);
         int64_t gather = readable ? br_pace_gather_us(c->pace, br_mono_us()) : 0;
         if (gather > 0 && !c->stop) /* busy: let more come, so that one wake reads many */

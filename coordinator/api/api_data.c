@@ -8,6 +8,7 @@
  * sets and uses those shared with them or public; the admin all of them. */
 #include "api.h"
 #include "content.h"
+#include "contentw.h"
 #include "stages.h"
 #include "uploads.h"
 #include "job.h"
@@ -754,6 +755,19 @@ void br_api_content_put(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         goto fail;
     if (who->kind != BR_PRINCIPAL_NODE) /* an upload that a node fetches as it comes */
         br_stages_touch(c->stages, who->id, br_mono_ms());
+    if (c->contentw) { /* written off the loop; answered once it is (server.c) */
+        br_msg_t *reply = br_msg_reply(m);
+        if (!reply) {
+            br_errf(&err, ENOMEM, "out of memory");
+            goto fail;
+        }
+        if (br_contentw_put(c->contentw, reply, hash, size, offset, data, data ? len : 0,
+                            &err) < 0) {
+            br_msg_destroy(&reply);
+            goto fail;
+        }
+        return;
+    }
     int64_t held = 0;
     int whole = 0;
     if (br_content_write(c->content, hash, size, offset, data ? data : "", data ? len : 0,

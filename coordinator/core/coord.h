@@ -33,6 +33,8 @@ typedef struct br_coord {
     struct br_zap *zap;
     br_store_t *store;
     struct br_content *content; /* files by hash: data sets' (content.h, --store-dir) */
+    struct br_contentw *contentw; /* writes content.put's chunks off the loop (or NULL:
+                                     here, as they come) */
     struct br_uploads *uploads; /* stored files no job of their user's refers to yet */
     struct br_stages *stages;   /* code fetched by a node while it is uploaded */
     struct br_storemark *mark; /* DIR/store.mark: refuses a store that lost commits */

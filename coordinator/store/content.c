@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <sodium.h>
@@ -36,6 +37,8 @@ typedef struct {
 } doubt_t;
 
 struct br_content {
+    pthread_mutex_t mu; /* the partials open and used: the writer (contentw.h) and
+                         * the loop both get at them */
     char dir[PATH_MAX];
     uint64_t quota, used;
     open_t open[BR_CONTENT_OPEN];
@@ -115,6 +118,7 @@ br_content_t *br_content_open(const char *dir, uint64_t quota, br_err_t *err)
         return br_errp(err, ENOMEM, "out of memory");
     br_strlcpy(c->dir, dir, sizeof(c->dir));
     c->quota = quota;
+    pthread_mutex_init(&c->mu, NULL);
     for (int i = 0; i < BR_CONTENT_OPEN; i++)
         c->open[i].fd = -1;
     const char *subs[] = {"objects", "partial", "manifests"};
@@ -123,6 +127,7 @@ br_content_t *br_content_open(const char *dir, uint64_t quota, br_err_t *err)
         snprintf(path, sizeof(path), "%s/%s", dir, subs[i]);
         if (br_mkdir_p(path, 0700, err) < 0) {
             br_err_prefix(err, "--store-dir %s", dir);
+            pthread_mutex_destroy(&c->mu);
             free(c);
             return NULL;
         }
@@ -152,6 +157,7 @@ void br_content_destroy(br_content_t **cp)
     for (int i = 0; i < BR_CONTENT_OPEN; i++)
         close_open(&c->open[i]);
     free(c->doubts);
+    pthread_mutex_destroy(&c->mu);
     free(c);
     *cp = NULL;
     errno = saved;
@@ -167,9 +173,12 @@ uint64_t br_content_quota(const br_content_t *c)
     return c->quota;
 }
 
-uint64_t br_content_used(const br_content_t *c)
+uint64_t br_content_used(br_content_t *c)
 {
-    return c->used;
+    pthread_mutex_lock(&c->mu);
+    uint64_t used = c->used;
+    pthread_mutex_unlock(&c->mu);
+    return used;
 }
 
 int br_content_has(br_content_t *c, const char *hash)
@@ -288,7 +297,7 @@ static int finish(br_content_t *c, open_t *o, br_err_t *err)
     return rc < 0 ? br_errf(err, e, "storing %.16s...: %s", hex, strerror(e)) : 0;
 }
 
-int br_content_write(br_content_t *c, const char *hash, int64_t size, int64_t offset,
+static int write_locked(br_content_t *c, const char *hash, int64_t size, int64_t offset,
                      const void *data, size_t len, int64_t *held, int *whole,
                      br_err_t *err)
 {
@@ -359,6 +368,16 @@ int br_content_write(br_content_t *c, const char *hash, int64_t size, int64_t of
     return 0;
 }
 
+int br_content_write(br_content_t *c, const char *hash, int64_t size, int64_t offset,
+                     const void *data, size_t len, int64_t *held, int *whole,
+                     br_err_t *err)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = write_locked(c, hash, size, offset, data, len, held, whole, err);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 int br_content_put_manifest(br_content_t *c, const json_t *manifest, br_err_t *err)
 {
     const char *mhash = json_string_value(json_object_get(manifest, "hash"));
@@ -426,6 +445,7 @@ static uint64_t remove_file(const char *path)
 int br_content_sweep(br_content_t *c, br_store_t *s)
 {
     int n = 0;
+    pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->ndoubts; i++) {
         const doubt_t *d = &c->doubts[i];
         br_err_t err;
@@ -451,6 +471,7 @@ int br_content_sweep(br_content_t *c, br_store_t *s)
         n += freed > 0;
     }
     c->ndoubts = 0;
+    pthread_mutex_unlock(&c->mu);
     return n;
 }
 
@@ -480,7 +501,9 @@ int br_content_collect(br_content_t *c, br_store_t *s, int64_t max_age_s)
                 br_store_content_refs(s, fe->d_name, &err) != 0)
                 continue;
             if (unlinkat(dirfd(d), fe->d_name, 0) == 0) {
+                pthread_mutex_lock(&c->mu);
                 c->used -= (uint64_t)st.st_size < c->used ? (uint64_t)st.st_size : c->used;
+                pthread_mutex_unlock(&c->mu);
                 n++;
             }
         }

@@ -31,7 +31,7 @@ void br_content_destroy(br_content_t **c);
 const char *br_content_dir(const br_content_t *c);
 uint64_t br_content_quota(const br_content_t *c);
 /* Bytes held: whole contents and partials. */
-uint64_t br_content_used(const br_content_t *c);
+uint64_t br_content_used(br_content_t *c);
 
 /* 1 when the content hash (lowercase hex) is whole here, 0 when not. */
 int br_content_has(br_content_t *c, const char *hash);

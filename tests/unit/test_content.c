@@ -17,6 +17,9 @@
 #include <unistd.h>
 
 #include "content.h"
+#include "contentw.h"
+#include "msg.h"
+#include <poll.h>
 #include "store.h"
 #include "util.h"
 
@@ -393,10 +396,59 @@ static void test_sweep_keeps_referenced(void **state)
     br_store_destroy(&s);
 }
 
+/* The writer thread (contentw.h): chunks answered in the order they came, each once
+ * it is written; a wrong offset answered with its error; the content whole after. */
+static void test_writer_answers_in_order(void **state)
+{
+    (void)state;
+    char dir[PATH_MAX], hex[65];
+    fresh_dir(dir);
+    br_content_t *c = open_ok(dir, 0);
+    br_err_t err = {0};
+    br_contentw_t *w = br_contentw_new(c, &err);
+    assert_non_null(w);
+    size_t len = BR_CONTENT_CHUNK + 100;
+    unsigned char *data = malloc(len);
+    for (size_t i = 0; i < len; i++)
+        data[i] = (unsigned char)(i * 7);
+    hash_hex(data, len, hex);
+    br_msg_t *req = br_msg_new(BR_MSG_REQUEST, "content.put", 1);
+    int64_t offs[3] = {0, 5 /* not what it holds */, BR_CONTENT_CHUNK};
+    size_t lens[3] = {BR_CONTENT_CHUNK, 10, 100};
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(br_contentw_put(w, br_msg_reply(req), hex, (int64_t)len, offs[k],
+                                         data + offs[k], lens[k], &err), 0);
+    for (int k = 0; k < 3; k++) {
+        br_msg_t *a = NULL;
+        for (int tries = 0; !(a = br_contentw_take(w)) && tries < 500; tries++) {
+            struct pollfd p = {br_contentw_fd(w), POLLIN, 0};
+            poll(&p, 1, 10);
+        }
+        assert_non_null(a);
+        json_t *b = br_msg_body(a);
+        if (k == 1) {
+            assert_int_equal(json_integer_value(json_object_get(b, "errnum")), ERANGE);
+        } else {
+            assert_int_equal(json_integer_value(json_object_get(b, "held")),
+                             k == 0 ? BR_CONTENT_CHUNK : (json_int_t)len);
+            assert_int_equal(json_is_true(json_object_get(b, "whole")), k == 2);
+        }
+        br_msg_destroy(&a);
+    }
+    assert_true(br_content_has(c, hex));
+    assert_null(br_contentw_take(w));
+    br_msg_destroy(&req);
+    free(data);
+    br_contentw_destroy(&w);
+    assert_null(w);
+    br_content_destroy(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_after_last_chunk),
+        cmocka_unit_test(test_writer_answers_in_order),
         cmocka_unit_test(test_resume_after_restart),
         cmocka_unit_test(test_wrong_bytes_refused),
         cmocka_unit_test(test_quota),

@@ -1,0 +1,133 @@
+/* contentw.c - content.put's chunks written on a helper thread (contentw.h). */
+#include "contentw.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "workq.h"
+
+typedef struct {
+    br_wqnode_t node;
+    br_msg_t *reply;
+    char hash[80];
+    int64_t size, offset, held;
+    unsigned char *data;
+    size_t len;
+    int rc, whole;
+    br_err_t err;
+} chunk_t;
+
+struct br_contentw {
+    br_workq_t q;
+    br_content_t *c;
+};
+
+static chunk_t *chunk_of(br_wqnode_t *n)
+{
+    return n ? BR_WQ_JOB(n, chunk_t, node) : NULL;
+}
+
+static void chunk_free(chunk_t *k)
+{
+    if (k) {
+        br_msg_destroy(&k->reply);
+        free(k->data);
+        free(k);
+    }
+}
+
+static void work(void *owner, br_wqnode_t *n)
+{
+    br_contentw_t *w = owner;
+    chunk_t *k = chunk_of(n);
+    k->rc = br_content_write(w->c, k->hash, k->size, k->offset,
+                             k->data ? (const void *)k->data : "",
+                             k->len, &k->held, &k->whole, &k->err);
+    free(k->data); /* (written, or not to be) */
+    k->data = NULL;
+}
+
+static void drop(br_wqnode_t *n)
+{
+    chunk_free(chunk_of(n));
+}
+
+static const br_workq_ops_t ops = {NULL, work, NULL, drop};
+
+br_contentw_t *br_contentw_new(br_content_t *c, br_err_t *err)
+{
+    br_contentw_t *w = calloc(1, sizeof(*w));
+    if (!w)
+        return br_errp(err, ENOMEM, "out of memory");
+    w->c = c;
+    if (br_workq_init(&w->q, "content writer", &ops, w, err) < 0 ||
+        br_workq_start(&w->q, err) < 0) {
+        br_workq_fini(&w->q);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+void br_contentw_destroy(br_contentw_t **wp)
+{
+    br_contentw_t *w = wp ? *wp : NULL;
+    if (!w)
+        return;
+    br_workq_fini(&w->q);
+    free(w);
+    *wp = NULL;
+}
+
+int br_contentw_fd(const br_contentw_t *w)
+{
+    return br_workq_fd(&w->q);
+}
+
+int br_contentw_put(br_contentw_t *w, br_msg_t *reply, const char *hash, int64_t size,
+                    int64_t offset, const void *data, size_t len, br_err_t *err)
+{
+    chunk_t *k = calloc(1, sizeof(*k));
+    if (!k || (len && !(k->data = malloc(len)))) {
+        free(k);
+        return br_errf(err, ENOMEM, "out of memory");
+    }
+    if (len)
+        memcpy(k->data, data, len);
+    snprintf(k->hash, sizeof(k->hash), "%s", hash);
+    k->size = size;
+    k->offset = offset;
+    k->len = len;
+    pthread_mutex_lock(&w->q.w.mu);
+    int full = w->q.todo.n >= BR_CONTENTW_QUEUE;
+    if (!full) {
+        k->reply = reply;
+        br_workq_add(&w->q, NULL, &k->node);
+    }
+    pthread_mutex_unlock(&w->q.w.mu);
+    if (full) {
+        chunk_free(k);
+        return br_errf(err, EAGAIN, "%d chunks wait to be written already: send again "
+                                    "later", BR_CONTENTW_QUEUE);
+    }
+    return 0;
+}
+
+br_msg_t *br_contentw_take(br_contentw_t *w)
+{
+    chunk_t *k = chunk_of(br_workq_take(&w->q));
+    if (!k)
+        return NULL;
+    br_msg_t *out;
+    if (k->rc == 0) {
+        out = k->reply;
+        k->reply = NULL;
+        br_msg_set_body(out, json_pack("{s:I, s:b}", "held", (json_int_t)k->held, "whole",
+                                       k->whole));
+    } else {
+        out = br_msg_reply_error(k->reply, k->err.errnum, "%s", k->err.text);
+    }
+    chunk_free(k);
+    return out;
+}
