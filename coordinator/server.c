@@ -603,9 +603,8 @@ int br_coord_run(br_coord_t *c, br_err_t *err)
             {NULL, c->dash ? br_dash_fd(c->dash) : -1, ZMQ_POLLIN, 0}};
         int base = c->dash ? 6 : c->http ? 5 : 4; /* then the holders of users' pulls */
         int64_t paced = br_sched_wait_ms(c); /* a pass held back (scheduler.h) */
-        int n = zmq_poll(items, base + br_ckptpull_items(c->ckptpull, items + base,
-                                                          BR_CKPTPULL_MAX),
-                         paced >= 0 && paced < tick ? paced : tick);
+        int count = base + br_ckptpull_items(c->ckptpull, items + base, BR_CKPTPULL_MAX);
+        int n = zmq_poll(items, count, paced >= 0 && paced < tick ? paced : tick);
         if (n < 0 && errno != EINTR)
             return br_errf(err, errno, "poll: %s", zmq_strerror(errno));
         if (n > 0 && (items[2].revents & ZMQ_POLLIN)) {
@@ -621,6 +620,13 @@ int br_coord_run(br_coord_t *c, br_err_t *err)
             br_coord_post(c, done); /* chunks of uploads written, fsynced when whole */
         flush_outbox(c, 1); /* what they queued leaves now, not with the next wake */
         int readable = n > 0 && (items[0].revents & ZMQ_POLLIN);
+        int others = 0; /* anything but chunks written (answered above) */
+        for (int i = 0; i < count; i++)
+            others |= i != 3 && items[i].revents;
+        int64_t now = br_mono_ms();
+        if (n > 0 && !others && now - c->woke < tick)
+            continue; /* no wake for each chunk an upload wrote: one per tick will do */
+        c->woke = now;
         int64_t gather = readable ? br_pace_gather_us(c->pace, br_mono_us()) : 0;
         if (gather > 0 && !c->stop) /* busy: let more come, so that one wake reads many */
             usleep((useconds_t)gather);

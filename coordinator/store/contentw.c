@@ -7,6 +7,12 @@
 
 #include "workq.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define CONTENTW_NICE 10
+
 typedef struct {
     br_wqnode_t node;
     br_msg_t *reply;
@@ -21,6 +27,7 @@ typedef struct {
 struct br_contentw {
     br_workq_t q;
     br_content_t *c;
+    int niced; /* (its thread only) */
 };
 
 static chunk_t *chunk_of(br_wqnode_t *n)
@@ -41,6 +48,8 @@ static void work(void *owner, br_wqnode_t *n)
 {
     br_contentw_t *w = owner;
     chunk_t *k = chunk_of(n);
+    if (!w->niced++) /* bulk bytes yield to the loop's heartbeats when the CPU is short */
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), CONTENTW_NICE);
     k->rc = br_content_write(w->c, k->hash, k->size, k->offset,
                              k->data ? (const void *)k->data : "",
                              k->len, &k->held, &k->whole, &k->err);
