@@ -416,12 +416,13 @@ static int fetch(pull_t *p, const char *path, const char *hex, json_int_t size, 
     }
     int64_t asked = got, last = br_mono_ms();
     int inflight = 0, tries = 0, busies = 0;
+    int window = BR_XFER_WINDOW; /* 1 while the holder has not all of it yet */
     uint32_t first_seq = p->seq + 1;
     while (got < size) {
         int rc = 0;
         if (cancelled(p))
             rc = br_errf(p->err, ECANCELED, "cancelled");
-        while (rc == 0 && inflight < BR_XFER_WINDOW && asked < size) {
+        while (rc == 0 && inflight < window && asked < size) {
             if ((rc = ask(p, path, hex, asked)) != 0)
                 break;
             asked += BR_XFER_CHUNK;
@@ -447,6 +448,7 @@ static int fetch(pull_t *p, const char *path, const char *hex, json_int_t size, 
             not_yet |= rc == 3;
             if (rc == 3) /* the answers still in flight may be of later bytes: let go */
                 first_seq = p->seq + 1;
+            window = rc == 3 ? 1 : rc == 1 ? BR_XFER_WINDOW : window; /* (one ask, not 8) */
             inflight -= rc == 1;
             last = br_mono_ms();
             tries = rc == 1 ? 0 : tries;
