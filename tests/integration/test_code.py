@@ -435,3 +435,41 @@ def test_code_is_fetched_while_it_is_uploaded(make_cluster, tmp_path):
     assert len(said) == 1 and "as it was uploaded" in said[0], said
     log = c.logs(job)
     assert want in log and str(20 * (64 << 10)) in log, log
+
+
+def test_a_staged_upload_cut_off_runs_nothing_and_a_retry_resumes(make_cluster, tmp_path):
+    """The CLI killed halfway through a staged upload leaves no job, and nothing of it
+    runs; the next submit sends only what the store lacks, and its job runs the code
+    as sent, on the node that went on fetching."""
+    c, laptop, _ = laptop_cluster(make_cluster, tmp_path, n=1)
+    proj = laptop / "proj"
+    huge = blob(48 << 20, 8)
+    write(proj / "a.txt", "first\n")
+    write(proj / "z-huge.bin", huge)
+    write(proj / "job.yaml", "name: retried\ncode: .\ncommand: sha256sum z-huge.bin\n")
+    argv = [c.bin("bramble"), "--credential", str(c.credential), "submit",
+            str(proj / "job.yaml")]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=c.env,
+                            cwd=c.root, text=True)
+    name = hashlib.blake2b(huge, digest_size=32).hexdigest()
+    partial = c.data / "store" / "partial" / name
+    wait_for(lambda: (proc.poll() is None or pytest.fail(f"ended: {proc.communicate()}"))
+             and partial.exists() and partial.stat().st_size > 0,
+             what="part of the big file stored", interval=0.002)
+    proc.kill()
+    proc.wait()
+    held = partial.stat().st_size
+    assert 0 < held < len(huge)
+    assert c.jobs() == [], "a job exists though its upload was cut off"
+    rc, out, err = c.cli("submit", proj / "job.yaml")
+    sent = re.search(r"sent \d+ files, ([\d.]+)(B|KiB|MiB|GiB)", err)
+    unit = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    assert sent and float(sent.group(1)) * unit[sent.group(2)] < len(huge) - held + (1 << 20), \
+        (err, held)  # it went on from what the store held
+
+    job = int(out.strip())
+    j = c.wait_job(job, "completed")
+    assert hashlib.sha256(huge).hexdigest() in c.logs(job)
+    said = [e for e in events(c, job) if "its code fetched" in e]
+    assert len(said) == 1 and "as it was uploaded" in said[0], said
+    assert len(c.jobs()) == 1, c.jobs()
