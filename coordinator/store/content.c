@@ -445,6 +445,8 @@ static uint64_t remove_file(const char *path)
 int br_content_sweep(br_content_t *c, br_store_t *s)
 {
     int n = 0;
+    if (!c->ndoubts) /* (the doubts are the loop's own: no wait on the writer's fsync) */
+        return 0;
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->ndoubts; i++) {
         const doubt_t *d = &c->doubts[i];
