@@ -95,13 +95,20 @@ static json_t *pick_gpus(const br_node_t *n, json_t *res, int want, int64_t *lef
 
 static int listed(json_t *spec, const char *node);
 
+/* Whether n takes jobs now: ready, connected, refusing none (plan_scan says which
+ * it is not). */
+static int takes_jobs(const br_node_t *n)
+{
+    return n->state == BR_NODE_READY && n->route_len > 0 && !br_node_refuses(n);
+}
+
 br_node_t *br_sched_first_fit(br_coord_t *c, json_t *spec)
 {
     char why[200];
     for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
         json_t *a = NULL;
-        if (!listed(spec, n->name) || n->state != BR_NODE_READY || !n->route_len ||
-            br_node_refuses(n) || !br_sched_fit(n, spec, &a, NULL, why, sizeof(why)))
+        if (!listed(spec, n->name) || !takes_jobs(n) ||
+            !br_sched_fit(n, spec, &a, NULL, why, sizeof(why)))
             continue;
         json_decref(a);
         return n;
@@ -807,7 +814,7 @@ static int room_take(br_nodes_t *nodes, room_t *r)
         node_room_t *x = &r->nodes[r->n++];
         memset(x, 0, sizeof(*x));
         snprintf(x->name, sizeof(x->name), "%s", n->name);
-        x->ready = n->state == BR_NODE_READY && n->route_len > 0 && !br_node_refuses(n);
+        x->ready = takes_jobs(n);
         x->cpus = br_node_cpus(n) - n->cpus_used;
         x->memory = (int64_t)br_node_memory(n) - (int64_t)n->memory_used;
         x->attempts = n->attempts;
