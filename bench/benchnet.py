@@ -5,9 +5,22 @@ joined to the host by a veth pair, one direction shaped with tbf.
     ... run things with ["ip", "netns", "exec", up.ns, ...], reach them at up.ns_ip
     up.sent("far"), up.sent("host")       # bytes each end has sent (the kernel's)
     up.remove()
+    wait(lambda: ..., 30, "the agent")   # a condition, with a deadline
 """
 import os
 import subprocess
+import time
+
+
+def wait(pred, timeout=600, what="a condition"):
+    """pred()'s first true value, asked every 20 ms; RuntimeError after timeout s."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise RuntimeError(f"timed out waiting for {what}")
 
 
 def sh(*argv):

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from benchnet import Uplink  # noqa: E402 (beside this file)
+from benchnet import Uplink, wait  # noqa: E402 (beside this file)
 
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/bin")
 SIZE_MIB = int(sys.argv[2]) if len(sys.argv) > 2 else 1024
@@ -39,15 +39,6 @@ def rate_bits(text):
             return float(text[: -len(u)]) * k
     return float(text)
 
-
-def wait(pred, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise RuntimeError(f"timed out waiting for {what}")
 
 
 def main():

@@ -25,22 +25,13 @@ import sys
 import tempfile
 import time
 
-from benchnet import Uplink  # noqa: E402 (beside this file)
+from benchnet import Uplink, wait  # noqa: E402 (beside this file)
 
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/bin")
 SIZE_MIB = int(sys.argv[2]) if len(sys.argv) > 2 else 1024
 RATE = sys.argv[3] if len(sys.argv) > 3 else "200mbit"
 FILE_MIB = 64
 
-
-def wait(pred, timeout=600, what="a condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise RuntimeError(f"timed out waiting for {what}")
 
 
 class Cluster:
