@@ -36,7 +36,9 @@ static const char *const checkpoint_keys[] = {"dir",      "pattern", "complete_f
 static const char *const restart_keys[] = {"max", "on", NULL};
 static const char *const progress_keys[] = {"timeout", NULL};
 static const char *const preempt_keys[] = {"signal", "grace", NULL};
-static const char *const service_keys[] = {"replicas", "port", "health", NULL};
+static const char *const service_keys[] = {"replicas", "port",     "health",       "model",
+                                           "aliases",  "adapters", "max_inflight", "public",
+                                           NULL};
 static const char *const health_keys[] = {"http", "tcp", "interval", "grace", NULL};
 static const char *const free_keys[] = {NULL}; /* any key (env, labels) */
 
@@ -1002,6 +1004,49 @@ static int check_health(const sect_t *sv, br_spec_t *spec)
     return 0;
 }
 
+int br_spec_model_name_ok(const char *name)
+{
+    size_t len = name ? strlen(name) : 0;
+    return len >= 1 && len <= BR_SPEC_MODEL_MAX &&
+           strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                        "0123456789._-/:@+") == len;
+}
+
+/* service.model, aliases and adapters: valid names, each once over the three. */
+static int check_models(const sect_t *sv, br_spec_t *spec)
+{
+    char b[SPEC_SHOW_LEN];
+    if (get_str(sv, "model", &spec->service.model) < 0 ||
+        get_list(sv, "aliases", spec->service.aliases, &spec->service.n_aliases) < 0 ||
+        get_list(sv, "adapters", spec->service.adapters, &spec->service.n_adapters) < 0)
+        return -1;
+    const char *names[1 + 2 * BR_SPEC_MAX_LIST], *keys[1 + 2 * BR_SPEC_MAX_LIST];
+    int n = 0;
+    if (spec->service.model)
+        keys[n] = "model", names[n++] = spec->service.model;
+    for (int i = 0; i < spec->service.n_aliases; i++)
+        keys[n] = "aliases", names[n++] = spec->service.aliases[i];
+    for (int i = 0; i < spec->service.n_adapters; i++)
+        keys[n] = "adapters", names[n++] = spec->service.adapters[i];
+    if (n && !spec->service.model)
+        return spec_fail_at(sv->err, value_line(sv, keys[0]),
+                            "service.%s: needs service.model (the name requests use)",
+                            keys[0]);
+    for (int i = 0; i < n; i++) {
+        if (!br_spec_model_name_ok(names[i]))
+            return spec_fail_at(sv->err, value_line(sv, keys[i]),
+                                "service.%s: '%s' is not a model name (1 to %d letters, "
+                                "digits and . _ - / : @ +)",
+                                keys[i], spec_show(names[i], b), BR_SPEC_MODEL_MAX);
+        for (int k = 0; k < i; k++)
+            if (strcmp(names[k], names[i]) == 0)
+                return spec_fail_at(sv->err, value_line(sv, keys[i]),
+                                    "service.%s: '%s' is named twice", keys[i],
+                                    spec_show(names[i], b));
+    }
+    return 0;
+}
+
 static int check_service(const sect_t *top, br_spec_t *spec)
 {
     sect_t sv;
@@ -1012,7 +1057,10 @@ static int check_service(const sect_t *top, br_spec_t *spec)
         return spec_fail_at(top->err, sv.line, "service: only for kind: service");
     if (check_keys(&sv, service_keys) < 0 ||
         get_int(&sv, "replicas", 1, 1000, &spec->service.replicas) < 0 ||
-        check_port(&sv, spec) < 0 || check_health(&sv, spec) < 0)
+        check_port(&sv, spec) < 0 || check_health(&sv, spec) < 0 ||
+        check_models(&sv, spec) < 0 ||
+        get_int(&sv, "max_inflight", 0, 100000, &spec->service.max_inflight) < 0 ||
+        get_bool(&sv, "public", &spec->service.is_public) < 0)
         return -1;
     return 0;
 }
@@ -1209,6 +1257,11 @@ void br_spec_destroy(br_spec_t **spec)
     free(s->checkpoint.pattern);
     free(s->checkpoint.complete_file);
     free(s->service.health_http);
+    free(s->service.model);
+    for (int i = 0; i < s->service.n_aliases; i++)
+        free(s->service.aliases[i]);
+    for (int i = 0; i < s->service.n_adapters; i++)
+        free(s->service.adapters[i]);
     free(s);
     *spec = NULL;
 }
@@ -1335,6 +1388,17 @@ static json_t *service_json(const br_spec_t *s)
     json_object_set_new(v, "health", health_json(s));
     json_object_set_new(v, "interval", json_integer(s->service.health_interval_ms));
     json_object_set_new(v, "grace", json_integer(s->service.health_grace_ms));
+    json_object_set_new(v, "model", s->service.model ? json_string(s->service.model)
+                                                     : json_null());
+    json_t *aliases = json_array(), *adapters = json_array();
+    for (int i = 0; i < s->service.n_aliases; i++)
+        json_array_append_new(aliases, json_string(s->service.aliases[i]));
+    for (int i = 0; i < s->service.n_adapters; i++)
+        json_array_append_new(adapters, json_string(s->service.adapters[i]));
+    json_object_set_new(v, "aliases", aliases);
+    json_object_set_new(v, "adapters", adapters);
+    json_object_set_new(v, "max_inflight", json_integer(s->service.max_inflight));
+    json_object_set_new(v, "public", json_boolean(s->service.is_public));
     return v;
 }
 

@@ -40,6 +40,7 @@ typedef enum { BR_JOB_TRAIN = 0, BR_JOB_SERVICE = 1 } br_job_kind_t;
 #define BR_TASKS_GPUS 0 /* tasks_per_node: gpus (one process per GPU) */
 #define BR_MAX_TASKS_PER_NODE 64
 #define BR_PORT_AUTO 0  /* service.port: auto */
+#define BR_SPEC_MODEL_MAX 128 /* service.model, aliases and adapters: the longest name */
 #define BR_SPEC_PREEMPT_GRACE_MAX_MS 3600000
 #define BR_SPEC_PROGRESS_MIN_MS 1000 /* the shortest progress.timeout */
 
@@ -110,6 +111,15 @@ typedef struct {
         int health_tcp;        /* 1 for {tcp: true} */
         int64_t health_interval_ms; /* default 5000 */
         int64_t health_grace_ms;    /* default 30000 */
+        /* what the gateway routes to it (docs/gateway.md): NULL when not given (the
+         * service is then not behind the gateway) */
+        char *model;
+        char *aliases[BR_SPEC_MAX_LIST]; /* other names of the same model */
+        int n_aliases;
+        char *adapters[BR_SPEC_MAX_LIST]; /* LoRA adapters its replicas serve too */
+        int n_adapters;
+        int max_inflight; /* requests at once per replica; 0: no cap */
+        int is_public;    /* public: true: the gateway asks for no key */
     } service;
 } br_spec_t;
 
@@ -130,6 +140,10 @@ void br_spec_destroy(br_spec_t **spec);
 json_t *br_spec_to_json(const br_spec_t *spec);
 
 const char *br_job_kind_name(br_job_kind_t kind);
+
+/* Whether name may be a model's name (service.model, aliases, adapters): 1 to
+ * BR_SPEC_MODEL_MAX characters of letters, digits and . _ - / : @ + */
+int br_spec_model_name_ok(const char *name);
 
 /* The spec's matching rules, one for the scheduler and for submit's warning. An
  * empty or absent list takes anything; else s must be one of its strings, or with

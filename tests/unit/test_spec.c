@@ -246,7 +246,8 @@ static void test_service(void **state)
                 "\"spread\":\"any\"},\"model\":null,\"checkpoint\":null,"
                 "\"restart\":{\"max\":3,\"on\":[\"node_lost\"]},\"priority\":0,"
                 "\"progress\":null,\"time_limit\":0,\"service\":{\"replicas\":3,\"port\":8080,"
-                "\"health\":{\"tcp\":true},\"interval\":2000,\"grace\":60000},"
+                "\"health\":{\"tcp\":true},\"interval\":2000,\"grace\":60000,\"model\":null,"
+                "\"aliases\":[],\"adapters\":[],\"max_inflight\":0,\"public\":false},"
                 "\"after\":[],\"preemptible\":false,"
                 "\"preempt\":{\"signal\":10,\"grace\":120000}}");
     br_spec_destroy(&s);
@@ -274,6 +275,55 @@ static void test_preempt(void **state)
     assert_int_equal(s->preempt_signal, SIGUSR2);
     assert_int_equal(s->preempt_grace_ms, 120000);
     br_spec_destroy(&s);
+}
+
+/* yaml must be refused with an error that holds want. */
+static void parse_fail(const char *yaml, const char *want)
+{
+    br_err_t err;
+    br_spec_t *s = parse(yaml, NULL, 0, &err);
+    if (s)
+        br_spec_destroy(&s);
+    if (!strstr(err.text, want))
+        fail_msg("want an error with '%s', got '%s'", want, err.text);
+}
+
+/* What the gateway routes by: a model name, its aliases and adapters, each valid
+ * and named once; a cap of requests per replica; public. */
+static void test_service_models(void **state)
+{
+    (void)state;
+    br_spec_t *s = parse_ok(
+        "name: llm\nkind: service\ncommand: serve\n"
+        "service:\n  model: meta-llama/Llama-3.1-8B\n  aliases: [llama, llama-8b]\n"
+        "  adapters: sql-lora\n  max_inflight: 8\n  public: true\n",
+        NULL, 0);
+    assert_string_equal(s->service.model, "meta-llama/Llama-3.1-8B");
+    assert_int_equal(s->service.n_aliases, 2);
+    assert_string_equal(s->service.aliases[1], "llama-8b");
+    assert_int_equal(s->service.n_adapters, 1);
+    assert_string_equal(s->service.adapters[0], "sql-lora");
+    assert_int_equal(s->service.max_inflight, 8);
+    assert_int_equal(s->service.is_public, 1);
+    json_t *j = br_spec_to_json(s);
+    json_t *sv = json_object_get(j, "service");
+    assert_string_equal(json_string_value(json_object_get(sv, "model")),
+                        "meta-llama/Llama-3.1-8B");
+    assert_int_equal(json_array_size(json_object_get(sv, "aliases")), 2);
+    assert_true(json_is_true(json_object_get(sv, "public")));
+    json_decref(j);
+    br_spec_destroy(&s);
+    parse_fail("name: llm\nkind: service\ncommand: serve\nservice: {aliases: [a]}\n",
+               "service.aliases: needs service.model");
+    parse_fail("name: llm\nkind: service\ncommand: serve\n"
+               "service: {model: a, aliases: [b, a]}\n",
+               "service.aliases: 'a' is named twice");
+    parse_fail("name: llm\nkind: service\ncommand: serve\nservice: {model: 'a b'}\n",
+               "service.model: 'a b' is not a model name");
+    parse_fail("name: llm\nkind: service\ncommand: serve\nservice: {max_inflight: -1}\n",
+               "service.max_inflight");
+    assert_false(br_spec_model_name_ok(""));
+    assert_true(br_spec_model_name_ok("Qwen/Qwen2.5-7B-Instruct:q4@v1+x"));
 }
 
 static void test_service_defaults(void **state)
@@ -1134,6 +1184,7 @@ int main(void)
         cmocka_unit_test(test_service),
         cmocka_unit_test(test_after),
         cmocka_unit_test(test_service_defaults),
+        cmocka_unit_test(test_service_models),
         cmocka_unit_test(test_preempt),
         cmocka_unit_test(test_nodelist),
         cmocka_unit_test(test_small_forms),
