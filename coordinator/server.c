@@ -38,6 +38,7 @@
 #include "contentw.h"
 #include "stages.h"
 #include "uploads.h"
+#include "routes.h"
 #include "watchers.h"
 #include "stats.h"
 #include "http.h"
@@ -150,8 +151,9 @@ int br_coord_wire(br_coord_t *c)
     c->pace = br_pace_new();
     c->uploads = br_uploads_new();
     c->stages = br_stages_new();
+    c->routes = br_routes_new();
     if (!c->replicas || !c->replkeep || !c->ckptpull || !c->pace || !c->uploads ||
-        !c->stages)
+        !c->stages || !c->routes)
         return -1;
     /* the modules hear of the core in this order: the core's own hooks first */
     if (br_jobs_init(c) < 0 || br_deps_init(c) < 0 || br_replicas_init(c) < 0 ||
@@ -258,6 +260,7 @@ void br_coord_destroy(br_coord_t **cp)
     br_sched_destroy(&c->sched);
     br_usage_destroy(&c->usage);
     br_services_destroy(&c->services);
+    br_routes_destroy(&c->routes);
     br_replicas_destroy(&c->replicas);
     br_replkeep_destroy(&c->replkeep);
     br_hooks_destroy(&c->hooks);
@@ -289,6 +292,27 @@ static int send_news(void *arg, const void *route, size_t route_len, int64_t job
         return 0;
     }
     br_msg_set_body(m, json_pack("{s:I}", "job", (json_int_t)job));
+    if (br_msg_send(c->sock, m, &err) < 0) {
+        if (errno == EAGAIN)
+            br_stats_send_dropped(c->stats);
+        rc = errno == EHOSTUNREACH || errno == EAGAIN ? -1 : 0;
+    }
+    br_msg_destroy(&m);
+    return rc;
+}
+
+/* Send a gateway the routing table (routes.h); -1 when it is gone or does not read. */
+static int send_routes(void *arg, const void *route, size_t route_len, json_t *body)
+{
+    br_coord_t *c = arg;
+    br_msg_t *m = br_msg_new(BR_MSG_EVENT, "gateway.news", 0);
+    br_err_t err;
+    int rc = 0;
+    if (!m || br_msg_set_route(m, route, route_len) < 0) {
+        br_msg_destroy(&m);
+        return 0;
+    }
+    br_msg_set_body(m, json_incref(body));
     if (br_msg_send(c->sock, m, &err) < 0) {
         if (errno == EAGAIN)
             br_stats_send_dropped(c->stats);
@@ -340,6 +364,8 @@ static void end_wake(br_coord_t *c, int committed)
 {
     flush_outbox(c, committed);
     br_watchers_flush(c->watchers, br_mono_ms(), send_news, c);
+    if (committed) /* (an undone wake's jobs in memory are read again first) */
+        br_routes_flush(c, br_mono_ms(), send_routes, c);
     forget_wake(c);
     br_jobtab_sweep(c->jobs); /* the jobs that ended in it */
 }

@@ -14,6 +14,7 @@
 #define P_ADMIN (1 << BR_PRINCIPAL_ADMIN)
 #define P_USER (1 << BR_PRINCIPAL_USER)
 #define P_NODE (1 << BR_PRINCIPAL_NODE)
+#define P_GATEWAY (1 << BR_PRINCIPAL_GATEWAY)
 #define K_REQUEST (1 << BR_MSG_REQUEST)
 #define K_EVENT (1 << BR_MSG_EVENT)
 
@@ -23,7 +24,7 @@ static const struct {
     int who;
     br_handler_fn fn;
 } handlers[] = {
-    {"ping", K_REQUEST, P_ADMIN | P_USER | P_NODE, br_api_ping},
+    {"ping", K_REQUEST, P_ADMIN | P_USER | P_NODE | P_GATEWAY, br_api_ping},
     {"node.join", K_REQUEST, P_UNKNOWN, br_api_node_join},
     {"node.hello", K_REQUEST, P_NODE, br_api_node_hello},
     {"node.heartbeat", K_REQUEST, P_NODE, br_api_node_heartbeat},
@@ -77,6 +78,10 @@ static const struct {
     {"data.list", K_REQUEST, P_ADMIN | P_USER, br_api_data_list},
     {"data.show", K_REQUEST, P_ADMIN | P_USER, br_api_data_show},
     {"data.rm", K_REQUEST, P_ADMIN | P_USER, br_api_data_rm},
+    {"gateway.add", K_REQUEST, P_ADMIN, br_api_gateway_add},
+    {"gateway.list", K_REQUEST, P_ADMIN, br_api_gateway_list},
+    {"gateway.remove", K_REQUEST, P_ADMIN, br_api_gateway_remove},
+    {"gateway.watch", K_REQUEST, P_GATEWAY, br_api_gateway_watch},
 };
 
 static const char *principal_words(br_principal_t k)
@@ -89,6 +94,8 @@ static const char *principal_words(br_principal_t k)
         return "this key has been revoked";
     case BR_PRINCIPAL_NODE:
         return "nodes may not send this";
+    case BR_PRINCIPAL_GATEWAY:
+        return "a gateway may only read the routing table";
     default:
         return "not allowed for this credential";
     }
@@ -115,6 +122,8 @@ static const char *action_words(const char *type)
         {"checkpoint.", "pulling checkpoints"},
         {"content.", "uploading files"},      {"data.", "managing data sets"},
         {"code.", "uploading files"},
+        {"gateway.watch", "reading the gateways' routing table"},
+        {"gateway.", "managing gateways"},
     };
     for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
         if (strncmp(type, actions[i].type, strlen(actions[i].type)) == 0)
@@ -131,6 +140,8 @@ static const char *who_words(int who)
         return "a user or admin key";
     if (who == P_NODE)
         return "a node's key";
+    if (who == P_GATEWAY)
+        return "a gateway's key";
     if (who == P_UNKNOWN)
         return "a join token from a new node";
     return "another kind of key";
@@ -154,7 +165,8 @@ void br_api_dispatch(br_coord_t *c, br_msg_t *m, br_caller_t *who)
             br_errf(&err, EPROTO, "%s: wrong message kind", br_msg_type(m));
             br_reply_fail(c, m, &err);
         } else if (!(handlers[i].who & (1 << who->kind))) {
-            if (who->kind == BR_PRINCIPAL_UNKNOWN || who->kind == BR_PRINCIPAL_REVOKED)
+            if (who->kind == BR_PRINCIPAL_UNKNOWN || who->kind == BR_PRINCIPAL_REVOKED ||
+                who->kind == BR_PRINCIPAL_GATEWAY)
                 br_errf(&err, EACCES, "not allowed: %s: %s", action_words(br_msg_type(m)),
                         principal_words(who->kind));
             else

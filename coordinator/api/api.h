@@ -61,6 +61,11 @@ void br_api_usage(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_node_rotate_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_node_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_service_endpoints(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+/* api_gateway.c */
+void br_api_gateway_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_gateway_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_gateway_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_gateway_watch(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_service_scale(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 
 /* api_data.c: uploads into the content store, and data sets */

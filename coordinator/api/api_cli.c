@@ -33,7 +33,7 @@
 
 void br_api_ping(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    static const char *kinds[] = {"unknown", "admin", "user", "node", "revoked"};
+    static const char *kinds[] = {"unknown", "admin", "user", "node", "revoked", "gateway"};
     json_t *in = br_msg_body(m);
     if (in && (!json_is_object(in) || json_object_size(in) > 0)) { /* bodies are strict */
         br_err_t err;

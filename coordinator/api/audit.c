@@ -12,7 +12,7 @@ static const char *const actions[] = {
     "token.create", "token.revoke", "node.drain",    "node.undrain",  "node.remove",
     "user.add",     "user.remove",  "job.submit",    "job.cancel",    "service.scale",
     "user.rotate_key", "user.set", "node.rotate_key", "job.purge", "data.push",
-    "data.rm",      NULL,
+    "data.rm",      "gateway.add",  "gateway.remove", NULL,
 };
 
 static int audited(const char *type)

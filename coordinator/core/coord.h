@@ -48,6 +48,7 @@ typedef struct br_coord {
     struct br_hooks *hooks;      /* what the modules hear of the core (hooks.h) */
     struct br_sched *sched; /* the scheduler's own state (scheduler.h) */
     struct br_services *services; /* the services' own state (services.h) */
+    struct br_routes *routes;     /* the gateways' routing table (routes.h) */
     struct br_replicas *replicas; /* pulls of checkpoints in flight (replicas.h) */
     struct br_replkeep *replkeep; /* how long ended jobs' replicas stay (replkeep.h) */
     struct br_usage *usage;       /* what users used, and their limits (usage.h) */

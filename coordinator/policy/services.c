@@ -198,8 +198,13 @@ static json_t *endpoint_of(br_coord_t *c, const br_job_t *job)
 
 json_t *br_services_endpoints(br_coord_t *c, json_t *service)
 {
+    return br_services_endpoints_of(c, json_integer_value(json_object_get(service, "id")));
+}
+
+json_t *br_services_endpoints_of(br_coord_t *c, int64_t service_id)
+{
     size_t n;
-    br_job_t **have = replicas_of(c, json_integer_value(json_object_get(service, "id")), &n);
+    br_job_t **have = replicas_of(c, service_id, &n);
     json_t *out = json_array();
     for (size_t i = 0; i < n; i++) {
         const char *h = br_services_health_of(c, have[i]->id);

@@ -38,6 +38,8 @@ int br_services_scale(br_coord_t *c, json_t *service, int replicas, br_err_t *er
 
 /* Healthy replicas: [{"host","port","node","replica","id"}]. New ref. */
 json_t *br_services_endpoints(br_coord_t *c, json_t *service);
+/* The same of the service job with this id. */
+json_t *br_services_endpoints_of(br_coord_t *c, int64_t service_id);
 
 /* Cancel the service job's replicas (the service job itself is the caller's). */
 void br_services_cancel(br_coord_t *c, json_t *service);

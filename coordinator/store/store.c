@@ -241,6 +241,9 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_KEY_USERS] = "SELECT name, kind, min(created) FROM keys"
                      " WHERE kind IN ('admin', 'user') AND revoked = 0"
                      " GROUP BY kind, name ORDER BY name, kind",
+    [ST_KEY_GATEWAYS] = "SELECT name, kind, min(created) FROM keys"
+                        " WHERE kind = 'gateway' AND revoked = 0"
+                        " GROUP BY name ORDER BY name",
     [ST_TOKEN_ADD] = "INSERT INTO tokens (id, hash, created, expires, uses_max, join_key)"
                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [ST_TOKEN_FIND] = "SELECT id, expires, uses, uses_max, revoked FROM tokens"

@@ -73,6 +73,7 @@ typedef enum {
     BR_PRINCIPAL_USER,
     BR_PRINCIPAL_NODE,
     BR_PRINCIPAL_REVOKED, /* a removed node's or user's key: refused outright */
+    BR_PRINCIPAL_GATEWAY, /* a bramble-gateway: reads the routing table, nothing else */
 } br_principal_t;
 
 int br_store_key_add(br_store_t *s, const char *pubkey, br_principal_t kind,
@@ -108,6 +109,8 @@ int br_store_job_set_owner(br_store_t *s, int64_t job, const char *owner, int64_
 int br_store_job_set_reason(br_store_t *s, int64_t job, const char *reason, br_err_t *err);
 /* [{"name","kind":"admin"|"user","created"}] for admin and user keys. */
 json_t *br_store_key_list_users(br_store_t *s, br_err_t *err);
+/* [{"name","kind":"gateway","created"}] for the gateways' keys. */
+json_t *br_store_key_list_gateways(br_store_t *s, br_err_t *err);
 
 /* --- join tokens: only a hash of the secret is stored ------------------------- */
 int br_store_token_add(br_store_t *s, const char *id, const char *hash_hex,

@@ -11,19 +11,21 @@ static const char *const kind_names[] = {
     [BR_PRINCIPAL_ADMIN] = "admin",
     [BR_PRINCIPAL_USER] = "user",
     [BR_PRINCIPAL_NODE] = "node",
+    [BR_PRINCIPAL_GATEWAY] = "gateway",
 };
 
 const char *br_st_kind_name(br_principal_t kind)
 {
-    if (kind < BR_PRINCIPAL_ADMIN || kind > BR_PRINCIPAL_NODE)
+    if ((kind < BR_PRINCIPAL_ADMIN || kind > BR_PRINCIPAL_NODE) &&
+        kind != BR_PRINCIPAL_GATEWAY)
         return NULL;
     return kind_names[kind];
 }
 
 static br_principal_t kind_parse(const char *text)
 {
-    for (int k = BR_PRINCIPAL_ADMIN; k <= BR_PRINCIPAL_NODE; k++)
-        if (text && strcmp(text, kind_names[k]) == 0)
+    for (int k = BR_PRINCIPAL_ADMIN; k <= BR_PRINCIPAL_GATEWAY; k++)
+        if (text && kind_names[k] && strcmp(text, kind_names[k]) == 0)
             return (br_principal_t)k;
     return BR_PRINCIPAL_UNKNOWN;
 }
@@ -216,6 +218,11 @@ static json_t *user_row(sqlite3_stmt *st, br_err_t *err)
 json_t *br_store_key_list_users(br_store_t *s, br_err_t *err)
 {
     return br_st_list_rows(s, s->st[ST_KEY_USERS], user_row, "list users", err);
+}
+
+json_t *br_store_key_list_gateways(br_store_t *s, br_err_t *err)
+{
+    return br_st_list_rows(s, s->st[ST_KEY_GATEWAYS], user_row, "list gateways", err);
 }
 
 int br_store_token_add(br_store_t *s, const char *id, const char *hash_hex,

@@ -1,0 +1,125 @@
+/* api_gateway.c - gateways: their credentials (gateway.add, list, remove, the
+ * admin's) and what a gateway may ask for (gateway.watch: the routing table,
+ * routes.h). A gateway's key may do nothing else. */
+#include "api.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "routes.h"
+#include "util.h"
+
+/* 1 when a gateway has this name, 0 when not, -1 on a store error. */
+static int gateway_exists(br_coord_t *c, const char *name, br_err_t *err)
+{
+    int64_t id;
+    if (br_store_principal_id(c->store, BR_PRINCIPAL_GATEWAY, name, &id, err) < 0)
+        return -1;
+    return id != 0;
+}
+
+void br_api_gateway_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *name, *key;
+    br_err_t err;
+    br_principal_t kind;
+    char existing[64];
+    if (br_msg_unpack(m, &err, "{s:s, s:s}", "name", &name, "public_key", &key) < 0)
+        goto fail;
+    if (!br_valid_name(name)) {
+        br_errf(&err, EINVAL, "gateway name '%s': use lowercase letters, digits and '-'",
+                name);
+        goto fail;
+    }
+    if (!br_key_valid(key)) {
+        br_errf(&err, EINVAL, "public_key: not 40 characters of Z85");
+        goto fail;
+    }
+    int taken = gateway_exists(c, name, &err);
+    if (taken < 0)
+        goto fail;
+    if (taken) {
+        br_errf(&err, EEXIST, "gateway '%s' exists already", name);
+        goto fail;
+    }
+    if (br_store_key_lookup(c->store, key, &kind, existing, sizeof(existing), &err) < 0)
+        goto fail;
+    if (kind != BR_PRINCIPAL_UNKNOWN) {
+        br_errf(&err, EEXIST, "that key is already in use");
+        goto fail;
+    }
+    if (br_store_key_add(c->store, key, BR_PRINCIPAL_GATEWAY, name, &err) < 0)
+        goto fail;
+    br_coord_event(c, 0, NULL, "gateway", "gateway %s added by %s", name, who->name);
+    br_reply_ok(c, m, json_pack("{s:s, s:s}", "name", name, "endpoint", c->cfg.advertise));
+    return;
+fail:
+    br_reply_fail(c, m, &err);
+}
+
+void br_api_gateway_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    br_err_t err;
+    json_t *list = br_store_key_list_gateways(c->store, &err);
+    if (!list) {
+        br_reply_fail(c, m, &err);
+        return;
+    }
+    json_t *watching = br_routes_watching(c->routes);
+    size_t i, k;
+    json_t *g, *w;
+    json_array_foreach(list, i, g) {
+        json_object_del(g, "kind");
+        json_object_set_new(g, "created", br_time_json(json_object_get(g, "created")));
+        json_t *seen = json_null();
+        json_array_foreach(watching, k, w) /* (one gateway may run twice) */
+            if (json_equal(json_object_get(w, "name"), json_object_get(g, "name")) &&
+                (json_is_null(seen) || json_real_value(json_object_get(w, "seen")) >
+                                           json_real_value(seen)))
+                seen = json_object_get(w, "seen");
+        json_object_set_new(g, "connected", json_boolean(!json_is_null(seen)));
+        json_object_set(g, "seen", seen);
+    }
+    json_decref(watching);
+    br_reply_ok(c, m, json_pack("{s:o}", "gateways", list));
+}
+
+void br_api_gateway_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *name;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:s}", "name", &name) < 0)
+        goto fail;
+    int have = gateway_exists(c, name, &err);
+    if (have < 0)
+        goto fail;
+    if (!have) {
+        br_errf(&err, ENOENT, "no gateway '%s'", name);
+        goto fail;
+    }
+    if (br_store_key_revoke(c->store, BR_PRINCIPAL_GATEWAY, name, &err) < 0)
+        goto fail;
+    br_routes_forget(c->routes, name);
+    br_coord_event(c, 0, NULL, "gateway", "gateway %s removed by %s", name, who->name);
+    br_reply_ok(c, m, json_pack("{s:s}", "name", name));
+    return;
+fail:
+    br_reply_fail(c, m, &err);
+}
+
+void br_api_gateway_watch(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    br_err_t err;
+    size_t route_len;
+    if (br_msg_unpack(m, &err, "{}") < 0) {
+        br_reply_fail(c, m, &err);
+        return;
+    }
+    const void *route = br_msg_route(m, &route_len);
+    json_t *r = br_routes_watch(c, route, route_len, who->name, br_mono_ms(), &err);
+    if (!r)
+        br_reply_fail(c, m, &err);
+    else
+        br_reply_ok(c, m, r);
+}

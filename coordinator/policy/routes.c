@@ -1,0 +1,203 @@
+/* routes.c - the gateways' routing table, and the gateways told when it changes. */
+#include "routes.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobtab.h"
+#include "services.h"
+#include "util.h"
+
+typedef struct {
+    unsigned char route[BR_ROUTES_ROUTE_MAX];
+    size_t route_len;
+    char name[64];
+    int64_t expires_ms; /* monotonic */
+    int64_t seen;       /* wall ms of the last renewal */
+    int64_t told;       /* the version it was last sent */
+} watch_t;
+
+struct br_routes {
+    watch_t v[BR_ROUTES_MAX];
+    size_t n;
+    char *text;      /* the table as last made (compact, sorted keys) */
+    json_t *table;   /* ... and as JSON */
+    int64_t version; /* grows by one with each change */
+    int64_t made_ms; /* monotonic ms it was last made */
+};
+
+br_routes_t *br_routes_new(void)
+{
+    return calloc(1, sizeof(br_routes_t));
+}
+
+void br_routes_destroy(br_routes_t **rp)
+{
+    if (!rp || !*rp)
+        return;
+    free((*rp)->text);
+    json_decref((*rp)->table);
+    free(*rp);
+    *rp = NULL;
+}
+
+static json_t *service_route(br_coord_t *c, const br_job_t *j)
+{
+    json_t *sv = json_object_get(j->spec, "service");
+    json_t *model = json_object_get(sv, "model");
+    if (!json_is_string(model))
+        return NULL; /* not behind the gateway */
+    json_t *max = json_object_get(sv, "max_inflight");
+    json_t *aliases = json_object_get(sv, "aliases"), *adapters = json_object_get(sv, "adapters");
+    return json_pack("{s:I, s:s, s:s, s:I, s:O, s:o, s:o, s:I, s:b, s:o}", "id",
+                     (json_int_t)j->id, "name", j->name, "owner", j->owner ? j->owner : "",
+                     "owner_id", (json_int_t)j->owner_id, "model", model, "aliases",
+                     aliases ? json_incref(aliases) : json_array(), "adapters",
+                     adapters ? json_incref(adapters) : json_array(), "max_inflight",
+                     (json_int_t)(json_is_integer(max) ? json_integer_value(max) : 0),
+                     "public", json_is_true(json_object_get(sv, "public")), "replicas",
+                     br_services_endpoints_of(c, j->id));
+}
+
+static int by_id(const void *a, const void *b)
+{
+    int64_t x = json_integer_value(json_object_get(*(json_t *const *)a, "id"));
+    int64_t y = json_integer_value(json_object_get(*(json_t *const *)b, "id"));
+    return (x > y) - (x < y);
+}
+
+json_t *br_routes_table(br_coord_t *c)
+{
+    size_t n = 0, cap = 16;
+    json_t **v = malloc(cap * sizeof(*v));
+    for (br_job_t *j = br_jobtab_first(c->jobs); v && j; j = j->next) {
+        if (j->replicas < 0 || j->state != BR_JOB_RUNNING)
+            continue; /* not a service job, or one that ends */
+        json_t *s = service_route(c, j);
+        if (!s)
+            continue;
+        if (n == cap) {
+            json_t **w = realloc(v, (cap *= 2) * sizeof(*v));
+            if (!w) {
+                json_decref(s);
+                break;
+            }
+            v = w;
+        }
+        v[n++] = s;
+    }
+    if (!v)
+        return NULL;
+    qsort(v, n, sizeof(*v), by_id); /* the same table makes the same text */
+    json_t *services = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(services, v[i]);
+    free(v);
+    return json_pack("{s:o}", "services", services);
+}
+
+/* Make the table again when it may have changed (at most every BR_ROUTES_EVERY_MS
+ * unless forced); the version grows when its text differs. */
+static void remake(br_coord_t *c, int64_t now_ms, int force)
+{
+    br_routes_t *r = c->routes;
+    if (!force && r->table && now_ms - r->made_ms < BR_ROUTES_EVERY_MS)
+        return;
+    json_t *t = br_routes_table(c);
+    char *text = t ? json_dumps(t, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    if (!text) {
+        json_decref(t);
+        return; /* out of memory: the last table stands */
+    }
+    r->made_ms = now_ms;
+    if (r->text && strcmp(text, r->text) == 0) {
+        free(text);
+        json_decref(t);
+        return;
+    }
+    free(r->text);
+    json_decref(r->table);
+    r->text = text;
+    r->table = t;
+    r->version++;
+}
+
+json_t *br_routes_watch(br_coord_t *c, const void *route, size_t route_len,
+                        const char *name, int64_t now_ms, br_err_t *err)
+{
+    br_routes_t *r = c->routes;
+    if (!route || route_len == 0 || route_len > BR_ROUTES_ROUTE_MAX)
+        return br_errf(err, EINVAL, "gateway.watch: bad route"), NULL;
+    watch_t *w = NULL;
+    for (size_t i = 0; i < r->n && !w; i++)
+        if (r->v[i].route_len == route_len && memcmp(r->v[i].route, route, route_len) == 0)
+            w = &r->v[i];
+    if (!w) {
+        if (r->n == BR_ROUTES_MAX)
+            return br_errf(err, EBUSY, "gateway.watch: %d gateways watch already",
+                           BR_ROUTES_MAX),
+                   NULL;
+        w = &r->v[r->n++];
+        memset(w, 0, sizeof(*w));
+        memcpy(w->route, route, route_len);
+        w->route_len = route_len;
+    }
+    snprintf(w->name, sizeof(w->name), "%s", name);
+    w->expires_ms = now_ms + BR_ROUTES_TTL_MS;
+    w->seen = br_now_ms();
+    remake(c, now_ms, 1);
+    if (!r->table)
+        return br_errf(err, ENOMEM, "gateway.watch: out of memory"), NULL;
+    w->told = r->version;
+    return json_pack("{s:I, s:I, s:O}", "ttl_ms", (json_int_t)BR_ROUTES_TTL_MS, "version",
+                     (json_int_t)r->version, "table", r->table);
+}
+
+void br_routes_forget(br_routes_t *r, const char *name)
+{
+    for (size_t i = 0; i < r->n;)
+        if (strcmp(r->v[i].name, name) == 0)
+            r->v[i] = r->v[--r->n];
+        else
+            i++;
+}
+
+json_t *br_routes_watching(br_routes_t *r)
+{
+    json_t *out = json_array();
+    for (size_t i = 0; i < r->n; i++)
+        json_array_append_new(out, json_pack("{s:s, s:f}", "name", r->v[i].name, "seen",
+                                             (double)r->v[i].seen / 1000.0));
+    return out;
+}
+
+void br_routes_flush(br_coord_t *c, int64_t now_ms, br_routes_send_fn fn, void *arg)
+{
+    br_routes_t *r = c->routes;
+    for (size_t i = 0; i < r->n;) /* watches not renewed end */
+        if (now_ms >= r->v[i].expires_ms)
+            r->v[i] = r->v[--r->n];
+        else
+            i++;
+    if (!r->n)
+        return;
+    remake(c, now_ms, 0);
+    json_t *body = NULL;
+    for (size_t i = 0; i < r->n;) {
+        watch_t *w = &r->v[i];
+        if (w->told == r->version || !r->table) {
+            i++;
+            continue;
+        }
+        if (!body)
+            body = json_pack("{s:I, s:O}", "version", (json_int_t)r->version, "table",
+                             r->table);
+        w->told = r->version;
+        if (body && fn(arg, w->route, w->route_len, body) < 0)
+            r->v[i] = r->v[--r->n];
+        else
+            i++;
+    }
+    json_decref(body);
+}

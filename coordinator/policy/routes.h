@@ -1,0 +1,55 @@
+/* routes.h - the gateways' routing table (docs/gateway.md): which services answer
+ * to which model names, and where their healthy replicas are.
+ *
+ * A bramble-gateway watches the table (gateway.watch, renewed every few seconds,
+ * like event.watch); after each wake that changed it, every watching gateway is
+ * sent the whole table at once ("gateway.news", with a version that grows by one
+ * with each change), so a gateway never asks twice and keeps serving from the last
+ * table it heard while the coordinator is away. The table is made from the jobs in
+ * memory, at most once per BR_ROUTES_EVERY_MS. */
+#ifndef BRAMBLE_ROUTES_H
+#define BRAMBLE_ROUTES_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coord.h"
+
+#define BR_ROUTES_MAX 64          /* gateways watching at once */
+#define BR_ROUTES_TTL_MS 30000    /* a watch not renewed this long ends */
+#define BR_ROUTES_EVERY_MS 20     /* the table is made again at most this often */
+#define BR_ROUTES_ROUTE_MAX 256
+
+typedef struct br_routes br_routes_t;
+
+br_routes_t *br_routes_new(void);
+void br_routes_destroy(br_routes_t **r);
+
+/* The table now: {"services": [{"id", "name", "owner", "owner_id", "model",
+ * "aliases", "adapters", "max_inflight", "public", "replicas": [{"id", "replica",
+ * "host", "port", "node"}]}]}, every running service with a service.model, its
+ * healthy replicas only. New reference (NULL: out of memory). */
+json_t *br_routes_table(br_coord_t *c);
+
+/* Add or renew gateway name's watch from route (its ROUTER id); the answer to
+ * gateway.watch, {"ttl_ms", "version", "table"}, or NULL with err (EBUSY: too many
+ * gateways watch). */
+json_t *br_routes_watch(br_coord_t *c, const void *route, size_t route_len,
+                        const char *name, int64_t now_ms, br_err_t *err);
+
+/* A gateway removed: its watches end. */
+void br_routes_forget(br_routes_t *r, const char *name);
+
+/* The gateways that watch now: [{"name", "seen" (unix s of the last renewal)}]. */
+json_t *br_routes_watching(br_routes_t *r);
+
+/* After a committed wake: when gateways watch and the table changed since they
+ * were last told, fn(arg, route, route_len, body) sends each one body
+ * ({"version", "table"}; fn does not take it); fn returns -1 when the route is gone
+ * (the watch ends). */
+typedef int (*br_routes_send_fn)(void *arg, const void *route, size_t route_len,
+                                 json_t *body);
+void br_routes_flush(br_coord_t *c, int64_t now_ms, br_routes_send_fn fn, void *arg);
+
+#endif
