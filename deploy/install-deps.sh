@@ -10,18 +10,21 @@
 #
 # shellcheck shell=bash disable=SC2034
 
-# libmicrohttpd-dev: brambled's HTTP side (--http, /metrics)
+# libmicrohttpd-dev: brambled's HTTP side (--http, /metrics) and bramble-gateway's
+# libcurl4-openssl-dev: bramble-gateway's requests to replicas
 BR_BUILD_DEPS=(build-essential cmake pkg-config libzmq3-dev libsodium-dev
                libsqlite3-dev libyaml-dev libjansson-dev libncurses-dev
-               libmicrohttpd-dev)
+               libmicrohttpd-dev libcurl4-openssl-dev)
 # prometheus: a real Prometheus (and its promtool) scrapes /metrics in the tests
 # chromium, chromium-driver, python3-selenium: a real browser uses the dashboard
 # openssl: self-signed certificates for the HTTP side's TLS (test_tls.py)
 # git: the packer is checked against git's own list of a work tree (test_pack)
+# nodejs: runs the official openai client against the gateway (npm, when node
+# comes without it, is installed by tests/run.sh)
 BR_TEST_DEPS=("${BR_BUILD_DEPS[@]}" libcmocka-dev python3-pytest python3-zmq clang git
               libclang-rt-14-dev iproute2 procps sqlite3
               systemd dpkg-dev tmux python3-torch prometheus
-              chromium chromium-driver python3-selenium openssl)
+              chromium chromium-driver python3-selenium openssl nodejs)
 
 # Whether Debian package $1 is installed for this machine's architecture (or for
 # all). With multiarch a name matches one instance per architecture

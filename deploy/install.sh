@@ -22,6 +22,7 @@
 #
 # Layout (under DIR with --destdir):
 #   P/bin/{brambled,bramble-agent,bramble}                 0755
+#   P/bin/bramble-gateway (when built)                     0755
 #   P/bin/bramble-net-probe, P/bin/bramble-nccl-probe      0755 (the latter when
 #                                                          built: CUDA and NCCL)
 #   /lib/systemd/system/{brambled,bramble-agent}.service   0644
@@ -94,6 +95,9 @@ for b in "${BINARIES[@]}"; do
     # install(1) unlinks the old file first, so a running daemon is no problem
     install -m 0755 "$BUILD/bin/$b" "$D$PREFIX/bin/$b"
 done
+if [ -x "$BUILD/bin/bramble-gateway" ]; then # built with libmicrohttpd and libcurl
+    install -m 0755 "$BUILD/bin/bramble-gateway" "$D$PREFIX/bin/bramble-gateway"
+fi
 if [ -x "$BUILD/bin/bramble-nccl-probe" ]; then # built only with CUDA and NCCL
     install -m 0755 "$BUILD/bin/bramble-nccl-probe" "$D$PREFIX/bin/bramble-nccl-probe"
 fi

@@ -191,6 +191,19 @@ fi
 # Every shard has its own junit file, log and --basetemp. Each run writes what it
 # measured to build-test/durations.txt: copy it over the listed one when files
 # have come or grown.
+# The official `openai` client for Node, from the npm registry (the gateway's tests
+# use it as a client nobody here wrote): into build-test/npm, once.
+stage "npm test clients (openai for Node)"
+if command -v npm >/dev/null 2>&1 || br_install_deps npm; then
+    if tests/node/install.sh build-test/npm; then
+        export BRAMBLE_NPM_DIR="$ROOT/build-test/npm"
+    else
+        fail "npm: the openai client could not be installed (tests/node/install.sh)"
+    fi
+else
+    fail "npm: not installed, and could not be"
+fi
+
 SHARDS=${INTEGRATION_SHARDS:-2}
 stage "integration tests (pytest, ${SHARDS} shards)"
 if [ "$BUILD_OK" -eq 1 ]; then

@@ -1,0 +1,160 @@
+/* coordlink.c - the gateway's link to the coordinator (see coordlink.h). */
+#include "coordlink.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "msg.h"
+#include "sock.h"
+
+struct gw_link {
+    void *ctx, *sock, *monitor;
+    gw_table_fn on_table;
+    void *arg;
+    uint32_t seq;
+    int64_t renew_at;  /* monotonic ms the next gateway.watch goes */
+    int64_t heard;     /* monotonic ms of the last answer or news; 0: never */
+    int64_t version;   /* of the table last taken */
+    int refused;
+    int was_up;        /* for the log: the coordinator's comings and goings */
+};
+
+gw_link_t *gw_link_new(const br_cred_t *cred, gw_table_fn on_table, void *arg,
+                       br_err_t *err)
+{
+    gw_link_t *l = calloc(1, sizeof(*l));
+    if (!l)
+        return br_errp(err, ENOMEM, "out of memory");
+    l->on_table = on_table;
+    l->arg = arg;
+    l->ctx = zmq_ctx_new();
+    if (!l->ctx) {
+        free(l);
+        return br_errp(err, errno, "zmq context: %s", zmq_strerror(errno));
+    }
+    /* ZMTP heartbeats: a coordinator that vanished is noticed, and the link
+     * reconnects by itself; a refused key shows on the monitor */
+    l->sock = br_sock_client_watched(l->ctx, cred->endpoint, cred->server_public_key,
+                                     cred->public_key, cred->secret_key, 1000, 5000,
+                                     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                                         ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL,
+                                     &l->monitor, err);
+    int zero = 0, hwm = 16;
+    if (!l->sock || zmq_setsockopt(l->sock, ZMQ_SNDTIMEO, &zero, sizeof(zero)) < 0 ||
+        zmq_setsockopt(l->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm)) < 0) {
+        if (l->sock)
+            br_errf(err, errno, "socket options: %s", zmq_strerror(errno));
+        gw_link_destroy(&l);
+        return NULL;
+    }
+    return l;
+}
+
+void gw_link_destroy(gw_link_t **lp)
+{
+    gw_link_t *l = lp ? *lp : NULL;
+    if (!l)
+        return;
+    br_sock_close(&l->monitor);
+    br_sock_close(&l->sock);
+    if (l->ctx)
+        zmq_ctx_term(l->ctx);
+    free(l);
+    *lp = NULL;
+}
+
+int gw_link_fd(const gw_link_t *l)
+{
+    int fd = -1;
+    size_t len = sizeof(fd);
+    zmq_getsockopt(l->sock, ZMQ_FD, &fd, &len);
+    return fd;
+}
+
+static void take_table(gw_link_t *l, json_t *body, int64_t now_ms)
+{
+    json_t *version = json_object_get(body, "version");
+    json_t *table = json_object_get(body, "table");
+    l->heard = now_ms;
+    if (!l->was_up)
+        fprintf(stderr, "bramble-gateway: the coordinator answers; routing table version "
+                        "%lld\n", (long long)json_integer_value(version));
+    l->was_up = 1;
+    if (!json_is_integer(version) || !json_is_object(table))
+        return;
+    l->version = json_integer_value(version);
+    l->on_table(l->arg, l->version, table);
+}
+
+static void take(gw_link_t *l, br_msg_t *m, int64_t now_ms)
+{
+    json_t *body = br_msg_body(m);
+    json_t *errnum = json_object_get(body, "errnum");
+    if (strcmp(br_msg_type(m), "gateway.news") == 0) {
+        take_table(l, body, now_ms);
+    } else if (strcmp(br_msg_type(m), "gateway.watch") == 0 && errnum) {
+        l->heard = now_ms;
+        fprintf(stderr, "bramble-gateway: the coordinator refused the watch: %s\n",
+                json_string_value(json_object_get(body, "error")));
+    } else if (strcmp(br_msg_type(m), "gateway.watch") == 0) {
+        take_table(l, body, now_ms);
+    }
+}
+
+int gw_link_run(gw_link_t *l, int64_t now_ms)
+{
+    if (!l->refused && br_sock_monitor_auth_failed(l->monitor)) {
+        l->refused = 1;
+        fprintf(stderr, "bramble-gateway: the coordinator refused this gateway's key "
+                        "(removed, or another cluster's): serving nothing\n");
+        json_t *empty = json_pack("{s:[]}", "services");
+        l->on_table(l->arg, -1, empty);
+        json_decref(empty);
+    }
+    for (;;) { /* ZMQ_FD is edge-triggered: read all that is there */
+        int events = 0;
+        size_t len = sizeof(events);
+        if (zmq_getsockopt(l->sock, ZMQ_EVENTS, &events, &len) < 0 || !(events & ZMQ_POLLIN))
+            break;
+        br_msg_t *m = NULL;
+        br_err_t err;
+        if (br_msg_recv(l->sock, 0, ZMQ_DONTWAIT, &m, &err) < 0) {
+            if (errno == EAGAIN)
+                break;
+            fprintf(stderr, "bramble-gateway: from the coordinator: %s\n", err.text);
+            br_msg_destroy(&m);
+            continue;
+        }
+        take(l, m, now_ms);
+        br_msg_destroy(&m);
+    }
+    if (l->was_up && !gw_link_up(l, now_ms)) {
+        l->was_up = 0;
+        fprintf(stderr, "bramble-gateway: the coordinator does not answer; serving from "
+                        "routing table version %lld\n", (long long)l->version);
+    }
+    if (now_ms >= l->renew_at) {
+        br_msg_t *m = br_msg_new(BR_MSG_REQUEST, "gateway.watch", ++l->seq);
+        br_err_t err;
+        if (m)
+            br_msg_send(l->sock, m, &err); /* (a full queue: the next renewal) */
+        br_msg_destroy(&m);
+        /* soon again until the coordinator has answered once */
+        l->renew_at = now_ms + (l->heard ? GW_WATCH_RENEW_MS : 1000);
+    }
+    int64_t wait = l->renew_at - now_ms;
+    return wait < 0 ? 0 : wait > GW_WATCH_RENEW_MS ? GW_WATCH_RENEW_MS : (int)wait;
+}
+
+int gw_link_up(const gw_link_t *l, int64_t now_ms)
+{
+    return l->heard && now_ms - l->heard < GW_LINK_AWAY_MS;
+}
+
+int gw_link_refused(const gw_link_t *l)
+{
+    return l->refused;
+}

@@ -1,0 +1,36 @@
+/* coordlink.h - the gateway's link to the coordinator: one CURVE DEALER with the
+ * gateway's credential, a watch of the routing table (gateway.watch) renewed every
+ * GW_WATCH_RENEW_MS, and the tables the coordinator pushes (gateway.news). The
+ * link never blocks: the gateway's loop polls its fd and calls gw_link_run. */
+#ifndef BRAMBLE_GW_COORDLINK_H
+#define BRAMBLE_GW_COORDLINK_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "cred.h"
+#include "err.h"
+
+#define GW_WATCH_RENEW_MS 5000
+#define GW_LINK_AWAY_MS 12000 /* no answer this long: the coordinator is away */
+
+typedef struct gw_link gw_link_t;
+
+/* on_table(arg, version, table) for each new routing table (borrowed). */
+typedef void (*gw_table_fn)(void *arg, int64_t version, json_t *table);
+
+gw_link_t *gw_link_new(const br_cred_t *cred, gw_table_fn on_table, void *arg,
+                       br_err_t *err);
+void gw_link_destroy(gw_link_t **l);
+
+/* The fd to poll for input (ZMQ_FD: edge-triggered, so gw_link_run drains). */
+int gw_link_fd(const gw_link_t *l);
+/* Read what came, renew the watch when due: call after every poll. Returns the
+ * ms until it wants to run again. */
+int gw_link_run(gw_link_t *l, int64_t now_ms);
+/* Whether the coordinator answered lately (within GW_LINK_AWAY_MS). */
+int gw_link_up(const gw_link_t *l, int64_t now_ms);
+/* 1 once the coordinator refused this gateway's key (removed, or not known). */
+int gw_link_refused(const gw_link_t *l);
+
+#endif

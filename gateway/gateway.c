@@ -1,0 +1,801 @@
+/* gateway.c - bramble-gateway's loop, its HTTP side and its routing (gateway.h). */
+#include "gateway.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "coordlink.h"
+#include "exchange.h"
+#include "table.h"
+#include "util.h"
+
+#define SWEEP_MS 100 /* clients that hung up, requests waited out, slow clients */
+
+/* One client connection: when it began its current request, and whether that
+ * request is whole (then the client has sent what it had to). */
+typedef struct conn {
+    struct MHD_Connection *mhd;
+    int64_t since; /* monotonic ms: connected, or its last request ended */
+    int busy;      /* its request came whole and is being answered */
+    gw_exchange_t *x; /* its request through the gateway, when one is */
+    struct conn *next, *prev;
+} conn_t;
+
+struct gw {
+    gw_config_t cfg;
+    struct MHD_Daemon *mhd;
+    CURLM *multi;
+    gw_link_t *link;
+    gw_table_t *table;
+    int sigfd;
+    int port;
+    char *tls_cert, *tls_key;
+    gw_exchange_t *whead, *wtail; /* requests waiting for a replica, oldest first */
+    conn_t *conns;
+    json_t *answered; /* {"MODEL": {"CODE": count}}: requests answered (/metrics) */
+    int64_t swept;
+    int stop;
+};
+
+void gw_config_defaults(gw_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    snprintf(cfg->listen, sizeof(cfg->listen), "127.0.0.1:7780");
+    cfg->max_body = 32u << 20;
+    cfg->queue_max = 256;
+    cfg->wait_ms = 300000;
+    cfg->client_ms = 60000;
+    cfg->upstream_ms = 600000;
+    cfg->max_conns = 10000;
+}
+
+/* ---- answers of our own ---------------------------------------------------- */
+
+static enum MHD_Result answer_json(struct MHD_Connection *conn, int status, json_t *body)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text)
+        return MHD_NO;
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result rc = MHD_queue_response(conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* An error in the OpenAI shape, answered at once (no exchange). */
+static enum MHD_Result answer_error(struct MHD_Connection *conn, int status,
+                                    const char *type, const char *msg)
+{
+    return answer_json(conn, status,
+                       json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", msg, "type",
+                                 type, "param", "code", status));
+}
+
+/* ---- /metrics ------------------------------------------------------------- */
+
+/* x is answered with its status: count it under its model ("" for none). */
+static void count_answer(gw_t *g, const gw_exchange_t *x)
+{
+    char code[8];
+    const char *model = x->model[0] ? x->model : "";
+    json_t *m = json_object_get(g->answered, model);
+    if (!m && json_object_set_new(g->answered, model, m = json_object()) < 0)
+        return;
+    snprintf(code, sizeof(code), "%d", x->status);
+    json_t *n = json_object_get(m, code);
+    json_object_set_new(m, code, json_integer(n ? json_integer_value(n) + 1 : 1));
+}
+
+/* A label value in the text format: \ " and newlines escaped. */
+static void label(FILE *f, const char *s)
+{
+    for (; *s; s++)
+        if (*s == '\\' || *s == '"')
+            fprintf(f, "\\%c", *s);
+        else if (*s == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*s, f);
+}
+
+static enum MHD_Result answer_metrics(gw_t *g, struct MHD_Connection *conn)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return MHD_NO;
+    int64_t now = br_mono_ms();
+    fputs("# HELP bramble_gateway_requests_total Requests answered, by model and status.\n"
+          "# TYPE bramble_gateway_requests_total counter\n", f);
+    const char *model;
+    json_t *codes;
+    json_object_foreach(g->answered, model, codes) {
+        const char *code;
+        json_t *n;
+        json_object_foreach(codes, code, n) {
+            fputs("bramble_gateway_requests_total{model=\"", f);
+            label(f, model);
+            fprintf(f, "\",code=\"%s\"} %lld\n", code, (long long)json_integer_value(n));
+        }
+    }
+    fputs("# HELP bramble_gateway_inflight Requests at a replica now, by service.\n"
+          "# TYPE bramble_gateway_inflight gauge\n"
+          "# HELP bramble_gateway_waiting Requests waiting for a replica, by service.\n"
+          "# TYPE bramble_gateway_waiting gauge\n"
+          "# HELP bramble_gateway_replicas Replicas in the routing table, by service and "
+          "whether the gateway sends them requests.\n"
+          "# TYPE bramble_gateway_replicas gauge\n", f);
+    for (size_t i = 0; i < g->table->nservices; i++) {
+        gw_service_t *s = g->table->services[i];
+        int inflight = 0, up = 0, out = 0;
+        for (size_t k = 0; k < s->nreplicas; k++) {
+            gw_replica_t *r = s->replicas[k];
+            inflight += r->inflight;
+            if (r->present && now >= r->down_until)
+                up++;
+            else if (r->present)
+                out++;
+        }
+        const char *kinds[] = {"inflight", "waiting"};
+        int values[] = {inflight, s->waiting};
+        for (int k = 0; k < 2; k++) {
+            fprintf(f, "bramble_gateway_%s{service=\"", kinds[k]);
+            label(f, s->name);
+            fputs("\",model=\"", f);
+            label(f, s->model);
+            fprintf(f, "\"} %d\n", values[k]);
+        }
+        for (int k = 0; k < 2; k++) {
+            fputs("bramble_gateway_replicas{service=\"", f);
+            label(f, s->name);
+            fprintf(f, "\",state=\"%s\"} %d\n", k ? "out" : "up", k ? out : up);
+        }
+    }
+    fprintf(f, "# HELP bramble_gateway_table_version The routing table's version.\n"
+               "# TYPE bramble_gateway_table_version gauge\n"
+               "bramble_gateway_table_version %lld\n"
+               "# HELP bramble_gateway_coordinator_up Whether the coordinator answers.\n"
+               "# TYPE bramble_gateway_coordinator_up gauge\n"
+               "bramble_gateway_coordinator_up %d\n",
+            (long long)g->table->version, gw_link_up(g->link, now));
+    if (fclose(f) != 0) {
+        free(text);
+        return MHD_NO;
+    }
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
+    enum MHD_Result rc = MHD_queue_response(conn, 200, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* ---- routing ------------------------------------------------------------- */
+
+/* Whether the caller may use svc. (Until API keys: public services only.) */
+static int may_use(const gw_service_t *svc)
+{
+    return svc->is_public;
+}
+
+static enum MHD_Result answer_models(gw_t *g, struct MHD_Connection *conn)
+{
+    json_t *data = json_array();
+    for (size_t i = 0; i < g->table->nservices; i++) {
+        gw_service_t *s = g->table->services[i];
+        if (!s->present || !may_use(s))
+            continue;
+        size_t k;
+        json_t *name;
+        json_array_foreach(s->names, k, name)
+            json_array_append_new(data, json_pack("{s:O, s:s, s:i, s:s, s:s}", "id", name,
+                                                  "object", "model", "created", 0,
+                                                  "owned_by", s->owner, "root", s->model));
+    }
+    return answer_json(conn, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+}
+
+/* The replica to send x to now, over every service that serves its model and the
+ * caller may use; NULL when none is free. *any: some such service exists. */
+static gw_replica_t *pick(gw_t *g, const gw_exchange_t *x, int64_t now, gw_service_t **first)
+{
+    gw_replica_t *best = NULL;
+    *first = NULL;
+    for (size_t i = 0; i < g->table->nservices; i++) {
+        gw_service_t *s = g->table->services[i];
+        if (!s->present || !gw_service_serves(s, x->model) || !may_use(s))
+            continue;
+        if (!*first)
+            *first = s;
+        gw_replica_t *r = gw_service_pick(s, now);
+        if (r && (!best || r->inflight < best->inflight))
+            best = r;
+    }
+    return best;
+}
+
+static void start(gw_t *g, gw_exchange_t *x, gw_replica_t *r)
+{
+    if (gw_service_alias(r->svc, x->model) && gw_exchange_rename(x, r->svc->model) < 0) {
+        gw_exchange_fail(x, 500, "server_error", "the gateway is out of memory");
+        gw_exchange_resume(x);
+        return;
+    }
+    if (gw_exchange_try(x, r, (long)g->cfg.upstream_ms) < 0 ||
+        curl_multi_add_handle(g->multi, x->easy) != CURLM_OK) {
+        gw_exchange_end_try(x);
+        gw_exchange_fail(x, 500, "server_error", "the gateway is out of memory");
+        gw_exchange_resume(x);
+        return;
+    }
+    r->inflight++;
+    gw_exchange_suspend(x);
+}
+
+static void unqueue(gw_t *g, gw_exchange_t *x)
+{
+    if (!x->wait_svc)
+        return;
+    if (x->wprev)
+        x->wprev->wnext = x->wnext;
+    else
+        g->whead = x->wnext;
+    if (x->wnext)
+        x->wnext->wprev = x->wprev;
+    else
+        g->wtail = x->wprev;
+    x->wnext = x->wprev = NULL;
+    x->wait_svc->waiting--;
+    x->wait_svc = NULL;
+}
+
+/* Send x on, queue it, or answer why not. */
+static void route(gw_t *g, gw_exchange_t *x)
+{
+    int64_t now = br_mono_ms();
+    gw_service_t *svc;
+    gw_replica_t *r = pick(g, x, now, &svc);
+    if (r) {
+        start(g, x, r);
+        return;
+    }
+    if (!svc) {
+        gw_exchange_fail(x, 404, "invalid_request_error",
+                         "The model '%s' does not exist or you do not have access to it "
+                         "(GET /v1/models lists the models you may use)",
+                         x->model);
+        return;
+    }
+    if (svc->waiting >= g->cfg.queue_max) {
+        gw_exchange_fail(x, 429, "rate_limit_error",
+                         "model '%s' is busy: %d requests wait for it already; try again",
+                         x->model, svc->waiting);
+        return;
+    }
+    x->state = GW_X_WAITING;
+    x->wait_svc = svc;
+    svc->waiting++;
+    if (!x->wait_until)
+        x->wait_until = now + g->cfg.wait_ms;
+    x->wprev = g->wtail;
+    if (g->wtail)
+        g->wtail->wnext = x;
+    else
+        g->whead = x;
+    g->wtail = x;
+    gw_exchange_suspend(x);
+}
+
+/* Requests that waited: those that can go now, in order; those that waited out. */
+static void dispatch(gw_t *g)
+{
+    int64_t now = br_mono_ms();
+    for (gw_exchange_t *x = g->whead, *next; x; x = next) {
+        next = x->wnext;
+        gw_service_t *svc;
+        gw_replica_t *r = pick(g, x, now, &svc);
+        if (r) {
+            unqueue(g, x);
+            start(g, x, r);
+        } else if (!svc || now >= x->wait_until) {
+            unqueue(g, x);
+            if (!svc)
+                gw_exchange_fail(x, 404, "invalid_request_error",
+                                 "The model '%s' is served no more", x->model);
+            else
+                gw_exchange_fail(x, 503, "service_unavailable",
+                                 "no replica of model '%s' answered within %llds",
+                                 x->model, (long long)(g->cfg.wait_ms / 1000));
+            gw_exchange_resume(x);
+        }
+    }
+}
+
+/* ---- the replicas' answers --------------------------------------------------- */
+
+/* A failure to reach a replica that another replica may not share: nothing of the
+ * request was answered, so it may go elsewhere. */
+static int retryable(CURLcode rc)
+{
+    return rc == CURLE_COULDNT_CONNECT || rc == CURLE_SEND_ERROR ||
+           rc == CURLE_RECV_ERROR || rc == CURLE_GOT_NOTHING;
+}
+
+static void try_ended(gw_t *g, gw_exchange_t *x, CURLcode rc)
+{
+    int64_t now = br_mono_ms();
+    gw_replica_t *r = x->rep;
+    x->rep = NULL;
+    int before_answer = x->state == GW_X_UPSTREAM;
+    if (before_answer && (x->retry_wanted || retryable(rc))) {
+        gw_replica_done(r, 0, now); /* out at once; the table may bring it back */
+        fprintf(stderr, "bramble-gateway: replica %s (%s:%d) failed: %s; taken out\n",
+                x->who, r->host, r->port,
+                x->retry_wanted ? "it answered 502/503" : x->cerr[0] ? x->cerr
+                                                                   : curl_easy_strerror(rc));
+        gw_exchange_end_try(x);
+        if (x->tries < 3) {
+            route(g, x); /* another replica, or the queue */
+            if (x->state == GW_X_ANSWER)
+                gw_exchange_resume(x);
+            return;
+        }
+        gw_exchange_fail(x, 502, "upstream_error",
+                         "model '%s': %d replicas failed to answer; the last: %s", x->model,
+                         x->tries, x->retry_wanted ? "HTTP 502/503" : curl_easy_strerror(rc));
+        gw_exchange_resume(x);
+        return;
+    }
+    if (before_answer) { /* garbage, or silence: this replica is at fault */
+        gw_replica_done(r, 0, now);
+        fprintf(stderr, "bramble-gateway: replica %s (%s:%d) failed: %s; taken out\n",
+                x->who, r->host, r->port, x->cerr[0] ? x->cerr : curl_easy_strerror(rc));
+        gw_exchange_end_try(x);
+        if (rc == CURLE_OPERATION_TIMEDOUT)
+            gw_exchange_fail(x, 504, "upstream_error", "replica %s sent nothing for %llds",
+                             x->who, (long long)(g->cfg.upstream_ms / 1000));
+        else
+            gw_exchange_fail(x, 502, "upstream_error", "replica %s answered badly: %s",
+                             x->who, x->cerr[0] ? x->cerr : curl_easy_strerror(rc));
+        gw_exchange_resume(x);
+        return;
+    }
+    gw_replica_done(r, rc == CURLE_OK, now); /* the answer ended, whole or cut off */
+    x->upstream_done = 1;
+    x->rc = rc;
+    x->paused = 0;
+    gw_exchange_resume(x);
+}
+
+static void finished(gw_t *g)
+{
+    CURLMsg *msg;
+    int left, any = 0;
+    while ((msg = curl_multi_info_read(g->multi, &left))) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        gw_exchange_t *x = NULL;
+        CURL *e = msg->easy_handle;
+        CURLcode rc = msg->data.result;
+        curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&x);
+        curl_multi_remove_handle(g->multi, e);
+        if (x)
+            try_ended(g, x, rc);
+        any = 1;
+    }
+    if (any) {
+        gw_table_sweep(g->table);
+        dispatch(g);
+    }
+}
+
+/* The client of x hung up (or x must end): its try is called off. */
+static void call_off(gw_t *g, gw_exchange_t *x)
+{
+    x->client_gone = 1;
+    unqueue(g, x);
+    if (x->easy) {
+        curl_multi_remove_handle(g->multi, x->easy);
+        if (x->rep)
+            gw_replica_done(x->rep, 1, br_mono_ms()); /* (not the replica's fault) */
+        x->rep = NULL;
+        gw_exchange_end_try(x);
+    }
+}
+
+/* ---- the HTTP side ------------------------------------------------------- */
+
+static conn_t *conn_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *i =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return i ? i->socket_context : NULL;
+}
+
+static void on_connection(void *arg, struct MHD_Connection *c, void **ctx,
+                          enum MHD_ConnectionNotificationCode what)
+{
+    gw_t *g = arg;
+    conn_t *k = *ctx;
+    if (what == MHD_CONNECTION_NOTIFY_STARTED) {
+        if (!(k = calloc(1, sizeof(*k))))
+            return;
+        k->mhd = c;
+        k->since = br_mono_ms();
+        k->next = g->conns;
+        if (g->conns)
+            g->conns->prev = k;
+        g->conns = k;
+        *ctx = k;
+    } else if (k) {
+        if (k->prev)
+            k->prev->next = k->next;
+        else
+            g->conns = k->next;
+        if (k->next)
+            k->next->prev = k->prev;
+        free(k);
+        *ctx = NULL;
+    }
+}
+
+static void on_completed(void *arg, struct MHD_Connection *c, void **req,
+                         enum MHD_RequestTerminationCode why)
+{
+    gw_t *g = arg;
+    gw_exchange_t *x = *req;
+    conn_t *k = conn_of(c);
+    if (k) {
+        k->busy = 0;
+        k->since = br_mono_ms();
+        if (k->x == x)
+            k->x = NULL;
+    }
+    if (!x)
+        return;
+    call_off(g, x);
+    gw_exchange_free(x);
+    *req = NULL;
+    gw_table_sweep(g->table);
+}
+
+/* The request is whole: read its model, and send it on. */
+static void begin(gw_t *g, gw_exchange_t *x)
+{
+    if (x->too_big) {
+        gw_exchange_fail(x, 413, "invalid_request_error",
+                         "the request body is larger than %zu bytes", g->cfg.max_body);
+        return;
+    }
+    json_error_t jerr;
+    json_t *body = json_loadb(x->body ? x->body : "", x->body_len, 0, &jerr);
+    json_t *model = json_object_get(body, "model");
+    if (!json_is_object(body))
+        gw_exchange_fail(x, 400, "invalid_request_error",
+                         "the request body is not a JSON object: %s", jerr.text);
+    else if (!json_is_string(model) || !json_string_length(model))
+        gw_exchange_fail(x, 400, "invalid_request_error",
+                         "the request names no model (a string field \"model\")");
+    else if (json_string_length(model) >= sizeof(x->model))
+        gw_exchange_fail(x, 404, "invalid_request_error", "no model has so long a name");
+    if (x->state == GW_X_ANSWER) {
+        json_decref(body);
+        return;
+    }
+    snprintf(x->model, sizeof(x->model), "%s", json_string_value(model));
+    x->stream = json_is_true(json_object_get(body, "stream"));
+    json_decref(body);
+    route(g, x);
+}
+
+static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload, size_t *upload_size, void **req)
+{
+    gw_t *g = arg;
+    gw_exchange_t *x = *req;
+    if (!x) {
+        if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {
+            if (strcmp(url, "/health") == 0)
+                return answer_json(conn, 200, json_pack("{s:s}", "status", "ok"));
+            if (strcmp(url, "/v1/models") == 0)
+                return answer_models(g, conn);
+            if (strcmp(url, "/metrics") == 0)
+                return answer_metrics(g, conn);
+            return answer_error(conn, 404, "invalid_request_error",
+                                "no such path (the gateway serves POST /v1/... with a JSON "
+                                "\"model\", and GET /v1/models)");
+        }
+        if (strcmp(method, "POST") != 0)
+            return answer_error(conn, 405, "invalid_request_error",
+                                "the gateway takes POST /v1/... and GET /v1/models");
+        if (strncmp(url, "/v1/", 4) != 0 || strlen(url) >= GW_PATH_MAX)
+            return answer_error(conn, 404, "invalid_request_error",
+                                "no such path (the gateway serves POST /v1/...)");
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > g->cfg.max_body) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "the request body is larger than %zu bytes",
+                     g->cfg.max_body);
+            return answer_error(conn, 413, "invalid_request_error", msg);
+        }
+        if (!(x = gw_exchange_new(conn, url, g->cfg.max_body)))
+            return MHD_NO;
+        *req = x;
+        conn_t *k = conn_of(conn);
+        if (k)
+            k->x = x;
+        return MHD_YES;
+    }
+    if (x->client_gone)
+        return MHD_NO;
+    if (x->state == GW_X_RECEIVING) {
+        if (*upload_size) {
+            gw_exchange_take(x, upload, *upload_size);
+            *upload_size = 0;
+            return MHD_YES;
+        }
+        conn_t *k = conn_of(conn);
+        if (k)
+            k->busy = 1; /* whole: the client's part is done */
+        begin(g, x);
+    }
+    if (x->state == GW_X_ANSWER) {
+        count_answer(g, x);
+        return gw_exchange_respond(x, x->status == 429 ? 1 : x->status == 503 ? 5 : 0);
+    }
+    if (x->state != GW_X_RESPONDING)
+        gw_exchange_suspend(x); /* (resumed for nothing: wait on) */
+    return MHD_YES;
+}
+
+/* ---- the loop ------------------------------------------------------------- */
+
+/* Clients too slow to send their request; clients that hung up while their
+ * request waited (libmicrohttpd does not watch a suspended connection); requests
+ * that waited out. */
+static void sweep(gw_t *g, int64_t now)
+{
+    for (conn_t *k = g->conns; k; k = k->next) {
+        const union MHD_ConnectionInfo *i =
+            MHD_get_connection_info(k->mhd, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!i)
+            continue;
+        if (!k->busy && now - k->since >= g->cfg.client_ms) {
+            shutdown(i->connect_fd, SHUT_RDWR); /* (libmicrohttpd then closes it) */
+            k->since = now;
+            continue;
+        }
+        gw_exchange_t *x = k->x;
+        if (!x || !x->suspended || x->client_gone)
+            continue;
+        struct pollfd p = {i->connect_fd, POLLRDHUP, 0};
+        if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+            call_off(g, x); /* its replica's request ends with it */
+            gw_exchange_resume(x); /* libmicrohttpd then closes the connection */
+        }
+    }
+    gw_table_sweep(g->table);
+    dispatch(g);
+}
+
+static void on_table(void *arg, int64_t version, json_t *table)
+{
+    gw_t *g = arg;
+    if (gw_table_update(g->table, version, table) < 0) {
+        fprintf(stderr, "bramble-gateway: routing table version %lld is malformed; "
+                        "kept the one before\n", (long long)version);
+        return;
+    }
+    dispatch(g); /* a replica came: the requests that wait for one go */
+}
+
+static int open_signals(gw_t *g)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    g->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    return g->sigfd < 0 ? -1 : 0;
+}
+
+/* ADDR:PORT ([V6]:PORT) into a socket address. */
+static int parse_listen(const char *listen, struct sockaddr_storage *ss, int *v6,
+                        br_err_t *err)
+{
+    char host[256];
+    const char *colon = strrchr(listen, ':');
+    if (!colon || colon == listen || !colon[1] || (size_t)(colon - listen) >= sizeof(host))
+        return br_errf(err, EINVAL, "--listen %s: expected ADDR:PORT", listen);
+    snprintf(host, sizeof(host), "%.*s", (int)(colon - listen), listen);
+    if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+        memmove(host, host + 1, strlen(host));
+        host[strlen(host) - 1] = '\0';
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *ai = NULL;
+    int rc = getaddrinfo(host, colon + 1, &hints, &ai);
+    if (rc != 0)
+        return br_errf(err, EINVAL, "--listen %s: %s", listen, gai_strerror(rc));
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    *v6 = ai->ai_family == AF_INET6;
+    freeaddrinfo(ai);
+    return 0;
+}
+
+static void log_mhd(void *arg, const char *fmt, va_list ap)
+{
+    fprintf(stderr, "bramble-gateway: http: ");
+    vfprintf(stderr, fmt, ap);
+}
+
+/* Room for every connection allowed: the soft limit of open files raised. */
+static void raise_nofile(gw_t *g)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && (rlim_t)g->cfg.max_conns + 128 > rl.rlim_cur)
+        g->cfg.max_conns = rl.rlim_cur > 256 ? (int)(rl.rlim_cur - 128) : 128;
+}
+
+gw_t *gw_new(const gw_config_t *cfg, br_err_t *err)
+{
+    gw_t *g = calloc(1, sizeof(*g));
+    if (!g)
+        return br_errp(err, ENOMEM, "out of memory");
+    g->cfg = *cfg;
+    g->sigfd = -1;
+    struct sockaddr_storage ss;
+    int v6 = 0;
+    if (parse_listen(cfg->listen, &ss, &v6, err) < 0)
+        goto fail;
+    if ((cfg->tls_cert != NULL) != (cfg->tls_key != NULL)) {
+        br_errf(err, EINVAL, "--tls-cert and --tls-key go together");
+        goto fail;
+    }
+    if (cfg->tls_cert &&
+        (!(g->tls_cert = br_read_file(cfg->tls_cert, 1 << 20, NULL, err)) ||
+         !(g->tls_key = br_read_file(cfg->tls_key, 1 << 20, NULL, err))))
+        goto fail;
+    if (open_signals(g) < 0) {
+        br_errf(err, errno, "signalfd: %s", strerror(errno));
+        goto fail;
+    }
+    raise_nofile(g);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || !(g->multi = curl_multi_init())) {
+        br_errf(err, ENOMEM, "libcurl could not start");
+        goto fail;
+    }
+    curl_multi_setopt(g->multi, CURLMOPT_MAXCONNECTS, 1024L); /* kept for reuse */
+    if (!(g->answered = json_object()) || !(g->table = gw_table_new()) ||
+        !(g->link = gw_link_new(&cfg->cred, on_table, g, err)))
+        goto fail;
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                     (v6 ? MHD_USE_IPv6 : 0) | (g->tls_cert ? MHD_USE_TLS : 0);
+    unsigned timeout_s = (unsigned)(cfg->client_ms / 1000 ? cfg->client_ms / 1000 : 1);
+    struct MHD_OptionItem tls[] = {
+        {g->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, g->tls_cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, g->tls_key},
+        {MHD_OPTION_END, 0, NULL}};
+    g->mhd = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, g, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, g, MHD_OPTION_NOTIFY_CONNECTION,
+        on_connection, g, MHD_OPTION_CONNECTION_LIMIT, (unsigned)g->cfg.max_conns,
+        MHD_OPTION_CONNECTION_TIMEOUT, timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)65536, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+        1u, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
+    if (!g->mhd) {
+        br_errf(err, EADDRINUSE, "could not listen on %s (in use, or not an address of "
+                                 "this machine%s)",
+                cfg->listen, g->tls_cert ? ", or the TLS certificate or key is bad" : "");
+        goto fail;
+    }
+    const union MHD_DaemonInfo *pi = MHD_get_daemon_info(g->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    g->port = pi ? pi->port : 0;
+    return g;
+fail:
+    gw_destroy(&g);
+    return NULL;
+}
+
+void gw_destroy(gw_t **gp)
+{
+    gw_t *g = gp ? *gp : NULL;
+    if (!g)
+        return;
+    if (g->mhd)
+        MHD_stop_daemon(g->mhd); /* (its requests end: their tries are called off) */
+    gw_link_destroy(&g->link);
+    gw_table_destroy(&g->table);
+    json_decref(g->answered);
+    if (g->multi) {
+        curl_multi_cleanup(g->multi);
+        curl_global_cleanup();
+    }
+    if (g->sigfd >= 0)
+        close(g->sigfd);
+    free(g->tls_cert);
+    free(g->tls_key);
+    free(g);
+    *gp = NULL;
+}
+
+int gw_port(const gw_t *g)
+{
+    return g->port;
+}
+
+int gw_run(gw_t *g, br_err_t *err)
+{
+    const union MHD_DaemonInfo *ei = MHD_get_daemon_info(g->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    if (!ei)
+        return br_errf(err, EINVAL, "libmicrohttpd gives no epoll fd");
+    while (!g->stop) {
+        int64_t now = br_mono_ms();
+        int wait = gw_link_run(g->link, now);
+        MHD_UNSIGNED_LONG_LONG mt;
+        if (MHD_get_timeout(g->mhd, &mt) == MHD_YES && mt < (MHD_UNSIGNED_LONG_LONG)wait)
+            wait = (int)mt;
+        if (wait > SWEEP_MS)
+            wait = SWEEP_MS;
+        struct curl_waitfd fds[3] = {{ei->epoll_fd, CURL_WAIT_POLLIN, 0},
+                                     {gw_link_fd(g->link), CURL_WAIT_POLLIN, 0},
+                                     {g->sigfd, CURL_WAIT_POLLIN, 0}};
+        int n = 0;
+        if (curl_multi_poll(g->multi, fds, 3, wait, &n) != CURLM_OK)
+            return br_errf(err, EIO, "poll failed");
+        if (fds[2].revents) {
+            struct signalfd_siginfo si;
+            if (read(g->sigfd, &si, sizeof(si)) == sizeof(si))
+                fprintf(stderr, "bramble-gateway: signal %d, stopping\n", (int)si.ssi_signo);
+            g->stop = 1;
+        }
+        int running = 0;
+        curl_multi_perform(g->multi, &running);
+        finished(g);
+        MHD_run(g->mhd);
+        curl_multi_perform(g->multi, &running); /* (what the client side just started) */
+        finished(g);
+        now = br_mono_ms();
+        if (now - g->swept >= SWEEP_MS) {
+            g->swept = now;
+            sweep(g, now);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,246 @@
+/* table.c - the gateway's routing table (see table.h). */
+#include "table.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+gw_table_t *gw_table_new(void)
+{
+    return calloc(1, sizeof(gw_table_t));
+}
+
+static void service_free(gw_service_t *s)
+{
+    for (size_t i = 0; i < s->nreplicas; i++)
+        free(s->replicas[i]);
+    free(s->replicas);
+    json_decref(s->names);
+    json_decref(s->aliases);
+    free(s);
+}
+
+void gw_table_destroy(gw_table_t **tp)
+{
+    gw_table_t *t = tp ? *tp : NULL;
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->nservices; i++)
+        service_free(t->services[i]);
+    free(t->services);
+    free(t);
+    *tp = NULL;
+}
+
+static gw_service_t *find_service(gw_table_t *t, int64_t id)
+{
+    for (size_t i = 0; i < t->nservices; i++)
+        if (t->services[i]->id == id)
+            return t->services[i];
+    return NULL;
+}
+
+static gw_replica_t *find_replica(gw_service_t *s, int64_t id, const char *host, int port)
+{
+    for (size_t i = 0; i < s->nreplicas; i++) {
+        gw_replica_t *r = s->replicas[i];
+        if (r->id == id && r->port == port && strcmp(r->host, host) == 0)
+            return r;
+    }
+    return NULL;
+}
+
+static int push(void *arrp, size_t *n, void *item)
+{
+    void ***arr = arrp;
+    void **v = realloc(*arr, (*n + 1) * sizeof(**arr));
+    if (!v)
+        return -1;
+    v[(*n)++] = item;
+    *arr = v;
+    return 0;
+}
+
+static void take_names(gw_service_t *s, const json_t *e)
+{
+    json_t *names = json_array();
+    json_array_append_new(names, json_string(s->model));
+    const char *lists[] = {"aliases", "adapters"};
+    for (int k = 0; k < 2; k++) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_object_get(e, lists[k]), i, v)
+            if (json_is_string(v))
+                json_array_append(names, v);
+    }
+    json_decref(s->names);
+    s->names = names;
+    json_t *aliases = json_object_get(e, "aliases");
+    json_decref(s->aliases);
+    s->aliases = json_is_array(aliases) ? json_incref(aliases) : json_array();
+}
+
+static int take_replicas(gw_service_t *s, const json_t *list)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) {
+        json_int_t id = 0, replica = 0, port = 0;
+        const char *host = NULL, *node = "";
+        if (json_unpack(e, "{s:I, s:I, s:s, s:I, s?s}", "id", &id, "replica", &replica,
+                        "host", &host, "port", &port, "node", &node) < 0 ||
+            port < 1 || port > 65535 || strlen(host) >= 256)
+            continue;
+        gw_replica_t *r = find_replica(s, id, host, (int)port);
+        if (!r) {
+            if (!(r = calloc(1, sizeof(*r))) || push(&s->replicas, &s->nreplicas, r) < 0) {
+                free(r);
+                return -1;
+            }
+            r->id = id;
+            r->port = (int)port;
+            snprintf(r->host, sizeof(r->host), "%s", host);
+            /* an IPv6 address goes in brackets in a URL */
+            snprintf(r->base, sizeof(r->base), strchr(host, ':') ? "http://[%s]:%d"
+                                                                 : "http://%s:%d",
+                     host, r->port);
+            r->svc = s;
+        }
+        r->replica = (int)replica;
+        snprintf(r->node, sizeof(r->node), "%s", node);
+        r->present = 1;
+    }
+    return 0;
+}
+
+int gw_table_update(gw_table_t *t, int64_t version, const json_t *table)
+{
+    json_t *list = json_object_get(table, "services");
+    if (!json_is_array(list))
+        return -1;
+    for (size_t i = 0; i < t->nservices; i++) {
+        t->services[i]->present = 0;
+        for (size_t k = 0; k < t->services[i]->nreplicas; k++)
+            t->services[i]->replicas[k]->present = 0;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) {
+        json_int_t id = 0, owner_id = 0, max = 0;
+        const char *name = NULL, *owner = "", *model = NULL;
+        int pub = 0;
+        if (json_unpack(e, "{s:I, s:s, s?s, s?I, s:s, s?I, s?b}", "id", &id, "name", &name,
+                        "owner", &owner, "owner_id", &owner_id, "model", &model,
+                        "max_inflight", &max, "public", &pub) < 0)
+            continue;
+        gw_service_t *s = find_service(t, id);
+        if (!s) {
+            if (!(s = calloc(1, sizeof(*s))) || push(&t->services, &t->nservices, s) < 0) {
+                free(s);
+                return -1;
+            }
+            s->id = id;
+        }
+        snprintf(s->name, sizeof(s->name), "%s", name);
+        snprintf(s->owner, sizeof(s->owner), "%s", owner);
+        snprintf(s->model, sizeof(s->model), "%s", model);
+        s->owner_id = owner_id;
+        s->max_inflight = max > 0 ? (int)max : 0;
+        s->is_public = pub;
+        s->present = 1;
+        take_names(s, e);
+        if (take_replicas(s, json_object_get(e, "replicas")) < 0)
+            return -1;
+    }
+    t->version = version;
+    gw_table_sweep(t);
+    return 0;
+}
+
+int gw_service_serves(const gw_service_t *svc, const char *model)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(svc->names, i, v)
+        if (strcmp(json_string_value(v), model) == 0)
+            return 1;
+    return 0;
+}
+
+int gw_service_alias(const gw_service_t *svc, const char *name)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(svc->aliases, i, v)
+        if (json_is_string(v) && strcmp(json_string_value(v), name) == 0)
+            return 1;
+    return 0;
+}
+
+static int usable(const gw_replica_t *r, int64_t now_ms)
+{
+    return r->present && r->svc->present && now_ms >= r->down_until;
+}
+
+gw_replica_t *gw_service_pick(gw_service_t *svc, int64_t now_ms)
+{
+    gw_replica_t *best = NULL;
+    size_t n = svc->nreplicas;
+    for (size_t k = 0; k < n; k++) {
+        gw_replica_t *r = svc->replicas[(svc->next + k) % n];
+        if (!usable(r, now_ms) || (svc->max_inflight && r->inflight >= svc->max_inflight))
+            continue;
+        if (!best || r->inflight < best->inflight)
+            best = r;
+    }
+    if (best)
+        svc->next = (svc->next + 1) % (n ? n : 1);
+    return best;
+}
+
+int gw_service_has_up(const gw_service_t *svc, int64_t now_ms)
+{
+    for (size_t k = 0; k < svc->nreplicas; k++)
+        if (usable(svc->replicas[k], now_ms))
+            return 1;
+    return 0;
+}
+
+void gw_replica_done(gw_replica_t *r, int ok, int64_t now_ms)
+{
+    if (r->inflight > 0)
+        r->inflight--;
+    if (ok) {
+        r->fails = 0;
+        r->down_until = 0;
+        r->served++;
+        return;
+    }
+    int64_t wait = GW_DOWN_MS;
+    for (int i = 0; i < r->fails && wait < GW_DOWN_MAX_MS; i++)
+        wait *= 2;
+    r->fails++;
+    r->down_until = now_ms + (wait < GW_DOWN_MAX_MS ? wait : GW_DOWN_MAX_MS);
+}
+
+void gw_table_sweep(gw_table_t *t)
+{
+    for (size_t i = 0; i < t->nservices;) {
+        gw_service_t *s = t->services[i];
+        for (size_t k = 0; k < s->nreplicas;) {
+            gw_replica_t *r = s->replicas[k];
+            if (!r->present && r->inflight == 0) {
+                free(r);
+                s->replicas[k] = s->replicas[--s->nreplicas];
+            } else {
+                k++;
+            }
+        }
+        if (!s->present && s->nreplicas == 0 && s->waiting == 0) {
+            service_free(s);
+            t->services[i] = t->services[--t->nservices];
+        } else {
+            i++;
+        }
+    }
+}

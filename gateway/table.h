@@ -1,0 +1,81 @@
+/* table.h - the gateway's routing table: the services behind it, by model name,
+ * and their replicas with what the gateway knows of each (requests in flight, a
+ * failure seen). Made from the coordinator's table (routes.h there) and updated in
+ * place when a new one comes: a replica is known by its job, host and port, so
+ * its count of requests in flight survives a new table, and one that left the
+ * table stays until its last request ends. */
+#ifndef BRAMBLE_GW_TABLE_H
+#define BRAMBLE_GW_TABLE_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GW_DOWN_MS 2000      /* a replica that failed is left alone this long, */
+#define GW_DOWN_MAX_MS 30000 /* doubling with each failure in a row, up to this */
+
+typedef struct gw_service gw_service_t;
+
+typedef struct gw_replica {
+    int64_t id;         /* its job */
+    int replica;        /* its number in the service */
+    char host[256];
+    int port;
+    char node[64];
+    char base[300];     /* "http://HOST:PORT" */
+    gw_service_t *svc;
+    int inflight;       /* requests sent to it and not ended */
+    int64_t down_until; /* monotonic ms; 0: up */
+    int fails;          /* failures in a row */
+    int present;        /* in the current table */
+    uint64_t served;    /* requests it answered */
+} gw_replica_t;
+
+struct gw_service {
+    int64_t id;
+    char name[96];
+    char owner[64];
+    int64_t owner_id;
+    char model[129];
+    json_t *names;     /* the model, its aliases and adapters (strings) */
+    json_t *aliases;   /* its aliases alone */
+    int max_inflight;  /* per replica; 0: no cap */
+    int is_public;
+    gw_replica_t **replicas;
+    size_t nreplicas;
+    int present;
+    int waiting;       /* requests queued for it */
+    size_t next;       /* where the next tie between replicas is broken */
+};
+
+typedef struct gw_table {
+    gw_service_t **services;
+    size_t nservices;
+    int64_t version;
+} gw_table_t;
+
+gw_table_t *gw_table_new(void);
+void gw_table_destroy(gw_table_t **t);
+
+/* Take the coordinator's table (its "services"). 0, or -1 when it is malformed
+ * (the table stays as it was). */
+int gw_table_update(gw_table_t *t, int64_t version, const json_t *table);
+
+/* Whether svc answers to model name; whether name is one of its aliases (a request
+ * for it goes to the replicas with the model's own name). */
+int gw_service_serves(const gw_service_t *svc, const char *model);
+int gw_service_alias(const gw_service_t *svc, const char *name);
+
+/* The replica of svc to send a request to now: up, under max_inflight, with the
+ * fewest in flight (ties taken in turn); NULL when none. */
+gw_replica_t *gw_service_pick(gw_service_t *svc, int64_t now_ms);
+/* Whether svc has a replica that is up (maybe busy). */
+int gw_service_has_up(const gw_service_t *svc, int64_t now_ms);
+
+/* A request to r ended: ok, or failed (the replica is left alone a while). */
+void gw_replica_done(gw_replica_t *r, int ok, int64_t now_ms);
+
+/* Drop what left the table and is no longer used. */
+void gw_table_sweep(gw_table_t *t);
+
+#endif

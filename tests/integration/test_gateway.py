@@ -1,0 +1,398 @@
+"""bramble-gateway: one OpenAI-compatible endpoint in front of every service with a
+service.model. Replicas are real HTTP servers that speak the OpenAI API
+(fake_openai.py), started as bramble services; clients are curl-like urllib calls
+made here, and the official `openai` package for Node where it is installed."""
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_for
+
+PYTHON = "/usr/bin/python3"
+FAKE = Path(__file__).resolve().parent / "fake_openai.py"
+
+SPEC = """
+name: {name}
+kind: service
+command: {python} {fake} --model {model} --control {control} {extra}
+resources: {{cpus: 0}}
+service:
+  replicas: {replicas}
+  port: auto
+  health: {{http: /health, interval: 1s, grace: 30s}}
+  model: {model}
+{more}"""
+
+
+def service(c, tmp_path, name="llm", model="llama-8b", replicas=2, extra="", more=""):
+    control = tmp_path / f"control-{name}"
+    control.mkdir(exist_ok=True)
+    jid = c.submit(SPEC.format(name=name, python=PYTHON, fake=FAKE, model=model,
+                               control=control, replicas=replicas, extra=extra,
+                               more=more))
+    return jid, control
+
+
+class Gateway:
+    """A bramble-gateway process with its own credential."""
+
+    def __init__(self, c, name="gw", extra=()):
+        self.c = c
+        cred = c.root / f"{name}.gateway"
+        c.cli("gateway", "add", name, "--out", cred)
+        self.proc = c.spawn("bramble-gateway",
+                            [c.bin("bramble-gateway"), "--credential", str(cred),
+                             "--listen", "127.0.0.1:0", *extra])
+        line = wait_for(lambda: re.search(r"serving on http://127\.0\.0\.1:(\d+)",
+                                          self.proc.output()),
+                        what="bramble-gateway to print its address")
+        self.port = int(line.group(1))
+
+    def request(self, method, path, body=None, headers=None, timeout=30):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        conn.request(method, path, body=data, headers=h)
+        r = conn.getresponse()
+        out = r.read()
+        conn.close()
+        return r.status, dict(r.getheaders()), out
+
+    def raw(self, data, timeout=10):
+        """Send data as it is; what comes back until the gateway closes (or a pause)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
+            s.sendall(data)
+            out = b""
+            try:
+                while True:
+                    b = s.recv(65536)
+                    if not b:
+                        break
+                    out += b
+                    if b"\r\n\r\n" in out and len(out) > 100:
+                        s.settimeout(0.5)
+            except socket.timeout:
+                pass
+            return out
+
+    def chat(self, model, text="hello", timeout=30, **kw):
+        st, h, out = self.request("POST", "/v1/chat/completions",
+                                  {"model": model,
+                                   "messages": [{"role": "user", "content": text}], **kw},
+                                  timeout=timeout)
+        return st, h, json.loads(out) if out else None
+
+    def models(self):
+        st, _, out = self.request("GET", "/v1/models")
+        assert st == 200, out
+        return sorted(m["id"] for m in json.loads(out)["data"])
+
+
+def wait_routed(gw, model, n, timeout=60):
+    """Wait until n different replicas answered chats for model."""
+    seen = set()
+
+    def more():
+        st, h, body = gw.chat(model)
+        if st == 200:
+            seen.add(h.get("X-Bramble-Replica"))
+        return len(seen) >= n
+
+    wait_for(more, timeout, f"{n} replicas of {model} to answer through the gateway")
+    return seen
+
+
+def test_routes_by_model_balances_and_says_what_is_wrong(cluster2, tmp_path):
+    c = cluster2
+    service(c, tmp_path, more="  aliases: [llama]\n  adapters: [sql-lora]\n  public: true\n",
+            extra="--adapters sql-lora")
+    gw = Gateway(c)
+    seen = wait_routed(gw, "llama-8b", 2)
+    assert seen == {"llm/0", "llm/1"}
+    assert gw.models() == ["llama", "llama-8b", "sql-lora"]
+    # an alias reaches the same replicas under the model's own name; an adapter
+    # goes through unchanged
+    st, _, body = gw.chat("llama", "hi there")
+    assert st == 200 and body["choices"][0]["message"]["content"].endswith(
+        "model llama-8b: hi there"), body
+    st, _, body = gw.chat("sql-lora", "select")
+    assert st == 200 and "model sql-lora: select" in body["choices"][0]["message"]["content"]
+    assert body["usage"]["completion_tokens"] > 0
+    # a stream passes through as server-sent events, ended by [DONE]
+    st, h, out = gw.request("POST", "/v1/chat/completions",
+                            {"model": "llama-8b", "stream": True,
+                             "messages": [{"role": "user", "content": "one two three"}]})
+    assert st == 200 and h["Content-Type"].startswith("text/event-stream"), (st, h)
+    events = [l[6:] for l in out.decode().split("\n") if l.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    text = "".join(json.loads(e)["choices"][0]["delta"].get("content", "")
+                   for e in events[:-1] if json.loads(e)["choices"])
+    assert text.endswith("one two three"), text
+    # what is wrong, said in the OpenAI error shape
+    st, _, body = gw.chat("no-such-model")
+    assert st == 404 and "GET /v1/models" in body["error"]["message"], body
+    st, _, out = gw.request("POST", "/v1/chat/completions", b"{not json")
+    assert st == 400 and "not a JSON object" in json.loads(out)["error"]["message"]
+    st, _, out = gw.request("POST", "/v1/chat/completions", {"messages": []})
+    assert st == 400 and "no model" in json.loads(out)["error"]["message"]
+    # a body over the limit is refused before it is read
+    head = gw.raw(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                  % (33 << 20))
+    assert head.startswith(b"HTTP/1.1 413"), head[:200]
+    assert b"larger than 33554432 bytes" in head
+    assert gw.proc.alive()
+
+
+def replica_pids(control):
+    """{replica number: pid} of the fake servers started with this control dir (the
+    python processes, not the sh that runs each)."""
+    found = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+            env = Path(f"/proc/{d}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"python3") and str(control).encode() in argv:
+            r = next((e[16:] for e in env if e.startswith(b"BRAMBLE_REPLICA=")), None)
+            if r is not None:
+                found[int(r)] = int(d)
+    return found
+
+
+def test_a_replica_killed_under_load_fails_no_request(cluster2, tmp_path):
+    c = cluster2
+    _, control = service(c, tmp_path, more="  public: true\n")
+    gw = Gateway(c)
+    wait_routed(gw, "llama-8b", 2)
+    pids = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(replica_pids(control)),
+                    what="both fake servers")
+    results, lock, stop = [], threading.Lock(), threading.Event()
+    killed = threading.Event()
+
+    def client():
+        conn = None
+        while not stop.is_set():
+            try:
+                conn = conn or http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+                conn.request("POST", "/v1/chat/completions", body=json.dumps(
+                    {"model": "llama-8b", "messages": [{"role": "user", "content": "x"}]}),
+                    headers={"Content-Type": "application/json"})
+                r = conn.getresponse()
+                r.read()
+                with lock:
+                    results.append((r.status, killed.is_set(), r.getheader("X-Bramble-Replica")))
+            except (OSError, http.client.HTTPException) as e:
+                with lock:
+                    results.append((repr(e), killed.is_set(), None))
+                conn = None
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(32)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: len(results) >= 100, what="100 requests before the kill")
+    os.kill(pids[0], signal.SIGKILL)
+    killed.set()
+    # on until replica 0 is back (restarted by its agent) and answers again
+    wait_for(lambda: any(k and w == "llm/0" for _, k, w in results[-200:]) and
+             sum(1 for _, k, _ in results if k) >= 200, 90,
+             "replica 0 to answer again after its restart")
+    stop.set()
+    for t in threads:
+        t.join(60)
+    bad = [r for r in results if r[0] != 200]
+    assert not bad, f"{len(bad)} of {len(results)} requests failed: {bad[:5]}"
+    assert "replica llm/0" in gw.proc.output() and "taken out" in gw.proc.output()
+    print(f"{len(results)} requests, {sum(1 for r in results if r[1])} after the kill, "
+          "none failed")
+
+
+def test_bad_replicas_streams_cut_off_and_a_coordinator_away(cluster2, tmp_path):
+    c = cluster2
+    _, control = service(c, tmp_path, more="  public: true\n", extra="--token-delay-ms 20")
+    gw = Gateway(c)
+    wait_routed(gw, "llama-8b", 2)
+    # a replica that answers 503 before any byte: the request goes to the other one
+    (control / "fail503-0").touch()
+    for _ in range(6):
+        st, h, body = gw.chat("llama-8b")
+        assert st == 200 and h["X-Bramble-Replica"] == "llm/1", (st, h, body)
+    (control / "fail503-0").unlink()
+    # a replica that answers garbage: 502 (never retried: it did answer), and it is
+    # taken out, so that the next requests go to the other one
+    (control / "garbage-1").touch()
+    codes = []
+    for _ in range(6):
+        st, h, body = gw.chat("llama-8b")
+        codes.append((st, h.get("X-Bramble-Replica")))
+    assert (502, "llm/1") in codes and codes.count((200, "llm/0")) >= 4, codes
+    assert "answered badly" in json.dumps(body) or body.get("choices"), body
+    (control / "garbage-1").unlink()
+    # a replica that dies mid-stream: the stream ends with an error event, no hang
+    (control / "die-mid-stream-0").touch()
+    (control / "die-mid-stream-1").touch()
+    st, h, out = gw.request("POST", "/v1/chat/completions",
+                            {"model": "llama-8b", "stream": True,
+                             "messages": [{"role": "user", "content": "a b c d e f g"}]},
+                            timeout=20)
+    assert st == 200, (st, out)
+    events = [l[6:] for l in out.decode().split("\n") if l.startswith("data: ")]
+    assert events and "error" in json.loads(events[-1]), events
+    assert "[DONE]" not in events
+    (control / "die-mid-stream-0").unlink()
+    (control / "die-mid-stream-1").unlink()
+    wait_routed(gw, "llama-8b", 2, timeout=90)  # (both back after their restart)
+    # the coordinator away: the gateway serves on from its last table
+    c.coordinator.kill()
+    for _ in range(10):
+        st, _, body = gw.chat("llama-8b", "still here")
+        assert st == 200 and "still here" in body["choices"][0]["message"]["content"]
+    wait_for(lambda: "does not answer; serving from routing table" in gw.proc.output(),
+             30, "the gateway to notice the coordinator is away")
+    st, _, body = gw.chat("llama-8b", "and now")
+    assert st == 200
+    c.start_coordinator()
+    wait_for(lambda: gw.proc.output().count("the coordinator answers") >= 2, 30,
+             "the gateway to hear the coordinator again")
+    gws = c.cli_json("gateway", "list")
+    assert [g["name"] for g in gws] == ["gw"] and gws[0]["connected"], gws
+
+
+def metric(gw, name, **labels):
+    """The value of one sample of the gateway's /metrics (0 when absent)."""
+    st, _, out = gw.request("GET", "/metrics")
+    assert st == 200
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    for line in out.decode().splitlines():
+        if line.startswith(name + "{" + want + "}") or (not labels and line.startswith(name + " ")):
+            return float(line.rsplit(" ", 1)[1])
+    return 0
+
+
+def replica_stats(c):
+    """{replica: its /stats} of the healthy replicas of service llm."""
+    out = {}
+    for e in c.cli_json("endpoints", "llm"):
+        conn = http.client.HTTPConnection(e["host"], e["port"], timeout=10)
+        conn.request("GET", "/stats")
+        out[e["replica"]] = json.loads(conn.getresponse().read())
+        conn.close()
+    return out
+
+
+def test_a_cap_per_replica_a_bounded_queue_and_clients_that_leave(cluster2, tmp_path):
+    c = cluster2
+    _, control = service(c, tmp_path, replicas=1, more="  public: true\n  max_inflight: 1\n")
+    gw = Gateway(c, extra=("--queue", "1", "--client-timeout", "3s"))
+    wait_routed(gw, "llama-8b", 1)
+    (control / "hang-0").touch()
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.append(gw.chat("llama-8b", timeout=60)[0]),
+                                daemon=True) for _ in range(2)]
+    threads[0].start()
+    wait_for(lambda: replica_stats(c)[0]["inflight"] == 1, what="one request at the replica")
+    threads[1].start()
+    wait_for(lambda: metric(gw, "bramble_gateway_waiting", service="llm", model="llama-8b") == 1,
+             what="the second request to wait in the gateway (max_inflight 1)")
+    # the queue holds one: the next is refused at once, saying when to come back
+    st, h, body = gw.chat("llama-8b")
+    assert st == 429 and h["Retry-After"] == "1", (st, h, body)
+    assert "busy" in body["error"]["message"] and body["error"]["type"] == "rate_limit_error"
+    (control / "hang-0").unlink()
+    for t in threads:
+        t.join(60)
+    assert answers == [200, 200]
+    stats = replica_stats(c)[0]
+    assert stats["max_inflight"] == 1, stats  # the cap held at the replica
+    # a client that hangs up: its request at the replica is called off
+    (control / "hang-0").touch()
+    s = socket.create_connection(("127.0.0.1", gw.port))
+    body = json.dumps({"model": "llama-8b", "messages": []}).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+              b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    wait_for(lambda: replica_stats(c)[0]["inflight"] == 1, what="the request at the replica")
+    s.close()
+    wait_for(lambda: replica_stats(c)[0]["cancelled"] == 1, 10,
+             "the replica to see its request called off")
+    (control / "hang-0").unlink()
+    # a slow client (a byte at a time) is cut off at --client-timeout
+    s = socket.create_connection(("127.0.0.1", gw.port))
+    t0 = time.monotonic()
+    closed = False
+    for ch in b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" * 20:
+        try:
+            s.sendall(bytes([ch]))
+            s.settimeout(0.2)
+            if s.recv(100) == b"":
+                closed = True
+                break
+        except socket.timeout:
+            continue
+        except OSError:
+            closed = True
+            break
+    s.close()
+    assert closed and time.monotonic() - t0 < 30, "a slow client was not cut off"
+    # a header flood gets an error, and the gateway serves on
+    flood = gw.raw(b"GET /v1/models HTTP/1.1\r\n" +
+                   b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 100) for i in range(2000)) + b"\r\n")
+    assert re.match(rb"HTTP/1.1 4\d\d", flood), flood[:100]
+    assert gw.chat("llama-8b")[0] == 200
+    assert metric(gw, "bramble_gateway_requests_total", model="llama-8b", code="429") == 1
+
+
+@pytest.fixture(scope="module")
+def openai_node():
+    """The official openai client for Node (tests/node/install.sh; tests/run.sh
+    installs it into build-test/npm): a function running openai_call.mjs."""
+    repo = Path(__file__).resolve().parents[2]
+    dest = Path(os.environ.get("BRAMBLE_NPM_DIR") or repo / "build-test" / "npm")
+    if not (dest / "node_modules" / "openai").is_dir():
+        r = subprocess.run([str(repo / "tests" / "node" / "install.sh"), str(dest)],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, f"the openai client could not be installed:\n{r.stderr}"
+
+    def call(port, *args):
+        r = subprocess.run(["node", str(dest / "openai_call.mjs"), "--base-url",
+                            f"http://127.0.0.1:{port}/v1", *args],
+                           capture_output=True, text=True, timeout=120)
+        assert r.stdout.strip(), f"openai_call.mjs printed nothing: {r.stderr}"
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    return call
+
+
+def test_the_official_openai_client_for_node(cluster2, tmp_path, openai_node):
+    c = cluster2
+    service(c, tmp_path, more="  public: true\n  aliases: [llama]\n")
+    gw = Gateway(c)
+    wait_routed(gw, "llama-8b", 2)
+    out = openai_node(gw.port, "--model", "llama-8b", "--text", "say hi")
+    assert out["ok"] and out["content"].endswith("model llama-8b: say hi"), out
+    assert out["usage"]["completion_tokens"] > 0
+    out = openai_node(gw.port, "--model", "llama", "--stream", "--usage", "--text",
+                      "one two three four")
+    assert out["ok"] and out["content"].endswith("one two three four"), out
+    assert out["chunks"] >= 4 and out["usage"]["completion_tokens"] >= 4, out
+    out = openai_node(gw.port, "--model", "llama-8b", "--kind", "completions", "--text", "x y")
+    assert out["ok"] and out["content"].endswith("x y"), out
+    out = openai_node(gw.port, "--model", "llama-8b", "--kind", "embeddings")
+    assert out["ok"] and out["embedding_len"] == 8, out
+    out = openai_node(gw.port, "--model", "llama-8b", "--kind", "models")
+    assert sorted(out["models"]) == ["llama", "llama-8b"], out
+    out = openai_node(gw.port, "--model", "gpt-5")
+    assert not out["ok"] and out["status"] == 404 and "/v1/models" in out["message"], out
