@@ -1104,6 +1104,7 @@ static int try_port(int port)
 /* A service replica's health check, from its order's "service" object. */
 static void start_health(br_attempt_t *t, json_t *service, int port)
 {
+    br_attempt_set_replica(t, 1);
     json_t *health = json_object_get(service, "health");
     if (!json_is_object(health))
         return; /* none: running counts as healthy */
@@ -1823,14 +1824,19 @@ static void on_thaw(br_agent_t *a, br_msg_t *m)
 }
 
 /* Fencing: out of touch with the coordinator for fence_ms, freeze every attempt
- * before the coordinator (after node_timeout) can start it elsewhere. */
-/* Freeze every attempt still running; how many were. */
-static int freeze_all(br_agent_t *a)
+ * before the coordinator (after node_timeout) can start it elsewhere. A service's
+ * replicas serve on (but_replicas): two copies of a replica for a while cost
+ * nothing, and a model that stops answering whenever the coordinator is away
+ * would. */
+/* Freeze every attempt still running (but_replicas: but service replicas); how
+ * many were. */
+static int freeze_all(br_agent_t *a, int but_replicas)
 {
     int n = 0;
     for (int i = 0; i < a->natt; i++) {
         br_attempt_t *t = a->att[i];
-        if (!br_attempt_frozen(t) && !br_attempt_done(t)) {
+        if (!br_attempt_frozen(t) && !br_attempt_done(t) &&
+            !(but_replicas && br_attempt_is_replica(t))) {
             br_attempt_freeze(t);
             n++;
         }
@@ -1842,7 +1848,7 @@ static void fence(br_agent_t *a, int64_t now)
 {
     if (now - a->last_heard <= a->fence_ms)
         return;
-    int n = freeze_all(a);
+    int n = freeze_all(a, 1);
     if (n)
         fprintf(stderr,
                 "bramble-agent: no word from the coordinator for %.1fs: froze %d job(s) "
@@ -2418,7 +2424,7 @@ static void keeper_froze(br_agent_t *a)
     if (froze == a->keeper_froze)
         return;
     a->keeper_froze = froze;
-    int n = freeze_all(a);
+    int n = freeze_all(a, 0);
     if (n)
         fprintf(stderr, "bramble-agent: the keeper froze %d job(s) while this agent was "
                         "silent; they stay frozen until the coordinator says whether they "

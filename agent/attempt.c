@@ -32,6 +32,7 @@ struct br_attempt {
     int64_t log_said; /* dropped bytes last said */
     int frozen;
     int port;
+    int replica; /* a service's replica: not fenced */
     br_health_t *health;
     br_hang_t *hang; /* NULL: no progress.timeout */
     uint32_t report_seq;
@@ -252,6 +253,16 @@ void br_attempt_set_port(br_attempt_t *a, int port)
 int br_attempt_port(const br_attempt_t *a)
 {
     return a->port;
+}
+
+void br_attempt_set_replica(br_attempt_t *a, int replica)
+{
+    a->replica = replica;
+}
+
+int br_attempt_is_replica(const br_attempt_t *a)
+{
+    return a->replica;
 }
 
 void br_attempt_set_health(br_attempt_t *a, br_health_t *h)

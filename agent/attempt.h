@@ -82,6 +82,11 @@ pid_t br_attempt_pid(const br_attempt_t *a); /* the first task's */
 void br_attempt_set_port(br_attempt_t *a, int port);
 int br_attempt_port(const br_attempt_t *a);
 
+/* Whether the attempt is a service's replica: it keeps serving while the agent
+ * hears nothing from the coordinator (docs/services.md, "Serving on"). */
+void br_attempt_set_replica(br_attempt_t *a, int replica);
+int br_attempt_is_replica(const br_attempt_t *a);
+
 /* A service replica's health check (taken over; destroyed with the attempt), or
  * NULL. */
 void br_attempt_set_health(br_attempt_t *a, br_health_t *h);

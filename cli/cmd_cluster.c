@@ -41,6 +41,8 @@ typedef struct {
     int reuse; /* DIR/coordinator was made before: no init */
     br_cred_t admin;
     pid_t coord;
+    pid_t gateway;        /* bramble-gateway, when it was built; 0: none */
+    char gateway_at[48];  /* where it listens: 127.0.0.1:PORT */
     pid_t agents_pid[UP_MAX_AGENTS];
     int nstarted;
     double agents_started; /* unix seconds */
@@ -171,6 +173,12 @@ static int find_procs(const char *dir, proc_t *procs, int max)
     if (d)
         closedir(d);
     qsort(procs, (size_t)n, sizeof(*procs), node_pidfile_cmp);
+    if (n < max - 2 && exists(dir, "gateway.pid") && /* a node of no kind: before the */
+        local_path(procs[n].pidfile, sizeof(procs[n].pidfile), dir, "gateway.pid",
+                   NULL) == 0) { /* coordinator, which it reads from */
+        strcpy(procs[n].name, "gateway");
+        n++;
+    }
     if (local_path(procs[n].pidfile, sizeof(procs[n].pidfile), dir, "coordinator.pid",
                    NULL) == 0 &&
         exists(dir, "coordinator.pid")) {
@@ -179,7 +187,7 @@ static int find_procs(const char *dir, proc_t *procs, int max)
     }
     for (int i = 0; i < n; i++) {
         procs[i].pid = local_read_pid(procs[i].pidfile);
-        if (strcmp(procs[i].name, "coordinator") != 0) /* shown as the node's name */
+        if (strncmp(procs[i].name, "node-", 5) == 0) /* shown as the node's name */
             joined_name(dir, atol(procs[i].name + 5), procs[i].name,
                         sizeof(procs[i].name));
     }
@@ -645,16 +653,56 @@ static int up_wait_ready(cli_t *cli, up_t *u)
     }
 }
 
+/* The gateway (docs/gateway.md), when bramble-gateway was built: a credential of its
+ * own (DIR/gateway.credential, gateway "local", made once), on a free loopback
+ * port. 0 (also when there is none to start), or CLI_FAIL. */
+static int up_gateway(cli_t *cli, up_t *u)
+{
+    char bin[CLI_PATH_MAX], cred[CLI_PATH_MAX], log[CLI_PATH_MAX], pidfile[CLI_PATH_MAX];
+    br_err_t err = {0};
+    if (local_find_bin("bramble-gateway", bin, sizeof(bin), NULL) < 0)
+        return 0; /* built without libcurl or libmicrohttpd */
+    if (local_path(cred, sizeof(cred), u->dir, "gateway.credential", &err) ||
+        local_path(log, sizeof(log), u->dir, "gateway.log", &err) ||
+        local_path(pidfile, sizeof(pidfile), u->dir, "gateway.pid", &err))
+        return cli_fail(cli, "%s", err.text);
+    if (!exists(u->dir, "gateway.credential")) {
+        br_cred_t gw = u->admin;
+        snprintf(gw.name, sizeof(gw.name), "local");
+        if (br_keypair(gw.public_key, gw.secret_key, &err) < 0)
+            return cli_fail(cli, "%s", err.text);
+        json_t *r = br_client_call(cli->client, "gateway.add",
+                                   json_pack("{s:s, s:s}", "name", "local", "public_key",
+                                             gw.public_key),
+                                   5000, &err);
+        json_decref(r);
+        if (!r || br_cred_save(cred, &gw, &err) < 0)
+            return cli_fail(cli, "the gateway's credential: %s", err.text);
+        explicit_bzero(&gw, sizeof(gw));
+    }
+    int port = local_free_port(&err);
+    if (port <= 0)
+        return cli_fail(cli, "%s", err.text);
+    snprintf(u->gateway_at, sizeof(u->gateway_at), "127.0.0.1:%d", port);
+    char *argv[] = {bin, "--credential", cred, "--listen", u->gateway_at, NULL};
+    if ((u->gateway = local_spawn(argv, log, &err)) < 0 ||
+        local_write_pid(pidfile, u->gateway, &err) < 0)
+        return cli_fail(cli, "%s", err.text);
+    return 0;
+}
+
 /* Stop what this run started, after a failure. */
 static void up_abort(cli_t *cli, up_t *u)
 {
     proc_t procs[UP_MAX_AGENTS + 8];
     cli_close(cli);
     int n = find_procs(u->dir, procs, UP_MAX_AGENTS + 8);
-    pid_t pids[UP_MAX_AGENTS + 1];
+    pid_t pids[UP_MAX_AGENTS + 2];
     int np = 0;
     for (int i = 0; i < u->nstarted; i++)
         pids[np++] = u->agents_pid[i];
+    if (u->gateway > 0)
+        pids[np++] = u->gateway;
     if (u->coord > 0)
         pids[np++] = u->coord;
     if (!np)
@@ -709,6 +757,14 @@ static void up_summary(const cli_t *cli, const up_t *u, const char *cred_path)
         const char *cells[] = {name, pid, i < 0 ? u->endpoint : "ready", log};
         cli_table_add(t, cells);
     }
+    if (t && u->gateway > 0) {
+        char at[64];
+        snprintf(pid, sizeof(pid), "%ld", (long)u->gateway);
+        snprintf(at, sizeof(at), "http://%s", u->gateway_at);
+        snprintf(log, sizeof(log), "%s/gateway.log", u->dir);
+        const char *cells[] = {"  gateway", pid, at, log};
+        cli_table_add(t, cells);
+    }
     printf("local cluster up in %s\n\n", u->dir);
     if (t)
         cli_table_print(t, stdout);
@@ -726,6 +782,9 @@ static void up_summary(const cli_t *cli, const up_t *u, const char *cred_path)
     if (u->http) /* brambled serves the dashboard: a one-time link logs in */
         printf("  bramble%s%s dashboard      (the web dashboard, at http://%s)\n", cred,
                cred_file, u->http);
+    if (u->gateway > 0) /* the OpenAI-compatible endpoint of every service's model */
+        printf("  curl http://%s/v1/models   (the gateway: services with "
+               "service.model)\n", u->gateway_at);
     int dir = u->dir_flag || u->beside;
     printf("  bramble down%s%s\n", dir ? " --dir " : "", dir ? u->dir : "");
 }
@@ -741,7 +800,8 @@ static int cmd_up(cli_t *cli, int argc, char **argv)
     if (u.reuse)
         printf("starting the cluster kept in %s\n", u.dir);
     if (up_coordinator(cli, &u) || up_wait_ping(cli, &u) || up_agents(cli, &u) ||
-        up_wait_ready(cli, &u) || up_finish(cli, &u, cred_path, sizeof(cred_path))) {
+        up_wait_ready(cli, &u) || up_gateway(cli, &u) ||
+        up_finish(cli, &u, cred_path, sizeof(cred_path))) {
         up_abort(cli, &u);
         explicit_bzero(&u.admin, sizeof(u.admin));
         return CLI_FAIL;
