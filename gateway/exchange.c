@@ -77,12 +77,20 @@ void gw_exchange_suspend(gw_exchange_t *x)
     }
 }
 
+static uint64_t resumes; /* (one loop, one thread) */
+
 void gw_exchange_resume(gw_exchange_t *x)
 {
     if (x->suspended) {
         x->suspended = 0;
+        resumes++;
         MHD_resume_connection(x->conn);
     }
+}
+
+uint64_t gw_exchange_resumed(void)
+{
+    return resumes;
 }
 
 /* Keep len bytes of the answer to send; -1 when out of memory. */

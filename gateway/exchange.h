@@ -74,9 +74,12 @@ int gw_exchange_rename(gw_exchange_t *x, const char *name);
 /* Add len bytes of the client's body (past body_max: too_big, the rest dropped). */
 void gw_exchange_take(gw_exchange_t *x, const char *data, size_t len);
 
-/* Suspend or resume the client's connection (once each). */
+/* Suspend or resume the client's connection (once each). gw_exchange_resumed
+ * counts the resumes so far: libmicrohttpd handles a resumed connection in its
+ * next run, so the loop runs it again while the count moves. */
 void gw_exchange_suspend(gw_exchange_t *x);
 void gw_exchange_resume(gw_exchange_t *x);
+uint64_t gw_exchange_resumed(void);
 
 /* A new try on replica r: an easy handle that POSTs the body to r's base + path
  * (the caller adds it to the multi handle). 0, or -1 (out of memory). */

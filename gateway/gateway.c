@@ -788,9 +788,17 @@ int gw_run(gw_t *g, br_err_t *err)
         int running = 0;
         curl_multi_perform(g->multi, &running);
         finished(g);
-        MHD_run(g->mhd);
-        curl_multi_perform(g->multi, &running); /* (what the client side just started) */
-        finished(g);
+        /* the client side, again while connections were resumed (libmicrohttpd
+         * takes a resumed one in its next run, and a replica's answer that came
+         * whole resumes one at once), and the replicas' side after it */
+        for (int pass = 0; pass < 8; pass++) {
+            uint64_t resumed = gw_exchange_resumed();
+            MHD_run(g->mhd);
+            curl_multi_perform(g->multi, &running); /* (what the client side started) */
+            finished(g);
+            if (gw_exchange_resumed() == resumed && pass > 0)
+                break;
+        }
         now = br_mono_ms();
         if (now - g->swept >= SWEEP_MS) {
             g->swept = now;

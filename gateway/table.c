@@ -185,16 +185,17 @@ static int usable(const gw_replica_t *r, int64_t now_ms)
 gw_replica_t *gw_service_pick(gw_service_t *svc, int64_t now_ms)
 {
     gw_replica_t *best = NULL;
-    size_t n = svc->nreplicas;
+    size_t n = svc->nreplicas, at = 0;
     for (size_t k = 0; k < n; k++) {
-        gw_replica_t *r = svc->replicas[(svc->next + k) % n];
+        size_t i = (svc->next + k) % n;
+        gw_replica_t *r = svc->replicas[i];
         if (!usable(r, now_ms) || (svc->max_inflight && r->inflight >= svc->max_inflight))
             continue;
         if (!best || r->inflight < best->inflight)
-            best = r;
+            best = r, at = i;
     }
-    if (best)
-        svc->next = (svc->next + 1) % (n ? n : 1);
+    if (best) /* the next tie goes to the one after this one */
+        svc->next = (at + 1) % n;
     return best;
 }
 

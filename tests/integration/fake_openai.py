@@ -78,6 +78,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def setup(self):
+        super().setup()
+        # headers and body go out as two writes: without this, Nagle's algorithm
+        # holds the second until the client's delayed ACK (40 ms), as real
+        # servers (uvicorn under vLLM) do not
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     # -- plain answers ----------------------------------------------------------
 
     def send_json(self, status, obj):
