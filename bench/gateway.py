@@ -7,8 +7,7 @@ nearest equivalent (balance leastconn, retry-on conn-failure, the same replicas)
     on one kept-alive connection, to a replica directly, through haproxy and
     through the gateway; p50 and p99 of each, and what each proxy adds;
   * throughput: 64 clients at once (8 processes of 8 threads, each on its own
-    kept-alive connection) for REQUESTS * 4 requests in all, through each;
-  * a replica killed under 32 clients: requests that failed, through each.
+    kept-alive connection) for REQUESTS * 4 requests in all, through each.
 
 The replicas are two fake OpenAI servers (tests/integration/fake_openai.py)
 started as a bramble service by a local cluster (`bramble up`), whose gateway is
