@@ -276,22 +276,20 @@ void br_coord_destroy(br_coord_t **cp)
     *cp = NULL;
 }
 
-/* Tell a watcher there is news (watchers.h); -1 when its client is gone or does not
- * read (its queue is full): the watch is dropped, never waited for, and the
- * client's renewal brings it back. */
-static int send_news(void *arg, const void *route, size_t route_len, int64_t job)
+/* An event (body taken) to one client now, not after the wake: -1 when the client
+ * is gone or does not read (its queue is full), the caller then drops its watch. */
+static int send_event(br_coord_t *c, const void *route, size_t route_len, const char *type,
+                      json_t *body)
 {
-    br_coord_t *c = arg;
-    if (br_dash_is_route(route, route_len)) /* a dashboard's event stream */
-        return c->dash ? br_dash_news(c->dash, route, route_len, job) : -1;
-    br_msg_t *m = br_msg_new(BR_MSG_EVENT, "event.news", 0);
+    br_msg_t *m = br_msg_new(BR_MSG_EVENT, type, 0);
     br_err_t err;
     int rc = 0;
     if (!m || br_msg_set_route(m, route, route_len) < 0) {
+        json_decref(body);
         br_msg_destroy(&m);
         return 0;
     }
-    br_msg_set_body(m, json_pack("{s:I}", "job", (json_int_t)job));
+    br_msg_set_body(m, body);
     if (br_msg_send(c->sock, m, &err) < 0) {
         if (errno == EAGAIN)
             br_stats_send_dropped(c->stats);
@@ -301,25 +299,22 @@ static int send_news(void *arg, const void *route, size_t route_len, int64_t job
     return rc;
 }
 
+/* Tell a watcher there is news (watchers.h); -1 when its client is gone or does not
+ * read (its queue is full): the watch is dropped, never waited for, and the
+ * client's renewal brings it back. */
+static int send_news(void *arg, const void *route, size_t route_len, int64_t job)
+{
+    br_coord_t *c = arg;
+    if (br_dash_is_route(route, route_len)) /* a dashboard's event stream */
+        return c->dash ? br_dash_news(c->dash, route, route_len, job) : -1;
+    return send_event(c, route, route_len, "event.news",
+                      json_pack("{s:I}", "job", (json_int_t)job));
+}
+
 /* Send a gateway the routing table (routes.h); -1 when it is gone or does not read. */
 static int send_routes(void *arg, const void *route, size_t route_len, json_t *body)
 {
-    br_coord_t *c = arg;
-    br_msg_t *m = br_msg_new(BR_MSG_EVENT, "gateway.news", 0);
-    br_err_t err;
-    int rc = 0;
-    if (!m || br_msg_set_route(m, route, route_len) < 0) {
-        br_msg_destroy(&m);
-        return 0;
-    }
-    br_msg_set_body(m, json_incref(body));
-    if (br_msg_send(c->sock, m, &err) < 0) {
-        if (errno == EAGAIN)
-            br_stats_send_dropped(c->stats);
-        rc = errno == EHOSTUNREACH || errno == EAGAIN ? -1 : 0;
-    }
-    br_msg_destroy(&m);
-    return rc;
+    return send_event(arg, route, route_len, "gateway.news", json_incref(body));
 }
 
 /* Send what the wake queued. Nothing here blocks: a message to a peer that does

@@ -61,6 +61,9 @@ void br_api_usage(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_node_rotate_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_node_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_service_endpoints(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+/* A new principal's public key (user.add, gateway.add): 0 when it is a key and
+ * nobody's yet, else -1 with EINVAL or EEXIST. (api_cli.c) */
+int br_api_key_unused(br_coord_t *c, const char *key, br_err_t *err);
 /* api_gateway.c */
 void br_api_gateway_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_gateway_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

@@ -1189,12 +1189,23 @@ fail:
     br_reply_fail(c, m, &err);
 }
 
+int br_api_key_unused(br_coord_t *c, const char *key, br_err_t *err)
+{
+    br_principal_t kind;
+    char existing[64];
+    if (!br_key_valid(key))
+        return br_errf(err, EINVAL, "public_key: not 40 characters of Z85");
+    if (br_store_key_lookup(c->store, key, &kind, existing, sizeof(existing), err) < 0)
+        return -1;
+    if (kind != BR_PRINCIPAL_UNKNOWN)
+        return br_errf(err, EEXIST, "that key is already in use");
+    return 0;
+}
+
 void br_api_user_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     const char *name, *key, *unix_user = NULL;
     br_err_t err;
-    br_principal_t kind;
-    char existing[64];
     json_t *limits = NULL, *now = NULL;
     if (br_msg_unpack(m, &err, "{s:s, s:s, s?s, s?o}", "name", &name, "public_key", &key,
                       "unix_user", &unix_user, "limits", &limits) < 0 ||
@@ -1205,10 +1216,6 @@ void br_api_user_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                               "(not 'admin')", name);
         goto fail;
     }
-    if (!br_key_valid(key)) {
-        br_errf(&err, EINVAL, "public_key: not 40 characters of Z85");
-        goto fail;
-    }
     int taken = user_exists(c, name, &err);
     if (taken < 0)
         goto fail;
@@ -1216,12 +1223,8 @@ void br_api_user_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_errf(&err, EEXIST, "user '%s' exists already", name);
         goto fail;
     }
-    if (br_store_key_lookup(c->store, key, &kind, existing, sizeof(existing), &err) < 0)
+    if (br_api_key_unused(c, key, &err) < 0)
         goto fail;
-    if (kind != BR_PRINCIPAL_UNKNOWN) {
-        br_errf(&err, EEXIST, "that key is already in use");
-        goto fail;
-    }
     if (limits && !(now = merge_limits(c, 0, limits, &err))) /* before anything is written */
         goto fail;
     if (br_store_key_add(c->store, key, BR_PRINCIPAL_USER, name, &err) < 0 ||

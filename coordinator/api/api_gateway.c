@@ -23,17 +23,11 @@ void br_api_gateway_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     const char *name, *key;
     br_err_t err;
-    br_principal_t kind;
-    char existing[64];
     if (br_msg_unpack(m, &err, "{s:s, s:s}", "name", &name, "public_key", &key) < 0)
         goto fail;
     if (!br_valid_name(name)) {
         br_errf(&err, EINVAL, "gateway name '%s': use lowercase letters, digits and '-'",
                 name);
-        goto fail;
-    }
-    if (!br_key_valid(key)) {
-        br_errf(&err, EINVAL, "public_key: not 40 characters of Z85");
         goto fail;
     }
     int taken = gateway_exists(c, name, &err);
@@ -43,12 +37,8 @@ void br_api_gateway_add(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_errf(&err, EEXIST, "gateway '%s' exists already", name);
         goto fail;
     }
-    if (br_store_key_lookup(c->store, key, &kind, existing, sizeof(existing), &err) < 0)
+    if (br_api_key_unused(c, key, &err) < 0)
         goto fail;
-    if (kind != BR_PRINCIPAL_UNKNOWN) {
-        br_errf(&err, EEXIST, "that key is already in use");
-        goto fail;
-    }
     if (br_store_key_add(c->store, key, BR_PRINCIPAL_GATEWAY, name, &err) < 0)
         goto fail;
     br_coord_event(c, 0, NULL, "gateway", "gateway %s added by %s", name, who->name);
