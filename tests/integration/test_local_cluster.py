@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 import urllib.parse
+import urllib.request
 
 from conftest import BIN, CLI_TIMEOUT, REPO, pid_alive, sanitizer_lines, tail, wait_for
 
@@ -86,8 +87,24 @@ def test_up_and_down(tmp_path):
         assert (cred.stat().st_mode & 0o077) == 0, oct(cred.stat().st_mode)
         for pf in d.glob("*.pid"):
             pids.append(int(pf.read_text().split()[0]))
-        assert len(pids) == 3, list(d.glob("*.pid"))
+        # the coordinator, two agents and the gateway (docs/gateway.md)
+        assert len(pids) == 4, list(d.glob("*.pid"))
         assert all(pid_alive(p) for p in pids)
+        gw = re.search(r"gateway\s+\d+\s+(http://127\.0\.0\.1:\d+)", r.stdout)
+        assert gw, r.stdout
+        st, body = None, None
+        def models():
+            nonlocal st, body
+            try:
+                with urllib.request.urlopen(gw.group(1) + "/v1/models", timeout=5) as resp:
+                    st, body = resp.status, json.loads(resp.read())
+                return True
+            except OSError:
+                return False
+        wait_for(models, what="the gateway up started to answer")
+        assert st == 200 and body == {"object": "list", "data": []}, (st, body)
+        assert [g["name"] for g in json.loads(run("gateway", "list", "--json").stdout)] == \
+            ["local"]
 
         nodes = json.loads(run("nodes", "--json").stdout)
         assert sorted(n["name"] for n in nodes) == ["node-1", "node-2"], nodes
