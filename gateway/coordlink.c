@@ -153,8 +153,3 @@ int gw_link_up(const gw_link_t *l, int64_t now_ms)
 {
     return l->heard && now_ms - l->heard < GW_LINK_AWAY_MS;
 }
-
-int gw_link_refused(const gw_link_t *l)
-{
-    return l->refused;
-}

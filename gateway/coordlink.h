@@ -30,7 +30,5 @@ int gw_link_fd(const gw_link_t *l);
 int gw_link_run(gw_link_t *l, int64_t now_ms);
 /* Whether the coordinator answered lately (within GW_LINK_AWAY_MS). */
 int gw_link_up(const gw_link_t *l, int64_t now_ms);
-/* 1 once the coordinator refused this gateway's key (removed, or not known). */
-int gw_link_refused(const gw_link_t *l);
 
 #endif

@@ -9,7 +9,6 @@
 
 #include <jansson.h>
 
-#include "util.h"
 
 gw_exchange_t *gw_exchange_new(struct MHD_Connection *conn, const char *path,
                                size_t body_max)
@@ -19,7 +18,6 @@ gw_exchange_t *gw_exchange_new(struct MHD_Connection *conn, const char *path,
         return NULL;
     x->conn = conn;
     x->body_max = body_max;
-    x->start_us = br_mono_us();
     snprintf(x->path, sizeof(x->path), "%s", path);
     return x;
 }
@@ -158,8 +156,6 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
         x->paused = 1; /* the client reads slower than the replica writes */
         return CURL_WRITEFUNC_PAUSE;
     }
-    if (!x->first_byte_us)
-        x->first_byte_us = br_mono_us();
     if (out_add(x, data, len) < 0)
         return 0;
     gw_exchange_resume(x);
@@ -217,6 +213,15 @@ void gw_exchange_end_try(gw_exchange_t *x)
     x->paused = 0;
 }
 
+char *gw_error_text(int status, const char *type, const char *msg)
+{
+    json_t *e = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", msg, "type", type,
+                          "param", "code", status);
+    char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
+    json_decref(e);
+    return text;
+}
+
 void gw_exchange_fail(gw_exchange_t *x, int status, const char *type, const char *fmt, ...)
 {
     char msg[1024];
@@ -224,11 +229,8 @@ void gw_exchange_fail(gw_exchange_t *x, int status, const char *type, const char
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    json_t *e = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", msg, "type", type,
-                          "param", "code", status);
     free(x->own);
-    x->own = e ? json_dumps(e, JSON_COMPACT) : NULL;
-    json_decref(e);
+    x->own = gw_error_text(status, type, msg);
     x->status = status;
     x->state = GW_X_ANSWER;
 }
@@ -248,13 +250,10 @@ static ssize_t read_answer(void *arg, uint64_t pos, char *buf, size_t max)
         gw_exchange_is_sse(x) && !x->sse_error_sent) {
         /* a stream cut off: the client hears why, as an event, never a hang */
         char ev[1200];
-        json_t *e = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message",
-                              x->cerr[0] ? x->cerr : curl_easy_strerror(x->rc), "type",
-                              "upstream_error", "param", "code", 502);
-        char *t = e ? json_dumps(e, JSON_COMPACT) : NULL;
+        char *t = gw_error_text(502, "upstream_error",
+                                x->cerr[0] ? x->cerr : curl_easy_strerror(x->rc));
         snprintf(ev, sizeof(ev), "data: %s\n\n", t ? t : "{}");
         free(t);
-        json_decref(e);
         x->sse_error_sent = 1;
         if (out_add(x, ev, strlen(ev)) < 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;

@@ -38,8 +38,6 @@ typedef struct gw_exchange {
     size_t body_len, body_max;
     int too_big;
     char model[132];
-    int stream;      /* the body asked for a stream */
-    int64_t start_us;  /* monotonic */
     int64_t wait_until; /* monotonic ms a queued request gives up */
     gw_service_t *wait_svc; /* the service it is queued for (counted there) */
     struct gw_exchange *wnext, *wprev;
@@ -59,7 +57,6 @@ typedef struct gw_exchange {
     int paused;         /* the replica is paused (the buffer is full) */
     int sse_error_sent; /* a stream cut off got its error event */
     char *own;          /* our own answer's body (an error), when not the replica's */
-    int64_t first_byte_us; /* monotonic: when the first byte of the answer came */
 } gw_exchange_t;
 
 gw_exchange_t *gw_exchange_new(struct MHD_Connection *conn, const char *path,
@@ -86,6 +83,10 @@ uint64_t gw_exchange_resumed(void);
 int gw_exchange_try(gw_exchange_t *x, gw_replica_t *r, long timeout_ms);
 /* Let the try's easy handle go (already out of the multi handle). */
 void gw_exchange_end_try(gw_exchange_t *x);
+
+/* An error in the OpenAI shape, {"error": {"message", "type", "param": null,
+ * "code"}}, as compact JSON text (malloc'd; NULL when out of memory). */
+char *gw_error_text(int status, const char *type, const char *msg);
 
 /* Answer with our own error in the OpenAI shape: {"error": {"message", "type",
  * "param": null, "code"}}; state GW_X_ANSWER. */

@@ -20,6 +20,7 @@
 
 #include "coordlink.h"
 #include "exchange.h"
+#include "metrics.h"
 #include "table.h"
 #include "util.h"
 
@@ -65,10 +66,9 @@ void gw_config_defaults(gw_config_t *cfg)
 
 /* ---- answers of our own ---------------------------------------------------- */
 
-static enum MHD_Result answer_json(struct MHD_Connection *conn, int status, json_t *body)
+/* Answer text (taken: malloc'd JSON; NULL when out of memory) at once. */
+static enum MHD_Result answer_text(struct MHD_Connection *conn, int status, char *text)
 {
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
     if (!text)
         return MHD_NO;
     struct MHD_Response *r =
@@ -87,9 +87,15 @@ static enum MHD_Result answer_json(struct MHD_Connection *conn, int status, json
 static enum MHD_Result answer_error(struct MHD_Connection *conn, int status,
                                     const char *type, const char *msg)
 {
-    return answer_json(conn, status,
-                       json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", msg, "type",
-                                 type, "param", "code", status));
+    return answer_text(conn, status, gw_error_text(status, type, msg));
+}
+
+/* Answer body (taken) at once, as JSON. */
+static enum MHD_Result answer_json(struct MHD_Connection *conn, int status, json_t *body)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    return answer_text(conn, status, text);
 }
 
 /* ---- /metrics ------------------------------------------------------------- */
@@ -107,88 +113,79 @@ static void count_answer(gw_t *g, const gw_exchange_t *x)
     json_object_set_new(m, code, json_integer(n ? json_integer_value(n) + 1 : 1));
 }
 
-/* A label value in the text format: \ " and newlines escaped. */
-static void label(FILE *f, const char *s)
+/* Replicas of s in flight, up (sent requests) and out (taken out after a failure). */
+static void replica_counts(const gw_service_t *s, int64_t now, int *inflight, int *up,
+                           int *out)
 {
-    for (; *s; s++)
-        if (*s == '\\' || *s == '"')
-            fprintf(f, "\\%c", *s);
-        else if (*s == '\n')
-            fputs("\\n", f);
-        else
-            fputc(*s, f);
+    *inflight = *up = *out = 0;
+    for (size_t k = 0; k < s->nreplicas; k++) {
+        const gw_replica_t *r = s->replicas[k];
+        *inflight += r->inflight;
+        if (r->present && now >= r->down_until)
+            (*up)++;
+        else if (r->present)
+            (*out)++;
+    }
 }
 
 static enum MHD_Result answer_metrics(gw_t *g, struct MHD_Connection *conn)
 {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f)
+    br_metrics_t *m = br_metrics_new();
+    if (!m)
         return MHD_NO;
     int64_t now = br_mono_ms();
-    fputs("# HELP bramble_gateway_requests_total Requests answered, by model and status.\n"
-          "# TYPE bramble_gateway_requests_total counter\n", f);
+    br_metrics_family(m, "bramble_gateway_requests_total", "counter",
+                      "Requests answered, by model and status.");
     const char *model;
     json_t *codes;
     json_object_foreach(g->answered, model, codes) {
         const char *code;
         json_t *n;
         json_object_foreach(codes, code, n) {
-            fputs("bramble_gateway_requests_total{model=\"", f);
-            label(f, model);
-            fprintf(f, "\",code=\"%s\"} %lld\n", code, (long long)json_integer_value(n));
+            const char *labels[] = {"model", model, "code", code, NULL};
+            br_metrics_sample(m, "bramble_gateway_requests_total", labels,
+                              (double)json_integer_value(n));
         }
     }
-    fputs("# HELP bramble_gateway_inflight Requests at a replica now, by service.\n"
-          "# TYPE bramble_gateway_inflight gauge\n"
-          "# HELP bramble_gateway_waiting Requests waiting for a replica, by service.\n"
-          "# TYPE bramble_gateway_waiting gauge\n"
-          "# HELP bramble_gateway_replicas Replicas in the routing table, by service and "
-          "whether the gateway sends them requests.\n"
-          "# TYPE bramble_gateway_replicas gauge\n", f);
-    for (size_t i = 0; i < g->table->nservices; i++) {
-        gw_service_t *s = g->table->services[i];
-        int inflight = 0, up = 0, out = 0;
-        for (size_t k = 0; k < s->nreplicas; k++) {
-            gw_replica_t *r = s->replicas[k];
-            inflight += r->inflight;
-            if (r->present && now >= r->down_until)
-                up++;
-            else if (r->present)
-                out++;
-        }
-        const char *kinds[] = {"inflight", "waiting"};
-        int values[] = {inflight, s->waiting};
-        for (int k = 0; k < 2; k++) {
-            fprintf(f, "bramble_gateway_%s{service=\"", kinds[k]);
-            label(f, s->name);
-            fputs("\",model=\"", f);
-            label(f, s->model);
-            fprintf(f, "\"} %d\n", values[k]);
-        }
-        for (int k = 0; k < 2; k++) {
-            fputs("bramble_gateway_replicas{service=\"", f);
-            label(f, s->name);
-            fprintf(f, "\",state=\"%s\"} %d\n", k ? "out" : "up", k ? out : up);
+    static const struct {
+        const char *name, *help;
+    } gauges[] = {
+        {"bramble_gateway_inflight", "Requests at a replica now, by service."},
+        {"bramble_gateway_waiting", "Requests waiting for a replica, by service."},
+        {"bramble_gateway_replicas", "Replicas in the routing table, by service and "
+                                     "whether the gateway sends them requests."},
+    };
+    for (int f = 0; f < 3; f++) { /* each family's samples together */
+        br_metrics_family(m, gauges[f].name, "gauge", gauges[f].help);
+        for (size_t i = 0; i < g->table->nservices; i++) {
+            gw_service_t *s = g->table->services[i];
+            int inflight, up, out;
+            replica_counts(s, now, &inflight, &up, &out);
+            if (f < 2) {
+                const char *labels[] = {"service", s->name, "model", s->model, NULL};
+                br_metrics_sample(m, gauges[f].name, labels, f ? s->waiting : inflight);
+                continue;
+            }
+            const char *ups[] = {"service", s->name, "state", "up", NULL};
+            const char *outs[] = {"service", s->name, "state", "out", NULL};
+            br_metrics_sample(m, gauges[f].name, ups, up);
+            br_metrics_sample(m, gauges[f].name, outs, out);
         }
     }
-    fprintf(f, "# HELP bramble_gateway_table_version The routing table's version.\n"
-               "# TYPE bramble_gateway_table_version gauge\n"
-               "bramble_gateway_table_version %lld\n"
-               "# HELP bramble_gateway_coordinator_up Whether the coordinator answers.\n"
-               "# TYPE bramble_gateway_coordinator_up gauge\n"
-               "bramble_gateway_coordinator_up %d\n",
-            (long long)g->table->version, gw_link_up(g->link, now));
-    if (fclose(f) != 0) {
-        free(text);
+    br_metrics_family(m, "bramble_gateway_table_version", "gauge",
+                      "The routing table's version.");
+    br_metrics_sample(m, "bramble_gateway_table_version", NULL, (double)g->table->version);
+    br_metrics_family(m, "bramble_gateway_coordinator_up", "gauge",
+                      "Whether the coordinator answers.");
+    br_metrics_sample(m, "bramble_gateway_coordinator_up", NULL, gw_link_up(g->link, now));
+    size_t len = 0;
+    const char *text = br_metrics_text(m, &len);
+    struct MHD_Response *r =
+        text ? MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY)
+             : NULL;
+    br_metrics_destroy(&m);
+    if (!r)
         return MHD_NO;
-    }
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(text);
-        return MHD_NO;
-    }
     MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
     enum MHD_Result rc = MHD_queue_response(conn, 200, r);
     MHD_destroy_response(r);
@@ -221,7 +218,8 @@ static enum MHD_Result answer_models(gw_t *g, struct MHD_Connection *conn)
 }
 
 /* The replica to send x to now, over every service that serves its model and the
- * caller may use; NULL when none is free. *any: some such service exists. */
+ * caller may use; NULL when none is free. *first: the first such service (NULL:
+ * there is none). */
 static gw_replica_t *pick(gw_t *g, const gw_exchange_t *x, int64_t now, gw_service_t **first)
 {
     gw_replica_t *best = NULL;
@@ -408,10 +406,8 @@ static void finished(gw_t *g)
             try_ended(g, x, rc);
         any = 1;
     }
-    if (any) {
-        gw_table_sweep(g->table);
-        dispatch(g);
-    }
+    if (any)
+        dispatch(g); /* (what left the table goes at the next sweep, not per request) */
 }
 
 /* The client of x hung up (or x must end): its try is called off. */
@@ -481,7 +477,6 @@ static void on_completed(void *arg, struct MHD_Connection *c, void **req,
     call_off(g, x);
     gw_exchange_free(x);
     *req = NULL;
-    gw_table_sweep(g->table);
 }
 
 /* The request is whole: read its model, and send it on. */
@@ -508,7 +503,6 @@ static void begin(gw_t *g, gw_exchange_t *x)
         return;
     }
     snprintf(x->model, sizeof(x->model), "%s", json_string_value(model));
-    x->stream = json_is_true(json_object_get(body, "stream"));
     json_decref(body);
     route(g, x);
 }

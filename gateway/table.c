@@ -214,7 +214,6 @@ void gw_replica_done(gw_replica_t *r, int ok, int64_t now_ms)
     if (ok) {
         r->fails = 0;
         r->down_until = 0;
-        r->served++;
         return;
     }
     int64_t wait = GW_DOWN_MS;

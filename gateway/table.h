@@ -28,7 +28,6 @@ typedef struct gw_replica {
     int64_t down_until; /* monotonic ms; 0: up */
     int fails;          /* failures in a row */
     int present;        /* in the current table */
-    uint64_t served;    /* requests it answered */
 } gw_replica_t;
 
 struct gw_service {

@@ -1,7 +1,8 @@
 /* metrics.h - a page in Prometheus's text exposition format (version 0.0.4):
  * families with their HELP and TYPE lines, samples with escaped label values, and
  * histograms with cumulative buckets, _sum and _count. Knows nothing of bramble:
- * stats.c fills one page from the coordinator's state (docs/metrics.md). */
+ * the coordinator's stats.c (docs/metrics.md) and the gateway (docs/gateway.md)
+ * each fill a page from their own state. */
 #ifndef BRAMBLE_METRICS_H
 #define BRAMBLE_METRICS_H
 
