@@ -35,25 +35,10 @@ static int gateway_add(cli_t *cli, int argc, char **argv)
                          name);
     if (!cli_client(cli))
         return CLI_FAIL;
-    br_cred_t gw;
-    br_err_t err;
-    if (cli_usercred_new(cli, name, &gw) < 0)
-        return CLI_FAIL;
-    json_t *r = cli_call(cli, "gateway.add",
-                         json_pack("{s:s, s:s}", "name", name, "public_key", gw.public_key));
-    if (!r)
-        return CLI_FAIL;
-    cli_usercred_finish(cli, &gw, endpoint, r);
-    json_decref(r);
     char path[CLI_PATH_MAX];
-    if (out)
-        snprintf(path, sizeof(path), "%s", out);
-    else
-        snprintf(path, sizeof(path), "%s.gateway", name);
-    if (br_cred_save(path, &gw, &err) < 0)
-        return cli_fail(cli, "gateway %s was added, but its credential could not be "
-                             "written: %s (run 'bramble gateway remove %s')",
-                        name, err.text, name);
+    if (cli_usercred_issue(cli, "gateway", name, json_object(), endpoint, out, "gateway",
+                           path))
+        return CLI_FAIL;
     printf("added gateway %s; credential: %s (mode 0600; start it with "
            "bramble-gateway --credential %s --listen ADDR:PORT)\n",
            name, path, path);

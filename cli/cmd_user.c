@@ -43,28 +43,14 @@ static int user_add_with(cli_t *cli, int argc, char **argv, json_t *limits)
                          name);
     if (!cli_client(cli))
         return CLI_FAIL;
-    br_cred_t user;
-    br_err_t err;
-    if (cli_usercred_new(cli, name, &user) < 0)
-        return CLI_FAIL;
-    json_t *body = json_pack("{s:s, s:s}", "name", name, "public_key", user.public_key);
-    if (unix_user)
+    json_t *body = json_object();
+    if (body && unix_user)
         json_object_set_new(body, "unix_user", json_string(unix_user));
-    if (json_object_size(limits))
+    if (body && json_object_size(limits))
         json_object_set(body, "limits", limits);
-    json_t *r = cli_call(cli, "user.add", body);
-    if (!r)
-        return CLI_FAIL;
-    cli_usercred_finish(cli, &user, endpoint, r);
-    json_decref(r);
     char path[CLI_PATH_MAX];
-    snprintf(path, sizeof(path), "%s", out ? out : "");
-    if (!out)
-        snprintf(path, sizeof(path), "%s.credential", name);
-    if (br_cred_save(path, &user, &err) < 0)
-        return cli_fail(cli, "user %s was added, but its credential could not be "
-                             "written: %s (run 'bramble user remove %s')",
-                        name, err.text, name);
+    if (cli_usercred_issue(cli, "user", name, body, endpoint, out, "credential", path))
+        return CLI_FAIL;
     printf("added user %s; credential: %s (mode 0600; give it to %s, who runs "
            "bramble --credential %s ...)\n",
            name, path, name, path);

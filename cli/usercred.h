@@ -24,6 +24,16 @@ int cli_usercred_new(const cli_t *cli, const char *name, br_cred_t *cred);
 void cli_usercred_finish(const cli_t *cli, br_cred_t *cred, const char *endpoint,
                          const json_t *reply);
 
+/* What user add and gateway add share: a key pair for a new principal `kind`
+ * ("user", "gateway") called name, registered with `kind`.add (body: its other
+ * fields, taken; name and public_key are added), completed as
+ * cli_usercred_finish does (endpoint may be NULL) and written to out, else to
+ * ./NAME.SUFFIX; the path written in path (CLI_PATH_MAX). CLI_OK, or CLI_FAIL after
+ * saying why (a credential not written names `bramble KIND remove NAME`). */
+int cli_usercred_issue(cli_t *cli, const char *kind, const char *name, json_t *body,
+                       const char *endpoint, const char *out, const char *suffix,
+                       char *path);
+
 /* The arguments of user remove and class remove: NAME [--jobs cancel|admin]
  * (what, e.g. "user NAME", names NAME in messages). 0 with *name and *jobs
  * ("cancel" unless given), or CLI_USAGE after saying what was wrong. */
