@@ -356,6 +356,11 @@ def test_a_cap_per_replica_a_bounded_queue_and_clients_that_leave(cluster2, tmp_
     assert re.match(rb"HTTP/1.1 4\d\d", flood), flood[:100]
     assert gw.chat("llama-8b")[0] == 200
     assert metric(gw, "bramble_gateway_requests_total", model="llama-8b", code="429") == 1
+    # the page is one Prometheus reads: each family's samples together, labels escaped
+    st, _, page = gw.request("GET", "/metrics")
+    r = subprocess.run(["promtool", "check", "metrics"], input=page, capture_output=True,
+                       timeout=60)
+    assert r.returncode == 0, (r.stdout, r.stderr, page.decode())
 
 
 @pytest.fixture(scope="module")
