@@ -291,6 +291,7 @@ static int write_readme(const making_t *k, int students, br_err_t *err)
          "GPU-hours in the last 7 days; then GPU jobs wait"},
         {"max_priority", "max-priority", "the highest priority your jobs may ask for"},
         {"share", "share", "your weight in fair share (1 unless set)"},
+        {"rpm", "rpm", "requests a minute to the models behind the gateway"},
     };
     for (size_t i = 0; i < sizeof(says) / sizeof(says[0]); i++) {
         const json_t *v = json_object_get(k->limits, says[i].key);
@@ -657,7 +658,7 @@ const cli_cmd_t cli_class_cmds[] = {
      "                    (tcp://HOST:PORT; default: the one it advertises)\n"
      "  LIMITS            each student's, as for user set: --max-gpus N,\n"
      "                    --max-jobs N, --max-pending N, --gpu-hours-week H,\n"
-     "                    --max-priority P, --share W (docs/sharing.md)\n"},
+     "                    --max-priority P, --share W, --rpm N (docs/sharing.md)\n"},
     {"class", "remove", class_remove, "NAME [--jobs cancel|admin]",
      "remove a class's students; their keys are revoked at once (admin)",
      "Removes every user named NAME-<number>, as user remove does: their next\n"

@@ -116,7 +116,7 @@ static int user_set_with(cli_t *cli, int argc, char **argv, json_t *limits)
     if (!unix_user && !none && !json_object_size(limits))
         return cli_usage(cli, "give --unix-user U, --no-unix-user, or a limit (--max-gpus, "
                               "--max-jobs, --max-pending, --gpu-hours-week, "
-                              "--max-priority, --share)");
+                              "--max-priority, --share, --rpm)");
     json_t *body = json_pack("{s:s}", "name", name);
     if (unix_user || none)
         json_object_set_new(body, "unix_user", unix_user ? json_string(unix_user) : json_null());
@@ -272,7 +272,9 @@ const cli_cmd_t cli_user_cmds[] = {
      "  --max-pending N      jobs pending at once; more are refused\n"
      "  --gpu-hours-week H   GPU-hours over the last 7 days; then GPU jobs wait\n"
      "  --max-priority P     the highest priority the user's specs may ask for\n"
-     "  --share W            their weight in fair share (default 1)\n"},
+     "  --share W            their weight in fair share (default 1)\n"
+     "  --rpm N              requests a minute through each gateway (docs/gateway.md);\n"
+     "                       more get 429\n"},
     {NULL, "usage", cmd_usage, "[--user U] [--since 7d] [--json]",
      "GPU-hours, CPU-hours and cost per user",
      "What each user's jobs held and cost since --since ago (default 7d), summed by\n"

@@ -17,7 +17,8 @@ int cli_limit_opt(const cli_t *cli, int c, const char *arg, json_t *limits)
         int real;
     } opts[] = {{'G', "max-gpus", "max_gpus", 0},        {'J', "max-jobs", "max_jobs", 0},
                 {'P', "max-pending", "max_pending", 0},  {'W', "gpu-hours-week", "gpu_hours_week", 1},
-                {'R', "max-priority", "max_priority", 0}, {'S', "share", "share", 1}};
+                {'R', "max-priority", "max_priority", 0}, {'S', "share", "share", 1},
+                {'Q', "rpm", "rpm", 0}};
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
         if (opts[i].c != c)
             continue;

@@ -1,6 +1,6 @@
 /* limits.h - the limit flags that user add, user set and class create share
  * (--max-gpus, --max-jobs, --max-pending, --gpu-hours-week, --max-priority,
- * --share): their getopt entries, their values into the "limits" object of
+ * --share, --rpm): their getopt entries, their values into the "limits" object of
  * user.add and user.set (proto/PROTOCOL.md), and such an object in words. */
 #ifndef BRAMBLE_CLI_LIMITS_H
 #define BRAMBLE_CLI_LIMITS_H
@@ -12,14 +12,15 @@
 #include "cli.h"
 
 /* The getopt_long entries of the limit flags; a command's own options must not
- * use the letters G, J, P, W, R or S. */
+ * use the letters G, J, P, W, R, S or Q. */
 #define CLI_LIMIT_OPTS                                                      \
     {"max-gpus", required_argument, NULL, 'G'},                             \
         {"max-jobs", required_argument, NULL, 'J'},                         \
         {"max-pending", required_argument, NULL, 'P'},                      \
         {"gpu-hours-week", required_argument, NULL, 'W'},                   \
         {"max-priority", required_argument, NULL, 'R'},                     \
-        {"share", required_argument, NULL, 'S'}
+        {"share", required_argument, NULL, 'S'},                            \
+        {"rpm", required_argument, NULL, 'Q'}
 
 /* Option c (what getopt_long returned) with its value into limits: a number, or
  * "none" (null: the limit is lifted; not for --share). 1 when c is not a limit

@@ -30,6 +30,7 @@ void gw_exchange_free(gw_exchange_t *x)
     free(x->body);
     free(x->out);
     free(x->own);
+    json_decref(x->key_models);
     free(x);
 }
 

@@ -11,6 +11,7 @@
 #define BRAMBLE_GW_EXCHANGE_H
 
 #include <curl/curl.h>
+#include <jansson.h>
 #include <microhttpd.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,6 +58,13 @@ typedef struct gw_exchange {
     int paused;         /* the replica is paused (the buffer is full) */
     int sse_error_sent; /* a stream cut off got its error event */
     char *own;          /* our own answer's body (an error), when not the replica's */
+    int retry_after;    /* seconds for Retry-After (0: the status's default) */
+    /* whose request it is (keys.h): key_state 1 with a key the gateway knows, -1
+     * with a key it does not (revoked, or never made), 0 with none */
+    int key_state;
+    char user[64];
+    int64_t user_id;
+    json_t *key_models; /* the names the key may be used for ([]: every one) */
 } gw_exchange_t;
 
 gw_exchange_t *gw_exchange_new(struct MHD_Connection *conn, const char *path,

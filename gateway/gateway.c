@@ -20,7 +20,9 @@
 
 #include "coordlink.h"
 #include "exchange.h"
+#include "keys.h"
 #include "metrics.h"
+#include "ratelimit.h"
 #include "table.h"
 #include "util.h"
 
@@ -42,6 +44,8 @@ struct gw {
     CURLM *multi;
     gw_link_t *link;
     gw_table_t *table;
+    gw_keys_t *keys;        /* the users' API keys (keys.h) */
+    gw_ratelimit_t *limits; /* their requests a minute (ratelimit.h) */
     int sigfd;
     int port;
     char *tls_cert, *tls_key;
@@ -194,23 +198,55 @@ static enum MHD_Result answer_metrics(gw_t *g, struct MHD_Connection *conn)
 
 /* ---- routing ------------------------------------------------------------- */
 
-/* Whether the caller may use svc. (Until API keys: public services only.) */
-static int may_use(const gw_service_t *svc)
+/* Whether a key limited to models ([]: none) may be used for name at svc: name
+ * itself is among them, or it is an alias of a model that is. */
+static int key_allows(const json_t *models, const gw_service_t *svc, const char *name)
 {
-    return svc->is_public;
+    if (!json_array_size(models))
+        return 1;
+    size_t i;
+    json_t *m;
+    json_array_foreach(models, i, m) {
+        const char *v = json_string_value(m);
+        if (strcmp(v, name) == 0 || (gw_service_alias(svc, name) && strcmp(v, svc->model) == 0))
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether a caller (key_state as in exchange.h, with the key's models) may use
+ * name at svc: a public service anyone may; any other, a key of a user limited to
+ * no models or to name. */
+static int may_use(const gw_service_t *svc, int key_state, const json_t *models,
+                   const char *name)
+{
+    return svc->is_public || (key_state > 0 && key_allows(models, svc, name));
+}
+
+/* The caller's key, from the Authorization header of conn: its state (exchange.h);
+ * *k the key when known. */
+static int caller_key(gw_t *g, struct MHD_Connection *conn, const gw_key_t **k)
+{
+    const char *bearer = gw_keys_bearer(
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION));
+    *k = gw_keys_find(g->keys, bearer);
+    return *k ? 1 : bearer ? -1 : 0;
 }
 
 static enum MHD_Result answer_models(gw_t *g, struct MHD_Connection *conn)
 {
+    const gw_key_t *key;
+    int state = caller_key(g, conn, &key);
     json_t *data = json_array();
     for (size_t i = 0; i < g->table->nservices; i++) {
         gw_service_t *s = g->table->services[i];
-        if (!s->present || !may_use(s))
+        if (!s->present)
             continue;
         size_t k;
         json_t *name;
         json_array_foreach(s->names, k, name)
-            json_array_append_new(data, json_pack("{s:O, s:s, s:i, s:s, s:s}", "id", name,
+            if (may_use(s, state, key ? key->models : NULL, json_string_value(name)))
+                json_array_append_new(data, json_pack("{s:O, s:s, s:i, s:s, s:s}", "id", name,
                                                   "object", "model", "created", 0,
                                                   "owned_by", s->owner, "root", s->model));
     }
@@ -226,7 +262,8 @@ static gw_replica_t *pick(gw_t *g, const gw_exchange_t *x, int64_t now, gw_servi
     *first = NULL;
     for (size_t i = 0; i < g->table->nservices; i++) {
         gw_service_t *s = g->table->services[i];
-        if (!s->present || !gw_service_serves(s, x->model) || !may_use(s))
+        if (!s->present || !gw_service_serves(s, x->model) ||
+            !may_use(s, x->key_state, x->key_models, x->model))
             continue;
         if (!*first)
             *first = s;
@@ -479,6 +516,54 @@ static void on_completed(void *arg, struct MHD_Connection *c, void **req,
     *req = NULL;
 }
 
+/* Whose request x is, and whether they may send it: 0, or -1 with x answered (401
+ * without a key the gateway knows, 403 with one that may not be used for the
+ * model, 429 past its user's requests a minute). A model nobody serves is
+ * route's to answer (404). */
+static int authorize(gw_t *g, gw_exchange_t *x)
+{
+    const gw_key_t *k;
+    x->key_state = caller_key(g, x->conn, &k);
+    if (k) {
+        snprintf(x->user, sizeof(x->user), "%s", k->user);
+        x->user_id = k->user_id;
+        x->key_models = json_incref(k->models);
+    }
+    int serves = 0, usable = 0;
+    for (size_t i = 0; i < g->table->nservices && !usable; i++) {
+        gw_service_t *s = g->table->services[i];
+        if (!s->present || !gw_service_serves(s, x->model))
+            continue;
+        serves = 1;
+        usable = may_use(s, x->key_state, x->key_models, x->model);
+    }
+    if (serves && !usable) {
+        if (x->key_state == 0)
+            gw_exchange_fail(x, 401, "invalid_request_error",
+                             "model '%s' needs an API key: send 'Authorization: Bearer KEY' "
+                             "('bramble key create' makes one)", x->model);
+        else if (x->key_state < 0)
+            gw_exchange_fail(x, 401, "invalid_request_error",
+                             "the API key is not valid: it was revoked, or never made "
+                             "('bramble key list' shows yours)");
+        else
+            gw_exchange_fail(x, 403, "permission_error",
+                             "your API key may not be used for model '%s' (it was made "
+                             "for other models: 'bramble key list' shows them)", x->model);
+        return -1;
+    }
+    int wait_s;
+    if (k && k->rpm > 0 && !gw_ratelimit_take(g->limits, k->user_id, k->rpm, br_mono_ms(),
+                                              &wait_s)) {
+        gw_exchange_fail(x, 429, "rate_limit_error",
+                         "user %s may send %d requests a minute; try again in %ds", k->user,
+                         k->rpm, wait_s);
+        x->retry_after = wait_s;
+        return -1;
+    }
+    return 0;
+}
+
 /* The request is whole: read its model, and send it on. */
 static void begin(gw_t *g, gw_exchange_t *x)
 {
@@ -504,7 +589,8 @@ static void begin(gw_t *g, gw_exchange_t *x)
     }
     snprintf(x->model, sizeof(x->model), "%s", json_string_value(model));
     json_decref(body);
-    route(g, x);
+    if (authorize(g, x) == 0)
+        route(g, x);
 }
 
 static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn, const char *url,
@@ -562,7 +648,10 @@ static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn, const 
     }
     if (x->state == GW_X_ANSWER) {
         count_answer(g, x);
-        return gw_exchange_respond(x, x->status == 429 ? 1 : x->status == 503 ? 5 : 0);
+        return gw_exchange_respond(x, x->retry_after ? x->retry_after
+                                      : x->status == 429 ? 1
+                                      : x->status == 503 ? 5
+                                                         : 0);
     }
     if (x->state != GW_X_RESPONDING)
         gw_exchange_suspend(x); /* (resumed for nothing: wait on) */
@@ -602,7 +691,9 @@ static void sweep(gw_t *g, int64_t now)
 static void on_table(void *arg, int64_t version, json_t *table)
 {
     gw_t *g = arg;
-    if (gw_table_update(g->table, version, table) < 0) {
+    json_t *keys = json_object_get(table, "keys"); /* (absent: they did not change) */
+    if ((keys && gw_keys_update(g->keys, keys) < 0) ||
+        gw_table_update(g->table, version, table) < 0) {
         fprintf(stderr, "bramble-gateway: routing table version %lld is malformed; "
                         "kept the one before\n", (long long)version);
         return;
@@ -696,6 +787,7 @@ gw_t *gw_new(const gw_config_t *cfg, br_err_t *err)
     }
     curl_multi_setopt(g->multi, CURLMOPT_MAXCONNECTS, 1024L); /* kept for reuse */
     if (!(g->answered = json_object()) || !(g->table = gw_table_new()) ||
+        !(g->keys = gw_keys_new()) || !(g->limits = gw_ratelimit_new()) ||
         !(g->link = gw_link_new(&cfg->cred, on_table, g, err)))
         goto fail;
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
@@ -736,6 +828,8 @@ void gw_destroy(gw_t **gp)
         MHD_stop_daemon(g->mhd); /* (its requests end: their tries are called off) */
     gw_link_destroy(&g->link);
     gw_table_destroy(&g->table);
+    gw_keys_destroy(&g->keys);
+    gw_ratelimit_destroy(&g->limits);
     json_decref(g->answered);
     if (g->multi) {
         curl_multi_cleanup(g->multi);

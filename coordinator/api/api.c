@@ -82,6 +82,9 @@ static const struct {
     {"gateway.list", K_REQUEST, P_ADMIN, br_api_gateway_list},
     {"gateway.remove", K_REQUEST, P_ADMIN, br_api_gateway_remove},
     {"gateway.watch", K_REQUEST, P_GATEWAY, br_api_gateway_watch},
+    {"key.create", K_REQUEST, P_ADMIN | P_USER, br_api_key_create},
+    {"key.list", K_REQUEST, P_ADMIN | P_USER, br_api_key_list},
+    {"key.revoke", K_REQUEST, P_ADMIN | P_USER, br_api_key_revoke},
 };
 
 static const char *principal_words(br_principal_t k)
@@ -123,7 +126,7 @@ static const char *action_words(const char *type)
         {"content.", "uploading files"},      {"data.", "managing data sets"},
         {"code.", "uploading files"},
         {"gateway.watch", "reading the gateways' routing table"},
-        {"gateway.", "managing gateways"},
+        {"gateway.", "managing gateways"},   {"key.", "managing API keys"},
     };
     for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
         if (strncmp(type, actions[i].type, strlen(actions[i].type)) == 0)

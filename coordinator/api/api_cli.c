@@ -20,6 +20,7 @@
 #include "services.h"
 #include "stages.h"
 #include "spec.h"
+#include "routes.h"
 #include "usage.h"
 #include "token.h"
 #include "util.h"
@@ -1116,6 +1117,7 @@ static int store_limits(br_coord_t *c, const char *name, const json_t *limits, b
         br_usage_users_again(c->usage, c->store, err) < 0)
         return -1;
     br_coord_changed(c); /* a limit lifted may let a job start */
+    br_routes_keys_changed(c->routes); /* (the gateways enforce rpm) */
     return 0;
 }
 
@@ -1367,6 +1369,7 @@ void br_api_user_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         (n = removed_users_jobs(c, id, strcmp(jobs, "admin") == 0, who, &err)) < 0 ||
         br_store_key_revoke(c->store, BR_PRINCIPAL_USER, name, &err) < 0)
         goto fail;
+    br_routes_keys_changed(c->routes); /* their API keys go with them */
     br_coord_event(c, 0, NULL, "user", "user %s removed by %s; %d active job(s) %s", name,
                    who->name, n, strcmp(jobs, "admin") == 0 ? "handed to them" : "cancelled");
     br_reply_ok(c, m, json_pack("{s:i, s:s}", "jobs", n, "jobs_were",

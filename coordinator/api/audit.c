@@ -12,7 +12,7 @@ static const char *const actions[] = {
     "token.create", "token.revoke", "node.drain",    "node.undrain",  "node.remove",
     "user.add",     "user.remove",  "job.submit",    "job.cancel",    "service.scale",
     "user.rotate_key", "user.set", "node.rotate_key", "job.purge", "data.push",
-    "data.rm",      "gateway.add",  "gateway.remove", NULL,
+    "data.rm",      "gateway.add",  "gateway.remove", "key.create", "key.revoke", NULL,
 };
 
 static int audited(const char *type)
@@ -29,10 +29,13 @@ static void target_of(const br_msg_t *req, const br_msg_t *resp, char *buf, size
     json_t *b = br_msg_body(req);
     json_t *name = json_object_get(b, "name"), *id = json_object_get(b, "id");
     json_t *index = json_object_get(b, "index"); /* a task of a job array */
+    json_t *key = json_object_get(b, "key");     /* an API key, by id or name */
     json_t *rid = resp ? json_object_get(br_msg_body(resp), "id") : NULL;
     buf[0] = '\0';
     if (json_is_string(name))
         snprintf(buf, len, "%s", json_string_value(name));
+    else if (json_is_string(key))
+        snprintf(buf, len, "key %s", json_string_value(key));
     else if (json_is_integer(id) && json_is_integer(index))
         snprintf(buf, len, "job %lld[%lld]", (long long)json_integer_value(id),
                  (long long)json_integer_value(index));

@@ -7,6 +7,7 @@
 
 #include "jobtab.h"
 #include "services.h"
+#include "usage.h"
 #include "util.h"
 
 typedef struct {
@@ -16,6 +17,7 @@ typedef struct {
     int64_t expires_ms; /* monotonic */
     int64_t seen;       /* wall ms of the last renewal */
     int64_t told;       /* the version it was last sent */
+    int64_t keys_told;  /* ... and the version of the keys it was last sent */
 } watch_t;
 
 struct br_routes {
@@ -25,11 +27,24 @@ struct br_routes {
     json_t *table;   /* ... and as JSON */
     int64_t version; /* grows by one with each change */
     int64_t made_ms; /* monotonic ms it was last made */
+    json_t *keys;    /* the API keys as last read: [{"hash","user","user_id","models",
+                        "rpm"}] */
+    char *keys_text; /* ... as text */
+    int keys_stale;  /* read them again at the next make */
+    int64_t keys_version; /* the table's version when they last changed */
 };
 
 br_routes_t *br_routes_new(void)
 {
-    return calloc(1, sizeof(br_routes_t));
+    br_routes_t *r = calloc(1, sizeof(br_routes_t));
+    if (r)
+        r->keys_stale = 1;
+    return r;
+}
+
+void br_routes_keys_changed(br_routes_t *r)
+{
+    r->keys_stale = 1;
 }
 
 void br_routes_destroy(br_routes_t **rp)
@@ -38,6 +53,8 @@ void br_routes_destroy(br_routes_t **rp)
         return;
     free((*rp)->text);
     json_decref((*rp)->table);
+    free((*rp)->keys_text);
+    json_decref((*rp)->keys);
     free(*rp);
     *rp = NULL;
 }
@@ -97,13 +114,61 @@ json_t *br_routes_table(br_coord_t *c)
     return json_pack("{s:o}", "services", services);
 }
 
+/* The keys as the gateways need them: the store's live keys, each with its
+ * user's limit of requests a minute (0: none). NULL on a store error. */
+static json_t *keys_now(br_coord_t *c)
+{
+    br_err_t err;
+    json_t *keys = br_store_apikey_live(c->store, &err);
+    if (!keys)
+        return NULL;
+    size_t i;
+    json_t *k;
+    json_array_foreach(keys, i, k) {
+        const br_user_use_t *u =
+            br_usage_user(c->usage, json_integer_value(json_object_get(k, "user_id")));
+        json_object_set_new(k, "rpm", json_integer(u && u->lim.rpm > 0 ? u->lim.rpm : 0));
+    }
+    return keys;
+}
+
+/* Read the keys again when they may have changed: 1 when they did. */
+static int keys_remake(br_coord_t *c)
+{
+    br_routes_t *r = c->routes;
+    if (!r->keys_stale)
+        return 0;
+    json_t *keys = keys_now(c);
+    char *text = keys ? json_dumps(keys, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    if (!text) {
+        json_decref(keys);
+        return 0; /* the last keys stand; read again at the next make */
+    }
+    r->keys_stale = 0;
+    if (r->keys_text && strcmp(text, r->keys_text) == 0) {
+        free(text);
+        json_decref(keys);
+        return 0;
+    }
+    free(r->keys_text);
+    json_decref(r->keys);
+    r->keys_text = text;
+    r->keys = keys;
+    return 1;
+}
+
 /* Make the table again when it may have changed (at most every BR_ROUTES_EVERY_MS
- * unless forced); the version grows when its text differs. */
+ * unless forced, or the keys changed); the version grows when its text differs. */
 static void remake(br_coord_t *c, int64_t now_ms, int force)
 {
     br_routes_t *r = c->routes;
-    if (!force && r->table && now_ms - r->made_ms < BR_ROUTES_EVERY_MS)
+    if (!force && !r->keys_stale && r->table && now_ms - r->made_ms < BR_ROUTES_EVERY_MS)
         return;
+    int keys_changed = keys_remake(c);
+    if (keys_changed) {
+        r->version++;
+        r->keys_version = r->version;
+    }
     json_t *t = br_routes_table(c);
     char *text = t ? json_dumps(t, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (!text) {
@@ -120,7 +185,17 @@ static void remake(br_coord_t *c, int64_t now_ms, int force)
     json_decref(r->table);
     r->text = text;
     r->table = t;
-    r->version++;
+    if (!keys_changed)
+        r->version++;
+}
+
+/* The table as sent: the services, and the keys when with_keys. New reference. */
+static json_t *sent_table(br_routes_t *r, int with_keys)
+{
+    json_t *t = json_copy(r->table);
+    if (t && with_keys)
+        json_object_set(t, "keys", r->keys ? r->keys : json_array());
+    return t;
 }
 
 json_t *br_routes_watch(br_coord_t *c, const void *route, size_t route_len,
@@ -150,8 +225,9 @@ json_t *br_routes_watch(br_coord_t *c, const void *route, size_t route_len,
     if (!r->table)
         return br_errf(err, ENOMEM, "gateway.watch: out of memory"), NULL;
     w->told = r->version;
-    return json_pack("{s:I, s:I, s:O}", "ttl_ms", (json_int_t)BR_ROUTES_TTL_MS, "version",
-                     (json_int_t)r->version, "table", r->table);
+    w->keys_told = r->version;
+    return json_pack("{s:I, s:I, s:o}", "ttl_ms", (json_int_t)BR_ROUTES_TTL_MS, "version",
+                     (json_int_t)r->version, "table", sent_table(r, 1));
 }
 
 void br_routes_forget(br_routes_t *r, const char *name)
@@ -183,21 +259,26 @@ void br_routes_flush(br_coord_t *c, int64_t now_ms, br_routes_send_fn fn, void *
     if (!r->n)
         return;
     remake(c, now_ms, 0);
-    json_t *body = NULL;
+    json_t *bodies[2] = {NULL, NULL}; /* without the keys, and with them */
     for (size_t i = 0; i < r->n;) {
         watch_t *w = &r->v[i];
         if (w->told == r->version || !r->table) {
             i++;
             continue;
         }
-        if (!body)
-            body = json_pack("{s:I, s:O}", "version", (json_int_t)r->version, "table",
-                             r->table);
+        int with_keys = w->keys_told < r->keys_version;
+        json_t **body = &bodies[with_keys];
+        if (!*body)
+            *body = json_pack("{s:I, s:o}", "version", (json_int_t)r->version, "table",
+                              sent_table(r, with_keys));
         w->told = r->version;
-        if (body && fn(arg, w->route, w->route_len, body) < 0)
+        if (with_keys)
+            w->keys_told = r->version;
+        if (*body && fn(arg, w->route, w->route_len, *body) < 0)
             r->v[i] = r->v[--r->n];
         else
             i++;
     }
-    json_decref(body);
+    json_decref(bodies[0]);
+    json_decref(bodies[1]);
 }

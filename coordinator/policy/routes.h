@@ -6,7 +6,13 @@
  * sent the whole table at once ("gateway.news", with a version that grows by one
  * with each change), so a gateway never asks twice and keeps serving from the last
  * table it heard while the coordinator is away. The table is made from the jobs in
- * memory, at most once per BR_ROUTES_EVERY_MS. */
+ * memory, at most once per BR_ROUTES_EVERY_MS.
+ *
+ * The table also carries the users' API keys (hashes only, with the models each
+ * may be used for and its user's limit of requests a minute): read from the store
+ * again only after br_routes_keys_changed, and sent to a gateway only when they
+ * changed since it last heard them (a table without "keys" leaves its keys as they
+ * were). */
 #ifndef BRAMBLE_ROUTES_H
 #define BRAMBLE_ROUTES_H
 
@@ -26,6 +32,10 @@ typedef struct br_routes br_routes_t;
 br_routes_t *br_routes_new(void);
 void br_routes_destroy(br_routes_t **r);
 
+/* The keys, or what a user may do through them (a limit, the user removed), may
+ * have changed: read them again before the table is next sent. */
+void br_routes_keys_changed(br_routes_t *r);
+
 /* The table now: {"services": [{"id", "name", "owner", "owner_id", "model",
  * "aliases", "adapters", "max_inflight", "public", "replicas": [{"id", "replica",
  * "host", "port", "node"}]}]}, every running service with a service.model, its
@@ -33,7 +43,8 @@ void br_routes_destroy(br_routes_t **r);
 json_t *br_routes_table(br_coord_t *c);
 
 /* Add or renew gateway name's watch from route (its ROUTER id); the answer to
- * gateway.watch, {"ttl_ms", "version", "table"}, or NULL with err (EBUSY: too many
+ * gateway.watch, {"ttl_ms", "version", "table"} (the table with "keys": [{"hash",
+ * "user", "user_id", "models", "rpm"}]), or NULL with err (EBUSY: too many
  * gateways watch). */
 json_t *br_routes_watch(br_coord_t *c, const void *route, size_t route_len,
                         const char *name, int64_t now_ms, br_err_t *err);
@@ -46,7 +57,8 @@ json_t *br_routes_watching(br_routes_t *r);
 
 /* After a committed wake: when gateways watch and the table changed since they
  * were last told, fn(arg, route, route_len, body) sends each one body
- * ({"version", "table"}; fn does not take it); fn returns -1 when the route is gone
+ * ({"version", "table"}, the table with "keys" when they changed since that gateway
+ * last heard them; fn does not take it); fn returns -1 when the route is gone
  * (the watch ends). */
 typedef int (*br_routes_send_fn)(void *arg, const void *route, size_t route_len,
                                  json_t *body);

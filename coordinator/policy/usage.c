@@ -25,7 +25,7 @@ struct br_usage {
 void br_limits_none(br_limits_t *l)
 {
     *l = (br_limits_t){.share = 1, .max_gpus = -1, .max_jobs = -1, .max_pending = -1,
-                       .gpu_hours_week = -1, .max_priority = BR_NO_CAP};
+                       .gpu_hours_week = -1, .max_priority = BR_NO_CAP, .rpm = -1};
 }
 
 static int get_int(const json_t *o, const char *key, int lo, int hi, int *out,
@@ -56,7 +56,7 @@ int br_limits_parse(const json_t *o, br_limits_t *l, br_err_t *err)
 {
     static const char *const keys[] = {"share",          "max_gpus",     "max_jobs",
                                        "max_pending",    "gpu_hours_week", "max_priority",
-                                       NULL};
+                                       "rpm",            NULL};
     br_limits_none(l);
     if (!o || json_is_null(o))
         return 0;
@@ -70,14 +70,16 @@ int br_limits_parse(const json_t *o, br_limits_t *l, br_err_t *err)
             i++;
         if (!keys[i])
             return br_errf(err, EINVAL, "unknown limit '%.40s' (share, max_gpus, max_jobs, "
-                                        "max_pending, gpu_hours_week, max_priority)", k);
+                                        "max_pending, gpu_hours_week, max_priority, rpm)",
+                                k);
     }
     return get_real(o, "share", 0.001, 1e6, &l->share, err) < 0 ||
                    get_int(o, "max_gpus", 0, 1 << 20, &l->max_gpus, err) < 0 ||
                    get_int(o, "max_jobs", 0, 1 << 24, &l->max_jobs, err) < 0 ||
                    get_int(o, "max_pending", 0, 1 << 24, &l->max_pending, err) < 0 ||
                    get_real(o, "gpu_hours_week", 0, 1e9, &l->gpu_hours_week, err) < 0 ||
-                   get_int(o, "max_priority", -1000, 1000, &l->max_priority, err) < 0
+                   get_int(o, "max_priority", -1000, 1000, &l->max_priority, err) < 0 ||
+                   get_int(o, "rpm", 1, 1000000, &l->rpm, err) < 0
                ? -1
                : 0;
 }
@@ -97,6 +99,8 @@ json_t *br_limits_json(const br_limits_t *l)
         json_object_set_new(o, "gpu_hours_week", json_real(l->gpu_hours_week));
     if (l->max_priority != BR_NO_CAP)
         json_object_set_new(o, "max_priority", json_integer(l->max_priority));
+    if (l->rpm >= 0)
+        json_object_set_new(o, "rpm", json_integer(l->rpm));
     return o;
 }
 

@@ -34,7 +34,7 @@ struct br_coord;
 
 /* A user's limits: what `bramble user set` sets, as the store keeps them
  * ({"share", "max_gpus", "max_jobs", "max_pending", "gpu_hours_week",
- * "max_priority"}, each absent when not set). */
+ * "max_priority", "rpm"}, each absent when not set). */
 typedef struct {
     double share;          /* their weight in fair share: > 0, 1 by default */
     int max_gpus;          /* GPUs held at once; -1: no limit */
@@ -42,6 +42,7 @@ typedef struct {
     int max_pending;       /* jobs pending at once; -1 */
     double gpu_hours_week; /* GPU-hours over the last 7 days; -1 */
     int max_priority;      /* the highest spec priority; BR_NO_CAP: none */
+    int rpm;               /* requests a minute through each gateway; -1 */
 } br_limits_t;
 #define BR_NO_CAP 1000000
 

@@ -175,6 +175,14 @@ static const char *const migrations[] = {
     /* 13: a data set's listing ({"hash", "size"} of its manifest's text in the
      * content store), which the nodes that mount it read its entries from */
     "ALTER TABLE datasets ADD COLUMN listing TEXT NOT NULL DEFAULT 'null';",
+    /* 14: the gateway's API keys (docs/gateway.md): each a user's, kept as the
+     * BLAKE2b-256 of its text only; its id is the hash's first 12 hex digits; models:
+     * the model names it may be used for (an array; [] every one) */
+    "CREATE TABLE api_keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE,"
+    " principal INTEGER NOT NULL REFERENCES principals (id), name TEXT NOT NULL,"
+    " models TEXT NOT NULL DEFAULT '[]', created INTEGER NOT NULL, revoked INTEGER);"
+    "CREATE UNIQUE INDEX api_keys_name ON api_keys (principal, name)"
+    " WHERE revoked IS NULL;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -350,6 +358,21 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_USAGE_TOTALS] = "SELECT p.name, sum(u.gpu_ms), sum(u.cpu_ms), sum(u.cost_micros)"
                         " FROM usage u JOIN principals p ON p.id = u.principal"
                         " GROUP BY u.principal ORDER BY p.name",
+    [ST_APIKEY_ADD] = "INSERT INTO api_keys (id, hash, principal, name, models, created)"
+                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    /* ?1: the principal (0: every one's); a removed user's keys are gone with them */
+    [ST_APIKEY_LIST] = "SELECT k.id, k.name, p.name, k.principal, k.models, k.created"
+                       " FROM api_keys k JOIN principals p ON p.id = k.principal"
+                       " WHERE k.revoked IS NULL AND p.removed IS NULL"
+                       " AND (?1 = 0 OR k.principal = ?1) ORDER BY p.name, k.created, k.id",
+    /* ?1: the principal (0: any, then by id only); ?2: the id or the name */
+    [ST_APIKEY_REVOKE] = "UPDATE api_keys SET revoked = ?3 WHERE revoked IS NULL"
+                         " AND principal IN (SELECT id FROM principals WHERE removed IS NULL)"
+                         " AND ((?1 != 0 AND principal = ?1 AND (id = ?2 OR name = ?2))"
+                         " OR (?1 = 0 AND id = ?2)) RETURNING id, name",
+    [ST_APIKEY_LIVE] = "SELECT k.hash, k.principal, p.name, k.models FROM api_keys k"
+                       " JOIN principals p ON p.id = k.principal"
+                       " WHERE k.revoked IS NULL AND p.removed IS NULL ORDER BY k.hash",
     [ST_DATA_ADD] = "INSERT INTO datasets (owner, name, tag, version, manifest, files,"
                     " bytes, created, public, shares, listing)"
                     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",

@@ -290,6 +290,24 @@ int br_store_totals(br_store_t *s, int64_t totals[4], br_err_t *err);
 /* What each user used, ever: [{"name","gpu_ms","cpu_ms","cost_micros"}], by name. */
 json_t *br_store_usage_totals(br_store_t *s, br_err_t *err);
 
+/* --- the gateway's API keys (store_apikeys.c) --------------------------------- */
+/* A key of principal's: id (its hash's first 12 hex digits), hash (hex BLAKE2b-256
+ * of its text), a name unique among that principal's live keys (EEXIST when taken),
+ * models (an array of names; [] every one). */
+int br_store_apikey_add(br_store_t *s, int64_t principal, const char *id, const char *hash,
+                        const char *name, const json_t *models, int64_t now_ms,
+                        br_err_t *err);
+/* Live keys, principal's (0: everyone's): [{"id","name","user","user_id","models",
+ * "created" (ms)}], by user then age. */
+json_t *br_store_apikey_list(br_store_t *s, int64_t principal, br_err_t *err);
+/* Revoke principal's key by id or name (principal 0: anyone's, by id only):
+ * {"id","name"} of the key revoked, or NULL with ENOENT "no key 'x'". */
+json_t *br_store_apikey_revoke(br_store_t *s, int64_t principal, const char *id_or_name,
+                               br_err_t *err);
+/* Every live key of a live user, as the gateways need them: [{"hash","user_id",
+ * "user","models"}], by hash. */
+json_t *br_store_apikey_live(br_store_t *s, br_err_t *err);
+
 /* --- data sets and what refers to the content store (store_data.c) ---------------- */
 /* A new version of owner's data set name, of the manifest summarised by mhash,
  * files and bytes; tag NULL: "vN" for its version N. Every content the manifest

@@ -6,7 +6,8 @@
  * than added per route; flush sends each watching route the table once per change
  * (not more often than BR_ROUTES_EVERY_MS), drops watches not renewed within
  * BR_ROUTES_TTL_MS, and those whose send fails; forget ends a gateway's watches;
- * at most BR_ROUTES_MAX watch. Routes are fake ROUTER ids ("\x00gw1"); the clock is
+ * at most BR_ROUTES_MAX watch; the API keys sent with the table when they change.
+ * Routes are fake ROUTER ids ("\x00gw1"); the clock is
  * passed in (now_ms). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +24,7 @@
 #include "routes.h"
 #include "jobtab.h"
 #include "outbox.h"
+#include "token.h"
 
 #define KEY_ANN "CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCC"
 
@@ -140,6 +142,8 @@ typedef struct {
     int fail_gw1;       /* the send to GW1 fails (-1) */
     int64_t version;    /* the last body's */
     size_t nservices;   /* ... its table's services */
+    int has_keys;       /* ... whether it had the keys */
+    json_t *keys;       /* ... the last keys sent (a reference) */
     char routes[8][16]; /* the routes sent to, in order (their text after \0) */
 } sent_t;
 
@@ -155,6 +159,12 @@ static int fake_send(void *arg, const void *route, size_t route_len, json_t *bod
     s->version = num(body, "version");
     s->nservices =
         json_array_size(json_object_get(json_object_get(body, "table"), "services"));
+    json_t *keys = json_object_get(json_object_get(body, "table"), "keys");
+    s->has_keys = keys != NULL;
+    if (keys) {
+        json_decref(s->keys);
+        s->keys = json_incref(keys);
+    }
     if (s->fail_gw1 && route_len == sizeof(GW1) - 1 &&
         memcmp(route, GW1, route_len) == 0)
         return -1;
@@ -300,7 +310,8 @@ static void test_watch_answers_and_renews(void **state)
     assert_int_equal(json_array_size(json_object_get(table, "services")), 1);
     assert_non_null(entry(table, chat));
     json_t *now = br_routes_table(c);
-    assert_true(json_equal(table, now));
+    assert_true(json_equal(json_object_get(table, "services"), json_object_get(now, "services")));
+    assert_int_equal(json_array_size(json_object_get(table, "keys")), 0); /* (none made) */
     json_decref(now);
     json_decref(a);
 
@@ -510,6 +521,61 @@ static void test_watch_limit(void **state)
     assert_int_equal(watching(c), BR_ROUTES_MAX);
 }
 
+/* The users' API keys ride in the table: the watch's answer has them; a key made
+ * or revoked through the handlers is sent at the next flush (its hash, never its
+ * text, with its user and models), not held back by BR_ROUTES_EVERY_MS; a change
+ * of the services alone is sent without them. */
+static void test_keys_sent_when_they_change(void **state)
+{
+    fixture_two_t *w = *state;
+    br_coord_t *c = &w->f.c;
+    sent_t sent = {0};
+    int64_t now = 700000;
+    br_err_t err;
+    json_t *a = br_routes_watch(c, ROUTE(GW1), "gw1", now, &err);
+    assert_non_null(a);
+    assert_int_equal(json_array_size(json_object_get(json_object_get(a, "table"), "keys")), 0);
+    int64_t v = num(a, "version");
+    json_decref(a);
+
+    json_t *made = call_ok(c, "key.create", "{\"name\": \"nb\", \"models\": [\"m\"]}");
+    const char *text = str(made, "key");
+    assert_true(strncmp(text, "brk-", 4) == 0 && strlen(text) == 4 + 43);
+    char hash[BR_TOKEN_HASH_HEX + 1], id[BR_TOKEN_ID_LEN + 1];
+    br_token_hash(text, hash, id);
+    assert_string_equal(str(made, "id"), id);
+    br_routes_flush(c, now + 1, fake_send, &sent); /* (within EVERY_MS of the watch) */
+    assert_int_equal(sent.sends, 1);
+    assert_int_equal(sent.version, v + 1);
+    assert_true(sent.has_keys);
+    assert_int_equal(json_array_size(sent.keys), 1);
+    json_t *k = json_array_get(sent.keys, 0);
+    assert_string_equal(str(k, "hash"), hash);
+    assert_string_equal(str(k, "user"), "ann");
+    assert_int_equal(num(k, "rpm"), 0);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(k, "models"), 0)),
+                        "m");
+    char *dump = json_dumps(sent.keys, 0);
+    assert_null(strstr(dump, text)); /* the key itself never leaves */
+    free(dump);
+
+    now += BR_ROUTES_EVERY_MS + 1;
+    submit(c, SPEC_CHAT);
+    br_routes_flush(c, now, fake_send, &sent);
+    assert_int_equal(sent.sends, 2);
+    assert_false(sent.has_keys);
+
+    char body[64];
+    snprintf(body, sizeof(body), "{\"key\": \"%s\"}", id);
+    json_decref(call_ok(c, "key.revoke", body));
+    br_routes_flush(c, now + 1, fake_send, &sent);
+    assert_int_equal(sent.sends, 3);
+    assert_true(sent.has_keys);
+    assert_int_equal(json_array_size(sent.keys), 0);
+    json_decref(made);
+    json_decref(sent.keys);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -522,6 +588,7 @@ int main(void)
         T(test_forget),
         T(test_send_failure_drops_watch),
         T(test_watch_limit),
+        T(test_keys_sent_when_they_change),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,127 @@
+"""API keys at the gateway: `bramble key create|list|revoke`, a user's keys and
+what they may be used for, a revoked key refused, a user's requests a minute
+(`user set --rpm`), and the official openai client for Node sending a key."""
+
+import json
+import time
+
+from conftest import wait_for
+from test_gateway import Gateway, openai_node, service  # noqa: F401 (a fixture)
+
+
+def add_user(c, name):
+    cred = c.root / f"{name}.credential"
+    c.cli("user", "add", name, "--out", cred)
+    return cred
+
+
+def key_create(c, *args, credential=None):
+    _, out, _ = c.cli("key", "create", *args, credential=credential)
+    key = out.strip().splitlines()[-1]
+    assert key.startswith("brk-") and " " not in key, out
+    return key
+
+
+def chat(gw, model, key=None):
+    h = {"Authorization": f"Bearer {key}"} if key else {}
+    st, hd, out = gw.request("POST", "/v1/chat/completions",
+                             {"model": model, "messages": [{"role": "user",
+                                                            "content": "hi"}]},
+                             headers=h)
+    return st, hd, json.loads(out) if out else None
+
+
+def models(gw, key=None):
+    h = {"Authorization": f"Bearer {key}"} if key else {}
+    st, _, out = gw.request("GET", "/v1/models", headers=h)
+    assert st == 200, out
+    return sorted(m["id"] for m in json.loads(out)["data"])
+
+
+def test_keys_say_who_may_use_which_model_and_a_revoked_one_is_refused(
+        cluster2, tmp_path, openai_node):
+    c = cluster2
+    ann, bob = add_user(c, "ann"), add_user(c, "bob")
+    c.cli("user", "set", "bob", "--rpm", "3")
+    service(c, tmp_path, replicas=1, more="  aliases: [llama]\n  adapters: [sql-lora]\n",
+            extra="--adapters sql-lora")
+    gw = Gateway(c)
+    # bad input is refused by name, and makes no key
+    rc, _, err = c.cli("key", "create", "--name", "Bad_Name", check=False, credential=ann)
+    assert rc != 0 and "key name 'Bad_Name'" in err, err
+    rc, _, err = c.cli("key", "create", "--models", "a,,b", check=False, credential=ann)
+    assert rc == 2 and "--models 'a,,b'" in err, err
+    rc, _, err = c.cli("key", "create", "--models", "a,a", check=False, credential=ann)
+    assert rc != 0 and "model 'a' is named twice" in err, err
+    assert c.cli_json("key", "list", credential=ann) == []
+    a = key_create(c, "--name", "notebook", credential=ann)
+    b = key_create(c, "--models", "llama-8b", credential=bob)
+    admin = key_create(c, "--models", "sql-lora")
+    rc, _, err = c.cli("key", "create", "--name", "notebook", check=False, credential=ann)
+    assert rc != 0 and "a key named 'notebook' already" in err, err
+    # the gateway hears of the keys (the last one made is known once its table came)
+    wait_for(lambda: chat(gw, "sql-lora", admin)[0] == 200, 60,
+             "the gateway to take the admin's key for sql-lora")
+    # a model that is not public needs a key the gateway knows
+    st, _, body = chat(gw, "llama-8b")
+    assert st == 401 and "needs an API key" in body["error"]["message"], body
+    st, _, body = chat(gw, "llama-8b", "brk-not-a-key")
+    assert st == 401 and "not valid" in body["error"]["message"], body
+    assert models(gw) == [] and models(gw, "brk-not-a-key") == []
+    # ann's key may use every name; bob's only llama-8b (and its alias); the
+    # admin's only the adapter
+    for name in ("llama-8b", "llama", "sql-lora"):
+        st, h, body = chat(gw, name, a)
+        assert st == 200 and h["X-Bramble-Replica"] == "llm/0", (name, st, body)
+    assert models(gw, a) == ["llama", "llama-8b", "sql-lora"]
+    assert models(gw, b) == ["llama", "llama-8b"]
+    assert models(gw, admin) == ["sql-lora"]
+    st, _, body = chat(gw, "sql-lora", b)
+    assert st == 403 and body["error"]["type"] == "permission_error", body
+    st, _, body = chat(gw, "llama-8b", admin)
+    assert st == 403 and "may not be used for model 'llama-8b'" in body["error"]["message"]
+    # bob may send 3 requests a minute: a bucket of 3 that fills one every 20 s
+    t0, codes = time.monotonic(), []
+    for name in ["llama-8b", "llama"] * 3:
+        st, h, body = chat(gw, name, b)
+        codes.append(st)
+        if st == 429:
+            assert int(h["Retry-After"]) >= 1 and "3 requests a minute" in \
+                body["error"]["message"], (h, body)
+    elapsed = time.monotonic() - t0
+    assert set(codes) <= {200, 429}, codes
+    assert 3 <= codes.count(200) <= 3 + int(elapsed / 20), (codes, elapsed)
+    if elapsed < 20:
+        assert codes.count(429) == 3, codes
+    # the official client sends its key as a bearer token
+    out = openai_node(gw.port, "--api-key", a, "--model", "llama", "--stream", "--usage")
+    assert out["ok"] and out["usage"]["completion_tokens"] > 0, out
+    out = openai_node(gw.port, "--api-key", "brk-nothing", "--model", "llama")
+    assert not out["ok"] and out["status"] == 401, out
+    # each sees their own keys; the admin everyone's with --all
+    mine = c.cli_json("key", "list", credential=ann)
+    assert [(k["name"], k["user"], k["models"]) for k in mine] == [("notebook", "ann", [])]
+    every = c.cli_json("key", "list", "--all")
+    assert sorted(k["user"] for k in every) == ["admin", "ann", "bob"], every
+    rc, _, err = c.cli("key", "list", "--all", check=False, credential=bob)
+    assert rc != 0 and "only the admin" in err, err
+    # bob cannot revoke ann's key; she can, by name, and the gateway refuses it
+    rc, _, err = c.cli("key", "revoke", mine[0]["id"], check=False, credential=bob)
+    assert rc != 0 and f"no key '{mine[0]['id']}'" in err, err
+    c.cli("key", "revoke", "notebook", credential=ann)
+    wait_for(lambda: chat(gw, "llama-8b", a)[0] == 401, 30, "ann's revoked key refused")
+    assert c.cli_json("key", "list", credential=ann) == []
+    # the admin revokes anyone's key by its id; a removed user's keys go with them
+    bob_id = next(k["id"] for k in every if k["user"] == "bob")
+    c.cli("user", "remove", "bob")
+    wait_for(lambda: chat(gw, "llama-8b", b)[0] == 401, 30, "a removed user's key refused")
+    rc, _, err = c.cli("key", "revoke", bob_id, check=False)
+    assert rc != 0 and f"no key '{bob_id}'" in err, err
+    admin_id = next(k["id"] for k in every if k["user"] == "admin")
+    c.cli("key", "revoke", admin_id)
+    wait_for(lambda: chat(gw, "sql-lora", admin)[0] == 401, 30, "the admin's key refused")
+    # the admin's key actions are in the audit log, by key
+    acts = [(e["action"], e["target"]) for e in c.cli_json("audit")]
+    assert ("key.revoke", f"key {admin_id}") in acts and \
+        any(a == "key.create" for a, _ in acts), acts
+    assert gw.proc.alive()
