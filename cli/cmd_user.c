@@ -209,16 +209,36 @@ static void usage_row(cli_table_t *t, const json_t *u)
     cli_table_add(t, row);
 }
 
-/* bramble usage [--user U] [--since 7d] [--json] */
+/* One row of the gateways' answers per model and user. */
+static void model_usage_row(cli_table_t *t, const json_t *u)
+{
+    char v[5][32], avg[32] = "-";
+    static const char *const keys[] = {"requests", "errors", "prompt_tokens",
+                                       "completion_tokens", "ms"};
+    for (int i = 0; i < 5; i++)
+        snprintf(v[i], sizeof(v[i]), "%lld",
+                 (long long)json_integer_value(json_object_get(u, keys[i])));
+    json_int_t n = json_integer_value(json_object_get(u, "requests"));
+    if (n > 0)
+        snprintf(avg, sizeof(avg), "%.1f",
+                 (double)json_integer_value(json_object_get(u, "ms")) / (double)n);
+    const char *who = json_string_value(json_object_get(u, "user"));
+    const char *row[] = {json_string_value(json_object_get(u, "model")),
+                         who && *who ? who : "-", v[0], v[1], v[2], v[3], avg};
+    cli_table_add(t, row);
+}
+
+/* bramble usage [--user U] [--since 7d] [--models] [--json] */
 static int cmd_usage(cli_t *cli, int argc, char **argv)
 {
     static const struct option opts[] = {{"user", required_argument, NULL, 'u'},
                                          {"since", required_argument, NULL, 's'},
                                          {"json", no_argument, NULL, 'j'},
+                                         {"models", no_argument, NULL, 'm'},
                                          {NULL, 0, NULL, 0}};
     const char *user = NULL;
     int64_t since = 7LL * 24 * 3600 * 1000;
-    int c, json = 0;
+    int c, json = 0, models = 0;
     br_err_t err;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
@@ -226,6 +246,8 @@ static int cmd_usage(cli_t *cli, int argc, char **argv)
             user = optarg;
         else if (c == 'j')
             json = 1;
+        else if (c == 'm')
+            models = 1;
         else if (c == 's') {
             if (br_parse_duration(optarg, &since, &err) < 0)
                 return cli_usage(cli, "--since %s", err.text);
@@ -241,7 +263,12 @@ static int cmd_usage(cli_t *cli, int argc, char **argv)
     if (!r)
         return CLI_FAIL;
     static const char *head[] = {"USER", "GPU-HOURS", "CPU-HOURS", "COST", "RUNNING"};
-    cli_print_list(json_object_get(r, "users"), json, 5, head, usage_row);
+    static const char *mhead[] = {"MODEL",      "USER",       "REQUESTS", "ERRORS",
+                                  "TOKENS-IN", "TOKENS-OUT", "AVG-MS"};
+    if (models)
+        cli_print_list(json_object_get(r, "models"), json, 7, mhead, model_usage_row);
+    else
+        cli_print_list(json_object_get(r, "users"), json, 5, head, usage_row);
     json_decref(r);
     return CLI_OK;
 }
@@ -275,15 +302,21 @@ const cli_cmd_t cli_user_cmds[] = {
      "  --share W            their weight in fair share (default 1)\n"
      "  --rpm N              requests a minute through each gateway (docs/gateway.md);\n"
      "                       more get 429\n"},
-    {NULL, "usage", cmd_usage, "[--user U] [--since 7d] [--json]",
-     "GPU-hours, CPU-hours and cost per user",
+    {NULL, "usage", cmd_usage, "[--user U] [--since 7d] [--models] [--json]",
+     "GPU-hours, CPU-hours and cost per user; requests and tokens per model",
      "What each user's jobs held and cost since --since ago (default 7d), summed by\n"
      "the hour. A user sees their own; the admin everyone's, or one with --user.\n"
      "A job's cost is its nodes' cost per hour times the larger of its part of each\n"
      "node's GPUs and of its CPUs. Jobs still running count up to now; RUNNING\n"
      "says how many of the user's jobs are running.\n"
+     "With --models: what the gateways answered per model and user (USER '-': no\n"
+     "API key), by the hour: requests, those answered with an error (4xx, 5xx), the\n"
+     "tokens the replicas' answers said they used, and the average time per request.\n"
      "\nOptions:\n"
-     "  --json   print the array: user, gpu_hours, cpu_hours, cost, running\n"},
+     "  --models   requests and tokens per model, from the gateways' reports\n"
+     "  --json     print the array: user, gpu_hours, cpu_hours, cost, running (with\n"
+     "             --models: user, model, requests, errors, prompt_tokens,\n"
+     "             completion_tokens, ms)\n"},
     {"user", "list", user_list, "[--json]", "list the admin and the users (admin)",
      "Options:\n"
      "  --json   print the array of users: name, kind, created, limits\n"},

@@ -13,6 +13,7 @@
 struct gw_link {
     void *ctx, *sock, *monitor;
     gw_table_fn on_table;
+    gw_reported_fn on_reported;
     void *arg;
     uint32_t seq;
     int64_t renew_at;  /* monotonic ms the next gateway.watch goes */
@@ -22,13 +23,14 @@ struct gw_link {
     int was_up;        /* for the log: the coordinator's comings and goings */
 };
 
-gw_link_t *gw_link_new(const br_cred_t *cred, gw_table_fn on_table, void *arg,
-                       br_err_t *err)
+gw_link_t *gw_link_new(const br_cred_t *cred, gw_table_fn on_table,
+                       gw_reported_fn on_reported, void *arg, br_err_t *err)
 {
     gw_link_t *l = calloc(1, sizeof(*l));
     if (!l)
         return br_errp(err, ENOMEM, "out of memory");
     l->on_table = on_table;
+    l->on_reported = on_reported;
     l->arg = arg;
     l->ctx = zmq_ctx_new();
     if (!l->ctx) {
@@ -101,7 +103,26 @@ static void take(gw_link_t *l, br_msg_t *m, int64_t now_ms)
                 json_string_value(json_object_get(body, "error")));
     } else if (strcmp(br_msg_type(m), "gateway.watch") == 0) {
         take_table(l, body, now_ms);
+    } else if (strcmp(br_msg_type(m), "gateway.report") == 0 && errnum) {
+        l->heard = now_ms;
+        fprintf(stderr, "bramble-gateway: the coordinator refused a report: %s\n",
+                json_string_value(json_object_get(body, "error")));
+    } else if (strcmp(br_msg_type(m), "gateway.report") == 0) {
+        l->heard = now_ms;
+        if (l->on_reported)
+            l->on_reported(l->arg, json_string_value(json_object_get(body, "id")));
     }
+}
+
+void gw_link_report(gw_link_t *l, const json_t *body)
+{
+    br_msg_t *m = br_msg_new(BR_MSG_REQUEST, "gateway.report", ++l->seq);
+    br_err_t err;
+    if (m) {
+        br_msg_set_body(m, json_deep_copy(body));
+        br_msg_send(l->sock, m, &err); /* (a full queue: sent again at the next report) */
+    }
+    br_msg_destroy(&m);
 }
 
 int gw_link_run(gw_link_t *l, int64_t now_ms)

@@ -18,9 +18,11 @@ typedef struct gw_link gw_link_t;
 
 /* on_table(arg, version, table) for each new routing table (borrowed). */
 typedef void (*gw_table_fn)(void *arg, int64_t version, json_t *table);
+/* on_reported(arg, id): the coordinator took the report id (gateway.report). */
+typedef void (*gw_reported_fn)(void *arg, const char *id);
 
-gw_link_t *gw_link_new(const br_cred_t *cred, gw_table_fn on_table, void *arg,
-                       br_err_t *err);
+gw_link_t *gw_link_new(const br_cred_t *cred, gw_table_fn on_table,
+                       gw_reported_fn on_reported, void *arg, br_err_t *err);
 void gw_link_destroy(gw_link_t **l);
 
 /* The fd to poll for input (ZMQ_FD: edge-triggered, so gw_link_run drains). */
@@ -28,6 +30,10 @@ int gw_link_fd(const gw_link_t *l);
 /* Read what came, renew the watch when due: call after every poll. Returns the
  * ms until it wants to run again. */
 int gw_link_run(gw_link_t *l, int64_t now_ms);
+/* Send a report (gateway.report; body borrowed): what the gateway counted
+ * (ledger.h). Its answer comes to on_reported; a report lost is sent again by the
+ * caller. */
+void gw_link_report(gw_link_t *l, const json_t *body);
 /* Whether the coordinator answered lately (within GW_LINK_AWAY_MS). */
 int gw_link_up(const gw_link_t *l, int64_t now_ms);
 

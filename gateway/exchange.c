@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <strings.h>
 
 #include <jansson.h>
@@ -147,6 +148,73 @@ static size_t on_header(char *buf, size_t size, size_t n, void *arg)
     return len;
 }
 
+/* Keep the end of the answer (its last GW_EXCHANGE_TAIL bytes). */
+static void tail_add(gw_exchange_t *x, const char *data, size_t len)
+{
+    if (len >= GW_EXCHANGE_TAIL) {
+        memcpy(x->tail, data + len - GW_EXCHANGE_TAIL, GW_EXCHANGE_TAIL);
+        x->tail_len = GW_EXCHANGE_TAIL;
+        return;
+    }
+    if (x->tail_len + len > GW_EXCHANGE_TAIL) {
+        size_t drop = x->tail_len + len - GW_EXCHANGE_TAIL;
+        memmove(x->tail, x->tail + drop, x->tail_len - drop);
+        x->tail_len -= drop;
+    }
+    memcpy(x->tail + x->tail_len, data, len);
+    x->tail_len += len;
+}
+
+double gw_exchange_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The integer after "key": in o's text (at most end), or 0. */
+static int64_t usage_field(const char *o, const char *end, const char *key)
+{
+    size_t kl = strlen(key);
+    for (const char *p = o; p + kl + 2 < end; p++)
+        if (*p == '"' && strncmp(p + 1, key, kl) == 0 && p[kl + 1] == '"') {
+            p += kl + 2;
+            while (p < end && (*p == ' ' || *p == ':'))
+                p++;
+            int64_t v = 0;
+            while (p < end && *p >= '0' && *p <= '9' && v < (INT64_C(1) << 50))
+                v = v * 10 + (*p++ - '0');
+            return v;
+        }
+    return 0;
+}
+
+void gw_exchange_usage(const gw_exchange_t *x, int64_t *prompt, int64_t *completion)
+{
+    *prompt = *completion = 0;
+    const char *t = x->tail, *end = x->tail + x->tail_len;
+    for (const char *p = end - 7; p >= t; p--) { /* the last "usage": {...} */
+        if (memcmp(p, "\"usage\"", 7) != 0)
+            continue;
+        const char *o = p + 7;
+        while (o < end && (*o == ' ' || *o == ':'))
+            o++;
+        if (o >= end || *o != '{')
+            continue; /* ("usage": null, in a stream's earlier events) */
+        const char *close = o;
+        for (int depth = 0; close < end; close++) /* (its own details nest in it) */
+            if (*close == '{')
+                depth++;
+            else if (*close == '}' && --depth == 0)
+                break;
+        if (close >= end)
+            return;
+        *prompt = usage_field(o, close, "prompt_tokens");
+        *completion = usage_field(o, close, "completion_tokens");
+        return;
+    }
+}
+
 static size_t on_body(char *data, size_t size, size_t n, void *arg)
 {
     gw_exchange_t *x = arg;
@@ -159,6 +227,9 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
     }
     if (out_add(x, data, len) < 0)
         return 0;
+    if (!x->first)
+        x->first = gw_exchange_now();
+    tail_add(x, data, len);
     gw_exchange_resume(x);
     return len;
 }

@@ -20,6 +20,7 @@
 
 #define GW_EXCHANGE_BUFFER (1 << 20)
 #define GW_PATH_MAX 512
+#define GW_EXCHANGE_TAIL 4096 /* the end of an answer kept to read its "usage" */
 
 typedef enum {
     GW_X_RECEIVING, /* the client's body comes */
@@ -65,6 +66,13 @@ typedef struct gw_exchange {
     char user[64];
     int64_t user_id;
     json_t *key_models; /* the names the key may be used for ([]: every one) */
+    int known;          /* its model is a name of the routing table */
+    /* for the ledger (ledger.h): monotonic seconds the request came whole and the
+     * first byte of a replica's answer came (0: none yet); the answer's last bytes,
+     * where its "usage" is (the end of a JSON answer, the last events of a stream) */
+    double began, first;
+    char tail[GW_EXCHANGE_TAIL];
+    size_t tail_len;
 } gw_exchange_t;
 
 gw_exchange_t *gw_exchange_new(struct MHD_Connection *conn, const char *path,
@@ -107,5 +115,13 @@ enum MHD_Result gw_exchange_respond(gw_exchange_t *x, int retry_after);
 
 /* Whether the answer is a stream of server-sent events. */
 int gw_exchange_is_sse(const gw_exchange_t *x);
+
+/* Monotonic seconds, finer than ms (for the ledger's latencies). */
+double gw_exchange_now(void);
+
+/* The tokens the replica's answer says it used: the last "usage" object in the
+ * end of its answer (a JSON answer's, or a stream's last events when the client
+ * asked for stream_options.include_usage). 0 each when there is none. */
+void gw_exchange_usage(const gw_exchange_t *x, int64_t *prompt, int64_t *completion);
 
 #endif

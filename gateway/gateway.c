@@ -21,12 +21,14 @@
 #include "coordlink.h"
 #include "exchange.h"
 #include "keys.h"
+#include "ledger.h"
 #include "metrics.h"
 #include "ratelimit.h"
 #include "table.h"
 #include "util.h"
 
 #define SWEEP_MS 100 /* clients that hung up, requests waited out, slow clients */
+#define REPORT_MS 5000 /* what was counted goes to the coordinator this often */
 
 /* One client connection: when it began its current request, and whether that
  * request is whole (then the client has sent what it had to). */
@@ -51,8 +53,8 @@ struct gw {
     char *tls_cert, *tls_key;
     gw_exchange_t *whead, *wtail; /* requests waiting for a replica, oldest first */
     conn_t *conns;
-    json_t *answered; /* {"MODEL": {"CODE": count}}: requests answered (/metrics) */
-    int64_t swept;
+    gw_ledger_t *ledger; /* what was answered, counted (ledger.h) */
+    int64_t swept, reported;
     int stop;
 };
 
@@ -104,17 +106,18 @@ static enum MHD_Result answer_json(struct MHD_Connection *conn, int status, json
 
 /* ---- /metrics ------------------------------------------------------------- */
 
-/* x is answered with its status: count it under its model ("" for none). */
+/* x ended: count it (a request that never came whole is not counted). */
 static void count_answer(gw_t *g, const gw_exchange_t *x)
 {
-    char code[8];
-    const char *model = x->model[0] ? x->model : "";
-    json_t *m = json_object_get(g->answered, model);
-    if (!m && json_object_set_new(g->answered, model, m = json_object()) < 0)
+    if (!x->began)
         return;
-    snprintf(code, sizeof(code), "%d", x->status);
-    json_t *n = json_object_get(m, code);
-    json_object_set_new(m, code, json_integer(n ? json_integer_value(n) + 1 : 1));
+    double now = gw_exchange_now();
+    gw_answer_t a = {.model = x->known ? x->model : "", .user_id = x->user_id,
+                     .status = x->status ? x->status : 499, .seconds = now - x->began,
+                     .ttft = x->first ? x->first - x->began : -1};
+    if (x->status == 200)
+        gw_exchange_usage(x, &a.prompt_tokens, &a.completion_tokens);
+    gw_ledger_add(g->ledger, &a);
 }
 
 /* Replicas of s in flight, up (sent requests) and out (taken out after a failure). */
@@ -138,19 +141,7 @@ static enum MHD_Result answer_metrics(gw_t *g, struct MHD_Connection *conn)
     if (!m)
         return MHD_NO;
     int64_t now = br_mono_ms();
-    br_metrics_family(m, "bramble_gateway_requests_total", "counter",
-                      "Requests answered, by model and status.");
-    const char *model;
-    json_t *codes;
-    json_object_foreach(g->answered, model, codes) {
-        const char *code;
-        json_t *n;
-        json_object_foreach(codes, code, n) {
-            const char *labels[] = {"model", model, "code", code, NULL};
-            br_metrics_sample(m, "bramble_gateway_requests_total", labels,
-                              (double)json_integer_value(n));
-        }
-    }
+    gw_ledger_metrics(g->ledger, m);
     static const struct {
         const char *name, *help;
     } gauges[] = {
@@ -512,6 +503,7 @@ static void on_completed(void *arg, struct MHD_Connection *c, void **req,
     if (!x)
         return;
     call_off(g, x);
+    count_answer(g, x);
     gw_exchange_free(x);
     *req = NULL;
 }
@@ -530,11 +522,12 @@ static int authorize(gw_t *g, gw_exchange_t *x)
         x->key_models = json_incref(k->models);
     }
     int serves = 0, usable = 0;
+    x->known = 0;
     for (size_t i = 0; i < g->table->nservices && !usable; i++) {
         gw_service_t *s = g->table->services[i];
         if (!s->present || !gw_service_serves(s, x->model))
             continue;
-        serves = 1;
+        serves = x->known = 1;
         usable = may_use(s, x->key_state, x->key_models, x->model);
     }
     if (serves && !usable) {
@@ -567,6 +560,7 @@ static int authorize(gw_t *g, gw_exchange_t *x)
 /* The request is whole: read its model, and send it on. */
 static void begin(gw_t *g, gw_exchange_t *x)
 {
+    x->began = gw_exchange_now();
     if (x->too_big) {
         gw_exchange_fail(x, 413, "invalid_request_error",
                          "the request body is larger than %zu bytes", g->cfg.max_body);
@@ -647,7 +641,6 @@ static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn, const 
         begin(g, x);
     }
     if (x->state == GW_X_ANSWER) {
-        count_answer(g, x);
         return gw_exchange_respond(x, x->retry_after ? x->retry_after
                                       : x->status == 429 ? 1
                                       : x->status == 503 ? 5
@@ -699,6 +692,24 @@ static void on_table(void *arg, int64_t version, json_t *table)
         return;
     }
     dispatch(g); /* a replica came: the requests that wait for one go */
+}
+
+static void on_reported(void *arg, const char *id)
+{
+    gw_t *g = arg;
+    gw_ledger_reported(g->ledger, id);
+}
+
+/* What was counted since the last report (or the report not yet taken) to the
+ * coordinator, while it answers. */
+static void report(gw_t *g, int64_t now)
+{
+    if (now - g->reported < REPORT_MS || !gw_link_up(g->link, now))
+        return;
+    g->reported = now;
+    const json_t *r = gw_ledger_report(g->ledger);
+    if (r)
+        gw_link_report(g->link, r);
 }
 
 static int open_signals(gw_t *g)
@@ -786,9 +797,9 @@ gw_t *gw_new(const gw_config_t *cfg, br_err_t *err)
         goto fail;
     }
     curl_multi_setopt(g->multi, CURLMOPT_MAXCONNECTS, 1024L); /* kept for reuse */
-    if (!(g->answered = json_object()) || !(g->table = gw_table_new()) ||
+    if (!(g->ledger = gw_ledger_new()) || !(g->table = gw_table_new()) ||
         !(g->keys = gw_keys_new()) || !(g->limits = gw_ratelimit_new()) ||
-        !(g->link = gw_link_new(&cfg->cred, on_table, g, err)))
+        !(g->link = gw_link_new(&cfg->cred, on_table, on_reported, g, err)))
         goto fail;
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                      (v6 ? MHD_USE_IPv6 : 0) | (g->tls_cert ? MHD_USE_TLS : 0);
@@ -830,7 +841,7 @@ void gw_destroy(gw_t **gp)
     gw_table_destroy(&g->table);
     gw_keys_destroy(&g->keys);
     gw_ratelimit_destroy(&g->limits);
-    json_decref(g->answered);
+    gw_ledger_destroy(&g->ledger);
     if (g->multi) {
         curl_multi_cleanup(g->multi);
         curl_global_cleanup();
@@ -891,6 +902,7 @@ int gw_run(gw_t *g, br_err_t *err)
         if (now - g->swept >= SWEEP_MS) {
             g->swept = now;
             sweep(g, now);
+            report(g, now);
         }
     }
     return 0;

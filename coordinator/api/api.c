@@ -82,6 +82,7 @@ static const struct {
     {"gateway.list", K_REQUEST, P_ADMIN, br_api_gateway_list},
     {"gateway.remove", K_REQUEST, P_ADMIN, br_api_gateway_remove},
     {"gateway.watch", K_REQUEST, P_GATEWAY, br_api_gateway_watch},
+    {"gateway.report", K_REQUEST, P_GATEWAY, br_api_gateway_report},
     {"key.create", K_REQUEST, P_ADMIN | P_USER, br_api_key_create},
     {"key.list", K_REQUEST, P_ADMIN | P_USER, br_api_key_list},
     {"key.revoke", K_REQUEST, P_ADMIN | P_USER, br_api_key_revoke},
@@ -98,7 +99,7 @@ static const char *principal_words(br_principal_t k)
     case BR_PRINCIPAL_NODE:
         return "nodes may not send this";
     case BR_PRINCIPAL_GATEWAY:
-        return "a gateway may only read the routing table";
+        return "a gateway may only read the routing table and report what it answered";
     default:
         return "not allowed for this credential";
     }
@@ -126,6 +127,7 @@ static const char *action_words(const char *type)
         {"content.", "uploading files"},      {"data.", "managing data sets"},
         {"code.", "uploading files"},
         {"gateway.watch", "reading the gateways' routing table"},
+        {"gateway.report", "reporting what a gateway answered"},
         {"gateway.", "managing gateways"},   {"key.", "managing API keys"},
     };
     for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)

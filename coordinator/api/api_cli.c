@@ -1302,7 +1302,16 @@ void br_api_usage(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_t *rows = br_usage_show(c, since, id, br_now_ms(), &err);
     if (!rows)
         goto fail;
-    br_reply_ok(c, m, json_pack("{s:o, s:I}", "users", rows, "since", since));
+    /* what the gateways answered: everyone's for the admin without --user (id 0) */
+    json_t *models = br_store_model_usage_since(
+        c->store, since / BR_USAGE_HOUR_MS,
+        who->kind == BR_PRINCIPAL_ADMIN && !user ? -1 : id, &err);
+    if (!models) {
+        json_decref(rows);
+        goto fail;
+    }
+    br_reply_ok(c, m, json_pack("{s:o, s:o, s:I}", "users", rows, "models", models, "since",
+                              since));
     return;
 fail:
     br_reply_fail(c, m, &err);

@@ -1,6 +1,7 @@
 /* api_gateway.c - gateways: their credentials (gateway.add, list, remove, the
  * admin's) and what a gateway may ask for (gateway.watch: the routing table,
- * routes.h). A gateway's key may do nothing else. */
+ * routes.h) or tell (gateway.report: what it answered, per user and model). A
+ * gateway's key may do nothing else. */
 #include "api.h"
 
 #include <errno.h>
@@ -8,6 +9,8 @@
 #include <string.h>
 
 #include "routes.h"
+#include "spec.h"
+#include "usage.h"
 #include "util.h"
 
 /* 1 when a gateway has this name, 0 when not, -1 on a store error. */
@@ -112,4 +115,55 @@ void br_api_gateway_watch(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_reply_fail(c, m, &err);
     else
         br_reply_ok(c, m, r);
+}
+
+#define REPORT_ROWS_MAX 65536
+
+/* One row of a report into the store, as of hour; checked first. */
+static int take_row(br_coord_t *c, const json_t *row, int64_t hour, br_err_t *err)
+{
+    json_int_t uid, v[5];
+    const char *model;
+    if (json_unpack((json_t *)row, "{s:I, s:s, s:I, s:I, s:I, s:I, s:I}", "user_id", &uid,
+                    "model", &model, "requests", &v[0], "errors", &v[1], "prompt_tokens",
+                    &v[2], "completion_tokens", &v[3], "ms", &v[4]) < 0)
+        return br_errf(err, EPROTO, "gateway.report: a row needs user_id, model, requests, "
+                                    "errors, prompt_tokens, completion_tokens and ms");
+    if (uid < 0 || !br_spec_model_name_ok(model))
+        return br_errf(err, EPROTO, "gateway.report: a row's user_id or model is bad");
+    int64_t u[5];
+    for (int i = 0; i < 5; i++) {
+        if (v[i] < 0 || v[i] > (INT64_C(1) << 50))
+            return br_errf(err, EPROTO, "gateway.report: a row's counts must be 0 or more");
+        u[i] = v[i];
+    }
+    return br_store_model_usage_add(c->store, uid, model, hour, u, err);
+}
+
+void br_api_gateway_report(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *id;
+    json_t *usage;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:s, s:o}", "id", &id, "usage", &usage) < 0)
+        goto fail;
+    if (!*id || strlen(id) > 32 || !json_is_array(usage) ||
+        json_array_size(usage) > REPORT_ROWS_MAX) {
+        br_errf(&err, EPROTO, "gateway.report: id must be 1 to 32 characters and usage an "
+                              "array of at most %d rows", REPORT_ROWS_MAX);
+        goto fail;
+    }
+    if (!br_routes_report_seen(c->routes, id)) { /* (else: taken, its answer lost) */
+        int64_t hour = br_now_ms() / BR_USAGE_HOUR_MS;
+        size_t i;
+        json_t *row;
+        json_array_foreach(usage, i, row)
+            if (take_row(c, row, hour, &err) < 0)
+                goto fail;
+        br_routes_report_took(c->routes, id);
+    }
+    br_reply_ok(c, m, json_pack("{s:s}", "id", id));
+    return;
+fail:
+    br_reply_fail(c, m, &err);
 }

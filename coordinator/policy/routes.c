@@ -2,6 +2,7 @@
 #include "routes.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,8 @@ struct br_routes {
     char *keys_text; /* ... as text */
     int keys_stale;  /* read them again at the next make */
     int64_t keys_version; /* the table's version when they last changed */
+    char reports[BR_ROUTES_REPORTS][33]; /* the ids of the reports taken lately */
+    size_t nreports;                     /* ... how many ever (the next slot, mod) */
 };
 
 br_routes_t *br_routes_new(void)
@@ -237,6 +240,20 @@ void br_routes_forget(br_routes_t *r, const char *name)
             r->v[i] = r->v[--r->n];
         else
             i++;
+}
+
+int br_routes_report_seen(const br_routes_t *r, const char *id)
+{
+    for (size_t i = 0; i < BR_ROUTES_REPORTS && i < r->nreports; i++)
+        if (strcmp(r->reports[i], id) == 0)
+            return 1;
+    return 0;
+}
+
+void br_routes_report_took(br_routes_t *r, const char *id)
+{
+    snprintf(r->reports[r->nreports++ % BR_ROUTES_REPORTS], sizeof(r->reports[0]), "%s",
+             id);
 }
 
 json_t *br_routes_watching(br_routes_t *r)

@@ -26,6 +26,7 @@
 #define BR_ROUTES_TTL_MS 30000    /* a watch not renewed this long ends */
 #define BR_ROUTES_EVERY_MS 20     /* the table is made again at most this often */
 #define BR_ROUTES_ROUTE_MAX 256
+#define BR_ROUTES_REPORTS 256     /* gateway reports whose ids are remembered */
 
 typedef struct br_routes br_routes_t;
 
@@ -51,6 +52,12 @@ json_t *br_routes_watch(br_coord_t *c, const void *route, size_t route_len,
 
 /* A gateway removed: its watches end. */
 void br_routes_forget(br_routes_t *r, const char *name);
+
+/* Gateway reports (gateway.report) are taken once each: whether the report id was
+ * taken lately (one of the last BR_ROUTES_REPORTS; a report sent again because its
+ * answer was lost), and remember that it was. */
+int br_routes_report_seen(const br_routes_t *r, const char *id);
+void br_routes_report_took(br_routes_t *r, const char *id);
 
 /* The gateways that watch now: [{"name", "seen" (unix s of the last renewal)}]. */
 json_t *br_routes_watching(br_routes_t *r);

@@ -183,6 +183,14 @@ static const char *const migrations[] = {
     " models TEXT NOT NULL DEFAULT '[]', created INTEGER NOT NULL, revoked INTEGER);"
     "CREATE UNIQUE INDEX api_keys_name ON api_keys (principal, name)"
     " WHERE revoked IS NULL;",
+    /* 15: what the gateways answered (docs/gateway.md), per user and model name by
+     * the hour: requests, those answered 4xx/5xx, tokens the answers said they
+     * used, and their time summed; principal 0: requests without a key */
+    "CREATE TABLE model_usage (principal INTEGER NOT NULL, model TEXT NOT NULL,"
+    " hour INTEGER NOT NULL, requests INTEGER NOT NULL DEFAULT 0,"
+    " errors INTEGER NOT NULL DEFAULT 0, prompt_tokens INTEGER NOT NULL DEFAULT 0,"
+    " completion_tokens INTEGER NOT NULL DEFAULT 0, ms INTEGER NOT NULL DEFAULT 0,"
+    " PRIMARY KEY (hour, principal, model)) WITHOUT ROWID;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -349,6 +357,22 @@ static const char *const sql_text[ST_COUNT] = {
     [ST_USAGE_SINCE] = "SELECT u.principal, p.name, u.hour, u.gpu_ms, u.cpu_ms,"
                        " u.cost_micros FROM usage u JOIN principals p ON p.id = u.principal"
                        " WHERE u.hour >= ?1 ORDER BY u.principal, u.hour",
+    [ST_MODEL_USAGE_ADD] = "INSERT INTO model_usage (principal, model, hour, requests,"
+                           " errors, prompt_tokens, completion_tokens, ms)"
+                           " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                           " ON CONFLICT (hour, principal, model) DO UPDATE"
+                           " SET requests = requests + excluded.requests,"
+                           " errors = errors + excluded.errors,"
+                           " prompt_tokens = prompt_tokens + excluded.prompt_tokens,"
+                           " completion_tokens = completion_tokens + excluded.completion_tokens,"
+                           " ms = ms + excluded.ms",
+    /* ?2: one principal's (-1: everyone's) */
+    [ST_MODEL_USAGE_SINCE] = "SELECT coalesce(p.name, ''), u.model, sum(u.requests),"
+                             " sum(u.errors), sum(u.prompt_tokens),"
+                             " sum(u.completion_tokens), sum(u.ms) FROM model_usage u"
+                             " LEFT JOIN principals p ON p.id = u.principal"
+                             " WHERE u.hour >= ?1 AND (?2 < 0 OR u.principal = ?2)"
+                             " GROUP BY u.principal, u.model ORDER BY u.model, p.name",
     [ST_LIMITS_SET] = "UPDATE principals SET limits = ?3"
                       " WHERE kind = ?1 AND name = ?2 AND removed IS NULL",
     [ST_TOTALS] = "SELECT (SELECT count(*) FROM checkpoints),"

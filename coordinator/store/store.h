@@ -278,6 +278,16 @@ int br_store_usage_add(br_store_t *s, int64_t principal, int64_t hour, int64_t g
 /* Every hour's use from hour on: [{"principal","name","hour","gpu_ms","cpu_ms",
  * "cost_micros"}], by principal then hour. */
 json_t *br_store_usage_since(br_store_t *s, int64_t hour, br_err_t *err);
+/* What a gateway answered for a user (principal; 0: without a key) and model in
+ * one hour, added to what the hour holds: u = {requests, errors, prompt_tokens,
+ * completion_tokens, ms}. */
+int br_store_model_usage_add(br_store_t *s, int64_t principal, const char *model,
+                             int64_t hour, const int64_t u[5], br_err_t *err);
+/* The gateways' answers from hour on, per user and model: [{"user" ("" without a
+ * key), "model", "requests", "errors", "prompt_tokens", "completion_tokens",
+ * "ms"}], by model then user; principal >= 0: that user's only. */
+json_t *br_store_model_usage_since(br_store_t *s, int64_t hour, int64_t principal,
+                                   br_err_t *err);
 /* A user's (or the admin's) limits and share, as usage.h reads them; NULL or {}:
  * none. ENOENT when there is no such principal. */
 int br_store_limits_set(br_store_t *s, br_principal_t kind, const char *name,

@@ -38,6 +38,45 @@ json_t *br_store_usage_since(br_store_t *s, int64_t hour, br_err_t *err)
     return br_st_list_rows(s, st, usage_row, "list usage", err);
 }
 
+int br_store_model_usage_add(br_store_t *s, int64_t principal, const char *model,
+                             int64_t hour, const int64_t u[5], br_err_t *err)
+{
+    if (br_st_check_text(model, SHORT_MAX, 0, "model", err) < 0)
+        return -1;
+    sqlite3_stmt *st = s->st[ST_MODEL_USAGE_ADD];
+    int bad = sqlite3_bind_int64(st, 1, principal) | br_st_bind_text(st, 2, model) |
+              sqlite3_bind_int64(st, 3, hour);
+    for (int i = 0; i < 5; i++)
+        bad |= sqlite3_bind_int64(st, 4 + i, u[i]);
+    if (bad)
+        return br_st_binderr(s, st, "add model usage", err);
+    return br_st_run(s, st, "add model usage", err);
+}
+
+static json_t *model_usage_row(sqlite3_stmt *st, br_err_t *err)
+{
+    static const char *const names[] = {"user",          "model",
+                                        "requests",      "errors",
+                                        "prompt_tokens", "completion_tokens",
+                                        "ms"};
+    json_t *o = json_object();
+    int bad = 0;
+    for (int i = 0; i < 7; i++)
+        bad |= br_st_put(o, names[i], i < 2 ? br_st_col_text(st, i) : br_st_col_int(st, i));
+    return br_st_row_done(o, bad, "model usage", err);
+}
+
+json_t *br_store_model_usage_since(br_store_t *s, int64_t hour, int64_t principal,
+                                   br_err_t *err)
+{
+    sqlite3_stmt *st = s->st[ST_MODEL_USAGE_SINCE];
+    if (sqlite3_bind_int64(st, 1, hour) || sqlite3_bind_int64(st, 2, principal)) {
+        br_st_binderr(s, st, "list model usage", err);
+        return NULL;
+    }
+    return br_st_list_rows(s, st, model_usage_row, "list model usage", err);
+}
+
 int br_store_limits_set(br_store_t *s, br_principal_t kind, const char *name,
                         const json_t *limits, br_err_t *err)
 {

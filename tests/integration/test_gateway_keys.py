@@ -3,6 +3,7 @@ what they may be used for, a revoked key refused, a user's requests a minute
 (`user set --rpm`), and the official openai client for Node sending a key."""
 
 import json
+import re
 import time
 
 from conftest import wait_for
@@ -67,6 +68,8 @@ def test_keys_say_who_may_use_which_model_and_a_revoked_one_is_refused(
     assert st == 401 and "needs an API key" in body["error"]["message"], body
     st, _, body = chat(gw, "llama-8b", "brk-not-a-key")
     assert st == 401 and "not valid" in body["error"]["message"], body
+    st, _, body = chat(gw, "no-such-model", admin)
+    assert st == 404, body
     assert models(gw) == [] and models(gw, "brk-not-a-key") == []
     # ann's key may use every name; bob's only llama-8b (and its alias); the
     # admin's only the adapter
@@ -120,6 +123,40 @@ def test_keys_say_who_may_use_which_model_and_a_revoked_one_is_refused(
     admin_id = next(k["id"] for k in every if k["user"] == "admin")
     c.cli("key", "revoke", admin_id)
     wait_for(lambda: chat(gw, "sql-lora", admin)[0] == 401, 30, "the admin's key refused")
+    # what the gateway answered reaches `bramble usage --models`, per user and model
+    # (the name asked for), with the tokens the replicas' answers said they used
+    def rows(*cred):
+        got = c.cli_json("usage", "--models", credential=cred[0] if cred else None)
+        return {(r["user"], r["model"]): r for r in got}
+
+    def ann_counted():
+        r = rows(ann)
+        return {k: v["requests"] for k, v in r.items()} == {
+            ("ann", "llama-8b"): 1, ("ann", "llama"): 2, ("ann", "sql-lora"): 1}
+
+    wait_for(ann_counted, 30, "the gateway's report of ann's requests")
+    mine = rows(ann)
+    assert all(v["errors"] == 0 and v["prompt_tokens"] > 0 and v["completion_tokens"] > 0
+               and v["ms"] >= 0 for v in mine.values()), mine
+    every = rows()
+    assert every[("bob", "sql-lora")]["requests"] == 1 == every[("bob", "sql-lora")]["errors"]
+    assert every[("", "llama-8b")]["errors"] >= 2  # no key, a bad one, revoked ones
+    assert sum(every[("bob", m)]["errors"] for m in ("llama-8b", "llama")
+               if ("bob", m) in every) >= codes.count(429)
+    # ... and its /metrics: request seconds and time to first token as histograms,
+    # tokens by kind
+    st, _, page = gw.request("GET", "/metrics")
+    page = page.decode()
+    for line in ('bramble_gateway_request_seconds_count{model="llama"} ',
+                 'bramble_gateway_ttft_seconds_bucket{model="llama",le="+Inf"} ',
+                 'bramble_gateway_requests_total{model="llama-8b",code="401"} '):
+        assert line in page, (line, page)
+    tokens = re.search(r'bramble_gateway_tokens_total\{model="llama",kind="completion"\} '
+                       r'(\d+)', page)
+    assert tokens and int(tokens.group(1)) >= mine[("ann", "llama")]["completion_tokens"]
+    # a name nobody serves is counted without it (clients cannot grow the page)
+    assert 'model="no-such' not in page
+    assert 'bramble_gateway_requests_total{model="",code="404"} 1' in page, page
     # the admin's key actions are in the audit log, by key
     acts = [(e["action"], e["target"]) for e in c.cli_json("audit")]
     assert ("key.revoke", f"key {admin_id}") in acts and \
