@@ -1823,6 +1823,23 @@ static void on_thaw(br_agent_t *a, br_msg_t *m)
     reply(a, m, 0, NULL);
 }
 
+/* A gateway could not use a replica: check it now, and quickly after (health.h),
+ * so one that stopped answering is stopped, and restarted, within seconds. */
+static void on_check(br_agent_t *a, br_msg_t *m)
+{
+    br_attempt_t *t;
+    if (order_target(a, m, &t) < 0)
+        return;
+    br_health_t *h = t && !br_attempt_done(t) ? br_attempt_health(t) : NULL;
+    if (h) {
+        br_health_suspect(h, br_mono_ms());
+        fprintf(stderr, "bramble-agent: job %lld attempt %d: a gateway could not use it; "
+                        "checking its health now\n",
+                (long long)br_attempt_job(t), br_attempt_number(t));
+    }
+    reply(a, m, 0, NULL);
+}
+
 /* Fencing: out of touch with the coordinator for fence_ms, freeze every attempt
  * before the coordinator (after node_timeout) can start it elsewhere. A service's
  * replicas serve on (but_replicas): two copies of a replica for a while cost
@@ -2283,6 +2300,7 @@ static const struct {
     {"job.run", K_REQUEST, on_run},
     {"job.kill", K_REQUEST, on_kill},
     {"job.thaw", K_REQUEST, on_thaw},
+    {"job.check", K_REQUEST, on_check},
     {"node.rekey", K_REQUEST, on_rekey},
     {"ckpt.serve", K_REQUEST, on_serve},
     {"ckpt.fetch", K_REQUEST, on_fetch},

@@ -19,6 +19,7 @@ struct br_health {
     int port;
     char path[256]; /* "" for TCP */
     int64_t interval_ms, grace_ms, timeout_ms, started, next, deadline;
+    int quick; /* checks still to make in haste (br_health_suspect) */
     int phase, fd, fails;
     br_health_state_t state;
     char req[512];
@@ -79,6 +80,7 @@ static void settle(br_health_t *h, int64_t now, int ok, const char *why)
     close_check(h);
     if (ok) {
         h->fails = 0;
+        h->quick = 0;
         h->why[0] = '\0';
         h->state = BR_HEALTH_HEALTHY;
     } else {
@@ -91,7 +93,21 @@ static void settle(br_health_t *h, int64_t now, int ok, const char *why)
     int64_t every = h->interval_ms;
     if (h->state == BR_HEALTH_STARTING && every > 1000)
         every = 1000;
+    if (h->quick > 0 && h->state != BR_HEALTH_UNHEALTHY) {
+        h->quick--;
+        if (every > BR_HEALTH_QUICK_MS)
+            every = BR_HEALTH_QUICK_MS;
+    }
     h->next = now + every;
+}
+
+void br_health_suspect(br_health_t *h, int64_t now)
+{
+    if (h->state != BR_HEALTH_HEALTHY)
+        return; /* starting (its grace), or unhealthy already */
+    h->quick = BR_HEALTH_FAILURES;
+    if (h->next > now)
+        h->next = now; /* (a check in flight goes on; the haste follows it) */
 }
 
 static void begin(br_health_t *h, int64_t now)

@@ -36,6 +36,12 @@ void br_health_destroy(br_health_t **h);
 br_health_state_t br_health_poll(br_health_t *h, int64_t now);
 br_health_state_t br_health_state(const br_health_t *h);
 const char *br_health_state_name(br_health_state_t s);
+/* Someone could not use the replica (a gateway, through the coordinator's
+ * job.check): check it now, and the next BR_HEALTH_FAILURES checks after each
+ * other (BR_HEALTH_QUICK_MS apart), so one that fails them is unhealthy within
+ * seconds rather than intervals. A healthy answer ends the haste. */
+#define BR_HEALTH_QUICK_MS 250
+void br_health_suspect(br_health_t *h, int64_t now);
 /* Why the last check failed ("HTTP 500", "connect: Connection refused"), or "". */
 const char *br_health_why(const br_health_t *h);
 

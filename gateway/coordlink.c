@@ -103,6 +103,8 @@ static void take(gw_link_t *l, br_msg_t *m, int64_t now_ms)
                 json_string_value(json_object_get(body, "error")));
     } else if (strcmp(br_msg_type(m), "gateway.watch") == 0) {
         take_table(l, body, now_ms);
+    } else if (strcmp(br_msg_type(m), "gateway.suspect") == 0) {
+        l->heard = now_ms; /* (a replica that moved on is not worth a line) */
     } else if (strcmp(br_msg_type(m), "gateway.report") == 0 && errnum) {
         l->heard = now_ms;
         fprintf(stderr, "bramble-gateway: the coordinator refused a report: %s\n",
@@ -114,15 +116,30 @@ static void take(gw_link_t *l, br_msg_t *m, int64_t now_ms)
     }
 }
 
+/* Send type with body (taken); a full queue drops it (the callers send again). */
+static void send_request(gw_link_t *l, const char *type, json_t *body)
+{
+    br_msg_t *m = br_msg_new(BR_MSG_REQUEST, type, ++l->seq);
+    br_err_t err;
+    if (m && body) {
+        br_msg_set_body(m, body);
+        body = NULL;
+        br_msg_send(l->sock, m, &err);
+    }
+    json_decref(body);
+    br_msg_destroy(&m);
+}
+
 void gw_link_report(gw_link_t *l, const json_t *body)
 {
-    br_msg_t *m = br_msg_new(BR_MSG_REQUEST, "gateway.report", ++l->seq);
-    br_err_t err;
-    if (m) {
-        br_msg_set_body(m, json_deep_copy(body));
-        br_msg_send(l->sock, m, &err); /* (a full queue: sent again at the next report) */
-    }
-    br_msg_destroy(&m);
+    send_request(l, "gateway.report", json_deep_copy(body));
+}
+
+void gw_link_suspect(gw_link_t *l, int64_t job, int port, const char *why)
+{
+    send_request(l, "gateway.suspect",
+                 json_pack("{s:I, s:i, s:s%}", "job", (json_int_t)job, "port", port, "why",
+                           why, strlen(why) < 200 ? strlen(why) : (size_t)200));
 }
 
 int gw_link_run(gw_link_t *l, int64_t now_ms)

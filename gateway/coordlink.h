@@ -34,6 +34,9 @@ int gw_link_run(gw_link_t *l, int64_t now_ms);
  * (ledger.h). Its answer comes to on_reported; a report lost is sent again by the
  * caller. */
 void gw_link_report(gw_link_t *l, const json_t *body);
+/* Tell the coordinator that the replica job at port failed (why), so its agent
+ * checks it now (gateway.suspect). */
+void gw_link_suspect(gw_link_t *l, int64_t job, int port, const char *why);
 /* Whether the coordinator answered lately (within GW_LINK_AWAY_MS). */
 int gw_link_up(const gw_link_t *l, int64_t now_ms);
 

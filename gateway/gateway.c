@@ -29,6 +29,7 @@
 
 #define SWEEP_MS 100 /* clients that hung up, requests waited out, slow clients */
 #define REPORT_MS 5000 /* what was counted goes to the coordinator this often */
+#define GW_SUSPECT_MS 10000 /* a failed replica is told to the coordinator this often */
 
 /* One client connection: when it began its current request, and whether that
  * request is whole (then the client has sent what it had to). */
@@ -372,6 +373,19 @@ static int retryable(CURLcode rc)
            rc == CURLE_RECV_ERROR || rc == CURLE_GOT_NOTHING;
 }
 
+/* Replica r failed x (why) and is taken out: said in the log, and told to the
+ * coordinator (at most every GW_SUSPECT_MS a replica), whose agent checks it. */
+static void taken_out(gw_t *g, const gw_exchange_t *x, gw_replica_t *r, const char *why)
+{
+    fprintf(stderr, "bramble-gateway: replica %s (%s:%d) failed: %s; taken out\n", x->who,
+            r->host, r->port, why);
+    int64_t now = br_mono_ms();
+    if (!r->suspected || now - r->suspected >= GW_SUSPECT_MS) {
+        r->suspected = now;
+        gw_link_suspect(g->link, r->id, r->port, why);
+    }
+}
+
 static void try_ended(gw_t *g, gw_exchange_t *x, CURLcode rc)
 {
     int64_t now = br_mono_ms();
@@ -380,10 +394,9 @@ static void try_ended(gw_t *g, gw_exchange_t *x, CURLcode rc)
     int before_answer = x->state == GW_X_UPSTREAM;
     if (before_answer && (x->retry_wanted || retryable(rc))) {
         gw_replica_done(r, 0, now); /* out at once; the table may bring it back */
-        fprintf(stderr, "bramble-gateway: replica %s (%s:%d) failed: %s; taken out\n",
-                x->who, r->host, r->port,
-                x->retry_wanted ? "it answered 502/503" : x->cerr[0] ? x->cerr
-                                                                   : curl_easy_strerror(rc));
+        taken_out(g, x, r, x->retry_wanted ? "it answered 502/503"
+                           : x->cerr[0]    ? x->cerr
+                                           : curl_easy_strerror(rc));
         gw_exchange_end_try(x);
         if (x->tries < 3) {
             route(g, x); /* another replica, or the queue */
@@ -399,8 +412,7 @@ static void try_ended(gw_t *g, gw_exchange_t *x, CURLcode rc)
     }
     if (before_answer) { /* garbage, or silence: this replica is at fault */
         gw_replica_done(r, 0, now);
-        fprintf(stderr, "bramble-gateway: replica %s (%s:%d) failed: %s; taken out\n",
-                x->who, r->host, r->port, x->cerr[0] ? x->cerr : curl_easy_strerror(rc));
+        taken_out(g, x, r, x->cerr[0] ? x->cerr : curl_easy_strerror(rc));
         gw_exchange_end_try(x);
         if (rc == CURLE_OPERATION_TIMEDOUT)
             gw_exchange_fail(x, 504, "upstream_error", "replica %s sent nothing for %llds",

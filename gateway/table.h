@@ -27,6 +27,7 @@ typedef struct gw_replica {
     int inflight;       /* requests sent to it and not ended */
     int64_t down_until; /* monotonic ms; 0: up */
     int fails;          /* failures in a row */
+    int64_t suspected;  /* monotonic ms it was last reported to the coordinator */
     int present;        /* in the current table */
 } gw_replica_t;
 

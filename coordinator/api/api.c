@@ -83,6 +83,7 @@ static const struct {
     {"gateway.remove", K_REQUEST, P_ADMIN, br_api_gateway_remove},
     {"gateway.watch", K_REQUEST, P_GATEWAY, br_api_gateway_watch},
     {"gateway.report", K_REQUEST, P_GATEWAY, br_api_gateway_report},
+    {"gateway.suspect", K_REQUEST, P_GATEWAY, br_api_gateway_suspect},
     {"key.create", K_REQUEST, P_ADMIN | P_USER, br_api_key_create},
     {"key.list", K_REQUEST, P_ADMIN | P_USER, br_api_key_list},
     {"key.revoke", K_REQUEST, P_ADMIN | P_USER, br_api_key_revoke},
@@ -99,7 +100,7 @@ static const char *principal_words(br_principal_t k)
     case BR_PRINCIPAL_NODE:
         return "nodes may not send this";
     case BR_PRINCIPAL_GATEWAY:
-        return "a gateway may only read the routing table and report what it answered";
+        return "a gateway may only read the routing table and report what it saw";
     default:
         return "not allowed for this credential";
     }
@@ -128,6 +129,7 @@ static const char *action_words(const char *type)
         {"code.", "uploading files"},
         {"gateway.watch", "reading the gateways' routing table"},
         {"gateway.report", "reporting what a gateway answered"},
+        {"gateway.suspect", "reporting a replica a gateway could not use"},
         {"gateway.", "managing gateways"},   {"key.", "managing API keys"},
     };
     for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "routes.h"
+#include "services.h"
 #include "spec.h"
 #include "usage.h"
 #include "util.h"
@@ -166,4 +167,18 @@ void br_api_gateway_report(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     return;
 fail:
     br_reply_fail(c, m, &err);
+}
+
+void br_api_gateway_suspect(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_int_t job;
+    int port;
+    const char *why;
+    br_err_t err;
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:s}", "job", &job, "port", &port, "why", &why) <
+            0 ||
+        br_services_suspect(c, job, port, who->name, why, br_mono_ms(), &err) < 0)
+        br_reply_fail(c, m, &err);
+    else
+        br_reply_ok(c, m, json_object());
 }

@@ -166,6 +166,7 @@ void br_services_cancel(br_coord_t *c, json_t *service)
 
 struct br_services {
     json_t *health; /* replicas' health as their agents last said: {"job id": ...} */
+    json_t *suspected; /* {"job id": monotonic ms a gateway's report was last taken} */
 };
 
 const char *br_services_health_of(br_coord_t *c, int64_t id)
@@ -181,6 +182,7 @@ static void forget(br_coord_t *c, int64_t id)
     char key[24];
     snprintf(key, sizeof(key), "%lld", (long long)id);
     json_object_del(c->services->health, key);
+    json_object_del(c->services->suspected, key);
 }
 
 /* Where a running replica answers: its node's address and the port its agent gave
@@ -308,12 +310,14 @@ static void on_left(br_coord_t *c, br_hook_arg_t *a, void *ctx)
 br_services_t *br_services_new(br_coord_t *c)
 {
     br_services_t *s = calloc(1, sizeof(*s));
-    if (!s || !(s->health = json_object()) ||
+    if (!s || !(s->health = json_object()) || !(s->suspected = json_object()) ||
         br_hooks_add(c->hooks, BR_HOOK_ATTEMPT_ENDED, on_attempt_ended, s) < 0 ||
         br_hooks_add(c->hooks, BR_HOOK_TASK_REPORTED, on_task, s) < 0 ||
         br_hooks_add(c->hooks, BR_HOOK_JOB_LEFT, on_left, s) < 0) {
-        if (s)
+        if (s) {
             json_decref(s->health);
+            json_decref(s->suspected);
+        }
         free(s);
         return NULL;
     }
@@ -326,6 +330,34 @@ void br_services_destroy(br_services_t **sp)
     if (!s)
         return;
     json_decref(s->health);
+    json_decref(s->suspected);
     free(s);
     *sp = NULL;
+}
+
+int br_services_suspect(br_coord_t *c, int64_t id, int port, const char *gateway,
+                        const char *why, int64_t now_ms, br_err_t *err)
+{
+    br_job_t *job = br_jobtab_find(c->jobs, id);
+    if (!job || job->replicas >= 0 || job->replica < 0)
+        return br_errf(err, ENOENT, "job %lld is no replica of a service", (long long)id);
+    const char *h = br_services_health_of(c, id);
+    const char *node = job->nranks ? job->ranks[0].node : NULL;
+    br_node_t *n = node ? br_nodes_find(c->nodes, node) : NULL;
+    if (job->state != BR_JOB_RUNNING || job->port != port || !n || !h ||
+        strcmp(h, "healthy") != 0)
+        return 0; /* another attempt by now, or out of the table already */
+    char key[24];
+    snprintf(key, sizeof(key), "%lld", (long long)id);
+    json_t *last = json_object_get(c->services->suspected, key);
+    if (last && now_ms - json_integer_value(last) < BR_SERVICES_SUSPECT_MS)
+        return 0; /* its agent checks it already */
+    json_object_set_new(c->services->suspected, key, json_integer(now_ms));
+    br_coord_send_node(c, n, "job.check",
+                       json_pack("{s:I, s:i}", "job", (json_int_t)id, "attempt", job->attempt));
+    br_coord_event(c, id, n->name, br_job_state_name(job->state),
+                   "replica %d on %s (port %d): gateway %s could not use it (%s); its agent "
+                   "checks it now",
+                   job->replica, n->name, port, gateway, why);
+    return 0;
 }

@@ -49,6 +49,16 @@ void br_services_cancel(br_coord_t *c, json_t *service);
  * restart backoff starts again from the beginning. */
 const char *br_services_health_of(br_coord_t *c, int64_t id);
 
+/* A gateway could not use replica id at port (why: what failed): its agent is
+ * ordered to check it now (job.check: its health checks come quickly, so one that
+ * fails them is stopped and restarted within seconds), and an event says so; at
+ * most once per BR_SERVICES_SUSPECT_MS a replica. A report of a replica that moved
+ * on (another attempt, another port, not healthy any more) is dropped. -1 with
+ * ENOENT when id is no replica. */
+#define BR_SERVICES_SUSPECT_MS 10000
+int br_services_suspect(br_coord_t *c, int64_t id, int port, const char *gateway,
+                        const char *why, int64_t now_ms, br_err_t *err);
+
 /* The services' own state (the replicas' health), and its hooks (hooks.h): a
  * replica whose attempt ended starts again after its backoff; its agent's word
  * on its health; a job that left is forgotten. NULL when out of memory. */

@@ -26,6 +26,8 @@ Control files in --control DIR, looked at on each /v1/* POST (R = this replica):
   slow-R             holds a number of ms: sleep that long before answering
   garbage-R          write "this is not http\\r\\n\\r\\n" raw and close the socket
   fail503-R          answer 503 with an OpenAI error body
+  sick-R             answer 503 to everything, GET /health included (looked at
+                     on each request)
   die-mid-stream-R   on a streamed request, os._exit(1) after 2 tokens
 """
 
@@ -102,7 +104,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                           "param": None, "code": None}})
 
     def do_GET(self):
-        if self.path == "/health":
+        if control("sick"):
+            self.send_error_json(503, "replica sick (sick)", "server_error")
+        elif self.path == "/health":
             body = b"ok"
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
@@ -166,7 +170,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return False
-        if control("fail503"):
+        if control("fail503") or control("sick"):
             self.send_error_json(503, "replica overloaded (fail503)", "server_error")
             return True
         try:

@@ -155,6 +155,38 @@ def test_routes_by_model_balances_and_says_what_is_wrong(cluster2, tmp_path):
     assert gw.proc.alive()
 
 
+def test_a_replica_the_gateway_cannot_use_is_checked_and_restarted(cluster2, tmp_path):
+    """Health checked once a minute, a replica that stops answering would be found
+    only after three minutes; the gateway's word has its agent check it at once."""
+    c = cluster2
+    control = tmp_path / "control-llm"
+    control.mkdir()
+    sid = c.submit(SPEC.replace("interval: 1s", "interval: 60s").format(
+        name="llm", python=PYTHON, fake=FAKE, model="llama-8b", control=control,
+        replicas=2, extra="", more="  public: true\n"))
+    gw = Gateway(c)
+    wait_routed(gw, "llama-8b", 2)
+    rid = next(r["id"] for r in c.job(sid)["replicas"] if r["replica"] == 0)
+    (control / "sick-0").touch()
+    # every request is answered, by replica 1, while replica 0 is taken out ...
+    for _ in range(4):
+        st, h, body = gw.chat("llama-8b")
+        assert st == 200 and h["X-Bramble-Replica"] == "llm/1", (st, h, body)
+
+    def reasons():
+        return "\n".join(e["reason"] or "" for e in c.job(rid)["events"])
+
+    # ... and the coordinator, told, has its agent check it now: it fails its
+    # checks, is stopped and starts again, long before a minute's check would come
+    wait_for(lambda: "gateway gw could not use it (it answered 502/503)" in reasons(), 30,
+             "the coordinator to hear of the replica the gateway took out")
+    wait_for(lambda: "health check failed 3 times in a row" in reasons(), 30,
+             f"replica 0 found unhealthy by its agent's checks:\n{reasons()}")
+    (control / "sick-0").unlink()
+    wait_for(lambda: c.job(rid)["attempt"] >= 2, 60, "replica 0 to start again")
+    assert wait_routed(gw, "llama-8b", 2) == {"llm/0", "llm/1"}
+
+
 def replica_pids(control):
     """{replica number: pid} of the fake servers started with this control dir (the
     python processes, not the sh that runs each)."""

@@ -1,6 +1,7 @@
 /* test_health.c - a replica's health check against a real listening socket on
  * loopback, answered by the test itself: HTTP status codes, garbage, silence, a
- * closed port, the start-up grace and the three-failures rule. */
+ * closed port, the start-up grace, the three-failures rule, and the haste a
+ * gateway's word brings. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -98,6 +99,30 @@ static void test_http_ok_then_500(void **state)
     server_close(&s);
 }
 
+/* Checked once a minute, a replica that fails is found only when a gateway's word
+ * (br_health_suspect) hastens the checks: three, 250 ms apart; a healthy answer
+ * ends the haste. */
+static void test_suspect_hastens(void **state)
+{
+    (void)state;
+    server_t s;
+    br_err_t err;
+    server_open(&s, "HTTP/1.1 200 OK\r\n\r\n");
+    br_health_t *h = br_health_new(s.port, "/health", 60000, 0, br_mono_ms(), &err);
+    assert_non_null(h);
+    assert_int_equal(run(h, &s, BR_HEALTH_HEALTHY, 3000), BR_HEALTH_HEALTHY);
+    br_health_suspect(h, br_mono_ms()); /* it answers well: the haste ends */
+    s.answer = "HTTP/1.1 200 OK\r\n\r\n";
+    run(h, &s, BR_HEALTH_UNHEALTHY, 600);
+    s.answer = "HTTP/1.0 503 Service Unavailable\r\n\r\n";
+    assert_int_equal(run(h, &s, BR_HEALTH_UNHEALTHY, 600), BR_HEALTH_HEALTHY);
+    br_health_suspect(h, br_mono_ms());
+    assert_int_equal(run(h, &s, BR_HEALTH_UNHEALTHY, 5000), BR_HEALTH_UNHEALTHY);
+    assert_string_equal(br_health_why(h), "GET /health: HTTP 503");
+    br_health_destroy(&h);
+    server_close(&s);
+}
+
 static void test_garbage_and_silence(void **state)
 {
     (void)state;
@@ -151,6 +176,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_http_ok_then_500),
+        cmocka_unit_test(test_suspect_hastens),
         cmocka_unit_test(test_garbage_and_silence),
         cmocka_unit_test(test_tcp_and_grace),
         cmocka_unit_test(test_bad_arguments),
