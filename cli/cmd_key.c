@@ -66,20 +66,17 @@ static int key_create(cli_t *cli, int argc, char **argv)
     if (json) {
         cli_print_json(r);
     } else {
-        char list[1024] = "";
-        size_t i, off = 0;
-        json_t *v;
-        json_array_foreach(json_object_get(r, "models"), i, v)
-            if (off < sizeof(list))
-                off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s",
-                                        i ? ", " : "", json_string_value(v));
+        char list[1024];
+        json_t *names = json_object_get(r, "models");
         printf("API key %s (%s) of user %s, for %s.\n"
                "It is shown only now: keep it. Clients send it as 'Authorization: Bearer "
                "KEY' (OPENAI_API_KEY) to the gateway.\n%s\n",
                json_string_value(json_object_get(r, "id")),
                json_string_value(json_object_get(r, "name")),
                json_string_value(json_object_get(r, "user")),
-               off ? list : "every model", json_string_value(json_object_get(r, "key")));
+               json_array_size(names) ? cli_fmt_list(names, ", ", list, sizeof(list))
+                                      : "every model",
+               json_string_value(json_object_get(r, "key")));
     }
     json_decref(r);
     return CLI_OK;
@@ -87,16 +84,13 @@ static int key_create(cli_t *cli, int argc, char **argv)
 
 static void key_row(cli_table_t *t, const json_t *k)
 {
-    char cr[64], list[256] = "";
-    size_t i, off = 0;
-    json_t *v;
-    json_array_foreach(json_object_get(k, "models"), i, v)
-        if (off < sizeof(list))
-            off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s", i ? "," : "",
-                                    json_string_value(v));
+    char cr[64], list[256];
+    json_t *models = json_object_get(k, "models");
     const char *row[] = {json_string_value(json_object_get(k, "id")),
                          json_string_value(json_object_get(k, "name")),
-                         json_string_value(json_object_get(k, "user")), off ? list : "all",
+                         json_string_value(json_object_get(k, "user")),
+                         json_array_size(models) ? cli_fmt_list(models, ",", list, sizeof(list))
+                                                 : "all",
                          cli_fmt_time(json_object_get(k, "created"), cr, sizeof(cr))};
     cli_table_add(t, row);
 }
@@ -136,7 +130,7 @@ static int key_revoke(cli_t *cli, int argc, char **argv)
     json_t *r = cli_call(cli, "key.revoke", json_pack("{s:s}", "key", key));
     if (!r)
         return CLI_FAIL;
-    printf("revoked API key %s (%s); the gateways refuse it within a second\n",
+    printf("revoked API key %s (%s); the gateways refuse it once they hear of it\n",
            json_string_value(json_object_get(r, "id")),
            json_string_value(json_object_get(r, "name")));
     json_decref(r);
@@ -161,7 +155,7 @@ const cli_cmd_t cli_key_cmds[] = {
      "  --all    every user's keys (admin)\n"
      "  --json   print the array: id, name, user, models, created\n"},
     {"key", "revoke", key_revoke, "ID|NAME",
-     "revoke an API key: the gateways refuse it within a second",
+     "revoke an API key: the gateways refuse it once they hear of it",
      "Takes one of your keys by id or name; the admin may revoke anyone's by id.\n"},
     {0},
 };

@@ -63,8 +63,7 @@ typedef struct gw_exchange {
     /* whose request it is (keys.h): key_state 1 with a key the gateway knows, -1
      * with a key it does not (revoked, or never made), 0 with none */
     int key_state;
-    char user[64];
-    int64_t user_id;
+    int64_t user_id;    /* the key's user (0: none) */
     json_t *key_models; /* the names the key may be used for ([]: every one) */
     int known;          /* its model is a name of the routing table */
     /* for the ledger (ledger.h): monotonic seconds the request came whole and the

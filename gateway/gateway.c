@@ -529,7 +529,6 @@ static int authorize(gw_t *g, gw_exchange_t *x)
     const gw_key_t *k;
     x->key_state = caller_key(g, x->conn, &k);
     if (k) {
-        snprintf(x->user, sizeof(x->user), "%s", k->user);
         x->user_id = k->user_id;
         x->key_models = json_incref(k->models);
     }

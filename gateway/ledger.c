@@ -21,7 +21,7 @@ typedef struct {
 struct gw_ledger {
     model_t *models; /* for /metrics, in the order first seen */
     size_t nmodels;
-    json_t *rows;   /* "USER_ID\tMODEL" -> [requests, errors, prompt, completion, ms] */
+    json_t *rows;   /* "USER_ID\tMODEL" -> the report's row for them (ledger.h) */
     json_t *report; /* the report sent and not yet taken */
 };
 
@@ -102,16 +102,17 @@ void gw_ledger_add(gw_ledger_t *l, const gw_answer_t *a)
     if (!row) {
         if (json_object_size(l->rows) >= GW_LEDGER_ROWS_MAX)
             return;
-        row = json_pack("[iiiii]", 0, 0, 0, 0, 0);
+        row = json_pack("{s:I, s:s, s:i, s:i, s:i, s:i, s:i}", "user_id",
+                        (json_int_t)a->user_id, "model", name, "requests", 0, "errors", 0,
+                        "prompt_tokens", 0, "completion_tokens", 0, "ms", 0);
         if (!row || json_object_set_new(l->rows, key, row) < 0)
             return;
     }
-    int64_t add[5] = {1, a->status >= 400, a->prompt_tokens, a->completion_tokens,
-                      (int64_t)(a->seconds * 1000 + 0.5)};
-    for (int i = 0; i < 5; i++)
-        json_array_set_new(row, (size_t)i,
-                           json_integer(json_integer_value(json_array_get(row, (size_t)i)) +
-                                        add[i]));
+    bump(row, "requests", 1);
+    bump(row, "errors", a->status >= 400);
+    bump(row, "prompt_tokens", a->prompt_tokens);
+    bump(row, "completion_tokens", a->completion_tokens);
+    bump(row, "ms", (int64_t)(a->seconds * 1000 + 0.5));
 }
 
 void gw_ledger_metrics(const gw_ledger_t *l, br_metrics_t *m)
@@ -162,16 +163,8 @@ const json_t *gw_ledger_report(gw_ledger_t *l)
     json_t *usage = json_array();
     const char *key;
     json_t *row;
-    json_object_foreach(l->rows, key, row) {
-        const char *tab = strchr(key, '\t');
-        json_array_append_new(
-            usage, json_pack("{s:I, s:s, s:O, s:O, s:O, s:O, s:O}", "user_id",
-                             (json_int_t)strtoll(key, NULL, 10), "model", tab ? tab + 1 : "",
-                             "requests", json_array_get(row, 0), "errors",
-                             json_array_get(row, 1), "prompt_tokens", json_array_get(row, 2),
-                             "completion_tokens", json_array_get(row, 3), "ms",
-                             json_array_get(row, 4)));
-    }
+    json_object_foreach(l->rows, key, row)
+        json_array_append(usage, row);
     unsigned char raw[12];
     char id[sizeof(raw) * 2 + 1];
     randombytes_buf(raw, sizeof(raw));

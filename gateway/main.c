@@ -1,5 +1,6 @@
 /* main.c - bramble-gateway: flags, then the gateway's loop (gateway.h). */
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,11 +35,16 @@ static const char usage[] =
     "                        (default 10m)\n"
     "  --max-connections N   client connections at once (default 10000)\n";
 
-static int bad(const char *fmt, const char *a, const char *b)
+/* A usage error: said on stderr; the exit status 2. */
+static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int bad(const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "bramble-gateway: ");
-    fprintf(stderr, fmt, a, b);
+    vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n(bramble-gateway --help says how to use it)\n");
+    va_end(ap);
     return 2;
 }
 
@@ -72,7 +78,7 @@ int main(int argc, char **argv)
             break;
         case 'l':
             if (strlen(optarg) >= sizeof(cfg.listen))
-                return bad("--listen %s: too long%s", optarg, "");
+                return bad("--listen %s: too long", optarg);
             snprintf(cfg.listen, sizeof(cfg.listen), "%s", optarg);
             break;
         case 'C':
@@ -83,7 +89,7 @@ int main(int argc, char **argv)
             break;
         case 'b':
             if (br_parse_size(optarg, &size, &err) < 0 || size == 0 || size > (1ull << 30))
-                return bad("--max-body %s: expected a size from 1 to 1GiB%s", optarg, "");
+                return bad("--max-body %s: expected a size from 1 to 1GiB", optarg);
             cfg.max_body = (size_t)size;
             break;
         case 'q':
@@ -113,10 +119,9 @@ int main(int argc, char **argv)
         }
     }
     if (optind < argc)
-        return bad("unexpected argument '%s'%s", argv[optind], "");
+        return bad("unexpected argument '%s'", argv[optind]);
     if (!cred)
-        return bad("--credential FILE is needed (bramble gateway add NAME makes one)%s%s",
-                   "", "");
+        return bad("--credential FILE is needed (bramble gateway add NAME makes one)");
     if (br_cred_load(cred, &cfg.cred, &err) < 0) {
         fprintf(stderr, "bramble-gateway: %s\n", err.text);
         return 1;

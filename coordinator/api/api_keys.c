@@ -40,60 +40,62 @@ static int check_models(const json_t *models, br_err_t *err)
     return 0;
 }
 
+/* Whether who may make a key named name (NULL: its id) for models: 0, or -1 with
+ * err (a bad name or model list, or as many keys as a user may hold). */
+static int check_new_key(br_coord_t *c, const br_caller_t *who, const char *name,
+                         const json_t *models, br_err_t *err)
+{
+    if (name && (!br_valid_name(name) || strlen(name) > 63))
+        return br_errf(err, EINVAL, "key name '%.80s': use up to 63 lowercase letters, "
+                                    "digits and '-'", name);
+    if (check_models(models, err) < 0)
+        return -1;
+    json_t *have = br_store_apikey_list(c->store, who->id, err);
+    if (!have)
+        return -1;
+    size_t held = json_array_size(have);
+    json_decref(have);
+    if (held >= KEYS_PER_USER)
+        return br_errf(err, EDQUOT, "you hold %zu keys, the most a user may: revoke one "
+                                    "first (bramble key revoke)", held);
+    return 0;
+}
+
 void br_api_key_create(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     const char *name = NULL;
     json_t *models = NULL;
     br_err_t err;
-    if (br_msg_unpack(m, &err, "{s?s, s?o}", "name", &name, "models", &models) < 0)
-        goto fail;
-    if (name && (!br_valid_name(name) || strlen(name) > 63)) {
-        br_errf(&err, EINVAL, "key name '%.80s': use up to 63 lowercase letters, digits "
-                              "and '-'", name);
-        goto fail;
+    if (br_msg_unpack(m, &err, "{s?s, s?o}", "name", &name, "models", &models) < 0) {
+        br_reply_fail(c, m, &err);
+        return;
     }
-    json_t *none = json_array();
-    if (check_models(models ? models : none, &err) < 0) {
-        json_decref(none);
-        goto fail;
-    }
-    json_t *have = br_store_apikey_list(c->store, who->id, &err);
-    if (!have) {
-        json_decref(none);
-        goto fail;
-    }
-    size_t held = json_array_size(have);
-    json_decref(have);
-    if (held >= KEYS_PER_USER) {
-        json_decref(none);
-        br_errf(&err, EDQUOT, "you hold %zu keys, the most a user may: revoke one first "
-                              "(bramble key revoke)", held);
-        goto fail;
-    }
+    json_t *list = models ? json_incref(models) : json_array();
     unsigned char raw[32];
     char text[sizeof(KEY_PREFIX) + 64], hash[BR_TOKEN_HASH_HEX + 1], id[BR_TOKEN_ID_LEN + 1];
+    if (check_new_key(c, who, name, list, &err) < 0)
+        goto fail;
     randombytes_buf(raw, sizeof(raw));
     memcpy(text, KEY_PREFIX, sizeof(KEY_PREFIX) - 1);
     sodium_bin2base64(text + sizeof(KEY_PREFIX) - 1, sizeof(text) - sizeof(KEY_PREFIX) + 1,
                       raw, sizeof(raw), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
     sodium_memzero(raw, sizeof(raw));
     br_token_hash(text, hash, id);
-    int rc = br_store_apikey_add(c->store, who->id, id, hash, name ? name : id,
-                                 models ? models : none, br_now_ms(), &err);
-    json_decref(none);
-    if (rc < 0) {
+    if (!name)
+        name = id;
+    if (br_store_apikey_add(c->store, who->id, id, hash, name, list, br_now_ms(), &err) < 0) {
         sodium_memzero(text, sizeof(text));
         goto fail;
     }
     br_routes_keys_changed(c->routes);
-    br_coord_event(c, 0, NULL, "key", "API key %s (%s) made by %s", id, name ? name : id,
-                   who->name);
-    br_reply_ok(c, m, json_pack("{s:s, s:s, s:s, s:s, s:o}", "key", text, "id", id, "name",
-                              name ? name : id, "user", who->name, "models",
-                              models ? json_incref(models) : json_array()));
+    br_coord_event(c, 0, NULL, "key", "API key %s (%s) made by %s", id, name, who->name);
+    br_reply_ok(c, m, json_pack("{s:s, s:s, s:s, s:s, s:O}", "key", text, "id", id, "name",
+                              name, "user", who->name, "models", list));
     sodium_memzero(text, sizeof(text));
+    json_decref(list);
     return;
 fail:
+    json_decref(list);
     br_reply_fail(c, m, &err);
 }
 
