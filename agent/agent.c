@@ -2394,8 +2394,9 @@ static void on_signal(br_agent_t *a)
 /* --- the loop ------------------------------------------------------------------ */
 
 /* Advance a replica's health check; an unhealthy replica is stopped, and its exit
- * report says why (the coordinator restarts it). */
-static void check_health(br_attempt_t *t, int64_t now)
+ * report says why (the coordinator restarts it). A change is told at once: the
+ * next heartbeat goes now (requests may wait for this replica to come up). */
+static void check_health(br_agent_t *a, br_attempt_t *t, int64_t now)
 {
     br_health_t *h = br_attempt_health(t);
     if (!h || br_attempt_done(t) || br_attempt_frozen(t))
@@ -2403,6 +2404,7 @@ static void check_health(br_attempt_t *t, int64_t now)
     br_health_state_t was = br_health_state(h), is = br_health_poll(h, now);
     if (is == was)
         return;
+    a->hb_sent = now - a->hb_ms;
     const char *why = br_health_why(h);
     fprintf(stderr, "bramble-agent: job %lld attempt %d: %s%s%s\n",
             (long long)br_attempt_job(t), br_attempt_number(t), br_health_state_name(is),
@@ -2462,7 +2464,7 @@ static void timers(br_agent_t *a)
         br_attempt_check_adopted(t);
         br_attempt_check_lingering(t); /* a stopped job's handlers that have finished */
         br_attempt_flush(t, 0, ship_log, a);
-        check_health(t, now);
+        check_health(a, t, now);
         if (br_attempt_ckpt(t) && !br_attempt_frozen(t)) {
             ckpt_ctx_t ctx = {a, t, br_ckpt_user(br_attempt_ckpt(t))};
             br_ckpt_poll(br_attempt_ckpt(t), now, on_checkpoint, &ctx);

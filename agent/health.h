@@ -6,8 +6,10 @@
  * A replica is "starting" until a check succeeds; failures during its start-up
  * grace do not count. After that, BR_HEALTH_FAILURES checks failing in a row make
  * it "unhealthy" (the agent then stops it and the coordinator restarts it); one
- * success makes it "healthy" again. While starting it is checked every second (or
- * every interval when shorter), afterwards every interval. */
+ * success makes it "healthy" again. While starting it is checked every
+ * BR_HEALTH_STARTING_MS within its grace (so a replica that comes up is known
+ * soon: a cold start waits on it), every second after its grace (or every interval
+ * when shorter), and once healthy every interval. */
 #ifndef BRAMBLE_HEALTH_H
 #define BRAMBLE_HEALTH_H
 
@@ -17,6 +19,7 @@
 
 #define BR_HEALTH_FAILURES 3
 #define BR_HEALTH_TIMEOUT_MS 2000 /* one check's limit (or the interval, if shorter) */
+#define BR_HEALTH_STARTING_MS 250
 
 typedef enum {
     BR_HEALTH_STARTING,

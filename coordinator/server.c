@@ -39,6 +39,8 @@
 #include "stages.h"
 #include "uploads.h"
 #include "routes.h"
+#include "autoscale.h"
+#include "gwload.h"
 #include "watchers.h"
 #include "stats.h"
 #include "http.h"
@@ -152,8 +154,9 @@ int br_coord_wire(br_coord_t *c)
     c->uploads = br_uploads_new();
     c->stages = br_stages_new();
     c->routes = br_routes_new();
+    c->gwload = br_gwload_new();
     if (!c->replicas || !c->replkeep || !c->ckptpull || !c->pace || !c->uploads ||
-        !c->stages || !c->routes)
+        !c->stages || !c->routes || !c->gwload)
         return -1;
     /* the modules hear of the core in this order: the core's own hooks first */
     if (br_jobs_init(c) < 0 || br_deps_init(c) < 0 || br_replicas_init(c) < 0 ||
@@ -162,7 +165,8 @@ int br_coord_wire(br_coord_t *c)
     c->services = br_services_new(c);
     c->sched = br_sched_new(c);
     c->usage = br_usage_new(c, c->cfg.half_life_ms);
-    return c->services && c->sched && c->usage ? 0 : -1;
+    c->autoscale = br_autoscale_new(c);
+    return c->services && c->sched && c->usage && c->autoscale ? 0 : -1;
 }
 
 br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
@@ -260,7 +264,9 @@ void br_coord_destroy(br_coord_t **cp)
     br_sched_destroy(&c->sched);
     br_usage_destroy(&c->usage);
     br_services_destroy(&c->services);
+    br_autoscale_destroy(&c->autoscale);
     br_routes_destroy(&c->routes);
+    br_gwload_destroy(&c->gwload);
     br_replicas_destroy(&c->replicas);
     br_replkeep_destroy(&c->replkeep);
     br_hooks_destroy(&c->hooks);

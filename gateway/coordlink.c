@@ -20,6 +20,7 @@ struct gw_link {
     int64_t heard;     /* monotonic ms of the last answer or news; 0: never */
     int64_t version;   /* of the table last taken */
     int refused;
+    int load_refused; /* the last load report was refused (said once) */
     int was_up;        /* for the log: the coordinator's comings and goings */
 };
 
@@ -105,6 +106,12 @@ static void take(gw_link_t *l, br_msg_t *m, int64_t now_ms)
         take_table(l, body, now_ms);
     } else if (strcmp(br_msg_type(m), "gateway.suspect") == 0) {
         l->heard = now_ms; /* (a replica that moved on is not worth a line) */
+    } else if (strcmp(br_msg_type(m), "gateway.load") == 0) {
+        l->heard = now_ms;
+        if (errnum && !l->load_refused) /* (once: it comes every second) */
+            fprintf(stderr, "bramble-gateway: the coordinator refused a load report: %s\n",
+                    json_string_value(json_object_get(body, "error")));
+        l->load_refused = errnum != NULL;
     } else if (strcmp(br_msg_type(m), "gateway.report") == 0 && errnum) {
         l->heard = now_ms;
         fprintf(stderr, "bramble-gateway: the coordinator refused a report: %s\n",
@@ -140,6 +147,11 @@ void gw_link_suspect(gw_link_t *l, int64_t job, int port, const char *why)
     send_request(l, "gateway.suspect",
                  json_pack("{s:I, s:i, s:s%}", "job", (json_int_t)job, "port", port, "why",
                            why, strlen(why) < 200 ? strlen(why) : (size_t)200));
+}
+
+void gw_link_load(gw_link_t *l, json_t *services)
+{
+    send_request(l, "gateway.load", services ? json_pack("{s:o}", "services", services) : NULL);
 }
 
 int gw_link_run(gw_link_t *l, int64_t now_ms)

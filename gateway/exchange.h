@@ -41,6 +41,7 @@ typedef struct gw_exchange {
     int too_big;
     char model[132];
     int64_t wait_until; /* monotonic ms a queued request gives up */
+    int64_t wait_ms;    /* ... after waiting this long */
     gw_service_t *wait_svc; /* the service it is queued for (counted there) */
     struct gw_exchange *wnext, *wprev;
     gw_replica_t *rep; /* the replica of the current try; NULL once it ended */

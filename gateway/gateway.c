@@ -29,6 +29,7 @@
 
 #define SWEEP_MS 100 /* clients that hung up, requests waited out, slow clients */
 #define REPORT_MS 5000 /* what was counted goes to the coordinator this often */
+#define LOAD_MS 1000   /* what the gateway carries (gateway.load), this often */
 #define GW_SUSPECT_MS 10000 /* a failed replica is told to the coordinator this often */
 
 /* One client connection: when it began its current request, and whether that
@@ -56,6 +57,8 @@ struct gw {
     conn_t *conns;
     gw_ledger_t *ledger; /* what was answered, counted (ledger.h) */
     int64_t swept, reported;
+    int64_t loaded;    /* monotonic ms the load was last told */
+    int load_now;      /* tell the load at the next turn of the loop */
     int stop;
 };
 
@@ -301,6 +304,8 @@ static void unqueue(gw_t *g, gw_exchange_t *x)
     x->wait_svc = NULL;
 }
 
+static void report_load(gw_t *g, int64_t now);
+
 /* Send x on, queue it, or answer why not. */
 static void route(gw_t *g, gw_exchange_t *x)
 {
@@ -327,8 +332,13 @@ static void route(gw_t *g, gw_exchange_t *x)
     x->state = GW_X_WAITING;
     x->wait_svc = svc;
     svc->waiting++;
-    if (!x->wait_until)
-        x->wait_until = now + g->cfg.wait_ms;
+    if (!gw_service_has_present(svc)) /* none: one may be starting for it */
+        g->load_now = 1;
+    if (!x->wait_until) {
+        x->wait_ms = svc->cold_start_ms && !gw_service_has_present(svc) ? svc->cold_start_ms
+                                                                        : g->cfg.wait_ms;
+        x->wait_until = now + x->wait_ms;
+    }
     x->wprev = g->wtail;
     if (g->wtail)
         g->wtail->wnext = x;
@@ -336,6 +346,8 @@ static void route(gw_t *g, gw_exchange_t *x)
         g->whead = x;
     g->wtail = x;
     gw_exchange_suspend(x);
+    if (g->load_now)
+        report_load(g, now);
 }
 
 /* Requests that waited: those that can go now, in order; those that waited out. */
@@ -357,7 +369,7 @@ static void dispatch(gw_t *g)
             else
                 gw_exchange_fail(x, 503, "service_unavailable",
                                  "no replica of model '%s' answered within %llds",
-                                 x->model, (long long)(g->cfg.wait_ms / 1000));
+                                 x->model, (long long)(x->wait_ms / 1000));
             gw_exchange_resume(x);
         }
     }
@@ -711,6 +723,17 @@ static void on_reported(void *arg, const char *id)
     gw_ledger_reported(g->ledger, id);
 }
 
+/* What the gateway carries, to the coordinator every LOAD_MS, and at once when a
+ * request waits for a service at 0 replicas (autoscale starts one). */
+static void report_load(gw_t *g, int64_t now)
+{
+    if ((!g->load_now && now - g->loaded < LOAD_MS) || !gw_link_up(g->link, now))
+        return;
+    g->loaded = now;
+    g->load_now = 0;
+    gw_link_load(g->link, gw_table_load(g->table));
+}
+
 /* What was counted since the last report (or the report not yet taken) to the
  * coordinator, while it answers. */
 static void report(gw_t *g, int64_t now)
@@ -914,6 +937,7 @@ int gw_run(gw_t *g, br_err_t *err)
             g->swept = now;
             sweep(g, now);
             report(g, now);
+            report_load(g, now);
         }
     }
     return 0;

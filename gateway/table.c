@@ -126,12 +126,12 @@ int gw_table_update(gw_table_t *t, int64_t version, const json_t *table)
     size_t i;
     json_t *e;
     json_array_foreach(list, i, e) {
-        json_int_t id = 0, owner_id = 0, max = 0;
+        json_int_t id = 0, owner_id = 0, max = 0, cold = 0;
         const char *name = NULL, *owner = "", *model = NULL;
         int pub = 0;
-        if (json_unpack(e, "{s:I, s:s, s?s, s?I, s:s, s?I, s?b}", "id", &id, "name", &name,
-                        "owner", &owner, "owner_id", &owner_id, "model", &model,
-                        "max_inflight", &max, "public", &pub) < 0)
+        if (json_unpack(e, "{s:I, s:s, s?s, s?I, s:s, s?I, s?b, s?I}", "id", &id, "name",
+                        &name, "owner", &owner, "owner_id", &owner_id, "model", &model,
+                        "max_inflight", &max, "public", &pub, "cold_start_ms", &cold) < 0)
             continue;
         gw_service_t *s = find_service(t, id);
         if (!s) {
@@ -147,6 +147,7 @@ int gw_table_update(gw_table_t *t, int64_t version, const json_t *table)
         s->owner_id = owner_id;
         s->max_inflight = max > 0 ? (int)max : 0;
         s->is_public = pub;
+        s->cold_start_ms = cold > 0 ? cold : 0;
         s->present = 1;
         take_names(s, e);
         if (take_replicas(s, json_object_get(e, "replicas")) < 0)
@@ -243,4 +244,33 @@ void gw_table_sweep(gw_table_t *t)
             i++;
         }
     }
+}
+
+int gw_service_has_present(const gw_service_t *svc)
+{
+    for (size_t i = 0; i < svc->nreplicas; i++)
+        if (svc->replicas[i]->present)
+            return 1;
+    return 0;
+}
+
+json_t *gw_table_load(const gw_table_t *t)
+{
+    json_t *out = json_array();
+    for (size_t i = 0; out && i < t->nservices; i++) {
+        const gw_service_t *s = t->services[i];
+        json_t *reps = json_array();
+        int inflight = 0;
+        for (size_t k = 0; k < s->nreplicas; k++) {
+            const gw_replica_t *r = s->replicas[k];
+            inflight += r->inflight;
+            json_array_append_new(reps, json_pack("{s:I, s:i, s:b}", "id", (json_int_t)r->id,
+                                                  "inflight", r->inflight, "routed",
+                                                  r->present && s->present));
+        }
+        json_array_append_new(out, json_pack("{s:I, s:i, s:i, s:o}", "id", (json_int_t)s->id,
+                                             "inflight", inflight, "waiting", s->waiting,
+                                             "replicas", reps));
+    }
+    return out;
 }

@@ -41,6 +41,7 @@ struct gw_service {
     json_t *aliases;   /* its aliases alone */
     int max_inflight;  /* per replica; 0: no cap */
     int is_public;
+    int64_t cold_start_ms; /* autoscaled: at 0 replicas a request waits this long */
     gw_replica_t **replicas;
     size_t nreplicas;
     int present;
@@ -71,6 +72,13 @@ int gw_service_alias(const gw_service_t *svc, const char *name);
 gw_replica_t *gw_service_pick(gw_service_t *svc, int64_t now_ms);
 /* Whether svc has a replica that is up (maybe busy). */
 int gw_service_has_up(const gw_service_t *svc, int64_t now_ms);
+/* Whether svc has a replica in the table (up or not). */
+int gw_service_has_present(const gw_service_t *svc);
+
+/* What the gateway carries, for the coordinator (gateway.load): [{"id", "inflight",
+ * "waiting", "replicas": [{"id", "inflight", "routed"}]}] over the services it
+ * knows. New reference. */
+json_t *gw_table_load(const gw_table_t *t);
 
 /* A request to r ended: ok, or failed (the replica is left alone a while). */
 void gw_replica_done(gw_replica_t *r, int ok, int64_t now_ms);

@@ -38,7 +38,10 @@ static const char *const progress_keys[] = {"timeout", NULL};
 static const char *const preempt_keys[] = {"signal", "grace", NULL};
 static const char *const service_keys[] = {"replicas", "port",     "health",       "model",
                                            "aliases",  "adapters", "max_inflight", "public",
-                                           NULL};
+                                           "autoscale", NULL};
+static const char *const autoscale_keys[] = {"min",        "max",       "target_inflight",
+                                             "up_after",   "down_after", "cold_start_timeout",
+                                             NULL};
 static const char *const health_keys[] = {"http", "tcp", "interval", "grace", NULL};
 static const char *const free_keys[] = {NULL}; /* any key (env, labels) */
 
@@ -55,6 +58,7 @@ static const struct {
     {"preempt", preempt_keys},
     {"service", service_keys},
     {"service.health", health_keys},
+    {"service.autoscale", autoscale_keys},
     {"env", free_keys},
     {"resources.labels", free_keys},
 };
@@ -1047,6 +1051,52 @@ static int check_models(const sect_t *sv, br_spec_t *spec)
     return 0;
 }
 
+/* service.autoscale: the replica count follows the gateways' load, between min and
+ * max (docs/gateway.md, "Autoscaling"). It needs service.model (only the gateway
+ * sees the load); replicas, when given, is where it starts. */
+static int check_autoscale(const sect_t *sv, br_spec_t *spec)
+{
+    sect_t a;
+    int rc = get_section(sv, "autoscale", "service.autoscale", &a);
+    if (rc <= 0)
+        return rc;
+    br_autoscale_spec_t *as = &spec->service.autoscale;
+    if (check_keys(&a, autoscale_keys) < 0 || get_int(&a, "min", 0, 1000, &as->min) < 0 ||
+        get_int(&a, "max", 1, 1000, &as->max) < 0 ||
+        get_int(&a, "target_inflight", 1, 100000, &as->target_inflight) < 0 ||
+        get_duration(&a, "up_after", &as->up_after_ms) < 0 ||
+        get_duration(&a, "down_after", &as->down_after_ms) < 0 ||
+        get_duration(&a, "cold_start_timeout", &as->cold_start_ms) < 0)
+        return -1;
+    if (!get(&a, "max"))
+        return spec_fail_at(a.err, a.line,
+                            "service.autoscale: needs max (the most replicas it may have)");
+    if (as->min > as->max)
+        return spec_fail_at(a.err, value_line(&a, "min"),
+                            "service.autoscale: min (%d) is more than max (%d)", as->min,
+                            as->max);
+    if (!spec->service.model)
+        return spec_fail_at(a.err, a.line,
+                            "service.autoscale: needs service.model (the load it follows "
+                            "is the gateway's requests for that model)");
+    if (spec->service.max_inflight && as->target_inflight > spec->service.max_inflight)
+        return spec_fail_at(a.err, value_line(&a, "target_inflight"),
+                            "service.autoscale.target_inflight: %d is more than "
+                            "service.max_inflight (%d), which no replica may exceed",
+                            as->target_inflight, spec->service.max_inflight);
+    if (as->cold_start_ms <= 0)
+        return spec_fail_at(a.err, value_line(&a, "cold_start_timeout"),
+                            "service.autoscale.cold_start_timeout: must be positive");
+    as->on = 1;
+    if (!get(sv, "replicas"))
+        spec->service.replicas = as->min; /* it starts at its least */
+    else if (spec->service.replicas < as->min || spec->service.replicas > as->max)
+        return spec_fail_at(sv->err, value_line(sv, "replicas"),
+                            "service.replicas: %d is outside autoscale's %d..%d",
+                            spec->service.replicas, as->min, as->max);
+    return 0;
+}
+
 static int check_service(const sect_t *top, br_spec_t *spec)
 {
     sect_t sv;
@@ -1060,7 +1110,8 @@ static int check_service(const sect_t *top, br_spec_t *spec)
         check_port(&sv, spec) < 0 || check_health(&sv, spec) < 0 ||
         check_models(&sv, spec) < 0 ||
         get_int(&sv, "max_inflight", 0, 100000, &spec->service.max_inflight) < 0 ||
-        get_bool(&sv, "public", &spec->service.is_public) < 0)
+        get_bool(&sv, "public", &spec->service.is_public) < 0 ||
+        check_autoscale(&sv, spec) < 0)
         return -1;
     return 0;
 }
@@ -1181,6 +1232,10 @@ static br_spec_t *spec_new(void)
     s->preempt_signal = SIGUSR1;
     s->preempt_grace_ms = 120000;
     s->service.replicas = 1;
+    s->service.autoscale.target_inflight = 4;
+    s->service.autoscale.up_after_ms = 15000;
+    s->service.autoscale.down_after_ms = 300000;
+    s->service.autoscale.cold_start_ms = 300000;
     s->service.port = BR_PORT_AUTO;
     s->service.health_interval_ms = 5000;
     s->service.health_grace_ms = 30000;
@@ -1399,6 +1454,16 @@ static json_t *service_json(const br_spec_t *s)
     json_object_set_new(v, "adapters", adapters);
     json_object_set_new(v, "max_inflight", json_integer(s->service.max_inflight));
     json_object_set_new(v, "public", json_boolean(s->service.is_public));
+    const br_autoscale_spec_t *as = &s->service.autoscale;
+    json_object_set_new(v, "autoscale",
+                        as->on ? json_pack("{s:i, s:i, s:i, s:I, s:I, s:I}", "min", as->min,
+                                           "max", as->max, "target_inflight",
+                                           as->target_inflight, "up_after",
+                                           (json_int_t)as->up_after_ms, "down_after",
+                                           (json_int_t)as->down_after_ms,
+                                           "cold_start_timeout",
+                                           (json_int_t)as->cold_start_ms)
+                               : json_null());
     return v;
 }
 

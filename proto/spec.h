@@ -44,6 +44,17 @@ typedef enum { BR_JOB_TRAIN = 0, BR_JOB_SERVICE = 1 } br_job_kind_t;
 #define BR_SPEC_PREEMPT_GRACE_MAX_MS 3600000
 #define BR_SPEC_PROGRESS_MIN_MS 1000 /* the shortest progress.timeout */
 
+/* service.autoscale: the replica count follows the gateways' load (docs/gateway.md) */
+typedef struct {
+    int on;                /* 0: the count is replicas, changed by hand alone */
+    int min, max;          /* max required; min default 0 */
+    int target_inflight;   /* requests per replica it aims at (default 4) */
+    int64_t up_after_ms;   /* wanted more this long: add (default 15 s) */
+    int64_t down_after_ms; /* wanted fewer this long: drain (default 5 min) */
+    int64_t cold_start_ms; /* cold_start_timeout: at 0, a request waits this long
+                            * (default 5 min) */
+} br_autoscale_spec_t;
+
 typedef struct {
     char *name;          /* required; br_valid_name() */
     br_job_kind_t kind;  /* default train */
@@ -120,6 +131,7 @@ typedef struct {
         int n_adapters;
         int max_inflight; /* requests at once per replica; 0: no cap */
         int is_public;    /* public: true: the gateway asks for no key */
+        br_autoscale_spec_t autoscale;
     } service;
 } br_spec_t;
 

@@ -84,6 +84,7 @@ static const struct {
     {"gateway.watch", K_REQUEST, P_GATEWAY, br_api_gateway_watch},
     {"gateway.report", K_REQUEST, P_GATEWAY, br_api_gateway_report},
     {"gateway.suspect", K_REQUEST, P_GATEWAY, br_api_gateway_suspect},
+    {"gateway.load", K_REQUEST, P_GATEWAY, br_api_gateway_load},
     {"key.create", K_REQUEST, P_ADMIN | P_USER, br_api_key_create},
     {"key.list", K_REQUEST, P_ADMIN | P_USER, br_api_key_list},
     {"key.revoke", K_REQUEST, P_ADMIN | P_USER, br_api_key_revoke},
@@ -130,6 +131,7 @@ static const char *action_words(const char *type)
         {"gateway.watch", "reading the gateways' routing table"},
         {"gateway.report", "reporting what a gateway answered"},
         {"gateway.suspect", "reporting a replica a gateway could not use"},
+        {"gateway.load", "reporting a gateway's load"},
         {"gateway.", "managing gateways"},   {"key.", "managing API keys"},
     };
     for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)

@@ -17,6 +17,7 @@
 #include "scheduler.h"
 #include "plan.h"
 #include "replicas.h"
+#include "autoscale.h"
 #include "services.h"
 #include "stages.h"
 #include "spec.h"
@@ -814,6 +815,11 @@ void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     int64_t lost = br_store_log_lost(c->store, id, NULL);
     json_object_set_new(p, "log_lost", json_integer(lost > 0 ? lost : 0));
     br_services_annotate(c, job, p);
+    json_t *as = br_services_is_service(job)
+                     ? br_autoscale_show(c, id, json_object_get(job, "spec"))
+                     : NULL;
+    if (as)
+        json_object_set_new(p, "autoscale", as);
     json_decref(job);
     br_reply_ok(c, m, json_pack("{s:o}", "job", p));
 }
@@ -1487,7 +1493,18 @@ void br_api_service_scale(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (!s)
         return;
     int was = (int)json_integer_value(json_object_get(s, "replicas"));
-    if (br_services_scale(c, s, replicas, &err) < 0)
+    br_autoscale_spec_t as;
+    if (br_autoscale_spec_of(json_object_get(s, "spec"), &as) &&
+        (replicas < as.min || replicas > as.max)) {
+        br_errf(&err, EINVAL,
+                "service '%s' scales itself between %d and %d replicas "
+                "(service.autoscale); scale it within them",
+                name, as.min, as.max);
+        br_reply_fail(c, m, &err);
+        json_decref(s);
+        return;
+    }
+    if (br_services_scale(c, s, replicas, NULL, &err) < 0)
         br_reply_fail(c, m, &err);
     else
         br_reply_ok(c, m, json_pack("{s:I, s:i, s:i}", "id", json_integer_value(

@@ -1,6 +1,7 @@
 /* api_gateway.c - gateways: their credentials (gateway.add, list, remove, the
  * admin's) and what a gateway may ask for (gateway.watch: the routing table,
- * routes.h) or tell (gateway.report: what it answered, per user and model). A
+ * routes.h) or tell (gateway.report: what it answered, per user and model;
+ * gateway.load: what it carries now, which scales services, autoscale.h). A
  * gateway's key may do nothing else. */
 #include "api.h"
 
@@ -8,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autoscale.h"
+#include "gwload.h"
 #include "routes.h"
 #include "services.h"
 #include "spec.h"
@@ -95,6 +98,7 @@ void br_api_gateway_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (br_store_key_revoke(c->store, BR_PRINCIPAL_GATEWAY, name, &err) < 0)
         goto fail;
     br_routes_forget(c->routes, name);
+    br_gwload_forget(c->gwload, name);
     br_coord_event(c, 0, NULL, "gateway", "gateway %s removed by %s", name, who->name);
     br_reply_ok(c, m, json_pack("{s:s}", "name", name));
     return;
@@ -181,4 +185,18 @@ void br_api_gateway_suspect(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_reply_fail(c, m, &err);
     else
         br_reply_ok(c, m, json_object());
+}
+
+void br_api_gateway_load(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_t *services;
+    br_err_t err;
+    int64_t now = br_mono_ms();
+    if (br_msg_unpack(m, &err, "{s:o}", "services", &services) < 0 ||
+        br_gwload_take(c->gwload, who->name, services, now, &err) < 0) {
+        br_reply_fail(c, m, &err);
+        return;
+    }
+    br_autoscale_run(c, now); /* a request waiting at zero replicas starts one now */
+    br_reply_ok(c, m, json_object());
 }

@@ -70,14 +70,16 @@ static json_t *service_route(br_coord_t *c, const br_job_t *j)
         return NULL; /* not behind the gateway */
     json_t *max = json_object_get(sv, "max_inflight");
     json_t *aliases = json_object_get(sv, "aliases"), *adapters = json_object_get(sv, "adapters");
-    return json_pack("{s:I, s:s, s:s, s:I, s:O, s:o, s:o, s:I, s:b, s:o}", "id",
+    json_t *cold = json_object_get(json_object_get(sv, "autoscale"), "cold_start_timeout");
+    return json_pack("{s:I, s:s, s:s, s:I, s:O, s:o, s:o, s:I, s:b, s:I, s:o}", "id",
                      (json_int_t)j->id, "name", j->name, "owner", j->owner ? j->owner : "",
                      "owner_id", (json_int_t)j->owner_id, "model", model, "aliases",
                      aliases ? json_incref(aliases) : json_array(), "adapters",
                      adapters ? json_incref(adapters) : json_array(), "max_inflight",
                      (json_int_t)(json_is_integer(max) ? json_integer_value(max) : 0),
-                     "public", json_is_true(json_object_get(sv, "public")), "replicas",
-                     br_services_endpoints_of(c, j->id));
+                     "public", json_is_true(json_object_get(sv, "public")), "cold_start_ms",
+                     (json_int_t)(json_is_integer(cold) ? json_integer_value(cold) : 0),
+                     "replicas", br_services_endpoints_of(c, j->id));
 }
 
 static int by_id(const void *a, const void *b)

@@ -38,9 +38,11 @@ void br_routes_destroy(br_routes_t **r);
 void br_routes_keys_changed(br_routes_t *r);
 
 /* The table now: {"services": [{"id", "name", "owner", "owner_id", "model",
- * "aliases", "adapters", "max_inflight", "public", "replicas": [{"id", "replica",
- * "host", "port", "node"}]}]}, every running service with a service.model, its
- * healthy replicas only. New reference (NULL: out of memory). */
+ * "aliases", "adapters", "max_inflight", "public", "cold_start_ms" (autoscale's
+ * cold_start_timeout; 0: not autoscaled), "replicas": [{"id", "replica", "host",
+ * "port", "node"}]}]}, every running service with a service.model (with no
+ * replica too: its requests wait for one), its healthy replicas that do not drain
+ * only. New reference (NULL: out of memory). */
 json_t *br_routes_table(br_coord_t *c);
 
 /* Add or renew gateway name's watch from route (its ROUTER id); the answer to

@@ -6,10 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gwload.h"
 #include "jobs.h"
 #include "util.h"
 #include "hooks.h"
 #include "jobtab.h"
+
+struct br_services {
+    json_t *health; /* replicas' health as their agents last said: {"job id": ...} */
+    json_t *suspected; /* {"job id": monotonic ms a gateway's report was last taken} */
+    json_t *draining;  /* {"job id": monotonic ms it began to drain} */
+};
 
 /* A bookkeeping column of a job's store row, or -1 when it has none. */
 static json_int_t row_int(json_t *job, const char *key)
@@ -118,28 +125,98 @@ static br_job_t **replicas_of(br_coord_t *c, int64_t service_id, size_t *n)
     br_job_t **list = malloc((cap ? cap : 1) * sizeof(*list));
     *n = 0;
     for (br_job_t *j = br_jobtab_first(c->jobs); list && j; j = j->next)
-        if (j->service == service_id)
+        if (j->service == service_id && !br_job_state_ended(j->state))
             list[(*n)++] = j;
     if (list)
         qsort(list, *n, sizeof(*list), by_replica);
     return list;
 }
 
-int br_services_scale(br_coord_t *c, json_t *service, int replicas, br_err_t *err)
+static void id_key(int64_t id, char key[24])
+{
+    snprintf(key, 24, "%lld", (long long)id);
+}
+
+/* Whether replica id drains (it gets no new requests, and stops once the ones it
+ * holds end). */
+static int is_draining(br_coord_t *c, int64_t id)
+{
+    char key[24];
+    id_key(id, key);
+    return json_object_get(c->services->draining, key) != NULL;
+}
+
+/* Whether the replica answers requests now: running, and healthy as its agent
+ * last said. */
+static int serving(br_coord_t *c, const br_job_t *r)
+{
+    const char *h = br_services_health_of(c, r->id);
+    return r->state == BR_JOB_RUNNING && h && strcmp(h, "healthy") == 0;
+}
+
+/* Whether the service's replicas drain before they stop: it is behind the
+ * gateway (it names a model), and a gateway reports what it holds. */
+static int drains(br_coord_t *c, const br_job_t *service)
+{
+    json_t *sv = json_object_get(service->spec, "service");
+    return json_is_string(json_object_get(sv, "model")) &&
+           br_gwload_fresh(c->gwload, br_mono_ms()) > 0;
+}
+
+/* A replica no longer wanted: drained when gateways may hold requests on it,
+ * else stopped now. */
+static void let_go(br_coord_t *c, br_job_t *r, int drain)
+{
+    if (!drain || !serving(c, r)) {
+        br_err_t err;
+        json_decref(br_jobs_cancel(c, r->id, 1, &err));
+        return;
+    }
+    char key[24];
+    id_key(r->id, key);
+    if (json_object_get(c->services->draining, key))
+        return;
+    json_object_set_new(c->services->draining, key, json_integer(br_mono_ms()));
+    br_coord_event(c, r->id, r->nranks ? r->ranks[0].node : NULL,
+                   br_job_state_name(r->state),
+                   "replica %d draining: the gateways send it no new requests, and it stops "
+                   "once the requests it holds end (at most %ds)",
+                   r->replica, BR_SERVICES_DRAIN_MS / 1000);
+}
+
+int br_services_scale(br_coord_t *c, json_t *service, int replicas, const char *why,
+                      br_err_t *err)
 {
     int64_t id = json_integer_value(json_object_get(service, "id"));
+    br_job_t *job = br_jobtab_find(c->jobs, id);
+    if (!job)
+        return br_errf(err, ENOENT, "service %lld has ended", (long long)id);
+    int was = job->replicas, drain = drains(c, job);
     size_t count;
     br_job_t **have = replicas_of(c, id, &count);
     if (!have)
         return br_errf(err, ENOMEM, "service %lld: out of memory", (long long)id);
     int next = count ? have[count - 1]->replica + 1 : 0;
-    for (size_t k = count; k > (size_t)replicas; k--) /* the highest numbered go first */
-        json_decref(br_jobs_cancel(c, have[k - 1]->id, 1, err));
+    for (size_t k = 0; k < count; k++) {
+        br_job_t *r = have[k];
+        char key[24];
+        id_key(r->id, key);
+        if (k >= (size_t)replicas) /* the highest numbered go first */
+            let_go(c, r, drain);
+        else if (json_object_get(c->services->draining, key)) {
+            json_object_del(c->services->draining, key);
+            br_coord_event(c, r->id, r->nranks ? r->ranks[0].node : NULL,
+                           br_job_state_name(r->state),
+                           "replica %d is wanted again: it takes new requests, no longer "
+                           "draining",
+                           r->replica);
+        }
+    }
     free(have); /* (the cancelled ones are freed only at the end of the wake) */
     for (size_t k = count; k < (size_t)replicas; k++)
         if (add_replica(c, service, id, next++, err) < 0)
             return -1;
-    br_job_t *job = br_jobtab_find(c->jobs, id);
+    job = br_jobtab_find(c->jobs, id);
     if (!job)
         return br_errf(err, ENOENT, "service %lld has ended", (long long)id);
     char reason[64];
@@ -148,8 +225,8 @@ int br_services_scale(br_coord_t *c, json_t *service, int replicas, br_err_t *er
     job->replicas = replicas;
     br_job_set_reason(job, reason);
     br_job_save(c, job);
-    br_coord_event(c, id, NULL, "running", "scaled from %zu to %d replica%s", count, replicas,
-                   replicas == 1 ? "" : "s");
+    br_coord_event(c, id, NULL, "running", "scaled from %d to %d replica%s%s%s", was, replicas,
+                   replicas == 1 ? "" : "s", why ? ": " : "", why ? why : "");
     return replicas;
 }
 
@@ -163,11 +240,6 @@ void br_services_cancel(br_coord_t *c, json_t *service)
     }
     free(have);
 }
-
-struct br_services {
-    json_t *health; /* replicas' health as their agents last said: {"job id": ...} */
-    json_t *suspected; /* {"job id": monotonic ms a gateway's report was last taken} */
-};
 
 const char *br_services_health_of(br_coord_t *c, int64_t id)
 {
@@ -210,7 +282,8 @@ json_t *br_services_endpoints_of(br_coord_t *c, int64_t service_id)
     json_t *out = json_array();
     for (size_t i = 0; i < n; i++) {
         const char *h = br_services_health_of(c, have[i]->id);
-        json_t *e = have[i]->state == BR_JOB_RUNNING && h && strcmp(h, "healthy") == 0
+        json_t *e = have[i]->state == BR_JOB_RUNNING && h && strcmp(h, "healthy") == 0 &&
+                            !is_draining(c, have[i]->id)
                         ? endpoint_of(c, have[i])
                         : NULL;
         if (e)
@@ -256,6 +329,7 @@ void br_services_annotate(br_coord_t *c, json_t *job, json_t *out)
         json_object_set_new(out, "service", json_integer(row_int(job, "service")));
         json_object_set_new(out, "replica", json_integer(row_int(job, "replica")));
         set_port_health(c, id, out);
+        json_object_set_new(out, "draining", json_boolean(is_draining(c, id)));
     } else if (br_services_is_service(job)) {
         size_t n;
         br_job_t **have = replicas_of(c, id, &n);
@@ -268,6 +342,7 @@ void br_services_annotate(br_coord_t *c, json_t *job, json_t *out)
                 r->reason ? json_string(r->reason) : json_null(), "node",
                 r->nranks ? json_string(r->ranks[0].node) : json_null());
             set_port_health(c, r->id, one);
+            json_object_set_new(one, "draining", json_boolean(is_draining(c, r->id)));
             json_array_append_new(list, one);
         }
         free(have);
@@ -287,6 +362,8 @@ static void on_attempt_ended(br_coord_t *c, br_hook_arg_t *a, void *ctx)
     forget(c, a->job->id);
     a->restart = 1;
     a->delay_ms = lost ? 0 : br_services_backoff_ms(a->job->restarts + 1);
+    if (is_draining(c, a->job->id))
+        a->delay_ms = BR_SERVICE_BACKOFF_MAX_MS; /* (the next tick stops it for good) */
     snprintf(a->text, sizeof(a->text), "%s",
              a->cause ? a->reason : "exited 0 (a service runs until cancelled)");
 }
@@ -304,19 +381,92 @@ static void on_task(br_coord_t *c, br_hook_arg_t *a, void *ctx)
 static void on_left(br_coord_t *c, br_hook_arg_t *a, void *ctx)
 {
     (void)ctx;
+    char key[24];
+    id_key(a->job->id, key);
     forget(c, a->job->id);
+    json_object_del(c->services->draining, key);
+}
+
+/* Draining replicas stop once no gateway holds a request on them (gwload.h), or
+ * when they serve none anyway, or after BR_SERVICES_DRAIN_MS. */
+static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)a;
+    br_services_t *s = ctx;
+    int64_t now = br_mono_ms();
+    const char *k;
+    json_t *v;
+    void *tmp;
+    json_object_foreach_safe(s->draining, tmp, k, v) {
+        char key[24];
+        snprintf(key, sizeof(key), "%s", k);
+        int64_t since = json_integer_value(v);
+        br_job_t *r = br_jobtab_find(c->jobs, strtoll(key, NULL, 10));
+        if (!r || br_job_state_ended(r->state)) {
+            json_object_del(s->draining, key);
+            continue;
+        }
+        int held = 0;
+        char text[160];
+        if (!serving(c, r))
+            snprintf(text, sizeof(text), "it serves no requests now");
+        else if (br_gwload_replica_idle(c->gwload, r->id, since, now, &held))
+            snprintf(text, sizeof(text), "drained: no gateway holds a request on it");
+        else if (now - since >= BR_SERVICES_DRAIN_MS)
+            snprintf(text, sizeof(text), "%d request%s still in flight after %ds of draining",
+                     held, held == 1 ? "" : "s", BR_SERVICES_DRAIN_MS / 1000);
+        else
+            continue;
+        json_object_del(s->draining, key);
+        br_coord_event(c, r->id, r->nranks ? r->ranks[0].node : NULL,
+                       br_job_state_name(r->state), "replica %d stops: %s", r->replica, text);
+        br_err_t err;
+        json_decref(br_jobs_cancel(c, r->id, 1, &err));
+    }
+}
+
+/* The jobs were read again: the replicas beyond their service's count drain (from
+ * now: when they began is not kept). */
+static void on_loaded(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)a;
+    br_services_t *s = ctx;
+    json_t *was = s->draining;
+    s->draining = json_object();
+    int64_t now = br_mono_ms();
+    for (br_job_t *j = br_jobtab_first(c->jobs); j && s->draining; j = j->next) {
+        if (j->replicas < 0 || j->state != BR_JOB_RUNNING)
+            continue;
+        size_t n;
+        br_job_t **have = replicas_of(c, j->id, &n);
+        for (size_t k = (size_t)j->replicas; have && k < n; k++) {
+            char key[24];
+            id_key(have[k]->id, key);
+            json_t *since = json_object_get(was, key);
+            json_object_set_new(s->draining, key,
+                                since ? json_incref(since) : json_integer(now));
+        }
+        free(have);
+    }
+    if (!s->draining)
+        s->draining = json_incref(was);
+    json_decref(was);
 }
 
 br_services_t *br_services_new(br_coord_t *c)
 {
     br_services_t *s = calloc(1, sizeof(*s));
     if (!s || !(s->health = json_object()) || !(s->suspected = json_object()) ||
+        !(s->draining = json_object()) ||
         br_hooks_add(c->hooks, BR_HOOK_ATTEMPT_ENDED, on_attempt_ended, s) < 0 ||
         br_hooks_add(c->hooks, BR_HOOK_TASK_REPORTED, on_task, s) < 0 ||
-        br_hooks_add(c->hooks, BR_HOOK_JOB_LEFT, on_left, s) < 0) {
+        br_hooks_add(c->hooks, BR_HOOK_JOB_LEFT, on_left, s) < 0 ||
+        br_hooks_add(c->hooks, BR_HOOK_TICK, on_tick, s) < 0 ||
+        br_hooks_add(c->hooks, BR_HOOK_LOADED, on_loaded, s) < 0) {
         if (s) {
             json_decref(s->health);
             json_decref(s->suspected);
+            json_decref(s->draining);
         }
         free(s);
         return NULL;
@@ -331,6 +481,7 @@ void br_services_destroy(br_services_t **sp)
         return;
     json_decref(s->health);
     json_decref(s->suspected);
+    json_decref(s->draining);
     free(s);
     *sp = NULL;
 }

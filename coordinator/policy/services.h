@@ -32,11 +32,20 @@ int64_t br_services_submit(br_coord_t *c, json_t *job, int replicas, br_err_t *e
 json_t *br_services_find(br_coord_t *c, const char *name, int64_t owner_id,
                          br_err_t *err);
 
-/* Change the service's replica count: new replicas are added, the highest
- * numbered ones cancelled. Returns the new count, or -1 with err. */
-int br_services_scale(br_coord_t *c, json_t *service, int replicas, br_err_t *err);
+/* Change the service's replica count (why: said in its event after "scaled from A
+ * to B replicas: ", or NULL): new replicas are added; the highest numbered ones
+ * beyond the count go. When the service is behind the gateway and a gateway
+ * reports load (gwload.h), a healthy replica that goes drains first: it leaves the
+ * routing table and the endpoints at once, and is stopped when no gateway holds a
+ * request on it any more, or after BR_SERVICES_DRAIN_MS (checked each tick); a
+ * draining replica wanted again by a later scale takes requests again. Others stop
+ * at once. Returns the new count, or -1 with err. */
+#define BR_SERVICES_DRAIN_MS 300000
+int br_services_scale(br_coord_t *c, json_t *service, int replicas, const char *why,
+                      br_err_t *err);
 
-/* Healthy replicas: [{"host","port","node","replica","id"}]. New ref. */
+/* Healthy replicas that do not drain: [{"host","port","node","replica","id"}]. New
+ * ref. */
 json_t *br_services_endpoints(br_coord_t *c, json_t *service);
 /* The same of the service job with this id. */
 json_t *br_services_endpoints_of(br_coord_t *c, int64_t service_id);
@@ -59,9 +68,12 @@ const char *br_services_health_of(br_coord_t *c, int64_t id);
 int br_services_suspect(br_coord_t *c, int64_t id, int port, const char *gateway,
                         const char *why, int64_t now_ms, br_err_t *err);
 
-/* The services' own state (the replicas' health), and its hooks (hooks.h): a
- * replica whose attempt ended starts again after its backoff; its agent's word
- * on its health; a job that left is forgotten. NULL when out of memory. */
+/* The services' own state (the replicas' health, which drain), and its hooks
+ * (hooks.h): a replica whose attempt ended starts again after its backoff (a
+ * draining one is stopped instead); its agent's word on its health; a job that
+ * left is forgotten; each tick, drained replicas stop; when the jobs are read
+ * again, the replicas beyond their service's count drain. NULL when out of
+ * memory. */
 typedef struct br_services br_services_t;
 br_services_t *br_services_new(br_coord_t *c);
 void br_services_destroy(br_services_t **s);
@@ -72,9 +84,9 @@ int64_t br_services_backoff_ms(int64_t restarts);
 int br_services_is_replica(json_t *job);
 int br_services_is_service(json_t *job);
 
-/* The job as the CLI shows it gets: a replica its "service", "replica", "port" and
- * "health"; a service job its "replicas" (each {"replica","id","state","node",
- * "port","health"}). */
+/* The job as the CLI shows it gets: a replica its "service", "replica", "port",
+ * "health" and "draining"; a service job its "replicas" (each {"replica","id",
+ * "state","node","port","health","draining"}). */
 void br_services_annotate(br_coord_t *c, json_t *job, json_t *public_job);
 
 #endif

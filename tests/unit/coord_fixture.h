@@ -23,6 +23,8 @@
 #include "replicas.h"
 #include "replkeep.h"
 #include "routes.h"
+#include "autoscale.h"
+#include "gwload.h"
 #include "scheduler.h"
 #include "services.h"
 #include "util.h"
@@ -126,7 +128,9 @@ static inline void fixture_close(coord_fixture_t *f)
     br_sched_destroy(&c->sched);
     br_usage_destroy(&c->usage);
     br_services_destroy(&c->services);
+    br_autoscale_destroy(&c->autoscale);
     br_routes_destroy(&c->routes);
+    br_gwload_destroy(&c->gwload);
     br_ckptpull_destroy(&c->ckptpull); /* its sockets close before the context ends */
     br_pace_destroy(&c->pace);
     br_uploads_destroy(&c->uploads);

@@ -247,7 +247,8 @@ static void test_service(void **state)
                 "\"restart\":{\"max\":3,\"on\":[\"node_lost\"]},\"priority\":0,"
                 "\"progress\":null,\"time_limit\":0,\"service\":{\"replicas\":3,\"port\":8080,"
                 "\"health\":{\"tcp\":true},\"interval\":2000,\"grace\":60000,\"model\":null,"
-                "\"aliases\":[],\"adapters\":[],\"max_inflight\":0,\"public\":false},"
+                "\"aliases\":[],\"adapters\":[],\"max_inflight\":0,\"public\":false,"
+                "\"autoscale\":null},"
                 "\"after\":[],\"preemptible\":false,"
                 "\"preempt\":{\"signal\":10,\"grace\":120000}}");
     br_spec_destroy(&s);
@@ -324,6 +325,63 @@ static void test_service_models(void **state)
                "service.max_inflight");
     assert_false(br_spec_model_name_ok(""));
     assert_true(br_spec_model_name_ok("Qwen/Qwen2.5-7B-Instruct:q4@v1+x"));
+}
+
+/* service.autoscale: defaults, where it starts, and what it refuses. */
+static void test_service_autoscale(void **state)
+{
+    (void)state;
+    br_spec_t *s = parse_ok("name: llm\nkind: service\ncommand: serve\n"
+                            "service: {model: m, autoscale: {max: 4}}\n",
+                            NULL, 0);
+    const br_autoscale_spec_t *as = &s->service.autoscale;
+    assert_int_equal(as->on, 1);
+    assert_int_equal(as->min, 0);
+    assert_int_equal(as->max, 4);
+    assert_int_equal(as->target_inflight, 4);
+    assert_int_equal(as->up_after_ms, 15000);
+    assert_int_equal(as->down_after_ms, 300000);
+    assert_int_equal(as->cold_start_ms, 300000);
+    assert_int_equal(s->service.replicas, 0); /* it starts at min */
+    json_t *j = br_spec_to_json(s);
+    json_t *a = json_object_get(json_object_get(j, "service"), "autoscale");
+    json_t *want = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "min", 0, "max", 4,
+                             "target_inflight", 4, "up_after", 15000, "down_after", 300000,
+                             "cold_start_timeout", 300000);
+    assert_true(json_equal(a, want));
+    json_decref(want);
+    json_decref(j);
+    br_spec_destroy(&s);
+    s = parse_ok("name: llm\nkind: service\ncommand: serve\n"
+                 "service:\n  model: m\n  replicas: 2\n  max_inflight: 8\n"
+                 "  autoscale: {min: 1, max: 3, target_inflight: 8, up_after: 2s,"
+                 " down_after: 10s, cold_start_timeout: 1m}\n",
+                 NULL, 0);
+    assert_int_equal(s->service.replicas, 2);
+    assert_int_equal(s->service.autoscale.min, 1);
+    assert_int_equal(s->service.autoscale.up_after_ms, 2000);
+    assert_int_equal(s->service.autoscale.cold_start_ms, 60000);
+    br_spec_destroy(&s);
+    s = parse_ok("name: web\nkind: service\ncommand: serve\n", NULL, 0);
+    assert_int_equal(s->service.autoscale.on, 0);
+    assert_int_equal(s->service.replicas, 1);
+    br_spec_destroy(&s);
+#define SVC "name: llm\nkind: service\ncommand: serve\n"
+    parse_fail(SVC "service: {model: m, autoscale: {min: 1}}\n",
+               "service.autoscale: needs max");
+    parse_fail(SVC "service: {autoscale: {max: 2}}\n",
+               "service.autoscale: needs service.model");
+    parse_fail(SVC "service: {model: m, autoscale: {min: 3, max: 2}}\n",
+               "min (3) is more than max (2)");
+    parse_fail(SVC "service: {model: m, replicas: 5, autoscale: {max: 2}}\n",
+               "service.replicas: 5 is outside autoscale's 0..2");
+    parse_fail(SVC "service: {model: m, max_inflight: 2, autoscale: {max: 2}}\n",
+               "target_inflight: 4 is more than service.max_inflight (2)");
+    parse_fail(SVC "service: {model: m, autoscale: {max: 2, target: 3}}\n", "target");
+    parse_fail(SVC "service: {model: m, autoscale: {max: 2, up_after: soon}}\n",
+               "service.autoscale.up_after");
+    parse_fail(SVC "service: {model: m, autoscale: {max: 0}}\n", "service.autoscale.max");
+#undef SVC
 }
 
 static void test_service_defaults(void **state)
@@ -1184,6 +1242,7 @@ int main(void)
         cmocka_unit_test(test_service),
         cmocka_unit_test(test_after),
         cmocka_unit_test(test_service_defaults),
+        cmocka_unit_test(test_service_autoscale),
         cmocka_unit_test(test_service_models),
         cmocka_unit_test(test_preempt),
         cmocka_unit_test(test_nodelist),

@@ -1,0 +1,176 @@
+/* gwload.c - the gateways' last load reports, checked and summed. */
+#include "gwload.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char name[64];
+    int64_t at_ms;     /* monotonic ms the report came */
+    json_t *services;  /* as reported, checked */
+} report_t;
+
+struct br_gwload {
+    report_t v[BR_GWLOAD_MAX];
+    int n;
+};
+
+br_gwload_t *br_gwload_new(void)
+{
+    return calloc(1, sizeof(br_gwload_t));
+}
+
+void br_gwload_destroy(br_gwload_t **lp)
+{
+    br_gwload_t *l = lp ? *lp : NULL;
+    if (!l)
+        return;
+    for (int i = 0; i < l->n; i++)
+        json_decref(l->v[i].services);
+    free(l);
+    *lp = NULL;
+}
+
+/* A count in a report: an integer from 0 to 10^9, else -1. */
+static json_int_t count_of(const json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    json_int_t n = json_is_integer(v) ? json_integer_value(v) : -1;
+    return n >= 0 && n <= 1000000000 ? n : -1;
+}
+
+static int check(const json_t *services, br_err_t *err)
+{
+    if (!json_is_array(services) || json_array_size(services) > BR_GWLOAD_SERVICES_MAX)
+        return br_errf(err, EPROTO, "gateway.load: services must be an array of at most %d",
+                       BR_GWLOAD_SERVICES_MAX);
+    size_t i, k;
+    json_t *s, *r;
+    json_array_foreach(services, i, s) {
+        json_t *reps = json_object_get(s, "replicas");
+        if (count_of(s, "id") <= 0 || count_of(s, "inflight") < 0 ||
+            count_of(s, "waiting") < 0 || !json_is_array(reps) ||
+            json_array_size(reps) > BR_GWLOAD_REPLICAS_MAX)
+            return br_errf(err, EPROTO,
+                           "gateway.load: services[%zu] must be {id, inflight, waiting, "
+                           "replicas: [...]} with counts of 0 or more",
+                           i);
+        json_array_foreach(reps, k, r)
+            if (count_of(r, "id") <= 0 || count_of(r, "inflight") < 0 ||
+                !json_is_boolean(json_object_get(r, "routed")))
+                return br_errf(err, EPROTO,
+                               "gateway.load: services[%zu].replicas[%zu] must be {id, "
+                               "inflight, routed}",
+                               i, k);
+    }
+    return 0;
+}
+
+static report_t *find(const br_gwload_t *l, const char *gateway)
+{
+    for (int i = 0; i < l->n; i++)
+        if (strcmp(l->v[i].name, gateway) == 0)
+            return (report_t *)&l->v[i];
+    return NULL;
+}
+
+int br_gwload_take(br_gwload_t *l, const char *gateway, const json_t *services,
+                   int64_t now_ms, br_err_t *err)
+{
+    if (check(services, err) < 0)
+        return -1;
+    report_t *r = find(l, gateway);
+    if (!r) {
+        for (int i = 0; i < l->n && l->n == BR_GWLOAD_MAX; i++) /* one long silent goes */
+            if (now_ms - l->v[i].at_ms >= BR_GWLOAD_FRESH_MS) {
+                json_decref(l->v[i].services);
+                l->v[i] = l->v[--l->n];
+            }
+        if (l->n == BR_GWLOAD_MAX)
+            return br_errf(err, EBUSY, "gateway.load: %d gateways report already",
+                           BR_GWLOAD_MAX);
+        r = &l->v[l->n++];
+        memset(r, 0, sizeof(*r));
+        snprintf(r->name, sizeof(r->name), "%s", gateway);
+    }
+    json_decref(r->services);
+    r->services = json_incref((json_t *)services);
+    r->at_ms = now_ms;
+    return 0;
+}
+
+void br_gwload_forget(br_gwload_t *l, const char *gateway)
+{
+    report_t *r = find(l, gateway);
+    if (!r)
+        return;
+    json_decref(r->services);
+    *r = l->v[--l->n];
+}
+
+static int fresh(const report_t *r, int64_t now_ms)
+{
+    return now_ms - r->at_ms < BR_GWLOAD_FRESH_MS;
+}
+
+int br_gwload_fresh(const br_gwload_t *l, int64_t now_ms)
+{
+    int n = 0;
+    for (int i = 0; i < l->n; i++)
+        n += fresh(&l->v[i], now_ms);
+    return n;
+}
+
+/* The entry of service id in a report's services, or NULL. */
+static json_t *entry(const json_t *list, int64_t id)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e)
+        if (json_integer_value(json_object_get(e, "id")) == id)
+            return e;
+    return NULL;
+}
+
+void br_gwload_service(const br_gwload_t *l, int64_t service, int64_t now_ms, int *inflight,
+                       int *waiting)
+{
+    *inflight = *waiting = 0;
+    for (int i = 0; i < l->n; i++) {
+        json_t *s = fresh(&l->v[i], now_ms) ? entry(l->v[i].services, service) : NULL;
+        if (s) {
+            *inflight += (int)json_integer_value(json_object_get(s, "inflight"));
+            *waiting += (int)json_integer_value(json_object_get(s, "waiting"));
+        }
+    }
+}
+
+int br_gwload_replica_idle(const br_gwload_t *l, int64_t replica, int64_t since_ms,
+                           int64_t now_ms, int *inflight)
+{
+    int idle = 1, held = 0;
+    for (int i = 0; i < l->n; i++) {
+        const report_t *r = &l->v[i];
+        if (!fresh(r, now_ms))
+            continue;
+        if (r->at_ms <= since_ms)
+            idle = 0; /* it may not have heard yet */
+        size_t k, q;
+        json_t *s, *e;
+        json_array_foreach(r->services, k, s) /* (one job may be there twice: two
+                                                 attempts, on two ports) */
+            json_array_foreach(json_object_get(s, "replicas"), q, e) {
+                if (json_integer_value(json_object_get(e, "id")) != replica)
+                    continue;
+                int n = (int)json_integer_value(json_object_get(e, "inflight"));
+                held += n;
+                if (n > 0 || json_is_true(json_object_get(e, "routed")))
+                    idle = 0;
+            }
+    }
+    if (inflight)
+        *inflight = held;
+    return idle;
+}
