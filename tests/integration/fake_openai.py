@@ -3,9 +3,11 @@
 bramble-gateway tests. Python 3.11 standard library only.
 
     PORT=8001 BRAMBLE_REPLICA=3 fake_openai.py --model M [--adapters a,b]
-        [--control DIR] [--token-delay-ms N]
+        [--control DIR] [--token-delay-ms N] [--start-delay-ms N]
 
-Listens on 0.0.0.0:$PORT (HTTP/1.1, keep-alive) and answers:
+Listens on 0.0.0.0:$PORT (HTTP/1.1, keep-alive), after --start-delay-ms (a model
+that takes that long to load; it prints "loaded in N ms" when it listens), and
+answers:
   GET  /health               200 "ok"
   GET  /v1/models            the model and each adapter
   POST /v1/chat/completions  "replica R model M: " + the last message's text
@@ -287,11 +289,15 @@ def main():
     p.add_argument("--adapters", default="")
     p.add_argument("--control", default=None)
     p.add_argument("--token-delay-ms", type=float, default=0)
+    p.add_argument("--start-delay-ms", type=float, default=0)
     ARGS = p.parse_args()
+    t0 = time.monotonic()
+    time.sleep(ARGS.start_delay_ms / 1000)
     ARGS.adapters = [a for a in ARGS.adapters.split(",") if a]
     port = int(os.environ.get("PORT", "8000"))
     server = Server(("0.0.0.0", port), Handler)
-    print(f"fake_openai listening {port} model {ARGS.model} replica {REPLICA}", flush=True)
+    print(f"fake_openai listening {port} model {ARGS.model} replica {REPLICA}, loaded in "
+          f"{(time.monotonic() - t0) * 1000:.0f} ms", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
