@@ -848,6 +848,8 @@ static void replica_row(cli_table_t *t, const json_t *r)
     cli_fmt_value(json_object_get(r, "node"), node, sizeof(node));
     cli_fmt_value(json_object_get(r, "port"), port, sizeof(port));
     cli_fmt_value(json_object_get(r, "health"), health, sizeof(health));
+    if (json_is_true(json_object_get(r, "draining")))
+        snprintf(health + strlen(health), sizeof(health) - strlen(health), ", draining");
     const char *cells[] = {k, id, state, node, port, health};
     cli_table_add(t, cells);
 }
@@ -986,6 +988,22 @@ static void print_job(const json_t *job)
         print_spec_summary(spec);
     else if (json_is_string(spec))
         print_spec_text(json_string_value(spec));
+    const json_t *as = json_object_get(job, "autoscale");
+    if (json_is_object(as)) {
+        char line[200];
+        snprintf(line, sizeof(line),
+                 "%lld..%lld replicas, %lld in flight and %lld waiting (target %lld a "
+                 "replica, %lld gateway%s reporting): wants %lld",
+                 (long long)json_integer_value(json_object_get(as, "min")),
+                 (long long)json_integer_value(json_object_get(as, "max")),
+                 (long long)json_integer_value(json_object_get(as, "inflight")),
+                 (long long)json_integer_value(json_object_get(as, "waiting")),
+                 (long long)json_integer_value(json_object_get(as, "target_inflight")),
+                 (long long)json_integer_value(json_object_get(as, "gateways")),
+                 json_integer_value(json_object_get(as, "gateways")) == 1 ? "" : "s",
+                 (long long)json_integer_value(json_object_get(as, "wants")));
+        cli_field(FIELD_WIDTH, "autoscale:", line);
+    }
     if (json_is_array(json_object_get(job, "replicas")))
         print_replicas(json_object_get(job, "replicas"));
     print_checkpoints(json_object_get(job, "checkpoints"));
