@@ -42,6 +42,7 @@ typedef struct gw_exchange {
     char model[132];
     int64_t wait_until; /* monotonic ms a queued request gives up */
     int64_t wait_ms;    /* ... after waiting this long */
+    int64_t svc_id;     /* the service it was last sent to (0: none) */
     gw_service_t *wait_svc; /* the service it is queued for (counted there) */
     struct gw_exchange *wnext, *wprev;
     gw_replica_t *rep; /* the replica of the current try; NULL once it ended */

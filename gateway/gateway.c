@@ -122,6 +122,8 @@ static void count_answer(gw_t *g, const gw_exchange_t *x)
     if (x->status == 200)
         gw_exchange_usage(x, &a.prompt_tokens, &a.completion_tokens);
     gw_ledger_add(g->ledger, &a);
+    if (x->svc_id)
+        gw_table_answered(g->table, x->svc_id, a.status, a.seconds * 1000, br_mono_ms());
 }
 
 /* Replicas of s in flight, up (sent requests) and out (taken out after a failure). */
@@ -284,6 +286,7 @@ static void start(gw_t *g, gw_exchange_t *x, gw_replica_t *r)
         return;
     }
     r->inflight++;
+    x->svc_id = r->svc->id;
     gw_exchange_suspend(x);
 }
 
@@ -731,7 +734,7 @@ static void report_load(gw_t *g, int64_t now)
         return;
     g->loaded = now;
     g->load_now = 0;
-    gw_link_load(g->link, gw_table_load(g->table));
+    gw_link_load(g->link, gw_table_load(g->table, now));
 }
 
 /* What was counted since the last report (or the report not yet taken) to the

@@ -254,11 +254,35 @@ int gw_service_has_present(const gw_service_t *svc)
     return 0;
 }
 
-json_t *gw_table_load(const gw_table_t *t)
+void gw_table_answered(gw_table_t *t, int64_t id, int status, double ms, int64_t now_ms)
+{
+    gw_service_t *s = find_service(t, id);
+    if (!s)
+        return;
+    int64_t sec = now_ms / 1000;
+    gw_second_t *w = &s->win[sec % GW_WINDOW_S];
+    if (w->sec != sec)
+        memset(w, 0, sizeof(*w));
+    w->sec = sec;
+    w->count++;
+    w->errors += status >= 500 || status == 499;
+    w->ms += ms;
+}
+
+json_t *gw_table_load(const gw_table_t *t, int64_t now_ms)
 {
     json_t *out = json_array();
+    int64_t sec = now_ms / 1000;
     for (size_t i = 0; out && i < t->nservices; i++) {
         const gw_service_t *s = t->services[i];
+        int count = 0, errors = 0;
+        double ms = 0;
+        for (int k = 0; k < GW_WINDOW_S; k++)
+            if (s->win[k].sec > sec - GW_WINDOW_S) {
+                count += s->win[k].count;
+                errors += s->win[k].errors;
+                ms += s->win[k].ms;
+            }
         json_t *reps = json_array();
         int inflight = 0;
         for (size_t k = 0; k < s->nreplicas; k++) {
@@ -268,9 +292,12 @@ json_t *gw_table_load(const gw_table_t *t)
                                                   "inflight", r->inflight, "routed",
                                                   r->present && s->present));
         }
-        json_array_append_new(out, json_pack("{s:I, s:i, s:i, s:o}", "id", (json_int_t)s->id,
-                                             "inflight", inflight, "waiting", s->waiting,
-                                             "replicas", reps));
+        json_array_append_new(
+            out, json_pack("{s:I, s:i, s:i, s:f, s:f, s:f, s:o}", "id", (json_int_t)s->id,
+                           "inflight", inflight, "waiting", s->waiting, "rate",
+                           (double)count / GW_WINDOW_S, "errors",
+                           (double)errors / GW_WINDOW_S, "latency_ms",
+                           count ? ms / count : 0.0, "replicas", reps));
     }
     return out;
 }

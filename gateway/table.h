@@ -31,6 +31,15 @@ typedef struct gw_replica {
     int present;        /* in the current table */
 } gw_replica_t;
 
+#define GW_WINDOW_S 10 /* rate and latency are over this many seconds */
+
+/* A service's answers in one second (monotonic s). */
+typedef struct {
+    int64_t sec;
+    int count, errors; /* answered; of them 5xx, or the client gone (499) */
+    double ms;         /* their time, summed */
+} gw_second_t;
+
 struct gw_service {
     int64_t id;
     char name[96];
@@ -47,6 +56,7 @@ struct gw_service {
     int present;
     int waiting;       /* requests queued for it */
     size_t next;       /* where the next tie between replicas is broken */
+    gw_second_t win[GW_WINDOW_S]; /* its answers over the last seconds */
 };
 
 typedef struct gw_table {
@@ -75,10 +85,16 @@ int gw_service_has_up(const gw_service_t *svc, int64_t now_ms);
 /* Whether svc has a replica in the table (up or not). */
 int gw_service_has_present(const gw_service_t *svc);
 
+/* Service id answered a request in ms with status, at now_ms: counted in its
+ * window (nothing when the service is gone). */
+void gw_table_answered(gw_table_t *t, int64_t id, int status, double ms, int64_t now_ms);
+
 /* What the gateway carries, for the coordinator (gateway.load): [{"id", "inflight",
- * "waiting", "replicas": [{"id", "inflight", "routed"}]}] over the services it
- * knows. New reference. */
-json_t *gw_table_load(const gw_table_t *t);
+ * "waiting", "rate", "errors", "latency_ms", "replicas": [{"id", "inflight",
+ * "routed"}]}] over the services it knows; rate and errors a second over the last
+ * GW_WINDOW_S s, latency_ms the mean time of those answers (0: none). New
+ * reference. */
+json_t *gw_table_load(const gw_table_t *t, int64_t now_ms);
 
 /* A request to r ended: ok, or failed (the replica is left alone a while). */
 void gw_replica_done(gw_replica_t *r, int ok, int64_t now_ms);

@@ -64,6 +64,7 @@ static const struct {
     {"node.key", K_REQUEST, P_NODE, br_api_node_key},
     {"service.endpoints", K_REQUEST, P_ADMIN | P_USER, br_api_service_endpoints},
     {"service.scale", K_REQUEST, P_ADMIN | P_USER, br_api_service_scale},
+    {"service.list", K_REQUEST, P_ADMIN | P_USER, br_api_service_list},
     {"dashboard.login", K_REQUEST, P_ADMIN | P_USER, br_api_dashboard_login},
     {"checkpoint.open", K_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_open},
     {"checkpoint.read", K_REQUEST, P_ADMIN | P_USER, br_api_checkpoint_read},

@@ -18,6 +18,7 @@
 #include "plan.h"
 #include "replicas.h"
 #include "autoscale.h"
+#include "gwload.h"
 #include "services.h"
 #include "stages.h"
 #include "spec.h"
@@ -1473,6 +1474,46 @@ void br_api_service_endpoints(br_coord_t *c, br_msg_t *m, const br_caller_t *who
                               "replicas",
                               json_integer_value(json_object_get(s, "replicas"))));
     json_decref(s);
+}
+
+/* A running service as service.list shows it. New reference. */
+static json_t *service_view(br_coord_t *c, const br_job_t *j, int64_t now)
+{
+    json_t *sv = json_object_get(j->spec, "service");
+    json_t *model = json_object_get(sv, "model"), *aliases = json_object_get(sv, "aliases");
+    json_t *adapters = json_object_get(sv, "adapters");
+    json_t *out = json_pack("{s:I, s:s, s:s, s:O, s:O, s:O}", "id", (json_int_t)j->id,
+                            "name", j->name, "owner", j->owner ? j->owner : "", "model",
+                            json_is_string(model) ? model : json_null(), "aliases",
+                            aliases ? aliases : json_array(), "adapters",
+                            adapters ? adapters : json_array());
+    json_t *row = json_pack("{s:I, s:i}", "id", (json_int_t)j->id, "replicas", j->replicas);
+    if (out && row)
+        br_services_annotate(c, row, out); /* replicas, replicas_wanted */
+    json_decref(row);
+    json_t *as = br_autoscale_show(c, j->id, j->spec);
+    json_object_set_new(out, "autoscale", as ? as : json_null());
+    int inflight, waiting;
+    double rate, errors, latency;
+    br_gwload_service(c->gwload, j->id, now, &inflight, &waiting);
+    br_gwload_service_rates(c->gwload, j->id, now, &rate, &errors, &latency);
+    json_object_set_new(out, "load",
+                        json_pack("{s:i, s:i, s:f, s:f, s:f, s:i}", "inflight", inflight,
+                                  "waiting", waiting, "rate", rate, "errors", errors,
+                                  "latency_ms", latency, "gateways",
+                                  br_gwload_fresh(c->gwload, now)));
+    return out;
+}
+
+void br_api_service_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    json_t *list = json_array();
+    int64_t now = br_mono_ms();
+    for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next)
+        if (j->replicas >= 0 && j->state == BR_JOB_RUNNING &&
+            (who->kind == BR_PRINCIPAL_ADMIN || j->owner_id == who->id))
+            json_array_append_new(list, service_view(c, j, now));
+    br_reply_ok(c, m, json_pack("{s:o}", "services", list));
 }
 
 void br_api_service_scale(br_coord_t *c, br_msg_t *m, const br_caller_t *who)

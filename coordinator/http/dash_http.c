@@ -473,6 +473,8 @@ static int get_api(br_dash_t *d, conn_t *conn, const session_t *s, const char *p
         return open_stream(d, conn, s, hash);
     if (strcmp(path, "nodes") == 0)
         return call_loop(d, conn, s, "node.list", json_object());
+    if (strcmp(path, "services") == 0)
+        return call_loop(d, conn, s, "service.list", json_object());
     if (strcmp(path, "jobs") == 0) {
         int64_t all = arg_id(conn, "all", 0, &bad);
         return bad ? reply_error(conn, 400, "expected /api/jobs?all=1")

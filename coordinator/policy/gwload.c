@@ -41,6 +41,14 @@ static json_int_t count_of(const json_t *o, const char *key)
     return n >= 0 && n <= 1000000000 ? n : -1;
 }
 
+/* An optional figure of a report: absent, or a number from 0 to 10^9. */
+static int figure_ok(const json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return !v || (json_is_number(v) && json_number_value(v) >= 0 &&
+                  json_number_value(v) <= 1e9);
+}
+
 static int check(const json_t *services, br_err_t *err)
 {
     if (!json_is_array(services) || json_array_size(services) > BR_GWLOAD_SERVICES_MAX)
@@ -52,10 +60,12 @@ static int check(const json_t *services, br_err_t *err)
         json_t *reps = json_object_get(s, "replicas");
         if (count_of(s, "id") <= 0 || count_of(s, "inflight") < 0 ||
             count_of(s, "waiting") < 0 || !json_is_array(reps) ||
-            json_array_size(reps) > BR_GWLOAD_REPLICAS_MAX)
+            json_array_size(reps) > BR_GWLOAD_REPLICAS_MAX || !figure_ok(s, "rate") ||
+            !figure_ok(s, "errors") || !figure_ok(s, "latency_ms"))
             return br_errf(err, EPROTO,
                            "gateway.load: services[%zu] must be {id, inflight, waiting, "
-                           "replicas: [...]} with counts of 0 or more",
+                           "rate?, errors?, latency_ms?, replicas: [...]} with counts of 0 "
+                           "or more",
                            i);
         json_array_foreach(reps, k, r)
             if (count_of(r, "id") <= 0 || count_of(r, "inflight") < 0 ||
@@ -145,6 +155,24 @@ void br_gwload_service(const br_gwload_t *l, int64_t service, int64_t now_ms, in
             *waiting += (int)json_integer_value(json_object_get(s, "waiting"));
         }
     }
+}
+
+void br_gwload_service_rates(const br_gwload_t *l, int64_t service, int64_t now_ms,
+                             double *rate, double *errors, double *latency_ms)
+{
+    double weighted = 0;
+    *rate = *errors = *latency_ms = 0;
+    for (int i = 0; i < l->n; i++) {
+        json_t *s = fresh(&l->v[i], now_ms) ? entry(l->v[i].services, service) : NULL;
+        if (!s)
+            continue;
+        double r = json_number_value(json_object_get(s, "rate"));
+        *rate += r;
+        *errors += json_number_value(json_object_get(s, "errors"));
+        weighted += r * json_number_value(json_object_get(s, "latency_ms"));
+    }
+    if (*rate > 0)
+        *latency_ms = weighted / *rate;
 }
 
 int br_gwload_replica_idle(const br_gwload_t *l, int64_t replica, int64_t since_ms,

@@ -24,8 +24,10 @@ typedef struct br_gwload br_gwload_t;
 br_gwload_t *br_gwload_new(void);
 void br_gwload_destroy(br_gwload_t **l);
 
-/* Gateway's report at now_ms: services is [{"id", "inflight", "waiting", "replicas":
- * [{"id", "inflight", "routed"}]}]; it replaces the gateway's last one. 0, or -1
+/* Gateway's report at now_ms: services is [{"id", "inflight", "waiting", "rate"?,
+ * "errors"?, "latency_ms"?, "replicas": [{"id", "inflight", "routed"}]}] (rate and
+ * errors: answers a second lately; latency_ms: their mean time); it replaces the
+ * gateway's last one. 0, or -1
  * with err (EPROTO: malformed, naming what; EBUSY: BR_GWLOAD_MAX other gateways
  * report already). */
 int br_gwload_take(br_gwload_t *l, const char *gateway, const json_t *services,
@@ -40,6 +42,11 @@ int br_gwload_fresh(const br_gwload_t *l, int64_t now_ms);
 /* Service's requests in flight and waiting, summed over the fresh gateways. */
 void br_gwload_service(const br_gwload_t *l, int64_t service, int64_t now_ms, int *inflight,
                        int *waiting);
+
+/* Service's answers a second (rate), of them failed (errors), and their mean time
+ * (latency_ms; 0 when none), over the fresh gateways. */
+void br_gwload_service_rates(const br_gwload_t *l, int64_t service, int64_t now_ms,
+                             double *rate, double *errors, double *latency_ms);
 
 /* Whether replica may stop now without cutting a request: every fresh gateway
  * reported after since_ms (what it said was made after the replica left its table,

@@ -11,6 +11,7 @@ import threading
 import time
 
 from conftest import wait_for
+from test_dashboard import browser, dash_cluster, get_json, login, login_url, shot, text_of  # noqa: F401
 from test_gateway import FAKE, PYTHON, Gateway, metric, openai_node  # noqa: F401
 
 SPEC = """
@@ -149,3 +150,50 @@ def test_scales_up_under_load_and_drains_a_replica_before_stopping_it(cluster2, 
     assert any("replica 1 stops: drained: no gateway holds a request on it" in r
                for r in reasons(c, rep1["id"])), reasons(c, rep1["id"])
     assert c.job(rep1["id"])["state"] == "cancelled"
+
+
+def test_the_dashboard_shows_each_model_its_replicas_load_rate_and_latency(
+        make_cluster, browser, tmp_path):
+    c, port = dash_cluster(make_cluster, agents=1)
+    jid, _ = autoscaled(c, tmp_path, "{min: 1, max: 2, target_inflight: 50}")
+    gw = Gateway(c)
+    wait_for(lambda: gw.chat("llama-8b")[0] == 200, 60, "the replica to answer")
+    stop = threading.Event()
+
+    def steady():  # a request every 50 ms while the page is looked at
+        while not stop.is_set():
+            gw.chat("llama-8b", "steady")
+            stop.wait(0.05)
+
+    t = threading.Thread(target=steady)
+    t.start()
+    try:
+        # what the page reads: the gateway's figures for the service
+        cookie = login(port, login_url(c))
+
+        def figures():
+            (s,) = [s for s in get_json(port, "/api/services", cookie)[1]["services"]
+                    if s["id"] == jid]
+            return s if s["load"]["rate"] > 1 and s["load"]["gateways"] == 1 else None
+
+        s = wait_for(figures, 30, "the gateway's rate of the service")
+        assert s["model"] == "llama-8b" and s["replicas_wanted"] == 1, s
+        assert s["autoscale"]["min"] == 1 and s["autoscale"]["max"] == 2, s
+        assert 0 < s["load"]["latency_ms"] < 5000 and s["load"]["errors"] == 0, s
+        # and the page shows it, one row per model
+        d = browser
+        d.get(login_url(c))
+
+        def row():
+            text = text_of(d, f'#models tr[data-service="{jid}"]')
+            return text if "1 of 1 (1..2)" in text else None
+
+        text = wait_for(row, 30, "the model's row on the dashboard")
+        cells = text.split()
+        assert cells[0] == "llama-8b" and cells[1] == "llm", cells
+        rate, latency = float(cells[-3]), float(cells[-2])
+        assert rate > 1 and 0 < latency < 5000, cells
+        shot(d, tmp_path, "models")
+    finally:
+        stop.set()
+        t.join(30)

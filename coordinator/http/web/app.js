@@ -226,6 +226,34 @@ function jobsTable(jobs) {
       el("td", {}, costSoFar(j)))))));
 }
 
+// The services behind the gateway, one row per model: its replicas (healthy of
+// wanted, and those draining), its requests in flight and waiting, answers a
+// second and their mean time, as the gateways reported them (service.list).
+function modelsTable(services) {
+  const head = ["Model", "Service", "Replicas", "In flight", "Waiting", "Rate (req/s)",
+                "Latency (ms)", "Errors (/s)"];
+  const fixed = (x, d) => (typeof x === "number" ? x.toFixed(d) : "–");
+  return el("div", {class: "table"}, el("table", {id: "models"},
+    el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))),
+    el("tbody", {}, ...services.map((s) => {
+      const reps = s.replicas || [];
+      const healthy = reps.filter((r) => r.health === "healthy" && !r.draining).length;
+      const draining = reps.filter((r) => r.draining).length;
+      const as = s.autoscale ? ` (${s.autoscale.min}..${s.autoscale.max})` : "";
+      const names = [s.model, ...(s.aliases || []), ...(s.adapters || [])].join(", ");
+      const l = s.load || {};
+      return el("tr", {"data-service": s.id},
+        el("td", {}, names),
+        el("td", {}, el("a", {href: "/job/" + s.id}, s.name)),
+        el("td", {}, `${healthy} of ${s.replicas_wanted}${as}` +
+                     (draining ? `, ${draining} draining` : "")),
+        el("td", {}, String(l.inflight ?? 0)), el("td", {}, String(l.waiting ?? 0)),
+        el("td", {}, fixed(l.rate, 1)),
+        el("td", {}, l.rate > 0 ? fixed(l.latency_ms, 1) : "–"),
+        el("td", {}, fixed(l.errors, 1)));
+    }))));
+}
+
 function eventLine(e) {
   return el("li", {},
     el("time", {}, when(e.time)),
@@ -241,8 +269,10 @@ async function overview(me) {
   const nodesBox = el("div", {class: "grid", id: "nodes"});
   const jobsBox = el("div", {id: "jobs-box"});
   const feed = el("ol", {class: "feed", id: "events"});
-  main.replaceChildren(el("h2", {}, "Nodes"), nodesBox, el("h2", {}, "Jobs"), jobsBox,
-                       el("h2", {}, "Events"), feed);
+  const modelsBox = el("div", {id: "models-box"});
+  const modelsHead = el("h2", {}, "Models");
+  main.replaceChildren(el("h2", {}, "Nodes"), nodesBox, modelsHead, modelsBox,
+                       el("h2", {}, "Jobs"), jobsBox, el("h2", {}, "Events"), feed);
   let after = null; // the id of the newest event seen (null: find it first)
   const events = [];
 
@@ -274,6 +304,11 @@ async function overview(me) {
     jobsBox.replaceChildren(jobs.length ? jobsTable(jobs)
                                         : el("p", {class: "muted"}, "No recent jobs."));
   };
+  const refreshModels = async () => {
+    const list = (await api("/api/services")).services.filter((s) => s.model);
+    modelsHead.hidden = modelsBox.hidden = !list.length; // (no section without one)
+    modelsBox.replaceChildren(...(list.length ? [modelsTable(list)] : []));
+  };
   const refreshEvents = async () => {
     if (after === null) after = Math.max(0, (await newestId()) - 200);
     for (;;) {
@@ -292,11 +327,12 @@ async function overview(me) {
   const jobsSoon = debounce(guard(refreshJobs), 150);
   const eventsSoon = debounce(guard(refreshEvents), 150);
   const nodesSoon = debounce(guard(refreshNodes), 150);
+  const modelsSoon = debounce(guard(refreshModels), 150);
   // news: a job's events (a watcher of every job hears job 0: ask again for all);
   // ticks, every 5 s of quiet: the nodes' live figures and the jobs' checkpoints,
   // which come with no event
-  stream("", () => { jobsSoon(); eventsSoon(); nodesSoon(); },
-         () => { nodesSoon(); jobsSoon(); });
+  stream("", () => { jobsSoon(); eventsSoon(); nodesSoon(); modelsSoon(); },
+         () => { nodesSoon(); jobsSoon(); modelsSoon(); });
 }
 
 // ---- a job's page -----------------------------------------------------------------
