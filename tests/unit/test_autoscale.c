@@ -147,11 +147,14 @@ static void test_gwload(void **state)
         report("{}"),
         report("[{\"id\": 1, \"inflight\": -1, \"waiting\": 0, \"replicas\": []}]"),
         report("[{\"id\": 1, \"inflight\": 0, \"waiting\": 0}]"),
+        report("[{\"id\": 1, \"inflight\": 0, \"waiting\": 0, \"rate\": -1, "
+               "\"replicas\": []}]"),
         report("[{\"id\": 1, \"inflight\": 0, \"waiting\": 0, \"replicas\": "
                "[{\"id\": 2, \"inflight\": 0}]}]"),
     };
     const char *says[] = {"services must be an array", "services[0] must be",
-                          "services[0] must be", "services[0].replicas[0] must be"};
+                          "services[0] must be", "services[0] must be",
+                          "services[0].replicas[0] must be"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_int_equal(br_gwload_take(l, "gw1", bad[i], 1000, &err), -1);
         assert_int_equal(err.errnum, EPROTO);
@@ -159,10 +162,12 @@ static void test_gwload(void **state)
         json_decref(bad[i]);
     }
     assert_int_equal(br_gwload_fresh(l, 1000), 0);
-    json_t *r1 = report("[{\"id\": 10, \"inflight\": 3, \"waiting\": 2, \"replicas\": "
+    json_t *r1 = report("[{\"id\": 10, \"inflight\": 3, \"waiting\": 2, \"rate\": 3.0, "
+                        "\"errors\": 0.5, \"latency_ms\": 10, \"replicas\": "
                         "[{\"id\": 11, \"inflight\": 3, \"routed\": true},"
                         " {\"id\": 12, \"inflight\": 0, \"routed\": false}]}]");
-    json_t *r2 = report("[{\"id\": 10, \"inflight\": 1, \"waiting\": 0, \"replicas\": "
+    json_t *r2 = report("[{\"id\": 10, \"inflight\": 1, \"waiting\": 0, \"rate\": 1, "
+                        "\"latency_ms\": 50, \"replicas\": "
                         "[{\"id\": 12, \"inflight\": 1, \"routed\": false}]}]");
     assert_int_equal(br_gwload_take(l, "gw1", r1, 1000, &err), 0);
     assert_int_equal(br_gwload_take(l, "gw2", r2, 2000, &err), 0);
@@ -170,6 +175,12 @@ static void test_gwload(void **state)
     br_gwload_service(l, 10, 2500, &inflight, &waiting);
     assert_int_equal(inflight, 4);
     assert_int_equal(waiting, 2);
+    /* answers a second summed, their time weighted by each gateway's rate */
+    double rate, errors, latency;
+    br_gwload_service_rates(l, 10, 2500, &rate, &errors, &latency);
+    assert_float_equal(rate, 4, 1e-9);
+    assert_float_equal(errors, 0.5, 1e-9);
+    assert_float_equal(latency, 20, 1e-9);
     br_gwload_service(l, 99, 2500, &inflight, &waiting);
     assert_int_equal(inflight + waiting, 0);
     assert_int_equal(br_gwload_fresh(l, 2500), 2);

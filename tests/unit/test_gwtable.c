@@ -533,6 +533,62 @@ static void test_bad_entries_skipped(void **state)
 }
 
 /* A replica's base URL: http://HOST:PORT, an IPv6 address in brackets. */
+/* What the gateway tells the coordinator (gateway.load): per service its requests
+ * in flight (over its replicas, those that left the table too) and waiting, its
+ * answers a second and their mean time over the last GW_WINDOW_S s; per replica
+ * its in flight and whether it is routed. A cold start timeout comes with the
+ * table. */
+static void test_load_report(void **state)
+{
+    (void)state;
+    gw_table_t *t = gw_table_new();
+    assert_int_equal(update(t, 1, "{\"services\": [" SVC_HEAD "\"cold_start_ms\": 60000, "
+                                  "\"replicas\": [" R(7, 0, "10.0.0.1", 9000, "a") ", "
+                                  R(8, 1, "10.0.0.2", 9000, "b") "]}]}"),
+                     0);
+    gw_service_t *s = service(t, 5);
+    assert_int_equal(s->cold_start_ms, 60000);
+    replica(s, 7, "10.0.0.1", 9000)->inflight = 2;
+    replica(s, 8, "10.0.0.2", 9000)->inflight = 1;
+    s->waiting = 3;
+    /* replica 8 leaves the table with a request on it */
+    assert_int_equal(update(t, 2, "{\"services\": [" SVC_HEAD "\"replicas\": ["
+                                  R(7, 0, "10.0.0.1", 9000, "a") "]}]}"),
+                     0);
+    /* answers: 2 in second 100, 1 (a 502) in second 105; the one of second 80 and
+     * one of an unknown service do not count */
+    gw_table_answered(t, 5, 200, 80, 80000);
+    gw_table_answered(t, 5, 200, 10, 100100);
+    gw_table_answered(t, 5, 200, 30, 100900);
+    gw_table_answered(t, 5, 502, 50, 105000);
+    gw_table_answered(t, 99, 200, 10, 105000);
+    json_t *load = gw_table_load(t, 105500);
+    assert_int_equal(json_array_size(load), 1);
+    json_t *e = json_array_get(load, 0);
+    assert_int_equal(json_integer_value(json_object_get(e, "id")), 5);
+    assert_int_equal(json_integer_value(json_object_get(e, "inflight")), 3);
+    assert_int_equal(json_integer_value(json_object_get(e, "waiting")), 3);
+    assert_float_equal(json_real_value(json_object_get(e, "rate")), 0.3, 1e-9);
+    assert_float_equal(json_real_value(json_object_get(e, "errors")), 0.1, 1e-9);
+    assert_float_equal(json_real_value(json_object_get(e, "latency_ms")), 30, 1e-9);
+    json_t *reps = json_object_get(e, "replicas");
+    assert_int_equal(json_array_size(reps), 2);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *r = json_array_get(reps, i);
+        int id = (int)json_integer_value(json_object_get(r, "id"));
+        assert_int_equal(json_integer_value(json_object_get(r, "inflight")), id == 7 ? 2 : 1);
+        assert_int_equal(json_is_true(json_object_get(r, "routed")), id == 7);
+    }
+    json_decref(load);
+    /* 10 s on, the window is empty */
+    load = gw_table_load(t, 116000);
+    e = json_array_get(load, 0);
+    assert_float_equal(json_real_value(json_object_get(e, "rate")), 0, 1e-9);
+    assert_float_equal(json_real_value(json_object_get(e, "latency_ms")), 0, 1e-9);
+    json_decref(load);
+    gw_table_destroy(&t);
+}
+
 static void test_base_url(void **state)
 {
     (void)state;
@@ -565,6 +621,7 @@ int main(void)
         cmocka_unit_test(test_left_service_swept),
         cmocka_unit_test(test_malformed_table_changes_nothing),
         cmocka_unit_test(test_bad_entries_skipped),
+        cmocka_unit_test(test_load_report),
         cmocka_unit_test(test_base_url),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
