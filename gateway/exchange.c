@@ -10,6 +10,8 @@
 
 #include <jansson.h>
 
+#include "easypool.h"
+
 
 gw_exchange_t *gw_exchange_new(struct MHD_Connection *conn, const char *path,
                                size_t body_max)
@@ -234,11 +236,13 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
     return len;
 }
 
-int gw_exchange_try(gw_exchange_t *x, gw_replica_t *r, long timeout_ms)
+int gw_exchange_try(gw_exchange_t *x, gw_replica_t *r, long timeout_ms,
+                    gw_easypool_t *pool)
 {
     char url[GW_PATH_MAX + 320];
     gw_exchange_end_try(x);
-    x->easy = curl_easy_init();
+    x->pool = pool;
+    x->easy = gw_easypool_get(pool);
     if (!x->easy)
         return -1;
     x->rep = r;
@@ -249,10 +253,6 @@ int gw_exchange_try(gw_exchange_t *x, gw_replica_t *r, long timeout_ms)
     x->cerr[0] = '\0';
     x->state = GW_X_UPSTREAM;
     snprintf(url, sizeof(url), "%s%s", r->base, x->path);
-    x->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-    x->hdrs = x->hdrs ? curl_slist_append(x->hdrs, "Expect:") : NULL; /* no 100-continue */
-    if (!x->hdrs)
-        return -1;
     CURL *e = x->easy;
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_PRIVATE, x);
@@ -261,7 +261,7 @@ int gw_exchange_try(gw_exchange_t *x, gw_replica_t *r, long timeout_ms)
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body ? x->body : "");
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)x->body_len);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->hdrs);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, gw_easypool_headers(pool));
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
@@ -278,10 +278,8 @@ int gw_exchange_try(gw_exchange_t *x, gw_replica_t *r, long timeout_ms)
 void gw_exchange_end_try(gw_exchange_t *x)
 {
     if (x->easy)
-        curl_easy_cleanup(x->easy);
+        gw_easypool_put(x->pool, x->easy);
     x->easy = NULL;
-    curl_slist_free_all(x->hdrs);
-    x->hdrs = NULL;
     x->paused = 0;
 }
 

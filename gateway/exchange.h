@@ -49,7 +49,7 @@ typedef struct gw_exchange {
     char who[160];     /* SERVICE/REPLICA of the last try (X-Bramble-Replica) */
     int tries;
     CURL *easy;
-    struct curl_slist *hdrs;
+    struct gw_easypool *pool; /* where easy came from, and goes back */
     int status;         /* the answer's */
     char ctype[128];    /* the replica's Content-Type */
     int retry_wanted;   /* a 502/503 before any byte: try another replica */
@@ -97,7 +97,8 @@ uint64_t gw_exchange_resumed(void);
 
 /* A new try on replica r: an easy handle that POSTs the body to r's base + path
  * (the caller adds it to the multi handle). 0, or -1 (out of memory). */
-int gw_exchange_try(gw_exchange_t *x, gw_replica_t *r, long timeout_ms);
+int gw_exchange_try(gw_exchange_t *x, gw_replica_t *r, long timeout_ms,
+                    struct gw_easypool *pool);
 /* Let the try's easy handle go (already out of the multi handle). */
 void gw_exchange_end_try(gw_exchange_t *x);
 

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "coordlink.h"
+#include "easypool.h"
 #include "exchange.h"
 #include "keys.h"
 #include "ledger.h"
@@ -56,6 +57,7 @@ struct gw {
     gw_exchange_t *whead, *wtail; /* requests waiting for a replica, oldest first */
     conn_t *conns;
     gw_ledger_t *ledger; /* what was answered, counted (ledger.h) */
+    gw_easypool_t *easies; /* easy handles for the tries, reused (easypool.h) */
     int64_t swept, reported;
     int64_t loaded;    /* monotonic ms the load was last told */
     int load_now;      /* tell the load at the next turn of the loop */
@@ -278,7 +280,7 @@ static void start(gw_t *g, gw_exchange_t *x, gw_replica_t *r)
         gw_exchange_resume(x);
         return;
     }
-    if (gw_exchange_try(x, r, (long)g->cfg.upstream_ms) < 0 ||
+    if (gw_exchange_try(x, r, (long)g->cfg.upstream_ms, g->easies) < 0 ||
         curl_multi_add_handle(g->multi, x->easy) != CURLM_OK) {
         gw_exchange_end_try(x);
         gw_exchange_fail(x, 500, "server_error", "the gateway is out of memory");
@@ -835,6 +837,7 @@ gw_t *gw_new(const gw_config_t *cfg, br_err_t *err)
     }
     curl_multi_setopt(g->multi, CURLMOPT_MAXCONNECTS, 1024L); /* kept for reuse */
     if (!(g->ledger = gw_ledger_new()) || !(g->table = gw_table_new()) ||
+        !(g->easies = gw_easypool_new(256)) ||
         !(g->keys = gw_keys_new()) || !(g->limits = gw_ratelimit_new()) ||
         !(g->link = gw_link_new(&cfg->cred, on_table, on_reported, g, err)))
         goto fail;
@@ -879,6 +882,7 @@ void gw_destroy(gw_t **gp)
     gw_keys_destroy(&g->keys);
     gw_ratelimit_destroy(&g->limits);
     gw_ledger_destroy(&g->ledger);
+    gw_easypool_destroy(&g->easies); /* (after the daemon: its requests gave theirs back) */
     if (g->multi) {
         curl_multi_cleanup(g->multi);
         curl_global_cleanup();
