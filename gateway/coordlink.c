@@ -149,9 +149,12 @@ void gw_link_suspect(gw_link_t *l, int64_t job, int port, const char *why)
                            why, strlen(why) < 200 ? strlen(why) : (size_t)200));
 }
 
-void gw_link_load(gw_link_t *l, json_t *services)
+void gw_link_load(gw_link_t *l, json_t *services, int64_t version)
 {
-    send_request(l, "gateway.load", services ? json_pack("{s:o}", "services", services) : NULL);
+    send_request(l, "gateway.load",
+                 services ? json_pack("{s:o, s:I}", "services", services, "version",
+                                      (json_int_t)(version > 0 ? version : 0))
+                          : NULL);
 }
 
 int gw_link_run(gw_link_t *l, int64_t now_ms)

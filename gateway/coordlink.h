@@ -37,10 +37,10 @@ void gw_link_report(gw_link_t *l, const json_t *body);
 /* Tell the coordinator that the replica job at port failed (why), so its agent
  * checks it now (gateway.suspect). */
 void gw_link_suspect(gw_link_t *l, int64_t job, int port, const char *why);
-/* Tell the coordinator what the gateway carries now (gateway.load; body taken:
- * table.h's gw_table_load). Sent again by the caller each second, so a lost one
+/* Tell the coordinator what the gateway carries now (gateway.load; services
+ * taken: table.h's gw_table_load), and the version of the table it routes by. Sent again by the caller each second, so a lost one
  * is not resent. */
-void gw_link_load(gw_link_t *l, json_t *body);
+void gw_link_load(gw_link_t *l, json_t *services, int64_t version);
 /* Whether the coordinator answered lately (within GW_LINK_AWAY_MS). */
 int gw_link_up(const gw_link_t *l, int64_t now_ms);
 

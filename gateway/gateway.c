@@ -30,7 +30,8 @@
 
 #define SWEEP_MS 100 /* clients that hung up, requests waited out, slow clients */
 #define REPORT_MS 5000 /* what was counted goes to the coordinator this often */
-#define LOAD_MS 1000   /* what the gateway carries (gateway.load), this often */
+#define LOAD_MS 1000   /* what the gateway carries (gateway.load), this often, */
+#define LOAD_SOON_MS 50 /* ... or after this when a request waits at 0 replicas */
 #define GW_SUSPECT_MS 10000 /* a failed replica is told to the coordinator this often */
 
 /* One client connection: when it began its current request, and whether that
@@ -336,9 +337,9 @@ static void route(gw_t *g, gw_exchange_t *x)
     }
     x->state = GW_X_WAITING;
     x->wait_svc = svc;
-    svc->waiting++;
-    if (!gw_service_has_present(svc)) /* none: one may be starting for it */
-        g->load_now = 1;
+    x->svc_id = svc->id; /* (its answer, maybe a 503, is the service's) */
+    if (svc->waiting++ == 0 && !gw_service_has_present(svc))
+        g->load_now = 1; /* none: the coordinator starts one when it hears */
     if (!x->wait_until) {
         x->wait_ms = svc->cold_start_ms && !gw_service_has_present(svc) ? svc->cold_start_ms
                                                                         : g->cfg.wait_ms;
@@ -352,7 +353,7 @@ static void route(gw_t *g, gw_exchange_t *x)
     g->wtail = x;
     gw_exchange_suspend(x);
     if (g->load_now)
-        report_load(g, now);
+        report_load(g, now); /* (or at the next sweep, within 0.1 s) */
 }
 
 /* Requests that waited: those that can go now, in order; those that waited out. */
@@ -732,11 +733,11 @@ static void on_reported(void *arg, const char *id)
  * request waits for a service at 0 replicas (autoscale starts one). */
 static void report_load(gw_t *g, int64_t now)
 {
-    if ((!g->load_now && now - g->loaded < LOAD_MS) || !gw_link_up(g->link, now))
+    if (now - g->loaded < (g->load_now ? LOAD_SOON_MS : LOAD_MS) || !gw_link_up(g->link, now))
         return;
     g->loaded = now;
     g->load_now = 0;
-    gw_link_load(g->link, gw_table_load(g->table, now));
+    gw_link_load(g->link, gw_table_load(g->table, now), g->table->version);
 }
 
 /* What was counted since the last report (or the report not yet taken) to the

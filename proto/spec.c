@@ -1079,6 +1079,9 @@ static int check_autoscale(const sect_t *sv, br_spec_t *spec)
         return spec_fail_at(a.err, a.line,
                             "service.autoscale: needs service.model (the load it follows "
                             "is the gateway's requests for that model)");
+    if (!get(&a, "target_inflight") && spec->service.max_inflight &&
+        as->target_inflight > spec->service.max_inflight)
+        as->target_inflight = spec->service.max_inflight; /* (4 unless capped lower) */
     if (spec->service.max_inflight && as->target_inflight > spec->service.max_inflight)
         return spec_fail_at(a.err, value_line(&a, "target_inflight"),
                             "service.autoscale.target_inflight: %d is more than "

@@ -1482,11 +1482,11 @@ static json_t *service_view(br_coord_t *c, const br_job_t *j, int64_t now)
     json_t *sv = json_object_get(j->spec, "service");
     json_t *model = json_object_get(sv, "model"), *aliases = json_object_get(sv, "aliases");
     json_t *adapters = json_object_get(sv, "adapters");
-    json_t *out = json_pack("{s:I, s:s, s:s, s:O, s:O, s:O}", "id", (json_int_t)j->id,
+    json_t *out = json_pack("{s:I, s:s, s:s, s:O, s:o, s:o}", "id", (json_int_t)j->id,
                             "name", j->name, "owner", j->owner ? j->owner : "", "model",
                             json_is_string(model) ? model : json_null(), "aliases",
-                            aliases ? aliases : json_array(), "adapters",
-                            adapters ? adapters : json_array());
+                            aliases ? json_incref(aliases) : json_array(), "adapters",
+                            adapters ? json_incref(adapters) : json_array());
     json_t *row = json_pack("{s:I, s:i}", "id", (json_int_t)j->id, "replicas", j->replicas);
     if (out && row)
         br_services_annotate(c, row, out); /* replicas, replicas_wanted */

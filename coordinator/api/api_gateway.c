@@ -190,10 +190,12 @@ void br_api_gateway_suspect(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 void br_api_gateway_load(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_t *services;
+    json_int_t version = 0;
     br_err_t err;
     int64_t now = br_mono_ms();
-    if (br_msg_unpack(m, &err, "{s:o}", "services", &services) < 0 ||
-        br_gwload_take(c->gwload, who->name, services, now, &err) < 0) {
+    if (br_msg_unpack(m, &err, "{s:o, s?I}", "services", &services, "version", &version) <
+            0 ||
+        br_gwload_take(c->gwload, who->name, services, version, now, &err) < 0) {
         br_reply_fail(c, m, &err);
         return;
     }

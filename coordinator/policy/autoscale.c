@@ -81,7 +81,7 @@ int br_autoscale_decide(const br_autoscale_spec_t *as, br_autoscale_track_t *t, 
                  "autoscale: at least %d request%s in flight or waiting for %s (target %d a "
                  "replica)",
                  t->up_load, plural(t->up_load),
-                 br_format_duration(now_ms - t->up_since, span, sizeof(span)),
+                 br_format_duration(as->up_after_ms, span, sizeof(span)),
                  as->target_inflight);
         t->up_since = 0;
         return t->up_least;
@@ -103,7 +103,7 @@ int br_autoscale_decide(const br_autoscale_spec_t *as, br_autoscale_track_t *t, 
                  "autoscale: at most %d request%s in flight or waiting for %s (target %d a "
                  "replica)",
                  t->down_load, plural(t->down_load),
-                 br_format_duration(now_ms - t->down_since, span, sizeof(span)),
+                 br_format_duration(as->down_after_ms, span, sizeof(span)),
                  as->target_inflight);
         t->down_since = 0;
         return t->down_most;

@@ -9,12 +9,14 @@
 typedef struct {
     char name[64];
     int64_t at_ms;     /* monotonic ms the report came */
+    int64_t version;   /* the routing table's version the gateway had (0: unknown) */
     json_t *services;  /* as reported, checked */
 } report_t;
 
 struct br_gwload {
     report_t v[BR_GWLOAD_MAX];
     int n;
+    int64_t table_version; /* the routing table's as last made */
 };
 
 br_gwload_t *br_gwload_new(void)
@@ -87,7 +89,7 @@ static report_t *find(const br_gwload_t *l, const char *gateway)
 }
 
 int br_gwload_take(br_gwload_t *l, const char *gateway, const json_t *services,
-                   int64_t now_ms, br_err_t *err)
+                   int64_t version, int64_t now_ms, br_err_t *err)
 {
     if (check(services, err) < 0)
         return -1;
@@ -108,7 +110,18 @@ int br_gwload_take(br_gwload_t *l, const char *gateway, const json_t *services,
     json_decref(r->services);
     r->services = json_incref((json_t *)services);
     r->at_ms = now_ms;
+    r->version = version > 0 ? version : 0;
     return 0;
+}
+
+void br_gwload_table_made(br_gwload_t *l, int64_t version)
+{
+    l->table_version = version;
+}
+
+int64_t br_gwload_table_version(const br_gwload_t *l)
+{
+    return l->table_version;
 }
 
 void br_gwload_forget(br_gwload_t *l, const char *gateway)
@@ -147,14 +160,16 @@ static json_t *entry(const json_t *list, int64_t id)
 void br_gwload_service(const br_gwload_t *l, int64_t service, int64_t now_ms, int *inflight,
                        int *waiting)
 {
-    *inflight = *waiting = 0;
+    int64_t in = 0, wait = 0; /* (64 gateways of up to 10^9 each) */
     for (int i = 0; i < l->n; i++) {
         json_t *s = fresh(&l->v[i], now_ms) ? entry(l->v[i].services, service) : NULL;
         if (s) {
-            *inflight += (int)json_integer_value(json_object_get(s, "inflight"));
-            *waiting += (int)json_integer_value(json_object_get(s, "waiting"));
+            in += json_integer_value(json_object_get(s, "inflight"));
+            wait += json_integer_value(json_object_get(s, "waiting"));
         }
     }
+    *inflight = in > 1000000000 ? 1000000000 : (int)in;
+    *waiting = wait > 1000000000 ? 1000000000 : (int)wait;
 }
 
 void br_gwload_service_rates(const br_gwload_t *l, int64_t service, int64_t now_ms,
@@ -176,15 +191,17 @@ void br_gwload_service_rates(const br_gwload_t *l, int64_t service, int64_t now_
 }
 
 int br_gwload_replica_idle(const br_gwload_t *l, int64_t replica, int64_t since_ms,
-                           int64_t now_ms, int *inflight)
+                           int64_t version, int64_t now_ms, int *inflight)
 {
-    int idle = 1, held = 0;
+    int idle = 1, held = 0, heard = 0;
     for (int i = 0; i < l->n; i++) {
         const report_t *r = &l->v[i];
         if (!fresh(r, now_ms))
             continue;
-        if (r->at_ms <= since_ms)
+        if (r->at_ms <= since_ms || r->version <= version)
             idle = 0; /* it may not have heard yet */
+        else
+            heard++;
         size_t k, q;
         json_t *s, *e;
         json_array_foreach(r->services, k, s) /* (one job may be there twice: two
@@ -200,5 +217,5 @@ int br_gwload_replica_idle(const br_gwload_t *l, int64_t replica, int64_t since_
     }
     if (inflight)
         *inflight = held;
-    return idle;
+    return idle && heard > 0;
 }

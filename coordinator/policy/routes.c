@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gwload.h"
 #include "jobtab.h"
 #include "services.h"
 #include "usage.h"
@@ -40,8 +41,12 @@ struct br_routes {
 br_routes_t *br_routes_new(void)
 {
     br_routes_t *r = calloc(1, sizeof(br_routes_t));
-    if (r)
+    if (r) {
         r->keys_stale = 1;
+        /* versions grow across restarts too: a gateway's report of a table it had
+         * from before a restart never passes for a newer one (gwload.h) */
+        r->version = br_now_ms();
+    }
     return r;
 }
 
@@ -173,6 +178,7 @@ static void remake(br_coord_t *c, int64_t now_ms, int force)
     if (keys_changed) {
         r->version++;
         r->keys_version = r->version;
+        br_gwload_table_made(c->gwload, r->version);
     }
     json_t *t = br_routes_table(c);
     char *text = t ? json_dumps(t, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
@@ -192,6 +198,7 @@ static void remake(br_coord_t *c, int64_t now_ms, int force)
     r->table = t;
     if (!keys_changed)
         r->version++;
+    br_gwload_table_made(c->gwload, r->version);
 }
 
 /* The table as sent: the services, and the keys when with_keys. New reference. */

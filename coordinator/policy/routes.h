@@ -4,7 +4,8 @@
  * A bramble-gateway watches the table (gateway.watch, renewed every few seconds,
  * like event.watch); after each wake that changed it, every watching gateway is
  * sent the whole table at once ("gateway.news", with a version that grows by one
- * with each change), so a gateway never asks twice and keeps serving from the last
+ * with each change, from the wall clock's ms when the coordinator started, so
+ * that it grows across restarts too), so a gateway never asks twice and keeps serving from the last
  * table it heard while the coordinator is away. The table is made from the jobs in
  * memory, at most once per BR_ROUTES_EVERY_MS.
  *

@@ -15,7 +15,8 @@
 struct br_services {
     json_t *health; /* replicas' health as their agents last said: {"job id": ...} */
     json_t *suspected; /* {"job id": monotonic ms a gateway's report was last taken} */
-    json_t *draining;  /* {"job id": monotonic ms it began to drain} */
+    json_t *draining;  /* {"job id": {"since": monotonic ms it began to drain,
+                          "version": the routing table's then}} */
 };
 
 /* A bookkeeping column of a job's store row, or -1 when it has none. */
@@ -163,6 +164,13 @@ static int drains(br_coord_t *c, const br_job_t *service)
            br_gwload_fresh(c->gwload, br_mono_ms()) > 0;
 }
 
+/* When a drain began: {"since": monotonic ms, "version": the routes' then}. */
+static json_t *drain_mark(br_coord_t *c, int64_t now)
+{
+    return json_pack("{s:I, s:I}", "since", (json_int_t)now, "version",
+                     (json_int_t)br_gwload_table_version(c->gwload));
+}
+
 /* A replica no longer wanted: drained when gateways may hold requests on it,
  * else stopped now. */
 static void let_go(br_coord_t *c, br_job_t *r, int drain)
@@ -176,7 +184,7 @@ static void let_go(br_coord_t *c, br_job_t *r, int drain)
     id_key(r->id, key);
     if (json_object_get(c->services->draining, key))
         return;
-    json_object_set_new(c->services->draining, key, json_integer(br_mono_ms()));
+    json_object_set_new(c->services->draining, key, drain_mark(c, br_mono_ms()));
     br_coord_event(c, r->id, r->nranks ? r->ranks[0].node : NULL,
                    br_job_state_name(r->state),
                    "replica %d draining: the gateways send it no new requests, and it stops "
@@ -400,7 +408,8 @@ static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
     json_object_foreach_safe(s->draining, tmp, k, v) {
         char key[24];
         snprintf(key, sizeof(key), "%s", k);
-        int64_t since = json_integer_value(v);
+        int64_t since = json_integer_value(json_object_get(v, "since"));
+        int64_t version = json_integer_value(json_object_get(v, "version"));
         br_job_t *r = br_jobtab_find(c->jobs, strtoll(key, NULL, 10));
         if (!r || br_job_state_ended(r->state)) {
             json_object_del(s->draining, key);
@@ -408,9 +417,10 @@ static void on_tick(br_coord_t *c, br_hook_arg_t *a, void *ctx)
         }
         int held = 0;
         char text[160];
-        if (!serving(c, r))
+        const char *h = br_services_health_of(c, r->id);
+        if (r->state != BR_JOB_RUNNING || (h && strcmp(h, "healthy") != 0))
             snprintf(text, sizeof(text), "it serves no requests now");
-        else if (br_gwload_replica_idle(c->gwload, r->id, since, now, &held))
+        else if (br_gwload_replica_idle(c->gwload, r->id, since, version, now, &held))
             snprintf(text, sizeof(text), "drained: no gateway holds a request on it");
         else if (now - since >= BR_SERVICES_DRAIN_MS)
             snprintf(text, sizeof(text), "%d request%s still in flight after %ds of draining",
@@ -444,7 +454,7 @@ static void on_loaded(br_coord_t *c, br_hook_arg_t *a, void *ctx)
             id_key(have[k]->id, key);
             json_t *since = json_object_get(was, key);
             json_object_set_new(s->draining, key,
-                                since ? json_incref(since) : json_integer(now));
+                                since ? json_incref(since) : drain_mark(c, now));
         }
         free(have);
     }

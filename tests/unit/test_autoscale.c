@@ -156,7 +156,7 @@ static void test_gwload(void **state)
                           "services[0] must be", "services[0] must be",
                           "services[0].replicas[0] must be"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        assert_int_equal(br_gwload_take(l, "gw1", bad[i], 1000, &err), -1);
+        assert_int_equal(br_gwload_take(l, "gw1", bad[i], 5, 1000, &err), -1);
         assert_int_equal(err.errnum, EPROTO);
         assert_non_null(strstr(err.text, says[i]));
         json_decref(bad[i]);
@@ -169,8 +169,8 @@ static void test_gwload(void **state)
     json_t *r2 = report("[{\"id\": 10, \"inflight\": 1, \"waiting\": 0, \"rate\": 1, "
                         "\"latency_ms\": 50, \"replicas\": "
                         "[{\"id\": 12, \"inflight\": 1, \"routed\": false}]}]");
-    assert_int_equal(br_gwload_take(l, "gw1", r1, 1000, &err), 0);
-    assert_int_equal(br_gwload_take(l, "gw2", r2, 2000, &err), 0);
+    assert_int_equal(br_gwload_take(l, "gw1", r1, 5, 1000, &err), 0);
+    assert_int_equal(br_gwload_take(l, "gw2", r2, 5, 2000, &err), 0);
     int inflight, waiting, held;
     br_gwload_service(l, 10, 2500, &inflight, &waiting);
     assert_int_equal(inflight, 4);
@@ -189,22 +189,28 @@ static void test_gwload(void **state)
     br_gwload_service(l, 10, 4000, &inflight, &waiting);
     assert_int_equal(inflight, 1);
     /* replica 12: gw2 holds one on it */
-    assert_int_equal(br_gwload_replica_idle(l, 12, 500, 2500, &held), 0);
+    assert_int_equal(br_gwload_replica_idle(l, 12, 500, 4, 2500, &held), 0);
     assert_int_equal(held, 1);
     json_t *r3 = report("[{\"id\": 10, \"inflight\": 0, \"waiting\": 0, \"replicas\": "
                         "[{\"id\": 12, \"inflight\": 0, \"routed\": false}]}]");
-    assert_int_equal(br_gwload_take(l, "gw2", r3, 2600, &err), 0);
-    assert_int_equal(br_gwload_replica_idle(l, 12, 500, 2700, &held), 1);
+    assert_int_equal(br_gwload_take(l, "gw2", r3, 6, 2600, &err), 0);
+    /* gw1 is stale by 4100: gw2 alone speaks, and it has heard */
+    assert_int_equal(br_gwload_replica_idle(l, 12, 500, 5, 4100, &held), 1);
     assert_int_equal(held, 0);
-    /* a report from before the drain began does not count as heard */
-    assert_int_equal(br_gwload_replica_idle(l, 12, 1500, 2700, NULL), 0);
+    /* with gw1 fresh too (its report from before the drain): not yet */
+    assert_int_equal(br_gwload_replica_idle(l, 12, 500, 5, 2700, NULL), 0);
+    /* a report that came before the drain began, or made from a table no newer
+     * than the one of the drain's start, is not heard */
+    assert_int_equal(br_gwload_replica_idle(l, 12, 2650, 5, 4100, NULL), 0);
+    assert_int_equal(br_gwload_replica_idle(l, 12, 500, 6, 4100, NULL), 0);
     /* routed still: not idle */
-    assert_int_equal(br_gwload_replica_idle(l, 11, 500, 2700, NULL), 0);
-    /* a gateway removed leaves no trace; none fresh: nothing holds it */
+    assert_int_equal(br_gwload_replica_idle(l, 11, 500, 5, 2700, NULL), 0);
+    /* a gateway removed leaves no trace; none fresh: nobody has heard, so it
+     * waits (one gone quiet may still hold requests) */
     br_gwload_forget(l, "gw1");
     br_gwload_forget(l, "gw2");
     assert_int_equal(br_gwload_fresh(l, 2700), 0);
-    assert_int_equal(br_gwload_replica_idle(l, 11, 500, 2700, NULL), 1);
+    assert_int_equal(br_gwload_replica_idle(l, 12, 500, 5, 2700, NULL), 0);
     json_decref(r1);
     json_decref(r2);
     json_decref(r3);
@@ -338,6 +344,8 @@ static void all_healthy(br_coord_t *c, int64_t service)
 static void load(br_coord_t *c, int64_t service, int inflight, int waiting,
                  const int *held, int64_t now)
 {
+    /* (the gateway has the table made after the last change) */
+    int64_t version = br_gwload_table_version(c->gwload) + 1;
     json_t *reps = json_array();
     json_t *ends = br_services_endpoints_of(c, service);
     for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next) {
@@ -356,7 +364,7 @@ static void load(br_coord_t *c, int64_t service, int inflight, int waiting,
     json_t *services = json_pack("[{s:I, s:i, s:i, s:o}]", "id", (json_int_t)service,
                                  "inflight", inflight, "waiting", waiting, "replicas", reps);
     br_err_t err;
-    assert_int_equal(br_gwload_take(c->gwload, "gw1", services, now, &err), 0);
+    assert_int_equal(br_gwload_take(c->gwload, "gw1", services, version, now, &err), 0);
     json_decref(services);
 }
 

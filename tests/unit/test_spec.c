@@ -375,8 +375,13 @@ static void test_service_autoscale(void **state)
                "min (3) is more than max (2)");
     parse_fail(SVC "service: {model: m, replicas: 5, autoscale: {max: 2}}\n",
                "service.replicas: 5 is outside autoscale's 0..2");
-    parse_fail(SVC "service: {model: m, max_inflight: 2, autoscale: {max: 2}}\n",
-               "target_inflight: 4 is more than service.max_inflight (2)");
+    parse_fail(SVC "service: {model: m, max_inflight: 2, autoscale: {max: 2, "
+                   "target_inflight: 3}}\n",
+               "target_inflight: 3 is more than service.max_inflight (2)");
+    /* not given, it is 4 or max_inflight when that is lower */
+    s = parse_ok(SVC "service: {model: m, max_inflight: 2, autoscale: {max: 2}}\n", NULL, 0);
+    assert_int_equal(s->service.autoscale.target_inflight, 2);
+    br_spec_destroy(&s);
     parse_fail(SVC "service: {model: m, autoscale: {max: 2, target: 3}}\n", "target");
     parse_fail(SVC "service: {model: m, autoscale: {max: 2, up_after: soon}}\n",
                "service.autoscale.up_after");
