@@ -13,6 +13,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "api.h"
 #include "ckptpull.h"
 #include "deps.h"
 #include "pace.h"
@@ -116,6 +117,52 @@ static inline void fixture_drop_orders(br_coord_t *c)
 }
 
 /* Free everything fixture_open made, and remove its directory. */
+/* Whether job id has an event whose reason holds text. */
+static inline int fixture_has_event(br_coord_t *c, int64_t id, const char *text)
+{
+    json_t *ev = br_store_event_list(c->store, id, 0, 0, NULL);
+    size_t i;
+    json_t *e;
+    int found = 0;
+    json_array_foreach(ev, i, e) {
+        const char *r = json_string_value(json_object_get(e, "reason"));
+        found |= r && strstr(r, text) != NULL;
+    }
+    json_decref(ev);
+    return found;
+}
+
+/* type with body (JSON text) from the principal with key, dispatched as the loop
+ * does (the orders queued before are dropped first): the answer's body, refusals
+ * included (new reference); the test fails when there is no answer. */
+static inline json_t *fixture_call(br_coord_t *c, const char *key, const char *type,
+                                   const char *body)
+{
+    static uint32_t seq = 1;
+    fixture_drop_orders(c);
+    br_msg_t *m = br_msg_new(BR_MSG_REQUEST, type, seq++);
+    assert_non_null(m);
+    json_error_t je;
+    json_t *b = json_loads(body, 0, &je);
+    if (!b)
+        fail_msg("body %s: %s", body, je.text);
+    br_msg_set_body(m, b);
+    br_msg_set_route(m, "z", 1);
+    br_msg_set_user(m, key);
+    br_caller_t who;
+    br_api_dispatch(c, m, &who);
+    json_t *found = NULL;
+    for (size_t i = 0; i < br_outbox_count(c->out); i++) {
+        const br_msg_t *r = br_outbox_msg(c->out, i);
+        if (br_msg_kind(r) == BR_MSG_RESPONSE && br_msg_seq(r) == br_msg_seq(m))
+            found = br_msg_body(r);
+    }
+    br_msg_destroy(&m);
+    if (!found)
+        fail_msg("%s: no answer", type);
+    return json_incref(found);
+}
+
 static inline void fixture_close(coord_fixture_t *f)
 {
     br_coord_t *c = &f->c;

@@ -241,30 +241,9 @@ static int teardown(void **state)
     return fixture_two_teardown(state);
 }
 
-static uint32_t next_seq = 1;
-
-/* type with body (JSON text) from ann, dispatched as the loop does: the answer's
- * body (new reference). */
 static json_t *call(br_coord_t *c, const char *type, const char *body)
 {
-    fixture_drop_orders(c);
-    br_msg_t *m = br_msg_new(BR_MSG_REQUEST, type, next_seq++);
-    assert_non_null(m);
-    br_msg_set_body(m, report(body));
-    br_msg_set_route(m, "z", 1);
-    br_msg_set_user(m, KEY_ANN);
-    br_caller_t who;
-    br_api_dispatch(c, m, &who);
-    json_t *found = NULL;
-    for (size_t i = 0; i < br_outbox_count(c->out); i++) {
-        const br_msg_t *r = br_outbox_msg(c->out, i);
-        if (br_msg_kind(r) == BR_MSG_RESPONSE && br_msg_seq(r) == br_msg_seq(m))
-            found = br_msg_body(r);
-    }
-    br_msg_destroy(&m);
-    if (!found)
-        fail_msg("%s: no answer", type);
-    return json_incref(found);
+    return fixture_call(c, KEY_ANN, type, body);
 }
 
 static int64_t submit(br_coord_t *c, const char *yaml)
@@ -278,20 +257,6 @@ static int64_t submit(br_coord_t *c, const char *yaml)
     json_decref(a);
     assert_true(id > 0);
     return id;
-}
-
-static int has_event(br_coord_t *c, int64_t id, const char *text)
-{
-    json_t *ev = br_store_event_list(c->store, id, 0, 0, NULL);
-    size_t i;
-    json_t *e;
-    int found = 0;
-    json_array_foreach(ev, i, e) {
-        const char *r = json_string_value(json_object_get(e, "reason"));
-        found |= r && strstr(r, text) != NULL;
-    }
-    json_decref(ev);
-    return found;
 }
 
 /* The service's live replica number k, or NULL. */
@@ -397,7 +362,7 @@ static void test_scales_up_from_zero(void **state)
     load(c, svc, 0, 1, NULL, now + 100);
     br_autoscale_run(c, now + 100);
     assert_int_equal(live_replicas(c, svc), 1);
-    assert_true(has_event(c, svc, "scaled from 0 to 1 replica: autoscale: 1 request waits"));
+    assert_true(fixture_has_event(c, svc, "scaled from 0 to 1 replica: autoscale: 1 request waits"));
     all_healthy(c, svc);
     /* 5 in flight ask for 3 (target 2): after 10 s */
     load(c, svc, 5, 0, NULL, now + 1000);
@@ -408,7 +373,7 @@ static void test_scales_up_from_zero(void **state)
     load(c, svc, 6, 0, NULL, now + 11000);
     br_autoscale_run(c, now + 11000);
     assert_int_equal(live_replicas(c, svc), 3);
-    assert_true(has_event(c, svc, "scaled from 1 to 3 replicas: autoscale: at least 5"));
+    assert_true(fixture_has_event(c, svc, "scaled from 1 to 3 replicas: autoscale: at least 5"));
     /* job show tells the load and what it asks */
     char body[64];
     snprintf(body, sizeof(body), "{\"id\": %lld}", (long long)svc);
@@ -442,7 +407,7 @@ static void test_drains_on_scale_down(void **state)
     br_autoscale_run(c, now + 61000);
     assert_int_equal(live_replicas(c, svc), 3);
     assert_int_equal(endpoints(c, svc), 1);
-    assert_true(has_event(c, replica(c, svc, 2)->id, "replica 2 draining"));
+    assert_true(fixture_has_event(c, replica(c, svc, 2)->id, "replica 2 draining"));
     assert_int_equal(replica(c, svc, 2)->state, BR_JOB_RUNNING);
     /* a tick with the gateway's report from before the drain: nothing stops */
     br_hooks_run(c, c->hooks, BR_HOOK_TICK, NULL);
@@ -452,14 +417,14 @@ static void test_drains_on_scale_down(void **state)
     load(c, svc, 2, 0, held, br_mono_ms() + 1);
     br_hooks_run(c, c->hooks, BR_HOOK_TICK, NULL);
     assert_null(replica(c, svc, 1));
-    assert_true(has_event(c, r1, "replica 1 stops: drained"));
+    assert_true(fixture_has_event(c, r1, "replica 1 stops: drained"));
     assert_non_null(replica(c, svc, 2));
     /* load comes back: replica 2 is wanted again, and not stopped */
     load(c, svc, 5, 0, held, now + 62000);
     br_autoscale_run(c, now + 62000);
     load(c, svc, 5, 0, held, now + 72000);
     br_autoscale_run(c, now + 72000);
-    assert_true(has_event(c, r2, "replica 2 is wanted again"));
+    assert_true(fixture_has_event(c, r2, "replica 2 is wanted again"));
     assert_int_equal(endpoints(c, svc), 2);
     assert_int_equal(live_replicas(c, svc), 3); /* replica 3 is new, waiting */
 }

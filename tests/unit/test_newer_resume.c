@@ -126,17 +126,6 @@ static int started(br_coord_t *c, br_node_t *n, const br_job_t *j, json_t *resum
 }
 
 /* 1 when one of the job's events says text. */
-static int has_event(br_coord_t *c, int64_t id, const char *text)
-{
-    json_t *ev = br_store_event_list(c->store, id, 0, 0, NULL), *e;
-    size_t i;
-    int found = 0;
-    json_array_foreach(ev, i, e)
-        found |= strcmp(json_string_value(json_object_get(e, "reason")), text) == 0;
-    json_decref(ev);
-    return found;
-}
-
 /* Only an attempt after one that ran is told when that one started; not when it
  * resumes from an older checkpoint on purpose (replicas' fallback). */
 static void test_resume_after(void **state)
@@ -214,7 +203,7 @@ static void test_resumed_gang(void **state)
                      0);
     assert_string_equal(run_env(c, r1, "BRAMBLE_RESUME_FROM"), "/ck/checkpoint-30");
     assert_string_equal(run_env(c, r1, "BRAMBLE_RESUME_STEP"), "30");
-    assert_true(has_event(c, j->id,
+    assert_true(fixture_has_event(c, j->id,
                           "attempt 2 resumes from /ck/checkpoint-30 (step 30), newer than "
                           "the newest counted (step 20): written by the previous attempt "
                           "after its last report"));
@@ -258,7 +247,7 @@ static void test_resumed_ignored_or_refused(void **state)
                              json_pack("{s:s, s:i}", "path", "/ck/checkpoint-20", "step", 20)),
                      0);
     assert_string_equal(run_env(c, r1, "BRAMBLE_RESUME_STEP"), "20");
-    assert_false(has_event(c, j->id,
+    assert_false(fixture_has_event(c, j->id,
                            "attempt 2 resumes from /ck/checkpoint-20 (step 20), newer than "
                            "the newest counted (step 20): written by the previous attempt "
                            "after its last report"));

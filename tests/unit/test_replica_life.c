@@ -45,20 +45,6 @@ static int last_reply(br_coord_t *c)
     return (int)json_integer_value(json_object_get(b, "errnum"));
 }
 
-static int has_event(br_coord_t *c, int64_t id, const char *text)
-{
-    json_t *ev = br_store_event_list(c->store, id, 0, 0, NULL);
-    size_t i;
-    json_t *e;
-    int found = 0;
-    json_array_foreach(ev, i, e) {
-        const char *r = json_string_value(json_object_get(e, "reason"));
-        found |= r && strstr(r, text) != NULL;
-    }
-    json_decref(ev);
-    return found;
-}
-
 /* node says a pull ended: ok, or error with errnum. */
 static void stored(br_coord_t *c, br_node_t *n, int64_t job, const char *hash,
                    const char *path, int restore, int errnum)
@@ -171,7 +157,7 @@ static void test_replicate_keep_restore_fallback(void **state)
     json_t *reps = br_store_replica_list(c->store, id, NULL);
     assert_int_equal(json_array_size(reps), 1);
     json_decref(reps);
-    assert_true(has_event(c, id, "replicated on"));
+    assert_true(fixture_has_event(c, id, "replicated on"));
 
     /* two more: keep 2 drops the oldest */
     checkpoint(c, id, writer, "/ck/s10", 10, H2);
@@ -213,11 +199,11 @@ static void test_replicate_keep_restore_fallback(void **state)
     /* the copy is bad: the older checkpoint is restored instead */
     stored(c, other, id, H3, "/ck/s15", 1, EBADMSG);
     assert_int_equal(last_reply(c), 0);
-    assert_true(has_event(c, id, "falls back to /ck/s10"));
+    assert_true(fixture_has_event(c, id, "falls back to /ck/s10"));
     assert_null(fixture_order(c, "job.run", other));
     fixture_drop_orders(c);
     stored(c, other, id, H2, "/ck/s10", 1, 0);
-    assert_true(has_event(c, id, "restored and verified"));
+    assert_true(fixture_has_event(c, id, "restored and verified"));
     json_t *run = fixture_order(c, "job.run", other);
     assert_non_null(run);
     assert_string_equal(json_string_value(json_object_get(json_object_get(run, "env"),
@@ -288,7 +274,7 @@ static void test_failed_pull_tried_again(void **state)
     assert_ptr_not_equal(t2, t1);
     assert_ptr_not_equal(t2, writer);
     assert_ptr_equal(holder, writer);
-    assert_true(has_event(c, id, "(try 2 of 3)"));
+    assert_true(fixture_has_event(c, id, "(try 2 of 3)"));
     tick(c);
     assert_non_null(fixture_order(c, "ckpt.fetch", t2));
     /* ... the first's report again is not taken */
@@ -301,11 +287,11 @@ static void test_failed_pull_tried_again(void **state)
     br_node_t *t3 = granted(c, &holder);
     assert_non_null(t3);
     assert_true(t3 != t1 && t3 != t2 && t3 != writer);
-    assert_true(has_event(c, id, "(try 3 of 3)"));
+    assert_true(fixture_has_event(c, id, "(try 3 of 3)"));
     fixture_drop_orders(c);
     stored(c, t3, id, H1, "/ck/s5", 0, EFBIG);
     assert_null(granted(c, &holder));
-    assert_true(has_event(c, id, "given up after 3 tries"));
+    assert_true(fixture_has_event(c, id, "given up after 3 tries"));
     json_t *reps = br_store_replica_list(c->store, id, NULL);
     assert_int_equal(json_array_size(reps), 0);
     json_decref(reps);
@@ -369,7 +355,7 @@ static void test_target_lost_other_node(void **state)
     assert_non_null(t2);
     assert_true(t2 != t1 && t2 != writer);
     assert_ptr_equal(holder, writer);
-    assert_true(has_event(c, id, "went away; pulled again by"));
+    assert_true(fixture_has_event(c, id, "went away; pulled again by"));
 }
 
 /* A restart forgets the pulls in flight: their reports are refused, and once the
@@ -393,7 +379,7 @@ static void test_copies_ordered_again_after_restart(void **state)
     assert_non_null(fixture_order(c, "ckpt.serve", writer));
     tick(c);
     assert_non_null(fixture_order(c, "ckpt.fetch", other));
-    assert_true(has_event(c, id, "the coordinator restarted"));
+    assert_true(fixture_has_event(c, id, "the coordinator restarted"));
     stored(c, other, id, H1, "/ck/s5", 0, 0);
     assert_int_equal(last_reply(c), 0);
     json_t *reps = br_store_replica_list(c->store, id, NULL);
@@ -410,7 +396,7 @@ static void test_copies_ordered_again_after_restart(void **state)
     stored(c, third, id, H1, "/ck/s5", 0, 0);
     assert_int_equal(last_reply(c), EPERM);
     assert_non_null(fixture_order(c, "ckpt.drop", third));
-    assert_true(has_event(c, id, "is not needed"));
+    assert_true(fixture_has_event(c, id, "is not needed"));
     json_t *reps2 = br_store_replica_list(c->store, id, NULL);
     assert_int_equal(json_array_size(reps2), 1);
     json_decref(reps2);
@@ -436,8 +422,8 @@ static void test_copies_ordered_again_after_rollback(void **state)
     assert_non_null(fixture_order(c, "ckpt.serve", writer));
     tick(c);
     assert_non_null(fixture_order(c, "ckpt.fetch", other));
-    assert_true(has_event(c, id, "the store rolled a wake back"));
-    assert_false(has_event(c, id, "the coordinator restarted"));
+    assert_true(fixture_has_event(c, id, "the store rolled a wake back"));
+    assert_false(fixture_has_event(c, id, "the coordinator restarted"));
 }
 
 /* job.purge by who for job id: the reply's error number (0: done) and body. */
@@ -497,7 +483,7 @@ static void test_retention_and_purge(void **state)
     reps = br_store_replica_list(c->store, id, NULL);
     assert_int_equal(json_array_size(reps), 0);
     json_decref(reps);
-    assert_true(has_event(c, id, "the job was purged"));
+    assert_true(fixture_has_event(c, id, "the job was purged"));
 
     /* a second job, its copy in flight when it is purged, then another copy held
      * by a node that is gone when the retention passes */
@@ -517,8 +503,8 @@ static void test_retention_and_purge(void **state)
     fixture_drop_orders(c);
     tick(c);
     assert_null(fixture_order(c, "ckpt.drop", other));
-    assert_true(has_event(c, id2, "forgotten on"));
-    assert_true(has_event(c, id2, "--replica-retention"));
+    assert_true(fixture_has_event(c, id2, "forgotten on"));
+    assert_true(fixture_has_event(c, id2, "--replica-retention"));
     reps = br_store_replica_list(c->store, id2, NULL);
     assert_int_equal(json_array_size(reps), 0);
     json_decref(reps);
@@ -570,14 +556,14 @@ static void test_resume_on_writer_checked_from_its_own_files(void **state)
         json_string_value(json_object_get(json_object_get(fetch, "from"), "node")),
         writer->name);
     assert_non_null(fixture_order(c, "ckpt.serve", writer));
-    assert_true(has_event(c, id, "restoring it on"));
-    assert_true(has_event(c, id, "its own files"));
+    assert_true(fixture_has_event(c, id, "restoring it on"));
+    assert_true(fixture_has_event(c, id, "its own files"));
 
     fixture_drop_orders(c);
     stored(c, writer, id, H1, "/ck/s5", 1, 0);
     assert_int_equal(last_reply(c), 0);
     assert_non_null(fixture_order(c, "job.run", writer));
-    assert_true(has_event(c, id, "restored and verified on"));
+    assert_true(fixture_has_event(c, id, "restored and verified on"));
 }
 
 static void test_wanted(void **state)

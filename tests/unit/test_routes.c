@@ -61,37 +61,15 @@ static int teardown(void **state)
     return fixture_two_teardown(state);
 }
 
-static uint32_t next_seq = 1;
-
 /* type with body (JSON text) from ann, dispatched as the loop does: the answer's
  * body (new reference); the test fails when it is refused. */
 static json_t *call_ok(br_coord_t *c, const char *type, const char *body)
 {
-    fixture_drop_orders(c);
-    br_msg_t *m = br_msg_new(BR_MSG_REQUEST, type, next_seq++);
-    assert_non_null(m);
-    json_error_t je;
-    json_t *b = json_loads(body, 0, &je);
-    if (!b)
-        fail_msg("body %s: %s", body, je.text);
-    br_msg_set_body(m, b);
-    br_msg_set_route(m, "z", 1);
-    br_msg_set_user(m, KEY_ANN);
-    br_caller_t who;
-    br_api_dispatch(c, m, &who);
-    json_t *found = NULL;
-    for (size_t i = 0; i < br_outbox_count(c->out); i++) {
-        const br_msg_t *r = br_outbox_msg(c->out, i);
-        if (br_msg_kind(r) == BR_MSG_RESPONSE && br_msg_seq(r) == br_msg_seq(m))
-            found = br_msg_body(r);
-    }
-    br_msg_destroy(&m);
-    if (!found)
-        fail_msg("%s: no answer", type);
-    if (json_object_get(found, "error"))
+    json_t *a = fixture_call(c, KEY_ANN, type, body);
+    if (json_object_get(a, "error"))
         fail_msg("%s %s: refused: %s", type, body,
-                 json_string_value(json_object_get(found, "error")));
-    return json_incref(found);
+                 json_string_value(json_object_get(a, "error")));
+    return a;
 }
 
 /* job.submit of spec (YAML) as ann: the new job's id. */
