@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "usercred.h"
 #include "conf.h"
 #include "local.h"
 #include "util.h"
@@ -666,20 +667,11 @@ static int up_gateway(cli_t *cli, up_t *u)
         local_path(log, sizeof(log), u->dir, "gateway.log", &err) ||
         local_path(pidfile, sizeof(pidfile), u->dir, "gateway.pid", &err))
         return cli_fail(cli, "%s", err.text);
-    if (!exists(u->dir, "gateway.credential")) {
-        br_cred_t gw = u->admin;
-        snprintf(gw.name, sizeof(gw.name), "local");
-        if (br_keypair(gw.public_key, gw.secret_key, &err) < 0)
-            return cli_fail(cli, "%s", err.text);
-        json_t *r = br_client_call(cli->client, "gateway.add",
-                                   json_pack("{s:s, s:s}", "name", "local", "public_key",
-                                             gw.public_key),
-                                   5000, &err);
-        json_decref(r);
-        if (!r || br_cred_save(cred, &gw, &err) < 0)
-            return cli_fail(cli, "the gateway's credential: %s", err.text);
-        explicit_bzero(&gw, sizeof(gw));
-    }
+    char written[CLI_PATH_MAX];
+    if (!exists(u->dir, "gateway.credential") &&
+        cli_usercred_issue(cli, "gateway", "local", json_object(), u->admin.endpoint, cred,
+                           "gateway", written) != CLI_OK)
+        return CLI_FAIL;
     int port = local_free_port(&err);
     if (port <= 0)
         return cli_fail(cli, "%s", err.text);

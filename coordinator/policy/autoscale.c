@@ -44,16 +44,51 @@ static const char *plural(int n)
     return n == 1 ? "" : "s";
 }
 
+int br_autoscale_wants(const br_autoscale_spec_t *as, int load)
+{
+    int want = (load + as->target_inflight - 1) / as->target_inflight;
+    return want < as->min ? as->min : want > as->max ? as->max : want;
+}
+
+/* One side asked for now (more: up), at want for load: 1 once it has been asked for
+ * after_ms, and its wait starts again. */
+static int lasted(br_autoscale_side_t *s, int more, int want, int load, int64_t now_ms,
+                  int64_t after_ms)
+{
+    if (!s->since) {
+        s->since = now_ms;
+        s->count = want;
+        s->load = load;
+    }
+    if (more ? want < s->count : want > s->count)
+        s->count = want;
+    if (more ? load < s->load : load > s->load)
+        s->load = load;
+    if (now_ms - s->since < after_ms)
+        return 0;
+    s->since = 0;
+    return 1;
+}
+
+/* Why a side that lasted set the count ("at least" or "at most" its load). */
+static void say(char *why, size_t len, const char *bound, int load, int64_t after_ms,
+                int target)
+{
+    char span[32];
+    snprintf(why, len,
+             "autoscale: %s %d request%s in flight or waiting for %s (target %d a replica)",
+             bound, load, plural(load), br_format_duration(after_ms, span, sizeof(span)),
+             target);
+}
+
 int br_autoscale_decide(const br_autoscale_spec_t *as, br_autoscale_track_t *t, int have,
                         int load, int pending, int64_t now_ms, char *why, size_t why_len)
 {
-    int want = (load + as->target_inflight - 1) / as->target_inflight;
-    want = want < as->min ? as->min : want > as->max ? as->max : want;
-    char span[32];
+    int want = br_autoscale_wants(as, load);
     if (want > have) {
-        t->down_since = 0;
+        t->down.since = 0;
         if (have == 0) { /* a cold start: a request waits for it now */
-            t->up_since = 0;
+            t->up.since = 0;
             if (load > 0)
                 snprintf(why, why_len, "autoscale: %d request%s wait%s for a replica of a "
                                        "service at 0 (a cold start)",
@@ -63,52 +98,22 @@ int br_autoscale_decide(const br_autoscale_spec_t *as, br_autoscale_track_t *t, 
             return want;
         }
         if (pending) { /* the last ones are not placed yet: more would wait too */
-            t->up_since = 0;
+            t->up.since = 0;
             return -1;
         }
-        if (!t->up_since) {
-            t->up_since = now_ms;
-            t->up_least = want;
-            t->up_load = load;
-        }
-        if (want < t->up_least)
-            t->up_least = want;
-        if (load < t->up_load)
-            t->up_load = load;
-        if (now_ms - t->up_since < as->up_after_ms)
+        if (!lasted(&t->up, 1, want, load, now_ms, as->up_after_ms))
             return -1;
-        snprintf(why, why_len,
-                 "autoscale: at least %d request%s in flight or waiting for %s (target %d a "
-                 "replica)",
-                 t->up_load, plural(t->up_load),
-                 br_format_duration(as->up_after_ms, span, sizeof(span)),
-                 as->target_inflight);
-        t->up_since = 0;
-        return t->up_least;
+        say(why, why_len, "at least", t->up.load, as->up_after_ms, as->target_inflight);
+        return t->up.count;
     }
     if (want < have) {
-        t->up_since = 0;
-        if (!t->down_since) {
-            t->down_since = now_ms;
-            t->down_most = want;
-            t->down_load = load;
-        }
-        if (want > t->down_most)
-            t->down_most = want;
-        if (load > t->down_load)
-            t->down_load = load;
-        if (now_ms - t->down_since < as->down_after_ms)
+        t->up.since = 0;
+        if (!lasted(&t->down, 0, want, load, now_ms, as->down_after_ms))
             return -1;
-        snprintf(why, why_len,
-                 "autoscale: at most %d request%s in flight or waiting for %s (target %d a "
-                 "replica)",
-                 t->down_load, plural(t->down_load),
-                 br_format_duration(as->down_after_ms, span, sizeof(span)),
-                 as->target_inflight);
-        t->down_since = 0;
-        return t->down_most;
+        say(why, why_len, "at most", t->down.load, as->down_after_ms, as->target_inflight);
+        return t->down.count;
     }
-    t->up_since = t->down_since = 0;
+    t->up.since = t->down.since = 0;
     return -1;
 }
 
@@ -157,15 +162,15 @@ static int decide_one(br_coord_t *c, br_job_t *j, int64_t now_ms)
                                   : NULL;
     if (!t)
         return 0;
-    if (!br_gwload_fresh(c->gwload, now_ms)) {
-        memset(t, 0, sizeof(*t)); /* no load to read: nothing is decided */
-        return 0;
-    }
     int inflight, waiting;
     br_gwload_service(c->gwload, j->id, now_ms, &inflight, &waiting);
+    int load = inflight + waiting;
+    /* (whether some wait to be placed matters only to a rise from more than 0) */
+    int pending = j->replicas > 0 && br_autoscale_wants(&as, load) > j->replicas
+                      ? pending_of(c, j->id)
+                      : 0;
     char why[300];
-    int n = br_autoscale_decide(&as, t, j->replicas, inflight + waiting,
-                                pending_of(c, j->id), now_ms, why, sizeof(why));
+    int n = br_autoscale_decide(&as, t, j->replicas, load, pending, now_ms, why, sizeof(why));
     if (n < 0 || n == j->replicas)
         return 0;
     br_err_t err;
@@ -180,6 +185,12 @@ static int decide_one(br_coord_t *c, br_job_t *j, int64_t now_ms)
 
 void br_autoscale_run(br_coord_t *c, int64_t now_ms)
 {
+    br_autoscale_t *a = c->autoscale;
+    if (!br_gwload_fresh(c->gwload, now_ms)) { /* no load to read: nothing is decided */
+        for (size_t i = 0; i < a->n; i++)
+            memset(&a->v[i].t, 0, sizeof(a->v[i].t));
+        return;
+    }
     /* the services first: scaling adds jobs to the table walked */
     size_t n = 0, cap = br_jobtab_count(c->jobs);
     int64_t *ids = malloc((cap ? cap : 1) * sizeof(*ids));
@@ -202,9 +213,7 @@ json_t *br_autoscale_show(br_coord_t *c, int64_t service_id, const json_t *spec)
     int64_t now = br_mono_ms();
     int inflight, waiting;
     br_gwload_service(c->gwload, service_id, now, &inflight, &waiting);
-    int load = inflight + waiting;
-    int want = (load + as.target_inflight - 1) / as.target_inflight;
-    want = want < as.min ? as.min : want > as.max ? as.max : want;
+    int want = br_autoscale_wants(&as, inflight + waiting);
     return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "min", as.min, "max", as.max,
                      "target_inflight", as.target_inflight, "inflight", inflight, "waiting",
                      waiting, "gateways", br_gwload_fresh(c->gwload, now), "wants", want);

@@ -22,12 +22,22 @@
 #include "coord.h"
 #include "spec.h"
 
+/* One side of a decision, more or fewer: since when it is asked for (monotonic ms;
+ * 0: it is not), the count to set when it has lasted (the least asked for more,
+ * the most asked for fewer) and the load it stands for (the least, the most). */
+typedef struct {
+    int64_t since;
+    int count, load;
+} br_autoscale_side_t;
+
 /* What the autoscaler remembers of one service between decisions. */
 typedef struct {
-    int64_t up_since, down_since; /* monotonic ms more (fewer) were first asked; 0 */
-    int up_least, down_most;      /* the least (most) count asked since */
-    int up_load, down_load;       /* the least (most) load seen since */
+    br_autoscale_side_t up, down;
 } br_autoscale_track_t;
+
+/* The count a load (requests in flight and waiting) asks for: load over
+ * target_inflight rounded up, within min..max. */
+int br_autoscale_wants(const br_autoscale_spec_t *as, int load);
 
 /* The count to set for a service of have replicas now (pending: of which some
  * wait to be placed) under load (in flight and waiting), or -1 to leave it; why
