@@ -91,11 +91,11 @@ static void settle(br_health_t *h, int64_t now, int ok, const char *why)
             h->state = BR_HEALTH_UNHEALTHY;
     }
     int64_t every = h->interval_ms;
-    if (h->state == BR_HEALTH_STARTING && every > 1000)
-        every = now - h->started < h->grace_ms ? BR_HEALTH_STARTING_MS : 1000;
-    else if (h->state == BR_HEALTH_STARTING && every > BR_HEALTH_STARTING_MS &&
-             now - h->started < h->grace_ms)
-        every = BR_HEALTH_STARTING_MS;
+    if (h->state == BR_HEALTH_STARTING) {
+        int64_t most = now - h->started < h->grace_ms ? BR_HEALTH_STARTING_MS : 1000;
+        if (every > most)
+            every = most;
+    }
     if (h->quick > 0 && h->state != BR_HEALTH_UNHEALTHY) {
         h->quick--;
         if (every > BR_HEALTH_QUICK_MS)

@@ -30,8 +30,9 @@ static int check_models(const json_t *models, br_err_t *err)
     json_t *v, *w;
     json_array_foreach(models, i, v) {
         if (!json_is_string(v) || !br_spec_model_name_ok(json_string_value(v)))
-            return br_errf(err, EINVAL, "model name %zu is not a model name (1 to 128 of "
-                                        "letters, digits and ._-/:@+)", i + 1);
+            return br_errf(err, EINVAL, "model name %zu is not a model name (1 to %d of "
+                                        "letters, digits and ._-/:@+)", i + 1,
+                           BR_SPEC_MODEL_MAX);
         json_array_foreach(models, k, w)
             if (k < i && json_equal(v, w))
                 return br_errf(err, EINVAL, "model '%s' is named twice",
@@ -45,7 +46,7 @@ static int check_models(const json_t *models, br_err_t *err)
 static int check_new_key(br_coord_t *c, const br_caller_t *who, const char *name,
                          const json_t *models, br_err_t *err)
 {
-    if (name && (!br_valid_name(name) || strlen(name) > 63))
+    if (name && !br_valid_name(name)) /* (at most 63 characters) */
         return br_errf(err, EINVAL, "key name '%.80s': use up to 63 lowercase letters, "
                                     "digits and '-'", name);
     if (check_models(models, err) < 0)

@@ -19,6 +19,12 @@ struct br_services {
                           "version": the routing table's then}} */
 };
 
+/* A replica's key in the services' own maps: its job id as text. */
+static void id_key(int64_t id, char key[24])
+{
+    snprintf(key, 24, "%lld", (long long)id);
+}
+
 /* A bookkeeping column of a job's store row, or -1 when it has none. */
 static json_int_t row_int(json_t *job, const char *key)
 {
@@ -131,11 +137,6 @@ static br_job_t **replicas_of(br_coord_t *c, int64_t service_id, size_t *n)
     if (list)
         qsort(list, *n, sizeof(*list), by_replica);
     return list;
-}
-
-static void id_key(int64_t id, char key[24])
-{
-    snprintf(key, 24, "%lld", (long long)id);
 }
 
 /* Whether replica id drains (it gets no new requests, and stops once the ones it
@@ -252,7 +253,7 @@ void br_services_cancel(br_coord_t *c, json_t *service)
 const char *br_services_health_of(br_coord_t *c, int64_t id)
 {
     char key[24];
-    snprintf(key, sizeof(key), "%lld", (long long)id);
+    id_key(id, key);
     return json_string_value(json_object_get(c->services->health, key));
 }
 
@@ -260,7 +261,7 @@ const char *br_services_health_of(br_coord_t *c, int64_t id)
 static void forget(br_coord_t *c, int64_t id)
 {
     char key[24];
-    snprintf(key, sizeof(key), "%lld", (long long)id);
+    id_key(id, key);
     json_object_del(c->services->health, key);
     json_object_del(c->services->suspected, key);
 }
@@ -308,7 +309,7 @@ static void set_health(br_coord_t *c, br_job_t *job, br_node_t *n, const char *h
     if (!health || (was && strcmp(was, health) == 0))
         return;
     char key[24];
-    snprintf(key, sizeof(key), "%lld", (long long)id);
+    id_key(id, key);
     json_object_set_new(c->services->health, key, json_string(health));
     br_coord_event(c, id, n->name, br_job_state_name(job->state),
                    "replica %d %s on %s (port %d)", job->replica, health, n->name, job->port);
@@ -509,7 +510,7 @@ int br_services_suspect(br_coord_t *c, int64_t id, int port, const char *gateway
         strcmp(h, "healthy") != 0)
         return 0; /* another attempt by now, or out of the table already */
     char key[24];
-    snprintf(key, sizeof(key), "%lld", (long long)id);
+    id_key(id, key);
     json_t *last = json_object_get(c->services->suspected, key);
     if (last && now_ms - json_integer_value(last) < BR_SERVICES_SUSPECT_MS)
         return 0; /* its agent checks it already */

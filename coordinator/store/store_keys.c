@@ -16,10 +16,8 @@ static const char *const kind_names[] = {
 
 const char *br_st_kind_name(br_principal_t kind)
 {
-    if ((kind < BR_PRINCIPAL_ADMIN || kind > BR_PRINCIPAL_NODE) &&
-        kind != BR_PRINCIPAL_GATEWAY)
-        return NULL;
-    return kind_names[kind];
+    return (unsigned)kind < sizeof(kind_names) / sizeof(kind_names[0]) ? kind_names[kind]
+                                                                         : NULL;
 }
 
 static br_principal_t kind_parse(const char *text)
@@ -62,7 +60,7 @@ int br_store_key_add(br_store_t *s, const char *pubkey, br_principal_t kind,
         br_st_check_text(name, SHORT_MAX, 0, "name", err) < 0)
         return -1;
     if (!br_st_kind_name(kind))
-        return br_errf(err, EINVAL, "a key's principal must be admin, user or node");
+        return br_errf(err, EINVAL, "a key's principal must be admin, user, node or gateway");
     if (principal_of(s, kind, name, &principal, err) < 0)
         return -1;
     sqlite3_stmt *st = s->st[ST_KEY_ADD];
@@ -120,7 +118,7 @@ int br_store_key_revoke(br_store_t *s, br_principal_t kind, const char *name,
     if (br_st_check_text(name, SHORT_MAX, 0, "name", err) < 0)
         return -1;
     if (!br_st_kind_name(kind))
-        return br_errf(err, EINVAL, "a key's principal must be admin, user or node");
+        return br_errf(err, EINVAL, "a key's principal must be admin, user, node or gateway");
     sqlite3_stmt *st = s->st[ST_KEY_REVOKE];
     if (br_st_bind_text(st, 1, br_st_kind_name(kind)) || br_st_bind_text(st, 2, name))
         return br_st_binderr(s, st, "revoke key", err);
