@@ -9,6 +9,7 @@
 
 #include "msg.h"
 #include "sock.h"
+#include "util.h"
 
 struct gw_link {
     void *ctx, *sock, *monitor;
@@ -77,11 +78,10 @@ int gw_link_fd(const gw_link_t *l)
     return fd;
 }
 
-static void take_table(gw_link_t *l, json_t *body, int64_t now_ms)
+static void take_table(gw_link_t *l, json_t *body)
 {
     json_t *version = json_object_get(body, "version");
     json_t *table = json_object_get(body, "table");
-    l->heard = now_ms;
     if (!l->was_up)
         fprintf(stderr, "bramble-gateway: the coordinator answers; routing table version "
                         "%lld\n", (long long)json_integer_value(version));
@@ -96,31 +96,24 @@ static void take(gw_link_t *l, br_msg_t *m, int64_t now_ms)
 {
     json_t *body = br_msg_body(m);
     json_t *errnum = json_object_get(body, "errnum");
-    if (strcmp(br_msg_type(m), "gateway.news") == 0) {
-        take_table(l, body, now_ms);
-    } else if (strcmp(br_msg_type(m), "gateway.watch") == 0 && errnum) {
-        l->heard = now_ms;
+    const char *type = br_msg_type(m);
+    l->heard = now_ms; /* whatever it says, the coordinator answers */
+    if (strcmp(type, "gateway.news") == 0 || (strcmp(type, "gateway.watch") == 0 && !errnum)) {
+        take_table(l, body);
+    } else if (strcmp(type, "gateway.watch") == 0) {
         fprintf(stderr, "bramble-gateway: the coordinator refused the watch: %s\n",
                 json_string_value(json_object_get(body, "error")));
-    } else if (strcmp(br_msg_type(m), "gateway.watch") == 0) {
-        take_table(l, body, now_ms);
-    } else if (strcmp(br_msg_type(m), "gateway.suspect") == 0) {
-        l->heard = now_ms; /* (a replica that moved on is not worth a line) */
-    } else if (strcmp(br_msg_type(m), "gateway.load") == 0) {
-        l->heard = now_ms;
+    } else if (strcmp(type, "gateway.load") == 0) {
         if (errnum && !l->load_refused) /* (once: it comes every second) */
             fprintf(stderr, "bramble-gateway: the coordinator refused a load report: %s\n",
                     json_string_value(json_object_get(body, "error")));
         l->load_refused = errnum != NULL;
-    } else if (strcmp(br_msg_type(m), "gateway.report") == 0 && errnum) {
-        l->heard = now_ms;
+    } else if (strcmp(type, "gateway.report") == 0 && errnum) {
         fprintf(stderr, "bramble-gateway: the coordinator refused a report: %s\n",
                 json_string_value(json_object_get(body, "error")));
-    } else if (strcmp(br_msg_type(m), "gateway.report") == 0) {
-        l->heard = now_ms;
-        if (l->on_reported)
-            l->on_reported(l->arg, json_string_value(json_object_get(body, "id")));
-    }
+    } else if (strcmp(type, "gateway.report") == 0 && l->on_reported) {
+        l->on_reported(l->arg, json_string_value(json_object_get(body, "id")));
+    } /* (gateway.suspect: a replica that moved on is not worth a line) */
 }
 
 /* Send type with body (taken); a full queue drops it (the callers send again). */
@@ -144,9 +137,12 @@ void gw_link_report(gw_link_t *l, const json_t *body)
 
 void gw_link_suspect(gw_link_t *l, int64_t job, int port, const char *why)
 {
+    char text[201]; /* (cut at 200 bytes, never inside a character) */
+    br_strlcpy(text, why, sizeof(text));
+    br_utf8_trim(text);
     send_request(l, "gateway.suspect",
-                 json_pack("{s:I, s:i, s:s%}", "job", (json_int_t)job, "port", port, "why",
-                           why, strlen(why) < 200 ? strlen(why) : (size_t)200));
+                 json_pack("{s:I, s:i, s:s}", "job", (json_int_t)job, "port", port, "why",
+                           text));
 }
 
 void gw_link_load(gw_link_t *l, json_t *services, int64_t version)

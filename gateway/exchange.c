@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "easypool.h"
+#include "util.h"
 
 
 gw_exchange_t *gw_exchange_new(struct MHD_Connection *conn, const char *path,
@@ -68,6 +69,7 @@ int gw_exchange_rename(gw_exchange_t *x, const char *name)
     free(x->body);
     x->body = text;
     x->body_len = strlen(text);
+    snprintf(x->sent_as, sizeof(x->sent_as), "%s", name);
     return 0;
 }
 
@@ -169,9 +171,7 @@ static void tail_add(gw_exchange_t *x, const char *data, size_t len)
 
 double gw_exchange_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)br_mono_us() / 1e6;
 }
 
 /* The integer after "key": in o's text (at most end), or 0. */

@@ -40,6 +40,7 @@ typedef struct gw_exchange {
     size_t body_len, body_max;
     int too_big;
     char model[132];
+    char sent_as[132];  /* the model name the body holds now, once renamed ("": as sent) */
     int64_t wait_until; /* monotonic ms a queued request gives up */
     int64_t wait_ms;    /* ... after waiting this long */
     int64_t svc_id;     /* the service it was last sent to (0: none) */

@@ -276,7 +276,9 @@ static gw_replica_t *pick(gw_t *g, const gw_exchange_t *x, int64_t now, gw_servi
 
 static void start(gw_t *g, gw_exchange_t *x, gw_replica_t *r)
 {
-    if (gw_service_alias(r->svc, x->model) && gw_exchange_rename(x, r->svc->model) < 0) {
+    /* an alias goes as the model's own name (once: a retry sends the body as is) */
+    if (gw_service_alias(r->svc, x->model) && strcmp(x->sent_as, r->svc->model) != 0 &&
+        gw_exchange_rename(x, r->svc->model) < 0) {
         gw_exchange_fail(x, 500, "server_error", "the gateway is out of memory");
         gw_exchange_resume(x);
         return;
@@ -338,11 +340,11 @@ static void route(gw_t *g, gw_exchange_t *x)
     x->state = GW_X_WAITING;
     x->wait_svc = svc;
     x->svc_id = svc->id; /* (its answer, maybe a 503, is the service's) */
-    if (svc->waiting++ == 0 && !gw_service_has_present(svc))
-        g->load_now = 1; /* none: the coordinator starts one when it hears */
+    int none = !gw_service_has_present(svc); /* one may be starting for it */
+    if (svc->waiting++ == 0 && none)
+        g->load_now = 1; /* the coordinator starts one when it hears */
     if (!x->wait_until) {
-        x->wait_ms = svc->cold_start_ms && !gw_service_has_present(svc) ? svc->cold_start_ms
-                                                                        : g->cfg.wait_ms;
+        x->wait_ms = svc->cold_start_ms && none ? svc->cold_start_ms : g->cfg.wait_ms;
         x->wait_until = now + x->wait_ms;
     }
     x->wprev = g->wtail;
@@ -798,12 +800,9 @@ static void log_mhd(void *arg, const char *fmt, va_list ap)
 static void raise_nofile(gw_t *g)
 {
     struct rlimit rl;
+    br_raise_nofile();
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
         return;
-    if (rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
     if (rl.rlim_cur != RLIM_INFINITY && (rlim_t)g->cfg.max_conns + 128 > rl.rlim_cur)
         g->cfg.max_conns = rl.rlim_cur > 256 ? (int)(rl.rlim_cur - 128) : 128;
 }
