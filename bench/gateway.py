@@ -18,14 +18,13 @@ import json
 import multiprocessing
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 from benchnet import wait  # noqa: E402 (beside this file)
+from localcluster import LocalCluster  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/bin")
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
@@ -33,11 +32,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE = os.path.join(HERE, "..", "tests", "integration", "fake_openai.py")
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
 HDRS = {"Content-Type": "application/json"}
-
-
-def run(env, *argv, check=True):
-    return subprocess.run([os.path.join(BIN, "bramble"), *argv], env=env, check=check,
-                          capture_output=True, text=True)
 
 
 def one(conn):
@@ -108,21 +102,15 @@ def main():
     if not shutil.which("haproxy"):
         subprocess.run(["apt-get", "install", "-y", "-q", "haproxy"], check=True,
                        capture_output=True)
-    tmp = tempfile.mkdtemp(prefix="bramble-gwbench-")
-    env = dict(os.environ, HOME=tmp, BRAMBLE_CREDENTIAL=os.path.join(tmp, "admin.cred"))
-    env.pop("XDG_DATA_HOME", None)
+    lc = LocalCluster(BIN, "bramble-gwbench-")
+    tmp, gw_port = lc.tmp, lc.gw_port
     hap = None
     try:
-        out = run(env, "up", "--dir", os.path.join(tmp, "c"), "--agents", "1").stdout
-        gw_port = int(out.split("http://127.0.0.1:")[-1].split()[0].split("/")[0])
-        spec = os.path.join(tmp, "llm.yaml")
-        with open(spec, "w") as f:
-            f.write(f"name: llm\nkind: service\ncommand: /usr/bin/python3 {FAKE} --model m\n"
-                    "resources: {cpus: 0}\nservice:\n  replicas: 2\n  model: m\n"
-                    "  public: true\n  health: {http: /health, interval: 1s}\n")
-        run(env, "submit", spec)
+        lc.submit(f"name: llm\nkind: service\ncommand: /usr/bin/python3 {FAKE} --model m\n"
+                  "resources: {cpus: 0}\nservice:\n  replicas: 2\n  model: m\n"
+                  "  public: true\n  health: {http: /health, interval: 1s}\n")
         eps = wait(lambda: (lambda e: e if len(e) == 2 else None)(
-            json.loads(run(env, "endpoints", "llm", "--json").stdout)), 60, "2 replicas")
+            json.loads(lc.run("endpoints", "llm", "--json").stdout)), 60, "2 replicas")
         wait(lambda: answers(gw_port), 30, "the gateway to route")
         hap_port = 20000 + os.getpid() % 20000
         cfg = os.path.join(tmp, "haproxy.cfg")
@@ -152,8 +140,7 @@ def main():
     finally:
         if hap:
             hap.terminate()
-        run(env, "down", "--dir", os.path.join(tmp, "c"), check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
+        lc.down()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ LOAD_MS (default 2000) to load their model before they listen. In each of ROUNDS
 (default 5) rounds:
 
   * the replica's start time: the same command started directly on a free port,
-    from the spawn until its /health answers (polled every 5 ms);
+    through /bin/sh -c as a job's command is, from the spawn until its /health
+    answers (polled every 5 ms);
   * the cold start: once the service is back at zero replicas, one chat request
     to the gateway, from the send until its answer (200, or the round fails).
 
@@ -17,14 +18,14 @@ Prints both and what the cold start adds (target: at most 1 s)."""
 import http.client
 import json
 import os
-import shutil
+import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 from benchnet import wait  # noqa: E402 (beside this file)
+from localcluster import LocalCluster  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/bin")
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 5
@@ -33,11 +34,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE = os.path.join(HERE, "..", "tests", "integration", "fake_openai.py")
 CMD = ["/usr/bin/python3", FAKE, "--model", "m", "--start-delay-ms", str(LOAD_MS)]
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
-
-
-def run(env, *argv, check=True):
-    return subprocess.run([os.path.join(BIN, "bramble"), *argv], env=env, check=check,
-                          capture_output=True, text=True)
 
 
 def free_port():
@@ -61,14 +57,15 @@ def start_time():
     """Seconds from spawning the replica's command until its /health answers."""
     port = free_port()
     t0 = time.monotonic()
-    p = subprocess.Popen(CMD, env=dict(os.environ, PORT=str(port)),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(["/bin/sh", "-c", " ".join(CMD)], env=dict(os.environ, PORT=str(port)),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
     try:
         while not healthy(port):
             time.sleep(0.005)
         return time.monotonic() - t0
     finally:
-        p.kill()
+        os.killpg(p.pid, signal.SIGKILL)  # (sh and the server it started)
         p.wait()
 
 
@@ -82,25 +79,19 @@ def chat(port, timeout=120):
     return r.status, out
 
 
-def replicas(env):
-    show = json.loads(run(env, "job", "show", "1", "--json").stdout)
+def replicas(lc, jid):
+    show = json.loads(lc.run("job", "show", str(jid), "--json").stdout)
     return [r for r in show["replicas"] if r["state"] in ("pending", "starting", "running")]
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="bramble-coldbench-")
-    env = dict(os.environ, HOME=tmp, BRAMBLE_CREDENTIAL=os.path.join(tmp, "admin.cred"))
-    env.pop("XDG_DATA_HOME", None)
+    lc = LocalCluster(BIN, "bramble-coldbench-")
+    gw_port = lc.gw_port
     try:
-        out = run(env, "up", "--dir", os.path.join(tmp, "c"), "--agents", "1").stdout
-        gw_port = int(out.split("http://127.0.0.1:")[-1].split()[0].split("/")[0])
-        spec = os.path.join(tmp, "llm.yaml")
-        with open(spec, "w") as f:
-            f.write(f"name: llm\nkind: service\ncommand: {' '.join(CMD)}\n"
-                    "resources: {cpus: 0}\nservice:\n  model: m\n  public: true\n"
-                    "  health: {http: /health, interval: 1s}\n"
-                    "  autoscale: {min: 0, max: 1, down_after: 1s}\n")
-        assert run(env, "submit", spec).stdout.strip() == "1"
+        jid = lc.submit(f"name: llm\nkind: service\ncommand: {' '.join(CMD)}\n"
+                        "resources: {cpus: 0}\nservice:\n  model: m\n  public: true\n"
+                        "  health: {http: /health, interval: 1s}\n"
+                        "  autoscale: {min: 0, max: 1, down_after: 1s}\n")
         wait(lambda: b"\"m\"" in subprocess.run(
             ["curl", "-s", f"http://127.0.0.1:{gw_port}/v1/models"],
             capture_output=True).stdout, 30, "the gateway to list the model")
@@ -108,7 +99,7 @@ def main():
         print("  start alone (s)  cold start through the gateway (s)  added (s)")
         added = []
         for _ in range(ROUNDS):
-            wait(lambda: not replicas(env), 60, "the service to be at 0 replicas")
+            wait(lambda: not replicas(lc, jid), 60, "the service to be at 0 replicas")
             alone = start_time()
             t0 = time.monotonic()
             status, body = chat(gw_port)
@@ -120,8 +111,7 @@ def main():
         print(f"added: median {added[len(added) // 2]:+.3f} s, most {added[-1]:+.3f} s "
               f"(target: at most +1 s)")
     finally:
-        run(env, "down", "--dir", os.path.join(tmp, "c"), check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
+        lc.down()
 
 
 if __name__ == "__main__":

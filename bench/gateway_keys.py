@@ -16,7 +16,7 @@ import urllib.request
 
 def status(gw, key):
     req = urllib.request.Request(gw + "/v1/chat/completions",
-                                 data=b'{"model": "qwen", "messages": []}',
+                                 data=b'{"model": "qwen", "messages": [{"role": "user", "content": "hi"}]}',
                                  headers={"Authorization": "Bearer " + key})
     try:
         return urllib.request.urlopen(req, timeout=10).status
@@ -34,12 +34,15 @@ def main():
         key = out.split()[-1]
         t0 = time.monotonic()
         while status(gw, key) != 200:
-            pass
+            if time.monotonic() - t0 > 30:
+                sys.exit(f"a key made was not taken within 30 s (last: {status(gw, key)})")
         known = time.monotonic() - t0
         subprocess.run(["bramble", "key", "revoke", name], capture_output=True, check=True)
         t0, answered = time.monotonic(), 0
         while status(gw, key) != 401:
             answered += 1
+            if time.monotonic() - t0 > 30:
+                sys.exit("a key revoked was still taken after 30 s")
         print(f"known after {known * 1000:.1f} ms, refused after "
               f"{(time.monotonic() - t0) * 1000:.1f} ms ({answered} answered meanwhile)")
 

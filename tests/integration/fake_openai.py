@@ -97,8 +97,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("X-Replica", REPLICA)
-        self.end_headers()
-        self.wfile.write(body)
+        # the head and the body in one write, as a real server's small answer goes: a
+        # replica killed between two writes would leave a 200 cut short, which no
+        # proxy may retry
+        self._headers_buffer.append(b"\r\n")
+        self._headers_buffer.append(body)
+        self.flush_headers()
         self.wfile.flush()
 
     def send_error_json(self, status, message, etype="invalid_request_error"):
