@@ -5,7 +5,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +41,8 @@
 #include "resume.h"
 #include "msg.h"
 #include "sock.h"
+#include "stream.h"
+#include "streams.h"
 #include "token.h"
 #include "util.h"
 
@@ -83,6 +87,7 @@ struct br_agent {
     json_t *mounted;              /* "JOB.ATTEMPT": [manifest hash...], the data sets
                                      a running attempt mounts (kept in the cache) */
     br_outputs_t *outputs;        /* attempts' outputs kept at their end */
+    br_streams_t *streams;        /* shells and forwards into its jobs (streams.h) */
     json_t *keep;                 /* "JOB.ATTEMPT": {"dir", "patterns", "uid", "gid",
                                      "state": wait|busy|done}: outputs to keep */
     json_t *stored;               /* ckpt.stored reports not answered yet */
@@ -507,7 +512,7 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
                                   s->data_dir, err)) ||
         !(a->fetching = json_array()) || !(a->keep = json_object()) ||
         !(a->pulls = json_object()) || !(a->mounted = json_object()) ||
-        !(a->outputs = br_outputs_new(&s->cred, err)))
+        !(a->outputs = br_outputs_new(&s->cred, err)) || !(a->streams = br_streams_new(err)))
         goto fail;
     br_cache_sweep_work(a->cache, CACHE_WORK_KEEP_S);
     a->ctx = zmq_ctx_new();
@@ -532,6 +537,7 @@ void br_agent_destroy(br_agent_t **ap)
         br_keeper_destroy(&a->keeper); /* stopping on purpose: it goes too */
     br_runstate_destroy(&a->runstate);
     json_decref(a->adoptable);
+    br_streams_destroy(&a->streams); /* (hangs up every shell left) */
     for (int i = 0; i < a->natt; i++)
         br_attempt_destroy(&a->att[i]);
     br_sock_close(&a->monitor);
@@ -1148,6 +1154,7 @@ static void attempt_key(int64_t job, int attempt, char *key, size_t len)
 
 static void remove_attempt(br_agent_t *a, int i)
 {
+    br_streams_job_ended(a->streams, br_attempt_job(a->att[i]), br_attempt_number(a->att[i]));
     char key[48];
     attempt_key(br_attempt_job(a->att[i]), br_attempt_number(a->att[i]), key, sizeof(key));
     json_object_del(a->mounted, key); /* its data sets may leave the cache now */
@@ -2288,6 +2295,99 @@ static void report_stored(br_agent_t *a)
 #define K_REQUEST (1 << BR_MSG_REQUEST)
 #define K_EVENT (1 << BR_MSG_EVENT)
 
+/* --- shells and forwards --------------------------------------------------------- */
+
+/* A connection to 127.0.0.1:port (never another host), started: its socket, or -1
+ * with err. It completes in the streams thread; a refusal shows as its end. */
+static int connect_local(int port, br_err_t *err)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd < 0)
+        return br_errf(err, errno, "socket: %s", strerror(errno));
+    /* a blocking connect to loopback is answered at once: refused, or taken */
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        int e = errno;
+        close(fd);
+        return br_errf(err, e, "nothing answers on port %d of this node (%s)", port,
+                       strerror(e));
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+}
+
+/* stream.open: start a shell in a running rank (or connect to one of its node's
+ * ports) and hand it to the streams thread, which attaches it at the relay. What
+ * cannot start is told to the client there, through the same stream. */
+static void on_stream_open(br_agent_t *a, br_msg_t *m)
+{
+    json_int_t stream, job, rank, rows = 24, cols = 80, port = 0;
+    int attempt, relay_port, tty = 0;
+    const char *ticket, *kind, *term = NULL;
+    json_t *command = NULL;
+    br_err_t err = {0};
+    if (br_msg_unpack(m, &err, "{s:I, s:s, s:i, s:I, s:i, s:I, s:s, s?b, s?I, s?I, s?s, s?o, s?I}",
+                      "stream", &stream, "ticket", &ticket, "relay_port", &relay_port, "job",
+                      &job, "attempt", &attempt, "rank", &rank, "kind", &kind, "tty", &tty,
+                      "rows", &rows, "cols", &cols, "term", &term, "command", &command,
+                      "port", &port) < 0 ||
+        strlen(ticket) != BR_STREAM_TICKET || stream <= 0 || stream > UINT32_MAX) {
+        reply(a, m, EPROTO, err.text[0] ? err.text : "stream.open: a bad stream or ticket");
+        return;
+    }
+    br_cred_t cred = a->s->cred;
+    br_strlcpy(cred.public_key, a->key_pub, sizeof(cred.public_key));
+    br_strlcpy(cred.secret_key, a->key_sec, sizeof(cred.secret_key));
+    br_streams_session_t ss = {.stream = (uint32_t)stream, .cred = &cred, .job = job,
+                               .attempt = attempt, .fds = {-1, -1, -1}};
+    br_strlcpy(ss.ticket, ticket, sizeof(ss.ticket));
+    if (br_stream_endpoint(cred.endpoint, relay_port, ss.endpoint, sizeof(ss.endpoint)) < 0) {
+        reply(a, m, EINVAL, "the coordinator's endpoint names no TCP port");
+        return;
+    }
+    br_attempt_t *t = find_attempt(a, job, attempt);
+    br_task_t *task = t ? br_attempt_task_of_rank(t, (int)rank) : NULL;
+    char why[BR_ERR_TEXT + 64];
+    if (!task) {
+        snprintf(why, sizeof(why), "rank %lld of job %lld does not run on this node now",
+                 (long long)rank, (long long)job);
+        ss.error = why;
+    } else if (strcmp(kind, "forward") == 0) {
+        if (port < 1 || port > 65535 || (ss.fds[0] = connect_local((int)port, &err)) < 0) {
+            snprintf(why, sizeof(why), "%s", err.text[0] ? err.text : "port: 1 to 65535");
+            ss.error = why;
+        }
+        ss.is_socket = 1;
+    } else {
+        size_t n = json_array_size(command);
+        const char **argv = n ? calloc(n + 1, sizeof(*argv)) : NULL;
+        for (size_t i = 0; argv && i < n; i++)
+            argv[i] = json_string_value(json_array_get(command, i));
+        br_task_join_opts_t o = {.argv = argv, .tty = tty, .rows = (unsigned short)rows,
+                                 .cols = (unsigned short)cols, .term = tty ? term : NULL};
+        if (n && (!argv || !argv[n - 1])) {
+            snprintf(why, sizeof(why), "command: a list of strings");
+            ss.error = why;
+        } else if ((ss.pid = br_task_join(task, &o, ss.fds, &err)) < 0) {
+            ss.pid = 0;
+            snprintf(why, sizeof(why), "cannot start it in job %lld: %s", (long long)job,
+                     err.text);
+            ss.error = why;
+        }
+        ss.tty = tty;
+        free(argv);
+    }
+    if (br_streams_add(a->streams, &ss, &err) < 0) {
+        reply(a, m, err.errnum, err.text);
+        return;
+    }
+    reply(a, m, 0, NULL);
+}
+
 /* The orders the agent takes from the coordinator (proto/PROTOCOL.md section 6;
  * tests/unit/test_agent_orders.c holds the two to each other): type -> the kinds
  * it is taken as -> handler. Answers to the agent's own requests go to
@@ -2307,6 +2407,7 @@ static const struct {
     {"job.fetch", K_REQUEST, on_fetch_trees},
     {"tree.stage", K_REQUEST, on_stage_tree},
     {"ckpt.drop", K_REQUEST, on_drop},
+    {"stream.open", K_REQUEST, on_stream_open},
 };
 
 #define NORDERS (sizeof(orders) / sizeof(orders[0]))
@@ -2372,7 +2473,8 @@ static void reap(br_agent_t *a)
     int status;
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-        for (int i = 0; !br_keeper_reaped(a->keeper, pid, status) && i < a->natt &&
+        for (int i = 0; !br_keeper_reaped(a->keeper, pid, status) &&
+                        !br_streams_reaped(a->streams, pid, status) && i < a->natt &&
                         !br_attempt_reaped(a->att[i], pid, status);
              i++)
             ;

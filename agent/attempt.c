@@ -240,6 +240,14 @@ int br_attempt_ntasks(const br_attempt_t *a)
     return a->n;
 }
 
+br_task_t *br_attempt_task_of_rank(br_attempt_t *a, int rank)
+{
+    for (int i = 0; i < a->n; i++)
+        if (a->procs[i].rank == rank)
+            return a->procs[i].task;
+    return NULL;
+}
+
 pid_t br_attempt_pid(const br_attempt_t *a)
 {
     return a->n ? br_task_pid(a->procs[0].task) : -1;

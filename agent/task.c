@@ -18,6 +18,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -59,6 +60,8 @@ enum child_stage {
     STAGE_SETUID,
     STAGE_CHDIR,
     STAGE_EXEC,
+    STAGE_NS,    /* joining the task's mount namespace */
+    STAGE_TTY,   /* taking the terminal */
     STAGE_MOUNT, /* + the mount's index */
 };
 
@@ -101,6 +104,10 @@ struct child_plan {
     int out_r, err_r;       /* the read ends the waiter keeps (at fds 3 and 4) */
     const char *exit_path;  /* where the waiter writes the exit status, or NULL */
     const char *const *mounts; /* pairs from, to (br_task_opts_t), or NULL */
+    int ns_fd;    /* br_task_join: the task's mount namespace, or -1 */
+    int tty;      /* br_task_join: fds in/out/err are a terminal's, to take */
+    int in_r;     /* br_task_join: its stdin (out_w and err_w its stdout and stderr) */
+    const char **jargv; /* br_task_join: what it runs (any length) */
 };
 
 /* ---- environment ---------------------------------------------------------------- */
@@ -815,6 +822,257 @@ out:;
     free(pw.buf);
     errno = saved;
     return t;
+}
+
+
+/* ---- a process joined to a running task (br_task_join) ---------------------------- */
+
+/* The shell br_task_join runs without a command: the job user's, unless it is
+ * none or one that refuses logins. */
+#define JOIN_SHELL                                                                      \
+    "case \"${SHELL:-}\" in ''|*/nologin|*/false) exec /bin/sh ;; *) exec \"$SHELL\" ;; " \
+    "esac"
+
+static __attribute__((noreturn)) void joiner_run(struct child_plan *plan)
+{
+    if (setsid() < 0)
+        child_fail(plan, STAGE_SETUP);
+    if (plan->tty && ioctl(plan->in_r, TIOCSCTTY, 0) < 0)
+        child_fail(plan, STAGE_TTY);
+    if (plan->report_w < 3 &&
+        (plan->report_w = fcntl(plan->report_w, F_DUPFD_CLOEXEC, 3)) < 0)
+        _exit(127);
+    int src[3] = {plan->in_r, plan->out_w, plan->err_w};
+    for (int i = 0; i < 3; i++)
+        if (src[i] < 3 && (src[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 3)) < 0)
+            child_fail(plan, STAGE_SETUP);
+    for (int i = 0; i < 3; i++)
+        if (dup2(src[i], i) < 0)
+            child_fail(plan, STAGE_SETUP);
+    if (plan->ns_fd >= 0 && setns(plan->ns_fd, CLONE_NEWNS) < 0)
+        child_fail(plan, STAGE_NS);
+    child_close_fds(plan);
+    child_identity(plan);
+    if (!plan->workdir || chdir(plan->workdir) < 0) /* (gone: home, as a login would) */
+        if (!plan->home || chdir(plan->home) < 0)
+            if (chdir("/") < 0)
+                child_fail(plan, STAGE_CHDIR);
+    child_signals(plan);
+    execve("/bin/sh", (char *const *)plan->jargv, plan->envp);
+    child_fail(plan, STAGE_EXEC);
+}
+
+/* The task leader's environment, as it was exec'd: NULL-terminated entries in one
+ * block (entries point into *block), plus room for two more. NULL with err. */
+static char **leader_env(pid_t pid, char **block, br_err_t *err)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+    size_t len = 0;
+    *block = br_read_file(path, 1 << 20, &len, err);
+    if (!*block)
+        return NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++)
+        n += (*block)[i] == '\0';
+    char **v = calloc(n + 3, sizeof(*v));
+    if (!v) {
+        free(*block);
+        *block = NULL;
+        return br_errp(err, ENOMEM, "out of memory");
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < len && k < n; i += strlen(*block + i) + 1)
+        if ((*block)[i])
+            v[k++] = *block + i;
+    return v;
+}
+
+/* Set name=value in env (an array with room for one more), replacing it. */
+static void env_replace(char **env, char *entry)
+{
+    size_t i = 0;
+    for (; env[i]; i++)
+        if (env_same_name(env[i], entry)) {
+            env[i] = entry;
+            return;
+        }
+    env[i] = entry;
+    env[i + 1] = NULL;
+}
+
+/* A terminal: its master (returned) and its slave (*slave), sized; the slave owned
+ * by uid when the agent may give it. -1 with err. */
+static int open_tty(const br_task_join_opts_t *o, uid_t uid, int *slave, br_err_t *err)
+{
+    char name[128];
+    int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m < 0 || grantpt(m) < 0 || unlockpt(m) < 0 || ptsname_r(m, name, sizeof(name)) != 0 ||
+        (*slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
+        int e = errno;
+        if (m >= 0)
+            close(m);
+        return br_errf(err, e, "cannot make a terminal: %s", strerror(e));
+    }
+    struct winsize ws = {.ws_row = o->rows ? o->rows : 24, .ws_col = o->cols ? o->cols : 80};
+    ioctl(m, TIOCSWINSZ, &ws);
+    if (geteuid() == 0 && uid != 0 && fchown(*slave, uid, (gid_t)-1) < 0) {
+        int e = errno;
+        close(m);
+        close(*slave);
+        return br_errf(err, e, "cannot give the terminal to uid %u: %s", (unsigned)uid,
+                       strerror(e));
+    }
+    return m;
+}
+
+/* The task's mount namespace when it has one of its own (data sets), else -1. */
+static int task_ns(pid_t pid)
+{
+    char path[64];
+    struct stat mine, its;
+    snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)pid);
+    if (stat("/proc/self/ns/mnt", &mine) < 0 || stat(path, &its) < 0 ||
+        (mine.st_ino == its.st_ino && mine.st_dev == its.st_dev))
+        return -1;
+    return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+/* The stdio of the joined process, its ends for the caller in fds. */
+static int join_stdio(struct child_plan *plan, const br_task_join_opts_t *o, uid_t uid,
+                      int fds[3], int mine[3], br_err_t *err)
+{
+    if (o->tty) {
+        int slave = -1;
+        if ((fds[0] = open_tty(o, uid, &slave, err)) < 0)
+            return -1;
+        plan->in_r = plan->out_w = plan->err_w = mine[0] = slave;
+        return set_nonblock(fds[0]);
+    }
+    int p[3][2];
+    for (int i = 0; i < 3; i++) {
+        if (pipe2(p[i], O_CLOEXEC) < 0)
+            return br_errf(err, errno, "cannot make pipes: %s", strerror(errno));
+        int keep = i == 0 ? 1 : 0; /* the caller writes stdin and reads the others */
+        fds[i] = p[i][keep];
+        mine[i] = p[i][!keep];
+        if (set_nonblock(fds[i]) < 0)
+            return br_errf(err, errno, "cannot make pipes: %s", strerror(errno));
+    }
+    plan->in_r = mine[0];
+    plan->out_w = mine[1];
+    plan->err_w = mine[2];
+    return 0;
+}
+
+pid_t br_task_join(br_task_t *task, const br_task_join_opts_t *o, int fds[3], br_err_t *err)
+{
+    fds[0] = fds[1] = fds[2] = -1;
+    if (!task || task->done || task->pid <= 0)
+        return br_errf(err, ESRCH, "the job's process has ended");
+    struct child_plan plan = {.ns_fd = -1, .tty = o->tty, .report_w = -1};
+    int mine[3] = {-1, -1, -1}, report[2] = {-1, -1};
+    char *block = NULL, cwd[PATH_MAX], link[64], idtext[48], term[80];
+    pw_entry_t pw = {0};
+    pid_t pid = -1;
+    size_t nargs = 0;
+    for (; o->argv && o->argv[nargs]; nargs++)
+        ;
+    const char **argv = calloc(nargs + 5, sizeof(*argv));
+    char **env = leader_env(task->pid, &block, err);
+    if (!argv || !env) {
+        if (!argv)
+            br_errf(err, ENOMEM, "out of memory");
+        goto out;
+    }
+    argv[0] = "sh";
+    argv[1] = "-c";
+    argv[2] = nargs ? "exec \"$@\"" : JOIN_SHELL;
+    argv[3] = "sh";
+    for (size_t i = 0; i < nargs; i++)
+        argv[4 + i] = o->argv[i];
+    if (o->term) {
+        snprintf(term, sizeof(term), "TERM=%s", o->term);
+        env_replace(env, term);
+    }
+    plan.jargv = argv;
+    plan.envp = env;
+    snprintf(link, sizeof(link), "/proc/%d/cwd", (int)task->pid);
+    ssize_t cl = readlink(link, cwd, sizeof(cwd) - 1);
+    if (cl > 0) {
+        cwd[cl] = '\0';
+        plan.workdir = cwd;
+    }
+    snprintf(idtext, sizeof(idtext), "#%u:%u", (unsigned)task->uid, (unsigned)task->gid);
+    br_task_opts_t ids = {.user = idtext};
+    if (plan_ids(&plan, &ids, &pw, err) < 0)
+        goto out;
+    if (!plan.home)
+        for (size_t i = 0; env[i]; i++)
+            if (strncmp(env[i], "HOME=", 5) == 0)
+                plan.home = env[i] + 5;
+    plan.ns_fd = task_ns(task->pid);
+    if (join_stdio(&plan, o, task->uid, fds, mine, err) < 0 ||
+        pipe2(report, O_CLOEXEC) < 0) {
+        if (report[0] < 0 && fds[0] >= 0)
+            br_errf(err, errno, "cannot make a pipe: %s", strerror(errno));
+        goto fail;
+    }
+    plan.report_w = report[1];
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid = fork();
+    if (pid == 0)
+        joiner_run(&plan);
+    int saved = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0) {
+        br_errf(err, saved, "cannot fork: %s", strerror(saved));
+        goto fail;
+    }
+    close_fd(&report[1]);
+    struct child_report r;
+    ssize_t n;
+    do {
+        n = read(report[0], &r, sizeof(r));
+    } while (n < 0 && errno == EINTR);
+    if (n != 0) { /* it reported a step that failed, and ended */
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        pid = -1;
+        if (n != (ssize_t)sizeof(r))
+            r = (struct child_report){STAGE_SETUP, EIO};
+        const char *what = strerror(r.errnum);
+        if (r.stage == STAGE_EXEC)
+            br_errf(err, r.errnum, "cannot run /bin/sh: %s", what);
+        else if (r.stage == STAGE_NS)
+            br_errf(err, r.errnum, "cannot enter the job's mount namespace: %s", what);
+        else if (r.stage == STAGE_TTY)
+            br_errf(err, r.errnum, "cannot take the terminal: %s", what);
+        else if (r.stage >= STAGE_GROUPS && r.stage <= STAGE_SETUID)
+            br_errf(err, r.errnum, "switching to uid %u: %s", (unsigned)task->uid, what);
+        else
+            br_errf(err, r.errnum, "setting up the process: %s", what);
+        goto fail;
+    }
+    goto out;
+fail:
+    for (int i = 0; i < 3; i++)
+        close_fd(&fds[i]);
+out:
+    for (int i = 0; i < 3; i++)
+        if (mine[i] >= 0 && (i == 0 || mine[i] != mine[0]))
+            close(mine[i]);
+    close_fd(&report[0]);
+    close_fd(&report[1]);
+    close_fd(&plan.ns_fd);
+    free(plan.groups);
+    free(pw.buf);
+    free(env);
+    free(block);
+    free(argv);
+    return pid;
 }
 
 void br_task_destroy(br_task_t **task)

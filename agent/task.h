@@ -55,6 +55,22 @@ typedef struct {
  * does not exist, switching users needs root, or the workdir cannot be entered. */
 br_task_t *br_task_start(const br_task_opts_t *opts, br_err_t *err);
 
+/* A process started inside a running task's tree (`bramble shell`): as the task's
+ * user, with its leader's environment as it was started (BRAMBLE_*, the GPUs, its
+ * tag, so that the task's kill, freeze and end reach it too), in the leader's
+ * working directory and mount namespace, in a session of its own. */
+typedef struct {
+    const char *const *argv; /* NULL: the job user's shell ($SHELL, else /bin/sh);
+                                else found on the job's PATH and run as given */
+    int tty;                 /* on a new terminal (its controlling one), else pipes */
+    unsigned short rows, cols; /* the terminal's size */
+    const char *term;        /* NULL, or TERM for it */
+} br_task_join_opts_t;
+/* Start it: its pid (the caller's child, to reap), with fds[0] the terminal's master
+ * (tty; fds[1] and fds[2] -1), or the write end of its stdin and the read ends of its
+ * stdout and stderr, all non-blocking. -1 with err when the task has ended or the
+ * process could not start (nothing is left behind). */
+pid_t br_task_join(br_task_t *task, const br_task_join_opts_t *o, int fds[3], br_err_t *err);
 /* Destroy the handle: closes the pipes; does not signal the processes. */
 void br_task_destroy(br_task_t **task);
 

@@ -45,6 +45,7 @@
 #include "stats.h"
 #include "http.h"
 #include "zap.h"
+#include "relay.h"
 #include "storemark.h"
 #include "content.h"
 #include "dirlock.h"
@@ -233,6 +234,11 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
     c->sock = br_sock_server(c->ctx, cfg->listen, cfg->secret_key, err);
     if (!c->sock || open_http(c, err) < 0)
         goto fail;
+    /* shells and forwards: next to a TCP endpoint (an ipc:// one has no port) */
+    if (strncmp(cfg->listen, "tcp://", 6) == 0 &&
+        !(c->relay = br_relay_new(c->ctx, cfg->listen, cfg->secret_key, BR_STREAMS_PER_USER,
+                                  BR_STREAMS_MAX, err)))
+        goto fail;
     return c;
 fail:
     br_coord_destroy(&c);
@@ -252,6 +258,7 @@ void br_coord_destroy(br_coord_t **cp)
     br_pace_destroy(&c->pace);
     br_uploads_destroy(&c->uploads);
     br_stages_destroy(&c->stages);
+    br_relay_destroy(&c->relay); /* its thread stops before the context ends */
     br_sock_close(&c->sock);
     br_zap_destroy(&c->zap);
     if (c->ctx)

@@ -19,17 +19,18 @@ static int common_opts(void *s)
                : 0;
 }
 
-void *br_sock_server(void *ctx, const char *endpoint, const char *secret_key,
-                     br_err_t *err)
+static void *server(void *ctx, const char *endpoint, const char *secret_key, int hwm,
+                    br_err_t *err)
 {
     void *s = zmq_socket(ctx, ZMQ_ROUTER);
     if (!s)
         return br_errp(err, errno, "socket: %s", zmq_strerror(errno));
-    int one = 1, zero = 0, hwm = BR_SOCK_PEER_QUEUE;
+    int one = 1, zero = 0;
     /* sends never block: a peer that does not read gets at most BR_SOCK_PEER_QUEUE
      * messages queued, and what overflows fails at once with EAGAIN */
     if (common_opts(s) < 0 ||
         zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm)) < 0 ||
+        (hwm == 0 && zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof(hwm)) < 0) ||
         zmq_setsockopt(s, ZMQ_SNDTIMEO, &zero, sizeof(zero)) < 0 ||
         zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof(one)) < 0 ||
         zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, secret_key, strlen(secret_key)) < 0 ||
@@ -45,6 +46,18 @@ void *br_sock_server(void *ctx, const char *endpoint, const char *secret_key,
         return br_errp(err, e, "bind %s: %s", endpoint, zmq_strerror(e));
     }
     return s;
+}
+
+void *br_sock_server(void *ctx, const char *endpoint, const char *secret_key,
+                     br_err_t *err)
+{
+    return server(ctx, endpoint, secret_key, BR_SOCK_PEER_QUEUE, err);
+}
+
+void *br_sock_stream_server(void *ctx, const char *endpoint, const char *secret_key,
+                            br_err_t *err)
+{
+    return server(ctx, endpoint, secret_key, 0, err);
 }
 
 void *br_sock_client(void *ctx, const char *endpoint, const char *server_public_key,
@@ -97,6 +110,20 @@ void *br_sock_client_hb(void *ctx, const char *endpoint, const char *server_publ
 {
     void *s = client_socket(ctx, server_public_key, public_key, secret_key, ivl_ms,
                             timeout_ms, err);
+    return s ? client_connect(s, endpoint, err) : NULL;
+}
+
+void *br_sock_stream_client(void *ctx, const char *endpoint, const char *server_public_key,
+                            const char *public_key, const char *secret_key, br_err_t *err)
+{
+    void *s = client_socket(ctx, server_public_key, public_key, secret_key, 0, 0, err);
+    int zero = 0;
+    if (s && (zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof(zero)) < 0 ||
+              zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof(zero)) < 0)) {
+        int e = errno;
+        zmq_close(s);
+        return br_errp(err, e, "socket options: %s", zmq_strerror(e));
+    }
     return s ? client_connect(s, endpoint, err) : NULL;
 }
 

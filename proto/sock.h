@@ -38,6 +38,14 @@ void *br_sock_client_watched(void *ctx, const char *endpoint,
                              const char *secret_key, int ivl_ms, int timeout_ms,
                              int events, void **monitor, br_err_t *err);
 
+/* Sockets for streams (stream.h): the same, but with no queue bound, since each
+ * stream's credit bounds what it may have in flight (a bound would drop frames
+ * that the credit allowed). A ROUTER bound at endpoint, and a DEALER connected. */
+void *br_sock_stream_server(void *ctx, const char *endpoint, const char *secret_key,
+                            br_err_t *err);
+void *br_sock_stream_client(void *ctx, const char *endpoint, const char *server_public_key,
+                            const char *public_key, const char *secret_key, br_err_t *err);
+
 /* Start monitoring sock for handshake failures; returns a PAIR socket to poll, or
  * NULL. Each monitor needs a unique inproc name, made from sock's address. */
 void *br_sock_monitor(void *ctx, void *sock);

@@ -89,6 +89,7 @@ static const struct {
     {"key.create", K_REQUEST, P_ADMIN | P_USER, br_api_key_create},
     {"key.list", K_REQUEST, P_ADMIN | P_USER, br_api_key_list},
     {"key.revoke", K_REQUEST, P_ADMIN | P_USER, br_api_key_revoke},
+    {"stream.open", K_REQUEST, P_ADMIN | P_USER, br_api_stream_open},
 };
 
 static const char *principal_words(br_principal_t k)
@@ -134,6 +135,7 @@ static const char *action_words(const char *type)
         {"gateway.suspect", "reporting a replica a gateway could not use"},
         {"gateway.load", "reporting a gateway's load"},
         {"gateway.", "managing gateways"},   {"key.", "managing API keys"},
+        {"stream.", "opening shells and forwards"},
     };
     for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
         if (strncmp(type, actions[i].type, strlen(actions[i].type)) == 0)

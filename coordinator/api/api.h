@@ -73,6 +73,8 @@ void br_api_gateway_report(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_gateway_suspect(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_gateway_load(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_service_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+/* api_stream.c */
+void br_api_stream_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_service_scale(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 /* api_keys.c: the gateway's API keys */
 void br_api_key_create(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

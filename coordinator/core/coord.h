@@ -24,6 +24,8 @@
  * box and unbox) runs on one of them, so with one the joins of many agents at
  * once queue behind a single thread while the loop waits for their messages */
 #define BR_COORD_IO_THREADS 2
+#define BR_STREAMS_PER_USER 32 /* shells and forward connections one user has open */
+#define BR_STREAMS_MAX 512     /* ... and all users (each holds at most 2 windows) */
 
 typedef struct br_coord {
     br_config_t cfg;
@@ -70,6 +72,7 @@ typedef struct br_coord {
     struct br_http *http;               /* the HTTP side, NULL when off (http.h) */
     int http_tokens_dirty;         /* the metrics tokens changed: hand them over */
     struct br_dash *dash;          /* the dashboard, with the HTTP side (dashboard.h) */
+    struct br_relay *relay;        /* shells' and forwards' bytes (relay.h); NULL: none */
     int stop;
 } br_coord_t;
 

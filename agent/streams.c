@@ -1,0 +1,422 @@
+/* streams.c - the node's shells and forwards, on their own thread (streams.h). */
+#include "streams.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "sock.h"
+#include "streamend.h"
+#include "util.h"
+#include "worker.h"
+
+#define POLL_MS 250
+
+typedef struct {
+    uint32_t stream;
+    char ticket[BR_STREAM_TICKET + 1];
+    int64_t job;
+    int attempt;
+    pid_t pid;
+    int tty_fd;      /* the terminal's master (WINCH), or -1 */
+    int exited;      /* the process was reaped: status */
+    int status;
+    char *error;     /* told at ATTACHED, then closed */
+    int ended;       /* the job ended: closed and killed at the next turn */
+    int64_t since, seen; /* monotonic ms: handed over; last heard of at the relay */
+    int fds[3], tty, is_socket; /* what was handed over, until the thread attaches it */
+    br_streamend_t *end; /* NULL: not attached yet (the thread alone uses the socket) */
+} session_t;
+
+struct br_streams {
+    br_worker_t w; /* its mutex guards what follows */
+    void *ctx, *sock;
+    char endpoint[300], pub[BR_KEY_LEN + 1]; /* what sock is connected to, as */
+    char want_endpoint[300]; /* ... and what the sessions handed over need */
+    br_cred_t want;
+    session_t *s;
+    size_t n, cap;
+    int64_t pinged;
+};
+
+/* --- sessions (under w.mu) --------------------------------------------------------- */
+
+static void hang_up(session_t *ss, int sig)
+{
+    if (ss->pid > 0 && !ss->exited)
+        kill(-ss->pid, sig);
+}
+
+static void close_fds(const int fds[3])
+{
+    for (int i = 0; i < 3; i++)
+        if (fds[i] >= 0 && (i == 0 || fds[i] != fds[0]))
+            close(fds[i]);
+}
+
+static void drop(br_streams_t *st, size_t i, int sig)
+{
+    session_t *ss = &st->s[i];
+    hang_up(ss, sig);
+    if (!ss->end)
+        close_fds(ss->fds);
+    br_streamend_destroy(&ss->end);
+    free(ss->error);
+    st->s[i] = st->s[--st->n];
+}
+
+static void close_with(br_streams_t *st, size_t i, const char *why)
+{
+    br_stream_send(st->sock, NULL, 0, BR_STREAM_CLOSE, 0, st->s[i].stream, 0, why,
+                   strlen(why), 0);
+}
+
+static session_t *find(br_streams_t *st, uint32_t id, size_t *at)
+{
+    for (size_t i = 0; i < st->n; i++)
+        if (st->s[i].stream == id) {
+            *at = i;
+            return &st->s[i];
+        }
+    return NULL;
+}
+
+static void on_frame(br_streams_t *st, const br_stream_hdr_t *h, const void *p, size_t len)
+{
+    size_t i;
+    session_t *ss = find(st, h->stream, &i);
+    if (!ss || !ss->end)
+        return; /* (a late frame of a session that ended) */
+    ss->seen = br_mono_ms();
+    br_err_t err;
+    switch (h->type) {
+    case BR_STREAM_ATTACHED:
+        if (ss->error) {
+            close_with(st, i, ss->error);
+            drop(st, i, SIGHUP);
+            return;
+        }
+        break;
+    case BR_STREAM_WINCH:
+        if (ss->tty_fd >= 0) {
+            struct winsize ws = {.ws_row = (unsigned short)(h->arg >> 16),
+                                 .ws_col = (unsigned short)(h->arg & 0xffff)};
+            ioctl(ss->tty_fd, TIOCSWINSZ, &ws);
+        }
+        return;
+    case BR_STREAM_CLOSE: /* the client went, or the relay closed it */
+    case BR_STREAM_EXIT:
+        drop(st, i, SIGHUP);
+        return;
+    case BR_STREAM_PING:
+        return;
+    default:
+        break;
+    }
+    if (br_streamend_frame(ss->end, h, p, len, &err) < 0) {
+        close_with(st, i, err.text);
+        drop(st, i, SIGHUP);
+    }
+}
+
+/* A session's end, when it came: EXIT with its status, and gone. */
+static int finished(br_streams_t *st, size_t i)
+{
+    session_t *ss = &st->s[i];
+    int done = ss->pid > 0 ? ss->exited && (ss->tty_fd >= 0 || br_streamend_sources_done(ss->end))
+                           : br_streamend_sources_done(ss->end) &&
+                                 br_streamend_sinks_done(ss->end);
+    if (!done || br_streamend_queued(ss->end))
+        return 0;
+    int code = ss->pid <= 0                ? 0
+               : WIFEXITED(ss->status)    ? WEXITSTATUS(ss->status)
+               : WIFSIGNALED(ss->status)  ? 128 + WTERMSIG(ss->status)
+                                          : 255;
+    br_stream_send(st->sock, NULL, 0, BR_STREAM_EXIT, 0, ss->stream, (uint64_t)code, NULL, 0,
+                   0);
+    drop(st, i, 0);
+    return 1;
+}
+
+/* A session handed over: its end made, its descriptors given to it, and ATTACH
+ * sent. -1 when out of memory. */
+static int attach(br_streams_t *st, session_t *ss)
+{
+    if (!(ss->end = br_streamend_new(st->sock, ss->stream)))
+        return -1;
+    if (!ss->error) {
+        if (ss->tty || ss->is_socket) { /* one descriptor both ways */
+            br_streamend_sink(ss->end, 0, ss->fds[0], ss->is_socket);
+            br_streamend_source(ss->end, 1, ss->fds[0]);
+        } else {
+            br_streamend_sink(ss->end, 0, ss->fds[0], 0);
+            br_streamend_source(ss->end, 1, ss->fds[1]);
+            br_streamend_source(ss->end, 2, ss->fds[2]);
+        }
+    }
+    ss->fds[0] = ss->fds[1] = ss->fds[2] = -1;
+    br_stream_send(st->sock, NULL, 0, BR_STREAM_ATTACH, 0, ss->stream, 0, ss->ticket,
+                   BR_STREAM_TICKET, 0);
+    return 0;
+}
+
+/* The connection to the relay, made again when the relay or this node's key
+ * changed (the sessions attached on the old one cannot go on). */
+static void connect_relay(br_streams_t *st)
+{
+    if (!st->want_endpoint[0] || (st->sock && strcmp(st->endpoint, st->want_endpoint) == 0 &&
+                                  strcmp(st->pub, st->want.public_key) == 0))
+        return;
+    for (size_t i = st->n; i-- > 0;)
+        if (st->s[i].end)
+            drop(st, i, SIGHUP);
+    br_sock_close(&st->sock);
+    br_err_t err;
+    st->sock = br_sock_stream_client(st->ctx, st->want_endpoint, st->want.server_public_key,
+                                     st->want.public_key, st->want.secret_key, &err);
+    if (!st->sock) {
+        fprintf(stderr, "bramble-agent: shells and forwards: %s\n", err.text);
+        st->want_endpoint[0] = '\0';
+        while (st->n)
+            drop(st, st->n - 1, SIGHUP);
+        return;
+    }
+    br_strlcpy(st->endpoint, st->want_endpoint, sizeof(st->endpoint));
+    br_strlcpy(st->pub, st->want.public_key, sizeof(st->pub));
+}
+
+static void turn(br_streams_t *st, int64_t now)
+{
+    connect_relay(st);
+    for (size_t i = st->n; i-- > 0;) {
+        session_t *ss = &st->s[i];
+        char why[96];
+        if (!ss->end && (!st->sock || attach(st, ss) < 0)) {
+            drop(st, i, SIGHUP);
+            continue;
+        }
+        if (ss->ended) {
+            snprintf(why, sizeof(why), "job %lld ended", (long long)ss->job);
+            close_with(st, i, why);
+            drop(st, i, SIGKILL);
+            continue;
+        }
+        if (!br_streamend_attached(ss->end) && !ss->error && now - ss->since > BR_STREAMS_ATTACH_MS) {
+            drop(st, i, SIGHUP);
+            continue;
+        }
+        if (br_streamend_attached(ss->end) && now - ss->seen > BR_STREAM_GONE_MS) {
+            drop(st, i, SIGHUP); /* the relay (the coordinator) is gone */
+            continue;
+        }
+        if (br_streamend_turn(ss->end) < 0) {
+            drop(st, i, SIGHUP);
+            continue;
+        }
+        if (br_streamend_attached(ss->end))
+            finished(st, i);
+    }
+}
+
+/* --- the thread -------------------------------------------------------------------- */
+
+static void take_frames(br_streams_t *st)
+{
+    for (int k = 0; k < 256; k++) {
+        zmq_msg_t hdr, body;
+        zmq_msg_init(&hdr);
+        zmq_msg_init(&body);
+        if (zmq_msg_recv(&hdr, st->sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&hdr);
+            zmq_msg_close(&body);
+            return;
+        }
+        int has = zmq_msg_more(&hdr) && zmq_msg_recv(&body, st->sock, 0) >= 0;
+        while (has && zmq_msg_more(&body)) { /* extra frames: dropped */
+            zmq_msg_t extra;
+            zmq_msg_init(&extra);
+            int more = zmq_msg_recv(&extra, st->sock, 0) >= 0 && zmq_msg_more(&extra);
+            zmq_msg_close(&extra);
+            if (!more)
+                break;
+        }
+        br_stream_hdr_t h;
+        br_err_t err;
+        if (br_stream_hdr_decode(zmq_msg_data(&hdr), zmq_msg_size(&hdr), &h, &err) == 0)
+            on_frame(st, &h, has ? zmq_msg_data(&body) : NULL, has ? zmq_msg_size(&body) : 0);
+        zmq_msg_close(&hdr);
+        zmq_msg_close(&body);
+    }
+}
+
+static void *run(void *arg)
+{
+    br_streams_t *st = arg;
+    zmq_pollitem_t *items = NULL;
+    size_t cap = 0;
+    pthread_mutex_lock(&st->w.mu);
+    while (!st->w.stop) {
+        size_t want = 2 + st->n * 2 * BR_STREAMEND_CHANNELS;
+        if (want > cap) {
+            zmq_pollitem_t *ni = realloc(items, want * sizeof(*ni));
+            if (!ni)
+                break;
+            items = ni;
+            cap = want;
+        }
+        int n = 0;
+        items[n++] = (zmq_pollitem_t){NULL, st->w.efd, ZMQ_POLLIN, 0};
+        if (st->sock)
+            items[n++] = (zmq_pollitem_t){st->sock, 0, ZMQ_POLLIN, 0};
+        for (size_t i = 0; i < st->n; i++)
+            if (st->s[i].end)
+                n += br_streamend_poll(st->s[i].end, items + n, (int)(cap - (size_t)n));
+        pthread_mutex_unlock(&st->w.mu);
+        int rc = zmq_poll(items, n, POLL_MS);
+        pthread_mutex_lock(&st->w.mu);
+        if (rc < 0 && errno != EINTR)
+            break;
+        if (items[0].revents)
+            br_worker_clear(&st->w);
+        if (st->sock)
+            take_frames(st);
+        int64_t now = br_mono_ms();
+        turn(st, now);
+        if (st->sock && st->n && now - st->pinged >= BR_STREAM_PING_MS) {
+            st->pinged = now;
+            br_stream_send(st->sock, NULL, 0, BR_STREAM_PING, 0, 0, 0, NULL, 0, 0);
+        }
+    }
+    while (st->n)
+        drop(st, st->n - 1, SIGHUP);
+    pthread_mutex_unlock(&st->w.mu);
+    free(items);
+    return NULL;
+}
+
+br_streams_t *br_streams_new(br_err_t *err)
+{
+    br_streams_t *st = calloc(1, sizeof(*st));
+    if (!st)
+        return br_errp(err, ENOMEM, "out of memory");
+    if (br_worker_init(&st->w, "streams", err) < 0 || !(st->ctx = zmq_ctx_new())) {
+        if (!st->ctx)
+            br_errf(err, ENOMEM, "no ZeroMQ context");
+        br_worker_fini(&st->w);
+        free(st);
+        return NULL;
+    }
+    if (br_worker_start(&st->w, run, st, err) < 0) {
+        br_streams_destroy(&st);
+        return NULL;
+    }
+    return st;
+}
+
+void br_streams_destroy(br_streams_t **sp)
+{
+    br_streams_t *st = sp ? *sp : NULL;
+    if (!st)
+        return;
+    br_worker_stop(&st->w);
+    while (st->n)
+        drop(st, st->n - 1, SIGHUP);
+    br_sock_close(&st->sock);
+    if (st->ctx)
+        zmq_ctx_term(st->ctx);
+    br_worker_fini(&st->w);
+    free(st->s);
+    free(st);
+    *sp = NULL;
+}
+
+int br_streams_add(br_streams_t *st, const br_streams_session_t *ss, br_err_t *err)
+{
+    pthread_mutex_lock(&st->w.mu);
+    int rc = -1;
+    if (st->n == st->cap) {
+        size_t cap = st->cap ? st->cap * 2 : 8;
+        session_t *ns = realloc(st->s, cap * sizeof(*ns));
+        if (!ns) {
+            br_errf(err, ENOMEM, "out of memory");
+            goto out;
+        }
+        st->s = ns;
+        st->cap = cap;
+    }
+    session_t *x = &st->s[st->n];
+    memset(x, 0, sizeof(*x));
+    x->stream = ss->stream;
+    br_strlcpy(x->ticket, ss->ticket, sizeof(x->ticket));
+    x->job = ss->job;
+    x->attempt = ss->attempt;
+    x->pid = ss->pid;
+    x->tty = ss->tty;
+    x->is_socket = ss->is_socket;
+    x->tty_fd = ss->tty ? ss->fds[0] : -1;
+    memcpy(x->fds, ss->fds, sizeof(x->fds));
+    x->since = x->seen = br_mono_ms();
+    if (ss->error && !(x->error = strdup(ss->error))) {
+        br_errf(err, ENOMEM, "out of memory");
+        goto out;
+    }
+    if (ss->error)
+        x->fds[0] = x->fds[1] = x->fds[2] = -1;
+    st->n++;
+    br_strlcpy(st->want_endpoint, ss->endpoint, sizeof(st->want_endpoint));
+    st->want = *ss->cred;
+    rc = 0;
+    br_worker_post(&st->w);
+out:
+    if (rc < 0) {
+        close_fds(ss->fds);
+        if (ss->pid > 0)
+            kill(-ss->pid, SIGHUP);
+    }
+    pthread_mutex_unlock(&st->w.mu);
+    return rc;
+}
+
+int br_streams_reaped(br_streams_t *st, pid_t pid, int status)
+{
+    int ours = 0;
+    pthread_mutex_lock(&st->w.mu);
+    for (size_t i = 0; i < st->n; i++)
+        if (st->s[i].pid == pid && !st->s[i].exited) {
+            st->s[i].exited = 1;
+            st->s[i].status = status;
+            ours = 1;
+        }
+    pthread_mutex_unlock(&st->w.mu);
+    if (ours)
+        br_worker_post(&st->w);
+    return ours;
+}
+
+void br_streams_job_ended(br_streams_t *st, int64_t job, int attempt)
+{
+    int any = 0;
+    pthread_mutex_lock(&st->w.mu);
+    for (size_t i = 0; i < st->n; i++)
+        if (st->s[i].job == job && st->s[i].attempt == attempt)
+            any = st->s[i].ended = 1;
+    pthread_mutex_unlock(&st->w.mu);
+    if (any)
+        br_worker_post(&st->w);
+}
+
+int br_streams_count(br_streams_t *st, int64_t job)
+{
+    int n = 0;
+    pthread_mutex_lock(&st->w.mu);
+    for (size_t i = 0; i < st->n; i++)
+        n += job < 0 || st->s[i].job == job;
+    pthread_mutex_unlock(&st->w.mu);
+    return n;
+}

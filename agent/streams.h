@@ -1,0 +1,54 @@
+/* streams.h - the shells and forwards running on this node (`bramble shell`,
+ * `bramble forward`), on a thread of their own with a connection of their own to
+ * the coordinator's relay (proto/stream.h), so that a 2 GB forward never delays
+ * the agent's heartbeats. The agent's loop starts each process (task.h's
+ * br_task_join) or connection and hands it over; this thread attaches it with
+ * its ticket, passes its bytes, tells its end (EXIT with the status, or CLOSE
+ * with why), and hangs it up (SIGHUP to its process group) when the client goes
+ * away, the relay falls silent, or its job ends. */
+#ifndef BRAMBLE_STREAMS_H
+#define BRAMBLE_STREAMS_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cred.h"
+#include "err.h"
+#include "stream.h"
+
+#define BR_STREAMS_ATTACH_MS 20000 /* a session the relay never attached is dropped */
+
+typedef struct br_streams br_streams_t;
+
+br_streams_t *br_streams_new(br_err_t *err);
+/* Stops the thread; every session left is hung up. */
+void br_streams_destroy(br_streams_t **s);
+
+typedef struct {
+    uint32_t stream;
+    char ticket[BR_STREAM_TICKET + 1];
+    char endpoint[300]; /* the relay: tcp://COORDINATOR-HOST:RELAY-PORT */
+    const br_cred_t *cred; /* the node's keys and the coordinator's (copied) */
+    int64_t job;
+    int attempt;
+    pid_t pid;    /* a shell's process (the agent's child), or 0 */
+    int tty;      /* fds[0] is a terminal's master, both ways */
+    int fds[3];   /* br_task_join's; a forward's TCP connection in fds[0]; -1: none */
+    int is_socket;
+    const char *error; /* not NULL: nothing started; the client is told this */
+} br_streams_session_t;
+
+/* Hand a session over (its descriptors are taken). 0, or -1 with err (out of
+ * memory: the descriptors are closed and the process hung up). */
+int br_streams_add(br_streams_t *s, const br_streams_session_t *ss, br_err_t *err);
+
+/* pid, reaped by the agent with status: 1 when it was a session's process. */
+int br_streams_reaped(br_streams_t *s, pid_t pid, int status);
+
+/* The job's attempt ended: its sessions are closed, saying so, and killed. */
+void br_streams_job_ended(br_streams_t *s, int64_t job, int attempt);
+
+/* Sessions open now, of job (or all, job < 0). */
+int br_streams_count(br_streams_t *s, int64_t job);
+
+#endif

@@ -1,0 +1,52 @@
+/* relay.h - the coordinator's stream relay: a thread of its own with a CURVE
+ * ROUTER of its own (the coordinator's port + 1, or any free one), which joins the
+ * two ends of each shell or forward (proto/stream.h) - the CLI that asked and the
+ * agent of the job's node, both of which dial in, since nodes accept nothing -
+ * and passes their frames between them, off the coordinator's loop.
+ *
+ * The loop grants each stream (br_relay_open) after it checked who may; the relay
+ * admits to a stream only the end that shows its ticket from the connection of
+ * the key it was granted to. It holds the credit of both directions and closes a
+ * stream whose sender goes beyond it, so a client that floods or never reads
+ * stalls its own stream and nothing else. An end silent for BR_STREAM_GONE_MS (the
+ * CLI's and the agent's pings stop) closes the stream, telling the other end; the
+ * relay pings each attached end as often, so that each end knows it is there. */
+#ifndef BRAMBLE_COORD_RELAY_H
+#define BRAMBLE_COORD_RELAY_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "stream.h"
+
+#define BR_RELAY_ATTACH_MS 15000 /* both ends attach within this, or it closes */
+
+typedef struct br_relay br_relay_t;
+
+/* Listen next to listen (tcp://HOST:PORT: PORT + 1, or any free port on HOST when
+ * that is taken or PORT is 0) and start the thread. per_user and total bound the
+ * streams open at once. */
+br_relay_t *br_relay_new(void *ctx, const char *listen, const char *secret_key,
+                         int per_user, int total, br_err_t *err);
+void br_relay_destroy(br_relay_t **r);
+int br_relay_port(const br_relay_t *r);
+
+/* One stream, as the loop grants it. */
+typedef struct {
+    int64_t user_id;          /* whose (the per-user bound) */
+    int64_t job;
+    char cli_key[41];         /* the CURVE key the CLI's end must come from */
+    char node_key[41];        /* ... and the agent's ("" : any node's) */
+    /* filled by br_relay_open: */
+    uint32_t id;
+    char cli_ticket[BR_STREAM_TICKET + 1], node_ticket[BR_STREAM_TICKET + 1];
+} br_relay_grant_t;
+
+/* Grant a stream: its id and tickets are filled in. -1 with err (EBUSY) naming the
+ * bound when the user or the coordinator has as many open as they may. */
+int br_relay_open(br_relay_t *r, br_relay_grant_t *g, br_err_t *err);
+
+/* Streams open now: of user_id, or all (user_id < 0). */
+int br_relay_count(br_relay_t *r, int64_t user_id);
+
+#endif
