@@ -2299,7 +2299,7 @@ static void report_stored(br_agent_t *a)
 
 /* A connection to 127.0.0.1:port (never another host), started: its socket, or -1
  * with err. It completes in the streams thread; a refusal shows as its end. */
-static int connect_local(int port, br_err_t *err)
+static int connect_local(int port, const char *node, br_err_t *err)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
@@ -2312,7 +2312,7 @@ static int connect_local(int port, br_err_t *err)
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
         int e = errno;
         close(fd);
-        return br_errf(err, e, "nothing answers on port %d of this node (%s)", port,
+        return br_errf(err, e, "nothing answers on port %d of node %s (%s)", port, node,
                        strerror(e));
     }
     int one = 1;
@@ -2357,7 +2357,7 @@ static void on_stream_open(br_agent_t *a, br_msg_t *m)
                  (long long)rank, (long long)job);
         ss.error = why;
     } else if (strcmp(kind, "forward") == 0) {
-        if (port < 1 || port > 65535 || (ss.fds[0] = connect_local((int)port, &err)) < 0) {
+        if (port < 1 || port > 65535 || (ss.fds[0] = connect_local((int)port, a->s->name, &err)) < 0) {
             snprintf(why, sizeof(why), "%s", err.text[0] ? err.text : "port: 1 to 65535");
             ss.error = why;
         }

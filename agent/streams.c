@@ -228,31 +228,15 @@ static void turn(br_streams_t *st, int64_t now)
 
 static void take_frames(br_streams_t *st)
 {
-    for (int k = 0; k < 256; k++) {
-        zmq_msg_t hdr, body;
-        zmq_msg_init(&hdr);
-        zmq_msg_init(&body);
-        if (zmq_msg_recv(&hdr, st->sock, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&hdr);
-            zmq_msg_close(&body);
-            return;
-        }
-        int has = zmq_msg_more(&hdr) && zmq_msg_recv(&body, st->sock, 0) >= 0;
-        while (has && zmq_msg_more(&body)) { /* extra frames: dropped */
-            zmq_msg_t extra;
-            zmq_msg_init(&extra);
-            int more = zmq_msg_recv(&extra, st->sock, 0) >= 0 && zmq_msg_more(&extra);
-            zmq_msg_close(&extra);
-            if (!more)
-                break;
-        }
-        br_stream_hdr_t h;
-        br_err_t err;
-        if (br_stream_hdr_decode(zmq_msg_data(&hdr), zmq_msg_size(&hdr), &h, &err) == 0)
-            on_frame(st, &h, has ? zmq_msg_data(&body) : NULL, has ? zmq_msg_size(&body) : 0);
-        zmq_msg_close(&hdr);
-        zmq_msg_close(&body);
-    }
+    static unsigned char buf[BR_STREAM_CHUNK]; /* (this thread's alone) */
+    br_stream_hdr_t h;
+    size_t len;
+    int has, rc;
+    for (int k = 0; k < 256 && (rc = br_stream_recv(st->sock, &h, buf, sizeof(buf), &len,
+                                                    &has)) != 0;
+         k++)
+        if (rc > 0)
+            on_frame(st, &h, has ? buf : NULL, len);
 }
 
 static void *run(void *arg)

@@ -205,6 +205,7 @@ extern const cli_cmd_t cli_outputs_cmds[];
 extern const cli_cmd_t cli_gateway_cmds[];
 extern const cli_cmd_t cli_key_cmds[];
 extern const cli_cmd_t cli_shell_cmds[];
+extern const cli_cmd_t cli_forward_cmds[];
 
 /* Each chunk of job id's stored output (rank -1: every rank), in the order the
  * coordinator stored it; ranks: how many the job has. Return -1 to stop. */

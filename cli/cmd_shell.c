@@ -129,23 +129,15 @@ static void on_frame(session_t *s, const br_stream_hdr_t *h, const void *p, size
 
 static void take_frames(session_t *s)
 {
-    for (int k = 0; k < 64 && !s->done; k++) {
-        zmq_msg_t hdr, body;
-        zmq_msg_init(&hdr);
-        zmq_msg_init(&body);
-        if (zmq_msg_recv(&hdr, s->sock, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&hdr);
-            zmq_msg_close(&body);
-            return;
-        }
-        int has = zmq_msg_more(&hdr) && zmq_msg_recv(&body, s->sock, 0) >= 0;
-        br_stream_hdr_t h;
-        br_err_t err;
-        if (br_stream_hdr_decode(zmq_msg_data(&hdr), zmq_msg_size(&hdr), &h, &err) == 0)
-            on_frame(s, &h, has ? zmq_msg_data(&body) : NULL, has ? zmq_msg_size(&body) : 0);
-        zmq_msg_close(&hdr);
-        zmq_msg_close(&body);
-    }
+    static unsigned char buf[BR_STREAM_CHUNK];
+    br_stream_hdr_t h;
+    size_t len;
+    int has, rc;
+    for (int k = 0; k < 64 && !s->done && (rc = br_stream_recv(s->sock, &h, buf, sizeof(buf),
+                                                               &len, &has)) != 0;
+         k++)
+        if (rc > 0)
+            on_frame(s, &h, has ? buf : NULL, len);
 }
 
 /* Signals: a window change is passed on; an interruption (not a terminal's Ctrl-C,

@@ -19,7 +19,7 @@ static const cli_cmd_t *const tables[] = {cli_cluster_cmds, cli_node_cmds, cli_j
                                           cli_service_cmds, cli_data_cmds, cli_outputs_cmds,
                                           cli_checkpoint_cmds, cli_progress_cmds,
                                           cli_plan_cmds, cli_gateway_cmds, cli_key_cmds,
-                                          cli_shell_cmds};
+                                          cli_shell_cmds, cli_forward_cmds};
 #define NTABLES (sizeof(tables) / sizeof(tables[0]))
 
 static const char global_help[] =

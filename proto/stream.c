@@ -73,6 +73,37 @@ int br_stream_send(void *sock, const void *route, size_t route_len, uint8_t type
     return 0;
 }
 
+int br_stream_recv(void *sock, br_stream_hdr_t *h, void *buf, size_t cap, size_t *len,
+                   int *has)
+{
+    unsigned char hdr[BR_STREAM_HEADER + 1];
+    int n = zmq_recv(sock, hdr, sizeof(hdr), ZMQ_DONTWAIT);
+    if (n < 0)
+        return 0;
+    int more = 0, frames = 1, ok = 1;
+    size_t ml = sizeof(more);
+    *len = 0;
+    *has = 0;
+    zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &ml);
+    while (more) { /* the payload, and whatever else came (dropped) */
+        int got = zmq_recv(sock, buf, cap, 0);
+        if (got < 0)
+            return -1;
+        if (frames++ == 1) {
+            ok = (size_t)got <= cap;
+            *len = ok ? (size_t)got : 0;
+            *has = 1;
+        } else {
+            ok = 0;
+        }
+        zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &ml);
+    }
+    br_err_t err;
+    if (!ok || n != BR_STREAM_HEADER || br_stream_hdr_decode(hdr, (size_t)n, h, &err) < 0)
+        return -1;
+    return 1;
+}
+
 void br_stream_ticket(char out[BR_STREAM_TICKET + 1])
 {
     unsigned char raw[BR_STREAM_TICKET / 2];

@@ -55,6 +55,13 @@ int br_stream_send(void *sock, const void *route, size_t route_len, uint8_t type
                    uint8_t channel, uint32_t stream, uint64_t arg, const void *payload,
                    size_t len, int flags);
 
+/* Receive one frame from a DEALER without waiting: 1 with its header in h and its
+ * payload copied into buf (cap bytes at least BR_STREAM_CHUNK; *len its length, 0
+ * and *has 0 when it had none), 0 when nothing waits, -1 when what came was not a
+ * frame (read to its end and dropped). */
+int br_stream_recv(void *sock, br_stream_hdr_t *h, void *buf, size_t cap, size_t *len,
+                   int *has);
+
 /* A ticket: BR_STREAM_TICKET hex characters of random bytes, and a NUL. */
 void br_stream_ticket(char out[BR_STREAM_TICKET + 1]);
 

@@ -1,0 +1,333 @@
+/* cmd_forward.c - bramble forward: a port of a running job's node on this machine.
+ * Listens on a local port (loopback unless --bind says otherwise); each
+ * connection is a stream of its own (stream.open, then the relay, proto/stream.h)
+ * to 127.0.0.1:PORT on the node, many at once, all on one connection to the
+ * relay. With --stdio, standard input and output are the one connection (an
+ * ssh ProxyCommand). Never to another host: the node's agent connects to its own
+ * loopback only. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "cli.h"
+#include "sock.h"
+#include "stream.h"
+#include "streamend.h"
+#include "util.h"
+
+#define FWD_MAX 64               /* connections carried at once */
+#define ATTACH_WAIT_MS 25000     /* the relay gives up at 15 s: its word comes first */
+
+typedef struct {
+    uint32_t id;
+    br_streamend_t *end;
+    int64_t opened;
+} fwd_t;
+
+typedef struct {
+    cli_t *cli;
+    int64_t job;
+    long rank, port;
+    void *ctx, *sock;
+    char endpoint[300];
+    fwd_t f[FWD_MAX];
+    int n;
+    int64_t seen, pinged;
+    int stdio; /* --stdio: the one stream's end is the whole command's */
+    int status;
+} fwd_state_t;
+
+/* A stream to the node's port, its end reading in_fd and writing out_fd (taken).
+ * 0, or -1 after saying why; a refusal that will not change (the job ended, or is
+ * not the caller's) sets st->status, which stops the command. */
+static int open_stream(fwd_state_t *st, int in_fd, int out_fd, int is_socket)
+{
+    br_msg_t *resp = NULL;
+    br_err_t err;
+    json_t *body = json_pack("{s:I, s:s, s:i, s:i}", "id", (json_int_t)st->job, "kind",
+                             "forward", "rank", (int)st->rank, "port", (int)st->port);
+    if (br_client_rpc(cli_client(st->cli), "stream.open", body, st->cli->timeout_ms, &resp,
+                      &err) < 0) {
+        cli_err(st->cli, "%s", err.text);
+        if (err.errnum != EBUSY && err.errnum != EAGAIN && err.errnum != EHOSTUNREACH)
+            st->status = CLI_FAIL; /* (busy, not started yet, a node away: may pass) */
+        close(in_fd);
+        if (out_fd != in_fd)
+            close(out_fd);
+        return -1;
+    }
+    json_t *r = json_incref(br_msg_body(resp));
+    br_msg_destroy(&resp);
+    const char *ticket = json_string_value(json_object_get(r, "ticket"));
+    int port = (int)json_integer_value(json_object_get(r, "relay_port"));
+    uint32_t id = (uint32_t)json_integer_value(json_object_get(r, "stream"));
+    int rc = -1;
+    if (!ticket || strlen(ticket) != BR_STREAM_TICKET) {
+        cli_err(st->cli, "stream.open: the answer names no ticket");
+        goto out;
+    }
+    if (!st->sock) {
+        if (br_stream_endpoint(st->cli->cred.endpoint, port, st->endpoint,
+                               sizeof(st->endpoint)) < 0 ||
+            !(st->sock = br_sock_stream_client(st->ctx, st->endpoint,
+                                               st->cli->cred.server_public_key,
+                                               st->cli->cred.public_key,
+                                               st->cli->cred.secret_key, &err))) {
+            cli_err(st->cli, "the relay: %s", st->sock ? "" : err.text);
+            goto out;
+        }
+        st->seen = br_mono_ms();
+    }
+    fwd_t *f = &st->f[st->n];
+    if (!(f->end = br_streamend_new(st->sock, id)))
+        goto out;
+    f->id = id;
+    f->opened = br_mono_ms();
+    br_streamend_source(f->end, 0, in_fd);
+    br_streamend_sink(f->end, 1, out_fd, is_socket);
+    in_fd = out_fd = -1;
+    st->n++;
+    br_stream_send(st->sock, NULL, 0, BR_STREAM_ATTACH, 0, id, 0, ticket, BR_STREAM_TICKET, 0);
+    rc = 0;
+out:
+    if (in_fd >= 0)
+        close(in_fd);
+    if (out_fd >= 0 && out_fd != in_fd)
+        close(out_fd);
+    json_decref(r);
+    return rc;
+}
+
+static void drop(fwd_state_t *st, int i)
+{
+    br_streamend_destroy(&st->f[i].end);
+    st->f[i] = st->f[--st->n];
+}
+
+static int find(fwd_state_t *st, uint32_t id)
+{
+    for (int i = 0; i < st->n; i++)
+        if (st->f[i].id == id)
+            return i;
+    return -1;
+}
+
+static void take_frames(fwd_state_t *st)
+{
+    static unsigned char buf[BR_STREAM_CHUNK];
+    br_stream_hdr_t h;
+    size_t len;
+    int has, rc;
+    for (int k = 0; k < 256 && (rc = br_stream_recv(st->sock, &h, buf, sizeof(buf), &len,
+                                                    &has)) != 0;
+         k++) {
+        st->seen = br_mono_ms();
+        int i = rc > 0 ? find(st, h.stream) : -1;
+        if (i < 0)
+            continue;
+        br_err_t err;
+        if (h.type == BR_STREAM_EXIT) { /* the node's side of it closed, both ways */
+            drop(st, i);
+        } else if (h.type == BR_STREAM_CLOSE) {
+            cli_err(st->cli, "%.*s", (int)len, has ? (const char *)buf : "closed");
+            if (st->stdio)
+                st->status = CLI_FAIL;
+            drop(st, i);
+        } else if (br_streamend_frame(st->f[i].end, &h, has ? buf : NULL, len, &err) < 0) {
+            cli_err(st->cli, "%s", err.text);
+            drop(st, i);
+        }
+    }
+}
+
+/* A local listening socket at bind:port. -1 after saying why. */
+static int listen_on(cli_t *cli, const char *bind_addr, long port)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
+                    *ai = NULL;
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%ld", port);
+    int rc = getaddrinfo(bind_addr, ps, &hints, &ai);
+    if (rc != 0)
+        return cli_err(cli, "--bind %s: %s", bind_addr, gai_strerror(rc)), -1;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1;
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(ai);
+        return cli_err(cli, "cannot listen on %s port %ld: %s", bind_addr, port,
+                       strerror(e)),
+               -1;
+    }
+    freeaddrinfo(ai);
+    return fd;
+}
+
+static int serve(fwd_state_t *st, int lfd, int sigfd)
+{
+    while (st->status < 0) {
+        zmq_pollitem_t it[3 + FWD_MAX * 2 * BR_STREAMEND_CHANNELS];
+        int n = 0;
+        it[n++] = (zmq_pollitem_t){NULL, sigfd, ZMQ_POLLIN, 0};
+        if (st->sock)
+            it[n++] = (zmq_pollitem_t){st->sock, 0, ZMQ_POLLIN, 0};
+        if (lfd >= 0 && st->n < FWD_MAX)
+            it[n++] = (zmq_pollitem_t){NULL, lfd, ZMQ_POLLIN, 0};
+        for (int i = 0; i < st->n; i++)
+            n += br_streamend_poll(st->f[i].end, it + n, 2 * BR_STREAMEND_CHANNELS);
+        if (zmq_poll(it, n, 250) < 0 && errno != EINTR)
+            return CLI_FAIL;
+        if (it[0].revents) {
+            struct signalfd_siginfo si;
+            if (read(sigfd, &si, sizeof(si)) == sizeof(si))
+                st->status = st->stdio ? 128 + (int)si.ssi_signo : CLI_OK;
+            break;
+        }
+        if (lfd >= 0) {
+            int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (c >= 0) {
+                int one = 1;
+                setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                open_stream(st, c, c, 1); /* (a refusal that stays sets status) */
+            }
+        }
+        if (st->sock)
+            take_frames(st);
+        int64_t now = br_mono_ms();
+        for (int i = st->n; i-- > 0;) {
+            if (br_streamend_turn(st->f[i].end) < 0 ||
+                (!br_streamend_attached(st->f[i].end) && now - st->f[i].opened > ATTACH_WAIT_MS))
+                drop(st, i);
+        }
+        if (st->sock && st->n && now - st->pinged >= BR_STREAM_PING_MS) {
+            st->pinged = now;
+            br_stream_send(st->sock, NULL, 0, BR_STREAM_PING, 0, 0, 0, NULL, 0, 0);
+        }
+        if (st->sock && st->n && now - st->seen > BR_STREAM_GONE_MS) {
+            cli_err(st->cli, "the coordinator stopped answering");
+            while (st->n)
+                drop(st, st->n - 1);
+            if (st->stdio)
+                return CLI_FAIL;
+        }
+        if (st->stdio && st->n == 0 && st->status < 0)
+            st->status = CLI_OK; /* (its stream ended) */
+    }
+    return st->status < 0 ? CLI_OK : st->status;
+}
+
+static int cmd_forward(cli_t *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {{"rank", required_argument, NULL, 'r'},
+                                          {"stdio", no_argument, NULL, 's'},
+                                          {"bind", required_argument, NULL, 'b'},
+                                          {0, 0, 0, 0}};
+    fwd_state_t st = {.cli = cli, .status = -1};
+    const char *bind_addr = "127.0.0.1";
+    int c;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "r:", opts, NULL)) != -1) {
+        if (c == 'r') {
+            if (cli_parse_long(cli, "--rank", optarg, 0, 1 << 20, &st.rank) != 0)
+                return CLI_USAGE;
+        } else if (c == 's') {
+            st.stdio = 1;
+        } else if (c == 'b') {
+            bind_addr = optarg;
+        } else {
+            return cli_bad_option(cli, c, argv);
+        }
+    }
+    const char *pos[2];
+    static const char *const names[] = {"JOB", "[LOCAL:]PORT"};
+    if (cli_positional(cli, argc, argv, 2, names, pos) != 0)
+        return CLI_USAGE;
+    if (cli_job_id(cli, pos[0], &st.job) != CLI_OK)
+        return CLI_USAGE;
+    long local;
+    const char *colon = strchr(pos[1], ':');
+    char lbuf[16];
+    if (colon && (size_t)(colon - pos[1]) < sizeof(lbuf)) {
+        snprintf(lbuf, sizeof(lbuf), "%.*s", (int)(colon - pos[1]), pos[1]);
+        if (cli_parse_long(cli, "the local port", lbuf, 0, 65535, &local) != 0 ||
+            cli_parse_long(cli, "the port", colon + 1, 1, 65535, &st.port) != 0)
+            return CLI_USAGE;
+    } else {
+        if (cli_parse_long(cli, "the port", pos[1], 1, 65535, &st.port) != 0)
+            return CLI_USAGE;
+        local = st.port;
+    }
+    if (!cli_client(cli))
+        return CLI_FAIL;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    int sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC), lfd = -1, rc = CLI_FAIL;
+    signal(SIGPIPE, SIG_IGN);
+    st.ctx = zmq_ctx_new();
+    if (st.stdio) {
+        int in = fcntl(0, F_DUPFD_CLOEXEC, 3), out = fcntl(1, F_DUPFD_CLOEXEC, 3);
+        if (in < 0 || out < 0 || open_stream(&st, in, out, 0) < 0)
+            goto out;
+    } else {
+        if ((lfd = listen_on(cli, bind_addr, local)) < 0)
+            goto out;
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        char host[NI_MAXHOST], serv[NI_MAXSERV];
+        if (getsockname(lfd, (struct sockaddr *)&ss, &sl) == 0 &&
+            getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), serv, sizeof(serv),
+                        NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+            printf("forwarding %s:%s to port %ld of job %lld (rank %ld); Ctrl-C stops\n", host,
+                   serv, st.port, (long long)st.job, st.rank);
+        fflush(stdout);
+    }
+    rc = serve(&st, lfd, sigfd);
+out:
+    while (st.n)
+        drop(&st, st.n - 1);
+    if (lfd >= 0)
+        close(lfd);
+    if (sigfd >= 0)
+        close(sigfd);
+    br_sock_close(&st.sock);
+    zmq_ctx_term(st.ctx);
+    return rc;
+}
+
+const cli_cmd_t cli_forward_cmds[] = {
+    {NULL, "forward", cmd_forward, "JOB [LOCAL:]PORT [--rank R] [--bind ADDR] [--stdio]",
+     "a port of a running job's node on this machine",
+     "Listens on LOCAL (default PORT; 0: any free port, printed) on this machine and\n"
+     "carries each connection to 127.0.0.1:PORT on the node of the job's rank R\n"
+     "(default 0), many at once, through the coordinator: the node needs no open\n"
+     "port. Only that node's loopback is reachable, never another host. Runs until\n"
+     "Ctrl-C, or until the job ends. Owner or admin.\n"
+     "  bramble forward 7 8888          # Jupyter in job 7: http://127.0.0.1:8888\n"
+     "  bramble forward 7 16006:6006    # its TensorBoard on local port 16006\n"
+     "With --stdio, standard input and output are one connection, for ssh:\n"
+     "  ssh -o ProxyCommand='bramble forward 7 2222 --stdio' user@job7\n"
+     "\nOptions:\n"
+     "  --rank R       the rank whose node to reach (default 0)\n"
+     "  --bind ADDR    the local address to listen on (default 127.0.0.1)\n"
+     "  --stdio        one connection on standard input and output, no listening\n"},
+    {0},
+};
