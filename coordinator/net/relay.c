@@ -113,9 +113,24 @@ static void attach(br_relay_t *r, rstream_t *s, const void *route, size_t rlen,
 }
 
 /* A frame from an attached end (side) of s: passed to the other, within credit. */
-static void pass(br_relay_t *r, rstream_t *s, int side, const br_stream_hdr_t *h,
-                 const void *payload, size_t len, int has_payload)
+/* Send h with the payload message itself (its bytes move, not copied) to end e. */
+static int forward(br_relay_t *r, const end_t *e, const br_stream_hdr_t *h, uint32_t id,
+                   zmq_msg_t *payload)
 {
+    unsigned char hdr[BR_STREAM_HEADER];
+    br_stream_hdr_t out = *h;
+    out.stream = id;
+    br_stream_hdr_encode(&out, hdr);
+    if (zmq_send(r->sock, e->route, e->route_len, ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0 ||
+        zmq_send(r->sock, hdr, sizeof(hdr), ZMQ_DONTWAIT | (payload ? ZMQ_SNDMORE : 0)) < 0)
+        return -1;
+    return payload ? zmq_msg_send(payload, r->sock, ZMQ_DONTWAIT) < 0 ? -1 : 0 : 0;
+}
+
+static void pass(br_relay_t *r, rstream_t *s, int side, const br_stream_hdr_t *h,
+                 zmq_msg_t *payload)
+{
+    size_t len = payload ? zmq_msg_size(payload) : 0;
     end_t *from = &s->e[side], *to = &s->e[!side];
     char why[160];
     from->seen = br_mono_ms();
@@ -146,8 +161,7 @@ static void pass(br_relay_t *r, rstream_t *s, int side, const br_stream_hdr_t *h
         }
         to->out.granted += (int64_t)h->arg;
     }
-    if (br_stream_send(r->sock, to->route, to->route_len, h->type, h->channel, s->g.id,
-                       h->arg, has_payload ? payload : NULL, len, ZMQ_DONTWAIT) < 0) {
+    if (forward(r, to, h, s->g.id, payload) < 0) {
         snprintf(why, sizeof(why), "%s went away", side_name[!side]);
         close_stream(r, s, !side, why);
         return;
@@ -157,8 +171,7 @@ static void pass(br_relay_t *r, rstream_t *s, int side, const br_stream_hdr_t *h
 }
 
 static void on_frame(br_relay_t *r, const void *route, size_t rlen, const char *user,
-                     const br_stream_hdr_t *h, const void *payload, size_t len,
-                     int has_payload)
+                     const br_stream_hdr_t *h, zmq_msg_t *payload)
 {
     pthread_mutex_lock(&r->w.mu);
     if (h->type == BR_STREAM_PING && h->stream == 0) { /* the whole connection is there */
@@ -184,9 +197,10 @@ static void on_frame(br_relay_t *r, const void *route, size_t rlen, const char *
                : same_route(&s->e[NODE], route, rlen) ? NODE
                                                        : -1;
     if (side >= 0)
-        pass(r, s, side, h, payload, len, has_payload);
+        pass(r, s, side, h, payload);
     else if (h->type == BR_STREAM_ATTACH)
-        attach(r, s, route, rlen, user, payload, has_payload ? len : 0);
+        attach(r, s, route, rlen, user, payload ? zmq_msg_data(payload) : NULL,
+               payload ? zmq_msg_size(payload) : 0);
     pthread_mutex_unlock(&r->w.mu);
 }
 
@@ -218,8 +232,7 @@ static int recv_one(br_relay_t *r)
         (n == 2 || zmq_msg_size(&part[2]) <= BR_STREAM_CHUNK)) {
         const char *user = zmq_msg_gets(&part[1], "User-Id");
         on_frame(r, zmq_msg_data(&part[0]), zmq_msg_size(&part[0]), user ? user : "", &h,
-                 n == 3 ? zmq_msg_data(&part[2]) : NULL, n == 3 ? zmq_msg_size(&part[2]) : 0,
-                 n == 3);
+                 n == 3 ? &part[2] : NULL);
     }
     for (int i = 0; i < 3; i++)
         zmq_msg_close(&part[i]);
