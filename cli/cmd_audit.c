@@ -1,5 +1,6 @@
-/* cmd_audit.c - bramble audit: the admin's actions as the coordinator recorded
- * them (who, what, to what, when, and how it ended). */
+/* cmd_audit.c - bramble audit: the admin's actions and everyone's shells and
+ * forwards, as the coordinator recorded them (who, what, to what, when, and how
+ * it ended). */
 #include <getopt.h>
 #include <string.h>
 
@@ -46,10 +47,11 @@ static int audit(cli_t *cli, int argc, char **argv)
 
 const cli_cmd_t cli_audit_cmds[] = {
     {NULL, "audit", audit, "[--limit N] [--json]",
-     "the admin's actions, as the coordinator recorded them (admin)",
-     "Every token, node, user, job and service action of the admin, oldest first:\n"
+     "the admin's actions and every shell and forward, as recorded (admin)",
+     "Every token, node, user, job and service action of the admin, and every\n"
+     "shell and forwarded connection into a job, whoever opened it, oldest first:\n"
      "when, who, the request, what it was done to, and how it ended (done, or\n"
-     "refused with the reason).\n"
+     "refused with the reason; for a shell, its command).\n"
      "\nOptions:\n"
      "  --limit N   the first N entries only\n"
      "  --json      print the array of {id, time, who, action, target, result}\n"},

@@ -622,6 +622,9 @@ int br_coord_run(br_coord_t *c, br_err_t *err)
     fprintf(stderr, "brambled: listening on %s (heartbeat %lldms, node timeout %lldms)\n",
             c->cfg.listen, (long long)c->cfg.heartbeat_ms,
             (long long)c->cfg.node_timeout_ms);
+    if (c->relay)
+        fprintf(stderr, "brambled: shells and forwards relayed on port %d\n",
+                br_relay_port(c->relay));
     int64_t tick = c->cfg.heartbeat_ms / 4;
     if (tick < 20)
         tick = 20;

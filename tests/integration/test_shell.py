@@ -1,0 +1,357 @@
+"""`bramble shell JOB`: a shell, or a command, inside a running job on its node.
+
+Under tmux, an interactive shell has the job's environment, follows the window's
+size, takes Ctrl-C as the remote terminal's interrupt and hands its exit status
+back. Without a terminal it is plain pipes: a tar of the job's files comes through
+whole, stdin reaches the command up to its end, stdout and stderr stay apart and
+the remote status is the CLI's. Jobs that are not the caller's, not running, or
+have no such rank are refused. A shell ends with its job's cancel, its processes
+are hung up when the CLI is killed, and each shell is an audit row.
+
+The tests share one coordinator with one agent, and one long job (`job`)."""
+
+import filecmp
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from conftest import (CLI_TIMEOUT, DEADLINE, shared_cluster_test, start_cluster,
+                      teardown_clusters, wait_for)
+
+
+@pytest.fixture(scope="module")
+def module_cluster(tmp_path_factory):
+    made = []
+    try:
+        c = start_cluster(tmp_path_factory.mktemp("shell"), made)
+        c.add_agents(1)
+        yield c
+    finally:
+        teardown_clusters(made)
+
+
+@pytest.fixture
+def cluster(module_cluster, request):
+    """One cluster for the module; each test is still failed by the sanitizer
+    reports and daemon deaths found while it ran."""
+    yield from shared_cluster_test(module_cluster, request)
+
+
+@pytest.fixture(scope="module")
+def job(module_cluster, tmp_path_factory):
+    """A running job that wrote out/ (a 3 MB file among small ones) in its working
+    directory: (id, working directory)."""
+    c = module_cluster
+    workdir = tmp_path_factory.mktemp("jobdir")
+    jid = c.submit(
+        "name: shell-target\n"
+        f"workdir: {workdir}\n"
+        "resources: {cpus: 0}\n"
+        "command: mkdir -p out/sub && head -c 3000000 /dev/urandom > out/big.bin && "
+        "printf small > out/sub/small.txt && touch out/empty && echo ready; sleep 600\n")
+    c.wait_job(jid, "running")
+    c.wait_logs(jid, "ready")
+    return jid, workdir
+
+
+def shell_argv(c, jid, *args, credential=None):
+    return [c.bin("bramble"), "--credential", str(credential or c.credential),
+            "shell", str(jid), *map(str, args)]
+
+
+def remote_procs(c, jid, *argv):
+    """Pids of job jid's processes whose command line is argv."""
+    want = [a.encode() for a in argv]
+    found = []
+    for pid in c.job_procs(jid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                words = f.read().split(b"\0")[:-1]
+        except OSError:
+            continue
+        if words and os.path.basename(words[0]) == want[0] and words[1:] == want[1:]:
+            found.append(pid)
+    return found
+
+
+# ---------------------------------------------------------------------------
+# a terminal, under tmux
+
+SOCKET = f"brshell-{uuid.uuid4().hex[:8]}"  # a tmux server of our own
+
+
+def tmux(*args, check=True):
+    r = subprocess.run(["tmux", "-L", SOCKET, *args], capture_output=True, text=True,
+                       timeout=30)
+    if check:
+        assert r.returncode == 0, f"tmux {' '.join(args)} failed: {r.stderr}"
+    return r
+
+
+def pane(session):
+    return tmux("capture-pane", "-p", "-J", "-t", session).stdout
+
+
+def pane_size(session):
+    out = tmux("display-message", "-p", "-t", session,
+               "#{pane_height} #{pane_width}").stdout.split()
+    return int(out[0]), int(out[1])
+
+
+def type_until(session, line, pred, what, again=5.0):
+    """Type line (and Enter) into the pane until pred(pane text) holds; typed again
+    every `again` s, in case the keys came before the remote shell read any."""
+    seen = {"text": None, "typed": None}
+
+    def check():
+        now = time.monotonic()
+        if seen["typed"] is None or now - seen["typed"] >= again:
+            tmux("send-keys", "-t", session, "-l", line)
+            tmux("send-keys", "-t", session, "Enter")
+            seen["typed"] = now
+        seen["text"] = t = pane(session)
+        return pred(t)
+
+    try:
+        return wait_for(check, DEADLINE, what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\npane:\n{seen['text']}") from None
+
+
+def wait_pane(session, pred, what):
+    seen = {}
+
+    def check():
+        seen["text"] = t = pane(session)
+        return pred(t)
+
+    try:
+        return wait_for(check, DEADLINE, what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\npane:\n{seen.get('text')}") from None
+
+
+def last_value(text, key):
+    """What the last `KEY=[...]` line of the pane holds, or None."""
+    vals = [ln.split(f"{key}=[", 1)[1].split("]", 1)[0]
+            for ln in text.splitlines() if f"{key}=[" in ln and "$" not in ln]
+    return vals[-1] if vals else None
+
+
+def test_interactive_shell_on_a_terminal(cluster, job):
+    if not shutil.which("tmux"):
+        pytest.skip("tmux is not installed: cannot drive `bramble shell` in a terminal")
+    c = cluster
+    jid, _ = job
+    log = c.log_path("bramble-shell-tty")
+    c.extra_logs.append(log)  # scanned for sanitizer reports
+    env = {"TERM": "xterm-256color", "BRAMBLE_TEST_CLUSTER": c.marker,
+           "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1"}
+    cmd = " ".join(["env", *(f"{k}={shlex.quote(v)}" for k, v in env.items()),
+                    *map(shlex.quote, shell_argv(c, jid)), "2>", shlex.quote(str(log)),
+                    "; echo EXITED=$?"])
+    session = f"brshell-{uuid.uuid4().hex[:8]}"
+    tmux("new-session", "-d", "-s", session, "-x", "100", "-y", "30", cmd)
+    try:
+        tmux("set-option", "-t", session, "remain-on-exit", "on", check=False)
+
+        # the job's environment
+        type_until(session, 'echo "J=[$BRAMBLE_JOB_ID]"',
+                   lambda t: last_value(t, "J") == str(jid),
+                   f"the remote shell to print BRAMBLE_JOB_ID={jid}")
+
+        # the terminal's size, and its change
+        rows, cols = pane_size(session)
+        type_until(session, 'echo "S=[$(stty size)]"',
+                   lambda t: last_value(t, "S") == f"{rows} {cols}",
+                   f"stty size to say {rows} {cols}")
+        tmux("resize-window", "-t", session, "-x", "120", "-y", "40")
+        wait_for(lambda: pane_size(session) != (rows, cols), what="tmux to resize the pane")
+        new = pane_size(session)
+        assert new != (rows, cols)
+        type_until(session, 'echo "S=[$(stty size)]"',
+                   lambda t: last_value(t, "S") == f"{new[0]} {new[1]}",
+                   f"stty size to say {new[0]} {new[1]} after the resize")
+
+        # Ctrl-C interrupts what runs there, and the shell goes on
+        tmux("send-keys", "-t", session, "-l", "sleep 1003")
+        tmux("send-keys", "-t", session, "Enter")
+        pids = wait_for(lambda: remote_procs(c, jid, "sleep", "1003"),
+                        what="the remote `sleep 1003` to run")
+        tmux("send-keys", "-t", session, "C-c")
+        wait_for(lambda: not remote_procs(c, jid, "sleep", "1003"),
+                 what=f"Ctrl-C to end the remote sleep (pids {pids})")
+        type_until(session, 'echo "A=[$((40+2))after]"',
+                   lambda t: last_value(t, "A") == "42after",
+                   "the remote shell to answer after Ctrl-C")
+
+        # the remote exit status is the CLI's
+        tmux("send-keys", "-t", session, "-l", "exit 3")
+        tmux("send-keys", "-t", session, "Enter")
+        text = wait_pane(session, lambda t: "EXITED=" in t and t,
+                         "the CLI to exit after `exit 3`")
+        assert "EXITED=3" in text, text
+        assert c.job(jid)["state"] == "running"
+    finally:
+        tmux("kill-session", "-t", session, check=False)
+        tmux("kill-server", check=False)
+
+
+# ---------------------------------------------------------------------------
+# plain pipes
+
+
+def test_pipes(cluster, job, tmp_path):
+    c = cluster
+    jid, workdir = job
+
+    # a tar of the job's files, from its node, unpacked here
+    dest = tmp_path / "unpacked"
+    dest.mkdir()
+    src = subprocess.Popen(shell_argv(c, jid, "--", "tar", "c", "-C", workdir / "out", "."),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=c.env,
+                           cwd=c.root)
+    untar = subprocess.run(["tar", "x", "-C", dest], stdin=src.stdout, capture_output=True,
+                           timeout=CLI_TIMEOUT)
+    src.stdout.close()
+    err = src.stderr.read().decode(errors="replace")
+    assert src.wait(CLI_TIMEOUT) == 0, err
+    assert untar.returncode == 0, untar.stderr
+    names = sorted(str(p.relative_to(dest)) for p in dest.rglob("*"))
+    assert names == ["big.bin", "empty", "sub", "sub/small.txt"], names
+    for name in ("big.bin", "empty", "sub/small.txt"):
+        assert filecmp.cmp(workdir / "out" / name, dest / name, shallow=False), name
+    assert (dest / "big.bin").stat().st_size == 3000000
+
+    # stdin reaches the command, and its end too
+    assert c.cli("shell", jid, "--", "cat", input="data") == (0, "data", "")
+    big = secrets.token_hex(500000)  # 1 MB
+    rc, out, err = c.cli("shell", jid, "--", "wc", "-c", input=big)
+    assert rc == 0 and out.split() == [str(len(big))], (rc, out, err)
+
+    # stdout and stderr apart; the remote status is the CLI's
+    rc, out, err = c.cli("shell", jid, "--", "sh", "-c", "echo out; echo err >&2; exit 3",
+                         check=False)
+    assert (rc, out, err) == (3, "out\n", "err\n")
+    rc, out, err = c.cli("shell", jid, "--", "sh", "-c", "kill -TERM $$", check=False)
+    assert rc == 128 + signal.SIGTERM, (rc, out, err)
+
+    # the job's environment and working directory
+    rc, out, err = c.cli("shell", jid, "--", "sh", "-c",
+                         'echo "$BRAMBLE_JOB_ID $BRAMBLE_JOB_NAME"; pwd')
+    lines = out.splitlines()
+    assert lines[0] == f"{jid} shell-target", out
+    assert os.path.realpath(lines[1]) == os.path.realpath(workdir), out
+
+    # no command and no terminal: the user's shell reads stdin
+    rc, out, err = c.cli("shell", jid, input='echo "id=$BRAMBLE_JOB_ID"; ls out; exit 4\n',
+                         check=False)
+    assert rc == 4, (rc, out, err)
+    assert out.splitlines() == [f"id={jid}", "big.bin", "empty", "sub"], out
+
+
+# ---------------------------------------------------------------------------
+# refusals
+
+
+def test_refusals(cluster, job):
+    c = cluster
+    jid, _ = job
+    user = "u" + secrets.token_hex(4)
+    cred = c.root / f"{user}.credential"
+    c.cli("user", "add", user, "--out", cred)
+
+    def refused(*args, credential=None):
+        rc, out, err = c.cli("shell", *args, credential=credential, check=False)
+        assert rc == 1 and out == "", (args, rc, out, err)
+        return err
+
+    # another user's job, as if there were none
+    err = refused(jid, "--", "true", credential=cred)
+    assert f"no job {jid}" in err, err
+    err = refused(99999, "--", "true")
+    assert err.strip().endswith("no job 99999"), err
+    # a rank the job does not have
+    err = refused(jid, "--rank", "3", "--", "true")
+    assert f"job {jid} has one rank, 0; there is no rank 3" in err, err
+    # a job that is not running
+    done = c.submit("name: shell-done\nresources: {cpus: 0}\ncommand: \"true\"\n")
+    assert c.wait_job(done)["state"] == "completed"
+    err = refused(done, "--", "true")
+    assert f"job {done} is completed: a shell needs a running job" in err, err
+    # nothing ran, and the job is still there for its owner
+    assert c.cli("shell", jid, "--", "echo", "still") == (0, "still\n", "")
+
+
+# ---------------------------------------------------------------------------
+# a shell's end
+
+
+def test_cancel_ends_the_shell(cluster):
+    c = cluster
+    jid = c.submit("name: shell-cancel\nresources: {cpus: 0}\ncommand: sleep 600\n")
+    c.wait_job(jid, "running")
+    cli = c.spawn("bramble-shell-cancel", shell_argv(c, jid, "--", "sleep", "1000"))
+    wait_for(lambda: remote_procs(c, jid, "sleep", "1000"),
+             what="the shell's `sleep 1000` to run in the job")
+    assert cli.alive()
+    c.cli("cancel", jid)
+    rc = cli.wait_exit(DEADLINE)
+    assert rc != 0, cli.output()
+    wait_for(lambda: not c.job_procs(jid), what=f"no process of job {jid} left")
+    assert c.wait_job(jid)["state"] == "cancelled"
+
+
+def test_killed_cli_hangs_up_the_remote_process(cluster, job):
+    c = cluster
+    jid, _ = job
+    cli = c.spawn("bramble-shell-killed",
+                  shell_argv(c, jid, "--", "sh", "-c", "sleep 1001; echo never"))
+    wait_for(lambda: remote_procs(c, jid, "sleep", "1001"),
+             what="the shell's `sleep 1001` to run in the job")
+    cli.kill(signal.SIGKILL)
+    wait_for(lambda: not remote_procs(c, jid, "sleep", "1001") and
+             not remote_procs(c, jid, "sh", "-c", "sleep 1001; echo never"), 20,
+             "the remote sh and its sleep to be hung up after their CLI was killed")
+    # the job itself goes on
+    assert c.job(jid)["state"] == "running"
+    assert c.cli("shell", jid, "--", "echo", "alive") == (0, "alive\n", "")
+
+
+# ---------------------------------------------------------------------------
+# audit
+
+
+def test_each_shell_is_an_audit_row(cluster, job):
+    c = cluster
+    jid, _ = job
+    before = {r["id"] for r in c.cli_json("audit")}
+    word = "audit-" + secrets.token_hex(4)
+    c.cli("shell", jid, "--", "echo", word)
+    c.cli("shell", jid, input="exit 0\n")
+    user = "u" + secrets.token_hex(4)
+    cred = c.root / f"{user}.credential"
+    c.cli("user", "add", user, "--out", cred)
+    mine = c.cli_json("submit", c.write_spec(
+        "name: shell-own\nresources: {cpus: 0}\ncommand: sleep 600\n"), credential=cred)["id"]
+    c.wait_job(mine, "running")
+    assert c.cli("shell", mine, "--", "echo", "hers", credential=cred) == (0, "hers\n", "")
+
+    rows = [r for r in c.cli_json("audit") if r["id"] not in before]
+    shells = [(r["who"], r["action"], r["target"], r["result"]) for r in rows
+              if r["action"] == "shell"]
+    assert shells == [("admin", "shell", f"job {jid} rank 0", f"command: echo {word}"),
+                      ("admin", "shell", f"job {jid} rank 0", "interactive shell"),
+                      (user, "shell", f"job {mine} rank 0", "command: echo hers")], rows
+    _, out, _ = c.cli("audit")
+    assert any("shell" in ln and f"job {jid} rank 0" in ln and word in ln
+               for ln in out.splitlines()), out
+    c.cli("cancel", mine)
+    c.wait_job(mine)
