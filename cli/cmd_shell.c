@@ -286,28 +286,24 @@ static int cmd_shell(cli_t *cli, int argc, char **argv)
             end = i;
             break;
         }
+    const char *jobarg = NULL;
     optind = 0;
-    while ((c = getopt_long(end, argv, "+r:tT", opts, NULL)) != -1) {
-        if (c == 'r') {
-            if (cli_parse_long(cli, "--rank", optarg, 0, 1 << 20, &rank) != 0)
-                return CLI_USAGE;
-        } else if (c == 't' || c == 'T') {
-            force = c == 't';
-        } else {
-            return cli_bad_option(cli, c, argv);
+    /* options before JOB and after it (stopping at each word that is not one) */
+    for (int pass = 0; pass < 2; pass++) {
+        while (optind < end && (c = getopt_long(end, argv, "+r:tT", opts, NULL)) != -1) {
+            if (c == 'r') {
+                if (cli_parse_long(cli, "--rank", optarg, 0, 1 << 20, &rank) != 0)
+                    return CLI_USAGE;
+            } else if (c == 't' || c == 'T') {
+                force = c == 't';
+            } else {
+                return cli_bad_option(cli, c, argv);
+            }
         }
-    }
-    if (optind >= end)
-        return cli_usage(cli, "which job? (bramble shell JOB [-- COMMAND...])");
-    const char *jobarg = argv[optind++];
-    while (optind < end && (c = getopt_long(end, argv, "+r:tT", opts, NULL)) != -1) {
-        if (c == 'r') {
-            if (cli_parse_long(cli, "--rank", optarg, 0, 1 << 20, &rank) != 0)
-                return CLI_USAGE;
-        } else if (c == 't' || c == 'T') {
-            force = c == 't';
-        } else {
-            return cli_bad_option(cli, c, argv);
+        if (pass == 0) {
+            if (optind >= end)
+                return cli_usage(cli, "which job? (bramble shell JOB [-- COMMAND...])");
+            jobarg = argv[optind++];
         }
     }
     int64_t job;

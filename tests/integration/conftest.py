@@ -301,6 +301,29 @@ class Proc:
         return "; where its threads were:\n" + "\n".join(keep) if keep else ""
 
 
+class Tmux:
+    """A tmux server of a test module's own (tmux -L NAME): tmux(*args) runs a
+    tmux command on it (failing the test unless check=False), pane() reads a
+    session's screen, kill() ends the server and its sessions."""
+
+    def __init__(self, prefix):
+        self.socket = f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+    def __call__(self, *args, check=True):
+        r = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True,
+                           text=True, timeout=30)
+        if check:
+            assert r.returncode == 0, f"tmux {' '.join(args)} failed: {r.stderr}"
+        return r
+
+    def pane(self, session, join=False):
+        """The screen of session; join: wrapped lines joined."""
+        return self("capture-pane", "-p", *(["-J"] if join else []), "-t", session).stdout
+
+    def kill(self):
+        self("kill-server", check=False)
+
+
 class CliError(AssertionError):
     pass
 

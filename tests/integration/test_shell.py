@@ -22,7 +22,7 @@ import uuid
 
 import pytest
 
-from conftest import (CLI_TIMEOUT, DEADLINE, shared_cluster_test, start_cluster,
+from conftest import (CLI_TIMEOUT, DEADLINE, Tmux, shared_cluster_test, start_cluster,
                       teardown_clusters, wait_for)
 
 
@@ -84,19 +84,11 @@ def remote_procs(c, jid, *argv):
 # ---------------------------------------------------------------------------
 # a terminal, under tmux
 
-SOCKET = f"brshell-{uuid.uuid4().hex[:8]}"  # a tmux server of our own
-
-
-def tmux(*args, check=True):
-    r = subprocess.run(["tmux", "-L", SOCKET, *args], capture_output=True, text=True,
-                       timeout=30)
-    if check:
-        assert r.returncode == 0, f"tmux {' '.join(args)} failed: {r.stderr}"
-    return r
+tmux = Tmux("brshell")  # a tmux server of our own
 
 
 def pane(session):
-    return tmux("capture-pane", "-p", "-J", "-t", session).stdout
+    return tmux.pane(session, join=True)
 
 
 def pane_size(session):
@@ -201,7 +193,7 @@ def test_interactive_shell_on_a_terminal(cluster, job):
         assert c.job(jid)["state"] == "running"
     finally:
         tmux("kill-session", "-t", session, check=False)
-        tmux("kill-server", check=False)
+        tmux.kill()
 
 
 # ---------------------------------------------------------------------------

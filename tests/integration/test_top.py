@@ -6,12 +6,11 @@ and the job on its next attempt; `q` quits. Without a terminal it refuses (exit 
 import re
 import shlex
 import shutil
-import subprocess
 import uuid
 
 import pytest
 
-from conftest import DEADLINE, wait_for
+from conftest import DEADLINE, Tmux, wait_for
 
 HB, NT = "200ms", "1s"
 
@@ -21,19 +20,11 @@ def node_names(n):
     return [f"t{tag}-{chr(ord('a') + i)}" for i in range(n)]
 
 
-SOCKET = f"brtop-{uuid.uuid4().hex[:8]}"  # a tmux server of our own
-
-
-def tmux(*args, check=True):
-    r = subprocess.run(["tmux", "-L", SOCKET, *args], capture_output=True, text=True,
-                       timeout=30)
-    if check:
-        assert r.returncode == 0, f"tmux {' '.join(args)} failed: {r.stderr}"
-    return r
+tmux = Tmux("brtop")  # a tmux server of our own
 
 
 def pane(session):
-    return tmux("capture-pane", "-p", "-t", session).stdout
+    return tmux.pane(session)
 
 
 def node_row(text, name):
@@ -119,4 +110,4 @@ def test_top_shows_nodes_jobs_and_node_loss(make_cluster, tmp_path):
             assert r.stdout.strip() == "0", f"bramble top exited {r.stdout.strip()}"
     finally:
         tmux("kill-session", "-t", session, check=False)
-        tmux("kill-server", check=False)
+        tmux.kill()
