@@ -11,19 +11,21 @@ are hung up when the CLI is killed, and each shell is an audit row.
 The tests share one coordinator with one agent, and one long job (`job`)."""
 
 import filecmp
+import json
 import os
 import secrets
 import shlex
 import shutil
 import signal
+import struct
 import subprocess
 import time
 import uuid
 
 import pytest
 
-from conftest import (CLI_TIMEOUT, DEADLINE, Tmux, shared_cluster_test, start_cluster,
-                      teardown_clusters, wait_for)
+from conftest import (CLI_TIMEOUT, DEADLINE, RawClient, Tmux, shared_cluster_test,
+                      start_cluster, teardown_clusters, wait_for)
 
 
 @pytest.fixture(scope="module")
@@ -347,3 +349,99 @@ def test_each_shell_is_an_audit_row(cluster, job):
                for ln in out.splitlines()), out
     c.cli("cancel", mine)
     c.wait_job(mine)
+
+
+# ---------------------------------------------------------------------------
+# a client that never reads, and one that sends beyond its credit
+
+
+def vm_rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def written(pid):
+    """Bytes pid has written so far (/proc/PID/io), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            return int(next(line for line in f if line.startswith("wchar:")).split()[1])
+    except (OSError, StopIteration):
+        return None
+
+
+def test_a_client_that_never_reads_stalls_only_its_stream(cluster, job):
+    c = cluster
+    jid, _ = job
+    coord = c.coordinator.pid
+    before = vm_rss_kb(coord)
+    flood = subprocess.Popen(shell_argv(c, jid, "--", "yes", "flood"), stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL)  # its output never read
+    try:
+        pids = wait_for(lambda: remote_procs(c, jid, "yes", "flood"),
+                        what="the remote `yes flood` to run")
+        seen = {"w": None, "at": 0.0}
+
+        def stalled():  # it wrote nothing more for a second: its stream is full
+            w, now = written(pids[0]), time.monotonic()
+            if w != seen["w"]:
+                seen["w"], seen["at"] = w, now
+                return False
+            return now - seen["at"] >= 1.0
+
+        wait_for(stalled, what="the remote `yes` to stall on its full stream")
+        assert seen["w"] < 16 << 20, f"it wrote {seen['w']} bytes before it stalled"
+        # nothing else stalls: another shell answers, the node stays ready
+        assert c.cli("shell", jid, "--", "echo", "still-here") == (0, "still-here\n", "")
+        nodes = json.loads(c.cli("nodes", "--json")[1])
+        assert all(n["state"] == "ready" for n in nodes), nodes
+        grown = vm_rss_kb(coord) - before
+        assert grown < 32 * 1024, f"the coordinator grew by {grown} KiB"
+    finally:
+        flood.kill()
+        flood.wait(timeout=CLI_TIMEOUT)
+    wait_for(lambda: not remote_procs(c, jid, "yes", "flood"), 20,
+             "the remote `yes` to be hung up once its client went")
+
+
+def frame(type_, stream, arg=0, channel=0):
+    return struct.pack(">BBBBIQ", 1, type_, channel, 0, stream, arg)
+
+
+ATTACH, ATTACHED, DATA, CLOSE = 1, 2, 3, 8
+
+
+def test_a_sender_beyond_its_credit_is_cut_off(cluster, job):
+    c = cluster
+    jid, _ = job
+    main = c.raw_client()
+    try:
+        _, body, _ = main.request("stream.open", {"id": jid, "kind": "shell",
+                                                  "command": ["sleep", "1002"]})
+    finally:
+        main.close()
+    assert "stream" in body, body
+    pub, sec, server = c.admin_keys()
+    relay = RawClient(f"tcp://{c.host}:{body['relay_port']}", server, pub, sec)
+    try:
+        sid = body["stream"]
+        relay.send([frame(ATTACH, sid), body["ticket"].encode()])
+        msg = relay.recv()
+        assert msg and msg[0][1] == ATTACHED, msg
+        wait_for(lambda: remote_procs(c, jid, "sleep", "1002"), what="the remote sleep")
+        chunk = b"z" * 65536  # 16 of them: 1 MiB, where 256 KiB may be in flight
+        for _ in range(16):
+            relay.send([frame(DATA, sid), chunk])
+        closed = None
+        deadline = time.monotonic() + DEADLINE
+        while closed is None and time.monotonic() < deadline:
+            m = relay.recv(1)
+            if m and m[0][1] == CLOSE:
+                closed = m[1].decode()
+        assert closed and "beyond its credit" in closed, closed
+    finally:
+        relay.close()
+    wait_for(lambda: not remote_procs(c, jid, "sleep", "1002"), 20,
+             "the cut-off stream's process to be hung up")
