@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sodium.h>
 #include <zmq.h>
 
 #include "sock.h"
@@ -86,9 +87,9 @@ static void attach(br_relay_t *r, rstream_t *s, const void *route, size_t rlen,
                    const char *user, const void *ticket, size_t tlen)
 {
     int side = -1;
-    if (tlen == BR_STREAM_TICKET && memcmp(ticket, s->g.cli_ticket, tlen) == 0)
+    if (tlen == BR_STREAM_TICKET && sodium_memcmp(ticket, s->g.cli_ticket, tlen) == 0)
         side = CLI;
-    else if (tlen == BR_STREAM_TICKET && memcmp(ticket, s->g.node_ticket, tlen) == 0)
+    else if (tlen == BR_STREAM_TICKET && sodium_memcmp(ticket, s->g.node_ticket, tlen) == 0)
         side = NODE;
     const char *key = side == CLI ? s->g.cli_key : s->g.node_key;
     const char *refused = side < 0 ? "wrong ticket"
