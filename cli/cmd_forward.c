@@ -28,11 +28,13 @@
 
 #define FWD_MAX 64               /* connections carried at once */
 #define ATTACH_WAIT_MS 25000     /* the relay gives up at 15 s: its word comes first */
+#define JOB_CHECK_MS 2000        /* a listening forward asks this often if its job ended */
 
 typedef struct {
     uint32_t id;
     br_streamend_t *end;
     int64_t opened;
+    int exited; /* the node's side ended: dropped once what came is written out */
 } fwd_t;
 
 typedef struct {
@@ -44,6 +46,7 @@ typedef struct {
     fwd_t f[FWD_MAX];
     int n;
     int64_t seen, pinged;
+    int64_t checked; /* monotonic ms the job's state was last asked (listening) */
     int stdio; /* --stdio: the one stream's end is the whole command's */
     int status;
 } fwd_state_t;
@@ -90,6 +93,7 @@ static int open_stream(fwd_state_t *st, int in_fd, int out_fd, int is_socket)
         st->seen = br_mono_ms();
     }
     fwd_t *f = &st->f[st->n];
+    memset(f, 0, sizeof(*f));
     if (!(f->end = br_streamend_new(st->sock, id)))
         goto out;
     f->id = id;
@@ -109,8 +113,12 @@ out:
     return rc;
 }
 
-static void drop(fwd_state_t *st, int i)
+/* Forget stream i; why: tell the node's side first (NULL: it ended already). */
+static void drop(fwd_state_t *st, int i, const char *why)
 {
+    if (why)
+        br_stream_send(st->sock, NULL, 0, BR_STREAM_CLOSE, 0, st->f[i].id, 0, why,
+                       strlen(why), 0);
     br_streamend_destroy(&st->f[i].end);
     st->f[i] = st->f[--st->n];
 }
@@ -137,16 +145,16 @@ static void take_frames(fwd_state_t *st)
         if (i < 0)
             continue;
         br_err_t err;
-        if (h.type == BR_STREAM_EXIT) { /* the node's side of it closed, both ways */
-            drop(st, i);
+        if (h.type == BR_STREAM_EXIT) { /* the node's side closed, both ways */
+            st->f[i].exited = 1;
         } else if (h.type == BR_STREAM_CLOSE) {
             cli_err(st->cli, "%.*s", (int)len, has ? (const char *)buf : "closed");
             if (st->stdio)
                 st->status = CLI_FAIL;
-            drop(st, i);
+            drop(st, i, NULL);
         } else if (br_streamend_frame(st->f[i].end, &h, has ? buf : NULL, len, &err) < 0) {
             cli_err(st->cli, "%s", err.text);
-            drop(st, i);
+            drop(st, i, err.text);
         }
     }
 }
@@ -176,6 +184,37 @@ static int listen_on(cli_t *cli, const char *bind_addr, long port)
     }
     freeaddrinfo(ai);
     return fd;
+}
+
+/* Whether the job has not ended (a job back in the queue, to start again elsewhere,
+ * goes on). 0 after saying so, with st->status set; a coordinator that does not
+ * answer is not an end. */
+static int job_goes_on(fwd_state_t *st)
+{
+    st->checked = br_mono_ms();
+    br_msg_t *resp = NULL;
+    br_err_t err;
+    if (br_client_rpc(cli_client(st->cli), "job.show",
+                      json_pack("{s:I}", "id", (json_int_t)st->job), st->cli->timeout_ms,
+                      &resp, &err) < 0) {
+        if (err.errnum == ENOENT) {
+            cli_err(st->cli, "%s", err.text);
+            st->status = CLI_FAIL;
+            return 0;
+        }
+        return 1;
+    }
+    const char *state = json_string_value(
+        json_object_get(json_object_get(br_msg_body(resp), "job"), "state"));
+    int ended = state && (strcmp(state, "completed") == 0 || strcmp(state, "failed") == 0 ||
+                          strcmp(state, "cancelled") == 0);
+    if (ended) {
+        cli_err(st->cli, "job %lld is %s: a forward needs a running job", (long long)st->job,
+                state);
+        st->status = CLI_FAIL;
+    }
+    br_msg_destroy(&resp);
+    return !ended;
 }
 
 static int serve(fwd_state_t *st, int lfd, int sigfd)
@@ -210,10 +249,18 @@ static int serve(fwd_state_t *st, int lfd, int sigfd)
             take_frames(st);
         int64_t now = br_mono_ms();
         for (int i = st->n; i-- > 0;) {
-            if (br_streamend_turn(st->f[i].end) < 0 ||
-                (!br_streamend_attached(st->f[i].end) && now - st->f[i].opened > ATTACH_WAIT_MS))
-                drop(st, i);
+            fwd_t *f = &st->f[i];
+            if (br_streamend_turn(f->end) < 0)
+                drop(st, i, NULL);
+            else if (f->exited && !br_streamend_queued(f->end))
+                drop(st, i, NULL); /* (all it sent is written out) */
+            else if (st->stdio && br_streamend_attached(f->end) && br_streamend_sinks_done(f->end))
+                drop(st, i, "the client's side ended"); /* the node's side closed: as ssh -W */
+            else if (!br_streamend_attached(f->end) && now - f->opened > ATTACH_WAIT_MS)
+                drop(st, i, "no answer in time");
         }
+        if (lfd >= 0 && now - st->checked >= JOB_CHECK_MS && !job_goes_on(st))
+            break;
         if (st->sock && st->n && now - st->pinged >= BR_STREAM_PING_MS) {
             st->pinged = now;
             br_stream_send(st->sock, NULL, 0, BR_STREAM_PING, 0, 0, 0, NULL, 0, 0);
@@ -221,7 +268,7 @@ static int serve(fwd_state_t *st, int lfd, int sigfd)
         if (st->sock && st->n && now - st->seen > BR_STREAM_GONE_MS) {
             cli_err(st->cli, "the coordinator stopped answering");
             while (st->n)
-                drop(st, st->n - 1);
+                drop(st, st->n - 1, NULL);
             if (st->stdio)
                 return CLI_FAIL;
         }
@@ -284,11 +331,12 @@ static int cmd_forward(cli_t *cli, int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     st.ctx = zmq_ctx_new();
     if (st.stdio) {
-        int in = fcntl(0, F_DUPFD_CLOEXEC, 3), out = fcntl(1, F_DUPFD_CLOEXEC, 3);
-        if (in < 0 || out < 0 || open_stream(&st, in, out, 0) < 0)
+        /* its own standard input and output (closed at their ends, so that the
+         * reader of our output sees its end) */
+        if (open_stream(&st, 0, 1, 0) < 0)
             goto out;
     } else {
-        if ((lfd = listen_on(cli, bind_addr, local)) < 0)
+        if (!job_goes_on(&st) || (lfd = listen_on(cli, bind_addr, local)) < 0)
             goto out;
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
@@ -302,8 +350,8 @@ static int cmd_forward(cli_t *cli, int argc, char **argv)
     }
     rc = serve(&st, lfd, sigfd);
 out:
-    while (st.n)
-        drop(&st, st.n - 1);
+    while (st.n) /* (the node's side closes now, not after the relay's silence) */
+        drop(&st, st.n - 1, "the client stopped");
     if (lfd >= 0)
         close(lfd);
     if (sigfd >= 0)

@@ -1,0 +1,336 @@
+"""Forwards: `bramble forward JOB [LOCAL:]PORT` listens on this machine and carries
+each connection, through the coordinator's relay, to 127.0.0.1:PORT on the node of
+the job's rank, many at once; with --stdio, standard input and output are the one
+connection (an ssh ProxyCommand). Reached here: Python's HTTP server, Debian's
+Jupyter server and a real sshd, each started inside a job; a port where nothing
+listens; who may (the owner, the admin) and the refusals (another user's job,
+a job that ended)."""
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import DEADLINE, Fatal, free_port, pid_alive, sanitizer_lines, wait_for
+
+PYTHON = "/usr/bin/python3"
+
+
+@pytest.fixture
+def c(shared_cluster2):
+    return shared_cluster2
+
+
+class Forward:
+    """A `bramble forward` running in the background, its stdout and stderr in
+    files of the test's tmp dir."""
+
+    def __init__(self, c, tmp_path, args, credential=None, stdin=subprocess.DEVNULL):
+        n = len(list(tmp_path.glob("forward-*.out")))
+        self.out, self.err = tmp_path / f"forward-{n}.out", tmp_path / f"forward-{n}.err"
+        self.argv = [c.bin("bramble"), "--credential", str(credential or c.credential),
+                     "forward"] + [str(a) for a in args]
+        with open(self.out, "wb") as o, open(self.err, "wb") as e:
+            self.p = subprocess.Popen(self.argv, stdin=stdin, stdout=o, stderr=e,
+                                      env=c.env, cwd=c.root, start_new_session=True)
+
+    def stdout(self):
+        return self.out.read_bytes().decode(errors="replace")
+
+    def stderr(self):
+        return self.err.read_bytes().decode(errors="replace")
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def line(self):
+        """The `forwarding HOST:PORT to ...` line, once printed (None while not)."""
+        out = self.stdout()
+        if "\n" in out:
+            return out.split("\n", 1)[0]
+        if not self.alive():
+            raise Fatal(f"`{' '.join(self.argv)}` exited {self.p.returncode} before "
+                        f"saying where it listens:\n{out}{self.stderr()}")
+        return None
+
+    def local_port(self, job, port):
+        line = wait_for(self.line, what="forward to print where it listens")
+        m = re.fullmatch(rf"forwarding 127\.0\.0\.1:(\d+) to port {port} of job {job} "
+                         r"\(rank 0\); Ctrl-C stops", line)
+        assert m, line
+        return int(m.group(1))
+
+    def wait_exit(self, timeout=DEADLINE):
+        wait_for(lambda: not self.alive(), timeout, f"`{' '.join(self.argv)}` to exit")
+        return self.p.returncode
+
+    def stop(self):
+        """SIGTERM (as Ctrl-C), then SIGKILL; a problem string or None."""
+        if not self.alive():
+            return None
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            rc = self.p.wait(DEADLINE)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait(10)
+            return f"`{' '.join(self.argv)}` did not exit on SIGTERM"
+        # (--stdio: killed by it, as a shell reports; listening: done)
+        want = 128 + signal.SIGTERM if "--stdio" in self.argv else 0
+        return None if rc == want else f"`{' '.join(self.argv)}` exited {rc} on SIGTERM"
+
+
+@pytest.fixture
+def forward(c, tmp_path):
+    """forward(*args, credential=None, stdin=...) -> Forward; each one is stopped
+    afterwards, and a sanitizer report on its stderr fails the test."""
+    started = []
+
+    def start(*args, **kw):
+        f = Forward(c, tmp_path, args, **kw)
+        started.append(f)
+        return f
+
+    yield start
+    for f in started:
+        msg = f.stop()
+        if msg:
+            c.problems.append(msg)
+        if sanitizer_lines(f.stderr()):
+            c.problems.append(f"sanitizer report from `{' '.join(f.argv)}`:\n{f.stderr()}")
+
+
+@pytest.fixture
+def job(c, tmp_path):
+    """job(name, command, env=None, credential=None) -> (id, its workdir): a job of
+    the shared cluster, running; cancelled afterwards."""
+    jobs = []
+
+    def submit(name, command, env=None, credential=None):
+        d = tmp_path / name
+        d.mkdir()
+        spec = {"name": name, "workdir": str(d), "command": command,
+                "resources": {"cpus": 0}, "env": env or {}}
+        path = c.write_spec(json.dumps(spec))  # (JSON is YAML)
+        _, out, _ = c.cli("submit", path, "--json", credential=credential)
+        jid = json.loads(out)["id"]
+        jobs.append(jid)
+        c.wait_job(jid, "running")
+        return jid, d
+
+    yield submit
+    for jid in jobs:
+        c.cli("cancel", jid, check=False)
+
+
+def fetch(port, path, headers=None):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
+    with urllib.request.urlopen(req, timeout=DEADLINE) as r:
+        return r.status, r.read()
+
+
+def http_server(port):
+    return f"exec {PYTHON} -u -m http.server {port} --bind 127.0.0.1"
+
+
+def test_http_through_forward(c, job, forward):
+    port = free_port()
+    jid, d = job("web", "printf 'hello through the relay\\n' > hello.txt && "
+                 "head -c 4000000 /dev/urandom > big.bin && " + http_server(port))
+    c.wait_logs(jid, "Serving HTTP on")
+    f = forward(jid, f"0:{port}")
+    local = f.local_port(jid, port)
+
+    for _ in range(3):
+        assert fetch(local, "/hello.txt") == (200, b"hello through the relay\n")
+
+    # eight at once, each its own stream
+    go, got = threading.Barrier(8), [None] * 8
+
+    def one(i):
+        try:
+            go.wait(DEADLINE)
+            got[i] = fetch(local, "/hello.txt")
+        except Exception as e:  # (reported by the assert below)
+            got[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(2 * DEADLINE)
+    assert got == [(200, b"hello through the relay\n")] * 8, got
+
+    # a few MB arrive whole
+    status, body = fetch(local, "/big.bin")
+    assert status == 200 and len(body) == 4000000, (status, len(body))
+    assert hashlib.sha256(body).hexdigest() == \
+        hashlib.sha256((d / "big.bin").read_bytes()).hexdigest()
+    assert f.alive(), f.stderr()
+
+
+def test_jupyter_through_forward(c, job, forward, tmp_path):
+    port, token = free_port(), os.urandom(12).hex()
+    home = tmp_path / "jupyter"  # (the job's workdir)
+    jid, _ = job("jupyter",
+                 f"exec /usr/bin/jupyter-server --no-browser --allow-root --ip=127.0.0.1 "
+                 f"--port={port} --ServerApp.port_retries=0 --ServerApp.token={token}",
+                 env={"HOME": str(home), "JUPYTER_RUNTIME_DIR": f"{home}/runtime",
+                      "JUPYTER_CONFIG_DIR": f"{home}/config",
+                      "JUPYTER_DATA_DIR": f"{home}/data"})
+    f = forward(jid, f"0:{port}")
+    local = f.local_port(jid, port)
+
+    def status():
+        code, body = fetch(local, "/api/status", {"Authorization": f"token {token}"})
+        return code == 200 and json.loads(body)
+
+    st = wait_for(status, 90, "Jupyter's /api/status through the forward")
+    assert "started" in st, st
+    with pytest.raises(urllib.error.HTTPError) as e:
+        fetch(local, "/api/status")
+    assert e.value.code == 403
+    assert f.alive(), f.stderr()
+
+
+def test_ssh_through_stdio_forward(c, job, tmp_path):
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    for name in ("host", "user"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name,
+                        "-f", str(keys / name)], check=True, timeout=DEADLINE)
+    (keys / "authorized_keys").write_text((keys / "user.pub").read_text())
+    port = free_port()
+    config = keys / "sshd_config"
+    config.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {keys}/host\n"
+                      f"AuthorizedKeysFile {keys}/authorized_keys\n"
+                      f"PidFile {keys}/sshd.pid\nUsePAM no\nStrictModes no\n")
+    # a root sshd wants its privilege separation directory (made by Debian's unit)
+    jid, _ = job("sshd", "echo user=$(id -un); "
+                 "[ $(id -u) != 0 ] || mkdir -p -m 0755 /run/sshd; "
+                 f"exec /usr/sbin/sshd -D -e -f {config}")
+    log = c.wait_logs(jid, f"Server listening on 127.0.0.1 port {port}", stream="both")
+    user = re.search(r"^user=(\S+)$", log, re.M).group(1)
+    pid = wait_for(lambda: int((keys / "sshd.pid").read_text()), what="sshd's pid file")
+
+    proxy = " ".join(shlex.quote(str(a)) for a in (
+        c.bin("bramble"), "--credential", c.credential, "forward", jid, port, "--stdio"))
+    try:
+        r = subprocess.run(["ssh", "-F", "/dev/null", "-i", str(keys / "user"),
+                            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+                            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+                            "-o", f"ProxyCommand={proxy}", f"{user}@job{jid}",
+                            "echo", "hello-over-ssh"],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           env=c.env, cwd=c.root, timeout=2 * DEADLINE)
+        assert not sanitizer_lines(r.stderr), r.stderr
+        assert (r.returncode, r.stdout) == (0, "hello-over-ssh\n"), r.stderr
+        assert "Accepted publickey for " + user in c.logs(jid, stream="both")
+    finally:
+        # sshd rewrites its environment (its process title), so the sweep for
+        # the cluster's marker would miss it: it goes with its job, else here
+        c.cli("cancel", jid, check=False)
+        try:
+            wait_for(lambda: not pid_alive(pid), what="sshd to go with its job")
+        finally:
+            if pid_alive(pid) and str(config) in open(f"/proc/{pid}/cmdline").read():
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_port_where_nothing_listens(c, job, forward):
+    port = free_port()
+    # the server starts once the test says so (a file `go`)
+    jid, d = job("late", "while [ ! -e go ]; do sleep 0.1; done; echo late > late.txt; " +
+                 http_server(port))
+    node = c.job(jid)["nodes"][0]
+    why = f"nothing answers on port {port} of node {node} (Connection refused)"
+
+    # --stdio: exits 1 with the reason, stdin at its end or still open
+    rc, out, err = c.cli("forward", jid, port, "--stdio", input="", check=False,
+                         timeout=DEADLINE)
+    assert (rc, out) == (1, "") and why in err, (rc, out, err)
+    held = forward(jid, port, "--stdio", stdin=subprocess.PIPE)
+    assert held.wait_exit() == 1 and why in held.stderr(), held.stderr()
+    held.p.stdin.close()
+
+    # listening: the connection is closed, the forward carries on
+    f = forward(jid, f"0:{port}")
+    local = f.local_port(jid, port)
+    with socket.create_connection(("127.0.0.1", local), timeout=DEADLINE) as s:
+        try:
+            assert s.recv(100) == b""
+        except ConnectionResetError:
+            pass
+    wait_for(lambda: why in f.stderr(), what="the forward to say why")
+    assert f.alive(), f.stderr()
+
+    (d / "go").touch()
+    got = wait_for(lambda: fetch(local, "/late.txt"), what="the late server through "
+                   "the same forward")
+    assert got == (200, b"late\n")
+    assert f.alive(), f.stderr()
+
+
+def test_refusals(c, job, forward, tmp_path):
+    cred = tmp_path / "fwd-bob.credential"
+    c.cli("user", "add", "fwd-bob", "--out", cred)
+
+    # the owner may: a request over standard input and output; the node's side
+    # closing ends the output and the command, stdin still open
+    port = free_port()
+    own, _ = job("bobs", "echo mine > mine.txt; " + http_server(port), credential=cred)
+    c.wait_logs(own, "Serving HTTP on")
+    f = forward(own, port, "--stdio", credential=cred, stdin=subprocess.PIPE)
+    f.p.stdin.write(b"GET /mine.txt HTTP/1.0\r\n\r\n")
+    f.p.stdin.flush()
+    assert f.wait_exit() == 0, f.stderr()
+    out = f.stdout()
+    assert out.startswith("HTTP/1.0 200 ") and out.endswith("\r\n\r\nmine\n"), out
+    f.p.stdin.close()
+    # the request and then the end of input at once: the whole answer still comes
+    for _ in range(4):
+        rc, out, err = c.cli("forward", own, port, "--stdio", credential=cred,
+                             input="GET /mine.txt HTTP/1.0\r\n\r\n", check=False,
+                             timeout=DEADLINE)
+        assert rc == 0 and out.startswith("HTTP/1.0 200 ") and out.endswith("\nmine\n"), \
+            (rc, out, err)  # (read as text: its line ends are \n)
+
+    # the admin may too
+    f = forward(own, f"0:{port}")
+    assert fetch(f.local_port(own, port), "/mine.txt") == (200, b"mine\n")
+
+    # another user's job is not there for him
+    theirs, _ = job("admins", "exec sleep 1000")
+    rc, _, err = c.cli("forward", theirs, 22, "--stdio", credential=cred, input="",
+                       check=False, timeout=DEADLINE)
+    assert rc == 1 and f"no job {theirs}" in err, (rc, err)
+
+    # a job that ended
+    done = c.submit("name: done\ncommand: exit 0\nresources: {cpus: 0}\n")
+    c.wait_job(done, "completed")
+    why = f"job {done} is completed: a forward needs a running job"
+    rc, _, err = c.cli("forward", done, 22, "--stdio", input="", check=False,
+                       timeout=DEADLINE)
+    assert rc == 1 and why in err, (rc, err)
+
+    # listening: refused at once
+    f = forward(done, "0:22")
+    assert f.wait_exit() == 1, f.stderr()
+    assert why in f.stderr() and "forwarding" not in f.stdout(), (f.stdout(), f.stderr())
+
+    # and a forward whose job ends stops, saying so
+    live, _ = job("ends", "exec sleep 1000")
+    f = forward(live, "0:22")
+    wait_for(lambda: f.line(), what="the forward to listen")
+    c.cli("cancel", live, "--now")
+    assert f.wait_exit() == 1, f.stderr()
+    assert f"job {live} is cancelled: a forward needs a running job" in f.stderr(), f.stderr()
