@@ -323,6 +323,20 @@ class Tmux:
     def kill(self):
         self("kill-server", check=False)
 
+    def wait_pane(self, session, pred, what, join=False):
+        """pred's first true value on session's screen, within DEADLINE; the
+        screen is shown when it never comes."""
+        seen = {}
+
+        def check():
+            seen["text"] = t = self.pane(session, join)
+            return pred(t)
+
+        try:
+            return wait_for(check, DEADLINE, what)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\npane:\n{seen.get('text')}") from None
+
 
 class CliError(AssertionError):
     pass

@@ -120,16 +120,7 @@ def type_until(session, line, pred, what, again=5.0):
 
 
 def wait_pane(session, pred, what):
-    seen = {}
-
-    def check():
-        seen["text"] = t = pane(session)
-        return pred(t)
-
-    try:
-        return wait_for(check, DEADLINE, what)
-    except AssertionError as e:
-        raise AssertionError(f"{e}\npane:\n{seen.get('text')}") from None
+    return tmux.wait_pane(session, pred, what, join=True)
 
 
 def last_value(text, key):

@@ -44,16 +44,7 @@ def job_row(text, jid):
 
 
 def wait_pane(session, pred, what):
-    seen = {}
-
-    def check():
-        seen["text"] = t = pane(session)
-        return pred(t)
-
-    try:
-        return wait_for(check, DEADLINE, what)
-    except AssertionError as e:
-        raise AssertionError(f"{e}\npane:\n{seen.get('text')}") from None
+    return tmux.wait_pane(session, pred, what)
 
 
 def test_top_refuses_without_terminal(cluster):
