@@ -5,7 +5,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -2297,18 +2296,16 @@ static void report_stored(br_agent_t *a)
 
 /* --- shells and forwards --------------------------------------------------------- */
 
-/* A connection to 127.0.0.1:port (never another host), started: its socket, or -1
- * with err. It completes in the streams thread; a refusal shows as its end. */
+/* A connection to 127.0.0.1:port (never another host): its socket, or -1 with
+ * err. A connect to loopback is answered at once (taken, or refused), so it is
+ * made here; the streams thread makes it non-blocking. */
 static int connect_local(int port, const char *node, br_err_t *err)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (fd < 0)
         return br_errf(err, errno, "socket: %s", strerror(errno));
-    /* a blocking connect to loopback is answered at once: refused, or taken */
-    int fl = fcntl(fd, F_GETFL);
-    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
         int e = errno;
         close(fd);

@@ -48,7 +48,4 @@ int br_streams_reaped(br_streams_t *s, pid_t pid, int status);
 /* The job's attempt ended: its sessions are closed, saying so, and killed. */
 void br_streams_job_ended(br_streams_t *s, int64_t job, int attempt);
 
-/* Sessions open now, of job (or all, job < 0). */
-int br_streams_count(br_streams_t *s, int64_t job);
-
 #endif

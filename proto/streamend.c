@@ -38,7 +38,6 @@ struct br_streamend {
     br_owed_t owed;     /* what it took and has not granted back yet */
     source_t src[BR_STREAMEND_CHANNELS];
     sink_t snk[BR_STREAMEND_CHANNELS];
-    int64_t bytes_in, bytes_out;
 };
 
 br_streamend_t *br_streamend_new(void *sock, uint32_t stream)
@@ -166,7 +165,6 @@ static int read_source(br_streamend_t *e, int ch)
             return send_frame(e, BR_STREAM_EOF, (uint8_t)ch, 0, NULL, 0);
         }
         e->credit.sent += br_stream_cost((size_t)n);
-        e->bytes_out += n;
         if (send_frame(e, BR_STREAM_DATA, (uint8_t)ch, 0, buf, (size_t)n) < 0)
             return -1;
     }
@@ -273,7 +271,6 @@ int br_streamend_frame(br_streamend_t *e, const br_stream_hdr_t *h, const void *
         s->head = c;
     s->tail = c;
     s->queued += len;
-    e->bytes_in += (int64_t)len;
     if (s->closed || s->failed)
         s->failed = 1; /* (dropped at the next write, credit given back) */
     return 0;
@@ -306,14 +303,4 @@ size_t br_streamend_queued(const br_streamend_t *e)
     for (int i = 0; i < BR_STREAMEND_CHANNELS; i++)
         n += e->snk[i].queued;
     return n;
-}
-
-int64_t br_streamend_bytes_in(const br_streamend_t *e)
-{
-    return e->bytes_in;
-}
-
-int64_t br_streamend_bytes_out(const br_streamend_t *e)
-{
-    return e->bytes_out;
 }

@@ -52,8 +52,5 @@ int br_streamend_sources_done(const br_streamend_t *e);
 int br_streamend_sinks_done(const br_streamend_t *e);
 /* Bytes waiting for a sink. */
 size_t br_streamend_queued(const br_streamend_t *e);
-/* Bytes moved in each direction so far (for idle times and counts). */
-int64_t br_streamend_bytes_in(const br_streamend_t *e);
-int64_t br_streamend_bytes_out(const br_streamend_t *e);
 
 #endif

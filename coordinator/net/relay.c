@@ -411,11 +411,3 @@ int br_relay_open(br_relay_t *r, br_relay_grant_t *g, br_err_t *err)
     pthread_mutex_unlock(&r->w.mu);
     return rc;
 }
-
-int br_relay_count(br_relay_t *r, int64_t user_id)
-{
-    pthread_mutex_lock(&r->w.mu);
-    int n = count(r, user_id);
-    pthread_mutex_unlock(&r->w.mu);
-    return n;
-}

@@ -46,7 +46,4 @@ typedef struct {
  * bound when the user or the coordinator has as many open as they may. */
 int br_relay_open(br_relay_t *r, br_relay_grant_t *g, br_err_t *err);
 
-/* Streams open now: of user_id, or all (user_id < 0). */
-int br_relay_count(br_relay_t *r, int64_t user_id);
-
 #endif
