@@ -207,7 +207,7 @@ static void turn(br_streams_t *st, int64_t now)
             drop(st, i, SIGKILL);
             continue;
         }
-        if (!br_streamend_attached(ss->end) && !ss->error && now - ss->since > BR_STREAMS_ATTACH_MS) {
+        if (!br_streamend_attached(ss->end) && now - ss->since > BR_STREAMS_ATTACH_MS) {
             drop(st, i, SIGHUP);
             continue;
         }
@@ -393,14 +393,4 @@ void br_streams_job_ended(br_streams_t *st, int64_t job, int attempt)
     pthread_mutex_unlock(&st->w.mu);
     if (any)
         br_worker_post(&st->w);
-}
-
-int br_streams_count(br_streams_t *st, int64_t job)
-{
-    int n = 0;
-    pthread_mutex_lock(&st->w.mu);
-    for (size_t i = 0; i < st->n; i++)
-        n += job < 0 || st->s[i].job == job;
-    pthread_mutex_unlock(&st->w.mu);
-    return n;
 }
