@@ -24,33 +24,19 @@ import uuid
 
 import pytest
 
-from conftest import (CLI_TIMEOUT, DEADLINE, RawClient, Tmux, shared_cluster_test,
-                      start_cluster, teardown_clusters, wait_for)
-
-
-@pytest.fixture(scope="module")
-def module_cluster(tmp_path_factory):
-    made = []
-    try:
-        c = start_cluster(tmp_path_factory.mktemp("shell"), made)
-        c.add_agents(1)
-        yield c
-    finally:
-        teardown_clusters(made)
+from conftest import CLI_TIMEOUT, DEADLINE, RawClient, Tmux, wait_for
 
 
 @pytest.fixture
-def cluster(module_cluster, request):
-    """One cluster for the module; each test is still failed by the sanitizer
-    reports and daemon deaths found while it ran."""
-    yield from shared_cluster_test(module_cluster, request)
+def cluster(shared_cluster2):
+    return shared_cluster2
 
 
 @pytest.fixture(scope="module")
-def job(module_cluster, tmp_path_factory):
+def job(module_cluster2, tmp_path_factory):
     """A running job that wrote out/ (a 3 MB file among small ones) in its working
     directory: (id, working directory)."""
-    c = module_cluster
+    c = module_cluster2
     workdir = tmp_path_factory.mktemp("jobdir")
     jid = c.submit(
         "name: shell-target\n"
