@@ -1120,7 +1120,10 @@ static void cancel_gracefully(br_coord_t *c, br_job_t *job)
     job->stop.preempt = 0;
     if (!stopping)
         begin_stop(c, job, 0, SIGTERM, c->cfg.kill_grace_ms);
-    int64_t left = job->stop.grace_ms - (br_mono_ms() - job->stop.at_mono);
+    /* (a grace begun now is whole: a millisecond between here and begin_stop made
+     * "30s" read "29999ms") */
+    int64_t left = stopping ? job->stop.grace_ms - (br_mono_ms() - job->stop.at_mono)
+                            : job->stop.grace_ms;
     br_format_duration(left > 0 ? left : 0, grace_text, sizeof(grace_text));
     if (stopping)
         snprintf(text, sizeof(text), "cancel requested while it was being stopped: SIGKILL "
