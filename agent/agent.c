@@ -1791,6 +1791,8 @@ static void on_kill(br_agent_t *a, br_msg_t *m)
     }
     if (t && sig > 0) { /* asked to stop: the signal now, SIGKILL when the grace is over */
         if (!br_attempt_done(t)) {
+            if (sig == SIGTERM || sig == SIGKILL) /* (not a preemption's USR1) */
+                br_streams_job_stopping(a->streams, job, attempt);
             int n = br_attempt_stop(t, sig, grace, br_mono_ms());
             fprintf(stderr, "bramble-agent: job %lld attempt %d: signal %d sent to %d "
                             "process(es), as ordered; killed in %lld ms if still there\n",

@@ -29,6 +29,7 @@ typedef struct {
     int status;
     char *error;     /* told at ATTACHED, then closed */
     int ended;       /* the job ended: closed and killed at the next turn */
+    int stopping;    /* the job is being stopped: closed and hung up at the next turn */
     int64_t since, seen; /* monotonic ms: handed over; last heard of at the relay */
     int fds[3], tty, is_socket; /* what was handed over, until the thread attaches it */
     br_streamend_t *end; /* NULL: not attached yet (the thread alone uses the socket) */
@@ -201,10 +202,11 @@ static void turn(br_streams_t *st, int64_t now)
             drop(st, i, SIGHUP);
             continue;
         }
-        if (ss->ended) {
-            snprintf(why, sizeof(why), "job %lld ended", (long long)ss->job);
+        if (ss->ended || ss->stopping) {
+            snprintf(why, sizeof(why), "job %lld %s", (long long)ss->job,
+                     ss->ended ? "ended" : "is being stopped");
             close_with(st, i, why);
-            drop(st, i, SIGKILL);
+            drop(st, i, ss->ended ? SIGKILL : SIGHUP);
             continue;
         }
         if (!br_streamend_attached(ss->end) && now - ss->since > BR_STREAMS_ATTACH_MS) {
@@ -383,14 +385,26 @@ int br_streams_reaped(br_streams_t *st, pid_t pid, int status)
     return ours;
 }
 
-void br_streams_job_ended(br_streams_t *st, int64_t job, int attempt)
+static void mark(br_streams_t *st, int64_t job, int attempt, int ended)
 {
     int any = 0;
     pthread_mutex_lock(&st->w.mu);
     for (size_t i = 0; i < st->n; i++)
-        if (st->s[i].job == job && st->s[i].attempt == attempt)
-            any = st->s[i].ended = 1;
+        if (st->s[i].job == job && st->s[i].attempt == attempt) {
+            any = 1;
+            *(ended ? &st->s[i].ended : &st->s[i].stopping) = 1;
+        }
     pthread_mutex_unlock(&st->w.mu);
     if (any)
         br_worker_post(&st->w);
+}
+
+void br_streams_job_ended(br_streams_t *st, int64_t job, int attempt)
+{
+    mark(st, job, attempt, 1);
+}
+
+void br_streams_job_stopping(br_streams_t *st, int64_t job, int attempt)
+{
+    mark(st, job, attempt, 0);
 }

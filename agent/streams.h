@@ -48,4 +48,10 @@ int br_streams_reaped(br_streams_t *s, pid_t pid, int status);
 /* The job's attempt ended: its sessions are closed, saying so, and killed. */
 void br_streams_job_ended(br_streams_t *s, int64_t job, int attempt);
 
+/* The job's attempt is being stopped (SIGTERM or SIGKILL, as ordered): its sessions
+ * are closed, saying so, and their processes hung up (SIGHUP, as a terminal's
+ * hang-up, which an interactive shell heeds where it ignores SIGTERM), so that an
+ * open shell does not hold the stop for the whole grace. */
+void br_streams_job_stopping(br_streams_t *s, int64_t job, int attempt);
+
 #endif

@@ -225,6 +225,9 @@ int cli_stream_logs(cli_t *cli, int64_t id, int rank, int follow, FILE *out);
  * the job is pending its reason goes to stderr (again when it changes); past
  * cli->wait_deadline_ms it gives up as cli_wait_gave_up does. */
 int cli_wait_job(cli_t *cli, int64_t id);
+/* bramble shell: a shell (cmd NULL) or a command inside rank of a running job,
+ * with a terminal on both sides (tty) or pipes; its exit status (cmd_shell.c). */
+int cli_shell_run(cli_t *cli, int64_t job, long rank, int tty, char **cmd, int ncmd);
 /* A job named on the command line: "12", or "12[3]" (task 3 of array 12, whose id
  * the coordinator gives). CLI_OK with *id, CLI_USAGE or CLI_FAIL (said). */
 int cli_job_id(cli_t *cli, const char *arg, int64_t *id);

@@ -153,9 +153,10 @@ static void cut_timeout(cli_t *cli, int saved)
     }
 }
 
-/* Fetch job id until it has ended (or, with until_started, left pending), saying
- * why it is pending and giving up at the deadline. CLI_OK / CLI_FAIL; -1 with
- * until_started when the job has started (or ended). */
+/* Fetch job id until it has ended (or, with until_started, left pending; with
+ * until_started 2, runs), saying why it is pending and giving up at the deadline.
+ * CLI_OK / CLI_FAIL; -1 with until_started when the job has started (1: or
+ * ended). */
 static int wait_loop(cli_t *cli, int64_t id, int until_started)
 {
     int64_t silent_since = 0;
@@ -178,9 +179,12 @@ static int wait_loop(cli_t *cli, int64_t id, int until_started)
         json_t *job = json_object_get(br_msg_body(m), "job");
         const char *state = json_string_value(json_object_get(job, "state"));
         note_pending(cli, id, job, last, sizeof(last));
-        int rc = until_started && state && strcmp(state, "pending") != 0 ? -1
-                 : is_ended(state)                                    ? job_outcome(cli, id, job)
-                                                                      : -2;
+        int started = state && strcmp(state, "pending") != 0 &&
+                      (until_started < 2 || strcmp(state, "starting") != 0);
+        int rc = until_started == 1 && started                 ? -1
+                 : is_ended(state)                             ? job_outcome(cli, id, job)
+                 : until_started == 2 && started               ? -1
+                                                               : -2;
         br_msg_destroy(&m);
         if (rc != -2)
             return rc;
@@ -236,7 +240,8 @@ typedef struct {
     const char **sets;
     int nsets;
     int wait, follow, json;
-    const char *timeout; /* --timeout: the most --wait/--follow wait */
+    int shell;           /* --shell: attach a shell once it runs (cmd_shell.c) */
+    const char *timeout; /* --timeout: the most --wait/--follow/--shell wait */
     const char *code;    /* --code DIR: in place of the spec's code: */
 } submit_opts_t;
 
@@ -248,6 +253,7 @@ static int submit_args(cli_t *cli, int argc, char **argv, submit_opts_t *o)
                                          {"json", no_argument, NULL, 'j'},
                                          {"timeout", required_argument, NULL, 't'},
                                          {"code", required_argument, NULL, 'c'},
+                                         {"shell", no_argument, NULL, 'S'},
                                          {0}};
     static const char *names[] = {"SPEC (a YAML file, or - for stdin)"};
     int c;
@@ -269,14 +275,20 @@ static int submit_args(cli_t *cli, int argc, char **argv, submit_opts_t *o)
             if (!*optarg)
                 return cli_usage(cli, "--code: name a directory");
             o->code = optarg;
+        } else if (c == 'S') {
+            o->shell = 1;
         } else if (c == 'w' || c == 'f' || c == 'j') {
             *(c == 'w' ? &o->wait : c == 'f' ? &o->follow : &o->json) = 1;
         } else {
             return cli_bad_option(cli, c, argv);
         }
     }
-    if (o->timeout && !o->wait && !o->follow)
-        return cli_usage(cli, "--timeout bounds --wait or --follow: give one of them");
+    if (o->shell && (o->wait || o->follow || o->json))
+        return cli_usage(cli, "--shell attaches to the job once it runs: not with %s",
+                         o->wait ? "--wait" : o->follow ? "--follow" : "--json");
+    if (o->timeout && !o->wait && !o->follow && !o->shell)
+        return cli_usage(cli, "--timeout bounds --wait, --follow or --shell: give one of "
+                              "them");
     return cli_positional(cli, argc, argv, 1, names, &o->path);
 }
 
@@ -459,11 +471,14 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
     int64_t id = 0;
     uint32_t fit_seq = 0;
     json_t *array = NULL;
-    if (o.follow && json_object_get(norm, "array")) {
+    if ((o.follow || o.shell) && json_object_get(norm, "array")) {
         free(text);
         json_decref(norm);
-        return cli_usage(cli, "--follow shows one job's output, and an array has many "
-                              "tasks: use --wait, then 'bramble logs ID[INDEX]'");
+        return cli_usage(cli, o.follow ? "--follow shows one job's output, and an array has "
+                                         "many tasks: use --wait, then 'bramble logs "
+                                         "ID[INDEX]'"
+                                       : "--shell attaches to one job, and an array has many "
+                                         "tasks: submit it, then 'bramble shell ID[INDEX]'");
     }
     json_t *code = NULL;
     int rc = send_code(cli, &o, norm, text, len, &code);
@@ -474,15 +489,16 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
         json_decref(norm);
         return rc;
     }
-    /* With --follow, stdout carries the job's output: the id goes to stderr. */
-    FILE *out = o.follow ? stderr : stdout;
+    /* With --follow or --shell, stdout carries the job's output or the shell's: the
+     * id goes to stderr. */
+    FILE *out = o.follow || o.shell ? stderr : stdout;
     if (o.json && array) {
         json_t *o_json = json_pack("{s:I, s:O}", "id", (json_int_t)id, "array", array);
         cli_print_json(o_json);
         json_decref(o_json);
     } else if (o.json)
         fprintf(out, "{\"id\": %lld}\n", (long long)id);
-    else if (o.follow)
+    else if (o.follow || o.shell)
         fprintf(out, "bramble: submitted job %lld\n", (long long)id);
     else
         fprintf(out, "%lld\n", (long long)id);
@@ -503,6 +519,18 @@ static int cmd_submit(cli_t *cli, int argc, char **argv)
             return rc;
         if (cli_stream_logs(cli, id, -1, 1, NULL) != CLI_OK)
             return CLI_FAIL;
+    }
+    if (o.shell) {
+        /* say why it waits until it runs, then attach (rank 0; a terminal when this
+         * has one) */
+        if ((rc = wait_loop(cli, id, 2)) >= 0)
+            return rc;
+        cli->wait_deadline_ms = 0; /* (--timeout bounded the wait, not the shell) */
+        rc = cli_shell_run(cli, id, 0, isatty(0) && isatty(1), NULL, 0);
+        fprintf(stderr, "bramble: job %lld runs on: 'bramble shell %lld' attaches again, "
+                        "'bramble cancel %lld' stops it\n",
+                (long long)id, (long long)id, (long long)id);
+        return rc;
     }
     if (o.follow || o.wait)
         return cli_wait_job(cli, id);
@@ -1004,6 +1032,26 @@ static void print_job(const json_t *job)
                  (long long)json_integer_value(json_object_get(as, "wants")));
         cli_field(FIELD_WIDTH, "autoscale:", line);
     }
+    const json_t *dev = json_object_get(job, "dev");
+    if (json_is_object(dev)) {
+        char line[200], idle[32], stop[32];
+        json_int_t streams = json_integer_value(json_object_get(dev, "streams"));
+        json_int_t ms = json_integer_value(json_object_get(dev, "idle"));
+        json_int_t unit = ms >= 3600000 ? 3600000 : ms >= 60000 ? 60000 : 1000;
+        br_format_duration(ms / unit * unit, idle, sizeof(idle)); /* (whole units) */
+        br_format_duration(json_integer_value(json_object_get(dev, "idle_stop")), stop,
+                           sizeof(stop));
+        if (streams > 0)
+            snprintf(line, sizeof(line), "in use: %lld shell%s or forward connection%s open "
+                                         "(stops after %s idle)",
+                     (long long)streams, streams == 1 ? "" : "s", streams == 1 ? "" : "s",
+                     stop);
+        else
+            snprintf(line, sizeof(line), "idle for %s; stops after %s idle (no shell, no "
+                                         "forward connection, no output)",
+                     idle, stop);
+        cli_field(FIELD_WIDTH, "dev:", line);
+    }
     if (json_is_array(json_object_get(job, "replicas")))
         print_replicas(json_object_get(job, "replicas"));
     print_checkpoints(json_object_get(job, "checkpoints"));
@@ -1191,7 +1239,8 @@ static int cmd_cancel(cli_t *cli, int argc, char **argv)
 
 const cli_cmd_t cli_job_cmds[] = {
     {NULL, "submit", cmd_submit,
-     "SPEC [--set KEY=VALUE]... [--code DIR] [--wait] [--follow] [--timeout DURATION] [--json]",
+     "SPEC [--set KEY=VALUE]... [--code DIR] [--wait] [--follow] [--shell] [--timeout DURATION] "
+     "[--json]",
      "submit a job",
      "SPEC is a YAML job spec (ARCHITECTURE.md, \"The job spec\"), or - to read it\n"
      "from stdin. It is checked here first; an error names its line. Prints the new\n"
@@ -1205,7 +1254,11 @@ const cli_cmd_t cli_job_cmds[] = {
      "  --wait           return when the job has ended: exit 0 only if it completed\n"
      "  --follow         print the job's output while it runs (the id then goes to\n"
      "                   stderr), then exit as --wait does\n"
-     "  --timeout DURATION  with --wait or --follow: give up after DURATION (e.g.\n"
+     "  --shell          wait until the job runs, then attach a shell to rank 0 as\n"
+     "                   'bramble shell' does (the id goes to stderr); for a dev\n"
+     "                   environment (kind: dev, docs/shell.md). The job runs on\n"
+     "                   when the shell ends\n"
+     "  --timeout DURATION  with --wait, --follow or --shell: give up after DURATION (e.g.\n"
      "                   30s, 10m) with exit status 1, naming the job's state and\n"
      "                   reason; the job itself is left alone. After the command\n"
      "                   word; before it, --timeout is the global option\n"

@@ -199,7 +199,7 @@ static int pump(session_t *s)
 }
 
 /* Ask for the stream, then carry it. */
-static int run_shell(cli_t *cli, int64_t job, long rank, int tty, char **cmd, int ncmd)
+int cli_shell_run(cli_t *cli, int64_t job, long rank, int tty, char **cmd, int ncmd)
 {
     json_t *body = json_pack("{s:I, s:s, s:i, s:b}", "id", (json_int_t)job, "kind", "shell",
                              "rank", (int)rank, "tty", tty);
@@ -319,7 +319,7 @@ static int cmd_shell(cli_t *cli, int argc, char **argv)
         return cli_usage(cli, "--tty needs a terminal on standard input");
     if (!cli_client(cli))
         return CLI_FAIL;
-    return run_shell(cli, job, rank, tty, cmd, ncmd);
+    return cli_shell_run(cli, job, rank, tty, cmd, ncmd);
 }
 
 const cli_cmd_t cli_shell_cmds[] = {

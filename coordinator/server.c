@@ -40,6 +40,7 @@
 #include "uploads.h"
 #include "routes.h"
 #include "autoscale.h"
+#include "devenv.h"
 #include "gwload.h"
 #include "watchers.h"
 #include "stats.h"
@@ -167,7 +168,8 @@ int br_coord_wire(br_coord_t *c)
     c->sched = br_sched_new(c);
     c->usage = br_usage_new(c, c->cfg.half_life_ms);
     c->autoscale = br_autoscale_new(c);
-    return c->services && c->sched && c->usage && c->autoscale ? 0 : -1;
+    c->devenv = br_devenv_new(c);
+    return c->services && c->sched && c->usage && c->autoscale && c->devenv ? 0 : -1;
 }
 
 br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
@@ -272,6 +274,7 @@ void br_coord_destroy(br_coord_t **cp)
     br_usage_destroy(&c->usage);
     br_services_destroy(&c->services);
     br_autoscale_destroy(&c->autoscale);
+    br_devenv_destroy(&c->devenv);
     br_routes_destroy(&c->routes);
     br_gwload_destroy(&c->gwload);
     br_replicas_destroy(&c->replicas);

@@ -23,7 +23,7 @@
 static const char *const top_keys[] = {
     "name",    "kind",     "command",    "workdir", "env",   "resources", "model", "checkpoint",
     "restart", "priority", "time_limit", "service", "after", "progress", "array",
-    "preemptible", "preempt", "code", "files", "outputs", "data", NULL};
+    "preemptible", "preempt", "code", "files", "outputs", "data", "idle_stop", NULL};
 static const char *const files_keys[] = {"from", "to", NULL};
 static const char *const after_keys[] = {"job", "on", NULL};
 static const char *const after_names[] = {"ok", "failed", "ended", "started", NULL};
@@ -917,9 +917,10 @@ static int check_progress(const sect_t *top, br_spec_t *spec)
             return spec_fail_at(p.err, value_line(&p, "timeout"),
                                 "progress.timeout: must be at least %s",
                                 br_format_duration(BR_SPEC_PROGRESS_MIN_MS, t, sizeof(t)));
-        if (spec->kind == BR_JOB_SERVICE)
-            return spec_fail_at(
-                p.err, p.line, "progress: only for kind: train (a service has health checks)");
+        if (spec->kind != BR_JOB_TRAIN)
+            return spec_fail_at(p.err, p.line, "progress: only for kind: train (%s)",
+                                spec->kind == BR_JOB_SERVICE ? "a service has health checks"
+                                                             : "a dev environment waits for you");
     }
     if (spec->restart.on_hung < 0) /* restart.on not given */
         spec->restart.on_hung = spec->progress_timeout_ms > 0;
@@ -937,7 +938,7 @@ static int check_preempt(const sect_t *top, br_spec_t *spec)
     if (rc < 0)
         return -1;
     spec->preemptible = rc > 0 ? v : spec->checkpoint.dir != NULL && spec->kind == BR_JOB_TRAIN;
-    if (spec->preemptible && spec->kind == BR_JOB_SERVICE)
+    if (spec->preemptible && spec->kind != BR_JOB_TRAIN)
         return spec_fail_at(top->err, value_line(top, "preemptible"),
                             "preemptible: only for kind: train");
     sect_t p;
@@ -1185,23 +1186,43 @@ static int check_array(const sect_t *top, br_spec_t *spec)
         return rc;
     if (br_array_parse(n->text, &spec->array, &aerr) < 0)
         return spec_fail_at(top->err, n->line, "array: %s", aerr.text);
-    if (spec->kind == BR_JOB_SERVICE) {
+    if (spec->kind != BR_JOB_TRAIN) {
         spec->array.count = 0;
-        return spec_fail_at(top->err, n->line,
-                            "array: only for kind: train (a service has replicas)");
+        return spec_fail_at(top->err, n->line, "array: only for kind: train%s",
+                            spec->kind == BR_JOB_SERVICE ? " (a service has replicas)" : "");
     }
+    return 0;
+}
+
+/* idle_stop: DURATION (kind: dev alone; default 2 h, at least 1 s): how long a dev
+ * environment may go with no shell, no forward connection and no output. */
+static int check_idle_stop(const sect_t *top, br_spec_t *spec)
+{
+    char t[32];
+    int64_t v = 0;
+    int rc = get_duration(top, "idle_stop", &v);
+    if (rc < 0)
+        return -1;
+    if (rc > 0 && spec->kind != BR_JOB_DEV)
+        return spec_fail_at(top->err, value_line(top, "idle_stop"),
+                            "idle_stop: only for kind: dev");
+    if (rc > 0 && v < BR_SPEC_IDLE_STOP_MIN_MS)
+        return spec_fail_at(top->err, value_line(top, "idle_stop"),
+                            "idle_stop: must be at least %s",
+                            br_format_duration(BR_SPEC_IDLE_STOP_MIN_MS, t, sizeof(t)));
+    spec->idle_stop_ms = spec->kind != BR_JOB_DEV ? 0 : rc > 0 ? v : BR_SPEC_IDLE_STOP_MS;
     return 0;
 }
 
 static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
 {
-    static const char *const kinds[] = {"train", "service", NULL};
+    static const char *const kinds[] = {"train", "service", "dev", NULL};
     sect_t top = {.map = root, .name = "", .line = SPEC_NO_LINE, .err = err};
     int kind = 0;
     if (check_keys(&top, top_keys) < 0 || check_name(&top, spec) < 0 ||
-        get_enum(&top, "kind", kinds, "train or service", &kind) < 0)
+        get_enum(&top, "kind", kinds, "train, service or dev", &kind) < 0)
         return -1;
-    spec->kind = kind ? BR_JOB_SERVICE : BR_JOB_TRAIN;
+    spec->kind = kind == 1 ? BR_JOB_SERVICE : kind == 2 ? BR_JOB_DEV : BR_JOB_TRAIN;
     if (check_command(&top, spec) < 0 || check_workdir(&top, spec) < 0 ||
         check_code(&top, spec) < 0 || check_files(&top, spec) < 0 ||
         check_outputs(&top, spec) < 0 || check_data(&top, spec) < 0 || get_strmap(&top, "env", 1, &spec->env) < 0 || check_resources(&top, spec) < 0 ||
@@ -1210,7 +1231,8 @@ static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
         get_int(&top, "priority", -1000, 1000, &spec->priority) < 0 ||
         get_duration_or_none(&top, "time_limit", &spec->time_limit_ms) < 0 ||
         check_service(&top, spec) < 0 || check_after(&top, spec) < 0 ||
-        check_array(&top, spec) < 0 || check_preempt(&top, spec) < 0)
+        check_array(&top, spec) < 0 || check_preempt(&top, spec) < 0 ||
+        check_idle_stop(&top, spec) < 0)
         return -1;
     return 0;
 }
@@ -1326,7 +1348,7 @@ void br_spec_destroy(br_spec_t **spec)
 
 const char *br_job_kind_name(br_job_kind_t kind)
 {
-    return kind == BR_JOB_SERVICE ? "service" : "train";
+    return kind == BR_JOB_SERVICE ? "service" : kind == BR_JOB_DEV ? "dev" : "train";
 }
 
 /* ---- br_spec_t -> JSON --------------------------------------------------------- */
@@ -1500,6 +1522,8 @@ json_t *br_spec_to_json(const br_spec_t *s)
                             : json_null());
     json_object_set_new(j, "priority", json_integer(s->priority));
     json_object_set_new(j, "time_limit", json_integer(s->time_limit_ms));
+    if (s->kind == BR_JOB_DEV)
+        json_object_set_new(j, "idle_stop", json_integer(s->idle_stop_ms));
     json_object_set_new(j, "preemptible", json_boolean(s->preemptible));
     json_object_set_new(j, "preempt", json_pack("{s:i, s:I}", "signal", s->preempt_signal,
                                                 "grace", (json_int_t)s->preempt_grace_ms));

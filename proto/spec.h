@@ -35,7 +35,7 @@ int br_after_on_parse(const char *name);
 #define BR_SPEC_MAX_DATA 16    /* data: data sets */
 #define BR_SPEC_MAX_MOUNT 1024 /* data: a mount path */
 
-typedef enum { BR_JOB_TRAIN = 0, BR_JOB_SERVICE = 1 } br_job_kind_t;
+typedef enum { BR_JOB_TRAIN = 0, BR_JOB_SERVICE = 1, BR_JOB_DEV = 2 } br_job_kind_t;
 
 #define BR_TASKS_GPUS 0 /* tasks_per_node: gpus (one process per GPU) */
 #define BR_MAX_TASKS_PER_NODE 64
@@ -43,6 +43,8 @@ typedef enum { BR_JOB_TRAIN = 0, BR_JOB_SERVICE = 1 } br_job_kind_t;
 #define BR_SPEC_MODEL_MAX 128 /* service.model, aliases and adapters: the longest name */
 #define BR_SPEC_PREEMPT_GRACE_MAX_MS 3600000
 #define BR_SPEC_PROGRESS_MIN_MS 1000 /* the shortest progress.timeout */
+#define BR_SPEC_IDLE_STOP_MS (2 * 3600 * 1000) /* idle_stop when not given (kind: dev) */
+#define BR_SPEC_IDLE_STOP_MIN_MS 1000           /* the shortest idle_stop */
 
 /* service.autoscale: the replica count follows the gateways' load (docs/gateway.md) */
 typedef struct {
@@ -115,6 +117,8 @@ typedef struct {
     br_array_t array;      /* array: one task per index; count 0: not an array */
     int priority;          /* default 0, -1000..1000 */
     int64_t time_limit_ms; /* 0 = none */
+    int64_t idle_stop_ms;  /* kind: dev: stopped after this long unused (default 2 h);
+                            * 0 for other kinds */
     struct {
         int replicas;          /* default 1 */
         int port;              /* BR_PORT_AUTO or 1..65535 */

@@ -7,6 +7,7 @@
 
 #include "api.h"
 #include "gpulive.h"
+#include "devenv.h"
 #include "jobs.h"
 #include "jobtab.h"
 #include "manifest_check.h"
@@ -716,5 +717,6 @@ void br_api_job_log(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     if (br_watchers_count(c->watchers))
         br_coord_news(c, job, 1);
+    br_devenv_touch(c, job); /* (output is use: a dev environment is not idle) */
     br_reply_ok(c, m, json_object());
 }

@@ -12,6 +12,7 @@
 #include "cred.h"
 #include "http.h"
 #include "deps.h"
+#include "devenv.h"
 #include "jobs.h"
 #include "nodelife.h"
 #include "scheduler.h"
@@ -821,6 +822,9 @@ void br_api_job_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                      : NULL;
     if (as)
         json_object_set_new(p, "autoscale", as);
+    json_t *dev = br_devenv_show(c, id);
+    if (dev)
+        json_object_set_new(p, "dev", dev);
     json_decref(job);
     br_reply_ok(c, m, json_pack("{s:o}", "job", p));
 }

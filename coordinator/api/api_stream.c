@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "devenv.h"
 #include "jobtab.h"
 #include "relay.h"
 #include "util.h"
@@ -173,6 +174,7 @@ void br_api_stream_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_object_set_new(order, "port", json_integer(q.port));
     }
     br_coord_send_node(c, n, "stream.open", order);
+    br_devenv_touch(c, j->id);
     char target[96], what[600];
     snprintf(target, sizeof(target), "job %lld rank %lld", (long long)q.id,
              (long long)q.rank);

@@ -53,6 +53,7 @@ typedef struct br_coord {
     struct br_routes *routes;     /* the gateways' routing table (routes.h) */
     struct br_gwload *gwload;     /* what the gateways carry (gwload.h) */
     struct br_autoscale *autoscale; /* services scaled by their load (autoscale.h) */
+    struct br_devenv *devenv;       /* dev environments stopped when idle (devenv.h) */
     struct br_replicas *replicas; /* pulls of checkpoints in flight (replicas.h) */
     struct br_replkeep *replkeep; /* how long ended jobs' replicas stay (replkeep.h) */
     struct br_usage *usage;       /* what users used, and their limits (usage.h) */

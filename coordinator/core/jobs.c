@@ -1110,12 +1110,14 @@ int64_t br_jobs_fence_ms(const br_coord_t *c)
  * once --kill-grace has passed; its exit then cancels it (end_attempt). A job
  * already stopping (time limit, preemption) keeps the grace it has, and now ends
  * as cancelled. */
-static void cancel_gracefully(br_coord_t *c, br_job_t *job)
+/* Stop job's running attempt for why (stop.why; it then ends cancelled): SIGTERM,
+ * SIGKILL after --kill-grace. asked heads its event ("cancel requested"). */
+static void cancel_gracefully(br_coord_t *c, br_job_t *job, const char *why, const char *asked)
 {
     br_node_t *n = rank_node(c, job, 0);
-    char grace_text[32], text[300];
+    char grace_text[32], text[500];
     int stopping = job->stop.at_mono != 0;
-    snprintf(job->stop.why, sizeof(job->stop.why), "cancelled by request");
+    snprintf(job->stop.why, sizeof(job->stop.why), "%s", why);
     job->stop.cancel = 1;
     job->stop.preempt = 0;
     if (!stopping)
@@ -1126,16 +1128,24 @@ static void cancel_gracefully(br_coord_t *c, br_job_t *job)
                             : job->stop.grace_ms;
     br_format_duration(left > 0 ? left : 0, grace_text, sizeof(grace_text));
     if (stopping)
-        snprintf(text, sizeof(text), "cancel requested while it was being stopped: SIGKILL "
-                                     "in %s if still running (bramble cancel --now kills it "
-                                     "at once)", grace_text);
+        snprintf(text, sizeof(text), "%s while it was being stopped: SIGKILL in %s if still "
+                                     "running (bramble cancel --now kills it at once)",
+                 asked, grace_text);
     else
-        snprintf(text, sizeof(text), "cancel requested: SIGTERM sent, SIGKILL in %s if "
-                                     "still running (bramble cancel --now kills it at once)",
-                 grace_text);
+        snprintf(text, sizeof(text), "%s: SIGTERM sent, SIGKILL in %s if still running "
+                                     "(bramble cancel --now kills it at once)",
+                 asked, grace_text);
     br_job_set_reason(job, text);
     br_job_save(c, job);
     br_coord_event(c, job->id, n ? n->name : NULL, br_job_state_name(job->state), "%s", text);
+}
+
+int br_jobs_stop_for(br_coord_t *c, br_job_t *job, const char *why)
+{
+    if (job->state != BR_JOB_RUNNING || br_job_ranks_left(job) == 0 || job->stop.at_mono)
+        return -1;
+    cancel_gracefully(c, job, why, why);
+    return 0;
 }
 
 json_t *br_jobs_cancel(br_coord_t *c, int64_t id, int now, br_err_t *err)
@@ -1151,7 +1161,7 @@ json_t *br_jobs_cancel(br_coord_t *c, int64_t id, int now, br_err_t *err)
     }
     if (!now && job->state == BR_JOB_RUNNING && br_job_ranks_left(job) > 0) {
         if (!job->stop.cancel) /* (a second cancel leaves the first one's grace) */
-            cancel_gracefully(c, job);
+            cancel_gracefully(c, job, "cancelled by request", "cancel requested");
         return br_store_job_get(c->store, id, err);
     }
     br_node_t *n = br_job_state_live(job->state) ? rank_node(c, job, 0) : NULL;

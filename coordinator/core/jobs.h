@@ -104,6 +104,11 @@ int64_t br_jobs_fence_ms(const br_coord_t *c);
  * Returns the job's row as it is now. */
 json_t *br_jobs_cancel(br_coord_t *c, int64_t id, int now, br_err_t *err);
 
+/* Stop job as a cancel does, for why (a module's reason: "idle for 2h ..."), which
+ * heads its events; it ends cancelled. -1 when it is not running, or is being
+ * stopped already. */
+int br_jobs_stop_for(br_coord_t *c, br_job_t *job, const char *why);
+
 /* Every current attempt on node n ends with cause node_lost and this reason. */
 void br_jobs_node_gone(br_coord_t *c, br_node_t *n, const char *reason);
 

@@ -372,6 +372,16 @@ int br_relay_port(const br_relay_t *r)
     return r->port;
 }
 
+int br_relay_job_streams(br_relay_t *r, int64_t job)
+{
+    int n = 0;
+    pthread_mutex_lock(&r->w.mu);
+    for (size_t i = 0; i < r->n; i++)
+        n += r->s[i].g.job == job;
+    pthread_mutex_unlock(&r->w.mu);
+    return n;
+}
+
 int br_relay_open(br_relay_t *r, br_relay_grant_t *g, br_err_t *err)
 {
     pthread_mutex_lock(&r->w.mu);

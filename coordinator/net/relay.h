@@ -46,4 +46,7 @@ typedef struct {
  * bound when the user or the coordinator has as many open as they may. */
 int br_relay_open(br_relay_t *r, br_relay_grant_t *g, br_err_t *err);
 
+/* How many streams of job are open now: granted, and not yet closed. */
+int br_relay_job_streams(br_relay_t *r, int64_t job);
+
 #endif

@@ -17,6 +17,7 @@ import subprocess
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -178,28 +179,37 @@ def test_http_through_forward(c, job, forward):
     assert f.alive(), f.stderr()
 
 
-def test_jupyter_through_forward(c, job, forward, tmp_path):
+def test_jupyter_through_forward(c, forward, tmp_path):
+    """examples/dev/jupyter.yaml as shipped (a dev environment), on a port and with
+    a token of the test's own."""
     port, token = free_port(), os.urandom(12).hex()
     home = tmp_path / "jupyter"  # (the job's workdir)
-    jid, _ = job("jupyter",
-                 f"exec /usr/bin/jupyter-server --no-browser --allow-root --ip=127.0.0.1 "
-                 f"--port={port} --ServerApp.port_retries=0 --ServerApp.token={token}",
-                 env={"HOME": str(home), "JUPYTER_RUNTIME_DIR": f"{home}/runtime",
-                      "JUPYTER_CONFIG_DIR": f"{home}/config",
-                      "JUPYTER_DATA_DIR": f"{home}/data"})
-    f = forward(jid, f"0:{port}")
-    local = f.local_port(jid, port)
+    home.mkdir()
+    example = Path(__file__).resolve().parents[2] / "examples" / "dev" / "jupyter.yaml"
+    sets = {"env.JUPYTER_PORT": port, "env.JUPYTER_TOKEN": token, "env.HOME": home,
+            "env.JUPYTER_CONFIG_DIR": f"{home}/config", "workdir": home,
+            "resources.cpus": 0}
+    _, out, _ = c.cli("submit", example, "--json",
+                      *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")])
+    jid = json.loads(out)["id"]
+    try:
+        assert c.job(jid)["kind"] == "dev"
+        c.wait_job(jid, "running")
+        f = forward(jid, f"0:{port}")
+        local = f.local_port(jid, port)
 
-    def status():
-        code, body = fetch(local, "/api/status", {"Authorization": f"token {token}"})
-        return code == 200 and json.loads(body)
+        def status():
+            code, body = fetch(local, "/api/status", {"Authorization": f"token {token}"})
+            return code == 200 and json.loads(body)
 
-    st = wait_for(status, 90, "Jupyter's /api/status through the forward")
-    assert "started" in st, st
-    with pytest.raises(urllib.error.HTTPError) as e:
-        fetch(local, "/api/status")
-    assert e.value.code == 403
-    assert f.alive(), f.stderr()
+        st = wait_for(status, 90, "Jupyter's /api/status through the forward")
+        assert "started" in st, st
+        with pytest.raises(urllib.error.HTTPError) as e:
+            fetch(local, "/api/status")
+        assert e.value.code == 403
+        assert f.alive(), f.stderr()
+    finally:
+        c.cli("cancel", jid, check=False)
 
 
 def test_ssh_through_stdio_forward(c, job, tmp_path):

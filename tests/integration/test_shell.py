@@ -265,19 +265,42 @@ def test_refusals(cluster, job):
 # a shell's end
 
 
-def test_cancel_ends_the_shell(cluster):
+def test_cancel_ends_the_shell(cluster, tmp_path):
+    """A cancel ends the shells open in the job at once: a command through pipes,
+    and an interactive bash on a terminal, which ignores SIGTERM and is hung up
+    instead, so that the job ends by its SIGTERM, not at its grace's SIGKILL."""
     c = cluster
     jid = c.submit("name: shell-cancel\nresources: {cpus: 0}\ncommand: sleep 600\n")
     c.wait_job(jid, "running")
     cli = c.spawn("bramble-shell-cancel", shell_argv(c, jid, "--", "sleep", "1000"))
-    wait_for(lambda: remote_procs(c, jid, "sleep", "1000"),
-             what="the shell's `sleep 1000` to run in the job")
-    assert cli.alive()
-    c.cli("cancel", jid)
-    rc = cli.wait_exit(DEADLINE)
-    assert rc != 0, cli.output()
-    wait_for(lambda: not c.job_procs(jid), what=f"no process of job {jid} left")
-    assert c.wait_job(jid)["state"] == "cancelled"
+    err = open(tmp_path / "tty.err", "wb")
+    master, slave = os.openpty()  # (a terminal of our own to type nothing into)
+    tty = subprocess.Popen(shell_argv(c, jid, "-t", "--", "bash", "--norc", "-i"),
+                           stdin=slave, stdout=slave, stderr=err, env=c.env, cwd=c.root,
+                           start_new_session=True)
+    os.close(slave)
+    try:
+        wait_for(lambda: remote_procs(c, jid, "sleep", "1000"),
+                 what="the shell's `sleep 1000` to run in the job")
+        wait_for(lambda: remote_procs(c, jid, "bash", "--norc", "-i"),
+                 what="the interactive bash to run in the job")
+        assert cli.alive() and tty.poll() is None
+        c.cli("cancel", jid)
+        rc = cli.wait_exit(DEADLINE)
+        assert rc != 0, cli.output()
+        assert tty.wait(DEADLINE) != 0
+        j = c.wait_job(jid)
+        assert j["state"] == "cancelled"
+        assert "killed after its grace" not in j["reason"], j["reason"]
+        wait_for(lambda: not c.job_procs(jid), what=f"no process of job {jid} left")
+    finally:
+        if tty.poll() is None:
+            tty.kill()
+        tty.wait()
+        err.close()
+        os.close(master)
+    said = (tmp_path / "tty.err").read_text(errors="replace")
+    assert f"job {jid} is being stopped" in said, said
 
 
 def test_killed_cli_hangs_up_the_remote_process(cluster, job):

@@ -25,6 +25,7 @@
 #include "replkeep.h"
 #include "routes.h"
 #include "autoscale.h"
+#include "devenv.h"
 #include "gwload.h"
 #include "scheduler.h"
 #include "services.h"
@@ -176,6 +177,7 @@ static inline void fixture_close(coord_fixture_t *f)
     br_usage_destroy(&c->usage);
     br_services_destroy(&c->services);
     br_autoscale_destroy(&c->autoscale);
+    br_devenv_destroy(&c->devenv);
     br_routes_destroy(&c->routes);
     br_gwload_destroy(&c->gwload);
     br_ckptpull_destroy(&c->ckptpull); /* its sockets close before the context ends */

@@ -529,6 +529,42 @@ static void test_destroy_null(void **state)
     assert_null(s);
     assert_string_equal(br_job_kind_name(BR_JOB_TRAIN), "train");
     assert_string_equal(br_job_kind_name(BR_JOB_SERVICE), "service");
+    assert_string_equal(br_job_kind_name(BR_JOB_DEV), "dev");
+}
+
+/* kind: dev: idle_stop 2 h unless given, kept in the JSON; what belongs to other
+ * kinds, or an idle_stop too short, refused naming the field. */
+static void test_dev(void **state)
+{
+    (void)state;
+    br_spec_t *s = parse_ok("name: box\nkind: dev\ncommand: sleep infinity\n", NULL, 0);
+    assert_int_equal(s->kind, BR_JOB_DEV);
+    assert_int_equal(s->idle_stop_ms, 2 * 3600 * 1000);
+    assert_int_equal(s->preemptible, 0);
+    br_spec_destroy(&s);
+    s = parse_ok("name: box\nkind: dev\ncommand: x\nidle_stop: 90s\n", NULL, 0);
+    assert_int_equal(s->idle_stop_ms, 90000);
+    json_t *j = br_spec_to_json(s);
+    assert_string_equal(json_string_value(json_object_get(j, "kind")), "dev");
+    assert_int_equal(json_integer_value(json_object_get(j, "idle_stop")), 90000);
+    json_decref(j);
+    br_spec_destroy(&s);
+    s = parse_ok("name: t\ncommand: x\n", NULL, 0);
+    assert_int_equal(s->idle_stop_ms, 0);
+    j = br_spec_to_json(s);
+    assert_null(json_object_get(j, "idle_stop"));
+    json_decref(j);
+    br_spec_destroy(&s);
+    parse_fail("name: t\ncommand: x\nidle_stop: 1h\n", "line 3: idle_stop: only for kind: dev");
+    parse_fail("name: t\nkind: dev\ncommand: x\nidle_stop: 10ms\n",
+               "idle_stop: must be at least 1s");
+    parse_fail("name: t\nkind: dev\ncommand: x\nidle_stop: soon\n", "idle_stop");
+    parse_fail("name: t\nkind: dev\ncommand: x\nprogress: {timeout: 1m}\n",
+               "progress: only for kind: train (a dev environment waits for you)");
+    parse_fail("name: t\nkind: dev\ncommand: x\narray: 0-3\n", "array: only for kind: train");
+    parse_fail("name: t\nkind: dev\ncommand: x\npreemptible: true\n",
+               "preemptible: only for kind: train");
+    parse_fail("name: t\nkind: box\ncommand: x\n", "kind: expected train, service or dev");
 }
 
 static void test_oversized(void **state)
@@ -702,7 +738,7 @@ static const bad_case_t bad_cases[] = {
     {"kind",
      BASE "kind: batch\n",
      {0},
-     "=line 3: kind: expected train or service, got 'batch'"},
+     "=line 3: kind: expected train, service or dev, got 'batch'"},
     {"command empty",
      "name: a\ncommand: '  '\n",
      {0},
@@ -1031,7 +1067,7 @@ static const bad_case_t bad_cases[] = {
     {"set second bad",
      BASE,
      {"priority=1", "kind=cron"},
-     "--set: kind: expected train or service, got 'cron'"},
+     "--set: kind: expected train, service or dev, got 'cron'"},
     {"set bad utf-8",
      BASE,
      {"resources.\xff\xfe=1"},
@@ -1266,6 +1302,7 @@ int main(void)
         cmocka_unit_test(test_command_length),
         cmocka_unit_test(test_error_utf8),
         cmocka_unit_test(test_odd_calls),
+        cmocka_unit_test(test_dev),
     };
     size_t nfixed = sizeof(fixed) / sizeof(fixed[0]);
     size_t nbad = sizeof(bad_cases) / sizeof(bad_cases[0]);
