@@ -23,6 +23,8 @@
 #include "announce.h"
 #include "attempt.h"
 #include "cache.h"
+#include "envcache.h"
+#include "setuprun.h"
 #include "outputs.h"
 #include "client.h"
 #include "gpu.h"
@@ -90,6 +92,9 @@ struct br_agent {
     json_t *keep;                 /* "JOB.ATTEMPT": {"dir", "patterns", "uid", "gid",
                                      "state": wait|busy|done}: outputs to keep */
     json_t *stored;               /* ckpt.stored reports not answered yet */
+    json_t *setups;               /* "JOB.ATTEMPT": where its setup's runner writes why
+                                     it failed (setuprun.h) */
+    char exe[4096];               /* this program, which runs jobs' setups */
     int hello_plain;              /* the coordinator refuses "replica_port" in hellos */
     int hb_nodisk;                /* ... or "disk" in heartbeats */
     int hb_nopulling;             /* ... or "pulling" */
@@ -510,10 +515,13 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
     if (!(a->cache = br_cache_new(s->cache_dir, br_listings_dir(br_replica_listings(a->replica)),
                                   s->data_dir, err)) ||
         !(a->fetching = json_array()) || !(a->keep = json_object()) ||
+        !(a->setups = json_object()) ||
         !(a->pulls = json_object()) || !(a->mounted = json_object()) ||
         !(a->outputs = br_outputs_new(&s->cred, err)) || !(a->streams = br_streams_new(err)))
         goto fail;
     br_cache_sweep_work(a->cache, CACHE_WORK_KEEP_S);
+    ssize_t exe_len = readlink("/proc/self/exe", a->exe, sizeof(a->exe) - 1);
+    a->exe[exe_len > 0 ? exe_len : 0] = '\0';
     a->ctx = zmq_ctx_new();
     br_strlcpy(a->key_pub, s->cred.public_key, sizeof(a->key_pub));
     br_strlcpy(a->key_sec, s->cred.secret_key, sizeof(a->key_sec));
@@ -555,6 +563,7 @@ void br_agent_destroy(br_agent_t **ap)
     json_decref(a->mounted);
     br_outputs_destroy(&a->outputs);
     json_decref(a->keep);
+    json_decref(a->setups);
     free(a->items);
     free(a->owner);
     json_decref(a->inventory);
@@ -1001,15 +1010,40 @@ static int ckpt_settled(br_agent_t *a, br_attempt_t *t, int64_t now)
     return br_ckpt_settle(ck, now, code == 0 && sig < 0, on_checkpoint, &ctx);
 }
 
+/* "JOB.ATTEMPT" into key. */
+static void attempt_key(int64_t job, int attempt, char *key, size_t len)
+{
+    snprintf(key, len, "%lld.%d", (long long)job, attempt);
+}
+
+/* Why the attempt's setup failed, when it did (the runner's note, setuprun.h): into
+ * why, 1; else 0. */
+static int setup_failed(br_agent_t *a, br_attempt_t *t, int code, char *why, size_t len)
+{
+    char key[48];
+    attempt_key(br_attempt_job(t), br_attempt_number(t), key, sizeof(key));
+    const char *path = json_string_value(json_object_get(a->setups, key));
+    size_t n;
+    br_err_t err;
+    char *note = path && code == BR_SETUP_FAILED ? br_read_file(path, 4096, &n, &err) : NULL;
+    if (note)
+        snprintf(why, len, "setup failed: %s", note);
+    free(note);
+    return note != NULL;
+}
+
 static void report_exit(br_agent_t *a, br_attempt_t *t)
 {
     int code, sig;
     br_attempt_status(t, &code, &sig);
+    char why[900];
     json_t *body = json_pack("{s:I, s:i, s:o, s:o, s:s}", "job",
                              (json_int_t)br_attempt_job(t), "attempt", br_attempt_number(t),
                              "exit_code", code >= 0 ? json_integer(code) : json_null(),
                              "signal", sig >= 0 ? json_integer(sig) : json_null(), "reason",
-                             br_attempt_reason(t));
+                             setup_failed(a, t, code, why, sizeof(why))
+                                 ? why
+                                 : br_attempt_reason(t));
     /* bytes of its output dropped because they could not be sent, when there were */
     if (!a->exit_plain && br_attempt_log_dropped(t) > 0)
         json_object_set_new(body, "log_dropped", json_integer(br_attempt_log_dropped(t)));
@@ -1145,18 +1179,16 @@ static br_attempt_t *find_attempt(br_agent_t *a, int64_t job, int attempt)
     return NULL;
 }
 
-/* "JOB.ATTEMPT" into key. */
-static void attempt_key(int64_t job, int attempt, char *key, size_t len)
-{
-    snprintf(key, len, "%lld.%d", (long long)job, attempt);
-}
-
 static void remove_attempt(br_agent_t *a, int i)
 {
     br_streams_job_ended(a->streams, br_attempt_job(a->att[i]), br_attempt_number(a->att[i]));
     char key[48];
     attempt_key(br_attempt_job(a->att[i]), br_attempt_number(a->att[i]), key, sizeof(key));
     json_object_del(a->mounted, key); /* its data sets may leave the cache now */
+    const char *failed = json_string_value(json_object_get(a->setups, key));
+    if (failed)
+        unlink(failed);
+    json_object_del(a->setups, key);
     br_runstate_forget(a->runstate, br_attempt_job(a->att[i]), br_attempt_number(a->att[i]));
     br_attempt_destroy(&a->att[i]);
     a->att[i] = a->att[--a->natt];
@@ -1563,7 +1595,9 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
     json_t *code = NULL; /* {"grant", "manifest"}: the job's code, from the coordinator */
     json_t *data = NULL; /* {"grant", "sets": [{"name", "set", "path", "manifest"}]} */
     json_t *outputs = NULL; /* [pattern...]: kept from the working dir at the end */
+    json_t *setup = NULL;   /* {"command", "files"}: run first, its result cached */
     char code_dir[4200] = "";
+    br_envcache_env_t envc;
     json_int_t owner_id = 0; /* whose job (PROTOCOL.md section 6) */
     const char *unix_user = NULL; /* the local account the admin mapped the owner to */
     br_err_t err = {0};
@@ -1571,12 +1605,15 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
     const char *node_address = NULL;
     if (br_msg_unpack(m, &err,
                       "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?I, s?s, s?o, s?o, s?o, s?o, s?s,"
-                      " s?o, s?o, s?o}",
+                      " s?o, s?o, s?o, s?o}",
                       "job", &job, "attempt", &attempt, "name", &name, "rank", &rank,
                       "command", &command, "workdir", &workdir, "env", &env, "owner_id",
                       &owner_id, "unix_user", &unix_user, "checkpoint", &ckpt, "tasks",
                       &tasks, "service", &service, "progress", &progress, "node_address",
-                      &node_address, "code", &code, "outputs", &outputs, "data", &data) < 0 ||
+                      &node_address, "code", &code, "outputs", &outputs, "data", &data,
+                      "setup", &setup) < 0 ||
+        (setup && (!json_is_string(json_object_get(setup, "command")) ||
+                   !json_is_array(json_object_get(setup, "files")))) ||
         (data && data_check(data, &err) < 0) ||
         (outputs && !json_is_array(outputs)) ||
         !json_is_object(env) || (tasks && !json_is_array(tasks)) ||
@@ -1586,8 +1623,9 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
         if (answer)
             reply(a, m, EPROTO, err.text[0] ? err.text : "job.run: env and service must be "
                                                          "objects, tasks an array, progress "
-                                                         "{\"timeout\": ms} and code "
-                                                         "{\"grant\", \"manifest\"}");
+                                                         "{\"timeout\": ms}, code "
+                                                         "{\"grant\", \"manifest\"} and "
+                                                         "setup {\"command\", \"files\"}");
         return;
     }
     json_t *want_port = json_object_get(service, "port");
@@ -1636,7 +1674,28 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
             if (trees_here(a, m, job, attempt, code, data, &err) == 1)
                 return;
         }
+    } else if (setup && br_envcache_prepare(br_cache_dir(a->cache), setup,
+                                            code_dir[0] ? code_dir : NULL, who.uid, who.gid,
+                                            &envc, &err) < 0) {
+        /* a setup file that is not in its code (err names it), a full disk */
     } else {
+        char *with_setup = NULL; /* the command, its setup's runner first */
+        if (setup) {
+            json_object_set_new(env, "BRAMBLE_ENV_DIR", json_string(envc.dir));
+            char line[3 * sizeof(envc.dir)], failed[sizeof(envc.user_dir) + 64];
+            snprintf(failed, sizeof(failed), "%s/.failed-%lld.%d", envc.user_dir,
+                     (long long)job, attempt);
+            if (!envc.ready &&
+                br_setuprun_line(a->exe, envc.dir, failed, line, sizeof(line)) == 0 &&
+                (with_setup = malloc(strlen(line) + strlen(command) + 1))) {
+                strcpy(with_setup, line);
+                strcat(with_setup, command);
+                command = with_setup;
+                char skey[48];
+                attempt_key(job, attempt, skey, sizeof(skey));
+                json_object_set_new(a->setups, skey, json_string(failed));
+            }
+        }
         if (code_dir[0]) /* the attempt's own copy of the code, its working dir */
             json_object_set_new(env, "BRAMBLE_CODE_DIR", json_string(code_dir));
         json_object_set_new(env, "BRAMBLE_AGENT_SOCK",
@@ -1697,8 +1756,11 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
             json_object_set_new(a->mounted, key, hashes);
         }
         br_attempt_t *t = br_attempt_start(&o, &err);
-        if (!t)
+        free(with_setup);
+        if (!t) {
             json_object_del(a->mounted, key);
+            json_object_del(a->setups, key);
+        }
         br_err_t cerr;
         if (t && br_attempt_ckpt(t) &&
             br_ckpt_set_user(br_attempt_ckpt(t), who.uid, who.gid, &cerr) < 0)

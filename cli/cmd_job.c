@@ -373,6 +373,15 @@ static int send_code(cli_t *cli, const submit_opts_t *o, const json_t *norm, con
         br_pack_destroy(&p);
         return cli_fail(cli, "code: %s", err.text);
     }
+    json_array_foreach(json_object_get(norm, "setup_files"), i, f) { /* (setup's key) */
+        if (!br_pack_source(p, json_string_value(f))) {
+            br_pack_destroy(&p);
+            return cli_fail(cli, "setup_files[%zu]: %s is not a file of the code sent "
+                                 "(missing, a directory, or left out by .gitignore or "
+                                 ".brambleignore)",
+                            i, json_string_value(f));
+        }
+    }
     if (!dir)
         br_strlcpy(path, "(files)", sizeof(path));
     if (!o->json)

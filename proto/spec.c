@@ -23,7 +23,8 @@
 static const char *const top_keys[] = {
     "name",    "kind",     "command",    "workdir", "env",   "resources", "model", "checkpoint",
     "restart", "priority", "time_limit", "service", "after", "progress", "array",
-    "preemptible", "preempt", "code", "files", "outputs", "data", "idle_stop", NULL};
+    "preemptible", "preempt", "code", "files", "outputs", "data", "idle_stop", "setup",
+    "setup_files", NULL};
 static const char *const files_keys[] = {"from", "to", NULL};
 static const char *const after_keys[] = {"job", "on", NULL};
 static const char *const after_names[] = {"ok", "failed", "ended", "started", NULL};
@@ -521,6 +522,61 @@ static int check_command(const sect_t *top, br_spec_t *spec)
                             "command: %zu bytes, longer than the kernel's limit for one "
                             "argument (%d bytes); put it in a script",
                             strlen(spec->command), BR_SPEC_MAX_COMMAND);
+    return 0;
+}
+
+/* setup: COMMAND (run before command once per node and cached, docs/files.md) and
+ * setup_files: [PATH...] (files of the code dir whose contents make part of the
+ * cache's key). Checked after command, code and files. */
+static int check_setup(const sect_t *top, br_spec_t *spec)
+{
+    char b[SPEC_SHOW_LEN];
+    int rc = get_str(top, "setup", &spec->setup);
+    if (rc < 0)
+        return -1;
+    if (rc > 0 && strspn(spec->setup, " \t\r\n") == strlen(spec->setup))
+        return spec_fail_at(top->err, value_line(top, "setup"), "setup: must not be empty "
+                                                                "(leave it out for none)");
+    if (rc > 0 && strlen(spec->setup) > BR_SPEC_MAX_SETUP)
+        return spec_fail_at(top->err, value_line(top, "setup"),
+                            "setup: %zu bytes, more than %d; put it in a script of the code "
+                            "dir",
+                            strlen(spec->setup), BR_SPEC_MAX_SETUP);
+    if (rc > 0 && strlen(spec->command) > BR_SPEC_MAX_COMMAND - BR_SPEC_SETUP_ROOM)
+        return spec_fail_at(top->err, value_line(top, "command"),
+                            "command: %zu bytes; with a setup, at most %d; put it in a "
+                            "script",
+                            strlen(spec->command), BR_SPEC_MAX_COMMAND - BR_SPEC_SETUP_ROOM);
+    const node_t *n = get(top, "setup_files");
+    if (!n)
+        return 0;
+    if (!spec->setup)
+        return spec_fail_at(top->err, n->line, "setup_files: only with setup");
+    if (!spec->code && !spec->files)
+        return spec_fail_at(top->err, n->line,
+                            "setup_files: name files of the code dir, and there is none "
+                            "(give code: or files:)");
+    if (n->type != N_SEQ)
+        return spec_fail_at(top->err, n->line,
+                            "setup_files: expected a list like [requirements.txt], got %s",
+                            spec_type_name(n));
+    if (n->n > BR_SPEC_MAX_SETUP_FILES)
+        return spec_fail_at(top->err, n->line, "setup_files: at most %d files, got %zu",
+                            BR_SPEC_MAX_SETUP_FILES, n->n);
+    if (!(spec->setup_files = json_array()))
+        return spec_oom(top->err);
+    for (size_t i = 0; i < n->n; i++) {
+        const node_t *e = n->kids[i];
+        if (e->type != N_SCALAR || !e->text[0] || strlen(e->text) > BR_SPEC_MAX_PATH ||
+            !br_manifest_path_ok(e->text))
+            return spec_fail_at(top->err, e->line,
+                                "setup_files[%zu]: expected a path inside the code dir "
+                                "(relative, without '..', '.' or empty parts), got %s",
+                                i, e->type == N_SCALAR ? spec_show(e->text, b)
+                                                       : spec_type_name(e));
+        if (json_array_append_new(spec->setup_files, json_string(e->text)) < 0)
+            return spec_oom(top->err);
+    }
     return 0;
 }
 
@@ -1225,7 +1281,8 @@ static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
     spec->kind = kind == 1 ? BR_JOB_SERVICE : kind == 2 ? BR_JOB_DEV : BR_JOB_TRAIN;
     if (check_command(&top, spec) < 0 || check_workdir(&top, spec) < 0 ||
         check_code(&top, spec) < 0 || check_files(&top, spec) < 0 ||
-        check_outputs(&top, spec) < 0 || check_data(&top, spec) < 0 || get_strmap(&top, "env", 1, &spec->env) < 0 || check_resources(&top, spec) < 0 ||
+        check_outputs(&top, spec) < 0 || check_setup(&top, spec) < 0 ||
+        check_data(&top, spec) < 0 || get_strmap(&top, "env", 1, &spec->env) < 0 || check_resources(&top, spec) < 0 ||
         check_model(&top, spec) < 0 || check_checkpoint(&top, spec) < 0 ||
         check_restart(&top, spec) < 0 || check_progress(&top, spec) < 0 ||
         get_int(&top, "priority", -1000, 1000, &spec->priority) < 0 ||
@@ -1322,6 +1379,8 @@ void br_spec_destroy(br_spec_t **spec)
     free(s->code);
     json_decref(s->files);
     json_decref(s->outputs);
+    free(s->setup);
+    json_decref(s->setup_files);
     json_decref(s->data);
     json_decref(s->env);
     for (int i = 0; i < s->resources.n_arch; i++)
@@ -1509,6 +1568,10 @@ json_t *br_spec_to_json(const br_spec_t *s)
         json_object_set_new(j, "files", json_deep_copy(s->files));
     if (s->outputs)
         json_object_set_new(j, "outputs", json_deep_copy(s->outputs));
+    if (s->setup)
+        json_object_set_new(j, "setup", json_string(s->setup));
+    if (s->setup_files)
+        json_object_set_new(j, "setup_files", json_deep_copy(s->setup_files));
     if (s->data) /* (the coordinator names the versions: api_data.c) */
         json_object_set_new(j, "data", json_deep_copy(s->data));
     json_object_set_new(j, "env", s->env ? json_deep_copy(s->env) : json_object());

@@ -34,6 +34,9 @@ int br_after_on_parse(const char *name);
 #define BR_SPEC_MAX_OUTPUTS 64 /* outputs: patterns */
 #define BR_SPEC_MAX_DATA 16    /* data: data sets */
 #define BR_SPEC_MAX_MOUNT 1024 /* data: a mount path */
+#define BR_SPEC_MAX_SETUP 65535 /* setup: its text */
+#define BR_SPEC_MAX_SETUP_FILES 16 /* setup_files: entries */
+#define BR_SPEC_SETUP_ROOM 4096 /* what the node puts before a command with a setup */
 
 typedef enum { BR_JOB_TRAIN = 0, BR_JOB_SERVICE = 1, BR_JOB_DEV = 2 } br_job_kind_t;
 
@@ -65,6 +68,10 @@ typedef struct {
     char *code;          /* code: DIR (local to the submitter), NULL when not given */
     json_t *files;       /* files: [{"from", "to"}], NULL when not given */
     json_t *outputs;     /* outputs: [pattern...], NULL when not given */
+    char *setup;         /* setup: run before command on each node, cached there by
+                            its text (and setup_files); NULL when not given */
+    json_t *setup_files; /* setup_files: [relative path in the code dir...], NULL when
+                            not given (needs setup and code or files) */
     json_t *data;        /* data: {"[OWNER/]NAME[:TAG]": "/mount/path"}, NULL when not
                             given (br_spec_mount_ok: each path) */
     json_t *env;         /* object of string -> string; never NULL (maybe empty) */

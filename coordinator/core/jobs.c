@@ -574,6 +574,13 @@ static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
     json_t *outputs = json_object_get(spec, "outputs");
     if (json_array_size(outputs)) /* kept from the working dir at the attempt's end */
         json_object_set(body, "outputs", outputs);
+    json_t *setup = json_object_get(spec, "setup");
+    if (json_is_string(setup)) /* run before the command, once per node (cached) */
+        json_object_set_new(body, "setup",
+                            json_pack("{s:O, s:o}", "command", setup, "files",
+                                      json_is_array(json_object_get(spec, "setup_files"))
+                                          ? json_incref(json_object_get(spec, "setup_files"))
+                                          : json_array()));
     br_coord_send_node(c, n, "job.run", body);
     job->ranks[r].sent = 1;
 }

@@ -532,6 +532,57 @@ static void test_destroy_null(void **state)
     assert_string_equal(br_job_kind_name(BR_JOB_DEV), "dev");
 }
 
+/* setup: and setup_files: kept in the JSON; setup_files only with setup and a code
+ * tree, as plain relative paths; an empty setup or one too long refused. */
+static void test_setup(void **state)
+{
+    (void)state;
+    br_spec_t *s = parse_ok("name: t\ncode: .\ncommand: x\nsetup: |\n  make venv\n"
+                            "setup_files: [requirements.txt, conf/a.toml]\n", NULL, 0);
+    assert_string_equal(s->setup, "make venv\n");
+    json_t *j = br_spec_to_json(s);
+    assert_string_equal(json_string_value(json_object_get(j, "setup")), "make venv\n");
+    assert_int_equal(json_array_size(json_object_get(j, "setup_files")), 2);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "setup_files"), 1)),
+                        "conf/a.toml");
+    json_decref(j);
+    br_spec_destroy(&s);
+    s = parse_ok("name: t\ncommand: x\nsetup: pip install x\n", NULL, 0);
+    assert_null(s->setup_files);
+    j = br_spec_to_json(s);
+    assert_null(json_object_get(j, "setup_files"));
+    json_decref(j);
+    br_spec_destroy(&s);
+    s = parse_ok("name: t\ncommand: x\n", NULL, 0);
+    j = br_spec_to_json(s);
+    assert_null(json_object_get(j, "setup"));
+    json_decref(j);
+    br_spec_destroy(&s);
+    parse_fail("name: t\ncommand: x\nsetup: '  '\n", "line 3: setup: must not be empty");
+    parse_fail("name: t\ncode: .\ncommand: x\nsetup_files: [a]\n",
+               "setup_files: only with setup");
+    parse_fail("name: t\ncommand: x\nsetup: s\nsetup_files: [a]\n",
+               "setup_files: name files of the code dir, and there is none");
+    parse_fail("name: t\ncode: .\ncommand: x\nsetup: s\nsetup_files: [../etc/passwd]\n",
+               "setup_files[0]: expected a path inside the code dir");
+    parse_fail("name: t\ncode: .\ncommand: x\nsetup: s\nsetup_files: [/etc/passwd]\n",
+               "setup_files[0]: expected a path inside the code dir");
+    parse_fail("name: t\ncode: .\ncommand: x\nsetup: s\nsetup_files: req.txt\n",
+               "setup_files: expected a list");
+    size_t n = BR_SPEC_MAX_SETUP + 1;
+    const char *head = "name: t\ncommand: x\nsetup: ";
+    size_t h = strlen(head);
+    char *big = malloc(h + n + 2);
+    memcpy(big, head, h);
+    memset(big + h, 'a', n);
+    strcpy(big + h + n, "\n");
+    br_err_t err;
+    br_spec_t *bad = br_spec_parse(big, strlen(big), NULL, 0, &err);
+    assert_null(bad);
+    assert_non_null(strstr(err.text, "setup: 65536 bytes, more than 65535"));
+    free(big);
+}
+
 /* kind: dev: idle_stop 2 h unless given, kept in the JSON; what belongs to other
  * kinds, or an idle_stop too short, refused naming the field. */
 static void test_dev(void **state)
@@ -1303,6 +1354,7 @@ int main(void)
         cmocka_unit_test(test_error_utf8),
         cmocka_unit_test(test_odd_calls),
         cmocka_unit_test(test_dev),
+        cmocka_unit_test(test_setup),
     };
     size_t nfixed = sizeof(fixed) / sizeof(fixed[0]);
     size_t nbad = sizeof(bad_cases) / sizeof(bad_cases[0]);

@@ -1,0 +1,216 @@
+/* test_setuprun.c - a job's setup step (agent/setuprun.c) and where its environment
+ * is kept (agent/envcache.c), in a temporary directory, with real /bin/sh.
+ *
+ * The runner's line quotes what it names for sh; a setup that succeeds leaves its
+ * directory whole (.bramble-ready) and its output marked "[setup] "; a second run
+ * finds it built and runs nothing; one that fails leaves nothing of it and its
+ * last lines in the note the agent reads; a wrong call says how it is meant.
+ * The environment's key follows the setup's text and setup_files' contents, a
+ * setup file missing from the code dir or reached through a symlink is refused,
+ * and a built one is found again. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "envcache.h"
+#include "setuprun.h"
+#include "util.h"
+
+static char tmp[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmp, sizeof(tmp), "/tmp/test_setuprun.XXXXXX");
+    return mkdtemp(tmp) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    br_rm_tree(AT_FDCWD, tmp);
+    return 0;
+}
+
+static void put(const char *path, const char *text)
+{
+    br_err_t err;
+    assert_int_equal(br_write_file(path, text, strlen(text), 0644, &err), 0);
+}
+
+static char *get(const char *path)
+{
+    size_t len;
+    br_err_t err;
+    return br_read_file(path, 1 << 20, &len, &err);
+}
+
+/* Run the runner in a child, its stdout and stderr into out (one file): its exit
+ * status. */
+static int run(const char *dir, const char *failed, const char *out)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        char *argv[] = {(char *)dir, (char *)failed, NULL};
+        _exit(br_setuprun_main(2, argv));
+    }
+    int status;
+    assert_true(waitpid(pid, &status, 0) == pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+static void test_line_quotes(void **state)
+{
+    (void)state;
+    char line[512];
+    assert_int_equal(br_setuprun_line("/usr/bin/bramble-agent", "/c/envs/0/ab", "/c/f", line,
+                                      sizeof(line)),
+                     0);
+    assert_string_equal(line, "'/usr/bin/bramble-agent' --setup-run '/c/envs/0/ab' '/c/f' "
+                              "|| exit $?\n");
+    assert_int_equal(br_setuprun_line("/a'b", "/d", "/f", line, sizeof(line)), 0);
+    assert_string_equal(line, "'/a'\\''b' --setup-run '/d' '/f' || exit $?\n");
+    assert_int_equal(br_setuprun_line("/usr/bin/bramble-agent", "/d", "/f", line, 20), -1);
+}
+
+static void test_builds_once(void **state)
+{
+    (void)state;
+    char dir[128], path[256], failed[128], out[128];
+    snprintf(dir, sizeof(dir), "%s/env", tmp);
+    snprintf(failed, sizeof(failed), "%s/failed", tmp);
+    snprintf(out, sizeof(out), "%s/out", tmp);
+    snprintf(path, sizeof(path), "%s.setup", dir);
+    put(path, "echo one; echo two >&2; echo built > \"$BRAMBLE_ENV_DIR/made\"; "
+              "echo x >> \"$BRAMBLE_ENV_DIR/../runs\"");
+    assert_int_equal(run(dir, failed, out), 0);
+    char *said = get(out);
+    assert_non_null(strstr(said, "[setup] one\n"));
+    assert_non_null(strstr(said, "[setup] two\n"));
+    assert_non_null(strstr(said, "[setup] done in "));
+    free(said);
+    snprintf(path, sizeof(path), "%s/%s", dir, BR_SETUP_READY);
+    assert_int_equal(access(path, F_OK), 0);
+    snprintf(path, sizeof(path), "%s/made", dir);
+    char *made = get(path);
+    assert_string_equal(made, "built\n");
+    free(made);
+    /* again: found built, nothing run */
+    assert_int_equal(run(dir, failed, out), 0);
+    said = get(out);
+    assert_non_null(strstr(said, "done by another job meanwhile"));
+    free(said);
+    snprintf(path, sizeof(path), "%s/runs", tmp);
+    char *runs = get(path);
+    assert_string_equal(runs, "x\n");
+    free(runs);
+    assert_int_equal(access(failed, F_OK), -1);
+}
+
+static void test_failure_leaves_nothing(void **state)
+{
+    (void)state;
+    char dir[128], path[256], failed[128], out[128];
+    snprintf(dir, sizeof(dir), "%s/env", tmp);
+    snprintf(failed, sizeof(failed), "%s/failed", tmp);
+    snprintf(out, sizeof(out), "%s/out", tmp);
+    snprintf(path, sizeof(path), "%s.setup", dir);
+    put(path, "echo half > \"$BRAMBLE_ENV_DIR/half\"; i=0; while [ $i -lt 100 ]; do "
+              "echo line-$i; i=$((i+1)); done; echo 'no such package' >&2; exit 7");
+    assert_int_equal(run(dir, failed, out), BR_SETUP_FAILED);
+    assert_int_equal(access(dir, F_OK), -1); /* nothing of it is kept */
+    char *note = get(failed);
+    assert_non_null(note);
+    assert_non_null(strstr(note, "exit code 7 after "));
+    if (!strstr(note, "line-99 / no such package"))
+        fail_msg("note: %s", note);
+    assert_true(strstr(note, ": line-") != NULL); /* from a whole line */
+    assert_null(strstr(note, "line-0 /")); /* only the end */
+    assert_true(strlen(note) < BR_SETUP_TAIL + 100);
+    free(note);
+    char *said = get(out);
+    assert_non_null(strstr(said, "[setup] failed (exit code 7); nothing of it is kept"));
+    free(said);
+    /* a wrong call */
+    char *none[] = {NULL};
+    assert_int_equal(br_setuprun_main(0, none), 2);
+}
+
+static void test_env_key_and_files(void **state)
+{
+    (void)state;
+    char cache[128], code[128], path[256];
+    snprintf(cache, sizeof(cache), "%s/cache", tmp);
+    snprintf(code, sizeof(code), "%s/code", tmp);
+    assert_int_equal(mkdir(cache, 0755), 0);
+    assert_int_equal(mkdir(code, 0755), 0);
+    snprintf(path, sizeof(path), "%s/req.txt", code);
+    put(path, "torch\n");
+    json_t *s = json_pack("{s:s, s:[s]}", "command", "make", "files", "req.txt");
+    br_envcache_env_t a, b, c;
+    br_err_t err;
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    assert_int_equal(br_envcache_prepare(cache, s, code, uid, gid, &a, &err), 0);
+    assert_int_equal(a.ready, 0);
+    snprintf(path, sizeof(path), "%s.setup", a.dir);
+    char *text = get(path);
+    assert_string_equal(text, "make");
+    free(text);
+    /* the same again: the same place */
+    assert_int_equal(br_envcache_prepare(cache, s, code, uid, gid, &b, &err), 0);
+    assert_string_equal(a.dir, b.dir);
+    /* the file changed: another */
+    snprintf(path, sizeof(path), "%s/req.txt", code);
+    put(path, "torch==2.1\n");
+    assert_int_equal(br_envcache_prepare(cache, s, code, uid, gid, &c, &err), 0);
+    assert_string_not_equal(a.dir, c.dir);
+    /* built: found */
+    assert_int_equal(mkdir(c.dir, 0755), 0);
+    snprintf(path, sizeof(path), "%s/%s", c.dir, BR_SETUP_READY);
+    put(path, "built\n");
+    assert_int_equal(br_envcache_prepare(cache, s, code, uid, gid, &b, &err), 0);
+    assert_int_equal(b.ready, 1);
+    assert_string_equal(b.dir, c.dir);
+    /* the setup's text counts; another uid's is its own */
+    json_object_set_new(s, "command", json_string("make all"));
+    assert_int_equal(br_envcache_prepare(cache, s, code, uid, gid, &b, &err), 0);
+    assert_string_not_equal(b.dir, c.dir);
+    /* a file that is not there, or a symlink out of the code dir */
+    json_t *bad = json_pack("{s:s, s:[s]}", "command", "make", "files", "nope.txt");
+    assert_int_equal(br_envcache_prepare(cache, bad, code, uid, gid, &b, &err), -1);
+    assert_non_null(strstr(err.text, "setup_files: nope.txt is not a file of the job's code"));
+    snprintf(path, sizeof(path), "%s/link.txt", code);
+    assert_int_equal(symlink("/etc/hostname", path), 0);
+    json_array_set_new(json_object_get(bad, "files"), 0, json_string("link.txt"));
+    assert_int_equal(br_envcache_prepare(cache, bad, code, uid, gid, &b, &err), -1);
+    assert_non_null(strstr(err.text, "link.txt is not a file"));
+    assert_int_equal(br_envcache_prepare(cache, bad, NULL, uid, gid, &b, &err), -1);
+    assert_non_null(strstr(err.text, "the job has no code dir"));
+    json_decref(bad);
+    json_decref(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_line_quotes),
+        cmocka_unit_test_setup_teardown(test_builds_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failure_leaves_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_env_key_and_files, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
