@@ -6,13 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sodium.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "sock.h"
 #include "util.h"
 #include "worker.h"
+#include "zap.h"
 
 #define RECV_MAX 256 /* frames taken per turn of the loop before expiring */
+#define RELAY_NICE 10 /* bulk bytes yield to the loop's heartbeats when the CPU is short */
+#define NODE_KEYS_MAX 65536 /* node keys remembered as admitted */
 
 enum { CLI, NODE };
 
@@ -32,6 +38,11 @@ typedef struct {
 
 struct br_relay {
     br_worker_t w; /* its mutex guards the table */
+    void *ctx;     /* its own, whose I/O thread (CURVE's work) runs at RELAY_NICE */
+    br_zap_t *zap; /* its context's handshakes: which keys may connect */
+    char (*nodes)[41]; /* node keys a stream was granted to: admitted from then on (an
+                        * agent keeps its connection, and makes it again) */
+    size_t nnodes, capnodes;
     void *sock;
     int port;
     int per_user, total;
@@ -272,21 +283,59 @@ static void expire(br_relay_t *r, int64_t now, int ping)
     pthread_mutex_unlock(&r->w.mu);
 }
 
+/* A handshake's key: admitted when a stream open now was granted to it (the CLI's
+ * end, the node's) or a stream ever was to it as a node's; under w.mu. Any other key
+ * is refused at the handshake, as the coordinator's own port refuses a stranger. */
+static int zap_check(void *arg, const char *key)
+{
+    br_relay_t *r = arg;
+    int ok = 0;
+    pthread_mutex_lock(&r->w.mu);
+    for (size_t i = 0; !ok && i < r->n; i++)
+        ok = strcmp(r->s[i].g.cli_key, key) == 0 || strcmp(r->s[i].g.node_key, key) == 0;
+    for (size_t i = 0; !ok && i < r->nnodes; i++)
+        ok = strcmp(r->nodes[i], key) == 0;
+    pthread_mutex_unlock(&r->w.mu);
+    return ok ? 0 : -1;
+}
+
+/* Remember a node's key (under w.mu). */
+static void remember_node(br_relay_t *r, const char *key)
+{
+    for (size_t i = 0; i < r->nnodes; i++)
+        if (strcmp(r->nodes[i], key) == 0)
+            return;
+    if (r->nnodes == r->capnodes) {
+        size_t cap = r->capnodes ? 2 * r->capnodes : 16;
+        char(*v)[41] = cap <= NODE_KEYS_MAX ? realloc(r->nodes, cap * sizeof(*v)) : NULL;
+        if (!v)
+            return; /* (then admitted while it has a stream granted) */
+        r->nodes = v;
+        r->capnodes = cap;
+    }
+    br_strlcpy(r->nodes[r->nnodes++], key, sizeof(r->nodes[0]));
+}
+
 static void *run(void *arg)
 {
     br_relay_t *r = arg;
     int64_t expired = 0, pinged = 0;
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), RELAY_NICE);
     for (;;) {
         pthread_mutex_lock(&r->w.mu);
         int stop = r->w.stop;
         pthread_mutex_unlock(&r->w.mu);
         if (stop)
             break;
-        zmq_pollitem_t it[2] = {{r->sock, 0, ZMQ_POLLIN, 0}, {NULL, r->w.efd, ZMQ_POLLIN, 0}};
-        if (zmq_poll(it, 2, 250) < 0 && errno != EINTR)
+        zmq_pollitem_t it[3] = {{r->sock, 0, ZMQ_POLLIN, 0},
+                                {NULL, r->w.efd, ZMQ_POLLIN, 0},
+                                {br_zap_socket(r->zap), 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(it, 3, 250) < 0 && errno != EINTR)
             break;
         if (it[1].revents)
             br_worker_clear(&r->w);
+        if (it[2].revents)
+            br_zap_handle(r->zap);
         for (int i = 0; i < RECV_MAX && recv_one(r) == 0; i++)
             ;
         int64_t now = br_mono_ms();
@@ -331,8 +380,29 @@ static void *bind_next_to(void *ctx, const char *listen, const char *secret_key,
     return s;
 }
 
-br_relay_t *br_relay_new(void *ctx, const char *listen, const char *secret_key,
-                         int per_user, int total, br_err_t *err)
+/* The relay's context and socket, made by a thread of their own at RELAY_NICE: the
+ * context's I/O thread, which encrypts and decrypts every frame, starts with the
+ * socket and inherits the niceness, so that a forward's bytes yield the CPU to the
+ * coordinator's loop (its heartbeats) on a busy machine. */
+typedef struct {
+    br_relay_t *r;
+    const char *listen, *secret_key;
+    br_err_t *err;
+} opener_t;
+
+static void *open_nice(void *arg)
+{
+    opener_t *o = arg;
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), RELAY_NICE);
+    if (!(o->r->ctx = zmq_ctx_new()))
+        br_errf(o->err, errno, "the relay's context: %s", zmq_strerror(errno));
+    else if ((o->r->zap = br_zap_new(o->r->ctx, zap_check, o->r, o->err)))
+        o->r->sock = bind_next_to(o->r->ctx, o->listen, o->secret_key, &o->r->port, o->err);
+    return NULL;
+}
+
+br_relay_t *br_relay_new(const char *listen, const char *secret_key, int per_user, int total,
+                         br_err_t *err)
 {
     br_relay_t *r = calloc(1, sizeof(*r));
     if (!r)
@@ -346,8 +416,15 @@ br_relay_t *br_relay_new(void *ctx, const char *listen, const char *secret_key,
         free(r);
         return NULL;
     }
-    if (!(r->sock = bind_next_to(ctx, listen, secret_key, &r->port, err)) ||
-        br_worker_start(&r->w, run, r, err) < 0) {
+    opener_t o = {r, listen, secret_key, err};
+    pthread_t t;
+    if (pthread_create(&t, NULL, open_nice, &o) != 0) {
+        br_errf(err, EAGAIN, "the relay: no thread");
+        br_relay_destroy(&r);
+        return NULL;
+    }
+    pthread_join(t, NULL); /* (the socket is handed over: join orders it) */
+    if (!r->sock || br_worker_start(&r->w, run, r, err) < 0) {
         br_relay_destroy(&r);
         return NULL;
     }
@@ -361,6 +438,10 @@ void br_relay_destroy(br_relay_t **rp)
         return;
     br_worker_stop(&r->w);
     br_sock_close(&r->sock);
+    br_zap_destroy(&r->zap);
+    if (r->ctx)
+        zmq_ctx_term(r->ctx);
+    free(r->nodes);
     br_worker_fini(&r->w);
     free(r->s);
     free(r);
@@ -414,6 +495,8 @@ int br_relay_open(br_relay_t *r, br_relay_grant_t *g, br_err_t *err)
         rstream_t *s = &r->s[r->n++];
         memset(s, 0, sizeof(*s));
         s->g = *g;
+        if (g->node_key[0])
+            remember_node(r, g->node_key);
         s->opened = br_mono_ms();
         br_credit_init(&s->e[CLI].out);
         br_credit_init(&s->e[NODE].out);
