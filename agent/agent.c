@@ -94,12 +94,18 @@ struct br_agent {
     json_t *stored;               /* ckpt.stored reports not answered yet */
     json_t *setups;               /* "JOB.ATTEMPT": where its setup's runner writes why
                                      it failed (setuprun.h) */
+    json_t *envs_used;            /* "JOB.ATTEMPT": the environment it runs with */
+    json_t *envs_unwanted;        /* environment key: removed once no attempt uses it */
     char exe[4096];               /* this program, which runs jobs' setups */
     int hello_plain;              /* the coordinator refuses "replica_port" in hellos */
     int hb_nodisk;                /* ... or "disk" in heartbeats */
     int hb_nopulling;             /* ... or "pulling" */
     int hb_notrees;               /* ... or "trees" */
     int trees_told;               /* the coordinator knows what the cache holds now */
+    json_t *envs_told;            /* the environments the coordinator was last told of */
+    int64_t envs_looked;          /* monotonic ms they were last looked at */
+    int envs_dirty;               /* an attempt with one ended, or one was removed */
+    int hb_noenvs;                /* the coordinator refuses "envs" in heartbeats */
     int ckpt_plain;               /* the coordinator refuses "manifest" in reports */
     int64_t send_failed;          /* sends that found the queue full, in all */
     int64_t send_failed_run;      /* ... since the last one that went through */
@@ -515,7 +521,8 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
     if (!(a->cache = br_cache_new(s->cache_dir, br_listings_dir(br_replica_listings(a->replica)),
                                   s->data_dir, err)) ||
         !(a->fetching = json_array()) || !(a->keep = json_object()) ||
-        !(a->setups = json_object()) ||
+        !(a->setups = json_object()) || !(a->envs_used = json_object()) ||
+        !(a->envs_unwanted = json_object()) ||
         !(a->pulls = json_object()) || !(a->mounted = json_object()) ||
         !(a->outputs = br_outputs_new(&s->cred, err)) || !(a->streams = br_streams_new(err)))
         goto fail;
@@ -564,6 +571,9 @@ void br_agent_destroy(br_agent_t **ap)
     br_outputs_destroy(&a->outputs);
     json_decref(a->keep);
     json_decref(a->setups);
+    json_decref(a->envs_used);
+    json_decref(a->envs_unwanted);
+    json_decref(a->envs_told);
     free(a->items);
     free(a->owner);
     json_decref(a->inventory);
@@ -1010,6 +1020,67 @@ static int ckpt_settled(br_agent_t *a, br_attempt_t *t, int64_t now)
     return br_ckpt_settle(ck, now, code == 0 && sig < 0, on_checkpoint, &ctx);
 }
 
+/* The environments running attempts use: {dir: true}. */
+static json_t *envs_in_use(br_agent_t *a)
+{
+    json_t *in_use = json_object(), *v;
+    const char *k;
+    json_object_foreach(a->envs_used, k, v)
+        json_object_set_new(in_use, json_string_value(v), json_true());
+    return in_use;
+}
+
+/* The environments to tell the coordinator of in this heartbeat, or NULL: looked at
+ * after an attempt that used one ended (or every minute), once those removed on
+ * request whose jobs ended are gone and the cache is within its quota (the ones used
+ * longest ago leave first); told when they changed. */
+static json_t *envs_news(br_agent_t *a, int64_t now)
+{
+    if (!a->envs_dirty && a->envs_told && now - a->envs_looked < 60000)
+        return NULL;
+    a->envs_dirty = 0;
+    a->envs_looked = now;
+    const char *cache = br_cache_dir(a->cache), *key;
+    json_t *in_use = envs_in_use(a), *v, *tmp;
+    json_object_foreach_safe(a->envs_unwanted, tmp, key, v) {
+        br_err_t err = {0};
+        if (br_envcache_remove(cache, key, in_use, &err) == 0 || err.errnum != EBUSY)
+            json_object_del(a->envs_unwanted, key);
+    }
+    if (a->s->cache_quota >= 0)
+        br_envcache_trim(cache, a->s->cache_quota - br_cache_used(a->cache), in_use);
+    json_decref(in_use);
+    json_t *list = br_envcache_list(cache);
+    if (a->envs_told && json_equal(list, a->envs_told)) {
+        json_decref(list);
+        return NULL;
+    }
+    json_decref(a->envs_told);
+    a->envs_told = json_incref(list);
+    return list;
+}
+
+/* env.rm {"key"}: the environment goes now, or once no running attempt uses it. */
+static void on_env_rm(br_agent_t *a, br_msg_t *m)
+{
+    const char *key;
+    br_err_t err = {0};
+    if (br_msg_unpack(m, &err, "{s:s}", "key", &key) < 0) {
+        reply(a, m, EPROTO, err.text);
+        return;
+    }
+    json_t *in_use = envs_in_use(a);
+    int rc = br_envcache_remove(br_cache_dir(a->cache), key, in_use, &err);
+    json_decref(in_use);
+    if (rc < 0 && err.errnum == EBUSY) /* (after its jobs: envs_news) */
+        json_object_set_new(a->envs_unwanted, key, json_true());
+    fprintf(stderr, "bramble-agent: environment %s: %s, as ordered\n", key,
+            rc == 0 ? "removed" : err.errnum == EBUSY ? "removed once its jobs end" : err.text);
+    a->envs_dirty = 1;
+    reply(a, m, rc < 0 && err.errnum != EBUSY ? err.errnum : 0,
+          rc < 0 && err.errnum != EBUSY ? err.text : NULL);
+}
+
 /* "JOB.ATTEMPT" into key. */
 static void attempt_key(int64_t job, int attempt, char *key, size_t len)
 {
@@ -1189,6 +1260,10 @@ static void remove_attempt(br_agent_t *a, int i)
     if (failed)
         unlink(failed);
     json_object_del(a->setups, key);
+    if (json_object_get(a->envs_used, key)) { /* built now, perhaps: told, and trimmed */
+        json_object_del(a->envs_used, key);
+        a->envs_dirty = 1;
+    }
     br_runstate_forget(a->runstate, br_attempt_job(a->att[i]), br_attempt_number(a->att[i]));
     br_attempt_destroy(&a->att[i]);
     a->att[i] = a->att[--a->natt];
@@ -1370,9 +1445,14 @@ static int pull_tree(br_agent_t *a, json_int_t job, int attempt, json_t *mf,
         return 0; /* another order asked for it first: it comes once */
     int64_t limit;
     json_t *keep = trees_in_use(a);
-    int rc = br_cache_room(a->cache, a->s->cache_quota,
-                           json_integer_value(json_object_get(mf, "bytes")), keep, &limit,
-                           err);
+    int64_t quota = a->s->cache_quota; /* (the environments hold part of it) */
+    if (quota >= 0) {
+        quota -= br_envcache_bytes(br_cache_dir(a->cache));
+        if (quota < 0)
+            quota = 0;
+    }
+    int rc = br_cache_room(a->cache, quota, json_integer_value(json_object_get(mf, "bytes")),
+                           keep, &limit, err);
     json_decref(keep);
     char spare[4300]; /* a job's code: its first working dir is made as it comes */
     br_cache_spare_path(a->cache, mhash, spare, sizeof(spare));
@@ -1755,11 +1835,14 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
                                                           "hash"));
             json_object_set_new(a->mounted, key, hashes);
         }
+        if (setup)
+            json_object_set_new(a->envs_used, key, json_string(envc.dir));
         br_attempt_t *t = br_attempt_start(&o, &err);
         free(with_setup);
         if (!t) {
             json_object_del(a->mounted, key);
             json_object_del(a->setups, key);
+            json_object_del(a->envs_used, key);
         }
         br_err_t cerr;
         if (t && br_attempt_ckpt(t) &&
@@ -2031,6 +2114,7 @@ static int drop_heartbeat_field(br_agent_t *a, const br_err_t *err)
         {"disk", NULL, &a->hb_nodisk, "disk figures"},
         {"pulling", NULL, &a->hb_nopulling, "the pulls' progress"},
         {"trees", NULL, &a->hb_notrees, "the cache's trees"},
+        {"envs", NULL, &a->hb_noenvs, "the cache's environments"},
     };
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
         if (*fields[i].dropped || (!strstr(err->text, fields[i].key) &&
@@ -2112,6 +2196,8 @@ static void on_response(br_agent_t *a, br_msg_t *m)
                             json_integer_value(json_object_get(b, "node_timeout")));
         a->hello_acked = 1;
         a->trees_told = 0; /* a coordinator that (re)met us: tell it the cache again */
+        json_decref(a->envs_told);
+        a->envs_told = NULL;
         for (int i = 0; i < a->natt; i++) /* answers to output sent before will not come */
             br_attempt_log_resend(a->att[i]);
         const char *key = json_string_value(json_object_get(b, "probe_key"));
@@ -2469,6 +2555,7 @@ static const struct {
     {"tree.stage", K_REQUEST, on_stage_tree},
     {"ckpt.drop", K_REQUEST, on_drop},
     {"stream.open", K_REQUEST, on_stream_open},
+    {"env.rm", K_REQUEST, on_env_rm},
 };
 
 #define NORDERS (sizeof(orders) / sizeof(orders[0]))
@@ -2683,6 +2770,9 @@ static void timers(br_agent_t *a)
         }
         if (pulling)
             json_object_set_new(hb, "pulling", pulling);
+        json_t *envs = a->hb_noenvs ? NULL : envs_news(a, now);
+        if (envs)
+            json_object_set_new(hb, "envs", envs);
         if (!a->trees_told && !a->hb_notrees) { /* where a job's data sets are already */
             json_t *trees = br_cache_trees(a->cache);
             while (json_array_size(trees) > BR_CACHE_TREES_TOLD)

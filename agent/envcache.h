@@ -32,4 +32,23 @@ typedef struct {
 int br_envcache_prepare(const char *cache, const json_t *setup, const char *code_dir,
                         uid_t uid, gid_t gid, br_envcache_env_t *env, br_err_t *err);
 
+#define BR_ENVCACHE_LISTED 1024 /* environments a heartbeat names at most */
+
+/* The environments built under cache, most recently used first: [{"key", "uid",
+ * "bytes", "seconds" (its setup took), "built", "used" (unix ms)}]. */
+json_t *br_envcache_list(const char *cache);
+
+/* Bytes the environments under cache hold, as their setups counted them. */
+int64_t br_envcache_bytes(const char *cache);
+
+/* Remove the environment key (of any user) unless a setup is building it now
+ * (EBUSY) or in_use (an object whose keys are the directories running attempts
+ * use; NULL: none) names it (EBUSY). 0, or -1 with err (ENOENT: none such). */
+int br_envcache_remove(const char *cache, const char *key, const json_t *in_use,
+                       br_err_t *err);
+
+/* Make room: remove the environments used longest ago, none in in_use, until
+ * their bytes are at most keep. Returns how many were removed. */
+int br_envcache_trim(const char *cache, int64_t keep, const json_t *in_use);
+
 #endif

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -65,6 +66,33 @@ int br_setuprun_line(const char *exe, const char *dir, const char *failed, char 
         return -1;
     n = snprintf(out + at, len - at, " || exit $?\n");
     return n < 0 || (size_t)n >= len - at ? -1 : 0;
+}
+
+/* Bytes on disk under the directory dfd (taken), no symlink followed. */
+static int64_t disk_use(int dfd)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return 0;
+    }
+    int64_t sum = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        struct stat st;
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+            fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        sum += (int64_t)st.st_blocks * 512;
+        if (S_ISDIR(st.st_mode)) {
+            int sub = openat(dirfd(d), de->d_name,
+                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub >= 0)
+                sum += disk_use(sub);
+        }
+    }
+    closedir(d);
+    return sum;
 }
 
 /* The output's end, kept for a failure's reason. */
@@ -277,8 +305,10 @@ int br_setuprun_main(int argc, char **argv)
     free(setup);
     double took = (double)(br_mono_ms() - t0) / 1000.0;
     if (status == 0 && !stopped) {
-        char note[64];
-        int n = snprintf(note, sizeof(note), "built in %.1f s\n", took);
+        char note[160];
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int n = snprintf(note, sizeof(note), "{\"seconds\": %.3f, \"bytes\": %lld, \"built\": %lld}\n",
+                         took, (long long)(fd >= 0 ? disk_use(fd) : 0), (long long)br_now_ms());
         snprintf(path, sizeof(path), "%s/%s", dir, BR_SETUP_READY);
         if (br_write_file(path, note, (size_t)n, 0644, &err) == 0) {
             say(1, "[setup] done in %.1f s\n", took);

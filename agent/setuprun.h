@@ -11,7 +11,8 @@
  *   - finds DIR/.bramble-ready (built meanwhile) and is done; or
  *   - empties DIR, runs `/bin/sh -c SETUP` in it with BRAMBLE_ENV_DIR=DIR, each line
  *     of its stdout and stderr passed on to the job's own, marked "[setup] ";
- *   - on success writes DIR/.bramble-ready and exits 0 (the command runs);
+ *   - on success writes DIR/.bramble-ready ({"seconds", "bytes", "built"}: how long
+ *     it took, what it holds on disk, when) and exits 0 (the command runs);
  *   - on failure removes DIR, writes "exit N: LAST LINES" to FAILED and exits
  *     BR_SETUP_FAILED, which the shell passes on; the agent reads FAILED for the
  *     attempt's reason. SIGTERM or SIGHUP while the setup runs ends it the same way. */

@@ -267,6 +267,39 @@ static void print_gpus(const json_t *gpus)
     cli_print_rows(gpus, 5, head, gpu_row);
 }
 
+/* The environments jobs' setups built on the node (docs/files.md, "Setup"). */
+static void print_envs(const json_t *envs)
+{
+    static const char *head[] = {"  KEY", "UID", "SIZE", "SETUP TOOK", "BUILT", "LAST USED"};
+    if (!json_is_array(envs))
+        return;
+    if (json_array_size(envs) == 0) {
+        cli_field(FIELD_WIDTH, "environments:", "-");
+        return;
+    }
+    printf("environments:\n");
+    cli_table_t *t = cli_table_new(6, head);
+    size_t i;
+    json_t *e;
+    json_array_foreach(envs, i, e) {
+        char key[80], uid[24], size[32], took[32], built[48], used[48];
+        snprintf(key, sizeof(key), "  %s", json_string_value(json_object_get(e, "key")));
+        snprintf(uid, sizeof(uid), "%lld", (long long)json_integer_value(json_object_get(e, "uid")));
+        cli_fmt_size(json_object_get(e, "bytes"), size, sizeof(size));
+        snprintf(took, sizeof(took), "%.1fs", json_number_value(json_object_get(e, "seconds")));
+        json_t *b = json_real((double)json_integer_value(json_object_get(e, "built")) / 1000.0);
+        json_t *u = json_real((double)json_integer_value(json_object_get(e, "used")) / 1000.0);
+        cli_fmt_time(b, built, sizeof(built));
+        cli_fmt_ago(u, used, sizeof(used));
+        json_decref(b);
+        json_decref(u);
+        const char *row[] = {key, uid, size, took, built, used};
+        cli_table_add(t, row);
+    }
+    cli_table_print(t, stdout);
+    cli_table_destroy(&t);
+}
+
 static void print_node(const json_t *node)
 {
     char buf[512];
@@ -292,6 +325,27 @@ static void print_node(const json_t *node)
     cli_field_time(FIELD_WIDTH, node, "joined", "joined:");
     cli_field_time(FIELD_WIDTH, node, "last_seen", "last seen:");
     print_gpus(json_object_get(node, "gpus"));
+    print_envs(json_object_get(node, "envs"));
+}
+
+/* node env rm NAME KEY: the node removes an environment it keeps. */
+static int node_env(cli_t *cli, int argc, char **argv)
+{
+    static const char *names[] = {"rm", "node NAME", "environment KEY"};
+    const char *pos[3];
+    if (cli_args(cli, argc, argv, NULL, 3, names, pos) != 0)
+        return CLI_USAGE;
+    if (strcmp(pos[0], "rm") != 0)
+        return cli_usage(cli, "'%s': the only action is rm ('bramble node env rm NAME KEY'); "
+                              "'bramble node show NAME' lists the environments",
+                         pos[0]);
+    json_t *r = cli_call(cli, "node.env_rm", json_pack("{s:s, s:s}", "name", pos[1], "key", pos[2]));
+    if (!r)
+        return CLI_FAIL;
+    printf("%s: environment %s removed now, or once the jobs that use it end\n", pos[1],
+           pos[2]);
+    json_decref(r);
+    return CLI_OK;
 }
 
 static int node_show(cli_t *cli, int argc, char **argv)
@@ -435,6 +489,12 @@ const cli_cmd_t cli_node_cmds[] = {
     {"node", "show", node_show, "NAME [--json]", "show one node in detail",
      "Options:\n"
      "  --json   print the node object\n"},
+    {"node", "env", node_env, "rm NAME KEY",
+     "remove an environment a node keeps for jobs' setups (admin)",
+     "KEY is one of the environments 'bramble node show NAME' lists. The node\n"
+     "removes it now, or, when a running job uses it, once that job's attempt ends;\n"
+     "the next job with that setup on the node runs it again (docs/files.md,\n"
+     "\"Setup\").\n"},
     {"node", "drain", node_drain, "NAME",
      "stop scheduling new jobs on a node (admin); running jobs go on", ""},
     {"node", "undrain", node_undrain, "NAME",

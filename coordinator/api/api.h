@@ -59,6 +59,7 @@ void br_api_user_rotate_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_user_set(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_usage(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_node_rotate_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_node_env_rm(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_node_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_service_endpoints(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 /* A new principal's public key (user.add, gateway.add): 0 when it is a key and

@@ -242,6 +242,30 @@ static int check_trees(const json_t *trees, br_err_t *err)
     return 0;
 }
 
+/* A heartbeat's "envs": the environments the node's cache keeps (agent/envcache.h). */
+static int check_envs(const json_t *envs, br_err_t *err)
+{
+    size_t i;
+    json_t *e;
+    if (!json_is_array(envs) || json_array_size(envs) > BR_NODE_ENVS_MAX)
+        return br_errf(err, EPROTO, "node.heartbeat: envs must be an array of at most %d "
+                                    "environments", BR_NODE_ENVS_MAX);
+    json_array_foreach(envs, i, e) {
+        const char *key = json_string_value(json_object_get(e, "key"));
+        static const char *const nums[] = {"uid", "bytes", "built", "used"};
+        int bad = !key || !*key || strlen(key) > 64 || strspn(key, "0123456789abcdef") !=
+                                                             strlen(key);
+        for (size_t k = 0; k < 4; k++)
+            bad |= !json_is_integer(json_object_get(e, nums[k])) ||
+                   json_integer_value(json_object_get(e, nums[k])) < 0;
+        if (bad || !json_is_number(json_object_get(e, "seconds")))
+            return br_errf(err, EPROTO, "node.heartbeat: envs[%zu] is not {\"key\" (hex), "
+                                        "\"uid\", \"bytes\", \"seconds\", \"built\", "
+                                        "\"used\"}", i);
+    }
+    return 0;
+}
+
 /* A heartbeat's optional figure key: absent, or a number of 0 or more. */
 static int check_amount(const json_t *v, const char *key, br_err_t *err)
 {
@@ -253,15 +277,15 @@ static int check_amount(const json_t *v, const char *key, br_err_t *err)
 void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_t *tasks, *rtt = NULL, *gpus = NULL, *disk = NULL, *cost = NULL, *watts = NULL,
-           *pulling = NULL, *trees = NULL;
+           *pulling = NULL, *trees = NULL, *envs = NULL;
     double load = -1;
     br_err_t err = {0};
     int64_t began = br_mono_us();
-    if (br_msg_unpack(m, &err, "{s:o, s?F, s?o, s?o, s?o, s?o, s?o, s?o, s?o}", "tasks",
+    if (br_msg_unpack(m, &err, "{s:o, s?F, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o}", "tasks",
                       &tasks, "load", &load, "rtt", &rtt, "gpus", &gpus, "disk", &disk,
                       "cost_per_hour", &cost, "power_watts", &watts, "pulling",
-                      &pulling, "trees", &trees) < 0 ||
-        (trees && check_trees(trees, &err) < 0) ||
+                      &pulling, "trees", &trees, "envs", &envs) < 0 ||
+        (trees && check_trees(trees, &err) < 0) || (envs && check_envs(envs, &err) < 0) ||
         (pulling && br_replicas_check_pulling(pulling, &err) < 0) ||
         check_tasks("node.heartbeat", tasks, &err) < 0 || (rtt && !json_is_object(rtt)) ||
         check_amount(cost, "cost_per_hour", &err) < 0 ||
@@ -294,6 +318,8 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         }
         json_object_set_new(n->info, "trees", held);
     }
+    if (envs) /* what its setups built (node show), in memory */
+        json_object_set(n->info, "envs", envs);
     if (pulling) { /* how far a copy of a checkpoint, or a job's code, is: job show */
         br_replicas_progress(c, n, pulling);
         br_api_code_progress(c, n, pulling);

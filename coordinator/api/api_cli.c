@@ -322,8 +322,11 @@ static json_t *node_public(br_coord_t *c, br_node_t *n, const br_caller_t *who)
 void br_api_node_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_t *list = json_array();
-    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next)
-        json_array_append_new(list, node_public(c, n, who));
+    for (br_node_t *n = br_nodes_first(c->nodes); n; n = n->next) {
+        json_t *o = node_public(c, n, who);
+        json_object_del(o, "envs"); /* (node show's: the list stays small) */
+        json_array_append_new(list, o);
+    }
     br_reply_ok(c, m, json_pack("{s:o}", "nodes", list));
 }
 
@@ -402,6 +405,38 @@ void br_api_node_rotate_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     br_coord_send_node(c, n, "node.rekey", json_object());
     br_reply_ok(c, m, json_pack("{s:s, s:b}", "name", n->name, "ordered", 1));
+}
+
+/* Ask a node's agent to remove one of the environments it keeps (env.rm): now, or
+ * once no running job uses it. Known by its last heartbeat's "envs". */
+void br_api_node_env_rm(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+{
+    const char *name, *key;
+    br_err_t err;
+    (void)who;
+    if (br_msg_unpack(m, &err, "{s:s, s:s}", "name", &name, "key", &key) < 0) {
+        br_reply_fail(c, m, &err);
+        return;
+    }
+    br_node_t *n = br_nodes_find(c->nodes, name);
+    json_t *envs = n ? json_object_get(n->info, "envs") : NULL, *e;
+    size_t i, found = 0;
+    json_array_foreach(envs, i, e)
+        found |= strcmp(json_string_value(json_object_get(e, "key")), key) == 0;
+    if (!n)
+        br_errf(&err, ENOENT, "no node named '%s'", name);
+    else if (!found)
+        br_errf(&err, ENOENT, "node %s keeps no environment '%s' ('bramble node show %s' "
+                              "lists them)",
+                name, key, name);
+    else if (!n->route_len || n->state == BR_NODE_LOST)
+        br_errf(&err, ENOTCONN, "node %s is not connected", name);
+    if (!n || !found || !n->route_len || n->state == BR_NODE_LOST) {
+        br_reply_fail(c, m, &err);
+        return;
+    }
+    br_coord_send_node(c, n, "env.rm", json_pack("{s:s}", "key", key));
+    br_reply_ok(c, m, json_pack("{s:s, s:s, s:b}", "name", n->name, "key", key, "ordered", 1));
 }
 
 void br_api_node_probe(br_coord_t *c, br_msg_t *m, const br_caller_t *who)

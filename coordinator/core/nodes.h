@@ -34,6 +34,7 @@ int br_node_state_parse(const char *name);
 int br_node_state_move_ok(br_node_state_t from, br_node_state_t to);
 
 #define BR_NODE_TREES_MAX 4096 /* trees a heartbeat says the node's cache holds */
+#define BR_NODE_ENVS_MAX 1024  /* environments a heartbeat says the node keeps */
 
 typedef struct br_node {
     char name[64];

@@ -205,3 +205,50 @@ def test_setup_files_refused(make_cluster, tmp_path):
         rc, _, err = c.cli("submit", spec, check=False)
         assert rc != 0 and why in err, (files, err)
     assert len(c.jobs()) == before
+
+
+def envs_shown(c, node):
+    return c.cli_json("node", "show", node).get("envs", [])
+
+
+def test_node_lists_removes_and_trims_environments(make_cluster, tmp_path):
+    """node show lists what the setups built (key, uid, size); node env rm removes one
+    (the next job with that setup runs it again); past --cache-quota the
+    environment used longest ago leaves the cache."""
+    c, laptop, _ = laptop_cluster(make_cluster, tmp_path, n=1,
+                                  extra=("--cache-quota", "3MiB"))
+
+    def spec(name, mib, tag):
+        p = laptop / f"{name}.yaml"
+        p.write_text(f"name: {name}\n"
+                     f"setup: head -c {mib}M /dev/zero > \"$BRAMBLE_ENV_DIR/{tag}\"\n"
+                     "command: ls \"$BRAMBLE_ENV_DIR\"\nresources: {cpus: 0}\n")
+        return p
+
+    run(c, spec("env-one", 1, "a"))
+    shown = wait_for(lambda: envs_shown(c, "node-1") or None, what="node show to list it")
+    assert len(shown) == 1 and shown[0]["uid"] == 0, shown
+    assert 1 << 20 <= shown[0]["bytes"] < 2 << 20, shown
+    key1 = shown[0]["key"]
+    assert env_dirs(c, "node-1") == [key1]
+    text = c.cli("node", "show", "node-1")[1]
+    assert "environments:" in text and key1 in text, text
+
+    # removed on request: gone from the node, and built again by the next job
+    c.cli("node", "env", "rm", "node-1", key1)
+    wait_for(lambda: env_dirs(c, "node-1") == [], what="the environment to be removed")
+    wait_for(lambda: envs_shown(c, "node-1") == [], what="node show to list it no more")
+    _, log = run(c, spec("env-one-again", 1, "a"))
+    assert "[setup] running the setup" in log, log
+    rc, _, err = c.cli("node", "env", "rm", "node-1", "0" * 32, check=False)
+    assert rc != 0 and f"node node-1 keeps no environment '{'0' * 32}'" in err, err
+
+    # the quota: 1 MiB + 2 MiB fit in 3 MiB; one more MiB does not, and the one used
+    # longest ago (env-one's) leaves
+    run(c, spec("env-two", 2, "b"))
+    wait_for(lambda: len(env_dirs(c, "node-1")) == 2, what="two environments kept")
+    run(c, spec("env-three", 1, "c"))
+    wait_for(lambda: key1 not in env_dirs(c, "node-1") and len(env_dirs(c, "node-1")) == 2,
+             what="the environment used longest ago to leave the cache")
+    said = (c.logs_dir / "agent-node-1.log").read_text(errors="replace")
+    assert f"environment {key1} (uid 0, " in said and "to make room" in said, said[-2000:]

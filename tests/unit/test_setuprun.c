@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -204,6 +205,61 @@ static void test_env_key_and_files(void **state)
     json_decref(s);
 }
 
+/* Built environments listed (newest use first), removed on request unless in use,
+ * and trimmed from the one used longest ago. */
+static void test_list_remove_trim(void **state)
+{
+    (void)state;
+    char cache[128], path[256], out[128], failed[128];
+    snprintf(cache, sizeof(cache), "%s/cache", tmp);
+    snprintf(out, sizeof(out), "%s/out", tmp);
+    snprintf(failed, sizeof(failed), "%s/failed", tmp);
+    assert_int_equal(mkdir(cache, 0755), 0);
+    br_envcache_env_t e[2];
+    br_err_t err;
+    for (int i = 0; i < 2; i++) {
+        json_t *s = json_pack("{s:s, s:[]}", "command",
+                              i ? "head -c 200000 /dev/zero > \"$BRAMBLE_ENV_DIR/b\""
+                                : "head -c 100000 /dev/zero > \"$BRAMBLE_ENV_DIR/a\"",
+                              "files");
+        assert_int_equal(br_envcache_prepare(cache, s, NULL, geteuid(), getegid(), &e[i], &err),
+                         0);
+        json_decref(s);
+        assert_int_equal(run(e[i].dir, failed, out), 0);
+        usleep(20000); /* (their last use differs) */
+    }
+    json_t *list = br_envcache_list(cache);
+    assert_int_equal(json_array_size(list), 2);
+    json_t *newest = json_array_get(list, 0), *oldest = json_array_get(list, 1);
+    assert_string_equal(json_string_value(json_object_get(newest, "key")),
+                        strrchr(e[1].dir, '/') + 1);
+    assert_true(json_integer_value(json_object_get(newest, "bytes")) >= 200000);
+    assert_true(json_integer_value(json_object_get(oldest, "bytes")) >= 100000);
+    assert_int_equal(json_integer_value(json_object_get(newest, "uid")), (json_int_t)geteuid());
+    int64_t all = br_envcache_bytes(cache);
+    assert_true(all >= 300000);
+    /* in use: kept */
+    json_t *in_use = json_pack("{s:b}", e[0].dir, 1);
+    const char *key0 = strrchr(e[0].dir, '/') + 1;
+    assert_int_equal(br_envcache_remove(cache, key0, in_use, &err), -1);
+    assert_int_equal(err.errnum, EBUSY);
+    assert_int_equal(br_envcache_trim(cache, 0, in_use), 1); /* the other one went */
+    assert_int_equal(access(e[1].dir, F_OK), -1);
+    assert_int_equal(access(e[0].dir, F_OK), 0);
+    /* not in use any more: trimmed to what the newest holds, the oldest leaves */
+    assert_int_equal(br_envcache_remove(cache, key0, NULL, &err), 0);
+    assert_int_equal(access(e[0].dir, F_OK), -1);
+    snprintf(path, sizeof(path), "%s.setup", e[0].dir);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(br_envcache_remove(cache, key0, NULL, &err), -1);
+    assert_int_equal(err.errnum, ENOENT);
+    json_t *none = br_envcache_list(cache);
+    assert_int_equal(json_array_size(none), 0);
+    json_decref(none);
+    json_decref(in_use);
+    json_decref(list);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -211,6 +267,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_builds_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_leaves_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_env_key_and_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_list_remove_trim, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
