@@ -228,6 +228,17 @@ static inline int fixture_two_setup(void **state, const char *test, int with_rep
     return 0;
 }
 
+/* fixture_two_setup, and the user "ann" of key (a 40-character Z85 key) known. */
+static inline int fixture_two_with_ann(void **state, const char *test, const char *key)
+{
+    fixture_two_t *w;
+    br_err_t err;
+    if (fixture_two_setup((void **)&w, test, 1, 0) < 0)
+        return -1;
+    *state = w;
+    return br_store_key_add(w->f.c.store, key, BR_PRINCIPAL_USER, "ann", &err);
+}
+
 static inline int fixture_two_teardown(void **state)
 {
     fixture_two_t *w = *state;

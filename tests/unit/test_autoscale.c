@@ -226,14 +226,7 @@ static void test_gwload(void **state)
 
 static int setup(void **state)
 {
-    fixture_two_t *w;
-    if (fixture_two_setup((void **)&w, "test_autoscale", 1, 0) < 0)
-        return -1;
-    br_err_t err;
-    if (br_store_key_add(w->f.c.store, KEY_ANN, BR_PRINCIPAL_USER, "ann", &err) < 0)
-        return -1;
-    *state = w;
-    return 0;
+    return fixture_two_with_ann(state, "test_autoscale", KEY_ANN);
 }
 
 static int teardown(void **state)

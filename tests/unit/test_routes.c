@@ -46,14 +46,7 @@
 
 static int setup(void **state)
 {
-    fixture_two_t *w;
-    if (fixture_two_setup((void **)&w, "test_routes", 1, 0) < 0)
-        return -1;
-    br_err_t err;
-    if (br_store_key_add(w->f.c.store, KEY_ANN, BR_PRINCIPAL_USER, "ann", &err) < 0)
-        return -1;
-    *state = w;
-    return 0;
+    return fixture_two_with_ann(state, "test_routes", KEY_ANN);
 }
 
 static int teardown(void **state)
