@@ -9,6 +9,7 @@
 # on PATH and BRAMBLE_CREDENTIAL (swarm.sh's BESIDE has both).
 set -euo pipefail
 MB=${1:-2048}
+SENDER=$(dirname "$(readlink -f "$0")")/tcp_sender.py # (the job reads it from here)
 REPORT=${2:-/dev/null}
 D=$(mktemp -d "${TMPDIR:-/tmp}/bramble-fwd.XXXXXX")
 AGENT=
@@ -19,22 +20,6 @@ cleanup() {
 trap cleanup EXIT
 now() { date +%s.%N; }
 T0=$(now)
-cat >"$D/sender.py" <<'EOF'
-import socket, sys
-port, total = int(sys.argv[1]), int(sys.argv[2]) << 20
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", port)); s.listen(8)
-block = b"\0" * (1 << 20)
-while True:
-    c, _ = s.accept()
-    left = total
-    try:
-        while left:
-            left -= c.send(block[:min(left, len(block))])
-    except OSError:
-        pass
-    c.close()
-EOF
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 ROOT_JOBS=()
 [ "$(id -u)" = 0 ] && ROOT_JOBS=(--allow-root-jobs)
@@ -45,7 +30,7 @@ AGENT=$!
 cat >"$D/job.yaml" <<EOF
 name: fwd-source
 resources: {cpus: 0, nodelist: [fwd-real]}
-command: exec python3 $D/sender.py $PORT $MB
+command: exec python3 $SENDER $PORT $MB
 EOF
 for _ in $(seq 150); do # (one node's state: a listing of the swarm's would load it)
     bramble node show fwd-real 2>/dev/null | grep -q '^state: *ready' && break

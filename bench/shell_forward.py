@@ -25,22 +25,7 @@ BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/bin")
 MB = int(sys.argv[2]) if len(sys.argv) > 2 else 512
 KEYS = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
 
-SENDER = r"""
-import socket, sys
-port, total = int(sys.argv[1]), int(sys.argv[2]) << 20
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", port)); s.listen(8)
-block = b"\0" * (1 << 20)
-while True:
-    c, _ = s.accept()
-    left = total
-    try:
-        while left:
-            left -= c.send(block[:min(left, len(block))])
-    except OSError:
-        pass  # (a client that left: the readiness check)
-    c.close()
-"""
+SENDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tcp_sender.py")
 
 
 def free_port():
@@ -101,10 +86,7 @@ def main():
     fwd = None
     try:
         port = free_port()
-        sender = os.path.join(lc.tmp, "sender.py")
-        with open(sender, "w") as f:
-            f.write(SENDER)
-        job = lc.submit(f"name: sender\ncommand: /usr/bin/python3 {sender} {port} {MB}\n")
+        job = lc.submit(f"name: sender\ncommand: /usr/bin/python3 {SENDER} {port} {MB}\n")
         wait(lambda: listening(port), 60, "the sender job to listen")
         fwd = subprocess.Popen([os.path.join(BIN, "bramble"), "forward", str(job), f"0:{port}"],
                                stdout=subprocess.PIPE, env=lc.env, text=True)
