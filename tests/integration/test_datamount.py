@@ -238,6 +238,9 @@ def test_a_node_reads_a_data_set_from_a_node_that_holds_it(make_cluster, tmp_pat
     first = run("first", "node-1")
     assert first and " from " not in first[0], first  # from the coordinator's store
     wait_for(lambda: probed(c, "node-1", "node-2"), what="node-1 and node-2 to probe")
+    # (node-1's heartbeat after its pull tells the coordinator what it holds)
+    wait_for(lambda: c.cli_json("node", "show", "node-1").get("trees"),
+             what="node-1 to say it holds the data set")
     second = run("second", "node-2")
     assert second and "fetched to node-2 from node-1" in second[0] and "2.0MiB sent" in \
         second[0], second

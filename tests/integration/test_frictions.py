@@ -91,7 +91,7 @@ def test_wait_says_why_pending_and_gives_up_at_the_timeout(cluster):
                          "name=big2", check=False)
     assert rc == 1 and "gave up waiting after 1s" in err and "is pending" in err, err
     rc, _, err = c.cli("submit", spec, "--timeout", "2s", check=False)
-    assert rc == 2 and "--wait or --follow" in err, err
+    assert rc == 2 and "--timeout bounds --wait, --follow or --shell: give one of them" in err, err
 
     # a job that completes in time is not affected
     ok = c.write_spec("name: ok\ncommand: 'true'\nresources: {cpus: 0}\n")
