@@ -23,6 +23,7 @@
 #include "announce.h"
 #include "attempt.h"
 #include "cache.h"
+#include "container.h"
 #include "envcache.h"
 #include "setuprun.h"
 #include "outputs.h"
@@ -89,6 +90,7 @@ struct br_agent {
                                      a running attempt mounts (kept in the cache) */
     br_outputs_t *outputs;        /* attempts' outputs kept at their end */
     br_streams_t *streams;        /* shells and forwards into its jobs (streams.h) */
+    br_container_t *containers;   /* jobs' containers, when it runs them (container.h) */
     json_t *keep;                 /* "JOB.ATTEMPT": {"dir", "patterns", "uid", "gid",
                                      "state": wait|busy|done}: outputs to keep */
     json_t *stored;               /* ckpt.stored reports not answered yet */
@@ -488,8 +490,15 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
     }
     a->gpus = br_gpus_new(s->gpus[0] ? s->gpus : "auto", err);
     a->inventory = a->gpus ? br_inventory_collect(err) : NULL;
-    if (!a->inventory)
+    if (!a->inventory ||
+        !(a->containers = br_container_new(s->container_runtime[0] ? s->container_runtime
+                                                                   : "auto",
+                                           err)))
         goto fail;
+    json_object_set_new(a->inventory, "container_runtime", /* (null: takes no image job) */
+                        br_container_runtime(a->containers)
+                            ? json_string(br_container_runtime(a->containers))
+                            : json_null());
     if (!(a->power = br_power_new(s->idle_watts))) {
         br_errf(err, ENOMEM, "out of memory");
         goto fail;
@@ -571,6 +580,7 @@ void br_agent_destroy(br_agent_t **ap)
     br_outputs_destroy(&a->outputs);
     json_decref(a->keep);
     json_decref(a->setups);
+    br_container_destroy(&a->containers);
     json_decref(a->envs_used);
     json_decref(a->envs_unwanted);
     json_decref(a->envs_told);
@@ -1676,6 +1686,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
     json_t *data = NULL; /* {"grant", "sets": [{"name", "set", "path", "manifest"}]} */
     json_t *outputs = NULL; /* [pattern...]: kept from the working dir at the end */
     json_t *setup = NULL;   /* {"command", "files"}: run first, its result cached */
+    const char *image = NULL; /* it runs in a container of this image (container.h) */
     char code_dir[4200] = "";
     br_envcache_env_t envc;
     json_int_t owner_id = 0; /* whose job (PROTOCOL.md section 6) */
@@ -1685,13 +1696,14 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
     const char *node_address = NULL;
     if (br_msg_unpack(m, &err,
                       "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?I, s?s, s?o, s?o, s?o, s?o, s?s,"
-                      " s?o, s?o, s?o, s?o}",
+                      " s?o, s?o, s?o, s?o, s?s}",
                       "job", &job, "attempt", &attempt, "name", &name, "rank", &rank,
                       "command", &command, "workdir", &workdir, "env", &env, "owner_id",
                       &owner_id, "unix_user", &unix_user, "checkpoint", &ckpt, "tasks",
                       &tasks, "service", &service, "progress", &progress, "node_address",
                       &node_address, "code", &code, "outputs", &outputs, "data", &data,
-                      "setup", &setup) < 0 ||
+                      "setup", &setup, "image", &image) < 0 ||
+        (image && !br_spec_image_ok(image)) ||
         (setup && (!json_is_string(json_object_get(setup, "command")) ||
                    !json_is_array(json_object_get(setup, "files")))) ||
         (data && data_check(data, &err) < 0) ||
@@ -1754,6 +1766,11 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
             if (trees_here(a, m, job, attempt, code, data, &err) == 1)
                 return;
         }
+    } else if (image && (setup || !br_container_runtime(a->containers))) {
+        br_errf(&err, ENOTSUP, "%s",
+                setup ? "setup: not with image: yet"
+                      : "this node runs no containers (its agent found no podman, or runs "
+                        "with --container-runtime none)");
     } else if (setup && br_envcache_prepare(br_cache_dir(a->cache), setup,
                                             code_dir[0] ? code_dir : NULL, who.uid, who.gid,
                                             &envc, &err) < 0) {
@@ -1837,8 +1854,30 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
         }
         if (setup)
             json_object_set_new(a->envs_used, key, json_string(envc.dir));
-        br_attempt_t *t = br_attempt_start(&o, &err);
+        char *in_container = NULL; /* the command, as podman runs it */
+        if (image) {
+            if (br_container_calibrate(a->containers, image, 10000) > 0)
+                fprintf(stderr, "bramble-agent: containers: the limits podman may give "
+                                "them here were tried with %s\n", image);
+            const char *rw[3] = {NULL};
+            int nrw = 0;
+            const char *ckdir = json_string_value(json_object_get(ckpt, "dir"));
+            if (o.workdir)
+                rw[nrw++] = o.workdir;
+            if (ckdir && (!o.workdir || strcmp(ckdir, o.workdir) != 0))
+                rw[nrw++] = ckdir;
+            br_container_run_t cr = {.image = image, .command = o.command,
+                                     .workdir = o.workdir, .uid = who.uid, .gid = who.gid,
+                                     .env = env, .tasks = tasks, .rw = rw, .ro = o.mounts};
+            in_container = br_container_command(a->containers, &cr, &err);
+            o.command = in_container;
+            o.mounts = NULL; /* (podman mounts them, into the container) */
+            if (geteuid() == 0) /* podman as root; the job's uid inside (--user) */
+                o.user = NULL;
+        }
+        br_attempt_t *t = o.command ? br_attempt_start(&o, &err) : NULL;
         free(with_setup);
+        free(in_container);
         if (!t) {
             json_object_del(a->mounted, key);
             json_object_del(a->setups, key);

@@ -27,6 +27,7 @@ static void usage(FILE *f)
             "                     [--replica-dir DIR] [--replica-quota SIZE|0|none]\n"
             "                     [--replica-bandwidth RATE] [--replica-port 7704|0|off]\n"
             "                     [--cache-dir DIR] [--cache-quota SIZE|none]\n"
+            "                     [--container-runtime auto|podman|none]\n"
             "\n"
             "The first start joins with the token from `bramble token create`, read\n"
             "from --join-file FILE (or standard input with `-`; `--join TOKEN` also\n"
@@ -59,6 +60,9 @@ static void usage(FILE *f)
             "(default DIR/cache), at most --cache-quota bytes (none, the default: no\n"
             "cap; the trees used longest ago leave first), and each attempt runs in\n"
             "its own copy of it (docs/files.md).\n"
+            "Jobs with an image: run in containers through podman, when it is on PATH\n"
+            "(--container-runtime auto, the default); podman: it must be; none: this\n"
+            "node takes no such jobs (docs/containers.md).\n"
             "SIGTERM or SIGINT stops the agent and its jobs. SIGUSR2 stops the agent\n"
             "alone: its jobs go on, and the next agent started on DIR adopts them (as\n"
             "does one started after a crash).\n");
@@ -128,6 +132,7 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
         {"replica-dir", required_argument, NULL, 'r'},
         {"cache-dir", required_argument, NULL, 'C'},
         {"cache-quota", required_argument, NULL, 'K'},
+        {"container-runtime", required_argument, NULL, 'X'},
         {"replica-quota", required_argument, NULL, 'q'},
         {"replica-bandwidth", required_argument, NULL, 'b'},
         {"replica-port", required_argument, NULL, 'o'},
@@ -216,6 +221,15 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
                 return 2;
             }
             br_strlcpy(s->cache_dir, optarg, sizeof(s->cache_dir));
+            break;
+        case 'X':
+            if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "podman") != 0 &&
+                strcmp(optarg, "none") != 0) {
+                fprintf(stderr, "bramble-agent: --container-runtime '%s': expected auto, "
+                                "podman or none\n", optarg);
+                return 2;
+            }
+            br_strlcpy(s->container_runtime, optarg, sizeof(s->container_runtime));
             break;
         case 'K':
             if (br_settings_cache_quota(s, optarg, &err) < 0) {

@@ -27,6 +27,8 @@ typedef struct {
     uint32_t job_uid_first, job_uid_last; /* --job-uids FIRST-LAST; 0 0 = none */
     int allow_root_jobs;   /* --allow-root-jobs: a root agent may run jobs as root;
                               not saved, so it is given at every start */
+    char container_runtime[16]; /* --container-runtime auto|podman|none ("": auto);
+                                   not saved (container.h) */
     char advertise_addr[256];
     int64_t discover_timeout_ms; /* join: listen this long for the coordinator's LAN
                                     announcement when the token endpoint is silent

@@ -24,7 +24,7 @@ static const char *const top_keys[] = {
     "name",    "kind",     "command",    "workdir", "env",   "resources", "model", "checkpoint",
     "restart", "priority", "time_limit", "service", "after", "progress", "array",
     "preemptible", "preempt", "code", "files", "outputs", "data", "idle_stop", "setup",
-    "setup_files", NULL};
+    "setup_files", "image", NULL};
 static const char *const files_keys[] = {"from", "to", NULL};
 static const char *const after_keys[] = {"job", "on", NULL};
 static const char *const after_names[] = {"ok", "failed", "ended", "started", NULL};
@@ -577,6 +577,33 @@ static int check_setup(const sect_t *top, br_spec_t *spec)
         if (json_array_append_new(spec->setup_files, json_string(e->text)) < 0)
             return spec_oom(top->err);
     }
+    return 0;
+}
+
+int br_spec_image_ok(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    return n > 0 && n <= BR_SPEC_IMAGE_MAX && name[0] != '-' &&
+           strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/:@-") ==
+               n;
+}
+
+/* image: NAME (the job runs in an OCI container, docs/containers.md). */
+static int check_image(const sect_t *top, br_spec_t *spec)
+{
+    char b[SPEC_SHOW_LEN];
+    int rc = get_str(top, "image", &spec->image);
+    if (rc <= 0)
+        return rc;
+    if (!br_spec_image_ok(spec->image))
+        return spec_fail_at(top->err, value_line(top, "image"),
+                            "image: '%s' is not an image name (letters, digits and . _ / : "
+                            "@ - only, at most %d, not starting with '-')",
+                            spec_show(spec->image, b), BR_SPEC_IMAGE_MAX);
+    if (spec->setup)
+        return spec_fail_at(top->err, value_line(top, "setup"),
+                            "setup: not with image: yet (build what the job needs into "
+                            "the image)");
     return 0;
 }
 
@@ -1282,6 +1309,7 @@ static int check_top(const node_t *root, br_spec_t *spec, br_err_t *err)
     if (check_command(&top, spec) < 0 || check_workdir(&top, spec) < 0 ||
         check_code(&top, spec) < 0 || check_files(&top, spec) < 0 ||
         check_outputs(&top, spec) < 0 || check_setup(&top, spec) < 0 ||
+        check_image(&top, spec) < 0 ||
         check_data(&top, spec) < 0 || get_strmap(&top, "env", 1, &spec->env) < 0 || check_resources(&top, spec) < 0 ||
         check_model(&top, spec) < 0 || check_checkpoint(&top, spec) < 0 ||
         check_restart(&top, spec) < 0 || check_progress(&top, spec) < 0 ||
@@ -1380,6 +1408,7 @@ void br_spec_destroy(br_spec_t **spec)
     json_decref(s->files);
     json_decref(s->outputs);
     free(s->setup);
+    free(s->image);
     json_decref(s->setup_files);
     json_decref(s->data);
     json_decref(s->env);
@@ -1570,6 +1599,8 @@ json_t *br_spec_to_json(const br_spec_t *s)
         json_object_set_new(j, "outputs", json_deep_copy(s->outputs));
     if (s->setup)
         json_object_set_new(j, "setup", json_string(s->setup));
+    if (s->image)
+        json_object_set_new(j, "image", json_string(s->image));
     if (s->setup_files)
         json_object_set_new(j, "setup_files", json_deep_copy(s->setup_files));
     if (s->data) /* (the coordinator names the versions: api_data.c) */

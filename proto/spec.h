@@ -70,6 +70,8 @@ typedef struct {
     json_t *outputs;     /* outputs: [pattern...], NULL when not given */
     char *setup;         /* setup: run before command on each node, cached there by
                             its text (and setup_files); NULL when not given */
+    char *image;         /* image: the OCI image the job runs in (br_spec_image_ok),
+                            NULL when not given */
     json_t *setup_files; /* setup_files: [relative path in the code dir...], NULL when
                             not given (needs setup and code or files) */
     json_t *data;        /* data: {"[OWNER/]NAME[:TAG]": "/mount/path"}, NULL when not
@@ -163,6 +165,13 @@ void br_spec_destroy(br_spec_t **spec);
 json_t *br_spec_to_json(const br_spec_t *spec);
 
 const char *br_job_kind_name(br_job_kind_t kind);
+
+#define BR_SPEC_IMAGE_MAX 255 /* image: the longest name */
+/* Whether name may be an image's name: 1..BR_SPEC_IMAGE_MAX of [A-Za-z0-9._/:@-], not
+ * starting with '-' ("localhost/train:1", "docker.io/library/python:3.11",
+ * "name@sha256:..."), so that nothing in it means anything to a shell or to podman's
+ * options. */
+int br_spec_image_ok(const char *name);
 
 /* Whether name may be a model's name (service.model, aliases, adapters): 1 to
  * BR_SPEC_MODEL_MAX characters of letters, digits and . _ - / : @ + */

@@ -574,6 +574,9 @@ static void send_run(br_coord_t *c, br_job_t *job, int r, int announce)
     json_t *outputs = json_object_get(spec, "outputs");
     if (json_array_size(outputs)) /* kept from the working dir at the attempt's end */
         json_object_set(body, "outputs", outputs);
+    json_t *image = json_object_get(spec, "image");
+    if (json_is_string(image)) /* the job runs in a container of it (agent/container.h) */
+        json_object_set(body, "image", image);
     json_t *setup = json_object_get(spec, "setup");
     if (json_is_string(setup)) /* run before the command, once per node (cached) */
         json_object_set_new(body, "setup",

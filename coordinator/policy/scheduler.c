@@ -142,6 +142,12 @@ int br_sched_fit(const br_node_t *n, json_t *spec, json_t **assign, int64_t *lef
                               "them, or has not said what its cache holds yet)", n->name);
         return 0;
     }
+    if (json_is_string(json_object_get(spec, "image")) &&
+        !json_is_string(json_object_get(n->info, "container_runtime"))) {
+        snprintf(why, whylen, "%s runs no containers (its agent found no podman, or runs "
+                              "with --container-runtime none)", n->name);
+        return 0;
+    }
     if (n->attempts >= BR_NODE_MAX_ATTEMPTS) { /* what its agent would refuse */
         snprintf(why, whylen, "%s runs %d attempts, the most an agent runs", n->name,
                  n->attempts);

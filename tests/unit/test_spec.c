@@ -583,6 +583,31 @@ static void test_setup(void **state)
     free(big);
 }
 
+/* image: an image's name only (nothing a shell or podman's options would read), in
+ * the JSON; not with setup yet. */
+static void test_image(void **state)
+{
+    (void)state;
+    br_spec_t *s = parse_ok("name: t\ncommand: x\nimage: docker.io/library/python:3.11-slim\n",
+                            NULL, 0);
+    assert_string_equal(s->image, "docker.io/library/python:3.11-slim");
+    json_t *j = br_spec_to_json(s);
+    assert_string_equal(json_string_value(json_object_get(j, "image")),
+                        "docker.io/library/python:3.11-slim");
+    json_decref(j);
+    br_spec_destroy(&s);
+    assert_true(br_spec_image_ok("localhost/x@sha256:0123abcdef"));
+    assert_false(br_spec_image_ok("-x"));
+    assert_false(br_spec_image_ok("a b"));
+    assert_false(br_spec_image_ok("a$(id)"));
+    assert_false(br_spec_image_ok(""));
+    assert_false(br_spec_image_ok(NULL));
+    parse_fail("name: t\ncommand: x\nimage: 'a;b'\n",
+               "line 3: image: 'a;b' is not an image name");
+    parse_fail("name: t\ncommand: x\nimage: --privileged\n", "is not an image name");
+    parse_fail("name: t\ncommand: x\nsetup: s\nimage: a\n", "setup: not with image: yet");
+}
+
 /* kind: dev: idle_stop 2 h unless given, kept in the JSON; what belongs to other
  * kinds, or an idle_stop too short, refused naming the field. */
 static void test_dev(void **state)
@@ -1355,6 +1380,7 @@ int main(void)
         cmocka_unit_test(test_odd_calls),
         cmocka_unit_test(test_dev),
         cmocka_unit_test(test_setup),
+        cmocka_unit_test(test_image),
     };
     size_t nfixed = sizeof(fixed) / sizeof(fixed[0]);
     size_t nbad = sizeof(bad_cases) / sizeof(bad_cases[0]);

@@ -1,0 +1,281 @@
+/* container.c - the podman command of a container job (container.h). */
+#include "container.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "spec.h"
+#include "util.h"
+
+struct br_container {
+    char runtime[16]; /* "podman" or "" */
+    unsigned long long nofile, nproc;
+    int calibrated;
+};
+
+/* Whether prog is an executable on PATH. */
+static int on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    char dir[4096], full[4200];
+    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
+        size_t n = strcspn(p, ":");
+        if (n && n < sizeof(dir)) {
+            memcpy(dir, p, n);
+            dir[n] = '\0';
+            snprintf(full, sizeof(full), "%s/%s", dir, prog);
+            if (access(full, X_OK) == 0)
+                return 1;
+        }
+        p += n + (p[n] == ':');
+    }
+    return 0;
+}
+
+/* init's (PID 1) soft limit named name in /proc/1/limits ("Max open files"), or 0
+ * when it cannot be read or is unlimited. */
+static unsigned long long init_limit(const char *name)
+{
+    FILE *f = fopen("/proc/1/limits", "r");
+    char line[256];
+    unsigned long long v = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (strncmp(line, name, strlen(name)) == 0) {
+            v = strtoull(line + 26, NULL, 10); /* (the soft column; "unlimited": 0) */
+            break;
+        }
+    if (f)
+        fclose(f);
+    return v;
+}
+
+static unsigned long long limit_of(int resource, const char *name)
+{
+    struct rlimit rl;
+    unsigned long long own = getrlimit(resource, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                                 ? (unsigned long long)rl.rlim_cur
+                                 : 1048576;
+    unsigned long long init = init_limit(name);
+    return init && init < own ? init : own;
+}
+
+br_container_t *br_container_new(const char *mode, br_err_t *err)
+{
+    br_container_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return br_errp(err, ENOMEM, "out of memory");
+    if (!mode || strcmp(mode, "auto") == 0 || strcmp(mode, "podman") == 0) {
+        if (on_path("podman"))
+            br_strlcpy(c->runtime, "podman", sizeof(c->runtime));
+        else if (mode && strcmp(mode, "podman") == 0) {
+            free(c);
+            return br_errp(err, ENOENT, "--container-runtime podman: no podman on PATH "
+                                        "(apt-get install podman)");
+        }
+    } else if (strcmp(mode, "none") != 0) {
+        free(c);
+        return br_errp(err, EINVAL, "--container-runtime %s: expected auto, podman or none",
+                       mode);
+    }
+    c->nofile = limit_of(RLIMIT_NOFILE, "Max open files");
+    c->nproc = limit_of(RLIMIT_NPROC, "Max processes");
+    return c;
+}
+
+void br_container_destroy(br_container_t **c)
+{
+    if (c && *c) {
+        free(*c);
+        *c = NULL;
+    }
+}
+
+const char *br_container_runtime(const br_container_t *c)
+{
+    return c && c->runtime[0] ? c->runtime : NULL;
+}
+
+/* Run argv with no input or output; its exit status, or -1 (did not start, or ran
+ * past timeout_ms and was killed). */
+static int run_quiet(char *const *argv, int timeout_ms)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDWR);
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+        setpgid(0, 0);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    if (pid < 0)
+        return -1;
+    int64_t until = br_mono_ms() + timeout_ms;
+    int status;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        if (r < 0 || br_mono_ms() > until) {
+            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return -1;
+        }
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+int br_container_calibrate(br_container_t *c, const char *image, int timeout_ms)
+{
+    if (c->calibrated || !br_container_runtime(c) || !br_spec_image_ok(image))
+        return 0;
+    c->calibrated = 1;
+    unsigned long long own = c->nproc, tries[] = {own, 65536, 32768, 4096, 1024};
+    int n = 0;
+    for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+        if (tries[i] > own || (i > 0 && tries[i] == own))
+            continue;
+        char nofile[64], nproc[64];
+        snprintf(nofile, sizeof(nofile), "nofile=%llu:%llu", c->nofile, c->nofile);
+        snprintf(nproc, sizeof(nproc), "nproc=%llu:%llu", tries[i], tries[i]);
+        char *argv[] = {"podman", "run", "--rm", "--network", "host", "--ulimit", nofile,
+                        "--ulimit", nproc, (char *)image, "/bin/sh", "-c", ":", NULL};
+        n++;
+        if (run_quiet(argv, timeout_ms) == 0) {
+            c->nproc = tries[i];
+            return n;
+        }
+    }
+    return n; /* (none started: the job says why, as podman does) */
+}
+
+/* A growing command line. */
+typedef struct {
+    char *s;
+    size_t len, cap;
+    int bad;
+} line_t;
+
+static void add(line_t *l, const char *text)
+{
+    size_t n = strlen(text);
+    if (l->bad)
+        return;
+    if (l->len + n + 1 > l->cap) {
+        size_t cap = (l->len + n + 1) * 2;
+        char *s = realloc(l->s, cap);
+        if (!s) {
+            l->bad = 1;
+            return;
+        }
+        l->s = s;
+        l->cap = cap;
+    }
+    memcpy(l->s + l->len, text, n + 1);
+    l->len += n;
+}
+
+/* text quoted for sh, after a space. */
+static void word(line_t *l, const char *text)
+{
+    add(l, " '");
+    for (const char *p = text; *p; p++) {
+        char one[2] = {*p, '\0'};
+        add(l, *p == '\'' ? "'\\''" : one);
+    }
+    add(l, "'");
+}
+
+static void opt(line_t *l, const char *flag, const char *value)
+{
+    add(l, " ");
+    add(l, flag);
+    word(l, value);
+}
+
+static int name_ok(const char *k)
+{
+    return k && *k && strspn(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") ==
+                          strlen(k);
+}
+
+char *br_container_command(const br_container_t *c, const br_container_run_t *r,
+                           br_err_t *err)
+{
+    if (!br_container_runtime(c))
+        return br_errp(err, ENOTSUP, "this node runs no containers (its agent found no "
+                                     "podman, or runs with --container-runtime none)");
+    if (!br_spec_image_ok(r->image))
+        return br_errp(err, EINVAL, "image: not an image name");
+    line_t l = {0};
+    char buf[128];
+    add(&l, "exec podman run --rm --network host --pid host --security-opt no-new-privileges "
+            "--cap-drop all --label \"bramble.task=$BRAMBLE_TASK\"");
+    snprintf(buf, sizeof(buf), "%u:%u", (unsigned)r->uid, (unsigned)r->gid);
+    opt(&l, "--user", buf);
+    snprintf(buf, sizeof(buf), "nofile=%llu:%llu", c->nofile, c->nofile);
+    opt(&l, "--ulimit", buf);
+    snprintf(buf, sizeof(buf), "nproc=%llu:%llu", c->nproc, c->nproc);
+    opt(&l, "--ulimit", buf);
+    /* the job's variables, by name: their values are the task's own (podman reads
+     * them from its environment) */
+    json_t *names = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)r->env, k, v)
+        json_object_set_new(names, k, json_true());
+    size_t i;
+    json_t *t;
+    json_array_foreach(r->tasks, i, t)
+        json_object_foreach(json_object_get(t, "env"), k, v)
+            json_object_set_new(names, k, json_true());
+    json_object_set_new(names, "BRAMBLE_TASK", json_true());
+    json_object_foreach(names, k, v)
+        if (name_ok(k))
+            opt(&l, "-e", k);
+    json_decref(names);
+    for (int j = 0; r->rw && r->rw[j]; j++) {
+        add(&l, " -v"); /* (paths may be long: built in parts) */
+        line_t m = {0};
+        add(&m, r->rw[j]);
+        add(&m, ":");
+        add(&m, r->rw[j]);
+        if (!m.bad)
+            word(&l, m.s);
+        l.bad |= m.bad;
+        free(m.s);
+    }
+    for (int j = 0; r->ro && r->ro[j] && r->ro[j + 1]; j += 2) {
+        add(&l, " -v");
+        line_t m = {0};
+        add(&m, r->ro[j]);
+        add(&m, ":");
+        add(&m, r->ro[j + 1]);
+        add(&m, ":ro");
+        if (!m.bad)
+            word(&l, m.s);
+        l.bad |= m.bad;
+        free(m.s);
+    }
+    if (r->workdir)
+        opt(&l, "-w", r->workdir);
+    word(&l, r->image); /* (never starts with '-') */
+    add(&l, " /bin/sh -c");
+    word(&l, r->command);
+    if (l.bad) {
+        free(l.s);
+        return br_errp(err, ENOMEM, "out of memory");
+    }
+    return l.s;
+}

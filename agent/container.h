@@ -1,0 +1,60 @@
+/* container.h - jobs in OCI containers (the spec's image:, docs/containers.md)
+ * through podman, when the node has it (--container-runtime auto|podman|none).
+ *
+ * A container job is an ordinary task (task.h) whose shell execs `podman run` in
+ * the foreground: the task's process group, its tag (BRAMBLE_TASK, which podman
+ * and conmon inherit and which is passed into the container) and its pipes are
+ * the job's, so cancel, time limits, preemption signals, fencing (freeze), hang
+ * detection and log shipping reach the container's processes as they reach a bare
+ * job's. The container runs on the host's network (a gang's rendezvous and NCCL
+ * work as on the host), as the job's uid:gid, with no capabilities and
+ * no-new-privileges, the job's working directory, checkpoint dir and data sets
+ * mounted at the same paths, and the job's variables passed by name.
+ *
+ * Limits: podman asks the runtime for its own default rlimits (1048576 open files
+ * and processes), which some machines refuse (runc: "error setting rlimit type 6:
+ * operation not permitted"), and what they take is not written anywhere podman
+ * reads. So the first container job tries them (br_container_calibrate): the
+ * agent's own open-files limit, and the agent's process limit, else 65536, 32768,
+ * 4096 or 1024, whichever lets a container of the job's image start first; the
+ * container jobs after it get the same. */
+#ifndef BRAMBLE_CONTAINER_H
+#define BRAMBLE_CONTAINER_H
+
+#include <jansson.h>
+#include <sys/types.h>
+
+#include "err.h"
+
+typedef struct br_container br_container_t;
+
+/* mode: "auto" (podman when it is on PATH), "podman" (required: an error when it
+ * is not there) or "none". NULL with err. */
+br_container_t *br_container_new(const char *mode, br_err_t *err);
+void br_container_destroy(br_container_t **c);
+
+/* "podman", or NULL when this node runs no containers. */
+const char *br_container_runtime(const br_container_t *c);
+
+typedef struct {
+    const char *image;     /* br_spec_image_ok */
+    const char *command;   /* run with the image's /bin/sh -c */
+    const char *workdir;   /* NULL: the image's own */
+    uid_t uid;
+    gid_t gid;
+    const json_t *env;     /* object: the names passed in (values from the task's) */
+    const json_t *tasks;   /* NULL, or job.run's tasks: their env's names too */
+    const char *const *rw; /* NULL-terminated directories mounted read-write */
+    const char *const *ro; /* NULL, or NULL-terminated pairs from, to: read-only */
+} br_container_run_t;
+
+/* Find the limits containers may be given here (once: later calls return at once),
+ * starting `podman run IMAGE /bin/sh -c :` with each candidate, each try bounded to
+ * timeout_ms. Returns the tries made (0: found before). */
+int br_container_calibrate(br_container_t *c, const char *image, int timeout_ms);
+
+/* The shell command a task runs for r: malloc'd, or NULL with err. */
+char *br_container_command(const br_container_t *c, const br_container_run_t *r,
+                           br_err_t *err);
+
+#endif
