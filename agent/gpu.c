@@ -43,6 +43,7 @@ typedef struct {
     nvml_return_t (*count)(unsigned int *);
     nvml_return_t (*handle)(unsigned int, nvml_device_t *);
     nvml_return_t (*name)(nvml_device_t, char *, unsigned int);
+    nvml_return_t (*uuid)(nvml_device_t, char *, unsigned int); /* NULL: not there */
     nvml_return_t (*memory)(nvml_device_t, nvml_memory_t *);
     nvml_return_t (*driver)(char *, unsigned int);
     nvml_return_t (*cuda)(int *);
@@ -166,6 +167,8 @@ static int nvml_bind(void *lib, nvml_api_t *api)
     memcpy(&api->driver, &fns[6], sizeof(void *));
     memcpy(&api->cuda, &fns[7], sizeof(void *));
     void *fn;
+    if ((fn = dlsym(lib, "nvmlDeviceGetUUID")))
+        memcpy(&api->uuid, &fn, sizeof(void *));
     if ((fn = dlsym(lib, "nvmlDeviceGetUtilizationRates")))
         memcpy(&api->util, &fn, sizeof(void *));
     if ((fn = dlsym(lib, "nvmlDeviceGetPowerUsage")))
@@ -257,6 +260,9 @@ static void nvml_device(br_gpus_t *g, br_gpu_t *gpu, nvml_device_t *h)
     if (g->api.name(*h, gpu->model, sizeof(gpu->model)) != NVML_SUCCESS)
         br_strlcpy(gpu->model, "unknown GPU", sizeof(gpu->model));
     gpu->model[sizeof(gpu->model) - 1] = '\0';
+    if (g->api.uuid && g->api.uuid(*h, gpu->uuid, sizeof(gpu->uuid)) != NVML_SUCCESS)
+        gpu->uuid[0] = '\0';
+    gpu->uuid[sizeof(gpu->uuid) - 1] = '\0';
     nvml_sample(&g->api, *h, gpu);
 }
 
@@ -414,9 +420,12 @@ double br_gpus_power(const br_gpus_t *gpus, int *known)
 
 static json_t *gpu_json(const br_gpu_t *gpu)
 {
-    return json_pack("{s:i, s:s, s:I, s:I}", "index", gpu->index, "model", gpu->model,
-                     "vram_total", (json_int_t)gpu->vram_total, "vram_free",
-                     (json_int_t)gpu->vram_free);
+    json_t *o = json_pack("{s:i, s:s, s:I, s:I}", "index", gpu->index, "model", gpu->model,
+                          "vram_total", (json_int_t)gpu->vram_total, "vram_free",
+                          (json_int_t)gpu->vram_free);
+    if (o && gpu->uuid[0]) /* (NVML's GPU-...; what CDI names a GPU by) */
+        json_object_set_new(o, "uuid", json_string(gpu->uuid));
+    return o;
 }
 
 json_t *br_gpus_to_json(const br_gpus_t *gpus)

@@ -23,6 +23,7 @@ enum {
 typedef struct {
     int index;           /* 0..n-1, the CUDA_VISIBLE_DEVICES index */
     char model[96];      /* "NVIDIA H200", "RTX 4090" */
+    char uuid[96];       /* NVML's "GPU-8f3c..."; "" when not known (declared GPUs) */
     uint64_t vram_total; /* bytes */
     uint64_t vram_free;  /* bytes */
     /* Live figures, NVML only, valid where have says so. */

@@ -180,6 +180,18 @@ int nvmlDeviceGetName(nvml_device_t h, char *name, unsigned int len)
     return NVML_SUCCESS;
 }
 
+/* A UUID made from the GPU's index, as stable as the real one. */
+int nvmlDeviceGetUUID(nvml_device_t h, char *uuid, unsigned int len)
+{
+    fake_gpu_t gpus[MAX_GPUS];
+    const fake_gpu_t *g = gpu_of(h, gpus);
+    if (!g || !uuid)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    int n = snprintf(uuid, len, "GPU-fa4e0000-0000-0000-0000-%012d",
+                     (int)((char *)(void *)h - handles));
+    return n < 0 || (unsigned int)n >= len ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+}
+
 int nvmlDeviceGetMemoryInfo(nvml_device_t h, nvml_memory_t *mem)
 {
     fake_gpu_t gpus[MAX_GPUS];

@@ -234,9 +234,11 @@ static void test_nvml_figures(void **state)
     assert_int_equal(a->temp_c, 77);
     assert_int_equal(br_gpus_get(g, 1)->vram_free, 2 * GIB);
     assert_true(br_gpus_power(g, NULL) == 742.25);
-    /* hello's form is unchanged: index, model, total, free */
+    /* hello's form: index, model, total, free, and NVML's UUID */
     json_t *hello = br_gpus_to_json(g);
-    assert_int_equal(json_object_size(json_array_get(hello, 0)), 4);
+    assert_int_equal(json_object_size(json_array_get(hello, 0)), 5);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(hello, 1), "uuid")),
+                        "GPU-fa4e0000-0000-0000-0000-000000000001");
     json_decref(hello);
     br_gpus_destroy(&g);
 }
