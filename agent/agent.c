@@ -1866,9 +1866,15 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
                 rw[nrw++] = o.workdir;
             if (ckdir && (!o.workdir || strcmp(ckdir, o.workdir) != 0))
                 rw[nrw++] = ckdir;
+            const char *uuids[BR_CONTAINER_GPUS];
+            int ngpus = br_gpus_count(a->gpus);
+            for (int g = 0; g < ngpus && g < BR_CONTAINER_GPUS; g++)
+                uuids[g] = br_gpus_get(a->gpus, g)->uuid;
             br_container_run_t cr = {.image = image, .command = o.command,
                                      .workdir = o.workdir, .uid = who.uid, .gid = who.gid,
-                                     .env = env, .tasks = tasks, .rw = rw, .ro = o.mounts};
+                                     .env = env, .tasks = tasks, .rw = rw, .ro = o.mounts,
+                                     .gpu_uuids = uuids,
+                                     .ngpus = ngpus < BR_CONTAINER_GPUS ? ngpus : BR_CONTAINER_GPUS};
             in_container = br_container_command(a->containers, &cr, &err);
             o.command = in_container;
             o.mounts = NULL; /* (podman mounts them, into the container) */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -160,6 +161,30 @@ int br_container_calibrate(br_container_t *c, const char *image, int timeout_ms)
     return n; /* (none started: the job says why, as podman does) */
 }
 
+int br_container_cdi(void)
+{
+    static const char *const dirs[] = {BR_CDI_DIRS};
+    int found = 0;
+    for (size_t i = 0; !found && i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+        DIR *d = opendir(dirs[i]);
+        struct dirent *e;
+        while (d && !found && (e = readdir(d))) {
+            char path[4200];
+            size_t n;
+            br_err_t err;
+            if (e->d_name[0] == '.')
+                continue;
+            snprintf(path, sizeof(path), "%s/%s", dirs[i], e->d_name);
+            char *text = br_read_file(path, 4 << 20, &n, &err);
+            found = text && strstr(text, "nvidia.com/gpu") != NULL;
+            free(text);
+        }
+        if (d)
+            closedir(d);
+    }
+    return found;
+}
+
 /* A growing command line. */
 typedef struct {
     char *s;
@@ -220,6 +245,34 @@ char *br_container_command(const br_container_t *c, const br_container_run_t *r,
         return br_errp(err, EINVAL, "image: not an image name");
     line_t l = {0};
     char buf[128];
+    if (r->ngpus > 0) {
+        /* the task's GPUs (CUDA_VISIBLE_DEVICES, by index) as CDI devices, numbered
+         * from 0 inside: set into "$@", which goes among podman's options */
+        int cdi = br_container_cdi();
+        add(&l, "set --; n=0; for g in $(echo \"$CUDA_VISIBLE_DEVICES\" | tr , ' '); do "
+                "case $g in");
+        for (int i = 0; cdi && i < r->ngpus; i++) {
+            if (!r->gpu_uuids[i] || !r->gpu_uuids[i][0])
+                continue;
+            snprintf(buf, sizeof(buf), " %d) set -- \"$@\" --device", i);
+            add(&l, buf);
+            line_t dev = {0};
+            add(&dev, "nvidia.com/gpu=");
+            add(&dev, r->gpu_uuids[i]);
+            if (!dev.bad)
+                word(&l, dev.s);
+            l.bad |= dev.bad;
+            free(dev.s);
+            add(&l, ";;");
+        }
+        add(&l, cdi ? " *) echo \"bramble: GPU $g of this node has no UUID for its "
+                      "container\" >&2; exit 125;;"
+                    : " *) echo \"bramble: this node has no CDI spec for its GPUs "
+                      "(nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml), so a "
+                      "container cannot be given GPU $g\" >&2; exit 125;;");
+        add(&l, " esac; n=$((n+1)); done; c=; i=0; while [ $i -lt $n ]; do "
+                "c=$c${c:+,}$i; i=$((i+1)); done; export CUDA_VISIBLE_DEVICES=$c\n");
+    }
     add(&l, "exec podman run --rm --network host --pid host --security-opt no-new-privileges "
             "--cap-drop all --label \"bramble.task=$BRAMBLE_TASK\"");
     snprintf(buf, sizeof(buf), "%u:%u", (unsigned)r->uid, (unsigned)r->gid);
@@ -270,6 +323,8 @@ char *br_container_command(const br_container_t *c, const br_container_run_t *r,
     }
     if (r->workdir)
         opt(&l, "-w", r->workdir);
+    if (r->ngpus > 0)
+        add(&l, " \"$@\"");
     word(&l, r->image); /* (never starts with '-') */
     add(&l, " /bin/sh -c");
     word(&l, r->command);

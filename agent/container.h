@@ -9,7 +9,10 @@
  * job's. The container runs on the host's network (a gang's rendezvous and NCCL
  * work as on the host), as the job's uid:gid, with no capabilities and
  * no-new-privileges, the job's working directory, checkpoint dir and data sets
- * mounted at the same paths, and the job's variables passed by name.
+ * mounted at the same paths, and the job's variables passed by name. Its GPUs are
+ * exactly the task's (CUDA_VISIBLE_DEVICES), given by CDI (`--device
+ * nvidia.com/gpu=UUID`) and numbered from 0 inside; without a CDI spec on the
+ * node, a task with GPUs does not start and says why.
  *
  * Limits: podman asks the runtime for its own default rlimits (1048576 open files
  * and processes), which some machines refuse (runc: "error setting rlimit type 6:
@@ -46,7 +49,18 @@ typedef struct {
     const json_t *tasks;   /* NULL, or job.run's tasks: their env's names too */
     const char *const *rw; /* NULL-terminated directories mounted read-write */
     const char *const *ro; /* NULL, or NULL-terminated pairs from, to: read-only */
+    const char *const *gpu_uuids; /* the node's GPUs by index (NVML's UUIDs; "" or
+                                   * NULL entries unknown), ngpus of them */
+    int ngpus;
 } br_container_run_t;
+
+#define BR_CONTAINER_GPUS 64 /* GPUs of a node a container may be given, by index */
+
+/* Where the CDI specs are that podman reads (nvidia-ctk cdi generate writes one). */
+#define BR_CDI_DIRS "/etc/cdi", "/var/run/cdi"
+
+/* Whether a CDI spec for NVIDIA GPUs (kind nvidia.com/gpu) is there. */
+int br_container_cdi(void);
 
 /* Find the limits containers may be given here (once: later calls return at once),
  * starting `podman run IMAGE /bin/sh -c :` with each candidate, each try bounded to

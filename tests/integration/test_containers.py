@@ -15,7 +15,9 @@ import uuid
 
 import pytest
 
-from conftest import wait_for
+from conftest import BIN, wait_for
+
+FAKE_NVML = BIN.parent / "tests" / "fake_nvml"
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for podman's containers"),
@@ -42,15 +44,24 @@ def image(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, image):
-    """node-1 runs containers; node-2's agent runs with --container-runtime none."""
+    """node-1 runs containers; node-2's agent runs with --container-runtime none;
+    gpu-1 runs containers and has two GPUs (the fake NVML: their UUIDs end in 0
+    and 1)."""
     from conftest import start_cluster, teardown_clusters
     made = []
     try:
-        c = start_cluster(tmp_path_factory.mktemp("ct"), made)
-        tok = c.token(uses=2)
+        root = tmp_path_factory.mktemp("ct")
+        c = start_cluster(root, made)
+        tok = c.token(uses=3)
         c.start_agent("node-1", token=tok)
         c.start_agent("node-2", token=tok, extra=("--container-runtime", "none"))
-        c.wait_ready("node-1", "node-2")
+        gpus = root / "gpus.txt"
+        gpus.write_text("NVIDIA H100 | 80GiB | 0 | 0 | 70 | 35\n" * 2)
+        base = c.env
+        c.env = dict(base, LD_LIBRARY_PATH=str(FAKE_NVML), FAKE_NVML_GPUS=str(gpus))
+        c.start_agent("gpu-1", token=tok)
+        c.env = base
+        c.wait_ready("node-1", "node-2", "gpu-1")
         yield c
     finally:
         teardown_clusters(made)
@@ -141,3 +152,58 @@ def test_bad_image_names_refused(cluster):
                            check=False)
         assert rc != 0 and why in err, (text, err)
     assert len(c.jobs()) == before
+
+
+FAKE_UUID = "GPU-fa4e0000-0000-0000-0000-00000000000{}"
+
+
+def cdi_specs_of_nvidia():
+    found = []
+    for d in ("/etc/cdi", "/var/run/cdi"):
+        if os.path.isdir(d):
+            found += [os.path.join(d, n) for n in os.listdir(d)
+                      if "nvidia.com/gpu" in open(os.path.join(d, n), errors="replace").read()]
+    return found
+
+
+def test_a_container_gets_exactly_its_gpus_through_cdi(cluster, image):
+    """Without a CDI spec, a container job with a GPU says how to make one; with one
+    (here a spec whose devices only set a variable naming their UUID, as
+    nvidia-ctk's would mount that GPU's device nodes), the container is given the
+    job's GPU by UUID, numbered 0 inside."""
+    c = cluster
+    if cdi_specs_of_nvidia():
+        pytest.skip(f"this machine has NVIDIA CDI specs ({cdi_specs_of_nvidia()}): the "
+                    "test writes its own")
+    spec = (f"name: NAME\nimage: {image}\nresources: {{gpus: 1, cpus: 0, "
+            "nodelist: [gpu-1]}\n"
+            "command: echo \"inside=$CUDA_VISIBLE_DEVICES gpu=$FAKE_GPU\"\n")
+    jid = submit(c, spec.replace("NAME", "cdi-none"))
+    j = c.wait_job(jid)
+    assert j["state"] == "failed", j
+    assert "has no CDI spec for its GPUs (nvidia-ctk cdi generate" in \
+        c.logs(jid, stream="stderr"), c.logs(jid, stream="both")
+
+    os.makedirs("/var/run/cdi", exist_ok=True)
+    path = f"/var/run/cdi/bramble-test-{uuid.uuid4().hex[:8]}.yaml"
+    devices = "".join(f"- name: \"{FAKE_UUID.format(i)}\"\n  containerEdits:\n"
+                      f"    env: [\"FAKE_GPU={FAKE_UUID.format(i)}\"]\n" for i in (0, 1))
+    with open(path, "w") as f:
+        f.write(f"cdiVersion: \"0.5.0\"\nkind: \"nvidia.com/gpu\"\ndevices:\n{devices}")
+    try:
+        # a job holding one GPU first, so that the one tested gets the other (which
+        # may be GPU 1: then it is 0 inside)
+        hold = submit(c, "name: cdi-hold\nresources: {gpus: 1, cpus: 0, "
+                         "nodelist: [gpu-1]}\ncommand: sleep 600\n")
+        c.wait_job(hold, "running")
+        gpus = c.cli_json("node", "show", "gpu-1")["gpus"]
+        taken = [g["index"] for g in gpus if any(h["job"] == hold for h in g["held_by"])]
+        assert len(taken) == 1, gpus
+        jid = submit(c, spec.replace("NAME", "cdi-one"))
+        j = c.wait_job(jid)
+        log = c.logs(jid, stream="both")
+        assert j["state"] == "completed", (j["reason"], log)
+        assert f"inside=0 gpu={FAKE_UUID.format(1 - taken[0])}" in log, (log, taken)
+        c.cli("cancel", hold)
+    finally:
+        os.unlink(path)
