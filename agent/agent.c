@@ -97,6 +97,8 @@ struct br_agent {
     json_t *setups;               /* "JOB.ATTEMPT": where its setup's runner writes why
                                      it failed (setuprun.h) */
     json_t *envs_used;            /* "JOB.ATTEMPT": the environment it runs with */
+    json_t *in_containers;        /* "JOB.ATTEMPT": {"uid", "gid", "workdir"} of an
+                                     attempt in a container (shells go into it) */
     json_t *envs_unwanted;        /* environment key: removed once no attempt uses it */
     char exe[4096];               /* this program, which runs jobs' setups */
     int hello_plain;              /* the coordinator refuses "replica_port" in hellos */
@@ -531,6 +533,7 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
                                   s->data_dir, err)) ||
         !(a->fetching = json_array()) || !(a->keep = json_object()) ||
         !(a->setups = json_object()) || !(a->envs_used = json_object()) ||
+        !(a->in_containers = json_object()) ||
         !(a->envs_unwanted = json_object()) ||
         !(a->pulls = json_object()) || !(a->mounted = json_object()) ||
         !(a->outputs = br_outputs_new(&s->cred, err)) || !(a->streams = br_streams_new(err)))
@@ -582,6 +585,7 @@ void br_agent_destroy(br_agent_t **ap)
     json_decref(a->setups);
     br_container_destroy(&a->containers);
     json_decref(a->envs_used);
+    json_decref(a->in_containers);
     json_decref(a->envs_unwanted);
     json_decref(a->envs_told);
     free(a->items);
@@ -1266,6 +1270,7 @@ static void remove_attempt(br_agent_t *a, int i)
     char key[48];
     attempt_key(br_attempt_job(a->att[i]), br_attempt_number(a->att[i]), key, sizeof(key));
     json_object_del(a->mounted, key); /* its data sets may leave the cache now */
+    json_object_del(a->in_containers, key);
     const char *failed = json_string_value(json_object_get(a->setups, key));
     if (failed)
         unlink(failed);
@@ -1876,6 +1881,9 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
                                      .gpu_uuids = uuids,
                                      .ngpus = ngpus < BR_CONTAINER_GPUS ? ngpus : BR_CONTAINER_GPUS};
             in_container = br_container_command(a->containers, &cr, &err);
+            json_object_set_new(a->in_containers, key,
+                                json_pack("{s:I, s:I, s:s?}", "uid", (json_int_t)who.uid,
+                                          "gid", (json_int_t)who.gid, "workdir", o.workdir));
             o.command = in_container;
             o.mounts = NULL; /* (podman mounts them, into the container) */
             if (geteuid() == 0) /* podman as root; the job's uid inside (--user) */
@@ -1888,6 +1896,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
             json_object_del(a->mounted, key);
             json_object_del(a->setups, key);
             json_object_del(a->envs_used, key);
+            json_object_del(a->in_containers, key);
         }
         br_err_t cerr;
         if (t && br_attempt_ckpt(t) &&
@@ -2559,7 +2568,17 @@ static void on_stream_open(br_agent_t *a, br_msg_t *m)
         const char **argv = n ? calloc(n + 1, sizeof(*argv)) : NULL;
         for (size_t i = 0; argv && i < n; i++)
             argv[i] = json_string_value(json_array_get(command, i));
-        br_task_join_opts_t o = {.argv = argv, .tty = tty, .rows = (unsigned short)rows,
+        char akey[48];
+        attempt_key(job, attempt, akey, sizeof(akey));
+        json_t *ct = json_object_get(a->in_containers, akey);
+        char **in_ct = NULL; /* a container job's shell: podman exec, into its container */
+        if (ct && (!n || argv))
+            in_ct = br_container_exec_argv(
+                br_task_tag(task), (uid_t)json_integer_value(json_object_get(ct, "uid")),
+                (gid_t)json_integer_value(json_object_get(ct, "gid")),
+                json_string_value(json_object_get(ct, "workdir")), tty, argv);
+        br_task_join_opts_t o = {.argv = in_ct ? (const char *const *)in_ct : argv,
+                                 .tty = tty, .rows = (unsigned short)rows,
                                  .cols = (unsigned short)cols, .term = tty ? term : NULL};
         if (n && (!argv || !argv[n - 1])) {
             snprintf(why, sizeof(why), "command: a list of strings");
@@ -2572,6 +2591,7 @@ static void on_stream_open(br_agent_t *a, br_msg_t *m)
         }
         ss.tty = tty;
         free(argv);
+        br_container_argv_free(in_ct);
     }
     if (br_streams_add(a->streams, &ss, &err) < 0) {
         reply(a, m, err.errnum, err.text);

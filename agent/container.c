@@ -161,6 +161,58 @@ int br_container_calibrate(br_container_t *c, const char *image, int timeout_ms)
     return n; /* (none started: the job says why, as podman does) */
 }
 
+void br_container_name(const char *tag, char *out, size_t len)
+{
+    snprintf(out, len, "bramble-%s", tag);
+    for (char *p = out; *p; p++)
+        if (*p == '/')
+            *p = '_';
+}
+
+char **br_container_exec_argv(const char *tag, uid_t uid, gid_t gid, const char *workdir,
+                              int tty, const char *const *cmd)
+{
+    size_t n = 0;
+    while (cmd && cmd[n])
+        n++;
+    char **argv = calloc(n + 16, sizeof(*argv));
+    char name[300], user[64];
+    if (!argv)
+        return NULL;
+    br_container_name(tag, name, sizeof(name));
+    snprintf(user, sizeof(user), "%u:%u", (unsigned)uid, (unsigned)gid);
+    size_t i = 0;
+    const char *head[] = {"podman", "exec", tty ? "-it" : "-i", "--user", user};
+    for (size_t k = 0; k < sizeof(head) / sizeof(head[0]); k++)
+        argv[i++] = strdup(head[k]);
+    if (workdir) {
+        argv[i++] = strdup("-w");
+        argv[i++] = strdup(workdir);
+    }
+    argv[i++] = strdup(name);
+    if (n)
+        for (size_t k = 0; k < n; k++)
+            argv[i++] = strdup(cmd[k]);
+    else { /* the image's bash, else its sh */
+        argv[i++] = strdup("/bin/sh");
+        argv[i++] = strdup("-c");
+        argv[i++] = strdup("if [ -x /bin/bash ]; then exec /bin/bash; fi; exec /bin/sh");
+    }
+    for (size_t k = 0; k < i; k++)
+        if (!argv[k]) {
+            br_container_argv_free(argv);
+            return NULL;
+        }
+    return argv;
+}
+
+void br_container_argv_free(char **argv)
+{
+    for (size_t k = 0; argv && argv[k]; k++)
+        free(argv[k]);
+    free(argv);
+}
+
 int br_container_cdi(void)
 {
     static const char *const dirs[] = {BR_CDI_DIRS};
@@ -274,7 +326,8 @@ char *br_container_command(const br_container_t *c, const br_container_run_t *r,
                 "c=$c${c:+,}$i; i=$((i+1)); done; export CUDA_VISIBLE_DEVICES=$c\n");
     }
     add(&l, "exec podman run --rm --network host --pid host --security-opt no-new-privileges "
-            "--cap-drop all --label \"bramble.task=$BRAMBLE_TASK\"");
+            "--cap-drop all --label \"bramble.task=$BRAMBLE_TASK\" "
+            "--name \"bramble-$(echo \"$BRAMBLE_TASK\" | tr / _)\"");
     snprintf(buf, sizeof(buf), "%u:%u", (unsigned)r->uid, (unsigned)r->gid);
     opt(&l, "--user", buf);
     snprintf(buf, sizeof(buf), "nofile=%llu:%llu", c->nofile, c->nofile);

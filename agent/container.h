@@ -56,6 +56,17 @@ typedef struct {
 
 #define BR_CONTAINER_GPUS 64 /* GPUs of a node a container may be given, by index */
 
+/* The container of the task tagged tag: "bramble-" and the tag, '/' as '_'. */
+void br_container_name(const char *tag, char *out, size_t len);
+
+/* `bramble shell` in a container job: `podman exec` into the container of the task
+ * tagged tag, as uid:gid, in workdir (NULL: the image's), on a terminal (tty), cmd
+ * (NULL-terminated; NULL or empty: the image's bash, else its sh). A new
+ * NULL-terminated argv (br_container_argv_free), or NULL when out of memory. */
+char **br_container_exec_argv(const char *tag, uid_t uid, gid_t gid, const char *workdir,
+                              int tty, const char *const *cmd);
+void br_container_argv_free(char **argv);
+
 /* Where the CDI specs are that podman reads (nvidia-ctk cdi generate writes one). */
 #define BR_CDI_DIRS "/etc/cdi", "/var/run/cdi"
 

@@ -207,3 +207,24 @@ def test_a_container_gets_exactly_its_gpus_through_cdi(cluster, image):
         c.cli("cancel", hold)
     finally:
         os.unlink(path)
+
+
+def test_shell_goes_into_the_container(cluster, image, tmp_path):
+    """bramble shell into a container job runs in its container (podman exec): the
+    image's files, the job's working directory, its exit status handed back."""
+    c = cluster
+    work = tmp_path / "w"
+    work.mkdir()
+    jid = submit(c, f"name: ct-shell\nimage: {image}\nworkdir: {work}\n"
+                    "resources: {cpus: 0, nodelist: [node-1]}\n"
+                    "command: echo started; sleep 600\n")
+    try:
+        c.wait_job(jid, "running")
+        c.wait_logs(jid, "started")
+        rc, out, err = c.cli("shell", jid, "--", "sh", "-c",
+                             "test -e /usr/bin/podman && echo on-host || echo in-image; "
+                             "pwd; exit 3", check=False)
+        assert rc == 3, (rc, out, err)
+        assert out.split() == ["in-image", str(work)], (out, err)
+    finally:
+        c.cli("cancel", jid, check=False)
