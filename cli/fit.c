@@ -27,9 +27,9 @@ static int usable_gpus(const json_t *n, uint64_t vram, const json_t *models)
 }
 
 /* 1 when node n could ever run one node's share of the job (res: the normalised
- * spec's resources), else 0 with why ("pi1 has 2 CPUs, the job needs 64"), or -1
- * when the spec's nodelist leaves n out. */
-static int node_fits(const json_t *n, const json_t *res, char *why, size_t len)
+ * spec's resources; image: it has one), else 0 with why ("pi1 has 2 CPUs, the job
+ * needs 64"), or -1 when the spec's nodelist leaves n out. */
+static int node_fits(const json_t *n, const json_t *res, int image, char *why, size_t len)
 {
     const char *name = json_string_value(json_object_get(n, "name"));
     const char *arch = json_string_value(json_object_get(n, "arch"));
@@ -47,6 +47,8 @@ static int node_fits(const json_t *n, const json_t *res, char *why, size_t len)
     if (!br_spec_match_list(json_object_get(res, "arch"), arch, 0))
         return snprintf(why, len, "%s is %s, not a wanted arch", name, arch ? arch : "?"),
                0;
+    if (image && !json_is_string(json_object_get(n, "container_runtime")))
+        return snprintf(why, len, "%s runs no containers", name), 0;
     if ((k = br_spec_label_missing(labels, json_object_get(n, "labels"))))
         return snprintf(why, len, "%s has no label %s=%s", name, k,
                         json_string_value(json_object_get(labels, k))
@@ -110,7 +112,8 @@ void cli_warn_unfit(cli_t *cli, int64_t id, const json_t *spec, uint32_t seq)
     if (want < 1)
         want = 1;
     json_array_foreach(nodes, i, n) {
-        int f = node_fits(n, res, why, sizeof(why));
+        int f = node_fits(n, res, json_is_string(json_object_get(spec, "image")), why,
+                          sizeof(why));
         if (f > 0) {
             fit++;
             add_text(fitting, sizeof(fitting), ", ",

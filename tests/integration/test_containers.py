@@ -128,8 +128,12 @@ def test_cancel_and_time_limit_reach_the_container(cluster, image):
 
 def test_a_node_without_containers_takes_none(cluster, image):
     c = cluster
-    jid = submit(c, f"name: ct-none\nimage: {image}\n"
-                    "resources: {cpus: 0, nodelist: [node-2]}\ncommand: echo no\n")
+    _, out, err = c.cli("submit", c.write_spec(
+        f"name: ct-none\nimage: {image}\nresources: {{cpus: 0, nodelist: [node-2]}}\n"
+        "command: echo no\n"))
+    jid = int(out)
+    assert "warning: no current node could ever run job" in err and \
+        "node-2 runs no containers" in err, err
     try:
         j = wait_for(lambda: (lambda j: j if "runs no containers" in (j["reason"] or "")
                               else None)(c.job(jid)),
