@@ -281,6 +281,22 @@ static void opt(line_t *l, const char *flag, const char *value)
     word(l, value);
 }
 
+/* -v FROM:TO[:ro], quoted (paths may be long: built in parts). */
+static void volume(line_t *l, const char *from, const char *to, int ro)
+{
+    line_t m = {0};
+    add(&m, from);
+    add(&m, ":");
+    add(&m, to);
+    if (ro)
+        add(&m, ":ro");
+    add(l, " -v");
+    if (!m.bad)
+        word(l, m.s);
+    l->bad |= m.bad;
+    free(m.s);
+}
+
 static int name_ok(const char *k)
 {
     return k && *k && strspn(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") ==
@@ -351,29 +367,10 @@ char *br_container_command(const br_container_t *c, const br_container_run_t *r,
         if (name_ok(k))
             opt(&l, "-e", k);
     json_decref(names);
-    for (int j = 0; r->rw && r->rw[j]; j++) {
-        add(&l, " -v"); /* (paths may be long: built in parts) */
-        line_t m = {0};
-        add(&m, r->rw[j]);
-        add(&m, ":");
-        add(&m, r->rw[j]);
-        if (!m.bad)
-            word(&l, m.s);
-        l.bad |= m.bad;
-        free(m.s);
-    }
-    for (int j = 0; r->ro && r->ro[j] && r->ro[j + 1]; j += 2) {
-        add(&l, " -v");
-        line_t m = {0};
-        add(&m, r->ro[j]);
-        add(&m, ":");
-        add(&m, r->ro[j + 1]);
-        add(&m, ":ro");
-        if (!m.bad)
-            word(&l, m.s);
-        l.bad |= m.bad;
-        free(m.s);
-    }
+    for (int j = 0; r->rw && r->rw[j]; j++)
+        volume(&l, r->rw[j], r->rw[j], 0);
+    for (int j = 0; r->ro && r->ro[j] && r->ro[j + 1]; j += 2)
+        volume(&l, r->ro[j], r->ro[j + 1], 1);
     if (r->workdir)
         opt(&l, "-w", r->workdir);
     if (r->ngpus > 0)
