@@ -1796,6 +1796,9 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
                 char skey[48];
                 attempt_key(job, attempt, skey, sizeof(skey));
                 json_object_set_new(a->setups, skey, json_string(failed));
+            } else if (!envc.ready) { /* (never run the command without its setup) */
+                br_errf(&err, ENOMEM, "setup: could not put its runner before the command");
+                command = NULL;
             }
         }
         if (code_dir[0]) /* the attempt's own copy of the code, its working dir */
@@ -1860,7 +1863,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
         if (setup)
             json_object_set_new(a->envs_used, key, json_string(envc.dir));
         char *in_container = NULL; /* the command, as podman runs it */
-        if (image) {
+        if (image && o.command) {
             if (br_container_calibrate(a->containers, image, 10000) > 0)
                 fprintf(stderr, "bramble-agent: containers: the limits podman may give "
                                 "them here were tried with %s\n", image);
