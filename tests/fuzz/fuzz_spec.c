@@ -31,11 +31,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *text = json_dumps(j, JSON_COMPACT);
         /* name kind command workdir env resources model checkpoint restart
          * priority time_limit service after progress preemptible preempt, and
-         * array for a job array, code, files and outputs when given */
-        size_t keys = 16 + (json_object_get(j, "array") != NULL) +
-                      (json_object_get(j, "code") != NULL) +
-                      (json_object_get(j, "files") != NULL) +
-                      (json_object_get(j, "outputs") != NULL);
+         * array for a job array, idle_stop for a dev environment, code, files,
+         * outputs, data, setup, setup_files and image when given */
+        static const char *const optional[] = {"array", "idle_stop", "code",
+                                               "files", "outputs", "data", "setup",
+                                               "setup_files", "image"};
+        size_t keys = 16;
+        for (size_t k = 0; k < sizeof(optional) / sizeof(optional[0]); k++)
+            keys += json_object_get(j, optional[k]) != NULL;
         if (!j || !text || json_object_size(j) != keys ||
             !json_is_string(json_object_get(j, "name")))
             abort(); /* a parsed spec always has its whole JSON form */

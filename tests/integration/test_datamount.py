@@ -219,6 +219,14 @@ def probed(c, a, b):
     return m["rtt_ms"][i][j] is not None and m["rtt_ms"][i][j] >= 0
 
 
+def near(c, a, b):
+    """Whether the network map has a round trip between nodes a and b under 2 ms
+    (well inside the 5 ms within which a node counts as one site's)."""
+    m = c.cli_json("probe")
+    i, j = m["nodes"].index(a), m["nodes"].index(b)
+    return m["rtt_ms"][i][j] is not None and 0 <= m["rtt_ms"][i][j] < 2
+
+
 def test_a_node_reads_a_data_set_from_a_node_that_holds_it(make_cluster, tmp_path, open_dir):
     c, laptop, _ = node_cluster(make_cluster, tmp_path, n=3, heartbeat="250ms")
     d = laptop / "ds"
@@ -237,13 +245,24 @@ def test_a_node_reads_a_data_set_from_a_node_that_holds_it(make_cluster, tmp_pat
 
     first = run("first", "node-1")
     assert first and " from " not in first[0], first  # from the coordinator's store
-    wait_for(lambda: probed(c, "node-1", "node-2"), what="node-1 and node-2 to probe")
     # (node-1's heartbeat after its pull tells the coordinator what it holds)
     wait_for(lambda: c.cli_json("node", "show", "node-1").get("trees"),
              what="node-1 to say it holds the data set")
-    second = run("second", "node-2")
-    assert second and "fetched to node-2 from node-1" in second[0] and "2.0MiB sent" in \
-        second[0], second
+    # node-1 is the source when the map has it nearer than the coordinator (within
+    # 5 ms); probes on a loaded machine can lose or stretch a round trip for a
+    # moment, so the map is read before each try, and a try made while it said
+    # otherwise is made again
+    tries = []
+    for i in range(3):
+        wait_for(lambda: near(c, "node-2", "node-1"), what="node-1 and node-2 to probe")
+        second = run(f"second-{i}", "node-2")
+        tries.append(second)
+        if second and "fetched to node-2 from node-1" in second[0]:
+            break
+        # (node-2 now holds the set too: drop its copy for the next try)
+        shutil.rmtree(c.agent_dir("node-2") / "cache" / "trees")
+        (c.agent_dir("node-2") / "cache" / "trees").mkdir(mode=0o700)
+    assert "fetched to node-2 from node-1" in second[0] and "2.0MiB sent" in second[0], tries
 
     # a holder that lost its copy (its cache emptied by hand): the node reads from the
     # coordinator instead, and the job runs all the same
