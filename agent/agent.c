@@ -94,11 +94,11 @@ struct br_agent {
     json_t *keep;                 /* "JOB.ATTEMPT": {"dir", "patterns", "uid", "gid",
                                      "state": wait|busy|done}: outputs to keep */
     json_t *stored;               /* ckpt.stored reports not answered yet */
-    json_t *setups;               /* "JOB.ATTEMPT": where its setup's runner writes why
-                                     it failed (setuprun.h) */
-    json_t *envs_used;            /* "JOB.ATTEMPT": the environment it runs with */
-    json_t *in_containers;        /* "JOB.ATTEMPT": {"uid", "gid", "workdir"} of an
-                                     attempt in a container (shells go into it) */
+    json_t *extras;               /* "JOB.ATTEMPT": what a running attempt has beyond its
+                                     tasks (attempt_extra): {"failed"?: where its setup's
+                                     runner writes why it failed (setuprun.h), "env"?:
+                                     the environment it runs with, "container"?: {"uid",
+                                     "gid", "workdir"} (its shells go into it)} */
     json_t *envs_unwanted;        /* environment key: removed once no attempt uses it */
     char exe[4096];               /* this program, which runs jobs' setups */
     int hello_plain;              /* the coordinator refuses "replica_port" in hellos */
@@ -532,8 +532,7 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
     if (!(a->cache = br_cache_new(s->cache_dir, br_listings_dir(br_replica_listings(a->replica)),
                                   s->data_dir, err)) ||
         !(a->fetching = json_array()) || !(a->keep = json_object()) ||
-        !(a->setups = json_object()) || !(a->envs_used = json_object()) ||
-        !(a->in_containers = json_object()) ||
+        !(a->extras = json_object()) ||
         !(a->envs_unwanted = json_object()) ||
         !(a->pulls = json_object()) || !(a->mounted = json_object()) ||
         !(a->outputs = br_outputs_new(&s->cred, err)) || !(a->streams = br_streams_new(err)))
@@ -582,10 +581,8 @@ void br_agent_destroy(br_agent_t **ap)
     json_decref(a->mounted);
     br_outputs_destroy(&a->outputs);
     json_decref(a->keep);
-    json_decref(a->setups);
+    json_decref(a->extras);
     br_container_destroy(&a->containers);
-    json_decref(a->envs_used);
-    json_decref(a->in_containers);
     json_decref(a->envs_unwanted);
     json_decref(a->envs_told);
     free(a->items);
@@ -1039,9 +1036,19 @@ static json_t *envs_in_use(br_agent_t *a)
 {
     json_t *in_use = json_object(), *v;
     const char *k;
-    json_object_foreach(a->envs_used, k, v)
-        json_object_set_new(in_use, json_string_value(v), json_true());
+    json_object_foreach(a->extras, k, v)
+        if (json_is_string(json_object_get(v, "env")))
+            json_object_set(in_use, json_string_value(json_object_get(v, "env")), json_true());
     return in_use;
+}
+
+/* The attempt key's extras (br_agent_t's extras), made when there are none yet. */
+static json_t *attempt_extra(br_agent_t *a, const char *key)
+{
+    json_t *x = json_object_get(a->extras, key);
+    if (!x)
+        json_object_set_new(a->extras, key, x = json_object());
+    return x;
 }
 
 /* The environments to tell the coordinator of in this heartbeat, or NULL: looked at
@@ -1107,7 +1114,8 @@ static int setup_failed(br_agent_t *a, br_attempt_t *t, int code, char *why, siz
 {
     char key[48];
     attempt_key(br_attempt_job(t), br_attempt_number(t), key, sizeof(key));
-    const char *path = json_string_value(json_object_get(a->setups, key));
+    const char *path =
+        json_string_value(json_object_get(json_object_get(a->extras, key), "failed"));
     size_t n;
     br_err_t err;
     char *note = path && code == BR_SETUP_FAILED ? br_read_file(path, 4096, &n, &err) : NULL;
@@ -1270,15 +1278,13 @@ static void remove_attempt(br_agent_t *a, int i)
     char key[48];
     attempt_key(br_attempt_job(a->att[i]), br_attempt_number(a->att[i]), key, sizeof(key));
     json_object_del(a->mounted, key); /* its data sets may leave the cache now */
-    json_object_del(a->in_containers, key);
-    const char *failed = json_string_value(json_object_get(a->setups, key));
+    json_t *x = json_object_get(a->extras, key);
+    const char *failed = json_string_value(json_object_get(x, "failed"));
     if (failed)
         unlink(failed);
-    json_object_del(a->setups, key);
-    if (json_object_get(a->envs_used, key)) { /* built now, perhaps: told, and trimmed */
-        json_object_del(a->envs_used, key);
+    if (json_object_get(x, "env")) /* built now, perhaps: told, and trimmed */
         a->envs_dirty = 1;
-    }
+    json_object_del(a->extras, key);
     br_runstate_forget(a->runstate, br_attempt_job(a->att[i]), br_attempt_number(a->att[i]));
     br_attempt_destroy(&a->att[i]);
     a->att[i] = a->att[--a->natt];
@@ -1781,6 +1787,8 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
                                             &envc, &err) < 0) {
         /* a setup file that is not in its code (err names it), a full disk */
     } else {
+        char key[48];
+        attempt_key(job, attempt, key, sizeof(key));
         char *with_setup = NULL; /* the command, its setup's runner first */
         if (setup) {
             json_object_set_new(env, "BRAMBLE_ENV_DIR", json_string(envc.dir));
@@ -1793,9 +1801,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
                 strcpy(with_setup, line);
                 strcat(with_setup, command);
                 command = with_setup;
-                char skey[48];
-                attempt_key(job, attempt, skey, sizeof(skey));
-                json_object_set_new(a->setups, skey, json_string(failed));
+                json_object_set_new(attempt_extra(a, key), "failed", json_string(failed));
             } else if (!envc.ready) { /* (never run the command without its setup) */
                 br_errf(&err, ENOMEM, "setup: could not put its runner before the command");
                 command = NULL;
@@ -1850,8 +1856,6 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
             .checkpoint = json_is_object(ckpt) ? ckpt : NULL,
             .exit_dir = br_runstate_dir(a->runstate),
             .mounts = mounts[0] ? mounts : NULL};
-        char key[48];
-        attempt_key(job, attempt, key, sizeof(key));
         if (data) { /* its data sets stay in the cache while it runs */
             json_t *hashes = json_array(), *d;
             size_t i;
@@ -1861,7 +1865,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
             json_object_set_new(a->mounted, key, hashes);
         }
         if (setup)
-            json_object_set_new(a->envs_used, key, json_string(envc.dir));
+            json_object_set_new(attempt_extra(a, key), "env", json_string(envc.dir));
         char *in_container = NULL; /* the command, as podman runs it */
         if (image && o.command) {
             if (br_container_calibrate(a->containers, image, 10000) > 0)
@@ -1884,7 +1888,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
                                      .gpu_uuids = uuids,
                                      .ngpus = ngpus < BR_CONTAINER_GPUS ? ngpus : BR_CONTAINER_GPUS};
             in_container = br_container_command(a->containers, &cr, &err);
-            json_object_set_new(a->in_containers, key,
+            json_object_set_new(attempt_extra(a, key), "container",
                                 json_pack("{s:I, s:I, s:s?}", "uid", (json_int_t)who.uid,
                                           "gid", (json_int_t)who.gid, "workdir", o.workdir));
             o.command = in_container;
@@ -1897,9 +1901,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
         free(in_container);
         if (!t) {
             json_object_del(a->mounted, key);
-            json_object_del(a->setups, key);
-            json_object_del(a->envs_used, key);
-            json_object_del(a->in_containers, key);
+            json_object_del(a->extras, key);
         }
         br_err_t cerr;
         if (t && br_attempt_ckpt(t) &&
@@ -2573,7 +2575,7 @@ static void on_stream_open(br_agent_t *a, br_msg_t *m)
             argv[i] = json_string_value(json_array_get(command, i));
         char akey[48];
         attempt_key(job, attempt, akey, sizeof(akey));
-        json_t *ct = json_object_get(a->in_containers, akey);
+        json_t *ct = json_object_get(json_object_get(a->extras, akey), "container");
         char **in_ct = NULL; /* a container job's shell: podman exec, into its container */
         if (ct && (!n || argv))
             in_ct = br_container_exec_argv(
