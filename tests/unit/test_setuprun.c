@@ -55,6 +55,15 @@ static char *get(const char *path)
     return br_read_file(path, 1 << 20, &len, &err);
 }
 
+/* The scratch paths a test of the runner uses: its environment's directory, the
+ * failure note and the runner's output (each 128 bytes). */
+static void scratch(char *dir, char *failed, char *out)
+{
+    snprintf(dir, 128, "%s/env", tmp);
+    snprintf(failed, 128, "%s/failed", tmp);
+    snprintf(out, 128, "%s/out", tmp);
+}
+
 /* Run the runner in a child, its stdout and stderr into out (one file): its exit
  * status. */
 static int run(const char *dir, const char *failed, const char *out)
@@ -91,9 +100,7 @@ static void test_builds_once(void **state)
 {
     (void)state;
     char dir[128], path[256], failed[128], out[128];
-    snprintf(dir, sizeof(dir), "%s/env", tmp);
-    snprintf(failed, sizeof(failed), "%s/failed", tmp);
-    snprintf(out, sizeof(out), "%s/out", tmp);
+    scratch(dir, failed, out);
     snprintf(path, sizeof(path), "%s.setup", dir);
     put(path, "echo one; echo two >&2; echo built > \"$BRAMBLE_ENV_DIR/made\"; "
               "echo x >> \"$BRAMBLE_ENV_DIR/../runs\"");
@@ -125,9 +132,7 @@ static void test_failure_leaves_nothing(void **state)
 {
     (void)state;
     char dir[128], path[256], failed[128], out[128];
-    snprintf(dir, sizeof(dir), "%s/env", tmp);
-    snprintf(failed, sizeof(failed), "%s/failed", tmp);
-    snprintf(out, sizeof(out), "%s/out", tmp);
+    scratch(dir, failed, out);
     snprintf(path, sizeof(path), "%s.setup", dir);
     put(path, "echo half > \"$BRAMBLE_ENV_DIR/half\"; i=0; while [ $i -lt 100 ]; do "
               "echo line-$i; i=$((i+1)); done; echo 'no such package' >&2; exit 7");
@@ -210,10 +215,9 @@ static void test_env_key_and_files(void **state)
 static void test_list_remove_trim(void **state)
 {
     (void)state;
-    char cache[128], path[256], out[128], failed[128];
+    char cache[128], path[256], out[128], failed[128], dir[128];
     snprintf(cache, sizeof(cache), "%s/cache", tmp);
-    snprintf(out, sizeof(out), "%s/out", tmp);
-    snprintf(failed, sizeof(failed), "%s/failed", tmp);
+    scratch(dir, failed, out);
     assert_int_equal(mkdir(cache, 0755), 0);
     br_envcache_env_t e[2];
     br_err_t err;
