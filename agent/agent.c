@@ -1868,7 +1868,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
             json_object_set_new(attempt_extra(a, key), "env", json_string(envc.dir));
         char *in_container = NULL; /* the command, as podman runs it */
         if (image && o.command) {
-            if (br_container_calibrate(a->containers, image, 10000) > 0)
+            if (br_container_calibrate(a->containers, image, 5000) > 0)
                 fprintf(stderr, "bramble-agent: containers: the limits podman may give "
                                 "them here were tried with %s\n", image);
             const char *rw[3] = {NULL};

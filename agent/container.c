@@ -141,6 +141,11 @@ int br_container_calibrate(br_container_t *c, const char *image, int timeout_ms)
 {
     if (c->calibrated || !br_container_runtime(c) || !br_spec_image_ok(image))
         return 0;
+    /* only with an image already here: a pull (seconds, minutes) must not hold the
+     * agent's loop; the job's own podman run pulls it, and a later job tries */
+    char *exists[] = {"podman", "image", "exists", (char *)image, NULL};
+    if (run_quiet(exists, timeout_ms) != 0)
+        return 0;
     c->calibrated = 1;
     unsigned long long own = c->nproc, tries[] = {own, 65536, 32768, 4096, 1024};
     int n = 0;
@@ -150,8 +155,9 @@ int br_container_calibrate(br_container_t *c, const char *image, int timeout_ms)
         char nofile[64], nproc[64];
         snprintf(nofile, sizeof(nofile), "nofile=%llu:%llu", c->nofile, c->nofile);
         snprintf(nproc, sizeof(nproc), "nproc=%llu:%llu", tries[i], tries[i]);
-        char *argv[] = {"podman", "run", "--rm", "--network", "host", "--ulimit", nofile,
-                        "--ulimit", nproc, (char *)image, "/bin/sh", "-c", ":", NULL};
+        char *argv[] = {"podman", "run", "--rm", "--pull", "never", "--network", "host",
+                        "--ulimit", nofile, "--ulimit", nproc, (char *)image, "/bin/sh",
+                        "-c", ":", NULL};
         n++;
         if (run_quiet(argv, timeout_ms) == 0) {
             c->nproc = tries[i];

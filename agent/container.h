@@ -17,7 +17,8 @@
  * Limits: podman asks the runtime for its own default rlimits (1048576 open files
  * and processes), which some machines refuse (runc: "error setting rlimit type 6:
  * operation not permitted"), and what they take is not written anywhere podman
- * reads. So the first container job tries them (br_container_calibrate): the
+ * reads. So the first container job whose image is here tries them
+ * (br_container_calibrate): the
  * agent's own open-files limit, and the agent's process limit, else 65536, 32768,
  * 4096 or 1024, whichever lets a container of the job's image start first; the
  * container jobs after it get the same. */
@@ -74,8 +75,10 @@ void br_container_argv_free(char **argv);
 int br_container_cdi(void);
 
 /* Find the limits containers may be given here (once: later calls return at once),
- * starting `podman run IMAGE /bin/sh -c :` with each candidate, each try bounded to
- * timeout_ms. Returns the tries made (0: found before). */
+ * starting `podman run --pull never IMAGE /bin/sh -c :` with each candidate, each
+ * try bounded to timeout_ms; only when the image is on the node already (a pull
+ * must not hold the agent's loop: a later job tries). Returns the tries made (0:
+ * none, found before or the image is not here). */
 int br_container_calibrate(br_container_t *c, const char *image, int timeout_ms);
 
 /* The shell command a task runs for r: malloc'd, or NULL with err. */
