@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "setuprun.h"
+#include "spec.h"
 #include "util.h"
 
 /* A directory at path owned by uid:gid with mode, made when missing; a symlink or
@@ -72,6 +73,12 @@ static int hash_file(crypto_generichash_state *h, const char *code_dir, const ch
             close(fd);
         return br_errf(err, ENOENT, "setup_files: %s is not a file of the job's code dir",
                        rel);
+    }
+    if (st.st_size > BR_SPEC_SETUP_FILE_MAX) {
+        close(fd);
+        return br_errf(err, EFBIG, "setup_files: %s is %lld bytes, more than %d: name a "
+                                   "small file (a requirements list), not data",
+                       rel, (long long)st.st_size, BR_SPEC_SETUP_FILE_MAX);
     }
     crypto_generichash_update(h, (const unsigned char *)rel, strlen(rel) + 1);
     unsigned char buf[65536];

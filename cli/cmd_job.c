@@ -374,7 +374,16 @@ static int send_code(cli_t *cli, const submit_opts_t *o, const json_t *norm, con
         return cli_fail(cli, "code: %s", err.text);
     }
     json_array_foreach(json_object_get(norm, "setup_files"), i, f) { /* (setup's key) */
-        if (!br_pack_source(p, json_string_value(f))) {
+        const char *src = br_pack_source(p, json_string_value(f));
+        struct stat sst;
+        if (src && stat(src, &sst) == 0 && sst.st_size > BR_SPEC_SETUP_FILE_MAX) {
+            br_pack_destroy(&p);
+            return cli_fail(cli, "setup_files[%zu]: %s is %lld bytes, more than %d: name a "
+                                 "small file (a requirements list), not data",
+                            i, json_string_value(f), (long long)sst.st_size,
+                            BR_SPEC_SETUP_FILE_MAX);
+        }
+        if (!src) {
             br_pack_destroy(&p);
             return cli_fail(cli, "setup_files[%zu]: %s is not a file of the code sent "
                                  "(missing, a directory, or left out by .gitignore or "

@@ -36,6 +36,8 @@ int br_after_on_parse(const char *name);
 #define BR_SPEC_MAX_MOUNT 1024 /* data: a mount path */
 #define BR_SPEC_MAX_SETUP 65535 /* setup: its text */
 #define BR_SPEC_MAX_SETUP_FILES 16 /* setup_files: entries */
+#define BR_SPEC_SETUP_FILE_MAX (16 << 20) /* setup_files: the largest file (its node
+                                           * hashes it before the job starts) */
 #define BR_SPEC_SETUP_ROOM 4096 /* what the node puts before a command with a setup */
 
 typedef enum { BR_JOB_TRAIN = 0, BR_JOB_SERVICE = 1, BR_JOB_DEV = 2 } br_job_kind_t;

@@ -193,8 +193,11 @@ def test_setup_files_refused(make_cluster, tmp_path):
     (laptop / "proj").mkdir()
     (laptop / "proj" / "main.py").write_text("print(1)\n")
     (laptop / "proj" / "sub").mkdir()
+    with open(laptop / "proj" / "big.bin", "wb") as f:
+        f.truncate((16 << 20) + 1)  # (sparse)
     before = len(c.jobs())
     for files, why in [
+        ("[big.bin]", "setup_files[0]: big.bin is 16777217 bytes, more than 16777216"),
         ("[requirements.txt]", "setup_files[0]: requirements.txt is not a file of the code sent"),
         ("[sub]", "setup_files[0]: sub is not a file of the code sent"),
         ("[../etc/passwd]", "setup_files[0]: expected a path inside the code dir"),

@@ -24,6 +24,7 @@
 
 #include "envcache.h"
 #include "setuprun.h"
+#include "spec.h"
 #include "util.h"
 
 static char tmp[64];
@@ -206,6 +207,17 @@ static void test_env_key_and_files(void **state)
     assert_non_null(strstr(err.text, "link.txt is not a file"));
     assert_int_equal(br_envcache_prepare(cache, bad, NULL, uid, gid, &b, &err), -1);
     assert_non_null(strstr(err.text, "the job has no code dir"));
+    /* data named as a setup file: refused before it is read (the agent's loop
+     * hashes it) */
+    snprintf(path, sizeof(path), "%s/big.bin", code);
+    FILE *big = fopen(path, "w");
+    assert_non_null(big);
+    assert_int_equal(ftruncate(fileno(big), BR_SPEC_SETUP_FILE_MAX + 1), 0);
+    fclose(big);
+    json_array_set_new(json_object_get(bad, "files"), 0, json_string("big.bin"));
+    assert_int_equal(br_envcache_prepare(cache, bad, code, uid, gid, &b, &err), -1);
+    assert_int_equal(err.errnum, EFBIG);
+    assert_non_null(strstr(err.text, "setup_files: big.bin is 16777217 bytes, more than"));
     json_decref(bad);
     json_decref(s);
 }
