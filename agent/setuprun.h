@@ -10,7 +10,8 @@
  *   - takes DIR.lock (another job building the same environment is waited for);
  *   - finds DIR/.bramble-ready (built meanwhile) and is done; or
  *   - empties DIR, runs `/bin/sh -c SETUP` in it with BRAMBLE_ENV_DIR=DIR, each line
- *     of its stdout and stderr passed on to the job's own, marked "[setup] ";
+ *     of its stdout and stderr passed on to the job's own, marked "[setup] "
+ *     (steprun.h);
  *   - on success writes DIR/.bramble-ready ({"seconds", "bytes", "built"}: how long
  *     it took, what it holds on disk, when) and exits 0 (the command runs);
  *   - on failure removes DIR, writes "exit N: LAST LINES" to FAILED and exits
@@ -21,9 +22,11 @@
 
 #include <stddef.h>
 
+#include "steprun.h"
+
 #define BR_SETUP_FAILED 86            /* the runner's exit status when the setup failed */
 #define BR_SETUP_READY ".bramble-ready" /* in DIR: the environment is whole */
-#define BR_SETUP_TAIL 600             /* bytes of the output's end kept for the reason */
+#define BR_SETUP_TAIL BR_STEP_TAIL    /* bytes of the output's end kept for the reason */
 
 /* The runner: argv is DIR FAILED (after "--setup-run"). Its exit status. */
 int br_setuprun_main(int argc, char **argv);

@@ -4,7 +4,8 @@
  * The runner's line quotes what it names for sh; a setup that succeeds leaves its
  * directory whole (.bramble-ready) and its output marked "[setup] "; a second run
  * finds it built and runs nothing; one that fails leaves nothing of it and its
- * last lines in the note the agent reads; a wrong call says how it is meant.
+ * last lines in the note the agent reads; one stopped by SIGTERM ends at once and
+ * says so; a wrong call says how it is meant.
  * The environment's key follows the setup's text and setup_files' contents, a
  * setup file missing from the code dir or reached through a symlink is refused,
  * and a built one is found again. */
@@ -18,6 +19,7 @@
 #include <cmocka.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -156,6 +158,46 @@ static void test_failure_leaves_nothing(void **state)
     assert_int_equal(br_setuprun_main(0, none), 2);
 }
 
+/* SIGTERM while the setup runs: the setup (its process group) ends at once, nothing
+ * of it is kept, and the note says why. */
+static void test_stopped(void **state)
+{
+    (void)state;
+    char dir[128], path[256], failed[128], out[128];
+    scratch(dir, failed, out);
+    snprintf(path, sizeof(path), "%s.setup", dir);
+    put(path, "echo started; sleep 30; echo late");
+    int64_t t0 = br_mono_ms();
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        char *argv[] = {dir, failed, NULL};
+        _exit(br_setuprun_main(2, argv));
+    }
+    for (int i = 0; i < 500; i++) { /* until the setup runs */
+        char *said = get(out);
+        int started = said && strstr(said, "[setup] started\n");
+        free(said);
+        if (started)
+            break;
+        usleep(10000);
+    }
+    assert_int_equal(kill(pid, SIGTERM), 0);
+    int status;
+    assert_true(waitpid(pid, &status, 0) == pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 128 + SIGTERM);
+    assert_true(br_mono_ms() - t0 < 10000);
+    assert_int_equal(access(dir, F_OK), -1);
+    char *note = get(failed);
+    assert_non_null(note);
+    if (!strstr(note, "stopped by signal 15 after ") || !strstr(note, ": started"))
+        fail_msg("note: %s", note);
+    free(note);
+}
+
 static void test_env_key_and_files(void **state)
 {
     (void)state;
@@ -282,6 +324,7 @@ int main(void)
         cmocka_unit_test(test_line_quotes),
         cmocka_unit_test_setup_teardown(test_builds_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_leaves_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stopped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_env_key_and_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_remove_trim, setup, teardown),
     };
