@@ -9,6 +9,7 @@
 
 #include "agent.h"
 #include "settings.h"
+#include "imagefetch.h"
 #include "setuprun.h"
 #include "token.h"
 #include "util.h"
@@ -297,6 +298,8 @@ int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "--setup-run") == 0) /* inside a job (setuprun.h) */
         return br_setuprun_main(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "--image-fetch") == 0) /* the same (imagefetch.h) */
+        return br_imagefetch_main(argc - 2, argv + 2);
     br_settings_t s;
     br_err_t err;
     br_settings_init(&s);
