@@ -137,16 +137,34 @@ static int run_quiet(char *const *argv, int timeout_ms)
     }
 }
 
-int br_container_calibrate(br_container_t *c, const char *image, int timeout_ms)
+/* The empty image the limits are tried with, made here when podman lacks it
+ * (`podman import` of an empty tar: no files, so the tries start no program).
+ * 0, or -1. */
+static int probe_image(int timeout_ms)
 {
-    if (c->calibrated || !br_container_runtime(c) || !br_spec_image_ok(image))
+    char *exists[] = {"podman", "image", "exists", BR_CONTAINER_PROBE, NULL};
+    if (run_quiet(exists, timeout_ms) == 0)
         return 0;
-    /* only with an image already here: a pull (seconds, minutes) must not hold the
-     * agent's loop; the job's own podman run pulls it, and a later job tries */
-    char *exists[] = {"podman", "image", "exists", (char *)image, NULL};
-    if (run_quiet(exists, timeout_ms) != 0)
+    char path[] = "/tmp/bramble-probe-XXXXXX";
+    int fd = mkstemp(path);
+    static const char zeros[1024]; /* a tar of nothing: its two end blocks */
+    if (fd < 0)
+        return -1;
+    int ok = write(fd, zeros, sizeof(zeros)) == (ssize_t)sizeof(zeros);
+    close(fd);
+    char *import[] = {"podman", "import", path, BR_CONTAINER_PROBE, NULL};
+    ok = ok && run_quiet(import, timeout_ms) == 0;
+    unlink(path);
+    return ok ? 0 : -1;
+}
+
+int br_container_calibrate(br_container_t *c, int timeout_ms)
+{
+    if (c->calibrated || !br_container_runtime(c))
         return 0;
     c->calibrated = 1;
+    if (probe_image(timeout_ms) < 0)
+        return 0; /* (no container starts then: the job says why, as podman does) */
     unsigned long long own = c->nproc, tries[] = {own, 65536, 32768, 4096, 1024};
     int n = 0;
     for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
@@ -155,16 +173,23 @@ int br_container_calibrate(br_container_t *c, const char *image, int timeout_ms)
         char nofile[64], nproc[64];
         snprintf(nofile, sizeof(nofile), "nofile=%llu:%llu", c->nofile, c->nofile);
         snprintf(nproc, sizeof(nproc), "nproc=%llu:%llu", tries[i], tries[i]);
+        /* the runtime sets the limits before it looks for the program: "not found"
+         * (127) says they were taken, a refusal of them is 126 */
         char *argv[] = {"podman", "run", "--rm", "--pull", "never", "--network", "host",
-                        "--ulimit", nofile, "--ulimit", nproc, (char *)image, "/bin/sh",
-                        "-c", ":", NULL};
+                        "--ulimit", nofile, "--ulimit", nproc, BR_CONTAINER_PROBE,
+                        "/nonexistent", NULL};
         n++;
-        if (run_quiet(argv, timeout_ms) == 0) {
+        if (run_quiet(argv, timeout_ms) == 127) {
             c->nproc = tries[i];
             return n;
         }
     }
-    return n; /* (none started: the job says why, as podman does) */
+    return n;
+}
+
+unsigned long long br_container_nproc(const br_container_t *c)
+{
+    return c->nproc;
 }
 
 void br_container_name(const char *tag, char *out, size_t len)

@@ -17,11 +17,13 @@
  * Limits: podman asks the runtime for its own default rlimits (1048576 open files
  * and processes), which some machines refuse (runc: "error setting rlimit type 6:
  * operation not permitted"), and what they take is not written anywhere podman
- * reads. So the first container job whose image is here tries them
- * (br_container_calibrate): the
- * agent's own open-files limit, and the agent's process limit, else 65536, 32768,
- * 4096 or 1024, whichever lets a container of the job's image start first; the
- * container jobs after it get the same. */
+ * reads. So the agent's first container job tries them (br_container_calibrate),
+ * with an empty image the agent makes (`podman import` of an empty tar, a tenth of
+ * a second): the agent's own open-files limit, and the agent's process limit, else
+ * 65536, 32768, 4096 or 1024, whichever the runtime takes first (it sets them
+ * before it looks for the program to run, so no program is needed); the container
+ * jobs after it get the same. Any image will do for that, the job's own need not
+ * be on the node yet. */
 #ifndef BRAMBLE_CONTAINER_H
 #define BRAMBLE_CONTAINER_H
 
@@ -74,12 +76,16 @@ void br_container_argv_free(char **argv);
 /* Whether a CDI spec for NVIDIA GPUs (kind nvidia.com/gpu) is there. */
 int br_container_cdi(void);
 
+/* The image the limits are tried with: empty, made on the node by the agent. */
+#define BR_CONTAINER_PROBE "localhost/bramble-limits-probe:1"
+
 /* Find the limits containers may be given here (once: later calls return at once),
- * starting `podman run --pull never IMAGE /bin/sh -c :` with each candidate, each
- * try bounded to timeout_ms; only when the image is on the node already (a pull
- * must not hold the agent's loop: a later job tries). Returns the tries made (0:
- * none, found before or the image is not here). */
-int br_container_calibrate(br_container_t *c, const char *image, int timeout_ms);
+ * starting `podman run --pull never BR_CONTAINER_PROBE /nonexistent` with each
+ * candidate, each try bounded to timeout_ms (the probe image is made first when
+ * podman lacks it). Returns the tries made (0: none, or done already). */
+int br_container_calibrate(br_container_t *c, int timeout_ms);
+/* The process limit containers are given here (after br_container_calibrate). */
+unsigned long long br_container_nproc(const br_container_t *c);
 
 /* The shell command a task runs for r: malloc'd, or NULL with err. */
 char *br_container_command(const br_container_t *c, const br_container_run_t *r,

@@ -68,7 +68,7 @@ static void test_modes(void **state)
     br_container_run_t r = {.image = "x", .command = "true"};
     assert_null(br_container_command(none, &r, &err));
     assert_non_null(strstr(err.text, "this node runs no containers"));
-    assert_int_equal(br_container_calibrate(none, "x", 100), 0);
+    assert_int_equal(br_container_calibrate(none, 100), 0);
     br_container_destroy(&none);
     assert_null(br_container_new("docker", &err));
     assert_non_null(strstr(err.text, "--container-runtime docker: expected auto, podman or none"));
