@@ -26,6 +26,8 @@
 #include "container.h"
 #include "envcache.h"
 #include "setuprun.h"
+#include "imagefetch.h"
+#include "ociarchive.h"
 #include "outputs.h"
 #include "client.h"
 #include "gpu.h"
@@ -87,7 +89,8 @@ struct br_agent {
                                      [manifest hash...], "received", "deduped"}] */
     json_t *pulls;                /* manifest hash: the trees being pulled now */
     json_t *mounted;              /* "JOB.ATTEMPT": [manifest hash...], the data sets
-                                     a running attempt mounts (kept in the cache) */
+                                     a running attempt mounts and its image's archive
+                                     (kept in the cache) */
     br_outputs_t *outputs;        /* attempts' outputs kept at their end */
     br_streams_t *streams;        /* shells and forwards into its jobs (streams.h) */
     br_container_t *containers;   /* jobs' containers, when it runs them (container.h) */
@@ -96,7 +99,9 @@ struct br_agent {
     json_t *stored;               /* ckpt.stored reports not answered yet */
     json_t *extras;               /* "JOB.ATTEMPT": what a running attempt has beyond its
                                      tasks (attempt_extra): {"failed"?: where its setup's
-                                     runner writes why it failed (setuprun.h), "env"?:
+                                     runner writes why it failed (setuprun.h),
+                                     "image_failed"?: the same of its image's fetch
+                                     (imagefetch.h), "env"?:
                                      the environment it runs with, "container"?: {"uid",
                                      "gid", "workdir"} (its shells go into it)} */
     json_t *envs_unwanted;        /* environment key: removed once no attempt uses it */
@@ -1108,21 +1113,28 @@ static void attempt_key(int64_t job, int attempt, char *key, size_t len)
     snprintf(key, len, "%lld.%d", (long long)job, attempt);
 }
 
-/* Why the attempt's setup failed, when it did (the runner's note, setuprun.h): into
- * why, 1; else 0. */
+/* Why the attempt's setup failed (the runner's note, setuprun.h), or its image could
+ * not be had (imagefetch.h: 2), when it did: into why; else 0. */
 static int setup_failed(br_agent_t *a, br_attempt_t *t, int code, char *why, size_t len)
 {
     char key[48];
     attempt_key(br_attempt_job(t), br_attempt_number(t), key, sizeof(key));
-    const char *path =
-        json_string_value(json_object_get(json_object_get(a->extras, key), "failed"));
+    json_t *x = json_object_get(a->extras, key);
+    const char *path = json_string_value(json_object_get(x, "failed"));
+    const char *image = json_string_value(json_object_get(x, "image_failed"));
     size_t n;
     br_err_t err;
     char *note = path && code == BR_SETUP_FAILED ? br_read_file(path, 4096, &n, &err) : NULL;
-    if (note)
+    if (note) {
         snprintf(why, len, "setup failed: %s", note);
+        free(note);
+        return 1;
+    }
+    note = image && code == BR_IMAGE_FAILED ? br_read_file(image, 4096, &n, &err) : NULL;
+    if (note)
+        snprintf(why, len, "could not start: image: %s", note);
     free(note);
-    return note != NULL;
+    return note ? 2 : 0;
 }
 
 static void report_exit(br_agent_t *a, br_attempt_t *t)
@@ -1130,13 +1142,14 @@ static void report_exit(br_agent_t *a, br_attempt_t *t)
     int code, sig;
     br_attempt_status(t, &code, &sig);
     char why[900];
+    int failed = setup_failed(a, t, code, why, sizeof(why));
     json_t *body = json_pack("{s:I, s:i, s:o, s:o, s:s}", "job",
                              (json_int_t)br_attempt_job(t), "attempt", br_attempt_number(t),
                              "exit_code", code >= 0 ? json_integer(code) : json_null(),
                              "signal", sig >= 0 ? json_integer(sig) : json_null(), "reason",
-                             setup_failed(a, t, code, why, sizeof(why))
-                                 ? why
-                                 : br_attempt_reason(t));
+                             failed ? why : br_attempt_reason(t));
+    if (failed == 2) /* not the job's failure: it waits, and is placed again */
+        json_object_set_new(body, "fault", json_string("image"));
     /* bytes of its output dropped because they could not be sent, when there were */
     if (!a->exit_plain && br_attempt_log_dropped(t) > 0)
         json_object_set_new(body, "log_dropped", json_integer(br_attempt_log_dropped(t)));
@@ -1279,9 +1292,11 @@ static void remove_attempt(br_agent_t *a, int i)
     attempt_key(br_attempt_job(a->att[i]), br_attempt_number(a->att[i]), key, sizeof(key));
     json_object_del(a->mounted, key); /* its data sets may leave the cache now */
     json_t *x = json_object_get(a->extras, key);
-    const char *failed = json_string_value(json_object_get(x, "failed"));
-    if (failed)
-        unlink(failed);
+    for (int k = 0; k < 2; k++) {
+        const char *failed = json_string_value(json_object_get(x, k ? "image_failed" : "failed"));
+        if (failed)
+            unlink(failed);
+    }
     if (json_object_get(x, "env")) /* built now, perhaps: told, and trimmed */
         a->envs_dirty = 1;
     json_object_del(a->extras, key);
@@ -1488,9 +1503,9 @@ static int pull_tree(br_agent_t *a, json_int_t job, int attempt, json_t *mf,
     return 0;
 }
 
-/* The trees an order needs: {"grant", "manifest", "what"} for its code and each data
- * set. A new array. */
-static json_t *order_trees(json_t *code, json_t *data)
+/* The trees an order needs: {"grant", "manifest", "what"} for its code, each data
+ * set and its loaded image's archive. A new array. */
+static json_t *order_trees(json_t *code, json_t *data, json_t *image)
 {
     json_t *out = json_array(), *d;
     size_t i;
@@ -1509,17 +1524,27 @@ static json_t *order_trees(json_t *code, json_t *data)
             json_object_set(t, "from", json_object_get(d, "from"));
         json_array_append_new(out, t);
     }
+    if (image) {
+        char what[200];
+        snprintf(what, sizeof(what), "image %s",
+                 json_string_value(json_object_get(image, "name")));
+        json_t *t = json_pack("{s:O, s:O, s:s}", "grant", json_object_get(image, "grant"),
+                              "manifest", json_object_get(image, "manifest"), "what", what);
+        if (json_is_object(json_object_get(image, "from")))
+            json_object_set(t, "from", json_object_get(image, "from"));
+        json_array_append_new(out, t);
+    }
     return out;
 }
 
 /* Whether every tree the order needs is here (0), some are now being pulled and the
  * order waits for them (1), or one cannot be had (-1 with err, naming it). */
 static int trees_here(br_agent_t *a, br_msg_t *m, json_int_t job, int attempt, json_t *code,
-                      json_t *data, br_err_t *err)
+                      json_t *data, json_t *image, br_err_t *err)
 {
     if (fetching_at(a, job, attempt) >= 0)
         return 1; /* (a resent order) */
-    json_t *trees = order_trees(code, data), *wait = json_array(), *t;
+    json_t *trees = order_trees(code, data, image), *wait = json_array(), *t;
     size_t i;
     int rc = 0;
     json_int_t files = 0;
@@ -1561,6 +1586,20 @@ static int code_check(const json_t *code, br_err_t *err)
     if (!json_is_string(json_object_get(code, "grant")) ||
         !json_is_string(json_object_get(json_object_get(code, "manifest"), "hash")))
         return br_errf(err, EPROTO, "code must be {\"grant\", \"manifest\"}");
+    return 0;
+}
+
+/* job.run's "image_archive": {"grant", "name", "image_id", "manifest": {"hash"}}: a
+ * loaded image's archive (podman's ID for it: 64 hex digits). */
+static int image_check(const json_t *img, br_err_t *err)
+{
+    const char *id = json_string_value(json_object_get(img, "image_id"));
+    if (!json_is_string(json_object_get(img, "grant")) ||
+        !br_spec_image_ok(json_string_value(json_object_get(img, "name"))) || !id ||
+        strlen(id) != 64 || strspn(id, "0123456789abcdef") != 64 ||
+        !json_is_string(json_object_get(json_object_get(img, "manifest"), "hash")))
+        return br_errf(err, EPROTO, "job.run: image_archive: {\"grant\", \"name\", "
+                                    "\"image_id\": 64 hex digits, \"manifest\"}");
     return 0;
 }
 
@@ -1609,6 +1648,23 @@ static int data_mounts(br_agent_t *a, json_t *data, const char **mounts,
 
 static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched);
 
+/* Where the archive of an order's loaded image is in the cache (image_check): into
+ * out. 0, or -1 with err. */
+static int archive_at(br_agent_t *a, const json_t *archive, char *out, size_t len,
+                      br_err_t *err)
+{
+    char dir[4200];
+    const char *mhash = json_string_value(json_object_get(json_object_get(archive, "manifest"),
+                                                          "hash"));
+    if (br_cache_mount_path(a->cache, mhash, dir, sizeof(dir), err) < 0) {
+        br_err_prefix(err, "image %s", json_string_value(json_object_get(archive, "name")));
+        return -1;
+    }
+    if ((size_t)snprintf(out, len, "%s/%s", dir, BR_IMAGE_ARCHIVE) >= len)
+        return br_errf(err, ENAMETOOLONG, "the cache's path is too long");
+    return 0;
+}
+
 /* The attempt ends before it started: job.exited with reason (and the log says so). */
 static void end_unstarted(br_agent_t *a, json_int_t job, int attempt, const char *reason)
 {
@@ -1635,16 +1691,18 @@ static void on_fetch_trees(br_agent_t *a, br_msg_t *m)
 {
     json_int_t job;
     int attempt, rank;
-    json_t *code = NULL, *data = NULL;
+    json_t *code = NULL, *data = NULL, *image = NULL;
     br_err_t err = {0};
-    if (br_msg_unpack(m, &err, "{s:I, s:i, s:i, s?o, s?o}", "job", &job, "attempt", &attempt,
-                      "rank", &rank, "code", &code, "data", &data) < 0 ||
-        (code && code_check(code, &err) < 0) || (data && data_check(data, &err) < 0)) {
+    if (br_msg_unpack(m, &err, "{s:I, s:i, s:i, s?o, s?o, s?o}", "job", &job, "attempt",
+                      &attempt, "rank", &rank, "code", &code, "data", &data, "image_archive",
+                      &image) < 0 ||
+        (code && code_check(code, &err) < 0) || (data && data_check(data, &err) < 0) ||
+        (image && image_check(image, &err) < 0)) {
         reply(a, m, EPROTO, err.text);
         return;
     }
     reply(a, m, 0, NULL);
-    int here = trees_here(a, m, job, attempt, code, data, &err);
+    int here = trees_here(a, m, job, attempt, code, data, image, &err);
     if (here == 1) { /* (a resent order waits with the first) */
         int i = fetching_at(a, job, attempt);
         json_object_set_new(json_array_get(a->fetching, (size_t)i), "prefetch", json_true());
@@ -1698,6 +1756,9 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
     json_t *outputs = NULL; /* [pattern...]: kept from the working dir at the end */
     json_t *setup = NULL;   /* {"command", "files"}: run first, its result cached */
     const char *image = NULL; /* it runs in a container of this image (container.h) */
+    json_t *archive = NULL; /* {"grant", "name", "image_id", "manifest"}: image is one
+                             * loaded into bramble, its archive fetched like a data set */
+    char archive_path[4300] = "";
     char code_dir[4200] = "";
     br_envcache_env_t envc;
     json_int_t owner_id = 0; /* whose job (PROTOCOL.md section 6) */
@@ -1707,14 +1768,15 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
     const char *node_address = NULL;
     if (br_msg_unpack(m, &err,
                       "{s:I, s:i, s:s, s:i, s:s, s:o, s:o, s?I, s?s, s?o, s?o, s?o, s?o, s?s,"
-                      " s?o, s?o, s?o, s?o, s?s}",
+                      " s?o, s?o, s?o, s?o, s?s, s?o}",
                       "job", &job, "attempt", &attempt, "name", &name, "rank", &rank,
                       "command", &command, "workdir", &workdir, "env", &env, "owner_id",
                       &owner_id, "unix_user", &unix_user, "checkpoint", &ckpt, "tasks",
                       &tasks, "service", &service, "progress", &progress, "node_address",
                       &node_address, "code", &code, "outputs", &outputs, "data", &data,
-                      "setup", &setup, "image", &image) < 0 ||
-        (image && !br_spec_image_ok(image)) ||
+                      "setup", &setup, "image", &image, "image_archive", &archive) < 0 ||
+        (image && !br_spec_image_ok(image)) || (archive && !image) ||
+        (archive && image_check(archive, &err) < 0) ||
         (setup && (!json_is_string(json_object_get(setup, "command")) ||
                    !json_is_array(json_object_get(setup, "files")))) ||
         (data && data_check(data, &err) < 0) ||
@@ -1737,7 +1799,8 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
     if (find_attempt(a, job, attempt))
         return; /* a resent order: already running */
     int here = 0;
-    if ((code || data) && (here = trees_here(a, m, job, attempt, code, data, &err)) == 1)
+    if ((code || data || archive) &&
+        (here = trees_here(a, m, job, attempt, code, data, archive, &err)) == 1)
         return; /* taken up again once its trees are here (tree_fetched) */
     const char *mounts[2 * BR_SPEC_MAX_DATA + 1] = {NULL};
     char mount_from[BR_SPEC_MAX_DATA][4200];
@@ -1748,6 +1811,9 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
         /* (err names the tree) */
     } else if (data && data_mounts(a, data, mounts, mount_from, &err) < 0) {
         /* a tree that left the cache meanwhile, or one it cannot open to the job */
+    } else if (archive && archive_at(a, archive, archive_path, sizeof(archive_path),
+                                     &err) < 0) {
+        /* (as a data set's) */
     } else if (a->natt == MAX_ATTEMPTS) {
         br_errf(&err, EBUSY, "this node runs %d attempts already", MAX_ATTEMPTS);
         fault = "node_full"; /* not the job's failure: it is placed again */
@@ -1774,7 +1840,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
         if (err.errnum == EBADMSG && !fetched) {
             fprintf(stderr, "bramble-agent: job %lld attempt %d: %s: fetching it again\n",
                     (long long)job, attempt, err.text);
-            if (trees_here(a, m, job, attempt, code, data, &err) == 1)
+            if (trees_here(a, m, job, attempt, code, data, archive, &err) == 1)
                 return;
         }
     } else if (image && (setup || !br_container_runtime(a->containers))) {
@@ -1856,11 +1922,14 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
             .checkpoint = json_is_object(ckpt) ? ckpt : NULL,
             .exit_dir = br_runstate_dir(a->runstate),
             .mounts = mounts[0] ? mounts : NULL};
-        if (data) { /* its data sets stay in the cache while it runs */
+        if (data || archive) { /* its data sets and image stay in the cache while it runs */
             json_t *hashes = json_array(), *d;
             size_t i;
             json_array_foreach(json_object_get(data, "sets"), i, d)
                 json_array_append(hashes, json_object_get(json_object_get(d, "manifest"),
+                                                          "hash"));
+            if (archive)
+                json_array_append(hashes, json_object_get(json_object_get(archive, "manifest"),
                                                           "hash"));
             json_object_set_new(a->mounted, key, hashes);
         }
@@ -1868,9 +1937,13 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
             json_object_set_new(attempt_extra(a, key), "env", json_string(envc.dir));
         char *in_container = NULL; /* the command, as podman runs it */
         if (image && o.command) {
-            if (br_container_calibrate(a->containers, image, 5000) > 0)
+            /* a loaded image by its ID: the name may be another's in a registry */
+            const char *ref = archive ? json_string_value(json_object_get(archive, "image_id"))
+                                      : image;
+            if (br_container_calibrate(a->containers, 5000) > 0)
                 fprintf(stderr, "bramble-agent: containers: the limits podman may give "
-                                "them here were tried with %s\n", image);
+                                "them here were tried (nproc %llu)\n",
+                        br_container_nproc(a->containers));
             const char *rw[3] = {NULL};
             int nrw = 0;
             const char *ckdir = json_string_value(json_object_get(ckpt, "dir"));
@@ -1882,12 +1955,31 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
             int ngpus = br_gpus_count(a->gpus);
             for (int g = 0; g < ngpus && g < BR_CONTAINER_GPUS; g++)
                 uuids[g] = br_gpus_get(a->gpus, g)->uuid;
-            br_container_run_t cr = {.image = image, .command = o.command,
+            br_container_run_t cr = {.image = ref, .command = o.command,
                                      .workdir = o.workdir, .uid = who.uid, .gid = who.gid,
                                      .env = env, .tasks = tasks, .rw = rw, .ro = o.mounts,
                                      .gpu_uuids = uuids,
                                      .ngpus = ngpus < BR_CONTAINER_GPUS ? ngpus : BR_CONTAINER_GPUS};
             in_container = br_container_command(a->containers, &cr, &err);
+            /* the image is made sure of first, inside the task (imagefetch.h) */
+            char fetch[3 * 4400], failed[4300];
+            snprintf(failed, sizeof(failed), "%s/image-failed-%lld.%d",
+                     br_runstate_dir(a->runstate), (long long)job, attempt);
+            char *both = NULL;
+            if (in_container &&
+                (br_imagefetch_line(a->exe, failed, ref, archive ? archive_path : NULL, fetch,
+                                    sizeof(fetch)) < 0 ||
+                 !(both = malloc(strlen(fetch) + strlen(in_container) + 1)))) {
+                br_errf(&err, ENOMEM, "image: could not put its fetch before the command");
+                free(in_container);
+                in_container = NULL;
+            } else if (both) {
+                strcpy(both, fetch);
+                strcat(both, in_container);
+                free(in_container);
+                in_container = both;
+                json_object_set_new(attempt_extra(a, key), "image_failed", json_string(failed));
+            }
             json_object_set_new(attempt_extra(a, key), "container",
                                 json_pack("{s:I, s:I, s:s?}", "uid", (json_int_t)who.uid,
                                           "gid", (json_int_t)who.gid, "workdir", o.workdir));

@@ -201,6 +201,7 @@ extern const cli_cmd_t cli_top_cmds[];
 extern const cli_cmd_t cli_probe_cmds[];
 extern const cli_cmd_t cli_service_cmds[];
 extern const cli_cmd_t cli_data_cmds[];
+extern const cli_cmd_t cli_image_cmds[];
 extern const cli_cmd_t cli_outputs_cmds[];
 extern const cli_cmd_t cli_gateway_cmds[];
 extern const cli_cmd_t cli_key_cmds[];

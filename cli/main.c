@@ -16,7 +16,8 @@ static const cli_cmd_t *const tables[] = {cli_cluster_cmds, cli_node_cmds, cli_j
                                           cli_log_cmds, cli_top_cmds, cli_user_cmds,
                                           cli_class_cmds, cli_audit_cmds,
                                           cli_dashboard_cmds, cli_probe_cmds,
-                                          cli_service_cmds, cli_data_cmds, cli_outputs_cmds,
+                                          cli_service_cmds, cli_data_cmds, cli_image_cmds,
+                                          cli_outputs_cmds,
                                           cli_checkpoint_cmds, cli_progress_cmds,
                                           cli_plan_cmds, cli_gateway_cmds, cli_key_cmds,
                                           cli_shell_cmds, cli_forward_cmds};

@@ -128,6 +128,23 @@ void br_api_data_push(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_data_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_data_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_data_rm(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+/* The answer to a read: {"offset"} and up to BR_CONTENT_CHUNK bytes of the content
+ * hash from offset. */
+void br_api_reply_chunk(br_coord_t *c, br_msg_t *m, const char *hash, int64_t offset);
+/* The contents of tree full (and its listing) are referenced by the caller's job,
+ * data set or image now: no longer charged as uploads. */
+void br_api_settle_tree(br_coord_t *c, const br_caller_t *who, const json_t *full,
+                        const json_t *listing);
+
+/* api_image.c: images loaded without a registry (docs/containers.md) */
+void br_api_image_load(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_image_list(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_image_rm(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+/* job.submit's image: when a loaded image has the name spec_json's "image" gives,
+ * spec_json gets "image_archive": {"name", "variants": [{"id", "arch", "variant",
+ * "image_id", "hash", "files", "bytes", "listing"}]}: its nodes fetch the archive
+ * (of their architecture) and load it; else podman pulls the name. 0, or -1. */
+int br_api_image_resolve(br_coord_t *c, json_t *spec_json, br_err_t *err);
 
 /* api_dash.c: the dashboard (dashboard.h) */
 void br_api_dashboard_login(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

@@ -596,6 +596,8 @@ void br_api_job_exited(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         (strcmp(fault, "checkpoint_not_visible") == 0 || strcmp(fault, "port_busy") == 0 ||
          strcmp(fault, "job_user") == 0))
         br_jobs_not_here(c, job, attempt, n, reason);
+    else if (n && fault && strcmp(fault, "image") == 0)
+        br_jobs_image_failed(c, job, attempt, n, reason);
     else if (n && fault && strcmp(fault, "hung") == 0) {
         br_stats_hung(c->stats);
         br_jobs_hung(c, job, attempt, n,

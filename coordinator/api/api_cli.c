@@ -558,6 +558,7 @@ void br_api_job_submit(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     json_t *spec_json = br_spec_to_json(spec);
     if ((code && br_api_code_keep(c, who, code, spec_json, &err) < 0) ||
         (spec->data && br_api_data_resolve(c, who, spec_json, &err) < 0) ||
+        (spec->image && br_api_image_resolve(c, spec_json, &err) < 0) ||
         (spec->model.given && size_from_model(spec, spec_json, &err) < 0) ||
         br_deps_check(c, spec_json, who->kind == BR_PRINCIPAL_ADMIN ? 0 : who->id, &err) < 0 ||
         br_usage_admit(c->usage, c->jobs, who->id, spec_json, &err) < 0) {

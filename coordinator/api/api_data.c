@@ -203,9 +203,7 @@ static int check_user_quota(br_coord_t *c, const br_caller_t *who, const json_t 
                    largest_text(m, LARGEST_SHOWN, big, sizeof(big)));
 }
 
-/* The contents of tree full (and its listing) are referenced by the caller's job or
- * data set now: no longer charged as uploads. */
-static void settle_tree(br_coord_t *c, const br_caller_t *who, const json_t *full,
+void br_api_settle_tree(br_coord_t *c, const br_caller_t *who, const json_t *full,
                         const json_t *listing)
 {
     size_t i;
@@ -337,7 +335,7 @@ int br_api_code_keep(br_coord_t *c, const br_caller_t *who, const json_t *code,
                                   json_integer_value(json_object_get(listing, "size")),
                                   who->id, err);
     if (rc == 0) {
-        settle_tree(c, who, full, listing);
+        br_api_settle_tree(c, who, full, listing);
         json_object_set_new(spec_json, "code",
                             json_pack("{s:s, s:O, s:O, s:O, s:O}", "dir", dir, "hash",
                                       json_object_get(full, "hash"), "files",
@@ -450,9 +448,7 @@ void br_api_code_expire(br_coord_t *c, int64_t before_ms)
     }
 }
 
-/* The answer to a read: {"offset"} and up to BR_CONTENT_CHUNK bytes of the content
- * hash from offset. */
-static void reply_chunk(br_coord_t *c, br_msg_t *m, const char *hash, int64_t offset)
+void br_api_reply_chunk(br_coord_t *c, br_msg_t *m, const char *hash, int64_t offset)
 {
     static unsigned char buf[BR_CONTENT_CHUNK];
     int64_t size = 0;
@@ -519,12 +515,52 @@ static void data_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who, const 
             return;
         }
         if (has) {
-            reply_chunk(c, m, hash, offset);
+            br_api_reply_chunk(c, m, hash, offset);
             return;
         }
     }
     br_errf(&err, ENOENT, "%.200s (%.16s...) is in none of job %lld's data sets", path, hash,
             id);
+    br_reply_fail(c, m, &err);
+}
+
+/* ckpt.read with grant image:JOB: a content of job JOB's loaded image (api_image.c),
+ * read by a node that runs a rank of it. */
+static void image_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who, const char *grant,
+                       const char *path, const char *hash, int64_t offset)
+{
+    br_err_t err;
+    long long id = 0;
+    int used = 0;
+    br_job_t *job = sscanf(grant, "image:%lld%n", &id, &used) == 1 && !grant[used]
+                        ? br_jobtab_find(c->jobs, id) : NULL;
+    json_t *variants = job ? json_object_get(json_object_get(job->spec, "image_archive"),
+                                             "variants")
+                           : NULL;
+    if (!json_array_size(variants) || !br_job_state_live(job->state) ||
+        br_job_rank_on(job, who->name, 1) < 0) {
+        br_errf(&err, EACCES, "grant '%.40s' is not this node's: no image of a job it runs",
+                grant);
+        br_reply_fail(c, m, &err);
+        return;
+    }
+    size_t i;
+    json_t *v;
+    json_array_foreach(variants, i, v) {
+        char ref[32];
+        snprintf(ref, sizeof(ref), "image:%lld",
+                 (long long)json_integer_value(json_object_get(v, "id")));
+        int has = br_store_content_ref_has(c->store, ref, hash, &err);
+        if (has < 0) {
+            br_reply_fail(c, m, &err);
+            return;
+        }
+        if (has) {
+            br_api_reply_chunk(c, m, hash, offset);
+            return;
+        }
+    }
+    br_errf(&err, ENOENT, "%.200s (%.16s...) is in no image of job %lld", path, hash, id);
     br_reply_fail(c, m, &err);
 }
 
@@ -602,7 +638,7 @@ static void stage_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who, const
         br_errf(&err, EINPROGRESS, "%.200s is not stored yet: its upload goes on", path);
     else {
         x->last_ms = br_mono_ms(); /* read from: the stage is in use */
-        reply_chunk(c, m, hash, offset);
+        br_api_reply_chunk(c, m, hash, offset);
         return;
     }
     br_reply_fail(c, m, &err);
@@ -620,6 +656,10 @@ void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         goto fail;
     if (strncmp(grant, "data:", 5) == 0) { /* the data sets of a job it runs */
         data_read(c, m, who, grant, path, hash, offset);
+        return;
+    }
+    if (strncmp(grant, "image:", 6) == 0) { /* the loaded image of a job it runs */
+        image_read(c, m, who, grant, path, hash, offset);
         return;
     }
     if (strncmp(grant, "stage:", 6) == 0) { /* code on its way to the store */
@@ -647,7 +687,7 @@ void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                     id);
         goto fail;
     }
-    reply_chunk(c, m, hash, offset);
+    br_api_reply_chunk(c, m, hash, offset);
     return;
 fail:
     br_reply_fail(c, m, &err);
@@ -675,7 +715,7 @@ void br_api_content_read_user(br_coord_t *c, br_msg_t *m, const br_caller_t *who
         goto fail;
     }
     json_decref(job);
-    reply_chunk(c, m, hash, offset);
+    br_api_reply_chunk(c, m, hash, offset);
     return;
 fail:
     json_decref(job);
@@ -906,7 +946,7 @@ void br_api_data_push(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         !(row = br_store_data_add(c->store, who->id, name, tag, full, listing, public_,
                                   shares, &err)))
         goto fail;
-    settle_tree(c, who, full, listing);
+    br_api_settle_tree(c, who, full, listing);
     json_object_set_new(row, "owner", json_string(who->name));
     char sz[32];
     br_coord_event(c, 0, NULL, "data", "data set %s/%s:%s pushed: %lld files, %s", who->name,

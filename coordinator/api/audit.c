@@ -12,7 +12,8 @@ static const char *const actions[] = {
     "token.create", "token.revoke", "node.drain",    "node.undrain",  "node.remove",
     "user.add",     "user.remove",  "job.submit",    "job.cancel",    "service.scale",
     "user.rotate_key", "user.set", "node.rotate_key", "job.purge", "data.push",
-    "data.rm",      "gateway.add",  "gateway.remove", "key.create", "key.revoke", NULL,
+    "data.rm",      "gateway.add",  "gateway.remove", "key.create", "key.revoke",
+    "image.load",   "image.rm",     NULL,
 };
 
 static int audited(const char *type)

@@ -199,7 +199,22 @@ br_job_t *br_job_from_row_id(const json_t *row, int64_t id, br_err_t *err)
     job->preempt_signal = (int)int_or(pre, "signal", SIGUSR1);
     job->preempt_grace = int_or(pre, "grace", 120000);
     json_t *res = json_object_get(spec, "resources");
-    job->shape = br_jsontext(res ? res : json_null(), BR_JSONTEXT_SORT_KEYS, NULL);
+    if (json_is_string(json_object_get(spec, "image"))) {
+        /* where it may go hangs on its image too: nodes that run containers, of the
+         * architectures of its loaded image's variants */
+        json_t *archs = json_array(), *v;
+        size_t i;
+        json_array_foreach(json_object_get(json_object_get(spec, "image_archive"),
+                                           "variants"), i, v)
+            json_array_append_new(archs, json_pack("[O, O]", json_object_get(v, "arch"),
+                                                   json_object_get(v, "variant")));
+        json_t *key = json_pack("{s:O, s:o}", "resources", res ? res : json_null(),
+                                "image_archs", archs);
+        job->shape = key ? br_jsontext(key, BR_JSONTEXT_SORT_KEYS, NULL) : NULL;
+        json_decref(key);
+    } else {
+        job->shape = br_jsontext(res ? res : json_null(), BR_JSONTEXT_SORT_KEYS, NULL);
+    }
     read_bookkeeping(job, row);
     job->array_of = int_or(row, "array_of", 0);
     job->array_index = job->array_of > 0 ? (int)int_or(row, "array_index", 0) : -1;

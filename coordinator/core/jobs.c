@@ -13,6 +13,7 @@
 #include "hooks.h"
 #include "jobtab.h"
 #include "netmap.h"
+#include "ociarchive.h"
 #include "stats.h"
 
 void br_job_save(br_coord_t *c, br_job_t *job)
@@ -382,7 +383,7 @@ static int wait_near(br_coord_t *c, br_job_t *job, br_node_t *n)
  * holds it, which is given leave to serve it (ckpt.serve, "cache": true), as
  * {"node", "addr", "port", "key", "grant"}; or NULL: the coordinator. */
 static json_t *data_source(br_coord_t *c, br_job_t *job, br_node_t *target, json_t *d,
-                           json_t *manifest)
+                           json_t *manifest, const char *kind)
 {
     const char *hash = json_string_value(json_object_get(d, "hash"));
     br_node_t *h = hash ? tree_holder(c, target, hash) : NULL;
@@ -390,7 +391,7 @@ static json_t *data_source(br_coord_t *c, br_job_t *job, br_node_t *target, json
     if (!addr || !*addr)
         return NULL;
     char grant[200];
-    snprintf(grant, sizeof(grant), "data:%lld:%.16s:%s", (long long)job->id, hash,
+    snprintf(grant, sizeof(grant), "%s:%lld:%.16s:%s", kind, (long long)job->id, hash,
              target->name);
     br_coord_send_node(c, h, "ckpt.serve",
                        json_pack("{s:s, s:I, s:s, s:s, s:I, s:O, s:s, s:b}", "grant", grant,
@@ -400,6 +401,21 @@ static json_t *data_source(br_coord_t *c, br_job_t *job, br_node_t *target, json
     return json_pack("{s:s, s:s, s:I, s:s, s:s}", "node", h->name, "addr", addr, "port",
                      json_integer_value(json_object_get(h->info, "replica_port")), "key",
                      h->pubkey, "grant", grant);
+}
+
+/* The variant of loaded image img (a spec's image_archive) that runs on node n, or
+ * NULL (none does: the scheduler places it nowhere such). */
+static json_t *image_variant(json_t *img, const br_node_t *n)
+{
+    const char *arch = json_string_value(json_object_get(n->info, "arch"));
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(img, "variants"), i, v)
+        if (arch && br_ociarchive_runs_on(json_string_value(json_object_get(v, "arch")),
+                                          json_string_value(json_object_get(v, "variant")),
+                                          arch))
+            return v;
+    return NULL;
 }
 
 /* The trees rank r's node n needs (the job's code and data sets), into body as
@@ -435,12 +451,32 @@ static void add_trees(br_coord_t *c, br_job_t *job, br_node_t *n, json_t *body)
                                   "listing", json_object_get(d, "listing"));
             json_t *src = br_node_holds_tree(n, json_string_value(json_object_get(d, "hash")))
                               ? NULL
-                              : data_source(c, job, n, d, json_object_get(e, "manifest"));
+                              : data_source(c, job, n, d, json_object_get(e, "manifest"),
+                                            "data");
             if (src) /* a node nearby has it: read from there, the coordinator else */
                 json_object_set_new(e, "from", src);
             json_array_append_new(list, e);
         }
         json_object_set_new(body, "data", json_pack("{s:s, s:o}", "grant", grant, "sets", list));
+    }
+    json_t *img = json_object_get(spec, "image_archive"), *v = image_variant(img, n);
+    if (v) { /* a loaded image: its archive, for the node's architecture */
+        char grant[32];
+        snprintf(grant, sizeof(grant), "image:%lld", (long long)job->id);
+        json_t *e = json_pack("{s:s, s:O, s:O, s:{s:O, s:s, s:O, s:O, s:[], s:b, s:O}}",
+                              "grant", grant, "name", json_object_get(img, "name"),
+                              "image_id", json_object_get(v, "image_id"), "manifest", "hash",
+                              json_object_get(v, "hash"), "root", "dir", "files",
+                              json_object_get(v, "files"), "bytes",
+                              json_object_get(v, "bytes"), "entries", "truncated", 1,
+                              "listing", json_object_get(v, "listing"));
+        json_t *src = br_node_holds_tree(n, json_string_value(json_object_get(v, "hash")))
+                          ? NULL
+                          : data_source(c, job, n, v, json_object_get(e, "manifest"),
+                                        "image");
+        if (src)
+            json_object_set_new(e, "from", src);
+        json_object_set_new(body, "image_archive", e);
     }
 }
 
@@ -451,7 +487,8 @@ static void send_run(br_coord_t *c, br_job_t *job, int r, int announce);
 static int has_trees(const br_job_t *job)
 {
     return json_is_object(json_object_get(job->spec, "code")) ||
-           json_object_size(json_object_get(job->spec, "data"));
+           json_object_size(json_object_get(job->spec, "data")) ||
+           json_is_object(json_object_get(job->spec, "image_archive"));
 }
 
 /* A gang whose nodes fetch trees before any rank starts. */
@@ -1022,6 +1059,21 @@ void br_jobs_node_full(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
     set_exit(job, -1, -1, why);
     snprintf(text, sizeof(text), "%s; placing it again as attempt %d", why, attempt + 1);
     requeue(c, job, n->name, NULL, 1, 0, 1000, text);
+}
+
+void br_jobs_image_failed(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
+                          const char *reason)
+{
+    br_job_t *job = current_job(c, id, attempt, n);
+    if (!job)
+        return;
+    char why[1200], text[1300];
+    snprintf(why, sizeof(why), "%s: %s", n->name, reason);
+    stop_ranks(c, job, n);
+    set_exit(job, -1, -1, why);
+    snprintf(text, sizeof(text), "%s; trying again in %d s, as attempt %d", why,
+             BR_IMAGE_RETRY_MS / 1000, attempt + 1);
+    requeue(c, job, n->name, NULL, 1, 0, BR_IMAGE_RETRY_MS, text);
 }
 
 int br_jobs_checkpoint(br_coord_t *c, int64_t id, int attempt, br_node_t *n,

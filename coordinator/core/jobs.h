@@ -80,6 +80,15 @@ void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
  * attempt is no longer current and starting, or the order went already. */
 void br_jobs_release(br_coord_t *c, int64_t id, int attempt);
 
+/* The job's image could not be had on node n (podman's pull from its registry, or
+ * the load of its archive, failed: reason says how, the registry's answer in it):
+ * the job goes back to pending with no restart counted and no node excluded (a
+ * registry may answer later), the reason kept as why it waits, and is placed again
+ * after BR_IMAGE_RETRY_MS. */
+#define BR_IMAGE_RETRY_MS 30000
+void br_jobs_image_failed(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
+                          const char *reason);
+
 /* The node was too busy to start this attempt (it runs BR_NODE_MAX_ATTEMPTS): the
  * job goes back to pending with no restart counted and no node excluded, and
  * waits a second before it is placed again. */

@@ -11,6 +11,7 @@
 
 #include "arrays.h"
 #include "jobs.h"
+#include "ociarchive.h"
 #include "spec.h"
 #include "util.h"
 #include "hooks.h"
@@ -102,6 +103,36 @@ static int takes_jobs(const br_node_t *n)
     return n->state == BR_NODE_READY && n->route_len > 0 && !br_node_refuses(n);
 }
 
+/* Whether one of a loaded image's variants runs on a node of machine arch. */
+static int image_runs_on(const json_t *variants, const char *arch)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(variants, i, v)
+        if (arch && br_ociarchive_runs_on(json_string_value(json_object_get(v, "arch")),
+                                          json_string_value(json_object_get(v, "variant")),
+                                          arch))
+            return 1;
+    return 0;
+}
+
+/* The architectures of a loaded image's variants, as "arm64, arm/v7". */
+static void image_archs(const json_t *variants, char *out, size_t len)
+{
+    size_t i, at = 0;
+    json_t *v;
+    out[0] = '\0';
+    json_array_foreach(variants, i, v) {
+        const char *variant = json_string_value(json_object_get(v, "variant"));
+        int n = snprintf(out + at, len - at, "%s%s%s%s", i ? ", " : "",
+                         json_string_value(json_object_get(v, "arch")),
+                         variant && *variant ? "/" : "", variant ? variant : "");
+        if (n < 0 || (size_t)n >= len - at)
+            break;
+        at += (size_t)n;
+    }
+}
+
 br_node_t *br_sched_first_fit(br_coord_t *c, json_t *spec)
 {
     char why[200];
@@ -135,17 +166,30 @@ int br_sched_fit(const br_node_t *n, json_t *spec, json_t **assign, int64_t *lef
         return 0;
     }
     if (!json_object_get(n->info, "trees") &&
-        (json_object_get(spec, "code") || json_object_size(json_object_get(spec, "data")))) {
+        (json_object_get(spec, "code") || json_object_size(json_object_get(spec, "data")) ||
+         json_object_get(spec, "image_archive"))) {
         /* an agent that says nothing of a cache cannot fetch a tree: it would run the
          * job with whatever the node holds */
-        snprintf(why, whylen, "%s: its agent fetches no code or data sets (it predates "
-                              "them, or has not said what its cache holds yet)", n->name);
+        snprintf(why, whylen, "%s: its agent fetches no code, data sets or images (it "
+                              "predates them, or has not said what its cache holds yet)",
+                 n->name);
         return 0;
     }
     if (json_is_string(json_object_get(spec, "image")) &&
         !json_is_string(json_object_get(n->info, "container_runtime"))) {
         snprintf(why, whylen, "%s runs no containers (its agent found no podman, or runs "
                               "with --container-runtime none)", n->name);
+        return 0;
+    }
+    json_t *variants = json_object_get(json_object_get(spec, "image_archive"), "variants");
+    if (json_array_size(variants) && !image_runs_on(variants, arch)) {
+        char archs[100];
+        image_archs(variants, archs, sizeof(archs));
+        snprintf(why, whylen, "%s is %s, and image %s was loaded for %s only", n->name,
+                 arch ? arch : "of an unknown architecture",
+                 json_string_value(json_object_get(json_object_get(spec, "image_archive"),
+                                                   "name")),
+                 archs);
         return 0;
     }
     if (n->attempts >= BR_NODE_MAX_ATTEMPTS) { /* what its agent would refuse */

@@ -191,6 +191,16 @@ static const char *const migrations[] = {
     " errors INTEGER NOT NULL DEFAULT 0, prompt_tokens INTEGER NOT NULL DEFAULT 0,"
     " completion_tokens INTEGER NOT NULL DEFAULT 0, ms INTEGER NOT NULL DEFAULT 0,"
     " PRIMARY KEY (hour, principal, model)) WITHOUT ROWID;",
+    /* 16: images loaded without a registry (docs/containers.md): each an archive
+     * (docker-archive or oci-archive) kept as a one-file tree in the content store
+     * ("image:ID" refers to it), under a name, one per architecture (and variant);
+     * image_id is podman's ID for it (the sha256 of its config) */
+    "CREATE TABLE images (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,"
+    " arch TEXT NOT NULL, variant TEXT NOT NULL DEFAULT '', os TEXT NOT NULL,"
+    " format TEXT NOT NULL, image_id TEXT NOT NULL, layers INTEGER NOT NULL,"
+    " owner INTEGER NOT NULL REFERENCES principals (id), manifest TEXT NOT NULL,"
+    " listing TEXT NOT NULL, files INTEGER NOT NULL, bytes INTEGER NOT NULL,"
+    " created INTEGER NOT NULL, UNIQUE (name, arch, variant));",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -408,6 +418,14 @@ static const char *const sql_text[ST_COUNT] = {
                      " ORDER BY p.name, d.name, d.version",
     [ST_DATA_DEL] = "DELETE FROM datasets WHERE id = ?1",
     [ST_DATA_MANIFEST_USED] = "SELECT count(*) FROM datasets WHERE manifest = ?1",
+    [ST_IMAGE_ADD] = "INSERT INTO images (name, arch, variant, os, format, image_id, layers,"
+                     " owner, manifest, listing, files, bytes, created)"
+                     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    [ST_IMAGE_LIST] = "SELECT i.id, i.name, i.arch, i.variant, i.os, i.format, i.image_id,"
+                      " i.layers, p.name, i.owner, i.manifest, i.listing, i.files, i.bytes,"
+                      " i.created FROM images i JOIN principals p ON p.id = i.owner"
+                      " ORDER BY i.name, i.arch, i.variant",
+    [ST_IMAGE_DEL] = "DELETE FROM images WHERE id = ?1",
     /* the code trees no job needs any more: none that names one is active, or
      * ended at or after ?1 */
     [ST_OUT_ADD] = "INSERT OR REPLACE INTO outputs (job, attempt, node, manifest, listing,"

@@ -361,6 +361,21 @@ json_t *br_store_output_list(br_store_t *s, int64_t job, br_err_t *err);
 /* 1 when an output of job refers to the content hash (or is its listing). */
 int br_store_output_has(br_store_t *s, int64_t job, const char *hash, br_err_t *err);
 int br_store_data_manifest_used(br_store_t *s, const char *mhash, br_err_t *err);
+/* --- images loaded without a registry (store_images.c) ------------------------------ */
+/* A new image: img {"name", "arch", "variant", "os", "format", "image_id", "layers"}
+ * (as checked by ociarchive.h), loaded by owner as the one-file tree manifest (its
+ * contents referred to as "image:ID", and its listing {"hash", "size"}). The new
+ * row (br_store_image_list's form), or NULL with err (EEXIST: that name has an
+ * image of that architecture). */
+json_t *br_store_image_add(br_store_t *s, int64_t owner, const json_t *img,
+                           const json_t *manifest, const json_t *listing, br_err_t *err);
+/* Every image: [{"id", "name", "arch", "variant", "os", "format", "image_id",
+ * "layers", "owner", "owner_id", "manifest", "listing", "files", "bytes",
+ * "created"}], by name, arch and variant. */
+json_t *br_store_image_list(br_store_t *s, br_err_t *err);
+/* Remove image id and its references; *hashes (may be NULL) gets the contents it
+ * referred to (a new array). */
+int br_store_image_remove(br_store_t *s, int64_t id, json_t **hashes, br_err_t *err);
 /* How many references the content hash has (-1 with err). */
 int br_store_content_refs(br_store_t *s, const char *hash, br_err_t *err);
 /* ref (e.g. "data:ID", "code:MANIFEST") refers to the content hash of size bytes,

@@ -328,6 +328,62 @@ static void test_data_versions_and_tags(void **state)
     br_store_destroy(&s);
 }
 
+/* Images: one per name and architecture; their contents referred to as image:ID
+ * (the archive and the listing), removed with the image. */
+static void test_images_by_name_and_arch(void **state)
+{
+    (void)state;
+    char dir[PATH_MAX];
+    fresh_dir(dir);
+    int64_t alice, bob;
+    br_store_t *s = store_ok(dir, &alice, &bob);
+    char h[1][65], lh[65];
+    hash_hex("archive", 7, h[0]);
+    hash_hex("listing", 7, lh);
+    int64_t sz[1] = {7};
+    json_t *m = manifest_of("ab", h, sz, 1), *listing = json_pack("{s:s, s:i}", "hash", lh,
+                                                                  "size", 40);
+    json_t *img = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i}", "name", "bb:1", "arch",
+                            "amd64", "variant", "", "os", "linux", "format", "docker-archive",
+                            "image_id", "cafe", "layers", 1);
+    br_err_t err = {0};
+    json_t *r1 = br_store_image_add(s, alice, img, m, listing, &err);
+    assert_non_null(r1);
+    assert_null(br_store_image_add(s, bob, img, m, listing, &err));
+    assert_int_equal(err.errnum, EEXIST);
+    assert_non_null(strstr(err.text, "bb:1 has an image for amd64 already"));
+    json_object_set_new(img, "arch", json_string("arm64"));
+    json_object_set_new(img, "variant", json_string("v8"));
+    json_t *r2 = br_store_image_add(s, bob, img, m, listing, &err);
+    assert_non_null(r2);
+    json_t *list = br_store_image_list(s, &err);
+    assert_int_equal(json_array_size(list), 2);
+    json_t *first = json_array_get(list, 0);
+    assert_string_equal(json_string_value(json_object_get(first, "arch")), "amd64");
+    assert_string_equal(json_string_value(json_object_get(first, "owner")), "alice");
+    assert_string_equal(json_string_value(json_object_get(first, "variant")), "");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(first, "listing"),
+                                                          "hash")), lh);
+    assert_int_equal(br_store_content_refs(s, h[0], &err), 2);
+    assert_int_equal(br_store_content_refs(s, lh, &err), 2);
+    json_t *hashes = NULL;
+    assert_int_equal(br_store_image_remove(s, json_integer_value(json_object_get(r1, "id")),
+                                           &hashes, &err), 0);
+    assert_int_equal(json_array_size(hashes), 2);
+    assert_int_equal(br_store_content_refs(s, h[0], &err), 1);
+    json_decref(list);
+    list = br_store_image_list(s, &err);
+    assert_int_equal(json_array_size(list), 1);
+    json_decref(list);
+    json_decref(hashes);
+    json_decref(r1);
+    json_decref(r2);
+    json_decref(img);
+    json_decref(listing);
+    json_decref(m);
+    br_store_destroy(&s);
+}
+
 /* What the sweep removes: only contents and manifests nothing refers to any more,
  * and only those doubted. */
 static void test_sweep_keeps_referenced(void **state)
@@ -453,6 +509,7 @@ int main(void)
         cmocka_unit_test(test_wrong_bytes_refused),
         cmocka_unit_test(test_quota),
         cmocka_unit_test(test_data_versions_and_tags),
+        cmocka_unit_test(test_images_by_name_and_arch),
         cmocka_unit_test(test_sweep_keeps_referenced),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

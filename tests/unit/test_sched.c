@@ -233,6 +233,42 @@ static void test_code_needs_an_agent_with_a_cache(void **state)
     assert_int_equal(of(w, 1)->verdict, BR_SCHED_PLACE);
 }
 
+/* A job with an image goes only to a node that runs containers, and one whose image
+ * was loaded goes only where one of its variants' architectures runs; jobs alike
+ * in resources but not in image share no verdict. */
+static void test_images_match_runtime_and_architecture(void **state)
+{
+    world_t *w = *state;
+    br_node_t *n = node(w->nodes, "home1", 4, 8, 0, 0, "ready");
+    json_object_set_new(n->info, "trees", json_object());
+    json_t *r = job(1, 9, "{\"cpus\": 1, \"nodes\": 1}");
+    json_object_set_new(json_object_get(r, "spec"), "image", json_string("bb:1"));
+    add(w, r);
+    add(w, job(2, 0, "{\"cpus\": 1, \"nodes\": 1}")); /* bare: runs */
+    plan(w, NULL);
+    assert_int_equal(of(w, 1)->verdict, BR_SCHED_WAIT);
+    assert_non_null(strstr(of(w, 1)->reason, "home1 runs no containers"));
+    assert_int_equal(of(w, 2)->verdict, BR_SCHED_PLACE);
+    br_sched_decisions_free(w->d, w->n);
+    json_object_set_new(n->info, "container_runtime", json_string("podman"));
+    for (int id = 3; id <= 4; id++) { /* loaded for arm64 only; then for both */
+        r = job(id, 0, "{\"cpus\": 1, \"nodes\": 1}");
+        json_t *variants = json_pack("[{s:s, s:s}]", "arch", "arm64", "variant", "v8");
+        if (id == 4)
+            json_array_append_new(variants, json_pack("{s:s, s:s}", "arch", "amd64",
+                                                      "variant", ""));
+        json_object_set_new(json_object_get(r, "spec"), "image", json_string("multi:1"));
+        json_object_set_new(json_object_get(r, "spec"), "image_archive",
+                            json_pack("{s:s, s:o}", "name", "multi:1", "variants", variants));
+        add(w, r);
+    }
+    plan(w, NULL);
+    assert_int_equal(of(w, 3)->verdict, BR_SCHED_WAIT);
+    assert_non_null(strstr(of(w, 3)->reason,
+                           "home1 is x86_64, and image multi:1 was loaded for arm64/v8 only"));
+    assert_int_equal(of(w, 4)->verdict, BR_SCHED_PLACE);
+}
+
 static void test_gang_all_or_nothing(void **state)
 {
     world_t *w = *state;
@@ -752,6 +788,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_node_states_and_exclusions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gpus_whole_and_shared, setup, teardown),
         cmocka_unit_test_setup_teardown(test_labels_arch_and_attempt_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_images_match_runtime_and_architecture, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_code_needs_an_agent_with_a_cache, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_gang_all_or_nothing, setup, teardown),
