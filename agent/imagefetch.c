@@ -20,27 +20,8 @@
 int br_imagefetch_line(const char *exe, const char *failed, const char *ref,
                        const char *archive, char *out, size_t len)
 {
-    size_t at = 0;
-    if (len == 0)
-        return -1;
-    out[0] = '\0';
-    if (br_steprun_quote(exe, out, len, &at) < 0)
-        return -1;
-    int n = snprintf(out + at, len - at, " --image-fetch ");
-    if (n < 0 || (size_t)n >= len - at)
-        return -1;
-    at += (size_t)n;
     const char *args[] = {failed, ref, archive};
-    for (size_t i = 0; i < 3 && args[i]; i++) {
-        if (i > 0) { /* (quote left 2 bytes free) */
-            out[at++] = ' ';
-            out[at] = '\0';
-        }
-        if (br_steprun_quote(args[i], out, len, &at) < 0)
-            return -1;
-    }
-    n = snprintf(out + at, len - at, " || exit $?\n");
-    return n < 0 || (size_t)n >= len - at ? -1 : 0;
+    return br_steprun_line(exe, "--image-fetch", args, archive ? 3 : 2, out, len);
 }
 
 /* Whether `podman image exists ref` says so; what it says goes nowhere. */

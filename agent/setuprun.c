@@ -21,23 +21,8 @@
 int br_setuprun_line(const char *exe, const char *dir, const char *failed, char *out,
                      size_t len)
 {
-    size_t at = 0;
-    if (len == 0)
-        return -1;
-    out[0] = '\0';
-    if (br_steprun_quote(exe, out, len, &at) < 0)
-        return -1;
-    int n = snprintf(out + at, len - at, " --setup-run ");
-    if (n < 0 || (size_t)n >= len - at)
-        return -1;
-    at += (size_t)n;
-    if (br_steprun_quote(dir, out, len, &at) < 0 || at + 1 >= len)
-        return -1;
-    out[at++] = ' ';
-    if (br_steprun_quote(failed, out, len, &at) < 0)
-        return -1;
-    n = snprintf(out + at, len - at, " || exit $?\n");
-    return n < 0 || (size_t)n >= len - at ? -1 : 0;
+    const char *args[] = {dir, failed};
+    return br_steprun_line(exe, "--setup-run", args, 2, out, len);
 }
 
 /* Bytes on disk under the directory dfd (taken), no symlink followed. */

@@ -266,3 +266,28 @@ void br_steprun_tail_line(const br_steprun_tail_t *t, char *out, size_t len)
     if (!o)
         br_strlcpy(out, "(no output)", len);
 }
+
+int br_steprun_line(const char *exe, const char *flag, const char *const *args, size_t n,
+                    char *out, size_t len)
+{
+    size_t at = 0;
+    if (len == 0)
+        return -1;
+    out[0] = '\0';
+    if (br_steprun_quote(exe, out, len, &at) < 0)
+        return -1;
+    int k = snprintf(out + at, len - at, " %s", flag);
+    if (k < 0 || (size_t)k >= len - at)
+        return -1;
+    at += (size_t)k;
+    for (size_t i = 0; i < n; i++) {
+        if (at + 2 >= len)
+            return -1;
+        out[at++] = ' ';
+        out[at] = '\0';
+        if (br_steprun_quote(args[i], out, len, &at) < 0)
+            return -1;
+    }
+    k = snprintf(out + at, len - at, " || exit $?\n");
+    return k < 0 || (size_t)k >= len - at ? -1 : 0;
+}

@@ -53,4 +53,11 @@ void br_steprun_say(int fd, const char *fmt, ...) __attribute__((format(printf, 
  * free in len. */
 int br_steprun_quote(const char *s, char *out, size_t len, size_t *at);
 
+/* The line a runner is put before a job's command with: exe (the agent's program),
+ * flag ("--setup-run"), then the n args, each quoted for sh, and " || exit $?\n"
+ * (so that a failed step ends the task with its status). 0, or -1 when it does not
+ * fit len. */
+int br_steprun_line(const char *exe, const char *flag, const char *const *args, size_t n,
+                    char *out, size_t len);
+
 #endif
