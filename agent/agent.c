@@ -2018,7 +2018,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
                                      "pid", (int)br_attempt_pid(t));
             if (port)
                 json_object_set_new(body, "port", json_integer(port));
-            if (code || data) /* what had to be fetched: the coordinator says so */
+            if (code || data || archive) /* what had to be fetched: the coordinator says so */
                 json_object_set_new(body, "code",
                                     fetched ? json_incref(fetched)
                                             : json_pack("{s:i, s:i, s:f}", "received", 0,

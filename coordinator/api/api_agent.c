@@ -474,18 +474,27 @@ static void trees_event(br_coord_t *c, br_node_t *n, json_int_t job, int attempt
     br_job_t *j = br_jobtab_find(c->jobs, job);
     int has_code = j && json_is_object(json_object_get(j->spec, "code"));
     int has_data = j && json_object_size(json_object_get(j->spec, "data")) > 0;
+    json_t *image = j ? br_jobs_image_variant(j, n) : NULL;
     if (has_data) /* the node holds them now: others may read them there */
         br_node_trees_add(n, json_object_get(j->spec, "data"));
-    const char *what = has_code && has_data ? "its code and data sets"
-                       : has_data           ? "its data sets"
-                                            : "its code";
+    if (image) {
+        json_t *one = json_pack("{s:O}", "image", image);
+        br_node_trees_add(n, one);
+        json_decref(one);
+    }
+    char what[64];
+    snprintf(what, sizeof(what), "its %s%s%s%s%s", has_code ? "code" : "",
+             has_code && (has_data || image) ? (has_data && image ? ", " : " and ") : "",
+             has_data ? "data sets" : "", has_data && image ? " and " : "",
+             image ? "image" : "");
     br_format_size((uint64_t)received, r, sizeof(r));
     br_format_size((uint64_t)(deduped > 0 ? deduped : 0), d, sizeof(d));
     int rank = j ? br_job_rank_on(j, n->name, 1) : -1;
     if (received == 0 && deduped == 0 && seconds == 0) {
         if (prefetch || !j || !br_jobs_prefetched(j, rank))
             br_coord_event(c, job, n->name, "starting", "attempt %d: %s %s in %s's cache",
-                           attempt, what, has_data ? "were" : "was", n->name);
+                           attempt, what, has_data || (has_code && image) ? "were" : "was",
+                           n->name);
         return;
     }
     char src[200] = "";

@@ -485,82 +485,51 @@ static br_job_t *data_user(br_coord_t *c, json_int_t id)
     return NULL;
 }
 
-/* ckpt.read with grant data:JOB: a content of one of the data sets job JOB mounts,
- * read by a node that runs a rank of it. */
-static void data_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who, const char *grant,
-                      const char *path, const char *hash, int64_t offset)
+/* ckpt.read with grant data:JOB (a content of one of the data sets job JOB mounts)
+ * or image:JOB (of its loaded image's archive, api_image.c), read by a node that
+ * runs a rank of it: kind "data" or "image". */
+static void tree_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who, const char *kind,
+                      const char *grant, const char *path, const char *hash, int64_t offset)
 {
     br_err_t err;
     long long id = 0;
-    int used = 0;
-    br_job_t *job = sscanf(grant, "data:%lld%n", &id, &used) == 1 && !grant[used]
+    int used = 0, image = strcmp(kind, "image") == 0;
+    char form[32];
+    snprintf(form, sizeof(form), "%s:%%lld%%n", kind);
+    br_job_t *job = sscanf(grant, form, &id, &used) == 1 && !grant[used]
                         ? br_jobtab_find(c->jobs, id) : NULL;
-    json_t *data = job ? json_object_get(job->spec, "data") : NULL;
-    if (!json_is_object(data) || !br_job_state_live(job->state) ||
-        br_job_rank_on(job, who->name, 1) < 0) {
-        br_errf(&err, EACCES, "grant '%.40s' is not this node's: no data of a job it runs",
-                grant);
-        br_reply_fail(c, m, &err);
-        return;
-    }
+    json_t *trees = json_array(), *v; /* the rows whose contents it may read */
     const char *k;
-    json_t *v;
-    json_object_foreach(data, k, v) {
-        char ref[32];
-        snprintf(ref, sizeof(ref), "data:%lld",
-                 (long long)json_integer_value(json_object_get(v, "id")));
-        int has = br_store_content_ref_has(c->store, ref, hash, &err);
-        if (has < 0) {
-            br_reply_fail(c, m, &err);
-            return;
-        }
-        if (has) {
-            br_api_reply_chunk(c, m, hash, offset);
-            return;
-        }
-    }
-    br_errf(&err, ENOENT, "%.200s (%.16s...) is in none of job %lld's data sets", path, hash,
-            id);
-    br_reply_fail(c, m, &err);
-}
-
-/* ckpt.read with grant image:JOB: a content of job JOB's loaded image (api_image.c),
- * read by a node that runs a rank of it. */
-static void image_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who, const char *grant,
-                       const char *path, const char *hash, int64_t offset)
-{
-    br_err_t err;
-    long long id = 0;
-    int used = 0;
-    br_job_t *job = sscanf(grant, "image:%lld%n", &id, &used) == 1 && !grant[used]
-                        ? br_jobtab_find(c->jobs, id) : NULL;
-    json_t *variants = job ? json_object_get(json_object_get(job->spec, "image_archive"),
-                                             "variants")
-                           : NULL;
-    if (!json_array_size(variants) || !br_job_state_live(job->state) ||
-        br_job_rank_on(job, who->name, 1) < 0) {
-        br_errf(&err, EACCES, "grant '%.40s' is not this node's: no image of a job it runs",
-                grant);
-        br_reply_fail(c, m, &err);
-        return;
-    }
     size_t i;
-    json_t *v;
-    json_array_foreach(variants, i, v) {
-        char ref[32];
-        snprintf(ref, sizeof(ref), "image:%lld",
+    if (job && image)
+        json_array_extend(trees, json_object_get(json_object_get(job->spec, "image_archive"),
+                                                 "variants"));
+    else if (job)
+        json_object_foreach(json_object_get(job->spec, "data"), k, v)
+            json_array_append(trees, v);
+    if (!json_array_size(trees) || !br_job_state_live(job->state) ||
+        br_job_rank_on(job, who->name, 1) < 0) {
+        br_errf(&err, EACCES, "grant '%.40s' is not this node's: no %s of a job it runs",
+                grant, image ? "image" : "data");
+        goto fail;
+    }
+    json_array_foreach(trees, i, v) {
+        char ref[48];
+        snprintf(ref, sizeof(ref), "%s:%lld", kind,
                  (long long)json_integer_value(json_object_get(v, "id")));
         int has = br_store_content_ref_has(c->store, ref, hash, &err);
-        if (has < 0) {
-            br_reply_fail(c, m, &err);
-            return;
-        }
+        if (has < 0)
+            goto fail;
         if (has) {
+            json_decref(trees);
             br_api_reply_chunk(c, m, hash, offset);
             return;
         }
     }
-    br_errf(&err, ENOENT, "%.200s (%.16s...) is in no image of job %lld", path, hash, id);
+    br_errf(&err, ENOENT, "%.200s (%.16s...) is in none of job %lld's %s", path, hash, id,
+            image ? "images" : "data sets");
+fail:
+    json_decref(trees);
     br_reply_fail(c, m, &err);
 }
 
@@ -655,11 +624,11 @@ void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                       "hash", &hash, "offset", &offset) < 0)
         goto fail;
     if (strncmp(grant, "data:", 5) == 0) { /* the data sets of a job it runs */
-        data_read(c, m, who, grant, path, hash, offset);
+        tree_read(c, m, who, "data", grant, path, hash, offset);
         return;
     }
     if (strncmp(grant, "image:", 6) == 0) { /* the loaded image of a job it runs */
-        image_read(c, m, who, grant, path, hash, offset);
+        tree_read(c, m, who, "image", grant, path, hash, offset);
         return;
     }
     if (strncmp(grant, "stage:", 6) == 0) { /* code on its way to the store */

@@ -315,6 +315,30 @@ static br_node_t *tree_holder(br_coord_t *c, const br_node_t *target, const char
     return best && nearer_than_coordinator(c, target, best_rtt) ? best : NULL;
 }
 
+static json_t *image_variant(json_t *img, const br_node_t *n);
+
+json_t *br_jobs_image_variant(const br_job_t *job, const br_node_t *n)
+{
+    return image_variant(json_object_get(job->spec, "image_archive"), n);
+}
+
+/* Whether job j's nodes fetch tree hash: one of its data sets, or its loaded image's
+ * archive (of some architecture). */
+static int uses_tree(const br_job_t *j, const char *hash)
+{
+    const char *k;
+    json_t *d;
+    size_t i;
+    json_object_foreach(json_object_get(j->spec, "data"), k, d)
+        if (strcmp(json_string_value(json_object_get(d, "hash")), hash) == 0)
+            return 1;
+    json_array_foreach(json_object_get(json_object_get(j->spec, "image_archive"), "variants"),
+                       i, d)
+        if (strcmp(json_string_value(json_object_get(d, "hash")), hash) == 0)
+            return 1;
+    return 0;
+}
+
 /* A node near target (nearer than the coordinator) that is fetching tree hash now
  * (another job's rank whose order went there is starting, and the node does not
  * hold the tree yet), or NULL. */
@@ -324,11 +348,7 @@ static br_node_t *near_fetcher(br_coord_t *c, const br_job_t *self, const br_nod
     for (br_job_t *j = br_jobtab_first(c->jobs); j; j = j->next) {
         if (j == self || j->state != BR_JOB_STARTING)
             continue;
-        const char *k;
-        json_t *d;
-        int uses = 0;
-        json_object_foreach(json_object_get(j->spec, "data"), k, d)
-            uses |= strcmp(json_string_value(json_object_get(d, "hash")), hash) == 0;
+        int uses = uses_tree(j, hash);
         for (int r = 0; uses && r < j->nranks; r++) {
             br_node_t *n = rank_node(c, j, r);
             if (n && n != target && (j->ranks[r].sent || j->ranks[r].fetch == 1) &&
@@ -358,8 +378,15 @@ static int wait_near(br_coord_t *c, br_job_t *job, br_node_t *n)
         return 0;
     }
     const char *k;
-    json_t *d;
-    json_object_foreach(json_object_get(job->spec, "data"), k, d) {
+    json_t *d, *trees = json_array();
+    char what[300];
+    json_object_foreach(json_object_get(job->spec, "data"), k, d)
+        json_array_append(trees, d);
+    json_t *img = image_variant(json_object_get(job->spec, "image_archive"), n);
+    if (img)
+        json_array_append(trees, img);
+    size_t i;
+    json_array_foreach(trees, i, d) {
         const char *hash = json_string_value(json_object_get(d, "hash"));
         /* (a node that holds it already serves it: no need to wait for another) */
         br_node_t *f = hash && !br_node_holds_tree(n, hash) && !tree_holder(c, n, hash)
@@ -367,14 +394,23 @@ static int wait_near(br_coord_t *c, br_job_t *job, br_node_t *n)
                            : NULL;
         if (!f)
             continue;
+        if (d == img)
+            snprintf(what, sizeof(what), "image %s",
+                     json_string_value(json_object_get(json_object_get(job->spec,
+                                                                       "image_archive"),
+                                                       "name")));
+        else
+            snprintf(what, sizeof(what), "data set %s",
+                     json_string_value(json_object_get(d, "set")));
         if (!rk->wait_near)
             br_coord_event(c, job->id, n->name, "starting",
                            "attempt %d waits for %s, nearer than the coordinator, to fetch "
-                           "data set %s, to read it there", job->attempt, f->name,
-                           json_string_value(json_object_get(d, "set")));
+                           "%s, to read it there", job->attempt, f->name, what);
         rk->wait_near = rk->wait_near ? rk->wait_near : now;
+        json_decref(trees);
         return 1;
     }
+    json_decref(trees);
     rk->wait_near = 0;
     return 0;
 }
@@ -418,6 +454,27 @@ static json_t *image_variant(json_t *img, const br_node_t *n)
     return NULL;
 }
 
+/* e (taken) with what node n needs to fetch tree d (a data set's or an image's
+ * entry in the spec: "hash", "files", "bytes", "listing"): its "manifest", truncated
+ * to its summary and listing, and "from", a node nearby that has it, when one does
+ * (kind: "data" or "image", its grants' prefix). */
+static json_t *tree_order(br_coord_t *c, br_job_t *job, br_node_t *n, json_t *d,
+                          const char *kind, json_t *e)
+{
+    json_object_set_new(e, "manifest",
+                        json_pack("{s:O, s:s, s:O, s:O, s:[], s:b, s:O}", "hash",
+                                  json_object_get(d, "hash"), "root", "dir", "files",
+                                  json_object_get(d, "files"), "bytes",
+                                  json_object_get(d, "bytes"), "entries", "truncated", 1,
+                                  "listing", json_object_get(d, "listing")));
+    json_t *src = br_node_holds_tree(n, json_string_value(json_object_get(d, "hash")))
+                      ? NULL
+                      : data_source(c, job, n, d, json_object_get(e, "manifest"), kind);
+    if (src) /* a node nearby has it: read from there, the coordinator else */
+        json_object_set_new(e, "from", src);
+    return e;
+}
+
 /* The trees rank r's node n needs (the job's code and data sets), into body as
  * job.run has them (PROTOCOL.md section 6): "code" and "data". */
 static void add_trees(br_coord_t *c, br_job_t *job, br_node_t *n, json_t *body)
@@ -441,42 +498,23 @@ static void add_trees(br_coord_t *c, br_job_t *job, br_node_t *n, json_t *body)
         const char *k;
         json_t *d, *list = json_array();
         snprintf(grant, sizeof(grant), "data:%lld", (long long)job->id);
-        json_object_foreach(data, k, d) {
-            json_t *e = json_pack("{s:s, s:O, s:O, s:{s:O, s:s, s:O, s:O, s:[], s:b, s:O}}",
-                                  "name", k, "set", json_object_get(d, "set"), "path",
-                                  json_object_get(d, "path"), "manifest", "hash",
-                                  json_object_get(d, "hash"), "root", "dir", "files",
-                                  json_object_get(d, "files"), "bytes",
-                                  json_object_get(d, "bytes"), "entries", "truncated", 1,
-                                  "listing", json_object_get(d, "listing"));
-            json_t *src = br_node_holds_tree(n, json_string_value(json_object_get(d, "hash")))
-                              ? NULL
-                              : data_source(c, job, n, d, json_object_get(e, "manifest"),
-                                            "data");
-            if (src) /* a node nearby has it: read from there, the coordinator else */
-                json_object_set_new(e, "from", src);
-            json_array_append_new(list, e);
-        }
+        json_object_foreach(data, k, d)
+            json_array_append_new(list, tree_order(c, job, n, d, "data",
+                                                   json_pack("{s:s, s:O, s:O}", "name", k,
+                                                             "set", json_object_get(d, "set"),
+                                                             "path",
+                                                             json_object_get(d, "path"))));
         json_object_set_new(body, "data", json_pack("{s:s, s:o}", "grant", grant, "sets", list));
     }
     json_t *img = json_object_get(spec, "image_archive"), *v = image_variant(img, n);
     if (v) { /* a loaded image: its archive, for the node's architecture */
         char grant[32];
         snprintf(grant, sizeof(grant), "image:%lld", (long long)job->id);
-        json_t *e = json_pack("{s:s, s:O, s:O, s:{s:O, s:s, s:O, s:O, s:[], s:b, s:O}}",
-                              "grant", grant, "name", json_object_get(img, "name"),
-                              "image_id", json_object_get(v, "image_id"), "manifest", "hash",
-                              json_object_get(v, "hash"), "root", "dir", "files",
-                              json_object_get(v, "files"), "bytes",
-                              json_object_get(v, "bytes"), "entries", "truncated", 1,
-                              "listing", json_object_get(v, "listing"));
-        json_t *src = br_node_holds_tree(n, json_string_value(json_object_get(v, "hash")))
-                          ? NULL
-                          : data_source(c, job, n, v, json_object_get(e, "manifest"),
-                                        "image");
-        if (src)
-            json_object_set_new(e, "from", src);
-        json_object_set_new(body, "image_archive", e);
+        json_object_set_new(body, "image_archive",
+                            tree_order(c, job, n, v, "image",
+                                       json_pack("{s:s, s:O, s:O}", "grant", grant, "name",
+                                                 json_object_get(img, "name"), "image_id",
+                                                 json_object_get(v, "image_id"))));
     }
 }
 

@@ -80,6 +80,10 @@ void br_jobs_not_here(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
  * attempt is no longer current and starting, or the order went already. */
 void br_jobs_release(br_coord_t *c, int64_t id, int attempt);
 
+/* The variant of job's loaded image that node n fetches (its architecture's; a spec's
+ * image_archive's variants entry, borrowed), or NULL. */
+json_t *br_jobs_image_variant(const br_job_t *job, const br_node_t *n);
+
 /* The job's image could not be had on node n (podman's pull from its registry, or
  * the load of its archive, failed: reason says how, the registry's answer in it):
  * the job goes back to pending with no restart counted and no node excluded (a
