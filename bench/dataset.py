@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""dataset.py BIN [SIZE_MIB] [RATE] - one data set to three nodes: what the
+"""dataset.py BIN [SIZE_MIB] [RATE] [--image] - one data set (or, with --image, one
+image loaded with `bramble image load`: a docker-archive of SIZE_MIB made here,
+run by jobs whose spec says image:) to three nodes: what the
 coordinator's link (the "home uplink", a veth shaped to RATE, default 200mbit, out
 of the coordinator's own network namespace) carries, side by side in one run:
 
@@ -27,10 +29,44 @@ import time
 
 from benchnet import Uplink, wait  # noqa: E402 (beside this file)
 
-BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/bin")
-SIZE_MIB = int(sys.argv[2]) if len(sys.argv) > 2 else 1024
-RATE = sys.argv[3] if len(sys.argv) > 3 else "200mbit"
+IMAGE = "--image" in sys.argv
+ARGS = [a for a in sys.argv[1:] if a != "--image"]
+BIN = os.path.abspath(ARGS[0] if len(ARGS) > 0 else "build/bin")
+SIZE_MIB = int(ARGS[1]) if len(ARGS) > 1 else 1024
+RATE = ARGS[2] if len(ARGS) > 2 else "200mbit"
 FILE_MIB = 64
+
+
+def make_image(path, ds):
+    """A docker-archive at path whose one layer holds the files of directory ds
+    (random bytes) and busybox as /bin/sh: what `podman save` writes. Its config's
+    sha256 (podman's ID for it)."""
+    import hashlib
+    import io
+    import tarfile
+    layer = f"{path}.layer"
+    with tarfile.open(layer, "w") as t:
+        t.add("/bin/busybox", "bin/sh")
+        t.add(ds, "weights")
+    h = hashlib.sha256()
+    with open(layer, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    config = json.dumps({"architecture": "amd64", "os": "linux",
+                         "config": {"Cmd": ["/bin/sh"]},
+                         "rootfs": {"type": "layers",
+                                    "diff_ids": [f"sha256:{h.hexdigest()}"]}}).encode()
+    cid = hashlib.sha256(config).hexdigest()
+    manifest = json.dumps([{"Config": f"{cid}.json", "RepoTags": ["localhost/weights:1"],
+                            "Layers": [f"{h.hexdigest()}.tar"]}]).encode()
+    with tarfile.open(path, "w") as t:
+        t.add(layer, f"{h.hexdigest()}.tar")
+        for name, data in ((f"{cid}.json", config), ("manifest.json", manifest)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    os.unlink(layer)
+    return cid
 
 
 
@@ -135,19 +171,35 @@ def main():
                     f.write(os.urandom(1 << 20))
         size = SIZE_MIB << 20
         c = Cluster(tmp, up)
-        t0 = time.monotonic()
-        c.cli("data", "push", ds, "weights")
-        push_s = time.monotonic() - t0
         mnt = f"{tmp}/mnt"
         os.makedirs(mnt, exist_ok=True)
         cmd = f"cat {mnt}/shard-000.bin > /dev/null"
+        uses = f"data: {{weights: {mnt}}}"
+        if IMAGE:
+            image_id = make_image(f"{tmp}/weights.tar", ds)
+            shutil.rmtree(ds)
+            size = os.path.getsize(f"{tmp}/weights.tar")
+            t0 = time.monotonic()
+            c.cli("image", "load", f"{tmp}/weights.tar", "weights:1")
+            uses = "image: weights:1"
+            cmd = "cat /weights/shard-000.bin > /dev/null"
+        else:
+            t0 = time.monotonic()
+            c.cli("data", "push", ds, "weights")
+        push_s = time.monotonic() - t0
+        what = "the image" if IMAGE else "the data set"
+
+        def forget_image():  # (the nodes share the host's podman: each case loads it)
+            if IMAGE:
+                subprocess.run(["podman", "rmi", "-f", image_id], capture_output=True)
 
         gang = ["g1", "g2", "g3"]
         c.agents(gang)
         wait(lambda: c.probed(gang), 60, "the gang's nodes to probe each other")
+        forget_image()
         g_bytes, g_s, gids = run_case(
             c, [f"name: gang\nresources: {{nodes: 3, cpus: 0}}\n"
-                f"data: {{weights: {mnt}}}\ncommand: {cmd}\n"], 1)
+                f"{uses}\ncommand: {cmd}\n"], 1)
         sources = [e["reason"] for e in json.loads(c.cli("job", "show", gids[0], "--json"))
                    ["events"] if "fetched to" in (e["reason"] or "")]
 
@@ -155,15 +207,18 @@ def main():
         c.stop_agents(gang)  # (their caches hold it now)
         c.agents(solo)
         wait(lambda: c.probed(solo), 60, "the three nodes to probe each other")
+        forget_image()
         s_bytes, s_s, sids = run_case(
             c, [f"name: solo{i}\nresources: {{nodelist: [{n}], cpus: 0}}\n"
-                f"data: {{weights: {mnt}}}\ncommand: {cmd}\n" for i, n in enumerate(solo)], 3)
+                f"{uses}\ncommand: {cmd}\n" for i, n in enumerate(solo)], 3)
+        forget_image()
 
         mib = lambda b: b / (1 << 20)
-        print(f"data set: {SIZE_MIB} MiB in {SIZE_MIB // FILE_MIB} files; push {push_s:.1f} s; "
+        print(f"{'image' if IMAGE else 'data set'}: {mib(size):.0f} MiB "
+              f"({SIZE_MIB // FILE_MIB} files); {'load' if IMAGE else 'push'} {push_s:.1f} s; "
               f"uplink {RATE}")
         print(f"gang of 3 (nodes read from the nearest holder): uplink {mib(g_bytes):.0f} MiB "
-              f"= {g_bytes / size:.2f}x the data set, submit -> done {g_s:.1f} s")
+              f"= {g_bytes / size:.2f}x {what}, submit -> done {g_s:.1f} s")
         for s in sources:
             print(f"  {s}")
         print(f"3 jobs placed at once (the first's node reads the coordinator, the others "
