@@ -1292,6 +1292,14 @@ static void remove_attempt(br_agent_t *a, int i)
     attempt_key(br_attempt_job(a->att[i]), br_attempt_number(a->att[i]), key, sizeof(key));
     json_object_del(a->mounted, key); /* its data sets may leave the cache now */
     json_t *x = json_object_get(a->extras, key);
+    if (json_object_get(x, "container")) { /* a container podman never started stays */
+        json_t *tasks = br_attempt_saved(a->att[i]), *task;
+        size_t k;
+        json_array_foreach(tasks, k, task)
+            if (json_is_string(json_object_get(task, "tag")))
+                br_container_forget(json_string_value(json_object_get(task, "tag")));
+        json_decref(tasks);
+    }
     for (int k = 0; k < 2; k++) {
         const char *failed = json_string_value(json_object_get(x, k ? "image_failed" : "failed"));
         if (failed)

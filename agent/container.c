@@ -200,6 +200,28 @@ void br_container_name(const char *tag, char *out, size_t len)
             *p = '_';
 }
 
+void br_container_forget(const char *tag)
+{
+    char name[300];
+    br_container_name(tag, name, sizeof(name));
+    pid_t pid = fork();
+    if (pid == 0) { /* (its child runs it: this one is reaped at once, that one by init) */
+        char *argv[] = {"podman", "rm", "-f", "--ignore", "-t", "0", name, NULL};
+        setsid();
+        if (fork() == 0) {
+            int null = open("/dev/null", O_RDWR);
+            dup2(null, 0);
+            dup2(null, 1);
+            dup2(null, 2);
+            execvp(argv[0], argv);
+        }
+        _exit(0);
+    }
+    if (pid > 0)
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+}
+
 char **br_container_exec_argv(const char *tag, uid_t uid, gid_t gid, const char *workdir,
                               int tty, const char *const *cmd)
 {

@@ -62,6 +62,11 @@ typedef struct {
 /* The container of the task tagged tag: "bramble-" and the tag, '/' as '_'. */
 void br_container_name(const char *tag, char *out, size_t len);
 
+/* After the task tagged tag ended: remove its container should it be left (podman
+ * stopped before the container started leaves it "Initialized", which --rm does
+ * not remove), by `podman rm -f --ignore` run apart, not waited for. */
+void br_container_forget(const char *tag);
+
 /* `bramble shell` in a container job: `podman exec` into the container of the task
  * tagged tag, as uid:gid, in workdir (NULL: the image's), on a terminal (tty), cmd
  * (NULL-terminated; NULL or empty: the image's bash, else its sh). A new

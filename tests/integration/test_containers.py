@@ -4,18 +4,21 @@ The image is made here without a registry: a root filesystem of busybox-static,
 `podman import`ed. A job in it sees the image's files, not the host's, runs as
 the job's uid with its working directory and variables, and its output is the
 job's log; cancel and the time limit reach the container's processes as they
-reach a bare job's, and nothing of the container is left. A node whose agent runs
-no containers takes no such job, and says why; a name that is not an image's is
-refused at submit."""
+reach a bare job's, and so do a preemption's signal, hang detection and fencing
+(the container frozen while the coordinator is silent, thawed once it is heard
+again); nothing of the container is left, even when it is stopped as it starts.
+A node whose agent runs no containers takes no such job, and says why; a name
+that is not an image's is refused at submit."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import uuid
 
 import pytest
 
-from conftest import BIN, wait_for
+from conftest import BIN, proc_state, wait_for
 
 FAKE_NVML = BIN.parent / "tests" / "fake_nvml"
 
@@ -51,7 +54,8 @@ def cluster(tmp_path_factory, image):
     made = []
     try:
         root = tmp_path_factory.mktemp("ct")
-        c = start_cluster(root, made)
+        c = start_cluster(root, made, start=False)
+        c.start_coordinator(extra=["--preempt-after", "1s", "--preempt-min-run", "0s"])
         tok = c.token(uses=3)
         c.start_agent("node-1", token=tok)
         c.start_agent("node-2", token=tok, extra=("--container-runtime", "none"))
@@ -124,6 +128,81 @@ def test_cancel_and_time_limit_reach_the_container(cluster, image):
     assert "started" in c.logs(jid)
     wait_for(lambda: not containers_of(f"node-1/{jid}.") and not c.job_procs(jid),
              what="the container and its processes to go")
+
+
+def pid_in(work):
+    """The host pid the container's shell wrote to work/pid (--pid host: the same
+    numbers inside and out), once it has."""
+    return wait_for(lambda: (work / "pid").exists() and (work / "pid").read_text().strip()
+                    and int((work / "pid").read_text()), what="the container's pid")
+
+
+def test_preemption_signal_reaches_the_container(cluster, image, tmp_path):
+    c = cluster
+    cpus = c.nodes()["node-1"]["cpus"]
+    work = tmp_path / "work"
+    work.mkdir()
+    low = submit(c, f"name: ct-low\nimage: {image}\nworkdir: {work}\npreemptible: true\n"
+                    "preempt: {signal: USR1, grace: 20s}\n"
+                    f"resources: {{cpus: {cpus}, nodelist: [node-1]}}\n"
+                    "command: |\n"
+                    "  trap 'echo got-usr1-inside; exit 0' USR1\n"
+                    "  echo started; while true; do sleep 1; done\n")
+    c.wait_job(low, "running")
+    c.wait_logs(low, "started")
+    high = submit(c, f"name: ct-high\npriority: 10\n"
+                     "resources: {cpus: 1, nodelist: [node-1]}\ncommand: echo high ran\n")
+    assert c.wait_job(high, "completed", timeout=60)["state"] == "completed"
+    wait_for(lambda: "got-usr1-inside" in c.logs(low), what="the container's trap to run")
+    j = c.job(low)
+    assert any("preempted" in (e["reason"] or "") for e in j["events"]), j["events"]
+    c.cli("cancel", low)
+    c.wait_job(low)
+    wait_for(lambda: not containers_of(f"node-1/{low}.") and not c.job_procs(low),
+             what="the container and its processes to go")
+
+
+def test_hang_detection_ends_a_quiet_container(cluster, image):
+    c = cluster
+    jid = submit(c, f"name: ct-hung\nimage: {image}\nprogress: {{timeout: 2s}}\n"
+                    "restart: {on: [hung], max: 0}\n"
+                    "resources: {cpus: 0, nodelist: [node-1]}\n"
+                    "command: echo once; sleep 600\n")
+    j = c.wait_job(jid, timeout=60)
+    assert j["state"] == "failed" and "hung" in (j["reason"] or ""), j
+    assert "once" in c.logs(jid)
+    wait_for(lambda: not containers_of(f"node-1/{jid}.") and not c.job_procs(jid),
+             what="the container and its processes to go")
+
+
+def test_fencing_freezes_the_container_and_thaws_it(cluster, image, tmp_path):
+    """The coordinator silent past the fence (3/5 of the node timeout): the agent
+    freezes the attempt, the container's processes with it; heard again, it thaws
+    them and the job goes on."""
+    c = cluster
+    work = tmp_path / "work"
+    work.mkdir()
+    jid = submit(c, f"name: ct-fence\nimage: {image}\nworkdir: {work}\n"
+                    "resources: {cpus: 0, nodelist: [node-1]}\n"
+                    "command: |\n"
+                    "  echo $$ > pid; n=0\n"
+                    "  while [ $n -lt 600 ]; do n=$((n+1)); echo tick $n > ticks; sleep 1; done\n")
+    c.wait_job(jid, "running")
+    pid = pid_in(work)
+    assert proc_state(pid) in ("S", "R"), proc_state(pid)
+    coord = c.coordinator.pid
+    os.kill(coord, signal.SIGSTOP)
+    try:
+        wait_for(lambda: proc_state(pid) == "T", timeout=20,
+                 what="the container's shell to be frozen")
+        frozen = (work / "ticks").read_text()
+    finally:
+        os.kill(coord, signal.SIGCONT)
+    wait_for(lambda: proc_state(pid) in ("S", "R") and (work / "ticks").read_text() != frozen,
+             what="the container's shell to be thawed and go on")
+    assert c.job(jid)["state"] == "running"
+    c.cli("cancel", jid)
+    c.wait_job(jid)
 
 
 def test_a_node_without_containers_takes_none(cluster, image):
