@@ -1,5 +1,6 @@
 /* localsock.c - the socket jobs use to talk to their own agent. */
 #include "localsock.h"
+#include "container.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -125,7 +126,10 @@ static br_task_t *peer_task(int fd, br_err_t *err)
             return br_errp(err, EACCES, "refused: the asking process is gone");
         pidfd = -1;
     }
-    br_task_t *t = br_task_of_pid(cred.pid);
+    br_task_t *t = br_task_of_pid(cred.pid), *in = NULL;
+    if (!t) /* a container's process: conmon's child, not the task's; it runs as the
+             * job's uid (--user) while the task that runs podman may be root's */
+        t = in = br_task_of_container(cred.pid, br_container_name);
     if (pidfd >= 0) {
         int alive = syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;
         close(pidfd);
@@ -137,7 +141,7 @@ static br_task_t *peer_task(int fd, br_err_t *err)
                        "refused: not inside a running job of this node (process %d, uid "
                        "%u, is in no job's process tree)",
                        (int)cred.pid, (unsigned)cred.uid);
-    if (cred.uid != br_task_uid(t))
+    if (!in && cred.uid != br_task_uid(t))
         return br_errp(err, EACCES,
                        "refused: process %d runs as uid %u, not as its job's uid %u",
                        (int)cred.pid, (unsigned)cred.uid, (unsigned)br_task_uid(t));

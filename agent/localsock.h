@@ -5,8 +5,10 @@
  * Who asks is the kernel's word, never the request's: SO_PEERCRED gives the
  * connecting process and its uid; the process must be inside a running task's
  * process tree (task.h: br_task_of_pid, by parent links, process group and session,
- * not by its environment) and run as that task's uid. Anything else is refused
- * with a reason.
+ * not by its environment) and run as that task's uid, or be inside the container
+ * podman runs for that task (br_task_of_container: its conmon, run by the agent's
+ * user, names the container after the task's tag). Anything else is refused with
+ * a reason.
  *
  * Served without blocking the agent's loop: accepted connections are non-blocking
  * and kept in a table of at most BR_LOCALSOCK_MAX_CONNS (when full, the oldest is

@@ -1683,6 +1683,69 @@ static int read_ids(pid_t pid, pid_t *ppid, pid_t *pgrp, pid_t *sid)
     return 0;
 }
 
+/* The value of option opt ("-n") in the NUL-separated cmdline of pid: into out, 0;
+ * -1 when it has none. */
+static int cmdline_opt(pid_t pid, const char *opt, char *out, size_t len)
+{
+    char path[64], buf[8192];
+    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    for (char *p = buf; p < buf + n; p += strlen(p) + 1)
+        if (strcmp(p, opt) == 0 && p + strlen(p) + 1 < buf + n) {
+            br_strlcpy(out, p + strlen(p) + 1, len);
+            return 0;
+        }
+    return -1;
+}
+
+/* Whether pid is a conmon (podman's container monitor) run by this agent's user. */
+static int is_conmon(pid_t pid)
+{
+    char path[64], comm[32] = "";
+    struct stat st;
+    snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+    if (stat(path, &st) < 0 || st.st_uid != geteuid())
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, comm, sizeof(comm) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    return n > 0 && strncmp(comm, "conmon\n", 7) == 0;
+}
+
+br_task_t *br_task_of_container(pid_t pid, void (*name_of)(const char *tag, char *out,
+                                                           size_t len))
+{
+    pid_t self = getpid();
+    for (int depth = 0; depth < 64 && pid > 1 && pid != self; depth++) {
+        pid_t ppid, pgrp, sid;
+        char name[300], want[300];
+        if (read_ids(pid, &ppid, &pgrp, &sid) < 0)
+            return NULL;
+        if (is_conmon(pid)) { /* the container's: whose, by its name */
+            if (cmdline_opt(pid, "-n", name, sizeof(name)) < 0)
+                return NULL;
+            for (br_task_t *t = live_tasks; t; t = t->next) {
+                if (t->done || !t->tag)
+                    continue;
+                name_of(t->tag, want, sizeof(want));
+                if (strcmp(want, name) == 0)
+                    return t;
+            }
+            return NULL;
+        }
+        pid = ppid;
+    }
+    return NULL;
+}
+
 br_task_t *br_task_of_pid(pid_t pid)
 {
     pid_t self = getpid();

@@ -88,6 +88,14 @@ gid_t br_task_gid(const br_task_t *task);
  * the process, never its environment, so a process cannot claim another job by
  * what it sets. NULL when none. */
 br_task_t *br_task_of_pid(pid_t pid);
+/* The live task whose container holds pid: pid's ancestors reach a conmon (podman's
+ * monitor of one container, whose children the container's processes are, outside
+ * the task's tree) run by this agent's user, whose container's name (its -n) is
+ * what name_of makes of the task's tag (container.h). NULL when none. A job's
+ * process cannot pass for another's: it cannot start a process as the agent's user,
+ * nor rename a container podman started. */
+br_task_t *br_task_of_container(pid_t pid, void (*name_of)(const char *tag, char *out,
+                                                           size_t len));
 
 /* Read end of stdout (stream 1) or stderr (stream 2), non-blocking; -1 once closed. */
 int br_task_fd(const br_task_t *task, int stream);

@@ -175,6 +175,85 @@ def test_hang_detection_ends_a_quiet_container(cluster, image):
              what="the container and its processes to go")
 
 
+PROGRESS_CLIENT = r"""
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+/* bramble progress STEP, as the job socket takes it (proto/jobsock.h), static so
+   that it runs in any image: prints the agent's answer, exits 1 on an error */
+int main(int argc, char **argv)
+{
+    const char *a = getenv("BRAMBLE_AGENT_SOCK");
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (argc != 2 || !a || a[0] != '@' || strlen(a) > sizeof(sa.sun_path))
+        return 2;
+    memcpy(sa.sun_path + 1, a + 1, strlen(a) - 1);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    if (connect(fd, (struct sockaddr *)&sa, offsetof(struct sockaddr_un, sun_path) +
+                strlen(a)) < 0) {
+        perror("connect");
+        return 1;
+    }
+    char req[64], buf[8192];
+    int n = snprintf(req, sizeof(req), "{\"type\": \"progress\", \"step\": %s}", argv[1]);
+    send(fd, req, (size_t)n, 0);
+    ssize_t k = recv(fd, buf, sizeof(buf) - 1, 0);
+    buf[k > 0 ? k : 0] = 0;
+    printf("%s\n", buf);
+    return k <= 0 || strstr(buf, "\"error\"") ? 1 : 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def progress_client(tmp_path_factory):
+    """A static program that says `bramble progress N` to the job's agent."""
+    d = tmp_path_factory.mktemp("client")
+    (d / "client.c").write_text(PROGRESS_CLIENT)
+    r = subprocess.run(["gcc", "-static", "-O1", "-o", str(d / "progress"),
+                        str(d / "client.c")], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        pytest.skip(f"cannot build a static program here: {r.stderr[-300:]}")
+    return d / "progress"
+
+
+def test_progress_from_inside_the_container_keeps_it_alive(cluster, image, progress_client,
+                                                           tmp_path):
+    """Only `bramble progress` (through the job socket, from the container's
+    process, conmon's child) for several hang timeouts: never hung, and the agent
+    answers it as the job's."""
+    c = cluster
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(progress_client, work / "progress")
+    jid = submit(c, f"name: ct-progress\nimage: {image}\nworkdir: {work}\n"
+                    "progress: {timeout: 2s}\nrestart: {on: [hung], max: 0}\n"
+                    "resources: {cpus: 0, nodelist: [node-1]}\n"
+                    "command: |\n"
+                    "  echo \"$BRAMBLE_AGENT_SOCK\" > sock; i=0\n"
+                    "  while [ $i -lt 7 ]; do ./progress $i >> answers 2>&1; echo $? >> rcs\n"
+                    "    i=$((i+1)); sleep 1; done\n")
+    j = c.wait_job(jid, timeout=60)
+    assert j["state"] == "completed", (j, (work / "answers").read_text())
+    assert (work / "rcs").read_text().split() == ["0"] * 7, (work / "answers").read_text()
+    assert "hung" not in json.dumps(j["events"])
+
+    # from outside any job, the same request is refused
+    r = subprocess.run([str(progress_client), "1"], capture_output=True, text=True,
+                       env=dict(os.environ, BRAMBLE_AGENT_SOCK=answers_sock(work)))
+    assert r.returncode == 1 and "not inside a running job" in r.stdout, r
+
+
+def answers_sock(work):
+    """The agent socket a job saw (its answers name none: read it from the job's
+    environment as the container had it)."""
+    return (work / "sock").read_text().strip()
+
+
 def test_fencing_freezes_the_container_and_thaws_it(cluster, image, tmp_path):
     """The coordinator silent past the fence (3/5 of the node timeout): the agent
     freezes the attempt, the container's processes with it; heard again, it thaws
