@@ -1331,6 +1331,9 @@ static void save_attempt(br_agent_t *a, br_attempt_t *t, json_t *ckpt, json_t *s
     json_t *mounts = json_object_get(a->mounted, key);
     if (mounts) /* kept in the cache while it runs, under the next agent too */
         json_object_set(rec, "data", mounts);
+    json_t *extra = json_object_get(a->extras, key);
+    if (json_object_size(extra)) /* its setup's and image's notes, its container */
+        json_object_set(rec, "extras", extra);
     br_err_t err;
     if (br_runstate_save(a->runstate, br_attempt_job(t), br_attempt_number(t), rec, &err) < 0)
         fprintf(stderr, "bramble-agent: job %lld: %s: an agent started after this one "
@@ -1369,6 +1372,11 @@ static const char **adopt_all(br_agent_t *a)
             continue;
         }
         a->att[a->natt++] = t;
+        if (json_is_object(json_object_get(rec, "extras"))) { /* as its agent had them */
+            char key[48];
+            attempt_key(job, attempt, key, sizeof(key));
+            json_object_set(a->extras, key, json_object_get(rec, "extras"));
+        }
         if (json_is_array(json_object_get(rec, "data"))) {
             char key[48];
             attempt_key(job, attempt, key, sizeof(key));

@@ -1,8 +1,10 @@
 /* runstate.h - what this agent runs, saved in DATA_DIR/run so that an agent started
  * again (after a crash, an OOM kill or an upgrade) adopts its predecessor's running
  * attempts instead of killing them. Per attempt, JOB.ATTEMPT.json holds the
- * coordinator's job.run order (what to watch, the service's health check) and how
- * to find its tasks again (attempt.h, br_attempt_saved); each task's waiter writes
+ * coordinator's job.run order (what to watch, the service's health check), how
+ * to find its tasks again (attempt.h, br_attempt_saved) and what else the agent
+ * knew of it (its data sets, its container, where its setup's and image's runners
+ * write why they failed); each task's waiter writes
  * JOB.ATTEMPT.RANK.exit when its job ends. keeper holds the keeper's pid, start time
  * and run id, so that the next agent retires that keeper and gives its own the same
  * run id. Files are written whole and renamed into place; the directory is 0700. */

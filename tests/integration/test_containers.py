@@ -388,5 +388,15 @@ def test_shell_goes_into_the_container(cluster, image, tmp_path):
                              "pwd; exit 3", check=False)
         assert rc == 3, (rc, out, err)
         assert out.split() == ["in-image", str(work)], (out, err)
+        # an agent started again (an upgrade) adopts the job and still knows that
+        # it runs in a container: a shell still goes into it
+        assert c.agents["node-1"].kill(signal.SIGUSR2) == 0
+        c.start_agent("node-1", join=False)
+        c.wait_ready("node-1")
+        rc, out, err = c.cli("shell", jid, "--", "sh", "-c",
+                             "test -e /usr/bin/podman && echo on-host || echo in-image",
+                             check=False)
+        assert (rc, out.split()) == (0, ["in-image"]), (rc, out, err)
+        assert c.job(jid)["state"] == "running"
     finally:
         c.cli("cancel", jid, check=False)
