@@ -1664,6 +1664,43 @@ static int data_mounts(br_agent_t *a, json_t *data, const char **mounts,
 
 static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched);
 
+/* The line that runs a container job's setup (its environment env_dir not built
+ * yet) before the job's own container, as cr (that container) but for its command:
+ * the setup's runner (setuprun.h) with VIA the `podman run` of a container of the
+ * same image, named with "-setup", that runs env_dir.setup (mounted read-only) in
+ * the job's working directory, env_dir mounted. malloc'd, or NULL with err. */
+static char *container_setup(br_agent_t *a, const br_container_run_t *cr,
+                             const char *env_dir, const char *failed, br_err_t *err)
+{
+    char file[4300], run[8800];
+    const char *ro[2 * BR_SPEC_MAX_DATA + 3];
+    size_t n = 0, at = 0;
+    snprintf(file, sizeof(file), "%s.setup", env_dir);
+    for (; cr->ro && cr->ro[n] && cr->ro[n + 1] && n < 2 * BR_SPEC_MAX_DATA; n += 2) {
+        ro[n] = cr->ro[n];
+        ro[n + 1] = cr->ro[n + 1];
+    }
+    ro[n] = ro[n + 1] = file;
+    ro[n + 2] = NULL;
+    snprintf(run, sizeof(run), "/bin/sh ");
+    at = strlen(run);
+    if (br_steprun_quote(file, run, sizeof(run), &at) < 0)
+        return br_errp(err, ENAMETOOLONG, "setup: the cache's path is too long");
+    br_container_run_t in = *cr;
+    in.command = run;
+    in.ro = ro;
+    in.name_suffix = "-setup";
+    char *via = br_container_command(a->containers, &in, err);
+    size_t len = via ? 3 * strlen(via) + 3 * 4400 : 0;
+    char *line = via ? malloc(len) : NULL;
+    if (via && (!line || br_setuprun_line(a->exe, env_dir, failed, via, line, len) < 0)) {
+        free(line);
+        line = br_errp(err, ENOMEM, "setup: could not put its runner before the command");
+    }
+    free(via);
+    return line;
+}
+
 /* Where the archive of an order's loaded image is in the cache (image_check): into
  * out. 0, or -1 with err. */
 static int archive_at(br_agent_t *a, const json_t *archive, char *out, size_t len,
@@ -1859,32 +1896,36 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
             if (trees_here(a, m, job, attempt, code, data, archive, &err) == 1)
                 return;
         }
-    } else if (image && (setup || !br_container_runtime(a->containers))) {
-        br_errf(&err, ENOTSUP, "%s",
-                setup ? "setup: not with image: yet"
-                      : "this node runs no containers (its agent found no podman, or runs "
-                        "with --container-runtime none)");
+    } else if (image && !br_container_runtime(a->containers)) {
+        br_errf(&err, ENOTSUP, "this node runs no containers (its agent found no podman, or "
+                               "runs with --container-runtime none)");
     } else if (setup && br_envcache_prepare(br_cache_dir(a->cache), setup,
-                                            code_dir[0] ? code_dir : NULL, who.uid, who.gid,
-                                            &envc, &err) < 0) {
+                                            code_dir[0] ? code_dir : NULL,
+                                            archive ? json_string_value(json_object_get(
+                                                          archive, "image_id"))
+                                                    : image,
+                                            who.uid, who.gid, &envc, &err) < 0) {
         /* a setup file that is not in its code (err names it), a full disk */
     } else {
         char key[48];
         attempt_key(job, attempt, key, sizeof(key));
         char *with_setup = NULL; /* the command, its setup's runner first */
+        char setup_failed[sizeof(envc.user_dir) + 64] = "";
         if (setup) {
             json_object_set_new(env, "BRAMBLE_ENV_DIR", json_string(envc.dir));
-            char line[3 * sizeof(envc.dir)], failed[sizeof(envc.user_dir) + 64];
-            snprintf(failed, sizeof(failed), "%s/.failed-%lld.%d", envc.user_dir,
+            char line[3 * sizeof(envc.dir)], *failed = setup_failed;
+            snprintf(setup_failed, sizeof(setup_failed), "%s/.failed-%lld.%d", envc.user_dir,
                      (long long)job, attempt);
-            if (!envc.ready &&
-                br_setuprun_line(a->exe, envc.dir, failed, line, sizeof(line)) == 0 &&
+            if (!envc.ready && image) /* (its runner goes before the container's) */
+                json_object_set_new(attempt_extra(a, key), "failed", json_string(failed));
+            else if (!envc.ready &&
+                br_setuprun_line(a->exe, envc.dir, failed, NULL, line, sizeof(line)) == 0 &&
                 (with_setup = malloc(strlen(line) + strlen(command) + 1))) {
                 strcpy(with_setup, line);
                 strcat(with_setup, command);
                 command = with_setup;
                 json_object_set_new(attempt_extra(a, key), "failed", json_string(failed));
-            } else if (!envc.ready) { /* (never run the command without its setup) */
+            } else if (!envc.ready && !image) { /* (never run the command without it) */
                 br_errf(&err, ENOMEM, "setup: could not put its runner before the command");
                 command = NULL;
             }
@@ -1960,13 +2001,15 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
                 fprintf(stderr, "bramble-agent: containers: the limits podman may give "
                                 "them here were tried (nproc %llu)\n",
                         br_container_nproc(a->containers));
-            const char *rw[3] = {NULL};
+            const char *rw[4] = {NULL};
             int nrw = 0;
             const char *ckdir = json_string_value(json_object_get(ckpt, "dir"));
             if (o.workdir)
                 rw[nrw++] = o.workdir;
             if (ckdir && (!o.workdir || strcmp(ckdir, o.workdir) != 0))
                 rw[nrw++] = ckdir;
+            if (setup) /* its environment, where the host's jobs have it */
+                rw[nrw++] = envc.dir;
             const char *uuids[BR_CONTAINER_GPUS];
             int ngpus = br_gpus_count(a->gpus);
             for (int g = 0; g < ngpus && g < BR_CONTAINER_GPUS; g++)
@@ -1977,25 +2020,35 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
                                      .gpu_uuids = uuids,
                                      .ngpus = ngpus < BR_CONTAINER_GPUS ? ngpus : BR_CONTAINER_GPUS};
             in_container = br_container_command(a->containers, &cr, &err);
-            /* the image is made sure of first, inside the task (imagefetch.h) */
+            /* its setup, when not built yet, in a container of the same image first */
+            char *setup_line = in_container && setup && !envc.ready
+                                   ? container_setup(a, &cr, envc.dir, setup_failed, &err)
+                                   : NULL;
+            /* the image is made sure of first of all, inside the task (imagefetch.h) */
             char fetch[3 * 4400], failed[4300];
             snprintf(failed, sizeof(failed), "%s/image-failed-%lld.%d",
                      br_runstate_dir(a->runstate), (long long)job, attempt);
-            char *both = NULL;
-            if (in_container &&
-                (br_imagefetch_line(a->exe, failed, ref, archive ? archive_path : NULL, fetch,
-                                    sizeof(fetch)) < 0 ||
-                 !(both = malloc(strlen(fetch) + strlen(in_container) + 1)))) {
+            char *all = NULL;
+            if (in_container && setup && !envc.ready && !setup_line) {
+                free(in_container); /* (never run the command without its setup) */
+                in_container = NULL;
+            } else if (in_container &&
+                       (br_imagefetch_line(a->exe, failed, ref, archive ? archive_path : NULL,
+                                           fetch, sizeof(fetch)) < 0 ||
+                        !(all = malloc(strlen(fetch) + (setup_line ? strlen(setup_line) : 0) +
+                                       strlen(in_container) + 1)))) {
                 br_errf(&err, ENOMEM, "image: could not put its fetch before the command");
                 free(in_container);
                 in_container = NULL;
-            } else if (both) {
-                strcpy(both, fetch);
-                strcat(both, in_container);
+            } else if (all) {
+                strcpy(all, fetch);
+                strcat(all, setup_line ? setup_line : "");
+                strcat(all, in_container);
                 free(in_container);
-                in_container = both;
+                in_container = all;
                 json_object_set_new(attempt_extra(a, key), "image_failed", json_string(failed));
             }
+            free(setup_line);
             json_object_set_new(attempt_extra(a, key), "container",
                                 json_pack("{s:I, s:I, s:s?}", "uid", (json_int_t)who.uid,
                                           "gid", (json_int_t)who.gid, "workdir", o.workdir));

@@ -202,11 +202,12 @@ void br_container_name(const char *tag, char *out, size_t len)
 
 void br_container_forget(const char *tag)
 {
-    char name[300];
+    char name[300], setup[320];
     br_container_name(tag, name, sizeof(name));
+    snprintf(setup, sizeof(setup), "%s-setup", name); /* (its setup's, when it had one) */
     pid_t pid = fork();
     if (pid == 0) { /* (its child runs it: this one is reaped at once, that one by init) */
-        char *argv[] = {"podman", "rm", "-f", "--ignore", "-t", "0", name, NULL};
+        char *argv[] = {"podman", "rm", "-f", "--ignore", "-t", "0", name, setup, NULL};
         setsid();
         if (fork() == 0) {
             int null = open("/dev/null", O_RDWR);
@@ -396,7 +397,11 @@ char *br_container_command(const br_container_t *c, const br_container_run_t *r,
     }
     add(&l, "exec podman run --rm --network host --pid host --security-opt no-new-privileges "
             "--cap-drop all --label \"bramble.task=$BRAMBLE_TASK\" "
-            "--name \"bramble-$(echo \"$BRAMBLE_TASK\" | tr / _)\"");
+            "--name \"bramble-$(echo \"$BRAMBLE_TASK\" | tr / _)");
+    if (r->name_suffix && strspn(r->name_suffix, "-abcdefghijklmnopqrstuvwxyz") ==
+                              strlen(r->name_suffix))
+        add(&l, r->name_suffix);
+    add(&l, "\"");
     snprintf(buf, sizeof(buf), "%u:%u", (unsigned)r->uid, (unsigned)r->gid);
     opt(&l, "--user", buf);
     snprintf(buf, sizeof(buf), "nofile=%llu:%llu", c->nofile, c->nofile);

@@ -55,6 +55,8 @@ typedef struct {
     const char *const *gpu_uuids; /* the node's GPUs by index (NVML's UUIDs; "" or
                                    * NULL entries unknown), ngpus of them */
     int ngpus;
+    const char *name_suffix; /* NULL, or after the container's name ("-setup": the
+                              * container the job's setup runs in, before its own) */
 } br_container_run_t;
 
 #define BR_CONTAINER_GPUS 64 /* GPUs of a node a container may be given, by index */
@@ -62,7 +64,7 @@ typedef struct {
 /* The container of the task tagged tag: "bramble-" and the tag, '/' as '_'. */
 void br_container_name(const char *tag, char *out, size_t len);
 
-/* After the task tagged tag ended: remove its container should it be left (podman
+/* After the task tagged tag ended: remove its containers should they be left (podman
  * stopped before the container started leaves it "Initialized", which --rm does
  * not remove), by `podman rm -f --ignore` run apart, not waited for. */
 void br_container_forget(const char *tag);

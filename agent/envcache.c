@@ -93,7 +93,8 @@ static int hash_file(crypto_generichash_state *h, const char *code_dir, const ch
 }
 
 int br_envcache_prepare(const char *cache, const json_t *setup, const char *code_dir,
-                        uid_t uid, gid_t gid, br_envcache_env_t *env, br_err_t *err)
+                        const char *image, uid_t uid, gid_t gid, br_envcache_env_t *env,
+                        br_err_t *err)
 {
     const char *text = json_string_value(json_object_get(setup, "command"));
     json_t *files = json_object_get(setup, "files");
@@ -107,7 +108,9 @@ int br_envcache_prepare(const char *cache, const json_t *setup, const char *code
     crypto_generichash_init(&h, NULL, 0, sizeof(key));
     crypto_generichash_update(&h, (const unsigned char *)uidtext, strlen(uidtext) + 1);
     crypto_generichash_update(&h, (const unsigned char *)text, strlen(text) + 1);
-    crypto_generichash_update(&h, (const unsigned char *)"image:", 7); /* (none yet) */
+    crypto_generichash_update(&h, (const unsigned char *)"image:", 7);
+    if (image) /* (none: the key bare jobs' environments always had) */
+        crypto_generichash_update(&h, (const unsigned char *)image, strlen(image) + 1);
     size_t i;
     json_t *f;
     json_array_foreach(files, i, f)

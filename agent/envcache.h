@@ -7,7 +7,8 @@
  *                                holds .bramble-ready (setuprun.h)
  *   CACHE/envs/<uid>/<key>.setup the setup's text, for the runner
  *   CACHE/envs/<uid>/<key>.lock  held while it is built
- * The key is a hash of the uid, the setup's text, the image (none yet) and the
+ * The key is a hash of the uid, the setup's text, the image (its ID when it was
+ * loaded into bramble, else its name; none for a bare job) and the
  * path and contents of each of setup_files, read from the attempt's copy of the
  * code. An environment belongs to its user: another user's job, even with the same
  * setup, builds its own, so that nobody runs what another may have changed. */
@@ -26,11 +27,13 @@ typedef struct {
 } br_envcache_env_t;
 
 /* The environment of setup (its command and files, the job.run order's "setup")
- * for a job of uid:gid whose code is in code_dir (NULL: none), under cache: its
+ * for a job of uid:gid whose code is in code_dir (NULL: none), in image (NULL: a
+ * bare job), under cache: its
  * directories made as above and the setup's text written for the runner. 0, or -1
  * with err naming what is wrong (a setup file not in the code dir, a full disk). */
 int br_envcache_prepare(const char *cache, const json_t *setup, const char *code_dir,
-                        uid_t uid, gid_t gid, br_envcache_env_t *env, br_err_t *err);
+                        const char *image, uid_t uid, gid_t gid, br_envcache_env_t *env,
+                        br_err_t *err);
 
 #define BR_ENVCACHE_LISTED 1024 /* environments a heartbeat names at most */
 

@@ -18,11 +18,11 @@
 #include "steprun.h"
 #include "util.h"
 
-int br_setuprun_line(const char *exe, const char *dir, const char *failed, char *out,
-                     size_t len)
+int br_setuprun_line(const char *exe, const char *dir, const char *failed, const char *via,
+                     char *out, size_t len)
 {
-    const char *args[] = {dir, failed};
-    return br_steprun_line(exe, "--setup-run", args, 2, out, len);
+    const char *args[] = {dir, failed, via};
+    return br_steprun_line(exe, "--setup-run", args, via ? 3 : 2, out, len);
 }
 
 /* Bytes on disk under the directory dfd (taken), no symlink followed. */
@@ -54,12 +54,12 @@ static int64_t disk_use(int dfd)
 
 int br_setuprun_main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "bramble-agent --setup-run DIR FAILED: run by the agent inside a "
-                        "job, not by hand\n");
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "bramble-agent --setup-run DIR FAILED [VIA]: run by the agent "
+                        "inside a job, not by hand\n");
         return 2;
     }
-    const char *dir = argv[0], *failed = argv[1];
+    const char *dir = argv[0], *failed = argv[1], *via = argc == 3 ? argv[2] : NULL;
     char path[4200];
     br_steprun_catch_stop();
     unlink(failed);
@@ -96,13 +96,27 @@ int br_setuprun_main(int argc, char **argv)
         free(setup);
         return BR_SETUP_FAILED;
     }
+    /* run as root (a container job's task runs podman as root), the directory is
+     * still the job's user's, as the directory of theirs it is in */
+    char parent[4200];
+    struct stat st;
+    br_strlcpy(parent, dir, sizeof(parent));
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent)
+        *slash = '\0';
+    if (geteuid() == 0 && slash && stat(parent, &st) == 0 && st.st_uid != 0 &&
+        chown(dir, st.st_uid, st.st_gid) < 0) {
+        br_steprun_say(2, "[setup] %s: %s\n", dir, strerror(errno));
+        free(setup);
+        return BR_SETUP_FAILED;
+    }
     br_steprun_say(1,
                    "[setup] running the setup; it is kept in %s for later jobs with "
                    "the same one\n",
                    dir);
     int64_t t0 = br_mono_ms();
     br_steprun_tail_t tail = {.len = 0};
-    const char *cmd[] = {"/bin/sh", "-c", setup, NULL};
+    const char *cmd[] = {"/bin/sh", "-c", via ? via : setup, NULL};
     int status = br_steprun_run(cmd, "[setup] ", "BRAMBLE_ENV_DIR", dir, &tail);
     free(setup);
     double took = (double)(br_mono_ms() - t0) / 1000.0;

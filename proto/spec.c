@@ -600,10 +600,6 @@ static int check_image(const sect_t *top, br_spec_t *spec)
                             "image: '%s' is not an image name (letters, digits and . _ / : "
                             "@ - only, at most %d, not starting with '-')",
                             spec_show(spec->image, b), BR_SPEC_IMAGE_MAX);
-    if (spec->setup)
-        return spec_fail_at(top->err, value_line(top, "setup"),
-                            "setup: not with image: yet (build what the job needs into "
-                            "the image)");
     return 0;
 }
 

@@ -302,13 +302,53 @@ def test_a_node_without_containers_takes_none(cluster, image):
         c.cli("cancel", jid, check=False)
 
 
+def test_setup_runs_in_the_image_once(cluster, image, tmp_path):
+    """setup: with image: runs in a container of the image, before the job's own,
+    building BRAMBLE_ENV_DIR (the node's cache, mounted); a second job with the
+    same setup and image finds it built and runs no setup."""
+    c = cluster
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "marker").write_text("from-the-workdir\n")
+    spec = (f"image: {image}\nworkdir: {work}\n"
+            "resources: {cpus: 0, nodelist: [node-1]}\n"
+            "setup: |\n"
+            "  test -e /usr/bin/podman && echo setup-on-host || echo setup-in-image\n"
+            "  cat marker > \"$BRAMBLE_ENV_DIR/tool\"\n"
+            "  echo ran >> \"$BRAMBLE_ENV_DIR/runs\"\n"
+            "command: |\n"
+            "  test -e /usr/bin/podman && echo job-on-host || echo job-in-image\n"
+            "  echo \"tool=$(cat \"$BRAMBLE_ENV_DIR/tool\") runs=$(cat \"$BRAMBLE_ENV_DIR/runs\""
+            " | wc -l)\"\n")
+    first = submit(c, f"name: ct-setup-1\n{spec}")
+    j = c.wait_job(first)
+    log = c.logs(first, stream="both")
+    assert j["state"] == "completed", (j["reason"], log)
+    assert "[setup] setup-in-image" in log and "setup-on-host" not in log, log
+    assert "job-in-image" in log and "tool=from-the-workdir runs=1" in log, log
+    second = submit(c, f"name: ct-setup-2\n{spec}")
+    j = c.wait_job(second)
+    log = c.logs(second, stream="both")
+    assert j["state"] == "completed", (j["reason"], log)
+    assert "[setup]" not in log and "tool=from-the-workdir runs=1" in log, log
+
+    # a failed setup in the image ends the attempt with its last lines
+    bad = submit(c, f"name: ct-setup-bad\nimage: {image}\n"
+                    "resources: {cpus: 0, nodelist: [node-1]}\n"
+                    "setup: echo cannot-build-this; exit 3\ncommand: echo never\n")
+    j = c.wait_job(bad)
+    assert j["state"] == "failed", j
+    assert "setup failed: exit code 3" in j["reason"] and "cannot-build-this" in j["reason"], j
+    assert "never" not in c.logs(bad)
+    wait_for(lambda: not containers_of(f"node-1/{bad}."), what="its containers to go")
+
+
 def test_bad_image_names_refused(cluster):
     c = cluster
     before = len(c.jobs())
     for text, why in [
         ("image: 'x; rm -rf /'\n", "image: 'x; rm -rf /' is not an image name"),
         ("image: --privileged\n", "image: '--privileged' is not an image name"),
-        ("image: a\nsetup: make\n", "setup: not with image: yet"),
     ]:
         rc, _, err = c.cli("submit", c.write_spec(f"name: bad\ncommand: x\n{text}"),
                            check=False)

@@ -89,14 +89,19 @@ static void test_line_quotes(void **state)
 {
     (void)state;
     char line[512];
-    assert_int_equal(br_setuprun_line("/usr/bin/bramble-agent", "/c/envs/0/ab", "/c/f", line,
+    assert_int_equal(br_setuprun_line("/usr/bin/bramble-agent", "/c/envs/0/ab", "/c/f", NULL, line,
                                       sizeof(line)),
                      0);
     assert_string_equal(line, "'/usr/bin/bramble-agent' --setup-run '/c/envs/0/ab' '/c/f' "
                               "|| exit $?\n");
-    assert_int_equal(br_setuprun_line("/a'b", "/d", "/f", line, sizeof(line)), 0);
+    assert_int_equal(br_setuprun_line("/a'b", "/d", "/f", NULL, line, sizeof(line)), 0);
     assert_string_equal(line, "'/a'\\''b' --setup-run '/d' '/f' || exit $?\n");
-    assert_int_equal(br_setuprun_line("/usr/bin/bramble-agent", "/d", "/f", line, 20), -1);
+    assert_int_equal(br_setuprun_line("/usr/bin/bramble-agent", "/d", "/f", NULL, line, 20), -1);
+    /* in a container: the podman line that runs it, quoted as one word */
+    assert_int_equal(br_setuprun_line("/b", "/d", "/f", "exec podman run 'x'", line,
+                                      sizeof(line)), 0);
+    assert_string_equal(line, "'/b' --setup-run '/d' '/f' 'exec podman run '\\''x'\\''' "
+                              "|| exit $?\n");
 }
 
 static void test_builds_once(void **state)
@@ -213,41 +218,45 @@ static void test_env_key_and_files(void **state)
     br_err_t err;
     uid_t uid = geteuid();
     gid_t gid = getegid();
-    assert_int_equal(br_envcache_prepare(cache, s, code, uid, gid, &a, &err), 0);
+    assert_int_equal(br_envcache_prepare(cache, s, code, NULL, uid, gid, &a, &err), 0);
     assert_int_equal(a.ready, 0);
     snprintf(path, sizeof(path), "%s.setup", a.dir);
     char *text = get(path);
     assert_string_equal(text, "make");
     free(text);
     /* the same again: the same place */
-    assert_int_equal(br_envcache_prepare(cache, s, code, uid, gid, &b, &err), 0);
+    assert_int_equal(br_envcache_prepare(cache, s, code, NULL, uid, gid, &b, &err), 0);
     assert_string_equal(a.dir, b.dir);
     /* the file changed: another */
     snprintf(path, sizeof(path), "%s/req.txt", code);
     put(path, "torch==2.1\n");
-    assert_int_equal(br_envcache_prepare(cache, s, code, uid, gid, &c, &err), 0);
+    assert_int_equal(br_envcache_prepare(cache, s, code, NULL, uid, gid, &c, &err), 0);
     assert_string_not_equal(a.dir, c.dir);
     /* built: found */
     assert_int_equal(mkdir(c.dir, 0755), 0);
     snprintf(path, sizeof(path), "%s/%s", c.dir, BR_SETUP_READY);
     put(path, "built\n");
-    assert_int_equal(br_envcache_prepare(cache, s, code, uid, gid, &b, &err), 0);
+    assert_int_equal(br_envcache_prepare(cache, s, code, NULL, uid, gid, &b, &err), 0);
     assert_int_equal(b.ready, 1);
     assert_string_equal(b.dir, c.dir);
+    /* the image counts: the same setup in an image is another environment */
+    assert_int_equal(br_envcache_prepare(cache, s, code, "sha256img", uid, gid, &b, &err), 0);
+    assert_string_not_equal(b.dir, c.dir);
+    assert_int_equal(b.ready, 0);
     /* the setup's text counts; another uid's is its own */
     json_object_set_new(s, "command", json_string("make all"));
-    assert_int_equal(br_envcache_prepare(cache, s, code, uid, gid, &b, &err), 0);
+    assert_int_equal(br_envcache_prepare(cache, s, code, NULL, uid, gid, &b, &err), 0);
     assert_string_not_equal(b.dir, c.dir);
     /* a file that is not there, or a symlink out of the code dir */
     json_t *bad = json_pack("{s:s, s:[s]}", "command", "make", "files", "nope.txt");
-    assert_int_equal(br_envcache_prepare(cache, bad, code, uid, gid, &b, &err), -1);
+    assert_int_equal(br_envcache_prepare(cache, bad, code, NULL, uid, gid, &b, &err), -1);
     assert_non_null(strstr(err.text, "setup_files: nope.txt is not a file of the job's code"));
     snprintf(path, sizeof(path), "%s/link.txt", code);
     assert_int_equal(symlink("/etc/hostname", path), 0);
     json_array_set_new(json_object_get(bad, "files"), 0, json_string("link.txt"));
-    assert_int_equal(br_envcache_prepare(cache, bad, code, uid, gid, &b, &err), -1);
+    assert_int_equal(br_envcache_prepare(cache, bad, code, NULL, uid, gid, &b, &err), -1);
     assert_non_null(strstr(err.text, "link.txt is not a file"));
-    assert_int_equal(br_envcache_prepare(cache, bad, NULL, uid, gid, &b, &err), -1);
+    assert_int_equal(br_envcache_prepare(cache, bad, NULL, NULL, uid, gid, &b, &err), -1);
     assert_non_null(strstr(err.text, "the job has no code dir"));
     /* data named as a setup file: refused before it is read (the agent's loop
      * hashes it) */
@@ -257,7 +266,7 @@ static void test_env_key_and_files(void **state)
     assert_int_equal(ftruncate(fileno(big), BR_SPEC_SETUP_FILE_MAX + 1), 0);
     fclose(big);
     json_array_set_new(json_object_get(bad, "files"), 0, json_string("big.bin"));
-    assert_int_equal(br_envcache_prepare(cache, bad, code, uid, gid, &b, &err), -1);
+    assert_int_equal(br_envcache_prepare(cache, bad, code, NULL, uid, gid, &b, &err), -1);
     assert_int_equal(err.errnum, EFBIG);
     assert_non_null(strstr(err.text, "setup_files: big.bin is 16777217 bytes, more than"));
     json_decref(bad);
@@ -280,7 +289,7 @@ static void test_list_remove_trim(void **state)
                               i ? "head -c 200000 /dev/zero > \"$BRAMBLE_ENV_DIR/b\""
                                 : "head -c 100000 /dev/zero > \"$BRAMBLE_ENV_DIR/a\"",
                               "files");
-        assert_int_equal(br_envcache_prepare(cache, s, NULL, geteuid(), getegid(), &e[i], &err),
+        assert_int_equal(br_envcache_prepare(cache, s, NULL, NULL, geteuid(), getegid(), &e[i], &err),
                          0);
         json_decref(s);
         assert_int_equal(run(e[i].dir, failed, out), 0);
