@@ -28,6 +28,7 @@
 #include "setuprun.h"
 #include "imagefetch.h"
 #include "ociarchive.h"
+#include "overlay.h"
 #include "outputs.h"
 #include "client.h"
 #include "gpu.h"
@@ -94,6 +95,7 @@ struct br_agent {
     br_outputs_t *outputs;        /* attempts' outputs kept at their end */
     br_streams_t *streams;        /* shells and forwards into its jobs (streams.h) */
     br_container_t *containers;   /* jobs' containers, when it runs them (container.h) */
+    br_overlay_t *overlay;        /* its side of the overlay (overlay.h) */
     json_t *keep;                 /* "JOB.ATTEMPT": {"dir", "patterns", "uid", "gid",
                                      "state": wait|busy|done}: outputs to keep */
     json_t *stored;               /* ckpt.stored reports not answered yet */
@@ -506,6 +508,11 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
                         br_container_runtime(a->containers)
                             ? json_string(br_container_runtime(a->containers))
                             : json_null());
+    if (!(a->overlay = br_overlay_new(s->overlay, s->data_dir, s->relay, err)))
+        goto fail;
+    if (!br_overlay_mode(a->overlay))
+        fprintf(stderr, "bramble-agent: overlay: %s\n", br_overlay_why_not(a->overlay));
+    json_object_set_new(a->inventory, "overlay", br_overlay_hello(a->overlay));
     if (!(a->power = br_power_new(s->idle_watts))) {
         br_errf(err, ENOMEM, "out of memory");
         goto fail;
@@ -588,6 +595,7 @@ void br_agent_destroy(br_agent_t **ap)
     json_decref(a->keep);
     json_decref(a->extras);
     br_container_destroy(&a->containers);
+    br_overlay_destroy(&a->overlay);
     json_decref(a->envs_unwanted);
     json_decref(a->envs_told);
     free(a->items);
@@ -2420,6 +2428,8 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         a->envs_told = NULL;
         for (int i = 0; i < a->natt; i++) /* answers to output sent before will not come */
             br_attempt_log_resend(a->att[i]);
+        if (json_is_object(json_object_get(b, "overlay"))) /* its place in the overlay */
+            br_overlay_assigned(a->overlay, json_object_get(b, "overlay"));
         const char *key = json_string_value(json_object_get(b, "probe_key"));
         if (a->probe && key &&
             br_probe_set_key(a->probe, key,

@@ -29,6 +29,7 @@ static void usage(FILE *f)
             "                     [--replica-bandwidth RATE] [--replica-port 7704|0|off]\n"
             "                     [--cache-dir DIR] [--cache-quota SIZE|none]\n"
             "                     [--container-runtime auto|podman|none]\n"
+            "                     [--overlay auto|kernel|userspace|off] [--relay]\n"
             "\n"
             "The first start joins with the token from `bramble token create`, read\n"
             "from --join-file FILE (or standard input with `-`; `--join TOKEN` also\n"
@@ -64,6 +65,11 @@ static void usage(FILE *f)
             "Jobs with an image: run in containers through podman, when it is on PATH\n"
             "(--container-runtime auto, the default); podman: it must be; none: this\n"
             "node takes no such jobs (docs/containers.md).\n"
+            "The node takes part in the cluster's WireGuard overlay (docs/overlay.md)\n"
+            "with the kernel's WireGuard where it has one, else wireguard-go (--overlay\n"
+            "auto, the default), or the one named; off: none. Its key pair is made in\n"
+            "DIR/overlay.key and never leaves the node. --relay offers this node to\n"
+            "forward overlay traffic between nodes that cannot reach each other.\n"
             "SIGTERM or SIGINT stops the agent and its jobs. SIGUSR2 stops the agent\n"
             "alone: its jobs go on, and the next agent started on DIR adopts them (as\n"
             "does one started after a crash).\n");
@@ -134,6 +140,8 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
         {"cache-dir", required_argument, NULL, 'C'},
         {"cache-quota", required_argument, NULL, 'K'},
         {"container-runtime", required_argument, NULL, 'X'},
+        {"overlay", required_argument, NULL, 'Y'},
+        {"relay", no_argument, NULL, 'L'},
         {"replica-quota", required_argument, NULL, 'q'},
         {"replica-bandwidth", required_argument, NULL, 'b'},
         {"replica-port", required_argument, NULL, 'o'},
@@ -231,6 +239,18 @@ static int parse_args(int argc, char **argv, br_settings_t *s)
                 return 2;
             }
             br_strlcpy(s->container_runtime, optarg, sizeof(s->container_runtime));
+            break;
+        case 'Y':
+            if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "kernel") != 0 &&
+                strcmp(optarg, "userspace") != 0 && strcmp(optarg, "off") != 0) {
+                fprintf(stderr, "bramble-agent: --overlay '%s': expected auto, kernel, "
+                                "userspace or off\n", optarg);
+                return 2;
+            }
+            br_strlcpy(s->overlay, optarg, sizeof(s->overlay));
+            break;
+        case 'L':
+            s->relay = 1;
             break;
         case 'K':
             if (br_settings_cache_quota(s, optarg, &err) < 0) {

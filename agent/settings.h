@@ -29,6 +29,10 @@ typedef struct {
                               not saved, so it is given at every start */
     char container_runtime[16]; /* --container-runtime auto|podman|none ("": auto);
                                    not saved (container.h) */
+    char overlay[16];      /* --overlay auto|kernel|userspace|off ("": auto); not saved
+                              (overlay.h) */
+    int relay;             /* --relay: forwards overlay traffic for nodes that cannot
+                              reach each other; not saved */
     char advertise_addr[256];
     int64_t discover_timeout_ms; /* join: listen this long for the coordinator's LAN
                                     announcement when the token endpoint is silent

@@ -178,6 +178,26 @@ static char *fmt_figure(const json_t *v, const char *fmt, char *buf, size_t len)
     return buf;
 }
 
+/* A node's place in the overlay: "10.213.0.3 (userspace)", "none: WHY" (long:
+ * node show), "refused: WHY", or "-" (an agent that predates it). */
+static const char *fmt_overlay(const json_t *ov, int lng, char *buf, size_t len)
+{
+    const char *mode = json_string_value(json_object_get(ov, "mode"));
+    const char *addr = json_string_value(json_object_get(ov, "address"));
+    const char *error = json_string_value(json_object_get(ov, "error"));
+    const char *why = json_string_value(json_object_get(ov, "why"));
+    if (!json_is_object(ov))
+        snprintf(buf, len, "-");
+    else if (error)
+        snprintf(buf, len, lng ? "refused: %s" : "refused", error);
+    else if (mode && addr)
+        snprintf(buf, len, "%s (%s%s)", addr, mode,
+                 json_is_true(json_object_get(ov, "relay")) ? ", relay" : "");
+    else
+        snprintf(buf, len, lng && why ? "none: %s" : "none", why);
+    return buf;
+}
+
 static void node_row(cli_table_t *t, const json_t *node)
 {
     char name[64], state[32], arch[32], cpus[32], mem[32], gpus[256], labels[256];
@@ -194,7 +214,10 @@ static void node_row(cli_table_t *t, const json_t *node)
     cli_fmt_list(json_object_get(node, "jobs"), ",", jobs, sizeof(jobs));
     cli_fmt_ago(json_object_get(node, "last_seen"), seen, sizeof(seen));
     fmt_figure(json_object_get(node, "cost_per_hour"), "%.4g", cost, sizeof(cost));
-    const char *cells[] = {name, state, arch, cpus, mem, gpus, cost, labels, jobs, seen};
+    char overlay[128];
+    fmt_overlay(json_object_get(node, "overlay"), 0, overlay, sizeof(overlay));
+    const char *cells[] = {name, state, arch, cpus, mem, gpus, cost, labels, jobs, seen,
+                           overlay};
     cli_table_add(t, cells);
 }
 
@@ -206,9 +229,9 @@ static int nodes_list(cli_t *cli, int argc, char **argv)
     json_t *r = cli_call(cli, "node.list", NULL);
     if (!r)
         return CLI_FAIL;
-    static const char *head[] = {"NAME", "STATE",  "ARCH",   "CPUS", "MEMORY",
-                                 "GPUS", "COST/H", "LABELS", "JOBS", "LAST SEEN"};
-    cli_print_list(json_object_get(r, "nodes"), json, 10, head, node_row);
+    static const char *head[] = {"NAME", "STATE",  "ARCH",   "CPUS", "MEMORY",   "GPUS",
+                                 "COST/H", "LABELS", "JOBS", "LAST SEEN", "OVERLAY"};
+    cli_print_list(json_object_get(r, "nodes"), json, 11, head, node_row);
     json_decref(r);
     return CLI_OK;
 }
@@ -310,6 +333,8 @@ static void print_node(const json_t *node)
     cli_field_json(FIELD_WIDTH, node, "hostname", "hostname:");
     cli_field_json(FIELD_WIDTH, node, "address", "address:");
     cli_field_json(FIELD_WIDTH, node, "arch", "arch:");
+    cli_field(FIELD_WIDTH, "overlay:", fmt_overlay(json_object_get(node, "overlay"), 1, buf,
+                                                   sizeof(buf)));
     cli_field_json(FIELD_WIDTH, node, "os", "os:");
     cli_field_json(FIELD_WIDTH, node, "kernel", "kernel:");
     cli_field_json(FIELD_WIDTH, node, "agent_version", "agent version:");

@@ -10,6 +10,7 @@
 #include "config.h"
 #include "coord.h"
 #include "http.h"
+#include "overlaynet.h"
 #include "util.h"
 
 /* The coordinator's heap grows with the jobs it holds, and a first touch of each
@@ -51,6 +52,7 @@ static void usage(FILE *f)
             "                [--replica-retention 7d]\n"
             "                [--http-cert FILE --http-key FILE]\n"
             "                [--store-dir DIR] [--store-quota SIZE] [--user-store-quota SIZE]\n"
+            "                [--overlay-net CIDR]\n"
             "\n"
             "init creates the coordinator key pair, the store (DIR/bramble.db) and the\n"
             "admin credential (DIR/admin.credential), and records the endpoints.\n"
@@ -82,8 +84,10 @@ static void usage(FILE *f)
             "--store-dir keeps the files of data sets, code and outputs, each once by\n"
             "its hash (default DIR/store); --store-quota caps what it holds in all, and\n"
             "--user-store-quota what each user's files take (0: no limit, the\n"
-            "default; docs/files.md).%s\n",
-            BR_ANNOUNCE_PORT, BR_DEFAULT_LISTEN, BR_ANNOUNCE_PORT,
+            "default; docs/files.md).\n"
+            "--overlay-net is the network whose addresses the nodes' WireGuard overlay\n"
+            "takes, one per node for good (default %s; docs/overlay.md).%s\n",
+            BR_ANNOUNCE_PORT, BR_DEFAULT_LISTEN, BR_ANNOUNCE_PORT, BR_OVERLAY_NET_DEFAULT,
             br_http_available() ? "" : "\nThis build has no HTTP: libmicrohttpd-dev was "
                                        "missing when it was built.");
 }
@@ -113,6 +117,7 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
         {"store-dir", required_argument, NULL, 'S'},
         {"store-quota", required_argument, NULL, 'Q'},
         {"user-store-quota", required_argument, NULL, 'U'},
+        {"overlay-net", required_argument, NULL, 'O'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int o;
@@ -201,6 +206,15 @@ static int parse_args(int argc, char **argv, br_config_t *cfg)
                 return 2;
             }
             *(o == 'Q' ? &cfg->store_quota : &cfg->user_store_quota) = (int64_t)bytes;
+            break;
+        }
+        case 'O': {
+            br_overlay_net_t net;
+            if (br_overlay_net_parse(optarg, &net, &err) < 0) {
+                fprintf(stderr, "brambled: --overlay-net %s\n", err.text);
+                return 2;
+            }
+            br_strlcpy(cfg->overlay_net, optarg, sizeof(cfg->overlay_net));
             break;
         }
         case 'R':

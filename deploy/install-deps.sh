@@ -26,12 +26,14 @@ BR_BUILD_DEPS=(build-essential cmake pkg-config libzmq3-dev libsodium-dev
 # python3-venv: a job's setup: makes a virtual environment (test_setup.py)
 # podman, runc, busybox-static: jobs in containers of an image made from busybox
 # (test_containers.py)
+# wireguard-go, wireguard-tools: the nodes' overlay in user space, and `wg` to
+# check its keys (test_overlay.py)
 BR_TEST_DEPS=("${BR_BUILD_DEPS[@]}" libcmocka-dev python3-pytest python3-zmq clang git
               libclang-rt-14-dev iproute2 procps sqlite3
               systemd dpkg-dev tmux python3-torch prometheus
               chromium chromium-driver python3-selenium openssl nodejs
               openssh-server openssh-client jupyter-server python3-venv
-              podman runc busybox-static)
+              podman runc busybox-static wireguard-go wireguard-tools)
 
 # Whether Debian package $1 is installed for this machine's architecture (or for
 # all). With multiarch a name matches one instance per architecture

@@ -12,6 +12,7 @@
 #include "jobtab.h"
 #include "manifest_check.h"
 #include "nodelife.h"
+#include "overlaynet.h"
 #include "replicas.h"
 #include "stages.h"
 #include "token.h"
@@ -186,7 +187,16 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_reply_fail(c, m, &err);
         return;
     }
+    json_t *overlay = NULL, *place = br_overlay_node_hello(c, n, json_object_get(inv, "overlay"),
+                                                           &overlay);
+    const char *was = json_string_value(json_object_get(json_object_get(n->info, "overlay"),
+                                                        "error"));
+    const char *bad = json_string_value(json_object_get(place, "error"));
+    if (bad && (!was || strcmp(was, bad) != 0))
+        br_coord_event(c, 0, n->name, "overlay", "node %s gets no overlay address: %s",
+                       n->name, bad);
     take_inventory(n, m, inv, gpus, labels, cost, adv);
+    json_object_set_new(n->info, "overlay", place); /* (saved with what its hello said) */
     if (probe_port > 0 && probe_port <= 65535)
         json_object_set_new(n->info, "probe_port", json_integer(probe_port));
     else
@@ -195,12 +205,15 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_nodelife_hello(c, n);
     br_jobs_reconcile(c, n, tasks, 1);
     n->answered_at = br_mono_ms();
-    br_reply_ok(c, m, json_pack("{s:s, s:I, s:I, s:I, s:s, s:I}", "name", n->name,
-                              "heartbeat_interval", (json_int_t)c->cfg.heartbeat_ms,
-                              "node_timeout", (json_int_t)c->cfg.node_timeout_ms,
-                              "fence_timeout", (json_int_t)br_jobs_fence_ms(c), "probe_key",
-                              br_probeset_key(c->probeset), "probe_interval",
-                              (json_int_t)BR_PROBE_INTERVAL_MS));
+    json_t *answer = json_pack("{s:s, s:I, s:I, s:I, s:s, s:I}", "name", n->name,
+                               "heartbeat_interval", (json_int_t)c->cfg.heartbeat_ms,
+                               "node_timeout", (json_int_t)c->cfg.node_timeout_ms,
+                               "fence_timeout", (json_int_t)br_jobs_fence_ms(c), "probe_key",
+                               br_probeset_key(c->probeset), "probe_interval",
+                               (json_int_t)BR_PROBE_INTERVAL_MS);
+    if (overlay) /* its place in the overlay (overlaynet.h) */
+        json_object_set_new(answer, "overlay", overlay);
+    br_reply_ok(c, m, answer);
 }
 
 /* The peers n's agent is to probe, when they changed since it last heard: none

@@ -29,6 +29,7 @@ void br_config_defaults(br_config_t *cfg)
                  home ? home : ".");
     cfg->heartbeat_ms = 1000;
     cfg->node_timeout_ms = 5000;
+    br_strlcpy(cfg->overlay_net, "10.213.0.0/16", sizeof(cfg->overlay_net)); /* (overlaynet.h) */
     cfg->half_life_ms = BR_DEFAULT_HALF_LIFE_MS;
     cfg->kill_grace_ms = 30000;
     cfg->preempt_after_ms = 10 * 60 * 1000;

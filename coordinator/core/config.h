@@ -34,6 +34,8 @@ typedef struct {
     int64_t store_quota;        /* --store-quota: bytes it may hold (0: no limit) */
     int64_t user_store_quota;   /* --user-store-quota: bytes each user's data may
                                  * take in it (0: no limit) */
+    char overlay_net[64];       /* --overlay-net CIDR: the overlay's addresses
+                                 * (overlaynet.h) */
 } br_config_t;
 
 #define BR_DEFAULT_LOG_MAX_PER_JOB (64LL << 20)

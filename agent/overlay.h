@@ -1,0 +1,50 @@
+/* overlay.h - this node's side of the WireGuard overlay bramble runs between its
+ * nodes (docs/overlay.md): which WireGuard it can run (--overlay
+ * auto|kernel|userspace|off) and its key pair.
+ *
+ * The private key is made here (libsodium's X25519, clamped as WireGuard's are),
+ * kept in DATA_DIR/overlay.key (0600, base64 as `wg` writes it) and never leaves
+ * the node; the public half goes to the coordinator in the hello, over CURVE,
+ * which hands out the node's overlay address from its --overlay-net.
+ *
+ * Which WireGuard: kernel where the kernel has its module (/sys/module/wireguard)
+ * and `ip` is here; user space where Debian's `wireguard-go` is on PATH and
+ * /dev/net/tun opens; auto takes the kernel's, else user space's, else none (the
+ * node then runs no overlay, and says why). */
+#ifndef BRAMBLE_OVERLAY_H
+#define BRAMBLE_OVERLAY_H
+
+#include <jansson.h>
+
+#include "err.h"
+#include "wgkey.h"
+
+typedef struct br_overlay br_overlay_t;
+
+/* mode: "auto", "kernel", "userspace" or "off" (NULL: auto); data_dir holds its
+ * key (made when missing). NULL with err: a mode that is not one of those, one
+ * asked for by name that this node cannot run (naming what is missing), a key file
+ * that is not a key. */
+br_overlay_t *br_overlay_new(const char *mode, const char *data_dir, int relay,
+                             br_err_t *err);
+void br_overlay_destroy(br_overlay_t **o);
+
+/* "kernel", "userspace", or NULL when this node runs no overlay. */
+const char *br_overlay_mode(const br_overlay_t *o);
+
+/* Why it runs none ("off", or what auto found missing), or NULL when it runs one. */
+const char *br_overlay_why_not(const br_overlay_t *o);
+
+/* What the hello says of it: {"mode", "pubkey", "relay"} (new), or {"mode": null,
+ * "why"} when it runs none. */
+json_t *br_overlay_hello(const br_overlay_t *o);
+
+/* The hello's answer said: {"address": "A.B.C.D", "prefix": N} (this node's
+ * address in the overlay), or {"error"}; kept, and said on stderr when it
+ * changed. */
+void br_overlay_assigned(br_overlay_t *o, const json_t *answer);
+
+/* The address the coordinator gave ("" before it did). */
+const char *br_overlay_address(const br_overlay_t *o);
+
+#endif
