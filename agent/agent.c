@@ -2319,6 +2319,12 @@ static void rekeyed(br_agent_t *a, int failed, const br_err_t *why)
         } else {
             fprintf(stderr, "bramble-agent: this node has a new key; the old one is "
                             "refused from now on\n");
+            /* its overlay key too: the next hello says the new one (the node keeps
+             * its overlay address) */
+            if (br_overlay_rotate(a->overlay, &err) < 0)
+                fprintf(stderr, "bramble-agent: overlay key not rotated: %s\n", err.text);
+            else
+                json_object_set_new(a->inventory, "overlay", br_overlay_hello(a->overlay));
             a->hello_acked = 0;
             send_hello(a);
         }

@@ -13,6 +13,7 @@
 
 struct br_overlay {
     char mode[16];     /* "kernel", "userspace" or "" (none) */
+    char key_path[4200]; /* DATA_DIR/overlay.key */
     char why[200];     /* when none: why */
     char pub[BR_WGKEY_B64];
     char address[64];  /* given by the coordinator, "" before */
@@ -123,10 +124,9 @@ br_overlay_t *br_overlay_new(const char *mode, const char *data_dir, int relay,
         return br_errp(err, EINVAL, "--overlay '%s': expected auto, kernel, userspace or off",
                        mode);
     }
+    snprintf(o->key_path, sizeof(o->key_path), "%s/overlay.key", data_dir);
     if (o->mode[0]) {
-        char path[4200];
-        snprintf(path, sizeof(path), "%s/overlay.key", data_dir);
-        if (node_key(path, o->pub, err) < 0) {
+        if (node_key(o->key_path, o->pub, err) < 0) {
             free(o);
             return NULL;
         }
@@ -175,6 +175,28 @@ void br_overlay_assigned(br_overlay_t *o, const json_t *answer)
                     error ? error : "(it runs no overlay)");
         br_strlcpy(o->address, now, sizeof(o->address));
     }
+}
+
+int br_overlay_rotate(br_overlay_t *o, br_err_t *err)
+{
+    if (!o->mode[0])
+        return 0;
+    char next[4300], priv[BR_WGKEY_B64 + 1], pub[BR_WGKEY_B64];
+    snprintf(next, sizeof(next), "%s.new", o->key_path);
+    br_wgkey_private(priv);
+    int rc = br_wgkey_public(priv, pub, err);
+    strcat(priv, "\n");
+    if (rc == 0 && br_write_file(next, priv, strlen(priv), 0600, err) < 0)
+        rc = -1;
+    if (rc == 0 && rename(next, o->key_path) < 0)
+        rc = br_errf(err, errno, "%s: %s", o->key_path, strerror(errno));
+    memset(priv, 0, sizeof(priv));
+    if (rc < 0) {
+        unlink(next);
+        return -1;
+    }
+    br_strlcpy(o->pub, pub, sizeof(o->pub));
+    return 0;
 }
 
 const char *br_overlay_address(const br_overlay_t *o)

@@ -44,6 +44,11 @@ json_t *br_overlay_hello(const br_overlay_t *o);
  * changed. */
 void br_overlay_assigned(br_overlay_t *o, const json_t *answer);
 
+/* A new key pair (`bramble node rotate-key`), the old private key replaced on
+ * disk; nothing when the node runs no overlay. 0, or -1 with err (the old key
+ * stays). The next hello says the new public key (br_overlay_hello). */
+int br_overlay_rotate(br_overlay_t *o, br_err_t *err);
+
 /* The address the coordinator gave ("" before it did). */
 const char *br_overlay_address(const br_overlay_t *o);
 

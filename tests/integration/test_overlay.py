@@ -79,6 +79,18 @@ def test_nodes_get_addresses_that_stay_theirs(cluster):
     assert c.wait_job(c.submit("name: on-3\nresources: {cpus: 0, nodelist: [node-3]}\n"
                                "command: \"true\"\n"))["state"] == "completed"
 
+    # node rotate-key: a new overlay key too, made on the node; the same address
+    c.cli("node", "rotate-key", "node-2")
+    wait_for(lambda: overlay(c, "node-2").get("pubkey") not in (None, two["pubkey"]),
+             what="node-2's new overlay key")
+    new = overlay(c, "node-2")
+    assert new["address"] == two["address"] and "error" not in new, new
+    rotated = (c.agent_dir("node-2") / "overlay.key").read_text()
+    if shutil.which("wg"):
+        assert subprocess.run(["wg", "pubkey"], input=rotated, capture_output=True,
+                              text=True, check=True).stdout.strip() == new["pubkey"]
+    two = new
+
     # the agent and the coordinator started again: the same addresses and keys
     c.agents["node-1"].kill(signal.SIGTERM)
     c.start_agent("node-1", join=False)
