@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "quietrun.h"
 #include "spec.h"
 #include "util.h"
 
@@ -104,46 +105,13 @@ const char *br_container_runtime(const br_container_t *c)
     return c && c->runtime[0] ? c->runtime : NULL;
 }
 
-/* Run argv with no input or output; its exit status, or -1 (did not start, or ran
- * past timeout_ms and was killed). */
-static int run_quiet(char *const *argv, int timeout_ms)
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        int null = open("/dev/null", O_RDWR);
-        dup2(null, 0);
-        dup2(null, 1);
-        dup2(null, 2);
-        setpgid(0, 0);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    if (pid < 0)
-        return -1;
-    int64_t until = br_mono_ms() + timeout_ms;
-    int status;
-    for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid)
-            return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        if (r < 0 || br_mono_ms() > until) {
-            kill(-pid, SIGKILL);
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            return -1;
-        }
-        struct timespec ts = {0, 5 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-}
-
 /* The empty image the limits are tried with, made here when podman lacks it
  * (`podman import` of an empty tar: no files, so the tries start no program).
  * 0, or -1. */
 static int probe_image(int timeout_ms)
 {
     char *exists[] = {"podman", "image", "exists", BR_CONTAINER_PROBE, NULL};
-    if (run_quiet(exists, timeout_ms) == 0)
+    if (br_quietrun(exists, timeout_ms, NULL, 0) == 0)
         return 0;
     char path[] = "/tmp/bramble-probe-XXXXXX";
     int fd = mkstemp(path);
@@ -153,7 +121,7 @@ static int probe_image(int timeout_ms)
     int ok = write(fd, zeros, sizeof(zeros)) == (ssize_t)sizeof(zeros);
     close(fd);
     char *import[] = {"podman", "import", path, BR_CONTAINER_PROBE, NULL};
-    ok = ok && run_quiet(import, timeout_ms) == 0;
+    ok = ok && br_quietrun(import, timeout_ms, NULL, 0) == 0;
     unlink(path);
     return ok ? 0 : -1;
 }
@@ -179,7 +147,7 @@ int br_container_calibrate(br_container_t *c, int timeout_ms)
                         "--ulimit", nofile, "--ulimit", nproc, BR_CONTAINER_PROBE,
                         "/nonexistent", NULL};
         n++;
-        if (run_quiet(argv, timeout_ms) == 127) {
+        if (br_quietrun(argv, timeout_ms, NULL, 0) == 127) {
             c->nproc = tries[i];
             return n;
         }

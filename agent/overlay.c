@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "util.h"
+#include "wgif.h"
 
 struct br_overlay {
     char mode[16];     /* "kernel", "userspace" or "" (none) */
@@ -18,6 +19,7 @@ struct br_overlay {
     char pub[BR_WGKEY_B64];
     char address[64];  /* given by the coordinator, "" before */
     int relay;
+    br_wgif_t *wgif;   /* its interface, once it has an address */
 };
 
 /* Whether prog is an executable on PATH. */
@@ -137,6 +139,7 @@ br_overlay_t *br_overlay_new(const char *mode, const char *data_dir, int relay,
 void br_overlay_destroy(br_overlay_t **o)
 {
     if (o && *o) {
+        br_wgif_destroy(&(*o)->wgif);
         free(*o);
         *o = NULL;
     }
@@ -156,7 +159,8 @@ json_t *br_overlay_hello(const br_overlay_t *o)
 {
     if (!o->mode[0])
         return json_pack("{s:n, s:s}", "mode", "why", o->why);
-    return json_pack("{s:s, s:s, s:b}", "mode", o->mode, "pubkey", o->pub, "relay", o->relay);
+    return json_pack("{s:s, s:s, s:b, s:i}", "mode", o->mode, "pubkey", o->pub, "relay",
+                     o->relay, "port", BR_WGIF_PORT);
 }
 
 void br_overlay_assigned(br_overlay_t *o, const json_t *answer)
@@ -175,6 +179,22 @@ void br_overlay_assigned(br_overlay_t *o, const json_t *answer)
                     error ? error : "(it runs no overlay)");
         br_strlcpy(o->address, now, sizeof(o->address));
     }
+    br_err_t err;
+    if (addr && o->mode[0] && (o->wgif || (o->wgif = br_wgif_new())) &&
+        br_wgif_up(o->wgif, o->mode, o->key_path, addr,
+                   (int)json_integer_value(json_object_get(answer, "prefix")), &err) < 0)
+        fprintf(stderr, "bramble-agent: %s\n", err.text);
+    if (!addr && o->wgif) /* (no place in the overlay: no interface either) */
+        br_wgif_destroy(&o->wgif);
+}
+
+void br_overlay_peers(br_overlay_t *o, const json_t *peers)
+{
+    br_err_t err;
+    if (o->wgif && br_wgif_peers(o->wgif, peers, &err) < 0)
+        fprintf(stderr, "bramble-agent: %s\n", err.text);
+    else if (o->wgif)
+        fprintf(stderr, "bramble-agent: overlay: %zu peers\n", json_array_size(peers));
 }
 
 int br_overlay_rotate(br_overlay_t *o, br_err_t *err)
@@ -196,6 +216,8 @@ int br_overlay_rotate(br_overlay_t *o, br_err_t *err)
         return -1;
     }
     br_strlcpy(o->pub, pub, sizeof(o->pub));
+    br_wgif_destroy(&o->wgif); /* (made again with the new key at the next hello) */
+    o->address[0] = '\0';
     return 0;
 }
 

@@ -40,14 +40,18 @@ const char *br_overlay_why_not(const br_overlay_t *o);
 json_t *br_overlay_hello(const br_overlay_t *o);
 
 /* The hello's answer said: {"address": "A.B.C.D", "prefix": N} (this node's
- * address in the overlay), or {"error"}; kept, and said on stderr when it
- * changed. */
+ * address in the overlay), or {"error"}; kept, said on stderr when it changed, and
+ * its interface brought up with it (wgif.h), or taken down when it has none. */
 void br_overlay_assigned(br_overlay_t *o, const json_t *answer);
 
 /* A new key pair (`bramble node rotate-key`), the old private key replaced on
  * disk; nothing when the node runs no overlay. 0, or -1 with err (the old key
  * stays). The next hello says the new public key (br_overlay_hello). */
 int br_overlay_rotate(br_overlay_t *o, br_err_t *err);
+
+/* The peers the coordinator says this node has ([{"node", "pubkey", "address",
+ * "endpoint"?}]): its interface's, from now on (wgif.h). */
+void br_overlay_peers(br_overlay_t *o, const json_t *peers);
 
 /* The address the coordinator gave ("" before it did). */
 const char *br_overlay_address(const br_overlay_t *o);

@@ -541,8 +541,9 @@ static int up_agent(cli_t *cli, up_t *u, long i, const char *token)
     snprintf(file, sizeof(file), "%s.pid", name);
     if (local_path(pidfile, sizeof(pidfile), u->dir, file, &err))
         return cli_fail(cli, "%s", err.text);
-    char *argv[12] = {u->agent_bin, "--data-dir", data};
-    int n = 3;
+    /* all on one host: one WireGuard interface there would be every agent's */
+    char *argv[14] = {u->agent_bin, "--data-dir", data, "--overlay", "off"};
+    int n = 5;
     if (!joined) {
         argv[n++] = "--join";
         argv[n++] = (char *)token;

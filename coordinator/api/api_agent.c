@@ -195,8 +195,12 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (bad && (!was || strcmp(was, bad) != 0))
         br_coord_event(c, 0, n->name, "overlay", "node %s gets no overlay address: %s",
                        n->name, bad);
+    json_t *host = json_incref(json_object_get(n->info, "address"));
     take_inventory(n, m, inv, gpus, labels, cost, adv);
     json_object_set_new(n->info, "overlay", place); /* (saved with what its hello said) */
+    if (!host || !json_equal(host, json_object_get(n->info, "address")))
+        c->overlay_version++; /* (it moved: its peers reach it elsewhere) */
+    json_decref(host);
     if (probe_port > 0 && probe_port <= 65535)
         json_object_set_new(n->info, "probe_port", json_integer(probe_port));
     else
@@ -211,8 +215,11 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                                "fence_timeout", (json_int_t)br_jobs_fence_ms(c), "probe_key",
                                br_probeset_key(c->probeset), "probe_interval",
                                (json_int_t)BR_PROBE_INTERVAL_MS);
-    if (overlay) /* its place in the overlay (overlaynet.h) */
+    if (overlay) /* its place in the overlay (overlaynet.h), and its peers */
         json_object_set_new(answer, "overlay", overlay);
+    json_t *wg = br_overlay_peers_news(c, n);
+    if (wg)
+        json_object_set_new(answer, "overlay_peers", wg);
     br_reply_ok(c, m, answer);
 }
 
@@ -358,12 +365,14 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     br_nodelife_heard(c, n);
     br_jobs_reconcile(c, n, tasks, 0);
-    json_t *peers = probe_peers(c, n);
+    json_t *peers = probe_peers(c, n), *wg = br_overlay_peers_news(c, n);
     int64_t now = br_mono_ms();
-    if (peers || br_nodelife_answer_due(c, n, now)) { /* (else left unanswered) */
+    if (peers || wg || br_nodelife_answer_due(c, n, now)) { /* (else left unanswered) */
         json_t *body = json_object();
         if (peers) /* the nodes to probe changed */
             json_object_set_new(body, "peers", peers);
+        if (wg) /* its overlay peers changed (overlaynet.h) */
+            json_object_set_new(body, "overlay_peers", wg);
         n->answered_at = now;
         br_reply_ok(c, m, body);
     }

@@ -124,6 +124,7 @@ int br_nodelife_remove(br_coord_t *c, br_node_t *n, const char *by, br_err_t *er
     br_nodes_remove(c->nodes, name);
     br_netmap_forget(c->netmap, name);
     br_probeset_changed(c->probeset);
+    c->overlay_version++; /* its peers drop it at their next heartbeat */
     return 0;
 }
 

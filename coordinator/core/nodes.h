@@ -53,6 +53,8 @@ typedef struct br_node {
     int gpu_whole[BR_NODE_MAX_GPUS];           /* ... of them, jobs with no VRAM need */
     uint64_t gpu_vram_used[BR_NODE_MAX_GPUS];  /* VRAM the sharing ones reserved */
     int peers_sent;                 /* probe set version its agent has heard of */
+    uint64_t overlay_sent;          /* overlay version its agent has its peers of
+                                       (overlaynet.h) */
     uint64_t peers_hash;            /* digest of the peers last sent (0: none since hello) */
     int64_t peers_at;               /* monotonic ms they were sent */
     int64_t answered_at; /* monotonic ms its agent last had an answer to a hello or a

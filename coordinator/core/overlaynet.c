@@ -75,8 +75,66 @@ static br_node_t *holder(br_coord_t *c, const br_node_t *n, const char *field,
     return NULL;
 }
 
+static json_t *place_of(br_coord_t *c, br_node_t *n, const json_t *said, json_t **answer);
+
+/* Whether the overlay's view of a node changed between before and now (its place
+ * in n->info and the new one): what its peers are told. */
+static int view_changed(const json_t *before, const json_t *now)
+{
+    static const char *const keys[] = {"mode", "pubkey", "address", "port", "error"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        json_t *a = json_object_get(before, keys[i]), *b = json_object_get(now, keys[i]);
+        if ((a == NULL) != (b == NULL) || (a && !json_equal(a, b)))
+            return 1;
+    }
+    return 0;
+}
+
+json_t *br_overlay_peers_news(br_coord_t *c, br_node_t *n)
+{
+    json_t *own = json_object_get(n->info, "overlay");
+    if (n->overlay_sent == c->overlay_version + 1 || !json_is_string(json_object_get(own,
+                                                                                    "address")) ||
+        json_object_get(own, "error") || !json_is_string(json_object_get(own, "mode")))
+        return NULL;
+    json_t *list = json_array();
+    for (br_node_t *o = br_nodes_first(c->nodes); o; o = o->next) {
+        json_t *ov = json_object_get(o->info, "overlay");
+        const char *key = json_string_value(json_object_get(ov, "pubkey"));
+        const char *addr = json_string_value(json_object_get(ov, "address"));
+        if (o == n || !key || !addr || json_object_get(ov, "error") ||
+            !json_is_string(json_object_get(ov, "mode")))
+            continue;
+        if (json_array_size(list) >= BR_OVERLAY_PEERS_MAX)
+            break;
+        json_t *p = json_pack("{s:s, s:s, s:s}", "node", o->name, "pubkey", key, "address",
+                              addr);
+        const char *host = json_string_value(json_object_get(o->info, "address"));
+        json_int_t port = json_integer_value(json_object_get(ov, "port"));
+        if (host && *host && port > 0 && port < 65536) { /* where to reach it */
+            char ep[300];
+            snprintf(ep, sizeof(ep), strchr(host, ':') ? "[%s]:%lld" : "%s:%lld", host,
+                     (long long)port);
+            json_object_set_new(p, "endpoint", json_string(ep));
+        }
+        json_array_append_new(list, p);
+    }
+    n->overlay_sent = c->overlay_version + 1; /* (0: never told) */
+    return list;
+}
+
 json_t *br_overlay_node_hello(br_coord_t *c, br_node_t *n, const json_t *said,
                               json_t **answer)
+{
+    json_t *now = place_of(c, n, said, answer);
+    if (view_changed(json_object_get(n->info, "overlay"), now))
+        c->overlay_version++; /* every peer is told */
+    n->overlay_sent = 0; /* (a hello: its agent is told its peers anew) */
+    return now;
+}
+
+/* What br_overlay_node_hello says, before the version is looked at. */
+static json_t *place_of(br_coord_t *c, br_node_t *n, const json_t *said, json_t **answer)
 {
     *answer = NULL;
     json_t *before = json_object_get(n->info, "overlay");
@@ -113,6 +171,9 @@ json_t *br_overlay_node_hello(br_coord_t *c, br_node_t *n, const json_t *said,
         return now;
     }
     json_object_set_new(now, "pubkey", json_string(key));
+    json_int_t port = json_integer_value(json_object_get(said, "port"));
+    if (port > 0 && port < 65536) /* where its WireGuard listens */
+        json_object_set_new(now, "port", json_integer(port));
     uint32_t a = 0;
     int keep = had && parse_addr(had, &a) == 0 && in_net(&net, a);
     if (keep) {

@@ -36,4 +36,14 @@ int br_overlay_net_parse(const char *cidr, br_overlay_net_t *net, br_err_t *err)
 json_t *br_overlay_node_hello(br_coord_t *c, br_node_t *n, const json_t *said,
                               json_t **answer);
 
+#define BR_OVERLAY_PEERS_MAX 1024 /* peers one node is told of at most */
+
+/* The peers node n's interface is to have, when they changed since its agent last
+ * heard them (n->overlay_sent against c->overlay_version), else NULL: every other
+ * node with an overlay address and key, by name, at most BR_OVERLAY_PEERS_MAX:
+ * [{"node", "pubkey", "address", "endpoint"?: "HOST:PORT"}] (the address the node
+ * advertised, else the one it connects from, and the port its hello said). n
+ * counts them heard. NULL too when n has no place in the overlay. */
+json_t *br_overlay_peers_news(br_coord_t *c, br_node_t *n);
+
 #endif

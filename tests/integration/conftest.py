@@ -504,6 +504,10 @@ class Cluster:
                 # and serves checkpoints on its own
                 argv += ["--probe-port", "0", "--replica-port", "0"]
         argv += list(extra)
+        if "--overlay" not in {str(x) for x in extra}:
+            # agents sharing a network namespace would share its one WireGuard
+            # interface: the overlay is for the tests that put each in its own
+            argv += ["--overlay", "off"]
         if root_jobs and os.geteuid() == 0 and not {
                 "--job-user", "--job-uids", "--allow-root-jobs"} & {str(x) for x in extra}:
             # a root agent runs jobs as root only when told so by name; the tests'

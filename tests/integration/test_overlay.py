@@ -1,13 +1,16 @@
-"""The overlay's identities and addresses (docs/overlay.md): each agent makes its
-WireGuard key pair, keeps the private half on the node, and says the public half
-in its hello; the coordinator hands each node an address of --overlay-net that
-stays the node's (across the agent's and the coordinator's restarts, and a new
-key), refuses a key that another node reported and a node the net has no room
-for, and disturbs no other node when it does. `bramble nodes` shows each node's
-place and which WireGuard it runs.
+"""The overlay (docs/overlay.md): each agent makes its WireGuard key pair, keeps
+the private half on the node and says the public half in its hello; the
+coordinator hands each node an address of --overlay-net that stays the node's
+(across the agent's and the coordinator's restarts, and a new key), refuses a key
+that another node reported and a node the net has no room for, and disturbs no
+other node when it does. Each agent brings up its interface (bramble0) with its
+key and address, and the coordinator pushes each node its peers, so that nodes
+reach each other over WireGuard; a removed node is dropped from its peers within
+a heartbeat and reaches no node after.
 
-Real agents and wireguard-go (user space here: this kernel has no wireguard
-module); no traffic goes over the overlay in these tests."""
+Each agent runs in a network namespace of its own (one WireGuard interface per
+namespace, as per host), on one bridge; real wireguard-go (this kernel has no
+wireguard module) and `wg`."""
 import json
 import os
 import shutil
@@ -17,10 +20,12 @@ import subprocess
 import pytest
 
 from conftest import wait_for
+from netlan import PYTHON, make_lan, sh  # noqa: F401  (make_lan is a fixture)
 
 pytestmark = pytest.mark.skipif(
-    not shutil.which("wireguard-go") or not os.path.exists("/dev/net/tun"),
-    reason="needs wireguard-go and /dev/net/tun (tests/run.sh installs wireguard-go)")
+    not shutil.which("wireguard-go") or not shutil.which("wg") or
+    not os.path.exists("/dev/net/tun"),
+    reason="needs wireguard-go, wg and /dev/net/tun (tests/run.sh installs them)")
 
 NET = "10.77.0.0/30"  # room for two nodes
 
@@ -29,23 +34,78 @@ def overlay(c, name):
     return c.nodes()[name].get("overlay") or {}
 
 
-def start(c, name, tok, *extra):
-    c.start_agent(name, token=tok, extra=("--probe-port", "0", "--replica-port", "0") + extra)
-
-
 @pytest.fixture
-def cluster(make_cluster):
-    c = make_cluster(start=False)
+def lan_cluster(make_lan, make_cluster):
+    """(cluster, lan): three namespaces n1..n3 on a bridge, the coordinator on the
+    bridge's address with --overlay-net NET. (make_lan first: the LAN goes only
+    after the cluster has stopped.)"""
+    lan = make_lan(3)
+    c = make_cluster(host=lan.host_ip, start=False)
     c.start_coordinator(extra=["--overlay-net", NET])
-    return c
+    return c, lan
 
 
-def test_nodes_get_addresses_that_stay_theirs(cluster):
-    c = cluster
+def wrap(lan, role):
+    """Into namespace role, and a mount namespace whose /run/wireguard (where
+    wireguard-go keeps its control socket, by the interface's name) is its own: as
+    on a host of its own."""
+    return lan.wrap(role) + ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                             "mkdir -p /run/wireguard && mount -t tmpfs none /run/wireguard"
+                             " && exec \"$@\"", "sh"]
+
+
+def start(c, lan, role, name, tok, *extra, join=True):
+    """The agent of node name in namespace role, with the overlay in user space
+    unless extra says otherwise."""
+    if "--overlay" not in extra:
+        extra = ("--overlay", "userspace") + extra
+    if not join:
+        return c.start_agent(name, join=False, wrap=wrap(lan, role), extra=extra)
+    return c.start_agent(name, token=tok, wrap=wrap(lan, role), extra=extra)
+
+
+def iface(lan, role):
+    """The addresses of bramble0 in namespace role (empty: no such interface)."""
+    r = sh("ip", "-n", lan.ns[role], "-4", "-o", "addr", "show", "dev", "bramble0",
+           check=False)
+    return [w for w in r.stdout.split() if "/" in w and w[0].isdigit()]
+
+
+def wg(c, name, *args):
+    """`wg ARGS` as node name's agent sees it (its namespaces): the result."""
+    return sh("nsenter", "-t", c.agents[name].pid, "-m", "-n", "wg", *args, check=False)
+
+
+def wg_peers(c, name):
+    r = wg(c, name, "show", "bramble0", "peers")
+    return set(r.stdout.split()) if r.returncode == 0 else None
+
+
+def tcp(lan, src, dst, addr):
+    """Whether a TCP connection from namespace src reaches a listener on addr in
+    namespace dst (within 2 s)."""
+    listener = subprocess.Popen(
+        ["ip", "netns", "exec", lan.ns[dst], PYTHON, "-c",
+         "import socket,sys\ns=socket.socket(); s.bind((sys.argv[1], 0)); s.listen(1)\n"
+         "print(s.getsockname()[1], flush=True); s.settimeout(5); s.accept()", addr],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(listener.stdout.readline())
+        r = sh("ip", "netns", "exec", lan.ns[src], PYTHON, "-c",
+               "import socket,sys; socket.create_connection((sys.argv[1], "
+               "int(sys.argv[2])), timeout=2).close()", addr, port, check=False)
+        return r.returncode == 0
+    finally:
+        listener.kill()
+        listener.wait(10)
+
+
+def test_nodes_get_addresses_that_stay_theirs(lan_cluster):
+    c, lan = lan_cluster
     tok = c.token(uses=4)
-    start(c, "node-1", tok)
+    start(c, lan, "n1", "node-1", tok)
     c.wait_ready("node-1")
-    start(c, "node-2", tok)
+    start(c, lan, "n2", "node-2", tok)
     c.wait_ready("node-2")
     one, two = overlay(c, "node-1"), overlay(c, "node-2")
     assert (one["address"], one["mode"]) == ("10.77.0.1", "userspace"), one
@@ -53,23 +113,24 @@ def test_nodes_get_addresses_that_stay_theirs(cluster):
     # the public key is the one of the private key on the node, which never left it
     key = (c.agent_dir("node-1") / "overlay.key").read_text()
     assert oct((c.agent_dir("node-1") / "overlay.key").stat().st_mode & 0o777) == "0o600"
-    pub = subprocess.run(["wg", "pubkey"], input=key, capture_output=True, text=True,
-                         check=True).stdout.strip() if shutil.which("wg") else one["pubkey"]
-    assert pub == one["pubkey"]
+    assert subprocess.run(["wg", "pubkey"], input=key, capture_output=True, text=True,
+                          check=True).stdout.strip() == one["pubkey"]
     for f in (c.root / "coordinator").rglob("*"):
         if f.is_file():
             assert key.strip().encode() not in f.read_bytes(), f
+    wait_for(lambda: iface(lan, "n1") == ["10.77.0.1/30"], what="node-1's interface")
     _, table, _ = c.cli("nodes")
     assert "OVERLAY" in table.splitlines()[0]
     assert "10.77.0.1 (userspace)" in table and "10.77.0.2 (userspace)" in table, table
 
-    # the net is full: a third node joins and runs jobs, but gets no address, and
-    # says why; the others keep theirs
-    start(c, "node-3", tok)
+    # the net is full: a third node joins and runs jobs, but gets no address (nor
+    # an interface), and says why; the others keep theirs
+    start(c, lan, "n3", "node-3", tok)
     c.wait_ready("node-3")
     three = overlay(c, "node-3")
     assert "address" not in three, three
     assert f"--overlay-net {NET} has no address left" in three["error"], three
+    assert iface(lan, "n3") == []
     _, out, _ = c.cli("node", "show", "node-3")
     assert "overlay:" in out and "refused: --overlay-net" in out, out
     _, out, _ = c.cli("events", "--json")
@@ -86,14 +147,16 @@ def test_nodes_get_addresses_that_stay_theirs(cluster):
     new = overlay(c, "node-2")
     assert new["address"] == two["address"] and "error" not in new, new
     rotated = (c.agent_dir("node-2") / "overlay.key").read_text()
-    if shutil.which("wg"):
-        assert subprocess.run(["wg", "pubkey"], input=rotated, capture_output=True,
-                              text=True, check=True).stdout.strip() == new["pubkey"]
-    two = new
+    assert subprocess.run(["wg", "pubkey"], input=rotated, capture_output=True,
+                          text=True, check=True).stdout.strip() == new["pubkey"]
+    # (node-1's interface has node-2's new key, not the old one)
+    wait_for(lambda: wg_peers(c, "node-1") == {new["pubkey"]}, what="node-1 to have the new key")
 
-    # the agent and the coordinator started again: the same addresses and keys
+    # the agent and the coordinator started again: the same addresses and keys; an
+    # agent that stops takes its interface down
     c.agents["node-1"].kill(signal.SIGTERM)
-    c.start_agent("node-1", join=False)
+    assert iface(lan, "n1") == []
+    start(c, lan, "n1", "node-1", None, join=False)
     c.wait_ready("node-1")
     assert overlay(c, "node-1") == one
     c.coordinator.kill(signal.SIGKILL)
@@ -104,27 +167,46 @@ def test_nodes_get_addresses_that_stay_theirs(cluster):
     assert overlay(c, "node-2")["address"] == "10.77.0.2"
 
 
-def test_another_nodes_key_is_refused(cluster):
-    c = cluster
+def test_nodes_reach_each_other_over_it_and_a_removed_node_is_dropped(lan_cluster):
+    c, lan = lan_cluster
     tok = c.token(uses=2)
-    start(c, "node-1", tok)
+    start(c, lan, "n1", "node-1", tok)
+    start(c, lan, "n2", "node-2", tok)
+    c.wait_ready("node-1", "node-2")
+    one, two = overlay(c, "node-1"), overlay(c, "node-2")
+    wait_for(lambda: wg_peers(c, "node-1") == {two["pubkey"]} and
+             wg_peers(c, "node-2") == {one["pubkey"]}, what="each node to have the other")
+    # over WireGuard: each reaches the other's overlay address (TCP, as a gang's)
+    wait_for(lambda: tcp(lan, "n1", "n2", two["address"]), what="node-1 to reach node-2")
+    assert tcp(lan, "n2", "n1", one["address"])
+    r = wg(c, "node-1", "show", "bramble0", "endpoints")
+    assert f"{lan.addr['n2']}:51820" in r.stdout, r.stdout  # (its address on the LAN)
+
+    # removed: node-1 drops it within a heartbeat or so, and it reaches node-1 no more
+    c.agents["node-2"].expected_exit = True
+    c.cli("node", "remove", "node-2")
+    wait_for(lambda: wg_peers(c, "node-1") == set(), what="node-1 to drop node-2")
+    assert not tcp(lan, "n2", "n1", one["address"])
+
+
+def test_another_nodes_key_and_bad_choices_are_refused(lan_cluster):
+    c, lan = lan_cluster
+    tok = c.token(uses=5)
+    start(c, lan, "n1", "node-1", tok)
     c.wait_ready("node-1")
     one = overlay(c, "node-1")
     # a node whose key file is node-1's (copied, as a cloned disk would have it)
     d = c.agent_dir("copy")
     d.mkdir(parents=True)
     shutil.copy(c.agent_dir("node-1") / "overlay.key", d / "overlay.key")
-    start(c, "copy", tok)
+    start(c, lan, "n2", "copy", tok)
     c.wait_ready("copy")
     bad = overlay(c, "copy")
     assert "address" not in bad and "reported the overlay key of node node-1" in bad["error"]
     assert overlay(c, "node-1") == one  # undisturbed
+    assert iface(lan, "n2") == []
 
-
-def test_no_overlay_and_bad_choices_say_why(cluster):
-    c = cluster
-    tok = c.token(uses=3)
-    start(c, "plain", tok, "--overlay", "off")
+    start(c, lan, "n3", "plain", tok, "--overlay", "off")
     c.wait_ready("plain")
     ov = overlay(c, "plain")
     assert ov["mode"] is None and ov["why"] == "off (--overlay off)", ov
@@ -142,7 +224,7 @@ def test_no_overlay_and_bad_choices_say_why(cluster):
     d = c.agent_dir("damaged")
     d.mkdir(parents=True)
     (d / "overlay.key").write_text("not a key\n")
-    p = c.start_agent("damaged", token=tok)
+    p = c.start_agent("damaged", token=tok, extra=("--overlay", "auto"))
     assert p.wait_exit() != 0
     assert "overlay.key: not a WireGuard private key" in p.output(), p.output()
     r = subprocess.run([c.bin("brambled"), "--data-dir", str(c.root / "x"), "--overlay-net",

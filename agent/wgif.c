@@ -1,0 +1,211 @@
+/* wgif.c - this node's WireGuard interface (wgif.h). */
+#include "wgif.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "quietrun.h"
+#include "util.h"
+
+#define STEP_MS 5000      /* a `wg` or `ip` command */
+#define SOCKET_WAIT_MS 3000 /* wireguard-go's control socket to appear */
+#define UAPI_DIR "/var/run/wireguard"
+
+struct br_wgif {
+    int up;
+    pid_t wggo;          /* wireguard-go, when it runs it (else 0) */
+    char address[64];    /* "A.B.C.D/N" it has, "" none */
+    json_t *peers;       /* pubkey -> its line, as last set */
+};
+
+br_wgif_t *br_wgif_new(void)
+{
+    br_wgif_t *w = calloc(1, sizeof(*w));
+    if (w && !(w->peers = json_object())) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* Run argv; 0, or -1 with err saying what and what it said. */
+static int step(char *const *argv, br_err_t *err)
+{
+    char said[400];
+    int rc = br_quietrun(argv, STEP_MS, said, sizeof(said));
+    if (rc == 0)
+        return 0;
+    char line[200] = "";
+    for (int i = 0; argv[i] && strlen(line) < 150; i++)
+        snprintf(line + strlen(line), sizeof(line) - strlen(line), "%s%s", i ? " " : "",
+                 argv[i]);
+    return br_errf(err, EIO, "overlay: `%s` failed (%s): %s", line,
+                   rc < 0 ? "did not finish" : "exit status", said[0] ? said : "no output");
+}
+
+/* Remove the interface, and stop wireguard-go when it runs it. */
+static void take_down(br_wgif_t *w)
+{
+    char *del[] = {"ip", "link", "del", BR_WGIF_NAME, NULL};
+    br_quietrun(del, STEP_MS, NULL, 0); /* (wireguard-go ends with its device) */
+    if (w->wggo > 0) {
+        int64_t until = br_mono_ms() + 2000;
+        int status;
+        while (waitpid(w->wggo, &status, WNOHANG) == 0) {
+            if (br_mono_ms() > until) {
+                kill(w->wggo, SIGKILL);
+                waitpid(w->wggo, &status, 0);
+                break;
+            }
+            kill(w->wggo, SIGTERM);
+            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+        }
+        w->wggo = 0;
+    }
+    w->up = 0;
+    w->address[0] = '\0';
+    json_object_clear(w->peers);
+}
+
+void br_wgif_destroy(br_wgif_t **w)
+{
+    if (w && *w) {
+        if ((*w)->up || (*w)->wggo > 0)
+            take_down(*w);
+        json_decref((*w)->peers);
+        free(*w);
+        *w = NULL;
+    }
+}
+
+int br_wgif_is_up(const br_wgif_t *w)
+{
+    return w->up;
+}
+
+/* Start wireguard-go on the interface, in the foreground as the agent's child, and
+ * wait for its control socket. */
+static int start_wggo(br_wgif_t *w, br_err_t *err)
+{
+    char stale[200];
+    snprintf(stale, sizeof(stale), UAPI_DIR "/%s.sock", BR_WGIF_NAME);
+    unlink(stale); /* (one that ended left it: the new one's is waited for) */
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDWR);
+        dup2(null, 0);
+        dup2(null, 1);
+        setsid(); /* (not in the agent's process group: a ^C there is the agent's) */
+        setenv("WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD", "1", 1);
+        execlp("wireguard-go", "wireguard-go", "-f", BR_WGIF_NAME, (char *)NULL);
+        fprintf(stderr, "wireguard-go: %s\n", strerror(errno));
+        _exit(127);
+    }
+    if (pid < 0)
+        return br_errf(err, errno, "overlay: cannot start wireguard-go: %s", strerror(errno));
+    w->wggo = pid;
+    char sock[200];
+    snprintf(sock, sizeof(sock), UAPI_DIR "/%s.sock", BR_WGIF_NAME);
+    int64_t until = br_mono_ms() + SOCKET_WAIT_MS;
+    while (access(sock, F_OK) != 0) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            w->wggo = 0;
+            return br_errf(err, EIO, "overlay: wireguard-go ended at once (exit status %d; "
+                                     "its words are in the agent's log)",
+                           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        }
+        if (br_mono_ms() > until)
+            return br_errf(err, ETIMEDOUT, "overlay: wireguard-go made no %s within %d ms",
+                           sock, SOCKET_WAIT_MS);
+        nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
+    }
+    return 0;
+}
+
+int br_wgif_up(br_wgif_t *w, const char *mode, const char *key_file, const char *address,
+               int prefix, br_err_t *err)
+{
+    char cidr[64], port[16];
+    snprintf(cidr, sizeof(cidr), "%s/%d", address, prefix);
+    snprintf(port, sizeof(port), "%d", BR_WGIF_PORT);
+    if (w->up && strcmp(w->address, cidr) == 0)
+        return 0;
+    if (!w->up) {
+        take_down(w); /* (one a killed agent left) */
+        char *add[] = {"ip", "link", "add", BR_WGIF_NAME, "type", "wireguard", NULL};
+        if (strcmp(mode, "kernel") == 0 ? step(add, err) < 0 : start_wggo(w, err) < 0) {
+            take_down(w);
+            return -1;
+        }
+        char *set[] = {"wg", "set", BR_WGIF_NAME, "private-key", (char *)key_file,
+                       "listen-port", port, NULL};
+        char *upl[] = {"ip", "link", "set", BR_WGIF_NAME, "up", NULL};
+        if (step(set, err) < 0 || step(upl, err) < 0) {
+            take_down(w);
+            return -1;
+        }
+        w->up = 1;
+    }
+    char *flush[] = {"ip", "address", "flush", "dev", BR_WGIF_NAME, NULL};
+    char *addr[] = {"ip", "address", "add", cidr, "dev", BR_WGIF_NAME, NULL};
+    if (step(flush, err) < 0 || step(addr, err) < 0)
+        return -1;
+    br_strlcpy(w->address, cidr, sizeof(w->address));
+    return 0;
+}
+
+int br_wgif_peers(br_wgif_t *w, const json_t *peers, br_err_t *err)
+{
+    if (!w->up)
+        return 0;
+    json_t *want = json_object();
+    size_t i;
+    json_t *p;
+    int rc = 0;
+    json_array_foreach(peers, i, p) {
+        const char *key = json_string_value(json_object_get(p, "pubkey"));
+        const char *addr = json_string_value(json_object_get(p, "address"));
+        const char *ep = json_string_value(json_object_get(p, "endpoint"));
+        if (!key || !addr)
+            continue;
+        char line[300];
+        snprintf(line, sizeof(line), "%s %s", addr, ep ? ep : "");
+        json_object_set_new(want, key, json_string(line));
+    }
+    const char *key;
+    json_t *v, *tmp;
+    json_object_foreach_safe(w->peers, tmp, key, v) /* gone: removed */
+        if (!json_object_get(want, key)) {
+            char *rm[] = {"wg", "set", BR_WGIF_NAME, "peer", (char *)key, "remove", NULL};
+            if (step(rm, err) < 0)
+                rc = -1;
+            else
+                json_object_del(w->peers, key);
+        }
+    json_object_foreach(want, key, v) {
+        const char *had = json_string_value(json_object_get(w->peers, key));
+        if (had && strcmp(had, json_string_value(v)) == 0)
+            continue; /* (as it was) */
+        char allowed[64], endpoint[200] = "";
+        sscanf(json_string_value(v), "%63s %199s", allowed, endpoint);
+        strncat(allowed, "/32", sizeof(allowed) - strlen(allowed) - 1);
+        char *set[] = {"wg", "set", BR_WGIF_NAME, "peer", (char *)key, "allowed-ips", allowed,
+                       "persistent-keepalive", "25", endpoint[0] ? "endpoint" : NULL,
+                       endpoint, NULL};
+        if (step(set, err) < 0)
+            rc = -1;
+        else
+            json_object_set(w->peers, key, v);
+    }
+    json_decref(want);
+    return rc;
+}

@@ -1,0 +1,42 @@
+/* wgif.h - this node's WireGuard interface, BR_WGIF_NAME (docs/overlay.md): made in
+ * the kernel (`ip link add ... type wireguard`) or by Debian's wireguard-go (a
+ * child of the agent, in the foreground, with
+ * WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1 where the kernel has no
+ * module), configured with `wg` (the node's private key from its file, the listen
+ * port, its peers) and `ip` (its overlay address, up), and removed when the agent
+ * stops. One left by an agent that was killed is removed before a new one is made.
+ *
+ * Each step is a short command the agent waits for (quietrun.h), and only when
+ * something changed: the node's address (a hello's answer), its peers (an answer
+ * that lists them). */
+#ifndef BRAMBLE_WGIF_H
+#define BRAMBLE_WGIF_H
+
+#include <jansson.h>
+
+#include "err.h"
+
+#define BR_WGIF_NAME "bramble0"
+#define BR_WGIF_PORT 51820 /* the UDP port it listens on (WireGuard's usual) */
+
+typedef struct br_wgif br_wgif_t;
+
+br_wgif_t *br_wgif_new(void);
+/* Removes the interface (and stops wireguard-go) when it made one. */
+void br_wgif_destroy(br_wgif_t **w);
+
+/* Bring the interface up, or change its address: mode "kernel" or "userspace",
+ * key_file the node's private key, address "A.B.C.D", prefix its net's. 0, or -1
+ * with err naming the step that failed and what it said. */
+int br_wgif_up(br_wgif_t *w, const char *mode, const char *key_file, const char *address,
+               int prefix, br_err_t *err);
+
+/* Whether it is up. */
+int br_wgif_is_up(const br_wgif_t *w);
+
+/* Make its peers exactly peers: [{"pubkey", "address", "endpoint"?: "HOST:PORT"}]
+ * (each peer's traffic: its address alone; kept alive every 25 s, so a peer behind
+ * NAT stays reachable). Peers no longer listed are removed. 0, or -1 with err. */
+int br_wgif_peers(br_wgif_t *w, const json_t *peers, br_err_t *err);
+
+#endif
