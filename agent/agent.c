@@ -2874,7 +2874,8 @@ static void reap(br_agent_t *a)
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
         for (int i = 0; !br_keeper_reaped(a->keeper, pid, status) &&
-                        !br_streams_reaped(a->streams, pid, status) && i < a->natt &&
+                        !br_streams_reaped(a->streams, pid, status) &&
+                        !br_overlay_reaped(a->overlay, pid, status) && i < a->natt &&
                         !br_attempt_reaped(a->att[i], pid, status);
              i++)
             ;

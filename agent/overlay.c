@@ -191,6 +191,12 @@ void br_overlay_assigned(br_overlay_t *o, const json_t *answer)
 void br_overlay_peers(br_overlay_t *o, const json_t *peers)
 {
     br_err_t err;
+    char addr[64];
+    int prefix = 0;
+    if (o->wgif && !br_wgif_is_up(o->wgif) && o->address[0] &&
+        sscanf(o->address, "%63[^/]/%d", addr, &prefix) == 2 && /* (it went down) */
+        br_wgif_up(o->wgif, o->mode, o->key_path, addr, prefix, &err) < 0)
+        fprintf(stderr, "bramble-agent: %s\n", err.text);
     if (o->wgif && br_wgif_peers(o->wgif, peers, &err) < 0)
         fprintf(stderr, "bramble-agent: %s\n", err.text);
     else if (o->wgif)
@@ -219,6 +225,11 @@ int br_overlay_rotate(br_overlay_t *o, br_err_t *err)
     br_wgif_destroy(&o->wgif); /* (made again with the new key at the next hello) */
     o->address[0] = '\0';
     return 0;
+}
+
+int br_overlay_reaped(br_overlay_t *o, int pid, int status)
+{
+    return o && o->wgif && br_wgif_reaped(o->wgif, pid, status);
 }
 
 const char *br_overlay_address(const br_overlay_t *o)

@@ -53,6 +53,9 @@ int br_overlay_rotate(br_overlay_t *o, br_err_t *err);
  * "endpoint"?}]): its interface's, from now on (wgif.h). */
 void br_overlay_peers(br_overlay_t *o, const json_t *peers);
 
+/* The agent reaped pid: 1 when it was the overlay's (its wireguard-go). */
+int br_overlay_reaped(br_overlay_t *o, int pid, int status);
+
 /* The address the coordinator gave ("" before it did). */
 const char *br_overlay_address(const br_overlay_t *o);
 

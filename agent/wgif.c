@@ -86,6 +86,19 @@ void br_wgif_destroy(br_wgif_t **w)
     }
 }
 
+int br_wgif_reaped(br_wgif_t *w, int pid, int status)
+{
+    if (!w || w->wggo <= 0 || pid != w->wggo)
+        return 0;
+    fprintf(stderr, "bramble-agent: overlay: wireguard-go ended (%s %d); %s is down until "
+                    "the coordinator is heard again\n",
+            WIFEXITED(status) ? "exit status" : "signal",
+            WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), BR_WGIF_NAME);
+    w->wggo = 0;
+    take_down(w);
+    return 1;
+}
+
 int br_wgif_is_up(const br_wgif_t *w)
 {
     return w->up;

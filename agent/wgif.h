@@ -15,8 +15,9 @@
 #include <jansson.h>
 
 #include "err.h"
+#include "wgkey.h"
 
-#define BR_WGIF_NAME "bramble0"
+#define BR_WGIF_NAME BR_OVERLAY_IFNAME
 #define BR_WGIF_PORT 51820 /* the UDP port it listens on (WireGuard's usual) */
 
 typedef struct br_wgif br_wgif_t;
@@ -30,6 +31,10 @@ void br_wgif_destroy(br_wgif_t **w);
  * with err naming the step that failed and what it said. */
 int br_wgif_up(br_wgif_t *w, const char *mode, const char *key_file, const char *address,
                int prefix, br_err_t *err);
+
+/* The agent reaped pid (status): when it was this interface's wireguard-go, the
+ * interface is gone; 1 then (said on stderr), else 0. */
+int br_wgif_reaped(br_wgif_t *w, int pid, int status);
 
 /* Whether it is up. */
 int br_wgif_is_up(const br_wgif_t *w);

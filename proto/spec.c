@@ -30,7 +30,7 @@ static const char *const after_keys[] = {"job", "on", NULL};
 static const char *const after_names[] = {"ok", "failed", "ended", "started", NULL};
 static const char *const resources_keys[] = {
     "nodes", "tasks_per_node", "gpus",   "vram",   "cpus", "memory",
-    "arch",  "gpu_model",      "labels", "spread", "nodelist", NULL};
+    "arch",  "gpu_model",      "labels", "spread", "nodelist", "network", NULL};
 static const char *const model_keys[] = {"params", "mode", "dtype", NULL};
 static const char *const checkpoint_keys[] = {"dir",      "pattern", "complete_file",
                                                "replicas", "keep",    NULL};
@@ -833,6 +833,7 @@ static int check_tasks(const sect_t *r, br_spec_t *spec)
 static int check_resources(const sect_t *top, br_spec_t *spec)
 {
     static const char *const spreads[] = {"site", "any", NULL};
+    static const char *const networks[] = {"auto", "direct", "overlay", NULL};
     sect_t r;
     typeof(spec->resources) *res = &spec->resources;
     if (get_section(top, "resources", "resources", &r) < 0 ||
@@ -846,6 +847,7 @@ static int check_resources(const sect_t *top, br_spec_t *spec)
         get_list(&r, "gpu_model", res->gpu_model, &res->n_gpu_model) < 0 ||
         get_strmap(&r, "labels", 0, &res->labels) < 0 ||
         get_enum(&r, "spread", spreads, "site or any", &res->spread_any) < 0 ||
+        get_enum(&r, "network", networks, "auto, direct or overlay", &res->network) < 0 ||
         get_list(&r, "nodelist", res->nodelist, &res->n_nodelist) < 0)
         return -1;
     const node_t *nl = get(&r, "nodelist");
@@ -1473,6 +1475,11 @@ static json_t *resources_json(const br_spec_t *s)
     json_object_set_new(r, "labels", json_deep_copy(s->resources.labels));
     json_object_set_new(r, "spread",
                         json_string(s->resources.spread_any ? "any" : "site"));
+    if (s->resources.network) /* (auto, the default, is left out) */
+        json_object_set_new(r, "network", json_string(s->resources.network ==
+                                                              BR_NETWORK_OVERLAY
+                                                          ? "overlay"
+                                                          : "direct"));
     return r;
 }
 

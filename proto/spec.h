@@ -93,6 +93,7 @@ typedef struct {
         int n_gpu_model;
         json_t *labels; /* object string -> string; never NULL */
         int spread_any; /* resources.spread: any (default same-site) */
+        int network;    /* resources.network: BR_NETWORK_AUTO, _DIRECT or _OVERLAY */
         char *nodelist[BR_SPEC_MAX_LIST]; /* only these nodes (names), when given */
         int n_nodelist;
     } resources;
@@ -169,6 +170,8 @@ json_t *br_spec_to_json(const br_spec_t *spec);
 const char *br_job_kind_name(br_job_kind_t kind);
 
 #define BR_SPEC_IMAGE_MAX 255 /* image: the longest name */
+/* resources.network: how a gang's ranks reach each other (docs/overlay.md) */
+enum { BR_NETWORK_AUTO, BR_NETWORK_DIRECT, BR_NETWORK_OVERLAY };
 /* Whether name may be an image's name: 1..BR_SPEC_IMAGE_MAX of [A-Za-z0-9._/:@-], not
  * starting with '-' ("localhost/train:1", "docker.io/library/python:3.11",
  * "name@sha256:..."), so that nothing in it means anything to a shell or to podman's

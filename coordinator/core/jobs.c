@@ -14,6 +14,7 @@
 #include "jobtab.h"
 #include "netmap.h"
 #include "ociarchive.h"
+#include "overlaynet.h"
 #include "stats.h"
 
 void br_job_save(br_coord_t *c, br_job_t *job)
@@ -212,6 +213,20 @@ static json_t *job_env(br_coord_t *c, br_job_t *job, int r)
     }
     set_env(env, "BRAMBLE_NODE_NAME", "%s", job->ranks[r].node);
     set_env(env, "BRAMBLE_NODELIST", "%s", node_list(job, ",", nodes, sizeof(nodes)));
+    const char *own = NULL;
+    br_node_t *self = br_nodes_find(c->nodes, job->ranks[r].node);
+    if (br_overlay_wanted(spec) && master && self &&
+        (own = br_overlay_node_address(self, NULL, 0))) {
+        /* over the overlay: its addresses, and its interface for gloo and NCCL
+         * (unless the spec says otherwise) */
+        addr = br_overlay_node_address(master, NULL, 0);
+        set_env(env, "BRAMBLE_OVERLAY_ADDR", "%s", own);
+        for (int k = 0; k < 2; k++) {
+            const char *var = k ? "NCCL_SOCKET_IFNAME" : "GLOO_SOCKET_IFNAME";
+            if (!json_object_get(json_object_get(spec, "env"), var))
+                set_env(env, var, "%s", BR_OVERLAY_IFNAME);
+        }
+    }
     set_env(env, "MASTER_ADDR", "%s", addr && *addr ? addr : "127.0.0.1");
     if (job->port > 0) /* else rank 0's agent chooses it */
         set_env(env, "MASTER_PORT", "%d", job->port);

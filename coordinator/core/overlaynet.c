@@ -90,6 +90,29 @@ static int view_changed(const json_t *before, const json_t *now)
     return 0;
 }
 
+const char *br_overlay_node_address(const br_node_t *n, char *why, size_t whylen)
+{
+    json_t *ov = json_object_get(n->info, "overlay");
+    const char *addr = json_string_value(json_object_get(ov, "address"));
+    const char *error = json_string_value(json_object_get(ov, "error"));
+    const char *not_why = json_string_value(json_object_get(ov, "why"));
+    if (addr && !error && json_is_string(json_object_get(ov, "mode")))
+        return addr;
+    if (why)
+        snprintf(why, whylen, "%s", error     ? error
+                                    : not_why ? not_why
+                                    : !ov     ? "its agent predates the overlay"
+                                              : "no address yet");
+    return NULL;
+}
+
+int br_overlay_wanted(const json_t *spec)
+{
+    const char *net = json_string_value(json_object_get(json_object_get(spec, "resources"),
+                                                        "network"));
+    return net && strcmp(net, "overlay") == 0;
+}
+
 json_t *br_overlay_peers_news(br_coord_t *c, br_node_t *n)
 {
     json_t *own = json_object_get(n->info, "overlay");

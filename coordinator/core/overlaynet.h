@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "coord.h"
+#include "wgkey.h"
 
 /* The default overlay network: a /16 of 10/8 that the overlays people run beside
  * bramble do not take by default (Tailscale 100.64.0.0/10, ZeroTier 10.147.*, k3s
@@ -35,6 +36,14 @@ int br_overlay_net_parse(const char *cidr, br_overlay_net_t *net, br_err_t *err)
  * when the net has no address left. Others' places are never changed. */
 json_t *br_overlay_node_hello(br_coord_t *c, br_node_t *n, const json_t *said,
                               json_t **answer);
+
+/* Node n's overlay address ("A.B.C.D") when it has one and runs the overlay, else
+ * NULL; why (may be NULL) then gets why not. */
+const char *br_overlay_node_address(const br_node_t *n, char *why, size_t whylen);
+
+/* Whether a job of spec runs over the overlay: its resources.network is overlay.
+ * (auto runs direct for now: docs/overlay.md.) */
+int br_overlay_wanted(const json_t *spec);
 
 #define BR_OVERLAY_PEERS_MAX 1024 /* peers one node is told of at most */
 

@@ -12,6 +12,7 @@
 #include "arrays.h"
 #include "jobs.h"
 #include "ociarchive.h"
+#include "overlaynet.h"
 #include "spec.h"
 #include "util.h"
 #include "hooks.h"
@@ -179,6 +180,11 @@ int br_sched_fit(const br_node_t *n, json_t *spec, json_t **assign, int64_t *lef
         !json_is_string(json_object_get(n->info, "container_runtime"))) {
         snprintf(why, whylen, "%s runs no containers (its agent found no podman, or runs "
                               "with --container-runtime none)", n->name);
+        return 0;
+    }
+    char not[200];
+    if (br_overlay_wanted(spec) && !br_overlay_node_address(n, not, sizeof(not))) {
+        snprintf(why, whylen, "%s has no place in the overlay (%s)", n->name, not);
         return 0;
     }
     json_t *variants = json_object_get(json_object_get(spec, "image_archive"), "variants");

@@ -431,7 +431,9 @@ def test_shell_goes_into_the_container(cluster, image, tmp_path):
         # an agent started again (an upgrade) adopts the job and still knows that
         # it runs in a container: a shell still goes into it
         assert c.agents["node-1"].kill(signal.SIGUSR2) == 0
-        c.start_agent("node-1", join=False)
+        agent = c.start_agent("node-1", join=False)
+        # (the node still counts as ready from before: wait for this agent's hello)
+        wait_for(lambda: "connected to" in agent.output(), what="the new agent's hello")
         c.wait_ready("node-1")
         rc, out, err = c.cli("shell", jid, "--", "sh", "-c",
                              "test -e /usr/bin/podman && echo on-host || echo in-image",

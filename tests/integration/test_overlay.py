@@ -230,3 +230,55 @@ def test_another_nodes_key_and_bad_choices_are_refused(lan_cluster):
     r = subprocess.run([c.bin("brambled"), "--data-dir", str(c.root / "x"), "--overlay-net",
                         "10.0.0.1/16"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "did you mean 10.0.0.0/16?" in r.stderr, r.stderr
+
+
+GLOO = r'''
+import os, sys
+import torch, torch.distributed as dist
+e = os.environ
+print("ENV", e["RANK"], e["MASTER_ADDR"], e.get("BRAMBLE_OVERLAY_ADDR"),
+      e.get("GLOO_SOCKET_IFNAME"), flush=True)
+dist.init_process_group("gloo", init_method="env://")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print("SUM", int(t.item()), flush=True)
+dist.destroy_process_group()
+'''
+
+
+def test_a_gang_runs_over_the_overlay_when_asked(lan_cluster, tmp_path):
+    """resources.network: overlay: MASTER_ADDR and BRAMBLE_OVERLAY_ADDR are the
+    overlay's, gloo talks over bramble0, and a 2-node gloo gang (a plain script)
+    all-reduces across it; a node without a place in the overlay takes no such
+    gang, and the reason says so."""
+    c, lan = lan_cluster
+    tok = c.token(uses=3)
+    start(c, lan, "n1", "node-1", tok)
+    start(c, lan, "n2", "node-2", tok)
+    start(c, lan, "n3", "node-3", tok, "--overlay", "off")
+    c.wait_ready("node-1", "node-2", "node-3")
+    addrs = {n: overlay(c, n).get("address") for n in ("node-1", "node-2")}
+    wait_for(lambda: wg_peers(c, "node-1") and wg_peers(c, "node-2"),
+             what="the nodes to have their peers")
+    script = tmp_path / "gloo.py"
+    script.write_text(GLOO)
+    jid = c.submit(f"name: over\ncommand: {PYTHON} {script}\n"
+                   "resources: {nodes: 2, cpus: 0, network: overlay, "
+                   "nodelist: [node-1, node-2, node-3]}\n")
+    j = c.wait_job(jid, timeout=180)
+    out = c.logs(jid, stream="both")
+    assert j["state"] == "completed", (j["reason"], out)
+    assert set(j["nodes"]) == {"node-1", "node-2"}, j["nodes"]  # not node-3
+    master = addrs[j["nodes"][0]]
+    for r in range(2):
+        log = c.logs(jid, "--rank", r)
+        env = next(ln.split() for ln in log.splitlines() if ln.startswith("ENV "))
+        assert env[1:] == [str(r), master, addrs[j["nodes"][r]], "bramble0"], env
+        assert "SUM 3" in log, log
+
+    # three ranks, one node without the overlay: it waits, saying why
+    jid = c.submit(f"name: three\ncommand: {PYTHON} {script}\n"
+                   "resources: {nodes: 3, cpus: 0, network: overlay}\n")
+    wait_for(lambda: "node-3 has no place in the overlay (off (--overlay off))" in
+             (c.job(jid)["reason"] or ""), what="the gang to say why it waits")
+    c.cli("cancel", jid)
