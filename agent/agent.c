@@ -595,6 +595,8 @@ void br_agent_destroy(br_agent_t **ap)
     json_decref(a->keep);
     json_decref(a->extras);
     br_container_destroy(&a->containers);
+    if (a->handoff) /* its jobs go on, and talk over it: the next agent takes it over */
+        br_overlay_leave(&a->overlay);
     br_overlay_destroy(&a->overlay);
     json_decref(a->envs_unwanted);
     json_decref(a->envs_told);

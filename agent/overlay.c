@@ -145,6 +145,13 @@ void br_overlay_destroy(br_overlay_t **o)
     }
 }
 
+void br_overlay_leave(br_overlay_t **o)
+{
+    if (o && *o && (*o)->wgif)
+        br_wgif_leave(&(*o)->wgif);
+    br_overlay_destroy(o);
+}
+
 const char *br_overlay_mode(const br_overlay_t *o)
 {
     return o && o->mode[0] ? o->mode : NULL;

@@ -28,6 +28,9 @@ typedef struct br_overlay br_overlay_t;
 br_overlay_t *br_overlay_new(const char *mode, const char *data_dir, int relay,
                              br_err_t *err);
 void br_overlay_destroy(br_overlay_t **o);
+/* Destroy, leaving the interface up (and wireguard-go running) for the next agent,
+ * which takes it over: the agent stops for another (SIGUSR2) and its jobs go on. */
+void br_overlay_leave(br_overlay_t **o);
 
 /* "kernel", "userspace", or NULL when this node runs no overlay. */
 const char *br_overlay_mode(const br_overlay_t *o);

@@ -99,6 +99,39 @@ int br_wgif_reaped(br_wgif_t *w, int pid, int status)
     return 1;
 }
 
+void br_wgif_leave(br_wgif_t **w)
+{
+    if (w && *w) {
+        json_decref((*w)->peers);
+        free(*w);
+        *w = NULL;
+    }
+}
+
+/* Whether the interface is there already with the public key of key_file (one a
+ * previous agent left for this one): taken over then, as it is. */
+static int take_over(br_wgif_t *w, const char *key_file)
+{
+    char *show[] = {"wg", "show", BR_WGIF_NAME, "public-key", NULL};
+    char have[128], want[BR_WGKEY_B64] = "";
+    if (br_quietrun(show, STEP_MS, have, sizeof(have)) != 0 || !have[0])
+        return 0;
+    br_err_t err;
+    size_t len;
+    char *key = br_read_file(key_file, 256, &len, &err);
+    if (!key)
+        return 0;
+    char priv[BR_WGKEY_B64] = "";
+    sscanf(key, "%44s", priv);
+    memset(key, 0, len);
+    free(key);
+    int same = br_wgkey_public(priv, want, &err) == 0 && strcmp(want, have) == 0;
+    memset(priv, 0, sizeof(priv));
+    if (same)
+        w->up = 1;
+    return same;
+}
+
 int br_wgif_is_up(const br_wgif_t *w)
 {
     return w->up;
@@ -152,8 +185,8 @@ int br_wgif_up(br_wgif_t *w, const char *mode, const char *key_file, const char 
     snprintf(port, sizeof(port), "%d", BR_WGIF_PORT);
     if (w->up && strcmp(w->address, cidr) == 0)
         return 0;
-    if (!w->up) {
-        take_down(w); /* (one a killed agent left) */
+    if (!w->up && !take_over(w, key_file)) {
+        take_down(w); /* (one a killed agent left, with another key) */
         char *add[] = {"ip", "link", "add", BR_WGIF_NAME, "type", "wireguard", NULL};
         if (strcmp(mode, "kernel") == 0 ? step(add, err) < 0 : start_wggo(w, err) < 0) {
             take_down(w);
@@ -168,10 +201,19 @@ int br_wgif_up(br_wgif_t *w, const char *mode, const char *key_file, const char 
         }
         w->up = 1;
     }
+    char *show[] = {"ip", "-4", "-o", "address", "show", "dev", BR_WGIF_NAME, NULL};
     char *flush[] = {"ip", "address", "flush", "dev", BR_WGIF_NAME, NULL};
     char *addr[] = {"ip", "address", "add", cidr, "dev", BR_WGIF_NAME, NULL};
-    if (step(flush, err) < 0 || step(addr, err) < 0)
+    char has[600], word[80];
+    snprintf(word, sizeof(word), "inet %s ", cidr);
+    const char *first = br_quietrun(show, STEP_MS, has, sizeof(has)) == 0
+                            ? strstr(has, "inet ") : NULL;
+    if (first && strncmp(first, word, strlen(word)) == 0 && !strstr(first + 1, "inet ")) {
+        /* (taken over with its address as it was: left alone, so what talks over it
+         * goes on) */
+    } else if (step(flush, err) < 0 || step(addr, err) < 0) {
         return -1;
+    }
     br_strlcpy(w->address, cidr, sizeof(w->address));
     return 0;
 }

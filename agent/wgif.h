@@ -25,6 +25,9 @@ typedef struct br_wgif br_wgif_t;
 br_wgif_t *br_wgif_new(void);
 /* Removes the interface (and stops wireguard-go) when it made one. */
 void br_wgif_destroy(br_wgif_t **w);
+/* Forget it, leaving the interface up and wireguard-go running (the next agent
+ * takes them over: br_wgif_up finds the interface with this node's key). */
+void br_wgif_leave(br_wgif_t **w);
 
 /* Bring the interface up, or change its address: mode "kernel" or "userspace",
  * key_file the node's private key, address "A.B.C.D", prefix its net's. 0, or -1

@@ -45,12 +45,15 @@ def lan_cluster(make_lan, make_cluster):
     return c, lan
 
 
-def wrap(lan, role):
+def wrap(c, lan, role):
     """Into namespace role, and a mount namespace whose /run/wireguard (where
-    wireguard-go keeps its control socket, by the interface's name) is its own: as
-    on a host of its own."""
+    wireguard-go keeps its control socket, by the interface's name) is the
+    namespace's own, the same for each agent started there: as on a host of its
+    own."""
+    run = c.root / f"wireguard-{role}"
+    os.makedirs(run, exist_ok=True)
     return lan.wrap(role) + ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                             "mkdir -p /run/wireguard && mount -t tmpfs none /run/wireguard"
+                             f"mkdir -p /run/wireguard && mount --bind {run} /run/wireguard"
                              " && exec \"$@\"", "sh"]
 
 
@@ -60,8 +63,8 @@ def start(c, lan, role, name, tok, *extra, join=True):
     if "--overlay" not in extra:
         extra = ("--overlay", "userspace") + extra
     if not join:
-        return c.start_agent(name, join=False, wrap=wrap(lan, role), extra=extra)
-    return c.start_agent(name, token=tok, wrap=wrap(lan, role), extra=extra)
+        return c.start_agent(name, join=False, wrap=wrap(c, lan, role), extra=extra)
+    return c.start_agent(name, token=tok, wrap=wrap(c, lan, role), extra=extra)
 
 
 def iface(lan, role):
@@ -181,6 +184,21 @@ def test_nodes_reach_each_other_over_it_and_a_removed_node_is_dropped(lan_cluste
     assert tcp(lan, "n2", "n1", one["address"])
     r = wg(c, "node-1", "show", "bramble0", "endpoints")
     assert f"{lan.addr['n2']}:51820" in r.stdout, r.stdout  # (its address on the LAN)
+
+    # the agent stops for the next one (SIGUSR2, as for an upgrade: its jobs go on):
+    # the overlay goes on too, and the next agent takes it over as it is
+    index = sh("ip", "-n", lan.ns["n1"], "-o", "link", "show", "bramble0").stdout.split(":")[0]
+    assert c.agents["node-1"].kill(signal.SIGUSR2) == 0
+    assert iface(lan, "n1") == [f"{one['address']}/30"]
+    assert tcp(lan, "n2", "n1", one["address"])
+    agent = start(c, lan, "n1", "node-1", None, join=False)
+    wait_for(lambda: "connected to" in agent.output(), what="the new agent's hello")
+    wait_for(lambda: "overlay" in agent.output(), what="the new agent to take the overlay")
+    assert "`" not in agent.output(), agent.output()  # (no step failed)
+    assert tcp(lan, "n2", "n1", one["address"]) and tcp(lan, "n1", "n2", two["address"])
+    # (the same interface, not one made anew)
+    assert sh("ip", "-n", lan.ns["n1"], "-o", "link", "show",
+              "bramble0").stdout.split(":")[0] == index
 
     # removed: node-1 drops it within a heartbeat or so, and it reaches node-1 no more
     c.agents["node-2"].expected_exit = True
