@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""overlay.py BIN [RATE] [MIB] - what the overlay (docs/overlay.md) costs, side by
+side in one run: two nodes, each in a network namespace of its own joined to the
+host by a veth whose namespace end sends at most RATE (tbf, default 1gbit), the
+host forwarding between them, the coordinator on the host. Each agent runs the
+overlay with --overlay userspace (wireguard-go; the kernel's where asked with
+--kernel and the kernel has it).
+
+Measured:
+  * join to usable: from starting the second node's agent (joined already once)
+    to the first TCP connection from the first node to its overlay address;
+  * throughput, one TCP stream of MIB (default 512) MiB, node 1 -> node 2: over
+    the raw link (their own addresses) and over the overlay, alternating, three
+    times each: the medians, and the overlay's as a percentage of the raw link's;
+  * round trip: 2000 one-byte TCP ping-pongs (TCP_NODELAY) each way: p50 and p90,
+    raw and overlay, and what the overlay adds.
+A relayed pair is not measured: relays are not built yet. Needs root."""
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchnet import wait  # noqa: E402 (beside this file)
+
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
+BIN = os.path.abspath(ARGS[0] if ARGS else "build/bin")
+RATE = ARGS[1] if len(ARGS) > 1 else "1gbit"
+MIB = int(ARGS[2]) if len(ARGS) > 2 else 512
+MODE = "kernel" if "--kernel" in sys.argv else "userspace"
+PY = "/usr/bin/python3"
+
+RECV = r'''
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(4)
+print("ready", flush=True)
+while True:
+    c, _ = s.accept()
+    mode = c.recv(1)
+    if mode == b"t":      # throughput: read to the end, say how long it took
+        n, t0 = 0, None
+        while True:
+            b = c.recv(1 << 20)
+            if not b:
+                break
+            if t0 is None:
+                t0 = time.monotonic()
+            n += len(b)
+        print(f"{n} {time.monotonic() - t0}", flush=True)
+    elif mode == b"p":    # ping-pong: echo each byte
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while True:
+            b = c.recv(1)
+            if not b:
+                break
+            c.sendall(b)
+    c.close()
+'''
+
+SEND = r'''
+import socket, sys, time
+host, port, what, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+c = socket.create_connection((host, port), timeout=30)
+if what == "t":
+    c.sendall(b"t")
+    block = b"\0" * (1 << 20)
+    for _ in range(n):
+        c.sendall(block)
+    c.shutdown(socket.SHUT_WR)
+    c.recv(1)
+else:
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    c.sendall(b"p")
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        c.sendall(b"x")
+        c.recv(1)
+        out.append((time.perf_counter() - t) * 1000)
+    print(" ".join(f"{x:.4f}" for x in out))
+c.close()
+'''
+
+
+def sh(*argv, check=True):
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=check)
+
+
+class Node:
+    """A namespace joined to the host by a veth pair; its end shaped to RATE."""
+
+    def __init__(self, i, tmp):
+        tag = os.urandom(2).hex()
+        self.ns, self.host, self.far = f"brov{i}-{tag}", f"brovh{i}{tag}", f"brovn{i}{tag}"
+        b = 200 + i
+        self.host_ip, self.ip = f"10.252.{b}.1", f"10.252.{b}.2"
+        self.run = f"{tmp}/wg-{i}"
+        os.makedirs(self.run)
+        sh("ip", "netns", "add", self.ns)
+        sh("ip", "link", "add", self.host, "type", "veth", "peer", "name", self.far)
+        sh("ip", "link", "set", self.far, "netns", self.ns)
+        sh("ip", "addr", "add", f"{self.host_ip}/24", "dev", self.host)
+        sh("ip", "link", "set", self.host, "up")
+        for cmd in (["ip", "addr", "add", f"{self.ip}/24", "dev", self.far],
+                    ["ip", "link", "set", self.far, "up"], ["ip", "link", "set", "lo", "up"],
+                    ["ip", "route", "add", "default", "via", self.host_ip],
+                    ["tc", "qdisc", "add", "dev", self.far, "root", "tbf", "rate", RATE,
+                     "burst", "1mb", "latency", "50ms"]):
+            sh("ip", "netns", "exec", self.ns, *cmd)
+
+    def wrap(self):
+        return ["ip", "netns", "exec", self.ns, "unshare", "--mount", "--propagation",
+                "private", "sh", "-c",
+                f"mkdir -p /run/wireguard && mount --bind {self.run} /run/wireguard && "
+                "exec \"$@\"", "sh"]
+
+    def remove(self):
+        sh("ip", "link", "del", self.host, check=False)
+        sh("ip", "netns", "del", self.ns, check=False)
+
+
+def main():
+    if os.geteuid() != 0 or not shutil.which("wireguard-go"):
+        print("overlay.py: needs root and wireguard-go; skipped")
+        return
+    tmp = tempfile.mkdtemp(prefix="bramble-bench-overlay-", dir="/var/tmp")
+    forward = open("/proc/sys/net/ipv4/ip_forward").read().strip()
+    nodes, procs = [], []
+    env = dict(os.environ, BRAMBLE_CREDENTIAL=f"{tmp}/coord/admin.credential")
+
+    def cli(*args):
+        return subprocess.run([f"{BIN}/bramble", *map(str, args)], capture_output=True,
+                              text=True, env=env, check=True, timeout=60).stdout
+
+    def agent(i, n, join):  # (its log in tmp)
+        log = open(f"{tmp}/agent-{i}.log", "a")
+        argv = n.wrap() + [f"{BIN}/bramble-agent", "--data-dir", f"{tmp}/a{i}", "--overlay",
+                           MODE, "--allow-root-jobs"]
+        if join:
+            argv += ["--join", cli("token", "create").strip(), "--name", f"node-{i}"]
+        p = subprocess.Popen(argv, stdout=log, stderr=log)
+        procs.append(p)
+        return p
+
+    def in_ns(n, script, *args, **kw):
+        return subprocess.Popen(["ip", "netns", "exec", n.ns, PY, "-c", script, *map(str, args)],
+                                stdout=subprocess.PIPE, text=True, **kw)
+
+    def overlay_of(name):
+        return next(x for x in json.loads(cli("nodes", "--json")) if x["name"] == name).get(
+            "overlay", {})
+
+    try:
+        open("/proc/sys/net/ipv4/ip_forward", "w").write("1")
+        nodes = [Node(1, tmp), Node(2, tmp)]
+        subprocess.run([f"{BIN}/brambled", "init", "--data-dir", f"{tmp}/coord", "--listen",
+                        f"tcp://0.0.0.0:7711", "--advertise", f"tcp://{nodes[0].host_ip}:7711"],
+                       check=True, capture_output=True)
+        procs.append(subprocess.Popen([f"{BIN}/brambled", "--data-dir", f"{tmp}/coord"],
+                                      stdout=open(f"{tmp}/coord.log", "w"),
+                                      stderr=subprocess.STDOUT))
+        wait(lambda: subprocess.run([f"{BIN}/bramble", "nodes"], env=env,
+                                    capture_output=True).returncode == 0, 30, "the coordinator")
+        a1 = agent(1, nodes[0], True)
+        a2 = agent(2, nodes[1], True)
+        wait(lambda: overlay_of("node-1").get("address") and overlay_of("node-2").get("address"),
+             60, "both nodes' overlay addresses")
+        ov2 = overlay_of("node-2")["address"]
+        recv = in_ns(nodes[1], RECV, 5201)
+        recv.stdout.readline()
+
+        def connects(addr):
+            return subprocess.run(["ip", "netns", "exec", nodes[0].ns, PY, "-c",
+                                   "import socket,sys; socket.create_connection((sys.argv[1], "
+                                   "5201), timeout=0.5).close()", addr],
+                                  capture_output=True).returncode == 0
+
+        wait(lambda: connects(ov2), 60, "the overlay to carry")
+
+        # join to usable: node-2's agent started again, its interface made anew
+        a2.send_signal(signal.SIGTERM)
+        a2.wait(30)
+        wait(lambda: not connects(ov2), 30, "node-2's overlay to go")
+        t0 = time.monotonic()
+        agent(2, nodes[1], False)
+        wait(lambda: connects(ov2), 60, "node-2's overlay to come back")
+        join_s = time.monotonic() - t0
+
+        def throughput(addr):
+            s = in_ns(nodes[0], SEND, addr, 5201, "t", MIB)
+            s.wait(600)
+            n, secs = recv.stdout.readline().split()
+            return int(n) * 8 / float(secs) / 1e6  # Mbit/s
+
+        raw, over = [], []
+        for _ in range(3):
+            raw.append(throughput(nodes[1].ip))
+            over.append(throughput(ov2))
+
+        def rtts(addr):
+            s = in_ns(nodes[0], SEND, addr, 5201, "p", 2000)
+            out, _ = s.communicate(timeout=600)
+            v = sorted(float(x) for x in out.split())
+            return v[len(v) // 2], v[int(len(v) * 0.9)]
+
+        rr, ro = rtts(nodes[1].ip), rtts(ov2)
+        print(f"overlay ({MODE}) between two namespaces, each link shaped to {RATE} "
+              f"(tbf), the host forwarding")
+        print(f"join to usable (node-2's agent started again -> first TCP connection "
+              f"over the overlay): {join_s:.2f} s")
+        print(f"throughput, one TCP stream of {MIB} MiB, 3 each, alternating (Mbit/s):")
+        print(f"  raw link  {' '.join(f'{x:.0f}' for x in raw)}  median "
+              f"{statistics.median(raw):.0f}")
+        print(f"  overlay   {' '.join(f'{x:.0f}' for x in over)}  median "
+              f"{statistics.median(over):.0f} = "
+              f"{100 * statistics.median(over) / statistics.median(raw):.0f}% of the raw link")
+        print(f"round trip, 2000 one-byte TCP ping-pongs (ms): raw p50 {rr[0]:.3f} p90 "
+              f"{rr[1]:.3f}; overlay p50 {ro[0]:.3f} p90 {ro[1]:.3f}; added p50 "
+              f"{ro[0] - rr[0]:+.3f}")
+        recv.kill()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for n in nodes:
+            n.remove()
+        open("/proc/sys/net/ipv4/ip_forward", "w").write(forward)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
