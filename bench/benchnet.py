@@ -23,6 +23,20 @@ def wait(pred, timeout=600, what="a condition"):
     raise RuntimeError(f"timed out waiting for {what}")
 
 
+def stop_all(procs, grace=10):
+    """SIGTERM every process of procs still running, then SIGKILL what is left after
+    grace seconds each."""
+    import signal
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def sh(*argv):
     subprocess.run(argv, check=True, capture_output=True)
 

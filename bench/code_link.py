@@ -18,13 +18,12 @@ rsync."""
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-from benchnet import Uplink, wait  # noqa: E402 (beside this file)
+from benchnet import stop_all, Uplink, wait  # noqa: E402 (beside this file)
 
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/bin")
 SIZE_MIB = int(sys.argv[2]) if len(sys.argv) > 2 else 1024
@@ -117,14 +116,7 @@ def main():
         for e in fetched:
             print(f"  then {e}")
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs, 10)
         up.remove()
         shutil.rmtree(tmp, ignore_errors=True)
 

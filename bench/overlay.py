@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from benchnet import wait  # noqa: E402 (beside this file)
+from benchnet import stop_all, wait  # noqa: E402 (beside this file)
 
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 BIN = os.path.abspath(ARGS[0] if ARGS else "build/bin")
@@ -224,14 +224,7 @@ def main():
               f"{ro[0] - rr[0]:+.3f}")
         recv.kill()
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs, 15)
         for n in nodes:
             n.remove()
         open("/proc/sys/net/ipv4/ip_forward", "w").write(forward)

@@ -1100,18 +1100,29 @@ void br_jobs_release(br_coord_t *c, int64_t id, int attempt)
         send_run(c, job, 0, 1);
 }
 
+/* The attempt could not start on n, and not by the job's fault: what else runs is
+ * stopped, and the job goes back to pending as the next attempt after delay_ms, no
+ * restart counted and no node excluded; why is its reason, then what comes next. */
+static void not_started(br_coord_t *c, br_job_t *job, br_node_t *n, const char *why,
+                        const char *then, int64_t delay_ms)
+{
+    char text[1400];
+    stop_ranks(c, job, n);
+    set_exit(job, -1, -1, why);
+    snprintf(text, sizeof(text), "%s; %s", why, then);
+    requeue(c, job, n->name, NULL, 1, 0, delay_ms, text);
+}
+
 void br_jobs_node_full(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
                        const char *reason)
 {
     br_job_t *job = current_job(c, id, attempt, n);
     if (!job)
         return;
-    char why[300], text[400];
+    char why[300], then[64];
     snprintf(why, sizeof(why), "%s refused attempt %d: %s", n->name, attempt, reason);
-    stop_ranks(c, job, n);
-    set_exit(job, -1, -1, why);
-    snprintf(text, sizeof(text), "%s; placing it again as attempt %d", why, attempt + 1);
-    requeue(c, job, n->name, NULL, 1, 0, 1000, text);
+    snprintf(then, sizeof(then), "placing it again as attempt %d", attempt + 1);
+    not_started(c, job, n, why, then, 1000);
 }
 
 void br_jobs_image_failed(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
@@ -1120,13 +1131,11 @@ void br_jobs_image_failed(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
     br_job_t *job = current_job(c, id, attempt, n);
     if (!job)
         return;
-    char why[1200], text[1300];
+    char why[1200], then[64];
     snprintf(why, sizeof(why), "%s: %s", n->name, reason);
-    stop_ranks(c, job, n);
-    set_exit(job, -1, -1, why);
-    snprintf(text, sizeof(text), "%s; trying again in %d s, as attempt %d", why,
+    snprintf(then, sizeof(then), "trying again in %d s, as attempt %d",
              BR_IMAGE_RETRY_MS / 1000, attempt + 1);
-    requeue(c, job, n->name, NULL, 1, 0, BR_IMAGE_RETRY_MS, text);
+    not_started(c, job, n, why, then, BR_IMAGE_RETRY_MS);
 }
 
 int br_jobs_checkpoint(br_coord_t *c, int64_t id, int attempt, br_node_t *n,
