@@ -9,8 +9,10 @@ reach each other over WireGuard; a removed node is dropped from its peers within
 a heartbeat and reaches no node after.
 
 Each agent runs in a network namespace of its own (one WireGuard interface per
-namespace, as per host), on one bridge; real wireguard-go (this kernel has no
-wireguard module) and `wg`."""
+namespace, as per host), on one bridge, or at two "homes" behind routers that
+masquerade and accept nothing inbound, where a 2-node gloo gang runs across
+them over the overlay; real wireguard-go (this kernel has no wireguard module),
+`wg` and iptables."""
 import json
 import os
 import shutil
@@ -300,3 +302,131 @@ def test_a_gang_runs_over_the_overlay_when_asked(lan_cluster, tmp_path):
     wait_for(lambda: "node-3 has no place in the overlay (off (--overlay off))" in
              (c.job(jid)["reason"] or ""), what="the gang to say why it waits")
     c.cli("cancel", jid)
+
+
+class HomeSites:
+    """Two "home" sites behind routers that masquerade and accept nothing inbound:
+    for each site s in (a, b), a router namespace whose WAN end (10.P.s.2) is joined
+    to the host (10.P.s.1, which forwards between the sites and runs the
+    coordinator) and whose LAN end (192.168.7.1) is joined to the site's node
+    namespace (192.168.7.2: both sites use the same private net, as homes do)."""
+
+    def __init__(self, tag, prefix):
+        self.tag, self.p = tag, prefix
+        self.ns, self.links = [], []
+
+    def site(self, s, i):
+        r, n = f"brh-{self.tag}-r{s}", f"brh-{self.tag}-n{s}"
+        wan_h, wan_r = f"bhw{self.tag}{i}", f"bhx{self.tag}{i}"
+        lan_r, lan_n = f"bhl{self.tag}{i}", f"bhm{self.tag}{i}"
+        wan = f"{self.p}.{i}"
+        for ns in (r, n):
+            sh("ip", "netns", "add", ns)
+            self.ns.append(ns)
+        sh("ip", "link", "add", wan_h, "type", "veth", "peer", "name", wan_r)
+        self.links.append(wan_h)
+        sh("ip", "link", "set", wan_r, "netns", r)
+        sh("ip", "addr", "add", f"{wan}.1/24", "dev", wan_h)
+        sh("ip", "link", "set", wan_h, "up")
+        sh("ip", "link", "add", lan_r, "type", "veth", "peer", "name", lan_n)
+        sh("ip", "link", "set", lan_r, "netns", r)
+        sh("ip", "link", "set", lan_n, "netns", n)
+        for ns, cmds in ((r, [["ip", "addr", "add", f"{wan}.2/24", "dev", wan_r],
+                               ["ip", "link", "set", wan_r, "up"],
+                               ["ip", "addr", "add", "192.168.7.1/24", "dev", lan_r],
+                               ["ip", "link", "set", lan_r, "up"],
+                               ["ip", "link", "set", "lo", "up"],
+                               ["ip", "route", "add", "default", "via", f"{wan}.1"],
+                               ["sysctl", "-qw", "net.ipv4.ip_forward=1"],
+                               ["iptables", "-t", "nat", "-A", "POSTROUTING", "-o", wan_r,
+                                "-j", "MASQUERADE"],
+                               ["iptables", "-A", "FORWARD", "-i", wan_r, "-m", "conntrack",
+                                "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
+                               ["iptables", "-A", "FORWARD", "-i", wan_r, "-j", "DROP"],
+                               ["iptables", "-A", "INPUT", "-i", wan_r, "-m", "conntrack",
+                                "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
+                               ["iptables", "-A", "INPUT", "-i", wan_r, "-j", "DROP"]]),
+                         (n, [["ip", "addr", "add", "192.168.7.2/24", "dev", lan_n],
+                              ["ip", "link", "set", lan_n, "up"],
+                              ["ip", "link", "set", "lo", "up"],
+                              ["ip", "route", "add", "default", "via", "192.168.7.1"]])):
+            for cmd in cmds:
+                sh("ip", "netns", "exec", ns, *cmd)
+        return n, f"{wan}.1", f"{wan}.2"
+
+    def teardown(self):
+        for link in self.links:
+            sh("ip", "link", "del", link, check=False)
+        for ns in self.ns:
+            sh("ip", "netns", "del", ns, check=False)
+
+
+@pytest.fixture
+def home_sites(request):
+    from netlan import free_prefix, require_netns
+    require_netns("the NAT tests", needs="ip netns, veth, iptables")
+    if not shutil.which("iptables"):
+        pytest.skip("needs iptables")
+    prefix = free_prefix(150, 199)
+    h = HomeSites(os.urandom(2).hex(), prefix.rsplit(".", 1)[0])
+    forward = open("/proc/sys/net/ipv4/ip_forward").read().strip()
+    request.addfinalizer(lambda: open("/proc/sys/net/ipv4/ip_forward", "w").write(forward))
+    request.addfinalizer(h.teardown)
+    try:
+        sites = [h.site("a", 1), h.site("b", 2)]
+    except RuntimeError as e:
+        pytest.skip(f"cannot build the home sites here: {e}")
+    open("/proc/sys/net/ipv4/ip_forward", "w").write("1")
+    return sites
+
+
+def test_a_gang_spans_two_home_routers_over_the_overlay(home_sites, make_cluster, tmp_path):
+    """Two nodes, each behind its own masquerading router that accepts nothing
+    inbound, the same private address at both homes: neither reaches the other
+    directly, yet over the overlay (both sending first, through their routers'
+    mappings) a 2-node gloo gang all-reduces across them."""
+    (na, gw_a, wan_a), (nb, gw_b, wan_b) = home_sites
+    # the coordinator on the host's end of home a's uplink: home b reaches it through
+    # the host, as both reach a rented box
+    c = make_cluster(host=gw_a, start=False)
+    c.start_coordinator(extra=["--overlay-net", "10.79.0.0/24"])
+    # no direct path: a listener at home a is out of home b's reach (its router takes
+    # nothing inbound), though home a itself reaches it
+    listener = subprocess.Popen(
+        ["ip", "netns", "exec", na, PYTHON, "-c",
+         "import socket\ns=socket.socket(); s.bind(('0.0.0.0', 0)); s.listen(4)\n"
+         "print(s.getsockname()[1], flush=True)\nwhile True: s.accept()[0].close()"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(listener.stdout.readline())
+        dial = "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), " \
+               "timeout=2).close()"
+        assert sh("ip", "netns", "exec", na, PYTHON, "-c", dial, "127.0.0.1", port,
+                  check=False).returncode == 0
+        assert sh("ip", "netns", "exec", nb, PYTHON, "-c", dial, wan_a, port,
+                  check=False).returncode != 0
+    finally:
+        listener.kill()
+        listener.wait(10)
+    tok = c.token(uses=2)
+    for name, ns in (("home-a", na), ("home-b", nb)):
+        run = c.root / f"wireguard-{name}"
+        os.makedirs(run, exist_ok=True)
+        c.start_agent(name, token=tok, extra=("--overlay", "userspace"),
+                      wrap=["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation",
+                            "private", "sh", "-c",
+                            f"mount --bind {run} /run/wireguard && exec \"$@\"", "sh"])
+    c.wait_ready("home-a", "home-b")
+    assert c.nodes()["home-a"]["address"] == wan_a, c.nodes()["home-a"]  # its router's
+    script = tmp_path / "gloo.py"
+    script.write_text(GLOO)
+    jid = c.submit(f"name: homes\ncommand: {PYTHON} {script}\n"
+                   "resources: {nodes: 2, cpus: 0, network: overlay}\n")
+    j = c.wait_job(jid, timeout=180)
+    out = c.logs(jid, stream="both")
+    assert j["state"] == "completed", (j["reason"], out)
+    for r in range(2):
+        log = c.logs(jid, "--rank", r)
+        assert "SUM 3" in log, out
+        env = next(ln.split() for ln in log.splitlines() if ln.startswith("ENV "))
+        assert env[2].startswith("10.79.0.") and env[4] == "bramble0", env  # the overlay's
