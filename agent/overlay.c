@@ -43,6 +43,8 @@ static int on_path(const char *prog)
  * nothing. */
 static const char *kernel_lacks(void)
 {
+    if (geteuid() != 0)
+        return "the agent does not run as root (making an interface needs it)";
     if (access("/sys/module/wireguard", F_OK) != 0)
         return "the kernel has no wireguard module";
     if (!on_path("ip"))
@@ -52,6 +54,8 @@ static const char *kernel_lacks(void)
 
 static const char *userspace_lacks(void)
 {
+    if (geteuid() != 0)
+        return "the agent does not run as root (making an interface needs it)";
     if (!on_path("wireguard-go"))
         return "no wireguard-go on PATH (apt-get install wireguard-go)";
     int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);

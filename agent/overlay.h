@@ -7,9 +7,10 @@
  * the node; the public half goes to the coordinator in the hello, over CURVE,
  * which hands out the node's overlay address from its --overlay-net.
  *
- * Which WireGuard: kernel where the kernel has its module (/sys/module/wireguard)
- * and `ip` is here; user space where Debian's `wireguard-go` is on PATH and
- * /dev/net/tun opens; auto takes the kernel's, else user space's, else none (the
+ * Which WireGuard (for an agent running as root: making an interface needs it):
+ * kernel where the kernel has its module (/sys/module/wireguard) and `ip` is
+ * here; user space where Debian's `wireguard-go` is on PATH and /dev/net/tun
+ * opens; auto takes the kernel's, else user space's, else none (the
  * node then runs no overlay, and says why). */
 #ifndef BRAMBLE_OVERLAY_H
 #define BRAMBLE_OVERLAY_H
