@@ -23,25 +23,6 @@ struct br_container {
     int calibrated;
 };
 
-/* Whether prog is an executable on PATH. */
-static int on_path(const char *prog)
-{
-    const char *path = getenv("PATH");
-    char dir[4096], full[4200];
-    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
-        size_t n = strcspn(p, ":");
-        if (n && n < sizeof(dir)) {
-            memcpy(dir, p, n);
-            dir[n] = '\0';
-            snprintf(full, sizeof(full), "%s/%s", dir, prog);
-            if (access(full, X_OK) == 0)
-                return 1;
-        }
-        p += n + (p[n] == ':');
-    }
-    return 0;
-}
-
 /* init's (PID 1) soft limit named name in /proc/1/limits ("Max open files"), or 0
  * when it cannot be read or is unlimited. */
 static unsigned long long init_limit(const char *name)
@@ -75,7 +56,7 @@ br_container_t *br_container_new(const char *mode, br_err_t *err)
     if (!c)
         return br_errp(err, ENOMEM, "out of memory");
     if (!mode || strcmp(mode, "auto") == 0 || strcmp(mode, "podman") == 0) {
-        if (on_path("podman"))
+        if (br_on_path("podman"))
             br_strlcpy(c->runtime, "podman", sizeof(c->runtime));
         else if (mode && strcmp(mode, "podman") == 0) {
             free(c);

@@ -22,23 +22,6 @@ struct br_overlay {
     br_wgif_t *wgif;   /* its interface, once it has an address */
 };
 
-/* Whether prog is an executable on PATH. */
-static int on_path(const char *prog)
-{
-    const char *path = getenv("PATH");
-    char full[4200];
-    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
-        size_t n = strcspn(p, ":");
-        if (n && n < 4096) {
-            snprintf(full, sizeof(full), "%.*s/%s", (int)n, p, prog);
-            if (access(full, X_OK) == 0)
-                return 1;
-        }
-        p += n + (p[n] == ':');
-    }
-    return 0;
-}
-
 /* What running WireGuard in the kernel, or in user space, lacks here: NULL when
  * nothing. */
 static const char *kernel_lacks(void)
@@ -47,7 +30,7 @@ static const char *kernel_lacks(void)
         return "the agent does not run as root (making an interface needs it)";
     if (access("/sys/module/wireguard", F_OK) != 0)
         return "the kernel has no wireguard module";
-    if (!on_path("ip"))
+    if (!br_on_path("ip"))
         return "no `ip` on PATH (apt-get install iproute2)";
     return NULL;
 }
@@ -56,7 +39,7 @@ static const char *userspace_lacks(void)
 {
     if (geteuid() != 0)
         return "the agent does not run as root (making an interface needs it)";
-    if (!on_path("wireguard-go"))
+    if (!br_on_path("wireguard-go"))
         return "no wireguard-go on PATH (apt-get install wireguard-go)";
     int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
     if (fd < 0)
@@ -192,7 +175,7 @@ void br_overlay_assigned(br_overlay_t *o, const json_t *answer)
     }
     br_err_t err;
     if (addr && o->mode[0] && (o->wgif || (o->wgif = br_wgif_new())) &&
-        br_wgif_up(o->wgif, o->mode, o->key_path, addr,
+        br_wgif_up(o->wgif, o->mode, o->key_path, o->pub, addr,
                    (int)json_integer_value(json_object_get(answer, "prefix")), &err) < 0)
         fprintf(stderr, "bramble-agent: %s\n", err.text);
     if (!addr && o->wgif) /* (no place in the overlay: no interface either) */
@@ -206,7 +189,7 @@ void br_overlay_peers(br_overlay_t *o, const json_t *peers)
     int prefix = 0;
     if (o->wgif && !br_wgif_is_up(o->wgif) && o->address[0] &&
         sscanf(o->address, "%63[^/]/%d", addr, &prefix) == 2 && /* (it went down) */
-        br_wgif_up(o->wgif, o->mode, o->key_path, addr, prefix, &err) < 0)
+        br_wgif_up(o->wgif, o->mode, o->key_path, o->pub, addr, prefix, &err) < 0)
         fprintf(stderr, "bramble-agent: %s\n", err.text);
     if (o->wgif && br_wgif_peers(o->wgif, peers, &err) < 0)
         fprintf(stderr, "bramble-agent: %s\n", err.text);

@@ -30,10 +30,11 @@ void br_wgif_destroy(br_wgif_t **w);
 void br_wgif_leave(br_wgif_t **w);
 
 /* Bring the interface up, or change its address: mode "kernel" or "userspace",
- * key_file the node's private key, address "A.B.C.D", prefix its net's. 0, or -1
+ * key_file the node's private key and pub its public half (an interface already
+ * there with it is taken over as it is), address "A.B.C.D", prefix its net's. 0, or -1
  * with err naming the step that failed and what it said. */
-int br_wgif_up(br_wgif_t *w, const char *mode, const char *key_file, const char *address,
-               int prefix, br_err_t *err);
+int br_wgif_up(br_wgif_t *w, const char *mode, const char *key_file, const char *pub,
+               const char *address, int prefix, br_err_t *err);
 
 /* The agent reaped pid (status): when it was this interface's wireguard-go, the
  * interface is gone; 1 then (said on stderr), else 0. */

@@ -375,3 +375,19 @@ int br_write_all(int fd, const void *b, size_t n)
     }
     return 0;
 }
+
+int br_on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    char full[4200];
+    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
+        size_t n = strcspn(p, ":");
+        if (n && n < 4096) {
+            snprintf(full, sizeof(full), "%.*s/%s", (int)n, p, prog);
+            if (access(full, X_OK) == 0)
+                return 1;
+        }
+        p += n + (p[n] == ':');
+    }
+    return 0;
+}

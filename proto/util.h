@@ -48,6 +48,10 @@ void br_rm_tree(int dfd, const char *name);
  * terminating NUL not counted in *len. */
 char *br_read_file(const char *path, size_t max, size_t *len, br_err_t *err);
 
+/* Whether prog is an executable in a directory of $PATH (/usr/bin:/bin without
+ * one). */
+int br_on_path(const char *prog);
+
 /* Write a file atomically (temp file, fsync, rename) with the given mode. */
 int br_write_file(const char *path, const void *data, size_t len, mode_t mode,
                   br_err_t *err);
