@@ -117,6 +117,7 @@ struct br_agent {
     int64_t envs_looked;          /* monotonic ms they were last looked at */
     int envs_dirty;               /* an attempt with one ended, or one was removed */
     int hb_noenvs;                /* the coordinator refuses "envs" in heartbeats */
+    int hb_noreach;               /* ... or "overlay_reach" */
     int ckpt_plain;               /* the coordinator refuses "manifest" in reports */
     int64_t send_failed;          /* sends that found the queue full, in all */
     int64_t send_failed_run;      /* ... since the last one that went through */
@@ -2351,6 +2352,7 @@ static int drop_heartbeat_field(br_agent_t *a, const br_err_t *err)
         {"pulling", NULL, &a->hb_nopulling, "the pulls' progress"},
         {"trees", NULL, &a->hb_notrees, "the cache's trees"},
         {"envs", NULL, &a->hb_noenvs, "the cache's environments"},
+        {"overlay_reach", NULL, &a->hb_noreach, "the overlay peers reached"},
     };
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
         if (*fields[i].dropped || (!strstr(err->text, fields[i].key) &&
@@ -2989,6 +2991,7 @@ static void timers(br_agent_t *a)
     report_stored(a);
     outputs_taken(a);
     read_gpus(a, now);
+    br_overlay_tick(a->overlay, now);
     if (!a->hello_acked) {
         if (now - a->hello_sent >= HELLO_RETRY_MS)
             send_hello(a);
@@ -3028,6 +3031,9 @@ static void timers(br_agent_t *a)
         json_t *envs = a->hb_noenvs ? NULL : envs_news(a, now);
         if (envs)
             json_object_set_new(hb, "envs", envs);
+        json_t *reach = a->hb_noreach ? NULL : br_overlay_reach_news(a->overlay);
+        if (reach) /* the overlay peers it reached, and those it could not (wgpeers.h) */
+            json_object_set_new(hb, "overlay_reach", reach);
         if (!a->trees_told && !a->hb_notrees) { /* where a job's data sets are already */
             json_t *trees = br_cache_trees(a->cache);
             while (json_array_size(trees) > BR_CACHE_TREES_TOLD)

@@ -1,8 +1,11 @@
 /* overlay.c - this node's side of the overlay: its WireGuard and its key (overlay.h). */
 #include "overlay.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +14,7 @@
 
 #include "util.h"
 #include "wgif.h"
+#include "wgpeers.h"
 
 struct br_overlay {
     char mode[16];     /* "kernel", "userspace" or "" (none) */
@@ -20,6 +24,8 @@ struct br_overlay {
     char address[64];  /* given by the coordinator, "" before */
     int relay;
     br_wgif_t *wgif;   /* its interface, once it has an address */
+    br_wgpeers_t *peers; /* its peers on it */
+    int reach_news;    /* which peers it reached changed since the last heartbeat */
 };
 
 /* What running WireGuard in the kernel, or in user space, lacks here: NULL when
@@ -114,8 +120,13 @@ br_overlay_t *br_overlay_new(const char *mode, const char *data_dir, int relay,
                        mode);
     }
     snprintf(o->key_path, sizeof(o->key_path), "%s/overlay.key", data_dir);
+    if (o->mode[0] && !(o->peers = br_wgpeers_new(BR_WGIF_NAME))) {
+        free(o);
+        return br_errp(err, ENOMEM, "out of memory");
+    }
     if (o->mode[0]) {
         if (node_key(o->key_path, o->pub, err) < 0) {
+            br_wgpeers_destroy(&o->peers);
             free(o);
             return NULL;
         }
@@ -127,6 +138,7 @@ void br_overlay_destroy(br_overlay_t **o)
 {
     if (o && *o) {
         br_wgif_destroy(&(*o)->wgif);
+        br_wgpeers_destroy(&(*o)->peers);
         free(*o);
         *o = NULL;
     }
@@ -149,12 +161,73 @@ const char *br_overlay_why_not(const br_overlay_t *o)
     return o && !o->mode[0] ? o->why : NULL;
 }
 
+/* Whether interface name is one whose addresses are no way to this host from
+ * another (the overlay's own, containers' bridges and their ends). */
+static int not_a_way_in(const char *name)
+{
+    static const char *const skip[] = {BR_WGIF_NAME, "docker", "podman", "cni", "veth",
+                                       "br-", "virbr", "flannel", "cali", "lxc"};
+    for (size_t i = 0; i < sizeof(skip) / sizeof(skip[0]); i++)
+        if (strncmp(name, skip[i], strlen(skip[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/* The host's IPv4 addresses a peer on its LAN may reach it at (at most
+ * BR_OVERLAY_LAN_MAX). */
+static json_t *lan_addresses(void)
+{
+    json_t *out = json_array();
+    struct ifaddrs *all = NULL;
+    if (getifaddrs(&all) < 0)
+        return out;
+    for (struct ifaddrs *i = all; i && json_array_size(out) < BR_OVERLAY_LAN_MAX;
+         i = i->ifa_next) {
+        char text[INET_ADDRSTRLEN];
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+            (i->ifa_flags & IFF_LOOPBACK) || not_a_way_in(i->ifa_name) ||
+            !inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, text,
+                       sizeof(text)))
+            continue;
+        json_array_append_new(out, json_string(text));
+    }
+    freeifaddrs(all);
+    return out;
+}
+
 json_t *br_overlay_hello(const br_overlay_t *o)
 {
     if (!o->mode[0])
         return json_pack("{s:n, s:s}", "mode", "why", o->why);
-    return json_pack("{s:s, s:s, s:b, s:i}", "mode", o->mode, "pubkey", o->pub, "relay",
-                     o->relay, "port", BR_WGIF_PORT);
+    return json_pack("{s:s, s:s, s:b, s:i, s:o}", "mode", o->mode, "pubkey", o->pub, "relay",
+                     o->relay, "port", BR_WGIF_PORT, "lan", lan_addresses());
+}
+
+/* The interface up with address/prefix; its peers forgotten when it was made
+ * anew, and forwarding for the others when this node is a relay. */
+static void bring_up(br_overlay_t *o, const char *addr, int prefix)
+{
+    br_err_t err;
+    int made = br_wgif_up(o->wgif, o->mode, o->key_path, o->pub, addr, prefix, &err);
+    if (made < 0) {
+        fprintf(stderr, "bramble-agent: %s\n", err.text);
+        return;
+    }
+    if (made == 0)
+        return;
+    br_wgpeers_forget(o->peers); /* (set anew: those a previous agent left, the same) */
+    struct in_addr in;
+    char net[64];
+    uint32_t a = inet_pton(AF_INET, addr, &in) == 1 ? ntohl(in.s_addr) : 0;
+    uint32_t mask = prefix <= 0 ? 0 : prefix >= 32 ? ~0u : ~0u << (32 - prefix);
+    a &= mask;
+    snprintf(net, sizeof(net), "%u.%u.%u.%u/%d", a >> 24, (a >> 16) & 255, (a >> 8) & 255,
+             a & 255, prefix);
+    if (br_wgif_relay(o->wgif, o->relay ? net : NULL, &err) < 0)
+        fprintf(stderr, "bramble-agent: overlay: this node cannot relay: %s\n", err.text);
+    else if (o->relay)
+        fprintf(stderr, "bramble-agent: overlay: this node relays between peers of %s\n",
+                net);
 }
 
 void br_overlay_assigned(br_overlay_t *o, const json_t *answer)
@@ -173,13 +246,13 @@ void br_overlay_assigned(br_overlay_t *o, const json_t *answer)
                     error ? error : "(it runs no overlay)");
         br_strlcpy(o->address, now, sizeof(o->address));
     }
-    br_err_t err;
-    if (addr && o->mode[0] && (o->wgif || (o->wgif = br_wgif_new())) &&
-        br_wgif_up(o->wgif, o->mode, o->key_path, o->pub, addr,
-                   (int)json_integer_value(json_object_get(answer, "prefix")), &err) < 0)
-        fprintf(stderr, "bramble-agent: %s\n", err.text);
-    if (!addr && o->wgif) /* (no place in the overlay: no interface either) */
+    o->reach_news = 1; /* (a hello: the coordinator hears which peers it reached anew) */
+    if (addr && o->mode[0] && (o->wgif || (o->wgif = br_wgif_new())))
+        bring_up(o, addr, (int)json_integer_value(json_object_get(answer, "prefix")));
+    if (!addr && o->wgif) { /* (no place in the overlay: no interface either) */
         br_wgif_destroy(&o->wgif);
+        br_wgpeers_forget(o->peers);
+    }
 }
 
 void br_overlay_peers(br_overlay_t *o, const json_t *peers)
@@ -188,13 +261,36 @@ void br_overlay_peers(br_overlay_t *o, const json_t *peers)
     char addr[64];
     int prefix = 0;
     if (o->wgif && !br_wgif_is_up(o->wgif) && o->address[0] &&
-        sscanf(o->address, "%63[^/]/%d", addr, &prefix) == 2 && /* (it went down) */
-        br_wgif_up(o->wgif, o->mode, o->key_path, o->pub, addr, prefix, &err) < 0)
+        sscanf(o->address, "%63[^/]/%d", addr, &prefix) == 2) /* (it went down) */
+        bring_up(o, addr, prefix);
+    if (!o->wgif || !br_wgif_is_up(o->wgif))
+        return;
+    size_t had = br_wgpeers_count(o->peers);
+    if (br_wgpeers_set(o->peers, peers, br_mono_ms(), &err) < 0)
         fprintf(stderr, "bramble-agent: %s\n", err.text);
-    if (o->wgif && br_wgif_peers(o->wgif, peers, &err) < 0)
+    if (had != br_wgpeers_count(o->peers))
+        fprintf(stderr, "bramble-agent: overlay: %zu peers\n", br_wgpeers_count(o->peers));
+    o->reach_news = 1;
+}
+
+void br_overlay_tick(br_overlay_t *o, int64_t now)
+{
+    br_err_t err;
+    if (!o || !o->wgif || !br_wgif_is_up(o->wgif))
+        return;
+    int rc = br_wgpeers_tick(o->peers, now, &err);
+    if (rc < 0)
         fprintf(stderr, "bramble-agent: %s\n", err.text);
-    else if (o->wgif)
-        fprintf(stderr, "bramble-agent: overlay: %zu peers\n", json_array_size(peers));
+    else if (rc > 0)
+        o->reach_news = 1;
+}
+
+json_t *br_overlay_reach_news(br_overlay_t *o)
+{
+    if (!o || !o->reach_news || !o->wgif || !br_wgif_is_up(o->wgif))
+        return NULL;
+    o->reach_news = 0;
+    return br_wgpeers_reach(o->peers);
 }
 
 int br_overlay_rotate(br_overlay_t *o, br_err_t *err)
@@ -217,13 +313,17 @@ int br_overlay_rotate(br_overlay_t *o, br_err_t *err)
     }
     br_strlcpy(o->pub, pub, sizeof(o->pub));
     br_wgif_destroy(&o->wgif); /* (made again with the new key at the next hello) */
+    br_wgpeers_forget(o->peers);
     o->address[0] = '\0';
     return 0;
 }
 
 int br_overlay_reaped(br_overlay_t *o, int pid, int status)
 {
-    return o && o->wgif && br_wgif_reaped(o->wgif, pid, status);
+    if (!o || !o->wgif || !br_wgif_reaped(o->wgif, pid, status))
+        return 0;
+    br_wgpeers_forget(o->peers); /* (the interface went with them) */
+    return 1;
 }
 
 const char *br_overlay_address(const br_overlay_t *o)

@@ -16,6 +16,7 @@
 #define BRAMBLE_OVERLAY_H
 
 #include <jansson.h>
+#include <stdint.h>
 
 #include "err.h"
 #include "wgkey.h"
@@ -62,5 +63,13 @@ int br_overlay_reaped(br_overlay_t *o, int pid, int status);
 
 /* The address the coordinator gave ("" before it did). */
 const char *br_overlay_address(const br_overlay_t *o);
+
+/* Look at the peers' handshakes and try the unreached ones' next endpoints
+ * (wgpeers.h); now: monotonic ms. Called from the agent's loop. */
+void br_overlay_tick(br_overlay_t *o, int64_t now);
+
+/* For a heartbeat: {"reached": [node...], "unreached": [node...]} when it changed
+ * since the last one (or a hello was answered), else NULL. */
+json_t *br_overlay_reach_news(br_overlay_t *o);
 
 #endif

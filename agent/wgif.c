@@ -18,22 +18,18 @@
 #define STEP_MS 5000      /* a `wg` or `ip` command */
 #define SOCKET_WAIT_MS 3000 /* wireguard-go's control socket to appear */
 #define UAPI_DIR "/var/run/wireguard"
+#define RELAY_TABLE "5213" /* the routing table (and rule preference) of a relay */
 
 struct br_wgif {
     int up;
     pid_t wggo;          /* wireguard-go, when it runs it (else 0) */
     char address[64];    /* "A.B.C.D/N" it has, "" none */
-    json_t *peers;       /* pubkey -> its line, as last set */
+    int relaying;        /* it forwards between peers (br_wgif_relay) */
 };
 
 br_wgif_t *br_wgif_new(void)
 {
-    br_wgif_t *w = calloc(1, sizeof(*w));
-    if (w && !(w->peers = json_object())) {
-        free(w);
-        return NULL;
-    }
-    return w;
+    return calloc(1, sizeof(br_wgif_t));
 }
 
 /* Run argv; 0, or -1 with err saying what and what it said. */
@@ -49,6 +45,15 @@ static int step(char *const *argv, br_err_t *err)
                  argv[i]);
     return br_errf(err, EIO, "overlay: `%s` failed (%s): %s", line,
                    rc < 0 ? "did not finish" : "exit status", said[0] ? said : "no output");
+}
+
+/* The rule and table br_wgif_relay adds, removed. */
+static void relay_off(void)
+{
+    char *rule[] = {"ip", "rule", "del", "pref", RELAY_TABLE, NULL};
+    char *flush[] = {"ip", "route", "flush", "table", RELAY_TABLE, NULL};
+    br_quietrun(rule, STEP_MS, NULL, 0);
+    br_quietrun(flush, STEP_MS, NULL, 0);
 }
 
 /* Remove the interface, and stop wireguard-go when it runs it. */
@@ -70,9 +75,11 @@ static void take_down(br_wgif_t *w)
         }
         w->wggo = 0;
     }
+    if (w->relaying)
+        relay_off();
+    w->relaying = 0;
     w->up = 0;
     w->address[0] = '\0';
-    json_object_clear(w->peers);
 }
 
 void br_wgif_destroy(br_wgif_t **w)
@@ -80,7 +87,6 @@ void br_wgif_destroy(br_wgif_t **w)
     if (w && *w) {
         if ((*w)->up || (*w)->wggo > 0)
             take_down(*w);
-        json_decref((*w)->peers);
         free(*w);
         *w = NULL;
     }
@@ -102,7 +108,6 @@ int br_wgif_reaped(br_wgif_t *w, int pid, int status)
 void br_wgif_leave(br_wgif_t **w)
 {
     if (w && *w) {
-        json_decref((*w)->peers);
         free(*w);
         *w = NULL;
     }
@@ -171,9 +176,13 @@ int br_wgif_up(br_wgif_t *w, const char *mode, const char *key_file, const char 
     char cidr[64], port[16];
     snprintf(cidr, sizeof(cidr), "%s/%d", address, prefix);
     snprintf(port, sizeof(port), "%d", BR_WGIF_PORT);
+    int made = 0;
     if (w->up && strcmp(w->address, cidr) == 0)
         return 0;
-    if (!w->up && !take_over(w, pub)) {
+    if (!w->up && take_over(w, pub)) {
+        made = 2;
+    } else if (!w->up) {
+        made = 1;
         take_down(w); /* (one a killed agent left, with another key) */
         char *add[] = {"ip", "link", "add", BR_WGIF_NAME, "type", "wireguard", NULL};
         if (strcmp(mode, "kernel") == 0 ? step(add, err) < 0 : start_wggo(w, err) < 0) {
@@ -203,52 +212,43 @@ int br_wgif_up(br_wgif_t *w, const char *mode, const char *key_file, const char 
         return -1;
     }
     br_strlcpy(w->address, cidr, sizeof(w->address));
+    return made;
+}
+
+/* Write text into the file at path; 0, or -1 with err. */
+static int write_proc(const char *path, const char *text, br_err_t *err)
+{
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        int e = errno;
+        if (f)
+            fclose(f);
+        return br_errf(err, e, "overlay: %s: %s", path, strerror(e));
+    }
     return 0;
 }
 
-int br_wgif_peers(br_wgif_t *w, const json_t *peers, br_err_t *err)
+int br_wgif_relay(br_wgif_t *w, const char *net, br_err_t *err)
 {
-    if (!w->up)
+    if (!net || !w->up) {
+        relay_off();
+        w->relaying = 0;
         return 0;
-    json_t *want = json_object();
-    size_t i;
-    json_t *p;
-    int rc = 0;
-    json_array_foreach(peers, i, p) {
-        const char *key = json_string_value(json_object_get(p, "pubkey"));
-        const char *addr = json_string_value(json_object_get(p, "address"));
-        const char *ep = json_string_value(json_object_get(p, "endpoint"));
-        if (!key || !addr)
-            continue;
-        char line[300];
-        snprintf(line, sizeof(line), "%s %s", addr, ep ? ep : "");
-        json_object_set_new(want, key, json_string(line));
     }
-    const char *key;
-    json_t *v, *tmp;
-    json_object_foreach_safe(w->peers, tmp, key, v) /* gone: removed */
-        if (!json_object_get(want, key)) {
-            char *rm[] = {"wg", "set", BR_WGIF_NAME, "peer", (char *)key, "remove", NULL};
-            if (step(rm, err) < 0)
-                rc = -1;
-            else
-                json_object_del(w->peers, key);
-        }
-    json_object_foreach(want, key, v) {
-        const char *had = json_string_value(json_object_get(w->peers, key));
-        if (had && strcmp(had, json_string_value(v)) == 0)
-            continue; /* (as it was) */
-        char allowed[64], endpoint[200] = "";
-        sscanf(json_string_value(v), "%63s %199s", allowed, endpoint);
-        strncat(allowed, "/32", sizeof(allowed) - strlen(allowed) - 1);
-        char *set[] = {"wg", "set", BR_WGIF_NAME, "peer", (char *)key, "allowed-ips", allowed,
-                       "persistent-keepalive", "25", endpoint[0] ? "endpoint" : NULL,
-                       endpoint, NULL};
-        if (step(set, err) < 0)
-            rc = -1;
-        else
-            json_object_set(w->peers, key, v);
+    char *rule_del[] = {"ip", "rule", "del", "pref", RELAY_TABLE, NULL};
+    char *rule[] = {"ip", "rule", "add", "pref", RELAY_TABLE, "iif", BR_WGIF_NAME, "lookup",
+                    RELAY_TABLE, NULL};
+    char *route[] = {"ip", "route", "replace", (char *)net, "dev", BR_WGIF_NAME, "table",
+                     RELAY_TABLE, NULL};
+    char *none[] = {"ip", "route", "replace", "unreachable", "default", "table", RELAY_TABLE,
+                    NULL};
+    br_quietrun(rule_del, STEP_MS, NULL, 0); /* (one a previous agent left) */
+    if (step(route, err) < 0 || step(none, err) < 0 || step(rule, err) < 0 ||
+        write_proc("/proc/sys/net/ipv4/conf/" BR_WGIF_NAME "/send_redirects", "0", err) < 0 ||
+        write_proc("/proc/sys/net/ipv4/conf/" BR_WGIF_NAME "/forwarding", "1", err) < 0) {
+        relay_off();
+        return -1;
     }
-    json_decref(want);
-    return rc;
+    w->relaying = 1;
+    return 0;
 }

@@ -7,8 +7,8 @@
  * stops. One left by an agent that was killed is removed before a new one is made.
  *
  * Each step is a short command the agent waits for (quietrun.h), and only when
- * something changed: the node's address (a hello's answer), its peers (an answer
- * that lists them). */
+ * something changed (the node's address, a hello's answer). Its peers are
+ * wgpeers.h's. */
 #ifndef BRAMBLE_WGIF_H
 #define BRAMBLE_WGIF_H
 
@@ -31,7 +31,8 @@ void br_wgif_leave(br_wgif_t **w);
 
 /* Bring the interface up, or change its address: mode "kernel" or "userspace",
  * key_file the node's private key and pub its public half (an interface already
- * there with it is taken over as it is), address "A.B.C.D", prefix its net's. 0, or -1
+ * there with it is taken over as it is), address "A.B.C.D", prefix its net's. 0 (it
+ * was up), 1 (made anew: no peers), 2 (taken over, with the peers it had), or -1
  * with err naming the step that failed and what it said. */
 int br_wgif_up(br_wgif_t *w, const char *mode, const char *key_file, const char *pub,
                const char *address, int prefix, br_err_t *err);
@@ -43,9 +44,10 @@ int br_wgif_reaped(br_wgif_t *w, int pid, int status);
 /* Whether it is up. */
 int br_wgif_is_up(const br_wgif_t *w);
 
-/* Make its peers exactly peers: [{"pubkey", "address", "endpoint"?: "HOST:PORT"}]
- * (each peer's traffic: its address alone; kept alive every 25 s, so a peer behind
- * NAT stays reachable). Peers no longer listed are removed. 0, or -1 with err. */
-int br_wgif_peers(br_wgif_t *w, const json_t *peers, br_err_t *err);
-
+/* As a relay (net: the overlay's "A.B.C.D/N"): forward what comes in on the
+ * interface for another of net's addresses back out to that peer, and nothing
+ * else (a rule that looks up what comes in on it in a table of net alone, and
+ * the interface's forwarding on, its redirects off); net NULL: not a relay (what
+ * an agent that was one left is removed). 0, or -1 with err. */
+int br_wgif_relay(br_wgif_t *w, const char *net, br_err_t *err);
 #endif

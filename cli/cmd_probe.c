@@ -67,12 +67,42 @@ static int print_table(json_t *m, const char *corner, int with_coord)
     return CLI_OK;
 }
 
+/* How the overlay's pairs reach each other (docs/overlay.md): counts, then each
+ * pair that goes through a relay or has no path. Nothing when no pair is in it. */
+static void print_overlay(const json_t *ov)
+{
+    json_int_t direct = json_integer_value(json_object_get(ov, "direct"));
+    json_int_t relayed = json_integer_value(json_object_get(ov, "relayed"));
+    json_int_t none = json_integer_value(json_object_get(ov, "unreachable"));
+    json_int_t trying = json_integer_value(json_object_get(ov, "trying"));
+    if (direct + relayed + none + trying == 0)
+        return;
+    printf("\noverlay: %lld pairs direct, %lld relayed, %lld unreachable, %lld not tried "
+           "yet\n", (long long)direct, (long long)relayed, (long long)none,
+           (long long)trying);
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(ov, "pairs"), i, p) {
+        const char *via = json_string_value(json_object_get(p, "via"));
+        const char *path = json_string_value(json_object_get(p, "path"));
+        if (path && strcmp(path, "relayed") == 0 && via)
+            printf("  %s <-> %s: relayed via %s\n",
+                   json_string_value(json_object_get(p, "a")),
+                   json_string_value(json_object_get(p, "b")), via);
+        else
+            printf("  %s <-> %s: %s (no relay reaches both: start one with --relay)\n",
+                   json_string_value(json_object_get(p, "a")),
+                   json_string_value(json_object_get(p, "b")), path ? path : "?");
+    }
+}
+
 static int print_matrix(json_t *m)
 {
     int rc = print_table(m, "FROM \\ TO (ms)", 1);
     if (json_array_size(json_object_get(m, "nodes")))
         printf("(round trips measured by the row's node; '-': not measured yet or no "
                "answer)\n");
+    print_overlay(json_object_get(m, "overlay"));
     return rc;
 }
 

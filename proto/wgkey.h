@@ -9,6 +9,8 @@
 #define BR_WGKEY_B64 45 /* a key in base64, with its NUL */
 #define BR_OVERLAY_IFNAME "bramble0" /* each node's WireGuard interface, which jobs
                                       * that run over the overlay talk through */
+#define BR_OVERLAY_LAN_MAX 4 /* a node's own addresses it says peers on its LAN may
+                              * reach it at */
 
 /* Whether text is a key: exactly 44 characters of standard base64 ending in '='
  * whose 32 bytes decode back to the same text. */

@@ -187,8 +187,9 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_reply_fail(c, m, &err);
         return;
     }
-    json_t *overlay = NULL, *place = br_overlay_node_hello(c, n, json_object_get(inv, "overlay"),
-                                                           &overlay);
+    json_t *overlay = NULL;
+    json_t *place = br_overlay_node_hello(c, n, json_object_get(inv, "overlay"),
+                                          br_msg_peer_addr(m), &overlay);
     const char *was = json_string_value(json_object_get(json_object_get(n->info, "overlay"),
                                                         "error"));
     const char *bad = json_string_value(json_object_get(place, "error"));
@@ -298,14 +299,16 @@ static int check_amount(const json_t *v, const char *key, br_err_t *err)
 void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_t *tasks, *rtt = NULL, *gpus = NULL, *disk = NULL, *cost = NULL, *watts = NULL,
-           *pulling = NULL, *trees = NULL, *envs = NULL;
+           *pulling = NULL, *trees = NULL, *envs = NULL, *reach = NULL;
     double load = -1;
     br_err_t err = {0};
     int64_t began = br_mono_us();
-    if (br_msg_unpack(m, &err, "{s:o, s?F, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o}", "tasks",
-                      &tasks, "load", &load, "rtt", &rtt, "gpus", &gpus, "disk", &disk,
-                      "cost_per_hour", &cost, "power_watts", &watts, "pulling",
-                      &pulling, "trees", &trees, "envs", &envs) < 0 ||
+    if (br_msg_unpack(m, &err, "{s:o, s?F, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o}",
+                      "tasks", &tasks, "load", &load, "rtt", &rtt, "gpus", &gpus, "disk",
+                      &disk, "cost_per_hour", &cost, "power_watts", &watts, "pulling",
+                      &pulling, "trees", &trees, "envs", &envs, "overlay_reach",
+                      &reach) < 0 ||
+        (reach && br_overlay_reach_check(reach, &err) < 0) ||
         (trees && check_trees(trees, &err) < 0) || (envs && check_envs(envs, &err) < 0) ||
         (pulling && br_replicas_check_pulling(pulling, &err) < 0) ||
         check_tasks("node.heartbeat", tasks, &err) < 0 || (rtt && !json_is_object(rtt)) ||
@@ -363,6 +366,8 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
             br_stats_observe(c->stats, BR_STAT_HEARTBEAT_RTT, json_number_value(ms) / 1000.0);
         br_netmap_report(c->netmap, n->name, rtt);
     }
+    if (reach) /* which overlay peers it reached (overlaynet.h) */
+        br_overlay_reach(c, n, reach);
     br_nodelife_heard(c, n);
     br_jobs_reconcile(c, n, tasks, 0);
     json_t *peers = probe_peers(c, n), *wg = br_overlay_peers_news(c, n);

@@ -29,6 +29,7 @@
 #include "util.h"
 #include "jobtab.h"
 #include "netmap.h"
+#include "overlaynet.h"
 #include "watchers.h"
 #include "stats.h"
 
@@ -441,7 +442,9 @@ void br_api_node_env_rm(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 
 void br_api_node_probe(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
-    br_reply_ok(c, m, br_netmap_matrix(c->netmap, c->nodes));
+    json_t *matrix = br_netmap_matrix(c->netmap, c->nodes);
+    json_object_set_new(matrix, "overlay", br_overlay_pairs(c)); /* how its pairs reach */
+    br_reply_ok(c, m, matrix);
 }
 
 /* --- jobs ------------------------------------------------------------------- */

@@ -78,6 +78,7 @@ br_nodes_t *br_nodes_new(void)
 static void node_free(br_node_t *n)
 {
     json_decref(n->info);
+    json_decref(n->overlay_reach);
     free(n);
 }
 

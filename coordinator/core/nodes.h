@@ -55,6 +55,8 @@ typedef struct br_node {
     int peers_sent;                 /* probe set version its agent has heard of */
     uint64_t overlay_sent;          /* overlay version its agent has its peers of
                                        (overlaynet.h) */
+    json_t *overlay_reach;          /* node name -> whether its agent reached that
+                                       overlay peer (overlaynet.h; in memory) */
     uint64_t peers_hash;            /* digest of the peers last sent (0: none since hello) */
     int64_t peers_at;               /* monotonic ms they were sent */
     int64_t answered_at; /* monotonic ms its agent last had an answer to a hello or a

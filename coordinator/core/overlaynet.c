@@ -75,13 +75,15 @@ static br_node_t *holder(br_coord_t *c, const br_node_t *n, const char *field,
     return NULL;
 }
 
-static json_t *place_of(br_coord_t *c, br_node_t *n, const json_t *said, json_t **answer);
+static json_t *place_of(br_coord_t *c, br_node_t *n, const json_t *said,
+                        const char *seen_from, json_t **answer);
 
 /* Whether the overlay's view of a node changed between before and now (its place
  * in n->info and the new one): what its peers are told. */
 static int view_changed(const json_t *before, const json_t *now)
 {
-    static const char *const keys[] = {"mode", "pubkey", "address", "port", "error"};
+    static const char *const keys[] = {"mode", "pubkey", "address", "port",
+                                       "error", "relay", "lan", "seen"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         json_t *a = json_object_get(before, keys[i]), *b = json_object_get(now, keys[i]);
         if ((a == NULL) != (b == NULL) || (a && !json_equal(a, b)))
@@ -113,51 +115,276 @@ int br_overlay_wanted(const json_t *spec)
     return net && strcmp(net, "overlay") == 0;
 }
 
+/* Whether node n has a working place in the overlay: an address, a key, a mode. */
+static int placed(const br_node_t *n)
+{
+    json_t *ov = json_object_get(n->info, "overlay");
+    return json_is_string(json_object_get(ov, "address")) &&
+           json_is_string(json_object_get(ov, "pubkey")) && !json_object_get(ov, "error") &&
+           json_is_string(json_object_get(ov, "mode"));
+}
+
+static int is_relay(const br_node_t *n)
+{
+    return placed(n) && json_is_true(json_object_get(json_object_get(n->info, "overlay"),
+                                                     "relay"));
+}
+
+/* What a's agent said of reaching b: 1 reached, -1 reached at none of its
+ * endpoints, 0 nothing yet. */
+static int said_of(const br_node_t *a, const br_node_t *b)
+{
+    json_t *v = json_object_get(a->overlay_reach, b->name);
+    return json_is_true(v) ? 1 : json_is_false(v) ? -1 : 0;
+}
+
+/* Whether a handshake was seen between a and b (either said so). */
+static int reached(const br_node_t *a, const br_node_t *b)
+{
+    return said_of(a, b) == 1 || said_of(b, a) == 1;
+}
+
+/* Whether one of them tried every endpoint of the other in vain, and neither saw a
+ * handshake. */
+static int failed(const br_node_t *a, const br_node_t *b)
+{
+    return !reached(a, b) && (said_of(a, b) < 0 || said_of(b, a) < 0);
+}
+
+br_overlay_path_t br_overlay_path(br_coord_t *c, const br_node_t *a, const br_node_t *b,
+                                  br_node_t **via)
+{
+    *via = NULL;
+    if (reached(a, b))
+        return BR_OVERLAY_DIRECT;
+    if (!failed(a, b))
+        return BR_OVERLAY_TRYING;
+    br_node_t *maybe = NULL; /* one neither failed to reach yet */
+    for (br_node_t *r = br_nodes_first(c->nodes); r; r = r->next) {
+        if (r == a || r == b || !is_relay(r) || failed(a, r) || failed(b, r))
+            continue;
+        if (reached(a, r) && reached(b, r)) {
+            *via = r;
+            return BR_OVERLAY_RELAYED;
+        }
+        if (!maybe)
+            maybe = r;
+    }
+    *via = maybe;
+    return maybe ? BR_OVERLAY_RELAYED : BR_OVERLAY_NONE;
+}
+
+const char *br_overlay_path_name(br_overlay_path_t p)
+{
+    switch (p) {
+    case BR_OVERLAY_DIRECT:
+        return "direct";
+    case BR_OVERLAY_RELAYED:
+        return "relayed";
+    case BR_OVERLAY_NONE:
+        return "unreachable";
+    default:
+        return "trying";
+    }
+}
+
+/* Append "HOST:PORT" to list unless it is there. */
+static void add_endpoint(json_t *list, const char *host, json_int_t port)
+{
+    char ep[300];
+    size_t i;
+    json_t *v;
+    if (!host || !*host || json_array_size(list) >= BR_OVERLAY_ENDPOINTS_MAX)
+        return;
+    snprintf(ep, sizeof(ep), strchr(host, ':') ? "[%s]:%lld" : "%s:%lld", host,
+             (long long)port);
+    json_array_foreach(list, i, v) {
+        if (strcmp(json_string_value(v), ep) == 0)
+            return;
+    }
+    json_array_append_new(list, json_string(ep));
+}
+
+/* Where n may reach o's WireGuard, the likeliest first: the address o advertised
+ * (else the one it connects from) and the one the coordinator sees it connect from,
+ * then its LAN addresses; its LAN addresses first when both connect from the same
+ * address (behind one router). */
+static json_t *endpoints_of(const br_node_t *n, const br_node_t *o)
+{
+    json_t *ov = json_object_get(o->info, "overlay"), *lan = json_object_get(ov, "lan"), *v;
+    json_int_t port = json_integer_value(json_object_get(ov, "port"));
+    const char *seen = json_string_value(json_object_get(ov, "seen"));
+    const char *mine = json_string_value(json_object_get(json_object_get(n->info, "overlay"),
+                                                         "seen"));
+    json_t *list = json_array();
+    size_t i;
+    if (port <= 0 || port >= 65536)
+        return list;
+    int one_site = seen && mine && strcmp(seen, mine) == 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == (one_site ? 1 : 0)) {
+            add_endpoint(list, json_string_value(json_object_get(o->info, "address")), port);
+            add_endpoint(list, seen, port);
+        } else {
+            json_array_foreach(lan, i, v) {
+                add_endpoint(list, json_string_value(v), port);
+            }
+        }
+    }
+    return list;
+}
+
 json_t *br_overlay_peers_news(br_coord_t *c, br_node_t *n)
 {
-    json_t *own = json_object_get(n->info, "overlay");
-    if (n->overlay_sent == c->overlay_version + 1 || !json_is_string(json_object_get(own,
-                                                                                    "address")) ||
-        json_object_get(own, "error") || !json_is_string(json_object_get(own, "mode")))
+    if (n->overlay_sent == c->overlay_version + 1 || !placed(n))
         return NULL;
     json_t *list = json_array();
     for (br_node_t *o = br_nodes_first(c->nodes); o; o = o->next) {
         json_t *ov = json_object_get(o->info, "overlay");
-        const char *key = json_string_value(json_object_get(ov, "pubkey"));
-        const char *addr = json_string_value(json_object_get(ov, "address"));
-        if (o == n || !key || !addr || json_object_get(ov, "error") ||
-            !json_is_string(json_object_get(ov, "mode")))
+        if (o == n || !placed(o))
             continue;
         if (json_array_size(list) >= BR_OVERLAY_PEERS_MAX)
             break;
-        json_t *p = json_pack("{s:s, s:s, s:s}", "node", o->name, "pubkey", key, "address",
-                              addr);
-        const char *host = json_string_value(json_object_get(o->info, "address"));
-        json_int_t port = json_integer_value(json_object_get(ov, "port"));
-        if (host && *host && port > 0 && port < 65536) { /* where to reach it */
-            char ep[300];
-            snprintf(ep, sizeof(ep), strchr(host, ':') ? "[%s]:%lld" : "%s:%lld", host,
-                     (long long)port);
-            json_object_set_new(p, "endpoint", json_string(ep));
+        json_t *p = json_pack("{s:s, s:O, s:O}", "node", o->name, "pubkey",
+                              json_object_get(ov, "pubkey"), "address",
+                              json_object_get(ov, "address"));
+        json_t *eps = endpoints_of(n, o);
+        if (json_array_size(eps)) { /* where to reach it (the first: as agents before
+                                     * "endpoints" read it) */
+            json_object_set(p, "endpoint", json_array_get(eps, 0));
+            json_object_set(p, "endpoints", eps);
         }
+        json_decref(eps);
+        br_node_t *via = NULL;
+        if (br_overlay_path(c, n, o, &via) == BR_OVERLAY_RELAYED && via) {
+            json_object_set(p, "via", json_object_get(json_object_get(via->info, "overlay"),
+                                                      "pubkey"));
+            json_object_set_new(p, "via_node", json_string(via->name));
+        }
+        if (is_relay(o))
+            json_object_set_new(p, "relay", json_true());
         json_array_append_new(list, p);
     }
     n->overlay_sent = c->overlay_version + 1; /* (0: never told) */
     return list;
 }
 
-json_t *br_overlay_node_hello(br_coord_t *c, br_node_t *n, const json_t *said,
-                              json_t **answer)
+/* Each pair's path with n (and, when n relays, every pair's) in a new object, to
+ * tell whether it changed. */
+static json_t *paths_of(br_coord_t *c, const br_node_t *n)
 {
-    json_t *now = place_of(c, n, said, answer);
+    json_t *out = json_object();
+    int all = is_relay(n);
+    for (br_node_t *a = br_nodes_first(c->nodes); a; a = a->next) {
+        if (!placed(a))
+            continue;
+        for (br_node_t *b = a->next; b; b = b->next) {
+            if (!placed(b) || (!all && a != n && b != n))
+                continue;
+            br_node_t *via = NULL;
+            br_overlay_path_t p = br_overlay_path(c, a, b, &via);
+            if (p == BR_OVERLAY_RELAYED || p == BR_OVERLAY_NONE) {
+                char key[140];
+                snprintf(key, sizeof(key), "%s\t%s", a->name, b->name);
+                json_object_set_new(out, key, json_string(via ? via->name : ""));
+            }
+        }
+    }
+    return out;
+}
+
+/* n's agent's word of the peers it reached is now reach (a new reference, or NULL:
+ * none). Every node is told its peers anew when a pair's path through a relay
+ * changed. */
+static void reach_now(br_coord_t *c, br_node_t *n, json_t *reach)
+{
+    json_t *before = paths_of(c, n);
+    json_decref(n->overlay_reach);
+    n->overlay_reach = reach;
+    json_t *after = paths_of(c, n);
+    if (!json_equal(before, after))
+        c->overlay_version++;
+    json_decref(before);
+    json_decref(after);
+}
+
+int br_overlay_reach_check(const json_t *reach, br_err_t *err)
+{
+    static const char *const keys[] = {"reached", "unreached"};
+    if (!json_is_object(reach))
+        return br_errf(err, EPROTO, "node.heartbeat: overlay_reach must be an object");
+    for (size_t k = 0; k < 2; k++) {
+        json_t *list = json_object_get(reach, keys[k]), *v;
+        size_t i;
+        if (list && (!json_is_array(list) || json_array_size(list) > BR_OVERLAY_PEERS_MAX))
+            return br_errf(err, EPROTO, "node.heartbeat: overlay_reach.%s must be an array "
+                                        "of at most %d node names", keys[k],
+                           BR_OVERLAY_PEERS_MAX);
+        json_array_foreach(list, i, v) {
+            if (!json_is_string(v) || json_string_length(v) >= 64)
+                return br_errf(err, EPROTO, "node.heartbeat: overlay_reach.%s[%zu] is not a "
+                                            "node name", keys[k], i);
+        }
+    }
+    return 0;
+}
+
+void br_overlay_reach(br_coord_t *c, br_node_t *n, const json_t *reach)
+{
+    json_t *now = json_object(), *v;
+    size_t i;
+    json_array_foreach(json_object_get(reach, "unreached"), i, v) {
+        json_object_set_new(now, json_string_value(v), json_false());
+    }
+    json_array_foreach(json_object_get(reach, "reached"), i, v) {
+        json_object_set_new(now, json_string_value(v), json_true());
+    }
+    reach_now(c, n, now);
+}
+
+json_t *br_overlay_pairs(br_coord_t *c)
+{
+    json_t *pairs = json_array();
+    json_int_t counts[4] = {0};
+    for (br_node_t *a = br_nodes_first(c->nodes); a; a = a->next) {
+        if (!placed(a))
+            continue;
+        for (br_node_t *b = a->next; b; b = b->next) {
+            if (!placed(b))
+                continue;
+            br_node_t *via = NULL;
+            br_overlay_path_t p = br_overlay_path(c, a, b, &via);
+            counts[p]++;
+            if (p == BR_OVERLAY_DIRECT || p == BR_OVERLAY_TRYING ||
+                json_array_size(pairs) >= BR_OVERLAY_PAIRS_SHOWN)
+                continue;
+            json_t *e = json_pack("{s:s, s:s, s:s}", "a", a->name, "b", b->name, "path",
+                                  br_overlay_path_name(p));
+            if (via)
+                json_object_set_new(e, "via", json_string(via->name));
+            json_array_append_new(pairs, e);
+        }
+    }
+    return json_pack("{s:o, s:I, s:I, s:I, s:I}", "pairs", pairs, "direct",
+                     counts[BR_OVERLAY_DIRECT], "relayed", counts[BR_OVERLAY_RELAYED],
+                     "unreachable", counts[BR_OVERLAY_NONE], "trying",
+                     counts[BR_OVERLAY_TRYING]);
+}
+
+json_t *br_overlay_node_hello(br_coord_t *c, br_node_t *n, const json_t *said,
+                              const char *seen_from, json_t **answer)
+{
+    json_t *now = place_of(c, n, said, seen_from, answer);
     if (view_changed(json_object_get(n->info, "overlay"), now))
         c->overlay_version++; /* every peer is told */
     n->overlay_sent = 0; /* (a hello: its agent is told its peers anew) */
+    reach_now(c, n, NULL); /* (and says anew which it reaches) */
     return now;
 }
 
 /* What br_overlay_node_hello says, before the version is looked at. */
-static json_t *place_of(br_coord_t *c, br_node_t *n, const json_t *said, json_t **answer)
+static json_t *place_of(br_coord_t *c, br_node_t *n, const json_t *said,
+                        const char *seen_from, json_t **answer)
 {
     *answer = NULL;
     json_t *before = json_object_get(n->info, "overlay");
@@ -197,6 +424,17 @@ static json_t *place_of(br_coord_t *c, br_node_t *n, const json_t *said, json_t 
     json_int_t port = json_integer_value(json_object_get(said, "port"));
     if (port > 0 && port < 65536) /* where its WireGuard listens */
         json_object_set_new(now, "port", json_integer(port));
+    if (seen_from && *seen_from) /* the address it connects from (its router's) */
+        json_object_set_new(now, "seen", json_string(seen_from));
+    json_t *lan = json_array(), *v;
+    size_t i;
+    json_array_foreach(json_object_get(said, "lan"), i, v) { /* its own addresses */
+        struct in_addr in;
+        if (json_array_size(lan) < BR_OVERLAY_LAN_MAX && json_is_string(v) &&
+            inet_pton(AF_INET, json_string_value(v), &in) == 1)
+            json_array_append(lan, v);
+    }
+    json_object_set_new(now, "lan", lan);
     uint32_t a = 0;
     int keep = had && parse_addr(had, &a) == 0 && in_net(&net, a);
     if (keep) {

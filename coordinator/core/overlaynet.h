@@ -35,7 +35,7 @@ int br_overlay_net_parse(const char *cidr, br_overlay_net_t *net, br_err_t *err)
  * another node reported, gets no address and an error naming why; so does a node
  * when the net has no address left. Others' places are never changed. */
 json_t *br_overlay_node_hello(br_coord_t *c, br_node_t *n, const json_t *said,
-                              json_t **answer);
+                              const char *seen_from, json_t **answer);
 
 /* Node n's overlay address ("A.B.C.D") when it has one and runs the overlay, else
  * NULL; why (may be NULL) then gets why not. */
@@ -45,14 +45,48 @@ const char *br_overlay_node_address(const br_node_t *n, char *why, size_t whylen
  * (auto runs direct for now: docs/overlay.md.) */
 int br_overlay_wanted(const json_t *spec);
 
-#define BR_OVERLAY_PEERS_MAX 1024 /* peers one node is told of at most */
+#define BR_OVERLAY_PEERS_MAX 1024  /* peers one node is told of at most */
+#define BR_OVERLAY_ENDPOINTS_MAX 6 /* candidate endpoints of each */
+#define BR_OVERLAY_PAIRS_SHOWN 200 /* pairs not direct br_overlay_pairs lists */
 
 /* The peers node n's interface is to have, when they changed since its agent last
  * heard them (n->overlay_sent against c->overlay_version), else NULL: every other
  * node with an overlay address and key, by name, at most BR_OVERLAY_PEERS_MAX:
- * [{"node", "pubkey", "address", "endpoint"?: "HOST:PORT"}] (the address the node
- * advertised, else the one it connects from, and the port its hello said). n
- * counts them heard. NULL too when n has no place in the overlay. */
+ * [{"node", "pubkey", "address", "endpoints"?: ["HOST:PORT"...] (and "endpoint",
+ * the first), "via"?: a relay's pubkey and "via_node" its name, "relay"?: true}].
+ * The endpoints are the candidates, the likeliest first: the address the peer
+ * advertised (else the one it connects from), the one it connects from, its LAN
+ * addresses (first when both connect from one address: one router), each with
+ * the port its hello said. "via": the pair is relayed (br_overlay_path). n counts
+ * them heard. NULL too when n has no place in the overlay. */
 json_t *br_overlay_peers_news(br_coord_t *c, br_node_t *n);
+
+/* How two nodes of the overlay reach each other, from what their agents said
+ * (br_overlay_reach): */
+typedef enum {
+    BR_OVERLAY_TRYING = 0,  /* neither said yet */
+    BR_OVERLAY_DIRECT = 1,  /* one saw a handshake with the other */
+    BR_OVERLAY_RELAYED = 2, /* neither did, and one gave up: through a relay */
+    BR_OVERLAY_NONE = 3,    /* ... and no relay (--relay) reaches both */
+} br_overlay_path_t;
+
+/* The path between a and b; *via the relay (the first by name that both reached,
+ * else one neither failed to reach) when relayed. */
+br_overlay_path_t br_overlay_path(br_coord_t *c, const br_node_t *a, const br_node_t *b,
+                                  br_node_t **via);
+/* "direct", "relayed", "unreachable", "trying". */
+const char *br_overlay_path_name(br_overlay_path_t p);
+
+/* A heartbeat's "overlay_reach" ({"reached": [node...], "unreached": [node...]}):
+ * 0 when well formed, else -1 with err. */
+int br_overlay_reach_check(const json_t *reach, br_err_t *err);
+/* Node n's agent said which peers it reached (checked): kept in n->overlay_reach;
+ * when a pair's path through a relay changed, every node is told its peers anew. */
+void br_overlay_reach(br_coord_t *c, br_node_t *n, const json_t *reach);
+
+/* For `bramble probe`: {"pairs": [{"a", "b", "path", "via"?}] (the pairs relayed or
+ * unreachable, at most BR_OVERLAY_PAIRS_SHOWN), "direct", "relayed",
+ * "unreachable", "trying": how many pairs each}. */
+json_t *br_overlay_pairs(br_coord_t *c);
 
 #endif

@@ -305,54 +305,83 @@ def test_a_gang_runs_over_the_overlay_when_asked(lan_cluster, tmp_path):
 
 
 class HomeSites:
-    """Two "home" sites behind routers that masquerade and accept nothing inbound:
-    for each site s in (a, b), a router namespace whose WAN end (10.P.s.2) is joined
-    to the host (10.P.s.1, which forwards between the sites and runs the
-    coordinator) and whose LAN end (192.168.7.1) is joined to the site's node
-    namespace (192.168.7.2: both sites use the same private net, as homes do)."""
+    """"Home" sites behind routers that masquerade and accept nothing inbound: for
+    each site s, a router namespace whose WAN end (10.P.i.2) is joined to the host
+    (10.P.i.1, which forwards between the sites and runs the coordinator) and
+    whose LAN end, a bridge (192.168.7.1), joins the site's node namespaces
+    (192.168.7.2, .3, ...: every site uses the same private net, as homes do). And
+    a "cloud" namespace joined to the host with a reachable address, which takes
+    anything."""
 
     def __init__(self, tag, prefix):
         self.tag, self.p = tag, prefix
         self.ns, self.links = [], []
 
-    def site(self, s, i):
-        r, n = f"brh-{self.tag}-r{s}", f"brh-{self.tag}-n{s}"
+    def _wan(self, ns, i):
         wan_h, wan_r = f"bhw{self.tag}{i}", f"bhx{self.tag}{i}"
-        lan_r, lan_n = f"bhl{self.tag}{i}", f"bhm{self.tag}{i}"
         wan = f"{self.p}.{i}"
-        for ns in (r, n):
-            sh("ip", "netns", "add", ns)
-            self.ns.append(ns)
         sh("ip", "link", "add", wan_h, "type", "veth", "peer", "name", wan_r)
         self.links.append(wan_h)
-        sh("ip", "link", "set", wan_r, "netns", r)
+        sh("ip", "link", "set", wan_r, "netns", ns)
         sh("ip", "addr", "add", f"{wan}.1/24", "dev", wan_h)
         sh("ip", "link", "set", wan_h, "up")
-        sh("ip", "link", "add", lan_r, "type", "veth", "peer", "name", lan_n)
-        sh("ip", "link", "set", lan_r, "netns", r)
-        sh("ip", "link", "set", lan_n, "netns", n)
-        for ns, cmds in ((r, [["ip", "addr", "add", f"{wan}.2/24", "dev", wan_r],
-                               ["ip", "link", "set", wan_r, "up"],
-                               ["ip", "addr", "add", "192.168.7.1/24", "dev", lan_r],
-                               ["ip", "link", "set", lan_r, "up"],
-                               ["ip", "link", "set", "lo", "up"],
-                               ["ip", "route", "add", "default", "via", f"{wan}.1"],
-                               ["sysctl", "-qw", "net.ipv4.ip_forward=1"],
-                               ["iptables", "-t", "nat", "-A", "POSTROUTING", "-o", wan_r,
-                                "-j", "MASQUERADE"],
-                               ["iptables", "-A", "FORWARD", "-i", wan_r, "-m", "conntrack",
-                                "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
-                               ["iptables", "-A", "FORWARD", "-i", wan_r, "-j", "DROP"],
-                               ["iptables", "-A", "INPUT", "-i", wan_r, "-m", "conntrack",
-                                "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
-                               ["iptables", "-A", "INPUT", "-i", wan_r, "-j", "DROP"]]),
-                         (n, [["ip", "addr", "add", "192.168.7.2/24", "dev", lan_n],
-                              ["ip", "link", "set", lan_n, "up"],
-                              ["ip", "link", "set", "lo", "up"],
-                              ["ip", "route", "add", "default", "via", "192.168.7.1"]])):
-            for cmd in cmds:
-                sh("ip", "netns", "exec", ns, *cmd)
-        return n, f"{wan}.1", f"{wan}.2"
+        for cmd in (["ip", "addr", "add", f"{wan}.2/24", "dev", wan_r],
+                    ["ip", "link", "set", wan_r, "up"], ["ip", "link", "set", "lo", "up"],
+                    ["ip", "route", "add", "default", "via", f"{wan}.1"]):
+            sh("ip", "netns", "exec", ns, *cmd)
+        return wan_r, f"{wan}.1", f"{wan}.2"
+
+    def site(self, s, i, nodes=1):
+        """Site s (WAN 10.P.i.0/24) with its nodes: ([node namespace...], the host's
+        end of its uplink, its router's public address)."""
+        r = f"brh-{self.tag}-r{s}"
+        sh("ip", "netns", "add", r)
+        self.ns.append(r)
+        wan_r, gw, wan = self._wan(r, i)
+        for cmd in (["ip", "link", "add", "lanbr", "type", "bridge"],
+                    ["ip", "addr", "add", "192.168.7.1/24", "dev", "lanbr"],
+                    ["ip", "link", "set", "lanbr", "up"],
+                    ["sysctl", "-qw", "net.ipv4.ip_forward=1"],
+                    ["iptables", "-t", "nat", "-A", "POSTROUTING", "-o", wan_r,
+                     "-j", "MASQUERADE"],
+                    ["iptables", "-A", "FORWARD", "-i", wan_r, "-m", "conntrack",
+                     "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
+                    ["iptables", "-A", "FORWARD", "-i", wan_r, "-j", "DROP"],
+                    ["iptables", "-A", "INPUT", "-i", wan_r, "-m", "conntrack",
+                     "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
+                    ["iptables", "-A", "INPUT", "-i", wan_r, "-j", "DROP"]):
+            sh("ip", "netns", "exec", r, *cmd)
+        out = []
+        for k in range(nodes):
+            n = f"brh-{self.tag}-n{s}{k}"
+            lan_r, lan_n = f"bhl{self.tag}{i}{k}", f"bhm{self.tag}{i}{k}"
+            sh("ip", "netns", "add", n)
+            self.ns.append(n)
+            sh("ip", "link", "add", lan_r, "type", "veth", "peer", "name", lan_n)
+            sh("ip", "link", "set", lan_r, "netns", r)
+            sh("ip", "link", "set", lan_n, "netns", n)
+            sh("ip", "-n", r, "link", "set", lan_r, "master", "lanbr")
+            sh("ip", "-n", r, "link", "set", lan_r, "up")
+            for cmd in (["ip", "addr", "add", f"192.168.7.{2 + k}/24", "dev", lan_n],
+                        ["ip", "link", "set", lan_n, "up"], ["ip", "link", "set", "lo", "up"],
+                        ["ip", "route", "add", "default", "via", "192.168.7.1"]):
+                sh("ip", "netns", "exec", n, *cmd)
+            out.append(n)
+        return out, gw, wan
+
+    def cloud(self, i):
+        """A rented box: (its namespace, its public address 10.P.i.2)."""
+        ns = f"brh-{self.tag}-cloud"
+        sh("ip", "netns", "add", ns)
+        self.ns.append(ns)
+        _, _, addr = self._wan(ns, i)
+        return ns, addr
+
+    def block_udp(self, s, to):
+        """Site s's router drops the UDP its nodes send to address to (no direct
+        path between two sites)."""
+        sh("ip", "netns", "exec", f"brh-{self.tag}-r{s}", "iptables", "-I", "FORWARD",
+           "-p", "udp", "-d", to, "-j", "DROP")
 
     def teardown(self):
         for link in self.links:
@@ -372,12 +401,28 @@ def home_sites(request):
     forward = open("/proc/sys/net/ipv4/ip_forward").read().strip()
     request.addfinalizer(lambda: open("/proc/sys/net/ipv4/ip_forward", "w").write(forward))
     request.addfinalizer(h.teardown)
+    open("/proc/sys/net/ipv4/ip_forward", "w").write("1")
+    return h
+
+
+def start_in(c, name, ns, tok, *extra):
+    """Node name's agent in namespace ns (a host of its own: its /run/wireguard
+    too), with the overlay in user space."""
+    run = c.root / f"wireguard-{name}"
+    os.makedirs(run, exist_ok=True)
+    return c.start_agent(name, token=tok, extra=("--overlay", "userspace") + extra,
+                         wrap=["ip", "netns", "exec", ns, "unshare", "--mount",
+                               "--propagation", "private", "sh", "-c",
+                               f"mount --bind {run} /run/wireguard && exec \"$@\"", "sh"])
+
+
+def built(make):
+    """make() (which builds sites): what it returns, or the test skipped, saying why,
+    when this machine cannot build them."""
     try:
-        sites = [h.site("a", 1), h.site("b", 2)]
+        return make()
     except RuntimeError as e:
         pytest.skip(f"cannot build the home sites here: {e}")
-    open("/proc/sys/net/ipv4/ip_forward", "w").write("1")
-    return sites
 
 
 def test_a_gang_spans_two_home_routers_over_the_overlay(home_sites, make_cluster, tmp_path):
@@ -385,7 +430,8 @@ def test_a_gang_spans_two_home_routers_over_the_overlay(home_sites, make_cluster
     inbound, the same private address at both homes: neither reaches the other
     directly, yet over the overlay (both sending first, through their routers'
     mappings) a 2-node gloo gang all-reduces across them."""
-    (na, gw_a, wan_a), (nb, gw_b, wan_b) = home_sites
+    ((na,), gw_a, wan_a), ((nb,), gw_b, wan_b) = built(
+        lambda: (home_sites.site("a", 1), home_sites.site("b", 2)))
     # the coordinator on the host's end of home a's uplink: home b reaches it through
     # the host, as both reach a rented box
     c = make_cluster(host=gw_a, start=False)
@@ -409,13 +455,8 @@ def test_a_gang_spans_two_home_routers_over_the_overlay(home_sites, make_cluster
         listener.kill()
         listener.wait(10)
     tok = c.token(uses=2)
-    for name, ns in (("home-a", na), ("home-b", nb)):
-        run = c.root / f"wireguard-{name}"
-        os.makedirs(run, exist_ok=True)
-        c.start_agent(name, token=tok, extra=("--overlay", "userspace"),
-                      wrap=["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation",
-                            "private", "sh", "-c",
-                            f"mount --bind {run} /run/wireguard && exec \"$@\"", "sh"])
+    start_in(c, "home-a", na, tok)
+    start_in(c, "home-b", nb, tok)
     c.wait_ready("home-a", "home-b")
     assert c.nodes()["home-a"]["address"] == wan_a, c.nodes()["home-a"]  # its router's
     script = tmp_path / "gloo.py"
@@ -430,3 +471,97 @@ def test_a_gang_spans_two_home_routers_over_the_overlay(home_sites, make_cluster
         assert "SUM 3" in log, out
         env = next(ln.split() for ln in log.splitlines() if ln.startswith("ENV "))
         assert env[2].startswith("10.79.0.") and env[4] == "bramble0", env  # the overlay's
+
+
+TRAIN = r"""
+import os
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+e = os.environ
+print("ENV", e["RANK"], e["MASTER_ADDR"], e.get("BRAMBLE_OVERLAY_ADDR"),
+      e.get("GLOO_SOCKET_IFNAME"), flush=True)
+dist.init_process_group("gloo", init_method="env://")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = DDP(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+g = torch.Generator().manual_seed(1)
+x = torch.randn(64, 8, generator=g)
+y = x.sum(1, keepdim=True)
+for step in range(30):
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x[rank::world]), y[rank::world]).backward()
+    opt.step()
+flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+print("PARAMS", ",".join(repr(v) for v in flat.tolist()), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def overlay_paths(c):
+    """`bramble probe --json`'s overlay part."""
+    return c.cli_json("probe")["overlay"]
+
+
+def test_one_router_two_nodes_and_a_relay_between_homes(home_sites, make_cluster, tmp_path):
+    """Two homes, two nodes behind each router, and a rented box started with
+    --relay; the routers drop all UDP between the homes (no direct path). The
+    nodes behind one router find each other at their LAN addresses, every node
+    reaches the rented box, and each pair across the homes goes through it, as
+    `bramble probe` says. A 2-node DDP gang (a plain script) across the homes,
+    relayed, trains to exactly the parameters of the same run at one home."""
+    h = home_sites
+    (a_ns, gw_a, wan_a), (b_ns, gw_b, wan_b), (cloud_ns, cloud_addr) = built(
+        lambda: (h.site("a", 1, nodes=2), h.site("b", 2, nodes=2), h.cloud(3)))
+    h.block_udp("a", wan_b)
+    h.block_udp("b", wan_a)
+    c = make_cluster(host=gw_a, start=False)
+    c.start_coordinator(extra=["--overlay-net", "10.79.0.0/24"])
+    tok = c.token(uses=5)
+    nodes = {"a1": a_ns[0], "a2": a_ns[1], "b1": b_ns[0], "b2": b_ns[1]}
+    for name, ns in nodes.items():
+        start_in(c, name, ns, tok)
+    start_in(c, "cloud", cloud_ns, tok, "--relay")
+    c.wait_ready(*nodes, "cloud")
+    assert c.nodes()["cloud"]["overlay"]["relay"] is True
+    # a1-a2, b1-b2 and each with the cloud: direct; the four pairs across: relayed
+    try:
+        wait_for(lambda: (lambda ov: ov["relayed"] == 4 and ov["direct"] == 6)(
+            overlay_paths(c)), timeout=120, what="6 pairs direct and 4 relayed")
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {overlay_paths(c)}; a2's WireGuard: "
+                             f"{wg(c, 'a2', 'show', 'bramble0').stdout}") from None
+    ov = overlay_paths(c)
+    assert ov["unreachable"] == 0 and ov["trying"] == 0, ov
+    relayed = {(p["a"], p["b"]) for p in ov["pairs"]}
+    assert relayed == {("a1", "b1"), ("a1", "b2"), ("a2", "b1"), ("a2", "b2")}, ov
+    assert all(p["via"] == "cloud" for p in ov["pairs"]), ov
+    text = c.cli("probe")[1]
+    assert "overlay: 6 pairs direct, 4 relayed, 0 unreachable" in text, text
+    assert "a2 <-> b2: relayed via cloud" in text, text
+    # behind one router, each found the other at its LAN address
+    eps = wg(c, "a1", "show", "bramble0", "endpoints").stdout
+    a2_key = c.nodes()["a2"]["overlay"]["pubkey"]
+    assert f"{a2_key}\t192.168.7.3:51820" in eps, eps
+    # the relay carries the pair: at a2, b2's overlay address is the cloud's peer's
+    cloud_key = c.nodes()["cloud"]["overlay"]["pubkey"]
+    b2_addr = overlay(c, "b2")["address"]
+    wait_for(lambda: any(ln.startswith(cloud_key) and f"{b2_addr}/32" in ln for ln in
+                         wg(c, "a2", "show", "bramble0", "allowed-ips").stdout.splitlines()),
+             what="a2 to route b2's overlay address through the cloud's peer")
+
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    params = {}
+    for tag, pair in (("home", ["a1", "a2"]), ("across", ["a2", "b2"])):
+        jid = c.submit(f"name: {tag}\ncommand: {PYTHON} {script}\n"
+                       f"resources: {{nodes: 2, cpus: 0, network: overlay, "
+                       f"nodelist: [{pair[0]}, {pair[1]}]}}\n")
+        j = c.wait_job(jid, timeout=240)
+        out = c.logs(jid, stream="both")
+        assert j["state"] == "completed", (j["reason"], out)
+        assert set(j["nodes"]) == set(pair), j["nodes"]
+        got = [ln for ln in c.logs(jid, "--rank", 0).splitlines() if ln.startswith("PARAMS ")]
+        assert got, out
+        params[tag] = got[0]
+    assert params["across"] == params["home"], params

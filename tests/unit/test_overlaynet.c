@@ -1,7 +1,9 @@
 /* test_overlaynet.c - the overlay's network, keys and addresses (overlaynet.h,
  * wgkey.h): a node keeps its address for good, no node gets another's key or
  * address, a net that is full refuses the next node and disturbs no other, and
- * keys are WireGuard's. */
+ * keys are WireGuard's; each peer's candidate endpoints come in the order most
+ * likely to work, and a pair whose agents reached neither each other goes through
+ * a relay that both reached, until one of them reaches the other. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,7 +26,7 @@ static const char *hello(br_coord_t *c, br_node_t *n, const char *key, char *err
                          size_t len)
 {
     json_t *s = said(key), *answer = NULL;
-    json_t *place = br_overlay_node_hello(c, n, s, &answer);
+    json_t *place = br_overlay_node_hello(c, n, s, "203.0.113.7", &answer);
     json_decref(s);
     json_object_set_new(n->info, "overlay", place);
     snprintf(err, len, "%s",
@@ -106,7 +108,7 @@ static void test_addresses_are_the_nodes_for_good(void **state)
     assert_string_equal(hello(c, b, pub[2], why, sizeof(why)), "10.9.0.2");
     /* a node that runs none keeps its address for when it does again */
     json_t *none = json_pack("{s:n, s:s}", "mode", "why", "off (--overlay off)"), *answer;
-    json_t *place = br_overlay_node_hello(c, a, none, &answer);
+    json_t *place = br_overlay_node_hello(c, a, none, NULL, &answer);
     assert_null(answer);
     assert_string_equal(json_string_value(json_object_get(place, "address")), "10.9.0.1");
     assert_string_equal(json_string_value(json_object_get(place, "why")), "off (--overlay off)");
@@ -121,6 +123,132 @@ static void test_addresses_are_the_nodes_for_good(void **state)
     fixture_close(&f);
 }
 
+/* A node's hello from seen_from, with lan its LAN address, relay or not: placed. */
+static void join(br_coord_t *c, br_node_t *n, const char *seen_from, const char *lan,
+                 int relay)
+{
+    char priv[BR_WGKEY_B64], pub[BR_WGKEY_B64];
+    br_err_t err;
+    br_wgkey_private(priv);
+    assert_int_equal(br_wgkey_public(priv, pub, &err), 0);
+    json_t *s = json_pack("{s:s, s:s, s:b, s:i, s:[s, s]}", "mode", "userspace", "pubkey",
+                          pub, "relay", relay, "port", 51820, "lan", lan, "not an address");
+    json_t *answer = NULL, *place = br_overlay_node_hello(c, n, s, seen_from, &answer);
+    assert_null(json_object_get(answer, "error"));
+    json_object_set_new(n->info, "overlay", place);
+    json_object_set_new(n->info, "address", json_string(seen_from));
+    json_decref(s);
+    json_decref(answer);
+}
+
+/* The entry for node name in n's peers (told anew). */
+static json_t *peer_of(br_coord_t *c, br_node_t *n, const char *name, json_t **list)
+{
+    n->overlay_sent = 0;
+    json_decref(*list);
+    *list = br_overlay_peers_news(c, n);
+    size_t i;
+    json_t *p;
+    json_array_foreach(*list, i, p) {
+        if (strcmp(json_string_value(json_object_get(p, "node")), name) == 0)
+            return p;
+    }
+    return NULL;
+}
+
+static void said_reach(br_coord_t *c, br_node_t *n, const char *yes, const char *no)
+{
+    json_t *r = json_pack("{s:[], s:[]}", "reached", "unreached");
+    if (yes)
+        json_array_append_new(json_object_get(r, "reached"), json_string(yes));
+    if (no)
+        json_array_append_new(json_object_get(r, "unreached"), json_string(no));
+    br_err_t err;
+    assert_int_equal(br_overlay_reach_check(r, &err), 0);
+    br_overlay_reach(c, n, r);
+    json_decref(r);
+}
+
+static void test_endpoints_and_relays(void **state)
+{
+    (void)state;
+    coord_fixture_t f = {0};
+    assert_int_equal(fixture_open(&f, "test_overlaynet_paths", 0), 0);
+    br_coord_t *c = &f.c;
+    br_strlcpy(c->cfg.overlay_net, "10.9.0.0/24", sizeof(c->cfg.overlay_net));
+    br_node_t *a1 = fixture_node(c, "a1", 2, 0), *a2 = fixture_node(c, "a2", 2, 0);
+    br_node_t *b1 = fixture_node(c, "b1", 2, 0), *r = fixture_node(c, "r", 2, 0);
+    join(c, a1, "203.0.113.1", "192.168.7.2", 0); /* two behind one router */
+    join(c, a2, "203.0.113.1", "192.168.7.3", 0);
+    join(c, b1, "198.51.100.1", "192.168.7.2", 0); /* another home */
+    join(c, r, "192.0.2.9", "192.0.2.9", 1);       /* a rented box: the relay */
+    json_t *list = NULL, *p;
+    /* behind one router: its LAN address first; from elsewhere: its router's */
+    p = peer_of(c, a1, "a2", &list);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(p, "endpoints"), 0)),
+                        "192.168.7.3:51820");
+    assert_string_equal(json_string_value(json_array_get(json_object_get(p, "endpoints"), 1)),
+                        "203.0.113.1:51820");
+    assert_int_equal(json_array_size(json_object_get(p, "endpoints")), 2); /* (not the bad one) */
+    p = peer_of(c, b1, "a2", &list);
+    assert_string_equal(json_string_value(json_object_get(p, "endpoint")), "203.0.113.1:51820");
+    assert_string_equal(json_string_value(json_array_get(json_object_get(p, "endpoints"), 1)),
+                        "192.168.7.3:51820");
+    assert_null(json_object_get(p, "via"));
+    assert_true(json_is_true(json_object_get(peer_of(c, a2, "r", &list), "relay")));
+    /* a2 reached none of b1's endpoints: relayed through r, which neither failed */
+    br_node_t *via = NULL;
+    assert_int_equal(br_overlay_path(c, a2, b1, &via), BR_OVERLAY_TRYING);
+    uint64_t v = c->overlay_version;
+    said_reach(c, a2, "r", "b1");
+    assert_true(c->overlay_version > v); /* everyone is told */
+    assert_int_equal(br_overlay_path(c, a2, b1, &via), BR_OVERLAY_RELAYED);
+    assert_ptr_equal(via, r);
+    p = peer_of(c, a2, "b1", &list);
+    assert_string_equal(json_string_value(json_object_get(p, "via_node")), "r");
+    assert_string_equal(json_string_value(json_object_get(p, "via")),
+                        json_string_value(json_object_get(json_object_get(r->info, "overlay"),
+                                                          "pubkey")));
+    p = peer_of(c, b1, "a2", &list); /* both ends route through it */
+    assert_string_equal(json_string_value(json_object_get(p, "via_node")), "r");
+    assert_null(json_object_get(peer_of(c, a2, "a1", &list), "via"));
+    /* the relay failed to reach b1: no path then */
+    said_reach(c, r, "a2", "b1");
+    assert_int_equal(br_overlay_path(c, a2, b1, &via), BR_OVERLAY_NONE);
+    json_t *pairs = br_overlay_pairs(c);
+    assert_int_equal(json_integer_value(json_object_get(pairs, "unreachable")), 2); /* +r-b1 */
+    json_decref(pairs);
+    said_reach(c, r, NULL, NULL);
+    said_reach(c, b1, "r", NULL);
+    assert_int_equal(br_overlay_path(c, a2, b1, &via), BR_OVERLAY_RELAYED);
+    pairs = br_overlay_pairs(c);
+    assert_int_equal(json_integer_value(json_object_get(pairs, "relayed")), 1);
+    p = json_array_get(json_object_get(pairs, "pairs"), 0);
+    assert_string_equal(json_string_value(json_object_get(p, "via")), "r");
+    json_decref(pairs);
+    /* then b1 reaches a2 after all: direct, and told so */
+    v = c->overlay_version;
+    said_reach(c, b1, "a2", NULL);
+    assert_true(c->overlay_version > v);
+    assert_int_equal(br_overlay_path(c, a2, b1, &via), BR_OVERLAY_DIRECT);
+    assert_null(json_object_get(peer_of(c, a2, "b1", &list), "via"));
+    /* a new hello forgets what a2 said */
+    said_reach(c, b1, NULL, NULL);
+    join(c, a2, "203.0.113.1", "192.168.7.3", 0);
+    assert_int_equal(br_overlay_path(c, a2, b1, &via), BR_OVERLAY_TRYING);
+    /* bad words are refused */
+    br_err_t err;
+    json_t *bad = json_pack("{s:[i]}", "reached", 3);
+    assert_int_equal(br_overlay_reach_check(bad, &err), -1);
+    assert_non_null(strstr(err.text, "overlay_reach.reached[0] is not a node name"));
+    json_decref(bad);
+    bad = json_pack("{s:s}", "unreached", "x");
+    assert_int_equal(br_overlay_reach_check(bad, &err), -1);
+    json_decref(bad);
+    json_decref(list);
+    fixture_close(&f);
+}
+
 int main(void)
 {
     if (sodium_init() < 0)
@@ -129,6 +257,7 @@ int main(void)
         cmocka_unit_test(test_net_parse),
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_addresses_are_the_nodes_for_good),
+        cmocka_unit_test(test_endpoints_and_relays),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
