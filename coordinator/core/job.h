@@ -98,6 +98,8 @@ typedef struct br_job {
     int port; /* the rendezvous port rank 0 chose; 0 until it says */
     /* bookkeeping */
     int restarts;        /* restarts used (a service replica's: in a row) */
+    int overlay_for;     /* the attempt whose network was chosen (0: none yet) */
+    int overlay_on;      /* ... and whether it runs over the overlay (overlaynet.h) */
     int64_t not_before;  /* wall ms: not placed before (a backoff); 0: none */
     int64_t fresh_after; /* wall ms: only on nodes heard from after it; 0: any */
     int64_t lost_at;     /* wall ms its node was lost, until it runs again; 0 */

@@ -82,6 +82,7 @@ double br_netmap_coordinator_rtt(const br_netmap_t *m, const char *node)
 json_t *br_netmap_matrix(const br_netmap_t *m, br_nodes_t *nodes)
 {
     json_t *names = json_array(), *rows = json_array(), *coord = json_array();
+    json_t *lost = json_array();
     for (br_node_t *a = br_nodes_first(nodes); a; a = a->next) {
         json_t *row = json_array();
         for (br_node_t *b = br_nodes_first(nodes); b; b = b->next) {
@@ -92,20 +93,24 @@ json_t *br_netmap_matrix(const br_netmap_t *m, br_nodes_t *nodes)
                 json_array_append_new(row, json_real(ms));
             else
                 json_array_append_new(row, json_null());
+            if (a != b && strcmp(a->name, b->name) < 0 && br_netmap_rtt(m, a->name,
+                                                                         b->name) == -2)
+                json_array_append_new(lost, json_pack("[s, s]", a->name, b->name));
         }
         double c = br_netmap_coordinator_rtt(m, a->name);
         json_array_append_new(names, json_string(a->name));
         json_array_append_new(rows, row);
         json_array_append_new(coord, c >= 0 ? json_real(c) : json_null());
     }
-    return json_pack("{s:o, s:o, s:o}", "nodes", names, "rtt_ms", rows, "coordinator_ms",
-                     coord);
+    return json_pack("{s:o, s:o, s:o, s:o}", "nodes", names, "rtt_ms", rows, "coordinator_ms",
+                     coord, "no_answer", lost);
 }
 
 /* --- choosing a gang --------------------------------------------------------- */
 
 typedef struct {
     int mixed;    /* pairs in different sites */
+    int relayed;  /* pairs that talk through a relay */
     int unknown;  /* pairs never measured */
     double worst; /* largest round trip among measured pairs */
     double sum;
@@ -116,9 +121,18 @@ static const char *site_of(const br_node_t *n)
     return json_string_value(json_object_get(json_object_get(n->info, "labels"), "site"));
 }
 
-static void add_pair(const br_netmap_t *m, const br_node_t *a, const br_node_t *b,
-                     score_t *s)
+/* How pairs are weighed: the map, and who says a pair is relayed. */
+typedef struct {
+    const br_netmap_t *m;
+    br_netmap_relayed_fn relayed;
+    void *ctx;
+} weigh_t;
+
+static void add_pair(const weigh_t *w, const br_node_t *a, const br_node_t *b, score_t *s)
 {
+    const br_netmap_t *m = w->m;
+    if (w->relayed && w->relayed(w->ctx, a, b))
+        s->relayed++;
     double ms = br_netmap_rtt(m, a->name, b->name);
     const char *sa = site_of(a), *sb = site_of(b);
     if (ms == -1) {
@@ -139,6 +153,8 @@ static int compare(const score_t *x, const score_t *y, int spread_any)
 {
     if (!spread_any && x->mixed != y->mixed)
         return x->mixed - y->mixed;
+    if (x->relayed != y->relayed)
+        return x->relayed - y->relayed;
     if (x->unknown != y->unknown)
         return x->unknown - y->unknown;
     if (x->worst != y->worst)
@@ -152,7 +168,7 @@ static int cmp_int(const void *a, const void *b)
 }
 
 /* Grow a set from seed, each time taking the candidate nearest to it. */
-static score_t grow(const br_netmap_t *m, br_node_t *const *cand, int ncand, int want,
+static score_t grow(const weigh_t *m, br_node_t *const *cand, int ncand, int want,
                     int spread_any, int seed, int *set, char *in)
 {
     memset(in, 0, (size_t)ncand);
@@ -195,15 +211,17 @@ static void say(char *why, size_t len, const char *fmt, ...)
 }
 
 void br_netmap_choose(const br_netmap_t *m, br_node_t *const *cand, int ncand, int want,
-                      int spread_any, int *chosen, char *why, size_t whylen)
+                      int spread_any, br_netmap_relayed_fn relayed, void *ctx, int *chosen,
+                      char *why, size_t whylen)
 {
+    weigh_t w = {m, relayed, ctx};
     int *set = calloc((size_t)want, sizeof(int));
     char *in = calloc((size_t)ncand, 1);
     score_t best = {0};
     int have = 0;
     why[0] = '\0';
     for (int seed = 0; set && in && seed < ncand; seed++) {
-        score_t s = grow(m, cand, ncand, want, spread_any, seed, set, in);
+        score_t s = grow(&w, cand, ncand, want, spread_any, seed, set, in);
         if (!have || compare(&s, &best, spread_any) < 0) {
             memcpy(chosen, set, (size_t)want * sizeof(int));
             best = s;
@@ -220,9 +238,10 @@ void br_netmap_choose(const br_netmap_t *m, br_node_t *const *cand, int ncand, i
     if (want > 1 && best.unknown == want * (want - 1) / 2)
         say(why, whylen, "round trips not measured yet");
     else if (want > 1)
-        say(why, whylen, "max rtt %.2f ms%s%s", best.worst,
+        say(why, whylen, "max rtt %.2f ms%s%s%s", best.worst,
             best.unknown ? " (some pairs not measured yet)" : "",
-            best.mixed ? ", across sites: no set within one site fits" : "");
+            best.mixed ? ", across sites: no set within one site fits" : "",
+            best.relayed ? ", some pairs relayed: no set without fits" : "");
     /* the candidates left out, and how far they are from those chosen */
     int told = 0;
     for (int j = 0; j < ncand && have; j++) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "netmap.h"
 #include "nodes.h"
 #include "util.h"
 #include "wgkey.h"
@@ -232,6 +233,36 @@ static json_t *endpoints_of(const br_node_t *n, const br_node_t *o)
         }
     }
     return list;
+}
+
+int br_overlay_gang_uses(br_coord_t *c, const json_t *spec, br_node_t *const *nodes, int n,
+                         char *pair, size_t pairlen)
+{
+    const char *net = json_string_value(json_object_get(json_object_get(spec, "resources"),
+                                                        "network"));
+    if (net && strcmp(net, "overlay") == 0)
+        return 1;
+    if ((net && strcmp(net, "auto") != 0) || n < 2)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (!nodes[i] || !placed(nodes[i]))
+            return 0;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (strcmp(nodes[i]->name, nodes[j]->name) != 0 &&
+                br_netmap_rtt(c->netmap, nodes[i]->name, nodes[j]->name) == -2) {
+                if (pair)
+                    snprintf(pair, pairlen, "%s and %s", nodes[i]->name, nodes[j]->name);
+                return 1;
+            }
+    return 0;
+}
+
+int br_overlay_relayed_pair(void *ctx, const br_node_t *a, const br_node_t *b)
+{
+    br_node_t *via = NULL;
+    return a != b && placed(a) && placed(b) &&
+           br_overlay_path(ctx, a, b, &via) == BR_OVERLAY_RELAYED;
 }
 
 json_t *br_overlay_peers_news(br_coord_t *c, br_node_t *n)

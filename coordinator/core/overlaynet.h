@@ -41,9 +41,21 @@ json_t *br_overlay_node_hello(br_coord_t *c, br_node_t *n, const json_t *said,
  * NULL; why (may be NULL) then gets why not. */
 const char *br_overlay_node_address(const br_node_t *n, char *why, size_t whylen);
 
-/* Whether a job of spec runs over the overlay: its resources.network is overlay.
- * (auto runs direct for now: docs/overlay.md.) */
+/* Whether a job of spec must run over the overlay: its resources.network is
+ * overlay. (Each of its nodes must have a place in it.) */
 int br_overlay_wanted(const json_t *spec);
+
+/* Whether a gang of spec on nodes (n of them) runs over the overlay: network
+ * overlay; or auto (the default) when it has 2 nodes or more, each with a place in
+ * the overlay, and some pair of them answered no direct probe lately (the network
+ * map: netmap.h). Else direct. pair (may be NULL, 130 bytes) gets such a pair,
+ * "a and b". */
+int br_overlay_gang_uses(br_coord_t *c, const json_t *spec, br_node_t *const *nodes, int n,
+                         char *pair, size_t pairlen);
+
+/* For gang placement (netmap.h's br_netmap_relayed_fn, ctx the coordinator): 1 when
+ * a and b talk over the overlay through a relay. */
+int br_overlay_relayed_pair(void *ctx, const br_node_t *a, const br_node_t *b);
 
 #define BR_OVERLAY_PEERS_MAX 1024  /* peers one node is told of at most */
 #define BR_OVERLAY_ENDPOINTS_MAX 6 /* candidate endpoints of each */

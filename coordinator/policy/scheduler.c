@@ -438,8 +438,11 @@ static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_
         chosen[0] = sharing || spread || data || staged ? best : 0;
     } else if (d->assign) { /* a gang: the nearest set of those that fit */
         const char *sites = json_string_value(json_object_get(res, "spread"));
+        const char *net = json_string_value(json_object_get(res, "network"));
+        int direct = net && strcmp(net, "direct") == 0; /* (relays matter not) */
         br_netmap_choose(in->netmap, fit, count, want, sites && strcmp(sites, "any") == 0,
-                         chosen, how, sizeof(how));
+                         direct ? NULL : in->relayed, in->relayed_ctx, chosen, how,
+                         sizeof(how));
         d->how = strdup(how);
     }
     if (d->assign) {
@@ -1204,7 +1207,8 @@ void br_sched_estimate(br_coord_t *c, br_job_t *const *queue, size_t n, int64_t 
     int64_t now = br_now_ms();
     ends_t ends = running_ends(c, now);
     br_sched_decision_t *g = calloc(n ? n : 1, sizeof(*g)); /* its placements */
-    br_sched_in_t in = {.nodes = c->nodes, .netmap = c->netmap, .now_ms = now};
+    br_sched_in_t in = {.nodes = c->nodes, .netmap = c->netmap, .now_ms = now,
+                        .relayed = br_overlay_relayed_pair, .relayed_ctx = c};
     for (size_t i = 0; i < n; i++)
         start[i] = 0;
     size_t placed = 0, freed = 0, events = 0;
@@ -1261,6 +1265,8 @@ void br_sched_run(br_coord_t *c)
         replicas |= list[i]->service > 0;
     br_sched_in_t in = {.nodes = c->nodes,
                         .netmap = c->netmap,
+                        .relayed = br_overlay_relayed_pair,
+                        .relayed_ctx = c,
                         .stages = c->stages,
                         .now_ms = br_now_ms(),
                         .replicas = replicas ? replica_counts(c) : NULL,

@@ -86,6 +86,9 @@ void br_sched_memory_counts(const br_sched_memory_t *m, size_t *considered, size
 typedef struct {
     br_nodes_t *nodes;   /* their state, route, last contact and what is held */
     br_netmap_t *netmap; /* round trips, for a gang's nearest set */
+    br_netmap_relayed_fn relayed; /* pairs that talk through an overlay relay (NULL:
+                                     none); relayed_ctx is passed to it */
+    void *relayed_ctx;
     int64_t now_ms;      /* wall clock: restart backoffs */
     json_t *replicas;    /* {"service id": {"node": n}} of running replicas, kept up to
                             date as replicas are placed; NULL when no pending job is a

@@ -565,3 +565,19 @@ def test_one_router_two_nodes_and_a_relay_between_homes(home_sites, make_cluster
         assert got, out
         params[tag] = got[0]
     assert params["across"] == params["home"], params
+
+    # resources.network left as auto: over the overlay, since the network map found
+    # that a1 and b1 answer no direct probe
+    wait_for(lambda: ["a1", "b1"] in c.cli_json("probe")["no_answer"],
+             what="the network map to find that a1 and b1 answer no direct probe")
+    gloo = tmp_path / "gloo.py"
+    gloo.write_text(GLOO)
+    jid = c.submit(f"name: auto\ncommand: {PYTHON} {gloo}\n"
+                   "resources: {nodes: 2, cpus: 0, nodelist: [a1, b1]}\n")
+    j = c.wait_job(jid, timeout=240)
+    assert j["state"] == "completed", (j["reason"], c.logs(jid, stream="both"))
+    for r in range(2):
+        log = c.logs(jid, "--rank", r)
+        env = next(ln.split() for ln in log.splitlines() if ln.startswith("ENV "))
+        assert env[2].startswith("10.79.0.") and env[4] == "bramble0", env
+        assert "SUM 3" in log, log

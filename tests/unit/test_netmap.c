@@ -114,10 +114,39 @@ static void test_choose_nearest_pair(void **state)
     both(f, "b", "c", 4.0);
     int chosen[2];
     char why[300];
-    br_netmap_choose(f->map, f->n, 3, 2, 0, chosen, why, sizeof(why));
+    br_netmap_choose(f->map, f->n, 3, 2, 0, NULL, NULL, chosen, why, sizeof(why));
     assert_int_equal(chosen[0], 0);
     assert_int_equal(chosen[1], 2);
     assert_string_equal(why, "max rtt 0.20 ms; b not chosen: rtt 5.00 ms to a");
+}
+
+/* a and b talk through a relay (overlaynet.h), as the callback says */
+static int relayed_ab(void *ctx, const br_node_t *a, const br_node_t *b)
+{
+    (void)ctx;
+    return (strcmp(a->name, "a") == 0 && strcmp(b->name, "b") == 0) ||
+           (strcmp(a->name, "b") == 0 && strcmp(b->name, "a") == 0);
+}
+
+static void test_choose_no_relayed_pair_when_another_fits(void **state)
+{
+    fx_t *f = *state;
+    add(f, "a", NULL);
+    add(f, "b", NULL);
+    add(f, "c", NULL);
+    both(f, "a", "b", 0.1); /* the nearest, but only through a relay */
+    both(f, "a", "c", 2.0);
+    both(f, "b", "c", 3.0);
+    int chosen[2];
+    char why[300];
+    br_netmap_choose(f->map, f->n, 3, 2, 0, relayed_ab, NULL, chosen, why, sizeof(why));
+    assert_int_equal(chosen[0], 0);
+    assert_int_equal(chosen[1], 2);
+    assert_null(strstr(why, "relayed"));
+    /* only the relayed pair fits: it is used, and said */
+    br_netmap_choose(f->map, f->n, 2, 2, 0, relayed_ab, NULL, chosen, why, sizeof(why));
+    assert_int_equal(chosen[1], 1);
+    assert_non_null(strstr(why, "some pairs relayed: no set without fits"));
 }
 
 static void test_choose_one_site_unless_any(void **state)
@@ -131,16 +160,16 @@ static void test_choose_one_site_unless_any(void **state)
     both(f, "b", "c", 0.3);
     int chosen[2];
     char why[300];
-    br_netmap_choose(f->map, f->n, 3, 2, 0, chosen, why, sizeof(why));
+    br_netmap_choose(f->map, f->n, 3, 2, 0, NULL, NULL, chosen, why, sizeof(why));
     assert_int_equal(chosen[0], 0);
     assert_int_equal(chosen[1], 2);
     assert_string_equal(why, "max rtt 2.00 ms; b not chosen: site cloud");
-    br_netmap_choose(f->map, f->n, 3, 2, 1, chosen, why, sizeof(why));
+    br_netmap_choose(f->map, f->n, 3, 2, 1, NULL, NULL, chosen, why, sizeof(why));
     assert_int_equal(chosen[0], 0);
     assert_int_equal(chosen[1], 1);
 
     /* only a set across sites fits: it is used, and said */
-    br_netmap_choose(f->map, f->n, 2, 2, 0, chosen, why, sizeof(why));
+    br_netmap_choose(f->map, f->n, 2, 2, 0, NULL, NULL, chosen, why, sizeof(why));
     assert_int_equal(chosen[0], 0);
     assert_int_equal(chosen[1], 1);
     assert_non_null(strstr(why, "across sites"));
@@ -161,7 +190,7 @@ static void test_choose_far_counts_as_another_site(void **state)
     both(f, "c", "d", 9.5);
     int chosen[3];
     char why[300];
-    br_netmap_choose(f->map, f->n, 4, 3, 0, chosen, why, sizeof(why));
+    br_netmap_choose(f->map, f->n, 4, 3, 0, NULL, NULL, chosen, why, sizeof(why));
     assert_int_equal(chosen[0], 1);
     assert_int_equal(chosen[1], 2);
     assert_int_equal(chosen[2], 3);
@@ -177,7 +206,7 @@ static void test_choose_unmeasured_and_lost(void **state)
     int chosen[2];
     char why[300];
     /* nothing measured: first fit, in candidate order */
-    br_netmap_choose(f->map, f->n, 3, 2, 0, chosen, why, sizeof(why));
+    br_netmap_choose(f->map, f->n, 3, 2, 0, NULL, NULL, chosen, why, sizeof(why));
     assert_int_equal(chosen[0], 0);
     assert_int_equal(chosen[1], 1);
     assert_non_null(strstr(why, "round trips not measured yet"));
@@ -185,7 +214,7 @@ static void test_choose_unmeasured_and_lost(void **state)
     both(f, "a", "b", -1);
     both(f, "b", "c", 0.4);
     both(f, "a", "c", 0.9);
-    br_netmap_choose(f->map, f->n, 3, 2, 0, chosen, why, sizeof(why));
+    br_netmap_choose(f->map, f->n, 3, 2, 0, NULL, NULL, chosen, why, sizeof(why));
     assert_int_equal(chosen[0], 1);
     assert_int_equal(chosen[1], 2);
     assert_string_equal(why, "max rtt 0.40 ms; a not chosen: no answer from it to b");
@@ -196,6 +225,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_rtt_both_directions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_choose_nearest_pair, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_choose_no_relayed_pair_when_another_fits, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_choose_one_site_unless_any, setup, teardown),
         cmocka_unit_test_setup_teardown(test_choose_far_counts_as_another_site, setup,
                                         teardown),

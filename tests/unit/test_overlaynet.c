@@ -12,6 +12,7 @@
 #include <sodium.h>
 
 #include "coord_fixture.h"
+#include "netmap.h"
 #include "overlaynet.h"
 #include "wgkey.h"
 
@@ -236,6 +237,22 @@ static void test_endpoints_and_relays(void **state)
     said_reach(c, b1, NULL, NULL);
     join(c, a2, "203.0.113.1", "192.168.7.3", 0);
     assert_int_equal(br_overlay_path(c, a2, b1, &via), BR_OVERLAY_TRYING);
+    /* resources.network auto: over the overlay once the network map found a pair
+     * that answers no direct probe; direct: never; overlay: always */
+    br_node_t *gang[2] = {a2, b1};
+    char pair[130];
+    json_t *spec = json_pack("{s:{s:i}}", "resources", "nodes", 2);
+    assert_int_equal(br_overlay_gang_uses(c, spec, gang, 2, pair, sizeof(pair)), 0);
+    json_t *rtt = json_pack("{s:{s:n}}", "peers", "b1");
+    br_netmap_report(c->netmap, "a2", rtt);
+    json_decref(rtt);
+    assert_int_equal(br_overlay_gang_uses(c, spec, gang, 2, pair, sizeof(pair)), 1);
+    assert_string_equal(pair, "a2 and b1");
+    json_object_set_new(json_object_get(spec, "resources"), "network", json_string("direct"));
+    assert_int_equal(br_overlay_gang_uses(c, spec, gang, 2, NULL, 0), 0);
+    json_object_set_new(json_object_get(spec, "resources"), "network", json_string("overlay"));
+    assert_int_equal(br_overlay_gang_uses(c, spec, gang, 1, NULL, 0), 1);
+    json_decref(spec);
     /* bad words are refused */
     br_err_t err;
     json_t *bad = json_pack("{s:[i]}", "reached", 3);
