@@ -215,7 +215,10 @@ static void bring_up(br_overlay_t *o, const char *addr, int prefix)
     }
     if (made == 0)
         return;
-    br_wgpeers_forget(o->peers); /* (set anew: those a previous agent left, the same) */
+    if (made == 2) /* (taken over: the peers it reached stay as they are) */
+        br_wgpeers_adopt(o->peers);
+    else
+        br_wgpeers_forget(o->peers);
     struct in_addr in;
     char net[64];
     uint32_t a = inet_pton(AF_INET, addr, &in) == 1 ? ntohl(in.s_addr) : 0;

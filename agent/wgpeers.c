@@ -35,6 +35,7 @@ struct br_wgpeers {
     peer_t *peers;
     size_t n;
     int64_t looked; /* when the handshakes were last looked at (0: never) */
+    int adopting;   /* the interface was taken over with its peers (br_wgpeers_adopt) */
 };
 
 br_wgpeers_t *br_wgpeers_new(const char *ifname)
@@ -67,6 +68,39 @@ void br_wgpeers_forget(br_wgpeers_t *p)
     p->peers = NULL;
     p->n = 0;
     p->looked = 0;
+}
+
+void br_wgpeers_adopt(br_wgpeers_t *p)
+{
+    br_wgpeers_forget(p);
+    p->adopting = 1;
+}
+
+/* `wg show IF latest-handshakes` into a new string (NULL when it failed). */
+static char *handshakes(const br_wgpeers_t *p, size_t peers, br_err_t *err)
+{
+    size_t len = peers * 80 + 256;
+    char *out = malloc(len);
+    if (!out) {
+        br_errf(err, ENOMEM, "overlay: out of memory");
+        return NULL;
+    }
+    char *argv[] = {"wg", "show", (char *)p->ifname, "latest-handshakes", NULL};
+    if (br_quietrun(argv, STEP_MS, out, len) != 0) {
+        br_errf(err, EIO, "overlay: `wg show %s latest-handshakes` failed: %.200s", p->ifname,
+                out);
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* Whether text (handshakes()) says a handshake with key within BR_WGPEERS_FRESH_S. */
+static int fresh_handshake(const char *text, const char *key, time_t wall)
+{
+    const char *at = text ? strstr(text, key) : NULL;
+    long long when = at ? strtoll(at + strlen(key), NULL, 10) : 0;
+    return when > 0 && wall - (time_t)when < BR_WGPEERS_FRESH_S;
 }
 
 size_t br_wgpeers_count(const br_wgpeers_t *p)
@@ -275,6 +309,10 @@ int br_wgpeers_set(br_wgpeers_t *p, const json_t *list, int64_t now, br_err_t *e
     peer_t *next = calloc(json_array_size(list) + 1, sizeof(peer_t));
     if (!next)
         return br_errf(err, ENOMEM, "overlay: out of memory");
+    br_err_t herr;
+    char *had = p->adopting ? handshakes(p, json_array_size(list), &herr) : NULL;
+    time_t wall = time(NULL);
+    p->adopting = 0;
     json_array_foreach(list, i, v) {
         peer_t *q = &next[nn];
         br_err_t bad;
@@ -299,11 +337,15 @@ int br_wgpeers_set(br_wgpeers_t *p, const json_t *list, int64_t now, br_err_t *e
             q->allowed = old->allowed;
             old->allowed = NULL;
             q->fresh = 1;
+        } else if (fresh_handshake(had, q->key, wall)) {
+            q->reach = 1; /* (taken over, talking: where it is reached is left alone) */
+            q->tried = now;
         } else {
             q->fresh = 1;
         }
         nn++;
     }
+    free(had);
     words_t w = {0};
     int wrc = word(&w, "wg") | word(&w, "set") | word(&w, p->ifname);
     for (i = 0; i < p->n && wrc == 0; i++) /* gone: removed */
@@ -345,25 +387,15 @@ int br_wgpeers_tick(br_wgpeers_t *p, int64_t now, br_err_t *err)
     if (!p->n || (p->looked && now - p->looked < (trying ? 1000 : 10000)))
         return 0;
     p->looked = now;
-    size_t len = p->n * 80 + 256;
-    char *out = malloc(len);
+    char *out = handshakes(p, p->n, err);
     if (!out)
-        return br_errf(err, ENOMEM, "overlay: out of memory");
-    char *argv[] = {"wg", "show", p->ifname, "latest-handshakes", NULL};
-    if (br_quietrun(argv, STEP_MS, out, len) != 0) {
-        br_errf(err, EIO, "overlay: `wg show %s latest-handshakes` failed: %.200s", p->ifname,
-                out);
-        free(out);
         return -1;
-    }
     time_t wall = time(NULL);
     for (size_t i = 0; i < p->n; i++) {
         peer_t *q = &p->peers[i];
-        const char *at = strstr(out, q->key);
-        long long when = at ? strtoll(at + strlen(q->key), NULL, 10) : 0;
         if (q->fresh)
             continue; /* (not set yet) */
-        if (when > 0 && wall - (time_t)when < BR_WGPEERS_FRESH_S) {
+        if (fresh_handshake(out, q->key, wall)) {
             if (q->reach != 1)
                 changed = 1;
             q->reach = 1;

@@ -47,6 +47,12 @@ int br_wgpeers_tick(br_wgpeers_t *p, int64_t now, br_err_t *err);
  * being tried are in neither. */
 json_t *br_wgpeers_reach(const br_wgpeers_t *p);
 
+/* The interface was taken over as a previous agent left it: every peer is set
+ * anew at the next br_wgpeers_set, except that a peer it had a handshake with
+ * lately keeps its endpoint (WireGuard's, which may be one it learnt), so that
+ * what the jobs send over it goes on. */
+void br_wgpeers_adopt(br_wgpeers_t *p);
+
 /* How many peers it has. */
 size_t br_wgpeers_count(const br_wgpeers_t *p);
 

@@ -368,6 +368,7 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     if (reach) /* which overlay peers it reached (overlaynet.h) */
         br_overlay_reach(c, n, reach);
+    br_overlay_seen_from(c, n, br_msg_peer_addr(m)); /* (it may have moved) */
     br_nodelife_heard(c, n);
     br_jobs_reconcile(c, n, tasks, 0);
     json_t *peers = probe_peers(c, n), *wg = br_overlay_peers_news(c, n);

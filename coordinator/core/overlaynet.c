@@ -10,6 +10,7 @@
 
 #include "netmap.h"
 #include "nodes.h"
+#include "probeset.h"
 #include "util.h"
 #include "wgkey.h"
 
@@ -263,6 +264,21 @@ int br_overlay_relayed_pair(void *ctx, const br_node_t *a, const br_node_t *b)
     br_node_t *via = NULL;
     return a != b && placed(a) && placed(b) &&
            br_overlay_path(ctx, a, b, &via) == BR_OVERLAY_RELAYED;
+}
+
+void br_overlay_seen_from(br_coord_t *c, br_node_t *n, const char *addr)
+{
+    json_t *ov = json_object_get(n->info, "overlay");
+    const char *seen = json_string_value(json_object_get(ov, "seen"));
+    if (!addr || !*addr || !seen || strcmp(seen, addr) == 0 || !placed(n))
+        return;
+    const char *host = json_string_value(json_object_get(n->info, "address"));
+    if (host && strcmp(host, seen) == 0) { /* (not one it advertised: where it is now) */
+        json_object_set_new(n->info, "address", json_string(addr));
+        br_probeset_changed(c->probeset); /* its probes too */
+    }
+    json_object_set_new(ov, "seen", json_string(addr)); /* (in memory: a hello saves it) */
+    c->overlay_version++; /* its peers reach it there now */
 }
 
 json_t *br_overlay_peers_news(br_coord_t *c, br_node_t *n)

@@ -73,6 +73,12 @@ int br_overlay_relayed_pair(void *ctx, const br_node_t *a, const br_node_t *b);
  * them heard. NULL too when n has no place in the overlay. */
 json_t *br_overlay_peers_news(br_coord_t *c, br_node_t *n);
 
+/* A message of node n's came from addr (a heartbeat): when that is not where its
+ * connection came from before (its router got another address, and the agent
+ * connected anew without a hello), its peers are told the new one, and it is the
+ * node's address too unless the node advertised another. */
+void br_overlay_seen_from(br_coord_t *c, br_node_t *n, const char *addr);
+
 /* How two nodes of the overlay reach each other, from what their agents said
  * (br_overlay_reach): */
 typedef enum {

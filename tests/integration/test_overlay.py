@@ -89,14 +89,19 @@ def wg_peers(c, name):
 def tcp(lan, src, dst, addr):
     """Whether a TCP connection from namespace src reaches a listener on addr in
     namespace dst (within 2 s)."""
+    return tcp_ns(lan.ns[src], lan.ns[dst], addr)
+
+
+def tcp_ns(src, dst, addr):
+    """tcp(), between namespaces by their names."""
     listener = subprocess.Popen(
-        ["ip", "netns", "exec", lan.ns[dst], PYTHON, "-c",
+        ["ip", "netns", "exec", dst, PYTHON, "-c",
          "import socket,sys\ns=socket.socket(); s.bind((sys.argv[1], 0)); s.listen(1)\n"
          "print(s.getsockname()[1], flush=True); s.settimeout(5); s.accept()", addr],
         stdout=subprocess.PIPE, text=True)
     try:
         port = int(listener.stdout.readline())
-        r = sh("ip", "netns", "exec", lan.ns[src], PYTHON, "-c",
+        r = sh("ip", "netns", "exec", src, PYTHON, "-c",
                "import socket,sys; socket.create_connection((sys.argv[1], "
                "int(sys.argv[2])), timeout=2).close()", addr, port, check=False)
         return r.returncode == 0
@@ -377,6 +382,17 @@ class HomeSites:
         _, _, addr = self._wan(ns, i)
         return ns, addr
 
+    def move(self, s, i):
+        """Site s's router (WAN 10.P.i.0/24) gets another public address, 10.P.i.3,
+        as when a provider gives a home a new one: the old one goes, and with it
+        the router's mappings. Its new address."""
+        r, wan_r = f"brh-{self.tag}-r{s}", f"bhx{self.tag}{i}"
+        for cmd in (["ip", "addr", "del", f"{self.p}.{i}.2/24", "dev", wan_r],
+                    ["ip", "addr", "add", f"{self.p}.{i}.3/24", "dev", wan_r],
+                    ["ip", "route", "replace", "default", "via", f"{self.p}.{i}.1"]):
+            sh("ip", "netns", "exec", r, *cmd)
+        return f"{self.p}.{i}.3"
+
     def block_udp(self, s, to):
         """Site s's router drops the UDP its nodes send to address to (no direct
         path between two sites)."""
@@ -407,10 +423,11 @@ def home_sites(request):
 
 def start_in(c, name, ns, tok, *extra):
     """Node name's agent in namespace ns (a host of its own: its /run/wireguard
-    too), with the overlay in user space."""
+    too), with the overlay in user space; tok None: the node joined before."""
     run = c.root / f"wireguard-{name}"
     os.makedirs(run, exist_ok=True)
-    return c.start_agent(name, token=tok, extra=("--overlay", "userspace") + extra,
+    return c.start_agent(name, token=tok, join=tok is not None,
+                         extra=("--overlay", "userspace") + extra,
                          wrap=["ip", "netns", "exec", ns, "unshare", "--mount",
                                "--propagation", "private", "sh", "-c",
                                f"mount --bind {run} /run/wireguard && exec \"$@\"", "sh"])
@@ -471,6 +488,38 @@ def test_a_gang_spans_two_home_routers_over_the_overlay(home_sites, make_cluster
         assert "SUM 3" in log, out
         env = next(ln.split() for ln in log.splitlines() if ln.startswith("ENV "))
         assert env[2].startswith("10.79.0.") and env[4] == "bramble0", env  # the overlay's
+    a_addr, b_addr = overlay(c, "home-a")["address"], overlay(c, "home-b")["address"]
+
+    # home-b's agent is killed and started again: the interface it left (the same
+    # key) is taken over, and the homes still reach each other over it
+    c.agents["home-b"].kill(signal.SIGKILL)
+    agent = start_in(c, "home-b", nb, None)
+    wait_for(lambda: "connected to" in agent.output(), what="the new agent's hello")
+    wait_for(lambda: tcp_ns(na, nb, b_addr) and tcp_ns(nb, na, a_addr),
+             what="the homes to reach each other after the agent's restart")
+    assert "`" not in agent.output(), agent.output()  # (no step failed)
+
+    # roaming: home b's router gets another public address (its mappings go with
+    # the old one); home-b connects again from it, home-a is told, and the overlay
+    # works again
+    wan_b2 = home_sites.move("b", 2)
+    wait_for(lambda: c.nodes()["home-b"]["address"] == wan_b2, timeout=60,
+             what="home-b to connect from its router's new address")
+    wait_for(lambda: f"{wan_b2}:51820" in wg(c, "home-a", "show", "bramble0",
+                                             "endpoints").stdout,
+             what="home-a to send to home-b's new address")
+    wait_for(lambda: tcp_ns(na, nb, b_addr) and tcp_ns(nb, na, a_addr), timeout=60,
+             what="the homes to reach each other after home b moved")
+
+    # home-b removed while a job runs on both: home-a drops it at once, and home-b
+    # reaches home-a over the overlay no more
+    jid = c.submit("name: long\ncommand: sleep 600\n"
+                   "resources: {nodes: 2, cpus: 0, network: overlay}\n")
+    wait_for(lambda: c.job(jid)["state"] == "running", what="the job to run")
+    c.agents["home-b"].expected_exit = True
+    c.cli("node", "remove", "home-b")
+    wait_for(lambda: wg_peers(c, "home-a") == set(), what="home-a to drop home-b")
+    assert not tcp_ns(nb, na, a_addr)
 
 
 TRAIN = r"""
