@@ -14,7 +14,10 @@ Measured:
     times each: the medians, and the overlay's as a percentage of the raw link's;
   * round trip: 2000 one-byte TCP ping-pongs (TCP_NODELAY) each way: p50 and p90,
     raw and overlay, and what the overlay adds.
-A relayed pair is not measured: relays are not built yet. Needs root."""
+  * a relayed pair: a third node that node 1 may not reach directly (each drops
+    the UDP it would send the other) and a fourth started with --relay: throughput
+    and round trip from node 1 to the third over the overlay, through the relay.
+Needs root and iptables."""
 import json
 import os
 import shutil
@@ -137,10 +140,10 @@ def main():
         return subprocess.run([f"{BIN}/bramble", *map(str, args)], capture_output=True,
                               text=True, env=env, check=True, timeout=60).stdout
 
-    def agent(i, n, join):  # (its log in tmp)
+    def agent(i, n, join, *extra):  # (its log in tmp)
         log = open(f"{tmp}/agent-{i}.log", "a")
         argv = n.wrap() + [f"{BIN}/bramble-agent", "--data-dir", f"{tmp}/a{i}", "--overlay",
-                           MODE, "--allow-root-jobs"]
+                           MODE, "--allow-root-jobs", *extra]
         if join:
             argv += ["--join", cli("token", "create").strip(), "--name", f"node-{i}"]
         p = subprocess.Popen(argv, stdout=log, stderr=log)
@@ -157,7 +160,10 @@ def main():
 
     try:
         open("/proc/sys/net/ipv4/ip_forward", "w").write("1")
-        nodes = [Node(1, tmp), Node(2, tmp)]
+        nodes = [Node(1, tmp), Node(2, tmp), Node(3, tmp), Node(4, tmp)]
+        for a, b in ((nodes[0], nodes[2]), (nodes[2], nodes[0])):  # no direct path 1-3
+            sh("ip", "netns", "exec", a.ns, "iptables", "-A", "OUTPUT", "-p", "udp", "-d",
+               b.ip, "-j", "DROP")
         subprocess.run([f"{BIN}/brambled", "init", "--data-dir", f"{tmp}/coord", "--listen",
                         f"tcp://0.0.0.0:7711", "--advertise", f"tcp://{nodes[0].host_ip}:7711"],
                        check=True, capture_output=True)
@@ -166,13 +172,17 @@ def main():
                                       stderr=subprocess.STDOUT))
         wait(lambda: subprocess.run([f"{BIN}/bramble", "nodes"], env=env,
                                     capture_output=True).returncode == 0, 30, "the coordinator")
-        a1 = agent(1, nodes[0], True)
+        agent(1, nodes[0], True)
         a2 = agent(2, nodes[1], True)
-        wait(lambda: overlay_of("node-1").get("address") and overlay_of("node-2").get("address"),
-             60, "both nodes' overlay addresses")
-        ov2 = overlay_of("node-2")["address"]
+        agent(3, nodes[2], True)
+        agent(4, nodes[3], True, "--relay")
+        wait(lambda: all(overlay_of(f"node-{i}").get("address") for i in range(1, 5)),
+             60, "the nodes' overlay addresses")
+        ov2, ov3 = overlay_of("node-2")["address"], overlay_of("node-3")["address"]
         recv = in_ns(nodes[1], RECV, 5201)
         recv.stdout.readline()
+        recv3 = in_ns(nodes[2], RECV, 5201)
+        recv3.stdout.readline()
 
         def connects(addr):
             return subprocess.run(["ip", "netns", "exec", nodes[0].ns, PY, "-c",
@@ -191,16 +201,20 @@ def main():
         wait(lambda: connects(ov2), 60, "node-2's overlay to come back")
         join_s = time.monotonic() - t0
 
-        def throughput(addr):
+        def throughput(addr, at=None):
             s = in_ns(nodes[0], SEND, addr, 5201, "t", MIB)
             s.wait(600)
-            n, secs = recv.stdout.readline().split()
+            n, secs = (at or recv).stdout.readline().split()
             return int(n) * 8 / float(secs) / 1e6  # Mbit/s
 
-        raw, over = [], []
+        wait(lambda: connects(ov3), 60, "node 1 to reach node 3 through the relay")
+        relayed_pairs = [p for p in json.loads(cli("probe", "--json"))["overlay"]["pairs"]
+                         if p["path"] == "relayed"]
+        raw, over, relayed = [], [], []
         for _ in range(3):
             raw.append(throughput(nodes[1].ip))
             over.append(throughput(ov2))
+            relayed.append(throughput(ov3, recv3))
 
         def rtts(addr):
             s = in_ns(nodes[0], SEND, addr, 5201, "p", 2000)
@@ -208,7 +222,7 @@ def main():
             v = sorted(float(x) for x in out.split())
             return v[len(v) // 2], v[int(len(v) * 0.9)]
 
-        rr, ro = rtts(nodes[1].ip), rtts(ov2)
+        rr, ro, rl = rtts(nodes[1].ip), rtts(ov2), rtts(ov3)
         print(f"overlay ({MODE}) between two namespaces, each link shaped to {RATE} "
               f"(tbf), the host forwarding")
         print(f"join to usable (node-2's agent started again -> first TCP connection "
@@ -219,10 +233,17 @@ def main():
         print(f"  overlay   {' '.join(f'{x:.0f}' for x in over)}  median "
               f"{statistics.median(over):.0f} = "
               f"{100 * statistics.median(over) / statistics.median(raw):.0f}% of the raw link")
+        print(f"  relayed   {' '.join(f'{x:.0f}' for x in relayed)}  median "
+              f"{statistics.median(relayed):.0f} = "
+              f"{100 * statistics.median(relayed) / statistics.median(raw):.0f}% of the raw "
+              f"link (node 1 -> node 3 through node 4; pairs relayed: "
+              f"{', '.join(p['a'] + '-' + p['b'] + ' via ' + p.get('via', '?') for p in relayed_pairs)})")
         print(f"round trip, 2000 one-byte TCP ping-pongs (ms): raw p50 {rr[0]:.3f} p90 "
               f"{rr[1]:.3f}; overlay p50 {ro[0]:.3f} p90 {ro[1]:.3f}; added p50 "
-              f"{ro[0] - rr[0]:+.3f}")
+              f"{ro[0] - rr[0]:+.3f}; relayed p50 {rl[0]:.3f} p90 {rl[1]:.3f}, added p50 "
+              f"{rl[0] - rr[0]:+.3f}")
         recv.kill()
+        recv3.kill()
     finally:
         stop_all(procs, 15)
         for n in nodes:

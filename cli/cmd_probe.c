@@ -23,11 +23,19 @@ static const char *ms_cell(const json_t *v, int self, char *buf, size_t len)
     return buf;
 }
 
+static int print_rows(json_t *m, const char *key, const char *corner, int with_coord);
+
 /* A node-by-node matrix: m's "nodes" and "rtt_ms" rows (from the row's node to the
  * column's), plus a coordinator column from "coordinator_ms" when with_coord. */
 static int print_table(json_t *m, const char *corner, int with_coord)
 {
-    json_t *nodes = json_object_get(m, "nodes"), *rows = json_object_get(m, "rtt_ms");
+    return print_rows(m, "rtt_ms", corner, with_coord);
+}
+
+/* print_table's with the rows of key. */
+static int print_rows(json_t *m, const char *key, const char *corner, int with_coord)
+{
+    json_t *nodes = json_object_get(m, "nodes"), *rows = json_object_get(m, key);
     json_t *coord = json_object_get(m, "coordinator_ms");
     size_t n = json_array_size(nodes), cols = n + 1 + (with_coord ? 1 : 0);
     if (n == 0) {
@@ -102,6 +110,11 @@ static int print_matrix(json_t *m)
     if (json_array_size(json_object_get(m, "nodes")))
         printf("(round trips measured by the row's node; '-': not measured yet or no "
                "answer)\n");
+    if (json_is_array(json_object_get(m, "overlay_rtt_ms"))) {
+        printf("\n");
+        print_rows(m, "overlay_rtt_ms", "OVERLAY (ms)", 0);
+        printf("(the same, over the overlay: to each node's overlay address)\n");
+    }
     print_overlay(json_object_get(m, "overlay"));
     return rc;
 }

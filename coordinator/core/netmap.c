@@ -1,6 +1,8 @@
 /* netmap.c - round-trip times between nodes, and gang placement by them. */
 #include "netmap.h"
 
+#include "probeset.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +75,18 @@ double br_netmap_rtt(const br_netmap_t *m, const char *a, const char *b)
     return x == 0 || y == 0 ? -2 : -1;
 }
 
+double br_netmap_overlay_rtt(const br_netmap_t *m, const char *a, const char *b)
+{
+    char oa[100], ob[100];
+    double ab = 0, ba = 0;
+    snprintf(oa, sizeof(oa), "%s" BR_PROBE_OVERLAY_SUFFIX, a);
+    snprintf(ob, sizeof(ob), "%s" BR_PROBE_OVERLAY_SUFFIX, b);
+    int x = one_way(m, a, ob, &ab), y = one_way(m, b, oa, &ba);
+    if (x == 1 || y == 1)
+        return x == 1 && y == 1 ? (ab > ba ? ab : ba) : x == 1 ? ab : ba;
+    return x == 0 || y == 0 ? -2 : -1;
+}
+
 double br_netmap_coordinator_rtt(const br_netmap_t *m, const char *node)
 {
     json_t *v = json_object_get(json_object_get(m->reports, node), "coordinator");
@@ -82,17 +96,26 @@ double br_netmap_coordinator_rtt(const br_netmap_t *m, const char *node)
 json_t *br_netmap_matrix(const br_netmap_t *m, br_nodes_t *nodes)
 {
     json_t *names = json_array(), *rows = json_array(), *coord = json_array();
-    json_t *lost = json_array();
+    json_t *lost = json_array(), *orows = json_array();
+    int over = 0; /* some overlay path measured */
     for (br_node_t *a = br_nodes_first(nodes); a; a = a->next) {
-        json_t *row = json_array();
+        json_t *row = json_array(), *orow = json_array();
         for (br_node_t *b = br_nodes_first(nodes); b; b = b->next) {
             double ms = 0;
+            char ob[100];
+            snprintf(ob, sizeof(ob), "%s" BR_PROBE_OVERLAY_SUFFIX, b->name);
             if (a == b)
                 json_array_append_new(row, json_real(0));
             else if (one_way(m, a->name, b->name, &ms) == 1)
                 json_array_append_new(row, json_real(ms));
             else
                 json_array_append_new(row, json_null());
+            if (a == b)
+                json_array_append_new(orow, json_real(0));
+            else if (one_way(m, a->name, ob, &ms) == 1 && ++over)
+                json_array_append_new(orow, json_real(ms));
+            else
+                json_array_append_new(orow, json_null());
             if (a != b && strcmp(a->name, b->name) < 0 && br_netmap_rtt(m, a->name,
                                                                          b->name) == -2)
                 json_array_append_new(lost, json_pack("[s, s]", a->name, b->name));
@@ -100,10 +123,16 @@ json_t *br_netmap_matrix(const br_netmap_t *m, br_nodes_t *nodes)
         double c = br_netmap_coordinator_rtt(m, a->name);
         json_array_append_new(names, json_string(a->name));
         json_array_append_new(rows, row);
+        json_array_append_new(orows, orow);
         json_array_append_new(coord, c >= 0 ? json_real(c) : json_null());
     }
-    return json_pack("{s:o, s:o, s:o, s:o}", "nodes", names, "rtt_ms", rows, "coordinator_ms",
-                     coord, "no_answer", lost);
+    json_t *out = json_pack("{s:o, s:o, s:o, s:o}", "nodes", names, "rtt_ms", rows,
+                            "coordinator_ms", coord, "no_answer", lost);
+    if (over)
+        json_object_set_new(out, "overlay_rtt_ms", orows);
+    else
+        json_decref(orows);
+    return out;
 }
 
 /* --- choosing a gang --------------------------------------------------------- */
@@ -124,16 +153,28 @@ static const char *site_of(const br_node_t *n)
 /* How pairs are weighed: the map, and who says a pair is relayed. */
 typedef struct {
     const br_netmap_t *m;
-    br_netmap_relayed_fn relayed;
-    void *ctx;
+    const br_netmap_via_t *via; /* NULL: direct */
 } weigh_t;
+
+/* The round trip a pair of a gang has (br_netmap_rtt's -1 and -2 as there): the
+ * direct one; over the overlay (via) its own where measured, when the gang runs
+ * over it or the pair answers no direct probe. */
+static double pair_rtt(const weigh_t *w, const br_node_t *a, const br_node_t *b)
+{
+    double ms = br_netmap_rtt(w->m, a->name, b->name);
+    if (!w->via || (!w->via->overlay && ms != -2))
+        return ms;
+    double ov = br_netmap_overlay_rtt(w->m, a->name, b->name);
+    if (ov >= 0)
+        return ov;
+    return w->via->overlay ? ov : ms; /* (auto: no direct answer, none measured over it) */
+}
 
 static void add_pair(const weigh_t *w, const br_node_t *a, const br_node_t *b, score_t *s)
 {
-    const br_netmap_t *m = w->m;
-    if (w->relayed && w->relayed(w->ctx, a, b))
+    if (w->via && w->via->relayed && w->via->relayed(w->via->ctx, a, b))
         s->relayed++;
-    double ms = br_netmap_rtt(m, a->name, b->name);
+    double ms = pair_rtt(w, a, b);
     const char *sa = site_of(a), *sb = site_of(b);
     if (ms == -1) {
         s->unknown++;
@@ -211,10 +252,10 @@ static void say(char *why, size_t len, const char *fmt, ...)
 }
 
 void br_netmap_choose(const br_netmap_t *m, br_node_t *const *cand, int ncand, int want,
-                      int spread_any, br_netmap_relayed_fn relayed, void *ctx, int *chosen,
-                      char *why, size_t whylen)
+                      int spread_any, const br_netmap_via_t *via, int *chosen, char *why,
+                      size_t whylen)
 {
-    weigh_t w = {m, relayed, ctx};
+    weigh_t w = {m, via};
     int *set = calloc((size_t)want, sizeof(int));
     char *in = calloc((size_t)ncand, 1);
     score_t best = {0};
@@ -257,7 +298,7 @@ void br_netmap_choose(const br_netmap_t *m, br_node_t *const *cand, int ncand, i
         double far = -1;
         const char *to = NULL, *site = NULL;
         for (int i = 0; i < want; i++) {
-            double ms = br_netmap_rtt(m, cand[j]->name, cand[chosen[i]]->name);
+            double ms = pair_rtt(&w, cand[j], cand[chosen[i]]);
             if (ms == -2)
                 ms = LOST_MS;
             if (ms > far) {

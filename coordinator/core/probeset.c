@@ -12,6 +12,7 @@
 typedef struct {
     char node[64];
     char addr[64];
+    char overlay[16]; /* its overlay address, "" none */
     int port;
 } peer_t;
 
@@ -76,6 +77,12 @@ static int add(br_probeset_t *p, const br_node_t *n, const char *addr, int port)
     br_strlcpy(q->node, n->name, sizeof(q->node));
     br_strlcpy(q->addr, addr, sizeof(q->addr));
     q->port = port;
+    /* its overlay address when it has a working place in the overlay (overlaynet.h) */
+    json_t *ov = json_object_get(n->info, "overlay");
+    const char *oaddr = json_string_value(json_object_get(ov, "address"));
+    q->overlay[0] = '\0';
+    if (oaddr && json_is_string(json_object_get(ov, "mode")) && !json_object_get(ov, "error"))
+        br_strlcpy(q->overlay, oaddr, sizeof(q->overlay));
     return 0;
 }
 
@@ -132,8 +139,10 @@ json_t *br_probeset_peers(const br_probeset_t *p, const char *self, uint64_t las
                           uint64_t *hash)
 {
     size_t len = p->len, count = 0, a = after(p, self);
-    size_t others = len - (a > 0 && strcmp(p->peers[a - 1].node, self) == 0);
+    int in_set = a > 0 && strcmp(p->peers[a - 1].node, self) == 0;
+    size_t others = len - (size_t)in_set;
     size_t first = others > BR_PROBE_PEERS_MAX ? a : 0; /* too many: the ones after self */
+    int overlay = in_set && p->peers[a - 1].overlay[0]; /* it probes overlay paths too */
     uint64_t h = 1469598103934665603ULL;
     char port[16];
     for (size_t k = 0; k < len && count < BR_PROBE_PEERS_MAX; k++) {
@@ -142,6 +151,8 @@ json_t *br_probeset_peers(const br_probeset_t *p, const char *self, uint64_t las
             continue;
         snprintf(port, sizeof(port), "%d", q->port);
         h = mix(mix(mix(h, q->node), q->addr), port);
+        if (overlay)
+            h = mix(h, q->overlay);
         count++;
     }
     *hash = h ? h : 1;
@@ -155,6 +166,12 @@ json_t *br_probeset_peers(const br_probeset_t *p, const char *self, uint64_t las
             continue;
         json_array_append_new(peers, json_pack("{s:s, s:s, s:i}", "node", q->node, "addr",
                                                q->addr, "port", q->port));
+        if (overlay && q->overlay[0]) { /* the same peer over the overlay */
+            char name[80];
+            snprintf(name, sizeof(name), "%s" BR_PROBE_OVERLAY_SUFFIX, q->node);
+            json_array_append_new(peers, json_pack("{s:s, s:s, s:i}", "node", name, "addr",
+                                                   q->overlay, "port", q->port));
+        }
         count++;
     }
     return peers;

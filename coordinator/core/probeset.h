@@ -14,6 +14,8 @@
 
 #define BR_PROBE_PEERS_MAX 64      /* peers one agent probes */
 #define BR_PROBESET_REBUILD_MS 100 /* while nodes join, one rebuild per this */
+#define BR_PROBE_OVERLAY_SUFFIX "/overlay" /* a peer's name with it: the peer probed at
+                                            * its overlay address */
 
 typedef struct br_probeset br_probeset_t;
 
@@ -40,7 +42,9 @@ size_t br_probeset_size(const br_probeset_t *p);
 
 /* The peers of node self: [{"node", "addr", "port"}], every other node of the set
  * in name order when they are at most BR_PROBE_PEERS_MAX, else the
- * BR_PROBE_PEERS_MAX after self's name. *hash is set to a digest of that list (never
+ * BR_PROBE_PEERS_MAX after self's name; when self and a peer both have a place in
+ * the overlay, the peer again as {"node": "NAME/overlay", "addr": its overlay
+ * address}, so that the network map has the overlay's round trips too. *hash is set to a digest of that list (never
  * 0); NULL is returned when it equals last (the list did not change). */
 json_t *br_probeset_peers(const br_probeset_t *p, const char *self, uint64_t last,
                           uint64_t *hash);

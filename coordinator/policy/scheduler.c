@@ -439,10 +439,11 @@ static void plan_scan(const br_sched_in_t *in, br_job_t *job, br_sched_decision_
     } else if (d->assign) { /* a gang: the nearest set of those that fit */
         const char *sites = json_string_value(json_object_get(res, "spread"));
         const char *net = json_string_value(json_object_get(res, "network"));
-        int direct = net && strcmp(net, "direct") == 0; /* (relays matter not) */
+        br_netmap_via_t via = {net && strcmp(net, "overlay") == 0, in->relayed,
+                               in->relayed_ctx};
+        int direct = net && strcmp(net, "direct") == 0; /* (the overlay matters not) */
         br_netmap_choose(in->netmap, fit, count, want, sites && strcmp(sites, "any") == 0,
-                         direct ? NULL : in->relayed, in->relayed_ctx, chosen, how,
-                         sizeof(how));
+                         direct ? NULL : &via, chosen, how, sizeof(how));
         d->how = strdup(how);
     }
     if (d->assign) {

@@ -599,6 +599,14 @@ def test_one_router_two_nodes_and_a_relay_between_homes(home_sites, make_cluster
                          wg(c, "a2", "show", "bramble0", "allowed-ips").stdout.splitlines()),
              what="a2 to route b2's overlay address through the cloud's peer")
 
+    # the network map probes the overlay's paths too: a2 to b2, through the cloud
+    def overlay_ms(m, a, b):
+        rows = m.get("overlay_rtt_ms")
+        return rows and rows[m["nodes"].index(a)][m["nodes"].index(b)]
+    wait_for(lambda: overlay_ms(c.cli_json("probe"), "a2", "b2"),
+             what="the network map to measure a2 to b2 over the overlay")
+    assert "OVERLAY (ms)" in c.cli("probe")[1]
+
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
     params = {}

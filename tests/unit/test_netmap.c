@@ -114,7 +114,7 @@ static void test_choose_nearest_pair(void **state)
     both(f, "b", "c", 4.0);
     int chosen[2];
     char why[300];
-    br_netmap_choose(f->map, f->n, 3, 2, 0, NULL, NULL, chosen, why, sizeof(why));
+    br_netmap_choose(f->map, f->n, 3, 2, 0, NULL, chosen, why, sizeof(why));
     assert_int_equal(chosen[0], 0);
     assert_int_equal(chosen[1], 2);
     assert_string_equal(why, "max rtt 0.20 ms; b not chosen: rtt 5.00 ms to a");
@@ -139,14 +139,43 @@ static void test_choose_no_relayed_pair_when_another_fits(void **state)
     both(f, "b", "c", 3.0);
     int chosen[2];
     char why[300];
-    br_netmap_choose(f->map, f->n, 3, 2, 0, relayed_ab, NULL, chosen, why, sizeof(why));
+    br_netmap_via_t via = {0, relayed_ab, NULL};
+    br_netmap_choose(f->map, f->n, 3, 2, 0, &via, chosen, why, sizeof(why));
     assert_int_equal(chosen[0], 0);
     assert_int_equal(chosen[1], 2);
     assert_null(strstr(why, "relayed"));
     /* only the relayed pair fits: it is used, and said */
-    br_netmap_choose(f->map, f->n, 2, 2, 0, relayed_ab, NULL, chosen, why, sizeof(why));
+    br_netmap_choose(f->map, f->n, 2, 2, 0, &via, chosen, why, sizeof(why));
     assert_int_equal(chosen[1], 1);
     assert_non_null(strstr(why, "some pairs relayed: no set without fits"));
+}
+
+/* A pair with no direct path but a fast overlay one: a gang that may run over the
+ * overlay weighs the overlay's round trip; one that runs direct does not. */
+static void test_choose_by_overlay_round_trips(void **state)
+{
+    fx_t *f = *state;
+    add(f, "a", NULL);
+    add(f, "b", NULL);
+    add(f, "c", NULL);
+    both(f, "a", "b", -1);          /* no direct answer (behind two routers) */
+    both(f, "a", "b/overlay", 0.5); /* ... but over the overlay */
+    both(f, "a", "c", 3.0);
+    both(f, "b", "c", 4.0);
+    assert_true(br_netmap_overlay_rtt(f->map, "a", "b") == 0.5);
+    assert_true(br_netmap_overlay_rtt(f->map, "a", "c") == -1); /* (not measured) */
+    int chosen[2];
+    char why[300];
+    br_netmap_choose(f->map, f->n, 3, 2, 0, NULL, chosen, why, sizeof(why));
+    assert_int_equal(chosen[1], 2); /* direct: a and c */
+    br_netmap_via_t via = {0, NULL, NULL};
+    br_netmap_choose(f->map, f->n, 3, 2, 0, &via, chosen, why, sizeof(why));
+    assert_int_equal(chosen[0], 0); /* auto: a and b, over the overlay */
+    assert_int_equal(chosen[1], 1);
+    assert_string_equal(why, "max rtt 0.50 ms; c not chosen: rtt 4.00 ms to b");
+    both(f, "a", "b/overlay", -1); /* the overlay lost too: a and c again */
+    br_netmap_choose(f->map, f->n, 3, 2, 0, &via, chosen, why, sizeof(why));
+    assert_int_equal(chosen[1], 2);
 }
 
 static void test_choose_one_site_unless_any(void **state)
@@ -160,16 +189,16 @@ static void test_choose_one_site_unless_any(void **state)
     both(f, "b", "c", 0.3);
     int chosen[2];
     char why[300];
-    br_netmap_choose(f->map, f->n, 3, 2, 0, NULL, NULL, chosen, why, sizeof(why));
+    br_netmap_choose(f->map, f->n, 3, 2, 0, NULL, chosen, why, sizeof(why));
     assert_int_equal(chosen[0], 0);
     assert_int_equal(chosen[1], 2);
     assert_string_equal(why, "max rtt 2.00 ms; b not chosen: site cloud");
-    br_netmap_choose(f->map, f->n, 3, 2, 1, NULL, NULL, chosen, why, sizeof(why));
+    br_netmap_choose(f->map, f->n, 3, 2, 1, NULL, chosen, why, sizeof(why));
     assert_int_equal(chosen[0], 0);
     assert_int_equal(chosen[1], 1);
 
     /* only a set across sites fits: it is used, and said */
-    br_netmap_choose(f->map, f->n, 2, 2, 0, NULL, NULL, chosen, why, sizeof(why));
+    br_netmap_choose(f->map, f->n, 2, 2, 0, NULL, chosen, why, sizeof(why));
     assert_int_equal(chosen[0], 0);
     assert_int_equal(chosen[1], 1);
     assert_non_null(strstr(why, "across sites"));
@@ -190,7 +219,7 @@ static void test_choose_far_counts_as_another_site(void **state)
     both(f, "c", "d", 9.5);
     int chosen[3];
     char why[300];
-    br_netmap_choose(f->map, f->n, 4, 3, 0, NULL, NULL, chosen, why, sizeof(why));
+    br_netmap_choose(f->map, f->n, 4, 3, 0, NULL, chosen, why, sizeof(why));
     assert_int_equal(chosen[0], 1);
     assert_int_equal(chosen[1], 2);
     assert_int_equal(chosen[2], 3);
@@ -206,7 +235,7 @@ static void test_choose_unmeasured_and_lost(void **state)
     int chosen[2];
     char why[300];
     /* nothing measured: first fit, in candidate order */
-    br_netmap_choose(f->map, f->n, 3, 2, 0, NULL, NULL, chosen, why, sizeof(why));
+    br_netmap_choose(f->map, f->n, 3, 2, 0, NULL, chosen, why, sizeof(why));
     assert_int_equal(chosen[0], 0);
     assert_int_equal(chosen[1], 1);
     assert_non_null(strstr(why, "round trips not measured yet"));
@@ -214,7 +243,7 @@ static void test_choose_unmeasured_and_lost(void **state)
     both(f, "a", "b", -1);
     both(f, "b", "c", 0.4);
     both(f, "a", "c", 0.9);
-    br_netmap_choose(f->map, f->n, 3, 2, 0, NULL, NULL, chosen, why, sizeof(why));
+    br_netmap_choose(f->map, f->n, 3, 2, 0, NULL, chosen, why, sizeof(why));
     assert_int_equal(chosen[0], 1);
     assert_int_equal(chosen[1], 2);
     assert_string_equal(why, "max rtt 0.40 ms; a not chosen: no answer from it to b");
@@ -227,6 +256,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_choose_nearest_pair, setup, teardown),
         cmocka_unit_test_setup_teardown(test_choose_no_relayed_pair_when_another_fits, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_choose_by_overlay_round_trips, setup, teardown),
         cmocka_unit_test_setup_teardown(test_choose_one_site_unless_any, setup, teardown),
         cmocka_unit_test_setup_teardown(test_choose_far_counts_as_another_site, setup,
                                         teardown),

@@ -73,6 +73,37 @@ static void test_small_cluster_all_others_in_order(void **state)
     br_nodes_destroy(&nodes);
 }
 
+/* nodes with a place in the overlay probe each other at their overlay addresses
+ * too; a node without one is probed directly only, and probes so */
+static void test_overlay_paths_probed_too(void **state)
+{
+    (void)state;
+    br_nodes_t *nodes = cluster(3, 0);
+    int i = 0;
+    for (br_node_t *n = br_nodes_first(nodes); n; n = n->next, i++)
+        if (i < 2) { /* n000 and n001 */
+            char addr[16];
+            snprintf(addr, sizeof(addr), "10.213.0.%d", i + 1);
+            json_object_set_new(n->info, "overlay", json_pack("{s:s, s:s}", "mode",
+                                                              "userspace", "address", addr));
+        }
+    br_probeset_t *p = br_probeset_new(KEY);
+    br_probeset_changed(p);
+    br_probeset_refresh(p, nodes, 1000);
+    uint64_t h;
+    json_t *peers = br_probeset_peers(p, "n000", 0, &h);
+    assert_int_equal(json_array_size(peers), 3); /* n001, n001/overlay, n002 */
+    assert_string_equal(peer(peers, 1), "n001" BR_PROBE_OVERLAY_SUFFIX);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(peers, 1), "addr")),
+                        "10.213.0.2");
+    json_decref(peers);
+    peers = br_probeset_peers(p, "n002", 0, &h); /* it has none: direct only */
+    assert_int_equal(json_array_size(peers), 2);
+    json_decref(peers);
+    br_probeset_destroy(&p);
+    br_nodes_destroy(&nodes);
+}
+
 static void test_large_cluster_bounded_after_own_name(void **state)
 {
     (void)state;
@@ -125,6 +156,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_probe_key_follows_from_the_secret),
         cmocka_unit_test(test_small_cluster_all_others_in_order),
+        cmocka_unit_test(test_overlay_paths_probed_too),
         cmocka_unit_test(test_large_cluster_bounded_after_own_name),
         cmocka_unit_test(test_rebuilt_when_changed_at_most_so_often),
     };
