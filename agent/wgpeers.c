@@ -27,6 +27,7 @@ typedef struct {
     int passes;     /* times every endpoint was tried without a handshake */
     int reach;      /* 1 reached, 0 being tried, -1 none of its endpoints answered */
     int fresh;      /* new, or its endpoints changed: set with its first endpoint */
+    char at[64];    /* where WireGuard reached it (`wg show ... endpoints`), "" */
     char *allowed;  /* its allowed IPs as last set (NULL: not yet) */
 } peer_t;
 
@@ -325,8 +326,12 @@ int br_wgpeers_set(br_wgpeers_t *p, const json_t *list, int64_t now, br_err_t *e
         if (find(next, nn, q->key))
             continue; /* (listed twice: the first counts) */
         peer_t *old = find(p->peers, p->n, q->key);
-        if (old && same_endpoints(old, q)) { /* as it was: what it reached is kept */
-            q->cur = old->cur;
+        int kept = old && (same_endpoints(old, q) ||
+                           (old->reach == 1 && !old->fresh && old->neps && q->neps &&
+                            strcmp(old->eps[0], q->eps[0]) == 0));
+        if (kept) { /* as it was, or reached and where it is first found is the same:
+                     * where WireGuard reaches it is kept (the new list for later) */
+            q->cur = old->cur < q->neps ? old->cur : 0;
             q->tried = old->tried;
             q->passes = old->passes;
             q->reach = old->reach;
@@ -379,6 +384,29 @@ static int next_endpoint(br_wgpeers_t *p, peer_t *q, br_err_t *err)
     return run_set(p, &w, err);
 }
 
+/* Where WireGuard reaches each reached peer now (the address and port its packets
+ * come from: a router's mapping, for a peer behind NAT), into its "at". */
+static void where_reached(br_wgpeers_t *p)
+{
+    size_t len = p->n * 120 + 256;
+    char *out = malloc(len);
+    char *argv[] = {"wg", "show", p->ifname, "endpoints", NULL};
+    if (!out || br_quietrun(argv, STEP_MS, out, len) != 0) {
+        free(out);
+        return;
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        peer_t *q = &p->peers[i];
+        const char *at = q->reach == 1 ? strstr(out, q->key) : NULL;
+        char ep[64] = "";
+        if (at && sscanf(at + strlen(q->key), "%63s", ep) == 1 && endpoint_ok(ep))
+            br_strlcpy(q->at, ep, sizeof(q->at));
+        else
+            q->at[0] = '\0';
+    }
+    free(out);
+}
+
 int br_wgpeers_tick(br_wgpeers_t *p, int64_t now, br_err_t *err)
 {
     int trying = 0, changed = 0, rc = 0;
@@ -421,17 +449,21 @@ int br_wgpeers_tick(br_wgpeers_t *p, int64_t now, br_err_t *err)
             rc = -1;
     }
     free(out);
+    if (changed && rc == 0)
+        where_reached(p);
     return rc < 0 ? -1 : changed;
 }
 
 json_t *br_wgpeers_reach(const br_wgpeers_t *p)
 {
-    json_t *yes = json_array(), *no = json_array();
+    json_t *yes = json_array(), *no = json_array(), *at = json_object();
     for (size_t i = 0; i < p->n; i++) {
         if (p->peers[i].reach == 1)
             json_array_append_new(yes, json_string(p->peers[i].node));
         else if (p->peers[i].reach < 0)
             json_array_append_new(no, json_string(p->peers[i].node));
+        if (p->peers[i].reach == 1 && p->peers[i].at[0])
+            json_object_set_new(at, p->peers[i].node, json_string(p->peers[i].at));
     }
-    return json_pack("{s:o, s:o}", "reached", yes, "unreached", no);
+    return json_pack("{s:o, s:o, s:o}", "reached", yes, "unreached", no, "at", at);
 }

@@ -32,8 +32,10 @@ void br_wgpeers_forget(br_wgpeers_t *p);
 
 /* Make the interface's peers exactly list: [{"node", "pubkey", "address",
  * "endpoints"?: ["HOST:PORT"...] (or "endpoint"), "via"?: a listed relay's pubkey}].
- * A peer whose endpoints did not change keeps the one it reached (WireGuard may have
- * learnt a better one from its packets). now: monotonic ms. 0, or -1 with err (the
+ * A peer whose endpoints did not change, or that is reached and whose first
+ * endpoint did not change, keeps the one it reached (WireGuard may have learnt a
+ * better one from its packets); one whose first endpoint changed (it moved) is
+ * sent to there at once. now: monotonic ms. 0, or -1 with err (the
  * peers that could be set are). */
 int br_wgpeers_set(br_wgpeers_t *p, const json_t *list, int64_t now, br_err_t *err);
 
@@ -42,9 +44,11 @@ int br_wgpeers_set(br_wgpeers_t *p, const json_t *list, int64_t now, br_err_t *e
  * br_wgpeers_reach says changed, 0 when not, -1 with err when `wg` failed. */
 int br_wgpeers_tick(br_wgpeers_t *p, int64_t now, br_err_t *err);
 
-/* {"reached": [node...], "unreached": [node...]}: the peers a handshake was seen
- * with, and those none of whose endpoints answered (a new reference). Peers still
- * being tried are in neither. */
+/* {"reached": [node...], "unreached": [node...], "at": {node: "HOST:PORT"}}: the
+ * peers a handshake was seen with, those none of whose endpoints answered (a new
+ * reference; peers still being tried are in neither), and where WireGuard
+ * reached each reached peer when that last changed (the address and port its
+ * packets come from: its router's mapping, behind NAT). */
 json_t *br_wgpeers_reach(const br_wgpeers_t *p);
 
 /* The interface was taken over as a previous agent left it: every peer is set

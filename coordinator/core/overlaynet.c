@@ -190,6 +190,18 @@ const char *br_overlay_path_name(br_overlay_path_t p)
     }
 }
 
+/* Whether list holds the string text. */
+static int json_array_find_string(const json_t *list, const char *text)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v) {
+        if (strcmp(json_string_value(v), text) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* Append "HOST:PORT" to list unless it is there. */
 static void add_endpoint(json_t *list, const char *host, json_int_t port)
 {
@@ -207,10 +219,10 @@ static void add_endpoint(json_t *list, const char *host, json_int_t port)
     json_array_append_new(list, json_string(ep));
 }
 
-/* Where n may reach o's WireGuard, the likeliest first: the address o advertised
- * (else the one it connects from) and the one the coordinator sees it connect from,
- * then its LAN addresses; its LAN addresses first when both connect from the same
- * address (behind one router). */
+/* Where n may reach o's WireGuard, the likeliest first: the address o advertised,
+ * where another node's WireGuard reached it ("mapped": its router's mapping), the
+ * address the coordinator sees it connect from, then its LAN addresses; its LAN
+ * addresses first when both connect from the same address (behind one router). */
 static json_t *endpoints_of(const br_node_t *n, const br_node_t *o)
 {
     json_t *ov = json_object_get(o->info, "overlay"), *lan = json_object_get(ov, "lan"), *v;
@@ -223,9 +235,15 @@ static json_t *endpoints_of(const br_node_t *n, const br_node_t *o)
     if (port <= 0 || port >= 65536)
         return list;
     int one_site = seen && mine && strcmp(seen, mine) == 0;
+    const char *mapped = json_string_value(json_object_get(ov, "mapped"));
+    const char *host = json_string_value(json_object_get(o->info, "address"));
     for (int pass = 0; pass < 2; pass++) {
         if (pass == (one_site ? 1 : 0)) {
-            add_endpoint(list, json_string_value(json_object_get(o->info, "address")), port);
+            if (host && (!seen || strcmp(host, seen) != 0)) /* (one it advertised) */
+                add_endpoint(list, host, port);
+            if (mapped && json_array_size(list) < BR_OVERLAY_ENDPOINTS_MAX &&
+                !json_array_find_string(list, mapped)) /* (as a peer saw it) */
+                json_array_append_new(list, json_string(mapped));
             add_endpoint(list, seen, port);
         } else {
             json_array_foreach(lan, i, v) {
@@ -355,6 +373,17 @@ static void reach_now(br_coord_t *c, br_node_t *n, json_t *reach)
     json_decref(after);
 }
 
+/* Whether text is "A.B.C.D:PORT". */
+static int ipv4_endpoint(const char *text)
+{
+    char host[20];
+    unsigned port;
+    char tail;
+    struct in_addr in;
+    return text && sscanf(text, "%19[0-9.]:%u%c", host, &port, &tail) == 2 && port > 0 &&
+           port < 65536 && inet_pton(AF_INET, host, &in) == 1;
+}
+
 int br_overlay_reach_check(const json_t *reach, br_err_t *err)
 {
     static const char *const keys[] = {"reached", "unreached"};
@@ -373,6 +402,16 @@ int br_overlay_reach_check(const json_t *reach, br_err_t *err)
                                             "node name", keys[k], i);
         }
     }
+    json_t *at = json_object_get(reach, "at"), *v;
+    const char *name;
+    if (at && (!json_is_object(at) || json_object_size(at) > BR_OVERLAY_PEERS_MAX))
+        return br_errf(err, EPROTO, "node.heartbeat: overlay_reach.at must be an object of "
+                                    "at most %d endpoints", BR_OVERLAY_PEERS_MAX);
+    json_object_foreach(at, name, v) {
+        if (!ipv4_endpoint(json_string_value(v)))
+            return br_errf(err, EPROTO, "node.heartbeat: overlay_reach.at.%.60s is not "
+                                        "A.B.C.D:PORT", name);
+    }
     return 0;
 }
 
@@ -380,6 +419,22 @@ void br_overlay_reach(br_coord_t *c, br_node_t *n, const json_t *reach)
 {
     json_t *now = json_object(), *v;
     size_t i;
+    const char *name;
+    const char *mine = json_string_value(json_object_get(json_object_get(n->info, "overlay"),
+                                                         "seen"));
+    json_object_foreach(json_object_get(reach, "at"), name, v) {
+        /* where n's WireGuard reaches a peer from across a router: that router's
+         * mapping for it, a candidate for the others */
+        br_node_t *o = br_nodes_find(c->nodes, name);
+        json_t *ov = o ? json_object_get(o->info, "overlay") : NULL;
+        const char *seen = json_string_value(json_object_get(ov, "seen"));
+        const char *had = json_string_value(json_object_get(ov, "mapped"));
+        if (!o || o == n || !placed(o) || (seen && mine && strcmp(seen, mine) == 0) ||
+            (had && strcmp(had, json_string_value(v)) == 0))
+            continue;
+        json_object_set(ov, "mapped", v); /* (in memory) */
+        c->overlay_version++;
+    }
     json_array_foreach(json_object_get(reach, "unreached"), i, v) {
         json_object_set_new(now, json_string_value(v), json_false());
     }

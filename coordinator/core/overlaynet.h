@@ -67,9 +67,10 @@ int br_overlay_relayed_pair(void *ctx, const br_node_t *a, const br_node_t *b);
  * [{"node", "pubkey", "address", "endpoints"?: ["HOST:PORT"...] (and "endpoint",
  * the first), "via"?: a relay's pubkey and "via_node" its name, "relay"?: true}].
  * The endpoints are the candidates, the likeliest first: the address the peer
- * advertised (else the one it connects from), the one it connects from, its LAN
- * addresses (first when both connect from one address: one router), each with
- * the port its hello said. "via": the pair is relayed (br_overlay_path). n counts
+ * advertised, the address and port another node's WireGuard reached it at
+ * ("mapped": its router's mapping), the address it connects from, and its LAN
+ * addresses (first when both connect from one address: one router), each but
+ * "mapped" with the port its hello said. "via": the pair is relayed (br_overlay_path). n counts
  * them heard. NULL too when n has no place in the overlay. */
 json_t *br_overlay_peers_news(br_coord_t *c, br_node_t *n);
 
@@ -95,11 +96,14 @@ br_overlay_path_t br_overlay_path(br_coord_t *c, const br_node_t *a, const br_no
 /* "direct", "relayed", "unreachable", "trying". */
 const char *br_overlay_path_name(br_overlay_path_t p);
 
-/* A heartbeat's "overlay_reach" ({"reached": [node...], "unreached": [node...]}):
- * 0 when well formed, else -1 with err. */
+/* A heartbeat's "overlay_reach" ({"reached": [node...], "unreached": [node...],
+ * "at"?: {node: "A.B.C.D:PORT"}}): 0 when well formed, else -1 with err. */
 int br_overlay_reach_check(const json_t *reach, br_err_t *err);
 /* Node n's agent said which peers it reached (checked): kept in n->overlay_reach;
- * when a pair's path through a relay changed, every node is told its peers anew. */
+ * when a pair's path through a relay changed, every node is told its peers anew.
+ * Where it reached a peer from behind another address (its "at"; not a peer
+ * behind the same one) is that peer's "mapped" endpoint, a candidate for the
+ * others after the address it connects from. */
 void br_overlay_reach(br_coord_t *c, br_node_t *n, const json_t *reach);
 
 /* For `bramble probe`: {"pairs": [{"a", "b", "path", "via"?}] (the pairs relayed or

@@ -588,6 +588,17 @@ def test_one_router_two_nodes_and_a_relay_between_homes(home_sites, make_cluster
     text = c.cli("probe")[1]
     assert "overlay: 6 pairs direct, 4 relayed, 0 unreachable" in text, text
     assert "a2 <-> b2: relayed via cloud" in text, text
+    # where the cloud's WireGuard reaches each node behind router a: the router's
+    # address, with a port of its own for each (a candidate for the others)
+    mapped = wait_for(lambda: (lambda m: len(set(m)) == 2 and all(m) and m)(
+        [overlay(c, n).get("mapped") for n in ("a1", "a2")]),
+        what="the cloud to say where it reaches a1 and a2")
+    assert all(m.startswith(f"{wan_a}:") for m in mapped), mapped
+    # ... and the cloud sends to each where it answers (not to the other's mapping)
+    keys = {overlay(c, n)["pubkey"]: n for n in ("a1", "a2")}
+    wait_for(lambda: all(f"{k}\t{overlay(c, keys[k])['mapped']}" in
+                         wg(c, "cloud", "show", "bramble0", "endpoints").stdout for k in keys),
+             what="the cloud to send to a1 and a2 at their own mappings")
     # behind one router, each found the other at its LAN address
     eps = wg(c, "a1", "show", "bramble0", "endpoints").stdout
     a2_key = c.nodes()["a2"]["overlay"]["pubkey"]

@@ -199,6 +199,7 @@ static void test_endpoints_and_relays(void **state)
     assert_true(json_is_true(json_object_get(peer_of(c, a2, "r", &list), "relay")));
     /* a2 reached none of b1's endpoints: relayed through r, which neither failed */
     br_node_t *via = NULL;
+    br_err_t err;
     assert_int_equal(br_overlay_path(c, a2, b1, &via), BR_OVERLAY_TRYING);
     uint64_t v = c->overlay_version;
     said_reach(c, a2, "r", "b1");
@@ -237,6 +238,29 @@ static void test_endpoints_and_relays(void **state)
     said_reach(c, b1, NULL, NULL);
     join(c, a2, "203.0.113.1", "192.168.7.3", 0);
     assert_int_equal(br_overlay_path(c, a2, b1, &via), BR_OVERLAY_TRYING);
+    /* where the relay's WireGuard reached a2 (its router's mapping of a2's port) is a
+     * candidate for the others; what a1, behind the same router, saw is not */
+    json_t *r2 = json_pack("{s:[s], s:[], s:{s:s}}", "reached", "a2", "unreached", "at", "a2",
+                           "203.0.113.1:40123");
+    assert_int_equal(br_overlay_reach_check(r2, &err), 0);
+    v = c->overlay_version;
+    br_overlay_reach(c, r, r2);
+    assert_true(c->overlay_version > v);
+    json_decref(r2);
+    p = peer_of(c, b1, "a2", &list);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(p, "endpoints"), 0)),
+                        "203.0.113.1:40123"); /* (first: it answered there) */
+    r2 = json_pack("{s:[s], s:[], s:{s:s}}", "reached", "a2", "unreached", "at", "a2",
+                   "192.168.7.3:51820");
+    br_overlay_reach(c, a1, r2);
+    json_decref(r2);
+    p = peer_of(c, b1, "a2", &list);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(p, "endpoints"), 0)),
+                        "203.0.113.1:40123"); /* (first: it answered there) */
+    r2 = json_pack("{s:[], s:[], s:{s:s}}", "reached", "unreached", "at", "a2", "nope");
+    assert_int_equal(br_overlay_reach_check(r2, &err), -1);
+    assert_non_null(strstr(err.text, "overlay_reach.at.a2 is not A.B.C.D:PORT"));
+    json_decref(r2);
     /* resources.network auto: over the overlay once the network map found a pair
      * that answers no direct probe; direct: never; overlay: always */
     br_node_t *gang[2] = {a2, b1};
@@ -254,7 +278,6 @@ static void test_endpoints_and_relays(void **state)
     assert_int_equal(br_overlay_gang_uses(c, spec, gang, 1, NULL, 0), 1);
     json_decref(spec);
     /* bad words are refused */
-    br_err_t err;
     json_t *bad = json_pack("{s:[i]}", "reached", 3);
     assert_int_equal(br_overlay_reach_check(bad, &err), -1);
     assert_non_null(strstr(err.text, "overlay_reach.reached[0] is not a node name"));

@@ -29,10 +29,11 @@
 
 static const char fake_wg[] = "#!/bin/sh\n"
                               "echo \"$*\" >> \"$FAKE_WG_LOG\"\n"
+                              "if [ \"$3\" = endpoints ]; then cat \"$FAKE_WG_EP\"; exit 0; fi\n"
                               "if [ \"$1\" = show ]; then cat \"$FAKE_WG_HS\" 2>/dev/null; fi\n"
                               "exit 0\n";
 
-static char tmp[64], log_path[128], hs_path[128];
+static char tmp[64], log_path[128], hs_path[128], ep_path[128];
 static char k1[BR_WGKEY_B64], k2[BR_WGKEY_B64], k3[BR_WGKEY_B64];
 
 static void key(char out[BR_WGKEY_B64])
@@ -56,6 +57,8 @@ static int setup(void **state)
         return -1;
     snprintf(log_path, sizeof(log_path), "%s/wg.log", tmp);
     snprintf(hs_path, sizeof(hs_path), "%s/hs", tmp);
+    snprintf(ep_path, sizeof(ep_path), "%s/ep", tmp);
+    setenv("FAKE_WG_EP", ep_path, 1);
     snprintf(path, sizeof(path), "%s:/usr/bin:/bin", tmp);
     setenv("PATH", path, 1);
     setenv("FAKE_WG_LOG", log_path, 1);
@@ -159,12 +162,19 @@ static void test_endpoints_tried_and_relays(void **state)
     assert_true(in_list(reach, "unreached", "p2"));
     assert_false(in_list(reach, "unreached", "p1")); /* (still being tried) */
     json_decref(reach);
-    /* a handshake with p1: reached, and it moves no more */
+    /* a handshake with p1: reached, and it moves no more; where WireGuard reaches it
+     * is said too */
     handshake(k1, (long long)time(NULL));
+    char eps[200];
+    snprintf(eps, sizeof(eps), "%s\t203.0.113.1:40123\n%s\t(none)\n", k1, k2);
+    assert_int_equal(br_write_file(ep_path, eps, strlen(eps), 0644, &err), 0);
     assert_int_equal(br_wgpeers_tick(p, t + 2 * BR_WGPEERS_TRY_MS + 20, &err), 1);
     reach = br_wgpeers_reach(p);
     assert_true(in_list(reach, "reached", "p1"));
     assert_true(in_list(reach, "unreached", "p3")); /* (its one endpoint failed) */
+    assert_string_equal(json_string_value(json_object_get(json_object_get(reach, "at"), "p1")),
+                        "203.0.113.1:40123");
+    assert_null(json_object_get(json_object_get(reach, "at"), "p2"));
     json_decref(reach);
     text = ran();
     assert_null(strstr(text, "endpoint 192.168.7.3")); /* (p1 stays) */
@@ -174,6 +184,21 @@ static void test_endpoints_tried_and_relays(void **state)
     assert_int_equal(br_wgpeers_set(p, list, t + 9000, &err), 0);
     text = ran();
     assert_null(strstr(text, "set bramble0"));
+    free(text);
+    /* p1, reached, gets another candidate after its first: where it is reached stays;
+     * then its first changes (it moved): sent to there at once */
+    json_t *p1eps = json_object_get(json_array_get(list, 0), "endpoints");
+    json_array_append_new(p1eps, json_string("192.0.2.50:51820"));
+    assert_int_equal(br_wgpeers_set(p, list, t + 9100, &err), 0);
+    text = ran();
+    assert_null(strstr(text, "set bramble0"));
+    free(text);
+    json_array_set_new(p1eps, 0, json_string("198.51.100.77:51820"));
+    assert_int_equal(br_wgpeers_set(p, list, t + 9200, &err), 0);
+    text = ran();
+    assert_true(has(text, "peer %s persistent-keepalive 0 peer %s allowed-ips "
+                          "10.9.0.1/32,10.9.0.3/32 persistent-keepalive 25 endpoint "
+                          "198.51.100.77:51820", k1, k1));
     free(text);
     /* p3 direct again, p2 gone: p3's address is its own, p2 removed */
     json_object_del(json_array_get(list, 2), "via");
