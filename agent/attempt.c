@@ -469,6 +469,7 @@ int br_attempt_log_answered(br_attempt_t *a, uint32_t tag, int errnum, int64_t n
     if (errnum == 0 || errnum == EPERM || errnum == ENOENT) {
         br_logbuf_taken(a->log, tag);
     } else {
+        br_logbuf_refused(a->log, tag); /* (one let go: lost) */
         br_logbuf_resend(a->log);
         a->log_retry_at = now + BR_LOG_RETRY_MS;
     }

@@ -24,6 +24,8 @@ typedef struct chunk {
  * unsent on, none was sent since it was put back in line. */
 struct br_logbuf {
     chunk_t *head, *tail, *unsent; /* oldest, newest, oldest not sent */
+    chunk_t *limbo; /* chunks let go, sent before a resend: their answers may still
+                       come (next: the list) */
     size_t cap, chunk, bytes; /* bytes: kept in memory */
     size_t let_go;            /* sent, not kept, not answered */
     int64_t dropped;
@@ -39,7 +41,8 @@ br_logbuf_t *br_logbuf_new(size_t cap, size_t chunk)
     return b;
 }
 
-static void unlink_chunk(br_logbuf_t *b, chunk_t *c)
+/* Take c out of the queue (its bytes kept no more). */
+static void detach(br_logbuf_t *b, chunk_t *c)
 {
     if (b->unsent == c)
         b->unsent = c->next;
@@ -52,9 +55,37 @@ static void unlink_chunk(br_logbuf_t *b, chunk_t *c)
     else
         b->tail = c->prev;
     b->bytes -= c->len - c->off;
+    c->prev = c->next = NULL;
+}
+
+static void unlink_chunk(br_logbuf_t *b, chunk_t *c)
+{
+    detach(b, c);
     b->let_go -= c->let_go;
     free(c->data);
     free(c);
+}
+
+/* Remove c from limbo (its bytes counted as dropped when lost), and free it. */
+static void leave_limbo(br_logbuf_t *b, chunk_t *c, int lost)
+{
+    for (chunk_t **p = &b->limbo; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    b->let_go -= c->let_go;
+    if (lost)
+        b->dropped += (int64_t)c->let_go;
+    free(c);
+}
+
+static chunk_t *in_limbo(const br_logbuf_t *b, uint32_t tag)
+{
+    for (chunk_t *c = b->limbo; c; c = c->next)
+        if (c->tag == tag)
+            return c;
+    return NULL;
 }
 
 void br_logbuf_destroy(br_logbuf_t **bp)
@@ -64,6 +95,8 @@ void br_logbuf_destroy(br_logbuf_t **bp)
         return;
     while (b->head)
         unlink_chunk(b, b->head);
+    while (b->limbo)
+        leave_limbo(b, b->limbo, 0);
     free(b);
     *bp = NULL;
 }
@@ -203,25 +236,45 @@ static chunk_t *find_sent(const br_logbuf_t *b, uint32_t tag)
 int br_logbuf_taken(br_logbuf_t *b, uint32_t tag)
 {
     chunk_t *c = find_sent(b, tag);
+    if (c) {
+        unlink_chunk(b, c);
+        return 1;
+    }
+    if ((c = in_limbo(b, tag))) { /* stored after all */
+        leave_limbo(b, c, 0);
+        return 1;
+    }
+    return 0;
+}
+
+int br_logbuf_refused(br_logbuf_t *b, uint32_t tag)
+{
+    chunk_t *c = in_limbo(b, tag);
     if (!c)
         return 0;
-    unlink_chunk(b, c);
+    leave_limbo(b, c, 1); /* its copy went: lost */
     return 1;
 }
 
 int br_logbuf_holds(const br_logbuf_t *b, uint32_t tag)
 {
-    return find_sent(b, tag) != NULL;
+    return find_sent(b, tag) != NULL || in_limbo(b, tag) != NULL;
 }
 
 void br_logbuf_resend(br_logbuf_t *b)
 {
+    while (b->limbo) /* put there by the resend before: no answer came since, lost */
+        leave_limbo(b, b->limbo, 1);
     for (chunk_t *c = b->head, *next; c && c != b->unsent; c = next) {
         next = c->next;
         c->sent = 0;
-        if (c->let_go) { /* nothing left to send again: lost */
-            b->dropped += (int64_t)c->let_go;
-            unlink_chunk(b, c);
+        if (c->let_go) { /* nothing left to send again; its answer may still say it
+                          * was stored (it went before what was refused): in limbo */
+            detach(b, c);
+            free(c->data);
+            c->data = NULL;
+            c->next = b->limbo;
+            b->limbo = c;
         }
     }
     b->unsent = b->head;
@@ -232,6 +285,9 @@ int64_t br_logbuf_oldest_sent(const br_logbuf_t *b)
     int64_t oldest = -1;
     for (chunk_t *c = b->head; c && c != b->unsent; c = c->next)
         if (c->sent && (oldest < 0 || c->sent_ms < oldest))
+            oldest = c->sent_ms;
+    for (chunk_t *c = b->limbo; c; c = c->next) /* (its answer awaited too) */
+        if (oldest < 0 || c->sent_ms < oldest)
             oldest = c->sent_ms;
     return oldest;
 }
@@ -244,6 +300,8 @@ void br_logbuf_pop(br_logbuf_t *b)
 
 void br_logbuf_drop_all(br_logbuf_t *b)
 {
+    while (b->limbo)
+        leave_limbo(b, b->limbo, 1);
     while (b->head) {
         b->dropped += (int64_t)(b->head->len - b->head->off + b->head->let_go);
         unlink_chunk(b, b->head);

@@ -4,8 +4,9 @@
  * disk was full) or no answer puts every chunk not taken back in line, to be sent
  * again under the same numbers. When what is kept exceeds the bound, the OLDEST bytes
  * are let go: bytes not sent are dropped and counted at once; a chunk sent and not
- * answered yet loses its copy, and its bytes count as dropped only when no answer
- * says they were stored (so stored + dropped is what the job wrote). So a job that prints faster than the coordinator takes
+ * answered yet loses its copy, and its bytes count as dropped only when its answer
+ * refuses them or none comes (so stored + dropped is what the job wrote, also when
+ * a chunk sent after a refused one is stored). So a job that prints faster than the coordinator takes
  * its output never blocks the agent nor grows it without limit; the count goes to
  * the coordinator as the attempt's "log_dropped". */
 #ifndef BRAMBLE_LOGBUF_H
@@ -45,12 +46,19 @@ void br_logbuf_sent(br_logbuf_t *b, int64_t seq, uint32_t tag, int64_t now_ms);
 /* The chunk sent with tag was taken (stored, or not wanted): removed. 1 when one
  * such chunk was kept, else 0. */
 int br_logbuf_taken(br_logbuf_t *b, uint32_t tag);
-/* 1 when a chunk sent with tag is kept. */
+/* The chunk sent with tag was refused: when its copy was let go (it waits in
+ * limbo, below), its bytes count as dropped now. 1 when it was such a one. (Any
+ * other chunk refused is sent again: br_logbuf_resend.) */
+int br_logbuf_refused(br_logbuf_t *b, uint32_t tag);
+/* 1 when a chunk sent with tag is kept, or waits in limbo. */
 int br_logbuf_holds(const br_logbuf_t *b, uint32_t tag);
-/* Every chunk sent and not taken waits to be sent again, oldest first. */
+/* Every chunk sent and not taken waits to be sent again, oldest first. One whose
+ * copy was let go cannot go again: it waits in limbo for its own answer (taken:
+ * stored; refused: dropped), and counts as dropped at the resend after this one
+ * when none came. */
 void br_logbuf_resend(br_logbuf_t *b);
-/* When the oldest chunk not taken was sent (monotonic ms), or -1 when none waits
- * for its answer. */
+/* When the oldest chunk not taken was sent (monotonic ms; one in limbo too), or -1
+ * when none waits for its answer. */
 int64_t br_logbuf_oldest_sent(const br_logbuf_t *b);
 /* Remove the chunk peek showed, with no answer to wait for (it went out as an
  * event). */

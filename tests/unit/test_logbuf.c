@@ -167,10 +167,16 @@ static void test_bound_lets_sent_chunks_go(void **state)
     assert_int_equal(br_logbuf_peek(b, 0, 100, 0, &c), 1);
     assert_memory_equal(c.data, "efgh", 4);
     br_logbuf_sent(b, 1, 8, 0);
-    /* never answered: on resending it counts as dropped and does not go again */
+    /* never answered: on resending it does not go again; it waits for its answer
+     * (in limbo) through one more resend, then counts as dropped */
     br_logbuf_put(b, 0, 1, "ijklmn", 6, 0); /* "efgh"'s copy goes */
     assert_int_equal(br_logbuf_let_go(b), 4);
     assert_int_equal(br_logbuf_oldest_sent(b), 0);
+    br_logbuf_resend(b);
+    assert_int_equal(br_logbuf_let_go(b), 4);
+    assert_int_equal(br_logbuf_dropped(b), 0);
+    assert_true(br_logbuf_holds(b, 8));
+    assert_int_equal(br_logbuf_oldest_sent(b), 0); /* (its answer still awaited) */
     br_logbuf_resend(b);
     assert_int_equal(br_logbuf_let_go(b), 0);
     assert_int_equal(br_logbuf_dropped(b), 4);
@@ -186,6 +192,48 @@ static void test_bound_lets_sent_chunks_go(void **state)
     assert_int_equal(br_logbuf_let_go(b), 0);
     assert_int_equal(br_logbuf_dropped(b), 4 + 4 + 2 + 5);
     assert_int_equal(br_logbuf_peek(b, 0, 100, 1, &c), 0);
+    br_logbuf_destroy(&b);
+}
+
+/* A chunk refused puts those sent after it back in line; one of them whose copy
+ * was let go waits for its own answer: stored (taken) counts nothing dropped,
+ * refused counts its bytes at once. */
+static void test_let_go_chunk_after_a_refused_one_waits_for_its_answer(void **state)
+{
+    (void)state;
+    br_logbuf_t *b = br_logbuf_new(8, 4);
+    br_logchunk_t c;
+    for (int i = 0; i < 3; i++) { /* three chunks sent: tags 1, 2, 3 */
+        br_logbuf_put(b, 0, 1, "abcd", 4, 0);
+        assert_int_equal(br_logbuf_peek(b, 0, 100, 1, &c), 1);
+        br_logbuf_sent(b, i, (uint32_t)i + 1, 0);
+    }
+    /* the bound (8) lets the copy of tag 1 go (4 + 4 + 4 kept > 8) */
+    assert_int_equal(br_logbuf_let_go(b), 4);
+    /* tag 2 is refused first (answers may come in any order here): 1 waits in limbo */
+    assert_int_equal(br_logbuf_refused(b, 2), 0); /* (not let go: sent again) */
+    br_logbuf_resend(b);
+    assert_true(br_logbuf_holds(b, 1));
+    assert_int_equal(br_logbuf_dropped(b), 0);
+    /* then 1's answer: stored after all */
+    assert_int_equal(br_logbuf_taken(b, 1), 1);
+    assert_int_equal(br_logbuf_let_go(b), 0);
+    assert_int_equal(br_logbuf_dropped(b), 0);
+    /* the same with a refusal of the one in limbo: its bytes are dropped at once */
+    assert_int_equal(br_logbuf_peek(b, 0, 100, 1, &c), 1); /* 2, again */
+    br_logbuf_sent(b, c.seq, 12, 0);
+    assert_int_equal(br_logbuf_peek(b, 0, 100, 1, &c), 1); /* 3, again */
+    br_logbuf_sent(b, c.seq, 13, 0);
+    br_logbuf_put(b, 0, 1, "efghijkl", 8, 0); /* both copies go */
+    assert_int_equal(br_logbuf_let_go(b), 8);
+    br_logbuf_resend(b);
+    assert_int_equal(br_logbuf_refused(b, 12), 1);
+    assert_int_equal(br_logbuf_dropped(b), 4);
+    assert_int_equal(br_logbuf_taken(b, 13), 1);
+    assert_int_equal(br_logbuf_dropped(b), 4);
+    assert_int_equal(br_logbuf_let_go(b), 0);
+    br_logbuf_drop_all(b);
+    assert_int_equal(br_logbuf_dropped(b), 4 + 8);
     br_logbuf_destroy(&b);
 }
 
@@ -222,13 +270,16 @@ static void test_every_byte_taken_or_dropped(void **state)
                 taken += (int64_t)lens[k];
             tags[k] = tags[--ntags];
             lens[k] = lens[ntags];
-        } else {
+        } else { /* a refusal or no answer: answers to what was sent may still come */
             br_logbuf_resend(b);
-            ntags = 0;
+            if ((r >> 12) % 2)
+                ntags = 0; /* (or not) */
         }
         assert_true(br_logbuf_bytes(b) <= 100);
     }
-    /* the rest is sent and taken */
+    /* the rest is sent and taken (what waits for an answer, none comes: the second
+     * resend counts it) */
+    br_logbuf_resend(b);
     br_logbuf_resend(b);
     br_logchunk_t c;
     while (br_logbuf_peek(b, 1 << 30, 5, 1, &c)) {
@@ -248,6 +299,7 @@ int main(void)
         cmocka_unit_test(test_drops_across_streams_oldest_first),
         cmocka_unit_test(test_sent_chunks_wait_to_be_taken),
         cmocka_unit_test(test_bound_lets_sent_chunks_go),
+        cmocka_unit_test(test_let_go_chunk_after_a_refused_one_waits_for_its_answer),
         cmocka_unit_test(test_every_byte_taken_or_dropped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
