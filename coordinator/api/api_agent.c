@@ -13,6 +13,7 @@
 #include "manifest_check.h"
 #include "nodelife.h"
 #include "overlaynet.h"
+#include "relay.h"
 #include "replicas.h"
 #include "stages.h"
 #include "token.h"
@@ -129,6 +130,9 @@ void br_api_node_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (br_store_key_add(c->store, key, BR_PRINCIPAL_NODE, n->name, &err) < 0 ||
         br_store_key_revoke_one(c->store, br_msg_user(m), &err) < 0)
         goto fail;
+    if (c->relay) /* the shells and forwards its old key carried go with it */
+        br_relay_cut(c->relay, 0, br_msg_user(m), "the node's key was replaced "
+                                                   "(node rotate-key)");
     br_strlcpy(n->pubkey, key, sizeof(n->pubkey));
     json_object_set_new(n->info, "pubkey", json_string(key));
     json_object_set_new(n->info, "key_rotated", json_integer(br_now_ms()));

@@ -30,6 +30,7 @@
 #include "jobtab.h"
 #include "netmap.h"
 #include "overlaynet.h"
+#include "relay.h"
 #include "watchers.h"
 #include "stats.h"
 
@@ -1429,6 +1430,10 @@ void br_api_user_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         br_store_key_revoke(c->store, BR_PRINCIPAL_USER, name, &err) < 0)
         goto fail;
     br_routes_keys_changed(c->routes); /* their API keys go with them */
+    char why[160];
+    snprintf(why, sizeof(why), "user %s was removed", name);
+    if (c->relay) /* and their shells and forwards, at once */
+        br_relay_cut(c->relay, id, NULL, why);
     br_coord_event(c, 0, NULL, "user", "user %s removed by %s; %d active job(s) %s", name,
                    who->name, n, strcmp(jobs, "admin") == 0 ? "handed to them" : "cancelled");
     br_reply_ok(c, m, json_pack("{s:i, s:s}", "jobs", n, "jobs_were",
@@ -1454,6 +1459,9 @@ void br_api_user_rotate_key(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (br_store_key_add(c->store, key, who->kind, who->name, &err) < 0 ||
         br_store_key_revoke_one(c->store, br_msg_user(m), &err) < 0)
         goto fail;
+    if (c->relay) /* what the old key opened goes with it */
+        br_relay_cut(c->relay, 0, br_msg_user(m), "the key that opened it was replaced "
+                                                   "(rotate-key)");
     br_coord_event(c, 0, NULL, "user", "%s %s rotated its key",
                    who->kind == BR_PRINCIPAL_ADMIN ? "admin" : "user", who->name);
     br_reply_ok(c, m, json_object());

@@ -34,6 +34,7 @@ typedef struct {
     br_relay_grant_t g;
     int64_t opened;
     end_t e[2];
+    char cut[160]; /* the loop cut it (br_relay_cut): why; the relay's thread closes it */
 } rstream_t;
 
 struct br_relay {
@@ -259,6 +260,11 @@ static void expire(br_relay_t *r, int64_t now, int ping)
     for (size_t i = r->n; i-- > 0;) {
         rstream_t *s = &r->s[i];
         char why[160];
+        if (s->cut[0]) { /* (its key was revoked: both ends are told why) */
+            br_strlcpy(why, s->cut, sizeof(why));
+            close_stream(r, s, -1, why);
+            continue;
+        }
         if (!(s->e[CLI].attached && s->e[NODE].attached)) {
             if (now - s->opened > BR_RELAY_ATTACH_MS) {
                 snprintf(why, sizeof(why), "%s did not attach within %d s",
@@ -332,14 +338,15 @@ static void *run(void *arg)
                                 {br_zap_socket(r->zap), 0, ZMQ_POLLIN, 0}};
         if (zmq_poll(it, 3, 250) < 0 && errno != EINTR)
             break;
-        if (it[1].revents)
+        int posted = it[1].revents != 0;
+        if (posted) /* (the loop cut a stream: closed below, at once) */
             br_worker_clear(&r->w);
         if (it[2].revents)
             br_zap_handle(r->zap);
         for (int i = 0; i < RECV_MAX && recv_one(r) == 0; i++)
             ;
         int64_t now = br_mono_ms();
-        if (now - expired >= 250) {
+        if (posted || now - expired >= 250) {
             expired = now;
             int ping = now - pinged >= BR_STREAM_PING_MS;
             if (ping)
@@ -460,6 +467,30 @@ int br_relay_job_streams(br_relay_t *r, int64_t job)
     for (size_t i = 0; i < r->n; i++)
         n += r->s[i].g.job == job;
     pthread_mutex_unlock(&r->w.mu);
+    return n;
+}
+
+int br_relay_cut(br_relay_t *r, int64_t user_id, const char *key, const char *why)
+{
+    int n = 0;
+    pthread_mutex_lock(&r->w.mu);
+    for (size_t i = 0; i < r->n; i++) {
+        rstream_t *s = &r->s[i];
+        if (s->cut[0] || !((user_id > 0 && s->g.user_id == user_id) ||
+                           (key && (strcmp(s->g.cli_key, key) == 0 ||
+                                    strcmp(s->g.node_key, key) == 0))))
+            continue;
+        br_strlcpy(s->cut, why, sizeof(s->cut));
+        n++;
+    }
+    for (size_t i = 0; key && i < r->nnodes; i++) /* (a node's old key: refused now) */
+        if (strcmp(r->nodes[i], key) == 0) {
+            memcpy(r->nodes[i], r->nodes[--r->nnodes], sizeof(r->nodes[0]));
+            break;
+        }
+    pthread_mutex_unlock(&r->w.mu);
+    if (n)
+        br_worker_post(&r->w); /* (its thread closes them, on its own socket) */
     return n;
 }
 

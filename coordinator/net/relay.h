@@ -48,6 +48,13 @@ typedef struct {
  * bound when the user or the coordinator has as many open as they may. */
 int br_relay_open(br_relay_t *r, br_relay_grant_t *g, br_err_t *err);
 
+/* Close the streams of user user_id (when > 0) and those granted to key (either
+ * end's; NULL: none by key), telling both ends why: a key revoked, a user
+ * removed. The relay's thread closes them at once (the agent's end then ends its
+ * processes as when the CLI vanishes), and a node's key it admitted is admitted no
+ * more. How many were open. */
+int br_relay_cut(br_relay_t *r, int64_t user_id, const char *key, const char *why);
+
 /* How many streams of job are open now: granted, and not yet closed. */
 int br_relay_job_streams(br_relay_t *r, int64_t job);
 

@@ -319,6 +319,33 @@ def test_killed_cli_hangs_up_the_remote_process(cluster, job):
     assert c.cli("shell", jid, "--", "echo", "alive") == (0, "alive\n", "")
 
 
+def test_a_replaced_key_cuts_what_it_opened(cluster, tmp_path):
+    """A user who replaces their key (`bramble user rotate-key`: the old one is
+    refused from then on) loses the shells the old key opened, at once: the CLI
+    says why and exits, the remote command is hung up, the job goes on, and a
+    shell with the new key works."""
+    c = cluster
+    cred = tmp_path / "sam.credential"
+    c.cli("user", "add", "sam-shell", "--out", cred)
+    spec = c.write_spec("name: sams\nresources: {cpus: 0}\ncommand: sleep 600\n")
+    _, out, _ = c.cli("submit", spec, "--json", credential=cred)
+    jid = json.loads(out)["id"]
+    c.wait_job(jid, "running")
+    cli = c.spawn("bramble-shell-sam", shell_argv(c, jid, "--", "sleep", "1003",
+                                                  credential=cred))
+    wait_for(lambda: remote_procs(c, jid, "sleep", "1003"),
+             what="sam's shell's `sleep 1003` to run in the job")
+    c.cli("user", "rotate-key", credential=cred)
+    assert cli.wait_exit(DEADLINE) != 0
+    assert "the key that opened it was replaced" in cli.output(), cli.output()
+    wait_for(lambda: not remote_procs(c, jid, "sleep", "1003"), 20,
+             "the remote sleep to be hung up once its key was replaced")
+    assert c.job(jid)["state"] == "running"
+    assert c.cli("shell", jid, "--", "echo", "new key", credential=cred) == \
+        (0, "new key\n", "")
+    c.cli("cancel", jid)
+
+
 # ---------------------------------------------------------------------------
 # audit
 
