@@ -258,7 +258,7 @@ static int apply(br_wgpeers_t *p, int64_t now, br_err_t *err)
 {
     words_t w = {0};
     char **keep = calloc(p->n + 1, sizeof(char *)); /* the new allowed texts */
-    int rc = -1;
+    int rc = -1, ran = 0;
     if (!keep || word(&w, "wg") < 0 || word(&w, "set") < 0 || word(&w, p->ifname) < 0)
         goto done;
     for (size_t i = 0; i < p->n; i++) {
@@ -280,6 +280,7 @@ static int apply(br_wgpeers_t *p, int64_t now, br_err_t *err)
             goto done;
     }
     rc = run_set(p, &w, err);
+    ran = 1;
     for (size_t i = 0; i < p->n; i++) {
         peer_t *q = &p->peers[i];
         if (rc == 0 && q->fresh) {
@@ -293,7 +294,7 @@ static int apply(br_wgpeers_t *p, int64_t now, br_err_t *err)
         }
     }
 done:
-    if (rc < 0 && !w.v)
+    if (rc < 0 && !ran)
         br_errf(err, ENOMEM, "overlay: out of memory");
     for (size_t i = 0; keep && i < p->n; i++)
         free(keep[i]);
@@ -415,6 +416,12 @@ int br_wgpeers_tick(br_wgpeers_t *p, int64_t now, br_err_t *err)
     if (!p->n || (p->looked && now - p->looked < (trying ? 1000 : 10000)))
         return 0;
     p->looked = now;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->peers[i].fresh) { /* (a `wg set` that failed: once more) */
+            if (apply(p, now, err) < 0)
+                return -1;
+            break;
+        }
     char *out = handshakes(p, p->n, err);
     if (!out)
         return -1;
