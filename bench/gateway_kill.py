@@ -33,32 +33,12 @@ import threading
 import time
 
 from benchnet import wait  # noqa: E402 (beside this file)
+from gateway import FAKE, answers, one  # noqa: E402 (the chat request it sends too)
 from localcluster import LocalCluster  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/bin")
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 2
 SECONDS = float(sys.argv[3]) if len(sys.argv) > 3 else 4.0
-HERE = os.path.dirname(os.path.abspath(__file__))
-FAKE = os.path.join(HERE, "..", "tests", "integration", "fake_openai.py")
-BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
-HDRS = {"Content-Type": "application/json"}
-
-
-def one(conn):
-    conn.request("POST", "/v1/chat/completions", body=BODY, headers=HDRS)
-    r = conn.getresponse()
-    r.read()
-    return r.status
-
-
-def answers(port):
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        ok = one(conn) == 200
-        conn.close()
-        return ok
-    except (OSError, http.client.HTTPException):
-        return False
 
 
 def clients(port, until, out):
