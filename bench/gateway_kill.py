@@ -109,7 +109,6 @@ def main():
     lc = LocalCluster(BIN, "bramble-gwkill-")
     gw_log = os.path.join(lc.dir, "gateway.log")
     hap = None
-    results = []
     try:
         lc.submit(f"name: llm\nkind: service\ncommand: /usr/bin/python3 {FAKE} --model m\n"
                   "resources: {cpus: 0}\nservice:\n  replicas: 2\n  model: m\n"
@@ -161,7 +160,6 @@ def main():
                     conn = sum("ouldn't connect" in ln or "onnection refused" in ln
                                for ln in lines)
                     tried = (len(lines) - conn, conn)
-                results.append((rnd, name, ok, bad, tried))
                 print(f"round {rnd} {name:8} answered {ok:6}  failed {bad:3}  dead replica: "
                       f"{tried[0]} requests cut (in flight, or on a kept connection), "
                       f"{tried[1]} connections tried after", flush=True)
