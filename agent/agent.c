@@ -2448,6 +2448,8 @@ static void on_response(br_agent_t *a, br_msg_t *m)
             br_overlay_assigned(a->overlay, json_object_get(b, "overlay"));
         if (json_is_array(json_object_get(b, "overlay_peers")))
             br_overlay_peers(a->overlay, json_object_get(b, "overlay_peers"));
+        else if (json_is_object(json_object_get(b, "overlay_peers_delta")))
+            br_overlay_peers(a->overlay, json_object_get(b, "overlay_peers_delta"));
         const char *key = json_string_value(json_object_get(b, "probe_key"));
         if (a->probe && key &&
             br_probe_set_key(a->probe, key,
@@ -2462,8 +2464,11 @@ static void on_response(br_agent_t *a, br_msg_t *m)
         if (a->probe && json_is_array(peers))
             br_probe_set_peers(a->probe, peers);
         json_t *wg = json_object_get(br_msg_body(m), "overlay_peers");
-        if (json_is_array(wg)) /* its overlay peers changed */
+        json_t *delta = json_object_get(br_msg_body(m), "overlay_peers_delta");
+        if (json_is_array(wg)) /* its overlay peers changed: all of them */
             br_overlay_peers(a->overlay, wg);
+        else if (json_is_object(delta)) /* ... those that changed */
+            br_overlay_peers(a->overlay, delta);
     } else if (seq == a->hb_seq && failed && err.errnum == EPROTO &&
                drop_heartbeat_field(a, &err)) {
         a->hb_sent = 0; /* said again at once, without it */

@@ -199,8 +199,9 @@ json_t *br_overlay_hello(const br_overlay_t *o)
 {
     if (!o->mode[0])
         return json_pack("{s:n, s:s}", "mode", "why", o->why);
-    return json_pack("{s:s, s:s, s:b, s:i, s:o}", "mode", o->mode, "pubkey", o->pub, "relay",
-                     o->relay, "port", BR_WGIF_PORT, "lan", lan_addresses());
+    return json_pack("{s:s, s:s, s:b, s:i, s:o, s:b}", "mode", o->mode, "pubkey", o->pub,
+                     "relay", o->relay, "port", BR_WGIF_PORT, "lan", lan_addresses(), "deltas",
+                     1);
 }
 
 /* The interface up with address/prefix; its peers forgotten when it was made
@@ -269,7 +270,8 @@ void br_overlay_peers(br_overlay_t *o, const json_t *peers)
     if (!o->wgif || !br_wgif_is_up(o->wgif))
         return;
     size_t had = br_wgpeers_count(o->peers);
-    if (br_wgpeers_set(o->peers, peers, br_mono_ms(), &err) < 0)
+    if ((json_is_array(peers) ? br_wgpeers_set(o->peers, peers, br_mono_ms(), &err)
+                              : br_wgpeers_update(o->peers, peers, br_mono_ms(), &err)) < 0)
         fprintf(stderr, "bramble-agent: %s\n", err.text);
     if (had != br_wgpeers_count(o->peers))
         fprintf(stderr, "bramble-agent: overlay: %zu peers\n", br_wgpeers_count(o->peers));

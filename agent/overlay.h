@@ -54,8 +54,9 @@ void br_overlay_assigned(br_overlay_t *o, const json_t *answer);
  * stays). The next hello says the new public key (br_overlay_hello). */
 int br_overlay_rotate(br_overlay_t *o, br_err_t *err);
 
-/* The peers the coordinator says this node has ([{"node", "pubkey", "address",
- * "endpoint"?}]): its interface's, from now on (wgif.h). */
+/* The peers the coordinator says this node has: all of them (an array, its
+ * "overlay_peers") or what changed since (an object, its "overlay_peers_delta"):
+ * its interface's, from now on (wgpeers.h). */
 void br_overlay_peers(br_overlay_t *o, const json_t *peers);
 
 /* The agent reaped pid: 1 when it was the overlay's (its wireguard-go). */

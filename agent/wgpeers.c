@@ -37,11 +37,16 @@ struct br_wgpeers {
     size_t n;
     int64_t looked; /* when the handshakes were last looked at (0: never) */
     int adopting;   /* the interface was taken over with its peers (br_wgpeers_adopt) */
+    json_t *listed; /* node -> its entry, as the coordinator last listed them */
 };
 
 br_wgpeers_t *br_wgpeers_new(const char *ifname)
 {
     br_wgpeers_t *p = calloc(1, sizeof(*p));
+    if (p && !(p->listed = json_object())) {
+        free(p);
+        return NULL;
+    }
     if (p)
         br_strlcpy(p->ifname, ifname, sizeof(p->ifname));
     return p;
@@ -58,6 +63,7 @@ void br_wgpeers_destroy(br_wgpeers_t **p)
 {
     if (p && *p) {
         free_peers((*p)->peers, (*p)->n);
+        json_decref((*p)->listed);
         free(*p);
         *p = NULL;
     }
@@ -65,6 +71,7 @@ void br_wgpeers_destroy(br_wgpeers_t **p)
 
 void br_wgpeers_forget(br_wgpeers_t *p)
 {
+    json_object_clear(p->listed);
     free_peers(p->peers, p->n);
     p->peers = NULL;
     p->n = 0;
@@ -315,7 +322,11 @@ int br_wgpeers_set(br_wgpeers_t *p, const json_t *list, int64_t now, br_err_t *e
     char *had = p->adopting ? handshakes(p, json_array_size(list), &herr) : NULL;
     time_t wall = time(NULL);
     p->adopting = 0;
+    json_object_clear(p->listed);
     json_array_foreach(list, i, v) {
+        const char *node = json_string_value(json_object_get(v, "node"));
+        if (node) /* (what br_wgpeers_update changes) */
+            json_object_set(p->listed, node, v);
         peer_t *q = &next[nn];
         br_err_t bad;
         if (take(q, v, &bad) < 0) { /* refused alone: the others are set */
@@ -371,6 +382,32 @@ int br_wgpeers_set(br_wgpeers_t *p, const json_t *list, int64_t now, br_err_t *e
             *err = aerr;
         rc = -1;
     }
+    return rc;
+}
+
+int br_wgpeers_update(br_wgpeers_t *p, const json_t *delta, int64_t now, br_err_t *err)
+{
+    json_t *all = json_copy(p->listed), *v;
+    size_t i;
+    if (!all)
+        return br_errf(err, ENOMEM, "overlay: out of memory");
+    json_array_foreach(json_object_get(delta, "gone"), i, v) {
+        if (json_is_string(v))
+            json_object_del(all, json_string_value(v));
+    }
+    json_array_foreach(json_object_get(delta, "set"), i, v) {
+        const char *node = json_string_value(json_object_get(v, "node"));
+        if (node)
+            json_object_set(all, node, v);
+    }
+    json_t *list = json_array();
+    const char *name;
+    json_object_foreach(all, name, v) {
+        json_array_append(list, v);
+    }
+    int rc = br_wgpeers_set(p, list, now, err);
+    json_decref(list);
+    json_decref(all);
     return rc;
 }
 

@@ -39,6 +39,11 @@ void br_wgpeers_forget(br_wgpeers_t *p);
  * peers that could be set are). */
 int br_wgpeers_set(br_wgpeers_t *p, const json_t *list, int64_t now, br_err_t *err);
 
+/* The coordinator's changes to the list it gave last: delta {"set": [entry...],
+ * "gone": [node...]} (entries as br_wgpeers_set's, each replacing the node's). 0,
+ * or -1 with err, as br_wgpeers_set. */
+int br_wgpeers_update(br_wgpeers_t *p, const json_t *delta, int64_t now, br_err_t *err);
+
 /* Look at the handshakes (at most once a second while some peer is unreached, else
  * every 10 s) and try unreached peers' next endpoints. 1 when what
  * br_wgpeers_reach says changed, 0 when not, -1 with err when `wg` failed. */

@@ -27,6 +27,7 @@
 #include "sock.h"
 #include "token.h"
 #include "util.h"
+#include "wgkey.h"
 
 typedef struct {
     void *sock;
@@ -52,7 +53,9 @@ static struct {
     const br_cred_t *admin;
     char token[BR_TOKEN_MAX], join_pub[BR_KEY_LEN + 1], join_sec[BR_KEY_LEN + 1];
     sim_t *sims;
-    int n, hold;
+    int n, hold, overlay;
+    uint64_t lists, entries; /* overlay peer lists received, and their peers */
+    uint64_t deltas, changed; /* ... changes to them received, and the peers changed */
     int ep;
     void *ctx;
     int64_t hb_ms;
@@ -114,6 +117,17 @@ static void hello(sim_t *a)
                             "arch", "x86_64", "cpus", 64, "memory",
                             (json_int_t)256 << 30, "os", "swarm", "kernel", "swarm",
                             "agent_version", "swarm");
+    if (S.overlay) { /* a WireGuard key of its own, as an agent with the overlay says */
+        char priv[BR_WGKEY_B64], pub[BR_WGKEY_B64];
+        br_err_t err;
+        br_wgkey_private(priv);
+        if (br_wgkey_public(priv, pub, &err) < 0)
+            die("overlay key", err.text);
+        json_object_set_new(inv, "overlay",
+                            json_pack("{s:s, s:s, s:b, s:i, s:[s], s:b}", "mode", "userspace",
+                                      "pubkey", pub, "relay", 0, "port", 51820, "lan",
+                                      "192.168.7.2", "deltas", 1));
+    }
     send_body(a, BR_MSG_REQUEST, "node.hello", 1,
               json_pack("{s:o, s:[], s:{}, s:f, s:[]}", "inventory", inv, "gpus", "labels",
                         "cost_per_hour", 0.0, "tasks"));
@@ -165,6 +179,17 @@ static void drain(sim_t *a)
             if (errno == EAGAIN)
                 return;
             continue;
+        }
+        json_t *peers = json_object_get(br_msg_body(m), "overlay_peers");
+        if (json_is_array(peers)) {
+            S.lists++;
+            S.entries += json_array_size(peers);
+        }
+        json_t *delta = json_object_get(br_msg_body(m), "overlay_peers_delta");
+        if (json_is_object(delta)) {
+            S.deltas++;
+            S.changed += json_array_size(json_object_get(delta, "set")) +
+                         json_array_size(json_object_get(delta, "gone"));
         }
         if (br_msg_kind(m) == BR_MSG_REQUEST)
             on_order(a, m);
@@ -514,6 +539,7 @@ int main(int argc, char **argv)
                                          {"measure", required_argument, NULL, 'm'},
                                          {"jobs", required_argument, NULL, 'j'},
                                          {"hold", no_argument, NULL, 'H'},
+                                         {"overlay", no_argument, NULL, 'O'},
                                          {NULL, 0, NULL, 0}};
     br_err_t err;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -528,10 +554,11 @@ int main(int argc, char **argv)
             break;
         case 'j': jobs = atoi(optarg); break;
         case 'H': S.hold = 1; break;
+        case 'O': S.overlay = 1; break;
         default:
             fprintf(stderr, "usage: bramble-swarm --credential ADMIN --coordinator-pid PID "
                             "[--agents N] [--heartbeat 1s] [--measure 20s] [--jobs N] "
-                            "[--hold]\n");
+                            "[--hold] [--overlay]\n");
             return 2;
         }
     }
@@ -570,7 +597,8 @@ int main(int argc, char **argv)
     printf("joined %d agents in %.1f s\n", S.n, (double)(br_mono_ms() - t0) / 1000.0);
     fflush(stdout); /* (swarm.sh starts what runs beside on this line) */
     schedule();
-    run_for(2 * S.hb_ms); /* settle: every hello answered */
+    run_for((S.overlay ? 10 : 2) * S.hb_ms); /* settle: every hello answered (and, with
+                                               * the overlay, the news of every join) */
     if (jobs > 0) {
         submit_jobs(jobs);
         int64_t until = br_mono_ms() + 60000;
@@ -603,6 +631,11 @@ int main(int argc, char **argv)
     printf("coordinator CPU: %.1f%% of one core, %.0f us per heartbeat; RSS %.1f MiB\n",
            100.0 * cpu_s / wall_s, hbs ? 1e6 * cpu_s / (double)hbs : 0.0,
            rss_kib(pid) / 1024.0);
+    if (S.overlay)
+        printf("overlay: %llu peer lists received (%llu peers in them) and %llu changes "
+               "(%llu peers) since the first join\n", (unsigned long long)S.lists,
+               (unsigned long long)S.entries, (unsigned long long)S.deltas,
+               (unsigned long long)S.changed);
     char figures[1][96];
     answers_line(figures[0], sizeof(figures[0]));
     print_answers(figures, 1, S.hb_ms);

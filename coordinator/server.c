@@ -34,6 +34,7 @@
 #include "jobtab.h"
 #include "outbox.h"
 #include "netmap.h"
+#include "overlaylog.h"
 #include "probeset.h"
 #include "contentw.h"
 #include "stages.h"
@@ -157,8 +158,9 @@ int br_coord_wire(br_coord_t *c)
     c->stages = br_stages_new();
     c->routes = br_routes_new();
     c->gwload = br_gwload_new();
+    c->overlay_log = br_overlay_log_new();
     if (!c->replicas || !c->replkeep || !c->ckptpull || !c->pace || !c->uploads ||
-        !c->stages || !c->routes || !c->gwload)
+        !c->stages || !c->routes || !c->gwload || !c->overlay_log)
         return -1;
     /* the modules hear of the core in this order: the core's own hooks first */
     if (br_jobs_init(c) < 0 || br_deps_init(c) < 0 || br_replicas_init(c) < 0 ||
@@ -277,6 +279,7 @@ void br_coord_destroy(br_coord_t **cp)
     br_devenv_destroy(&c->devenv);
     br_routes_destroy(&c->routes);
     br_gwload_destroy(&c->gwload);
+    br_overlay_log_destroy(&c->overlay_log);
     br_replicas_destroy(&c->replicas);
     br_replkeep_destroy(&c->replkeep);
     br_hooks_destroy(&c->hooks);

@@ -12,6 +12,7 @@
 #include "jobtab.h"
 #include "manifest_check.h"
 #include "nodelife.h"
+#include "overlaylog.h"
 #include "overlaynet.h"
 #include "relay.h"
 #include "replicas.h"
@@ -204,7 +205,8 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     take_inventory(n, m, inv, gpus, labels, cost, adv);
     json_object_set_new(n->info, "overlay", place); /* (saved with what its hello said) */
     if (!host || !json_equal(host, json_object_get(n->info, "address")))
-        c->overlay_version++; /* (it moved: its peers reach it elsewhere) */
+        br_overlay_log_changed(c->overlay_log, n->name); /* (it moved: its peers reach
+                                                          * it elsewhere) */
     json_decref(host);
     if (probe_port > 0 && probe_port <= 65535)
         json_object_set_new(n->info, "probe_port", json_integer(probe_port));
@@ -223,8 +225,9 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (overlay) /* its place in the overlay (overlaynet.h), and its peers */
         json_object_set_new(answer, "overlay", overlay);
     json_t *wg = br_overlay_peers_news(c, n);
-    if (wg)
-        json_object_set_new(answer, "overlay_peers", wg);
+    if (wg) /* its peers: all of them, after a hello */
+        json_object_update(answer, wg);
+    json_decref(wg);
     br_reply_ok(c, m, answer);
 }
 
@@ -382,7 +385,8 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         if (peers) /* the nodes to probe changed */
             json_object_set_new(body, "peers", peers);
         if (wg) /* its overlay peers changed (overlaynet.h) */
-            json_object_set_new(body, "overlay_peers", wg);
+            json_object_update(body, wg);
+        json_decref(wg);
         n->answered_at = now;
         br_reply_ok(c, m, body);
     }

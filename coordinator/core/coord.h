@@ -65,8 +65,9 @@ typedef struct br_coord {
     int64_t uploads_expired; /* monotonic ms uploads given up were last let go */
     struct br_netmap *netmap;    /* round trips between nodes, from their heartbeats */
     struct br_probeset *probeset; /* who probes whom, and the probes' key (probeset.h) */
-    uint64_t overlay_version;     /* bumped when a node's place in the overlay
-                                   * changes or a node goes (overlaynet.h) */
+    struct br_overlay_log *overlay_log; /* what changed in the overlay, by version:
+                                         * a node's place, a node gone, a pair's
+                                         * relay (overlaylog.h) */
     struct br_watchers *watchers; /* clients waiting for news (event.watch) */
     uint64_t sends_dropped_logged; /* messages dropped (stats.h counts them) of which
                                     * the log has told */

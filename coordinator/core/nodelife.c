@@ -10,6 +10,7 @@
 #include "jobs.h"
 #include "util.h"
 #include "netmap.h"
+#include "overlaynet.h"
 #include "probeset.h"
 
 br_node_t *br_nodelife_seen(br_coord_t *c, const char *name, const void *route, size_t len)
@@ -121,10 +122,10 @@ int br_nodelife_remove(br_coord_t *c, br_node_t *n, const char *by, br_err_t *er
         return -1;
     br_node_move_t mv = {n->state, "removed", BR_HOOK_NODE_LOST, "node removed", 1};
     br_node_post(c, n, &mv, "removed by %s; its key is revoked", by);
+    br_overlay_node_gone(c, n); /* its peers drop it at their next heartbeat */
     br_nodes_remove(c->nodes, name);
     br_netmap_forget(c->netmap, name);
     br_probeset_changed(c->probeset);
-    c->overlay_version++; /* its peers drop it at their next heartbeat */
     return 0;
 }
 

@@ -57,6 +57,8 @@ typedef struct br_node {
                                        (overlaynet.h) */
     json_t *overlay_reach;          /* node name -> whether its agent reached that
                                        overlay peer (overlaynet.h; in memory) */
+    int overlay_deltas;             /* its agent takes changes to its peers alone
+                                       ("overlay_peers_delta") */
     uint64_t peers_hash;            /* digest of the peers last sent (0: none since hello) */
     int64_t peers_at;               /* monotonic ms they were sent */
     int64_t answered_at; /* monotonic ms its agent last had an answer to a hello or a

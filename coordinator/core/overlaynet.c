@@ -10,6 +10,7 @@
 
 #include "netmap.h"
 #include "nodes.h"
+#include "overlaylog.h"
 #include "probeset.h"
 #include "util.h"
 #include "wgkey.h"
@@ -296,42 +297,80 @@ void br_overlay_seen_from(br_coord_t *c, br_node_t *n, const char *addr)
         br_probeset_changed(c->probeset); /* its probes too */
     }
     json_object_set_new(ov, "seen", json_string(addr)); /* (in memory: a hello saves it) */
-    c->overlay_version++; /* its peers reach it there now */
+    br_overlay_log_changed(c->overlay_log, n->name); /* its peers reach it there now */
+    n->overlay_sent = 0; /* (and its own list is ordered by where it is: told whole) */
+}
+
+/* o's entry in n's list of peers. */
+static json_t *entry_of(br_coord_t *c, br_node_t *n, br_node_t *o)
+{
+    json_t *ov = json_object_get(o->info, "overlay");
+    json_t *p = json_pack("{s:s, s:O, s:O}", "node", o->name, "pubkey",
+                          json_object_get(ov, "pubkey"), "address",
+                          json_object_get(ov, "address"));
+    json_t *eps = endpoints_of(n, o);
+    if (json_array_size(eps)) { /* where to reach it (the first: as agents before
+                                 * "endpoints" read it) */
+        json_object_set(p, "endpoint", json_array_get(eps, 0));
+        json_object_set(p, "endpoints", eps);
+    }
+    json_decref(eps);
+    br_node_t *via = NULL;
+    if (br_overlay_path(c, n, o, &via) == BR_OVERLAY_RELAYED && via) {
+        json_object_set(p, "via", json_object_get(json_object_get(via->info, "overlay"),
+                                                  "pubkey"));
+        json_object_set_new(p, "via_node", json_string(via->name));
+    }
+    if (is_relay(o))
+        json_object_set_new(p, "relay", json_true());
+    return p;
 }
 
 json_t *br_overlay_peers_news(br_coord_t *c, br_node_t *n)
 {
-    if (n->overlay_sent == c->overlay_version + 1 || !placed(n))
+    uint64_t version = br_overlay_log_version(c->overlay_log);
+    if (n->overlay_sent == version + 1 || !placed(n))
         return NULL;
+    /* what changed since it was told, when its agent takes that alone */
+    json_t *names = n->overlay_sent && n->overlay_deltas
+                        ? br_overlay_log_since(c->overlay_log, n->overlay_sent - 1)
+                        : NULL;
+    n->overlay_sent = version + 1; /* (0: never told) */
+    if (names) {
+        json_t *set = json_array(), *gone = json_array(), *v;
+        size_t i;
+        json_array_foreach(names, i, v) {
+            br_node_t *o = br_nodes_find(c->nodes, json_string_value(v));
+            if (o == n)
+                continue;
+            if (o && placed(o))
+                json_array_append_new(set, entry_of(c, n, o));
+            else
+                json_array_append(gone, v);
+        }
+        json_decref(names);
+        if (!json_array_size(set) && !json_array_size(gone)) {
+            json_decref(set);
+            json_decref(gone);
+            return NULL;
+        }
+        return json_pack("{s:{s:o, s:o}}", "overlay_peers_delta", "set", set, "gone", gone);
+    }
     json_t *list = json_array();
     for (br_node_t *o = br_nodes_first(c->nodes); o; o = o->next) {
-        json_t *ov = json_object_get(o->info, "overlay");
         if (o == n || !placed(o))
             continue;
         if (json_array_size(list) >= BR_OVERLAY_PEERS_MAX)
             break;
-        json_t *p = json_pack("{s:s, s:O, s:O}", "node", o->name, "pubkey",
-                              json_object_get(ov, "pubkey"), "address",
-                              json_object_get(ov, "address"));
-        json_t *eps = endpoints_of(n, o);
-        if (json_array_size(eps)) { /* where to reach it (the first: as agents before
-                                     * "endpoints" read it) */
-            json_object_set(p, "endpoint", json_array_get(eps, 0));
-            json_object_set(p, "endpoints", eps);
-        }
-        json_decref(eps);
-        br_node_t *via = NULL;
-        if (br_overlay_path(c, n, o, &via) == BR_OVERLAY_RELAYED && via) {
-            json_object_set(p, "via", json_object_get(json_object_get(via->info, "overlay"),
-                                                      "pubkey"));
-            json_object_set_new(p, "via_node", json_string(via->name));
-        }
-        if (is_relay(o))
-            json_object_set_new(p, "relay", json_true());
-        json_array_append_new(list, p);
+        json_array_append_new(list, entry_of(c, n, o));
     }
-    n->overlay_sent = c->overlay_version + 1; /* (0: never told) */
-    return list;
+    return json_pack("{s:o}", "overlay_peers", list);
+}
+
+void br_overlay_node_gone(br_coord_t *c, const br_node_t *n)
+{
+    /* a relay's peers route pairs through it: every list changes */
+    br_overlay_log_changed(c->overlay_log, is_relay(n) ? NULL : n->name);
 }
 
 /* Each pair's path with n (and, when n relays, every pair's) in a new object, to
@@ -339,12 +378,15 @@ json_t *br_overlay_peers_news(br_coord_t *c, br_node_t *n)
 static json_t *paths_of(br_coord_t *c, const br_node_t *n)
 {
     json_t *out = json_object();
-    int all = is_relay(n);
-    for (br_node_t *a = br_nodes_first(c->nodes); a; a = a->next) {
-        if (!placed(a))
+    if (!placed(n))
+        return out;
+    int all = is_relay(n); /* (few nodes relay, and their word changes seldom) */
+    for (br_node_t *a = all ? br_nodes_first(c->nodes) : (br_node_t *)n; a;
+         a = all ? a->next : NULL) {
+        if (all && !placed(a))
             continue;
-        for (br_node_t *b = a->next; b; b = b->next) {
-            if (!placed(b) || (!all && a != n && b != n))
+        for (br_node_t *b = br_nodes_first(c->nodes); b; b = b->next) {
+            if (b == a || (all && strcmp(a->name, b->name) > 0) || !placed(b))
                 continue;
             br_node_t *via = NULL;
             br_overlay_path_t p = br_overlay_path(c, a, b, &via);
@@ -367,8 +409,22 @@ static void reach_now(br_coord_t *c, br_node_t *n, json_t *reach)
     json_decref(n->overlay_reach);
     n->overlay_reach = reach;
     json_t *after = paths_of(c, n);
-    if (!json_equal(before, after))
-        c->overlay_version++;
+    for (int k = 0; k < 2; k++) { /* the pairs whose path changed: both ends' entries */
+        const char *key;
+        json_t *v, *other = k ? before : after;
+        json_object_foreach(k ? after : before, key, v) {
+            if (json_equal(v, json_object_get(other, key)))
+                continue;
+            char a[140];
+            br_strlcpy(a, key, sizeof(a));
+            char *tab = strchr(a, '\t');
+            if (!tab)
+                continue;
+            *tab = '\0';
+            br_overlay_log_changed(c->overlay_log, a);
+            br_overlay_log_changed(c->overlay_log, tab + 1);
+        }
+    }
     json_decref(before);
     json_decref(after);
 }
@@ -433,7 +489,7 @@ void br_overlay_reach(br_coord_t *c, br_node_t *n, const json_t *reach)
             (had && strcmp(had, json_string_value(v)) == 0))
             continue;
         json_object_set(ov, "mapped", v); /* (in memory) */
-        c->overlay_version++;
+        br_overlay_log_changed(c->overlay_log, o->name);
     }
     json_array_foreach(json_object_get(reach, "unreached"), i, v) {
         json_object_set_new(now, json_string_value(v), json_false());
@@ -477,8 +533,15 @@ json_t *br_overlay_node_hello(br_coord_t *c, br_node_t *n, const json_t *said,
                               const char *seen_from, json_t **answer)
 {
     json_t *now = place_of(c, n, said, seen_from, answer);
-    if (view_changed(json_object_get(n->info, "overlay"), now))
-        c->overlay_version++; /* every peer is told */
+    json_t *was = json_object_get(n->info, "overlay");
+    if (view_changed(was, now)) /* every peer is told (every list, when it relays: the
+                                 * pairs through it name its key) */
+        br_overlay_log_changed(c->overlay_log,
+                               json_is_true(json_object_get(was, "relay")) ||
+                                       json_is_true(json_object_get(now, "relay"))
+                                   ? NULL
+                                   : n->name);
+    n->overlay_deltas = json_is_true(json_object_get(said, "deltas"));
     n->overlay_sent = 0; /* (a hello: its agent is told its peers anew) */
     reach_now(c, n, NULL); /* (and says anew which it reaches) */
     return now;
@@ -538,17 +601,25 @@ static json_t *place_of(br_coord_t *c, br_node_t *n, const json_t *said,
     }
     json_object_set_new(now, "lan", lan);
     uint32_t a = 0;
+    json_t *held = json_object(); /* the others' addresses, looked at once */
+    for (br_node_t *o = br_nodes_first(c->nodes); o; o = o->next) {
+        const char *oa = json_string_value(json_object_get(json_object_get(o->info,
+                                                                           "overlay"),
+                                                           "address"));
+        if (o != n && oa)
+            json_object_set_new(held, oa, json_true());
+    }
     int keep = had && parse_addr(had, &a) == 0 && in_net(&net, a);
     if (keep) {
         addr_text(a, text);
-        keep = !holder(c, n, "address", text);
+        keep = !json_object_get(held, text);
     }
     if (!keep) {
         /* the lowest address no other node holds */
         uint32_t size = 1u << (32 - net.prefix);
         for (a = net.base + 1; a < net.base + size - 1; a++) {
             addr_text(a, text);
-            if (!holder(c, n, "address", text))
+            if (!json_object_get(held, text))
                 break;
         }
         if (a >= net.base + size - 1) {
@@ -557,9 +628,11 @@ static json_t *place_of(br_coord_t *c, br_node_t *n, const json_t *said,
             json_object_del(now, "address");
             json_object_set_new(now, "error", json_string(err.text));
             *answer = json_pack("{s:s}", "error", err.text);
+            json_decref(held);
             return now;
         }
     }
+    json_decref(held);
     addr_text(a, text);
     json_object_set_new(now, "address", json_string(text));
     *answer = json_pack("{s:s, s:i}", "address", text, "prefix", net.prefix);

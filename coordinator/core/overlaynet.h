@@ -61,18 +61,27 @@ int br_overlay_relayed_pair(void *ctx, const br_node_t *a, const br_node_t *b);
 #define BR_OVERLAY_ENDPOINTS_MAX 6 /* candidate endpoints of each */
 #define BR_OVERLAY_PAIRS_SHOWN 200 /* pairs not direct br_overlay_pairs lists */
 
-/* The peers node n's interface is to have, when they changed since its agent last
- * heard them (n->overlay_sent against c->overlay_version), else NULL: every other
- * node with an overlay address and key, by name, at most BR_OVERLAY_PEERS_MAX:
- * [{"node", "pubkey", "address", "endpoints"?: ["HOST:PORT"...] (and "endpoint",
- * the first), "via"?: a relay's pubkey and "via_node" its name, "relay"?: true}].
- * The endpoints are the candidates, the likeliest first: the address the peer
- * advertised, the address and port another node's WireGuard reached it at
+/* What node n's agent is to hear of its peers, when they changed since it last
+ * heard (n->overlay_sent against the overlay log's version), else NULL; an object
+ * to merge into the answer:
+ * - {"overlay_peers": [...]}: the whole list (after its hello, when its agent does
+ *   not take changes alone, or when the log no longer reaches back): every other
+ *   node with an overlay address and key, by name, at most BR_OVERLAY_PEERS_MAX;
+ * - {"overlay_peers_delta": {"set": [...], "gone": [node...]}}: the entries that
+ *   changed since, and the nodes gone (overlaylog.h).
+ * Each entry: {"node", "pubkey", "address", "endpoints"?: ["HOST:PORT"...] (and
+ * "endpoint", the first), "via"?: a relay's pubkey and "via_node" its name,
+ * "relay"?: true}. The endpoints are the candidates, the likeliest first: the address
+ * the peer advertised, the address and port another node's WireGuard reached it at
  * ("mapped": its router's mapping), the address it connects from, and its LAN
  * addresses (first when both connect from one address: one router), each but
- * "mapped" with the port its hello said. "via": the pair is relayed (br_overlay_path). n counts
- * them heard. NULL too when n has no place in the overlay. */
+ * "mapped" with the port its hello said. "via": the pair is relayed
+ * (br_overlay_path). n counts them heard. NULL too when n has no place in the
+ * overlay. */
 json_t *br_overlay_peers_news(br_coord_t *c, br_node_t *n);
+
+/* Node n is being removed: its peers drop it (every list changes when it relayed). */
+void br_overlay_node_gone(br_coord_t *c, const br_node_t *n);
 
 /* A message of node n's came from addr (a heartbeat): when that is not where its
  * connection came from before (its router got another address, and the agent

@@ -34,6 +34,7 @@
 #include "jobtab.h"
 #include "outbox.h"
 #include "netmap.h"
+#include "overlaylog.h"
 #include "probeset.h"
 #include "stats.h"
 
@@ -180,6 +181,7 @@ static inline void fixture_close(coord_fixture_t *f)
     br_devenv_destroy(&c->devenv);
     br_routes_destroy(&c->routes);
     br_gwload_destroy(&c->gwload);
+    br_overlay_log_destroy(&c->overlay_log);
     br_ckptpull_destroy(&c->ckptpull); /* its sockets close before the context ends */
     br_pace_destroy(&c->pace);
     br_uploads_destroy(&c->uploads);

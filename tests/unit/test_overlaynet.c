@@ -13,6 +13,7 @@
 
 #include "coord_fixture.h"
 #include "netmap.h"
+#include "overlaylog.h"
 #include "overlaynet.h"
 #include "wgkey.h"
 
@@ -147,7 +148,9 @@ static json_t *peer_of(br_coord_t *c, br_node_t *n, const char *name, json_t **l
 {
     n->overlay_sent = 0;
     json_decref(*list);
-    *list = br_overlay_peers_news(c, n);
+    json_t *news = br_overlay_peers_news(c, n);
+    *list = json_incref(json_object_get(news, "overlay_peers"));
+    json_decref(news);
     size_t i;
     json_t *p;
     json_array_foreach(*list, i, p) {
@@ -201,9 +204,9 @@ static void test_endpoints_and_relays(void **state)
     br_node_t *via = NULL;
     br_err_t err;
     assert_int_equal(br_overlay_path(c, a2, b1, &via), BR_OVERLAY_TRYING);
-    uint64_t v = c->overlay_version;
+    uint64_t v = br_overlay_log_version(c->overlay_log);
     said_reach(c, a2, "r", "b1");
-    assert_true(c->overlay_version > v); /* everyone is told */
+    assert_true(br_overlay_log_version(c->overlay_log) > v); /* everyone is told */
     assert_int_equal(br_overlay_path(c, a2, b1, &via), BR_OVERLAY_RELAYED);
     assert_ptr_equal(via, r);
     p = peer_of(c, a2, "b1", &list);
@@ -229,9 +232,9 @@ static void test_endpoints_and_relays(void **state)
     assert_string_equal(json_string_value(json_object_get(p, "via")), "r");
     json_decref(pairs);
     /* then b1 reaches a2 after all: direct, and told so */
-    v = c->overlay_version;
+    v = br_overlay_log_version(c->overlay_log);
     said_reach(c, b1, "a2", NULL);
-    assert_true(c->overlay_version > v);
+    assert_true(br_overlay_log_version(c->overlay_log) > v);
     assert_int_equal(br_overlay_path(c, a2, b1, &via), BR_OVERLAY_DIRECT);
     assert_null(json_object_get(peer_of(c, a2, "b1", &list), "via"));
     /* a new hello forgets what a2 said */
@@ -243,9 +246,9 @@ static void test_endpoints_and_relays(void **state)
     json_t *r2 = json_pack("{s:[s], s:[], s:{s:s}}", "reached", "a2", "unreached", "at", "a2",
                            "203.0.113.1:40123");
     assert_int_equal(br_overlay_reach_check(r2, &err), 0);
-    v = c->overlay_version;
+    v = br_overlay_log_version(c->overlay_log);
     br_overlay_reach(c, r, r2);
-    assert_true(c->overlay_version > v);
+    assert_true(br_overlay_log_version(c->overlay_log) > v);
     json_decref(r2);
     p = peer_of(c, b1, "a2", &list);
     assert_string_equal(json_string_value(json_array_get(json_object_get(p, "endpoints"), 0)),
@@ -277,6 +280,33 @@ static void test_endpoints_and_relays(void **state)
     json_object_set_new(json_object_get(spec, "resources"), "network", json_string("overlay"));
     assert_int_equal(br_overlay_gang_uses(c, spec, gang, 1, NULL, 0), 1);
     json_decref(spec);
+    /* an agent that takes changes alone is told those: b1 moved, then was removed */
+    json_t *said_d = json_pack("{s:s, s:s, s:b, s:i, s:b}", "mode", "userspace", "pubkey",
+                               json_string_value(json_object_get(json_object_get(a1->info,
+                                                                                 "overlay"),
+                                                                 "pubkey")),
+                               "relay", 0, "port", 51820, "deltas", 1);
+    json_t *ans = NULL, *pl = br_overlay_node_hello(c, a1, said_d, "203.0.113.1", &ans);
+    json_object_set_new(a1->info, "overlay", pl);
+    json_decref(ans);
+    json_decref(said_d);
+    json_t *news = br_overlay_peers_news(c, a1); /* after a hello: the whole list */
+    assert_int_equal(json_array_size(json_object_get(news, "overlay_peers")), 3);
+    json_decref(news);
+    assert_null(br_overlay_peers_news(c, a1)); /* (nothing new) */
+    br_overlay_seen_from(c, b1, "198.51.100.99");
+    news = br_overlay_peers_news(c, a1);
+    json_t *delta = json_object_get(news, "overlay_peers_delta");
+    assert_int_equal(json_array_size(json_object_get(delta, "set")), 1);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(delta, "set"), 0), "endpoint")),
+                        "198.51.100.99:51820");
+    json_decref(news);
+    br_overlay_node_gone(c, b1);
+    news = br_overlay_peers_news(c, a1);
+    delta = json_object_get(news, "overlay_peers_delta");
+    assert_int_equal(json_array_size(json_object_get(delta, "set")), 1); /* (b1, still here) */
+    json_decref(news);
     /* bad words are refused */
     json_t *bad = json_pack("{s:[i]}", "reached", 3);
     assert_int_equal(br_overlay_reach_check(bad, &err), -1);

@@ -230,10 +230,39 @@ static void test_endpoints_tried_and_relays(void **state)
     br_wgpeers_destroy(&p);
 }
 
+/* The coordinator's changes alone: a peer set anew, another gone; the rest as it was. */
+static void test_changes_alone(void **state)
+{
+    (void)state;
+    br_wgpeers_t *p = br_wgpeers_new("bramble0");
+    br_err_t err;
+    json_t *list = json_pack("[{s:s, s:s, s:s, s:[s]}, {s:s, s:s, s:s}]", "node", "p1",
+                             "pubkey", k1, "address", "10.9.0.1", "endpoints",
+                             "192.0.2.1:51820", "node", "p2", "pubkey", k2, "address",
+                             "10.9.0.2");
+    assert_int_equal(br_wgpeers_set(p, list, 1000, &err), 0);
+    free(ran());
+    json_t *delta = json_pack("{s:[{s:s, s:s, s:s, s:[s]}], s:[s]}", "set", "node", "p3",
+                              "pubkey", k3, "address", "10.9.0.3", "endpoints",
+                              "192.0.2.3:51820", "gone", "p2");
+    assert_int_equal(br_wgpeers_update(p, delta, 2000, &err), 0);
+    char *text = ran();
+    assert_true(has(text, "peer %s remove", k2));
+    assert_true(has(text, "peer %s allowed-ips 10.9.0.3/32 persistent-keepalive 25 endpoint "
+                          "192.0.2.3:51820", k3));
+    assert_null(strstr(text, k1)); /* (p1 untouched) */
+    free(text);
+    assert_int_equal(br_wgpeers_count(p), 2);
+    json_decref(delta);
+    json_decref(list);
+    br_wgpeers_destroy(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_endpoints_tried_and_relays, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_changes_alone, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
