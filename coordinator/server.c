@@ -3,6 +3,9 @@
  * one store transaction, runs the failure detector and the scheduler, commits,
  * then sends what it queued, and hands the HTTP side what it asked for. */
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +54,8 @@
 #include "storemark.h"
 #include "content.h"
 #include "dirlock.h"
+
+#define TRIM_MS 60000 /* the heap's free memory is given back this often */
 
 #define BATCH_MAX BR_COORD_BATCH_MAX
 
@@ -579,6 +584,13 @@ static void wake(br_coord_t *c, int readable)
     if (now - c->ticked >= 1000) {
         c->ticked = now;
         br_hooks_run(c, c->hooks, BR_HOOK_TICK, NULL);
+#ifdef __GLIBC__
+        if (now - c->trimmed >= TRIM_MS) { /* what a burst (1,000 nodes joining, their
+                                            * lists of peers queued) left goes back */
+            c->trimmed = now;
+            malloc_trim(0);
+        }
+#endif
         if (c->cfg.log_retention_ms > 0 && /* a bounded bite per second */
             br_store_log_expire(c->store, br_now_ms() - c->cfg.log_retention_ms, 2000,
                                 &err) < 0)

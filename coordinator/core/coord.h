@@ -60,6 +60,7 @@ typedef struct br_coord {
     struct br_ckptpull *ckptpull; /* checkpoints pulled to users' machines (ckptpull.h) */
     struct br_pace *pace;         /* messages gather before a wake when busy (pace.h) */
     int64_t ticked;         /* monotonic ms of the last BR_HOOK_TICK */
+    int64_t trimmed;        /* ... and of the heap's free memory last given back */
     int64_t woke;           /* monotonic ms the loop last ran a wake (server.c) */
     int64_t code_expired;   /* monotonic ms code no job needs was last let go */
     int64_t uploads_expired; /* monotonic ms uploads given up were last let go */
