@@ -54,12 +54,6 @@
 #define MAX_ATTEMPTS BR_NODE_MAX_ATTEMPTS /* the scheduler places no more */
 #define DRAIN_MAX 32 /* coordinator messages handled per wake */
 #define HELLO_RETRY_MS 1000
-/* A PING on the connection to the coordinator this often, and the connection made
- * anew when nothing came back for ZMTP_DEAD_MS: a connection that died without a
- * word (the router's mapping gone with its old address) is noticed, and the next
- * one comes from where the node is now. */
-#define ZMTP_PING_MS 3000
-#define ZMTP_DEAD_MS 9000
 #define GPU_READ_MS 1000 /* NVML is read this often (the loop wakes at least as often) */
 #define MAX_UNACKED 256 /* checkpoint reports kept for resending */
 #define SEND_QUEUE 256  /* messages queued for the coordinator before sends fail */
@@ -448,7 +442,7 @@ static int open_socket(br_agent_t *a, br_err_t *err)
     const br_cred_t *c = &a->s->cred;
     /* watched from before it connects: a refusal of the first handshake is seen */
     a->sock = br_sock_client_watched(a->ctx, c->endpoint, c->server_public_key, a->key_pub,
-                                     a->key_sec, ZMTP_PING_MS, ZMTP_DEAD_MS,
+                                     a->key_sec, BR_AGENT_PING_MS, BR_AGENT_DEAD_MS,
                                      ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                                          ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL,
                                      &a->monitor, err);

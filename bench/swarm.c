@@ -53,7 +53,7 @@ static struct {
     const br_cred_t *admin;
     char token[BR_TOKEN_MAX], join_pub[BR_KEY_LEN + 1], join_sec[BR_KEY_LEN + 1];
     sim_t *sims;
-    int n, hold, overlay;
+    int n, hold, overlay, no_ping;
     uint64_t lists, entries; /* overlay peer lists received, and their peers */
     uint64_t deltas, changed; /* ... changes to them received, and the peers changed */
     int ep;
@@ -92,8 +92,10 @@ static void watch(sim_t *a)
 static void *dial(const char *pub, const char *sec)
 {
     br_err_t err;
-    void *s = br_sock_client(S.ctx, S.admin->endpoint, S.admin->server_public_key, pub, sec,
-                             &err);
+    /* pinged as an agent's connection is (unless --no-ping) */
+    void *s = br_sock_client_hb(S.ctx, S.admin->endpoint, S.admin->server_public_key, pub,
+                                sec, S.no_ping ? 0 : BR_AGENT_PING_MS,
+                                S.no_ping ? 0 : BR_AGENT_DEAD_MS, &err);
     if (!s)
         die("connect", err.text);
     int hwm = 100000;
@@ -540,6 +542,7 @@ int main(int argc, char **argv)
                                          {"jobs", required_argument, NULL, 'j'},
                                          {"hold", no_argument, NULL, 'H'},
                                          {"overlay", no_argument, NULL, 'O'},
+                                         {"no-ping", no_argument, NULL, 'P'},
                                          {NULL, 0, NULL, 0}};
     br_err_t err;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -555,10 +558,11 @@ int main(int argc, char **argv)
         case 'j': jobs = atoi(optarg); break;
         case 'H': S.hold = 1; break;
         case 'O': S.overlay = 1; break;
+        case 'P': S.no_ping = 1; break;
         default:
             fprintf(stderr, "usage: bramble-swarm --credential ADMIN --coordinator-pid PID "
                             "[--agents N] [--heartbeat 1s] [--measure 20s] [--jobs N] "
-                            "[--hold] [--overlay]\n");
+                            "[--hold] [--overlay] [--no-ping]\n");
             return 2;
         }
     }

@@ -22,6 +22,13 @@ void *br_sock_server(void *ctx, const char *endpoint, const char *secret_key,
 void *br_sock_client(void *ctx, const char *endpoint, const char *server_public_key,
                      const char *public_key, const char *secret_key, br_err_t *err);
 
+/* An agent's connection to the coordinator: a PING this often, and the connection
+ * made anew when nothing came back for BR_AGENT_DEAD_MS: one that died without a
+ * word (a home router's mapping gone with its old address) is noticed, and the
+ * next one comes from where the node is now. */
+#define BR_AGENT_PING_MS 3000
+#define BR_AGENT_DEAD_MS 9000
+
 /* The same with ZMTP heartbeats: a PING every ivl_ms, and the connection dropped
  * (ZMQ_EVENT_DISCONNECTED, then a reconnect) when the peer has not answered for
  * timeout_ms, however busy or idle the peer's application is. */
