@@ -448,8 +448,8 @@ static void where_reached(br_wgpeers_t *p)
 int br_wgpeers_tick(br_wgpeers_t *p, int64_t now, br_err_t *err)
 {
     int trying = 0, changed = 0, rc = 0;
-    for (size_t i = 0; i < p->n; i++)
-        trying |= p->peers[i].reach != 1;
+    for (size_t i = 0; i < p->n; i++) /* (one given up on is tried every 30 s: no hurry) */
+        trying |= p->peers[i].reach == 0 || p->peers[i].fresh;
     if (!p->n || (p->looked && now - p->looked < (trying ? 1000 : 10000)))
         return 0;
     p->looked = now;

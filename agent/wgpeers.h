@@ -44,8 +44,8 @@ int br_wgpeers_set(br_wgpeers_t *p, const json_t *list, int64_t now, br_err_t *e
  * or -1 with err, as br_wgpeers_set. */
 int br_wgpeers_update(br_wgpeers_t *p, const json_t *delta, int64_t now, br_err_t *err);
 
-/* Look at the handshakes (at most once a second while some peer is unreached, else
- * every 10 s) and try unreached peers' next endpoints. 1 when what
+/* Look at the handshakes (at most once a second while some peer is being tried,
+ * else every 10 s) and try unreached peers' next endpoints. 1 when what
  * br_wgpeers_reach says changed, 0 when not, -1 with err when `wg` failed. */
 int br_wgpeers_tick(br_wgpeers_t *p, int64_t now, br_err_t *err);
 
