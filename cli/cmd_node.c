@@ -335,6 +335,30 @@ static void print_node(const json_t *node)
     cli_field_json(FIELD_WIDTH, node, "arch", "arch:");
     cli_field(FIELD_WIDTH, "overlay:", fmt_overlay(json_object_get(node, "overlay"), 1, buf,
                                                    sizeof(buf)));
+    json_t *paths = json_object_get(node, "overlay_paths");
+    if (json_is_object(paths)) { /* how it reaches its peers over the overlay */
+        char line[1024];
+        size_t at = (size_t)snprintf(line, sizeof(line), "%lld direct, %lld not tried yet",
+                                     (long long)json_integer_value(json_object_get(paths,
+                                                                                   "direct")),
+                                     (long long)json_integer_value(json_object_get(paths,
+                                                                                   "trying")));
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_object_get(paths, "relayed"), i, v) {
+            if (at < sizeof(line))
+                at += (size_t)snprintf(line + at, sizeof(line) - at, "%s %s via %s",
+                                       i ? "," : "; relayed:",
+                                       json_string_value(json_object_get(v, "peer")),
+                                       json_string_value(json_object_get(v, "via")));
+        }
+        json_array_foreach(json_object_get(paths, "unreachable"), i, v) {
+            if (at < sizeof(line))
+                at += (size_t)snprintf(line + at, sizeof(line) - at, "%s %s",
+                                       i ? "," : "; unreachable:", json_string_value(v));
+        }
+        cli_field(FIELD_WIDTH, "overlay peers:", line);
+    }
     cli_field_json(FIELD_WIDTH, node, "os", "os:");
     cli_field_json(FIELD_WIDTH, node, "kernel", "kernel:");
     cli_field_json(FIELD_WIDTH, node, "agent_version", "agent version:");

@@ -355,8 +355,12 @@ static void reply_node(br_coord_t *c, br_msg_t *m, br_node_t *n, const br_caller
 void br_api_node_show(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     br_node_t *n = named_node(c, m);
-    if (n)
-        reply_node(c, m, n, who);
+    if (!n)
+        return;
+    json_t *node = node_public(c, n, who), *paths = br_overlay_node_paths(c, n);
+    if (paths) /* how it reaches its overlay peers (in memory) */
+        json_object_set_new(node, "overlay_paths", paths);
+    br_reply_ok(c, m, json_pack("{s:o}", "node", node));
 }
 
 void br_api_node_drain(br_coord_t *c, br_msg_t *m, const br_caller_t *who)

@@ -500,6 +500,33 @@ void br_overlay_reach(br_coord_t *c, br_node_t *n, const json_t *reach)
     reach_now(c, n, now);
 }
 
+json_t *br_overlay_node_paths(br_coord_t *c, br_node_t *n)
+{
+    if (!placed(n))
+        return NULL;
+    json_int_t direct = 0, trying = 0;
+    json_t *relayed = json_array(), *none = json_array();
+    for (br_node_t *o = br_nodes_first(c->nodes); o; o = o->next) {
+        if (o == n || !placed(o))
+            continue;
+        br_node_t *via = NULL;
+        br_overlay_path_t p = br_overlay_path(c, n, o, &via);
+        if (p == BR_OVERLAY_DIRECT)
+            direct++;
+        else if (p == BR_OVERLAY_TRYING)
+            trying++;
+        else if (json_array_size(relayed) + json_array_size(none) >= BR_OVERLAY_PAIRS_SHOWN)
+            continue;
+        else if (p == BR_OVERLAY_RELAYED && via)
+            json_array_append_new(relayed, json_pack("{s:s, s:s}", "peer", o->name, "via",
+                                                     via->name));
+        else
+            json_array_append_new(none, json_string(o->name));
+    }
+    return json_pack("{s:I, s:I, s:o, s:o}", "direct", direct, "trying", trying, "relayed",
+                     relayed, "unreachable", none);
+}
+
 json_t *br_overlay_pairs(br_coord_t *c)
 {
     json_t *pairs = json_array();

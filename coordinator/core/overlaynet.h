@@ -115,6 +115,11 @@ int br_overlay_reach_check(const json_t *reach, br_err_t *err);
  * others after the address it connects from. */
 void br_overlay_reach(br_coord_t *c, br_node_t *n, const json_t *reach);
 
+/* For `bramble node show`: how node n reaches its peers: {"direct", "trying":
+ * counts, "relayed": [{"peer", "via"}], "unreachable": [peer...]} (at most
+ * BR_OVERLAY_PAIRS_SHOWN named); NULL when n has no place in the overlay. */
+json_t *br_overlay_node_paths(br_coord_t *c, br_node_t *n);
+
 /* For `bramble probe`: {"pairs": [{"a", "b", "path", "via"?}] (the pairs relayed or
  * unreachable, at most BR_OVERLAY_PAIRS_SHOWN), "direct", "relayed",
  * "unreachable", "trying": how many pairs each}. */

@@ -588,6 +588,8 @@ def test_one_router_two_nodes_and_a_relay_between_homes(home_sites, make_cluster
     text = c.cli("probe")[1]
     assert "overlay: 6 pairs direct, 4 relayed, 0 unreachable" in text, text
     assert "a2 <-> b2: relayed via cloud" in text, text
+    show = c.cli("node", "show", "a2")[1]
+    assert "2 direct, 0 not tried yet; relayed: b1 via cloud, b2 via cloud" in show, show
     # where the cloud's WireGuard reaches each node behind router a: the router's
     # address, with a port of its own for each (a candidate for the others)
     mapped = wait_for(lambda: (lambda m: len(set(m)) == 2 and all(m) and m)(
