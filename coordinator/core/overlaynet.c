@@ -297,6 +297,7 @@ void br_overlay_seen_from(br_coord_t *c, br_node_t *n, const char *addr)
         br_probeset_changed(c->probeset); /* its probes too */
     }
     json_object_set_new(ov, "seen", json_string(addr)); /* (in memory: a hello saves it) */
+    json_object_del(ov, "mapped"); /* (its router's mapping went with its old address) */
     br_overlay_log_changed(c->overlay_log, n->name); /* its peers reach it there now */
     n->overlay_sent = 0; /* (and its own list is ordered by where it is: told whole) */
 }
@@ -485,9 +486,10 @@ void br_overlay_reach(br_coord_t *c, br_node_t *n, const json_t *reach)
         json_t *ov = o ? json_object_get(o->info, "overlay") : NULL;
         const char *seen = json_string_value(json_object_get(ov, "seen"));
         const char *had = json_string_value(json_object_get(ov, "mapped"));
-        if (!o || o == n || !placed(o) || (seen && mine && strcmp(seen, mine) == 0) ||
-            (had && strcmp(had, json_string_value(v)) == 0))
-            continue;
+        if (!o || o == n || !placed(o) || (seen && mine && strcmp(seen, mine) == 0) || had)
+            continue; /* (the first word stands until it moves or says hello: a router
+                       * that maps each destination apart would have peers report
+                       * another each, and its peers' first candidate would flap) */
         json_object_set(ov, "mapped", v); /* (in memory) */
         br_overlay_log_changed(c->overlay_log, o->name);
     }

@@ -112,7 +112,7 @@ int br_overlay_reach_check(const json_t *reach, br_err_t *err);
  * when a pair's path through a relay changed, every node is told its peers anew.
  * Where it reached a peer from behind another address (its "at"; not a peer
  * behind the same one) is that peer's "mapped" endpoint, a candidate for the
- * others after the address it connects from. */
+ * others: the first such word stands until the peer moves or says hello. */
 void br_overlay_reach(br_coord_t *c, br_node_t *n, const json_t *reach);
 
 /* For `bramble node show`: how node n reaches its peers: {"direct", "trying":
