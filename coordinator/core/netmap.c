@@ -66,25 +66,30 @@ static int one_way(const br_netmap_t *m, const char *a, const char *b, double *m
     return json_is_null(v) ? 0 : -1;
 }
 
-double br_netmap_rtt(const br_netmap_t *m, const char *a, const char *b)
+/* The round trip between a and b from both measurements, a's of b's target to_b
+ * and b's of a's target to_a: the larger of those answered; -2 when one was
+ * probed in vain and none answered, -1 when neither was measured. */
+static double both_ways(const br_netmap_t *m, const char *a, const char *to_b, const char *b,
+                        const char *to_a)
 {
     double ab = 0, ba = 0;
-    int x = one_way(m, a, b, &ab), y = one_way(m, b, a, &ba);
+    int x = one_way(m, a, to_b, &ab), y = one_way(m, b, to_a, &ba);
     if (x == 1 || y == 1)
         return x == 1 && y == 1 ? (ab > ba ? ab : ba) : x == 1 ? ab : ba;
     return x == 0 || y == 0 ? -2 : -1;
 }
 
+double br_netmap_rtt(const br_netmap_t *m, const char *a, const char *b)
+{
+    return both_ways(m, a, b, b, a);
+}
+
 double br_netmap_overlay_rtt(const br_netmap_t *m, const char *a, const char *b)
 {
     char oa[100], ob[100];
-    double ab = 0, ba = 0;
     snprintf(oa, sizeof(oa), "%s" BR_PROBE_OVERLAY_SUFFIX, a);
     snprintf(ob, sizeof(ob), "%s" BR_PROBE_OVERLAY_SUFFIX, b);
-    int x = one_way(m, a, ob, &ab), y = one_way(m, b, oa, &ba);
-    if (x == 1 || y == 1)
-        return x == 1 && y == 1 ? (ab > ba ? ab : ba) : x == 1 ? ab : ba;
-    return x == 0 || y == 0 ? -2 : -1;
+    return both_ways(m, a, ob, b, oa);
 }
 
 double br_netmap_coordinator_rtt(const br_netmap_t *m, const char *node)
