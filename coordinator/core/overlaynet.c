@@ -203,21 +203,23 @@ static int json_array_find_string(const json_t *list, const char *text)
     return 0;
 }
 
+/* Append text to list unless it is there, or the list is full. */
+static void add_text(json_t *list, const char *text)
+{
+    if (text && json_array_size(list) < BR_OVERLAY_ENDPOINTS_MAX &&
+        !json_array_find_string(list, text))
+        json_array_append_new(list, json_string(text));
+}
+
 /* Append "HOST:PORT" to list unless it is there. */
 static void add_endpoint(json_t *list, const char *host, json_int_t port)
 {
     char ep[300];
-    size_t i;
-    json_t *v;
-    if (!host || !*host || json_array_size(list) >= BR_OVERLAY_ENDPOINTS_MAX)
+    if (!host || !*host)
         return;
     snprintf(ep, sizeof(ep), strchr(host, ':') ? "[%s]:%lld" : "%s:%lld", host,
              (long long)port);
-    json_array_foreach(list, i, v) {
-        if (strcmp(json_string_value(v), ep) == 0)
-            return;
-    }
-    json_array_append_new(list, json_string(ep));
+    add_text(list, ep);
 }
 
 /* Where n may reach o's WireGuard, the likeliest first: the address o advertised,
@@ -242,9 +244,7 @@ static json_t *endpoints_of(const br_node_t *n, const br_node_t *o)
         if (pass == (one_site ? 1 : 0)) {
             if (host && (!seen || strcmp(host, seen) != 0)) /* (one it advertised) */
                 add_endpoint(list, host, port);
-            if (mapped && json_array_size(list) < BR_OVERLAY_ENDPOINTS_MAX &&
-                !json_array_find_string(list, mapped)) /* (as a peer saw it) */
-                json_array_append_new(list, json_string(mapped));
+            add_text(list, mapped); /* (as a peer saw it: its own port) */
             add_endpoint(list, seen, port);
         } else {
             json_array_foreach(lan, i, v) {
