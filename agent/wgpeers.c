@@ -84,26 +84,26 @@ void br_wgpeers_adopt(br_wgpeers_t *p)
     p->adopting = 1;
 }
 
-/* `wg show IF latest-handshakes` into a new string (NULL when it failed). */
-static char *handshakes(const br_wgpeers_t *p, size_t peers, br_err_t *err)
+/* `wg show IF what` (a line per peer, for peers of them) into a new string; NULL
+ * when it failed (err says why). */
+static char *wg_show(const br_wgpeers_t *p, const char *what, size_t peers, br_err_t *err)
 {
-    size_t len = peers * 80 + 256;
+    size_t len = peers * 120 + 256;
     char *out = malloc(len);
     if (!out) {
         br_errf(err, ENOMEM, "overlay: out of memory");
         return NULL;
     }
-    char *argv[] = {"wg", "show", (char *)p->ifname, "latest-handshakes", NULL};
+    char *argv[] = {"wg", "show", (char *)p->ifname, (char *)what, NULL};
     if (br_quietrun(argv, STEP_MS, out, len) != 0) {
-        br_errf(err, EIO, "overlay: `wg show %s latest-handshakes` failed: %.200s", p->ifname,
-                out);
+        br_errf(err, EIO, "overlay: `wg show %s %s` failed: %.200s", p->ifname, what, out);
         free(out);
         return NULL;
     }
     return out;
 }
 
-/* Whether text (handshakes()) says a handshake with key within BR_WGPEERS_FRESH_S. */
+/* Whether text (`wg show ... latest-handshakes`) says a handshake with key within BR_WGPEERS_FRESH_S. */
 static int fresh_handshake(const char *text, const char *key, time_t wall)
 {
     const char *at = text ? strstr(text, key) : NULL;
@@ -319,7 +319,7 @@ int br_wgpeers_set(br_wgpeers_t *p, const json_t *list, int64_t now, br_err_t *e
     if (!next)
         return br_errf(err, ENOMEM, "overlay: out of memory");
     br_err_t herr;
-    char *had = p->adopting ? handshakes(p, json_array_size(list), &herr) : NULL;
+    char *had = p->adopting ? wg_show(p, "latest-handshakes", json_array_size(list), &herr) : NULL;
     time_t wall = time(NULL);
     p->adopting = 0;
     json_object_clear(p->listed);
@@ -426,13 +426,10 @@ static int next_endpoint(br_wgpeers_t *p, peer_t *q, br_err_t *err)
  * come from: a router's mapping, for a peer behind NAT), into its "at". */
 static void where_reached(br_wgpeers_t *p)
 {
-    size_t len = p->n * 120 + 256;
-    char *out = malloc(len);
-    char *argv[] = {"wg", "show", p->ifname, "endpoints", NULL};
-    if (!out || br_quietrun(argv, STEP_MS, out, len) != 0) {
-        free(out);
-        return;
-    }
+    br_err_t err;
+    char *out = wg_show(p, "endpoints", p->n, &err);
+    if (!out)
+        return; /* (where it reached them is said at the next change) */
     for (size_t i = 0; i < p->n; i++) {
         peer_t *q = &p->peers[i];
         const char *at = q->reach == 1 ? strstr(out, q->key) : NULL;
@@ -448,9 +445,11 @@ static void where_reached(br_wgpeers_t *p)
 int br_wgpeers_tick(br_wgpeers_t *p, int64_t now, br_err_t *err)
 {
     int trying = 0, changed = 0, rc = 0;
+    if (!p->n || (p->looked && now - p->looked < 1000))
+        return 0; /* (the agent's loop calls it at every turn) */
     for (size_t i = 0; i < p->n; i++) /* (one given up on is tried every 30 s: no hurry) */
         trying |= p->peers[i].reach == 0 || p->peers[i].fresh;
-    if (!p->n || (p->looked && now - p->looked < (trying ? 1000 : 10000)))
+    if (p->looked && !trying && now - p->looked < 10000)
         return 0;
     p->looked = now;
     for (size_t i = 0; i < p->n; i++)
@@ -459,7 +458,7 @@ int br_wgpeers_tick(br_wgpeers_t *p, int64_t now, br_err_t *err)
                 return -1;
             break;
         }
-    char *out = handshakes(p, p->n, err);
+    char *out = wg_show(p, "latest-handshakes", p->n, err);
     if (!out)
         return -1;
     time_t wall = time(NULL);
