@@ -331,7 +331,3 @@ int br_overlay_reaped(br_overlay_t *o, int pid, int status)
     return 1;
 }
 
-const char *br_overlay_address(const br_overlay_t *o)
-{
-    return o->address;
-}

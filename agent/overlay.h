@@ -62,14 +62,11 @@ void br_overlay_peers(br_overlay_t *o, const json_t *peers);
 /* The agent reaped pid: 1 when it was the overlay's (its wireguard-go). */
 int br_overlay_reaped(br_overlay_t *o, int pid, int status);
 
-/* The address the coordinator gave ("" before it did). */
-const char *br_overlay_address(const br_overlay_t *o);
-
 /* Look at the peers' handshakes and try the unreached ones' next endpoints
  * (wgpeers.h); now: monotonic ms. Called from the agent's loop. */
 void br_overlay_tick(br_overlay_t *o, int64_t now);
 
-/* For a heartbeat: {"reached": [node...], "unreached": [node...]} when it changed
+/* For a heartbeat: {"reached", "unreached", "at"} (wgpeers.h) when it changed
  * since the last one (or a hello was answered), else NULL. */
 json_t *br_overlay_reach_news(br_overlay_t *o);
 
