@@ -2,6 +2,8 @@
 joined to the host by a veth pair, one direction shaped with tbf.
 
     up = Uplink("200mbit", shape="far")   # what leaves the namespace is shaped
+    # (subnet="10.252.201": its /24; burst, latency: tbf's; route: a default
+    # route through the host)
     ... run things with ["ip", "netns", "exec", up.ns, ...], reach them at up.ns_ip
     up.sent("far"), up.sent("host")       # bytes each end has sent (the kernel's)
     up.remove()
@@ -45,11 +47,12 @@ class Uplink:
     """A namespace joined to the host by a veth pair; shape: "far" (the namespace's
     end sends at most rate) or "host" (the host's end does)."""
 
-    def __init__(self, rate, shape="far"):
+    def __init__(self, rate, shape="far", subnet=None, burst="256kb", latency="100ms",
+                 route=False):
         tag = os.urandom(3).hex()
         self.ns, self.host, self.far = f"brup-{tag}", f"bruh{tag}", f"brun{tag}"
-        b = int(tag[:2], 16) % 250
-        self.host_ip, self.ns_ip = f"10.251.{b}.1", f"10.251.{b}.2"
+        subnet = subnet or f"10.251.{int(tag[:2], 16) % 250}"  # (A.B.C: its /24)
+        self.host_ip, self.ns_ip = f"{subnet}.1", f"{subnet}.2"
         sh("ip", "netns", "add", self.ns)
         sh("ip", "link", "add", self.host, "type", "veth", "peer", "name", self.far)
         sh("ip", "link", "set", self.far, "netns", self.ns)
@@ -58,8 +61,11 @@ class Uplink:
         for cmd in (["ip", "addr", "add", f"{self.ns_ip}/24", "dev", self.far],
                     ["ip", "link", "set", self.far, "up"], ["ip", "link", "set", "lo", "up"]):
             sh("ip", "netns", "exec", self.ns, *cmd)
+        if route:  # (the host forwards: other namespaces' links are reached through it)
+            sh("ip", "netns", "exec", self.ns, "ip", "route", "add", "default", "via",
+               self.host_ip)
         tbf = ["tc", "qdisc", "add", "dev", self.far if shape == "far" else self.host, "root",
-               "tbf", "rate", rate, "burst", "256kb", "latency", "100ms"]
+               "tbf", "rate", rate, "burst", burst, "latency", latency]
         sh(*(["ip", "netns", "exec", self.ns] if shape == "far" else []), *tbf)
 
     def sent(self, end="far"):

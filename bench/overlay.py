@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from benchnet import stop_all, wait  # noqa: E402 (beside this file)
+from benchnet import Uplink, stop_all, wait  # noqa: E402 (beside this file)
 
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 BIN = os.path.abspath(ARGS[0] if ARGS else "build/bin")
@@ -94,37 +94,22 @@ def sh(*argv, check=True):
     return subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=check)
 
 
-class Node:
-    """A namespace joined to the host by a veth pair; its end shaped to RATE."""
+class Node(Uplink):
+    """A namespace joined to the host by a veth pair; its end shaped to RATE, its
+    default route through the host."""
 
     def __init__(self, i, tmp):
-        tag = os.urandom(2).hex()
-        self.ns, self.host, self.far = f"brov{i}-{tag}", f"brovh{i}{tag}", f"brovn{i}{tag}"
-        b = 200 + i
-        self.host_ip, self.ip = f"10.252.{b}.1", f"10.252.{b}.2"
+        super().__init__(RATE, subnet=f"10.252.{200 + i}", burst="1mb", latency="50ms",
+                         route=True)
+        self.ip = self.ns_ip
         self.run = f"{tmp}/wg-{i}"
         os.makedirs(self.run)
-        sh("ip", "netns", "add", self.ns)
-        sh("ip", "link", "add", self.host, "type", "veth", "peer", "name", self.far)
-        sh("ip", "link", "set", self.far, "netns", self.ns)
-        sh("ip", "addr", "add", f"{self.host_ip}/24", "dev", self.host)
-        sh("ip", "link", "set", self.host, "up")
-        for cmd in (["ip", "addr", "add", f"{self.ip}/24", "dev", self.far],
-                    ["ip", "link", "set", self.far, "up"], ["ip", "link", "set", "lo", "up"],
-                    ["ip", "route", "add", "default", "via", self.host_ip],
-                    ["tc", "qdisc", "add", "dev", self.far, "root", "tbf", "rate", RATE,
-                     "burst", "1mb", "latency", "50ms"]):
-            sh("ip", "netns", "exec", self.ns, *cmd)
 
     def wrap(self):
         return ["ip", "netns", "exec", self.ns, "unshare", "--mount", "--propagation",
                 "private", "sh", "-c",
                 f"mkdir -p /run/wireguard && mount --bind {self.run} /run/wireguard && "
                 "exec \"$@\"", "sh"]
-
-    def remove(self):
-        sh("ip", "link", "del", self.host, check=False)
-        sh("ip", "netns", "del", self.ns, check=False)
 
 
 def main():
@@ -165,7 +150,7 @@ def main():
             sh("ip", "netns", "exec", a.ns, "iptables", "-A", "OUTPUT", "-p", "udp", "-d",
                b.ip, "-j", "DROP")
         subprocess.run([f"{BIN}/brambled", "init", "--data-dir", f"{tmp}/coord", "--listen",
-                        f"tcp://0.0.0.0:7711", "--advertise", f"tcp://{nodes[0].host_ip}:7711"],
+                        "tcp://0.0.0.0:7711", "--advertise", f"tcp://{nodes[0].host_ip}:7711"],
                        check=True, capture_output=True)
         procs.append(subprocess.Popen([f"{BIN}/brambled", "--data-dir", f"{tmp}/coord"],
                                       stdout=open(f"{tmp}/coord.log", "w"),
@@ -223,7 +208,7 @@ def main():
             return v[len(v) // 2], v[int(len(v) * 0.9)]
 
         rr, ro, rl = rtts(nodes[1].ip), rtts(ov2), rtts(ov3)
-        print(f"overlay ({MODE}) between two namespaces, each link shaped to {RATE} "
+        print(f"overlay ({MODE}) between four namespaces, each link shaped to {RATE} "
               f"(tbf), the host forwarding")
         print(f"join to usable (node-2's agent started again -> first TCP connection "
               f"over the overlay): {join_s:.2f} s")
