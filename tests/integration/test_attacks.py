@@ -297,6 +297,9 @@ def test_full_disk_gives_refusals_and_service_resumes(make_cluster):
         c.assert_alive()
 
 
+FLOOD = 8000000  # bytes the flooding job prints: more than _small_disk holds
+
+
 def test_output_shipped_while_the_disk_is_full_is_kept(make_cluster):
     """Output a job prints while the coordinator's disk is full is kept by its agent
     and stored once there is room: nothing of a running job's output and nothing of
@@ -318,7 +321,7 @@ def test_output_shipped_while_the_disk_is_full_is_kept(make_cluster):
             f"for i in 1 2 3 4; do echo B-$i; done; touch {flags}/b-done\"\n")
         flood = c.submit(
             f"name: floods-meanwhile\nresources: {{cpus: 0}}\ncommand: \"{wait.format(f1)}; "
-            f"yes C-flood | head -c 3000000; echo C-END; touch {flags}/c-done\"\n")
+            f"yes C-flood | head -c {FLOOD}; echo C-END; touch {flags}/c-done\"\n")
         for j in (steady, ended, flood):
             c.wait_job(j, "running")
         c.wait_logs(steady, "A-4")
@@ -343,16 +346,18 @@ def test_output_shipped_while_the_disk_is_full_is_kept(make_cluster):
             assert c.job(jid).get("log_lost", 0) == 0, c.job(jid)
             _, out, _ = c.cli("job", "show", jid)
             assert "dropped" not in out, out
-        # the flood did not fit the agent's 1 MiB: its newest part is there, in order,
-        # the rest counted (what was stored and what was dropped make what it wrote),
-        # and an event says so. (How much was stored depends on the room SQLite's
-        # write-ahead log had kept when the disk filled, so it is not bounded here.)
+        # the flood did not fit the agent's 1 MiB, nor the coordinator's 6 MiB disk:
+        # its newest part is there, in order, the rest counted (what was stored and
+        # what was dropped make what it wrote), and an event says so. (How much was
+        # stored depends on the room SQLite's write-ahead log had kept when the disk
+        # filled, up to a few MiB, so it is not bounded here: the flood is larger than
+        # the whole disk, so that some of it is dropped however much that was.)
         out = c.logs(flood)
         assert out.endswith("C-END\n"), out[-200:]
         lines = out.splitlines()  # (the part kept may begin inside a line)
         assert "C-flood".endswith(lines[0]) and set(lines[1:]) == {"C-flood", "C-END"}, \
             (lines[0], set(lines[1:]))
-        printed = 3000000 + len("C-END\n")
+        printed = FLOOD + len("C-END\n")
         assert len(out) < printed, len(out)
         wait_for(lambda: len(out) + c.job(flood).get("log_lost", 0) == printed, 30,
                  f"stored ({len(out)}) and dropped bytes to make the {printed} printed")
