@@ -2,9 +2,6 @@
  * handler. The caller is found from the connection's User-Id (the CURVE key ZAP
  * proved) for every message, so a key revoked mid-connection stops at once. */
 #include "api.h"
-#include "ckptpull.h"
-#include "replicas.h"
-#include "replkeep.h"
 
 #include <errno.h>
 #include <stdio.h>

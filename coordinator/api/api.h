@@ -30,7 +30,16 @@ void br_api_job_checkpoint(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
  * entries with relative paths): 0, or -1 with EPROTO and err saying what is wrong. */
 int br_api_check_manifest(const json_t *manifest, br_err_t *err);
 
-/* replicas.h: ckpt.stored; replkeep.h: job.purge; ckptpull.h: checkpoint.* */
+/* api_ckpt.c: checkpoints' copies (replicas.h, replkeep.h, ckptpull.h) */
+/* ckpt.stored (N): how a pull a node was ordered went */
+void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+/* job.purge: an ended job's replicas dropped now */
+void br_api_job_purge(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+/* checkpoint.open, checkpoint.read, checkpoint.close: a checkpoint pulled to a
+ * user's machine */
+void br_api_checkpoint_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_checkpoint_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
+void br_api_checkpoint_close(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 
 /* api_cli.c */
 void br_api_ping(br_coord_t *c, br_msg_t *m, const br_caller_t *who);

@@ -232,13 +232,13 @@ void br_ckptpull_answer(br_coord_t *c)
     }
 }
 
-/* --- the requests ------------------------------------------------------------- */
+/* --- the pulls ------------------------------------------------------------------ */
 
-static int find(br_coord_t *c, const char *id, const br_msg_t *m)
+static int find(br_coord_t *c, const char *id, const char *owner)
 {
     for (int i = 0; i < BR_CKPTPULL_MAX; i++) {
         pull_t *p = c->ckptpull->pulls[i];
-        if (p && strcmp(p->id, id) == 0 && strcmp(p->owner, br_msg_user(m)) == 0)
+        if (p && strcmp(p->id, id) == 0 && strcmp(p->owner, owner) == 0)
             return i;
     }
     return -1;
@@ -266,22 +266,13 @@ static json_t *checkpoint_of(br_coord_t *c, int64_t job, int64_t step, br_err_t 
     return found;
 }
 
-void br_api_checkpoint_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+json_t *br_ckptpull_open(br_coord_t *c, const char *owner, int64_t id, int64_t step,
+                         br_err_t *err)
 {
-    json_int_t id, step = -1;
-    br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:I, s?I}", "job", &id, "step", &step) < 0) {
-        br_reply_fail(c, m, &err);
-        return;
-    }
-    json_t *row = br_store_job_get(c->store, id, NULL), *cp = NULL, *stored = NULL;
+    json_t *cp = NULL, *stored = NULL, *answer = NULL;
     pull_t *p = NULL;
     int slot = -1;
-    if (!row || !br_coord_may_see(who, row)) {
-        br_errf(&err, ENOENT, "no job %lld", (long long)id);
-        goto fail;
-    }
-    if (!(cp = checkpoint_of(c, id, step, &err)))
+    if (!(cp = checkpoint_of(c, id, step, err)))
         goto fail;
     step = json_integer_value(json_object_get(cp, "step"));
     const json_t *sum = json_object_get(cp, "manifest");
@@ -289,17 +280,17 @@ void br_api_checkpoint_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     const char *writer = json_string_value(json_object_get(cp, "node"));
     const char *path = json_string_value(json_object_get(cp, "path"));
     if (!hash) {
-        br_errf(&err, ENOTSUP, "checkpoint step %lld of job %lld was counted without a "
+        br_errf(err, ENOTSUP, "checkpoint step %lld of job %lld was counted without a "
                 "manifest: it cannot be verified, so it is not pulled", (long long)step,
                 (long long)id);
         goto fail;
     }
     const char *lhash;
     int64_t lsize;
-    if (!(stored = br_store_checkpoint_manifest(c->store, id, hash, &err)))
+    if (!(stored = br_store_checkpoint_manifest(c->store, id, hash, err)))
         goto fail;
-    if (br_manifest_listing(stored, &lhash, &lsize, &err) < 0) { /* an older agent's */
-        br_errf(&err, ENOTSUP, "checkpoint step %lld of job %lld has more files (%lld) "
+    if (br_manifest_listing(stored, &lhash, &lsize, err) < 0) { /* an older agent's */
+        br_errf(err, ENOTSUP, "checkpoint step %lld of job %lld has more files (%lld) "
                 "than its manifest lists, and no whole listing was kept: it is not "
                 "pulled", (long long)step, (long long)id,
                 (long long)json_integer_value(json_object_get(sum, "files")));
@@ -308,7 +299,7 @@ void br_api_checkpoint_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     int from_store = 0;
     br_node_t *h = br_replicas_source(c, id, hash, writer ? writer : "", &from_store);
     if (!h) {
-        br_errf(&err, EHOSTUNREACH, "no node that holds checkpoint step %lld of job %lld "
+        br_errf(err, EHOSTUNREACH, "no node that holds checkpoint step %lld of job %lld "
                 "is connected and serves checkpoints (written on %s; see bramble "
                 "checkpoint list %lld)", (long long)step, (long long)id,
                 writer ? writer : "?", (long long)id);
@@ -318,7 +309,7 @@ void br_api_checkpoint_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         if (!c->ckptpull->pulls[i])
             slot = i;
     if (slot < 0) {
-        br_errf(&err, EBUSY, "%d checkpoint pulls are open already: try again later",
+        br_errf(err, EBUSY, "%d checkpoint pulls are open already: try again later",
                 BR_CKPTPULL_MAX);
         goto fail;
     }
@@ -329,14 +320,14 @@ void br_api_checkpoint_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         (size_t)snprintf(p->endpoint, sizeof(p->endpoint),
                          strchr(addr, ':') ? "tcp://[%s]:%d" : "tcp://%s:%d", addr,
                          port) >= sizeof(p->endpoint)) {
-        br_errf(&err, addr ? ENOMEM : EHOSTUNREACH, "%s",
+        br_errf(err, addr ? ENOMEM : EHOSTUNREACH, "%s",
                 addr ? "out of memory" : "the holder's address is not known");
         goto fail;
     }
     unsigned char rnd[8];
     randombytes_buf(rnd, sizeof(rnd));
     sodium_bin2hex(p->id, sizeof(p->id), rnd, sizeof(rnd));
-    br_strlcpy(p->owner, br_msg_user(m), sizeof(p->owner));
+    br_strlcpy(p->owner, owner, sizeof(p->owner));
     br_strlcpy(p->holder, h->name, sizeof(p->holder));
     br_strlcpy(p->holder_key, h->pubkey, sizeof(p->holder_key));
     snprintf(p->grant, sizeof(p->grant), "%lld.%.16s.pull-%s", (long long)id, hash, p->id);
@@ -345,23 +336,24 @@ void br_api_checkpoint_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     p->from_store = from_store;
     p->manifest = json_incref(stored);
     p->used_at = p->granted_at = br_mono_ms();
+    answer = json_pack("{s:s, s:I, s:I, s:s, s:O, s:s, s:b}", "xfer", p->id, "job",
+                       (json_int_t)id, "step", (json_int_t)step, "path", p->path,
+                       "manifest", stored, "from", h->name, "replica", from_store);
+    if (!answer) {
+        br_errf(err, ENOMEM, "out of memory");
+        goto fail;
+    }
     br_replicas_lend(c, h, from_store, id, step, p->path, stored, p->grant,
                      "the coordinator", c->cfg.public_key, BR_CKPTPULL_GRANT_MS);
     c->ckptpull->pulls[slot] = p;
-    br_reply_ok(c, m,
-                json_pack("{s:s, s:I, s:I, s:s, s:O, s:s, s:b}", "xfer", p->id, "job", id,
-                        "step", step, "path", p->path, "manifest", stored, "from", h->name,
-                        "replica", from_store));
     json_decref(stored);
     json_decref(cp);
-    json_decref(row);
-    return;
+    return answer;
 fail:
     pull_free(p);
     json_decref(stored);
     json_decref(cp);
-    json_decref(row);
-    br_reply_fail(c, m, &err);
+    return NULL;
 }
 
 static int connect_holder(br_coord_t *c, pull_t *p, br_err_t *err)
@@ -379,72 +371,50 @@ static int connect_holder(br_coord_t *c, pull_t *p, br_err_t *err)
     return 0;
 }
 
-void br_api_checkpoint_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+int br_ckptpull_read(br_coord_t *c, const char *owner, const char *xfer,
+                     const char *path, const char *hash, int64_t offset, br_msg_t *answer,
+                     br_err_t *err)
 {
-    (void)who;
-    const char *xfer, *path, *hash;
-    json_int_t off;
-    br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:s, s:s, s:s, s:I}", "xfer", &xfer, "path", &path,
-                      "hash", &hash, "offset", &off) < 0) {
-        br_reply_fail(c, m, &err);
-        return;
-    }
-    int i = find(c, xfer, m);
+    int i = find(c, xfer, owner);
     pull_t *p = i < 0 ? NULL : c->ckptpull->pulls[i];
-    br_msg_t *reply = NULL;
     json_t *ask = NULL;
     if (!p)
-        br_errf(&err, ENOENT, "no checkpoint pull %.16s (closed, or not read from for %d s)",
-                xfer, BR_CKPTPULL_IDLE_MS / 1000);
-    else if (p->n == WINDOW)
-        br_errf(&err, EAGAIN, "%d reads of this pull are in flight already", WINDOW);
-    else if (!p->sock && connect_holder(c, p, &err) < 0)
-        br_err_prefix(&err, "connecting to %s", p->holder);
-    else if (!(ask = json_pack("{s:s, s:s, s:s, s:I}", "grant", p->grant, "path", path,
-                                "hash", hash, "offset", off)) ||
-             !(reply = br_msg_reply(m)))
-        br_errf(&err, ENOMEM, "out of memory");
-    else {
-        if (pass_on(p, ask, &err) < 0) {
-            if (err.errnum == EAGAIN)
-                br_errf(&err, EAGAIN, "the link to %s is busy: ask again", p->holder);
-        } else {
-            int64_t now = br_mono_ms();
-            p->win[(p->head + p->n++) % WINDOW] = (read_t){reply, ask, p->seq, now};
-            reply = NULL;
-            ask = NULL;
-            p->used_at = now;
-            if (now - p->granted_at > BR_CKPTPULL_GRANT_MS / 2) { /* renewed while used */
-                br_node_t *h = br_nodes_find(c->nodes, p->holder);
-                if (h)
-                    br_replicas_lend(c, h, p->from_store, p->job, p->step, p->path,
-                                     p->manifest, p->grant, "the coordinator",
-                                     c->cfg.public_key, BR_CKPTPULL_GRANT_MS);
-                p->granted_at = now;
-            }
-            err.errnum = 0;
-        }
+        return br_errf(err, ENOENT, "no checkpoint pull %.16s (closed, or not read from "
+                       "for %d s)", xfer, BR_CKPTPULL_IDLE_MS / 1000);
+    if (p->n == WINDOW)
+        return br_errf(err, EAGAIN, "%d reads of this pull are in flight already", WINDOW);
+    if (!p->sock && connect_holder(c, p, err) < 0) {
+        br_err_prefix(err, "connecting to %s", p->holder);
+        return -1;
     }
-    json_decref(ask);
-    br_msg_destroy(&reply);
-    if (!p || err.errnum)
-        br_reply_fail(c, m, &err);
+    if (!(ask = json_pack("{s:s, s:s, s:s, s:I}", "grant", p->grant, "path", path, "hash",
+                          hash, "offset", (json_int_t)offset)))
+        return br_errf(err, ENOMEM, "out of memory");
+    if (pass_on(p, ask, err) < 0) {
+        json_decref(ask);
+        if (err->errnum == EAGAIN)
+            br_errf(err, EAGAIN, "the link to %s is busy: ask again", p->holder);
+        return -1;
+    }
+    int64_t now = br_mono_ms();
+    p->win[(p->head + p->n++) % WINDOW] = (read_t){answer, ask, p->seq, now};
+    p->used_at = now;
+    if (now - p->granted_at > BR_CKPTPULL_GRANT_MS / 2) { /* renewed while used */
+        br_node_t *h = br_nodes_find(c->nodes, p->holder);
+        if (h)
+            br_replicas_lend(c, h, p->from_store, p->job, p->step, p->path, p->manifest,
+                             p->grant, "the coordinator", c->cfg.public_key,
+                             BR_CKPTPULL_GRANT_MS);
+        p->granted_at = now;
+    }
+    return 0;
 }
 
-void br_api_checkpoint_close(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+void br_ckptpull_close(br_coord_t *c, const char *owner, const char *xfer)
 {
-    (void)who;
-    const char *xfer;
-    br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:s}", "xfer", &xfer) < 0) {
-        br_reply_fail(c, m, &err);
-        return;
-    }
-    int i = find(c, xfer, m);
+    int i = find(c, xfer, owner);
     if (i >= 0)
         close_pull(c, i, ECANCELED, "the pull was closed");
-    br_reply_ok(c, m, json_object()); /* closing one that is gone is no fault */
 }
 
 /* --- hooks ---------------------------------------------------------------------- */

@@ -11,7 +11,7 @@
  * every file against the manifest. Answers go out as they come, outside the
  * wake's transaction: reading a chunk changes nothing. A pull belongs to the key
  * that opened it; one that nobody read from for a minute is closed, and its grant
- * withdrawn. */
+ * withdrawn. The requests' handlers are api_ckpt.c's. */
 #ifndef BRAMBLE_CKPTPULL_H
 #define BRAMBLE_CKPTPULL_H
 
@@ -43,8 +43,23 @@ int br_ckptpull_items(br_ckptpull_t *p, zmq_pollitem_t *items, int max);
  * the loop sends at once. */
 void br_ckptpull_answer(struct br_coord *c);
 
-void br_api_checkpoint_open(struct br_coord *c, br_msg_t *m, const br_caller_t *who);
-void br_api_checkpoint_read(struct br_coord *c, br_msg_t *m, const br_caller_t *who);
-void br_api_checkpoint_close(struct br_coord *c, br_msg_t *m, const br_caller_t *who);
+/* Open a pull, for the key owner (Z85), of job's counted checkpoint at step (< 0:
+ * the newest): its holder is granted the coordinator's key. What the client is
+ * told ({"xfer", "job", "step", "path", "manifest", "from", "replica"}, a new
+ * reference), or NULL with err (ENOENT, ENOTSUP, EHOSTUNREACH, EBUSY...). Whether
+ * owner may see the job is the caller's to check. */
+json_t *br_ckptpull_open(struct br_coord *c, const char *owner, int64_t job, int64_t step,
+                         br_err_t *err);
+/* Pass a read of offset of the file at path (hash) of owner's pull xfer on to its
+ * holder. answer (taken on success) is the message the holder's answer is copied
+ * into and posted as, once it comes (br_ckptpull_answer). 0, or -1 with err
+ * (ENOENT: no such pull of owner's; EAGAIN: too many reads in flight, or the link
+ * is busy). */
+int br_ckptpull_read(struct br_coord *c, const char *owner, const char *xfer,
+                     const char *path, const char *hash, int64_t offset, br_msg_t *answer,
+                     br_err_t *err);
+/* Close owner's pull xfer, if it is open: its reads in flight fail, its grant is
+ * withdrawn. */
+void br_ckptpull_close(struct br_coord *c, const char *owner, const char *xfer);
 
 #endif

@@ -970,33 +970,25 @@ static void unordered(br_coord_t *c, br_replicas_t *r, int64_t job, const char *
         drop_unordered(c, r);
 }
 
-/* ckpt.stored: a node says how a pull it was ordered went. Only pulls this
- * coordinator ordered, to that node, are taken. */
-void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+/* A node says how a pull it was ordered went. Only pulls this coordinator
+ * ordered, to that node, are taken. */
+int br_replicas_stored(br_coord_t *c, const char *node, const br_replica_stored_t *s,
+                       br_err_t *err)
 {
-    json_int_t job, step = -1, received = 0, deduped = 0;
-    const char *hash, *path, *error = NULL;
-    int restore = 0, errnum = 0;
-    br_err_t err = {0};
-    if (br_msg_unpack(m, &err, "{s:I, s?I, s:s, s:s, s?b, s?I, s?I, s?i, s?s}", "job",
-                      &job, "step", &step, "hash", &hash, "path", &path, "restore",
-                      &restore, "received", &received, "deduped", &deduped, "errnum",
-                      &errnum, "error", &error) < 0) {
-        br_reply_fail(c, m, &err);
-        return;
-    }
+    int64_t job = s->job, step = s->step, received = s->received, deduped = s->deduped;
+    const char *hash = s->hash, *path = s->path, *error = s->error;
+    int restore = s->restore, errnum = s->errnum;
     br_replicas_t *r = c->replicas;
     char grant[160], key[200];
-    br_replicas_grant_id(job, hash, who->name, grant, sizeof(grant));
+    br_replicas_grant_id(job, hash, node, grant, sizeof(grant));
     pull_key(grant, restore, key, sizeof(key));
     json_t *pull = r ? json_object_get(r->pulls, key) : NULL;
     if (!pull || strcmp(json_string_value(json_object_get(pull, "hash")), hash) != 0) {
         if (r && !restore && !error) /* a copy nobody will know of: not to stay */
-            unordered(c, r, job, hash, who->name, path, step);
-        br_errf(&err, EPERM, "no %s of checkpoint %.16s of job %lld to %s was ordered",
-                restore ? "restore" : "replica", hash, (long long)job, who->name);
-        br_reply_fail(c, m, &err);
-        return;
+            unordered(c, r, job, hash, node, path, step);
+        return br_errf(err, EPERM, "no %s of checkpoint %.16s of job %lld to %s was "
+                       "ordered", restore ? "restore" : "replica", hash, (long long)job,
+                       node);
     }
     json_incref(pull);
     json_object_del(r->pulls, key);
@@ -1018,7 +1010,7 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     } else if (error) {
         replica_failed(c, r, pull, errnum, error);
     } else if (json_is_true(json_object_get(pull, "drop"))) { /* purged meanwhile */
-        json_t *row = json_pack("{s:s, s:s, s:O, s:O}", "hash", hash, "node", who->name,
+        json_t *row = json_pack("{s:s, s:s, s:O, s:O}", "hash", hash, "node", node,
                                 "path", json_object_get(pull, "path"), "step",
                                 json_object_get(pull, "step"));
         br_replicas_drop(c, job, row, "the job was purged (bramble job purge)");
@@ -1026,15 +1018,15 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     } else {
         double secs = (double)(br_mono_ms() - json_integer_value(json_object_get(pull, "at"))) / 1000.0;
         char sent[32], same[32];
-        measured(r, holder, who->name, received, secs);
-        br_store_replica_add(c->store, job, hash, who->name,
+        measured(r, holder, node, received, secs);
+        br_store_replica_add(c->store, job, hash, node,
                              json_integer_value(json_object_get(pull, "step")),
                              json_string_value(json_object_get(pull, "path")),
                              received + deduped, br_now_ms(), NULL);
-        br_coord_event(c, job, who->name, "replica",
+        br_coord_event(c, job, node, "replica",
                        "checkpoint %s (step %lld, %.16s) replicated on %s from %s: %s sent, "
                        "%s already there, in %.1f s",
-                       path, (long long)step, hash, who->name, holder,
+                       path, (long long)step, hash, node, holder,
                        br_format_size((uint64_t)received, sent, sizeof(sent)),
                        br_format_size((uint64_t)deduped, same, sizeof(same)), secs);
         int64_t owner;
@@ -1043,7 +1035,7 @@ void br_api_ckpt_stored(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         json_decref(spec);
     }
     json_decref(pull);
-    br_reply_ok(c, m, json_object());
+    return 0;
 }
 
 /* After a start or a rollback the pulls in flight are forgotten, and the agents'

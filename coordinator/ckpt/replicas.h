@@ -149,8 +149,23 @@ json_t *br_replicas_transfers(struct br_coord *c, int64_t job);
  * own, as {"node", "writer": true}). */
 void br_replicas_annotate(struct br_coord *c, int64_t job, json_t *checkpoints);
 
-/* ckpt.stored (PROTOCOL.md section 5): a node says how a pull it was ordered went;
- * in the handler table (api.c). */
-void br_api_ckpt_stored(struct br_coord *c, br_msg_t *m, const br_caller_t *who);
+/* What a node says of a pull it was ordered (ckpt.stored, PROTOCOL.md section 5). */
+typedef struct {
+    int64_t job, step;     /* step: -1 when not said */
+    const char *hash;      /* the checkpoint's manifest hash */
+    const char *path;      /* the checkpoint's path on its writer */
+    int restore;           /* a restore into the job's own path, not a replica */
+    int64_t received;      /* bytes pulled */
+    int64_t deduped;       /* bytes found there already */
+    int errnum;            /* when it failed */
+    const char *error;     /* why it failed; NULL: it was stored and verified */
+} br_replica_stored_t;
+
+/* node says how a pull it was ordered went: a verified replica is recorded (and the
+ * job's beyond checkpoint.keep dropped), a failed one ordered again, a restore
+ * ended. 0, or -1 with EPERM when this coordinator ordered no such pull to node (a
+ * verified replica nobody ordered is then dropped once the copies are repaired). */
+int br_replicas_stored(struct br_coord *c, const char *node, const br_replica_stored_t *s,
+                       br_err_t *err);
 
 #endif

@@ -1,4 +1,4 @@
-/* replkeep.c - the retention of ended jobs' replicas, and job.purge (replkeep.h). */
+/* replkeep.c - the retention of ended jobs' replicas, and their purge (replkeep.h). */
 #include "replkeep.h"
 
 #include <errno.h>
@@ -75,46 +75,27 @@ int br_replkeep_expire(br_coord_t *c, int64_t retention_ms, int bite)
     return n;
 }
 
-/* job.purge {"id"}: drop the replicas of a job that has ended, now. */
-void br_api_job_purge(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
+int br_replkeep_purge(br_coord_t *c, const json_t *job, int *dropped, int *forgotten,
+                      br_err_t *err)
 {
-    json_int_t id;
-    br_err_t err;
-    if (br_msg_unpack(m, &err, "{s:I}", "id", &id) < 0) {
-        br_reply_fail(c, m, &err);
-        return;
-    }
-    json_t *job = br_store_job_get(c->store, id, NULL);
-    if (!job || !br_coord_may_see(who, job)) {
-        json_decref(job);
-        br_errf(&err, ENOENT, "no job %lld", (long long)id);
-        br_reply_fail(c, m, &err);
-        return;
-    }
-    if (!json_is_integer(json_object_get(job, "ended"))) {
-        br_errf(&err, EBUSY,
-                "job %lld is %s: only a job that has ended can be purged (cancel it "
-                "first: bramble cancel %lld)",
-                (long long)id, json_string_value(json_object_get(job, "state")),
-                (long long)id);
-        json_decref(job);
-        br_reply_fail(c, m, &err);
-        return;
-    }
-    json_decref(job);
-    json_t *rows = br_store_replica_list(c->store, id, &err);
-    if (!rows) {
-        br_reply_fail(c, m, &err);
-        return;
-    }
+    int64_t id = json_integer_value(json_object_get(job, "id"));
+    if (!json_is_integer(json_object_get(job, "ended")))
+        return br_errf(err, EBUSY,
+                       "job %lld is %s: only a job that has ended can be purged (cancel "
+                       "it first: bramble cancel %lld)",
+                       (long long)id, json_string_value(json_object_get(job, "state")),
+                       (long long)id);
+    json_t *rows = br_store_replica_list(c->store, id, err);
+    if (!rows)
+        return -1;
     int told = 0;
     size_t i;
     json_t *row;
     json_array_foreach (rows, i, row)
         told += br_replicas_drop(c, id, row, "the job was purged (bramble job purge)");
     br_replicas_purged(c, id);
-    br_reply_ok(c, m,
-                json_pack("{s:I, s:i, s:i}", "id", id, "dropped", told, "forgotten",
-                        (int)json_array_size(rows) - told));
+    *dropped = told;
+    *forgotten = (int)json_array_size(rows) - told;
     json_decref(rows);
+    return 0;
 }

@@ -1,7 +1,7 @@
 /* replkeep.h - how long replicas of an ended job's checkpoints are kept: until the
  * job ended longer ago than --replica-retention (looked for on this module's own
  * tick, once the nodes had their start-up grace to come back), or until `bramble
- * job purge` (job.purge, in api.h). Each copy is dropped from its node
+ * job purge` (br_replkeep_purge). Each copy is dropped from its node
  * (ckpt.drop), or forgotten when the node is not connected, with an event of the
  * job (br_replicas_drop). It sits above the replicas module (replicas.h). */
 #ifndef BRAMBLE_REPLKEEP_H
@@ -23,8 +23,12 @@ int br_replkeep_init(struct br_coord *c);
  * many were dropped (bite: there may be more), or -1 when the store failed. */
 int br_replkeep_expire(struct br_coord *c, int64_t retention_ms, int bite);
 
-/* job.purge {"id"}: drop the replicas of a job that has ended, now; in the handler
- * table (api.c). */
-void br_api_job_purge(struct br_coord *c, br_msg_t *m, const br_caller_t *who);
+/* Drop the replicas of job (a store row, br_store_job_get's) now, as `bramble job
+ * purge` asks: copies on connected nodes are dropped from them (*dropped), the others
+ * only forgotten (*forgotten), and copies still under way are dropped as they
+ * arrive. 0, or -1 with err (EBUSY: the job has not ended). Whether the caller may
+ * see the job is the caller's to check. */
+int br_replkeep_purge(struct br_coord *c, const json_t *job, int *dropped, int *forgotten,
+                      br_err_t *err);
 
 #endif
