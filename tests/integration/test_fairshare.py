@@ -123,8 +123,10 @@ def test_limits_refuse_or_hold_back_and_say_which(make_cluster):
              what="the GPU job to wait on max-gpus")
     # the gpu-hours-week check below sets a limit of 0.0001 GPU-hours (0.36 s):
     # quinn's first job holds its GPU until it has used more than that, also on a
-    # machine fast enough to get here sooner
-    wait_for(lambda: c.job(first)["usage"]["gpu_hours"] > 0.0002,
+    # machine fast enough to get here sooner. Usage is charged every 30 s from the
+    # coordinator's start (BR_USAGE_CHARGE_MS): this wait covers a whole period
+    # with room to spare, where the default deadline is only one period long
+    wait_for(lambda: c.job(first)["usage"]["gpu_hours"] > 0.0002, timeout=60,
              what="quinn's first job to use more than 0.0002 GPU-hours")
     gate.touch()
     c.wait_job(third, "completed")
