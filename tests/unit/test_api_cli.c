@@ -7,8 +7,9 @@
  * another user's job, so its existence is not told); and what each answer holds:
  * ping, job.submit / show / list / queue / cancel / logs, node.list / show / drain /
  * undrain / remove / rotate_key / probe, user.add / list / set / remove /
- * rotate_key, token.create / list / revoke, usage.show, event.list / watch,
- * audit.list, service.endpoints / scale, and who may see a job. */
+ * rotate_key / env_rm, token.create / list / revoke, usage.show, event.list /
+ * watch, audit.list, service.endpoints / scale / list, code.stage, and who may
+ * see a job. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,11 +19,17 @@
 
 #include <cmocka.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <sodium.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "api.h"
+#include "content.h"
 #include "coord_fixture.h"
 #include "cred.h"
+#include "mfbuild.h"
 #include "usage.h"
 #include "watchers.h"
 #include "jobtab.h"
@@ -1133,6 +1140,235 @@ static void test_services(void **state)
     call_refused(c, KEY_ANN, "job.cancel", body, EINVAL, "scale the service");
 }
 
+/* node.env_rm: the admin has a node's agent remove an environment its last
+ * heartbeat listed (env.rm); one it does not keep, an unknown node, a node not
+ * connected and a body without the key are refused, each saying which. */
+static void test_node_env_rm(void **state)
+{
+    world_t *x = *state;
+    br_coord_t *c = x->c;
+    json_object_set_new(x->w->a->info, "envs",
+                        json_pack("[{s:s}, {s:s}]", "key", "0a1b2c", "key", "3d4e5f"));
+    json_t *a = call_ok(c, KEY_ADMIN, "node.env_rm", "{\"name\": \"a\", \"key\": \"3d4e5f\"}");
+    assert_string_equal(str(a, "name"), "a");
+    assert_string_equal(str(a, "key"), "3d4e5f");
+    assert_true(json_is_true(json_object_get(a, "ordered")));
+    json_decref(a);
+    json_t *order = fixture_order(c, "env.rm", x->w->a);
+    assert_non_null(order);
+    assert_string_equal(str(order, "key"), "3d4e5f");
+    assert_null(fixture_order(c, "env.rm", x->w->b));
+
+    call_refused(c, KEY_ADMIN, "node.env_rm", "{\"name\": \"a\", \"key\": \"ffffff\"}",
+                 ENOENT, "node a keeps no environment 'ffffff' ('bramble node show a' "
+                 "lists them)");
+    assert_null(fixture_order(c, "env.rm", x->w->a)); /* nothing was ordered */
+    call_refused(c, KEY_ADMIN, "node.env_rm", "{\"name\": \"b\", \"key\": \"3d4e5f\"}",
+                 ENOENT, "node b keeps no environment '3d4e5f'");
+    call_refused(c, KEY_ADMIN, "node.env_rm", "{\"name\": \"zz\", \"key\": \"3d4e5f\"}",
+                 ENOENT, "no node named 'zz'");
+    call_refused(c, KEY_ADMIN, "node.env_rm", "{\"name\": \"a\"}", EPROTO,
+                 "node.env_rm: bad body");
+    call_refused(c, KEY_ANN, "node.env_rm", "{\"name\": \"a\", \"key\": \"3d4e5f\"}",
+                 EACCES, "removing a node's environments needs the admin key");
+    x->w->a->route_len = 0; /* a's agent is gone: it cannot be told */
+    call_refused(c, KEY_ADMIN, "node.env_rm", "{\"name\": \"a\", \"key\": \"3d4e5f\"}",
+                 ENOTCONN, "node a is not connected");
+    assert_null(fixture_order(c, "env.rm", x->w->a));
+}
+
+/* service.list: the running services with what the gateways say of them, the
+ * caller's own (the admin's: everyone's); a node may not ask. */
+static void test_service_list(void **state)
+{
+    world_t *x = *state;
+    br_coord_t *c = x->c;
+    json_t *a = call_ok(c, KEY_ANN, "service.list", NULL);
+    assert_true(json_is_array(json_object_get(a, "services")));
+    assert_int_equal(json_array_size(json_object_get(a, "services")), 0);
+    json_decref(a);
+
+    int64_t svc = submit(c, KEY_ANN,
+                         "name: web\nkind: service\ncommand: x\n"
+                         "resources: {cpus: 1}\nservice:\n  replicas: 2\n"
+                         "  port: 8000\n  model: llama-3-8b\n");
+    submit(c, KEY_ANN, SPEC_TRAIN); /* a plain job is no service */
+    a = call_ok(c, KEY_ANN, "service.list", NULL);
+    json_t *list = json_object_get(a, "services");
+    assert_int_equal(json_array_size(list), 1);
+    json_t *web = json_array_get(list, 0);
+    assert_int_equal(num(web, "id"), svc);
+    assert_string_equal(str(web, "name"), "web");
+    assert_string_equal(str(web, "owner"), "ann");
+    assert_string_equal(str(web, "model"), "llama-3-8b");
+    assert_true(json_is_array(json_object_get(web, "aliases")));
+    assert_true(json_is_array(json_object_get(web, "adapters")));
+    assert_int_equal(num(web, "replicas_wanted"), 2);
+    assert_true(json_is_null(json_object_get(web, "autoscale")));
+    json_t *load = json_object_get(web, "load"); /* no gateway reported: all zero */
+    assert_int_equal(num(load, "inflight"), 0);
+    assert_int_equal(num(load, "waiting"), 0);
+    assert_int_equal(num(load, "gateways"), 0);
+    assert_true(json_is_real(json_object_get(load, "rate")));
+    json_decref(a);
+
+    a = call_ok(c, KEY_BOB, "service.list", NULL); /* not bob's */
+    assert_int_equal(json_array_size(json_object_get(a, "services")), 0);
+    json_decref(a);
+    a = call_ok(c, KEY_ADMIN, "service.list", NULL);
+    assert_int_equal(json_array_size(json_object_get(a, "services")), 1);
+    json_decref(a);
+    call_refused(c, KEY_NODE, "service.list", NULL, EACCES,
+                 "managing services needs a user or admin key");
+
+    char body[64];
+    snprintf(body, sizeof(body), "{\"id\": %lld}", (long long)svc);
+    json_decref(call_ok(c, KEY_ANN, "job.cancel", body)); /* a cancelled one is gone */
+    a = call_ok(c, KEY_ADMIN, "service.list", NULL);
+    assert_int_equal(json_array_size(json_object_get(a, "services")), 0);
+    json_decref(a);
+}
+
+/* A tree of one file, train.py, stored in c's content store as an upload leaves it:
+ * its listing (the manifest's text) whole in the store. code.stage's body for spec
+ * with it into body (len bytes); the manifest's hash into mhash. */
+static void stage_body(br_coord_t *c, const char *dir, const char *spec, char *body,
+                       size_t len, char mhash[65])
+{
+    char path[160];
+    snprintf(path, sizeof(path), "%s/train.py", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("print('training')\n", f);
+    fclose(f);
+    br_err_t err;
+    br_mfbuild_t *b = br_mfbuild_new(NULL, &err);
+    assert_non_null(b);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    assert_true(fd >= 0 && fstat(fd, &st) == 0);
+    assert_int_equal(br_mfbuild_file(b, fd, &st, "train.py", NULL, &err), 0);
+    close(fd);
+    json_t *m = br_mfbuild_json(b, "dir", &err);
+    br_mfbuild_destroy(&b);
+    assert_non_null(m);
+    char *text = json_dumps(m, JSON_COMPACT);
+    size_t tlen = strlen(text);
+    unsigned char h[crypto_generichash_BYTES];
+    char lhash[2 * crypto_generichash_BYTES + 1];
+    crypto_generichash(h, sizeof(h), (const unsigned char *)text, tlen, NULL, 0);
+    sodium_bin2hex(lhash, sizeof(lhash), h, sizeof(h));
+    int64_t held;
+    int whole = 0;
+    assert_int_equal(br_content_write(c->content, lhash, (int64_t)tlen, 0, text, tlen,
+                                      &held, &whole, &err), 0);
+    assert_true(whole);
+    free(text);
+    br_strlcpy(mhash, str(m, "hash"), 65);
+    json_t *o = json_pack("{s:s, s:[], s:{s:s, s:I}, s:{s:s, s:s, s:O, s:O}}", "spec", spec,
+                          "sets", "listing", "hash", lhash, "size", (json_int_t)tlen,
+                          "manifest", "hash", mhash, "root", "dir", "files",
+                          json_object_get(m, "files"), "bytes", json_object_get(m, "bytes"));
+    char *t = json_dumps(o, 0);
+    br_strlcpy(body, t, len);
+    free(t);
+    json_decref(o);
+    json_decref(m);
+}
+
+/* code.stage: the node a job would go to now fetches its code while it is uploaded
+ * (tree.stage), named in the answer; nothing is staged for a spec the submit would
+ * refuse, a service, a job that fits nowhere or a node that holds the tree (held);
+ * a listing not stored yet and a body without a manifest are refused, saying why. */
+static void test_code_stage(void **state)
+{
+    world_t *x = *state;
+    br_coord_t *c = x->c;
+    char dir[128], body[2048], mhash[65];
+    br_err_t err;
+    snprintf(dir, sizeof(dir), "%s/content", x->w->f.dir);
+    assert_null(c->content);
+    c->content = br_content_open(dir, 0, &err);
+    assert_non_null(c->content);
+    stage_body(c, x->w->f.dir, "name: t\ncommand: python train.py\nresources: {cpus: 2}\n",
+               body, sizeof(body), mhash);
+
+    /* no node's agent fetches trees yet: the job fits nowhere now, nothing staged */
+    json_t *a = call_ok(c, KEY_ANN, "code.stage", body);
+    assert_int_equal(json_object_size(a), 0);
+    json_decref(a);
+    json_object_set_new(x->w->a->info, "trees", json_object());
+    json_object_set_new(x->w->b->info, "trees", json_object());
+
+    a = call_ok(c, KEY_ANN, "code.stage", body);
+    const char *name = str(a, "node");
+    assert_non_null(name);
+    br_node_t *n = br_nodes_find(c->nodes, name), *other = n == x->w->a ? x->w->b : x->w->a;
+    assert_non_null(n);
+    assert_null(json_object_get(a, "held"));
+    json_t *order = fixture_order(c, "tree.stage", n);
+    assert_non_null(order);
+    assert_int_equal(strncmp(str(order, "grant"), "stage:", 6), 0);
+    json_t *om = json_object_get(order, "manifest");
+    assert_string_equal(str(om, "hash"), mhash);
+    assert_string_equal(str(om, "root"), "dir");
+    assert_true(json_is_true(json_object_get(om, "truncated")));
+    assert_non_null(json_object_get(om, "listing"));
+    assert_null(fixture_order(c, "tree.stage", other));
+    json_decref(a);
+    /* asked again while that stage lasts: the same node, not ordered twice */
+    a = call_ok(c, KEY_ANN, "code.stage", body);
+    assert_string_equal(str(a, "node"), n->name);
+    assert_null(fixture_order(c, "tree.stage", n));
+    json_decref(a);
+    /* once the node holds the tree: named as holding it, nothing staged */
+    json_object_set_new(json_object_get(n->info, "trees"), mhash, json_true());
+    a = call_ok(c, KEY_ANN, "code.stage", body);
+    assert_string_equal(str(a, "node"), n->name);
+    assert_true(json_is_true(json_object_get(a, "held")));
+    assert_null(fixture_order(c, "tree.stage", n));
+    assert_null(fixture_order(c, "tree.stage", other));
+    json_decref(a);
+
+    /* what job.submit would refuse, a service, a job too big: {} (the submit says why) */
+    static const char *const none[] = {
+        "name: t\ncommand: x\nresources: {cpus: 2}\nbogus: 1\n",
+        "name: web\nkind: service\ncommand: x\nresources: {cpus: 1}\n"
+        "service:\n  replicas: 1\n  port: 8000\n",
+        "name: t\ncommand: x\nresources: {cpus: 64}\n",
+    };
+    for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++) {
+        char other_body[2048];
+        stage_body(c, x->w->f.dir, none[i], other_body, sizeof(other_body), mhash);
+        a = call_ok(c, KEY_ANN, "code.stage", other_body);
+        assert_int_equal(json_object_size(a), 0);
+        assert_int_equal(br_outbox_count(c->out), 1); /* the answer, no order */
+        json_decref(a);
+    }
+
+    /* a listing the store lacks: the upload must send it first */
+    json_t *o = json_loads(body, 0, NULL);
+    json_t *listing = json_object_get(o, "listing");
+    json_object_set_new(listing, "hash", json_string("00000000000000000000000000000000"
+                                                     "00000000000000000000000000000000"));
+    json_object_set_new(json_object_get(o, "manifest"), "hash",
+                        json_string("11111111111111111111111111111111"
+                                    "11111111111111111111111111111111"));
+    char *t = json_dumps(o, 0);
+    call_refused(c, KEY_ANN, "code.stage", t, ENOENT,
+                 "the manifest's listing 0000000000000000... is not stored: send it first "
+                 "(content.put)");
+    free(t);
+    json_object_del(o, "manifest");
+    t = json_dumps(o, 0);
+    call_refused(c, KEY_ANN, "code.stage", t, EPROTO, "code.stage: bad body");
+    free(t);
+    json_decref(o);
+    call_refused(c, KEY_NODE, "code.stage", body, EACCES,
+                 "uploading files needs a user or admin key");
+    br_content_destroy(&c->content);
+}
+
 /* Who may see a job (a store row): the admin any; a user the jobs of their own
  * principal id only, not by name (a new user under a removed user's name is
  * someone else); a row without an owner id is the admin's alone. */
@@ -1177,6 +1413,9 @@ int main(void)
         T(test_events),
         T(test_audit_list),
         T(test_services),
+        T(test_node_env_rm),
+        T(test_service_list),
+        T(test_code_stage),
         cmocka_unit_test(test_may_see),
     };
 #undef T
