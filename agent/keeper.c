@@ -84,7 +84,9 @@ static void nap(int ms)
         ;
 }
 
-/* The state letter of /proc/PID/stat, or 0 when it cannot be read. */
+/* The state letter of /proc/PID/stat, or 0 when it cannot be read. Deliberately
+ * not proto/procstat.c, which parses with sscanf: the keeper's loop keeps to system
+ * calls (the design notes above). */
 static char proc_state(int dirfd, const char *pid)
 {
     char path[64], buf[512];
