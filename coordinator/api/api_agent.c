@@ -231,31 +231,6 @@ void br_api_node_hello(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_reply_ok(c, m, answer);
 }
 
-/* The peers n's agent is to probe, when they changed since it last heard: none
- * while the set it heard of is current. With more than a full list of peers they
- * go at most once per probe interval to each node (its first after hello at once),
- * so that nodes joining by the thousand do not make every heartbeat carry a list. */
-static json_t *probe_peers(br_coord_t *c, br_node_t *n)
-{
-    if (n->peers_sent == br_probeset_wanted(c->probeset))
-        return NULL;
-    int64_t now = br_mono_ms();
-    int version = br_probeset_refresh(c->probeset, c->nodes, now);
-    if (version < 0 || n->peers_sent == version)
-        return NULL;
-    if (n->peers_hash && br_probeset_size(c->probeset) > BR_PROBE_PEERS_MAX &&
-        now - n->peers_at < BR_PROBE_INTERVAL_MS)
-        return NULL;
-    uint64_t hash;
-    json_t *peers = br_probeset_peers(c->probeset, n->name, n->peers_hash, &hash);
-    n->peers_sent = version;
-    if (peers) {
-        n->peers_hash = hash;
-        n->peers_at = now;
-    }
-    return peers;
-}
-
 /* A heartbeat's "trees": the manifest hashes of the trees in the node's cache. */
 static int check_trees(const json_t *trees, br_err_t *err)
 {
@@ -378,8 +353,11 @@ void br_api_node_heartbeat(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_overlay_seen_from(c, n, br_msg_peer_addr(m)); /* (it may have moved) */
     br_nodelife_heard(c, n);
     br_jobs_reconcile(c, n, tasks, 0);
-    json_t *peers = probe_peers(c, n), *wg = br_overlay_peers_news(c, n);
+    /* the nodes to probe (probeset.h) and its overlay peers (overlaynet.h), when
+     * they changed since its agent heard */
     int64_t now = br_mono_ms();
+    json_t *peers = br_probeset_news(c->probeset, c->nodes, n, now);
+    json_t *wg = br_overlay_peers_news(c, n);
     if (peers || wg || br_nodelife_answer_due(c, n, now)) { /* (else left unanswered) */
         json_t *body = json_object();
         if (peers) /* the nodes to probe changed */

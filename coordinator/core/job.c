@@ -243,13 +243,7 @@ static const char *aux_owners[BR_JOB_AUX_MAX]; /* the modules' names, by slot */
 
 int br_job_aux_slot(const char *owner)
 {
-    for (int i = 0; i < BR_JOB_AUX_MAX; i++) {
-        if (!aux_owners[i])
-            aux_owners[i] = owner; /* (owners are string literals: kept as given) */
-        if (strcmp(aux_owners[i], owner) == 0)
-            return i;
-    }
-    return -1;
+    return br_aux_slot(aux_owners, BR_JOB_AUX_MAX, owner);
 }
 
 void *br_job_aux_get(const br_job_t *job, int slot)
@@ -259,13 +253,8 @@ void *br_job_aux_get(const br_job_t *job, int slot)
 
 void br_job_aux_set(br_job_t *job, int slot, void *data, void (*free_fn)(void *data))
 {
-    if (slot < 0 || slot >= BR_JOB_AUX_MAX)
-        return;
-    br_job_aux_t *a = &job->aux[slot];
-    if (a->data && a->free)
-        a->free(a->data);
-    a->data = data;
-    a->free = free_fn;
+    if (slot >= 0 && slot < BR_JOB_AUX_MAX)
+        br_aux_set(&job->aux[slot], data, free_fn);
 }
 
 void br_job_destroy(br_job_t **jp)

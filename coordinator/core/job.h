@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "aux.h"
 #include "err.h"
 
 typedef enum {
@@ -71,15 +72,11 @@ typedef struct br_rank {
     int linked;
 } br_rank_t;
 
-/* A module's own data on a job, in the manner of flux-core's
+/* A module's own data on a job (aux.h), in the manner of flux-core's
  * flux_jobtap_job_aux_set: the module takes a slot once (br_job_aux_slot), then
  * hangs what it keeps of each job there, with the function that frees it when the
  * job goes. The core never looks inside. */
 #define BR_JOB_AUX_MAX 8
-typedef struct {
-    void *data;
-    void (*free)(void *data);
-} br_job_aux_t;
 
 typedef struct br_job {
     int64_t id;
@@ -98,8 +95,6 @@ typedef struct br_job {
     int port; /* the rendezvous port rank 0 chose; 0 until it says */
     /* bookkeeping */
     int restarts;        /* restarts used (a service replica's: in a row) */
-    int overlay_for;     /* the attempt whose network was chosen (0: none yet) */
-    int overlay_on;      /* ... and whether it runs over the overlay (overlaynet.h) */
     int64_t not_before;  /* wall ms: not placed before (a backoff); 0: none */
     int64_t fresh_after; /* wall ms: only on nodes heard from after it; 0: any */
     int64_t lost_at;     /* wall ms its node was lost, until it runs again; 0 */
@@ -151,7 +146,7 @@ typedef struct br_job {
         int cancel;
         char why[200];
     } stop;
-    br_job_aux_t aux[BR_JOB_AUX_MAX]; /* the modules' own data (br_job_aux_slot) */
+    br_aux_t aux[BR_JOB_AUX_MAX]; /* the modules' own data (br_job_aux_slot) */
     /* jobtab.h's links */
     struct br_job *id_next, *name_next;
     struct br_job *prev, *next;

@@ -215,20 +215,9 @@ static json_t *job_env(br_coord_t *c, br_job_t *job, int r)
     set_env(env, "BRAMBLE_NODELIST", "%s", node_list(job, ",", nodes, sizeof(nodes)));
     const char *own = NULL;
     br_node_t *self = br_nodes_find(c->nodes, job->ranks[r].node);
-    if (job->overlay_for != job->attempt) { /* chosen once per attempt, for every rank */
-        br_node_t **gang = calloc((size_t)job->nranks + 1, sizeof(br_node_t *));
-        char pair[130] = "";
-        for (int k = 0; gang && k < job->nranks; k++)
-            gang[k] = rank_node(c, job, k);
-        job->overlay_on = gang && br_overlay_gang_uses(c, spec, gang, job->nranks, pair,
-                                                       sizeof(pair));
-        job->overlay_for = job->attempt;
-        free(gang);
-        if (job->overlay_on && pair[0])
-            br_coord_event(c, job->id, NULL, "overlay", "attempt %d runs over the overlay: %s "
-                           "answer no direct probe", job->attempt, pair);
-    }
-    if (job->overlay_on && master && self && (own = br_overlay_node_address(self, NULL, 0))) {
+    /* (chosen once per attempt, for every rank: overlaynet.h) */
+    if (br_overlay_job_uses(c, job) && master && self &&
+        (own = br_overlay_node_address(self, NULL, 0))) {
         /* over the overlay: its addresses, and its interface for gloo and NCCL
          * (unless the spec says otherwise) */
         addr = br_overlay_node_address(master, NULL, 0);

@@ -57,9 +57,7 @@ int br_node_post(br_coord_t *c, br_node_t *n, const br_node_move_t *mv, const ch
 
 void br_nodelife_hello(br_coord_t *c, br_node_t *n)
 {
-    br_probeset_changed(c->probeset); /* its address or port may be new: all hear */
-    n->peers_sent = br_probeset_wanted(c->probeset) - 1;
-    n->peers_hash = 0; /* a new agent, or one that reconnected: its next heartbeat says */
+    br_probeset_hello(c->probeset, n); /* its address or port may be new: all hear */
     br_node_state_t was = n->state;
     /* hellos an agent queued while cut off arrive together on one connection: one
      * event for them; a drained or unhealthy node stays so */

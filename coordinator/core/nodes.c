@@ -75,10 +75,29 @@ br_nodes_t *br_nodes_new(void)
     return nodes;
 }
 
+static const char *aux_owners[BR_NODE_AUX_MAX]; /* the modules' names, by slot */
+
+int br_node_aux_slot(const char *owner)
+{
+    return br_aux_slot(aux_owners, BR_NODE_AUX_MAX, owner);
+}
+
+void *br_node_aux_get(const br_node_t *n, int slot)
+{
+    return slot >= 0 && slot < BR_NODE_AUX_MAX ? n->aux[slot].data : NULL;
+}
+
+void br_node_aux_set(br_node_t *n, int slot, void *data, void (*free_fn)(void *data))
+{
+    if (slot >= 0 && slot < BR_NODE_AUX_MAX)
+        br_aux_set(&n->aux[slot], data, free_fn);
+}
+
 static void node_free(br_node_t *n)
 {
+    for (int i = 0; i < BR_NODE_AUX_MAX; i++)
+        br_node_aux_set(n, i, NULL, NULL);
     json_decref(n->info);
-    json_decref(n->overlay_reach);
     free(n);
 }
 

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "aux.h"
 #include "cred.h"
 #include "msg.h"
 
@@ -33,6 +34,13 @@ int br_node_state_parse(const char *name);
  * (an event that changes nothing, as a reconnect or a new key). */
 int br_node_state_move_ok(br_node_state_t from, br_node_state_t to);
 
+/* A module's own data on a node (aux.h), as on a job (job.h): the module takes a
+ * slot once (br_node_aux_slot) and hangs what it keeps of each node there (the
+ * probe peers its agent was sent: probeset.h; its overlay peers and what it
+ * reached: overlaynet.h), freed when the node goes. The registry never looks
+ * inside. */
+#define BR_NODE_AUX_MAX 8
+
 #define BR_NODE_TREES_MAX 4096 /* trees a heartbeat says the node's cache holds */
 #define BR_NODE_ENVS_MAX 1024  /* environments a heartbeat says the node keeps */
 
@@ -52,21 +60,21 @@ typedef struct br_node {
     int gpu_jobs[BR_NODE_MAX_GPUS];            /* jobs holding each GPU */
     int gpu_whole[BR_NODE_MAX_GPUS];           /* ... of them, jobs with no VRAM need */
     uint64_t gpu_vram_used[BR_NODE_MAX_GPUS];  /* VRAM the sharing ones reserved */
-    int peers_sent;                 /* probe set version its agent has heard of */
-    uint64_t overlay_sent;          /* overlay version its agent has its peers of
-                                       (overlaynet.h) */
-    json_t *overlay_reach;          /* node name -> whether its agent reached that
-                                       overlay peer (overlaynet.h; in memory) */
-    int overlay_deltas;             /* its agent takes changes to its peers alone
-                                       ("overlay_peers_delta") */
-    uint64_t peers_hash;            /* digest of the peers last sent (0: none since hello) */
-    int64_t peers_at;               /* monotonic ms they were sent */
     int64_t answered_at; /* monotonic ms its agent last had an answer to a hello or a
                             heartbeat (api_agent.c) */
+    br_aux_t aux[BR_NODE_AUX_MAX]; /* the modules' own data (br_node_aux_slot) */
     struct br_node *next;
     struct br_node *seen_prev, *seen_next; /* by last_seen_mono, oldest first */
     int seen_linked;
 } br_node_t;
+
+/* The slot of the module named owner (a string literal; the same slot each time it
+ * asks; -1 when all BR_NODE_AUX_MAX are taken). */
+int br_node_aux_slot(const char *owner);
+/* What the module of slot keeps of node n (NULL: nothing yet); set it, freeing what
+ * was there (free may be NULL). What is set is freed with the node. */
+void *br_node_aux_get(const br_node_t *n, int slot);
+void br_node_aux_set(br_node_t *n, int slot, void *data, void (*free)(void *data));
 
 typedef struct br_nodes br_nodes_t;
 

@@ -118,6 +118,41 @@ int br_overlay_wanted(const json_t *spec)
     return net && strcmp(net, "overlay") == 0;
 }
 
+/* What the overlay keeps of a node in memory (its slot on the node, nodes.h): the
+ * overlay log's version its agent has its peers of, plus one (0: never told: the
+ * whole list next); whether its agent takes changes to its peers alone
+ * ("overlay_peers_delta"); and reach, node name -> whether its agent reached that
+ * peer (NULL: it said nothing since its hello). No slot yet: all 0. */
+typedef struct {
+    uint64_t sent;
+    int deltas;
+    json_t *reach;
+} node_mem_t;
+
+static void node_mem_free(void *data)
+{
+    node_mem_t *m = data;
+    json_decref(m->reach);
+    free(m);
+}
+
+static int node_slot(void)
+{
+    static int slot = -1;
+    if (slot < 0)
+        slot = br_node_aux_slot("overlaynet");
+    return slot;
+}
+
+/* n's record (NULL: none yet, or out of memory), made first when make. */
+static node_mem_t *mem_of(const br_node_t *n, int make)
+{
+    node_mem_t *m = br_node_aux_get(n, node_slot());
+    if (!m && make && node_slot() >= 0 && (m = calloc(1, sizeof(*m))))
+        br_node_aux_set((br_node_t *)n, node_slot(), m, node_mem_free);
+    return m;
+}
+
 /* Whether node n has a working place in the overlay: an address, a key, a mode. */
 static int placed(const br_node_t *n)
 {
@@ -137,7 +172,8 @@ static int is_relay(const br_node_t *n)
  * endpoints, 0 nothing yet. */
 static int said_of(const br_node_t *a, const br_node_t *b)
 {
-    json_t *v = json_object_get(a->overlay_reach, b->name);
+    node_mem_t *m = mem_of(a, 0);
+    json_t *v = m ? json_object_get(m->reach, b->name) : NULL;
     return json_is_true(v) ? 1 : json_is_false(v) ? -1 : 0;
 }
 
@@ -278,6 +314,47 @@ int br_overlay_gang_uses(br_coord_t *c, const json_t *spec, br_node_t *const *no
     return 0;
 }
 
+/* What the overlay keeps of a job in memory (its slot on the job, job.h): the
+ * attempt whose network was chosen (0: none yet), and whether it runs over the
+ * overlay. */
+typedef struct {
+    int attempt;
+    int on;
+} job_mem_t;
+
+static int job_slot(void)
+{
+    static int slot = -1;
+    if (slot < 0)
+        slot = br_job_aux_slot("overlaynet");
+    return slot;
+}
+
+int br_overlay_job_uses(br_coord_t *c, br_job_t *job)
+{
+    job_mem_t *m = br_job_aux_get(job, job_slot());
+    if (m && m->attempt == job->attempt)
+        return m->on;
+    br_node_t **gang = calloc((size_t)job->nranks + 1, sizeof(br_node_t *));
+    char pair[130] = "";
+    for (int k = 0; gang && k < job->nranks; k++)
+        gang[k] = br_nodes_find(c->nodes, job->ranks[k].node);
+    int on = gang &&
+             br_overlay_gang_uses(c, job->spec, gang, job->nranks, pair, sizeof(pair));
+    free(gang);
+    if (!m && job_slot() >= 0 && (m = calloc(1, sizeof(*m))))
+        br_job_aux_set(job, job_slot(), m, free);
+    if (m) {
+        m->attempt = job->attempt;
+        m->on = on;
+    }
+    if (on && pair[0])
+        br_coord_event(c, job->id, NULL, "overlay",
+                       "attempt %d runs over the overlay: %s answer no direct probe",
+                       job->attempt, pair);
+    return on;
+}
+
 int br_overlay_relayed_pair(void *ctx, const br_node_t *a, const br_node_t *b)
 {
     br_node_t *via = NULL;
@@ -299,7 +376,7 @@ void br_overlay_seen_from(br_coord_t *c, br_node_t *n, const char *addr)
     json_object_set_new(ov, "seen", json_string(addr)); /* (in memory: a hello saves it) */
     json_object_del(ov, "mapped"); /* (its router's mapping went with its old address) */
     br_overlay_log_changed(c->overlay_log, n->name); /* its peers reach it there now */
-    n->overlay_sent = 0; /* (and its own list is ordered by where it is: told whole) */
+    br_overlay_peers_whole(n); /* (and its own list is ordered by where it is) */
 }
 
 /* o's entry in n's list of peers. */
@@ -327,16 +404,25 @@ static json_t *entry_of(br_coord_t *c, br_node_t *n, br_node_t *o)
     return p;
 }
 
+void br_overlay_peers_whole(br_node_t *n)
+{
+    node_mem_t *m = mem_of(n, 0);
+    if (m)
+        m->sent = 0; /* (no record: never told) */
+}
+
 json_t *br_overlay_peers_news(br_coord_t *c, br_node_t *n)
 {
     uint64_t version = br_overlay_log_version(c->overlay_log);
-    if (n->overlay_sent == version + 1 || !placed(n))
+    node_mem_t *m = mem_of(n, 0);
+    if ((m && m->sent == version + 1) || !placed(n))
         return NULL;
+    if (!m && !(m = mem_of(n, 1)))
+        return NULL; /* (out of memory: the next heartbeat) */
     /* what changed since it was told, when its agent takes that alone */
-    json_t *names = n->overlay_sent && n->overlay_deltas
-                        ? br_overlay_log_since(c->overlay_log, n->overlay_sent - 1)
-                        : NULL;
-    n->overlay_sent = version + 1; /* (0: never told) */
+    json_t *names =
+        m->sent && m->deltas ? br_overlay_log_since(c->overlay_log, m->sent - 1) : NULL;
+    m->sent = version + 1; /* (0: never told) */
     if (names) {
         json_t *set = json_array(), *gone = json_array(), *v;
         size_t i;
@@ -406,9 +492,14 @@ static json_t *paths_of(br_coord_t *c, const br_node_t *n)
  * changed. */
 static void reach_now(br_coord_t *c, br_node_t *n, json_t *reach)
 {
+    node_mem_t *m = mem_of(n, reach != NULL);
+    if (!m) { /* nothing said before, and nothing now (or out of memory) */
+        json_decref(reach);
+        return;
+    }
     json_t *before = paths_of(c, n);
-    json_decref(n->overlay_reach);
-    n->overlay_reach = reach;
+    json_decref(m->reach);
+    m->reach = reach;
     json_t *after = paths_of(c, n);
     for (int k = 0; k < 2; k++) { /* the pairs whose path changed: both ends' entries */
         const char *key;
@@ -570,8 +661,11 @@ json_t *br_overlay_node_hello(br_coord_t *c, br_node_t *n, const json_t *said,
                                        json_is_true(json_object_get(now, "relay"))
                                    ? NULL
                                    : n->name);
-    n->overlay_deltas = json_is_true(json_object_get(said, "deltas"));
-    n->overlay_sent = 0; /* (a hello: its agent is told its peers anew) */
+    node_mem_t *m = mem_of(n, 1);
+    if (m) {
+        m->deltas = json_is_true(json_object_get(said, "deltas"));
+        m->sent = 0; /* (a hello: its agent is told its peers anew) */
+    }
     reach_now(c, n, NULL); /* (and says anew which it reaches) */
     return now;
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "coord.h"
+#include "job.h"
 #include "wgkey.h"
 
 /* The default overlay network: a /16 of 10/8 that the overlays people run beside
@@ -53,6 +54,12 @@ int br_overlay_wanted(const json_t *spec);
 int br_overlay_gang_uses(br_coord_t *c, const json_t *spec, br_node_t *const *nodes, int n,
                          char *pair, size_t pairlen);
 
+/* Whether job's current attempt runs over the overlay: br_overlay_gang_uses over
+ * its ranks' nodes, chosen once per attempt for every rank and kept on the job (the
+ * overlay's slot, job.h; in memory), with an event saying which pair answered no
+ * direct probe when that is why. */
+int br_overlay_job_uses(br_coord_t *c, br_job_t *job);
+
 /* For gang placement (netmap.h's br_netmap_relayed_fn, ctx the coordinator): 1 when
  * a and b talk over the overlay through a relay. */
 int br_overlay_relayed_pair(void *ctx, const br_node_t *a, const br_node_t *b);
@@ -62,7 +69,8 @@ int br_overlay_relayed_pair(void *ctx, const br_node_t *a, const br_node_t *b);
 #define BR_OVERLAY_PAIRS_SHOWN 200 /* pairs not direct br_overlay_pairs lists */
 
 /* What node n's agent is to hear of its peers, when they changed since it last
- * heard (n->overlay_sent against the overlay log's version), else NULL; an object
+ * heard (the version it was told, kept in the overlay's slot on n (nodes.h), against
+ * the overlay log's version), else NULL; an object
  * to merge into the answer:
  * - {"overlay_peers": [...]}: the whole list (after its hello, when its agent does
  *   not take changes alone, or when the log no longer reaches back): every other
@@ -79,6 +87,10 @@ int br_overlay_relayed_pair(void *ctx, const br_node_t *a, const br_node_t *b);
  * (br_overlay_path). n counts them heard. NULL too when n has no place in the
  * overlay. */
 json_t *br_overlay_peers_news(br_coord_t *c, br_node_t *n);
+
+/* n's agent is told its peers whole at the next br_overlay_peers_news (as after its
+ * hello, or when it moved). */
+void br_overlay_peers_whole(br_node_t *n);
 
 /* Node n is being removed: its peers drop it (every list changes when it relayed). */
 void br_overlay_node_gone(br_coord_t *c, const br_node_t *n);
@@ -108,7 +120,8 @@ const char *br_overlay_path_name(br_overlay_path_t p);
 /* A heartbeat's "overlay_reach" ({"reached": [node...], "unreached": [node...],
  * "at"?: {node: "A.B.C.D:PORT"}}): 0 when well formed, else -1 with err. */
 int br_overlay_reach_check(const json_t *reach, br_err_t *err);
-/* Node n's agent said which peers it reached (checked): kept in n->overlay_reach;
+/* Node n's agent said which peers it reached (checked): kept in the overlay's slot
+ * on n (in memory, until its next hello);
  * when a pair's path through a relay changed, every node is told its peers anew.
  * Where it reached a peer from behind another address (its "at"; not a peer
  * behind the same one) is that peer's "mapped" endpoint, a candidate for the

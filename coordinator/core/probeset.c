@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "netmap.h"
 #include "util.h"
 
 typedef struct {
@@ -173,6 +174,66 @@ json_t *br_probeset_peers(const br_probeset_t *p, const char *self, uint64_t las
                                                    q->overlay, "port", q->port));
         }
         count++;
+    }
+    return peers;
+}
+
+/* What a node's agent was sent (its slot on the node): the version of the set it
+ * heard of, the digest of the list it was sent (0: none since its hello), and when
+ * (monotonic ms). No slot yet: all 0. */
+typedef struct {
+    int sent;
+    uint64_t hash;
+    int64_t at;
+} told_t;
+
+static int told_slot(void)
+{
+    static int slot = -1;
+    if (slot < 0)
+        slot = br_node_aux_slot("probeset");
+    return slot;
+}
+
+/* n's record, made when make (NULL: none, or out of memory). */
+static told_t *told_of(br_node_t *n, int make)
+{
+    told_t *t = br_node_aux_get(n, told_slot());
+    if (!t && make && told_slot() >= 0 && (t = calloc(1, sizeof(*t))))
+        br_node_aux_set(n, told_slot(), t, free);
+    return t;
+}
+
+void br_probeset_hello(br_probeset_t *p, br_node_t *n)
+{
+    br_probeset_changed(p);
+    told_t *t = told_of(n, 1);
+    if (t) {
+        t->sent = br_probeset_wanted(p) - 1;
+        t->hash = 0; /* a new agent, or one that reconnected: its next heartbeat says */
+    }
+}
+
+json_t *br_probeset_news(br_probeset_t *p, br_nodes_t *nodes, br_node_t *n,
+                         int64_t now_ms)
+{
+    told_t none = {0}, *t = told_of(n, 0);
+    if ((t ? t : &none)->sent == br_probeset_wanted(p))
+        return NULL;
+    int version = br_probeset_refresh(p, nodes, now_ms);
+    if (version < 0 || (t ? t : &none)->sent == version)
+        return NULL;
+    if (!t && !(t = told_of(n, 1)))
+        return NULL; /* (out of memory: the next heartbeat) */
+    if (t->hash && br_probeset_size(p) > BR_PROBE_PEERS_MAX &&
+        now_ms - t->at < BR_PROBE_INTERVAL_MS)
+        return NULL;
+    uint64_t hash;
+    json_t *peers = br_probeset_peers(p, n->name, t->hash, &hash);
+    t->sent = version;
+    if (peers) {
+        t->hash = hash;
+        t->at = now_ms;
     }
     return peers;
 }

@@ -49,4 +49,21 @@ size_t br_probeset_size(const br_probeset_t *p);
 json_t *br_probeset_peers(const br_probeset_t *p, const char *self, uint64_t last,
                           uint64_t *hash);
 
+/* What each node's agent was sent of its peers is the probe set's, on the node
+ * (nodes.h's slot "probeset"): the version it heard of, the list's digest, when. */
+
+/* Node n's agent said hello: the set changes (n's address or port may be new, so
+ * every agent hears), and n's agent is told its peers at its next heartbeat, at
+ * once and whole. */
+void br_probeset_hello(br_probeset_t *p, br_node_t *n);
+
+/* The peers n's agent is to probe (br_probeset_peers, after a refresh from nodes),
+ * when they changed since it last heard, else NULL: none while the version it heard
+ * of is current, none when the list is the one it has. With more than
+ * BR_PROBE_PEERS_MAX nodes they go to each node at most once per probe interval
+ * (its first after hello at once), so that nodes joining by the thousand do not
+ * make every heartbeat carry a list. now_ms: monotonic. */
+json_t *br_probeset_news(br_probeset_t *p, br_nodes_t *nodes, br_node_t *n,
+                         int64_t now_ms);
+
 #endif

@@ -3,7 +3,8 @@
  * time is short next to the interval; with a longer node timeout, fewer, but never
  * so few that an agent goes a third of its fence time without one, however its
  * heartbeats are late or early. And a node's state machine: the moves allowed,
- * each change saved with its event and hook in one order, a refused one not made. */
+ * each change saved with its event and hook in one order, a refused one not made;
+ * and the probe peers its agent is sent after a hello. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include "coord_fixture.h"
 #include "nodelife.h"
 #include "hooks.h"
+#include "probeset.h"
 
 /* Heartbeats of node n every hb_ms for the given time, each up to jitter ms late
  * or early (a fixed pseudo-random walk), answered as the coordinator would: how
@@ -218,6 +220,45 @@ static void test_node_moves(void **state)
     free(f);
 }
 
+/* The probe peers a node's agent is sent (probeset.h): after its hello, at its next
+ * heartbeat, whole; then nothing until the set changes, and nothing when the list
+ * it would get is the one it has. */
+static void test_probe_peers_after_hello(void **state)
+{
+    (void)state;
+    coord_fixture_t *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    assert_int_equal(fixture_open(f, "test_nodelife_peers", 0), 0);
+    br_coord_t *c = &f->c;
+    br_node_t *a = fixture_node(c, "a", 4, 0), *b = fixture_node(c, "b", 4, 0);
+    json_object_set_new(a->info, "probe_port", json_integer(7000));
+    json_object_set_new(b->info, "probe_port", json_integer(7000));
+    int64_t now = 1000000;
+    assert_null(br_probeset_news(c->probeset, c->nodes, a, now)); /* (no set yet) */
+    br_nodelife_hello(c, a);
+    json_t *peers = br_probeset_news(c->probeset, c->nodes, a, now);
+    assert_int_equal(json_array_size(peers), 1);
+    json_t *first = json_array_get(peers, 0);
+    assert_string_equal(json_string_value(json_object_get(first, "node")), "b");
+    json_decref(peers);
+    assert_null(br_probeset_news(c->probeset, c->nodes, a, now)); /* heard */
+    /* b's hello changes the set: both hear, a only when its list changed */
+    now += BR_PROBESET_REBUILD_MS;
+    br_nodelife_hello(c, b);
+    peers = br_probeset_news(c->probeset, c->nodes, b, now);
+    assert_int_equal(json_array_size(peers), 1);
+    json_decref(peers);
+    assert_null(br_probeset_news(c->probeset, c->nodes, a, now)); /* (the same list) */
+    /* a's agent reconnects: its hello has it told anew */
+    now += BR_PROBESET_REBUILD_MS;
+    br_nodelife_hello(c, a);
+    peers = br_probeset_news(c->probeset, c->nodes, a, now);
+    assert_int_equal(json_array_size(peers), 1);
+    json_decref(peers);
+    fixture_close(f);
+    free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -225,6 +266,7 @@ int main(void)
         cmocka_unit_test(test_longer_timeout_fewer_answers),
         cmocka_unit_test(test_never_too_long_without_one),
         cmocka_unit_test(test_node_moves),
+        cmocka_unit_test(test_probe_peers_after_hello),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,9 +1,11 @@
 /* test_nodes.c - the coordinator's node registry: lookups by name through its hash
- * index agree with the sorted list through adds, removals and re-adds. */
+ * index agree with the sorted list through adds, removals and re-adds; and the
+ * modules' slots on a node, their data freed when replaced and when the node goes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -65,10 +67,67 @@ static void test_find_add_remove(void **state)
     assert_null(nodes);
 }
 
+static int freed;
+
+static void count_free(void *data)
+{
+    freed++;
+    free(data);
+}
+
+/* A module's slot on a node: one per module name, what it hangs there freed when
+ * replaced, when the node is removed and when the registry goes. */
+static void test_aux_slots(void **state)
+{
+    (void)state;
+    int a = br_node_aux_slot("test-a"), b = br_node_aux_slot("test-b");
+    assert_true(a >= 0 && b >= 0 && a != b);
+    assert_int_equal(br_node_aux_slot("test-a"), a);
+    assert_int_equal(br_node_aux_slot("test-b"), b);
+    br_nodes_t *nodes = br_nodes_new();
+    assert_non_null(nodes);
+    br_node_t *x = add(nodes, "x"), *y = add(nodes, "y");
+    assert_null(br_node_aux_get(x, a));
+    freed = 0;
+    br_node_aux_set(x, a, strdup("one"), count_free);
+    br_node_aux_set(x, b, strdup("two"), count_free);
+    br_node_aux_set(y, a, strdup("its own"), count_free);
+    assert_string_equal(br_node_aux_get(x, a), "one");
+    assert_string_equal(br_node_aux_get(x, b), "two");
+    assert_string_equal(br_node_aux_get(y, a), "its own");
+    assert_null(br_node_aux_get(y, b));
+    br_node_aux_set(x, a, strdup("three"), count_free); /* the old one is freed */
+    assert_int_equal(freed, 1);
+    assert_string_equal(br_node_aux_get(x, a), "three");
+    br_node_aux_set(x, b, NULL, NULL); /* cleared: freed */
+    assert_int_equal(freed, 2);
+    assert_null(br_node_aux_get(x, b));
+    assert_null(br_node_aux_get(x, -1));
+    assert_null(br_node_aux_get(x, BR_NODE_AUX_MAX));
+    br_node_aux_set(x, BR_NODE_AUX_MAX, NULL, NULL); /* no such slot: nothing */
+    br_nodes_remove(nodes, "x"); /* its data goes with it */
+    assert_int_equal(freed, 3);
+    x = add(nodes, "x"); /* added again: nothing of the old one */
+    assert_null(br_node_aux_get(x, a));
+    br_nodes_destroy(&nodes); /* y's too */
+    assert_int_equal(freed, 4);
+    /* the slots are few: once every one is taken, a new owner gets none */
+    static char names[BR_NODE_AUX_MAX][16]; /* (kept by the registry as given) */
+    int taken = 0;
+    for (int i = 0; i < BR_NODE_AUX_MAX; i++) {
+        snprintf(names[i], sizeof(names[i]), "test-%d", i);
+        if (br_node_aux_slot(names[i]) >= 0)
+            taken++;
+    }
+    assert_true(taken < BR_NODE_AUX_MAX); /* (test-a and test-b hold two) */
+    assert_int_equal(br_node_aux_slot("one too many"), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_find_add_remove),
+        cmocka_unit_test(test_aux_slots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,8 @@
  * address, a net that is full refuses the next node and disturbs no other, and
  * keys are WireGuard's; each peer's candidate endpoints come in the order most
  * likely to work, and a pair whose agents reached neither each other goes through
- * a relay that both reached, until one of them reaches the other. */
+ * a relay that both reached, until one of them reaches the other; a job's attempt
+ * chooses once whether it runs over the overlay. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -146,7 +147,7 @@ static void join(br_coord_t *c, br_node_t *n, const char *seen_from, const char 
 /* The entry for node name in n's peers (told anew). */
 static json_t *peer_of(br_coord_t *c, br_node_t *n, const char *name, json_t **list)
 {
-    n->overlay_sent = 0;
+    br_overlay_peers_whole(n);
     json_decref(*list);
     json_t *news = br_overlay_peers_news(c, n);
     *list = json_incref(json_object_get(news, "overlay_peers"));
@@ -171,6 +172,20 @@ static void said_reach(br_coord_t *c, br_node_t *n, const char *yes, const char 
     assert_int_equal(br_overlay_reach_check(r, &err), 0);
     br_overlay_reach(c, n, r);
     json_decref(r);
+}
+
+/* How many "overlay" events job has. */
+static int overlay_events(br_coord_t *c, int64_t job)
+{
+    json_t *ev = br_store_event_list(c->store, job, 0, 0, NULL), *e;
+    size_t i;
+    int count = 0;
+    json_array_foreach(ev, i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "state")), "overlay") == 0)
+            count++;
+    }
+    json_decref(ev);
+    return count;
 }
 
 static void test_endpoints_and_relays(void **state)
@@ -280,6 +295,31 @@ static void test_endpoints_and_relays(void **state)
     json_object_set_new(json_object_get(spec, "resources"), "network", json_string("overlay"));
     assert_int_equal(br_overlay_gang_uses(c, spec, gang, 1, NULL, 0), 1);
     json_decref(spec);
+    /* a job's attempt chooses once, for every rank, kept on the job (the overlay's
+     * slot) and said in one event; its next attempt chooses anew */
+    json_t *jspec = json_pack("{s:s, s:{s:i}}", "command", "true", "resources", "nodes", 2);
+    br_job_t *stored = fixture_add_job(c, json_deep_copy(jspec));
+    json_t *jrow = json_pack("{s:s, s:s, s:s, s:s, s:i, s:O}", "name", "t", "kind", "job",
+                             "owner", "ann", "state", "running", "attempt", 1, "spec", jspec);
+    br_job_t *job = br_job_from_row_id(jrow, stored->id, &err);
+    json_decref(jrow);
+    json_decref(jspec);
+    assert_non_null(job);
+    const char *const on[2] = {"a2", "b1"};
+    json_t *share = json_pack("{s:i}", "cpus", 1);
+    json_t *const shares[2] = {share, share};
+    assert_int_equal(br_job_set_ranks(job, on, shares, 2), 0);
+    json_decref(share);
+    assert_int_equal(br_overlay_job_uses(c, job), 1);
+    assert_int_equal(overlay_events(c, job->id), 1);
+    br_netmap_forget(c->netmap, "a2"); /* no pair found failing now: this attempt holds */
+    assert_int_equal(br_overlay_job_uses(c, job), 1);
+    assert_int_equal(overlay_events(c, job->id), 1);
+    job->attempt = 2;
+    assert_int_equal(br_overlay_job_uses(c, job), 0);
+    assert_int_equal(br_overlay_job_uses(c, job), 0);
+    assert_int_equal(overlay_events(c, job->id), 1);
+    br_job_destroy(&job); /* (and what the overlay kept of it) */
     /* an agent that takes changes alone is told those: b1 moved, then was removed */
     json_t *said_d = json_pack("{s:s, s:s, s:b, s:i, s:b}", "mode", "userspace", "pubkey",
                                json_string_value(json_object_get(json_object_get(a1->info,
