@@ -23,9 +23,12 @@ br_node_t *br_nodelife_seen(br_coord_t *c, const char *name, const void *route, 
     n->route_len = len;
     br_nodes_seen(c->nodes, n, br_mono_ms());
     n->last_seen_ms = br_now_ms();
-    if (n->new_route) { /* (re)connected: it may take pending jobs */
-        br_hook_arg_t a = {.node = n};
-        br_hooks_run(c, c->hooks, BR_HOOK_NODE_BACK, &a);
+    if (n->new_route) { /* (re)connected: it may take pending jobs. Its state stays
+                         * what it is, and nothing stored changed (the route is
+                         * memory's): no save, no event (a hello says) */
+        br_node_move_t mv = {n->state, NULL, BR_HOOK_NODE_BACK, NULL,
+                             BR_NODE_NOSAVE | BR_NODE_QUIET};
+        br_node_post(c, n, &mv, "on a new connection");
     }
     return n;
 }
@@ -44,10 +47,11 @@ int br_node_post(br_coord_t *c, br_node_t *n, const br_node_move_t *mv, const ch
         return -1;
     }
     br_node_set_state(n, mv->state);
-    if (!mv->nosave)
+    if (!(mv->flags & BR_NODE_NOSAVE))
         br_coord_save_node(c, n);
-    br_coord_event(c, 0, n->name, mv->kind ? mv->kind : br_node_state_name(mv->state), "%s",
-                   text);
+    if (!(mv->flags & BR_NODE_QUIET))
+        br_coord_event(c, 0, n->name,
+                       mv->kind ? mv->kind : br_node_state_name(mv->state), "%s", text);
     if (mv->hook != BR_NODE_NO_HOOK) {
         br_hook_arg_t a = {.node = n, .reason = mv->reason};
         br_hooks_run(c, c->hooks, mv->hook, &a);
@@ -67,9 +71,10 @@ void br_nodelife_hello(br_coord_t *c, br_node_t *n)
         br_node_post(c, n, &mv, "%s", was == BR_NODE_LOST ? "connected" : "reconnected");
         return;
     }
-    br_coord_save_node(c, n); /* (what its hello said) */
-    br_hook_arg_t a = {.node = n};
-    br_hooks_run(c, c->hooks, BR_HOOK_NODE_BACK, &a);
+    /* its state stays (drained, unhealthy, or ready on this connection): saved with
+     * what its hello said, and no event */
+    br_node_move_t same = {was, NULL, BR_HOOK_NODE_BACK, NULL, BR_NODE_QUIET};
+    br_node_post(c, n, &same, "hello");
 }
 
 int br_nodelife_answer_due(const br_coord_t *c, const br_node_t *n, int64_t now)
@@ -118,7 +123,8 @@ int br_nodelife_remove(br_coord_t *c, br_node_t *n, const char *by, br_err_t *er
     if (br_store_key_revoke(c->store, BR_PRINCIPAL_NODE, name, err) < 0 ||
         br_store_node_delete(c->store, name, err) < 0)
         return -1;
-    br_node_move_t mv = {n->state, "removed", BR_HOOK_NODE_LOST, "node removed", 1};
+    br_node_move_t mv = {n->state, "removed", BR_HOOK_NODE_LOST, "node removed",
+                         BR_NODE_NOSAVE};
     br_node_post(c, n, &mv, "removed by %s; its key is revoked", by);
     br_overlay_node_gone(c, n); /* its peers drop it at their next heartbeat */
     br_nodes_remove(c->nodes, name);

@@ -15,28 +15,36 @@
 
 /* What br_node_post does besides the state: the event's kind (NULL: the new
  * state's name), the hook to run after (BR_HOOK_NODE_LOST, _UNHEALTHY, _BACK,
- * BR_HOOK_CHANGED; or BR_NODE_NO_HOOK) with its reason, and nosave (the node is
- * about to be deleted). */
+ * BR_HOOK_CHANGED; or BR_NODE_NO_HOOK) with its reason, and flags:
+ * BR_NODE_NOSAVE (nothing stored of the node changed, or it is about to be
+ * deleted) and BR_NODE_QUIET (no event: a move to the same state that users are not
+ * told of, as a hello that keeps a node draining, or a connection anew). */
 #define BR_NODE_NO_HOOK BR_HOOKS
+enum { BR_NODE_NOSAVE = 1, BR_NODE_QUIET = 2 };
 typedef struct {
     br_node_state_t state;
     const char *kind;
     br_hook_point_t hook;
     const char *reason;
-    int nosave;
+    int flags;
 } br_node_move_t;
 
 /* The one path of a node's changes: the move checked (br_node_state_move_ok; a
  * refused one is not made: -1, and brambled's log names both states), then, in this
- * order, its state, the node saved, its event with this text, and its hook. */
+ * order, its state, the node saved, its event with this text, and its hook. Every
+ * run of a node's hooks (BR_HOOK_NODE_LOST, _UNHEALTHY, _BACK) goes through it,
+ * a move to the same state included. */
 int br_node_post(br_coord_t *c, br_node_t *n, const br_node_move_t *mv, const char *fmt,
                  ...) __attribute__((format(printf, 4, 5)));
 
 /* A message from node name's agent came on route: its node, now last heard from
- * (NULL when no such node is registered). A new route (a new connection) is
- * BR_HOOK_NODE_BACK: it may take pending jobs. */
+ * (NULL when no such node is registered). A new route (a new connection) is a
+ * quiet move to its own state with BR_HOOK_NODE_BACK (nothing saved, no event): it
+ * may take pending jobs. */
 br_node_t *br_nodelife_seen(br_coord_t *c, const char *name, const void *route, size_t len);
-/* Its agent said hello: ready (with an event) unless it is draining or unhealthy. */
+/* Its agent said hello: ready (with an event) unless it is draining or unhealthy;
+ * else (or when it was ready on the same connection) a quiet move to its own state:
+ * saved (what its hello said) and BR_HOOK_NODE_BACK, no event. */
 void br_nodelife_hello(br_coord_t *c, br_node_t *n);
 /* Its heartbeat was taken. */
 void br_nodelife_heard(br_coord_t *c, br_node_t *n);

@@ -4,7 +4,8 @@
  * so few that an agent goes a third of its fence time without one, however its
  * heartbeats are late or early. And a node's state machine: the moves allowed,
  * each change saved with its event and hook in one order, a refused one not made;
- * and the probe peers its agent is sent after a hello. */
+ * a connection anew and a hello that keeps the state are quiet moves to the same
+ * state (the hook, no event); and the probe peers its agent is sent after a hello. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -220,6 +221,113 @@ static void test_node_moves(void **state)
     free(f);
 }
 
+static int back_heard;
+
+static void on_back(br_coord_t *c, br_hook_arg_t *a, void *ctx)
+{
+    (void)c;
+    (void)ctx;
+    assert_null(a->reason);
+    back_heard++;
+}
+
+static size_t events(br_coord_t *c)
+{
+    json_t *ev = br_store_event_list(c->store, 0, 0, 0, NULL);
+    size_t n = json_array_size(ev);
+    json_decref(ev);
+    return n;
+}
+
+/* What the store holds of node name under key (a new reference; NULL: none, or no
+ * such node stored). */
+static json_t *stored_field(br_coord_t *c, const char *name, const char *key)
+{
+    json_t *list = br_store_node_list(c->store, NULL), *row, *v = NULL;
+    size_t i;
+    json_array_foreach(list, i, row) {
+        if (strcmp(json_string_value(json_object_get(row, "name")), name) == 0)
+            v = json_incref(json_object_get(row, key));
+    }
+    json_decref(list);
+    return v;
+}
+
+static void assert_stored_int(br_coord_t *c, const char *name, const char *key,
+                              json_int_t want)
+{
+    json_t *v = stored_field(c, name, key);
+    assert_true(json_is_integer(v));
+    assert_int_equal(json_integer_value(v), want);
+    json_decref(v);
+}
+
+/* BR_HOOK_NODE_BACK runs through br_node_post alone: a message on a new connection
+ * is a move to the same state with the hook, neither saved nor an event; a hello
+ * that keeps the state (drained, or ready on the same connection) is saved with
+ * the hook and no event; one that makes it ready has its event. */
+static void test_back_is_a_same_state_move(void **state)
+{
+    (void)state;
+    coord_fixture_t *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    assert_int_equal(fixture_open(f, "test_nodelife_back", 0), 0);
+    br_coord_t *c = &f->c;
+    assert_int_equal(br_hooks_add(c->hooks, BR_HOOK_NODE_BACK, on_back, NULL), 0);
+    br_node_t *n = fixture_node(c, "a", 4, 0); /* ready, on route "a" */
+    back_heard = 0;
+    size_t had = events(c);
+    const unsigned char same = 'a', other = 'z';
+    assert_ptr_equal(br_nodelife_seen(c, "a", &same, 1), n); /* its own: nothing */
+    assert_int_equal(back_heard, 0);
+    assert_ptr_equal(br_nodelife_seen(c, "a", &other, 1), n); /* a new one */
+    assert_int_equal(back_heard, 1);
+    assert_int_equal(n->state, BR_NODE_READY);
+    assert_int_equal(events(c), had);
+    assert_null(stored_field(c, "a", "state")); /* (not saved: nothing stored yet) */
+    assert_null(br_nodelife_seen(c, "nobody", &other, 1));
+    /* its hello on that new connection: ready again, with an event */
+    br_nodelife_hello(c, n);
+    assert_int_equal(back_heard, 2);
+    assert_last_event(c, "a", "ready", "reconnected");
+    had = events(c);
+    /* drained, it says hello: still draining, saved with what the hello said, the
+     * hook, and no event */
+    br_nodelife_drain(c, n, "ann");
+    had = events(c);
+    json_object_set_new(n->info, "probe_port", json_integer(7000));
+    br_nodelife_seen(c, "a", &other, 1);
+    br_nodelife_hello(c, n);
+    assert_int_equal(n->state, BR_NODE_DRAINING);
+    assert_int_equal(back_heard, 3);
+    assert_int_equal(events(c), had);
+    assert_stored(c, "a", "draining");
+    assert_stored_int(c, "a", "probe_port", 7000);
+    /* ready on the same connection: the same */
+    br_nodelife_undrain(c, n, "ann");
+    had = events(c);
+    json_object_set_new(n->info, "probe_port", json_integer(7001));
+    br_nodelife_seen(c, "a", &other, 1);
+    br_nodelife_hello(c, n);
+    assert_int_equal(n->state, BR_NODE_READY);
+    assert_int_equal(back_heard, 4);
+    assert_int_equal(events(c), had);
+    assert_stored_int(c, "a", "probe_port", 7001);
+    /* a lost node heard again on a new connection stays lost until its hello */
+    br_node_move_t lost = {BR_NODE_LOST, NULL, BR_NODE_NO_HOOK, NULL, 0};
+    assert_int_equal(br_node_post(c, n, &lost, "node a lost (silent)"), 0);
+    had = events(c);
+    br_nodelife_seen(c, "a", &same, 1);
+    assert_int_equal(n->state, BR_NODE_LOST);
+    assert_int_equal(back_heard, 5);
+    assert_int_equal(events(c), had);
+    br_nodelife_hello(c, n);
+    assert_int_equal(n->state, BR_NODE_READY);
+    assert_last_event(c, "a", "ready", "connected");
+    fixture_close(f);
+    free(f);
+}
+
 /* The probe peers a node's agent is sent (probeset.h): after its hello, at its next
  * heartbeat, whole; then nothing until the set changes, and nothing when the list
  * it would get is the one it has. */
@@ -266,6 +374,7 @@ int main(void)
         cmocka_unit_test(test_longer_timeout_fewer_answers),
         cmocka_unit_test(test_never_too_long_without_one),
         cmocka_unit_test(test_node_moves),
+        cmocka_unit_test(test_back_is_a_same_state_move),
         cmocka_unit_test(test_probe_peers_after_hello),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
