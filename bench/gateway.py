@@ -84,6 +84,27 @@ def worker(port, n, out):
         t.join()
 
 
+def cpu_s(pid):
+    """The CPU seconds (user and system) process pid has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def switches(pid):
+    """How often process pid was switched out while it could have run on."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split(":")[1]) for line in f
+                    if line.startswith("nonvoluntary_ctxt_switches"))
+
+
+def listener_pid(port):
+    """The process listening on TCP port of loopback, from ss."""
+    out = subprocess.run(["ss", "-Hltnp", f"sport = :{port}"], capture_output=True,
+                         text=True).stdout
+    return int(out.split("pid=")[1].split(",")[0])
+
+
 def throughput(port, total):
     q = multiprocessing.Queue()
     per = total // 64
@@ -133,10 +154,15 @@ def main():
             base = base or (p50, p99)
             print(f"  {name:8} p50 {p50:.3f}  p99 {p99:.3f}  added p50 {p50 - base[0]:+.3f} "
                   f"p99 {p99 - base[1]:+.3f}")
-        print(f"throughput, 64 clients, {N * 4} requests (req/s):")
+        print(f"throughput, 64 clients, {N * 4} requests (req/s; the proxy's own CPU time "
+              "a request, user and system, and how often it was switched out while it could run):")
         for name, port in (("direct", direct), ("haproxy", hap_port), ("gateway", gw_port)):
+            pid = listener_pid(port) if name != "direct" else None
+            c0, s0 = (cpu_s(pid), switches(pid)) if pid else (0, 0)
             rps, bad = throughput(port, N * 4)
-            print(f"  {name:8} {rps:8.0f}  failed {bad}")
+            cpu = (f"  {(cpu_s(pid) - c0) / (N * 4) * 1e6:.0f} us a request, switched out "
+                   f"{(switches(pid) - s0) / (N * 4):.2f} times" if pid else "")
+            print(f"  {name:8} {rps:8.0f}  failed {bad}{cpu}")
     finally:
         if hap:
             hap.terminate()
