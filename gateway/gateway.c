@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -53,6 +54,14 @@ struct gw {
     gw_keys_t *keys;        /* the users' API keys (keys.h) */
     gw_ratelimit_t *limits; /* their requests a minute (ratelimit.h) */
     int sigfd;
+    int ep;          /* epoll: the client side's, the link's, the signals' and libcurl's fds */
+    int64_t curl_at; /* monotonic ms libcurl wants its timeout acted on; -1: not */
+    struct kept {    /* by fd: the replica of a connection libcurl keeps, idle */
+        int64_t id;  /* (0: none) */
+        int port;
+    } *kept;
+    int nkept;
+    int nidle;       /* of them, kept now */
     int port;
     char *tls_cert, *tls_key;
     gw_exchange_t *whead, *wtail; /* requests waiting for a replica, oldest first */
@@ -64,6 +73,103 @@ struct gw {
     int load_now;      /* tell the load at the next turn of the loop */
     int stop;
 };
+
+/* ---- libcurl's sockets in the loop's epoll -------------------------------------
+ * libcurl says which of its sockets to watch for what (CURLMOPT_SOCKETFUNCTION)
+ * and when to call it anyway (CURLMOPT_TIMERFUNCTION); the loop then drives only
+ * the transfers whose socket is ready, not every transfer at every turn. */
+
+/* The idle connection fd is kept to replica r (r NULL: no longer idle). */
+static void keep_idle(gw_t *g, int fd, const gw_replica_t *r)
+{
+    if (fd >= g->nkept) {
+        if (!r)
+            return;
+        int n = fd + 64;
+        struct kept *k = realloc(g->kept, (size_t)n * sizeof(*k));
+        if (!k)
+            return; /* (then only not watched) */
+        memset(k + g->nkept, 0, (size_t)(n - g->nkept) * sizeof(*k));
+        g->kept = k, g->nkept = n;
+    }
+    g->nidle += (r != NULL) - (g->kept[fd].id != 0);
+    g->kept[fd].id = r ? r->id : 0;
+    g->kept[fd].port = r ? r->port : 0;
+}
+
+static int on_curl_socket(CURL *e, curl_socket_t fd, int what, void *gp, void *known)
+{
+    gw_t *g = gp;
+    if (what == CURL_POLL_REMOVE) {
+        /* a transfer let go of fd: a connection kept to its replica is watched for
+         * the replica's end while idle (gw_replica_suspect); one being closed leaves
+         * the epoll with its close */
+        gw_exchange_t *x = NULL;
+        curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&x);
+        struct epoll_event ev = {.events = EPOLLRDHUP, .data.fd = fd};
+        if (x && x->rep && epoll_ctl(g->ep, EPOLL_CTL_MOD, fd, &ev) == 0)
+            keep_idle(g, fd, x->rep);
+        else
+            epoll_ctl(g->ep, EPOLL_CTL_DEL, fd, NULL); /* (fails harmlessly once closed) */
+        return 0;
+    }
+    keep_idle(g, fd, NULL);
+    struct epoll_event ev = {.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) |
+                                       (what & CURL_POLL_OUT ? EPOLLOUT : 0u),
+                             .data.fd = fd};
+    if (known && epoll_ctl(g->ep, EPOLL_CTL_MOD, fd, &ev) == 0)
+        return 0;
+    if (epoll_ctl(g->ep, EPOLL_CTL_ADD, fd, &ev) < 0 &&
+        (errno != EEXIST || epoll_ctl(g->ep, EPOLL_CTL_MOD, fd, &ev) < 0))
+        return -1;
+    curl_multi_assign(g->multi, fd, g); /* (forgotten by libcurl at its removal) */
+    return 0;
+}
+
+/* An idle connection kept to a replica was closed by it (events on fd): the replica
+ * is put on trial. libcurl finds the connection closed itself when it next takes it. */
+static void idle_closed(gw_t *g, int fd)
+{
+    epoll_ctl(g->ep, EPOLL_CTL_DEL, fd, NULL);
+    gw_replica_t *r = gw_table_replica(g->table, g->kept[fd].id, g->kept[fd].port);
+    keep_idle(g, fd, NULL);
+    if (r)
+        gw_replica_suspect(r);
+}
+
+/* The idle connections closed by their replicas since the loop last looked, taken
+ * now: a replica that died is on trial before a request is routed to it. (The
+ * other events stay for the loop: every fd is watched level-triggered.) */
+static void reap_closed(gw_t *g)
+{
+    if (!g->nidle)
+        return;
+    struct epoll_event evs[64];
+    int n = epoll_wait(g->ep, evs, 64, 0);
+    for (int i = 0; i < n; i++) {
+        int fd = evs[i].data.fd;
+        if (fd >= 0 && fd < g->nkept && g->kept[fd].id)
+            idle_closed(g, fd);
+    }
+}
+
+static int on_curl_timer(CURLM *m, long ms, void *gp)
+{
+    (void)m;
+    gw_t *g = gp;
+    g->curl_at = ms < 0 ? -1 : br_mono_ms() + ms;
+    return 0;
+}
+
+/* libcurl's timeout, when it is due (new transfers start through it). */
+static void curl_due(gw_t *g)
+{
+    if (g->curl_at < 0 || br_mono_ms() < g->curl_at)
+        return;
+    g->curl_at = -1;
+    int running = 0;
+    curl_multi_socket_action(g->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+}
 
 void gw_config_defaults(gw_config_t *cfg)
 {
@@ -258,6 +364,7 @@ static enum MHD_Result answer_models(gw_t *g, struct MHD_Connection *conn)
  * there is none). */
 static gw_replica_t *pick(gw_t *g, const gw_exchange_t *x, int64_t now, gw_service_t **first)
 {
+    reap_closed(g);
     gw_replica_t *best = NULL;
     *first = NULL;
     for (size_t i = 0; i < g->table->nservices; i++) {
@@ -814,6 +921,11 @@ gw_t *gw_new(const gw_config_t *cfg, br_err_t *err)
         return br_errp(err, ENOMEM, "out of memory");
     g->cfg = *cfg;
     g->sigfd = -1;
+    g->curl_at = -1;
+    if ((g->ep = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+        br_errf(err, errno, "epoll: %s", strerror(errno));
+        goto fail;
+    }
     struct sockaddr_storage ss;
     int v6 = 0;
     if (parse_listen(cfg->listen, &ss, &v6, err) < 0)
@@ -836,6 +948,10 @@ gw_t *gw_new(const gw_config_t *cfg, br_err_t *err)
         goto fail;
     }
     curl_multi_setopt(g->multi, CURLMOPT_MAXCONNECTS, 1024L); /* kept for reuse */
+    curl_multi_setopt(g->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+    curl_multi_setopt(g->multi, CURLMOPT_SOCKETDATA, g);
+    curl_multi_setopt(g->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+    curl_multi_setopt(g->multi, CURLMOPT_TIMERDATA, g);
     if (!(g->ledger = gw_ledger_new()) || !(g->table = gw_table_new()) ||
         !(g->easies = gw_easypool_new(256)) ||
         !(g->keys = gw_keys_new()) || !(g->limits = gw_ratelimit_new()) ||
@@ -889,6 +1005,9 @@ void gw_destroy(gw_t **gp)
     }
     if (g->sigfd >= 0)
         close(g->sigfd);
+    if (g->ep >= 0)
+        close(g->ep);
+    free(g->kept);
     free(g->tls_cert);
     free(g->tls_key);
     free(g);
@@ -900,33 +1019,56 @@ int gw_port(const gw_t *g)
     return g->port;
 }
 
+/* Watch fd for input in the loop's epoll. */
+static int watch(gw_t *g, int fd)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+    return epoll_ctl(g->ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
 int gw_run(gw_t *g, br_err_t *err)
 {
     const union MHD_DaemonInfo *ei = MHD_get_daemon_info(g->mhd, MHD_DAEMON_INFO_EPOLL_FD);
     if (!ei)
         return br_errf(err, EINVAL, "libmicrohttpd gives no epoll fd");
+    if (watch(g, ei->epoll_fd) < 0 || watch(g, gw_link_fd(g->link)) < 0 ||
+        watch(g, g->sigfd) < 0)
+        return br_errf(err, errno, "epoll: %s", strerror(errno));
+    struct epoll_event evs[64];
     while (!g->stop) {
         int64_t now = br_mono_ms();
         int wait = gw_link_run(g->link, now);
         MHD_UNSIGNED_LONG_LONG mt;
         if (MHD_get_timeout(g->mhd, &mt) == MHD_YES && mt < (MHD_UNSIGNED_LONG_LONG)wait)
             wait = (int)mt;
+        if (g->curl_at >= 0 && g->curl_at - now < wait)
+            wait = g->curl_at > now ? (int)(g->curl_at - now) : 0;
         if (wait > SWEEP_MS)
             wait = SWEEP_MS;
-        struct curl_waitfd fds[3] = {{ei->epoll_fd, CURL_WAIT_POLLIN, 0},
-                                     {gw_link_fd(g->link), CURL_WAIT_POLLIN, 0},
-                                     {g->sigfd, CURL_WAIT_POLLIN, 0}};
-        int n = 0;
-        if (curl_multi_poll(g->multi, fds, 3, wait, &n) != CURLM_OK)
-            return br_errf(err, EIO, "poll failed");
-        if (fds[2].revents) {
-            struct signalfd_siginfo si;
-            if (read(g->sigfd, &si, sizeof(si)) == sizeof(si))
-                fprintf(stderr, "bramble-gateway: signal %d, stopping\n", (int)si.ssi_signo);
-            g->stop = 1;
+        int n = epoll_wait(g->ep, evs, 64, wait);
+        if (n < 0 && errno != EINTR)
+            return br_errf(err, errno, "epoll_wait: %s", strerror(errno));
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd;
+            if (fd == g->sigfd) {
+                struct signalfd_siginfo si;
+                if (read(g->sigfd, &si, sizeof(si)) == sizeof(si))
+                    fprintf(stderr, "bramble-gateway: signal %d, stopping\n",
+                            (int)si.ssi_signo);
+                g->stop = 1;
+            } else if (fd < g->nkept && g->kept[fd].id) {
+                idle_closed(g, fd);
+            } else if (fd != ei->epoll_fd && fd != gw_link_fd(g->link)) {
+                uint32_t e = evs[i].events;
+                int running = 0;
+                curl_multi_socket_action(g->multi, fd,
+                                         (e & EPOLLIN ? CURL_CSELECT_IN : 0) |
+                                             (e & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
+                                             (e & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0),
+                                         &running);
+            } /* (the client side runs below at every turn; the link at the top) */
         }
-        int running = 0;
-        curl_multi_perform(g->multi, &running);
+        curl_due(g);
         finished(g);
         /* the client side, again while connections were resumed (libmicrohttpd
          * takes a resumed one in its next run, and a replica's answer that came
@@ -934,7 +1076,7 @@ int gw_run(gw_t *g, br_err_t *err)
         for (int pass = 0; pass < 8; pass++) {
             uint64_t resumed = gw_exchange_resumed();
             MHD_run(g->mhd);
-            curl_multi_perform(g->multi, &running); /* (what the client side started) */
+            curl_due(g); /* (the transfers the client side started) */
             finished(g);
             if (gw_exchange_resumed() == resumed && pass > 0)
                 break;

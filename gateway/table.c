@@ -178,9 +178,13 @@ int gw_service_alias(const gw_service_t *svc, const char *name)
     return 0;
 }
 
+/* A replica whose time out ended but has not answered since, or that closed the
+ * connections kept to it, is on trial: it gets one request at a time until one
+ * succeeds (a burst routed to it by fewest in flight would each find it dead). */
 static int usable(const gw_replica_t *r, int64_t now_ms)
 {
-    return r->present && r->svc->present && now_ms >= r->down_until;
+    return r->present && r->svc->present && now_ms >= r->down_until &&
+           !((r->fails > 0 || r->trial) && r->inflight > 0);
 }
 
 gw_replica_t *gw_service_pick(gw_service_t *svc, int64_t now_ms)
@@ -214,6 +218,7 @@ void gw_replica_done(gw_replica_t *r, int ok, int64_t now_ms)
         r->inflight--;
     if (ok) {
         r->fails = 0;
+        r->trial = 0;
         r->down_until = 0;
         return;
     }
@@ -222,6 +227,22 @@ void gw_replica_done(gw_replica_t *r, int ok, int64_t now_ms)
         wait *= 2;
     r->fails++;
     r->down_until = now_ms + (wait < GW_DOWN_MAX_MS ? wait : GW_DOWN_MAX_MS);
+}
+
+gw_replica_t *gw_table_replica(const gw_table_t *t, int64_t id, int port)
+{
+    for (size_t i = 0; i < t->nservices; i++)
+        for (size_t k = 0; k < t->services[i]->nreplicas; k++) {
+            gw_replica_t *r = t->services[i]->replicas[k];
+            if (r->id == id && r->port == port)
+                return r;
+        }
+    return NULL;
+}
+
+void gw_replica_suspect(gw_replica_t *r)
+{
+    r->trial = 1;
 }
 
 void gw_table_sweep(gw_table_t *t)

@@ -26,7 +26,9 @@ typedef struct gw_replica {
     gw_service_t *svc;
     int inflight;       /* requests sent to it and not ended */
     int64_t down_until; /* monotonic ms; 0: up */
-    int fails;          /* failures in a row */
+    int fails;          /* failures in a row (then one request at a time once back) */
+    int trial;          /* it closed connections kept to it: one request at a time
+                           until one succeeds (gw_replica_suspect) */
     int64_t suspected;  /* monotonic ms it was last reported to the coordinator */
     int present;        /* in the current table */
 } gw_replica_t;
@@ -98,6 +100,14 @@ json_t *gw_table_load(const gw_table_t *t, int64_t now_ms);
 
 /* A request to r ended: ok, or failed (the replica is left alone a while). */
 void gw_replica_done(gw_replica_t *r, int ok, int64_t now_ms);
+
+/* The replica whose job is id, at port (present or still used); NULL when none. */
+gw_replica_t *gw_table_replica(const gw_table_t *t, int64_t id, int port);
+
+/* r closed a connection the gateway kept to it while no request was on it: the
+ * way a dead process's connections end (or an idle time out's). r gets one request
+ * at a time until one succeeds, so a burst routed to it meanwhile cannot all fail. */
+void gw_replica_suspect(gw_replica_t *r);
 
 /* Drop what left the table and is no longer used. */
 void gw_table_sweep(gw_table_t *t);

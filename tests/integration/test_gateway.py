@@ -253,6 +253,53 @@ def test_a_replica_killed_under_load_fails_no_request(cluster2, tmp_path):
           "none failed")
 
 
+def test_a_replica_dead_while_idle_gets_at_most_one_request(cluster2, tmp_path):
+    """A replica's server dies while no request is on it, and nothing else tells
+    (its job lives on in `sleep`, its health checked once a minute): the connections
+    the gateway kept to it were closed, so a burst of requests tries it with one at
+    most, and every request is answered by the other."""
+    c = cluster2
+    control = tmp_path / "control-llm"
+    control.mkdir()
+    c.submit(SPEC.replace("interval: 1s", "interval: 60s").replace(
+        "command: {python} {fake} --model {model} --control {control} {extra}",
+        "command: {python} {fake} --model {model} --control {control}; sleep 600").format(
+        name="llm", python=PYTHON, fake=FAKE, model="llama-8b", control=control,
+        replicas=2, extra="", more="  public: true\n"))
+    gw = Gateway(c)
+    wait_routed(gw, "llama-8b", 2)
+    pids = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(replica_pids(control)),
+                    what="both fake servers")
+    for _ in range(8):  # connections kept to both
+        assert gw.chat("llama-8b")[0] == 200
+    port0 = next(e["port"] for e in c.cli_json("endpoints", "llm") if e["replica"] == 0)
+    mark = len(gw.proc.output())
+    os.kill(pids[0], signal.SIGKILL)
+    wait_for(lambda: not os.path.exists(f"/proc/{pids[0]}"), what="replica 0's server gone")
+    # 16 requests that the gateway finds all at once: it is stopped while they are
+    # sent (the kernel takes their connections), and goes on when all are there
+    os.kill(gw.proc.pid, signal.SIGSTOP)
+    try:
+        conns = [http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+                 for _ in range(16)]
+        for conn in conns:
+            conn.request("POST", "/v1/chat/completions", body=json.dumps(
+                {"model": "llama-8b", "messages": [{"role": "user", "content": "x"}]}),
+                headers={"Content-Type": "application/json"})
+    finally:
+        os.kill(gw.proc.pid, signal.SIGCONT)
+    answers = []
+    for conn in conns:
+        r = conn.getresponse()
+        r.read()
+        answers.append((r.status, r.getheader("X-Bramble-Replica")))
+        conn.close()
+    assert answers == [(200, "llm/1")] * 16, answers
+    tried = [ln for ln in gw.proc.output()[mark:].splitlines()
+             if f":{port0}) failed" in ln]
+    assert len(tried) <= 1, "\n".join(tried)
+
+
 def test_bad_replicas_streams_cut_off_and_a_coordinator_away(cluster2, tmp_path):
     c = cluster2
     _, control = service(c, tmp_path, more="  public: true\n", extra="--token-delay-ms 20")

@@ -356,6 +356,44 @@ static void test_failure_backoff(void **state)
     gw_table_destroy(&t);
 }
 
+/* A replica back from its time out is on trial: one request at a time (the others
+ * go to a sure replica, or wait) until one succeeds; a failure on trial takes it
+ * out for longer; a success makes it a replica like the others again. */
+static void test_back_on_trial(void **state)
+{
+    (void)state;
+    gw_table_t *t = gw_table_new();
+    update_llm(t, 2, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
+    gw_service_t *s = service(t, 5);
+    gw_replica_t *r1 = replica(s, 1, "h1", 8000), *r2 = replica(s, 2, "h2", 8000);
+    r1->inflight = 1;
+    gw_replica_done(r1, 0, 0); /* died */
+    int64_t back = GW_DOWN_MS;
+    r2->inflight = 30;
+    assert_ptr_equal(gw_service_pick(s, back), r1); /* fewest: its trial */
+    r1->inflight++;
+    for (int i = 0; i < 5; i++) /* while it runs, the busier sure one */
+        assert_ptr_equal(gw_service_pick(s, back), r2);
+    assert_true(gw_service_has_up(s, back));
+    r2->present = 0; /* and with no other, requests wait for the trial's end */
+    assert_null(gw_service_pick(s, back));
+    assert_false(gw_service_has_up(s, back));
+    r2->present = 1;
+
+    gw_replica_done(r1, 0, back); /* the trial failed: out for longer */
+    assert_int_equal(r1->down_until, back + 2 * GW_DOWN_MS);
+    back = r1->down_until;
+    assert_ptr_equal(gw_service_pick(s, back), r1);
+    r1->inflight++;
+    assert_ptr_equal(gw_service_pick(s, back), r2);
+    gw_replica_done(r1, 1, back + 1); /* it answered: like any replica again */
+    r1->inflight = 1;
+    assert_ptr_equal(gw_service_pick(s, back + 1), r1);
+    r1->inflight = 2;
+    assert_ptr_equal(gw_service_pick(s, back + 1), r1);
+    gw_table_destroy(&t);
+}
+
 /* gw_service_has_up: a replica that is up, busy or not; none when every one is
  * down, when it has none, or when the service left the table. */
 static void test_has_up(void **state)
@@ -616,6 +654,7 @@ int main(void)
         cmocka_unit_test(test_pick_ties_in_turn),
         cmocka_unit_test(test_pick_skips_capped),
         cmocka_unit_test(test_failure_backoff),
+        cmocka_unit_test(test_back_on_trial),
         cmocka_unit_test(test_has_up),
         cmocka_unit_test(test_left_replica_stays_while_used),
         cmocka_unit_test(test_left_service_swept),
