@@ -622,9 +622,12 @@ void br_api_code_stage(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_spec_t *spec = NULL;
     if (br_msg_unpack(m, &err, "{s:s, s:o, s:o, s:o}", "spec", &text, "sets", &sets,
                       "listing", &listing, "manifest", &summary) < 0 ||
-        !sets_array(sets, setv, 64, &err) ||
-        !json_is_string(json_object_get(summary, "hash")))
+        !sets_array(sets, setv, 64, &err))
         goto fail;
+    if (!json_is_string(json_object_get(summary, "hash"))) {
+        br_errf(&err, EPROTO, "code.stage: the manifest has no hash");
+        goto fail;
+    }
     /* a spec the submit would refuse stages nothing: the submit will say why */
     spec = br_spec_parse(text, strlen(text), setv, (int)json_array_size(sets), &err);
     if (!spec || spec->kind == BR_JOB_SERVICE || !(spec_json = br_spec_to_json(spec))) {

@@ -1359,6 +1359,10 @@ static void test_code_stage(void **state)
                  "the manifest's listing 0000000000000000... is not stored: send it first "
                  "(content.put)");
     free(t);
+    json_object_set_new(o, "manifest", json_pack("{s:i}", "files", 1));
+    t = json_dumps(o, 0);
+    call_refused(c, KEY_ANN, "code.stage", t, EPROTO, "code.stage: the manifest has no hash");
+    free(t);
     json_object_del(o, "manifest");
     t = json_dumps(o, 0);
     call_refused(c, KEY_ANN, "code.stage", t, EPROTO, "code.stage: bad body");
