@@ -395,13 +395,8 @@ static void resumed_newer(br_coord_t *c, br_node_t *n, int64_t id, int attempt,
                 (long long)id, attempt, n->name, (long long)step, (long long)counted);
         return;
     }
-    char *from = strdup(path);
-    if (!from)
+    if (br_job_set_resume(job, path, step) < 0)
         return;
-    free(job->resume_from);
-    job->resume_from = from;
-    job->resume_step = step;
-    job->resume_attempt = attempt;
     char was[32] = "none";
     if (counted >= 0)
         snprintf(was, sizeof(was), "step %lld", (long long)counted);

@@ -684,10 +684,7 @@ static void restore_ended(br_coord_t *c, br_replicas_t *r, json_t *pull, const c
                        got, same, secs, rate);
         const char *newest = json_string_value(json_object_get(e, "newest"));
         if (newest && strcmp(newest, hash) != 0) { /* an older one: this attempt only */
-            free(job->resume_from);
-            job->resume_from = strdup(path);
-            job->resume_step = step;
-            job->resume_attempt = job->attempt;
+            br_job_set_resume(job, path, step); /* (out of memory: the newest) */
         }
         json_object_set_new(e, "pull", json_string(""));
         br_jobs_release(c, id, job->attempt);

@@ -359,6 +359,18 @@ int br_job_set_reason(br_job_t *job, const char *reason)
     return 1;
 }
 
+int br_job_set_resume(br_job_t *job, const char *path, int64_t step)
+{
+    char *from = strdup(path);
+    if (!from)
+        return -1;
+    free(job->resume_from);
+    job->resume_from = from;
+    job->resume_step = step;
+    job->resume_attempt = job->attempt;
+    return 0;
+}
+
 int br_job_excluded(const br_job_t *job, const char *node)
 {
     for (int i = 0; i < job->nexclude; i++)

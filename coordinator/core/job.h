@@ -111,8 +111,8 @@ typedef struct br_job {
     int64_t array_of;    /* a job array's task: the array's id (its first task's); 0:
                           * not in an array (arrays.h) */
     int array_index;     /* its index; -1: not in an array */
-    /* in memory only: attempt resume_attempt resumes from this older checkpoint,
-     * the newest having no good copy (replicas.c); NULL: the newest */
+    /* in memory only: attempt resume_attempt resumes from this checkpoint, not the
+     * newest counted (br_job_set_resume); NULL: the newest */
     char *resume_from;
     int64_t resume_step;
     int resume_attempt;
@@ -187,6 +187,11 @@ int br_job_ranks_left(const br_job_t *job);
 
 /* Set or clear (NULL) the reason; 1 when it changed. */
 int br_job_set_reason(br_job_t *job, const char *reason);
+/* Job's current attempt resumes from the checkpoint at path (step), not from the
+ * newest counted: an older one (the newest had no good copy) or a newer one (its
+ * previous attempt wrote it after its last report). 0, or -1 out of memory (then
+ * nothing changed). */
+int br_job_set_resume(br_job_t *job, const char *path, int64_t step);
 /* Never again on node (no-op when it is already excluded). */
 void br_job_exclude(br_job_t *job, const char *node);
 int br_job_excluded(const br_job_t *job, const char *node);
