@@ -1660,9 +1660,8 @@ static int data_mounts(br_agent_t *a, json_t *data, const char **mounts,
     json_t *d;
     size_t i, n = 0;
     json_array_foreach(json_object_get(data, "sets"), i, d) {
-        const char *mhash = json_string_value(json_object_get(json_object_get(d, "manifest"),
-                                                              "hash"));
-        if (br_cache_mount_path(a->cache, mhash, from[i], sizeof(from[i]), err) < 0) {
+        if (br_cache_mount_path(a->cache, json_object_get(d, "manifest"), from[i],
+                                sizeof(from[i]), err) < 0) {
             br_err_prefix(err, "data set %s", json_string_value(json_object_get(d, "set")));
             return -1;
         }
@@ -1718,9 +1717,8 @@ static int archive_at(br_agent_t *a, const json_t *archive, char *out, size_t le
                       br_err_t *err)
 {
     char dir[4200];
-    const char *mhash = json_string_value(json_object_get(json_object_get(archive, "manifest"),
-                                                          "hash"));
-    if (br_cache_mount_path(a->cache, mhash, dir, sizeof(dir), err) < 0) {
+    if (br_cache_mount_path(a->cache, json_object_get(archive, "manifest"), dir, sizeof(dir),
+                            err) < 0) {
         br_err_prefix(err, "image %s", json_string_value(json_object_get(archive, "name")));
         return -1;
     }
@@ -1873,11 +1871,17 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
     br_ckpt_found_t newer = {.step = -1};
     if (here < 0) {
         /* (err names the tree) */
-    } else if (data && data_mounts(a, data, mounts, mount_from, &err) < 0) {
-        /* a tree that left the cache meanwhile, or one it cannot open to the job */
-    } else if (archive && archive_at(a, archive, archive_path, sizeof(archive_path),
-                                     &err) < 0) {
-        /* (as a data set's) */
+    } else if ((data && data_mounts(a, data, mounts, mount_from, &err) < 0) ||
+               (archive && archive_at(a, archive, archive_path, sizeof(archive_path),
+                                      &err) < 0)) {
+        /* a tree that left the cache meanwhile, one it cannot open to the job, or one
+         * with a damaged file: then fetched again (once), and never mounted */
+        if (err.errnum == EBADMSG && !fetched) {
+            fprintf(stderr, "bramble-agent: job %lld attempt %d: %s: fetching it again\n",
+                    (long long)job, attempt, err.text);
+            if (trees_here(a, m, job, attempt, code, data, archive, &err) == 1)
+                return;
+        }
     } else if (a->natt == MAX_ATTEMPTS) {
         br_errf(&err, EBUSY, "this node runs %d attempts already", MAX_ATTEMPTS);
         fault = "node_full"; /* not the job's failure: it is placed again */

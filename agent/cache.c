@@ -19,7 +19,9 @@
 #include "util.h"
 
 #define COPY_BUF (1 << 20)
-#define SEALED_TREES 8 /* trees whose files' seals are kept (the newest) */
+#define SEALED_TREES 8 /* trees whose files' seals are kept in memory (the newest;
+                        * every tree's are kept in DIR/seals too) */
+#define SEALS_MAX (64 << 20) /* a tree's seals file read at most */
 
 struct br_cache {
     char dir[PATH_MAX];
@@ -61,7 +63,7 @@ br_cache_t *br_cache_new(const char *dir, const char *listings, const char *data
     static const struct {
         const char *name;
         mode_t mode;
-    } subs[] = {{"trees", 0700}, {".by-hash", 0700}, {"work", 0711}};
+    } subs[] = {{"trees", 0700}, {".by-hash", 0700}, {"work", 0711}, {"seals", 0700}};
     for (size_t i = 0; rc == 0 && i < sizeof(subs) / sizeof(subs[0]); i++) {
         snprintf(sub, sizeof(sub), "%s/%s", dir, subs[i].name);
         rc = own_dir(sub, subs[i].mode, err);
@@ -148,32 +150,77 @@ static void seal_of(const struct stat *st, char *buf, size_t len)
              st->st_mtim.tv_nsec, (unsigned long long)st->st_ctim.tv_sec, st->st_ctim.tv_nsec);
 }
 
-/* The seals of tree mhash (made when missing and make; the oldest tree's go past
- * SEALED_TREES), or NULL. */
+/* DIR/seals/<mhash>: the seals of a tree, kept across the agent's restarts. */
+static void seals_path(const br_cache_t *c, const char *mhash, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/seals/%s", c->dir, mhash);
+}
+
+/* The seals of tree mhash (read from DIR/seals when not in memory; made when missing
+ * and make; the oldest tree's leave memory past SEALED_TREES), or NULL. */
 static json_t *seals_of(br_cache_t *c, const char *mhash, int make)
 {
     json_t *t = json_object_get(c->seals, mhash);
-    if (t || !make)
+    if (t)
         return t;
+    char path[PATH_MAX + 100];
+    seals_path(c, mhash, path, sizeof(path));
+    json_t *kept = NULL;
+    char *text = br_read_file(path, SEALS_MAX, NULL, NULL);
+    if (text) /* (one that cannot be read or parsed is no seal: its files are hashed) */
+        kept = json_loads(text, 0, NULL);
+    free(text);
+    if (!json_is_object(kept)) {
+        json_decref(kept);
+        if (!make)
+            return NULL;
+        kept = json_object();
+    }
     while (json_array_size(c->sealed) >= SEALED_TREES) {
         json_object_del(c->seals, json_string_value(json_array_get(c->sealed, 0)));
         json_array_remove(c->sealed, 0);
     }
-    t = json_object();
-    if (!t || json_object_set_new(c->seals, mhash, t) < 0 ||
+    if (!kept || json_object_set_new(c->seals, mhash, kept) < 0 ||
         json_array_append_new(c->sealed, json_string(mhash)) < 0) {
         json_object_del(c->seals, mhash);
         return NULL;
     }
-    return t;
+    return kept;
+}
+
+/* Keep the seals of tree mhash in DIR/seals (written whole, then renamed in place;
+ * not synced: a seal lost is only a file hashed again). */
+static void seals_save(br_cache_t *c, const char *mhash)
+{
+    json_t *t = json_object_get(c->seals, mhash);
+    char path[PATH_MAX + 100], tmp[PATH_MAX + 120];
+    if (!t)
+        return;
+    seals_path(c, mhash, path, sizeof(path));
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    if (json_dump_file(t, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
+        unlink(tmp);
 }
 
 static void unseal(br_cache_t *c, const char *mhash)
 {
+    char path[PATH_MAX + 100];
     json_object_del(c->seals, mhash);
     for (size_t i = 0; i < json_array_size(c->sealed); i++)
         if (strcmp(json_string_value(json_array_get(c->sealed, i)), mhash) == 0)
             json_array_remove(c->sealed, i--);
+    seals_path(c, mhash, path, sizeof(path));
+    unlink(path);
+}
+
+/* The file of content hash in tree mhash is damaged: it and the tree leave the
+ * cache (to be fetched again). */
+static void damaged(br_cache_t *c, const char *mhash, const char *hash)
+{
+    char idx[PATH_MAX];
+    snprintf(idx, sizeof(idx), "%s/.by-hash/%s", c->dir, hash);
+    unlink(idx);
+    br_cache_forget(c, mhash);
 }
 
 void br_cache_seal(br_cache_t *c, const json_t *summary)
@@ -199,6 +246,7 @@ void br_cache_seal(br_cache_t *c, const json_t *summary)
             seal_of(&st, seal, sizeof(seal));
             json_object_set_new(seals, path, json_string(seal));
         }
+        seals_save(c, mhash);
     }
     if (tfd >= 0)
         close(tfd);
@@ -281,7 +329,7 @@ int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summ
     int wfd = open(work, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     int tfd = open(tree, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     char *buf = malloc(COPY_BUF);
-    int rc = -1, dfd = -1;
+    int rc = -1, dfd = -1, resealed = 0;
     if (wfd < 0 || tfd < 0 || !buf) {
         br_errf(err, buf ? errno : ENOMEM, "the cache: %s", strerror(buf ? errno : ENOMEM));
         goto out;
@@ -336,14 +384,12 @@ int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summ
         int sealed = was && strcmp(was, seal) == 0;
         int k = copy_file(src, sealed, dfd, path, json_string_value(json_object_get(e, "hash")),
                           mode, uid, gid, buf, err);
-        if (k == 0 && !sealed && (seals = seals_of(c, mhash, 1))) /* verified now */
+        if (k == 0 && !sealed && (seals = seals_of(c, mhash, 1))) { /* verified now */
             json_object_set_new(seals, path, json_string(seal));
+            resealed = 1;
+        }
         if (k < 0 && err->errnum == EBADMSG) { /* never run, fetched again */
-            char idx[PATH_MAX];
-            snprintf(idx, sizeof(idx), "%s/.by-hash/%s", c->dir,
-                     json_string_value(json_object_get(e, "hash")));
-            unlink(idx);
-            br_cache_forget(c, mhash);
+            damaged(c, mhash, json_string_value(json_object_get(e, "hash")));
             mhash = NULL; /* (gone: nothing of it is sealed) */
         }
         close(src);
@@ -358,6 +404,8 @@ int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summ
     snprintf(out, len, "%s/%s", work, name);
     rc = 0;
 out:
+    if (resealed && mhash)
+        seals_save(c, mhash);
     if (rc < 0 && wfd >= 0)
         br_rm_tree(wfd, name);
     if (rc < 0)
@@ -443,11 +491,117 @@ static int open_up(const char *path, const struct stat *st, int type, struct FTW
     return 0;
 }
 
-int br_cache_mount_path(br_cache_t *c, const char *mhash, char *out, size_t len, br_err_t *err)
+/* Whether the bytes of the open file fd hash to hash (buf: COPY_BUF bytes).
+ * 1, 0, or -1 with errno (a read failed). */
+static int hashes_to(int fd, const char *hash, char *buf)
 {
+    crypto_generichash_state hs;
+    crypto_generichash_init(&hs, NULL, 0, BR_MANIFEST_HASH_LEN);
+    for (;;) {
+        ssize_t k = read(fd, buf, COPY_BUF);
+        if (k == 0)
+            break;
+        if (k < 0)
+            return -1;
+        crypto_generichash_update(&hs, (const unsigned char *)buf, (unsigned long long)k);
+    }
+    return br_manifest_hashes_to(&hs, hash) ? 1 : 0;
+}
+
+/* Check each file of tree mhash (below tfd) against m (its whole listing) and make
+ * it readable by all: a file whose seal is what it was when last verified is taken
+ * as it is, any other is hashed (and sealed when whole). A tree with no seals at all
+ * (cached by an agent that kept none) is sealed as it is, trusted as that agent
+ * trusted it. 0, or -1 with err (EBADMSG: a file is damaged, and the tree has left
+ * the cache). */
+static int verify_tree(br_cache_t *c, const char *mhash, int tfd, const json_t *m,
+                       br_err_t *err)
+{
+    json_t *seals = seals_of(c, mhash, 0), *e;
+    int trust = seals == NULL;
+    char *buf = NULL;
+    int changed = 0, rc = 0;
+    size_t i;
+    json_array_foreach(json_object_get(m, "entries"), i, e) {
+        const char *path = json_string_value(json_object_get(e, "path"));
+        const char *hash = json_string_value(json_object_get(e, "hash"));
+        if (json_object_get(e, "link") || !path || !hash)
+            continue;
+        int fd = openat(tfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0) {
+            rc = br_errf(err, errno == ELOOP ? EBADMSG : errno, "the cached %s: %s", path,
+                         errno == ELOOP ? "a link, not the file" : strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            if (err->errnum == EBADMSG)
+                damaged(c, mhash, hash);
+            break;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            rc = br_errf(err, EBADMSG, "the cached %s is not a file", path);
+            close(fd);
+            damaged(c, mhash, hash);
+            break;
+        }
+        char seal[96];
+        seal_of(&st, seal, sizeof(seal));
+        const char *was = json_string_value(json_object_get(seals, path));
+        int fresh = !(was && strcmp(was, seal) == 0);
+        if (fresh && !trust) {
+            int ok = (buf || (buf = malloc(COPY_BUF))) ? hashes_to(fd, hash, buf) : -1;
+            if (ok <= 0) {
+                rc = ok < 0 ? br_errf(err, buf ? errno : ENOMEM, "the cached %s: %s", path,
+                                      strerror(buf ? errno : ENOMEM))
+                            : br_errf(err, EBADMSG, "%s is damaged in the cache (it does not "
+                                                    "hash to %.16s...)", path, hash);
+                close(fd);
+                if (ok == 0)
+                    damaged(c, mhash, hash);
+                break;
+            }
+        }
+        if ((st.st_mode & 0444) != 0444) { /* (its change time moves: sealed anew) */
+            if (fchmod(fd, (st.st_mode & 07777 & ~(mode_t)06000) | 0444) < 0 ||
+                fstat(fd, &st) < 0) {
+                rc = br_errf(err, errno, "the cached %s: %s", path, strerror(errno));
+                close(fd);
+                break;
+            }
+            seal_of(&st, seal, sizeof(seal));
+            fresh = 1;
+        }
+        close(fd);
+        if (fresh && (seals || (seals = seals_of(c, mhash, 1)))) {
+            json_object_set_new(seals, path, json_string(seal));
+            changed = 1;
+        }
+    }
+    free(buf);
+    if (changed && rc == 0)
+        seals_save(c, mhash);
+    return rc;
+}
+
+int br_cache_mount_path(br_cache_t *c, const json_t *summary, char *out, size_t len,
+                        br_err_t *err)
+{
+    const char *mhash = json_string_value(json_object_get(summary, "hash"));
     if (!br_cache_has(c, mhash))
-        return br_errf(err, ENOENT, "tree %.16s... is not in the node's cache", mhash);
+        return br_errf(err, ENOENT, "tree %.16s... is not in the node's cache",
+                       mhash ? mhash : "");
+    json_t *m = br_listings_whole(c->listings, summary, NULL, 0, err);
+    if (!m)
+        return -1;
     br_cache_tree_path(c, mhash, out, len);
+    int tfd = open(out, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int rc = tfd < 0 ? br_errf(err, errno, "cache: %s: %s", out, strerror(errno))
+                     : verify_tree(c, mhash, tfd, m, err);
+    if (tfd >= 0)
+        close(tfd);
+    json_decref(m);
+    if (rc < 0)
+        return -1;
     /* the tree is reached only through its mount (DIR/trees stays 0700) */
     if (nftw(out, open_up, 16, FTW_PHYS) != 0)
         return br_errf(err, errno, "cache: cannot open %s to readers: %s", out,

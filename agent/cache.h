@@ -52,14 +52,19 @@ int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summ
  * now (a pull put it in place): remember each file's seal (its inode, size and
  * times), so that br_cache_workdir copies a file whose seal is unchanged without
  * hashing it again, in the kernel. A file written to or replaced since has another
- * seal and is hashed as it is copied. The newest few trees' seals are kept. */
+ * seal and is hashed as it is copied. Seals are kept in DIR/seals (the newest few
+ * trees' in memory too). */
 void br_cache_seal(br_cache_t *c, const json_t *summary);
 
-/* The cached tree of manifest hash mhash, made readable to every user inside (its
- * directories 0755, its files a+r: DIR/trees itself stays closed, so only a mount
- * reaches it) to be mounted read-only in a job (a data set), its path into out and
- * marked used now. 0, or -1 with err (ENOENT: it is not here). */
-int br_cache_mount_path(br_cache_t *c, const char *mhash, char *out, size_t len,
+/* The cached tree that summary (a manifest's summary) names, checked and made
+ * readable to every user inside (its directories 0755, its files a+r: DIR/trees
+ * itself stays closed, so only a mount reaches it) to be mounted read-only in a job
+ * (a data set, an image's archive), its path into out and marked used now. Each
+ * file whose seal changed since it was last verified (br_cache_seal; seals are kept
+ * in DIR/seals across restarts) is hashed first: one that is not what the manifest
+ * says fails with EBADMSG, and the tree and that file leave the cache, to be fetched
+ * again. 0, or -1 with err (ENOENT: it is not here). */
+int br_cache_mount_path(br_cache_t *c, const json_t *summary, char *out, size_t len,
                         br_err_t *err);
 #define BR_CACHE_TREES_TOLD 4096 /* trees a heartbeat names at most */
 

@@ -96,6 +96,39 @@ command: |
     assert any("its data sets were in node-1's cache" in e for e in ev), ev
 
 
+def test_a_damaged_cached_data_set_is_fetched_again_never_mounted(make_cluster, tmp_path,
+                                                                 open_dir):
+    """A file of a cached data set changed on the node's disk after it was fetched:
+    the next job that mounts it never sees that file; the tree is fetched again."""
+    c, laptop, _ = node_cluster(make_cluster, tmp_path)
+    model = laptop / "model"
+    write(model / "weights.bin", blob(1 << 20, 3))
+    write(model / "README", b"the real weights\n")
+    c.cli("data", "push", model, "w")
+    want = hashlib.sha256((model / "weights.bin").read_bytes()).hexdigest()
+    mnt = open_dir / "w"
+    spec = f"name: {{}}\ndata: {{{{w: {mnt}}}}}\ncommand: sha256sum {mnt}/weights.bin; " \
+           f"cat {mnt}/README\n"
+    first, _ = submit(c, spec.format("first"))
+    assert c.wait_job(first)["state"] == "completed", c.logs(first, stream="both")
+    assert f"{want}  {mnt}/weights.bin" in c.logs(first)
+    trees = list((c.agent_dir("node-1") / "cache" / "trees").iterdir())
+    assert len(trees) == 1, trees
+    (trees[0] / "README").write_bytes(b"DAMAGED\n")  # the disk, or a hand, changed it
+    again, _ = submit(c, spec.format("again"))
+    assert c.wait_job(again)["state"] == "completed", c.logs(again, stream="both")
+    out = c.logs(again)
+    assert f"{want}  {mnt}/weights.bin" in out and "the real weights" in out, out
+    assert "DAMAGED" not in out, out
+    ev = events(c, again)
+    assert any("its data sets fetched to node-1" in e for e in ev), ev
+    assert (trees[0] / "README").read_bytes() == b"the real weights\n"
+    # whole again, the next job mounts it from the cache
+    third, _ = submit(c, spec.format("third"))
+    assert c.wait_job(third)["state"] == "completed"
+    assert any("its data sets were in node-1's cache" in e for e in events(c, third))
+
+
 def test_the_version_is_fixed_at_submit_and_a_used_one_stays(make_cluster, tmp_path,
                                                             open_dir):
     c, laptop, _ = node_cluster(make_cluster, tmp_path)
