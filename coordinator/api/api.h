@@ -112,16 +112,18 @@ void br_api_job_outputs(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_content_read(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 /* The whole manifest of an uploaded tree a request names by its listing and
  * summary (section 12), checked: within who's --user-store-quota, every file
- * stored. A new reference, or NULL with err. */
+ * stored, and for a user as sender every file one they sent or refer to already
+ * (knowing a hash grants nothing). A new reference, or NULL with err. */
+json_t *br_api_uploaded_tree(br_coord_t *c, const br_caller_t *who,
+                             const br_caller_t *sender, const json_t *listing,
+                             const json_t *summary, br_err_t *err);
 /* {hash: true} of the files of the tree a stored listing names (and the listing's
  * own), or NULL with err. */
-json_t *br_api_tree_files(br_coord_t *c, const json_t *listing, const json_t *summary,
-                          br_err_t *err);
+json_t *br_api_tree_files(br_coord_t *c, const br_caller_t *who, const json_t *listing,
+                          const json_t *summary, br_err_t *err);
 /* code.stage (U): the node a job would go to now fetches its code while it is
  * uploaded (stages.h). */
 void br_api_code_stage(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
-json_t *br_api_uploaded_tree(br_coord_t *c, const br_caller_t *who, const json_t *listing,
-                             const json_t *summary, br_err_t *err);
 /* job.submit's code ({"listing", "manifest", "dir"}): the tree checked, kept by
  * the references "code:MANIFEST" (its files and listing), and named in spec_json's
  * "code" as {"dir", "hash", "files", "bytes", "listing"}. 0, or -1 with err. */

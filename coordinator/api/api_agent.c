@@ -448,7 +448,8 @@ void br_api_job_outputs(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         uid == as.id)
         as.kind = BR_PRINCIPAL_USER;
     br_strlcpy(as.name, owner ? owner : "", sizeof(as.name));
-    if (!(full = br_api_uploaded_tree(c, &as, listing, summary, &err)) ||
+    /* (sent by the node, which runs the owner's job: its files count as the node's) */
+    if (!(full = br_api_uploaded_tree(c, &as, who, listing, summary, &err)) ||
         br_store_output_add(c->store, id, attempt, n->name, full, listing, as.id, &err) < 0) {
         if (err.errnum != ENOMEM) /* the owner hears why */
             br_coord_event(c, id, n->name, json_string_value(json_object_get(job, "state")),

@@ -645,7 +645,7 @@ void br_api_code_stage(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
                             : json_object());
         goto out;
     }
-    if (!(files = br_api_tree_files(c, listing, summary, &err)))
+    if (!(files = br_api_tree_files(c, who, listing, summary, &err)))
         goto fail;
     int fresh;
     br_stage_t *x = br_stages_add(c->stages, who->id, n->name, mhash, files, br_mono_ms(),

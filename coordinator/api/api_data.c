@@ -50,8 +50,10 @@ static int word_ok(const char *s, const char *what, br_err_t *err)
 /* The whole manifest an upload names: its listing (the manifest's own text, stored
  * as a content first) read from the store and checked against the summary. NULL
  * with err (ENOENT: the listing is not stored yet). */
-static json_t *listed_manifest(br_coord_t *c, const json_t *listing, const json_t *summary,
-                               br_err_t *err)
+static int claimable(br_coord_t *c, const br_caller_t *who, const char *h, br_err_t *err);
+
+static json_t *listed_manifest(br_coord_t *c, const br_caller_t *who, const json_t *listing,
+                               const json_t *summary, br_err_t *err)
 {
     const char *lhash;
     json_int_t lsize;
@@ -59,7 +61,10 @@ static json_t *listed_manifest(br_coord_t *c, const json_t *listing, const json_
         lsize < 2 || lsize > BR_MANIFEST_LISTING_MAX)
         return br_errp(err, EINVAL, "listing must be {\"hash\", \"size\"} of at most %d bytes",
                        BR_MANIFEST_LISTING_MAX);
-    if (!br_content_has(c->content, lhash))
+    int has = claimable(c, who, lhash, err);
+    if (has < 0)
+        return NULL;
+    if (!has)
         return br_errp(err, ENOENT, "the manifest's listing %.16s... is not stored: send it "
                                     "first (content.put)",
                        lhash);
@@ -83,10 +88,10 @@ static json_t *listed_manifest(br_coord_t *c, const json_t *listing, const json_
     return m;
 }
 
-json_t *br_api_tree_files(br_coord_t *c, const json_t *listing, const json_t *summary,
-                          br_err_t *err)
+json_t *br_api_tree_files(br_coord_t *c, const br_caller_t *who, const json_t *listing,
+                          const json_t *summary, br_err_t *err)
 {
-    json_t *full = listed_manifest(c, listing, summary, err), *out = full ? json_object() : NULL;
+    json_t *full = listed_manifest(c, who, listing, summary, err), *out = full ? json_object() : NULL;
     size_t i;
     json_t *e;
     json_array_foreach(json_object_get(full, "entries"), i, e) {
@@ -252,11 +257,32 @@ static int charge_upload(br_coord_t *c, const br_caller_t *who, const char *hash
                : 0;
 }
 
-/* [[i, offset], ...] for the entries of m from `from` on whose content is not whole
- * in the store (offset: what a partial of it holds), each content once; *more when
- * the answer stopped at LACK_MAX. */
-static json_t *lacking(br_coord_t *c, const json_t *entries, size_t from, int *more,
-                       json_int_t *bytes)
+/* The partial a caller's content.put writes: a user's own (br_content_write), the
+ * shared one for a node or the admin. */
+static int64_t own_partial(const br_caller_t *who)
+{
+    return who->kind == BR_PRINCIPAL_USER ? who->id : 0;
+}
+
+/* Whether content h counts as stored for the caller: whole in the store, and for a
+ * user also one that they refer to already (a job, output or data set of theirs) or
+ * sent every byte of themselves. Knowing a hash is not holding the file: another
+ * user's private file is never theirs by its name. -1 with err when the store
+ * cannot say. */
+static int claimable(br_coord_t *c, const br_caller_t *who, const char *h, br_err_t *err)
+{
+    if (!br_content_has(c->content, h))
+        return 0;
+    if (who->kind != BR_PRINCIPAL_USER || br_content_proved(c->content, h, who->id))
+        return 1;
+    return br_store_content_user_has(c->store, who->id, h, err);
+}
+
+/* [[i, offset], ...] for the entries of m from `from` on whose content is not stored
+ * for the caller (claimable; offset: what the caller's partial of it holds), each
+ * content once; *more when the answer stopped at LACK_MAX. NULL with err. */
+static json_t *lacking(br_coord_t *c, const br_caller_t *who, const json_t *entries,
+                       size_t from, int *more, json_int_t *bytes, br_err_t *err)
 {
     json_t *out = json_array(), *seen = json_object();
     size_t i;
@@ -268,13 +294,21 @@ static json_t *lacking(br_coord_t *c, const json_t *entries, size_t from, int *m
     for (i = from; i < json_array_size(entries); i++) {
         e = json_array_get(entries, i);
         const char *h = json_string_value(json_object_get(e, "hash"));
-        if (!h || json_object_get(seen, h) || br_content_has(c->content, h))
+        if (!h || json_object_get(seen, h))
+            continue;
+        int has = claimable(c, who, h, err);
+        if (has < 0) {
+            json_decref(out);
+            json_decref(seen);
+            return NULL;
+        }
+        if (has)
             continue;
         if (json_array_size(out) == LACK_MAX) {
             *more = 1;
             break;
         }
-        int64_t off = br_content_partial(c->content, h);
+        int64_t off = br_content_partial(c->content, h, own_partial(who));
         json_int_t size = json_integer_value(json_object_get(e, "size"));
         if (off > size)
             off = 0;
@@ -288,13 +322,14 @@ static json_t *lacking(br_coord_t *c, const json_t *entries, size_t from, int *m
 oom:
     json_decref(out);
     json_decref(seen);
-    return NULL;
+    return br_errp(err, ENOMEM, "out of memory");
 }
 
-json_t *br_api_uploaded_tree(br_coord_t *c, const br_caller_t *who, const json_t *listing,
+json_t *br_api_uploaded_tree(br_coord_t *c, const br_caller_t *who,
+                             const br_caller_t *sender, const json_t *listing,
                              const json_t *summary, br_err_t *err)
 {
-    json_t *full = listed_manifest(c, listing, summary, err);
+    json_t *full = listed_manifest(c, sender, listing, summary, err);
     if (!full || check_user_quota(c, who, full, err) < 0) {
         json_decref(full);
         return NULL;
@@ -303,9 +338,11 @@ json_t *br_api_uploaded_tree(br_coord_t *c, const br_caller_t *who, const json_t
     json_t *e;
     json_array_foreach(json_object_get(full, "entries"), i, e) {
         const char *h = json_string_value(json_object_get(e, "hash"));
-        if (h && !br_content_has(c->content, h)) {
+        int has = h ? claimable(c, sender, h, err) : 1;
+        if (has == 0)
             br_errf(err, ENOENT, "%s is not stored yet: send every file first",
                     json_string_value(json_object_get(e, "path")));
+        if (has <= 0) {
             json_decref(full);
             return NULL;
         }
@@ -321,7 +358,7 @@ int br_api_code_keep(br_coord_t *c, const br_caller_t *who, const json_t *code,
     if (!json_is_object(code) || !listing || !summary || !dir ||
         json_object_size(code) != 3 || strlen(dir) >= 4096)
         return br_errf(err, EPROTO, "job.submit: code: {\"listing\", \"manifest\", \"dir\"}");
-    json_t *full = br_api_uploaded_tree(c, who, listing, summary, err);
+    json_t *full = br_api_uploaded_tree(c, who, who, listing, summary, err);
     if (!full)
         return -1;
     const char *mhash = json_string_value(json_object_get(full, "hash"));
@@ -719,26 +756,25 @@ void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         }
         int more;
         json_int_t bytes;
-        json_t *lack = lacking(c, contents, 0, &more, &bytes);
+        json_t *lack = lacking(c, who, contents, 0, &more, &bytes, &err);
         if (!lack)
-            goto oom;
+            goto fail;
         br_reply_ok(c, m, json_pack("{s:o, s:b, s:I}", "lack", lack, "more", 0, "bytes", bytes));
         return;
     }
-    if (!(full = listed_manifest(c, listing, summary, &err)) ||
+    if (!(full = listed_manifest(c, who, listing, summary, &err)) ||
         check_user_quota(c, who, full, &err) < 0)
         goto fail;
     int more;
     json_int_t bytes;
-    json_t *lack = lacking(c, json_object_get(full, "entries"), (size_t)from, &more, &bytes);
+    json_t *lack = lacking(c, who, json_object_get(full, "entries"), (size_t)from, &more,
+                           &bytes, &err);
     if (!lack)
-        goto oom;
+        goto fail;
     out = json_pack("{s:o, s:b, s:I}", "lack", lack, "more", more, "bytes", bytes);
     json_decref(full);
     br_reply_ok(c, m, out);
     return;
-oom:
-    br_errf(&err, ENOMEM, "out of memory");
 fail:
     if (listing && json_is_string(json_object_get(listing, "hash"))) /* not kept for it */
         br_content_doubt(c->content, json_string_value(json_object_get(listing, "hash")), 0);
@@ -762,6 +798,13 @@ void br_api_content_put(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     if (charge_upload(c, who, hash, size, &err) < 0)
         goto fail;
+    /* a user's own partial, unless the content is theirs already (whole at once) */
+    int64_t part = own_partial(who);
+    int theirs = part ? claimable(c, who, hash, &err) : 0;
+    if (theirs < 0)
+        goto fail;
+    if (theirs)
+        part = 0;
     if (who->kind != BR_PRINCIPAL_NODE) /* an upload that a node fetches as it comes */
         br_stages_touch(c->stages, who->id, br_mono_ms());
     if (c->contentw) { /* written off the loop; answered once it is (server.c) */
@@ -770,8 +813,8 @@ void br_api_content_put(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
             br_errf(&err, ENOMEM, "out of memory");
             goto fail;
         }
-        if (br_contentw_put(c->contentw, reply, hash, size, offset, data, data ? len : 0,
-                            &err) < 0) {
+        if (br_contentw_put(c->contentw, reply, hash, part, size, offset, data,
+                            data ? len : 0, &err) < 0) {
             br_msg_destroy(&reply);
             goto fail;
         }
@@ -779,7 +822,8 @@ void br_api_content_put(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     int64_t held = 0;
     int whole = 0;
-    if (br_content_write(c->content, hash, size, offset, data ? data : "", data ? len : 0,
+    if (br_content_write(c->content, hash, part, size, offset, data ? data : "",
+                         data ? len : 0,
                          &held, &whole, &err) < 0)
         goto fail;
     br_reply_ok(c, m, json_pack("{s:I, s:b}", "held", (json_int_t)held, "whole", whole));
@@ -909,7 +953,7 @@ void br_api_data_push(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         goto fail;
     }
     if (!(shares = share_list(c, names, &err)) ||
-        !(full = br_api_uploaded_tree(c, who, listing, summary, &err)))
+        !(full = br_api_uploaded_tree(c, who, who, listing, summary, &err)))
         goto fail;
     if (br_content_put_manifest(c->content, full, &err) < 0 ||
         !(row = br_store_data_add(c->store, who->id, name, tag, full, listing, public_,

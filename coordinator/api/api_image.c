@@ -74,7 +74,7 @@ void br_api_image_load(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (br_msg_unpack(m, &err, "{s:s, s:o, s:o}", "name", &name, "listing", &listing,
                       "manifest", &summary) < 0 ||
         normal_name(name, kept, sizeof(kept), &err) < 0 ||
-        !(full = br_api_uploaded_tree(c, who, listing, summary, &err)))
+        !(full = br_api_uploaded_tree(c, who, who, listing, summary, &err)))
         goto fail;
     json_t *entries = json_object_get(full, "entries"), *e = json_array_get(entries, 0);
     hash = json_string_value(json_object_get(e, "hash"));

@@ -20,11 +20,13 @@
 
 #define HEX_LEN (2 * BR_MANIFEST_HASH_LEN)
 #define PARTIAL_KEEP_S (24 * 3600) /* partials untouched this long go at a start */
+#define PROOF_KEEP_S (24 * 3600)   /* a user's proof of a content lasts this long */
 #define MANIFEST_TEXT_MAX (128 << 20)
 
 /* A partial open for writing, with the hash of what it holds so far. */
 typedef struct {
     char hash[HEX_LEN + 1];
+    int64_t who; /* the user whose own upload it is (0: the shared one) */
     int fd;
     int64_t held;
     crypto_generichash_state hs;
@@ -36,6 +38,8 @@ typedef struct {
     int manifest;
 } doubt_t;
 
+
+
 struct br_content {
     pthread_mutex_t mu; /* the partials open and used: the writer (contentw.h) and
                          * the loop both get at them */
@@ -45,6 +49,9 @@ struct br_content {
     uint64_t clock;
     doubt_t *doubts;
     size_t ndoubts, doubts_cap;
+    json_t *proofs; /* "WHO.HASH": when user WHO sent every byte of content HASH,
+                     * which hashed to its name (they hold it) */
+    time_t pruned;  /* when proofs past PROOF_KEEP_S were last let go */
 };
 
 static int hex_ok(const char *h)
@@ -62,9 +69,13 @@ static void object_path(const br_content_t *c, const char *hash, char *buf, size
     snprintf(buf, len, "%s/objects/%.2s/%s", c->dir, hash, hash);
 }
 
-static void partial_path(const br_content_t *c, const char *hash, char *buf, size_t len)
+static void partial_path(const br_content_t *c, const char *hash, int64_t who, char *buf,
+                         size_t len)
 {
-    snprintf(buf, len, "%s/partial/%s", c->dir, hash);
+    if (who)
+        snprintf(buf, len, "%s/partial/%s.%lld", c->dir, hash, (long long)who);
+    else
+        snprintf(buf, len, "%s/partial/%s", c->dir, hash);
 }
 
 static void manifest_path(const br_content_t *c, const char *mhash, char *buf, size_t len)
@@ -157,6 +168,7 @@ void br_content_destroy(br_content_t **cp)
     for (int i = 0; i < BR_CONTENT_OPEN; i++)
         close_open(&c->open[i]);
     free(c->doubts);
+    json_decref(c->proofs);
     pthread_mutex_destroy(&c->mu);
     free(c);
     *cp = NULL;
@@ -217,23 +229,23 @@ ssize_t br_content_read(br_content_t *c, const char *hash, int64_t offset, void 
     return k;
 }
 
-int64_t br_content_partial(br_content_t *c, const char *hash)
+int64_t br_content_partial(br_content_t *c, const char *hash, int64_t who)
 {
     char path[PATH_MAX + 160];
     struct stat st;
     if (!hex_ok(hash))
         return 0;
-    partial_path(c, hash, path, sizeof(path));
+    partial_path(c, hash, who, path, sizeof(path));
     return stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
 }
 
 /* The partial of hash open for writing, its hash state caught up with what it holds
  * (read again after a restart). NULL with err. */
-static open_t *open_partial(br_content_t *c, const char *hash, br_err_t *err)
+static open_t *open_partial(br_content_t *c, const char *hash, int64_t who, br_err_t *err)
 {
     open_t *o = NULL, *oldest = &c->open[0];
     for (int i = 0; i < BR_CONTENT_OPEN && !o; i++) {
-        if (c->open[i].fd >= 0 && strcmp(c->open[i].hash, hash) == 0)
+        if (c->open[i].fd >= 0 && strcmp(c->open[i].hash, hash) == 0 && c->open[i].who == who)
             o = &c->open[i];
         else if (c->open[i].used < oldest->used)
             oldest = &c->open[i];
@@ -243,11 +255,12 @@ static open_t *open_partial(br_content_t *c, const char *hash, br_err_t *err)
     close_open(oldest);
     o = oldest;
     char path[PATH_MAX + 160];
-    partial_path(c, hash, path, sizeof(path));
+    partial_path(c, hash, who, path, sizeof(path));
     o->fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (o->fd < 0)
         return br_errp(err, errno, "the store's %s: %s", path, strerror(errno));
     br_strlcpy(o->hash, hash, sizeof(o->hash));
+    o->who = who;
     crypto_generichash_init(&o->hs, NULL, 0, BR_MANIFEST_HASH_LEN);
     unsigned char buf[65536];
     for (;;) { /* what an earlier upload left */
@@ -267,14 +280,58 @@ static open_t *open_partial(br_content_t *c, const char *hash, br_err_t *err)
     return o;
 }
 
-/* The whole partial o is checked, made durable and put in place. */
+static void proof_key(const char *hash, int64_t who, char *buf, size_t len)
+{
+    snprintf(buf, len, "%lld.%s", (long long)who, hash);
+}
+
+/* Whether user who sent all of content hash within PROOF_KEEP_S (c->mu held). */
+static int proved_locked(br_content_t *c, const char *hash, int64_t who)
+{
+    char key[HEX_LEN + 32];
+    proof_key(hash, who, key, sizeof(key));
+    json_t *at = json_object_get(c->proofs, key);
+    return at && json_integer_value(at) >= (json_int_t)(time(NULL) - PROOF_KEEP_S);
+}
+
+/* User who sent all of content hash, whole and right (c->mu held); the proofs past
+ * PROOF_KEEP_S go, once an hour. (Out of memory: not kept, and they send it again.) */
+static void prove(br_content_t *c, const char *hash, int64_t who)
+{
+    time_t now = time(NULL);
+    char key[HEX_LEN + 32];
+    if (!c->proofs && !(c->proofs = json_object()))
+        return;
+    if (now - c->pruned >= 3600) {
+        const char *k;
+        json_t *v, *tmp;
+        json_object_foreach_safe(c->proofs, tmp, k, v)
+            if (json_integer_value(v) < (json_int_t)(now - PROOF_KEEP_S))
+                json_object_del(c->proofs, k);
+        c->pruned = now;
+    }
+    proof_key(hash, who, key, sizeof(key));
+    json_object_set_new(c->proofs, key, json_integer((json_int_t)now));
+}
+
+int br_content_proved(br_content_t *c, const char *hash, int64_t who)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = hex_ok(hash) && proved_locked(c, hash, who);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* The whole partial o is checked, made durable and put in place (a user's own copy
+ * of a content the store holds already is only checked, then let go); a user's
+ * proof of it is kept. */
 static int finish(br_content_t *c, open_t *o, br_err_t *err)
 {
     unsigned char h[BR_MANIFEST_HASH_LEN];
     char hex[HEX_LEN + 1], from[PATH_MAX + 160], to[PATH_MAX + 160], dir[PATH_MAX + 32];
     crypto_generichash_final(&o->hs, h, sizeof(h));
     sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
-    partial_path(c, o->hash, from, sizeof(from));
+    partial_path(c, o->hash, o->who, from, sizeof(from));
     object_path(c, o->hash, to, sizeof(to));
     snprintf(dir, sizeof(dir), "%s/objects/%.2s", c->dir, o->hash);
     if (strcmp(hex, o->hash) != 0) {
@@ -285,6 +342,14 @@ static int finish(br_content_t *c, open_t *o, br_err_t *err)
                                      "%.16s...: sent again from the start",
                        hex, to + strlen(to) - HEX_LEN);
     }
+    if (o->who && br_content_has(c, o->hash)) { /* held already: a proof, not a copy */
+        unlink(from);
+        c->used -= (uint64_t)o->held < c->used ? (uint64_t)o->held : c->used;
+        prove(c, o->hash, o->who);
+        close_open(o);
+        return 0;
+    }
+    int64_t who = o->who;
     int rc = fsync(o->fd);
     if (rc == 0 && mkdir(dir, 0700) < 0 && errno != EEXIST)
         rc = -1;
@@ -294,18 +359,20 @@ static int finish(br_content_t *c, open_t *o, br_err_t *err)
         rc = fsync_dir(dir);
     int e = errno;
     close_open(o);
+    if (rc == 0 && who)
+        prove(c, hex, who);
     return rc < 0 ? br_errf(err, e, "storing %.16s...: %s", hex, strerror(e)) : 0;
 }
 
-static int write_locked(br_content_t *c, const char *hash, int64_t size, int64_t offset,
-                     const void *data, size_t len, int64_t *held, int *whole,
-                     br_err_t *err)
+static int write_locked(br_content_t *c, const char *hash, int64_t who, int64_t size,
+                        int64_t offset, const void *data, size_t len, int64_t *held,
+                        int *whole, br_err_t *err)
 {
     *whole = 0;
     *held = 0;
     if (!hex_ok(hash))
         return br_errf(err, EINVAL, "'%.70s' is not a content hash", hash);
-    if (br_content_has(c, hash)) {
+    if (br_content_has(c, hash) && (!who || proved_locked(c, hash, who))) {
         *held = size;
         *whole = 1;
         return 0;
@@ -318,7 +385,7 @@ static int write_locked(br_content_t *c, const char *hash, int64_t size, int64_t
         return br_errf(err, EDQUOT, "the store is full (its quota, --store-quota, is %s)",
                        br_format_size(c->quota, q, sizeof(q)));
     }
-    open_t *o = open_partial(c, hash, err);
+    open_t *o = open_partial(c, hash, who, err);
     if (!o)
         return -1;
     o->used = ++c->clock;
@@ -327,7 +394,7 @@ static int write_locked(br_content_t *c, const char *hash, int64_t size, int64_t
         if (ftruncate(o->fd, 0) < 0)
             return br_errf(err, errno, "the store: %s", strerror(errno));
         close_open(o);
-        if (!(o = open_partial(c, hash, err)))
+        if (!(o = open_partial(c, hash, who, err)))
             return -1;
     }
     *held = o->held;
@@ -342,7 +409,7 @@ static int write_locked(br_content_t *c, const char *hash, int64_t size, int64_t
                 /* the disk is full: the file cannot be finished, and what it holds of
                  * it would keep every other upload out too; it goes */
                 char part[PATH_MAX + 160];
-                partial_path(c, hash, part, sizeof(part));
+                partial_path(c, hash, who, part, sizeof(part));
                 c->used -= (uint64_t)o->held < c->used ? (uint64_t)o->held : c->used;
                 close_open(o);
                 unlink(part);
@@ -368,12 +435,12 @@ static int write_locked(br_content_t *c, const char *hash, int64_t size, int64_t
     return 0;
 }
 
-int br_content_write(br_content_t *c, const char *hash, int64_t size, int64_t offset,
-                     const void *data, size_t len, int64_t *held, int *whole,
+int br_content_write(br_content_t *c, const char *hash, int64_t who, int64_t size,
+                     int64_t offset, const void *data, size_t len, int64_t *held, int *whole,
                      br_err_t *err)
 {
     pthread_mutex_lock(&c->mu);
-    int rc = write_locked(c, hash, size, offset, data, len, held, whole, err);
+    int rc = write_locked(c, hash, who, size, offset, data, len, held, whole, err);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -466,8 +533,8 @@ int br_content_sweep(br_content_t *c, br_store_t *s)
                 if (c->open[k].fd >= 0 && strcmp(c->open[k].hash, d->hash) == 0)
                     close_open(&c->open[k]);
             char part[PATH_MAX + 160];
-            partial_path(c, d->hash, part, sizeof(part));
-            freed += remove_file(part);
+            partial_path(c, d->hash, 0, part, sizeof(part));
+            freed += remove_file(part); /* (users' own go with their age) */
         }
         c->used -= freed < c->used ? freed : c->used;
         n += freed > 0;

@@ -40,17 +40,26 @@ int br_content_has(br_content_t *c, const char *hash);
  * its end). */
 ssize_t br_content_read(br_content_t *c, const char *hash, int64_t offset, void *buf,
                         size_t len, int64_t *size, br_err_t *err);
-/* Bytes of hash's partial held so far (0: none). */
-int64_t br_content_partial(br_content_t *c, const char *hash);
+/* Bytes of hash's partial held so far (0: none): the shared one (who 0), or user
+ * who's own. */
+int64_t br_content_partial(br_content_t *c, const char *hash, int64_t who);
 
 /* Add len bytes at offset to the content hash of size bytes. offset must be what
  * is held (ERANGE otherwise, *held saying what is). When the content is whole it is
  * checked (EBADMSG: it does not hash to its name, and the partial is gone), fsynced
  * and put in place: *whole 1. Past the quota: EDQUOT; a full disk: ENOSPC (what the
- * write added is taken back). 0, or -1 with err. */
-int br_content_write(br_content_t *c, const char *hash, int64_t size, int64_t offset,
-                     const void *data, size_t len, int64_t *held, int *whole,
+ * write added is taken back). 0, or -1 with err.
+ * who: 0 for the shared partial (a node's, the admin's), whose content the store may
+ * hold already (then *whole at once); else a user's own partial, written even when
+ * the store holds the content, unless that user proved it before: a user's whole
+ * partial is their proof that they hold the content (br_content_proved), knowing its
+ * hash being no such proof, and is let go when the store held it already. */
+int br_content_write(br_content_t *c, const char *hash, int64_t who, int64_t size,
+                     int64_t offset, const void *data, size_t len, int64_t *held, int *whole,
                      br_err_t *err);
+/* Whether user who sent every byte of content hash (br_content_write) in the last
+ * day. */
+int br_content_proved(br_content_t *c, const char *hash, int64_t who);
 
 /* Keep a manifest's text as manifests/HASH.json (fsynced), unless it is there. */
 int br_content_put_manifest(br_content_t *c, const json_t *manifest, br_err_t *err);

@@ -17,6 +17,7 @@ typedef struct {
     br_wqnode_t node;
     br_msg_t *reply;
     char hash[80];
+    int64_t who; /* (br_content_write's) */
     int64_t size, offset, held;
     unsigned char *data;
     size_t len;
@@ -50,7 +51,7 @@ static void work(void *owner, br_wqnode_t *n)
     chunk_t *k = chunk_of(n);
     if (!w->niced++) /* bulk bytes yield to the loop's heartbeats when the CPU is short */
         setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), CONTENTW_NICE);
-    k->rc = br_content_write(w->c, k->hash, k->size, k->offset,
+    k->rc = br_content_write(w->c, k->hash, k->who, k->size, k->offset,
                              k->data ? (const void *)k->data : "",
                              k->len, &k->held, &k->whole, &k->err);
     free(k->data); /* (written, or not to be) */
@@ -94,8 +95,8 @@ int br_contentw_fd(const br_contentw_t *w)
     return br_workq_fd(&w->q);
 }
 
-int br_contentw_put(br_contentw_t *w, br_msg_t *reply, const char *hash, int64_t size,
-                    int64_t offset, const void *data, size_t len, br_err_t *err)
+int br_contentw_put(br_contentw_t *w, br_msg_t *reply, const char *hash, int64_t who,
+                    int64_t size, int64_t offset, const void *data, size_t len, br_err_t *err)
 {
     chunk_t *k = calloc(1, sizeof(*k));
     if (!k || (len && !(k->data = malloc(len)))) {
@@ -105,6 +106,7 @@ int br_contentw_put(br_contentw_t *w, br_msg_t *reply, const char *hash, int64_t
     if (len)
         memcpy(k->data, data, len);
     snprintf(k->hash, sizeof(k->hash), "%s", hash);
+    k->who = who;
     k->size = size;
     k->offset = offset;
     k->len = len;

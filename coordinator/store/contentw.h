@@ -25,11 +25,12 @@ void br_contentw_destroy(br_contentw_t **w);
 
 /* Readable (an eventfd) when an answer can be taken. */
 int br_contentw_fd(const br_contentw_t *w);
-/* Queue the chunk [offset, offset+len) of content hash (size bytes in all); data is
- * copied; reply (br_msg_reply of the request) is taken, to be filled in. 0, or -1
- * with err (ENOMEM, or EAGAIN when BR_CONTENTW_QUEUE wait) and reply untouched. */
-int br_contentw_put(br_contentw_t *w, br_msg_t *reply, const char *hash, int64_t size,
-                    int64_t offset, const void *data, size_t len, br_err_t *err);
+/* Queue the chunk [offset, offset+len) of content hash (size bytes in all), into
+ * the partial br_content_write's who names; data is copied; reply (br_msg_reply of
+ * the request) is taken, to be filled in. 0, or -1 with err (ENOMEM, or EAGAIN when
+ * BR_CONTENTW_QUEUE wait) and reply untouched. */
+int br_contentw_put(br_contentw_t *w, br_msg_t *reply, const char *hash, int64_t who,
+                    int64_t size, int64_t offset, const void *data, size_t len, br_err_t *err);
 /* The answer to the oldest chunk written, to send ({"held", "whole"}, or the error
  * br_content_write gave); NULL when none is done. */
 br_msg_t *br_contentw_take(br_contentw_t *w);

@@ -252,6 +252,35 @@ def test_quota_holds_for_a_client_that_skips_content_lack(make_cluster):
     push(c, c.root / "b", "x", credential=bob)
 
 
+def test_knowing_a_hash_is_not_holding_the_file(make_cluster):
+    """Alice's private file is in the store. Bob, who knows its hash, is told it is
+    lacking; a tree of his that holds the same bytes sends them (checked, then let
+    go: the store keeps one copy), and Alice's own push again sends nothing."""
+    c = make_cluster()
+    alice, bob = add_user(c, "alice"), add_user(c, "bob")
+    secret = b"alice's private weights\n" * 1000
+    write(c.root / "a" / "w.bin", secret)
+    push(c, c.root / "a", "mine", credential=alice)
+    h = hashlib.blake2b(secret, digest_size=32).hexdigest()
+    assert objects(c)[h] == secret
+    y = read_yaml_flat(bob)
+    raw = c.raw_client(y["public_key"], y["secret_key"])
+    try:
+        _, r, _ = raw.request("content.lack", {"contents": [{"hash": h, "size": len(secret)}]})
+        assert r["lack"] == [[0, 0]] and r["bytes"] == len(secret), r
+    finally:
+        raw.close()
+    write(c.root / "b" / "copy.bin", secret)
+    d, _, _ = push(c, c.root / "b", "his", credential=bob)
+    assert (d["sent_files"], d["sent_bytes"]) == (1, len(secret)), d
+    assert list(objects(c)).count(h) == 1 and partials(c) == {}, partials(c)
+    d, _, _ = push(c, c.root / "a", "mine", credential=alice)
+    assert (d["sent_files"], d["sent_bytes"]) == (0, 0), d
+    # proved, his next push of it sends nothing either
+    d, _, _ = push(c, c.root / "b", "his", credential=bob)
+    assert (d["sent_files"], d["sent_bytes"]) == (0, 0), d
+
+
 def start_push(c, tree, name, credential=None):
     argv = [c.bin("bramble"), "--credential", str(credential or c.credential), "data", "push",
             str(tree), name, "--json"]

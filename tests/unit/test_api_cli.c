@@ -1258,9 +1258,11 @@ static void stage_body(br_coord_t *c, const char *dir, const char *spec, char *b
     char lhash[2 * crypto_generichash_BYTES + 1];
     crypto_generichash(h, sizeof(h), (const unsigned char *)text, tlen, NULL, 0);
     sodium_bin2hex(lhash, sizeof(lhash), h, sizeof(h));
-    int64_t held;
+    int64_t held, ann;
     int whole = 0;
-    assert_int_equal(br_content_write(c->content, lhash, (int64_t)tlen, 0, text, tlen,
+    assert_int_equal(br_store_principal_id(c->store, BR_PRINCIPAL_USER, "ann", &ann, &err), 0);
+    /* (sent by ann, who calls with it: a listing is hers to name once she sent it) */
+    assert_int_equal(br_content_write(c->content, lhash, ann, (int64_t)tlen, 0, text, tlen,
                                       &held, &whole, &err), 0);
     assert_true(whole);
     free(text);
@@ -1274,6 +1276,51 @@ static void stage_body(br_coord_t *c, const char *dir, const char *spec, char *b
     free(t);
     json_decref(o);
     json_decref(m);
+}
+
+/* Knowing a hash grants nothing: ann's listing, sent by her, is stored, yet
+ * content.lack tells bob it is lacking (he must send the bytes himself), and his
+ * content.lack of the tree it lists is refused as not stored; for ann and the admin
+ * it is there. */
+static void test_knowing_a_hash_grants_nothing(void **state)
+{
+    world_t *x = *state;
+    br_coord_t *c = x->c;
+    char dir[128], body[2048], mhash[65], q[512];
+    br_err_t err;
+    snprintf(dir, sizeof(dir), "%s/content", x->w->f.dir);
+    c->content = br_content_open(dir, 0, &err);
+    assert_non_null(c->content);
+    stage_body(c, x->w->f.dir, "name: t\ncommand: python train.py\n", body, sizeof(body),
+               mhash);
+    json_t *o = json_loads(body, 0, NULL);
+    json_t *listing = json_object_get(o, "listing");
+    snprintf(q, sizeof(q), "{\"contents\": [{\"hash\": \"%s\", \"size\": %lld}]}",
+             json_string_value(json_object_get(listing, "hash")),
+             (long long)json_integer_value(json_object_get(listing, "size")));
+    json_t *a = call_ok(c, KEY_BOB, "content.lack", q);
+    assert_int_equal(json_array_size(json_object_get(a, "lack")), 1);
+    json_decref(a);
+    a = call_ok(c, KEY_ANN, "content.lack", q);
+    assert_int_equal(json_array_size(json_object_get(a, "lack")), 0);
+    json_decref(a);
+    a = call_ok(c, KEY_ADMIN, "content.lack", q);
+    assert_int_equal(json_array_size(json_object_get(a, "lack")), 0);
+    json_decref(a);
+    char says[200];
+    snprintf(says, sizeof(says), "the manifest's listing %.16s... is not stored: send it "
+                                 "first (content.put)",
+             json_string_value(json_object_get(listing, "hash")));
+    json_object_del(o, "spec"); /* (content.lack of a whole tree: its listing, manifest) */
+    json_object_del(o, "sets");
+    char *t = json_dumps(o, 0);
+    call_refused(c, KEY_BOB, "content.lack", t, ENOENT, says);
+    a = call_ok(c, KEY_ANN, "content.lack", t);
+    assert_int_equal(json_array_size(json_object_get(a, "lack")), 1); /* (her file: unsent) */
+    json_decref(a);
+    free(t);
+    json_decref(o);
+    br_content_destroy(&c->content);
 }
 
 /* code.stage: the node a job would go to now fetches its code while it is uploaded
@@ -1419,6 +1466,7 @@ int main(void)
         T(test_services),
         T(test_node_env_rm),
         T(test_service_list),
+        T(test_knowing_a_hash_grants_nothing),
         T(test_code_stage),
         cmocka_unit_test(test_may_see),
     };

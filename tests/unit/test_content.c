@@ -84,7 +84,7 @@ static void send_all(br_content_t *c, const char *hash, const unsigned char *dat
         size_t k = len - off < chunk ? len - off : chunk;
         int64_t held = -1;
         br_err_t err = {0};
-        int rc = br_content_write(c, hash, (int64_t)len, (int64_t)off, data + off, k, &held,
+        int rc = br_content_write(c, hash, 0, (int64_t)len, (int64_t)off, data + off, k, &held,
                                   &whole, &err);
         if (rc < 0)
             print_error("write at %zu: %s\n", off, err.text);
@@ -109,6 +109,75 @@ static void object_bytes_are(const char *dir, const char *hash, const unsigned c
     free(text);
 }
 
+/* Knowing a content's hash is not holding it: a user (who != 0) whose own upload has
+ * not sent every byte of a content the store holds writes their own partial, and is
+ * told whole only once those bytes hash to its name; then they have proved it (a
+ * day), their copy is let go, and the store's stays as it was. The shared partial
+ * (who 0: a node, the admin) is told whole at once, as before. */
+static void test_a_user_proves_a_content_by_sending_it(void **state)
+{
+    (void)state;
+    char dir[PATH_MAX], hash[65];
+    fresh_dir(dir);
+    br_content_t *c = open_ok(dir, 0);
+    size_t len = 2 * BR_CONTENT_CHUNK + 5;
+    unsigned char *data = bytes(len, 9), *wrong = bytes(len, 10);
+    hash_hex(data, len, hash);
+    int64_t held;
+    int whole;
+    br_err_t err = {0};
+    send_all(c, hash, data, len, 0, BR_CONTENT_CHUNK); /* (shared: who 0) */
+    assert_int_equal(br_content_has(c, hash), 1);
+    uint64_t used = br_content_used(c);
+    assert_false(br_content_proved(c, hash, 7));
+    /* user 7 knows the hash: not whole for them, their own partial grows */
+    assert_int_equal(br_content_write(c, hash, 7, (int64_t)len, 0, data, BR_CONTENT_CHUNK,
+                                      &held, &whole, &err), 0);
+    assert_int_equal(whole, 0);
+    assert_int_equal(held, BR_CONTENT_CHUNK);
+    assert_int_equal(br_content_partial(c, hash, 7), BR_CONTENT_CHUNK);
+    assert_int_equal(br_content_partial(c, hash, 0), 0);
+    /* other bytes under its name: refused, nothing proved, their partial gone */
+    assert_int_equal(br_content_write(c, hash, 7, (int64_t)len, BR_CONTENT_CHUNK,
+                                      wrong + BR_CONTENT_CHUNK, len - BR_CONTENT_CHUNK, &held,
+                                      &whole, &err), -1);
+    assert_int_equal(err.errnum, EBADMSG);
+    assert_false(br_content_proved(c, hash, 7));
+    assert_int_equal(br_content_partial(c, hash, 7), 0);
+    /* every byte, right: whole, proved for 7 alone, the store's copy as it was */
+    for (size_t off = 0; off < len; off += BR_CONTENT_CHUNK) {
+        size_t k = len - off < BR_CONTENT_CHUNK ? len - off : BR_CONTENT_CHUNK;
+        assert_int_equal(br_content_write(c, hash, 7, (int64_t)len, (int64_t)off, data + off,
+                                          k, &held, &whole, &err), 0);
+    }
+    assert_int_equal(whole, 1);
+    assert_true(br_content_proved(c, hash, 7));
+    assert_false(br_content_proved(c, hash, 8));
+    assert_int_equal(br_content_partial(c, hash, 7), 0);
+    assert_int_equal(br_content_used(c), used);
+    object_bytes_are(dir, hash, data, len);
+    /* proved: whole at once for 7 now; user 8 still has to send it */
+    assert_int_equal(br_content_write(c, hash, 7, (int64_t)len, 0, data, 1, &held, &whole,
+                                      &err), 0);
+    assert_int_equal(whole, 1);
+    assert_int_equal(br_content_write(c, hash, 8, (int64_t)len, 0, data, 1, &held, &whole,
+                                      &err), 0);
+    assert_int_equal(whole, 0);
+    /* a user's upload of a content the store lacks puts it in place, proved */
+    char other[65];
+    unsigned char *fresh = bytes(100, 11);
+    hash_hex(fresh, 100, other);
+    assert_int_equal(br_content_write(c, other, 8, 100, 0, fresh, 100, &held, &whole, &err), 0);
+    assert_int_equal(whole, 1);
+    assert_int_equal(br_content_has(c, other), 1);
+    assert_true(br_content_proved(c, other, 8));
+    object_bytes_are(dir, other, fresh, 100);
+    free(data);
+    free(wrong);
+    free(fresh);
+    br_content_destroy(&c);
+}
+
 /* A content sent in chunks is whole only after its last one, and is then exactly
  * its bytes under objects/, counted in the store's use. */
 static void test_whole_after_last_chunk(void **state)
@@ -123,18 +192,18 @@ static void test_whole_after_last_chunk(void **state)
     int64_t held;
     int whole;
     br_err_t err = {0};
-    assert_int_equal(br_content_write(c, hash, (int64_t)len, 0, data, BR_CONTENT_CHUNK,
+    assert_int_equal(br_content_write(c, hash, 0, (int64_t)len, 0, data, BR_CONTENT_CHUNK,
                                       &held, &whole, &err), 0);
     assert_int_equal(whole, 0);
     assert_int_equal(br_content_has(c, hash), 0); /* a partial never counts */
-    assert_int_equal(br_content_partial(c, hash), BR_CONTENT_CHUNK);
+    assert_int_equal(br_content_partial(c, hash, 0), BR_CONTENT_CHUNK);
     send_all(c, hash, data, len, BR_CONTENT_CHUNK, BR_CONTENT_CHUNK);
     assert_int_equal(br_content_has(c, hash), 1);
-    assert_int_equal(br_content_partial(c, hash), 0);
+    assert_int_equal(br_content_partial(c, hash, 0), 0);
     assert_int_equal(br_content_used(c), len);
     object_bytes_are(dir, hash, data, len);
     /* sending it again is a no-op that says it is whole */
-    assert_int_equal(br_content_write(c, hash, (int64_t)len, 0, data, 10, &held, &whole, &err),
+    assert_int_equal(br_content_write(c, hash, 0, (int64_t)len, 0, data, 10, &held, &whole, &err),
                      0);
     assert_int_equal(whole, 1);
     assert_int_equal(held, (int64_t)len);
@@ -142,7 +211,7 @@ static void test_whole_after_last_chunk(void **state)
     /* an empty file is whole at once */
     char empty[65];
     hash_hex("", 0, empty);
-    assert_int_equal(br_content_write(c, empty, 0, 0, "", 0, &held, &whole, &err), 0);
+    assert_int_equal(br_content_write(c, empty, 0, 0, 0, "", 0, &held, &whole, &err), 0);
     assert_int_equal(whole, 1);
     assert_int_equal(br_content_has(c, empty), 1);
     br_content_destroy(&c);
@@ -167,10 +236,10 @@ static void test_resume_after_restart(void **state)
     int64_t held;
     int whole;
     br_err_t err = {0};
-    assert_int_equal(br_content_write(c, hash, (int64_t)len, 0, data, BR_CONTENT_CHUNK,
+    assert_int_equal(br_content_write(c, hash, 0, (int64_t)len, 0, data, BR_CONTENT_CHUNK,
                                       &held, &whole, &err), 0);
     /* a chunk past what is held */
-    assert_int_equal(br_content_write(c, hash, (int64_t)len, 2 * BR_CONTENT_CHUNK,
+    assert_int_equal(br_content_write(c, hash, 0, (int64_t)len, 2 * BR_CONTENT_CHUNK,
                                       data + 2 * BR_CONTENT_CHUNK, 5, &held, &whole, &err),
                      -1);
     assert_int_equal(err.errnum, ERANGE);
@@ -178,7 +247,7 @@ static void test_resume_after_restart(void **state)
     br_content_destroy(&c);
     c = open_ok(dir, 0);
     assert_int_equal(br_content_used(c), BR_CONTENT_CHUNK);
-    assert_int_equal(br_content_partial(c, hash), BR_CONTENT_CHUNK);
+    assert_int_equal(br_content_partial(c, hash, 0), BR_CONTENT_CHUNK);
     send_all(c, hash, data, len, BR_CONTENT_CHUNK, 100000);
     object_bytes_are(dir, hash, data, len);
     assert_int_equal(br_content_used(c), len);
@@ -200,24 +269,24 @@ static void test_wrong_bytes_refused(void **state)
     int64_t held;
     int whole = 1;
     br_err_t err = {0};
-    assert_int_equal(br_content_write(c, hash, (int64_t)len, 0, data, len, &held, &whole,
+    assert_int_equal(br_content_write(c, hash, 0, (int64_t)len, 0, data, len, &held, &whole,
                                       &err), -1);
     assert_int_equal(err.errnum, EBADMSG);
     assert_int_equal(whole, 0);
     assert_int_equal(br_content_has(c, hash), 0);
-    assert_int_equal(br_content_partial(c, hash), 0);
+    assert_int_equal(br_content_partial(c, hash, 0), 0);
     assert_int_equal(br_content_used(c), 0);
     /* then the right bytes go in from the start */
     data[500] ^= 1;
     send_all(c, hash, data, len, 0, len);
     assert_int_equal(br_content_has(c, hash), 1);
     /* a name that is not a hash, and bytes past the size */
-    assert_int_equal(br_content_write(c, "../etc/passwd", 4, 0, "abcd", 4, &held, &whole,
+    assert_int_equal(br_content_write(c, "../etc/passwd", 0, 4, 0, "abcd", 4, &held, &whole,
                                       &err), -1);
     assert_int_equal(err.errnum, EINVAL);
     char other[65];
     hash_hex("x", 1, other);
-    assert_int_equal(br_content_write(c, other, 1, 0, "xy", 2, &held, &whole, &err), -1);
+    assert_int_equal(br_content_write(c, other, 0, 1, 0, "xy", 2, &held, &whole, &err), -1);
     assert_int_equal(err.errnum, EINVAL);
     br_content_destroy(&c);
     free(data);
@@ -236,13 +305,13 @@ static void test_quota(void **state)
     int64_t held;
     int whole;
     br_err_t err = {0};
-    assert_int_equal(br_content_write(c, b, 1000, 0, db, 400, &held, &whole, &err), 0);
-    assert_int_equal(br_content_write(c, b, 1000, 400, db + 400, 600, &held, &whole, &err),
+    assert_int_equal(br_content_write(c, b, 0, 1000, 0, db, 400, &held, &whole, &err), 0);
+    assert_int_equal(br_content_write(c, b, 0, 1000, 400, db + 400, 600, &held, &whole, &err),
                      -1);
     assert_int_equal(err.errnum, EDQUOT);
     assert_non_null(strstr(err.text, "--store-quota"));
     assert_int_equal(br_content_used(c), 1400);
-    assert_int_equal(br_content_partial(c, b), 400);
+    assert_int_equal(br_content_partial(c, b, 0), 400);
     br_content_destroy(&c);
     free(da);
     free(db);
@@ -472,7 +541,7 @@ static void test_writer_answers_in_order(void **state)
     int64_t offs[3] = {0, 5 /* not what it holds */, BR_CONTENT_CHUNK};
     size_t lens[3] = {BR_CONTENT_CHUNK, 10, 100};
     for (int k = 0; k < 3; k++)
-        assert_int_equal(br_contentw_put(w, br_msg_reply(req), hex, (int64_t)len, offs[k],
+        assert_int_equal(br_contentw_put(w, br_msg_reply(req), hex, 0, (int64_t)len, offs[k],
                                          data + offs[k], lens[k], &err), 0);
     for (int k = 0; k < 3; k++) {
         br_msg_t *a = NULL;
@@ -504,6 +573,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_after_last_chunk),
+        cmocka_unit_test(test_a_user_proves_a_content_by_sending_it),
         cmocka_unit_test(test_writer_answers_in_order),
         cmocka_unit_test(test_resume_after_restart),
         cmocka_unit_test(test_wrong_bytes_refused),
