@@ -45,7 +45,8 @@ int br_manifest_path_ok(const char *path)
         return 0;
     for (const char *c = path; *c;) {
         size_t k = strcspn(c, "/");
-        if (k == 0 || (k == 1 && c[0] == '.') || (k == 2 && c[0] == '.' && c[1] == '.'))
+        if (k == 0 || k > NAME_MAX || (k == 1 && c[0] == '.') ||
+            (k == 2 && c[0] == '.' && c[1] == '.'))
             return 0;
         c += k;
         if (*c == '/' && !*++c)
@@ -145,6 +146,56 @@ int br_manifest_verify(const json_t *mj, br_err_t *err)
         return br_errf(err, EPROTO, "manifest: its entries do not hash to %.16s...",
                        hash);
     return 0;
+}
+
+/* 1 when the link at path (a checked manifest path) to target stays inside the tree:
+ * target relative, and its ".." never climbing above the tree's top. */
+static int link_inside(const char *path, const char *target)
+{
+    if (!*target || target[0] == '/')
+        return 0;
+    long depth = 0; /* the link's own directory, below the top */
+    for (const char *c = path; (c = strchr(c, '/')); c++)
+        depth++;
+    for (const char *c = target; *c;) {
+        size_t k = strcspn(c, "/");
+        if (k == 2 && c[0] == '.' && c[1] == '.') {
+            if (--depth < 0)
+                return 0;
+        } else if (k && !(k == 1 && c[0] == '.')) {
+            depth++;
+        }
+        c += k + (c[k] == '/');
+    }
+    return 1;
+}
+
+int br_manifest_tree_links_ok(const json_t *m, br_err_t *err)
+{
+    json_t *links = json_object(), *e;
+    size_t i;
+    int rc = links ? 0 : br_errf(err, ENOMEM, "out of memory");
+    json_array_foreach(json_object_get(m, "entries"), i, e) {
+        if (rc < 0)
+            break;
+        const char *path = json_string_value(json_object_get(e, "path"));
+        const char *target = json_string_value(json_object_get(e, "link"));
+        if (!path)
+            continue;
+        char up[PATH_MAX];
+        for (const char *s = strchr(path, '/'); s && rc == 0; s = strchr(s + 1, '/')) {
+            snprintf(up, sizeof(up), "%.*s", (int)(s - path), path);
+            if (json_object_get(links, up))
+                rc = br_errf(err, EPROTO, "%.200s: inside %.200s, which is a link", path, up);
+        }
+        if (rc == 0 && target && !link_inside(path, target))
+            rc = br_errf(err, EPROTO, "%.200s: a link out of the tree (to %.200s)", path,
+                         target);
+        if (rc == 0 && target && json_object_set_new(links, path, json_true()) < 0)
+            rc = br_errf(err, ENOMEM, "out of memory");
+    }
+    json_decref(links);
+    return rc;
 }
 
 int br_manifest_listing(const json_t *m, const char **hash, int64_t *size, br_err_t *err)

@@ -35,8 +35,14 @@ int br_manifest_hashes_to(crypto_generichash_state *hs, const char *hex);
 int br_manifest_file_holds(int dfd, const char *leaf, int64_t size, const char *hex);
 
 /* 1 when path is one a manifest may list: relative, not empty, shorter than
- * PATH_MAX, with no empty, "." or ".." component. */
+ * PATH_MAX, with no empty, "." or ".." component, none longer than NAME_MAX. */
 int br_manifest_path_ok(const char *path);
+
+/* For a tree that becomes files on a machine (a job's code, a data set, outputs):
+ * every link in manifest m is relative and stays inside the tree, and no entry lies
+ * below a link. 0, or -1 with err (EPROTO, naming the entry). (A checkpoint's
+ * manifest may hold any link: it is restored as it was written.) */
+int br_manifest_tree_links_ok(const json_t *m, br_err_t *err);
 
 /* Check a manifest that came from elsewhere (a coordinator, a peer) before it is
  * trusted: its shape (PROTOCOL.md's `manifest`), every path allowed, entries in

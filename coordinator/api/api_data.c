@@ -83,6 +83,10 @@ static json_t *listed_manifest(br_coord_t *c, const br_caller_t *who, const json
         return br_errp(err, EINVAL, "a data set is a directory (its manifest's root is "
                                     "not \"dir\")");
     }
+    if (m && br_manifest_tree_links_ok(m, err) < 0) { /* (files on machines, from it) */
+        json_decref(m);
+        m = NULL;
+    }
     if (!m)
         br_err_prefix(err, "the manifest");
     return m;

@@ -12,6 +12,7 @@
 #include <errno.h>
 
 #include "api.h"
+#include "manifest_check.h"
 
 #define MAX_TYPES 128
 
@@ -160,11 +161,54 @@ static void test_check_manifest(void **state)
     }
 }
 
+/* A tree that becomes files on a machine keeps its links inside: relative, never
+ * climbing above its top, and nothing listed below a link; the refusal names the
+ * entry. A name longer than NAME_MAX is no path at all. */
+static void test_tree_links(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *entries;
+        const char *says; /* NULL: fine */
+    } cases[] = {
+        {"[{\"path\": \"a\", \"link\": \"b\"}, {\"path\": \"b\"}]", NULL},
+        {"[{\"path\": \"d/l\", \"link\": \"../x\"}]", NULL},
+        {"[{\"path\": \"d/e/l\", \"link\": \"./../../x/../y\"}]", NULL},
+        {"[{\"path\": \"l\", \"link\": \"/etc/passwd\"}]",
+         "l: a link out of the tree (to /etc/passwd)"},
+        {"[{\"path\": \"l\", \"link\": \"../up\"}]", "l: a link out of the tree (to ../up)"},
+        {"[{\"path\": \"d/l\", \"link\": \"x/../../../y\"}]",
+         "d/l: a link out of the tree (to x/../../../y)"},
+        {"[{\"path\": \"l\", \"link\": \"\"}]", "l: a link out of the tree (to )"},
+        {"[{\"path\": \"a\", \"link\": \"b\"}, {\"path\": \"a-b\"}, "
+         "{\"path\": \"a/x\"}]", "a/x: inside a, which is a link"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *m = json_pack("{s:o}", "entries", json_loads(cases[i].entries, 0, NULL));
+        br_err_t err = {0};
+        int rc = br_manifest_tree_links_ok(m, &err);
+        if (rc != (cases[i].says ? -1 : 0))
+            fail_msg("case %zu: got %d (%s)", i, rc, err.text);
+        if (cases[i].says) {
+            assert_int_equal(err.errnum, EPROTO);
+            assert_string_equal(err.text, cases[i].says);
+        }
+        json_decref(m);
+    }
+    char name[300];
+    memset(name, 'n', 256);
+    name[256] = 0;
+    assert_false(br_manifest_path_ok(name));
+    name[255] = 0;
+    assert_true(br_manifest_path_ok(name));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_handlers_match_protocol),
         cmocka_unit_test(test_check_manifest),
+        cmocka_unit_test(test_tree_links),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
