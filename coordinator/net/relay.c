@@ -19,6 +19,9 @@
 #define RECV_MAX 256 /* frames taken per turn of the loop before expiring */
 #define RELAY_NICE 10 /* bulk bytes yield to the loop's heartbeats when the CPU is short */
 #define NODE_KEYS_MAX 65536 /* node keys remembered as admitted */
+#define REACH_MS 500 /* each end is pinged this often: one whose connection closed is
+                      * found so (ROUTER_MANDATORY: its route is gone), within a
+                      * heartbeat, not after BR_STREAM_GONE_MS of silence */
 
 enum { CLI, NODE };
 
@@ -283,8 +286,14 @@ static void expire(br_relay_t *r, int64_t now, int ping)
                 break;
             }
         for (int side = CLI; s && ping && side <= NODE; side++)
-            br_stream_send(r->sock, s->e[side].route, s->e[side].route_len, BR_STREAM_PING,
-                           0, s->g.id, 0, NULL, 0, ZMQ_DONTWAIT);
+            if (br_stream_send(r->sock, s->e[side].route, s->e[side].route_len,
+                               BR_STREAM_PING, 0, s->g.id, 0, NULL, 0, ZMQ_DONTWAIT) < 0 &&
+                errno == EHOSTUNREACH) { /* (a new connection has another route) */
+                snprintf(why, sizeof(why), "%s went away (its connection closed)",
+                         side_name[side]);
+                close_stream(r, s, side, why);
+                s = NULL;
+            }
     }
     pthread_mutex_unlock(&r->w.mu);
 }
@@ -348,7 +357,7 @@ static void *run(void *arg)
         int64_t now = br_mono_ms();
         if (posted || now - expired >= 250) {
             expired = now;
-            int ping = now - pinged >= BR_STREAM_PING_MS;
+            int ping = now - pinged >= REACH_MS;
             if (ping)
                 pinged = now;
             expire(r, now, ping);

@@ -10,7 +10,8 @@
  * stream whose sender goes beyond it, so a client that floods or never reads
  * stalls its own stream and nothing else. An end silent for BR_STREAM_GONE_MS (the
  * CLI's and the agent's pings stop) closes the stream, telling the other end; the
- * relay pings each attached end as often, so that each end knows it is there. */
+ * relay pings each attached end twice a second, so that each end knows it is there
+ * and so that an end whose connection closed is found at once (its route is gone). */
 #ifndef BRAMBLE_COORD_RELAY_H
 #define BRAMBLE_COORD_RELAY_H
 

@@ -304,16 +304,20 @@ def test_cancel_ends_the_shell(cluster, tmp_path):
 
 
 def test_killed_cli_hangs_up_the_remote_process(cluster, job):
+    """The CLI killed: its connection's end is seen by the relay, the stream closed,
+    and the remote shell gets SIGHUP (its trap runs) and its children go."""
     c = cluster
-    jid, _ = job
-    cli = c.spawn("bramble-shell-killed",
-                  shell_argv(c, jid, "--", "sh", "-c", "sleep 1001; echo never"))
+    jid, workdir = job
+    hup = workdir / "hup-seen"
+    script = "trap 'echo HUP > hup-seen; exit 1' HUP; sleep 1001 & wait; echo never"
+    cli = c.spawn("bramble-shell-killed", shell_argv(c, jid, "--", "sh", "-c", script))
     wait_for(lambda: remote_procs(c, jid, "sleep", "1001"),
              what="the shell's `sleep 1001` to run in the job")
     cli.kill(signal.SIGKILL)
     wait_for(lambda: not remote_procs(c, jid, "sleep", "1001") and
-             not remote_procs(c, jid, "sh", "-c", "sleep 1001; echo never"), 20,
+             not remote_procs(c, jid, "sh", "-c", script), 20,
              "the remote sh and its sleep to be hung up after their CLI was killed")
+    assert hup.read_text() == "HUP\n"
     # the job itself goes on
     assert c.job(jid)["state"] == "running"
     assert c.cli("shell", jid, "--", "echo", "alive") == (0, "alive\n", "")
