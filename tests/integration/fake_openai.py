@@ -28,6 +28,8 @@ Control files in --control DIR, looked at on each /v1/* POST (R = this replica):
   slow-R             holds a number of ms: sleep that long before answering
   garbage-R          write "this is not http\\r\\n\\r\\n" raw and close the socket
   fail503-R          answer 503 with an OpenAI error body
+  fail502-R          answer 502 with an OpenAI error body (a proxy in front of
+                     a replica that is gone answers so)
   sick-R             answer 503 to everything, GET /health included (looked at
                      on each request)
   die-mid-stream-R   on a streamed request, os._exit(1) after 2 tokens
@@ -176,6 +178,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return False
+        if control("fail502"):
+            self.send_error_json(502, "bad gateway (fail502)", "server_error")
+            return True
         if control("fail503") or control("sick"):
             self.send_error_json(503, "replica overloaded (fail503)", "server_error")
             return True

@@ -483,3 +483,74 @@ def test_the_official_openai_client_for_node(cluster2, tmp_path, openai_node):
     assert sorted(out["models"]) == ["llama", "llama-8b"], out
     out = openai_node(gw.port, "--model", "gpt-5")
     assert not out["ok"] and out["status"] == 404 and "/v1/models" in out["message"], out
+
+
+def test_a_request_is_tried_at_most_three_times(cluster2, tmp_path):
+    """A 502 or 503 before any byte reached the client sends the request to another
+    replica; one that finds every replica failing is tried three times, each on a
+    replica of its own, and no fourth."""
+    c = cluster2
+    _, control = service(c, tmp_path, replicas=3, more="  public: true\n")
+    gw = Gateway(c)
+    wait_routed(gw, "llama-8b", 3)
+    # a replica answering 502 (as a proxy in front of a dead server does): every
+    # request is answered by another one, and it is taken out
+    (control / "fail502-0").touch()
+    mark = len(gw.proc.output())
+
+    def tried_and_answered():
+        st, h, body = gw.chat("llama-8b")
+        assert st == 200 and h["X-Bramble-Replica"] in ("llm/1", "llm/2"), (st, h, body)
+        return re.search(r"replica llm/0 \(\S+\) failed: it answered 502/503; taken out",
+                         gw.proc.output()[mark:])
+
+    wait_for(tried_and_answered, 30, "a request to find replica 0's 502 and go elsewhere")
+    (control / "fail502-0").unlink()
+    wait_routed(gw, "llama-8b", 3)
+    # every replica failing: three tries, one at each replica, then an error
+    served = {r: s["served"] for r, s in replica_stats(c).items()}
+    for r in range(3):
+        (control / f"fail{502 + (r == 2)}-{r}").touch()  # 0 and 1: 502; 2: 503
+    st, h, body = gw.chat("llama-8b")
+    assert st in (502, 503) and "error" in body, (st, h, body)
+    # (a replica counts its answer just after writing it)
+    after = wait_for(lambda: (lambda a: a if sum(a.values()) >= sum(served.values()) + 3
+                              else None)({r: s["served"] for r, s in replica_stats(c).items()}),
+                     10, "the replicas to count the three tries")
+    assert {r: after[r] - served[r] for r in after} == {0: 1, 1: 1, 2: 1}, (served, after)
+
+
+def test_a_stream_passes_through_as_it_comes(cluster2, tmp_path):
+    """Each server-sent event reaches the client when the replica sends it, not when
+    the stream ends."""
+    c = cluster2
+    service(c, tmp_path, replicas=1, more="  public: true\n", extra="--token-delay-ms 80")
+    gw = Gateway(c)
+    wait_routed(gw, "llama-8b", 1)
+    text = " ".join(f"w{i}" for i in range(16))  # 20 tokens, 19 gaps: 1.5 s
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    t0 = time.monotonic()
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(
+        {"model": "llama-8b", "stream": True,
+         "messages": [{"role": "user", "content": text}]}),
+        headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 200 and r.getheader("Content-Type").startswith("text/event-stream")
+    events = []  # (seconds since the request, data)
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        if line.startswith(b"data: "):
+            events.append((time.monotonic() - t0, line[6:].strip().decode()))
+    conn.close()
+    assert events and events[-1][1] == "[DONE]", events
+    got = "".join(json.loads(e)["choices"][0]["delta"].get("content", "")
+                  for _, e in events[:-1])
+    assert got.endswith(text), got
+    first, last = events[0][0], events[-1][0]
+    assert last >= 1.4, f"the replica's delays were not kept: {events}"
+    assert first < last / 2, f"the first event came at {first:.2f}s of {last:.2f}s"
+    # the middle token came while the later ones were still being made
+    middle = events[len(events) // 2][0]
+    assert first < middle < last - 0.3, events

@@ -7,7 +7,8 @@ import re
 import time
 
 from conftest import wait_for
-from test_gateway import Gateway, openai_node, service  # noqa: F401 (a fixture)
+from test_gateway import (Gateway, metric, openai_node, service,  # noqa: F401 (a fixture)
+                          wait_routed)
 
 
 def add_user(c, name):
@@ -171,3 +172,53 @@ def test_keys_say_who_may_use_which_model_and_a_revoked_one_is_refused(
     assert ("key.revoke", f"key {admin_id}") in acts and \
         any(a == "key.create" for a, _ in acts), acts
     assert gw.proc.alive()
+
+
+def test_a_gateways_key_reads_the_routing_table_and_nothing_else(cluster2, tmp_path):
+    """A gateway's credential cannot work the cluster through the CLI; once the
+    gateway is removed its key is refused, its gateway hears of no more services,
+    and a gateway started with it serves nothing."""
+    c = cluster2
+    service(c, tmp_path, replicas=1, more="  public: true\n")
+    gw = Gateway(c)
+    wait_routed(gw, "llama-8b", 1)
+    cred = c.root / "gw.gateway"
+    spec = c.write_spec("name: sneaky\ncommand: true\nresources: {cpus: 0}\n", "sneaky.yaml")
+    for args, what in ((["jobs"], "listing jobs"), (["nodes"], "listing nodes"),
+                       (["submit", spec], "submitting jobs"), (["logs", "1"], "reading job logs"),
+                       (["key", "create"], "managing API keys"),
+                       (["gateway", "add", "gw2"], "managing gateways")):
+        rc, _, err = c.cli(*args, check=False, credential=cred)
+        assert rc != 0 and f"not allowed: {what}: a gateway may only read the routing " \
+            "table" in err, (args, err)
+    assert [j["name"] for j in c.cli_json("jobs")].count("sneaky") == 0
+    assert [g["name"] for g in c.cli_json("gateway", "list")] == ["gw"]
+    # removed: its key is refused at once, and the coordinator tells it nothing more
+    mark = len(gw.proc.output())
+    c.cli("gateway", "remove", "gw")
+    assert c.cli_json("gateway", "list") == []
+    rc, _, err = c.cli("jobs", check=False, credential=cred)
+    assert rc != 0 and "refused this key" in err, err
+    refused = "the coordinator refused the watch: not allowed: reading the gateways' " \
+              "routing table: this key has been revoked"
+    wait_for(lambda: refused in gw.proc.output()[mark:], 30,
+             "the removed gateway to be refused the routing table")
+    service(c, tmp_path, name="other", model="qwen-7b", replicas=1, more="  public: true\n")
+    wait_for(lambda: c.cli_json("endpoints", "other"), 60, "service other to be healthy")
+    seen = gw.proc.output().count(refused)
+    wait_for(lambda: gw.proc.output().count(refused) > seen, 30,
+             "the gateway to ask for the table again after service other was up")
+    assert "qwen-7b" not in gw.models()
+    # a gateway started with the removed key is refused and serves nothing
+    again = c.spawn("bramble-gateway", [c.bin("bramble-gateway"), "--credential", str(cred),
+                                        "--listen", "127.0.0.1:0"])
+    wait_for(lambda: "the coordinator refused this gateway's key (removed, or another "
+             "cluster's): serving nothing" in again.output(), 30,
+             "a gateway started with a removed key to say it is refused")
+    gw.port = int(re.search(r"serving on http://127\.0\.0\.1:(\d+)",
+                            again.output()).group(1))  # (the client, to the new one)
+    assert gw.models() == []
+    st, _, body = gw.chat("llama-8b")
+    assert st == 404, (st, body)
+    assert metric(gw, "bramble_gateway_coordinator_up") == 0
+    assert again.alive()
