@@ -1536,11 +1536,14 @@ static json_t *order_trees(json_t *code, json_t *data, json_t *image)
 {
     json_t *out = json_array(), *d;
     size_t i;
-    if (code)
-        json_array_append_new(out, json_pack("{s:O, s:O, s:s, s:b}", "grant",
-                                             json_object_get(code, "grant"), "manifest",
-                                             json_object_get(code, "manifest"), "what",
-                                             "its code", "code", 1));
+    if (code) {
+        json_t *t = json_pack("{s:O, s:O, s:s, s:b}", "grant", json_object_get(code, "grant"),
+                              "manifest", json_object_get(code, "manifest"), "what",
+                              "its code", "code", 1);
+        if (json_is_object(json_object_get(code, "from"))) /* a node that holds it, nearby */
+            json_object_set(t, "from", json_object_get(code, "from"));
+        json_array_append_new(out, t);
+    }
     json_array_foreach(json_object_get(data, "sets"), i, d) {
         char what[200];
         snprintf(what, sizeof(what), "data set %s",

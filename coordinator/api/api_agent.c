@@ -474,7 +474,7 @@ fail:
 }
 
 /* The event that says where a rank's trees (code, data sets) came from, and the
- * job's data sets counted as held by n from now. All 0: they were in n's cache
+ * job's trees counted as held by n from now. All 0: they were in n's cache
  * (not said again for a gang's rank whose fetch was said already: prefetched). */
 static void trees_event(br_coord_t *c, br_node_t *n, json_int_t job, int attempt,
                         json_int_t received, json_int_t deduped, double seconds,
@@ -489,6 +489,11 @@ static void trees_event(br_coord_t *c, br_node_t *n, json_int_t job, int attempt
         br_node_trees_add(n, json_object_get(j->spec, "data"));
     if (image) {
         json_t *one = json_pack("{s:O}", "image", image);
+        br_node_trees_add(n, one);
+        json_decref(one);
+    }
+    if (has_code) { /* (its code too: a gang's other ranks read it there) */
+        json_t *one = json_pack("{s:O}", "code", json_object_get(j->spec, "code"));
         br_node_trees_add(n, one);
         json_decref(one);
     }

@@ -470,10 +470,10 @@ static json_t *image_variant(json_t *img, const br_node_t *n)
     return NULL;
 }
 
-/* e (taken) with what node n needs to fetch tree d (a data set's or an image's
- * entry in the spec: "hash", "files", "bytes", "listing"): its "manifest", truncated
- * to its summary and listing, and "from", a node nearby that has it, when one does
- * (kind: "data" or "image", its grants' prefix). */
+/* e (taken) with what node n needs to fetch tree d (the job's code, a data set's or
+ * an image's entry in the spec: "hash", "files", "bytes", "listing"): its
+ * "manifest", truncated to its summary and listing, and "from", a node nearby that
+ * has it, when one does (kind: "code", "data" or "image", its grants' prefix). */
 static json_t *tree_order(br_coord_t *c, br_job_t *job, br_node_t *n, json_t *d,
                           const char *kind, json_t *e)
 {
@@ -497,16 +497,13 @@ static void add_trees(br_coord_t *c, br_job_t *job, br_node_t *n, json_t *body)
 {
     json_t *spec = job->spec;
     json_t *code = json_object_get(spec, "code");
-    if (json_is_object(code)) { /* the node reads its files from us (PROTOCOL.md 11) */
+    if (json_is_object(code)) { /* the node reads its files from us (PROTOCOL.md 11), or
+                                 * from a node nearby that holds the tree */
         char grant[32];
         snprintf(grant, sizeof(grant), "code:%lld", (long long)job->id);
-        json_object_set_new(
-            body, "code",
-            json_pack("{s:s, s:{s:O, s:s, s:O, s:O, s:[], s:b, s:O}}", "grant", grant,
-                      "manifest", "hash", json_object_get(code, "hash"), "root", "dir",
-                      "files", json_object_get(code, "files"), "bytes",
-                      json_object_get(code, "bytes"), "entries", "truncated", 1, "listing",
-                      json_object_get(code, "listing")));
+        json_object_set_new(body, "code",
+                            tree_order(c, job, n, code, "code",
+                                       json_pack("{s:s}", "grant", grant)));
     }
     json_t *data = json_object_get(spec, "data");
     if (json_object_size(data)) { /* its data sets, read-only at their paths */

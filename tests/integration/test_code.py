@@ -30,6 +30,13 @@ def git(repo, *args):
 
 
 
+def probed(c, a, b):
+    """Whether the network map has a round trip between nodes a and b."""
+    m = c.cli_json("probe")
+    i, j = m["nodes"].index(a), m["nodes"].index(b)
+    return m["rtt_ms"][i][j] is not None and m["rtt_ms"][i][j] >= 0
+
+
 def submit(c, spec_path, *args):
     """bramble submit as a user types it: the id, and what it said on stderr."""
     rc, out, err = c.cli("submit", spec_path, *args)
@@ -201,6 +208,34 @@ def test_a_damaged_cached_file_is_fetched_again_never_run(make_cluster, tmp_path
     said = events(c, again)
     assert any("its code fetched to node-1" in e for e in said), said
     assert (trees[0] / "run.sh").read_text() == "echo the real script\n"
+
+
+def test_a_gangs_ranks_read_the_code_from_the_first_ones_node(make_cluster, tmp_path):
+    """A gang of 3 with code: one node reads the tree from the coordinator, the two
+    others from that node (the coordinator's link carries it once), and no rank
+    starts before every node has it."""
+    c, laptop, names = laptop_cluster(make_cluster, tmp_path, n=3, heartbeat="250ms")
+    proj = laptop / "proj"
+    write(proj / "model.bin", os.urandom(1 << 20))
+    write(proj / "run.py", "import time; print(time.time())\n")
+    write(proj / "job.yaml", "name: gang\ncode: .\nresources: {nodes: 3}\n"
+                             "command: /usr/bin/python3 run.py\n")
+    for a in names:
+        for b in names:
+            if a < b:
+                wait_for(lambda: probed(c, a, b), what=f"{a} and {b} to probe each other")
+    job, _ = submit(c, proj / "job.yaml")
+    assert c.wait_job(job)["state"] == "completed", c.logs(job, stream="both")
+    fetched = [e for e in events(c, job) if "its code fetched to" in e]
+    assert len(fetched) == 3, fetched
+    assert sum(" from " not in e for e in fetched) == 1, fetched
+    first = next(e for e in fetched if " from " not in e).split("fetched to ")[1].split()[0]
+    assert sum(f" from {first}" in e for e in fetched) == 2, fetched
+    # no rank started before every node had it (the coordinator heard the last)
+    evs = c.cli_json("job", "show", str(job))["events"]
+    last_fetch = max(e["time"] for e in evs if "its code fetched to" in (e["reason"] or ""))
+    starts = [float(line.split()[-1]) for line in c.logs(job).splitlines() if line.strip()]
+    assert len(starts) == 3 and min(starts) >= last_fetch, (starts, last_fetch)
 
 
 def test_the_cache_keeps_to_its_quota(make_cluster, tmp_path):
