@@ -92,6 +92,17 @@ static void take_table(gw_link_t *l, json_t *body)
     l->on_table(l->arg, l->version, table);
 }
 
+/* The coordinator refused this gateway's key: it serves nothing from now on. */
+static void key_refused(gw_link_t *l)
+{
+    l->refused = 1;
+    fprintf(stderr, "bramble-gateway: the coordinator refused this gateway's key "
+                    "(removed, or another cluster's): serving nothing\n");
+    json_t *empty = json_pack("{s:[]}", "services");
+    l->on_table(l->arg, -1, empty);
+    json_decref(empty);
+}
+
 static void take(gw_link_t *l, br_msg_t *m, int64_t now_ms)
 {
     json_t *body = br_msg_body(m);
@@ -103,6 +114,8 @@ static void take(gw_link_t *l, br_msg_t *m, int64_t now_ms)
     } else if (strcmp(type, "gateway.watch") == 0) {
         fprintf(stderr, "bramble-gateway: the coordinator refused the watch: %s\n",
                 json_string_value(json_object_get(body, "error")));
+        if (json_integer_value(errnum) == EACCES && !l->refused)
+            key_refused(l); /* (its key was removed while it was connected) */
     } else if (strcmp(type, "gateway.load") == 0) {
         if (errnum && !l->load_refused) /* (once: it comes every second) */
             fprintf(stderr, "bramble-gateway: the coordinator refused a load report: %s\n",
@@ -155,14 +168,8 @@ void gw_link_load(gw_link_t *l, json_t *services, int64_t version)
 
 int gw_link_run(gw_link_t *l, int64_t now_ms)
 {
-    if (!l->refused && br_sock_monitor_auth_failed(l->monitor)) {
-        l->refused = 1;
-        fprintf(stderr, "bramble-gateway: the coordinator refused this gateway's key "
-                        "(removed, or another cluster's): serving nothing\n");
-        json_t *empty = json_pack("{s:[]}", "services");
-        l->on_table(l->arg, -1, empty);
-        json_decref(empty);
-    }
+    if (!l->refused && br_sock_monitor_auth_failed(l->monitor))
+        key_refused(l); /* (at the handshake of a new connection) */
     for (;;) { /* ZMQ_FD is edge-triggered: read all that is there */
         int events = 0;
         size_t len = sizeof(events);
@@ -200,5 +207,5 @@ int gw_link_run(gw_link_t *l, int64_t now_ms)
 
 int gw_link_up(const gw_link_t *l, int64_t now_ms)
 {
-    return l->heard && now_ms - l->heard < GW_LINK_AWAY_MS;
+    return !l->refused && l->heard && now_ms - l->heard < GW_LINK_AWAY_MS;
 }

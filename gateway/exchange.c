@@ -141,8 +141,10 @@ static size_t on_header(char *buf, size_t size, size_t n, void *arg)
         curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
         if (code < 200)
             return len; /* an interim answer: the real one follows */
-        if ((code == 502 || code == 503) && x->tries < 3) {
-            x->retry_wanted = 1; /* nothing reached the client: another replica */
+        if (code == 502 || code == 503) {
+            /* nothing reached the client: another replica, or after the third the
+             * gateway's own 502 (the replica taken out and reported all the same) */
+            x->retry_wanted = (int)code;
             return 0;
         }
         x->status = (int)code;

@@ -53,7 +53,7 @@ typedef struct gw_exchange {
     struct gw_easypool *pool; /* where easy came from, and goes back */
     int status;         /* the answer's */
     char ctype[128];    /* the replica's Content-Type */
-    int retry_wanted;   /* a 502/503 before any byte: try another replica */
+    int retry_wanted;   /* a 502/503 before any byte (that code): try another replica */
     int upstream_done;  /* the try ended */
     CURLcode rc;
     char cerr[CURL_ERROR_SIZE];

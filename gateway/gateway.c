@@ -519,11 +519,15 @@ static void try_ended(gw_t *g, gw_exchange_t *x, CURLcode rc)
     gw_replica_t *r = x->rep;
     x->rep = NULL;
     int before_answer = x->state == GW_X_UPSTREAM;
-    if (before_answer && (x->retry_wanted || retryable(rc))) {
+    int answered = x->retry_wanted; /* (its 502 or 503) */
+    if (before_answer && (answered || retryable(rc))) {
+        char why[300];
+        if (answered)
+            snprintf(why, sizeof(why), "it answered %d", answered);
+        else
+            snprintf(why, sizeof(why), "%s", x->cerr[0] ? x->cerr : curl_easy_strerror(rc));
         gw_replica_done(r, 0, now); /* out at once; the table may bring it back */
-        taken_out(g, x, r, x->retry_wanted ? "it answered 502/503"
-                           : x->cerr[0]    ? x->cerr
-                                           : curl_easy_strerror(rc));
+        taken_out(g, x, r, why);
         gw_exchange_end_try(x);
         if (x->tries < 3) {
             route(g, x); /* another replica, or the queue */
@@ -533,7 +537,7 @@ static void try_ended(gw_t *g, gw_exchange_t *x, CURLcode rc)
         }
         gw_exchange_fail(x, 502, "upstream_error",
                          "model '%s': %d replicas failed to answer; the last: %s", x->model,
-                         x->tries, x->retry_wanted ? "HTTP 502/503" : curl_easy_strerror(rc));
+                         x->tries, why);
         gw_exchange_resume(x);
         return;
     }

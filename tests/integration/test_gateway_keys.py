@@ -176,8 +176,8 @@ def test_keys_say_who_may_use_which_model_and_a_revoked_one_is_refused(
 
 def test_a_gateways_key_reads_the_routing_table_and_nothing_else(cluster2, tmp_path):
     """A gateway's credential cannot work the cluster through the CLI; once the
-    gateway is removed its key is refused, its gateway hears of no more services,
-    and a gateway started with it serves nothing."""
+    gateway is removed its key is refused, and its gateway (the running one, and one
+    started with it) serves nothing."""
     c = cluster2
     service(c, tmp_path, replicas=1, more="  public: true\n")
     gw = Gateway(c)
@@ -203,12 +203,19 @@ def test_a_gateways_key_reads_the_routing_table_and_nothing_else(cluster2, tmp_p
               "routing table: this key has been revoked"
     wait_for(lambda: refused in gw.proc.output()[mark:], 30,
              "the removed gateway to be refused the routing table")
+    # ... and it serves nothing from then on, saying so, its coordinator counted away
+    wait_for(lambda: "serving nothing" in gw.proc.output()[mark:], 30,
+             "the removed gateway to say it serves nothing")
+    assert gw.models() == []
+    st, _, body = gw.chat("llama-8b")
+    assert st == 404, (st, body)
+    assert metric(gw, "bramble_gateway_coordinator_up") == 0
     service(c, tmp_path, name="other", model="qwen-7b", replicas=1, more="  public: true\n")
     wait_for(lambda: c.cli_json("endpoints", "other"), 60, "service other to be healthy")
     seen = gw.proc.output().count(refused)
     wait_for(lambda: gw.proc.output().count(refused) > seen, 30,
              "the gateway to ask for the table again after service other was up")
-    assert "qwen-7b" not in gw.models()
+    assert gw.models() == []
     # a gateway started with the removed key is refused and serves nothing
     again = c.spawn("bramble-gateway", [c.bin("bramble-gateway"), "--credential", str(cred),
                                         "--listen", "127.0.0.1:0"])
