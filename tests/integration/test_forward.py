@@ -4,7 +4,8 @@ the job's rank, many at once; with --stdio, standard input and output are the on
 connection (an ssh ProxyCommand). Reached here: Python's HTTP server, Debian's
 Jupyter server and a real sshd, each started inside a job; a port where nothing
 listens; who may (the owner, the admin) and the refusals (another user's job,
-a job that ended)."""
+a job that ended); the bound of 32 streams per user; and `--rank 1` of a gang,
+whose connections rank 1's node's agent makes."""
 
 import hashlib
 import json
@@ -344,3 +345,178 @@ def test_refusals(c, job, forward, tmp_path):
     c.cli("cancel", live, "--now")
     assert f.wait_exit() == 1, f.stderr()
     assert f"job {live} is cancelled: a forward needs a running job" in f.stderr(), f.stderr()
+
+
+# ---------------------------------------------------------------------------
+# an echo server in a job, for connections held open
+
+
+# Greets each connection with "peer PORT" (the port it came from, which tells
+# which process on this host made it), then echoes what it reads, each
+# connection on a thread of its own; says "listening" once bound.
+ECHO = r'''
+import socketserver, sys
+class Echo(socketserver.BaseRequestHandler):
+    def handle(self):
+        self.request.sendall(b"peer %d\n" % self.request.getpeername()[1])
+        while True:
+            data = self.request.recv(65536)
+            if not data:
+                return
+            self.request.sendall(data)
+class Server(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+    request_queue_size = 128
+server = Server(("127.0.0.1", int(sys.argv[1])), Echo)
+print("listening", flush=True)
+server.serve_forever()
+'''
+
+
+def echo_server(tmp_path, port):
+    """The command that runs ECHO on 127.0.0.1:port."""
+    script = tmp_path / "echo_server.py"
+    script.write_text(ECHO)
+    return f"exec {PYTHON} -u {script} {port}"
+
+
+def greeted(port, timeout=DEADLINE):
+    """A connection to 127.0.0.1:port and the peer port its greeting names, once
+    it came (the connection is carried end to end)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        line = s.makefile("rb").readline()
+        m = re.fullmatch(rb"peer (\d+)\n", line)
+        assert m, f"greeting {line!r}"
+        return s, int(m.group(1))
+    except BaseException:
+        s.close()
+        raise
+
+
+def echoes(s, word):
+    s.sendall(word + b"\n")
+    got = b""
+    while not got.endswith(b"\n"):
+        b = s.recv(100)
+        assert b, f"closed before echoing {word!r} (got {got!r})"
+        got += b
+    return got == word + b"\n"
+
+
+def test_stream_bound_per_user(c, job, forward, tmp_path):
+    """32 shells and forwarded connections per user at once: the 33rd, a shell or
+    a forward's connection, is refused naming the bound while the 32 go on and
+    other users are not held to it; once one closes, a new one is carried."""
+    user = "fwd-many-" + os.urandom(3).hex()
+    cred = tmp_path / f"{user}.credential"
+    c.cli("user", "add", user, "--out", cred)
+    port = free_port()
+    jid, _ = job("many", echo_server(tmp_path, port), credential=cred)
+    c.wait_logs(jid, "listening")
+    f = forward(jid, f"0:{port}", credential=cred)
+    local = f.local_port(jid, port)
+    bound = ("32 shells and forwards are open for this user, the most one user may "
+             "have at once; close one first")
+    conns = []
+    try:
+        for _ in range(32):
+            conns.append(greeted(local)[0])
+        assert all(echoes(s, b"one-of-32") for s in conns)
+
+        # the 33rd: a shell
+        rc, out, err = c.cli("shell", jid, "--", "echo", "no", credential=cred, check=False)
+        assert (rc, out) == (1, "") and bound in err, (rc, out, err)
+        # ... and a connection through the forward, which closes it and goes on
+        with socket.create_connection(("127.0.0.1", local), timeout=DEADLINE) as s:
+            try:
+                assert s.recv(100) == b""
+            except ConnectionResetError:
+                pass
+        wait_for(lambda: bound in f.stderr(), what="the forward to say why")
+        assert f.alive(), f.stderr()
+        assert all(echoes(s, b"still") for s in conns)
+        # the bound is the user's: the admin's shell in the same job is carried
+        assert c.cli("shell", jid, "--", "echo", "admin") == (0, "admin\n", "")
+
+        # one closed: a forward's new connection is carried again ...
+        conns.pop().close()
+        conns.append(wait_for(lambda: greeted(local)[0],
+                              what="a new connection once one of the 32 closed"))
+        assert echoes(conns[-1], b"new")
+        # ... and, another closed, a shell
+        conns.pop(0).close()
+        wait_for(lambda: c.cli("shell", jid, "--", "echo", "again", credential=cred,
+                               check=False) == (0, "again\n", ""),
+                 what="a shell once one of the 32 closed")
+        assert f.alive(), f.stderr()
+    finally:
+        for s in conns:
+            s.close()
+
+
+def socket_owner(local_port, remote_port, pids):
+    """Which of pids holds the TCP socket 127.0.0.1:local_port -> :remote_port
+    (from /proc/net/tcp and each process's fds), or None."""
+    inodes = set()
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            w = line.split()
+            if (w[1].split(":")[1] == f"{local_port:04X}" and
+                    w[2].split(":")[1] == f"{remote_port:04X}"):
+                inodes.add(f"socket:[{w[9]}]")
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                    return pid
+            except OSError:
+                pass
+    return None
+
+
+def test_forward_to_another_rank(c, forward, tmp_path):
+    """`forward --rank 1` carries its connections to a server that only rank 1 of
+    a 2-node gang runs, connected by rank 1's node's agent; with rank 0 (the
+    default) rank 0's node's agent makes the connection. (The agents share this
+    host's loopback here, so which agent connected is what tells them apart.)"""
+    port = free_port()
+    jid = c.submit(json.dumps({
+        "name": "fwd-gang", "resources": {"nodes": 2, "cpus": 0},
+        "command": f'if [ "$RANK" = 1 ]; then {echo_server(tmp_path, port)}; '
+                   'else exec sleep 600; fi'}))
+    try:
+        c.wait_job(jid, "running")
+        c.wait_logs(jid, "listening")
+        tags = wait_for(lambda: len({t.rsplit(".", 1)[1] for t in c.job_procs(jid).values()})
+                        == 2 and c.job_procs(jid), what="both ranks' processes to run")
+        node_of = {int(t.rsplit(".", 1)[1]): t.split("/", 1)[0] for t in tags.values()}
+        assert node_of[0] != node_of[1], node_of
+        agent_of = {r: c.agents[n].pid for r, n in node_of.items()}
+
+        for rank, args in ((1, ["--rank", "1"]), (0, [])):
+            f = forward(jid, f"0:{port}", *args)
+            line = wait_for(f.line, what=f"the rank {rank} forward to listen")
+            m = re.fullmatch(rf"forwarding 127\.0\.0\.1:(\d+) to port {port} of job {jid} "
+                             rf"\(rank {rank}\); Ctrl-C stops", line)
+            assert m, line
+            s, peer = greeted(int(m.group(1)))
+            with s:
+                assert echoes(s, b"rank-%d" % rank)
+                owner = socket_owner(peer, port, agent_of.values())
+                assert owner == agent_of[rank], (rank, owner, agent_of)
+            assert f.stop() is None
+
+        # a rank the gang does not have
+        rc, out, err = c.cli("forward", jid, port, "--rank", "2", "--stdio", input="",
+                             check=False, timeout=DEADLINE)
+        assert (rc, out) == (1, "") and \
+            f"job {jid} has ranks 0 to 1; there is no rank 2" in err, (rc, out, err)
+    finally:
+        c.cli("cancel", jid, check=False)
+        c.wait_job(jid)

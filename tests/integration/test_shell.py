@@ -6,9 +6,10 @@ back. Without a terminal it is plain pipes: a tar of the job's files comes throu
 whole, stdin reaches the command up to its end, stdout and stderr stay apart and
 the remote status is the CLI's. Jobs that are not the caller's, not running, or
 have no such rank are refused. A shell ends with its job's cancel, its processes
-are hung up when the CLI is killed, and each shell is an audit row.
+are hung up when the CLI is killed, and each shell is an audit row. `--rank 1` of
+a 2-node gang runs on rank 1's node, in its environment.
 
-The tests share one coordinator with one agent, and one long job (`job`)."""
+The tests share one coordinator with two agents, and one long job (`job`)."""
 
 import filecmp
 import json
@@ -476,3 +477,61 @@ def test_a_sender_beyond_its_credit_is_cut_off(cluster, job):
         relay.close()
     wait_for(lambda: not remote_procs(c, jid, "sleep", "1002"), 20,
              "the cut-off stream's process to be hung up")
+
+
+# ---------------------------------------------------------------------------
+# --rank: a gang's other ranks
+
+
+def parent_pid(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("PPid:")).split()[1])
+
+
+def test_rank_reaches_that_ranks_node(cluster):
+    """`--rank 1` of a 2-node gang runs on rank 1's node, in rank 1's environment
+    (RANK, NODE_RANK, the node's name), started by that node's agent; rank 0, the
+    default, is the other node's, with its own values."""
+    c = cluster
+    jid = c.submit("name: shell-gang\nresources: {nodes: 2, cpus: 0}\ncommand: sleep 600\n")
+    cli = None
+    try:
+        c.wait_job(jid, "running")
+        # each rank's node, from the job's own processes (BRAMBLE_TASK: node/job.attempt.rank)
+        tags = wait_for(lambda: len({t.rsplit(".", 1)[1] for t in c.job_procs(jid).values()})
+                        == 2 and c.job_procs(jid), what="both ranks' processes to run")
+        node_of = {int(t.rsplit(".", 1)[1]): t.split("/", 1)[0] for t in tags.values()}
+        assert node_of[0] != node_of[1], node_of
+
+        show = 'echo "$RANK $NODE_RANK $BRAMBLE_NODE_NAME $BRAMBLE_TASK"'
+        said = {}
+        for args in ([], ["--rank", "0"], ["--rank", "1"]):
+            rc, out, err = c.cli("shell", jid, *args, "--", "sh", "-c", show, check=False)
+            assert rc == 0, (args, rc, out, err)
+            said[" ".join(args)] = out.split()
+        assert said["--rank 1"] == ["1", "1", node_of[1], f"{node_of[1]}/{jid}.1.1"], said
+        assert said["--rank 0"] == ["0", "0", node_of[0], f"{node_of[0]}/{jid}.1.0"], said
+        assert said[""] == said["--rank 0"], said
+
+        # it really runs there: its process is a child of rank 1's node's agent
+        cli = c.spawn("bramble-shell-rank1", shell_argv(c, jid, "--rank", 1, "--",
+                                                        "sleep", "1104"))
+        pids = wait_for(lambda: remote_procs(c, jid, "sleep", "1104"),
+                        what="rank 1's shell's `sleep 1104` to run")
+        assert len(pids) == 1, pids
+        assert parent_pid(pids[0]) == c.agents[node_of[1]].pid, \
+            (pids, parent_pid(pids[0]), {n: p.pid for n, p in c.agents.items()})
+        assert c.job_procs(jid)[pids[0]] == f"{node_of[1]}/{jid}.1.1"
+        cli.kill(signal.SIGKILL)
+        wait_for(lambda: not remote_procs(c, jid, "sleep", "1104"), 20,
+                 "rank 1's shell to be hung up after its CLI was killed")
+
+        # a rank the gang does not have
+        rc, out, err = c.cli("shell", jid, "--rank", "2", "--", "true", check=False)
+        assert (rc, out) == (1, "") and \
+            f"job {jid} has ranks 0 to 1; there is no rank 2" in err, (rc, out, err)
+    finally:
+        if cli is not None and cli.alive():
+            cli.kill(signal.SIGKILL)
+        c.cli("cancel", jid, check=False)
+        c.wait_job(jid)
