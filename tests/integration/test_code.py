@@ -273,7 +273,7 @@ def test_job_show_says_how_far_its_code_is(make_cluster, tmp_path, request):
     laptop = tmp_path / "laptop"
     laptop.mkdir()
     c = make_cluster(host=f"{net}.1")
-    c.start_agent("far", wrap=v.wrap() + hidden(laptop))
+    c.start_agent("far", wrap=v.wrap() + hidden(laptop, c.data))
     c.wait_ready("far")
     proj = laptop / "proj"
     proj.mkdir()
@@ -293,7 +293,7 @@ def test_job_show_says_how_far_its_code_is(make_cluster, tmp_path, request):
     _, shown, _ = c.cli("job", "show", job)
     assert "copies under way" in shown and "the coordinator" in shown, shown
     c.agents["far"].kill()
-    c.start_agent("far", join=False, wrap=v.wrap() + hidden(laptop))
+    c.start_agent("far", join=False, wrap=v.wrap() + hidden(laptop, c.data))
     done = c.wait_job(job)
     assert done["state"] == "completed" and done["attempt"] == 1, done
     assert "6000000 weights.bin" in c.logs(job)
@@ -344,7 +344,7 @@ def test_code_no_job_needs_leaves_the_store(make_cluster, tmp_path):
     laptop.mkdir()
     c = make_cluster(start=False)
     c.start_coordinator(extra=["--log-retention", "2s"])
-    c.start_agent("node-1", wrap=hidden(laptop),
+    c.start_agent("node-1", wrap=hidden(laptop, c.data),
                   extra=("--probe-port", "0", "--replica-port", "0"))
     c.wait_ready("node-1")
     objects = c.data / "store" / "objects"

@@ -204,7 +204,7 @@ def test_a_node_without_room_says_so(make_cluster, tmp_path):
     laptop = tmp_path / "laptop"
     laptop.mkdir()
     c = make_cluster()
-    c.start_agent("node-1", wrap=hidden(laptop),
+    c.start_agent("node-1", wrap=hidden(laptop, c.data),
                   extra=("--probe-port", "0", "--replica-port", "0", "--cache-quota", "1M"))
     c.wait_ready("node-1")
     d = laptop / "big"

@@ -27,23 +27,25 @@ def blob(n, seed):
     return bytes(out[:n])
 
 
-def hidden(laptop):
-    """wrap= argv: the agent (and its jobs) in a mount namespace where laptop is an
-    empty tmpfs."""
+def hidden(laptop, *more):
+    """wrap= argv: the agent (and its jobs) in a mount namespace where laptop, and
+    each of more (the coordinator's data dir, its content store within: no disk
+    shared with the coordinator either), is an empty tmpfs."""
+    mounts = " && ".join(f'mount -t tmpfs none "{d}"' for d in (laptop, *more))
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            f'mount -t tmpfs none "{laptop}" && exec "$@"', "sh"]
+            f'{mounts} && exec "$@"', "sh"]
 
 
 def laptop_cluster(make_cluster, tmp_path, n=2, extra=(), **kw):
     """A cluster of n agents (node-1...) that cannot see tmp_path/laptop, which the
-    CLI sees: (cluster, laptop, names)."""
+    CLI sees, nor the coordinator's data dir: (cluster, laptop, names)."""
     laptop = tmp_path / "laptop"
     laptop.mkdir()
     c = make_cluster(**kw)
     tok = c.token(uses=n)
     names = [f"node-{i}" for i in range(1, n + 1)]
     for name in names:
-        c.start_agent(name, token=tok, wrap=hidden(laptop),
+        c.start_agent(name, token=tok, wrap=hidden(laptop, c.data),
                       extra=("--probe-port", "0", "--replica-port", "0") + tuple(extra))
     c.wait_ready(*names)
     return c, laptop, names
