@@ -53,6 +53,10 @@ struct br_relay {
     uint32_t next_id;
     rstream_t *s;
     size_t n, cap;
+    struct closed { /* when each job's last stream ended (monotonic ms) */
+        int64_t job, at;
+    } *closed;
+    size_t nclosed, capclosed;
 };
 
 static const char *const side_name[2] = {"the client", "the node"};
@@ -82,13 +86,42 @@ static void send_close(br_relay_t *r, const end_t *e, uint32_t id, const char *w
                        strlen(why), ZMQ_DONTWAIT);
 }
 
+#define CLOSED_MAX 4096 /* jobs whose streams' last end is remembered (the newest) */
+
+/* Forget stream s; its job's streams ended now (under w.mu). */
+static void drop_stream(br_relay_t *r, rstream_t *s)
+{
+    int64_t job = s->g.job, now = br_mono_ms();
+    *s = r->s[--r->n];
+    size_t i = 0, oldest = 0;
+    for (; i < r->nclosed && r->closed[i].job != job; i++)
+        if (r->closed[i].at < r->closed[oldest].at)
+            oldest = i;
+    if (i == r->nclosed) { /* a job not seen before: a new entry, or the oldest's */
+        if (r->nclosed == r->capclosed && r->capclosed < CLOSED_MAX) {
+            size_t cap = r->capclosed ? 2 * r->capclosed : 16;
+            struct closed *v = realloc(r->closed, cap * sizeof(*v));
+            if (v)
+                r->closed = v, r->capclosed = cap;
+        }
+        if (r->nclosed < r->capclosed)
+            r->nclosed++;
+        else if (r->nclosed)
+            i = oldest;
+        else
+            return; /* (out of memory: not remembered) */
+    }
+    r->closed[i].job = job;
+    r->closed[i].at = now;
+}
+
 /* Tell both ends (but skip) why, and forget the stream. */
 static void close_stream(br_relay_t *r, rstream_t *s, int skip, const char *why)
 {
     for (int side = CLI; side <= NODE; side++)
         if (side != skip)
             send_close(r, &s->e[side], s->g.id, why);
-    *s = r->s[--r->n];
+    drop_stream(r, s);
 }
 
 /* --- frames ---------------------------------------------------------------------- */
@@ -183,7 +216,7 @@ static void pass(br_relay_t *r, rstream_t *s, int side, const br_stream_hdr_t *h
         return;
     }
     if (h->type == BR_STREAM_EXIT || h->type == BR_STREAM_CLOSE)
-        *s = r->s[--r->n]; /* (the other end has it: the last frame) */
+        drop_stream(r, s); /* (the other end has it: the last frame) */
 }
 
 static void on_frame(br_relay_t *r, const void *route, size_t rlen, const char *user,
@@ -460,6 +493,7 @@ void br_relay_destroy(br_relay_t **rp)
     free(r->nodes);
     br_worker_fini(&r->w);
     free(r->s);
+    free(r->closed);
     free(r);
     *rp = NULL;
 }
@@ -477,6 +511,17 @@ int br_relay_job_streams(br_relay_t *r, int64_t job)
         n += r->s[i].g.job == job;
     pthread_mutex_unlock(&r->w.mu);
     return n;
+}
+
+int64_t br_relay_job_closed(br_relay_t *r, int64_t job)
+{
+    int64_t at = 0;
+    pthread_mutex_lock(&r->w.mu);
+    for (size_t i = 0; i < r->nclosed; i++)
+        if (r->closed[i].job == job)
+            at = r->closed[i].at;
+    pthread_mutex_unlock(&r->w.mu);
+    return at;
 }
 
 int br_relay_cut(br_relay_t *r, int64_t user_id, const char *key, const char *why)

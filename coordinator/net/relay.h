@@ -58,5 +58,8 @@ int br_relay_cut(br_relay_t *r, int64_t user_id, const char *key, const char *wh
 
 /* How many streams of job are open now: granted, and not yet closed. */
 int br_relay_job_streams(br_relay_t *r, int64_t job);
+/* When job's last stream ended (monotonic ms; 0: none remembered), so that what
+ * waits for its streams' end counts from then, not from its next look. */
+int64_t br_relay_job_closed(br_relay_t *r, int64_t job);
 
 #endif

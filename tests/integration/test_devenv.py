@@ -157,9 +157,13 @@ def test_open_forward_connection_keeps_it_running(c, tmp_path):
 
         s.close()
         s = None
+        closed = time.time()
         j = c.wait_job(jid, "cancelled")
         assert "idle for 2s (idle_stop): no shell, no forward connection and no output" \
             in j["reason"], j["reason"]
+        # idle counts from the connection's end, not from the coordinator's next look
+        stop = next(e for e in c.job(jid)["events"] if "idle_stop" in (e["reason"] or ""))
+        assert stop["time"] >= closed + 2.0 - 0.05, (stop["time"] - closed, stop)
         said = [r for r in events(c, jid) if "idle for 2s (idle_stop)" in r]
         assert any("SIGTERM sent" in r for r in said), events(c, jid)
         assert fwd.wait(DEADLINE) == 1
