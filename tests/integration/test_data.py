@@ -7,6 +7,7 @@ nothing half-sent ever counts."""
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -279,6 +280,51 @@ def test_knowing_a_hash_is_not_holding_the_file(make_cluster):
     # proved, his next push of it sends nothing either
     d, _, _ = push(c, c.root / "b", "his", credential=bob)
     assert (d["sent_files"], d["sent_bytes"]) == (0, 0), d
+
+
+def push_on_terminal(c, tree, name, *args):
+    """`bramble data push` with its stderr on a terminal (a pty), run while the
+    coordinator is stopped for 1.5 s, so that the upload takes longer than the
+    second after which a progress line is shown: (rc, what the terminal got)."""
+    master, slave = os.openpty()
+    os.kill(c.coordinator.pid, signal.SIGSTOP)
+    try:
+        p = subprocess.Popen([c.bin("bramble"), "--credential", str(c.credential), "data",
+                              "push", str(tree), name, *args], stdout=subprocess.DEVNULL,
+                             stderr=slave, env=c.env, cwd=c.root)
+        os.close(slave)
+        time.sleep(1.5)  # (the premise: the upload cannot be over within its first second)
+    finally:
+        os.kill(c.coordinator.pid, signal.SIGCONT)
+    got = b""
+    while True:
+        try:
+            b = os.read(master, 65536)
+        except OSError:  # (EIO: the push exited, the terminal closed)
+            break
+        if not b:
+            break
+        got += b
+    os.close(master)
+    return p.wait(60), got.decode(errors="replace")
+
+
+def test_a_slow_push_shows_its_progress_on_a_terminal_only(cluster):
+    """An upload over a second shows a progress line (bytes, rate, time left) on a
+    terminal, ending with a newline; with --json, or stderr not a terminal, none."""
+    c = cluster
+    tree = c.root / "laptop" / "slow"
+    write(tree / "a.bin", blob(2 << 20, 21))
+    rc, out = push_on_terminal(c, tree, "slow")
+    assert rc == 0, out
+    line = re.search(r"uploading: [\d.]+ of 2\.0 MiB \(\d+%\), [\d.]+ MB/s, \d+s left", out)
+    assert line and "(100%)" in out and out.endswith("\n"), out
+    write(tree / "b.bin", blob(2 << 20, 22))
+    rc, out = push_on_terminal(c, tree, "slow", "--json")
+    assert rc == 0 and "uploading" not in out, out
+    write(tree / "c.bin", blob(2 << 20, 23))
+    rc, _, err = c.cli("data", "push", tree, "slow")  # (stderr a pipe)
+    assert rc == 0 and "uploading" not in err, err
 
 
 def start_push(c, tree, name, credential=None):
