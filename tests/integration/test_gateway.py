@@ -53,7 +53,7 @@ class Gateway:
         self.proc = c.spawn("bramble-gateway",
                             [c.bin("bramble-gateway"), "--credential", str(cred),
                              "--listen", "127.0.0.1:0", *extra])
-        line = wait_for(lambda: re.search(r"serving on http://127\.0\.0\.1:(\d+)",
+        line = wait_for(lambda: re.search(r"serving on https?://127\.0\.0\.1:(\d+)",
                                           self.proc.output()),
                         what="bramble-gateway to print its address")
         self.port = int(line.group(1))
@@ -374,6 +374,88 @@ def replica_stats(c):
         out[e["replica"]] = json.loads(conn.getresponse().read())
         conn.close()
     return out
+
+
+def test_idle_connections_are_bounded_and_closed(cluster2, tmp_path):
+    """1,000 connections that send nothing: the gateway holds at most
+    --max-connections of them, closes the rest, closes those it held after
+    --client-timeout, and answers a real client all along after."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4096:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    c = cluster2
+    service(c, tmp_path, replicas=1, more="  public: true\n")
+    gw = Gateway(c, "gw-idle", extra=["--max-connections", "200", "--client-timeout", "3s"])
+    wait_routed(gw, "llama-8b", 1)
+    idle = []
+    try:
+        for _ in range(1000):
+            s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+            s.setblocking(False)
+            idle.append(s)
+
+        def still_open():
+            n = 0
+            for s in idle:
+                try:
+                    n += s.recv(1) != b""
+                except BlockingIOError:
+                    n += 1  # (nothing to read: open)
+                except OSError:
+                    pass  # (reset: closed)
+            return n
+
+        wait_for(lambda: still_open() <= 200, 30, "the gateway to hold at most 200")
+        fds = len(os.listdir(f"/proc/{gw.proc.pid}/fd"))
+        assert fds < 200 + 100, fds  # (its own files, the replicas', the coordinator's)
+        # those it held go after --client-timeout; a real client is answered then
+        wait_for(lambda: still_open() == 0, 30, "the idle connections to be closed")
+        st, _, body = gw.chat("llama-8b")
+        assert st == 200, (st, body)
+        assert gw.proc.alive()
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_https_with_a_certificate_of_ones_own(cluster2, tmp_path):
+    """--tls-cert/--tls-key: the gateway speaks HTTPS with that certificate (a client
+    that trusts it is answered; plain HTTP is not); a key that does not go with its
+    certificate is refused at the start, saying so."""
+    import ssl
+    c = cluster2
+    service(c, tmp_path, replicas=1, more="  public: true\n")
+    cert, key = tmp_path / "gw.crt", tmp_path / "gw.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    gw = Gateway(c, "gw-tls", extra=["--tls-cert", str(cert), "--tls-key", str(key)])
+    ctx = ssl.create_default_context(cafile=str(cert))
+
+    def chat_https():
+        conn = http.client.HTTPSConnection("127.0.0.1", gw.port, timeout=10, context=ctx)
+        try:
+            conn.request("POST", "/v1/chat/completions", body=json.dumps(
+                {"model": "llama-8b", "messages": [{"role": "user", "content": "hi"}]}),
+                headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            return r.status, json.loads(r.read())
+        finally:
+            conn.close()
+
+    st, body = wait_for(lambda: (lambda a: a if a[0] == 200 else None)(chat_https()), 60,
+                        "an answer over HTTPS")
+    assert body["choices"][0]["message"]["content"], body
+    with pytest.raises((http.client.HTTPException, OSError)):
+        gw.chat("llama-8b", timeout=5)  # (plain HTTP to an HTTPS port)
+    other = tmp_path / "other.key"
+    subprocess.run(["openssl", "genrsa", "-out", str(other), "2048"], check=True,
+                   capture_output=True)
+    bad = subprocess.run([c.bin("bramble-gateway"), "--credential", str(c.root / "gw-tls.gateway"),
+                          "--listen", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key",
+                          str(other)], capture_output=True, text=True, timeout=30)
+    assert bad.returncode != 0 and "TLS certificate or key is bad" in bad.stderr, bad.stderr
 
 
 def test_a_cap_per_replica_a_bounded_queue_and_clients_that_leave(cluster2, tmp_path):
