@@ -217,6 +217,44 @@ def test_a_node_without_room_says_so(make_cluster, tmp_path):
     assert "data set" in text and "big" in text and "--cache-quota" in text, text
 
 
+def test_a_tree_a_running_job_mounts_never_leaves_the_cache(make_cluster, tmp_path,
+                                                           open_dir):
+    """--cache-quota 3M: a running job mounts data set x (2 MiB); a job that needs
+    data set y (2 MiB more) cannot have x's room, so it ends as not started, saying
+    why, and x stays, still read whole by its job; once that job ended, y fits (x
+    used longest ago leaves)."""
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    c = make_cluster()
+    c.start_agent("node-1", wrap=hidden(laptop, c.data),
+                  extra=("--probe-port", "0", "--replica-port", "0", "--cache-quota", "3M"))
+    c.wait_ready("node-1")
+    for name, seed in (("x", 31), ("y", 32)):
+        write(laptop / name / f"{name}.bin", blob(2 << 20, seed))
+        c.cli("data", "push", laptop / name, name)
+    want = hashlib.sha256((laptop / "x" / "x.bin").read_bytes()).hexdigest()
+    mx, my, go = open_dir / "x", open_dir / "y", open_dir / "go"
+    held, _ = submit(c, f"name: holds-x\ndata: {{x: {mx}}}\ncommand: |\n"
+                        f"  while [ ! -e {go} ]; do sleep 0.1; done\n"
+                        f"  sha256sum {mx}/x.bin\n")
+    c.wait_job(held, "running")
+    trees = c.agent_dir("node-1") / "cache" / "trees"
+    before = sorted(p.name for p in trees.iterdir())
+    assert len(before) == 1, before
+    late, _ = submit(c, f"name: needs-y\ndata: {{y: {my}}}\ncommand: cat {my}/y.bin\n")
+    j = c.wait_job(late)
+    assert j["state"] == "failed", j
+    assert "could not start" in (j["reason"] or "") and "data set" in j["reason"], j["reason"]
+    assert sorted(p.name for p in trees.iterdir()) == before  # x stayed
+    go.touch()
+    assert c.wait_job(held)["state"] == "completed"
+    assert f"{want}  {mx}/x.bin" in c.logs(held)
+    again, _ = submit(c, f"name: needs-y-again\ndata: {{y: {my}}}\n"
+                         f"command: wc -c {my}/y.bin\n")
+    assert c.wait_job(again)["state"] == "completed", c.logs(again, stream="both")
+    assert f"{2 << 20} {my}/y.bin" in c.logs(again)
+
+
 def test_the_node_that_holds_the_data_is_preferred(make_cluster, tmp_path, open_dir):
     c, laptop, _ = node_cluster(make_cluster, tmp_path, n=2)
     d = laptop / "ds"
