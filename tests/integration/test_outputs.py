@@ -12,6 +12,7 @@ import pytest
 from conftest import read_yaml_flat
 
 from test_code import events, laptop_cluster, submit, write
+from treefiles import blob, hidden
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for mount namespaces")
 
@@ -110,3 +111,31 @@ def test_outputs_are_their_owners_and_a_hash_grants_nothing(make_cluster, tmp_pa
     assert "errnum" not in mine and mine["offset"] == 0, mine
     r = read("alice", code_hash)  # the job's code is not its outputs
     assert r["errnum"] == 2 and "none of job" in r["error"], r
+
+
+def test_outputs_over_the_owners_quota_are_not_kept_and_say_why(make_cluster, tmp_path):
+    """A user's outputs count in their --user-store-quota: past it, the attempt's
+    outputs are not kept, the job's event says why, and the job itself is not
+    failed for it; `bramble outputs` then has nothing to fetch."""
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    c = make_cluster(start=False)
+    c.start_coordinator(extra=["--user-store-quota", "1MiB"])
+    c.start_agent("node-1", wrap=hidden(laptop, c.data),
+                  extra=("--probe-port", "0", "--replica-port", "0"))
+    c.wait_ready("node-1")
+    cred = c.root / "carol.credential"
+    c.cli("user", "add", "carol", "--out", cred)
+    proj = laptop / "proj"
+    write(proj / "run.sh", "head -c 2000000 /dev/urandom > big.out\n")
+    write(proj / "job.yaml", "name: bigout\ncode: .\noutputs: [\"*.out\"]\n"
+                             "command: sh run.sh\n")
+    rc, out, _ = c.cli("submit", proj / "job.yaml", "--wait", credential=cred)
+    job = int(out.strip())
+    j = c.cli_json("job", "show", str(job), credential=cred)
+    assert j["state"] == "completed", j
+    said = [e for e in events(c, job) if "outputs" in e]
+    assert any("are not kept" in e and "quota" in e for e in said), said
+    assert not j.get("outputs"), j.get("outputs")
+    rc, _, err = c.cli("outputs", job, laptop / "got", credential=cred, check=False)
+    assert rc != 0 and "no outputs" in err, err
