@@ -144,6 +144,26 @@ def http_server(port):
     return f"exec {PYTHON} -u -m http.server {port} --bind 127.0.0.1"
 
 
+def test_bind_listens_where_it_is_told(c, job, forward):
+    """--bind ADDR: the local end listens on that address (here 127.0.0.2, another
+    loopback address), not on 127.0.0.1; a name that does not resolve is refused,
+    naming it."""
+    port = free_port()
+    jid, d = job("web-bind", "printf 'bound\\n' > b.txt && " + http_server(port))
+    c.wait_logs(jid, "Serving HTTP on")
+    lport = free_port()
+    f = forward(jid, f"{lport}:{port}", "--bind", "127.0.0.2")
+    line = wait_for(f.line, what="forward to print where it listens")
+    assert line.startswith(f"forwarding 127.0.0.2:{lport} to port {port} of job {jid}"), line
+    with urllib.request.urlopen(f"http://127.0.0.2:{lport}/b.txt", timeout=DEADLINE) as r:
+        assert (r.status, r.read()) == (200, b"bound\n")
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", lport), timeout=5).close()
+    rc, _, err = c.cli("forward", jid, f"0:{port}", "--bind", "no-such-host.invalid",
+                       check=False)
+    assert rc != 0 and "--bind no-such-host.invalid" in err, err
+
+
 def test_http_through_forward(c, job, forward):
     port = free_port()
     jid, d = job("web", "printf 'hello through the relay\\n' > hello.txt && "

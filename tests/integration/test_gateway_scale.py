@@ -6,6 +6,7 @@ bramble services; the cold-start clients are curl and the official `openai`
 package for Node."""
 
 import json
+import signal
 import subprocess
 import threading
 import time
@@ -158,6 +159,25 @@ def test_scales_up_under_load_and_drains_a_replica_before_stopping_it(cluster2, 
     assert any("replica 1 stops: drained: no gateway holds a request on it" in r
                for r in reasons(c, rep1["id"])), reasons(c, rep1["id"])
     assert c.job(rep1["id"])["state"] == "cancelled"
+
+
+def test_two_gateways_at_once(cluster2, tmp_path):
+    """Two gateways serve the same cluster: both route the model, the coordinator
+    sums what both report (the service's autoscale counts 2 gateways), and when
+    one stops the other serves on and the count drops to 1."""
+    c = cluster2
+    jid, _ = autoscaled(c, tmp_path, "{min: 1, max: 2, target_inflight: 50}")
+    a, b = Gateway(c, "gw-a"), Gateway(c, "gw-b")
+    for gw in (a, b):
+        wait_for(lambda: gw.chat("llama-8b")[0] == 200, 60, "the replica to answer")
+    assert sorted(g["name"] for g in c.cli_json("gateway", "list")) == ["gw-a", "gw-b"]
+    wait_for(lambda: c.job(jid)["autoscale"]["gateways"] == 2, 30,
+             "the coordinator to hear both gateways' load")
+    a.proc.kill(signal.SIGTERM)
+    assert b.chat("llama-8b")[0] == 200
+    wait_for(lambda: c.job(jid)["autoscale"]["gateways"] == 1, 60,
+             "the stopped gateway's load to be let go")
+    assert b.chat("llama-8b")[0] == 200
 
 
 def test_the_dashboard_shows_each_model_its_replicas_load_rate_and_latency(
