@@ -473,6 +473,12 @@ static void test_specials_refused(void **state)
     assert_int_equal(pack_error(dir, &err), -1);
     assert_non_null(strstr(err.text, "special/pipe is a fifo"));
     sh("rm '%s/pipe'", dir);
+    if (geteuid() == 0) { /* a device, as root may make one (mknod): the null device's */
+        sh("mknod '%s/null' c 1 3", dir);
+        assert_int_equal(pack_error(dir, &err), -1);
+        assert_non_null(strstr(err.text, "special/null is a character device"));
+        sh("rm '%s/null'", dir);
+    }
 
     char sock_path[PATH_MAX];
     snprintf(sock_path, sizeof(sock_path), "%s/s.sock", dir);
