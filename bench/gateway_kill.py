@@ -33,7 +33,7 @@ import threading
 import time
 
 from benchnet import wait  # noqa: E402 (beside this file)
-from gateway import FAKE, answers, one  # noqa: E402 (the chat request it sends too)
+from gateway import FAKE, answers, listener_pid, one  # noqa: E402 (its chat request too)
 from localcluster import LocalCluster  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/bin")
@@ -63,13 +63,6 @@ def clients(port, until, out):
         t.join()
 
 
-def pid_on(port):
-    """The process listening on 127.0.0.1:port (from `ss`)."""
-    out = subprocess.run(["ss", "-Hltnp", f"sport = :{port}"], capture_output=True,
-                         text=True).stdout
-    return int(out.split("pid=")[1].split(",")[0])
-
-
 def under_fire(port, kill_port):
     """32 clients on port for SECONDS, the replica on kill_port killed 1 s in:
     (answered, failed)."""
@@ -79,7 +72,7 @@ def under_fire(port, kill_port):
     for p in ps:
         p.start()
     time.sleep(1.0)
-    os.kill(pid_on(kill_port), signal.SIGKILL)
+    os.kill(listener_pid(kill_port), signal.SIGKILL)
     for p in ps:
         p.join()
     res = [q.get() for _ in range(32)]
