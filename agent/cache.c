@@ -354,7 +354,7 @@ int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summ
         goto out;
     }
     size_t i;
-    json_t *e;
+    json_t *e, *seals = seals_of(c, mhash, 0); /* (looked up once: it may be read) */
     json_array_foreach(json_object_get(m, "entries"), i, e) {
         const char *path = json_string_value(json_object_get(e, "path"));
         const char *link = json_string_value(json_object_get(e, "link"));
@@ -379,12 +379,11 @@ int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summ
         }
         char seal[96];
         seal_of(&st, seal, sizeof(seal));
-        json_t *seals = seals_of(c, mhash, 0);
         const char *was = json_string_value(json_object_get(seals, path));
         int sealed = was && strcmp(was, seal) == 0;
         int k = copy_file(src, sealed, dfd, path, json_string_value(json_object_get(e, "hash")),
                           mode, uid, gid, buf, err);
-        if (k == 0 && !sealed && (seals = seals_of(c, mhash, 1))) { /* verified now */
+        if (k == 0 && !sealed && (seals || (seals = seals_of(c, mhash, 1)))) { /* verified */
             json_object_set_new(seals, path, json_string(seal));
             resealed = 1;
         }
