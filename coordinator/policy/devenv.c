@@ -87,10 +87,11 @@ void br_devenv_run(br_coord_t *c, int64_t now_ms)
             *w = d->v[--d->n];
             continue;
         }
+        int64_t closed = c->relay ? br_relay_job_closed(c->relay, w->id) : 0;
         if (streams_of(c, w->id) > 0)
             w->used = now_ms;
-        else if (c->relay && br_relay_job_closed(c->relay, w->id) > w->used)
-            w->used = br_relay_job_closed(c->relay, w->id); /* (its last stream's end) */
+        else if (closed > w->used)
+            w->used = closed; /* (its last stream's end, not this look's time) */
         if (now_ms - w->used >= w->idle_stop && !job->stop.at_mono) {
             char span[32], why[160];
             snprintf(why, sizeof(why), "idle for %s (idle_stop): no shell, no forward "
