@@ -16,7 +16,7 @@ import tempfile
 import pytest
 
 from conftest import wait_for
-from treefiles import blob, events, hidden, laptop_cluster, write
+from treefiles import blob, events, hidden, hidden_node, laptop_cluster, write
 from netlan import free_prefix, veth_ns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for mount namespaces")
@@ -344,9 +344,7 @@ def test_code_no_job_needs_leaves_the_store(make_cluster, tmp_path):
     laptop.mkdir()
     c = make_cluster(start=False)
     c.start_coordinator(extra=["--log-retention", "2s"])
-    c.start_agent("node-1", wrap=hidden(laptop, c.data),
-                  extra=("--probe-port", "0", "--replica-port", "0"))
-    c.wait_ready("node-1")
+    hidden_node(c, laptop)
     objects = c.data / "store" / "objects"
 
     def stored(data):

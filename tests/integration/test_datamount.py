@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
-from treefiles import blob, events, hidden, laptop_cluster, write
+from treefiles import blob, events, hidden_node, laptop_cluster, write
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for mount namespaces")
 
@@ -204,9 +204,7 @@ def test_a_node_without_room_says_so(make_cluster, tmp_path):
     laptop = tmp_path / "laptop"
     laptop.mkdir()
     c = make_cluster()
-    c.start_agent("node-1", wrap=hidden(laptop, c.data),
-                  extra=("--probe-port", "0", "--replica-port", "0", "--cache-quota", "1M"))
-    c.wait_ready("node-1")
+    hidden_node(c, laptop, ("--cache-quota", "1M"))
     d = laptop / "big"
     write(d / "big.bin", blob(3 << 20, 3))
     c.cli("data", "push", d, "big")
@@ -226,9 +224,7 @@ def test_a_tree_a_running_job_mounts_never_leaves_the_cache(make_cluster, tmp_pa
     laptop = tmp_path / "laptop"
     laptop.mkdir()
     c = make_cluster()
-    c.start_agent("node-1", wrap=hidden(laptop, c.data),
-                  extra=("--probe-port", "0", "--replica-port", "0", "--cache-quota", "3M"))
-    c.wait_ready("node-1")
+    hidden_node(c, laptop, ("--cache-quota", "3M"))
     for name, seed in (("x", 31), ("y", 32)):
         write(laptop / name / f"{name}.bin", blob(2 << 20, seed))
         c.cli("data", "push", laptop / name, name)

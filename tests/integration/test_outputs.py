@@ -12,7 +12,7 @@ import pytest
 from conftest import read_yaml_flat
 
 from test_code import events, laptop_cluster, submit, write
-from treefiles import blob, hidden
+from treefiles import hidden_node
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for mount namespaces")
 
@@ -121,9 +121,7 @@ def test_outputs_over_the_owners_quota_are_not_kept_and_say_why(make_cluster, tm
     laptop.mkdir()
     c = make_cluster(start=False)
     c.start_coordinator(extra=["--user-store-quota", "1MiB"])
-    c.start_agent("node-1", wrap=hidden(laptop, c.data),
-                  extra=("--probe-port", "0", "--replica-port", "0"))
-    c.wait_ready("node-1")
+    hidden_node(c, laptop)
     cred = c.root / "carol.credential"
     c.cli("user", "add", "carol", "--out", cred)
     proj = laptop / "proj"

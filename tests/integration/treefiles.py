@@ -36,6 +36,14 @@ def hidden(laptop, *more):
             f'{mounts} && exec "$@"', "sh"]
 
 
+def hidden_node(c, laptop, extra=(), name="node-1"):
+    """Start agent name (joined, ready) of cluster c where neither laptop nor the
+    coordinator's data dir is visible (hidden())."""
+    c.start_agent(name, wrap=hidden(laptop, c.data),
+                  extra=("--probe-port", "0", "--replica-port", "0") + tuple(extra))
+    c.wait_ready(name)
+
+
 def laptop_cluster(make_cluster, tmp_path, n=2, extra=(), **kw):
     """A cluster of n agents (node-1...) that cannot see tmp_path/laptop, which the
     CLI sees, nor the coordinator's data dir: (cluster, laptop, names)."""
