@@ -21,6 +21,7 @@ typedef struct {
     const char *cmd;       /* "token create": the prefix of every message */
     const char *cred_flag; /* --credential, NULL when not given */
     int timeout_ms;        /* --timeout */
+    int timeout_given;     /* --timeout was given (an upload waits for it, not 60 s) */
     int64_t wait_ms;          /* submit --timeout: the most --wait/--follow wait */
     int64_t wait_deadline_ms; /* br_mono_ms() when they give up; 0: never */
     br_cred_t cred;

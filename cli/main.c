@@ -157,6 +157,7 @@ static int take_global(cli_t *cli, int argc, char **argv, int *i)
             return cli_usage(cli, "--timeout %s: give a time to wait for each answer, more "
                                   "than 0 (e.g. 5s)", val), -1;
         cli->timeout_ms = (int)ms;
+        cli->timeout_given = 1;
         return 1;
     }
     return 0;

@@ -109,7 +109,9 @@ int cli_upload(cli_t *cli, br_pack_t *p, int progress_shown, const json_t *stage
         return CLI_FAIL;
     show_t s = {.p = p, .progress = progress_shown, .started = br_mono_ms(),
                 .client = client, .stage = stage};
-    br_upload_t u = {.client = client, .timeout_ms = UPLOAD_TIMEOUT_MS, .manifest = m,
+    br_upload_t u = {.client = client,
+                     .timeout_ms = cli->timeout_given ? cli->timeout_ms : UPLOAD_TIMEOUT_MS,
+                     .manifest = m,
                      .source = source, .progress = progress, .lacking = lacking, .arg = &s};
     char path[4200];
     if (br_upload_run(&u, listing, summary, st, path, sizeof(path), &err) == 0) {
@@ -127,6 +129,13 @@ int cli_upload(cli_t *cli, br_pack_t *p, int progress_shown, const json_t *stage
         return cli_fail(cli, "%s; the tree's largest files: %s. Leave out what is not "
                              "needed with .brambleignore",
                         err.text, largest(p, big, sizeof(big)));
+    }
+    if (err.errnum == ETIMEDOUT && s.total > 0) {
+        char a[32], b[32];
+        return cli_fail(cli, "the upload stalled with %s of %s sent: %s. The store keeps "
+                             "what it took: the same command again goes on from there",
+                        br_format_size((uint64_t)s.done, a, sizeof(a)),
+                        br_format_size((uint64_t)s.total, b, sizeof(b)), err.text);
     }
     return cli_fail(cli, "%s%s%s", path[0] ? path : "", path[0] ? ": " : "", err.text);
 }

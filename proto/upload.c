@@ -62,7 +62,9 @@ static void take_one(up_t *u)
     br_err_t err;
     u->head = (u->head + 1) % BR_CLIENT_PENDING;
     u->n--;
-    if (br_client_recv(u->o->client, f->seq, u->o->timeout_ms, &resp, &err) < 0) {
+    /* once one went unanswered, the rest are not waited for one by one */
+    int wait = u->failed ? 0 : u->o->timeout_ms;
+    if (br_client_recv(u->o->client, f->seq, wait, &resp, &err) < 0) {
         if (err.errnum == ERANGE)
             u->moved = 1;
         else

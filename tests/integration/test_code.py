@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -506,3 +507,80 @@ def test_a_staged_upload_cut_off_runs_nothing_and_a_retry_resumes(make_cluster, 
     said = [e for e in events(c, job) if "its code fetched" in e]
     assert len(said) == 1 and "as it was uploaded" in said[0], said
     assert len(c.jobs()) == 1, c.jobs()
+
+
+def test_a_link_cut_mid_upload_goes_on_or_says_so(make_cluster, tmp_path, request):
+    """The laptop's link cut in the middle of an upload: back within the CLI's
+    --timeout, the upload goes on where it stopped; gone for longer, the CLI gives up
+    within about that time, saying the upload stalled, how much of it the store took
+    and that the same submit goes on from there. Nothing partial runs; the retry
+    sends only what the store lacks and its job runs the code as sent."""
+    net = free_prefix()
+    v = veth_ns(request, [f"{net}.1/24"], [f"{net}.2/24"], prefix="brl", what="the laptop")
+    # the laptop's uplink at 64 Mbit/s: the upload spans seconds
+    subprocess.run(["ip", "netns", "exec", v.ns, "tc", "qdisc", "add", "dev", v.ns_veth,
+                    "root", "tbf", "rate", "64mbit", "burst", "64kbit", "latency", "400ms"],
+                   check=True)
+    c, laptop, _ = laptop_cluster(make_cluster, tmp_path, n=1, host=f"{net}.1")
+    proj = laptop / "proj"
+    write(proj / "job.yaml", "name: cut\ncode: .\ncommand: sha256sum big.bin\n")
+
+    def link(state):
+        subprocess.run(["ip", "-n", v.ns, "link", "set", v.ns_veth, state], check=True)
+
+    def start(big):
+        (proj / "big.bin").write_bytes(big)
+        argv = ["ip", "netns", "exec", v.ns, c.bin("bramble"), "--credential",
+                str(c.credential), "--timeout", "6s", "submit", str(proj / "job.yaml")]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=c.env, cwd=c.root, text=True)
+        partial = c.data / "store" / "partial"
+        name = hashlib.blake2b(big, digest_size=32).hexdigest()
+
+        def held():
+            return sum(f.stat().st_size for f in partial.glob(name + "*"))
+
+        wait_for(lambda: (proc.poll() is None or pytest.fail(f"ended: {proc.communicate()}"))
+                 and held() > (4 << 20), what="part of the big file stored", interval=0.01)
+        link("down")
+        return proc, held
+
+    # cut for 2 s, within the CLI's 6 s: the upload goes on
+    big = blob(32 << 20, 1)
+    proc, held = start(big)
+    try:
+        cut_at = held()
+        wait_for(lambda: proc.poll() is None and held() == cut_at, what="a steady partial")
+        assert c.jobs() == [], "a job exists before its upload ended"
+    finally:
+        link("up")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    first = int(out.strip())
+    c.wait_job(first, "completed")
+    assert hashlib.sha256(big).hexdigest() in c.logs(first)
+
+    # cut for good: the CLI says so within about its --timeout, and nothing runs
+    big = blob(32 << 20, 2)
+    proc, held = start(big)
+    cut = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=60)
+        waited = time.monotonic() - cut
+    finally:
+        link("up")
+    assert proc.returncode != 0, (out, err)
+    # about its 6 s, not 6 s for each of the chunks it had in flight
+    assert waited < 30, (waited, err)
+    assert "stalled" in err and "goes on from there" in err, err
+    assert [j["id"] for j in c.jobs()] == [first], "a job exists though its upload stalled"
+    kept = held()
+    assert 0 < kept < len(big)
+    rc, out, err = c.cli("submit", proj / "job.yaml")
+    sent = re.search(r"sent \d+ files, ([\d.]+)(B|KiB|MiB|GiB)", err)
+    unit = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    assert sent and float(sent.group(1)) * unit[sent.group(2)] < len(big) - kept + (1 << 20), \
+        (err, kept)
+    job = int(out.strip())
+    c.wait_job(job, "completed")
+    assert hashlib.sha256(big).hexdigest() in c.logs(job)
