@@ -18,7 +18,7 @@ import pytest
 
 from conftest import wait_for
 from treefiles import blob, events, hidden, hidden_node, laptop_cluster, write
-from netlan import free_prefix, veth_ns
+from netlan import PYTHON, free_prefix, veth_ns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for mount namespaces")
 
@@ -182,6 +182,21 @@ def test_code_that_cannot_travel_is_refused_naming_it(cluster, tmp_path):
     os.symlink("/etc/passwd", proj / "passwd")
     rc, _, err = c.cli("submit", spec, check=False)
     assert rc == 1 and "passwd" in err and "out of the tree" in err, err
+    os.unlink(proj / "passwd")
+    # a file still being written: named, never sent as whatever it held then
+    growing = proj / "growing.log"
+    growing.write_bytes(blob(32 << 20, 3))
+    writer = subprocess.Popen([PYTHON, "-c", "import os, sys\n"
+                               "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)\n"
+                               "while True: os.write(fd, b'x')\n", str(growing)])
+    try:
+        wait_for(lambda: growing.stat().st_size > (32 << 20), what="the writer to begin")
+        rc, _, err = c.cli("submit", spec, check=False)
+    finally:
+        writer.kill()
+        writer.wait()
+    # (hashed while it grew, or grown since: either way it is named and said)
+    assert rc == 1 and "growing.log changed" in err and "hashed" in err, err
     assert c.jobs() == [], "a refused job was stored"
     # a client that sends the spec's code: without the tree is refused
     cl = c.raw_client()
