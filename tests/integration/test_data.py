@@ -377,6 +377,11 @@ def test_coordinator_killed_mid_upload_keeps_what_it_acknowledged(cluster):
     for i in range(20):
         write(first / f"f{i:02}.bin", blob(5000 + i, 30 + i))
     acked, _, _ = push(c, first, "first")
+    code = c.root / "code"  # a job's code: acknowledged once the job is stored
+    for i in range(10):
+        write(code / f"c{i:02}.py", f"print({i})\n" * (100 + i))
+    write(code / "job.yaml", "name: kept\ncode: .\ncommand: python3 c00.py\n")
+    job = int(c.cli("submit", code / "job.yaml")[1].strip())
     tree = c.root / "second"
     write(tree / "huge.bin", blob(48 << 20, 40))
     proc = start_push(c, tree, "second")
@@ -389,6 +394,10 @@ def test_coordinator_killed_mid_upload_keeps_what_it_acknowledged(cluster):
     assert [(x["name"], x["tag"], x["files"]) for x in listed] == [("first", "v1", 20)]
     stored = objects(c)
     for f in sorted(first.iterdir()):
+        data = f.read_bytes()
+        assert stored.get(hashlib.blake2b(data, digest_size=32).hexdigest()) == data, f
+    assert [j["id"] for j in c.jobs()] == [job]
+    for f in sorted(code.iterdir()):
         data = f.read_bytes()
         assert stored.get(hashlib.blake2b(data, digest_size=32).hexdigest()) == data, f
     again, _, _ = push(c, first, "first")
