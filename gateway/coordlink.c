@@ -23,7 +23,13 @@ struct gw_link {
     int refused;
     int load_refused; /* the last load report was refused (said once) */
     int was_up;        /* for the log: the coordinator's comings and goings */
+    int sent;          /* something was sent since the socket was last looked at */
+    int64_t look_at;   /* monotonic ms it is looked at anyway */
 };
+
+/* How often the socket is looked at when its fd says nothing (each look costs
+ * libzmq a poll of its mailbox, so not at every turn of the loop). */
+#define LOOK_MS 100
 
 gw_link_t *gw_link_new(const br_cred_t *cred, gw_table_fn on_table,
                        gw_reported_fn on_reported, void *arg, br_err_t *err)
@@ -138,6 +144,7 @@ static void send_request(gw_link_t *l, const char *type, json_t *body)
         br_msg_set_body(m, body);
         body = NULL;
         br_msg_send(l->sock, m, &err);
+        l->sent = 1; /* (a send may take the fd's news: look again) */
     }
     json_decref(body);
     br_msg_destroy(&m);
@@ -166,11 +173,14 @@ void gw_link_load(gw_link_t *l, json_t *services, int64_t version)
                           : NULL);
 }
 
-int gw_link_run(gw_link_t *l, int64_t now_ms)
+/* Read all that came (ZMQ_FD is edge-triggered), and whether the key was refused. */
+static void look(gw_link_t *l, int64_t now_ms)
 {
+    l->sent = 0;
+    l->look_at = now_ms + LOOK_MS;
     if (!l->refused && br_sock_monitor_auth_failed(l->monitor))
         key_refused(l); /* (at the handshake of a new connection) */
-    for (;;) { /* ZMQ_FD is edge-triggered: read all that is there */
+    for (;;) {
         int events = 0;
         size_t len = sizeof(events);
         if (zmq_getsockopt(l->sock, ZMQ_EVENTS, &events, &len) < 0 || !(events & ZMQ_POLLIN))
@@ -187,6 +197,12 @@ int gw_link_run(gw_link_t *l, int64_t now_ms)
         take(l, m, now_ms);
         br_msg_destroy(&m);
     }
+}
+
+int gw_link_run(gw_link_t *l, int64_t now_ms, int ready)
+{
+    if (ready || l->sent || now_ms >= l->look_at)
+        look(l, now_ms);
     if (l->was_up && !gw_link_up(l, now_ms)) {
         l->was_up = 0;
         fprintf(stderr, "bramble-gateway: the coordinator does not answer; serving from "
@@ -195,14 +211,14 @@ int gw_link_run(gw_link_t *l, int64_t now_ms)
     if (now_ms >= l->renew_at) {
         br_msg_t *m = br_msg_new(BR_MSG_REQUEST, "gateway.watch", ++l->seq);
         br_err_t err;
-        if (m)
-            br_msg_send(l->sock, m, &err); /* (a full queue: the next renewal) */
+        if (m && br_msg_send(l->sock, m, &err) == 0) /* (a full queue: the next renewal) */
+            l->sent = 1;
         br_msg_destroy(&m);
         /* soon again until the coordinator has answered once */
         l->renew_at = now_ms + (l->heard ? GW_WATCH_RENEW_MS : 1000);
     }
-    int64_t wait = l->renew_at - now_ms;
-    return wait < 0 ? 0 : wait > GW_WATCH_RENEW_MS ? GW_WATCH_RENEW_MS : (int)wait;
+    int64_t wait = l->renew_at < l->look_at ? l->renew_at - now_ms : l->look_at - now_ms;
+    return l->sent || wait < 0 ? 0 : wait > GW_WATCH_RENEW_MS ? GW_WATCH_RENEW_MS : (int)wait;
 }
 
 int gw_link_up(const gw_link_t *l, int64_t now_ms)

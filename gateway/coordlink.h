@@ -27,9 +27,10 @@ void gw_link_destroy(gw_link_t **l);
 
 /* The fd to poll for input (ZMQ_FD: edge-triggered, so gw_link_run drains). */
 int gw_link_fd(const gw_link_t *l);
-/* Read what came, renew the watch when due: call after every poll. Returns the
- * ms until it wants to run again. */
-int gw_link_run(gw_link_t *l, int64_t now_ms);
+/* Read what came, renew the watch when due: call after every poll, with ready
+ * when the poll said the fd has news (the socket is looked at then, after a
+ * send, and every 100 ms anyway). Returns the ms until it wants to run again. */
+int gw_link_run(gw_link_t *l, int64_t now_ms, int ready);
 /* Send a report (gateway.report; body borrowed): what the gateway counted
  * (ledger.h). Its answer comes to on_reported; a report lost is sent again by the
  * caller. */

@@ -355,6 +355,14 @@ enum MHD_Result gw_exchange_respond(gw_exchange_t *x, int retry_after)
         resp = MHD_create_response_from_buffer(strlen(x->own), x->own, MHD_RESPMEM_MUST_COPY);
         if (resp)
             MHD_add_response_header(resp, "Content-Type", "application/json");
+    } else if (x->upstream_done && x->rc == CURLE_OK && !gw_exchange_is_sse(x)) {
+        /* the whole answer is here: its head and body go out in one write */
+        resp = MHD_create_response_from_buffer(x->out_len - x->out_off,
+                                               x->out ? x->out + x->out_off : (char *)"",
+                                               MHD_RESPMEM_MUST_COPY);
+        x->out_off = x->out_len;
+        if (resp && x->ctype[0])
+            MHD_add_response_header(resp, "Content-Type", x->ctype);
     } else {
         curl_off_t len = -1;
         if (x->easy && !gw_exchange_is_sse(x))

@@ -56,9 +56,10 @@ struct gw {
     int sigfd;
     int ep;          /* epoll: the client side's, the link's, the signals' and libcurl's fds */
     int64_t curl_at; /* monotonic ms libcurl wants its timeout acted on; -1: not */
-    struct kept {    /* by fd: the replica of a connection libcurl keeps, idle */
-        int64_t id;  /* (0: none) */
+    struct kept {    /* by fd: libcurl's sockets */
+        int64_t id;  /* the replica of a connection libcurl keeps, idle (0: none) */
         int port;
+        uint32_t ev; /* the events it is watched for in the epoll (0: not there) */
     } *kept;
     int nkept;
     int nidle;       /* of them, kept now */
@@ -79,58 +80,90 @@ struct gw {
  * and when to call it anyway (CURLMOPT_TIMERFUNCTION); the loop then drives only
  * the transfers whose socket is ready, not every transfer at every turn. */
 
-/* The idle connection fd is kept to replica r (r NULL: no longer idle). */
-static void keep_idle(gw_t *g, int fd, const gw_replica_t *r)
+/* The slot of libcurl's socket fd (NULL: out of memory). */
+static struct kept *slot(gw_t *g, int fd)
 {
+    if (fd < 0)
+        return NULL;
     if (fd >= g->nkept) {
-        if (!r)
-            return;
         int n = fd + 64;
         struct kept *k = realloc(g->kept, (size_t)n * sizeof(*k));
         if (!k)
-            return; /* (then only not watched) */
+            return NULL;
         memset(k + g->nkept, 0, (size_t)(n - g->nkept) * sizeof(*k));
         g->kept = k, g->nkept = n;
     }
-    g->nidle += (r != NULL) - (g->kept[fd].id != 0);
-    g->kept[fd].id = r ? r->id : 0;
-    g->kept[fd].port = r ? r->port : 0;
+    return &g->kept[fd];
 }
 
+/* The idle connection fd is kept to replica r (r NULL: no longer idle). */
+static void keep_idle(gw_t *g, int fd, const gw_replica_t *r)
+{
+    struct kept *k = fd < g->nkept || r ? slot(g, fd) : NULL;
+    if (!k)
+        return; /* (then only not watched) */
+    g->nidle += (r != NULL) - (k->id != 0);
+    k->id = r ? r->id : 0;
+    k->port = r ? r->port : 0;
+}
+
+/* Watch fd for want (0: not at all), with an epoll call only when that changes. */
+static int watch_for(gw_t *g, int fd, uint32_t want)
+{
+    struct kept *k = slot(g, fd);
+    if (!k)
+        return -1;
+    if (k->ev == want)
+        return 0;
+    struct epoll_event ev = {.events = want, .data.fd = fd};
+    int rc = epoll_ctl(g->ep, !want ? EPOLL_CTL_DEL : k->ev ? EPOLL_CTL_MOD : EPOLL_CTL_ADD,
+                       fd, want ? &ev : NULL);
+    if (rc < 0 && want && (errno == EEXIST || errno == ENOENT)) /* (a number reused) */
+        rc = epoll_ctl(g->ep, errno == EEXIST ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev);
+    k->ev = rc == 0 ? want : 0;
+    return want && rc < 0 ? -1 : 0;
+}
+
+/* Every socket of libcurl's is watched for its peer's end too (EPOLLRDHUP), and
+ * an idle one kept to its replica stays watched as it was, for that end
+ * (gw_replica_suspect): a connection taken from idle to a transfer and back
+ * costs no epoll call. */
 static int on_curl_socket(CURL *e, curl_socket_t fd, int what, void *gp, void *known)
 {
+    (void)known;
     gw_t *g = gp;
     if (what == CURL_POLL_REMOVE) {
-        /* a transfer let go of fd: a connection kept to its replica is watched for
-         * the replica's end while idle (gw_replica_suspect); one being closed leaves
-         * the epoll with its close */
         gw_exchange_t *x = NULL;
         curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&x);
-        struct epoll_event ev = {.events = EPOLLRDHUP, .data.fd = fd};
-        if (x && x->rep && epoll_ctl(g->ep, EPOLL_CTL_MOD, fd, &ev) == 0)
+        if (x && x->rep && watch_for(g, fd, EPOLLIN | EPOLLRDHUP) == 0)
             keep_idle(g, fd, x->rep);
-        else
-            epoll_ctl(g->ep, EPOLL_CTL_DEL, fd, NULL); /* (fails harmlessly once closed) */
+        else {
+            keep_idle(g, fd, NULL);
+            watch_for(g, fd, 0); /* (fails harmlessly once closed) */
+        }
         return 0;
     }
     keep_idle(g, fd, NULL);
-    struct epoll_event ev = {.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) |
-                                       (what & CURL_POLL_OUT ? EPOLLOUT : 0u),
-                             .data.fd = fd};
-    if (known && epoll_ctl(g->ep, EPOLL_CTL_MOD, fd, &ev) == 0)
-        return 0;
-    if (epoll_ctl(g->ep, EPOLL_CTL_ADD, fd, &ev) < 0 &&
-        (errno != EEXIST || epoll_ctl(g->ep, EPOLL_CTL_MOD, fd, &ev) < 0))
-        return -1;
-    curl_multi_assign(g->multi, fd, g); /* (forgotten by libcurl at its removal) */
-    return 0;
+    return watch_for(g, fd, EPOLLRDHUP | (what & CURL_POLL_IN ? EPOLLIN : 0u) |
+                                (what & CURL_POLL_OUT ? EPOLLOUT : 0u));
+}
+
+/* libcurl closes a socket of its own: forgotten here (CURLOPT_CLOSESOCKETFUNCTION),
+ * so that a later socket of that number starts afresh. */
+static int on_curl_close(void *gp, curl_socket_t fd)
+{
+    gw_t *g = gp;
+    keep_idle(g, fd, NULL);
+    if (fd >= 0 && fd < g->nkept)
+        g->kept[fd].ev = 0; /* (closing it takes it out of the epoll) */
+    return close(fd);
 }
 
 /* An idle connection kept to a replica was closed by it (events on fd): the replica
  * is put on trial. libcurl finds the connection closed itself when it next takes it. */
 static void idle_closed(gw_t *g, int fd)
 {
-    epoll_ctl(g->ep, EPOLL_CTL_DEL, fd, NULL);
+    watch_for(g, fd, 0);
     gw_replica_t *r = gw_table_replica(g->table, g->kept[fd].id, g->kept[fd].port);
     keep_idle(g, fd, NULL);
     if (r)
@@ -391,6 +424,8 @@ static void start(gw_t *g, gw_exchange_t *x, gw_replica_t *r)
         return;
     }
     if (gw_exchange_try(x, r, (long)g->cfg.upstream_ms, g->easies) < 0 ||
+        curl_easy_setopt(x->easy, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close) != CURLE_OK ||
+        curl_easy_setopt(x->easy, CURLOPT_CLOSESOCKETDATA, g) != CURLE_OK ||
         curl_multi_add_handle(g->multi, x->easy) != CURLM_OK) {
         gw_exchange_end_try(x);
         gw_exchange_fail(x, 500, "server_error", "the gateway is out of memory");
@@ -1039,9 +1074,11 @@ int gw_run(gw_t *g, br_err_t *err)
         watch(g, g->sigfd) < 0)
         return br_errf(err, errno, "epoll: %s", strerror(errno));
     struct epoll_event evs[64];
+    int link_fd = gw_link_fd(g->link), link_ready = 1;
     while (!g->stop) {
         int64_t now = br_mono_ms();
-        int wait = gw_link_run(g->link, now);
+        int wait = gw_link_run(g->link, now, link_ready);
+        link_ready = 0;
         MHD_UNSIGNED_LONG_LONG mt;
         if (MHD_get_timeout(g->mhd, &mt) == MHD_YES && mt < (MHD_UNSIGNED_LONG_LONG)wait)
             wait = (int)mt;
@@ -1060,13 +1097,15 @@ int gw_run(gw_t *g, br_err_t *err)
                     fprintf(stderr, "bramble-gateway: signal %d, stopping\n",
                             (int)si.ssi_signo);
                 g->stop = 1;
+            } else if (fd == link_fd) {
+                link_ready = 1;
             } else if (fd < g->nkept && g->kept[fd].id) {
                 idle_closed(g, fd);
-            } else if (fd != ei->epoll_fd && fd != gw_link_fd(g->link)) {
+            } else if (fd != ei->epoll_fd) {
                 uint32_t e = evs[i].events;
                 int running = 0;
                 curl_multi_socket_action(g->multi, fd,
-                                         (e & EPOLLIN ? CURL_CSELECT_IN : 0) |
+                                         (e & (EPOLLIN | EPOLLRDHUP) ? CURL_CSELECT_IN : 0) |
                                              (e & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
                                              (e & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0),
                                          &running);
@@ -1082,8 +1121,8 @@ int gw_run(gw_t *g, br_err_t *err)
             MHD_run(g->mhd);
             curl_due(g); /* (the transfers the client side started) */
             finished(g);
-            if (gw_exchange_resumed() == resumed && pass > 0)
-                break;
+            if (gw_exchange_resumed() == resumed)
+                break; /* (what libmicrohttpd left to do shows in its timeout) */
         }
         now = br_mono_ms();
         if (now - g->swept >= SWEEP_MS) {
