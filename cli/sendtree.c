@@ -23,6 +23,7 @@
 typedef struct {
     br_pack_t *p;
     int progress, shown_any;
+    int staged; /* code.stage was sent */
     int64_t started, shown, done, total;
     br_client_t *client;
     const json_t *stage; /* {"spec", "sets"} of the job, or NULL */
@@ -63,8 +64,9 @@ static void progress(void *arg, int64_t done, int64_t total)
 static void lacking(void *arg, const json_t *listing, const json_t *summary, int64_t bytes)
 {
     show_t *s = arg;
-    if (!s->stage || bytes < STAGE_MIN)
+    if (!s->stage || s->staged || bytes < STAGE_MIN)
         return;
+    s->staged = 1;
     json_t *body = json_deep_copy(s->stage);
     br_err_t err;
     if (!body || json_object_set(body, "listing", (json_t *)listing) < 0 ||

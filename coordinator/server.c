@@ -40,6 +40,7 @@
 #include "overlaylog.h"
 #include "probeset.h"
 #include "contentw.h"
+#include "listcache.h"
 #include "stages.h"
 #include "uploads.h"
 #include "routes.h"
@@ -161,11 +162,12 @@ int br_coord_wire(br_coord_t *c)
     c->pace = br_pace_new();
     c->uploads = br_uploads_new();
     c->stages = br_stages_new();
+    c->listcache = br_listcache_new();
     c->routes = br_routes_new();
     c->gwload = br_gwload_new();
     c->overlay_log = br_overlay_log_new();
     if (!c->replicas || !c->replkeep || !c->ckptpull || !c->pace || !c->uploads ||
-        !c->stages || !c->routes || !c->gwload || !c->overlay_log)
+        !c->stages || !c->listcache || !c->routes || !c->gwload || !c->overlay_log)
         return -1;
     /* the modules hear of the core in this order: the core's own hooks first */
     if (br_jobs_init(c) < 0 || br_deps_init(c) < 0 || br_replicas_init(c) < 0 ||
@@ -267,6 +269,7 @@ void br_coord_destroy(br_coord_t **cp)
     br_pace_destroy(&c->pace);
     br_uploads_destroy(&c->uploads);
     br_stages_destroy(&c->stages);
+    br_listcache_destroy(&c->listcache);
     br_relay_destroy(&c->relay); /* its thread stops before the context ends */
     br_sock_close(&c->sock);
     br_zap_destroy(&c->zap);
@@ -604,6 +607,7 @@ static void wake(br_coord_t *c, int readable)
         }
         expire_uploads(c, now);
         br_stages_expire(c->stages, now, node_ready, c);
+        br_listcache_expire(c->listcache, now);
     }
     br_sched_wake(c);
     if (br_store_commit(c->store, &err) < 0) {

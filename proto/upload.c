@@ -27,7 +27,6 @@ typedef struct {
     flight_t fl[BR_CLIENT_PENDING];
     size_t head, n;
     int moved;  /* a chunk was refused: not at what the store holds (ERANGE) */
-    int told;   /* o->lacking was called */
     int failed; /* the first refusal is in err, its path in path */
     br_err_t *err;
     char *path;
@@ -177,13 +176,13 @@ static int send_lacking(up_t *u, const json_t *listing, const json_t *summary)
     json_int_t from = 0;
     int more = 1;
     while (more) {
-        json_t *r = call(u, json_pack("{s:O, s:O, s:I}", "listing", listing, "manifest",
-                                      summary, "from", from));
+        json_t *r = call(u, json_pack("{s:O, s:O, s:I, s:b}", "listing", listing, "manifest",
+                                      summary, "from", from, "paged", 1));
         if (!r)
             return -1;
         u->total += json_integer_value(json_object_get(r, "bytes"));
         more = json_is_true(json_object_get(r, "more"));
-        if (!u->told++ && u->o->lacking)
+        if (u->o->lacking) /* (page by page: what is known lacking so far) */
             u->o->lacking(u->o->arg, listing, summary, u->total);
         size_t i;
         json_t *l;
@@ -203,6 +202,9 @@ static int send_lacking(up_t *u, const json_t *listing, const json_t *summary)
             }
             from = at + 1;
         }
+        json_t *next = json_object_get(r, "next"); /* (a coordinator that pages says) */
+        if (rc == 0 && json_is_integer(next) && json_integer_value(next) > from)
+            from = json_integer_value(next);
         json_decref(r);
         drain(u);
         if (rc < 0 || u->failed)

@@ -33,9 +33,10 @@ typedef struct {
     const char *(*source)(void *arg, const char *path);
     /* bytes sent so far of those the store lacked (total), as they go; may be NULL */
     void (*progress)(void *arg, int64_t done, int64_t total);
-    /* what the store lacks is known (bytes), before any file of it is sent, with the
-     * manifest's listing and summary: once per upload; may be NULL (bramble submit
-     * has the job's code staged on a node then, docs/files.md) */
+    /* what the store lacks is known (bytes so far), with the manifest's listing and
+     * summary: after each page of content.lack's answers, before the files it names
+     * are sent; may be NULL (bramble submit has the job's code staged on a node once
+     * it is much, docs/files.md) */
     void (*lacking)(void *arg, const json_t *listing, const json_t *summary, int64_t bytes);
     void *arg;
 } br_upload_t;

@@ -8,6 +8,7 @@
  * sets and uses those shared with them or public; the admin all of them. */
 #include "api.h"
 #include "content.h"
+#include "listcache.h"
 #include "contentw.h"
 #include "stages.h"
 #include "uploads.h"
@@ -25,6 +26,7 @@
 #include "util.h"
 
 #define LACK_MAX 20000     /* entries one content.lack answer names ("more" after) */
+#define LACK_SCAN 1000     /* ... and looks at, when asked "paged" ("next": where on) */
 #define CONTENTS_MAX 1000  /* contents one content.lack asks about by hash */
 #define NAME_MAX_LEN 64    /* of a data set's name and of a tag */
 #define LARGEST_SHOWN 5    /* files a quota refusal names */
@@ -68,6 +70,9 @@ static json_t *listed_manifest(br_coord_t *c, const br_caller_t *who, const json
         return br_errp(err, ENOENT, "the manifest's listing %.16s... is not stored: send it "
                                     "first (content.put)",
                        lhash);
+    json_t *kept = br_listcache_get(c->listcache, lhash, summary, br_mono_ms());
+    if (kept)
+        return kept; /* (made from this listing and summary, and checked, before) */
     char path[4200];
     snprintf(path, sizeof(path), "%s/objects/%.2s/%s", br_content_dir(c->content), lhash,
              lhash);
@@ -89,6 +94,8 @@ static json_t *listed_manifest(br_coord_t *c, const br_caller_t *who, const json
     }
     if (!m)
         br_err_prefix(err, "the manifest");
+    else
+        br_listcache_put(c->listcache, lhash, summary, m, br_mono_ms());
     return m;
 }
 
@@ -286,7 +293,8 @@ static int claimable(br_coord_t *c, const br_caller_t *who, const char *h, br_er
  * for the caller (claimable; offset: what the caller's partial of it holds), each
  * content once; *more when the answer stopped at LACK_MAX. NULL with err. */
 static json_t *lacking(br_coord_t *c, const br_caller_t *who, const json_t *entries,
-                       size_t from, int *more, json_int_t *bytes, br_err_t *err)
+                       size_t from, size_t scan, int *more, size_t *next, json_int_t *bytes,
+                       br_err_t *err)
 {
     json_t *out = json_array(), *seen = json_object();
     size_t i;
@@ -296,6 +304,10 @@ static json_t *lacking(br_coord_t *c, const br_caller_t *who, const json_t *entr
     if (!out || !seen)
         goto oom;
     for (i = from; i < json_array_size(entries); i++) {
+        if (scan && i - from == scan) {
+            *more = 1; /* (the rest in the next page: each a wake of its own) */
+            break;
+        }
         e = json_array_get(entries, i);
         const char *h = json_string_value(json_object_get(e, "hash"));
         if (!h || json_object_get(seen, h))
@@ -321,6 +333,7 @@ static json_t *lacking(br_coord_t *c, const br_caller_t *who, const json_t *entr
             json_array_append_new(out, json_pack("[I, I]", (json_int_t)i, (json_int_t)off)) < 0)
             goto oom;
     }
+    *next = i;
     json_decref(seen);
     return out;
 oom:
@@ -736,9 +749,10 @@ void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_t *contents = NULL, *listing = NULL, *summary = NULL, *full = NULL, *out = NULL;
     json_int_t from = 0;
+    int paged = 0;
     br_err_t err;
-    if (br_msg_unpack(m, &err, "{s?o, s?o, s?o, s?I}", "contents", &contents, "listing",
-                      &listing, "manifest", &summary, "from", &from) < 0)
+    if (br_msg_unpack(m, &err, "{s?o, s?o, s?o, s?I, s?b}", "contents", &contents, "listing",
+                      &listing, "manifest", &summary, "from", &from, "paged", &paged) < 0)
         goto fail;
     if (!contents == !listing || !listing != !summary || from < 0) {
         br_errf(&err, EINVAL, "content.lack: give contents, or listing with manifest");
@@ -759,8 +773,9 @@ void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
             }
         }
         int more;
+        size_t next;
         json_int_t bytes;
-        json_t *lack = lacking(c, who, contents, 0, &more, &bytes, &err);
+        json_t *lack = lacking(c, who, contents, 0, 0, &more, &next, &bytes, &err);
         if (!lack)
             goto fail;
         br_reply_ok(c, m, json_pack("{s:o, s:b, s:I}", "lack", lack, "more", 0, "bytes", bytes));
@@ -770,12 +785,14 @@ void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         check_user_quota(c, who, full, &err) < 0)
         goto fail;
     int more;
+    size_t next;
     json_int_t bytes;
-    json_t *lack = lacking(c, who, json_object_get(full, "entries"), (size_t)from, &more,
-                           &bytes, &err);
+    json_t *lack = lacking(c, who, json_object_get(full, "entries"), (size_t)from,
+                           paged ? LACK_SCAN : 0, &more, &next, &bytes, &err);
     if (!lack)
         goto fail;
-    out = json_pack("{s:o, s:b, s:I}", "lack", lack, "more", more, "bytes", bytes);
+    out = json_pack("{s:o, s:b, s:I, s:I}", "lack", lack, "more", more, "bytes", bytes,
+                    "next", (json_int_t)next);
     json_decref(full);
     br_reply_ok(c, m, out);
     return;

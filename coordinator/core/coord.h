@@ -39,6 +39,7 @@ typedef struct br_coord {
                                      here, as they come) */
     struct br_uploads *uploads; /* stored files no job of their user's refers to yet */
     struct br_stages *stages;   /* code fetched by a node while it is uploaded */
+    struct br_listcache *listcache; /* the last few manifests made from listings */
     struct br_storemark *mark; /* DIR/store.mark: refuses a store that lost commits */
     br_nodes_t *nodes;
     struct br_jobtab *jobs; /* the current jobs in memory (jobtab.h), kept by jobs.c */

@@ -17,6 +17,7 @@
 #include "ckptpull.h"
 #include "deps.h"
 #include "pace.h"
+#include "listcache.h"
 #include "stages.h"
 #include "uploads.h"
 #include "usage.h"
@@ -186,6 +187,7 @@ static inline void fixture_close(coord_fixture_t *f)
     br_pace_destroy(&c->pace);
     br_uploads_destroy(&c->uploads);
     br_stages_destroy(&c->stages);
+    br_listcache_destroy(&c->listcache);
     if (c->ctx)
         zmq_ctx_term(c->ctx);
     br_replicas_destroy(&c->replicas);
