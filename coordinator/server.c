@@ -41,6 +41,7 @@
 #include "probeset.h"
 #include "contentw.h"
 #include "listcache.h"
+#include "manifest_check.h"
 #include "stages.h"
 #include "uploads.h"
 #include "routes.h"
@@ -675,8 +676,18 @@ int br_coord_run(br_coord_t *c, br_err_t *err)
         if (n > 0 && (items[1].revents & ZMQ_POLLIN))
             br_zap_handle(c->zap);
         br_ckptpull_answer(c);
-        for (br_msg_t *done; (done = br_contentw_take(c->contentw));)
+        json_t *listing;
+        char lhash[80];
+        for (br_msg_t *done;
+             (done = br_contentw_take(c->contentw, &listing, lhash, sizeof(lhash)));) {
+            if (listing) { /* parsed there: the upload's content.lack finds it made */
+                json_t *summary = br_manifest_summary(listing);
+                br_listcache_put(c->listcache, lhash, summary, listing, br_mono_ms());
+                json_decref(summary);
+                json_decref(listing);
+            }
             br_coord_post(c, done); /* chunks of uploads written, fsynced when whole */
+        }
         flush_outbox(c, 1); /* what they queued leaves now, not with the next wake */
         int readable = n > 0 && (items[0].revents & ZMQ_POLLIN);
         int others = 0; /* anything but chunks written (answered above) */

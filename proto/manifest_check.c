@@ -215,20 +215,35 @@ int br_manifest_listing(const json_t *m, const char **hash, int64_t *size, br_er
     return 1;
 }
 
-json_t *br_manifest_from_listing(const json_t *summary, const char *text, size_t len,
-                                 br_err_t *err)
+json_t *br_manifest_parse_listing(const char *text, size_t len, br_err_t *err)
 {
     json_error_t je;
     json_t *m = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     if (!m)
         return br_errp(err, EPROTO, "manifest listing: %s", je.text);
-    static const char *const same[] = {"hash", "root", "files", "bytes"};
     if (json_object_get(m, "truncated") || br_manifest_verify(m, err) < 0) {
         if (json_object_get(m, "truncated"))
             br_errf(err, EPROTO, "manifest listing: truncated itself");
         json_decref(m);
         return NULL;
     }
+    return m;
+}
+
+json_t *br_manifest_summary(const json_t *m)
+{
+    return json_pack("{s:O, s:O, s:O, s:O}", "hash", json_object_get(m, "hash"), "root",
+                     json_object_get(m, "root"), "files", json_object_get(m, "files"),
+                     "bytes", json_object_get(m, "bytes"));
+}
+
+json_t *br_manifest_from_listing(const json_t *summary, const char *text, size_t len,
+                                 br_err_t *err)
+{
+    json_t *m = br_manifest_parse_listing(text, len, err);
+    if (!m)
+        return NULL;
+    static const char *const same[] = {"hash", "root", "files", "bytes"};
     for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
         if (!json_equal(json_object_get(m, same[i]), json_object_get(summary, same[i]))) {
             json_decref(m);

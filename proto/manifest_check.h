@@ -65,6 +65,10 @@ int br_manifest_listing(const json_t *m, const char **hash, int64_t *size, br_er
  * bytes). A new reference, or NULL with err. */
 json_t *br_manifest_from_listing(const json_t *summary, const char *text, size_t len,
                                  br_err_t *err);
+/* The same without a summary to match: the manifest text holds, parsed and verified. */
+json_t *br_manifest_parse_listing(const char *text, size_t len, br_err_t *err);
+/* {"hash", "root", "files", "bytes"} of manifest m: what a summary of it says. */
+json_t *br_manifest_summary(const json_t *m);
 
 #define BR_MANIFEST_LISTING_MAX (128 << 20) /* bytes of a whole manifest's text */
 

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "manifest_check.h"
 #include "nodes.h"
@@ -70,19 +71,28 @@ static json_t *listed_manifest(br_coord_t *c, const br_caller_t *who, const json
         return br_errp(err, ENOENT, "the manifest's listing %.16s... is not stored: send it "
                                     "first (content.put)",
                        lhash);
-    json_t *kept = br_listcache_get(c->listcache, lhash, summary, br_mono_ms());
-    if (kept)
-        return kept; /* (made from this listing and summary, and checked, before) */
+    /* made from this listing and summary before (by the content writer as the
+     * listing was stored, or an earlier page), parsed and verified */
+    json_t *m = br_listcache_get(c->listcache, lhash, summary, br_mono_ms());
     char path[4200];
     snprintf(path, sizeof(path), "%s/objects/%.2s/%s", br_content_dir(c->content), lhash,
              lhash);
-    size_t len = 0;
-    char *text = br_read_file(path, BR_MANIFEST_LISTING_MAX, &len, err);
-    if (!text)
-        return NULL;
-    json_t *m = len == (size_t)lsize ? br_manifest_from_listing(summary, text, len, err)
-                                     : br_errp(err, EPROTO, "the listing is not its size");
-    free(text);
+    struct stat st;
+    if (m && (stat(path, &st) < 0 || st.st_size != lsize)) {
+        json_decref(m);
+        return br_errp(err, EPROTO, "the manifest: the listing is not its size");
+    }
+    if (!m) {
+        size_t len = 0;
+        char *text = br_read_file(path, BR_MANIFEST_LISTING_MAX, &len, err);
+        if (!text)
+            return NULL;
+        m = len == (size_t)lsize ? br_manifest_from_listing(summary, text, len, err)
+                                 : br_errp(err, EPROTO, "the listing is not its size");
+        free(text);
+        if (m)
+            br_listcache_put(c->listcache, lhash, summary, m, br_mono_ms());
+    }
     if (m && strcmp(json_string_value(json_object_get(m, "root")), "dir") != 0) {
         json_decref(m);
         return br_errp(err, EINVAL, "a data set is a directory (its manifest's root is "
@@ -94,8 +104,6 @@ static json_t *listed_manifest(br_coord_t *c, const br_caller_t *who, const json
     }
     if (!m)
         br_err_prefix(err, "the manifest");
-    else
-        br_listcache_put(c->listcache, lhash, summary, m, br_mono_ms());
     return m;
 }
 

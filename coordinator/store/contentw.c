@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "manifest_check.h"
 #include "workq.h"
 
 #include <sys/resource.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #define CONTENTW_NICE 10
+#define CONTENTW_LISTING_MAX (32 << 20) /* a listing parsed ahead: up to ~200,000 files */
 
 typedef struct {
     br_wqnode_t node;
@@ -23,6 +25,7 @@ typedef struct {
     size_t len;
     int rc, whole;
     br_err_t err;
+    json_t *listing; /* the manifest this chunk made whole, parsed (or NULL) */
 } chunk_t;
 
 struct br_contentw {
@@ -40,9 +43,32 @@ static void chunk_free(chunk_t *k)
 {
     if (k) {
         br_msg_destroy(&k->reply);
+        json_decref(k->listing);
         free(k->data);
         free(k);
     }
+}
+
+/* The content hash (size bytes), just made whole, parsed as a manifest's listing
+ * when it is one (its text begins as mfbuild writes them, and it verifies), so that
+ * the loop need not parse it when the upload's content.lack names it; else NULL. */
+static json_t *parse_listing(br_contentw_t *w, const char *hash, int64_t size)
+{
+    static const char head[] = "{\"hash\":\"";
+    char first[sizeof(head)];
+    int64_t got = 0;
+    br_err_t err;
+    if (size < (int64_t)sizeof(head) || size > CONTENTW_LISTING_MAX ||
+        br_content_read(w->c, hash, 0, first, sizeof(head) - 1, &got, &err) !=
+            (ssize_t)sizeof(head) - 1 ||
+        memcmp(first, head, sizeof(head) - 1) != 0)
+        return NULL;
+    char *text = malloc((size_t)size);
+    json_t *m = NULL;
+    if (text && br_content_read(w->c, hash, 0, text, (size_t)size, &got, &err) == size)
+        m = br_manifest_parse_listing(text, (size_t)size, &err);
+    free(text);
+    return m;
 }
 
 static void work(void *owner, br_wqnode_t *n)
@@ -56,6 +82,8 @@ static void work(void *owner, br_wqnode_t *n)
                              k->len, &k->held, &k->whole, &k->err);
     free(k->data); /* (written, or not to be) */
     k->data = NULL;
+    if (k->rc == 0 && k->whole && k->offset + (int64_t)k->len == k->size)
+        k->listing = parse_listing(w, k->hash, k->size);
 }
 
 static void drop(br_wqnode_t *n)
@@ -125,11 +153,17 @@ int br_contentw_put(br_contentw_t *w, br_msg_t *reply, const char *hash, int64_t
     return 0;
 }
 
-br_msg_t *br_contentw_take(br_contentw_t *w)
+br_msg_t *br_contentw_take(br_contentw_t *w, json_t **listing, char *lhash, size_t lhlen)
 {
     chunk_t *k = chunk_of(br_workq_take(&w->q));
+    *listing = NULL;
     if (!k)
         return NULL;
+    if (k->listing && strlen(k->hash) < lhlen) {
+        *listing = k->listing;
+        k->listing = NULL;
+        strcpy(lhash, k->hash);
+    }
     br_msg_t *out;
     if (k->rc == 0) {
         out = k->reply;

@@ -3,7 +3,8 @@
  * put in place (br_content_write) on a thread of its own, in the order the chunks
  * came, so that the answers of a wake (heartbeats) never wait on an upload's disk
  * work. The answers come back through br_contentw_fd: the loop takes them and sends
- * them, a chunk answered only once it is on disk, as before. */
+ * them, a chunk answered only once it is on disk, as before. A chunk that makes a
+ * manifest's listing whole has it parsed there too, for the loop's listcache.h. */
 #ifndef BRAMBLE_CONTENTW_H
 #define BRAMBLE_CONTENTW_H
 
@@ -32,7 +33,9 @@ int br_contentw_fd(const br_contentw_t *w);
 int br_contentw_put(br_contentw_t *w, br_msg_t *reply, const char *hash, int64_t who,
                     int64_t size, int64_t offset, const void *data, size_t len, br_err_t *err);
 /* The answer to the oldest chunk written, to send ({"held", "whole"}, or the error
- * br_content_write gave); NULL when none is done. */
-br_msg_t *br_contentw_take(br_contentw_t *w);
+ * br_content_write gave); NULL when none is done. When that chunk made a manifest's
+ * listing whole, *listing is the manifest, parsed and verified on the writer's thread
+ * (a new reference), and lhash (lhlen bytes) its content hash; else *listing is NULL. */
+br_msg_t *br_contentw_take(br_contentw_t *w, json_t **listing, char *lhash, size_t lhlen);
 
 #endif

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <sodium.h>
@@ -18,6 +19,8 @@
 
 #include "content.h"
 #include "contentw.h"
+#include "manifest_check.h"
+#include "mfbuild.h"
 #include "msg.h"
 #include <poll.h>
 #include "store.h"
@@ -545,11 +548,15 @@ static void test_writer_answers_in_order(void **state)
                                          data + offs[k], lens[k], &err), 0);
     for (int k = 0; k < 3; k++) {
         br_msg_t *a = NULL;
-        for (int tries = 0; !(a = br_contentw_take(w)) && tries < 500; tries++) {
+        json_t *listing = NULL;
+        char lh[80];
+        for (int tries = 0; !(a = br_contentw_take(w, &listing, lh, sizeof(lh))) && tries < 500;
+             tries++) {
             struct pollfd p = {br_contentw_fd(w), POLLIN, 0};
             poll(&p, 1, 10);
         }
         assert_non_null(a);
+        assert_null(listing); /* (bytes, not a manifest's text) */
         json_t *b = br_msg_body(a);
         if (k == 1) {
             assert_int_equal(json_integer_value(json_object_get(b, "errnum")), ERANGE);
@@ -561,11 +568,90 @@ static void test_writer_answers_in_order(void **state)
         br_msg_destroy(&a);
     }
     assert_true(br_content_has(c, hex));
-    assert_null(br_contentw_take(w));
+    json_t *listing;
+    char lh[80];
+    assert_null(br_contentw_take(w, &listing, lh, sizeof(lh)));
     br_msg_destroy(&req);
     free(data);
     br_contentw_destroy(&w);
     assert_null(w);
+    br_content_destroy(&c);
+}
+
+/* Take the writer's next answer (waiting for it), and the listing it parsed. */
+static br_msg_t *take_one(br_contentw_t *w, json_t **listing, char *lh, size_t lhlen)
+{
+    br_msg_t *a = NULL;
+    for (int tries = 0; !(a = br_contentw_take(w, listing, lh, lhlen)) && tries < 500;
+         tries++) {
+        struct pollfd p = {br_contentw_fd(w), POLLIN, 0};
+        poll(&p, 1, 10);
+    }
+    assert_non_null(a);
+    return a;
+}
+
+/* A manifest's listing made whole by the writer comes back parsed with its answer,
+ * so the loop need not parse it; text that looks like one but does not verify, and a
+ * listing still partial, do not. */
+static void test_writer_parses_a_listing_it_makes_whole(void **state)
+{
+    (void)state;
+    char dir[PATH_MAX], hex[65], lh[80];
+    fresh_dir(dir);
+    br_content_t *c = open_ok(dir, 0);
+    br_err_t err = {0};
+    br_contentw_t *w = br_contentw_new(c, &err);
+    assert_non_null(w);
+    br_mfbuild_t *b = br_mfbuild_new(NULL, &err);
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/a.txt", tmpdir);
+    FILE *f = fopen(path, "w");
+    fputs("hello\n", f);
+    fclose(f);
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    fstat(fd, &st);
+    assert_int_equal(br_mfbuild_file(b, fd, &st, "a.txt", NULL, &err), 0);
+    close(fd);
+    json_t *m = br_mfbuild_json(b, "dir", &err);
+    assert_non_null(m);
+    char *text = json_dumps(m, JSON_COMPACT);
+    size_t len = strlen(text);
+    hash_hex(text, len, hex);
+    br_msg_t *req = br_msg_new(BR_MSG_REQUEST, "content.put", 1);
+    /* in two chunks: the first leaves it partial, the second makes it whole */
+    assert_int_equal(br_contentw_put(w, br_msg_reply(req), hex, 0, (int64_t)len, 0, text, 10,
+                                     &err), 0);
+    assert_int_equal(br_contentw_put(w, br_msg_reply(req), hex, 0, (int64_t)len, 10,
+                                     text + 10, len - 10, &err), 0);
+    json_t *listing = NULL;
+    br_msg_t *a = take_one(w, &listing, lh, sizeof(lh));
+    assert_null(listing);
+    br_msg_destroy(&a);
+    a = take_one(w, &listing, lh, sizeof(lh));
+    assert_non_null(listing);
+    assert_string_equal(lh, hex);
+    assert_true(json_equal(listing, m));
+    json_t *sum = br_manifest_summary(listing);
+    assert_true(json_equal(json_object_get(sum, "hash"), json_object_get(m, "hash")));
+    json_decref(sum);
+    json_decref(listing);
+    br_msg_destroy(&a);
+    /* begins as a listing does, but is none */
+    const char *fake = "{\"hash\":\"00\",\"entries\":5}";
+    hash_hex(fake, strlen(fake), hex);
+    assert_int_equal(br_contentw_put(w, br_msg_reply(req), hex, 0, (int64_t)strlen(fake), 0,
+                                     fake, strlen(fake), &err), 0);
+    a = take_one(w, &listing, lh, sizeof(lh));
+    assert_null(listing);
+    assert_true(json_is_true(json_object_get(br_msg_body(a), "whole")));
+    br_msg_destroy(&a);
+    br_msg_destroy(&req);
+    free(text);
+    json_decref(m);
+    br_mfbuild_destroy(&b);
+    br_contentw_destroy(&w);
     br_content_destroy(&c);
 }
 
@@ -575,6 +661,7 @@ int main(void)
         cmocka_unit_test(test_whole_after_last_chunk),
         cmocka_unit_test(test_a_user_proves_a_content_by_sending_it),
         cmocka_unit_test(test_writer_answers_in_order),
+        cmocka_unit_test(test_writer_parses_a_listing_it_makes_whole),
         cmocka_unit_test(test_resume_after_restart),
         cmocka_unit_test(test_wrong_bytes_refused),
         cmocka_unit_test(test_quota),
