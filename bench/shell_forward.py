@@ -7,12 +7,16 @@ side by side in one run against direct access, on a local cluster (`bramble up
     node (a Python sender, the same for both); the bench reads them directly from
     that port and through `bramble forward JOB 0:PORT`, three times each, and
     reports MB/s and the ratio;
+  * the same bytes through `ssh -L` (OpenSSH with its default cipher, an sshd on a
+    loopback port with keys made for the run): what users reach for today, and
+    what encryption on both ends costs on this machine;
   * keystroke round trip: one byte written to `bramble shell JOB -- cat` and read
     back, KEYS (default 1000) times, against the same through a local `cat` on
     pipes; p50 and p99 of each, and what the shell adds.
 """
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -60,6 +64,37 @@ def read_all(port):
     return got / dt / 1e6
 
 
+def ssh_tunnel(tmp, port):
+    """An sshd on a free loopback port and `ssh -N -L` through it to port: (local
+    port, processes to stop)."""
+    keys = os.path.join(tmp, "sshkeys")
+    os.makedirs(keys, exist_ok=True)
+    for name in ("host", "user"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f",
+                        os.path.join(keys, name)], check=True)
+    with open(os.path.join(keys, "user.pub")) as f, \
+            open(os.path.join(keys, "authorized_keys"), "w") as out:
+        out.write(f.read())
+    sport, local = free_port(), free_port()
+    cfg = os.path.join(keys, "sshd_config")
+    with open(cfg, "w") as f:
+        f.write(f"Port {sport}\nListenAddress 127.0.0.1\nHostKey {keys}/host\n"
+                f"AuthorizedKeysFile {keys}/authorized_keys\nPidFile {keys}/sshd.pid\n"
+                "UsePAM no\nStrictModes no\n")
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+    sshd = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", cfg],
+                            stderr=subprocess.DEVNULL)
+    wait(lambda: listening(sport), 30, "sshd to listen")
+    ssh = subprocess.Popen(["ssh", "-F", "/dev/null", "-N", "-i", os.path.join(keys, "user"),
+                            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+                            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+                            "-L", f"127.0.0.1:{local}:127.0.0.1:{port}", "-p", str(sport),
+                            f"{os.environ.get('USER', 'root')}@127.0.0.1"],
+                           stdin=subprocess.DEVNULL)
+    wait(lambda: listening(local), 30, "ssh -L to listen")
+    return local, (ssh, sshd)
+
+
 def round_trips(argv, env, n):
     """p50 and p99 (ms) of one byte written to argv's stdin and read from its stdout."""
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
@@ -92,11 +127,20 @@ def main():
                                stdout=subprocess.PIPE, env=lc.env, text=True)
         line = fwd.stdout.readline()
         local = int(line.split()[1].rsplit(":", 1)[1])
+        tunnel, tunnel_procs = (None, ())
+        if shutil.which("ssh") and os.path.exists("/usr/sbin/sshd") and os.geteuid() == 0:
+            tunnel, tunnel_procs = ssh_tunnel(lc.tmp, port)
         print(f"forward throughput, {MB} MB each (MB/s):")
         for rnd in range(3):
             d = read_all(port)
             t = read_all(local)
-            print(f"  round {rnd + 1}: direct {d:8.0f}  forward {t:8.0f}  ({t / d:.2f}x)")
+            s = read_all(tunnel) if tunnel else 0
+            print(f"  round {rnd + 1}: direct {d:8.0f}  forward {t:8.0f}  ({t / d:.2f}x)"
+                  + (f"  ssh -L {s:8.0f}  ({s / d:.2f}x)" if tunnel else "  (no ssh -L: "
+                     "needs root, ssh and sshd)"))
+        for p in tunnel_procs:
+            p.terminate()
+            p.wait(timeout=10)
         cat = lc.submit("name: cat\ncommand: sleep 600\n")
         wait(lambda: "running" in lc.run("job", "show", str(cat)).stdout, 60, "cat job running")
         d50, d99 = round_trips(["cat"], lc.env, KEYS)
