@@ -27,6 +27,8 @@ typedef struct {
     flight_t fl[BR_CLIENT_PENDING];
     size_t head, n;
     int moved;  /* a chunk was refused: not at what the store holds (ERANGE) */
+    int unpaged; /* the coordinator predates content.lack's pages */
+    int relist;  /* ... and let go of the listing when it said so: send it again */
     int failed; /* the first refusal is in err, its path in path */
     br_err_t *err;
     char *path;
@@ -176,8 +178,24 @@ static int send_lacking(up_t *u, const json_t *listing, const json_t *summary)
     json_int_t from = 0;
     int more = 1;
     while (more) {
-        json_t *r = call(u, json_pack("{s:O, s:O, s:I, s:b}", "listing", listing, "manifest",
-                                      summary, "from", from, "paged", 1));
+        br_err_t perr;
+        json_t *r = NULL;
+        if (!u->unpaged) {
+            r = br_client_call(u->o->client, "content.lack",
+                               json_pack("{s:O, s:O, s:I, s:b}", "listing", listing,
+                                         "manifest", summary, "from", from, "paged", 1),
+                               u->o->timeout_ms, &perr);
+            /* a coordinator that predates pages refuses the word, and lets go of the
+             * listing it refused it with: the listing again, then asked without it */
+            if (!r && perr.errnum == EPROTO && strstr(perr.text, "paged")) {
+                u->unpaged = u->moved = u->relist = 1;
+                return 0;
+            }
+            if (!r)
+                refuse(u, NULL, &perr);
+        } else
+            r = call(u, json_pack("{s:O, s:O, s:I}", "listing", listing, "manifest", summary,
+                                  "from", from));
         if (!r)
             return -1;
         u->total += json_integer_value(json_object_get(r, "bytes"));
@@ -241,9 +259,10 @@ int br_upload_run(const br_upload_t *o, json_t **listing, json_t **summary,
                          json_object_get(m, "root"), "files", json_object_get(m, "files"),
                          "bytes", json_object_get(m, "bytes"));
     int rc = send_listing(u, text, len, hex);
-    free(text);
     for (int round = 0; rc == 0; round++) {
         u->moved = 0;
+        if (u->relist && (u->relist = 0, rc = send_listing(u, text, len, hex)) < 0)
+            break; /* (send_lacking let the listing go: sent again) */
         rc = send_lacking(u, *listing, *summary);
         if (rc == 0 && !u->moved)
             break;
@@ -255,6 +274,7 @@ int br_upload_run(const br_upload_t *o, json_t **listing, json_t **summary,
     }
     drain(u);
     free(u);
+    free(text);
     if (rc < 0) {
         json_decref(*listing);
         json_decref(*summary);
