@@ -60,6 +60,7 @@ struct gw {
         int64_t id;  /* the replica of a connection libcurl keeps, idle (0: none) */
         int port;
         uint32_t ev; /* the events it is watched for in the epoll (0: not there) */
+        int conn;    /* a connection of libcurl's (not its resolver's socketpair) */
     } *kept;
     int nkept;
     int nidle;       /* of them, kept now */
@@ -135,7 +136,10 @@ static int on_curl_socket(CURL *e, curl_socket_t fd, int what, void *gp, void *k
     if (what == CURL_POLL_REMOVE) {
         gw_exchange_t *x = NULL;
         curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&x);
-        if (x && x->rep && watch_for(g, fd, EPOLLIN | EPOLLRDHUP) == 0)
+        /* (a paused transfer lets go of its connection too, and libcurl's resolver of
+         * its socketpair: neither is a connection kept idle) */
+        if (x && x->rep && !x->paused && fd < g->nkept && g->kept[fd].conn &&
+            watch_for(g, fd, EPOLLIN | EPOLLRDHUP) == 0)
             keep_idle(g, fd, x->rep);
         else {
             keep_idle(g, fd, NULL);
@@ -148,14 +152,26 @@ static int on_curl_socket(CURL *e, curl_socket_t fd, int what, void *gp, void *k
                                 (what & CURL_POLL_OUT ? EPOLLOUT : 0u));
 }
 
-/* libcurl closes a socket of its own: forgotten here (CURLOPT_CLOSESOCKETFUNCTION),
+/* libcurl opens a connection (CURLOPT_OPENSOCKETFUNCTION): marked as one. */
+static curl_socket_t on_curl_open(void *gp, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    (void)purpose;
+    gw_t *g = gp;
+    curl_socket_t fd = socket(a->family, a->socktype, a->protocol);
+    struct kept *k = fd >= 0 ? slot(g, fd) : NULL;
+    if (k)
+        k->conn = 1;
+    return fd;
+}
+
+/* libcurl closes a connection of its own: forgotten here (CURLOPT_CLOSESOCKETFUNCTION),
  * so that a later socket of that number starts afresh. */
 static int on_curl_close(void *gp, curl_socket_t fd)
 {
     gw_t *g = gp;
     keep_idle(g, fd, NULL);
     if (fd >= 0 && fd < g->nkept)
-        g->kept[fd].ev = 0; /* (closing it takes it out of the epoll) */
+        g->kept[fd].ev = 0, g->kept[fd].conn = 0; /* (closing takes it out of the epoll) */
     return close(fd);
 }
 
@@ -426,6 +442,8 @@ static void start(gw_t *g, gw_exchange_t *x, gw_replica_t *r)
     if (gw_exchange_try(x, r, (long)g->cfg.upstream_ms, g->easies) < 0 ||
         curl_easy_setopt(x->easy, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close) != CURLE_OK ||
         curl_easy_setopt(x->easy, CURLOPT_CLOSESOCKETDATA, g) != CURLE_OK ||
+        curl_easy_setopt(x->easy, CURLOPT_OPENSOCKETFUNCTION, on_curl_open) != CURLE_OK ||
+        curl_easy_setopt(x->easy, CURLOPT_OPENSOCKETDATA, g) != CURLE_OK ||
         curl_multi_add_handle(g->multi, x->easy) != CURLM_OK) {
         gw_exchange_end_try(x);
         gw_exchange_fail(x, 500, "server_error", "the gateway is out of memory");
