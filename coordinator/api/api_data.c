@@ -72,7 +72,8 @@ static json_t *listed_manifest(br_coord_t *c, const br_caller_t *who, const json
                                     "first (content.put)",
                        lhash);
     /* made from this listing and summary before (by the content writer as the
-     * listing was stored, or an earlier page), parsed and verified */
+     * listing was stored, or an earlier page), parsed and verified, its links
+     * checked: kept only when they were all right */
     json_t *m = br_listcache_get(c->listcache, lhash, summary, br_mono_ms());
     char path[4200];
     snprintf(path, sizeof(path), "%s/objects/%.2s/%s", br_content_dir(c->content), lhash,
@@ -90,17 +91,17 @@ static json_t *listed_manifest(br_coord_t *c, const br_caller_t *who, const json
         m = len == (size_t)lsize ? br_manifest_from_listing(summary, text, len, err)
                                  : br_errp(err, EPROTO, "the listing is not its size");
         free(text);
-        if (m)
+        if (m && br_manifest_tree_links_ok(m, err) < 0) { /* (files on machines, from it) */
+            json_decref(m);
+            m = NULL;
+        }
+        if (m && lsize <= BR_LISTCACHE_LISTING_MAX)
             br_listcache_put(c->listcache, lhash, summary, m, br_mono_ms());
     }
     if (m && strcmp(json_string_value(json_object_get(m, "root")), "dir") != 0) {
         json_decref(m);
         return br_errp(err, EINVAL, "a data set is a directory (its manifest's root is "
                                     "not \"dir\")");
-    }
-    if (m && br_manifest_tree_links_ok(m, err) < 0) { /* (files on machines, from it) */
-        json_decref(m);
-        m = NULL;
     }
     if (!m)
         br_err_prefix(err, "the manifest");
@@ -790,7 +791,8 @@ void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     if (!(full = listed_manifest(c, who, listing, summary, &err)) ||
-        check_user_quota(c, who, full, &err) < 0)
+        (from == 0 && check_user_quota(c, who, full, &err) < 0)) /* (once a tree: each
+                                                                  * chunk is charged too) */
         goto fail;
     int more;
     size_t next;

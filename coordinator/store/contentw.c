@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "listcache.h"
 #include "manifest_check.h"
 #include "workq.h"
 
@@ -13,7 +14,7 @@
 #include <unistd.h>
 
 #define CONTENTW_NICE 10
-#define CONTENTW_LISTING_MAX (32 << 20) /* a listing parsed ahead: up to ~200,000 files */
+#define CONTENTW_LISTING_MAX BR_LISTCACHE_LISTING_MAX /* a listing parsed ahead */
 
 typedef struct {
     br_wqnode_t node;
@@ -68,6 +69,10 @@ static json_t *parse_listing(br_contentw_t *w, const char *hash, int64_t size)
     if (text && br_content_read(w->c, hash, 0, text, (size_t)size, &got, &err) == size)
         m = br_manifest_parse_listing(text, (size_t)size, &err);
     free(text);
+    if (m && br_manifest_tree_links_ok(m, &err) < 0) { /* (the loop says why, parsing it) */
+        json_decref(m);
+        m = NULL;
+    }
     return m;
 }
 

@@ -37,17 +37,24 @@ void br_listcache_destroy(br_listcache_t **lcp)
     *lcp = NULL;
 }
 
+static slot_t *find(br_listcache_t *lc, const char *lhash, const json_t *summary)
+{
+    for (int i = 0; i < BR_LISTCACHE_N; i++) {
+        slot_t *s = &lc->s[i];
+        if (s->manifest && strcmp(s->lhash, lhash) == 0 && json_equal(s->summary, summary))
+            return s;
+    }
+    return NULL;
+}
+
 json_t *br_listcache_get(br_listcache_t *lc, const char *lhash, const json_t *summary,
                          int64_t now_ms)
 {
-    for (int i = 0; lc && lhash && i < BR_LISTCACHE_N; i++) {
-        slot_t *s = &lc->s[i];
-        if (s->manifest && strcmp(s->lhash, lhash) == 0 && json_equal(s->summary, summary)) {
-            s->used = now_ms;
-            return json_incref(s->manifest);
-        }
-    }
-    return NULL;
+    slot_t *s = lc && lhash ? find(lc, lhash, summary) : NULL;
+    if (!s)
+        return NULL;
+    s->used = now_ms;
+    return json_incref(s->manifest);
 }
 
 void br_listcache_put(br_listcache_t *lc, const char *lhash, const json_t *summary,
@@ -55,25 +62,23 @@ void br_listcache_put(br_listcache_t *lc, const char *lhash, const json_t *summa
 {
     if (!lc || !lhash || strlen(lhash) >= sizeof(lc->s[0].lhash) || !manifest)
         return;
-    slot_t *s = &lc->s[0];
-    for (int i = 0; i < BR_LISTCACHE_N; i++) {
-        slot_t *t = &lc->s[i];
-        if (t->manifest && strcmp(t->lhash, lhash) == 0 && json_equal(t->summary, summary)) {
-            s = t; /* (kept already: renewed) */
-            break;
-        }
-        if (!t->manifest || t->used < s->used)
-            s = t;
-        if (!t->manifest)
-            break;
+    slot_t *s = find(lc, lhash, summary);
+    if (s) { /* kept already: renewed */
+        s->used = now_ms;
+        return;
     }
+    s = &lc->s[0]; /* a free slot, else the least recently used */
+    for (int i = 0; i < BR_LISTCACHE_N && s->manifest; i++)
+        if (!lc->s[i].manifest || lc->s[i].used < s->used)
+            s = &lc->s[i];
     json_t *sum = json_deep_copy(summary);
     if (!sum)
         return;
+    json_incref(manifest); /* (before the slot's is let go: it may be the same) */
     drop(s);
     strcpy(s->lhash, lhash);
     s->summary = sum;
-    s->manifest = json_incref(manifest);
+    s->manifest = manifest;
     s->used = now_ms;
 }
 

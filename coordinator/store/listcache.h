@@ -11,6 +11,7 @@
 
 #define BR_LISTCACHE_N 4
 #define BR_LISTCACHE_KEEP_MS 60000
+#define BR_LISTCACHE_LISTING_MAX (32 << 20) /* larger listings are not kept parsed */
 
 typedef struct br_listcache br_listcache_t;
 

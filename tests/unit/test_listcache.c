@@ -72,11 +72,37 @@ static void test_least_recently_used_goes_and_unused_expire(void **state)
     json_decref(sum);
 }
 
+/* A manifest kept after a slot that expired is found, and putting it again renews
+ * it rather than keeping it twice; putting the one kept is safe. */
+static void test_found_past_a_free_slot_and_kept_once(void **state)
+{
+    (void)state;
+    br_listcache_t *lc = br_listcache_new();
+    json_t *sum = summary(1), *a = json_object(), *b = json_object();
+    br_listcache_put(lc, "aa", sum, a, 0);
+    br_listcache_put(lc, "bb", sum, b, BR_LISTCACHE_KEEP_MS);
+    br_listcache_expire(lc, BR_LISTCACHE_KEEP_MS + 10); /* a goes: its slot is free */
+    assert_int_equal(a->refcount, 1);
+    br_listcache_put(lc, "bb", sum, b, BR_LISTCACHE_KEEP_MS + 20);
+    assert_int_equal(b->refcount, 2); /* ours and the cache's: not kept twice */
+    json_t *got = br_listcache_get(lc, "bb", sum, BR_LISTCACHE_KEEP_MS + 30);
+    assert_ptr_equal(got, b);
+    br_listcache_put(lc, "bb", sum, got, BR_LISTCACHE_KEEP_MS + 40); /* the one kept */
+    json_decref(got);
+    assert_int_equal(b->refcount, 2);
+    br_listcache_destroy(&lc);
+    assert_int_equal(b->refcount, 1);
+    json_decref(a);
+    json_decref(b);
+    json_decref(sum);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_found_for_its_listing_and_summary_only),
         cmocka_unit_test(test_least_recently_used_goes_and_unused_expire),
+        cmocka_unit_test(test_found_past_a_free_slot_and_kept_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
