@@ -3,13 +3,16 @@ service.model. Replicas are real HTTP servers that speak the OpenAI API
 (fake_openai.py), started as bramble services; clients are curl-like urllib calls
 made here, and the official `openai` package for Node where it is installed."""
 
+import fcntl
 import http.client
 import json
 import os
 import re
 import signal
 import socket
+import struct
 import subprocess
+import termios
 import threading
 import time
 from pathlib import Path
@@ -641,3 +644,37 @@ def test_a_stream_passes_through_as_it_comes(cluster2, tmp_path):
     # the middle token came while the later ones were still being made
     middle = events[len(events) // 2][0]
     assert first < middle < last - 0.3, events
+
+
+def test_a_stream_a_client_does_not_read_leaves_its_replica_serving(cluster2, tmp_path):
+    """A client that stops reading a long stream fills the gateway's buffer for it, and
+    the gateway pauses that replica's transfer (the replica goes on sending into the
+    connection). The paused connection is not one kept idle: its replica is not put on
+    trial for the bytes waiting on it, and a request to the same (single) replica is
+    answered at once, while the stream stays open."""
+    c = cluster2
+    service(c, tmp_path, replicas=1, more="  public: true\n")
+    gw = Gateway(c)
+    wait_routed(gw, "llama-8b", 1)
+    text = "w " * 200_000  # 200,000 events, tens of MB: more than every buffer between
+    body = json.dumps({"model": "llama-8b", "stream": True,
+                       "messages": [{"role": "user", "content": text}]}).encode()
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=30)
+    try:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+                  b"Content-Type: application/json\r\n"
+                  + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        seen = []
+
+        # what waits unread here stopped growing for 1.5 s: the gateway's buffer (1 MiB,
+        # which the replica fills in a fraction of that) is full, its transfer paused
+        def stalled():
+            seen.append(fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0\0\0\0"))
+            n = [struct.unpack("i", x)[0] for x in seen[-4:]]
+            return len(n) == 4 and n[0] == n[3] > 0
+
+        wait_for(stalled, what="the unread stream to fill the buffers", interval=0.5)
+        st, h, out = gw.chat("llama-8b", "still here?", timeout=15)
+        assert st == 200 and "still here?" in out["choices"][0]["message"]["content"], out
+    finally:
+        s.close()
