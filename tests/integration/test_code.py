@@ -543,6 +543,13 @@ def test_a_link_cut_mid_upload_goes_on_or_says_so(make_cluster, tmp_path, reques
     def link(state):
         subprocess.run(["ip", "-n", v.ns, "link", "set", v.ns_veth, state], check=True)
 
+    def backoff():
+        """How often the laptop's TCP has retried its unanswered bytes (ss's backoff)."""
+        out = subprocess.run(["ip", "netns", "exec", v.ns, "ss", "-tin", "dst", f"{net}.1"],
+                             capture_output=True, text=True).stdout
+        found = re.search(r"backoff:(\d+)", out)
+        return int(found.group(1)) if found else 0
+
     def start(big):
         (proj / "big.bin").write_bytes(big)
         argv = ["ip", "netns", "exec", v.ns, c.bin("bramble"), "--credential",
@@ -560,12 +567,14 @@ def test_a_link_cut_mid_upload_goes_on_or_says_so(make_cluster, tmp_path, reques
         link("down")
         return proc, held
 
-    # cut for 2 s, within the CLI's 6 s: the upload goes on
+    # cut until TCP has retried into it, then back within the CLI's 6 s: it goes on
     big = blob(32 << 20, 1)
     proc, held = start(big)
     try:
         cut_at = held()
-        wait_for(lambda: proc.poll() is None and held() == cut_at, what="a steady partial")
+        # a real outage: the CLI's TCP has retried twice into the cut link
+        wait_for(lambda: backoff() >= 2, what="the CLI's connection to retry into the cut")
+        assert proc.poll() is None and held() == cut_at, "bytes got through a cut link"
         assert c.jobs() == [], "a job exists before its upload ended"
     finally:
         link("up")
