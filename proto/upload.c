@@ -46,13 +46,10 @@ static void refuse(up_t *u, const char *path, const br_err_t *err)
         br_strlcpy(u->path, path ? path : "", u->plen);
 }
 
-static json_t *call(up_t *u, json_t *body)
+/* content.lack with body (taken): its answer, or NULL with err. */
+static json_t *ask_lack(up_t *u, json_t *body, br_err_t *err)
 {
-    br_err_t err;
-    json_t *r = br_client_call(u->o->client, "content.lack", body, u->o->timeout_ms, &err);
-    if (!r)
-        refuse(u, NULL, &err);
-    return r;
+    return br_client_call(u->o->client, "content.lack", body, u->o->timeout_ms, err);
 }
 
 /* Take the answer to the oldest chunk in flight. */
@@ -148,10 +145,13 @@ static int send_file(up_t *u, const json_t *e, int64_t off)
 /* The manifest's own text into the store (what of it is not there). */
 static int send_listing(up_t *u, const char *text, size_t len, const char *hash)
 {
-    json_t *r = call(u, json_pack("{s:[{s:s, s:I}]}", "contents", "hash", hash, "size",
-                                  (json_int_t)len));
-    if (!r)
+    br_err_t err;
+    json_t *r = ask_lack(u, json_pack("{s:[{s:s, s:I}]}", "contents", "hash", hash, "size",
+                                      (json_int_t)len), &err);
+    if (!r) {
+        refuse(u, NULL, &err);
         return -1;
+    }
     json_t *lack = json_array_get(json_object_get(r, "lack"), 0);
     int lacks = lack != NULL;
     int64_t off = lack ? json_integer_value(json_array_get(lack, 1)) : (int64_t)len;
@@ -178,26 +178,22 @@ static int send_lacking(up_t *u, const json_t *listing, const json_t *summary)
     json_int_t from = 0;
     int more = 1;
     while (more) {
-        br_err_t perr;
-        json_t *r = NULL;
-        if (!u->unpaged) {
-            r = br_client_call(u->o->client, "content.lack",
-                               json_pack("{s:O, s:O, s:I, s:b}", "listing", listing,
-                                         "manifest", summary, "from", from, "paged", 1),
-                               u->o->timeout_ms, &perr);
-            /* a coordinator that predates pages refuses the word, and lets go of the
-             * listing it refused it with: the listing again, then asked without it */
-            if (!r && perr.errnum == EPROTO && strstr(perr.text, "paged")) {
-                u->unpaged = u->moved = u->relist = 1;
-                return 0;
-            }
-            if (!r)
-                refuse(u, NULL, &perr);
-        } else
-            r = call(u, json_pack("{s:O, s:O, s:I}", "listing", listing, "manifest", summary,
-                                  "from", from));
-        if (!r)
+        json_t *body = json_pack("{s:O, s:O, s:I}", "listing", listing, "manifest", summary,
+                                 "from", from);
+        if (body && !u->unpaged)
+            json_object_set_new(body, "paged", json_true());
+        br_err_t err;
+        json_t *r = ask_lack(u, body, &err);
+        /* a coordinator that predates pages refuses the word, and lets go of the
+         * listing it refused it with: the listing again, then asked without it */
+        if (!r && !u->unpaged && err.errnum == EPROTO && strstr(err.text, "paged")) {
+            u->unpaged = u->moved = u->relist = 1;
+            return 0;
+        }
+        if (!r) {
+            refuse(u, NULL, &err);
             return -1;
+        }
         u->total += json_integer_value(json_object_get(r, "bytes"));
         more = json_is_true(json_object_get(r, "more"));
         if (u->o->lacking) /* (page by page: what is known lacking so far) */
@@ -209,7 +205,6 @@ static int send_lacking(up_t *u, const json_t *listing, const json_t *summary)
             json_int_t at = json_integer_value(json_array_get(l, 0));
             const json_t *e = json_array_get(entries, (size_t)at);
             if (!e) {
-                br_err_t err;
                 br_errf(&err, EPROTO, "the coordinator named entry %lld, which the tree "
                                       "does not have", (long long)at);
                 refuse(u, NULL, &err);
@@ -255,14 +250,15 @@ int br_upload_run(const br_upload_t *o, json_t **listing, json_t **summary,
     crypto_generichash(h, sizeof(h), (const unsigned char *)text, len, NULL, 0);
     sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
     *listing = json_pack("{s:s, s:I}", "hash", hex, "size", (json_int_t)len);
-    *summary = json_pack("{s:O, s:O, s:O, s:O}", "hash", json_object_get(m, "hash"), "root",
-                         json_object_get(m, "root"), "files", json_object_get(m, "files"),
-                         "bytes", json_object_get(m, "bytes"));
+    *summary = br_manifest_summary(m);
     int rc = send_listing(u, text, len, hex);
     for (int round = 0; rc == 0; round++) {
         u->moved = 0;
-        if (u->relist && (u->relist = 0, rc = send_listing(u, text, len, hex)) < 0)
-            break; /* (send_lacking let the listing go: sent again) */
+        if (u->relist) { /* (send_lacking's coordinator let the listing go) */
+            u->relist = 0;
+            if ((rc = send_listing(u, text, len, hex)) < 0)
+                break;
+        }
         rc = send_lacking(u, *listing, *summary);
         if (rc == 0 && !u->moved)
             break;
