@@ -85,9 +85,12 @@ static void work(void *owner, br_wqnode_t *n)
     k->rc = br_content_write(w->c, k->hash, k->who, k->size, k->offset,
                              k->data ? (const void *)k->data : "",
                              k->len, &k->held, &k->whole, &k->err);
+    /* a listing's text ends its object: a content whose last byte is another is
+     * none, and is not opened again to be looked at */
+    int ends_object = k->data && k->len && k->data[k->len - 1] == '}';
     free(k->data); /* (written, or not to be) */
     k->data = NULL;
-    if (k->rc == 0 && k->whole && k->offset + (int64_t)k->len == k->size)
+    if (k->rc == 0 && k->whole && ends_object && k->offset + (int64_t)k->len == k->size)
         k->listing = parse_listing(w, k->hash, k->size);
 }
 
