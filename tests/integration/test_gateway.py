@@ -3,16 +3,13 @@ service.model. Replicas are real HTTP servers that speak the OpenAI API
 (fake_openai.py), started as bramble services; clients are curl-like urllib calls
 made here, and the official `openai` package for Node where it is installed."""
 
-import fcntl
 import http.client
 import json
 import os
 import re
 import signal
 import socket
-import struct
 import subprocess
-import termios
 import threading
 import time
 from pathlib import Path
@@ -664,16 +661,14 @@ def test_a_stream_a_client_does_not_read_leaves_its_replica_serving(cluster2, tm
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
                   b"Content-Type: application/json\r\n"
                   + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        seen = []
+        port = c.cli_json("endpoints", "llm")[0]["port"]
 
-        # what waits unread here stopped growing for 1.5 s: the gateway's buffer (1 MiB,
-        # which the replica fills in a fraction of that) is full, its transfer paused
-        def stalled():
-            seen.append(fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0\0\0\0"))
-            n = [struct.unpack("i", x)[0] for x in seen[-4:]]
-            return len(n) == 4 and n[0] == n[3] > 0
+        def paused():  # the gateway stopped reading the replica: its bytes wait there
+            out = subprocess.run(["ss", "-Htn", "state", "established", "dst",
+                                  f"127.0.0.1:{port}"], capture_output=True, text=True).stdout
+            return any(int(line.split()[0]) >= 64 << 10 for line in out.splitlines())
 
-        wait_for(stalled, what="the unread stream to fill the buffers", interval=0.5)
+        wait_for(paused, what="the gateway to pause the stream its client does not read")
         st, h, out = gw.chat("llama-8b", "still here?", timeout=15)
         assert st == 200 and "still here?" in out["choices"][0]["message"]["content"], out
     finally:
