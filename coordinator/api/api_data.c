@@ -289,21 +289,29 @@ static int64_t own_partial(const br_caller_t *who)
  * sent every byte of themselves. Knowing a hash is not holding the file: another
  * user's private file is never theirs by its name. -1 with err when the store
  * cannot say. */
-static int claimable(br_coord_t *c, const br_caller_t *who, const char *h, br_err_t *err)
+static int known_claimable(br_coord_t *c, const br_caller_t *who, const char *h, int held,
+                           br_err_t *err)
 {
-    if (!br_content_has(c->content, h))
+    if (!held)
         return 0;
     if (who->kind != BR_PRINCIPAL_USER || br_content_proved(c->content, h, who->id))
         return 1;
     return br_store_content_user_has(c->store, who->id, h, err);
 }
 
+static int claimable(br_coord_t *c, const br_caller_t *who, const char *h, br_err_t *err)
+{
+    return known_claimable(c, who, h, br_content_has(c->content, h), err);
+}
+
 /* [[i, offset], ...] for the entries of m from `from` on whose content is not stored
  * for the caller (claimable; offset: what the caller's partial of it holds), each
- * content once; *more when the answer stopped at LACK_MAX. NULL with err. */
+ * content once; *more when the answer stopped at LACK_MAX. look, when not NULL, is
+ * the content writer's look at entries from..from+look->n: what the store holds is
+ * read there, not asked of the file system here. NULL with err. */
 static json_t *lacking(br_coord_t *c, const br_caller_t *who, const json_t *entries,
-                       size_t from, size_t scan, int *more, size_t *next, json_int_t *bytes,
-                       br_err_t *err)
+                       size_t from, size_t scan, const br_contentw_look_t *look, int *more,
+                       size_t *next, json_int_t *bytes, br_err_t *err)
 {
     json_t *out = json_array(), *seen = json_object();
     size_t i;
@@ -321,7 +329,9 @@ static json_t *lacking(br_coord_t *c, const br_caller_t *who, const json_t *entr
         const char *h = json_string_value(json_object_get(e, "hash"));
         if (!h || json_object_get(seen, h))
             continue;
-        int has = claimable(c, who, h, err);
+        int looked = look && i - from < look->n;
+        int has = looked ? known_claimable(c, who, h, look->has[i - from], err)
+                         : claimable(c, who, h, err);
         if (has < 0) {
             json_decref(out);
             json_decref(seen);
@@ -333,7 +343,8 @@ static json_t *lacking(br_coord_t *c, const br_caller_t *who, const json_t *entr
             *more = 1;
             break;
         }
-        int64_t off = br_content_partial(c->content, h, own_partial(who));
+        int64_t off = looked ? look->partial[i - from]
+                             : br_content_partial(c->content, h, own_partial(who));
         json_int_t size = json_integer_value(json_object_get(e, "size"));
         if (off > size)
             off = 0;
@@ -754,6 +765,97 @@ fail:
     br_reply_fail(c, m, &err);
 }
 
+/* content.lack's answer for the entries of manifest full from `from` on (scan: at
+ * most so many looked at, 0 all), as lacking() finds them. NULL with err. */
+static json_t *lack_page(br_coord_t *c, const br_caller_t *who, const json_t *full,
+                         size_t from, size_t scan, const br_contentw_look_t *look,
+                         br_err_t *err)
+{
+    int more;
+    size_t next;
+    json_int_t bytes;
+    json_t *lack = lacking(c, who, json_object_get(full, "entries"), from, scan, look, &more,
+                           &next, &bytes, err);
+    if (!lack)
+        return NULL;
+    json_t *out = json_pack("{s:o, s:b, s:I, s:I}", "lack", lack, "more", more, "bytes",
+                            bytes, "next", (json_int_t)next);
+    return out ? out : br_errp(err, ENOMEM, "out of memory");
+}
+
+/* A page of content.lack waiting for the content writer's look at the store. */
+typedef struct {
+    br_coord_t *c;
+    br_msg_t *reply;
+    br_caller_t who;
+    json_t *full;
+    size_t from;
+} lack_wait_t;
+
+static void lack_wait_free(lack_wait_t *p)
+{
+    br_msg_destroy(&p->reply);
+    json_decref(p->full);
+    free(p);
+}
+
+/* The look made (loop's thread): the page answered as the synchronous path would. */
+static void lack_seen(br_contentw_look_t *look, void *arg)
+{
+    lack_wait_t *p = arg;
+    br_err_t err;
+    json_t *out = look->dropped ? NULL
+                                : lack_page(p->c, &p->who, p->full, p->from, LACK_SCAN, look,
+                                            &err);
+    if (out) {
+        br_msg_set_body(p->reply, out);
+        br_coord_post(p->c, p->reply);
+        p->reply = NULL;
+    } else if (!look->dropped) {
+        br_coord_post(p->c, br_msg_reply_error(p->reply, err.errnum ? err.errnum : EIO, "%s",
+                                               err.text));
+    }
+    br_contentw_look_free(&look);
+    lack_wait_free(p);
+}
+
+/* Hand the page of full from `from` on to the content writer, which looks at what
+ * the store holds of its LACK_SCAN entries off the loop (two paths looked up each: a
+ * page of a thousand held the loop some 10 ms); answered by lack_seen. 0 with full
+ * taken, or -1 (full still the caller's): answer it here. */
+static int lack_page_later(br_coord_t *c, br_msg_t *m, const br_caller_t *who, json_t *full,
+                           size_t from)
+{
+    const json_t *entries = json_object_get(full, "entries");
+    size_t total = json_array_size(entries), n = from < total ? total - from : 0;
+    n = n > LACK_SCAN ? LACK_SCAN : n;
+    lack_wait_t *p = calloc(1, sizeof(*p));
+    br_contentw_look_t *look = p ? br_contentw_look_new(n, own_partial(who), lack_seen, p)
+                                 : NULL;
+    br_err_t err;
+    if (!look || !(p->reply = br_msg_reply(m))) {
+        br_contentw_look_free(&look);
+        free(p);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *h = json_string_value(json_object_get(json_array_get(entries, from + i),
+                                                          "hash"));
+        snprintf(look->hash[i], sizeof(look->hash[i]), "%s", h ? h : "");
+    }
+    p->c = c;
+    p->who = *who;
+    p->full = full;
+    p->from = from;
+    if (br_contentw_look(c->contentw, look, &err) < 0) {
+        p->full = NULL;
+        br_contentw_look_free(&look);
+        lack_wait_free(p);
+        return -1;
+    }
+    return 0;
+}
+
 void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
 {
     json_t *contents = NULL, *listing = NULL, *summary = NULL, *full = NULL, *out = NULL;
@@ -784,7 +886,7 @@ void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         int more;
         size_t next;
         json_int_t bytes;
-        json_t *lack = lacking(c, who, contents, 0, 0, &more, &next, &bytes, &err);
+        json_t *lack = lacking(c, who, contents, 0, 0, NULL, &more, &next, &bytes, &err);
         if (!lack)
             goto fail;
         br_reply_ok(c, m, json_pack("{s:o, s:b, s:I}", "lack", lack, "more", 0, "bytes", bytes));
@@ -794,15 +896,11 @@ void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         (from == 0 && check_user_quota(c, who, full, &err) < 0)) /* (once a tree: each
                                                                   * chunk is charged too) */
         goto fail;
-    int more;
-    size_t next;
-    json_int_t bytes;
-    json_t *lack = lacking(c, who, json_object_get(full, "entries"), (size_t)from,
-                           paged ? LACK_SCAN : 0, &more, &next, &bytes, &err);
-    if (!lack)
+    if (paged && c->contentw && lack_page_later(c, m, who, full, (size_t)from) == 0)
+        return; /* (full is the page's now) */
+    out = lack_page(c, who, full, (size_t)from, paged ? LACK_SCAN : 0, NULL, &err);
+    if (!out)
         goto fail;
-    out = json_pack("{s:o, s:b, s:I, s:I}", "lack", lack, "more", more, "bytes", bytes,
-                    "next", (json_int_t)next);
     json_decref(full);
     br_reply_ok(c, m, out);
     return;

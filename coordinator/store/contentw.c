@@ -27,6 +27,7 @@ typedef struct {
     int rc, whole;
     br_err_t err;
     json_t *listing; /* the manifest this chunk made whole, parsed (or NULL) */
+    br_contentw_look_t *look; /* or, in place of a chunk, a look at the store */
 } chunk_t;
 
 struct br_contentw {
@@ -40,9 +41,43 @@ static chunk_t *chunk_of(br_wqnode_t *n)
     return n ? BR_WQ_JOB(n, chunk_t, node) : NULL;
 }
 
+br_contentw_look_t *br_contentw_look_new(size_t n, int64_t who,
+                                         void (*seen)(br_contentw_look_t *, void *),
+                                         void *arg)
+{
+    br_contentw_look_t *l = calloc(1, sizeof(*l));
+    size_t k = n ? n : 1;
+    if (!l || !(l->hash = calloc(k, sizeof(*l->hash))) || !(l->has = calloc(k, 1)) ||
+        !(l->partial = calloc(k, sizeof(*l->partial)))) {
+        br_contentw_look_free(&l);
+        return NULL;
+    }
+    l->n = n;
+    l->who = who;
+    l->seen = seen;
+    l->arg = arg;
+    return l;
+}
+
+void br_contentw_look_free(br_contentw_look_t **lp)
+{
+    br_contentw_look_t *l = lp ? *lp : NULL;
+    if (!l)
+        return;
+    free(l->hash);
+    free(l->has);
+    free(l->partial);
+    free(l);
+    *lp = NULL;
+}
+
 static void chunk_free(chunk_t *k)
 {
     if (k) {
+        if (k->look) { /* never made: its owner frees what it waited with */
+            k->look->dropped = 1;
+            k->look->seen(k->look, k->look->arg);
+        }
         br_msg_destroy(&k->reply);
         json_decref(k->listing);
         free(k->data);
@@ -82,6 +117,14 @@ static void work(void *owner, br_wqnode_t *n)
     chunk_t *k = chunk_of(n);
     if (!w->niced++) /* bulk bytes yield to the loop's heartbeats when the CPU is short */
         setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), CONTENTW_NICE);
+    if (k->look) {
+        br_contentw_look_t *l = k->look;
+        for (size_t i = 0; i < l->n; i++) {
+            l->has[i] = (unsigned char)br_content_has(w->c, l->hash[i]);
+            l->partial[i] = l->has[i] ? 0 : br_content_partial(w->c, l->hash[i], l->who);
+        }
+        return;
+    }
     k->rc = br_content_write(w->c, k->hash, k->who, k->size, k->offset,
                              k->data ? (const void *)k->data : "",
                              k->len, &k->held, &k->whole, &k->err);
@@ -161,10 +204,28 @@ int br_contentw_put(br_contentw_t *w, br_msg_t *reply, const char *hash, int64_t
     return 0;
 }
 
+int br_contentw_look(br_contentw_t *w, br_contentw_look_t *look, br_err_t *err)
+{
+    chunk_t *k = calloc(1, sizeof(*k));
+    if (!k)
+        return br_errf(err, ENOMEM, "out of memory");
+    k->look = look;
+    pthread_mutex_lock(&w->q.w.mu);
+    br_workq_add(&w->q, NULL, &k->node); /* (a look holds no bytes: never refused) */
+    pthread_mutex_unlock(&w->q.w.mu);
+    return 0;
+}
+
 br_msg_t *br_contentw_take(br_contentw_t *w, json_t **listing, char *lhash, size_t lhlen)
 {
-    chunk_t *k = chunk_of(br_workq_take(&w->q));
+    chunk_t *k;
     *listing = NULL;
+    while ((k = chunk_of(br_workq_take(&w->q))) && k->look) {
+        br_contentw_look_t *l = k->look;
+        k->look = NULL;
+        chunk_free(k);
+        l->seen(l, l->arg);
+    }
     if (!k)
         return NULL;
     if (k->listing && strlen(k->hash) < lhlen) {

@@ -4,7 +4,10 @@
  * came, so that the answers of a wake (heartbeats) never wait on an upload's disk
  * work. The answers come back through br_contentw_fd: the loop takes them and sends
  * them, a chunk answered only once it is on disk, as before. A chunk that makes a
- * manifest's listing whole has it parsed there too, for the loop's listcache.h. */
+ * manifest's listing whole has it parsed there too, for the loop's listcache.h.
+ * Looks at what the store holds (br_contentw_look: a page of content.lack's
+ * thousand files, each a path looked up twice) take their turn there as well, so
+ * that the loop does no file system work for them either. */
 #ifndef BRAMBLE_CONTENTW_H
 #define BRAMBLE_CONTENTW_H
 
@@ -32,10 +35,36 @@ int br_contentw_fd(const br_contentw_t *w);
  * BR_CONTENTW_QUEUE wait) and reply untouched. */
 int br_contentw_put(br_contentw_t *w, br_msg_t *reply, const char *hash, int64_t who,
                     int64_t size, int64_t offset, const void *data, size_t len, br_err_t *err);
+/* A look at n contents of the store (hash[i]: whether the store holds it whole;
+ * partial[i]: the bytes br_content_write's partial of `who` holds of it), made on
+ * the writer's thread after the chunks queued before it are written. */
+typedef struct br_contentw_look br_contentw_look_t;
+struct br_contentw_look {
+    size_t n;
+    char (*hash)[72];       /* filled in by the caller; "" or not a hash: held by none */
+    int64_t who;
+    unsigned char *has;     /* the answers */
+    int64_t *partial;
+    int dropped;            /* the writer stopped before looking: answers unset */
+    /* called on the loop's thread by br_contentw_take (or by br_contentw_destroy, with
+     * dropped set) once the look is made; it owns the look from then on */
+    void (*seen)(br_contentw_look_t *look, void *arg);
+    void *arg;
+};
+/* A look at n contents for `who`'s partials, seen(look, arg) once made; hash to be
+ * filled in. NULL when out of memory. */
+br_contentw_look_t *br_contentw_look_new(size_t n, int64_t who,
+                                         void (*seen)(br_contentw_look_t *, void *),
+                                         void *arg);
+void br_contentw_look_free(br_contentw_look_t **look);
+/* Queue the look (taken on success; on failure, -1 with err, the caller's still). */
+int br_contentw_look(br_contentw_t *w, br_contentw_look_t *look, br_err_t *err);
+
 /* The answer to the oldest chunk written, to send ({"held", "whole"}, or the error
  * br_content_write gave); NULL when none is done. When that chunk made a manifest's
  * listing whole, *listing is the manifest, parsed and verified on the writer's thread
- * (a new reference), and lhash (lhlen bytes) its content hash; else *listing is NULL. */
+ * (a new reference), and lhash (lhlen bytes) its content hash; else *listing is NULL.
+ * Looks made before it are handed to their seen() on the way. */
 br_msg_t *br_contentw_take(br_contentw_t *w, json_t **listing, char *lhash, size_t lhlen);
 
 #endif

@@ -655,6 +655,79 @@ static void test_writer_parses_a_listing_it_makes_whole(void **state)
     br_content_destroy(&c);
 }
 
+/* A look at the store (br_contentw_look) is made after the chunks queued before it:
+ * it finds the file they made whole held and a partial's bytes counted; handed to
+ * its seen() by br_contentw_take before the answers of chunks queued after it; one
+ * never made (the writer stopped) is handed back marked dropped. */
+static int looks_seen, looks_dropped;
+
+static void look_seen(br_contentw_look_t *look, void *arg)
+{
+    br_contentw_look_t **keep = arg;
+    looks_seen++;
+    looks_dropped += look->dropped;
+    if (keep && !look->dropped)
+        *keep = look; /* the test reads it */
+    else
+        br_contentw_look_free(&look);
+}
+
+static void test_writer_looks_after_the_chunks_before(void **state)
+{
+    (void)state;
+    char dir[PATH_MAX], whole[65], part[65], lh[80];
+    fresh_dir(dir);
+    br_content_t *c = open_ok(dir, 0);
+    br_err_t err = {0};
+    br_contentw_t *w = br_contentw_new(c, &err);
+    assert_non_null(w);
+    const char *a = "all of it", *b = "only the first part of this one";
+    hash_hex(a, strlen(a), whole);
+    hash_hex(b, strlen(b), part);
+    br_msg_t *req = br_msg_new(BR_MSG_REQUEST, "content.put", 1);
+    assert_int_equal(br_contentw_put(w, br_msg_reply(req), whole, 7, (int64_t)strlen(a), 0, a,
+                                     strlen(a), &err), 0);
+    assert_int_equal(br_contentw_put(w, br_msg_reply(req), part, 7, (int64_t)strlen(b), 0, b,
+                                     10, &err), 0);
+    br_contentw_look_t *got = NULL;
+    looks_seen = looks_dropped = 0;
+    br_contentw_look_t *l = br_contentw_look_new(3, 7, look_seen, &got);
+    assert_non_null(l);
+    snprintf(l->hash[0], sizeof(l->hash[0]), "%s", whole);
+    snprintf(l->hash[1], sizeof(l->hash[1]), "%s", part);
+    snprintf(l->hash[2], sizeof(l->hash[2]), "not a hash");
+    assert_int_equal(br_contentw_look(w, l, &err), 0);
+    /* a chunk after it: its answer comes after the look was seen */
+    assert_int_equal(br_contentw_put(w, br_msg_reply(req), part, 7, (int64_t)strlen(b), 10,
+                                     b + 10, strlen(b) - 10, &err), 0);
+    json_t *listing = NULL;
+    for (int k = 0; k < 3; k++) {
+        br_msg_t *ans = take_one(w, &listing, lh, sizeof(lh));
+        assert_int_equal(looks_seen, k < 2 ? 0 : 1); /* (taken on the way to the third) */
+        br_msg_destroy(&ans);
+    }
+    assert_non_null(got);
+    assert_int_equal(got->has[0], 1);
+    assert_int_equal(got->has[1], 0);
+    assert_int_equal(got->partial[1], 10); /* user 7's partial, as it was then */
+    assert_int_equal(got->has[2], 0);
+    assert_int_equal(got->partial[2], 0);
+    br_contentw_look_free(&got);
+    assert_true(br_content_has(c, part)); /* (the chunk after it) */
+    /* a look still queued when the writer stops is handed back, dropped */
+    br_contentw_look_t *late = br_contentw_look_new(1, 0, look_seen, NULL);
+    assert_non_null(late);
+    for (int k = 0; k < 64; k++) /* the thread busy long enough to leave it queued */
+        assert_int_equal(br_contentw_put(w, br_msg_reply(req), part, 9, (int64_t)strlen(b), 0,
+                                         b, strlen(b), &err), 0);
+    assert_int_equal(br_contentw_look(w, late, &err), 0);
+    br_contentw_destroy(&w);
+    assert_int_equal(looks_seen, 2);
+    assert_int_equal(looks_dropped, 1);
+    br_msg_destroy(&req);
+    br_content_destroy(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -662,6 +735,7 @@ int main(void)
         cmocka_unit_test(test_a_user_proves_a_content_by_sending_it),
         cmocka_unit_test(test_writer_answers_in_order),
         cmocka_unit_test(test_writer_parses_a_listing_it_makes_whole),
+        cmocka_unit_test(test_writer_looks_after_the_chunks_before),
         cmocka_unit_test(test_resume_after_restart),
         cmocka_unit_test(test_wrong_bytes_refused),
         cmocka_unit_test(test_quota),
