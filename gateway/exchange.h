@@ -49,6 +49,11 @@ typedef struct gw_exchange {
     gw_replica_t *rep; /* the replica of the current try; NULL once it ended */
     char who[160];     /* SERVICE/REPLICA of the last try (X-Bramble-Replica) */
     int tries;
+    void *owner;        /* the gateway serving it (libcurl's socket callbacks are given
+                         * the exchange) */
+    int opened;         /* this try opens connections to a replica in doubt (its one) */
+    int held_back;      /* ... or was refused one by the gateway: sent elsewhere, and
+                         * not counted as a try */
     CURL *easy;
     struct gw_easypool *pool; /* where easy came from, and goes back */
     int status;         /* the answer's */

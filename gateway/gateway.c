@@ -152,11 +152,24 @@ static int on_curl_socket(CURL *e, curl_socket_t fd, int what, void *gp, void *k
                                 (what & CURL_POLL_OUT ? EPOLLOUT : 0u));
 }
 
-/* libcurl opens a connection (CURLOPT_OPENSOCKETFUNCTION): marked as one. */
-static curl_socket_t on_curl_open(void *gp, curlsocktype purpose, struct curl_sockaddr *a)
+/* libcurl opens a connection for exchange xp's try (CURLOPT_OPENSOCKETFUNCTION):
+ * marked as one. A replica in doubt (on trial, or failing) gets one new connection
+ * at a time: the tries routed to it before the doubt began (a burst of one turn,
+ * each finding its kept connection dead) are held back but the first, and sent
+ * elsewhere (try_ended), rather than each trying a dead port. */
+static curl_socket_t on_curl_open(void *xp, curlsocktype purpose, struct curl_sockaddr *a)
 {
     (void)purpose;
-    gw_t *g = gp;
+    gw_exchange_t *x = xp;
+    gw_t *g = x->owner;
+    gw_replica_t *r = x->rep;
+    if (r && (r->trial || r->fails > 0) && !x->opened) {
+        if (r->opening) {
+            x->held_back = 1;
+            return CURL_SOCKET_BAD;
+        }
+        r->opening = x->opened = 1;
+    }
     curl_socket_t fd = socket(a->family, a->socktype, a->protocol);
     struct kept *k = fd >= 0 ? slot(g, fd) : NULL;
     if (k)
@@ -169,6 +182,18 @@ static curl_socket_t on_curl_open(void *gp, curlsocktype purpose, struct curl_so
 static int on_curl_close(void *gp, curl_socket_t fd)
 {
     gw_t *g = gp;
+    if (fd >= 0 && fd < g->nkept && g->kept[fd].id && g->table) { /* (not at the end) */
+        /* a connection kept idle, let go by libcurl: when it finds its replica closed
+         * it (as it does before reusing one, often before the loop saw the end), the
+         * replica is in doubt at once, before the try that found it opens another */
+        char b;
+        ssize_t k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        gw_replica_t *r = k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+                              ? gw_table_replica(g->table, g->kept[fd].id, g->kept[fd].port)
+                              : NULL;
+        if (r)
+            gw_replica_suspect(r);
+    }
     keep_idle(g, fd, NULL);
     if (fd >= 0 && fd < g->nkept)
         g->kept[fd].ev = 0, g->kept[fd].conn = 0; /* (closing takes it out of the epoll) */
@@ -439,11 +464,12 @@ static void start(gw_t *g, gw_exchange_t *x, gw_replica_t *r)
         gw_exchange_resume(x);
         return;
     }
+    x->owner = g;
     if (gw_exchange_try(x, r, (long)g->cfg.upstream_ms, g->easies) < 0 ||
         curl_easy_setopt(x->easy, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close) != CURLE_OK ||
         curl_easy_setopt(x->easy, CURLOPT_CLOSESOCKETDATA, g) != CURLE_OK ||
         curl_easy_setopt(x->easy, CURLOPT_OPENSOCKETFUNCTION, on_curl_open) != CURLE_OK ||
-        curl_easy_setopt(x->easy, CURLOPT_OPENSOCKETDATA, g) != CURLE_OK ||
+        curl_easy_setopt(x->easy, CURLOPT_OPENSOCKETDATA, x) != CURLE_OK ||
         curl_multi_add_handle(g->multi, x->easy) != CURLM_OK) {
         gw_exchange_end_try(x);
         gw_exchange_fail(x, 500, "server_error", "the gateway is out of memory");
@@ -566,11 +592,34 @@ static void taken_out(gw_t *g, const gw_exchange_t *x, gw_replica_t *r, const ch
     }
 }
 
+/* The try of x lets go of the new connection it was let open to its replica in
+ * doubt (on_curl_open): another try may open one. */
+static void opened_done(gw_exchange_t *x)
+{
+    if (x->opened && x->rep)
+        x->rep->opening = 0;
+    x->opened = 0;
+}
+
 static void try_ended(gw_t *g, gw_exchange_t *x, CURLcode rc)
 {
     int64_t now = br_mono_ms();
+    opened_done(x);
     gw_replica_t *r = x->rep;
     x->rep = NULL;
+    if (x->held_back && x->state == GW_X_UPSTREAM) {
+        /* held back from a replica in doubt by the gateway itself: nothing reached it,
+         * and it is not this request's try; it goes to another replica (or waits) */
+        if (r->inflight > 0)
+            r->inflight--;
+        x->held_back = 0;
+        x->tries--;
+        gw_exchange_end_try(x);
+        route(g, x);
+        if (x->state == GW_X_ANSWER)
+            gw_exchange_resume(x);
+        return;
+    }
     int before_answer = x->state == GW_X_UPSTREAM;
     int answered = x->retry_wanted; /* (its 502 or 503) */
     if (before_answer && (answered || retryable(rc))) {
@@ -641,6 +690,7 @@ static void call_off(gw_t *g, gw_exchange_t *x)
     unqueue(g, x);
     if (x->easy) {
         curl_multi_remove_handle(g->multi, x->easy);
+        opened_done(x);
         if (x->rep)
             gw_replica_done(x->rep, 1, br_mono_ms()); /* (not the replica's fault) */
         x->rep = NULL;

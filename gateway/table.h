@@ -29,6 +29,8 @@ typedef struct gw_replica {
     int fails;          /* failures in a row (then one request at a time once back) */
     int trial;          /* it closed connections kept to it: one request at a time
                            until one succeeds (gw_replica_suspect) */
+    int opening;        /* while in doubt (trial, or fails): a try is opening a new
+                           connection to it, and no other may meanwhile (gateway.c) */
     int64_t suspected;  /* monotonic ms it was last reported to the coordinator */
     int present;        /* in the current table */
 } gw_replica_t;
