@@ -162,13 +162,9 @@ static curl_socket_t on_curl_open(void *xp, curlsocktype purpose, struct curl_so
     (void)purpose;
     gw_exchange_t *x = xp;
     gw_t *g = x->owner;
-    gw_replica_t *r = x->rep;
-    if (r && (r->trial || r->fails > 0) && !x->opened) {
-        if (r->opening) {
-            x->held_back = 1;
-            return CURL_SOCKET_BAD;
-        }
-        r->opening = x->opened = 1;
+    if (x->rep && !gw_replica_may_open(x->rep, &x->opened)) {
+        x->held_back = 1;
+        return CURL_SOCKET_BAD;
     }
     curl_socket_t fd = socket(a->family, a->socktype, a->protocol);
     struct kept *k = fd >= 0 ? slot(g, fd) : NULL;
@@ -596,9 +592,7 @@ static void taken_out(gw_t *g, const gw_exchange_t *x, gw_replica_t *r, const ch
  * doubt (on_curl_open): another try may open one. */
 static void opened_done(gw_exchange_t *x)
 {
-    if (x->opened && x->rep)
-        x->rep->opening = 0;
-    x->opened = 0;
+    gw_replica_opened_done(x->rep, &x->opened);
 }
 
 static void try_ended(gw_t *g, gw_exchange_t *x, CURLcode rc)

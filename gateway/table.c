@@ -245,6 +245,23 @@ void gw_replica_suspect(gw_replica_t *r)
     r->trial = 1;
 }
 
+int gw_replica_may_open(gw_replica_t *r, int *opened)
+{
+    if (*opened || !(r->trial || r->fails > 0))
+        return 1;
+    if (r->opening)
+        return 0;
+    r->opening = *opened = 1;
+    return 1;
+}
+
+void gw_replica_opened_done(gw_replica_t *r, int *opened)
+{
+    if (*opened && r)
+        r->opening = 0;
+    *opened = 0;
+}
+
 void gw_table_sweep(gw_table_t *t)
 {
     for (size_t i = 0; i < t->nservices;) {

@@ -111,6 +111,15 @@ gw_replica_t *gw_table_replica(const gw_table_t *t, int64_t id, int port);
  * at a time until one succeeds, so a burst routed to it meanwhile cannot all fail. */
 void gw_replica_suspect(gw_replica_t *r);
 
+/* A try routed to r is about to open a new connection to it (*opened: whether this
+ * try holds r's one already). 1 when it may: always, unless r is in doubt (on
+ * trial, or failing), where one try at a time may (it holds it then, *opened set,
+ * until gw_replica_opened_done); 0 when another try holds it: hold this one back
+ * (a burst routed before the doubt began need not each find a dead port). */
+int gw_replica_may_open(gw_replica_t *r, int *opened);
+/* The try that held r's one new connection (opened set) let go of it. */
+void gw_replica_opened_done(gw_replica_t *r, int *opened);
+
 /* Drop what left the table and is no longer used. */
 void gw_table_sweep(gw_table_t *t);
 

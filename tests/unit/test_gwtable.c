@@ -394,6 +394,43 @@ static void test_back_on_trial(void **state)
     gw_table_destroy(&t);
 }
 
+/* A replica in doubt (on trial, or failing) is let open one new connection at a
+ * time: a second try is held back until the first lets go; a replica not in doubt
+ * opens as many as it is asked; a try that holds it may open more (both of a
+ * host's addresses). */
+static void test_one_new_connection_while_in_doubt(void **state)
+{
+    (void)state;
+    gw_table_t *t = gw_table_new();
+    update_llm(t, 2, 0, "[" R(1, 0, "h1", 8000, "a") "]");
+    gw_service_t *s = service(t, 5);
+    gw_replica_t *r = replica(s, 1, "h1", 8000);
+    int a = 0, b = 0, c = 0;
+    assert_true(gw_replica_may_open(r, &a)); /* sure: any number */
+    assert_true(gw_replica_may_open(r, &b));
+    assert_false(a || b);
+    gw_replica_suspect(r); /* its kept connection was found closed */
+    assert_true(gw_replica_may_open(r, &a));
+    assert_true(a);
+    assert_true(gw_replica_may_open(r, &a)); /* (its second address) */
+    assert_false(gw_replica_may_open(r, &b)); /* held back */
+    assert_false(b);
+    gw_replica_opened_done(r, &b); /* (one held back lets go of nothing) */
+    assert_false(gw_replica_may_open(r, &c));
+    gw_replica_opened_done(r, &a);
+    assert_false(a);
+    assert_true(gw_replica_may_open(r, &b)); /* the next one may */
+    gw_replica_done(r, 1, 0); /* answered: no longer in doubt */
+    gw_replica_opened_done(r, &b);
+    assert_true(gw_replica_may_open(r, &a) && gw_replica_may_open(r, &c));
+    a = c = 0;
+    gw_replica_done(r, 0, 0); /* failing, back from its time out: in doubt again */
+    assert_true(gw_replica_may_open(r, &a));
+    assert_false(gw_replica_may_open(r, &c));
+    gw_replica_opened_done(NULL, &c); /* (a try whose replica is gone) */
+    gw_table_destroy(&t);
+}
+
 /* gw_service_has_up: a replica that is up, busy or not; none when every one is
  * down, when it has none, or when the service left the table. */
 static void test_has_up(void **state)
@@ -655,6 +692,7 @@ int main(void)
         cmocka_unit_test(test_pick_skips_capped),
         cmocka_unit_test(test_failure_backoff),
         cmocka_unit_test(test_back_on_trial),
+        cmocka_unit_test(test_one_new_connection_while_in_doubt),
         cmocka_unit_test(test_has_up),
         cmocka_unit_test(test_left_replica_stays_while_used),
         cmocka_unit_test(test_left_service_swept),
