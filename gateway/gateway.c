@@ -604,8 +604,7 @@ static void try_ended(gw_t *g, gw_exchange_t *x, CURLcode rc)
     if (x->held_back && x->state == GW_X_UPSTREAM) {
         /* held back from a replica in doubt by the gateway itself: nothing reached it,
          * and it is not this request's try; it goes to another replica (or waits) */
-        if (r->inflight > 0)
-            r->inflight--;
+        gw_replica_release(r);
         x->held_back = 0;
         x->tries--;
         gw_exchange_end_try(x);
@@ -685,8 +684,8 @@ static void call_off(gw_t *g, gw_exchange_t *x)
     if (x->easy) {
         curl_multi_remove_handle(g->multi, x->easy);
         opened_done(x);
-        if (x->rep)
-            gw_replica_done(x->rep, 1, br_mono_ms()); /* (not the replica's fault) */
+        if (x->rep) /* (not the replica's fault, nor a sign it is well: a trial goes on) */
+            gw_replica_release(x->rep);
         x->rep = NULL;
         gw_exchange_end_try(x);
     }

@@ -229,6 +229,12 @@ void gw_replica_done(gw_replica_t *r, int ok, int64_t now_ms)
     r->down_until = now_ms + (wait < GW_DOWN_MAX_MS ? wait : GW_DOWN_MAX_MS);
 }
 
+void gw_replica_release(gw_replica_t *r)
+{
+    if (r->inflight > 0)
+        r->inflight--;
+}
+
 gw_replica_t *gw_table_replica(const gw_table_t *t, int64_t id, int port)
 {
     for (size_t i = 0; i < t->nservices; i++)

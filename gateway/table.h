@@ -102,6 +102,9 @@ json_t *gw_table_load(const gw_table_t *t, int64_t now_ms);
 
 /* A request to r ended: ok, or failed (the replica is left alone a while). */
 void gw_replica_done(gw_replica_t *r, int ok, int64_t now_ms);
+/* A request to r ended telling nothing of it (called off by its client, or held
+ * back before it reached r): neither a failure nor the end of a trial. */
+void gw_replica_release(gw_replica_t *r);
 
 /* The replica whose job is id, at port (present or still used); NULL when none. */
 gw_replica_t *gw_table_replica(const gw_table_t *t, int64_t id, int port);

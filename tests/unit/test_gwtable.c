@@ -386,6 +386,10 @@ static void test_back_on_trial(void **state)
     assert_ptr_equal(gw_service_pick(s, back), r1);
     r1->inflight++;
     assert_ptr_equal(gw_service_pick(s, back), r2);
+    gw_replica_release(r1); /* its client hung up: still on trial */
+    assert_int_equal(r1->inflight, 0);
+    r1->inflight++;
+    assert_ptr_equal(gw_service_pick(s, back), r2);
     gw_replica_done(r1, 1, back + 1); /* it answered: like any replica again */
     r1->inflight = 1;
     assert_ptr_equal(gw_service_pick(s, back + 1), r1);
