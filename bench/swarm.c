@@ -61,6 +61,7 @@ static struct {
     int64_t hb_ms;
     uint64_t heartbeats, answered, runs, refusals;
     int64_t *rtt_us; /* round trips of answered heartbeats (the last one sent) */
+    int64_t *at_us;  /* ... and when each answer came (monotonic) */
     size_t nrtt;
     uint64_t late;   /* answers to an earlier heartbeat than the last */
     int64_t gap_us;  /* the longest an agent went without an answer */
@@ -204,8 +205,10 @@ static void drain(sim_t *a)
             S.answered++;
             if (br_msg_seq(m) != a->hb_seq)
                 S.late++;
-            else if (S.rtt_us && S.nrtt < RTT_MAX) /* (counted from answers_begin) */
+            else if (S.rtt_us && S.nrtt < RTT_MAX) { /* (counted from answers_begin) */
+                S.at_us[S.nrtt] = now;
                 S.rtt_us[S.nrtt++] = now - a->hb_us;
+            }
             if (a->answered_us && now - a->answered_us > S.gap_us)
                 S.gap_us = now - a->answered_us;
             a->answered_us = now;
@@ -300,7 +303,8 @@ static int by_value(const void *x, const void *y)
 /* From here on, count the answers to heartbeats afresh. */
 static void answers_begin(void)
 {
-    if (!S.rtt_us && !(S.rtt_us = malloc(RTT_MAX * sizeof(*S.rtt_us))))
+    if ((!S.rtt_us && !(S.rtt_us = malloc(RTT_MAX * sizeof(*S.rtt_us)))) ||
+        (!S.at_us && !(S.at_us = malloc(RTT_MAX * sizeof(*S.at_us)))))
         die("swarm", "out of memory");
     S.nrtt = 0;
     S.late = 0;
@@ -308,9 +312,31 @@ static void answers_begin(void)
     S.answered = 0;
 }
 
+/* With SWARM_RTT_LOG=PREFIX set, each answer since answers_begin, in the order they
+ * came, into PREFIX.PID: "when round-trip" (us, monotonic and us) a line; where a
+ * percentile comes from (a stall of the coordinator's loop, a busy second) shows
+ * there. */
+static void answers_log(void)
+{
+    const char *prefix = getenv("SWARM_RTT_LOG");
+    if (!prefix || !*prefix)
+        return;
+    char path[4200];
+    snprintf(path, sizeof(path), "%s.%d", prefix, (int)getpid());
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "swarm: %s: %s\n", path, strerror(errno));
+        return;
+    }
+    for (size_t i = 0; i < S.nrtt; i++)
+        fprintf(f, "%lld %lld\n", (long long)S.at_us[i], (long long)S.rtt_us[i]);
+    fclose(f);
+}
+
 /* The answers since answers_begin, as "p50 p99 gap late" (us, us, us, count). */
 static int answers_line(char *line, size_t len)
 {
+    answers_log();
     qsort(S.rtt_us, S.nrtt, sizeof(*S.rtt_us), by_value);
     return snprintf(line, len, "%lld %lld %lld %llu",
                     (long long)(S.nrtt ? S.rtt_us[S.nrtt / 2] : -1),
@@ -645,6 +671,7 @@ int main(int argc, char **argv)
     print_answers(figures, 1, S.hb_ms);
     free_sims();
     free(S.rtt_us);
+    free(S.at_us);
     free(S.jobs);
     free(S.early);
     br_client_destroy(&cl);

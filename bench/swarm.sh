@@ -8,6 +8,8 @@
 # Environment: BESIDE, a shell command run once the agents have joined, while the
 # swarm is measured (its output in the coordinator's dir; BRAMBLE_CREDENTIAL is the
 # admin's), e.g. BESIDE='bramble data push TREE w' for an upload beside the swarm;
+# SWARM_RTT_LOG=PREFIX, each answered heartbeat's time and round trip into
+# PREFIX.PID (one file a swarm process), to see when the slow ones came;
 # BIN (default build-rel/bin), PORT (default 27700), NODE_TIMEOUT
 # (default 120s: longer than joining them all takes, so none is lost meanwhile;
 # the coordinator answers heartbeats as often as the agents' fence time needs,
