@@ -173,29 +173,6 @@ static curl_socket_t on_curl_open(void *xp, curlsocktype purpose, struct curl_so
     return fd;
 }
 
-/* libcurl closes a connection of its own: forgotten here (CURLOPT_CLOSESOCKETFUNCTION),
- * so that a later socket of that number starts afresh. */
-static int on_curl_close(void *gp, curl_socket_t fd)
-{
-    gw_t *g = gp;
-    if (fd >= 0 && fd < g->nkept && g->kept[fd].id && g->table) { /* (not at the end) */
-        /* a connection kept idle, let go by libcurl: when it finds its replica closed
-         * it (as it does before reusing one, often before the loop saw the end), the
-         * replica is in doubt at once, before the try that found it opens another */
-        char b;
-        ssize_t k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-        gw_replica_t *r = k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-                              ? gw_table_replica(g->table, g->kept[fd].id, g->kept[fd].port)
-                              : NULL;
-        if (r)
-            gw_replica_suspect(r);
-    }
-    keep_idle(g, fd, NULL);
-    if (fd >= 0 && fd < g->nkept)
-        g->kept[fd].ev = 0, g->kept[fd].conn = 0; /* (closing takes it out of the epoll) */
-    return close(fd);
-}
-
 /* An idle connection kept to a replica was closed by it (events on fd): the replica
  * is put on trial. libcurl finds the connection closed itself when it next takes it. */
 static void idle_closed(gw_t *g, int fd)
@@ -205,6 +182,26 @@ static void idle_closed(gw_t *g, int fd)
     keep_idle(g, fd, NULL);
     if (r)
         gw_replica_suspect(r);
+}
+
+/* libcurl closes a connection of its own: forgotten here (CURLOPT_CLOSESOCKETFUNCTION),
+ * so that a later socket of that number starts afresh. */
+static int on_curl_close(void *gp, curl_socket_t fd)
+{
+    gw_t *g = gp;
+    /* a connection kept idle, let go by libcurl because its replica closed it (found
+     * as libcurl takes one for a request, often before the loop saw the end): closed
+     * by the replica as idle_closed has it, before the try that found it opens
+     * another. (Not while the gateway is destroyed: its table is gone.) */
+    char b;
+    ssize_t k = fd >= 0 && fd < g->nkept && g->kept[fd].id && g->table
+                    ? recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) : 1;
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+        idle_closed(g, fd);
+    keep_idle(g, fd, NULL);
+    if (fd >= 0 && fd < g->nkept)
+        g->kept[fd].ev = 0, g->kept[fd].conn = 0; /* (closing takes it out of the epoll) */
+    return close(fd);
 }
 
 /* The idle connections closed by their replicas since the loop last looked, taken
@@ -588,17 +585,10 @@ static void taken_out(gw_t *g, const gw_exchange_t *x, gw_replica_t *r, const ch
     }
 }
 
-/* The try of x lets go of the new connection it was let open to its replica in
- * doubt (on_curl_open): another try may open one. */
-static void opened_done(gw_exchange_t *x)
-{
-    gw_replica_opened_done(x->rep, &x->opened);
-}
-
 static void try_ended(gw_t *g, gw_exchange_t *x, CURLcode rc)
 {
     int64_t now = br_mono_ms();
-    opened_done(x);
+    gw_replica_opened_done(x->rep, &x->opened); /* (another try may open one) */
     gw_replica_t *r = x->rep;
     x->rep = NULL;
     if (x->held_back && x->state == GW_X_UPSTREAM) {
@@ -683,7 +673,7 @@ static void call_off(gw_t *g, gw_exchange_t *x)
     unqueue(g, x);
     if (x->easy) {
         curl_multi_remove_handle(g->multi, x->easy);
-        opened_done(x);
+        gw_replica_opened_done(x->rep, &x->opened);
         if (x->rep) /* (not the replica's fault, nor a sign it is well: a trial goes on) */
             gw_replica_release(x->rep);
         x->rep = NULL;
