@@ -2,6 +2,7 @@
 #include "exchange.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +18,10 @@
 gw_exchange_t *gw_exchange_new(struct MHD_Connection *conn, const char *path,
                                size_t body_max)
 {
-    gw_exchange_t *x = calloc(1, sizeof(*x));
+    gw_exchange_t *x = malloc(sizeof(*x));
     if (!x)
         return NULL;
+    memset(x, 0, offsetof(gw_exchange_t, tail));
     x->conn = conn;
     x->body_max = body_max;
     snprintf(x->path, sizeof(x->path), "%s", path);
@@ -260,6 +262,9 @@ int gw_exchange_try(gw_exchange_t *x, gw_replica_t *r, long timeout_ms,
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_PRIVATE, x);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    /* straight to the replica: an http_proxy in the gateway's environment is not for
+     * its replicas (and each try no longer reads the environment) */
+    curl_easy_setopt(e, CURLOPT_PROXY, "");
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body ? x->body : "");

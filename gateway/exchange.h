@@ -78,8 +78,9 @@ typedef struct gw_exchange {
      * first byte of a replica's answer came (0: none yet); the answer's last bytes,
      * where its "usage" is (the end of a JSON answer, the last events of a stream) */
     double began, first;
-    char tail[GW_EXCHANGE_TAIL];
     size_t tail_len;
+    char tail[GW_EXCHANGE_TAIL]; /* (last: not zeroed when made, only tail_len bytes
+                                  * are ever read) */
 } gw_exchange_t;
 
 gw_exchange_t *gw_exchange_new(struct MHD_Connection *conn, const char *path,

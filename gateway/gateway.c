@@ -1060,7 +1060,7 @@ gw_t *gw_new(const gw_config_t *cfg, br_err_t *err)
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, g, MHD_OPTION_NOTIFY_CONNECTION,
         on_connection, g, MHD_OPTION_CONNECTION_LIMIT, (unsigned)g->cfg.max_conns,
         MHD_OPTION_CONNECTION_TIMEOUT, timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)65536, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+        (size_t)16384, MHD_OPTION_LISTENING_ADDRESS_REUSE,
         1u, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
     if (!g->mhd) {
         br_errf(err, EADDRINUSE, "could not listen on %s (in use, or not an address of "

@@ -46,13 +46,14 @@ def service(c, tmp_path, name="llm", model="llama-8b", replicas=2, extra="", mor
 class Gateway:
     """A bramble-gateway process with its own credential."""
 
-    def __init__(self, c, name="gw", extra=()):
+    def __init__(self, c, name="gw", extra=(), env=None):
         self.c = c
         cred = c.root / f"{name}.gateway"
         c.cli("gateway", "add", name, "--out", cred)
         self.proc = c.spawn("bramble-gateway",
                             [c.bin("bramble-gateway"), "--credential", str(cred),
-                             "--listen", "127.0.0.1:0", *extra])
+                             "--listen", "127.0.0.1:0", *extra],
+                            env={**c.env, **env} if env else None)
         line = wait_for(lambda: re.search(r"serving on https?://127\.0\.0\.1:(\d+)",
                                           self.proc.output()),
                         what="bramble-gateway to print its address")
@@ -117,7 +118,10 @@ def test_routes_by_model_balances_and_says_what_is_wrong(cluster2, tmp_path):
     c = cluster2
     service(c, tmp_path, more="  aliases: [llama]\n  adapters: [sql-lora]\n  public: true\n",
             extra="--adapters sql-lora")
-    gw = Gateway(c)
+    # a web proxy in the gateway's environment (one that answers nothing) is not
+    # used to reach the replicas
+    gw = Gateway(c, env={"http_proxy": "http://127.0.0.1:9", "HTTP_PROXY":
+                         "http://127.0.0.1:9", "all_proxy": "http://127.0.0.1:9"})
     seen = wait_routed(gw, "llama-8b", 2)
     assert seen == {"llm/0", "llm/1"}
     assert gw.models() == ["llama", "llama-8b", "sql-lora"]
