@@ -11,7 +11,11 @@ nearest equivalent (balance leastconn, retry-on conn-failure, the same replicas)
 
 The replicas are two fake OpenAI servers (tests/integration/fake_openai.py)
 started as a bramble service by a local cluster (`bramble up`), whose gateway is
-the one measured. Installs haproxy when it is missing (Debian)."""
+the one measured. haproxy runs in a session of its own, as the gateway does
+(`bramble up` starts it so): with autogroup scheduling on (Debian's default), a
+proxy left in the clients' session would get a share of their CPU slice rather
+than one beside it, and the comparison would be of the placements. Installs
+haproxy when it is missing (Debian)."""
 
 import http.client
 import json
@@ -143,8 +147,11 @@ def main():
                     "backend b\n  balance leastconn\n  http-reuse always\n" +
                     "".join(f"  server r{e['replica']} {e['host']}:{e['port']}\n"
                             for e in eps))
+        # a session of its own, as the gateway has under `bramble up` (and a service
+        # under systemd): with the kernel's autogroup scheduling, a process in the
+        # clients' session is scheduled as one of them, not beside them
         hap = subprocess.Popen(["haproxy", "-f", cfg], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                               stderr=subprocess.DEVNULL, start_new_session=True)
         wait(lambda: answers(hap_port), 30, "haproxy")
         direct = eps[0]["port"]
         print(f"latency, {N} requests one after another (ms):")

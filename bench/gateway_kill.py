@@ -131,7 +131,8 @@ def main():
                                 "".join(f"  server r{e['replica']} {e['host']}:{e['port']} "
                                         "check inter 1s fall 1 rise 1\n" for e in eps))
                     hap = subprocess.Popen(["haproxy", "-f", cfg], stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.DEVNULL)
+                                           stderr=subprocess.DEVNULL,
+                                           start_new_session=True)  # (as gateway.py)
                     wait(lambda: answers(port), 30, "haproxy")
                     server = f"r{victim['replica']}"
                     before = hap_stat(sock, server)
