@@ -143,7 +143,7 @@ static int send_file(up_t *u, const json_t *e, int64_t off)
 }
 
 /* The manifest's own text into the store (what of it is not there). */
-static int send_listing(up_t *u, const char *text, size_t len, const char *hash)
+static int send_listing_once(up_t *u, const char *text, size_t len, const char *hash)
 {
     br_err_t err;
     json_t *r = ask_lack(u, json_pack("{s:[{s:s, s:I}]}", "contents", "hash", hash, "size",
@@ -169,6 +169,24 @@ static int send_listing(up_t *u, const char *text, size_t len, const char *hash)
     }
     drain(u);
     return u->failed ? -1 : 0;
+}
+
+/* The listing into the store, asked about again while its copy there moves under
+ * this upload (another upload of the same tree, at once, whose chunks came first). */
+static int send_listing(up_t *u, const char *text, size_t len, const char *hash)
+{
+    for (int round = 0; round < ROUNDS; round++) {
+        u->moved = 0;
+        if (send_listing_once(u, text, len, hash) < 0)
+            return -1;
+        if (!u->moved)
+            return 0;
+    }
+    br_err_t err;
+    br_errf(&err, EAGAIN, "the store's copy of the manifest's listing kept changing under "
+                          "this upload (another upload of the same files?): try again");
+    refuse(u, NULL, &err);
+    return -1;
 }
 
 /* One pass over what the store lacks (from its answers, in pages). */
