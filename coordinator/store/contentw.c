@@ -121,7 +121,10 @@ static void work(void *owner, br_wqnode_t *n)
         br_contentw_look_t *l = k->look;
         for (size_t i = 0; i < l->n; i++) {
             l->has[i] = (unsigned char)br_content_has(w->c, l->hash[i]);
-            l->partial[i] = l->has[i] ? 0 : br_content_partial(w->c, l->hash[i], l->who);
+            /* (a user's own partial counts even where the store holds the content
+             * through another: theirs is what their chunks are written to) */
+            l->partial[i] = l->has[i] && !l->who ? 0
+                                                 : br_content_partial(w->c, l->hash[i], l->who);
         }
         return;
     }

@@ -689,7 +689,11 @@ static void test_writer_looks_after_the_chunks_before(void **state)
                                      strlen(a), &err), 0);
     assert_int_equal(br_contentw_put(w, br_msg_reply(req), part, 7, (int64_t)strlen(b), 0, b,
                                      10, &err), 0);
-    br_contentw_look_t *got = NULL;
+    /* user 8 sent 4 bytes of the content user 7 stored whole: a partial of their own,
+     * which their chunks go on from */
+    assert_int_equal(br_contentw_put(w, br_msg_reply(req), whole, 8, (int64_t)strlen(a), 0, a,
+                                     4, &err), 0);
+    br_contentw_look_t *got = NULL, *got8 = NULL;
     looks_seen = looks_dropped = 0;
     br_contentw_look_t *l = br_contentw_look_new(3, 7, look_seen, &got);
     assert_non_null(l);
@@ -697,15 +701,23 @@ static void test_writer_looks_after_the_chunks_before(void **state)
     snprintf(l->hash[1], sizeof(l->hash[1]), "%s", part);
     snprintf(l->hash[2], sizeof(l->hash[2]), "not a hash");
     assert_int_equal(br_contentw_look(w, l, &err), 0);
+    br_contentw_look_t *l8 = br_contentw_look_new(1, 8, look_seen, &got8);
+    assert_non_null(l8);
+    snprintf(l8->hash[0], sizeof(l8->hash[0]), "%s", whole);
+    assert_int_equal(br_contentw_look(w, l8, &err), 0);
     /* a chunk after it: its answer comes after the look was seen */
     assert_int_equal(br_contentw_put(w, br_msg_reply(req), part, 7, (int64_t)strlen(b), 10,
                                      b + 10, strlen(b) - 10, &err), 0);
     json_t *listing = NULL;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         br_msg_t *ans = take_one(w, &listing, lh, sizeof(lh));
-        assert_int_equal(looks_seen, k < 2 ? 0 : 1); /* (taken on the way to the third) */
+        assert_int_equal(looks_seen, k < 3 ? 0 : 2); /* (taken on the way to the fourth) */
         br_msg_destroy(&ans);
     }
+    assert_non_null(got8);
+    assert_int_equal(got8->has[0], 1);
+    assert_int_equal(got8->partial[0], 4); /* user 8's own, though the store holds it */
+    br_contentw_look_free(&got8);
     assert_non_null(got);
     assert_int_equal(got->has[0], 1);
     assert_int_equal(got->has[1], 0);
@@ -722,7 +734,7 @@ static void test_writer_looks_after_the_chunks_before(void **state)
                                          b, strlen(b), &err), 0);
     assert_int_equal(br_contentw_look(w, late, &err), 0);
     br_contentw_destroy(&w);
-    assert_int_equal(looks_seen, 2);
+    assert_int_equal(looks_seen, 3);
     assert_int_equal(looks_dropped, 1);
     br_msg_destroy(&req);
     br_content_destroy(&c);
