@@ -462,7 +462,9 @@ int br_content_put_manifest(br_content_t *c, const json_t *manifest, br_err_t *e
         char dir[PATH_MAX + 16];
         snprintf(dir, sizeof(dir), "%s/manifests", c->dir);
         fsync_dir(dir);
+        pthread_mutex_lock(&c->mu); /* (the writer's thread counts its chunks in it) */
         c->used += strlen(text);
+        pthread_mutex_unlock(&c->mu);
     }
     free(text);
     return rc;
