@@ -34,6 +34,7 @@ struct br_contentw {
     br_workq_t q;
     br_content_t *c;
     int niced; /* (its thread only) */
+    size_t looks; /* queued and not yet taken (under the queue's mutex) */
 };
 
 static chunk_t *chunk_of(br_wqnode_t *n)
@@ -193,7 +194,7 @@ int br_contentw_put(br_contentw_t *w, br_msg_t *reply, const char *hash, int64_t
     k->offset = offset;
     k->len = len;
     pthread_mutex_lock(&w->q.w.mu);
-    int full = w->q.todo.n >= BR_CONTENTW_QUEUE;
+    int full = (size_t)w->q.todo.n >= BR_CONTENTW_QUEUE + w->looks; /* (chunks, not looks) */
     if (!full) {
         k->reply = reply;
         br_workq_add(&w->q, NULL, &k->node);
@@ -214,8 +215,16 @@ int br_contentw_look(br_contentw_t *w, br_contentw_look_t *look, br_err_t *err)
         return br_errf(err, ENOMEM, "out of memory");
     k->look = look;
     pthread_mutex_lock(&w->q.w.mu);
-    br_workq_add(&w->q, NULL, &k->node); /* (a look holds no bytes: never refused) */
+    int full = w->looks >= BR_CONTENTW_LOOKS;
+    if (!full) {
+        w->looks++;
+        br_workq_add(&w->q, NULL, &k->node);
+    }
     pthread_mutex_unlock(&w->q.w.mu);
+    if (full) {
+        free(k);
+        return br_errf(err, EAGAIN, "%d looks wait already", BR_CONTENTW_LOOKS);
+    }
     return 0;
 }
 
@@ -223,28 +232,38 @@ br_msg_t *br_contentw_take(br_contentw_t *w, json_t **listing, char *lhash, size
 {
     chunk_t *k;
     *listing = NULL;
-    while ((k = chunk_of(br_workq_take(&w->q))) && k->look) {
-        br_contentw_look_t *l = k->look;
-        k->look = NULL;
+    for (;;) {
+        while ((k = chunk_of(br_workq_take(&w->q))) && k->look) {
+            br_contentw_look_t *l = k->look;
+            k->look = NULL;
+            chunk_free(k);
+            pthread_mutex_lock(&w->q.w.mu);
+            w->looks--;
+            pthread_mutex_unlock(&w->q.w.mu);
+            l->seen(l, l->arg);
+        }
+        if (!k)
+            return NULL;
+        if (k->listing && strlen(k->hash) < lhlen) {
+            *listing = k->listing;
+            k->listing = NULL;
+            strcpy(lhash, k->hash);
+        }
+        br_msg_t *out;
+        if (k->rc == 0) {
+            out = k->reply;
+            k->reply = NULL;
+            br_msg_set_body(out, json_pack("{s:I, s:b}", "held", (json_int_t)k->held,
+                                           "whole", k->whole));
+        } else {
+            out = br_msg_reply_error(k->reply, k->err.errnum, "%s", k->err.text);
+        }
         chunk_free(k);
-        l->seen(l, l->arg);
+        if (out)
+            return out;
+        /* out of memory for this answer: its client asks again; the next is taken, so
+         * that NULL still means none is left (the listing, only a head start, goes) */
+        json_decref(*listing);
+        *listing = NULL;
     }
-    if (!k)
-        return NULL;
-    if (k->listing && strlen(k->hash) < lhlen) {
-        *listing = k->listing;
-        k->listing = NULL;
-        strcpy(lhash, k->hash);
-    }
-    br_msg_t *out;
-    if (k->rc == 0) {
-        out = k->reply;
-        k->reply = NULL;
-        br_msg_set_body(out, json_pack("{s:I, s:b}", "held", (json_int_t)k->held, "whole",
-                                       k->whole));
-    } else {
-        out = br_msg_reply_error(k->reply, k->err.errnum, "%s", k->err.text);
-    }
-    chunk_free(k);
-    return out;
 }

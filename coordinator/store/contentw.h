@@ -19,6 +19,8 @@
 #include "msg.h"
 
 #define BR_CONTENTW_QUEUE 1024 /* chunks waiting at once (256 MiB): more are EAGAIN */
+#define BR_CONTENTW_LOOKS 64   /* looks waiting at once (each up to some 80 KiB): more are
+                                * EAGAIN, and the caller looks itself */
 
 typedef struct br_contentw br_contentw_t;
 
@@ -57,7 +59,8 @@ br_contentw_look_t *br_contentw_look_new(size_t n, int64_t who,
                                          void (*seen)(br_contentw_look_t *, void *),
                                          void *arg);
 void br_contentw_look_free(br_contentw_look_t **look);
-/* Queue the look (taken on success; on failure, -1 with err, the caller's still). */
+/* Queue the look (taken on success; on failure, -1 with err, the caller's still:
+ * EAGAIN when BR_CONTENTW_LOOKS wait). Looks do not count against the chunks' bound. */
 int br_contentw_look(br_contentw_t *w, br_contentw_look_t *look, br_err_t *err);
 
 /* The answer to the oldest chunk written, to send ({"held", "whole"}, or the error

@@ -740,6 +740,45 @@ static void test_writer_looks_after_the_chunks_before(void **state)
     br_content_destroy(&c);
 }
 
+/* Looks are bounded on their own (a client asking pages without waiting grows no
+ * queue without end; the caller then looks itself), and do not count against the
+ * chunks waiting. */
+static void test_looks_are_bounded_apart_from_chunks(void **state)
+{
+    (void)state;
+    char dir[PATH_MAX], hex[65], lh[80];
+    fresh_dir(dir);
+    br_content_t *c = open_ok(dir, 0);
+    br_err_t err = {0};
+    br_contentw_t *w = br_contentw_new(c, &err);
+    assert_non_null(w);
+    looks_seen = looks_dropped = 0;
+    for (int i = 0; i < BR_CONTENTW_LOOKS; i++) {
+        br_contentw_look_t *l = br_contentw_look_new(1, 7, look_seen, NULL);
+        assert_non_null(l);
+        assert_int_equal(br_contentw_look(w, l, &err), 0);
+    }
+    br_contentw_look_t *over = br_contentw_look_new(1, 7, look_seen, NULL);
+    assert_non_null(over);
+    assert_int_equal(br_contentw_look(w, over, &err), -1);
+    assert_int_equal(err.errnum, EAGAIN);
+    /* a chunk is still taken, and its answer hands the looks back on the way */
+    const char *a = "a chunk";
+    hash_hex(a, strlen(a), hex);
+    br_msg_t *req = br_msg_new(BR_MSG_REQUEST, "content.put", 1);
+    assert_int_equal(br_contentw_put(w, br_msg_reply(req), hex, 7, (int64_t)strlen(a), 0, a,
+                                     strlen(a), &err), 0);
+    json_t *listing = NULL;
+    br_msg_t *ans = take_one(w, &listing, lh, sizeof(lh));
+    br_msg_destroy(&ans);
+    assert_int_equal(looks_seen, BR_CONTENTW_LOOKS);
+    assert_int_equal(br_contentw_look(w, over, &err), 0); /* room again */
+    br_contentw_destroy(&w);
+    assert_int_equal(looks_seen, BR_CONTENTW_LOOKS + 1);
+    br_msg_destroy(&req);
+    br_content_destroy(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -748,6 +787,7 @@ int main(void)
         cmocka_unit_test(test_writer_answers_in_order),
         cmocka_unit_test(test_writer_parses_a_listing_it_makes_whole),
         cmocka_unit_test(test_writer_looks_after_the_chunks_before),
+        cmocka_unit_test(test_looks_are_bounded_apart_from_chunks),
         cmocka_unit_test(test_resume_after_restart),
         cmocka_unit_test(test_wrong_bytes_refused),
         cmocka_unit_test(test_quota),
