@@ -62,12 +62,12 @@ void br_worker_post(br_worker_t *w)
 {
     uint64_t one = 1; /* full only after 2^64 - 2 */
     if (w->efd >= 0 && write(w->efd, &one, sizeof(one)) < 0)
-        fprintf(stderr, "bramble-agent: %s: eventfd: %s\n", w->what, strerror(errno));
+        fprintf(stderr, "%s: eventfd: %s\n", w->what, strerror(errno));
 }
 
 void br_worker_clear(br_worker_t *w)
 {
     uint64_t n;
     if (read(w->efd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-        fprintf(stderr, "bramble-agent: %s: eventfd: %s\n", w->what, strerror(errno));
+        fprintf(stderr, "%s: eventfd: %s\n", w->what, strerror(errno));
 }
