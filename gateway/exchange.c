@@ -151,6 +151,8 @@ static size_t on_header(char *buf, size_t size, size_t n, void *arg)
         }
         x->status = (int)code;
         x->state = GW_X_ANSWER;
+        if (x->rep) /* it lives: the others need not wait for this answer's end */
+            gw_replica_answered(x->rep, &x->opened);
         gw_exchange_resume(x);
     }
     return len;

@@ -179,8 +179,8 @@ int gw_service_alias(const gw_service_t *svc, const char *name)
 }
 
 /* A replica whose time out ended but has not answered since, or that closed the
- * connections kept to it, is on trial: it gets one request at a time until one
- * succeeds (a burst routed to it by fewest in flight would each find it dead). */
+ * connections kept to it, is on trial: it gets one request at a time until one is
+ * answered (a burst routed to it by fewest in flight would each find it dead). */
 static int usable(const gw_replica_t *r, int64_t now_ms)
 {
     return r->present && r->svc->present && now_ms >= r->down_until &&
@@ -266,6 +266,14 @@ void gw_replica_opened_done(gw_replica_t *r, int *opened)
     if (*opened && r)
         r->opening = 0;
     *opened = 0;
+}
+
+void gw_replica_answered(gw_replica_t *r, int *opened)
+{
+    r->fails = 0;
+    r->trial = 0;
+    r->down_until = 0;
+    gw_replica_opened_done(r, opened);
 }
 
 void gw_table_sweep(gw_table_t *t)

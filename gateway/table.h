@@ -28,7 +28,7 @@ typedef struct gw_replica {
     int64_t down_until; /* monotonic ms; 0: up */
     int fails;          /* failures in a row (then one request at a time once back) */
     int trial;          /* it closed connections kept to it: one request at a time
-                           until one succeeds (gw_replica_suspect) */
+                           until one is answered (gw_replica_suspect) */
     int opening;        /* while in doubt (trial, or fails): a try is opening a new
                            connection to it, and no other may meanwhile (gateway.c) */
     int64_t suspected;  /* monotonic ms it was last reported to the coordinator */
@@ -111,7 +111,8 @@ gw_replica_t *gw_table_replica(const gw_table_t *t, int64_t id, int port);
 
 /* r closed a connection the gateway kept to it while no request was on it: the
  * way a dead process's connections end (or an idle time out's). r gets one request
- * at a time until one succeeds, so a burst routed to it meanwhile cannot all fail. */
+ * at a time until one is answered, so a burst routed to it meanwhile cannot all
+ * fail. */
 void gw_replica_suspect(gw_replica_t *r);
 
 /* A try routed to r is about to open a new connection to it (*opened: whether this
@@ -122,6 +123,11 @@ void gw_replica_suspect(gw_replica_t *r);
 int gw_replica_may_open(gw_replica_t *r, int *opened);
 /* The try that held r's one new connection (opened set) let go of it. */
 void gw_replica_opened_done(gw_replica_t *r, int *opened);
+/* r answered a try (its final status, one not retried elsewhere): it lives. Its
+ * trial and failures end now, not when the answer ends (a long stream would hold
+ * every other request to it back meanwhile), and the try lets go of r's one new
+ * connection (opened). */
+void gw_replica_answered(gw_replica_t *r, int *opened);
 
 /* Drop what left the table and is no longer used. */
 void gw_table_sweep(gw_table_t *t);

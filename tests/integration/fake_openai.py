@@ -4,10 +4,12 @@ bramble-gateway tests. Python 3.11 standard library only.
 
     PORT=8001 BRAMBLE_REPLICA=3 fake_openai.py --model M [--adapters a,b]
         [--control DIR] [--token-delay-ms N] [--start-delay-ms N]
+        [--keepalive-timeout S]
 
 Listens on 0.0.0.0:$PORT (HTTP/1.1, keep-alive), after --start-delay-ms (a model
-that takes that long to load; it prints "loaded in N ms" when it listens), and
-answers:
+that takes that long to load; it prints "loaded in N ms" when it listens),
+closes a kept-alive connection idle for --keepalive-timeout seconds (as uvicorn,
+vLLM's server, does after 5 s; default: never), and answers:
   GET  /health               200 "ok"
   GET  /v1/models            the model and each adapter
   POST /v1/chat/completions  "replica R model M: " + the last message's text
@@ -299,7 +301,10 @@ def main():
     p.add_argument("--control", default=None)
     p.add_argument("--token-delay-ms", type=float, default=0)
     p.add_argument("--start-delay-ms", type=float, default=0)
+    p.add_argument("--keepalive-timeout", type=float, default=0)
     ARGS = p.parse_args()
+    if ARGS.keepalive_timeout:
+        Handler.timeout = ARGS.keepalive_timeout  # (an idle read times out: closed)
     t0 = time.monotonic()
     time.sleep(ARGS.start_delay_ms / 1000)
     ARGS.adapters = [a for a in ARGS.adapters.split(",") if a]

@@ -647,6 +647,56 @@ def test_a_stream_passes_through_as_it_comes(cluster2, tmp_path):
     assert first < middle < last - 0.3, events
 
 
+def test_a_replica_that_closes_idle_connections_takes_requests_beside_a_stream(
+        cluster2, tmp_path):
+    """A replica whose server closes kept-alive connections left idle (uvicorn, vLLM's
+    server, does after 5 s) looks to the gateway like one that may have died: its next
+    request is tried alone. Its answer ends that doubt, not the answer's end: when
+    that request is a long stream, the requests beside it are served meanwhile, not
+    held until the stream ends."""
+    c = cluster2
+    service(c, tmp_path, replicas=1, more="  public: true\n",
+            extra="--token-delay-ms 250 --keepalive-timeout 1")
+    gw = Gateway(c)
+    wait_routed(gw, "llama-8b", 1)
+    port = c.cli_json("endpoints", "llm")[0]["port"]
+
+    def established():
+        out = subprocess.run(["ss", "-Htn", "state", "established", "dst",
+                              f"127.0.0.1:{port}"], capture_output=True, text=True).stdout
+        return len(out.splitlines())
+
+    assert gw.chat("llama-8b")[0] == 200  # a connection kept to it, then left idle
+    wait_for(lambda: established() == 0, what="the replica to close the idle connection")
+    text = " ".join(f"w{i}" for i in range(40))  # some 45 events, 250 ms apart
+    got = {"events": 0}
+
+    def stream():
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(
+            {"model": "llama-8b", "stream": True,
+             "messages": [{"role": "user", "content": text}]}),
+            headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        got["status"] = r.status
+        while line := r.readline():
+            got["events"] += line.startswith(b"data: ")
+        conn.close()
+
+    t = threading.Thread(target=stream)
+    t.start()
+    try:
+        wait_for(lambda: got["events"] > 0, what="the stream's first event")
+        st, _, out = gw.chat("llama-8b", "beside it", timeout=60)
+        seen = got["events"]  # of the stream's, when the request beside it was answered
+        assert st == 200 and "beside it" in out["choices"][0]["message"]["content"], out
+    finally:
+        t.join(90)
+    assert got.get("status") == 200 and got["events"] >= 40, got
+    assert seen < 30, (f"the request beside the stream was answered after {seen} of its "
+                       f"{got['events']} events: held back while the stream ran")
+
+
 def test_a_stream_a_client_does_not_read_leaves_its_replica_serving(cluster2, tmp_path):
     """A client that stops reading a long stream fills the gateway's buffer for it, and
     the gateway pauses that replica's transfer (the replica goes on sending into the

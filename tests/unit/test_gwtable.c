@@ -395,6 +395,23 @@ static void test_back_on_trial(void **state)
     assert_ptr_equal(gw_service_pick(s, back + 1), r1);
     r1->inflight = 2;
     assert_ptr_equal(gw_service_pick(s, back + 1), r1);
+
+    /* on trial for closing its idle connections, its one request's answer begins (a
+     * stream that runs on): the trial ends then, not at the answer's end */
+    r1->inflight = 0;
+    gw_replica_suspect(r1);
+    int opened = 0;
+    assert_ptr_equal(gw_service_pick(s, back + 2), r1);
+    r1->inflight++;
+    assert_true(gw_replica_may_open(r1, &opened) && opened);
+    assert_ptr_equal(gw_service_pick(s, back + 2), r2); /* held to one meanwhile */
+    gw_replica_answered(r1, &opened);
+    assert_false(opened);
+    assert_int_equal(r1->inflight, 1); /* (still in flight: its answer runs on) */
+    assert_ptr_equal(gw_service_pick(s, back + 2), r1); /* fewest again: r2 has 30 */
+    int other = 0;
+    assert_true(gw_replica_may_open(r1, &other)); /* no longer in doubt */
+    assert_false(other);
     gw_table_destroy(&t);
 }
 
