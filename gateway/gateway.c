@@ -666,19 +666,26 @@ static void finished(gw_t *g)
         dispatch(g); /* (what left the table goes at the next sweep, not per request) */
 }
 
-/* The client of x hung up (or x must end): its try is called off. */
-static void call_off(gw_t *g, gw_exchange_t *x)
+/* x's try, or its place in a queue, is given up (not the replica's fault, nor a
+ * sign it is well: a trial goes on). */
+static void give_up(gw_t *g, gw_exchange_t *x)
 {
-    x->client_gone = 1;
     unqueue(g, x);
     if (x->easy) {
         curl_multi_remove_handle(g->multi, x->easy);
         gw_replica_opened_done(x->rep, &x->opened);
-        if (x->rep) /* (not the replica's fault, nor a sign it is well: a trial goes on) */
+        if (x->rep)
             gw_replica_release(x->rep);
         x->rep = NULL;
         gw_exchange_end_try(x);
     }
+}
+
+/* The client of x hung up (or x must end): its try is called off. */
+static void call_off(gw_t *g, gw_exchange_t *x)
+{
+    x->client_gone = 1;
+    give_up(g, x);
 }
 
 /* ---- the HTTP side ------------------------------------------------------- */
@@ -1076,13 +1083,17 @@ fail:
     return NULL;
 }
 
+static void let_go(gw_t *g);
+
 void gw_destroy(gw_t **gp)
 {
     gw_t *g = gp ? *gp : NULL;
     if (!g)
         return;
-    if (g->mhd)
+    if (g->mhd) {
+        let_go(g);
         MHD_stop_daemon(g->mhd); /* (its requests end: their tries are called off) */
+    }
     gw_link_destroy(&g->link);
     gw_table_destroy(&g->table);
     gw_keys_destroy(&g->keys);
@@ -1114,6 +1125,34 @@ static int watch(gw_t *g, int fd)
 {
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
     return epoll_ctl(g->ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
+/* Stopping: a request still waiting for its answer gets one (503: send it again,
+ * to another gateway or once this one is back), an answer still coming is cut off;
+ * libmicrohttpd must find no connection suspended when it stops (it aborts). */
+static void let_go(gw_t *g)
+{
+    int left = 0;
+    for (conn_t *k = g->conns; k; k = k->next) {
+        gw_exchange_t *x = k->x;
+        if (!x || !x->suspended)
+            continue;
+        if (x->state == GW_X_RESPONDING) {
+            call_off(g, x);
+        } else if (x->state != GW_X_ANSWER) {
+            give_up(g, x);
+            gw_exchange_fail(x, 503, "service_unavailable",
+                             "the gateway is stopping: send the request again");
+        }
+        gw_exchange_resume(x);
+        left++;
+    }
+    for (int pass = 0; left && pass < 8; pass++) { /* (each resumed one is answered) */
+        MHD_run(g->mhd);
+        left = 0;
+        for (conn_t *k = g->conns; k; k = k->next)
+            left += k->x && k->x->suspended;
+    }
 }
 
 int gw_run(gw_t *g, br_err_t *err)

@@ -526,6 +526,25 @@ def test_a_cap_per_replica_a_bounded_queue_and_clients_that_leave(cluster2, tmp_
     r = subprocess.run(["promtool", "check", "metrics"], input=page, capture_output=True,
                        timeout=60)
     assert r.returncode == 0, (r.stdout, r.stderr, page.decode())
+    # stopped (SIGTERM) with one request at the replica and one waiting for it: both
+    # are answered, 503 in the OpenAI shape (send it again), and the gateway ends well
+    (control / "hang-0").touch()
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.append(gw.chat("llama-8b", timeout=60)),
+                                daemon=True) for _ in range(2)]
+    threads[0].start()
+    wait_for(lambda: replica_stats(c)[0]["inflight"] == 1, what="one request at the replica")
+    threads[1].start()
+    wait_for(lambda: metric(gw, "bramble_gateway_waiting", service="llm", model="llama-8b") == 1,
+             what="the second request to wait in the gateway")
+    gw.proc.send_signal(signal.SIGTERM)
+    assert gw.proc.wait_exit(30) == 0, gw.proc.output()[-2000:]
+    for t in threads:
+        t.join(30)
+    (control / "hang-0").unlink()
+    assert [(st, body["error"]["type"]) for st, _, body in answers] == \
+        [(503, "service_unavailable")] * 2, answers
+    assert "stopping" in answers[0][2]["error"]["message"]
 
 
 @pytest.fixture(scope="module")
