@@ -148,8 +148,13 @@ static int on_curl_socket(CURL *e, curl_socket_t fd, int what, void *gp, void *k
         return 0;
     }
     keep_idle(g, fd, NULL);
-    return watch_for(g, fd, EPOLLRDHUP | (what & CURL_POLL_IN ? EPOLLIN : 0u) |
-                                (what & CURL_POLL_OUT ? EPOLLOUT : 0u));
+    if (watch_for(g, fd, EPOLLRDHUP | (what & CURL_POLL_IN ? EPOLLIN : 0u) |
+                             (what & CURL_POLL_OUT ? EPOLLOUT : 0u)) < 0)
+        /* (-1 to libcurl would end every transfer of the multi handle for good: this
+         * one only stalls, until its time outs end it) */
+        fprintf(stderr, "bramble-gateway: cannot watch a replica's connection: %s\n",
+                strerror(errno));
+    return 0;
 }
 
 /* libcurl opens a connection for exchange xp's try (CURLOPT_OPENSOCKETFUNCTION):
@@ -166,11 +171,22 @@ static curl_socket_t on_curl_open(void *xp, curlsocktype purpose, struct curl_so
         x->held_back = 1;
         return CURL_SOCKET_BAD;
     }
+    x->held_back = 0; /* (a later address of the same try got it) */
     curl_socket_t fd = socket(a->family, a->socktype, a->protocol);
     struct kept *k = fd >= 0 ? slot(g, fd) : NULL;
     if (k)
         k->conn = 1;
     return fd;
+}
+
+/* Whether idle connection fd is no longer one to keep: its peer closed it, it broke,
+ * or bytes came on it unasked (0 when nothing is there: an event that was its
+ * transfer's, just ended). What waits on it is only looked at, not taken. */
+static int peer_closed(int fd)
+{
+    char b;
+    ssize_t k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
 /* An idle connection kept to a replica was closed by it (events on fd): the replica
@@ -193,10 +209,7 @@ static int on_curl_close(void *gp, curl_socket_t fd)
      * as libcurl takes one for a request, often before the loop saw the end): closed
      * by the replica as idle_closed has it, before the try that found it opens
      * another. (Not while the gateway is destroyed: its table is gone.) */
-    char b;
-    ssize_t k = fd >= 0 && fd < g->nkept && g->kept[fd].id && g->table
-                    ? recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) : 1;
-    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+    if (fd >= 0 && fd < g->nkept && g->kept[fd].id && g->table && peer_closed(fd))
         idle_closed(g, fd);
     keep_idle(g, fd, NULL);
     if (fd >= 0 && fd < g->nkept)
@@ -215,8 +228,8 @@ static void reap_closed(gw_t *g)
     int n = epoll_wait(g->ep, evs, 64, 0);
     for (int i = 0; i < n; i++) {
         int fd = evs[i].data.fd;
-        if (fd >= 0 && fd < g->nkept && g->kept[fd].id)
-            idle_closed(g, fd);
+        if (fd >= 0 && fd < g->nkept && g->kept[fd].id && peer_closed(fd))
+            idle_closed(g, fd); /* (an event of its transfer, just ended, is no end) */
     }
 }
 
@@ -605,7 +618,12 @@ static void try_ended(gw_t *g, gw_exchange_t *x, CURLcode rc)
     }
     int before_answer = x->state == GW_X_UPSTREAM;
     int answered = x->retry_wanted; /* (its 502 or 503) */
-    if (before_answer && (answered || retryable(rc))) {
+    long sent = 0;
+    if (x->easy)
+        curl_easy_getinfo(x->easy, CURLINFO_REQUEST_SIZE, &sent);
+    /* (a connect that timed out, to a node gone silent, sent nothing: as refused) */
+    int unsent = rc == CURLE_OPERATION_TIMEDOUT && sent == 0;
+    if (before_answer && (answered || retryable(rc) || unsent)) {
         char why[300];
         if (answered)
             snprintf(why, sizeof(why), "it answered %d", answered);
@@ -1190,7 +1208,8 @@ int gw_run(gw_t *g, br_err_t *err)
             } else if (fd == link_fd) {
                 link_ready = 1;
             } else if (fd < g->nkept && g->kept[fd].id) {
-                idle_closed(g, fd);
+                if (peer_closed(fd)) /* (not an event of its transfer, just ended) */
+                    idle_closed(g, fd);
             } else if (fd != ei->epoll_fd) {
                 uint32_t e = evs[i].events;
                 int running = 0;

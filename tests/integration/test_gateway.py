@@ -304,6 +304,40 @@ def test_a_replica_dead_while_idle_gets_at_most_one_request(cluster2, tmp_path):
     assert len(tried) <= 1, "\n".join(tried)
 
 
+def test_a_replica_whose_node_went_silent_is_skipped_after_the_connect_timeout(
+        cluster2, tmp_path):
+    """A node that went silent (power cut, cable out: no reset comes back) lets a new
+    connection time out rather than be refused. Nothing was sent, so the request goes
+    to another replica, as for a refused connection, instead of failing (504)."""
+    c = cluster2
+    service(c, tmp_path, replicas=2, more="  public: true\n",
+            extra="--keepalive-timeout 1")
+    gw = Gateway(c)
+    wait_routed(gw, "llama-8b", 2)
+    port0 = next(e["port"] for e in c.cli_json("endpoints", "llm") if e["replica"] == 0)
+
+    def established():
+        out = subprocess.run(["ss", "-Htn", "state", "established", "dst",
+                              f"127.0.0.1:{port0}"], capture_output=True, text=True).stdout
+        return len(out.splitlines())
+
+    # new connections to replica 0 get no answer at all (its SYNs dropped); its
+    # kept ones are closed by its keep-alive time out, so the next must be new
+    rule = ["INPUT", "-i", "lo", "-p", "tcp", "--dport", str(port0), "--syn", "-j", "DROP"]
+    subprocess.run(["iptables", "-I", *rule], check=True, timeout=30)
+    try:
+        wait_for(lambda: established() == 0, what="replica 0's idle connections closed")
+        mark = len(gw.proc.output())
+        answers = [gw.chat("llama-8b", timeout=60) for _ in range(2)]  # (one goes to 0)
+        assert [(st, h.get("X-Bramble-Replica")) for st, h, _ in answers] == \
+            [(200, "llm/1")] * 2, answers
+        tried = [ln for ln in gw.proc.output()[mark:].splitlines()
+                 if f":{port0}) failed" in ln]
+        assert tried and "timeout" in tried[0].lower(), gw.proc.output()[mark:]
+    finally:
+        subprocess.run(["iptables", "-D", *rule], check=True, timeout=30)
+
+
 def test_bad_replicas_streams_cut_off_and_a_coordinator_away(cluster2, tmp_path):
     c = cluster2
     _, control = service(c, tmp_path, more="  public: true\n", extra="--token-delay-ms 20")
