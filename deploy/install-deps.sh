@@ -28,12 +28,14 @@ BR_BUILD_DEPS=(build-essential cmake pkg-config libzmq3-dev libsodium-dev
 # (test_containers.py)
 # wireguard-go, wireguard-tools: the nodes' overlay in user space, and `wg` to
 # check its keys (test_overlay.py)
+# iptables: home routers (NAT) in network namespaces, and a node gone silent (its
+# connections dropped) under the gateway (test_gateway.py)
 BR_TEST_DEPS=("${BR_BUILD_DEPS[@]}" libcmocka-dev python3-pytest python3-zmq clang git
               libclang-rt-14-dev iproute2 procps sqlite3
               systemd dpkg-dev tmux python3-torch prometheus
               chromium chromium-driver python3-selenium openssl nodejs
               openssh-server openssh-client jupyter-server python3-venv
-              podman runc busybox-static wireguard-go wireguard-tools)
+              podman runc busybox-static wireguard-go wireguard-tools iptables)
 
 # Whether Debian package $1 is installed for this machine's architecture (or for
 # all). With multiarch a name matches one instance per architecture
