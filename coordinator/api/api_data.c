@@ -50,11 +50,21 @@ static int word_ok(const char *s, const char *what, br_err_t *err)
     return 0;
 }
 
+/* A listing a refused request named goes with the wake's sweep, unless nothing
+ * refers to it only because another user's upload of the same tree is under way
+ * (their next page would find it gone). */
+static void let_listing_go(br_coord_t *c, const br_caller_t *who, const char *lh)
+{
+    int64_t user = who->kind == BR_PRINCIPAL_USER ? who->id : 0;
+    if (lh && !br_uploads_others(c->uploads, user, lh))
+        br_content_doubt(c->content, lh, 0);
+}
+
+static int claimable(br_coord_t *c, const br_caller_t *who, const char *h, br_err_t *err);
+
 /* The whole manifest an upload names: its listing (the manifest's own text, stored
  * as a content first) read from the store and checked against the summary. NULL
  * with err (ENOENT: the listing is not stored yet). */
-static int claimable(br_coord_t *c, const br_caller_t *who, const char *h, br_err_t *err);
-
 static json_t *listed_manifest(br_coord_t *c, const br_caller_t *who, const json_t *listing,
                                const json_t *summary, br_err_t *err)
 {
@@ -906,7 +916,7 @@ void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     return;
 fail:
     if (listing && json_is_string(json_object_get(listing, "hash"))) /* not kept for it */
-        br_content_doubt(c->content, json_string_value(json_object_get(listing, "hash")), 0);
+        let_listing_go(c, who, json_string_value(json_object_get(listing, "hash")));
     json_decref(full);
     br_reply_fail(c, m, &err);
 }
@@ -1103,7 +1113,7 @@ void br_api_data_push(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     return;
 fail:
     if (listing) /* a refused push leaves no listing behind (a retry sends it again) */
-        br_content_doubt(c->content, json_string_value(json_object_get(listing, "hash")), 0);
+        let_listing_go(c, who, json_string_value(json_object_get(listing, "hash")));
     json_decref(full);
     json_decref(shares);
     br_reply_fail(c, m, &err);

@@ -93,6 +93,14 @@ int64_t br_uploads_size(const br_uploads_t *u, int64_t user, const char *hash)
     return f ? json_integer_value(json_array_get(f, 0)) : 0;
 }
 
+int br_uploads_others(const br_uploads_t *u, int64_t user, const char *hash)
+{
+    for (size_t i = 0; u && i < u->n; i++)
+        if (u->users[i].id != user && json_object_get(u->users[i].files, hash))
+            return 1;
+    return 0;
+}
+
 int64_t br_uploads_pending(const br_uploads_t *u, int64_t user)
 {
     const user_t *x = find(u, user);

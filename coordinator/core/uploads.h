@@ -28,6 +28,9 @@ int br_uploads_add(br_uploads_t *u, int64_t user, const char *hash, int64_t size
                    int64_t now_ms);
 /* The bytes hash is charged to user with (0: it is not in their ledger). */
 int64_t br_uploads_size(const br_uploads_t *u, int64_t user, const char *hash);
+/* Whether the ledger of a user other than `user` holds hash: a file another
+ * upload under way wrote (u may be NULL: none). */
+int br_uploads_others(const br_uploads_t *u, int64_t user, const char *hash);
 /* Bytes user's ledger holds. */
 int64_t br_uploads_pending(const br_uploads_t *u, int64_t user);
 /* The bytes user's jobs and data sets refer to, as last told (br_uploads_set_used),

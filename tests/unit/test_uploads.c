@@ -1,7 +1,8 @@
 /* test_uploads.c - the ledger of stored files nothing refers to yet
  * (coordinator/core/uploads.c) on a fake clock: a file is charged once however
  * often it is written to, leaves when referenced or a day after its last write,
- * and a user's referenced bytes are remembered only briefly. */
+ * another user's holding of it is told, and a user's referenced bytes are
+ * remembered only briefly. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,8 +29,15 @@ static void test_charged_once_and_settled(void **state)
     assert_int_equal(br_uploads_pending(u, 7), 800);
     assert_int_equal(br_uploads_pending(u, 8), 300);
     assert_int_equal(br_uploads_size(u, 7, H1), 500);
+    /* whether another user's upload holds a file (a refused one's listing stays) */
+    assert_false(br_uploads_others(u, 7, H1));
+    assert_true(br_uploads_others(u, 8, H1));
+    assert_true(br_uploads_others(u, 0, H1)); /* (not a user: any holds it) */
+    assert_true(br_uploads_others(u, 7, H2));
+    assert_false(br_uploads_others(NULL, 7, H1));
     assert_int_equal(br_uploads_touch(u, 7, H1, 3000), 1);
     br_uploads_settle(u, 7, H1);
+    assert_false(br_uploads_others(u, 8, H1)); /* referenced now: in no ledger */
     assert_int_equal(br_uploads_pending(u, 7), 300);
     assert_int_equal(br_uploads_size(u, 7, H1), 0);
     br_uploads_settle(u, 7, H1); /* twice: nothing more */
