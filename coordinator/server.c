@@ -412,7 +412,7 @@ static void abort_wake(br_coord_t *c, int errnum)
     br_outbox_undo(c->out, (br_outbox_mark_t){0, 0});
     for (size_t i = 0; i < c->wake_len; i++) {
         br_msg_t *req = c->wake_reqs[i];
-        if (br_msg_kind(req) == BR_MSG_REQUEST)
+        if (br_msg_kind(req) == BR_MSG_REQUEST && !c->wake_later[i]) /* (see handed) */
             br_coord_post(c, br_msg_reply_error(
                                  req, errnum, "%s: %s; nothing was changed, try again later",
                                  br_msg_type(req),
@@ -430,13 +430,19 @@ static int dispatch_one(br_coord_t *c, br_msg_t *m)
     br_err_t serr;
     if (br_store_savepoint(c->store, &serr) < 0) {
         fprintf(stderr, "brambled: %s\n", serr.text);
+        c->wake_later[c->wake_len] = 0;
         c->wake_reqs[c->wake_len++] = m;
         return EIO;
     }
     br_outbox_mark_t from = br_outbox_mark(c->out);
     br_caller_t who;
+    uint64_t handed = c->handed;
     br_api_dispatch(c, m, &who);
     br_audit_note(c, m, &who, from.msgs);
+    /* (a chunk or a page handed to the content writer is answered by it, written or
+     * not: an undone wake changes nothing of that, and does not answer it twice) */
+    int later = c->handed != handed;
+    c->wake_later[c->wake_len] = (unsigned char)later;
     c->wake_reqs[c->wake_len++] = m; /* kept until the wake's answers are sent */
     int failed = br_store_release(c->store);
     if (failed && !br_store_in_txn(c->store))
@@ -444,7 +450,7 @@ static int dispatch_one(br_coord_t *c, br_msg_t *m)
     if (failed) { /* its changes were undone: so is what it queued and logged */
         rehold(c);
         br_outbox_undo(c->out, from);
-        if (br_msg_kind(m) == BR_MSG_REQUEST)
+        if (br_msg_kind(m) == BR_MSG_REQUEST && !later)
             br_coord_post(c, br_msg_reply_error(
                                  m, failed, "%s: store %s; nothing was changed",
                                  br_msg_type(m),
@@ -505,8 +511,10 @@ static int drain_dash(br_coord_t *c)
         br_msg_t *m = br_dash_msg(&reqs[i]);
         if (!m)
             continue;
-        if (failed) /* told by abort_wake that nothing was done */
+        if (failed) { /* told by abort_wake that nothing was done */
+            c->wake_later[c->wake_len] = 0;
             c->wake_reqs[c->wake_len++] = m;
+        }
         else
             failed = dispatch_one(c, m);
     }

@@ -906,8 +906,10 @@ void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         (from == 0 && check_user_quota(c, who, full, &err) < 0)) /* (once a tree: each
                                                                   * chunk is charged too) */
         goto fail;
-    if (paged && c->contentw && lack_page_later(c, m, who, full, (size_t)from) == 0)
+    if (paged && c->contentw && lack_page_later(c, m, who, full, (size_t)from) == 0) {
+        c->handed++;
         return; /* (full is the page's now) */
+    }
     out = lack_page(c, who, full, (size_t)from, paged ? LACK_SCAN : 0, NULL, &err);
     if (!out)
         goto fail;
@@ -957,6 +959,7 @@ void br_api_content_put(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
             br_msg_destroy(&reply);
             goto fail;
         }
+        c->handed++;
         return;
     }
     int64_t held = 0;

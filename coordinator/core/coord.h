@@ -47,7 +47,11 @@ typedef struct br_coord {
     int64_t started_mono;
     struct br_outbox *out; /* what this wake sends and logs, once committed (outbox.h) */
     br_msg_t *wake_reqs[BR_COORD_BATCH_MAX]; /* what this wake read: told if undone */
+    unsigned char wake_later[BR_COORD_BATCH_MAX]; /* ... unless answered by a helper
+                                                   * thread, its answer still to come */
     size_t wake_len;
+    uint64_t handed; /* requests handed to a helper thread (the content writer), whose
+                      * answer it sends: counted so a wake undone does not tell them */
     struct br_hooks *hooks;      /* what the modules hear of the core (hooks.h) */
     struct br_sched *sched; /* the scheduler's own state (scheduler.h) */
     struct br_services *services; /* the services' own state (services.h) */

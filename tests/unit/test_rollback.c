@@ -13,7 +13,9 @@
  * changed (ENOSPC for a full disk, EIO otherwise), never answered as done; nothing
  * it did stays, in the store or in memory (the same job can be submitted again, ids
  * are issued again as if it had never been); the log never tells of events that were
- * undone; the refusals are counted on /metrics; the coordinator serves on after. */
+ * undone; the refusals are counted on /metrics; the coordinator serves on after;
+ * and a chunk handed to the content writer in an undone wake is answered once, by
+ * the writer. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -28,10 +30,12 @@
 #include <cmocka.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sodium.h>
 #include <sqlite3.h>
 
 #include "client.h"
 #include "config.h"
+#include "content.h"
 #include "coord.h"
 #include "cred.h"
 #include "stats.h"
@@ -442,12 +446,53 @@ static void test_commit_that_fails(void **state)
     assert_int_equal(db_int(w->db, "SELECT count(*) FROM jobs"), 2);
 }
 
+/* A chunk of an upload is handed to the content writer, which answers it once
+ * written; a wake whose commit then fails (another request's write) does not also
+ * tell it "nothing was changed": its one answer is the writer's, and the file is
+ * stored. Both are sent while the loop is stopped, so one wake reads them. */
+static void test_a_chunk_in_an_undone_wake_is_answered_once(void **state)
+{
+    world_t *w = *state;
+    const char *data = "the bytes of a small file";
+    size_t len = strlen(data);
+    unsigned char h[crypto_generichash_BYTES];
+    char hex[2 * crypto_generichash_BYTES + 1];
+    crypto_generichash(h, sizeof(h), (const unsigned char *)data, len, NULL, 0);
+    sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
+    set_wal_fails(SQLITE_FULL);
+    br_err_t err = {0};
+    uint32_t put, sub;
+    assert_int_equal(br_client_send_data(w->admin, "content.put",
+                                         json_pack("{s:s, s:I, s:I}", "hash", hex, "size",
+                                                   (json_int_t)len, "offset", 0),
+                                         data, len, &put, &err),
+                     0);
+    assert_int_equal(br_client_send(w->admin, "job.submit", submit_body("one", 0), &sub,
+                                    &err),
+                     0);
+    start(w);
+    br_msg_t *resp = NULL;
+    assert_int_equal(br_client_recv(w->admin, sub, 5000, &resp, &err), -1);
+    assert_int_equal(err.errnum, ENOSPC); /* the wake was undone */
+    br_msg_destroy(&resp);
+    memset(&err, 0, sizeof(err));
+    if (br_client_recv(w->admin, put, 5000, &resp, &err) < 0)
+        fail_msg("the chunk was answered: %s", err.text);
+    assert_true(json_is_true(json_object_get(br_msg_body(resp), "whole")));
+    br_msg_destroy(&resp);
+    stop(w);
+    set_wal_fails(0);
+    assert_true(br_content_has(w->c->content, hex));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_full_disk_during_a_request, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_commit_that_fails, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_chunk_in_an_undone_wake_is_answered_once,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
