@@ -550,7 +550,9 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
         !(a->pulls = json_object()) || !(a->mounted = json_object()) ||
         !(a->outputs = br_outputs_new(&s->cred, err)) || !(a->streams = br_streams_new(err)))
         goto fail;
-    br_cache_sweep_work(a->cache, CACHE_WORK_KEEP_S);
+    /* (not the working dirs of the attempts still running, taken over below: a long
+     * run's top directory can be older than a day) */
+    br_cache_sweep_work(a->cache, CACHE_WORK_KEEP_S, a->adoptable);
     ssize_t exe_len = readlink("/proc/self/exe", a->exe, sizeof(a->exe) - 1);
     a->exe[exe_len > 0 ? exe_len : 0] = '\0';
     a->ctx = zmq_ctx_new();

@@ -675,7 +675,23 @@ int br_cache_room(br_cache_t *c, int64_t quota, int64_t need, const json_t *keep
     return 0;
 }
 
-int br_cache_sweep_work(br_cache_t *c, int64_t max_age_s)
+/* Whether working directory name is one of the attempts in keep. */
+static int kept_attempt(const json_t *keep, const char *name)
+{
+    size_t i;
+    const json_t *rec;
+    json_array_foreach(keep, i, rec) {
+        char n[64];
+        snprintf(n, sizeof(n), "%lld.%d",
+                 (long long)json_integer_value(json_object_get(rec, "job")),
+                 (int)json_integer_value(json_object_get(rec, "attempt")));
+        if (strcmp(n, name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+int br_cache_sweep_work(br_cache_t *c, int64_t max_age_s, const json_t *keep)
 {
     char work[PATH_MAX];
     snprintf(work, sizeof(work), "%s/work", c->dir);
@@ -689,7 +705,8 @@ int br_cache_sweep_work(br_cache_t *c, int64_t max_age_s)
         struct stat st;
         if (de->d_name[0] == '.' ||
             fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-            !S_ISDIR(st.st_mode) || now - st.st_mtime < max_age_s)
+            !S_ISDIR(st.st_mode) || now - st.st_mtime < max_age_s ||
+            kept_attempt(keep, de->d_name))
             continue;
         br_rm_tree(dirfd(d), de->d_name);
         n++;

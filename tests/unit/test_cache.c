@@ -1,0 +1,81 @@
+/* test_cache.c - the node's cache (agent/cache.c) at an agent's start: the working
+ * directories of ended attempts left more than a day are removed, but not those of
+ * the attempts still running, which the new agent takes over (a long run's top
+ * directory can be older than a day: its files change, not its entries), nor the
+ * recent ones. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "util.h"
+
+/* Make DIR/work/name, its times age_s in the past, with a file in it. */
+static void workdir(const char *dir, const char *name, int64_t age_s)
+{
+    char path[PATH_MAX], file[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/work/%s", dir, name);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(file, sizeof(file), "%s/ckpt", path);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fputs("step 9000\n", f);
+    fclose(f);
+    struct timespec t[2] = {{.tv_sec = time(NULL) - age_s}, {.tv_sec = time(NULL) - age_s}};
+    assert_int_equal(utimensat(AT_FDCWD, path, t, 0), 0);
+}
+
+static int present(const char *dir, const char *name)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/work/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+static void test_sweep_keeps_the_running(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_cache.XXXXXX", cache[PATH_MAX], listings[PATH_MAX];
+    assert_non_null(mkdtemp(dir));
+    snprintf(cache, sizeof(cache), "%s/cache", dir);
+    snprintf(listings, sizeof(listings), "%s/listings", dir);
+    br_err_t err = {0};
+    br_cache_t *c = br_cache_new(cache, listings, dir, &err);
+    if (!c)
+        fail_msg("cache: %s", err.text);
+    const int64_t day = 24 * 3600;
+    workdir(cache, "7.1", 3 * day); /* still running: taken over by the new agent */
+    workdir(cache, "7.2", 3 * day); /* another attempt of the same job, ended */
+    workdir(cache, "8.1", 2 * day); /* ended */
+    workdir(cache, "9.1", 60);      /* ended a minute ago */
+    json_t *keep = json_pack("[{s:i, s:i}]", "job", 7, "attempt", 1);
+    assert_non_null(keep);
+    assert_int_equal(br_cache_sweep_work(c, day, keep), 2);
+    assert_true(present(cache, "7.1"));
+    assert_false(present(cache, "7.2"));
+    assert_false(present(cache, "8.1"));
+    assert_true(present(cache, "9.1"));
+    assert_int_equal(br_cache_sweep_work(c, day, NULL), 1); /* none running: it goes */
+    assert_false(present(cache, "7.1"));
+    json_decref(keep);
+    br_cache_destroy(&c);
+    br_rm_tree(AT_FDCWD, dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sweep_keeps_the_running),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
