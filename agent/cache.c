@@ -691,8 +691,30 @@ static int kept_attempt(const json_t *keep, const char *name)
     return 0;
 }
 
+/* The staging of pulls cut short (a previous agent's, killed or stopped mid-pull):
+ * removed at a start, before any pull runs, as the replica store's are (the files
+ * they had made whole are in .by-hash, where a pull finds them again). */
+static int sweep_pulls(br_cache_t *c)
+{
+    char trees[PATH_MAX];
+    snprintf(trees, sizeof(trees), "%s/trees", c->dir);
+    DIR *d = opendir(trees);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strncmp(de->d_name, ".bramble-pull-", 14) == 0) {
+            br_rm_tree(dirfd(d), de->d_name);
+            n++;
+        }
+    closedir(d);
+    return n;
+}
+
 int br_cache_sweep_work(br_cache_t *c, int64_t max_age_s, const json_t *keep)
 {
+    sweep_pulls(c);
     char work[PATH_MAX];
     snprintf(work, sizeof(work), "%s/work", c->dir);
     DIR *d = opendir(work);

@@ -85,9 +85,11 @@ int br_cache_room(br_cache_t *c, int64_t quota, int64_t need, const json_t *keep
 /* Drop the tree of manifest hash mhash from the cache. */
 void br_cache_forget(br_cache_t *c, const char *mhash);
 
-/* Remove working directories not touched for max_age_s (at a start), but those of
- * the attempts in keep (an array of {"job", "attempt"}: still running, to be taken
- * over; NULL: none), whose top directory may be older than that while they run. */
+/* At a start, before any pull: remove what pulls cut short left in trees/ (their
+ * staging), and the working directories not touched for max_age_s but those of the
+ * attempts in keep (an array of {"job", "attempt"}: still running, to be taken
+ * over; NULL: none), whose top directory may be older than that while they run.
+ * How many working directories went. */
 int br_cache_sweep_work(br_cache_t *c, int64_t max_age_s, const json_t *keep);
 
 #endif

@@ -2,7 +2,7 @@
  * directories of ended attempts left more than a day are removed, but not those of
  * the attempts still running, which the new agent takes over (a long run's top
  * directory can be older than a day: its files change, not its entries), nor the
- * recent ones. */
+ * recent ones; what a pull cut short left in trees/ goes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,6 +59,12 @@ static void test_sweep_keeps_the_running(void **state)
     workdir(cache, "7.2", 3 * day); /* another attempt of the same job, ended */
     workdir(cache, "8.1", 2 * day); /* ended */
     workdir(cache, "9.1", 60);      /* ended a minute ago */
+    /* a pull cut short (its agent killed): its staging and its files on their way */
+    char stage[PATH_MAX + 64];
+    snprintf(stage, sizeof(stage), "%s/trees/.bramble-pull-abc", cache);
+    assert_int_equal(mkdir(stage, 0700), 0);
+    snprintf(stage, sizeof(stage), "%s/trees/.bramble-pull-abc.tmp", cache);
+    assert_int_equal(mkdir(stage, 0700), 0);
     json_t *keep = json_pack("[{s:i, s:i}]", "job", 7, "attempt", 1);
     assert_non_null(keep);
     assert_int_equal(br_cache_sweep_work(c, day, keep), 2);
@@ -65,6 +72,9 @@ static void test_sweep_keeps_the_running(void **state)
     assert_false(present(cache, "7.2"));
     assert_false(present(cache, "8.1"));
     assert_true(present(cache, "9.1"));
+    assert_int_equal(access(stage, F_OK), -1);
+    stage[strlen(stage) - 4] = '\0';
+    assert_int_equal(access(stage, F_OK), -1);
     assert_int_equal(br_cache_sweep_work(c, day, NULL), 1); /* none running: it goes */
     assert_false(present(cache, "7.1"));
     json_decref(keep);
