@@ -101,7 +101,8 @@ static int open_stream(fwd_state_t *st, int in_fd, int out_fd, int is_socket)
     br_streamend_source(f->end, 0, in_fd);
     br_streamend_sink(f->end, 1, out_fd, is_socket);
     in_fd = out_fd = -1;
-    st->n++;
+    if (st->n++ == 0) /* (nothing was due from the relay while none was open) */
+        st->seen = br_mono_ms();
     br_stream_send(st->sock, NULL, 0, BR_STREAM_ATTACH, 0, id, 0, ticket, BR_STREAM_TICKET, 0);
     rc = 0;
 out:
@@ -267,8 +268,8 @@ static int serve(fwd_state_t *st, int lfd, int sigfd)
         }
         if (st->sock && st->n && now - st->seen > BR_STREAM_GONE_MS) {
             cli_err(st->cli, "the coordinator stopped answering");
-            while (st->n)
-                drop(st, st->n - 1, NULL);
+            while (st->n) /* (told, should it be there after all: its slots go) */
+                drop(st, st->n - 1, "the coordinator stopped answering");
             if (st->stdio)
                 return CLI_FAIL;
         }

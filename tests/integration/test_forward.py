@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -25,6 +26,7 @@ import pytest
 from conftest import DEADLINE, Fatal, free_port, pid_alive, sanitizer_lines, wait_for
 
 PYTHON = "/usr/bin/python3"
+BR_STREAM_GONE_S = 3.5  # proto/stream.h: a stream silent this long is taken for gone
 
 
 @pytest.fixture
@@ -198,6 +200,12 @@ def test_http_through_forward(c, job, forward):
     assert hashlib.sha256(body).hexdigest() == \
         hashlib.sha256((d / "big.bin").read_bytes()).hexdigest()
     assert f.alive(), f.stderr()
+
+    # left idle longer than a stream's silence may last (nothing is due from the
+    # relay while no connection is open), the next connection works all the same
+    time.sleep(BR_STREAM_GONE_S + 1)
+    assert fetch(local, "/hello.txt") == (200, b"hello through the relay\n")
+    assert "stopped answering" not in f.stderr(), f.stderr()
 
 
 def test_jupyter_through_forward(c, forward, tmp_path):
