@@ -7,6 +7,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2705,19 +2706,36 @@ static void report_stored(br_agent_t *a)
 
 /* --- shells and forwards --------------------------------------------------------- */
 
+#define CONNECT_LOCAL_MS 500 /* a listener that takes no connection (its queue full:
+                                * the kernel drops the SYN, and a connect waits two
+                                * minutes) holds the agent's loop no longer than this */
+
 /* A connection to 127.0.0.1:port (never another host): its socket, or -1 with
  * err. A connect to loopback is answered at once (taken, or refused), so it is
- * made here; the streams thread makes it non-blocking. */
+ * made here, waited for at most CONNECT_LOCAL_MS; the socket stays non-blocking. */
 static int connect_local(int port, const char *node, br_err_t *err)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (fd < 0)
         return br_errf(err, errno, "socket: %s", strerror(errno));
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        int e = errno;
+    int e = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? errno : 0;
+    if (e == EINPROGRESS) {
+        struct pollfd p = {fd, POLLOUT, 0};
+        socklen_t len = sizeof(e);
+        int n = poll(&p, 1, CONNECT_LOCAL_MS);
+        if (n == 0)
+            e = ETIMEDOUT;
+        else if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) < 0)
+            e = errno;
+    }
+    if (e) {
         close(fd);
+        if (e == ETIMEDOUT)
+            return br_errf(err, e, "port %d of node %s takes no connection (its listener "
+                                   "did not accept within %d ms)", port, node,
+                           CONNECT_LOCAL_MS);
         return br_errf(err, e, "nothing answers on port %d of node %s (%s)", port, node,
                        strerror(e));
     }

@@ -319,6 +319,43 @@ def test_port_where_nothing_listens(c, job, forward):
     assert f.alive(), f.stderr()
 
 
+def test_a_listener_that_never_accepts_holds_nothing_up(c, job, forward):
+    """A job's listener that never accepts, its queue full: the kernel drops new
+    SYNs and a connect would wait two minutes. A forward to it is refused in well
+    under a second, saying so, and the node's agent (which makes the connection) goes
+    on with its heartbeats and its other jobs."""
+    port = free_port()
+    never = ("import socket, time\n"
+             "s = socket.socket()\n"
+             "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+             f"s.bind(('127.0.0.1', {port}))\n"
+             "s.listen(0)\n"
+             "print('listening', flush=True)\n"
+             "time.sleep(3600)\n")
+    jid, d = job("never", f"{PYTHON} -c {shlex.quote(never)}")
+    c.wait_logs(jid, "listening")
+    # fill its accept queue (kept open): then a connect finds no room
+    held = []
+    for _ in range(8):
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        held.append(s)
+    other, _ = job("other", "while true; do date +%s > t; sleep 0.2; done")
+    try:
+        node = c.job(jid)["nodes"][0]
+        rc, out, err = c.cli("forward", jid, port, "--stdio", input="", check=False,
+                             timeout=DEADLINE)
+        assert rc == 1 and f"port {port} of node {node} takes no connection" in err, \
+            (rc, out, err)
+        # the node stays well: its jobs run on, nothing was frozen or lost
+        assert c.job(jid)["state"] == "running" and c.job(other)["state"] == "running"
+        assert c.nodes()[node]["state"] == "ready", c.nodes()[node]
+    finally:
+        for s in held:
+            s.close()
+
+
 def test_refusals(c, job, forward, tmp_path):
     cred = tmp_path / "fwd-bob.credential"
     c.cli("user", "add", "fwd-bob", "--out", cred)
