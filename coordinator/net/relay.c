@@ -204,8 +204,13 @@ static void pass(br_relay_t *r, rstream_t *s, int side, const br_stream_hdr_t *h
             return;
         }
     } else if (h->type == BR_STREAM_CREDIT) {
-        if (h->arg > (uint64_t)1 << 40) {
-            close_stream(r, s, -1, "a credit out of range");
+        /* a receiver grants back what it took, never more than it was sent: credit
+         * beyond would let the other end's bytes pile up here without bound */
+        if (h->arg > (uint64_t)1 << 40 ||
+            to->out.granted + (int64_t)h->arg > to->out.sent + BR_STREAM_WINDOW) {
+            snprintf(why, sizeof(why), "%s granted credit beyond what it was sent",
+                     side_name[side]);
+            close_stream(r, s, -1, why);
             return;
         }
         to->out.granted += (int64_t)h->arg;

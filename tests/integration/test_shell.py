@@ -479,6 +479,44 @@ def test_a_sender_beyond_its_credit_is_cut_off(cluster, job):
              "the cut-off stream's process to be hung up")
 
 
+CREDIT = 4
+
+
+def test_a_receiver_granting_credit_it_was_not_sent_is_cut_off(cluster, job):
+    """A client that grants the node more credit than it was ever sent (to have the
+    relay hold the node's output for it without bound, while it reads nothing) is
+    cut off, saying why; the remote process is hung up."""
+    c = cluster
+    jid, _ = job
+    main = c.raw_client()
+    try:
+        _, body, _ = main.request("stream.open", {"id": jid, "kind": "shell",
+                                                  "command": ["sleep", "1003"]})
+    finally:
+        main.close()
+    assert "stream" in body, body
+    pub, sec, server = c.admin_keys()
+    relay = RawClient(f"tcp://{c.host}:{body['relay_port']}", server, pub, sec)
+    try:
+        sid = body["stream"]
+        relay.send([frame(ATTACH, sid), body["ticket"].encode()])
+        msg = relay.recv()
+        assert msg and msg[0][1] == ATTACHED, msg
+        wait_for(lambda: remote_procs(c, jid, "sleep", "1003"), what="the remote sleep")
+        relay.send([frame(CREDIT, sid, arg=1 << 30)])  # a GiB it was never sent
+        closed = None
+        deadline = time.monotonic() + DEADLINE
+        while closed is None and time.monotonic() < deadline:
+            m = relay.recv(1)
+            if m and m[0][1] == CLOSE:
+                closed = m[1].decode()
+        assert closed and "credit beyond what it was sent" in closed, closed
+    finally:
+        relay.close()
+    wait_for(lambda: not remote_procs(c, jid, "sleep", "1003"), 20,
+             "the cut-off stream's process to be hung up")
+
+
 # ---------------------------------------------------------------------------
 # --rank: a gang's other ranks
 
