@@ -387,10 +387,15 @@ void br_api_node_remove(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     br_err_t err;
     if (!n)
         return;
+    char key[sizeof(n->pubkey)], why[160];
+    br_strlcpy(key, n->pubkey, sizeof(key));
+    snprintf(why, sizeof(why), "node %s was removed", n->name);
     if (br_nodelife_remove(c, n, who->name, &err) < 0) {
         br_reply_fail(c, m, &err);
         return;
     }
+    if (c->relay && key[0]) /* its shells and forwards end with its key, at once */
+        br_relay_cut(c->relay, 0, key, why);
     br_reply_ok(c, m, json_object());
 }
 

@@ -573,3 +573,18 @@ def test_rank_reaches_that_ranks_node(cluster):
             cli.kill(signal.SIGKILL)
         c.cli("cancel", jid, check=False)
         c.wait_job(jid)
+
+
+def test_a_removed_node_loses_its_shells(make_cluster):
+    """Removing a node (`bramble node remove`, its key revoked) ends the shells and
+    forwards into its jobs at once, saying why, as a replaced key does."""
+    c = make_cluster()
+    c.add_agents(1)
+    jid = c.submit("name: on-removed\nresources: {cpus: 0}\ncommand: sleep 600\n")
+    c.wait_job(jid, "running")
+    cli = c.spawn("bramble-shell-removed", shell_argv(c, jid, "--", "sleep", "1004"))
+    wait_for(lambda: remote_procs(c, jid, "sleep", "1004"),
+             what="the shell's `sleep 1004` to run in the job")
+    c.cli("node", "remove", "node-1")
+    assert cli.wait_exit(DEADLINE) != 0
+    assert "node node-1 was removed" in cli.output(), cli.output()
