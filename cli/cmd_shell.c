@@ -86,17 +86,25 @@ typedef struct {
     int status;
 } session_t;
 
-/* Write what the sinks hold before leaving (blocking, up to 5 s). */
-static void drain(session_t *s)
+/* Write what the sinks hold before leaving: however long the reader takes (a pager
+ * the user reads at leisure), until a signal (SIGWINCH aside). 0 when all went
+ * out (or its reader went: a sink that cannot be written lets go of its bytes), -1
+ * when a signal cut it short. */
+static int drain(session_t *s)
 {
-    int64_t until = br_mono_ms() + 5000;
-    while (br_streamend_queued(s->end) && br_mono_ms() < until) {
-        zmq_pollitem_t it[2 * BR_STREAMEND_CHANNELS];
+    while (br_streamend_queued(s->end)) {
+        zmq_pollitem_t it[2 * BR_STREAMEND_CHANNELS + 1];
         int n = br_streamend_poll(s->end, it, 2 * BR_STREAMEND_CHANNELS);
-        if (zmq_poll(it, n, 100) < 0 && errno != EINTR)
+        it[n++] = (zmq_pollitem_t){NULL, s->sigfd, ZMQ_POLLIN, 0};
+        if (zmq_poll(it, n, 1000) < 0 && errno != EINTR)
             break;
+        struct signalfd_siginfo si;
+        while (read(s->sigfd, &si, sizeof(si)) == sizeof(si))
+            if (si.ssi_signo != SIGWINCH)
+                return -1;
         br_streamend_turn(s->end);
     }
+    return 0;
 }
 
 static void on_frame(session_t *s, const br_stream_hdr_t *h, const void *p, size_t len)
@@ -193,8 +201,11 @@ static int pump(session_t *s)
             return CLI_GONE;
         }
     }
-    if (s->done == 1)
-        drain(s);
+    if (s->done == 1 && drain(s) < 0) {
+        cli_err(s->cli, "interrupted: %zu bytes of the command's output were not written",
+                br_streamend_queued(s->end));
+        return CLI_GONE;
+    }
     return s->done == 1 ? s->status : s->status ? s->status : CLI_GONE;
 }
 

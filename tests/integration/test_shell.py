@@ -588,3 +588,29 @@ def test_a_removed_node_loses_its_shells(make_cluster):
     c.cli("node", "remove", "node-1")
     assert cli.wait_exit(DEADLINE) != 0
     assert "node node-1 was removed" in cli.output(), cli.output()
+
+
+def test_output_waits_for_a_reader_that_takes_its_time(cluster, job):
+    """`bramble shell J -- cat big | less`, with the user paging at leisure: the
+    command ends while the last of its output still waits for the reader; every byte
+    reaches it however long that takes, and then the command's status."""
+    c = cluster
+    jid, workdir = job
+    size = (workdir / "out" / "big.bin").stat().st_size
+    p = subprocess.Popen(shell_argv(c, jid, "--", "cat", "out/big.bin"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        got = 0
+        while got < size - 200_000:  # all but the last 200 KB
+            b = p.stdout.read1(min(65536, size - 200_000 - got))
+            assert b, p.stderr.read()
+            got += len(b)
+        wait_for(lambda: not remote_procs(c, jid, "cat", "out/big.bin"),
+                 what="the remote cat to end, its last bytes on their way")
+        time.sleep(6)  # the reader away longer than the CLI once waited (5 s)
+        rest = p.stdout.read()
+        assert got + len(rest) == size, (got, len(rest), size)
+        assert p.wait(DEADLINE) == 0, p.stderr.read()
+    finally:
+        p.kill()
+        p.wait()
