@@ -588,6 +588,7 @@ def test_a_removed_node_loses_its_shells(make_cluster):
     c.cli("node", "remove", "node-1")
     assert cli.wait_exit(DEADLINE) != 0
     assert "node node-1 was removed" in cli.output(), cli.output()
+    assert c.agents["node-1"].wait_exit() != 0  # (a removed node's agent is refused)
 
 
 def test_output_waits_for_a_reader_that_takes_its_time(cluster, job):
