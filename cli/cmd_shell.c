@@ -263,7 +263,7 @@ int cli_shell_run(cli_t *cli, int64_t job, long rank, int tty, char **cmd, int n
         cli_err(cli, "out of memory");
         goto out;
     }
-    br_streamend_source(s.end, 0, dup_nonblock(0));
+    br_streamend_source(s.end, 0, dup_nonblock(0)); /* (never closed: main.c) */
     br_streamend_sink(s.end, 1, dup_nonblock(1), 0);
     if (!tty)
         br_streamend_sink(s.end, 2, dup_nonblock(2), 0);

@@ -1,6 +1,7 @@
 /* main.c - bramble, the user's command line: global options, the command table,
  * help texts and dispatch to the command handlers (cmd_*.c). */
 #include <ctype.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,6 +311,11 @@ static int dispatch(cli_t *cli, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    /* a standard stream started closed (`<&-`) is /dev/null: the first file or
+     * socket opened would otherwise take its number, and be read as stdin */
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", fd ? O_WRONLY : O_RDONLY) != fd)
+            return CLI_FAIL;
     cli_t cli = {.timeout_ms = CLI_TIMEOUT_MS};
     char **args = calloc((size_t)argc + 1, sizeof(*args));
     if (!args)

@@ -207,6 +207,11 @@ def test_pipes(cluster, job, tmp_path):
     big = secrets.token_hex(500000)  # 1 MB
     rc, out, err = c.cli("shell", jid, "--", "wc", "-c", input=big)
     assert rc == 0 and out.split() == [str(len(big))], (rc, out, err)
+    # stdin closed (`<&-`): the command sees its input end, not a wait for ever
+    r = subprocess.run(shell_argv(c, jid, "--", "wc", "-c"), stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=DEADLINE, env=c.env,
+                       preexec_fn=lambda: os.close(0))
+    assert (r.returncode, r.stdout.split()) == (0, ["0"]), r
 
     # stdout and stderr apart; the remote status is the CLI's
     rc, out, err = c.cli("shell", jid, "--", "sh", "-c", "echo out; echo err >&2; exit 3",
