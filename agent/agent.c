@@ -1476,22 +1476,39 @@ static int fetching_at(br_agent_t *a, json_int_t job, int attempt)
     return -1;
 }
 
-/* The trees running attempts mount, which the cache keeps: {manifest hash: true}. */
-static json_t *trees_in_use(br_agent_t *a)
+/* The trees the cache keeps while it makes room: {manifest hash: true}. Those
+ * running attempts mount, those being pulled, those the orders waiting for their
+ * trees wait for, and (also, an array of {"manifest"}) the trees of the order being
+ * started: a tree it has must not go to make room for one it lacks, or each would
+ * push the other out in turn for ever. */
+static json_t *trees_in_use(br_agent_t *a, const json_t *also)
 {
-    json_t *keep = json_object(), *list, *h;
+    json_t *keep = json_object(), *list, *h, *v;
     const char *k;
-    size_t i;
+    size_t i, j;
     json_object_foreach(a->mounted, k, list)
         json_array_foreach(list, i, h)
             json_object_set_new(keep, json_string_value(h), json_true());
+    json_object_foreach(a->pulls, k, v)
+        json_object_set_new(keep, k, json_true());
+    json_array_foreach(a->fetching, i, v)
+        json_array_foreach(json_object_get(v, "wait"), j, h)
+            json_object_set_new(keep, json_string_value(json_object_get(h, "hash")),
+                                json_true());
+    json_array_foreach(also, i, v) {
+        const char *mh = json_string_value(json_object_get(json_object_get(v, "manifest"),
+                                                           "hash"));
+        if (mh)
+            json_object_set_new(keep, mh, json_true());
+    }
     return keep;
 }
 
 /* Pull the tree mf (a truncated manifest: its summary and listing) into the cache,
  * unless it is being pulled already. 0, or -1 with err. */
 static int pull_tree(br_agent_t *a, json_int_t job, int attempt, json_t *mf,
-                     const char *grant, json_t *from, int code, br_err_t *err)
+                     const char *grant, json_t *from, int code, const json_t *also,
+                     br_err_t *err)
 {
     const char *mhash = json_string_value(json_object_get(mf, "hash"));
     json_t *going = json_object_get(a->pulls, mhash);
@@ -1510,7 +1527,7 @@ static int pull_tree(br_agent_t *a, json_int_t job, int attempt, json_t *mf,
     if (going)
         return 0; /* another order asked for it first: it comes once */
     int64_t limit;
-    json_t *keep = trees_in_use(a);
+    json_t *keep = trees_in_use(a, also);
     int64_t quota = a->s->cache_quota; /* (the environments hold part of it) */
     if (quota >= 0) {
         quota -= br_envcache_bytes(br_cache_dir(a->cache));
@@ -1588,7 +1605,7 @@ static int trees_here(br_agent_t *a, br_msg_t *m, json_int_t job, int attempt, j
             continue;
         if (pull_tree(a, job, attempt, mf, json_string_value(json_object_get(t, "grant")),
                       json_object_get(t, "from"), json_is_true(json_object_get(t, "code")),
-                      err) < 0) {
+                      trees, err) < 0) {
             br_err_prefix(err, "%s", json_string_value(json_object_get(t, "what")));
             rc = -1;
             break;
@@ -1802,7 +1819,7 @@ static void on_stage_tree(br_agent_t *a, br_msg_t *m)
     reply(a, m, 0, NULL);
     if (br_cache_has(a->cache, json_string_value(json_object_get(mf, "hash"))))
         return;
-    if (pull_tree(a, 0, 0, mf, grant, NULL, 1, &err) < 0)
+    if (pull_tree(a, 0, 0, mf, grant, NULL, 1, NULL, &err) < 0)
         fprintf(stderr, "bramble-agent: a tree staged while it is uploaded: %s\n", err.text);
 }
 
@@ -2658,7 +2675,7 @@ static void tree_fetched(br_agent_t *a, json_t *res)
                           (int)json_integer_value(json_object_get(pull, "attempt")),
                           json_object_get(pull, "manifest"),
                           json_string_value(json_object_get(pull, "grant")), NULL,
-                          json_is_true(json_object_get(pull, "code")), &err);
+                          json_is_true(json_object_get(pull, "code")), NULL, &err);
     }
     json_decref(pull);
     if (again == 0)

@@ -251,6 +251,28 @@ def test_a_tree_a_running_job_mounts_never_leaves_the_cache(make_cluster, tmp_pa
     assert f"{2 << 20} {my}/y.bin" in c.logs(again)
 
 
+def test_a_job_whose_trees_do_not_fit_together_says_so(make_cluster, tmp_path, open_dir):
+    """--cache-quota 3M: data set x (2 MiB) is cached from an earlier job; a job that
+    needs x and y (2 MiB more) does not have x pushed out to make room for y, then x
+    fetched again past the quota (or y pushed out for it in turn): the two do not
+    fit together, and it ends as not started, saying why."""
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    c = make_cluster()
+    hidden_node(c, laptop, ("--cache-quota", "3M"))
+    for name, seed in (("x", 41), ("y", 42)):
+        write(laptop / name / f"{name}.bin", blob(2 << 20, seed))
+        c.cli("data", "push", laptop / name, name)
+    mx, my = open_dir / "x", open_dir / "y"
+    first, _ = submit(c, f"name: warms-x\ndata: {{x: {mx}}}\ncommand: true\n")
+    assert c.wait_job(first)["state"] == "completed"
+    both, _ = submit(c, f"name: needs-both\ndata: {{x: {mx}, y: {my}}}\n"
+                        f"command: cat {mx}/x.bin {my}/y.bin > /dev/null\n")
+    j = c.wait_job(both)
+    assert j["state"] == "failed", j
+    assert "could not start" in (j["reason"] or "") and "--cache-quota" in j["reason"], j
+
+
 def test_the_node_that_holds_the_data_is_preferred(make_cluster, tmp_path, open_dir):
     c, laptop, _ = node_cluster(make_cluster, tmp_path, n=2)
     d = laptop / "ds"
