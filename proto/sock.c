@@ -116,7 +116,8 @@ void *br_sock_client_hb(void *ctx, const char *endpoint, const char *server_publ
 void *br_sock_stream_client(void *ctx, const char *endpoint, const char *server_public_key,
                             const char *public_key, const char *secret_key, br_err_t *err)
 {
-    void *s = client_socket(ctx, server_public_key, public_key, secret_key, 0, 0, err);
+    void *s = client_socket(ctx, server_public_key, public_key, secret_key,
+                            BR_SOCK_STREAM_HB_MS, BR_SOCK_STREAM_HB_TIMEOUT_MS, err);
     int zero = 0;
     if (s && (zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof(zero)) < 0 ||
               zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof(zero)) < 0)) {

@@ -1148,6 +1148,31 @@ static void test_client_no_server(void **state)
     assert_int_not_equal(err.errnum, 0);
 }
 
+/* A stream socket (a shell's or a forward's, the agent's to the relay) keeps its
+ * connection checked by ZMTP heartbeats, open stream or not: an idle one is neither
+ * left dead after its peer went nor dropped by a NAT that forgets quiet mappings. */
+static void test_stream_client_heartbeats(void **state)
+{
+    (void)state;
+    char spub[BR_KEY_LEN + 1], ssec[BR_KEY_LEN + 1], pub[BR_KEY_LEN + 1],
+        sec[BR_KEY_LEN + 1];
+    assert_int_equal(br_keypair(spub, ssec, NULL), 0);
+    assert_int_equal(br_keypair(pub, sec, NULL), 0);
+    void *ctx = zmq_ctx_new();
+    br_err_t err = {0};
+    void *s = br_sock_stream_client(ctx, "tcp://127.0.0.1:1", spub, pub, sec, &err);
+    assert_non_null(s);
+    int v = 0;
+    size_t len = sizeof(v);
+    assert_int_equal(zmq_getsockopt(s, ZMQ_HEARTBEAT_IVL, &v, &len), 0);
+    assert_int_equal(v, BR_SOCK_STREAM_HB_MS);
+    len = sizeof(v);
+    assert_int_equal(zmq_getsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &v, &len), 0);
+    assert_int_equal(v, BR_SOCK_STREAM_HB_TIMEOUT_MS);
+    br_sock_close(&s);
+    zmq_ctx_term(ctx);
+}
+
 int main(void)
 {
     static const struct CMUnitTest fixed[] = {
@@ -1172,6 +1197,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_zmq_garbage, server_setup,
                                         server_teardown),
         cmocka_unit_test(test_client_no_server),
+        cmocka_unit_test(test_stream_client_heartbeats),
     };
     size_t nfixed = NELEM(fixed), nbad = NELEM(bad_cases);
     struct CMUnitTest *tests = calloc(nfixed + nbad, sizeof(*tests));
