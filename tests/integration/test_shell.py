@@ -450,33 +450,45 @@ def frame(type_, stream, arg=0, channel=0):
 ATTACH, ATTACHED, DATA, CLOSE = 1, 2, 3, 8
 
 
-def test_a_sender_beyond_its_credit_is_cut_off(cluster, job):
-    c = cluster
-    jid, _ = job
+def raw_stream(c, jid, *command):
+    """A shell stream running command in job jid, opened and attached by hand (the
+    frames this test sends are its own): (relay connection, stream id)."""
     main = c.raw_client()
     try:
         _, body, _ = main.request("stream.open", {"id": jid, "kind": "shell",
-                                                  "command": ["sleep", "1002"]})
+                                                  "command": list(command)})
     finally:
         main.close()
     assert "stream" in body, body
     pub, sec, server = c.admin_keys()
     relay = RawClient(f"tcp://{c.host}:{body['relay_port']}", server, pub, sec)
+    sid = body["stream"]
+    relay.send([frame(ATTACH, sid), body["ticket"].encode()])
+    msg = relay.recv()
+    assert msg and msg[0][1] == ATTACHED, msg
+    wait_for(lambda: remote_procs(c, jid, *command), what=f"the remote {command}")
+    return relay, sid
+
+
+def closed_why(relay):
+    """The reason of the CLOSE the relay sends (None: none within DEADLINE)."""
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        m = relay.recv(1)
+        if m and m[0][1] == CLOSE:
+            return m[1].decode()
+    return None
+
+
+def test_a_sender_beyond_its_credit_is_cut_off(cluster, job):
+    c = cluster
+    jid, _ = job
+    relay, sid = raw_stream(c, jid, "sleep", "1002")
     try:
-        sid = body["stream"]
-        relay.send([frame(ATTACH, sid), body["ticket"].encode()])
-        msg = relay.recv()
-        assert msg and msg[0][1] == ATTACHED, msg
-        wait_for(lambda: remote_procs(c, jid, "sleep", "1002"), what="the remote sleep")
         chunk = b"z" * 65536  # 16 of them: 1 MiB, where 256 KiB may be in flight
         for _ in range(16):
             relay.send([frame(DATA, sid), chunk])
-        closed = None
-        deadline = time.monotonic() + DEADLINE
-        while closed is None and time.monotonic() < deadline:
-            m = relay.recv(1)
-            if m and m[0][1] == CLOSE:
-                closed = m[1].decode()
+        closed = closed_why(relay)
         assert closed and "beyond its credit" in closed, closed
     finally:
         relay.close()
@@ -493,28 +505,10 @@ def test_a_receiver_granting_credit_it_was_not_sent_is_cut_off(cluster, job):
     cut off, saying why; the remote process is hung up."""
     c = cluster
     jid, _ = job
-    main = c.raw_client()
+    relay, sid = raw_stream(c, jid, "sleep", "1003")
     try:
-        _, body, _ = main.request("stream.open", {"id": jid, "kind": "shell",
-                                                  "command": ["sleep", "1003"]})
-    finally:
-        main.close()
-    assert "stream" in body, body
-    pub, sec, server = c.admin_keys()
-    relay = RawClient(f"tcp://{c.host}:{body['relay_port']}", server, pub, sec)
-    try:
-        sid = body["stream"]
-        relay.send([frame(ATTACH, sid), body["ticket"].encode()])
-        msg = relay.recv()
-        assert msg and msg[0][1] == ATTACHED, msg
-        wait_for(lambda: remote_procs(c, jid, "sleep", "1003"), what="the remote sleep")
         relay.send([frame(CREDIT, sid, arg=1 << 30)])  # a GiB it was never sent
-        closed = None
-        deadline = time.monotonic() + DEADLINE
-        while closed is None and time.monotonic() < deadline:
-            m = relay.recv(1)
-            if m and m[0][1] == CLOSE:
-                closed = m[1].decode()
+        closed = closed_why(relay)
         assert closed and "credit beyond what it was sent" in closed, closed
     finally:
         relay.close()
