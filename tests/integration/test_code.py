@@ -224,6 +224,16 @@ def test_a_damaged_cached_file_is_fetched_again_never_run(make_cluster, tmp_path
     said = events(c, again)
     assert any("its code fetched to node-1" in e for e in said), said
     assert (trees[0] / "run.sh").read_text() == "echo the real script\n"
+    # changed in place with its size kept, then a new version of the code (another
+    # file added) that holds the same run.sh: the node's copy of it is not taken on
+    # trust for the new tree
+    real = "echo the real script\n"
+    with open(trees[0] / "run.sh", "r+") as f:  # (the same file, shared by hash)
+        f.write("echo " + "X" * (len(real) - 6) + "\n")
+    write(proj / "notes.txt", "v2\n")
+    third, _ = submit(c, proj / "job.yaml", "--wait")
+    out = c.logs(third)
+    assert "the real script" in out and "XXXX" not in out, out
 
 
 def test_a_gangs_ranks_read_the_code_from_the_first_ones_node(make_cluster, tmp_path):
