@@ -253,9 +253,6 @@ static int copy_in(pull_t *p, int src, const char *hex, json_int_t size, int pfd
     return install(p, fd, &hs, hex, pfd, name, mode);
 }
 
-/* The old copy's file src (taken over) holds the bytes of hex: link it into place
- * (the old copy is removed once the new one is in), or copy it where it cannot be
- * linked. 0 in place, 1 its bytes differ, -1 with err. */
 /* Whether the size bytes of fd hash to hex (read through p's buffer). */
 static int holds(pull_t *p, int fd, const char *hex, json_int_t size)
 {
@@ -274,6 +271,9 @@ static int holds(pull_t *p, int fd, const char *hex, json_int_t size)
     return br_manifest_hashes_to(&hs, hex) && off == size;
 }
 
+/* The old copy's file src (taken over) holds the bytes of hex: link it into place
+ * (the old copy is removed once the new one is in), or copy it where it cannot be
+ * linked. 0 in place, 1 its bytes differ, -1 with err. */
 static int adopt_old(pull_t *p, int src, const char *hex, json_int_t size, int pfd,
                      const char *name, int mode)
 {
@@ -558,21 +558,20 @@ static int add_file(pull_t *p, const char *path, int pfd, const char *name,
     }
     if (p->index >= 0 && fstatat(p->index, hex, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
         S_ISREG(st.st_mode) && st.st_size == size) {
-        if (p->r->in_store) {
+        src = openat(p->index, hex, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (src < 0) {
+            rc = 1;
+        } else if (p->r->in_store) {
             /* the copy by hash is checked before another tree takes it: a file
              * changed in place on this disk (its size kept) is fetched again, and its
              * damaged copy goes (the trees that share it find theirs changed) */
-            src = openat(p->index, hex, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-            int good = src >= 0 && holds(p, src, hex, size);
-            if (src >= 0)
-                close(src);
-            if (src >= 0 && !good)
+            int good = holds(p, src, hex, size);
+            close(src);
+            if (!good)
                 unlinkat(p->index, hex, 0);
             rc = good && linkat(p->index, hex, pfd, name, 0) == 0 ? 0 : 1;
-        }
-        else {
-            src = openat(p->index, hex, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-            rc = src < 0 ? 1 : copy_in(p, src, hex, size, pfd, name, mode);
+        } else {
+            rc = copy_in(p, src, hex, size, pfd, name, mode); /* (hashes as it copies) */
         }
         if (rc == 0) {
             p->st.bytes_deduped += (uint64_t)size;
