@@ -189,10 +189,13 @@ static int peer_closed(int fd)
     return k >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
-/* An idle connection kept to a replica was closed by it (events on fd): the replica
- * is put on trial. libcurl finds the connection closed itself when it next takes it. */
+/* Events on an idle connection kept to a replica (fd): when the replica closed it
+ * (peer_closed: not an event of its transfer, just ended), the replica is put on
+ * trial. libcurl finds the connection closed itself when it next takes it. */
 static void idle_closed(gw_t *g, int fd)
 {
+    if (!peer_closed(fd))
+        return;
     watch_for(g, fd, 0);
     gw_replica_t *r = gw_table_replica(g->table, g->kept[fd].id, g->kept[fd].port);
     keep_idle(g, fd, NULL);
@@ -209,7 +212,7 @@ static int on_curl_close(void *gp, curl_socket_t fd)
      * as libcurl takes one for a request, often before the loop saw the end): closed
      * by the replica as idle_closed has it, before the try that found it opens
      * another. (Not while the gateway is destroyed: its table is gone.) */
-    if (fd >= 0 && fd < g->nkept && g->kept[fd].id && g->table && peer_closed(fd))
+    if (fd >= 0 && fd < g->nkept && g->kept[fd].id && g->table)
         idle_closed(g, fd);
     keep_idle(g, fd, NULL);
     if (fd >= 0 && fd < g->nkept)
@@ -228,8 +231,8 @@ static void reap_closed(gw_t *g)
     int n = epoll_wait(g->ep, evs, 64, 0);
     for (int i = 0; i < n; i++) {
         int fd = evs[i].data.fd;
-        if (fd >= 0 && fd < g->nkept && g->kept[fd].id && peer_closed(fd))
-            idle_closed(g, fd); /* (an event of its transfer, just ended, is no end) */
+        if (fd >= 0 && fd < g->nkept && g->kept[fd].id)
+            idle_closed(g, fd);
     }
 }
 
@@ -1208,8 +1211,7 @@ int gw_run(gw_t *g, br_err_t *err)
             } else if (fd == link_fd) {
                 link_ready = 1;
             } else if (fd < g->nkept && g->kept[fd].id) {
-                if (peer_closed(fd)) /* (not an event of its transfer, just ended) */
-                    idle_closed(g, fd);
+                idle_closed(g, fd);
             } else if (fd != ei->epoll_fd) {
                 uint32_t e = evs[i].events;
                 int running = 0;
