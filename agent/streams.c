@@ -92,15 +92,12 @@ static void on_frame(br_streams_t *st, const br_stream_hdr_t *h, const void *p, 
 {
     size_t i;
     session_t *ss = find(st, h->stream, &i);
-    if (!ss && h->stream && h->type != BR_STREAM_CLOSE && h->type != BR_STREAM_EXIT) {
-        /* a stream this end let go of (and could not tell): the relay lets go too,
-         * rather than keep it, pinged, against the user's bound */
-        static const char why[] = "the node's side no longer has this stream";
-        br_stream_send(st->sock, NULL, 0, BR_STREAM_CLOSE, 0, h->stream, 0, why,
-                       sizeof(why) - 1, ZMQ_DONTWAIT);
+    if (!ss) {
+        br_stream_disown(st->sock, h, "the node's side no longer has this stream",
+                         ZMQ_DONTWAIT);
         return;
     }
-    if (!ss || !ss->end)
+    if (!ss->end)
         return; /* (a late frame of a session that ended) */
     ss->seen = br_mono_ms();
     br_err_t err;

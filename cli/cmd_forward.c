@@ -143,12 +143,8 @@ static void take_frames(fwd_state_t *st)
          k++) {
         st->seen = br_mono_ms();
         int i = rc > 0 ? find(st, h.stream) : -1;
-        if (i < 0 && rc > 0 && h.stream && h.type != BR_STREAM_CLOSE &&
-            h.type != BR_STREAM_EXIT) { /* one let go of here: the relay lets go too */
-            static const char why[] = "the client's side no longer has this stream";
-            br_stream_send(st->sock, NULL, 0, BR_STREAM_CLOSE, 0, h.stream, 0, why,
-                           sizeof(why) - 1, 0);
-        }
+        if (i < 0 && rc > 0)
+            br_stream_disown(st->sock, &h, "the client's side no longer has this stream", 0);
         if (i < 0)
             continue;
         br_err_t err;

@@ -73,6 +73,13 @@ int br_stream_send(void *sock, const void *route, size_t route_len, uint8_t type
     return 0;
 }
 
+void br_stream_disown(void *sock, const br_stream_hdr_t *h, const char *why, int flags)
+{
+    if (h->stream && h->type != BR_STREAM_CLOSE && h->type != BR_STREAM_EXIT)
+        br_stream_send(sock, NULL, 0, BR_STREAM_CLOSE, 0, h->stream, 0, why, strlen(why),
+                       flags);
+}
+
 int br_stream_recv(void *sock, br_stream_hdr_t *h, void *buf, size_t cap, size_t *len,
                    int *has)
 {

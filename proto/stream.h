@@ -55,6 +55,12 @@ int br_stream_send(void *sock, const void *route, size_t route_len, uint8_t type
                    uint8_t channel, uint32_t stream, uint64_t arg, const void *payload,
                    size_t len, int flags);
 
+/* A frame h of a stream this end no longer has (it let go of it and could not say
+ * so): answered CLOSE, why, so that the relay lets go too rather than keep it
+ * pinged against the user's bound. Nothing for stream 0, nor for a CLOSE or an
+ * EXIT (the stream ends anyway). */
+void br_stream_disown(void *sock, const br_stream_hdr_t *h, const char *why, int flags);
+
 /* Receive one frame from a DEALER without waiting: 1 with its header in h and its
  * payload copied into buf (cap bytes at least BR_STREAM_CHUNK; *len its length, 0
  * and *has 0 when it had none), 0 when nothing waits, -1 when what came was not a

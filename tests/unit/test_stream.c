@@ -230,6 +230,34 @@ static void test_sink_grants_only_what_it_wrote(void **state)
     pair_close(&p);
 }
 
+/* A frame of a stream this end no longer has is answered CLOSE, saying why; a
+ * connection's own frames (stream 0), and a CLOSE or an EXIT, are not. */
+static void test_a_stream_let_go_of_is_disowned(void **state)
+{
+    (void)state;
+    pair_t p;
+    pair_open(&p);
+    static unsigned char buf[BR_STREAM_CHUNK];
+    br_stream_hdr_t h, got;
+    size_t len;
+    const uint8_t quiet[] = {BR_STREAM_CLOSE, BR_STREAM_EXIT};
+    for (size_t i = 0; i < sizeof(quiet); i++) {
+        h = (br_stream_hdr_t){quiet[i], 0, 7, 0};
+        br_stream_disown(p.a, &h, "gone", 0);
+    }
+    h = (br_stream_hdr_t){BR_STREAM_PING, 0, 0, 0};
+    br_stream_disown(p.a, &h, "gone", 0);
+    assert_int_equal(next(&p, &got, buf, &len), 0);
+    h = (br_stream_hdr_t){BR_STREAM_PING, 0, 7, 0};
+    br_stream_disown(p.a, &h, "gone", 0);
+    assert_int_equal(next(&p, &got, buf, &len), 1);
+    assert_int_equal(got.type, BR_STREAM_CLOSE);
+    assert_int_equal(got.stream, 7);
+    assert_int_equal(len, 4);
+    assert_memory_equal(buf, "gone", 4);
+    pair_close(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -239,6 +267,7 @@ int main(void)
         cmocka_unit_test(test_endpoint),
         cmocka_unit_test(test_source_stops_at_the_window),
         cmocka_unit_test(test_sink_grants_only_what_it_wrote),
+        cmocka_unit_test(test_a_stream_let_go_of_is_disowned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
