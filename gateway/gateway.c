@@ -73,6 +73,7 @@ struct gw {
     int64_t swept, reported;
     int64_t loaded;    /* monotonic ms the load was last told */
     int load_now;      /* tell the load at the next turn of the loop */
+    int reaped;        /* the idle connections were looked at in this turn of the loop */
     int stop;
 };
 
@@ -447,7 +448,11 @@ static enum MHD_Result answer_models(gw_t *g, struct MHD_Connection *conn)
  * there is none). */
 static gw_replica_t *pick(gw_t *g, const gw_exchange_t *x, int64_t now, gw_service_t **first)
 {
-    reap_closed(g);
+    if (!g->reaped) { /* (once a turn of the loop: the turn's requests routed in a
+                       * burst need not each make the same look) */
+        g->reaped = 1;
+        reap_closed(g);
+    }
     gw_replica_t *best = NULL;
     *first = NULL;
     for (size_t i = 0; i < g->table->nservices; i++) {
@@ -1187,6 +1192,7 @@ int gw_run(gw_t *g, br_err_t *err)
     struct epoll_event evs[64];
     int link_fd = gw_link_fd(g->link), link_ready = 1;
     while (!g->stop) {
+        g->reaped = 0;
         int64_t now = br_mono_ms();
         int wait = gw_link_run(g->link, now, link_ready);
         link_ready = 0;
