@@ -322,25 +322,24 @@ int br_content_proved(br_content_t *c, const char *hash, int64_t who)
     return rc;
 }
 
-/* The whole partial o is checked, made durable and put in place (a user's own copy
- * of a content the store holds already is only checked, then let go); a user's
- * proof of it is kept. */
-static int finish(br_content_t *c, open_t *o, br_err_t *err)
+/* The whole partial o is checked (c->mu held): 0 when it is done with (a user's own
+ * copy of a content the store holds already is only checked, then let go, and the
+ * user's proof kept), 1 when it is to be made durable and put in place
+ * (make_durable, without the lock), -1 with err when it hashed to another name. */
+static int check_whole(br_content_t *c, open_t *o, br_err_t *err)
 {
     unsigned char h[BR_MANIFEST_HASH_LEN];
-    char hex[HEX_LEN + 1], from[PATH_MAX + 160], to[PATH_MAX + 160], dir[PATH_MAX + 32];
+    char hex[HEX_LEN + 1], from[PATH_MAX + 160];
     crypto_generichash_final(&o->hs, h, sizeof(h));
     sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
     partial_path(c, o->hash, o->who, from, sizeof(from));
-    object_path(c, o->hash, to, sizeof(to));
-    snprintf(dir, sizeof(dir), "%s/objects/%.2s", c->dir, o->hash);
     if (strcmp(hex, o->hash) != 0) {
         unlink(from);
         c->used -= (uint64_t)o->held;
         close_open(o);
         return br_errf(err, EBADMSG, "the bytes sent hash to %.16s..., not to their name "
                                      "%.16s...: sent again from the start",
-                       hex, to + strlen(to) - HEX_LEN);
+                       hex, o->hash);
     }
     if (o->who && br_content_has(c, o->hash)) { /* held already: a proof, not a copy */
         unlink(from);
@@ -349,7 +348,20 @@ static int finish(br_content_t *c, open_t *o, br_err_t *err)
         close_open(o);
         return 0;
     }
-    int64_t who = o->who;
+    return 1;
+}
+
+/* A whole and checked partial, taken out of the open ones (o: its copy, fd and all),
+ * made durable and put in place: the fsyncs, which can take tens of milliseconds on
+ * a slow disk, run without c->mu, so that the loop's looks at the store
+ * (br_content_proved, at each chunk it is handed) never wait on them. The user's
+ * proof is kept under the lock after. */
+static int make_durable(br_content_t *c, open_t *o, br_err_t *err)
+{
+    char from[PATH_MAX + 160], to[PATH_MAX + 160], dir[PATH_MAX + 32];
+    partial_path(c, o->hash, o->who, from, sizeof(from));
+    object_path(c, o->hash, to, sizeof(to));
+    snprintf(dir, sizeof(dir), "%s/objects/%.2s", c->dir, o->hash);
     int rc = fsync(o->fd);
     if (rc == 0 && mkdir(dir, 0700) < 0 && errno != EEXIST)
         rc = -1;
@@ -358,15 +370,26 @@ static int finish(br_content_t *c, open_t *o, br_err_t *err)
     if (rc == 0)
         rc = fsync_dir(dir);
     int e = errno;
+    char hash[HEX_LEN + 1];
+    int64_t who = o->who;
+    br_strlcpy(hash, o->hash, sizeof(hash));
     close_open(o);
-    if (rc == 0 && who)
-        prove(c, hex, who);
-    return rc < 0 ? br_errf(err, e, "storing %.16s...: %s", hex, strerror(e)) : 0;
+    if (rc < 0)
+        return br_errf(err, e, "storing %.16s...: %s", hash, strerror(e));
+    if (who) {
+        pthread_mutex_lock(&c->mu);
+        prove(c, hash, who);
+        pthread_mutex_unlock(&c->mu);
+    }
+    return 0;
 }
 
+/* br_content_write's part under c->mu; *durable (set): a partial made whole and
+ * checked, taken out of the open ones, that the caller makes durable without the
+ * lock (make_durable; *whole once it is). */
 static int write_locked(br_content_t *c, const char *hash, int64_t who, int64_t size,
                         int64_t offset, const void *data, size_t len, int64_t *held,
-                        int *whole, br_err_t *err)
+                        int *whole, open_t *durable, br_err_t *err)
 {
     *whole = 0;
     *held = 0;
@@ -429,8 +452,15 @@ static int write_locked(br_content_t *c, const char *hash, int64_t who, int64_t 
     *held = o->held;
     if (o->held < size)
         return 0;
-    if (finish(c, o, err) < 0)
+    int rc = check_whole(c, o, err);
+    if (rc < 0)
         return -1;
+    if (rc == 1) { /* (its slot is free for others meanwhile) */
+        *durable = *o;
+        memset(o, 0, sizeof(*o));
+        o->fd = -1;
+        return 0;
+    }
     *whole = 1;
     return 0;
 }
@@ -439,9 +469,15 @@ int br_content_write(br_content_t *c, const char *hash, int64_t who, int64_t siz
                      int64_t offset, const void *data, size_t len, int64_t *held, int *whole,
                      br_err_t *err)
 {
+    open_t durable = {.fd = -1};
     pthread_mutex_lock(&c->mu);
-    int rc = write_locked(c, hash, who, size, offset, data, len, held, whole, err);
+    int rc = write_locked(c, hash, who, size, offset, data, len, held, whole, &durable, err);
     pthread_mutex_unlock(&c->mu);
+    if (rc == 0 && durable.fd >= 0) {
+        if (make_durable(c, &durable, err) < 0)
+            return -1;
+        *whole = 1;
+    }
     return rc;
 }
 
