@@ -1299,12 +1299,28 @@ static br_attempt_t *find_attempt(br_agent_t *a, int64_t job, int attempt)
     return NULL;
 }
 
+/* The damaged trees set aside that no running attempt mounts, removed (cache.h). */
+static void sweep_gone(br_agent_t *a)
+{
+    json_t *keep = json_object(), *list, *h;
+    const char *k;
+    size_t i;
+    if (!keep)
+        return;
+    json_object_foreach(a->mounted, k, list)
+        json_array_foreach(list, i, h)
+            json_object_set_new(keep, json_string_value(h), json_true());
+    br_cache_sweep_gone(a->cache, keep);
+    json_decref(keep);
+}
+
 static void remove_attempt(br_agent_t *a, int i)
 {
     br_streams_job_ended(a->streams, br_attempt_job(a->att[i]), br_attempt_number(a->att[i]));
     char key[48];
     attempt_key(br_attempt_job(a->att[i]), br_attempt_number(a->att[i]), key, sizeof(key));
     json_object_del(a->mounted, key); /* its data sets may leave the cache now */
+    sweep_gone(a); /* (a damaged one it kept mounted goes with it) */
     json_t *x = json_object_get(a->extras, key);
     if (json_object_get(x, "container")) { /* a container podman never started stays */
         json_t *tasks = br_attempt_saved(a->att[i]), *task;
@@ -1898,7 +1914,10 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
                (archive && archive_at(a, archive, archive_path, sizeof(archive_path),
                                       &err) < 0)) {
         /* a tree that left the cache meanwhile, one it cannot open to the job, or one
-         * with a damaged file: then fetched again (once), and never mounted */
+         * with a damaged file: then fetched again (once), and never mounted (the
+         * damaged one set aside goes now, unless a running job mounts it) */
+        if (err.errnum == EBADMSG)
+            sweep_gone(a);
         if (err.errnum == EBADMSG && !fetched) {
             fprintf(stderr, "bramble-agent: job %lld attempt %d: %s: fetching it again\n",
                     (long long)job, attempt, err.text);
@@ -3214,6 +3233,7 @@ int br_agent_run(br_agent_t *a, br_err_t *err)
     free(keep);
     json_decref(a->adoptable);
     a->adoptable = NULL;
+    sweep_gone(a); /* (what a previous agent set aside that no adopted job mounts) */
     if (orphans > 0) /* a previous run of this agent died and left jobs it could not adopt */
         fprintf(stderr, "bramble-agent: killed %d process(es) left by a previous run\n",
                 orphans);

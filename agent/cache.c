@@ -213,14 +213,53 @@ static void unseal(br_cache_t *c, const char *mhash)
     unlink(path);
 }
 
+#define GONE_PREFIX ".gone-" /* trees/.gone-MHASH-N: a damaged tree set aside */
+
+static int64_t by_hash(const br_cache_t *c, int drop);
+
 /* The file of content hash in tree mhash is damaged: it and the tree leave the
- * cache (to be fetched again). */
+ * cache (to be fetched again). The tree is set aside rather than removed: a running
+ * job may mount it, and its other files stay there for it until none does
+ * (br_cache_sweep_gone). */
 static void damaged(br_cache_t *c, const char *mhash, const char *hash)
 {
-    char idx[PATH_MAX];
+    char idx[PATH_MAX], from[PATH_MAX + 100], to[PATH_MAX + 200];
+    static unsigned n; /* (one agent, one loop) */
     snprintf(idx, sizeof(idx), "%s/.by-hash/%s", c->dir, hash);
     unlink(idx);
+    br_cache_tree_path(c, mhash, from, sizeof(from));
+    snprintf(to, sizeof(to), "%s/trees/" GONE_PREFIX "%s-%ld-%u", c->dir, mhash,
+             (long)time(NULL), n++);
+    if (!strchr(mhash, '/') && mhash[0] != '.')
+        rename(from, to); /* (failing that, removed in place as any forgotten tree) */
     br_cache_forget(c, mhash);
+}
+
+int br_cache_sweep_gone(br_cache_t *c, const json_t *keep)
+{
+    char trees[PATH_MAX];
+    snprintf(trees, sizeof(trees), "%s/trees", c->dir);
+    DIR *d = opendir(trees);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t pl = strlen(GONE_PREFIX), hl = 2 * BR_MANIFEST_HASH_LEN;
+        if (strncmp(de->d_name, GONE_PREFIX, pl) != 0 || strlen(de->d_name) <= pl + hl)
+            continue;
+        char mhash[2 * BR_MANIFEST_HASH_LEN + 1];
+        memcpy(mhash, de->d_name + pl, hl);
+        mhash[hl] = '\0';
+        if (json_object_get(keep, mhash))
+            continue; /* a running job's mount still */
+        br_rm_tree(dirfd(d), de->d_name);
+        n++;
+    }
+    closedir(d);
+    if (n)
+        by_hash(c, 1); /* (the files only they held go too) */
+    return n;
 }
 
 void br_cache_seal(br_cache_t *c, const json_t *summary)

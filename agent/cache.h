@@ -84,6 +84,10 @@ int br_cache_room(br_cache_t *c, int64_t quota, int64_t need, const json_t *keep
 
 /* Drop the tree of manifest hash mhash from the cache. */
 void br_cache_forget(br_cache_t *c, const char *mhash);
+/* Remove the damaged trees set aside (a tree found damaged as a job was to mount it
+ * is set aside, not removed: a running job may mount it) but those whose manifest
+ * hash keep names as a key (mounted in running jobs). How many went. */
+int br_cache_sweep_gone(br_cache_t *c, const json_t *keep);
 
 /* At a start, before any pull: remove what pulls cut short left in trees/ (their
  * staging), and the working directories not touched for max_age_s but those of the

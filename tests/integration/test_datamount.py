@@ -99,7 +99,9 @@ command: |
 def test_a_damaged_cached_data_set_is_fetched_again_never_mounted(make_cluster, tmp_path,
                                                                  open_dir):
     """A file of a cached data set changed on the node's disk after it was fetched:
-    the next job that mounts it never sees that file; the tree is fetched again."""
+    the next job that mounts it never sees that file; the tree is fetched again. A job
+    that mounted it before and still runs keeps its other files: the damaged tree is
+    set aside, and goes once no job mounts it."""
     c, laptop, _ = node_cluster(make_cluster, tmp_path)
     model = laptop / "model"
     write(model / "weights.bin", blob(1 << 20, 3))
@@ -112,8 +114,16 @@ def test_a_damaged_cached_data_set_is_fetched_again_never_mounted(make_cluster, 
     first, _ = submit(c, spec.format("first"))
     assert c.wait_job(first)["state"] == "completed", c.logs(first, stream="both")
     assert f"{want}  {mnt}/weights.bin" in c.logs(first)
-    trees = list((c.agent_dir("node-1") / "cache" / "trees").iterdir())
+    cache_trees = c.agent_dir("node-1") / "cache" / "trees"
+    trees = list(cache_trees.iterdir())
     assert len(trees) == 1, trees
+    # a job that mounts it runs on while the damage is found (it reads its weights
+    # once told to go, after that)
+    go = open_dir / "go"
+    held, _ = submit(c, f"name: held\nresources: {{cpus: 0}}\ndata: {{w: {mnt}}}\n"
+                        f"command: |\n  while [ ! -e {go} ]; do sleep 0.1; done\n"
+                        f"  sha256sum {mnt}/weights.bin\n")
+    c.wait_job(held, "running")
     (trees[0] / "README").write_bytes(b"DAMAGED\n")  # the disk, or a hand, changed it
     again, _ = submit(c, spec.format("again"))
     assert c.wait_job(again)["state"] == "completed", c.logs(again, stream="both")
@@ -123,6 +133,13 @@ def test_a_damaged_cached_data_set_is_fetched_again_never_mounted(make_cluster, 
     ev = events(c, again)
     assert any("its data sets fetched to node-1" in e for e in ev), ev
     assert (trees[0] / "README").read_bytes() == b"the real weights\n"
+    gone = [t for t in cache_trees.iterdir() if t.name.startswith(".gone-")]
+    assert len(gone) == 1, list(cache_trees.iterdir())  # set aside while held mounts it
+    go.touch()
+    assert c.wait_job(held)["state"] == "completed", c.logs(held, stream="both")
+    assert f"{want}  {mnt}/weights.bin" in c.logs(held), c.logs(held, stream="both")
+    wait_for(lambda: not any(t.name.startswith(".gone-") for t in cache_trees.iterdir()),
+             30, "the damaged tree to go once no job mounts it")
     # whole again, the next job mounts it from the cache
     third, _ = submit(c, spec.format("third"))
     assert c.wait_job(third)["state"] == "completed"
