@@ -2,6 +2,7 @@
 #include "streams.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,11 +132,24 @@ static void on_frame(br_streams_t *st, const br_stream_hdr_t *h, const void *p, 
     }
 }
 
-/* A session's end, when it came: EXIT with its status, and gone. */
+/* Whether terminal master fd has output waiting to be read, or its end to be
+ * taken (POLLHUP: every process let the terminal go). */
+static int tty_pending(int fd)
+{
+    struct pollfd p = {fd, POLLIN, 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP));
+}
+
+/* A session's end, when it came: EXIT with its status, and gone. On a terminal,
+ * once its process exited and the output it left there is read (not its end: a
+ * process it started in the background may hold the terminal open for ever, and
+ * whatever that writes meanwhile is read as well), as ssh does; a reader short of
+ * credit gets the last of it all the same. */
 static int finished(br_streams_t *st, size_t i)
 {
     session_t *ss = &st->s[i];
-    int done = ss->pid > 0 ? ss->exited && (ss->tty_fd >= 0 || br_streamend_sources_done(ss->end))
+    int done = ss->pid > 0 ? ss->exited && (br_streamend_sources_done(ss->end) ||
+                                            (ss->tty_fd >= 0 && !tty_pending(ss->tty_fd)))
                            : br_streamend_sources_done(ss->end) &&
                                  br_streamend_sinks_done(ss->end);
     if (!done || br_streamend_queued(ss->end))

@@ -590,6 +590,52 @@ def test_a_removed_node_loses_its_shells(make_cluster):
     assert c.agents["node-1"].wait_exit() != 0  # (a removed node's agent is refused)
 
 
+def test_a_terminals_last_output_reaches_a_reader_that_was_away(cluster, job):
+    """`bramble shell -t`, its reader away (a terminal scrolled back): the command
+    ends while what it left in the job's terminal cannot go yet (the reader's credit
+    spent), here 400 KB that a pipeline it started in the background writes (in a
+    process group of its own, as an interactive shell's job, which the terminal's
+    end does not hang up); all of it reaches the reader once it is back, then the
+    command's status."""
+    import select
+    c = cluster
+    jid, _ = job
+    master, slave = os.openpty()
+    p = subprocess.Popen(shell_argv(c, jid, "-t", "--", "sh", "-c",
+                                    "setsid sh -c \"head -c 400000 /dev/zero | tr "
+                                    "'\\\\0' x\" & sleep 0.77; exit 3"),
+                         stdin=slave, stdout=slave, stderr=subprocess.PIPE, env=c.env,
+                         cwd=c.root, start_new_session=True)
+    os.close(slave)
+    got = bytearray()
+    try:
+        wait_for(lambda: remote_procs(c, jid, "sleep", "0.77"),
+                 what="the shell's command to run in the job")
+        wait_for(lambda: not remote_procs(c, jid, "sleep", "0.77"),
+                 what="the shell's command to end, its output waiting for the reader")
+        deadline = time.monotonic() + DEADLINE
+        while time.monotonic() < deadline:  # the reader back: all of it, to the end
+            if not select.select([master], [], [], 0.5)[0]:
+                if p.poll() is not None:
+                    break
+                continue
+            try:
+                b = os.read(master, 65536)
+            except OSError:  # EIO: the CLI ended, its terminal closed
+                b = b""
+            if not b:
+                break
+            got += b
+        rc = p.wait(DEADLINE)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+    assert got.count(b"x") == 400000, (got.count(b"x"), p.stderr.read()[-300:])
+    assert rc == 3, (rc, p.stderr.read()[-300:])
+
+
 def test_output_waits_for_a_reader_that_takes_its_time(cluster, job):
     """`bramble shell J -- cat big | less`, with the user paging at leisure: the
     command ends while the last of its output still waits for the reader; every byte
