@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "curve_server.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <stdatomic.h>
@@ -797,8 +799,9 @@ static int check_key(void *arg, const char *key)
     return 0;
 }
 
-static void serve_router(server_t *s)
+static void serve_router(void *arg)
 {
+    server_t *s = arg;
     for (;;) {
         br_msg_t *m = NULL;
         br_err_t err = {0};
@@ -843,20 +846,7 @@ static void serve_router(server_t *s)
 static int server_main(void *arg)
 {
     server_t *s = arg;
-    int64_t deadline = br_mono_ms() + 60000; /* never outlive a stuck test */
-    while (!atomic_load(&s->stop) && br_mono_ms() < deadline) {
-        zmq_pollitem_t items[] = {{br_zap_socket(s->zap), 0, ZMQ_POLLIN, 0},
-                                  {s->router, 0, ZMQ_POLLIN, 0}};
-        int n = zmq_poll(items, 2, 50);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            break;
-        if (items[0].revents & ZMQ_POLLIN)
-            br_zap_handle(s->zap);
-        if (items[1].revents & ZMQ_POLLIN)
-            serve_router(s);
-    }
+    curve_server_loop(s->zap, s->router, &s->stop, serve_router, s);
     return 0;
 }
 

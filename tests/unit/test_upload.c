@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "curve_server.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -329,8 +331,9 @@ static br_msg_t *content_put(server_t *s, br_msg_t *m)
     return r;
 }
 
-static void serve_router(server_t *s)
+static void serve_router(void *arg)
 {
+    server_t *s = arg;
     for (;;) {
         br_msg_t *m = NULL, *r = NULL;
         br_err_t err = {0};
@@ -361,20 +364,7 @@ static void serve_router(server_t *s)
 static int server_main(void *arg)
 {
     server_t *s = arg;
-    int64_t deadline = br_mono_ms() + 60000; /* never outlive a stuck test */
-    while (!atomic_load(&s->stop) && br_mono_ms() < deadline) {
-        zmq_pollitem_t items[] = {{br_zap_socket(s->zap), 0, ZMQ_POLLIN, 0},
-                                  {s->router, 0, ZMQ_POLLIN, 0}};
-        int n = zmq_poll(items, 2, 50);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            break;
-        if (items[0].revents & ZMQ_POLLIN)
-            br_zap_handle(s->zap);
-        if (items[1].revents & ZMQ_POLLIN)
-            serve_router(s);
-    }
+    curve_server_loop(s->zap, s->router, &s->stop, serve_router, s);
     return 0;
 }
 
