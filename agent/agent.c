@@ -1946,7 +1946,10 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
                                         who.uid, who.gid, code_dir, sizeof(code_dir),
                                         &err) < 0) {
         /* its own copy of the code could not be made (a full disk), or the cache's
-         * copy is damaged: then it is fetched again (once), and never run */
+         * copy is damaged: then it is fetched again (once), and never run (the
+         * damaged one set aside goes now) */
+        if (err.errnum == EBADMSG)
+            sweep_gone(a);
         if (err.errnum == EBADMSG && !fetched) {
             fprintf(stderr, "bramble-agent: job %lld attempt %d: %s: fetching it again\n",
                     (long long)job, attempt, err.text);

@@ -110,8 +110,9 @@ static void on_frame(br_streams_t *st, const br_stream_hdr_t *h, const void *p, 
             return;
         }
         break;
-    case BR_STREAM_WINCH:
-        if (ss->tty_fd >= 0) {
+    case BR_STREAM_WINCH: /* (the terminal is open while its end holds it) */
+        if (ss->tty_fd >= 0 && !(br_streamend_sources_done(ss->end) &&
+                                 br_streamend_sinks_done(ss->end))) {
             struct winsize ws = {.ws_row = (unsigned short)(h->arg >> 16),
                                  .ws_col = (unsigned short)(h->arg & 0xffff)};
             ioctl(ss->tty_fd, TIOCSWINSZ, &ws);

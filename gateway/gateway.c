@@ -1159,6 +1159,7 @@ static int watch(gw_t *g, int fd)
 static void let_go(gw_t *g)
 {
     int left = 0;
+    g->reaped = 0; /* (a turn of its own) */
     for (conn_t *k = g->conns; k; k = k->next) {
         gw_exchange_t *x = k->x;
         if (!x || !x->suspended)

@@ -52,6 +52,8 @@ struct br_content {
     json_t *proofs; /* "WHO.HASH": when user WHO sent every byte of content HASH,
                      * which hashed to its name (they hold it) */
     time_t pruned;  /* when proofs past PROOF_KEEP_S were last let go */
+    char durable[HEX_LEN + 1]; /* the content the writer makes durable now, without
+                                * the lock (make_durable): a sweep leaves it be */
 };
 
 static int hex_ok(const char *h)
@@ -374,13 +376,13 @@ static int make_durable(br_content_t *c, open_t *o, br_err_t *err)
     int64_t who = o->who;
     br_strlcpy(hash, o->hash, sizeof(hash));
     close_open(o);
+    pthread_mutex_lock(&c->mu);
+    c->durable[0] = '\0';
+    if (rc == 0 && who)
+        prove(c, hash, who);
+    pthread_mutex_unlock(&c->mu);
     if (rc < 0)
         return br_errf(err, e, "storing %.16s...: %s", hash, strerror(e));
-    if (who) {
-        pthread_mutex_lock(&c->mu);
-        prove(c, hash, who);
-        pthread_mutex_unlock(&c->mu);
-    }
     return 0;
 }
 
@@ -456,6 +458,7 @@ static int write_locked(br_content_t *c, const char *hash, int64_t who, int64_t 
     if (rc < 0)
         return -1;
     if (rc == 1) { /* (its slot is free for others meanwhile) */
+        br_strlcpy(c->durable, o->hash, sizeof(c->durable));
         *durable = *o;
         memset(o, 0, sizeof(*o));
         o->fd = -1;
@@ -550,12 +553,17 @@ static uint64_t remove_file(const char *path)
 int br_content_sweep(br_content_t *c, br_store_t *s)
 {
     int n = 0;
-    if (!c->ndoubts) /* (the doubts are the loop's own: no wait on the writer's fsync) */
+    if (!c->ndoubts) /* (the doubts are the loop's own: no wait on the writer) */
         return 0;
     pthread_mutex_lock(&c->mu);
+    size_t kept = 0;
     for (size_t i = 0; i < c->ndoubts; i++) {
         const doubt_t *d = &c->doubts[i];
         br_err_t err;
+        if (!d->manifest && strcmp(d->hash, c->durable) == 0) {
+            c->doubts[kept++] = *d; /* being made durable: looked at by the next sweep */
+            continue;
+        }
         int used = d->manifest ? br_store_data_manifest_used(s, d->hash, &err)
                                : br_store_content_refs(s, d->hash, &err);
         if (used != 0) /* held, or the store could not say: kept */
@@ -577,7 +585,7 @@ int br_content_sweep(br_content_t *c, br_store_t *s)
         c->used -= freed < c->used ? freed : c->used;
         n += freed > 0;
     }
-    c->ndoubts = 0;
+    c->ndoubts = kept;
     pthread_mutex_unlock(&c->mu);
     return n;
 }
