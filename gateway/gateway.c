@@ -61,6 +61,9 @@ struct gw {
         int port;
         uint32_t ev; /* the events it is watched for in the epoll (0: not there) */
         int conn;    /* a connection of libcurl's (not its resolver's socketpair) */
+        int watched; /* libcurl asked for it to be watched (it got past its connect) */
+        int64_t to_id; /* the replica it was opened to (0: none) */
+        int to_port;
     } *kept;
     int nkept;
     int nidle;       /* of them, kept now */
@@ -149,6 +152,8 @@ static int on_curl_socket(CURL *e, curl_socket_t fd, int what, void *gp, void *k
         return 0;
     }
     keep_idle(g, fd, NULL);
+    if (fd < g->nkept)
+        g->kept[fd].watched = 1;
     if (watch_for(g, fd, EPOLLRDHUP | (what & CURL_POLL_IN ? EPOLLIN : 0u) |
                              (what & CURL_POLL_OUT ? EPOLLOUT : 0u)) < 0)
         /* (-1 to libcurl would end every transfer of the multi handle for good: this
@@ -168,15 +173,22 @@ static curl_socket_t on_curl_open(void *xp, curlsocktype purpose, struct curl_so
     (void)purpose;
     gw_exchange_t *x = xp;
     gw_t *g = x->owner;
-    if (x->rep && !gw_replica_may_open(x->rep, &x->opened)) {
+    /* (nor does one refused a moment ago: on_curl_close, for the tries routed to it
+     * in the same turn) */
+    if (x->rep && (br_mono_ms() < x->rep->down_until ||
+                   !gw_replica_may_open(x->rep, &x->opened))) {
         x->held_back = 1;
         return CURL_SOCKET_BAD;
     }
     x->held_back = 0; /* (a later address of the same try got it) */
     curl_socket_t fd = socket(a->family, a->socktype, a->protocol);
     struct kept *k = fd >= 0 ? slot(g, fd) : NULL;
-    if (k)
+    if (k) {
         k->conn = 1;
+        k->watched = 0;
+        k->to_id = x->rep ? x->rep->id : 0;
+        k->to_port = x->rep ? x->rep->port : 0;
+    }
     return fd;
 }
 
@@ -215,9 +227,22 @@ static int on_curl_close(void *gp, curl_socket_t fd)
      * another. (Not while the gateway is destroyed: its table is gone.) */
     if (fd >= 0 && fd < g->nkept && g->kept[fd].id && g->table)
         idle_closed(g, fd);
+    /* a new connection closed before libcurl ever asked to watch it, never connected:
+     * its connect failed at once (refused). The replica is out now, before the tries
+     * routed to it in the same turn each open one (on_curl_open holds them back); the
+     * try itself fails it as any other (try_ended). */
+    struct sockaddr_storage peer;
+    socklen_t pl = sizeof(peer);
+    if (fd >= 0 && fd < g->nkept && g->kept[fd].conn && !g->kept[fd].watched &&
+        g->kept[fd].to_id && g->table &&
+        getpeername(fd, (struct sockaddr *)&peer, &pl) < 0 && errno == ENOTCONN) {
+        gw_replica_t *r = gw_table_replica(g->table, g->kept[fd].to_id, g->kept[fd].to_port);
+        if (r)
+            gw_replica_refused(r, br_mono_ms());
+    }
     keep_idle(g, fd, NULL);
-    if (fd >= 0 && fd < g->nkept)
-        g->kept[fd].ev = 0, g->kept[fd].conn = 0; /* (closing takes it out of the epoll) */
+    if (fd >= 0 && fd < g->nkept) /* (closing takes it out of the epoll) */
+        g->kept[fd].ev = 0, g->kept[fd].conn = 0, g->kept[fd].to_id = 0;
     return close(fd);
 }
 

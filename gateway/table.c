@@ -105,6 +105,10 @@ static int take_replicas(gw_service_t *s, const json_t *list)
                                                                  : "http://%s:%d",
                      host, r->port);
             r->svc = s;
+            /* new to this gateway: on trial until it answers once (gw_replica_answered),
+             * so that a burst routed to a replica whose server is not there (dead, or
+             * not listening yet) tries it with one connection, not each with its own */
+            r->trial = 1;
         }
         r->replica = (int)replica;
         snprintf(r->node, sizeof(r->node), "%s", node);
@@ -249,6 +253,12 @@ gw_replica_t *gw_table_replica(const gw_table_t *t, int64_t id, int port)
 void gw_replica_suspect(gw_replica_t *r)
 {
     r->trial = 1;
+}
+
+void gw_replica_refused(gw_replica_t *r, int64_t now_ms)
+{
+    if (r->down_until < now_ms + GW_DOWN_MS)
+        r->down_until = now_ms + GW_DOWN_MS;
 }
 
 int gw_replica_may_open(gw_replica_t *r, int *opened)

@@ -114,6 +114,9 @@ gw_replica_t *gw_table_replica(const gw_table_t *t, int64_t id, int port);
  * at a time until one is answered, so a burst routed to it meanwhile cannot all
  * fail. */
 void gw_replica_suspect(gw_replica_t *r);
+/* r refused a new connection at now_ms: out for its first failure's time at once
+ * (the failure itself is counted when its try ends, gw_replica_done). */
+void gw_replica_refused(gw_replica_t *r, int64_t now_ms);
 
 /* A try routed to r is about to open a new connection to it (*opened: whether this
  * try holds r's one already). 1 when it may: always, unless r is in doubt (on

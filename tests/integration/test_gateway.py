@@ -280,12 +280,20 @@ def test_a_replica_dead_while_idle_gets_at_most_one_request(cluster2, tmp_path):
     mark = len(gw.proc.output())
     os.kill(pids[0], signal.SIGKILL)
     wait_for(lambda: not os.path.exists(f"/proc/{pids[0]}"), what="replica 0's server gone")
-    # 16 requests that the gateway finds all at once: it is stopped while they are
-    # sent (the kernel takes their connections), and goes on when all are there
+    assert burst(gw, 16) == [(200, "llm/1")] * 16
+    tried = [ln for ln in gw.proc.output()[mark:].splitlines()
+             if f":{port0}) failed" in ln]
+    assert len(tried) <= 1, "\n".join(tried)
+
+
+def burst(gw, n):
+    """n requests that the gateway finds all at once: it is stopped while they are
+    sent (the kernel takes their connections), and goes on when all are there. Their
+    (status, replica), in order."""
     os.kill(gw.proc.pid, signal.SIGSTOP)
     try:
         conns = [http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
-                 for _ in range(16)]
+                 for _ in range(n)]
         for conn in conns:
             conn.request("POST", "/v1/chat/completions", body=json.dumps(
                 {"model": "llama-8b", "messages": [{"role": "user", "content": "x"}]}),
@@ -298,10 +306,33 @@ def test_a_replica_dead_while_idle_gets_at_most_one_request(cluster2, tmp_path):
         r.read()
         answers.append((r.status, r.getheader("X-Bramble-Replica")))
         conn.close()
-    assert answers == [(200, "llm/1")] * 16, answers
-    tried = [ln for ln in gw.proc.output()[mark:].splitlines()
-             if f":{port0}) failed" in ln]
-    assert len(tried) <= 1, "\n".join(tried)
+    return answers
+
+
+def test_a_replica_refusing_connections_gets_one_of_a_burst(cluster2, tmp_path):
+    """A gateway with no connection kept to a replica whose server died (its job
+    lives on, health checked once a minute): of a burst of requests routed to it in
+    one turn, the first connection refused puts it out at once, the others go to the
+    other replica without trying it, and every request is answered."""
+    c = cluster2
+    control = tmp_path / "control-llm"
+    control.mkdir()
+    c.submit(SPEC.replace("interval: 1s", "interval: 60s").replace(
+        "command: {python} {fake} --model {model} --control {control} {extra}",
+        "command: {python} {fake} --model {model} --control {control}; sleep 600").format(
+        name="llm", python=PYTHON, fake=FAKE, model="llama-8b", control=control,
+        replicas=2, extra="", more="  public: true\n"))
+    wait_routed(Gateway(c), "llama-8b", 2)
+    pids = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(replica_pids(control)),
+                    what="both fake servers")
+    port0 = next(e["port"] for e in c.cli_json("endpoints", "llm") if e["replica"] == 0)
+    os.kill(pids[0], signal.SIGKILL)
+    wait_for(lambda: not os.path.exists(f"/proc/{pids[0]}"), what="replica 0's server gone")
+    gw = Gateway(c, "gw-fresh")  # (it never held a connection to replica 0)
+    wait_for(lambda: "llama-8b" in gw.models(), what="the new gateway's table")
+    assert burst(gw, 16) == [(200, "llm/1")] * 16
+    tried = [ln for ln in gw.proc.output().splitlines() if f":{port0}) failed" in ln]
+    assert len(tried) == 1 and "connect" in tried[0], "\n".join(tried)
 
 
 def test_a_replica_whose_node_went_silent_is_skipped_after_the_connect_timeout(

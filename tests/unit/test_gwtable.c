@@ -58,6 +58,15 @@ static gw_service_t *service(gw_table_t *t, int64_t id)
     return NULL;
 }
 
+/* Each replica of s answered once: no longer new to the gateway (on trial). */
+static void answered_all(gw_service_t *s)
+{
+    for (size_t i = 0; i < s->nreplicas; i++) {
+        int opened = 0;
+        gw_replica_answered(s->replicas[i], &opened);
+    }
+}
+
 static gw_replica_t *replica(gw_service_t *s, int64_t id, const char *host, int port)
 {
     for (size_t i = 0; s && i < s->nreplicas; i++) {
@@ -200,6 +209,7 @@ static void test_pick_fewest_inflight(void **state)
                "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "a") ", " R(
                    3, 2, "h3", 8000, "b") "]");
     gw_service_t *s = service(t, 5);
+    answered_all(s);
     gw_replica_t *r1 = replica(s, 1, "h1", 8000), *r2 = replica(s, 2, "h2", 8000),
                  *r3 = replica(s, 3, "h3", 8000);
     r1->inflight = 2, r2->inflight = 0, r3->inflight = 1;
@@ -276,6 +286,7 @@ static void test_pick_skips_capped(void **state)
     gw_table_t *t = gw_table_new();
     update_llm(t, 1, 2, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
     gw_service_t *s = service(t, 5);
+    answered_all(s);
     gw_replica_t *r1 = replica(s, 1, "h1", 8000), *r2 = replica(s, 2, "h2", 8000);
     r1->inflight = 2, r2->inflight = 1;
     for (int i = 0; i < 3; i++)
@@ -306,12 +317,72 @@ static void test_pick_skips_capped(void **state)
 
 /* A failure takes a replica out for GW_DOWN_MS, doubling with each failure in a row
  * up to GW_DOWN_MAX_MS; a success brings it back at once and starts the count over. */
+/* A replica new to the gateway is on trial until it answers once: one request at
+ * a time (a burst routed to a server that is not there tries it once), one new
+ * connection opening at a time; answered, it takes any number. */
+static void test_new_replica_on_trial(void **state)
+{
+    (void)state;
+    gw_table_t *t = gw_table_new();
+    update_llm(t, 1, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
+    gw_service_t *s = service(t, 5);
+    gw_replica_t *r1 = replica(s, 1, "h1", 8000), *r2 = replica(s, 2, "h2", 8000);
+    assert_true(r1->trial && r2->trial);
+    gw_replica_t *a = gw_service_pick(s, 0);
+    a->inflight++;
+    gw_replica_t *b = gw_service_pick(s, 0);
+    assert_non_null(b);
+    assert_ptr_not_equal(a, b);
+    b->inflight++;
+    assert_null(gw_service_pick(s, 0)); /* both tried once: the rest wait */
+    int opened = 0, other = 0;
+    assert_true(gw_replica_may_open(a, &opened));
+    assert_false(gw_replica_may_open(a, &other)); /* one connection opening at a time */
+    gw_replica_answered(a, &opened);
+    assert_false(a->trial);
+    for (int i = 0; i < 3; i++) { /* answered: as many as it is given */
+        assert_ptr_equal(gw_service_pick(s, 0), a);
+        a->inflight++;
+    }
+    /* a table again with the same replicas: still known, not new again */
+    update_llm(t, 2, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
+    assert_false(a->trial);
+    gw_table_destroy(&t);
+}
+
+/* A refused connection puts its replica out at once, for its first failure's time,
+ * before the try that found it ends: a longer time out it has already is kept; the
+ * try's failure, counted after, is the first of a row (2 s, not 4). */
+static void test_refused_out_at_once(void **state)
+{
+    (void)state;
+    gw_table_t *t = gw_table_new();
+    update_llm(t, 1, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
+    gw_service_t *s = service(t, 5);
+    gw_replica_t *r1 = replica(s, 1, "h1", 8000), *r2 = replica(s, 2, "h2", 8000);
+    int64_t now = 1000000;
+    r1->inflight = 1;
+    gw_replica_refused(r1, now);
+    assert_int_equal(r1->down_until, now + GW_DOWN_MS);
+    assert_int_equal(r1->fails, 0);
+    for (int i = 0; i < 3; i++) /* the requests routed meanwhile go to the other */
+        assert_ptr_equal(gw_service_pick(s, now + 1), r2);
+    gw_replica_done(r1, 0, now + 1); /* the try that was refused ends */
+    assert_int_equal(r1->fails, 1);
+    assert_int_equal(r1->down_until, now + 1 + GW_DOWN_MS);
+    r1->down_until = now + 10 * GW_DOWN_MS; /* out longer already: kept */
+    gw_replica_refused(r1, now + 2);
+    assert_int_equal(r1->down_until, now + 10 * GW_DOWN_MS);
+    gw_table_destroy(&t);
+}
+
 static void test_failure_backoff(void **state)
 {
     (void)state;
     gw_table_t *t = gw_table_new();
     update_llm(t, 1, 0, "[" R(1, 0, "h1", 8000, "a") "]");
     gw_service_t *s = service(t, 5);
+    answered_all(s);
     gw_replica_t *r = replica(s, 1, "h1", 8000);
     int64_t now = 1000000;
     r->inflight = 1;
@@ -349,6 +420,7 @@ static void test_failure_backoff(void **state)
     /* a down replica is passed over for an up one, even a busier one */
     update_llm(t, 2, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
     gw_replica_t *r2 = replica(s, 2, "h2", 8000);
+    gw_replica_answered(r2, &(int){0});
     r2->inflight = 4;
     for (int i = 0; i < 3; i++)
         assert_ptr_equal(gw_service_pick(s, now + 1), r2);
@@ -365,6 +437,7 @@ static void test_back_on_trial(void **state)
     gw_table_t *t = gw_table_new();
     update_llm(t, 2, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
     gw_service_t *s = service(t, 5);
+    answered_all(s);
     gw_replica_t *r1 = replica(s, 1, "h1", 8000), *r2 = replica(s, 2, "h2", 8000);
     r1->inflight = 1;
     gw_replica_done(r1, 0, 0); /* died */
@@ -425,6 +498,7 @@ static void test_one_new_connection_while_in_doubt(void **state)
     gw_table_t *t = gw_table_new();
     update_llm(t, 2, 0, "[" R(1, 0, "h1", 8000, "a") "]");
     gw_service_t *s = service(t, 5);
+    answered_all(s);
     gw_replica_t *r = replica(s, 1, "h1", 8000);
     int a = 0, b = 0, c = 0;
     assert_true(gw_replica_may_open(r, &a)); /* sure: any number */
@@ -463,6 +537,7 @@ static void test_has_up(void **state)
     assert_false(gw_service_has_up(s, 0));
     update_llm(t, 2, 1, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
     gw_replica_t *r1 = replica(s, 1, "h1", 8000), *r2 = replica(s, 2, "h2", 8000);
+    answered_all(s);
     r1->inflight = r2->inflight = 1; /* both at the cap */
     assert_true(gw_service_has_up(s, 0));
     gw_replica_done(r1, 0, 0);
@@ -494,6 +569,7 @@ static void test_left_replica_stays_while_used(void **state)
     update_llm(t, 1, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
     gw_service_t *s = service(t, 5);
     gw_replica_t *r1 = replica(s, 1, "h1", 8000), *r2 = replica(s, 2, "h2", 8000);
+    answered_all(s);
     r1->inflight = 2;
     update_llm(t, 2, 0, "[" R(2, 1, "h2", 8000, "b") "]");
     assert_ptr_equal(replica(s, 1, "h1", 8000), r1);
@@ -568,6 +644,7 @@ static void test_malformed_table_changes_nothing(void **state)
     update_llm(t, 7, 0, "[" R(1, 0, "h1", 8000, "a") "]");
     gw_service_t *s = service(t, 5);
     gw_replica_t *r = replica(s, 1, "h1", 8000);
+    answered_all(s);
     r->inflight = 2;
     const char *bad[] = {"{}",
                          "{\"services\": {}}",
@@ -711,6 +788,8 @@ int main(void)
         cmocka_unit_test(test_pick_fewest_inflight),
         cmocka_unit_test(test_pick_ties_in_turn),
         cmocka_unit_test(test_pick_skips_capped),
+        cmocka_unit_test(test_new_replica_on_trial),
+        cmocka_unit_test(test_refused_out_at_once),
         cmocka_unit_test(test_failure_backoff),
         cmocka_unit_test(test_back_on_trial),
         cmocka_unit_test(test_one_new_connection_while_in_doubt),
