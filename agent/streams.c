@@ -18,6 +18,8 @@
 #include "worker.h"
 
 #define POLL_MS 250
+#define TTY_QUIET_MS 500 /* a terminal its command left, held open by a process it
+                          * started: read on until it has been quiet this long */
 
 typedef struct {
     uint32_t stream;
@@ -27,6 +29,8 @@ typedef struct {
     pid_t pid;
     int tty_fd;      /* the terminal's master (WINCH), or -1 */
     int exited;      /* the process was reaped: status */
+    int64_t quiet_since; /* exited, its terminal held by another: since when it has had
+                            nothing to read (0: it had) */
     int status;
     char *error;     /* told at ATTACHED, then closed */
     int ended;       /* the job ended: closed and killed at the next turn */
@@ -142,17 +146,24 @@ static int tty_pending(int fd)
 }
 
 /* A session's end, when it came: EXIT with its status, and gone. On a terminal,
- * once its process exited and the output it left there is read (not its end: a
- * process it started in the background may hold the terminal open for ever, and
- * whatever that writes meanwhile is read as well), as ssh does; a reader short of
- * credit gets the last of it all the same. */
+ * once its command exited and the terminal's end is read (every process let it go),
+ * or, when a process the command started in the background still holds it open,
+ * once it has had nothing to read for TTY_QUIET_MS: what is written meanwhile is
+ * read on, and a reader short of credit gets the last of it all the same. */
 static int finished(br_streams_t *st, size_t i)
 {
     session_t *ss = &st->s[i];
-    int done = ss->pid > 0 ? ss->exited && (br_streamend_sources_done(ss->end) ||
-                                            (ss->tty_fd >= 0 && !tty_pending(ss->tty_fd)))
+    int done = ss->pid > 0 ? ss->exited && br_streamend_sources_done(ss->end)
                            : br_streamend_sources_done(ss->end) &&
                                  br_streamend_sinks_done(ss->end);
+    if (ss->pid > 0 && ss->exited && !done && ss->tty_fd >= 0) {
+        int64_t now = br_mono_ms();
+        if (tty_pending(ss->tty_fd))
+            ss->quiet_since = 0;
+        else if (!ss->quiet_since)
+            ss->quiet_since = now;
+        done = ss->quiet_since && now - ss->quiet_since >= TTY_QUIET_MS;
+    }
     if (!done || br_streamend_queued(ss->end))
         return 0;
     int code = ss->pid <= 0                ? 0

@@ -593,25 +593,44 @@ def test_a_removed_node_loses_its_shells(make_cluster):
 def test_a_terminals_last_output_reaches_a_reader_that_was_away(cluster, job):
     """`bramble shell -t`, its reader away (a terminal scrolled back): the command
     ends while what it left in the job's terminal cannot go yet (the reader's credit
-    spent), here 400 KB that a pipeline it started in the background writes (in a
-    process group of its own, as an interactive shell's job, which the terminal's
-    end does not hang up); all of it reaches the reader once it is back, then the
-    command's status."""
+    spent), here from a pipeline it started in the background (in a process group of
+    its own, as an interactive shell's job, which the terminal's end does not hang
+    up) that has filled every buffer on the way and waits; all 400 KB reach the
+    reader once it is back, then the command's status."""
     import select
     c = cluster
-    jid, _ = job
+    jid, workdir = job
+    go = workdir / f"go-{uuid.uuid4().hex[:8]}"
     master, slave = os.openpty()
     p = subprocess.Popen(shell_argv(c, jid, "-t", "--", "sh", "-c",
                                     "setsid sh -c \"head -c 400000 /dev/zero | tr "
-                                    "'\\\\0' x\" & sleep 0.77; exit 3"),
+                                    f"'\\\\0' x\" & while [ ! -e {go} ]; do sleep 0.05; "
+                                    "done; exit 3"),
                          stdin=slave, stdout=slave, stderr=subprocess.PIPE, env=c.env,
                          cwd=c.root, start_new_session=True)
     os.close(slave)
     got = bytearray()
+
+    def written():  # what the remote `tr` has written so far (None: not there)
+        pids = remote_procs(c, jid, "tr", "\\0", "x")
+        try:
+            with open(f"/proc/{pids[0]}/io") as f:
+                return next(int(ln.split()[1]) for ln in f if ln.startswith("wchar:"))
+        except (IndexError, OSError):
+            return None
+
     try:
-        wait_for(lambda: remote_procs(c, jid, "sleep", "0.77"),
-                 what="the shell's command to run in the job")
-        wait_for(lambda: not remote_procs(c, jid, "sleep", "0.77"),
+        seen = []
+
+        def stalled():  # the same count five looks in a row: every buffer is full
+            seen.append(written())
+            return len(seen) >= 5 and seen[-1] is not None and len(set(seen[-5:])) == 1
+
+        wait_for(stalled, 60, "the background writer to fill the buffers and wait",
+                 interval=0.1)
+        assert seen[-1] < 400000, seen[-1]
+        go.touch()  # the command ends; the last of the output is still in the terminal
+        wait_for(lambda: not remote_procs(c, jid, "sh", "-c", p.args[-1]),
                  what="the shell's command to end, its output waiting for the reader")
         deadline = time.monotonic() + DEADLINE
         while time.monotonic() < deadline:  # the reader back: all of it, to the end
