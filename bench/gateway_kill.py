@@ -14,9 +14,12 @@ reached the dead replica after the kill: requests cut (in flight on it, or sent 
 a connection kept to it: haproxy's response errors for that server, the gateway's
 "taken out" lines for its port that are not connection failures) and new
 connections tried to it (haproxy's connection errors, the gateway's lines that
-say it could not connect): each was retried on the other replica. bramble restarts the killed
-replica; the next turn waits for both replicas to answer again. Installs haproxy
-when it is missing (Debian)."""
+say it could not connect): each was retried on the other replica. For the gateway,
+also how many of those were sent after the kill: its line says when the try began
+(a try begun before, in flight or its connect waiting in the replica's listen
+queue, is cut by the death, not routed to a dead replica). bramble restarts the
+killed replica; the next turn waits for both replicas to answer again. Installs
+haproxy when it is missing (Debian)."""
 
 import csv
 import http.client
@@ -24,6 +27,7 @@ import io
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import socket
@@ -65,18 +69,32 @@ def clients(port, until, out):
 
 def under_fire(port, kill_port):
     """32 clients on port for SECONDS, the replica on kill_port killed 1 s in:
-    (answered, failed)."""
+    (answered, failed, when it was killed: unix seconds)."""
     q = multiprocessing.Queue()
     until = time.time() + SECONDS
     ps = [multiprocessing.Process(target=clients, args=(port, until, q)) for _ in range(4)]
     for p in ps:
         p.start()
     time.sleep(1.0)
-    os.kill(listener_pid(kill_port), signal.SIGKILL)
+    victim = listener_pid(kill_port)
+    killed = time.time()
+    os.kill(victim, signal.SIGKILL)
     for p in ps:
         p.join()
     res = [q.get() for _ in range(32)]
-    return sum(r[0] for r in res), sum(r[1] for r in res)
+    return sum(r[0] for r in res), sum(r[1] for r in res), killed
+
+
+def began_after(line, killed):
+    """Whether the gateway's line says its try began after `killed` (unix seconds):
+    "(the try began HH:MM:SS.mmm UTC)", within the same day."""
+    m = re.search(r"the try began (\d\d):(\d\d):(\d\d)\.(\d{3}) UTC", line)
+    if not m:
+        return True  # (not said: counted as after)
+    h, mi, sec, ms = (int(g) for g in m.groups())
+    t = time.gmtime(killed)
+    day = killed - (t.tm_hour * 3600 + t.tm_min * 60 + t.tm_sec) - (killed % 1)
+    return day + h * 3600 + mi * 60 + sec + ms / 1000 >= killed
 
 
 def hap_stat(sock_path, server):
@@ -136,7 +154,8 @@ def main():
                     wait(lambda: answers(port), 30, "haproxy")
                     server = f"r{victim['replica']}"
                     before = hap_stat(sock, server)
-                    ok, bad = under_fire(port, victim["port"])
+                    ok, bad, _ = under_fire(port, victim["port"])
+                    sent_after = None  # (haproxy does not say)
                     after = hap_stat(sock, server)
                     d = {k: int(after[k] or 0) - int(before[k] or 0)
                          for k in ("econ", "eresp", "wretr")}
@@ -146,7 +165,7 @@ def main():
                     hap = None
                 else:
                     mark = os.path.getsize(gw_log)
-                    ok, bad = under_fire(lc.gw_port, victim["port"])
+                    ok, bad, killed = under_fire(lc.gw_port, victim["port"])
                     with open(gw_log, errors="replace") as f:
                         f.seek(mark)
                         lines = [ln for ln in f
@@ -154,9 +173,13 @@ def main():
                     conn = sum("ouldn't connect" in ln or "onnection refused" in ln
                                for ln in lines)
                     tried = (len(lines) - conn, conn)
+                    sent_after = sum(began_after(ln, killed) for ln in lines)
                 print(f"round {rnd} {name:8} answered {ok:6}  failed {bad:3}  dead replica: "
                       f"{tried[0]} requests cut (in flight, or on a kept connection), "
-                      f"{tried[1]} connections tried after", flush=True)
+                      f"{tried[1]} connections tried after"
+                      + (f"; of them {sent_after} sent after the kill"
+                         if sent_after is not None else ""),
+                      flush=True)
     finally:
         if hap:
             hap.terminate()

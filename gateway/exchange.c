@@ -254,6 +254,7 @@ int gw_exchange_try(gw_exchange_t *x, gw_replica_t *r, long timeout_ms,
     x->rep = r;
     snprintf(x->who, sizeof(x->who), "%s/%d", r->svc->name, r->replica);
     x->tries++;
+    x->tried_ms = br_now_ms();
     x->retry_wanted = x->upstream_done = 0;
     x->opened = x->held_back = 0;
     x->rc = CURLE_OK;

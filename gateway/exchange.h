@@ -49,6 +49,7 @@ typedef struct gw_exchange {
     gw_replica_t *rep; /* the replica of the current try; NULL once it ended */
     char who[160];     /* SERVICE/REPLICA of the last try (X-Bramble-Replica) */
     int tries;
+    int64_t tried_ms;   /* wall-clock unix ms the current try began (said in the log) */
     void *owner;        /* the gateway serving it (libcurl's socket callbacks are given
                          * the exchange) */
     int opened;         /* this try opens connections to a replica in doubt (its one) */

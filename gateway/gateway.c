@@ -17,6 +17,7 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "coordlink.h"
@@ -622,8 +623,13 @@ static int retryable(CURLcode rc)
  * coordinator (at most every GW_SUSPECT_MS a replica), whose agent checks it. */
 static void taken_out(gw_t *g, const gw_exchange_t *x, gw_replica_t *r, const char *why)
 {
-    fprintf(stderr, "bramble-gateway: replica %s (%s:%d) failed: %s; taken out\n", x->who,
-            r->host, r->port, why);
+    /* (when its try began: one begun before a death is not one sent after it) */
+    time_t sec = (time_t)(x->tried_ms / 1000);
+    struct tm tm;
+    gmtime_r(&sec, &tm);
+    fprintf(stderr, "bramble-gateway: replica %s (%s:%d) failed: %s; taken out (the try "
+                    "began %02d:%02d:%02d.%03d UTC)\n", x->who, r->host, r->port, why,
+            tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(x->tried_ms % 1000));
     int64_t now = br_mono_ms();
     if (!r->suspected || now - r->suspected >= GW_SUSPECT_MS) {
         r->suspected = now;
