@@ -1299,18 +1299,24 @@ static br_attempt_t *find_attempt(br_agent_t *a, int64_t job, int attempt)
     return NULL;
 }
 
-/* The damaged trees set aside that no running attempt mounts, removed (cache.h). */
-static void sweep_gone(br_agent_t *a)
+/* The trees running attempts mount: a new {manifest hash: true}. */
+static json_t *trees_mounted(br_agent_t *a)
 {
     json_t *keep = json_object(), *list, *h;
     const char *k;
     size_t i;
-    if (!keep)
-        return;
     json_object_foreach(a->mounted, k, list)
         json_array_foreach(list, i, h)
             json_object_set_new(keep, json_string_value(h), json_true());
-    br_cache_sweep_gone(a->cache, keep);
+    return keep;
+}
+
+/* The damaged trees set aside that no running attempt mounts, removed (cache.h). */
+static void sweep_gone(br_agent_t *a)
+{
+    json_t *keep = trees_mounted(a);
+    if (keep)
+        br_cache_sweep_gone(a->cache, keep);
     json_decref(keep);
 }
 
@@ -1499,12 +1505,9 @@ static int fetching_at(br_agent_t *a, json_int_t job, int attempt)
  * push the other out in turn for ever. */
 static json_t *trees_in_use(br_agent_t *a, const json_t *also)
 {
-    json_t *keep = json_object(), *list, *h, *v;
+    json_t *keep = trees_mounted(a), *h, *v;
     const char *k;
     size_t i, j;
-    json_object_foreach(a->mounted, k, list)
-        json_array_foreach(list, i, h)
-            json_object_set_new(keep, json_string_value(h), json_true());
     json_object_foreach(a->pulls, k, v)
         json_object_set_new(keep, k, json_true());
     json_array_foreach(a->fetching, i, v)

@@ -235,7 +235,9 @@ static void damaged(br_cache_t *c, const char *mhash, const char *hash)
     br_cache_forget(c, mhash);
 }
 
-int br_cache_sweep_gone(br_cache_t *c, const json_t *keep)
+/* Remove the entries of DIR/trees whose name begins with prefix, but those where a
+ * manifest hash follows the prefix that keep names as a key. How many went. */
+static int sweep_trees(br_cache_t *c, const char *prefix, const json_t *keep)
 {
     char trees[PATH_MAX];
     snprintf(trees, sizeof(trees), "%s/trees", c->dir);
@@ -243,20 +245,28 @@ int br_cache_sweep_gone(br_cache_t *c, const json_t *keep)
     if (!d)
         return 0;
     int n = 0;
+    size_t pl = strlen(prefix), hl = 2 * BR_MANIFEST_HASH_LEN;
     struct dirent *de;
     while ((de = readdir(d))) {
-        size_t pl = strlen(GONE_PREFIX), hl = 2 * BR_MANIFEST_HASH_LEN;
-        if (strncmp(de->d_name, GONE_PREFIX, pl) != 0 || strlen(de->d_name) <= pl + hl)
+        if (strncmp(de->d_name, prefix, pl) != 0)
             continue;
-        char mhash[2 * BR_MANIFEST_HASH_LEN + 1];
-        memcpy(mhash, de->d_name + pl, hl);
-        mhash[hl] = '\0';
-        if (json_object_get(keep, mhash))
-            continue; /* a running job's mount still */
+        if (keep && strlen(de->d_name) >= pl + hl) {
+            char mhash[2 * BR_MANIFEST_HASH_LEN + 1];
+            memcpy(mhash, de->d_name + pl, hl);
+            mhash[hl] = '\0';
+            if (json_object_get(keep, mhash))
+                continue; /* a running job's mount still */
+        }
         br_rm_tree(dirfd(d), de->d_name);
         n++;
     }
     closedir(d);
+    return n;
+}
+
+int br_cache_sweep_gone(br_cache_t *c, const json_t *keep)
+{
+    int n = sweep_trees(c, GONE_PREFIX, keep);
     if (n)
         by_hash(c, 1); /* (the files only they held go too) */
     return n;
@@ -730,30 +740,12 @@ static int kept_attempt(const json_t *keep, const char *name)
     return 0;
 }
 
-/* The staging of pulls cut short (a previous agent's, killed or stopped mid-pull):
- * removed at a start, before any pull runs, as the replica store's are (the files
- * they had made whole are in .by-hash, where a pull finds them again). */
-static int sweep_pulls(br_cache_t *c)
-{
-    char trees[PATH_MAX];
-    snprintf(trees, sizeof(trees), "%s/trees", c->dir);
-    DIR *d = opendir(trees);
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strncmp(de->d_name, ".bramble-pull-", 14) == 0) {
-            br_rm_tree(dirfd(d), de->d_name);
-            n++;
-        }
-    closedir(d);
-    return n;
-}
-
 int br_cache_sweep_work(br_cache_t *c, int64_t max_age_s, const json_t *keep)
 {
-    sweep_pulls(c);
+    /* the staging of pulls cut short (a previous agent's, killed or stopped
+     * mid-pull), as the replica store's are: the files they had made whole are in
+     * .by-hash, where a pull finds them again */
+    sweep_trees(c, ".bramble-pull-", NULL);
     char work[PATH_MAX];
     snprintf(work, sizeof(work), "%s/work", c->dir);
     DIR *d = opendir(work);

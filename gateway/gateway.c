@@ -176,8 +176,7 @@ static curl_socket_t on_curl_open(void *xp, curlsocktype purpose, struct curl_so
     gw_t *g = x->owner;
     /* (nor does one refused a moment ago: on_curl_close, for the tries routed to it
      * in the same turn) */
-    if (x->rep && (br_mono_ms() < x->rep->down_until ||
-                   !gw_replica_may_open(x->rep, &x->opened))) {
+    if (x->rep && !gw_replica_may_open(x->rep, &x->opened, br_mono_ms())) {
         x->held_back = 1;
         return CURL_SOCKET_BAD;
     }

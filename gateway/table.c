@@ -261,8 +261,10 @@ void gw_replica_refused(gw_replica_t *r, int64_t now_ms)
         r->down_until = now_ms + GW_DOWN_MS;
 }
 
-int gw_replica_may_open(gw_replica_t *r, int *opened)
+int gw_replica_may_open(gw_replica_t *r, int *opened, int64_t now_ms)
 {
+    if (now_ms < r->down_until)
+        return 0;
     if (*opened || !(r->trial || r->fails > 0))
         return 1;
     if (r->opening)

@@ -118,12 +118,13 @@ void gw_replica_suspect(gw_replica_t *r);
  * (the failure itself is counted when its try ends, gw_replica_done). */
 void gw_replica_refused(gw_replica_t *r, int64_t now_ms);
 
-/* A try routed to r is about to open a new connection to it (*opened: whether this
- * try holds r's one already). 1 when it may: always, unless r is in doubt (on
- * trial, or failing), where one try at a time may (it holds it then, *opened set,
- * until gw_replica_opened_done); 0 when another try holds it: hold this one back
- * (a burst routed before the doubt began need not each find a dead port). */
-int gw_replica_may_open(gw_replica_t *r, int *opened);
+/* A try routed to r is about to open a new connection to it at now_ms (*opened:
+ * whether this try holds r's one already). 1 when it may: always, unless r is out
+ * (a connection to it was refused a moment ago: never, until its time out ends) or
+ * in doubt (on trial, or failing), where one try at a time may (it holds it then,
+ * *opened set, until gw_replica_opened_done); 0: hold this one back (a burst routed
+ * before the doubt began need not each find a dead port). */
+int gw_replica_may_open(gw_replica_t *r, int *opened, int64_t now_ms);
 /* The try that held r's one new connection (opened set) let go of it. */
 void gw_replica_opened_done(gw_replica_t *r, int *opened);
 /* r answered a try (its final status, one not retried elsewhere): it lives. Its

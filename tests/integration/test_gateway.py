@@ -257,12 +257,10 @@ def test_a_replica_killed_under_load_fails_no_request(cluster2, tmp_path):
           "none failed")
 
 
-def test_a_replica_dead_while_idle_gets_at_most_one_request(cluster2, tmp_path):
-    """A replica's server dies while no request is on it, and nothing else tells
-    (its job lives on in `sleep`, its health checked once a minute): the connections
-    the gateway kept to it were closed, so a burst of requests tries it with one at
-    most, and every request is answered by the other."""
-    c = cluster2
+def lasting_replicas(c, tmp_path, gw):
+    """Two replicas of llama-8b whose jobs live on in `sleep` once their server dies
+    (health checked once a minute, so nothing else tells), both routed through gw:
+    replica 0's server pid and its port."""
     control = tmp_path / "control-llm"
     control.mkdir()
     c.submit(SPEC.replace("interval: 1s", "interval: 60s").replace(
@@ -270,16 +268,30 @@ def test_a_replica_dead_while_idle_gets_at_most_one_request(cluster2, tmp_path):
         "command: {python} {fake} --model {model} --control {control}; sleep 600").format(
         name="llm", python=PYTHON, fake=FAKE, model="llama-8b", control=control,
         replicas=2, extra="", more="  public: true\n"))
-    gw = Gateway(c)
     wait_routed(gw, "llama-8b", 2)
-    pids = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(replica_pids(control)),
-                    what="both fake servers")
+    wait_for(lambda: len(replica_pids(control)) == 2, what="both fake servers")
+    port0 = next(e["port"] for e in c.cli_json("endpoints", "llm") if e["replica"] == 0)
+    return replica_pids(control)[0], port0
+
+
+def kill_server(pid):
+    """SIGKILL a replica's server, and wait until it is gone."""
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), what="the replica's server gone")
+
+
+def test_a_replica_dead_while_idle_gets_at_most_one_request(cluster2, tmp_path):
+    """A replica's server dies while no request is on it, and nothing else tells
+    (its job lives on in `sleep`, its health checked once a minute): the connections
+    the gateway kept to it were closed, so a burst of requests tries it with one at
+    most, and every request is answered by the other."""
+    c = cluster2
+    gw = Gateway(c)
+    pid0, port0 = lasting_replicas(c, tmp_path, gw)
     for _ in range(8):  # connections kept to both
         assert gw.chat("llama-8b")[0] == 200
-    port0 = next(e["port"] for e in c.cli_json("endpoints", "llm") if e["replica"] == 0)
     mark = len(gw.proc.output())
-    os.kill(pids[0], signal.SIGKILL)
-    wait_for(lambda: not os.path.exists(f"/proc/{pids[0]}"), what="replica 0's server gone")
+    kill_server(pid0)
     assert burst(gw, 16) == [(200, "llm/1")] * 16
     tried = [ln for ln in gw.proc.output()[mark:].splitlines()
              if f":{port0}) failed" in ln]
@@ -315,19 +327,8 @@ def test_a_replica_refusing_connections_gets_one_of_a_burst(cluster2, tmp_path):
     one turn, the first connection refused puts it out at once, the others go to the
     other replica without trying it, and every request is answered."""
     c = cluster2
-    control = tmp_path / "control-llm"
-    control.mkdir()
-    c.submit(SPEC.replace("interval: 1s", "interval: 60s").replace(
-        "command: {python} {fake} --model {model} --control {control} {extra}",
-        "command: {python} {fake} --model {model} --control {control}; sleep 600").format(
-        name="llm", python=PYTHON, fake=FAKE, model="llama-8b", control=control,
-        replicas=2, extra="", more="  public: true\n"))
-    wait_routed(Gateway(c), "llama-8b", 2)
-    pids = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(replica_pids(control)),
-                    what="both fake servers")
-    port0 = next(e["port"] for e in c.cli_json("endpoints", "llm") if e["replica"] == 0)
-    os.kill(pids[0], signal.SIGKILL)
-    wait_for(lambda: not os.path.exists(f"/proc/{pids[0]}"), what="replica 0's server gone")
+    pid0, port0 = lasting_replicas(c, tmp_path, Gateway(c))
+    kill_server(pid0)
     gw = Gateway(c, "gw-fresh")  # (it never held a connection to replica 0)
     wait_for(lambda: "llama-8b" in gw.models(), what="the new gateway's table")
     assert burst(gw, 16) == [(200, "llm/1")] * 16

@@ -336,8 +336,8 @@ static void test_new_replica_on_trial(void **state)
     b->inflight++;
     assert_null(gw_service_pick(s, 0)); /* both tried once: the rest wait */
     int opened = 0, other = 0;
-    assert_true(gw_replica_may_open(a, &opened));
-    assert_false(gw_replica_may_open(a, &other)); /* one connection opening at a time */
+    assert_true(gw_replica_may_open(a, &opened, 0));
+    assert_false(gw_replica_may_open(a, &other, 0)); /* one connection opening at a time */
     gw_replica_answered(a, &opened);
     assert_false(a->trial);
     for (int i = 0; i < 3; i++) { /* answered: as many as it is given */
@@ -365,6 +365,8 @@ static void test_refused_out_at_once(void **state)
     gw_replica_refused(r1, now);
     assert_int_equal(r1->down_until, now + GW_DOWN_MS);
     assert_int_equal(r1->fails, 0);
+    int held = 0;
+    assert_false(gw_replica_may_open(r1, &held, now + 1)); /* out: no connection */
     for (int i = 0; i < 3; i++) /* the requests routed meanwhile go to the other */
         assert_ptr_equal(gw_service_pick(s, now + 1), r2);
     gw_replica_done(r1, 0, now + 1); /* the try that was refused ends */
@@ -476,14 +478,14 @@ static void test_back_on_trial(void **state)
     int opened = 0;
     assert_ptr_equal(gw_service_pick(s, back + 2), r1);
     r1->inflight++;
-    assert_true(gw_replica_may_open(r1, &opened) && opened);
+    assert_true(gw_replica_may_open(r1, &opened, back + 2) && opened);
     assert_ptr_equal(gw_service_pick(s, back + 2), r2); /* held to one meanwhile */
     gw_replica_answered(r1, &opened);
     assert_false(opened);
     assert_int_equal(r1->inflight, 1); /* (still in flight: its answer runs on) */
     assert_ptr_equal(gw_service_pick(s, back + 2), r1); /* fewest again: r2 has 30 */
     int other = 0;
-    assert_true(gw_replica_may_open(r1, &other)); /* no longer in doubt */
+    assert_true(gw_replica_may_open(r1, &other, back + 2)); /* no longer in doubt */
     assert_false(other);
     gw_table_destroy(&t);
 }
@@ -501,27 +503,27 @@ static void test_one_new_connection_while_in_doubt(void **state)
     answered_all(s);
     gw_replica_t *r = replica(s, 1, "h1", 8000);
     int a = 0, b = 0, c = 0;
-    assert_true(gw_replica_may_open(r, &a)); /* sure: any number */
-    assert_true(gw_replica_may_open(r, &b));
+    assert_true(gw_replica_may_open(r, &a, 0)); /* sure: any number */
+    assert_true(gw_replica_may_open(r, &b, 0));
     assert_false(a || b);
     gw_replica_suspect(r); /* its kept connection was found closed */
-    assert_true(gw_replica_may_open(r, &a));
+    assert_true(gw_replica_may_open(r, &a, 0));
     assert_true(a);
-    assert_true(gw_replica_may_open(r, &a)); /* (its second address) */
-    assert_false(gw_replica_may_open(r, &b)); /* held back */
+    assert_true(gw_replica_may_open(r, &a, 0)); /* (its second address) */
+    assert_false(gw_replica_may_open(r, &b, 0)); /* held back */
     assert_false(b);
     gw_replica_opened_done(r, &b); /* (one held back lets go of nothing) */
-    assert_false(gw_replica_may_open(r, &c));
+    assert_false(gw_replica_may_open(r, &c, 0));
     gw_replica_opened_done(r, &a);
     assert_false(a);
-    assert_true(gw_replica_may_open(r, &b)); /* the next one may */
+    assert_true(gw_replica_may_open(r, &b, 0)); /* the next one may */
     gw_replica_done(r, 1, 0); /* answered: no longer in doubt */
     gw_replica_opened_done(r, &b);
-    assert_true(gw_replica_may_open(r, &a) && gw_replica_may_open(r, &c));
+    assert_true(gw_replica_may_open(r, &a, 0) && gw_replica_may_open(r, &c, 0));
     a = c = 0;
     gw_replica_done(r, 0, 0); /* failing, back from its time out: in doubt again */
-    assert_true(gw_replica_may_open(r, &a));
-    assert_false(gw_replica_may_open(r, &c));
+    assert_true(gw_replica_may_open(r, &a, GW_DOWN_MS));
+    assert_false(gw_replica_may_open(r, &c, GW_DOWN_MS));
     gw_replica_opened_done(NULL, &c); /* (a try whose replica is gone) */
     gw_table_destroy(&t);
 }
