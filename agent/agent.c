@@ -2837,14 +2837,17 @@ static void on_stream_open(br_agent_t *a, br_msg_t *m)
         attempt_key(job, attempt, akey, sizeof(akey));
         json_t *ct = json_object_get(json_object_get(a->extras, akey), "container");
         char **in_ct = NULL; /* a container job's shell: podman exec, into its container */
+        char mark[64];       /* what it starts carries this, wherever it goes */
+        br_streams_mark(ss.stream, mark, sizeof(mark));
         if (ct && (!n || argv))
             in_ct = br_container_exec_argv(
                 br_task_tag(task), (uid_t)json_integer_value(json_object_get(ct, "uid")),
                 (gid_t)json_integer_value(json_object_get(ct, "gid")),
-                json_string_value(json_object_get(ct, "workdir")), tty, argv);
+                json_string_value(json_object_get(ct, "workdir")), tty, mark, argv);
         br_task_join_opts_t o = {.argv = in_ct ? (const char *const *)in_ct : argv,
                                  .tty = tty, .rows = (unsigned short)rows,
-                                 .cols = (unsigned short)cols, .term = tty ? term : NULL};
+                                 .cols = (unsigned short)cols, .term = tty ? term : NULL,
+                                 .mark = mark};
         if (n && (!argv || !argv[n - 1])) {
             snprintf(why, sizeof(why), "command: a list of strings");
             ss.error = why;

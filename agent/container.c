@@ -173,7 +173,7 @@ void br_container_forget(const char *tag)
 }
 
 char **br_container_exec_argv(const char *tag, uid_t uid, gid_t gid, const char *workdir,
-                              int tty, const char *const *cmd)
+                              int tty, const char *mark, const char *const *cmd)
 {
     size_t n = 0;
     while (cmd && cmd[n])
@@ -191,6 +191,10 @@ char **br_container_exec_argv(const char *tag, uid_t uid, gid_t gid, const char 
     if (workdir) {
         argv[i++] = strdup("-w");
         argv[i++] = strdup(workdir);
+    }
+    if (mark) {
+        argv[i++] = strdup("--env");
+        argv[i++] = strdup(mark);
     }
     argv[i++] = strdup(name);
     if (n)

@@ -14,6 +14,7 @@
 
 #include "sock.h"
 #include "streamend.h"
+#include "task.h"
 #include "util.h"
 #include "worker.h"
 
@@ -53,10 +54,23 @@ struct br_streams {
 
 /* --- sessions (under w.mu) --------------------------------------------------------- */
 
+void br_streams_mark(uint32_t stream, char *out, size_t len)
+{
+    snprintf(out, len, "%s=%u", BR_STREAMS_MARK, (unsigned)stream);
+}
+
+/* sig to the shell's process group, and to what it started wherever that went: a
+ * process group of its own (an interactive shell's jobs), the container (podman
+ * exec's processes are conmon's children), or on after the shell itself exited. */
 static void hang_up(session_t *ss, int sig)
 {
-    if (ss->pid > 0 && !ss->exited)
+    if (!sig || ss->pid <= 0)
+        return;
+    if (!ss->exited)
         kill(-ss->pid, sig);
+    char mark[64];
+    br_streams_mark(ss->stream, mark, sizeof(mark));
+    br_task_signal_marked(mark, sig);
 }
 
 static void close_fds(const int fds[3])

@@ -4,11 +4,13 @@
  * the agent's heartbeats. The agent's loop starts each process (task.h's
  * br_task_join) or connection and hands it over; this thread attaches it with
  * its ticket, passes its bytes, tells its end (EXIT with the status, or CLOSE
- * with why), and hangs it up (SIGHUP to its process group) when the client goes
- * away, the relay falls silent, or its job ends. */
+ * with why), and hangs it up (SIGHUP to its process group and to every process
+ * that carries its mark, BR_STREAMS_MARK) when the client goes away, the relay
+ * falls silent, or its job ends. */
 #ifndef BRAMBLE_STREAMS_H
 #define BRAMBLE_STREAMS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -17,6 +19,11 @@
 #include "stream.h"
 
 #define BR_STREAMS_ATTACH_MS 20000 /* a session the relay never attached is dropped */
+#define BR_STREAMS_MARK "BRAMBLE_SHELL" /* a shell's processes carry BRAMBLE_SHELL=ID
+                                        * (the stream's), in a container too */
+
+/* The entry that marks the processes of shell stream: "BRAMBLE_SHELL=ID". */
+void br_streams_mark(uint32_t stream, char *out, size_t len);
 
 typedef struct br_streams br_streams_t;
 

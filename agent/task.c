@@ -972,7 +972,7 @@ pid_t br_task_join(br_task_t *task, const br_task_join_opts_t *o, int fds[3], br
         return br_errf(err, ESRCH, "the job's process has ended");
     struct child_plan plan = {.ns_fd = -1, .tty = o->tty, .report_w = -1};
     int mine[3] = {-1, -1, -1}, report[2] = {-1, -1};
-    char *block = NULL, cwd[PATH_MAX], link[64], idtext[48], term[80];
+    char *block = NULL, cwd[PATH_MAX], link[64], idtext[48], term[80], mark[96];
     pw_entry_t pw = {0};
     pid_t pid = -1;
     size_t nargs = 0;
@@ -994,6 +994,10 @@ pid_t br_task_join(br_task_t *task, const br_task_join_opts_t *o, int fds[3], br
     if (o->term) {
         snprintf(term, sizeof(term), "TERM=%s", o->term);
         env_replace(env, term);
+    }
+    if (o->mark && strchr(o->mark, '=') && strlen(o->mark) < sizeof(mark)) {
+        memcpy(mark, o->mark, strlen(o->mark) + 1);
+        env_replace(env, mark);
     }
     plan.jargv = argv;
     plan.envp = env;
@@ -1617,6 +1621,20 @@ int br_task_count_tagged(const char *tag)
     free(needle);
     if (rc == 0)
         rc = (int)l.n;
+    free(l.v);
+    return rc;
+}
+
+int br_task_signal_marked(const char *mark, int sig)
+{
+    if (!mark || !strchr(mark, '=')) {
+        errno = EINVAL;
+        return -1;
+    }
+    proc_list_t l = {0};
+    int rc = scan_tree(0, mark, &l);
+    if (rc == 0)
+        rc = signal_list(&l, sig);
     free(l.v);
     return rc;
 }

@@ -65,6 +65,8 @@ typedef struct {
     int tty;                 /* on a new terminal (its controlling one), else pipes */
     unsigned short rows, cols; /* the terminal's size */
     const char *term;        /* NULL, or TERM for it */
+    const char *mark;        /* NULL, or an entry KEY=VALUE added to its environment,
+                              * which what it starts inherits (br_task_signal_marked) */
 } br_task_join_opts_t;
 /* Start it: its pid (the caller's child, to reap), with fds[0] the terminal's master
  * (tty; fds[1] and fds[2] -1), or the write end of its stdin and the read ends of its
@@ -172,5 +174,11 @@ int br_task_kill_tag_prefix(const char *prefix, const char *also, const char *co
 
 /* Number of live processes carrying tag (any task, including a previous agent's). */
 int br_task_count_tagged(const char *tag);
+
+/* Send sig to every live process whose environment holds the entry mark (KEY=VALUE)
+ * exactly: what a joined process (its opts' mark) started, those that left its
+ * process group or run in a container (podman exec's, not the client's children)
+ * too. How many were signalled, or -1. */
+int br_task_signal_marked(const char *mark, int sig);
 
 #endif

@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from conftest import BIN, proc_state, wait_for
+from conftest import BIN, DEADLINE, proc_state, wait_for
 
 FAKE_NVML = BIN.parent / "tests" / "fake_nvml"
 
@@ -441,4 +441,74 @@ def test_shell_goes_into_the_container(cluster, image, tmp_path):
         assert (rc, out.split()) == (0, ["in-image"]), (rc, out, err)
         assert c.job(jid)["state"] == "running"
     finally:
+        c.cli("cancel", jid, check=False)
+
+
+def host_procs(*argv):
+    """Pids, anywhere on the host, whose command line is argv (the containers share
+    the host's pid namespace)."""
+    want = [a.encode() for a in argv]
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                words = f.read().split(b"\0")[:-1]
+        except OSError:
+            continue
+        if words and os.path.basename(words[0]) == want[0] and words[1:] == want[1:]:
+            found.append(int(pid))
+    return found
+
+
+def test_a_shell_in_a_container_is_hung_up_with_its_cli(cluster, image, tmp_path):
+    """A shell into a container job whose CLI is killed is closed on the node, and
+    what it runs in the container goes too (podman exec's process is not the
+    client's child: SIGHUP to the client alone would leave it), with and without a
+    terminal; a shell still open when the job is cancelled goes with the job."""
+    c = cluster
+    jid = submit(c, f"name: ct-hup\nimage: {image}\n"
+                    "resources: {cpus: 0, nodelist: [node-1]}\n"
+                    "command: echo started; sleep 600\n")
+    clis = []
+    try:
+        c.wait_job(jid, "running")
+        c.wait_logs(jid, "started")
+        for n, tty in ((4241, False), (4242, True)):
+            argv = [c.bin("bramble"), "--credential", str(c.credential), "shell", str(jid)]
+            if tty:  # a terminal the test holds: script(1) gives the CLI one
+                argv = ["script", "-qfec", " ".join(argv + ["--", "sleep", str(n)]),
+                        "/dev/null"]
+            else:
+                argv += ["--", "sleep", str(n)]
+            cli = c.spawn(f"bramble-ct-shell-{n}", argv)
+            clis.append(cli)
+            wait_for(lambda: host_procs("sleep", str(n)),
+                     what=f"the shell's `sleep {n}` to run in the container")
+            if tty:  # the CLI itself, script's child, killed
+                kids = subprocess.run(["pgrep", "-P", str(cli.pid)], capture_output=True,
+                                      text=True).stdout.split()
+                assert len(kids) == 1, kids
+                os.kill(int(kids[0]), signal.SIGKILL)
+                cli.wait_exit()
+            else:
+                cli.kill(signal.SIGKILL)
+            wait_for(lambda: not host_procs("sleep", str(n)), 20,
+                     f"the container's `sleep {n}` to go with its killed CLI")
+        assert c.job(jid)["state"] == "running"
+        # left open, then the job cancelled: the shell's process goes with the job
+        cli = c.spawn("bramble-ct-shell-open",
+                      [c.bin("bramble"), "--credential", str(c.credential), "shell",
+                       str(jid), "--", "sleep", "4243"])
+        clis.append(cli)
+        wait_for(lambda: host_procs("sleep", "4243"),
+                 what="the shell's `sleep 4243` to run in the container")
+        c.cli("cancel", jid)
+        assert cli.wait_exit(DEADLINE) != 0, cli.output()
+        assert c.wait_job(jid)["state"] == "cancelled"
+        wait_for(lambda: not host_procs("sleep", "4243"), 20,
+                 "the open shell's `sleep 4243` to go with the cancelled job")
+    finally:
+        for cli in clis:
+            if cli.alive():
+                cli.kill()
         c.cli("cancel", jid, check=False)

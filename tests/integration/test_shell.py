@@ -311,18 +311,26 @@ def test_cancel_ends_the_shell(cluster, tmp_path):
 
 def test_killed_cli_hangs_up_the_remote_process(cluster, job):
     """The CLI killed: its connection's end is seen by the relay, the stream closed,
-    and the remote shell gets SIGHUP (its trap runs) and its children go."""
+    and the remote shell gets SIGHUP (its trap runs) and its children go, one that
+    left its process group (setsid) too: it carries the shell's BRAMBLE_SHELL."""
     c = cluster
     jid, workdir = job
     hup = workdir / "hup-seen"
-    script = "trap 'echo HUP > hup-seen; exit 1' HUP; sleep 1001 & wait; echo never"
+    script = ("trap 'echo HUP > hup-seen; exit 1' HUP; setsid sleep 1002 & sleep 1001 & "
+              "wait; echo never")
     cli = c.spawn("bramble-shell-killed", shell_argv(c, jid, "--", "sh", "-c", script))
-    wait_for(lambda: remote_procs(c, jid, "sleep", "1001"),
-             what="the shell's `sleep 1001` to run in the job")
+    wait_for(lambda: remote_procs(c, jid, "sleep", "1001") and
+             remote_procs(c, jid, "sleep", "1002"),
+             what="the shell's `sleep 1001` and `setsid sleep 1002` to run in the job")
+    alone = remote_procs(c, jid, "sleep", "1002")[0]
+    assert os.getpgid(alone) == alone  # (its own group: kill(-pgrp) misses it)
+    with open(f"/proc/{alone}/environ", "rb") as f:
+        assert any(e.startswith(b"BRAMBLE_SHELL=") for e in f.read().split(b"\0"))
     cli.kill(signal.SIGKILL)
     wait_for(lambda: not remote_procs(c, jid, "sleep", "1001") and
+             not remote_procs(c, jid, "sleep", "1002") and
              not remote_procs(c, jid, "sh", "-c", script), 20,
-             "the remote sh and its sleep to be hung up after their CLI was killed")
+             "the remote sh and its sleeps to be hung up after their CLI was killed")
     assert hup.read_text() == "HUP\n"
     # the job itself goes on
     assert c.job(jid)["state"] == "running"
