@@ -50,6 +50,7 @@
 #include "stream.h"
 #include "streams.h"
 #include "token.h"
+#include "trash.h"
 #include "util.h"
 
 #define MAX_ATTEMPTS BR_NODE_MAX_ATTEMPTS /* the scheduler places no more */
@@ -95,6 +96,7 @@ struct br_agent {
                                      (kept in the cache) */
     br_outputs_t *outputs;        /* attempts' outputs kept at their end */
     br_streams_t *streams;        /* shells and forwards into its jobs (streams.h) */
+    br_trash_t *trash;            /* ended attempts' working dirs, removed off the loop */
     br_container_t *containers;   /* jobs' containers, when it runs them (container.h) */
     br_overlay_t *overlay;        /* its side of the overlay (overlay.h) */
     json_t *keep;                 /* "JOB.ATTEMPT": {"dir", "patterns", "uid", "gid",
@@ -549,7 +551,8 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
         !(a->extras = json_object()) ||
         !(a->envs_unwanted = json_object()) ||
         !(a->pulls = json_object()) || !(a->mounted = json_object()) ||
-        !(a->outputs = br_outputs_new(&s->cred, err)) || !(a->streams = br_streams_new(err)))
+        !(a->outputs = br_outputs_new(&s->cred, err)) || !(a->streams = br_streams_new(err)) ||
+        !(a->trash = br_trash_new(err)))
         goto fail;
     /* (not the working dirs of the attempts still running, taken over below: a long
      * run's top directory can be older than a day) */
@@ -579,6 +582,7 @@ void br_agent_destroy(br_agent_t **ap)
     br_runstate_destroy(&a->runstate);
     json_decref(a->adoptable);
     br_streams_destroy(&a->streams); /* (hangs up every shell left) */
+    br_trash_destroy(&a->trash);
     for (int i = 0; i < a->natt; i++)
         br_attempt_destroy(&a->att[i]);
     br_sock_close(&a->monitor);
@@ -1344,6 +1348,11 @@ static void remove_attempt(br_agent_t *a, int i)
     if (json_object_get(x, "env")) /* built now, perhaps: told, and trimmed */
         a->envs_dirty = 1;
     json_object_del(a->extras, key);
+    char work[4200];
+    br_err_t err;
+    snprintf(work, sizeof(work), "%s/work", br_cache_dir(a->cache)); /* its copy of the code */
+    if (br_trash_tree(a->trash, work, key, &err) < 0)
+        fprintf(stderr, "bramble-agent: job %s: its working dir stays: %s\n", key, err.text);
     br_runstate_forget(a->runstate, br_attempt_job(a->att[i]), br_attempt_number(a->att[i]));
     br_attempt_destroy(&a->att[i]);
     a->att[i] = a->att[--a->natt];

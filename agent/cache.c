@@ -16,6 +16,7 @@
 
 #include "listing.h"
 #include "manifest_check.h"
+#include "trash.h"
 #include "util.h"
 
 #define COPY_BUF (1 << 20)
@@ -748,6 +749,7 @@ int br_cache_sweep_work(br_cache_t *c, int64_t max_age_s, const json_t *keep)
     sweep_trees(c, ".bramble-pull-", NULL);
     char work[PATH_MAX];
     snprintf(work, sizeof(work), "%s/work", c->dir);
+    br_trash_sweep(work); /* ended attempts' dirs a stop left aside (trash.h) */
     DIR *d = opendir(work);
     if (!d)
         return 0;

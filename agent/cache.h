@@ -90,7 +90,9 @@ void br_cache_forget(br_cache_t *c, const char *mhash);
 int br_cache_sweep_gone(br_cache_t *c, const json_t *keep);
 
 /* At a start, before any pull: remove what pulls cut short left in trees/ (their
- * staging), and the working directories not touched for max_age_s but those of the
+ * staging), what a stop left set aside in work/ (trash.h: an ended attempt's dir is
+ * removed at its end), and the working directories not touched for max_age_s (of
+ * attempts that ended while no agent ran) but those of the
  * attempts in keep (an array of {"job", "attempt"}: still running, to be taken
  * over; NULL: none), whose top directory may be older than that while they run.
  * How many working directories went. */

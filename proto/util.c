@@ -215,7 +215,12 @@ int br_mkdir_p(const char *path, mode_t mode, br_err_t *err)
 
 void br_rm_tree(int dfd, const char *name)
 {
-    if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+    br_rm_tree_until(dfd, name, NULL);
+}
+
+void br_rm_tree_until(int dfd, const char *name, const atomic_int *stop)
+{
+    if ((stop && atomic_load(stop)) || unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
         return;
     int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -227,7 +232,7 @@ void br_rm_tree(int dfd, const char *name)
     struct dirent *de;
     while ((de = readdir(d)))
         if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-            br_rm_tree(dirfd(d), de->d_name);
+            br_rm_tree_until(dirfd(d), de->d_name, stop);
     closedir(d);
     unlinkat(dfd, name, AT_REMOVEDIR);
 }

@@ -2,6 +2,7 @@
 #ifndef BRAMBLE_UTIL_H
 #define BRAMBLE_UTIL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -43,6 +44,8 @@ int br_mkdir_p(const char *path, mode_t mode, br_err_t *err);
 /* Remove name in the directory dfd (AT_FDCWD: a path) and everything under it,
  * never following a symlink; what cannot be removed stays, silently. */
 void br_rm_tree(int dfd, const char *name);
+/* The same, stopping early (what is left stays) once *stop is set (NULL: never). */
+void br_rm_tree_until(int dfd, const char *name, const atomic_int *stop);
 
 /* Read a whole file (at most max bytes, else EFBIG). Returns malloc'd buffer with a
  * terminating NUL not counted in *len. */

@@ -265,8 +265,11 @@ def test_a_gangs_ranks_read_the_code_from_the_first_ones_node(make_cluster, tmp_
 
 
 def test_the_cache_keeps_to_its_quota(make_cluster, tmp_path):
+    """The node's cache keeps to --cache-quota, the tree used least recently going
+    first, and an ended attempt's own copy of the code leaves the node at its end."""
     c, laptop, _ = laptop_cluster(make_cluster, tmp_path, n=1, extra=("--cache-quota", "1MiB"))
-    trees = c.agent_dir("node-1") / "cache" / "trees"
+    cache = c.agent_dir("node-1") / "cache"
+    trees, work = cache / "trees", cache / "work"
 
     def project(name, size):
         proj = laptop / name
@@ -275,15 +278,31 @@ def test_the_cache_keeps_to_its_quota(make_cluster, tmp_path):
         write(proj / "job.yaml", f"name: {name}\ncode: .\ncommand: wc -c blob.bin\n")
         return proj / "job.yaml"
 
-    a, _ = submit(c, project("first", 600_000), "--wait")
-    assert "600000 blob.bin" in c.logs(a)
-    assert len(list(trees.iterdir())) == 1
-    # a second tree does not fit beside the first, which leaves the cache
-    b, _ = submit(c, project("second", 600_000), "--wait")
-    assert "600000 blob.bin" in c.logs(b)
-    assert len(list(trees.iterdir())) == 1
+    def run(spec, size):
+        job, _ = submit(c, spec, "--wait")
+        assert f"{size} blob.bin" in c.logs(job)
+        # its copy of the code goes once it ended, and nothing is left set aside
+        wait_for(lambda: not (work / f"{job}.1").exists() and
+                 not [p for p in work.iterdir() if p.name.startswith(".trash-")],
+                 what=f"job {job}'s working dir to leave the cache")
+        said = events(c, job)
+        return ("was in node-1's cache" if any("was in node-1's cache" in e for e in said)
+                else "fetched" if any("its code fetched to node-1" in e for e in said)
+                else said)
+
+    specs = {n: project(n, 300_000) for n in ("first", "second", "third", "fourth")}
+    for n in ("first", "second", "third"):  # three fit: 900,000 bytes of 1 MiB
+        assert run(specs[n], 300_000) == "fetched"
+    assert len(list(trees.iterdir())) == 3
+    assert run(specs["first"], 300_000) == "was in node-1's cache"  # used again
+    # a fourth does not fit beside them: the one used least recently (second) goes
+    assert run(specs["fourth"], 300_000) == "fetched"
+    assert len(list(trees.iterdir())) == 3
+    assert run(specs["first"], 300_000) == "was in node-1's cache"
+    assert run(specs["third"], 300_000) == "was in node-1's cache"
+    assert run(specs["second"], 300_000) == "fetched"
     # one bigger than the whole quota cannot start, and says why
-    rc, out, err = c.cli("submit", project("third", 2_000_000), "--wait", check=False)
+    rc, out, err = c.cli("submit", project("big", 2_000_000), "--wait", check=False)
     assert rc == 1 and "do not fit in the node's cache (--cache-quota 1.0MiB)" in err, err
 
 
