@@ -2846,13 +2846,15 @@ static void on_stream_open(br_agent_t *a, br_msg_t *m)
         attempt_key(job, attempt, akey, sizeof(akey));
         json_t *ct = json_object_get(json_object_get(a->extras, akey), "container");
         char **in_ct = NULL; /* a container job's shell: podman exec, into its container */
-        char mark[64];       /* what it starts carries this, wherever it goes */
+        char mark[64], tterm[80]; /* what it starts carries mark, wherever it goes */
         br_streams_mark(ss.stream, mark, sizeof(mark));
+        snprintf(tterm, sizeof(tterm), "TERM=%s", term ? term : "");
+        const char *ct_env[] = {mark, tty && term ? tterm : NULL, NULL};
         if (ct && (!n || argv))
             in_ct = br_container_exec_argv(
                 br_task_tag(task), (uid_t)json_integer_value(json_object_get(ct, "uid")),
                 (gid_t)json_integer_value(json_object_get(ct, "gid")),
-                json_string_value(json_object_get(ct, "workdir")), tty, mark, argv);
+                json_string_value(json_object_get(ct, "workdir")), tty, ct_env, argv);
         br_task_join_opts_t o = {.argv = in_ct ? (const char *const *)in_ct : argv,
                                  .tty = tty, .rows = (unsigned short)rows,
                                  .cols = (unsigned short)cols, .term = tty ? term : NULL,

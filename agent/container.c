@@ -173,12 +173,12 @@ void br_container_forget(const char *tag)
 }
 
 char **br_container_exec_argv(const char *tag, uid_t uid, gid_t gid, const char *workdir,
-                              int tty, const char *mark, const char *const *cmd)
+                              int tty, const char *const *env, const char *const *cmd)
 {
     size_t n = 0;
     while (cmd && cmd[n])
         n++;
-    char **argv = calloc(n + 16, sizeof(*argv));
+    char **argv = calloc(n + 24, sizeof(*argv));
     char name[300], user[64];
     if (!argv)
         return NULL;
@@ -192,9 +192,9 @@ char **br_container_exec_argv(const char *tag, uid_t uid, gid_t gid, const char 
         argv[i++] = strdup("-w");
         argv[i++] = strdup(workdir);
     }
-    if (mark) {
+    for (size_t k = 0; env && env[k] && k < 4; k++) {
         argv[i++] = strdup("--env");
-        argv[i++] = strdup(mark);
+        argv[i++] = strdup(env[k]);
     }
     argv[i++] = strdup(name);
     if (n)

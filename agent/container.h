@@ -72,10 +72,10 @@ void br_container_forget(const char *tag);
 /* `bramble shell` in a container job: `podman exec` into the container of the task
  * tagged tag, as uid:gid, in workdir (NULL: the image's), on a terminal (tty), cmd
  * (NULL-terminated; NULL or empty: the image's bash, else its sh), with the
- * environment entry mark (KEY=VALUE, or NULL) added. A new NULL-terminated argv
- * (br_container_argv_free), or NULL when out of memory. */
+ * environment entries env (KEY=VALUE, NULL-terminated; at most 4; NULL: none) added.
+ * A new NULL-terminated argv (br_container_argv_free), or NULL when out of memory. */
 char **br_container_exec_argv(const char *tag, uid_t uid, gid_t gid, const char *workdir,
-                              int tty, const char *mark, const char *const *cmd);
+                              int tty, const char *const *env, const char *const *cmd);
 void br_container_argv_free(char **argv);
 
 /* Where the CDI specs are that podman reads (nvidia-ctk cdi generate writes one). */

@@ -495,18 +495,47 @@ def test_a_shell_in_a_container_is_hung_up_with_its_cli(cluster, image, tmp_path
             wait_for(lambda: not host_procs("sleep", str(n)), 20,
                      f"the container's `sleep {n}` to go with its killed CLI")
         assert c.job(jid)["state"] == "running"
-        # left open, then the job cancelled: the shell's process goes with the job
-        cli = c.spawn("bramble-ct-shell-open",
-                      [c.bin("bramble"), "--credential", str(c.credential), "shell",
-                       str(jid), "--", "sleep", "4243"])
+        # a terminal's TERM is the client's, in the container too
+        shell = [c.bin("bramble"), "--credential", str(c.credential), "shell", str(jid)]
+        r = subprocess.run(["script", "-qfec", " ".join(map(str, shell)) +
+                            " -t -- sh -c 'echo term=$TERM'", "/dev/null"],
+                           env=dict(c.env, TERM="vt220"), capture_output=True, text=True,
+                           timeout=DEADLINE)
+        assert "term=vt220" in r.stdout, (r.stdout, r.stderr)
+        # left open, then the job cancelled: the shells' processes go with the job,
+        # an interactive sh (which ignores SIGTERM) by its hang-up, not at the grace
+        cli = c.spawn("bramble-ct-shell-open", shell + ["--", "sleep", "4243"])
         clis.append(cli)
-        wait_for(lambda: host_procs("sleep", "4243"),
-                 what="the shell's `sleep 4243` to run in the container")
+        tty = c.spawn("bramble-ct-shell-tty",
+                      ["script", "-qfec", " ".join(map(str, shell)), "/dev/null"],
+                      env=dict(c.env, TERM="vt220"))
+        clis.append(tty)
+
+        def interactive():
+            found = []
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        env = f.read().split(b"\0")
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        argv = f.read().split(b"\0")[:-1]
+                except OSError:
+                    continue
+                if (b"TERM=vt220" in env and any(e.startswith(b"BRAMBLE_SHELL=") for e in env)
+                        and argv == [b"/bin/sh"]):
+                    found.append(pid)
+            return found
+
+        wait_for(lambda: host_procs("sleep", "4243") and interactive(),
+                 what="the shell's `sleep 4243` and an interactive sh to run in the container")
         c.cli("cancel", jid)
         assert cli.wait_exit(DEADLINE) != 0, cli.output()
-        assert c.wait_job(jid)["state"] == "cancelled"
-        wait_for(lambda: not host_procs("sleep", "4243"), 20,
-                 "the open shell's `sleep 4243` to go with the cancelled job")
+        tty.wait_exit(DEADLINE)
+        j = c.wait_job(jid)
+        assert j["state"] == "cancelled"
+        assert "killed after its grace" not in (j["reason"] or ""), j["reason"]
+        wait_for(lambda: not host_procs("sleep", "4243") and not interactive(), 20,
+                 "the open shells' processes to go with the cancelled job")
     finally:
         for cli in clis:
             if cli.alive():
