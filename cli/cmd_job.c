@@ -829,12 +829,16 @@ static void print_section(const char *title, const json_t *items, int ncols,
         cli_print_rows(items, ncols, head, row);
 }
 
-/* A copy of a checkpoint under way: what, where from and to, how far. */
+/* A copy under way (a checkpoint's; a job's code, data set or image fetched as it
+ * starts): what, where from and to, how far. */
 static void transfer_row(cli_table_t *t, const json_t *x)
 {
-    char kind[24], step[24], done[32], of[32], pct[16] = "-", rate[40] = "-", tmp[32];
+    char kind[24], step[200], done[32], of[32], pct[16] = "-", rate[40] = "-", tmp[32];
     snprintf(kind, sizeof(kind), "  %s", json_string_value(json_object_get(x, "kind")));
-    cli_fmt_value(json_object_get(x, "step"), step, sizeof(step));
+    if (json_is_string(json_object_get(x, "name"))) /* a data set's, an image's */
+        snprintf(step, sizeof(step), "%s", json_string_value(json_object_get(x, "name")));
+    else
+        cli_fmt_value(json_object_get(x, "step"), step, sizeof(step));
     json_int_t d = json_integer_value(json_object_get(x, "done"));
     json_int_t b = json_integer_value(json_object_get(x, "bytes"));
     br_format_size((uint64_t)d, done, sizeof(done));
@@ -855,7 +859,7 @@ static void transfer_row(cli_table_t *t, const json_t *x)
 
 static void print_transfers(const json_t *xs)
 {
-    static const char *head[] = {"  KIND", "STEP", "FROM", "TO", "DONE", "%", "RATE"};
+    static const char *head[] = {"  KIND", "WHAT", "FROM", "TO", "DONE", "%", "RATE"};
     if (json_array_size(xs)) /* (none: no section at all) */
         print_section("copies under way", xs, 7, head, transfer_row);
 }

@@ -94,8 +94,9 @@ void br_api_key_revoke(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 /* api_data.c: uploads into the content store, and data sets */
 void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
 void br_api_content_put(br_coord_t *c, br_msg_t *m, const br_caller_t *who);
-/* A node's heartbeat says how far its pull of a job's code is (its "pulling"),
- * kept with the job while it starts; job.show's transfers of kind "code". */
+/* A node's heartbeat says how far its pull of a job's tree is (its "pulling": its
+ * code, a data set, its image's archive), kept with the job while it starts
+ * (treefetch.h); job.show's transfers of kinds "code", "data" and "image". */
 void br_api_code_progress(br_coord_t *c, br_node_t *n, const json_t *pulling);
 json_t *br_api_code_transfers(br_coord_t *c, int64_t id);
 /* Let go of the code trees no job needs any more (none that names one is active or

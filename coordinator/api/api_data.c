@@ -10,6 +10,7 @@
 #include "content.h"
 #include "listcache.h"
 #include "contentw.h"
+#include "treefetch.h"
 #include "stages.h"
 #include "uploads.h"
 #include "job.h"
@@ -430,63 +431,19 @@ int br_api_code_keep(br_coord_t *c, const br_caller_t *who, const json_t *code,
     return rc;
 }
 
-/* The fetches of a job's code under way, in the job's slot "code": {node: {"done",
- * "at" (monotonic ms first heard), "done_at"}}, as the nodes' heartbeats say. */
-static int code_slot(void)
-{
-    static int slot = -1;
-    if (slot < 0)
-        slot = br_job_aux_slot("code");
-    return slot;
-}
-
-static void free_json(void *p)
-{
-    json_decref(p);
-}
-
 void br_api_code_progress(br_coord_t *c, br_node_t *n, const json_t *pulling)
 {
     br_job_t *job = br_jobtab_find(c->jobs, json_integer_value(json_object_get(pulling, "job")));
-    json_t *code = job ? json_object_get(job->spec, "code") : NULL;
     const char *hash = json_string_value(json_object_get(pulling, "hash"));
-    if (!json_is_object(code) || !hash || job->state != BR_JOB_STARTING ||
-        strcmp(hash, json_string_value(json_object_get(code, "hash"))) != 0)
-        return; /* a checkpoint's copy (replicas.c), or no longer waited for */
-    json_t *all = br_job_aux_get(job, code_slot());
-    if (!all) {
-        all = json_object();
-        br_job_aux_set(job, code_slot(), all, free_json);
-    }
-    json_t *e = json_object_get(all, n->name);
-    int64_t now = br_mono_ms();
-    if (!e)
-        json_object_set_new(all, n->name, e = json_pack("{s:I}", "at", (json_int_t)now));
-    json_object_set(e, "done", json_object_get(pulling, "done"));
-    json_object_set_new(e, "done_at", json_integer(now));
+    if (job && hash) /* (else a checkpoint's copy: replicas.c) */
+        br_treefetch_progress(job, n->name, hash,
+                              json_integer_value(json_object_get(pulling, "done")),
+                              br_mono_ms());
 }
 
 json_t *br_api_code_transfers(br_coord_t *c, int64_t id)
 {
-    br_job_t *job = br_jobtab_find(c->jobs, id);
-    json_t *all = job && job->state == BR_JOB_STARTING ? br_job_aux_get(job, code_slot()) : NULL;
-    json_t *out = json_array(), *e;
-    const char *node;
-    int64_t now = br_mono_ms();
-    json_object_foreach(all, node, e) {
-        int64_t at = json_integer_value(json_object_get(e, "at"));
-        int64_t done_at = json_integer_value(json_object_get(e, "done_at"));
-        json_int_t done = json_integer_value(json_object_get(e, "done"));
-        json_t *t = json_pack("{s:s, s:s, s:s, s:I, s:O, s:f}", "kind", "code", "from",
-                              "the coordinator", "to", node, "done", done, "bytes",
-                              json_object_get(json_object_get(job->spec, "code"), "bytes"),
-                              "seconds", (double)(now - at) / 1000.0);
-        if (t && done_at > at)
-            json_object_set_new(t, "rate", json_real((double)done * 1000.0 /
-                                                     (double)(done_at - at)));
-        json_array_append_new(out, t);
-    }
-    return out;
+    return br_treefetch_list(br_jobtab_find(c->jobs, id), br_mono_ms());
 }
 
 /* Let go of refs (code trees, or outputs: out), their contents removed after the

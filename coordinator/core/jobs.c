@@ -16,6 +16,7 @@
 #include "ociarchive.h"
 #include "overlaynet.h"
 #include "stats.h"
+#include "treefetch.h"
 
 void br_job_save(br_coord_t *c, br_job_t *job)
 {
@@ -483,9 +484,16 @@ static json_t *tree_order(br_coord_t *c, br_job_t *job, br_node_t *n, json_t *d,
                                   json_object_get(d, "files"), "bytes",
                                   json_object_get(d, "bytes"), "entries", "truncated", 1,
                                   "listing", json_object_get(d, "listing")));
-    json_t *src = br_node_holds_tree(n, json_string_value(json_object_get(d, "hash")))
-                      ? NULL
-                      : data_source(c, job, n, d, json_object_get(e, "manifest"), kind);
+    const char *hash = json_string_value(json_object_get(d, "hash"));
+    if (br_node_holds_tree(n, hash))
+        return e;
+    json_t *src = data_source(c, job, n, d, json_object_get(e, "manifest"), kind);
+    br_treefetch_ordered(job, n->name, kind,
+                         json_string_value(json_object_get(e, strcmp(kind, "data") == 0
+                                                                   ? "set"
+                                                                   : "name")),
+                         hash, json_integer_value(json_object_get(d, "bytes")),
+                         json_string_value(json_object_get(src, "node")), br_mono_ms());
     if (src) /* a node nearby has it: read from there, the coordinator else */
         json_object_set_new(e, "from", src);
     return e;

@@ -251,12 +251,26 @@ def test_a_gangs_ranks_read_the_code_from_the_first_ones_node(make_cluster, tmp_
             if a < b:
                 wait_for(lambda: probed(c, a, b), what=f"{a} and {b} to probe each other")
     job, _ = submit(c, proj / "job.yaml")
+    shown = {}  # job show's fetches while it starts: (to, from) seen
+
+    def started():
+        j = c.cli_json("job", "show", str(job))
+        for x in j.get("transfers", []):
+            if x["kind"] == "code":
+                shown[x["to"]] = x["from"]
+        return j["state"] not in ("pending", "starting")
+
+    wait_for(started, what="the gang to start", interval=0.02)
     assert c.wait_job(job)["state"] == "completed", c.logs(job, stream="both")
     fetched = [e for e in events(c, job) if "its code fetched to" in e]
     assert len(fetched) == 3, fetched
     assert sum(" from " not in e for e in fetched) == 1, fetched
     first = next(e for e in fetched if " from " not in e).split("fetched to ")[1].split()[0]
     assert sum(f" from {first}" in e for e in fetched) == 2, fetched
+    # job show said where each node read it: the first the coordinator, the others it
+    assert shown, "job show never listed the fetches while the gang started"
+    assert all(f == ("the coordinator" if to == first else first) for to, f in shown.items()), \
+        (shown, first)
     # no rank started before every node had it (the coordinator heard the last)
     evs = c.cli_json("job", "show", str(job))["events"]
     last_fetch = max(e["time"] for e in evs if "its code fetched to" in (e["reason"] or ""))
@@ -323,20 +337,29 @@ def test_job_show_says_how_far_its_code_is(make_cluster, tmp_path, request):
     proj = laptop / "proj"
     proj.mkdir()
     (proj / "weights.bin").write_bytes(os.urandom(6_000_000))
-    write(proj / "job.yaml", "name: far\ncode: .\ncommand: wc -c weights.bin\n")
+    sets = tmp_path / "sets"
+    write(sets / "vocab.txt", "a b c\n" * 1000)
+    c.cli("data", "push", sets, "vocab")
+    write(proj / "job.yaml", "name: far\ncode: .\ndata: {vocab: /mnt/vocab}\n"
+                             "command: wc -c weights.bin\n")
     job, _ = submit(c, proj / "job.yaml")
     seen = []
 
     def partway():
         j = c.cli_json("job", "show", str(job))
         assert j["state"] in ("pending", "starting"), ("it ran before a fetch was seen", seen)
-        xs = [x for x in j.get("transfers", []) if x["kind"] == "code"]
+        xs = j.get("transfers", [])
         seen.extend(xs)
-        return any(0 < x["done"] < x["bytes"] and x["to"] == "far" for x in xs)
+        return any(x["kind"] == "code" and 0 < x["done"] < x["bytes"] and x["to"] == "far"
+                   for x in xs) and xs
 
-    wait_for(partway, what="job show to list the code's fetch part way")
+    xs = wait_for(partway, what="job show to list the code's fetch part way")
+    # the data set's fetch is listed beside it, by name, from the order on
+    assert [(x["name"], x["from"], x["to"], x["bytes"]) for x in xs if x["kind"] == "data"] \
+        == [("admin/vocab:v1", "the coordinator", "far", 6000)], xs
     _, shown, _ = c.cli("job", "show", job)
     assert "copies under way" in shown and "the coordinator" in shown, shown
+    assert "admin/vocab:v1" in shown and "WHAT" in shown, shown
     c.agents["far"].kill()
     c.start_agent("far", join=False, wrap=v.wrap() + hidden(laptop, c.data))
     done = c.wait_job(job)
