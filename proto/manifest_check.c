@@ -38,21 +38,46 @@ void br_manifest_hash_entry(crypto_generichash_state *hs, const char *path, int 
     hash_str(hs, content);
 }
 
-int br_manifest_path_ok(const char *path)
+const char *br_manifest_path_why(const char *path)
 {
     size_t n = strlen(path);
-    if (n == 0 || n >= PATH_MAX || path[0] == '/')
-        return 0;
+    if (n == 0)
+        return "an empty path";
+    if (n >= PATH_MAX)
+        return "a path of 4096 bytes or more";
+    if (path[0] == '/')
+        return "an absolute path (it must be relative to the tree's top)";
     for (const char *c = path; *c;) {
         size_t k = strcspn(c, "/");
-        if (k == 0 || k > NAME_MAX || (k == 1 && c[0] == '.') ||
-            (k == 2 && c[0] == '.' && c[1] == '.'))
-            return 0;
+        if (k == 0)
+            return "an empty name between two slashes";
+        if (k > NAME_MAX)
+            return "a name of more than 255 bytes";
+        if (k == 1 && c[0] == '.')
+            return "a '.' in the path";
+        if (k == 2 && c[0] == '.' && c[1] == '.')
+            return "a '..' in the path (it would leave the tree)";
         c += k;
         if (*c == '/' && !*++c)
-            return 0; /* a trailing slash: an empty last component */
+            return "a slash at its end";
     }
-    return 1;
+    return NULL;
+}
+
+int br_manifest_path_ok(const char *path)
+{
+    return br_manifest_path_why(path) == NULL;
+}
+
+/* path, as a message shows it: at most 100 bytes of it, and its length when longer */
+static const char *shown(const char *path, char *buf, size_t len)
+{
+    size_t n = strlen(path);
+    if (n <= 100)
+        snprintf(buf, len, "'%s'", path);
+    else
+        snprintf(buf, len, "'%.100s...' (%zu bytes)", path, n);
+    return buf;
 }
 
 static int hex_ok(const char *s)
@@ -75,20 +100,26 @@ static int entry_ok(json_t *e, const char **path, const char **content, int *lin
                        "size", size, "mode", mode, "hash", &h, "link", &l) < 0)
         return br_errf(err, EPROTO, "manifest entry: %s", je.text);
     json_t *c = h ? h : l;
-    if (!json_is_string(p) || !c || (h && l) || !json_is_string(c) ||
-        strlen(json_string_value(p)) != json_string_length(p) ||
-        strlen(json_string_value(c)) != json_string_length(c))
+    char at[160];
+    if (!json_is_string(p) || !c || (h && l) || !json_is_string(c))
         return br_errf(err, EPROTO, "manifest entry: a path with a hash or a link");
     *path = json_string_value(p);
     *content = json_string_value(c);
     *link = l != NULL;
-    if (!br_manifest_path_ok(*path))
-        return br_errf(err, EPROTO, "manifest entry: path '%.64s' is not allowed",
-                       *path);
+    if (strlen(*path) != json_string_length(p))
+        return br_errf(err, EPROTO, "manifest entry %s: its path holds a NUL byte",
+                       shown(*path, at, sizeof(at)));
+    if (strlen(*content) != json_string_length(c))
+        return br_errf(err, EPROTO, "manifest entry %s: its %s holds a NUL byte",
+                       shown(*path, at, sizeof(at)), l ? "link" : "hash");
+    const char *why = br_manifest_path_why(*path);
+    if (why)
+        return br_errf(err, EPROTO, "manifest entry %s: not allowed: %s",
+                       shown(*path, at, sizeof(at)), why);
     if (*size < 0 || *mode < 0 || *mode > 07777 || (h && !hex_ok(*content)) ||
         (l && *size != (json_int_t)strlen(*content)))
-        return br_errf(err, EPROTO, "manifest entry %.64s: bad size, mode or hash",
-                       *path);
+        return br_errf(err, EPROTO, "manifest entry %s: bad size, mode or hash",
+                       shown(*path, at, sizeof(at)));
     return 0;
 }
 
@@ -106,7 +137,9 @@ int br_manifest_verify(const json_t *mj, br_err_t *err)
                              "listing", &listing) < 0)
         return br_errf(err, EPROTO, "manifest: %s", m ? je.text : "none");
     if (!json_is_array(entries) || !hex_ok(hash) ||
-        (strcmp(root, "dir") != 0 && strcmp(root, "file") != 0))
+        strlen(hash) != json_string_length(json_object_get(m, "hash")) ||
+        (strcmp(root, "dir") != 0 && strcmp(root, "file") != 0) ||
+        strlen(root) != json_string_length(json_object_get(m, "root")))
         return br_errf(err, EPROTO, "manifest: bad hash, root or entries");
     if (truncated || (json_int_t)json_array_size(entries) != files)
         return br_errf(err, ENOTSUP, "manifest lists %zu of its %lld files",
@@ -218,7 +251,8 @@ int br_manifest_listing(const json_t *m, const char **hash, int64_t *size, br_er
 json_t *br_manifest_parse_listing(const char *text, size_t len, br_err_t *err)
 {
     json_error_t je;
-    json_t *m = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    /* (a NUL is let through the parse, to be refused naming its entry) */
+    json_t *m = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!m)
         return br_errp(err, EPROTO, "manifest listing: %s", je.text);
     if (json_object_get(m, "truncated") || br_manifest_verify(m, err) < 0) {

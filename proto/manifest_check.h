@@ -37,6 +37,9 @@ int br_manifest_file_holds(int dfd, const char *leaf, int64_t size, const char *
 /* 1 when path is one a manifest may list: relative, not empty, shorter than
  * PATH_MAX, with no empty, "." or ".." component, none longer than NAME_MAX. */
 int br_manifest_path_ok(const char *path);
+/* Why path is not one (a short phrase: "an absolute path (...)", "a '..' in the
+ * path (...)"), or NULL when it is. */
+const char *br_manifest_path_why(const char *path);
 
 /* For a tree that becomes files on a machine (a job's code, a data set, outputs):
  * every link in manifest m is relative and stays inside the tree, and no entry lies

@@ -406,3 +406,59 @@ def test_coordinator_killed_mid_upload_keeps_what_it_acknowledged(cluster):
     assert 0 < d["sent_bytes"] < 48 << 20, d  # went on from what the store held
     data = (tree / "huge.bin").read_bytes()
     assert objects(c)[hashlib.blake2b(data, digest_size=32).hexdigest()] == data
+
+
+def manifest_text(entries):
+    """A tree's manifest, its hash computed as bramble's (proto/manifest_check.c),
+    over entries [(path, link, mode, size, content)], each a str or bytes."""
+    def b(s):
+        return s if isinstance(s, bytes) else s.encode()
+    hs = hashlib.blake2b(digest_size=32)
+    for s in (b"bramble-manifest-1", b"dir"):
+        hs.update(s + b"\0")
+    for path, link, mode, size, content in entries:
+        for s in (b(path), b"l" if link else b"f", str(mode).encode(), str(size).encode(),
+                  b(content)):
+            hs.update(s + b"\0")
+    es = [{"path": b(p).decode(), "size": size, "mode": mode, ("link" if link else "hash"):
+           b(content).decode()} for p, link, mode, size, content in entries]
+    m = {"hash": hs.hexdigest(), "root": "dir", "files": len(es),
+         "bytes": sum(e["size"] for e in es if "hash" in e), "entries": es}
+    return m, json.dumps(m).encode()
+
+
+def test_a_bad_manifest_is_refused_naming_the_entry(cluster):
+    """A client that sends its own listing (not the CLI's packer): a path with '..',
+    an absolute path, a NUL, a name over 255 bytes, a link out of the tree. Each push
+    is refused naming the entry and what was wrong, no data set is made, and the
+    listing it sent leaves the store (nothing half-stored counts)."""
+    c = cluster
+    y = read_yaml_flat(c.credential)
+    raw = c.raw_client(y["public_key"], y["secret_key"])
+    body = b"x\n"
+    h = hashlib.blake2b(body, digest_size=32).hexdigest()
+    long_name = "n" * 300
+    cases = [
+        ([("../x", 0, 420, 2, h)], "'../x': not allowed: a '..' in the path"),
+        ([("/etc/passwd", 0, 420, 2, h)], "'/etc/passwd': not allowed: an absolute path"),
+        ([("a\0b", 0, 420, 2, h)], "'a': its path holds a NUL byte"),
+        ([(long_name, 0, 420, 2, h)],
+         f"'{long_name[:100]}...' (300 bytes): not allowed: a name of more than 255 bytes"),
+        ([("ok/l", 1, 511, 12, "../../../etc")], "ok/l: a link out of the tree"),
+    ]
+    try:
+        assert put_file(raw, body) is None
+        for entries, said in cases:
+            m, text = manifest_text(entries)
+            lh = hashlib.blake2b(text, digest_size=32).hexdigest()
+            assert put_file(raw, text) is None
+            assert lh in objects(c)
+            _, r, _ = raw.request("data.push", {
+                "name": "bad", "listing": {"hash": lh, "size": len(text)},
+                "manifest": {k: m[k] for k in ("hash", "root", "files", "bytes")}})
+            assert r.get("errnum") and said in r.get("error", ""), (said, r)
+            wait_for(lambda: lh not in objects(c),
+                     what="the refused push's listing to leave the store")
+    finally:
+        raw.close()
+    assert c.cli_json("data", "list") == [], "a refused push made a data set"
