@@ -160,6 +160,31 @@ command: |
     log = c.logs(job)
     assert re.search(r"uid 7\d{4}", log) and "alice's" in log and "made a file" in log, log
     assert log.count("Permission denied") == 2, log  # work/ is not listable, trees/ closed
+    # alice's next job runs on; bob's job, another uid, knows every path of the cache
+    # (a guessed working dir, the tree and file of alice's secret) and reaches none
+    write(proj / "job.yaml", "name: mine2\ncode: .\ncommand: echo up; sleep 600\n")
+    rc, out, err = c.cli("submit", proj / "job.yaml", credential=alice)
+    mine = int(out.strip())
+    c.wait_logs(mine, "up")
+    top = f"{cache}/c"
+    tree = next(p for p in os.listdir(f"{top}/trees") if not p.startswith("."))
+    file = hashlib.blake2b(b"alice's\n", digest_size=32).hexdigest()
+    assert os.path.exists(f"{top}/work/{mine}.1/secret.txt")
+    bob = c.root / "bob.credential"
+    c.cli("user", "add", "bob", "--out", bob)
+    tries = [f"cat {top}/work/{mine}.1/secret.txt", f"cat {top}/trees/{tree}/secret.txt",
+             f"cat {top}/.by-hash/{file}", f"echo x >> {top}/trees/{tree}/secret.txt",
+             f"echo x >> {top}/.by-hash/{file}", f"touch {top}/trees/x",
+             f"touch {top}/.by-hash/x", f"touch {top}/work/x", f"touch {top}/x"]
+    write(laptop / "bobs" / "job.yaml", "name: theirs\ncode: .\ncommand: |\n" +
+          "".join(f"  {t} 2>/dev/null && echo 'REACHED {t}' || echo denied\n" for t in tries))
+    rc, out, err = c.cli("submit", laptop / "bobs" / "job.yaml", "--wait", credential=bob)
+    theirs = c.logs(int(out.strip()))
+    assert theirs.split() == ["denied"] * len(tries), theirs
+    with open(f"{top}/trees/{tree}/secret.txt") as f:
+        assert f.read() == "alice's\n"
+    assert c.job(mine)["state"] == "running"
+    c.cli("cancel", mine)
 
 
 def test_code_that_cannot_travel_is_refused_naming_it(cluster, tmp_path):
