@@ -459,6 +459,18 @@ def test_a_bad_manifest_is_refused_naming_the_entry(cluster):
             assert r.get("errnum") and said in r.get("error", ""), (said, r)
             wait_for(lambda: lh not in objects(c),
                      what="the refused push's listing to leave the store")
+        # a sound listing naming a file never sent: a submit is refused naming it
+        missing = hashlib.blake2b(b"never sent\n", digest_size=32).hexdigest()
+        m, text = manifest_text([("run.sh", 0, 493, 11, missing)])
+        lh = hashlib.blake2b(text, digest_size=32).hexdigest()
+        assert put_file(raw, text) is None
+        before = len(c.jobs())
+        _, r, _ = raw.request("job.submit", {
+            "spec": "name: sent-nothing\ncommand: sh run.sh\n", "sets": [],
+            "code": {"listing": {"hash": lh, "size": len(text)}, "dir": "/laptop/proj",
+                     "manifest": {k: m[k] for k in ("hash", "root", "files", "bytes")}}})
+        assert r.get("error") == "run.sh is not stored yet: send every file first", r
+        assert len(c.jobs()) == before, "a submit whose code was not stored made a job"
     finally:
         raw.close()
     assert c.cli_json("data", "list") == [], "a refused push made a data set"
