@@ -239,6 +239,37 @@ static int check_user_quota(br_coord_t *c, const br_caller_t *who, const json_t 
                    largest_text(m, LARGEST_SHOWN, big, sizeof(big)));
 }
 
+/* Refuse (EDQUOT) when m's contents the store lacks would take it past --store-quota
+ * (anyone's tree, the admin's too), before any of them is sent: a push refused part
+ * way would leave the files it stored taking the room of the next one. Each file is
+ * looked at only when the whole tree could pass it (so not on a store with room). */
+static int check_store_quota(br_coord_t *c, const json_t *m, br_err_t *err)
+{
+    uint64_t quota = br_content_quota(c->content), used = br_content_used(c->content);
+    uint64_t all = (uint64_t)json_integer_value(json_object_get(m, "bytes"));
+    if (quota == 0 || used + all <= quota)
+        return 0;
+    json_t *distinct = distinct_contents(m);
+    if (!distinct)
+        return br_errf(err, ENOMEM, "out of memory");
+    uint64_t more = 0;
+    const char *h;
+    json_t *v;
+    json_object_foreach(distinct, h, v)
+        if (!br_content_has(c->content, h))
+            more += (uint64_t)json_integer_value(v);
+    json_decref(distinct);
+    if (used + more <= quota)
+        return 0;
+    char q[32], u[32], n[32], big[600];
+    return br_errf(err, EDQUOT, "the store is full: this tree adds %s to the %s it holds, "
+                                "and it may hold %s (--store-quota); its largest files: %s. "
+                                "Leave out what the job does not need with .brambleignore",
+                   br_format_size(more, n, sizeof(n)), br_format_size(used, u, sizeof(u)),
+                   br_format_size(quota, q, sizeof(q)),
+                   largest_text(m, LARGEST_SHOWN, big, sizeof(big)));
+}
+
 void br_api_settle_tree(br_coord_t *c, const br_caller_t *who, const json_t *full,
                         const json_t *listing)
 {
@@ -860,7 +891,8 @@ void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     if (!(full = listed_manifest(c, who, listing, summary, &err)) ||
-        (from == 0 && check_user_quota(c, who, full, &err) < 0)) /* (once a tree: each
+        (from == 0 && (check_user_quota(c, who, full, &err) < 0 ||
+                       check_store_quota(c, full, &err) < 0))) /* (once a tree: each
                                                                   * chunk is charged too) */
         goto fail;
     if (paged && c->contentw && lack_page_later(c, m, who, full, (size_t)from) == 0) {

@@ -203,6 +203,31 @@ def test_over_quota_names_the_largest_files(make_cluster):
     push(c, tree.parent / "t", "admins")
 
 
+def test_a_full_store_refuses_naming_its_quota_and_the_largest_files(make_cluster):
+    """Past --store-quota (the whole store's, the admin's pushes too): the push is
+    refused saying so, naming the largest files and .brambleignore; no data set
+    is made, and a push that fits then goes."""
+    c = make_cluster(start=False)
+    c.start_coordinator(extra=["--store-quota", "1MiB"])
+    tree = c.root / "t"
+    sizes = {"a.bin": 500_000, "b.bin": 400_000, "c.bin": 300_000, "d.bin": 2_000}
+    for i, (name, n) in enumerate(sizes.items()):
+        write(tree / name, blob(n, 30 + i))
+    _, rc, err = push(c, tree, "big", check=False)
+    assert rc == 1 and "--store-quota" in err and ".brambleignore" in err, err
+    for name in ("a.bin", "b.bin", "c.bin"):
+        assert name in err, (name, err)
+    assert "this tree adds 1.1MiB to the " in err and "may hold 1.0MiB" in err, err
+    assert c.cli_json("data", "list") == []
+    # refused before any file was sent: nothing stored takes the room (its listing,
+    # sent first, goes too)
+    assert partials(c) == {}
+    wait_for(lambda: objects(c) == {}, what="the refused push's listing to go")
+    (tree / ".brambleignore").write_text("a.bin\n")
+    d, _, _ = push(c, tree, "small")
+    assert d["files"] == 4  # (.brambleignore is one of them)
+
+
 def put_file(client, data):
     """content.put every chunk of data, as a client that never asked content.lack; the
     first refusal's body, or None when it is all stored."""
