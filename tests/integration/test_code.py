@@ -345,6 +345,26 @@ def test_the_cache_keeps_to_its_quota(make_cluster, tmp_path):
     assert rc == 1 and "do not fit in the node's cache (--cache-quota 1.0MiB)" in err, err
 
 
+def test_each_attempt_gets_a_fresh_copy_of_the_code(make_cluster, tmp_path):
+    """An attempt that failed after changing its code dir is restarted on the same
+    node in a fresh copy: it sees the code as submitted, not what attempt 1 left."""
+    c, laptop, _ = laptop_cluster(make_cluster, tmp_path, n=1)
+    write(laptop / "proj" / "main.sh",
+          'echo "attempt $BRAMBLE_ATTEMPT: $(cat state.txt) $(ls left.txt 2>&1)"\n'
+          'echo changed > state.txt; touch left.txt\n'
+          '[ "$BRAMBLE_ATTEMPT" -ge 2 ]\n')
+    write(laptop / "proj" / "state.txt", "as-submitted\n")
+    write(laptop / "proj" / "job.yaml", "name: twice\ncode: .\n"
+                                        "restart: {max: 1, on: [nonzero_exit]}\n"
+                                        "command: sh main.sh\n")
+    job, _ = submit(c, laptop / "proj" / "job.yaml", "--wait")
+    j = c.job(job)
+    assert j["state"] == "completed" and j["attempt"] == 2, j
+    lines = c.logs(job).splitlines()
+    assert len(lines) == 2 and all("as-submitted" in ln and "No such file" in ln
+                                   for ln in lines), lines
+
+
 def test_job_show_says_how_far_its_code_is(make_cluster, tmp_path, request):
     """A node behind a 16 Mbit/s link: while it fetches 6 MB of code, the job is
     starting and job show lists the fetch, with the bytes in place so far. The
@@ -428,6 +448,20 @@ command: x
 """)
     rc, _, err = c.cli("submit", laptop / "twice.yaml", check=False)
     assert rc == 1 and "main.sh" in err, err
+    # a files: dir is held to code:'s checks: a link out of it, a socket, each named
+    os.symlink("/etc/passwd", laptop / "shared" / "data" / "passwd")
+    rc, _, err = c.cli("submit", spec, check=False)
+    assert rc == 1 and "passwd: a link out of the tree (to /etc/passwd)" in err, err
+    os.unlink(laptop / "shared" / "data" / "passwd")
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.bind(str(laptop / "shared" / "data" / "agent.sock"))
+        rc, _, err = c.cli("submit", spec, check=False)
+        assert rc == 1 and "agent.sock" in err and "socket" in err, err
+    finally:
+        s.close()
+        os.unlink(laptop / "shared" / "data" / "agent.sock")
+    assert [j["name"] for j in c.jobs()].count("with-files") == 1, c.jobs()  # (none made)
 
 
 def test_code_no_job_needs_leaves_the_store(make_cluster, tmp_path):
