@@ -188,6 +188,24 @@ def procs_with_env(*entries):
     return [pid for pid, _ in _environs(*entries)]
 
 
+def procs_running(argv, pids=None):
+    """Of pids (every process when None), those whose command line is argv (its
+    first word compared by its base name)."""
+    want = [a.encode() for a in argv]
+    if pids is None:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    found = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                words = f.read().split(b"\0")[:-1]
+        except OSError:
+            continue
+        if words and os.path.basename(words[0]) == want[0] and words[1:] == want[1:]:
+            found.append(pid)
+    return found
+
+
 def proc_state(pid):
     """The state letter of pid from /proc/PID/stat ('R', 'S', 'T', ...), or None
     when it is gone."""

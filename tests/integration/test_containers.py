@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from conftest import BIN, DEADLINE, proc_state, wait_for
+from conftest import BIN, DEADLINE, proc_state, procs_running, wait_for
 
 FAKE_NVML = BIN.parent / "tests" / "fake_nvml"
 
@@ -447,17 +447,7 @@ def test_shell_goes_into_the_container(cluster, image, tmp_path):
 def host_procs(*argv):
     """Pids, anywhere on the host, whose command line is argv (the containers share
     the host's pid namespace)."""
-    want = [a.encode() for a in argv]
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                words = f.read().split(b"\0")[:-1]
-        except OSError:
-            continue
-        if words and os.path.basename(words[0]) == want[0] and words[1:] == want[1:]:
-            found.append(int(pid))
-    return found
+    return procs_running(argv)
 
 
 def test_a_shell_in_a_container_is_hung_up_with_its_cli(cluster, image, tmp_path):

@@ -25,7 +25,7 @@ import uuid
 
 import pytest
 
-from conftest import CLI_TIMEOUT, DEADLINE, RawClient, Tmux, wait_for
+from conftest import CLI_TIMEOUT, DEADLINE, RawClient, Tmux, procs_running, wait_for
 
 
 @pytest.fixture
@@ -57,17 +57,7 @@ def shell_argv(c, jid, *args, credential=None):
 
 def remote_procs(c, jid, *argv):
     """Pids of job jid's processes whose command line is argv."""
-    want = [a.encode() for a in argv]
-    found = []
-    for pid in c.job_procs(jid):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                words = f.read().split(b"\0")[:-1]
-        except OSError:
-            continue
-        if words and os.path.basename(words[0]) == want[0] and words[1:] == want[1:]:
-            found.append(pid)
-    return found
+    return procs_running(argv, c.job_procs(jid))
 
 
 # ---------------------------------------------------------------------------
