@@ -37,6 +37,17 @@ typedef struct {
     int exited; /* the node's side ended: dropped once what came is written out */
 } fwd_t;
 
+/* A connection accepted whose stream.open is in flight: the loop goes on carrying
+ * the other connections' bytes meanwhile, rather than waiting a round trip to the
+ * coordinator (on a far link, tens of milliseconds) for each new one. */
+typedef struct {
+    uint32_t seq;
+    int fd;
+    int64_t sent;
+} opening_t;
+
+#define OPENING_MAX (BR_CLIENT_PENDING - 1) /* (one request left for the job's check) */
+
 typedef struct {
     cli_t *cli;
     int64_t job;
@@ -45,40 +56,55 @@ typedef struct {
     char endpoint[300];
     fwd_t f[FWD_MAX];
     int n;
+    opening_t opening[OPENING_MAX];
+    int nopening;
     int64_t seen, pinged;
-    int64_t checked; /* monotonic ms the job's state was last asked (listening) */
+    int64_t checked;    /* monotonic ms the job's state was last asked (listening) */
+    uint32_t check_seq; /* that job.show, in flight (0: none) */
     int stdio; /* --stdio: the one stream's end is the whole command's */
     int status;
 } fwd_state_t;
 
-/* A stream to the node's port, its end reading in_fd and writing out_fd (taken).
- * 0, or -1 after saying why; a refusal that will not change (the job ended, or is
- * not the caller's) sets st->status, which stops the command. */
-static int open_stream(fwd_state_t *st, int in_fd, int out_fd, int is_socket)
+static json_t *open_body(const fwd_state_t *st)
 {
-    br_msg_t *resp = NULL;
-    br_err_t err;
-    json_t *body = json_pack("{s:I, s:s, s:i, s:i}", "id", (json_int_t)st->job, "kind",
-                             "forward", "rank", (int)st->rank, "port", (int)st->port);
-    if (br_client_rpc(cli_client(st->cli), "stream.open", body, st->cli->timeout_ms, &resp,
-                      &err) < 0) {
-        cli_err(st->cli, "%s", err.text);
-        if (err.errnum != EBUSY && err.errnum != EAGAIN && err.errnum != EHOSTUNREACH)
-            st->status = CLI_FAIL; /* (busy, not started yet, a node away: may pass) */
+    return json_pack("{s:I, s:s, s:i, s:i}", "id", (json_int_t)st->job, "kind", "forward",
+                     "rank", (int)st->rank, "port", (int)st->port);
+}
+
+static void close_pair(int in_fd, int out_fd)
+{
+    if (in_fd >= 0)
         close(in_fd);
-        if (out_fd != in_fd)
-            close(out_fd);
-        return -1;
-    }
-    json_t *r = json_incref(br_msg_body(resp));
-    br_msg_destroy(&resp);
+    if (out_fd >= 0 && out_fd != in_fd)
+        close(out_fd);
+}
+
+/* stream.open was refused (or not answered): say why, and close the descriptors; a
+ * refusal that will not change (the job ended, or is not the caller's) sets
+ * st->status, which stops the command. -1. */
+static int refused(fwd_state_t *st, const br_err_t *err, int in_fd, int out_fd)
+{
+    cli_err(st->cli, "%s", err->text);
+    if (err->errnum != EBUSY && err->errnum != EAGAIN && err->errnum != EHOSTUNREACH &&
+        err->errnum != ETIMEDOUT)
+        st->status = CLI_FAIL; /* (busy, not started yet, a node away: may pass) */
+    close_pair(in_fd, out_fd);
+    return -1;
+}
+
+/* stream.open's answer r: the stream attached at the relay, its end reading in_fd
+ * and writing out_fd (taken). 0, or -1 after saying why. */
+static int attach_stream(fwd_state_t *st, const json_t *r, int in_fd, int out_fd,
+                         int is_socket)
+{
+    br_err_t err;
     const char *ticket = json_string_value(json_object_get(r, "ticket"));
     int port = (int)json_integer_value(json_object_get(r, "relay_port"));
     uint32_t id = (uint32_t)json_integer_value(json_object_get(r, "stream"));
-    int rc = -1;
     if (!ticket || strlen(ticket) != BR_STREAM_TICKET) {
         cli_err(st->cli, "stream.open: the answer names no ticket");
-        goto out;
+        close_pair(in_fd, out_fd);
+        return -1;
     }
     if (!st->sock) {
         if (br_stream_endpoint(st->cli->cred.endpoint, port, st->endpoint,
@@ -88,30 +114,75 @@ static int open_stream(fwd_state_t *st, int in_fd, int out_fd, int is_socket)
                                                st->cli->cred.public_key,
                                                st->cli->cred.secret_key, &err))) {
             cli_err(st->cli, "the relay: %s", st->sock ? "" : err.text);
-            goto out;
+            close_pair(in_fd, out_fd);
+            return -1;
         }
         st->seen = br_mono_ms();
     }
     fwd_t *f = &st->f[st->n];
     memset(f, 0, sizeof(*f));
-    if (!(f->end = br_streamend_new(st->sock, id)))
-        goto out;
+    if (!(f->end = br_streamend_new(st->sock, id))) {
+        close_pair(in_fd, out_fd);
+        return -1;
+    }
     f->id = id;
     f->opened = br_mono_ms();
     br_streamend_source(f->end, 0, in_fd);
     br_streamend_sink(f->end, 1, out_fd, is_socket);
-    in_fd = out_fd = -1;
     if (st->n++ == 0) /* (nothing was due from the relay while none was open) */
         st->seen = br_mono_ms();
     br_stream_send(st->sock, NULL, 0, BR_STREAM_ATTACH, 0, id, 0, ticket, BR_STREAM_TICKET, 0);
-    rc = 0;
-out:
-    if (in_fd >= 0)
-        close(in_fd);
-    if (out_fd >= 0 && out_fd != in_fd)
-        close(out_fd);
-    json_decref(r);
+    return 0;
+}
+
+/* A stream to the node's port, its end reading in_fd and writing out_fd (taken),
+ * waiting for stream.open's answer (--stdio's one stream). 0, or -1 after saying why. */
+static int open_stream(fwd_state_t *st, int in_fd, int out_fd, int is_socket)
+{
+    br_msg_t *resp = NULL;
+    br_err_t err;
+    if (br_client_rpc(cli_client(st->cli), "stream.open", open_body(st), st->cli->timeout_ms,
+                      &resp, &err) < 0)
+        return refused(st, &err, in_fd, out_fd);
+    int rc = attach_stream(st, br_msg_body(resp), in_fd, out_fd, is_socket);
+    br_msg_destroy(&resp);
     return rc;
+}
+
+/* An accepted connection c: its stream.open sent, answered in a later turn. */
+static void ask_open(fwd_state_t *st, int c)
+{
+    br_err_t err;
+    uint32_t seq;
+    if (br_client_send(cli_client(st->cli), "stream.open", open_body(st), &seq, &err) < 0) {
+        refused(st, &err, c, c);
+        return;
+    }
+    st->opening[st->nopening++] = (opening_t){seq, c, br_mono_ms()};
+}
+
+/* The stream.opens answered since: each attached, or its refusal said; one not
+ * answered within the CLI's timeout is given up. */
+static void take_opens(fwd_state_t *st, int64_t now)
+{
+    br_client_t *client = cli_client(st->cli);
+    for (int i = st->nopening; i-- > 0;) {
+        opening_t o = st->opening[i];
+        br_msg_t *resp = NULL;
+        br_err_t err;
+        int rc = br_client_try(client, o.seq, &resp, &err);
+        if (rc == 0 && now - o.sent <= st->cli->timeout_ms)
+            continue;
+        st->opening[i] = st->opening[--st->nopening];
+        if (rc > 0) {
+            attach_stream(st, br_msg_body(resp), o.fd, o.fd, 1);
+            br_msg_destroy(&resp);
+        } else {
+            if (rc == 0) /* (forgotten: its answer is dropped should it come) */
+                br_client_recv(client, o.seq, 0, NULL, &err);
+            refused(st, &err, o.fd, o.fd);
+        }
+    }
 }
 
 /* Forget stream i; why: tell the node's side first (NULL: it ended already). */
@@ -189,26 +260,11 @@ static int listen_on(cli_t *cli, const char *bind_addr, long port)
     return fd;
 }
 
-/* Whether the job has not ended (a job back in the queue, to start again elsewhere,
- * goes on). 0 after saying so, with st->status set; a coordinator that does not
- * answer is not an end. */
-static int job_goes_on(fwd_state_t *st)
+/* Whether job.show's answer r says the job has not ended (a job back in the queue,
+ * to start again elsewhere, goes on). 0 after saying so, with st->status set. */
+static int goes_on(fwd_state_t *st, const json_t *r)
 {
-    st->checked = br_mono_ms();
-    br_msg_t *resp = NULL;
-    br_err_t err;
-    if (br_client_rpc(cli_client(st->cli), "job.show",
-                      json_pack("{s:I}", "id", (json_int_t)st->job), st->cli->timeout_ms,
-                      &resp, &err) < 0) {
-        if (err.errnum == ENOENT) {
-            cli_err(st->cli, "%s", err.text);
-            st->status = CLI_FAIL;
-            return 0;
-        }
-        return 1;
-    }
-    const char *state = json_string_value(
-        json_object_get(json_object_get(br_msg_body(resp), "job"), "state"));
+    const char *state = json_string_value(json_object_get(json_object_get(r, "job"), "state"));
     int ended = state && (strcmp(state, "completed") == 0 || strcmp(state, "failed") == 0 ||
                           strcmp(state, "cancelled") == 0);
     if (ended) {
@@ -216,19 +272,73 @@ static int job_goes_on(fwd_state_t *st)
                 state);
         st->status = CLI_FAIL;
     }
-    br_msg_destroy(&resp);
     return !ended;
+}
+
+/* A refusal of job.show: 0 after saying so (no such job, or not the caller's),
+ * with st->status set; a coordinator that does not answer is not an end. */
+static int show_refused(fwd_state_t *st, const br_err_t *err)
+{
+    if (err->errnum != ENOENT)
+        return 1;
+    cli_err(st->cli, "%s", err->text);
+    st->status = CLI_FAIL;
+    return 0;
+}
+
+/* Whether the job has not ended, asked and waited for (before listening). */
+static int job_goes_on(fwd_state_t *st)
+{
+    st->checked = br_mono_ms();
+    br_msg_t *resp = NULL;
+    br_err_t err;
+    if (br_client_rpc(cli_client(st->cli), "job.show",
+                      json_pack("{s:I}", "id", (json_int_t)st->job), st->cli->timeout_ms,
+                      &resp, &err) < 0)
+        return show_refused(st, &err);
+    int on = goes_on(st, br_msg_body(resp));
+    br_msg_destroy(&resp);
+    return on;
+}
+
+/* The same while listening, without holding the streams: asked every JOB_CHECK_MS,
+ * the answer taken in a later turn. 0 once it says the job ended. */
+static int job_check(fwd_state_t *st, int64_t now)
+{
+    br_client_t *client = cli_client(st->cli);
+    br_err_t err;
+    if (!st->check_seq) {
+        if (now - st->checked >= JOB_CHECK_MS &&
+            br_client_send(client, "job.show", json_pack("{s:I}", "id", (json_int_t)st->job),
+                           &st->check_seq, &err) == 0)
+            st->checked = now;
+        return 1;
+    }
+    br_msg_t *resp = NULL;
+    int rc = br_client_try(client, st->check_seq, &resp, &err);
+    if (rc == 0 && now - st->checked <= st->cli->timeout_ms)
+        return 1;
+    if (rc == 0) /* (not answered: asked again later) */
+        br_client_recv(client, st->check_seq, 0, NULL, &err);
+    st->check_seq = 0;
+    st->checked = now;
+    int on = rc > 0 ? goes_on(st, br_msg_body(resp)) : rc < 0 ? show_refused(st, &err) : 1;
+    br_msg_destroy(&resp);
+    return on;
 }
 
 static int serve(fwd_state_t *st, int lfd, int sigfd)
 {
     while (st->status < 0) {
-        zmq_pollitem_t it[3 + FWD_MAX * 2 * BR_STREAMEND_CHANNELS];
+        zmq_pollitem_t it[4 + FWD_MAX * 2 * BR_STREAMEND_CHANNELS];
         int n = 0;
         it[n++] = (zmq_pollitem_t){NULL, sigfd, ZMQ_POLLIN, 0};
         if (st->sock)
             it[n++] = (zmq_pollitem_t){st->sock, 0, ZMQ_POLLIN, 0};
-        if (lfd >= 0 && st->n < FWD_MAX)
+        if (st->nopening || st->check_seq) /* (answers to what is in flight) */
+            it[n++] = (zmq_pollitem_t){br_client_socket(cli_client(st->cli)), 0, ZMQ_POLLIN, 0};
+        int accepting = lfd >= 0 && st->n + st->nopening < FWD_MAX && st->nopening < OPENING_MAX;
+        if (accepting)
             it[n++] = (zmq_pollitem_t){NULL, lfd, ZMQ_POLLIN, 0};
         for (int i = 0; i < st->n; i++)
             n += br_streamend_poll(st->f[i].end, it + n, 2 * BR_STREAMEND_CHANNELS);
@@ -240,17 +350,19 @@ static int serve(fwd_state_t *st, int lfd, int sigfd)
                 st->status = st->stdio ? 128 + (int)si.ssi_signo : CLI_OK;
             break;
         }
-        if (lfd >= 0) {
+        if (accepting) {
             int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
             if (c >= 0) {
                 int one = 1;
                 setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-                open_stream(st, c, c, 1); /* (a refusal that stays sets status) */
+                ask_open(st, c); /* (a refusal that stays sets status) */
             }
         }
+        int64_t now = br_mono_ms();
+        if (st->nopening)
+            take_opens(st, now);
         if (st->sock)
             take_frames(st);
-        int64_t now = br_mono_ms();
         for (int i = st->n; i-- > 0;) {
             fwd_t *f = &st->f[i];
             if (br_streamend_turn(f->end) < 0)
@@ -262,7 +374,7 @@ static int serve(fwd_state_t *st, int lfd, int sigfd)
             else if (!br_streamend_attached(f->end) && now - f->opened > ATTACH_WAIT_MS)
                 drop(st, i, "no answer in time");
         }
-        if (lfd >= 0 && now - st->checked >= JOB_CHECK_MS && !job_goes_on(st))
+        if (lfd >= 0 && !job_check(st, now))
             break;
         if (st->sock && st->n && now - st->pinged >= BR_STREAM_PING_MS) {
             st->pinged = now;
@@ -355,6 +467,9 @@ static int cmd_forward(cli_t *cli, int argc, char **argv)
 out:
     while (st.n) /* (the node's side closes now, not after the relay's silence) */
         drop(&st, st.n - 1, "the client stopped");
+    while (st.nopening) /* (a stream opened for one is never attached: the relay lets
+                         * it go after its wait) */
+        close(st.opening[--st.nopening].fd);
     if (lfd >= 0)
         close(lfd);
     if (sigfd >= 0)

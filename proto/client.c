@@ -375,6 +375,46 @@ int br_client_recv(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t **resp
     return 0;
 }
 
+int br_client_try(br_client_t *c, uint32_t seq, br_msg_t **resp, br_err_t *err)
+{
+    br_msg_t *m = take_kept(c, seq);
+    while (!m) {
+        if (c->monitor)
+            read_monitor(c);
+        if (c->auth_failed) {
+            forget_seq(c, seq);
+            return br_errf(err, EACCES,
+                           "the coordinator at %s refused this key (unknown, removed "
+                           "or revoked credential)",
+                           c->endpoint);
+        }
+        br_msg_t *got = NULL;
+        if (br_msg_recv(c->sock, 0, ZMQ_DONTWAIT, &got, NULL) < 0) {
+            br_msg_destroy(&got);
+            return 0; /* (nothing more has come: still in flight) */
+        }
+        if (br_msg_kind(got) == BR_MSG_RESPONSE && br_msg_seq(got) == seq)
+            m = got;
+        else
+            unasked(c, got);
+    }
+    forget_seq(c, seq);
+    if (br_msg_check(m, err) < 0) {
+        br_msg_destroy(&m);
+        return -1;
+    }
+    if (resp)
+        *resp = m;
+    else
+        br_msg_destroy(&m);
+    return 1;
+}
+
+void *br_client_socket(br_client_t *c)
+{
+    return c->sock;
+}
+
 int br_client_rpc(br_client_t *c, const char *type, json_t *body, int timeout_ms,
                   br_msg_t **resp, br_err_t *err)
 {

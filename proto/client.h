@@ -46,6 +46,14 @@ int br_client_send(br_client_t *c, const char *type, json_t *body, uint32_t *seq
                    br_err_t *err);
 int br_client_recv(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t **resp,
                    br_err_t *err);
+/* br_client_recv without waiting, for a caller whose own loop polls
+ * br_client_socket: 1 with *resp (as br_client_recv) when the answer to seq has
+ * come, 0 when it has not (seq stays in flight; others that came are kept), -1 with
+ * err when it was a refusal (seq forgotten). Give up on one with br_client_recv(c,
+ * seq, 0, ...). */
+int br_client_try(br_client_t *c, uint32_t seq, br_msg_t **resp, br_err_t *err);
+/* The connection's ZeroMQ socket, to poll for ZMQ_POLLIN (answers came). */
+void *br_client_socket(br_client_t *c);
 /* br_client_send with a data frame of len bytes (copied; data NULL: none). */
 int br_client_send_data(br_client_t *c, const char *type, json_t *body, const void *data,
                         size_t len, uint32_t *seq, br_err_t *err);

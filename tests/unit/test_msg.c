@@ -1033,6 +1033,49 @@ static void test_zmq_in_flight(void **state)
     assert_true(ok_last);
 }
 
+/* br_client_try: never waits; an answer not come yet leaves its request in flight,
+ * one that came while another was tried is kept for its own try, a refusal is -1. */
+static void test_zmq_try(void **state)
+{
+    server_t *s = *state;
+    char pub[BR_KEY_LEN + 1];
+    br_client_t *c = new_client(s, pub);
+    br_err_t err = {0};
+    uint32_t a, b, bad;
+    assert_int_equal(br_client_send(c, "ping", json_pack("{s:i}", "n", 1), &a, &err), 0);
+    assert_int_equal(br_client_send(c, "ping", json_pack("{s:i}", "n", 2), &b, &err), 0);
+    assert_int_equal(br_client_send(c, "nope", NULL, &bad, &err), 0);
+    br_msg_t *ra = NULL, *rb = NULL;
+    int got_b = 0, got_a = 0, got_bad = 0;
+    int64_t deadline = br_mono_ms() + WAIT_MS;
+    while ((!got_a || !got_b || !got_bad) && br_mono_ms() < deadline) {
+        zmq_pollitem_t it = {br_client_socket(c), 0, ZMQ_POLLIN, 0};
+        zmq_poll(&it, 1, 50);
+        if (!got_b) /* (b's answer comes after a's: a's is kept meanwhile) */
+            got_b = br_client_try(c, b, &rb, &err);
+        if (got_b && !got_a)
+            got_a = br_client_try(c, a, &ra, &err);
+        if (got_a && !got_bad) {
+            br_err_t e2 = {0};
+            got_bad = br_client_try(c, bad, NULL, &e2) == -1 && e2.errnum == EINVAL;
+        }
+    }
+    int na = (int)json_integer_value(json_object_get(json_object_get(br_msg_body(ra), "body"), "n"));
+    int nb = (int)json_integer_value(json_object_get(json_object_get(br_msg_body(rb), "body"), "n"));
+    br_msg_destroy(&ra);
+    br_msg_destroy(&rb);
+    /* taken: not there again, and nothing left in flight waits */
+    br_err_t e3 = {0};
+    int again = br_client_try(c, a, NULL, &e3);
+    br_client_destroy(&c);
+    assert_int_equal(got_b, 1);
+    assert_int_equal(got_a, 1);
+    assert_true(got_bad);
+    assert_int_equal(na, 1);
+    assert_int_equal(nb, 2);
+    assert_int_equal(again, 0);
+}
+
 static void test_zmq_refused_key(void **state)
 {
     server_t *s = *state;
@@ -1180,6 +1223,7 @@ int main(void)
         cmocka_unit_test(test_router_stub_and_reply),
         cmocka_unit_test(test_send_body_too_big),
         cmocka_unit_test_setup_teardown(test_zmq_ping, server_setup, server_teardown),
+        cmocka_unit_test_setup_teardown(test_zmq_try, server_setup, server_teardown),
         cmocka_unit_test_setup_teardown(test_zmq_in_flight, server_setup,
                                         server_teardown),
         cmocka_unit_test_setup_teardown(test_zmq_refused_key, server_setup,
