@@ -585,3 +585,44 @@ def test_forward_to_another_rank(c, forward, tmp_path):
     finally:
         c.cli("cancel", jid, check=False)
         c.wait_job(jid)
+
+
+# A server that greets each connection with the peer port it sees, and says in
+# its log when that connection's other end closed.
+CLOSES = r'''
+import socketserver, sys
+class H(socketserver.BaseRequestHandler):
+    def handle(self):
+        peer = self.request.getpeername()[1]
+        self.request.sendall(b"peer %d\n" % peer)
+        while self.request.recv(65536):
+            pass
+        print("closed %d" % peer, flush=True)
+class Server(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+server = Server(("127.0.0.1", int(sys.argv[1])), H)
+print("listening", flush=True)
+server.serve_forever()
+'''
+
+
+def test_a_killed_forward_closes_its_connections_on_the_node(c, job, forward, tmp_path):
+    """`bramble forward` killed (SIGKILL: it says nothing) while a connection is
+    open: the node's side of that connection is closed (the job's server reads its
+    end), and the job goes on."""
+    port = free_port()
+    script = tmp_path / "closes.py"
+    script.write_text(CLOSES)
+    jid, _ = job("closes", f"exec {PYTHON} -u {script} {port}")
+    c.wait_logs(jid, "listening")
+    f = forward(jid, f"0:{port}")
+    s, peer = greeted(f.local_port(jid, port))
+    try:
+        assert f"closed {peer}" not in c.logs(jid)
+        f.p.kill()
+        f.p.wait(DEADLINE)
+        c.wait_logs(jid, f"closed {peer}", timeout=20)
+    finally:
+        s.close()
+    assert c.job(jid)["state"] == "running"
