@@ -1532,6 +1532,104 @@ static json_t *trees_in_use(br_agent_t *a, const json_t *also)
     return keep;
 }
 
+/* The cache's quota less what the environments hold (-1: no cap). */
+static int64_t cache_quota(br_agent_t *a)
+{
+    int64_t quota = a->s->cache_quota;
+    if (quota >= 0) {
+        quota -= br_envcache_bytes(br_cache_dir(a->cache));
+        if (quota < 0)
+            quota = 0;
+    }
+    return quota;
+}
+
+/* Bytes the pulls ahead of mhash will still write into the cache: those queued or
+ * in progress (a->pulls, not waiting for room), less what the one in progress has
+ * in place already (counted in the cache's use). */
+static int64_t pulls_ahead(br_agent_t *a, const char *mhash)
+{
+    json_t *now = br_replica_progress(a->replica), *v;
+    const char *cur = json_string_value(json_object_get(now, "hash")), *k;
+    int64_t sum = 0;
+    json_object_foreach(a->pulls, k, v) {
+        if (strcmp(k, mhash) == 0 || json_is_true(json_object_get(v, "room")) ||
+            br_cache_has(a->cache, k))
+            continue;
+        int64_t left = json_integer_value(json_object_get(json_object_get(v, "manifest"),
+                                                          "bytes"));
+        if (cur && strcmp(cur, k) == 0)
+            left -= json_integer_value(json_object_get(now, "done"));
+        sum += left > 0 ? left : 0;
+    }
+    json_decref(now);
+    return sum;
+}
+
+/* Start the pull of a->pulls' entry mhash once the cache has room for it beside the
+ * pulls ahead of it (the trees used longest ago leave to make it): a pull ordered
+ * while another is queued or under way would otherwise be given the same free room,
+ * and the two together pass --cache-quota. While the room is held by pulls ahead,
+ * it waits (the entry's "room"), and is tried again as each ends
+ * (pulls_wanting_room); held by anything else (trees running jobs mount, the
+ * order's own other trees), it is started with the room there is, and fails
+ * saying so, as before. 0 (started, or waiting), or -1 with err. */
+static int pull_when_room(br_agent_t *a, const char *mhash, const json_t *also, br_err_t *err)
+{
+    json_t *rec = json_object_get(a->pulls, mhash);
+    json_t *mf = json_object_get(rec, "manifest");
+    int64_t quota = cache_quota(a), ahead = quota >= 0 ? pulls_ahead(a, mhash) : 0, limit;
+    int64_t need = json_integer_value(json_object_get(mf, "bytes"));
+    json_t *keep = trees_in_use(a, also);
+    int rc = br_cache_room(a->cache, quota < 0 ? -1 : quota > ahead ? quota - ahead : 0,
+                           need, keep, &limit, err);
+    json_decref(keep);
+    if (rc < 0 && !(err->errnum == ENOSPC && need <= quota && ahead > 0))
+        return -1;
+    if ((rc < 0 || (limit >= 0 && limit < need)) && ahead > 0) {
+        if (!json_is_true(json_object_get(rec, "room")))
+            fprintf(stderr, "bramble-agent: tree %.16s... (%lld bytes) waits for room in "
+                            "the node's cache (--cache-quota): %lld bytes of pulls ahead\n",
+                    mhash, (long long)need, (long long)ahead);
+        json_object_set_new(rec, "room", json_true());
+        return 0;
+    }
+    char dest[4200], spare[4300]; /* a job's code: its first working dir is made as it comes */
+    br_cache_tree_path(a->cache, mhash, dest, sizeof(dest));
+    br_cache_spare_path(a->cache, mhash, spare, sizeof(spare));
+    int code = json_is_true(json_object_get(rec, "code"));
+    if (br_replica_pull_tree(a->replica, json_integer_value(json_object_get(rec, "job")),
+                             (int)json_integer_value(json_object_get(rec, "attempt")), mf,
+                             json_string_value(json_object_get(rec, "grant")),
+                             json_object_get(rec, "from"), dest, code ? spare : NULL,
+                             br_cache_dir(a->cache), limit, err) < 0)
+        return -1;
+    json_object_del(rec, "room");
+    return 0;
+}
+
+static void orders_fail(br_agent_t *a, const char *mhash, const char *error);
+
+/* The pulls that wait for room, tried again (a pull ended). */
+static void pulls_wanting_room(br_agent_t *a)
+{
+    json_t *waiting = json_array(), *v;
+    const char *k;
+    json_object_foreach(a->pulls, k, v)
+        if (json_is_true(json_object_get(v, "room")))
+            json_array_append_new(waiting, json_string(k));
+    size_t i;
+    json_array_foreach(waiting, i, v) {
+        const char *mhash = json_string_value(v);
+        br_err_t err;
+        if (json_object_get(a->pulls, mhash) && pull_when_room(a, mhash, NULL, &err) < 0) {
+            json_object_del(a->pulls, mhash);
+            orders_fail(a, mhash, err.text);
+        }
+    }
+    json_decref(waiting);
+}
+
 /* Pull the tree mf (a truncated manifest: its summary and listing) into the cache,
  * unless it is being pulled already. 0, or -1 with err. */
 static int pull_tree(br_agent_t *a, json_int_t job, int attempt, json_t *mf,
@@ -1554,27 +1652,17 @@ static int pull_tree(br_agent_t *a, json_int_t job, int attempt, json_t *mf,
     }
     if (going)
         return 0; /* another order asked for it first: it comes once */
-    int64_t limit;
-    json_t *keep = trees_in_use(a, also);
-    int64_t quota = a->s->cache_quota; /* (the environments hold part of it) */
-    if (quota >= 0) {
-        quota -= br_envcache_bytes(br_cache_dir(a->cache));
-        if (quota < 0)
-            quota = 0;
-    }
-    int rc = br_cache_room(a->cache, quota, json_integer_value(json_object_get(mf, "bytes")),
-                           keep, &limit, err);
-    json_decref(keep);
-    char spare[4300]; /* a job's code: its first working dir is made as it comes */
-    br_cache_spare_path(a->cache, mhash, spare, sizeof(spare));
-    if (rc < 0 || br_replica_pull_tree(a->replica, job, attempt, mf, grant, from, dest,
-                                       code ? spare : NULL, br_cache_dir(a->cache), limit,
-                                       err) < 0)
-        return -1;
     /* (what a pull from another node needs to be made again from the coordinator) */
-    json_object_set_new(a->pulls, mhash,
-                        json_pack("{s:I, s:i, s:O, s:s, s:b}", "job", job, "attempt", attempt,
-                                  "manifest", mf, "grant", grant, "code", code));
+    json_t *rec = json_pack("{s:I, s:i, s:O, s:s, s:b}", "job", job, "attempt", attempt,
+                            "manifest", mf, "grant", grant, "code", code);
+    if (rec && json_is_object(from))
+        json_object_set(rec, "from", from);
+    if (!rec || json_object_set_new(a->pulls, mhash, rec) < 0)
+        return br_errf(err, ENOMEM, "out of memory");
+    if (pull_when_room(a, mhash, also, err) < 0) {
+        json_object_del(a->pulls, mhash);
+        return -1;
+    }
     return 0;
 }
 
@@ -2677,9 +2765,20 @@ static void orders_go(br_agent_t *a, const char *mhash, const json_t *res)
     }
 }
 
+static void tree_pulled(br_agent_t *a, json_t *res);
+
+/* A tree's pull ended: what waited for it goes on (tree_pulled), then the pulls that
+ * waited for room are tried again (the orders it let start copied their code out of
+ * it first, so it may leave the cache now). */
+static void tree_fetched(br_agent_t *a, json_t *res)
+{
+    tree_pulled(a, res);
+    pulls_wanting_room(a);
+}
+
 /* A tree's pull ended. One from another node that failed is made again from the
  * coordinator; else the orders that waited for it fail with it, or go on. */
-static void tree_fetched(br_agent_t *a, json_t *res)
+static void tree_pulled(br_agent_t *a, json_t *res)
 {
     const char *mhash = json_string_value(json_object_get(res, "hash"));
     const char *error = json_string_value(json_object_get(res, "error"));

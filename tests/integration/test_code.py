@@ -365,6 +365,42 @@ def test_each_attempt_gets_a_fresh_copy_of_the_code(make_cluster, tmp_path):
                                    for ln in lines), lines
 
 
+def test_pulls_ordered_at_once_keep_to_the_cache_quota(make_cluster, tmp_path, request):
+    """Two jobs whose code trees fit the node's --cache-quota one at a time but not
+    together, ordered while the first still comes over a slow link: the second
+    waits for room (the first job's tree leaves once its copy is made), both run,
+    and the cache never holds more than its quota."""
+    net = free_prefix(200, 249)
+    v = veth_ns(request, [f"{net}.1/24"], [f"{net}.2/24"], prefix="brq", what="the far node")
+    subprocess.run(["tc", "qdisc", "add", "dev", v.host_veth, "root", "tbf", "rate", "4mbit",
+                    "burst", "32kbit", "latency", "400ms"], check=True)
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    c = make_cluster(host=f"{net}.1")
+    c.start_agent("far", wrap=v.wrap() + hidden(laptop, c.data),
+                  extra=("--cache-quota", "1MiB"))
+    c.wait_ready("far")
+    jobs = []
+    for name in ("one", "two"):
+        write(laptop / name / "blob.bin", os.urandom(600_000))
+        write(laptop / name / "job.yaml", f"name: {name}\ncode: .\ncommand: wc -c blob.bin\n")
+    for name in ("one", "two"):
+        jobs.append(submit(c, laptop / name / "job.yaml")[0])
+    cache = c.agent_dir("far") / "cache" / ".by-hash"
+    most = [0]
+
+    def done():
+        most[0] = max(most[0], sum(f.stat().st_size for f in cache.iterdir()))
+        return all(c.job(j)["state"] in ("completed", "failed") for j in jobs)
+
+    wait_for(done, what="both jobs to end", interval=0.02)
+    for j in jobs:
+        assert c.job(j)["state"] == "completed", c.logs(j, stream="both")
+        assert "600000 blob.bin" in c.logs(j)
+    assert most[0] <= 1 << 20, f"the cache held {most[0]} bytes (--cache-quota 1MiB)"
+    assert "waits for room in the node's cache" in c.agents["far"].output()
+
+
 def test_job_show_says_how_far_its_code_is(make_cluster, tmp_path, request):
     """A node behind a 16 Mbit/s link: while it fetches 6 MB of code, the job is
     starting and job show lists the fetch, with the bytes in place so far. The
