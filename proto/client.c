@@ -356,14 +356,11 @@ int br_client_send_data(br_client_t *c, const char *type, json_t *body, const vo
     return 0;
 }
 
-int br_client_recv(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t **resp,
-                   br_err_t *err)
+/* seq's answer m came (taken): seq forgotten, m checked and handed over. 0, or -1
+ * with err (a refusal). */
+static int answered(br_client_t *c, uint32_t seq, br_msg_t *m, br_msg_t **resp, br_err_t *err)
 {
-    br_msg_t *m = take_kept(c, seq);
-    int rc = m ? 0 : wait_response(c, seq, timeout_ms, &m, err);
     forget_seq(c, seq);
-    if (rc < 0)
-        return -1;
     if (br_msg_check(m, err) < 0) {
         br_msg_destroy(&m);
         return -1;
@@ -373,6 +370,17 @@ int br_client_recv(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t **resp
     else
         br_msg_destroy(&m);
     return 0;
+}
+
+int br_client_recv(br_client_t *c, uint32_t seq, int timeout_ms, br_msg_t **resp,
+                   br_err_t *err)
+{
+    br_msg_t *m = take_kept(c, seq);
+    if (!m && wait_response(c, seq, timeout_ms, &m, err) < 0) {
+        forget_seq(c, seq);
+        return -1;
+    }
+    return answered(c, seq, m, resp, err);
 }
 
 int br_client_try(br_client_t *c, uint32_t seq, br_msg_t **resp, br_err_t *err)
@@ -398,16 +406,7 @@ int br_client_try(br_client_t *c, uint32_t seq, br_msg_t **resp, br_err_t *err)
         else
             unasked(c, got);
     }
-    forget_seq(c, seq);
-    if (br_msg_check(m, err) < 0) {
-        br_msg_destroy(&m);
-        return -1;
-    }
-    if (resp)
-        *resp = m;
-    else
-        br_msg_destroy(&m);
-    return 1;
+    return answered(c, seq, m, resp, err) < 0 ? -1 : 1;
 }
 
 void *br_client_socket(br_client_t *c)
