@@ -365,21 +365,28 @@ def test_each_attempt_gets_a_fresh_copy_of_the_code(make_cluster, tmp_path):
                                    for ln in lines), lines
 
 
+def far_node(make_cluster, tmp_path, request, rate, extra=()):
+    """A cluster whose one node, "far", is in a network namespace behind a veth that
+    carries rate (tbf) towards it, and sees no laptop: (cluster, laptop, veth)."""
+    net = free_prefix(200, 249)
+    v = veth_ns(request, [f"{net}.1/24"], [f"{net}.2/24"], prefix="brc", what="the far node")
+    subprocess.run(["tc", "qdisc", "add", "dev", v.host_veth, "root", "tbf", "rate", rate,
+                    "burst", "32kbit", "latency", "400ms"], check=True)
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    c = make_cluster(host=f"{net}.1")
+    c.start_agent("far", wrap=v.wrap() + hidden(laptop, c.data), extra=extra)
+    c.wait_ready("far")
+    return c, laptop, v
+
+
 def test_pulls_ordered_at_once_keep_to_the_cache_quota(make_cluster, tmp_path, request):
     """Two jobs whose code trees fit the node's --cache-quota one at a time but not
     together, ordered while the first still comes over a slow link: the second
     waits for room (the first job's tree leaves once its copy is made), both run,
     and the cache never holds more than its quota."""
-    net = free_prefix(200, 249)
-    v = veth_ns(request, [f"{net}.1/24"], [f"{net}.2/24"], prefix="brq", what="the far node")
-    subprocess.run(["tc", "qdisc", "add", "dev", v.host_veth, "root", "tbf", "rate", "4mbit",
-                    "burst", "32kbit", "latency", "400ms"], check=True)
-    laptop = tmp_path / "laptop"
-    laptop.mkdir()
-    c = make_cluster(host=f"{net}.1")
-    c.start_agent("far", wrap=v.wrap() + hidden(laptop, c.data),
-                  extra=("--cache-quota", "1MiB"))
-    c.wait_ready("far")
+    c, laptop, _ = far_node(make_cluster, tmp_path, request, "4mbit",
+                            ("--cache-quota", "1MiB"))
     jobs = []
     for name in ("one", "two"):
         write(laptop / name / "blob.bin", os.urandom(600_000))
@@ -406,15 +413,7 @@ def test_job_show_says_how_far_its_code_is(make_cluster, tmp_path, request):
     starting and job show lists the fetch, with the bytes in place so far. The
     agent killed part way and started again fetches on from there, and the job
     starts (its first attempt: nothing was lost)."""
-    net = free_prefix(200, 249)
-    v = veth_ns(request, [f"{net}.1/24"], [f"{net}.2/24"], prefix="brc", what="the far node")
-    subprocess.run(["tc", "qdisc", "add", "dev", v.host_veth, "root", "tbf", "rate", "16mbit",
-                    "burst", "32kbit", "latency", "400ms"], check=True)
-    laptop = tmp_path / "laptop"
-    laptop.mkdir()
-    c = make_cluster(host=f"{net}.1")
-    c.start_agent("far", wrap=v.wrap() + hidden(laptop, c.data))
-    c.wait_ready("far")
+    c, laptop, v = far_node(make_cluster, tmp_path, request, "16mbit")
     proj = laptop / "proj"
     proj.mkdir()
     (proj / "weights.bin").write_bytes(os.urandom(6_000_000))
