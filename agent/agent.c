@@ -3059,17 +3059,30 @@ static void drain_socket(br_agent_t *a)
     }
 }
 
+/* A rank's leader of attempt t ended, and the processes left in its tree were
+ * killed with it, the shells joined into it among them: their clients are told the
+ * job ended (before those shells are reaped, which would tell them a signal killed
+ * their command). */
+static void rank_ended(br_agent_t *a, br_attempt_t *t)
+{
+    br_streams_job_ended(a->streams, br_attempt_job(t), br_attempt_number(t));
+}
+
 static void reap(br_agent_t *a)
 {
     int status;
     pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-        for (int i = 0; !br_keeper_reaped(a->keeper, pid, status) &&
-                        !br_streams_reaped(a->streams, pid, status) &&
-                        !br_overlay_reaped(a->overlay, pid, status) && i < a->natt &&
-                        !br_attempt_reaped(a->att[i], pid, status);
-             i++)
-            ;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        if (br_keeper_reaped(a->keeper, pid, status) ||
+            br_streams_reaped(a->streams, pid, status) ||
+            br_overlay_reaped(a->overlay, pid, status))
+            continue;
+        for (int i = 0; i < a->natt; i++)
+            if (br_attempt_reaped(a->att[i], pid, status)) {
+                rank_ended(a, a->att[i]);
+                break;
+            }
+    }
 }
 
 static void on_signal(br_agent_t *a)
@@ -3155,7 +3168,8 @@ static void timers(br_agent_t *a)
         br_probe_tick(a->probe, now);
     for (int i = 0; i < a->natt; i++) {
         br_attempt_t *t = a->att[i];
-        br_attempt_check_adopted(t);
+        if (br_attempt_check_adopted(t) > 0)
+            rank_ended(a, t);
         br_attempt_check_lingering(t); /* a stopped job's handlers that have finished */
         br_attempt_flush(t, 0, ship_log, a);
         check_health(a, t, now);

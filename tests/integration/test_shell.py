@@ -677,3 +677,24 @@ def test_output_waits_for_a_reader_that_takes_its_time(cluster, job):
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_shell_open_when_its_job_ends_is_closed_saying_so(module_cluster2, tmp_path):
+    """A job that ends on its own (its command exits) while a shell is open in it:
+    the shell's process goes with the job, and the client says `job N ended` and
+    exits 255, not as if the command had died of a signal."""
+    c = module_cluster2
+    go = tmp_path / "go"
+    jid = c.submit("name: ends-itself\nresources: {cpus: 0}\n"
+                   f"command: echo up; while [ ! -e {go} ]; do sleep 0.1; done\n")
+    c.wait_job(jid, "running")
+    c.wait_logs(jid, "up")
+    cli = c.spawn("bramble-shell-job-ends", shell_argv(c, jid, "--", "sleep", "1004"))
+    wait_for(lambda: remote_procs(c, jid, "sleep", "1004"),
+             what="the shell's `sleep 1004` to run in the job")
+    go.touch()
+    assert c.wait_job(jid)["state"] == "completed"
+    rc = cli.wait_exit(DEADLINE)
+    out = cli.output()
+    assert rc == 255 and f"job {jid} ended" in out, (rc, out)
+    assert not procs_running(["sleep", "1004"]), "the shell's sleep outlived its job"
