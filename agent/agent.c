@@ -91,6 +91,7 @@ struct br_agent {
                                      sets): [{"job", "attempt", "body", "since", "wait":
                                      [manifest hash...], "received", "deduped"}] */
     json_t *pulls;                /* manifest hash: the trees being pulled now */
+    json_int_t room_seq;          /* numbers the pulls that wait for room, in turn */
     json_t *mounted;              /* "JOB.ATTEMPT": [manifest hash...], the data sets
                                      a running attempt mounts and its image's archive
                                      (kept in the cache) */
@@ -1553,7 +1554,7 @@ static int64_t pulls_ahead(br_agent_t *a, const char *mhash)
     const char *cur = json_string_value(json_object_get(now, "hash")), *k;
     int64_t sum = 0;
     json_object_foreach(a->pulls, k, v) {
-        if (strcmp(k, mhash) == 0 || json_is_true(json_object_get(v, "room")) ||
+        if (strcmp(k, mhash) == 0 || json_object_get(v, "room") ||
             br_cache_has(a->cache, k))
             continue;
         int64_t left = json_integer_value(json_object_get(json_object_get(v, "manifest"),
@@ -1564,6 +1565,21 @@ static int64_t pulls_ahead(br_agent_t *a, const char *mhash)
     }
     json_decref(now);
     return sum;
+}
+
+/* Whether a pull other than mhash waits for room since before turn (its entry's
+ * "room"; NULL: it waits for none yet, so any that waits came first). */
+static int older_waits(br_agent_t *a, const char *mhash, const json_t *turn)
+{
+    json_t *v;
+    const char *k;
+    json_object_foreach(a->pulls, k, v) {
+        json_t *other = json_object_get(v, "room");
+        if (other && strcmp(k, mhash) != 0 &&
+            (!turn || json_integer_value(other) < json_integer_value(turn)))
+            return 1;
+    }
+    return 0;
 }
 
 /* Start the pull of a->pulls' entry mhash once the cache has room for it beside the
@@ -1578,20 +1594,28 @@ static int pull_when_room(br_agent_t *a, const char *mhash, const json_t *also, 
 {
     json_t *rec = json_object_get(a->pulls, mhash);
     json_t *mf = json_object_get(rec, "manifest");
-    int64_t quota = cache_quota(a), ahead = quota >= 0 ? pulls_ahead(a, mhash) : 0, limit;
+    int64_t quota = cache_quota(a), ahead = quota >= 0 ? pulls_ahead(a, mhash) : 0, limit = -1;
     int64_t need = json_integer_value(json_object_get(mf, "bytes"));
-    json_t *keep = trees_in_use(a, also);
-    int rc = br_cache_room(a->cache, quota < 0 ? -1 : quota > ahead ? quota - ahead : 0,
+    json_t *turn = json_object_get(rec, "room");
+    int rc = 0;
+    if (quota >= 0 && need <= quota && older_waits(a, mhash, turn)) {
+        rc = -1; /* (in turn: the pulls that waited first start first) */
+        br_errf(err, ENOSPC, "pulls ahead of it wait for room");
+    } else {
+        json_t *keep = trees_in_use(a, also);
+        rc = br_cache_room(a->cache, quota < 0 ? -1 : quota > ahead ? quota - ahead : 0,
                            need, keep, &limit, err);
-    json_decref(keep);
-    if (rc < 0 && !(err->errnum == ENOSPC && need <= quota && ahead > 0))
-        return -1;
-    if ((rc < 0 || (limit >= 0 && limit < need)) && ahead > 0) {
-        if (!json_is_true(json_object_get(rec, "room")))
+        json_decref(keep);
+        if (rc < 0 && !(err->errnum == ENOSPC && need <= quota && ahead > 0))
+            return -1;
+    }
+    if ((rc < 0 || (limit >= 0 && limit < need)) && (ahead > 0 || older_waits(a, mhash, turn))) {
+        if (!turn) {
             fprintf(stderr, "bramble-agent: tree %.16s... (%lld bytes) waits for room in "
                             "the node's cache (--cache-quota): %lld bytes of pulls ahead\n",
                     mhash, (long long)need, (long long)ahead);
-        json_object_set_new(rec, "room", json_true());
+            json_object_set_new(rec, "room", json_integer(++a->room_seq));
+        }
         return 0;
     }
     char dest[4200], spare[4300]; /* a job's code: its first working dir is made as it comes */
@@ -1610,24 +1634,64 @@ static int pull_when_room(br_agent_t *a, const char *mhash, const json_t *also, 
 
 static void orders_fail(br_agent_t *a, const char *mhash, const char *error);
 
-/* The pulls that wait for room, tried again (a pull ended). */
+static json_t *order_trees(json_t *code, json_t *data, json_t *image);
+
+/* The trees of every order that waits for its trees, as order_trees lists them: none
+ * leaves the cache to make room for a pull, though it came already (the order's
+ * own fetching entry waits only for the rest). A new array. */
+static json_t *orders_trees(br_agent_t *a)
+{
+    json_t *all = json_array(), *f;
+    size_t i;
+    json_array_foreach(a->fetching, i, f) {
+        json_t *body = json_object_get(f, "body");
+        json_t *t = order_trees(json_object_get(body, "code"), json_object_get(body, "data"),
+                                json_object_get(body, "image_archive"));
+        json_array_extend(all, t);
+        json_decref(t);
+    }
+    return all;
+}
+
+static int by_turn(const void *x, const void *y)
+{
+    json_int_t a = json_integer_value(json_object_get(*(json_t *const *)x, "turn"));
+    json_int_t b = json_integer_value(json_object_get(*(json_t *const *)y, "turn"));
+    return a < b ? -1 : a > b;
+}
+
+/* The pulls that wait for room, tried again in the order they began to wait (a pull
+ * ended): the first that still does not fit keeps the others waiting behind it. */
 static void pulls_wanting_room(br_agent_t *a)
 {
-    json_t *waiting = json_array(), *v;
+    json_t *v, **list = calloc(json_object_size(a->pulls) + 1, sizeof(*list));
     const char *k;
+    size_t n = 0;
+    if (!list)
+        return; /* (tried again when the next pull ends) */
     json_object_foreach(a->pulls, k, v)
-        if (json_is_true(json_object_get(v, "room")))
-            json_array_append_new(waiting, json_string(k));
-    size_t i;
-    json_array_foreach(waiting, i, v) {
-        const char *mhash = json_string_value(v);
+        if (json_object_get(v, "room") &&
+            (list[n] = json_pack("{s:s, s:O}", "hash", k, "turn", json_object_get(v, "room"))))
+            n++;
+    qsort(list, n, sizeof(list[0]), by_turn);
+    json_t *also = n ? orders_trees(a) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        const char *mhash = json_string_value(json_object_get(list[i], "hash"));
+        json_t *rec = json_object_get(a->pulls, mhash);
         br_err_t err;
-        if (json_object_get(a->pulls, mhash) && pull_when_room(a, mhash, NULL, &err) < 0) {
+        if (!rec || !json_object_get(rec, "room"))
+            continue;
+        if (pull_when_room(a, mhash, also, &err) < 0) {
             json_object_del(a->pulls, mhash);
             orders_fail(a, mhash, err.text);
+        } else if (json_object_get(json_object_get(a->pulls, mhash), "room")) {
+            break; /* (still waits: those behind it too) */
         }
     }
-    json_decref(waiting);
+    json_decref(also);
+    for (size_t i = 0; i < n; i++)
+        json_decref(list[i]);
+    free(list);
 }
 
 /* Pull the tree mf (a truncated manifest: its summary and listing) into the cache,
@@ -2917,7 +2981,7 @@ static void on_stream_open(br_agent_t *a, br_msg_t *m)
     br_strlcpy(cred.public_key, a->key_pub, sizeof(cred.public_key));
     br_strlcpy(cred.secret_key, a->key_sec, sizeof(cred.secret_key));
     br_streams_session_t ss = {.stream = (uint32_t)stream, .cred = &cred, .job = job,
-                               .attempt = attempt, .fds = {-1, -1, -1}};
+                               .attempt = attempt, .rank = (int)rank, .fds = {-1, -1, -1}};
     br_strlcpy(ss.ticket, ticket, sizeof(ss.ticket));
     if (br_stream_endpoint(cred.endpoint, relay_port, ss.endpoint, sizeof(ss.endpoint)) < 0) {
         reply(a, m, EINVAL, "the coordinator's endpoint names no TCP port");
@@ -3065,7 +3129,11 @@ static void drain_socket(br_agent_t *a)
  * their command). */
 static void rank_ended(br_agent_t *a, br_attempt_t *t)
 {
-    br_streams_job_ended(a->streams, br_attempt_job(t), br_attempt_number(t));
+    for (int i = 0; i < br_attempt_ntasks(t); i++) {
+        int rank = br_attempt_rank_at(t, i);
+        if (br_task_done(br_attempt_task_of_rank(t, rank), NULL, NULL))
+            br_streams_rank_ended(a->streams, br_attempt_job(t), br_attempt_number(t), rank);
+    }
 }
 
 static void reap(br_agent_t *a)

@@ -248,6 +248,11 @@ br_task_t *br_attempt_task_of_rank(br_attempt_t *a, int rank)
     return NULL;
 }
 
+int br_attempt_rank_at(const br_attempt_t *a, int i)
+{
+    return i >= 0 && i < a->n ? a->procs[i].rank : -1;
+}
+
 pid_t br_attempt_pid(const br_attempt_t *a)
 {
     return a->n ? br_task_pid(a->procs[0].task) : -1;

@@ -78,6 +78,8 @@ int br_attempt_ntasks(const br_attempt_t *a);
 pid_t br_attempt_pid(const br_attempt_t *a); /* the first task's */
 /* The task of the job's rank rank on this node, or NULL (not here). */
 br_task_t *br_attempt_task_of_rank(br_attempt_t *a, int rank);
+/* The job's rank that its task i (0 .. br_attempt_ntasks - 1) runs. */
+int br_attempt_rank_at(const br_attempt_t *a, int i);
 
 /* The port this node chose: a gang's rendezvous port (rank 0), or a service
  * replica's PORT; 0 otherwise. */

@@ -26,7 +26,7 @@ typedef struct {
     uint32_t stream;
     char ticket[BR_STREAM_TICKET + 1];
     int64_t job;
-    int attempt;
+    int attempt, rank;
     pid_t pid;
     int tty_fd;      /* the terminal's master (WINCH), or -1 */
     int exited;      /* the process was reaped: status */
@@ -49,6 +49,14 @@ struct br_streams {
     br_cred_t want;
     session_t *s;
     size_t n, cap;
+    /* hang-ups owed to what shells started (their marks), made by the thread once
+     * it let go of w.mu: a look through /proc at every process may be slow, and the
+     * agent's loop takes w.mu for each process it reaps */
+    struct hangup {
+        uint32_t stream;
+        int sig;
+    } *owed;
+    size_t nowed, capowed;
     int64_t pinged;
 };
 
@@ -59,18 +67,45 @@ void br_streams_mark(uint32_t stream, char *out, size_t len)
     snprintf(out, len, "%s=%u", BR_STREAMS_MARK, (unsigned)stream);
 }
 
-/* sig to the shell's process group, and to what it started wherever that went: a
- * process group of its own (an interactive shell's jobs), the container (podman
- * exec's processes are conmon's children), or on after the shell itself exited. */
-static void hang_up(session_t *ss, int sig)
+/* sig to the shell's process group now, and owed (signal_owed) to what it started
+ * wherever that went: a process group of its own (an interactive shell's jobs), the
+ * container (podman exec's processes are conmon's children), or on after the shell
+ * itself exited. */
+static void hang_up(br_streams_t *st, session_t *ss, int sig)
 {
     if (!sig || ss->pid <= 0)
         return;
     if (!ss->exited)
         kill(-ss->pid, sig);
-    char mark[64];
-    br_streams_mark(ss->stream, mark, sizeof(mark));
-    br_task_signal_marked(mark, sig);
+    if (st->nowed == st->capowed) {
+        size_t cap = st->capowed ? 2 * st->capowed : 8;
+        struct hangup *v = realloc(st->owed, cap * sizeof(*v));
+        if (!v)
+            return; /* (its group had it; the job's end takes the rest) */
+        st->owed = v;
+        st->capowed = cap;
+    }
+    st->owed[st->nowed++] = (struct hangup){ss->stream, sig};
+}
+
+/* The hang-ups owed, taken under w.mu: made once it is let go (signal_owed). */
+static struct hangup *take_owed(br_streams_t *st, size_t *n)
+{
+    struct hangup *v = st->owed;
+    *n = st->nowed;
+    st->owed = NULL;
+    st->nowed = st->capowed = 0;
+    return v;
+}
+
+static void signal_owed(struct hangup *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char mark[64];
+        br_streams_mark(v[i].stream, mark, sizeof(mark));
+        br_task_signal_marked(mark, v[i].sig);
+    }
+    free(v);
 }
 
 static void close_fds(const int fds[3])
@@ -83,7 +118,7 @@ static void close_fds(const int fds[3])
 static void drop(br_streams_t *st, size_t i, int sig)
 {
     session_t *ss = &st->s[i];
-    hang_up(ss, sig);
+    hang_up(st, ss, sig);
     if (!ss->end)
         close_fds(ss->fds);
     br_streamend_destroy(&ss->end);
@@ -308,7 +343,10 @@ static void *run(void *arg)
         for (size_t i = 0; i < st->n; i++)
             if (st->s[i].end)
                 n += br_streamend_poll(st->s[i].end, items + n, (int)(cap - (size_t)n));
+        size_t nowed;
+        struct hangup *owed = take_owed(st, &nowed);
         pthread_mutex_unlock(&st->w.mu);
+        signal_owed(owed, nowed);
         int rc = zmq_poll(items, n, POLL_MS);
         pthread_mutex_lock(&st->w.mu);
         if (rc < 0 && errno != EINTR)
@@ -326,7 +364,10 @@ static void *run(void *arg)
     }
     while (st->n)
         drop(st, st->n - 1, SIGHUP);
+    size_t nowed;
+    struct hangup *owed = take_owed(st, &nowed);
     pthread_mutex_unlock(&st->w.mu);
+    signal_owed(owed, nowed);
     free(items);
     return NULL;
 }
@@ -358,6 +399,9 @@ void br_streams_destroy(br_streams_t **sp)
     br_worker_stop(&st->w);
     while (st->n)
         drop(st, st->n - 1, SIGHUP);
+    size_t nowed;
+    struct hangup *owed = take_owed(st, &nowed);
+    signal_owed(owed, nowed);
     br_sock_close(&st->sock);
     if (st->ctx)
         zmq_ctx_term(st->ctx);
@@ -387,6 +431,7 @@ int br_streams_add(br_streams_t *st, const br_streams_session_t *ss, br_err_t *e
     br_strlcpy(x->ticket, ss->ticket, sizeof(x->ticket));
     x->job = ss->job;
     x->attempt = ss->attempt;
+    x->rank = ss->rank;
     x->pid = ss->pid;
     x->tty = ss->tty;
     x->is_socket = ss->is_socket;
@@ -430,12 +475,14 @@ int br_streams_reaped(br_streams_t *st, pid_t pid, int status)
     return ours;
 }
 
-static void mark(br_streams_t *st, int64_t job, int attempt, int ended)
+/* The sessions of the job's attempt (of rank rank; -1: any) ended, or are stopping. */
+static void mark(br_streams_t *st, int64_t job, int attempt, int rank, int ended)
 {
     int any = 0;
     pthread_mutex_lock(&st->w.mu);
     for (size_t i = 0; i < st->n; i++)
-        if (st->s[i].job == job && st->s[i].attempt == attempt) {
+        if (st->s[i].job == job && st->s[i].attempt == attempt &&
+            (rank < 0 || st->s[i].rank == rank)) {
             any = 1;
             *(ended ? &st->s[i].ended : &st->s[i].stopping) = 1;
         }
@@ -446,10 +493,15 @@ static void mark(br_streams_t *st, int64_t job, int attempt, int ended)
 
 void br_streams_job_ended(br_streams_t *st, int64_t job, int attempt)
 {
-    mark(st, job, attempt, 1);
+    mark(st, job, attempt, -1, 1);
+}
+
+void br_streams_rank_ended(br_streams_t *st, int64_t job, int attempt, int rank)
+{
+    mark(st, job, attempt, rank, 1);
 }
 
 void br_streams_job_stopping(br_streams_t *st, int64_t job, int attempt)
 {
-    mark(st, job, attempt, 0);
+    mark(st, job, attempt, -1, 0);
 }

@@ -38,6 +38,7 @@ typedef struct {
     const br_cred_t *cred; /* the node's keys and the coordinator's (copied) */
     int64_t job;
     int attempt;
+    int rank;     /* the job's rank it is joined into */
     pid_t pid;    /* a shell's process (the agent's child), or 0 */
     int tty;      /* fds[0] is a terminal's master, both ways */
     int fds[3];   /* br_task_join's; a forward's TCP connection in fds[0]; -1: none */
@@ -54,6 +55,10 @@ int br_streams_reaped(br_streams_t *s, pid_t pid, int status);
 
 /* The job's attempt ended: its sessions are closed, saying so, and killed. */
 void br_streams_job_ended(br_streams_t *s, int64_t job, int attempt);
+/* The same for the sessions joined into one rank, whose leader ended (what was left
+ * in its tree was killed with it: its shells are told the job ended, not that a
+ * signal killed their command). */
+void br_streams_rank_ended(br_streams_t *s, int64_t job, int attempt, int rank);
 
 /* The job's attempt is being stopped (SIGTERM or SIGKILL, as ordered): its sessions
  * are closed, saying so, and their processes hung up (SIGHUP, as a terminal's

@@ -60,7 +60,8 @@ typedef struct {
     int nopening;
     int64_t seen, pinged;
     int64_t checked;    /* monotonic ms the job's state was last asked (listening) */
-    uint32_t check_seq; /* that job.show, in flight (0: none) */
+    uint32_t check_seq; /* that job.show, in flight while checking */
+    int checking;
     int stdio; /* --stdio: the one stream's end is the whole command's */
     int status;
 } fwd_state_t;
@@ -178,8 +179,11 @@ static void take_opens(fwd_state_t *st, int64_t now)
             attach_stream(st, br_msg_body(resp), o.fd, o.fd, 1);
             br_msg_destroy(&resp);
         } else {
-            if (rc == 0) /* (forgotten: its answer is dropped should it come) */
+            if (rc == 0) { /* (forgotten: its answer is dropped should it come) */
                 br_client_recv(client, o.seq, 0, NULL, &err);
+                br_errf(&err, ETIMEDOUT, "stream.open: no answer from the coordinator in "
+                                         "%.1f s", st->cli->timeout_ms / 1000.0);
+            }
             refused(st, &err, o.fd, o.fd);
         }
     }
@@ -307,11 +311,13 @@ static int job_check(fwd_state_t *st, int64_t now)
 {
     br_client_t *client = cli_client(st->cli);
     br_err_t err;
-    if (!st->check_seq) {
+    if (!st->checking) {
         if (now - st->checked >= JOB_CHECK_MS &&
             br_client_send(client, "job.show", json_pack("{s:I}", "id", (json_int_t)st->job),
-                           &st->check_seq, &err) == 0)
+                           &st->check_seq, &err) == 0) {
             st->checked = now;
+            st->checking = 1;
+        }
         return 1;
     }
     br_msg_t *resp = NULL;
@@ -320,7 +326,7 @@ static int job_check(fwd_state_t *st, int64_t now)
         return 1;
     if (rc == 0) /* (not answered: asked again later) */
         br_client_recv(client, st->check_seq, 0, NULL, &err);
-    st->check_seq = 0;
+    st->checking = 0;
     st->checked = now;
     int on = rc > 0 ? goes_on(st, br_msg_body(resp)) : rc < 0 ? show_refused(st, &err) : 1;
     br_msg_destroy(&resp);
@@ -335,7 +341,7 @@ static int serve(fwd_state_t *st, int lfd, int sigfd)
         it[n++] = (zmq_pollitem_t){NULL, sigfd, ZMQ_POLLIN, 0};
         if (st->sock)
             it[n++] = (zmq_pollitem_t){st->sock, 0, ZMQ_POLLIN, 0};
-        if (st->nopening || st->check_seq) /* (answers to what is in flight) */
+        if (st->nopening || st->checking) /* (answers to what is in flight) */
             it[n++] = (zmq_pollitem_t){br_client_socket(cli_client(st->cli)), 0, ZMQ_POLLIN, 0};
         int accepting = lfd >= 0 && st->n + st->nopening < FWD_MAX && st->nopening < OPENING_MAX;
         if (accepting)

@@ -241,9 +241,14 @@ static int check_user_quota(br_coord_t *c, const br_caller_t *who, const json_t 
 
 /* Refuse (EDQUOT) when m's contents the store lacks would take it past --store-quota
  * (anyone's tree, the admin's too), before any of them is sent: a push refused part
- * way would leave the files it stored taking the room of the next one. Each file is
- * looked at only when the whole tree could pass it (so not on a store with room). */
-static int check_store_quota(br_coord_t *c, const json_t *m, br_err_t *err)
+ * way would leave the files it stored taking the room of the next one. What the
+ * caller's cut-off upload of a file holds already is not counted twice. Each file is
+ * looked at only when the whole tree could pass it (so not on a store with room, and
+ * on the loop only then). */
+static int64_t own_partial(const br_caller_t *who);
+
+static int check_store_quota(br_coord_t *c, const br_caller_t *who, const json_t *m,
+                             br_err_t *err)
 {
     uint64_t quota = br_content_quota(c->content), used = br_content_used(c->content);
     uint64_t all = (uint64_t)json_integer_value(json_object_get(m, "bytes"));
@@ -256,8 +261,12 @@ static int check_store_quota(br_coord_t *c, const json_t *m, br_err_t *err)
     const char *h;
     json_t *v;
     json_object_foreach(distinct, h, v)
-        if (!br_content_has(c->content, h))
-            more += (uint64_t)json_integer_value(v);
+        if (!br_content_has(c->content, h)) { /* (what a cut-off upload of it holds counts
+                                               * in used already) */
+            int64_t held = br_content_partial(c->content, h, own_partial(who));
+            int64_t left = json_integer_value(v) - (held > 0 ? held : 0);
+            more += left > 0 ? (uint64_t)left : 0;
+        }
     json_decref(distinct);
     if (used + more <= quota)
         return 0;
@@ -892,7 +901,7 @@ void br_api_content_lack(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     }
     if (!(full = listed_manifest(c, who, listing, summary, &err)) ||
         (from == 0 && (check_user_quota(c, who, full, &err) < 0 ||
-                       check_store_quota(c, full, &err) < 0))) /* (once a tree: each
+                       check_store_quota(c, who, full, &err) < 0))) /* (once a tree: each
                                                                   * chunk is charged too) */
         goto fail;
     if (paged && c->contentw && lack_page_later(c, m, who, full, (size_t)from) == 0) {

@@ -725,6 +725,7 @@ int br_jobs_place(br_coord_t *c, br_job_t *job, br_node_t *const *nodes,
     br_job_post(c, job, BR_JOB_STARTING, nodes[0]->name, "attempt %d placed on %s%s%s%s%s",
                 job->attempt, node_list(job, ", ", list, sizeof(list)),
                 how && *how ? " (" : "", how && *how ? how : "", how && *how ? ")" : "", data);
+    br_treefetch_forget(job); /* (what the last placement's nodes fetched) */
     send_run(c, job, 0, 1);
     return 0;
 }

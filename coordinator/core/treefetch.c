@@ -30,6 +30,8 @@ void br_treefetch_ordered(br_job_t *job, const char *node, const char *kind,
                           const char *name, const char *hash, int64_t bytes,
                           const char *from, int64_t now_ms)
 {
+    if (!hash || !node || !kind)
+        return;
     json_t *all = all_of(job, 1), *n = all ? json_object_get(all, node) : NULL;
     if (all && !n)
         json_object_set_new(all, node, n = json_object());
@@ -45,6 +47,11 @@ void br_treefetch_ordered(br_job_t *job, const char *node, const char *kind,
         json_object_set_new(e, "name", json_string(name));
     json_object_set_new(e, "from", from ? json_string(from) : json_null());
     json_object_set_new(e, "bytes", json_integer(bytes));
+}
+
+void br_treefetch_forget(br_job_t *job)
+{
+    br_job_aux_set(job, slot(), NULL, NULL);
 }
 
 int br_treefetch_progress(br_job_t *job, const char *node, const char *hash, int64_t done,

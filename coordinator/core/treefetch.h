@@ -18,6 +18,9 @@
 void br_treefetch_ordered(br_job_t *job, const char *node, const char *kind,
                           const char *name, const char *hash, int64_t bytes,
                           const char *from, int64_t now_ms);
+/* The job is placed anew (an attempt, or the same one again elsewhere): the fetches
+ * of its last placement are forgotten. */
+void br_treefetch_forget(br_job_t *job);
 /* Node said it holds done bytes of tree hash: 1 when that is one of the job's
  * fetches, 0 when not (a checkpoint's copy, or one no longer waited for). */
 int br_treefetch_progress(br_job_t *job, const char *node, const char *hash, int64_t done,
