@@ -1325,6 +1325,18 @@ static void sweep_gone(br_agent_t *a)
     json_decref(keep);
 }
 
+/* The attempt's own copy of its code in the cache (when it has one), removed off
+ * the loop (trash.h): it ended, or never started. */
+static void drop_workdir(br_agent_t *a, int64_t job, int attempt)
+{
+    char work[4200], key[48];
+    br_err_t err;
+    attempt_key(job, attempt, key, sizeof(key));
+    snprintf(work, sizeof(work), "%s/work", br_cache_dir(a->cache));
+    if (br_trash_tree(a->trash, work, key, &err) < 0)
+        fprintf(stderr, "bramble-agent: job %s: its working dir stays: %s\n", key, err.text);
+}
+
 static void remove_attempt(br_agent_t *a, int i)
 {
     br_streams_job_ended(a->streams, br_attempt_job(a->att[i]), br_attempt_number(a->att[i]));
@@ -1349,11 +1361,7 @@ static void remove_attempt(br_agent_t *a, int i)
     if (json_object_get(x, "env")) /* built now, perhaps: told, and trimmed */
         a->envs_dirty = 1;
     json_object_del(a->extras, key);
-    char work[4200];
-    br_err_t err;
-    snprintf(work, sizeof(work), "%s/work", br_cache_dir(a->cache)); /* its copy of the code */
-    if (br_trash_tree(a->trash, work, key, &err) < 0)
-        fprintf(stderr, "bramble-agent: job %s: its working dir stays: %s\n", key, err.text);
+    drop_workdir(a, br_attempt_job(a->att[i]), br_attempt_number(a->att[i]));
     br_runstate_forget(a->runstate, br_attempt_job(a->att[i]), br_attempt_number(a->att[i]));
     br_attempt_destroy(&a->att[i]);
     a->att[i] = a->att[--a->natt];
@@ -1933,6 +1941,7 @@ static int archive_at(br_agent_t *a, const json_t *archive, char *out, size_t le
 /* The attempt ends before it started: job.exited with reason (and the log says so). */
 static void end_unstarted(br_agent_t *a, json_int_t job, int attempt, const char *reason)
 {
+    drop_workdir(a, job, attempt);
     fprintf(stderr, "bramble-agent: job %lld attempt %d: %s\n", (long long)job, attempt,
             reason);
     send_msg(a, BR_MSG_REQUEST, "job.exited",
@@ -2332,6 +2341,7 @@ static void run_order(br_agent_t *a, br_msg_t *m, int answer, json_t *fetched)
     }
     char reason[BR_ERR_TEXT + 32];
     snprintf(reason, sizeof(reason), "could not start: %s", err.text);
+    drop_workdir(a, job, attempt); /* (a copy of its code made before the failure) */
     json_t *body = json_pack("{s:I, s:i, s:n, s:n, s:s}", "job", job, "attempt", attempt,
                              "exit_code", "signal", "reason", reason);
     if (*fault)
