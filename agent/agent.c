@@ -1661,6 +1661,19 @@ static json_t *orders_trees(br_agent_t *a)
     return all;
 }
 
+/* Whether an order waiting for its trees waits for tree mhash. */
+static int awaited(br_agent_t *a, const char *mhash)
+{
+    json_t *f, *h;
+    size_t i, j;
+    json_array_foreach(a->fetching, i, f)
+        json_array_foreach(json_object_get(f, "wait"), j, h)
+            if (json_is_string(json_object_get(h, "hash")) &&
+                strcmp(json_string_value(json_object_get(h, "hash")), mhash) == 0)
+                return 1;
+    return 0;
+}
+
 static int by_turn(const void *x, const void *y)
 {
     json_int_t a = json_integer_value(json_object_get(*(json_t *const *)x, "turn"));
@@ -1689,6 +1702,12 @@ static void pulls_wanting_room(br_agent_t *a)
         br_err_t err;
         if (!rec || !json_object_get(rec, "room"))
             continue;
+        if (json_integer_value(json_object_get(rec, "job")) > 0 && !awaited(a, mhash)) {
+            fprintf(stderr, "bramble-agent: tree %.16s... no longer waits for room: no "
+                            "order wants it now\n", mhash);
+            json_object_del(a->pulls, mhash); /* (its order was killed, or failed) */
+            continue;
+        }
         if (pull_when_room(a, mhash, also, &err) < 0) {
             json_object_del(a->pulls, mhash);
             orders_fail(a, mhash, err.text);
