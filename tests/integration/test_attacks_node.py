@@ -326,6 +326,11 @@ def test_two_users_jobs_run_as_different_uids(make_cluster, scratch, tmp_path):
         home = Path(env["HOME"])
         st = home.stat()
         assert st.st_uid == uids[u] and (st.st_mode & 0o777) == 0o700, (u, env["HOME"])
+    # a shell into each one's job runs as that job's uid, with its variables
+    for u, jid in jids.items():
+        rc, out, err = c.cli("shell", jid, "--", "sh", "-c", 'echo "$(id -u) $SECRET_OF"',
+                             credential=creds[u])
+        assert (rc, out) == (0, f"{uids[u]} {u}\n"), (rc, out, err)
     for jid in jids.values():
         c.cli("cancel", jid)
 
