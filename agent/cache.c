@@ -16,6 +16,7 @@
 
 #include "listing.h"
 #include "manifest_check.h"
+#include "pull.h"
 #include "trash.h"
 #include "util.h"
 
@@ -214,6 +215,14 @@ static void unseal(br_cache_t *c, const char *mhash)
     unlink(path);
 }
 
+/* The seal pull.c keeps of file hash in .by-hash (BR_PULL_SEAL_DIR), gone with it. */
+static void unseal_file(const br_cache_t *c, const char *hash)
+{
+    char path[PATH_MAX + 100];
+    snprintf(path, sizeof(path), "%s/" BR_PULL_SEAL_DIR "/%s", c->dir, hash);
+    unlink(path);
+}
+
 #define GONE_PREFIX ".gone-" /* trees/.gone-MHASH-N: a damaged tree set aside */
 
 static int64_t by_hash(const br_cache_t *c, int drop);
@@ -228,6 +237,7 @@ static void damaged(br_cache_t *c, const char *mhash, const char *hash)
     static unsigned n; /* (one agent, one loop) */
     snprintf(idx, sizeof(idx), "%s/.by-hash/%s", c->dir, hash);
     unlink(idx);
+    unseal_file(c, hash);
     br_cache_tree_path(c, mhash, from, sizeof(from));
     snprintf(to, sizeof(to), "%s/trees/" GONE_PREFIX "%s-%ld-%u", c->dir, mhash,
              (long)time(NULL), n++);
@@ -503,8 +513,10 @@ static int64_t by_hash(const br_cache_t *c, int drop)
         if (de->d_name[0] == '.' ||
             fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
             continue;
-        if (drop && st.st_nlink == 1 && unlinkat(dirfd(d), de->d_name, 0) == 0)
+        if (drop && st.st_nlink == 1 && unlinkat(dirfd(d), de->d_name, 0) == 0) {
+            unseal_file(c, de->d_name);
             continue;
+        }
         sum += st.st_size;
     }
     closedir(d);

@@ -4,6 +4,7 @@
  * directories of attempts built from it. The layout:
  *   DIR/trees/<manifest hash>/   a whole tree, verified file by file (0700)
  *   DIR/.by-hash/<file hash>     each file once, shared by the trees (0700)
+ *   DIR/.by-hash-seals/<hash>    its seal when last verified (pull.h: not hashed again)
  *   DIR/work/<job>.<attempt>/    an attempt's own copy, the job user's (0700)
  * DIR and DIR/work are searchable but not listable (0711), so a job reaches its own
  * working directory and nothing else: it can neither change the cache nor see

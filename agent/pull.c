@@ -59,6 +59,7 @@ typedef struct {
     const atomic_int *cancel;
     br_err_t *err;
     int stage, tmp, old, index; /* directory fds, -1 when none */
+    int seals;                  /* BR_PULL_SEAL_DIR's fd, -1 when none */
     int old_file;               /* a one-file checkpoint's old copy, or -1 */
     int spare;                  /* the spare copy being built (r->spare), or -1 */
     char stage_path[PATH_MAX], tmp_path[PATH_MAX], spare_path[PATH_MAX];
@@ -191,6 +192,59 @@ static int open_tmp(pull_t *p, const char *hex, json_int_t size, int64_t *have,
     return fd;
 }
 
+/* A file's seal, as its entry in BR_PULL_SEAL_DIR keeps it: its inode, size and
+ * modification time to the nanosecond (not its change time, which each tree that
+ * links it moves on). */
+static void seal_text(const struct stat *st, char *buf, size_t len)
+{
+    snprintf(buf, len, "%llx:%llx:%llx.%lx", (unsigned long long)st->st_ino,
+             (unsigned long long)st->st_size, (unsigned long long)st->st_mtim.tv_sec,
+             (long)st->st_mtim.tv_nsec);
+}
+
+/* Index entry hex was verified (hashed) just now: its seal kept (not synced: a seal
+ * lost only means the file is hashed again). */
+static void seal(pull_t *p, const char *hex)
+{
+    struct stat st;
+    char text[128], tmp[128];
+    if (p->seals < 0 || fstatat(p->index, hex, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return;
+    seal_text(&st, text, sizeof(text));
+    snprintf(tmp, sizeof(tmp), "%.80s.tmp", hex);
+    int fd = openat(p->seals, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                    0600);
+    if (fd < 0)
+        return;
+    size_t len = strlen(text);
+    int ok = write(fd, text, len) == (ssize_t)len;
+    close(fd);
+    if (!ok || renameat(p->seals, tmp, p->seals, hex) < 0)
+        unlinkat(p->seals, tmp, 0);
+}
+
+/* Whether the index's file src (entry hex) is as it was when it was last verified:
+ * its seal kept and unchanged. Nothing writes the store's files in place, so one
+ * whose inode, size or modification time moved was written (a damaged disk's rot
+ * that leaves them alone is not seen: as for the trees, docs/files.md). */
+static int sealed(pull_t *p, int src, const char *hex)
+{
+    struct stat st;
+    char want[128], got[128];
+    if (p->seals < 0 || fstat(src, &st) < 0)
+        return 0;
+    int fd = openat(p->seals, hex, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, got, sizeof(got) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    got[n] = '\0';
+    seal_text(&st, want, sizeof(want));
+    return strcmp(want, got) == 0;
+}
+
 /* Compare the finished hash with hex, then fsync, chmod and rename the temporary
  * file into place as name in pfd. 0; 1 when the hash differs (the file is removed);
  * -1 with err. */
@@ -211,10 +265,13 @@ static int install(pull_t *p, int fd, crypto_generichash_state *hs, const char *
     }
     if (rc < 0)
         return br_errf(p->err, e, "%s: %s", name, strerror(e));
-    if (p->r->in_store && p->index >= 0 && linkat(pfd, name, p->index, hex, 0) < 0 &&
-        errno != EEXIST)
-        fprintf(stderr, "bramble-agent: replica: indexing %s: %s\n", name,
-                strerror(errno));
+    if (p->r->in_store && p->index >= 0) {
+        if (linkat(pfd, name, p->index, hex, 0) == 0)
+            seal(p, hex); /* (verified just now) */
+        else if (errno != EEXIST)
+            fprintf(stderr, "bramble-agent: replica: indexing %s: %s\n", name,
+                    strerror(errno));
+    }
     return 0;
 }
 
@@ -565,10 +622,15 @@ static int add_file(pull_t *p, const char *path, int pfd, const char *name,
             /* the copy by hash is checked before another tree takes it: a file
              * changed in place on this disk (its size kept) is fetched again, and its
              * damaged copy goes (the trees that share it find theirs changed) */
-            int good = holds(p, src, hex, size);
+            int was = sealed(p, src, hex), good = was || holds(p, src, hex, size);
             close(src);
-            if (!good)
+            if (good && !was)
+                seal(p, hex); /* (hashed again: sealed from now) */
+            else if (!good) {
                 unlinkat(p->index, hex, 0);
+                if (p->seals >= 0)
+                    unlinkat(p->seals, hex, 0);
+            }
             rc = good && linkat(p->index, hex, pfd, name, 0) == 0 ? 0 : 1;
         } else {
             rc = copy_in(p, src, hex, size, pfd, name, mode); /* (hashes as it copies) */
@@ -734,6 +796,9 @@ static int setup(pull_t *p, const json_t *m)
         if (r->in_store && br_mkdir_p(idx, 0700, p->err) < 0)
             return -1;
         p->index = open_dir(p, idx, 0, 0);
+        snprintf(idx, sizeof(idx), "%s/%s", r->store, BR_PULL_SEAL_DIR);
+        if (r->in_store && p->index >= 0 && (mkdir(idx, 0700) == 0 || errno == EEXIST))
+            p->seals = open_dir(p, idx, 0, 0); /* (none: files are hashed again) */
     }
     return 0;
 }
@@ -824,6 +889,7 @@ json_t *br_pull_run(void *ctx, const br_pull_req_t *r, const atomic_int *cancel,
                 .tmp = -1,
                 .old = -1,
                 .index = -1,
+                .seals = -1,
                 .old_file = -1,
                 .spare = -1,
                 .stall_ms = r->stall_ms > 0 ? r->stall_ms : BR_PULL_STALL_MS};
@@ -855,7 +921,7 @@ json_t *br_pull_run(void *ctx, const br_pull_req_t *r, const atomic_int *cancel,
     disconnect(&p);
     if (!res && p.spare_path[0]) /* a spare only whole trees leave */
         rm_path(p.spare_path);
-    int fds[] = {p.stage, p.tmp, p.old, p.index, p.old_file, p.spare};
+    int fds[] = {p.stage, p.tmp, p.old, p.index, p.old_file, p.spare, p.seals};
     for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
         if (fds[i] >= 0)
             close(fds[i]);

@@ -27,6 +27,9 @@
 #define BR_PULL_STALL_MS 10000
 #define BR_PULL_RETRIES 5 /* reconnects in a row without progress, then give up */
 #define BR_PULL_HASH_DIR ".by-hash" /* in the replica store: files by their hash */
+#define BR_PULL_SEAL_DIR ".by-hash-seals" /* ... and the seal of each when it was last
+                                            * verified: one unchanged since is not
+                                            * hashed again when a new tree takes it */
 
 typedef struct {
     const char *endpoint;                /* the holder: tcp://host:port */

@@ -8,6 +8,7 @@ and run jobs as per-user uids (--job-uids), as a shared node would."""
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -442,3 +443,40 @@ def test_jobs_placed_at_once_read_a_data_set_from_the_first_ones_node(make_clust
     assert any(f"fetched to {other} from {first}" in e for e in fetched), fetched
     assert any(f"waits for {first}, nearer than the coordinator" in e
                for evs in said for e in evs), said
+
+
+def test_a_new_version_reuses_the_nodes_files_by_their_seals(make_cluster, tmp_path,
+                                                              open_dir):
+    """Version 2 of a data set, one file added: the node takes the files it holds
+    from its store by their seals (kept when each was verified) without reading
+    them again; a file whose bytes were changed in place since (its seal broken) is
+    hashed, found damaged, and fetched again: the job reads the bytes pushed."""
+    c, laptop, _ = node_cluster(make_cluster, tmp_path)
+    ds = laptop / "ds"
+    write(ds / "a.bin", blob(1 << 20, 41))
+    write(ds / "b.bin", blob(1 << 20, 42))
+    c.cli("data", "push", ds, "set")
+    mnt = open_dir / "s"
+    job = f"data: {{set: {mnt}}}\ncommand: sha256sum {mnt}/a.bin {mnt}/b.bin\n"
+    first, _ = submit(c, "name: v1\n" + job.replace("set:", "set:v1:", 1))
+    assert c.wait_job(first)["state"] == "completed", c.logs(first, stream="both")
+    cache = c.agent_dir("node-1") / "cache"
+    ha, hb = (hashlib.blake2b((ds / n).read_bytes(), digest_size=32).hexdigest()
+              for n in ("a.bin", "b.bin"))
+    for h in (ha, hb):  # sealed as they were verified
+        st = (cache / ".by-hash" / h).stat()
+        ino, size, _ = (cache / ".by-hash-seals" / h).read_text().split(":")
+        assert (int(ino, 16), int(size, 16)) == (st.st_ino, st.st_size)
+    # a's bytes changed in place on the node's disk, its size kept
+    with open(cache / ".by-hash" / ha, "r+b") as f:
+        f.write(b"rot")
+    write(ds / "c.txt", "new in v2\n")
+    c.cli("data", "push", ds, "set")
+    second, _ = submit(c, "name: v2\n" + job.replace("set:", "set:v2:", 1))
+    assert c.wait_job(second)["state"] == "completed", c.logs(second, stream="both")
+    want = {n: hashlib.sha256((ds / n).read_bytes()).hexdigest() for n in ("a.bin", "b.bin")}
+    got = {line.split()[1].rsplit("/", 1)[1]: line.split()[0]
+           for line in c.logs(second).splitlines()}
+    assert got == want, (got, want)
+    said = c.agents["node-1"].output()
+    assert re.search(r"\(\d+ bytes fetched, 1048576 found here\)", said), said[-2000:]
