@@ -40,7 +40,8 @@ struct br_replica {
 /* --- the store ------------------------------------------------------------------ */
 
 /* Bytes in the store: each file once, as .by-hash holds it. forget: first remove
- * the files no replica holds any more (only .by-hash links them), in the same pass. */
+ * the files no replica holds any more (only .by-hash links them), and their seals,
+ * in the same pass. */
 static int64_t store_used(const char *store, int forget)
 {
     char idx[PATH_MAX];
@@ -53,8 +54,12 @@ static int64_t store_used(const char *store, int forget)
         if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
             !S_ISREG(st.st_mode))
             continue;
-        if (forget && st.st_nlink == 1 && unlinkat(dirfd(d), de->d_name, 0) == 0)
+        if (forget && st.st_nlink == 1 && unlinkat(dirfd(d), de->d_name, 0) == 0) {
+            char seal[PATH_MAX + 300]; /* (its seal, pull.h, goes with it) */
+            snprintf(seal, sizeof(seal), "%s/%s/%s", store, BR_PULL_SEAL_DIR, de->d_name);
+            unlink(seal);
             continue;
+        }
         n += st.st_size;
     }
     if (d)
