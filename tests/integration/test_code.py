@@ -275,25 +275,37 @@ def test_a_gangs_ranks_read_the_code_from_the_first_ones_node(make_cluster, tmp_
         for b in names:
             if a < b:
                 wait_for(lambda: probed(c, a, b), what=f"{a} and {b} to probe each other")
-    job, _ = submit(c, proj / "job.yaml")
-    shown = {}  # job show's fetches while it starts: (to, from) seen
+    # job show lists each fetch from its order on, with where it reads: the agents
+    # stopped (well inside their fence timeout), the first node ordered goes on alone,
+    # and the others are ordered once it has the tree, to read it there
+    def listed(n):
+        xs = [x for x in c.cli_json("job", "show", str(job)).get("transfers", [])
+              if x["kind"] == "code"]
+        return len(xs) == n and {x["to"]: x["from"] for x in xs}
 
-    def started():
-        j = c.cli_json("job", "show", str(job))
-        for x in j.get("transfers", []):
-            if x["kind"] == "code":
-                shown[x["to"]] = x["from"]
-        return j["state"] not in ("pending", "starting")
-
-    wait_for(started, what="the gang to start", interval=0.02)
+    stopped = set(names)
+    for a in names:
+        c.agents[a].send_signal(signal.SIGSTOP)
+    try:
+        job, _ = submit(c, proj / "job.yaml")
+        one = wait_for(lambda: listed(1), what="job show to list the first fetch")
+        (to, src), = one.items()
+        assert src == "the coordinator", one
+        c.agents[to].send_signal(signal.SIGCONT)
+        stopped.discard(to)
+        shown = wait_for(lambda: listed(3), what="job show to list the gang's three fetches")
+    finally:
+        for a in stopped:
+            c.agents[a].send_signal(signal.SIGCONT)
     assert c.wait_job(job)["state"] == "completed", c.logs(job, stream="both")
     fetched = [e for e in events(c, job) if "its code fetched to" in e]
     assert len(fetched) == 3, fetched
     assert sum(" from " not in e for e in fetched) == 1, fetched
     first = next(e for e in fetched if " from " not in e).split("fetched to ")[1].split()[0]
     assert sum(f" from {first}" in e for e in fetched) == 2, fetched
-    # job show said where each node read it: the first the coordinator, the others it
-    assert shown, "job show never listed the fetches while the gang started"
+    # job show said where each node would read it: the first the coordinator, the
+    # others the first
+    assert sorted(shown) == sorted(names), shown
     assert all(f == ("the coordinator" if to == first else first) for to, f in shown.items()), \
         (shown, first)
     # no rank started before every node had it (the coordinator heard the last)
@@ -382,7 +394,7 @@ def far_node(make_cluster, tmp_path, request, rate, extra=()):
 
 def test_pulls_ordered_at_once_keep_to_the_cache_quota(make_cluster, tmp_path, request):
     """Two jobs whose code trees fit the node's --cache-quota one at a time but not
-    together, ordered while the first still comes over a slow link: the second
+    together, ordered at once, the first coming over a slow link: the second
     waits for room (the first job's tree leaves once its copy is made), both run,
     and the cache never holds more than its quota."""
     c, laptop, _ = far_node(make_cluster, tmp_path, request, "4mbit",
@@ -391,8 +403,17 @@ def test_pulls_ordered_at_once_keep_to_the_cache_quota(make_cluster, tmp_path, r
     for name in ("one", "two"):
         write(laptop / name / "blob.bin", os.urandom(600_000))
         write(laptop / name / "job.yaml", f"name: {name}\ncode: .\ncommand: wc -c blob.bin\n")
-    for name in ("one", "two"):
-        jobs.append(submit(c, laptop / name / "job.yaml")[0])
+    # both orders reach the node at once: its agent is stopped until both are placed
+    # (well inside its fence timeout), so the second comes while the first is fetched
+    agent = c.agents["far"]
+    agent.send_signal(signal.SIGSTOP)
+    try:
+        for name in ("one", "two"):
+            jobs.append(submit(c, laptop / name / "job.yaml")[0])
+        wait_for(lambda: all(c.job(j)["state"] == "starting" for j in jobs),
+                 what="both jobs to be placed on the far node")
+    finally:
+        agent.send_signal(signal.SIGCONT)
     cache = c.agent_dir("far") / "cache" / ".by-hash"
     most = [0]
 
