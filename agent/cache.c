@@ -215,17 +215,7 @@ static void unseal(br_cache_t *c, const char *mhash)
     unlink(path);
 }
 
-/* The seal pull.c keeps of file hash in .by-hash (BR_PULL_SEAL_DIR), gone with it. */
-static void unseal_file(const br_cache_t *c, const char *hash)
-{
-    char path[PATH_MAX + 100];
-    snprintf(path, sizeof(path), "%s/" BR_PULL_SEAL_DIR "/%s", c->dir, hash);
-    unlink(path);
-}
-
 #define GONE_PREFIX ".gone-" /* trees/.gone-MHASH-N: a damaged tree set aside */
-
-static int64_t by_hash(const br_cache_t *c, int drop);
 
 /* The file of content hash in tree mhash is damaged: it and the tree leave the
  * cache (to be fetched again). The tree is set aside rather than removed: a running
@@ -233,11 +223,9 @@ static int64_t by_hash(const br_cache_t *c, int drop);
  * (br_cache_sweep_gone). */
 static void damaged(br_cache_t *c, const char *mhash, const char *hash)
 {
-    char idx[PATH_MAX], from[PATH_MAX + 100], to[PATH_MAX + 200];
+    char from[PATH_MAX + 100], to[PATH_MAX + 200];
     static unsigned n; /* (one agent, one loop) */
-    snprintf(idx, sizeof(idx), "%s/.by-hash/%s", c->dir, hash);
-    unlink(idx);
-    unseal_file(c, hash);
+    br_pull_index_drop(c->dir, hash);
     br_cache_tree_path(c, mhash, from, sizeof(from));
     snprintf(to, sizeof(to), "%s/trees/" GONE_PREFIX "%s-%ld-%u", c->dir, mhash,
              (long)time(NULL), n++);
@@ -279,7 +267,7 @@ int br_cache_sweep_gone(br_cache_t *c, const json_t *keep)
 {
     int n = sweep_trees(c, GONE_PREFIX, keep);
     if (n)
-        by_hash(c, 1); /* (the files only they held go too) */
+        br_pull_index_used(c->dir, 1); /* (the files only they held go too) */
     return n;
 }
 
@@ -497,35 +485,9 @@ void br_cache_forget(br_cache_t *c, const char *mhash)
         close(fd);
 }
 
-/* Sum the sizes in DIR/.by-hash; with drop, remove the files there that no tree
- * holds any more (a link count of 1: only the index). */
-static int64_t by_hash(const br_cache_t *c, int drop)
-{
-    char idx[PATH_MAX];
-    snprintf(idx, sizeof(idx), "%s/.by-hash", c->dir);
-    DIR *d = opendir(idx);
-    if (!d)
-        return 0;
-    int64_t sum = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        struct stat st;
-        if (de->d_name[0] == '.' ||
-            fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
-            continue;
-        if (drop && st.st_nlink == 1 && unlinkat(dirfd(d), de->d_name, 0) == 0) {
-            unseal_file(c, de->d_name);
-            continue;
-        }
-        sum += st.st_size;
-    }
-    closedir(d);
-    return sum;
-}
-
 int64_t br_cache_used(const br_cache_t *c)
 {
-    return by_hash(c, 0);
+    return br_pull_index_used(c->dir, 0);
 }
 
 typedef struct {
@@ -697,7 +659,7 @@ int br_cache_room(br_cache_t *c, int64_t quota, int64_t need, const json_t *keep
         return br_errf(err, ENOSPC, "%s do not fit in the node's cache (--cache-quota %s)",
                        br_format_size((uint64_t)need, ns, sizeof(ns)),
                        br_format_size((uint64_t)quota, qs, sizeof(qs)));
-    int64_t used = by_hash(c, 1);
+    int64_t used = br_pull_index_used(c->dir, 1);
     if (used + need > quota) { /* the trees used longest ago leave first */
         char trees[PATH_MAX];
         snprintf(trees, sizeof(trees), "%s/trees", c->dir);
@@ -729,7 +691,7 @@ int br_cache_room(br_cache_t *c, int64_t quota, int64_t need, const json_t *keep
             fprintf(stderr, "bramble-agent: cache: the tree %.16s... leaves the cache "
                             "(used longest ago) to make room\n", list[i].name);
             br_cache_forget(c, list[i].name);
-            used = by_hash(c, 1);
+            used = br_pull_index_used(c->dir, 1);
         }
         free(list);
     }

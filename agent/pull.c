@@ -192,6 +192,46 @@ static int open_tmp(pull_t *p, const char *hex, json_int_t size, int64_t *have,
     return fd;
 }
 
+/* store's seal of index entry hex, gone with the entry. */
+static void unseal_at(const char *store, const char *hex)
+{
+    char path[PATH_MAX + 100];
+    snprintf(path, sizeof(path), "%s/%s/%s", store, BR_PULL_SEAL_DIR, hex);
+    unlink(path);
+}
+
+int64_t br_pull_index_used(const char *store, int forget)
+{
+    char idx[PATH_MAX];
+    snprintf(idx, sizeof(idx), "%s/%s", store, BR_PULL_HASH_DIR);
+    DIR *d = opendir(idx);
+    if (!d)
+        return 0;
+    int64_t sum = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        struct stat st;
+        if (de->d_name[0] == '.' ||
+            fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (forget && st.st_nlink == 1 && unlinkat(dirfd(d), de->d_name, 0) == 0) {
+            unseal_at(store, de->d_name);
+            continue;
+        }
+        sum += st.st_size;
+    }
+    closedir(d);
+    return sum;
+}
+
+void br_pull_index_drop(const char *store, const char *hex)
+{
+    char path[PATH_MAX + 100];
+    snprintf(path, sizeof(path), "%s/%s/%s", store, BR_PULL_HASH_DIR, hex);
+    unlink(path);
+    unseal_at(store, hex);
+}
+
 /* A file's seal, as its entry in BR_PULL_SEAL_DIR keeps it: its inode, size and
  * modification time to the nanosecond (not its change time, which each tree that
  * links it moves on). */

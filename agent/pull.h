@@ -31,6 +31,14 @@
                                             * verified: one unchanged since is not
                                             * hashed again when a new tree takes it */
 
+/* Bytes in store's BR_PULL_HASH_DIR, each file once; forget: first remove the files
+ * nothing else links any more (a link count of 1: only the index holds them), with
+ * their seals, in the same pass. The node's cache and its replica store both count
+ * and trim their index by it. */
+int64_t br_pull_index_used(const char *store, int forget);
+/* Remove store's index entry hex (a file found damaged) and its seal. */
+void br_pull_index_drop(const char *store, const char *hex);
+
 typedef struct {
     const char *endpoint;                /* the holder: tcp://host:port */
     const char *server_key;              /* its node key (Z85) */

@@ -39,34 +39,6 @@ struct br_replica {
 
 /* --- the store ------------------------------------------------------------------ */
 
-/* Bytes in the store: each file once, as .by-hash holds it. forget: first remove
- * the files no replica holds any more (only .by-hash links them), and their seals,
- * in the same pass. */
-static int64_t store_used(const char *store, int forget)
-{
-    char idx[PATH_MAX];
-    snprintf(idx, sizeof(idx), "%s/%s", store, BR_PULL_HASH_DIR);
-    DIR *d = opendir(idx);
-    int64_t n = 0;
-    struct dirent *de;
-    struct stat st;
-    while (d && (de = readdir(d))) {
-        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-            !S_ISREG(st.st_mode))
-            continue;
-        if (forget && st.st_nlink == 1 && unlinkat(dirfd(d), de->d_name, 0) == 0) {
-            char seal[PATH_MAX + 300]; /* (its seal, pull.h, goes with it) */
-            snprintf(seal, sizeof(seal), "%s/%s/%s", store, BR_PULL_SEAL_DIR, de->d_name);
-            unlink(seal);
-            continue;
-        }
-        n += st.st_size;
-    }
-    if (d)
-        closedir(d);
-    return n;
-}
-
 /* Remove from the store what pulls cut short by a crash or a kill left: the
  * staging directories (".bramble-pull-NAME" and its ".tmp") in each replica's
  * directory (DIR/<job>/<hash>/), and the directories left empty. Called at start,
@@ -209,7 +181,7 @@ br_replica_t *br_replica_new(const br_settings_t *s, br_err_t *err)
                     "replica store %s\n",
                     left, left == 1 ? "" : "s", s->replica_dir);
         /* (their files, and files no replica holds, leave .by-hash too) */
-        r->used = store_used(s->replica_dir, left > 0);
+        r->used = br_pull_index_used(s->replica_dir, left > 0);
     }
     return r;
 fail:
@@ -475,7 +447,7 @@ int br_replica_drop(br_replica_t *r, const br_msg_t *m, br_err_t *err)
         rmdir(jd); /* when it was the job's last */
     } else
         br_rm_tree(AT_FDCWD, jd);
-    r->used = store_used(r->s->replica_dir, 1);
+    r->used = br_pull_index_used(r->s->replica_dir, 1);
     return 0;
 }
 
@@ -507,7 +479,7 @@ json_t *br_replica_take(br_replica_t *r)
     json_decref(res);
     if (!json_is_true(json_object_get(body, "restore")) &&
         !json_is_true(json_object_get(body, "code")) && r->s->replica_quota != 0)
-        r->used = store_used(r->s->replica_dir, 0);
+        r->used = br_pull_index_used(r->s->replica_dir, 0);
     return body;
 }
 
