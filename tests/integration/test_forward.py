@@ -418,15 +418,18 @@ def test_refusals(c, job, forward, tmp_path):
 
 # Greets each connection with "peer PORT" (the port it came from, which tells
 # which process on this host made it), then echoes what it reads, each
-# connection on a thread of its own; says "listening" once bound.
+# connection on a thread of its own; says "listening" once bound, and "closed PORT"
+# when that connection's other end closed.
 ECHO = r'''
 import socketserver, sys
 class Echo(socketserver.BaseRequestHandler):
     def handle(self):
-        self.request.sendall(b"peer %d\n" % self.request.getpeername()[1])
+        peer = self.request.getpeername()[1]
+        self.request.sendall(b"peer %d\n" % peer)
         while True:
             data = self.request.recv(65536)
             if not data:
+                print("closed %d" % peer, flush=True)
                 return
             self.request.sendall(data)
 class Server(socketserver.ThreadingTCPServer):
@@ -587,34 +590,13 @@ def test_forward_to_another_rank(c, forward, tmp_path):
         c.wait_job(jid)
 
 
-# A server that greets each connection with the peer port it sees, and says in
-# its log when that connection's other end closed.
-CLOSES = r'''
-import socketserver, sys
-class H(socketserver.BaseRequestHandler):
-    def handle(self):
-        peer = self.request.getpeername()[1]
-        self.request.sendall(b"peer %d\n" % peer)
-        while self.request.recv(65536):
-            pass
-        print("closed %d" % peer, flush=True)
-class Server(socketserver.ThreadingTCPServer):
-    allow_reuse_address = True
-    daemon_threads = True
-server = Server(("127.0.0.1", int(sys.argv[1])), H)
-print("listening", flush=True)
-server.serve_forever()
-'''
-
-
 def test_a_killed_forward_closes_its_connections_on_the_node(c, job, forward, tmp_path):
     """`bramble forward` killed (SIGKILL: it says nothing) while a connection is
     open: the node's side of that connection is closed (the job's server reads its
     end), and the job goes on."""
     port = free_port()
-    script = tmp_path / "closes.py"
-    script.write_text(CLOSES)
-    jid, _ = job("closes", f"exec {PYTHON} -u {script} {port}")
+    # (its command as users write one: /bin/sh stays the server's parent)
+    jid, _ = job("closes", echo_server(tmp_path, port).removeprefix("exec "))
     c.wait_logs(jid, "listening")
     f = forward(jid, f"0:{port}")
     s, peer = greeted(f.local_port(jid, port))
