@@ -77,6 +77,20 @@ static gw_replica_t *replica(gw_service_t *s, int64_t id, const char *host, int 
     return NULL;
 }
 
+#define TWO_REPLICAS "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]"
+
+/* A table of the service llm (version 1) with replicas 1 on h1 and 2 on h2: *s, *r1
+ * and *r2 set. */
+static gw_table_t *two_replicas(gw_service_t **s, gw_replica_t **r1, gw_replica_t **r2)
+{
+    gw_table_t *t = gw_table_new();
+    update_llm(t, 1, 0, TWO_REPLICAS);
+    *s = service(t, 5);
+    *r1 = replica(*s, 1, "h1", 8000);
+    *r2 = replica(*s, 2, "h2", 8000);
+    return t;
+}
+
 /* A service's fields and its replicas' are taken from the table as written. */
 static void test_update_takes_fields(void **state)
 {
@@ -247,7 +261,7 @@ static void test_pick_ties_in_turn(void **state)
 {
     (void)state;
     gw_table_t *t = gw_table_new();
-    update_llm(t, 1, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
+    update_llm(t, 1, 0, TWO_REPLICAS);
     gw_service_t *s = service(t, 5);
     gw_replica_t *a = gw_service_pick(s, 0), *b = gw_service_pick(s, 0);
     assert_non_null(a);
@@ -284,7 +298,7 @@ static void test_pick_skips_capped(void **state)
 {
     (void)state;
     gw_table_t *t = gw_table_new();
-    update_llm(t, 1, 2, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
+    update_llm(t, 1, 2, TWO_REPLICAS);
     gw_service_t *s = service(t, 5);
     answered_all(s);
     gw_replica_t *r1 = replica(s, 1, "h1", 8000), *r2 = replica(s, 2, "h2", 8000);
@@ -309,7 +323,7 @@ static void test_pick_skips_capped(void **state)
     assert_null(gw_service_pick(s, 0));
 
     /* max_inflight 0: no cap */
-    update_llm(t, 2, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
+    update_llm(t, 2, 0, TWO_REPLICAS);
     r1->inflight = r2->inflight = 1000;
     assert_non_null(gw_service_pick(s, 0));
     gw_table_destroy(&t);
@@ -323,10 +337,9 @@ static void test_pick_skips_capped(void **state)
 static void test_new_replica_on_trial(void **state)
 {
     (void)state;
-    gw_table_t *t = gw_table_new();
-    update_llm(t, 1, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
-    gw_service_t *s = service(t, 5);
-    gw_replica_t *r1 = replica(s, 1, "h1", 8000), *r2 = replica(s, 2, "h2", 8000);
+    gw_service_t *s;
+    gw_replica_t *r1, *r2;
+    gw_table_t *t = two_replicas(&s, &r1, &r2);
     assert_true(r1->trial && r2->trial);
     gw_replica_t *a = gw_service_pick(s, 0);
     a->inflight++;
@@ -345,7 +358,7 @@ static void test_new_replica_on_trial(void **state)
         a->inflight++;
     }
     /* a table again with the same replicas: still known, not new again */
-    update_llm(t, 2, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
+    update_llm(t, 2, 0, TWO_REPLICAS);
     assert_false(a->trial);
     gw_table_destroy(&t);
 }
@@ -356,10 +369,9 @@ static void test_new_replica_on_trial(void **state)
 static void test_refused_out_at_once(void **state)
 {
     (void)state;
-    gw_table_t *t = gw_table_new();
-    update_llm(t, 1, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
-    gw_service_t *s = service(t, 5);
-    gw_replica_t *r1 = replica(s, 1, "h1", 8000), *r2 = replica(s, 2, "h2", 8000);
+    gw_service_t *s;
+    gw_replica_t *r1, *r2;
+    gw_table_t *t = two_replicas(&s, &r1, &r2);
     int64_t now = 1000000;
     r1->inflight = 1;
     gw_replica_refused(r1, now);
@@ -420,7 +432,7 @@ static void test_failure_backoff(void **state)
     assert_int_equal(r->down_until, now + GW_DOWN_MS);
 
     /* a down replica is passed over for an up one, even a busier one */
-    update_llm(t, 2, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
+    update_llm(t, 2, 0, TWO_REPLICAS);
     gw_replica_t *r2 = replica(s, 2, "h2", 8000);
     gw_replica_answered(r2, &(int){0});
     r2->inflight = 4;
@@ -437,7 +449,7 @@ static void test_back_on_trial(void **state)
 {
     (void)state;
     gw_table_t *t = gw_table_new();
-    update_llm(t, 2, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
+    update_llm(t, 2, 0, TWO_REPLICAS);
     gw_service_t *s = service(t, 5);
     answered_all(s);
     gw_replica_t *r1 = replica(s, 1, "h1", 8000), *r2 = replica(s, 2, "h2", 8000);
@@ -537,7 +549,7 @@ static void test_has_up(void **state)
     update_llm(t, 1, 1, "[]");
     gw_service_t *s = service(t, 5);
     assert_false(gw_service_has_up(s, 0));
-    update_llm(t, 2, 1, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
+    update_llm(t, 2, 1, TWO_REPLICAS);
     gw_replica_t *r1 = replica(s, 1, "h1", 8000), *r2 = replica(s, 2, "h2", 8000);
     answered_all(s);
     r1->inflight = r2->inflight = 1; /* both at the cap */
@@ -567,10 +579,9 @@ static void test_has_up(void **state)
 static void test_left_replica_stays_while_used(void **state)
 {
     (void)state;
-    gw_table_t *t = gw_table_new();
-    update_llm(t, 1, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
-    gw_service_t *s = service(t, 5);
-    gw_replica_t *r1 = replica(s, 1, "h1", 8000), *r2 = replica(s, 2, "h2", 8000);
+    gw_service_t *s;
+    gw_replica_t *r1, *r2;
+    gw_table_t *t = two_replicas(&s, &r1, &r2);
     answered_all(s);
     r1->inflight = 2;
     update_llm(t, 2, 0, "[" R(2, 1, "h2", 8000, "b") "]");
@@ -594,11 +605,11 @@ static void test_left_replica_stays_while_used(void **state)
     assert_int_equal(s->nreplicas, 1);
 
     /* back before its last request ended: the same entry, its count kept */
-    update_llm(t, 4, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
+    update_llm(t, 4, 0, TWO_REPLICAS);
     r1 = replica(s, 1, "h1", 8000);
     r1->inflight = 1;
     update_llm(t, 5, 0, "[" R(2, 1, "h2", 8000, "b") "]");
-    update_llm(t, 6, 0, "[" R(1, 0, "h1", 8000, "a") ", " R(2, 1, "h2", 8000, "b") "]");
+    update_llm(t, 6, 0, TWO_REPLICAS);
     assert_ptr_equal(replica(s, 1, "h1", 8000), r1);
     assert_true(r1->present);
     assert_int_equal(r1->inflight, 1);
