@@ -2994,25 +2994,27 @@ static void on_stream_open(br_agent_t *a, br_msg_t *m)
 {
     json_int_t stream, job, rank, rows = 24, cols = 80, port = 0;
     int attempt, relay_port, tty = 0;
-    const char *ticket, *kind, *term = NULL;
+    const char *ticket, *key, *kind, *term = NULL;
     json_t *command = NULL;
     br_err_t err = {0};
-    if (br_msg_unpack(m, &err, "{s:I, s:s, s:i, s:I, s:i, s:I, s:s, s?b, s?I, s?I, s?s, s?o, s?I}",
-                      "stream", &stream, "ticket", &ticket, "relay_port", &relay_port, "job",
+    if (br_msg_unpack(m, &err, "{s:I, s:s, s:s, s:i, s:I, s:i, s:I, s:s, s?b, s?I, s?I, s?s, s?o, s?I}",
+                      "stream", &stream, "ticket", &ticket, "key", &key, "relay_port",
+                      &relay_port, "job",
                       &job, "attempt", &attempt, "rank", &rank, "kind", &kind, "tty", &tty,
                       "rows", &rows, "cols", &cols, "term", &term, "command", &command,
                       "port", &port) < 0 ||
-        strlen(ticket) != BR_STREAM_TICKET || stream <= 0 || stream > UINT32_MAX) {
-        reply(a, m, EPROTO, err.text[0] ? err.text : "stream.open: a bad stream or ticket");
+        strlen(ticket) != BR_STREAM_TICKET || !br_streamseal_key_ok(key) || stream <= 0 ||
+        stream > UINT32_MAX) {
+        reply(a, m, EPROTO,
+              err.text[0] ? err.text : "stream.open: a bad stream, ticket or key");
         return;
     }
-    br_cred_t cred = a->s->cred;
-    br_strlcpy(cred.public_key, a->key_pub, sizeof(cred.public_key));
-    br_strlcpy(cred.secret_key, a->key_sec, sizeof(cred.secret_key));
-    br_streams_session_t ss = {.stream = (uint32_t)stream, .cred = &cred, .job = job,
-                               .attempt = attempt, .rank = (int)rank, .fds = {-1, -1, -1}};
+    br_streams_session_t ss = {.stream = (uint32_t)stream, .job = job, .attempt = attempt,
+                               .rank = (int)rank, .fds = {-1, -1, -1}};
     br_strlcpy(ss.ticket, ticket, sizeof(ss.ticket));
-    if (br_stream_endpoint(cred.endpoint, relay_port, ss.endpoint, sizeof(ss.endpoint)) < 0) {
+    br_strlcpy(ss.key, key, sizeof(ss.key));
+    if (br_stream_endpoint(a->s->cred.endpoint, relay_port, ss.endpoint,
+                           sizeof(ss.endpoint)) < 0) {
         reply(a, m, EINVAL, "the coordinator's endpoint names no TCP port");
         return;
     }

@@ -10,6 +10,7 @@
 #include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <sodium.h>
 #include <zmq.h>
 
 #include "sock.h"
@@ -25,6 +26,7 @@
 typedef struct {
     uint32_t stream;
     char ticket[BR_STREAM_TICKET + 1];
+    char key[BR_STREAM_KEY_HEX + 1]; /* what seals its frames */
     int64_t job;
     int attempt, rank;
     pid_t pid;
@@ -44,9 +46,8 @@ typedef struct {
 struct br_streams {
     br_worker_t w; /* its mutex guards what follows */
     void *ctx, *sock;
-    char endpoint[300], pub[BR_KEY_LEN + 1]; /* what sock is connected to, as */
+    char endpoint[300];      /* what sock is connected to */
     char want_endpoint[300]; /* ... and what the sessions handed over need */
-    br_cred_t want;
     session_t *s;
     size_t n, cap;
     /* hang-ups owed to what shells started (their marks), made by the thread once
@@ -123,13 +124,14 @@ static void drop(br_streams_t *st, size_t i, int sig)
         close_fds(ss->fds);
     br_streamend_destroy(&ss->end);
     free(ss->error);
+    sodium_memzero(ss->key, sizeof(ss->key));
     st->s[i] = st->s[--st->n];
 }
 
 static void close_with(br_streams_t *st, size_t i, const char *why)
 {
-    br_stream_send(st->sock, NULL, 0, BR_STREAM_CLOSE, 0, st->s[i].stream, 0, why,
-                   strlen(why), 0);
+    br_streamend_send(st->s[i].end, BR_STREAM_CLOSE, 0, 0, why, strlen(why));
+    (void)st;
 }
 
 static session_t *find(br_streams_t *st, uint32_t id, size_t *at)
@@ -142,7 +144,7 @@ static session_t *find(br_streams_t *st, uint32_t id, size_t *at)
     return NULL;
 }
 
-static void on_frame(br_streams_t *st, const br_stream_hdr_t *h, const void *p, size_t len)
+static void on_frame(br_streams_t *st, const br_stream_hdr_t *h, void *p, size_t len)
 {
     size_t i;
     session_t *ss = find(st, h->stream, &i);
@@ -155,6 +157,11 @@ static void on_frame(br_streams_t *st, const br_stream_hdr_t *h, const void *p, 
         return; /* (a late frame of a session that ended) */
     ss->seen = br_mono_ms();
     br_err_t err;
+    if (br_streamend_open(ss->end, h, p, &len, &err) < 0) {
+        close_with(st, i, err.text);
+        drop(st, i, SIGHUP);
+        return;
+    }
     switch (h->type) {
     case BR_STREAM_ATTACHED:
         if (ss->error) {
@@ -219,8 +226,7 @@ static int finished(br_streams_t *st, size_t i)
                : WIFEXITED(ss->status)    ? WEXITSTATUS(ss->status)
                : WIFSIGNALED(ss->status)  ? 128 + WTERMSIG(ss->status)
                                           : 255;
-    br_stream_send(st->sock, NULL, 0, BR_STREAM_EXIT, 0, ss->stream, (uint64_t)code, NULL, 0,
-                   0);
+    br_streamend_send(ss->end, BR_STREAM_EXIT, 0, (uint64_t)code, NULL, 0);
     drop(st, i, 0);
     return 1;
 }
@@ -229,7 +235,8 @@ static int finished(br_streams_t *st, size_t i)
  * sent. -1 when out of memory. */
 static int attach(br_streams_t *st, session_t *ss)
 {
-    if (!(ss->end = br_streamend_new(st->sock, ss->stream)))
+    br_err_t err;
+    if (!(ss->end = br_streamend_new(st->sock, ss->stream, ss->key, BR_STREAM_FROM_NODE, &err)))
         return -1;
     if (!ss->error) {
         if (ss->tty || ss->is_socket) { /* one descriptor both ways */
@@ -247,20 +254,18 @@ static int attach(br_streams_t *st, session_t *ss)
     return 0;
 }
 
-/* The connection to the relay, made again when the relay or this node's key
- * changed (the sessions attached on the old one cannot go on). */
+/* The connection to the relay, made again when the relay moved (the sessions
+ * attached on the old one cannot go on). */
 static void connect_relay(br_streams_t *st)
 {
-    if (!st->want_endpoint[0] || (st->sock && strcmp(st->endpoint, st->want_endpoint) == 0 &&
-                                  strcmp(st->pub, st->want.public_key) == 0))
+    if (!st->want_endpoint[0] || (st->sock && strcmp(st->endpoint, st->want_endpoint) == 0))
         return;
     for (size_t i = st->n; i-- > 0;)
         if (st->s[i].end)
             drop(st, i, SIGHUP);
     br_sock_close(&st->sock);
     br_err_t err;
-    st->sock = br_sock_stream_client(st->ctx, st->want_endpoint, st->want.server_public_key,
-                                     st->want.public_key, st->want.secret_key, &err);
+    st->sock = br_sock_stream_client(st->ctx, st->want_endpoint, &err);
     if (!st->sock) {
         fprintf(stderr, "bramble-agent: shells and forwards: %s\n", err.text);
         st->want_endpoint[0] = '\0';
@@ -269,7 +274,6 @@ static void connect_relay(br_streams_t *st)
         return;
     }
     br_strlcpy(st->endpoint, st->want_endpoint, sizeof(st->endpoint));
-    br_strlcpy(st->pub, st->want.public_key, sizeof(st->pub));
 }
 
 static void turn(br_streams_t *st, int64_t now)
@@ -429,6 +433,7 @@ int br_streams_add(br_streams_t *st, const br_streams_session_t *ss, br_err_t *e
     memset(x, 0, sizeof(*x));
     x->stream = ss->stream;
     br_strlcpy(x->ticket, ss->ticket, sizeof(x->ticket));
+    br_strlcpy(x->key, ss->key, sizeof(x->key));
     x->job = ss->job;
     x->attempt = ss->attempt;
     x->rank = ss->rank;
@@ -446,7 +451,6 @@ int br_streams_add(br_streams_t *st, const br_streams_session_t *ss, br_err_t *e
         x->fds[0] = x->fds[1] = x->fds[2] = -1;
     st->n++;
     br_strlcpy(st->want_endpoint, ss->endpoint, sizeof(st->want_endpoint));
-    st->want = *ss->cred;
     rc = 0;
     br_worker_post(&st->w);
 out:

@@ -17,6 +17,7 @@
 #include "cred.h"
 #include "err.h"
 #include "stream.h"
+#include "streamseal.h"
 
 #define BR_STREAMS_ATTACH_MS 20000 /* a session the relay never attached is dropped */
 #define BR_STREAMS_MARK "BRAMBLE_SHELL" /* a shell's processes carry BRAMBLE_SHELL=ID
@@ -34,8 +35,8 @@ void br_streams_destroy(br_streams_t **s);
 typedef struct {
     uint32_t stream;
     char ticket[BR_STREAM_TICKET + 1];
+    char key[BR_STREAM_KEY_HEX + 1]; /* what seals its frames (streamseal.h) */
     char endpoint[300]; /* the relay: tcp://COORDINATOR-HOST:RELAY-PORT */
-    const br_cred_t *cred; /* the node's keys and the coordinator's (copied) */
     int64_t job;
     int attempt;
     int rank;     /* the job's rank it is joined into */

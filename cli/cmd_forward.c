@@ -100,20 +100,18 @@ static int attach_stream(fwd_state_t *st, const json_t *r, int in_fd, int out_fd
 {
     br_err_t err;
     const char *ticket = json_string_value(json_object_get(r, "ticket"));
+    const char *key = json_string_value(json_object_get(r, "key"));
     int port = (int)json_integer_value(json_object_get(r, "relay_port"));
     uint32_t id = (uint32_t)json_integer_value(json_object_get(r, "stream"));
-    if (!ticket || strlen(ticket) != BR_STREAM_TICKET) {
-        cli_err(st->cli, "stream.open: the answer names no ticket");
+    if (!ticket || strlen(ticket) != BR_STREAM_TICKET || !br_streamseal_key_ok(key)) {
+        cli_err(st->cli, "stream.open: the answer names no ticket and key");
         close_pair(in_fd, out_fd);
         return -1;
     }
     if (!st->sock) {
         if (br_stream_endpoint(st->cli->cred.endpoint, port, st->endpoint,
                                sizeof(st->endpoint)) < 0 ||
-            !(st->sock = br_sock_stream_client(st->ctx, st->endpoint,
-                                               st->cli->cred.server_public_key,
-                                               st->cli->cred.public_key,
-                                               st->cli->cred.secret_key, &err))) {
+            !(st->sock = br_sock_stream_client(st->ctx, st->endpoint, &err))) {
             cli_err(st->cli, "the relay: %s", st->sock ? "" : err.text);
             close_pair(in_fd, out_fd);
             return -1;
@@ -122,7 +120,8 @@ static int attach_stream(fwd_state_t *st, const json_t *r, int in_fd, int out_fd
     }
     fwd_t *f = &st->f[st->n];
     memset(f, 0, sizeof(*f));
-    if (!(f->end = br_streamend_new(st->sock, id))) {
+    if (!(f->end = br_streamend_new(st->sock, id, key, BR_STREAM_FROM_CLI, &err))) {
+        cli_err(st->cli, "%s", err.text);
         close_pair(in_fd, out_fd);
         return -1;
     }
@@ -193,8 +192,7 @@ static void take_opens(fwd_state_t *st, int64_t now)
 static void drop(fwd_state_t *st, int i, const char *why)
 {
     if (why)
-        br_stream_send(st->sock, NULL, 0, BR_STREAM_CLOSE, 0, st->f[i].id, 0, why,
-                       strlen(why), 0);
+        br_streamend_send(st->f[i].end, BR_STREAM_CLOSE, 0, 0, why, strlen(why));
     br_streamend_destroy(&st->f[i].end);
     st->f[i] = st->f[--st->n];
 }
@@ -223,7 +221,10 @@ static void take_frames(fwd_state_t *st)
         if (i < 0)
             continue;
         br_err_t err;
-        if (h.type == BR_STREAM_EXIT) { /* the node's side closed, both ways */
+        if (br_streamend_open(st->f[i].end, &h, buf, &len, &err) < 0) {
+            cli_err(st->cli, "%s", err.text);
+            drop(st, i, "the client's side: a frame failed its check");
+        } else if (h.type == BR_STREAM_EXIT) { /* the node's side closed, both ways */
             st->f[i].exited = 1;
         } else if (h.type == BR_STREAM_CLOSE) {
             cli_err(st->cli, "%.*s", (int)len, has ? (const char *)buf : "closed");

@@ -107,12 +107,20 @@ static int drain(session_t *s)
     return 0;
 }
 
-static void on_frame(session_t *s, const br_stream_hdr_t *h, const void *p, size_t len)
+static void on_frame(session_t *s, const br_stream_hdr_t *h, void *p, size_t len)
 {
     br_err_t err;
     s->seen = br_mono_ms();
     if (h->stream != s->id)
         return;
+    if (br_streamend_open(s->end, h, p, &len, &err) < 0) {
+        const char *why = "the client's side: a frame failed its check";
+        br_streamend_send(s->end, BR_STREAM_CLOSE, 0, 0, why, strlen(why));
+        s->done = 2;
+        restore_terminal();
+        cli_err(s->cli, "%s", err.text);
+        return;
+    }
     if (h->type == BR_STREAM_EXIT) {
         s->done = 1;
         s->status = (int)(h->arg & 0xff);
@@ -132,7 +140,7 @@ static void on_frame(session_t *s, const br_stream_hdr_t *h, const void *p, size
         return;
     }
     if (h->type == BR_STREAM_ATTACHED && s->tty) /* (the size may have changed since) */
-        br_stream_send(s->sock, NULL, 0, BR_STREAM_WINCH, 0, s->id, window_size(), NULL, 0, 0);
+        br_streamend_send(s->end, BR_STREAM_WINCH, 0, window_size(), NULL, 0);
 }
 
 static void take_frames(session_t *s)
@@ -156,12 +164,11 @@ static void on_signals(session_t *s)
     while (read(s->sigfd, &si, sizeof(si)) == sizeof(si)) {
         if (si.ssi_signo == SIGWINCH) {
             if (s->tty && br_streamend_attached(s->end))
-                br_stream_send(s->sock, NULL, 0, BR_STREAM_WINCH, 0, s->id, window_size(),
-                               NULL, 0, 0);
+                br_streamend_send(s->end, BR_STREAM_WINCH, 0, window_size(), NULL, 0);
             continue;
         }
         const char *why = "the client was interrupted";
-        br_stream_send(s->sock, NULL, 0, BR_STREAM_CLOSE, 0, s->id, 0, why, strlen(why), 0);
+        br_streamend_send(s->end, BR_STREAM_CLOSE, 0, 0, why, strlen(why));
         s->done = 2;
         s->status = 128 + (int)si.ssi_signo;
     }
@@ -234,8 +241,9 @@ int cli_shell_run(cli_t *cli, int64_t job, long rank, int tty, char **cmd, int n
     char ep[300];
     json_int_t id = json_integer_value(json_object_get(r, "stream"));
     const char *ticket = json_string_value(json_object_get(r, "ticket"));
+    const char *key = json_string_value(json_object_get(r, "key"));
     int port = (int)json_integer_value(json_object_get(r, "relay_port"));
-    if (!ticket || strlen(ticket) != BR_STREAM_TICKET ||
+    if (!ticket || strlen(ticket) != BR_STREAM_TICKET || !br_streamseal_key_ok(key) ||
         br_stream_endpoint(cli->cred.endpoint, port, ep, sizeof(ep)) < 0) {
         json_decref(r);
         return cli_fail(cli, "stream.open: the answer names no relay");
@@ -243,8 +251,7 @@ int cli_shell_run(cli_t *cli, int64_t job, long rank, int tty, char **cmd, int n
     br_err_t err;
     void *ctx = zmq_ctx_new();
     session_t s = {.cli = cli, .id = (uint32_t)id, .tty = tty, .sigfd = -1};
-    s.sock = br_sock_stream_client(ctx, ep, cli->cred.server_public_key, cli->cred.public_key,
-                                   cli->cred.secret_key, &err);
+    s.sock = br_sock_stream_client(ctx, ep, &err);
     int rc = CLI_GONE;
     if (!s.sock) {
         cli_err(cli, "the relay: %s", err.text);
@@ -258,7 +265,7 @@ int cli_shell_run(cli_t *cli, int64_t job, long rank, int tty, char **cmd, int n
     sigaddset(&set, SIGHUP);
     sigprocmask(SIG_BLOCK, &set, NULL);
     s.sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-    s.end = br_streamend_new(s.sock, s.id);
+    s.end = br_streamend_new(s.sock, s.id, key, BR_STREAM_FROM_CLI, &err);
     if (!s.end || s.sigfd < 0) {
         cli_err(cli, "out of memory");
         goto out;

@@ -248,8 +248,7 @@ br_coord_t *br_coord_new(const br_config_t *cfg, br_err_t *err)
         goto fail;
     /* shells and forwards: next to a TCP endpoint (an ipc:// one has no port) */
     if (strncmp(cfg->listen, "tcp://", 6) == 0 &&
-        !(c->relay = br_relay_new(cfg->listen, cfg->secret_key, BR_STREAMS_PER_USER,
-                                  BR_STREAMS_MAX, err)))
+        !(c->relay = br_relay_new(cfg->listen, BR_STREAMS_PER_USER, BR_STREAMS_MAX, err)))
         goto fail;
     return c;
 fail:

@@ -24,6 +24,8 @@ BR_BUILD_DEPS=(build-essential cmake pkg-config libzmq3-dev libsodium-dev
 # openssh-server, openssh-client: a real ssh reaches an sshd in a job through
 # `bramble forward --stdio`; jupyter-server: Debian's Jupyter, reached by forward
 # python3-venv: a job's setup: makes a virtual environment (test_setup.py)
+# python3-cryptography: a hand-made client seals a stream's frames as its ends do
+# (test_shell.py)
 # podman, runc, busybox-static: jobs in containers of an image made from busybox
 # (test_containers.py)
 # wireguard-go, wireguard-tools: the nodes' overlay in user space, and `wg` to
@@ -31,6 +33,7 @@ BR_BUILD_DEPS=(build-essential cmake pkg-config libzmq3-dev libsodium-dev
 # iptables: home routers (NAT) in network namespaces, and a node gone silent (its
 # connections dropped) under the gateway (test_gateway.py)
 BR_TEST_DEPS=("${BR_BUILD_DEPS[@]}" libcmocka-dev python3-pytest python3-zmq clang git
+              python3-cryptography
               libclang-rt-14-dev iproute2 procps sqlite3
               systemd dpkg-dev tmux python3-torch prometheus
               chromium chromium-driver python3-selenium openssl nodejs

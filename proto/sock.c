@@ -19,6 +19,7 @@ static int common_opts(void *s)
                : 0;
 }
 
+/* A ROUTER bound to endpoint: CURVE with secret_key, or none (NULL). */
 static void *server(void *ctx, const char *endpoint, const char *secret_key, int hwm,
                     br_err_t *err)
 {
@@ -32,9 +33,10 @@ static void *server(void *ctx, const char *endpoint, const char *secret_key, int
         zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm)) < 0 ||
         (hwm == 0 && zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof(hwm)) < 0) ||
         zmq_setsockopt(s, ZMQ_SNDTIMEO, &zero, sizeof(zero)) < 0 ||
-        zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof(one)) < 0 ||
-        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, secret_key, strlen(secret_key)) < 0 ||
-        zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, BR_ZAP_DOMAIN, strlen(BR_ZAP_DOMAIN)) < 0 ||
+        (secret_key &&
+         (zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof(one)) < 0 ||
+          zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, secret_key, strlen(secret_key)) < 0 ||
+          zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, BR_ZAP_DOMAIN, strlen(BR_ZAP_DOMAIN)) < 0)) ||
         zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof(one)) < 0) {
         int e = errno;
         zmq_close(s);
@@ -54,10 +56,9 @@ void *br_sock_server(void *ctx, const char *endpoint, const char *secret_key,
     return server(ctx, endpoint, secret_key, BR_SOCK_PEER_QUEUE, err);
 }
 
-void *br_sock_stream_server(void *ctx, const char *endpoint, const char *secret_key,
-                            br_err_t *err)
+void *br_sock_stream_server(void *ctx, const char *endpoint, br_err_t *err)
 {
-    return server(ctx, endpoint, secret_key, 0, err);
+    return server(ctx, endpoint, NULL, 0, err);
 }
 
 void *br_sock_client(void *ctx, const char *endpoint, const char *server_public_key,
@@ -67,7 +68,8 @@ void *br_sock_client(void *ctx, const char *endpoint, const char *server_public_
                              0, err);
 }
 
-/* A CURVE DEALER with its options, not connected yet. */
+/* A DEALER with its options (CURVE unless server_public_key is NULL), not connected
+ * yet. */
 static void *client_socket(void *ctx, const char *server_public_key,
                            const char *public_key, const char *secret_key, int ivl_ms,
                            int timeout_ms, br_err_t *err)
@@ -77,10 +79,11 @@ static void *client_socket(void *ctx, const char *server_public_key,
         return br_errp(err, errno, "socket: %s", zmq_strerror(errno));
     int ivl = 100, ivl_max = 2000;
     if (common_opts(s) < 0 ||
-        zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_public_key,
-                       strlen(server_public_key)) < 0 ||
-        zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, public_key, strlen(public_key)) < 0 ||
-        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, secret_key, strlen(secret_key)) < 0 ||
+        (server_public_key &&
+         (zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_public_key,
+                         strlen(server_public_key)) < 0 ||
+          zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, public_key, strlen(public_key)) < 0 ||
+          zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, secret_key, strlen(secret_key)) < 0)) ||
         zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl)) < 0 ||
         zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max)) < 0 ||
         (ivl_ms > 0 &&
@@ -113,11 +116,10 @@ void *br_sock_client_hb(void *ctx, const char *endpoint, const char *server_publ
     return s ? client_connect(s, endpoint, err) : NULL;
 }
 
-void *br_sock_stream_client(void *ctx, const char *endpoint, const char *server_public_key,
-                            const char *public_key, const char *secret_key, br_err_t *err)
+void *br_sock_stream_client(void *ctx, const char *endpoint, br_err_t *err)
 {
-    void *s = client_socket(ctx, server_public_key, public_key, secret_key,
-                            BR_SOCK_STREAM_HB_MS, BR_SOCK_STREAM_HB_TIMEOUT_MS, err);
+    void *s = client_socket(ctx, NULL, NULL, NULL, BR_SOCK_STREAM_HB_MS,
+                            BR_SOCK_STREAM_HB_TIMEOUT_MS, err);
     int zero = 0;
     if (s && (zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof(zero)) < 0 ||
               zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof(zero)) < 0)) {

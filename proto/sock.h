@@ -47,15 +47,15 @@ void *br_sock_client_watched(void *ctx, const char *endpoint,
 
 /* Sockets for streams (stream.h): the same, but with no queue bound, since each
  * stream's credit bounds what it may have in flight (a bound would drop frames
- * that the credit allowed). A ROUTER bound at endpoint, and a DEALER connected,
- * whose connection is kept and checked by ZMTP heartbeats even while no stream is
- * open (BR_SOCK_STREAM_HB_MS; a dead one is made again, a NAT's mapping kept). */
+ * that the credit allowed), and no CURVE, since the ends seal their frames
+ * themselves (streamseal.h) and the relay is not to open them. A ROUTER bound at
+ * endpoint, and a DEALER connected, whose connection is kept and checked by ZMTP
+ * heartbeats even while no stream is open (BR_SOCK_STREAM_HB_MS; a dead one is made
+ * again, a NAT's mapping kept). */
 #define BR_SOCK_STREAM_HB_MS 10000
 #define BR_SOCK_STREAM_HB_TIMEOUT_MS 30000
-void *br_sock_stream_server(void *ctx, const char *endpoint, const char *secret_key,
-                            br_err_t *err);
-void *br_sock_stream_client(void *ctx, const char *endpoint, const char *server_public_key,
-                            const char *public_key, const char *secret_key, br_err_t *err);
+void *br_sock_stream_server(void *ctx, const char *endpoint, br_err_t *err);
+void *br_sock_stream_client(void *ctx, const char *endpoint, br_err_t *err);
 
 /* Start monitoring sock for handshake failures; returns a PAIR socket to poll, or
  * NULL. Each monitor needs a unique inproc name, made from sock's address. */

@@ -29,7 +29,7 @@ void br_stream_hdr_encode(const br_stream_hdr_t *h, unsigned char *buf)
     buf[0] = BR_STREAM_VERSION;
     buf[1] = h->type;
     buf[2] = h->channel;
-    buf[3] = 0;
+    buf[3] = h->flags;
     buf[4] = (unsigned char)(h->stream >> 24);
     buf[5] = (unsigned char)(h->stream >> 16);
     buf[6] = (unsigned char)(h->stream >> 8);
@@ -50,10 +50,13 @@ int br_stream_hdr_decode(const void *buf, size_t len, br_stream_hdr_t *h, br_err
         return br_errf(err, EPROTO, "unknown stream frame type %u", p[1]);
     if (p[2] > 2)
         return br_errf(err, EPROTO, "stream channel %u (0 to 2)", p[2]);
+    if (p[3] & ~BR_STREAM_SEALED)
+        return br_errf(err, EPROTO, "stream header flags %#x", p[3]);
     h->type = p[1];
     h->channel = p[2];
     h->stream = (uint32_t)p[4] << 24 | (uint32_t)p[5] << 16 | (uint32_t)p[6] << 8 | p[7];
     h->arg = get64(p + 8);
+    h->flags = p[3];
     return 0;
 }
 
@@ -62,7 +65,7 @@ int br_stream_send(void *sock, const void *route, size_t route_len, uint8_t type
                    size_t len, int flags)
 {
     unsigned char hdr[BR_STREAM_HEADER];
-    br_stream_hdr_t h = {type, channel, stream, arg};
+    br_stream_hdr_t h = {type, channel, stream, arg, 0};
     br_stream_hdr_encode(&h, hdr);
     if (route && zmq_send(sock, route, route_len, flags | ZMQ_SNDMORE) < 0)
         return -1;

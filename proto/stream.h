@@ -3,8 +3,8 @@
  * the credit each side keeps of the other.
  *
  * A frame is one or two ZeroMQ frames: a 16-byte header (version, type, channel,
- * stream id, a 64-bit argument; network byte order) and, for some types, a
- * payload. Data flows in one direction only within the credit the receiver has
+ * flags, stream id, a 64-bit argument; network byte order) and, for some types, a
+ * payload. What one end sends the other is sealed end to end (streamseal.h). Data flows in one direction only within the credit the receiver has
  * granted: BR_STREAM_WINDOW bytes at the start, and each CREDIT's argument more.
  * The relay counts both and closes a stream whose sender goes beyond, so no side
  * buffers more than a window per stream and direction. */
@@ -16,10 +16,11 @@
 
 #include "err.h"
 
-#define BR_STREAM_VERSION 1
+#define BR_STREAM_VERSION 2
+#define BR_STREAM_SEALED 1 /* a header flag: the frame is sealed (streamseal.h) */
 #define BR_STREAM_HEADER 16
-#define BR_STREAM_WINDOW (256 * 1024) /* bytes in flight per stream and direction */
-#define BR_STREAM_CHUNK (64 * 1024)   /* the most bytes one DATA frame carries */
+#define BR_STREAM_WINDOW (512 * 1024) /* bytes in flight per stream and direction */
+#define BR_STREAM_CHUNK (128 * 1024)  /* the most bytes one frame carries (its seal included) */
 #define BR_STREAM_TICKET 32           /* hex characters of a ticket */
 #define BR_STREAM_PING_MS 1000        /* each end says it is there this often... */
 #define BR_STREAM_GONE_MS 3500        /* ... and is taken for gone after this silence */
@@ -42,6 +43,7 @@ typedef struct {
     uint8_t type, channel;
     uint32_t stream;
     uint64_t arg;
+    uint8_t flags; /* BR_STREAM_SEALED or 0 */
 } br_stream_hdr_t;
 
 /* Write h into buf (BR_STREAM_HEADER bytes). */

@@ -33,6 +33,7 @@ typedef struct {
 struct br_streamend {
     void *sock;
     uint32_t stream;
+    br_streamseal_t seal; /* what it sends is sealed, what comes opened */
     int attached;
     br_credit_t credit; /* what this end may send */
     br_owed_t owed;     /* what it took and has not granted back yet */
@@ -40,11 +41,16 @@ struct br_streamend {
     sink_t snk[BR_STREAMEND_CHANNELS];
 };
 
-br_streamend_t *br_streamend_new(void *sock, uint32_t stream)
+br_streamend_t *br_streamend_new(void *sock, uint32_t stream, const char *key,
+                                 br_stream_side_t side, br_err_t *err)
 {
     br_streamend_t *e = calloc(1, sizeof(*e));
     if (!e)
+        return br_errp(err, ENOMEM, "out of memory");
+    if (br_streamseal_init(&e->seal, key, side, err) < 0) {
+        free(e);
         return NULL;
+    }
     e->sock = sock;
     e->stream = stream;
     br_credit_init(&e->credit);
@@ -87,6 +93,7 @@ void br_streamend_destroy(br_streamend_t **ep)
         release(e, &e->src[i].fd);
         release(e, &e->snk[i].fd);
     }
+    br_streamseal_fini(&e->seal);
     free(e);
     *ep = NULL;
 }
@@ -134,7 +141,19 @@ int br_streamend_poll(const br_streamend_t *e, zmq_pollitem_t *items, int max)
 static int send_frame(br_streamend_t *e, uint8_t type, uint8_t ch, uint64_t arg,
                       const void *payload, size_t len)
 {
-    return br_stream_send(e->sock, NULL, 0, type, ch, e->stream, arg, payload, len, 0);
+    return br_streamseal_send(&e->seal, e->sock, type, ch, e->stream, arg, payload, len);
+}
+
+int br_streamend_send(br_streamend_t *e, uint8_t type, uint8_t channel, uint64_t arg,
+                      const void *payload, size_t len)
+{
+    return send_frame(e, type, channel, arg, payload, len);
+}
+
+int br_streamend_open(br_streamend_t *e, const br_stream_hdr_t *h, void *buf, size_t *len,
+                      br_err_t *err)
+{
+    return br_streamseal_open(&e->seal, h, buf, len, err);
 }
 
 /* Grant back what was taken, a quarter window at a time. */
@@ -148,12 +167,15 @@ static int grant(br_streamend_t *e, int64_t cost)
 static int read_source(br_streamend_t *e, int ch)
 {
     source_t *s = &e->src[ch];
-    unsigned char buf[BR_STREAM_CHUNK];
+    unsigned char buf[BR_STREAM_CHUNK]; /* (sealed in place) */
     for (int rounds = 0; rounds < 16 && s->fd >= 0 && !s->eof_sent; rounds++) {
         int64_t room = br_credit_room(&e->credit);
         if (room < BR_STREAM_FRAME_COST)
             return 0;
-        size_t want = room < (int64_t)sizeof(buf) ? (size_t)room : sizeof(buf);
+        room -= BR_STREAM_SEAL; /* (what a frame costs counts its seal) */
+        size_t want = room < (int64_t)BR_STREAM_CHUNK - BR_STREAM_SEAL
+                          ? (size_t)room
+                          : BR_STREAM_CHUNK - BR_STREAM_SEAL;
         ssize_t n = read(s->fd, buf, want);
         if (n < 0 && errno == EINTR)
             continue;
@@ -164,8 +186,9 @@ static int read_source(br_streamend_t *e, int ch)
             release(e, &s->fd);
             return send_frame(e, BR_STREAM_EOF, (uint8_t)ch, 0, NULL, 0);
         }
-        e->credit.sent += br_stream_cost((size_t)n);
-        if (send_frame(e, BR_STREAM_DATA, (uint8_t)ch, 0, buf, (size_t)n) < 0)
+        e->credit.sent += br_stream_cost((size_t)n + BR_STREAM_SEAL);
+        if (br_streamseal_send_buf(&e->seal, e->sock, BR_STREAM_DATA, (uint8_t)ch, e->stream,
+                                   0, buf, (size_t)n) < 0)
             return -1;
     }
     return 0;
@@ -263,7 +286,7 @@ int br_streamend_frame(br_streamend_t *e, const br_stream_hdr_t *h, const void *
     c->next = NULL;
     c->len = len;
     c->off = 0;
-    c->cost = br_stream_cost(len);
+    c->cost = br_stream_cost(len + BR_STREAM_SEAL); /* (as its sender counted it) */
     memcpy(c->data, payload, len);
     if (s->tail)
         s->tail->next = c;

@@ -17,13 +17,17 @@
 #include <zmq.h>
 
 #include "stream.h"
+#include "streamseal.h"
 
 #define BR_STREAMEND_CHANNELS 3
 
 typedef struct br_streamend br_streamend_t;
 
-/* An end of stream, sending on sock (a DEALER connected to the relay). */
-br_streamend_t *br_streamend_new(void *sock, uint32_t stream);
+/* The end side of stream, sending on sock (a DEALER connected to the relay), its
+ * frames sealed with key (hex; streamseal.h). NULL with err (not a key, out of
+ * memory). */
+br_streamend_t *br_streamend_new(void *sock, uint32_t stream, const char *key,
+                                 br_stream_side_t side, br_err_t *err);
 /* Closes the descriptors it was given (each once). */
 void br_streamend_destroy(br_streamend_t **e);
 
@@ -39,7 +43,19 @@ int br_streamend_poll(const br_streamend_t *e, zmq_pollitem_t *items, int max);
  * granted back. 0, or -1 with errno when a send failed. */
 int br_streamend_turn(br_streamend_t *e);
 
-/* A frame for this stream (DATA, CREDIT, EOF, ATTACHED; others are the caller's):
+/* Send one of the caller's frames to the other end (WINCH, EXIT, CLOSE), sealed.
+ * 0, or -1 with errno. */
+int br_streamend_send(br_streamend_t *e, uint8_t type, uint8_t channel, uint64_t arg,
+                      const void *payload, size_t len);
+
+/* Every frame that came for this stream, first: a sealed one checked and its payload
+ * (buf, *len bytes) decrypted in place; an unsealed one let through only when the
+ * relay may send it. 0, or -1 with err (then the stream is to be closed). */
+int br_streamend_open(br_streamend_t *e, const br_stream_hdr_t *h, void *buf, size_t *len,
+                      br_err_t *err);
+
+/* A frame for this stream, opened (DATA, CREDIT, EOF, ATTACHED; others are the
+ * caller's):
  * 0, or -1 with err when the other end broke the protocol (data beyond the window,
  * on a channel with no sink). */
 int br_streamend_frame(br_streamend_t *e, const br_stream_hdr_t *h, const void *payload,

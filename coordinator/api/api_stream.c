@@ -1,16 +1,20 @@
 /* api_stream.c - stream.open: a shell in a running job, or a connection to a port
  * on its node (docs/shell.md). The loop checks who may and where the job runs,
  * grants the stream at the relay (net/relay.h), orders the node's agent to dial
- * in, and answers the CLI with its ticket; the bytes never pass through here. */
+ * in, and answers the CLI with its ticket; each end gets the key that seals its
+ * frames (proto/streamseal.h) from here, over its own CURVE connection, and the
+ * relay never does; the bytes never pass through here. */
 #include "api.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sodium.h>
 
 #include "devenv.h"
 #include "jobtab.h"
 #include "relay.h"
+#include "streamseal.h"
 #include "util.h"
 
 #define COMMAND_ARGS_MAX 256
@@ -159,10 +163,13 @@ void br_api_stream_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
         return;
     }
     int shell = strcmp(q.kind, "shell") == 0;
-    json_t *order = json_pack("{s:I, s:s, s:i, s:I, s:i, s:I, s:s}", "stream",
-                              (json_int_t)g.id, "ticket", g.node_ticket, "relay_port",
-                              br_relay_port(c->relay), "job", (json_int_t)j->id, "attempt",
-                              j->attempt, "rank", q.rank, "kind", q.kind);
+    char key[BR_STREAM_KEY_HEX + 1]; /* both ends', and not the relay's */
+    br_streamseal_key(key);
+    json_t *order = json_pack("{s:I, s:s, s:s, s:i, s:I, s:i, s:I, s:s}", "stream",
+                              (json_int_t)g.id, "ticket", g.node_ticket, "key", key,
+                              "relay_port", br_relay_port(c->relay), "job",
+                              (json_int_t)j->id, "attempt", j->attempt, "rank", q.rank,
+                              "kind", q.kind);
     if (shell) {
         json_object_set_new(order, "tty", json_boolean(q.tty));
         json_object_set_new(order, "rows", json_integer(q.rows));
@@ -186,7 +193,8 @@ void br_api_stream_open(br_coord_t *c, br_msg_t *m, const br_caller_t *who)
     if (br_store_audit_add(c->store, br_now_ms(), who->id, who->name, shell ? "shell" : "forward",
                            target, what, &err) < 0)
         fprintf(stderr, "brambled: audit: %s\n", err.text);
-    br_reply_ok(c, m, json_pack("{s:I, s:s, s:i, s:s, s:I}", "stream", (json_int_t)g.id,
-                                "ticket", g.cli_ticket, "relay_port", br_relay_port(c->relay),
-                                "node", n->name, "rank", q.rank));
+    br_reply_ok(c, m, json_pack("{s:I, s:s, s:s, s:i, s:s, s:I}", "stream", (json_int_t)g.id,
+                                "ticket", g.cli_ticket, "key", key, "relay_port",
+                                br_relay_port(c->relay), "node", n->name, "rank", q.rank));
+    sodium_memzero(key, sizeof(key));
 }

@@ -14,11 +14,9 @@
 #include "sock.h"
 #include "util.h"
 #include "worker.h"
-#include "zap.h"
 
 #define RECV_MAX 256 /* frames taken per turn of the loop before expiring */
 #define RELAY_NICE 10 /* bulk bytes yield to the loop's heartbeats when the CPU is short */
-#define NODE_KEYS_MAX 65536 /* node keys remembered as admitted */
 #define REACH_MS 500 /* each end is pinged this often: one whose connection closed is
                       * found so (ROUTER_MANDATORY: its route is gone), within a
                       * heartbeat, not after BR_STREAM_GONE_MS of silence */
@@ -42,11 +40,7 @@ typedef struct {
 
 struct br_relay {
     br_worker_t w; /* its mutex guards the table */
-    void *ctx;     /* its own, whose I/O thread (CURVE's work) runs at RELAY_NICE */
-    br_zap_t *zap; /* its context's handshakes: which keys may connect */
-    char (*nodes)[41]; /* node keys a stream was granted to: admitted from then on (an
-                        * agent keeps its connection, and makes it again) */
-    size_t nnodes, capnodes;
+    void *ctx;     /* its own, whose I/O thread runs at RELAY_NICE */
     void *sock;
     int port;
     int per_user, total;
@@ -132,17 +126,14 @@ static int same_route(const end_t *e, const void *route, size_t len)
 }
 
 static void attach(br_relay_t *r, rstream_t *s, const void *route, size_t rlen,
-                   const char *user, const void *ticket, size_t tlen)
+                   const void *ticket, size_t tlen)
 {
     int side = -1;
     if (tlen == BR_STREAM_TICKET && sodium_memcmp(ticket, s->g.cli_ticket, tlen) == 0)
         side = CLI;
     else if (tlen == BR_STREAM_TICKET && sodium_memcmp(ticket, s->g.node_ticket, tlen) == 0)
         side = NODE;
-    const char *key = side == CLI ? s->g.cli_key : s->g.node_key;
-    const char *refused = side < 0 ? "wrong ticket"
-                          : key[0] && strcmp(user, key) != 0
-                              ? "the ticket belongs to another key"
+    const char *refused = side < 0                 ? "wrong ticket"
                           : s->e[side].attached ? "that end is attached already"
                                                 : NULL;
     if (refused) {
@@ -224,7 +215,7 @@ static void pass(br_relay_t *r, rstream_t *s, int side, const br_stream_hdr_t *h
         drop_stream(r, s); /* (the other end has it: the last frame) */
 }
 
-static void on_frame(br_relay_t *r, const void *route, size_t rlen, const char *user,
+static void on_frame(br_relay_t *r, const void *route, size_t rlen,
                      const br_stream_hdr_t *h, zmq_msg_t *payload)
 {
     pthread_mutex_lock(&r->w.mu);
@@ -253,7 +244,7 @@ static void on_frame(br_relay_t *r, const void *route, size_t rlen, const char *
     if (side >= 0)
         pass(r, s, side, h, payload);
     else if (h->type == BR_STREAM_ATTACH)
-        attach(r, s, route, rlen, user, payload ? zmq_msg_data(payload) : NULL,
+        attach(r, s, route, rlen, payload ? zmq_msg_data(payload) : NULL,
                payload ? zmq_msg_size(payload) : 0);
     pthread_mutex_unlock(&r->w.mu);
 }
@@ -284,8 +275,7 @@ static int recv_one(br_relay_t *r)
     if (n >= 2 && n <= 3 &&
         br_stream_hdr_decode(zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), &h, &err) == 0 &&
         (n == 2 || zmq_msg_size(&part[2]) <= BR_STREAM_CHUNK)) {
-        const char *user = zmq_msg_gets(&part[1], "User-Id");
-        on_frame(r, zmq_msg_data(&part[0]), zmq_msg_size(&part[0]), user ? user : "", &h,
+        on_frame(r, zmq_msg_data(&part[0]), zmq_msg_size(&part[0]), &h,
                  n == 3 ? &part[2] : NULL);
     }
     for (int i = 0; i < 3; i++)
@@ -336,39 +326,6 @@ static void expire(br_relay_t *r, int64_t now, int ping)
     pthread_mutex_unlock(&r->w.mu);
 }
 
-/* A handshake's key: admitted when a stream open now was granted to it (the CLI's
- * end, the node's) or a stream ever was to it as a node's; under w.mu. Any other key
- * is refused at the handshake, as the coordinator's own port refuses a stranger. */
-static int zap_check(void *arg, const char *key)
-{
-    br_relay_t *r = arg;
-    int ok = 0;
-    pthread_mutex_lock(&r->w.mu);
-    for (size_t i = 0; !ok && i < r->n; i++)
-        ok = strcmp(r->s[i].g.cli_key, key) == 0 || strcmp(r->s[i].g.node_key, key) == 0;
-    for (size_t i = 0; !ok && i < r->nnodes; i++)
-        ok = strcmp(r->nodes[i], key) == 0;
-    pthread_mutex_unlock(&r->w.mu);
-    return ok ? 0 : -1;
-}
-
-/* Remember a node's key (under w.mu). */
-static void remember_node(br_relay_t *r, const char *key)
-{
-    for (size_t i = 0; i < r->nnodes; i++)
-        if (strcmp(r->nodes[i], key) == 0)
-            return;
-    if (r->nnodes == r->capnodes) {
-        size_t cap = r->capnodes ? 2 * r->capnodes : 16;
-        char(*v)[41] = cap <= NODE_KEYS_MAX ? realloc(r->nodes, cap * sizeof(*v)) : NULL;
-        if (!v)
-            return; /* (then admitted while it has a stream granted) */
-        r->nodes = v;
-        r->capnodes = cap;
-    }
-    br_strlcpy(r->nodes[r->nnodes++], key, sizeof(r->nodes[0]));
-}
-
 static void *run(void *arg)
 {
     br_relay_t *r = arg;
@@ -380,16 +337,13 @@ static void *run(void *arg)
         pthread_mutex_unlock(&r->w.mu);
         if (stop)
             break;
-        zmq_pollitem_t it[3] = {{r->sock, 0, ZMQ_POLLIN, 0},
-                                {NULL, r->w.efd, ZMQ_POLLIN, 0},
-                                {br_zap_socket(r->zap), 0, ZMQ_POLLIN, 0}};
-        if (zmq_poll(it, 3, 250) < 0 && errno != EINTR)
+        zmq_pollitem_t it[2] = {{r->sock, 0, ZMQ_POLLIN, 0},
+                                {NULL, r->w.efd, ZMQ_POLLIN, 0}};
+        if (zmq_poll(it, 2, 250) < 0 && errno != EINTR)
             break;
         int posted = it[1].revents != 0;
         if (posted) /* (the loop cut a stream: closed below, at once) */
             br_worker_clear(&r->w);
-        if (it[2].revents)
-            br_zap_handle(r->zap);
         for (int i = 0; i < RECV_MAX && recv_one(r) == 0; i++)
             ;
         int64_t now = br_mono_ms();
@@ -406,8 +360,7 @@ static void *run(void *arg)
 
 /* --- the object ------------------------------------------------------------------ */
 
-static void *bind_next_to(void *ctx, const char *listen, const char *secret_key, int *port,
-                          br_err_t *err)
+static void *bind_next_to(void *ctx, const char *listen, int *port, br_err_t *err)
 {
     const char *colon = strrchr(listen, ':');
     int main_port = colon ? atoi(colon + 1) : 0;
@@ -418,10 +371,10 @@ static void *bind_next_to(void *ctx, const char *listen, const char *secret_key,
                        listen);
     if (main_port > 0 && main_port < 65535 &&
         br_stream_endpoint(listen, main_port + 1, ep, sizeof(ep)) == 0)
-        s = br_sock_stream_server(ctx, ep, secret_key, NULL);
+        s = br_sock_stream_server(ctx, ep, NULL);
     if (!s) { /* taken (another cluster's on this host), or no port given */
         snprintf(ep, sizeof(ep), "%.*s:*", (int)(colon - listen), listen);
-        if (!(s = br_sock_stream_server(ctx, ep, secret_key, err)))
+        if (!(s = br_sock_stream_server(ctx, ep, err)))
             return NULL;
     }
     char last[300];
@@ -435,12 +388,12 @@ static void *bind_next_to(void *ctx, const char *listen, const char *secret_key,
 }
 
 /* The relay's context and socket, made by a thread of their own at RELAY_NICE: the
- * context's I/O thread, which encrypts and decrypts every frame, starts with the
- * socket and inherits the niceness, so that a forward's bytes yield the CPU to the
+ * context's I/O thread, which moves every frame, starts with the socket and
+ * inherits the niceness, so that a forward's bytes yield the CPU to the
  * coordinator's loop (its heartbeats) on a busy machine. */
 typedef struct {
     br_relay_t *r;
-    const char *listen, *secret_key;
+    const char *listen;
     br_err_t *err;
 } opener_t;
 
@@ -450,13 +403,12 @@ static void *open_nice(void *arg)
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), RELAY_NICE);
     if (!(o->r->ctx = zmq_ctx_new()))
         br_errf(o->err, errno, "the relay's context: %s", zmq_strerror(errno));
-    else if ((o->r->zap = br_zap_new(o->r->ctx, zap_check, o->r, o->err)))
-        o->r->sock = bind_next_to(o->r->ctx, o->listen, o->secret_key, &o->r->port, o->err);
+    else
+        o->r->sock = bind_next_to(o->r->ctx, o->listen, &o->r->port, o->err);
     return NULL;
 }
 
-br_relay_t *br_relay_new(const char *listen, const char *secret_key, int per_user, int total,
-                         br_err_t *err)
+br_relay_t *br_relay_new(const char *listen, int per_user, int total, br_err_t *err)
 {
     br_relay_t *r = calloc(1, sizeof(*r));
     if (!r)
@@ -470,7 +422,7 @@ br_relay_t *br_relay_new(const char *listen, const char *secret_key, int per_use
         free(r);
         return NULL;
     }
-    opener_t o = {r, listen, secret_key, err};
+    opener_t o = {r, listen, err};
     pthread_t t;
     if (pthread_create(&t, NULL, open_nice, &o) != 0) {
         br_errf(err, EAGAIN, "the relay: no thread");
@@ -492,10 +444,8 @@ void br_relay_destroy(br_relay_t **rp)
         return;
     br_worker_stop(&r->w);
     br_sock_close(&r->sock);
-    br_zap_destroy(&r->zap);
     if (r->ctx)
         zmq_ctx_term(r->ctx);
-    free(r->nodes);
     br_worker_fini(&r->w);
     free(r->s);
     free(r->closed);
@@ -542,11 +492,6 @@ int br_relay_cut(br_relay_t *r, int64_t user_id, const char *key, const char *wh
         br_strlcpy(s->cut, why, sizeof(s->cut));
         n++;
     }
-    for (size_t i = 0; key && i < r->nnodes; i++) /* (a node's old key: refused now) */
-        if (strcmp(r->nodes[i], key) == 0) {
-            memcpy(r->nodes[i], r->nodes[--r->nnodes], sizeof(r->nodes[0]));
-            break;
-        }
     pthread_mutex_unlock(&r->w.mu);
     if (n)
         br_worker_post(&r->w); /* (its thread closes them, on its own socket) */
@@ -585,8 +530,6 @@ int br_relay_open(br_relay_t *r, br_relay_grant_t *g, br_err_t *err)
         rstream_t *s = &r->s[r->n++];
         memset(s, 0, sizeof(*s));
         s->g = *g;
-        if (g->node_key[0])
-            remember_node(r, g->node_key);
         s->opened = br_mono_ms();
         br_credit_init(&s->e[CLI].out);
         br_credit_init(&s->e[NODE].out);

@@ -1,12 +1,16 @@
-/* relay.h - the coordinator's stream relay: a thread of its own with a CURVE
- * ROUTER of its own (the coordinator's port + 1, or any free one), which joins the
- * two ends of each shell or forward (proto/stream.h) - the CLI that asked and the
- * agent of the job's node, both of which dial in, since nodes accept nothing -
- * and passes their frames between them, off the coordinator's loop.
+/* relay.h - the coordinator's stream relay: a thread of its own with a ROUTER of
+ * its own (the coordinator's port + 1, or any free one), which joins the two ends
+ * of each shell or forward (proto/stream.h) - the CLI that asked and the agent of
+ * the job's node, both of which dial in, since nodes accept nothing - and passes
+ * their frames between them, off the coordinator's loop.
  *
- * The loop grants each stream (br_relay_open) after it checked who may; the relay
- * admits to a stream only the end that shows its ticket from the connection of
- * the key it was granted to. It holds the credit of both directions and closes a
+ * The ends seal what they send each other with the stream's key, which the loop
+ * gave each over its CURVE connection and the relay never holds
+ * (proto/streamseal.h): the relay's socket does no CURVE of its own, and passes
+ * bytes it can neither read nor change. The loop grants each stream
+ * (br_relay_open) after it checked who may; the relay admits to a stream only the
+ * end that shows its ticket (as secret as the key, and given with it), each end
+ * once. It holds the credit of both directions and closes a
  * stream whose sender goes beyond it, so a client that floods or never reads
  * stalls its own stream and nothing else. An end silent for BR_STREAM_GONE_MS (the
  * CLI's and the agent's pings stop) closes the stream, telling the other end; the
@@ -27,10 +31,9 @@ typedef struct br_relay br_relay_t;
 /* Listen next to listen (tcp://HOST:PORT: PORT + 1, or any free port on HOST when
  * that is taken or PORT is 0) and start the thread. per_user and total bound the
  * streams open at once. The relay has a ZeroMQ context of its own, and its threads
- * (its loop and the context's I/O thread, which does CURVE's work for every frame)
- * run at nice 10: on a busy machine a forward's bytes wait, not the heartbeats. */
-br_relay_t *br_relay_new(const char *listen, const char *secret_key, int per_user, int total,
-                         br_err_t *err);
+ * (its loop and the context's I/O thread, which moves every frame) run at nice 10:
+ * on a busy machine a forward's bytes wait, not the heartbeats. */
+br_relay_t *br_relay_new(const char *listen, int per_user, int total, br_err_t *err);
 void br_relay_destroy(br_relay_t **r);
 int br_relay_port(const br_relay_t *r);
 
@@ -38,8 +41,8 @@ int br_relay_port(const br_relay_t *r);
 typedef struct {
     int64_t user_id;          /* whose (the per-user bound) */
     int64_t job;
-    char cli_key[41];         /* the CURVE key the CLI's end must come from */
-    char node_key[41];        /* ... and the agent's ("" : any node's) */
+    char cli_key[41];         /* the CURVE key of the CLI that asked (br_relay_cut) */
+    char node_key[41];        /* ... and of the job's node */
     /* filled by br_relay_open: */
     uint32_t id;
     char cli_ticket[BR_STREAM_TICKET + 1], node_ticket[BR_STREAM_TICKET + 1];
@@ -52,8 +55,7 @@ int br_relay_open(br_relay_t *r, br_relay_grant_t *g, br_err_t *err);
 /* Close the streams of user user_id (when > 0) and those granted to key (either
  * end's; NULL: none by key), telling both ends why: a key revoked, a user
  * removed. The relay's thread closes them at once (the agent's end then ends its
- * processes as when the CLI vanishes), and a node's key it admitted is admitted no
- * more. How many were open. */
+ * processes as when the CLI vanishes). How many were open. */
 int br_relay_cut(br_relay_t *r, int64_t user_id, const char *key, const char *why);
 
 /* How many streams of job are open now: granted, and not yet closed. */

@@ -743,15 +743,17 @@ def header(type_, seq, kind=KIND_REQUEST, flags=0, magic=MAGIC, version=VERSION)
 
 
 class RawClient:
-    """A DEALER with CURVE, as the CLI has, for sending hand-made frames."""
+    """A DEALER with CURVE, as the CLI has, for sending hand-made frames (none when
+    server_key is None: the relay's socket, whose ends seal their own frames)."""
 
-    def __init__(self, endpoint, server_key, public, secret, maxmsgsize=None):
+    def __init__(self, endpoint, server_key, public=None, secret=None, maxmsgsize=None):
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.curve_serverkey = server_key.encode()
-        self.sock.curve_publickey = public.encode()
-        self.sock.curve_secretkey = secret.encode()
+        if server_key is not None:
+            self.sock.curve_serverkey = server_key.encode()
+            self.sock.curve_publickey = public.encode()
+            self.sock.curve_secretkey = secret.encode()
         self.sock.connect(endpoint)
         self.seq = 1000
 

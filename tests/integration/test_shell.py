@@ -441,16 +441,45 @@ def test_a_client_that_never_reads_stalls_only_its_stream(cluster, job):
              "the remote `yes` to be hung up once its client went")
 
 
-def frame(type_, stream, arg=0, channel=0):
-    return struct.pack(">BBBBIQ", 1, type_, channel, 0, stream, arg)
+SEALED = 1
+
+
+def frame(type_, stream, arg=0, channel=0, flags=0):
+    return struct.pack(">BBBBIQ", 2, type_, channel, flags, stream, arg)
 
 
 ATTACH, ATTACHED, DATA, CLOSE = 1, 2, 3, 8
 
 
+class Seal:
+    """The client's end of a stream's seal (proto/streamseal.h), written again from
+    its description: ChaCha20-Poly1305 with the stream's key, the header as
+    associated data, the nonce the direction (0: from the client) and the frame's
+    number."""
+
+    def __init__(self, key_hex):
+        from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+        self.aead = ChaCha20Poly1305(bytes.fromhex(key_hex))
+        self.sent = self.got = 0
+
+    def frames(self, type_, stream, payload=b"", arg=0, channel=0):
+        hdr = frame(type_, stream, arg, channel, SEALED)
+        nonce = b"\0" * 4 + struct.pack(">Q", self.sent)
+        self.sent += 1
+        return [hdr, self.aead.encrypt(nonce, payload, hdr)]
+
+    def open(self, msg):
+        """The payload of a sealed frame from the node (the next it numbered)."""
+        hdr, body = msg[0], msg[1] if len(msg) > 1 else b""
+        assert hdr[3] == SEALED, f"an unsealed frame from the node: {msg}"
+        nonce = b"\1" + b"\0" * 3 + struct.pack(">Q", self.got)
+        self.got += 1
+        return self.aead.decrypt(nonce, body, hdr)
+
+
 def raw_stream(c, jid, *command):
     """A shell stream running command in job jid, opened and attached by hand (the
-    frames this test sends are its own): (relay connection, stream id)."""
+    frames this test sends are its own): (relay connection, stream id, its seal)."""
     main = c.raw_client()
     try:
         _, body, _ = main.request("stream.open", {"id": jid, "kind": "shell",
@@ -458,35 +487,36 @@ def raw_stream(c, jid, *command):
     finally:
         main.close()
     assert "stream" in body, body
-    pub, sec, server = c.admin_keys()
-    relay = RawClient(f"tcp://{c.host}:{body['relay_port']}", server, pub, sec)
+    relay = RawClient(f"tcp://{c.host}:{body['relay_port']}", None)
     sid = body["stream"]
     relay.send([frame(ATTACH, sid), body["ticket"].encode()])
     msg = relay.recv()
     assert msg and msg[0][1] == ATTACHED, msg
     wait_for(lambda: remote_procs(c, jid, *command), what=f"the remote {command}")
-    return relay, sid
+    return relay, sid, Seal(body["key"])
 
 
-def closed_why(relay):
-    """The reason of the CLOSE the relay sends (None: none within DEADLINE)."""
+def closed_why(relay, seal):
+    """The reason of the CLOSE the relay passes on, or sends itself (None: none
+    within DEADLINE); the node's frames before it are opened in turn."""
     deadline = time.monotonic() + DEADLINE
     while time.monotonic() < deadline:
         m = relay.recv(1)
+        body = seal.open(m) if m and m[0][3] == SEALED else m and m[1:] and m[1]
         if m and m[0][1] == CLOSE:
-            return m[1].decode()
+            return body.decode()
     return None
 
 
 def test_a_sender_beyond_its_credit_is_cut_off(cluster, job):
     c = cluster
     jid, _ = job
-    relay, sid = raw_stream(c, jid, "sleep", "1002")
+    relay, sid, seal = raw_stream(c, jid, "sleep", "1002")
     try:
-        chunk = b"z" * 65536  # 16 of them: 1 MiB, where 256 KiB may be in flight
+        chunk = b"z" * 65536  # 16 of them: 1 MiB, where 512 KiB may be in flight
         for _ in range(16):
-            relay.send([frame(DATA, sid), chunk])
-        closed = closed_why(relay)
+            relay.send(seal.frames(DATA, sid, chunk))
+        closed = closed_why(relay, seal)
         assert closed and "beyond its credit" in closed, closed
     finally:
         relay.close()
@@ -503,15 +533,56 @@ def test_a_receiver_granting_credit_it_was_not_sent_is_cut_off(cluster, job):
     cut off, saying why; the remote process is hung up."""
     c = cluster
     jid, _ = job
-    relay, sid = raw_stream(c, jid, "sleep", "1003")
+    relay, sid, seal = raw_stream(c, jid, "sleep", "1003")
     try:
-        relay.send([frame(CREDIT, sid, arg=1 << 30)])  # a GiB it was never sent
-        closed = closed_why(relay)
+        relay.send(seal.frames(CREDIT, sid, arg=1 << 30))  # a GiB it was never sent
+        closed = closed_why(relay, seal)
         assert closed and "credit beyond what it was sent" in closed, closed
     finally:
         relay.close()
     wait_for(lambda: not remote_procs(c, jid, "sleep", "1003"), 20,
              "the cut-off stream's process to be hung up")
+
+
+def test_frames_are_sealed_end_to_end(cluster, job):
+    """What passes the relay is sealed by its ends with the stream's key, which the
+    relay never had: a client that seals as the protocol says is answered by the
+    command, in frames it opens with that key and that carry no plain text; a frame
+    changed on the way is refused by the node, which closes the stream saying why
+    and hangs the command up; an unsealed one likewise (a relay, or anyone on the
+    path, cannot inject bytes)."""
+    c = cluster
+    jid, _ = job
+    relay, sid, seal = raw_stream(c, jid, "sed", "s/^/seen: /")
+    try:
+        word = "plain-" + secrets.token_hex(8)
+        relay.send(seal.frames(DATA, sid, f"{word}\n".encode()))
+        relay.send(seal.frames(5, sid))  # EOF on stdin: sed ends
+        out, deadline = b"", time.monotonic() + DEADLINE
+        while b"\n" not in out and time.monotonic() < deadline:
+            m = relay.recv(1)
+            if m and m[0][1] == DATA:
+                assert word.encode() not in m[1], "a DATA frame passed in plain text"
+                out += seal.open(m)
+        assert out == f"seen: {word}\n".encode(), out
+    finally:
+        relay.close()
+
+    for bad in ("changed", "unsealed"):
+        relay, sid, seal = raw_stream(c, jid, "sleep", "1005")
+        try:
+            if bad == "changed":
+                hdr, body = seal.frames(DATA, sid, b"rm -rf /\n")
+                relay.send([hdr, bytes([body[0] ^ 1]) + body[1:]])
+            else:
+                relay.send([frame(DATA, sid), b"rm -rf /\n"])
+            closed = closed_why(relay, seal)
+            assert closed and ("failed its check" in closed if bad == "changed"
+                               else "an unsealed DATA frame" in closed), closed
+        finally:
+            relay.close()
+        wait_for(lambda: not remote_procs(c, jid, "sleep", "1005"), 20,
+                 f"the process of the stream with a {bad} frame to be hung up")
 
 
 # ---------------------------------------------------------------------------
@@ -593,7 +664,7 @@ def test_a_terminals_last_output_reaches_a_reader_that_was_away(cluster, job):
     ends while what it left in the job's terminal cannot go yet (the reader's credit
     spent), here from a pipeline it started in the background (in a process group of
     its own, as an interactive shell's job, which the terminal's end does not hang
-    up) that has filled every buffer on the way and waits; all 400 KB reach the
+    up) that has filled every buffer on the way and waits; all 4 MB reach the
     reader once it is back, then the command's status."""
     import select
     c = cluster
@@ -601,7 +672,7 @@ def test_a_terminals_last_output_reaches_a_reader_that_was_away(cluster, job):
     go = workdir / f"go-{uuid.uuid4().hex[:8]}"
     master, slave = os.openpty()
     p = subprocess.Popen(shell_argv(c, jid, "-t", "--", "sh", "-c",
-                                    "setsid sh -c \"head -c 400000 /dev/zero | tr "
+                                    "setsid sh -c \"head -c 4000000 /dev/zero | tr "
                                     f"'\\\\0' x\" & while [ ! -e {go} ]; do sleep 0.05; "
                                     "done; exit 3"),
                          stdin=slave, stdout=slave, stderr=subprocess.PIPE, env=c.env,
@@ -626,7 +697,7 @@ def test_a_terminals_last_output_reaches_a_reader_that_was_away(cluster, job):
 
         wait_for(stalled, 60, "the background writer to fill the buffers and wait",
                  interval=0.1)
-        assert seen[-1] < 400000, seen[-1]
+        assert seen[-1] < 4000000, seen[-1]
         go.touch()  # the command ends; the last of the output is still in the terminal
         wait_for(lambda: not remote_procs(c, jid, "sh", "-c", p.args[-1]),
                  what="the shell's command to end, its output waiting for the reader")
@@ -649,7 +720,7 @@ def test_a_terminals_last_output_reaches_a_reader_that_was_away(cluster, job):
             p.kill()
             p.wait()
         os.close(master)
-    assert got.count(b"x") == 400000, (got.count(b"x"), p.stderr.read()[-300:])
+    assert got.count(b"x") == 4000000, (got.count(b"x"), p.stderr.read()[-300:])
     assert rc == 3, (rc, p.stderr.read()[-300:])
 
 

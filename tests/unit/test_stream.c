@@ -13,11 +13,14 @@
 
 #include "stream.h"
 #include "streamend.h"
+#include "streamseal.h"
+
+#define KEY "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
 
 static void test_header_round_trip(void **state)
 {
     (void)state;
-    br_stream_hdr_t h = {BR_STREAM_CREDIT, 2, 0xdeadbeef, 0x0102030405060708ull}, back;
+    br_stream_hdr_t h = {BR_STREAM_CREDIT, 2, 0xdeadbeef, 0x0102030405060708ull, 0}, back;
     unsigned char buf[BR_STREAM_HEADER];
     br_err_t err;
     br_stream_hdr_encode(&h, buf);
@@ -27,12 +30,20 @@ static void test_header_round_trip(void **state)
     assert_int_equal(back.channel, 2);
     assert_int_equal(back.stream, 0xdeadbeef);
     assert_true(back.arg == h.arg);
+    assert_int_equal(back.flags, 0);
+    h.flags = BR_STREAM_SEALED;
+    br_stream_hdr_encode(&h, buf);
+    assert_int_equal(br_stream_hdr_decode(buf, sizeof(buf), &back, &err), 0);
+    assert_int_equal(back.flags, BR_STREAM_SEALED);
+    buf[3] = 0x80; /* a flag this side does not know */
+    assert_int_equal(br_stream_hdr_decode(buf, sizeof(buf), &back, &err), -1);
+    assert_non_null(strstr(err.text, "flags"));
 }
 
 static void test_bad_headers(void **state)
 {
     (void)state;
-    br_stream_hdr_t h = {BR_STREAM_DATA, 1, 7, 0}, back;
+    br_stream_hdr_t h = {BR_STREAM_DATA, 1, 7, 0, 0}, back;
     unsigned char buf[BR_STREAM_HEADER + 1];
     br_err_t err;
     br_stream_hdr_encode(&h, buf);
@@ -120,7 +131,7 @@ static void test_source_stops_at_the_window(void **state)
     int src[2];
     assert_int_equal(pipe(src), 0);
     fcntl(src[1], F_SETFL, O_NONBLOCK);
-    br_streamend_t *e = br_streamend_new(p.a, 42);
+    br_streamend_t *e = br_streamend_new(p.a, 42, KEY, BR_STREAM_FROM_CLI, NULL);
     br_streamend_source(e, 1, src[0]);
     static unsigned char big[BR_STREAM_CHUNK], buf[BR_STREAM_CHUNK];
     memset(big, 'x', sizeof(big));
@@ -130,7 +141,7 @@ static void test_source_stops_at_the_window(void **state)
     br_stream_hdr_t h;
     size_t len;
     assert_int_equal(next(&p, &h, buf, &len), 0);
-    br_stream_hdr_t att = {BR_STREAM_ATTACHED, 0, 42, 0};
+    br_stream_hdr_t att = {BR_STREAM_ATTACHED, 0, 42, 0, 0};
     br_err_t err;
     assert_int_equal(br_streamend_frame(e, &att, NULL, 0, &err), 0);
     /* keep the pipe full: exactly one window's worth goes, then it waits */
@@ -149,7 +160,7 @@ static void test_source_stops_at_the_window(void **state)
     assert_true(got <= BR_STREAM_WINDOW);
     assert_true(got > BR_STREAM_WINDOW - BR_STREAM_FRAME_COST);
     /* a credit lets more go */
-    br_stream_hdr_t cr = {BR_STREAM_CREDIT, 0, 42, 100000};
+    br_stream_hdr_t cr = {BR_STREAM_CREDIT, 0, 42, 100000, 0};
     assert_int_equal(br_streamend_frame(e, &cr, NULL, 0, &err), 0);
     assert_int_equal(br_streamend_turn(e), 0);
     int64_t more = 0;
@@ -159,7 +170,7 @@ static void test_source_stops_at_the_window(void **state)
     /* the source's end is an EOF on its channel */
     close(src[1]);
     for (int i = 0; i < 200 && !br_streamend_sources_done(e); i++) {
-        br_stream_hdr_t c2 = {BR_STREAM_CREDIT, 0, 42, BR_STREAM_WINDOW};
+        br_stream_hdr_t c2 = {BR_STREAM_CREDIT, 0, 42, BR_STREAM_WINDOW, 0};
         br_streamend_frame(e, &c2, NULL, 0, &err);
         br_streamend_turn(e);
         while (next(&p, &h, buf, &len) == 1)
@@ -180,18 +191,22 @@ static void test_sink_grants_only_what_it_wrote(void **state)
     int dst[2];
     assert_int_equal(pipe(dst), 0);
     fcntl(dst[0], F_SETFL, O_NONBLOCK);
-    br_streamend_t *e = br_streamend_new(p.a, 5);
+    br_streamend_t *e = br_streamend_new(p.a, 5, KEY, BR_STREAM_FROM_NODE, NULL);
     br_streamend_sink(e, 0, dst[1], 0);
     br_err_t err;
     static unsigned char data[BR_STREAM_CHUNK], buf[BR_STREAM_CHUNK];
     memset(data, 'd', sizeof(data));
-    /* a window's worth: the pipe (64 KiB) takes part, the rest waits, queued */
-    for (int i = 0; i < BR_STREAM_WINDOW / BR_STREAM_CHUNK; i++) {
-        br_stream_hdr_t d = {BR_STREAM_DATA, 0, 5, 0};
-        assert_int_equal(br_streamend_frame(e, &d, data, sizeof(data), &err), 0);
+    /* a window's worth (each frame's cost counts its seal): the pipe (64 KiB) takes
+     * part, the rest waits, queued */
+    const size_t each = BR_STREAM_CHUNK - BR_STREAM_SEAL;
+    const int64_t frames = BR_STREAM_WINDOW / BR_STREAM_CHUNK;
+    for (int i = 0; i < frames; i++) {
+        br_stream_hdr_t d = {BR_STREAM_DATA, 0, 5, 0, 0};
+        assert_int_equal(br_streamend_frame(e, &d, data, each, &err), 0);
     }
-    br_stream_hdr_t over = {BR_STREAM_DATA, 0, 5, 0};
-    assert_int_equal(br_streamend_frame(e, &over, data, 1, &err), -1);
+    br_stream_hdr_t over = {BR_STREAM_DATA, 0, 5, 0, 0};
+    assert_int_equal(br_streamend_frame(e, &over, data, (size_t)frames * BR_STREAM_SEAL + 1,
+                                        &err), -1);
     assert_non_null(strstr(err.text, "beyond the window"));
     assert_int_equal(br_streamend_turn(e), 0);
     assert_true(br_streamend_queued(e) > 0);
@@ -204,7 +219,7 @@ static void test_sink_grants_only_what_it_wrote(void **state)
     assert_true(granted < BR_STREAM_WINDOW); /* not all of it was written yet */
     /* the reader drains the pipe: everything is written, and granted back */
     int64_t read_bytes = 0;
-    for (int i = 0; i < 100 && read_bytes < BR_STREAM_WINDOW; i++) {
+    for (int i = 0; i < 100 && read_bytes < frames * (int64_t)each; i++) {
         ssize_t n;
         while ((n = read(dst[0], buf, sizeof(buf))) > 0)
             read_bytes += n;
@@ -213,16 +228,16 @@ static void test_sink_grants_only_what_it_wrote(void **state)
             if (h.type == BR_STREAM_CREDIT)
                 granted += (int64_t)h.arg;
     }
-    assert_int_equal(read_bytes, BR_STREAM_WINDOW);
+    assert_int_equal(read_bytes, frames * (int64_t)each);
     assert_int_equal(granted, BR_STREAM_WINDOW);
     assert_int_equal(br_streamend_queued(e), 0);
     /* its EOF closes the pipe once written out */
-    br_stream_hdr_t eof = {BR_STREAM_EOF, 0, 5, 0};
+    br_stream_hdr_t eof = {BR_STREAM_EOF, 0, 5, 0, 0};
     assert_int_equal(br_streamend_frame(e, &eof, NULL, 0, &err), 0);
     assert_true(br_streamend_sinks_done(e));
     assert_int_equal(read(dst[0], buf, 1), 0); /* the writer's end is closed */
     /* data on a channel with no sink is the other end's fault */
-    br_stream_hdr_t stray = {BR_STREAM_DATA, 2, 5, 0};
+    br_stream_hdr_t stray = {BR_STREAM_DATA, 2, 5, 0, 0};
     assert_int_equal(br_streamend_frame(e, &stray, data, 10, &err), -1);
     assert_non_null(strstr(err.text, "channel 2"));
     br_streamend_destroy(&e);
@@ -242,13 +257,13 @@ static void test_a_stream_let_go_of_is_disowned(void **state)
     size_t len;
     const uint8_t quiet[] = {BR_STREAM_CLOSE, BR_STREAM_EXIT};
     for (size_t i = 0; i < sizeof(quiet); i++) {
-        h = (br_stream_hdr_t){quiet[i], 0, 7, 0};
+        h = (br_stream_hdr_t){quiet[i], 0, 7, 0, 0};
         br_stream_disown(p.a, &h, "gone", 0);
     }
-    h = (br_stream_hdr_t){BR_STREAM_PING, 0, 0, 0};
+    h = (br_stream_hdr_t){BR_STREAM_PING, 0, 0, 0, 0};
     br_stream_disown(p.a, &h, "gone", 0);
     assert_int_equal(next(&p, &got, buf, &len), 0);
-    h = (br_stream_hdr_t){BR_STREAM_PING, 0, 7, 0};
+    h = (br_stream_hdr_t){BR_STREAM_PING, 0, 7, 0, 0};
     br_stream_disown(p.a, &h, "gone", 0);
     assert_int_equal(next(&p, &got, buf, &len), 1);
     assert_int_equal(got.type, BR_STREAM_CLOSE);
