@@ -37,6 +37,7 @@ struct br_streamend {
     int attached;
     br_credit_t credit; /* what this end may send */
     br_owed_t owed;     /* what it took and has not granted back yet */
+    int64_t held;       /* what its sinks hold, as the sender counted it */
     source_t src[BR_STREAMEND_CHANNELS];
     sink_t snk[BR_STREAMEND_CHANNELS];
 };
@@ -167,7 +168,6 @@ static int grant(br_streamend_t *e, int64_t cost)
 static int read_source(br_streamend_t *e, int ch)
 {
     source_t *s = &e->src[ch];
-    unsigned char buf[BR_STREAM_CHUNK]; /* (sealed in place) */
     for (int rounds = 0; rounds < 16 && s->fd >= 0 && !s->eof_sent; rounds++) {
         int64_t room = br_credit_room(&e->credit);
         if (room < BR_STREAM_FRAME_COST)
@@ -176,7 +176,13 @@ static int read_source(br_streamend_t *e, int ch)
         size_t want = room < (int64_t)BR_STREAM_CHUNK - BR_STREAM_SEAL
                           ? (size_t)room
                           : BR_STREAM_CHUNK - BR_STREAM_SEAL;
+        unsigned char *buf = malloc(want + BR_STREAM_SEAL); /* (sealed in place, and
+                                                              * given to ZeroMQ) */
+        if (!buf)
+            return -1;
         ssize_t n = read(s->fd, buf, want);
+        if (n <= 0)
+            free(buf);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN)
@@ -187,8 +193,8 @@ static int read_source(br_streamend_t *e, int ch)
             return send_frame(e, BR_STREAM_EOF, (uint8_t)ch, 0, NULL, 0);
         }
         e->credit.sent += br_stream_cost((size_t)n + BR_STREAM_SEAL);
-        if (br_streamseal_send_buf(&e->seal, e->sock, BR_STREAM_DATA, (uint8_t)ch, e->stream,
-                                   0, buf, (size_t)n) < 0)
+        if (br_streamseal_send_owned(&e->seal, e->sock, BR_STREAM_DATA, (uint8_t)ch,
+                                     e->stream, 0, buf, (size_t)n) < 0)
             return -1;
     }
     return 0;
@@ -234,6 +240,7 @@ static int write_sink(br_streamend_t *e, sink_t *s)
             s->tail = NULL;
         s->queued -= c->len;
         int64_t cost = c->cost;
+        e->held -= cost;
         free(c);
         if (grant(e, cost) < 0)
             return -1;
@@ -278,22 +285,41 @@ int br_streamend_frame(br_streamend_t *e, const br_stream_hdr_t *h, const void *
     if (s->fd < 0 && !s->closed)
         return br_errf(err, EPROTO, "data on channel %d, which goes nowhere here",
                        h->channel);
-    if (s->queued + len > BR_STREAM_WINDOW)
+    int64_t cost = br_stream_cost(len + BR_STREAM_SEAL); /* (as its sender counted it) */
+    if (e->held + e->owed.taken + cost > BR_STREAM_WINDOW) /* (what it was sent and has
+                                                            * not granted back) */
         return br_errf(err, EPROTO, "data beyond the window");
-    chunk_t *c = malloc(sizeof(*c) + len);
+    size_t off = 0;
+    while (!s->head && !s->closed && !s->failed && s->fd >= 0 && off < len) {
+        ssize_t n = write(s->fd, (const unsigned char *)payload + off, len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno != EAGAIN)
+            s->failed = 1; /* (EPIPE: nobody reads it any more) */
+        if (n <= 0)
+            break;
+        off += (size_t)n;
+    }
+    if (off == len && (!s->failed || !len)) { /* written through: nothing to hold */
+        if (grant(e, cost) < 0)
+            return br_errf(err, errno, "the relay: %s", strerror(errno));
+        return 0;
+    }
+    chunk_t *c = malloc(sizeof(*c) + len - off);
     if (!c)
         return br_errf(err, ENOMEM, "out of memory");
     c->next = NULL;
-    c->len = len;
+    c->len = len - off;
     c->off = 0;
-    c->cost = br_stream_cost(len + BR_STREAM_SEAL); /* (as its sender counted it) */
-    memcpy(c->data, payload, len);
+    c->cost = cost;
+    memcpy(c->data, (const unsigned char *)payload + off, len - off);
+    e->held += cost;
     if (s->tail)
         s->tail->next = c;
     else
         s->head = c;
     s->tail = c;
-    s->queued += len;
+    s->queued += c->len;
     if (s->closed || s->failed)
         s->failed = 1; /* (dropped at the next write, credit given back) */
     return 0;

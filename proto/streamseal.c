@@ -2,6 +2,7 @@
 #include "streamseal.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sodium.h>
 #include <zmq.h>
@@ -59,19 +60,51 @@ static void nonce(unsigned char out[crypto_aead_chacha20poly1305_ietf_NPUBBYTES]
         out[i] = (unsigned char)(n & 0xff);
 }
 
+/* Seal buf (len bytes, and room for the seal) in place, its header into hdr. */
+static void seal(br_streamseal_t *s, unsigned char hdr[BR_STREAM_HEADER], uint8_t type,
+                 uint8_t channel, uint32_t stream, uint64_t arg, void *buf, size_t len)
+{
+    unsigned char n[crypto_aead_chacha20poly1305_ietf_NPUBBYTES];
+    br_stream_hdr_t h = {type, channel, stream, arg, BR_STREAM_SEALED};
+    br_stream_hdr_encode(&h, hdr);
+    nonce(n, s->side, s->sent++);
+    crypto_aead_chacha20poly1305_ietf_encrypt(buf, NULL, buf, len, hdr, BR_STREAM_HEADER,
+                                              NULL, n, s->key);
+}
+
 int br_streamseal_send_buf(br_streamseal_t *s, void *sock, uint8_t type, uint8_t channel,
                            uint32_t stream, uint64_t arg, void *buf, size_t len)
 {
-    unsigned char hdr[BR_STREAM_HEADER], n[crypto_aead_chacha20poly1305_ietf_NPUBBYTES];
-    br_stream_hdr_t h = {type, channel, stream, arg, BR_STREAM_SEALED};
-    unsigned long long clen = 0;
-    br_stream_hdr_encode(&h, hdr);
-    nonce(n, s->side, s->sent++);
-    crypto_aead_chacha20poly1305_ietf_encrypt(buf, &clen, buf, len, hdr, sizeof(hdr), NULL, n,
-                                              s->key);
+    unsigned char hdr[BR_STREAM_HEADER];
+    seal(s, hdr, type, channel, stream, arg, buf, len);
     if (zmq_send(sock, hdr, sizeof(hdr), ZMQ_SNDMORE) < 0)
         return -1;
-    return zmq_send(sock, buf, (size_t)clen, 0) < 0 ? -1 : 0;
+    return zmq_send(sock, buf, len + BR_STREAM_SEAL, 0) < 0 ? -1 : 0;
+}
+
+static void free_buf(void *data, void *hint)
+{
+    (void)hint;
+    free(data);
+}
+
+int br_streamseal_send_owned(br_streamseal_t *s, void *sock, uint8_t type, uint8_t channel,
+                             uint32_t stream, uint64_t arg, void *buf, size_t len)
+{
+    unsigned char hdr[BR_STREAM_HEADER];
+    zmq_msg_t m;
+    seal(s, hdr, type, channel, stream, arg, buf, len);
+    if (zmq_msg_init_data(&m, buf, len + BR_STREAM_SEAL, free_buf, NULL) < 0) {
+        free(buf);
+        return -1;
+    }
+    if (zmq_send(sock, hdr, sizeof(hdr), ZMQ_SNDMORE) < 0 || zmq_msg_send(&m, sock, 0) < 0) {
+        int e = errno;
+        zmq_msg_close(&m);
+        errno = e;
+        return -1;
+    }
+    return 0;
 }
 
 int br_streamseal_send(br_streamseal_t *s, void *sock, uint8_t type, uint8_t channel,

@@ -44,6 +44,10 @@ void br_streamseal_fini(br_streamseal_t *s);
  * and room for BR_STREAM_SEAL more, and is encrypted in place. 0, or -1 with errno. */
 int br_streamseal_send_buf(br_streamseal_t *s, void *sock, uint8_t type, uint8_t channel,
                            uint32_t stream, uint64_t arg, void *buf, size_t len);
+/* The same, buf (malloc'd) handed to ZeroMQ, which sends it as it is and frees it
+ * (freed at once when the send failed): no copy on the way out. */
+int br_streamseal_send_owned(br_streamseal_t *s, void *sock, uint8_t type, uint8_t channel,
+                             uint32_t stream, uint64_t arg, void *buf, size_t len);
 /* The same for a short payload that is not to be changed (at most
  * BR_STREAM_REASON_MAX bytes; NULL with len 0: none). */
 int br_streamseal_send(br_streamseal_t *s, void *sock, uint8_t type, uint8_t channel,

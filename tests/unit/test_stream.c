@@ -205,8 +205,7 @@ static void test_sink_grants_only_what_it_wrote(void **state)
         assert_int_equal(br_streamend_frame(e, &d, data, each, &err), 0);
     }
     br_stream_hdr_t over = {BR_STREAM_DATA, 0, 5, 0, 0};
-    assert_int_equal(br_streamend_frame(e, &over, data, (size_t)frames * BR_STREAM_SEAL + 1,
-                                        &err), -1);
+    assert_int_equal(br_streamend_frame(e, &over, data, 1, &err), -1);
     assert_non_null(strstr(err.text, "beyond the window"));
     assert_int_equal(br_streamend_turn(e), 0);
     assert_true(br_streamend_queued(e) > 0);
