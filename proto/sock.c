@@ -8,6 +8,7 @@
 #include <zmq.h>
 
 #include "msg.h"
+#include "stream.h"
 
 static int common_opts(void *s)
 {
@@ -26,12 +27,18 @@ static void *server(void *ctx, const char *endpoint, const char *secret_key, int
     void *s = zmq_socket(ctx, ZMQ_ROUTER);
     if (!s)
         return br_errp(err, errno, "socket: %s", zmq_strerror(errno));
-    int one = 1, zero = 0;
+    int one = 1, zero = 0, rcv = BR_SOCK_STREAM_PEER_QUEUE;
+    int64_t max = BR_STREAM_CHUNK;
     /* sends never block: a peer that does not read gets at most BR_SOCK_PEER_QUEUE
      * messages queued, and what overflows fails at once with EAGAIN */
     if (common_opts(s) < 0 ||
         zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm)) < 0 ||
-        (hwm == 0 && zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof(hwm)) < 0) ||
+        (!secret_key && /* a stream server, which anyone may connect to (no CURVE):
+                          * what one connection has queued here is bounded (a full
+                          * queue stops reading it: TCP holds the rest, nothing is
+                          * dropped), and a frame beyond a stream's largest drops it */
+         (zmq_setsockopt(s, ZMQ_RCVHWM, &rcv, sizeof(rcv)) < 0 ||
+          zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max)) < 0)) ||
         zmq_setsockopt(s, ZMQ_SNDTIMEO, &zero, sizeof(zero)) < 0 ||
         (secret_key &&
          (zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof(one)) < 0 ||

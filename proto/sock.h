@@ -54,6 +54,10 @@ void *br_sock_client_watched(void *ctx, const char *endpoint,
  * again, a NAT's mapping kept). */
 #define BR_SOCK_STREAM_HB_MS 10000
 #define BR_SOCK_STREAM_HB_TIMEOUT_MS 30000
+/* The server's socket takes anyone's connection (the frames' seal is the ends'):
+ * each may have this many messages queued in it (the relay reads them; a full
+ * queue stops reading from that peer), none larger than BR_STREAM_CHUNK. */
+#define BR_SOCK_STREAM_PEER_QUEUE 512
 void *br_sock_stream_server(void *ctx, const char *endpoint, br_err_t *err);
 void *br_sock_stream_client(void *ctx, const char *endpoint, br_err_t *err);
 

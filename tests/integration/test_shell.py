@@ -459,6 +459,7 @@ class Seal:
 
     def __init__(self, key_hex):
         from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+        self.key_hex = key_hex
         self.aead = ChaCha20Poly1305(bytes.fromhex(key_hex))
         self.sent = self.got = 0
 
@@ -488,6 +489,7 @@ def raw_stream(c, jid, *command):
         main.close()
     assert "stream" in body, body
     relay = RawClient(f"tcp://{c.host}:{body['relay_port']}", None)
+    relay.endpoint = f"tcp://{c.host}:{body['relay_port']}"
     sid = body["stream"]
     relay.send([frame(ATTACH, sid), body["ticket"].encode()])
     msg = relay.recv()
@@ -583,6 +585,45 @@ def test_frames_are_sealed_end_to_end(cluster, job):
             relay.close()
         wait_for(lambda: not remote_procs(c, jid, "sleep", "1005"), 20,
                  f"the process of the stream with a {bad} frame to be hung up")
+
+
+def test_a_stranger_on_the_relays_port_gets_nothing(cluster, job):
+    """The relay's port takes anyone's connection (the ends seal their frames, not
+    the connection), so a stranger with no key at all connects: a guessed ticket
+    is refused; frames it sends for a stream it did not join (a well-sealed one, a
+    forged CLOSE) go nowhere, and the stream's real ends go on; a frame larger than
+    any stream's drops its connection; a shell beside it works throughout."""
+    c = cluster
+    jid, _ = job
+    relay, sid, seal = raw_stream(c, jid, "sed", "s/^/got: /")
+    stranger = RawClient(relay.endpoint, None)
+    try:
+        stranger.send([frame(ATTACH, sid), secrets.token_hex(16).encode()])
+        m = stranger.recv()
+        assert m and m[0][1] == CLOSE and b"wrong ticket" in m[1], m
+        # sealed with the stream's own key and number (as if it had them): were it
+        # passed on, the node would print it and refuse the real end's next frame
+        stranger.send(Seal(seal.key_hex).frames(DATA, sid, b"injected\n"))
+        stranger.send([frame(CLOSE, sid), b"forged close"])
+        assert stranger.recv(1) is None, "the stranger was answered"
+        relay.send(seal.frames(DATA, sid, b"real\n"))
+        relay.send(seal.frames(5, sid))  # EOF: sed ends
+        out, deadline = b"", time.monotonic() + DEADLINE
+        while b"\n" not in out and time.monotonic() < deadline:
+            m = relay.recv(1)
+            if m and m[0][1] == CLOSE:
+                raise AssertionError(f"closed: {seal.open(m) if m[0][3] else m[1]}")
+            if m and m[0][1] == DATA:
+                out += seal.open(m)
+        assert out == b"got: real\n", out
+        # a frame larger than a stream's largest: the stranger's connection dropped
+        stranger.send([frame(DATA, sid), b"z" * (1 << 20)])
+        stranger.send([frame(ATTACH, sid), secrets.token_hex(16).encode()])
+        assert stranger.recv(2) is None, "an oversized frame's connection was answered"
+    finally:
+        stranger.close()
+        relay.close()
+    assert c.cli("shell", jid, "--", "echo", "still-here") == (0, "still-here\n", "")
 
 
 # ---------------------------------------------------------------------------
