@@ -2,6 +2,8 @@
 #include "relay.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +18,7 @@
 #include "worker.h"
 
 #define RECV_MAX 256 /* frames taken per turn of the loop before expiring */
-#define RELAY_NICE 10 /* bulk bytes yield to the loop's heartbeats when the CPU is short */
+#define RELAY_NICE 10 /* where SCHED_IDLE is refused: bulk bytes yield to the loop */
 #define REACH_MS 500 /* each end is pinged this often: one whose connection closed is
                       * found so (ROUTER_MANDATORY: its route is gone), within a
                       * heartbeat, not after BR_STREAM_GONE_MS of silence */
@@ -40,7 +42,7 @@ typedef struct {
 
 struct br_relay {
     br_worker_t w; /* its mutex guards the table */
-    void *ctx;     /* its own, whose I/O thread runs at RELAY_NICE */
+    void *ctx;     /* its own, whose I/O thread runs as SCHED_IDLE (lower_priority) */
     void *sock;
     int port;
     int per_user, total;
@@ -326,11 +328,24 @@ static void expire(br_relay_t *r, int64_t now, int ping)
     pthread_mutex_unlock(&r->w.mu);
 }
 
+/* This thread (and the threads it starts) yields the CPU to the coordinator's loop:
+ * SCHED_IDLE, which a waking thread of normal policy preempts at once, so that a
+ * heartbeat's answer does not wait behind a forward's bytes on a busy core (at nice
+ * 10 it did, for up to a scheduler's slice). On a machine whose every core is busy
+ * with other work (jobs beside the coordinator) the relay still runs, only later:
+ * docs/benchmarks.md has both. */
+static void lower_priority(void)
+{
+    struct sched_param sp = {0};
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0)
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), RELAY_NICE);
+}
+
 static void *run(void *arg)
 {
     br_relay_t *r = arg;
     int64_t expired = 0, pinged = 0;
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), RELAY_NICE);
+    lower_priority();
     for (;;) {
         pthread_mutex_lock(&r->w.mu);
         int stop = r->w.stop;
@@ -387,20 +402,20 @@ static void *bind_next_to(void *ctx, const char *listen, int *port, br_err_t *er
     return s;
 }
 
-/* The relay's context and socket, made by a thread of their own at RELAY_NICE: the
- * context's I/O thread, which moves every frame, starts with the socket and
- * inherits the niceness, so that a forward's bytes yield the CPU to the
- * coordinator's loop (its heartbeats) on a busy machine. */
+/* The relay's context and socket, made by a thread of their own at the relay's
+ * priority (lower_priority): the context's I/O thread, which moves every frame,
+ * starts with the socket and inherits it, so that a forward's bytes yield the CPU
+ * to the coordinator's loop (its heartbeats) on a busy machine. */
 typedef struct {
     br_relay_t *r;
     const char *listen;
     br_err_t *err;
 } opener_t;
 
-static void *open_nice(void *arg)
+static void *open_low(void *arg)
 {
     opener_t *o = arg;
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), RELAY_NICE);
+    lower_priority();
     if (!(o->r->ctx = zmq_ctx_new()))
         br_errf(o->err, errno, "the relay's context: %s", zmq_strerror(errno));
     else
@@ -424,7 +439,7 @@ br_relay_t *br_relay_new(const char *listen, int per_user, int total, br_err_t *
     }
     opener_t o = {r, listen, err};
     pthread_t t;
-    if (pthread_create(&t, NULL, open_nice, &o) != 0) {
+    if (pthread_create(&t, NULL, open_low, &o) != 0) {
         br_errf(err, EAGAIN, "the relay: no thread");
         br_relay_destroy(&r);
         return NULL;

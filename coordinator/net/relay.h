@@ -31,8 +31,9 @@ typedef struct br_relay br_relay_t;
 /* Listen next to listen (tcp://HOST:PORT: PORT + 1, or any free port on HOST when
  * that is taken or PORT is 0) and start the thread. per_user and total bound the
  * streams open at once. The relay has a ZeroMQ context of its own, and its threads
- * (its loop and the context's I/O thread, which moves every frame) run at nice 10:
- * on a busy machine a forward's bytes wait, not the heartbeats. */
+ * (its loop and the context's I/O thread, which moves every frame) run as
+ * SCHED_IDLE (nice 10 where that is refused): on a busy machine a forward's bytes
+ * wait, not the heartbeats. */
 br_relay_t *br_relay_new(const char *listen, int per_user, int total, br_err_t *err);
 void br_relay_destroy(br_relay_t **r);
 int br_relay_port(const br_relay_t *r);
