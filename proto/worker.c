@@ -2,11 +2,14 @@
 #include "worker.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 int br_worker_init(br_worker_t *w, const char *what, br_err_t *err)
@@ -70,4 +73,11 @@ void br_worker_clear(br_worker_t *w)
     uint64_t n;
     if (read(w->efd, &n, sizeof(n)) < 0 && errno != EAGAIN)
         fprintf(stderr, "%s: eventfd: %s\n", w->what, strerror(errno));
+}
+
+void br_worker_background(int nice_fallback)
+{
+    struct sched_param sp = {0};
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0)
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice_fallback);
 }

@@ -36,6 +36,12 @@ int br_worker_start(br_worker_t *w, void *(*run)(void *), void *arg, br_err_t *e
 void br_worker_stop(br_worker_t *w);
 /* Close the eventfd, free the mutex and the condition (after br_worker_stop). */
 void br_worker_fini(br_worker_t *w);
+/* The calling thread (and the threads it starts from then on) yields the CPU to
+ * every other: SCHED_IDLE, which a waking thread of normal policy preempts at once
+ * (at a nice value, a bulk thread still held the core for up to a scheduler's slice
+ * before a daemon's loop got it); nice_fallback where SCHED_IDLE is refused. On a
+ * machine with every core busy the thread still runs, only later. */
+void br_worker_background(int nice_fallback);
 /* Make the eventfd readable / take what it counted (EAGAIN is fine). */
 void br_worker_post(br_worker_t *w);
 void br_worker_clear(br_worker_t *w);

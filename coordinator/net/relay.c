@@ -2,14 +2,10 @@
 #include "relay.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sodium.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -42,7 +38,7 @@ typedef struct {
 
 struct br_relay {
     br_worker_t w; /* its mutex guards the table */
-    void *ctx;     /* its own, whose I/O thread runs as SCHED_IDLE (lower_priority) */
+    void *ctx;     /* its own, whose I/O thread runs as SCHED_IDLE (br_worker_background) */
     void *sock;
     int port;
     int per_user, total;
@@ -328,24 +324,11 @@ static void expire(br_relay_t *r, int64_t now, int ping)
     pthread_mutex_unlock(&r->w.mu);
 }
 
-/* This thread (and the threads it starts) yields the CPU to the coordinator's loop:
- * SCHED_IDLE, which a waking thread of normal policy preempts at once, so that a
- * heartbeat's answer does not wait behind a forward's bytes on a busy core (at nice
- * 10 it did, for up to a scheduler's slice). On a machine whose every core is busy
- * with other work (jobs beside the coordinator) the relay still runs, only later:
- * docs/benchmarks.md has both. */
-static void lower_priority(void)
-{
-    struct sched_param sp = {0};
-    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0)
-        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), RELAY_NICE);
-}
-
 static void *run(void *arg)
 {
     br_relay_t *r = arg;
     int64_t expired = 0, pinged = 0;
-    lower_priority();
+    br_worker_background(RELAY_NICE);
     for (;;) {
         pthread_mutex_lock(&r->w.mu);
         int stop = r->w.stop;
@@ -402,8 +385,8 @@ static void *bind_next_to(void *ctx, const char *listen, int *port, br_err_t *er
     return s;
 }
 
-/* The relay's context and socket, made by a thread of their own at the relay's
- * priority (lower_priority): the context's I/O thread, which moves every frame,
+/* The relay's context and socket, made by a thread of their own in the background
+ * (br_worker_background: SCHED_IDLE): the context's I/O thread, which moves every frame,
  * starts with the socket and inherits it, so that a forward's bytes yield the CPU
  * to the coordinator's loop (its heartbeats) on a busy machine. */
 typedef struct {
@@ -415,7 +398,7 @@ typedef struct {
 static void *open_low(void *arg)
 {
     opener_t *o = arg;
-    lower_priority();
+    br_worker_background(RELAY_NICE);
     if (!(o->r->ctx = zmq_ctx_new()))
         br_errf(o->err, errno, "the relay's context: %s", zmq_strerror(errno));
     else

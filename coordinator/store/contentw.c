@@ -13,7 +13,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define CONTENTW_NICE 10
+#define CONTENTW_NICE 10 /* a nice value, not SCHED_IDLE as the relay (worker.h): the
+                          * writer holds the store's lock, which the loop takes at
+                          * each chunk, and a writer preempted while holding it held
+                          * the loop (heartbeats' p99 3.2 ms against 1.5 ms) */
 #define CONTENTW_LISTING_MAX BR_LISTCACHE_LISTING_MAX /* a listing parsed ahead */
 
 typedef struct {
