@@ -60,9 +60,8 @@ static void nonce(unsigned char out[crypto_aead_chacha20poly1305_ietf_NPUBBYTES]
         out[i] = (unsigned char)(n & 0xff);
 }
 
-/* Seal buf (len bytes, and room for the seal) in place, its header into hdr. */
-static void seal(br_streamseal_t *s, unsigned char hdr[BR_STREAM_HEADER], uint8_t type,
-                 uint8_t channel, uint32_t stream, uint64_t arg, void *buf, size_t len)
+void br_streamseal_seal(br_streamseal_t *s, unsigned char hdr[BR_STREAM_HEADER], uint8_t type,
+                        uint8_t channel, uint32_t stream, uint64_t arg, void *buf, size_t len)
 {
     unsigned char n[crypto_aead_chacha20poly1305_ietf_NPUBBYTES];
     br_stream_hdr_t h = {type, channel, stream, arg, BR_STREAM_SEALED};
@@ -76,7 +75,7 @@ int br_streamseal_send_buf(br_streamseal_t *s, void *sock, uint8_t type, uint8_t
                            uint32_t stream, uint64_t arg, void *buf, size_t len)
 {
     unsigned char hdr[BR_STREAM_HEADER];
-    seal(s, hdr, type, channel, stream, arg, buf, len);
+    br_streamseal_seal(s, hdr, type, channel, stream, arg, buf, len);
     if (zmq_send(sock, hdr, sizeof(hdr), ZMQ_SNDMORE) < 0)
         return -1;
     return zmq_send(sock, buf, len + BR_STREAM_SEAL, 0) < 0 ? -1 : 0;
@@ -93,7 +92,7 @@ int br_streamseal_send_owned(br_streamseal_t *s, void *sock, uint8_t type, uint8
 {
     unsigned char hdr[BR_STREAM_HEADER];
     zmq_msg_t m;
-    seal(s, hdr, type, channel, stream, arg, buf, len);
+    br_streamseal_seal(s, hdr, type, channel, stream, arg, buf, len);
     if (zmq_msg_init_data(&m, buf, len + BR_STREAM_SEAL, free_buf, NULL) < 0) {
         free(buf);
         return -1;

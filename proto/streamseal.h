@@ -40,6 +40,10 @@ int br_streamseal_init(br_streamseal_t *s, const char *hex, br_stream_side_t sid
 /* Forget the key. */
 void br_streamseal_fini(br_streamseal_t *s);
 
+/* Seal buf (len bytes, and room for BR_STREAM_SEAL more) in place as this end's next
+ * frame, its header (flag BR_STREAM_SEALED) written into hdr. */
+void br_streamseal_seal(br_streamseal_t *s, unsigned char hdr[BR_STREAM_HEADER], uint8_t type,
+                        uint8_t channel, uint32_t stream, uint64_t arg, void *buf, size_t len);
 /* Send a sealed frame of stream on sock (a DEALER): buf holds len bytes of payload
  * and room for BR_STREAM_SEAL more, and is encrypted in place. 0, or -1 with errno. */
 int br_streamseal_send_buf(br_streamseal_t *s, void *sock, uint8_t type, uint8_t channel,

@@ -117,7 +117,7 @@ fi
 
 # ---- 4. fuzzing
 stage "fuzzing (libFuzzer, ${FUZZ_SECONDS}s per target)"
-FUZZ_TARGETS=(fuzz_msg fuzz_spec fuzz_jobsock fuzz_announce fuzz_jsontext)
+FUZZ_TARGETS=(fuzz_msg fuzz_spec fuzz_jobsock fuzz_announce fuzz_jsontext fuzz_stream)
 if [ "$QUICK" -eq 1 ]; then
     echo "SKIP: fuzzing (--quick)"
 elif ! command -v clang >/dev/null 2>&1; then
