@@ -205,6 +205,9 @@ def main():
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--deadline", type=float, default=120.0,
                     help="seconds for all the shells to be open at once (default 120)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="open and close them this many times; the coordinator's RSS "
+                         "after each round is reported (the figures are the last round's)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     a = ap.parse_args()
     bin_dir = os.path.abspath(a.bin)
@@ -245,42 +248,47 @@ def main():
         idle = proc_status(coord)
         agents_idle = {n: agent_rss(p) for n, p in agents.items()}
 
-        shells = [Shell(i, *users[i % a.users][:3]) for i in range(a.shells)]
-        errdir = os.path.join(lc.tmp, "shells")
-        os.makedirs(errdir)
-        log(f"starting {a.shells} shells")
-        t_first = time.perf_counter()
-        for s in shells:
-            s.start(bin_dir, lc.env, errdir)
-        spawn_s = time.perf_counter() - t_first
-        end = time.monotonic() + a.deadline
-        pump(shells, lambda: all(s.t_ready for s in shells), end)
-        ready = [s for s in shells if s.t_ready]
-        # All ready and still open at the same moment?
-        open_now = [s for s in ready if s.p.poll() is None and not s.eof]
-        all_open = len(open_now) == a.shells
-        t_all = (max(s.t_ready for s in ready) - t_first) if all_open else None
-        with_open = proc_status(coord)
-        agents_open = {n: agent_rss(p) for n, p in agents.items()}
-        log(f"{len(ready)} of {a.shells} ready ({len(open_now)} open at once); closing")
+        rounds_after = []
+        for rnd in range(a.rounds):
+            shells = [Shell(i, *users[i % a.users][:3]) for i in range(a.shells)]
+            errdir = os.path.join(lc.tmp, f"shells-{rnd}")
+            os.makedirs(errdir)
+            log(f"starting {a.shells} shells")
+            t_first = time.perf_counter()
+            for s in shells:
+                s.start(bin_dir, lc.env, errdir)
+            spawn_s = time.perf_counter() - t_first
+            end = time.monotonic() + a.deadline
+            pump(shells, lambda: all(s.t_ready for s in shells), end)
+            ready = [s for s in shells if s.t_ready]
+            # All ready and still open at the same moment?
+            open_now = [s for s in ready if s.p.poll() is None and not s.eof]
+            all_open = len(open_now) == a.shells
+            t_all = (max(s.t_ready for s in ready) - t_first) if all_open else None
+            with_open = proc_status(coord)
+            agents_open = {n: agent_rss(p) for n, p in agents.items()}
+            log(f"{len(ready)} of {a.shells} ready ({len(open_now)} open at once); closing")
 
-        for s in shells:
-            try:
-                s.p.stdin.close()
-            except OSError:
-                pass
-        pump(shells, lambda: all(s.eof for s in shells), time.monotonic() + 60)
-        end = time.monotonic() + 10
-        for s in shells:
-            try:
-                s.rc = s.p.wait(timeout=max(0.1, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                s.kill()
-                s.rc = "hung"
-        time.sleep(1)  # let the coordinator free what the shells held
-        after = proc_status(coord)
-        agents_after = {n: agent_rss(p) for n, p in agents.items()}
-
+            for s in shells:
+                try:
+                    s.p.stdin.close()
+                except OSError:
+                    pass
+            pump(shells, lambda: all(s.eof for s in shells), time.monotonic() + 60)
+            end = time.monotonic() + 10
+            for s in shells:
+                try:
+                    s.rc = s.p.wait(timeout=max(0.1, end - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    s.kill()
+                    s.rc = "hung"
+            time.sleep(1)  # let the coordinator free what the shells held
+            after = proc_status(coord)
+            agents_after = {n: agent_rss(p) for n, p in agents.items()}
+            rounds_after.append(after["rss_kib"])
+            if rnd + 1 < a.rounds:
+                for s in shells:
+                    s.kill()
         good = [s for s in shells if s.t_ready and s.rc == 0 and b"bye\n" in s.out]
         bad = [s for s in shells if s not in good]
         lat = [(s.t_ready - s.t0) * 1000 for s in ready]
@@ -301,6 +309,7 @@ def main():
             "agents_rss_kib": {n: {"idle": agents_idle[n], "open": agents_open[n],
                                    "after": agents_after[n]} for n in agents},
             "errors": errors,
+            "after_each_round_kib": rounds_after,
         })
     finally:
         for s in shells:
@@ -331,6 +340,9 @@ def main():
         for n, v in res["agents_rss_kib"].items():
             print(f"    {n:<20} {fmt_mib(v['idle']):>10}  {fmt_mib(v['open']):>10}"
                   f"  {fmt_mib(v['after']):>10}")
+        if len(res["after_each_round_kib"]) > 1:
+            print("  coordinator RSS after each round: " +
+                  ", ".join(fmt_mib(k) for k in res["after_each_round_kib"]))
         for e, n in res["errors"].items():
             print(f"  failed: {n} x {e}")
     ok = res.get("closed_ok") == a.shells and res.get("all_open")

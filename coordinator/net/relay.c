@@ -2,6 +2,7 @@
 #include "relay.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@ struct br_relay {
     int port;
     int per_user, total;
     uint32_t next_id;
+    int busy; /* (its thread's) streams were open at its last look */
     rstream_t *s;
     size_t n, cap;
     struct closed { /* when each job's last stream ended (monotonic ms) */
@@ -324,6 +326,19 @@ static void expire(br_relay_t *r, int64_t now, int ping)
     pthread_mutex_unlock(&r->w.mu);
 }
 
+/* Once the last stream has ended, the memory their bytes took goes back to the
+ * system: freed buffers stay in the arena of the thread that freed them (this one's,
+ * its I/O thread's, the loop's) until trimmed, a few MiB after a hundred shells. */
+static void give_back(br_relay_t *r)
+{
+    pthread_mutex_lock(&r->w.mu);
+    int idle = r->n == 0, was = r->busy;
+    r->busy = !idle;
+    pthread_mutex_unlock(&r->w.mu);
+    if (idle && was)
+        malloc_trim(0);
+}
+
 static void *run(void *arg)
 {
     br_relay_t *r = arg;
@@ -351,6 +366,7 @@ static void *run(void *arg)
             if (ping)
                 pinged = now;
             expire(r, now, ping);
+            give_back(r);
         }
     }
     return NULL;
