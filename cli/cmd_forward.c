@@ -104,7 +104,10 @@ static int attach_stream(fwd_state_t *st, const json_t *r, int in_fd, int out_fd
     int port = (int)json_integer_value(json_object_get(r, "relay_port"));
     uint32_t id = (uint32_t)json_integer_value(json_object_get(r, "stream"));
     if (!ticket || strlen(ticket) != BR_STREAM_TICKET || !br_streamseal_key_ok(key)) {
-        cli_err(st->cli, "stream.open: the answer names no ticket and key");
+        cli_err(st->cli, ticket && !key ? "stream.open: the answer has no stream key; the "
+                                          "coordinator is older than this bramble (upgrade "
+                                          "brambled)"
+                                        : "stream.open: the answer names no ticket and key");
         close_pair(in_fd, out_fd);
         return -1;
     }

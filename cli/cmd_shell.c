@@ -246,7 +246,10 @@ int cli_shell_run(cli_t *cli, int64_t job, long rank, int tty, char **cmd, int n
     if (!ticket || strlen(ticket) != BR_STREAM_TICKET || !br_streamseal_key_ok(key) ||
         br_stream_endpoint(cli->cred.endpoint, port, ep, sizeof(ep)) < 0) {
         json_decref(r);
-        return cli_fail(cli, "stream.open: the answer names no relay");
+        return cli_fail(cli, ticket && !key ? "stream.open: the answer has no stream key; "
+                                              "the coordinator is older than this bramble "
+                                              "(upgrade brambled)"
+                                            : "stream.open: the answer names no relay");
     }
     br_err_t err;
     void *ctx = zmq_ctx_new();
