@@ -181,8 +181,10 @@ static int read_source(br_streamend_t *e, int ch)
         if (!buf)
             return -1;
         ssize_t n = read(s->fd, buf, want);
+        int read_errno = errno;
         if (n <= 0)
             free(buf);
+        errno = read_errno;
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN)
