@@ -107,6 +107,11 @@ void br_cache_spare_path(const br_cache_t *c, const char *mhash, char *buf, size
     snprintf(buf, len, "%s/work/spare-%s", c->dir, mhash);
 }
 
+void br_cache_work_path(const br_cache_t *c, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/work", c->dir);
+}
+
 int br_cache_has(const br_cache_t *c, const char *mhash)
 {
     char path[PATH_MAX + 100];
@@ -373,7 +378,7 @@ int br_cache_workdir(br_cache_t *c, int64_t job, int attempt, const json_t *summ
     br_cache_tree_path(c, mhash, tree, sizeof(tree));
     utimensat(AT_FDCWD, tree, NULL, AT_SYMLINK_NOFOLLOW); /* used now: the last to leave */
     snprintf(name, sizeof(name), "%lld.%d", (long long)job, attempt);
-    snprintf(work, sizeof(work), "%s/work", c->dir);
+    br_cache_work_path(c, work, sizeof(work));
     int wfd = open(work, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     int tfd = open(tree, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     char *buf = malloc(COPY_BUF);
@@ -722,8 +727,7 @@ int br_cache_sweep_work(br_cache_t *c, int64_t max_age_s, const json_t *keep)
      * .by-hash, where a pull finds them again */
     sweep_trees(c, ".bramble-pull-", NULL);
     char work[PATH_MAX];
-    snprintf(work, sizeof(work), "%s/work", c->dir);
-    br_trash_sweep(work); /* ended attempts' dirs a stop left aside (trash.h) */
+    br_cache_work_path(c, work, sizeof(work));
     DIR *d = opendir(work);
     if (!d)
         return 0;
@@ -732,6 +736,11 @@ int br_cache_sweep_work(br_cache_t *c, int64_t max_age_s, const json_t *keep)
     struct dirent *de;
     while ((de = readdir(d))) {
         struct stat st;
+        if (strncmp(de->d_name, BR_TRASH_PREFIX, strlen(BR_TRASH_PREFIX)) == 0) {
+            br_rm_tree(dirfd(d), de->d_name); /* an ended attempt's dir a stop left
+                                               * aside (trash.h) */
+            continue;
+        }
         if (de->d_name[0] == '.' ||
             fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
             !S_ISDIR(st.st_mode) || now - st.st_mtime < max_age_s ||

@@ -34,6 +34,8 @@ void br_cache_tree_path(const br_cache_t *c, const char *mhash, char *buf, size_
 /* DIR/work/spare-<mhash> into buf: the working dir a pull of the code mhash builds
  * as it goes (pull.h), which br_cache_workdir hands to the first attempt whole. */
 void br_cache_spare_path(const br_cache_t *c, const char *mhash, char *buf, size_t len);
+/* DIR/work: where attempts' working dirs (DIR/work/JOB.ATTEMPT) are made. */
+void br_cache_work_path(const br_cache_t *c, char *buf, size_t len);
 /* 1 when the tree of the manifest hash mhash is here, whole; 0 when not. */
 int br_cache_has(const br_cache_t *c, const char *mhash);
 

@@ -1,7 +1,6 @@
 /* trash.c - trees removed off the agent's loop (trash.h). */
 #include "trash.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -87,20 +86,4 @@ int br_trash_tree(br_trash_t *t, const char *dir, const char *name, br_err_t *er
     br_workq_add(&t->q, NULL, &d->node);
     pthread_mutex_unlock(&t->q.w.mu);
     return 0;
-}
-
-int br_trash_sweep(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strncmp(de->d_name, BR_TRASH_PREFIX, strlen(BR_TRASH_PREFIX)) == 0) {
-            br_rm_tree(dirfd(d), de->d_name);
-            n++;
-        }
-    closedir(d);
-    return n;
 }

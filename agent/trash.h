@@ -2,7 +2,8 @@
  * in the cache: a whole copy of its code), removed on a thread of their own, so that
  * a tree of many files never holds the agent's loop and its heartbeats. A tree is
  * renamed aside at once (nothing finds it under its name from then on), then
- * removed; what a stop leaves aside, the next start sweeps (br_trash_sweep). */
+ * removed; what a stop leaves aside, the next start sweeps (the cache's sweep of
+ * its working dirs, br_cache_sweep_work). */
 #ifndef BRAMBLE_TRASH_H
 #define BRAMBLE_TRASH_H
 
@@ -18,11 +19,7 @@ void br_trash_destroy(br_trash_t **t);
 
 /* Set the tree at dir/name aside and have it removed. 0; 1 when there is none; -1
  * with err when it could not be set aside (it stays where it is) or out of memory
- * (it stays aside, for the next br_trash_sweep). */
+ * (it stays aside, for the next start's sweep). */
 int br_trash_tree(br_trash_t *t, const char *dir, const char *name, br_err_t *err);
-
-/* Remove, now, what was set aside in dir and left there (a stop, a crash). How
- * many trees went. */
-int br_trash_sweep(const char *dir);
 
 #endif

@@ -50,8 +50,9 @@ typedef struct {
     /* Without the lock: do it; stop early once w.cancel is set. */
     void (*work)(void *owner, br_wqnode_t *job);
     /* Under w.mu, once it is done (q->busy is NULL again): 1 to put it on done and
-     * post the eventfd; 0 when the owner has put it back on todo itself (it is done
-     * again later). May be NULL: always done. */
+     * post the eventfd; 0 when the owner took it back itself: put it on todo again
+     * (it is done again later), or freed it (nobody waits for it). May be NULL:
+     * always done. */
     int (*finish)(void *owner, br_wqnode_t *job);
     /* Free a job that br_workq_fini finds on todo or done. */
     void (*free)(br_wqnode_t *job);
