@@ -1332,7 +1332,7 @@ static void drop_workdir(br_agent_t *a, int64_t job, int attempt)
     char work[4200], key[48];
     br_err_t err;
     attempt_key(job, attempt, key, sizeof(key));
-    snprintf(work, sizeof(work), "%s/work", br_cache_dir(a->cache));
+    br_cache_work_path(a->cache, work, sizeof(work));
     if (br_trash_tree(a->trash, work, key, &err) < 0)
         fprintf(stderr, "bramble-agent: job %s: its working dir stays: %s\n", key, err.text);
 }
@@ -1606,10 +1606,9 @@ static int pull_when_room(br_agent_t *a, const char *mhash, const json_t *also, 
     int64_t need = json_integer_value(json_object_get(mf, "bytes"));
     json_t *turn = json_object_get(rec, "room");
     int rc = 0;
-    if (quota >= 0 && need <= quota && older_waits(a, mhash, turn)) {
-        rc = -1; /* (in turn: the pulls that waited first start first) */
-        br_errf(err, ENOSPC, "pulls ahead of it wait for room");
-    } else {
+    /* in turn: the pulls that waited first start first */
+    int behind = quota >= 0 && need <= quota && older_waits(a, mhash, turn);
+    if (!behind) {
         json_t *keep = trees_in_use(a, also);
         rc = br_cache_room(a->cache, quota < 0 ? -1 : quota > ahead ? quota - ahead : 0,
                            need, keep, &limit, err);
@@ -1617,7 +1616,8 @@ static int pull_when_room(br_agent_t *a, const char *mhash, const json_t *also, 
         if (rc < 0 && !(err->errnum == ENOSPC && need <= quota && ahead > 0))
             return -1;
     }
-    if ((rc < 0 || (limit >= 0 && limit < need)) && (ahead > 0 || older_waits(a, mhash, turn))) {
+    if (behind || ((rc < 0 || (limit >= 0 && limit < need)) &&
+                   (ahead > 0 || older_waits(a, mhash, turn)))) {
         if (!turn) {
             fprintf(stderr, "bramble-agent: tree %.16s... (%lld bytes) waits for room in "
                             "the node's cache (--cache-quota): %lld bytes of pulls ahead\n",
