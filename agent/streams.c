@@ -124,14 +124,13 @@ static void drop(br_streams_t *st, size_t i, int sig)
         close_fds(ss->fds);
     br_streamend_destroy(&ss->end);
     free(ss->error);
-    sodium_memzero(ss->key, sizeof(ss->key));
     st->s[i] = st->s[--st->n];
+    sodium_memzero(&st->s[st->n], sizeof(st->s[st->n])); /* (its key with it) */
 }
 
 static void close_with(br_streams_t *st, size_t i, const char *why)
 {
     br_streamend_send(st->s[i].end, BR_STREAM_CLOSE, 0, 0, why, strlen(why));
-    (void)st;
 }
 
 static session_t *find(br_streams_t *st, uint32_t id, size_t *at)
@@ -236,8 +235,10 @@ static int finished(br_streams_t *st, size_t i)
 static int attach(br_streams_t *st, session_t *ss)
 {
     br_err_t err;
-    if (!(ss->end = br_streamend_new(st->sock, ss->stream, ss->key, BR_STREAM_FROM_NODE, &err)))
+    if (!(ss->end = br_streamend_new(st->sock, ss->stream, ss->key, BR_STREAM_FROM_NODE, &err))) {
+        fprintf(stderr, "bramble-agent: stream %u: %s\n", (unsigned)ss->stream, err.text);
         return -1;
+    }
     if (!ss->error) {
         if (ss->tty || ss->is_socket) { /* one descriptor both ways */
             br_streamend_sink(ss->end, 0, ss->fds[0], ss->is_socket);

@@ -14,7 +14,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "cred.h"
 #include "err.h"
 #include "stream.h"
 #include "streamseal.h"
