@@ -152,6 +152,22 @@ static int open_stream(fwd_state_t *st, int in_fd, int out_fd, int is_socket)
     return rc;
 }
 
+/* The answer to seq, sent at sent: 1 with *resp when it came, 0 while it is in
+ * flight, -1 with err when refused or, once the CLI's timeout passed without it,
+ * given up (ETIMEDOUT, naming what). */
+static int answer_by(fwd_state_t *st, uint32_t seq, int64_t sent, int64_t now,
+                     const char *what, br_msg_t **resp, br_err_t *err)
+{
+    br_client_t *client = cli_client(st->cli);
+    int rc = br_client_try(client, seq, resp, err);
+    if (rc != 0 || now - sent <= st->cli->timeout_ms)
+        return rc;
+    br_client_recv(client, seq, 0, NULL, err); /* (forgotten: dropped should it come) */
+    br_errf(err, ETIMEDOUT, "%s: no answer from the coordinator in %.1f s", what,
+            st->cli->timeout_ms / 1000.0);
+    return -1;
+}
+
 /* An accepted connection c: its stream.open sent, answered in a later turn. */
 static void ask_open(fwd_state_t *st, int c)
 {
@@ -168,24 +184,18 @@ static void ask_open(fwd_state_t *st, int c)
  * answered within the CLI's timeout is given up. */
 static void take_opens(fwd_state_t *st, int64_t now)
 {
-    br_client_t *client = cli_client(st->cli);
     for (int i = st->nopening; i-- > 0;) {
         opening_t o = st->opening[i];
         br_msg_t *resp = NULL;
         br_err_t err;
-        int rc = br_client_try(client, o.seq, &resp, &err);
-        if (rc == 0 && now - o.sent <= st->cli->timeout_ms)
+        int rc = answer_by(st, o.seq, o.sent, now, "stream.open", &resp, &err);
+        if (rc == 0)
             continue;
         st->opening[i] = st->opening[--st->nopening];
         if (rc > 0) {
             attach_stream(st, br_msg_body(resp), o.fd, o.fd, 1);
             br_msg_destroy(&resp);
         } else {
-            if (rc == 0) { /* (forgotten: its answer is dropped should it come) */
-                br_client_recv(client, o.seq, 0, NULL, &err);
-                br_errf(&err, ETIMEDOUT, "stream.open: no answer from the coordinator in "
-                                         "%.1f s", st->cli->timeout_ms / 1000.0);
-            }
             refused(st, &err, o.fd, o.fd);
         }
     }
@@ -325,14 +335,13 @@ static int job_check(fwd_state_t *st, int64_t now)
         return 1;
     }
     br_msg_t *resp = NULL;
-    int rc = br_client_try(client, st->check_seq, &resp, &err);
-    if (rc == 0 && now - st->checked <= st->cli->timeout_ms)
+    int rc = answer_by(st, st->check_seq, st->checked, now, "job.show", &resp, &err);
+    if (rc == 0)
         return 1;
-    if (rc == 0) /* (not answered: asked again later) */
-        br_client_recv(client, st->check_seq, 0, NULL, &err);
     st->checking = 0;
     st->checked = now;
-    int on = rc > 0 ? goes_on(st, br_msg_body(resp)) : rc < 0 ? show_refused(st, &err) : 1;
+    /* (not answered in time: not an end, asked again later) */
+    int on = rc > 0 ? goes_on(st, br_msg_body(resp)) : show_refused(st, &err);
     br_msg_destroy(&resp);
     return on;
 }

@@ -20,14 +20,16 @@ static int common_opts(void *s)
                : 0;
 }
 
-/* A ROUTER bound to endpoint: CURVE with secret_key, or none (NULL). */
-static void *server(void *ctx, const char *endpoint, const char *secret_key, int hwm,
-                    br_err_t *err)
+/* A ROUTER bound to endpoint: a daemon's, CURVE with secret_key; or, secret_key
+ * NULL, a stream server (no CURVE, no bound on what it sends: stream credit bounds
+ * it). */
+static void *server(void *ctx, const char *endpoint, const char *secret_key, br_err_t *err)
 {
     void *s = zmq_socket(ctx, ZMQ_ROUTER);
     if (!s)
         return br_errp(err, errno, "socket: %s", zmq_strerror(errno));
     int one = 1, zero = 0, rcv = BR_SOCK_STREAM_PEER_QUEUE;
+    int hwm = secret_key ? BR_SOCK_PEER_QUEUE : 0;
     int64_t max = BR_STREAM_CHUNK;
     /* sends never block: a peer that does not read gets at most BR_SOCK_PEER_QUEUE
      * messages queued, and what overflows fails at once with EAGAIN */
@@ -60,12 +62,12 @@ static void *server(void *ctx, const char *endpoint, const char *secret_key, int
 void *br_sock_server(void *ctx, const char *endpoint, const char *secret_key,
                      br_err_t *err)
 {
-    return server(ctx, endpoint, secret_key, BR_SOCK_PEER_QUEUE, err);
+    return server(ctx, endpoint, secret_key, err);
 }
 
 void *br_sock_stream_server(void *ctx, const char *endpoint, br_err_t *err)
 {
-    return server(ctx, endpoint, NULL, 0, err);
+    return server(ctx, endpoint, NULL, err);
 }
 
 void *br_sock_client(void *ctx, const char *endpoint, const char *server_public_key,

@@ -239,14 +239,19 @@ static int check_user_quota(br_coord_t *c, const br_caller_t *who, const json_t 
                    largest_text(m, LARGEST_SHOWN, big, sizeof(big)));
 }
 
+/* The partial a caller's content.put writes: a user's own (br_content_write), the
+ * shared one for a node or the admin. */
+static int64_t own_partial(const br_caller_t *who)
+{
+    return who->kind == BR_PRINCIPAL_USER ? who->id : 0;
+}
+
 /* Refuse (EDQUOT) when m's contents the store lacks would take it past --store-quota
  * (anyone's tree, the admin's too), before any of them is sent: a push refused part
  * way would leave the files it stored taking the room of the next one. What the
  * caller's cut-off upload of a file holds already is not counted twice. Each file is
  * looked at only when the whole tree could pass it (so not on a store with room, and
  * on the loop only then). */
-static int64_t own_partial(const br_caller_t *who);
-
 static int check_store_quota(br_coord_t *c, const br_caller_t *who, const json_t *m,
                              br_err_t *err)
 {
@@ -328,12 +333,6 @@ static int charge_upload(br_coord_t *c, const br_caller_t *who, const char *hash
                : 0;
 }
 
-/* The partial a caller's content.put writes: a user's own (br_content_write), the
- * shared one for a node or the admin. */
-static int64_t own_partial(const br_caller_t *who)
-{
-    return who->kind == BR_PRINCIPAL_USER ? who->id : 0;
-}
 
 /* Whether content h counts as stored for the caller: whole in the store, and for a
  * user also one that they refer to already (a job, output or data set of theirs) or
