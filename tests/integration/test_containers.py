@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from conftest import BIN, DEADLINE, proc_state, procs_running, wait_for
+from conftest import BIN, DEADLINE, proc_state, procs_env_values, procs_running, wait_for
 
 FAKE_NVML = BIN.parent / "tests" / "fake_nvml"
 
@@ -444,12 +444,6 @@ def test_shell_goes_into_the_container(cluster, image, tmp_path):
         c.cli("cancel", jid, check=False)
 
 
-def host_procs(*argv):
-    """Pids, anywhere on the host, whose command line is argv (the containers share
-    the host's pid namespace)."""
-    return procs_running(argv)
-
-
 def test_a_shell_in_a_container_is_hung_up_with_its_cli(cluster, image, tmp_path):
     """A shell into a container job whose CLI is killed is closed on the node, and
     what it runs in the container goes too (podman exec's process is not the
@@ -472,17 +466,17 @@ def test_a_shell_in_a_container_is_hung_up_with_its_cli(cluster, image, tmp_path
                 argv += ["--", "sleep", str(n)]
             cli = c.spawn(f"bramble-ct-shell-{n}", argv)
             clis.append(cli)
-            wait_for(lambda: host_procs("sleep", str(n)),
+            wait_for(lambda: procs_running(["sleep", str(n)]),
                      what=f"the shell's `sleep {n}` to run in the container")
-            if tty:  # the CLI itself, script's child, killed
-                kids = subprocess.run(["pgrep", "-P", str(cli.pid)], capture_output=True,
-                                      text=True).stdout.split()
+            if tty:  # the CLI itself, under script (and its $SHELL -c), killed
+                kids = procs_running(["bramble", "--credential", str(c.credential),
+                                      "shell", str(jid), "--", "sleep", str(n)])
                 assert len(kids) == 1, kids
-                os.kill(int(kids[0]), signal.SIGKILL)
+                os.kill(kids[0], signal.SIGKILL)
                 cli.wait_exit()
             else:
                 cli.kill(signal.SIGKILL)
-            wait_for(lambda: not host_procs("sleep", str(n)), 20,
+            wait_for(lambda: not procs_running(["sleep", str(n)]), 20,
                      f"the container's `sleep {n}` to go with its killed CLI")
         assert c.job(jid)["state"] == "running"
         # a terminal's TERM is the client's, in the container too
@@ -501,22 +495,10 @@ def test_a_shell_in_a_container_is_hung_up_with_its_cli(cluster, image, tmp_path
                       env=dict(c.env, TERM="vt220"))
         clis.append(tty)
 
-        def interactive():
-            found = []
-            for pid in filter(str.isdigit, os.listdir("/proc")):
-                try:
-                    with open(f"/proc/{pid}/environ", "rb") as f:
-                        env = f.read().split(b"\0")
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        argv = f.read().split(b"\0")[:-1]
-                except OSError:
-                    continue
-                if (b"TERM=vt220" in env and any(e.startswith(b"BRAMBLE_SHELL=") for e in env)
-                        and argv == [b"/bin/sh"]):
-                    found.append(pid)
-            return found
+        def interactive():  # a shell's (BRAMBLE_SHELL) interactive /bin/sh, TERM its
+            return procs_running(["sh"], procs_env_values("BRAMBLE_SHELL", "TERM=vt220"))
 
-        wait_for(lambda: host_procs("sleep", "4243") and interactive(),
+        wait_for(lambda: procs_running(["sleep", "4243"]) and interactive(),
                  what="the shell's `sleep 4243` and an interactive sh to run in the container")
         c.cli("cancel", jid)
         assert cli.wait_exit(DEADLINE) != 0, cli.output()
@@ -524,7 +506,7 @@ def test_a_shell_in_a_container_is_hung_up_with_its_cli(cluster, image, tmp_path
         j = c.wait_job(jid)
         assert j["state"] == "cancelled"
         assert "killed after its grace" not in (j["reason"] or ""), j["reason"]
-        wait_for(lambda: not host_procs("sleep", "4243") and not interactive(), 20,
+        wait_for(lambda: not procs_running(["sleep", "4243"]) and not interactive(), 20,
                  "the open shells' processes to go with the cancelled job")
     finally:
         for cli in clis:
