@@ -746,7 +746,8 @@ class RawClient:
     """A DEALER with CURVE, as the CLI has, for sending hand-made frames (none when
     server_key is None: the relay's socket, whose ends seal their own frames)."""
 
-    def __init__(self, endpoint, server_key, public=None, secret=None, maxmsgsize=None):
+    def __init__(self, endpoint, server_key, public=None, secret=None, reconnect=True):
+        self.endpoint = endpoint
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -754,11 +755,15 @@ class RawClient:
             self.sock.curve_serverkey = server_key.encode()
             self.sock.curve_publickey = public.encode()
             self.sock.curve_secretkey = secret.encode()
+        self.monitor = None
+        if not reconnect:  # a connection the peer drops stays dropped, and is seen so
+            self.sock.setsockopt(zmq.RECONNECT_IVL, -1)
+            self.monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self.sock.connect(endpoint)
         self.seq = 1000
 
-    def send(self, frames):
-        self.sock.send_multipart(frames)
+    def send(self, frames, flags=0):
+        self.sock.send_multipart(frames, flags)
 
     def recv(self, timeout=DEADLINE):
         if self.sock.poll(int(timeout * 1000), zmq.POLLIN):
@@ -787,7 +792,14 @@ class RawClient:
             if h and h["kind"] == KIND_RESPONSE and h["seq"] == seq:
                 return h, json.loads(msg[1]), (msg[2] if len(msg) > 2 else None)
 
+    def disconnected(self):
+        """Whether the peer dropped the connection (reconnect=False only)."""
+        return bool(self.monitor.poll(0, zmq.POLLIN))
+
     def close(self):
+        if self.monitor is not None:
+            self.sock.disable_monitor()
+            self.monitor.close(0)
         self.sock.close(0)
         self.ctx.term()
 
