@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
@@ -265,7 +266,8 @@ def test_a_gangs_ranks_read_the_code_from_the_first_ones_node(make_cluster, tmp_
     """A gang of 3 with code: one node reads the tree from the coordinator, the two
     others from that node (the coordinator's link carries it once), and no rank
     starts before every node has it."""
-    c, laptop, names = laptop_cluster(make_cluster, tmp_path, n=3, heartbeat="250ms")
+    c, laptop, names = laptop_cluster(make_cluster, tmp_path, n=3, heartbeat="250ms",
+                                      node_timeout="60s")  # (the agents stopped below)
     proj = laptop / "proj"
     write(proj / "model.bin", os.urandom(1 << 20))
     write(proj / "run.py", "import time; print(time.time())\n")
@@ -377,16 +379,17 @@ def test_each_attempt_gets_a_fresh_copy_of_the_code(make_cluster, tmp_path):
                                    for ln in lines), lines
 
 
-def far_node(make_cluster, tmp_path, request, rate, extra=()):
-    """A cluster whose one node, "far", is in a network namespace behind a veth that
-    carries rate (tbf) towards it, and sees no laptop: (cluster, laptop, veth)."""
+def far_node(make_cluster, tmp_path, request, rate, extra=(), **kw):
+    """A cluster (make_cluster's kw) whose one node, "far", is in a network namespace
+    behind a veth that carries rate (tbf) towards it, and sees no laptop: (cluster,
+    laptop, veth)."""
     net = free_prefix(200, 249)
     v = veth_ns(request, [f"{net}.1/24"], [f"{net}.2/24"], prefix="brc", what="the far node")
     subprocess.run(["tc", "qdisc", "add", "dev", v.host_veth, "root", "tbf", "rate", rate,
                     "burst", "32kbit", "latency", "400ms"], check=True)
     laptop = tmp_path / "laptop"
     laptop.mkdir()
-    c = make_cluster(host=f"{net}.1")
+    c = make_cluster(host=f"{net}.1", **kw)
     c.start_agent("far", wrap=v.wrap() + hidden(laptop, c.data), extra=extra)
     c.wait_ready("far")
     return c, laptop, v
@@ -398,7 +401,8 @@ def test_pulls_ordered_at_once_keep_to_the_cache_quota(make_cluster, tmp_path, r
     waits for room (the first job's tree leaves once its copy is made), both run,
     and the cache never holds more than its quota."""
     c, laptop, _ = far_node(make_cluster, tmp_path, request, "4mbit",
-                            ("--cache-quota", "1MiB"))
+                            ("--cache-quota", "1MiB"),
+                            node_timeout="60s")  # (longer than the agent is stopped)
     jobs = []
     for name in ("one", "two"):
         write(laptop / name / "blob.bin", os.urandom(600_000))
@@ -415,13 +419,24 @@ def test_pulls_ordered_at_once_keep_to_the_cache_quota(make_cluster, tmp_path, r
     finally:
         agent.send_signal(signal.SIGCONT)
     cache = c.agent_dir("far") / "cache" / ".by-hash"
-    most = [0]
+    most, stop = [0], threading.Event()
 
-    def done():
-        most[0] = max(most[0], sum(f.stat().st_size for f in cache.iterdir()))
-        return all(c.job(j)["state"] in ("completed", "failed") for j in jobs)
+    def sample():  # the cache's size, looked at as often as it can be
+        while not stop.is_set():
+            try:
+                most[0] = max(most[0], sum(f.stat().st_size for f in cache.iterdir()))
+            except OSError:  # (a file left between the listing and its stat)
+                pass
+            time.sleep(0.005)
 
-    wait_for(done, what="both jobs to end", interval=0.02)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        wait_for(lambda: all(c.job(j)["state"] in ("completed", "failed") for j in jobs),
+                 what="both jobs to end")
+    finally:
+        stop.set()
+        sampler.join()
     for j in jobs:
         assert c.job(j)["state"] == "completed", c.logs(j, stream="both")
         assert "600000 blob.bin" in c.logs(j)

@@ -443,10 +443,11 @@ server.serve_forever()
 
 
 def echo_server(tmp_path, port):
-    """The command that runs ECHO on 127.0.0.1:port."""
+    """The command that runs ECHO on 127.0.0.1:port (as users write one: /bin/sh
+    stays the server's parent)."""
     script = tmp_path / "echo_server.py"
     script.write_text(ECHO)
-    return f"exec {PYTHON} -u {script} {port}"
+    return f"{PYTHON} -u {script} {port}"
 
 
 def greeted(port, timeout=DEADLINE):
@@ -595,8 +596,7 @@ def test_a_killed_forward_closes_its_connections_on_the_node(c, job, forward, tm
     open: the node's side of that connection is closed (the job's server reads its
     end), and the job goes on."""
     port = free_port()
-    # (its command as users write one: /bin/sh stays the server's parent)
-    jid, _ = job("closes", echo_server(tmp_path, port).removeprefix("exec "))
+    jid, _ = job("closes", echo_server(tmp_path, port))
     c.wait_logs(jid, "listening")
     f = forward(jid, f"0:{port}")
     s, peer = greeted(f.local_port(jid, port))
