@@ -7,7 +7,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2949,14 +2948,12 @@ static void report_stored(br_agent_t *a)
 
 /* --- shells and forwards --------------------------------------------------------- */
 
-#define CONNECT_LOCAL_MS 500 /* a listener that takes no connection (its queue full:
-                                * the kernel drops the SYN, and a connect waits two
-                                * minutes) holds the agent's loop no longer than this */
-
-/* A connection to 127.0.0.1:port (never another host): its socket, or -1 with
- * err. A connect to loopback is answered at once (taken, or refused), so it is
- * made here, waited for at most CONNECT_LOCAL_MS; the socket stays non-blocking. */
-static int connect_local(int port, const char *node, br_err_t *err)
+/* A connection to 127.0.0.1:port (never another host), named target in what it
+ * says: its socket, non-blocking, or -1 with err when refused at once. A connect
+ * still in progress (*connecting) is waited for on the streams thread, never in
+ * this loop: a listener whose queue is full lets the kernel drop the SYN, and the
+ * connect is taken only at its retry, a second or more later. */
+static int connect_local(int port, const char *target, int *connecting, br_err_t *err)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
@@ -2964,24 +2961,11 @@ static int connect_local(int port, const char *node, br_err_t *err)
     if (fd < 0)
         return br_errf(err, errno, "socket: %s", strerror(errno));
     int e = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? errno : 0;
-    if (e == EINPROGRESS) {
-        struct pollfd p = {fd, POLLOUT, 0};
-        socklen_t len = sizeof(e);
-        int n = poll(&p, 1, CONNECT_LOCAL_MS);
-        if (n == 0)
-            e = ETIMEDOUT;
-        else if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) < 0)
-            e = errno;
-    }
-    if (e) {
+    if (e && e != EINPROGRESS) {
         close(fd);
-        if (e == ETIMEDOUT)
-            return br_errf(err, e, "port %d of node %s takes no connection (its listener "
-                                   "did not accept within %d ms)", port, node,
-                           CONNECT_LOCAL_MS);
-        return br_errf(err, e, "nothing answers on port %d of node %s (%s)", port, node,
-                       strerror(e));
+        return br_errf(err, e, "nothing answers on %s (%s)", target, strerror(e));
     }
+    *connecting = e == EINPROGRESS;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return fd;
@@ -3026,7 +3010,10 @@ static void on_stream_open(br_agent_t *a, br_msg_t *m)
                  (long long)rank, (long long)job);
         ss.error = why;
     } else if (strcmp(kind, "forward") == 0) {
-        if (port < 1 || port > 65535 || (ss.fds[0] = connect_local((int)port, a->s->name, &err)) < 0) {
+        snprintf(ss.target, sizeof(ss.target), "port %lld of node %s", (long long)port,
+                 a->s->name);
+        if (port < 1 || port > 65535 ||
+            (ss.fds[0] = connect_local((int)port, ss.target, &ss.connecting, &err)) < 0) {
             snprintf(why, sizeof(why), "%s", err.text[0] ? err.text : "port: 1 to 65535");
             ss.error = why;
         }

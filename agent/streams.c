@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <sodium.h>
@@ -40,6 +41,8 @@ typedef struct {
     int stopping;    /* the job is being stopped: closed and hung up at the next turn */
     int64_t since, seen; /* monotonic ms: handed over; last heard of at the relay */
     int fds[3], tty, is_socket; /* what was handed over, until the thread attaches it */
+    int connecting;  /* fds[0] is a forward's connect in progress (not attached yet) */
+    char target[96]; /* ... to "port P of node N" */
     br_streamend_t *end; /* NULL: not attached yet (the thread alone uses the socket) */
 } session_t;
 
@@ -230,6 +233,36 @@ static int finished(br_streams_t *st, size_t i)
     return 1;
 }
 
+/* A forward's connect in progress (fds[0]): 1 once it is made, or failed (then
+ * fds[0] is closed and error says why, told at ATTACHED); 0 while it may still be
+ * taken; -1 when out of memory. */
+static int connect_done(session_t *ss, int64_t now)
+{
+    struct pollfd p = {ss->fds[0], POLLOUT, 0};
+    int e = 0;
+    socklen_t len = sizeof(e);
+    if (poll(&p, 1, 0) == 1) {
+        if (getsockopt(ss->fds[0], SOL_SOCKET, SO_ERROR, &e, &len) < 0)
+            e = errno;
+    } else if (now - ss->since < BR_STREAMS_CONNECT_MS) {
+        return 0;
+    } else {
+        e = ETIMEDOUT;
+    }
+    ss->connecting = 0;
+    if (!e)
+        return 1;
+    char why[sizeof(ss->target) + 96];
+    if (e == ETIMEDOUT)
+        snprintf(why, sizeof(why), "%s takes no connection (its listener did not accept "
+                                   "within %d s)", ss->target, BR_STREAMS_CONNECT_MS / 1000);
+    else
+        snprintf(why, sizeof(why), "nothing answers on %s (%s)", ss->target, strerror(e));
+    close(ss->fds[0]);
+    ss->fds[0] = -1;
+    return (ss->error = strdup(why)) ? 1 : -1;
+}
+
 /* A session handed over: its end made, its descriptors given to it, and ATTACH
  * sent. -1 when out of memory. */
 static int attach(br_streams_t *st, session_t *ss)
@@ -283,7 +316,10 @@ static void turn(br_streams_t *st, int64_t now)
     for (size_t i = st->n; i-- > 0;) {
         session_t *ss = &st->s[i];
         char why[96];
-        if (!ss->end && (!st->sock || attach(st, ss) < 0)) {
+        int made = ss->connecting && !ss->ended && !ss->stopping ? connect_done(ss, now) : 1;
+        if (made == 0)
+            continue; /* (attached once its connection is made, or fails) */
+        if (made < 0 || (!ss->end && (!st->sock || attach(st, ss) < 0))) {
             drop(st, i, SIGHUP);
             continue;
         }
@@ -348,6 +384,8 @@ static void *run(void *arg)
         for (size_t i = 0; i < st->n; i++)
             if (st->s[i].end)
                 n += br_streamend_poll(st->s[i].end, items + n, (int)(cap - (size_t)n));
+            else if (st->s[i].connecting) /* (writable once made, or failed) */
+                items[n++] = (zmq_pollitem_t){NULL, st->s[i].fds[0], ZMQ_POLLOUT, 0};
         size_t nowed;
         struct hangup *owed = take_owed(st, &nowed);
         pthread_mutex_unlock(&st->w.mu);
@@ -441,6 +479,8 @@ int br_streams_add(br_streams_t *st, const br_streams_session_t *ss, br_err_t *e
     x->pid = ss->pid;
     x->tty = ss->tty;
     x->is_socket = ss->is_socket;
+    x->connecting = ss->connecting && !ss->error;
+    br_strlcpy(x->target, ss->target, sizeof(x->target));
     x->tty_fd = ss->tty ? ss->fds[0] : -1;
     memcpy(x->fds, ss->fds, sizeof(x->fds));
     x->since = x->seen = br_mono_ms();

@@ -19,6 +19,10 @@
 #include "streamseal.h"
 
 #define BR_STREAMS_ATTACH_MS 20000 /* a session the relay never attached is dropped */
+#define BR_STREAMS_CONNECT_MS 10000 /* a forward's connect, waited for this long: a
+                                     * listener whose queue was full takes it at the
+                                     * kernel's SYN retries (1, 3, 7 s); the relay
+                                     * waits 15 s for the node to attach */
 #define BR_STREAMS_MARK "BRAMBLE_SHELL" /* a shell's processes carry BRAMBLE_SHELL=ID
                                         * (the stream's), in a container too */
 
@@ -43,6 +47,9 @@ typedef struct {
     int tty;      /* fds[0] is a terminal's master, both ways */
     int fds[3];   /* br_task_join's; a forward's TCP connection in fds[0]; -1: none */
     int is_socket;
+    int connecting;  /* fds[0] is a connect in progress: attached once it is made, or
+                      * told why not (refused, or not taken in BR_STREAMS_CONNECT_MS) */
+    char target[96]; /* a forward's "port P of node N", for what it says */
     const char *error; /* not NULL: nothing started; the client is told this */
 } br_streams_session_t;
 

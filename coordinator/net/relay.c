@@ -302,19 +302,21 @@ static void expire(br_relay_t *r, int64_t now, int ping)
                          side_name[s->e[NODE].attached ? CLI : NODE],
                          BR_RELAY_ATTACH_MS / 1000);
                 close_stream(r, s, -1, why);
-            }
-            continue;
+                continue;
+            } /* (an end that waits for the other is pinged: the relay is there) */
+        } else {
+            for (int side = CLI; side <= NODE; side++)
+                if (now - s->e[side].seen > BR_STREAM_GONE_MS) {
+                    snprintf(why, sizeof(why), "%s went away (silent for %d ms)",
+                             side_name[side], BR_STREAM_GONE_MS);
+                    close_stream(r, s, side, why);
+                    s = NULL;
+                    break;
+                }
         }
-        for (int side = CLI; side <= NODE; side++)
-            if (now - s->e[side].seen > BR_STREAM_GONE_MS) {
-                snprintf(why, sizeof(why), "%s went away (silent for %d ms)",
-                         side_name[side], BR_STREAM_GONE_MS);
-                close_stream(r, s, side, why);
-                s = NULL;
-                break;
-            }
         for (int side = CLI; s && ping && side <= NODE; side++)
-            if (br_stream_send(r->sock, s->e[side].route, s->e[side].route_len,
+            if (s->e[side].attached &&
+                br_stream_send(r->sock, s->e[side].route, s->e[side].route_len,
                                BR_STREAM_PING, 0, s->g.id, 0, NULL, 0, ZMQ_DONTWAIT) < 0 &&
                 errno == EHOSTUNREACH) { /* (a new connection has another route) */
                 snprintf(why, sizeof(why), "%s went away (its connection closed)",
