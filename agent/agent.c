@@ -116,6 +116,7 @@ struct br_agent {
     int hb_nopulling;             /* ... or "pulling" */
     int hb_notrees;               /* ... or "trees" */
     int trees_told;               /* the coordinator knows what the cache holds now */
+    int64_t trees_stamp;          /* ... as the cache's trees were then (cache.h) */
     json_t *envs_told;            /* the environments the coordinator was last told of */
     int64_t envs_looked;          /* monotonic ms they were last looked at */
     int envs_dirty;               /* an attempt with one ended, or one was removed */
@@ -3321,7 +3322,11 @@ static void timers(br_agent_t *a)
         json_t *reach = a->hb_noreach ? NULL : br_overlay_reach_news(a->overlay);
         if (reach) /* the overlay peers it reached, and those it could not (wgpeers.h) */
             json_object_set_new(hb, "overlay_reach", reach);
+        int64_t stamp = a->hb_notrees ? 0 : br_cache_trees_stamp(a->cache);
+        if (stamp != a->trees_stamp) /* (a tree came or went since: by hand too) */
+            a->trees_told = 0;
         if (!a->trees_told && !a->hb_notrees) { /* where a job's data sets are already */
+            a->trees_stamp = stamp; /* (taken first: a change while listing is told next) */
             json_t *trees = br_cache_trees(a->cache);
             while (json_array_size(trees) > BR_CACHE_TREES_TOLD)
                 json_array_remove(trees, json_array_size(trees) - 1);

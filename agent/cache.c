@@ -653,6 +653,18 @@ json_t *br_cache_trees(const br_cache_t *c)
     return out;
 }
 
+int64_t br_cache_trees_stamp(const br_cache_t *c)
+{
+    char trees[PATH_MAX];
+    struct stat st;
+    snprintf(trees, sizeof(trees), "%s/trees", c->dir);
+    if (stat(trees, &st) < 0)
+        return 0;
+    uint64_t h = (uint64_t)st.st_ino * 0x9E3779B97F4A7C15ull; /* (mixed, then the time) */
+    h ^= (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+    return (int64_t)(h >> 1) | 1;
+}
+
 int br_cache_room(br_cache_t *c, int64_t quota, int64_t need, const json_t *keep,
                   int64_t *limit, br_err_t *err)
 {

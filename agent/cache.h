@@ -73,6 +73,10 @@ int br_cache_mount_path(br_cache_t *c, const json_t *summary, char *out, size_t 
 
 /* The manifest hashes of the trees here, whole: a new array. */
 json_t *br_cache_trees(const br_cache_t *c);
+/* A stamp of DIR/trees (its inode and modification time): a stamp other than the
+ * last one told means a tree came or went, by a pull or by hand (a cache emptied
+ * with rm). 0 when it cannot be read. */
+int64_t br_cache_trees_stamp(const br_cache_t *c);
 
 /* Bytes the cache holds: its files by hash, each counted once. */
 int64_t br_cache_used(const br_cache_t *c);

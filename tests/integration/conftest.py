@@ -509,6 +509,19 @@ class Cluster:
     def agent_dir(self, name):
         return self.root / "agents" / name
 
+    def forget_cached(self, name):
+        """Node name's cache emptied by hand, as on a node that never held what it
+        had: its trees, and the files they were made of (by hash, and their seals),
+        where a pull would find them again. Waits for its agent to tell the
+        coordinator (a heartbeat says its trees anew once the cache's trees changed)."""
+        cache = self.agent_dir(name) / "cache"
+        for sub in ("trees", ".by-hash", ".by-hash-seals"):
+            if (cache / sub).exists():
+                shutil.rmtree(cache / sub)
+                (cache / sub).mkdir(mode=0o700)
+        wait_for(lambda: not self.cli_json("node", "show", name).get("trees"),
+                 what=f"{name} to say its cache holds no tree")
+
     def start_agent(self, name, token=None, extra=(), join=True, wrap=(), root_jobs=True):
         """Start bramble-agent for node `name`: the first time with --join TOKEN
         --name NAME (a fresh one-use token unless given), later starts (join=False)

@@ -366,18 +366,18 @@ def test_a_node_reads_a_data_set_from_a_node_that_holds_it(make_cluster, tmp_pat
         tries.append(second)
         if second and "fetched to node-2 from node-1" in second[0]:
             break
-        # (node-2 now holds the set too: drop its copy for the next try)
-        shutil.rmtree(c.agent_dir("node-2") / "cache" / "trees")
-        (c.agent_dir("node-2") / "cache" / "trees").mkdir(mode=0o700)
+        c.forget_cached("node-2")  # (node-2 now holds the set too: not for the next try)
     assert "fetched to node-2 from node-1" in second[0] and "2.0MiB sent" in second[0], tries
 
-    # a holder that lost its copy (its cache emptied by hand): the node reads from the
-    # coordinator instead, and the job runs all the same
+    # a holder whose copy went under it (its files deleted by hand, its trees left,
+    # so that it still says it holds the set): the node reads from the coordinator
+    # instead, and the job runs all the same
     wait_for(lambda: probed(c, "node-3", "node-1") and probed(c, "node-3", "node-2"),
              what="node-3 to probe the others")
     for name in ("node-1", "node-2"):
-        shutil.rmtree(c.agent_dir(name) / "cache" / "trees")
-        (c.agent_dir(name) / "cache" / "trees").mkdir(mode=0o700)
+        for f in (c.agent_dir(name) / "cache" / "trees").rglob("*"):
+            if f.is_file():
+                f.unlink()
     third = run("third", "node-3")
     assert third and " from " not in third[0], third
     log = (c.root / "logs" / "agent-node-3.log").read_text()

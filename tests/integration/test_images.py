@@ -209,8 +209,7 @@ def test_a_loaded_image_travels_to_each_node_once(cluster, archives):
         if tries[-1] and "fetched to node-2 from node-1" in tries[-1][0]:
             break
         # (node-2 holds it now: drop its copies for the next try)
-        shutil.rmtree(c.agent_dir("node-2") / "cache" / "trees")
-        (c.agent_dir("node-2") / "cache" / "trees").mkdir(mode=0o700)
+        c.forget_cached("node-2")
         podman(stores["node-2"], "rmi", "-af")
     assert "fetched to node-2 from node-1" in tries[-1][0], tries
 
