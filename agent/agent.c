@@ -513,6 +513,9 @@ br_agent_t *br_agent_new(const br_settings_t *s, br_err_t *err)
                         br_container_runtime(a->containers)
                             ? json_string(br_container_runtime(a->containers))
                             : json_null());
+    /* the stream frames it speaks (proto/stream.h): the coordinator opens no shell or
+     * forward to an agent that cannot seal them */
+    json_object_set_new(a->inventory, "streams", json_integer(BR_STREAM_VERSION));
     if (!(a->overlay = br_overlay_new(s->overlay, s->data_dir, s->relay, err)))
         goto fail;
     if (!br_overlay_mode(a->overlay))

@@ -89,6 +89,7 @@ static void take_inventory(br_node_t *n, br_msg_t *m, json_t *inv, json_t *gpus,
     json_t *v;
     json_object_del(n->info, "refuses"); /* (said again at each hello, while it holds) */
     json_object_del(n->info, "container_runtime"); /* (likewise) */
+    json_object_del(n->info, "streams");           /* (an agent put back older) */
     json_object_foreach(inv, k, v) {
         if (strcmp(k, "name") != 0 && strcmp(k, "pubkey") != 0 && strcmp(k, "state") != 0)
             json_object_set(n->info, k, v);

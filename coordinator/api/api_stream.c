@@ -135,6 +135,12 @@ static br_node_t *where(br_coord_t *c, const br_caller_t *who, const open_req_t 
         return br_errp(err, EHOSTUNREACH, "node %s, which runs rank %lld of job %lld, is "
                                          "not connected now",
                        rk->node, (long long)q->rank, (long long)q->id);
+    if (json_integer_value(json_object_get(n->info, "streams")) < BR_STREAM_VERSION)
+        return br_errp(err, EPROTONOSUPPORT,
+                       "node %s runs a bramble-agent older than this coordinator, which "
+                       "cannot seal shells and forwards (stream frames version %d): "
+                       "upgrade bramble-agent there",
+                       rk->node, BR_STREAM_VERSION);
     *jp = j;
     return n;
 }

@@ -8,8 +8,8 @@
  * ping, job.submit / show / list / queue / cancel / logs, node.list / show / drain /
  * undrain / remove / rotate_key / probe, user.add / list / set / remove /
  * rotate_key / env_rm, token.create / list / revoke, usage.show, event.list /
- * watch, audit.list, service.endpoints / scale / list, code.stage, and who may
- * see a job. */
+ * watch, audit.list, service.endpoints / scale / list, code.stage, stream.open to
+ * an agent that cannot seal streams, and who may see a job. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -35,6 +35,7 @@
 #include "jobtab.h"
 #include "outbox.h"
 #include "stats.h"
+#include "stream.h"
 
 #define KEY_ADMIN "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 #define KEY_ANN "CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCC"
@@ -536,6 +537,38 @@ static void test_job_cancel(void **state)
     json_decref(a);
     call_refused(c, KEY_ANN, "job.cancel", "{\"id\": 1, \"now\": \"yes\"}", EPROTO,
                  "'now'");
+}
+
+/* stream.open to a running job whose node's agent said no stream frames version in
+ * its hello (a bramble-agent from before sealed streams): refused at once, naming
+ * the node and what to do, rather than left to time out at the relay; once the
+ * agent says it seals them, the request goes on (to the relay, which this
+ * coordinator, made without one, has not). */
+static void test_stream_open_to_an_older_agent(void **state)
+{
+    world_t *x = *state;
+    br_coord_t *c = x->c;
+    int64_t run = submit(c, KEY_ANN, "name: runner\ncommand: x\nresources:\n  cpus: 2\n");
+    br_sched_run(c);
+    br_job_t *j = br_jobtab_find(c->jobs, run);
+    assert_non_null(j);
+    br_node_t *n = br_nodes_find(c->nodes, j->ranks[0].node);
+    br_jobs_started(c, run, 1, n, 0);
+    assert_int_equal(j->state, BR_JOB_RUNNING);
+    char body[96], want[160];
+    snprintf(body, sizeof(body), "{\"id\": %lld, \"kind\": \"shell\"}", (long long)run);
+    snprintf(want, sizeof(want), "node %s runs a bramble-agent older than this coordinator",
+             n->name);
+    call_refused(c, KEY_ANN, "stream.open", body, EPROTONOSUPPORT, want);
+    call_refused(c, KEY_ANN, "stream.open", body, EPROTONOSUPPORT,
+                 "upgrade bramble-agent there");
+    snprintf(body, sizeof(body), "{\"id\": %lld, \"kind\": \"forward\", \"port\": 80}",
+             (long long)run);
+    call_refused(c, KEY_ANN, "stream.open", body, EPROTONOSUPPORT, want);
+    json_object_set_new(n->info, "streams", json_integer(1)); /* (an older version) */
+    call_refused(c, KEY_ANN, "stream.open", body, EPROTONOSUPPORT, want);
+    json_object_set_new(n->info, "streams", json_integer(BR_STREAM_VERSION));
+    call_refused(c, KEY_ANN, "stream.open", body, ENOTSUP, "relays no streams");
 }
 
 /* job.logs: the job's output after a cursor, as chunks (stream, rank, attempt,
@@ -1464,6 +1497,7 @@ int main(void)
         T(test_job_show),
         T(test_job_list),
         T(test_job_cancel),
+        T(test_stream_open_to_an_older_agent),
         T(test_job_logs),
         T(test_job_queue),
         T(test_nodes),
