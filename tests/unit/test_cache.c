@@ -44,17 +44,25 @@ static int present(const char *dir, const char *name)
     return access(path, F_OK) == 0;
 }
 
-static void test_sweep_keeps_the_running(void **state)
+/* A cache at DIR/cache, DIR made from its template (cache: PATH_MAX bytes). */
+static br_cache_t *new_cache(char *dir, char *cache)
 {
-    (void)state;
-    char dir[] = "/tmp/test_cache.XXXXXX", cache[PATH_MAX], listings[PATH_MAX];
+    char listings[PATH_MAX];
     assert_non_null(mkdtemp(dir));
-    snprintf(cache, sizeof(cache), "%s/cache", dir);
+    snprintf(cache, PATH_MAX, "%s/cache", dir);
     snprintf(listings, sizeof(listings), "%s/listings", dir);
     br_err_t err = {0};
     br_cache_t *c = br_cache_new(cache, listings, dir, &err);
     if (!c)
         fail_msg("cache: %s", err.text);
+    return c;
+}
+
+static void test_sweep_keeps_the_running(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_cache.XXXXXX", cache[PATH_MAX];
+    br_cache_t *c = new_cache(dir, cache);
     const int64_t day = 24 * 3600;
     workdir(cache, "7.1", 3 * day); /* still running: taken over by the new agent */
     workdir(cache, "7.2", 3 * day); /* another attempt of the same job, ended */
@@ -96,15 +104,9 @@ static void age_trees(const char *cache, int64_t age_s)
 static void test_trees_stamp_tells_a_change_by_hand(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/test_cache.XXXXXX", cache[PATH_MAX], listings[PATH_MAX];
+    char dir[] = "/tmp/test_cache.XXXXXX", cache[PATH_MAX];
     char tree[PATH_MAX + 80], trees[PATH_MAX + 8];
-    assert_non_null(mkdtemp(dir));
-    snprintf(cache, sizeof(cache), "%s/cache", dir);
-    snprintf(listings, sizeof(listings), "%s/listings", dir);
-    br_err_t err = {0};
-    br_cache_t *c = br_cache_new(cache, listings, dir, &err);
-    if (!c)
-        fail_msg("cache: %s", err.text);
+    br_cache_t *c = new_cache(dir, cache);
     age_trees(cache, 100);
     int64_t s0 = br_cache_trees_stamp(c);
     assert_true(s0 != 0);
