@@ -2952,29 +2952,6 @@ static void report_stored(br_agent_t *a)
 
 /* --- shells and forwards --------------------------------------------------------- */
 
-/* A connection to 127.0.0.1:port (never another host), named target in what it
- * says: its socket, non-blocking, or -1 with err when refused at once. A connect
- * still in progress (*connecting) is waited for on the streams thread, never in
- * this loop: a listener whose queue is full lets the kernel drop the SYN, and the
- * connect is taken only at its retry, a second or more later. */
-static int connect_local(int port, const char *target, int *connecting, br_err_t *err)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd < 0)
-        return br_errf(err, errno, "socket: %s", strerror(errno));
-    int e = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? errno : 0;
-    if (e && e != EINPROGRESS) {
-        close(fd);
-        return br_errf(err, e, "nothing answers on %s (%s)", target, strerror(e));
-    }
-    *connecting = e == EINPROGRESS;
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    return fd;
-}
-
 /* stream.open: start a shell in a running rank (or connect to one of its node's
  * ports) and hand it to the streams thread, which attaches it at the relay. What
  * cannot start is told to the client there, through the same stream. */
@@ -3016,11 +2993,11 @@ static void on_stream_open(br_agent_t *a, br_msg_t *m)
     } else if (strcmp(kind, "forward") == 0) {
         snprintf(ss.target, sizeof(ss.target), "port %lld of node %s", (long long)port,
                  a->s->name);
-        if (port < 1 || port > 65535 ||
-            (ss.fds[0] = connect_local((int)port, ss.target, &ss.connecting, &err)) < 0) {
-            snprintf(why, sizeof(why), "%s", err.text[0] ? err.text : "port: 1 to 65535");
+        if (port < 1 || port > 65535) {
+            snprintf(why, sizeof(why), "port: 1 to 65535");
             ss.error = why;
         }
+        ss.port = (int)port; /* (connected to on the streams thread) */
         ss.is_socket = 1;
     } else {
         size_t n = json_array_size(command);

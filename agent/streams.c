@@ -2,6 +2,8 @@
 #include "streams.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -41,8 +43,9 @@ typedef struct {
     int stopping;    /* the job is being stopped: closed and hung up at the next turn */
     int64_t since, seen; /* monotonic ms: handed over; last heard of at the relay */
     int fds[3], tty, is_socket; /* what was handed over, until the thread attaches it */
-    int connecting;  /* fds[0] is a forward's connect in progress (not attached yet) */
-    char target[96]; /* ... to "port P of node N" */
+    int port, family; /* a forward's port, and the loopback it is connecting to in
+                       * fds[0] (not attached yet) */
+    char target[96];  /* "port P of node N" */
     br_streamend_t *end; /* NULL: not attached yet (the thread alone uses the socket) */
 } session_t;
 
@@ -233,23 +236,57 @@ static int finished(br_streams_t *st, size_t i)
     return 1;
 }
 
-/* A forward's connect in progress (fds[0]): 1 once it is made, or failed (then
- * fds[0] is closed and error says why, told at ATTACHED); 0 while it may still be
- * taken; -1 when out of memory. */
+/* A forward's connect to the node's loopback of family started in fds[0]: 0, or
+ * the errno of a refusal at once. */
+static int start_connect(session_t *ss, int family)
+{
+    struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)ss->port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)ss->port),
+                              .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return errno;
+    int e = (family == AF_INET ? connect(fd, (struct sockaddr *)&a4, sizeof(a4))
+                               : connect(fd, (struct sockaddr *)&a6, sizeof(a6))) < 0
+                ? errno
+                : 0;
+    if (e && e != EINPROGRESS) {
+        close(fd);
+        return e;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    ss->fds[0] = fd;
+    ss->family = family;
+    return 0;
+}
+
+/* A forward's connection, made on this thread so that a listener slow to accept (its
+ * queue full, the kernel takes the connect at a SYN retry, 1, 3, 7 s on) holds
+ * nothing up: 1 once it is made, or failed (then error says why, told at
+ * ATTACHED); 0 while it may still be taken; -1 when out of memory. 127.0.0.1 first,
+ * then ::1 where that refuses. */
 static int connect_done(session_t *ss, int64_t now)
 {
-    struct pollfd p = {ss->fds[0], POLLOUT, 0};
-    int e = 0;
-    socklen_t len = sizeof(e);
-    if (poll(&p, 1, 0) == 1) {
-        if (getsockopt(ss->fds[0], SOL_SOCKET, SO_ERROR, &e, &len) < 0)
+    int e = ss->fds[0] < 0 ? start_connect(ss, AF_INET) : 0;
+    if (!e) {
+        struct pollfd p = {ss->fds[0], POLLOUT, 0};
+        socklen_t len = sizeof(e);
+        if (poll(&p, 1, 0) != 1)
+            e = now - ss->since < BR_STREAMS_CONNECT_MS ? -1 : ETIMEDOUT;
+        else if (getsockopt(ss->fds[0], SOL_SOCKET, SO_ERROR, &e, &len) < 0)
             e = errno;
-    } else if (now - ss->since < BR_STREAMS_CONNECT_MS) {
-        return 0;
-    } else {
-        e = ETIMEDOUT;
     }
-    ss->connecting = 0;
+    if (e == ECONNREFUSED && ss->family != AF_INET6) { /* (refused on 127.0.0.1) */
+        if (ss->fds[0] >= 0)
+            close(ss->fds[0]);
+        ss->fds[0] = -1;
+        if (start_connect(ss, AF_INET6) == 0)
+            return 0; /* (its answer polled for) */
+    }
+    if (e < 0)
+        return 0;
     if (!e)
         return 1;
     char why[sizeof(ss->target) + 96];
@@ -258,7 +295,8 @@ static int connect_done(session_t *ss, int64_t now)
                                    "within %d s)", ss->target, BR_STREAMS_CONNECT_MS / 1000);
     else
         snprintf(why, sizeof(why), "nothing answers on %s (%s)", ss->target, strerror(e));
-    close(ss->fds[0]);
+    if (ss->fds[0] >= 0)
+        close(ss->fds[0]);
     ss->fds[0] = -1;
     return (ss->error = strdup(why)) ? 1 : -1;
 }
@@ -272,7 +310,8 @@ static int attach(br_streams_t *st, session_t *ss)
         fprintf(stderr, "bramble-agent: stream %u: %s\n", (unsigned)ss->stream, err.text);
         return -1;
     }
-    if (!ss->error) {
+    if (!ss->error && ss->fds[0] >= 0) { /* (a forward's connect not made: none, its
+                                           * session closed at once, its job ended) */
         if (ss->tty || ss->is_socket) { /* one descriptor both ways */
             br_streamend_sink(ss->end, 0, ss->fds[0], ss->is_socket);
             br_streamend_source(ss->end, 1, ss->fds[0]);
@@ -316,7 +355,9 @@ static void turn(br_streams_t *st, int64_t now)
     for (size_t i = st->n; i-- > 0;) {
         session_t *ss = &st->s[i];
         char why[96];
-        int made = ss->connecting && !ss->ended && !ss->stopping ? connect_done(ss, now) : 1;
+        int made = ss->port && !ss->end && !ss->error && !ss->ended && !ss->stopping
+                       ? connect_done(ss, now)
+                       : 1;
         if (made == 0)
             continue; /* (attached once its connection is made, or fails) */
         if (made < 0 || (!ss->end && (!st->sock || attach(st, ss) < 0))) {
@@ -384,7 +425,8 @@ static void *run(void *arg)
         for (size_t i = 0; i < st->n; i++)
             if (st->s[i].end)
                 n += br_streamend_poll(st->s[i].end, items + n, (int)(cap - (size_t)n));
-            else if (st->s[i].connecting) /* (writable once made, or failed) */
+            else if (st->s[i].port && st->s[i].fds[0] >= 0) /* (connecting: writable
+                                                              * once made, or failed) */
                 items[n++] = (zmq_pollitem_t){NULL, st->s[i].fds[0], ZMQ_POLLOUT, 0};
         size_t nowed;
         struct hangup *owed = take_owed(st, &nowed);
@@ -479,7 +521,7 @@ int br_streams_add(br_streams_t *st, const br_streams_session_t *ss, br_err_t *e
     x->pid = ss->pid;
     x->tty = ss->tty;
     x->is_socket = ss->is_socket;
-    x->connecting = ss->connecting && !ss->error;
+    x->port = ss->error ? 0 : ss->port;
     br_strlcpy(x->target, ss->target, sizeof(x->target));
     x->tty_fd = ss->tty ? ss->fds[0] : -1;
     memcpy(x->fds, ss->fds, sizeof(x->fds));

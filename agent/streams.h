@@ -47,8 +47,10 @@ typedef struct {
     int tty;      /* fds[0] is a terminal's master, both ways */
     int fds[3];   /* br_task_join's; a forward's TCP connection in fds[0]; -1: none */
     int is_socket;
-    int connecting;  /* fds[0] is a connect in progress: attached once it is made, or
-                      * told why not (refused, or not taken in BR_STREAMS_CONNECT_MS) */
+    int port;        /* a forward: the port of the node's loopback it connects to, on
+                      * the thread (127.0.0.1, or ::1 where that refuses: a server may
+                      * listen on IPv6's alone), waiting up to BR_STREAMS_CONNECT_MS;
+                      * attached once it is made, or told why not */
     char target[96]; /* a forward's "port P of node N", for what it says */
     const char *error; /* not NULL: nothing started; the client is told this */
 } br_streams_session_t;

@@ -1,7 +1,7 @@
 /* cmd_forward.c - bramble forward: a port of a running job's node on this machine.
  * Listens on a local port (loopback unless --bind says otherwise); each
  * connection is a stream of its own (stream.open, then the relay, proto/stream.h)
- * to 127.0.0.1:PORT on the node, many at once, all on one connection to the
+ * to 127.0.0.1:PORT (or [::1]:PORT) on the node, many at once, all on one connection to the
  * relay. With --stdio, standard input and output are the one connection (an
  * ssh ProxyCommand). Never to another host: the node's agent connects to its own
  * loopback only. */
@@ -502,10 +502,11 @@ const cli_cmd_t cli_forward_cmds[] = {
     {NULL, "forward", cmd_forward, "JOB [LOCAL:]PORT [--rank R] [--bind ADDR] [--stdio]",
      "a port of a running job's node on this machine",
      "Listens on LOCAL (default PORT; 0: any free port, printed) on this machine and\n"
-     "carries each connection to 127.0.0.1:PORT on the node of the job's rank R\n"
-     "(default 0), many at once, through the coordinator: the node needs no open\n"
-     "port. Only that node's loopback is reachable, never another host. Runs until\n"
-     "Ctrl-C, or until the job ends. Owner or admin.\n"
+     "carries each connection to 127.0.0.1:PORT (or [::1]:PORT where 127.0.0.1\n"
+     "refuses) on the node of the job's rank R (default 0), many at once, through\n"
+     "the coordinator: the node needs no open port. Only that node's loopback is\n"
+     "reachable, never another host. Runs until Ctrl-C, or until the job ends.\n"
+     "Owner or admin.\n"
      "  bramble forward 7 8888          # Jupyter in job 7: http://127.0.0.1:8888\n"
      "  bramble forward 7 16006:6006    # its TensorBoard on local port 16006\n"
      "With --stdio, standard input and output are one connection, for ssh:\n"

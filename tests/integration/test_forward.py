@@ -319,6 +319,23 @@ def test_port_where_nothing_listens(c, job, forward):
     assert f.alive(), f.stderr()
 
 
+def test_a_server_on_the_ipv6_loopback_alone(c, job, forward):
+    """A job's server that listens on ::1 alone (as one bound to `localhost` may be):
+    the forward reaches it there, 127.0.0.1 having refused, and nowhere else."""
+    port = free_port()
+    jid, _ = job("v6", f"printf 'over ipv6\\n' > six.txt && {PYTHON} -u -m http.server "
+                       f"{port} --bind ::1")
+    c.wait_logs(jid, "Serving HTTP on")
+    with pytest.raises(OSError):  # (nothing on 127.0.0.1)
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    rc, out, err = c.cli("forward", jid, port, "--stdio", input="GET /six.txt HTTP/1.0\r\n\r\n",
+                         check=False, timeout=DEADLINE)
+    assert rc == 0 and out.startswith("HTTP/1.0 200 ") and out.endswith("\nover ipv6\n"), \
+        (rc, out, err)
+    f = forward(jid, f"0:{port}")
+    assert fetch(f.local_port(jid, port), "/six.txt") == (200, b"over ipv6\n")
+
+
 def syn_sent_to(port, besides=()):
     """Whether a connect to 127.0.0.1:port other than from the local ports besides
     waits for its SYN's answer (SYN_SENT)."""
