@@ -64,6 +64,16 @@ def summary(name, times):
             f"  p99 {ok[min(len(ok) - 1, int(len(ok) * 0.99))] * 1000:7.2f}")
 
 
+def stop(p):
+    """SIGTERM, then SIGKILL after 10 s (an sshd was once seen to outlive SIGTERM)."""
+    p.terminate()
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
 def main():
     lc = LocalCluster(BIN, "bramble-connbench-", agents=1)
     fwd, tunnel_procs = None, ()
@@ -90,12 +100,8 @@ def main():
         for name in paths:
             print(summary(name, times[name]))
     finally:
-        for p in tunnel_procs:
-            p.terminate()
-            p.wait(timeout=10)
-        if fwd:
-            fwd.terminate()
-            fwd.wait(timeout=10)
+        for p in list(tunnel_procs) + ([fwd] if fwd else []):
+            stop(p)
         lc.down()
 
 
