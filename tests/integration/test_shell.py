@@ -449,7 +449,7 @@ def frame(type_, stream, arg=0, channel=0, flags=0):
     return struct.pack(">BBBBIQ", 2, type_, channel, flags, stream, arg)
 
 
-ATTACH, ATTACHED, DATA, CLOSE = 1, 2, 3, 8
+ATTACH, ATTACHED, DATA, CLOSE, PING = 1, 2, 3, 8, 9
 
 
 class Seal:
@@ -492,7 +492,9 @@ def raw_stream(c, jid, *command):
     relay = RawClient(f"tcp://{c.host}:{body['relay_port']}", None)
     sid = body["stream"]
     relay.send([frame(ATTACH, sid), body["ticket"].encode()])
-    msg = relay.recv()
+    msg = relay.recv()  # (the relay pings an end that waits for the other)
+    while msg and msg[0][1] == PING:
+        msg = relay.recv()
     assert msg and msg[0][1] == ATTACHED, msg
     wait_for(lambda: remote_procs(c, jid, *command), what=f"the remote {command}")
     return relay, sid, Seal(body["key"])
